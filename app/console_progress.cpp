@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "console_progress.h"
+
+#include <cmath>
+#include <string>
+
+#include "trainer.h"
+
+namespace mantissa {
+
+std::string format_duration(double seconds)
+{
+    if (!std::isfinite(seconds) || seconds < 0) return "?";
+    const auto s = static_cast<long long>(std::llround(seconds));
+    char buf[32];
+    if (s >= 3600) std::snprintf(buf, sizeof buf, "%lldh%02lldm", s / 3600, (s / 60) % 60);
+    else if (s >= 60) std::snprintf(buf, sizeof buf, "%lldm%02llds", s / 60, s % 60);
+    else std::snprintf(buf, sizeof buf, "%llds", s);
+    return buf;
+}
+
+ConsoleProgress::ConsoleProgress(int64_t total_steps, int64_t log_interval, bool interactive, std::FILE* out)
+    : total_steps_(total_steps), log_interval_(log_interval), interactive_(interactive), out_(out)
+{
+}
+
+void ConsoleProgress::watch_stop_flag(const std::atomic<bool>* stop_flag, Trainer* trainer)
+{
+    stop_flag_ = stop_flag;
+    trainer_ = trainer;
+}
+
+void ConsoleProgress::check_stop()
+{
+    if (stop_flag_ && trainer_ && !stop_forwarded_ && stop_flag_->load()) {
+        stop_forwarded_ = true;
+        trainer_->request_stop();
+        end_progress_line();
+        std::fprintf(out_, "stopping after this step (Ctrl-C again to abort without saving)\n");
+        std::fflush(out_);
+    }
+}
+
+void ConsoleProgress::end_progress_line()
+{
+    if (line_open_) std::fputc('\n', out_);
+    line_open_ = false;
+}
+
+void ConsoleProgress::on_step(const StepMetrics& m)
+{
+    check_stop();
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+    const double eta = elapsed / static_cast<double>(m.step) * static_cast<double>(total_steps_ - m.step);
+    if (interactive_) {
+        std::fprintf(out_, "\r\033[Kstep %lld/%lld | loss %.4f | val %s | %.0f tok/s | %.1f ms/step | ETA %s",
+                     static_cast<long long>(m.step), static_cast<long long>(total_steps_), m.train_loss,
+                     last_val_loss_ >= 0 ? std::to_string(last_val_loss_).substr(0, 6).c_str() : "-",
+                     m.tokens_per_s, m.step_time_ms, format_duration(eta).c_str());
+        line_open_ = true;
+        std::fflush(out_);
+    } else if (m.step % log_interval_ == 0 || m.step == total_steps_) {
+        std::fprintf(out_, "step %lld/%lld loss %.4f lr %.3g grad_norm %.3f %.1f ms/step %.0f tok/s ETA %s\n",
+                     static_cast<long long>(m.step), static_cast<long long>(total_steps_), m.train_loss,
+                     m.learning_rate, m.grad_norm, m.step_time_ms, m.tokens_per_s, format_duration(eta).c_str());
+        std::fflush(out_);
+    }
+}
+
+void ConsoleProgress::on_eval(const EvalMetrics& m)
+{
+    check_stop();
+    last_val_loss_ = m.val_loss;
+    end_progress_line();
+    std::fprintf(out_, "eval step %lld: val loss %.4f, train loss %.4f\n", static_cast<long long>(m.step), m.val_loss,
+                 m.train_loss);
+    std::fflush(out_);
+}
+
+void ConsoleProgress::on_event(const RunEvent& e)
+{
+    end_progress_line();
+    if (e.kind == "sample") std::fprintf(out_, "sample at step %lld:\n%s\n---\n", static_cast<long long>(e.step), e.message.c_str());
+    else std::fprintf(out_, "[%s] %s\n", e.kind.c_str(), e.message.c_str());
+    std::fflush(out_);
+}
+
+} // namespace mantissa

@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "adamw.h"
+
+namespace mantissa {
+
+AdamW::AdamW(std::vector<torch::Tensor> decayed, std::vector<torch::Tensor> undecayed,
+             const OptimizerConfig& config)
+    : config_(config)
+{
+    auto make = [](std::vector<torch::Tensor> params, double weight_decay) {
+        Group g;
+        g.weight_decay = weight_decay;
+        for (auto& p : params) {
+            g.exp_avg.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+            g.exp_avg_sq.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+            g.steps.push_back(torch::zeros({}, torch::kFloat32)); // as torch.optim keeps it for fused
+        }
+        g.params = std::move(params);
+        return g;
+    };
+    groups_.push_back(make(std::move(decayed), config.weight_decay));
+    groups_.push_back(make(std::move(undecayed), 0.0));
+}
+
+void AdamW::step(double learning_rate)
+{
+    torch::NoGradGuard no_grad;
+    for (auto& g : groups_) step_group(g, learning_rate);
+}
+
+void AdamW::step_group(Group& group, double learning_rate)
+{
+    std::vector<torch::Tensor> params, grads, exp_avg, exp_avg_sq, steps;
+    for (size_t i = 0; i < group.params.size(); ++i) {
+        const auto& grad = group.params[i].grad();
+        if (!grad.defined()) continue;
+        params.push_back(group.params[i]);
+        grads.push_back(grad);
+        exp_avg.push_back(group.exp_avg[i]);
+        exp_avg_sq.push_back(group.exp_avg_sq[i]);
+        steps.push_back(group.steps[i]);
+    }
+    if (params.empty()) return;
+    at::_foreach_add_(steps, 1); // the fused kernel reads the already-incremented step
+    at::_fused_adamw_(params, grads, exp_avg, exp_avg_sq, /*max_exp_avg_sqs=*/{}, steps, learning_rate,
+                      config_.beta1, config_.beta2, group.weight_decay, config_.eps, /*amsgrad=*/false,
+                      /*maximize=*/false);
+}
+
+void AdamW::zero_grad()
+{
+    for (auto& g : groups_)
+        for (auto& p : g.params) p.mutable_grad().reset();
+}
+
+} // namespace mantissa

@@ -1,0 +1,256 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "dataset.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+namespace mantissa {
+namespace fs = std::filesystem;
+
+std::vector<char32_t> decode_utf8(const std::string& text, const std::string& what)
+{
+    std::vector<char32_t> out;
+    out.reserve(text.size());
+    const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+    const size_t n = text.size();
+    size_t i = 0;
+    auto bad = [&](size_t at) {
+        throw ConfigError(what + " is not valid UTF-8 (byte offset " + std::to_string(at) + ")");
+    };
+    while (i < n) {
+        const unsigned char c = s[i];
+        int extra = 0;
+        char32_t cp = 0;
+        if (c < 0x80) { cp = c; }
+        else if ((c >> 5) == 0x6) { extra = 1; cp = c & 0x1F; }
+        else if ((c >> 4) == 0xE) { extra = 2; cp = c & 0x0F; }
+        else if ((c >> 3) == 0x1E) { extra = 3; cp = c & 0x07; }
+        else bad(i);
+        if (i + static_cast<size_t>(extra) >= n && extra > 0) bad(i); // truncated sequence
+        for (int k = 1; k <= extra; ++k) {
+            const unsigned char cc = s[i + k];
+            if ((cc >> 6) != 0x2) bad(i);
+            cp = (cp << 6) | (cc & 0x3F);
+        }
+        // Reject overlong forms and surrogates, as Python's decoder does.
+        const bool overlong = (extra == 1 && cp < 0x80) || (extra == 2 && cp < 0x800) || (extra == 3 && cp < 0x10000);
+        if (overlong || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) bad(i);
+        out.push_back(cp);
+        i += static_cast<size_t>(extra) + 1;
+    }
+    return out;
+}
+
+std::string encode_utf8(const std::vector<char32_t>& code_points)
+{
+    std::string out;
+    out.reserve(code_points.size());
+    for (char32_t cp : code_points) {
+        if (cp < 0x80) {
+            out += static_cast<char>(cp);
+        } else if (cp < 0x800) {
+            out += static_cast<char>(0xC0 | (cp >> 6));
+            out += static_cast<char>(0x80 | (cp & 0x3F));
+        } else if (cp < 0x10000) {
+            out += static_cast<char>(0xE0 | (cp >> 12));
+            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+            out += static_cast<char>(0x80 | (cp & 0x3F));
+        } else {
+            out += static_cast<char>(0xF0 | (cp >> 18));
+            out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+            out += static_cast<char>(0x80 | (cp & 0x3F));
+        }
+    }
+    return out;
+}
+
+Vocabulary Vocabulary::characters(std::vector<char32_t> sorted_code_points)
+{
+    Vocabulary v;
+    v.kind_ = Kind::Characters;
+    v.size_ = static_cast<int64_t>(sorted_code_points.size());
+    v.code_points_ = std::move(sorted_code_points);
+    return v;
+}
+
+Vocabulary Vocabulary::bytes()
+{
+    Vocabulary v;
+    v.kind_ = Kind::Bytes;
+    v.size_ = 256;
+    return v;
+}
+
+Vocabulary Vocabulary::opaque(int64_t size)
+{
+    Vocabulary v;
+    v.kind_ = Kind::Opaque;
+    v.size_ = size;
+    return v;
+}
+
+std::string Vocabulary::decode(const std::vector<int64_t>& ids) const
+{
+    switch (kind_) {
+    case Kind::Characters: {
+        std::vector<char32_t> cps;
+        cps.reserve(ids.size());
+        for (int64_t id : ids) cps.push_back(code_points_.at(static_cast<size_t>(id)));
+        return encode_utf8(cps);
+    }
+    case Kind::Bytes: {
+        // Byte-level samples can cut a multi-byte character; that is what the model produced.
+        std::string out;
+        for (int64_t id : ids) out += static_cast<char>(id);
+        return out;
+    }
+    case Kind::Opaque: break;
+    }
+    std::ostringstream out;
+    for (size_t i = 0; i < ids.size(); ++i) out << (i ? " " : "") << ids[i];
+    return out.str();
+}
+
+std::vector<int64_t> Vocabulary::encode(const std::string& utf8) const
+{
+    std::vector<int64_t> ids;
+    if (kind_ == Kind::Bytes) {
+        for (unsigned char c : utf8) ids.push_back(c);
+        return ids;
+    }
+    if (kind_ != Kind::Characters) throw ConfigError("this vocabulary has no tokenizer for text prompts");
+    for (char32_t cp : decode_utf8(utf8, "prompt")) {
+        auto it = std::lower_bound(code_points_.begin(), code_points_.end(), cp);
+        if (it == code_points_.end() || *it != cp)
+            throw ConfigError("prompt has a character that is not in the vocabulary (U+" + std::to_string(cp) + ")");
+        ids.push_back(it - code_points_.begin());
+    }
+    return ids;
+}
+
+std::string make_addition_text(int64_t digits, int64_t examples, uint64_t seed)
+{
+    // Operands are uniform in [0, 10^digits); the sum is written out in full, so a model
+    // that learns to add drives the loss on the answer characters towards zero.
+    std::mt19937_64 rng(seed);
+    int64_t limit = 1;
+    for (int64_t i = 0; i < digits; ++i) limit *= 10;
+    std::uniform_int_distribution<int64_t> operand(0, limit - 1);
+    std::string text;
+    text.reserve(static_cast<size_t>(examples) * static_cast<size_t>(3 * digits + 4));
+    for (int64_t i = 0; i < examples; ++i) {
+        const int64_t a = operand(rng);
+        const int64_t b = operand(rng);
+        text += std::to_string(a) + "+" + std::to_string(b) + "=" + std::to_string(a + b) + "\n";
+    }
+    return text;
+}
+
+namespace {
+
+std::string read_file(const std::string& path, const std::string& key)
+{
+    std::error_code ec;
+    if (!fs::exists(path, ec)) throw ConfigError(key + ": file '" + path + "' does not exist");
+    if (fs::is_directory(path, ec)) throw ConfigError(key + ": '" + path + "' is a directory, expected a file");
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw ConfigError(key + ": file '" + path + "' cannot be read");
+    std::ostringstream buffer;
+    buffer << in.rdbuf();
+    return buffer.str();
+}
+
+template <typename Symbol>
+void split_into(const std::vector<Symbol>& all, double val_fraction, const std::unordered_map<Symbol, uint16_t>* index,
+                TokenSplits& out)
+{
+    const size_t n = all.size();
+    const size_t n_train = static_cast<size_t>(static_cast<double>(n) * (1.0 - val_fraction));
+    out.train.resize(n_train);
+    out.val.resize(n - n_train);
+    for (size_t i = 0; i < n; ++i) {
+        const uint16_t id = index ? index->at(all[i]) : static_cast<uint16_t>(all[i]);
+        (i < n_train ? out.train[i] : out.val[i - n_train]) = id;
+    }
+}
+
+TokenSplits split_text(const std::string& text, const std::string& tokenizer, double val_fraction,
+                       const std::string& what)
+{
+    TokenSplits splits;
+    if (tokenizer == "byte") {
+        std::vector<unsigned char> bytes(text.begin(), text.end());
+        split_into<unsigned char>(bytes, val_fraction, nullptr, splits);
+        splits.vocabulary = Vocabulary::bytes();
+        return splits;
+    }
+    const std::vector<char32_t> cps = decode_utf8(text, what);
+    std::set<char32_t> unique(cps.begin(), cps.end());
+    if (unique.size() > 65536) throw ConfigError(what + " has more than 65536 distinct characters");
+    std::vector<char32_t> sorted(unique.begin(), unique.end());
+    std::unordered_map<char32_t, uint16_t> index;
+    for (size_t i = 0; i < sorted.size(); ++i) index[sorted[i]] = static_cast<uint16_t>(i);
+    split_into<char32_t>(cps, val_fraction, &index, splits);
+    splits.vocabulary = Vocabulary::characters(std::move(sorted));
+    return splits;
+}
+
+std::vector<uint16_t> read_token_bin(const std::string& path, int64_t vocab_size)
+{
+    const std::string bytes = read_file(path, "data.dir");
+    if (bytes.size() % 2 != 0)
+        throw ConfigError("data.dir: '" + path + "' has an odd number of bytes; expected uint16 token ids");
+    std::vector<uint16_t> tokens(bytes.size() / 2);
+    std::memcpy(tokens.data(), bytes.data(), bytes.size()); // nanoGPT writes native little-endian
+    const auto max_it = std::max_element(tokens.begin(), tokens.end());
+    if (max_it != tokens.end() && *max_it >= vocab_size)
+        throw ConfigError("data.vocab_size: " + std::to_string(vocab_size) + " is too small for '" + path +
+                          "', which holds token id " + std::to_string(*max_it));
+    return tokens;
+}
+
+} // namespace
+
+TokenSplits load_token_splits(const ProjectConfig& config)
+{
+    const DataConfig& d = config.data;
+    TokenSplits splits;
+    switch (d.kind) {
+    case DataKind::SyntheticAddition:
+        splits = split_text(make_addition_text(d.digits, d.examples, config.training.seed), "char", d.val_fraction,
+                            "synthetic data");
+        break;
+    case DataKind::Text: {
+        const std::string path = resolve_data_path(config, d.path);
+        splits = split_text(read_file(path, "data.path"), d.tokenizer, d.val_fraction, "data.path '" + path + "'");
+        break;
+    }
+    case DataKind::TokenBin: {
+        const std::string dir = resolve_data_path(config, d.dir);
+        splits.train = read_token_bin((fs::path(dir) / "train.bin").string(), d.vocab_size);
+        splits.val = read_token_bin((fs::path(dir) / "val.bin").string(), d.vocab_size);
+        splits.vocabulary = Vocabulary::opaque(d.vocab_size);
+        break;
+    }
+    }
+    // A batch row needs context_length inputs plus one target.
+    const auto needed = static_cast<size_t>(config.model.context_length + 1);
+    auto check = [&](const std::vector<uint16_t>& split, const char* name) {
+        if (split.size() < needed)
+            throw ConfigError("model.context_length: " + std::to_string(config.model.context_length) +
+                              " is longer than the " + name + " split (" + std::to_string(split.size()) +
+                              " tokens) of the data");
+    };
+    check(splits.train, "train");
+    check(splits.val, "validation");
+    return splits;
+}
+
+} // namespace mantissa

@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// Token streams for training: UTF-8 text (per character or per byte), nanoGPT .bin files,
+// and a synthetic addition task generated in memory. No LibTorch here: a split is a flat
+// vector of token ids, and batching lives in the trainer.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "project_config.h"
+
+namespace mantissa {
+
+// Maps token ids back to text, for samples. Token-file data has no tokenizer here, so its
+// vocabulary prints ids.
+class Vocabulary {
+public:
+    static Vocabulary characters(std::vector<char32_t> sorted_code_points);
+    static Vocabulary bytes();
+    static Vocabulary opaque(int64_t size);
+
+    int64_t size() const { return size_; }
+    std::string decode(const std::vector<int64_t>& ids) const;
+    // Encodes text with this vocabulary; throws ConfigError on a character it lacks.
+    std::vector<int64_t> encode(const std::string& utf8) const;
+
+private:
+    enum class Kind { Characters, Bytes, Opaque } kind_ = Kind::Opaque;
+    int64_t size_ = 0;
+    std::vector<char32_t> code_points_; // id -> code point (Characters)
+};
+
+struct TokenSplits {
+    std::vector<uint16_t> train; // uint16 keeps a 1 GB token file at 2 bytes a token
+    std::vector<uint16_t> val;
+    Vocabulary vocabulary;
+};
+
+// Loads or generates the data a project describes. Throws ConfigError naming the key and
+// file when the data is missing, unreadable, or too short for model.context_length.
+TokenSplits load_token_splits(const ProjectConfig& config);
+
+// Exposed for tests.
+std::vector<char32_t> decode_utf8(const std::string& text, const std::string& what);
+std::string encode_utf8(const std::vector<char32_t>& code_points);
+std::string make_addition_text(int64_t digits, int64_t examples, uint64_t seed);
+
+} // namespace mantissa

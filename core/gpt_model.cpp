@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "gpt_model.h"
+
+#include <cmath>
+
+namespace mantissa {
+
+GemmLinearImpl::GemmLinearImpl(std::string layer_name, int64_t in_features, int64_t out_features, bool bias)
+    : layer_name_(std::move(layer_name))
+{
+    weight_ = register_parameter("weight", torch::empty({out_features, in_features}));
+    if (bias) bias_ = register_parameter("bias", torch::zeros({out_features}));
+}
+
+GemmLinearImpl::GemmLinearImpl(std::string layer_name, torch::Tensor tied_weight)
+    : layer_name_(std::move(layer_name)), weight_(std::move(tied_weight))
+{
+}
+
+torch::Tensor GemmLinearImpl::forward(const torch::Tensor& x)
+{
+    return torch::nn::functional::linear(x, weight_, bias_);
+}
+
+NormImpl::NormImpl(int64_t features, bool bias) : features_(features)
+{
+    weight_ = register_parameter("weight", torch::ones({features}));
+    if (bias) bias_ = register_parameter("bias", torch::zeros({features}));
+}
+
+torch::Tensor NormImpl::forward(const torch::Tensor& x)
+{
+    return at::layer_norm(x, {features_}, weight_, bias_, 1e-5);
+}
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const std::string& prefix, const ModelConfig& config)
+    : n_head_(config.n_head), dropout_(config.dropout)
+{
+    qkv = register_module("qkv", GemmLinear(prefix + ".qkv", config.n_embd, 3 * config.n_embd, config.bias));
+    proj = register_module("proj", GemmLinear(prefix + ".proj", config.n_embd, config.n_embd, config.bias));
+}
+
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x)
+{
+    const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+    const auto parts = qkv->forward(x).split(C, /*dim=*/2); // 3 x (B, T, C)
+    auto heads = [&](const torch::Tensor& t) { return t.view({B, T, n_head_, C / n_head_}).transpose(1, 2); };
+    const auto q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]); // (B, H, T, D)
+    const double p = is_training() ? dropout_ : 0.0;
+    auto y = at::scaled_dot_product_attention(q, k, v, {}, p, /*is_causal=*/true); // (B, H, T, D)
+    y = y.transpose(1, 2).contiguous().view({B, T, C});
+    return torch::dropout(proj->forward(y), dropout_, is_training());
+}
+
+MlpImpl::MlpImpl(const std::string& prefix, const ModelConfig& config) : dropout_(config.dropout)
+{
+    fc1 = register_module("fc1", GemmLinear(prefix + ".fc1", config.n_embd, 4 * config.n_embd, config.bias));
+    fc2 = register_module("fc2", GemmLinear(prefix + ".fc2", 4 * config.n_embd, config.n_embd, config.bias));
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x)
+{
+    const auto h = torch::gelu(fc1->forward(x)); // (B, T, 4C), exact erf GELU like nn.GELU()
+    return torch::dropout(fc2->forward(h), dropout_, is_training());
+}
+
+BlockImpl::BlockImpl(const std::string& prefix, const ModelConfig& config)
+{
+    ln1 = register_module("ln1", Norm(config.n_embd, config.bias));
+    attn = register_module("attn", CausalSelfAttention(prefix + ".attn", config));
+    ln2 = register_module("ln2", Norm(config.n_embd, config.bias));
+    mlp = register_module("mlp", Mlp(prefix + ".mlp", config));
+}
+
+torch::Tensor BlockImpl::forward(const torch::Tensor& x)
+{
+    auto h = x + attn->forward(ln1->forward(x));
+    return h + mlp->forward(ln2->forward(h));
+}
+
+GptImpl::GptImpl(const ModelConfig& config, int64_t vocab_size) : config_(config), vocab_size_(vocab_size)
+{
+    wte_ = register_parameter("wte", torch::empty({vocab_size, config.n_embd}));
+    wpe_ = register_parameter("wpe", torch::empty({config.context_length, config.n_embd}));
+    blocks_ = register_module("blocks", torch::nn::ModuleList());
+    for (int64_t i = 0; i < config.n_layer; ++i)
+        blocks_->push_back(Block("blocks." + std::to_string(i), config));
+    ln_f_ = register_module("ln_f", Norm(config.n_embd, config.bias));
+    // Not registered: its only tensor is wte, which the optimizer must see once.
+    lm_head_ = GemmLinear("lm_head", wte_);
+    reset_parameters();
+}
+
+void GptImpl::reset_parameters()
+{
+    torch::NoGradGuard no_grad;
+    // GPT-2: N(0, 0.02) everywhere, residual projections scaled by 1/sqrt(2 n_layer) so the
+    // residual stream's variance does not grow with depth.
+    const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config_.n_layer));
+    for (auto& item : named_parameters(/*recurse=*/true)) {
+        const std::string& name = item.key();
+        torch::Tensor& p = item.value();
+        auto ends_with = [&](const std::string& suffix) {
+            return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+        };
+        const bool is_norm = name.find(".ln") != std::string::npos || name.rfind("ln_f", 0) == 0;
+        if (is_norm) {
+            ends_with("weight") ? p.fill_(1.0) : p.zero_();
+        } else if (ends_with("proj.weight") || ends_with("fc2.weight")) {
+            p.normal_(0.0, residual_std);
+        } else if (p.dim() == 2) {
+            p.normal_(0.0, 0.02);
+        } else {
+            p.zero_();
+        }
+    }
+}
+
+torch::Tensor GptImpl::forward(const torch::Tensor& idx)
+{
+    const int64_t T = idx.size(1);
+    TORCH_CHECK(T <= config_.context_length, "sequence of ", T, " tokens is longer than context_length ",
+                config_.context_length);
+    const auto pos = torch::arange(T, idx.options());                               // (T)
+    auto x = at::embedding(wte_, idx) + at::embedding(wpe_, pos);                 // (B, T, C)
+    x = torch::dropout(x, config_.dropout, is_training());
+    for (const auto& block : *blocks_) x = block->as<Block>()->forward(x);
+    x = ln_f_->forward(x);
+    return lm_head_->forward(x); // (B, T, V)
+}
+
+torch::Tensor GptImpl::loss(const torch::Tensor& logits, const torch::Tensor& targets)
+{
+    return torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}), targets.reshape({-1}));
+}
+
+std::vector<GemmLinear> GptImpl::gemm_layers() const
+{
+    std::vector<GemmLinear> layers;
+    for (const auto& block : *blocks_) {
+        auto* b = block->as<Block>();
+        layers.insert(layers.end(), {b->attn->qkv, b->attn->proj, b->mlp->fc1, b->mlp->fc2});
+    }
+    layers.push_back(lm_head_);
+    return layers;
+}
+
+} // namespace mantissa

@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// GPT decoder (GPT-2 shape, pre-LN). Each GEMM-bearing layer is its own module with a
+// stable dotted name, so per-layer precision and telemetry can key on it.
+//
+// Shapes: B batch, T sequence, C n_embd, H heads, D = C / H, V vocabulary.
+
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "project_config.h"
+
+namespace mantissa {
+
+// y = x W^T + b. Owns its weight, or borrows one (the tied LM head).
+class GemmLinearImpl : public torch::nn::Module {
+public:
+    GemmLinearImpl(std::string layer_name, int64_t in_features, int64_t out_features, bool bias);
+    GemmLinearImpl(std::string layer_name, torch::Tensor tied_weight); // no bias, weight not registered here
+
+    torch::Tensor forward(const torch::Tensor& x); // (..., in) -> (..., out)
+    const std::string& layer_name() const { return layer_name_; }
+    const torch::Tensor& weight() const { return weight_; }
+
+private:
+    std::string layer_name_;
+    torch::Tensor weight_; // (out, in)
+    torch::Tensor bias_;   // (out) or undefined
+};
+TORCH_MODULE(GemmLinear);
+
+// LayerNorm whose bias is optional (nanoGPT's bias=False), kept in FP32 by every recipe.
+class NormImpl : public torch::nn::Module {
+public:
+    NormImpl(int64_t features, bool bias);
+    torch::Tensor forward(const torch::Tensor& x);
+
+private:
+    int64_t features_;
+    torch::Tensor weight_, bias_;
+};
+TORCH_MODULE(Norm);
+
+class CausalSelfAttentionImpl : public torch::nn::Module {
+public:
+    CausalSelfAttentionImpl(const std::string& prefix, const ModelConfig& config);
+    torch::Tensor forward(const torch::Tensor& x); // (B, T, C) -> (B, T, C)
+
+    GemmLinear qkv{nullptr}, proj{nullptr};
+
+private:
+    int64_t n_head_;
+    double dropout_;
+};
+TORCH_MODULE(CausalSelfAttention);
+
+class MlpImpl : public torch::nn::Module {
+public:
+    MlpImpl(const std::string& prefix, const ModelConfig& config);
+    torch::Tensor forward(const torch::Tensor& x); // (B, T, C) -> (B, T, C)
+
+    GemmLinear fc1{nullptr}, fc2{nullptr};
+
+private:
+    double dropout_;
+};
+TORCH_MODULE(Mlp);
+
+class BlockImpl : public torch::nn::Module {
+public:
+    BlockImpl(const std::string& prefix, const ModelConfig& config);
+    torch::Tensor forward(const torch::Tensor& x); // (B, T, C) -> (B, T, C)
+
+    Norm ln1{nullptr};
+    CausalSelfAttention attn{nullptr};
+    Norm ln2{nullptr};
+    Mlp mlp{nullptr};
+};
+TORCH_MODULE(Block);
+
+class GptImpl : public torch::nn::Module {
+public:
+    GptImpl(const ModelConfig& config, int64_t vocab_size);
+
+    // idx (B, T) int64 -> logits (B, T, V)
+    torch::Tensor forward(const torch::Tensor& idx);
+    // Mean cross-entropy of next-token prediction; targets (B, T).
+    torch::Tensor loss(const torch::Tensor& logits, const torch::Tensor& targets);
+
+    // Every GEMM-bearing layer in forward order, by dotted name.
+    std::vector<GemmLinear> gemm_layers() const;
+    // GPT-2 initialisation, consuming the global generator in registration order.
+    void reset_parameters();
+
+    int64_t context_length() const { return config_.context_length; }
+
+private:
+    ModelConfig config_;
+    int64_t vocab_size_;
+    torch::Tensor wte_; // (V, C), also the LM head's weight
+    torch::Tensor wpe_; // (T_max, C)
+    torch::nn::ModuleList blocks_;
+    Norm ln_f_{nullptr};
+    GemmLinear lm_head_{nullptr};
+};
+TORCH_MODULE(Gpt);
+
+} // namespace mantissa

@@ -1,0 +1,314 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "project_config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace mantissa {
+namespace {
+
+using nlohmann::json;
+
+const char* data_kind_name(DataKind kind)
+{
+    switch (kind) {
+    case DataKind::SyntheticAddition: return "synthetic-addition";
+    case DataKind::Text: return "text";
+    case DataKind::TokenBin: return "bin";
+    }
+    return "?";
+}
+
+// The defaults double as the schema: a user key is valid only if the defaults have it,
+// and its JSON type must match the default's.
+json to_json(const ProjectConfig& c)
+{
+    return json{
+        {"name", c.name},
+        {"model",
+         {{"n_layer", c.model.n_layer},
+          {"n_head", c.model.n_head},
+          {"n_embd", c.model.n_embd},
+          {"context_length", c.model.context_length},
+          {"bias", c.model.bias},
+          {"dropout", c.model.dropout}}},
+        {"data",
+         {{"kind", data_kind_name(c.data.kind)},
+          {"path", c.data.path},
+          {"tokenizer", c.data.tokenizer},
+          {"val_fraction", c.data.val_fraction},
+          {"dir", c.data.dir},
+          {"vocab_size", c.data.vocab_size},
+          {"digits", c.data.digits},
+          {"examples", c.data.examples}}},
+        {"optimizer",
+         {{"learning_rate", c.optimizer.learning_rate},
+          {"min_learning_rate", c.optimizer.min_learning_rate},
+          {"warmup_steps", c.optimizer.warmup_steps},
+          {"decay_steps", c.optimizer.decay_steps},
+          {"beta1", c.optimizer.beta1},
+          {"beta2", c.optimizer.beta2},
+          {"eps", c.optimizer.eps},
+          {"weight_decay", c.optimizer.weight_decay},
+          {"grad_clip", c.optimizer.grad_clip}}},
+        {"training",
+         {{"steps", c.training.steps},
+          {"batch_size", c.training.batch_size},
+          {"grad_accum", c.training.grad_accum},
+          {"seed", c.training.seed},
+          {"threads", c.training.threads}}},
+        {"eval",
+         {{"interval", c.eval.interval},
+          {"batches", c.eval.batches},
+          {"sample_tokens", c.eval.sample_tokens},
+          {"sample_temperature", c.eval.sample_temperature},
+          {"sample_top_k", c.eval.sample_top_k}}},
+        {"precision", {{"preset", c.precision.preset}}},
+        {"telemetry", {{"log_interval", c.telemetry.log_interval}}},
+    };
+}
+
+std::string type_word(const json& j)
+{
+    if (j.is_boolean()) return "a boolean";
+    if (j.is_number_integer()) return "an integer";
+    if (j.is_number()) return "a number";
+    if (j.is_string()) return "a string";
+    if (j.is_object()) return "an object";
+    if (j.is_array()) return "an array";
+    return "null";
+}
+
+bool same_kind(const json& expected, const json& given)
+{
+    if (expected.is_number_integer()) return given.is_number_integer();
+    if (expected.is_number_float()) return given.is_number(); // 1 is a fine learning rate
+    return expected.type() == given.type();
+}
+
+// Overlays `user` onto `base` (the defaults), rejecting unknown keys and wrong types.
+void merge_checked(json& base, const json& user, const std::string& prefix)
+{
+    if (!user.is_object())
+        throw ConfigError((prefix.empty() ? std::string("project") : prefix) + ": expected an object, got " +
+                          type_word(user));
+    for (const auto& [key, value] : user.items()) {
+        const std::string path = prefix.empty() ? key : prefix + "." + key;
+        if (!base.contains(key)) throw ConfigError(path + ": unknown key");
+        json& slot = base[key];
+        if (slot.is_object()) {
+            merge_checked(slot, value, path);
+        } else if (!same_kind(slot, value)) {
+            throw ConfigError(path + ": expected " + type_word(slot) + ", got " + type_word(value));
+        } else {
+            slot = value;
+        }
+    }
+}
+
+// Sets a dotted key in the user JSON. The value is parsed as JSON when it can be, so
+// `--set training.steps=10` is an integer and `--set data.path=a.txt` a string.
+void apply_override(json& user, const Override& override_)
+{
+    const auto& [dotted, raw] = override_;
+    json value = json::parse(raw, nullptr, /*allow_exceptions=*/false);
+    if (value.is_discarded()) value = raw;
+    // A path typed on the command line means "relative to where I am", not to the project file.
+    const bool is_path_key = dotted == "data.path" || dotted == "data.dir";
+    if (is_path_key && value.is_string() && !value.get<std::string>().empty())
+        value = std::filesystem::absolute(value.get<std::string>()).lexically_normal().string();
+    json* node = &user;
+    std::stringstream parts(dotted);
+    std::string part;
+    std::vector<std::string> keys;
+    while (std::getline(parts, part, '.')) keys.push_back(part);
+    if (keys.empty() || dotted.empty()) throw ConfigError("--set: empty key");
+    for (size_t i = 0; i + 1 < keys.size(); ++i) {
+        json& child = (*node)[keys[i]];
+        if (child.is_null()) child = json::object();
+        node = &child;
+    }
+    (*node)[keys.back()] = value;
+}
+
+void require(bool ok, const std::string& key, const std::string& what)
+{
+    if (!ok) throw ConfigError(key + ": " + what);
+}
+
+ProjectConfig from_json(const json& j)
+{
+    ProjectConfig c;
+    c.name = j["name"].get<std::string>();
+    const json& m = j["model"];
+    c.model.n_layer = m["n_layer"];
+    c.model.n_head = m["n_head"];
+    c.model.n_embd = m["n_embd"];
+    c.model.context_length = m["context_length"];
+    c.model.bias = m["bias"];
+    c.model.dropout = m["dropout"];
+
+    const json& d = j["data"];
+    const std::string kind = d["kind"];
+    if (kind == "synthetic-addition") c.data.kind = DataKind::SyntheticAddition;
+    else if (kind == "text") c.data.kind = DataKind::Text;
+    else if (kind == "bin") c.data.kind = DataKind::TokenBin;
+    else throw ConfigError("data.kind: '" + kind + "' is not one of synthetic-addition, text, bin");
+    c.data.path = d["path"];
+    c.data.tokenizer = d["tokenizer"];
+    c.data.val_fraction = d["val_fraction"];
+    c.data.dir = d["dir"];
+    c.data.vocab_size = d["vocab_size"];
+    c.data.digits = d["digits"];
+    c.data.examples = d["examples"];
+
+    const json& o = j["optimizer"];
+    c.optimizer.learning_rate = o["learning_rate"];
+    c.optimizer.min_learning_rate = o["min_learning_rate"];
+    c.optimizer.warmup_steps = o["warmup_steps"];
+    c.optimizer.decay_steps = o["decay_steps"];
+    c.optimizer.beta1 = o["beta1"];
+    c.optimizer.beta2 = o["beta2"];
+    c.optimizer.eps = o["eps"];
+    c.optimizer.weight_decay = o["weight_decay"];
+    c.optimizer.grad_clip = o["grad_clip"];
+
+    const json& t = j["training"];
+    c.training.steps = t["steps"];
+    c.training.batch_size = t["batch_size"];
+    c.training.grad_accum = t["grad_accum"];
+    if (t["seed"].get<int64_t>() < 0) throw ConfigError("training.seed: must be >= 0");
+    c.training.seed = t["seed"];
+    c.training.threads = t["threads"];
+
+    const json& e = j["eval"];
+    c.eval.interval = e["interval"];
+    c.eval.batches = e["batches"];
+    c.eval.sample_tokens = e["sample_tokens"];
+    c.eval.sample_temperature = e["sample_temperature"];
+    c.eval.sample_top_k = e["sample_top_k"];
+
+    c.precision.preset = j["precision"]["preset"];
+    c.telemetry.log_interval = j["telemetry"]["log_interval"];
+    return c;
+}
+
+void validate(const ProjectConfig& c)
+{
+    const auto& m = c.model;
+    require(m.n_layer >= 1, "model.n_layer", "must be at least 1");
+    require(m.n_head >= 1, "model.n_head", "must be at least 1");
+    require(m.n_embd >= 1, "model.n_embd", "must be at least 1");
+    require(m.n_embd % m.n_head == 0, "model.n_embd",
+            std::to_string(m.n_embd) + " is not divisible by model.n_head (" + std::to_string(m.n_head) + ")");
+    require(m.context_length >= 1, "model.context_length", "must be at least 1");
+    require(m.dropout >= 0.0 && m.dropout < 1.0, "model.dropout", "must be in [0, 1)");
+
+    const auto& d = c.data;
+    require(d.val_fraction > 0.0 && d.val_fraction < 1.0, "data.val_fraction", "must be in (0, 1)");
+    switch (d.kind) {
+    case DataKind::Text:
+        require(!d.path.empty(), "data.path", "is required when data.kind is 'text'");
+        require(d.tokenizer == "char" || d.tokenizer == "byte", "data.tokenizer",
+                "'" + d.tokenizer + "' is not one of char, byte");
+        break;
+    case DataKind::TokenBin:
+        require(!d.dir.empty(), "data.dir", "is required when data.kind is 'bin'");
+        require(d.vocab_size >= 2 && d.vocab_size <= 65536, "data.vocab_size",
+                "must be in [2, 65536] for uint16 token files");
+        break;
+    case DataKind::SyntheticAddition:
+        require(d.digits >= 1 && d.digits <= 9, "data.digits", "must be in [1, 9]");
+        require(d.examples >= 10, "data.examples", "must be at least 10");
+        break;
+    }
+
+    const auto& o = c.optimizer;
+    require(o.learning_rate > 0.0, "optimizer.learning_rate", "must be positive");
+    require(o.min_learning_rate >= 0.0 && o.min_learning_rate <= o.learning_rate, "optimizer.min_learning_rate",
+            "must be in [0, optimizer.learning_rate]");
+    require(o.warmup_steps >= 0, "optimizer.warmup_steps", "must be >= 0");
+    require(o.decay_steps >= o.warmup_steps, "optimizer.decay_steps", "must be >= optimizer.warmup_steps");
+    require(o.beta1 >= 0.0 && o.beta1 < 1.0, "optimizer.beta1", "must be in [0, 1)");
+    require(o.beta2 >= 0.0 && o.beta2 < 1.0, "optimizer.beta2", "must be in [0, 1)");
+    require(o.eps > 0.0, "optimizer.eps", "must be positive");
+    require(o.weight_decay >= 0.0, "optimizer.weight_decay", "must be >= 0");
+    require(o.grad_clip >= 0.0, "optimizer.grad_clip", "must be >= 0 (0 disables clipping)");
+
+    const auto& t = c.training;
+    require(t.steps >= 1, "training.steps", "must be at least 1");
+    require(t.batch_size >= 1, "training.batch_size", "must be at least 1");
+    require(t.grad_accum >= 1, "training.grad_accum", "must be at least 1");
+    require(t.threads >= 0, "training.threads", "must be >= 0 (0 = all cores)");
+
+    const auto& e = c.eval;
+    require(e.interval >= 0, "eval.interval", "must be >= 0 (0 = only at the end)");
+    require(e.batches >= 1, "eval.batches", "must be at least 1");
+    require(e.sample_tokens >= 0, "eval.sample_tokens", "must be >= 0");
+    require(e.sample_temperature > 0.0, "eval.sample_temperature", "must be positive");
+    require(e.sample_top_k >= 0, "eval.sample_top_k", "must be >= 0 (0 = no top-k)");
+
+    require(c.precision.preset == "fp32", "precision.preset",
+            "'" + c.precision.preset + "' is not available yet (supported: fp32)");
+    require(c.telemetry.log_interval >= 1, "telemetry.log_interval", "must be at least 1");
+}
+
+} // namespace
+
+Override parse_override(const std::string& text)
+{
+    const auto eq = text.find('=');
+    if (eq == std::string::npos || eq == 0)
+        throw ConfigError("--set '" + text + "': expected dotted.key=value");
+    return {text.substr(0, eq), text.substr(eq + 1)};
+}
+
+ProjectConfig load_project_json(const std::string& json_text, const std::string& base_dir,
+                                const std::vector<Override>& overrides)
+{
+    json user;
+    try {
+        user = json::parse(json_text);
+    } catch (const json::parse_error& e) {
+        throw ConfigError(std::string("not valid JSON: ") + e.what());
+    }
+    if (!user.is_object()) throw ConfigError("project: expected a JSON object at the top level");
+    for (const auto& o : overrides) apply_override(user, o);
+
+    json merged = to_json(ProjectConfig{});
+    merge_checked(merged, user, "");
+    ProjectConfig config = from_json(merged);
+    config.base_dir = base_dir;
+    validate(config);
+    return config;
+}
+
+ProjectConfig load_project_file(const std::string& path, const std::vector<Override>& overrides)
+{
+    namespace fs = std::filesystem;
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw ConfigError("project file '" + path + "' cannot be opened");
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string base = fs::absolute(fs::path(path)).parent_path().string();
+    try {
+        return load_project_json(text.str(), base, overrides);
+    } catch (const ConfigError& e) {
+        throw ConfigError(path + ": " + e.what());
+    }
+}
+
+std::string to_json_text(const ProjectConfig& config) { return to_json(config).dump(2); }
+
+std::string resolve_data_path(const ProjectConfig& config, const std::string& path)
+{
+    namespace fs = std::filesystem;
+    fs::path p(path);
+    if (p.is_relative() && !config.base_dir.empty()) p = fs::path(config.base_dir) / p;
+    return p.lexically_normal().string();
+}
+
+} // namespace mantissa

@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// A project file, resolved and validated. Every field here has a default; project files
+// override them section by section (see docs/PROJECT_FORMAT.md).
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace mantissa {
+
+// Raised for any problem with a project: the message names the offending key.
+class ConfigError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+struct ModelConfig {
+    int64_t n_layer = 2;
+    int64_t n_head = 4;
+    int64_t n_embd = 64;
+    int64_t context_length = 32; // tokens per sequence (nanoGPT's block_size)
+    bool bias = true;            // biases in Linear and LayerNorm
+    double dropout = 0.0;
+};
+
+enum class DataKind { SyntheticAddition, Text, TokenBin };
+
+struct DataConfig {
+    DataKind kind = DataKind::SyntheticAddition;
+    // kind = "text": any UTF-8 file, tokenised per character or per byte.
+    std::string path;
+    std::string tokenizer = "char"; // "char" | "byte"
+    double val_fraction = 0.1;      // the last fraction of the text is the validation split
+    // kind = "bin": nanoGPT's train.bin / val.bin (uint16 token ids) in `dir`.
+    std::string dir;
+    int64_t vocab_size = 0; // required for "bin"
+    // kind = "synthetic-addition": "a+b=c" lines generated in memory.
+    int64_t digits = 2;
+    int64_t examples = 20000;
+};
+
+struct OptimizerConfig {
+    double learning_rate = 1e-3;
+    double min_learning_rate = 1e-4;
+    int64_t warmup_steps = 100;
+    int64_t decay_steps = 2000; // cosine reaches min_learning_rate here, then stays
+    double beta1 = 0.9;
+    double beta2 = 0.99;
+    double eps = 1e-8;
+    double weight_decay = 0.1; // applied to 2-D weights only
+    double grad_clip = 1.0;    // global L2 norm; 0 disables
+};
+
+struct TrainingConfig {
+    int64_t steps = 2000;
+    int64_t batch_size = 12;
+    int64_t grad_accum = 1;
+    uint64_t seed = 1337;
+    int64_t threads = 0; // 0 = all hardware threads
+};
+
+struct EvalConfig {
+    int64_t interval = 250; // steps between validation runs; 0 = only at the end
+    int64_t batches = 20;   // batches averaged per estimate
+    int64_t sample_tokens = 0; // >0: generate this many tokens at each eval
+    double sample_temperature = 0.8;
+    int64_t sample_top_k = 40;
+};
+
+struct PrecisionConfig {
+    std::string preset = "fp32"; // only fp32 until the precision engine lands
+};
+
+struct TelemetryConfig {
+    int64_t log_interval = 10; // CLI log cadence in steps, when not on a terminal
+};
+
+struct ProjectConfig {
+    std::string name = "untitled";
+    std::string base_dir; // relative data paths resolve against this (the project file's folder)
+    ModelConfig model;
+    DataConfig data;
+    OptimizerConfig optimizer;
+    TrainingConfig training;
+    EvalConfig eval;
+    PrecisionConfig precision;
+    TelemetryConfig telemetry;
+};
+
+// `--set model.n_layer=4`: the dotted key and the raw value text.
+using Override = std::pair<std::string, std::string>;
+
+// Parses "key=value"; throws ConfigError if there is no '='.
+Override parse_override(const std::string& text);
+
+// Reads, overrides and validates a project. Throws ConfigError naming the key or file.
+ProjectConfig load_project_file(const std::string& path, const std::vector<Override>& overrides = {});
+ProjectConfig load_project_json(const std::string& json_text, const std::string& base_dir,
+                                const std::vector<Override>& overrides = {});
+
+// The fully resolved project (defaults filled in) as pretty JSON, for the run store.
+std::string to_json_text(const ProjectConfig& config);
+
+// Path of the data file/dir with base_dir applied.
+std::string resolve_data_path(const ProjectConfig& config, const std::string& path);
+
+} // namespace mantissa

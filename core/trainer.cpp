@@ -1,0 +1,266 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numbers>
+#include <sstream>
+#include <thread>
+
+#include <torch/torch.h>
+
+#include "adamw.h"
+#include "command_queue.h"
+#include "dataset.h"
+#include "gpt_model.h"
+
+namespace mantissa {
+
+double learning_rate_at(const OptimizerConfig& o, int64_t step_index)
+{
+    if (step_index < o.warmup_steps)
+        return o.learning_rate * static_cast<double>(step_index + 1) / static_cast<double>(o.warmup_steps + 1);
+    if (step_index > o.decay_steps || o.decay_steps == o.warmup_steps) return o.min_learning_rate;
+    const double ratio =
+        static_cast<double>(step_index - o.warmup_steps) / static_cast<double>(o.decay_steps - o.warmup_steps);
+    const double coeff = 0.5 * (1.0 + std::cos(std::numbers::pi * ratio));
+    return o.min_learning_rate + coeff * (o.learning_rate - o.min_learning_rate);
+}
+
+namespace {
+
+// Random windows of a token split. Offsets come from a dedicated generator so that the
+// batch sequence depends only on the seed, not on what else consumed random numbers.
+class BatchSampler {
+public:
+    BatchSampler(const std::vector<uint16_t>& tokens, int64_t batch_size, int64_t context_length, uint64_t seed)
+        : tokens_(tokens), batch_size_(batch_size), context_length_(context_length),
+          generator_(at::make_generator<at::CPUGeneratorImpl>(seed))
+    {
+    }
+
+    // x (B, T) and y (B, T) = x shifted by one token.
+    std::pair<torch::Tensor, torch::Tensor> next()
+    {
+        const int64_t B = batch_size_, T = context_length_;
+        const auto max_start = static_cast<int64_t>(tokens_.size()) - T;
+        const auto offsets = torch::randint(max_start, {B}, generator_, torch::kLong);
+        auto x = torch::empty({B, T}, torch::kLong);
+        auto y = torch::empty({B, T}, torch::kLong);
+        auto* xp = x.data_ptr<int64_t>();
+        auto* yp = y.data_ptr<int64_t>();
+        const auto* op = offsets.data_ptr<int64_t>();
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t t = 0; t < T; ++t) {
+                xp[b * T + t] = tokens_[static_cast<size_t>(op[b] + t)];
+                yp[b * T + t] = tokens_[static_cast<size_t>(op[b] + t + 1)];
+            }
+        return {x, y};
+    }
+
+private:
+    const std::vector<uint16_t>& tokens_;
+    int64_t batch_size_, context_length_;
+    at::Generator generator_;
+};
+
+constexpr uint64_t kEvalSeedSalt = 0x5EEDE7A1ULL; // evaluation batches differ from training ones
+
+} // namespace
+
+struct Trainer::Impl {
+    ProjectConfig config;
+    TokenSplits data;
+    Gpt model{nullptr};
+    std::unique_ptr<AdamW> optimizer;
+    CommandQueue commands;
+    int threads = 1;
+
+    explicit Impl(ProjectConfig c) : config(std::move(c))
+    {
+        data = load_token_splits(config);
+        threads = config.training.threads > 0 ? static_cast<int>(config.training.threads)
+                                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+        torch::manual_seed(config.training.seed);
+        model = Gpt(config.model, data.vocabulary.size());
+        std::vector<torch::Tensor> decayed, undecayed;
+        for (auto& p : model->parameters()) (p.dim() >= 2 ? decayed : undecayed).push_back(p);
+        optimizer = std::make_unique<AdamW>(decayed, undecayed, config.optimizer);
+    }
+
+    double estimate_loss(const std::vector<uint16_t>& split)
+    {
+        torch::NoGradGuard no_grad;
+        model->eval();
+        BatchSampler sampler(split, config.training.batch_size, config.model.context_length,
+                             config.training.seed ^ kEvalSeedSalt);
+        double total = 0.0;
+        for (int64_t i = 0; i < config.eval.batches; ++i) {
+            auto [x, y] = sampler.next();
+            total += model->loss(model->forward(x), y).item<double>();
+        }
+        model->train();
+        return total / static_cast<double>(config.eval.batches);
+    }
+
+    // Returns false when a Stop arrived. Blocks while paused.
+    bool apply_commands(TelemetrySink& sink, int64_t step)
+    {
+        bool paused = false;
+        while (true) {
+            auto command = paused ? std::optional<Command>(commands.wait_pop()) : commands.try_pop();
+            if (!command) return true;
+            switch (*command) {
+            case Command::Stop:
+                return false;
+            case Command::Pause:
+                if (!paused) sink.on_event({step, "paused", "training paused"});
+                paused = true;
+                break;
+            case Command::Resume:
+                if (paused) sink.on_event({step, "resumed", "training resumed"});
+                if (paused) return true;
+                break;
+            }
+        }
+    }
+};
+
+Trainer::Trainer(ProjectConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+Trainer::~Trainer() = default;
+
+void Trainer::request_pause() { impl_->commands.push(Command::Pause); }
+void Trainer::request_resume() { impl_->commands.push(Command::Resume); }
+void Trainer::request_stop() { impl_->commands.push(Command::Stop); }
+const ProjectConfig& Trainer::config() const { return impl_->config; }
+int64_t Trainer::vocab_size() const { return impl_->data.vocabulary.size(); }
+
+int64_t Trainer::parameter_count() const
+{
+    int64_t n = 0;
+    for (const auto& p : impl_->model->parameters()) n += p.numel();
+    return n;
+}
+
+std::string Trainer::describe() const
+{
+    std::ostringstream out;
+    const auto& c = impl_->config;
+    out << c.model.n_layer << " layers, " << c.model.n_head << " heads, " << c.model.n_embd << " dims, context "
+        << c.model.context_length << ", " << parameter_count() << " parameters; vocabulary " << vocab_size()
+        << "; " << impl_->data.train.size() << " train / " << impl_->data.val.size() << " val tokens; "
+        << impl_->threads << " threads";
+    return out.str();
+}
+
+RunSummary Trainer::run(TelemetrySink& sink)
+{
+    Impl& s = *impl_;
+    const auto& cfg = s.config;
+    torch::set_num_threads(s.threads);
+    s.model->train();
+    BatchSampler train_batches(s.data.train, cfg.training.batch_size, cfg.model.context_length, cfg.training.seed);
+    const double tokens_per_step =
+        static_cast<double>(cfg.training.batch_size * cfg.model.context_length * cfg.training.grad_accum);
+
+    RunSummary summary;
+    sink.on_event({0, "run_started", describe()});
+    auto evaluate = [&](int64_t step) {
+        EvalMetrics m;
+        m.step = step;
+        m.val_loss = s.estimate_loss(s.data.val);
+        m.train_loss = s.estimate_loss(s.data.train);
+        summary.final_val_loss = m.val_loss;
+        sink.on_eval(m);
+        if (cfg.eval.sample_tokens > 0)
+            sink.on_event({step, "sample", sample("", cfg.eval.sample_tokens, cfg.training.seed + static_cast<uint64_t>(step))});
+    };
+    if (cfg.eval.interval > 0) evaluate(0);
+
+    // Steps before this one are warm-up (allocator, caches) and stay out of the mean.
+    const int64_t timed_from = std::min<int64_t>(10, cfg.training.steps / 10) + 1;
+    double timed_ms = 0.0;
+    int64_t timed_steps = 0;
+    int64_t step = 0;
+    while (step < cfg.training.steps) {
+        if (!s.apply_commands(sink, step)) {
+            summary.stopped_early = true;
+            break;
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        const double lr = learning_rate_at(cfg.optimizer, step);
+        double loss_sum = 0.0;
+        for (int64_t micro = 0; micro < cfg.training.grad_accum; ++micro) {
+            auto [x, y] = train_batches.next();                 // (B, T) each
+            auto loss = s.model->loss(s.model->forward(x), y);  // scalar
+            (loss / static_cast<double>(cfg.training.grad_accum)).backward();
+            loss_sum += loss.item<double>();
+        }
+        const double max_norm = cfg.optimizer.grad_clip > 0.0 ? cfg.optimizer.grad_clip
+                                                              : std::numeric_limits<double>::infinity();
+        const double grad_norm = torch::nn::utils::clip_grad_norm_(s.model->parameters(), max_norm);
+        s.optimizer->step(lr);
+        s.optimizer->zero_grad();
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        ++step;
+
+        StepMetrics m;
+        m.step = step;
+        m.train_loss = loss_sum / static_cast<double>(cfg.training.grad_accum);
+        m.learning_rate = lr;
+        m.grad_norm = grad_norm;
+        m.step_time_ms = ms;
+        m.tokens_per_s = tokens_per_step / (ms / 1000.0);
+        sink.on_step(m);
+        summary.final_train_loss = m.train_loss;
+        if (step >= timed_from) {
+            timed_ms += ms;
+            ++timed_steps;
+        }
+        const bool last = step == cfg.training.steps;
+        if ((cfg.eval.interval > 0 && step % cfg.eval.interval == 0) || last) evaluate(step);
+    }
+    summary.steps_done = step;
+    summary.mean_step_time_ms = timed_steps > 0 ? timed_ms / static_cast<double>(timed_steps) : 0.0;
+    summary.tokens_per_s = summary.mean_step_time_ms > 0 ? tokens_per_step / (summary.mean_step_time_ms / 1000.0) : 0;
+    sink.on_event({step, summary.stopped_early ? "run_stopped" : "run_finished",
+                   summary.stopped_early ? "stopped at step " + std::to_string(step)
+                                         : "finished " + std::to_string(step) + " steps"});
+    return summary;
+}
+
+std::string Trainer::sample(const std::string& prompt, int64_t tokens, uint64_t seed)
+{
+    Impl& s = *impl_;
+    torch::NoGradGuard no_grad;
+    s.model->eval();
+    std::vector<int64_t> ids;
+    if (!prompt.empty()) {
+        ids = s.data.vocabulary.encode(prompt);
+    } else {
+        try {
+            ids = s.data.vocabulary.encode("\n"); // text models start a fresh line
+        } catch (const ConfigError&) {
+            ids = {0}; // token files have no tokenizer here
+        }
+    }
+    const size_t prompt_len = ids.size();
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+    const int64_t T = s.config.model.context_length;
+    for (int64_t i = 0; i < tokens; ++i) {
+        const int64_t start = std::max<int64_t>(0, static_cast<int64_t>(ids.size()) - T);
+        auto context = torch::tensor(std::vector<int64_t>(ids.begin() + start, ids.end()), torch::kLong).unsqueeze(0);
+        auto logits = s.model->forward(context).select(1, -1).squeeze(0) / s.config.eval.sample_temperature; // (V)
+        if (s.config.eval.sample_top_k > 0 && s.config.eval.sample_top_k < logits.size(0)) {
+            const auto kth = std::get<0>(logits.topk(s.config.eval.sample_top_k)).min();
+            logits = logits.masked_fill(logits < kth, -std::numeric_limits<double>::infinity());
+        }
+        const auto probs = torch::softmax(logits, 0);
+        ids.push_back(torch::multinomial(probs, 1, false, generator).item<int64_t>());
+    }
+    s.model->train();
+    return s.data.vocabulary.decode(std::vector<int64_t>(ids.begin() + static_cast<long>(prompt_len), ids.end()));
+}
+
+} // namespace mantissa

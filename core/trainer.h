@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// The training loop's public face. No LibTorch in this header: the CLI, the run store and
+// the GUI include it without paying for torch's headers.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "project_config.h"
+#include "telemetry.h"
+
+namespace mantissa {
+
+struct RunSummary {
+    int64_t steps_done = 0;
+    bool stopped_early = false;
+    double final_train_loss = 0.0;  // last step's training loss
+    double final_val_loss = -1.0;   // last evaluation; < 0 when none ran
+    double mean_step_time_ms = 0.0; // excludes the first steps (allocator and cache warm-up)
+    double tokens_per_s = 0.0;
+};
+
+class Trainer {
+public:
+    // Loads the data and builds the model; throws ConfigError if the data does not fit the
+    // project (missing file, too short for the context, ...). Nothing trains yet.
+    explicit Trainer(ProjectConfig config);
+    ~Trainer();
+    Trainer(const Trainer&) = delete;
+    Trainer& operator=(const Trainer&) = delete;
+
+    // Trains on the calling thread until training.steps or a Stop command.
+    RunSummary run(TelemetrySink& sink);
+
+    // Thread-safe; applied at the next step boundary.
+    void request_pause();
+    void request_resume();
+    void request_stop();
+
+    int64_t parameter_count() const;
+    int64_t vocab_size() const;
+    std::string describe() const; // one line: model size, data, threads
+    const ProjectConfig& config() const;
+
+    // Generates `tokens` tokens after `prompt` (empty: a newline or token 0) and decodes them.
+    std::string sample(const std::string& prompt, int64_t tokens, uint64_t seed);
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+// nanoGPT's schedule: linear warmup, cosine decay to min_learning_rate at decay_steps.
+// `step_index` is 0-based.
+double learning_rate_at(const OptimizerConfig& optimizer, int64_t step_index);
+
+} // namespace mantissa

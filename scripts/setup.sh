@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Installs whatever is missing (Debian packages, a .venv with LibTorch), then configures and
+# builds. Safe to run again: each step is skipped when already done.
+#   scripts/setup.sh [build-dir]        (default: build/dev)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${1:-$ROOT/build/dev}"
+TORCH_VERSION="2.13.0"
+
+APT_PACKAGES=(g++ cmake ninja-build ccache python3 python3-venv pkg-config
+              qt6-base-dev libqcustomplot-dev libqcustomplot2.1-qt6 libgl-dev
+              libsqlite3-dev nlohmann-json3-dev libcli11-dev)
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+install_debian_packages() {
+    local missing=()
+    for p in "${APT_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    done
+    if [ ${#missing[@]} -eq 0 ]; then return; fi
+    log "installing Debian packages: ${missing[*]}"
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+install_torch() {
+    local py="$ROOT/.venv/bin/python"
+    if [ -x "$py" ] && "$py" -c "import torch,sys; sys.exit(0 if torch.__version__.startswith('$TORCH_VERSION') else 1)" 2>/dev/null; then
+        return
+    fi
+    log "creating .venv with torch==$TORCH_VERSION"
+    [ -x "$py" ] || python3 -m venv "$ROOT/.venv"
+    "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy
+}
+
+configure_and_build() {
+    local prefix
+    prefix="$("$ROOT/.venv/bin/python" -c 'import torch;print(torch.utils.cmake_prefix_path)' 2>/dev/null)"
+    if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+        log "configuring $BUILD_DIR"
+        cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMANTISSA_WERROR=ON \
+              -DCMAKE_PREFIX_PATH="$prefix" ${MANTISSA_CMAKE_ARGS:-} >&2
+    fi
+    log "building"
+    cmake --build "$BUILD_DIR" >&2
+}
+
+install_debian_packages
+install_torch
+configure_and_build

@@ -1,0 +1,400 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "run_store.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <sqlite3.h>
+
+namespace mantissa {
+namespace {
+
+// 'MANT': marks a database as ours, so a foreign SQLite file is refused, not altered.
+constexpr int kApplicationId = 0x4D414E54;
+constexpr auto kFlushInterval = std::chrono::milliseconds(250);
+constexpr size_t kBatchRows = 4096;
+
+const char* kSchemaV1 = R"sql(
+CREATE TABLE runs(
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  project_path TEXT NOT NULL DEFAULT '',
+  config_json TEXT NOT NULL,
+  status TEXT NOT NULL,
+  created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now')),
+  finished_at TEXT
+);
+CREATE TABLE scalars(
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  tag TEXT NOT NULL,
+  step INTEGER NOT NULL,
+  value REAL,
+  PRIMARY KEY(run_id, tag, step)
+) WITHOUT ROWID;
+CREATE TABLE events(
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  kind TEXT NOT NULL,
+  message TEXT NOT NULL,
+  created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ','now'))
+);
+CREATE INDEX events_by_run ON events(run_id, step);
+)sql";
+
+class Statement {
+public:
+    Statement(sqlite3* db, const char* sql) : db_(db)
+    {
+        if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK)
+            throw StoreError(std::string("SQL error: ") + sqlite3_errmsg(db));
+    }
+    ~Statement() { sqlite3_finalize(stmt_); }
+    Statement(const Statement&) = delete;
+    Statement& operator=(const Statement&) = delete;
+
+    Statement& bind(int i, int64_t v) { check(sqlite3_bind_int64(stmt_, i, v)); return *this; }
+    Statement& bind(int i, double v) { check(sqlite3_bind_double(stmt_, i, v)); return *this; }
+    Statement& bind(int i, const std::string& v)
+    {
+        check(sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
+        return *this;
+    }
+    bool step() // true while rows come
+    {
+        const int rc = sqlite3_step(stmt_);
+        if (rc == SQLITE_ROW) return true;
+        if (rc == SQLITE_DONE) return false;
+        throw StoreError(std::string("SQL error: ") + sqlite3_errmsg(db_));
+    }
+    void reset() { sqlite3_reset(stmt_); sqlite3_clear_bindings(stmt_); }
+    int64_t int64(int col) const { return sqlite3_column_int64(stmt_, col); }
+    double real(int col) const { return sqlite3_column_double(stmt_, col); }
+    std::string text(int col) const
+    {
+        const auto* p = sqlite3_column_text(stmt_, col);
+        return p ? std::string(reinterpret_cast<const char*>(p)) : std::string();
+    }
+
+private:
+    void check(int rc)
+    {
+        if (rc != SQLITE_OK) throw StoreError(std::string("SQL bind error: ") + sqlite3_errmsg(db_));
+    }
+    sqlite3* db_;
+    sqlite3_stmt* stmt_ = nullptr;
+};
+
+void exec(sqlite3* db, const char* sql)
+{
+    char* error = nullptr;
+    if (sqlite3_exec(db, sql, nullptr, nullptr, &error) != SQLITE_OK) {
+        std::string message = error ? error : "unknown error";
+        sqlite3_free(error);
+        throw StoreError("SQL error: " + message);
+    }
+}
+
+int64_t pragma_int(sqlite3* db, const char* sql)
+{
+    Statement s(db, sql);
+    return s.step() ? s.int64(0) : 0;
+}
+
+std::string csv_field(const std::string& s)
+{
+    if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+    std::string out = "\"";
+    for (char c : s) out += (c == '"') ? std::string("\"\"") : std::string(1, c);
+    return out + "\"";
+}
+
+std::string format_value(double v)
+{
+    std::ostringstream out;
+    out.precision(9);
+    out << v;
+    return out.str();
+}
+
+} // namespace
+
+RunStore::RunStore(const std::string& path) : path_(path)
+{
+    namespace fs = std::filesystem;
+    const fs::path p(path);
+    if (p.has_parent_path()) {
+        std::error_code ec;
+        fs::create_directories(p.parent_path(), ec);
+    }
+    const bool existed = fs::exists(p);
+    if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                        nullptr) != SQLITE_OK) {
+        const std::string message = db_ ? sqlite3_errmsg(db_) : "out of memory";
+        sqlite3_close(db_);
+        db_ = nullptr;
+        throw StoreError("run store '" + path + "' cannot be opened: " + message);
+    }
+    sqlite3_busy_timeout(db_, 5000); // another process (a second CLI run) may hold the write lock
+    try {
+        // Everything before the schema is created only reads, so a foreign file stays untouched.
+        int64_t app_id = 0, version = 0, tables = 0;
+        try {
+            app_id = pragma_int(db_, "PRAGMA application_id");
+            version = pragma_int(db_, "PRAGMA user_version");
+            tables = pragma_int(db_, "SELECT count(*) FROM sqlite_master");
+        } catch (const StoreError& e) {
+            throw StoreError("'" + path + "' is not a Mantissa run store (" + sqlite3_errmsg(db_) + ")");
+        }
+        if (existed && tables > 0 && app_id != kApplicationId)
+            throw StoreError("'" + path + "' is a SQLite database of another program, not a Mantissa run store");
+        if (version > kSchemaVersion)
+            throw StoreError("'" + path + "' has schema version " + std::to_string(version) +
+                             ", newer than this Mantissa understands (" + std::to_string(kSchemaVersion) + ")");
+        exec(db_, "PRAGMA journal_mode=WAL");
+        exec(db_, "PRAGMA synchronous=NORMAL"); // WAL + NORMAL: durable across process crashes
+        exec(db_, "PRAGMA foreign_keys=ON");
+        if (tables == 0) {
+            exec(db_, "BEGIN IMMEDIATE");
+            // Re-check inside the write lock: another process may have created it meanwhile.
+            if (pragma_int(db_, "SELECT count(*) FROM sqlite_master") == 0) {
+                exec(db_, kSchemaV1);
+                exec(db_, ("PRAGMA application_id=" + std::to_string(kApplicationId)).c_str());
+                exec(db_, ("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str());
+            }
+            exec(db_, "COMMIT");
+        }
+    } catch (...) {
+        sqlite3_close(db_);
+        db_ = nullptr;
+        throw;
+    }
+    writer_ = std::thread([this] { writer_loop(); });
+}
+
+RunStore::~RunStore()
+{
+    {
+        std::lock_guard lock(queue_mutex_);
+        stopping_ = true;
+    }
+    queue_cv_.notify_all();
+    if (writer_.joinable()) writer_.join();
+    sqlite3_close(db_);
+}
+
+int RunStore::schema_version()
+{
+    std::lock_guard lock(db_mutex_);
+    return static_cast<int>(pragma_int(db_, "PRAGMA user_version"));
+}
+
+int64_t RunStore::create_run(const std::string& name, const std::string& project_path, const std::string& config_json)
+{
+    std::lock_guard lock(db_mutex_);
+    Statement s(db_, "INSERT INTO runs(name, project_path, config_json, status) VALUES(?, ?, ?, 'running')");
+    s.bind(1, name).bind(2, project_path).bind(3, config_json).step();
+    return sqlite3_last_insert_rowid(db_);
+}
+
+void RunStore::finish_run(int64_t run_id, const std::string& status)
+{
+    flush();
+    std::lock_guard lock(db_mutex_);
+    Statement s(db_, "UPDATE runs SET status=?, finished_at=strftime('%Y-%m-%dT%H:%M:%SZ','now') WHERE id=?");
+    s.bind(1, status).bind(2, run_id).step();
+}
+
+void RunStore::append_scalar(int64_t run_id, int64_t step, const std::string& tag, double value)
+{
+    std::lock_guard lock(queue_mutex_);
+    queue_.push_back({false, run_id, step, tag, {}, value});
+    ++enqueued_;
+    if (queue_.size() >= kBatchRows) queue_cv_.notify_one();
+}
+
+void RunStore::append_event(int64_t run_id, int64_t step, const std::string& kind, const std::string& message)
+{
+    std::lock_guard lock(queue_mutex_);
+    queue_.push_back({true, run_id, step, kind, message, 0.0});
+    ++enqueued_;
+}
+
+void RunStore::flush()
+{
+    std::unique_lock lock(queue_mutex_);
+    const uint64_t target = enqueued_;
+    flush_requested_ = true;
+    queue_cv_.notify_one();
+    flushed_cv_.wait(lock, [&] { return committed_ >= target; });
+}
+
+void RunStore::writer_loop()
+{
+    std::unique_lock lock(queue_mutex_);
+    while (true) {
+        queue_cv_.wait_for(lock, kFlushInterval,
+                           [&] { return stopping_ || flush_requested_ || queue_.size() >= kBatchRows; });
+        std::vector<PendingRow> rows;
+        rows.swap(queue_);
+        flush_requested_ = false;
+        const bool stop = stopping_;
+        const uint64_t batch_end = enqueued_;
+        lock.unlock();
+        if (!rows.empty()) write_batch(rows);
+        lock.lock();
+        committed_ = batch_end;
+        flushed_cv_.notify_all();
+        if (stop && queue_.empty()) return;
+    }
+}
+
+void RunStore::write_batch(std::vector<PendingRow>& rows)
+{
+    std::lock_guard lock(db_mutex_);
+    try {
+        exec(db_, "BEGIN IMMEDIATE");
+        Statement scalar(db_, "INSERT OR REPLACE INTO scalars(run_id, tag, step, value) VALUES(?, ?, ?, ?)");
+        Statement event(db_, "INSERT INTO events(run_id, step, kind, message) VALUES(?, ?, ?, ?)");
+        for (const auto& r : rows) {
+            Statement& s = r.is_event ? event : scalar;
+            s.reset();
+            if (r.is_event) s.bind(1, r.run_id).bind(2, r.step).bind(3, r.tag_or_kind).bind(4, r.message);
+            else s.bind(1, r.run_id).bind(2, r.tag_or_kind).bind(3, r.step).bind(4, r.value);
+            s.step();
+        }
+        exec(db_, "COMMIT");
+    } catch (const StoreError&) {
+        // A failed batch must not take the training run down with it; it is reported on stderr.
+        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+        std::fprintf(stderr, "mantissa: run store '%s': could not write %zu rows: %s\n", path_.c_str(), rows.size(),
+                     sqlite3_errmsg(db_));
+    }
+}
+
+std::vector<RunInfo> RunStore::list_runs()
+{
+    flush();
+    std::lock_guard lock(db_mutex_);
+    Statement s(db_, "SELECT r.id, r.name, r.project_path, r.config_json, r.status, r.created_at, "
+                     "coalesce(r.finished_at, ''), (SELECT coalesce(max(step), 0) FROM scalars WHERE run_id = r.id) "
+                     "FROM runs r ORDER BY r.id");
+    std::vector<RunInfo> runs;
+    while (s.step())
+        runs.push_back({s.int64(0), s.text(1), s.text(2), s.text(3), s.text(4), s.text(5), s.text(6), s.int64(7)});
+    return runs;
+}
+
+std::optional<RunInfo> RunStore::find_run(const std::string& id_or_name)
+{
+    const auto runs = list_runs();
+    const bool numeric = !id_or_name.empty() && std::all_of(id_or_name.begin(), id_or_name.end(), ::isdigit);
+    if (numeric) {
+        const int64_t id = std::stoll(id_or_name);
+        for (const auto& r : runs)
+            if (r.id == id) return r;
+    }
+    for (auto it = runs.rbegin(); it != runs.rend(); ++it)
+        if (it->name == id_or_name) return *it;
+    return std::nullopt;
+}
+
+std::vector<ScalarRow> RunStore::scalars(int64_t run_id)
+{
+    flush();
+    std::lock_guard lock(db_mutex_);
+    Statement s(db_, "SELECT step, tag, value FROM scalars WHERE run_id=? ORDER BY step, tag");
+    s.bind(1, run_id);
+    std::vector<ScalarRow> rows;
+    while (s.step()) rows.push_back({s.int64(0), s.text(1), s.real(2)});
+    return rows;
+}
+
+std::vector<EventRow> RunStore::events(int64_t run_id)
+{
+    flush();
+    std::lock_guard lock(db_mutex_);
+    Statement s(db_, "SELECT step, kind, message, created_at FROM events WHERE run_id=? ORDER BY id");
+    s.bind(1, run_id);
+    std::vector<EventRow> rows;
+    while (s.step()) rows.push_back({s.int64(0), s.text(1), s.text(2), s.text(3)});
+    return rows;
+}
+
+std::string RunStore::metrics_csv(int64_t run_id)
+{
+    // Known tags first in a fixed order, anything newer after them alphabetically.
+    static const std::vector<std::string> preferred = {"train/loss", "val/loss",     "eval/train_loss",
+                                                       "lr",         "grad_norm",    "step_time_ms",
+                                                       "tokens_per_s"};
+    std::map<int64_t, std::map<std::string, double>> by_step;
+    std::set<std::string> tags;
+    for (const auto& row : scalars(run_id)) {
+        by_step[row.step][row.tag] = row.value;
+        tags.insert(row.tag);
+    }
+    std::vector<std::string> columns;
+    for (const auto& t : preferred)
+        if (tags.count(t)) columns.push_back(t);
+    for (const auto& t : tags)
+        if (std::find(columns.begin(), columns.end(), t) == columns.end()) columns.push_back(t);
+
+    std::ostringstream out;
+    out << "step";
+    for (const auto& c : columns) out << ',' << csv_field(c);
+    out << '\n';
+    for (const auto& [step, values] : by_step) {
+        out << step;
+        for (const auto& c : columns) {
+            out << ',';
+            if (auto it = values.find(c); it != values.end()) out << format_value(it->second);
+        }
+        out << '\n';
+    }
+    return out.str();
+}
+
+std::string RunStore::events_csv(int64_t run_id)
+{
+    std::ostringstream out;
+    out << "step,kind,message,created_at\n";
+    for (const auto& e : events(run_id))
+        out << e.step << ',' << csv_field(e.kind) << ',' << csv_field(e.message) << ',' << e.created_at << '\n';
+    return out.str();
+}
+
+void StoreSink::on_step(const StepMetrics& m)
+{
+    store_.append_scalar(run_id_, m.step, "train/loss", m.train_loss);
+    store_.append_scalar(run_id_, m.step, "lr", m.learning_rate);
+    store_.append_scalar(run_id_, m.step, "grad_norm", m.grad_norm);
+    store_.append_scalar(run_id_, m.step, "step_time_ms", m.step_time_ms);
+    store_.append_scalar(run_id_, m.step, "tokens_per_s", m.tokens_per_s);
+}
+
+void StoreSink::on_eval(const EvalMetrics& m)
+{
+    store_.append_scalar(run_id_, m.step, "val/loss", m.val_loss);
+    store_.append_scalar(run_id_, m.step, "eval/train_loss", m.train_loss);
+}
+
+void StoreSink::on_event(const RunEvent& e) { store_.append_event(run_id_, e.step, e.kind, e.message); }
+
+std::string default_store_path()
+{
+    if (const char* env = std::getenv("MANTISSA_DB"); env && *env) return env;
+    std::filesystem::path base;
+    if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && *xdg) base = xdg;
+    else if (const char* home = std::getenv("HOME"); home && *home) base = std::filesystem::path(home) / ".local/share";
+    else base = ".";
+    return (base / "mantissa" / "runs.sqlite").string();
+}
+
+} // namespace mantissa

@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// Runs on disk: one SQLite database (WAL mode) holding each run's resolved config, status,
+// scalar metrics and events. Writes are queued and committed in batches by a writer
+// thread, so the training step never waits for the disk.
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "telemetry.h"
+
+struct sqlite3;
+
+namespace mantissa {
+
+class StoreError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+struct RunInfo {
+    int64_t id = 0;
+    std::string name;
+    std::string project_path;
+    std::string config_json;
+    std::string status; // running | finished | stopped | failed
+    std::string created_at;
+    std::string finished_at;
+    int64_t last_step = 0;
+};
+
+struct ScalarRow {
+    int64_t step = 0;
+    std::string tag; // "train/loss", "val/loss", "lr", "grad_norm", "step_time_ms", "tokens_per_s", ...
+    double value = 0.0;
+};
+
+struct EventRow {
+    int64_t step = 0;
+    std::string kind;
+    std::string message;
+    std::string created_at;
+};
+
+class RunStore {
+public:
+    static constexpr int kSchemaVersion = 1;
+
+    // Opens or creates the store. Throws StoreError, leaving the file untouched, when it is
+    // not a SQLite database, belongs to another program, or has a newer schema.
+    explicit RunStore(const std::string& path);
+    ~RunStore(); // flushes queued rows
+    RunStore(const RunStore&) = delete;
+    RunStore& operator=(const RunStore&) = delete;
+
+    int64_t create_run(const std::string& name, const std::string& project_path, const std::string& config_json);
+    void finish_run(int64_t run_id, const std::string& status); // flushes first
+
+    // Queued; committed by the writer thread within ~250 ms.
+    void append_scalar(int64_t run_id, int64_t step, const std::string& tag, double value);
+    void append_event(int64_t run_id, int64_t step, const std::string& kind, const std::string& message);
+    void flush(); // blocks until everything queued so far is committed
+
+    std::vector<RunInfo> list_runs();
+    // By numeric id, else the newest run with that name.
+    std::optional<RunInfo> find_run(const std::string& id_or_name);
+    std::vector<ScalarRow> scalars(int64_t run_id);
+    std::vector<EventRow> events(int64_t run_id);
+
+    // Metrics pivoted to one row per step (columns: step, then one per tag), RFC 4180.
+    std::string metrics_csv(int64_t run_id);
+    std::string events_csv(int64_t run_id);
+
+    int schema_version();
+    const std::string& path() const { return path_; }
+
+private:
+    struct PendingRow {
+        bool is_event = false;
+        int64_t run_id = 0, step = 0;
+        std::string tag_or_kind, message;
+        double value = 0.0;
+    };
+    void writer_loop();
+    void write_batch(std::vector<PendingRow>& rows);
+
+    std::string path_;
+    sqlite3* db_ = nullptr;
+    std::mutex db_mutex_; // one connection, shared by the writer thread and readers
+
+    std::mutex queue_mutex_;
+    std::condition_variable queue_cv_;
+    std::condition_variable flushed_cv_;
+    std::vector<PendingRow> queue_;
+    uint64_t enqueued_ = 0, committed_ = 0;
+    bool flush_requested_ = false;
+    bool stopping_ = false;
+    std::thread writer_;
+};
+
+// Feeds one run's telemetry into the store.
+class StoreSink : public TelemetrySink {
+public:
+    StoreSink(RunStore& store, int64_t run_id) : store_(store), run_id_(run_id) {}
+    void on_step(const StepMetrics& m) override;
+    void on_eval(const EvalMetrics& m) override;
+    void on_event(const RunEvent& e) override;
+
+private:
+    RunStore& store_;
+    int64_t run_id_;
+};
+
+// Default store location: $MANTISSA_DB, else $XDG_DATA_HOME/mantissa/runs.sqlite, else
+// ~/.local/share/mantissa/runs.sqlite.
+std::string default_store_path();
+
+} // namespace mantissa

@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// mantissa-train end to end: run, list, show, export, bad input, and Ctrl-C.
+
+#include <QtTest>
+
+#include <QProcess>
+#include <QTemporaryDir>
+
+#include <csignal>
+
+#include "run_store.h"
+
+using namespace mantissa;
+
+namespace {
+
+struct Result {
+    int exit_code = -1;
+    QString out, err;
+};
+
+Result run_cli(const QStringList& args, int timeout_ms = 120000)
+{
+    QProcess p;
+    p.start(MANTISSA_TRAIN_EXE, args);
+    p.waitForFinished(timeout_ms);
+    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
+            QString::fromUtf8(p.readAllStandardError())};
+}
+
+const char* kTinyProject = R"({
+  "name": "tiny",
+  "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "context_length": 16},
+  "data": {"kind": "synthetic-addition", "digits": 2, "examples": 600},
+  "training": {"steps": 20, "batch_size": 4, "seed": 7},
+  "eval": {"interval": 10, "batches": 2},
+  "telemetry": {"log_interval": 5}
+})";
+
+} // namespace
+
+class TestCli : public QObject {
+    Q_OBJECT
+private:
+    QTemporaryDir dir_;
+    QString project_, db_;
+
+private slots:
+    void initTestCase()
+    {
+        project_ = dir_.filePath("tiny.json");
+        QFile f(project_);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(kTinyProject);
+        db_ = dir_.filePath("runs.sqlite");
+    }
+
+    void runSavesTheRun()
+    {
+        const auto r = run_cli({"run", project_, "--db", db_, "--name", "first", "--set", "training.steps=15"});
+        QVERIFY2(r.exit_code == 0, qPrintable(r.err + r.out));
+        QVERIFY2(r.out.contains("finished after 15 steps"), qPrintable(r.out));
+        QVERIFY(r.out.contains("step 15/15 loss"));  // plain log lines when not on a terminal
+        QVERIFY(r.out.contains("eval step 10: val loss"));
+        QVERIFY(!r.out.contains('\r'));
+        RunStore store(db_.toStdString());
+        const auto run = store.find_run("first");
+        QVERIFY(run.has_value());
+        QCOMPARE(run->status, std::string("finished"));
+        QCOMPARE(run->last_step, int64_t(15));
+        QVERIFY(run->config_json.find("\"steps\": 15") != std::string::npos); // the resolved config
+    }
+
+    void listShowAndExport()
+    {
+        const auto list = run_cli({"list", "--db", db_});
+        QCOMPARE(list.exit_code, 0);
+        QVERIFY2(list.out.contains("first") && list.out.contains("finished"), qPrintable(list.out));
+
+        const auto show = run_cli({"show", "first", "--db", db_});
+        QCOMPARE(show.exit_code, 0);
+        QVERIFY(show.out.contains("status: finished"));
+        QVERIFY(show.out.contains("last val loss:"));
+        QVERIFY(show.out.contains("run_finished"));
+
+        const QString csv_path = dir_.filePath("m.csv");
+        const auto exp = run_cli({"export", "first", "--format", "csv", "--out", csv_path, "--db", db_});
+        QCOMPARE(exp.exit_code, 0);
+        QFile csv(csv_path);
+        QVERIFY(csv.open(QIODevice::ReadOnly));
+        const QStringList lines = QString::fromUtf8(csv.readAll()).split('\n', Qt::SkipEmptyParts);
+        QCOMPARE(lines.size(), 1 + 16); // header + steps 0..15
+        QVERIFY(lines[0].startsWith("step,train/loss,val/loss"));
+        QVERIFY(lines[1].startsWith("0,,"));   // step 0 has only the initial evaluation
+        QVERIFY(lines[16].startsWith("15,"));
+
+        const auto missing = run_cli({"show", "nosuchrun", "--db", db_});
+        QCOMPARE(missing.exit_code, 2);
+        QVERIFY(missing.err.contains("no run 'nosuchrun'"));
+    }
+
+    void badProjectIsRejectedBeforeAnyRun()
+    {
+        const auto r = run_cli({"run", project_, "--db", db_, "--set", "model.n_head=3"});
+        QCOMPARE(r.exit_code, 2);
+        QVERIFY2(r.err.contains("model.n_embd: 16 is not divisible by model.n_head (3)"), qPrintable(r.err));
+        const auto missing = run_cli({"run", dir_.filePath("none.json"), "--db", db_});
+        QCOMPARE(missing.exit_code, 2);
+        QVERIFY(missing.err.contains("cannot be opened"));
+        RunStore store(db_.toStdString());
+        for (const auto& run : store.list_runs()) QCOMPARE(run.name, std::string("first")); // no run was created
+    }
+
+    void corruptStoreIsReportedAndKept()
+    {
+        const QString bad = dir_.filePath("corrupt.sqlite");
+        QFile f(bad);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        const QByteArray junk = QByteArray("not sqlite at all ").repeated(300);
+        f.write(junk);
+        f.close();
+        const auto r = run_cli({"run", project_, "--db", bad});
+        QCOMPARE(r.exit_code, 3);
+        QVERIFY2(r.err.contains("is not a Mantissa run store"), qPrintable(r.err));
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        QCOMPARE(f.readAll(), junk);
+    }
+
+    void ctrlCStopsCleanlyAndKeepsMetrics()
+    {
+        QProcess p;
+        p.start(MANTISSA_TRAIN_EXE, {"run", project_, "--db", db_, "--name", "interrupted", "--set",
+                                     "training.steps=1000000", "--set", "telemetry.log_interval=1"});
+        QVERIFY(p.waitForStarted());
+        // Wait until it is really training, then interrupt it like a terminal would.
+        QByteArray seen;
+        QTRY_VERIFY_WITH_TIMEOUT((seen += p.readAllStandardOutput()).contains("step 3/"), 60000);
+        ::kill(static_cast<pid_t>(p.processId()), SIGINT);
+        QVERIFY(p.waitForFinished(30000));
+        QCOMPARE(p.exitCode(), 0);
+        RunStore store(db_.toStdString());
+        const auto run = store.find_run("interrupted");
+        QVERIFY(run.has_value());
+        QCOMPARE(run->status, std::string("stopped"));
+        QVERIFY(run->last_step >= 3);
+        int train_rows = 0;
+        for (const auto& s : store.scalars(run->id)) train_rows += s.tag == "train/loss";
+        QCOMPARE(int64_t(train_rows), run->last_step); // every finished step was saved
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCli)
+#include "test_cli.moc"

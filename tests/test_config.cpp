@@ -1,0 +1,211 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// Project files: every bad case is rejected before training with its own message.
+
+#include <QtTest>
+
+#include <QTemporaryDir>
+
+#include <fstream>
+
+#include "project_config.h"
+#include "trainer.h"
+
+using namespace mantissa;
+
+class TestConfig : public QObject {
+    Q_OBJECT
+private slots:
+    void defaultsFillMissingSections()
+    {
+        const auto c = load_project_json(R"({"model": {"n_layer": 3}})", "/tmp");
+        QCOMPARE(c.model.n_layer, int64_t(3));
+        QCOMPARE(c.model.n_head, int64_t(4));
+        QCOMPARE(c.optimizer.beta2, 0.99);
+        QCOMPARE(c.data.kind, DataKind::SyntheticAddition);
+        QCOMPARE(c.base_dir, std::string("/tmp"));
+    }
+
+    void integersAreAcceptedForFloats()
+    {
+        const auto c = load_project_json(R"({"optimizer": {"learning_rate": 1, "min_learning_rate": 0}})", "");
+        QCOMPARE(c.optimizer.learning_rate, 1.0);
+    }
+
+    void overridesApplyByDottedKey()
+    {
+        const auto c = load_project_json(R"({"training": {"steps": 10}})", "",
+                                         {parse_override("training.steps=25"), parse_override("model.bias=false"),
+                                          parse_override("name=my run")});
+        QCOMPARE(c.training.steps, int64_t(25));
+        QCOMPARE(c.model.bias, false);
+        QCOMPARE(c.name, std::string("my run"));
+    }
+
+    void overridePathIsRelativeToWorkingDirectory()
+    {
+        const auto c = load_project_json(R"({"data": {"kind": "text", "path": "x.txt"}})", "/projects",
+                                         {parse_override("data.path=rel/y.txt")});
+        QVERIFY(c.data.path.front() == '/'); // made absolute against the cwd, not /projects
+        QVERIFY(c.data.path.size() > 9 && c.data.path.compare(c.data.path.size() - 9, 9, "rel/y.txt") == 0);
+        QCOMPARE(resolve_data_path(c, "x.txt"), std::string("/projects/x.txt"));
+    }
+
+    void rejectsBadProjects_data()
+    {
+        QTest::addColumn<QString>("json");
+        QTest::addColumn<QString>("override");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("malformed JSON") << R"({"model": {)" << "" << "not valid JSON";
+        QTest::newRow("top level array") << "[1, 2]" << "" << "expected a JSON object at the top level";
+        QTest::newRow("unknown section") << R"({"modle": {}})" << "" << "modle: unknown key";
+        QTest::newRow("unknown nested key") << R"({"model": {"n_layers": 2}})" << "" << "model.n_layers: unknown key";
+        QTest::newRow("wrong type") << R"({"model": {"n_layer": "two"}})" << ""
+                                    << "model.n_layer: expected an integer, got a string";
+        QTest::newRow("float for integer") << R"({"training": {"steps": 2.5}})" << ""
+                                           << "training.steps: expected an integer, got a number";
+        QTest::newRow("section not object") << R"({"optimizer": 3})" << "" << "optimizer: expected an object";
+        QTest::newRow("heads do not divide") << R"({"model": {"n_embd": 100, "n_head": 3}})" << ""
+                                             << "model.n_embd: 100 is not divisible by model.n_head (3)";
+        QTest::newRow("zero layers") << R"({"model": {"n_layer": 0}})" << "" << "model.n_layer: must be at least 1";
+        QTest::newRow("bad data kind") << R"({"data": {"kind": "csv"}})" << ""
+                                       << "data.kind: 'csv' is not one of synthetic-addition, text, bin";
+        QTest::newRow("text needs path") << R"({"data": {"kind": "text"}})" << ""
+                                         << "data.path: is required when data.kind is 'text'";
+        QTest::newRow("bad tokenizer") << R"({"data": {"kind": "text", "path": "a", "tokenizer": "bpe"}})" << ""
+                                       << "data.tokenizer: 'bpe' is not one of char, byte";
+        QTest::newRow("bin needs vocab") << R"({"data": {"kind": "bin", "dir": "d"}})" << ""
+                                         << "data.vocab_size: must be in [2, 65536]";
+        QTest::newRow("val fraction") << R"({"data": {"val_fraction": 1.5}})" << ""
+                                      << "data.val_fraction: must be in (0, 1)";
+        QTest::newRow("negative lr") << R"({"optimizer": {"learning_rate": -1}})" << ""
+                                     << "optimizer.learning_rate: must be positive";
+        QTest::newRow("min lr above lr") << R"({"optimizer": {"min_learning_rate": 1.0}})" << ""
+                                         << "optimizer.min_learning_rate: must be in [0, optimizer.learning_rate]";
+        QTest::newRow("decay before warmup") << R"({"optimizer": {"warmup_steps": 10, "decay_steps": 5}})" << ""
+                                             << "optimizer.decay_steps: must be >= optimizer.warmup_steps";
+        QTest::newRow("beta2 one") << R"({"optimizer": {"beta2": 1.0}})" << "" << "optimizer.beta2: must be in [0, 1)";
+        QTest::newRow("zero batch") << R"({"training": {"batch_size": 0}})" << ""
+                                    << "training.batch_size: must be at least 1";
+        QTest::newRow("negative seed") << R"({"training": {"seed": -1}})" << "" << "training.seed: must be >= 0";
+        QTest::newRow("unsupported preset") << R"({"precision": {"preset": "fp8-hybrid"}})" << ""
+                                            << "precision.preset: 'fp8-hybrid' is not available yet";
+        QTest::newRow("override unknown key") << "{}" << "model.depth=3" << "model.depth: unknown key";
+        QTest::newRow("override wrong type") << "{}" << "training.steps=many"
+                                             << "training.steps: expected an integer, got a string";
+        QTest::newRow("override without =") << "{}" << "training.steps" << "expected dotted.key=value";
+    }
+    void rejectsBadProjects()
+    {
+        QFETCH(QString, json);
+        QFETCH(QString, override);
+        QFETCH(QString, message);
+        try {
+            std::vector<Override> overrides;
+            if (!override.isEmpty()) overrides.push_back(parse_override(override.toStdString()));
+            load_project_json(json.toStdString(), "", overrides);
+            QFAIL("accepted a bad project");
+        } catch (const ConfigError& e) {
+            QVERIFY2(QString(e.what()).contains(message), e.what());
+        }
+    }
+
+    // Problems only visible once the data is read are still caught before training starts.
+    void rejectsBadData_data()
+    {
+        QTest::addColumn<QString>("dataJson");
+        QTest::addColumn<QByteArray>("fileContent");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("missing text file") << R"({"kind": "text", "path": "nope.txt"})" << QByteArray()
+                                           << "data.path: file '";
+        QTest::newRow("context longer than data") << R"({"kind": "text", "path": "small.txt"})" << QByteArray(40, 'a')
+                                                  << "model.context_length: 32 is longer than the validation split (4 tokens)";
+        QTest::newRow("invalid UTF-8") << R"({"kind": "text", "path": "small.txt"})"
+                                       << QByteArray("abc\xff\xfe", 5).repeated(100) << "is not valid UTF-8 (byte offset 3)";
+        QTest::newRow("missing bin dir") << R"({"kind": "bin", "dir": "nobin", "vocab_size": 100})" << QByteArray()
+                                         << "train.bin' does not exist";
+    }
+    void rejectsBadData()
+    {
+        QFETCH(QString, dataJson);
+        QFETCH(QByteArray, fileContent);
+        QFETCH(QString, message);
+        QTemporaryDir dir;
+        if (!fileContent.isEmpty()) {
+            QFile f(dir.filePath("small.txt"));
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(fileContent);
+        }
+        const std::string json = R"({"model": {"context_length": 32}, "data": )" + dataJson.toStdString() + "}";
+        try {
+            Trainer trainer(load_project_json(json, dir.path().toStdString()));
+            QFAIL("accepted bad data");
+        } catch (const ConfigError& e) {
+            QVERIFY2(QString(e.what()).contains(message), e.what());
+        }
+    }
+
+    void missingProjectFileIsNamed()
+    {
+        try {
+            load_project_file("/nonexistent/project.json");
+            QFAIL("opened a missing file");
+        } catch (const ConfigError& e) {
+            QCOMPARE(QString(e.what()), QString("project file '/nonexistent/project.json' cannot be opened"));
+        }
+    }
+
+    void errorsFromFilesNameTheFile()
+    {
+        QTemporaryDir dir;
+        const QString path = dir.filePath("p.json");
+        std::ofstream(path.toStdString()) << R"({"model": {"n_head": 0}})";
+        try {
+            load_project_file(path.toStdString());
+            QFAIL("accepted n_head 0");
+        } catch (const ConfigError& e) {
+            QCOMPARE(QString(e.what()), path + ": model.n_head: must be at least 1");
+        }
+    }
+
+    void shippedProjectsAreValid_data()
+    {
+        QTest::addColumn<QString>("file");
+        QTest::newRow("default") << "default.json";
+        QTest::newRow("shakespeare-char") << "shakespeare-char.json";
+    }
+    void shippedProjectsAreValid()
+    {
+        QFETCH(QString, file);
+        const auto c = load_project_file(MANTISSA_SOURCE_DIR "/projects/" + file.toStdString());
+        QVERIFY(c.model.n_embd % c.model.n_head == 0);
+    }
+
+    void shakespeareMatchesNanoGptBabySettings()
+    {
+        const auto c = load_project_file(MANTISSA_SOURCE_DIR "/projects/shakespeare-char.json");
+        QCOMPARE(c.model.n_layer, int64_t(4));
+        QCOMPARE(c.model.n_head, int64_t(4));
+        QCOMPARE(c.model.n_embd, int64_t(128));
+        QCOMPARE(c.model.context_length, int64_t(64));
+        QCOMPARE(c.training.batch_size, int64_t(12));
+        QCOMPARE(c.training.steps, int64_t(2000));
+        QCOMPARE(c.optimizer.learning_rate, 1e-3);
+        QCOMPARE(c.optimizer.min_learning_rate, 1e-4);
+        QCOMPARE(c.optimizer.warmup_steps, int64_t(100));
+        QCOMPARE(c.optimizer.beta2, 0.99);
+        QCOMPARE(c.optimizer.weight_decay, 0.1);
+        QCOMPARE(c.optimizer.grad_clip, 1.0);
+    }
+
+    void resolvedJsonRoundTrips()
+    {
+        auto c = load_project_json(R"({"model": {"n_layer": 5}, "data": {"digits": 3}})", "");
+        const auto again = load_project_json(to_json_text(c), "");
+        QCOMPARE(again.model.n_layer, int64_t(5));
+        QCOMPARE(again.data.digits, int64_t(3));
+        QCOMPARE(to_json_text(again), to_json_text(c));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestConfig)
+#include "test_config.moc"

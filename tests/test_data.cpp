@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The data pipeline: tokenisation, splits, nanoGPT .bin files, synthetic data.
+
+#include <QtTest>
+
+#include <QTemporaryDir>
+
+#include <fstream>
+
+#include "dataset.h"
+
+using namespace mantissa;
+
+namespace {
+
+ProjectConfig text_project(const QString& dir, const std::string& tokenizer, double val_fraction = 0.1)
+{
+    ProjectConfig c;
+    c.base_dir = dir.toStdString();
+    c.data.kind = DataKind::Text;
+    c.data.path = "corpus.txt";
+    c.data.tokenizer = tokenizer;
+    c.data.val_fraction = val_fraction;
+    c.model.context_length = 4;
+    return c;
+}
+
+void write_file(const QString& path, const QByteArray& bytes)
+{
+    QFile f(path);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write(bytes);
+}
+
+} // namespace
+
+class TestData : public QObject {
+    Q_OBJECT
+private slots:
+    void charTokenizerSortsCodePoints()
+    {
+        QTemporaryDir dir;
+        // "é" (U+00E9) and "→" (U+2192) are multi-byte: one token each.
+        write_file(dir.filePath("corpus.txt"), QString("baé→ab\nbaé→ab\n").toUtf8());
+        const auto s = load_token_splits(text_project(dir.path(), "char", 0.5));
+        QCOMPARE(s.vocabulary.size(), int64_t(5)); // \n a b é →
+        const std::vector<uint16_t> expected_train = {2, 1, 3, 4, 1, 2, 0};
+        const std::vector<uint16_t> expected_val = {2, 1, 3, 4, 1, 2, 0};
+        QVERIFY(s.train == expected_train);
+        QVERIFY(s.val == expected_val);
+        QCOMPARE(s.vocabulary.decode({2, 1, 3, 4}), std::string("baé→"));
+        QVERIFY(s.vocabulary.encode("é→a") == std::vector<int64_t>({3, 4, 1}));
+    }
+
+    void splitIsNinetyTen()
+    {
+        QTemporaryDir dir;
+        write_file(dir.filePath("corpus.txt"), QByteArray(1000, 'x') + QByteArray(1000, 'y'));
+        const auto s = load_token_splits(text_project(dir.path(), "char"));
+        QCOMPARE(s.train.size(), size_t(1800));
+        QCOMPARE(s.val.size(), size_t(200));
+        QCOMPARE(int(s.val.front()), 1); // the tail of the file: all 'y'
+    }
+
+    void byteTokenizerKeepsRawBytes()
+    {
+        QTemporaryDir dir;
+        write_file(dir.filePath("corpus.txt"), QString("é").toUtf8().repeated(10));
+        const auto s = load_token_splits(text_project(dir.path(), "byte", 0.5));
+        QCOMPARE(s.vocabulary.size(), int64_t(256));
+        QCOMPARE(s.train.size(), size_t(10));
+        QCOMPARE(int(s.train[0]), 0xC3);
+        QCOMPARE(int(s.train[1]), 0xA9);
+        QCOMPARE(s.vocabulary.decode({0xC3, 0xA9}), std::string("é"));
+    }
+
+    void utf8DecoderRejectsMalformedInput_data()
+    {
+        QTest::addColumn<QByteArray>("bytes");
+        QTest::addColumn<int>("offset");
+        QTest::newRow("lone continuation") << QByteArray("ab\x80", 3) << 2;
+        QTest::newRow("truncated sequence") << QByteArray("a\xe2\x86", 3) << 1;
+        QTest::newRow("overlong slash") << QByteArray("\xc0\xaf", 2) << 0;
+        QTest::newRow("surrogate") << QByteArray("xx\xed\xa0\x80", 5) << 2;
+        QTest::newRow("invalid lead") << QByteArray("\xff", 1) << 0;
+    }
+    void utf8DecoderRejectsMalformedInput()
+    {
+        QFETCH(QByteArray, bytes);
+        QFETCH(int, offset);
+        try {
+            decode_utf8(bytes.toStdString(), "t");
+            QFAIL("accepted malformed UTF-8");
+        } catch (const ConfigError& e) {
+            QCOMPARE(QString(e.what()), QString("t is not valid UTF-8 (byte offset %1)").arg(offset));
+        }
+    }
+
+    void utf8RoundTrips()
+    {
+        const std::string text = "a\u00e9\u2192\U0001F600z";
+        const auto cps = decode_utf8(text, "t");
+        QCOMPARE(cps.size(), size_t(5));
+        QCOMPARE(uint32_t(cps[3]), uint32_t(0x1F600));
+        QCOMPARE(encode_utf8(cps), text);
+    }
+
+    void readsNanoGptBinFiles()
+    {
+        QTemporaryDir dir;
+        const std::vector<uint16_t> train = {1, 2, 3, 4, 5, 6, 7, 50000};
+        const std::vector<uint16_t> val = {9, 8, 7, 6, 5};
+        std::ofstream(dir.filePath("train.bin").toStdString(), std::ios::binary)
+            .write(reinterpret_cast<const char*>(train.data()), static_cast<std::streamsize>(train.size() * 2));
+        std::ofstream(dir.filePath("val.bin").toStdString(), std::ios::binary)
+            .write(reinterpret_cast<const char*>(val.data()), static_cast<std::streamsize>(val.size() * 2));
+        ProjectConfig c;
+        c.base_dir = dir.path().toStdString();
+        c.data.kind = DataKind::TokenBin;
+        c.data.dir = ".";
+        c.data.vocab_size = 50257;
+        c.model.context_length = 4;
+        const auto s = load_token_splits(c);
+        QVERIFY(s.train == train);
+        QVERIFY(s.val == val);
+        QCOMPARE(s.vocabulary.decode({1, 50000}), std::string("1 50000"));
+
+        c.data.vocab_size = 50000; // token 50000 does not fit
+        try {
+            load_token_splits(c);
+            QFAIL("accepted a token id >= vocab_size");
+        } catch (const ConfigError& e) {
+            QVERIFY2(QString(e.what()).contains("data.vocab_size: 50000 is too small"), e.what());
+            QVERIFY2(QString(e.what()).contains("token id 50000"), e.what());
+        }
+    }
+
+    void oddSizedBinFileIsRejected()
+    {
+        QTemporaryDir dir;
+        write_file(dir.filePath("train.bin"), QByteArray(101, '\0'));
+        write_file(dir.filePath("val.bin"), QByteArray(100, '\0'));
+        ProjectConfig c;
+        c.base_dir = dir.path().toStdString();
+        c.data.kind = DataKind::TokenBin;
+        c.data.dir = ".";
+        c.data.vocab_size = 10;
+        try {
+            load_token_splits(c);
+            QFAIL("accepted an odd-sized bin file");
+        } catch (const ConfigError& e) {
+            QVERIFY2(QString(e.what()).contains("odd number of bytes"), e.what());
+        }
+    }
+
+    void additionTextIsCorrectArithmetic()
+    {
+        const std::string text = make_addition_text(3, 500, 42);
+        QCOMPARE(make_addition_text(3, 500, 42), text); // seeded
+        QVERIFY(make_addition_text(3, 500, 43) != text);
+        std::istringstream lines(text);
+        std::string line;
+        int count = 0;
+        while (std::getline(lines, line)) {
+            const auto plus = line.find('+'), eq = line.find('=');
+            QVERIFY(plus != std::string::npos && eq != std::string::npos);
+            const long a = std::stol(line.substr(0, plus)), b = std::stol(line.substr(plus + 1, eq - plus - 1));
+            QVERIFY(a >= 0 && a < 1000 && b >= 0 && b < 1000);
+            QCOMPARE(std::stol(line.substr(eq + 1)), a + b);
+            ++count;
+        }
+        QCOMPARE(count, 500);
+    }
+
+    void syntheticProjectHasAFixedVocabulary()
+    {
+        ProjectConfig c; // defaults: synthetic addition
+        const auto s = load_token_splits(c);
+        QCOMPARE(s.vocabulary.size(), int64_t(13)); // \n + 0-9 =
+        QCOMPARE(s.vocabulary.decode({0, 1, 2, 3, 12}), std::string("\n+01="));
+        QVERIFY(s.train.size() > 9 * s.val.size() - 20);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestData)
+#include "test_data.moc"

@@ -1,0 +1,240 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The run store: round trips, batching, CSV export, and refusal of foreign/corrupt files.
+
+#include <QtTest>
+
+#include <QCryptographicHash>
+#include <QTemporaryDir>
+
+#include <sqlite3.h>
+
+#include "run_store.h"
+
+using namespace mantissa;
+
+namespace {
+
+QByteArray file_hash(const QString& path)
+{
+    QFile f(path);
+    if (!f.open(QIODevice::ReadOnly)) return {};
+    return QCryptographicHash::hash(f.readAll(), QCryptographicHash::Sha256);
+}
+
+} // namespace
+
+class TestStore : public QObject {
+    Q_OBJECT
+private slots:
+    void roundTripsRunsMetricsAndEvents()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("runs.sqlite").toStdString();
+        int64_t id = 0;
+        {
+            RunStore store(path);
+            QCOMPARE(store.schema_version(), RunStore::kSchemaVersion);
+            id = store.create_run("baseline", "projects/x.json", R"({"a": 1})");
+            StoreSink sink(store, id);
+            for (int64_t step = 1; step <= 100; ++step) {
+                StepMetrics m;
+                m.step = step;
+                m.train_loss = 4.0 - 0.01 * static_cast<double>(step);
+                m.learning_rate = 1e-3;
+                m.grad_norm = 0.5;
+                m.step_time_ms = 12.5;
+                m.tokens_per_s = 1000.0;
+                sink.on_step(m);
+            }
+            sink.on_eval({50, 3.25, 3.5});
+            sink.on_event({7, "note", "comma, \"quoted\" message"});
+            store.finish_run(id, "finished");
+        } // closing flushes; reopen reads from disk
+        RunStore store(path);
+        const auto runs = store.list_runs();
+        QCOMPARE(runs.size(), size_t(1));
+        QCOMPARE(runs[0].name, std::string("baseline"));
+        QCOMPARE(runs[0].status, std::string("finished"));
+        QCOMPARE(runs[0].config_json, std::string(R"({"a": 1})"));
+        QCOMPARE(runs[0].last_step, int64_t(100));
+        QVERIFY(!runs[0].finished_at.empty());
+
+        const auto rows = store.scalars(id);
+        QCOMPARE(rows.size(), size_t(100 * 5 + 2));
+        int train_rows = 0;
+        for (const auto& r : rows) {
+            if (r.tag == "train/loss") {
+                ++train_rows;
+                QCOMPARE(r.value, 4.0 - 0.01 * static_cast<double>(r.step)); // REAL is a double: exact
+            }
+            if (r.tag == "val/loss") QCOMPARE(r.value, 3.25);
+        }
+        QCOMPARE(train_rows, 100);
+        const auto events = store.events(id);
+        QCOMPARE(events.size(), size_t(1));
+        QCOMPARE(events[0].message, std::string("comma, \"quoted\" message"));
+    }
+
+    void findsRunsByIdOrNewestName()
+    {
+        QTemporaryDir dir;
+        RunStore store(dir.filePath("r.sqlite").toStdString());
+        const auto a = store.create_run("same", "", "{}");
+        const auto b = store.create_run("same", "", "{}");
+        QCOMPARE(store.find_run(std::to_string(a))->id, a);
+        QCOMPARE(store.find_run("same")->id, b);
+        QVERIFY(!store.find_run("other").has_value());
+        QVERIFY(!store.find_run("999").has_value());
+    }
+
+    void exportsPivotedCsv()
+    {
+        QTemporaryDir dir;
+        RunStore store(dir.filePath("r.sqlite").toStdString());
+        const auto id = store.create_run("csv", "", "{}");
+        StoreSink sink(store, id);
+        sink.on_eval({0, 4.5, 4.25});
+        sink.on_step({1, 4.0, 0.001, 1.5, 10.0, 2000.0});
+        sink.on_step({2, 3.5, 0.002, 1.25, 10.0, 2000.0});
+        sink.on_event({2, "sample", "line1\nline2"});
+        QCOMPARE(store.metrics_csv(id),
+                 std::string("step,train/loss,val/loss,eval/train_loss,lr,grad_norm,step_time_ms,tokens_per_s\n"
+                             "0,,4.5,4.25,,,,\n"
+                             "1,4,,,0.001,1.5,10,2000\n"
+                             "2,3.5,,,0.002,1.25,10,2000\n"));
+        const std::string events = store.events_csv(id);
+        QVERIFY(events.rfind("step,kind,message,created_at\n2,sample,\"line1\nline2\",", 0) == 0);
+    }
+
+    void usesWalAndMarksItsFiles()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("r.sqlite").toStdString();
+        { RunStore store(path); }
+        sqlite3* db = nullptr;
+        QCOMPARE(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+        auto read = [&](const char* sql) {
+            sqlite3_stmt* s = nullptr;
+            sqlite3_prepare_v2(db, sql, -1, &s, nullptr);
+            sqlite3_step(s);
+            const std::string v = reinterpret_cast<const char*>(sqlite3_column_text(s, 0));
+            sqlite3_finalize(s);
+            return v;
+        };
+        QCOMPARE(read("PRAGMA journal_mode"), std::string("wal"));
+        QCOMPARE(read("PRAGMA user_version"), std::to_string(RunStore::kSchemaVersion));
+        QCOMPARE(read("PRAGMA application_id"), std::to_string(0x4D414E54));
+        sqlite3_close(db);
+    }
+
+    void writesLandWithoutExplicitFlush()
+    {
+        // The writer thread commits on its own within its interval: a crash loses < 1 s.
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("r.sqlite").toStdString();
+        RunStore store(path);
+        const auto id = store.create_run("live", "", "{}");
+        store.append_scalar(id, 1, "train/loss", 2.0);
+        sqlite3* reader = nullptr;
+        sqlite3_open(path.c_str(), &reader);
+        int count = 0;
+        for (int i = 0; i < 40 && count == 0; ++i) {
+            QTest::qWait(50);
+            sqlite3_stmt* s = nullptr;
+            sqlite3_prepare_v2(reader, "SELECT count(*) FROM scalars", -1, &s, nullptr);
+            sqlite3_step(s);
+            count = sqlite3_column_int(s, 0);
+            sqlite3_finalize(s);
+        }
+        sqlite3_close(reader);
+        QCOMPARE(count, 1);
+    }
+
+    void refusesBadFilesAndLeavesThemUntouched_data()
+    {
+        QTest::addColumn<QByteArray>("content");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("text file") << QByteArray("this is not a database, just some text\n").repeated(200)
+                                   << "is not a Mantissa run store";
+        QByteArray header("SQLite format 3\0", 16);
+        QTest::newRow("truncated sqlite") << header + QByteArray(84, '\x7f') << "is not a Mantissa run store";
+    }
+    void refusesBadFilesAndLeavesThemUntouched()
+    {
+        QFETCH(QByteArray, content);
+        QFETCH(QString, message);
+        QTemporaryDir dir;
+        const QString path = dir.filePath("bad.sqlite");
+        {
+            QFile f(path);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(content);
+        }
+        const QByteArray before = file_hash(path);
+        try {
+            RunStore store(path.toStdString());
+            QFAIL("opened a bad file");
+        } catch (const StoreError& e) {
+            QVERIFY2(QString(e.what()).contains(message), e.what());
+            QVERIFY2(QString(e.what()).contains(path), e.what());
+        }
+        QCOMPARE(file_hash(path), before);
+        QVERIFY(!QFile::exists(path + "-wal"));
+    }
+
+    void refusesForeignSqliteDatabase()
+    {
+        QTemporaryDir dir;
+        const QString path = dir.filePath("other.sqlite");
+        sqlite3* db = nullptr;
+        sqlite3_open(path.toStdString().c_str(), &db);
+        sqlite3_exec(db, "CREATE TABLE contacts(name TEXT); INSERT INTO contacts VALUES('x');", nullptr, nullptr,
+                     nullptr);
+        sqlite3_close(db);
+        const QByteArray before = file_hash(path);
+        try {
+            RunStore store(path.toStdString());
+            QFAIL("opened another program's database");
+        } catch (const StoreError& e) {
+            QVERIFY2(QString(e.what()).contains("another program"), e.what());
+        }
+        QCOMPARE(file_hash(path), before);
+    }
+
+    void refusesNewerSchema()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("new.sqlite").toStdString();
+        { RunStore store(path); }
+        sqlite3* db = nullptr;
+        sqlite3_open(path.c_str(), &db);
+        sqlite3_exec(db, "PRAGMA user_version=99", nullptr, nullptr, nullptr);
+        sqlite3_close(db);
+        try {
+            RunStore store(path);
+            QFAIL("opened a newer schema");
+        } catch (const StoreError& e) {
+            QVERIFY2(QString(e.what()).contains("schema version 99"), e.what());
+        }
+    }
+
+    void twoStoresOnOneFileBothWrite()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("shared.sqlite").toStdString();
+        RunStore a(path), b(path);
+        const auto ra = a.create_run("a", "", "{}");
+        const auto rb = b.create_run("b", "", "{}");
+        for (int i = 1; i <= 500; ++i) {
+            a.append_scalar(ra, i, "train/loss", 1.0);
+            b.append_scalar(rb, i, "train/loss", 2.0);
+        }
+        a.flush();
+        b.flush();
+        QCOMPARE(a.scalars(rb).size(), size_t(500));
+        QCOMPARE(b.scalars(ra).size(), size_t(500));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestStore)
+#include "test_store.moc"
