@@ -8,10 +8,18 @@
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <string>
+
+#include "precision_policy.h"
 
 namespace mantissa {
 
-enum class Command { Pause, Resume, Stop };
+struct Command {
+    enum class Kind { Pause, Resume, Stop, SetLayerFormats } kind;
+    // SetLayerFormats: every GEMM layer whose name matches `layer_pattern` switches to `formats`.
+    std::string layer_pattern;
+    GemmFormats formats;
+};
 
 class CommandQueue {
 public:

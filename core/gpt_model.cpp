@@ -5,21 +5,29 @@
 
 namespace mantissa {
 
-GemmLinearImpl::GemmLinearImpl(std::string layer_name, int64_t in_features, int64_t out_features, bool bias)
-    : layer_name_(std::move(layer_name))
+std::shared_ptr<LayerGemm> GemmRegistry::make(const std::string& layer_name)
+{
+    auto gemm = std::make_shared<LayerGemm>(layer_name, resolve_layer_formats(precision_, layer_name, n_layer_),
+                                            precision_.fp8, precision_.backend);
+    layers_.push_back(gemm);
+    return gemm;
+}
+
+GemmLinearImpl::GemmLinearImpl(std::shared_ptr<LayerGemm> gemm, int64_t in_features, int64_t out_features, bool bias)
+    : gemm_(std::move(gemm))
 {
     weight_ = register_parameter("weight", torch::empty({out_features, in_features}));
     if (bias) bias_ = register_parameter("bias", torch::zeros({out_features}));
 }
 
-GemmLinearImpl::GemmLinearImpl(std::string layer_name, torch::Tensor tied_weight)
-    : layer_name_(std::move(layer_name)), weight_(std::move(tied_weight))
+GemmLinearImpl::GemmLinearImpl(std::shared_ptr<LayerGemm> gemm, torch::Tensor tied_weight)
+    : gemm_(std::move(gemm)), weight_(std::move(tied_weight))
 {
 }
 
 torch::Tensor GemmLinearImpl::forward(const torch::Tensor& x)
 {
-    return torch::nn::functional::linear(x, weight_, bias_);
+    return gemm_->linear(x, weight_, bias_);
 }
 
 NormImpl::NormImpl(int64_t features, bool bias) : features_(features)
@@ -33,11 +41,13 @@ torch::Tensor NormImpl::forward(const torch::Tensor& x)
     return at::layer_norm(x, {features_}, weight_, bias_, 1e-5);
 }
 
-CausalSelfAttentionImpl::CausalSelfAttentionImpl(const std::string& prefix, const ModelConfig& config)
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const std::string& prefix, const ModelConfig& config,
+                                                 GemmRegistry& gemms)
     : n_head_(config.n_head), dropout_(config.dropout)
 {
-    qkv = register_module("qkv", GemmLinear(prefix + ".qkv", config.n_embd, 3 * config.n_embd, config.bias));
-    proj = register_module("proj", GemmLinear(prefix + ".proj", config.n_embd, config.n_embd, config.bias));
+    qkv = register_module("qkv", GemmLinear(gemms.make(prefix + ".qkv"), config.n_embd, 3 * config.n_embd, config.bias));
+    sdpa_ = gemms.make(prefix + ".sdpa");
+    proj = register_module("proj", GemmLinear(gemms.make(prefix + ".proj"), config.n_embd, config.n_embd, config.bias));
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x)
@@ -47,15 +57,26 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x)
     auto heads = [&](const torch::Tensor& t) { return t.view({B, T, n_head_, C / n_head_}).transpose(1, 2); };
     const auto q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]); // (B, H, T, D)
     const double p = is_training() ? dropout_ : 0.0;
-    auto y = at::scaled_dot_product_attention(q, k, v, {}, p, /*is_causal=*/true); // (B, H, T, D)
+    torch::Tensor y;
+    if (sdpa_->formats().all_fp32()) {
+        y = at::scaled_dot_product_attention(q, k, v, {}, p, /*is_causal=*/true); // (B, H, T, D)
+    } else {
+        // Spelled out so that both products go through the layer's formats; softmax stays FP32.
+        const double inv_sqrt_d = 1.0 / std::sqrt(static_cast<double>(C / n_head_));
+        auto scores = sdpa_->matmul(q, k.transpose(-2, -1)) * inv_sqrt_d; // (B, H, T, T)
+        const auto future = torch::ones({T, T}, torch::dtype(torch::kBool).device(x.device())).triu(1);
+        scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
+        auto probs = torch::dropout(torch::softmax(scores, -1), p, is_training());
+        y = sdpa_->matmul(probs, v); // (B, H, T, D)
+    }
     y = y.transpose(1, 2).contiguous().view({B, T, C});
     return torch::dropout(proj->forward(y), dropout_, is_training());
 }
 
-MlpImpl::MlpImpl(const std::string& prefix, const ModelConfig& config) : dropout_(config.dropout)
+MlpImpl::MlpImpl(const std::string& prefix, const ModelConfig& config, GemmRegistry& gemms) : dropout_(config.dropout)
 {
-    fc1 = register_module("fc1", GemmLinear(prefix + ".fc1", config.n_embd, 4 * config.n_embd, config.bias));
-    fc2 = register_module("fc2", GemmLinear(prefix + ".fc2", 4 * config.n_embd, config.n_embd, config.bias));
+    fc1 = register_module("fc1", GemmLinear(gemms.make(prefix + ".fc1"), config.n_embd, 4 * config.n_embd, config.bias));
+    fc2 = register_module("fc2", GemmLinear(gemms.make(prefix + ".fc2"), 4 * config.n_embd, config.n_embd, config.bias));
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x)
@@ -64,12 +85,12 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x)
     return torch::dropout(fc2->forward(h), dropout_, is_training());
 }
 
-BlockImpl::BlockImpl(const std::string& prefix, const ModelConfig& config)
+BlockImpl::BlockImpl(const std::string& prefix, const ModelConfig& config, GemmRegistry& gemms)
 {
     ln1 = register_module("ln1", Norm(config.n_embd, config.bias));
-    attn = register_module("attn", CausalSelfAttention(prefix + ".attn", config));
+    attn = register_module("attn", CausalSelfAttention(prefix + ".attn", config, gemms));
     ln2 = register_module("ln2", Norm(config.n_embd, config.bias));
-    mlp = register_module("mlp", Mlp(prefix + ".mlp", config));
+    mlp = register_module("mlp", Mlp(prefix + ".mlp", config, gemms));
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x)
@@ -78,16 +99,17 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x)
     return h + mlp->forward(ln2->forward(h));
 }
 
-GptImpl::GptImpl(const ModelConfig& config, int64_t vocab_size) : config_(config), vocab_size_(vocab_size)
+GptImpl::GptImpl(const ModelConfig& config, int64_t vocab_size, const PrecisionConfig& precision)
+    : config_(config), vocab_size_(vocab_size), gemms_(precision, config.n_layer)
 {
     wte_ = register_parameter("wte", torch::empty({vocab_size, config.n_embd}));
     wpe_ = register_parameter("wpe", torch::empty({config.context_length, config.n_embd}));
     blocks_ = register_module("blocks", torch::nn::ModuleList());
     for (int64_t i = 0; i < config.n_layer; ++i)
-        blocks_->push_back(Block("blocks." + std::to_string(i), config));
+        blocks_->push_back(Block("blocks." + std::to_string(i), config, gemms_));
     ln_f_ = register_module("ln_f", Norm(config.n_embd, config.bias));
     // Not registered: its only tensor is wte, which the optimizer must see once.
-    lm_head_ = GemmLinear("lm_head", wte_);
+    lm_head_ = GemmLinear(gemms_.make("lm_head"), wte_);
     reset_parameters();
 }
 
@@ -132,17 +154,6 @@ torch::Tensor GptImpl::forward(const torch::Tensor& idx)
 torch::Tensor GptImpl::loss(const torch::Tensor& logits, const torch::Tensor& targets)
 {
     return torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}), targets.reshape({-1}));
-}
-
-std::vector<GemmLinear> GptImpl::gemm_layers() const
-{
-    std::vector<GemmLinear> layers;
-    for (const auto& block : *blocks_) {
-        auto* b = block->as<Block>();
-        layers.insert(layers.end(), {b->attn->qkv, b->attn->proj, b->mlp->fc1, b->mlp->fc2});
-    }
-    layers.push_back(lm_head_);
-    return layers;
 }
 
 } // namespace mantissa

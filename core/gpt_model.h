@@ -10,22 +10,37 @@
 
 #include <torch/torch.h>
 
+#include "layer_gemm.h"
 #include "project_config.h"
 
 namespace mantissa {
 
-// y = x W^T + b. Owns its weight, or borrows one (the tied LM head).
+// Builds each layer's GEMM state from the precision config, and keeps the list in forward order.
+class GemmRegistry {
+public:
+    GemmRegistry(const PrecisionConfig& precision, int64_t n_layer) : precision_(precision), n_layer_(n_layer) {}
+    std::shared_ptr<LayerGemm> make(const std::string& layer_name);
+    const std::vector<std::shared_ptr<LayerGemm>>& layers() const { return layers_; }
+
+private:
+    PrecisionConfig precision_;
+    int64_t n_layer_;
+    std::vector<std::shared_ptr<LayerGemm>> layers_;
+};
+
+// y = x W^T + b through the layer's precision policy. Owns its weight, or borrows one (the
+// tied LM head).
 class GemmLinearImpl : public torch::nn::Module {
 public:
-    GemmLinearImpl(std::string layer_name, int64_t in_features, int64_t out_features, bool bias);
-    GemmLinearImpl(std::string layer_name, torch::Tensor tied_weight); // no bias, weight not registered here
+    GemmLinearImpl(std::shared_ptr<LayerGemm> gemm, int64_t in_features, int64_t out_features, bool bias);
+    GemmLinearImpl(std::shared_ptr<LayerGemm> gemm, torch::Tensor tied_weight); // weight not registered here
 
     torch::Tensor forward(const torch::Tensor& x); // (..., in) -> (..., out)
-    const std::string& layer_name() const { return layer_name_; }
+    const std::string& layer_name() const { return gemm_->name(); }
     const torch::Tensor& weight() const { return weight_; }
 
 private:
-    std::string layer_name_;
+    std::shared_ptr<LayerGemm> gemm_;
     torch::Tensor weight_; // (out, in)
     torch::Tensor bias_;   // (out) or undefined
 };
@@ -45,12 +60,13 @@ TORCH_MODULE(Norm);
 
 class CausalSelfAttentionImpl : public torch::nn::Module {
 public:
-    CausalSelfAttentionImpl(const std::string& prefix, const ModelConfig& config);
+    CausalSelfAttentionImpl(const std::string& prefix, const ModelConfig& config, GemmRegistry& gemms);
     torch::Tensor forward(const torch::Tensor& x); // (B, T, C) -> (B, T, C)
 
     GemmLinear qkv{nullptr}, proj{nullptr};
 
 private:
+    std::shared_ptr<LayerGemm> sdpa_; // the score and value products, one switch
     int64_t n_head_;
     double dropout_;
 };
@@ -58,7 +74,7 @@ TORCH_MODULE(CausalSelfAttention);
 
 class MlpImpl : public torch::nn::Module {
 public:
-    MlpImpl(const std::string& prefix, const ModelConfig& config);
+    MlpImpl(const std::string& prefix, const ModelConfig& config, GemmRegistry& gemms);
     torch::Tensor forward(const torch::Tensor& x); // (B, T, C) -> (B, T, C)
 
     GemmLinear fc1{nullptr}, fc2{nullptr};
@@ -70,7 +86,7 @@ TORCH_MODULE(Mlp);
 
 class BlockImpl : public torch::nn::Module {
 public:
-    BlockImpl(const std::string& prefix, const ModelConfig& config);
+    BlockImpl(const std::string& prefix, const ModelConfig& config, GemmRegistry& gemms);
     torch::Tensor forward(const torch::Tensor& x); // (B, T, C) -> (B, T, C)
 
     Norm ln1{nullptr};
@@ -82,15 +98,16 @@ TORCH_MODULE(Block);
 
 class GptImpl : public torch::nn::Module {
 public:
-    GptImpl(const ModelConfig& config, int64_t vocab_size);
+    GptImpl(const ModelConfig& config, int64_t vocab_size, const PrecisionConfig& precision = {});
 
     // idx (B, T) int64 -> logits (B, T, V)
     torch::Tensor forward(const torch::Tensor& idx);
     // Mean cross-entropy of next-token prediction; targets (B, T).
     torch::Tensor loss(const torch::Tensor& logits, const torch::Tensor& targets);
 
-    // Every GEMM-bearing layer in forward order, by dotted name.
-    std::vector<GemmLinear> gemm_layers() const;
+    // Every GEMM-bearing layer in forward order: blocks.N.attn.qkv, .attn.sdpa, .attn.proj,
+    // .mlp.fc1, .mlp.fc2, then lm_head.
+    const std::vector<std::shared_ptr<LayerGemm>>& gemm_layers() const { return gemms_.layers(); }
     // GPT-2 initialisation, consuming the global generator in registration order.
     void reset_parameters();
 
@@ -99,6 +116,7 @@ public:
 private:
     ModelConfig config_;
     int64_t vocab_size_;
+    GemmRegistry gemms_;
     torch::Tensor wte_; // (V, C), also the LM head's weight
     torch::Tensor wpe_; // (T_max, C)
     torch::nn::ModuleList blocks_;

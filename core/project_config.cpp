@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "project_config.h"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -12,6 +14,8 @@ namespace {
 
 using nlohmann::json;
 
+std::string type_word(const json& j);
+
 const char* data_kind_name(DataKind kind)
 {
     switch (kind) {
@@ -20,6 +24,77 @@ const char* data_kind_name(DataKind kind)
     case DataKind::TokenBin: return "bin";
     }
     return "?";
+}
+
+const char* backend_name(GemmBackend b)
+{
+    switch (b) {
+    case GemmBackend::Auto: return "auto";
+    case GemmBackend::Emulated: return "emulated";
+    case GemmBackend::Native: return "native";
+    }
+    return "?";
+}
+
+json layers_to_json(const std::vector<LayerOverride>& layers)
+{
+    json out = json::array();
+    for (const auto& o : layers) {
+        json entry = {{"match", o.match}};
+        if (o.forward) entry["forward"] = format_name(*o.forward);
+        if (o.dgrad) entry["dgrad"] = format_name(*o.dgrad);
+        if (o.wgrad) entry["wgrad"] = format_name(*o.wgrad);
+        out.push_back(entry);
+    }
+    return out;
+}
+
+std::string join(const std::vector<std::string>& words)
+{
+    std::string out;
+    for (size_t i = 0; i < words.size(); ++i) out += (i ? ", " : "") + words[i];
+    return out;
+}
+
+NumberFormat format_at(const json& value, const std::string& key)
+{
+    if (!value.is_string()) throw ConfigError(key + ": expected a string, got " + type_word(value));
+    const auto f = parse_number_format(value.get<std::string>());
+    if (!f) throw ConfigError(key + ": '" + value.get<std::string>() + "' is not one of " + join(number_format_names()));
+    return *f;
+}
+
+// precision.layers is a list, so the defaults cannot describe its entries: check them here.
+std::vector<LayerOverride> layers_from_json(const json& list)
+{
+    std::vector<LayerOverride> out;
+    for (size_t i = 0; i < list.size(); ++i) {
+        const std::string at = "precision.layers[" + std::to_string(i) + "]";
+        const json& e = list[i];
+        if (!e.is_object()) throw ConfigError(at + ": expected an object, got " + type_word(e));
+        LayerOverride o;
+        for (const auto& [key, value] : e.items()) {
+            const std::string k = at + "." + key;
+            if (key == "match") {
+                if (!value.is_string() || value.get<std::string>().empty())
+                    throw ConfigError(k + ": expected a non-empty layer-name pattern");
+                o.match = value;
+            } else if (key == "format") {
+                o.forward = o.dgrad = o.wgrad = format_at(value, k);
+            } else if (key == "forward") {
+                o.forward = format_at(value, k);
+            } else if (key == "dgrad") {
+                o.dgrad = format_at(value, k);
+            } else if (key == "wgrad") {
+                o.wgrad = format_at(value, k);
+            } else {
+                throw ConfigError(k + ": unknown key (expected match, format, forward, dgrad, wgrad)");
+            }
+        }
+        if (o.match.empty()) throw ConfigError(at + ".match: is required");
+        out.push_back(o);
+    }
+    return out;
 }
 
 // The defaults double as the schema: a user key is valid only if the defaults have it,
@@ -59,14 +134,35 @@ json to_json(const ProjectConfig& c)
           {"batch_size", c.training.batch_size},
           {"grad_accum", c.training.grad_accum},
           {"seed", c.training.seed},
-          {"threads", c.training.threads}}},
+          {"threads", c.training.threads},
+          {"device", c.training.device}}},
         {"eval",
          {{"interval", c.eval.interval},
           {"batches", c.eval.batches},
           {"sample_tokens", c.eval.sample_tokens},
           {"sample_temperature", c.eval.sample_temperature},
           {"sample_top_k", c.eval.sample_top_k}}},
-        {"precision", {{"preset", c.precision.preset}}},
+        {"precision",
+         {{"preset", c.precision.preset},
+          {"layers", layers_to_json(c.precision.layers)},
+          {"fp8",
+           {{"scaling", fp8_scaling_name(c.precision.fp8.scaling)},
+            {"amax_history_length", c.precision.fp8.amax_history_length},
+            {"amax_compute_algo", c.precision.fp8.amax_use_max ? "max" : "most_recent"},
+            {"margin", c.precision.fp8.margin},
+            {"saturate", c.precision.fp8.saturate},
+            {"rowwise_power_of_two", c.precision.fp8.rowwise_power_of_two},
+            {"mx_scale_rounding", c.precision.fp8.mx_round_scale_up ? "up" : "floor"},
+            {"outlier_rms_multiple", c.precision.fp8.outlier_rms_multiple}}},
+          {"loss_scaling",
+           {{"mode", c.precision.loss_scaling_mode},
+            {"init_scale", c.precision.loss_scaling.init_scale},
+            {"growth_factor", c.precision.loss_scaling.growth_factor},
+            {"backoff_factor", c.precision.loss_scaling.backoff_factor},
+            {"growth_interval", c.precision.loss_scaling.growth_interval},
+            {"min_scale", c.precision.loss_scaling.min_scale},
+            {"hysteresis", c.precision.loss_scaling.hysteresis}}},
+          {"backend", backend_name(c.precision.backend)}}},
         {"telemetry", {{"log_interval", c.telemetry.log_interval}}},
     };
 }
@@ -183,6 +279,7 @@ ProjectConfig from_json(const json& j)
     if (t["seed"].get<int64_t>() < 0) throw ConfigError("training.seed: must be >= 0");
     c.training.seed = t["seed"];
     c.training.threads = t["threads"];
+    c.training.device = t["device"];
 
     const json& e = j["eval"];
     c.eval.interval = e["interval"];
@@ -191,7 +288,41 @@ ProjectConfig from_json(const json& j)
     c.eval.sample_temperature = e["sample_temperature"];
     c.eval.sample_top_k = e["sample_top_k"];
 
-    c.precision.preset = j["precision"]["preset"];
+    const json& p = j["precision"];
+    c.precision.preset = p["preset"];
+    c.precision.layers = layers_from_json(p["layers"]);
+    const json& f8 = p["fp8"];
+    const std::string scaling = f8["scaling"];
+    const auto parsed_scaling = parse_fp8_scaling(scaling);
+    if (!parsed_scaling)
+        throw ConfigError("precision.fp8.scaling: '" + scaling + "' is not one of delayed, current, rowwise, mxfp8");
+    c.precision.fp8.scaling = *parsed_scaling;
+    c.precision.fp8.amax_history_length = f8["amax_history_length"];
+    const std::string algo = f8["amax_compute_algo"];
+    if (algo != "max" && algo != "most_recent")
+        throw ConfigError("precision.fp8.amax_compute_algo: '" + algo + "' is not one of max, most_recent");
+    c.precision.fp8.amax_use_max = algo == "max";
+    c.precision.fp8.margin = f8["margin"];
+    c.precision.fp8.saturate = f8["saturate"];
+    c.precision.fp8.rowwise_power_of_two = f8["rowwise_power_of_two"];
+    const std::string mx = f8["mx_scale_rounding"];
+    if (mx != "floor" && mx != "up")
+        throw ConfigError("precision.fp8.mx_scale_rounding: '" + mx + "' is not one of floor, up");
+    c.precision.fp8.mx_round_scale_up = mx == "up";
+    c.precision.fp8.outlier_rms_multiple = f8["outlier_rms_multiple"];
+    const json& ls = p["loss_scaling"];
+    c.precision.loss_scaling_mode = ls["mode"];
+    c.precision.loss_scaling.init_scale = ls["init_scale"];
+    c.precision.loss_scaling.growth_factor = ls["growth_factor"];
+    c.precision.loss_scaling.backoff_factor = ls["backoff_factor"];
+    c.precision.loss_scaling.growth_interval = ls["growth_interval"];
+    c.precision.loss_scaling.min_scale = ls["min_scale"];
+    c.precision.loss_scaling.hysteresis = ls["hysteresis"];
+    const std::string backend = p["backend"];
+    if (backend == "auto") c.precision.backend = GemmBackend::Auto;
+    else if (backend == "emulated") c.precision.backend = GemmBackend::Emulated;
+    else if (backend == "native") c.precision.backend = GemmBackend::Native;
+    else throw ConfigError("precision.backend: '" + backend + "' is not one of auto, emulated, native");
     c.telemetry.log_interval = j["telemetry"]["log_interval"];
     return c;
 }
@@ -251,8 +382,28 @@ void validate(const ProjectConfig& c)
     require(e.sample_temperature > 0.0, "eval.sample_temperature", "must be positive");
     require(e.sample_top_k >= 0, "eval.sample_top_k", "must be >= 0 (0 = no top-k)");
 
-    require(c.precision.preset == "fp32", "precision.preset",
-            "'" + c.precision.preset + "' is not available yet (supported: fp32)");
+    const auto presets = precision_preset_names();
+    require(std::find(presets.begin(), presets.end(), c.precision.preset) != presets.end(), "precision.preset",
+            "'" + c.precision.preset + "' is not one of " + join(presets));
+    const auto& f8 = c.precision.fp8;
+    require(f8.amax_history_length >= 1, "precision.fp8.amax_history_length", "must be at least 1");
+    require(f8.margin >= 0 && f8.margin <= 16, "precision.fp8.margin", "must be in [0, 16]");
+    require(f8.outlier_rms_multiple >= 0.0, "precision.fp8.outlier_rms_multiple", "must be >= 0 (0 = off)");
+    const auto& ls = c.precision.loss_scaling;
+    const auto& mode = c.precision.loss_scaling_mode;
+    require(mode == "auto" || mode == "dynamic" || mode == "static" || mode == "off", "precision.loss_scaling.mode",
+            "'" + mode + "' is not one of auto, dynamic, static, off");
+    require(ls.init_scale > 0.0 && std::isfinite(ls.init_scale), "precision.loss_scaling.init_scale",
+            "must be positive and finite");
+    require(ls.growth_factor > 1.0, "precision.loss_scaling.growth_factor", "must be > 1");
+    require(ls.backoff_factor > 0.0 && ls.backoff_factor < 1.0, "precision.loss_scaling.backoff_factor",
+            "must be in (0, 1)");
+    require(ls.growth_interval >= 1, "precision.loss_scaling.growth_interval", "must be at least 1");
+    require(ls.min_scale >= 0.0 && ls.min_scale <= ls.init_scale, "precision.loss_scaling.min_scale",
+            "must be in [0, precision.loss_scaling.init_scale]");
+    require(ls.hysteresis >= 1, "precision.loss_scaling.hysteresis", "must be at least 1");
+    require(c.training.device == "auto" || c.training.device == "cpu" || c.training.device == "cuda",
+            "training.device", "'" + c.training.device + "' is not one of auto, cpu, cuda");
     require(c.telemetry.log_interval >= 1, "telemetry.log_interval", "must be at least 1");
 }
 

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "precision_policy.h"
+
 namespace mantissa {
 
 // Raised for any problem with a project: the message names the offending key.
@@ -59,7 +61,8 @@ struct TrainingConfig {
     int64_t batch_size = 12;
     int64_t grad_accum = 1;
     uint64_t seed = 1337;
-    int64_t threads = 0; // 0 = all hardware threads
+    int64_t threads = 0;         // 0 = all hardware threads
+    std::string device = "auto"; // auto (CUDA when LibTorch has it and a GPU is there) | cpu | cuda
 };
 
 struct EvalConfig {
@@ -68,10 +71,6 @@ struct EvalConfig {
     int64_t sample_tokens = 0; // >0: generate this many tokens at each eval
     double sample_temperature = 0.8;
     int64_t sample_top_k = 40;
-};
-
-struct PrecisionConfig {
-    std::string preset = "fp32"; // only fp32 until the precision engine lands
 };
 
 struct TelemetryConfig {

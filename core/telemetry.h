@@ -17,6 +17,8 @@ struct StepMetrics {
     double grad_norm = 0.0;     // global L2 norm before clipping
     double step_time_ms = 0.0;  // wall time of forward+backward+update
     double tokens_per_s = 0.0;
+    double loss_scale = 1.0;    // the scale this step's backward used (1 when scaling is off)
+    bool skipped = false;       // optimizer step skipped: non-finite gradients
 };
 
 // A periodic evaluation. `step` is the number of updates done when it ran (0 = before training).

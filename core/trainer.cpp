@@ -14,6 +14,7 @@
 #include "command_queue.h"
 #include "dataset.h"
 #include "gpt_model.h"
+#include "loss_scaler.h"
 
 namespace mantissa {
 
@@ -74,19 +75,78 @@ struct Trainer::Impl {
     TokenSplits data;
     Gpt model{nullptr};
     std::unique_ptr<AdamW> optimizer;
+    LossScaler scaler;
     CommandQueue commands;
+    torch::Device device{torch::kCPU};
     int threads = 1;
+    // Gradients by the layer that owns them, for naming the layers of a non-finite gradient.
+    std::vector<std::pair<std::string, torch::Tensor>> params_by_layer;
 
     explicit Impl(ProjectConfig c) : config(std::move(c))
     {
         data = load_token_splits(config);
         threads = config.training.threads > 0 ? static_cast<int>(config.training.threads)
                                               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+        device = pick_device(config.training.device);
+        // Initialise on the CPU generator so a seed gives the same weights on every device.
         torch::manual_seed(config.training.seed);
-        model = Gpt(config.model, data.vocabulary.size());
+        model = Gpt(config.model, data.vocabulary.size(), config.precision);
+        model->to(device);
         std::vector<torch::Tensor> decayed, undecayed;
-        for (auto& p : model->parameters()) (p.dim() >= 2 ? decayed : undecayed).push_back(p);
+        for (auto& item : model->named_parameters()) {
+            auto& p = item.value();
+            (p.dim() >= 2 ? decayed : undecayed).push_back(p);
+            const auto& name = item.key();
+            const auto dot = name.rfind('.');
+            params_by_layer.emplace_back(dot == std::string::npos ? name : name.substr(0, dot), p);
+        }
         optimizer = std::make_unique<AdamW>(decayed, undecayed, config.optimizer);
+        bool any_fp16 = false;
+        for (const auto& g : model->gemm_layers()) {
+            const auto f = g->formats();
+            any_fp16 |= f.forward == NumberFormat::FP16 || f.dgrad == NumberFormat::FP16 || f.wgrad == NumberFormat::FP16;
+        }
+        scaler = LossScaler(resolve_loss_scaling(config.precision, any_fp16));
+    }
+
+    static torch::Device pick_device(const std::string& wanted)
+    {
+        if (wanted == "cuda") {
+            if (!torch::cuda::is_available())
+                throw ConfigError("training.device: 'cuda' was asked for, but this LibTorch has no CUDA device");
+            return torch::kCUDA;
+        }
+        if (wanted == "auto" && torch::cuda::is_available()) return torch::kCUDA;
+        return torch::kCPU;
+    }
+
+    // Divides the gradients by the loss scale and names the layers whose gradients are not
+    // finite (in forward order of registration). Empty when all are finite.
+    std::vector<std::string> unscale_and_check(double scale)
+    {
+        torch::NoGradGuard no_grad;
+        std::vector<std::string> bad;
+        for (auto& [layer, p] : params_by_layer) {
+            auto& g = p.mutable_grad();
+            if (!g.defined()) continue;
+            if (scale != 1.0) g.mul_(1.0 / scale);
+            if (!torch::isfinite(g).all().item<bool>() &&
+                (bad.empty() || bad.back() != layer))
+                bad.push_back(layer);
+        }
+        return bad;
+    }
+
+    // Applies a live precision change; returns the layers it touched.
+    std::vector<std::string> set_layer_formats(const std::string& pattern, const GemmFormats& formats)
+    {
+        std::vector<std::string> changed;
+        for (auto& g : model->gemm_layers()) {
+            if (!glob_match(pattern, g->name())) continue;
+            g->set_formats(formats);
+            changed.push_back(g->name());
+        }
+        return changed;
     }
 
     double estimate_loss(const std::vector<uint16_t>& split)
@@ -98,6 +158,8 @@ struct Trainer::Impl {
         double total = 0.0;
         for (int64_t i = 0; i < config.eval.batches; ++i) {
             auto [x, y] = sampler.next();
+            x = x.to(device);
+            y = y.to(device);
             total += model->loss(model->forward(x), y).item<double>();
         }
         model->train();
@@ -111,17 +173,26 @@ struct Trainer::Impl {
         while (true) {
             auto command = paused ? std::optional<Command>(commands.wait_pop()) : commands.try_pop();
             if (!command) return true;
-            switch (*command) {
-            case Command::Stop:
+            switch (command->kind) {
+            case Command::Kind::Stop:
                 return false;
-            case Command::Pause:
+            case Command::Kind::Pause:
                 if (!paused) sink.on_event({step, "paused", "training paused"});
                 paused = true;
                 break;
-            case Command::Resume:
+            case Command::Kind::Resume:
                 if (paused) sink.on_event({step, "resumed", "training resumed"});
                 if (paused) return true;
                 break;
+            case Command::Kind::SetLayerFormats: {
+                const auto changed = set_layer_formats(command->layer_pattern, command->formats);
+                std::string names;
+                for (const auto& n : changed) names += (names.empty() ? "" : ", ") + n;
+                sink.on_event({step, "precision_changed",
+                               command->layer_pattern + " -> " + command->formats.describe() + " (" + names +
+                                   "); FP8 scale history restarted"});
+                break;
+            }
             }
         }
     }
@@ -130,9 +201,27 @@ struct Trainer::Impl {
 Trainer::Trainer(ProjectConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
 Trainer::~Trainer() = default;
 
-void Trainer::request_pause() { impl_->commands.push(Command::Pause); }
-void Trainer::request_resume() { impl_->commands.push(Command::Resume); }
-void Trainer::request_stop() { impl_->commands.push(Command::Stop); }
+void Trainer::request_pause() { impl_->commands.push({Command::Kind::Pause, {}, {}}); }
+void Trainer::request_resume() { impl_->commands.push({Command::Kind::Resume, {}, {}}); }
+void Trainer::request_stop() { impl_->commands.push({Command::Kind::Stop, {}, {}}); }
+
+void Trainer::request_layer_formats(const std::string& layer_pattern, const GemmFormats& formats)
+{
+    // Layer names never change after construction, so matching here is thread-safe.
+    bool any = false;
+    for (const auto& g : impl_->model->gemm_layers()) any |= glob_match(layer_pattern, g->name());
+    if (!any) throw ConfigError("no layer matches '" + layer_pattern + "'");
+    impl_->commands.push({Command::Kind::SetLayerFormats, layer_pattern, formats});
+}
+
+std::vector<LayerInfo> Trainer::layers() const
+{
+    std::vector<LayerInfo> out;
+    for (const auto& g : impl_->model->gemm_layers()) out.push_back({g->name(), g->formats(), g->backend_used()});
+    return out;
+}
+
+double Trainer::loss_scale() const { return impl_->scaler.scale(); }
 const ProjectConfig& Trainer::config() const { return impl_->config; }
 int64_t Trainer::vocab_size() const { return impl_->data.vocabulary.size(); }
 
@@ -150,7 +239,9 @@ std::string Trainer::describe() const
     out << c.model.n_layer << " layers, " << c.model.n_head << " heads, " << c.model.n_embd << " dims, context "
         << c.model.context_length << ", " << parameter_count() << " parameters; vocabulary " << vocab_size()
         << "; " << impl_->data.train.size() << " train / " << impl_->data.val.size() << " val tokens; "
-        << impl_->threads << " threads";
+        << impl_->threads << " threads; device " << (impl_->device.is_cuda() ? "cuda" : "cpu") << "; precision "
+        << c.precision.preset;
+    if (impl_->scaler.enabled()) out << ", loss scale " << impl_->scaler.scale();
     return out.str();
 }
 
@@ -190,20 +281,55 @@ RunSummary Trainer::run(TelemetrySink& sink)
         }
         const auto t0 = std::chrono::steady_clock::now();
         const double lr = learning_rate_at(cfg.optimizer, step);
+        const double loss_scale = s.scaler.scale();
         double loss_sum = 0.0;
         for (int64_t micro = 0; micro < cfg.training.grad_accum; ++micro) {
             auto [x, y] = train_batches.next();                 // (B, T) each
+            x = x.to(s.device);
+            y = y.to(s.device);
             auto loss = s.model->loss(s.model->forward(x), y);  // scalar
-            (loss / static_cast<double>(cfg.training.grad_accum)).backward();
+            // The scale multiplies the loss so that small gradients survive FP16's range.
+            ((loss * loss_scale) / static_cast<double>(cfg.training.grad_accum)).backward();
             loss_sum += loss.item<double>();
         }
-        const double max_norm = cfg.optimizer.grad_clip > 0.0 ? cfg.optimizer.grad_clip
-                                                              : std::numeric_limits<double>::infinity();
-        const double grad_norm = torch::nn::utils::clip_grad_norm_(s.model->parameters(), max_norm);
-        s.optimizer->step(lr);
+        bool skipped = false;
+        if (s.scaler.enabled()) {
+            const auto bad_layers = s.unscale_and_check(loss_scale);
+            const auto outcome = s.scaler.update(!bad_layers.empty());
+            skipped = !bad_layers.empty();
+            std::string names;
+            for (const auto& n : bad_layers) names += (names.empty() ? "" : ", ") + n;
+            if (outcome == LossScaler::Outcome::SkippedAndBackedOff)
+                sink.on_event({step + 1, "loss_scale_backoff",
+                               "scale " + std::to_string(loss_scale) + " -> " + std::to_string(s.scaler.scale()) +
+                                   "; non-finite gradients in " + names});
+            else if (outcome == LossScaler::Outcome::Skipped)
+                sink.on_event({step + 1, "step_skipped", "non-finite gradients in " + names});
+            else if (outcome == LossScaler::Outcome::Grew)
+                sink.on_event({step + 1, "loss_scale_growth",
+                               "scale " + std::to_string(loss_scale) + " -> " + std::to_string(s.scaler.scale())});
+        }
+        double grad_norm = 0.0;
+        if (skipped) {
+            ++summary.skipped_steps;
+            grad_norm = std::numeric_limits<double>::quiet_NaN();
+        } else {
+            const double max_norm = cfg.optimizer.grad_clip > 0.0 ? cfg.optimizer.grad_clip
+                                                                  : std::numeric_limits<double>::infinity();
+            grad_norm = torch::nn::utils::clip_grad_norm_(s.model->parameters(), max_norm);
+            s.optimizer->step(lr);
+            for (const auto& g : s.model->gemm_layers()) g->invalidate_weight_cache();
+        }
         s.optimizer->zero_grad();
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         ++step;
+        if (step == 1) {
+            // Which backend each layer actually ran on, once they have all run.
+            std::string text;
+            for (const auto& g : s.model->gemm_layers())
+                text += (text.empty() ? "" : "; ") + g->name() + " " + g->formats().describe() + " " + g->backend_used();
+            sink.on_event({step, "layer_backends", text});
+        }
 
         StepMetrics m;
         m.step = step;
@@ -212,6 +338,8 @@ RunSummary Trainer::run(TelemetrySink& sink)
         m.grad_norm = grad_norm;
         m.step_time_ms = ms;
         m.tokens_per_s = tokens_per_step / (ms / 1000.0);
+        m.loss_scale = loss_scale;
+        m.skipped = skipped;
         sink.on_step(m);
         summary.final_train_loss = m.train_loss;
         if (step >= timed_from) {
@@ -250,8 +378,10 @@ std::string Trainer::sample(const std::string& prompt, int64_t tokens, uint64_t 
     const int64_t T = s.config.model.context_length;
     for (int64_t i = 0; i < tokens; ++i) {
         const int64_t start = std::max<int64_t>(0, static_cast<int64_t>(ids.size()) - T);
-        auto context = torch::tensor(std::vector<int64_t>(ids.begin() + start, ids.end()), torch::kLong).unsqueeze(0);
-        auto logits = s.model->forward(context).select(1, -1).squeeze(0) / s.config.eval.sample_temperature; // (V)
+        auto context = torch::tensor(std::vector<int64_t>(ids.begin() + start, ids.end()), torch::kLong)
+                           .unsqueeze(0)
+                           .to(s.device);
+        auto logits = s.model->forward(context).select(1, -1).squeeze(0).cpu() / s.config.eval.sample_temperature; // (V)
         if (s.config.eval.sample_top_k > 0 && s.config.eval.sample_top_k < logits.size(0)) {
             const auto kth = std::get<0>(logits.topk(s.config.eval.sample_top_k)).min();
             logits = logits.masked_fill(logits < kth, -std::numeric_limits<double>::infinity());

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "precision_policy.h"
 #include "project_config.h"
 #include "telemetry.h"
 
@@ -19,6 +21,14 @@ struct RunSummary {
     double final_val_loss = -1.0;   // last evaluation; < 0 when none ran
     double mean_step_time_ms = 0.0; // excludes the first steps (allocator and cache warm-up)
     double tokens_per_s = 0.0;
+    int64_t skipped_steps = 0;
+};
+
+// One GEMM-bearing layer as the run sees it.
+struct LayerInfo {
+    std::string name;    // blocks.N.attn.qkv | .attn.sdpa | .attn.proj | .mlp.fc1 | .mlp.fc2 | lm_head
+    GemmFormats formats;
+    std::string backend; // fp32 | emulated | native | native+emulated (after the first step)
 };
 
 class Trainer {
@@ -37,8 +47,13 @@ public:
     void request_pause();
     void request_resume();
     void request_stop();
+    // Switches every layer matching the glob to `formats` between two steps. Throws
+    // ConfigError at once if the pattern matches no layer.
+    void request_layer_formats(const std::string& layer_pattern, const GemmFormats& formats);
 
     int64_t parameter_count() const;
+    std::vector<LayerInfo> layers() const; // forward order
+    double loss_scale() const;
     int64_t vocab_size() const;
     std::string describe() const; // one line: model size, data, threads
     const ProjectConfig& config() const;

@@ -333,7 +333,7 @@ std::string RunStore::metrics_csv(int64_t run_id)
     // Known tags first in a fixed order, anything newer after them alphabetically.
     static const std::vector<std::string> preferred = {"train/loss", "val/loss",     "eval/train_loss",
                                                        "lr",         "grad_norm",    "step_time_ms",
-                                                       "tokens_per_s"};
+                                                       "tokens_per_s", "loss_scale", "skipped"};
     std::map<int64_t, std::map<std::string, double>> by_step;
     std::set<std::string> tags;
     for (const auto& row : scalars(run_id)) {
@@ -377,6 +377,8 @@ void StoreSink::on_step(const StepMetrics& m)
     store_.append_scalar(run_id_, m.step, "grad_norm", m.grad_norm);
     store_.append_scalar(run_id_, m.step, "step_time_ms", m.step_time_ms);
     store_.append_scalar(run_id_, m.step, "tokens_per_s", m.tokens_per_s);
+    store_.append_scalar(run_id_, m.step, "loss_scale", m.loss_scale);
+    if (m.skipped) store_.append_scalar(run_id_, m.step, "skipped", 1.0);
 }
 
 void StoreSink::on_eval(const EvalMetrics& m)

@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// The GEMMs of one layer under its precision policy. Holds the layer's formats, its FP8
+// scaling state (one DelayedScaling per tensor role) and a cache of its quantised weight,
+// and runs forward/backward either emulated (rounded operands, FP32 GEMM, rounded output)
+// or natively on CUDA (bf16/fp16 GEMMs, _scaled_mm for FP8).
+
+#include <mutex>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "fp8_scaling.h"
+#include "precision_policy.h"
+
+namespace mantissa {
+
+enum class OperandRole { Input, Weight, GradOutput };
+
+class LayerGemm {
+public:
+    LayerGemm(std::string layer_name, GemmFormats formats, const Fp8Recipe& recipe, GemmBackend backend);
+
+    // y = x W^T + b; x (..., K), W (N, K), b (N) or undefined -> (..., N)
+    torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+    // y = a b; a (..., M, K), b (..., K, N) -> (..., M, N). For attention's two products.
+    torch::Tensor matmul(const torch::Tensor& a, const torch::Tensor& b);
+
+    const std::string& name() const { return name_; }
+    GemmFormats formats() const { return formats_; }
+    // Takes effect at the next GEMM; FP8 histories restart so stale scales are not reused.
+    void set_formats(const GemmFormats& formats);
+    // The optimizer changed the master weights: drop the low-precision copy. (The version
+    // counter alone is not enough: fused optimizer kernels update in place without bumping it.)
+    void invalidate_weight_cache() { cached_weight_ = torch::Tensor(); }
+    // "fp32", "emulated", "native", or "native+emulated" when some GEMMs fell back.
+    std::string backend_used() const;
+
+    // Used by the autograd functions. `k_dim` is the operand's contraction dimension.
+    torch::Tensor round_operand(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim);
+    torch::Tensor quantized_weight(const torch::Tensor& weight, NumberFormat format, int64_t k_dim);
+    // a (M, K) x b (K, N) in `format`, plus `bias` in FP32 (the epilogue), output rounded to
+    // that format's output dtype.
+    torch::Tensor gemm(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
+                       const torch::Tensor& bias = {});
+    const Fp8Recipe& recipe() const { return recipe_; }
+
+private:
+    DelayedScaling& delayed(OperandRole role);
+    bool use_native(const torch::Tensor& t) const;
+
+    std::string name_;
+    GemmFormats formats_;
+    Fp8Recipe recipe_;
+    GemmBackend backend_;
+    DelayedScaling input_scaling_, weight_scaling_, grad_scaling_;
+    // Weight cache: valid while the master weight's version counter and the format hold.
+    torch::Tensor cached_weight_;
+    int64_t cached_version_ = -1;
+    const void* cached_data_ = nullptr;
+    NumberFormat cached_format_ = NumberFormat::FP32;
+    int64_t cached_k_dim_ = 0;
+    bool used_native_ = false, used_emulated_ = false;
+};
+
+} // namespace mantissa

@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "loss_scaler.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace mantissa {
+
+LossScaler::LossScaler(const LossScalingConfig& config)
+    : mode_(config.mode), config_(config), scale_(config.init_scale), overflows_left_(config.hysteresis)
+{
+}
+
+LossScaler::Outcome LossScaler::update(bool found_inf)
+{
+    if (mode_ != LossScalingMode::Dynamic) return found_inf ? Outcome::Skipped : Outcome::Clean;
+    // Megatron's DynamicGradScaler: the hysteresis budget is refilled only when the scale
+    // grows, so after it is spent every overflow backs off. hysteresis 1 is PyTorch's rule.
+    if (found_inf) {
+        growth_tracker_ = 0;
+        if (--overflows_left_ > 0) return Outcome::Skipped;
+        scale_ = std::max(scale_ * config_.backoff_factor, config_.min_scale);
+        return Outcome::SkippedAndBackedOff;
+    }
+    if (++growth_tracker_ == config_.growth_interval) {
+        growth_tracker_ = 0;
+        overflows_left_ = config_.hysteresis;
+        const double grown = scale_ * config_.growth_factor;
+        if (std::isfinite(grown)) { // ATen grows only to a finite scale
+            scale_ = grown;
+            return Outcome::Grew;
+        }
+    }
+    return Outcome::Clean;
+}
+
+} // namespace mantissa

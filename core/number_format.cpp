@@ -1,0 +1,39 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "number_format.h"
+
+#include <array>
+#include <cmath>
+
+namespace mantissa {
+namespace {
+
+const std::array<FormatInfo, 6> kFormats = {{
+    {NumberFormat::FP32, "fp32", 8, 23, 127, 3.4028234663852886e38, std::ldexp(1.0, -126), std::ldexp(1.0, -149), true, false},
+    {NumberFormat::TF32, "tf32", 8, 10, 127, 3.40116213e38, std::ldexp(1.0, -126), 0.0, true, false},
+    {NumberFormat::BF16, "bf16", 8, 7, 127, 3.3895313892515355e38, std::ldexp(1.0, -126), std::ldexp(1.0, -133), true, false},
+    {NumberFormat::FP16, "fp16", 5, 10, 15, 65504.0, std::ldexp(1.0, -14), std::ldexp(1.0, -24), true, false},
+    {NumberFormat::E4M3, "e4m3", 4, 3, 7, 448.0, std::ldexp(1.0, -6), std::ldexp(1.0, -9), false, true},
+    {NumberFormat::E5M2, "e5m2", 5, 2, 15, 57344.0, std::ldexp(1.0, -14), std::ldexp(1.0, -16), true, true},
+}};
+
+} // namespace
+
+const FormatInfo& format_info(NumberFormat format) { return kFormats[static_cast<size_t>(format)]; }
+
+const char* format_name(NumberFormat format) { return format_info(format).name; }
+
+std::optional<NumberFormat> parse_number_format(const std::string& name)
+{
+    for (const auto& f : kFormats)
+        if (name == f.name) return f.format;
+    return std::nullopt;
+}
+
+std::vector<std::string> number_format_names()
+{
+    std::vector<std::string> names;
+    for (const auto& f : kFormats) names.emplace_back(f.name);
+    return names;
+}
+
+} // namespace mantissa

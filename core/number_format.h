@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// The number formats a GEMM operand can be rounded to, with their limits (see
+// docs/NUMERICS.md). No LibTorch here: the GUI and the config parser use these too.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mantissa {
+
+enum class NumberFormat { FP32, TF32, BF16, FP16, E4M3, E5M2 };
+
+struct FormatInfo {
+    NumberFormat format;
+    const char* name;      // as written in project files: "fp32", "tf32", "bf16", "fp16", "e4m3", "e5m2"
+    int exponent_bits;
+    int mantissa_bits;
+    int exponent_bias;
+    double max_finite;
+    double min_normal;
+    double min_subnormal;  // 0 when the format keeps no subnormals of its own (TF32 lives in FP32)
+    bool has_infinity;
+    bool is_fp8;
+};
+
+const FormatInfo& format_info(NumberFormat format);
+std::optional<NumberFormat> parse_number_format(const std::string& name);
+const char* format_name(NumberFormat format);
+std::vector<std::string> number_format_names();
+
+} // namespace mantissa

@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "precision_policy.h"
+
+#include <stdexcept>
+
+namespace mantissa {
+
+bool GemmFormats::all_fp32() const
+{
+    return forward == NumberFormat::FP32 && dgrad == NumberFormat::FP32 && wgrad == NumberFormat::FP32;
+}
+
+bool GemmFormats::any_fp8() const
+{
+    return format_info(forward).is_fp8 || format_info(dgrad).is_fp8 || format_info(wgrad).is_fp8;
+}
+
+std::string GemmFormats::describe() const
+{
+    return std::string(format_name(forward)) + "/" + format_name(dgrad) + "/" + format_name(wgrad);
+}
+
+std::vector<std::string> precision_preset_names()
+{
+    return {"fp32", "bf16", "fp16", "fp8-hybrid", "fp8-hybrid-keep-ends"};
+}
+
+bool glob_match(const std::string& pattern, const std::string& name)
+{
+    // Iterative wildcard match with backtracking to the last '*'.
+    size_t p = 0, n = 0, star = std::string::npos, resume = 0;
+    while (n < name.size()) {
+        if (p < pattern.size() && pattern[p] == '*') {
+            star = p++;
+            resume = n;
+        } else if (p < pattern.size() && pattern[p] == name[n]) {
+            ++p;
+            ++n;
+        } else if (star != std::string::npos) {
+            p = star + 1;
+            n = ++resume;
+        } else {
+            return false;
+        }
+    }
+    while (p < pattern.size() && pattern[p] == '*') ++p;
+    return p == pattern.size();
+}
+
+namespace {
+
+bool is_attention_core(const std::string& layer) { return layer.size() > 5 && layer.ends_with(".attn.sdpa"); }
+
+GemmFormats uniform(NumberFormat f) { return {f, f, f}; }
+
+bool is_end_layer(const std::string& layer, int64_t n_layer)
+{
+    return layer == "lm_head" || layer.rfind("blocks.0.", 0) == 0 ||
+           layer.rfind("blocks." + std::to_string(n_layer - 1) + ".", 0) == 0;
+}
+
+GemmFormats preset_formats(const std::string& preset, const std::string& layer, int64_t n_layer)
+{
+    if (preset == "fp32") return uniform(NumberFormat::FP32);
+    if (preset == "bf16") return uniform(NumberFormat::BF16);
+    if (preset == "fp16") return uniform(NumberFormat::FP16);
+    if (preset == "fp8-hybrid" || preset == "fp8-hybrid-keep-ends") {
+        // TE runs dot-product attention in BF16 under its FP8 recipes.
+        if (is_attention_core(layer)) return uniform(NumberFormat::BF16);
+        if (preset == "fp8-hybrid-keep-ends" && is_end_layer(layer, n_layer)) return uniform(NumberFormat::BF16);
+        return {NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2};
+    }
+    throw std::invalid_argument("unknown precision preset '" + preset + "'");
+}
+
+} // namespace
+
+GemmFormats resolve_layer_formats(const PrecisionConfig& config, const std::string& layer_name, int64_t n_layer)
+{
+    GemmFormats f = preset_formats(config.preset, layer_name, n_layer);
+    for (const auto& o : config.layers) {
+        if (!glob_match(o.match, layer_name)) continue;
+        if (o.forward) f.forward = *o.forward;
+        if (o.dgrad) f.dgrad = *o.dgrad;
+        if (o.wgrad) f.wgrad = *o.wgrad;
+    }
+    return f;
+}
+
+LossScalingConfig resolve_loss_scaling(const PrecisionConfig& config, bool any_fp16_gemm)
+{
+    LossScalingConfig c = config.loss_scaling;
+    const auto& m = config.loss_scaling_mode;
+    if (m == "dynamic" || (m == "auto" && any_fp16_gemm)) c.mode = LossScalingMode::Dynamic;
+    else if (m == "static") c.mode = LossScalingMode::Static;
+    else c.mode = LossScalingMode::Off;
+    return c;
+}
+
+const char* fp8_scaling_name(Fp8Scaling scaling)
+{
+    switch (scaling) {
+    case Fp8Scaling::Delayed: return "delayed";
+    case Fp8Scaling::Current: return "current";
+    case Fp8Scaling::PerRow: return "rowwise";
+    case Fp8Scaling::Block32: return "mxfp8";
+    }
+    return "?";
+}
+
+std::optional<Fp8Scaling> parse_fp8_scaling(const std::string& name)
+{
+    for (auto s : {Fp8Scaling::Delayed, Fp8Scaling::Current, Fp8Scaling::PerRow, Fp8Scaling::Block32})
+        if (name == fp8_scaling_name(s)) return s;
+    return std::nullopt;
+}
+
+} // namespace mantissa

@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// Which number format each GEMM of each layer uses. A GEMM-bearing layer has three GEMMs:
+//   forward  y  = x  W^T   (input x weight)
+//   dgrad    dx = dy W     (grad-output x weight)
+//   wgrad    dW = dy^T x   (grad-output x input)
+// Operand rule: a GEMM in a 16-bit or 32-bit format rounds both operands to that format.
+// An FP8 backward GEMM (E5M2 in TE's HYBRID) takes the gradient in that format and the
+// saved weight/input in E4M3, as TransformerEngine does and as _scaled_mm requires.
+// No LibTorch here.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loss_scaler.h"
+#include "number_format.h"
+
+namespace mantissa {
+
+struct GemmFormats {
+    NumberFormat forward = NumberFormat::FP32;
+    NumberFormat dgrad = NumberFormat::FP32;
+    NumberFormat wgrad = NumberFormat::FP32;
+
+    bool all_fp32() const;
+    bool any_fp8() const;
+    bool operator==(const GemmFormats&) const = default;
+    std::string describe() const; // "e4m3/e5m2/e5m2"
+};
+
+enum class Fp8Scaling { Delayed, Current, PerRow, Block32 };
+
+struct Fp8Recipe {
+    Fp8Scaling scaling = Fp8Scaling::Delayed;
+    int64_t amax_history_length = 1024; // TE default
+    bool amax_use_max = true;           // "max" over the history; false = "most_recent"
+    int64_t margin = 0;                 // scale = FP8_MAX / amax / 2^margin
+    bool saturate = true;
+    bool rowwise_power_of_two = true;   // torchao's rowwise recipe rounds scales to powers of two
+    bool mx_round_scale_up = false;     // arXiv 2506.08027: round the block exponent up, never saturate
+    double outlier_rms_multiple = 0.0;  // >0: |x| > k * rms(x) skips FP8 and is added back in BF16
+};
+
+// One entry of precision.layers: a glob over layer names ('*' matches any run of characters)
+// and the formats it sets; unset formats keep what the preset (or an earlier entry) chose.
+struct LayerOverride {
+    std::string match;
+    std::optional<NumberFormat> forward, dgrad, wgrad;
+};
+
+enum class GemmBackend { Auto, Emulated, Native };
+
+struct PrecisionConfig {
+    std::string preset = "fp32"; // fp32 | bf16 | fp16 | fp8-hybrid | fp8-hybrid-keep-ends
+    std::vector<LayerOverride> layers;
+    Fp8Recipe fp8;
+    std::string loss_scaling_mode = "auto"; // auto (dynamic when any GEMM is FP16) | dynamic | static | off
+    LossScalingConfig loss_scaling;         // mode filled in by resolve_loss_scaling
+    GemmBackend backend = GemmBackend::Auto;
+};
+
+std::vector<std::string> precision_preset_names();
+bool glob_match(const std::string& pattern, const std::string& name);
+
+// Formats for one layer: `blocks.N.attn.qkv|proj`, `blocks.N.mlp.fc1|fc2`, `lm_head`, or
+// `blocks.N.attn.sdpa` for the attention score and value products.
+GemmFormats resolve_layer_formats(const PrecisionConfig& config, const std::string& layer_name, int64_t n_layer);
+LossScalingConfig resolve_loss_scaling(const PrecisionConfig& config, bool any_fp16_gemm);
+
+const char* fp8_scaling_name(Fp8Scaling scaling);
+std::optional<Fp8Scaling> parse_fp8_scaling(const std::string& name);
+
+} // namespace mantissa

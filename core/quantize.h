@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// Fake quantisation: round FP32 values to a format exactly as the hardware would, and hand
+// them back as FP32, so an FP32 GEMM on the result computes what a BF16/FP16/FP8 tensor
+// core computes (exact products, FP32 accumulation) up to summation order.
+
+#include <torch/torch.h>
+
+#include "number_format.h"
+
+namespace mantissa {
+
+// What happens to values beyond the format's max finite value.
+enum class Overflow {
+    Saturate,  // clamp to +-max first, as TransformerEngine and torchao do for FP8
+    Propagate, // IEEE: +-inf where the format has it; E4M3 has none and gives NaN (OCP non-saturating)
+};
+
+// Rounds to `format` (round-to-nearest-even, subnormals kept; TF32 rounds ties away from zero
+// like cvt.rna.tf32.f32) and returns FP32. The casts are LibTorch's own, so emulated and
+// native runs round identically; overflow is handled here explicitly because LibTorch
+// versions differ (2.13 saturates float->E4M3 casts, older ones gave NaN).
+torch::Tensor round_to_format(const torch::Tensor& x, NumberFormat format, Overflow overflow);
+
+// TF32 rounding of FP32 bit patterns (ties away from zero), exposed for tests.
+torch::Tensor round_to_tf32(const torch::Tensor& x);
+
+// GEMM outputs are rounded to the output dtype: the format itself for 16-bit formats, BF16
+// for FP8 GEMMs (TransformerEngine's default output type), FP32 otherwise.
+NumberFormat gemm_output_format(NumberFormat operand_format);
+
+} // namespace mantissa
