@@ -44,9 +44,9 @@ public:
     torch::Tensor gemm(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
                        const torch::Tensor& bias = {});
     const Fp8Recipe& recipe() const { return recipe_; }
+    DelayedScaling& delayed(OperandRole role);
 
 private:
-    DelayedScaling& delayed(OperandRole role);
     bool use_native(const torch::Tensor& t) const;
 
     std::string name_;

@@ -1,0 +1,399 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// Number formats, FP8 scaling recipes and the loss scaler, against hand-computed bit
+// patterns and PyTorch's own rules.
+
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include "fp8_scaling.h"
+#include "loss_scaler.h"
+#include "quantize.h"
+
+// Qt after LibTorch: Qt's `slots` macro would break torch's IValue::slots().
+#include <QtTest>
+
+using namespace mantissa;
+
+namespace {
+
+// Bits of the value `round_to_format` produced, re-encoded in the format.
+int64_t bits_of(float v, NumberFormat f)
+{
+    auto t = torch::tensor({v});
+    switch (f) {
+    case NumberFormat::FP16: return t.to(torch::kHalf).view(torch::kShort).item<int16_t>() & 0xFFFF;
+    case NumberFormat::BF16: return t.to(torch::kBFloat16).view(torch::kShort).item<int16_t>() & 0xFFFF;
+    case NumberFormat::E4M3: return t.to(torch::kFloat8_e4m3fn).view(torch::kByte).item<uint8_t>();
+    case NumberFormat::E5M2: return t.to(torch::kFloat8_e5m2).view(torch::kByte).item<uint8_t>();
+    default: return t.view(torch::kInt32).item<int32_t>();
+    }
+}
+
+float round1(float v, NumberFormat f, Overflow o = Overflow::Propagate)
+{
+    return round_to_format(torch::tensor({v}), f, o).item<float>();
+}
+
+} // namespace
+
+Q_DECLARE_METATYPE(mantissa::NumberFormat)
+Q_DECLARE_METATYPE(mantissa::Overflow)
+
+class TestNumerics : public QObject {
+    Q_OBJECT
+private slots:
+    void formatTable()
+    {
+        // docs/NUMERICS.md, shared/design/numerics.md
+        QCOMPARE(format_info(NumberFormat::E4M3).max_finite, 448.0);
+        QCOMPARE(format_info(NumberFormat::E5M2).max_finite, 57344.0);
+        QCOMPARE(format_info(NumberFormat::FP16).max_finite, 65504.0);
+        QCOMPARE(format_info(NumberFormat::FP16).min_subnormal, std::ldexp(1.0, -24));
+        QCOMPARE(format_info(NumberFormat::E4M3).min_subnormal, std::ldexp(1.0, -9));
+        QCOMPARE(format_info(NumberFormat::E5M2).min_subnormal, std::ldexp(1.0, -16));
+        QCOMPARE(format_info(NumberFormat::BF16).min_subnormal, std::ldexp(1.0, -133));
+        QCOMPARE(float(format_info(NumberFormat::BF16).max_finite), 3.3895314e38f);
+        QVERIFY(!format_info(NumberFormat::E4M3).has_infinity);
+        QCOMPARE(parse_number_format("e5m2").value(), NumberFormat::E5M2);
+        QVERIFY(!parse_number_format("fp8").has_value());
+    }
+
+    void rounding_data()
+    {
+        QTest::addColumn<NumberFormat>("format");
+        QTest::addColumn<Overflow>("overflow");
+        QTest::addColumn<double>("input");
+        QTest::addColumn<double>("expected");
+        QTest::addColumn<qlonglong>("bits"); // -1: NaN, bits not checked
+        const auto S = Overflow::Saturate, P = Overflow::Propagate;
+        const double inf = std::numeric_limits<double>::infinity();
+        const auto E4 = NumberFormat::E4M3, E5 = NumberFormat::E5M2, H = NumberFormat::FP16, B = NumberFormat::BF16;
+        // E4M3: S.EEEE.MMM, bias 7, no infinity
+        QTest::newRow("e4m3 one") << E4 << P << 1.0 << 1.0 << 0x38LL;
+        QTest::newRow("e4m3 max") << E4 << P << 448.0 << 448.0 << 0x7ELL;
+        QTest::newRow("e4m3 -max") << E4 << P << -448.0 << -448.0 << 0xFELL;
+        QTest::newRow("e4m3 min normal") << E4 << P << std::ldexp(1.0, -6) << std::ldexp(1.0, -6) << 0x08LL;
+        QTest::newRow("e4m3 min subnormal") << E4 << P << std::ldexp(1.0, -9) << std::ldexp(1.0, -9) << 0x01LL;
+        QTest::newRow("e4m3 half min subnormal ties to zero") << E4 << P << std::ldexp(1.0, -10) << 0.0 << 0x00LL;
+        QTest::newRow("e4m3 above half min subnormal") << E4 << P << 1.5 * std::ldexp(1.0, -10) << std::ldexp(1.0, -9) << 0x01LL;
+        QTest::newRow("e4m3 tie to even down") << E4 << P << 1.0625 << 1.0 << 0x38LL;
+        QTest::newRow("e4m3 tie to even up") << E4 << P << 1.1875 << 1.25 << 0x3ALL;
+        QTest::newRow("e4m3 464 ties to 448") << E4 << P << 464.0 << 448.0 << 0x7ELL;
+        QTest::newRow("e4m3 overflow is NaN") << E4 << P << 464.5 << qQNaN() << -1LL;
+        QTest::newRow("e4m3 inf is NaN") << E4 << P << inf << qQNaN() << -1LL;
+        QTest::newRow("e4m3 saturates") << E4 << S << 1000.0 << 448.0 << 0x7ELL;
+        QTest::newRow("e4m3 saturates inf") << E4 << S << -inf << -448.0 << 0xFELL;
+        QTest::newRow("e4m3 NaN stays NaN") << E4 << S << qQNaN() << qQNaN() << -1LL;
+        // E5M2: S.EEEEE.MM, bias 15
+        QTest::newRow("e5m2 one") << E5 << P << 1.0 << 1.0 << 0x3CLL;
+        QTest::newRow("e5m2 max") << E5 << P << 57344.0 << 57344.0 << 0x7BLL;
+        QTest::newRow("e5m2 min normal") << E5 << P << std::ldexp(1.0, -14) << std::ldexp(1.0, -14) << 0x04LL;
+        QTest::newRow("e5m2 min subnormal") << E5 << P << std::ldexp(1.0, -16) << std::ldexp(1.0, -16) << 0x01LL;
+        QTest::newRow("e5m2 underflow tie") << E5 << P << std::ldexp(1.0, -17) << 0.0 << 0x00LL;
+        QTest::newRow("e5m2 overflow tie to inf") << E5 << P << 61440.0 << inf << 0x7CLL;
+        QTest::newRow("e5m2 saturates") << E5 << S << 61440.0 << 57344.0 << 0x7BLL;
+        // FP16
+        QTest::newRow("fp16 max") << H << P << 65504.0 << 65504.0 << 0x7BFFLL;
+        QTest::newRow("fp16 below overflow tie") << H << P << 65519.0 << 65504.0 << 0x7BFFLL;
+        QTest::newRow("fp16 overflow") << H << P << 65520.0 << inf << 0x7C00LL;
+        QTest::newRow("fp16 saturate") << H << S << 1e6 << 65504.0 << 0x7BFFLL;
+        QTest::newRow("fp16 min normal") << H << P << std::ldexp(1.0, -14) << std::ldexp(1.0, -14) << 0x0400LL;
+        QTest::newRow("fp16 min subnormal") << H << P << std::ldexp(1.0, -24) << std::ldexp(1.0, -24) << 0x0001LL;
+        QTest::newRow("fp16 half min subnormal") << H << P << std::ldexp(1.0, -25) << 0.0 << 0x0000LL;
+        QTest::newRow("fp16 1.5 half min subnormal") << H << P << 1.5 * std::ldexp(1.0, -25) << std::ldexp(1.0, -24) << 0x0001LL;
+        // BF16
+        QTest::newRow("bf16 tie to even down") << B << P << 1.0 + std::ldexp(1.0, -8) << 1.0 << 0x3F80LL;
+        QTest::newRow("bf16 tie to even up") << B << P << 1.0 + 3 * std::ldexp(1.0, -8) << 1.0 + std::ldexp(1.0, -6) << 0x3F82LL;
+        QTest::newRow("bf16 max") << B << P << 3.3895313892515355e38 << 3.3895313892515355e38 << 0x7F7FLL;
+        QTest::newRow("bf16 min subnormal") << B << P << std::ldexp(1.0, -133) << std::ldexp(1.0, -133) << 0x0001LL;
+        QTest::newRow("bf16 half min subnormal") << B << P << std::ldexp(1.0, -134) << 0.0 << 0x0000LL;
+    }
+    void rounding()
+    {
+        QFETCH(NumberFormat, format);
+        QFETCH(Overflow, overflow);
+        QFETCH(double, input);
+        QFETCH(double, expected);
+        QFETCH(qlonglong, bits);
+        const float got = round1(static_cast<float>(input), format, overflow);
+        if (std::isnan(expected)) {
+            QVERIFY2(std::isnan(got), qPrintable(QString::number(got)));
+            return;
+        }
+        QCOMPARE(got, static_cast<float>(expected));
+        QCOMPARE(bits_of(got, format), bits);
+    }
+
+    // Where our rounding and LibTorch's plain cast must agree: everything in range.
+    void matchesLibTorchCastsInRange_data()
+    {
+        QTest::addColumn<NumberFormat>("format");
+        QTest::newRow("bf16") << NumberFormat::BF16;
+        QTest::newRow("fp16") << NumberFormat::FP16;
+        QTest::newRow("e4m3") << NumberFormat::E4M3;
+        QTest::newRow("e5m2") << NumberFormat::E5M2;
+    }
+    void matchesLibTorchCastsInRange()
+    {
+        QFETCH(NumberFormat, format);
+        torch::manual_seed(0);
+        const double max = format_info(format).max_finite;
+        // Log-uniform magnitudes from deep subnormal to the max, both signs.
+        auto lo = std::log2(format_info(format).min_subnormal) - 2, hi = std::log2(max) - 0.01;
+        auto x = torch::exp2(torch::rand({200000}) * (hi - lo) + lo) * (torch::randint(0, 2, {200000}) * 2 - 1);
+        const auto dtype = format == NumberFormat::BF16 ? torch::kBFloat16
+                         : format == NumberFormat::FP16 ? torch::kHalf
+                         : format == NumberFormat::E4M3 ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2;
+        const auto ours = round_to_format(x, format, Overflow::Propagate);
+        const auto torch_cast = x.to(dtype).to(torch::kFloat32);
+        QVERIFY(torch::equal(ours, torch_cast));
+        QVERIFY(ours.eq(0).sum().item<int64_t>() > 0); // the range reached underflow
+    }
+
+    // LibTorch 2.13 saturates float->E4M3 casts (older releases gave NaN); our Propagate mode
+    // is explicit so emulation does not depend on the LibTorch version.
+    void libTorchE4m3CastBehaviourIsKnown()
+    {
+        const auto cast = torch::tensor({500.0f}).to(torch::kFloat8_e4m3fn).to(torch::kFloat32).item<float>();
+        QVERIFY2(cast == 448.0f || std::isnan(cast), qPrintable(QString::number(cast)));
+        QVERIFY(std::isnan(round1(500.0f, NumberFormat::E4M3, Overflow::Propagate)));
+        QCOMPARE(round1(500.0f, NumberFormat::E4M3, Overflow::Saturate), 448.0f);
+    }
+
+    void tf32RoundsTiesAwayFromZero_data()
+    {
+        QTest::addColumn<double>("input");
+        QTest::addColumn<double>("expected");
+        const double ulp = std::ldexp(1.0, -10);
+        QTest::newRow("exact") << 1.0 + ulp << 1.0 + ulp;
+        QTest::newRow("below half") << 1.0 + std::ldexp(1.0, -12) << 1.0;
+        QTest::newRow("tie away (even would go down)") << 1.0 + ulp / 2 << 1.0 + ulp;
+        QTest::newRow("tie away (odd)") << 1.0 + 1.5 * ulp << 1.0 + 2 * ulp;
+        QTest::newRow("negative tie") << -(1.0 + ulp / 2) << -(1.0 + ulp);
+        QTest::newRow("carry into exponent") << 2.0 - ulp / 2 << 2.0;
+    }
+    void tf32RoundsTiesAwayFromZero()
+    {
+        QFETCH(double, input);
+        QFETCH(double, expected);
+        QCOMPARE(round1(static_cast<float>(input), NumberFormat::TF32), static_cast<float>(expected));
+    }
+
+    void tf32KeepsSpecials()
+    {
+        auto x = torch::tensor({std::numeric_limits<float>::infinity(), -0.0f, std::numeric_limits<float>::quiet_NaN()});
+        auto r = round_to_tf32(x);
+        QVERIFY(std::isinf(r[0].item<float>()));
+        QVERIFY(std::signbit(r[1].item<float>()));
+        QVERIFY(std::isnan(r[2].item<float>()));
+    }
+
+    void gemmOutputFormats()
+    {
+        QCOMPARE(gemm_output_format(NumberFormat::E4M3), NumberFormat::BF16);
+        QCOMPARE(gemm_output_format(NumberFormat::FP16), NumberFormat::FP16);
+        QCOMPARE(gemm_output_format(NumberFormat::TF32), NumberFormat::FP32);
+    }
+
+    // --- FP8 scaling -------------------------------------------------------------------
+
+    void delayedScalingSequence_data()
+    {
+        QTest::addColumn<bool>("useMax");
+        QTest::addColumn<int>("margin");
+        QTest::addColumn<QList<double>>("expected"); // scale after each record
+        // amax stream 2, 4, 1, 0.5, 0.25, 0, 8, NaN with a history of 4
+        QTest::newRow("max") << true << 0 << QList<double>{224, 112, 112, 112, 112, 448, 56, 56};
+        QTest::newRow("most_recent") << false << 0 << QList<double>{224, 112, 448, 896, 1792, 1792, 56, 56};
+        QTest::newRow("max, margin 1") << true << 1 << QList<double>{112, 56, 56, 56, 56, 224, 28, 28};
+    }
+    void delayedScalingSequence()
+    {
+        QFETCH(bool, useMax);
+        QFETCH(int, margin);
+        QFETCH(QList<double>, expected);
+        DelayedScaling s(4);
+        QCOMPARE(s.scale(), 1.0f); // TE starts at 1
+        const float stream[] = {2, 4, 1, 0.5f, 0.25f, 0, 8, std::numeric_limits<float>::quiet_NaN()};
+        for (int i = 0; i < 8; ++i) {
+            s.record(stream[i], 448.0, useMax, margin);
+            QVERIFY2(s.scale() == static_cast<float>(expected[i]),
+                     qPrintable(QString("record %1: scale %2, expected %3").arg(i).arg(s.scale()).arg(expected[i])));
+        }
+        QCOMPARE(s.history().size(), size_t(4));
+        s.reset();
+        QCOMPARE(s.scale(), 1.0f);
+        QCOMPARE(s.history()[0], 0.0f);
+    }
+
+    void delayedQuantisationUsesThePreviousScale()
+    {
+        Fp8Recipe r; // delayed, max, margin 0, saturate
+        DelayedScaling state(16);
+        auto x = torch::tensor({1.0f, -2.0f, 0.5f});
+        // Step 1: scale 1 (nothing recorded yet): plain E4M3 values.
+        auto q1 = quantize_fp8(x, NumberFormat::E4M3, r, -1, &state);
+        QCOMPARE(q1.scale, 1.0f);
+        QCOMPARE(q1.amax, 2.0f);
+        QVERIFY(torch::equal(q1.values, x));
+        // Step 2: scale from step 1's amax: 448 / 2 = 224. 3.0 * 224 = 672 saturates to 448.
+        auto q2 = quantize_fp8(torch::tensor({3.0f, 1.0f}), NumberFormat::E4M3, r, -1, &state);
+        QCOMPARE(q2.scale, 224.0f);
+        QCOMPARE(q2.values[0].item<float>(), 448.0f * (1.0f / 224.0f));
+        QCOMPARE(q2.values[1].item<float>(), 1.0f);
+        QCOMPARE(state.scale(), 448.0f / 3.0f);
+    }
+
+    void currentScaling()
+    {
+        Fp8Recipe r;
+        r.scaling = Fp8Scaling::Current;
+        auto q = quantize_fp8(torch::tensor({3.0f, 1e-3f}), NumberFormat::E4M3, r, -1, nullptr);
+        const float scale = 448.0f / 3.0f;
+        QCOMPARE(q.scale, scale);
+        // 1e-3 * 149.33 = 0.1493 -> E4M3 step 2^-6 in [0.125, 0.25): 0.15625
+        QCOMPARE(q.values[1].item<float>(), 0.15625f * (1.0f / scale));
+        QCOMPARE(q.values[0].item<float>(), 448.0f * (1.0f / scale));
+    }
+
+    void rowwiseScalingUsesPowersOfTwo()
+    {
+        Fp8Recipe r;
+        r.scaling = Fp8Scaling::PerRow;
+        auto x = torch::tensor({1.0f, 2.0f, 100.0f, 0.5f}).view({2, 2});
+        auto q = quantize_fp8(x, NumberFormat::E4M3, r, /*contraction_dim=*/1, nullptr).values;
+        // Row 0: scale 2^floor(log2(224)) = 128, exact. Row 1: scale 4; 400 is a tie between
+        // 384 and 416 and goes to even (384), so 100 -> 96.
+        QCOMPARE(q[0][0].item<float>(), 1.0f);
+        QCOMPARE(q[0][1].item<float>(), 2.0f);
+        QCOMPARE(q[1][0].item<float>(), 96.0f);
+        QCOMPARE(q[1][1].item<float>(), 0.5f);
+        // Contracting over dim 0 groups by column instead: column 0 has amax 100.
+        auto qc = quantize_fp8(x, NumberFormat::E4M3, r, 0, nullptr).values;
+        QCOMPARE(qc[1][0].item<float>(), 96.0f);
+        QCOMPARE(qc[0][1].item<float>(), 2.0f); // column 1: amax 2, scale 128
+    }
+
+    void mxfp8Blocks_data()
+    {
+        QTest::addColumn<bool>("roundUp");
+        QTest::addColumn<double>("expectedMax");
+        // Block amax 1.9: floor rule gives 2^(0-8); 1.9 * 256 = 486 saturates to 448 -> 1.75.
+        // Rounding the exponent up gives 2^-7: 1.9 * 128 = 243.2 -> 240 -> 1.875.
+        QTest::newRow("OCP floor") << false << 1.75;
+        QTest::newRow("round up") << true << 1.875;
+    }
+    void mxfp8Blocks()
+    {
+        QFETCH(bool, roundUp);
+        QFETCH(double, expectedMax);
+        Fp8Recipe r;
+        r.scaling = Fp8Scaling::Block32;
+        r.mx_round_scale_up = roundUp;
+        // Two rows of 40 values: blocks [0, 32) and [32, 40) (padded) per row.
+        auto x = torch::full({2, 40}, 0.3f);
+        x[0][0] = 1.9f;
+        x[0][35] = 1e-3f; // alone in its block with 0.3s: its own scale
+        auto q = quantize_fp8(x, NumberFormat::E4M3, r, 1, nullptr).values;
+        QCOMPARE(q.sizes(), x.sizes());
+        QCOMPARE(q[0][0].item<float>(), static_cast<float>(expectedMax));
+        if (!roundUp) {
+            // First block exponent -8: 0.3 * 256 = 76.8 -> 80 -> 0.3125.
+            QCOMPARE(q[0][1].item<float>(), 0.3125f);
+            // Second block amax 0.3: floor(log2 0.3) - 8 = -10: 0.3 * 1024 = 307.2 -> 320 -> 0.3125;
+            // 1e-3 * 1024 = 1.024 -> 1.0 -> 2^-10.
+            QCOMPARE(q[0][35].item<float>(), std::ldexp(1.0f, -10));
+        }
+        QCOMPARE(q[1][0].item<float>(), q[1][39].item<float>()); // rows are independent
+    }
+
+    void outliersBypassFp8()
+    {
+        auto x = torch::full({100}, 0.01f);
+        x[99] = 100.0f;
+        Fp8Recipe r;
+        r.scaling = Fp8Scaling::Current;
+        const auto plain = quantize_fp8(x, NumberFormat::E4M3, r, -1, nullptr).values;
+        r.outlier_rms_multiple = 3.0;
+        const auto split = quantize_fp8(x, NumberFormat::E4M3, r, -1, nullptr).values;
+        // Without: the 100 sets the scale and 0.01 lands at 0.0096 (4% off).
+        QVERIFY(std::abs(plain[0].item<float>() - 0.01f) > 3e-4f);
+        // With: 0.01 gets its own scale (exact), 100 travels in BF16 (exact).
+        QVERIFY(std::abs(split[0].item<float>() - 0.01f) < 1e-8f);
+        QCOMPARE(split[99].item<float>(), 100.0f);
+    }
+
+    // --- loss scaling -------------------------------------------------------------------
+
+    void dynamicScalerMatchesPyTorch()
+    {
+        // Expected from torch._amp_update_scale_(scale, tracker, found_inf, 2.0, 0.5, 3) on
+        // PyTorch 2.13 with this found_inf sequence.
+        const int found[] = {0, 0, 0, 0, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0};
+        const double scale[] = {65536, 65536, 131072, 131072, 65536, 65536, 65536, 131072,
+                                65536, 32768, 32768, 32768, 65536, 65536, 65536, 131072};
+        const int tracker[] = {1, 2, 0, 1, 0, 1, 2, 0, 0, 0, 1, 2, 0, 1, 2, 0};
+        LossScalingConfig c;
+        c.mode = LossScalingMode::Dynamic;
+        c.growth_interval = 3;
+        LossScaler s(c);
+        QCOMPARE(s.scale(), 65536.0);
+        for (int i = 0; i < 16; ++i) {
+            const auto outcome = s.update(found[i] != 0);
+            QCOMPARE(s.scale(), scale[i]);
+            QCOMPARE(s.growth_tracker(), int64_t(tracker[i]));
+            if (found[i]) QCOMPARE(outcome, LossScaler::Outcome::SkippedAndBackedOff);
+        }
+    }
+
+    void pytorchDefaults()
+    {
+        LossScalingConfig c;
+        QCOMPARE(c.init_scale, 65536.0);
+        QCOMPARE(c.growth_factor, 2.0);
+        QCOMPARE(c.backoff_factor, 0.5);
+        QCOMPARE(c.growth_interval, int64_t(2000));
+    }
+
+    void minimumScaleAndHysteresis()
+    {
+        LossScalingConfig c;
+        c.mode = LossScalingMode::Dynamic;
+        c.init_scale = 4.0;
+        c.min_scale = 1.0;
+        c.hysteresis = 2;
+        c.growth_interval = 2;
+        LossScaler s(c);
+        QCOMPARE(s.update(true), LossScaler::Outcome::Skipped); // first overflow tolerated
+        QCOMPARE(s.scale(), 4.0);
+        QCOMPARE(s.update(true), LossScaler::Outcome::SkippedAndBackedOff);
+        QCOMPARE(s.scale(), 2.0);
+        QCOMPARE(s.update(false), LossScaler::Outcome::Clean);
+        QCOMPARE(s.update(true), LossScaler::Outcome::SkippedAndBackedOff); // not refilled until growth
+        QCOMPARE(s.scale(), 1.0);
+        QCOMPARE(s.update(true), LossScaler::Outcome::SkippedAndBackedOff);
+        QCOMPARE(s.scale(), 1.0); // the floor
+        QCOMPARE(s.update(false), LossScaler::Outcome::Clean);
+        QCOMPARE(s.update(false), LossScaler::Outcome::Grew);
+        QCOMPARE(s.scale(), 2.0);
+        QCOMPARE(s.update(true), LossScaler::Outcome::Skipped); // refilled by the growth
+    }
+
+    void offAndStatic()
+    {
+        LossScalingConfig c;
+        LossScaler off(c);
+        QCOMPARE(off.scale(), 1.0);
+        QCOMPARE(off.update(true), LossScaler::Outcome::Skipped);
+        c.mode = LossScalingMode::Static;
+        c.init_scale = 1024.0;
+        LossScaler fixed(c);
+        fixed.update(true);
+        fixed.update(false);
+        QCOMPARE(fixed.scale(), 1024.0);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestNumerics)
+#include "test_numerics.moc"

@@ -1,0 +1,345 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The precision engine end to end: per-layer policies, emulated GEMMs against an FP64
+// reference, gradient underflow and loss scaling, and a policy change mid-run.
+
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include "layer_gemm.h"
+#include "precision_policy.h"
+#include "project_config.h"
+#include "trainer.h"
+
+// Qt after LibTorch: Qt's `slots` macro would break torch's IValue::slots().
+#include <QtTest>
+
+using namespace mantissa;
+
+namespace {
+
+struct Recorder : TelemetrySink {
+    std::vector<StepMetrics> steps;
+    std::vector<RunEvent> events;
+    std::function<void(const StepMetrics&)> hook;
+    void on_step(const StepMetrics& m) override
+    {
+        steps.push_back(m);
+        if (hook) hook(m);
+    }
+    void on_eval(const EvalMetrics&) override {}
+    void on_event(const RunEvent& e) override { events.push_back(e); }
+    const RunEvent* find(const std::string& kind) const
+    {
+        for (const auto& e : events)
+            if (e.kind == kind) return &e;
+        return nullptr;
+    }
+};
+
+ProjectConfig golden_project() { return load_project_file(MANTISSA_TEST_DATA_DIR "/golden_project.json"); }
+
+double relative_rms_error(const torch::Tensor& got, const torch::Tensor& reference)
+{
+    const auto diff = got.to(torch::kFloat64) - reference;
+    return (diff.square().mean().sqrt() / reference.square().mean().sqrt()).item<double>();
+}
+
+GemmFormats uniform(NumberFormat f) { return {f, f, f}; }
+
+} // namespace
+
+Q_DECLARE_METATYPE(mantissa::NumberFormat)
+
+class TestPrecision : public QObject {
+    Q_OBJECT
+private slots:
+    void globMatching_data()
+    {
+        QTest::addColumn<QString>("pattern");
+        QTest::addColumn<QString>("name");
+        QTest::addColumn<bool>("matches");
+        QTest::newRow("mlp of any block") << "blocks.*.mlp.*" << "blocks.12.mlp.fc1" << true;
+        QTest::newRow("not attention") << "blocks.*.mlp.*" << "blocks.1.attn.qkv" << false;
+        QTest::newRow("exact") << "lm_head" << "lm_head" << true;
+        QTest::newRow("exact mismatch") << "lm_head" << "lm_head2" << false;
+        QTest::newRow("star everything") << "*" << "blocks.0.attn.sdpa" << true;
+        QTest::newRow("suffix") << "*.fc2" << "blocks.3.mlp.fc2" << true;
+        QTest::newRow("backtracking") << "b*s.*.a*" << "blocks.0.attn.qkv" << true;
+    }
+    void globMatching()
+    {
+        QFETCH(QString, pattern);
+        QFETCH(QString, name);
+        QFETCH(bool, matches);
+        QCOMPARE(glob_match(pattern.toStdString(), name.toStdString()), matches);
+    }
+
+    void presetsAndOverrides_data()
+    {
+        QTest::addColumn<QString>("preset");
+        QTest::addColumn<QString>("layer");
+        QTest::addColumn<QString>("expected");
+        QTest::newRow("fp32") << "fp32" << "blocks.1.mlp.fc1" << "fp32/fp32/fp32";
+        QTest::newRow("bf16") << "bf16" << "blocks.1.attn.sdpa" << "bf16/bf16/bf16";
+        QTest::newRow("hybrid linear") << "fp8-hybrid" << "blocks.1.mlp.fc1" << "e4m3/e5m2/e5m2";
+        QTest::newRow("hybrid attention in bf16") << "fp8-hybrid" << "blocks.1.attn.sdpa" << "bf16/bf16/bf16";
+        QTest::newRow("hybrid lm_head") << "fp8-hybrid" << "lm_head" << "e4m3/e5m2/e5m2";
+        QTest::newRow("keep-ends first") << "fp8-hybrid-keep-ends" << "blocks.0.attn.qkv" << "bf16/bf16/bf16";
+        QTest::newRow("keep-ends middle") << "fp8-hybrid-keep-ends" << "blocks.2.mlp.fc2" << "e4m3/e5m2/e5m2";
+        QTest::newRow("keep-ends last") << "fp8-hybrid-keep-ends" << "blocks.3.mlp.fc2" << "bf16/bf16/bf16";
+        QTest::newRow("keep-ends head") << "fp8-hybrid-keep-ends" << "lm_head" << "bf16/bf16/bf16";
+        QTest::newRow("override mlp wgrad") << "bf16" << "blocks.2.mlp.fc1" << "bf16/bf16/fp32";
+        QTest::newRow("override later wins") << "bf16" << "lm_head" << "fp16/fp16/fp16";
+    }
+    void presetsAndOverrides()
+    {
+        QFETCH(QString, preset);
+        QFETCH(QString, layer);
+        QFETCH(QString, expected);
+        PrecisionConfig c;
+        c.preset = preset.toStdString();
+        if (preset == "bf16") {
+            c.layers.push_back({"blocks.*.mlp.*", std::nullopt, std::nullopt, NumberFormat::FP32});
+            c.layers.push_back({"lm_*", NumberFormat::FP32, NumberFormat::FP32, NumberFormat::FP32});
+            c.layers.push_back({"lm_head", NumberFormat::FP16, NumberFormat::FP16, NumberFormat::FP16});
+        }
+        QCOMPARE(QString::fromStdString(resolve_layer_formats(c, layer.toStdString(), 4).describe()), expected);
+    }
+
+    void projectFileOverridesAreValidated()
+    {
+        auto c = load_project_json(
+            R"({"precision": {"preset": "fp8-hybrid", "layers": [{"match": "lm_head", "format": "bf16"}],
+                "fp8": {"scaling": "mxfp8"}}})", "");
+        QCOMPARE(c.precision.layers.size(), size_t(1));
+        QCOMPARE(resolve_layer_formats(c.precision, "lm_head", 2).describe(), std::string("bf16/bf16/bf16"));
+        QCOMPARE(c.precision.fp8.scaling, Fp8Scaling::Block32);
+        const std::pair<const char*, const char*> bad[] = {
+            {R"({"precision": {"layers": [{"match": "x", "forward": "fp12"}]}})",
+             "precision.layers[0].forward: 'fp12' is not one of fp32, tf32, bf16, fp16, e4m3, e5m2"},
+            {R"({"precision": {"layers": [{"forward": "bf16"}]}})", "precision.layers[0].match: is required"},
+            {R"({"precision": {"layers": [{"match": "x", "fwd": "bf16"}]}})", "precision.layers[0].fwd: unknown key"},
+            {R"({"precision": {"fp8": {"scaling": "tensorwise"}}})", "precision.fp8.scaling: 'tensorwise'"},
+            {R"({"precision": {"loss_scaling": {"backoff_factor": 2.0}}})", "precision.loss_scaling.backoff_factor"},
+            {R"({"precision": {"preset": "int8"}})", "precision.preset: 'int8' is not one of fp32, bf16"},
+        };
+        for (const auto& [json, message] : bad) {
+            try {
+                load_project_json(json, "");
+                QFAIL(json);
+            } catch (const ConfigError& e) {
+                QVERIFY2(std::string(e.what()).find(message) != std::string::npos, e.what());
+            }
+        }
+    }
+
+    // Emulated BF16 / FP16 linear, forward and backward, against FP64. The error must be
+    // the format's (operand rounding, FP32 accumulation, output rounding), not zero and not more.
+    void emulatedLinearAgainstFp64_data()
+    {
+        QTest::addColumn<NumberFormat>("format");
+        QTest::addColumn<double>("minError");
+        QTest::addColumn<double>("maxError");
+        // unit roundoff u = 2^-8 (bf16), 2^-11 (fp16); three roundings of ~u/sqrt(3) RMS each
+        QTest::newRow("bf16") << NumberFormat::BF16 << 5e-4 << 6e-3;
+        QTest::newRow("fp16") << NumberFormat::FP16 << 6e-5 << 8e-4;
+        QTest::newRow("fp32") << NumberFormat::FP32 << 0.0 << 1e-6;
+    }
+    void emulatedLinearAgainstFp64()
+    {
+        QFETCH(NumberFormat, format);
+        QFETCH(double, minError);
+        QFETCH(double, maxError);
+        torch::manual_seed(3);
+        auto x = torch::randn({64, 256}, torch::requires_grad());
+        auto w = (torch::randn({128, 256}) * 0.05).requires_grad_();
+        auto b = (torch::randn({128}) * 0.1).requires_grad_();
+        auto dy = torch::randn({64, 128});
+        LayerGemm layer("test.fc", uniform(format), Fp8Recipe{}, GemmBackend::Emulated);
+        auto y = layer.linear(x, w, b);
+        y.backward(dy);
+
+        const auto x64 = x.detach().to(torch::kFloat64), w64 = w.detach().to(torch::kFloat64);
+        const auto dy64 = dy.to(torch::kFloat64);
+        const auto y_ref = x64.matmul(w64.t()) + b.detach().to(torch::kFloat64);
+        const auto dx_ref = dy64.matmul(w64);
+        const auto dw_ref = dy64.t().matmul(x64);
+        for (const auto& [got, ref, what] : {std::tuple{y.detach(), y_ref, "y"}, std::tuple{x.grad(), dx_ref, "dx"},
+                                             std::tuple{w.grad(), dw_ref, "dW"}}) {
+            const double err = relative_rms_error(got, ref);
+            QVERIFY2(err >= minError && err <= maxError, qPrintable(QString("%1: relative RMS error %2").arg(what).arg(err)));
+        }
+        QVERIFY(torch::allclose(b.grad(), dy.sum(0)));
+        if (format == NumberFormat::FP32) return;
+        // Bit-level: the output is exactly representable in the format...
+        QVERIFY(torch::equal(y.detach(), round_to_format(y.detach(), format, Overflow::Propagate)));
+        // ...and equals an FP32 GEMM on rounded operands, rounded once (addmm = the same kernel).
+        const auto expected = round_to_format(
+            at::addmm(b.detach(), round_to_format(x.detach(), format, Overflow::Propagate),
+                      round_to_format(w.detach(), format, Overflow::Propagate).t()),
+            format, Overflow::Propagate);
+        QVERIFY(torch::equal(y.detach(), expected));
+    }
+
+    void fp8HybridLinearIsCloseButLossy()
+    {
+        torch::manual_seed(4);
+        auto x = torch::randn({64, 256}, torch::requires_grad());
+        auto w = (torch::randn({128, 256}) * 0.05).requires_grad_();
+        Fp8Recipe recipe;
+        recipe.scaling = Fp8Scaling::Current;
+        LayerGemm layer("test.fc", {NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2}, recipe,
+                        GemmBackend::Emulated);
+        auto y = layer.linear(x, w, {});
+        y.backward(torch::randn({64, 128}));
+        const double err = relative_rms_error(y.detach(), x.detach().to(torch::kFloat64).matmul(w.detach().to(torch::kFloat64).t()));
+        QVERIFY2(err > 0.01 && err < 0.08, qPrintable(QString::number(err))); // E4M3: u = 2^-4
+        QVERIFY(torch::isfinite(w.grad()).all().item<bool>());
+        QCOMPARE(layer.backend_used(), std::string("emulated"));
+    }
+
+    // Micikevicius et al. 2017: gradients below FP16's smallest subnormal (2^-24) vanish
+    // without loss scaling; multiplying the loss by 2^16 brings them back.
+    void fp16GradientUnderflowAndLossScaling()
+    {
+        torch::manual_seed(5);
+        const auto x = torch::randn({32, 64});
+        const auto w0 = torch::randn({16, 64}) * 0.1;
+        const auto dy = torch::randn({32, 16}) * 1e-8; // tiny gradients: ~ 2^-27
+        auto weight_grad = [&](double loss_scale) {
+            auto w = w0.clone().requires_grad_();
+            auto xi = x.clone().requires_grad_();
+            LayerGemm layer("test.fc", uniform(NumberFormat::FP16), Fp8Recipe{}, GemmBackend::Emulated);
+            layer.linear(xi, w, {}).backward(dy * loss_scale);
+            return std::pair{w.grad() / loss_scale, xi.grad() / loss_scale};
+        };
+        const auto [dw_plain, dx_plain] = weight_grad(1.0);
+        const double zero_fraction = dx_plain.eq(0).to(torch::kFloat64).mean().item<double>();
+        QVERIFY2(zero_fraction > 0.9, qPrintable(QString::number(zero_fraction))); // underflow: exact zeros
+        const auto [dw_scaled, dx_scaled] = weight_grad(65536.0);
+        QCOMPARE(dx_scaled.eq(0).sum().item<int64_t>(), int64_t(0));
+        const auto dx_ref = dy.to(torch::kFloat64).matmul(w0.to(torch::kFloat64));
+        QVERIFY(relative_rms_error(dx_scaled, dx_ref) < 2e-3);
+        QVERIFY(relative_rms_error(dw_scaled, dy.t().to(torch::kFloat64).matmul(x.to(torch::kFloat64))) < 2e-3);
+    }
+
+    void presetsTrainAndTrackFp32_data()
+    {
+        QTest::addColumn<QString>("preset");
+        QTest::addColumn<double>("tolerance");
+        QTest::newRow("bf16") << "bf16" << 0.02;
+        QTest::newRow("fp16") << "fp16" << 0.02;
+        QTest::newRow("fp8-hybrid") << "fp8-hybrid" << 0.08;
+    }
+    void presetsTrainAndTrackFp32()
+    {
+        QFETCH(QString, preset);
+        QFETCH(double, tolerance);
+        auto config = golden_project();
+        config.eval.interval = 0;
+        Recorder fp32;
+        Trainer(config).run(fp32);
+        config.precision.preset = preset.toStdString();
+        Trainer trainer(config);
+        Recorder low;
+        trainer.run(low);
+        QCOMPARE(low.steps.size(), size_t(30));
+        QVERIFY(low.steps[0].train_loss != fp32.steps[0].train_loss); // really rounded
+        const double gap = std::abs(low.steps.back().train_loss - fp32.steps.back().train_loss);
+        QVERIFY2(gap < tolerance, qPrintable(QString("final loss gap %1").arg(gap)));
+        QVERIFY(low.find("layer_backends") != nullptr);
+        for (const auto& layer : trainer.layers()) QCOMPARE(layer.backend, std::string("emulated"));
+        if (preset == "fp16") QCOMPARE(low.steps[0].loss_scale, 65536.0); // auto: dynamic for FP16
+        else QCOMPARE(low.steps[0].loss_scale, 1.0);
+    }
+
+    void nonFiniteGradientsAreSkippedAndAttributed()
+    {
+        // A static scale of 1e30 overflows FP16 in the first backward GEMM (lm_head) and
+        // everything downstream of it.
+        auto config = golden_project();
+        config.training.steps = 3;
+        config.eval.interval = 0;
+        config.precision.layers.push_back({"lm_head", NumberFormat::FP16, NumberFormat::FP16, NumberFormat::FP16});
+        config.precision.loss_scaling_mode = "static";
+        config.precision.loss_scaling.init_scale = 1e30;
+        Trainer trainer(config);
+        Recorder rec;
+        const auto summary = trainer.run(rec);
+        QCOMPARE(summary.skipped_steps, int64_t(3));
+        QVERIFY(rec.steps[0].skipped);
+        const RunEvent* skipped = rec.find("step_skipped");
+        QVERIFY(skipped != nullptr);
+        QVERIFY2(skipped->message.find("non-finite gradients in wte") != std::string::npos, skipped->message.c_str());
+        QVERIFY2(skipped->message.find("blocks.0.attn.qkv") != std::string::npos, skipped->message.c_str());
+    }
+
+    void dynamicScalingBacksOffOnOverflow()
+    {
+        auto config = golden_project();
+        config.training.steps = 6;
+        config.eval.interval = 0;
+        config.precision.preset = "fp16";
+        config.precision.loss_scaling.init_scale = 1e30; // absurd start: must back off to finite grads
+        config.precision.loss_scaling.backoff_factor = 1e-10;
+        Trainer trainer(config);
+        Recorder rec;
+        trainer.run(rec);
+        QVERIFY(rec.find("loss_scale_backoff") != nullptr);
+        QVERIFY(rec.steps[0].skipped);
+        QCOMPARE(rec.steps[1].loss_scale, 1e20);
+        QVERIFY(!rec.steps.back().skipped);
+        QVERIFY(rec.steps.back().loss_scale <= 1e10);
+    }
+
+    void policyChangesMidRun()
+    {
+        auto config = golden_project();
+        config.training.steps = 10;
+        config.eval.interval = 0;
+        Recorder fp32;
+        Trainer(config).run(fp32);
+
+        Trainer trainer(config);
+        Recorder rec;
+        rec.hook = [&](const StepMetrics& m) {
+            if (m.step == 5) trainer.request_layer_formats("blocks.*.mlp.*", uniform(NumberFormat::BF16));
+        };
+        trainer.run(rec);
+        for (int i = 0; i < 5; ++i) QCOMPARE(rec.steps[size_t(i)].train_loss, fp32.steps[size_t(i)].train_loss);
+        QVERIFY(rec.steps[5].train_loss != fp32.steps[5].train_loss);
+        QVERIFY(std::abs(rec.steps[9].train_loss - fp32.steps[9].train_loss) < 0.02);
+        const RunEvent* changed = rec.find("precision_changed");
+        QVERIFY(changed != nullptr);
+        QCOMPARE(changed->step, int64_t(5));
+        QVERIFY2(changed->message.find("blocks.1.mlp.fc2") != std::string::npos, changed->message.c_str());
+        for (const auto& layer : trainer.layers()) {
+            const bool mlp = layer.name.find(".mlp.") != std::string::npos;
+            QCOMPARE(layer.formats, mlp ? uniform(NumberFormat::BF16) : uniform(NumberFormat::FP32));
+        }
+        try {
+            trainer.request_layer_formats("blocks.*.moe.*", uniform(NumberFormat::BF16));
+            QFAIL("accepted a pattern that matches nothing");
+        } catch (const ConfigError& e) {
+            QCOMPARE(std::string(e.what()), std::string("no layer matches 'blocks.*.moe.*'"));
+        }
+    }
+
+    void fp8HistoryRestartsOnPolicyChange()
+    {
+        LayerGemm layer("test.fc", {NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2}, Fp8Recipe{},
+                        GemmBackend::Emulated);
+        auto x = torch::randn({16, 32}, torch::requires_grad());
+        auto w = torch::randn({8, 32}, torch::requires_grad());
+        layer.linear(x, w, {}).sum().backward();
+        QVERIFY(layer.delayed(OperandRole::Input).scale() != 1.0f);
+        QVERIFY(layer.delayed(OperandRole::GradOutput).history()[0] > 0.0f);
+        layer.set_formats({NumberFormat::E4M3, NumberFormat::E4M3, NumberFormat::E4M3});
+        QCOMPARE(layer.delayed(OperandRole::Input).scale(), 1.0f);
+        QCOMPARE(layer.delayed(OperandRole::GradOutput).history()[0], 0.0f);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestPrecision)
+#include "test_precision.moc"
