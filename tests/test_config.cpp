@@ -87,8 +87,12 @@ private slots:
         QTest::newRow("zero batch") << R"({"training": {"batch_size": 0}})" << ""
                                     << "training.batch_size: must be at least 1";
         QTest::newRow("negative seed") << R"({"training": {"seed": -1}})" << "" << "training.seed: must be >= 0";
-        QTest::newRow("unsupported preset") << R"({"precision": {"preset": "fp8-hybrid"}})" << ""
-                                            << "precision.preset: 'fp8-hybrid' is not available yet";
+        QTest::newRow("unknown preset") << R"({"precision": {"preset": "fp4"}})" << ""
+                                        << "precision.preset: 'fp4' is not one of fp32, bf16, fp16, fp8-hybrid";
+        QTest::newRow("bad loss scaling mode") << R"({"precision": {"loss_scaling": {"mode": "auto-ish"}}})" << ""
+                                               << "precision.loss_scaling.mode: 'auto-ish' is not one of";
+        QTest::newRow("bad device") << R"({"training": {"device": "tpu"}})" << ""
+                                    << "training.device: 'tpu' is not one of auto, cpu, cuda";
         QTest::newRow("override unknown key") << "{}" << "model.depth=3" << "model.depth: unknown key";
         QTest::newRow("override wrong type") << "{}" << "training.steps=many"
                                              << "training.steps: expected an integer, got a string";

@@ -60,7 +60,7 @@ private slots:
         QVERIFY(!runs[0].finished_at.empty());
 
         const auto rows = store.scalars(id);
-        QCOMPARE(rows.size(), size_t(100 * 5 + 2));
+        QCOMPARE(rows.size(), size_t(100 * 6 + 2)); // 6 scalars a step (no skipped steps) + 2 eval
         int train_rows = 0;
         for (const auto& r : rows) {
             if (r.tag == "train/loss") {
@@ -98,10 +98,11 @@ private slots:
         sink.on_step({2, 3.5, 0.002, 1.25, 10.0, 2000.0});
         sink.on_event({2, "sample", "line1\nline2"});
         QCOMPARE(store.metrics_csv(id),
-                 std::string("step,train/loss,val/loss,eval/train_loss,lr,grad_norm,step_time_ms,tokens_per_s\n"
-                             "0,,4.5,4.25,,,,\n"
-                             "1,4,,,0.001,1.5,10,2000\n"
-                             "2,3.5,,,0.002,1.25,10,2000\n"));
+                 std::string("step,train/loss,val/loss,eval/train_loss,lr,grad_norm,step_time_ms,tokens_per_s,"
+                             "loss_scale\n"
+                             "0,,4.5,4.25,,,,,\n"
+                             "1,4,,,0.001,1.5,10,2000,1\n"
+                             "2,3.5,,,0.002,1.25,10,2000,1\n"));
         const std::string events = store.events_csv(id);
         QVERIFY(events.rfind("step,kind,message,created_at\n2,sample,\"line1\nline2\",", 0) == 0);
     }

@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// mantissa: the workbench GUI.
+//   mantissa [PROJECT] [--db PATH] [--set key=value ...]
+//   mantissa PROJECT --screenshot out.png [--steps N]   (renders the window after N steps, then quits;
+//                                                        used for the docs, works with QT_QPA_PLATFORM=offscreen)
+// Exit codes: 0 ok, 1 the run or the screenshot failed, 2 bad project or arguments.
+
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QDir>
+#include <QFileInfo>
+#include <QPixmap>
+#include <QTimer>
+
+#include <cstdio>
+#include <vector>
+
+#include "loss_plot.h"
+#include "main_window.h"
+#include "training_controller.h"
+
+using namespace mantissa;
+
+namespace {
+
+// The executable lives somewhere under the build tree, which usually sits inside the source
+// tree; walk up until a projects/default.json turns up, then try the working directory.
+QString find_default_project()
+{
+    QDir dir(QCoreApplication::applicationDirPath());
+    for (int level = 0; level < 6; ++level) {
+        const QString candidate = dir.filePath(QStringLiteral("projects/default.json"));
+        if (QFileInfo::exists(candidate)) return candidate;
+        if (!dir.cdUp()) break;
+    }
+    const QString local = QDir::current().filePath(QStringLiteral("projects/default.json"));
+    return QFileInfo::exists(local) ? local : QString();
+}
+
+void fail(const QString& message)
+{
+    std::fprintf(stderr, "mantissa: %s\n", qPrintable(message));
+}
+
+} // namespace
+
+int main(int argc, char* argv[])
+{
+    QApplication app(argc, argv);
+    QApplication::setApplicationName(QStringLiteral("Mantissa"));
+
+    QCommandLineParser parser;
+    parser.setApplicationDescription(QStringLiteral("Mixed-precision transformer training workbench"));
+    parser.addHelpOption();
+    parser.addPositionalArgument(QStringLiteral("project"),
+                                 QStringLiteral("Project file (default: projects/default.json)"),
+                                 QStringLiteral("[project]"));
+    const QCommandLineOption dbOption(QStringLiteral("db"), QStringLiteral("Run store (SQLite) to record runs in."),
+                                      QStringLiteral("path"));
+    const QCommandLineOption setOption(QStringLiteral("set"),
+                                       QStringLiteral("Override a project key, e.g. training.steps=100."),
+                                       QStringLiteral("key=value"));
+    const QCommandLineOption shotOption(QStringLiteral("screenshot"),
+                                        QStringLiteral("Start the run, save the window as a PNG and quit."),
+                                        QStringLiteral("png"));
+    const QCommandLineOption stepsOption(
+        QStringLiteral("steps"),
+        QStringLiteral("With --screenshot: take it after this many steps (default: at the end)."), QStringLiteral("n"),
+        QStringLiteral("0"));
+    parser.addOptions({dbOption, setOption, shotOption, stepsOption});
+    parser.process(app);
+
+    if (parser.positionalArguments().size() > 1) {
+        fail(QStringLiteral("expected at most one project file"));
+        return 2;
+    }
+    bool stepsOk = false;
+    const qint64 shotSteps = parser.value(stepsOption).toLongLong(&stepsOk);
+    if (!stepsOk || shotSteps < 0) {
+        fail(QStringLiteral("--steps: '%1' is not a step count").arg(parser.value(stepsOption)));
+        return 2;
+    }
+    std::vector<Override> overrides;
+    try {
+        for (const QString& text : parser.values(setOption))
+            overrides.push_back(parse_override(text.toStdString()));
+    } catch (const ConfigError& e) {
+        fail(QString::fromStdString(e.what()));
+        return 2;
+    }
+
+    MainWindow window(parser.value(dbOption));
+    const QString project =
+        parser.positionalArguments().isEmpty() ? find_default_project() : parser.positionalArguments().first();
+    const bool loaded = !project.isEmpty() && window.openProject(project, overrides);
+
+    const QString shotPath = parser.value(shotOption);
+    if (shotPath.isEmpty()) {
+        window.show();
+        return QApplication::exec();
+    }
+
+    // Screenshot mode: no user, so every failure ends the process with a message.
+    if (!loaded) {
+        fail(project.isEmpty() ? QStringLiteral("no project file given and projects/default.json not found")
+                               : window.lastError());
+        return 2;
+    }
+    window.show();
+    TrainingController* controller = window.controller();
+    bool shotTaken = false;
+    bool shotSaved = false;
+    auto takeShot = [&] {
+        shotTaken = true;
+        window.lossPlot()->replot(QCustomPlot::rpImmediateRefresh); // drop the queued replot's lag
+        shotSaved = window.grab().save(shotPath, "PNG");
+        if (!shotSaved)
+            fail(QStringLiteral("cannot write '%1'").arg(shotPath));
+        else
+            std::printf("wrote %s at step %lld\n", qPrintable(shotPath), static_cast<long long>(window.lastStep()));
+    };
+    QObject::connect(controller, &TrainingController::drained, &window, [&] {
+        if (!shotTaken && shotSteps > 0 && window.lastStep() >= shotSteps) {
+            takeShot();
+            controller->stop();
+        }
+    });
+    QObject::connect(controller, &TrainingController::finished, &window, [&](const QString& status) {
+        if (!shotTaken) takeShot();
+        if (status == QLatin1String("failed")) fail(controller->lastError());
+        QCoreApplication::exit(shotSaved && status != QLatin1String("failed") ? 0 : 1);
+    });
+    // Start once the window has been laid out, as a user would.
+    QTimer::singleShot(0, &window, [&] {
+        if (!window.startTraining()) QCoreApplication::exit(1);
+    });
+    return QApplication::exec();
+}
