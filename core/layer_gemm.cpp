@@ -4,19 +4,56 @@
 #include "quantize.h"
 
 namespace mantissa {
+
+NumberFormat saved_operand_format(NumberFormat gemm_format)
+{
+    return format_info(gemm_format).is_fp8 ? NumberFormat::E4M3 : gemm_format;
+}
+
+namespace {
+
+c10::ScalarType fp8_dtype(NumberFormat f) { return f == NumberFormat::E4M3 ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2; }
+
+// _scaled_mm: a row-major (M, K), b column-major (K, N), every dimension a multiple of 16,
+// per-tensor scales are the *inverse* scales (dequantisation factors).
+torch::Tensor scaled_mm(const torch::Tensor& a_values, float scale_a, NumberFormat format_a,
+                        const torch::Tensor& b_values, float scale_b, NumberFormat format_b)
+{
+    const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(a_values.device());
+    // values * scale recovers the codes exactly: the error of the FP32 product is far below
+    // half an FP8 step, so the cast lands back on the code.
+    const auto a = (a_values * scale_a).to(fp8_dtype(format_a)).contiguous();
+    const auto b = (b_values * scale_b).to(fp8_dtype(format_b)).t().contiguous().t(); // column-major
+    return at::_scaled_mm(a, b, torch::full({}, 1.0f / scale_a, opts), torch::full({}, 1.0f / scale_b, opts), {}, {},
+                          torch::kFloat32);
+}
+
+} // namespace
+
+bool native_fp8_available()
+{
+    static const bool available = [] {
+        if (!torch::cuda::is_available()) return false;
+        try {
+            // A product with a known answer: anything else means this build/device cannot do it.
+            const auto opts = torch::TensorOptions().device(torch::kCUDA);
+            const auto a = torch::full({16, 32}, 0.5f, opts);
+            const auto b = torch::full({32, 16}, 2.0f, opts);
+            const auto y = scaled_mm(a, 4.0f, NumberFormat::E4M3, b, 8.0f, NumberFormat::E4M3);
+            return torch::allclose(y.cpu(), torch::full({16, 16}, 32.0f));
+        } catch (const std::exception&) {
+            return false;
+        }
+    }();
+    return available;
+}
+
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 bool per_tensor(const Fp8Recipe& r) { return r.scaling == Fp8Scaling::Delayed || r.scaling == Fp8Scaling::Current; }
-
-// In an FP8 backward GEMM the saved operand (weight or input) is E4M3 (E5M2 x E5M2 does not exist
-// on Hopper); in every other format both operands share the GEMM's format.
-NumberFormat saved_operand_format(NumberFormat gemm_format)
-{
-    return format_info(gemm_format).is_fp8 ? NumberFormat::E4M3 : gemm_format;
-}
 
 LayerGemm* layer_of(AutogradContext* ctx) { return reinterpret_cast<LayerGemm*>(ctx->saved_data["layer"].toInt()); }
 
@@ -27,10 +64,12 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
     {
         auto* layer = reinterpret_cast<LayerGemm*>(layer_address);
         const GemmFormats f = layer->formats();
-        const auto xq = layer->round_operand(x, f.forward, OperandRole::Input, 1);    // (M, K)
-        const auto wq = layer->quantized_weight(weight, f.forward, 1);                 // (N, K)
+        float sx = 0.0f, sw = 0.0f;
+        const auto xq = layer->round_operand(x, f.forward, OperandRole::Input, 1, &sx); // (M, K)
+        const auto wq = layer->quantized_weight(weight, f.forward, 1, &sw);             // (N, K)
         const bool has_bias = bias.numel() > 0; // an empty tensor stands for "no bias"
-        auto y = layer->gemm(xq, wq.t(), f.forward, has_bias ? bias : torch::Tensor()); // (M, N)
+        auto y = layer->gemm(xq, wq.t(), f.forward, has_bias ? bias : torch::Tensor(), sx, sw); // (M, N)
+        ctx->saved_data["input_scale"] = static_cast<double>(sx);
         ctx->saved_data["layer"] = layer_address;
         ctx->saved_data["has_bias"] = has_bias;
         // TE saves the FP8 input for the weight gradient; keep the quantised copy when it can be reused.
@@ -50,17 +89,25 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
         const auto dy = grads[0].contiguous(); // (M, N)
 
         // dgrad: dx = dy W, contraction over N (dy's dim 1, W's dim 0).
-        const auto dy_d = layer->round_operand(dy, f.dgrad, OperandRole::GradOutput, 1);
-        const auto w_d = layer->quantized_weight(weight, saved_operand_format(f.dgrad), 0);
-        const auto dx = layer->gemm(dy_d, w_d, f.dgrad); // (M, K)
+        float s_dy = 0.0f, s_w = 0.0f;
+        const auto dy_d = layer->round_operand(dy, f.dgrad, OperandRole::GradOutput, 1, &s_dy);
+        const auto w_d = layer->quantized_weight(weight, saved_operand_format(f.dgrad), 0, &s_w);
+        const auto dx = layer->gemm(dy_d, w_d, f.dgrad, {}, s_dy, s_w); // (M, K)
 
         // wgrad: dW = dy^T x, contraction over M (dim 0 of both).
         torch::Tensor dy_w;
+        float s_dy_w = s_dy, s_x = 0.0f;
         if (f.wgrad == f.dgrad && per_tensor(layer->recipe())) dy_w = dy_d; // one cast, one amax record
-        else dy_w = layer->round_operand(dy, f.wgrad, OperandRole::GradOutput, 0);
+        else dy_w = layer->round_operand(dy, f.wgrad, OperandRole::GradOutput, 0, &s_dy_w);
         const bool reuse_input = ctx->saved_data["reuse_input"].toBool();
-        const auto x_w = reuse_input ? x : layer->round_operand(x, saved_operand_format(f.wgrad), OperandRole::Input, 0);
-        const auto dw = layer->gemm(dy_w.t(), x_w, f.wgrad); // (N, K)
+        torch::Tensor x_w;
+        if (reuse_input) {
+            x_w = x;
+            s_x = static_cast<float>(ctx->saved_data["input_scale"].toDouble());
+        } else {
+            x_w = layer->round_operand(x, saved_operand_format(f.wgrad), OperandRole::Input, 0, &s_x);
+        }
+        const auto dw = layer->gemm(dy_w.t(), x_w, f.wgrad, {}, s_dy_w, s_x); // (N, K)
 
         torch::Tensor db;
         if (ctx->saved_data["has_bias"].toBool()) db = dy.sum(0);
@@ -141,38 +188,54 @@ bool LayerGemm::use_native(const torch::Tensor& t) const
     return backend_ != GemmBackend::Emulated && t.is_cuda();
 }
 
-torch::Tensor LayerGemm::round_operand(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim)
+torch::Tensor LayerGemm::round_operand(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim,
+                                       float* scale)
 {
+    if (scale) *scale = 0.0f;
     if (format == NumberFormat::FP32) return x;
     if (!format_info(format).is_fp8) return round_to_format(x, format, Overflow::Propagate);
-    return quantize_fp8(x, format, recipe_, k_dim, &delayed(role)).values;
+    auto q = quantize_fp8(x, format, recipe_, k_dim, &delayed(role));
+    if (scale && per_tensor(recipe_) && recipe_.outlier_rms_multiple == 0.0) *scale = q.scale;
+    return q.values;
 }
 
-torch::Tensor LayerGemm::quantized_weight(const torch::Tensor& weight, NumberFormat format, int64_t k_dim)
+torch::Tensor LayerGemm::quantized_weight(const torch::Tensor& weight, NumberFormat format, int64_t k_dim,
+                                          float* scale)
 {
+    if (scale) *scale = 0.0f;
     if (format == NumberFormat::FP32) return weight;
     // The master weight changes once per optimizer step; micro-batches and the backward pass
-    // reuse the low-precision copy. Delayed scales move every step, so they re-derive it.
-    const bool cacheable = !format_info(format).is_fp8 || recipe_.scaling != Fp8Scaling::Delayed;
+    // reuse the low-precision copy, and a delayed-scaling weight records its amax once per
+    // step, as TE does with is_first_microbatch.
     const int64_t version = static_cast<int64_t>(weight._version());
-    if (cacheable && cached_weight_.defined() && cached_version_ == version && cached_data_ == weight.data_ptr() &&
-        cached_format_ == format && (cached_k_dim_ == k_dim || !format_info(format).is_fp8 || per_tensor(recipe_)))
+    const bool layout_free = !format_info(format).is_fp8 || per_tensor(recipe_); // per-row/block depend on K
+    if (cached_weight_.defined() && cached_version_ == version && cached_data_ == weight.data_ptr() &&
+        cached_format_ == format && (cached_k_dim_ == k_dim || layout_free)) {
+        if (scale) *scale = cached_scale_;
         return cached_weight_;
-    auto q = round_operand(weight.detach(), format, OperandRole::Weight, k_dim);
-    if (cacheable) {
-        cached_weight_ = q;
-        cached_version_ = version;
-        cached_data_ = weight.data_ptr();
-        cached_format_ = format;
-        cached_k_dim_ = k_dim;
     }
-    return q;
+    cached_weight_ = round_operand(weight.detach(), format, OperandRole::Weight, k_dim, &cached_scale_);
+    if (scale) *scale = cached_scale_;
+    cached_version_ = version;
+    cached_data_ = weight.data_ptr();
+    cached_format_ = format;
+    cached_k_dim_ = k_dim;
+    return cached_weight_;
 }
 
 torch::Tensor LayerGemm::gemm(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
-                              const torch::Tensor& bias)
+                              const torch::Tensor& bias, float scale_a, float scale_b)
 {
     const NumberFormat out = gemm_output_format(format);
+    const bool fp8_shapes_ok = a.dim() == 2 && b.dim() == 2 && a.size(0) % 16 == 0 && a.size(1) % 16 == 0 &&
+                               b.size(1) % 16 == 0;
+    if (format_info(format).is_fp8 && scale_a > 0.0f && scale_b > 0.0f && fp8_shapes_ok && use_native(a) &&
+        native_fp8_available()) {
+        used_native_ = true;
+        auto y = scaled_mm(a, scale_a, format, b, scale_b, saved_operand_format(format)); // FP32 out
+        if (bias.defined()) y = y + bias;
+        return round_to_format(y, out, Overflow::Propagate);
+    }
     if (use_native(a) && (format == NumberFormat::BF16 || format == NumberFormat::FP16)) {
         // Operands are already exactly representable, so casting them is lossless; the tensor
         // core then accumulates in FP32 and rounds to the output dtype itself.
@@ -182,8 +245,7 @@ torch::Tensor LayerGemm::gemm(const torch::Tensor& a, const torch::Tensor& b, Nu
         return y.to(torch::kFloat32);
     }
     if (format != NumberFormat::FP32) used_emulated_ = true;
-    // FP8 GEMMs are emulated on every device for now: the operands above carry the exact
-    // values _scaled_mm would multiply, so only the accumulation order differs.
+    // Emulation: the operands carry exactly the values the tensor core would multiply.
     auto y = bias.defined() ? at::addmm(bias, a, b) : at::matmul(a, b);
     return out == NumberFormat::FP32 ? y : round_to_format(y, out, Overflow::Propagate);
 }

@@ -17,6 +17,13 @@ namespace mantissa {
 
 enum class OperandRole { Input, Weight, GradOutput };
 
+// In an FP8 backward GEMM the saved operand (weight or input) is E4M3 (E5M2 x E5M2 does not
+// exist on Hopper); in every other format both operands share the GEMM's format.
+NumberFormat saved_operand_format(NumberFormat gemm_format);
+
+// Whether at::_scaled_mm runs on this CUDA device (probed once, sm_89 and newer).
+bool native_fp8_available();
+
 class LayerGemm {
 public:
     LayerGemm(std::string layer_name, GemmFormats formats, const Fp8Recipe& recipe, GemmBackend backend);
@@ -36,13 +43,18 @@ public:
     // "fp32", "emulated", "native", or "native+emulated" when some GEMMs fell back.
     std::string backend_used() const;
 
-    // Used by the autograd functions. `k_dim` is the operand's contraction dimension.
-    torch::Tensor round_operand(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim);
-    torch::Tensor quantized_weight(const torch::Tensor& weight, NumberFormat format, int64_t k_dim);
-    // a (M, K) x b (K, N) in `format`, plus `bias` in FP32 (the epilogue), output rounded to
-    // that format's output dtype.
+    // Used by the autograd functions. `k_dim` is the operand's contraction dimension. For
+    // per-tensor FP8 recipes `scale` receives the scale used (0 otherwise), so a native GEMM
+    // can recover the FP8 codes exactly: codes = values * scale.
+    torch::Tensor round_operand(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim,
+                                float* scale = nullptr);
+    torch::Tensor quantized_weight(const torch::Tensor& weight, NumberFormat format, int64_t k_dim,
+                                   float* scale = nullptr);
+    // a (M, K) in `format` x b (K, N) in saved_operand_format(format), plus `bias` in FP32 (the
+    // epilogue), output rounded to the format's output dtype. `scale_a`/`scale_b` > 0 allow
+    // the native FP8 GEMM.
     torch::Tensor gemm(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
-                       const torch::Tensor& bias = {});
+                       const torch::Tensor& bias = {}, float scale_a = 0.0f, float scale_b = 0.0f);
     const Fp8Recipe& recipe() const { return recipe_; }
     DelayedScaling& delayed(OperandRole role);
 
@@ -56,6 +68,7 @@ private:
     DelayedScaling input_scaling_, weight_scaling_, grad_scaling_;
     // Weight cache: valid while the master weight's version counter and the format hold.
     torch::Tensor cached_weight_;
+    float cached_scale_ = 0.0f;
     int64_t cached_version_ = -1;
     const void* cached_data_ = nullptr;
     NumberFormat cached_format_ = NumberFormat::FP32;
