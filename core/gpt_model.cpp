@@ -57,12 +57,17 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x)
     auto heads = [&](const torch::Tensor& t) { return t.view({B, T, n_head_, C / n_head_}).transpose(1, 2); };
     const auto q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]); // (B, H, T, D)
     const double p = is_training() ? dropout_ : 0.0;
+    const double inv_sqrt_d = 1.0 / std::sqrt(static_cast<double>(C / n_head_));
+    if (sdpa_->telemetry_armed()) {
+        // Wortsman et al. 2023: attention logit growth precedes divergence. (B, H, T, T) once per cadence.
+        torch::NoGradGuard no_grad;
+        sdpa_->set_attention_max_logit(q.matmul(k.transpose(-2, -1)).abs().max().item<double>() * inv_sqrt_d);
+    }
     torch::Tensor y;
     if (sdpa_->formats().all_fp32()) {
         y = at::scaled_dot_product_attention(q, k, v, {}, p, /*is_causal=*/true); // (B, H, T, D)
     } else {
         // Spelled out so that both products go through the layer's formats; softmax stays FP32.
-        const double inv_sqrt_d = 1.0 / std::sqrt(static_cast<double>(C / n_head_));
         auto scores = sdpa_->matmul(q, k.transpose(-2, -1)) * inv_sqrt_d; // (B, H, T, T)
         const auto future = torch::ones({T, T}, torch::dtype(torch::kBool).device(x.device())).triu(1);
         scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
@@ -148,7 +153,15 @@ torch::Tensor GptImpl::forward(const torch::Tensor& idx)
     x = torch::dropout(x, config_.dropout, is_training());
     for (const auto& block : *blocks_) x = block->as<Block>()->forward(x);
     x = ln_f_->forward(x);
-    return lm_head_->forward(x); // (B, T, V)
+    auto logits = lm_head_->forward(x); // (B, T, V)
+    if (measure_log_z_) {
+        // log Z of the output softmax; z-loss keeps it near 0 (Wortsman et al. 2023).
+        torch::NoGradGuard no_grad;
+        const auto log_z = logits.logsumexp(-1);
+        log_z_mean_ = log_z.mean().item<double>();
+        log_z_max_ = log_z.abs().max().item<double>();
+    }
+    return logits;
 }
 
 torch::Tensor GptImpl::loss(const torch::Tensor& logits, const torch::Tensor& targets)

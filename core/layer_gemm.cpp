@@ -2,6 +2,7 @@
 #include "layer_gemm.h"
 
 #include "quantize.h"
+#include "tensor_stats.h"
 
 namespace mantissa {
 
@@ -55,6 +56,10 @@ using torch::autograd::variable_list;
 
 bool per_tensor(const Fp8Recipe& r) { return r.scaling == Fp8Scaling::Delayed || r.scaling == Fp8Scaling::Current; }
 
+// The scale a tensor was multiplied by before its cast: the FP8 per-tensor scale, 0 for
+// per-row/block FP8 scales, 1 for every other format.
+float recorded_scale(NumberFormat f, float fp8_scale) { return format_info(f).is_fp8 ? fp8_scale : 1.0f; }
+
 LayerGemm* layer_of(AutogradContext* ctx) { return reinterpret_cast<LayerGemm*>(ctx->saved_data["layer"].toInt()); }
 
 // y = x W^T + b with the layer's three formats. x is (M, K), W (N, K).
@@ -68,7 +73,12 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
         const auto xq = layer->round_operand(x, f.forward, OperandRole::Input, 1, &sx); // (M, K)
         const auto wq = layer->quantized_weight(weight, f.forward, 1, &sw);             // (N, K)
         const bool has_bias = bias.numel() > 0; // an empty tensor stands for "no bias"
-        auto y = layer->gemm(xq, wq.t(), f.forward, has_bias ? bias : torch::Tensor(), sx, sw); // (M, N)
+        auto y = layer->gemm(xq, wq.t(), f.forward, has_bias ? bias : torch::Tensor(), sx, sw, "output"); // (M, N)
+        if (layer->telemetry_armed()) {
+            layer->remember_weight(weight);
+            layer->record("weight", weight, f.forward, recorded_scale(f.forward, sw), wq);
+            layer->record("input", x, f.forward, recorded_scale(f.forward, sx), xq);
+        }
         ctx->saved_data["input_scale"] = static_cast<double>(sx);
         ctx->saved_data["layer"] = layer_address;
         ctx->saved_data["has_bias"] = has_bias;
@@ -93,6 +103,7 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
         const auto dy_d = layer->round_operand(dy, f.dgrad, OperandRole::GradOutput, 1, &s_dy);
         const auto w_d = layer->quantized_weight(weight, saved_operand_format(f.dgrad), 0, &s_w);
         const auto dx = layer->gemm(dy_d, w_d, f.dgrad, {}, s_dy, s_w); // (M, K)
+        if (layer->telemetry_armed()) layer->record("grad_output", dy, f.dgrad, recorded_scale(f.dgrad, s_dy), dy_d);
 
         // wgrad: dW = dy^T x, contraction over M (dim 0 of both).
         torch::Tensor dy_w;
@@ -107,7 +118,7 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
         } else {
             x_w = layer->round_operand(x, saved_operand_format(f.wgrad), OperandRole::Input, 0, &s_x);
         }
-        const auto dw = layer->gemm(dy_w.t(), x_w, f.wgrad, {}, s_dy_w, s_x); // (N, K)
+        const auto dw = layer->gemm(dy_w.t(), x_w, f.wgrad, {}, s_dy_w, s_x, "weight_grad"); // (N, K)
 
         torch::Tensor db;
         if (ctx->saved_data["has_bias"].toBool()) db = dy.sum(0);
@@ -223,8 +234,51 @@ torch::Tensor LayerGemm::quantized_weight(const torch::Tensor& weight, NumberFor
     return cached_weight_;
 }
 
+void LayerGemm::arm_telemetry(bool armed)
+{
+    armed_ = armed;
+    if (armed) {
+        stats_.clear();
+        attention_max_logit_ = -1.0;
+    }
+}
+
+void LayerGemm::record(const char* role, const torch::Tensor& x, NumberFormat format, float scale,
+                       const torch::Tensor& dequantized)
+{
+    TensorStats s = compute_tensor_stats(x, format, scale, format == NumberFormat::FP32 ? torch::Tensor() : dequantized);
+    s.layer = name_;
+    s.role = role;
+    stats_.push_back(std::move(s));
+}
+
+std::vector<TensorStats> LayerGemm::take_stats()
+{
+    std::vector<TensorStats> out;
+    out.swap(stats_);
+    return out;
+}
+
 torch::Tensor LayerGemm::gemm(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
-                              const torch::Tensor& bias, float scale_a, float scale_b)
+                              const torch::Tensor& bias, float scale_a, float scale_b, const char* output_role)
+{
+    auto y = gemm_unrecorded(a, b, format, bias, scale_a, scale_b);
+    if (armed_ && output_role) {
+        // The output cast is the GEMM's own: compare the FP32 accumulator with what came out.
+        const NumberFormat out = gemm_output_format(format);
+        if (out == NumberFormat::FP32) {
+            record(output_role, y, out, 1.0f, {});
+        } else {
+            torch::NoGradGuard no_grad;
+            const auto exact = bias.defined() && a.dim() == 2 ? at::addmm(bias, a, b) : at::matmul(a, b);
+            record(output_role, exact, out, 1.0f, y);
+        }
+    }
+    return y;
+}
+
+torch::Tensor LayerGemm::gemm_unrecorded(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
+                                         const torch::Tensor& bias, float scale_a, float scale_b)
 {
     const NumberFormat out = gemm_output_format(format);
     const bool fp8_shapes_ok = a.dim() == 2 && b.dim() == 2 && a.size(0) % 16 == 0 && a.size(1) % 16 == 0 &&
@@ -252,7 +306,7 @@ torch::Tensor LayerGemm::gemm(const torch::Tensor& a, const torch::Tensor& b, Nu
 
 torch::Tensor LayerGemm::linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias)
 {
-    if (formats_.all_fp32()) return torch::nn::functional::linear(x, weight, bias);
+    if (formats_.all_fp32() && !armed_) return torch::nn::functional::linear(x, weight, bias);
     const int64_t K = x.size(-1);
     auto out_shape = x.sizes().vec();
     out_shape.back() = weight.size(0);

@@ -12,6 +12,7 @@
 
 #include "fp8_scaling.h"
 #include "precision_policy.h"
+#include "telemetry.h"
 
 namespace mantissa {
 
@@ -54,12 +55,28 @@ public:
     // epilogue), output rounded to the format's output dtype. `scale_a`/`scale_b` > 0 allow
     // the native FP8 GEMM.
     torch::Tensor gemm(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
-                       const torch::Tensor& bias = {}, float scale_a = 0.0f, float scale_b = 0.0f);
+                       const torch::Tensor& bias = {}, float scale_a = 0.0f, float scale_b = 0.0f,
+                       const char* output_role = nullptr);
+
+    // Telemetry: while armed, the GEMMs record TensorStats for their tensor roles (weight,
+    // input, output, grad_output, weight_grad), FP32 layers included.
+    void arm_telemetry(bool armed);
+    bool telemetry_armed() const { return armed_; }
+    void record(const char* role, const torch::Tensor& x, NumberFormat format, float scale,
+                const torch::Tensor& dequantized);
+    std::vector<TensorStats> take_stats();
+    void set_attention_max_logit(double value) { attention_max_logit_ = value; }
+    // The master weight this layer last multiplied while armed (for the update/weight ratio).
+    const torch::Tensor& last_weight() const { return last_weight_; }
+    void remember_weight(const torch::Tensor& w) { last_weight_ = w; }
+    double attention_max_logit() const { return attention_max_logit_; } // < 0: not measured
     const Fp8Recipe& recipe() const { return recipe_; }
     DelayedScaling& delayed(OperandRole role);
 
 private:
     bool use_native(const torch::Tensor& t) const;
+    torch::Tensor gemm_unrecorded(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
+                                  const torch::Tensor& bias, float scale_a, float scale_b);
 
     std::string name_;
     GemmFormats formats_;
@@ -74,6 +91,10 @@ private:
     NumberFormat cached_format_ = NumberFormat::FP32;
     int64_t cached_k_dim_ = 0;
     bool used_native_ = false, used_emulated_ = false;
+    bool armed_ = false;
+    std::vector<TensorStats> stats_;
+    torch::Tensor last_weight_;
+    double attention_max_logit_ = -1.0;
 };
 
 } // namespace mantissa

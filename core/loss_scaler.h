@@ -30,6 +30,7 @@ public:
     double scale() const { return mode_ == LossScalingMode::Off ? 1.0 : scale_; }
     int64_t growth_tracker() const { return growth_tracker_; }
     bool enabled() const { return mode_ != LossScalingMode::Off; }
+    LossScalingMode mode() const { return mode_; }
 
     // After each backward: updates the scale. The optimizer step must be skipped unless the
     // outcome is Clean or Grew. With scaling off or static a non-finite gradient still skips.

@@ -97,6 +97,50 @@ std::vector<LayerOverride> layers_from_json(const json& list)
     return out;
 }
 
+json watchers_to_json(const WatcherConfig& w)
+{
+    json actions = json::object();
+    for (const auto& name : watcher_names()) {
+        const auto it = w.actions.find(name);
+        actions[name] = watch_action_name(it == w.actions.end() ? WatchAction::None : it->second);
+    }
+    return {{"loss_spike_sigma", w.loss_spike_sigma},
+            {"grad_spike_sigma", w.grad_spike_sigma},
+            {"spike_window", w.spike_window},
+            {"loss_scale_floor", w.loss_scale_floor},
+            {"backoff_limit", w.backoff_limit},
+            {"backoff_window", w.backoff_window},
+            {"attention_logit_max", w.attention_logit_max},
+            {"log_z_max", w.log_z_max},
+            {"fp8_underflow_max", w.fp8_underflow_max},
+            {"cooldown_steps", w.cooldown_steps},
+            {"actions", actions}};
+}
+
+WatcherConfig watchers_from_json(const json& j)
+{
+    WatcherConfig w;
+    w.loss_spike_sigma = j["loss_spike_sigma"];
+    w.grad_spike_sigma = j["grad_spike_sigma"];
+    w.spike_window = j["spike_window"];
+    w.loss_scale_floor = j["loss_scale_floor"];
+    w.backoff_limit = j["backoff_limit"];
+    w.backoff_window = j["backoff_window"];
+    w.attention_logit_max = j["attention_logit_max"];
+    w.log_z_max = j["log_z_max"];
+    w.fp8_underflow_max = j["fp8_underflow_max"];
+    w.cooldown_steps = j["cooldown_steps"];
+    for (const auto& [name, value] : j["actions"].items()) {
+        const std::string a = value;
+        const std::string key = "telemetry.watchers.actions." + name;
+        if (a == "none") w.actions[name] = WatchAction::None;
+        else if (a == "pause") w.actions[name] = WatchAction::Pause;
+        else if (a == "bf16") w.actions[name] = WatchAction::SwitchToBf16;
+        else throw ConfigError(key + ": '" + a + "' is not one of none, pause, bf16");
+    }
+    return w;
+}
+
 // The defaults double as the schema: a user key is valid only if the defaults have it,
 // and its JSON type must match the default's.
 json to_json(const ProjectConfig& c)
@@ -163,7 +207,10 @@ json to_json(const ProjectConfig& c)
             {"min_scale", c.precision.loss_scaling.min_scale},
             {"hysteresis", c.precision.loss_scaling.hysteresis}}},
           {"backend", backend_name(c.precision.backend)}}},
-        {"telemetry", {{"log_interval", c.telemetry.log_interval}}},
+        {"telemetry",
+         {{"log_interval", c.telemetry.log_interval},
+          {"interval", c.telemetry.interval},
+          {"watchers", watchers_to_json(c.telemetry.watchers)}}},
     };
 }
 
@@ -324,6 +371,8 @@ ProjectConfig from_json(const json& j)
     else if (backend == "native") c.precision.backend = GemmBackend::Native;
     else throw ConfigError("precision.backend: '" + backend + "' is not one of auto, emulated, native");
     c.telemetry.log_interval = j["telemetry"]["log_interval"];
+    c.telemetry.interval = j["telemetry"]["interval"];
+    c.telemetry.watchers = watchers_from_json(j["telemetry"]["watchers"]);
     return c;
 }
 
@@ -405,6 +454,16 @@ void validate(const ProjectConfig& c)
     require(c.training.device == "auto" || c.training.device == "cpu" || c.training.device == "cuda",
             "training.device", "'" + c.training.device + "' is not one of auto, cpu, cuda");
     require(c.telemetry.log_interval >= 1, "telemetry.log_interval", "must be at least 1");
+    require(c.telemetry.interval >= 0, "telemetry.interval", "must be >= 0 (0 = off)");
+    const auto& w = c.telemetry.watchers;
+    require(w.loss_spike_sigma > 0, "telemetry.watchers.loss_spike_sigma", "must be positive");
+    require(w.grad_spike_sigma > 0, "telemetry.watchers.grad_spike_sigma", "must be positive");
+    require(w.spike_window >= 2, "telemetry.watchers.spike_window", "must be at least 2");
+    require(w.backoff_limit >= 1, "telemetry.watchers.backoff_limit", "must be at least 1");
+    require(w.backoff_window >= 1, "telemetry.watchers.backoff_window", "must be at least 1");
+    require(w.fp8_underflow_max >= 0 && w.fp8_underflow_max <= 1, "telemetry.watchers.fp8_underflow_max",
+            "must be in [0, 1]");
+    require(w.cooldown_steps >= 0, "telemetry.watchers.cooldown_steps", "must be >= 0");
 }
 
 } // namespace

@@ -19,6 +19,7 @@ struct StepMetrics {
     double tokens_per_s = 0.0;
     double loss_scale = 1.0;    // the scale this step's backward used (1 when scaling is off)
     bool skipped = false;       // optimizer step skipped: non-finite gradients
+    std::vector<std::pair<std::string, double>> layer_grad_norms; // per GEMM layer, forward order
 };
 
 // A periodic evaluation. `step` is the number of updates done when it ran (0 = before training).
@@ -26,6 +27,42 @@ struct EvalMetrics {
     int64_t step = 0;
     double val_loss = 0.0;
     double train_loss = 0.0; // same estimator on the training split, for the gap
+};
+
+// One tensor of one layer at one step (docs/TELEMETRY.md).
+struct TensorStats {
+    std::string layer;  // dotted layer name
+    std::string role;   // weight | input | output | grad_output | weight_grad
+    std::string format; // the format the tensor was cast to
+    int first_exponent = 0;                 // exponent of exponent_counts[0]
+    std::vector<int64_t> exponent_counts;   // finite non-zero values by floor(log2|x|), contiguous span
+    int64_t count = 0, zeros = 0, infs = 0, nans = 0;
+    double underflow = 0.0; // fraction of values that were non-zero and became zero
+    double subnormal = 0.0; // fraction that landed in the format's subnormal range
+    double overflow = 0.0;  // fraction beyond the format's max (saturated, or became inf/NaN)
+    double amax = 0.0;
+    double scale = 1.0;     // FP8 per-tensor scale (0 for per-row/block recipes, 1 otherwise)
+    double quant_mse = 0.0;
+    double quant_snr_db = 0.0; // +inf when the cast was exact
+    double update_ratio = -1.0; // weights: rms(update) / rms(weight); -1 otherwise
+};
+
+// Memory at one step.
+struct MemorySnapshot {
+    int64_t resident_bytes = 0;        // process RSS (CPU)
+    int64_t cuda_allocated_bytes = -1; // caching allocator, -1 when not on CUDA
+    int64_t cuda_reserved_bytes = -1;
+    int64_t cuda_peak_bytes = -1;
+};
+
+// Everything the engine measured at one telemetry step.
+struct LayerStatsFrame {
+    int64_t step = 0;
+    std::vector<TensorStats> tensors;
+    std::vector<std::pair<std::string, double>> attention_max_logit; // by block: max |q.k|/sqrt(d)
+    double log_z_mean = 0.0;  // mean log-partition of the output softmax
+    double log_z_max = 0.0;
+    MemorySnapshot memory;
 };
 
 // Something that happened: run started/stopped, a sample, a paused state, ...
@@ -43,6 +80,7 @@ public:
     virtual void on_step(const StepMetrics& metrics) = 0;
     virtual void on_eval(const EvalMetrics& metrics) = 0;
     virtual void on_event(const RunEvent& event) = 0;
+    virtual void on_layer_stats(const LayerStatsFrame& frame) {}
 };
 
 // Forwards every snapshot to several sinks (store, GUI buffer, console).
@@ -52,6 +90,7 @@ public:
     void on_step(const StepMetrics& m) override { for (auto* s : sinks_) s->on_step(m); }
     void on_eval(const EvalMetrics& m) override { for (auto* s : sinks_) s->on_eval(m); }
     void on_event(const RunEvent& e) override { for (auto* s : sinks_) s->on_event(e); }
+    void on_layer_stats(const LayerStatsFrame& f) override { for (auto* s : sinks_) s->on_layer_stats(f); }
 
 private:
     std::vector<TelemetrySink*> sinks_;

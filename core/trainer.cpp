@@ -7,6 +7,7 @@
 #include <numbers>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 
 #include <torch/torch.h>
 
@@ -15,6 +16,8 @@
 #include "dataset.h"
 #include "gpt_model.h"
 #include "loss_scaler.h"
+#include "memory_model.h"
+#include "watchers.h"
 
 namespace mantissa {
 
@@ -76,13 +79,15 @@ struct Trainer::Impl {
     Gpt model{nullptr};
     std::unique_ptr<AdamW> optimizer;
     LossScaler scaler;
+    Watchers watchers;
+    std::vector<std::string> layer_order; // GEMM layers in forward order, for attribution
     CommandQueue commands;
     torch::Device device{torch::kCPU};
     int threads = 1;
     // Gradients by the layer that owns them, for naming the layers of a non-finite gradient.
     std::vector<std::pair<std::string, torch::Tensor>> params_by_layer;
 
-    explicit Impl(ProjectConfig c) : config(std::move(c))
+    explicit Impl(ProjectConfig c) : config(std::move(c)), watchers(config.telemetry.watchers)
     {
         data = load_token_splits(config);
         threads = config.training.threads > 0 ? static_cast<int>(config.training.threads)
@@ -107,6 +112,51 @@ struct Trainer::Impl {
             any_fp16 |= f.forward == NumberFormat::FP16 || f.dgrad == NumberFormat::FP16 || f.wgrad == NumberFormat::FP16;
         }
         scaler = LossScaler(resolve_loss_scaling(config.precision, any_fp16));
+        for (const auto& g : model->gemm_layers()) layer_order.push_back(g->name());
+    }
+
+    void arm_telemetry(bool armed)
+    {
+        for (const auto& g : model->gemm_layers()) g->arm_telemetry(armed);
+        model->measure_log_z(armed);
+    }
+
+    // Gradient L2 norm of every parameter-owning layer, forward order, one sync for all.
+    std::vector<std::pair<std::string, double>> layer_grad_norms()
+    {
+        torch::NoGradGuard no_grad;
+        std::vector<torch::Tensor> grads;
+        std::vector<size_t> owner;
+        std::vector<std::pair<std::string, double>> out;
+        for (const auto& [layer, p] : params_by_layer) {
+            if (!p.grad().defined()) continue;
+            if (out.empty() || out.back().first != layer) out.emplace_back(layer, 0.0);
+            grads.push_back(p.grad());
+            owner.push_back(out.size() - 1);
+        }
+        if (grads.empty()) return out;
+        const auto norms = torch::stack(at::_foreach_norm(grads)).to(torch::kFloat64).cpu();
+        const auto* n = norms.data_ptr<double>();
+        for (size_t i = 0; i < owner.size(); ++i) out[owner[i]].second += n[i] * n[i];
+        for (auto& item : out) item.second = std::sqrt(item.second);
+        return out;
+    }
+
+    // Runs the watchers' verdicts: events, and the optional actions.
+    void handle_alerts(const std::vector<WatchAlert>& alerts, TelemetrySink& sink)
+    {
+        for (const auto& a : alerts) {
+            sink.on_event({a.step, "alert_" + a.watcher, (a.layer.empty() ? "" : a.layer + ": ") + a.message});
+            if (a.action == WatchAction::Pause) {
+                commands.push({Command::Kind::Pause, {}, {}});
+                sink.on_event({a.step, "watch_action", a.watcher + ": pausing training"});
+            } else if (a.action == WatchAction::SwitchToBf16 && !a.layer.empty()) {
+                const GemmFormats bf16{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16};
+                const auto changed = set_layer_formats(a.layer, bf16);
+                if (!changed.empty())
+                    sink.on_event({a.step, "watch_action", a.watcher + ": switched " + a.layer + " to bf16"});
+            }
+        }
     }
 
     static torch::Device pick_device(const std::string& wanted)
@@ -282,6 +332,9 @@ RunSummary Trainer::run(TelemetrySink& sink)
         const auto t0 = std::chrono::steady_clock::now();
         const double lr = learning_rate_at(cfg.optimizer, step);
         const double loss_scale = s.scaler.scale();
+        const int64_t interval = cfg.telemetry.interval;
+        const bool armed = interval > 0 && (step == 0 || (step + 1) % interval == 0);
+        if (armed) s.arm_telemetry(true);
         double loss_sum = 0.0;
         for (int64_t micro = 0; micro < cfg.training.grad_accum; ++micro) {
             auto [x, y] = train_batches.next();                 // (B, T) each
@@ -291,7 +344,15 @@ RunSummary Trainer::run(TelemetrySink& sink)
             // The scale multiplies the loss so that small gradients survive FP16's range.
             ((loss * loss_scale) / static_cast<double>(cfg.training.grad_accum)).backward();
             loss_sum += loss.item<double>();
+            if (armed && micro == 0) s.arm_telemetry(false); // statistics of the first micro-batch
         }
+        std::unordered_map<std::string, torch::Tensor> weights_before; // for the update/weight ratio
+        if (armed) {
+            torch::NoGradGuard no_grad;
+            for (const auto& g : s.model->gemm_layers())
+                if (g->last_weight().defined()) weights_before[g->name()] = g->last_weight().detach().clone();
+        }
+        std::vector<WatchAlert> alerts;
         bool skipped = false;
         if (s.scaler.enabled()) {
             const auto bad_layers = s.unscale_and_check(loss_scale);
@@ -308,7 +369,11 @@ RunSummary Trainer::run(TelemetrySink& sink)
             else if (outcome == LossScaler::Outcome::Grew)
                 sink.on_event({step + 1, "loss_scale_growth",
                                "scale " + std::to_string(loss_scale) + " -> " + std::to_string(s.scaler.scale())});
+            if (s.scaler.mode() == LossScalingMode::Dynamic)
+                alerts = s.watchers.on_loss_scale(step + 1, s.scaler.scale(),
+                                                  outcome == LossScaler::Outcome::SkippedAndBackedOff);
         }
+        auto layer_norms = s.layer_grad_norms();
         double grad_norm = 0.0;
         if (skipped) {
             ++summary.skipped_steps;
@@ -340,7 +405,38 @@ RunSummary Trainer::run(TelemetrySink& sink)
         m.tokens_per_s = tokens_per_step / (ms / 1000.0);
         m.loss_scale = loss_scale;
         m.skipped = skipped;
+        m.layer_grad_norms = std::move(layer_norms);
         sink.on_step(m);
+        for (auto& a : s.watchers.on_step(m)) alerts.push_back(std::move(a));
+        if (armed) {
+            LayerStatsFrame frame;
+            frame.step = step;
+            for (const auto& g : s.model->gemm_layers()) {
+                for (auto& t : g->take_stats()) {
+                    if (t.role == "weight") {
+                        const auto it = weights_before.find(g->name());
+                        if (it != weights_before.end() && !skipped) {
+                            const auto& before = it->second;
+                            const double w_rms = before.square().mean().sqrt().item<double>();
+                            const double u_rms = (g->last_weight().detach() - before).square().mean().sqrt().item<double>();
+                            t.update_ratio = w_rms > 0 ? u_rms / w_rms : 0.0;
+                        }
+                    }
+                    frame.tensors.push_back(std::move(t));
+                }
+                if (g->attention_max_logit() >= 0) {
+                    const auto& n = g->name();
+                    frame.attention_max_logit.emplace_back(n.substr(0, n.size() - std::string(".sdpa").size()),
+                                                           g->attention_max_logit());
+                }
+            }
+            frame.log_z_mean = s.model->log_z_mean();
+            frame.log_z_max = s.model->log_z_max();
+            frame.memory.resident_bytes = resident_memory_bytes();
+            sink.on_layer_stats(frame);
+            for (auto& a : s.watchers.on_frame(frame, s.layer_order)) alerts.push_back(std::move(a));
+        }
+        s.handle_alerts(alerts, sink);
         summary.final_train_loss = m.train_loss;
         if (step >= timed_from) {
             timed_ms += ms;

@@ -49,6 +49,23 @@ CREATE TABLE events(
 CREATE INDEX events_by_run ON events(run_id, step);
 )sql";
 
+// Version 1 -> 2: per-layer tensor statistics.
+const char* kMigrateV1toV2 = R"sql(
+CREATE TABLE layer_stats(
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  layer TEXT NOT NULL,
+  role TEXT NOT NULL,
+  format TEXT NOT NULL,
+  count INTEGER NOT NULL, zeros INTEGER NOT NULL, infs INTEGER NOT NULL, nans INTEGER NOT NULL,
+  underflow REAL, subnormal REAL, overflow REAL,
+  amax REAL, scale REAL, quant_mse REAL, quant_snr_db REAL, update_ratio REAL,
+  first_exponent INTEGER NOT NULL,
+  exponent_counts BLOB NOT NULL, -- int64 counts, little-endian, from first_exponent upward
+  PRIMARY KEY(run_id, layer, role, step)
+) WITHOUT ROWID;
+)sql";
+
 class Statement {
 public:
     Statement(sqlite3* db, const char* sql) : db_(db)
@@ -62,6 +79,17 @@ public:
 
     Statement& bind(int i, int64_t v) { check(sqlite3_bind_int64(stmt_, i, v)); return *this; }
     Statement& bind(int i, double v) { check(sqlite3_bind_double(stmt_, i, v)); return *this; }
+    Statement& bind_blob(int i, const void* data, size_t bytes)
+    {
+        check(sqlite3_bind_blob(stmt_, i, bytes ? data : "", static_cast<int>(bytes), SQLITE_TRANSIENT));
+        return *this;
+    }
+    std::vector<int64_t> int64_blob(int col) const
+    {
+        const auto* p = static_cast<const int64_t*>(sqlite3_column_blob(stmt_, col));
+        const auto n = static_cast<size_t>(sqlite3_column_bytes(stmt_, col)) / sizeof(int64_t);
+        return p ? std::vector<int64_t>(p, p + n) : std::vector<int64_t>();
+    }
     Statement& bind(int i, const std::string& v)
     {
         check(sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
@@ -161,14 +189,17 @@ RunStore::RunStore(const std::string& path) : path_(path)
         exec(db_, "PRAGMA journal_mode=WAL");
         exec(db_, "PRAGMA synchronous=NORMAL"); // WAL + NORMAL: durable across process crashes
         exec(db_, "PRAGMA foreign_keys=ON");
-        if (tables == 0) {
+        if (tables == 0 || version < kSchemaVersion) {
             exec(db_, "BEGIN IMMEDIATE");
-            // Re-check inside the write lock: another process may have created it meanwhile.
+            // Re-read inside the write lock: another process may have created or upgraded it.
+            int64_t current = pragma_int(db_, "PRAGMA user_version");
             if (pragma_int(db_, "SELECT count(*) FROM sqlite_master") == 0) {
                 exec(db_, kSchemaV1);
                 exec(db_, ("PRAGMA application_id=" + std::to_string(kApplicationId)).c_str());
-                exec(db_, ("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str());
+                current = 1;
             }
+            if (current < 2) exec(db_, kMigrateV1toV2);
+            exec(db_, ("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str());
             exec(db_, "COMMIT");
         }
     } catch (...) {
@@ -215,7 +246,7 @@ void RunStore::finish_run(int64_t run_id, const std::string& status)
 void RunStore::append_scalar(int64_t run_id, int64_t step, const std::string& tag, double value)
 {
     std::lock_guard lock(queue_mutex_);
-    queue_.push_back({false, run_id, step, tag, {}, value});
+    queue_.push_back({PendingRow::Kind::Scalar, run_id, step, tag, {}, value, {}});
     ++enqueued_;
     if (queue_.size() >= kBatchRows) queue_cv_.notify_one();
 }
@@ -223,7 +254,14 @@ void RunStore::append_scalar(int64_t run_id, int64_t step, const std::string& ta
 void RunStore::append_event(int64_t run_id, int64_t step, const std::string& kind, const std::string& message)
 {
     std::lock_guard lock(queue_mutex_);
-    queue_.push_back({true, run_id, step, kind, message, 0.0});
+    queue_.push_back({PendingRow::Kind::Event, run_id, step, kind, message, 0.0, {}});
+    ++enqueued_;
+}
+
+void RunStore::append_layer_stats(int64_t run_id, int64_t step, const TensorStats& stats)
+{
+    std::lock_guard lock(queue_mutex_);
+    queue_.push_back({PendingRow::Kind::LayerStats, run_id, step, {}, {}, 0.0, stats});
     ++enqueued_;
 }
 
@@ -263,12 +301,30 @@ void RunStore::write_batch(std::vector<PendingRow>& rows)
         exec(db_, "BEGIN IMMEDIATE");
         Statement scalar(db_, "INSERT OR REPLACE INTO scalars(run_id, tag, step, value) VALUES(?, ?, ?, ?)");
         Statement event(db_, "INSERT INTO events(run_id, step, kind, message) VALUES(?, ?, ?, ?)");
+        Statement layer(db_, "INSERT OR REPLACE INTO layer_stats VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
         for (const auto& r : rows) {
-            Statement& s = r.is_event ? event : scalar;
-            s.reset();
-            if (r.is_event) s.bind(1, r.run_id).bind(2, r.step).bind(3, r.tag_or_kind).bind(4, r.message);
-            else s.bind(1, r.run_id).bind(2, r.tag_or_kind).bind(3, r.step).bind(4, r.value);
-            s.step();
+            switch (r.kind) {
+            case PendingRow::Kind::Scalar:
+                scalar.reset();
+                scalar.bind(1, r.run_id).bind(2, r.tag_or_kind).bind(3, r.step).bind(4, r.value).step();
+                break;
+            case PendingRow::Kind::Event:
+                event.reset();
+                event.bind(1, r.run_id).bind(2, r.step).bind(3, r.tag_or_kind).bind(4, r.message).step();
+                break;
+            case PendingRow::Kind::LayerStats: {
+                const TensorStats& t = r.stats;
+                layer.reset();
+                layer.bind(1, r.run_id).bind(2, r.step).bind(3, t.layer).bind(4, t.role).bind(5, t.format);
+                layer.bind(6, t.count).bind(7, t.zeros).bind(8, t.infs).bind(9, t.nans);
+                layer.bind(10, t.underflow).bind(11, t.subnormal).bind(12, t.overflow).bind(13, t.amax);
+                layer.bind(14, t.scale).bind(15, t.quant_mse).bind(16, t.quant_snr_db).bind(17, t.update_ratio);
+                layer.bind(18, static_cast<int64_t>(t.first_exponent));
+                layer.bind_blob(19, t.exponent_counts.data(), t.exponent_counts.size() * sizeof(int64_t));
+                layer.step();
+                break;
+            }
+            }
         }
         exec(db_, "COMMIT");
     } catch (const StoreError&) {
@@ -328,6 +384,39 @@ std::vector<EventRow> RunStore::events(int64_t run_id)
     return rows;
 }
 
+std::vector<std::pair<int64_t, TensorStats>> RunStore::layer_stats(int64_t run_id, const std::string& layer)
+{
+    flush();
+    std::lock_guard lock(db_mutex_);
+    Statement s(db_, "SELECT step, layer, role, format, count, zeros, infs, nans, underflow, subnormal, overflow, amax, "
+                     "scale, quant_mse, quant_snr_db, update_ratio, first_exponent, exponent_counts FROM layer_stats "
+                     "WHERE run_id=? AND (?='' OR layer=?) ORDER BY step, layer, role");
+    s.bind(1, run_id).bind(2, layer).bind(3, layer);
+    std::vector<std::pair<int64_t, TensorStats>> rows;
+    while (s.step()) {
+        TensorStats t;
+        t.layer = s.text(1);
+        t.role = s.text(2);
+        t.format = s.text(3);
+        t.count = s.int64(4);
+        t.zeros = s.int64(5);
+        t.infs = s.int64(6);
+        t.nans = s.int64(7);
+        t.underflow = s.real(8);
+        t.subnormal = s.real(9);
+        t.overflow = s.real(10);
+        t.amax = s.real(11);
+        t.scale = s.real(12);
+        t.quant_mse = s.real(13);
+        t.quant_snr_db = s.real(14);
+        t.update_ratio = s.real(15);
+        t.first_exponent = static_cast<int>(s.int64(16));
+        t.exponent_counts = s.int64_blob(17);
+        rows.emplace_back(s.int64(0), std::move(t));
+    }
+    return rows;
+}
+
 std::string RunStore::metrics_csv(int64_t run_id)
 {
     // Known tags first in a fixed order, anything newer after them alphabetically.
@@ -379,6 +468,7 @@ void StoreSink::on_step(const StepMetrics& m)
     store_.append_scalar(run_id_, m.step, "tokens_per_s", m.tokens_per_s);
     store_.append_scalar(run_id_, m.step, "loss_scale", m.loss_scale);
     if (m.skipped) store_.append_scalar(run_id_, m.step, "skipped", 1.0);
+    for (const auto& [layer, norm] : m.layer_grad_norms) store_.append_scalar(run_id_, m.step, "grad_norm/" + layer, norm);
 }
 
 void StoreSink::on_eval(const EvalMetrics& m)
@@ -388,6 +478,16 @@ void StoreSink::on_eval(const EvalMetrics& m)
 }
 
 void StoreSink::on_event(const RunEvent& e) { store_.append_event(run_id_, e.step, e.kind, e.message); }
+
+void StoreSink::on_layer_stats(const LayerStatsFrame& f)
+{
+    for (const auto& t : f.tensors) store_.append_layer_stats(run_id_, f.step, t);
+    for (const auto& [block, logit] : f.attention_max_logit)
+        store_.append_scalar(run_id_, f.step, "attn_max_logit/" + block, logit);
+    store_.append_scalar(run_id_, f.step, "log_z/mean", f.log_z_mean);
+    store_.append_scalar(run_id_, f.step, "log_z/max", f.log_z_max);
+    store_.append_scalar(run_id_, f.step, "memory/resident_bytes", static_cast<double>(f.memory.resident_bytes));
+}
 
 std::string default_store_path()
 {

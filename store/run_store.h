@@ -51,7 +51,8 @@ struct EventRow {
 
 class RunStore {
 public:
-    static constexpr int kSchemaVersion = 1;
+    // 1: runs, scalars, events. 2: + layer_stats (upgraded in place on open).
+    static constexpr int kSchemaVersion = 2;
 
     // Opens or creates the store. Throws StoreError, leaving the file untouched, when it is
     // not a SQLite database, belongs to another program, or has a newer schema.
@@ -66,6 +67,7 @@ public:
     // Queued; committed by the writer thread within ~250 ms.
     void append_scalar(int64_t run_id, int64_t step, const std::string& tag, double value);
     void append_event(int64_t run_id, int64_t step, const std::string& kind, const std::string& message);
+    void append_layer_stats(int64_t run_id, int64_t step, const TensorStats& stats);
     void flush(); // blocks until everything queued so far is committed
 
     std::vector<RunInfo> list_runs();
@@ -73,6 +75,8 @@ public:
     std::optional<RunInfo> find_run(const std::string& id_or_name);
     std::vector<ScalarRow> scalars(int64_t run_id);
     std::vector<EventRow> events(int64_t run_id);
+    // (step, stats) for one run; `layer` empty = all layers. Ordered by step, layer, role.
+    std::vector<std::pair<int64_t, TensorStats>> layer_stats(int64_t run_id, const std::string& layer = {});
 
     // Metrics pivoted to one row per step (columns: step, then one per tag), RFC 4180.
     std::string metrics_csv(int64_t run_id);
@@ -83,10 +87,11 @@ public:
 
 private:
     struct PendingRow {
-        bool is_event = false;
+        enum class Kind { Scalar, Event, LayerStats } kind = Kind::Scalar;
         int64_t run_id = 0, step = 0;
         std::string tag_or_kind, message;
         double value = 0.0;
+        TensorStats stats;
     };
     void writer_loop();
     void write_batch(std::vector<PendingRow>& rows);
@@ -112,6 +117,7 @@ public:
     void on_step(const StepMetrics& m) override;
     void on_eval(const EvalMetrics& m) override;
     void on_event(const RunEvent& e) override;
+    void on_layer_stats(const LayerStatsFrame& frame) override;
 
 private:
     RunStore& store_;

@@ -94,8 +94,18 @@ private slots:
         const auto id = store.create_run("csv", "", "{}");
         StoreSink sink(store, id);
         sink.on_eval({0, 4.5, 4.25});
-        sink.on_step({1, 4.0, 0.001, 1.5, 10.0, 2000.0});
-        sink.on_step({2, 3.5, 0.002, 1.25, 10.0, 2000.0});
+        auto step = [](int64_t n, double loss, double lr, double grad_norm) {
+            StepMetrics m;
+            m.step = n;
+            m.train_loss = loss;
+            m.learning_rate = lr;
+            m.grad_norm = grad_norm;
+            m.step_time_ms = 10.0;
+            m.tokens_per_s = 2000.0;
+            return m;
+        };
+        sink.on_step(step(1, 4.0, 0.001, 1.5));
+        sink.on_step(step(2, 3.5, 0.002, 1.25));
         sink.on_event({2, "sample", "line1\nline2"});
         QCOMPARE(store.metrics_csv(id),
                  std::string("step,train/loss,val/loss,eval/train_loss,lr,grad_norm,step_time_ms,tokens_per_s,"

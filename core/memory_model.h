@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// What a recipe needs in memory, computed from the shapes alone, so a user sees the bill
+// before renting a GPU (docs/TELEMETRY.md gives the formulas). No LibTorch.
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "project_config.h"
+
+namespace mantissa {
+
+struct MemoryBreakdown {
+    int64_t parameters = 0;
+    int64_t master_weights_bytes = 0;        // FP32, 4 B a parameter
+    int64_t low_precision_weights_bytes = 0; // per GEMM weight: 2 B (bf16/fp16), 1 B + 4 B scale (fp8), 0 (fp32)
+    int64_t gradients_bytes = 0;             // FP32, 4 B a parameter
+    int64_t optimizer_state_bytes = 0;       // Adam m and v, 8 B a parameter
+    int64_t activations_bytes = 0;           // saved for backward, no recomputation
+    std::vector<std::pair<std::string, int64_t>> activations_by_layer; // blocks.N, then "logits"
+    int64_t total_bytes() const
+    {
+        return master_weights_bytes + low_precision_weights_bytes + gradients_bytes + optimizer_state_bytes +
+               activations_bytes;
+    }
+};
+
+MemoryBreakdown estimate_memory(const ProjectConfig& config, int64_t vocab_size);
+
+// This process's resident set size, from /proc/self/statm; 0 where that is unavailable.
+int64_t resident_memory_bytes();
+
+} // namespace mantissa

@@ -1,0 +1,178 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "watchers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <tuple>
+
+namespace mantissa {
+
+const std::vector<std::string>& watcher_names()
+{
+    static const std::vector<std::string> names = {"nonfinite", "loss_spike",      "grad_spike", "loss_scale_collapse",
+                                                   "attention_logit", "log_z", "fp8_underflow"};
+    return names;
+}
+
+const char* watch_action_name(WatchAction action)
+{
+    switch (action) {
+    case WatchAction::None: return "none";
+    case WatchAction::Pause: return "pause";
+    case WatchAction::SwitchToBf16: return "bf16";
+    }
+    return "?";
+}
+
+namespace {
+
+std::string fmt(double v)
+{
+    std::ostringstream out;
+    out.precision(5);
+    out << v;
+    return out.str();
+}
+
+int role_rank(const std::string& role)
+{
+    static const std::vector<std::string> order = {"weight", "input", "output", "grad_output", "weight_grad"};
+    const auto it = std::find(order.begin(), order.end(), role);
+    return static_cast<int>(it - order.begin());
+}
+
+} // namespace
+
+bool Watchers::RunningStats::spike(double x, double k, int64_t window)
+{
+    const int64_t warmup = std::max<int64_t>(10, window / 2);
+    const bool fired = n >= warmup && x > mean + k * std::sqrt(var);
+    // Exponential moving mean and variance with span `window`.
+    const double alpha = 2.0 / (static_cast<double>(window) + 1.0);
+    if (n == 0) {
+        mean = x;
+    } else {
+        const double delta = x - mean;
+        mean += alpha * delta;
+        var = (1.0 - alpha) * (var + alpha * delta * delta);
+    }
+    ++n;
+    return fired;
+}
+
+bool Watchers::cooled_down(const std::string& watcher, const std::string& layer, int64_t step)
+{
+    const auto key = std::make_pair(watcher, layer);
+    const auto it = last_fired_.find(key);
+    if (it != last_fired_.end() && step - it->second < config_.cooldown_steps) return false;
+    last_fired_[key] = step;
+    return true;
+}
+
+WatchAlert Watchers::make(int64_t step, const std::string& watcher, const std::string& layer, std::string message) const
+{
+    WatchAlert a;
+    a.step = step;
+    a.watcher = watcher;
+    a.layer = layer;
+    a.message = std::move(message);
+    if (const auto it = config_.actions.find(watcher); it != config_.actions.end()) a.action = it->second;
+    return a;
+}
+
+std::vector<WatchAlert> Watchers::on_step(const StepMetrics& m)
+{
+    std::vector<WatchAlert> alerts;
+    if (!std::isfinite(m.train_loss) || (!m.skipped && !std::isfinite(m.grad_norm))) {
+        std::string layer;
+        for (const auto& [name, norm] : m.layer_grad_norms)
+            if (!std::isfinite(norm)) {
+                layer = name; // the first in forward order
+                break;
+            }
+        if (cooled_down("nonfinite", layer, m.step))
+            alerts.push_back(make(m.step, "nonfinite", layer,
+                                  "loss " + fmt(m.train_loss) + ", grad norm " + fmt(m.grad_norm) +
+                                      (layer.empty() ? std::string() : "; first non-finite gradient in " + layer)));
+        return alerts; // spikes are meaningless on a non-finite step
+    }
+    if (loss_.spike(m.train_loss, config_.loss_spike_sigma, config_.spike_window) && cooled_down("loss_spike", "", m.step))
+        alerts.push_back(make(m.step, "loss_spike", "",
+                              "loss " + fmt(m.train_loss) + " > running mean " + fmt(loss_.mean) + " + " +
+                                  fmt(config_.loss_spike_sigma) + " sigma"));
+    if (!m.skipped && grad_norm_.spike(m.grad_norm, config_.grad_spike_sigma, config_.spike_window) &&
+        cooled_down("grad_spike", "", m.step)) {
+        std::string worst;
+        double worst_norm = -1.0;
+        for (const auto& [name, norm] : m.layer_grad_norms)
+            if (norm > worst_norm) {
+                worst_norm = norm;
+                worst = name;
+            }
+        alerts.push_back(make(m.step, "grad_spike", worst,
+                              "grad norm " + fmt(m.grad_norm) + " > running mean " + fmt(grad_norm_.mean) + " + " +
+                                  fmt(config_.grad_spike_sigma) + " sigma" +
+                                  (worst.empty() ? std::string() : "; largest in " + worst + " (" + fmt(worst_norm) + ")")));
+    }
+    return alerts;
+}
+
+std::vector<WatchAlert> Watchers::on_loss_scale(int64_t step, double scale, bool backed_off)
+{
+    std::vector<WatchAlert> alerts;
+    if (backed_off) backoffs_.push_back(step);
+    while (!backoffs_.empty() && step - backoffs_.front() >= config_.backoff_window) backoffs_.pop_front();
+    const bool below_floor = scale < config_.loss_scale_floor;
+    const bool too_many = static_cast<int64_t>(backoffs_.size()) >= config_.backoff_limit;
+    if ((below_floor || too_many) && cooled_down("loss_scale_collapse", "", step))
+        alerts.push_back(make(step, "loss_scale_collapse", "",
+                              below_floor ? "loss scale " + fmt(scale) + " below floor " + fmt(config_.loss_scale_floor)
+                                          : std::to_string(backoffs_.size()) + " backoffs within " +
+                                                std::to_string(config_.backoff_window) + " steps (scale " + fmt(scale) +
+                                                ")"));
+    return alerts;
+}
+
+std::vector<WatchAlert> Watchers::on_frame(const LayerStatsFrame& frame, const std::vector<std::string>& forward_order)
+{
+    std::vector<WatchAlert> alerts;
+    auto rank = [&](const std::string& layer) {
+        return static_cast<int>(std::find(forward_order.begin(), forward_order.end(), layer) - forward_order.begin());
+    };
+    // Non-finite values: where they first appeared in data-flow order. The forward pass runs
+    // through the layers in order; the backward pass (grad_output, weight_grad) runs in reverse
+    // after it, so a layer that only has non-finite gradients ranks after every forward value.
+    auto flow_rank = [&](const TensorStats& t) {
+        const int r = role_rank(t.role);
+        const bool backward = r >= 3;
+        const int layer = rank(t.layer);
+        return std::make_tuple(backward ? 1 : 0, backward ? -layer : layer, r);
+    };
+    const TensorStats* first = nullptr;
+    for (const auto& t : frame.tensors) {
+        if (t.nans + t.infs == 0) continue;
+        if (!first || flow_rank(t) < flow_rank(*first)) first = &t;
+    }
+    if (first && cooled_down("nonfinite", first->layer, frame.step))
+        alerts.push_back(make(frame.step, "nonfinite", first->layer,
+                              first->role + " of " + first->layer + " has " + std::to_string(first->nans) + " NaN and " +
+                                  std::to_string(first->infs) + " inf of " + std::to_string(first->count) + " values"));
+    for (const auto& t : frame.tensors) {
+        const bool fp8 = t.format == "e4m3" || t.format == "e5m2";
+        if (fp8 && t.underflow > config_.fp8_underflow_max && cooled_down("fp8_underflow", t.layer, frame.step))
+            alerts.push_back(make(frame.step, "fp8_underflow", t.layer,
+                                  t.role + " of " + t.layer + ": " + fmt(100.0 * t.underflow) + "% of values flush to zero in " +
+                                      t.format + " (threshold " + fmt(100.0 * config_.fp8_underflow_max) + "%)"));
+    }
+    for (const auto& [layer, logit] : frame.attention_max_logit)
+        if (logit > config_.attention_logit_max && cooled_down("attention_logit", layer, frame.step))
+            alerts.push_back(make(frame.step, "attention_logit", layer,
+                                  "max attention logit " + fmt(logit) + " > " + fmt(config_.attention_logit_max)));
+    if (std::abs(frame.log_z_mean) > config_.log_z_max && cooled_down("log_z", "lm_head", frame.step))
+        alerts.push_back(make(frame.step, "log_z", "lm_head",
+                              "mean log Z " + fmt(frame.log_z_mean) + " beyond +-" + fmt(config_.log_z_max)));
+    return alerts;
+}
+
+} // namespace mantissa

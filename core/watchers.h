@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// Instability watchers: each turns a trajectory (loss, gradient norms, loss scale, layer
+// statistics) into alerts that name the step, the layer and the values. No LibTorch: they
+// run on plain snapshots, so they are tested on scripted trajectories.
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "telemetry.h"
+
+namespace mantissa {
+
+enum class WatchAction { None, Pause, SwitchToBf16 };
+
+struct WatcherConfig {
+    double loss_spike_sigma = 6.0;     // loss more than k sigma above its running mean
+    double grad_spike_sigma = 6.0;     // same for the global gradient norm
+    int64_t spike_window = 100;        // EMA span (steps) of the running mean and variance
+    double loss_scale_floor = 1.0;     // dynamic loss scale below this: collapse
+    int64_t backoff_limit = 5;         // ... or this many backoffs
+    int64_t backoff_window = 100;      // ... within this many steps
+    double attention_logit_max = 100.0; // max |q.k|/sqrt(d) of a layer (Wortsman et al. 2023)
+    double log_z_max = 20.0;           // |mean log Z| of the output softmax
+    double fp8_underflow_max = 0.05;   // fraction of an FP8 tensor flushed to zero (TE AutoswitchGemm: 5%)
+    int64_t cooldown_steps = 100;      // a watcher stays quiet this long per layer after firing
+    // What to do when one fires: keyed by watcher name (nonfinite, loss_spike, grad_spike,
+    // loss_scale_collapse, attention_logit, log_z, fp8_underflow).
+    std::map<std::string, WatchAction> actions;
+};
+
+struct WatchAlert {
+    int64_t step = 0;
+    std::string watcher; // the names above
+    std::string layer;   // "" for global signals
+    std::string message;
+    WatchAction action = WatchAction::None;
+};
+
+const std::vector<std::string>& watcher_names();
+const char* watch_action_name(WatchAction action);
+
+class Watchers {
+public:
+    explicit Watchers(WatcherConfig config) : config_(std::move(config)) {}
+
+    // Every step: loss and global/per-layer gradient norms (layer_grad_norms in forward order).
+    std::vector<WatchAlert> on_step(const StepMetrics& m);
+    // After each loss-scaler update.
+    std::vector<WatchAlert> on_loss_scale(int64_t step, double scale, bool backed_off);
+    // At the telemetry cadence. `forward_order` ranks layer names for attribution.
+    std::vector<WatchAlert> on_frame(const LayerStatsFrame& frame, const std::vector<std::string>& forward_order);
+
+private:
+    struct RunningStats {
+        double mean = 0.0, var = 0.0;
+        int64_t n = 0;
+        // True when `x` is more than k sigma above the mean seen so far; then folds x in.
+        bool spike(double x, double k, int64_t window);
+    };
+    bool cooled_down(const std::string& watcher, const std::string& layer, int64_t step);
+    WatchAlert make(int64_t step, const std::string& watcher, const std::string& layer, std::string message) const;
+
+    WatcherConfig config_;
+    RunningStats loss_, grad_norm_;
+    std::deque<int64_t> backoffs_;
+    std::map<std::pair<std::string, std::string>, int64_t> last_fired_;
+};
+
+} // namespace mantissa

@@ -1,0 +1,440 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// Per-layer numerics telemetry: exact histogram counts, format fractions, watchers on
+// scripted trajectories, attribution of non-finite values, the analytic memory model, and
+// the frames reaching the run store.
+
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include "gpt_model.h"
+#include "memory_model.h"
+#include "quantize.h"
+#include "run_store.h"
+#include "tensor_stats.h"
+#include "trainer.h"
+#include "watchers.h"
+
+// Qt after LibTorch: Qt's `slots` macro would break torch's IValue::slots().
+#include <QtTest>
+
+#include <QTemporaryDir>
+
+#include <sqlite3.h>
+
+using namespace mantissa;
+
+namespace {
+
+StepMetrics step_metrics(int64_t step, double loss, double grad_norm)
+{
+    StepMetrics m;
+    m.step = step;
+    m.train_loss = loss;
+    m.grad_norm = grad_norm;
+    return m;
+}
+
+int count_watcher(const std::vector<WatchAlert>& alerts, const std::string& name)
+{
+    return static_cast<int>(std::count_if(alerts.begin(), alerts.end(), [&](const auto& a) { return a.watcher == name; }));
+}
+
+struct Recorder : TelemetrySink {
+    std::vector<StepMetrics> steps;
+    std::vector<RunEvent> events;
+    std::vector<LayerStatsFrame> frames;
+    void on_step(const StepMetrics& m) override { steps.push_back(m); }
+    void on_eval(const EvalMetrics&) override {}
+    void on_event(const RunEvent& e) override { events.push_back(e); }
+    void on_layer_stats(const LayerStatsFrame& f) override { frames.push_back(f); }
+};
+
+} // namespace
+
+Q_DECLARE_METATYPE(mantissa::NumberFormat)
+
+class TestTelemetry : public QObject {
+    Q_OBJECT
+private slots:
+    void exponentHistogramIsExact()
+    {
+        const float inf = std::numeric_limits<float>::infinity();
+        auto x = torch::tensor({0.0f, 1.0f, 1.5f, 2.0f, -3.0f, 0.25f, inf, std::nanf(""), std::ldexp(1.0f, -149),
+                                1.5f * std::ldexp(1.0f, 127), -0.0f});
+        const auto s = compute_tensor_stats(x, NumberFormat::FP32, 1.0f, {});
+        QCOMPARE(s.count, int64_t(11));
+        QCOMPARE(s.zeros, int64_t(2));
+        QCOMPARE(s.infs, int64_t(1));
+        QCOMPARE(s.nans, int64_t(1));
+        QCOMPARE(s.first_exponent, -149);
+        QCOMPARE(s.exponent_counts.size(), size_t(127 + 149 + 1));
+        auto bin = [&](int e) { return s.exponent_counts[static_cast<size_t>(e - s.first_exponent)]; };
+        QCOMPARE(bin(-149), int64_t(1));
+        QCOMPARE(bin(-2), int64_t(1));
+        QCOMPARE(bin(0), int64_t(2)); // 1 and 1.5
+        QCOMPARE(bin(1), int64_t(2)); // 2 and -3
+        QCOMPARE(bin(127), int64_t(1));
+        int64_t total = 0;
+        for (auto c : s.exponent_counts) total += c;
+        QCOMPARE(total, int64_t(7)); // the finite non-zero values
+        QCOMPARE(s.amax, 1.5 * std::ldexp(1.0, 127));
+    }
+
+    void formatFractions_data()
+    {
+        QTest::addColumn<NumberFormat>("format");
+        QTest::addColumn<QList<double>>("values"); // one underflow, one subnormal, one overflow, one normal
+        QTest::newRow("fp16") << NumberFormat::FP16 << QList<double>{1e-8, 1e-6, 7e4, 1.0};
+        QTest::newRow("bf16") << NumberFormat::BF16 << QList<double>{1e-41, 1e-39, 3.4e38, 1.0};
+        QTest::newRow("e4m3") << NumberFormat::E4M3 << QList<double>{std::ldexp(1.0, -11), std::ldexp(1.0, -8), 500.0, 1.0};
+        QTest::newRow("e5m2") << NumberFormat::E5M2 << QList<double>{std::ldexp(1.0, -18), std::ldexp(1.0, -15), 1e5, 1.0};
+    }
+    void formatFractions()
+    {
+        QFETCH(NumberFormat, format);
+        QFETCH(QList<double>, values);
+        std::vector<float> v;
+        for (double d : values) v.push_back(static_cast<float>(d));
+        v.push_back(2.0f); // 5 values: fractions are multiples of 0.2
+        const auto x = torch::tensor(v);
+        const auto q = round_to_format(x, format, Overflow::Saturate);
+        const auto s = compute_tensor_stats(x, format, 1.0f, q);
+        QCOMPARE(s.underflow, 0.2);
+        QCOMPARE(s.subnormal, 0.2);
+        QCOMPARE(s.overflow, 0.2);
+        QVERIFY(s.quant_mse > 0);
+        QVERIFY(std::isfinite(s.quant_snr_db));
+    }
+
+    void quantisationErrorInDecibels()
+    {
+        const auto x = torch::tensor({1.0f, 1.0f + std::ldexp(1.0f, -9)}); // second rounds to 1 in bf16
+        const auto q = round_to_format(x, NumberFormat::BF16, Overflow::Propagate);
+        const auto s = compute_tensor_stats(x, NumberFormat::BF16, 1.0f, q);
+        const double err2 = std::pow(std::ldexp(1.0, -9), 2);
+        QCOMPARE(s.quant_mse, err2 / 2);
+        const double signal = 1.0 + std::pow(1.0 + std::ldexp(1.0, -9), 2);
+        QVERIFY(std::abs(s.quant_snr_db - 10 * std::log10(signal / err2)) < 1e-9);
+    }
+
+    // --- watchers on scripted trajectories ----------------------------------------------
+
+    void lossSpikeFiresOnlyOnTheSpike()
+    {
+        WatcherConfig c;
+        c.spike_window = 20;
+        Watchers w(c);
+        int fired = 0;
+        int64_t at = -1;
+        for (int64_t step = 1; step <= 200; ++step) {
+            const double loss = 3.0 - 0.005 * static_cast<double>(step) + 0.01 * std::sin(static_cast<double>(step));
+            const double spiked = step == 150 ? loss + 1.0 : loss;
+            for (const auto& a : w.on_step(step_metrics(step, spiked, 1.0)))
+                if (a.watcher == "loss_spike") {
+                    ++fired;
+                    at = a.step;
+                }
+        }
+        QCOMPARE(fired, 1);
+        QCOMPARE(at, int64_t(150));
+    }
+
+    void cleanTrajectoryIsQuiet()
+    {
+        WatcherConfig c;
+        c.spike_window = 20;
+        Watchers w(c);
+        std::vector<WatchAlert> all;
+        for (int64_t step = 1; step <= 500; ++step) {
+            const double t = static_cast<double>(step);
+            auto a = w.on_step(step_metrics(step, 4.0 * std::exp(-t / 200) + 0.02 * std::sin(t), 1.0 + 0.05 * std::cos(t)));
+            all.insert(all.end(), a.begin(), a.end());
+            a = w.on_loss_scale(step, 65536.0, false);
+            all.insert(all.end(), a.begin(), a.end());
+        }
+        LayerStatsFrame f;
+        f.step = 500;
+        TensorStats t;
+        t.layer = "blocks.0.mlp.fc1";
+        t.role = "input";
+        t.format = "e4m3";
+        t.underflow = 0.01;
+        f.tensors.push_back(t);
+        f.attention_max_logit = {{"blocks.0.attn", 12.0}};
+        f.log_z_mean = 4.2;
+        auto a = w.on_frame(f, {"blocks.0.mlp.fc1"});
+        all.insert(all.end(), a.begin(), a.end());
+        QVERIFY2(all.empty(), all.empty() ? "" : all.front().message.c_str());
+    }
+
+    void gradNormSpikeNamesTheLargestLayer()
+    {
+        WatcherConfig c;
+        c.spike_window = 20;
+        Watchers w(c);
+        std::vector<WatchAlert> alerts;
+        for (int64_t step = 1; step <= 60; ++step) {
+            auto m = step_metrics(step, 2.0, step == 50 ? 40.0 : 1.0 + 0.01 * static_cast<double>(step % 3));
+            m.layer_grad_norms = {{"blocks.0.attn.qkv", 0.5}, {"blocks.1.mlp.fc2", step == 50 ? 39.0 : 0.5}};
+            for (auto& a : w.on_step(m)) alerts.push_back(a);
+        }
+        QCOMPARE(count_watcher(alerts, "grad_spike"), 1);
+        QCOMPARE(alerts[0].layer, std::string("blocks.1.mlp.fc2"));
+        QCOMPARE(alerts[0].step, int64_t(50));
+    }
+
+    void nonFiniteLossNamesFirstLayerInForwardOrder()
+    {
+        Watchers w(WatcherConfig{});
+        auto m = step_metrics(7, std::nan(""), std::nan(""));
+        m.layer_grad_norms = {{"wte", 1.0}, {"blocks.0.attn.qkv", 2.0}, {"blocks.0.mlp.fc1", INFINITY}, {"lm_head", NAN}};
+        const auto alerts = w.on_step(m);
+        QCOMPARE(alerts.size(), size_t(1));
+        QCOMPARE(alerts[0].watcher, std::string("nonfinite"));
+        QCOMPARE(alerts[0].layer, std::string("blocks.0.mlp.fc1"));
+    }
+
+    void lossScaleCollapse()
+    {
+        WatcherConfig c;
+        c.backoff_limit = 3;
+        c.backoff_window = 10;
+        c.loss_scale_floor = 1.0;
+        Watchers w(c);
+        // Two backoffs far apart: quiet. Three within 10 steps: collapse.
+        QVERIFY(w.on_loss_scale(5, 32768, true).empty());
+        QVERIFY(w.on_loss_scale(30, 16384, true).empty());
+        QVERIFY(w.on_loss_scale(34, 8192, true).empty());
+        const auto a = w.on_loss_scale(36, 4096, true);
+        QCOMPARE(a.size(), size_t(1));
+        QCOMPARE(a[0].watcher, std::string("loss_scale_collapse"));
+        Watchers floor(c);
+        QCOMPARE(floor.on_loss_scale(1, 0.5, false).size(), size_t(1));
+    }
+
+    void frameWatchersAndActions()
+    {
+        WatcherConfig c;
+        c.actions["fp8_underflow"] = WatchAction::SwitchToBf16;
+        c.actions["attention_logit"] = WatchAction::Pause;
+        c.cooldown_steps = 100;
+        Watchers w(c);
+        LayerStatsFrame f;
+        f.step = 10;
+        TensorStats t;
+        t.layer = "blocks.1.mlp.fc2";
+        t.role = "grad_output";
+        t.format = "e5m2";
+        t.underflow = 0.2;
+        f.tensors.push_back(t);
+        f.attention_max_logit = {{"blocks.0.attn", 150.0}, {"blocks.1.attn", 20.0}};
+        f.log_z_mean = 35.0;
+        auto a = w.on_frame(f, {"blocks.1.mlp.fc2"});
+        QCOMPARE(count_watcher(a, "fp8_underflow"), 1);
+        QCOMPARE(count_watcher(a, "attention_logit"), 1);
+        QCOMPARE(count_watcher(a, "log_z"), 1);
+        for (const auto& alert : a) {
+            if (alert.watcher == "fp8_underflow") QCOMPARE(alert.action, WatchAction::SwitchToBf16);
+            if (alert.watcher == "attention_logit") {
+                QCOMPARE(alert.layer, std::string("blocks.0.attn"));
+                QCOMPARE(alert.action, WatchAction::Pause);
+            }
+            if (alert.watcher == "log_z") QCOMPARE(alert.action, WatchAction::None);
+        }
+        f.step = 50; // within the cooldown: quiet
+        QVERIFY(w.on_frame(f, {"blocks.1.mlp.fc2"}).empty());
+        f.step = 110;
+        QCOMPARE(w.on_frame(f, {"blocks.1.mlp.fc2"}).size(), size_t(3));
+    }
+
+    // --- attribution inside a real model -------------------------------------------------
+
+    void nonFiniteIsAttributedToTheRightLayer()
+    {
+        ModelConfig m;
+        m.n_layer = 3;
+        m.n_head = 2;
+        m.n_embd = 16;
+        m.context_length = 8;
+        torch::manual_seed(0);
+        Gpt model(m, 11);
+        const auto layers = model->gemm_layers();
+        std::vector<std::string> order;
+        for (const auto& g : layers) order.push_back(g->name());
+        {
+            torch::NoGradGuard no_grad;
+            model->block(1)->mlp->fc1->weight()[3][5] = std::numeric_limits<float>::infinity();
+        }
+        for (const auto& g : layers) g->arm_telemetry(true);
+        const auto idx = torch::randint(0, 11, {2, 8}, torch::kLong);
+        model->loss(model->forward(idx), idx).backward();
+        LayerStatsFrame f;
+        f.step = 1;
+        for (const auto& g : layers)
+            for (auto& t : g->take_stats()) f.tensors.push_back(t);
+        Watchers w(WatcherConfig{});
+        const auto alerts = w.on_frame(f, order);
+        QCOMPARE(count_watcher(alerts, "nonfinite"), 1);
+        QCOMPARE(alerts[0].layer, std::string("blocks.1.mlp.fc1"));
+        QVERIFY2(alerts[0].message.rfind("weight of blocks.1.mlp.fc1", 0) == 0, alerts[0].message.c_str());
+        // Upstream layers saw only finite values going forward.
+        for (const auto& t : f.tensors)
+            if (t.layer.rfind("blocks.0.", 0) == 0 && t.role != "grad_output" && t.role != "weight_grad")
+                QCOMPARE(t.nans + t.infs, int64_t(0));
+    }
+
+    void trainerEmitsFramesOnCadence()
+    {
+        auto config = load_project_file(MANTISSA_TEST_DATA_DIR "/golden_project.json");
+        config.training.steps = 12;
+        config.eval.interval = 0;
+        config.telemetry.interval = 5;
+        config.precision.preset = "fp8-hybrid";
+        Trainer trainer(config);
+        Recorder rec;
+        trainer.run(rec);
+        QCOMPARE(rec.frames.size(), size_t(3)); // steps 1, 5, 10
+        QCOMPARE(rec.frames[0].step, int64_t(1));
+        QCOMPARE(rec.frames[2].step, int64_t(10));
+        const auto& f = rec.frames[1];
+        // 2 blocks x 4 linear layers + lm_head, 5 roles each.
+        QCOMPARE(f.tensors.size(), size_t(9 * 5));
+        QCOMPARE(f.attention_max_logit.size(), size_t(2));
+        QVERIFY(f.log_z_mean > 0);
+        QVERIFY(f.memory.resident_bytes > 0);
+        int weights_with_ratio = 0;
+        for (const auto& t : f.tensors) {
+            if (t.role == "input") QCOMPARE(t.format, std::string("e4m3"));
+            if (t.role == "grad_output") QCOMPARE(t.format, std::string("e5m2"));
+            if (t.role == "output") QCOMPARE(t.format, std::string("bf16"));
+            if (t.role == "weight" && t.update_ratio > 1e-3 && t.update_ratio < 1.0) ++weights_with_ratio; // Adam: ~lr / rms(w)
+        }
+        QCOMPARE(weights_with_ratio, 9);
+        // Per-layer gradient norms every step, forward order, consistent with the total.
+        QCOMPARE(rec.steps.size(), size_t(12));
+        double sum_sq = 0.0;
+        for (const auto& [layer, norm] : rec.steps[3].layer_grad_norms) sum_sq += norm * norm;
+        QVERIFY(std::abs(std::sqrt(sum_sq) - rec.steps[3].grad_norm) < 1e-4 * rec.steps[3].grad_norm);
+        QCOMPARE(rec.steps[3].layer_grad_norms.front().first, std::string("wte"));
+    }
+
+    void watcherActionSwitchesLayerToBf16()
+    {
+        auto config = load_project_file(MANTISSA_TEST_DATA_DIR "/golden_project.json");
+        config.training.steps = 3;
+        config.eval.interval = 0;
+        config.telemetry.interval = 1;
+        config.precision.preset = "fp8-hybrid";
+        config.telemetry.watchers.fp8_underflow_max = 0.0; // any underflow fires
+        config.telemetry.watchers.actions["fp8_underflow"] = WatchAction::SwitchToBf16;
+        Trainer trainer(config);
+        Recorder rec;
+        trainer.run(rec);
+        int actions = 0;
+        for (const auto& e : rec.events) actions += e.kind == "watch_action";
+        QVERIFY(actions >= 1);
+        int bf16_layers = 0;
+        for (const auto& l : trainer.layers()) bf16_layers += l.formats.forward == NumberFormat::BF16;
+        QVERIFY(bf16_layers >= 1);
+    }
+
+    // --- memory ------------------------------------------------------------------------
+
+    void analyticMemoryMatchesHandComputation()
+    {
+        ProjectConfig c;
+        c.model.n_layer = 1;
+        c.model.n_head = 2;
+        c.model.n_embd = 8;
+        c.model.context_length = 4;
+        c.model.bias = false;
+        c.training.batch_size = 2;
+        // V=10, C=8, T=4, B=2, one block, no biases.
+        // params: wte 80 + wpe 32 + ln1 8 + qkv 192 + proj 64 + ln2 8 + fc1 256 + fc2 256 + ln_f 8 = 904
+        auto fp32 = estimate_memory(c, 10);
+        QCOMPARE(fp32.parameters, int64_t(904));
+        QCOMPARE(fp32.master_weights_bytes, int64_t(3616));
+        QCOMPARE(fp32.gradients_bytes, int64_t(3616));
+        QCOMPARE(fp32.optimizer_state_bytes, int64_t(7232));
+        QCOMPARE(fp32.low_precision_weights_bytes, int64_t(0));
+        // sbh = 64. FP32 block: ln1 4*64 + qkv 4*64 + qkv out 4*192 + softmax 4*(2*4*4*2) + proj 4*64
+        // + ln2 4*64 + fc1 4*64 + gelu 4*256 + fc2 4*256 = 256+256+768+256+256+256+256+1024+1024 = 4352
+        QCOMPARE(fp32.activations_by_layer[0].second, int64_t(4352));
+        // logits: ln_f 4*64 + lm_head input 4*64 + FP32 logits 4*4*2*10 = 256 + 256 + 320 = 832
+        QCOMPARE(fp32.activations_by_layer[1].second, int64_t(832));
+
+        c.precision.preset = "fp8-hybrid";
+        auto fp8 = estimate_memory(c, 10);
+        // Weight copies: 1 B each + a 4 B scale: lm_head 80+4, qkv 192+4, proj 64+4, fc1 256+4, fc2 256+4
+        QCOMPARE(fp8.low_precision_weights_bytes, int64_t(868));
+        // Block: ln1 2*64 + qkv in 1*64 + q,k,v (bf16 attention) 2*192 + softmax 2*64 + proj in 64
+        // + ln2 2*64 + fc1 in 64 + gelu 2*256 + fc2 in 256 = 128+64+384+128+64+128+64+512+256 = 1728
+        QCOMPARE(fp8.activations_by_layer[0].second, int64_t(1728));
+        QCOMPARE(fp8.total_bytes(), fp8.master_weights_bytes + fp8.low_precision_weights_bytes + fp8.gradients_bytes +
+                                        fp8.optimizer_state_bytes + fp8.activations_bytes);
+    }
+
+    void residentMemoryIsReported() { QVERIFY(resident_memory_bytes() > 1024 * 1024); }
+
+    // --- store -------------------------------------------------------------------------
+
+    void layerStatsRoundTripThroughTheStore()
+    {
+        QTemporaryDir dir;
+        RunStore store(dir.filePath("r.sqlite").toStdString());
+        const auto id = store.create_run("t", "", "{}");
+        StoreSink sink(store, id);
+        LayerStatsFrame f;
+        f.step = 20;
+        TensorStats t = compute_tensor_stats(torch::tensor({1.0f, 3.0f, 0.0f, 1e-3f}), NumberFormat::FP32, 1.0f, {});
+        t.layer = "blocks.0.attn.qkv";
+        t.role = "input";
+        f.tensors.push_back(t);
+        f.attention_max_logit = {{"blocks.0.attn", 7.5}};
+        sink.on_layer_stats(f);
+        const auto rows = store.layer_stats(id);
+        QCOMPARE(rows.size(), size_t(1));
+        QCOMPARE(rows[0].first, int64_t(20));
+        QCOMPARE(rows[0].second.layer, t.layer);
+        QCOMPARE(rows[0].second.zeros, int64_t(1));
+        QCOMPARE(rows[0].second.first_exponent, -10);
+        QVERIFY(rows[0].second.exponent_counts == t.exponent_counts);
+        QCOMPARE(rows[0].second.quant_snr_db, std::numeric_limits<double>::infinity());
+        bool logit_found = false;
+        for (const auto& s : store.scalars(id)) logit_found |= s.tag == "attn_max_logit/blocks.0.attn" && s.value == 7.5;
+        QVERIFY(logit_found);
+    }
+
+    void versionOneStoreIsUpgradedInPlace()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("v1.sqlite").toStdString();
+        sqlite3* db = nullptr;
+        sqlite3_open(path.c_str(), &db);
+        // The version-1 schema, as the first release wrote it.
+        sqlite3_exec(db, R"sql(
+            CREATE TABLE runs(id INTEGER PRIMARY KEY, name TEXT NOT NULL, project_path TEXT NOT NULL DEFAULT '',
+              config_json TEXT NOT NULL, status TEXT NOT NULL,
+              created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now')), finished_at TEXT);
+            CREATE TABLE scalars(run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE, tag TEXT NOT NULL,
+              step INTEGER NOT NULL, value REAL, PRIMARY KEY(run_id, tag, step)) WITHOUT ROWID;
+            CREATE TABLE events(id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+              step INTEGER NOT NULL, kind TEXT NOT NULL, message TEXT NOT NULL,
+              created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ','now')));
+            INSERT INTO runs(name, config_json, status) VALUES('old run', '{}', 'finished');
+            INSERT INTO scalars VALUES(1, 'train/loss', 1, 2.5);
+            PRAGMA application_id=1296125524; PRAGMA user_version=1;)sql",
+                     nullptr, nullptr, nullptr);
+        sqlite3_close(db);
+        RunStore store(path);
+        QCOMPARE(store.schema_version(), 2);
+        const auto run = store.find_run("old run");
+        QVERIFY(run.has_value());
+        QCOMPARE(store.scalars(run->id).size(), size_t(1));
+        QVERIFY(store.layer_stats(run->id).empty()); // the new table exists and is usable
+    }
+};
+
+QTEST_GUILESS_MAIN(TestTelemetry)
+#include "test_telemetry.moc"
