@@ -262,23 +262,21 @@ std::vector<TensorStats> LayerGemm::take_stats()
 torch::Tensor LayerGemm::gemm(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
                               const torch::Tensor& bias, float scale_a, float scale_b, const char* output_role)
 {
-    auto y = gemm_unrecorded(a, b, format, bias, scale_a, scale_b);
-    if (armed_ && output_role) {
+    const bool record_output = armed_ && output_role;
+    torch::Tensor accumulator; // the FP32 result before the output cast, when emulated
+    auto y = gemm_unrecorded(a, b, format, bias, scale_a, scale_b, record_output ? &accumulator : nullptr);
+    if (record_output) {
         // The output cast is the GEMM's own: compare the FP32 accumulator with what came out.
         const NumberFormat out = gemm_output_format(format);
-        if (out == NumberFormat::FP32) {
-            record(output_role, y, out, 1.0f, {});
-        } else {
-            torch::NoGradGuard no_grad;
-            const auto exact = bias.defined() && a.dim() == 2 ? at::addmm(bias, a, b) : at::matmul(a, b);
-            record(output_role, exact, out, 1.0f, y);
-        }
+        if (out == NumberFormat::FP32 || !accumulator.defined()) record(output_role, y, out, 1.0f, {});
+        else record(output_role, accumulator, out, 1.0f, y);
     }
     return y;
 }
 
 torch::Tensor LayerGemm::gemm_unrecorded(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
-                                         const torch::Tensor& bias, float scale_a, float scale_b)
+                                         const torch::Tensor& bias, float scale_a, float scale_b,
+                                         torch::Tensor* accumulator)
 {
     const NumberFormat out = gemm_output_format(format);
     const bool fp8_shapes_ok = a.dim() == 2 && b.dim() == 2 && a.size(0) % 16 == 0 && a.size(1) % 16 == 0 &&
@@ -301,6 +299,7 @@ torch::Tensor LayerGemm::gemm_unrecorded(const torch::Tensor& a, const torch::Te
     if (format != NumberFormat::FP32) used_emulated_ = true;
     // Emulation: the operands carry exactly the values the tensor core would multiply.
     auto y = bias.defined() ? at::addmm(bias, a, b) : at::matmul(a, b);
+    if (accumulator) *accumulator = y;
     return out == NumberFormat::FP32 ? y : round_to_format(y, out, Overflow::Propagate);
 }
 

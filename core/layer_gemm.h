@@ -76,7 +76,8 @@ public:
 private:
     bool use_native(const torch::Tensor& t) const;
     torch::Tensor gemm_unrecorded(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
-                                  const torch::Tensor& bias, float scale_a, float scale_b);
+                                  const torch::Tensor& bias, float scale_a, float scale_b,
+                                  torch::Tensor* accumulator = nullptr);
 
     std::string name_;
     GemmFormats formats_;

@@ -76,7 +76,7 @@ struct EvalConfig {
 
 struct TelemetryConfig {
     int64_t log_interval = 10; // CLI log cadence in steps, when not on a terminal
-    int64_t interval = 10;     // per-layer tensor statistics every N steps (and at step 1); 0 = off
+    int64_t interval = 50;     // per-layer tensor statistics every N steps (and at step 1); 0 = off
     WatcherConfig watchers;
 };
 

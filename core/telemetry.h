@@ -53,6 +53,7 @@ struct MemorySnapshot {
     int64_t cuda_allocated_bytes = -1; // caching allocator, -1 when not on CUDA
     int64_t cuda_reserved_bytes = -1;
     int64_t cuda_peak_bytes = -1;
+    int64_t nvml_used_bytes = -1;      // whole device, all processes (NVML)
 };
 
 // Everything the engine measured at one telemetry step.

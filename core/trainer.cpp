@@ -16,6 +16,7 @@
 #include "dataset.h"
 #include "gpt_model.h"
 #include "loss_scaler.h"
+#include "device_memory.h"
 #include "memory_model.h"
 #include "watchers.h"
 
@@ -307,6 +308,18 @@ RunSummary Trainer::run(TelemetrySink& sink)
 
     RunSummary summary;
     sink.on_event({0, "run_started", describe()});
+    {
+        // What this recipe needs on a GPU, before anything is allocated.
+        const auto mem = estimate_memory(cfg, s.data.vocabulary.size());
+        auto mib = [](int64_t b) { return std::to_string((b + (1 << 19)) >> 20) + " MiB"; };
+        auto kib = [](int64_t b) { return std::to_string((b + 512) >> 10) + " KiB"; };
+        auto size = [&](int64_t b) { return b >= (int64_t(1) << 24) ? mib(b) : kib(b); };
+        sink.on_event({0, "memory_estimate",
+                       "master weights " + size(mem.master_weights_bytes) + ", low-precision copies " +
+                           size(mem.low_precision_weights_bytes) + ", gradients " + size(mem.gradients_bytes) +
+                           ", optimizer state " + size(mem.optimizer_state_bytes) + ", activations " +
+                           size(mem.activations_bytes) + "; total " + size(mem.total_bytes())});
+    }
     auto evaluate = [&](int64_t step) {
         EvalMetrics m;
         m.step = step;
@@ -432,7 +445,7 @@ RunSummary Trainer::run(TelemetrySink& sink)
             }
             frame.log_z_mean = s.model->log_z_mean();
             frame.log_z_max = s.model->log_z_max();
-            frame.memory.resident_bytes = resident_memory_bytes();
+            frame.memory = read_memory(s.device.is_cuda());
             sink.on_layer_stats(frame);
             for (auto& a : s.watchers.on_frame(frame, s.layer_order)) alerts.push_back(std::move(a));
         }

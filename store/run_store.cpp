@@ -487,6 +487,13 @@ void StoreSink::on_layer_stats(const LayerStatsFrame& f)
     store_.append_scalar(run_id_, f.step, "log_z/mean", f.log_z_mean);
     store_.append_scalar(run_id_, f.step, "log_z/max", f.log_z_max);
     store_.append_scalar(run_id_, f.step, "memory/resident_bytes", static_cast<double>(f.memory.resident_bytes));
+    if (f.memory.cuda_allocated_bytes >= 0) {
+        store_.append_scalar(run_id_, f.step, "memory/cuda_allocated_bytes", static_cast<double>(f.memory.cuda_allocated_bytes));
+        store_.append_scalar(run_id_, f.step, "memory/cuda_reserved_bytes", static_cast<double>(f.memory.cuda_reserved_bytes));
+        store_.append_scalar(run_id_, f.step, "memory/cuda_peak_bytes", static_cast<double>(f.memory.cuda_peak_bytes));
+    }
+    if (f.memory.nvml_used_bytes >= 0)
+        store_.append_scalar(run_id_, f.step, "memory/nvml_used_bytes", static_cast<double>(f.memory.nvml_used_bytes));
 }
 
 std::string default_store_path()
