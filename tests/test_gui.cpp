@@ -151,11 +151,18 @@ void TestGui::snapshotBufferHandsOverAcrossThreads()
             buffer.on_step(m);
             if (i % 1000 == 0) buffer.on_eval({i, 0.5, 0.4});
             if (i % 5000 == 0) buffer.on_event({i, "tick", std::to_string(i)});
+            if (i % 2500 == 0) {
+                LayerStatsFrame frame;
+                frame.step = i;
+                frame.tensors.resize(3);
+                buffer.on_layer_stats(frame);
+            }
         }
     });
     std::vector<StepMetrics> steps;
     std::vector<EvalMetrics> evals;
     std::vector<RunEvent> events;
+    std::vector<LayerStatsFrame> frames;
     int takes = 0;
     auto drain = [&] {
         TelemetryBatch batch = buffer.take();
@@ -163,6 +170,7 @@ void TestGui::snapshotBufferHandsOverAcrossThreads()
         steps.insert(steps.end(), batch.steps.begin(), batch.steps.end());
         evals.insert(evals.end(), batch.evals.begin(), batch.evals.end());
         events.insert(events.end(), batch.events.begin(), batch.events.end());
+        frames.insert(frames.end(), batch.layer_frames.begin(), batch.layer_frames.end());
     };
     while (steps.size() < kSteps)
         drain(); // concurrent takes while the producer runs
@@ -176,6 +184,9 @@ void TestGui::snapshotBufferHandsOverAcrossThreads()
     QCOMPARE(evals.back().step, int64_t(kSteps));
     QCOMPARE(events.size(), size_t(4));
     QCOMPARE(events[1].message, std::string("10000"));
+    QCOMPARE(frames.size(), size_t(8));
+    QCOMPARE(frames.back().step, int64_t(kSteps));
+    QCOMPARE(frames.back().tensors.size(), size_t(3));
     QVERIFY(buffer.take().empty());
 }
 
@@ -433,8 +444,11 @@ void TestGui::windowTrainsTinyRunEndToEnd()
     QSignalSpy drained(controller, &TrainingController::drained);
     QSignalSpy finished(controller, &TrainingController::finished);
     int plottableBatches = 0; // drains that carried steps or evaluations, not only events
+    size_t layerFrames = 0, layerTensors = 0; // per-layer statistics reach the GUI thread too
     connect(controller, &TrainingController::drained, &window, [&](const TelemetryBatch& batch) {
         if (!batch.steps.empty() || !batch.evals.empty()) ++plottableBatches;
+        layerFrames += batch.layer_frames.size();
+        for (const auto& frame : batch.layer_frames) layerTensors += frame.tensors.size();
     });
     TickCounter ticker(2);
     ticker.restart();
@@ -445,6 +459,10 @@ void TestGui::windowTrainsTinyRunEndToEnd()
     QCOMPARE(finished.count(), 1);
     QCOMPARE(finished.at(0).at(0).toString(), QStringLiteral("finished"));
     QCOMPARE(started.count(), 1);
+    // Default cadence (every 50 steps, and step 1): one frame for a 30-step run, 5 roles for
+    // each of the tiny model's 5 linear layers (1 block x 4 + lm_head).
+    QCOMPARE(layerFrames, size_t(1));
+    QCOMPARE(layerTensors, size_t(5 * 5));
     const qint64 runId = started.at(0).at(0).toLongLong();
     QCOMPARE(controller->runId(), runId);
     QCOMPARE(controller->lastSummary().steps_done, int64_t(30));

@@ -23,6 +23,12 @@ void SnapshotBuffer::on_event(const RunEvent& event)
     pending_.events.push_back(event);
 }
 
+void SnapshotBuffer::on_layer_stats(const LayerStatsFrame& frame)
+{
+    std::lock_guard lock(mutex_);
+    pending_.layer_frames.push_back(frame);
+}
+
 TelemetryBatch SnapshotBuffer::take()
 {
     // Swap under the lock so the trainer is blocked for a pointer exchange, not a copy.

@@ -17,8 +17,9 @@ struct TelemetryBatch {
     std::vector<StepMetrics> steps;
     std::vector<EvalMetrics> evals;
     std::vector<RunEvent> events;
+    std::vector<LayerStatsFrame> layer_frames; // per-layer statistics on the telemetry cadence
 
-    bool empty() const { return steps.empty() && evals.empty() && events.empty(); }
+    bool empty() const { return steps.empty() && evals.empty() && events.empty() && layer_frames.empty(); }
 };
 
 class SnapshotBuffer : public TelemetrySink {
@@ -27,6 +28,7 @@ public:
     void on_step(const StepMetrics& metrics) override;
     void on_eval(const EvalMetrics& metrics) override;
     void on_event(const RunEvent& event) override;
+    void on_layer_stats(const LayerStatsFrame& frame) override;
 
     // Called on the GUI thread: returns what accumulated and leaves the buffer empty.
     TelemetryBatch take();
