@@ -52,7 +52,9 @@ public:
     void request_layer_formats(const std::string& layer_pattern, const GemmFormats& formats);
 
     int64_t parameter_count() const;
-    std::vector<LayerInfo> layers() const; // forward order
+    // Forward order. Reads live layer state: call it from the training thread (a sink) or
+    // while no run is in progress; other threads get the same facts from run events.
+    std::vector<LayerInfo> layers() const;
     double loss_scale() const;
     int64_t vocab_size() const;
     std::string describe() const; // one line: model size, data, threads
