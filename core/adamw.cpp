@@ -47,6 +47,33 @@ void AdamW::step_group(Group& group, double learning_rate)
                       /*maximize=*/false);
 }
 
+void AdamW::save(torch::serialize::OutputArchive& archive) const
+{
+    for (size_t g = 0; g < groups_.size(); ++g)
+        for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+            const std::string key = "adamw/" + std::to_string(g) + "/" + std::to_string(i) + "/";
+            archive.write(key + "exp_avg", groups_[g].exp_avg[i]);
+            archive.write(key + "exp_avg_sq", groups_[g].exp_avg_sq[i]);
+            archive.write(key + "step", groups_[g].steps[i]);
+        }
+}
+
+void AdamW::load(torch::serialize::InputArchive& archive)
+{
+    torch::NoGradGuard no_grad;
+    for (size_t g = 0; g < groups_.size(); ++g)
+        for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+            const std::string key = "adamw/" + std::to_string(g) + "/" + std::to_string(i) + "/";
+            torch::Tensor avg, avg_sq, step; // fresh tensors: the archive's storage is not resizable
+            archive.read(key + "exp_avg", avg);
+            archive.read(key + "exp_avg_sq", avg_sq);
+            archive.read(key + "step", step);
+            groups_[g].exp_avg[i].copy_(avg);
+            groups_[g].exp_avg_sq[i].copy_(avg_sq);
+            groups_[g].steps[i].copy_(step);
+        }
+}
+
 void AdamW::zero_grad()
 {
     for (auto& g : groups_)

@@ -19,6 +19,10 @@ public:
     void step(double learning_rate); // parameters without a gradient are skipped
     void zero_grad();                // drops the gradients (set_to_none)
 
+    // Optimizer state for checkpoints, under "adamw/...".
+    void save(torch::serialize::OutputArchive& archive) const;
+    void load(torch::serialize::InputArchive& archive);
+
 private:
     struct Group {
         std::vector<torch::Tensor> params, exp_avg, exp_avg_sq, steps;

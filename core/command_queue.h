@@ -15,7 +15,7 @@
 namespace mantissa {
 
 struct Command {
-    enum class Kind { Pause, Resume, Stop, SetLayerFormats } kind;
+    enum class Kind { Pause, Resume, Stop, SetLayerFormats, Checkpoint } kind;
     // SetLayerFormats: every GEMM layer whose name matches `layer_pattern` switches to `formats`.
     std::string layer_pattern;
     GemmFormats formats;

@@ -27,6 +27,11 @@ public:
     // Rolls the history, stores `amax` in slot 0, and recomputes the scale for the next use.
     void record(float amax, double fp8_max, bool use_max, int64_t margin);
     void reset(); // fresh history, scale 1 (after a live precision change)
+    void restore(std::vector<float> history, float scale)
+    {
+        history_ = std::move(history);
+        scale_ = scale;
+    }
 
 private:
     std::vector<float> history_;

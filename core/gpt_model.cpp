@@ -27,6 +27,7 @@ GemmLinearImpl::GemmLinearImpl(std::shared_ptr<LayerGemm> gemm, torch::Tensor ti
 
 torch::Tensor GemmLinearImpl::forward(const torch::Tensor& x)
 {
+    gemm_->set_training(is_training());
     return gemm_->linear(x, weight_, bias_);
 }
 
@@ -57,6 +58,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x)
     auto heads = [&](const torch::Tensor& t) { return t.view({B, T, n_head_, C / n_head_}).transpose(1, 2); };
     const auto q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]); // (B, H, T, D)
     const double p = is_training() ? dropout_ : 0.0;
+    sdpa_->set_training(is_training());
     const double inv_sqrt_d = 1.0 / std::sqrt(static_cast<double>(C / n_head_));
     if (sdpa_->telemetry_armed()) {
         // Wortsman et al. 2023: attention logit growth precedes divergence. (B, H, T, T) once per cadence.
@@ -153,6 +155,7 @@ torch::Tensor GptImpl::forward(const torch::Tensor& idx)
     x = torch::dropout(x, config_.dropout, is_training());
     for (const auto& block : *blocks_) x = block->as<Block>()->forward(x);
     x = ln_f_->forward(x);
+    lm_head_->train(is_training()); // not a registered child, so eval()/train() do not reach it
     auto logits = lm_head_->forward(x); // (B, T, V)
     if (measure_log_z_) {
         // log Z of the output softmax; z-loss keeps it near 0 (Wortsman et al. 2023).

@@ -205,7 +205,8 @@ torch::Tensor LayerGemm::round_operand(const torch::Tensor& x, NumberFormat form
     if (scale) *scale = 0.0f;
     if (format == NumberFormat::FP32) return x;
     if (!format_info(format).is_fp8) return round_to_format(x, format, Overflow::Propagate);
-    auto q = quantize_fp8(x, format, recipe_, k_dim, &delayed(role));
+    DelayedScaling scratch = delayed(role); // used when not training: the real history stays put
+    auto q = quantize_fp8(x, format, recipe_, k_dim, training_ ? &delayed(role) : &scratch);
     if (scale && per_tensor(recipe_) && recipe_.outlier_rms_multiple == 0.0) *scale = q.scale;
     return q.values;
 }
@@ -219,6 +220,7 @@ torch::Tensor LayerGemm::quantized_weight(const torch::Tensor& weight, NumberFor
     // reuse the low-precision copy, and a delayed-scaling weight records its amax once per
     // step, as TE does with is_first_microbatch.
     const int64_t version = static_cast<int64_t>(weight._version());
+    if (!training_) return round_operand(weight.detach(), format, OperandRole::Weight, k_dim, scale);
     const bool layout_free = !format_info(format).is_fp8 || per_tensor(recipe_); // per-row/block depend on K
     if (cached_weight_.defined() && cached_version_ == version && cached_data_ == weight.data_ptr() &&
         cached_format_ == format && (cached_k_dim_ == k_dim || layout_free)) {
@@ -232,6 +234,38 @@ torch::Tensor LayerGemm::quantized_weight(const torch::Tensor& weight, NumberFor
     cached_format_ = format;
     cached_k_dim_ = k_dim;
     return cached_weight_;
+}
+
+void LayerGemm::save(torch::serialize::OutputArchive& archive)
+{
+    const std::string key = "layers/" + name_ + "/";
+    archive.write(key + "formats", torch::tensor({static_cast<int64_t>(formats_.forward),
+                                                  static_cast<int64_t>(formats_.dgrad),
+                                                  static_cast<int64_t>(formats_.wgrad)}));
+    for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput}) {
+        const auto& d = delayed(role);
+        const std::string r = key + std::to_string(static_cast<int>(role)) + "/";
+        archive.write(r + "history", torch::tensor(d.history()));
+        archive.write(r + "scale", torch::tensor(d.scale()));
+    }
+}
+
+void LayerGemm::load(torch::serialize::InputArchive& archive)
+{
+    const std::string key = "layers/" + name_ + "/";
+    torch::Tensor f;
+    archive.read(key + "formats", f);
+    set_formats({static_cast<NumberFormat>(f[0].item<int64_t>()), static_cast<NumberFormat>(f[1].item<int64_t>()),
+                 static_cast<NumberFormat>(f[2].item<int64_t>())});
+    for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput}) {
+        const std::string r = key + std::to_string(static_cast<int>(role)) + "/";
+        torch::Tensor history, scale;
+        archive.read(r + "history", history);
+        archive.read(r + "scale", scale);
+        history = history.contiguous();
+        delayed(role).restore(std::vector<float>(history.data_ptr<float>(), history.data_ptr<float>() + history.numel()),
+                              scale.item<float>());
+    }
 }
 
 void LayerGemm::arm_telemetry(bool armed)

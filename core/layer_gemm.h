@@ -35,6 +35,9 @@ public:
     torch::Tensor matmul(const torch::Tensor& a, const torch::Tensor& b);
 
     const std::string& name() const { return name_; }
+    // Evaluation and sampling use the current FP8 scales but must not move them (nor fill the
+    // weight cache): otherwise an evaluation would change the training that follows it.
+    void set_training(bool training) { training_ = training; }
     GemmFormats formats() const { return formats_; }
     // Takes effect at the next GEMM; FP8 histories restart so stale scales are not reused.
     void set_formats(const GemmFormats& formats);
@@ -73,6 +76,10 @@ public:
     const Fp8Recipe& recipe() const { return recipe_; }
     DelayedScaling& delayed(OperandRole role);
 
+    // Formats and FP8 scaling state for checkpoints, under "layers/<name>/...".
+    void save(torch::serialize::OutputArchive& archive);
+    void load(torch::serialize::InputArchive& archive);
+
 private:
     bool use_native(const torch::Tensor& t) const;
     torch::Tensor gemm_unrecorded(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
@@ -93,6 +100,7 @@ private:
     int64_t cached_k_dim_ = 0;
     bool used_native_ = false, used_emulated_ = false;
     bool armed_ = false;
+    bool training_ = true;
     std::vector<TensorStats> stats_;
     torch::Tensor last_weight_;
     double attention_max_logit_ = -1.0;

@@ -36,6 +36,19 @@ public:
     // outcome is Clean or Grew. With scaling off or static a non-finite gradient still skips.
     Outcome update(bool found_inf);
 
+    struct State {
+        double scale;
+        int64_t growth_tracker;
+        int64_t overflows_left;
+    };
+    State state() const { return {scale_, growth_tracker_, overflows_left_}; }
+    void restore(const State& s)
+    {
+        scale_ = s.scale;
+        growth_tracker_ = s.growth_tracker;
+        overflows_left_ = s.overflows_left;
+    }
+
 private:
     LossScalingMode mode_;
     LossScalingConfig config_;

@@ -179,7 +179,10 @@ json to_json(const ProjectConfig& c)
           {"grad_accum", c.training.grad_accum},
           {"seed", c.training.seed},
           {"threads", c.training.threads},
-          {"device", c.training.device}}},
+          {"device", c.training.device},
+          {"checkpoint_interval", c.training.checkpoint_interval},
+          {"checkpoint_dir", c.training.checkpoint_dir},
+          {"checkpoint_keep", c.training.checkpoint_keep}}},
         {"eval",
          {{"interval", c.eval.interval},
           {"batches", c.eval.batches},
@@ -260,7 +263,7 @@ void apply_override(json& user, const Override& override_)
     json value = json::parse(raw, nullptr, /*allow_exceptions=*/false);
     if (value.is_discarded()) value = raw;
     // A path typed on the command line means "relative to where I am", not to the project file.
-    const bool is_path_key = dotted == "data.path" || dotted == "data.dir";
+    const bool is_path_key = dotted == "data.path" || dotted == "data.dir" || dotted == "training.checkpoint_dir";
     if (is_path_key && value.is_string() && !value.get<std::string>().empty())
         value = std::filesystem::absolute(value.get<std::string>()).lexically_normal().string();
     json* node = &user;
@@ -327,6 +330,9 @@ ProjectConfig from_json(const json& j)
     c.training.seed = t["seed"];
     c.training.threads = t["threads"];
     c.training.device = t["device"];
+    c.training.checkpoint_interval = t["checkpoint_interval"];
+    c.training.checkpoint_dir = t["checkpoint_dir"];
+    c.training.checkpoint_keep = t["checkpoint_keep"];
 
     const json& e = j["eval"];
     c.eval.interval = e["interval"];
@@ -423,6 +429,8 @@ void validate(const ProjectConfig& c)
     require(t.batch_size >= 1, "training.batch_size", "must be at least 1");
     require(t.grad_accum >= 1, "training.grad_accum", "must be at least 1");
     require(t.threads >= 0, "training.threads", "must be >= 0 (0 = all cores)");
+    require(t.checkpoint_interval >= 0, "training.checkpoint_interval", "must be >= 0 (0 = only at the end)");
+    require(t.checkpoint_keep >= 1, "training.checkpoint_keep", "must be at least 1");
 
     const auto& e = c.eval;
     require(e.interval >= 0, "eval.interval", "must be >= 0 (0 = only at the end)");

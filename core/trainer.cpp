@@ -6,6 +6,8 @@
 #include <cmath>
 #include <numbers>
 #include <sstream>
+#include <cstdio>
+#include <filesystem>
 #include <thread>
 #include <unordered_map>
 
@@ -64,6 +66,8 @@ public:
         return {x, y};
     }
 
+    at::Generator& generator() { return generator_; }
+
 private:
     const std::vector<uint16_t>& tokens_;
     int64_t batch_size_, context_length_;
@@ -80,6 +84,8 @@ struct Trainer::Impl {
     Gpt model{nullptr};
     std::unique_ptr<AdamW> optimizer;
     LossScaler scaler;
+    std::unique_ptr<BatchSampler> train_batches;
+    int64_t step = 0; // optimizer steps done; a resumed run starts here
     Watchers watchers;
     std::vector<std::string> layer_order; // GEMM layers in forward order, for attribution
     CommandQueue commands;
@@ -114,6 +120,90 @@ struct Trainer::Impl {
         }
         scaler = LossScaler(resolve_loss_scaling(config.precision, any_fp16));
         for (const auto& g : model->gemm_layers()) layer_order.push_back(g->name());
+        train_batches = std::make_unique<BatchSampler>(data.train, config.training.batch_size,
+                                                       config.model.context_length, config.training.seed);
+    }
+
+    void save_checkpoint(const std::string& path)
+    {
+        namespace fs = std::filesystem;
+        torch::serialize::OutputArchive archive;
+        archive.write("format_version", torch::tensor(int64_t(1)));
+        archive.write("step", torch::tensor(step));
+        for (const auto& item : model->named_parameters()) archive.write("model/" + item.key(), item.value());
+        optimizer->save(archive);
+        const auto sc = scaler.state();
+        archive.write("scaler", torch::tensor({sc.scale, static_cast<double>(sc.growth_tracker),
+                                               static_cast<double>(sc.overflows_left)},
+                                              torch::kFloat64));
+        for (const auto& g : model->gemm_layers()) g->save(archive);
+        archive.write("rng/global", at::detail::getDefaultCPUGenerator().get_state());
+        archive.write("rng/train_batches", train_batches->generator().get_state());
+        const fs::path target(path);
+        if (target.has_parent_path()) fs::create_directories(target.parent_path());
+        const fs::path temporary = target.string() + ".tmp";
+        archive.save_to(temporary.string());
+        fs::rename(temporary, target); // atomic on POSIX: a crash leaves the old file or the new one
+    }
+
+    void load_checkpoint(const std::string& path)
+    {
+        torch::serialize::InputArchive archive;
+        // A fresh tensor per key: reading into a used one would try to resize the archive's storage.
+        auto get = [&](const std::string& key) {
+            torch::Tensor t;
+            archive.read(key, t);
+            return t;
+        };
+        try {
+            archive.load_from(path);
+            if (get("format_version").item<int64_t>() != 1)
+                throw ConfigError("checkpoint '" + path + "' has an unknown format version");
+            torch::NoGradGuard no_grad;
+            for (auto& item : model->named_parameters()) {
+                const auto t = get("model/" + item.key());
+                if (!t.sizes().equals(item.value().sizes()))
+                    throw ConfigError("checkpoint '" + path + "' does not fit this model (" + item.key() + ")");
+                item.value().copy_(t);
+            }
+            optimizer->load(archive);
+            const auto sc = get("scaler");
+            scaler.restore({sc[0].item<double>(), static_cast<int64_t>(sc[1].item<double>()),
+                            static_cast<int64_t>(sc[2].item<double>())});
+            for (const auto& g : model->gemm_layers()) g->load(archive);
+            at::Generator global = at::detail::getDefaultCPUGenerator(); // a handle to the shared generator
+            global.set_state(get("rng/global"));
+            train_batches->generator().set_state(get("rng/train_batches"));
+            step = get("step").item<int64_t>();
+        } catch (const ConfigError&) {
+            throw;
+        } catch (const std::exception& e) {
+            const std::string what = e.what();
+            throw ConfigError("checkpoint '" + path + "' cannot be read: " + what.substr(0, what.find('\n')));
+        }
+    }
+
+    // step-00000100.pt in training.checkpoint_dir, keeping the newest checkpoint_keep.
+    std::string write_periodic_checkpoint(TelemetrySink& sink)
+    {
+        namespace fs = std::filesystem;
+        const auto& dir = config.training.checkpoint_dir;
+        if (dir.empty()) return {};
+        char name[32];
+        std::snprintf(name, sizeof name, "step-%08lld.pt", static_cast<long long>(step));
+        const std::string path = (fs::path(dir) / name).string();
+        save_checkpoint(path);
+        std::vector<fs::path> existing;
+        for (const auto& entry : fs::directory_iterator(dir))
+            if (entry.path().filename().string().rfind("step-", 0) == 0 && entry.path().extension() == ".pt")
+                existing.push_back(entry.path());
+        std::sort(existing.begin(), existing.end());
+        while (static_cast<int64_t>(existing.size()) > config.training.checkpoint_keep) {
+            fs::remove(existing.front());
+            existing.erase(existing.begin());
+        }
+        sink.on_event({step, "checkpoint", path});
+        return path;
     }
 
     void arm_telemetry(bool armed)
@@ -235,6 +325,12 @@ struct Trainer::Impl {
                 if (paused) sink.on_event({step, "resumed", "training resumed"});
                 if (paused) return true;
                 break;
+            case Command::Kind::Checkpoint:
+                if (config.training.checkpoint_dir.empty())
+                    sink.on_event({step, "checkpoint_skipped", "no training.checkpoint_dir set"});
+                else
+                    write_periodic_checkpoint(sink);
+                break;
             case Command::Kind::SetLayerFormats: {
                 const auto changed = set_layer_formats(command->layer_pattern, command->formats);
                 std::string names;
@@ -255,6 +351,10 @@ Trainer::~Trainer() = default;
 void Trainer::request_pause() { impl_->commands.push({Command::Kind::Pause, {}, {}}); }
 void Trainer::request_resume() { impl_->commands.push({Command::Kind::Resume, {}, {}}); }
 void Trainer::request_stop() { impl_->commands.push({Command::Kind::Stop, {}, {}}); }
+void Trainer::request_checkpoint() { impl_->commands.push({Command::Kind::Checkpoint, {}, {}}); }
+void Trainer::save_checkpoint(const std::string& path) { impl_->save_checkpoint(path); }
+void Trainer::load_checkpoint(const std::string& path) { impl_->load_checkpoint(path); }
+int64_t Trainer::step() const { return impl_->step; }
 
 void Trainer::request_layer_formats(const std::string& layer_pattern, const GemmFormats& formats)
 {
@@ -302,7 +402,7 @@ RunSummary Trainer::run(TelemetrySink& sink)
     const auto& cfg = s.config;
     torch::set_num_threads(s.threads);
     s.model->train();
-    BatchSampler train_batches(s.data.train, cfg.training.batch_size, cfg.model.context_length, cfg.training.seed);
+    BatchSampler& train_batches = *s.train_batches;
     const double tokens_per_step =
         static_cast<double>(cfg.training.batch_size * cfg.model.context_length * cfg.training.grad_accum);
 
@@ -330,13 +430,15 @@ RunSummary Trainer::run(TelemetrySink& sink)
         if (cfg.eval.sample_tokens > 0)
             sink.on_event({step, "sample", sample("", cfg.eval.sample_tokens, cfg.training.seed + static_cast<uint64_t>(step))});
     };
-    if (cfg.eval.interval > 0) evaluate(0);
+    int64_t& step = s.step; // continues from a loaded checkpoint
+    if (step > 0) sink.on_event({step, "resumed_from_checkpoint", "continuing at step " + std::to_string(step)});
+    if (cfg.eval.interval > 0 && step == 0) evaluate(0);
 
     // Steps before this one are warm-up (allocator, caches) and stay out of the mean.
     const int64_t timed_from = std::min<int64_t>(10, cfg.training.steps / 10) + 1;
     double timed_ms = 0.0;
     int64_t timed_steps = 0;
-    int64_t step = 0;
+    const int64_t first_step = step;
     while (step < cfg.training.steps) {
         if (!s.apply_commands(sink, step)) {
             summary.stopped_early = true;
@@ -346,7 +448,7 @@ RunSummary Trainer::run(TelemetrySink& sink)
         const double lr = learning_rate_at(cfg.optimizer, step);
         const double loss_scale = s.scaler.scale();
         const int64_t interval = cfg.telemetry.interval;
-        const bool armed = interval > 0 && (step == 0 || (step + 1) % interval == 0);
+        const bool armed = interval > 0 && (step == first_step || (step + 1) % interval == 0);
         if (armed) s.arm_telemetry(true);
         double loss_sum = 0.0;
         for (int64_t micro = 0; micro < cfg.training.grad_accum; ++micro) {
@@ -401,7 +503,7 @@ RunSummary Trainer::run(TelemetrySink& sink)
         s.optimizer->zero_grad();
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         ++step;
-        if (step == 1) {
+        if (step == first_step + 1) {
             // Which backend each layer actually ran on, once they have all run.
             std::string text;
             for (const auto& g : s.model->gemm_layers())
@@ -451,13 +553,17 @@ RunSummary Trainer::run(TelemetrySink& sink)
         }
         s.handle_alerts(alerts, sink);
         summary.final_train_loss = m.train_loss;
-        if (step >= timed_from) {
+        if (step - first_step >= timed_from) {
             timed_ms += ms;
             ++timed_steps;
         }
         const bool last = step == cfg.training.steps;
         if ((cfg.eval.interval > 0 && step % cfg.eval.interval == 0) || last) evaluate(step);
+        if (cfg.training.checkpoint_interval > 0 && step % cfg.training.checkpoint_interval == 0 && !last)
+            s.write_periodic_checkpoint(sink);
     }
+    // The final state is always kept, so a stopped run can be resumed.
+    if (step > first_step) s.write_periodic_checkpoint(sink);
     summary.steps_done = step;
     summary.mean_step_time_ms = timed_steps > 0 ? timed_ms / static_cast<double>(timed_steps) : 0.0;
     summary.tokens_per_s = summary.mean_step_time_ms > 0 ? tokens_per_step / (summary.mean_step_time_ms / 1000.0) : 0;

@@ -47,6 +47,17 @@ public:
     void request_pause();
     void request_resume();
     void request_stop();
+    // Writes a checkpoint at the next step boundary (needs training.checkpoint_dir).
+    void request_checkpoint();
+    // Everything a bit-exact resume needs: master weights, AdamW state, loss scaler, layer
+    // formats and FP8 histories, RNG and data-sampler state, step. Written atomically
+    // (temporary file, then rename). Call between steps: before/after run() or from a sink.
+    void save_checkpoint(const std::string& path);
+    // Restores a checkpoint of the same project; the next run() continues from its step.
+    // Throws ConfigError naming the file if it is missing, corrupt or of another model.
+    void load_checkpoint(const std::string& path);
+    int64_t step() const; // optimizer steps done
+
     // Switches every layer matching the glob to `formats` between two steps. Throws
     // ConfigError at once if the pattern matches no layer.
     void request_layer_formats(const std::string& layer_pattern, const GemmFormats& formats);

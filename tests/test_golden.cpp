@@ -5,6 +5,9 @@
 
 #include <QtTest>
 
+#include <QDir>
+#include <QTemporaryDir>
+
 #include <fstream>
 #include <sstream>
 
@@ -103,6 +106,96 @@ private slots:
         const auto b = run_once();
         QCOMPARE(a.size(), size_t(8));
         QVERIFY(a == b); // exact equality, not a tolerance
+    }
+
+    // N steps straight, and N/2 + checkpoint + a fresh process-like Trainer + N/2, give
+    // identical losses (exact equality), with FP8 delayed scaling and dynamic loss scaling
+    // in play so their state must travel too.
+    void resumeIsBitExact_data()
+    {
+        QTest::addColumn<QString>("preset");
+        QTest::newRow("fp32") << "fp32";
+        QTest::newRow("fp8-hybrid") << "fp8-hybrid";
+        QTest::newRow("fp16") << "fp16";
+    }
+    void resumeIsBitExact()
+    {
+        QFETCH(QString, preset);
+        QTemporaryDir dir;
+        auto config = golden_project();
+        config.training.steps = 20;
+        config.eval.interval = 0;
+        config.precision.preset = preset.toStdString();
+        Recorder straight;
+        Trainer(config).run(straight);
+
+        auto first_half = config;
+        first_half.training.steps = 10;
+        first_half.training.checkpoint_dir = dir.path().toStdString();
+        Recorder a;
+        Trainer(first_half).run(a); // writes step-00000010.pt when it finishes
+        const std::string checkpoint = dir.filePath("step-00000010.pt").toStdString();
+        QVERIFY(QFile::exists(QString::fromStdString(checkpoint)));
+
+        Trainer resumed(config);
+        resumed.load_checkpoint(checkpoint);
+        QCOMPARE(resumed.step(), int64_t(10));
+        Recorder b;
+        resumed.run(b);
+        QCOMPARE(b.steps.size(), size_t(10));
+        for (size_t i = 0; i < 10; ++i) {
+            QCOMPARE(a.steps[i].train_loss, straight.steps[i].train_loss);
+            QCOMPARE(b.steps[i].step, straight.steps[i + 10].step);
+            QCOMPARE(b.steps[i].train_loss, straight.steps[i + 10].train_loss); // bit for bit
+            QCOMPARE(b.steps[i].loss_scale, straight.steps[i + 10].loss_scale);
+        }
+    }
+
+    void badCheckpointsAreRefused()
+    {
+        QTemporaryDir dir;
+        const QString junk = dir.filePath("junk.pt");
+        QFile f(junk);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("not a checkpoint");
+        f.close();
+        Trainer trainer(golden_project());
+        try {
+            trainer.load_checkpoint(junk.toStdString());
+            QFAIL("loaded junk");
+        } catch (const ConfigError& e) {
+            QVERIFY2(QString(e.what()).startsWith("checkpoint '" + junk + "' cannot be read"), e.what());
+        }
+        // A checkpoint of a different model shape names the first mismatching tensor.
+        auto other = golden_project();
+        other.model.n_embd = 16;
+        const std::string path = dir.filePath("other.pt").toStdString();
+        Trainer(other).save_checkpoint(path);
+        try {
+            trainer.load_checkpoint(path);
+            QFAIL("loaded a checkpoint of another model");
+        } catch (const ConfigError& e) {
+            QVERIFY2(QString(e.what()).contains("does not fit this model (wte)"), e.what());
+        }
+    }
+
+    void checkpointsRotate()
+    {
+        QTemporaryDir dir;
+        auto config = golden_project();
+        config.training.steps = 12;
+        config.eval.interval = 0;
+        config.training.checkpoint_interval = 2;
+        config.training.checkpoint_keep = 2;
+        config.training.checkpoint_dir = dir.path().toStdString();
+        Recorder rec;
+        Trainer(config).run(rec);
+        const QStringList files = QDir(dir.path()).entryList({"*.pt"}, QDir::Files, QDir::Name);
+        QCOMPARE(files, (QStringList{"step-00000010.pt", "step-00000012.pt"}));
+        int checkpoint_events = 0;
+        for (const auto& e : rec.events) checkpoint_events += e.kind == "checkpoint";
+        QCOMPARE(checkpoint_events, 6); // 2, 4, 6, 8, 10 and the final 12
+        QVERIFY(!QFile::exists(dir.filePath("step-00000012.pt.tmp")));
     }
 
     void seedChangesTheRun()
