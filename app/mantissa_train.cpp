@@ -5,6 +5,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <unistd.h>
@@ -31,12 +32,46 @@ extern "C" void on_sigint(int)
     }
 }
 
+// Trains into an existing run record until done or Ctrl-C, then marks the run.
+int train_into_store(Trainer& trainer, RunStore& store, int64_t run_id, const std::string& db_path)
+{
+    const ProjectConfig& config = trainer.config();
+    if (config.training.checkpoint_dir.empty()) {
+        // Beside the store, one folder per run: what `resume` looks in.
+        const auto base = std::filesystem::absolute(db_path).parent_path();
+        trainer.set_checkpoint_dir((base / "checkpoints" / ("run-" + std::to_string(run_id))).string());
+    }
+    StoreSink store_sink(store, run_id);
+    ConsoleProgress console(config.training.steps, config.telemetry.log_interval, isatty(STDOUT_FILENO) != 0, stdout);
+    console.watch_stop_flag(&g_stop_requested, &trainer);
+    FanOutSink sink({&store_sink, &console});
+    std::signal(SIGINT, on_sigint);
+    std::signal(SIGTERM, on_sigint);
+
+    RunSummary summary;
+    try {
+        summary = trainer.run(sink);
+    } catch (const std::exception& e) {
+        store.append_event(run_id, summary.steps_done, "run_failed", e.what());
+        store.finish_run(run_id, "failed");
+        std::fprintf(stderr, "\nerror: training failed: %s\n", e.what());
+        return 1;
+    }
+    store.finish_run(run_id, summary.stopped_early ? "stopped" : "finished");
+    std::printf("%s after %lld steps: train loss %.4f", summary.stopped_early ? "stopped" : "finished",
+                static_cast<long long>(summary.steps_done), summary.final_train_loss);
+    if (summary.final_val_loss >= 0) std::printf(", val loss %.4f", summary.final_val_loss);
+    std::printf("\nmean step time: %.3f ms (%.0f tokens/s)\n", summary.mean_step_time_ms, summary.tokens_per_s);
+    std::printf("saved as run %lld in %s\n", static_cast<long long>(run_id), db_path.c_str());
+    return 0;
+}
+
 int cmd_run(const std::string& project_path, const std::vector<std::string>& sets, const std::string& db_path,
             std::string name)
 {
-    std::vector<Override> overrides;
     std::unique_ptr<Trainer> trainer;
     try {
+        std::vector<Override> overrides;
         for (const auto& s : sets) overrides.push_back(parse_override(s));
         ProjectConfig config = load_project_file(project_path, overrides);
         trainer = std::make_unique<Trainer>(std::move(config)); // loads data: may still reject the project
@@ -44,43 +79,51 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
         std::fprintf(stderr, "error: %s\n", e.what());
         return 2;
     }
-    const ProjectConfig& config = trainer->config();
-    if (name.empty()) name = config.name;
-
+    if (name.empty()) name = trainer->config().name;
     std::unique_ptr<RunStore> store;
     int64_t run_id = 0;
     try {
         store = std::make_unique<RunStore>(db_path);
-        run_id = store->create_run(name, project_path, to_json_text(config));
+        run_id = store->create_run(name, project_path, to_json_text(trainer->config()));
     } catch (const StoreError& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 3;
     }
     std::printf("run %lld '%s' -> %s\n", static_cast<long long>(run_id), name.c_str(), db_path.c_str());
+    return train_into_store(*trainer, *store, run_id, db_path);
+}
 
-    StoreSink store_sink(*store, run_id);
-    ConsoleProgress console(config.training.steps, config.telemetry.log_interval, isatty(STDOUT_FILENO) != 0, stdout);
-    console.watch_stop_flag(&g_stop_requested, trainer.get());
-    FanOutSink sink({&store_sink, &console});
-    std::signal(SIGINT, on_sigint);
-    std::signal(SIGTERM, on_sigint);
-
-    RunSummary summary;
-    try {
-        summary = trainer->run(sink);
-    } catch (const std::exception& e) {
-        store->append_event(run_id, summary.steps_done, "run_failed", e.what());
-        store->finish_run(run_id, "failed");
-        std::fprintf(stderr, "\nerror: training failed: %s\n", e.what());
-        return 1;
+// Continues a saved run from its newest checkpoint, appending to the same run record.
+int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::string>& sets, const std::string& db_path)
+{
+    auto info = store.find_run(run);
+    if (!info) {
+        std::fprintf(stderr, "error: no run '%s' in %s\n", run.c_str(), db_path.c_str());
+        return 2;
     }
-    store->finish_run(run_id, summary.stopped_early ? "stopped" : "finished");
-    std::printf("%s after %lld steps: train loss %.4f", summary.stopped_early ? "stopped" : "finished",
-                static_cast<long long>(summary.steps_done), summary.final_train_loss);
-    if (summary.final_val_loss >= 0) std::printf(", val loss %.4f", summary.final_val_loss);
-    std::printf("\nmean step time: %.3f ms (%.0f tokens/s)\n", summary.mean_step_time_ms, summary.tokens_per_s);
-    std::printf("saved as run %lld in %s\n", static_cast<long long>(run_id), db_path.c_str());
-    return 0;
+    std::string checkpoint;
+    for (const auto& e : store.events(info->id))
+        if (e.kind == "checkpoint") checkpoint = e.message;
+    if (checkpoint.empty() || !std::filesystem::exists(checkpoint)) {
+        std::fprintf(stderr, "error: run %lld has no checkpoint to resume from%s\n", static_cast<long long>(info->id),
+                     checkpoint.empty() ? "" : (" ('" + checkpoint + "' is gone)").c_str());
+        return 2;
+    }
+    std::unique_ptr<Trainer> trainer;
+    try {
+        std::vector<Override> overrides;
+        for (const auto& s : sets) overrides.push_back(parse_override(s));
+        const auto base = std::filesystem::absolute(info->project_path).parent_path().string();
+        trainer = std::make_unique<Trainer>(load_project_json(info->config_json, base, overrides));
+        trainer->load_checkpoint(checkpoint);
+    } catch (const ConfigError& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 2;
+    }
+    std::printf("resuming run %lld '%s' at step %lld from %s\n", static_cast<long long>(info->id), info->name.c_str(),
+                static_cast<long long>(trainer->step()), checkpoint.c_str());
+    store.set_status(info->id, "running");
+    return train_into_store(*trainer, store, info->id, db_path);
 }
 
 std::optional<RunInfo> find_or_complain(RunStore& store, const std::string& run)
@@ -161,6 +204,11 @@ int main(int argc, char** argv)
     run_cmd->add_option("--name", name, "Run name (default: the project's name)");
     run_cmd->add_option("--db", db_path, "Run store (SQLite) path");
 
+    auto* resume_cmd = app.add_subcommand("resume", "Continue a run from its newest checkpoint");
+    resume_cmd->add_option("run", run, "Run id or name")->required();
+    resume_cmd->add_option("--set", sets, "Override a key of the run's config, e.g. training.steps=4000");
+    resume_cmd->add_option("--db", db_path, "Run store (SQLite) path");
+
     auto* list_cmd = app.add_subcommand("list", "List saved runs");
     list_cmd->add_option("--db", db_path, "Run store (SQLite) path");
 
@@ -181,6 +229,7 @@ int main(int argc, char** argv)
     if (*run_cmd) return cmd_run(project, sets, db_path, name);
     try {
         RunStore store(db_path);
+        if (*resume_cmd) return cmd_resume(store, run, sets, db_path);
         if (*list_cmd) return cmd_list(store);
         if (*show_cmd) return cmd_show(store, run);
         if (*export_cmd) return cmd_export(store, run, format, table, out_path);

@@ -355,6 +355,7 @@ void Trainer::request_checkpoint() { impl_->commands.push({Command::Kind::Checkp
 void Trainer::save_checkpoint(const std::string& path) { impl_->save_checkpoint(path); }
 void Trainer::load_checkpoint(const std::string& path) { impl_->load_checkpoint(path); }
 int64_t Trainer::step() const { return impl_->step; }
+void Trainer::set_checkpoint_dir(const std::string& dir) { impl_->config.training.checkpoint_dir = dir; }
 
 void Trainer::request_layer_formats(const std::string& layer_pattern, const GemmFormats& formats)
 {

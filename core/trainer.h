@@ -57,6 +57,8 @@ public:
     // Throws ConfigError naming the file if it is missing, corrupt or of another model.
     void load_checkpoint(const std::string& path);
     int64_t step() const; // optimizer steps done
+    // Where periodic and final checkpoints go (overrides training.checkpoint_dir); call before run().
+    void set_checkpoint_dir(const std::string& dir);
 
     // Switches every layer matching the glob to `formats` between two steps. Throws
     // ConfigError at once if the pattern matches no layer.

@@ -243,6 +243,13 @@ void RunStore::finish_run(int64_t run_id, const std::string& status)
     s.bind(1, status).bind(2, run_id).step();
 }
 
+void RunStore::set_status(int64_t run_id, const std::string& status)
+{
+    std::lock_guard lock(db_mutex_);
+    Statement s(db_, "UPDATE runs SET status=?, finished_at=NULL WHERE id=?");
+    s.bind(1, status).bind(2, run_id).step();
+}
+
 void RunStore::append_scalar(int64_t run_id, int64_t step, const std::string& tag, double value)
 {
     std::lock_guard lock(queue_mutex_);

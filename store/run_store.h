@@ -63,6 +63,7 @@ public:
 
     int64_t create_run(const std::string& name, const std::string& project_path, const std::string& config_json);
     void finish_run(int64_t run_id, const std::string& status); // flushes first
+    void set_status(int64_t run_id, const std::string& status);
 
     // Queued; committed by the writer thread within ~250 ms.
     void append_scalar(int64_t run_id, int64_t step, const std::string& tag, double value);

@@ -126,6 +126,28 @@ private slots:
         QCOMPARE(f.readAll(), junk);
     }
 
+    void resumeContinuesTheSameRun()
+    {
+        const auto first = run_cli({"run", project_, "--db", db_, "--name", "long", "--set", "training.steps=8"});
+        QVERIFY2(first.exit_code == 0, qPrintable(first.err + first.out));
+        const auto resumed = run_cli({"resume", "long", "--db", db_, "--set", "training.steps=14"});
+        QVERIFY2(resumed.exit_code == 0, qPrintable(resumed.err + resumed.out));
+        QVERIFY2(resumed.out.contains("at step 8 from"), qPrintable(resumed.out));
+        QVERIFY(resumed.out.contains("finished after 14 steps"));
+        RunStore store(db_.toStdString());
+        const auto run = store.find_run("long");
+        QCOMPARE(run->status, std::string("finished"));
+        QCOMPARE(run->last_step, int64_t(14));
+        int train_rows = 0;
+        for (const auto& s : store.scalars(run->id)) train_rows += s.tag == "train/loss";
+        QCOMPARE(train_rows, 14); // steps 1-8 from the first process, 9-14 from the second
+        QVERIFY(QFile::exists(dir_.filePath("checkpoints/run-%1/step-00000014.pt").arg(run->id)));
+
+        const auto none = run_cli({"resume", "first", "--db", dir_.filePath("empty.sqlite")});
+        QCOMPARE(none.exit_code, 2);
+        QVERIFY(none.err.contains("no run 'first'"));
+    }
+
     void ctrlCStopsCleanlyAndKeepsMetrics()
     {
         QProcess p;
