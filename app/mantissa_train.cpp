@@ -2,6 +2,7 @@
 // mantissa-train: the headless CLI. Trains a project into the run store and reads runs back.
 // Exit codes: 0 ok, 1 training failed, 2 bad project or arguments, 3 run store problem.
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -101,12 +102,24 @@ int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::s
         std::fprintf(stderr, "error: no run '%s' in %s\n", run.c_str(), db_path.c_str());
         return 2;
     }
-    std::string checkpoint;
+    // The newest checkpoint on disk whose step the store has metrics for: a killed process may
+    // have written checkpoints (and rotated old ones away) after its last store flush.
+    namespace fs = std::filesystem;
+    std::string dir;
     for (const auto& e : store.events(info->id))
-        if (e.kind == "checkpoint") checkpoint = e.message;
-    if (checkpoint.empty() || !std::filesystem::exists(checkpoint)) {
-        std::fprintf(stderr, "error: run %lld has no checkpoint to resume from%s\n", static_cast<long long>(info->id),
-                     checkpoint.empty() ? "" : (" ('" + checkpoint + "' is gone)").c_str());
+        if (e.kind == "checkpoint") dir = fs::path(e.message).parent_path().string();
+    std::string checkpoint;
+    if (!dir.empty() && fs::is_directory(dir)) {
+        std::vector<fs::path> files;
+        for (const auto& entry : fs::directory_iterator(dir))
+            if (entry.path().filename().string().rfind("step-", 0) == 0 && entry.path().extension() == ".pt")
+                files.push_back(entry.path());
+        std::sort(files.begin(), files.end());
+        for (const auto& f : files)
+            if (std::stoll(f.stem().string().substr(5)) <= info->last_step || checkpoint.empty()) checkpoint = f.string();
+    }
+    if (checkpoint.empty()) {
+        std::fprintf(stderr, "error: run %lld has no checkpoint to resume from\n", static_cast<long long>(info->id));
         return 2;
     }
     std::unique_ptr<Trainer> trainer;
@@ -122,7 +135,12 @@ int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::s
     }
     std::printf("resuming run %lld '%s' at step %lld from %s\n", static_cast<long long>(info->id), info->name.c_str(),
                 static_cast<long long>(trainer->step()), checkpoint.c_str());
-    store.set_status(info->id, "running");
+    try {
+        store.claim_run(info->id);
+    } catch (const StoreError& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 3;
+    }
     return train_into_store(*trainer, store, info->id, db_path);
 }
 
@@ -161,6 +179,32 @@ int cmd_show(RunStore& store, const std::string& run)
     for (const auto& e : store.events(info->id))
         std::printf("  step %6lld  %-12s  %s\n", static_cast<long long>(e.step), e.kind.c_str(), e.message.c_str());
     std::printf("config:\n%s\n", info->config_json.c_str());
+    return 0;
+}
+
+int cmd_rename(RunStore& store, const std::string& run, const std::string& new_name)
+{
+    auto info = find_or_complain(store, run);
+    if (!info) return 2;
+    if (new_name.empty()) {
+        std::fprintf(stderr, "error: the new name is empty\n");
+        return 2;
+    }
+    store.rename_run(info->id, new_name);
+    std::printf("run %lld renamed '%s' -> '%s'\n", static_cast<long long>(info->id), info->name.c_str(), new_name.c_str());
+    return 0;
+}
+
+int cmd_delete(RunStore& store, const std::string& run)
+{
+    auto info = find_or_complain(store, run);
+    if (!info) return 2;
+    if (info->status == "running") {
+        std::fprintf(stderr, "error: run %lld is running; stop it first\n", static_cast<long long>(info->id));
+        return 2;
+    }
+    store.delete_run(info->id);
+    std::printf("deleted run %lld '%s'\n", static_cast<long long>(info->id), info->name.c_str());
     return 0;
 }
 
@@ -209,6 +253,15 @@ int main(int argc, char** argv)
     resume_cmd->add_option("--set", sets, "Override a key of the run's config, e.g. training.steps=4000");
     resume_cmd->add_option("--db", db_path, "Run store (SQLite) path");
 
+    std::string new_name;
+    auto* rename_cmd = app.add_subcommand("rename", "Rename a run");
+    rename_cmd->add_option("run", run, "Run id or name")->required();
+    rename_cmd->add_option("name", new_name, "New name")->required();
+    rename_cmd->add_option("--db", db_path, "Run store (SQLite) path");
+    auto* delete_cmd = app.add_subcommand("delete", "Delete a run and everything recorded for it");
+    delete_cmd->add_option("run", run, "Run id or name")->required();
+    delete_cmd->add_option("--db", db_path, "Run store (SQLite) path");
+
     auto* list_cmd = app.add_subcommand("list", "List saved runs");
     list_cmd->add_option("--db", db_path, "Run store (SQLite) path");
 
@@ -231,6 +284,8 @@ int main(int argc, char** argv)
         RunStore store(db_path);
         if (*resume_cmd) return cmd_resume(store, run, sets, db_path);
         if (*list_cmd) return cmd_list(store);
+        if (*rename_cmd) return cmd_rename(store, run, new_name);
+        if (*delete_cmd) return cmd_delete(store, run);
         if (*show_cmd) return cmd_show(store, run);
         if (*export_cmd) return cmd_export(store, run, format, table, out_path);
     } catch (const StoreError& e) {

@@ -11,6 +11,10 @@
 #include <set>
 #include <sstream>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <sqlite3.h>
 
 namespace mantissa {
@@ -186,6 +190,12 @@ RunStore::RunStore(const std::string& path) : path_(path)
         if (version > kSchemaVersion)
             throw StoreError("'" + path + "' has schema version " + std::to_string(version) +
                              ", newer than this Mantissa understands (" + std::to_string(kSchemaVersion) + ")");
+        if (tables > 0) {
+            // A damaged file is reported, not written to.
+            Statement check(db_, "PRAGMA quick_check");
+            const std::string verdict = check.step() ? check.text(0) : "no answer";
+            if (verdict != "ok") throw StoreError("run store '" + path + "' is damaged (quick_check: " + verdict + ")");
+        }
         exec(db_, "PRAGMA journal_mode=WAL");
         exec(db_, "PRAGMA synchronous=NORMAL"); // WAL + NORMAL: durable across process crashes
         exec(db_, "PRAGMA foreign_keys=ON");
@@ -207,7 +217,74 @@ RunStore::RunStore(const std::string& path) : path_(path)
         db_ = nullptr;
         throw;
     }
+    mark_dead_runs_interrupted();
     writer_ = std::thread([this] { writer_loop(); });
+}
+
+std::string RunStore::lock_path(int64_t run_id) const { return path_ + ".locks/run-" + std::to_string(run_id) + ".lock"; }
+
+void RunStore::claim_run(int64_t run_id)
+{
+    std::filesystem::create_directories(path_ + ".locks");
+    const int fd = ::open(lock_path(run_id).c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    if (fd < 0 || ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if (fd >= 0) ::close(fd);
+        throw StoreError("run " + std::to_string(run_id) + " is in use by another process");
+    }
+    claims_[run_id] = fd;
+    std::lock_guard lock(db_mutex_);
+    Statement s(db_, "UPDATE runs SET status='running', finished_at=NULL WHERE id=?");
+    s.bind(1, run_id).step();
+}
+
+void RunStore::release_claim(int64_t run_id)
+{
+    const auto it = claims_.find(run_id);
+    if (it == claims_.end()) return;
+    ::unlink(lock_path(run_id).c_str());
+    ::close(it->second); // closing drops the flock
+    claims_.erase(it);
+}
+
+void RunStore::mark_dead_runs_interrupted()
+{
+    // A "running" run whose lock nobody holds lost its process (SIGKILL, crash, reboot): the
+    // kernel released the flock when it died.
+    std::vector<int64_t> running;
+    {
+        std::lock_guard lock(db_mutex_);
+        Statement s(db_, "SELECT id FROM runs WHERE status='running'");
+        while (s.step()) running.push_back(s.int64(0));
+    }
+    for (const int64_t id : running) {
+        const int fd = ::open(lock_path(id).c_str(), O_RDWR | O_CLOEXEC);
+        bool dead = fd < 0;
+        if (fd >= 0) {
+            dead = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+            if (dead) ::unlink(lock_path(id).c_str());
+            ::close(fd);
+        }
+        if (!dead) continue;
+        std::lock_guard lock(db_mutex_);
+        Statement s(db_, "UPDATE runs SET status='interrupted' WHERE id=? AND status='running'");
+        s.bind(1, id).step();
+    }
+}
+
+void RunStore::rename_run(int64_t run_id, const std::string& name)
+{
+    std::lock_guard lock(db_mutex_);
+    Statement s(db_, "UPDATE runs SET name=? WHERE id=?");
+    s.bind(1, name).bind(2, run_id).step();
+}
+
+void RunStore::delete_run(int64_t run_id)
+{
+    flush();
+    release_claim(run_id);
+    std::lock_guard lock(db_mutex_);
+    Statement s(db_, "DELETE FROM runs WHERE id=?"); // scalars, events, layer_stats cascade
+    s.bind(1, run_id).step();
 }
 
 RunStore::~RunStore()
@@ -218,6 +295,7 @@ RunStore::~RunStore()
     }
     queue_cv_.notify_all();
     if (writer_.joinable()) writer_.join();
+    while (!claims_.empty()) release_claim(claims_.begin()->first);
     sqlite3_close(db_);
 }
 
@@ -229,25 +307,26 @@ int RunStore::schema_version()
 
 int64_t RunStore::create_run(const std::string& name, const std::string& project_path, const std::string& config_json)
 {
-    std::lock_guard lock(db_mutex_);
-    Statement s(db_, "INSERT INTO runs(name, project_path, config_json, status) VALUES(?, ?, ?, 'running')");
-    s.bind(1, name).bind(2, project_path).bind(3, config_json).step();
-    return sqlite3_last_insert_rowid(db_);
+    int64_t id = 0;
+    {
+        std::lock_guard lock(db_mutex_);
+        Statement s(db_, "INSERT INTO runs(name, project_path, config_json, status) VALUES(?, ?, ?, 'running')");
+        s.bind(1, name).bind(2, project_path).bind(3, config_json).step();
+        id = sqlite3_last_insert_rowid(db_);
+    }
+    claim_run(id);
+    return id;
 }
 
 void RunStore::finish_run(int64_t run_id, const std::string& status)
 {
     flush();
-    std::lock_guard lock(db_mutex_);
-    Statement s(db_, "UPDATE runs SET status=?, finished_at=strftime('%Y-%m-%dT%H:%M:%SZ','now') WHERE id=?");
-    s.bind(1, status).bind(2, run_id).step();
-}
-
-void RunStore::set_status(int64_t run_id, const std::string& status)
-{
-    std::lock_guard lock(db_mutex_);
-    Statement s(db_, "UPDATE runs SET status=?, finished_at=NULL WHERE id=?");
-    s.bind(1, status).bind(2, run_id).step();
+    {
+        std::lock_guard lock(db_mutex_);
+        Statement s(db_, "UPDATE runs SET status=?, finished_at=strftime('%Y-%m-%dT%H:%M:%SZ','now') WHERE id=?");
+        s.bind(1, status).bind(2, run_id).step();
+    }
+    release_claim(run_id);
 }
 
 void RunStore::append_scalar(int64_t run_id, int64_t step, const std::string& tag, double value)

@@ -5,6 +5,7 @@
 // thread, so the training step never waits for the disk.
 
 #include <condition_variable>
+#include <map>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -61,9 +62,14 @@ public:
     RunStore(const RunStore&) = delete;
     RunStore& operator=(const RunStore&) = delete;
 
+    // The new run is "running" and claimed by this store (see claim_run).
     int64_t create_run(const std::string& name, const std::string& project_path, const std::string& config_json);
+    // Marks the run "running" and holds its lock file while this store lives, so that a
+    // store opened later can tell a live run from one whose process died (-> "interrupted").
+    void claim_run(int64_t run_id);
+    void rename_run(int64_t run_id, const std::string& name);
+    void delete_run(int64_t run_id); // with its metrics, events and layer statistics
     void finish_run(int64_t run_id, const std::string& status); // flushes first
-    void set_status(int64_t run_id, const std::string& status);
 
     // Queued; committed by the writer thread within ~250 ms.
     void append_scalar(int64_t run_id, int64_t step, const std::string& tag, double value);
@@ -97,8 +103,13 @@ private:
     void writer_loop();
     void write_batch(std::vector<PendingRow>& rows);
 
+    void mark_dead_runs_interrupted();
+    std::string lock_path(int64_t run_id) const;
+    void release_claim(int64_t run_id);
+
     std::string path_;
     sqlite3* db_ = nullptr;
+    std::map<int64_t, int> claims_; // run id -> locked file descriptor
     std::mutex db_mutex_; // one connection, shared by the writer thread and readers
 
     std::mutex queue_mutex_;

@@ -148,6 +148,52 @@ private slots:
         QVERIFY(none.err.contains("no run 'first'"));
     }
 
+    void sigkillLeavesAResumableInterruptedRun()
+    {
+        QProcess p;
+        p.start(MANTISSA_TRAIN_EXE, {"run", project_, "--db", db_, "--name", "killed", "--set", "training.steps=1000000",
+                                     "--set", "telemetry.log_interval=1", "--set", "training.checkpoint_interval=5"});
+        QVERIFY(p.waitForStarted());
+        QByteArray seen;
+        QTRY_VERIFY_WITH_TIMEOUT((seen += p.readAllStandardOutput()).contains("step 12/"), 60000);
+        QTest::qWait(600); // more than two of the store's 250 ms flushes after step 12
+        ::kill(static_cast<pid_t>(p.processId()), SIGKILL); // no chance to clean up
+        QVERIFY(p.waitForFinished(10000));
+
+        int64_t id = 0, steps = 0;
+        {
+            RunStore store(db_.toStdString()); // opening it notices the dead run
+            const auto run = store.find_run("killed");
+            QVERIFY(run.has_value());
+            QCOMPARE(run->status, std::string("interrupted"));
+            QVERIFY(run->last_step >= 12); // flushed at least every 250 ms
+            id = run->id;
+            steps = run->last_step;
+        }
+        const auto resumed = run_cli({"resume", QString::number(id), "--db", db_, "--set", "training.steps=" +
+                                                                                      QString::number(steps + 3)});
+        QVERIFY2(resumed.exit_code == 0, qPrintable(resumed.err + resumed.out));
+        RunStore store(db_.toStdString());
+        QCOMPARE(store.find_run(std::to_string(id))->status, std::string("finished"));
+    }
+
+    void renameAndDelete()
+    {
+        QVERIFY(run_cli({"run", project_, "--db", db_, "--name", "scratch", "--set", "training.steps=3"}).exit_code == 0);
+        const auto renamed = run_cli({"rename", "scratch", "keeper", "--db", db_});
+        QCOMPARE(renamed.exit_code, 0);
+        RunStore store(db_.toStdString());
+        const auto run = store.find_run("keeper");
+        QVERIFY(run.has_value());
+        QVERIFY(!store.find_run("scratch").has_value());
+        QVERIFY(!store.scalars(run->id).empty());
+        QCOMPARE(run_cli({"delete", "keeper", "--db", db_}).exit_code, 0);
+        RunStore after(db_.toStdString());
+        QVERIFY(!after.find_run("keeper").has_value());
+        QVERIFY(after.scalars(run->id).empty()); // metrics went with it
+        QVERIFY(after.events(run->id).empty());
+    }
+
     void ctrlCStopsCleanlyAndKeepsMetrics()
     {
         QProcess p;

@@ -229,6 +229,42 @@ private slots:
         }
     }
 
+    void deadRunsAreMarkedInterruptedLiveOnesAreNot()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("r.sqlite").toStdString();
+        int64_t id = 0;
+        {
+            RunStore writer(path);
+            id = writer.create_run("live", "", "{}");
+            RunStore reader(path); // another "process" looking while the run is alive
+            QCOMPARE(reader.find_run("live")->status, std::string("running"));
+        } // the writer goes away without finish_run, as a killed process would
+        RunStore later(path);
+        QCOMPARE(later.find_run(std::to_string(id))->status, std::string("interrupted"));
+        later.claim_run(id); // resuming takes it back
+        QCOMPARE(later.find_run(std::to_string(id))->status, std::string("running"));
+        later.finish_run(id, "finished");
+        QCOMPARE(later.find_run(std::to_string(id))->status, std::string("finished"));
+    }
+
+    void renameAndDeleteRuns()
+    {
+        QTemporaryDir dir;
+        RunStore store(dir.filePath("r.sqlite").toStdString());
+        const auto keep = store.create_run("a", "", "{}");
+        const auto drop = store.create_run("b", "", "{}");
+        store.append_scalar(drop, 1, "train/loss", 1.0);
+        store.append_event(drop, 1, "note", "x");
+        store.rename_run(keep, "renamed");
+        store.delete_run(drop);
+        const auto runs = store.list_runs();
+        QCOMPARE(runs.size(), size_t(1));
+        QCOMPARE(runs[0].name, std::string("renamed"));
+        QVERIFY(store.scalars(drop).empty());
+        QVERIFY(store.events(drop).empty());
+    }
+
     void twoStoresOnOneFileBothWrite()
     {
         QTemporaryDir dir;
