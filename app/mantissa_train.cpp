@@ -94,6 +94,42 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
     return train_into_store(*trainer, *store, run_id, db_path);
 }
 
+// The newest checkpoint on disk whose step the store has metrics for: a killed process may
+// have written checkpoints (and rotated old ones away) after its last store flush. "" if none.
+std::string newest_checkpoint(RunStore& store, const RunInfo& info)
+{
+    namespace fs = std::filesystem;
+    std::string dir;
+    for (const auto& e : store.events(info.id))
+        if (e.kind == "checkpoint") dir = fs::path(e.message).parent_path().string();
+    std::string checkpoint;
+    if (dir.empty() || !fs::is_directory(dir)) return checkpoint;
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(dir))
+        if (entry.path().filename().string().rfind("step-", 0) == 0 && entry.path().extension() == ".pt")
+            files.push_back(entry.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files)
+        if (std::stoll(f.stem().string().substr(5)) <= info.last_step || checkpoint.empty()) checkpoint = f.string();
+    return checkpoint;
+}
+
+// A Trainer for a saved run, at its newest checkpoint. Throws ConfigError.
+std::unique_ptr<Trainer> trainer_at_checkpoint(RunStore& store, const RunInfo& info, const std::vector<std::string>& sets)
+{
+    const std::string checkpoint = newest_checkpoint(store, info);
+    if (checkpoint.empty())
+        throw ConfigError("run " + std::to_string(info.id) + " has no checkpoint to resume from");
+    std::vector<Override> overrides;
+    for (const auto& s : sets) overrides.push_back(parse_override(s));
+    const auto base = std::filesystem::absolute(info.project_path).parent_path().string();
+    auto trainer = std::make_unique<Trainer>(load_project_json(info.config_json, base, overrides));
+    trainer->load_checkpoint(checkpoint);
+    std::printf("run %lld '%s' at step %lld from %s\n", static_cast<long long>(info.id), info.name.c_str(),
+                static_cast<long long>(trainer->step()), checkpoint.c_str());
+    return trainer;
+}
+
 // Continues a saved run from its newest checkpoint, appending to the same run record.
 int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::string>& sets, const std::string& db_path)
 {
@@ -102,39 +138,13 @@ int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::s
         std::fprintf(stderr, "error: no run '%s' in %s\n", run.c_str(), db_path.c_str());
         return 2;
     }
-    // The newest checkpoint on disk whose step the store has metrics for: a killed process may
-    // have written checkpoints (and rotated old ones away) after its last store flush.
-    namespace fs = std::filesystem;
-    std::string dir;
-    for (const auto& e : store.events(info->id))
-        if (e.kind == "checkpoint") dir = fs::path(e.message).parent_path().string();
-    std::string checkpoint;
-    if (!dir.empty() && fs::is_directory(dir)) {
-        std::vector<fs::path> files;
-        for (const auto& entry : fs::directory_iterator(dir))
-            if (entry.path().filename().string().rfind("step-", 0) == 0 && entry.path().extension() == ".pt")
-                files.push_back(entry.path());
-        std::sort(files.begin(), files.end());
-        for (const auto& f : files)
-            if (std::stoll(f.stem().string().substr(5)) <= info->last_step || checkpoint.empty()) checkpoint = f.string();
-    }
-    if (checkpoint.empty()) {
-        std::fprintf(stderr, "error: run %lld has no checkpoint to resume from\n", static_cast<long long>(info->id));
-        return 2;
-    }
     std::unique_ptr<Trainer> trainer;
     try {
-        std::vector<Override> overrides;
-        for (const auto& s : sets) overrides.push_back(parse_override(s));
-        const auto base = std::filesystem::absolute(info->project_path).parent_path().string();
-        trainer = std::make_unique<Trainer>(load_project_json(info->config_json, base, overrides));
-        trainer->load_checkpoint(checkpoint);
+        trainer = trainer_at_checkpoint(store, *info, sets);
     } catch (const ConfigError& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 2;
     }
-    std::printf("resuming run %lld '%s' at step %lld from %s\n", static_cast<long long>(info->id), info->name.c_str(),
-                static_cast<long long>(trainer->step()), checkpoint.c_str());
     try {
         store.claim_run(info->id);
     } catch (const StoreError& e) {
@@ -213,9 +223,19 @@ int cmd_export(RunStore& store, const std::string& run, const std::string& forma
 {
     auto info = find_or_complain(store, run);
     if (!info) return 2;
-    if (format != "csv") {
-        std::fprintf(stderr, "error: --format %s is not supported (supported: csv)\n", format.c_str());
-        return 2;
+    if (format == "safetensors") {
+        if (out_path.empty() || out_path == "-") {
+            std::fprintf(stderr, "error: --format safetensors needs --out FILE\n");
+            return 2;
+        }
+        try {
+            trainer_at_checkpoint(store, *info, {})->export_safetensors(out_path);
+        } catch (const ConfigError& e) {
+            std::fprintf(stderr, "error: %s\n", e.what());
+            return 2;
+        }
+        std::fprintf(stderr, "wrote %s\n", out_path.c_str());
+        return 0;
     }
     const std::string text = table == "events" ? store.events_csv(info->id) : store.metrics_csv(info->id);
     if (out_path.empty() || out_path == "-") {
@@ -271,7 +291,7 @@ int main(int argc, char** argv)
 
     auto* export_cmd = app.add_subcommand("export", "Export a run's metrics or events");
     export_cmd->add_option("run", run, "Run id or name")->required();
-    export_cmd->add_option("--format", format, "Output format")->check(CLI::IsMember({"csv"}))->capture_default_str();
+    export_cmd->add_option("--format", format, "Output format")->check(CLI::IsMember({"csv", "safetensors"}))->capture_default_str();
     export_cmd->add_option("--table", table, "What to export")->check(CLI::IsMember({"metrics", "events"}))
         ->capture_default_str();
     export_cmd->add_option("--out", out_path, "Output file (default: standard output)");

@@ -20,6 +20,7 @@
 #include "loss_scaler.h"
 #include "device_memory.h"
 #include "memory_model.h"
+#include "safetensors_writer.h"
 #include "watchers.h"
 
 namespace mantissa {
@@ -355,6 +356,15 @@ void Trainer::request_checkpoint() { impl_->commands.push({Command::Kind::Checkp
 void Trainer::save_checkpoint(const std::string& path) { impl_->save_checkpoint(path); }
 void Trainer::load_checkpoint(const std::string& path) { impl_->load_checkpoint(path); }
 int64_t Trainer::step() const { return impl_->step; }
+void Trainer::export_safetensors(const std::string& path) const
+{
+    std::vector<std::pair<std::string, torch::Tensor>> tensors;
+    for (const auto& item : impl_->model->named_parameters()) tensors.emplace_back(item.key(), item.value());
+    write_safetensors(path, tensors,
+                      {{"format", "pt"}, {"producer", "mantissa"}, {"step", std::to_string(impl_->step)},
+                       {"project", to_json_text(impl_->config)}});
+}
+
 void Trainer::set_checkpoint_dir(const std::string& dir) { impl_->config.training.checkpoint_dir = dir; }
 
 void Trainer::request_layer_formats(const std::string& layer_pattern, const GemmFormats& formats)

@@ -57,6 +57,9 @@ public:
     // Throws ConfigError naming the file if it is missing, corrupt or of another model.
     void load_checkpoint(const std::string& path);
     int64_t step() const; // optimizer steps done
+    // The FP32 master weights as safetensors (names as in named_parameters: wte, wpe,
+    // blocks.N.attn.qkv.weight, ...), with the resolved project in the metadata.
+    void export_safetensors(const std::string& path) const;
     // Where periodic and final checkpoints go (overrides training.checkpoint_dir); call before run().
     void set_checkpoint_dir(const std::string& dir);
 

@@ -3,6 +3,9 @@
 
 #include <QtTest>
 
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QProcess>
 #include <QTemporaryDir>
 
@@ -142,6 +145,28 @@ private slots:
         for (const auto& s : store.scalars(run->id)) train_rows += s.tag == "train/loss";
         QCOMPARE(train_rows, 14); // steps 1-8 from the first process, 9-14 from the second
         QVERIFY(QFile::exists(dir_.filePath("checkpoints/run-%1/step-00000014.pt").arg(run->id)));
+
+        // The weights as safetensors: header length, JSON header, then exactly the tensor bytes.
+        const QString st = dir_.filePath("long.safetensors");
+        const auto exported = run_cli({"export", "long", "--format", "safetensors", "--out", st, "--db", db_});
+        QVERIFY2(exported.exit_code == 0, qPrintable(exported.err));
+        QFile file(st);
+        QVERIFY(file.open(QIODevice::ReadOnly));
+        const QByteArray bytes = file.readAll();
+        quint64 header_length = 0;
+        for (int i = 7; i >= 0; --i) header_length = (header_length << 8) | static_cast<unsigned char>(bytes[i]);
+        QCOMPARE(header_length % 8, quint64(0));
+        const auto header = QJsonDocument::fromJson(bytes.mid(8, static_cast<qsizetype>(header_length))).object();
+        QCOMPARE(header["__metadata__"].toObject()["step"].toString(), QString("14"));
+        const auto wte = header["wte"].toObject();
+        QCOMPARE(wte["dtype"].toString(), QString("F32"));
+        QCOMPARE(wte["shape"].toArray(), (QJsonArray{13, 16})); // vocabulary x n_embd
+        QCOMPARE(wte["data_offsets"].toArray(), (QJsonArray{0, 13 * 16 * 4}));
+        qint64 data_bytes = 0;
+        for (auto it = header.begin(); it != header.end(); ++it)
+            if (it.key() != "__metadata__") data_bytes = std::max<qint64>(data_bytes, it.value().toObject()["data_offsets"].toArray()[1].toInteger());
+        QCOMPARE(static_cast<qint64>(bytes.size()), static_cast<qint64>(8 + header_length) + data_bytes);
+        QVERIFY(header.contains("blocks.0.attn.qkv.weight"));
 
         const auto none = run_cli({"resume", "first", "--db", dir_.filePath("empty.sqlite")});
         QCOMPARE(none.exit_code, 2);
