@@ -16,6 +16,7 @@
 #include "console_progress.h"
 #include "project_config.h"
 #include "run_store.h"
+#include "tensorboard_export.h"
 #include "trainer.h"
 
 using namespace mantissa;
@@ -223,6 +224,14 @@ int cmd_export(RunStore& store, const std::string& run, const std::string& forma
 {
     auto info = find_or_complain(store, run);
     if (!info) return 2;
+    if (format == "tensorboard") {
+        if (out_path.empty() || out_path == "-") {
+            std::fprintf(stderr, "error: --format tensorboard needs --out DIR\n");
+            return 2;
+        }
+        std::fprintf(stderr, "wrote %s\n", export_tensorboard(store, info->id, out_path).c_str());
+        return 0;
+    }
     if (format == "safetensors") {
         if (out_path.empty() || out_path == "-") {
             std::fprintf(stderr, "error: --format safetensors needs --out FILE\n");
@@ -291,10 +300,10 @@ int main(int argc, char** argv)
 
     auto* export_cmd = app.add_subcommand("export", "Export a run's metrics or events");
     export_cmd->add_option("run", run, "Run id or name")->required();
-    export_cmd->add_option("--format", format, "Output format")->check(CLI::IsMember({"csv", "safetensors"}))->capture_default_str();
+    export_cmd->add_option("--format", format, "Output format")->check(CLI::IsMember({"csv", "tensorboard", "safetensors"}))->capture_default_str();
     export_cmd->add_option("--table", table, "What to export")->check(CLI::IsMember({"metrics", "events"}))
         ->capture_default_str();
-    export_cmd->add_option("--out", out_path, "Output file (default: standard output)");
+    export_cmd->add_option("--out", out_path, "Output file (csv: default standard output; tensorboard: a directory)");
     export_cmd->add_option("--db", db_path, "Run store (SQLite) path");
 
     CLI11_PARSE(app, argc, argv);

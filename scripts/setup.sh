@@ -37,6 +37,13 @@ install_torch() {
     "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy
 }
 
+# The TensorBoard export test reads our event files back with the real tensorboard package.
+install_tensorboard() {
+    "$ROOT/.venv/bin/python" -c "import tensorboard" 2>/dev/null && return
+    log "installing tensorboard into .venv"
+    "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check tensorboard
+}
+
 configure_and_build() {
     local prefix
     prefix="$("$ROOT/.venv/bin/python" -c 'import torch;print(torch.utils.cmake_prefix_path)' 2>/dev/null)"
@@ -51,4 +58,5 @@ configure_and_build() {
 
 install_debian_packages
 install_torch
+install_tensorboard
 configure_and_build

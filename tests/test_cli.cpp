@@ -202,6 +202,51 @@ private slots:
         QCOMPARE(store.find_run(std::to_string(id))->status, std::string("finished"));
     }
 
+    // The real tensorboard package (installed into .venv by scripts/setup.sh) reads the export.
+    void tensorboardReadsTheExport()
+    {
+        const auto r = run_cli({"run", project_, "--db", db_, "--name", "tb", "--set", "training.steps=6", "--set",
+                                "telemetry.interval=5"});
+        QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+        const QString out = dir_.filePath("tb-export");
+        const auto exp = run_cli({"export", "tb", "--format", "tensorboard", "--out", out, "--db", db_});
+        QVERIFY2(exp.exit_code == 0, qPrintable(exp.err));
+        QProcess py;
+        py.start(MANTISSA_PYTHON, {MANTISSA_SOURCE_DIR "/tests/read_tensorboard.py", out});
+        QVERIFY(py.waitForFinished(120000));
+        QVERIFY2(py.exitCode() == 0, py.readAllStandardError().constData());
+        const auto json = QJsonDocument::fromJson(py.readAllStandardOutput()).object();
+
+        RunStore store(db_.toStdString());
+        const auto run = store.find_run("tb");
+        const auto tb_losses = json["scalars"].toObject()["train/loss"].toArray();
+        QCOMPARE(tb_losses.size(), 6);
+        int i = 0;
+        for (const auto& row : store.scalars(run->id)) {
+            if (row.tag != "train/loss") continue;
+            const auto point = tb_losses[i++].toArray();
+            QCOMPARE(point[0].toInteger(), row.step);
+            QCOMPARE(static_cast<float>(point[1].toDouble()), static_cast<float>(row.value)); // TB keeps float32
+        }
+        // Histograms: steps 1 and 5, bucket counts equal to the stored exponent histograms.
+        const auto stats = store.layer_stats(run->id, "blocks.0.mlp.fc1");
+        QVERIFY(!stats.empty());
+        const auto histos = json["histograms"].toObject();
+        int compared = 0;
+        for (const auto& [step, t] : stats) {
+            const auto series = histos["exponents/" + QString::fromStdString(t.layer + "/" + t.role)].toArray();
+            for (const auto& entry : series) {
+                if (entry.toArray()[0].toInteger() != step) continue;
+                const auto buckets = entry.toArray()[1].toArray();
+                QCOMPARE(static_cast<size_t>(buckets.size()), t.exponent_counts.size());
+                for (size_t b = 0; b < t.exponent_counts.size(); ++b)
+                    QCOMPARE(static_cast<int64_t>(buckets[static_cast<qsizetype>(b)].toDouble()), t.exponent_counts[b]);
+                ++compared;
+            }
+        }
+        QCOMPARE(compared, 2 * 5); // two steps x five roles
+    }
+
     void renameAndDelete()
     {
         QVERIFY(run_cli({"run", project_, "--db", db_, "--name", "scratch", "--set", "training.steps=3"}).exit_code == 0);

@@ -9,6 +9,7 @@
 #include <sqlite3.h>
 
 #include "run_store.h"
+#include "tensorboard_export.h"
 
 using namespace mantissa;
 
@@ -263,6 +264,15 @@ private slots:
         QCOMPARE(runs[0].name, std::string("renamed"));
         QVERIFY(store.scalars(drop).empty());
         QVERIFY(store.events(drop).empty());
+    }
+
+    void crc32cMatchesTheStandardCheckValue()
+    {
+        // RFC 3720 / iSCSI check value of "123456789".
+        QCOMPARE(crc32c("123456789", 9), 0xE3069283u);
+        QCOMPARE(crc32c("", 0), 0u);
+        const uint32_t c = crc32c("a", 1);
+        QCOMPARE(masked_crc32c("a", 1), ((c >> 15) | (c << 17)) + 0xA282EAD8u);
     }
 
     void twoStoresOnOneFileBothWrite()

@@ -1,0 +1,18 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Reads a Mantissa TensorBoard export with the real tensorboard package and prints JSON:
+{"scalars": {tag: [[step, value], ...]}, "histograms": {tag: [[step, [counts...]], ...]}}."""
+import json
+import sys
+
+from tensorboard.backend.event_processing import event_accumulator
+
+acc = event_accumulator.EventAccumulator(sys.argv[1], size_guidance={"scalars": 0, "histograms": 0})
+acc.Reload()
+tags = acc.Tags()
+out = {"scalars": {}, "histograms": {}}
+for tag in tags["scalars"]:
+    out["scalars"][tag] = [[e.step, e.value] for e in acc.Scalars(tag)]
+for tag in tags["histograms"]:
+    out["histograms"][tag] = [[e.step, list(e.histogram_value.bucket)] for e in acc.Histograms(tag)]
+json.dump(out, sys.stdout)
