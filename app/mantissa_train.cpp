@@ -69,7 +69,7 @@ int train_into_store(Trainer& trainer, RunStore& store, int64_t run_id, const st
 }
 
 int cmd_run(const std::string& project_path, const std::vector<std::string>& sets, const std::string& db_path,
-            std::string name)
+            std::string name, bool no_store)
 {
     std::unique_ptr<Trainer> trainer;
     try {
@@ -82,6 +82,16 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
         return 2;
     }
     if (name.empty()) name = trainer->config().name;
+    if (no_store) {
+        // Console only: what the store costs the training step is measured against this.
+        ConsoleProgress console(trainer->config().training.steps, trainer->config().telemetry.log_interval,
+                                isatty(STDOUT_FILENO) != 0, stdout);
+        console.watch_stop_flag(&g_stop_requested, trainer.get());
+        std::signal(SIGINT, on_sigint);
+        const auto summary = trainer->run(console);
+        std::printf("mean step time: %.3f ms (%.0f tokens/s)\n", summary.mean_step_time_ms, summary.tokens_per_s);
+        return 0;
+    }
     std::unique_ptr<RunStore> store;
     int64_t run_id = 0;
     try {
@@ -276,6 +286,8 @@ int main(int argc, char** argv)
     run_cmd->add_option("--set", sets, "Override a project key: dotted.key=value (repeatable)");
     run_cmd->add_option("--name", name, "Run name (default: the project's name)");
     run_cmd->add_option("--db", db_path, "Run store (SQLite) path");
+    bool no_store = false;
+    run_cmd->add_flag("--no-store", no_store, "Do not record the run (benchmarks)");
 
     auto* resume_cmd = app.add_subcommand("resume", "Continue a run from its newest checkpoint");
     resume_cmd->add_option("run", run, "Run id or name")->required();
@@ -308,7 +320,7 @@ int main(int argc, char** argv)
 
     CLI11_PARSE(app, argc, argv);
 
-    if (*run_cmd) return cmd_run(project, sets, db_path, name);
+    if (*run_cmd) return cmd_run(project, sets, db_path, name, no_store);
     try {
         RunStore store(db_path);
         if (*resume_cmd) return cmd_resume(store, run, sets, db_path);

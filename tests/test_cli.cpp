@@ -247,6 +247,25 @@ private slots:
         QCOMPARE(compared, 2 * 5); // two steps x five roles
     }
 
+    void twoProcessesWriteOneStore()
+    {
+        QProcess a, b;
+        const QStringList common = {"--db", db_, "--set", "training.steps=40", "--set", "telemetry.interval=10"};
+        a.start(MANTISSA_TRAIN_EXE, QStringList{"run", project_, "--name", "twin-a"} + common);
+        b.start(MANTISSA_TRAIN_EXE, QStringList{"run", project_, "--name", "twin-b"} + common);
+        QVERIFY(a.waitForFinished(120000) && b.waitForFinished(120000));
+        QVERIFY2(a.exitCode() == 0, a.readAllStandardError().constData());
+        QVERIFY2(b.exitCode() == 0, b.readAllStandardError().constData());
+        RunStore store(db_.toStdString());
+        for (const char* name : {"twin-a", "twin-b"}) {
+            const auto run = store.find_run(name);
+            QVERIFY(run.has_value());
+            QCOMPARE(run->status, std::string("finished"));
+            QCOMPARE(run->last_step, int64_t(40));
+            QCOMPARE(store.layer_stats(run->id, "lm_head").size(), size_t(5 * 5)); // steps 1, 10, 20, 30, 40
+        }
+    }
+
     void renameAndDelete()
     {
         QVERIFY(run_cli({"run", project_, "--db", db_, "--name", "scratch", "--set", "training.steps=3"}).exit_code == 0);

@@ -412,20 +412,10 @@ private slots:
         const std::string path = dir.filePath("v1.sqlite").toStdString();
         sqlite3* db = nullptr;
         sqlite3_open(path.c_str(), &db);
-        // The version-1 schema, as the first release wrote it.
-        sqlite3_exec(db, R"sql(
-            CREATE TABLE runs(id INTEGER PRIMARY KEY, name TEXT NOT NULL, project_path TEXT NOT NULL DEFAULT '',
-              config_json TEXT NOT NULL, status TEXT NOT NULL,
-              created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now')), finished_at TEXT);
-            CREATE TABLE scalars(run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE, tag TEXT NOT NULL,
-              step INTEGER NOT NULL, value REAL, PRIMARY KEY(run_id, tag, step)) WITHOUT ROWID;
-            CREATE TABLE events(id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-              step INTEGER NOT NULL, kind TEXT NOT NULL, message TEXT NOT NULL,
-              created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ','now')));
-            INSERT INTO runs(name, config_json, status) VALUES('old run', '{}', 'finished');
-            INSERT INTO scalars VALUES(1, 'train/loss', 1, 2.5);
-            PRAGMA application_id=1296125524; PRAGMA user_version=1;)sql",
-                     nullptr, nullptr, nullptr);
+        // The version-1 schema, as the first release wrote it, kept as a fixture.
+        QFile fixture(MANTISSA_TEST_DATA_DIR "/run_store_v1.sql");
+        QVERIFY(fixture.open(QIODevice::ReadOnly));
+        QCOMPARE(sqlite3_exec(db, fixture.readAll().constData(), nullptr, nullptr, nullptr), SQLITE_OK);
         sqlite3_close(db);
         RunStore store(path);
         QCOMPARE(store.schema_version(), 2);
