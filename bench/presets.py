@@ -13,21 +13,15 @@ import argparse
 import os
 import re
 import statistics
-import subprocess
-import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchlib import add_common_args, data_path, run_cli
+
 PRESETS = ["fp32", "bf16", "fp16", "fp8-hybrid", "fp8-hybrid-keep-ends"]
 
 
-def run(cli, db, data, extra):
-    cmd = [cli, "run", os.path.join(ROOT, "projects", "shakespeare-char.json"), "--db", db,
-           "--set", f"data.path={data}", "--set", "eval.sample_tokens=0"]
-    for s in extra:
-        cmd += ["--set", s]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    step = float(re.search(r"mean step time: ([0-9.]+) ms", out).group(1))
+def run(args, db, data, extra):
+    step, out = run_cli(args, db, [f"data.path={data}", "eval.sample_tokens=0"] + extra)
     val = re.search(r"val loss ([0-9.]+)\n", out)
     skipped = out.count("[step_skipped]") + out.count("[loss_scale_backoff]")
     return step, (float(val.group(1)) if val else None), skipped
@@ -35,8 +29,7 @@ def run(cli, db, data, extra):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data", "tinyshakespeare.txt"))
-    ap.add_argument("--build", default=os.path.join(ROOT, "build", "dev"))
+    add_common_args(ap)
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--timing", action="store_true")
@@ -44,17 +37,14 @@ def main():
     args = ap.parse_args()
     if not (args.timing or args.quality):
         args.timing = args.quality = True
-    data = os.path.abspath(args.data)
-    if not os.path.exists(data):
-        sys.exit(f"tinyshakespeare not found at {data}; pass --data")
-    cli = os.path.join(args.build, "app", "mantissa-train")
+    data = data_path(args)
     with tempfile.TemporaryDirectory() as tmp:
         db = os.path.join(tmp, "bench.sqlite")
         if args.timing:
             times = {p: [] for p in PRESETS}
             for r in range(args.rounds):
                 for p in PRESETS:
-                    t, _, _ = run(cli, db, data, [f"precision.preset={p}", f"training.steps={args.steps}",
+                    t, _, _ = run(args, db, data, [f"precision.preset={p}", f"training.steps={args.steps}",
                                                   "eval.interval=0", "eval.batches=1"])
                     times[p].append(t)
                 print(f"round {r + 1}: " + ", ".join(f"{p} {times[p][-1]:.1f}" for p in PRESETS), flush=True)
@@ -69,7 +59,7 @@ def main():
             runs.append(("fp16, loss scaling off", ["precision.preset=fp16", "precision.loss_scaling.mode=off"]))
             base = None
             for name, extra in runs:
-                _, val, skipped = run(cli, db, data, extra)
+                _, val, skipped = run(args, db, data, extra)
                 base = val if base is None else base
                 print(f"  {name:24s} val {val:.4f}   gap {val - base:+.4f}   skipped/backoff events {skipped}",
                       flush=True)

@@ -7,39 +7,28 @@ default cadence (every 50 steps), every 10 and every step, interleaved over roun
 """
 import argparse
 import os
-import re
 import statistics
-import subprocess
-import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchlib import add_common_args, data_path, run_cli
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data", "tinyshakespeare.txt"))
-    ap.add_argument("--build", default=os.path.join(ROOT, "build", "dev"))
+    add_common_args(ap)
     ap.add_argument("--preset", default="fp32")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    data = os.path.abspath(args.data)
-    if not os.path.exists(data):
-        sys.exit(f"tinyshakespeare not found at {data}; pass --data")
-    cli = os.path.join(args.build, "app", "mantissa-train")
+    data = data_path(args)
     cadences = [0, 50, 10, 1]
     times = {c: [] for c in cadences}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             for c in cadences:
-                cmd = [cli, "run", os.path.join(ROOT, "projects", "shakespeare-char.json"), "--db",
-                       os.path.join(tmp, "b.sqlite")]
-                for s in [f"data.path={data}", f"training.steps={args.steps}", "eval.interval=0", "eval.batches=1",
-                          "eval.sample_tokens=0", f"telemetry.interval={c}", f"precision.preset={args.preset}"]:
-                    cmd += ["--set", s]
-                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-                times[c].append(float(re.search(r"mean step time: ([0-9.]+) ms", out).group(1)))
+                sets = [f"data.path={data}", f"training.steps={args.steps}", "eval.interval=0", "eval.batches=1",
+                        "eval.sample_tokens=0", f"telemetry.interval={c}", f"precision.preset={args.preset}"]
+                times[c].append(run_cli(args, os.path.join(tmp, "b.sqlite"), sets)[0])
             print(f"round {r + 1}: " + ", ".join(f"interval {c}: {times[c][-1]:.1f} ms" for c in cadences), flush=True)
     base = statistics.median(times[0])
     print(f"\n{args.preset}, {args.steps} steps x {args.rounds} rounds (median ms/step):")
