@@ -205,8 +205,13 @@ torch::Tensor LayerGemm::round_operand(const torch::Tensor& x, NumberFormat form
     if (scale) *scale = 0.0f;
     if (format == NumberFormat::FP32) return x;
     if (!format_info(format).is_fp8) return round_to_format(x, format, Overflow::Propagate);
-    DelayedScaling scratch = delayed(role); // used when not training: the real history stays put
-    auto q = quantize_fp8(x, format, recipe_, k_dim, training_ ? &delayed(role) : &scratch);
+    QuantizedOperand q;
+    if (training_) {
+        q = quantize_fp8(x, format, recipe_, k_dim, &delayed(role));
+    } else {
+        DelayedScaling scratch = delayed(role); // evaluation: same scale, the real history stays put
+        q = quantize_fp8(x, format, recipe_, k_dim, &scratch);
+    }
     if (scale && per_tensor(recipe_) && recipe_.outlier_rms_multiple == 0.0) *scale = q.scale;
     return q.values;
 }
