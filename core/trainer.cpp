@@ -213,6 +213,15 @@ struct Trainer::Impl {
         model->measure_log_z(armed);
     }
 
+    void scale_gradients(double factor)
+    {
+        torch::NoGradGuard no_grad;
+        std::vector<torch::Tensor> grads;
+        for (const auto& [layer, p] : params_by_layer)
+            if (p.grad().defined()) grads.push_back(p.grad());
+        at::_foreach_mul_(grads, factor);
+    }
+
     // Gradient L2 norm of every parameter-owning layer, forward order, one sync for all.
     std::vector<std::pair<std::string, double>> layer_grad_norms()
     {
@@ -505,9 +514,15 @@ RunSummary Trainer::run(TelemetrySink& sink)
             ++summary.skipped_steps;
             grad_norm = std::numeric_limits<double>::quiet_NaN();
         } else {
-            const double max_norm = cfg.optimizer.grad_clip > 0.0 ? cfg.optimizer.grad_clip
-                                                                  : std::numeric_limits<double>::infinity();
-            grad_norm = torch::nn::utils::clip_grad_norm_(s.model->parameters(), max_norm);
+            // The global norm follows from the per-layer norms already measured; clipping then
+            // scales every gradient as clip_grad_norm_ does (coefficient max/(norm + 1e-6), at most 1).
+            double sum_sq = 0.0;
+            for (const auto& [layer, norm] : layer_norms) sum_sq += norm * norm;
+            grad_norm = std::sqrt(sum_sq);
+            if (cfg.optimizer.grad_clip > 0.0) {
+                const double coef = cfg.optimizer.grad_clip / (grad_norm + 1e-6);
+                if (coef < 1.0) s.scale_gradients(coef);
+            }
             s.optimizer->step(lr);
             for (const auto& g : s.model->gemm_layers()) g->invalidate_weight_cache();
         }
