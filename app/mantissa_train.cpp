@@ -114,14 +114,8 @@ std::string newest_checkpoint(RunStore& store, const RunInfo& info)
     for (const auto& e : store.events(info.id))
         if (e.kind == "checkpoint") dir = fs::path(e.message).parent_path().string();
     std::string checkpoint;
-    if (dir.empty() || !fs::is_directory(dir)) return checkpoint;
-    std::vector<fs::path> files;
-    for (const auto& entry : fs::directory_iterator(dir))
-        if (entry.path().filename().string().rfind("step-", 0) == 0 && entry.path().extension() == ".pt")
-            files.push_back(entry.path());
-    std::sort(files.begin(), files.end());
-    for (const auto& f : files)
-        if (std::stoll(f.stem().string().substr(5)) <= info.last_step || checkpoint.empty()) checkpoint = f.string();
+    for (const auto& f : list_checkpoints(dir))
+        if (std::stoll(fs::path(f).stem().string().substr(5)) <= info.last_step || checkpoint.empty()) checkpoint = f;
     return checkpoint;
 }
 

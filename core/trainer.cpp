@@ -25,6 +25,19 @@
 
 namespace mantissa {
 
+std::vector<std::string> list_checkpoints(const std::string& dir)
+{
+    namespace fs = std::filesystem;
+    std::vector<std::string> files;
+    std::error_code ec;
+    if (dir.empty() || !fs::is_directory(dir, ec)) return files;
+    for (const auto& entry : fs::directory_iterator(dir))
+        if (entry.path().filename().string().rfind("step-", 0) == 0 && entry.path().extension() == ".pt")
+            files.push_back(entry.path().string());
+    std::sort(files.begin(), files.end()); // zero-padded step numbers sort by name
+    return files;
+}
+
 double learning_rate_at(const OptimizerConfig& o, int64_t step_index)
 {
     if (step_index < o.warmup_steps)
@@ -194,15 +207,9 @@ struct Trainer::Impl {
         std::snprintf(name, sizeof name, "step-%08lld.pt", static_cast<long long>(step));
         const std::string path = (fs::path(dir) / name).string();
         save_checkpoint(path);
-        std::vector<fs::path> existing;
-        for (const auto& entry : fs::directory_iterator(dir))
-            if (entry.path().filename().string().rfind("step-", 0) == 0 && entry.path().extension() == ".pt")
-                existing.push_back(entry.path());
-        std::sort(existing.begin(), existing.end());
-        while (static_cast<int64_t>(existing.size()) > config.training.checkpoint_keep) {
-            fs::remove(existing.front());
-            existing.erase(existing.begin());
-        }
+        auto existing = list_checkpoints(dir);
+        for (size_t i = 0; i + static_cast<size_t>(config.training.checkpoint_keep) < existing.size(); ++i)
+            fs::remove(existing[i]);
         sink.on_event({step, "checkpoint", path});
         return path;
     }

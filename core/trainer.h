@@ -84,6 +84,10 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
+// The checkpoints a run wrote into `dir` (step-00000100.pt, ...), oldest first; empty if the
+// folder does not exist.
+std::vector<std::string> list_checkpoints(const std::string& dir);
+
 // nanoGPT's schedule: linear warmup, cosine decay to min_learning_rate at decay_steps.
 // `step_index` is 0-based.
 double learning_rate_at(const OptimizerConfig& optimizer, int64_t step_index);
