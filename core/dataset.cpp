@@ -253,4 +253,10 @@ TokenSplits load_token_splits(const ProjectConfig& config)
     return splits;
 }
 
+int64_t project_vocab_size(const ProjectConfig& config)
+{
+    if (config.data.kind == DataKind::TokenBin) return config.data.vocab_size;
+    return load_token_splits(config).vocabulary.size();
+}
+
 } // namespace mantissa

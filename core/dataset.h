@@ -42,6 +42,10 @@ struct TokenSplits {
 // file when the data is missing, unreadable, or too short for model.context_length.
 TokenSplits load_token_splits(const ProjectConfig& config);
 
+// The vocabulary size a project's data gives the model, without keeping the data: the
+// editor needs it for parameter counts and memory estimates. Throws like load_token_splits.
+int64_t project_vocab_size(const ProjectConfig& config);
+
 // Exposed for tests.
 std::vector<char32_t> decode_utf8(const std::string& text, const std::string& what);
 std::string encode_utf8(const std::vector<char32_t>& code_points);

@@ -8,7 +8,7 @@ namespace mantissa {
 std::shared_ptr<LayerGemm> GemmRegistry::make(const std::string& layer_name)
 {
     auto gemm = std::make_shared<LayerGemm>(layer_name, resolve_layer_formats(precision_, layer_name, n_layer_),
-                                            precision_.fp8, precision_.backend);
+                                            resolve_layer_recipe(precision_, layer_name), precision_.backend);
     layers_.push_back(gemm);
     return gemm;
 }

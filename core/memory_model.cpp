@@ -84,6 +84,23 @@ MemoryBreakdown estimate_memory(const ProjectConfig& config, int64_t vocab_size)
     return out;
 }
 
+std::vector<LayerShape> gemm_layer_shapes(const ModelConfig& m, int64_t vocab_size)
+{
+    const int64_t C = m.n_embd, bias = m.bias ? 1 : 0;
+    std::vector<LayerShape> out;
+    for (const std::string& name : gemm_layer_names(m.n_layer)) {
+        const auto ends = [&](const char* suffix) { return name.ends_with(suffix); };
+        int64_t n = 0;
+        if (ends(".attn.qkv")) n = 3 * C * C + bias * 3 * C;
+        else if (ends(".attn.proj")) n = C * C + bias * C;
+        else if (ends(".mlp.fc1")) n = 4 * C * C + bias * 4 * C;
+        else if (ends(".mlp.fc2")) n = 4 * C * C + bias * C;
+        else if (name == "lm_head") n = vocab_size * C;
+        out.push_back({name, n, name == "lm_head"});
+    }
+    return out;
+}
+
 int64_t resident_memory_bytes()
 {
     std::ifstream statm("/proc/self/statm");

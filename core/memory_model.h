@@ -29,6 +29,15 @@ struct MemoryBreakdown {
 
 MemoryBreakdown estimate_memory(const ProjectConfig& config, int64_t vocab_size);
 
+// One GEMM-bearing layer's trainable parameters (weight and bias), in forward order.
+// `blocks.N.attn.sdpa` has none; `lm_head` shares the token embedding (tied = true).
+struct LayerShape {
+    std::string name;
+    int64_t parameters = 0;
+    bool tied = false;
+};
+std::vector<LayerShape> gemm_layer_shapes(const ModelConfig& model, int64_t vocab_size);
+
 // This process's resident set size, from /proc/self/statm; 0 where that is unavailable.
 int64_t resident_memory_bytes();
 

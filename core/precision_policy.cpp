@@ -87,6 +87,25 @@ GemmFormats resolve_layer_formats(const PrecisionConfig& config, const std::stri
     return f;
 }
 
+Fp8Recipe resolve_layer_recipe(const PrecisionConfig& config, const std::string& layer_name)
+{
+    Fp8Recipe recipe = config.fp8;
+    for (const auto& o : config.layers)
+        if (o.scaling && glob_match(o.match, layer_name)) recipe.scaling = *o.scaling;
+    return recipe;
+}
+
+std::vector<std::string> gemm_layer_names(int64_t n_layer)
+{
+    std::vector<std::string> names;
+    for (int64_t i = 0; i < n_layer; ++i) {
+        const std::string b = "blocks." + std::to_string(i);
+        for (const char* part : {".attn.qkv", ".attn.sdpa", ".attn.proj", ".mlp.fc1", ".mlp.fc2"}) names.push_back(b + part);
+    }
+    names.push_back("lm_head");
+    return names;
+}
+
 LossScalingConfig resolve_loss_scaling(const PrecisionConfig& config, bool any_fp16_gemm)
 {
     LossScalingConfig c = config.loss_scaling;

@@ -48,6 +48,7 @@ struct Fp8Recipe {
 struct LayerOverride {
     std::string match;
     std::optional<NumberFormat> forward, dgrad, wgrad;
+    std::optional<Fp8Scaling> scaling; // the FP8 scaling recipe for matching layers (TE allows one per module)
 };
 
 enum class GemmBackend { Auto, Emulated, Native };
@@ -67,6 +68,10 @@ bool glob_match(const std::string& pattern, const std::string& name);
 // Formats for one layer: `blocks.N.attn.qkv|proj`, `blocks.N.mlp.fc1|fc2`, `lm_head`, or
 // `blocks.N.attn.sdpa` for the attention score and value products.
 GemmFormats resolve_layer_formats(const PrecisionConfig& config, const std::string& layer_name, int64_t n_layer);
+// precision.fp8 with the scaling recipe of the last matching precision.layers entry, if any.
+Fp8Recipe resolve_layer_recipe(const PrecisionConfig& config, const std::string& layer_name);
+// The GEMM-bearing layers of an n_layer model in forward order (the names above).
+std::vector<std::string> gemm_layer_names(int64_t n_layer);
 LossScalingConfig resolve_loss_scaling(const PrecisionConfig& config, bool any_fp16_gemm);
 
 const char* fp8_scaling_name(Fp8Scaling scaling);

@@ -44,6 +44,7 @@ json layers_to_json(const std::vector<LayerOverride>& layers)
         if (o.forward) entry["forward"] = format_name(*o.forward);
         if (o.dgrad) entry["dgrad"] = format_name(*o.dgrad);
         if (o.wgrad) entry["wgrad"] = format_name(*o.wgrad);
+        if (o.scaling) entry["scaling"] = fp8_scaling_name(*o.scaling);
         out.push_back(entry);
     }
     return out;
@@ -87,8 +88,12 @@ std::vector<LayerOverride> layers_from_json(const json& list)
                 o.dgrad = format_at(value, k);
             } else if (key == "wgrad") {
                 o.wgrad = format_at(value, k);
+            } else if (key == "scaling") {
+                const auto scaling = value.is_string() ? parse_fp8_scaling(value.get<std::string>()) : std::nullopt;
+                if (!scaling) throw ConfigError(k + ": expected one of delayed, current, rowwise, mxfp8");
+                o.scaling = scaling;
             } else {
-                throw ConfigError(k + ": unknown key (expected match, format, forward, dgrad, wgrad)");
+                throw ConfigError(k + ": unknown key (expected match, format, forward, dgrad, wgrad, scaling)");
             }
         }
         if (o.match.empty()) throw ConfigError(at + ".match: is required");

@@ -209,6 +209,35 @@ private slots:
         QCOMPARE(again.data.digits, int64_t(3));
         QCOMPARE(to_json_text(again), to_json_text(c));
     }
+
+    void perLayerScalingRecipe()
+    {
+        auto c = load_project_json(R"({"precision": {"preset": "fp8-hybrid", "fp8": {"scaling": "delayed"},
+            "layers": [{"match": "blocks.*.mlp.*", "scaling": "current"}, {"match": "blocks.0.mlp.fc2", "scaling": "mxfp8"}]}})",
+                                   "");
+        QCOMPARE(resolve_layer_recipe(c.precision, "blocks.0.attn.qkv").scaling, Fp8Scaling::Delayed);
+        QCOMPARE(resolve_layer_recipe(c.precision, "blocks.1.mlp.fc1").scaling, Fp8Scaling::Current);
+        QCOMPARE(resolve_layer_recipe(c.precision, "blocks.0.mlp.fc2").scaling, Fp8Scaling::Block32); // last match wins
+        const auto again = load_project_json(to_json_text(c), "");
+        QCOMPARE(to_json_text(again), to_json_text(c));
+        QVERIFY(to_json_text(c).find("\"scaling\": \"mxfp8\"") != std::string::npos);
+        try {
+            load_project_json(R"({"precision": {"layers": [{"match": "lm_head", "scaling": "fast"}]}})", "");
+            QFAIL("an unknown recipe was accepted");
+        } catch (const ConfigError& e) {
+            QVERIFY2(std::string(e.what()).find("precision.layers[0].scaling") != std::string::npos, e.what());
+        }
+    }
+
+    void gemmLayerNamesInForwardOrder()
+    {
+        const auto names = gemm_layer_names(2);
+        QCOMPARE(names.size(), size_t(11));
+        QCOMPARE(names[0], std::string("blocks.0.attn.qkv"));
+        QCOMPARE(names[1], std::string("blocks.0.attn.sdpa"));
+        QCOMPARE(names[9], std::string("blocks.1.mlp.fc2"));
+        QCOMPARE(names[10], std::string("lm_head"));
+    }
 };
 
 QTEST_GUILESS_MAIN(TestConfig)

@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include "dataset.h"
 #include "gpt_model.h"
 #include "memory_model.h"
 #include "quantize.h"
@@ -373,6 +374,31 @@ private slots:
         QCOMPARE(fp8.activations_by_layer[0].second, int64_t(1728));
         QCOMPARE(fp8.total_bytes(), fp8.master_weights_bytes + fp8.low_precision_weights_bytes + fp8.gradients_bytes +
                                         fp8.optimizer_state_bytes + fp8.activations_bytes);
+    }
+
+    void layerShapesAddUpToTheModel()
+    {
+        ProjectConfig c;
+        c.model.n_layer = 2;
+        c.model.n_embd = 16;
+        c.model.n_head = 2;
+        c.model.context_length = 8;
+        c.data.examples = 200;
+        Trainer trainer(c);
+        const auto shapes = gemm_layer_shapes(c.model, trainer.vocab_size());
+        QCOMPARE(project_vocab_size(c), trainer.vocab_size());
+        const auto layers = trainer.layers();
+        QCOMPARE(shapes.size(), layers.size());
+        int64_t gemm_params = 0;
+        for (size_t i = 0; i < shapes.size(); ++i) {
+            QCOMPARE(shapes[i].name, layers[i].name);
+            gemm_params += shapes[i].parameters;
+        }
+        QCOMPARE(shapes[0].parameters, int64_t(3 * 16 * 16 + 3 * 16)); // qkv with bias
+        QCOMPARE(shapes[1].parameters, int64_t(0));                    // sdpa
+        // The rest of the model: positions, 2 LayerNorms per block and the final one (weight + bias).
+        const int64_t rest = 8 * 16 + (2 * 2 + 1) * 2 * 16;
+        QCOMPARE(gemm_params + rest, trainer.parameter_count());
     }
 
     void residentMemoryIsReported() { QVERIFY(resident_memory_bytes() > 1024 * 1024); }
