@@ -3,6 +3,7 @@
 //   mantissa [PROJECT] [--db PATH] [--set key=value ...]
 //   mantissa PROJECT --screenshot out.png [--steps N]   (renders the window after N steps, then quits;
 //                                                        used for the docs, works with QT_QPA_PLATFORM=offscreen)
+//   mantissa PROJECT --screenshot-dir DIR [--steps N]   (the same, one PNG per page: project.png, monitor.png)
 // Exit codes: 0 ok, 1 the run or the screenshot failed, 2 bad project or arguments.
 
 #include <QApplication>
@@ -15,8 +16,8 @@
 #include <cstdio>
 #include <vector>
 
-#include "loss_plot.h"
 #include "main_window.h"
+#include "monitor_page.h"
 #include "training_controller.h"
 
 using namespace mantissa;
@@ -67,7 +68,10 @@ int main(int argc, char* argv[])
         QStringLiteral("steps"),
         QStringLiteral("With --screenshot: take it after this many steps (default: at the end)."), QStringLiteral("n"),
         QStringLiteral("0"));
-    parser.addOptions({dbOption, setOption, shotOption, stepsOption});
+    const QCommandLineOption shotDirOption(QStringLiteral("screenshot-dir"),
+                                           QStringLiteral("Like --screenshot, one PNG per page into this folder."),
+                                           QStringLiteral("dir"));
+    parser.addOptions({dbOption, setOption, shotOption, shotDirOption, stepsOption});
     parser.process(app);
 
     if (parser.positionalArguments().size() > 1) {
@@ -95,7 +99,8 @@ int main(int argc, char* argv[])
     const bool loaded = !project.isEmpty() && window.openProject(project, overrides);
 
     const QString shotPath = parser.value(shotOption);
-    if (shotPath.isEmpty()) {
+    const QString shotDir = parser.value(shotDirOption);
+    if (shotPath.isEmpty() && shotDir.isEmpty()) {
         window.show();
         return QApplication::exec();
     }
@@ -110,14 +115,30 @@ int main(int argc, char* argv[])
     TrainingController* controller = window.controller();
     bool shotTaken = false;
     bool shotSaved = false;
+    auto save = [&](const QString& path) {
+        window.monitorPage()->renderNow(); // the frame budget may have skipped the latest data
+        const bool ok = window.grab().save(path, "PNG");
+        if (!ok)
+            fail(QStringLiteral("cannot write '%1'").arg(path));
+        else
+            std::printf("wrote %s at step %lld\n", qPrintable(path), static_cast<long long>(window.lastStep()));
+        return ok;
+    };
     auto takeShot = [&] {
         shotTaken = true;
-        window.lossPlot()->replot(QCustomPlot::rpImmediateRefresh); // drop the queued replot's lag
-        shotSaved = window.grab().save(shotPath, "PNG");
-        if (!shotSaved)
-            fail(QStringLiteral("cannot write '%1'").arg(shotPath));
-        else
-            std::printf("wrote %s at step %lld\n", qPrintable(shotPath), static_cast<long long>(window.lastStep()));
+        shotSaved = true;
+        if (!shotPath.isEmpty()) shotSaved = save(shotPath);
+        if (!shotDir.isEmpty()) {
+            QDir().mkpath(shotDir);
+            const MainWindow::Page shown = window.currentPage();
+            for (const auto& [page, name] : {std::pair{MainWindow::Page::Project, "project.png"},
+                                             std::pair{MainWindow::Page::Monitor, "monitor.png"}}) {
+                window.showPage(page);
+                QApplication::processEvents();
+                shotSaved = save(QDir(shotDir).filePath(QString::fromLatin1(name))) && shotSaved;
+            }
+            window.showPage(shown);
+        }
     };
     QObject::connect(controller, &TrainingController::drained, &window, [&] {
         if (!shotTaken && shotSteps > 0 && window.lastStep() >= shotSteps) {

@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// mantissa-train: the headless CLI. Trains a project into the run store and reads runs back.
+// mantissa-train: the headless CLI. Trains a project (or a sweep of it) into the run store,
+// reads runs back, tags and compares them.
 // Exit codes: 0 ok, 1 training failed, 2 bad project or arguments, 3 run store problem.
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <ctime>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -13,9 +17,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include "config_diff.h"
 #include "console_progress.h"
 #include "project_config.h"
+#include "run_compare.h"
 #include "run_store.h"
+#include "sweep.h"
 #include "tensorboard_export.h"
 #include "trainer.h"
 
@@ -166,15 +173,6 @@ std::optional<RunInfo> find_or_complain(RunStore& store, const std::string& run)
     return info;
 }
 
-int cmd_list(RunStore& store)
-{
-    std::printf("%5s  %-24s  %-9s  %7s  %s\n", "id", "name", "status", "steps", "created");
-    for (const auto& r : store.list_runs())
-        std::printf("%5lld  %-24s  %-9s  %7lld  %s\n", static_cast<long long>(r.id), r.name.c_str(), r.status.c_str(),
-                    static_cast<long long>(r.last_step), r.created_at.c_str());
-    return 0;
-}
-
 int cmd_show(RunStore& store, const std::string& run)
 {
     auto info = find_or_complain(store, run);
@@ -264,6 +262,311 @@ int cmd_export(RunStore& store, const std::string& run, const std::string& forma
     return 0;
 }
 
+// Prints rows as aligned columns (two blanks apart); `right` marks right-aligned columns.
+void print_table(const std::vector<std::vector<std::string>>& rows, const std::vector<bool>& right = {},
+                 const char* indent = "")
+{
+    std::vector<size_t> width;
+    for (const auto& row : rows)
+        for (size_t c = 0; c < row.size(); ++c) {
+            if (width.size() <= c) width.push_back(0);
+            width[c] = std::max(width[c], row[c].size());
+        }
+    for (const auto& row : rows) {
+        std::string line = indent;
+        for (size_t c = 0; c < row.size(); ++c) {
+            const std::string pad(width[c] - row[c].size(), ' ');
+            const bool r = c < right.size() && right[c];
+            line += (c ? "  " : "") + (r ? pad + row[c] : row[c] + (c + 1 < row.size() ? pad : ""));
+        }
+        std::printf("%s\n", line.c_str());
+    }
+}
+
+std::string fmt_loss(double v)
+{
+    if (!std::isfinite(v)) return "-";
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.4f", v);
+    return buf;
+}
+
+std::string fmt_delta(double v)
+{
+    if (!std::isfinite(v)) return "-";
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%+.4f", v);
+    return buf;
+}
+
+std::string fmt_ratio(double v)
+{
+    if (!std::isfinite(v)) return "-";
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2fx", v);
+    return buf;
+}
+
+std::string fmt_rate(double v)
+{
+    if (!std::isfinite(v)) return "-";
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+    return buf;
+}
+
+std::string fmt_bytes(int64_t bytes)
+{
+    if (bytes < 0) return "-";
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+    return buf;
+}
+
+std::string join_tags(const std::vector<std::string>& tags)
+{
+    std::string out;
+    for (const auto& t : tags) out += (out.empty() ? "" : ", ") + t;
+    return out;
+}
+
+// Looks every named run up; complains about the first unknown one.
+std::optional<std::vector<RunInfo>> find_all_or_complain(RunStore& store, const std::vector<std::string>& runs)
+{
+    std::vector<RunInfo> out;
+    for (const auto& r : runs) {
+        auto info = find_or_complain(store, r);
+        if (!info) return std::nullopt;
+        out.push_back(*info);
+    }
+    return out;
+}
+
+int cmd_tag(RunStore& store, const std::string& run, const std::vector<std::string>& tags, bool remove)
+{
+    auto info = find_or_complain(store, run);
+    if (!info) return 2;
+    try {
+        if (remove) store.remove_tags(info->id, tags);
+        else store.add_tags(info->id, tags);
+    } catch (const StoreError& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 2;
+    }
+    std::printf("run %lld '%s' tags: %s\n", static_cast<long long>(info->id), info->name.c_str(),
+                join_tags(store.tags(info->id)).c_str());
+    return 0;
+}
+
+void print_sweep_table(const SweepSpec& spec, const std::vector<std::string>& values,
+                       const std::vector<std::optional<RunSummaryRow>>& runs, const std::vector<std::string>& notes)
+{
+    std::vector<std::pair<std::string, RunSummaryRow>> done;
+    for (size_t i = 0; i < values.size(); ++i)
+        if (runs[i]) done.emplace_back(values[i], *runs[i]);
+    const SweepSummary summary = summarize_sweep(done);
+    std::printf("\nsweep of %s: %zu runs", spec.key.c_str(), values.size());
+    if (!summary.rows.empty()) {
+        const auto& ref = summary.rows[summary.reference];
+        std::printf(", relative to %s (run %lld%s)", ref.value.c_str(), static_cast<long long>(ref.run.id),
+                    ref.run.is_fp32() ? ", fp32" : ", the first");
+    }
+    std::printf("\n");
+    std::vector<std::vector<std::string>> rows = {{"value", "run", "status", "final val", "dval vs ref", "tokens/s",
+                                                   "x ref", "peak mem", "x ref", "skipped"}};
+    size_t row = 0;
+    for (size_t i = 0; i < values.size(); ++i) {
+        if (!runs[i]) {
+            rows.push_back({values[i], "-", notes[i], "-", "-", "-", "-", "-", "-", "-"});
+            continue;
+        }
+        const SweepRow& r = summary.rows[row++];
+        rows.push_back({r.value, std::to_string(r.run.id), r.run.status, fmt_loss(r.run.final_val_loss),
+                        fmt_delta(r.val_loss_delta), fmt_rate(r.run.median_tokens_per_s),
+                        fmt_ratio(r.tokens_per_s_ratio),
+                        fmt_bytes(r.run.peak_memory_bytes()), fmt_ratio(r.peak_memory_ratio),
+                        std::to_string(r.run.skipped_steps)});
+    }
+    print_table(rows, {false, true, false, true, true, true, true, true, true, true});
+    std::printf("\n");
+}
+
+// Runs one project once per value of the varied key, one after another, into one store.
+// Every value is validated before the first run starts; Ctrl-C stops the current run and
+// skips the rest; a run that fails is marked failed and the sweep goes on.
+int cmd_sweep(const std::string& project_path, const std::string& vary, const std::vector<std::string>& sets,
+              const std::string& db_path, std::string sweep_name)
+{
+    SweepSpec spec;
+    std::vector<SweepRunPlan> plans;
+    try {
+        spec = parse_vary(vary);
+        std::vector<Override> overrides;
+        for (const auto& s : sets) overrides.push_back(parse_override(s));
+        plans = plan_sweep(project_path, spec, overrides);
+    } catch (const ConfigError& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 2;
+    }
+    if (sweep_name.empty()) {
+        char stamp[32];
+        const std::time_t now = std::time(nullptr);
+        std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+        sweep_name = stamp;
+    }
+    const std::string tag = "sweep:" + sweep_name;
+    std::unique_ptr<RunStore> store;
+    try {
+        store = std::make_unique<RunStore>(db_path);
+    } catch (const StoreError& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 3;
+    }
+    std::printf("sweep '%s': %zu runs of %s varying %s, tagged %s\n", sweep_name.c_str(), plans.size(),
+                project_path.c_str(), spec.key.c_str(), tag.c_str());
+
+    std::vector<std::string> values, notes(plans.size());
+    std::vector<int64_t> run_ids(plans.size(), 0);
+    bool any_failed = false;
+    for (size_t i = 0; i < plans.size(); ++i) {
+        values.push_back(plans[i].value);
+        if (g_stop_requested) {
+            notes[i] = "skipped";
+            continue;
+        }
+        std::printf("\n[%zu/%zu] %s\n", i + 1, plans.size(), plans[i].name.c_str());
+        std::unique_ptr<Trainer> trainer;
+        try {
+            trainer = std::make_unique<Trainer>(plans[i].config); // loads the data: may take a while
+        } catch (const ConfigError& e) {
+            std::fprintf(stderr, "error: %s: %s\n", plans[i].name.c_str(), e.what());
+            notes[i] = "rejected";
+            any_failed = true;
+            continue;
+        }
+        if (g_stop_requested) { // Ctrl-C while the data loaded
+            notes[i] = "skipped";
+            continue;
+        }
+        try {
+            run_ids[i] = store->create_run(plans[i].name, project_path, to_json_text(trainer->config()));
+            store->add_tags(run_ids[i], {tag});
+        } catch (const StoreError& e) {
+            std::fprintf(stderr, "error: %s\n", e.what());
+            return 3;
+        }
+        std::printf("run %lld '%s' -> %s\n", static_cast<long long>(run_ids[i]), plans[i].name.c_str(),
+                    db_path.c_str());
+        if (train_into_store(*trainer, *store, run_ids[i], db_path) != 0) any_failed = true;
+    }
+
+    std::vector<int64_t> ids;
+    for (const int64_t id : run_ids)
+        if (id) ids.push_back(id);
+    std::vector<std::optional<RunSummaryRow>> runs(plans.size());
+    if (!ids.empty()) {
+        RunFilter filter;
+        filter.ids = ids;
+        const auto rows = store->list_run_summaries(filter);
+        for (size_t i = 0; i < plans.size(); ++i)
+            for (const auto& r : rows)
+                if (r.id == run_ids[i]) runs[i] = r;
+    }
+    print_sweep_table(spec, values, runs, notes);
+    return any_failed ? 1 : 0;
+}
+
+int cmd_compare(RunStore& store, const std::vector<std::string>& run_args, double tolerance, bool relative)
+{
+    if (run_args.size() < 2) {
+        std::fprintf(stderr, "error: compare needs at least two runs\n");
+        return 2;
+    }
+    const auto infos = find_all_or_complain(store, run_args);
+    if (!infos) return 2;
+    RunFilter filter;
+    for (const auto& info : *infos) filter.ids.push_back(info.id);
+    std::map<int64_t, RunSummaryRow> by_id;
+    for (auto& r : store.list_run_summaries(filter)) by_id[r.id] = std::move(r);
+    std::vector<RunSummaryRow> runs;
+    std::vector<std::string> configs, heads;
+    for (const auto& info : *infos) {
+        runs.push_back(by_id.at(info.id));
+        configs.push_back(info.config_json);
+        heads.push_back("run " + std::to_string(info.id));
+    }
+
+    std::vector<ConfigDifferenceN> diff;
+    try {
+        diff = diff_configs(configs);
+    } catch (const ConfigError& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 2;
+    }
+    if (diff.empty()) {
+        std::printf("config differences: none\n");
+    } else {
+        std::printf("config differences (%zu %s):\n", diff.size(), diff.size() == 1 ? "key" : "keys");
+        std::vector<std::vector<std::string>> rows = {{"key"}};
+        rows[0].insert(rows[0].end(), heads.begin(), heads.end());
+        for (const auto& d : diff) {
+            rows.push_back({d.key});
+            for (const auto& v : d.values) rows.back().push_back(v ? *v : "(absent)");
+        }
+        print_table(rows, {}, "  ");
+    }
+
+    std::printf("\nsummary:\n");
+    std::vector<std::vector<std::string>> rows = {{""}};
+    rows[0].insert(rows[0].end(), heads.begin(), heads.end());
+    const auto line = [&](const char* label, auto field) {
+        rows.push_back({label});
+        for (const auto& r : runs) rows.back().push_back(field(r));
+    };
+    line("name", [](const RunSummaryRow& r) { return r.name; });
+    line("status", [](const RunSummaryRow& r) { return r.status; });
+    line("recipe", [](const RunSummaryRow& r) { return r.recipe; });
+    line("steps", [](const RunSummaryRow& r) { return std::to_string(r.steps_done); });
+    line("final train", [](const RunSummaryRow& r) { return fmt_loss(r.final_train_loss); });
+    line("final val", [](const RunSummaryRow& r) { return fmt_loss(r.final_val_loss); });
+    line("best val", [](const RunSummaryRow& r) { return fmt_loss(r.best_val_loss); });
+    line("tokens/s", [](const RunSummaryRow& r) { return fmt_rate(r.median_tokens_per_s); });
+    line("skipped", [](const RunSummaryRow& r) { return std::to_string(r.skipped_steps); });
+    line("peak memory", [](const RunSummaryRow& r) { return fmt_bytes(r.peak_memory_bytes()); });
+    line("tags", [](const RunSummaryRow& r) { return join_tags(r.tags); });
+    print_table(rows, {}, "  ");
+
+    std::printf("\ntrain/loss divergence vs run %lld (tolerance %g, %s):\n", static_cast<long long>(runs[0].id),
+                tolerance, relative ? "relative" : "absolute");
+    const Series first = store.series(runs[0].id, "train/loss");
+    for (size_t i = 1; i < runs.size(); ++i) {
+        const Series other = store.series(runs[i].id, "train/loss");
+        const auto aligned = align_on_steps(first, other);
+        const auto common = aligned.size();
+        const auto step = first_divergence_step(first, other, tolerance, relative);
+        if (step) {
+            const auto at =
+                std::find_if(aligned.begin(), aligned.end(), [&](const AlignedPoint& p) { return p.step == *step; });
+            std::printf("  run %lld: diverges at step %lld (%s vs %s)\n", static_cast<long long>(runs[i].id),
+                        static_cast<long long>(*step), fmt_loss(at->a).c_str(), fmt_loss(at->b).c_str());
+        } else
+            std::printf("  run %lld: within tolerance over %zu common steps\n", static_cast<long long>(runs[i].id),
+                        common);
+    }
+    return 0;
+}
+
+int cmd_list(RunStore& store)
+{
+    std::vector<std::vector<std::string>> rows = {
+        {"id", "name", "status", "steps", "recipe", "final val", "tokens/s", "created", "tags"}};
+    for (const auto& r : store.list_run_summaries())
+        rows.push_back({std::to_string(r.id), r.name, r.status, std::to_string(r.steps_done), r.recipe,
+                        fmt_loss(r.final_val_loss), fmt_rate(r.median_tokens_per_s), r.created_at, join_tags(r.tags)});
+    print_table(rows, {true, false, false, true, false, true, true, false, false});
+    return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv)
@@ -312,9 +615,39 @@ int main(int argc, char** argv)
     export_cmd->add_option("--out", out_path, "Output file (csv: default standard output; tensorboard: a directory)");
     export_cmd->add_option("--db", db_path, "Run store (SQLite) path");
 
+    std::vector<std::string> tag_list;
+    auto* tag_cmd = app.add_subcommand("tag", "Add tags to a run");
+    tag_cmd->add_option("run", run, "Run id or name")->required();
+    tag_cmd->add_option("tags", tag_list, "Tags")->required();
+    tag_cmd->add_option("--db", db_path, "Run store (SQLite) path");
+    auto* untag_cmd = app.add_subcommand("untag", "Remove tags from a run");
+    untag_cmd->add_option("run", run, "Run id or name")->required();
+    untag_cmd->add_option("tags", tag_list, "Tags")->required();
+    untag_cmd->add_option("--db", db_path, "Run store (SQLite) path");
+
+    std::string vary;
+    auto* sweep_cmd = app.add_subcommand("sweep", "Train a project once per value of one key, then summarise");
+    sweep_cmd->add_option("project", project, "Project JSON file")->required();
+    sweep_cmd->add_option("--vary", vary, "The key and its values: dotted.key=v1,v2,...")->required();
+    sweep_cmd->add_option("--set", sets, "Override a project key for every run: dotted.key=value (repeatable)");
+    sweep_cmd->add_option("--name", name, "Sweep name: runs are tagged sweep:NAME (default: a timestamp)");
+    sweep_cmd->add_option("--db", db_path, "Run store (SQLite) path");
+
+    std::vector<std::string> compare_runs;
+    double tolerance = 1e-3;
+    bool relative = false;
+    auto* compare_cmd = app.add_subcommand("compare", "Compare runs: config diff, summaries, loss divergence");
+    compare_cmd->add_option("runs", compare_runs, "Two or more run ids or names; the first is the reference")
+        ->required();
+    compare_cmd->add_option("--tolerance", tolerance, "Train-loss difference that counts as divergence")
+        ->capture_default_str();
+    compare_cmd->add_flag("--relative", relative, "Tolerance relative to the larger loss, not absolute");
+    compare_cmd->add_option("--db", db_path, "Run store (SQLite) path");
+
     CLI11_PARSE(app, argc, argv);
 
     if (*run_cmd) return cmd_run(project, sets, db_path, name, no_store);
+    if (*sweep_cmd) return cmd_sweep(project, vary, sets, db_path, name);
     try {
         RunStore store(db_path);
         if (*resume_cmd) return cmd_resume(store, run, sets, db_path);
@@ -323,6 +656,9 @@ int main(int argc, char** argv)
         if (*delete_cmd) return cmd_delete(store, run);
         if (*show_cmd) return cmd_show(store, run);
         if (*export_cmd) return cmd_export(store, run, format, table, out_path);
+        if (*tag_cmd) return cmd_tag(store, run, tag_list, false);
+        if (*untag_cmd) return cmd_tag(store, run, tag_list, true);
+        if (*compare_cmd) return cmd_compare(store, compare_runs, tolerance, relative);
     } catch (const StoreError& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 3;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
 #include <sqlite3.h>
 
 namespace mantissa {
@@ -70,6 +72,16 @@ CREATE TABLE layer_stats(
 ) WITHOUT ROWID;
 )sql";
 
+// Version 2 -> 3: tags on runs.
+const char* kMigrateV2toV3 = R"sql(
+CREATE TABLE run_tags(
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  tag TEXT NOT NULL,
+  PRIMARY KEY(run_id, tag)
+) WITHOUT ROWID;
+CREATE INDEX run_tags_by_tag ON run_tags(tag, run_id);
+)sql";
+
 class Statement {
 public:
     Statement(sqlite3* db, const char* sql) : db_(db)
@@ -108,6 +120,9 @@ public:
     }
     void reset() { sqlite3_reset(stmt_); sqlite3_clear_bindings(stmt_); }
     int64_t int64(int col) const { return sqlite3_column_int64(stmt_, col); }
+    bool is_null(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
+    // SQLite stores NaN as NULL: NULL reads back as NaN.
+    double real_or_nan(int col) const { return is_null(col) ? std::nan("") : real(col); }
     double real(int col) const { return sqlite3_column_double(stmt_, col); }
     std::string text(int col) const
     {
@@ -209,6 +224,7 @@ RunStore::RunStore(const std::string& path) : path_(path)
                 current = 1;
             }
             if (current < 2) exec(db_, kMigrateV1toV2);
+            if (current < 3) exec(db_, kMigrateV2toV3);
             exec(db_, ("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str());
             exec(db_, "COMMIT");
         }
@@ -543,6 +559,231 @@ std::string RunStore::events_csv(int64_t run_id)
     for (const auto& e : events(run_id))
         out << e.step << ',' << csv_field(e.kind) << ',' << csv_field(e.message) << ',' << e.created_at << '\n';
     return out.str();
+}
+
+Series RunStore::series(int64_t run_id, const std::string& tag)
+{
+    flush();
+    std::lock_guard lock(db_mutex_);
+    Statement s(db_, "SELECT step, value FROM scalars WHERE run_id=? AND tag=? ORDER BY step");
+    s.bind(1, run_id).bind(2, tag);
+    Series out;
+    while (s.step()) out.emplace_back(s.int64(0), s.real_or_nan(1));
+    return out;
+}
+
+namespace {
+
+// The recipe fields of a run's config; left empty when the JSON is not a resolved config.
+void read_recipe(const std::string& config_json, RunSummaryRow& row)
+{
+    const auto j = nlohmann::json::parse(config_json, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("precision") && j["precision"].is_object()) {
+        const auto& p = j["precision"];
+        if (p.contains("preset") && p["preset"].is_string()) row.preset = p["preset"].get<std::string>();
+        const auto& fp8 = p.contains("fp8") ? p["fp8"] : nlohmann::json();
+        if (fp8.is_object() && fp8.contains("scaling") && fp8["scaling"].is_string())
+            row.fp8_scaling = p["fp8"]["scaling"].get<std::string>();
+        bool overrides_use_fp8 = false;
+        if (p.contains("layers") && p["layers"].is_array()) {
+            row.layer_overrides = static_cast<int64_t>(p["layers"].size());
+            for (const auto& entry : p["layers"]) {
+                if (!entry.is_object()) continue;
+                for (const char* key : {"format", "forward", "dgrad", "wgrad"})
+                    if (entry.contains(key) && entry[key].is_string() && entry[key].get<std::string>()[0] == 'e')
+                        overrides_use_fp8 = true; // e4m3, e5m2
+                overrides_use_fp8 |= entry.contains("scaling");
+            }
+        }
+        row.recipe = describe_recipe(row.preset, row.fp8_scaling, row.layer_overrides, overrides_use_fp8);
+    }
+}
+
+std::string trimmed_tag(const std::string& tag)
+{
+    const auto b = tag.find_first_not_of(" \t\r\n");
+    if (b == std::string::npos) throw StoreError("a tag cannot be empty");
+    return tag.substr(b, tag.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+} // namespace
+
+std::vector<RunSummaryRow> RunStore::list_run_summaries(const RunFilter& filter)
+{
+    flush();
+    // The filter becomes one WHERE clause on runs r, bound the same way for both queries.
+    std::string where = " WHERE 1";
+    std::vector<std::string> texts; // bound after the ids
+    if (!filter.ids.empty()) {
+        where += " AND r.id IN (";
+        for (size_t i = 0; i < filter.ids.size(); ++i) where += i ? ",?" : "?";
+        where += ")";
+    }
+    if (!filter.name_contains.empty()) {
+        where += " AND instr(r.name, ?) > 0";
+        texts.push_back(filter.name_contains);
+    }
+    if (!filter.status.empty()) {
+        where += " AND r.status = ?";
+        texts.push_back(filter.status);
+    }
+    std::set<std::string> wanted_tags(filter.tags.begin(), filter.tags.end());
+    if (!wanted_tags.empty()) {
+        where += " AND (SELECT count(*) FROM run_tags t WHERE t.run_id = r.id AND t.tag IN (";
+        size_t i = 0;
+        for (const auto& t : wanted_tags) {
+            where += i++ ? ",?" : "?";
+            texts.push_back(t);
+        }
+        where += ")) = " + std::to_string(wanted_tags.size());
+    }
+    const auto bind_filter = [&](Statement& s) {
+        int i = 1;
+        for (const int64_t id : filter.ids) s.bind(i++, id);
+        for (const auto& t : texts) s.bind(i++, t);
+    };
+
+    std::lock_guard lock(db_mutex_);
+    // Every subquery is a lookup or a short range on the scalars primary key (run_id, tag, step):
+    // the cost grows with the number of evaluations and telemetry steps, not with all metric rows.
+    const std::string main_sql =
+        "SELECT r.id, r.name, r.project_path, r.status, r.created_at, coalesce(r.finished_at, ''), r.config_json, "
+        "(SELECT step FROM scalars WHERE run_id = r.id AND tag = 'train/loss' ORDER BY step DESC LIMIT 1), "
+        "(SELECT value FROM scalars WHERE run_id = r.id AND tag = 'train/loss' ORDER BY step DESC LIMIT 1), "
+        "(SELECT step FROM scalars WHERE run_id = r.id AND tag = 'val/loss' ORDER BY step DESC LIMIT 1), "
+        "(SELECT value FROM scalars WHERE run_id = r.id AND tag = 'val/loss' ORDER BY step DESC LIMIT 1), "
+        "(SELECT step FROM scalars WHERE run_id = r.id AND tag = 'val/loss' AND value IS NOT NULL "
+        " ORDER BY value, step LIMIT 1), "
+        "(SELECT min(value) FROM scalars WHERE run_id = r.id AND tag = 'val/loss'), "
+        "(SELECT count(*) FROM scalars WHERE run_id = r.id AND tag = 'skipped'), "
+        "(SELECT max(value) FROM scalars WHERE run_id = r.id AND tag = 'memory/resident_bytes'), "
+        "(SELECT max(value) FROM scalars WHERE run_id = r.id AND tag = 'memory/cuda_peak_bytes') "
+        "FROM runs r" + where + " ORDER BY r.id";
+    std::vector<RunSummaryRow> rows;
+    std::map<int64_t, size_t> index; // run id -> row
+    {
+        Statement s(db_, main_sql.c_str());
+        bind_filter(s);
+        while (s.step()) {
+            RunSummaryRow row;
+            row.id = s.int64(0);
+            row.name = s.text(1);
+            row.project_path = s.text(2);
+            row.status = s.text(3);
+            row.created_at = s.text(4);
+            row.finished_at = s.text(5);
+            row.config_json = s.text(6);
+            row.steps_done = s.is_null(7) ? 0 : s.int64(7);
+            row.final_train_loss = s.real_or_nan(8);
+            row.final_val_step = s.is_null(9) ? -1 : s.int64(9);
+            row.final_val_loss = s.real_or_nan(10);
+            row.best_val_step = s.is_null(11) ? -1 : s.int64(11);
+            row.best_val_loss = s.real_or_nan(12);
+            row.skipped_steps = s.int64(13);
+            row.peak_resident_bytes = s.is_null(14) ? -1 : static_cast<int64_t>(s.real(14));
+            row.peak_cuda_bytes = s.is_null(15) ? -1 : static_cast<int64_t>(s.real(15));
+            read_recipe(row.config_json, row);
+            if (!filter.preset.empty() && row.preset != filter.preset) continue;
+            index[row.id] = rows.size();
+            rows.push_back(std::move(row));
+        }
+    }
+    if (rows.empty()) return rows;
+    {
+        // Median tokens/s: one join that walks each run's tokens_per_s range of the primary key.
+        Statement s(db_, ("SELECT r.id, s.value FROM runs r CROSS JOIN scalars s ON s.run_id = r.id AND "
+                          "s.tag = 'tokens_per_s'" + where + " ORDER BY r.id")
+                             .c_str());
+        bind_filter(s);
+        std::vector<double> values;
+        int64_t current = -1;
+        const auto finish = [&] {
+            const auto it = index.find(current);
+            if (it == index.end() || values.empty()) return;
+            const auto mid = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
+            std::nth_element(values.begin(), mid, values.end());
+            double median = *mid;
+            if (values.size() % 2 == 0) median = 0.5 * (median + *std::max_element(values.begin(), mid));
+            rows[it->second].median_tokens_per_s = median;
+        };
+        while (s.step()) {
+            const int64_t id = s.int64(0);
+            if (id != current) {
+                finish();
+                values.clear();
+                current = id;
+            }
+            if (!s.is_null(1)) values.push_back(s.real(1));
+        }
+        finish();
+    }
+    {
+        Statement s(db_, "SELECT run_id, tag FROM run_tags ORDER BY run_id, tag");
+        while (s.step())
+            if (const auto it = index.find(s.int64(0)); it != index.end()) rows[it->second].tags.push_back(s.text(1));
+    }
+    return rows;
+}
+
+void RunStore::add_tags(int64_t run_id, const std::vector<std::string>& tags)
+{
+    std::vector<std::string> clean;
+    for (const auto& t : tags) clean.push_back(trimmed_tag(t));
+    std::lock_guard lock(db_mutex_);
+    {
+        Statement exists(db_, "SELECT 1 FROM runs WHERE id=?");
+        if (!exists.bind(1, run_id).step()) throw StoreError("no run " + std::to_string(run_id) + " in " + path_);
+    }
+    exec(db_, "BEGIN IMMEDIATE");
+    try {
+        Statement s(db_, "INSERT OR IGNORE INTO run_tags(run_id, tag) VALUES(?, ?)");
+        for (const auto& t : clean) {
+            s.reset();
+            s.bind(1, run_id).bind(2, t).step();
+        }
+        exec(db_, "COMMIT");
+    } catch (...) {
+        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
+    }
+}
+
+void RunStore::remove_tags(int64_t run_id, const std::vector<std::string>& tags)
+{
+    std::vector<std::string> clean;
+    for (const auto& t : tags) clean.push_back(trimmed_tag(t));
+    std::lock_guard lock(db_mutex_);
+    exec(db_, "BEGIN IMMEDIATE");
+    try {
+        Statement s(db_, "DELETE FROM run_tags WHERE run_id=? AND tag=?");
+        for (const auto& t : clean) {
+            s.reset();
+            s.bind(1, run_id).bind(2, t).step();
+        }
+        exec(db_, "COMMIT");
+    } catch (...) {
+        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
+    }
+}
+
+std::vector<std::string> RunStore::tags(int64_t run_id)
+{
+    std::lock_guard lock(db_mutex_);
+    Statement s(db_, "SELECT tag FROM run_tags WHERE run_id=? ORDER BY tag");
+    s.bind(1, run_id);
+    std::vector<std::string> out;
+    while (s.step()) out.push_back(s.text(0));
+    return out;
+}
+
+std::vector<std::pair<std::string, int64_t>> RunStore::all_tags()
+{
+    std::lock_guard lock(db_mutex_);
+    Statement s(db_, "SELECT tag, count(*) FROM run_tags GROUP BY tag ORDER BY tag");
+    std::vector<std::pair<std::string, int64_t>> out;
+    while (s.step()) out.emplace_back(s.text(0), s.int64(1));
+    return out;
 }
 
 void StoreSink::on_step(const StepMetrics& m)

@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "run_compare.h"
+#include "run_summary.h"
 #include "telemetry.h"
 
 struct sqlite3;
@@ -50,10 +52,20 @@ struct EventRow {
     std::string created_at;
 };
 
+// Which runs list_run_summaries returns; empty fields match everything.
+struct RunFilter {
+    std::vector<int64_t> ids;          // only these runs (in id order, not this order)
+    std::string name_contains;         // case-sensitive substring of the name
+    std::string status;                // exact status
+    std::vector<std::string> tags;     // runs carrying every one of these tags
+    std::string preset;                // exact precision.preset
+};
+
 class RunStore {
 public:
-    // 1: runs, scalars, events. 2: + layer_stats (upgraded in place on open).
-    static constexpr int kSchemaVersion = 2;
+    // 1: runs, scalars, events. 2: + layer_stats. 3: + run_tags. Older stores are upgraded
+    // in place on open.
+    static constexpr int kSchemaVersion = 3;
 
     // Opens or creates the store. Throws StoreError, leaving the file untouched, when it is
     // not a SQLite database, belongs to another program, or has a newer schema.
@@ -81,6 +93,20 @@ public:
     // By numeric id, else the newest run with that name.
     std::optional<RunInfo> find_run(const std::string& id_or_name);
     std::vector<ScalarRow> scalars(int64_t run_id);
+    // One metric of one run, ascending step: what a plot of that run draws. NaN values were
+    // stored as NULL by SQLite and come back as NaN.
+    Series series(int64_t run_id, const std::string& tag);
+
+    // Everything the Runs page shows, one row per run in id order, in three queries however
+    // many runs there are (see docs/BENCHMARKS.md for the cost).
+    std::vector<RunSummaryRow> list_run_summaries(const RunFilter& filter = {});
+
+    // Tags: short labels ("baseline", "sweep:fp8-2026-11-30"). Surrounding blanks are trimmed;
+    // an empty tag or an unknown run throws StoreError. Adding a tag twice keeps one.
+    void add_tags(int64_t run_id, const std::vector<std::string>& tags);
+    void remove_tags(int64_t run_id, const std::vector<std::string>& tags); // absent ones are ignored
+    std::vector<std::string> tags(int64_t run_id); // sorted
+    std::vector<std::pair<std::string, int64_t>> all_tags(); // (tag, runs carrying it), sorted by tag
     std::vector<EventRow> events(int64_t run_id);
     // (step, stats) for one run; `layer` empty = all layers. Ordered by step, layer, role.
     std::vector<std::pair<int64_t, TensorStats>> layer_stats(int64_t run_id, const std::string& layer = {});

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// mantissa-train end to end: run, list, show, export, bad input, and Ctrl-C.
+// mantissa-train end to end: run, list, show, export, sweep, compare, tags, bad input, and Ctrl-C.
 
 #include <QtTest>
 
@@ -281,6 +281,150 @@ private slots:
         QVERIFY(!after.find_run("keeper").has_value());
         QVERIFY(after.scalars(run->id).empty()); // metrics went with it
         QVERIFY(after.events(run->id).empty());
+    }
+
+    // The sweep table: the lines after the "value run status ..." header, up to the blank line.
+    static QList<QStringList> sweep_table(const QString& out)
+    {
+        const QStringList lines = out.split('\n');
+        int header = -1;
+        for (int i = 0; i < lines.size(); ++i)
+            if (lines[i].startsWith("value ") && lines[i].contains("dval vs ref")) header = i;
+        QList<QStringList> rows;
+        if (header < 0) return rows;
+        for (int i = header + 1; i < lines.size() && !lines[i].trimmed().isEmpty(); ++i)
+            rows << lines[i].split(' ', Qt::SkipEmptyParts);
+        return rows;
+    }
+
+    void sweepRunsEveryValueAndSummarises()
+    {
+        const QString db = dir_.filePath("sweep.sqlite");
+        const auto r = run_cli({"sweep", project_, "--vary", "precision.preset=fp32,bf16,fp8-hybrid", "--set",
+                                "training.steps=6", "--set", "telemetry.interval=3", "--db", db, "--name", "presets"});
+        QVERIFY2(r.exit_code == 0, qPrintable(r.err + r.out));
+        QVERIFY2(r.out.contains("sweep of precision.preset: 3 runs, relative to fp32 (run 1, fp32)"),
+                 qPrintable(r.out));
+
+        RunStore store(db.toStdString());
+        RunFilter filter;
+        filter.tags = {"sweep:presets"};
+        const auto runs = store.list_run_summaries(filter);
+        QCOMPARE(runs.size(), size_t(3));
+        QCOMPARE(store.list_run_summaries().size(), size_t(3));
+        const QStringList values = {"fp32", "bf16", "fp8-hybrid"};
+        const auto table = sweep_table(r.out);
+        QCOMPARE(table.size(), 3);
+        for (int i = 0; i < 3; ++i) {
+            const auto& run = runs[static_cast<size_t>(i)];
+            QCOMPARE(run.name, "tiny [precision.preset=" + values[i].toStdString() + "]");
+            QCOMPARE(run.preset, values[i].toStdString());
+            QCOMPARE(run.status, std::string("finished"));
+            QCOMPARE(run.steps_done, int64_t(6));
+            QCOMPARE(run.tags, (std::vector<std::string>{"sweep:presets"}));
+            QVERIFY(run.peak_resident_bytes > 0); // sampled at telemetry steps 1, 3 and 6
+            // value, run, status, final val, dval, tokens/s, x ref, peak mem (2 words), x ref, skipped
+            const QStringList& row = table[i];
+            QCOMPARE(row.size(), 11);
+            QCOMPARE(row[0], values[i]);
+            QCOMPARE(row[1], QString::number(run.id));
+            QCOMPARE(row[2], QString("finished"));
+            QCOMPARE(row[3], QString::asprintf("%.4f", run.final_val_loss));
+            QCOMPARE(row[4], QString::asprintf("%+.4f", run.final_val_loss - runs[0].final_val_loss));
+            QCOMPARE(row[5], QString::asprintf("%.0f", run.median_tokens_per_s));
+            QCOMPARE(row[6], QString::asprintf("%.2fx", run.median_tokens_per_s / runs[0].median_tokens_per_s));
+            QCOMPARE(row[9], QString::asprintf("%.2fx", double(run.peak_memory_bytes()) /
+                                                            double(runs[0].peak_memory_bytes())));
+            QCOMPARE(row[10], QString("0"));
+        }
+        QCOMPARE(table[0][4], QString("+0.0000"));
+        QCOMPARE(table[0][6], QString("1.00x"));
+
+        // compare: only the varied key differs between two runs of the sweep.
+        const auto cmp = run_cli({"compare", QString::number(runs[0].id), QString::number(runs[1].id), "--db", db});
+        QVERIFY2(cmp.exit_code == 0, qPrintable(cmp.err + cmp.out));
+        const QStringList lines = cmp.out.split('\n');
+        QCOMPARE(lines[0], QString("config differences (1 key):"));
+        QCOMPARE(lines[1].split(' ', Qt::SkipEmptyParts), (QStringList{"key", "run", "1", "run", "2"}));
+        QCOMPARE(lines[2].split(' ', Qt::SkipEmptyParts), (QStringList{"precision.preset", "fp32", "bf16"}));
+        QCOMPARE(lines[3], QString());
+        QVERIFY2(cmp.out.contains("train/loss divergence vs run 1 (tolerance 0.001, absolute):"), qPrintable(cmp.out));
+        QVERIFY(cmp.out.contains("  run 2: "));
+        const auto same = run_cli({"compare", "1", "1", "--db", db});
+        QVERIFY2(same.out.startsWith("config differences: none\n"), qPrintable(same.out));
+        QVERIFY(same.out.contains("run 1: within tolerance over 6 common steps"));
+
+        const auto unknown = run_cli({"compare", "1", "nope", "--db", db});
+        QCOMPARE(unknown.exit_code, 2);
+        QVERIFY2(unknown.err.contains("no run 'nope'"), qPrintable(unknown.err));
+        const auto single = run_cli({"compare", "1", "--db", db});
+        QCOMPARE(single.exit_code, 2);
+        QVERIFY(single.err.contains("compare needs at least two runs"));
+    }
+
+    void sweepRefusesABadValueBeforeRunningAnything()
+    {
+        const QString db = dir_.filePath("sweep-bad.sqlite");
+        const auto r = run_cli({"sweep", project_, "--vary", "precision.preset=fp32,fp9", "--db", db});
+        QCOMPARE(r.exit_code, 2);
+        QVERIFY2(r.err.contains("--vary precision.preset=fp9 is rejected: ") &&
+                     r.err.contains("precision.preset: 'fp9' is not one of fp32, bf16, fp16, fp8-hybrid"),
+                 qPrintable(r.err));
+        QVERIFY(!QFile::exists(db)); // not even the store was created
+        const auto syntax = run_cli({"sweep", project_, "--vary", "precision.preset", "--db", db});
+        QCOMPARE(syntax.exit_code, 2);
+        QVERIFY2(syntax.err.contains("--vary 'precision.preset': expected dotted.key=value1,value2,..."),
+                 qPrintable(syntax.err));
+    }
+
+    void ctrlCStopsTheSweepAndSkipsTheRest()
+    {
+        const QString db = dir_.filePath("sweep-int.sqlite");
+        QProcess p;
+        p.start(MANTISSA_TRAIN_EXE, {"sweep", project_, "--vary", "training.seed=1,2,3", "--set",
+                                     "training.steps=1000000", "--set", "telemetry.log_interval=1", "--db", db, "--name",
+                                     "cut"});
+        QVERIFY(p.waitForStarted());
+        QByteArray seen;
+        QTRY_VERIFY_WITH_TIMEOUT((seen += p.readAllStandardOutput()).contains("step 3/"), 60000);
+        ::kill(static_cast<pid_t>(p.processId()), SIGINT);
+        QVERIFY(p.waitForFinished(30000));
+        QCOMPARE(p.exitCode(), 0);
+        seen += p.readAllStandardOutput();
+        const auto table = sweep_table(QString::fromUtf8(seen));
+        QCOMPARE(table.size(), 3);
+        QCOMPARE(table[0].mid(0, 3), (QStringList{"1", "1", "stopped"}));
+        QCOMPARE(table[1].mid(0, 3), (QStringList{"2", "-", "skipped"}));
+        QCOMPARE(table[2].mid(0, 3), (QStringList{"3", "-", "skipped"}));
+        RunStore store(db.toStdString());
+        const auto runs = store.list_run_summaries();
+        QCOMPARE(runs.size(), size_t(1));
+        QCOMPARE(runs[0].status, std::string("stopped"));
+        QCOMPARE(runs[0].tags, (std::vector<std::string>{"sweep:cut"}));
+    }
+
+    void tagsShowInTheList()
+    {
+        const QString db = dir_.filePath("sweep.sqlite"); // the three runs of the sweep test
+        const auto tagged = run_cli({"tag", "2", "baseline", "keep", "--db", db});
+        QVERIFY2(tagged.exit_code == 0, qPrintable(tagged.err));
+        QCOMPARE(tagged.out, QString("run 2 'tiny [precision.preset=bf16]' tags: baseline, keep, sweep:presets\n"));
+        const auto untagged = run_cli({"untag", "2", "keep", "--db", db});
+        QCOMPARE(untagged.out, QString("run 2 'tiny [precision.preset=bf16]' tags: baseline, sweep:presets\n"));
+        const auto list = run_cli({"list", "--db", db});
+        QCOMPARE(list.exit_code, 0);
+        const QStringList lines = list.out.split('\n', Qt::SkipEmptyParts);
+        QCOMPARE(lines.size(), 4);
+        QVERIFY2(lines[0].split(' ', Qt::SkipEmptyParts).startsWith("id"), qPrintable(list.out));
+        QVERIFY2(lines[2].endsWith("baseline, sweep:presets"), qPrintable(list.out));
+        QVERIFY2(lines[3].contains("fp8-hybrid (delayed)") && lines[3].endsWith("  sweep:presets"),
+                 qPrintable(list.out));
+        const auto bad = run_cli({"tag", "2", " ", "--db", db});
+        QCOMPARE(bad.exit_code, 2);
+        QCOMPARE(bad.err, QString("error: a tag cannot be empty\n"));
+        const auto missing = run_cli({"tag", "77", "x", "--db", db});
+        QCOMPARE(missing.exit_code, 2);
+        QVERIFY(missing.err.contains("no run '77'"));
     }
 
     void ctrlCStopsCleanlyAndKeepsMetrics()

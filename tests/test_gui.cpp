@@ -7,6 +7,8 @@
 #include <QElapsedTimer>
 #include <QFile>
 #include <QLabel>
+#include <QProgressBar>
+#include <QTableView>
 #include <QSignalSpy>
 #include <QStatusBar>
 #include <QTemporaryDir>
@@ -22,7 +24,16 @@
 #include "loss_plot.h"
 #include "main_window.h"
 #include "project_config.h"
-#include "project_tree_model.h"
+#include "monitor_page.h"
+#include "precision_table_model.h"
+#include "project_document.h"
+#include "project_page.h"
+#include "project_settings_model.h"
+#include "run_status_widget.h"
+#include "layer_heatmap_plot.h"
+#include "loss_scale_plot.h"
+#include "memory_plot.h"
+#include "exponent_histogram_plot.h"
 #include "run_store.h"
 #include "snapshot_buffer.h"
 #include "training_controller.h"
@@ -101,15 +112,6 @@ private:
     int ticks_ = 0;
 };
 
-QModelIndex child_named(const QAbstractItemModel& model, const QModelIndex& parent, const QString& key)
-{
-    for (int row = 0; row < model.rowCount(parent); ++row) {
-        const QModelIndex index = model.index(row, 0, parent);
-        if (index.data().toString() == key) return index;
-    }
-    return {};
-}
-
 } // namespace
 
 class TestGui : public QObject {
@@ -118,10 +120,6 @@ class TestGui : public QObject {
 private slots:
     void snapshotBufferHandsOverAcrossThreads();
 
-    void projectTreeModelShowsResolvedConfig();
-    void projectTreeValues_data();
-    void projectTreeValues();
-    void projectTreeRejectsInvalidJson();
 
     void eventLogModelAppendsAndCaps();
 
@@ -133,6 +131,10 @@ private slots:
     void stopEndsLongRunPromptly();
     void pauseHoldsTrainingUntilResume();
     void destroyingControllerMidRunStopsAndJoins();
+
+    void precisionChangeDuringRunIsAnEventAndAMarker();
+    void runControlsHaveShortcuts();
+    void statusWidgetEstimatesTimeLeft();
 
     void windowOpensDefaultProject();
     void windowShowsProjectFileErrors_data();
@@ -188,107 +190,6 @@ void TestGui::snapshotBufferHandsOverAcrossThreads()
     QCOMPARE(frames.back().step, int64_t(kSteps));
     QCOMPARE(frames.back().tensors.size(), size_t(3));
     QVERIFY(buffer.take().empty());
-}
-
-void TestGui::projectTreeModelShowsResolvedConfig()
-{
-    ProjectTreeModel model;
-    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::Fatal);
-    QCOMPARE(model.rowCount(), 0);
-
-    ProjectConfig config;
-    config.name = "tree-test";
-    model.setConfig(config);
-    QCOMPARE(model.columnCount(), 2);
-    QCOMPARE(model.headerData(0, Qt::Horizontal).toString(), QStringLiteral("Setting"));
-    QCOMPARE(model.headerData(1, Qt::Horizontal).toString(), QStringLiteral("Value"));
-    // name, model, data, optimizer, training, eval, precision, telemetry
-    QCOMPARE(model.rowCount(), 8);
-
-    const QModelIndex modelRow = child_named(model, {}, QStringLiteral("model"));
-    QVERIFY(modelRow.isValid());
-    QCOMPARE(model.rowCount(modelRow), 6);
-    QVERIFY(model.index(modelRow.row(), 1).data().toString().isEmpty()); // sections carry no value
-    const QModelIndex layers = child_named(model, modelRow, QStringLiteral("n_layer"));
-    QVERIFY(layers.isValid());
-    QCOMPARE(layers.parent(), modelRow);
-    QCOMPARE(model.index(layers.row(), 1, modelRow).data().toString(), QStringLiteral("2"));
-    QCOMPARE(model.rowCount(layers), 0);
-    QVERIFY(model.flags(layers).testFlag(Qt::ItemNeverHasChildren));
-    QVERIFY(!model.flags(layers).testFlag(Qt::ItemIsEditable));
-    QCOMPARE(layers.data(Qt::ToolTipRole).toString(), QStringLiteral("model.n_layer = 2"));
-
-    const QModelIndex nameRow = child_named(model, {}, QStringLiteral("name"));
-    QCOMPARE(model.index(nameRow.row(), 1).data().toString(), QStringLiteral("tree-test"));
-
-    // A second config replaces the first wholesale (a model reset, checked by the tester).
-    config.model.n_layer = 5;
-    model.setConfig(config);
-    QCOMPARE(model.valueForKey(QStringLiteral("model.n_layer")), QStringLiteral("5"));
-    QCOMPARE(model.indexForKey(QStringLiteral("model.n_layer")).data().toString(), QStringLiteral("n_layer"));
-    QVERIFY(!model.indexForKey(QStringLiteral("model.nope")).isValid());
-    QVERIFY(model.valueForKey(QStringLiteral("model.nope")).isNull());
-}
-
-void TestGui::projectTreeValues_data()
-{
-    QTest::addColumn<QString>("key");
-    QTest::addColumn<QString>("value");
-    QTest::newRow("integer") << "model.n_embd" << "48";
-    QTest::newRow("boolean") << "model.bias" << "false";
-    QTest::newRow("short float") << "optimizer.learning_rate" << "0.003";
-    QTest::newRow("tiny float") << "optimizer.eps" << "1e-08";
-    QTest::newRow("fraction") << "data.val_fraction" << "0.1";
-    QTest::newRow("small float") << "optimizer.min_learning_rate" << "0.0003";
-    QTest::newRow("float, no integer part lost") << "optimizer.grad_clip" << "2.5";
-    QTest::newRow("enum as text") << "data.kind" << "text";
-    QTest::newRow("path") << "data.path" << "corpus/input.txt";
-    QTest::newRow("large integer") << "training.seed" << "4294967296";
-    QTest::newRow("top-level string") << "name" << "values";
-    QTest::newRow("nested default") << "eval.sample_top_k" << "40";
-}
-
-void TestGui::projectTreeValues()
-{
-    QFETCH(QString, key);
-    QFETCH(QString, value);
-    ProjectConfig config;
-    config.name = "values";
-    config.model.n_embd = 48;
-    config.model.bias = false;
-    config.optimizer.learning_rate = 3e-3;
-    config.optimizer.min_learning_rate = 3e-4;
-    config.optimizer.grad_clip = 2.5;
-    config.data.kind = DataKind::Text;
-    config.data.path = "corpus/input.txt";
-    config.training.seed = 4294967296ULL;
-    ProjectTreeModel model;
-    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::Fatal);
-    model.setConfig(config);
-    QCOMPARE(model.valueForKey(key), value);
-
-    // The same value through the plain model API, the way a view reads it.
-    const QStringList parts = key.split(QLatin1Char('.'));
-    QModelIndex parent;
-    for (int i = 0; i < parts.size() - 1; ++i)
-        parent = child_named(model, parent, parts[i]);
-    const QModelIndex leaf = child_named(model, parent, parts.last());
-    QVERIFY(leaf.isValid());
-    QCOMPARE(model.index(leaf.row(), ProjectTreeModel::ValueColumn, parent).data().toString(), value);
-}
-
-void TestGui::projectTreeRejectsInvalidJson()
-{
-    ProjectTreeModel model;
-    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::Fatal);
-    QVERIFY(model.setJsonText(QStringLiteral(R"({"a": {"b": [1, 2.5, "x", null]}})")));
-    QCOMPARE(model.rowCount(), 1);
-    QCOMPARE(model.valueForKey(QStringLiteral("a.b.[1]")), QStringLiteral("2.5"));
-    QCOMPARE(model.valueForKey(QStringLiteral("a.b.[3]")), QStringLiteral("null"));
-    QVERIFY(!model.setJsonText(QStringLiteral(R"({"a": )")));
-    QCOMPARE(model.rowCount(), 0);
-    QVERIFY(!model.setJsonText(QStringLiteral("[1, 2]"))); // valid JSON, but not a project object
-    QCOMPARE(model.rowCount(), 0);
 }
 
 void TestGui::eventLogModelAppendsAndCaps()
@@ -479,10 +380,26 @@ void TestGui::windowTrainsTinyRunEndToEnd()
     QCOMPARE(graph_keys(plot->valGraph()), (QVector<double>{0, 10, 20, 30}));
     for (double loss : graph_values(plot->trainGraph()))
         QVERIFY(std::isfinite(loss) && loss > 0.0);
-    // One plot update per drain tick that carried data, never one per step.
-    QCOMPARE(plot->batchCount(), plottableBatches);
+    // At most one frame per drain (plus the page being shown and the final one), never one
+    // per step.
+    const MonitorPage* monitor = window.monitorPage();
     QVERIFY(plottableBatches >= 1);
+    QVERIFY2(monitor->framesRendered() >= 1 && monitor->framesRendered() <= drained.count() + 2,
+             qPrintable(QStringLiteral("%1 frames for %2 drains").arg(monitor->framesRendered()).arg(drained.count())));
     QVERIFY(drained.count() >= plottableBatches);
+    // Every plot got the run: loss scale per step, one telemetry frame (step 1) in the
+    // heatmap, the histogram and the memory plot; the heatmap has one row per GEMM layer.
+    QCOMPARE(monitor->lossScalePlot()->scaleGraph()->dataCount(), 30);
+    // Rows: the GEMM layers in forward order (known at start), then the other parameter
+    // owners the gradient norms name (embeddings, LayerNorms).
+    const auto& rows = monitor->history().layers();
+    QCOMPARE(std::vector<std::string>(rows.begin(), rows.begin() + 6), gemm_layer_names(1));
+    QCOMPARE(monitor->heatmap()->rowCount(), 11); // + wte, wpe, blocks.0.ln_1, blocks.0.ln_2, ln_f
+    QVERIFY(monitor->heatmap()->columnCount() >= 1);
+    QCOMPARE(monitor->memoryPlot()->residentGraph()->dataCount(), 1);
+    QVERIFY(monitor->memoryPlot()->residentGraph()->data()->constBegin()->value > 1.0); // MiB
+    QCOMPARE(monitor->histogramPlot()->shownStep(), int64_t(1));
+    QVERIFY(monitor->histogramPlot()->bars()->data()->size() > 0);
 
     // The GUI thread kept serving its event loop while the worker trained (training on the GUI
     // thread would leave zero ticks). Deliberately loose: this is not a timing test.
@@ -495,10 +412,11 @@ void TestGui::windowTrainsTinyRunEndToEnd()
     QCOMPARE(events->event(0).kind, std::string("run_started"));
     QCOMPARE(events->event(events->rowCount() - 1).kind, std::string("run_finished"));
     QCOMPARE(window.lastStep(), 30);
-    bool stepShown = false;
-    for (const QLabel* label : window.statusBar()->findChildren<QLabel*>(QStringLiteral("statusField")))
-        stepShown = stepShown || label->text() == QStringLiteral("step 30 / 30");
-    QVERIFY(stepShown);
+    const auto* progress = window.statusWidget()->findChild<QProgressBar*>(QStringLiteral("runProgress"));
+    QVERIFY(progress);
+    QCOMPARE(progress->value(), 30);
+    QCOMPARE(progress->text(), QStringLiteral("step 30 / 30"));
+    QCOMPARE(window.statusWidget()->etaText(), QStringLiteral("done"));
 
     // The store saw the same run: finished, 30 training losses equal to what was plotted.
     RunStore store(storePath.toStdString());
@@ -644,7 +562,7 @@ void TestGui::windowOpensDefaultProject()
     QVERIFY(window.hasProject());
     QVERIFY(window.lastError().isEmpty());
     QVERIFY(window.windowTitle().contains(QStringLiteral("addition-default")));
-    const ProjectTreeModel* tree = window.projectTreeModel();
+    const ProjectSettingsModel* tree = window.projectPage()->settingsModel();
     QCOMPARE(tree->valueForKey(QStringLiteral("name")), QStringLiteral("addition-default"));
     QCOMPARE(tree->valueForKey(QStringLiteral("data.kind")), QStringLiteral("synthetic-addition"));
     // Overrides are applied like the CLI's --set.
@@ -686,10 +604,132 @@ void TestGui::windowShowsProjectFileErrors()
     QVERIFY(label->text().contains(expected));
     // The previous project is still loaded and usable.
     QCOMPARE(window.projectPath(), QStringLiteral("previous"));
-    QCOMPARE(window.projectTreeModel()->valueForKey(QStringLiteral("name")), QStringLiteral("gui-test"));
+    QCOMPARE(window.projectPage()->settingsModel()->valueForKey(QStringLiteral("name")), QStringLiteral("gui-test"));
 
     QVERIFY(!window.openProject(dir.filePath(QStringLiteral("missing.json"))));
     QVERIFY(window.lastError().contains(QStringLiteral("cannot be opened")));
+}
+
+void TestGui::precisionChangeDuringRunIsAnEventAndAMarker()
+{
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    MainWindow window(dir.filePath(QStringLiteral("runs.sqlite")));
+    ProjectConfig config = tiny_config(100000);
+    config.model.n_layer = 2;
+    window.setProject(config, QStringLiteral("in-memory"));
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    TrainingController* controller = window.controller();
+    QVERIFY(window.startTraining());
+    QCOMPARE(window.currentPage(), MainWindow::Page::Monitor);
+    QTRY_VERIFY_WITH_TIMEOUT(window.lastStep() >= 3, 60000);
+
+    // The user edits the forward format of one layer in the precision table mid-run.
+    PrecisionTableModel* table = window.projectPage()->precisionModel();
+    const QString layer = QStringLiteral("blocks.1.mlp.fc1");
+    const int row = table->rowForLayer(layer);
+    QVERIFY(row >= 0);
+    QVERIFY(table->setData(table->index(row, PrecisionTableModel::ForwardColumn), QStringLiteral("bf16"), Qt::EditRole));
+    QCOMPARE(table->formatsAt(row).forward, NumberFormat::BF16);
+
+    // The engine applies it at a step boundary and says so in the event list.
+    EventLogModel* events = window.eventLogModel();
+    int eventRow = -1;
+    QTRY_VERIFY_WITH_TIMEOUT(
+        [&] {
+            for (int r = 0; r < events->rowCount(); ++r)
+                if (events->event(r).kind == "precision_changed") eventRow = r;
+            return eventRow >= 0;
+        }(),
+        10000);
+    const RunEvent change = events->event(eventRow);
+    QVERIFY2(change.message.find("blocks.1.mlp.fc1 -> bf16/fp32/fp32") != std::string::npos, change.message.c_str());
+    QVERIFY(change.step >= 3);
+
+    // It is marked on the plots at its step.
+    MonitorPage* monitor = window.monitorPage();
+    monitor->renderNow();
+    const auto& markers = monitor->lossPlot()->eventMarkers();
+    QVERIFY(std::any_of(markers.begin(), markers.end(), [&](const TimeSeriesPlot::EventMarker& m) {
+        return m.kind == QStringLiteral("precision_changed") && m.step == change.step;
+    }));
+
+    // Clicking the event moves every cursor to its step and selects its layer everywhere.
+    QTableView* view = monitor->eventView();
+    const QModelIndex cell = events->index(eventRow, EventLogModel::MessageColumn);
+    view->scrollTo(cell);
+    QTest::mouseClick(view->viewport(), Qt::LeftButton, {}, view->visualRect(cell).center());
+    QCOMPARE(monitor->cursorStep(), change.step);
+    QCOMPARE(monitor->lossPlot()->cursorStep(), change.step);
+    QCOMPARE(monitor->lossScalePlot()->cursorStep(), change.step);
+    QCOMPARE(monitor->selectedLayer(), layer);
+    QCOMPARE(monitor->heatmap()->selectedLayer(), layer);
+    QCOMPARE(window.projectPage()->precisionView()->currentIndex().row(), row);
+
+    window.stopTraining();
+    QTRY_VERIFY_WITH_TIMEOUT(!controller->isRunning(), 10000);
+    QCOMPARE(controller->lastStatus(), QStringLiteral("stopped"));
+    // A change with no run going is refused with a reason, not silently dropped.
+    QVERIFY(!window.changeLayerFormats(layer, GemmFormats{}));
+    QVERIFY(!window.lastError().isEmpty());
+}
+
+void TestGui::runControlsHaveShortcuts()
+{
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    MainWindow window(dir.filePath(QStringLiteral("runs.sqlite")));
+    window.setProject(tiny_config(100000), QStringLiteral("in-memory"));
+    window.show();
+    window.activateWindow();
+    QVERIFY(QTest::qWaitForWindowActive(&window));
+    TrainingController* controller = window.controller();
+    EventLogModel* events = window.eventLogModel();
+    auto sawEvent = [&](const char* kind) {
+        for (int r = 0; r < events->rowCount(); ++r)
+            if (events->event(r).kind == kind) return true;
+        return false;
+    };
+
+    QTest::keyClick(&window, Qt::Key_F5);
+    QVERIFY(controller->isRunning());
+    QTRY_VERIFY_WITH_TIMEOUT(window.lastStep() >= 2, 60000);
+    QTest::keyClick(&window, Qt::Key_F6);
+    QVERIFY(controller->isPaused());
+    QTRY_VERIFY_WITH_TIMEOUT(sawEvent("paused"), 10000);
+    QCOMPARE(window.statusWidget()->etaText(), QStringLiteral("paused"));
+    QTest::keyClick(&window, Qt::Key_F6);
+    QVERIFY(!controller->isPaused());
+    QTest::keyClick(&window, Qt::Key_K, Qt::ControlModifier);
+    QTRY_VERIFY_WITH_TIMEOUT(sawEvent("checkpoint"), 10000);
+    QTest::keyClick(&window, Qt::Key_F5, Qt::ShiftModifier);
+    QTRY_VERIFY_WITH_TIMEOUT(!controller->isRunning(), 10000);
+    QCOMPARE(controller->lastStatus(), QStringLiteral("stopped"));
+    // The checkpoint went beside the store, where mantissa-train resume looks.
+    QDir checkpoints(dir.filePath(QStringLiteral("checkpoints/run-%1").arg(controller->runId())));
+    QVERIFY2(!checkpoints.entryList({QStringLiteral("step-*.pt")}).isEmpty(), qPrintable(checkpoints.path()));
+}
+
+void TestGui::statusWidgetEstimatesTimeLeft()
+{
+    RunStatusWidget status;
+    status.reset(1000);
+    QCOMPARE(status.etaSeconds(), -1.0); // no rate yet
+    QCOMPARE(status.etaText(), QStringLiteral("ETA –"));
+    status.addProgressSample(0.0, 0);
+    status.addProgressSample(10.0, 100); // 10 steps/s over the window
+    QCOMPARE(status.etaSeconds(), 100.0); // 1000 steps left (none reported done yet)
+    QCOMPARE(status.etaText(), QStringLiteral("ETA 1 min 40 s"));
+    // Samples older than the 30 s window drop out: the rate follows the recent pace.
+    status.addProgressSample(50.0, 200);  // 2.5 steps/s since 10 s
+    QCOMPARE(status.etaSeconds(), 1000.0 * 40.0 / 100.0);
+    QCOMPARE(format_duration(90), QStringLiteral("1 min 30 s"));
+    QCOMPARE(format_duration(7260), QStringLiteral("2 h 01 min"));
+    QCOMPARE(format_duration(42.4), QStringLiteral("42 s"));
+    status.setPaused(true);
+    QCOMPARE(status.etaText(), QStringLiteral("paused"));
+    QCOMPARE(status.etaSeconds(), -1.0); // the pause restarts the rate window
 }
 
 QTEST_MAIN(TestGui)

@@ -444,7 +444,7 @@ private slots:
         QCOMPARE(sqlite3_exec(db, fixture.readAll().constData(), nullptr, nullptr, nullptr), SQLITE_OK);
         sqlite3_close(db);
         RunStore store(path);
-        QCOMPARE(store.schema_version(), 2);
+        QCOMPARE(store.schema_version(), RunStore::kSchemaVersion);
         const auto run = store.find_run("old run");
         QVERIFY(run.has_value());
         QCOMPARE(store.scalars(run->id).size(), size_t(1));

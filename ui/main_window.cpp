@@ -2,103 +2,122 @@
 #include "main_window.h"
 
 #include <QAction>
-#include <QApplication>
-#include <QCheckBox>
 #include <QCloseEvent>
 #include <QDir>
 #include <QFileDialog>
 #include <QFileInfo>
-#include <QHBoxLayout>
-#include <QHeaderView>
 #include <QLabel>
 #include <QMenuBar>
 #include <QMessageBox>
-#include <QScrollBar>
-#include <QSplitter>
 #include <QStatusBar>
-#include <QTableView>
-#include <QToolButton>
-#include <QTreeView>
+#include <QTabWidget>
+#include <QToolBar>
 #include <QVBoxLayout>
 
-#include "event_log_model.h"
-#include "loss_plot.h"
-#include "project_tree_model.h"
+#include "monitor_page.h"
+#include "precision_policy.h"
+#include "project_document.h"
+#include "project_page.h"
+#include "run_status_widget.h"
 #include "training_controller.h"
 
 namespace mantissa {
 
-namespace {
-
-QToolButton* action_button(QAction* action, QWidget* parent)
-{
-    auto* button = new QToolButton(parent);
-    button->setDefaultAction(action);
-    button->setToolButtonStyle(Qt::ToolButtonTextOnly);
-    button->setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Fixed);
-    button->setMinimumHeight(28);
-    return button;
-}
-
-} // namespace
-
 MainWindow::MainWindow(const QString& storePath, QWidget* parent)
-    : QMainWindow(parent), controller_(new TrainingController(storePath, this)), treeModel_(new ProjectTreeModel(this)),
-      eventModel_(new EventLogModel(this))
+    : QMainWindow(parent), controller_(new TrainingController(storePath, this)), document_(new ProjectDocument(this))
 {
     setWindowTitle(tr("Mantissa"));
-
-    openAction_ = new QAction(tr("&Open Project…"), this);
-    openAction_->setShortcut(QKeySequence::Open);
-    connect(openAction_, &QAction::triggered, this, &MainWindow::chooseProject);
-    startAction_ = new QAction(tr("&Start"), this);
-    startAction_->setShortcut(QKeySequence(Qt::Key_F5));
-    connect(startAction_, &QAction::triggered, this, &MainWindow::startTraining);
-    pauseAction_ = new QAction(tr("&Pause"), this);
-    pauseAction_->setShortcut(QKeySequence(Qt::Key_F6));
-    connect(pauseAction_, &QAction::triggered, this, &MainWindow::togglePause);
-    stopAction_ = new QAction(tr("S&top"), this);
-    stopAction_->setShortcut(QKeySequence(Qt::SHIFT | Qt::Key_F5));
-    connect(stopAction_, &QAction::triggered, this, &MainWindow::stopTraining);
+    createActions();
     buildMenus();
+    buildToolBar();
 
-    auto* splitter = new QSplitter(Qt::Horizontal, this);
-    splitter->addWidget(buildProjectPanel());
-    splitter->addWidget(buildRunPanel());
-    splitter->setStretchFactor(0, 0);
-    splitter->setStretchFactor(1, 1);
-    splitter->setSizes({400, 880});
-    setCentralWidget(splitter);
+    auto* central = new QWidget(this);
+    auto* layout = new QVBoxLayout(central);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->setSpacing(0);
+    // Errors stay on screen until the next successful action: a status-bar message alone is
+    // gone before anyone reads it.
+    errorLabel_ = new QLabel(central);
+    errorLabel_->setObjectName(QStringLiteral("errorLabel"));
+    errorLabel_->setWordWrap(true);
+    errorLabel_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    errorLabel_->setStyleSheet(QStringLiteral("QLabel { color: #8a0015; background: #fdecee;"
+                                              " border-bottom: 1px solid #f5c2c7; padding: 6px 10px; }"));
+    errorLabel_->hide();
+    layout->addWidget(errorLabel_);
+    pages_ = new QTabWidget(central);
+    pages_->setDocumentMode(true);
+    projectPage_ = new ProjectPage(document_, pages_);
+    monitorPage_ = new MonitorPage(pages_);
+    pages_->addTab(projectPage_, tr("Project"));
+    pages_->addTab(monitorPage_, tr("Monitor"));
+    layout->addWidget(pages_, 1);
+    setCentralWidget(central);
 
-    stepLabel_ = new QLabel(this);
-    lossLabel_ = new QLabel(this);
-    valLabel_ = new QLabel(this);
-    speedLabel_ = new QLabel(this);
-    for (QLabel* label : {stepLabel_, lossLabel_, valLabel_, speedLabel_}) {
-        label->setMinimumWidth(110);
-        label->setObjectName(QStringLiteral("statusField"));
-        statusBar()->addPermanentWidget(label);
-    }
+    statusWidget_ = new RunStatusWidget(this);
+    statusBar()->addPermanentWidget(statusWidget_);
 
     connect(controller_, &TrainingController::started, this, &MainWindow::onStarted);
     connect(controller_, &TrainingController::drained, this, &MainWindow::onDrained);
     connect(controller_, &TrainingController::failed, this, &MainWindow::showError);
     connect(controller_, &TrainingController::finished, this, &MainWindow::onFinished);
-    connect(controller_, &TrainingController::pausedChanged, this, &MainWindow::updateActions);
+    connect(controller_, &TrainingController::pausedChanged, this, [this](bool paused) {
+        statusWidget_->setPaused(paused);
+        updateActions();
+    });
+    connect(document_, &ProjectDocument::changed, this, [this] {
+        updateTitle();
+        updateActions();
+        if (!controller_->isRunning()) statusWidget_->setTotalSteps(document_->config().training.steps);
+    });
+    connect(document_, &ProjectDocument::validationFailed, this,
+            [this](const QString&, const QString& message) { statusBar()->showMessage(message, 8000); });
+    connect(projectPage_, &ProjectPage::layerFormatsEdited, this, [this](const QString& layer, const GemmFormats& f) {
+        if (controller_->isRunning()) changeLayerFormats(layer, f);
+    });
+    // One selection everywhere: a layer picked on the monitor is shown in the precision table.
+    connect(monitorPage_, &MonitorPage::layerSelected, projectPage_, &ProjectPage::selectLayer);
 
     updateActions();
-    updateStatusLabels();
+    updateTitle();
     statusBar()->showMessage(tr("Open a project to start"));
-    resize(1280, 800);
+    resize(1600, 1000);
 }
 
 // The controller is a child: QObject's destructor stops the run and joins the worker.
 MainWindow::~MainWindow() = default;
 
+void MainWindow::createActions()
+{
+    const auto make = [this](const QString& text, const QKeySequence& keys, auto slot) {
+        auto* action = new QAction(text, this);
+        action->setShortcut(keys);
+        connect(action, &QAction::triggered, this, slot);
+        return action;
+    };
+    openAction_ = make(tr("&Open Project…"), QKeySequence::Open, &MainWindow::chooseProject);
+    saveAction_ = make(tr("&Save Project"), QKeySequence::Save, &MainWindow::saveProject);
+    saveAsAction_ = make(tr("Save Project &As…"), QKeySequence::SaveAs, &MainWindow::saveProjectAs);
+    startAction_ = make(tr("&Start"), QKeySequence(Qt::Key_F5), &MainWindow::startTraining);
+    pauseAction_ = make(tr("&Pause"), QKeySequence(Qt::Key_F6), &MainWindow::togglePause);
+    stopAction_ = make(tr("S&top"), QKeySequence(Qt::SHIFT | Qt::Key_F5), &MainWindow::stopTraining);
+    checkpointAction_ = make(tr("&Checkpoint Now"), QKeySequence(Qt::CTRL | Qt::Key_K), &MainWindow::checkpointNow);
+    projectPageAction_ = make(tr("&Project"), QKeySequence(Qt::CTRL | Qt::Key_1), [this] { showPage(Page::Project); });
+    monitorPageAction_ = make(tr("&Monitor"), QKeySequence(Qt::CTRL | Qt::Key_2), [this] { showPage(Page::Monitor); });
+    startAction_->setToolTip(tr("Start a run of this project (F5)"));
+    pauseAction_->setToolTip(tr("Pause or resume at the next step boundary (F6)"));
+    stopAction_->setToolTip(tr("Stop at the next step boundary and keep a checkpoint (Shift+F5)"));
+    checkpointAction_->setToolTip(tr("Write a checkpoint at the next step boundary (Ctrl+K)"));
+}
+
 void MainWindow::buildMenus()
 {
     QMenu* file = menuBar()->addMenu(tr("&File"));
     file->addAction(openAction_);
+    recentMenu_ = file->addMenu(tr("Open &Recent"));
+    connect(recentMenu_, &QMenu::aboutToShow, this, &MainWindow::rebuildRecentMenu);
+    file->addAction(saveAction_);
+    file->addAction(saveAsAction_);
     file->addSeparator();
     auto* quit = new QAction(tr("&Quit"), this);
     quit->setShortcut(QKeySequence::Quit);
@@ -106,85 +125,36 @@ void MainWindow::buildMenus()
     file->addAction(quit);
 
     QMenu* run = menuBar()->addMenu(tr("&Run"));
-    run->addAction(startAction_);
-    run->addAction(pauseAction_);
-    run->addAction(stopAction_);
+    for (QAction* a : {startAction_, pauseAction_, stopAction_, checkpointAction_}) run->addAction(a);
+
+    QMenu* view = menuBar()->addMenu(tr("&View"));
+    view->addAction(projectPageAction_);
+    view->addAction(monitorPageAction_);
 }
 
-QWidget* MainWindow::buildProjectPanel()
+void MainWindow::buildToolBar()
 {
-    auto* panel = new QWidget(this);
-    auto* layout = new QVBoxLayout(panel);
-    layout->setContentsMargins(8, 8, 4, 8);
-
-    projectLabel_ = new QLabel(tr("No project"), panel);
-    QFont bold = projectLabel_->font();
-    bold.setBold(true);
-    projectLabel_->setFont(bold);
-    projectLabel_->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    layout->addWidget(projectLabel_);
-
-    treeView_ = new QTreeView(panel);
-    treeView_->setModel(treeModel_);
-    treeView_->setAlternatingRowColors(true);
-    treeView_->setUniformRowHeights(true);
-    treeView_->header()->setSectionResizeMode(ProjectTreeModel::SettingColumn, QHeaderView::ResizeToContents);
-    treeView_->header()->setStretchLastSection(true);
-    layout->addWidget(treeView_, 1);
-
-    auto* buttons = new QHBoxLayout;
-    for (QAction* action : {openAction_, startAction_, pauseAction_, stopAction_})
-        buttons->addWidget(action_button(action, panel));
-    layout->addLayout(buttons);
-
-    errorLabel_ = new QLabel(panel);
-    errorLabel_->setObjectName(QStringLiteral("errorLabel"));
-    errorLabel_->setWordWrap(true);
-    errorLabel_->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    errorLabel_->setStyleSheet(QStringLiteral("QLabel { color: #b00020; background: #fdecee;"
-                                              " border: 1px solid #f5c2c7; border-radius: 3px; padding: 6px; }"));
-    errorLabel_->hide();
-    layout->addWidget(errorLabel_);
-
-    panel->setMinimumWidth(280);
-    return panel;
+    QToolBar* bar = addToolBar(tr("Run"));
+    bar->setObjectName(QStringLiteral("runToolBar"));
+    bar->setMovable(false);
+    bar->setToolButtonStyle(Qt::ToolButtonTextOnly);
+    bar->addAction(openAction_);
+    bar->addAction(saveAction_);
+    bar->addSeparator();
+    for (QAction* a : {startAction_, pauseAction_, stopAction_, checkpointAction_}) bar->addAction(a);
 }
 
-QWidget* MainWindow::buildRunPanel()
+void MainWindow::rebuildRecentMenu()
 {
-    auto* splitter = new QSplitter(Qt::Vertical, this);
-
-    auto* top = new QWidget(splitter);
-    auto* topLayout = new QVBoxLayout(top);
-    topLayout->setContentsMargins(4, 8, 8, 0);
-    auto* header = new QHBoxLayout;
-    runLabel_ = new QLabel(tr("No run yet"), top);
-    header->addWidget(runLabel_, 1);
-    logScaleBox_ = new QCheckBox(tr("Log scale"), top);
-    header->addWidget(logScaleBox_);
-    topLayout->addLayout(header);
-    plot_ = new LossPlot(top);
-    plot_->setToolTip(tr("Drag to pan, wheel to zoom, double-click to follow the run again"));
-    topLayout->addWidget(plot_, 1);
-    connect(logScaleBox_, &QCheckBox::toggled, plot_, &LossPlot::setLogScale);
-
-    eventView_ = new QTableView(splitter);
-    eventView_->setModel(eventModel_);
-    eventView_->verticalHeader()->hide();
-    eventView_->verticalHeader()->setDefaultSectionSize(eventView_->fontMetrics().height() + 6);
-    eventView_->setSelectionBehavior(QAbstractItemView::SelectRows);
-    eventView_->setWordWrap(false);
-    eventView_->setAlternatingRowColors(true);
-    eventView_->horizontalHeader()->setStretchLastSection(true);
-    eventView_->setColumnWidth(EventLogModel::StepColumn, 70);
-    eventView_->setColumnWidth(EventLogModel::KindColumn, 120);
-
-    splitter->addWidget(top);
-    splitter->addWidget(eventView_);
-    splitter->setStretchFactor(0, 3);
-    splitter->setStretchFactor(1, 1);
-    splitter->setSizes({560, 180});
-    return splitter;
+    recentMenu_->clear();
+    const QStringList recent = document_->recentProjects();
+    for (const QString& path : recent) {
+        QAction* a = recentMenu_->addAction(QDir::toNativeSeparators(path));
+        connect(a, &QAction::triggered, this, [this, path] {
+            if (!openProject(path)) QMessageBox::warning(this, tr("Cannot open project"), lastError_);
+        });
+    }
+    if (recent.isEmpty()) recentMenu_->addAction(tr("(none)"))->setEnabled(false);
 }
 
 bool MainWindow::openProject(const QString& path, const std::vector<Override>& overrides)
@@ -193,52 +163,61 @@ bool MainWindow::openProject(const QString& path, const std::vector<Override>& o
         showError(tr("Stop the current run before opening another project."));
         return false;
     }
-    try {
-        ProjectConfig config = load_project_file(path.toStdString(), overrides);
-        setProject(config, QFileInfo(path).absoluteFilePath());
-        statusBar()->showMessage(tr("Loaded %1").arg(QDir::toNativeSeparators(path)), 5000);
-        return true;
-    } catch (const ConfigError& e) {
-        showError(QString::fromStdString(e.what()));
-        return false;
-    } catch (const std::exception& e) { // a parser bug must not take the workbench down
-        showError(tr("%1: %2").arg(path, QString::fromStdString(e.what())));
-        return false;
+    if (overrides.empty()) {
+        QString error;
+        if (!document_->open(path, &error)) {
+            showError(error);
+            return false;
+        }
+    } else {
+        // --set overrides: the document holds the overridden project, unsaved.
+        try {
+            document_->setConfig(load_project_file(path.toStdString(), overrides), QFileInfo(path).absoluteFilePath());
+        } catch (const std::exception& e) {
+            showError(QString::fromStdString(e.what()));
+            return false;
+        }
     }
+    clearError();
+    statusWidget_->reset(document_->config().training.steps);
+    statusBar()->showMessage(tr("Loaded %1").arg(QDir::toNativeSeparators(path)), 5000);
+    updateTitle();
+    updateActions();
+    return true;
 }
 
 void MainWindow::setProject(const ProjectConfig& config, const QString& path)
 {
-    project_ = config;
-    projectPath_ = path;
-    treeModel_->setConfig(config);
-    treeView_->expandToDepth(0); // sections open, nested groups (precision.fp8, ...) folded
-    const QString name = QString::fromStdString(config.name);
-    projectLabel_->setText(path.isEmpty() ? name : tr("%1  (%2)").arg(name, QFileInfo(path).fileName()));
-    projectLabel_->setToolTip(path);
-    setWindowTitle(tr("Mantissa — %1").arg(name));
+    document_->setConfig(config, path);
     clearError();
+    statusWidget_->reset(config.training.steps);
+    updateTitle();
     updateActions();
 }
 
+bool MainWindow::hasProject() const { return document_->hasProject(); }
+QString MainWindow::projectPath() const { return document_->path(); }
+qint64 MainWindow::lastStep() const { return statusWidget_->step(); }
+LossPlot* MainWindow::lossPlot() const { return monitorPage_->lossPlot(); }
+EventLogModel* MainWindow::eventLogModel() const { return monitorPage_->eventModel(); }
+
 bool MainWindow::startTraining()
 {
-    if (!project_) {
+    if (!document_->hasProject()) {
         showError(tr("Open a project first."));
         return false;
     }
     if (controller_->isRunning()) return false;
+    const ProjectConfig& config = document_->config();
     clearError();
-    plot_->clear();
-    eventModel_->clear();
-    lastStep_ = 0;
-    lastTrainLoss_ = lastValLoss_ = -1.0;
-    tokensPerS_ = stepTimeMs_ = 0.0;
-    if (!controller_->start(*project_, projectPath_)) return false;
-    runLabel_->setText(tr("Starting…"));
+    if (!controller_->start(config, document_->path())) return false;
+    monitorPage_->reset(config.training.batch_size * config.model.context_length * config.training.grad_accum,
+                        gemm_layer_names(config.model.n_layer));
+    statusWidget_->reset(config.training.steps);
+    projectPage_->setRunning(true);
+    showPage(Page::Monitor);
     statusBar()->showMessage(tr("Building the model…"));
     updateActions();
-    updateStatusLabels();
     return true;
 }
 
@@ -258,8 +237,45 @@ void MainWindow::togglePause()
         controller_->pause();
 }
 
+bool MainWindow::checkpointNow()
+{
+    QString error;
+    if (!controller_->requestCheckpoint(&error)) {
+        showError(error);
+        return false;
+    }
+    statusBar()->showMessage(tr("A checkpoint will be written at the next step boundary"), 5000);
+    return true;
+}
+
+bool MainWindow::changeLayerFormats(const QString& pattern, const GemmFormats& formats)
+{
+    QString error;
+    if (!controller_->setLayerFormats(pattern, formats, &error)) {
+        showError(error);
+        return false;
+    }
+    statusBar()->showMessage(tr("%1 → %2 at the next step boundary")
+                                 .arg(pattern, QString::fromStdString(formats.describe())),
+                             5000);
+    return true;
+}
+
+void MainWindow::showPage(Page page) { pages_->setCurrentIndex(static_cast<int>(page)); }
+MainWindow::Page MainWindow::currentPage() const { return static_cast<Page>(pages_->currentIndex()); }
+
 void MainWindow::closeEvent(QCloseEvent* event)
 {
+    if (document_->isDirty() && isVisible() && !controller_->isRunning()) {
+        const auto answer = QMessageBox::question(this, tr("Unsaved project"),
+                                                  tr("The project has unsaved changes. Save them?"),
+                                                  QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel);
+        if (answer == QMessageBox::Cancel) {
+            event->ignore();
+            return;
+        }
+        if (answer == QMessageBox::Save) saveProject();
+    }
     // Ask now so the worker is already winding down while the window goes away.
     controller_->stop();
     QMainWindow::closeEvent(event);
@@ -267,11 +283,38 @@ void MainWindow::closeEvent(QCloseEvent* event)
 
 void MainWindow::chooseProject()
 {
-    const QString start = projectPath_.isEmpty() ? QString() : QFileInfo(projectPath_).absolutePath();
+    const QString start = document_->path().isEmpty() ? QString() : QFileInfo(document_->path()).absolutePath();
     const QString path =
         QFileDialog::getOpenFileName(this, tr("Open Project"), start, tr("Mantissa projects (*.json);;All files (*)"));
     if (path.isEmpty()) return;
     if (!openProject(path)) QMessageBox::warning(this, tr("Cannot open project"), lastError_);
+}
+
+void MainWindow::saveProject()
+{
+    if (document_->path().isEmpty()) {
+        saveProjectAs();
+        return;
+    }
+    QString error;
+    if (!document_->save(&error))
+        QMessageBox::warning(this, tr("Cannot save project"), error);
+    else
+        statusBar()->showMessage(tr("Saved %1").arg(QDir::toNativeSeparators(document_->path())), 5000);
+    updateTitle();
+}
+
+void MainWindow::saveProjectAs()
+{
+    const QString path = QFileDialog::getSaveFileName(this, tr("Save Project As"), document_->path(),
+                                                      tr("Mantissa projects (*.json)"));
+    if (path.isEmpty()) return;
+    QString error;
+    if (!document_->saveAs(path, &error))
+        QMessageBox::warning(this, tr("Cannot save project"), error);
+    else
+        statusBar()->showMessage(tr("Saved %1").arg(QDir::toNativeSeparators(path)), 5000);
+    updateTitle();
 }
 
 void MainWindow::showError(const QString& message)
@@ -291,44 +334,22 @@ void MainWindow::clearError()
 
 void MainWindow::onStarted(qint64 runId)
 {
-    runLabel_->setText(tr("Run %1 · %2 · store %3")
-                           .arg(QString::number(runId),
-                                QString::fromStdString(project_ ? project_->name : std::string()),
-                                QDir::toNativeSeparators(controller_->storePath())));
-    statusBar()->showMessage(tr("Training…"));
+    statusBar()->showMessage(tr("Run %1 · store %2").arg(runId).arg(QDir::toNativeSeparators(controller_->storePath())));
 }
 
 void MainWindow::onDrained(const TelemetryBatch& batch)
 {
-    plot_->appendBatch(batch.steps, batch.evals);
-
-    const QScrollBar* scroll = eventView_->verticalScrollBar();
-    const bool atBottom = scroll->value() == scroll->maximum();
-    eventModel_->appendEvents(batch.events);
-    if (atBottom && !batch.events.empty()) eventView_->scrollToBottom();
-
-    if (!batch.steps.empty()) {
-        const StepMetrics& last = batch.steps.back();
-        lastStep_ = last.step;
-        lastTrainLoss_ = last.train_loss;
-        // Averaged over the batch: single steps jitter too much to read at 25 Hz.
-        double tokens = 0.0, ms = 0.0;
-        for (const auto& m : batch.steps) {
-            tokens += m.tokens_per_s;
-            ms += m.step_time_ms;
-        }
-        tokensPerS_ = tokens / static_cast<double>(batch.steps.size());
-        stepTimeMs_ = ms / static_cast<double>(batch.steps.size());
-    }
-    if (!batch.evals.empty()) lastValLoss_ = batch.evals.back().val_loss;
-    updateStatusLabels();
+    monitorPage_->ingest(batch);
+    statusWidget_->update(batch);
 }
 
 void MainWindow::onFinished(const QString& status)
 {
     const qint64 runId = controller_->runId();
     const QString what = runId >= 0 ? tr("Run %1").arg(runId) : tr("Run");
-    runLabel_->setText(tr("%1 %2 after %3 steps").arg(what, status).arg(controller_->lastSummary().steps_done));
+    monitorPage_->renderNow(); // the last state, whatever the frame budget skipped
+    statusWidget_->finish();
+    projectPage_->setRunning(false);
     if (status != QLatin1String("failed"))
         statusBar()->showMessage(tr("%1 %2 at step %3").arg(what, status).arg(controller_->lastSummary().steps_done));
     updateActions();
@@ -338,21 +359,23 @@ void MainWindow::updateActions()
 {
     const bool running = controller_->isRunning();
     openAction_->setEnabled(!running);
-    startAction_->setEnabled(!running && project_.has_value());
+    saveAction_->setEnabled(document_->hasProject());
+    saveAsAction_->setEnabled(document_->hasProject());
+    startAction_->setEnabled(!running && document_->hasProject());
     pauseAction_->setEnabled(running);
     pauseAction_->setText(controller_->isPaused() ? tr("&Resume") : tr("&Pause"));
     stopAction_->setEnabled(running);
+    checkpointAction_->setEnabled(running);
 }
 
-void MainWindow::updateStatusLabels()
+void MainWindow::updateTitle()
 {
-    const qint64 total = project_ ? project_->training.steps : 0;
-    stepLabel_->setText(tr("step %L1 / %L2").arg(lastStep_).arg(total));
-    lossLabel_->setText(lastTrainLoss_ >= 0 ? tr("loss %1").arg(lastTrainLoss_, 0, 'f', 4) : tr("loss –"));
-    valLabel_->setText(lastValLoss_ >= 0 ? tr("val %1").arg(lastValLoss_, 0, 'f', 4) : tr("val –"));
-    speedLabel_->setText(tokensPerS_ > 0
-                             ? tr("%L1 tokens/s · %2 ms/step").arg(tokensPerS_, 0, 'f', 0).arg(stepTimeMs_, 0, 'f', 1)
-                             : tr("– tokens/s"));
+    if (!document_->hasProject()) {
+        setWindowTitle(tr("Mantissa"));
+        return;
+    }
+    const QString name = QString::fromStdString(document_->config().name);
+    setWindowTitle(tr("%1%2 — Mantissa").arg(name, document_->isDirty() ? QStringLiteral(" *") : QString()));
 }
 
 } // namespace mantissa

@@ -3,6 +3,7 @@
 
 #include <QThread>
 
+#include <filesystem>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -70,6 +71,12 @@ void TrainingController::Job::work(ProjectConfig config, const std::string& proj
     } catch (const std::exception& e) {
         finish("failed", "run store '" + store_path + "': " + e.what());
         return;
+    }
+
+    if (owned->config().training.checkpoint_dir.empty()) {
+        // Where mantissa-train puts them too, so `mantissa-train resume ID` finds GUI runs.
+        const auto base = std::filesystem::absolute(store_path).parent_path();
+        owned->set_checkpoint_dir((base / "checkpoints" / ("run-" + std::to_string(id))).string());
     }
 
     {
@@ -190,6 +197,38 @@ void TrainingController::resume()
     }
     paused_ = false;
     emit pausedChanged(false);
+}
+
+bool TrainingController::setLayerFormats(const QString& pattern, const GemmFormats& formats, QString* error)
+{
+    const auto refuse = [&](const QString& why) {
+        if (error) *error = why;
+        return false;
+    };
+    if (!job_) return refuse(tr("No run is going."));
+    std::lock_guard lock(job_->mutex);
+    if (!job_->trainer) return refuse(tr("The run is still starting; try again in a moment."));
+    try {
+        job_->trainer->request_layer_formats(pattern.toStdString(), formats);
+    } catch (const std::exception& e) {
+        return refuse(QString::fromStdString(e.what()));
+    }
+    return true;
+}
+
+bool TrainingController::requestCheckpoint(QString* error)
+{
+    if (!job_) {
+        if (error) *error = tr("No run is going.");
+        return false;
+    }
+    std::lock_guard lock(job_->mutex);
+    if (!job_->trainer) {
+        if (error) *error = tr("The run is still starting; try again in a moment.");
+        return false;
+    }
+    job_->trainer->request_checkpoint();
+    return true;
 }
 
 void TrainingController::drain()

@@ -36,6 +36,12 @@ public:
     void stop();
     void pause();
     void resume();
+    // Switches every layer matching the glob to `formats` at the running trainer's next step
+    // boundary; the trainer reports it back as a precision_changed event. False (with the
+    // reason) when no trainer is running yet or the pattern matches no layer.
+    bool setLayerFormats(const QString& pattern, const GemmFormats& formats, QString* error = nullptr);
+    // Writes a checkpoint at the next step boundary (beside the store, like mantissa-train).
+    bool requestCheckpoint(QString* error = nullptr);
 
     bool isRunning() const { return running_; }
     bool isPaused() const { return paused_; }

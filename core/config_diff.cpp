@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "config_diff.h"
+
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "project_config.h"
+
+namespace mantissa {
+namespace {
+
+using json = nlohmann::ordered_json; // keeps each config's key order
+
+struct Leaf {
+    std::string key;
+    const json* value;
+};
+
+void flatten(const json& j, const std::string& prefix, std::vector<Leaf>& out)
+{
+    if (j.is_object() && !j.empty()) {
+        for (const auto& [k, v] : j.items()) flatten(v, prefix.empty() ? k : prefix + "." + k, out);
+    } else if (j.is_array() && !j.empty()) {
+        for (size_t i = 0; i < j.size(); ++i) flatten(j[i], prefix + "[" + std::to_string(i) + "]", out);
+    } else {
+        out.push_back({prefix.empty() ? std::string("(root)") : prefix, &j});
+    }
+}
+
+bool same_value(const json& a, const json& b)
+{
+    if (a.is_number() && b.is_number()) {
+        if (a.is_number_float() || b.is_number_float()) return a.get<double>() == b.get<double>();
+        if (a.is_number_unsigned() && b.is_number_unsigned()) return a.get<uint64_t>() == b.get<uint64_t>();
+        if (a.is_number_unsigned() || b.is_number_unsigned()) {
+            const json& u = a.is_number_unsigned() ? a : b;
+            const json& s = a.is_number_unsigned() ? b : a;
+            return s.get<int64_t>() >= 0 && static_cast<uint64_t>(s.get<int64_t>()) == u.get<uint64_t>();
+        }
+        return a.get<int64_t>() == b.get<int64_t>();
+    }
+    return a == b;
+}
+
+std::string display(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+json parse(const std::string& text, size_t index)
+{
+    try {
+        return json::parse(text);
+    } catch (const json::parse_error& e) {
+        throw ConfigError("config diff: config " + std::to_string(index + 1) + " is not valid JSON: " + e.what());
+    }
+}
+
+} // namespace
+
+std::vector<ConfigDifferenceN> diff_configs(const std::vector<std::string>& jsons)
+{
+    std::vector<json> docs;
+    docs.reserve(jsons.size());
+    for (size_t i = 0; i < jsons.size(); ++i) docs.push_back(parse(jsons[i], i));
+
+    std::vector<std::string> order; // keys in first-seen order
+    std::unordered_map<std::string, std::vector<const json*>> values;
+    for (size_t i = 0; i < docs.size(); ++i) {
+        std::vector<Leaf> leaves;
+        flatten(docs[i], "", leaves);
+        for (const auto& leaf : leaves) {
+            auto [it, inserted] = values.try_emplace(leaf.key, docs.size(), nullptr);
+            if (inserted) order.push_back(leaf.key);
+            it->second[i] = leaf.value;
+        }
+    }
+
+    std::vector<ConfigDifferenceN> out;
+    for (const auto& key : order) {
+        const auto& vs = values[key];
+        bool differ = false;
+        for (size_t i = 1; i < vs.size() && !differ; ++i)
+            differ = (vs[i] == nullptr) != (vs[0] == nullptr) || (vs[i] && !same_value(*vs[i], *vs[0]));
+        if (!differ) continue;
+        ConfigDifferenceN d{key, {}};
+        for (const json* v : vs) d.values.push_back(v ? std::optional<std::string>(display(*v)) : std::nullopt);
+        out.push_back(std::move(d));
+    }
+    return out;
+}
+
+std::vector<ConfigDifference> diff_configs(const std::string& json_a, const std::string& json_b)
+{
+    std::vector<ConfigDifference> out;
+    for (auto& d : diff_configs(std::vector<std::string>{json_a, json_b}))
+        out.push_back({std::move(d.key), std::move(d.values[0]), std::move(d.values[1])});
+    return out;
+}
+
+} // namespace mantissa

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "run_compare.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "project_config.h"
+
+namespace mantissa {
+
+Series ema_smooth(const Series& series, double weight)
+{
+    weight = std::clamp(weight, 0.0, 0.999999);
+    // Like TensorBoard (and the monitor's debiased_ema), a constant series is left alone:
+    // debiasing would only add rounding noise.
+    const bool constant = std::all_of(series.begin(), series.end(),
+                                      [&](const auto& p) { return p.second == series.front().second; });
+    if (weight == 0.0 || constant) return series;
+    Series out;
+    out.reserve(series.size());
+    double last = 0.0;
+    int64_t count = 0;
+    for (const auto& [step, value] : series) {
+        if (!std::isfinite(value)) {
+            out.emplace_back(step, value);
+            continue;
+        }
+        last = last * weight + (1.0 - weight) * value;
+        ++count;
+        const double debias = 1.0 - std::pow(weight, static_cast<double>(count));
+        out.emplace_back(step, debias > 0.0 ? last / debias : value);
+    }
+    return out;
+}
+
+std::vector<AlignedPoint> align_on_steps(const Series& a, const Series& b)
+{
+    std::vector<AlignedPoint> out;
+    size_t i = 0, j = 0;
+    while (i < a.size() && j < b.size()) {
+        if (a[i].first < b[j].first) ++i;
+        else if (b[j].first < a[i].first) ++j;
+        else {
+            out.push_back({a[i].first, a[i].second, b[j].second});
+            ++i;
+            ++j;
+        }
+    }
+    return out;
+}
+
+std::vector<XYPoint> series_by_tokens(const Series& series, double tokens_per_step)
+{
+    std::vector<XYPoint> out;
+    out.reserve(series.size());
+    for (const auto& [step, value] : series) out.push_back({static_cast<double>(step) * tokens_per_step, value});
+    return out;
+}
+
+std::vector<XYPoint> series_by_seconds(const Series& series, const Series& step_time_ms)
+{
+    std::vector<XYPoint> out;
+    out.reserve(series.size());
+    size_t t = 0;
+    double seconds = 0.0;
+    for (const auto& [step, value] : series) {
+        while (t < step_time_ms.size() && step_time_ms[t].first <= step) {
+            if (std::isfinite(step_time_ms[t].second)) seconds += step_time_ms[t].second / 1000.0;
+            ++t;
+        }
+        out.push_back({seconds, value});
+    }
+    return out;
+}
+
+double tokens_per_step(const std::string& config_json)
+{
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(config_json);
+    } catch (const nlohmann::json::parse_error& e) {
+        throw ConfigError(std::string("run config is not valid JSON: ") + e.what());
+    }
+    const auto number = [&](const char* section, const char* key) {
+        if (!j.is_object() || !j.contains(section) || !j[section].is_object()) return 0.0;
+        const auto& v = j[section].value(key, nlohmann::json());
+        return v.is_number() ? v.get<double>() : 0.0;
+    };
+    const double accum = number("training", "grad_accum");
+    return number("training", "batch_size") * number("model", "context_length") * (accum > 0 ? accum : 1.0);
+}
+
+std::vector<AlignedXY> align_on_x(const std::vector<XYPoint>& a, const std::vector<XYPoint>& b)
+{
+    std::vector<AlignedXY> out;
+    if (b.empty()) return out;
+    size_t j = 0;
+    for (const auto& p : a) {
+        if (p.x < b.front().x || p.x > b.back().x) continue;
+        while (j + 1 < b.size() && b[j + 1].x < p.x) ++j;
+        // b[j].x <= p.x here (or j == 0 and p.x == b[0].x)
+        double y = b[j].y;
+        if (b[j].x < p.x && j + 1 < b.size()) {
+            const auto& lo = b[j];
+            const auto& hi = b[j + 1];
+            const double span = hi.x - lo.x;
+            y = span > 0 ? lo.y + (hi.y - lo.y) * (p.x - lo.x) / span : hi.y;
+        }
+        out.push_back({p.x, p.y, y});
+    }
+    return out;
+}
+
+std::optional<int64_t> first_divergence_step(const Series& a, const Series& b, double tolerance, bool relative)
+{
+    for (const auto& p : align_on_steps(a, b)) {
+        const bool fa = std::isfinite(p.a), fb = std::isfinite(p.b);
+        if (!fa && !fb) continue;
+        if (fa != fb) return p.step;
+        const double diff = std::abs(p.a - p.b);
+        const double limit = relative ? tolerance * std::max(std::abs(p.a), std::abs(p.b)) : tolerance;
+        if (diff > limit) return p.step;
+    }
+    return std::nullopt;
+}
+
+} // namespace mantissa

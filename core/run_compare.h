@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// Comparing the metric series of saved runs: smoothing, alignment on steps or on another
+// x-axis (tokens, seconds), and the first step at which two runs part ways. No LibTorch.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace mantissa {
+
+// (step, value), ascending step: one metric of one run, as RunStore::series returns it.
+using Series = std::vector<std::pair<int64_t, double>>;
+
+// TensorBoard's smoothing, the same as the monitor's (ui/smoothing.h debiased_ema): an
+// exponential moving average debiased at the start, so the first points are not pulled
+// toward 0. weight in [0, 1): 0 = raw; a constant series comes back as is. Non-finite values
+// pass through unsmoothed and do not enter the average.
+Series ema_smooth(const Series& series, double weight);
+
+struct AlignedPoint {
+    int64_t step = 0;
+    double a = 0.0, b = 0.0;
+};
+
+// The steps both series have, with both values (an inner join on step).
+std::vector<AlignedPoint> align_on_steps(const Series& a, const Series& b);
+
+// A point on a continuous x-axis (tokens trained on, seconds of training).
+struct XYPoint {
+    double x = 0.0, y = 0.0;
+};
+struct AlignedXY {
+    double x = 0.0, a = 0.0, b = 0.0;
+};
+
+// x = tokens after each step: step * tokens_per_step.
+std::vector<XYPoint> series_by_tokens(const Series& series, double tokens_per_step);
+// x = training seconds after each step: the running sum of step_time_ms (every step of the
+// run, not just the steps `series` has); steps without a time get the time of the last known one.
+std::vector<XYPoint> series_by_seconds(const Series& series, const Series& step_time_ms);
+// Tokens per optimizer step of a resolved config: batch_size * context_length * grad_accum;
+// 0 when the JSON lacks them. Throws ConfigError on text that is not JSON.
+double tokens_per_step(const std::string& config_json);
+
+// b linearly interpolated at each x of a, over the range both cover (x ascending in both).
+std::vector<AlignedXY> align_on_x(const std::vector<XYPoint>& a, const std::vector<XYPoint>& b);
+
+// The first step, among the steps both series have, where they differ by more than
+// `tolerance`: |a - b| > tolerance, or with `relative` |a - b| > tolerance * max(|a|, |b|).
+// A value that is finite in one run and not in the other counts as diverged; two non-finite
+// values count as agreeing. std::nullopt when they never diverge (or share no step).
+// To compare trends rather than step noise, pass ema_smooth()ed series.
+std::optional<int64_t> first_divergence_step(const Series& a, const Series& b, double tolerance, bool relative);
+
+} // namespace mantissa

@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "sweep.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace mantissa {
+namespace {
+
+std::string trim(const std::string& s)
+{
+    const auto b = s.find_first_not_of(" \t");
+    if (b == std::string::npos) return {};
+    return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+// Splits on commas outside [], {} and "..." (with \" escapes inside strings).
+std::vector<std::string> split_values(const std::string& text, const std::string& whole)
+{
+    std::vector<std::string> out;
+    std::string current;
+    int depth = 0;
+    bool in_string = false, escaped = false;
+    for (char c : text) {
+        if (in_string) {
+            current += c;
+            if (escaped) escaped = false;
+            else if (c == '\\') escaped = true;
+            else if (c == '"') in_string = false;
+            continue;
+        }
+        if (c == '"') in_string = true;
+        else if (c == '[' || c == '{') ++depth;
+        else if (c == ']' || c == '}') --depth;
+        if (c == ',' && depth == 0) {
+            out.push_back(trim(current));
+            current.clear();
+        } else {
+            current += c;
+        }
+        if (depth < 0) throw ConfigError("--vary '" + whole + "': unbalanced brackets");
+    }
+    if (in_string || depth != 0) throw ConfigError("--vary '" + whole + "': unbalanced quotes or brackets");
+    out.push_back(trim(current));
+    return out;
+}
+
+double ratio(double value, double reference)
+{
+    if (!std::isfinite(value) || !std::isfinite(reference) || reference == 0.0) return RunSummaryRow::kNone;
+    return value / reference;
+}
+
+} // namespace
+
+SweepSpec parse_vary(const std::string& text)
+{
+    const auto eq = text.find('=');
+    if (eq == std::string::npos || trim(text.substr(0, eq)).empty())
+        throw ConfigError("--vary '" + text + "': expected dotted.key=value1,value2,...");
+    SweepSpec spec;
+    spec.key = trim(text.substr(0, eq));
+    spec.values = split_values(text.substr(eq + 1), text);
+    for (size_t i = 0; i < spec.values.size(); ++i) {
+        if (spec.values[i].empty())
+            throw ConfigError("--vary " + spec.key + ": value " + std::to_string(i + 1) + " is empty");
+        for (size_t k = 0; k < i; ++k)
+            if (spec.values[k] == spec.values[i])
+                throw ConfigError("--vary " + spec.key + ": value '" + spec.values[i] + "' is listed twice");
+    }
+    return spec;
+}
+
+std::vector<SweepRunPlan> plan_sweep(const std::string& project_path, const SweepSpec& spec,
+                                     const std::vector<Override>& common_overrides)
+{
+    if (spec.values.empty()) throw ConfigError("--vary " + spec.key + ": no values");
+    std::vector<SweepRunPlan> plans;
+    for (const auto& value : spec.values) {
+        SweepRunPlan plan;
+        plan.value = value;
+        plan.overrides = common_overrides;
+        plan.overrides.emplace_back(spec.key, value);
+        try {
+            plan.config = load_project_file(project_path, plan.overrides);
+        } catch (const ConfigError& e) {
+            throw ConfigError("--vary " + spec.key + "=" + value + " is rejected: " + e.what());
+        }
+        plan.name = plan.config.name + " [" + spec.key + "=" + value + "]";
+        plans.push_back(std::move(plan));
+    }
+    return plans;
+}
+
+SweepSummary summarize_sweep(const std::vector<std::pair<std::string, RunSummaryRow>>& runs)
+{
+    SweepSummary summary;
+    for (size_t i = 0; i < runs.size(); ++i) {
+        if (runs[i].second.is_fp32()) {
+            summary.reference = i;
+            break;
+        }
+    }
+    if (runs.empty()) return summary;
+    const RunSummaryRow& ref = runs[summary.reference].second;
+    const auto ref_memory = static_cast<double>(ref.peak_memory_bytes());
+    for (const auto& [value, run] : runs) {
+        SweepRow row;
+        row.value = value;
+        row.run = run;
+        if (std::isfinite(run.final_val_loss) && std::isfinite(ref.final_val_loss))
+            row.val_loss_delta = run.final_val_loss - ref.final_val_loss;
+        row.tokens_per_s_ratio = ratio(run.median_tokens_per_s, ref.median_tokens_per_s);
+        if (run.peak_memory_bytes() > 0 && ref_memory > 0)
+            row.peak_memory_ratio = ratio(static_cast<double>(run.peak_memory_bytes()), ref_memory);
+        summary.rows.push_back(std::move(row));
+    }
+    return summary;
+}
+
+} // namespace mantissa

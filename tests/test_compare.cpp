@@ -1,0 +1,504 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// Comparing saved runs: config diff, divergence step, run summaries and tags in the store,
+// sweep planning and its summary relative to FP32, and the schema 2 -> 3 upgrade.
+
+#include <QtTest>
+
+#include <QTemporaryDir>
+
+#include <cmath>
+
+#include <sqlite3.h>
+
+#include "config_diff.h"
+#include "project_config.h"
+#include "run_compare.h"
+#include "run_store.h"
+#include "sweep.h"
+
+using namespace mantissa;
+
+namespace {
+
+using Values = std::vector<std::optional<std::string>>;
+
+std::string str(const std::optional<std::string>& v) { return v ? *v : std::string("(absent)"); }
+
+// "key: a | b" lines, so a mismatch shows the whole diff at once.
+QStringList describe(const std::vector<ConfigDifference>& diff)
+{
+    QStringList out;
+    for (const auto& d : diff) out << QString::fromStdString(d.key + ": " + str(d.a) + " | " + str(d.b));
+    return out;
+}
+
+const char* kTinyProject = R"({
+  "name": "tiny",
+  "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "context_length": 16},
+  "data": {"kind": "synthetic-addition", "digits": 2, "examples": 600},
+  "training": {"steps": 20, "batch_size": 4, "seed": 7}
+})";
+
+RunSummaryRow summary(double final_val, double tokens_per_s, int64_t rss, const std::string& preset = "bf16",
+                      int64_t overrides = 0)
+{
+    RunSummaryRow r;
+    r.final_val_loss = final_val;
+    r.median_tokens_per_s = tokens_per_s;
+    r.peak_resident_bytes = rss;
+    r.preset = preset;
+    r.layer_overrides = overrides;
+    return r;
+}
+
+} // namespace
+
+class TestCompare : public QObject {
+    Q_OBJECT
+private slots:
+    // --- config diff -------------------------------------------------------------------
+    void diffShowsExactlyTheDifferingKeys()
+    {
+        const std::string a = R"({"name": "x", "model": {"n_layer": 2, "n_embd": 64},
+            "optimizer": {"learning_rate": 1, "eps": 1e-8},
+            "precision": {"preset": "fp32", "layers": [{"match": "lm_head", "format": "bf16"}]},
+            "shape": [1, 2, 3], "only_a": true, "flag": true, "same_list": [4, 5]})";
+        const std::string b = R"({"name": "x", "model": {"n_layer": 4, "n_embd": 64},
+            "optimizer": {"learning_rate": 1.0, "eps": 1e-8},
+            "precision": {"preset": "bf16", "layers": [{"match": "lm_head", "format": "fp16"}, {"match": "blocks.*"}]},
+            "shape": [1, 2], "only_b": "s", "flag": 1, "same_list": [4, 5]})";
+        QCOMPARE(describe(diff_configs(a, b)), (QStringList{
+                                                   "model.n_layer: 2 | 4",
+                                                   "precision.preset: fp32 | bf16",
+                                                   "precision.layers[0].format: bf16 | fp16",
+                                                   "shape[2]: 3 | (absent)",
+                                                   "only_a: true | (absent)",
+                                                   "flag: true | 1",
+                                                   "precision.layers[1].match: (absent) | blocks.*",
+                                                   "only_b: (absent) | s",
+                                               }));
+        // Reversed, the same keys with the sides swapped; first-seen order follows the first config.
+        QCOMPARE(describe(diff_configs(b, a)).size(), 8);
+        QVERIFY(diff_configs(a, a).empty());
+    }
+
+    void diffComparesNumbersByValueAndTypesStrictly()
+    {
+        QVERIFY(diff_configs(R"({"x": 1, "y": 0.5, "z": -3})", R"({"x": 1.0, "y": 0.50, "z": -3.0})").empty());
+        QCOMPARE(describe(diff_configs(R"({"x": 1, "s": "1", "n": null})", R"({"x": 1.5, "s": 1, "n": 0})")),
+                 (QStringList{"x: 1 | 1.5", "s: 1 | 1", "n: null | 0"}));
+        // An empty list is a leaf; its entries on the other side are keys of their own.
+        QCOMPARE(describe(diff_configs(R"({"layers": []})", R"({"layers": [{"match": "lm_head"}]})")),
+                 (QStringList{"layers: [] | (absent)", "layers[0].match: (absent) | lm_head"}));
+        QCOMPARE(describe(diff_configs(R"({"o": {}})", R"({"o": {"k": [1]}})")),
+                 (QStringList{"o: {} | (absent)", "o.k[0]: (absent) | 1"}));
+    }
+
+    void diffOfSeveralConfigs()
+    {
+        const auto diff = diff_configs(std::vector<std::string>{
+            R"({"a": 1, "b": {"c": "x"}})", R"({"a": 1, "b": {"c": "x"}})", R"({"a": 2, "b": {"c": "x"}, "d": false})"});
+        QCOMPARE(diff.size(), size_t(2));
+        QCOMPARE(diff[0].key, std::string("a"));
+        QCOMPARE(diff[0].values, (Values{"1", "1", "2"}));
+        QCOMPARE(diff[1].key, std::string("d"));
+        QCOMPARE(diff[1].values, (Values{std::nullopt, std::nullopt, "false"}));
+        QVERIFY(diff_configs(std::vector<std::string>{R"({"a": 1})"}).empty());
+    }
+
+    void diffRefusesInvalidJson()
+    {
+        try {
+            diff_configs(R"({"a": 1})", "{not json");
+            QFAIL("accepted invalid JSON");
+        } catch (const ConfigError& e) {
+            QVERIFY2(QString(e.what()).startsWith("config diff: config 2 is not valid JSON"), e.what());
+        }
+    }
+
+    // --- divergence and alignment ---------------------------------------------------------
+    void divergenceStepOnCraftedRuns()
+    {
+        // a: 8, 7, ..., 1 at steps 1..8; b equal until step 3, then 0.5 higher (exact in binary).
+        Series a, b;
+        for (int64_t s = 1; s <= 8; ++s) {
+            a.emplace_back(s, 9.0 - static_cast<double>(s));
+            b.emplace_back(s, 9.0 - static_cast<double>(s) + (s >= 4 ? 0.5 : 0.0));
+        }
+        QCOMPARE(first_divergence_step(a, b, 0.25, false), std::optional<int64_t>(4));
+        QCOMPARE(first_divergence_step(a, b, 0.5, false), std::optional<int64_t>()); // 0.5 is not > 0.5
+        QCOMPARE(first_divergence_step(b, a, 0.25, false), std::optional<int64_t>(4));
+        // Relative: 0.5 against max(|a|,|b|) = 5.5, 4.5, ... at steps 4, 5, ...
+        QCOMPARE(first_divergence_step(a, b, 0.1, true), std::optional<int64_t>(5));  // 0.5 > 0.45
+        QCOMPARE(first_divergence_step(a, b, 0.2, true), std::optional<int64_t>(8));  // 0.5 > 0.3 only at 1 vs 1.5
+        QCOMPARE(first_divergence_step(a, b, 0.34, true), std::optional<int64_t>());
+
+        // Only steps both runs have count: b without steps 4 and 5 diverges at 6.
+        Series sparse;
+        for (const auto& p : b)
+            if (p.first != 4 && p.first != 5) sparse.push_back(p);
+        QCOMPARE(first_divergence_step(a, sparse, 0.25, false), std::optional<int64_t>(6));
+        QCOMPARE(first_divergence_step(a, Series{{100, 1.0}}, 0.25, false), std::optional<int64_t>());
+
+        // A run that blew up diverges where its loss stops being finite; two blown-up runs agree.
+        const double nan = std::nan("");
+        QCOMPARE(first_divergence_step({{1, 2.0}, {2, 1.0}}, {{1, 2.0}, {2, nan}}, 10.0, false),
+                 std::optional<int64_t>(2));
+        QCOMPARE(first_divergence_step({{1, nan}, {2, 1.0}}, {{1, nan}, {2, 1.0}}, 0.0, false),
+                 std::optional<int64_t>());
+    }
+
+    void smoothingAndAlignment()
+    {
+        QCOMPARE(ema_smooth({{1, 3.0}, {2, 5.0}}, 0.0), (Series{{1, 3.0}, {2, 5.0}}));
+        // Debiased: a constant stays constant from the first point on.
+        QCOMPARE(ema_smooth({{1, 2.0}, {2, 2.0}, {3, 2.0}}, 0.9), (Series{{1, 2.0}, {2, 2.0}, {3, 2.0}}));
+        const auto smooth = ema_smooth({{1, 0.0}, {2, 2.0}}, 0.5);
+        QCOMPARE(smooth[0].second, 0.0);
+        QCOMPARE(smooth[1].second, 1.0 / 0.75); // (0.5 * 0 + 0.5 * 2) / (1 - 0.25)
+        // Smoothing can hide step noise from the divergence test.
+        const Series noisy_a = {{1, 1.0}, {2, 1.0}, {3, 1.0}, {4, 1.0}};
+        const Series noisy_b = {{1, 1.0}, {2, 1.4}, {3, 1.0}, {4, 1.0}};
+        QCOMPARE(first_divergence_step(noisy_a, noisy_b, 0.3, false), std::optional<int64_t>(2));
+        QCOMPARE(first_divergence_step(ema_smooth(noisy_a, 0.6), ema_smooth(noisy_b, 0.6), 0.3, false),
+                 std::optional<int64_t>());
+
+        const auto aligned = align_on_steps({{1, 1.0}, {2, 2.0}, {4, 4.0}}, {{2, 20.0}, {3, 30.0}, {4, 40.0}});
+        QCOMPARE(aligned.size(), size_t(2));
+        QCOMPARE(aligned[0].step, int64_t(2));
+        QCOMPARE(aligned[0].a, 2.0);
+        QCOMPARE(aligned[1].b, 40.0);
+
+        QCOMPARE(
+            tokens_per_step(R"({"training": {"batch_size": 4, "grad_accum": 2}, "model": {"context_length": 16}})"),
+            128.0);
+        const auto by_tokens = series_by_tokens({{3, 1.5}}, 128.0);
+        QCOMPARE(by_tokens[0].x, 384.0);
+        const auto by_time = series_by_seconds({{2, 5.0}, {3, 4.0}}, {{1, 1000.0}, {2, 500.0}, {3, 250.0}});
+        QCOMPARE(by_time[0].x, 1.5);
+        QCOMPARE(by_time[1].x, 1.75);
+        // b interpolated at a's x, only where both cover it.
+        const auto xy = align_on_x({{0, 1.0}, {10, 2.0}, {15, 3.0}, {20, 4.0}}, {{5, 1.0}, {15, 3.0}});
+        QCOMPARE(xy.size(), size_t(2));
+        QCOMPARE(xy[0].x, 10.0);
+        QCOMPARE(xy[0].b, 2.0);
+        QCOMPARE(xy[1].x, 15.0);
+        QCOMPARE(xy[1].b, 3.0);
+    }
+
+    // --- summaries and tags in the store ----------------------------------------------------
+    void summariesFromCraftedRuns()
+    {
+        QTemporaryDir dir;
+        RunStore store(dir.filePath("r.sqlite").toStdString());
+        const auto a = store.create_run(
+            "alpha", "p.json", R"({"precision": {"preset": "fp32", "layers": [], "fp8": {"scaling": "delayed"}}})");
+        for (int64_t s = 1; s <= 10; ++s) store.append_scalar(a, s, "train/loss", 4.0 - 0.25 * static_cast<double>(s));
+        store.append_scalar(a, 0, "val/loss", 3.0);
+        store.append_scalar(a, 5, "val/loss", 2.0);
+        store.append_scalar(a, 10, "val/loss", 2.5);
+        const double tps[] = {100, 1000, 300, 200, 400};
+        for (int64_t s = 1; s <= 5; ++s) store.append_scalar(a, s, "tokens_per_s", tps[s - 1]);
+        store.append_scalar(a, 3, "skipped", 1.0);
+        store.append_scalar(a, 4, "skipped", 1.0);
+        store.append_scalar(a, 1, "memory/resident_bytes", 1000.0);
+        store.append_scalar(a, 5, "memory/resident_bytes", 5000.0);
+        store.append_scalar(a, 10, "memory/resident_bytes", 3000.0);
+        store.add_tags(a, {"b", " a ", "a"});
+        store.finish_run(a, "finished");
+
+        const auto b = store.create_run(
+            "beta", "p.json",
+            R"({"precision": {"preset": "fp8-hybrid", "fp8": {"scaling": "current"},
+                "layers": [{"match": "lm_head", "format": "bf16"}, {"match": "blocks.0.*", "format": "bf16"}]}})");
+        const double tps_b[] = {1, 10, 3, 2};
+        for (int64_t s = 1; s <= 4; ++s) {
+            store.append_scalar(b, s, "train/loss", 1.0);
+            store.append_scalar(b, s, "tokens_per_s", tps_b[s - 1]);
+        }
+        store.append_scalar(b, 2, "memory/resident_bytes", 100.0);
+        store.append_scalar(b, 2, "memory/cuda_peak_bytes", 7000.0);
+        store.append_scalar(b, 4, "memory/cuda_peak_bytes", 6000.0);
+        store.add_tags(b, {"b"});
+
+        const auto c = store.create_run("gamma", "", R"({"precision": {"preset": "bf16", "layers": [
+            {"match": "lm_head", "forward": "e4m3"}], "fp8": {"scaling": "delayed"}}})");
+        store.append_scalar(c, 3, "val/loss", 1.5);
+        store.append_scalar(c, 5, "val/loss", std::nan("")); // SQLite keeps NaN as NULL
+        store.finish_run(c, "failed");
+
+        const auto rows = store.list_run_summaries();
+        QCOMPARE(rows.size(), size_t(3));
+        const RunSummaryRow& ra = rows[0];
+        QCOMPARE(ra.id, a);
+        QCOMPARE(ra.name, std::string("alpha"));
+        QCOMPARE(ra.project_path, std::string("p.json"));
+        QCOMPARE(ra.status, std::string("finished"));
+        QVERIFY(!ra.finished_at.empty());
+        QCOMPARE(ra.tags, (std::vector<std::string>{"a", "b"}));
+        QCOMPARE(ra.recipe, std::string("fp32"));
+        QVERIFY(ra.is_fp32());
+        QCOMPARE(ra.steps_done, int64_t(10));
+        QCOMPARE(ra.final_train_loss, 1.5);
+        QCOMPARE(ra.final_val_loss, 2.5);
+        QCOMPARE(ra.final_val_step, int64_t(10));
+        QCOMPARE(ra.best_val_loss, 2.0);
+        QCOMPARE(ra.best_val_step, int64_t(5));
+        QCOMPARE(ra.median_tokens_per_s, 300.0);
+        QCOMPARE(ra.skipped_steps, int64_t(2));
+        QCOMPARE(ra.peak_resident_bytes, int64_t(5000));
+        QCOMPARE(ra.peak_cuda_bytes, int64_t(-1));
+        QCOMPARE(ra.peak_memory_bytes(), int64_t(5000));
+
+        const RunSummaryRow& rb = rows[1];
+        QCOMPARE(rb.status, std::string("running"));
+        QCOMPARE(rb.finished_at, std::string());
+        QCOMPARE(rb.recipe, std::string("fp8-hybrid (current) + 2 overrides"));
+        QCOMPARE(rb.preset, std::string("fp8-hybrid"));
+        QCOMPARE(rb.layer_overrides, int64_t(2));
+        QVERIFY(!rb.is_fp32());
+        QVERIFY(std::isnan(rb.final_val_loss));
+        QVERIFY(std::isnan(rb.best_val_loss));
+        QCOMPARE(rb.final_val_step, int64_t(-1));
+        QCOMPARE(rb.median_tokens_per_s, 2.5); // even count: mean of the middle two
+        QCOMPARE(rb.skipped_steps, int64_t(0));
+        QCOMPARE(rb.peak_resident_bytes, int64_t(100));
+        QCOMPARE(rb.peak_memory_bytes(), int64_t(7000)); // the CUDA peak wins
+        QCOMPARE(rb.tags, (std::vector<std::string>{"b"}));
+
+        const RunSummaryRow& rc = rows[2];
+        QCOMPARE(rc.recipe, std::string("bf16 (delayed) + 1 override")); // an FP8 override names the scaling
+        QCOMPARE(rc.steps_done, int64_t(0));
+        QVERIFY(std::isnan(rc.final_train_loss));
+        QVERIFY(std::isnan(rc.final_val_loss)); // the last evaluation was NaN
+        QCOMPARE(rc.final_val_step, int64_t(5));
+        QCOMPARE(rc.best_val_loss, 1.5);
+        QCOMPARE(rc.best_val_step, int64_t(3));
+        QVERIFY(std::isnan(rc.median_tokens_per_s));
+        QCOMPARE(rc.peak_memory_bytes(), int64_t(-1));
+        QVERIFY(rc.tags.empty());
+
+        const auto ids = [&](const RunFilter& f) {
+            std::vector<int64_t> out;
+            for (const auto& r : store.list_run_summaries(f)) out.push_back(r.id);
+            return out;
+        };
+        RunFilter f;
+        f.tags = {"b"};
+        QCOMPARE(ids(f), (std::vector<int64_t>{a, b}));
+        f.tags = {"a", "b"};
+        QCOMPARE(ids(f), (std::vector<int64_t>{a}));
+        f = {};
+        f.status = "failed";
+        QCOMPARE(ids(f), (std::vector<int64_t>{c}));
+        f = {};
+        f.name_contains = "eta"; // beta
+        QCOMPARE(ids(f), (std::vector<int64_t>{b}));
+        f = {};
+        f.preset = "bf16";
+        QCOMPARE(ids(f), (std::vector<int64_t>{c}));
+        f = {};
+        f.ids = {c, a};
+        QCOMPARE(ids(f), (std::vector<int64_t>{a, c}));
+        QCOMPARE(store.list_run_summaries(f)[0].median_tokens_per_s, 300.0); // filtered queries keep their medians
+        f.ids = {999};
+        QVERIFY(store.list_run_summaries(f).empty());
+
+        // The series a plot draws.
+        QCOMPARE(store.series(a, "val/loss"), (Series{{0, 3.0}, {5, 2.0}, {10, 2.5}}));
+        const auto nan_series = store.series(c, "val/loss");
+        QCOMPARE(nan_series.size(), size_t(2));
+        QVERIFY(std::isnan(nan_series[1].second));
+        QVERIFY(store.series(a, "no/such").empty());
+    }
+
+    void tagsAddRemoveAndGoWithTheRun()
+    {
+        QTemporaryDir dir;
+        RunStore store(dir.filePath("r.sqlite").toStdString());
+        const auto a = store.create_run("a", "", "{}");
+        const auto b = store.create_run("b", "", "{}");
+        store.add_tags(a, {"baseline", "sweep:x"});
+        store.add_tags(b, {"sweep:x"});
+        QCOMPARE(store.tags(a), (std::vector<std::string>{"baseline", "sweep:x"}));
+        QCOMPARE(store.all_tags(), (std::vector<std::pair<std::string, int64_t>>{{"baseline", 1}, {"sweep:x", 2}}));
+        store.remove_tags(a, {"sweep:x", "never-there"});
+        QCOMPARE(store.tags(a), (std::vector<std::string>{"baseline"}));
+        try {
+            store.add_tags(a, {"ok", "  "});
+            QFAIL("accepted an empty tag");
+        } catch (const StoreError& e) {
+            QCOMPARE(std::string(e.what()), std::string("a tag cannot be empty"));
+        }
+        QCOMPARE(store.tags(a), (std::vector<std::string>{"baseline"})); // nothing of the bad call was written
+        try {
+            store.add_tags(999, {"x"});
+            QFAIL("tagged a run that does not exist");
+        } catch (const StoreError& e) {
+            QVERIFY2(std::string(e.what()).rfind("no run 999 in ", 0) == 0, e.what());
+        }
+        store.finish_run(b, "finished");
+        store.delete_run(b);
+        QCOMPARE(store.all_tags(), (std::vector<std::pair<std::string, int64_t>>{{"baseline", 1}}));
+    }
+
+    void versionTwoStoreIsUpgradedInPlace()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("v2.sqlite").toStdString();
+        sqlite3* db = nullptr;
+        sqlite3_open(path.c_str(), &db);
+        QFile fixture(MANTISSA_TEST_DATA_DIR "/run_store_v2.sql");
+        QVERIFY(fixture.open(QIODevice::ReadOnly));
+        QCOMPARE(sqlite3_exec(db, fixture.readAll().constData(), nullptr, nullptr, nullptr), SQLITE_OK);
+        sqlite3_close(db);
+
+        RunStore store(path);
+        QCOMPARE(store.schema_version(), 3);
+        QCOMPARE(RunStore::kSchemaVersion, 3);
+        const auto rows = store.list_run_summaries();
+        QCOMPARE(rows.size(), size_t(2));
+        QCOMPARE(rows[0].name, std::string("v2 fp32"));
+        QCOMPARE(rows[0].created_at, std::string("2026-11-01T10:00:00Z"));
+        QCOMPARE(rows[0].finished_at, std::string("2026-11-01T10:05:00Z"));
+        QCOMPARE(rows[0].recipe, std::string("fp32"));
+        QCOMPARE(rows[0].steps_done, int64_t(2));
+        QCOMPARE(rows[0].final_train_loss, 2.25);
+        QCOMPARE(rows[0].final_val_loss, 2.125);
+        QCOMPARE(rows[0].median_tokens_per_s, 200.0);
+        QCOMPARE(rows[0].peak_memory_bytes(), int64_t(1048576));
+        QVERIFY(rows[0].tags.empty());
+        QCOMPARE(rows[1].status, std::string("stopped"));
+        QCOMPARE(rows[1].recipe, std::string("fp8-hybrid (current) + 1 override"));
+        QCOMPARE(rows[1].skipped_steps, int64_t(1));
+        // Everything version 2 held is still there, and the new table works.
+        QCOMPARE(store.events(rows[0].id).size(), size_t(1));
+        const auto stats = store.layer_stats(rows[0].id);
+        QCOMPARE(stats.size(), size_t(1));
+        QCOMPARE(stats[0].second.exponent_counts, (std::vector<int64_t>{1}));
+        store.add_tags(rows[1].id, {"migrated"});
+        QCOMPARE(store.tags(rows[1].id), (std::vector<std::string>{"migrated"}));
+
+        // The v1 fixture goes through both upgrades.
+        const std::string path1 = dir.filePath("v1.sqlite").toStdString();
+        sqlite3_open(path1.c_str(), &db);
+        QFile v1(MANTISSA_TEST_DATA_DIR "/run_store_v1.sql");
+        QVERIFY(v1.open(QIODevice::ReadOnly));
+        QCOMPARE(sqlite3_exec(db, v1.readAll().constData(), nullptr, nullptr, nullptr), SQLITE_OK);
+        sqlite3_close(db);
+        RunStore old(path1);
+        QCOMPARE(old.schema_version(), 3);
+        old.add_tags(1, {"old"});
+        QCOMPARE(old.list_run_summaries()[0].tags, (std::vector<std::string>{"old"}));
+        QCOMPARE(old.list_run_summaries()[0].recipe, std::string("")); // "{}": no precision section
+    }
+
+    // --- sweeps ------------------------------------------------------------------------------
+    void parsesVary()
+    {
+        const auto spec = parse_vary("precision.preset=fp32, bf16,fp8-hybrid");
+        QCOMPARE(spec.key, std::string("precision.preset"));
+        QCOMPARE(spec.values, (std::vector<std::string>{"fp32", "bf16", "fp8-hybrid"}));
+        const auto json = parse_vary(R"(precision.layers=[{"match":"lm_head","format":"bf16"}],[],["a,b"])");
+        QCOMPARE(json.values,
+                 (std::vector<std::string>{R"([{"match":"lm_head","format":"bf16"}])", "[]", R"(["a,b"])"}));
+        QCOMPARE(parse_vary("training.seed=1").values, (std::vector<std::string>{"1"}));
+
+        const auto refused = [](const std::string& text) {
+            try {
+                parse_vary(text);
+            } catch (const ConfigError& e) {
+                return std::string(e.what());
+            }
+            return std::string("accepted");
+        };
+        QCOMPARE(refused("precision.preset"),
+                 std::string("--vary 'precision.preset': expected dotted.key=value1,value2,..."));
+        QCOMPARE(refused("=fp32,bf16"), std::string("--vary '=fp32,bf16': expected dotted.key=value1,value2,..."));
+        QCOMPARE(refused("precision.preset=fp32,,bf16"), std::string("--vary precision.preset: value 2 is empty"));
+        QCOMPARE(refused("precision.preset="), std::string("--vary precision.preset: value 1 is empty"));
+        QCOMPARE(refused("precision.preset=bf16,fp32,bf16"),
+                 std::string("--vary precision.preset: value 'bf16' is listed twice"));
+        QCOMPARE(refused("precision.layers=[{\"a\":1}"),
+                 std::string("--vary 'precision.layers=[{\"a\":1}': unbalanced quotes or brackets"));
+    }
+
+    void plansSweepRunsAndRefusesBadValuesUpFront()
+    {
+        QTemporaryDir dir;
+        const QString project = dir.filePath("tiny.json");
+        QFile f(project);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(kTinyProject);
+        f.close();
+        const std::string path = project.toStdString();
+
+        const auto plans = plan_sweep(path, parse_vary("precision.preset=fp32,bf16,fp8-hybrid"),
+                                      {{"training.steps", "5"}});
+        QCOMPARE(plans.size(), size_t(3));
+        QCOMPARE(plans[0].name, std::string("tiny [precision.preset=fp32]"));
+        QCOMPARE(plans[2].name, std::string("tiny [precision.preset=fp8-hybrid]"));
+        QCOMPARE(plans[1].value, std::string("bf16"));
+        QCOMPARE(plans[1].overrides, (std::vector<Override>{{"training.steps", "5"}, {"precision.preset", "bf16"}}));
+        QCOMPARE(plans[1].config.precision.preset, std::string("bf16"));
+        QCOMPARE(plans[2].config.precision.preset, std::string("fp8-hybrid"));
+        QCOMPARE(plans[2].config.training.steps, int64_t(5));
+        QCOMPARE(plans[0].config.model.n_embd, int64_t(16));
+
+        const auto refused = [&](const std::string& vary) {
+            try {
+                plan_sweep(path, parse_vary(vary));
+            } catch (const ConfigError& e) {
+                return std::string(e.what());
+            }
+            return std::string("accepted");
+        };
+        QCOMPARE(refused("precision.preset=fp32,fp9"),
+                 "--vary precision.preset=fp9 is rejected: " + path +
+                     ": precision.preset: 'fp9' is not one of fp32, bf16, fp16, fp8-hybrid, fp8-hybrid-keep-ends");
+        QCOMPARE(refused("model.n_head=2,3"),
+                 "--vary model.n_head=3 is rejected: " + path +
+                     ": model.n_embd: 16 is not divisible by model.n_head (3)");
+        QCOMPARE(refused("model.depth=1,2"),
+                 "--vary model.depth=1 is rejected: " + path + ": model.depth: unknown key");
+    }
+
+    void sweepSummaryIsRelativeToFp32()
+    {
+        const double nan = std::nan("");
+        auto fp32 = summary(2.0, 100.0, 200, "fp32");
+        fp32.id = 7;
+        const auto s = summarize_sweep({{"bf16", summary(2.125, 50.0, 300)},
+                                        {"fp32", fp32},
+                                        {"fp8-hybrid", summary(2.25, 25.0, 400, "fp8-hybrid")},
+                                        {"fp16", summary(nan, nan, -1, "fp16")}});
+        QCOMPARE(s.reference, size_t(1));
+        QCOMPARE(s.rows.size(), size_t(4));
+        QCOMPARE(s.rows[1].run.id, int64_t(7));
+        QCOMPARE(s.rows[0].value, std::string("bf16"));
+        QCOMPARE(s.rows[0].val_loss_delta, 0.125);
+        QCOMPARE(s.rows[0].tokens_per_s_ratio, 0.5);
+        QCOMPARE(s.rows[0].peak_memory_ratio, 1.5);
+        QCOMPARE(s.rows[1].val_loss_delta, 0.0);
+        QCOMPARE(s.rows[1].tokens_per_s_ratio, 1.0);
+        QCOMPARE(s.rows[1].peak_memory_ratio, 1.0);
+        QCOMPARE(s.rows[2].val_loss_delta, 0.25);
+        QCOMPARE(s.rows[2].tokens_per_s_ratio, 0.25);
+        QCOMPARE(s.rows[2].peak_memory_ratio, 2.0);
+        QVERIFY(std::isnan(s.rows[3].val_loss_delta)); // a run without figures has no ratios
+        QVERIFY(std::isnan(s.rows[3].tokens_per_s_ratio));
+        QVERIFY(std::isnan(s.rows[3].peak_memory_ratio));
+
+        // No FP32 run (an fp32 preset with layer overrides is not one): the first run is the reference.
+        const auto t = summarize_sweep({{"a", summary(3.0, 10.0, 100, "bf16")},
+                                        {"b", summary(2.5, 20.0, 50, "fp32", 1)}});
+        QCOMPARE(t.reference, size_t(0));
+        QCOMPARE(t.rows[1].val_loss_delta, -0.5);
+        QCOMPARE(t.rows[1].tokens_per_s_ratio, 2.0);
+        QCOMPARE(t.rows[1].peak_memory_ratio, 0.5);
+        QVERIFY(summarize_sweep({}).rows.empty());
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCompare)
+#include "test_compare.moc"

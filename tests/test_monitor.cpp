@@ -1,0 +1,644 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The live Monitor page and its plots, driven by crafted telemetry (no training): smoothing
+// and decimation numbers, what each plot holds after ingesting a run, cursor and layer
+// linking, and the frame scheduler's rate cap. Runs with QT_QPA_PLATFORM=offscreen. Set
+// MANTISSA_SCREENSHOT_DIR to also save a picture of a realistic page.
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDir>
+#include <QElapsedTimer>
+#include <QSignalSpy>
+#include <QSlider>
+#include <QTableView>
+#include <QTest>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "event_log_model.h"
+#include "exponent_histogram_plot.h"
+#include "frame_stats.h"
+#include "layer_heatmap_plot.h"
+#include "loss_plot.h"
+#include "loss_scale_plot.h"
+#include "memory_plot.h"
+#include "monitor_page.h"
+#include "smoothing.h"
+
+using namespace mantissa;
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+const std::vector<std::string> kLayers{"blocks.0.attn.qkv", "blocks.0.attn.proj", "blocks.0.mlp.fc1",
+                                       "blocks.0.mlp.fc2",  "blocks.1.attn.qkv",  "blocks.1.attn.proj",
+                                       "blocks.1.mlp.fc1",  "blocks.1.mlp.fc2",   "lm_head"};
+
+QVector<double> graph_keys(const QCPGraph* graph)
+{
+    QVector<double> keys;
+    for (auto it = graph->data()->constBegin(); it != graph->data()->constEnd(); ++it) keys.push_back(it->key);
+    return keys;
+}
+
+QVector<double> graph_values(const QCPGraph* graph)
+{
+    QVector<double> values;
+    for (auto it = graph->data()->constBegin(); it != graph->data()->constEnd(); ++it) values.push_back(it->value);
+    return values;
+}
+
+StepMetrics step_at(int64_t step, double loss, double scale = 1.0, bool skipped = false)
+{
+    StepMetrics m;
+    m.step = step;
+    m.train_loss = loss;
+    m.loss_scale = scale;
+    m.skipped = skipped;
+    m.step_time_ms = 100.0; // 0.1 s a step
+    m.tokens_per_s = 1000.0;
+    return m;
+}
+
+double loss_of(int64_t step) { return 3.0 + 1.0 / double(step); }
+
+// A telemetry frame: every layer x role with a small histogram, and memory.
+LayerStatsFrame frame_at(int64_t step, bool cuda)
+{
+    LayerStatsFrame f;
+    f.step = step;
+    for (const std::string& layer : kLayers)
+        for (const std::string& role : RunHistory::roles()) {
+            TensorStats t;
+            t.layer = layer;
+            t.role = role;
+            t.format = "bf16";
+            t.first_exponent = -12;
+            t.exponent_counts = {1, 4, 9, 4, 1};
+            t.count = 20;
+            t.underflow = 0.01;
+            t.amax = 0.5;
+            f.tensors.push_back(t);
+        }
+    f.attention_max_logit = {{"blocks.0.attn", 4.0}, {"blocks.1.attn", 5.0}};
+    f.memory.resident_bytes = (512 + step) * 1024 * 1024;
+    if (cuda) {
+        f.memory.cuda_allocated_bytes = 2048LL * 1024 * 1024;
+        f.memory.cuda_reserved_bytes = 3072LL * 1024 * 1024;
+    }
+    return f;
+}
+
+// 30 steps in 3 batches, an evaluation closing each, frames at 1, 10, 20, 30.
+std::vector<TelemetryBatch> thirty_steps()
+{
+    std::vector<TelemetryBatch> batches(3);
+    for (int64_t step = 1; step <= 30; ++step) {
+        TelemetryBatch& b = batches[size_t((step - 1) / 10)];
+        b.steps.push_back(step_at(step, loss_of(step)));
+        if (step == 1 || step % 10 == 0) b.layer_frames.push_back(frame_at(step, false));
+        if (step % 10 == 0) b.evals.push_back({step, 3.5 - double(step) / 100.0, 3.4});
+    }
+    batches[0].events.push_back({0, "run_started", "run 1"});
+    batches[1].events.push_back({12, "precision_changed",
+                                 "blocks.*.mlp.* -> e4m3/e5m2/e5m2 (4 layers); FP8 scale history restarted"});
+    batches[1].events.push_back({17, "alert_nonfinite", "blocks.1.mlp.fc1: non-finite values in grad_output"});
+    batches[2].events.push_back({25, "checkpoint", "saved checkpoint at step 25"});
+    return batches;
+}
+
+int row_of_kind(const EventLogModel& model, const std::string& kind)
+{
+    for (int row = 0; row < model.rowCount(); ++row)
+        if (model.event(row).kind == kind) return row;
+    return -1;
+}
+
+// A run that looks like a real one, for the screenshot.
+void feed_realistic_run(MonitorPage& page, int64_t steps)
+{
+    page.reset(4096, kLayers);
+    double scale = 65536.0;
+    uint32_t seed = 12345;
+    auto noise = [&seed] {
+        seed = seed * 1664525u + 1013904223u;
+        return double(seed >> 8) / double(1u << 24) - 0.5;
+    };
+    TelemetryBatch batch;
+    batch.events.push_back({0, "run_started", "run 7: gpt 2x128, fp16 mixed precision, 500 steps"});
+    for (int64_t step = 1; step <= steps; ++step) {
+        double loss = 2.1 + 8.7 * std::exp(-double(step) / 60.0) + 0.12 * noise();
+        if (step == 312) loss += 1.6;
+        const bool overflow = step == 3 || step == 4 || step == 187 || step == 390;
+        StepMetrics m = step_at(step, loss, scale, overflow);
+        m.step_time_ms = 38.0 + 6.0 * noise() + (step > 200 ? -9.0 : 0.0);
+        for (const std::string& layer : kLayers) m.layer_grad_norms.push_back({layer, 0.3 + 0.2 * noise()});
+        batch.steps.push_back(m);
+        if (overflow) {
+            const double next = scale / 2;
+            const std::string blamed = step == 187 ? "blocks.1.mlp.fc1, lm_head" : "lm_head";
+            batch.events.push_back({step, "loss_scale_backoff",
+                                    "scale " + std::to_string(int64_t(scale)) + " -> " + std::to_string(int64_t(next)) +
+                                        "; non-finite gradients in " + blamed});
+            batch.events.push_back({step, "step_skipped", "non-finite gradients in " + blamed});
+            scale = next;
+        } else if (step % 100 == 0) {
+            batch.events.push_back({step, "loss_scale_growth",
+                                    "scale " + std::to_string(int64_t(scale)) + " -> " +
+                                        std::to_string(int64_t(scale * 2))});
+            scale *= 2;
+        }
+        if (step == 1 || step % 10 == 0) {
+            LayerStatsFrame f = frame_at(step, true);
+            for (TensorStats& t : f.tensors) {
+                const double late = step > 200 && t.layer.find("mlp") != std::string::npos ? 1.0 : 0.0;
+                t.underflow = std::max(0.0, 0.002 + 0.01 * late + 0.004 * noise() +
+                                                (t.layer == "blocks.1.mlp.fc1" && step > 300 ? 0.04 : 0.0));
+                t.first_exponent = -24;
+                t.exponent_counts.clear();
+                for (int e = -24; e <= 2; ++e)
+                    t.exponent_counts.push_back(int64_t(4000.0 * std::exp(-0.5 * std::pow((e + 9.0) / 3.5, 2))));
+            }
+            f.memory.resident_bytes = int64_t((1400.0 + 30.0 * std::log(double(step))) * 1024 * 1024);
+            f.memory.cuda_allocated_bytes = int64_t((2200.0 + (step > 1 ? 600.0 : 0.0) + 20 * noise()) * 1024 * 1024);
+            f.memory.cuda_reserved_bytes = int64_t(3400.0 * 1024 * 1024);
+            f.memory.nvml_used_bytes = int64_t(3900.0 * 1024 * 1024);
+            batch.layer_frames.push_back(f);
+        }
+        if (step % 50 == 0)
+            batch.evals.push_back({step, 2.25 + 8.4 * std::exp(-double(step) / 60.0) + 0.05, loss});
+        if (step == 200)
+            batch.events.push_back({step, "precision_changed",
+                                    "blocks.*.mlp.* -> e4m3/e5m2/e5m2 (4 layers); FP8 scale history restarted"});
+        if (step == 312)
+            batch.events.push_back({step, "alert_loss_spike", "loss 3.86 is 4.1 sigma above its EMA 2.31"});
+        if (step == 313)
+            batch.events.push_back({step, "watch_action", "lowered learning rate by 0.5 after alert_loss_spike"});
+        if (step == 340)
+            batch.events.push_back(
+                {step, "alert_fp8_underflow", "blocks.1.mlp.fc1: 4.2% of grad_output underflows in e5m2"});
+        if (step % 250 == 0) batch.events.push_back({step, "checkpoint", "checkpoint step " + std::to_string(step)});
+        if (step % 20 == 0) {
+            page.ingest(batch);
+            batch = {};
+        }
+    }
+    batch.events.push_back({steps, "run_finished", "finished after " + std::to_string(steps) + " steps"});
+    page.ingest(batch);
+}
+
+} // namespace
+
+class TestMonitor : public QObject {
+    Q_OBJECT
+
+private slots:
+    void emaMatchesTensorBoard();
+    void decimationKeepsSpikes();
+    void frameStatsPercentiles();
+    void lossPlotShowsIngestedRun();
+    void lossPlotDecimatesLongRuns();
+    void lossPlotAppendBatchStillWorks();
+    void lossScalePlotMarksBackoffsGrowthsAndSkips();
+    void lossScalePlotSaysWhenScalingIsOff();
+    void memoryPlotShowsOnlyMeasuredLines();
+    void precisionChangeMarksLossPlot();
+    void eventActivationMovesCursorAndSelectsLayer();
+    void heatmapClickActivatesToo();
+    void frameSchedulerCapsRate();
+    void realisticRunRenders();
+};
+
+void TestMonitor::emaMatchesTensorBoard()
+{
+    // TensorBoard: last = last*w + (1-w)*v, shown as last / (1 - w^n).
+    const std::vector<double> s = debiased_ema({1, 2, 3}, 0.6);
+    QCOMPARE(s.size(), size_t(3));
+    QCOMPARE(s[0], 1.0);
+    QVERIFY(std::abs(s[1] - 1.04 / 0.64) < 1e-12);   // 1.625
+    QVERIFY(std::abs(s[2] - 1.824 / 0.784) < 1e-12); // 2.3265306...
+    QVERIFY(std::abs(s[1] - 1.625) < 1e-12);
+
+    QCOMPARE(debiased_ema({1, 5, 2}, 0.0), (std::vector<double>{1, 5, 2})); // weight 0: identity
+    QCOMPARE(debiased_ema({4, 4, 4}, 0.9), (std::vector<double>{4, 4, 4})); // constant: unchanged
+    QVERIFY(debiased_ema({}, 0.5).empty());
+
+    // Non-finite values pass through and do not count as seen.
+    const std::vector<double> gap = debiased_ema({1, kNaN, 3, INFINITY}, 0.5);
+    QCOMPARE(gap[0], 1.0);
+    QVERIFY(std::isnan(gap[1]));
+    QVERIFY(std::abs(gap[2] - 1.75 / 0.75) < 1e-12); // (0.5*0.5 + 0.5*3) / (1 - 0.25)
+    QVERIFY(std::isinf(gap[3]));
+}
+
+void TestMonitor::decimationKeepsSpikes()
+{
+    std::vector<double> xs, ys;
+    for (int i = 0; i < 10000; ++i) {
+        xs.push_back(i + 1);
+        ys.push_back(2.0 + 0.001 * (i % 7));
+    }
+    ys[4321] = 50.0; // one spike
+    ys[777] = -5.0;  // one dip
+    const DecimatedSeries d = decimate_min_max(xs, ys, 100);
+    QVERIFY(d.xs.size() <= 400);
+    QVERIFY(d.xs.size() >= 200); // first and last of every bucket at least
+    QCOMPARE(d.xs.size(), d.ys.size());
+    QCOMPARE(d.xs.front(), 1.0);
+    QCOMPARE(d.xs.back(), 10000.0);
+    QCOMPARE(d.ys.back(), ys.back());
+    QCOMPARE(std::count(d.ys.begin(), d.ys.end(), 50.0), 1);
+    QCOMPARE(std::count(d.ys.begin(), d.ys.end(), -5.0), 1);
+    QCOMPARE(d.xs[size_t(std::find(d.ys.begin(), d.ys.end(), 50.0) - d.ys.begin())], 4322.0);
+    QVERIFY(std::is_sorted(d.xs.begin(), d.xs.end()));
+    QVERIFY(std::adjacent_find(d.xs.begin(), d.xs.end()) == d.xs.end()); // no point twice
+
+    // Already small: unchanged.
+    const std::vector<double> sx(xs.begin(), xs.begin() + 400), sy(ys.begin(), ys.begin() + 400);
+    const DecimatedSeries same = decimate_min_max(sx, sy, 100);
+    QCOMPARE(same.xs, sx);
+    QCOMPARE(same.ys, sy);
+}
+
+void TestMonitor::frameStatsPercentiles()
+{
+    FrameStats stats;
+    QCOMPARE(stats.count(), size_t(0));
+    QCOMPARE(stats.percentile(50), 0.0);
+    for (int i = 100; i >= 1; --i) stats.record(i);
+    QCOMPARE(stats.count(), size_t(100));
+    QCOMPARE(stats.percentile(0), 1.0);
+    QCOMPARE(stats.percentile(50), 50.0);
+    QCOMPARE(stats.percentile(95), 95.0);
+    QCOMPARE(stats.percentile(95.5), 96.0); // nearest rank: ceil(0.955 * 100)
+    QCOMPARE(stats.percentile(100), 100.0);
+    QCOMPARE(stats.last(), 1.0);
+
+    FrameStats bounded(10);
+    for (int i = 1; i <= 25; ++i) bounded.record(i);
+    QCOMPARE(bounded.count(), size_t(10)); // 16..25 kept
+    QCOMPARE(bounded.total(), uint64_t(25));
+    QCOMPARE(bounded.percentile(0), 16.0);
+    QCOMPARE(bounded.percentile(100), 25.0);
+    bounded.reset();
+    QCOMPARE(bounded.count(), size_t(0));
+    QCOMPARE(bounded.percentile(90), 0.0);
+}
+
+void TestMonitor::lossPlotShowsIngestedRun()
+{
+    MonitorPage page;
+    page.reset(256, kLayers);
+    for (const TelemetryBatch& b : thirty_steps()) page.ingest(b);
+    page.renderNow();
+
+    const LossPlot* plot = page.lossPlot();
+    QVector<double> keys, values;
+    for (int step = 1; step <= 30; ++step) {
+        keys.push_back(step);
+        values.push_back(loss_of(step));
+    }
+    QCOMPARE(graph_keys(plot->trainGraph()), keys);
+    QCOMPARE(graph_values(plot->trainGraph()), values);
+    QCOMPARE(graph_keys(plot->valGraph()), (QVector<double>{10, 20, 30}));
+    QCOMPARE(graph_values(plot->valGraph()), (QVector<double>{3.4, 3.3, 3.2}));
+    QCOMPARE(plot->xAxis->label(), QStringLiteral("step"));
+    QVERIFY(plot->xAxis->range().contains(1) && plot->xAxis->range().contains(30));
+    QVERIFY(plot->yAxis->range().contains(loss_of(1)) && plot->yAxis->range().contains(loss_of(30)));
+
+    page.setXAxisMode(XAxisMode::Tokens);
+    page.renderNow();
+    QCOMPARE(plot->xAxis->label(), QStringLiteral("tokens"));
+    QCOMPARE(graph_keys(plot->trainGraph()).front(), 256.0);
+    QCOMPARE(graph_keys(plot->trainGraph()).back(), 30.0 * 256.0);
+    QCOMPARE(graph_keys(plot->valGraph()), (QVector<double>{2560, 5120, 7680}));
+    QCOMPARE(page.lossScalePlot()->xAxis->label(), QStringLiteral("tokens"));
+
+    page.setXAxisMode(XAxisMode::Seconds); // 0.1 s per step
+    page.renderNow();
+    QCOMPARE(plot->xAxis->label(), QStringLiteral("training time (s)"));
+    QVERIFY(std::abs(graph_keys(plot->trainGraph()).back() - 3.0) < 1e-9);
+    QVERIFY(std::abs(graph_keys(plot->valGraph()).front() - 1.0) < 1e-9);
+
+    // Smoothing adds the TensorBoard curve over the unchanged raw one.
+    page.setXAxisMode(XAxisMode::Step);
+    page.setSmoothing(0.6);
+    page.renderNow();
+    QCOMPARE(page.smoothingSlider()->value(), 60);
+    QVERIFY(plot->smoothedGraph() && plot->smoothedGraph()->visible());
+    QCOMPARE(graph_values(plot->trainGraph()), values);
+    const std::vector<double> expected = debiased_ema(std::vector<double>(values.begin(), values.end()), 0.6);
+    QCOMPARE(graph_values(plot->smoothedGraph()), QVector<double>(expected.begin(), expected.end()));
+
+    page.setLogScale(true);
+    page.renderNow();
+    QVERIFY(page.logScaleBox()->isChecked());
+    QCOMPARE(plot->yAxis->scaleType(), QCPAxis::stLogarithmic);
+
+    // A new run starts empty.
+    page.reset(256, kLayers);
+    page.renderNow();
+    QCOMPARE(plot->trainGraph()->dataCount(), 0);
+    QCOMPARE(page.eventModel()->rowCount(), 0);
+}
+
+void TestMonitor::lossPlotDecimatesLongRuns()
+{
+    MonitorPage page;
+    page.reset(1, {});
+    TelemetryBatch batch;
+    for (int64_t step = 1; step <= 100000; ++step) batch.steps.push_back(step_at(step, step == 61234 ? 40.0 : 2.0));
+    page.ingest(batch);
+    page.renderNow();
+    const QCPGraph* raw = page.lossPlot()->trainGraph();
+    QVERIFY(raw->dataCount() <= page.lossPlot()->pointBudget());
+    QVERIFY(raw->dataCount() > 100);
+    const QVector<double> values = graph_values(raw);
+    QCOMPARE(std::count(values.begin(), values.end(), 40.0), qsizetype(1));
+    QCOMPARE(graph_keys(raw).back(), 100000.0);
+}
+
+void TestMonitor::lossPlotAppendBatchStillWorks()
+{
+    // The main window's older path: no external history.
+    LossPlot plot;
+    QCOMPARE(plot.graphCount(), 2);
+    plot.appendBatch({{1, 3.0}, {2, 2.5}}, {{0, 3.2, 3.1}});
+    plot.appendBatch({{3, 2.0}}, {});
+    plot.appendBatch({}, {});
+    QCOMPARE(plot.batchCount(), 2);
+    QCOMPARE(graph_keys(plot.trainGraph()), (QVector<double>{1, 2, 3}));
+    QCOMPARE(graph_values(plot.trainGraph()), (QVector<double>{3.0, 2.5, 2.0}));
+    QCOMPARE(graph_keys(plot.valGraph()), (QVector<double>{0}));
+    plot.clear();
+    QCOMPARE(plot.trainGraph()->dataCount(), 0);
+    plot.appendBatch({{1, 1.0}}, {});
+    QCOMPARE(plot.trainGraph()->dataCount(), 1);
+}
+
+void TestMonitor::lossScalePlotMarksBackoffsGrowthsAndSkips()
+{
+    MonitorPage page;
+    page.reset(1, kLayers);
+    TelemetryBatch batch;
+    for (int64_t step = 1; step <= 30; ++step) {
+        const double scale = step <= 10 ? 65536.0 : step <= 20 ? 32768.0 : 65536.0;
+        batch.steps.push_back(step_at(step, 3.0, scale, step == 10 || step == 15));
+    }
+    batch.events.push_back(
+        {10, "loss_scale_backoff", "scale 65536 -> 32768; non-finite gradients in blocks.1.mlp.fc1, lm_head"});
+    batch.events.push_back({10, "step_skipped", "non-finite gradients in blocks.1.mlp.fc1, lm_head"});
+    batch.events.push_back({15, "step_skipped", "non-finite gradients in lm_head"});
+    batch.events.push_back({20, "loss_scale_growth", "scale 32768 -> 65536"});
+    page.ingest(batch);
+    page.renderNow();
+
+    const LossScalePlot* plot = page.lossScalePlot();
+    QCOMPARE(plot->scaleGraph()->dataCount(), 30);
+    QCOMPARE(plot->yAxis->scaleType(), QCPAxis::stLogarithmic);
+    QCOMPARE(plot->backoffs().size(), size_t(1));
+    QCOMPARE(plot->backoffs()[0].step, int64_t(10));
+    QCOMPARE(plot->backoffs()[0].layers, QStringLiteral("blocks.1.mlp.fc1, lm_head"));
+    QVERIFY(plot->backoffs()[0].label.contains(QStringLiteral("blocks.1.mlp.fc1")));
+    QCOMPARE(graph_keys(plot->backoffGraph()), (QVector<double>{10}));
+    QCOMPARE(graph_values(plot->backoffGraph()), (QVector<double>{65536}));
+    QCOMPARE(plot->growths().size(), size_t(1));
+    QCOMPARE(graph_keys(plot->growthGraph()), (QVector<double>{20}));
+    QCOMPARE(graph_keys(plot->skippedGraph()), (QVector<double>{10, 15}));
+    QVERIFY(!plot->scalingOff());
+    QVERIFY(plot->noticeText().isEmpty());
+    QVERIFY(plot->yAxis->range().contains(32768) && plot->yAxis->range().contains(65536));
+    QCOMPARE(LossScalePlot::blamedLayers(QStringLiteral("non-finite gradients in lm_head")), QStringLiteral("lm_head"));
+    QCOMPARE(LossScalePlot::blamedLayers(QStringLiteral("scale 4 -> 8")), QString());
+
+    // The y axis ticks are powers of two.
+    QVector<double> ticks;
+    QVector<QString> labels;
+    plot->yAxis->ticker()->generate(plot->yAxis->range(), QLocale::c(), QLatin1Char('g'), 6, ticks, nullptr, &labels);
+    QVERIFY(!ticks.isEmpty());
+    for (double t : ticks) QCOMPARE(std::exp2(std::round(std::log2(t))), t);
+    QVERIFY(labels.contains(QStringLiteral("2\u00b9\u2075")) || labels.contains(QStringLiteral("2\u00b9\u2076")));
+}
+
+void TestMonitor::lossScalePlotSaysWhenScalingIsOff()
+{
+    MonitorPage page;
+    page.reset(1, kLayers);
+    TelemetryBatch batch;
+    for (int64_t step = 1; step <= 5; ++step) batch.steps.push_back(step_at(step, 3.0));
+    page.ingest(batch);
+    page.renderNow();
+    const LossScalePlot* plot = page.lossScalePlot();
+    QVERIFY(plot->scalingOff());
+    QCOMPARE(plot->noticeText(), QStringLiteral("loss scaling off"));
+    QCOMPARE(graph_values(plot->scaleGraph()), (QVector<double>{1, 1, 1, 1, 1}));
+    QVERIFY(plot->yAxis->range().contains(1.0));
+}
+
+void TestMonitor::memoryPlotShowsOnlyMeasuredLines()
+{
+    MonitorPage page;
+    page.reset(1, kLayers);
+    for (const TelemetryBatch& b : thirty_steps()) page.ingest(b);
+    page.renderNow();
+    const MemoryPlot* plot = page.memoryPlot();
+    QVERIFY(plot->residentGraph()->visible());
+    QCOMPARE(graph_keys(plot->residentGraph()), (QVector<double>{1, 10, 20, 30}));
+    QCOMPARE(graph_values(plot->residentGraph()), (QVector<double>{513, 522, 532, 542}));
+    QVERIFY(!plot->cudaAllocatedGraph()->visible());
+    QVERIFY(!plot->cudaReservedGraph()->visible());
+    QVERIFY(!plot->nvmlGraph()->visible());
+    QCOMPARE(plot->legend->itemCount(), 1);
+
+    TelemetryBatch cuda;
+    cuda.steps.push_back(step_at(31, 3.0));
+    cuda.layer_frames.push_back(frame_at(31, true));
+    page.ingest(cuda);
+    page.renderNow();
+    QVERIFY(plot->cudaAllocatedGraph()->visible());
+    QCOMPARE(graph_values(plot->cudaAllocatedGraph()), (QVector<double>{2048}));
+    QCOMPARE(graph_values(plot->cudaReservedGraph()), (QVector<double>{3072}));
+    QVERIFY(!plot->nvmlGraph()->visible());
+    QCOMPARE(plot->legend->itemCount(), 3);
+}
+
+void TestMonitor::precisionChangeMarksLossPlot()
+{
+    MonitorPage page;
+    page.reset(100, kLayers);
+    for (const TelemetryBatch& b : thirty_steps()) page.ingest(b);
+    page.renderNow();
+    const auto& markers = page.lossPlot()->eventMarkers();
+    QCOMPARE(markers.size(), size_t(1)); // the alert and the checkpoint are not markers
+    QCOMPARE(markers[0].step, int64_t(12));
+    QCOMPARE(markers[0].x, 12.0);
+    QCOMPARE(markers[0].kind, QStringLiteral("precision_changed"));
+    QCOMPARE(markers[0].label, QStringLiteral("blocks.*.mlp.* \u2192 e4m3/e5m2/e5m2"));
+    QCOMPARE(page.lossScalePlot()->eventMarkers().size(), size_t(1));
+
+    page.setXAxisMode(XAxisMode::Tokens);
+    page.renderNow();
+    QCOMPARE(page.lossPlot()->eventMarkers()[0].x, 1200.0);
+
+    TelemetryBatch action;
+    action.events.push_back({31, "watch_action", "lowered learning rate by 0.5"});
+    page.ingest(action);
+    page.renderNow();
+    QCOMPARE(page.lossPlot()->eventMarkers().size(), size_t(2));
+    QCOMPARE(page.lossPlot()->eventMarkers()[1].kind, QStringLiteral("watch_action"));
+}
+
+void TestMonitor::eventActivationMovesCursorAndSelectsLayer()
+{
+    MonitorPage page;
+    page.reset(1, kLayers);
+    for (const TelemetryBatch& b : thirty_steps()) page.ingest(b);
+    page.renderNow();
+    QSignalSpy activated(&page, &MonitorPage::eventActivated);
+    QSignalSpy selected(&page, &MonitorPage::layerSelected);
+
+    const int row = row_of_kind(*page.eventModel(), "alert_nonfinite");
+    QVERIFY(row >= 0);
+    // The view shows the model itself; alerts stand out in it.
+    QCOMPARE(page.eventView()->model(), static_cast<QAbstractItemModel*>(page.eventModel()));
+    QCOMPARE(MonitorPage::eventKindColor("alert_nonfinite"), QColor(190, 30, 30));
+    QVERIFY(!MonitorPage::eventKindColor("checkpoint").isValid());
+    emit page.eventView()->activated(page.eventView()->model()->index(row, EventLogModel::MessageColumn));
+    page.renderNow();
+
+    QCOMPARE(activated.count(), 1);
+    QCOMPARE(activated.at(0).at(0).toLongLong(), qint64(17));
+    QCOMPARE(activated.at(0).at(1).toString(), QStringLiteral("blocks.1.mlp.fc1"));
+    QCOMPARE(selected.count(), 1);
+    QCOMPARE(selected.at(0).at(0).toString(), QStringLiteral("blocks.1.mlp.fc1"));
+    QCOMPARE(page.cursorStep(), int64_t(17));
+    QCOMPARE(page.lossPlot()->cursorStep(), int64_t(17));
+    QCOMPARE(page.lossScalePlot()->cursorStep(), int64_t(17));
+    QCOMPARE(page.memoryPlot()->cursorStep(), int64_t(17));
+    QVERIFY(page.lossPlot()->cursorLine()->visible());
+    QCOMPARE(page.lossPlot()->cursorLine()->start->coords().x(), 17.0);
+    QCOMPARE(page.selectedLayer(), QStringLiteral("blocks.1.mlp.fc1"));
+    QCOMPARE(page.heatmap()->selectedLayer(), QStringLiteral("blocks.1.mlp.fc1"));
+    QCOMPARE(page.histogramLayerCombo()->currentText(), QStringLiteral("blocks.1.mlp.fc1"));
+    // Frames at 1, 10, 20, 30: step 17 is nearest to 20.
+    QCOMPARE(page.histogramPlot()->shownStep(), int64_t(20));
+    QCOMPARE(page.histogramStepSlider()->value(), 2);
+
+    // An event that names no layer moves the cursor and keeps the selection.
+    const int started = row_of_kind(*page.eventModel(), "checkpoint");
+    emit page.eventView()->clicked(page.eventView()->model()->index(started, EventLogModel::StepColumn));
+    QCOMPARE(activated.count(), 2);
+    QCOMPARE(activated.at(1).at(1).toString(), QString());
+    QCOMPARE(page.cursorStep(), int64_t(25));
+    QCOMPARE(page.selectedLayer(), QStringLiteral("blocks.1.mlp.fc1"));
+    QCOMPARE(selected.count(), 1);
+
+    // Moving the histogram's frame slider moves the cursor everywhere.
+    page.histogramStepSlider()->setValue(1);
+    QCOMPARE(page.cursorStep(), int64_t(10));
+    QCOMPARE(page.lossScalePlot()->cursorStep(), int64_t(10));
+
+    page.setCursorStep(-1);
+    page.renderNow();
+    QVERIFY(!page.lossPlot()->cursorLine()->visible());
+    QCOMPARE(page.histogramPlot()->shownStep(), int64_t(30)); // the newest frame again
+}
+
+void TestMonitor::heatmapClickActivatesToo()
+{
+    MonitorPage page;
+    page.reset(1, kLayers);
+    for (const TelemetryBatch& b : thirty_steps()) page.ingest(b);
+    page.renderNow();
+    QSignalSpy activated(&page, &MonitorPage::eventActivated);
+    QSignalSpy selected(&page, &MonitorPage::layerSelected);
+    emit page.heatmap()->cellClicked(20, QStringLiteral("blocks.0.attn.qkv"));
+    QCOMPARE(activated.count(), 1);
+    QCOMPARE(activated.at(0).at(0).toLongLong(), qint64(20));
+    QCOMPARE(page.cursorStep(), int64_t(20));
+    QCOMPARE(page.selectedLayer(), QStringLiteral("blocks.0.attn.qkv"));
+    QCOMPARE(selected.count(), 1);
+    QCOMPARE(page.histogramLayerCombo()->currentText(), QStringLiteral("blocks.0.attn.qkv"));
+
+    // Picking a layer in the histogram's combo selects it too.
+    page.histogramLayerCombo()->setCurrentIndex(page.histogramLayerCombo()->findText(QStringLiteral("lm_head")));
+    QCOMPARE(page.selectedLayer(), QStringLiteral("lm_head"));
+    QCOMPARE(page.heatmap()->selectedLayer(), QStringLiteral("lm_head"));
+    QCOMPARE(selected.count(), 2);
+    // The attention rows have no tensors to histogram.
+    QCOMPARE(page.histogramLayerCombo()->findText(QStringLiteral("blocks.0.attn.sdpa")), -1);
+}
+
+void TestMonitor::frameSchedulerCapsRate()
+{
+    MonitorPage page;
+    page.resize(1200, 800);
+    page.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&page));
+    page.setMaxFrameRateHz(25.0);
+    QCOMPARE(page.frameBudget(), 0.03);
+    page.reset(1, kLayers);
+    QTest::qWait(100); // let the reset's frame pass
+    const int before = page.framesRendered();
+
+    QElapsedTimer clock;
+    clock.start();
+    int64_t step = 0;
+    for (int b = 0; b < 100; ++b) {
+        TelemetryBatch batch;
+        for (int i = 0; i < 10; ++i) {
+            ++step;
+            batch.steps.push_back(step_at(step, loss_of(step)));
+        }
+        page.ingest(batch);
+    }
+    const qint64 elapsed = clock.elapsed();
+    const int inLoop = page.framesRendered() - before;
+    // One frame may start at once, then at most one per 40 ms.
+    QVERIFY2(inLoop <= 1 + int(elapsed / 40),
+             qPrintable(QStringLiteral("%1 frames in %2 ms").arg(inLoop).arg(elapsed)));
+    QVERIFY(page.frameStats().count() >= size_t(page.framesRendered() > 0 ? 1 : 0));
+
+    // What arrived after the last frame is drawn by the single shot.
+    QTRY_COMPARE_WITH_TIMEOUT(page.lossPlot()->trainGraph()->dataCount(), 1000, 10000);
+    QVERIFY(page.framesRendered() > before);
+    QCOMPARE(graph_keys(page.lossPlot()->trainGraph()).back(), 1000.0);
+    QCOMPARE(page.frameStats().total(), uint64_t(page.framesRendered()));
+}
+
+void TestMonitor::realisticRunRenders()
+{
+    MonitorPage page;
+    page.resize(1600, 1000);
+    page.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&page));
+    feed_realistic_run(page, 500);
+    page.setSmoothing(0.6);
+    page.selectLayer(QStringLiteral("blocks.1.mlp.fc1"));
+    page.renderNow();
+    QCOMPARE(page.lossPlot()->trainGraph()->dataCount(), 500);
+    QCOMPARE(page.lossScalePlot()->backoffs().size(), size_t(4));
+    QCOMPARE(page.lossScalePlot()->backoffs()[2].layers, QStringLiteral("blocks.1.mlp.fc1, lm_head"));
+    QVERIFY(page.memoryPlot()->nvmlGraph()->visible());
+    QCOMPARE(page.histogramPlot()->shownStep(), int64_t(500));
+
+    const QString dir = qEnvironmentVariable("MANTISSA_SCREENSHOT_DIR");
+    if (!dir.isEmpty()) {
+        const int row = row_of_kind(*page.eventModel(), "alert_fp8_underflow");
+        page.eventView()->selectRow(row);
+        emit page.eventView()->activated(page.eventView()->model()->index(row, 0));
+        page.renderNow();
+        QVERIFY(page.grab().save(QDir(dir).filePath(QStringLiteral("monitor_page.png"))));
+        page.setXAxisMode(XAxisMode::Tokens);
+        page.setLogScale(true);
+        page.renderNow();
+        QVERIFY(page.grab().save(QDir(dir).filePath(QStringLiteral("monitor_page_tokens_log.png"))));
+    }
+}
+
+QTEST_MAIN(TestMonitor)
+#include "test_monitor.moc"

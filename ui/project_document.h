@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// The project being edited. It keeps the resolved JSON (defaults filled in, as
+// to_json_text writes it) next to the validated ProjectConfig, and every edit goes through
+// the engine's own loader, so the editor can never hold a project the trainer would refuse.
+
+#include <QJsonObject>
+#include <QObject>
+#include <QString>
+#include <QStringList>
+
+#include <optional>
+
+#include "project_config.h"
+
+namespace mantissa {
+
+class ProjectDocument : public QObject {
+    Q_OBJECT
+
+public:
+    // The three GEMMs of a layer (see precision_policy.h).
+    enum class Gemm { Forward, Dgrad, Wgrad };
+    static constexpr int kMaxRecentProjects = 8;
+
+    explicit ProjectDocument(QObject* parent = nullptr);
+
+    // Loads with load_project_file; on failure returns false with the message and changes nothing.
+    bool open(const QString& path, QString* error);
+    // Writes the resolved project to path(); false when there is none yet or the write fails.
+    bool save(QString* error);
+    // Atomic (temporary file + rename). Relative data.path / data.dir are rewritten so they
+    // still name the same files from the new folder.
+    bool saveAs(const QString& path, QString* error);
+    // A project made elsewhere (a run's stored config, a new project); not dirty. An empty
+    // config.base_dir is taken from `path`'s folder.
+    void setConfig(const ProjectConfig& config, const QString& path = {});
+
+    bool hasProject() const { return hasProject_; }
+    const ProjectConfig& config() const { return config_; }
+    QString path() const { return path_; }
+    bool isDirty() const { return dirty_; }
+    // The resolved project as JSON (what to_json_text(config()) says).
+    const QJsonObject& json() const { return json_; }
+    // One dotted key's value; Undefined when there is no such key.
+    QJsonValue value(const QString& dottedKey) const;
+
+    // One edit, validated by the engine. Refused edits change nothing, return the engine's
+    // message (it names the key) and emit validationFailed; accepted ones emit changed().
+    bool setValue(const QString& dottedKey, const QJsonValue& value, QString* error);
+
+    // Precision edits. A one-layer edit updates that layer's exact-match entry in
+    // precision.layers, or appends one where a later entry would otherwise shadow it.
+    bool setLayerFormat(const QString& layer, Gemm which, NumberFormat format, QString* error);
+    bool setLayerScaling(const QString& layer, Fp8Scaling scaling, QString* error);
+    // Appends one precision.layers entry for `glob`; unset values keep what layers have.
+    bool fillByPattern(const QString& glob, std::optional<NumberFormat> forward, std::optional<NumberFormat> dgrad,
+                       std::optional<NumberFormat> wgrad, std::optional<Fp8Scaling> scaling, QString* error);
+    // Replaces precision.preset and drops every precision.layers entry.
+    bool setPreset(const QString& preset, QString* error);
+
+    // The vocabulary the data gives the model. Computing it loads the data, so it is cached
+    // and recomputed only when the data (or what the loader checks against) changes. When
+    // the data cannot be loaded, vocabError() says why and the size falls back to
+    // data.vocab_size (0 unless the data is token files).
+    qint64 vocabSize() const;
+    QString vocabError() const;
+
+    // Most recent first, files that no longer exist left out.
+    QStringList recentProjects() const;
+    void clearRecentProjects();
+
+signals:
+    void changed();
+    void validationFailed(const QString& key, const QString& message);
+    void dirtyChanged(bool dirty);
+    void pathChanged(const QString& path);
+
+private:
+    bool apply(const QJsonObject& json, const QString& key, QString* error);
+    bool applyLayerEntry(const QString& pattern, const QJsonObject& fields, QString* error);
+    bool fail(const QString& key, const QString& message, QString* error);
+    bool writeFile(const QString& path, const ProjectConfig& config, QString* error) const;
+    void setDirty(bool dirty);
+    void addRecent(const QString& path);
+    void refreshVocab() const;
+
+    ProjectConfig config_;
+    QJsonObject json_;
+    QString path_;
+    bool hasProject_ = false;
+    bool dirty_ = false;
+
+    mutable QByteArray vocabKey_;
+    mutable qint64 vocabSize_ = 0;
+    mutable QString vocabError_;
+};
+
+} // namespace mantissa
