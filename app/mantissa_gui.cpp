@@ -3,7 +3,8 @@
 //   mantissa [PROJECT] [--db PATH] [--set key=value ...]
 //   mantissa PROJECT --screenshot out.png [--steps N]   (renders the window after N steps, then quits;
 //                                                        used for the docs, works with QT_QPA_PLATFORM=offscreen)
-//   mantissa PROJECT --screenshot-dir DIR [--steps N]   (the same, one PNG per page: project.png, monitor.png)
+//   mantissa PROJECT --screenshot-dir DIR [--steps N]   (the same, one PNG per page: project.png, monitor.png,
+//                                                        runs.png, compare.png with the latest runs of the store)
 // Exit codes: 0 ok, 1 the run or the screenshot failed, 2 bad project or arguments.
 
 #include <QApplication>
@@ -16,8 +17,11 @@
 #include <cstdio>
 #include <vector>
 
+#include "compare_page.h"
 #include "main_window.h"
 #include "monitor_page.h"
+#include "run_list_model.h"
+#include "runs_page.h"
 #include "training_controller.h"
 
 using namespace mantissa;
@@ -131,8 +135,18 @@ int main(int argc, char* argv[])
         if (!shotDir.isEmpty()) {
             QDir().mkpath(shotDir);
             const MainWindow::Page shown = window.currentPage();
+            // The Compare page gets the latest runs (up to 4), the one just trained among them.
+            window.runsPage()->refresh();
+            std::vector<int64_t> latest;
+            const auto& runs = window.runsPage()->model()->runs();
+            for (auto it = runs.rbegin(); it != runs.rend() && latest.size() < 4; ++it)
+                if (it->id != controller->runId() || it->status != "running") latest.insert(latest.begin(), it->id);
+            window.runsPage()->selectRuns(latest);
+            window.comparePage()->setRuns(latest);
             for (const auto& [page, name] : {std::pair{MainWindow::Page::Project, "project.png"},
-                                             std::pair{MainWindow::Page::Monitor, "monitor.png"}}) {
+                                             std::pair{MainWindow::Page::Monitor, "monitor.png"},
+                                             std::pair{MainWindow::Page::Runs, "runs.png"},
+                                             std::pair{MainWindow::Page::Compare, "compare.png"}}) {
                 window.showPage(page);
                 QApplication::processEvents();
                 shotSaved = save(QDir(shotDir).filePath(QString::fromLatin1(name))) && shotSaved;

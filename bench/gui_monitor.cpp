@@ -23,11 +23,18 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
 #include "frame_stats.h"
+#include "exponent_histogram_plot.h"
+#include "layer_heatmap_plot.h"
+#include "loss_plot.h"
+#include "loss_scale_plot.h"
 #include "main_window.h"
+#include "memory_plot.h"
 #include "monitor_page.h"
 #include "project_config.h"
 #include "run_store.h"
@@ -68,11 +75,7 @@ public:
     {
         next_.on_step(m);
         if (m.step == kWarmupSteps) start_ = std::chrono::steady_clock::now();
-        const auto now = std::chrono::steady_clock::now();
-        if (std::getenv("GUI_MONITOR_DEBUG"))
-            std::fprintf(stderr, "step %lld +%.1f ms (step_time %.1f)\n", static_cast<long long>(m.step),
-                         std::chrono::duration<double, std::milli>(now - last_).count(), m.step_time_ms);
-        last_ = now;
+        last_ = std::chrono::steady_clock::now();
         last_step_ = m.step;
     }
     void on_eval(const EvalMetrics& m) override { next_.on_eval(m); }
@@ -107,7 +110,16 @@ struct MonitorResult {
     double frame_p50_ms = 0.0, frame_p99_ms = 0.0;
     int frames = 0;
     double lag_p50_ms = 0.0, lag_p99_ms = 0.0, lag_max_ms = 0.0;
+    double gui_cpu_percent = 0.0; // the GUI thread's CPU time over the run's wall time
 };
+
+// CPU time of the calling thread: the GUI thread's whole bill (ingest, frames, event loop).
+double thread_cpu_seconds()
+{
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
+}
 
 double percentile(std::vector<double> v, double p)
 {
@@ -162,10 +174,21 @@ MonitorResult run_monitor(const ProjectConfig& config, const QString& db)
     }
     probeClock.start();
     probe.start();
+    const double cpuBefore = thread_cpu_seconds();
+    QElapsedTimer wall;
+    wall.start();
     loop.exec();
+    const double guiCpu = (thread_cpu_seconds() - cpuBefore) / (static_cast<double>(wall.nsecsElapsed()) / 1e9);
     probe.stop();
 
+    // Where a frame's time goes: each plot's own average replot time (QCustomPlot measures it).
+    MonitorPage* page = window.monitorPage();
+    std::fprintf(stderr, "replot ms (average): loss %.2f, loss scale %.2f, memory %.2f, heatmap %.2f, histogram %.2f\n",
+                 page->lossPlot()->replotTime(true), page->lossScalePlot()->replotTime(true),
+                 page->memoryPlot()->replotTime(true), page->heatmap()->replotTime(true),
+                 page->histogramPlot()->replotTime(true));
     MonitorResult r;
+    r.gui_cpu_percent = 100.0 * guiCpu;
     r.steps_per_s = endS > startS ? static_cast<double>(endStep - startStep) / (endS - startS) : 0.0;
     const FrameStats& frames = window.monitorPage()->frameStats();
     r.frames = window.monitorPage()->framesRendered();
@@ -177,47 +200,84 @@ MonitorResult run_monitor(const ProjectConfig& config, const QString& db)
     return r;
 }
 
+// One measurement in this process; prints "RESULT <fields>" for the parent.
+int measure(const std::string& mode, const ProjectConfig& config)
+{
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("bench.db"));
+    if (mode == "headless") {
+        std::printf("RESULT %.4f 0 0 0 0 0 0 0\n", run_headless(config, db.toStdString()));
+        return 0;
+    }
+    const MonitorResult m = run_monitor(config, db);
+    std::printf("RESULT %.4f %d %.3f %.3f %.3f %.3f %.3f %.3f\n", m.steps_per_s, m.frames, m.frame_p50_ms,
+                m.frame_p99_ms, m.lag_p50_ms, m.lag_p99_ms, m.lag_max_ms, m.gui_cpu_percent);
+    return 0;
+}
+
+MonitorResult spawn(const char* self, const std::string& mode, int64_t steps, int64_t threads)
+{
+    const std::string command = std::string(self) + " --mode " + mode + " --steps " + std::to_string(steps) +
+                                " --threads " + std::to_string(threads);
+    FILE* pipe = popen(command.c_str(), "r");
+    MonitorResult r;
+    if (!pipe) return r;
+    char line[512];
+    while (std::fgets(line, sizeof line, pipe)) {
+        if (std::strncmp(line, "RESULT ", 7) != 0) continue;
+        std::sscanf(line + 7, "%lf %d %lf %lf %lf %lf %lf %lf", &r.steps_per_s, &r.frames, &r.frame_p50_ms,
+                    &r.frame_p99_ms, &r.lag_p50_ms, &r.lag_p99_ms, &r.lag_max_ms, &r.gui_cpu_percent);
+    }
+    pclose(pipe);
+    return r;
+}
+
 } // namespace
 
 int main(int argc, char* argv[])
 {
     QApplication app(argc, argv);
     int64_t steps = 200, rounds = 3, threads = 0;
+    std::string mode;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string key = argv[i];
+        if (key == "--mode") {
+            mode = argv[i + 1];
+            continue;
+        }
         const int64_t value = std::atoll(argv[i + 1]);
         if (key == "--steps") steps = value;
         else if (key == "--rounds") rounds = value;
         else if (key == "--threads") threads = value;
     }
     const ProjectConfig config = bench_project(steps, threads);
-    QTemporaryDir dir;
+    if (!mode.empty()) return measure(mode, config);
+
+    // Each measurement in a fresh process: LibTorch's thread pools belong to the thread that
+    // first trains, so training on the main thread and then on a worker in one process
+    // would measure that, not the monitor.
     std::printf("48 blocks (241 GEMM layers), n_embd 32, batch 8 x 32 tokens, telemetry every step, %lld steps, "
-                "%lld rounds\n",
+                "%lld rounds, one process per measurement\n",
                 static_cast<long long>(steps), static_cast<long long>(rounds));
-    std::printf("%-6s %14s %14s %8s %8s %9s %9s %8s %9s %9s\n", "round", "headless st/s", "monitor st/s", "ratio",
-                "frames", "frame p50", "frame p99", "lag p50", "lag p99", "lag max");
+    std::printf("%-6s %14s %14s %8s %8s %9s %9s %8s %9s %9s %8s\n", "round", "headless st/s", "monitor st/s", "ratio",
+                "frames", "frame p50", "frame p99", "lag p50", "lag p99", "lag max", "GUI CPU");
     std::vector<double> ratios;
-    std::vector<double> p50s, p99s;
     for (int64_t r = 0; r < rounds; ++r) {
-        const std::string db = dir.filePath(QStringLiteral("bench-%1.db").arg(r)).toStdString();
-        double headless = 0.0;
-        MonitorResult monitor;
+        MonitorResult headless, monitor;
         // Alternate which goes first so drift (thermal, page cache) does not favour one side.
         if (r % 2 == 0) {
-            headless = run_headless(config, db);
-            monitor = run_monitor(config, QString::fromStdString(db));
+            headless = spawn(argv[0], "headless", steps, threads);
+            monitor = spawn(argv[0], "monitor", steps, threads);
         } else {
-            monitor = run_monitor(config, QString::fromStdString(db));
-            headless = run_headless(config, db);
+            monitor = spawn(argv[0], "monitor", steps, threads);
+            headless = spawn(argv[0], "headless", steps, threads);
         }
-        const double ratio = headless > 0 ? monitor.steps_per_s / headless : 0.0;
+        const double ratio = headless.steps_per_s > 0 ? monitor.steps_per_s / headless.steps_per_s : 0.0;
         ratios.push_back(ratio);
-        p50s.push_back(monitor.frame_p50_ms);
-        p99s.push_back(monitor.frame_p99_ms);
-        std::printf("%-6lld %14.3f %14.3f %8.3f %8d %9.2f %9.2f %8.2f %9.2f %9.2f\n", static_cast<long long>(r + 1),
-                    headless, monitor.steps_per_s, ratio, monitor.frames, monitor.frame_p50_ms, monitor.frame_p99_ms,
-                    monitor.lag_p50_ms, monitor.lag_p99_ms, monitor.lag_max_ms);
+        std::printf("%-6lld %14.3f %14.3f %8.3f %8d %9.2f %9.2f %8.2f %9.2f %9.2f %7.1f%%\n",
+                    static_cast<long long>(r + 1), headless.steps_per_s, monitor.steps_per_s, ratio, monitor.frames,
+                    monitor.frame_p50_ms, monitor.frame_p99_ms, monitor.lag_p50_ms, monitor.lag_p99_ms,
+                    monitor.lag_max_ms, monitor.gui_cpu_percent);
         std::fflush(stdout);
     }
     std::sort(ratios.begin(), ratios.end());

@@ -71,8 +71,10 @@ SweepSpec parse_vary(const std::string& text)
     return spec;
 }
 
-std::vector<SweepRunPlan> plan_sweep(const std::string& project_path, const SweepSpec& spec,
-                                     const std::vector<Override>& common_overrides)
+namespace {
+
+template <typename Load>
+std::vector<SweepRunPlan> plan_each(const SweepSpec& spec, const std::vector<Override>& common_overrides, Load load)
 {
     if (spec.values.empty()) throw ConfigError("--vary " + spec.key + ": no values");
     std::vector<SweepRunPlan> plans;
@@ -82,7 +84,7 @@ std::vector<SweepRunPlan> plan_sweep(const std::string& project_path, const Swee
         plan.overrides = common_overrides;
         plan.overrides.emplace_back(spec.key, value);
         try {
-            plan.config = load_project_file(project_path, plan.overrides);
+            plan.config = load(plan.overrides);
         } catch (const ConfigError& e) {
             throw ConfigError("--vary " + spec.key + "=" + value + " is rejected: " + e.what());
         }
@@ -90,6 +92,23 @@ std::vector<SweepRunPlan> plan_sweep(const std::string& project_path, const Swee
         plans.push_back(std::move(plan));
     }
     return plans;
+}
+
+} // namespace
+
+std::vector<SweepRunPlan> plan_sweep(const std::string& project_path, const SweepSpec& spec,
+                                     const std::vector<Override>& common_overrides)
+{
+    return plan_each(spec, common_overrides,
+                     [&](const std::vector<Override>& o) { return load_project_file(project_path, o); });
+}
+
+std::vector<SweepRunPlan> plan_sweep(const ProjectConfig& base, const SweepSpec& spec,
+                                     const std::vector<Override>& common_overrides)
+{
+    const std::string text = to_json_text(base);
+    return plan_each(spec, common_overrides,
+                     [&](const std::vector<Override>& o) { return load_project_json(text, base.base_dir, o); });
 }
 
 SweepSummary summarize_sweep(const std::vector<std::pair<std::string, RunSummaryRow>>& runs)

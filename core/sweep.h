@@ -34,6 +34,10 @@ struct SweepRunPlan {
 // key and value when the project rejects one.
 std::vector<SweepRunPlan> plan_sweep(const std::string& project_path, const SweepSpec& spec,
                                      const std::vector<Override>& common_overrides = {});
+// The same for a project held in memory (the GUI's document, possibly unsaved): each value is
+// applied to to_json_text(base), relative data paths resolving against base.base_dir.
+std::vector<SweepRunPlan> plan_sweep(const ProjectConfig& base, const SweepSpec& spec,
+                                     const std::vector<Override>& common_overrides = {});
 
 struct SweepRow {
     std::string value;

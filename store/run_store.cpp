@@ -475,6 +475,24 @@ std::vector<ScalarRow> RunStore::scalars(int64_t run_id)
     return rows;
 }
 
+std::vector<std::string> RunStore::scalar_tags(int64_t run_id)
+{
+    flush();
+    std::lock_guard lock(db_mutex_);
+    // A skip scan over the (run_id, tag, step) key: DISTINCT would read every row of the run.
+    Statement s(db_, "SELECT tag FROM scalars WHERE run_id=? AND tag>? ORDER BY tag LIMIT 1");
+    std::vector<std::string> tags;
+    std::string last;
+    for (;;) {
+        s.reset();
+        s.bind(1, run_id).bind(2, last);
+        if (!s.step()) break;
+        last = s.text(0);
+        tags.push_back(last);
+    }
+    return tags;
+}
+
 std::vector<EventRow> RunStore::events(int64_t run_id)
 {
     flush();

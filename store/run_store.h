@@ -96,6 +96,8 @@ public:
     // One metric of one run, ascending step: what a plot of that run draws. NaN values were
     // stored as NULL by SQLite and come back as NaN.
     Series series(int64_t run_id, const std::string& tag);
+    // The scalar tags one run has, sorted: one index seek per tag, however many rows.
+    std::vector<std::string> scalar_tags(int64_t run_id);
 
     // Everything the Runs page shows, one row per run in id order, in three queries however
     // many runs there are (see docs/BENCHMARKS.md for the cost).

@@ -580,7 +580,7 @@ void TestMonitor::frameSchedulerCapsRate()
     page.show();
     QVERIFY(QTest::qWaitForWindowExposed(&page));
     page.setMaxFrameRateHz(25.0);
-    QCOMPARE(page.frameBudget(), 0.03);
+    QCOMPARE(page.frameBudget(), MonitorPage::kDefaultFrameBudget);
     page.reset(1, kLayers);
     QTest::qWait(100); // let the reset's frame pass
     const int before = page.framesRendered();

@@ -219,6 +219,9 @@ LayerHeatmapPlot::LayerHeatmapPlot(QWidget* parent) : QCustomPlot(parent)
     setMinimumSize(320, 220);
     // The map always shows the whole run; clicks select cells, so no drag/zoom to fight them.
     setInteractions(QCP::Interactions());
+    // Axis-aligned rectangles gain nothing from antialiasing, and it is most of a live frame's
+    // cost on a CPU that the training shares; text stays antialiased.
+    setNotAntialiasedElements(QCP::AntialiasedElements(QCP::aeAll) & ~QCP::AntialiasedElements(QCP::aeItems));
 
     map_ = new QCPColorMap(xAxis, yAxis);
     map_->setInterpolate(false);

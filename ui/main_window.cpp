@@ -14,18 +14,33 @@
 #include <QToolBar>
 #include <QVBoxLayout>
 
+#include "compare_page.h"
+#include "exponent_histogram_plot.h"
+#include "layer_heatmap_plot.h"
+#include "loss_plot.h"
+#include "loss_scale_plot.h"
+#include "memory_plot.h"
 #include "monitor_page.h"
+#include "plot_export.h"
 #include "precision_policy.h"
 #include "project_document.h"
 #include "project_page.h"
+#include "run_format.h"
 #include "run_status_widget.h"
+#include "runs_page.h"
+#include "store_connection.h"
+#include "sweep_dialog.h"
+#include "sweep_runner.h"
 #include "training_controller.h"
 
 namespace mantissa {
 
 MainWindow::MainWindow(const QString& storePath, QWidget* parent)
-    : QMainWindow(parent), controller_(new TrainingController(storePath, this)), document_(new ProjectDocument(this))
+    : QMainWindow(parent), controller_(new TrainingController(storePath, this)), document_(new ProjectDocument(this)),
+      store_(new StoreConnection(controller_->storePath(), this))
 {
+    sweepRunner_ = new SweepRunner(
+        controller_, store_, [this](const ProjectConfig& config) { return startRun(config); }, this);
     setWindowTitle(tr("Mantissa"));
     createActions();
     buildMenus();
@@ -49,8 +64,17 @@ MainWindow::MainWindow(const QString& storePath, QWidget* parent)
     pages_->setDocumentMode(true);
     projectPage_ = new ProjectPage(document_, pages_);
     monitorPage_ = new MonitorPage(pages_);
+    runsPage_ = new RunsPage(store_, pages_);
+    comparePage_ = new ComparePage(store_, pages_);
     pages_->addTab(projectPage_, tr("Project"));
     pages_->addTab(monitorPage_, tr("Monitor"));
+    pages_->addTab(runsPage_, tr("Runs"));
+    pages_->addTab(comparePage_, tr("Compare"));
+    install_plot_export_menu(monitorPage_->lossPlot(), QStringLiteral("loss"));
+    install_plot_export_menu(monitorPage_->lossScalePlot(), QStringLiteral("loss-scale"));
+    install_plot_export_menu(monitorPage_->memoryPlot(), QStringLiteral("memory"));
+    install_plot_export_menu(monitorPage_->heatmap(), QStringLiteral("layer-heatmap"));
+    install_plot_export_menu(monitorPage_->histogramPlot(), QStringLiteral("exponent-histogram"));
     layout->addWidget(pages_, 1);
     setCentralWidget(central);
 
@@ -77,6 +101,14 @@ MainWindow::MainWindow(const QString& storePath, QWidget* parent)
     });
     // One selection everywhere: a layer picked on the monitor is shown in the precision table.
     connect(monitorPage_, &MonitorPage::layerSelected, projectPage_, &ProjectPage::selectLayer);
+    connect(runsPage_, &RunsPage::compareRequested, this, &MainWindow::showComparison);
+    connect(runsPage_, &RunsPage::openRunRequested, this, [this](qint64 id) { showComparison({id}); });
+    connect(store_, &StoreConnection::runsChanged, comparePage_, &ComparePage::reload);
+    connect(sweepRunner_, &SweepRunner::runStarting, this, [this](int index, int count, const QString& name) {
+        statusBar()->showMessage(tr("Sweep %1/%2: %3").arg(index + 1).arg(count).arg(name));
+    });
+    connect(sweepRunner_, &SweepRunner::finished, this, &MainWindow::onSweepFinished);
+    runsPage_->refresh();
 
     updateActions();
     updateTitle();
@@ -104,6 +136,10 @@ void MainWindow::createActions()
     checkpointAction_ = make(tr("&Checkpoint Now"), QKeySequence(Qt::CTRL | Qt::Key_K), &MainWindow::checkpointNow);
     projectPageAction_ = make(tr("&Project"), QKeySequence(Qt::CTRL | Qt::Key_1), [this] { showPage(Page::Project); });
     monitorPageAction_ = make(tr("&Monitor"), QKeySequence(Qt::CTRL | Qt::Key_2), [this] { showPage(Page::Monitor); });
+    runsPageAction_ = make(tr("&Runs"), QKeySequence(Qt::CTRL | Qt::Key_3), [this] { showPage(Page::Runs); });
+    comparePageAction_ = make(tr("&Compare"), QKeySequence(Qt::CTRL | Qt::Key_4), [this] { showPage(Page::Compare); });
+    sweepAction_ = make(tr("S&weep…"), QKeySequence(), &MainWindow::chooseSweep);
+    sweepAction_->setToolTip(tr("Run the project once per value of one setting, then compare the runs"));
     startAction_->setToolTip(tr("Start a run of this project (F5)"));
     pauseAction_->setToolTip(tr("Pause or resume at the next step boundary (F6)"));
     stopAction_->setToolTip(tr("Stop at the next step boundary and keep a checkpoint (Shift+F5)"));
@@ -126,10 +162,14 @@ void MainWindow::buildMenus()
 
     QMenu* run = menuBar()->addMenu(tr("&Run"));
     for (QAction* a : {startAction_, pauseAction_, stopAction_, checkpointAction_}) run->addAction(a);
+    run->addSeparator();
+    run->addAction(sweepAction_);
 
     QMenu* view = menuBar()->addMenu(tr("&View"));
     view->addAction(projectPageAction_);
     view->addAction(monitorPageAction_);
+    view->addAction(runsPageAction_);
+    view->addAction(comparePageAction_);
 }
 
 void MainWindow::buildToolBar()
@@ -142,6 +182,8 @@ void MainWindow::buildToolBar()
     bar->addAction(saveAction_);
     bar->addSeparator();
     for (QAction* a : {startAction_, pauseAction_, stopAction_, checkpointAction_}) bar->addAction(a);
+    bar->addSeparator();
+    bar->addAction(sweepAction_);
 }
 
 void MainWindow::rebuildRecentMenu()
@@ -207,9 +249,13 @@ bool MainWindow::startTraining()
         showError(tr("Open a project first."));
         return false;
     }
-    if (controller_->isRunning()) return false;
-    const ProjectConfig& config = document_->config();
+    if (controller_->isRunning() || sweepRunner_->isRunning()) return false;
     clearError();
+    return startRun(document_->config());
+}
+
+bool MainWindow::startRun(const ProjectConfig& config)
+{
     if (!controller_->start(config, document_->path())) return false;
     monitorPage_->reset(config.training.batch_size * config.model.context_length * config.training.grad_accum,
                         gemm_layer_names(config.model.n_layer));
@@ -221,8 +267,63 @@ bool MainWindow::startTraining()
     return true;
 }
 
+bool MainWindow::startSweep(const QString& key, const QString& values, const QString& name)
+{
+    if (!document_->hasProject()) {
+        showError(tr("Open a project first."));
+        return false;
+    }
+    if (controller_->isRunning() || sweepRunner_->isRunning()) {
+        showError(tr("Stop the current run before starting a sweep."));
+        return false;
+    }
+    std::vector<SweepRunPlan> plans;
+    QString error;
+    if (!SweepRunner::plan(document_->config(), key, values, &plans, &error) ||
+        !sweepRunner_->start(std::move(plans), name.isEmpty() ? SweepRunner::defaultName() : name, &error)) {
+        showError(error);
+        return false;
+    }
+    updateActions();
+    return true;
+}
+
+void MainWindow::chooseSweep()
+{
+    if (!document_->hasProject()) return;
+    SweepDialog dialog(document_->config(), this);
+    if (dialog.exec() != QDialog::Accepted) return;
+    if (!startSweep(dialog.key(), dialog.values(), dialog.sweepName()))
+        QMessageBox::warning(this, tr("Cannot start the sweep"), lastError_);
+}
+
+void MainWindow::showComparison(const QList<qint64>& runIds)
+{
+    comparePage_->setRuns(std::vector<int64_t>(runIds.begin(), runIds.end()));
+    showPage(Page::Compare);
+}
+
+void MainWindow::onSweepFinished(const QList<qint64>& runIds, bool stopped)
+{
+    runsPage_->refresh();
+    runsPage_->selectRuns(std::vector<int64_t>(runIds.begin(), runIds.end()));
+    const QStringList problems = sweepRunner_->problems();
+    if (!problems.isEmpty()) showError(tr("Sweep %1: %2").arg(sweepRunner_->name(), problems.join(QStringLiteral("; "))));
+    if (!runIds.isEmpty()) {
+        showComparison(runIds);
+        comparePage_->showTab(ComparePage::Tab::Summary);
+    }
+    statusBar()->showMessage(stopped ? tr("Sweep %1 stopped after %2")
+                                           .arg(sweepRunner_->name(), count_text(runIds.size(), tr("run"), tr("runs")))
+                                     : tr("Sweep %1 done: %2, tagged %3")
+                                           .arg(sweepRunner_->name(), count_text(runIds.size(), tr("run"), tr("runs")),
+                                                sweepRunner_->tag()));
+    updateActions();
+}
+
 void MainWindow::stopTraining()
 {
+    sweepRunner_->stop();
     if (!controller_->isRunning()) return;
     controller_->stop();
     statusBar()->showMessage(tr("Stopping at the next step boundary…"));
@@ -277,6 +378,7 @@ void MainWindow::closeEvent(QCloseEvent* event)
         if (answer == QMessageBox::Save) saveProject();
     }
     // Ask now so the worker is already winding down while the window goes away.
+    sweepRunner_->stop();
     controller_->stop();
     QMainWindow::closeEvent(event);
 }
@@ -350,6 +452,7 @@ void MainWindow::onFinished(const QString& status)
     monitorPage_->renderNow(); // the last state, whatever the frame budget skipped
     statusWidget_->finish();
     projectPage_->setRunning(false);
+    runsPage_->refresh(); // the store closed the run before finished() came
     if (status != QLatin1String("failed"))
         statusBar()->showMessage(tr("%1 %2 at step %3").arg(what, status).arg(controller_->lastSummary().steps_done));
     updateActions();
@@ -361,7 +464,9 @@ void MainWindow::updateActions()
     openAction_->setEnabled(!running);
     saveAction_->setEnabled(document_->hasProject());
     saveAsAction_->setEnabled(document_->hasProject());
-    startAction_->setEnabled(!running && document_->hasProject());
+    const bool sweeping = sweepRunner_->isRunning();
+    startAction_->setEnabled(!running && !sweeping && document_->hasProject());
+    sweepAction_->setEnabled(!running && !sweeping && document_->hasProject());
     pauseAction_->setEnabled(running);
     pauseAction_->setText(controller_->isPaused() ? tr("&Resume") : tr("&Pause"));
     stopAction_->setEnabled(running);

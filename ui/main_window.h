@@ -2,8 +2,10 @@
 #pragma once
 // The workbench window. It composes the pages, owns the run actions and routes signals
 // between them; the pages do their own work: ProjectPage edits the project, MonitorPage
-// shows the run, TrainingController runs it, RunStatusWidget reads it out.
+// shows the run, TrainingController runs it, RunStatusWidget reads it out, RunsPage lists
+// the store's runs, ComparePage sets runs side by side, SweepRunner queues a sweep.
 
+#include <QList>
 #include <QMainWindow>
 #include <QString>
 
@@ -19,12 +21,16 @@ class QTabWidget;
 
 namespace mantissa {
 
+class ComparePage;
 class EventLogModel;
 class LossPlot;
 class MonitorPage;
 class ProjectDocument;
 class ProjectPage;
 class RunStatusWidget;
+class RunsPage;
+class StoreConnection;
+class SweepRunner;
 class TrainingController;
 struct GemmFormats;
 struct TelemetryBatch;
@@ -33,7 +39,7 @@ class MainWindow : public QMainWindow {
     Q_OBJECT
 
 public:
-    enum class Page { Project = 0, Monitor = 1 };
+    enum class Page { Project = 0, Monitor = 1, Runs = 2, Compare = 3 };
 
     // `storePath` empty: the controller's default store.
     explicit MainWindow(const QString& storePath = {}, QWidget* parent = nullptr);
@@ -49,7 +55,11 @@ public:
     QString projectPath() const;
 
     bool startTraining();
-    void stopTraining();
+    void stopTraining(); // also ends a sweep: the current run stops, the rest are skipped
+    // Runs the project once per value of `key` (comma-separated `values`), one after another;
+    // validated first (nothing runs on an error, see lastError()). The Compare page opens
+    // with the runs and their summary when the last one is done.
+    bool startSweep(const QString& key, const QString& values, const QString& name = {});
     void togglePause();
     bool checkpointNow();
     // Forwards a precision change to the running trainer (the project page's table does this).
@@ -64,6 +74,10 @@ public:
     ProjectDocument* document() const { return document_; }
     ProjectPage* projectPage() const { return projectPage_; }
     MonitorPage* monitorPage() const { return monitorPage_; }
+    RunsPage* runsPage() const { return runsPage_; }
+    ComparePage* comparePage() const { return comparePage_; }
+    SweepRunner* sweepRunner() const { return sweepRunner_; }
+    StoreConnection* storeConnection() const { return store_; }
     RunStatusWidget* statusWidget() const { return statusWidget_; }
     LossPlot* lossPlot() const;
     EventLogModel* eventLogModel() const;
@@ -78,6 +92,10 @@ private:
     void rebuildRecentMenu();
 
     void chooseProject(); // File > Open: the interactive path, with a dialog on failure
+    void chooseSweep();   // Run > Sweep…: the dialog
+    bool startRun(const ProjectConfig& config);
+    void showComparison(const QList<qint64>& runIds);
+    void onSweepFinished(const QList<qint64>& runIds, bool stopped);
     void saveProject();
     void saveProjectAs();
     void showError(const QString& message);
@@ -93,6 +111,10 @@ private:
     QTabWidget* pages_ = nullptr;
     ProjectPage* projectPage_ = nullptr;
     MonitorPage* monitorPage_ = nullptr;
+    RunsPage* runsPage_ = nullptr;
+    ComparePage* comparePage_ = nullptr;
+    StoreConnection* store_ = nullptr;
+    SweepRunner* sweepRunner_ = nullptr;
     RunStatusWidget* statusWidget_ = nullptr;
     QMenu* recentMenu_ = nullptr;
     QLabel* errorLabel_ = nullptr;
@@ -106,6 +128,9 @@ private:
     QAction* checkpointAction_ = nullptr;
     QAction* projectPageAction_ = nullptr;
     QAction* monitorPageAction_ = nullptr;
+    QAction* runsPageAction_ = nullptr;
+    QAction* comparePageAction_ = nullptr;
+    QAction* sweepAction_ = nullptr;
 
     QString lastError_;
 };

@@ -12,8 +12,6 @@ namespace {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr int kStatsPerTensor = 3; // underflow, overflow, amax
 
-std::string histogram_key(const std::string& layer, const std::string& role) { return layer + '|' + role; }
-
 // Keeps elements 0, 2, 4, ... and always the last one, so the newest data stays exact.
 template <typename T> void drop_every_other(std::vector<T>& items)
 {
@@ -133,7 +131,9 @@ void RunHistory::appendFrame(const LayerStatsFrame& frame)
         summary.tensorStats[base + 1] = static_cast<float>(100.0 * t.overflow);
         summary.tensorStats[base + 2] = static_cast<float>(t.amax);
 
-        ExponentHistogram h;
+        const size_t slot = size_t(layer) * nRoles + size_t(role);
+        if (hist.byIndex.size() <= slot) hist.byIndex.resize(slot + 1);
+        ExponentHistogram& h = hist.byIndex[slot];
         h.first_exponent = t.first_exponent;
         h.counts = t.exponent_counts;
         h.count = t.count;
@@ -146,7 +146,6 @@ void RunHistory::appendFrame(const LayerStatsFrame& frame)
         h.subnormal = t.subnormal;
         h.overflow = t.overflow;
         hist.bins += h.counts.size() + 8; // the fixed fields cost about as much as 8 bins
-        hist.byKey.emplace(histogram_key(t.layer, t.role), std::move(h));
     }
     for (const auto& [block, logit] : frame.attention_max_logit) {
         const int layer = ensureLayer(block + ".sdpa"); // "blocks.N.attn" -> its sdpa row
@@ -154,7 +153,7 @@ void RunHistory::appendFrame(const LayerStatsFrame& frame)
         summary.attentionMaxLogit[size_t(layer)] = static_cast<float>(logit);
     }
     frames_.push_back(std::move(summary));
-    if (!hist.byKey.empty()) {
+    if (!hist.byIndex.empty()) {
         histogramBins_ += hist.bins;
         histograms_.push_back(std::move(hist));
     }
@@ -241,10 +240,12 @@ const ExponentHistogram* RunHistory::histogram(const std::string& layer, const s
                                [](const HistogramFrame& h, int64_t s) { return h.step < s; });
     if (it == histograms_.end()) it = std::prev(it);
     else if (it != histograms_.begin() && step - std::prev(it)->step < it->step - step) it = std::prev(it);
-    const auto found = it->byKey.find(histogram_key(layer, role));
-    if (found == it->byKey.end()) return nullptr;
+    const int l = layerIndex(layer), r = roleIndex(role);
+    if (l < 0 || r < 0) return nullptr;
+    const size_t slot = size_t(l) * roles().size() + size_t(r);
+    if (slot >= it->byIndex.size() || it->byIndex[slot].count < 0) return nullptr;
     if (frameStep) *frameStep = it->step;
-    return &found->second;
+    return &it->byIndex[slot];
 }
 
 std::string RunHistory::layerMentionedIn(const std::string& message) const

@@ -58,7 +58,7 @@ struct MemoryPoint {
 struct ExponentHistogram {
     int first_exponent = 0;
     std::vector<int64_t> counts;
-    int64_t count = 0, zeros = 0, infs = 0, nans = 0;
+    int64_t count = -1, zeros = 0, infs = 0, nans = 0; // count -1: no such tensor
     NumberFormat format = NumberFormat::FP32;
     double scale = 1.0; // FP8 per-tensor scale the cast used (0: per-row/block scales)
     double underflow = 0.0, subnormal = 0.0, overflow = 0.0; // fractions, as measured by the engine
@@ -131,7 +131,9 @@ private:
     };
     struct HistogramFrame {
         int64_t step = 0;
-        std::unordered_map<std::string, ExponentHistogram> byKey; // "layer|role"
+        // [layer * roles + role]; count < 0 where the frame has no such tensor. A flat vector,
+        // not a map keyed by name: ingesting 1200 tensors a step must stay cheap on the GUI thread.
+        std::vector<ExponentHistogram> byIndex;
         size_t bins = 0;
     };
 

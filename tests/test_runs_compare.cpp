@@ -1,0 +1,581 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The Runs and Compare pages and sweeps from the window: a store of crafted runs (known
+// losses, speeds, memory, layer statistics) read back through the run list, its filter and
+// sort, the page actions (rename, tag, delete, CSV), the comparison (curves, summary, config
+// diff, divergence, layer heatmap, export) and a real 3-run sweep of a tiny project.
+// Runs with QT_QPA_PLATFORM=offscreen.
+
+#include <QAbstractItemModelTester>
+#include <QComboBox>
+#include <QFile>
+#include <QImage>
+#include <QLabel>
+#include <QSignalSpy>
+#include <QStandardItemModel>
+#include <QTableView>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <cmath>
+#include <memory>
+
+#include "compare_page.h"
+#include "compare_plot.h"
+#include "layer_diff_plot.h"
+#include "main_window.h"
+#include "project_config.h"
+#include "project_document.h"
+#include "run_filter_proxy.h"
+#include "run_format.h"
+#include "run_list_model.h"
+#include "run_store.h"
+#include "runs_page.h"
+#include "store_connection.h"
+#include "sweep_runner.h"
+#include "table_export.h"
+#include "training_controller.h"
+
+using namespace mantissa;
+
+namespace {
+
+constexpr int64_t kMiB = 1024 * 1024;
+
+ProjectConfig config_named(const std::string& name, const std::string& preset)
+{
+    ProjectConfig c;
+    c.name = name;
+    c.precision.preset = preset;
+    return c;
+}
+
+// Run 1 "alpha" fp32, run 2 "beta" bf16 (leaves run 1 at step 6), run 3 fp8-hybrid, stopped
+// at step 4, with a name that needs CSV quoting.
+void craft_store(const QString& path)
+{
+    RunStore store(path.toStdString());
+    ProjectConfig c1 = config_named("alpha", "fp32");
+    ProjectConfig c2 = config_named("beta", "bf16");
+    c2.optimizer.learning_rate = 2e-3;
+    ProjectConfig c3 = config_named("gamma", "fp8-hybrid");
+    const int64_t r1 = store.create_run("alpha", "/p/alpha.json", to_json_text(c1));
+    const int64_t r2 = store.create_run("beta", "/p/beta.json", to_json_text(c2));
+    const int64_t r3 = store.create_run("gamma, \"quoted\"", "/p/gamma.json", to_json_text(c3));
+    StoreSink s1(store, r1), s2(store, r2), s3(store, r3);
+    for (int64_t step = 1; step <= 10; ++step) {
+        StepMetrics m;
+        m.step = step;
+        m.train_loss = 3.0 - 0.125 * double(step);
+        m.tokens_per_s = 1000.0;
+        m.step_time_ms = 100.0;
+        m.layer_grad_norms = {{"blocks.0.attn.qkv", 1.0}};
+        s1.on_step(m);
+        m.train_loss += step >= 6 ? 0.25 : 0.0;
+        m.tokens_per_s = 2000.0;
+        m.step_time_ms = 50.0;
+        m.skipped = step == 3;
+        m.layer_grad_norms = {{"blocks.0.attn.qkv", 0.5}};
+        s2.on_step(m);
+        if (step <= 4) {
+            m.skipped = false;
+            m.train_loss = 4.0;
+            s3.on_step(m);
+        }
+    }
+    s1.on_eval({5, 2.5, 2.4});
+    s1.on_eval({10, 2.0, 1.9});
+    s2.on_eval({5, 2.5, 2.4});
+    s2.on_eval({10, 2.25, 2.1});
+    const auto frame = [](int64_t step, double underflow, int64_t resident) {
+        LayerStatsFrame f;
+        f.step = step;
+        TensorStats t;
+        t.layer = "blocks.0.attn.qkv";
+        t.role = "grad_output";
+        t.format = "fp32";
+        t.count = 100;
+        t.underflow = underflow;
+        t.amax = 8.0;
+        f.tensors.push_back(t);
+        f.memory.resident_bytes = resident;
+        return f;
+    };
+    s1.on_layer_stats(frame(5, 0.5, 80 * kMiB));
+    s1.on_layer_stats(frame(10, 0.75, 100 * kMiB));
+    s2.on_layer_stats(frame(5, 0.75, 40 * kMiB));
+    s2.on_layer_stats(frame(10, 0.25, 50 * kMiB));
+    store.add_tags(r1, {"baseline"});
+    store.finish_run(r1, "finished");
+    store.finish_run(r2, "finished");
+    store.finish_run(r3, "stopped");
+}
+
+QVector<double> keys_of(const QCPGraph* g)
+{
+    QVector<double> out;
+    for (auto it = g->data()->constBegin(); it != g->data()->constEnd(); ++it) out << it->key;
+    return out;
+}
+
+QVector<double> values_of(const QCPGraph* g)
+{
+    QVector<double> out;
+    for (auto it = g->data()->constBegin(); it != g->data()->constEnd(); ++it) out << it->value;
+    return out;
+}
+
+QStringList column_of(const QAbstractItemModel& m, int column, int role = Qt::DisplayRole)
+{
+    QStringList out;
+    for (int r = 0; r < m.rowCount(); ++r) out << m.index(r, column).data(role).toString();
+    return out;
+}
+
+// The tiny model of test_gui: well under a second for 10 steps on one core.
+ProjectConfig tiny_config(int64_t steps)
+{
+    ProjectConfig c;
+    c.name = "sweep-test";
+    c.model.n_layer = 1;
+    c.model.n_head = 2;
+    c.model.n_embd = 16;
+    c.model.context_length = 16;
+    c.data.kind = DataKind::SyntheticAddition;
+    c.data.examples = 500;
+    c.training.steps = steps;
+    c.training.batch_size = 4;
+    c.training.threads = 1;
+    c.eval.interval = 5;
+    c.eval.batches = 2;
+    return c;
+}
+
+} // namespace
+
+class TestRunsCompare : public QObject {
+    Q_OBJECT
+
+private slots:
+    void init()
+    {
+        dir_ = std::make_unique<QTemporaryDir>();
+        QVERIFY(dir_->isValid());
+        path_ = dir_->filePath(QStringLiteral("runs.sqlite"));
+        craft_store(path_);
+        connection_ = std::make_unique<StoreConnection>(path_);
+    }
+    void cleanup()
+    {
+        connection_.reset();
+        dir_.reset();
+    }
+
+    void runListShowsTheCraftedRuns()
+    {
+        RunsPage page(connection_.get());
+        QVERIFY(page.refresh());
+        RunListModel* m = page.model();
+        QAbstractItemModelTester tester(m, QAbstractItemModelTester::FailureReportingMode::QtTest);
+        QCOMPARE(m->rowCount(), 3);
+        QCOMPARE(column_of(*m, RunListModel::Id), (QStringList{"1", "2", "3"}));
+        QCOMPARE(column_of(*m, RunListModel::Name), (QStringList{"alpha", "beta", "gamma, \"quoted\""}));
+        QCOMPARE(column_of(*m, RunListModel::Status), (QStringList{"finished", "finished", "stopped"}));
+        QCOMPARE(column_of(*m, RunListModel::Tags), (QStringList{"baseline", "", ""}));
+        QCOMPARE(column_of(*m, RunListModel::Recipe),
+                 (QStringList{"fp32", "bf16", QString::fromStdString(m->run(2).recipe)}));
+        QVERIFY(m->run(2).recipe.rfind("fp8-hybrid (", 0) == 0);
+        QCOMPARE(column_of(*m, RunListModel::Steps), (QStringList{"10", "10", "4"}));
+        QCOMPARE(column_of(*m, RunListModel::FinalVal), (QStringList{"2.0000", "2.2500", "\u2013"}));
+        QCOMPARE(column_of(*m, RunListModel::BestVal), (QStringList{"2.0000", "2.2500", "\u2013"}));
+        QCOMPARE(column_of(*m, RunListModel::TokensPerS), (QStringList{"1000", "2000", "2000"}));
+        QCOMPARE(column_of(*m, RunListModel::Skipped), (QStringList{"0", "1", "0"}));
+        QCOMPARE(column_of(*m, RunListModel::PeakMemory), (QStringList{"100 MiB", "50 MiB", "\u2013"}));
+        QCOMPARE(m->index(0, RunListModel::PeakMemory).data(RunListModel::SortRole).toLongLong(), 100 * kMiB);
+        QCOMPARE(m->index(1, RunListModel::FinalVal).data(RunListModel::SortRole).toDouble(), 2.25);
+        QCOMPARE(m->index(0, RunListModel::Created).data().toString(),
+                 format_created(QString::fromStdString(m->run(0).created_at)));
+        QCOMPARE(page.statusText(), QStringLiteral("3 runs"));
+    }
+
+    void filterAndSort()
+    {
+        RunsPage page(connection_.get());
+        QVERIFY(page.refresh());
+        RunFilterProxyModel* p = page.proxy();
+        QAbstractItemModelTester tester(p, QAbstractItemModelTester::FailureReportingMode::QtTest);
+        page.setFilterText(QStringLiteral("bf16"));
+        QCOMPARE(column_of(*p, RunListModel::Id), (QStringList{"2"}));
+        page.setFilterText(QStringLiteral("BASELINE")); // a tag, any case
+        QCOMPARE(column_of(*p, RunListModel::Id), (QStringList{"1"}));
+        page.setFilterText(QStringLiteral("finished"));
+        QCOMPARE(p->rowCount(), 2);
+        page.setFilterText(QStringLiteral("finished beta")); // every word must match
+        QCOMPARE(column_of(*p, RunListModel::Id), (QStringList{"2"}));
+        QCOMPARE(page.statusText(), QStringLiteral("1 of 3 runs"));
+        page.setFilterText({});
+        QCOMPARE(p->rowCount(), 3);
+
+        page.view()->sortByColumn(RunListModel::Id, Qt::DescendingOrder);
+        QCOMPARE(column_of(*p, RunListModel::Id), (QStringList{"3", "2", "1"}));
+        page.view()->sortByColumn(RunListModel::FinalVal, Qt::AscendingOrder); // no val loss sorts last
+        QCOMPARE(column_of(*p, RunListModel::Id), (QStringList{"1", "2", "3"}));
+        page.view()->sortByColumn(RunListModel::PeakMemory, Qt::AscendingOrder); // by bytes, not by text
+        QCOMPARE(column_of(*p, RunListModel::Id), (QStringList{"3", "2", "1"}));
+        page.view()->sortByColumn(RunListModel::TokensPerS, Qt::DescendingOrder); // 2000, 2000, 1000
+        QCOMPARE(column_of(*p, RunListModel::Id).last(), QStringLiteral("1"));
+    }
+
+    void pageActionsChangeTheStore()
+    {
+        RunsPage page(connection_.get());
+        QVERIFY(page.refresh());
+        QVERIFY(page.renameRun(2, QStringLiteral("  beta renamed ")));
+        RunStore* store = connection_->store();
+        QCOMPARE(store->find_run("2")->name, std::string("beta renamed"));
+        QCOMPARE(page.model()->run(1).name, std::string("beta renamed"));
+        QVERIFY(!page.renameRun(2, QStringLiteral("  ")));
+        QCOMPARE(page.lastError(), QStringLiteral("A run name cannot be empty."));
+
+        // The inline edit of the name cell renames too.
+        const QModelIndex nameCell = page.model()->index(0, RunListModel::Name);
+        QVERIFY(page.model()->flags(nameCell) & Qt::ItemIsEditable);
+        QVERIFY(page.model()->setData(nameCell, QStringLiteral("alpha2")));
+        QCOMPARE(store->find_run("1")->name, std::string("alpha2"));
+
+        QVERIFY(page.addTags({1, 2}, {QStringLiteral("fp8-study"), QStringLiteral(" keep ")}));
+        QCOMPARE(store->tags(1), (std::vector<std::string>{"baseline", "fp8-study", "keep"}));
+        QCOMPARE(store->tags(2), (std::vector<std::string>{"fp8-study", "keep"}));
+        QCOMPARE(page.model()->index(1, RunListModel::Tags).data().toString(), QStringLiteral("fp8-study, keep"));
+        QVERIFY(page.removeTags({1}, {QStringLiteral("keep")}));
+        QCOMPARE(store->tags(1), (std::vector<std::string>{"baseline", "fp8-study"}));
+        QVERIFY(!page.addTags({}, {QStringLiteral("x")}));
+
+        page.selectRuns({3});
+        QCOMPARE(page.selectedRunIds(), (std::vector<int64_t>{3}));
+        QVERIFY(page.deleteRuns(page.selectedRunIds()));
+        QCOMPARE(store->list_runs().size(), size_t(2));
+        QCOMPARE(page.model()->rowCount(), 2);
+        QVERIFY(!page.deleteRuns({}));
+
+        // A running run is refused, and stays.
+        const int64_t live = store->create_run("live", "", to_json_text(ProjectConfig{}));
+        QVERIFY(page.refresh());
+        QVERIFY(!page.deleteRuns({live}));
+        QCOMPARE(page.lastError(), QStringLiteral("Run %1 is still running: stop it before deleting it.").arg(live));
+        QVERIFY(store->find_run(std::to_string(live)).has_value());
+    }
+
+    void runsCsvIsExact()
+    {
+        RunsPage page(connection_.get());
+        QVERIFY(page.refresh());
+        page.view()->sortByColumn(RunListModel::Id, Qt::AscendingOrder);
+        page.setFilterText(QStringLiteral("fp"));
+        const QString csv = dir_->filePath(QStringLiteral("runs.csv"));
+        QVERIFY(page.exportCsv(csv));
+        QFile f(csv);
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const QString text = QString::fromUtf8(f.readAll());
+        const RunListModel* m = page.model();
+        const QString created1 = QString::fromStdString(m->run(0).created_at);
+        const QString created3 = QString::fromStdString(m->run(2).created_at);
+        const QString expected =
+            QStringLiteral("Run,Status,Created,Name,Tags,Recipe,Steps,Final val,Best val,Tokens/s,Skipped,Peak memory\r\n") +
+            QStringLiteral("1,finished,%1,alpha,baseline,fp32,10,2,2,1000,0,104857600\r\n").arg(created1) +
+            QStringLiteral("3,stopped,%1,\"gamma, \"\"quoted\"\"\",,%2,4,,,2000,0,\r\n")
+                .arg(created3, QString::fromStdString(m->run(2).recipe));
+        QCOMPARE(text, expected);
+        QCOMPARE(csv_field(QStringLiteral(" padded")), QStringLiteral("\" padded\""));
+        QCOMPARE(csv_field(QStringLiteral("two\nlines")), QStringLiteral("\"two\nlines\""));
+        QVERIFY(!page.exportCsv(dir_->filePath(QStringLiteral("no/such/dir/runs.csv"))));
+        QVERIFY(page.lastError().startsWith(QStringLiteral("Cannot write")));
+    }
+
+    void selectingRunsFillsTheComparison()
+    {
+        ComparePage page(connection_.get());
+        page.resize(1600, 1000);
+        QVERIFY(page.setRuns({1, 2}));
+        QCOMPARE(page.runIds(), (std::vector<int64_t>{1, 2}));
+        QCOMPARE(page.metric(), QStringLiteral("train/loss"));
+        QCOMPARE(page.metrics().mid(0, 2), (QStringList{"train/loss", "val/loss"}));
+        QVERIFY(page.metrics().contains(QStringLiteral("grad_norm/blocks.0.attn.qkv")));
+
+        ComparePlot* plot = page.curvePlot();
+        QCOMPARE(plot->curveCount(), 2);
+        QVector<double> steps, loss1, loss2;
+        for (int s = 1; s <= 10; ++s) {
+            steps << s;
+            loss1 << 3.0 - 0.125 * s;
+            loss2 << 3.0 - 0.125 * s + (s >= 6 ? 0.25 : 0.0);
+        }
+        QCOMPARE(keys_of(plot->rawGraph(0)), steps);
+        QCOMPARE(values_of(plot->rawGraph(0)), loss1);
+        QCOMPARE(values_of(plot->rawGraph(1)), loss2);
+        QCOMPARE(plot->curve(0).label, QStringLiteral("#1 alpha"));
+        QCOMPARE(plot->curve(1).color, QColor(255, 127, 14));
+        QVERIFY(plot->smoothedGraph(0) != nullptr); // the default smoothing
+        page.setSmoothing(0.0);
+        QVERIFY(plot->smoothedGraph(0) == nullptr);
+        QCOMPARE(values_of(plot->rawGraph(1)), loss2);
+
+        // val/loss, by tokens: markers on the evaluation points.
+        QVERIFY(page.setMetric(QStringLiteral("val/loss")));
+        page.setXAxisMode(XAxisMode::Tokens);
+        const double tps = tokens_per_step(to_json_text(config_named("alpha", "fp32")));
+        QCOMPARE(keys_of(plot->rawGraph(0)), (QVector<double>{5 * tps, 10 * tps}));
+        QCOMPARE(values_of(plot->rawGraph(0)), (QVector<double>{2.5, 2.0}));
+        QCOMPARE(values_of(plot->rawGraph(1)), (QVector<double>{2.5, 2.25}));
+        QCOMPARE(plot->rawGraph(0)->scatterStyle().shape(), QCPScatterStyle::ssCircle);
+        // By training time: run 2's steps take 50 ms.
+        page.setXAxisMode(XAxisMode::Seconds);
+        const QVector<double> seconds = keys_of(plot->rawGraph(1)); // sums of 50 ms steps, not exact in binary
+        QCOMPARE(seconds.size(), 2);
+        QVERIFY(std::abs(seconds[0] - 0.25) < 1e-12 && std::abs(seconds[1] - 0.5) < 1e-12);
+        QVERIFY(!page.setMetric(QStringLiteral("no/such")));
+
+        // The summary, relative to the FP32 run.
+        QStandardItemModel* sum = page.summaryModel();
+        QAbstractItemModelTester tester(sum, QAbstractItemModelTester::FailureReportingMode::QtTest);
+        QCOMPARE(sum->rowCount(), 2);
+        QCOMPARE(page.referenceRow(), 0);
+        QCOMPARE(column_of(*sum, ComparePage::SumRun), (QStringList{"1", "2"}));
+        QCOMPARE(column_of(*sum, ComparePage::SumFinalVal), (QStringList{"2.0000", "2.2500"}));
+        QCOMPARE(column_of(*sum, ComparePage::SumDeltaVal), (QStringList{"0", "+0.2500"}));
+        QCOMPARE(column_of(*sum, ComparePage::SumTokensRatio), (QStringList{"1.00\u00d7", "2.00\u00d7"}));
+        QCOMPARE(column_of(*sum, ComparePage::SumMemoryRatio), (QStringList{"1.00\u00d7", "0.50\u00d7"}));
+        QCOMPARE(column_of(*sum, ComparePage::SumPeakMemory), (QStringList{"100 MiB", "50 MiB"}));
+        QCOMPARE(column_of(*sum, ComparePage::SumSkipped), (QStringList{"0", "1"}));
+        QCOMPARE(column_of(*sum, ComparePage::SumDeltaVal, kCsvExportRole), (QStringList{"0", "0.25"}));
+
+        // The config diff: exactly the keys that differ, one column per run.
+        QStandardItemModel* diff = page.configDiffModel();
+        QCOMPARE(diff->columnCount(), 3);
+        QCOMPARE(diff->headerData(1, Qt::Horizontal).toString(), QStringLiteral("#1 alpha"));
+        QCOMPARE(column_of(*diff, 0), (QStringList{"name", "optimizer.learning_rate", "precision.preset"}));
+        QCOMPARE(column_of(*diff, 1), (QStringList{"alpha", "0.001", "fp32"}));
+        QCOMPARE(column_of(*diff, 2), (QStringList{"beta", "0.002", "bf16"}));
+
+        // One run works too: its curve, a one-row summary, no diff.
+        QVERIFY(page.setRuns({2}));
+        QCOMPARE(page.curvePlot()->curveCount(), 1);
+        QCOMPARE(sum->rowCount(), 1);
+        QCOMPARE(diff->rowCount(), 0);
+    }
+
+    void divergenceIsFoundAndShown()
+    {
+        ComparePage page(connection_.get());
+        QVERIFY(page.setRuns({1, 2}));
+        page.setTolerance(0.1, false);
+        QCOMPARE(page.divergenceStep(2), std::optional<int64_t>(6));
+        QCOMPARE(page.summaryModel()->index(1, ComparePage::SumDiverges).data().toString(), QStringLiteral("6"));
+        QCOMPARE(page.summaryModel()->index(0, ComparePage::SumDiverges).data().toString(),
+                 QStringLiteral("(reference)"));
+        QCOMPARE(page.curvePlot()->markerCount(), 1);
+        QCOMPARE(page.curvePlot()->marker(0).x, 6.0);
+        QCOMPARE(page.curvePlot()->marker(0).label, QStringLiteral("#2 diverges @ 6"));
+        page.setXAxisMode(XAxisMode::Seconds); // the marker follows the x axis: 6 steps of 50 ms
+        QVERIFY(std::abs(page.curvePlot()->marker(0).x - 0.3) < 1e-12);
+
+        page.setTolerance(0.3, false); // 0.25 apart: within
+        QCOMPARE(page.divergenceStep(2), std::nullopt);
+        QCOMPARE(page.curvePlot()->markerCount(), 0);
+        QCOMPARE(page.summaryModel()->index(1, ComparePage::SumDiverges).data().toString(),
+                 QStringLiteral("within tolerance"));
+        // Relative: 0.25 / 2.5 (step 6's larger loss) = 0.1 > 0.09.
+        page.setTolerance(0.09, true);
+        QCOMPARE(page.divergenceStep(2), std::optional<int64_t>(6));
+        page.setTolerance(0.11, true); // step 8: 0.25 / 2.25 = 0.111
+        QCOMPARE(page.divergenceStep(2), std::optional<int64_t>(8));
+    }
+
+    void layerHeatmapShowsTheDifference()
+    {
+        ComparePage page(connection_.get());
+        QVERIFY(page.setRuns({1, 2}));
+        QCOMPARE(page.layerDiffOther(), int64_t(2));
+        page.updateLayerDiff();
+        LayerDiffPlot* plot = page.layerDiffPlot();
+        QCOMPARE(plot->rowCount(), 1);
+        QCOMPARE(plot->grid().steps, (std::vector<int64_t>{5, 10}));
+        QCOMPARE(plot->grid().at(5, "blocks.0.attn.qkv"), -25.0);
+        QCOMPARE(plot->grid().at(10, "blocks.0.attn.qkv"), 50.0);
+        QCOMPARE(plot->colorMap()->data()->cell(1, 0), 50.0);
+        page.setLayerStat(LayerDiffStat::AmaxLog10Ratio);
+        page.updateLayerDiff();
+        QCOMPARE(plot->grid().at(10, "blocks.0.attn.qkv"), 0.0);
+        page.setLayerStat(LayerDiffStat::GradNorm);
+        page.updateLayerDiff();
+        QCOMPARE(plot->columnCount(), 10);
+        QCOMPARE(plot->grid().at(7, "blocks.0.attn.qkv"), 0.5);
+        page.setLayerStat(LayerDiffStat::UnderflowPercent, QStringLiteral("weight")); // not recorded
+        page.updateLayerDiff();
+        QCOMPARE(plot->rowCount(), 0);
+        QVERIFY(!page.setLayerDiffOther(1));
+    }
+
+    void exportsWriteFiles()
+    {
+        ComparePage page(connection_.get());
+        page.resize(1200, 800);
+        QVERIFY(page.setRuns({1, 2}));
+        const QString png = dir_->filePath(QStringLiteral("curves.png"));
+        QVERIFY(page.exportCurves(png));
+        const QImage image(png);
+        QVERIFY(!image.isNull());
+        QVERIFY(image.width() > 100 && image.height() > 100);
+        QVERIFY(page.exportLayerDiff(dir_->filePath(QStringLiteral("heatmap.png"))));
+        QVERIFY(!QImage(dir_->filePath(QStringLiteral("heatmap.png"))).isNull());
+        const QString pdf = dir_->filePath(QStringLiteral("curves.pdf"));
+        QVERIFY(page.exportCurves(pdf));
+        QFile pdfFile(pdf);
+        QVERIFY(pdfFile.open(QIODevice::ReadOnly));
+        QVERIFY(pdfFile.read(5) == "%PDF-");
+        QVERIFY(!page.exportCurves(dir_->filePath(QStringLiteral("curves.txt"))));
+        QVERIFY(page.lastError().contains(QStringLiteral(".png or .pdf")));
+
+        const QString csv = dir_->filePath(QStringLiteral("diff.csv"));
+        QVERIFY(page.exportConfigDiffCsv(csv));
+        QFile f(csv);
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        QCOMPARE(QString::fromUtf8(f.readAll()),
+                 QStringLiteral("Key,#1 alpha,#2 beta\r\nname,alpha,beta\r\noptimizer.learning_rate,0.001,0.002\r\n"
+                                "precision.preset,fp32,bf16\r\n"));
+        QVERIFY(page.exportSummaryCsv(dir_->filePath(QStringLiteral("summary.csv"))));
+    }
+
+    void badInputGivesMessages()
+    {
+        ComparePage page(connection_.get());
+        QVERIFY(!page.setRuns({}));
+        QVERIFY(page.lastError().startsWith(QStringLiteral("Select one or more runs")));
+        QVERIFY(!page.setRuns({99}));
+        QCOMPARE(page.lastError(), QStringLiteral("Run 99 is no longer in the store."));
+        QVERIFY(page.setRuns({1, 99, 2}));
+        QCOMPARE(page.runIds(), (std::vector<int64_t>{1, 2}));
+        QCOMPARE(page.message(), QStringLiteral("Left out, no longer in the store: run 99."));
+        // A run deleted while shown: the page drops it when the store says so.
+        RunsPage runs(connection_.get());
+        QVERIFY(runs.refresh());
+        QObject::connect(connection_.get(), &StoreConnection::runsChanged, &page, &ComparePage::reload);
+        QVERIFY(runs.deleteRuns({2}));
+        QCOMPARE(page.runIds(), (std::vector<int64_t>{1}));
+        QCOMPARE(page.curvePlot()->curveCount(), 1);
+
+        // A missing store lists nothing and says why; a corrupt one is an error, and untouched.
+        StoreConnection missing(dir_->filePath(QStringLiteral("none.sqlite")));
+        RunsPage empty(&missing);
+        QVERIFY(empty.refresh());
+        QCOMPARE(empty.model()->rowCount(), 0);
+        QVERIFY(!QFile::exists(dir_->filePath(QStringLiteral("none.sqlite"))));
+        const QString corruptPath = dir_->filePath(QStringLiteral("corrupt.sqlite"));
+        {
+            QFile f(corruptPath);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(QByteArray(4096, 'x'));
+        }
+        StoreConnection corrupt(corruptPath);
+        RunsPage broken(&corrupt);
+        QVERIFY(!broken.refresh());
+        QVERIFY(broken.lastError().startsWith(QStringLiteral("Cannot open the run store")));
+        ComparePage brokenCompare(&corrupt);
+        QVERIFY(!brokenCompare.setRuns({1}));
+        QFile f(corruptPath);
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        QCOMPARE(f.readAll(), QByteArray(4096, 'x'));
+    }
+
+    void sweepThroughTheWindow()
+    {
+        const QString storePath = dir_->filePath(QStringLiteral("sweep.sqlite"));
+        MainWindow window(storePath);
+        window.setProject(tiny_config(10), QStringLiteral("in-memory"));
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        QCOMPARE(int(MainWindow::Page::Runs), 2);
+        QCOMPARE(int(MainWindow::Page::Compare), 3);
+
+        // Rejected before anything runs.
+        QVERIFY(!window.startSweep(QStringLiteral("precision.preset"), QStringLiteral("fp32,nope")));
+        QVERIFY2(window.lastError().contains(QStringLiteral("precision.preset=nope is rejected")),
+                 qPrintable(window.lastError()));
+        QVERIFY(!window.controller()->isRunning());
+        QVERIFY(!window.startSweep(QStringLiteral("precision.preset"), QStringLiteral("fp32,fp32")));
+
+        SweepRunner* sweep = window.sweepRunner();
+        QSignalSpy done(sweep, &SweepRunner::finished);
+        QSignalSpy starting(sweep, &SweepRunner::runStarting);
+        QVERIFY(window.startSweep(QStringLiteral("precision.preset"), QStringLiteral("fp32,bf16,fp16"),
+                                  QStringLiteral("t1")));
+        QVERIFY(sweep->isRunning());
+        QVERIFY(!window.startTraining()); // one thing at a time
+        QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 180000);
+        QCOMPARE(done.at(0).at(1).toBool(), false);
+        QCOMPARE(starting.count(), 3);
+        QVERIFY2(sweep->problems().isEmpty(), qPrintable(sweep->problems().join(QLatin1Char('\n'))));
+        const QList<qint64> ids = sweep->runIds();
+        QCOMPARE(ids.size(), 3);
+
+        // The Compare page opened with the three runs and their summary, relative to FP32.
+        QCOMPARE(window.currentPage(), MainWindow::Page::Compare);
+        ComparePage* compare = window.comparePage();
+        QCOMPARE(compare->runIds(), std::vector<int64_t>(ids.begin(), ids.end()));
+        QCOMPARE(compare->currentTab(), ComparePage::Tab::Summary);
+        QCOMPARE(compare->curvePlot()->curveCount(), 3);
+        for (int i = 0; i < 3; ++i) QCOMPARE(compare->curvePlot()->rawGraph(i)->dataCount(), 10);
+        QStandardItemModel* sum = compare->summaryModel();
+        QCOMPARE(sum->rowCount(), 3);
+        QCOMPARE(column_of(*sum, ComparePage::SumRecipe), (QStringList{"fp32", "bf16", "fp16"}));
+        QCOMPARE(column_of(*sum, ComparePage::SumName),
+                 (QStringList{"sweep-test [precision.preset=fp32]", "sweep-test [precision.preset=bf16]",
+                              "sweep-test [precision.preset=fp16]"}));
+        QCOMPARE(column_of(*sum, ComparePage::SumStatus), (QStringList{"finished", "finished", "finished"}));
+        QCOMPARE(column_of(*sum, ComparePage::SumSteps), (QStringList{"10", "10", "10"}));
+        QCOMPARE(compare->referenceRow(), 0);
+        QCOMPARE(sum->index(0, ComparePage::SumDeltaVal).data(kCsvExportRole).toString(), QStringLiteral("0"));
+        QCOMPARE(sum->index(0, ComparePage::SumTokensRatio).data(kCsvExportRole).toString(), QStringLiteral("1"));
+        QCOMPARE(sum->index(0, ComparePage::SumMemoryRatio).data(kCsvExportRole).toString(), QStringLiteral("1"));
+        QCOMPARE(sum->index(0, ComparePage::SumDeltaVal).data().toString(), QStringLiteral("0"));
+        QVERIFY(!sum->index(1, ComparePage::SumDeltaVal).data(kCsvExportRole).toString().isEmpty());
+        // The diff names the varied key (and the run names, which say it too).
+        QCOMPARE(column_of(*compare->configDiffModel(), 0), (QStringList{"name", "precision.preset"}));
+
+        // Every run is tagged, and the Runs page lists them; the project is untouched.
+        RunStore* store = window.storeConnection()->store();
+        QVERIFY(store);
+        for (const qint64 id : ids) QCOMPARE(store->tags(id), (std::vector<std::string>{"sweep:t1"}));
+        QCOMPARE(window.runsPage()->model()->rowCount(), 3);
+        QCOMPARE(window.runsPage()->selectedRunIds().size(), size_t(3));
+        QCOMPARE(window.document()->config().precision.preset, std::string("fp32"));
+        QCOMPARE(window.document()->config().name, std::string("sweep-test"));
+        QVERIFY(!window.document()->isDirty());
+        QVERIFY(!sweep->isRunning());
+    }
+
+    void stopEndsTheSweep()
+    {
+        const QString storePath = dir_->filePath(QStringLiteral("stop.sqlite"));
+        MainWindow window(storePath);
+        window.setProject(tiny_config(100000), QStringLiteral("in-memory"));
+        SweepRunner* sweep = window.sweepRunner();
+        QSignalSpy done(sweep, &SweepRunner::finished);
+        QVERIFY(window.startSweep(QStringLiteral("training.seed"), QStringLiteral("1,2,3"), QStringLiteral("s")));
+        QTRY_VERIFY_WITH_TIMEOUT(window.controller()->runId() >= 0 && window.lastStep() >= 2, 60000);
+        window.stopTraining();
+        QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 60000);
+        QCOMPARE(done.at(0).at(1).toBool(), true);
+        QCOMPARE(sweep->runIds().size(), 1);
+        QVERIFY(!window.controller()->isRunning());
+        QTest::qWait(50); // nothing else starts
+        QVERIFY(!window.controller()->isRunning());
+    }
+
+private:
+    std::unique_ptr<QTemporaryDir> dir_;
+    QString path_;
+    std::unique_ptr<StoreConnection> connection_;
+};
+
+QTEST_MAIN(TestRunsCompare)
+#include "test_runs_compare.moc"

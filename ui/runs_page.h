@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// The Runs page: every run in the store, filterable and sortable, with rename (edit the
+// name cell), tag / untag, delete, CSV export and "compare these". Every action has a
+// headless method (tests, scripts) that reports failures through its return value and
+// lastError(); the interactive path adds the dialogs. Reads go through
+// RunStore::list_run_summaries only, so hundreds of runs list in a few milliseconds.
+
+#include <QList>
+#include <QString>
+#include <QStringList>
+#include <QWidget>
+
+#include <cstdint>
+#include <vector>
+
+class QAction;
+class QLabel;
+class QLineEdit;
+class QTableView;
+
+namespace mantissa {
+
+class RunFilterProxyModel;
+class RunListModel;
+class StoreConnection;
+
+class RunsPage : public QWidget {
+    Q_OBJECT
+
+public:
+    explicit RunsPage(StoreConnection* store, QWidget* parent = nullptr);
+
+    // Reloads the list, keeping the selection. False (message in lastError() and on the page)
+    // when the store cannot be read; a store that does not exist yet lists nothing and is
+    // not an error.
+    bool refresh();
+
+    void setFilterText(const QString& text);
+    // Selected runs in the table's order (as sorted).
+    std::vector<int64_t> selectedRunIds() const;
+    void selectRuns(const std::vector<int64_t>& ids);
+
+    // Headless actions: they change the store, refresh and announce the change.
+    bool renameRun(int64_t id, const QString& name);
+    bool deleteRuns(const std::vector<int64_t>& ids); // refuses runs still running
+    bool addTags(const std::vector<int64_t>& ids, const QStringList& tags);
+    bool removeTags(const std::vector<int64_t>& ids, const QStringList& tags);
+    bool exportCsv(const QString& path); // the rows as filtered and sorted
+    // Asks for Compare with the selection (2+ runs; 1 is shown too). False when empty.
+    bool compareSelected();
+
+    QString lastError() const { return lastError_; }
+    QString statusText() const;
+
+    RunListModel* model() const { return model_; }
+    RunFilterProxyModel* proxy() const { return proxy_; }
+    QTableView* view() const { return view_; }
+    QLineEdit* filterEdit() const { return filterEdit_; }
+
+signals:
+    void compareRequested(const QList<qint64>& runIds);
+    // A run was double-clicked: show it alone.
+    void openRunRequested(qint64 runId);
+
+private:
+    void buildActions();
+    void updateActions();
+    void updateStatus();
+    bool fail(const QString& message);
+    void succeed();
+    void showContextMenu(const QPoint& pos);
+
+    // The interactive paths.
+    void confirmDelete();
+    void askTags();
+    void askUntag();
+    void askExport();
+    void editName();
+
+    StoreConnection* store_ = nullptr;
+    RunListModel* model_ = nullptr;
+    RunFilterProxyModel* proxy_ = nullptr;
+    QTableView* view_ = nullptr;
+    QLineEdit* filterEdit_ = nullptr;
+    QLabel* countLabel_ = nullptr;
+    QLabel* messageLabel_ = nullptr;
+
+    QAction* refreshAction_ = nullptr;
+    QAction* compareAction_ = nullptr;
+    QAction* renameAction_ = nullptr;
+    QAction* tagAction_ = nullptr;
+    QAction* untagAction_ = nullptr;
+    QAction* deleteAction_ = nullptr;
+    QAction* exportAction_ = nullptr;
+
+    QString lastError_;
+    QString emptyReason_; // why nothing is listed (no store yet)
+};
+
+} // namespace mantissa

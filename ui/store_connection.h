@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// The window's read/edit connection to the run store, shared by the Runs and Compare pages
+// (the training worker writes through its own). Opened on first use and never created:
+// a store that does not exist yet simply has no runs. runsChanged() tells every page that
+// runs were renamed, tagged, deleted or added.
+
+#include <QObject>
+#include <QString>
+
+#include <memory>
+
+namespace mantissa {
+
+class RunStore;
+
+class StoreConnection : public QObject {
+    Q_OBJECT
+
+public:
+    explicit StoreConnection(const QString& path, QObject* parent = nullptr);
+    ~StoreConnection() override;
+
+    QString path() const { return path_; }
+    bool exists() const;
+    // nullptr with a message (naming the file) when it does not exist yet or cannot be
+    // opened (not a store, newer schema, unreadable). Retries on every call after a failure.
+    RunStore* store(QString* error = nullptr);
+    // Drops the connection (after an error), so the next store() reopens.
+    void close();
+
+    void notifyChanged() { emit runsChanged(); }
+
+signals:
+    void runsChanged();
+
+private:
+    QString path_;
+    std::unique_ptr<RunStore> store_;
+};
+
+} // namespace mantissa
