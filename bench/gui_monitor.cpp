@@ -5,12 +5,15 @@
 //   monitor:  through the workbench window with the Monitor page showing every plot,
 // and we compare wall-clock throughput and report the GUI thread's frame times.
 //
-//   gui_monitor [--steps N] [--rounds R] [--threads T]      (QT_QPA_PLATFORM=offscreen)
+//   gui_monitor [--steps N] [--rounds R] [--threads T] [--budget F] [--hide-monitor]
+//                                                            (QT_QPA_PLATFORM=offscreen)
+// --budget overrides the frame budget the window picks; --hide-monitor keeps the window on
+// the Project page (telemetry still ingested, nothing drawn).
 //
 // Throughput is steps per wall-clock second between step `warmup` and the last step, taken
 // from the engine's own step stream in both modes. The frame time is what MonitorPage times
 // per rendered frame (refresh every plot + synchronous replot of the changed ones); the
-// event-loop lag is how late a 10 ms probe timer fires on the GUI thread, i.e. how long the
+// event-loop lag is how late a 25 ms probe timer fires on the GUI thread, i.e. how long the
 // UI could not react to input.
 
 #include <QApplication>
@@ -46,6 +49,9 @@ using namespace mantissa;
 namespace {
 
 constexpr int64_t kWarmupSteps = 10;
+// The lag probe wakes the GUI thread itself, so it is kept at the drain's own order of
+// magnitude (a 10 ms probe cost the monitor ~0.5% throughput here).
+constexpr int kProbeMs = 25;
 
 ProjectConfig bench_project(int64_t steps, int64_t threads)
 {
@@ -121,6 +127,11 @@ double thread_cpu_seconds()
     return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
 }
 
+struct MonitorOptions {
+    bool hide_monitor = false;  // window open on the Project page: ingest only, no drawing
+    double frame_budget = 0.0;  // > 0: overrides the window's choice
+};
+
 double percentile(std::vector<double> v, double p)
 {
     if (v.empty()) return 0.0;
@@ -129,7 +140,7 @@ double percentile(std::vector<double> v, double p)
     return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
 }
 
-MonitorResult run_monitor(const ProjectConfig& config, const QString& db)
+MonitorResult run_monitor(const ProjectConfig& config, const QString& db, const MonitorOptions& options)
 {
     MainWindow window(db);
     window.resize(1600, 1000);
@@ -159,10 +170,10 @@ MonitorResult run_monitor(const ProjectConfig& config, const QString& db)
     QElapsedTimer probeClock;
     QTimer probe;
     probe.setTimerType(Qt::PreciseTimer);
-    probe.setInterval(10);
+    probe.setInterval(kProbeMs);
     QObject::connect(&probe, &QTimer::timeout, [&] {
         const double elapsed = static_cast<double>(probeClock.nsecsElapsed()) / 1e6;
-        lags.push_back(std::max(0.0, elapsed - 10.0));
+        lags.push_back(std::max(0.0, elapsed - kProbeMs));
         probeClock.restart();
     });
 
@@ -172,6 +183,8 @@ MonitorResult run_monitor(const ProjectConfig& config, const QString& db)
         std::fprintf(stderr, "cannot start: %s\n", qPrintable(window.lastError()));
         std::exit(1);
     }
+    if (options.hide_monitor) window.showPage(MainWindow::Page::Project);
+    if (options.frame_budget > 0) window.monitorPage()->setFrameBudget(options.frame_budget);
     probeClock.start();
     probe.start();
     const double cpuBefore = thread_cpu_seconds();
@@ -187,6 +200,8 @@ MonitorResult run_monitor(const ProjectConfig& config, const QString& db)
                  page->lossPlot()->replotTime(true), page->lossScalePlot()->replotTime(true),
                  page->memoryPlot()->replotTime(true), page->heatmap()->replotTime(true),
                  page->histogramPlot()->replotTime(true));
+    std::fprintf(stderr, "ingest: %zu batches, p50 %.2f ms, p99 %.2f ms\n", page->ingestStats().count(),
+                 page->ingestStats().percentile(50), page->ingestStats().percentile(99));
     MonitorResult r;
     r.gui_cpu_percent = 100.0 * guiCpu;
     r.steps_per_s = endS > startS ? static_cast<double>(endStep - startStep) / (endS - startS) : 0.0;
@@ -201,7 +216,7 @@ MonitorResult run_monitor(const ProjectConfig& config, const QString& db)
 }
 
 // One measurement in this process; prints "RESULT <fields>" for the parent.
-int measure(const std::string& mode, const ProjectConfig& config)
+int measure(const std::string& mode, const ProjectConfig& config, const MonitorOptions& options)
 {
     QTemporaryDir dir;
     const QString db = dir.filePath(QStringLiteral("bench.db"));
@@ -209,16 +224,16 @@ int measure(const std::string& mode, const ProjectConfig& config)
         std::printf("RESULT %.4f 0 0 0 0 0 0 0\n", run_headless(config, db.toStdString()));
         return 0;
     }
-    const MonitorResult m = run_monitor(config, db);
+    const MonitorResult m = run_monitor(config, db, options);
     std::printf("RESULT %.4f %d %.3f %.3f %.3f %.3f %.3f %.3f\n", m.steps_per_s, m.frames, m.frame_p50_ms,
                 m.frame_p99_ms, m.lag_p50_ms, m.lag_p99_ms, m.lag_max_ms, m.gui_cpu_percent);
     return 0;
 }
 
-MonitorResult spawn(const char* self, const std::string& mode, int64_t steps, int64_t threads)
+MonitorResult spawn(const char* self, const std::string& mode, int64_t steps, int64_t threads, const std::string& extra)
 {
     const std::string command = std::string(self) + " --mode " + mode + " --steps " + std::to_string(steps) +
-                                " --threads " + std::to_string(threads);
+                                " --threads " + std::to_string(threads) + extra;
     FILE* pipe = popen(command.c_str(), "r");
     MonitorResult r;
     if (!pipe) return r;
@@ -238,20 +253,32 @@ int main(int argc, char* argv[])
 {
     QApplication app(argc, argv);
     int64_t steps = 200, rounds = 3, threads = 0;
-    std::string mode;
-    for (int i = 1; i + 1 < argc; i += 2) {
+    std::string mode, extra;
+    MonitorOptions options;
+    for (int i = 1; i < argc; ++i) {
         const std::string key = argv[i];
-        if (key == "--mode") {
-            mode = argv[i + 1];
+        if (key == "--hide-monitor") {
+            options.hide_monitor = true;
+            extra += " --hide-monitor";
             continue;
         }
-        const int64_t value = std::atoll(argv[i + 1]);
+        if (i + 1 >= argc) break;
+        if (key == "--mode") {
+            mode = argv[++i];
+            continue;
+        }
+        if (key == "--budget") {
+            options.frame_budget = std::atof(argv[++i]);
+            extra += " --budget " + std::string(argv[i]);
+            continue;
+        }
+        const int64_t value = std::atoll(argv[++i]);
         if (key == "--steps") steps = value;
         else if (key == "--rounds") rounds = value;
         else if (key == "--threads") threads = value;
     }
     const ProjectConfig config = bench_project(steps, threads);
-    if (!mode.empty()) return measure(mode, config);
+    if (!mode.empty()) return measure(mode, config, options);
 
     // Each measurement in a fresh process: LibTorch's thread pools belong to the thread that
     // first trains, so training on the main thread and then on a worker in one process
@@ -266,11 +293,11 @@ int main(int argc, char* argv[])
         MonitorResult headless, monitor;
         // Alternate which goes first so drift (thermal, page cache) does not favour one side.
         if (r % 2 == 0) {
-            headless = spawn(argv[0], "headless", steps, threads);
-            monitor = spawn(argv[0], "monitor", steps, threads);
+            headless = spawn(argv[0], "headless", steps, threads, extra);
+            monitor = spawn(argv[0], "monitor", steps, threads, extra);
         } else {
-            monitor = spawn(argv[0], "monitor", steps, threads);
-            headless = spawn(argv[0], "headless", steps, threads);
+            monitor = spawn(argv[0], "monitor", steps, threads, extra);
+            headless = spawn(argv[0], "headless", steps, threads, extra);
         }
         const double ratio = headless.steps_per_s > 0 ? monitor.steps_per_s / headless.steps_per_s : 0.0;
         ratios.push_back(ratio);

@@ -11,6 +11,7 @@
 #include <QMessageBox>
 #include <QStatusBar>
 #include <QTabWidget>
+#include <QThread>
 #include <QToolBar>
 #include <QVBoxLayout>
 
@@ -20,6 +21,8 @@
 #include "loss_plot.h"
 #include "loss_scale_plot.h"
 #include "memory_plot.h"
+#include <algorithm>
+
 #include "monitor_page.h"
 #include "plot_export.h"
 #include "precision_policy.h"
@@ -259,6 +262,11 @@ bool MainWindow::startRun(const ProjectConfig& config)
     if (!controller_->start(config, document_->path())) return false;
     monitorPage_->reset(config.training.batch_size * config.model.context_length * config.training.grad_accum,
                         gemm_layer_names(config.model.n_layer));
+    // When training takes every core, each millisecond the GUI draws stalls a training thread
+    // (bench/gui_monitor): draw within a small budget. With a core to spare, draw freely.
+    const int cores = std::max(1, QThread::idealThreadCount());
+    const bool sharesCores = config.training.threads <= 0 || config.training.threads >= cores;
+    monitorPage_->setFrameBudget(sharesCores ? MonitorPage::kSharedCoreFrameBudget : MonitorPage::kSpareCoreFrameBudget);
     statusWidget_->reset(config.training.steps);
     projectPage_->setRunning(true);
     showPage(Page::Monitor);

@@ -38,6 +38,8 @@ RunStatusWidget::RunStatusWidget(QWidget* parent) : QWidget(parent)
     etaLabel_->setObjectName(QStringLiteral("etaLabel"));
     for (QLabel* label : {lossLabel_, valLabel_, speedLabel_, etaLabel_}) layout->addWidget(label);
     layout->addWidget(progress_);
+    labelTimer_.setSingleShot(true);
+    connect(&labelTimer_, &QTimer::timeout, this, &RunStatusWidget::refreshLabels);
     reset(0);
 }
 
@@ -82,6 +84,15 @@ void RunStatusWidget::update(const TelemetryBatch& batch)
         addProgressSample(static_cast<double>(clock_.elapsed()) / 1000.0, step_);
     }
     if (!batch.evals.empty()) valLoss_ = batch.evals.back().val_loss;
+    refreshLabelsSoon();
+}
+
+void RunStatusWidget::refreshLabelsSoon()
+{
+    if (sinceLabels_.isValid() && sinceLabels_.elapsed() < kLabelIntervalMs) {
+        if (!labelTimer_.isActive()) labelTimer_.start(static_cast<int>(kLabelIntervalMs - sinceLabels_.elapsed()));
+        return;
+    }
     refreshLabels();
 }
 
@@ -118,6 +129,8 @@ QString RunStatusWidget::etaText() const
 
 void RunStatusWidget::refreshLabels()
 {
+    sinceLabels_.start();
+    labelTimer_.stop();
     progress_->setRange(0, static_cast<int>(std::max<qint64>(1, totalSteps_)));
     progress_->setValue(static_cast<int>(std::min(step_, std::max<qint64>(1, totalSteps_))));
     progress_->setFormat(tr("step %L1 / %L2").arg(step_).arg(totalSteps_));

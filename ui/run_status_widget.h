@@ -5,6 +5,7 @@
 // step times, so evaluations, sampling and pauses are priced in the way a user waits for them.
 
 #include <QElapsedTimer>
+#include <QTimer>
 #include <QWidget>
 
 #include <deque>
@@ -38,8 +39,13 @@ public:
     // Tests feed wall-clock samples directly instead of waiting.
     void addProgressSample(double wallSeconds, qint64 step);
 
+    // Labels repaint at most this often: text changing 25 times a second is unreadable and
+    // costs GUI time that training shares.
+    static constexpr int kLabelIntervalMs = 250;
+
 private:
     void refreshLabels();
+    void refreshLabelsSoon();
 
     QProgressBar* progress_ = nullptr;
     QLabel* lossLabel_ = nullptr;
@@ -48,6 +54,8 @@ private:
     QLabel* etaLabel_ = nullptr;
 
     QElapsedTimer clock_;
+    QElapsedTimer sinceLabels_;
+    QTimer labelTimer_;
     std::deque<std::pair<double, qint64>> samples_; // (wall s, step), the last ~30 s
     qint64 totalSteps_ = 0;
     qint64 step_ = 0;
