@@ -114,7 +114,7 @@ int main(int argc, char** argv)
     std::printf("list_run_summaries, tag filter (%zu)   %8.1f ms\n", tagged, filter_ms);
     std::printf("series(train/loss), %zu points     %8.1f ms\n", points, series_ms);
     std::printf("scalars(), every metric, %zu rows %8.1f ms\n", rows, all_ms);
-    std::printf("list_runs (max step over all rows)    %8.1f ms\n", old_list_ms);
+    std::printf("list_runs (last train/loss step)    %8.1f ms\n", old_list_ms);
     std::printf("median of %d repetitions\n", reps);
     std::filesystem::remove_all(dir);
     return 0;

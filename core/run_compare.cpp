@@ -10,28 +10,33 @@
 
 namespace mantissa {
 
+std::vector<double> debiased_ema(const std::vector<double>& values, double weight)
+{
+    std::vector<double> out(values);
+    weight = std::clamp(weight, 0.0, 0.999999);
+    if (values.empty() || weight == 0.0) return out;
+    // TensorBoard leaves a constant series alone (debiasing would only add rounding noise).
+    const bool constant = std::all_of(values.begin(), values.end(), [&](double v) { return v == values.front(); });
+    if (constant) return out;
+    double last = 0.0;
+    double weight_pow = 1.0; // weight^n for the n finite values seen so far
+    for (double& v : out) {
+        if (!std::isfinite(v)) continue;
+        last = last * weight + (1.0 - weight) * v;
+        weight_pow *= weight;
+        v = last / (1.0 - weight_pow);
+    }
+    return out;
+}
+
 Series ema_smooth(const Series& series, double weight)
 {
-    weight = std::clamp(weight, 0.0, 0.999999);
-    // Like TensorBoard (and the monitor's debiased_ema), a constant series is left alone:
-    // debiasing would only add rounding noise.
-    const bool constant = std::all_of(series.begin(), series.end(),
-                                      [&](const auto& p) { return p.second == series.front().second; });
-    if (weight == 0.0 || constant) return series;
-    Series out;
-    out.reserve(series.size());
-    double last = 0.0;
-    int64_t count = 0;
-    for (const auto& [step, value] : series) {
-        if (!std::isfinite(value)) {
-            out.emplace_back(step, value);
-            continue;
-        }
-        last = last * weight + (1.0 - weight) * value;
-        ++count;
-        const double debias = 1.0 - std::pow(weight, static_cast<double>(count));
-        out.emplace_back(step, debias > 0.0 ? last / debias : value);
-    }
+    std::vector<double> values;
+    values.reserve(series.size());
+    for (const auto& point : series) values.push_back(point.second);
+    values = debiased_ema(values, weight);
+    Series out(series);
+    for (size_t i = 0; i < out.size(); ++i) out[i].second = values[i];
     return out;
 }
 

@@ -14,10 +14,14 @@ namespace mantissa {
 // (step, value), ascending step: one metric of one run, as RunStore::series returns it.
 using Series = std::vector<std::pair<int64_t, double>>;
 
-// TensorBoard's smoothing, the same as the monitor's (ui/smoothing.h debiased_ema): an
-// exponential moving average debiased at the start, so the first points are not pulled
-// toward 0. weight in [0, 1): 0 = raw; a constant series comes back as is. Non-finite values
-// pass through unsmoothed and do not enter the average.
+// TensorBoard's scalar-dashboard smoothing, so a curve here reads the same as the run in
+// TensorBoard: an exponential moving average over the finite values, debiased by
+// 1 - weight^n after n finite values so the start is not pulled toward 0. Non-finite values
+// pass through unchanged (and do not move the average); a constant series is returned as
+// is; weight 0 is the identity; `weight` is clamped to [0, 1). The monitor, the Compare page
+// and the CLI all smooth with this one function.
+std::vector<double> debiased_ema(const std::vector<double>& values, double weight);
+// The same over a (step, value) series.
 Series ema_smooth(const Series& series, double weight);
 
 struct AlignedPoint {

@@ -442,7 +442,10 @@ std::vector<RunInfo> RunStore::list_runs()
     flush();
     std::lock_guard lock(db_mutex_);
     Statement s(db_, "SELECT r.id, r.name, r.project_path, r.config_json, r.status, r.created_at, "
-                     "coalesce(r.finished_at, ''), (SELECT coalesce(max(step), 0) FROM scalars WHERE run_id = r.id) "
+                     "coalesce(r.finished_at, ''), "
+                     // Every trained step has a train/loss row; max over that one tag is a
+                     // primary-key seek, where max over all tags scanned every metric row.
+                     "(SELECT coalesce(max(step), 0) FROM scalars WHERE run_id = r.id AND tag = 'train/loss') "
                      "FROM runs r ORDER BY r.id");
     std::vector<RunInfo> runs;
     while (s.step())

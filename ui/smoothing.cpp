@@ -7,25 +7,6 @@
 
 namespace mantissa {
 
-std::vector<double> debiased_ema(const std::vector<double>& values, double weight)
-{
-    std::vector<double> out(values);
-    if (values.empty() || weight <= 0.0) return out;
-    // TensorBoard leaves a constant series alone (debiasing would only add rounding noise).
-    const bool constant = std::all_of(values.begin(), values.end(), [&](double v) { return v == values.front(); });
-    if (constant) return out;
-    double last = 0.0;
-    double weightPow = 1.0; // weight^n for the n finite values seen so far
-    for (double& v : out) {
-        if (!std::isfinite(v)) continue;
-        last = last * weight + (1.0 - weight) * v;
-        weightPow *= weight;
-        const double debias = weight < 1.0 ? 1.0 - weightPow : 1.0;
-        v = last / debias;
-    }
-    return out;
-}
-
 DecimatedSeries decimate_min_max(const std::vector<double>& xs, const std::vector<double>& ys, size_t buckets)
 {
     const size_t n = std::min(xs.size(), ys.size());

@@ -1,19 +1,16 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
-// Curve helpers for the monitor's plots: TensorBoard's smoothing, so a curve here reads the
-// same as the same run in TensorBoard, and min/max decimation, so a long run costs the plot
-// a few points per pixel without hiding a single spike. No Qt here.
+// Curve helpers for the plots: TensorBoard's smoothing (debiased_ema, from the engine's
+// run_compare.h so the monitor, the Compare page and the CLI smooth alike), and min/max
+// decimation, so a long run costs the plot a few points per pixel without hiding a single
+// spike. No Qt here.
 
 #include <cstddef>
 #include <vector>
 
-namespace mantissa {
+#include "run_compare.h"
 
-// TensorBoard's scalar-dashboard smoothing: an exponential moving average over the finite
-// values, debiased by 1 - weight^n after n finite values so the start is not pulled toward 0.
-// Non-finite values pass through unchanged (and do not move the average); a constant series
-// is returned as is; weight 0 is the identity. `weight` is in [0, 1).
-std::vector<double> debiased_ema(const std::vector<double>& values, double weight);
+namespace mantissa {
 
 struct DecimatedSeries {
     std::vector<double> xs;
