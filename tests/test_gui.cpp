@@ -119,6 +119,7 @@ class TestGui : public QObject {
 
 private slots:
     void snapshotBufferHandsOverAcrossThreads();
+    void snapshotBufferRecyclesWithoutStaleData();
 
 
     void eventLogModelAppendsAndCaps();
@@ -140,6 +141,50 @@ private slots:
     void windowShowsProjectFileErrors_data();
     void windowShowsProjectFileErrors();
 };
+
+void TestGui::snapshotBufferRecyclesWithoutStaleData()
+{
+    // Recycled objects are overwritten whole: a smaller snapshot after a bigger one must not
+    // keep the bigger one's tail (per-layer norms, tensors, histogram bins, names).
+    SnapshotBuffer buffer;
+    StepMetrics big;
+    big.step = 1;
+    for (int i = 0; i < 5; ++i) big.layer_grad_norms.emplace_back("blocks.10.mlp.fc" + std::to_string(i), 1.0 + i);
+    LayerStatsFrame bigFrame;
+    bigFrame.step = 1;
+    for (int i = 0; i < 4; ++i) {
+        TensorStats t;
+        t.layer = "blocks.10.attn.qkv-long-name-" + std::to_string(i);
+        t.role = "grad_output";
+        t.exponent_counts = {1, 2, 3, 4, 5, 6, 7, 8};
+        bigFrame.tensors.push_back(t);
+    }
+    buffer.on_step(big);
+    buffer.on_layer_stats(bigFrame);
+    buffer.recycle(buffer.take());
+
+    StepMetrics small;
+    small.step = 2;
+    small.layer_grad_norms = {{"lm_head", 0.5}};
+    LayerStatsFrame smallFrame;
+    smallFrame.step = 2;
+    TensorStats t;
+    t.layer = "lm_head";
+    t.role = "weight";
+    t.exponent_counts = {9};
+    smallFrame.tensors.push_back(t);
+    buffer.on_step(small);
+    buffer.on_layer_stats(smallFrame);
+    const TelemetryBatch batch = buffer.take();
+    QCOMPARE(batch.steps.size(), size_t(1));
+    QCOMPARE(batch.steps[0].step, int64_t(2));
+    QCOMPARE(batch.steps[0].layer_grad_norms, small.layer_grad_norms);
+    QCOMPARE(batch.layer_frames.size(), size_t(1));
+    QCOMPARE(batch.layer_frames[0].tensors.size(), size_t(1));
+    QCOMPARE(batch.layer_frames[0].tensors[0].layer, std::string("lm_head"));
+    QCOMPARE(batch.layer_frames[0].tensors[0].role, std::string("weight"));
+    QCOMPARE(batch.layer_frames[0].tensors[0].exponent_counts, std::vector<int64_t>{9});
+}
 
 void TestGui::snapshotBufferHandsOverAcrossThreads()
 {

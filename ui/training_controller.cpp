@@ -249,7 +249,10 @@ void TrainingController::drain()
             emit started(id);
         }
     }
-    if (!batch.empty()) emit drained(batch);
+    if (batch.empty()) return;
+    emit drained(batch);
+    // A slot may have run a nested event loop in which the job ended.
+    if (job_) job_->buffer.recycle(std::move(batch));
 }
 
 void TrainingController::onWorkerFinished()
