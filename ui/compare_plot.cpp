@@ -5,25 +5,12 @@
 #include <cmath>
 #include <limits>
 
+#include "plot_style.h"
 #include "smoothing.h"
 
 namespace mantissa {
 
 namespace {
-
-const QColor kGridColor(225, 225, 225);
-
-class SiAxisTicker : public QCPAxisTicker {
-protected:
-    QString getTickLabel(double tick, const QLocale& locale, QChar formatChar, int precision) override
-    {
-        const double a = std::abs(tick);
-        static const std::pair<double, const char*> units[] = {{1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "k"}};
-        for (const auto& [scale, suffix] : units)
-            if (a >= scale) return locale.toString(tick / scale, 'g', 4) + QLatin1String(suffix);
-        return QCPAxisTicker::getTickLabel(tick, locale, formatChar, precision);
-    }
-};
 
 QVector<QCPGraphData> to_data(const std::vector<double>& xs, const std::vector<double>& ys)
 {
@@ -40,22 +27,12 @@ ComparePlot::ComparePlot(QWidget* parent) : QCustomPlot(parent)
     setMinimumSize(320, 200);
     setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
     setNoAntialiasingOnDrag(true);
-    QFont tickFont = font();
-    tickFont.setPointSizeF(std::max(7.0, tickFont.pointSizeF() - 1.0));
-    for (QCPAxis* axis : {xAxis, yAxis}) {
-        axis->grid()->setPen(QPen(kGridColor, 1, Qt::DotLine));
-        axis->setTickLabelFont(tickFont);
-        axis->setBasePen(QPen(QColor(120, 120, 120)));
-        axis->setTickPen(QPen(QColor(120, 120, 120)));
-        axis->setSubTickPen(QPen(QColor(150, 150, 150)));
-        axis->setTickLabelColor(QColor(60, 60, 60));
-        axis->setLabelColor(QColor(40, 40, 40));
-    }
+    style_axes(this);
     xAxis->setTicker(QSharedPointer<SiAxisTicker>::create());
     legend->setVisible(true);
     legend->setBrush(QColor(255, 255, 255, 225));
     legend->setBorderPen(QPen(QColor(200, 200, 200)));
-    legend->setFont(tickFont);
+    legend->setFont(xAxis->tickLabelFont()); // the smaller font style_axes() chose
     axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
     emptyText_ = new QCPItemText(this);
     emptyText_->position->setType(QCPItemPosition::ptAxisRectRatio);

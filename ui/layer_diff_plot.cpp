@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "plot_style.h"
+
 namespace mantissa {
 
 namespace {
@@ -37,14 +39,7 @@ LayerDiffPlot::LayerDiffPlot(QWidget* parent) : QCustomPlot(parent)
     map_ = new QCPColorMap(xAxis, yAxis);
     map_->setInterpolate(false);
     map_->setTightBoundary(false);
-    colorScale_ = new QCPColorScale(this);
-    plotLayout()->addElement(0, 1, colorScale_);
-    colorScale_->setType(QCPAxis::atRight);
-    colorScale_->setBarWidth(12);
-    map_->setColorScale(colorScale_);
-    auto* group = new QCPMarginGroup(this);
-    axisRect()->setMarginGroup(QCP::msTop | QCP::msBottom, group);
-    colorScale_->setMarginGroup(QCP::msTop | QCP::msBottom, group);
+    colorScale_ = attach_color_scale(this, map_);
 
     QCPColorGradient g;
     g.setColorStopAt(0.0, QColor(33, 102, 172));

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <limits>
 
+#include "plot_style.h"
+
 namespace mantissa {
 
 namespace {
@@ -227,14 +229,7 @@ LayerHeatmapPlot::LayerHeatmapPlot(QWidget* parent) : QCustomPlot(parent)
     map_->setInterpolate(false);
     map_->setTightBoundary(false);
 
-    colorScale_ = new QCPColorScale(this);
-    plotLayout()->addElement(0, 1, colorScale_);
-    colorScale_->setType(QCPAxis::atRight);
-    colorScale_->setBarWidth(12);
-    map_->setColorScale(colorScale_);
-    auto* group = new QCPMarginGroup(this);
-    axisRect()->setMarginGroup(QCP::msTop | QCP::msBottom, group);
-    colorScale_->setMarginGroup(QCP::msTop | QCP::msBottom, group);
+    colorScale_ = attach_color_scale(this, map_);
 
     QFont small = font();
     small.setPointSizeF(std::max(6.5, small.pointSizeF() * 0.85));

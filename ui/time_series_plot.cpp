@@ -6,27 +6,15 @@
 #include <algorithm>
 #include <cmath>
 
+#include "plot_style.h"
+
 namespace mantissa {
 
 namespace {
 
 const QColor kCursorColor(148, 103, 189);
 const QColor kMarkerColor(110, 110, 110);
-const QColor kGridColor(225, 225, 225);
 constexpr int kLeftMarginPx = 72;
-
-// Large counts (tokens) read better as 1.5M than as 1.5·10⁶.
-class SiAxisTicker : public QCPAxisTicker {
-protected:
-    QString getTickLabel(double tick, const QLocale& locale, QChar formatChar, int precision) override
-    {
-        const double a = std::abs(tick);
-        static const std::pair<double, const char*> units[] = {{1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "k"}};
-        for (const auto& [scale, suffix] : units)
-            if (a >= scale) return locale.toString(tick / scale, 'g', 4) + QLatin1String(suffix);
-        return QCPAxisTicker::getTickLabel(tick, locale, formatChar, precision);
-    }
-};
 
 QString elide(QString text, int chars)
 {
@@ -59,18 +47,7 @@ TimeSeriesPlot::TimeSeriesPlot(QWidget* parent) : QCustomPlot(parent)
     setNoAntialiasingOnDrag(true);
     setMouseTracking(true);
 
-    QFont tickFont = font();
-    tickFont.setPointSizeF(std::max(7.0, tickFont.pointSizeF() - 1.0));
-    for (QCPAxis* axis : {xAxis, yAxis}) {
-        axis->grid()->setPen(QPen(kGridColor, 1, Qt::DotLine));
-        axis->setTickLabelFont(tickFont);
-        axis->setLabelFont(font());
-        axis->setBasePen(QPen(QColor(120, 120, 120)));
-        axis->setTickPen(QPen(QColor(120, 120, 120)));
-        axis->setSubTickPen(QPen(QColor(150, 150, 150)));
-        axis->setTickLabelColor(QColor(60, 60, 60));
-        axis->setLabelColor(QColor(40, 40, 40));
-    }
+    style_axes(this);
     // One fixed left margin, so the stacked plots' step axes line up.
     axisRect()->setAutoMargins(QCP::msTop | QCP::msRight | QCP::msBottom);
     axisRect()->setMargins(QMargins(kLeftMarginPx, 0, 0, 0));
@@ -79,7 +56,7 @@ TimeSeriesPlot::TimeSeriesPlot(QWidget* parent) : QCustomPlot(parent)
     yAxis->setRange(0, 1);
     legend->setBrush(QColor(255, 255, 255, 220));
     legend->setBorderPen(QPen(QColor(190, 190, 190)));
-    legend->setFont(tickFont);
+    legend->setFont(xAxis->tickLabelFont()); // the smaller font style_axes() chose
     legend->setIconSize(18, 10);
     legend->setRowSpacing(-2);
     axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);

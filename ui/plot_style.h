@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// Pieces every Mantissa plot shares, so the monitor and the Compare page read alike: the
+// axes, large counts as 1.5M rather than 1.5·10⁶, and the colour scale beside a
+// layer × step map.
+
+#include <qcustomplot.h>
+
+namespace mantissa {
+
+// Large counts (tokens) read better as 1.5M than as 1.5·10⁶.
+class SiAxisTicker : public QCPAxisTicker {
+protected:
+    QString getTickLabel(double tick, const QLocale& locale, QChar formatChar, int precision) override;
+};
+
+// The shared axis look on both axes of the plot's main axis rect: light dotted grid,
+// slightly smaller tick labels, grey axis lines and ticks.
+void style_axes(QCustomPlot* plot);
+
+// A colour scale on the right of `plot`, driving `map`, with the map's axis rect and the
+// scale sharing top and bottom margins so their edges line up.
+QCPColorScale* attach_color_scale(QCustomPlot* plot, QCPColorMap* map);
+
+} // namespace mantissa
