@@ -748,35 +748,27 @@ std::vector<RunSummaryRow> RunStore::list_run_summaries(const RunFilter& filter)
 
 void RunStore::add_tags(int64_t run_id, const std::vector<std::string>& tags)
 {
+    write_tags(run_id, tags, "INSERT OR IGNORE INTO run_tags(run_id, tag) VALUES(?, ?)", /*run_must_exist=*/true);
+}
+
+void RunStore::remove_tags(int64_t run_id, const std::vector<std::string>& tags)
+{
+    write_tags(run_id, tags, "DELETE FROM run_tags WHERE run_id=? AND tag=?", /*run_must_exist=*/false);
+}
+
+void RunStore::write_tags(int64_t run_id, const std::vector<std::string>& tags, const char* sql, bool run_must_exist)
+{
+    // Every tag is checked before anything is written: one bad tag leaves the store as it was.
     std::vector<std::string> clean;
     for (const auto& t : tags) clean.push_back(trimmed_tag(t));
     std::lock_guard lock(db_mutex_);
-    {
+    if (run_must_exist) {
         Statement exists(db_, "SELECT 1 FROM runs WHERE id=?");
         if (!exists.bind(1, run_id).step()) throw StoreError("no run " + std::to_string(run_id) + " in " + path_);
     }
     exec(db_, "BEGIN IMMEDIATE");
     try {
-        Statement s(db_, "INSERT OR IGNORE INTO run_tags(run_id, tag) VALUES(?, ?)");
-        for (const auto& t : clean) {
-            s.reset();
-            s.bind(1, run_id).bind(2, t).step();
-        }
-        exec(db_, "COMMIT");
-    } catch (...) {
-        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-        throw;
-    }
-}
-
-void RunStore::remove_tags(int64_t run_id, const std::vector<std::string>& tags)
-{
-    std::vector<std::string> clean;
-    for (const auto& t : tags) clean.push_back(trimmed_tag(t));
-    std::lock_guard lock(db_mutex_);
-    exec(db_, "BEGIN IMMEDIATE");
-    try {
-        Statement s(db_, "DELETE FROM run_tags WHERE run_id=? AND tag=?");
+        Statement s(db_, sql);
         for (const auto& t : clean) {
             s.reset();
             s.bind(1, run_id).bind(2, t).step();

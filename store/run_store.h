@@ -130,6 +130,8 @@ private:
     };
     void writer_loop();
     void write_batch(std::vector<PendingRow>& rows);
+    // add_tags / remove_tags: `sql` binds (run_id, tag) once per tag, in one transaction.
+    void write_tags(int64_t run_id, const std::vector<std::string>& tags, const char* sql, bool run_must_exist);
 
     void mark_dead_runs_interrupted();
     std::string lock_path(int64_t run_id) const;
