@@ -283,37 +283,19 @@ void print_table(const std::vector<std::vector<std::string>>& rows, const std::v
     }
 }
 
-std::string fmt_loss(double v)
+// One table cell: "-" for a missing (non-finite) value, else `v` printed with `format`.
+std::string fmt_finite(double v, const char* format)
 {
     if (!std::isfinite(v)) return "-";
     char buf[32];
-    std::snprintf(buf, sizeof buf, "%.4f", v);
+    std::snprintf(buf, sizeof buf, format, v);
     return buf;
 }
 
-std::string fmt_delta(double v)
-{
-    if (!std::isfinite(v)) return "-";
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%+.4f", v);
-    return buf;
-}
-
-std::string fmt_ratio(double v)
-{
-    if (!std::isfinite(v)) return "-";
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.2fx", v);
-    return buf;
-}
-
-std::string fmt_rate(double v)
-{
-    if (!std::isfinite(v)) return "-";
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.0f", v);
-    return buf;
-}
+std::string fmt_loss(double v) { return fmt_finite(v, "%.4f"); }
+std::string fmt_delta(double v) { return fmt_finite(v, "%+.4f"); }
+std::string fmt_ratio(double v) { return fmt_finite(v, "%.2fx"); }
+std::string fmt_rate(double v) { return fmt_finite(v, "%.0f"); }
 
 std::string fmt_bytes(int64_t bytes)
 {
