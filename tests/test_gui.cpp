@@ -37,29 +37,13 @@
 #include "run_store.h"
 #include "snapshot_buffer.h"
 #include "training_controller.h"
+#include "tiny_project.h"
 
 using namespace mantissa;
 
 namespace {
 
-// The tiny model every run test trains: well under a second for 30 steps on one core.
-ProjectConfig tiny_config(int64_t steps)
-{
-    ProjectConfig c;
-    c.name = "gui-test";
-    c.model.n_layer = 1;
-    c.model.n_head = 2;
-    c.model.n_embd = 16;
-    c.model.context_length = 16;
-    c.data.kind = DataKind::SyntheticAddition;
-    c.data.examples = 500;
-    c.training.steps = steps;
-    c.training.batch_size = 4;
-    c.training.threads = 1; // leave the other core to the GUI thread on small CI machines
-    c.eval.interval = 10;
-    c.eval.batches = 2;
-    return c;
-}
+ProjectConfig tiny_config(int64_t steps) { return tiny_run_config("gui-test", steps, 10); }
 
 QVector<double> graph_keys(const QCPGraph* graph)
 {

@@ -34,6 +34,7 @@
 #include "sweep_runner.h"
 #include "table_export.h"
 #include "training_controller.h"
+#include "tiny_project.h"
 
 using namespace mantissa;
 
@@ -131,24 +132,7 @@ QStringList column_of(const QAbstractItemModel& m, int column, int role = Qt::Di
     return out;
 }
 
-// The tiny model of test_gui: well under a second for 10 steps on one core.
-ProjectConfig tiny_config(int64_t steps)
-{
-    ProjectConfig c;
-    c.name = "sweep-test";
-    c.model.n_layer = 1;
-    c.model.n_head = 2;
-    c.model.n_embd = 16;
-    c.model.context_length = 16;
-    c.data.kind = DataKind::SyntheticAddition;
-    c.data.examples = 500;
-    c.training.steps = steps;
-    c.training.batch_size = 4;
-    c.training.threads = 1;
-    c.eval.interval = 5;
-    c.eval.batches = 2;
-    return c;
-}
+ProjectConfig tiny_config(int64_t steps) { return tiny_run_config("sweep-test", steps, 5); }
 
 } // namespace
 
