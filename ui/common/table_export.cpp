@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "common/table_export.h"
+
+#include <QAbstractItemModel>
+#include <QSaveFile>
+#include <QStringList>
+
+namespace mantissa {
+
+QString csv_field(const QString& text)
+{
+    const bool quote = text.contains(QLatin1Char(',')) || text.contains(QLatin1Char('"')) ||
+                       text.contains(QLatin1Char('\n')) || text.contains(QLatin1Char('\r')) ||
+                       (!text.isEmpty() && (text.front().isSpace() || text.back().isSpace()));
+    if (!quote) return text;
+    QString out = text;
+    out.replace(QLatin1String("\""), QLatin1String("\"\""));
+    return QLatin1Char('"') + out + QLatin1Char('"');
+}
+
+QString model_to_csv(const QAbstractItemModel& model)
+{
+    const int columns = model.columnCount();
+    QString out;
+    QStringList line;
+    for (int c = 0; c < columns; ++c) line << csv_field(model.headerData(c, Qt::Horizontal).toString());
+    out += line.join(QLatin1Char(',')) + QLatin1String("\r\n");
+    for (int r = 0; r < model.rowCount(); ++r) {
+        line.clear();
+        for (int c = 0; c < columns; ++c) {
+            const QModelIndex index = model.index(r, c);
+            QVariant value = model.data(index, kCsvExportRole);
+            if (!value.isValid()) value = model.data(index, Qt::DisplayRole);
+            line << csv_field(value.toString());
+        }
+        out += line.join(QLatin1Char(',')) + QLatin1String("\r\n");
+    }
+    return out;
+}
+
+bool export_model_csv(const QAbstractItemModel& model, const QString& path, QString* error)
+{
+    QSaveFile file(path);
+    if (!file.open(QIODevice::WriteOnly)) {
+        if (error) *error = QStringLiteral("Cannot write '%1': %2").arg(path, file.errorString());
+        return false;
+    }
+    file.write(model_to_csv(model).toUtf8());
+    if (!file.commit()) {
+        if (error) *error = QStringLiteral("Cannot write '%1': %2").arg(path, file.errorString());
+        return false;
+    }
+    return true;
+}
+
+} // namespace mantissa

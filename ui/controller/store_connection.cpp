@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "controller/store_connection.h"
+
+#include <QDir>
+#include <QFileInfo>
+
+#include "run_store.h"
+
+namespace mantissa {
+
+StoreConnection::StoreConnection(const QString& path, QObject* parent) : QObject(parent), path_(path) {}
+
+StoreConnection::~StoreConnection() = default;
+
+bool StoreConnection::exists() const { return QFileInfo(path_).isFile(); }
+
+RunStore* StoreConnection::store(QString* error)
+{
+    if (store_) return store_.get();
+    if (!exists()) {
+        if (error)
+            *error = tr("No runs yet: the run store %1 does not exist (runs started here are recorded there).")
+                         .arg(QDir::toNativeSeparators(path_));
+        return nullptr;
+    }
+    try {
+        store_ = std::make_unique<RunStore>(path_.toStdString());
+    } catch (const std::exception& e) {
+        if (error) *error = tr("Cannot open the run store: %1").arg(QString::fromStdString(e.what()));
+        return nullptr;
+    }
+    return store_.get();
+}
+
+void StoreConnection::close() { store_.reset(); }
+
+} // namespace mantissa

@@ -1,0 +1,278 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "controller/training_controller.h"
+
+#include <QThread>
+
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "run_store.h"
+
+namespace mantissa {
+
+// State the worker thread and the GUI thread share for one job. The buffer has its own
+// lock; everything else is guarded by `mutex`.
+struct TrainingController::Job {
+    SnapshotBuffer buffer;
+
+    std::mutex mutex;
+    Trainer* trainer = nullptr; // set only while Trainer::run may be executing
+    bool stop_requested = false;
+    bool pause_requested = false;
+    int64_t run_id = -1;
+    // Written once by the worker just before it returns.
+    std::string status;
+    std::string error;
+    RunSummary summary;
+
+    void work(ProjectConfig config, const std::string& project_path, const std::string& store_path);
+    void finish(std::string final_status, std::string message, RunSummary final_summary = {})
+    {
+        std::lock_guard lock(mutex);
+        trainer = nullptr;
+        status = std::move(final_status);
+        error = std::move(message);
+        summary = final_summary;
+    }
+};
+
+void TrainingController::Job::work(ProjectConfig config, const std::string& project_path, const std::string& store_path)
+{
+    // Nothing may escape this function: an exception on a QThread terminates the process.
+    std::unique_ptr<Trainer> owned;
+    try {
+        owned = std::make_unique<Trainer>(std::move(config));
+    } catch (const std::exception& e) {
+        finish("failed", e.what());
+        return;
+    } catch (...) {
+        finish("failed", "building the model failed with an unknown error");
+        return;
+    }
+    {
+        // Loading data can take a while; a Stop in the meantime should not leave a run behind.
+        std::lock_guard lock(mutex);
+        if (stop_requested) {
+            status = "stopped";
+            return;
+        }
+    }
+
+    std::unique_ptr<RunStore> store;
+    int64_t id = -1;
+    try {
+        store = std::make_unique<RunStore>(store_path);
+        id = store->create_run(owned->config().name, project_path, to_json_text(owned->config()));
+    } catch (const StoreError& e) {
+        finish("failed", e.what()); // names the file already
+        return;
+    } catch (const std::exception& e) {
+        finish("failed", "run store '" + store_path + "': " + e.what());
+        return;
+    }
+
+    if (owned->config().training.checkpoint_dir.empty()) {
+        // Where mantissa-train puts them too, so `mantissa-train resume ID` finds GUI runs.
+        const auto base = std::filesystem::absolute(store_path).parent_path();
+        owned->set_checkpoint_dir((base / "checkpoints" / ("run-" + std::to_string(id))).string());
+    }
+
+    {
+        std::lock_guard lock(mutex);
+        run_id = id;
+        trainer = owned.get();
+        // Commands that arrived before the trainer existed.
+        if (stop_requested)
+            trainer->request_stop();
+        else if (pause_requested)
+            trainer->request_pause();
+    }
+
+    StoreSink store_sink(*store, id);
+    FanOutSink sink({&store_sink, &buffer});
+    std::string final_status;
+    std::string message;
+    RunSummary final_summary;
+    try {
+        final_summary = owned->run(sink);
+        final_status = final_summary.stopped_early ? "stopped" : "finished";
+    } catch (const std::exception& e) {
+        final_status = "failed";
+        message = e.what();
+    } catch (...) {
+        final_status = "failed";
+        message = "training failed with an unknown error";
+    }
+    {
+        // Commands must not reach a trainer that is about to be destroyed.
+        std::lock_guard lock(mutex);
+        trainer = nullptr;
+    }
+    if (final_status == "failed") {
+        const RunEvent event{final_summary.steps_done, "run_failed", message};
+        buffer.on_event(event);
+        try {
+            store_sink.on_event(event);
+        } catch (...) {
+        }
+    }
+    try {
+        store->finish_run(id, final_status);
+        store.reset(); // flushes and closes before the GUI reads the run back
+    } catch (const std::exception& e) {
+        final_status = "failed";
+        message = "run store '" + store_path + "': " + e.what();
+    }
+    finish(final_status, message, final_summary);
+}
+
+TrainingController::TrainingController(const QString& storePath, QObject* parent)
+    : QObject(parent), storePath_(storePath.isEmpty() ? QString::fromStdString(default_store_path()) : storePath)
+{
+    drainTimer_.setInterval(kDrainIntervalMs);
+    connect(&drainTimer_, &QTimer::timeout, this, &TrainingController::drain);
+}
+
+TrainingController::~TrainingController()
+{
+    if (thread_) {
+        stop();
+        thread_->wait();
+    }
+}
+
+bool TrainingController::start(const ProjectConfig& config, const QString& projectPath)
+{
+    if (running_) return false;
+    job_ = std::make_unique<Job>();
+    running_ = true;
+    paused_ = false;
+    startAnnounced_ = false;
+    runId_ = -1;
+    lastStatus_.clear();
+    lastError_.clear();
+    lastSummary_ = {};
+
+    Job* job = job_.get();
+    thread_.reset(QThread::create([job, config, project = projectPath.toStdString(), store = storePath_.toStdString()] {
+        job->work(config, project, store);
+    }));
+    thread_->setObjectName(QStringLiteral("mantissa-trainer"));
+    // QThread::finished is emitted on the worker; the queued hop lands us back on this thread.
+    connect(thread_.get(), &QThread::finished, this, &TrainingController::onWorkerFinished, Qt::QueuedConnection);
+    drainTimer_.start();
+    thread_->start();
+    return true;
+}
+
+void TrainingController::stop()
+{
+    if (!job_) return;
+    std::lock_guard lock(job_->mutex);
+    job_->stop_requested = true;
+    if (job_->trainer) job_->trainer->request_stop();
+}
+
+void TrainingController::pause()
+{
+    if (!running_ || paused_) return;
+    {
+        std::lock_guard lock(job_->mutex);
+        job_->pause_requested = true;
+        if (job_->trainer) job_->trainer->request_pause();
+    }
+    paused_ = true;
+    emit pausedChanged(true);
+}
+
+void TrainingController::resume()
+{
+    if (!running_ || !paused_) return;
+    {
+        std::lock_guard lock(job_->mutex);
+        job_->pause_requested = false;
+        if (job_->trainer) job_->trainer->request_resume();
+    }
+    paused_ = false;
+    emit pausedChanged(false);
+}
+
+bool TrainingController::setLayerFormats(const QString& pattern, const GemmFormats& formats, QString* error)
+{
+    const auto refuse = [&](const QString& why) {
+        if (error) *error = why;
+        return false;
+    };
+    if (!job_) return refuse(tr("No run is going."));
+    std::lock_guard lock(job_->mutex);
+    if (!job_->trainer) return refuse(tr("The run is still starting; try again in a moment."));
+    try {
+        job_->trainer->request_layer_formats(pattern.toStdString(), formats);
+    } catch (const std::exception& e) {
+        return refuse(QString::fromStdString(e.what()));
+    }
+    return true;
+}
+
+bool TrainingController::requestCheckpoint(QString* error)
+{
+    if (!job_) {
+        if (error) *error = tr("No run is going.");
+        return false;
+    }
+    std::lock_guard lock(job_->mutex);
+    if (!job_->trainer) {
+        if (error) *error = tr("The run is still starting; try again in a moment.");
+        return false;
+    }
+    job_->trainer->request_checkpoint();
+    return true;
+}
+
+void TrainingController::drain()
+{
+    if (!job_) return;
+    // Take the batch before reading the run id: the worker publishes the id before its first
+    // snapshot, so a non-empty batch always comes after started().
+    TelemetryBatch batch = job_->buffer.take();
+    if (!startAnnounced_) {
+        int64_t id = -1;
+        {
+            std::lock_guard lock(job_->mutex);
+            id = job_->run_id;
+        }
+        if (id >= 0) {
+            startAnnounced_ = true;
+            runId_ = id;
+            emit started(id);
+        }
+    }
+    if (batch.empty()) return;
+    emit drained(batch);
+    // A slot may have run a nested event loop in which the job ended.
+    if (job_) job_->buffer.recycle(std::move(batch));
+}
+
+void TrainingController::onWorkerFinished()
+{
+    if (!thread_) return;
+    thread_->wait();
+    drainTimer_.stop();
+    drain(); // whatever the worker pushed after the last tick
+    lastStatus_ = QString::fromStdString(job_->status);
+    lastError_ = QString::fromStdString(job_->error);
+    lastSummary_ = job_->summary;
+    thread_.reset();
+    job_.reset();
+    running_ = false;
+    if (paused_) {
+        paused_ = false;
+        emit pausedChanged(false);
+    }
+    if (lastStatus_ == QLatin1String("failed")) emit failed(lastError_);
+    emit finished(lastStatus_);
+}
+
+} // namespace mantissa

@@ -1,0 +1,302 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "models/precision_table_model.h"
+
+#include <QBrush>
+#include <QColor>
+#include <QFont>
+#include <QLocale>
+#include <QPalette>
+
+#include "models/project_document.h"
+
+namespace mantissa {
+namespace {
+
+// Light enough to read the default text on, in light and dark themes alike (the text is
+// forced dark on tinted cells).
+const QColor kFp8Tint(255, 214, 153);
+const QColor kHalfTint(214, 232, 250);
+
+const std::vector<Fp8Scaling> kScalings = {Fp8Scaling::Delayed, Fp8Scaling::Current, Fp8Scaling::PerRow,
+                                           Fp8Scaling::Block32};
+
+QStringList scaling_names()
+{
+    QStringList out;
+    for (auto s : kScalings) out << QString::fromLatin1(fp8_scaling_name(s));
+    return out;
+}
+
+QStringList format_names()
+{
+    QStringList out;
+    for (const auto& n : number_format_names()) out << QString::fromStdString(n);
+    return out;
+}
+
+std::optional<ProjectDocument::Gemm> gemm_of(int column)
+{
+    switch (column) {
+    case PrecisionTableModel::ForwardColumn: return ProjectDocument::Gemm::Forward;
+    case PrecisionTableModel::DgradColumn: return ProjectDocument::Gemm::Dgrad;
+    case PrecisionTableModel::WgradColumn: return ProjectDocument::Gemm::Wgrad;
+    default: return std::nullopt;
+    }
+}
+
+NumberFormat pick(const GemmFormats& f, ProjectDocument::Gemm which)
+{
+    switch (which) {
+    case ProjectDocument::Gemm::Forward: return f.forward;
+    case ProjectDocument::Gemm::Dgrad: return f.dgrad;
+    case ProjectDocument::Gemm::Wgrad: return f.wgrad;
+    }
+    return f.forward;
+}
+
+} // namespace
+
+PrecisionTableModel::PrecisionTableModel(ProjectDocument* document, QObject* parent)
+    : QAbstractTableModel(parent), document_(document)
+{
+    qRegisterMetaType<mantissa::GemmFormats>();
+    connect(document_, &ProjectDocument::changed, this, &PrecisionTableModel::refresh);
+    refresh();
+}
+
+void PrecisionTableModel::refresh()
+{
+    std::vector<Row> fresh;
+    if (document_->hasProject()) {
+        const ProjectConfig& config = document_->config();
+        PrecisionConfig presetOnly = config.precision;
+        presetOnly.layers.clear();
+        const int64_t n = config.model.n_layer;
+        for (const LayerShape& shape : gemm_layer_shapes(config.model, document_->vocabSize())) {
+            Row row;
+            row.layer = shape.name;
+            row.parameters = shape.parameters;
+            row.tied = shape.tied;
+            row.formats = resolve_layer_formats(config.precision, shape.name, n);
+            row.presetFormats = resolve_layer_formats(presetOnly, shape.name, n);
+            row.scaling = resolve_layer_recipe(config.precision, shape.name).scaling;
+            fresh.push_back(std::move(row));
+        }
+        defaultScaling_ = config.precision.fp8.scaling;
+    }
+    if (fresh.size() != rows_.size()) {
+        beginResetModel();
+        rows_ = std::move(fresh);
+        endResetModel();
+        return;
+    }
+    rows_ = std::move(fresh);
+    if (!rows_.empty()) emit dataChanged(index(0, 0), index(rowCount() - 1, ColumnCount - 1));
+}
+
+void PrecisionTableModel::emitFormatChanges(const std::vector<Row>& before)
+{
+    // Only when the layer list stayed the same: a trainer cannot take a new model shape live.
+    if (before.size() != rows_.size()) return;
+    for (size_t i = 0; i < rows_.size(); ++i)
+        if (rows_[i].layer == before[i].layer && !(rows_[i].formats == before[i].formats))
+            emit layerFormatsEdited(QString::fromStdString(rows_[i].layer), rows_[i].formats);
+}
+
+bool PrecisionTableModel::applyPreset(const QString& preset, QString* error)
+{
+    const std::vector<Row> before = rows_;
+    if (!document_->setPreset(preset, error)) return false;
+    emitFormatChanges(before);
+    return true;
+}
+
+bool PrecisionTableModel::fillByPattern(const QString& glob, std::optional<NumberFormat> forward,
+                                        std::optional<NumberFormat> dgrad, std::optional<NumberFormat> wgrad,
+                                        std::optional<Fp8Scaling> scaling, QString* error)
+{
+    const std::vector<Row> before = rows_;
+    if (!document_->fillByPattern(glob, forward, dgrad, wgrad, scaling, error)) return false;
+    emitFormatChanges(before);
+    return true;
+}
+
+QString PrecisionTableModel::layerAt(int row) const
+{
+    if (row < 0 || row >= rowCount()) return {};
+    return QString::fromStdString(rows_[static_cast<size_t>(row)].layer);
+}
+
+int PrecisionTableModel::rowForLayer(const QString& layer) const
+{
+    const std::string name = layer.toStdString();
+    for (size_t i = 0; i < rows_.size(); ++i)
+        if (rows_[i].layer == name) return static_cast<int>(i);
+    return -1;
+}
+
+GemmFormats PrecisionTableModel::formatsAt(int row) const
+{
+    if (row < 0 || row >= rowCount()) return {};
+    return rows_[static_cast<size_t>(row)].formats;
+}
+
+int PrecisionTableModel::rowCount(const QModelIndex& parent) const
+{
+    return parent.isValid() ? 0 : static_cast<int>(rows_.size());
+}
+
+int PrecisionTableModel::columnCount(const QModelIndex& parent) const
+{
+    return parent.isValid() ? 0 : ColumnCount;
+}
+
+QVariant PrecisionTableModel::data(const QModelIndex& index, int role) const
+{
+    if (!checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid)) return {};
+    const Row& row = rows_[static_cast<size_t>(index.row())];
+    const int column = index.column();
+    const auto gemm = gemm_of(column);
+    const bool usesFp8 = row.formats.any_fp8();
+
+    switch (role) {
+    case Qt::DisplayRole:
+    case Qt::EditRole:
+        switch (column) {
+        case LayerColumn: return QString::fromStdString(row.layer);
+        case ParametersColumn:
+            if (role == Qt::EditRole) return QVariant::fromValue<qint64>(row.parameters);
+            if (row.parameters == 0) return QStringLiteral("—"); // attention core: no weights
+            return row.tied ? tr("%1 (tied)").arg(QLocale().toString(static_cast<qint64>(row.parameters)))
+                            : QLocale().toString(static_cast<qint64>(row.parameters));
+        case ScalingColumn: return QString::fromLatin1(fp8_scaling_name(row.scaling));
+        default: return QString::fromLatin1(format_name(pick(row.formats, *gemm)));
+        }
+    case Qt::UserRole:
+        if (column == ParametersColumn) return QVariant::fromValue<qint64>(row.parameters);
+        return {};
+    case ChoicesRole:
+        if (gemm) return format_names();
+        if (column == ScalingColumn) return scaling_names();
+        return {};
+    case Qt::FontRole: {
+        const bool overridden = (gemm && pick(row.formats, *gemm) != pick(row.presetFormats, *gemm)) ||
+                                (column == ScalingColumn && row.scaling != defaultScaling_);
+        if (!overridden) return {};
+        QFont bold;
+        bold.setBold(true);
+        return bold;
+    }
+    case Qt::BackgroundRole:
+        if (gemm) {
+            const NumberFormat f = pick(row.formats, *gemm);
+            if (format_info(f).is_fp8) return QBrush(kFp8Tint);
+            if (f == NumberFormat::BF16 || f == NumberFormat::FP16) return QBrush(kHalfTint);
+        }
+        return {};
+    case Qt::ForegroundRole:
+        if (gemm) {
+            const NumberFormat f = pick(row.formats, *gemm);
+            if (format_info(f).is_fp8 || f == NumberFormat::BF16 || f == NumberFormat::FP16)
+                return QBrush(Qt::black);
+        }
+        // The recipe only matters where a GEMM runs in FP8; still editable for when one does.
+        if (column == ScalingColumn && !usesFp8) return QBrush(QPalette().color(QPalette::PlaceholderText));
+        if (column == ParametersColumn && row.parameters == 0)
+            return QBrush(QPalette().color(QPalette::PlaceholderText));
+        return {};
+    case Qt::TextAlignmentRole:
+        if (column == ParametersColumn) return (Qt::AlignRight | Qt::AlignVCenter).toInt();
+        return {};
+    case Qt::ToolTipRole:
+        switch (column) {
+        case LayerColumn: return QString::fromStdString(row.layer);
+        case ParametersColumn:
+            return row.tied ? tr("Shares its weight with the token embedding: counted once in the estimate")
+                            : tr("%1 trainable parameters (weight and bias)")
+                                  .arg(QLocale().toString(static_cast<qint64>(row.parameters)));
+        case ScalingColumn:
+            return usesFp8 ? tr("FP8 scaling recipe of %1").arg(QString::fromStdString(row.layer))
+                           : tr("No GEMM of this layer runs in FP8, so its scaling recipe is unused");
+        default: {
+            const NumberFormat f = pick(row.formats, *gemm);
+            const NumberFormat preset = pick(row.presetFormats, *gemm);
+            if (f == preset) return tr("%1 (from the preset)").arg(QString::fromLatin1(format_name(f)));
+            return tr("%1 (the preset says %2)")
+                .arg(QString::fromLatin1(format_name(f)), QString::fromLatin1(format_name(preset)));
+        }
+        }
+    default:
+        return {};
+    }
+}
+
+bool PrecisionTableModel::setData(const QModelIndex& index, const QVariant& value, int role)
+{
+    if (role != Qt::EditRole ||
+        !checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid))
+        return false;
+    const QString layer = layerAt(index.row());
+    const std::string text = value.toString().trimmed().toStdString();
+    QString error;
+    if (const auto gemm = gemm_of(index.column())) {
+        const auto format = parse_number_format(text);
+        if (!format) {
+            emit document_->validationFailed(QStringLiteral("precision.layers"),
+                                             tr("precision.layers: '%1' is not one of %2")
+                                                 .arg(value.toString(), format_names().join(QStringLiteral(", "))));
+            return false;
+        }
+        const std::vector<Row> before = rows_;
+        if (!document_->setLayerFormat(layer, *gemm, *format, &error)) return false;
+        emitFormatChanges(before);
+        return true;
+    }
+    if (index.column() == ScalingColumn) {
+        const auto scaling = parse_fp8_scaling(text);
+        if (!scaling) {
+            emit document_->validationFailed(QStringLiteral("precision.layers"),
+                                             tr("precision.layers: '%1' is not one of %2")
+                                                 .arg(value.toString(), scaling_names().join(QStringLiteral(", "))));
+            return false;
+        }
+        return document_->setLayerScaling(layer, *scaling, &error);
+    }
+    return false;
+}
+
+QVariant PrecisionTableModel::headerData(int section, Qt::Orientation orientation, int role) const
+{
+    if (orientation != Qt::Horizontal) return {};
+    if (role == Qt::DisplayRole) {
+        switch (section) {
+        case LayerColumn: return tr("Layer");
+        case ParametersColumn: return tr("Parameters");
+        case ForwardColumn: return tr("Forward");
+        case DgradColumn: return tr("Dgrad");
+        case WgradColumn: return tr("Wgrad");
+        case ScalingColumn: return tr("Scaling");
+        default: return {};
+        }
+    }
+    if (role == Qt::ToolTipRole) {
+        switch (section) {
+        case ForwardColumn: return tr("y = x Wᵀ: input × weight");
+        case DgradColumn: return tr("dx = dy W: grad-output × weight");
+        case WgradColumn: return tr("dW = dyᵀ x: grad-output × input");
+        case ScalingColumn: return tr("How FP8 scales are chosen: delayed (amax history), current, rowwise, mxfp8");
+        default: return {};
+        }
+    }
+    return {};
+}
+
+Qt::ItemFlags PrecisionTableModel::flags(const QModelIndex& index) const
+{
+    if (!index.isValid()) return Qt::NoItemFlags;
+    Qt::ItemFlags f = Qt::ItemIsEnabled | Qt::ItemIsSelectable | Qt::ItemNeverHasChildren;
+    if (gemm_of(index.column()) || index.column() == ScalingColumn) f |= Qt::ItemIsEditable;
+    return f;
+}
+
+} // namespace mantissa

@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// The recipe as a table: one row per GEMM-bearing layer with its parameter count, the format
+// of each of its three GEMMs and its FP8 scaling. Cells that differ from the preset are bold
+// and FP8 cells tinted, so a recipe reads at a glance. Edits go through ProjectDocument.
+
+#include <QAbstractTableModel>
+#include <QMetaType>
+#include <QString>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/choice_delegate.h"
+#include "memory_model.h"
+#include "precision_policy.h"
+
+namespace mantissa {
+
+class ProjectDocument;
+
+class PrecisionTableModel : public QAbstractTableModel {
+    Q_OBJECT
+
+public:
+    enum Column {
+        LayerColumn = 0,
+        ParametersColumn,
+        ForwardColumn,
+        DgradColumn,
+        WgradColumn,
+        ScalingColumn,
+        ColumnCount
+    };
+    static constexpr int ChoicesRole = ChoiceDelegate::ChoicesRole;
+
+    explicit PrecisionTableModel(ProjectDocument* document, QObject* parent = nullptr);
+
+    QString layerAt(int row) const;
+    int rowForLayer(const QString& layer) const; // -1 when there is no such layer
+    GemmFormats formatsAt(int row) const;
+
+    // The page's preset and fill-by-pattern buttons: like the document's calls, plus
+    // layerFormatsEdited for every layer whose formats changed.
+    bool applyPreset(const QString& preset, QString* error);
+    bool fillByPattern(const QString& glob, std::optional<NumberFormat> forward, std::optional<NumberFormat> dgrad,
+                       std::optional<NumberFormat> wgrad, std::optional<Fp8Scaling> scaling, QString* error);
+
+    int rowCount(const QModelIndex& parent = {}) const override;
+    int columnCount(const QModelIndex& parent = {}) const override;
+    QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
+    bool setData(const QModelIndex& index, const QVariant& value, int role = Qt::EditRole) override;
+    QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
+    Qt::ItemFlags flags(const QModelIndex& index) const override;
+
+signals:
+    // After a user edit changed a layer's formats; a running trainer can take it at the next step.
+    void layerFormatsEdited(const QString& layer, const mantissa::GemmFormats& formats);
+
+private:
+    struct Row {
+        std::string layer;
+        int64_t parameters = 0;
+        bool tied = false;
+        GemmFormats formats;
+        GemmFormats presetFormats; // what the preset alone gives, for the bold "overridden" cells
+        Fp8Scaling scaling = Fp8Scaling::Delayed;
+    };
+
+    void refresh();
+    void emitFormatChanges(const std::vector<Row>& before);
+
+    ProjectDocument* document_;
+    std::vector<Row> rows_;
+    Fp8Scaling defaultScaling_ = Fp8Scaling::Delayed; // precision.fp8.scaling
+};
+
+} // namespace mantissa
+
+Q_DECLARE_METATYPE(mantissa::GemmFormats)

@@ -1,0 +1,276 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "models/run_history.h"
+
+#include <algorithm>
+#include <cctype>
+#include <iterator>
+
+namespace mantissa {
+
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr int kStatsPerTensor = 3; // underflow, overflow, amax
+
+// Keeps elements 0, 2, 4, ... and always the last one, so the newest data stays exact.
+template <typename T> void drop_every_other(std::vector<T>& items)
+{
+    if (items.size() < 3) return;
+    std::vector<T> kept;
+    kept.reserve(items.size() / 2 + 1);
+    for (size_t i = 0; i + 1 < items.size(); i += 2) kept.push_back(std::move(items[i]));
+    kept.push_back(std::move(items.back()));
+    items = std::move(kept);
+}
+
+} // namespace
+
+const std::vector<std::string>& RunHistory::roles()
+{
+    static const std::vector<std::string> names{"weight", "input", "output", "grad_output", "weight_grad"};
+    return names;
+}
+
+int RunHistory::roleIndex(const std::string& role)
+{
+    const auto& r = roles();
+    const auto it = std::find(r.begin(), r.end(), role);
+    return it == r.end() ? -1 : static_cast<int>(it - r.begin());
+}
+
+RunHistory::RunHistory(int64_t tokensPerStep) { reset(tokensPerStep); }
+
+void RunHistory::reset(int64_t tokensPerStep)
+{
+    tokensPerStep_ = tokensPerStep;
+    steps_.clear();
+    evals_.clear();
+    events_.clear();
+    memory_.clear();
+    layers_.clear();
+    layerIndex_.clear();
+    gradNormColumns_.clear();
+    gradNormStride_ = 1;
+    frames_.clear();
+    histograms_.clear();
+    histogramBins_ = 0;
+    ++revision_;
+}
+
+void RunHistory::setLayers(const std::vector<std::string>& names)
+{
+    for (const auto& n : names) ensureLayer(n);
+    ++revision_;
+}
+
+int RunHistory::ensureLayer(const std::string& name)
+{
+    const auto it = layerIndex_.find(name);
+    if (it != layerIndex_.end()) return it->second;
+    const int index = static_cast<int>(layers_.size());
+    layers_.push_back(name);
+    layerIndex_.emplace(name, index);
+    return index;
+}
+
+int RunHistory::layerIndex(const std::string& name) const
+{
+    const auto it = layerIndex_.find(name);
+    return it == layerIndex_.end() ? -1 : it->second;
+}
+
+void RunHistory::append(const TelemetryBatch& batch)
+{
+    for (const auto& m : batch.steps) {
+        StepPoint p;
+        p.step = m.step;
+        p.tokens = static_cast<double>(m.step * tokensPerStep_);
+        p.seconds = (steps_.empty() ? 0.0 : steps_.back().seconds) + m.step_time_ms / 1000.0;
+        p.train_loss = m.train_loss;
+        p.loss_scale = m.loss_scale;
+        p.grad_norm = m.grad_norm;
+        p.learning_rate = m.learning_rate;
+        p.tokens_per_s = m.tokens_per_s;
+        p.step_time_ms = m.step_time_ms;
+        p.skipped = m.skipped;
+        steps_.push_back(p);
+
+        if (!m.layer_grad_norms.empty() && m.step % gradNormStride_ == 0) {
+            LayerColumn column;
+            column.step = m.step;
+            for (const auto& [name, norm] : m.layer_grad_norms) {
+                const int i = ensureLayer(name);
+                if (column.values.size() <= size_t(i)) column.values.resize(size_t(i) + 1, kNaN);
+                column.values[size_t(i)] = static_cast<float>(norm);
+            }
+            gradNormColumns_.push_back(std::move(column));
+        }
+    }
+    for (const auto& e : batch.evals) evals_.push_back({e.step, e.val_loss, e.train_loss});
+    events_.insert(events_.end(), batch.events.begin(), batch.events.end());
+    for (const auto& f : batch.layer_frames) appendFrame(f);
+    thinColumns();
+    thinHistograms();
+    ++revision_;
+}
+
+void RunHistory::appendFrame(const LayerStatsFrame& frame)
+{
+    const size_t nRoles = roles().size();
+    FrameSummary summary;
+    summary.step = frame.step;
+    HistogramFrame hist;
+    hist.step = frame.step;
+    for (const auto& t : frame.tensors) {
+        const int layer = ensureLayer(t.layer);
+        const int role = roleIndex(t.role);
+        if (role < 0) continue;
+        const size_t base = (size_t(layer) * nRoles + size_t(role)) * kStatsPerTensor;
+        if (summary.tensorStats.size() < base + kStatsPerTensor) summary.tensorStats.resize(base + kStatsPerTensor, kNaN);
+        summary.tensorStats[base + 0] = static_cast<float>(100.0 * t.underflow);
+        summary.tensorStats[base + 1] = static_cast<float>(100.0 * t.overflow);
+        summary.tensorStats[base + 2] = static_cast<float>(t.amax);
+
+        const size_t slot = size_t(layer) * nRoles + size_t(role);
+        if (hist.byIndex.size() <= slot) hist.byIndex.resize(slot + 1);
+        ExponentHistogram& h = hist.byIndex[slot];
+        h.first_exponent = t.first_exponent;
+        h.counts = t.exponent_counts;
+        h.count = t.count;
+        h.zeros = t.zeros;
+        h.infs = t.infs;
+        h.nans = t.nans;
+        h.format = parse_number_format(t.format).value_or(NumberFormat::FP32);
+        h.scale = t.scale;
+        h.underflow = t.underflow;
+        h.subnormal = t.subnormal;
+        h.overflow = t.overflow;
+        hist.bins += h.counts.size() + 8; // the fixed fields cost about as much as 8 bins
+    }
+    for (const auto& [block, logit] : frame.attention_max_logit) {
+        const int layer = ensureLayer(block + ".sdpa"); // "blocks.N.attn" -> its sdpa row
+        if (summary.attentionMaxLogit.size() <= size_t(layer)) summary.attentionMaxLogit.resize(size_t(layer) + 1, kNaN);
+        summary.attentionMaxLogit[size_t(layer)] = static_cast<float>(logit);
+    }
+    frames_.push_back(std::move(summary));
+    if (!hist.byIndex.empty()) {
+        histogramBins_ += hist.bins;
+        histograms_.push_back(std::move(hist));
+    }
+    memory_.push_back({frame.step, frame.memory.resident_bytes, frame.memory.cuda_allocated_bytes,
+                       frame.memory.cuda_reserved_bytes, frame.memory.nvml_used_bytes});
+}
+
+void RunHistory::thinColumns()
+{
+    if (gradNormColumns_.size() > maxColumns_) {
+        drop_every_other(gradNormColumns_);
+        gradNormStride_ *= 2;
+    }
+    if (frames_.size() > maxColumns_) drop_every_other(frames_);
+}
+
+void RunHistory::thinHistograms()
+{
+    while (histogramBins_ > maxHistogramBins_ && histograms_.size() >= 3) {
+        drop_every_other(histograms_);
+        histogramBins_ = 0;
+        for (const auto& h : histograms_) histogramBins_ += h.bins;
+    }
+}
+
+double RunHistory::xOf(int64_t step, XAxisMode mode) const
+{
+    if (mode == XAxisMode::Step) return static_cast<double>(step);
+    if (mode == XAxisMode::Tokens) return static_cast<double>(step * tokensPerStep_);
+    if (steps_.empty() || step <= 0) return 0.0;
+    // Steps arrive in order: binary search, then interpolate (steps can be missing after a resume).
+    const auto it = std::lower_bound(steps_.begin(), steps_.end(), step,
+                                     [](const StepPoint& p, int64_t s) { return p.step < s; });
+    if (it == steps_.end()) return steps_.back().seconds;
+    if (it->step == step || it == steps_.begin()) return it->seconds;
+    const auto prev = std::prev(it);
+    const double t = static_cast<double>(step - prev->step) / static_cast<double>(it->step - prev->step);
+    return prev->seconds + t * (it->seconds - prev->seconds);
+}
+
+std::vector<LayerColumn> RunHistory::columns(LayerStat stat, const std::string& role) const
+{
+    std::vector<LayerColumn> out;
+    const size_t nLayers = layers_.size();
+    if (stat == LayerStat::GradNorm) {
+        out = gradNormColumns_;
+        for (auto& c : out) c.values.resize(nLayers, kNaN);
+        return out;
+    }
+    const int r = roleIndex(role);
+    out.reserve(frames_.size());
+    for (const auto& f : frames_) {
+        LayerColumn c;
+        c.step = f.step;
+        c.values.assign(nLayers, kNaN);
+        if (stat == LayerStat::AttentionMaxLogit) {
+            for (size_t i = 0; i < std::min(nLayers, f.attentionMaxLogit.size()); ++i) c.values[i] = f.attentionMaxLogit[i];
+        } else if (r >= 0) {
+            const size_t which = stat == LayerStat::UnderflowPercent ? 0 : stat == LayerStat::OverflowPercent ? 1 : 2;
+            const size_t nRoles = roles().size();
+            for (size_t i = 0; i < nLayers; ++i) {
+                const size_t at = (i * nRoles + size_t(r)) * kStatsPerTensor + which;
+                if (at < f.tensorStats.size()) c.values[i] = f.tensorStats[at];
+            }
+        }
+        out.push_back(std::move(c));
+    }
+    return out;
+}
+
+std::vector<int64_t> RunHistory::histogramSteps() const
+{
+    std::vector<int64_t> out;
+    out.reserve(histograms_.size());
+    for (const auto& h : histograms_) out.push_back(h.step);
+    return out;
+}
+
+const ExponentHistogram* RunHistory::histogram(const std::string& layer, const std::string& role, int64_t step,
+                                               int64_t* frameStep) const
+{
+    if (histograms_.empty()) return nullptr;
+    auto it = std::lower_bound(histograms_.begin(), histograms_.end(), step,
+                               [](const HistogramFrame& h, int64_t s) { return h.step < s; });
+    if (it == histograms_.end()) it = std::prev(it);
+    else if (it != histograms_.begin() && step - std::prev(it)->step < it->step - step) it = std::prev(it);
+    const int l = layerIndex(layer), r = roleIndex(role);
+    if (l < 0 || r < 0) return nullptr;
+    const size_t slot = size_t(l) * roles().size() + size_t(r);
+    if (slot >= it->byIndex.size() || it->byIndex[slot].count < 0) return nullptr;
+    if (frameStep) *frameStep = it->step;
+    return &it->byIndex[slot];
+}
+
+std::string RunHistory::layerMentionedIn(const std::string& message) const
+{
+    size_t bestPos = std::string::npos;
+    std::string best;
+    for (const auto& name : layers_) {
+        for (size_t pos = message.find(name); pos != std::string::npos; pos = message.find(name, pos + 1)) {
+            // A whole name only: "blocks.1.mlp.fc1" must not match inside "blocks.11.mlp.fc1".
+            const size_t end = pos + name.size();
+            const bool boundaryBefore = pos == 0 || !(std::isalnum(static_cast<unsigned char>(message[pos - 1])) ||
+                                                      message[pos - 1] == '.' || message[pos - 1] == '_');
+            const bool boundaryAfter = end == message.size() || !(std::isalnum(static_cast<unsigned char>(message[end])) ||
+                                                                  message[end] == '_' ||
+                                                                  (message[end] == '.' && end + 1 < message.size() &&
+                                                                   std::isalnum(static_cast<unsigned char>(message[end + 1]))));
+            if (!boundaryBefore || !boundaryAfter) continue;
+            if (pos < bestPos || (pos == bestPos && name.size() > best.size())) {
+                bestPos = pos;
+                best = name;
+            }
+            break;
+        }
+    }
+    return best;
+}
+
+} // namespace mantissa

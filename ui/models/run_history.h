@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// Everything the monitor has seen of one run, in compact form, so any plot can be rebuilt
+// with another x-axis, smoothing, statistic or step without asking the engine again. Fed by
+// the live drain (append) or from the run store (the compare page). No Qt here.
+//
+// Memory stays bounded on long runs: per-layer columns (heatmap) and exponent histograms are
+// thinned by dropping every other column once they pass a cap, so old history gets coarser
+// instead of the process growing without limit (steps and evals are a few doubles each and
+// are kept whole; plots decimate them when drawing).
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "number_format.h"
+#include "controller/snapshot_buffer.h"
+#include "telemetry.h"
+
+namespace mantissa {
+
+enum class XAxisMode { Step, Tokens, Seconds };
+
+// What the layer x step heatmap can show. The first three are per tensor role.
+enum class LayerStat { UnderflowPercent, OverflowPercent, Amax, GradNorm, AttentionMaxLogit };
+
+struct StepPoint {
+    int64_t step = 0;
+    double tokens = 0.0;  // tokens trained on after this step
+    double seconds = 0.0; // training wall time after this step (sum of step times, evaluations excluded)
+    double train_loss = 0.0;
+    double loss_scale = 1.0;
+    double grad_norm = 0.0;
+    double learning_rate = 0.0;
+    double tokens_per_s = 0.0;
+    double step_time_ms = 0.0;
+    bool skipped = false;
+};
+
+struct EvalPoint {
+    int64_t step = 0;
+    double val_loss = 0.0;
+    double train_loss = 0.0;
+};
+
+struct MemoryPoint {
+    int64_t step = 0;
+    int64_t resident_bytes = 0;
+    int64_t cuda_allocated_bytes = -1;
+    int64_t cuda_reserved_bytes = -1;
+    int64_t nvml_used_bytes = -1;
+};
+
+// One exponent histogram (see TensorStats): counts by floor(log2|x|) from first_exponent on.
+struct ExponentHistogram {
+    int first_exponent = 0;
+    std::vector<int64_t> counts;
+    int64_t count = -1, zeros = 0, infs = 0, nans = 0; // count -1: no such tensor
+    NumberFormat format = NumberFormat::FP32;
+    double scale = 1.0; // FP8 per-tensor scale the cast used (0: per-row/block scales)
+    double underflow = 0.0, subnormal = 0.0, overflow = 0.0; // fractions, as measured by the engine
+};
+
+// One statistic for every layer at one step; NaN where the layer has no value.
+struct LayerColumn {
+    int64_t step = 0;
+    std::vector<float> values; // indexed like RunHistory::layers()
+};
+
+class RunHistory {
+public:
+    static constexpr size_t kDefaultMaxColumns = 2048;
+    static constexpr size_t kDefaultMaxHistogramBins = size_t(4) << 20; // ~32 MB of counts
+
+    // The roles TensorStats uses, in display order.
+    static const std::vector<std::string>& roles();
+
+    explicit RunHistory(int64_t tokensPerStep = 0);
+
+    // Forgets everything. `tokensPerStep` (batch x context x accumulation) turns steps into tokens.
+    void reset(int64_t tokensPerStep);
+    // Layer names in forward order, when known before the first frame (the project); layers
+    // first seen in telemetry are appended.
+    void setLayers(const std::vector<std::string>& names);
+    void append(const TelemetryBatch& batch);
+
+    void setMaxColumns(size_t columns) { maxColumns_ = columns; }
+    void setMaxHistogramBins(size_t bins) { maxHistogramBins_ = bins; }
+
+    const std::vector<StepPoint>& steps() const { return steps_; }
+    const std::vector<EvalPoint>& evals() const { return evals_; }
+    const std::vector<RunEvent>& events() const { return events_; }
+    const std::vector<MemoryPoint>& memory() const { return memory_; }
+    int64_t lastStep() const { return steps_.empty() ? 0 : steps_.back().step; }
+    int64_t tokensPerStep() const { return tokensPerStep_; }
+
+    // The x coordinate of a step: the step itself, its tokens, or its training time
+    // (interpolated between known steps; step 0 is x = 0).
+    double xOf(int64_t step, XAxisMode mode) const;
+
+    const std::vector<std::string>& layers() const { return layers_; }
+    int layerIndex(const std::string& name) const; // -1 if unknown
+
+    // Heatmap columns for a statistic in step order. `role` matters for the per-tensor stats
+    // (UnderflowPercent, OverflowPercent, Amax); GradNorm comes from every step's per-layer
+    // norms, AttentionMaxLogit is on the blocks' `.attn.sdpa` rows.
+    std::vector<LayerColumn> columns(LayerStat stat, const std::string& role = "grad_output") const;
+
+    // Steps that have exponent histograms, ascending.
+    std::vector<int64_t> histogramSteps() const;
+    // The histogram of `layer`/`role` at the frame nearest `step`; nullptr when none.
+    const ExponentHistogram* histogram(const std::string& layer, const std::string& role, int64_t step,
+                                       int64_t* frameStep = nullptr) const;
+
+    // The layer a free-text event message is about: the first known layer name it mentions
+    // (longest match wins at a position, so blocks.1 never shadows blocks.10); "" if none.
+    std::string layerMentionedIn(const std::string& message) const;
+
+    // A counter bumped by every append: plots compare it to know whether to rebuild.
+    uint64_t revision() const { return revision_; }
+
+private:
+    struct FrameSummary {
+        int64_t step = 0;
+        // [layer * roles + role] * 3 + {underflow, overflow, amax}; NaN where absent
+        std::vector<float> tensorStats;
+        std::vector<float> attentionMaxLogit; // by layer index (sdpa rows), NaN elsewhere
+    };
+    struct HistogramFrame {
+        int64_t step = 0;
+        // [layer * roles + role]; count < 0 where the frame has no such tensor. A flat vector,
+        // not a map keyed by name: ingesting 1200 tensors a step must stay cheap on the GUI thread.
+        std::vector<ExponentHistogram> byIndex;
+        size_t bins = 0;
+    };
+
+    int ensureLayer(const std::string& name);
+    void appendFrame(const LayerStatsFrame& frame);
+    void thinColumns();
+    void thinHistograms();
+    static int roleIndex(const std::string& role);
+
+    int64_t tokensPerStep_ = 0;
+    std::vector<StepPoint> steps_;
+    std::vector<EvalPoint> evals_;
+    std::vector<RunEvent> events_;
+    std::vector<MemoryPoint> memory_;
+    std::vector<std::string> layers_;
+    std::unordered_map<std::string, int> layerIndex_;
+    std::vector<LayerColumn> gradNormColumns_;
+    int64_t gradNormStride_ = 1; // after thinning, only every stride-th step is kept
+    std::vector<FrameSummary> frames_;
+    std::vector<HistogramFrame> histograms_;
+    size_t histogramBins_ = 0;
+    size_t maxColumns_ = kDefaultMaxColumns;
+    size_t maxHistogramBins_ = kDefaultMaxHistogramBins;
+    uint64_t revision_ = 0;
+};
+
+} // namespace mantissa

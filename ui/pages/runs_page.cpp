@@ -1,0 +1,428 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "pages/runs_page.h"
+
+#include <QAction>
+#include <QDir>
+#include <QFileDialog>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QInputDialog>
+#include <QItemSelectionModel>
+#include <QLabel>
+#include <QLineEdit>
+#include <QMenu>
+#include <QMessageBox>
+#include <QTableView>
+#include <QToolBar>
+#include <QVBoxLayout>
+
+#include <algorithm>
+#include <set>
+
+#include "models/run_filter_proxy.h"
+#include "common/run_format.h"
+#include "models/run_list_model.h"
+#include "run_store.h"
+#include "controller/store_connection.h"
+#include "common/table_export.h"
+
+namespace mantissa {
+
+namespace {
+
+std::vector<std::string> to_std(const QStringList& list)
+{
+    std::vector<std::string> out;
+    for (const QString& s : list)
+        if (!s.trimmed().isEmpty()) out.push_back(s.trimmed().toStdString());
+    return out;
+}
+
+} // namespace
+
+RunsPage::RunsPage(StoreConnection* store, QWidget* parent)
+    : QWidget(parent), store_(store), model_(new RunListModel(this)), proxy_(new RunFilterProxyModel(this))
+{
+    proxy_->setSourceModel(model_);
+
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(8, 6, 8, 6);
+    layout->setSpacing(6);
+
+    buildActions();
+    auto* top = new QHBoxLayout;
+    top->setSpacing(8);
+    filterEdit_ = new QLineEdit(this);
+    filterEdit_->setObjectName(QStringLiteral("runFilter"));
+    filterEdit_->setPlaceholderText(tr("Filter by name, recipe, tag or status (all words must match)"));
+    filterEdit_->setClearButtonEnabled(true);
+    filterEdit_->setMinimumWidth(360);
+    connect(filterEdit_, &QLineEdit::textChanged, this, [this](const QString& t) {
+        proxy_->setFilterText(t);
+        updateStatus();
+    });
+    top->addWidget(filterEdit_, 2);
+    auto* bar = new QToolBar(this);
+    bar->setToolButtonStyle(Qt::ToolButtonTextOnly);
+    bar->setIconSize(QSize(16, 16));
+    for (QAction* a : {refreshAction_, compareAction_}) bar->addAction(a);
+    bar->addSeparator();
+    for (QAction* a : {renameAction_, tagAction_, untagAction_, deleteAction_}) bar->addAction(a);
+    bar->addSeparator();
+    bar->addAction(exportAction_);
+    top->addWidget(bar, 0);
+    top->addStretch(1);
+    countLabel_ = new QLabel(this);
+    countLabel_->setObjectName(QStringLiteral("runCount"));
+    countLabel_->setStyleSheet(QStringLiteral("color: #555;"));
+    top->addWidget(countLabel_);
+    layout->addLayout(top);
+
+    messageLabel_ = new QLabel(this);
+    messageLabel_->setObjectName(QStringLiteral("runsMessage"));
+    messageLabel_->setWordWrap(true);
+    messageLabel_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    messageLabel_->hide();
+    layout->addWidget(messageLabel_);
+
+    view_ = new QTableView(this);
+    view_->setObjectName(QStringLiteral("runTable"));
+    view_->setModel(proxy_);
+    view_->setSortingEnabled(true);
+    view_->sortByColumn(RunListModel::Id, Qt::DescendingOrder); // newest first
+    view_->setSelectionBehavior(QAbstractItemView::SelectRows);
+    view_->setSelectionMode(QAbstractItemView::ExtendedSelection);
+    view_->setEditTriggers(QAbstractItemView::EditKeyPressed | QAbstractItemView::SelectedClicked);
+    view_->setAlternatingRowColors(true);
+    view_->setWordWrap(false);
+    view_->setTextElideMode(Qt::ElideRight);
+    view_->verticalHeader()->hide();
+    view_->verticalHeader()->setDefaultSectionSize(view_->fontMetrics().height() + 8);
+    view_->horizontalHeader()->setHighlightSections(false);
+    view_->horizontalHeader()->setStretchLastSection(false);
+    view_->setContextMenuPolicy(Qt::CustomContextMenu);
+    const std::pair<int, int> widths[] = {
+        {RunListModel::Id, 56},       {RunListModel::Status, 84},    {RunListModel::Created, 130},
+        {RunListModel::Name, 330},    {RunListModel::Tags, 190},     {RunListModel::Recipe, 220},
+        {RunListModel::Steps, 70},    {RunListModel::FinalVal, 84},  {RunListModel::BestVal, 84},
+        {RunListModel::TokensPerS, 84}, {RunListModel::Skipped, 70}, {RunListModel::PeakMemory, 100}};
+    for (const auto& [column, width] : widths) view_->setColumnWidth(column, width);
+    view_->horizontalHeader()->setSectionResizeMode(RunListModel::Name, QHeaderView::Stretch);
+    layout->addWidget(view_, 1);
+
+    connect(view_, &QTableView::doubleClicked, this, [this](const QModelIndex& index) {
+        if (index.column() == RunListModel::Name) return; // that is an edit
+        emit openRunRequested(index.data(RunListModel::RunIdRole).toLongLong());
+    });
+    connect(view_, &QWidget::customContextMenuRequested, this, &RunsPage::showContextMenu);
+    connect(view_->selectionModel(), &QItemSelectionModel::selectionChanged, this, [this] {
+        updateActions();
+        updateStatus();
+    });
+    connect(model_, &RunListModel::renameRequested, this,
+            [this](qint64 id, const QString& name) { renameRun(id, name); });
+    connect(store_, &StoreConnection::runsChanged, this, &RunsPage::refresh);
+
+    updateActions();
+    updateStatus();
+}
+
+void RunsPage::buildActions()
+{
+    const auto make = [this](const QString& text, const QString& tip, const QKeySequence& keys, auto slot) {
+        auto* a = new QAction(text, this);
+        a->setToolTip(tip);
+        a->setShortcut(keys);
+        a->setShortcutContext(Qt::WidgetWithChildrenShortcut);
+        connect(a, &QAction::triggered, this, slot);
+        addAction(a);
+        return a;
+    };
+    refreshAction_ = make(tr("Refresh"), tr("Reload the runs from the store (F5 on this page)"),
+                          QKeySequence::Refresh, [this] { refresh(); });
+    compareAction_ = make(tr("Compare"), tr("Compare the selected runs (Ctrl+Enter)"),
+                          QKeySequence(Qt::CTRL | Qt::Key_Return), [this] { compareSelected(); });
+    renameAction_ = make(tr("Rename"), tr("Rename the current run (F2)"), QKeySequence(Qt::Key_F2),
+                         [this] { editName(); });
+    tagAction_ = make(tr("Tag…"), tr("Add tags to the selected runs"), QKeySequence(), [this] { askTags(); });
+    untagAction_ = make(tr("Untag…"), tr("Remove a tag from the selected runs"), QKeySequence(),
+                        [this] { askUntag(); });
+    deleteAction_ = make(tr("Delete…"), tr("Delete the selected runs and all their metrics"),
+                         QKeySequence::Delete, [this] { confirmDelete(); });
+    exportAction_ = make(tr("Export CSV…"), tr("Save the table, as filtered and sorted, as CSV"), QKeySequence(),
+                         [this] { askExport(); });
+}
+
+bool RunsPage::refresh()
+{
+    const std::vector<int64_t> selected = selectedRunIds();
+    emptyReason_.clear();
+    QString error;
+    RunStore* store = store_->store(&error);
+    if (!store) {
+        model_->setRuns({});
+        if (!store_->exists()) {
+            emptyReason_ = error;
+            succeed();
+            updateStatus();
+            return true;
+        }
+        return fail(error);
+    }
+    try {
+        model_->setRuns(store->list_run_summaries());
+    } catch (const std::exception& e) {
+        store_->close();
+        model_->setRuns({});
+        return fail(tr("Cannot read the run store: %1").arg(QString::fromStdString(e.what())));
+    }
+    selectRuns(selected);
+    succeed();
+    updateStatus();
+    return true;
+}
+
+void RunsPage::setFilterText(const QString& text) { filterEdit_->setText(text); }
+
+std::vector<int64_t> RunsPage::selectedRunIds() const
+{
+    std::vector<std::pair<int, int64_t>> rows;
+    for (const QModelIndex& index : view_->selectionModel()->selectedRows())
+        rows.emplace_back(index.row(), index.data(RunListModel::RunIdRole).toLongLong());
+    std::sort(rows.begin(), rows.end());
+    std::vector<int64_t> ids;
+    for (const auto& r : rows) ids.push_back(r.second);
+    return ids;
+}
+
+void RunsPage::selectRuns(const std::vector<int64_t>& ids)
+{
+    QItemSelection selection;
+    for (const int64_t id : ids) {
+        const int source = model_->rowOfRun(id);
+        if (source < 0) continue;
+        const QModelIndex index = proxy_->mapFromSource(model_->index(source, 0));
+        if (index.isValid()) selection.select(index, index);
+    }
+    view_->selectionModel()->select(selection, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
+    updateActions();
+    updateStatus();
+}
+
+bool RunsPage::renameRun(int64_t id, const QString& name)
+{
+    const QString trimmed = name.trimmed();
+    if (trimmed.isEmpty()) return fail(tr("A run name cannot be empty."));
+    QString error;
+    RunStore* store = store_->store(&error);
+    if (!store) return fail(error);
+    try {
+        store->rename_run(id, trimmed.toStdString());
+    } catch (const std::exception& e) {
+        refresh();
+        return fail(tr("Cannot rename run %1: %2").arg(id).arg(QString::fromStdString(e.what())));
+    }
+    succeed();
+    store_->notifyChanged(); // refreshes this page too
+    return true;
+}
+
+bool RunsPage::deleteRuns(const std::vector<int64_t>& ids)
+{
+    if (ids.empty()) return fail(tr("Select the runs to delete first."));
+    QString error;
+    RunStore* store = store_->store(&error);
+    if (!store) return fail(error);
+    for (const int64_t id : ids) {
+        const int row = model_->rowOfRun(id);
+        if (row >= 0 && model_->run(row).status == "running")
+            return fail(tr("Run %1 is still running: stop it before deleting it.").arg(id));
+    }
+    try {
+        for (const int64_t id : ids) store->delete_run(id);
+    } catch (const std::exception& e) {
+        store_->notifyChanged();
+        return fail(tr("Cannot delete: %1").arg(QString::fromStdString(e.what())));
+    }
+    succeed();
+    store_->notifyChanged();
+    return true;
+}
+
+bool RunsPage::addTags(const std::vector<int64_t>& ids, const QStringList& tags)
+{
+    if (ids.empty()) return fail(tr("Select the runs to tag first."));
+    const auto list = to_std(tags);
+    if (list.empty()) return fail(tr("Give at least one tag."));
+    QString error;
+    RunStore* store = store_->store(&error);
+    if (!store) return fail(error);
+    try {
+        for (const int64_t id : ids) store->add_tags(id, list);
+    } catch (const std::exception& e) {
+        store_->notifyChanged();
+        return fail(tr("Cannot tag: %1").arg(QString::fromStdString(e.what())));
+    }
+    succeed();
+    store_->notifyChanged();
+    return true;
+}
+
+bool RunsPage::removeTags(const std::vector<int64_t>& ids, const QStringList& tags)
+{
+    if (ids.empty()) return fail(tr("Select the runs to untag first."));
+    QString error;
+    RunStore* store = store_->store(&error);
+    if (!store) return fail(error);
+    try {
+        for (const int64_t id : ids) store->remove_tags(id, to_std(tags));
+    } catch (const std::exception& e) {
+        store_->notifyChanged();
+        return fail(tr("Cannot untag: %1").arg(QString::fromStdString(e.what())));
+    }
+    succeed();
+    store_->notifyChanged();
+    return true;
+}
+
+bool RunsPage::exportCsv(const QString& path)
+{
+    QString error;
+    if (!export_model_csv(*proxy_, path, &error)) return fail(error);
+    succeed();
+    return true;
+}
+
+bool RunsPage::compareSelected()
+{
+    const auto ids = selectedRunIds();
+    if (ids.empty()) return fail(tr("Select one or more runs to compare (Ctrl+click, Shift+click)."));
+    succeed();
+    emit compareRequested(QList<qint64>(ids.begin(), ids.end()));
+    return true;
+}
+
+QString RunsPage::statusText() const { return countLabel_->text(); }
+
+bool RunsPage::fail(const QString& message)
+{
+    lastError_ = message;
+    messageLabel_->setText(message);
+    messageLabel_->setStyleSheet(QStringLiteral("QLabel { color: #8a0015; background: #fdecee;"
+                                                " border: 1px solid #f5c2c7; padding: 4px 8px; }"));
+    messageLabel_->show();
+    return false;
+}
+
+void RunsPage::succeed()
+{
+    lastError_.clear();
+    if (emptyReason_.isEmpty()) {
+        messageLabel_->hide();
+        return;
+    }
+    messageLabel_->setText(emptyReason_);
+    messageLabel_->setStyleSheet(QStringLiteral("QLabel { color: #444; padding: 4px 2px; }"));
+    messageLabel_->show();
+}
+
+void RunsPage::updateActions()
+{
+    const size_t n = view_ ? view_->selectionModel()->selectedRows().size() : 0;
+    compareAction_->setEnabled(n >= 1);
+    renameAction_->setEnabled(n == 1);
+    tagAction_->setEnabled(n >= 1);
+    untagAction_->setEnabled(n >= 1);
+    deleteAction_->setEnabled(n >= 1);
+}
+
+void RunsPage::updateStatus()
+{
+    if (!countLabel_ || !view_) return;
+    const int shown = proxy_->rowCount();
+    const int total = model_->rowCount();
+    const auto selected = view_->selectionModel()->selectedRows().size();
+    const QString runs = count_text(total, tr("run"), tr("runs"));
+    QString text = shown == total ? runs : tr("%1 of %2").arg(shown).arg(runs);
+    if (selected > 0) text += tr(" · %1 selected").arg(selected);
+    countLabel_->setText(text);
+}
+
+void RunsPage::showContextMenu(const QPoint& pos)
+{
+    QMenu menu(this);
+    for (QAction* a : {compareAction_, renameAction_, tagAction_, untagAction_, deleteAction_}) menu.addAction(a);
+    menu.addSeparator();
+    menu.addAction(refreshAction_);
+    menu.addAction(exportAction_);
+    menu.exec(view_->viewport()->mapToGlobal(pos));
+}
+
+void RunsPage::confirmDelete()
+{
+    const auto ids = selectedRunIds();
+    if (ids.empty()) return;
+    QStringList names;
+    for (const int64_t id : ids) {
+        const int row = model_->rowOfRun(id);
+        if (row >= 0 && names.size() < 8)
+            names << QStringLiteral("#%1 %2").arg(id).arg(QString::fromStdString(model_->run(row).name));
+    }
+    if (ids.size() > 8) names << tr("… and %1 more").arg(ids.size() - 8);
+    const auto answer = QMessageBox::warning(
+        this, tr("Delete runs"),
+        tr("Delete %1 with all their metrics, events and layer statistics? This cannot be undone.\n\n%2")
+            .arg(count_text(int64_t(ids.size()), tr("run"), tr("runs")), names.join(QLatin1Char('\n'))),
+        QMessageBox::Yes | QMessageBox::Cancel, QMessageBox::Cancel);
+    if (answer == QMessageBox::Yes) deleteRuns(ids);
+}
+
+void RunsPage::askTags()
+{
+    const auto ids = selectedRunIds();
+    if (ids.empty()) return;
+    bool ok = false;
+    const QString text = QInputDialog::getText(this, tr("Tag runs"),
+                                               tr("Tags for %1, separated by commas:")
+                                                   .arg(count_text(int64_t(ids.size()), tr("run"), tr("runs"))),
+                                               QLineEdit::Normal, {}, &ok);
+    if (ok) addTags(ids, text.split(QLatin1Char(','), Qt::SkipEmptyParts));
+}
+
+void RunsPage::askUntag()
+{
+    const auto ids = selectedRunIds();
+    std::set<QString> tags;
+    for (const int64_t id : ids) {
+        const int row = model_->rowOfRun(id);
+        if (row >= 0)
+            for (const auto& t : model_->run(row).tags) tags.insert(QString::fromStdString(t));
+    }
+    if (tags.empty()) {
+        fail(tr("The selected runs carry no tags."));
+        return;
+    }
+    bool ok = false;
+    const QString tag = QInputDialog::getItem(this, tr("Untag runs"), tr("Remove this tag from the selected runs:"),
+                                              QStringList(tags.begin(), tags.end()), 0, false, &ok);
+    if (ok) removeTags(ids, {tag});
+}
+
+void RunsPage::askExport()
+{
+    const QString path = QFileDialog::getSaveFileName(this, tr("Export runs as CSV"),
+                                                      QDir::home().filePath(QStringLiteral("runs.csv")),
+                                                      tr("CSV files (*.csv)"));
+    if (!path.isEmpty()) exportCsv(path);
+}
+
+void RunsPage::editName()
+{
+    const QModelIndex current = view_->currentIndex();
+    if (!current.isValid()) return;
+    const QModelIndex name = proxy_->index(current.row(), RunListModel::Name);
+    view_->setCurrentIndex(name);
+    view_->edit(name);
+}
+
+} // namespace mantissa

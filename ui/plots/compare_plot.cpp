@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "plots/compare_plot.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "plots/plot_style.h"
+#include "plots/smoothing.h"
+
+namespace mantissa {
+
+namespace {
+
+QVector<QCPGraphData> to_data(const std::vector<double>& xs, const std::vector<double>& ys)
+{
+    QVector<QCPGraphData> data;
+    data.reserve(static_cast<qsizetype>(xs.size()));
+    for (size_t i = 0; i < xs.size(); ++i) data.append(QCPGraphData(xs[i], ys[i]));
+    return data;
+}
+
+} // namespace
+
+ComparePlot::ComparePlot(QWidget* parent) : QCustomPlot(parent)
+{
+    setMinimumSize(320, 200);
+    setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+    setNoAntialiasingOnDrag(true);
+    style_axes(this);
+    xAxis->setTicker(QSharedPointer<SiAxisTicker>::create());
+    legend->setVisible(true);
+    legend->setBrush(QColor(255, 255, 255, 225));
+    legend->setBorderPen(QPen(QColor(200, 200, 200)));
+    legend->setFont(xAxis->tickLabelFont()); // the smaller font style_axes() chose
+    axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+    emptyText_ = new QCPItemText(this);
+    emptyText_->position->setType(QCPItemPosition::ptAxisRectRatio);
+    emptyText_->position->setCoords(0.5, 0.5);
+    emptyText_->setColor(QColor(110, 110, 110));
+    emptyText_->setText(tr("Select runs on the Runs page and press Compare"));
+    rebuild(true);
+}
+
+QCPGraph* ComparePlot::smoothedGraph(int i) const
+{
+    return smoothing_ > 0.0 ? smooth_.at(static_cast<size_t>(i)) : nullptr;
+}
+
+int ComparePlot::pointBudget() const { return std::max(8192, 4 * std::max(width(), 1)); }
+
+void ComparePlot::setCurves(std::vector<Curve> curves, const QString& xLabel, const QString& yLabel)
+{
+    curves_ = std::move(curves);
+    xAxis->setLabel(xLabel);
+    yAxis->setLabel(yLabel);
+}
+
+void ComparePlot::setMarkers(std::vector<Marker> markers) { markers_ = std::move(markers); }
+void ComparePlot::setSmoothing(double weight) { smoothing_ = std::clamp(weight, 0.0, 0.99); }
+void ComparePlot::setEmptyText(const QString& text) { emptyText_->setText(text); }
+
+void ComparePlot::setLogScale(bool enabled)
+{
+    logScale_ = enabled;
+    yAxis->setScaleType(enabled ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
+    if (enabled)
+        yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
+    else
+        yAxis->setTicker(QSharedPointer<QCPAxisTicker>::create());
+}
+
+void ComparePlot::rebuild(bool now)
+{
+    clearGraphs();
+    raw_.clear();
+    smooth_.clear();
+    for (QCPAbstractItem* item : markerItems_) removeItem(item);
+    markerItems_.clear();
+
+    const size_t buckets = static_cast<size_t>(pointBudget() / 4);
+    for (const Curve& c : curves_) {
+        const bool smoothed = smoothing_ > 0.0 && !c.markers;
+        auto* raw = addGraph();
+        const DecimatedSeries d = decimate_min_max(c.xs, c.ys, buckets);
+        raw->data()->set(to_data(d.xs, d.ys), true);
+        raw->setName(c.label);
+        QColor faint = c.color;
+        if (smoothed) faint.setAlpha(70);
+        raw->setPen(QPen(faint, smoothed ? 1.0 : 1.6));
+        if (c.markers)
+            raw->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, c.color, QColor(255, 255, 255), 6));
+        raw->setAdaptiveSampling(true);
+        raw_.push_back(raw);
+
+        auto* smooth = addGraph();
+        if (smoothed) {
+            const DecimatedSeries s = decimate_min_max(c.xs, debiased_ema(c.ys, smoothing_), buckets);
+            smooth->data()->set(to_data(s.xs, s.ys), true);
+            smooth->setPen(QPen(c.color, 1.8));
+            smooth->setName(c.label);
+            raw->removeFromLegend();
+        } else {
+            smooth->removeFromLegend();
+            smooth->setVisible(false);
+        }
+        smooth_.push_back(smooth);
+    }
+    for (const Marker& m : markers_) {
+        auto* line = new QCPItemStraightLine(this);
+        line->point1->setCoords(m.x, 0);
+        line->point2->setCoords(m.x, 1);
+        line->setPen(QPen(m.color, 1.2, Qt::DashLine));
+        markerItems_.push_back(line);
+        auto* label = new QCPItemText(this);
+        label->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
+        label->position->setCoords(m.x, 0.02 + 0.06 * double(markerItems_.size() / 2));
+        label->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);
+        label->setText(m.label);
+        label->setColor(m.color.darker(130));
+        label->setBrush(QColor(255, 255, 255, 220));
+        label->setPadding(QMargins(3, 1, 3, 1));
+        QFont f = font();
+        f.setPointSizeF(std::max(7.0, f.pointSizeF() - 1.0));
+        label->setFont(f);
+        markerItems_.push_back(label);
+    }
+    emptyText_->setVisible(curves_.empty());
+    legend->setVisible(!curves_.empty());
+    fit();
+    replot(now ? rpImmediateRefresh : rpQueuedReplot);
+}
+
+void ComparePlot::fit()
+{
+    double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
+    for (const Curve& c : curves_) {
+        for (size_t i = 0; i < c.xs.size(); ++i) {
+            const double y = c.ys[i];
+            if (!std::isfinite(y) || (logScale_ && y <= 0.0)) continue;
+            x0 = std::min(x0, c.xs[i]);
+            x1 = std::max(x1, c.xs[i]);
+            y0 = std::min(y0, y);
+            y1 = std::max(y1, y);
+        }
+    }
+    if (!std::isfinite(x0)) {
+        xAxis->setRange(0, 1);
+        yAxis->setRange(logScale_ ? 0.1 : 0.0, 1);
+        return;
+    }
+    x0 = std::min(x0, 0.0);
+    if (x1 <= x0) x1 = x0 + 1;
+    xAxis->setRange(x0, x1);
+    if (logScale_) {
+        yAxis->setRange(y0 / 1.15, y1 * 1.15);
+    } else {
+        const double pad = y1 > y0 ? 0.05 * (y1 - y0) : std::max(1e-3, std::abs(y0) * 0.05);
+        yAxis->setRange(y0 - pad, y1 + pad);
+    }
+}
+
+} // namespace mantissa

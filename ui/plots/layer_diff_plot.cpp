@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "plots/layer_diff_plot.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "plots/plot_style.h"
+
+namespace mantissa {
+
+namespace {
+
+// Column index -> step label, at a handful of evenly spaced columns.
+QSharedPointer<QCPAxisTickerText> step_ticker(const std::vector<int64_t>& steps)
+{
+    auto ticker = QSharedPointer<QCPAxisTickerText>::create();
+    if (steps.empty()) return ticker;
+    const size_t n = steps.size();
+    const size_t ticks = std::min<size_t>(n, 10);
+    for (size_t i = 0; i < ticks; ++i) {
+        const size_t c = ticks == 1 ? 0 : i * (n - 1) / (ticks - 1);
+        ticker->addTick(double(c), QString::number(steps[c]));
+    }
+    return ticker;
+}
+
+QSharedPointer<QCPAxisTickerText> layer_ticker(const std::vector<std::string>& layers)
+{
+    auto ticker = QSharedPointer<QCPAxisTickerText>::create();
+    for (size_t r = 0; r < layers.size(); ++r) ticker->addTick(double(r), QString::fromStdString(layers[r]));
+    return ticker;
+}
+
+} // namespace
+
+LayerDiffPlot::LayerDiffPlot(QWidget* parent) : QCustomPlot(parent)
+{
+    setMinimumSize(320, 180);
+    map_ = new QCPColorMap(xAxis, yAxis);
+    map_->setInterpolate(false);
+    map_->setTightBoundary(false);
+    colorScale_ = attach_color_scale(this, map_);
+
+    QCPColorGradient g;
+    g.setColorStopAt(0.0, QColor(33, 102, 172));
+    g.setColorStopAt(0.25, QColor(146, 197, 222));
+    g.setColorStopAt(0.5, QColor(247, 247, 247));
+    g.setColorStopAt(0.75, QColor(244, 165, 130));
+    g.setColorStopAt(1.0, QColor(178, 24, 43));
+    g.setNanHandling(QCPColorGradient::nhNanColor);
+    g.setNanColor(QColor(200, 200, 200));
+    map_->setGradient(g);
+
+    QFont small = font();
+    small.setPointSizeF(std::max(6.5, small.pointSizeF() * 0.85));
+    xAxis->setTickLabelFont(small);
+    yAxis->setTickLabelFont(small);
+    xAxis->setLabel(tr("step"));
+    yAxis->setRangeReversed(true);
+    for (QCPAxis* a : {xAxis, yAxis}) a->grid()->setVisible(false);
+    for (QCPAxis* a : {xAxis2, yAxis2}) {
+        a->setVisible(true);
+        a->setTicks(false);
+        a->setTickLabels(false);
+    }
+    emptyText_ = new QCPItemText(this);
+    emptyText_->position->setType(QCPItemPosition::ptAxisRectRatio);
+    emptyText_->position->setCoords(0.5, 0.5);
+    emptyText_->setColor(QColor(110, 110, 110));
+    setGrid({}, {});
+}
+
+void LayerDiffPlot::setEmptyText(const QString& text)
+{
+    emptyText_->setText(text);
+    replot(rpQueuedReplot);
+}
+
+void LayerDiffPlot::setGrid(LayerDiffGrid grid, const QString& label)
+{
+    grid_ = std::move(grid);
+    const int nx = columnCount(), ny = rowCount();
+    map_->data()->setSize(std::max(nx, 1), std::max(ny, 1));
+    map_->data()->setRange(QCPRange(0, std::max(nx - 1, 0)), QCPRange(0, std::max(ny - 1, 0)));
+    double extent = 0.0;
+    for (int c = 0; c < nx; ++c)
+        for (int r = 0; r < ny; ++r) {
+            const double v = grid_.values[static_cast<size_t>(c) * static_cast<size_t>(ny) + static_cast<size_t>(r)];
+            map_->data()->setCell(c, r, v);
+            if (std::isfinite(v)) extent = std::max(extent, std::abs(v));
+        }
+    if (extent == 0.0) extent = 1e-6; // identical runs: a white map, not a degenerate scale
+    map_->setDataRange(QCPRange(-extent, extent));
+    colorScale_->axis()->setLabel(label);
+    xAxis->setTicker(step_ticker(grid_.steps));
+    yAxis->setTicker(layer_ticker(grid_.layers));
+    xAxis->setRange(-0.5, std::max(nx, 1) - 0.5);
+    yAxis->setRange(-0.5, std::max(ny, 1) - 0.5);
+    map_->setVisible(nx > 0 && ny > 0);
+    emptyText_->setVisible(nx == 0 || ny == 0);
+    replot(rpQueuedReplot);
+}
+
+} // namespace mantissa

@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// The layer x step heatmap of the monitor: one statistic (underflow/overflow % of a tensor
+// role, amax, per-layer gradient norm, attention logit) for every layer at every telemetry
+// frame the RunHistory kept. Rebuilt from the history on refresh(), never pushed to.
+
+#include <qcustomplot.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "models/run_history.h"
+
+namespace mantissa {
+
+class LayerHeatmapPlot : public QCustomPlot {
+    Q_OBJECT
+
+public:
+    explicit LayerHeatmapPlot(QWidget* parent = nullptr);
+
+    void setHistory(const RunHistory* history); // not owned
+    void setStatistic(LayerStat stat, const QString& role = QStringLiteral("grad_output"));
+    LayerStat statistic() const { return stat_; }
+    QString role() const { return role_; }
+
+    // Rebuilds from the history if its revision or a setting changed; true when a replot is
+    // needed. Never replots itself.
+    bool refresh();
+
+    // Decorations: applied at once and drawn by a queued replot (cheap, coalesced); the next
+    // refresh() also reports them.
+    void setCursorStep(int64_t step);             // a vertical line; between frames it is interpolated
+    void setSelectedLayer(const QString& layer); // a band on the row; clicks select too
+    QString selectedLayer() const { return selectedLayer_; }
+
+    // For tests.
+    QCPColorMap* colorMap() const { return map_; }
+    int rowCount() const { return static_cast<int>(layerNames_.size()); }
+    int columnCount() const { return static_cast<int>(columnSteps_.size()); }
+    double valueAt(int64_t step, const QString& layer) const; // the cell's value (NaN when none)
+    // The plot coordinates of a cell's centre (x = column index, y = row key), for hit tests.
+    QPointF cellCenter(int64_t step, const QString& layer) const;
+
+signals:
+    void cellClicked(qint64 step, const QString& layer);
+
+private:
+    void rebuild();
+    void updateCursor();
+    void updateSelection();
+    void updateEvents();
+    void onMousePress(QMouseEvent* event);
+    double keyOfStep(int64_t step) const; // fractional column coordinate of a step
+    int columnOfStep(int64_t step) const; // nearest column, -1 if none
+
+    const RunHistory* history_ = nullptr;
+    LayerStat stat_ = LayerStat::UnderflowPercent;
+    QString role_ = QStringLiteral("grad_output");
+    QString selectedLayer_;
+    int64_t cursorStep_ = -1;
+
+    uint64_t builtRevision_ = 0;
+    bool dirty_ = true;        // the history or a setting changed: rebuild on refresh()
+    bool needsReplot_ = false; // something drawn changed since the last refresh()
+    bool built_ = false;
+    LayerStat builtStat_ = LayerStat::UnderflowPercent;
+    QString builtRole_;
+
+    std::vector<QString> layerNames_;   // rows, forward order (row 0 is drawn at the top)
+    std::vector<int64_t> columnSteps_;  // one per column, ascending
+    std::vector<float> values_;         // [column * rows + row]
+    std::vector<int64_t> eventSteps_;   // precision changes
+
+    QCPColorMap* map_ = nullptr;
+    QCPColorScale* colorScale_ = nullptr;
+    QCPItemStraightLine* cursor_ = nullptr;
+    QCPItemRect* selection_ = nullptr;
+    QCPItemText* selectionLabel_ = nullptr;
+    std::vector<QCPItemStraightLine*> eventLines_;
+    QCPItemText* emptyText_ = nullptr;
+};
+
+} // namespace mantissa

@@ -1,0 +1,238 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "plots/loss_scale_plot.h"
+
+#include <QRegularExpression>
+
+#include <algorithm>
+#include <cmath>
+
+#include "plots/smoothing.h"
+
+namespace mantissa {
+
+namespace {
+
+const QColor kScaleColor(31, 119, 180);
+const QColor kBackoffColor(214, 39, 40);
+const QColor kGrowthColor(44, 160, 44);
+const QColor kSkippedColor(120, 30, 30);
+
+// Ticks at powers of two only, labelled 2ⁿ; the stride grows so about six fit.
+class Pow2Ticker : public QCPAxisTicker {
+protected:
+    double getTickStep(const QCPRange& range) override
+    {
+        const double lo = std::log2(std::max(range.lower, 1e-300));
+        const double hi = std::log2(std::max(range.upper, 1e-300));
+        return std::max(1.0, std::ceil((hi - lo) / 6.0));
+    }
+    int getSubTickCount(double) override { return 0; }
+    QVector<double> createTickVector(double tickStep, const QCPRange& range) override
+    {
+        QVector<double> ticks;
+        if (range.upper <= 0) return ticks;
+        const int stride = std::max(1, static_cast<int>(tickStep));
+        const int lo = static_cast<int>(std::floor(std::log2(std::max(range.lower, 1e-300)) / stride)) * stride;
+        const int hi = static_cast<int>(std::ceil(std::log2(range.upper)));
+        for (int e = lo; e <= hi; e += stride) ticks.push_back(std::ldexp(1.0, e));
+        return ticks;
+    }
+    QString getTickLabel(double tick, const QLocale&, QChar, int) override
+    {
+        static const QString digits = QStringLiteral("\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079");
+        const int e = static_cast<int>(std::lround(std::log2(tick)));
+        QString exponent;
+        for (const QChar c : QString::number(std::abs(e))) exponent += digits[c.digitValue()];
+        return QStringLiteral("2") + (e < 0 ? QStringLiteral("\u207b") : QString()) + exponent;
+    }
+};
+
+// The scale a step used; `fallback` when the step is not (yet) in the history.
+double scale_at(const std::vector<StepPoint>& steps, int64_t step, double fallback)
+{
+    const auto it = std::lower_bound(steps.begin(), steps.end(), step,
+                                     [](const StepPoint& p, int64_t s) { return p.step < s; });
+    return it != steps.end() && it->step == step ? it->loss_scale : fallback;
+}
+
+// "scale 65536 -> 32768; ..." -> 65536; `fallback` when there is no such prefix.
+double scale_from_message(const QString& message, double fallback)
+{
+    static const QRegularExpression re(QStringLiteral("scale\\s+([0-9.eE+-]+)\\s*->"));
+    const auto m = re.match(message);
+    bool ok = false;
+    const double v = m.hasMatch() ? m.captured(1).toDouble(&ok) : 0.0;
+    return ok && v > 0 ? v : fallback;
+}
+
+} // namespace
+
+LossScalePlot::LossScalePlot(QWidget* parent) : TimeSeriesPlot(parent)
+{
+    yAxis->setScaleType(QCPAxis::stLogarithmic);
+    yAxis->setTicker(QSharedPointer<Pow2Ticker>::create());
+    yAxis->setLabel(QStringLiteral("loss scale"));
+    yAxis->setRange(0.5, 2.0);
+
+    scale_ = addGraph();
+    scale_->setName(QStringLiteral("scale"));
+    scale_->setPen(curvePen(kScaleColor, 1.5));
+    scale_->setLineStyle(QCPGraph::lsStepLeft);
+
+    skipped_ = addGraph();
+    skipped_->setName(QStringLiteral("skipped step"));
+    skipped_->setLineStyle(QCPGraph::lsNone);
+    skipped_->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCross, QPen(kSkippedColor, 1.5), Qt::NoBrush, 8));
+
+    growth_ = addGraph();
+    growth_->setName(QStringLiteral("growth"));
+    growth_->setLineStyle(QCPGraph::lsNone);
+    growth_->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssTriangle, kGrowthColor, kGrowthColor, 8));
+
+    backoff_ = addGraph();
+    backoff_->setName(QStringLiteral("backoff"));
+    backoff_->setLineStyle(QCPGraph::lsNone);
+    backoff_->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssTriangleInverted, kBackoffColor, kBackoffColor, 9));
+
+    notice_ = new QCPItemText(this);
+    notice_->position->setType(QCPItemPosition::ptAxisRectRatio);
+    notice_->position->setCoords(0.5, 0.3);
+    notice_->setPositionAlignment(Qt::AlignCenter);
+    notice_->setText(QStringLiteral("loss scaling off"));
+    notice_->setColor(QColor(110, 110, 110));
+    QFont f = font();
+    f.setItalic(true);
+    notice_->setFont(f);
+    notice_->setVisible(false);
+
+    legend->setVisible(true);
+    placeLegendAbove();
+}
+
+QString LossScalePlot::noticeText() const { return notice_->visible() ? notice_->text() : QString(); }
+
+QString LossScalePlot::blamedLayers(const QString& message)
+{
+    static const QString marker = QStringLiteral("non-finite gradients in ");
+    const qsizetype at = message.indexOf(marker);
+    if (at < 0) return {};
+    QString layers = message.mid(at + marker.size());
+    const qsizetype end = layers.indexOf(QRegularExpression(QStringLiteral("[;\\n]")));
+    if (end >= 0) layers.truncate(end);
+    return layers.trimmed();
+}
+
+bool LossScalePlot::wantsEventMarker(const std::string& kind) const { return kind == "precision_changed"; }
+
+void LossScalePlot::clearData()
+{
+    for (QCPGraph* g : {scale_, backoff_, growth_, skipped_}) g->data()->clear();
+    for (QCPItemText* t : backoffLabels_) removeItem(t);
+    backoffLabels_.clear();
+    backoffs_.clear();
+    growths_.clear();
+    scalingOff_ = false;
+    notice_->setVisible(false);
+}
+
+void LossScalePlot::rebuild(const RunHistory& history, bool)
+{
+    // Markers follow the events, which are few; the scale curve is decimated like the loss.
+    const auto& steps = history.steps();
+    const XAxisMode mode = xAxisMode();
+    std::vector<double> xs, ys;
+    xs.reserve(steps.size());
+    ys.reserve(steps.size());
+    QVector<double> skipX, skipY;
+    bool scaled = false;
+    for (const StepPoint& p : steps) {
+        const double x = mode == XAxisMode::Step     ? static_cast<double>(p.step)
+                         : mode == XAxisMode::Tokens ? p.tokens
+                                                     : p.seconds;
+        xs.push_back(x);
+        ys.push_back(p.loss_scale);
+        scaled = scaled || p.loss_scale != 1.0;
+        if (p.skipped) {
+            skipX.push_back(x);
+            skipY.push_back(p.loss_scale);
+        }
+    }
+    const DecimatedSeries d = decimate_min_max(xs, ys, std::max<size_t>(1, size_t(pointBudget()) / 4));
+    scale_->setData(QVector<double>(d.xs.begin(), d.xs.end()), QVector<double>(d.ys.begin(), d.ys.end()), true);
+    skipped_->setData(skipX, skipY, true);
+
+    for (QCPItemText* t : backoffLabels_) removeItem(t);
+    backoffLabels_.clear();
+    backoffs_.clear();
+    growths_.clear();
+    QVector<double> bx, by, gx, gy;
+    for (const RunEvent& e : history.events()) {
+        const bool backoff = e.kind == "loss_scale_backoff";
+        if (!backoff && e.kind != "loss_scale_growth") continue;
+        ScaleMarker m;
+        m.step = e.step;
+        m.x = history.xOf(e.step, mode);
+        m.message = QString::fromStdString(e.message);
+        m.scale = scale_at(steps, e.step, scale_from_message(m.message, 1.0));
+        if (backoff) {
+            m.layers = blamedLayers(m.message);
+            m.label = m.layers.isEmpty() ? QStringLiteral("backoff") : m.layers;
+            bx.push_back(m.x);
+            by.push_back(m.scale);
+            backoffs_.push_back(std::move(m));
+        } else {
+            gx.push_back(m.x);
+            gy.push_back(m.scale);
+            growths_.push_back(std::move(m));
+        }
+        scaled = true;
+    }
+    backoff_->setData(bx, by, true);
+    growth_->setData(gx, gy, true);
+
+    // Labels for the newest backoffs; overlapping ones are hidden at draw time, and every
+    // marker names its layers on hover.
+    constexpr size_t kMaxLabels = 40;
+    QFont f = font();
+    f.setPointSizeF(std::max(7.0, f.pointSizeF() - 1.5));
+    for (size_t i = backoffs_.size() > kMaxLabels ? backoffs_.size() - kMaxLabels : 0; i < backoffs_.size(); ++i) {
+        const ScaleMarker& m = backoffs_[i];
+        auto* label = new QCPItemText(this);
+        label->position->setCoords(m.x, m.scale);
+        label->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);
+        label->setPadding(QMargins(6, 4, 2, 0));
+        label->setFont(f);
+        label->setColor(kBackoffColor.darker(120));
+        label->setText(m.label.size() > 48 ? m.label.left(47) + QChar(0x2026) : m.label);
+        label->setSelectable(false);
+        backoffLabels_.push_back(label);
+    }
+    setDeclutteredLabels(backoffLabels_);
+
+    scalingOff_ = !steps.empty() && !scaled;
+    notice_->setVisible(scalingOff_);
+}
+
+void LossScalePlot::fitToData()
+{
+    fitGraphs({scale_, backoff_, growth_, skipped_}, true, false, 1.4); // room for the markers
+    if (scalingOff_ || scale_->data()->isEmpty()) yAxis->setRange(0.5, 2.0);
+}
+
+QString LossScalePlot::hoverText(const QPointF& pixel) const
+{
+    QString text = TimeSeriesPlot::hoverText(pixel);
+    auto near = [&](const ScaleMarker& m) {
+        return std::abs(xAxis->coordToPixel(m.x) - pixel.x()) <= 6.0 &&
+               std::abs(yAxis->coordToPixel(m.scale) - pixel.y()) <= 8.0;
+    };
+    for (const auto* list : {&backoffs_, &growths_})
+        for (const ScaleMarker& m : *list) {
+            if (!near(m)) continue;
+            if (!text.isEmpty()) text += QLatin1Char('\n');
+            text += QStringLiteral("step %1: %2").arg(m.step).arg(m.message);
+        }
+    return text;
+}
+
+} // namespace mantissa

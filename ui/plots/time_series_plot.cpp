@@ -1,0 +1,381 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "plots/time_series_plot.h"
+
+#include <QToolTip>
+
+#include <algorithm>
+#include <cmath>
+
+#include "plots/plot_style.h"
+
+namespace mantissa {
+
+namespace {
+
+const QColor kCursorColor(148, 103, 189);
+const QColor kMarkerColor(110, 110, 110);
+constexpr int kLeftMarginPx = 72;
+
+QString elide(QString text, int chars)
+{
+    text = text.simplified();
+    return text.size() <= chars ? text : text.left(chars - 1) + QChar(0x2026);
+}
+
+// "blocks.*.mlp.* -> e4m3/e5m2/e5m2 (4 layers); FP8 scale history restarted" -> the part
+// before the layer list, which is what changed.
+QString short_label(const RunEvent& event)
+{
+    QString text = QString::fromStdString(event.message);
+    for (const QString& cut : {QStringLiteral(" ("), QStringLiteral(";"), QStringLiteral("\n")}) {
+        const qsizetype at = text.indexOf(cut);
+        if (at > 0) text.truncate(at);
+    }
+    text.replace(QStringLiteral(" -> "), QStringLiteral(" \u2192 "));
+    if (event.kind == "watch_action") return elide(QStringLiteral("watch: ") + text, 34);
+    if (text.isEmpty()) text = QString::fromStdString(event.kind);
+    return elide(text, 34);
+}
+
+} // namespace
+
+TimeSeriesPlot::TimeSeriesPlot(QWidget* parent) : QCustomPlot(parent)
+{
+    setMinimumSize(240, 120);
+    setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+    // Antialiasing is dropped while dragging so panning a long run stays fluid.
+    setNoAntialiasingOnDrag(true);
+    setMouseTracking(true);
+
+    style_axes(this);
+    // One fixed left margin, so the stacked plots' step axes line up.
+    axisRect()->setAutoMargins(QCP::msTop | QCP::msRight | QCP::msBottom);
+    axisRect()->setMargins(QMargins(kLeftMarginPx, 0, 0, 0));
+    xAxis->setLabel(xAxisLabel(mode_));
+    xAxis->setRange(0, 1);
+    yAxis->setRange(0, 1);
+    legend->setBrush(QColor(255, 255, 255, 220));
+    legend->setBorderPen(QPen(QColor(190, 190, 190)));
+    legend->setFont(xAxis->tickLabelFont()); // the smaller font style_axes() chose
+    legend->setIconSize(18, 10);
+    legend->setRowSpacing(-2);
+    axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+
+    // The cursor on its own layer above the curves and markers.
+    addLayer(QStringLiteral("cursor"), layer(QStringLiteral("main")), limAbove);
+    cursor_ = new QCPItemLine(this);
+    cursor_->setLayer(QStringLiteral("cursor"));
+    for (QCPItemPosition* p : {cursor_->start, cursor_->end}) {
+        p->setTypeX(QCPItemPosition::ptPlotCoords);
+        p->setTypeY(QCPItemPosition::ptAxisRectRatio);
+    }
+    cursor_->start->setCoords(0, 0);
+    cursor_->end->setCoords(0, 1);
+    cursor_->setPen(QPen(kCursorColor, 1.5));
+    cursor_->setSelectable(false);
+    cursor_->setVisible(false);
+
+    // A plain click should not freeze the view; only an actual drag (a move with a button
+    // down, which QCustomPlot turns into a pan) or the wheel does.
+    connect(this, &QCustomPlot::mouseMove, this, [this](QMouseEvent* event) {
+        if (event->buttons() != Qt::NoButton)
+            following_ = false;
+        else
+            showHoverTip(event);
+    });
+    connect(this, &QCustomPlot::mouseWheel, this, [this] { following_ = false; });
+    connect(this, &QCustomPlot::mouseDoubleClick, this, [this] {
+        setFollowing(true);
+        replot(rpQueuedReplot);
+    });
+    connect(this, &QCustomPlot::afterLayout, this, &TimeSeriesPlot::declutter);
+}
+
+QString TimeSeriesPlot::xAxisLabel(XAxisMode mode)
+{
+    switch (mode) {
+    case XAxisMode::Tokens:
+        return QStringLiteral("tokens");
+    case XAxisMode::Seconds:
+        return QStringLiteral("training time (s)");
+    case XAxisMode::Step:
+        break;
+    }
+    return QStringLiteral("step");
+}
+
+QPen TimeSeriesPlot::curvePen(const QColor& color, double width) { return QPen(color, width); }
+
+void TimeSeriesPlot::setHistory(const RunHistory* history)
+{
+    if (history == history_) return;
+    history_ = history;
+    settingsChanged_ = true;
+}
+
+void TimeSeriesPlot::setXAxisMode(XAxisMode mode)
+{
+    if (mode == mode_) return;
+    mode_ = mode;
+    xAxis->setLabel(xAxisLabel(mode));
+    if (mode == XAxisMode::Tokens)
+        xAxis->setTicker(QSharedPointer<SiAxisTicker>::create());
+    else
+        xAxis->setTicker(QSharedPointer<QCPAxisTicker>::create());
+    // Other units: the old view means nothing any more.
+    following_ = true;
+    settingsChanged_ = true;
+}
+
+void TimeSeriesPlot::setCursorStep(int64_t step)
+{
+    if (step == cursorStep_) return;
+    cursorStep_ = step;
+    updateCursor();
+    needsReplot_ = true;
+}
+
+void TimeSeriesPlot::setFollowing(bool enabled)
+{
+    following_ = enabled;
+    if (enabled) {
+        fitToData();
+        needsReplot_ = true;
+    }
+}
+
+void TimeSeriesPlot::invalidate() { settingsChanged_ = true; }
+
+void TimeSeriesPlot::setPlotMargins(int left, int right)
+{
+    left = std::max(left, kLeftMarginPx);
+    right = std::max(right, 0);
+    const QMargins margins(left, 0, right, 0);
+    if (axisRect()->margins().left() == left && axisRect()->margins().right() == right) return;
+    axisRect()->setAutoMargins(QCP::msTop | QCP::msBottom);
+    axisRect()->setMargins(margins);
+    needsReplot_ = true;
+}
+
+double TimeSeriesPlot::xOfStep(int64_t step) const
+{
+    return history_ ? history_->xOf(step, mode_) : static_cast<double>(step);
+}
+
+int TimeSeriesPlot::pointBudget() const
+{
+    int pixels = axisRect()->width();
+    if (pixels < 50) pixels = width() - 80; // not laid out yet
+    return std::max(4 * pixels, minPointBudget_);
+}
+
+bool TimeSeriesPlot::refresh()
+{
+    bool changed = needsReplot_;
+    needsReplot_ = false;
+    if (!history_) {
+        if (hadData_) {
+            clearData();
+            markers_.clear();
+            for (QCPAbstractItem* item : markerItems_) removeItem(item);
+            markerItems_.clear();
+            markerLabels_.clear();
+            hadData_ = false;
+            changed = true;
+        }
+        return changed;
+    }
+    // A much wider or narrower plot wants another decimation.
+    const int budget = pointBudget();
+    if (builtBudget_ > 0 && (budget > builtBudget_ * 5 / 4 || budget < builtBudget_ * 3 / 4)) settingsChanged_ = true;
+    if (!settingsChanged_ && history_->revision() == builtRevision_) return changed;
+
+    const bool full = settingsChanged_;
+    rebuild(*history_, full);
+    if (full || history_->events().size() != builtEvents_) rebuildMarkers(*history_);
+    builtRevision_ = history_->revision();
+    builtEvents_ = history_->events().size();
+    builtBudget_ = budget;
+    settingsChanged_ = false;
+    hadData_ = true;
+    updateCursor();
+    if (following_) fitToData();
+    return true;
+}
+
+bool TimeSeriesPlot::wantsEventMarker(const std::string& kind) const
+{
+    return kind == "precision_changed" || kind == "watch_action";
+}
+
+void TimeSeriesPlot::rebuildMarkers(const RunHistory& history)
+{
+    for (QCPAbstractItem* item : markerItems_) removeItem(item);
+    markerItems_.clear();
+    markerLabels_.clear();
+    markers_.clear();
+    for (const RunEvent& e : history.events()) {
+        if (!wantsEventMarker(e.kind)) continue;
+        EventMarker m;
+        m.step = e.step;
+        m.x = history.xOf(e.step, mode_);
+        m.kind = QString::fromStdString(e.kind);
+        m.label = short_label(e);
+        m.message = QString::fromStdString(e.message);
+        markers_.push_back(std::move(m));
+    }
+    // A run that changes precision every few steps would draw a fence; the newest ones matter.
+    constexpr size_t kMaxDrawn = 200;
+    const size_t first = markers_.size() > kMaxDrawn ? markers_.size() - kMaxDrawn : 0;
+    for (size_t i = first; i < markers_.size(); ++i) {
+        const EventMarker& m = markers_[i];
+        const QColor color = m.kind == QLatin1String("watch_action") ? QColor(188, 120, 30) : kMarkerColor;
+        auto* line = new QCPItemLine(this);
+        for (QCPItemPosition* p : {line->start, line->end}) {
+            p->setTypeX(QCPItemPosition::ptPlotCoords);
+            p->setTypeY(QCPItemPosition::ptAxisRectRatio);
+        }
+        line->start->setCoords(m.x, 0);
+        line->end->setCoords(m.x, 1);
+        line->setPen(QPen(color, 1, Qt::DashLine));
+        line->setSelectable(false);
+        markerItems_.push_back(line);
+
+        // Vertical text along the line's left side, reading upwards from near the top.
+        auto* label = new QCPItemText(this);
+        label->position->setTypeX(QCPItemPosition::ptPlotCoords);
+        label->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
+        label->position->setCoords(m.x, 0.02);
+        label->setRotation(-90);
+        label->setPositionAlignment(Qt::AlignRight | Qt::AlignBottom);
+        label->setPadding(QMargins(2, 0, 2, 1));
+        QFont f = font();
+        f.setPointSizeF(std::max(7.0, f.pointSizeF() - 1.5));
+        label->setFont(f);
+        label->setColor(color.darker(130));
+        label->setText(m.label);
+        label->setSelectable(false);
+        markerItems_.push_back(label);
+        markerLabels_.push_back(label);
+    }
+}
+
+void TimeSeriesPlot::updateCursor()
+{
+    const bool show = cursorStep_ >= 0;
+    cursor_->setVisible(show);
+    if (!show) return;
+    const double x = xOfStep(cursorStep_);
+    cursor_->start->setCoords(x, 0);
+    cursor_->end->setCoords(x, 1);
+}
+
+void TimeSeriesPlot::declutter()
+{
+    // Newest first: a label survives unless it overlaps one that was kept already.
+    std::vector<QCPItemText*> all(markerLabels_);
+    all.insert(all.end(), labels_.begin(), labels_.end());
+    std::vector<QRectF> kept;
+    const QRectF area = axisRect()->rect();
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+        QCPItemText* label = *it;
+        // The corners' bounding box (the text may be rotated).
+        double left = INFINITY, top = INFINITY, right = -INFINITY, bottom = -INFINITY;
+        for (QCPItemAnchor* a : {label->topLeft, label->topRight, label->bottomLeft, label->bottomRight}) {
+            const QPointF p = a->pixelPosition();
+            left = std::min(left, p.x());
+            right = std::max(right, p.x());
+            top = std::min(top, p.y());
+            bottom = std::max(bottom, p.y());
+        }
+        const QRectF r(QPointF(left, top), QPointF(right, bottom));
+        const bool inside = area.contains(r); // a label cut by the plot's edge is noise
+        const bool overlaps = std::any_of(kept.begin(), kept.end(), [&](const QRectF& k) { return k.intersects(r); });
+        label->setVisible(inside && !overlaps);
+        if (inside && !overlaps) kept.push_back(r.adjusted(-2, -2, 2, 2));
+    }
+}
+
+QString TimeSeriesPlot::hoverText(const QPointF& pixel) const
+{
+    QString text;
+    for (const EventMarker& m : markers_) {
+        const double px = xAxis->coordToPixel(m.x);
+        if (std::abs(px - pixel.x()) > 4.0) continue;
+        if (!text.isEmpty()) text += QLatin1Char('\n');
+        text += QStringLiteral("step %1 \u2014 %2: %3").arg(m.step).arg(m.kind, m.message);
+    }
+    return text;
+}
+
+void TimeSeriesPlot::showHoverTip(QMouseEvent* event)
+{
+    const QPointF pos = event->position();
+    if (!axisRect()->rect().contains(pos.toPoint())) {
+        QToolTip::hideText();
+        return;
+    }
+    const QString text = hoverText(pos);
+    if (text.isEmpty())
+        QToolTip::hideText();
+    else
+        QToolTip::showText(event->globalPosition().toPoint(), text, this);
+}
+
+void TimeSeriesPlot::placeLegendAbove()
+{
+    axisRect()->insetLayout()->take(legend);
+    plotLayout()->insertRow(0);
+    // The legend at its natural width on the left, an empty element taking the rest.
+    auto* row = new QCPLayoutGrid;
+    plotLayout()->addElement(0, 0, row);
+    row->addElement(0, 0, legend);
+    row->addElement(0, 1, new QCPLayoutElement(this));
+    row->setColumnStretchFactor(0, 0.001);
+    row->setColumnSpacing(0);
+    plotLayout()->setRowStretchFactor(0, 0.001);
+    plotLayout()->setRowSpacing(0);
+    legend->setFillOrder(QCPLegend::foColumnsFirst);
+    legend->setBrush(Qt::NoBrush);
+    legend->setBorderPen(Qt::NoPen);
+    legend->setColumnSpacing(12);
+    legend->setMargins(QMargins(48, 2, 4, 0));
+}
+
+void TimeSeriesPlot::fitGraphs(const QList<QCPGraph*>& graphs, bool logY, bool yFromZero, double logPad)
+{
+    double kLo = INFINITY, kHi = -INFINITY, vLo = INFINITY, vHi = -INFINITY;
+    for (const QCPGraph* g : graphs) {
+        if (!g || !g->visible()) continue;
+        for (auto it = g->data()->constBegin(); it != g->data()->constEnd(); ++it) {
+            if (!std::isfinite(it->key)) continue;
+            kLo = std::min(kLo, it->key);
+            kHi = std::max(kHi, it->key);
+            // Non-finite values (a NaN loss) and, on a log axis, non-positive ones are gaps.
+            if (!std::isfinite(it->value) || (logY && it->value <= 0)) continue;
+            vLo = std::min(vLo, it->value);
+            vHi = std::max(vHi, it->value);
+        }
+    }
+    if (kLo > kHi) return;
+    // A little room on the right keeps markers on the newest step whole.
+    const double xLo = std::min(0.0, kLo);
+    const double xHi = kHi > xLo ? kHi : xLo + 1.0;
+    xAxis->setRange(xLo, xHi + 0.01 * (xHi - xLo));
+    if (vLo > vHi) return;
+    if (logY) {
+        if (vHi / vLo < 1.5) {
+            vLo /= 1.5;
+            vHi *= 1.5;
+        }
+        yAxis->setRange(vLo / logPad, vHi * logPad);
+        return;
+    }
+    const double pad = std::max({(vHi - vLo) * 0.05, std::abs(vHi) * 1e-3, 1e-9});
+    double lo = vLo - pad;
+    if (vLo >= 0) lo = std::max(0.0, lo);
+    if (yFromZero) lo = std::min(0.0, lo);
+    yAxis->setRange(lo, vHi + pad);
+}
+
+} // namespace mantissa

@@ -1,0 +1,494 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "window/main_window.h"
+
+#include <QAction>
+#include <QCloseEvent>
+#include <QDir>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QLabel>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QStatusBar>
+#include <QTabWidget>
+#include <QThread>
+#include <QToolBar>
+#include <QVBoxLayout>
+
+#include "pages/compare_page.h"
+#include "plots/exponent_histogram_plot.h"
+#include "plots/layer_heatmap_plot.h"
+#include "plots/loss_plot.h"
+#include "plots/loss_scale_plot.h"
+#include "plots/memory_plot.h"
+#include <algorithm>
+
+#include "pages/monitor_page.h"
+#include "plots/plot_export.h"
+#include "precision_policy.h"
+#include "models/project_document.h"
+#include "pages/project_page.h"
+#include "common/run_format.h"
+#include "window/run_status_widget.h"
+#include "pages/runs_page.h"
+#include "controller/store_connection.h"
+#include "window/sweep_dialog.h"
+#include "controller/sweep_runner.h"
+#include "controller/training_controller.h"
+
+namespace mantissa {
+
+MainWindow::MainWindow(const QString& storePath, QWidget* parent)
+    : QMainWindow(parent), controller_(new TrainingController(storePath, this)), document_(new ProjectDocument(this)),
+      store_(new StoreConnection(controller_->storePath(), this))
+{
+    sweepRunner_ = new SweepRunner(
+        controller_, store_, [this](const ProjectConfig& config) { return startRun(config); }, this);
+    setWindowTitle(tr("Mantissa"));
+    createActions();
+    buildMenus();
+    buildToolBar();
+
+    auto* central = new QWidget(this);
+    auto* layout = new QVBoxLayout(central);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->setSpacing(0);
+    // Errors stay on screen until the next successful action: a status-bar message alone is
+    // gone before anyone reads it.
+    errorLabel_ = new QLabel(central);
+    errorLabel_->setObjectName(QStringLiteral("errorLabel"));
+    errorLabel_->setWordWrap(true);
+    errorLabel_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    errorLabel_->setStyleSheet(QStringLiteral("QLabel { color: #8a0015; background: #fdecee;"
+                                              " border-bottom: 1px solid #f5c2c7; padding: 6px 10px; }"));
+    errorLabel_->hide();
+    layout->addWidget(errorLabel_);
+    pages_ = new QTabWidget(central);
+    pages_->setDocumentMode(true);
+    projectPage_ = new ProjectPage(document_, pages_);
+    monitorPage_ = new MonitorPage(pages_);
+    runsPage_ = new RunsPage(store_, pages_);
+    comparePage_ = new ComparePage(store_, pages_);
+    pages_->addTab(projectPage_, tr("Project"));
+    pages_->addTab(monitorPage_, tr("Monitor"));
+    pages_->addTab(runsPage_, tr("Runs"));
+    pages_->addTab(comparePage_, tr("Compare"));
+    install_plot_export_menu(monitorPage_->lossPlot(), QStringLiteral("loss"));
+    install_plot_export_menu(monitorPage_->lossScalePlot(), QStringLiteral("loss-scale"));
+    install_plot_export_menu(monitorPage_->memoryPlot(), QStringLiteral("memory"));
+    install_plot_export_menu(monitorPage_->heatmap(), QStringLiteral("layer-heatmap"));
+    install_plot_export_menu(monitorPage_->histogramPlot(), QStringLiteral("exponent-histogram"));
+    layout->addWidget(pages_, 1);
+    setCentralWidget(central);
+
+    statusWidget_ = new RunStatusWidget(this);
+    statusBar()->addPermanentWidget(statusWidget_);
+
+    connect(controller_, &TrainingController::started, this, &MainWindow::onStarted);
+    connect(controller_, &TrainingController::drained, this, &MainWindow::onDrained);
+    connect(controller_, &TrainingController::failed, this, &MainWindow::showError);
+    connect(controller_, &TrainingController::finished, this, &MainWindow::onFinished);
+    connect(controller_, &TrainingController::pausedChanged, this, [this](bool paused) {
+        statusWidget_->setPaused(paused);
+        updateActions();
+    });
+    connect(document_, &ProjectDocument::changed, this, [this] {
+        updateTitle();
+        updateActions();
+        if (!controller_->isRunning()) statusWidget_->setTotalSteps(document_->config().training.steps);
+    });
+    connect(document_, &ProjectDocument::validationFailed, this,
+            [this](const QString&, const QString& message) { statusBar()->showMessage(message, 8000); });
+    connect(projectPage_, &ProjectPage::layerFormatsEdited, this, [this](const QString& layer, const GemmFormats& f) {
+        if (controller_->isRunning()) changeLayerFormats(layer, f);
+    });
+    // One selection everywhere: a layer picked on the monitor is shown in the precision table.
+    connect(monitorPage_, &MonitorPage::layerSelected, projectPage_, &ProjectPage::selectLayer);
+    connect(runsPage_, &RunsPage::compareRequested, this, &MainWindow::showComparison);
+    connect(runsPage_, &RunsPage::openRunRequested, this, [this](qint64 id) { showComparison({id}); });
+    connect(store_, &StoreConnection::runsChanged, comparePage_, &ComparePage::reload);
+    connect(sweepRunner_, &SweepRunner::runStarting, this, [this](int index, int count, const QString& name) {
+        statusBar()->showMessage(tr("Sweep %1/%2: %3").arg(index + 1).arg(count).arg(name));
+    });
+    connect(sweepRunner_, &SweepRunner::finished, this, &MainWindow::onSweepFinished);
+    runsPage_->refresh();
+
+    updateActions();
+    updateTitle();
+    statusBar()->showMessage(tr("Open a project to start"));
+    resize(1600, 1000);
+}
+
+// The controller is a child: QObject's destructor stops the run and joins the worker.
+MainWindow::~MainWindow() = default;
+
+void MainWindow::createActions()
+{
+    const auto make = [this](const QString& text, const QKeySequence& keys, auto slot) {
+        auto* action = new QAction(text, this);
+        action->setShortcut(keys);
+        connect(action, &QAction::triggered, this, slot);
+        return action;
+    };
+    openAction_ = make(tr("&Open Project…"), QKeySequence::Open, &MainWindow::chooseProject);
+    saveAction_ = make(tr("&Save Project"), QKeySequence::Save, &MainWindow::saveProject);
+    saveAsAction_ = make(tr("Save Project &As…"), QKeySequence::SaveAs, &MainWindow::saveProjectAs);
+    startAction_ = make(tr("&Start"), QKeySequence(Qt::Key_F5), &MainWindow::startTraining);
+    pauseAction_ = make(tr("&Pause"), QKeySequence(Qt::Key_F6), &MainWindow::togglePause);
+    stopAction_ = make(tr("S&top"), QKeySequence(Qt::SHIFT | Qt::Key_F5), &MainWindow::stopTraining);
+    checkpointAction_ = make(tr("&Checkpoint Now"), QKeySequence(Qt::CTRL | Qt::Key_K), &MainWindow::checkpointNow);
+    projectPageAction_ = make(tr("&Project"), QKeySequence(Qt::CTRL | Qt::Key_1), [this] { showPage(Page::Project); });
+    monitorPageAction_ = make(tr("&Monitor"), QKeySequence(Qt::CTRL | Qt::Key_2), [this] { showPage(Page::Monitor); });
+    runsPageAction_ = make(tr("&Runs"), QKeySequence(Qt::CTRL | Qt::Key_3), [this] { showPage(Page::Runs); });
+    comparePageAction_ = make(tr("&Compare"), QKeySequence(Qt::CTRL | Qt::Key_4), [this] { showPage(Page::Compare); });
+    sweepAction_ = make(tr("S&weep…"), QKeySequence(), &MainWindow::chooseSweep);
+    sweepAction_->setToolTip(tr("Run the project once per value of one setting, then compare the runs"));
+    startAction_->setToolTip(tr("Start a run of this project (F5)"));
+    pauseAction_->setToolTip(tr("Pause or resume at the next step boundary (F6)"));
+    stopAction_->setToolTip(tr("Stop at the next step boundary and keep a checkpoint (Shift+F5)"));
+    checkpointAction_->setToolTip(tr("Write a checkpoint at the next step boundary (Ctrl+K)"));
+}
+
+void MainWindow::buildMenus()
+{
+    QMenu* file = menuBar()->addMenu(tr("&File"));
+    file->addAction(openAction_);
+    recentMenu_ = file->addMenu(tr("Open &Recent"));
+    connect(recentMenu_, &QMenu::aboutToShow, this, &MainWindow::rebuildRecentMenu);
+    file->addAction(saveAction_);
+    file->addAction(saveAsAction_);
+    file->addSeparator();
+    auto* quit = new QAction(tr("&Quit"), this);
+    quit->setShortcut(QKeySequence::Quit);
+    connect(quit, &QAction::triggered, this, &QWidget::close);
+    file->addAction(quit);
+
+    QMenu* run = menuBar()->addMenu(tr("&Run"));
+    for (QAction* a : {startAction_, pauseAction_, stopAction_, checkpointAction_}) run->addAction(a);
+    run->addSeparator();
+    run->addAction(sweepAction_);
+
+    QMenu* view = menuBar()->addMenu(tr("&View"));
+    view->addAction(projectPageAction_);
+    view->addAction(monitorPageAction_);
+    view->addAction(runsPageAction_);
+    view->addAction(comparePageAction_);
+}
+
+void MainWindow::buildToolBar()
+{
+    QToolBar* bar = addToolBar(tr("Run"));
+    bar->setObjectName(QStringLiteral("runToolBar"));
+    bar->setMovable(false);
+    bar->setToolButtonStyle(Qt::ToolButtonTextOnly);
+    bar->addAction(openAction_);
+    bar->addAction(saveAction_);
+    bar->addSeparator();
+    for (QAction* a : {startAction_, pauseAction_, stopAction_, checkpointAction_}) bar->addAction(a);
+    bar->addSeparator();
+    bar->addAction(sweepAction_);
+}
+
+void MainWindow::rebuildRecentMenu()
+{
+    recentMenu_->clear();
+    const QStringList recent = document_->recentProjects();
+    for (const QString& path : recent) {
+        QAction* a = recentMenu_->addAction(QDir::toNativeSeparators(path));
+        connect(a, &QAction::triggered, this, [this, path] {
+            if (!openProject(path)) QMessageBox::warning(this, tr("Cannot open project"), lastError_);
+        });
+    }
+    if (recent.isEmpty()) recentMenu_->addAction(tr("(none)"))->setEnabled(false);
+}
+
+bool MainWindow::openProject(const QString& path, const std::vector<Override>& overrides)
+{
+    if (controller_->isRunning()) {
+        showError(tr("Stop the current run before opening another project."));
+        return false;
+    }
+    if (overrides.empty()) {
+        QString error;
+        if (!document_->open(path, &error)) {
+            showError(error);
+            return false;
+        }
+    } else {
+        // --set overrides: the document holds the overridden project, unsaved.
+        try {
+            document_->setConfig(load_project_file(path.toStdString(), overrides), QFileInfo(path).absoluteFilePath());
+        } catch (const std::exception& e) {
+            showError(QString::fromStdString(e.what()));
+            return false;
+        }
+    }
+    clearError();
+    statusWidget_->reset(document_->config().training.steps);
+    statusBar()->showMessage(tr("Loaded %1").arg(QDir::toNativeSeparators(path)), 5000);
+    updateTitle();
+    updateActions();
+    return true;
+}
+
+void MainWindow::setProject(const ProjectConfig& config, const QString& path)
+{
+    document_->setConfig(config, path);
+    clearError();
+    statusWidget_->reset(config.training.steps);
+    updateTitle();
+    updateActions();
+}
+
+bool MainWindow::hasProject() const { return document_->hasProject(); }
+QString MainWindow::projectPath() const { return document_->path(); }
+qint64 MainWindow::lastStep() const { return statusWidget_->step(); }
+LossPlot* MainWindow::lossPlot() const { return monitorPage_->lossPlot(); }
+EventLogModel* MainWindow::eventLogModel() const { return monitorPage_->eventModel(); }
+
+bool MainWindow::startTraining()
+{
+    if (!document_->hasProject()) {
+        showError(tr("Open a project first."));
+        return false;
+    }
+    if (controller_->isRunning() || sweepRunner_->isRunning()) return false;
+    clearError();
+    return startRun(document_->config());
+}
+
+bool MainWindow::startRun(const ProjectConfig& config)
+{
+    if (!controller_->start(config, document_->path())) return false;
+    monitorPage_->reset(config.training.batch_size * config.model.context_length * config.training.grad_accum,
+                        gemm_layer_names(config.model.n_layer));
+    // When training takes every core, each millisecond the GUI draws stalls a training thread
+    // (bench/gui_monitor): draw within a small budget. With a core to spare, draw freely.
+    const int cores = std::max(1, QThread::idealThreadCount());
+    const bool sharesCores = config.training.threads <= 0 || config.training.threads >= cores;
+    monitorPage_->setFrameBudget(sharesCores ? MonitorPage::kSharedCoreFrameBudget : MonitorPage::kSpareCoreFrameBudget);
+    statusWidget_->reset(config.training.steps);
+    projectPage_->setRunning(true);
+    showPage(Page::Monitor);
+    statusBar()->showMessage(tr("Building the model…"));
+    updateActions();
+    return true;
+}
+
+bool MainWindow::startSweep(const QString& key, const QString& values, const QString& name)
+{
+    if (!document_->hasProject()) {
+        showError(tr("Open a project first."));
+        return false;
+    }
+    if (controller_->isRunning() || sweepRunner_->isRunning()) {
+        showError(tr("Stop the current run before starting a sweep."));
+        return false;
+    }
+    std::vector<SweepRunPlan> plans;
+    QString error;
+    if (!SweepRunner::plan(document_->config(), key, values, &plans, &error) ||
+        !sweepRunner_->start(std::move(plans), name.isEmpty() ? SweepRunner::defaultName() : name, &error)) {
+        showError(error);
+        return false;
+    }
+    updateActions();
+    return true;
+}
+
+void MainWindow::chooseSweep()
+{
+    if (!document_->hasProject()) return;
+    SweepDialog dialog(document_->config(), this);
+    if (dialog.exec() != QDialog::Accepted) return;
+    if (!startSweep(dialog.key(), dialog.values(), dialog.sweepName()))
+        QMessageBox::warning(this, tr("Cannot start the sweep"), lastError_);
+}
+
+void MainWindow::showComparison(const QList<qint64>& runIds)
+{
+    comparePage_->setRuns(std::vector<int64_t>(runIds.begin(), runIds.end()));
+    showPage(Page::Compare);
+}
+
+void MainWindow::onSweepFinished(const QList<qint64>& runIds, bool stopped)
+{
+    runsPage_->refresh();
+    runsPage_->selectRuns(std::vector<int64_t>(runIds.begin(), runIds.end()));
+    const QStringList problems = sweepRunner_->problems();
+    if (!problems.isEmpty()) showError(tr("Sweep %1: %2").arg(sweepRunner_->name(), problems.join(QStringLiteral("; "))));
+    if (!runIds.isEmpty()) {
+        showComparison(runIds);
+        comparePage_->showTab(ComparePage::Tab::Summary);
+    }
+    statusBar()->showMessage(stopped ? tr("Sweep %1 stopped after %2")
+                                           .arg(sweepRunner_->name(), count_text(runIds.size(), tr("run"), tr("runs")))
+                                     : tr("Sweep %1 done: %2, tagged %3")
+                                           .arg(sweepRunner_->name(), count_text(runIds.size(), tr("run"), tr("runs")),
+                                                sweepRunner_->tag()));
+    updateActions();
+}
+
+void MainWindow::stopTraining()
+{
+    sweepRunner_->stop();
+    if (!controller_->isRunning()) return;
+    controller_->stop();
+    statusBar()->showMessage(tr("Stopping at the next step boundary…"));
+}
+
+void MainWindow::togglePause()
+{
+    if (!controller_->isRunning()) return;
+    if (controller_->isPaused())
+        controller_->resume();
+    else
+        controller_->pause();
+}
+
+bool MainWindow::checkpointNow()
+{
+    QString error;
+    if (!controller_->requestCheckpoint(&error)) {
+        showError(error);
+        return false;
+    }
+    statusBar()->showMessage(tr("A checkpoint will be written at the next step boundary"), 5000);
+    return true;
+}
+
+bool MainWindow::changeLayerFormats(const QString& pattern, const GemmFormats& formats)
+{
+    QString error;
+    if (!controller_->setLayerFormats(pattern, formats, &error)) {
+        showError(error);
+        return false;
+    }
+    statusBar()->showMessage(tr("%1 → %2 at the next step boundary")
+                                 .arg(pattern, QString::fromStdString(formats.describe())),
+                             5000);
+    return true;
+}
+
+void MainWindow::showPage(Page page) { pages_->setCurrentIndex(static_cast<int>(page)); }
+MainWindow::Page MainWindow::currentPage() const { return static_cast<Page>(pages_->currentIndex()); }
+
+void MainWindow::closeEvent(QCloseEvent* event)
+{
+    if (document_->isDirty() && isVisible() && !controller_->isRunning()) {
+        const auto answer = QMessageBox::question(this, tr("Unsaved project"),
+                                                  tr("The project has unsaved changes. Save them?"),
+                                                  QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel);
+        if (answer == QMessageBox::Cancel) {
+            event->ignore();
+            return;
+        }
+        if (answer == QMessageBox::Save) saveProject();
+    }
+    // Ask now so the worker is already winding down while the window goes away.
+    sweepRunner_->stop();
+    controller_->stop();
+    QMainWindow::closeEvent(event);
+}
+
+void MainWindow::chooseProject()
+{
+    const QString start = document_->path().isEmpty() ? QString() : QFileInfo(document_->path()).absolutePath();
+    const QString path =
+        QFileDialog::getOpenFileName(this, tr("Open Project"), start, tr("Mantissa projects (*.json);;All files (*)"));
+    if (path.isEmpty()) return;
+    if (!openProject(path)) QMessageBox::warning(this, tr("Cannot open project"), lastError_);
+}
+
+void MainWindow::saveProject()
+{
+    if (document_->path().isEmpty()) {
+        saveProjectAs();
+        return;
+    }
+    QString error;
+    if (!document_->save(&error))
+        QMessageBox::warning(this, tr("Cannot save project"), error);
+    else
+        statusBar()->showMessage(tr("Saved %1").arg(QDir::toNativeSeparators(document_->path())), 5000);
+    updateTitle();
+}
+
+void MainWindow::saveProjectAs()
+{
+    const QString path = QFileDialog::getSaveFileName(this, tr("Save Project As"), document_->path(),
+                                                      tr("Mantissa projects (*.json)"));
+    if (path.isEmpty()) return;
+    QString error;
+    if (!document_->saveAs(path, &error))
+        QMessageBox::warning(this, tr("Cannot save project"), error);
+    else
+        statusBar()->showMessage(tr("Saved %1").arg(QDir::toNativeSeparators(path)), 5000);
+    updateTitle();
+}
+
+void MainWindow::showError(const QString& message)
+{
+    lastError_ = message;
+    errorLabel_->setText(message);
+    errorLabel_->show();
+    statusBar()->showMessage(message);
+}
+
+void MainWindow::clearError()
+{
+    lastError_.clear();
+    errorLabel_->clear();
+    errorLabel_->hide();
+}
+
+void MainWindow::onStarted(qint64 runId)
+{
+    statusBar()->showMessage(tr("Run %1 · store %2").arg(runId).arg(QDir::toNativeSeparators(controller_->storePath())));
+}
+
+void MainWindow::onDrained(const TelemetryBatch& batch)
+{
+    monitorPage_->ingest(batch);
+    statusWidget_->update(batch);
+}
+
+void MainWindow::onFinished(const QString& status)
+{
+    const qint64 runId = controller_->runId();
+    const QString what = runId >= 0 ? tr("Run %1").arg(runId) : tr("Run");
+    monitorPage_->renderNow(); // the last state, whatever the frame budget skipped
+    statusWidget_->finish();
+    projectPage_->setRunning(false);
+    runsPage_->refresh(); // the store closed the run before finished() came
+    if (status != QLatin1String("failed"))
+        statusBar()->showMessage(tr("%1 %2 at step %3").arg(what, status).arg(controller_->lastSummary().steps_done));
+    updateActions();
+}
+
+void MainWindow::updateActions()
+{
+    const bool running = controller_->isRunning();
+    openAction_->setEnabled(!running);
+    saveAction_->setEnabled(document_->hasProject());
+    saveAsAction_->setEnabled(document_->hasProject());
+    const bool sweeping = sweepRunner_->isRunning();
+    startAction_->setEnabled(!running && !sweeping && document_->hasProject());
+    sweepAction_->setEnabled(!running && !sweeping && document_->hasProject());
+    pauseAction_->setEnabled(running);
+    pauseAction_->setText(controller_->isPaused() ? tr("&Resume") : tr("&Pause"));
+    stopAction_->setEnabled(running);
+    checkpointAction_->setEnabled(running);
+}
+
+void MainWindow::updateTitle()
+{
+    if (!document_->hasProject()) {
+        setWindowTitle(tr("Mantissa"));
+        return;
+    }
+    const QString name = QString::fromStdString(document_->config().name);
+    setWindowTitle(tr("%1%2 — Mantissa").arg(name, document_->isDirty() ? QStringLiteral(" *") : QString()));
+}
+
+} // namespace mantissa

@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// The status bar's run readout: step / total with a progress bar, loss, val loss, tokens/s
+// and an ETA. The ETA comes from wall-clock progress over the last half minute, not from
+// step times, so evaluations, sampling and pauses are priced in the way a user waits for them.
+
+#include <QElapsedTimer>
+#include <QTimer>
+#include <QWidget>
+
+#include <deque>
+#include <utility>
+
+#include "controller/snapshot_buffer.h"
+
+class QLabel;
+class QProgressBar;
+
+namespace mantissa {
+
+class RunStatusWidget : public QWidget {
+    Q_OBJECT
+
+public:
+    explicit RunStatusWidget(QWidget* parent = nullptr);
+
+    void reset(qint64 totalSteps);
+    void setTotalSteps(qint64 totalSteps);
+    void update(const TelemetryBatch& batch);
+    void setPaused(bool paused);
+    void finish();
+
+    qint64 step() const { return step_; }
+    // Seconds left, or -1 while the rate is unknown.
+    double etaSeconds() const;
+    QString etaText() const;
+    double tokensPerS() const { return tokensPerS_; }
+
+    // Tests feed wall-clock samples directly instead of waiting.
+    void addProgressSample(double wallSeconds, qint64 step);
+
+    // Labels repaint at most this often: text changing 25 times a second is unreadable and
+    // costs GUI time that training shares.
+    static constexpr int kLabelIntervalMs = 250;
+
+private:
+    void refreshLabels();
+    void refreshLabelsSoon();
+
+    QProgressBar* progress_ = nullptr;
+    QLabel* lossLabel_ = nullptr;
+    QLabel* valLabel_ = nullptr;
+    QLabel* speedLabel_ = nullptr;
+    QLabel* etaLabel_ = nullptr;
+
+    QElapsedTimer clock_;
+    QElapsedTimer sinceLabels_;
+    QTimer labelTimer_;
+    std::deque<std::pair<double, qint64>> samples_; // (wall s, step), the last ~30 s
+    qint64 totalSteps_ = 0;
+    qint64 step_ = 0;
+    double trainLoss_ = -1.0;
+    double valLoss_ = -1.0;
+    double tokensPerS_ = 0.0;
+    double stepTimeMs_ = 0.0;
+    bool paused_ = false;
+    bool finished_ = false;
+};
+
+QString format_duration(double seconds); // "42 s", "3 min 05 s", "2 h 07 min"
+
+} // namespace mantissa

@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "window/sweep_dialog.h"
+
+#include <QComboBox>
+#include <QDialogButtonBox>
+#include <QFormLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QVBoxLayout>
+
+#include "common/run_format.h"
+#include "controller/sweep_runner.h"
+
+namespace mantissa {
+
+SweepDialog::SweepDialog(const ProjectConfig& base, QWidget* parent) : QDialog(parent), base_(base)
+{
+    setWindowTitle(tr("Sweep"));
+    setMinimumWidth(560);
+    auto* layout = new QVBoxLayout(this);
+    auto* intro = new QLabel(tr("Run <b>%1</b> once per value of one setting, one run after another. The "
+                                "project itself is not changed; the comparison opens when all runs are done.")
+                                 .arg(QString::fromStdString(base.name).toHtmlEscaped()),
+                             this);
+    intro->setWordWrap(true);
+    layout->addWidget(intro);
+
+    auto* form = new QFormLayout;
+    keyCombo_ = new QComboBox(this);
+    keyCombo_->setEditable(true);
+    keyCombo_->addItems({QStringLiteral("precision.preset"), QStringLiteral("precision.fp8_scaling"),
+                         QStringLiteral("precision.layers"), QStringLiteral("training.seed"),
+                         QStringLiteral("optimizer.learning_rate"), QStringLiteral("training.batch_size")});
+    keyCombo_->setCurrentText(QStringLiteral("precision.preset"));
+    keyCombo_->setToolTip(tr("A dotted project key, as --set takes it"));
+    form->addRow(tr("&Key"), keyCombo_);
+    valuesEdit_ = new QLineEdit(QStringLiteral("fp32,bf16,fp16,fp8-hybrid"), this);
+    valuesEdit_->setToolTip(tr("Comma-separated; commas inside [], {} or \"\" do not split, so JSON values work"));
+    form->addRow(tr("&Values"), valuesEdit_);
+    nameEdit_ = new QLineEdit(SweepRunner::defaultName(), this);
+    nameEdit_->setToolTip(tr("Every run is tagged sweep:NAME"));
+    form->addRow(tr("&Name"), nameEdit_);
+    layout->addLayout(form);
+
+    previewLabel_ = new QLabel(this);
+    previewLabel_->setObjectName(QStringLiteral("sweepPreview"));
+    previewLabel_->setWordWrap(true);
+    previewLabel_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    layout->addWidget(previewLabel_);
+
+    buttons_ = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
+    buttons_->button(QDialogButtonBox::Ok)->setText(tr("Start sweep"));
+    connect(buttons_, &QDialogButtonBox::accepted, this, [this] {
+        validate();
+        if (error_.isEmpty()) accept();
+    });
+    connect(buttons_, &QDialogButtonBox::rejected, this, &QDialog::reject);
+    layout->addWidget(buttons_);
+
+    connect(keyCombo_, &QComboBox::currentTextChanged, this, &SweepDialog::validate);
+    connect(valuesEdit_, &QLineEdit::textChanged, this, &SweepDialog::validate);
+    connect(nameEdit_, &QLineEdit::textChanged, this, &SweepDialog::validate);
+    validate();
+}
+
+QString SweepDialog::key() const { return keyCombo_->currentText().trimmed(); }
+QString SweepDialog::values() const { return valuesEdit_->text(); }
+QString SweepDialog::sweepName() const { return nameEdit_->text().trimmed(); }
+
+void SweepDialog::validate()
+{
+    error_.clear();
+    plans_.clear();
+    if (sweepName().isEmpty())
+        error_ = tr("Give the sweep a name (its runs are tagged sweep:NAME).");
+    else
+        SweepRunner::plan(base_, key(), values(), &plans_, &error_);
+    if (!error_.isEmpty()) plans_.clear();
+    buttons_->button(QDialogButtonBox::Ok)->setEnabled(error_.isEmpty());
+    if (!error_.isEmpty()) {
+        previewLabel_->setStyleSheet(QStringLiteral("QLabel { color: #8a0015; }"));
+        previewLabel_->setText(error_);
+        return;
+    }
+    QStringList lines;
+    for (size_t i = 0; i < plans_.size(); ++i)
+        lines << QStringLiteral("%1. %2").arg(i + 1).arg(QString::fromStdString(plans_[i].name).toHtmlEscaped());
+    previewLabel_->setStyleSheet(QStringLiteral("QLabel { color: #333; }"));
+    previewLabel_->setText(tr("%1, %2 steps each, tagged <b>sweep:%3</b>:<br>")
+                               .arg(count_text(int64_t(plans_.size()), tr("run"), tr("runs")))
+                               .arg(base_.training.steps)
+                               .arg(sweepName().toHtmlEscaped()) +
+                           lines.join(QStringLiteral("<br>")));
+}
+
+} // namespace mantissa
