@@ -80,8 +80,10 @@ void ConsoleProgress::on_eval(const EvalMetrics& m)
 void ConsoleProgress::on_event(const RunEvent& e)
 {
     end_progress_line();
-    if (e.kind == "sample") std::fprintf(out_, "sample at step %lld:\n%s\n---\n", static_cast<long long>(e.step), e.message.c_str());
-    else std::fprintf(out_, "[%s] %s\n", e.kind.c_str(), e.message.c_str());
+    if (e.kind == EventKind::Sample)
+        std::fprintf(out_, "sample at step %lld:\n%s\n---\n", static_cast<long long>(e.step), e.text.c_str());
+    else
+        std::fprintf(out_, "[%s] %s\n", e.tag().c_str(), e.message().c_str());
     std::fflush(out_);
 }
 

@@ -17,12 +17,12 @@
 #include <cstdio>
 #include <vector>
 
-#include "compare_page.h"
-#include "main_window.h"
-#include "monitor_page.h"
-#include "run_list_model.h"
-#include "runs_page.h"
-#include "training_controller.h"
+#include "pages/compare_page.h"
+#include "window/main_window.h"
+#include "pages/monitor_page.h"
+#include "models/run_list_model.h"
+#include "pages/runs_page.h"
+#include "controller/training_controller.h"
 
 using namespace mantissa;
 

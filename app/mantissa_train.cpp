@@ -61,7 +61,11 @@ int train_into_store(Trainer& trainer, RunStore& store, int64_t run_id, const st
     try {
         summary = trainer.run(sink);
     } catch (const std::exception& e) {
-        store.append_event(run_id, summary.steps_done, "run_failed", e.what());
+        RunEvent failed;
+        failed.step = summary.steps_done;
+        failed.kind = EventKind::RunFailed;
+        failed.text = e.what();
+        store.append_event(run_id, failed);
         store.finish_run(run_id, "failed");
         std::fprintf(stderr, "\nerror: training failed: %s\n", e.what());
         return 1;
@@ -119,7 +123,7 @@ std::string newest_checkpoint(RunStore& store, const RunInfo& info)
     namespace fs = std::filesystem;
     std::string dir;
     for (const auto& e : store.events(info.id))
-        if (e.kind == "checkpoint") dir = fs::path(e.message).parent_path().string();
+        if (e.event.kind == EventKind::Checkpoint) dir = fs::path(e.event.path).parent_path().string();
     std::string checkpoint;
     for (const auto& f : list_checkpoints(dir))
         if (std::stoll(fs::path(f).stem().string().substr(5)) <= info.last_step || checkpoint.empty()) checkpoint = f;

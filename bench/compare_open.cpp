@@ -17,12 +17,12 @@
 #include <string>
 #include <vector>
 
-#include "compare_page.h"
-#include "compare_plot.h"
+#include "pages/compare_page.h"
+#include "plots/compare_plot.h"
 #include "project_config.h"
 #include "run_store.h"
-#include "runs_page.h"
-#include "store_connection.h"
+#include "pages/runs_page.h"
+#include "controller/store_connection.h"
 
 using namespace mantissa;
 

@@ -31,18 +31,18 @@
 #include <string>
 #include <vector>
 
-#include "frame_stats.h"
-#include "exponent_histogram_plot.h"
-#include "layer_heatmap_plot.h"
-#include "loss_plot.h"
-#include "loss_scale_plot.h"
-#include "main_window.h"
-#include "memory_plot.h"
-#include "monitor_page.h"
+#include "plots/frame_stats.h"
+#include "plots/exponent_histogram_plot.h"
+#include "plots/layer_heatmap_plot.h"
+#include "plots/loss_plot.h"
+#include "plots/loss_scale_plot.h"
+#include "window/main_window.h"
+#include "plots/memory_plot.h"
+#include "pages/monitor_page.h"
 #include "project_config.h"
 #include "run_store.h"
 #include "trainer.h"
-#include "training_controller.h"
+#include "controller/training_controller.h"
 
 using namespace mantissa;
 

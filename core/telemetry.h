@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "run_event.h"
+
 namespace mantissa {
 
 // One optimizer step. `step` counts completed updates, starting at 1.
@@ -64,13 +66,6 @@ struct LayerStatsFrame {
     double log_z_mean = 0.0;  // mean log-partition of the output softmax
     double log_z_max = 0.0;
     MemorySnapshot memory;
-};
-
-// Something that happened: run started/stopped, a sample, a paused state, ...
-struct RunEvent {
-    int64_t step = 0;
-    std::string kind;    // short machine-readable tag, e.g. "run_started", "sample"
-    std::string message; // human-readable text
 };
 
 // Receives snapshots from the training thread. Implementations must return fast and

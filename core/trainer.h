@@ -24,13 +24,6 @@ struct RunSummary {
     int64_t skipped_steps = 0;
 };
 
-// One GEMM-bearing layer as the run sees it.
-struct LayerInfo {
-    std::string name;    // blocks.N.attn.qkv | .attn.sdpa | .attn.proj | .mlp.fc1 | .mlp.fc2 | lm_head
-    GemmFormats formats;
-    std::string backend; // fp32 | emulated | native | native+emulated (after the first step)
-};
-
 class Trainer {
 public:
     // Loads the data and builds the model; throws ConfigError if the data does not fit the
@@ -70,7 +63,7 @@ public:
     int64_t parameter_count() const;
     // Forward order. Reads live layer state: call it from the training thread (a sink) or
     // while no run is in progress; other threads get the same facts from run events.
-    std::vector<LayerInfo> layers() const;
+    std::vector<LayerState> layers() const;
     double loss_scale() const;
     int64_t vocab_size() const;
     std::string describe() const; // one line: model size, data, threads

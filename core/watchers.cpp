@@ -154,16 +154,20 @@ std::vector<WatchAlert> Watchers::on_frame(const LayerStatsFrame& frame, const s
         if (t.nans + t.infs == 0) continue;
         if (!first || flow_rank(t) < flow_rank(*first)) first = &t;
     }
-    if (first && cooled_down("nonfinite", first->layer, frame.step))
+    if (first && cooled_down("nonfinite", first->layer, frame.step)) {
         alerts.push_back(make(frame.step, "nonfinite", first->layer,
                               first->role + " of " + first->layer + " has " + std::to_string(first->nans) + " NaN and " +
                                   std::to_string(first->infs) + " inf of " + std::to_string(first->count) + " values"));
+        alerts.back().role = first->role;
+    }
     for (const auto& t : frame.tensors) {
         const bool fp8 = t.format == "e4m3" || t.format == "e5m2";
-        if (fp8 && t.underflow > config_.fp8_underflow_max && cooled_down("fp8_underflow", t.layer, frame.step))
+        if (fp8 && t.underflow > config_.fp8_underflow_max && cooled_down("fp8_underflow", t.layer, frame.step)) {
             alerts.push_back(make(frame.step, "fp8_underflow", t.layer,
                                   t.role + " of " + t.layer + ": " + fmt(100.0 * t.underflow) + "% of values flush to zero in " +
                                       t.format + " (threshold " + fmt(100.0 * config_.fp8_underflow_max) + "%)"));
+            alerts.back().role = t.role;
+        }
     }
     for (const auto& [layer, logit] : frame.attention_max_logit)
         if (logit > config_.attention_logit_max && cooled_down("attention_logit", layer, frame.step))

@@ -36,6 +36,7 @@ struct WatchAlert {
     int64_t step = 0;
     std::string watcher; // the names above
     std::string layer;   // "" for global signals
+    std::string role;    // the tensor role, for alerts about one tensor (nonfinite in a frame, fp8_underflow)
     std::string message;
     WatchAction action = WatchAction::None;
 };

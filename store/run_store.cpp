@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "run_store.h"
 
+#include "legacy_events.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -81,6 +83,15 @@ CREATE TABLE run_tags(
 ) WITHOUT ROWID;
 CREATE INDEX run_tags_by_tag ON run_tags(tag, run_id);
 )sql";
+
+// Version 3 -> 4: typed events. `fields` holds the event's facts as JSON (run_event.h);
+// `message` keeps the rendered text for people and CSV. Rows of older versions get their
+// fields from legacy_events.cpp during the upgrade.
+const char* kMigrateV3toV4 = R"sql(
+ALTER TABLE events ADD COLUMN fields TEXT NOT NULL DEFAULT '{}';
+)sql";
+
+void fill_legacy_event_fields(sqlite3* db);
 
 class Statement {
 public:
@@ -163,6 +174,17 @@ std::string csv_field(const std::string& s)
     return out + "\"";
 }
 
+void fill_legacy_event_fields(sqlite3* db)
+{
+    Statement read(db, "SELECT id, step, kind, message FROM events");
+    Statement write(db, "UPDATE events SET fields=? WHERE id=?");
+    while (read.step()) {
+        write.reset();
+        write.bind(1, event_fields_json(legacy_event(read.int64(1), read.text(2), read.text(3)))).bind(2, read.int64(0));
+        write.step();
+    }
+}
+
 std::string format_value(double v)
 {
     std::ostringstream out;
@@ -225,6 +247,10 @@ RunStore::RunStore(const std::string& path) : path_(path)
             }
             if (current < 2) exec(db_, kMigrateV1toV2);
             if (current < 3) exec(db_, kMigrateV2toV3);
+            if (current < 4) {
+                exec(db_, kMigrateV3toV4);
+                fill_legacy_event_fields(db_);
+            }
             exec(db_, ("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str());
             exec(db_, "COMMIT");
         }
@@ -353,10 +379,13 @@ void RunStore::append_scalar(int64_t run_id, int64_t step, const std::string& ta
     if (queue_.size() >= kBatchRows) queue_cv_.notify_one();
 }
 
-void RunStore::append_event(int64_t run_id, int64_t step, const std::string& kind, const std::string& message)
+void RunStore::append_event(int64_t run_id, const RunEvent& event)
 {
+    // Rendered and serialised here, on the caller's thread: the writer only binds strings.
+    PendingRow row{PendingRow::Kind::Event, run_id, event.step, event.tag(), event.message(), 0.0, {}};
+    row.fields = event_fields_json(event);
     std::lock_guard lock(queue_mutex_);
-    queue_.push_back({PendingRow::Kind::Event, run_id, step, kind, message, 0.0, {}});
+    queue_.push_back(std::move(row));
     ++enqueued_;
 }
 
@@ -402,7 +431,7 @@ void RunStore::write_batch(std::vector<PendingRow>& rows)
     try {
         exec(db_, "BEGIN IMMEDIATE");
         Statement scalar(db_, "INSERT OR REPLACE INTO scalars(run_id, tag, step, value) VALUES(?, ?, ?, ?)");
-        Statement event(db_, "INSERT INTO events(run_id, step, kind, message) VALUES(?, ?, ?, ?)");
+        Statement event(db_, "INSERT INTO events(run_id, step, kind, message, fields) VALUES(?, ?, ?, ?, ?)");
         Statement layer(db_, "INSERT OR REPLACE INTO layer_stats VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
         for (const auto& r : rows) {
             switch (r.kind) {
@@ -412,7 +441,8 @@ void RunStore::write_batch(std::vector<PendingRow>& rows)
                 break;
             case PendingRow::Kind::Event:
                 event.reset();
-                event.bind(1, r.run_id).bind(2, r.step).bind(3, r.tag_or_kind).bind(4, r.message).step();
+                event.bind(1, r.run_id).bind(2, r.step).bind(3, r.tag_or_kind).bind(4, r.message).bind(5, r.fields);
+                event.step();
                 break;
             case PendingRow::Kind::LayerStats: {
                 const TensorStats& t = r.stats;
@@ -500,10 +530,12 @@ std::vector<EventRow> RunStore::events(int64_t run_id)
 {
     flush();
     std::lock_guard lock(db_mutex_);
-    Statement s(db_, "SELECT step, kind, message, created_at FROM events WHERE run_id=? ORDER BY id");
+    Statement s(db_, "SELECT step, kind, message, created_at, fields FROM events WHERE run_id=? ORDER BY id");
     s.bind(1, run_id);
     std::vector<EventRow> rows;
-    while (s.step()) rows.push_back({s.int64(0), s.text(1), s.text(2), s.text(3)});
+    while (s.step())
+        rows.push_back({s.int64(0), s.text(1), s.text(2), s.text(3),
+                        event_from_stored(s.int64(0), s.text(1), s.text(4), s.text(2))});
     return rows;
 }
 
@@ -817,7 +849,7 @@ void StoreSink::on_eval(const EvalMetrics& m)
     store_.append_scalar(run_id_, m.step, "eval/train_loss", m.train_loss);
 }
 
-void StoreSink::on_event(const RunEvent& e) { store_.append_event(run_id_, e.step, e.kind, e.message); }
+void StoreSink::on_event(const RunEvent& e) { store_.append_event(run_id_, e); }
 
 void StoreSink::on_layer_stats(const LayerStatsFrame& f)
 {

@@ -47,9 +47,10 @@ struct ScalarRow {
 
 struct EventRow {
     int64_t step = 0;
-    std::string kind;
-    std::string message;
+    std::string kind;    // the stored tag (RunEvent::tag())
+    std::string message; // as rendered when it was written
     std::string created_at;
+    RunEvent event;      // the typed event, fields included
 };
 
 // Which runs list_run_summaries returns; empty fields match everything.
@@ -63,9 +64,9 @@ struct RunFilter {
 
 class RunStore {
 public:
-    // 1: runs, scalars, events. 2: + layer_stats. 3: + run_tags. Older stores are upgraded
-    // in place on open.
-    static constexpr int kSchemaVersion = 3;
+    // 1: runs, scalars, events. 2: + layer_stats. 3: + run_tags. 4: + events.fields (typed
+    // events). Older stores are upgraded in place on open.
+    static constexpr int kSchemaVersion = 4;
 
     // Opens or creates the store. Throws StoreError, leaving the file untouched, when it is
     // not a SQLite database, belongs to another program, or has a newer schema.
@@ -85,7 +86,7 @@ public:
 
     // Queued; committed by the writer thread within ~250 ms.
     void append_scalar(int64_t run_id, int64_t step, const std::string& tag, double value);
-    void append_event(int64_t run_id, int64_t step, const std::string& kind, const std::string& message);
+    void append_event(int64_t run_id, const RunEvent& event);
     void append_layer_stats(int64_t run_id, int64_t step, const TensorStats& stats);
     void flush(); // blocks until everything queued so far is committed
 
@@ -127,6 +128,7 @@ private:
         std::string tag_or_kind, message;
         double value = 0.0;
         TensorStats stats;
+        std::string fields; // events: event_fields_json
     };
     void writer_loop();
     void write_batch(std::vector<PendingRow>& rows);

@@ -354,8 +354,7 @@ private slots:
         sqlite3_close(db);
 
         RunStore store(path);
-        QCOMPARE(store.schema_version(), 3);
-        QCOMPARE(RunStore::kSchemaVersion, 3);
+        QCOMPARE(store.schema_version(), RunStore::kSchemaVersion);
         const auto rows = store.list_run_summaries();
         QCOMPARE(rows.size(), size_t(2));
         QCOMPARE(rows[0].name, std::string("v2 fp32"));
@@ -379,7 +378,7 @@ private slots:
         store.add_tags(rows[1].id, {"migrated"});
         QCOMPARE(store.tags(rows[1].id), (std::vector<std::string>{"migrated"}));
 
-        // The v1 fixture goes through both upgrades.
+        // The v1 fixture goes through every upgrade.
         const std::string path1 = dir.filePath("v1.sqlite").toStdString();
         sqlite3_open(path1.c_str(), &db);
         QFile v1(MANTISSA_TEST_DATA_DIR "/run_store_v1.sql");
@@ -387,7 +386,7 @@ private slots:
         QCOMPARE(sqlite3_exec(db, v1.readAll().constData(), nullptr, nullptr, nullptr), SQLITE_OK);
         sqlite3_close(db);
         RunStore old(path1);
-        QCOMPARE(old.schema_version(), 3);
+        QCOMPARE(old.schema_version(), RunStore::kSchemaVersion);
         old.add_tags(1, {"old"});
         QCOMPARE(old.list_run_summaries()[0].tags, (std::vector<std::string>{"old"}));
         QCOMPARE(old.list_run_summaries()[0].recipe, std::string("")); // "{}": no precision section

@@ -193,7 +193,7 @@ private slots:
         const QStringList files = QDir(dir.path()).entryList({"*.pt"}, QDir::Files, QDir::Name);
         QCOMPARE(files, (QStringList{"step-00000010.pt", "step-00000012.pt"}));
         int checkpoint_events = 0;
-        for (const auto& e : rec.events) checkpoint_events += e.kind == "checkpoint";
+        for (const auto& e : rec.events) checkpoint_events += e.tag() == "checkpoint";
         QCOMPARE(checkpoint_events, 6); // 2, 4, 6, 8, 10 and the final 12
         QVERIFY(!QFile::exists(dir.filePath("step-00000012.pt.tmp")));
     }
@@ -227,7 +227,7 @@ private slots:
         const RunSummary summary = trainer.run(rec);
         QVERIFY(summary.stopped_early);
         QCOMPARE(summary.steps_done, int64_t(5));
-        QCOMPARE(rec.events.back().kind, std::string("run_stopped"));
+        QCOMPARE(rec.events.back().tag(), std::string("run_stopped"));
     }
 
     void learningRateSchedule_data()

@@ -20,23 +20,24 @@
 #include <thread>
 #include <vector>
 
-#include "event_log_model.h"
-#include "loss_plot.h"
-#include "main_window.h"
+#include "event_helpers.h"
+#include "models/event_log_model.h"
+#include "plots/loss_plot.h"
+#include "window/main_window.h"
 #include "project_config.h"
-#include "monitor_page.h"
-#include "precision_table_model.h"
-#include "project_document.h"
-#include "project_page.h"
-#include "project_settings_model.h"
-#include "run_status_widget.h"
-#include "layer_heatmap_plot.h"
-#include "loss_scale_plot.h"
-#include "memory_plot.h"
-#include "exponent_histogram_plot.h"
+#include "pages/monitor_page.h"
+#include "models/precision_table_model.h"
+#include "models/project_document.h"
+#include "pages/project_page.h"
+#include "models/project_settings_model.h"
+#include "window/run_status_widget.h"
+#include "plots/layer_heatmap_plot.h"
+#include "plots/loss_scale_plot.h"
+#include "plots/memory_plot.h"
+#include "plots/exponent_histogram_plot.h"
 #include "run_store.h"
-#include "snapshot_buffer.h"
-#include "training_controller.h"
+#include "controller/snapshot_buffer.h"
+#include "controller/training_controller.h"
 #include "tiny_project.h"
 
 using namespace mantissa;
@@ -118,6 +119,7 @@ private slots:
     void destroyingControllerMidRunStopsAndJoins();
 
     void precisionChangeDuringRunIsAnEventAndAMarker();
+    void watcherSwitchReachesTableAndHeatmap();
     void runControlsHaveShortcuts();
     void statusWidgetEstimatesTimeLeft();
 
@@ -181,7 +183,7 @@ void TestGui::snapshotBufferHandsOverAcrossThreads()
             m.train_loss = 1.0 / i;
             buffer.on_step(m);
             if (i % 1000 == 0) buffer.on_eval({i, 0.5, 0.4});
-            if (i % 5000 == 0) buffer.on_event({i, "tick", std::to_string(i)});
+            if (i % 5000 == 0) buffer.on_event(text_event(i, "tick", std::to_string(i)));
             if (i % 2500 == 0) {
                 LayerStatsFrame frame;
                 frame.step = i;
@@ -214,7 +216,7 @@ void TestGui::snapshotBufferHandsOverAcrossThreads()
     QCOMPARE(evals.size(), size_t(20));
     QCOMPARE(evals.back().step, int64_t(kSteps));
     QCOMPARE(events.size(), size_t(4));
-    QCOMPARE(events[1].message, std::string("10000"));
+    QCOMPARE(events[1].message(), std::string("10000"));
     QCOMPARE(frames.size(), size_t(8));
     QCOMPARE(frames.back().step, int64_t(kSteps));
     QCOMPARE(frames.back().tensors.size(), size_t(3));
@@ -231,7 +233,7 @@ void TestGui::eventLogModelAppendsAndCaps()
     QCOMPARE(model.headerData(EventLogModel::MessageColumn, Qt::Horizontal).toString(), QStringLiteral("Message"));
 
     QSignalSpy inserted(&model, &QAbstractItemModel::rowsInserted);
-    model.appendEvents({{0, "run_started", "1 layers"}, {10, "sample", "12+3=15\n4+4=8"}});
+    model.appendEvents({text_event(0, "run_started", "1 layers"), text_event(10, "sample", "12+3=15\n4+4=8")});
     model.appendEvents({});
     QCOMPARE(inserted.count(), 1); // one insertion per batch, none for an empty one
     QCOMPARE(model.rowCount(), 2);
@@ -245,13 +247,13 @@ void TestGui::eventLogModelAppendsAndCaps()
              QStringLiteral("12+3=15\n4+4=8"));
 
     model.setMaxRows(4);
-    model.appendEvents({{20, "a", ""}, {30, "b", ""}, {40, "c", ""}});
+    model.appendEvents({text_event(20, "a", ""), text_event(30, "b", ""), text_event(40, "c", "")});
     QCOMPARE(model.rowCount(), 4); // the oldest row went
     QCOMPARE(model.event(0).step, int64_t(10));
     QCOMPARE(model.index(3, EventLogModel::KindColumn).data().toString(), QStringLiteral("c"));
     std::vector<RunEvent> many;
     for (int i = 0; i < 10; ++i)
-        many.push_back({100 + i, "bulk", std::to_string(i)});
+        many.push_back(text_event(100 + i, "bulk", std::to_string(i)));
     model.appendEvents(many); // a batch larger than the cap keeps its newest rows
     QCOMPARE(model.rowCount(), 4);
     QCOMPARE(model.event(0).step, int64_t(106));
@@ -438,8 +440,8 @@ void TestGui::windowTrainsTinyRunEndToEnd()
     // Events in order, and the status bar shows the last step.
     const EventLogModel* events = window.eventLogModel();
     QVERIFY(events->rowCount() >= 2);
-    QCOMPARE(events->event(0).kind, std::string("run_started"));
-    QCOMPARE(events->event(events->rowCount() - 1).kind, std::string("run_finished"));
+    QCOMPARE(events->event(0).tag(), std::string("run_started"));
+    QCOMPARE(events->event(events->rowCount() - 1).tag(), std::string("run_finished"));
     QCOMPARE(window.lastStep(), 30);
     const auto* progress = window.statusWidget()->findChild<QProgressBar*>(QStringLiteral("runProgress"));
     QVERIFY(progress);
@@ -505,7 +507,7 @@ void TestGui::stopEndsLongRunPromptly()
     const int64_t steps = controller->lastSummary().steps_done;
     QVERIFY(steps >= 3 && steps < 100000);
     QCOMPARE(int64_t(window.lossPlot()->trainGraph()->dataCount()), steps);
-    QCOMPARE(window.eventLogModel()->event(window.eventLogModel()->rowCount() - 1).kind, std::string("run_stopped"));
+    QCOMPARE(window.eventLogModel()->event(window.eventLogModel()->rowCount() - 1).tag(), std::string("run_stopped"));
 
     RunStore store(storePath.toStdString());
     const auto run = store.find_run(std::to_string(controller->runId()));
@@ -527,7 +529,7 @@ void TestGui::pauseHoldsTrainingUntilResume()
     });
     auto sawEvent = [&](const char* kind) {
         for (int row = 0; row < events.rowCount(); ++row)
-            if (events.event(row).kind == kind) return true;
+            if (events.event(row).tag() == kind) return true;
         return false;
     };
     QSignalSpy pausedChanged(&controller, &TrainingController::pausedChanged);
@@ -551,7 +553,7 @@ void TestGui::pauseHoldsTrainingUntilResume()
 
     // Stop while paused must not hang the worker either.
     controller.pause();
-    QTRY_VERIFY_WITH_TIMEOUT(events.event(events.rowCount() - 1).kind == "paused", 5000);
+    QTRY_VERIFY_WITH_TIMEOUT(events.event(events.rowCount() - 1).tag() == "paused", 5000);
     controller.stop();
     QTRY_VERIFY_WITH_TIMEOUT(!controller.isRunning(), 5000);
     QCOMPARE(controller.lastStatus(), QStringLiteral("stopped"));
@@ -639,6 +641,72 @@ void TestGui::windowShowsProjectFileErrors()
     QVERIFY(window.lastError().contains(QStringLiteral("cannot be opened")));
 }
 
+// A watcher's automatic switch to BF16 is not the user's edit: the project keeps its FP8,
+// but the table shows what the engine runs, says who switched it, and the heatmap row too.
+void TestGui::watcherSwitchReachesTableAndHeatmap()
+{
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    MainWindow window(dir.filePath(QStringLiteral("runs.sqlite")));
+    ProjectConfig config = tiny_config(100000);
+    config.precision.preset = "fp8-hybrid";
+    config.telemetry.interval = 1;
+    config.telemetry.watchers.fp8_underflow_max = 0.0; // any underflow fires
+    config.telemetry.watchers.actions["fp8_underflow"] = WatchAction::SwitchToBf16;
+    window.setProject(config, QStringLiteral("in-memory"));
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    PrecisionTableModel* table = window.projectPage()->precisionModel();
+    QAbstractItemModelTester tester(table, QAbstractItemModelTester::FailureReportingMode::Fatal);
+    QCOMPARE(table->index(0, PrecisionTableModel::RunningColumn).data().toString(), QString()); // no run yet
+    QVERIFY(window.startTraining());
+
+    // Wait for the engine's first switch, then stop and compare what the table showed while
+    // the run was live with the engine's own event.
+    EventLogModel* events = window.eventLogModel();
+    RunEvent change;
+    QTRY_VERIFY_WITH_TIMEOUT(
+        [&] {
+            for (int r = 0; r < events->rowCount(); ++r)
+                if (events->event(r).kind == EventKind::PrecisionChanged) {
+                    change = events->event(r);
+                    return true;
+                }
+            return false;
+        }(),
+        60000);
+    QCOMPARE(int(change.cause), int(ChangeCause::Watcher));
+    QCOMPARE(change.layers.size(), size_t(1));
+    const QString layer = QString::fromStdString(change.layers[0]);
+    const int row = table->rowForLayer(layer);
+    QVERIFY(row >= 0);
+    const QModelIndex forward = table->index(row, PrecisionTableModel::ForwardColumn);
+    QCOMPARE(forward.data(Qt::DisplayRole).toString(), QStringLiteral("bf16"));   // what runs
+    QVERIFY(forward.data(Qt::EditRole).toString().startsWith(QLatin1Char('e')));  // the project's FP8
+    QVERIFY(forward.data(Qt::FontRole).value<QFont>().italic());
+    QVERIFY(forward.data(Qt::ToolTipRole).toString().contains(QStringLiteral("watcher fp8_underflow")));
+    const QString running = table->index(row, PrecisionTableModel::RunningColumn).data().toString();
+    QVERIFY2(running.contains(QStringLiteral("step %1: watcher fp8_underflow").arg(change.step)), qPrintable(running));
+    QVERIFY2(running.startsWith(QStringLiteral("emulated")), qPrintable(running));
+    QCOMPARE(table->formatsAt(row).forward, NumberFormat::E4M3); // the project is unchanged
+
+    MonitorPage* monitor = window.monitorPage();
+    monitor->renderNow();
+    const LayerHeatmapPlot* heatmap = monitor->heatmap();
+    int heatRow = -1;
+    for (int r = 0; r < heatmap->rowCount(); ++r)
+        if (heatmap->rowLabel(r).startsWith(layer + QLatin1Char(' '))) heatRow = r;
+    QVERIFY(heatRow >= 0);
+    QCOMPARE(heatmap->rowLabel(heatRow), layer + QStringLiteral(" \u2192 bf16/bf16/bf16"));
+    QVERIFY(heatmap->liveStateText(layer).contains(QStringLiteral("watcher fp8_underflow")));
+
+    window.stopTraining();
+    QTRY_VERIFY_WITH_TIMEOUT(!window.controller()->isRunning(), 30000);
+    // After the run the table shows the project again.
+    QCOMPARE(forward.data(Qt::DisplayRole).toString(), forward.data(Qt::EditRole).toString());
+    QCOMPARE(table->index(row, PrecisionTableModel::RunningColumn).data().toString(), QString());
+}
+
 void TestGui::precisionChangeDuringRunIsAnEventAndAMarker()
 {
     QTemporaryDir dir;
@@ -668,12 +736,12 @@ void TestGui::precisionChangeDuringRunIsAnEventAndAMarker()
     QTRY_VERIFY_WITH_TIMEOUT(
         [&] {
             for (int r = 0; r < events->rowCount(); ++r)
-                if (events->event(r).kind == "precision_changed") eventRow = r;
+                if (events->event(r).tag() == "precision_changed") eventRow = r;
             return eventRow >= 0;
         }(),
         10000);
     const RunEvent change = events->event(eventRow);
-    QVERIFY2(change.message.find("blocks.1.mlp.fc1 -> bf16/fp32/fp32") != std::string::npos, change.message.c_str());
+    QVERIFY2(change.message().find("blocks.1.mlp.fc1 -> bf16/fp32/fp32") != std::string::npos, change.message().c_str());
     QVERIFY(change.step >= 3);
 
     // It is marked on the plots at its step.
@@ -717,7 +785,7 @@ void TestGui::runControlsHaveShortcuts()
     EventLogModel* events = window.eventLogModel();
     auto sawEvent = [&](const char* kind) {
         for (int r = 0; r < events->rowCount(); ++r)
-            if (events->event(r).kind == kind) return true;
+            if (events->event(r).tag() == kind) return true;
         return false;
     };
 

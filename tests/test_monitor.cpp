@@ -18,15 +18,16 @@
 #include <limits>
 #include <vector>
 
-#include "event_log_model.h"
-#include "exponent_histogram_plot.h"
-#include "frame_stats.h"
-#include "layer_heatmap_plot.h"
-#include "loss_plot.h"
-#include "loss_scale_plot.h"
-#include "memory_plot.h"
-#include "monitor_page.h"
-#include "smoothing.h"
+#include "legacy_events.h"
+#include "models/event_log_model.h"
+#include "plots/exponent_histogram_plot.h"
+#include "plots/frame_stats.h"
+#include "plots/layer_heatmap_plot.h"
+#include "plots/loss_plot.h"
+#include "plots/loss_scale_plot.h"
+#include "plots/memory_plot.h"
+#include "pages/monitor_page.h"
+#include "plots/smoothing.h"
 
 using namespace mantissa;
 
@@ -103,18 +104,18 @@ std::vector<TelemetryBatch> thirty_steps()
         if (step == 1 || step % 10 == 0) b.layer_frames.push_back(frame_at(step, false));
         if (step % 10 == 0) b.evals.push_back({step, 3.5 - double(step) / 100.0, 3.4});
     }
-    batches[0].events.push_back({0, "run_started", "run 1"});
-    batches[1].events.push_back({12, "precision_changed",
-                                 "blocks.*.mlp.* -> e4m3/e5m2/e5m2 (4 layers); FP8 scale history restarted"});
-    batches[1].events.push_back({17, "alert_nonfinite", "blocks.1.mlp.fc1: non-finite values in grad_output"});
-    batches[2].events.push_back({25, "checkpoint", "saved checkpoint at step 25"});
+    batches[0].events.push_back(legacy_event(0, "run_started", "run 1"));
+    batches[1].events.push_back(legacy_event(12, "precision_changed",
+                                 "blocks.*.mlp.* -> e4m3/e5m2/e5m2 (4 layers); FP8 scale history restarted"));
+    batches[1].events.push_back(legacy_event(17, "alert_nonfinite", "blocks.1.mlp.fc1: non-finite values in grad_output"));
+    batches[2].events.push_back(legacy_event(25, "checkpoint", "saved checkpoint at step 25"));
     return batches;
 }
 
 int row_of_kind(const EventLogModel& model, const std::string& kind)
 {
     for (int row = 0; row < model.rowCount(); ++row)
-        if (model.event(row).kind == kind) return row;
+        if (model.event(row).tag() == kind) return row;
     return -1;
 }
 
@@ -129,7 +130,7 @@ void feed_realistic_run(MonitorPage& page, int64_t steps)
         return double(seed >> 8) / double(1u << 24) - 0.5;
     };
     TelemetryBatch batch;
-    batch.events.push_back({0, "run_started", "run 7: gpt 2x128, fp16 mixed precision, 500 steps"});
+    batch.events.push_back(legacy_event(0, "run_started", "run 7: gpt 2x128, fp16 mixed precision, 500 steps"));
     for (int64_t step = 1; step <= steps; ++step) {
         double loss = 2.1 + 8.7 * std::exp(-double(step) / 60.0) + 0.12 * noise();
         if (step == 312) loss += 1.6;
@@ -141,15 +142,15 @@ void feed_realistic_run(MonitorPage& page, int64_t steps)
         if (overflow) {
             const double next = scale / 2;
             const std::string blamed = step == 187 ? "blocks.1.mlp.fc1, lm_head" : "lm_head";
-            batch.events.push_back({step, "loss_scale_backoff",
+            batch.events.push_back(legacy_event(step, "loss_scale_backoff",
                                     "scale " + std::to_string(int64_t(scale)) + " -> " + std::to_string(int64_t(next)) +
-                                        "; non-finite gradients in " + blamed});
-            batch.events.push_back({step, "step_skipped", "non-finite gradients in " + blamed});
+                                        "; non-finite gradients in " + blamed));
+            batch.events.push_back(legacy_event(step, "step_skipped", "non-finite gradients in " + blamed));
             scale = next;
         } else if (step % 100 == 0) {
-            batch.events.push_back({step, "loss_scale_growth",
+            batch.events.push_back(legacy_event(step, "loss_scale_growth",
                                     "scale " + std::to_string(int64_t(scale)) + " -> " +
-                                        std::to_string(int64_t(scale * 2))});
+                                        std::to_string(int64_t(scale * 2))));
             scale *= 2;
         }
         if (step == 1 || step % 10 == 0) {
@@ -172,22 +173,21 @@ void feed_realistic_run(MonitorPage& page, int64_t steps)
         if (step % 50 == 0)
             batch.evals.push_back({step, 2.25 + 8.4 * std::exp(-double(step) / 60.0) + 0.05, loss});
         if (step == 200)
-            batch.events.push_back({step, "precision_changed",
-                                    "blocks.*.mlp.* -> e4m3/e5m2/e5m2 (4 layers); FP8 scale history restarted"});
+            batch.events.push_back(legacy_event(step, "precision_changed",
+                                    "blocks.*.mlp.* -> e4m3/e5m2/e5m2 (4 layers); FP8 scale history restarted"));
         if (step == 312)
-            batch.events.push_back({step, "alert_loss_spike", "loss 3.86 is 4.1 sigma above its EMA 2.31"});
+            batch.events.push_back(legacy_event(step, "alert_loss_spike", "loss 3.86 is 4.1 sigma above its EMA 2.31"));
         if (step == 313)
-            batch.events.push_back({step, "watch_action", "lowered learning rate by 0.5 after alert_loss_spike"});
+            batch.events.push_back(legacy_event(step, "watch_action", "loss_spike: pausing training"));
         if (step == 340)
-            batch.events.push_back(
-                {step, "alert_fp8_underflow", "blocks.1.mlp.fc1: 4.2% of grad_output underflows in e5m2"});
-        if (step % 250 == 0) batch.events.push_back({step, "checkpoint", "checkpoint step " + std::to_string(step)});
+            batch.events.push_back(legacy_event(step, "alert_fp8_underflow", "blocks.1.mlp.fc1: 4.2% of grad_output underflows in e5m2"));
+        if (step % 250 == 0) batch.events.push_back(legacy_event(step, "checkpoint", "checkpoint step " + std::to_string(step)));
         if (step % 20 == 0) {
             page.ingest(batch);
             batch = {};
         }
     }
-    batch.events.push_back({steps, "run_finished", "finished after " + std::to_string(steps) + " steps"});
+    batch.events.push_back(legacy_event(steps, "run_finished", "finished after " + std::to_string(steps) + " steps"));
     page.ingest(batch);
 }
 
@@ -389,11 +389,10 @@ void TestMonitor::lossScalePlotMarksBackoffsGrowthsAndSkips()
         const double scale = step <= 10 ? 65536.0 : step <= 20 ? 32768.0 : 65536.0;
         batch.steps.push_back(step_at(step, 3.0, scale, step == 10 || step == 15));
     }
-    batch.events.push_back(
-        {10, "loss_scale_backoff", "scale 65536 -> 32768; non-finite gradients in blocks.1.mlp.fc1, lm_head"});
-    batch.events.push_back({10, "step_skipped", "non-finite gradients in blocks.1.mlp.fc1, lm_head"});
-    batch.events.push_back({15, "step_skipped", "non-finite gradients in lm_head"});
-    batch.events.push_back({20, "loss_scale_growth", "scale 32768 -> 65536"});
+    batch.events.push_back(legacy_event(10, "loss_scale_backoff", "scale 65536 -> 32768; non-finite gradients in blocks.1.mlp.fc1, lm_head"));
+    batch.events.push_back(legacy_event(10, "step_skipped", "non-finite gradients in blocks.1.mlp.fc1, lm_head"));
+    batch.events.push_back(legacy_event(15, "step_skipped", "non-finite gradients in lm_head"));
+    batch.events.push_back(legacy_event(20, "loss_scale_growth", "scale 32768 -> 65536"));
     page.ingest(batch);
     page.renderNow();
 
@@ -412,8 +411,6 @@ void TestMonitor::lossScalePlotMarksBackoffsGrowthsAndSkips()
     QVERIFY(!plot->scalingOff());
     QVERIFY(plot->noticeText().isEmpty());
     QVERIFY(plot->yAxis->range().contains(32768) && plot->yAxis->range().contains(65536));
-    QCOMPARE(LossScalePlot::blamedLayers(QStringLiteral("non-finite gradients in lm_head")), QStringLiteral("lm_head"));
-    QCOMPARE(LossScalePlot::blamedLayers(QStringLiteral("scale 4 -> 8")), QString());
 
     // The y axis ticks are powers of two.
     QVector<double> ticks;
@@ -485,7 +482,7 @@ void TestMonitor::precisionChangeMarksLossPlot()
     QCOMPARE(page.lossPlot()->eventMarkers()[0].x, 1200.0);
 
     TelemetryBatch action;
-    action.events.push_back({31, "watch_action", "lowered learning rate by 0.5"});
+    action.events.push_back(legacy_event(31, "watch_action", "loss_spike: pausing training"));
     page.ingest(action);
     page.renderNow();
     QCOMPARE(page.lossPlot()->eventMarkers().size(), size_t(2));
@@ -505,8 +502,8 @@ void TestMonitor::eventActivationMovesCursorAndSelectsLayer()
     QVERIFY(row >= 0);
     // The view shows the model itself; alerts stand out in it.
     QCOMPARE(page.eventView()->model(), static_cast<QAbstractItemModel*>(page.eventModel()));
-    QCOMPARE(MonitorPage::eventKindColor("alert_nonfinite"), QColor(190, 30, 30));
-    QVERIFY(!MonitorPage::eventKindColor("checkpoint").isValid());
+    QCOMPARE(MonitorPage::eventKindColor(EventKind::Alert), QColor(190, 30, 30));
+    QVERIFY(!MonitorPage::eventKindColor(EventKind::Checkpoint).isValid());
     emit page.eventView()->activated(page.eventView()->model()->index(row, EventLogModel::MessageColumn));
     page.renderNow();
 

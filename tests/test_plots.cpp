@@ -11,9 +11,10 @@
 #include <limits>
 #include <vector>
 
-#include "exponent_histogram_plot.h"
-#include "layer_heatmap_plot.h"
-#include "run_history.h"
+#include "legacy_events.h"
+#include "plots/exponent_histogram_plot.h"
+#include "plots/layer_heatmap_plot.h"
+#include "models/run_history.h"
 
 using namespace mantissa;
 
@@ -109,8 +110,8 @@ RunHistory crafted_history()
         f.attention_max_logit = {{"blocks.0.attn", attention_logit(0, j)}, {"blocks.1.attn", attention_logit(1, j)}};
         batch.layer_frames.push_back(f);
     }
-    batch.events.push_back({100, "precision_changed", "blocks.1.mlp.* -> bf16 (blocks.1.mlp.fc1, blocks.1.mlp.fc2)"});
-    batch.events.push_back({120, "sample", "unrelated"});
+    batch.events.push_back(legacy_event(100, "precision_changed", "blocks.1.mlp.* -> bf16 (blocks.1.mlp.fc1, blocks.1.mlp.fc2)"));
+    batch.events.push_back(legacy_event(120, "sample", "unrelated"));
     history.append(batch);
     return history;
 }
@@ -688,8 +689,8 @@ void TestPlots::realisticRunRenders()
             f.attention_max_logit.emplace_back("blocks." + std::to_string(b) + ".attn", 5.0 + 0.1 * j * (b % 7));
         batch.layer_frames.push_back(std::move(f));
     }
-    batch.events.push_back({5001, "precision_changed", "blocks.3.* -> bf16"});
-    batch.events.push_back({13001, "precision_changed", "blocks.7.* -> fp16"});
+    batch.events.push_back(legacy_event(5001, "precision_changed", "blocks.3.* -> bf16"));
+    batch.events.push_back(legacy_event(13001, "precision_changed", "blocks.7.* -> fp16"));
     history.append(batch);
 
     LayerHeatmapPlot heatmap;

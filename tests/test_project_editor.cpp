@@ -24,15 +24,15 @@
 #include <string>
 #include <vector>
 
-#include "choice_delegate.h"
+#include "models/choice_delegate.h"
 #include "dataset.h"
-#include "memory_estimate_model.h"
+#include "models/memory_estimate_model.h"
 #include "memory_model.h"
-#include "precision_table_model.h"
+#include "models/precision_table_model.h"
 #include "project_config.h"
-#include "project_document.h"
-#include "project_page.h"
-#include "project_settings_model.h"
+#include "models/project_document.h"
+#include "pages/project_page.h"
+#include "models/project_settings_model.h"
 
 using namespace mantissa;
 using Gemm = ProjectDocument::Gemm;

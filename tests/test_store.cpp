@@ -8,6 +8,7 @@
 
 #include <sqlite3.h>
 
+#include "event_helpers.h"
 #include "run_store.h"
 #include "tensorboard_export.h"
 
@@ -48,7 +49,7 @@ private slots:
                 sink.on_step(m);
             }
             sink.on_eval({50, 3.25, 3.5});
-            sink.on_event({7, "note", "comma, \"quoted\" message"});
+            sink.on_event(text_event(7, "note", "comma, \"quoted\" message"));
             store.finish_run(id, "finished");
         } // closing flushes; reopen reads from disk
         RunStore store(path);
@@ -107,7 +108,7 @@ private slots:
         };
         sink.on_step(step(1, 4.0, 0.001, 1.5));
         sink.on_step(step(2, 3.5, 0.002, 1.25));
-        sink.on_event({2, "sample", "line1\nline2"});
+        sink.on_event(text_event(2, "sample", "line1\nline2"));
         QCOMPARE(store.metrics_csv(id),
                  std::string("step,train/loss,val/loss,eval/train_loss,lr,grad_norm,step_time_ms,tokens_per_s,"
                              "loss_scale\n"
@@ -256,7 +257,7 @@ private slots:
         const auto keep = store.create_run("a", "", "{}");
         const auto drop = store.create_run("b", "", "{}");
         store.append_scalar(drop, 1, "train/loss", 1.0);
-        store.append_event(drop, 1, "note", "x");
+        store.append_event(drop, text_event(1, "note", "x"));
         store.rename_run(keep, "renamed");
         store.delete_run(drop);
         const auto runs = store.list_runs();

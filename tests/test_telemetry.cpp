@@ -19,6 +19,8 @@
 // Qt after LibTorch: Qt's `slots` macro would break torch's IValue::slots().
 #include <QtTest>
 
+#include <set>
+
 #include <QTemporaryDir>
 
 #include <sqlite3.h>
@@ -333,11 +335,30 @@ private slots:
         Recorder rec;
         trainer.run(rec);
         int actions = 0;
-        for (const auto& e : rec.events) actions += e.kind == "watch_action";
+        std::set<std::string> switched; // by the watcher's precision_changed events
+        for (const auto& e : rec.events) {
+            actions += e.kind == EventKind::WatchAction;
+            if (e.kind != EventKind::PrecisionChanged) continue;
+            // The switch is a typed precision change that names its cause and carries the
+            // engine's state of the layer, so the precision table can show it.
+            QCOMPARE(int(e.cause), int(ChangeCause::Watcher));
+            QCOMPARE(e.watcher, std::string("fp8_underflow"));
+            QCOMPARE(e.layers.size(), size_t(1));
+            QCOMPARE(e.layer_states.size(), size_t(1));
+            QCOMPARE(e.layer_states[0].name, e.layers[0]);
+            QVERIFY(e.layer_states[0].formats == (GemmFormats{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16}));
+            QVERIFY(e.old_formats && e.old_formats->any_fp8());
+            switched.insert(e.layers[0]);
+        }
         QVERIFY(actions >= 1);
-        int bf16_layers = 0;
-        for (const auto& l : trainer.layers()) bf16_layers += l.formats.forward == NumberFormat::BF16;
-        QVERIFY(bf16_layers >= 1);
+        QCOMPARE(size_t(actions), switched.size()); // one change per action, one action per layer
+        // Exactly the switched layers run BF16 now; every other layer keeps the preset's formats.
+        for (const auto& l : trainer.layers()) {
+            const GemmFormats expected = switched.count(l.name)
+                                             ? GemmFormats{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16}
+                                             : resolve_layer_formats(config.precision, l.name, config.model.n_layer);
+            QVERIFY2(l.formats == expected, l.name.c_str());
+        }
     }
 
     // --- memory ------------------------------------------------------------------------

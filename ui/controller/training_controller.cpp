@@ -111,7 +111,10 @@ void TrainingController::Job::work(ProjectConfig config, const std::string& proj
         trainer = nullptr;
     }
     if (final_status == "failed") {
-        const RunEvent event{final_summary.steps_done, "run_failed", message};
+        RunEvent event;
+        event.step = final_summary.steps_done;
+        event.kind = EventKind::RunFailed;
+        event.text = message;
         buffer.on_event(event);
         try {
             store_sink.on_event(event);

@@ -57,14 +57,14 @@ QVariant EventLogModel::data(const QModelIndex& index, int role) const
 {
     if (!checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid)) return {};
     const RunEvent& e = events_[static_cast<size_t>(index.row())];
-    const QString message = QString::fromStdString(e.message);
+    const QString message = QString::fromStdString(e.message());
     switch (role) {
     case Qt::DisplayRole:
         switch (index.column()) {
         case StepColumn:
             return QVariant::fromValue(static_cast<qlonglong>(e.step));
         case KindColumn:
-            return QString::fromStdString(e.kind);
+            return QString::fromStdString(e.tag());
         // Samples span several lines; keep rows one line high and show the rest on hover.
         case MessageColumn:
             return QString(message).replace(QLatin1Char('\n'), QStringLiteral(" \u21b5 "));

@@ -16,6 +16,7 @@ namespace {
 // forced dark on tinted cells).
 const QColor kFp8Tint(255, 214, 153);
 const QColor kHalfTint(214, 232, 250);
+const QColor kSwitchedTint(232, 205, 250); // the run differs from the project: a watcher switched it
 
 const std::vector<Fp8Scaling> kScalings = {Fp8Scaling::Delayed, Fp8Scaling::Current, Fp8Scaling::PerRow,
                                            Fp8Scaling::Block32};
@@ -135,6 +136,25 @@ int PrecisionTableModel::rowForLayer(const QString& layer) const
     return -1;
 }
 
+void PrecisionTableModel::setLiveLayers(const LiveLayers* live)
+{
+    live_ = live;
+    liveRevision_ = live ? live->revision() : 0;
+    if (!rows_.empty()) emit dataChanged(index(0, ForwardColumn), index(rowCount() - 1, RunningColumn));
+}
+
+void PrecisionTableModel::liveLayersChanged()
+{
+    if (!live_ || live_->revision() == liveRevision_) return;
+    liveRevision_ = live_->revision();
+    if (!rows_.empty()) emit dataChanged(index(0, ForwardColumn), index(rowCount() - 1, RunningColumn));
+}
+
+const LiveLayer* PrecisionTableModel::liveOf(const Row& row) const
+{
+    return live_ ? live_->find(row.layer) : nullptr;
+}
+
 GemmFormats PrecisionTableModel::formatsAt(int row) const
 {
     if (row < 0 || row >= rowCount()) return {};
@@ -158,6 +178,10 @@ QVariant PrecisionTableModel::data(const QModelIndex& index, int role) const
     const int column = index.column();
     const auto gemm = gemm_of(column);
     const bool usesFp8 = row.formats.any_fp8();
+    const LiveLayer* live = liveOf(row);
+    // The format a cell shows: the engine's while a run is going, else the project's.
+    const GemmFormats& shown = live ? live->state.formats : row.formats;
+    const bool differs = gemm && live && pick(shown, *gemm) != pick(row.formats, *gemm);
 
     switch (role) {
     case Qt::DisplayRole:
@@ -170,7 +194,16 @@ QVariant PrecisionTableModel::data(const QModelIndex& index, int role) const
             return row.tied ? tr("%1 (tied)").arg(QLocale().toString(static_cast<qint64>(row.parameters)))
                             : QLocale().toString(static_cast<qint64>(row.parameters));
         case ScalingColumn: return QString::fromLatin1(fp8_scaling_name(row.scaling));
-        default: return QString::fromLatin1(format_name(pick(row.formats, *gemm)));
+        case RunningColumn: {
+            if (!live || role == Qt::EditRole) return QString();
+            QString text = QString::fromStdString(live->state.backend.empty() ? std::string("starting")
+                                                                              : live->state.backend);
+            if (live->switched_at >= 0) text += QStringLiteral(" \u00b7 ") + QString::fromStdString(live->last_switch());
+            return text;
+        }
+        default:
+            // Editing starts from the project's value: an edit changes the project (and the run).
+            return QString::fromLatin1(format_name(pick(role == Qt::EditRole ? row.formats : shown, *gemm)));
         }
     case Qt::UserRole:
         if (column == ParametersColumn) return QVariant::fromValue<qint64>(row.parameters);
@@ -180,6 +213,12 @@ QVariant PrecisionTableModel::data(const QModelIndex& index, int role) const
         if (column == ScalingColumn) return scaling_names();
         return {};
     case Qt::FontRole: {
+        if (differs) {
+            QFont italic;
+            italic.setItalic(true);
+            italic.setBold(true);
+            return italic;
+        }
         const bool overridden = (gemm && pick(row.formats, *gemm) != pick(row.presetFormats, *gemm)) ||
                                 (column == ScalingColumn && row.scaling != defaultScaling_);
         if (!overridden) return {};
@@ -188,16 +227,17 @@ QVariant PrecisionTableModel::data(const QModelIndex& index, int role) const
         return bold;
     }
     case Qt::BackgroundRole:
+        if (differs) return QBrush(kSwitchedTint);
         if (gemm) {
-            const NumberFormat f = pick(row.formats, *gemm);
+            const NumberFormat f = pick(shown, *gemm);
             if (format_info(f).is_fp8) return QBrush(kFp8Tint);
             if (f == NumberFormat::BF16 || f == NumberFormat::FP16) return QBrush(kHalfTint);
         }
         return {};
     case Qt::ForegroundRole:
         if (gemm) {
-            const NumberFormat f = pick(row.formats, *gemm);
-            if (format_info(f).is_fp8 || f == NumberFormat::BF16 || f == NumberFormat::FP16)
+            const NumberFormat f = pick(shown, *gemm);
+            if (differs || format_info(f).is_fp8 || f == NumberFormat::BF16 || f == NumberFormat::FP16)
                 return QBrush(Qt::black);
         }
         // The recipe only matters where a GEMM runs in FP8; still editable for when one does.
@@ -218,7 +258,20 @@ QVariant PrecisionTableModel::data(const QModelIndex& index, int role) const
         case ScalingColumn:
             return usesFp8 ? tr("FP8 scaling recipe of %1").arg(QString::fromStdString(row.layer))
                            : tr("No GEMM of this layer runs in FP8, so its scaling recipe is unused");
+        case RunningColumn:
+            if (!live) return tr("Shows what the engine runs while a run is going");
+            return tr("%1 runs %2%3 on the %4 backend%5")
+                .arg(QString::fromStdString(row.layer), QString::fromStdString(live->state.formats.describe()),
+                     live->state.recipe.empty() ? QString() : QStringLiteral(" (%1 scaling)").arg(QString::fromStdString(live->state.recipe)),
+                     QString::fromStdString(live->state.backend.empty() ? std::string("(not yet known)") : live->state.backend),
+                     live->switched_at >= 0 ? tr("; last switched at %1").arg(QString::fromStdString(live->last_switch()))
+                                            : QString());
         default: {
+            if (differs)
+                return tr("The run switched this GEMM to %1 (%2); the project says %3")
+                    .arg(QString::fromLatin1(format_name(pick(shown, *gemm))),
+                         QString::fromStdString(live->last_switch()),
+                         QString::fromLatin1(format_name(pick(row.formats, *gemm))));
             const NumberFormat f = pick(row.formats, *gemm);
             const NumberFormat preset = pick(row.presetFormats, *gemm);
             if (f == preset) return tr("%1 (from the preset)").arg(QString::fromLatin1(format_name(f)));
@@ -276,6 +329,7 @@ QVariant PrecisionTableModel::headerData(int section, Qt::Orientation orientatio
         case DgradColumn: return tr("Dgrad");
         case WgradColumn: return tr("Wgrad");
         case ScalingColumn: return tr("Scaling");
+        case RunningColumn: return tr("Running");
         default: return {};
         }
     }
@@ -285,6 +339,7 @@ QVariant PrecisionTableModel::headerData(int section, Qt::Orientation orientatio
         case DgradColumn: return tr("dx = dy W: grad-output × weight");
         case WgradColumn: return tr("dW = dyᵀ x: grad-output × input");
         case ScalingColumn: return tr("How FP8 scales are chosen: delayed (amax history), current, rowwise, mxfp8");
+        case RunningColumn: return tr("During a run: the backend each layer runs on and its last precision switch");
         default: return {};
         }
     }

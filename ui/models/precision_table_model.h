@@ -3,6 +3,8 @@
 // The recipe as a table: one row per GEMM-bearing layer with its parameter count, the format
 // of each of its three GEMMs and its FP8 scaling. Cells that differ from the preset are bold
 // and FP8 cells tinted, so a recipe reads at a glance. Edits go through ProjectDocument.
+// During a run the format cells show what the engine runs (LiveLayers): a watcher's switch
+// to BF16 appears in italics, with the project's value in the tooltip and in EditRole.
 
 #include <QAbstractTableModel>
 #include <QMetaType>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "models/choice_delegate.h"
+#include "models/live_layers.h"
 #include "memory_model.h"
 #include "precision_policy.h"
 
@@ -31,6 +34,7 @@ public:
         DgradColumn,
         WgradColumn,
         ScalingColumn,
+        RunningColumn, // during a run: what the engine runs, its backend and the last switch
         ColumnCount
     };
     static constexpr int ChoicesRole = ChoiceDelegate::ChoicesRole;
@@ -40,6 +44,10 @@ public:
     QString layerAt(int row) const;
     int rowForLayer(const QString& layer) const; // -1 when there is no such layer
     GemmFormats formatsAt(int row) const;
+    // What the engine runs now; nullptr when no run is going. Not owned.
+    void setLiveLayers(const LiveLayers* live);
+    // The live layers may have changed (call after each drain): repaints the cells that did.
+    void liveLayersChanged();
 
     // The page's preset and fill-by-pattern buttons: like the document's calls, plus
     // layerFormatsEdited for every layer whose formats changed.
@@ -69,11 +77,14 @@ private:
     };
 
     void refresh();
+    const LiveLayer* liveOf(const Row& row) const;
     void emitFormatChanges(const std::vector<Row>& before);
 
     ProjectDocument* document_;
     std::vector<Row> rows_;
     Fp8Scaling defaultScaling_ = Fp8Scaling::Delayed; // precision.fp8.scaling
+    const LiveLayers* live_ = nullptr;
+    uint64_t liveRevision_ = 0;
 };
 
 } // namespace mantissa

@@ -54,6 +54,13 @@ void RunHistory::reset(int64_t tokensPerStep)
     frames_.clear();
     histograms_.clear();
     histogramBins_ = 0;
+    live_.reset();
+    ++revision_;
+}
+
+void RunHistory::setInitialLayerStates(const std::vector<LayerState>& states)
+{
+    live_.reset(states);
     ++revision_;
 }
 
@@ -108,6 +115,7 @@ void RunHistory::append(const TelemetryBatch& batch)
     }
     for (const auto& e : batch.evals) evals_.push_back({e.step, e.val_loss, e.train_loss});
     events_.insert(events_.end(), batch.events.begin(), batch.events.end());
+    for (const auto& e : batch.events) live_.apply(e);
     for (const auto& f : batch.layer_frames) appendFrame(f);
     thinColumns();
     thinHistograms();
@@ -246,31 +254,6 @@ const ExponentHistogram* RunHistory::histogram(const std::string& layer, const s
     if (slot >= it->byIndex.size() || it->byIndex[slot].count < 0) return nullptr;
     if (frameStep) *frameStep = it->step;
     return &it->byIndex[slot];
-}
-
-std::string RunHistory::layerMentionedIn(const std::string& message) const
-{
-    size_t bestPos = std::string::npos;
-    std::string best;
-    for (const auto& name : layers_) {
-        for (size_t pos = message.find(name); pos != std::string::npos; pos = message.find(name, pos + 1)) {
-            // A whole name only: "blocks.1.mlp.fc1" must not match inside "blocks.11.mlp.fc1".
-            const size_t end = pos + name.size();
-            const bool boundaryBefore = pos == 0 || !(std::isalnum(static_cast<unsigned char>(message[pos - 1])) ||
-                                                      message[pos - 1] == '.' || message[pos - 1] == '_');
-            const bool boundaryAfter = end == message.size() || !(std::isalnum(static_cast<unsigned char>(message[end])) ||
-                                                                  message[end] == '_' ||
-                                                                  (message[end] == '.' && end + 1 < message.size() &&
-                                                                   std::isalnum(static_cast<unsigned char>(message[end + 1]))));
-            if (!boundaryBefore || !boundaryAfter) continue;
-            if (pos < bestPos || (pos == bestPos && name.size() > best.size())) {
-                bestPos = pos;
-                best = name;
-            }
-            break;
-        }
-    }
-    return best;
 }
 
 } // namespace mantissa

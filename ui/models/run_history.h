@@ -18,6 +18,7 @@
 
 #include "number_format.h"
 #include "controller/snapshot_buffer.h"
+#include "models/live_layers.h"
 #include "telemetry.h"
 
 namespace mantissa {
@@ -85,6 +86,10 @@ public:
     // Layer names in forward order, when known before the first frame (the project); layers
     // first seen in telemetry are appended.
     void setLayers(const std::vector<std::string>& names);
+    // The run's layers as the engine starts them (LiveLayers::from_project); the events that
+    // append() sees then keep them current.
+    void setInitialLayerStates(const std::vector<LayerState>& states);
+    const LiveLayers& liveLayers() const { return live_; }
     void append(const TelemetryBatch& batch);
 
     void setMaxColumns(size_t columns) { maxColumns_ = columns; }
@@ -115,10 +120,6 @@ public:
     const ExponentHistogram* histogram(const std::string& layer, const std::string& role, int64_t step,
                                        int64_t* frameStep = nullptr) const;
 
-    // The layer a free-text event message is about: the first known layer name it mentions
-    // (longest match wins at a position, so blocks.1 never shadows blocks.10); "" if none.
-    std::string layerMentionedIn(const std::string& message) const;
-
     // A counter bumped by every append: plots compare it to know whether to rebuild.
     uint64_t revision() const { return revision_; }
 
@@ -143,6 +144,7 @@ private:
     void thinHistograms();
     static int roleIndex(const std::string& role);
 
+    LiveLayers live_;
     int64_t tokensPerStep_ = 0;
     std::vector<StepPoint> steps_;
     std::vector<EvalPoint> evals_;

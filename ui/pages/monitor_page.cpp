@@ -297,6 +297,12 @@ void MonitorPage::reset(int64_t tokensPerStep, const std::vector<std::string>& l
     scheduleFrame();
 }
 
+void MonitorPage::setInitialLayerStates(const std::vector<LayerState>& states)
+{
+    history_.setInitialLayerStates(states);
+    scheduleFrame();
+}
+
 void MonitorPage::ingest(const TelemetryBatch& batch)
 {
     if (batch.empty()) return;
@@ -352,12 +358,23 @@ void MonitorPage::renderFrame(bool force)
     if (framesRendered_ % 10 == 1) updateFrameLabel();
 }
 
-QColor MonitorPage::eventKindColor(const std::string& kind)
+QColor MonitorPage::eventKindColor(EventKind kind)
 {
-    if (kind.rfind("alert_", 0) == 0) return QColor(190, 30, 30);
-    if (kind == "loss_scale_backoff" || kind == "step_skipped") return QColor(175, 95, 0);
-    if (kind == "precision_changed" || kind == "watch_action") return QColor(25, 90, 170);
-    return {};
+    switch (kind) {
+    case EventKind::Alert:
+    case EventKind::RunFailed:
+    case EventKind::CheckpointFailed:
+    case EventKind::CheckpointRejected:
+        return QColor(190, 30, 30);
+    case EventKind::LossScaleBackoff:
+    case EventKind::StepSkipped:
+        return QColor(175, 95, 0);
+    case EventKind::PrecisionChanged:
+    case EventKind::WatchAction:
+        return QColor(25, 90, 170);
+    default:
+        return {};
+    }
 }
 
 void MonitorPage::alignCurvesToHeatmap()
@@ -519,7 +536,7 @@ void MonitorPage::activateEvent(const QModelIndex& index)
 {
     if (!index.isValid() || index.row() >= eventModel_->rowCount()) return;
     const RunEvent& event = eventModel_->event(index.row());
-    activate(event.step, QString::fromStdString(history_.layerMentionedIn(event.message)));
+    activate(event.step, event.layers.empty() ? QString() : QString::fromStdString(event.layers.front()));
 }
 
 void MonitorPage::activate(int64_t step, const QString& layer)

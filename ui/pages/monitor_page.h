@@ -62,6 +62,8 @@ public:
     // A new run: forgets everything shown. `layers` (forward order) fixes the heatmap's rows
     // before the first telemetry frame.
     void reset(int64_t tokensPerStep, const std::vector<std::string>& layers);
+    // The layers' formats as the run starts them; the run's events keep them current.
+    void setInitialLayerStates(const std::vector<LayerState>& states);
     // Everything drained since the last call; draws a frame if the scheduler allows.
     void ingest(const TelemetryBatch& batch);
     // Draws a frame now, whatever the scheduler says (tests, screenshots).
@@ -93,7 +95,7 @@ public:
 
     // The event list's text colour for an event kind: alerts red, loss-scale trouble orange,
     // precision changes and watcher actions blue; invalid (the palette's) for the rest.
-    static QColor eventKindColor(const std::string& kind);
+    static QColor eventKindColor(EventKind kind);
 
     const RunHistory& history() const { return history_; }
     EventLogModel* eventModel() const { return eventModel_; }

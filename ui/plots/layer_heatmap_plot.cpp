@@ -327,7 +327,7 @@ void LayerHeatmapPlot::rebuild()
             std::copy_n(cols[c].values.begin(), n, values.begin() + std::ptrdiff_t(c * names.size()));
         }
         for (const auto& e : history_->events())
-            if (e.kind == "precision_changed") events.push_back(e.step);
+            if (e.kind == EventKind::PrecisionChanged) events.push_back(e.step);
         std::sort(events.begin(), events.end());
         events.erase(std::unique(events.begin(), events.end()), events.end());
     }
@@ -351,6 +351,12 @@ void LayerHeatmapPlot::rebuild()
     stepTicker->steps = columnSteps_;
     auto* rowTicker = static_cast<RowTicker*>(yAxis->ticker().data());
     rowTicker->names = layerNames_;
+    // A layer switched during the run says to what, so the row reads as what the engine runs.
+    for (size_t i = 0; history_ && i < layerNames_.size(); ++i) {
+        const LiveLayer* live = history_->liveLayers().find(layerNames_[i].toStdString());
+        if (live && live->switched_at >= 0)
+            rowTicker->names[i] += QStringLiteral(" \u2192 ") + QString::fromStdString(live->state.formats.describe());
+    }
     rowTicker->block.clear();
     for (const auto& n : layerNames_) rowTicker->block.push_back(block_of(n));
 
@@ -481,7 +487,18 @@ void LayerHeatmapPlot::updateSelection()
     selection_->topLeft->setCoords(0.0, row - 0.5);
     selection_->bottomRight->setCoords(1.0, row + 0.5);
     selectionLabel_->position->setCoords(0.995, row);
-    selectionLabel_->setText(selectedLayer_);
+    selectionLabel_->setText(selectedLayer_ + liveStateText(selectedLayer_));
+}
+
+QString LayerHeatmapPlot::liveStateText(const QString& layer) const
+{
+    const LiveLayer* live = history_ ? history_->liveLayers().find(layer.toStdString()) : nullptr;
+    if (!live) return {};
+    QString text = QStringLiteral(" \u00b7 ") + QString::fromStdString(live->state.formats.describe());
+    if (!live->state.recipe.empty()) text += QLatin1Char(' ') + QString::fromStdString(live->state.recipe);
+    if (!live->state.backend.empty()) text += QLatin1Char(' ') + QString::fromStdString(live->state.backend);
+    if (live->switched_at >= 0) text += QStringLiteral(" \u00b7 switched at ") + QString::fromStdString(live->last_switch());
+    return text;
 }
 
 double LayerHeatmapPlot::valueAt(int64_t step, const QString& layer) const
@@ -498,6 +515,12 @@ QPointF LayerHeatmapPlot::cellCenter(int64_t step, const QString& layer) const
     const auto it = std::find(layerNames_.begin(), layerNames_.end(), layer);
     if (c < 0 || it == layerNames_.end()) return {kNaN, kNaN};
     return {double(c), double(it - layerNames_.begin())};
+}
+
+QString LayerHeatmapPlot::rowLabel(int row) const
+{
+    const auto* ticker = static_cast<const RowTicker*>(yAxis->ticker().data());
+    return row >= 0 && size_t(row) < ticker->names.size() ? ticker->names[size_t(row)] : QString();
 }
 
 void LayerHeatmapPlot::onMousePress(QMouseEvent* event)

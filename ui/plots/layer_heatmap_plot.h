@@ -41,6 +41,10 @@ public:
     double valueAt(int64_t step, const QString& layer) const; // the cell's value (NaN when none)
     // The plot coordinates of a cell's centre (x = column index, y = row key), for hit tests.
     QPointF cellCenter(int64_t step, const QString& layer) const;
+    // " · bf16/bf16/bf16 emulated · switched at step 17: watcher nonfinite": the engine's live
+    // state of a layer, shown beside the selected row; "" when unknown.
+    QString liveStateText(const QString& layer) const;
+    QString rowLabel(int row) const; // the y-axis label of a row
 
 signals:
     void cellClicked(qint64 step, const QString& layer);

@@ -55,14 +55,11 @@ double scale_at(const std::vector<StepPoint>& steps, int64_t step, double fallba
     return it != steps.end() && it->step == step ? it->loss_scale : fallback;
 }
 
-// "scale 65536 -> 32768; ..." -> 65536; `fallback` when there is no such prefix.
-double scale_from_message(const QString& message, double fallback)
+QString joined(const std::vector<std::string>& names)
 {
-    static const QRegularExpression re(QStringLiteral("scale\\s+([0-9.eE+-]+)\\s*->"));
-    const auto m = re.match(message);
-    bool ok = false;
-    const double v = m.hasMatch() ? m.captured(1).toDouble(&ok) : 0.0;
-    return ok && v > 0 ? v : fallback;
+    QStringList out;
+    for (const auto& n : names) out << QString::fromStdString(n);
+    return out.join(QStringLiteral(", "));
 }
 
 } // namespace
@@ -111,18 +108,7 @@ LossScalePlot::LossScalePlot(QWidget* parent) : TimeSeriesPlot(parent)
 
 QString LossScalePlot::noticeText() const { return notice_->visible() ? notice_->text() : QString(); }
 
-QString LossScalePlot::blamedLayers(const QString& message)
-{
-    static const QString marker = QStringLiteral("non-finite gradients in ");
-    const qsizetype at = message.indexOf(marker);
-    if (at < 0) return {};
-    QString layers = message.mid(at + marker.size());
-    const qsizetype end = layers.indexOf(QRegularExpression(QStringLiteral("[;\\n]")));
-    if (end >= 0) layers.truncate(end);
-    return layers.trimmed();
-}
-
-bool LossScalePlot::wantsEventMarker(const std::string& kind) const { return kind == "precision_changed"; }
+bool LossScalePlot::wantsEventMarker(const RunEvent& event) const { return event.kind == EventKind::PrecisionChanged; }
 
 void LossScalePlot::clearData()
 {
@@ -167,15 +153,17 @@ void LossScalePlot::rebuild(const RunHistory& history, bool)
     growths_.clear();
     QVector<double> bx, by, gx, gy;
     for (const RunEvent& e : history.events()) {
-        const bool backoff = e.kind == "loss_scale_backoff";
-        if (!backoff && e.kind != "loss_scale_growth") continue;
+        const bool backoff = e.kind == EventKind::LossScaleBackoff;
+        if (!backoff && e.kind != EventKind::LossScaleGrowth) continue;
         ScaleMarker m;
         m.step = e.step;
         m.x = history.xOf(e.step, mode);
-        m.message = QString::fromStdString(e.message);
-        m.scale = scale_at(steps, e.step, scale_from_message(m.message, 1.0));
+        m.message = QString::fromStdString(e.message());
+        // The marker sits on the scale the step used; an event without its step's metrics
+        // (a store cut short) falls back to the scale the event names.
+        m.scale = scale_at(steps, e.step, e.old_scale > 0 ? e.old_scale : 1.0);
         if (backoff) {
-            m.layers = blamedLayers(m.message);
+            m.layers = joined(e.layers);
             m.label = m.layers.isEmpty() ? QStringLiteral("backoff") : m.layers;
             bx.push_back(m.x);
             by.push_back(m.scale);

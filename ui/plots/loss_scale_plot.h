@@ -32,14 +32,11 @@ public:
     bool scalingOff() const { return scalingOff_; }
     QString noticeText() const; // "loss scaling off" when shown, "" otherwise
 
-    // "scale 65536 -> 32768; non-finite gradients in blocks.1.mlp.fc1, lm_head" -> the layers.
-    static QString blamedLayers(const QString& message);
-
 private:
     void rebuild(const RunHistory& history, bool full) override;
     void fitToData() override;
     void clearData() override;
-    bool wantsEventMarker(const std::string& kind) const override;
+    bool wantsEventMarker(const RunEvent& event) const override;
     QString hoverText(const QPointF& pixel) const override;
 
     QCPGraph* scale_ = nullptr;

@@ -22,18 +22,18 @@ QString elide(QString text, int chars)
     return text.size() <= chars ? text : text.left(chars - 1) + QChar(0x2026);
 }
 
-// "blocks.*.mlp.* -> e4m3/e5m2/e5m2 (4 layers); FP8 scale history restarted" -> the part
-// before the layer list, which is what changed.
+// What changed, in a few words: "blocks.*.mlp.* → e4m3/e5m2/e5m2", "watch: nonfinite: switched
+// blocks.1.mlp.fc1 to bf16".
 QString short_label(const RunEvent& event)
 {
-    QString text = QString::fromStdString(event.message);
-    for (const QString& cut : {QStringLiteral(" ("), QStringLiteral(";"), QStringLiteral("\n")}) {
-        const qsizetype at = text.indexOf(cut);
-        if (at > 0) text.truncate(at);
-    }
-    text.replace(QStringLiteral(" -> "), QStringLiteral(" \u2192 "));
-    if (event.kind == "watch_action") return elide(QStringLiteral("watch: ") + text, 34);
-    if (text.isEmpty()) text = QString::fromStdString(event.kind);
+    QString text;
+    if (event.kind == EventKind::PrecisionChanged)
+        text = QString::fromStdString(event.pattern) + QStringLiteral(" \u2192 ") +
+               QString::fromStdString(event.new_formats ? event.new_formats->describe() : std::string("?"));
+    else if (event.kind == EventKind::WatchAction)
+        text = QStringLiteral("watch: ") + QString::fromStdString(event.message());
+    else
+        text = QString::fromStdString(event.tag());
     return elide(text, 34);
 }
 
@@ -203,9 +203,11 @@ bool TimeSeriesPlot::refresh()
     return true;
 }
 
-bool TimeSeriesPlot::wantsEventMarker(const std::string& kind) const
+bool TimeSeriesPlot::wantsEventMarker(const RunEvent& event) const
 {
-    return kind == "precision_changed" || kind == "watch_action";
+    // A watcher's switch shows once, as its watch action, not again as the change it made.
+    if (event.kind == EventKind::PrecisionChanged) return event.cause == ChangeCause::User;
+    return event.kind == EventKind::WatchAction;
 }
 
 void TimeSeriesPlot::rebuildMarkers(const RunHistory& history)
@@ -215,13 +217,13 @@ void TimeSeriesPlot::rebuildMarkers(const RunHistory& history)
     markerLabels_.clear();
     markers_.clear();
     for (const RunEvent& e : history.events()) {
-        if (!wantsEventMarker(e.kind)) continue;
+        if (!wantsEventMarker(e)) continue;
         EventMarker m;
         m.step = e.step;
         m.x = history.xOf(e.step, mode_);
-        m.kind = QString::fromStdString(e.kind);
+        m.kind = QString::fromStdString(e.tag());
         m.label = short_label(e);
-        m.message = QString::fromStdString(e.message);
+        m.message = QString::fromStdString(e.message());
         markers_.push_back(std::move(m));
     }
     // A run that changes precision every few steps would draw a fence; the newest ones matter.

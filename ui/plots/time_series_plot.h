@@ -79,7 +79,7 @@ protected:
     // Empties the plottables (no history).
     virtual void clearData() = 0;
     // Whether an event of this kind gets a vertical marker.
-    virtual bool wantsEventMarker(const std::string& kind) const;
+    virtual bool wantsEventMarker(const RunEvent& event) const;
     // Extra tooltip text for a mouse position in pixels ("" for none); the event markers are
     // handled here.
     virtual QString hoverText(const QPointF& pixel) const;

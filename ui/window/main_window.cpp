@@ -26,6 +26,7 @@
 #include "pages/monitor_page.h"
 #include "plots/plot_export.h"
 #include "precision_policy.h"
+#include "models/precision_table_model.h"
 #include "models/project_document.h"
 #include "pages/project_page.h"
 #include "common/run_format.h"
@@ -262,6 +263,8 @@ bool MainWindow::startRun(const ProjectConfig& config)
     if (!controller_->start(config, document_->path())) return false;
     monitorPage_->reset(config.training.batch_size * config.model.context_length * config.training.grad_accum,
                         gemm_layer_names(config.model.n_layer));
+    monitorPage_->setInitialLayerStates(LiveLayers::from_project(config));
+    projectPage_->precisionModel()->setLiveLayers(&monitorPage_->history().liveLayers());
     // When training takes every core, each millisecond the GUI draws stalls a training thread
     // (bench/gui_monitor): draw within a small budget. With a core to spare, draw freely.
     const int cores = std::max(1, QThread::idealThreadCount());
@@ -450,6 +453,7 @@ void MainWindow::onStarted(qint64 runId)
 void MainWindow::onDrained(const TelemetryBatch& batch)
 {
     monitorPage_->ingest(batch);
+    projectPage_->precisionModel()->liveLayersChanged();
     statusWidget_->update(batch);
 }
 
@@ -460,6 +464,7 @@ void MainWindow::onFinished(const QString& status)
     monitorPage_->renderNow(); // the last state, whatever the frame budget skipped
     statusWidget_->finish();
     projectPage_->setRunning(false);
+    projectPage_->precisionModel()->setLiveLayers(nullptr); // the table shows the project again
     runsPage_->refresh(); // the store closed the run before finished() came
     if (status != QLatin1String("failed"))
         statusBar()->showMessage(tr("%1 %2 at step %3").arg(what, status).arg(controller_->lastSummary().steps_done));

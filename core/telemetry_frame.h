@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// One telemetry step, from arming the layers to the LayerStatsFrame handed to the sinks.
+// Arming only makes the layers read their tensors; the arithmetic of the step is the same
+// armed or not (tests/test_golden holds every preset to that, bit for bit).
+
+#include <string>
+#include <unordered_map>
+
+#include <torch/torch.h>
+
+#include "gpt_model.h"
+#include "telemetry.h"
+
+namespace mantissa {
+
+class TelemetryStep {
+public:
+    // Telemetry runs on steps whose number (1-based, the step being made) is 1 or a multiple
+    // of `interval`; 0 turns it off. The schedule depends on the step alone, so a resumed
+    // run observes exactly the steps the uninterrupted run observed.
+    static bool is_armed(int64_t interval, int64_t step_index);
+
+    // Records the first micro-batch's tensors.
+    void arm(Gpt& model);
+    void disarm(Gpt& model);
+    // Copies of the weights the layers multiplied, before the optimizer moves them.
+    void remember_weights(Gpt& model);
+    // Everything measured: per-tensor statistics (with the update/weight ratio unless the
+    // step was skipped), attention max logits, log Z, memory.
+    LayerStatsFrame assemble(Gpt& model, int64_t step, bool skipped, bool on_cuda);
+
+private:
+    std::unordered_map<std::string, torch::Tensor> weights_before_;
+};
+
+} // namespace mantissa

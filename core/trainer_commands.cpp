@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// What changes a run between two steps: commands from other threads (pause, stop, a
+// checkpoint, a layer's precision) and the watchers' automatic actions.
+#include "trainer_impl.h"
+
+#include <algorithm>
+
+namespace mantissa {
+
+bool Trainer::Impl::apply_commands(TelemetrySink& sink)
+{
+    auto event = [&](EventKind kind) {
+        RunEvent e;
+        e.step = step;
+        e.kind = kind;
+        return e;
+    };
+    bool paused = false;
+    while (true) {
+        auto command = paused ? std::optional<Command>(commands.wait_pop()) : commands.try_pop();
+        if (!command) return true;
+        switch (command->kind) {
+        case Command::Kind::Stop:
+            return false;
+        case Command::Kind::Pause:
+            if (!paused) sink.on_event(event(EventKind::Paused));
+            paused = true;
+            break;
+        case Command::Kind::Resume:
+            if (paused) {
+                sink.on_event(event(EventKind::Resumed));
+                return true;
+            }
+            break;
+        case Command::Kind::Checkpoint:
+            if (config.training.checkpoint_dir.empty()) {
+                auto e = event(EventKind::CheckpointSkipped);
+                e.text = "no training.checkpoint_dir set";
+                sink.on_event(e);
+            } else {
+                write_periodic_checkpoint(sink);
+            }
+            break;
+        case Command::Kind::SetLayerFormats: {
+            auto e = event(EventKind::PrecisionChanged);
+            e.pattern = command->layer_pattern;
+            e.new_formats = command->formats;
+            e.cause = ChangeCause::User;
+            const auto changed = set_layer_formats(command->layer_pattern, command->formats);
+            for (const auto& [name, before] : changed) e.layers.push_back(name);
+            if (!changed.empty()) e.old_formats = changed.front().second;
+            e.layer_states = layer_states_of(e.layers);
+            sink.on_event(e);
+            break;
+        }
+        }
+    }
+}
+
+void Trainer::Impl::handle_alerts(const std::vector<WatchAlert>& alerts, TelemetrySink& sink)
+{
+    for (const auto& a : alerts) {
+        RunEvent alert;
+        alert.step = a.step;
+        alert.kind = EventKind::Alert;
+        alert.watcher = a.watcher;
+        alert.role = a.role;
+        if (!a.layer.empty()) alert.layers = {a.layer};
+        alert.text = a.message;
+        sink.on_event(alert);
+        RunEvent action;
+        action.step = a.step;
+        action.kind = EventKind::WatchAction;
+        action.watcher = a.watcher;
+        if (a.action == WatchAction::Pause) {
+            commands.push({Command::Kind::Pause, {}, {}});
+            action.action = "pause";
+            sink.on_event(action);
+        } else if (a.action == WatchAction::SwitchToBf16 && !a.layer.empty()) {
+            const GemmFormats bf16{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16};
+            const auto changed = set_layer_formats(a.layer, bf16);
+            if (changed.empty()) continue;
+            action.action = "bf16";
+            action.layers = {a.layer};
+            sink.on_event(action);
+            // The switch is a precision change like the user's, so whoever tracks the layers'
+            // live formats (the precision table) sees it the same way.
+            RunEvent change;
+            change.step = a.step;
+            change.kind = EventKind::PrecisionChanged;
+            change.pattern = a.layer;
+            change.layers = {a.layer};
+            change.old_formats = changed.front().second;
+            change.new_formats = bf16;
+            change.cause = ChangeCause::Watcher;
+            change.watcher = a.watcher;
+            change.layer_states = layer_states_of(change.layers);
+            sink.on_event(change);
+        }
+    }
+}
+
+std::vector<std::pair<std::string, GemmFormats>> Trainer::Impl::set_layer_formats(const std::string& pattern,
+                                                                                  const GemmFormats& formats)
+{
+    std::vector<std::pair<std::string, GemmFormats>> changed;
+    for (auto& g : model->gemm_layers()) {
+        if (!glob_match(pattern, g->name())) continue;
+        changed.emplace_back(g->name(), g->formats());
+        g->set_formats(formats);
+    }
+    return changed;
+}
+
+std::vector<LayerState> Trainer::Impl::layer_states_of(const std::vector<std::string>& names) const
+{
+    std::vector<LayerState> out;
+    for (auto& s : layer_states())
+        if (std::find(names.begin(), names.end(), s.name) != names.end()) out.push_back(std::move(s));
+    return out;
+}
+
+std::vector<LayerState> Trainer::Impl::layer_states() const
+{
+    std::vector<LayerState> out;
+    for (const auto& g : model->gemm_layers()) {
+        const auto f = g->formats();
+        out.push_back({g->name(), f, f.any_fp8() ? fp8_scaling_name(g->recipe().scaling) : "", g->backend_used()});
+    }
+    return out;
+}
+
+} // namespace mantissa

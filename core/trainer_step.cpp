@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// One optimizer step: forward and backward over the micro-batches, the loss-scale policy,
+// clipping, and the update.
+#include "trainer_impl.h"
+
+#include <limits>
+
+namespace mantissa {
+
+StepOutcome Trainer::Impl::train_step(bool armed, TelemetryStep& telemetry, TelemetrySink& sink)
+{
+    const auto& cfg = config;
+    StepOutcome out;
+    out.learning_rate = learning_rate_at(cfg.optimizer, step);
+    out.loss_scale = scaler.scale();
+    if (armed) telemetry.arm(model);
+    double loss_sum = 0.0;
+    for (int64_t micro = 0; micro < cfg.training.grad_accum; ++micro) {
+        auto [x, y] = train_batches->next();             // (B, T) each
+        x = x.to(device);
+        y = y.to(device);
+        auto loss = model->loss(model->forward(x), y);  // scalar
+        // The scale multiplies the loss so that small gradients survive FP16's range.
+        ((loss * out.loss_scale) / static_cast<double>(cfg.training.grad_accum)).backward();
+        loss_sum += loss.item<double>();
+        if (armed && micro == 0) telemetry.disarm(model); // statistics of the first micro-batch
+    }
+    out.train_loss = loss_sum / static_cast<double>(cfg.training.grad_accum);
+    if (armed) telemetry.remember_weights(model);
+    out.skipped = unscale_and_update_loss_scale(out.loss_scale, out, sink);
+    out.layer_grad_norms = gradients.layer_norms();
+    if (out.skipped) {
+        out.grad_norm = std::numeric_limits<double>::quiet_NaN();
+    } else {
+        out.grad_norm = clip_by_global_norm(gradients, out.layer_grad_norms, cfg.optimizer.grad_clip);
+        optimizer->step(out.learning_rate);
+        for (const auto& g : model->gemm_layers()) g->invalidate_weight_cache();
+    }
+    optimizer->zero_grad();
+    return out;
+}
+
+bool Trainer::Impl::unscale_and_update_loss_scale(double used_scale, StepOutcome& outcome, TelemetrySink& sink)
+{
+    if (!scaler.enabled()) return false;
+    const auto bad_layers = gradients.unscale_and_check(used_scale);
+    const auto result = scaler.update(!bad_layers.empty());
+    RunEvent e;
+    e.step = step + 1;
+    e.layers = bad_layers;
+    e.old_scale = used_scale;
+    e.new_scale = scaler.scale();
+    if (result == LossScaler::Outcome::SkippedAndBackedOff) {
+        e.kind = EventKind::LossScaleBackoff;
+        sink.on_event(e);
+    } else if (result == LossScaler::Outcome::Skipped) {
+        e.kind = EventKind::StepSkipped;
+        sink.on_event(e);
+    } else if (result == LossScaler::Outcome::Grew) {
+        e.kind = EventKind::LossScaleGrowth;
+        sink.on_event(e);
+    }
+    if (scaler.mode() == LossScalingMode::Dynamic)
+        outcome.alerts = watchers.on_loss_scale(step + 1, scaler.scale(),
+                                                result == LossScaler::Outcome::SkippedAndBackedOff);
+    return !bad_layers.empty();
+}
+
+} // namespace mantissa
