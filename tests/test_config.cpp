@@ -1,16 +1,138 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// Project files: every bad case is rejected before training with its own message.
+// Project files: every bad case is rejected before training with its own message, and
+// docs/PROJECT_FORMAT.md says what the loader does (every key, type and default; examples load).
 
 #include <QtTest>
 
+#include <QDir>
 #include <QTemporaryDir>
 
 #include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
 
+#include <nlohmann/json.hpp>
+
+#include "dataset.h"
 #include "project_config.h"
 #include "trainer.h"
 
 using namespace mantissa;
+
+namespace {
+
+using nlohmann::json;
+
+std::string read_format_doc()
+{
+    std::ifstream in(MANTISSA_SOURCE_DIR "/docs/PROJECT_FORMAT.md", std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+std::string trimmed(const std::string& s)
+{
+    const auto first = s.find_first_not_of(" \t");
+    if (first == std::string::npos) return {};
+    return s.substr(first, s.find_last_not_of(" \t") - first + 1);
+}
+
+std::string without_backticks(const std::string& s)
+{
+    return s.size() >= 2 && s.front() == '`' && s.back() == '`' ? s.substr(1, s.size() - 2) : s;
+}
+
+// A Markdown table row split at its unescaped '|'; "\|" is a literal bar inside a cell.
+std::vector<std::string> table_cells(const std::string& line)
+{
+    std::vector<std::string> cells;
+    std::string cell;
+    for (size_t i = 1; i < line.size(); ++i) {
+        if (line[i] == '\\' && i + 1 < line.size() && line[i + 1] == '|') {
+            cell += '|';
+            ++i;
+        } else if (line[i] == '|') {
+            cells.push_back(trimmed(cell));
+            cell.clear();
+        } else {
+            cell += line[i];
+        }
+    }
+    return cells;
+}
+
+struct DocumentedKey {
+    std::string type;
+    std::string default_text;
+    std::string allowed;
+};
+
+// The key tables: rows "| `dotted.key` | type | `default` | allowed | meaning |".
+std::map<std::string, DocumentedKey> documented_keys(const std::string& doc, std::vector<std::string>* duplicates)
+{
+    std::map<std::string, DocumentedKey> keys;
+    std::istringstream lines(doc);
+    std::string line;
+    while (std::getline(lines, line)) {
+        if (line.rfind("| `", 0) != 0) continue;
+        const auto cells = table_cells(line);
+        if (cells.size() != 5) continue; // the presets table has two columns
+        const std::string key = without_backticks(cells[0]);
+        if (keys.count(key)) duplicates->push_back(key);
+        keys[key] = {cells[1], without_backticks(cells[2]), cells[3]};
+    }
+    return keys;
+}
+
+void flatten(const json& node, const std::string& prefix, std::map<std::string, json>& out)
+{
+    for (const auto& [key, value] : node.items()) {
+        const std::string path = prefix.empty() ? key : prefix + "." + key;
+        if (value.is_object()) flatten(value, path, out);
+        else out[path] = value;
+    }
+}
+
+std::string doc_type_word(const json& j)
+{
+    if (j.is_boolean()) return "boolean";
+    if (j.is_number_integer()) return "integer";
+    if (j.is_number()) return "number";
+    if (j.is_string()) return "string";
+    if (j.is_array()) return "list";
+    return "?";
+}
+
+std::vector<std::string> json_blocks(const std::string& doc)
+{
+    std::vector<std::string> blocks;
+    const std::string open = "```json\n", close = "\n```";
+    for (size_t at = doc.find(open); at != std::string::npos; at = doc.find(open, at)) {
+        const size_t begin = at + open.size();
+        const size_t end = doc.find(close, begin);
+        if (end == std::string::npos) break;
+        blocks.push_back(doc.substr(begin, end - begin));
+        at = end + close.size();
+    }
+    return blocks;
+}
+
+std::string joined(const std::vector<std::string>& words)
+{
+    std::string out;
+    for (const auto& w : words) out += (out.empty() ? "" : ", ") + w;
+    return out;
+}
+
+void write_bytes(const std::string& path, const std::string& bytes)
+{
+    QDir().mkpath(QFileInfo(QString::fromStdString(path)).absolutePath());
+    std::ofstream(path, std::ios::binary) << bytes;
+}
+
+} // namespace
 
 class TestConfig : public QObject {
     Q_OBJECT
@@ -227,6 +349,121 @@ private slots:
         } catch (const ConfigError& e) {
             QVERIFY2(std::string(e.what()).find("precision.layers[0].scaling") != std::string::npos, e.what());
         }
+    }
+
+    // Every key the loader accepts is in the document with its type and default, and the
+    // document names no key the loader would refuse.
+    void documentMatchesLoader()
+    {
+        std::vector<std::string> duplicates;
+        const auto documented = documented_keys(read_format_doc(), &duplicates);
+        QVERIFY2(duplicates.empty(), ("documented twice: " + joined(duplicates)).c_str());
+        std::map<std::string, json> defaults;
+        flatten(json::parse(to_json_text(ProjectConfig{})), "", defaults);
+        QCOMPARE(defaults.count("telemetry.watchers.actions.fp8_underflow"), size_t(1)); // reached the leaves
+
+        std::vector<std::string> missing, unknown, wrong;
+        for (const auto& [key, value] : defaults) {
+            const auto it = documented.find(key);
+            if (it == documented.end()) {
+                missing.push_back(key);
+                continue;
+            }
+            const json doc_default = json::parse(it->second.default_text, nullptr, /*allow_exceptions=*/false);
+            if (doc_default.is_discarded() || doc_default != value || it->second.type != doc_type_word(value))
+                wrong.push_back(key + " (doc: " + it->second.type + " " + it->second.default_text +
+                                ", loader: " + doc_type_word(value) + " " + value.dump() + ")");
+        }
+        for (const auto& [key, entry] : documented)
+            if (key.find("[]") == std::string::npos && !defaults.count(key)) unknown.push_back(key);
+        QVERIFY2(missing.empty(), ("not in docs/PROJECT_FORMAT.md: " + joined(missing)).c_str());
+        QVERIFY2(unknown.empty(), ("documented but unknown to the loader: " + joined(unknown)).c_str());
+        QVERIFY2(wrong.empty(), ("type or default differs: " + joined(wrong)).c_str());
+    }
+
+    // precision.layers entries are checked by hand in the loader; its error lists their keys.
+    void documentListsLayerEntryKeysAndChoices()
+    {
+        std::vector<std::string> duplicates;
+        const auto documented = documented_keys(read_format_doc(), &duplicates);
+        std::set<std::string> doc_entry_keys;
+        const std::string prefix = "precision.layers[].";
+        for (const auto& [key, entry] : documented)
+            if (key.rfind(prefix, 0) == 0) doc_entry_keys.insert(key.substr(prefix.size()));
+        std::string message;
+        try {
+            load_project_json(R"({"precision": {"layers": [{"match": "lm_head", "colour": "red"}]}})", "");
+        } catch (const ConfigError& e) {
+            message = e.what();
+        }
+        const std::string lead = "precision.layers[0].colour: unknown key (expected ";
+        QVERIFY2(message.rfind(lead, 0) == 0 && message.back() == ')', message.c_str());
+        std::set<std::string> loader_entry_keys;
+        std::istringstream list(message.substr(lead.size(), message.size() - lead.size() - 1));
+        for (std::string word; std::getline(list, word, ',');) loader_entry_keys.insert(trimmed(word));
+        QCOMPARE(doc_entry_keys, loader_entry_keys);
+
+        // The closed sets of values are spelled as the code spells them.
+        auto lists_all = [&](const std::string& key, const std::vector<std::string>& names) {
+            const auto it = documented.find(key);
+            if (it == documented.end()) return false;
+            for (const auto& n : names)
+                if (it->second.allowed.find("`" + n + "`") == std::string::npos) return false;
+            return true;
+        };
+        QVERIFY(lists_all("precision.preset", precision_preset_names()));
+        QVERIFY(lists_all("precision.layers[].forward", number_format_names()));
+        std::vector<std::string> scalings;
+        for (auto s : {Fp8Scaling::Delayed, Fp8Scaling::Current, Fp8Scaling::PerRow, Fp8Scaling::Block32})
+            scalings.push_back(fp8_scaling_name(s));
+        QVERIFY(lists_all("precision.fp8.scaling", scalings));
+        QVERIFY(lists_all("precision.layers[].scaling", scalings));
+        for (const auto& watcher : watcher_names())
+            QVERIFY2(lists_all("telemetry.watchers.actions." + watcher, {"none", "pause", "bf16"}), watcher.c_str());
+    }
+
+    // Every example in the document is a whole project the loader takes, and its data
+    // (generated here where the example names files) loads too.
+    void documentExamplesLoad()
+    {
+        const auto blocks = json_blocks(read_format_doc());
+        QCOMPARE(blocks.size(), size_t(6));
+        std::set<DataKind> kinds;
+        std::set<std::string> tokenizers;
+        for (size_t i = 0; i < blocks.size(); ++i) {
+            QTemporaryDir dir;
+            QVERIFY(dir.isValid());
+            ProjectConfig c;
+            try {
+                c = load_project_json(blocks[i], dir.path().toStdString());
+            } catch (const ConfigError& e) {
+                QFAIL(("example " + std::to_string(i + 1) + " is refused: " + e.what()).c_str());
+            }
+            kinds.insert(c.data.kind);
+            if (c.data.kind == DataKind::Text) {
+                tokenizers.insert(c.data.tokenizer);
+                std::string text;
+                for (int k = 0; text.size() < 20000; ++k) text += "line " + std::to_string(k) + " of the corpus\n";
+                write_bytes(resolve_data_path(c, c.data.path), text);
+            } else if (c.data.kind == DataKind::TokenBin) {
+                std::string ids;
+                for (int64_t k = 0; k < 4096; ++k) {
+                    const auto id = static_cast<uint16_t>((k * 7919) % c.data.vocab_size);
+                    ids.append(reinterpret_cast<const char*>(&id), sizeof id);
+                }
+                for (const char* file : {"train.bin", "val.bin"})
+                    write_bytes(resolve_data_path(c, c.data.dir) + "/" + file, ids);
+            }
+            try {
+                const TokenSplits splits = load_token_splits(c);
+                if (c.data.kind == DataKind::TokenBin) QCOMPARE(splits.vocabulary.size(), c.data.vocab_size);
+                if (c.data.kind == DataKind::Text && c.data.tokenizer == "byte") QCOMPARE(splits.vocabulary.size(), int64_t(256));
+            } catch (const ConfigError& e) {
+                QFAIL(("example " + std::to_string(i + 1) + ": its data does not load: " + e.what()).c_str());
+            }
+        }
+        QCOMPARE(kinds, (std::set<DataKind>{DataKind::Text, DataKind::TokenBin, DataKind::SyntheticAddition}));
+        QCOMPARE(tokenizers, (std::set<std::string>{"char", "byte"}));
     }
 
     void gemmLayerNamesInForwardOrder()

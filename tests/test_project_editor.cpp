@@ -24,15 +24,15 @@
 #include <string>
 #include <vector>
 
-#include "models/choice_delegate.h"
 #include "dataset.h"
-#include "models/memory_estimate_model.h"
 #include "memory_model.h"
+#include "models/choice_delegate.h"
+#include "models/memory_estimate_model.h"
 #include "models/precision_table_model.h"
-#include "project_config.h"
 #include "models/project_document.h"
-#include "pages/project_page.h"
 #include "models/project_settings_model.h"
+#include "pages/project_page.h"
+#include "project_config.h"
 
 using namespace mantissa;
 using Gemm = ProjectDocument::Gemm;
@@ -93,6 +93,26 @@ void write_file(const QString& path, const QByteArray& bytes)
     QCOMPARE(file.write(bytes), bytes.size());
 }
 
+// The vocabulary is counted on a worker thread: lets the event loop run until the count for
+// the document's current data has arrived. The timeout only bounds a hang.
+bool vocab_settled(const ProjectDocument& doc)
+{
+    return QTest::qWaitFor([&] { return !doc.vocabCounting(); }, 120000);
+}
+
+// `distinct` different characters from U+0100 on (two UTF-8 bytes each) cycled through
+// `length` characters, with a newline after every 64: a char vocabulary of distinct + 1.
+QByteArray generated_corpus(int distinct, int length)
+{
+    QString text;
+    text.reserve(length + length / 64 + 1);
+    for (int i = 0; i < length; ++i) {
+        text += QChar(0x100 + i % distinct);
+        if (i % 64 == 63) text += QLatin1Char('\n');
+    }
+    return text.toUtf8();
+}
+
 } // namespace
 
 class TestProjectEditor : public QObject {
@@ -130,6 +150,8 @@ private slots:
     void memoryEstimateMatchesEngine();
     void memoryEstimateFollowsPreset();
     void memoryEstimateShowsDataError();
+    void vocabCountedOffGuiThread();
+    void staleVocabCountDropped();
 
     void saveOpenRoundTrip();
     void openFailureChangesNothing();
@@ -181,6 +203,7 @@ void TestProjectEditor::modelsPassTesterAcrossEdits()
     doc.setConfig(tiny_config(1));
     QCOMPARE(table.rowCount(), 6);
     QCOMPARE(settings.valueForKey("precision.layers"), QStringLiteral("no overrides — edit in the precision table"));
+    QVERIFY(vocab_settled(doc));
     QCOMPARE(memory.bytesAt(MemoryEstimateModel::TotalRow),
              estimate_memory(doc.config(), project_vocab_size(doc.config())).total_bytes());
 }
@@ -434,6 +457,7 @@ void TestProjectEditor::lmHeadShowsTiedParameters()
     ProjectDocument doc;
     doc.setConfig(tiny_config(2));
     PrecisionTableModel table(&doc);
+    QVERIFY(vocab_settled(doc));
     const int64_t vocab = project_vocab_size(doc.config());
     const auto shapes = gemm_layer_shapes(doc.config().model, vocab);
     for (int row = 0; row < table.rowCount(); ++row)
@@ -668,6 +692,7 @@ void TestProjectEditor::memoryEstimateMatchesEngine()
     ProjectPage page(&doc);
     MemoryEstimateModel* model = page.memoryModel();
     QVERIFY(doc.setPreset(preset, nullptr));
+    QVERIFY(vocab_settled(doc));
 
     const int64_t vocab = project_vocab_size(doc.config());
     QCOMPARE(doc.vocabSize(), vocab);
@@ -710,6 +735,8 @@ void TestProjectEditor::memoryEstimateFollowsPreset()
     doc.setConfig(tiny_config(2));
     MemoryEstimateModel model(&doc);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    QVERIFY(vocab_settled(doc));
+    QCOMPARE(doc.vocabSize(), qint64(13)); // 0-9 + = and newline
     const auto bytes = [&](int row) {
         return qint64(model.index(row, MemoryEstimateModel::SizeColumn).data(Qt::UserRole).toLongLong());
     };
@@ -740,6 +767,7 @@ void TestProjectEditor::memoryEstimateShowsDataError()
     ProjectPage page(&doc);
     QVERIFY(doc.setValue("data.path", QStringLiteral("missing.txt"), nullptr));
     QVERIFY(doc.setValue("data.kind", QStringLiteral("text"), nullptr)); // valid project, data not there
+    QVERIFY(vocab_settled(doc));
 
     const QString expected = QStringLiteral("data.path: file '%1' does not exist").arg(dir.filePath("missing.txt"));
     QCOMPARE(doc.vocabError(), expected);
@@ -755,9 +783,79 @@ void TestProjectEditor::memoryEstimateShowsDataError()
     // Putting the file there and touching the data section recomputes the vocabulary.
     write_file(dir.filePath("data.txt"), QByteArray("abcabcabcabd\n").repeated(40));
     QVERIFY(doc.setValue("data.path", QStringLiteral("data.txt"), nullptr));
+    QVERIFY(vocab_settled(doc));
     QVERIFY(doc.vocabError().isEmpty());
     QCOMPARE(doc.vocabSize(), qint64(5)); // a, b, c, d, newline
     QVERIFY(page.dataMessageLabel()->isHidden());
+}
+
+void TestProjectEditor::vocabCountedOffGuiThread()
+{
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    write_file(dir.filePath("big.txt"), generated_corpus(300, 1'000'000));
+    ProjectDocument doc;
+    doc.setConfig(tiny_config(2), dir.filePath("project.json"));
+    ProjectPage page(&doc);
+    QVERIFY(vocab_settled(doc));
+    QCOMPARE(doc.vocabSize(), qint64(13)); // the synthetic addition data
+    QSignalSpy arrived(&doc, &ProjectDocument::vocabChanged);
+
+    QVERIFY(doc.setValue("data.path", QStringLiteral("big.txt"), nullptr));
+    QVERIFY(doc.setValue("data.kind", QStringLiteral("text"), nullptr));
+    // The edits returned without tokenising the corpus: nothing about it is known yet (no
+    // event loop has run, so the worker cannot have reported), and the estimate says so.
+    QVERIFY(doc.vocabCounting());
+    QCOMPARE(doc.vocabSize(), qint64(13)); // the previous count until then
+    QVERIFY(doc.vocabError().isEmpty());
+    QCOMPARE(arrived.count(), 0);
+    QVERIFY(page.memoryModel()->vocabCounting());
+    QVERIFY2(page.totalLabel()->text().contains(QStringLiteral("vocabulary being counted (13 until then)")),
+             qPrintable(page.totalLabel()->text()));
+
+    QVERIFY(vocab_settled(doc));
+    QCOMPARE(doc.vocabSize(), qint64(301)); // 300 characters and the newline
+    QVERIFY(doc.vocabError().isEmpty());
+    QCOMPARE(arrived.count(), 1);
+    QCOMPARE(doc.vocabSize(), qint64(project_vocab_size(doc.config())));
+    // The models took the count when it arrived.
+    QVERIFY(!page.memoryModel()->vocabCounting());
+    QCOMPARE(page.memoryModel()->vocabSize(), qint64(301));
+    QCOMPARE(page.memoryModel()->bytesAt(MemoryEstimateModel::TotalRow),
+             estimate_memory(doc.config(), 301).total_bytes());
+    QVERIFY(page.totalLabel()->text().contains(QStringLiteral("vocabulary %1,").arg(QLocale().toString(301))));
+    const QModelIndex head =
+        page.precisionModel()->index(page.precisionModel()->rowForLayer("lm_head"), PrecisionTableModel::ParametersColumn);
+    QCOMPARE(head.data(Qt::UserRole).toLongLong(), qint64(301 * 16));
+}
+
+void TestProjectEditor::staleVocabCountDropped()
+{
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    write_file(dir.filePath("first.txt"), generated_corpus(300, 1'000'000));
+    write_file(dir.filePath("second.txt"), generated_corpus(40, 20'000));
+    ProjectConfig config = tiny_config(2);
+    config.data.kind = DataKind::Text;
+    config.data.path = "first.txt";
+    ProjectDocument doc;
+    std::vector<qint64> shown;
+    connect(&doc, &ProjectDocument::vocabChanged, &doc, [&] { shown.push_back(doc.vocabSize()); });
+
+    doc.setConfig(config, dir.filePath("project.json")); // starts counting first.txt
+    QVERIFY(doc.vocabCounting());
+    QVERIFY(doc.setValue("data.path", QStringLiteral("second.txt"), nullptr)); // before that count arrives
+    QVERIFY(vocab_settled(doc));
+    QCOMPARE(doc.vocabSize(), qint64(41));
+    QCOMPARE(shown, std::vector<qint64>{41}); // first.txt's count was never shown
+
+    // Both counts are cached per data section: going back needs no counting.
+    QVERIFY(doc.setValue("data.path", QStringLiteral("first.txt"), nullptr));
+    QVERIFY(!doc.vocabCounting());
+    QCOMPARE(doc.vocabSize(), qint64(301));
+    QVERIFY(doc.setValue("data.path", QStringLiteral("second.txt"), nullptr));
+    QVERIFY(!doc.vocabCounting());
+    QCOMPARE(doc.vocabSize(), qint64(41));
 }
 
 void TestProjectEditor::saveOpenRoundTrip()
@@ -777,6 +875,7 @@ void TestProjectEditor::saveOpenRoundTrip()
     QSignalSpy dirty(&doc, &ProjectDocument::dirtyChanged);
     doc.setConfig(config, root.filePath("a/project.json"));
     QCOMPARE(QString::fromStdString(doc.config().base_dir), root.filePath("a"));
+    QVERIFY(vocab_settled(doc));
     QVERIFY2(doc.vocabError().isEmpty(), qPrintable(doc.vocabError()));
     const qint64 vocab = doc.vocabSize();
     QCOMPARE(vocab, project_vocab_size(doc.config()));
@@ -805,6 +904,7 @@ void TestProjectEditor::saveOpenRoundTrip()
     QCOMPARE(to_json_text(reopened.config()), to_json_text(doc.config()));
     QCOMPARE(reopened.config().training.steps, int64_t(77));
     QCOMPARE(QString::fromStdString(reopened.config().base_dir), root.filePath("b/nested"));
+    QVERIFY(vocab_settled(reopened));
     QVERIFY(reopened.vocabError().isEmpty());
     QCOMPARE(reopened.vocabSize(), vocab);
     QVERIFY(!reopened.isDirty());

@@ -12,6 +12,7 @@ MemoryEstimateModel::MemoryEstimateModel(ProjectDocument* document, QObject* par
     : QAbstractTableModel(parent), document_(document)
 {
     connect(document_, &ProjectDocument::changed, this, &MemoryEstimateModel::refresh);
+    connect(document_, &ProjectDocument::vocabChanged, this, &MemoryEstimateModel::refresh);
     refresh();
 }
 
@@ -22,10 +23,12 @@ void MemoryEstimateModel::refresh()
     if (valid_) {
         vocabSize_ = document_->vocabSize();
         vocabError_ = document_->vocabError();
+        vocabCounting_ = document_->vocabCounting();
         breakdown_ = estimate_memory(document_->config(), vocabSize_);
     } else {
         vocabSize_ = 0;
         vocabError_.clear();
+        vocabCounting_ = false;
         breakdown_ = {};
     }
     largestBlock_.clear();

@@ -38,6 +38,8 @@ public:
     qint64 vocabSize() const { return vocabSize_; }
     // Why the data could not be loaded for the vocabulary size; empty when it could.
     QString vocabError() const { return vocabError_; }
+    // The vocabulary of the current data is still being counted; vocabSize() is the previous one.
+    bool vocabCounting() const { return vocabCounting_; }
     qint64 bytesAt(int row) const;
 
     // "1.50 MiB": binary units, as GPU memory is sold.
@@ -65,6 +67,7 @@ private:
     qint64 logitsBytes_ = 0;
     qint64 vocabSize_ = 0;
     QString vocabError_;
+    bool vocabCounting_ = false;
 };
 
 } // namespace mantissa

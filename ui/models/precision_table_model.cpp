@@ -62,6 +62,7 @@ PrecisionTableModel::PrecisionTableModel(ProjectDocument* document, QObject* par
 {
     qRegisterMetaType<mantissa::GemmFormats>();
     connect(document_, &ProjectDocument::changed, this, &PrecisionTableModel::refresh);
+    connect(document_, &ProjectDocument::vocabChanged, this, &PrecisionTableModel::refresh); // lm_head's parameters
     refresh();
 }
 

@@ -7,9 +7,12 @@
 #include <QJsonDocument>
 #include <QSaveFile>
 #include <QSettings>
+#include <QThread>
 
 #include <algorithm>
 #include <exception>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "dataset.h"
@@ -18,6 +21,8 @@ namespace mantissa {
 namespace {
 
 const QString kRecentKey = QStringLiteral("recentProjects");
+// Vocabulary counts kept; a handful covers switching back and forth between corpora.
+constexpr qsizetype kVocabCacheEntries = 16;
 
 QSettings app_settings()
 {
@@ -92,6 +97,7 @@ void ProjectDocument::setConfig(const ProjectConfig& config, const QString& path
         config_.base_dir = QFile::encodeName(QFileInfo(path).absolutePath()).toStdString();
     json_ = parse_object(to_json_text(config_));
     hasProject_ = true;
+    updateVocab();
     const bool pathMoved = path_ != path;
     path_ = path;
     setDirty(false);
@@ -147,6 +153,7 @@ bool ProjectDocument::saveAs(const QString& path, QString* error)
     const bool contentMoved = json != json_;
     config_ = moved;
     json_ = parse_object(to_json_text(config_));
+    updateVocab();
     const bool pathMoved = path_ != absolute;
     path_ = absolute;
     setDirty(false);
@@ -193,6 +200,7 @@ bool ProjectDocument::apply(const QJsonObject& json, const QString& key, QString
     }
     config_ = validated;
     json_ = parse_object(to_json_text(config_));
+    updateVocab();
     setDirty(true);
     emit changed();
     return true;
@@ -311,7 +319,7 @@ bool ProjectDocument::setPreset(const QString& preset, QString* error)
     return apply(json, QStringLiteral("precision.preset"), error);
 }
 
-void ProjectDocument::refreshVocab() const
+void ProjectDocument::updateVocab()
 {
     // Everything load_token_splits reads: the data section, the context length it checks the
     // splits against, the seed of the synthetic data, and the folder relative paths start from.
@@ -323,28 +331,60 @@ void ProjectDocument::refreshVocab() const
     const QByteArray key = QJsonDocument(inputs).toJson(QJsonDocument::Compact);
     if (key == vocabKey_) return;
     vocabKey_ = key;
-    vocabError_.clear();
-    try {
-        vocabSize_ = project_vocab_size(config_);
-    } catch (const std::exception& e) {
-        // ConfigError for missing or short data; anything else is still no reason to crash an editor.
-        vocabError_ = QString::fromStdString(e.what());
-        vocabSize_ = config_.data.vocab_size;
+    vocabError_.clear(); // an error was about the previous data
+    if (const auto cached = vocabCache_.constFind(key); cached != vocabCache_.constEnd()) {
+        vocabSize_ = cached.value();
+        vocabCounting_ = false;
+        return;
     }
+    vocabCounting_ = true; // vocabSize_ keeps the previous count meanwhile
+    startVocabCount();
 }
 
-qint64 ProjectDocument::vocabSize() const
+void ProjectDocument::startVocabCount()
 {
-    if (!hasProject_) return 0;
-    refreshVocab();
-    return vocabSize_;
+    // One worker at a time: quick successive edits would otherwise tokenise several corpora
+    // at once on the cores the GUI needs. The running one starts the next when it reports.
+    if (vocabWorkerBusy_) return;
+    vocabWorkerBusy_ = true;
+    struct Result {
+        qint64 size = 0;
+        std::string error;
+    };
+    auto result = std::make_shared<Result>();
+    QThread* worker = QThread::create([config = config_, result] {
+        try {
+            result->size = project_vocab_size(config);
+        } catch (const std::exception& e) {
+            // ConfigError for missing or short data; anything else is still no reason to crash an editor.
+            result->error = e.what();
+        }
+    });
+    // Queued to the GUI thread (the document lives there); dropped if the document is gone.
+    connect(worker, &QThread::finished, this, [this, key = vocabKey_, result] {
+        onVocabCounted(key, result->size, QString::fromStdString(result->error));
+    });
+    connect(worker, &QThread::finished, worker, &QObject::deleteLater);
+    worker->start(QThread::LowPriority);
 }
 
-QString ProjectDocument::vocabError() const
+void ProjectDocument::onVocabCounted(const QByteArray& key, qint64 size, const QString& error)
 {
-    if (!hasProject_) return {};
-    refreshVocab();
-    return vocabError_;
+    vocabWorkerBusy_ = false;
+    // Failures are not cached: the missing file may be there the next time.
+    if (error.isEmpty()) {
+        if (vocabCache_.size() >= kVocabCacheEntries) vocabCache_.clear();
+        vocabCache_.insert(key, size);
+    }
+    if (!vocabCounting_) return;
+    if (key != vocabKey_) {
+        startVocabCount(); // the data changed while this was counted: count the current data
+        return;
+    }
+    vocabCounting_ = false;
+    vocabSize_ = error.isEmpty() ? size : config_.data.vocab_size;
+    vocabError_ = error;
+    emit vocabChanged();
 }
 
 void ProjectDocument::setDirty(bool dirty)

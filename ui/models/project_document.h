@@ -4,6 +4,8 @@
 // to_json_text writes it) next to the validated ProjectConfig, and every edit goes through
 // the engine's own loader, so the editor can never hold a project the trainer would refuse.
 
+#include <QByteArray>
+#include <QHash>
 #include <QJsonObject>
 #include <QObject>
 #include <QString>
@@ -59,12 +61,18 @@ public:
     // Replaces precision.preset and drops every precision.layers entry.
     bool setPreset(const QString& preset, QString* error);
 
-    // The vocabulary the data gives the model. Computing it loads the data, so it is cached
-    // and recomputed only when the data (or what the loader checks against) changes. When
-    // the data cannot be loaded, vocabError() says why and the size falls back to
-    // data.vocab_size (0 unless the data is token files).
-    qint64 vocabSize() const;
-    QString vocabError() const;
+    // The vocabulary the data gives the model, for parameter counts and memory estimates.
+    // Counting it reads and tokenises the whole corpus, so it is done on a worker thread
+    // whenever the data (or what the loader checks it against) changes; these calls never
+    // wait for it. While a count is under way vocabCounting() is true and vocabSize() keeps
+    // the previous value; vocabChanged() is emitted when the count for the current data
+    // arrives. A count for data that is no longer current is never shown. Counts are cached
+    // per data section, so going back to earlier data is immediate. When the data cannot be
+    // loaded, vocabError() says why and the size falls back to data.vocab_size (0 unless the
+    // data is token files).
+    qint64 vocabSize() const { return hasProject_ ? vocabSize_ : 0; }
+    QString vocabError() const { return hasProject_ ? vocabError_ : QString(); }
+    bool vocabCounting() const { return hasProject_ && vocabCounting_; }
 
     // Most recent first, files that no longer exist left out.
     QStringList recentProjects() const;
@@ -75,6 +83,8 @@ signals:
     void validationFailed(const QString& key, const QString& message);
     void dirtyChanged(bool dirty);
     void pathChanged(const QString& path);
+    // The vocabulary count for the current data arrived (vocabSize(), vocabError()).
+    void vocabChanged();
 
 private:
     bool apply(const QJsonObject& json, const QString& key, QString* error);
@@ -83,7 +93,10 @@ private:
     bool writeFile(const QString& path, const ProjectConfig& config, QString* error) const;
     void setDirty(bool dirty);
     void addRecent(const QString& path);
-    void refreshVocab() const;
+    // After every change of config_: shows the cached count or starts counting.
+    void updateVocab();
+    void startVocabCount();
+    void onVocabCounted(const QByteArray& key, qint64 size, const QString& error);
 
     ProjectConfig config_;
     QJsonObject json_;
@@ -91,9 +104,12 @@ private:
     bool hasProject_ = false;
     bool dirty_ = false;
 
-    mutable QByteArray vocabKey_;
-    mutable qint64 vocabSize_ = 0;
-    mutable QString vocabError_;
+    QByteArray vocabKey_; // the data inputs the vocabulary is (being) counted for
+    qint64 vocabSize_ = 0;
+    QString vocabError_;
+    bool vocabCounting_ = false;
+    bool vocabWorkerBusy_ = false;
+    QHash<QByteArray, qint64> vocabCache_; // successful counts by data inputs
 };
 
 } // namespace mantissa

@@ -292,10 +292,11 @@ void ProjectPage::refreshTotals()
         return;
     }
     const MemoryBreakdown& b = memoryModel_->breakdown();
+    const QString vocab = QLocale().toString(memoryModel_->vocabSize());
     totalLabel_->setText(tr("<b>Estimated total: %1</b> — %2 parameters, vocabulary %3, batch %4 × %5 tokens")
                              .arg(MemoryEstimateModel::formatBytes(b.total_bytes()),
                                   QLocale().toString(static_cast<qint64>(b.parameters)),
-                                  QLocale().toString(memoryModel_->vocabSize()),
+                                  memoryModel_->vocabCounting() ? tr("being counted (%1 until then)").arg(vocab) : vocab,
                                   QLocale().toString(static_cast<qint64>(document_->config().training.batch_size)),
                                   QLocale().toString(static_cast<qint64>(document_->config().model.context_length))));
     const QString error = memoryModel_->vocabError();
