@@ -105,12 +105,24 @@ std::string describe_failure(sqlite3* db)
     return describe_failure(sqlite3_extended_errcode(db), sqlite3_system_errno(db), sqlite3_errmsg(db));
 }
 
+// A failed SQLite call, with its result code kept: the connection's own error state is gone
+// once the statements unwind (sqlite3_finalize resets it).
+class SqliteFailure : public StoreError {
+public:
+    explicit SqliteFailure(sqlite3* db)
+        : StoreError("SQL error: " + describe_failure(db)), code(db ? sqlite3_extended_errcode(db) : SQLITE_NOMEM),
+          detail(describe_failure(db))
+    {
+    }
+    int code;
+    std::string detail; // "disk full (...)", "database is locked", ...
+};
+
 class Statement {
 public:
     Statement(sqlite3* db, const char* sql) : db_(db)
     {
-        if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK)
-            throw StoreError(std::string("SQL error: ") + sqlite3_errmsg(db));
+        if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK) throw SqliteFailure(db);
     }
     ~Statement() { sqlite3_finalize(stmt_); }
     Statement(const Statement&) = delete;
@@ -139,7 +151,7 @@ public:
         const int rc = sqlite3_step(stmt_);
         if (rc == SQLITE_ROW) return true;
         if (rc == SQLITE_DONE) return false;
-        throw StoreError("SQL error: " + describe_failure(db_));
+        throw SqliteFailure(db_);
     }
     void reset() { sqlite3_reset(stmt_); sqlite3_clear_bindings(stmt_); }
     int64_t int64(int col) const { return sqlite3_column_int64(stmt_, col); }
@@ -164,12 +176,7 @@ private:
 
 void exec(sqlite3* db, const char* sql)
 {
-    char* error = nullptr;
-    if (sqlite3_exec(db, sql, nullptr, nullptr, &error) != SQLITE_OK) {
-        std::string message = error ? error : "unknown error";
-        sqlite3_free(error);
-        throw StoreError("SQL error: " + message);
-    }
+    if (sqlite3_exec(db, sql, nullptr, nullptr, nullptr) != SQLITE_OK) throw SqliteFailure(db);
 }
 
 int64_t pragma_int(sqlite3* db, const char* sql)
@@ -345,12 +352,11 @@ void RunStore::open_writable()
             exec(db_, "COMMIT");
             schema_ = kSchemaVersion;
         }
-    } catch (const StoreError&) {
-        const int code = sqlite3_extended_errcode(db_);
-        const std::string why = describe_failure(db_);
+    } catch (const SqliteFailure& e) {
         sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-        if ((code & 0xff) == SQLITE_READONLY) throw StoreReadOnlyError("run store '" + path_ + "' is read-only (" + why + ")");
-        throw StoreError("run store '" + path_ + "' cannot be written: " + why);
+        if ((e.code & 0xff) == SQLITE_READONLY)
+            throw StoreReadOnlyError("run store '" + path_ + "' is read-only (" + e.detail + ")");
+        throw StoreError("run store '" + path_ + "' cannot be written: " + e.detail);
     }
 }
 
@@ -363,10 +369,10 @@ bool RunStore::check_contents(bool may_be_empty)
         tables = pragma_int(db_, "SELECT count(*) FROM sqlite_master");
         ours = pragma_int(db_, "SELECT count(*) FROM sqlite_master WHERE type='table' AND "
                                "name IN ('runs', 'scalars', 'events')");
-    } catch (const StoreError&) {
-        if ((sqlite3_extended_errcode(db_) & 0xff) == SQLITE_NOTADB)
-            throw StoreError("'" + path_ + "' is not a SQLite database, so not a Mantissa run store");
-        throw StoreError("run store '" + path_ + "' cannot be read: " + describe_failure(db_));
+    } catch (const SqliteFailure& e) {
+        if ((e.code & 0xff) == SQLITE_NOTADB)
+            throw StoreError("'" + path_ + "' is not a SQLite database: it is not a Mantissa run store");
+        throw StoreError("run store '" + path_ + "' cannot be read: " + e.detail);
     }
     if (app_id != kApplicationId && (tables > 0 || app_id != 0))
         throw StoreError("'" + path_ + "' is a SQLite database of another program, not a Mantissa run store");
@@ -529,8 +535,8 @@ void RunStore::finish_run(int64_t run_id, const std::string& status)
         try {
             Statement s(db_, "UPDATE runs SET status=?, finished_at=strftime('%Y-%m-%dT%H:%M:%SZ','now') WHERE id=?");
             s.bind(1, status).bind(2, run_id).step();
-        } catch (const StoreError&) {
-            failure = describe_failure(db_);
+        } catch (const SqliteFailure& e) {
+            failure = e.detail;
         }
     }
     // Released either way: a later open then sees the run as interrupted, the truth when its
@@ -629,16 +635,22 @@ void RunStore::write_batch(std::vector<PendingRow>& rows)
             }
         }
         exec(db_, "COMMIT");
-    } catch (const std::exception&) {
-        // A failed batch (disk full, a lock held too long) must not take the training run down
-        // with it: its rows are lost, the error is kept for last_write_error() and printed.
-        const std::string message = "run store '" + path_ + "': could not write " + std::to_string(rows.size()) +
-                                    " rows: " + describe_failure(db_);
-        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-        std::fprintf(stderr, "mantissa: %s\n", message.c_str());
-        std::lock_guard queue_lock(queue_mutex_);
-        last_write_error_ = message;
+    } catch (const SqliteFailure& e) {
+        record_write_failure(rows.size(), e.detail);
+    } catch (const std::exception& e) {
+        record_write_failure(rows.size(), e.what());
     }
+}
+
+void RunStore::record_write_failure(size_t rows, const std::string& why)
+{
+    // A failed batch (disk full, a lock held too long) must not take the training run down
+    // with it: its rows are lost, the error is kept for last_write_error() and printed.
+    const std::string message = "run store '" + path_ + "': could not write " + std::to_string(rows) + " rows: " + why;
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    std::fprintf(stderr, "mantissa: %s\n", message.c_str());
+    std::lock_guard queue_lock(queue_mutex_);
+    last_write_error_ = message;
 }
 
 std::vector<RunInfo> RunStore::list_runs()

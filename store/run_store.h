@@ -158,6 +158,7 @@ private:
     };
     void writer_loop();
     void write_batch(std::vector<PendingRow>& rows);
+    void record_write_failure(size_t rows, const std::string& why); // db_mutex_ held
     // add_tags / remove_tags: `sql` binds (run_id, tag) once per tag, in one transaction.
     void write_tags(int64_t run_id, const std::vector<std::string>& tags, const char* sql, bool run_must_exist);
 

@@ -13,6 +13,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <optional>
 
 #include <sqlite3.h>
 
@@ -76,7 +77,17 @@ bool mount_tmpfs(const QString& dir, const char* size)
            ::mount("tmpfs", dir.toStdString().c_str(), "tmpfs", 0, (std::string("size=") + size).c_str()) == 0;
 }
 
-void unmount(const QString& dir) { ::umount2(dir.toStdString().c_str(), MNT_DETACH); }
+// Unmounts `dir` when it goes, so that a failed test leaves no mount behind.
+class MountGuard {
+public:
+    explicit MountGuard(const QString& dir) : dir_(dir) {}
+    ~MountGuard() { ::umount2(dir_.toStdString().c_str(), MNT_DETACH); }
+    MountGuard(const MountGuard&) = delete;
+    MountGuard& operator=(const MountGuard&) = delete;
+
+private:
+    QString dir_;
+};
 
 // Writes zeros to `path` until the file system is full.
 void fill_disk(const QString& path)
@@ -542,6 +553,8 @@ private slots:
         make_two_run_store(path.toStdString());
         const QStringList before = snapshot(dir.path());
         if (!mount_read_only(folder)) QSKIP("cannot bind-mount read-only here (needs CAP_SYS_ADMIN)");
+        std::optional<MountGuard> mounted;
+        mounted.emplace(folder);
         for (const OpenMode mode : {OpenMode::Create, OpenMode::ReadWrite}) {
             const QString error = store_error_of([&] { RunStore store(path.toStdString(), mode); });
             QVERIFY2(error.contains("run store '" + path + "' is read-only (Read-only file system)"), qPrintable(error));
@@ -555,7 +568,7 @@ private slots:
             QCOMPARE(store->list_run_summaries().size(), size_t(2));
             QCOMPARE(store->scalars(store->list_runs()[0].id).size(), size_t(30));
         }
-        unmount(folder);
+        mounted.reset();
         QCOMPARE(snapshot(dir.path()), before);
     }
 
@@ -565,6 +578,7 @@ private slots:
         const QString fs = dir.filePath("small");
         QVERIFY(QDir().mkpath(fs));
         if (!mount_tmpfs(fs, "1m")) QSKIP("cannot mount a tmpfs here (needs CAP_SYS_ADMIN)");
+        const MountGuard mounted(fs);
         const std::string path = (fs + "/runs.sqlite").toStdString();
         make_two_run_store(path);
         fill_disk(fs + "/filler");
@@ -575,7 +589,6 @@ private slots:
         const QString error = store_error_of([&] { RunStore store(path, OpenMode::ReadWrite); });
         QVERIFY2(error.contains("disk full"), qPrintable(error));
         QVERIFY2(!error.contains("not a"), qPrintable(error));
-        unmount(fs);
     }
 
     void writerSurvivesAFullDiskAndFinishRunSaysSo()
@@ -584,6 +597,7 @@ private slots:
         const QString fs = dir.filePath("small");
         QVERIFY(QDir().mkpath(fs));
         if (!mount_tmpfs(fs, "1m")) QSKIP("cannot mount a tmpfs here (needs CAP_SYS_ADMIN)");
+        const MountGuard mounted(fs);
         const std::string path = (fs + "/runs.sqlite").toStdString();
         int64_t id = 0;
         {
@@ -602,7 +616,6 @@ private slots:
         QFile::remove(fs + "/filler");
         RunStore later(path);
         QCOMPARE(later.find_run(std::to_string(id))->status, std::string("interrupted")); // never "running"
-        unmount(fs);
     }
 
     void twoStoresOnOneFileBothWrite()
