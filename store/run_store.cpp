@@ -315,14 +315,23 @@ void RunStore::open_writable()
     }
     // Asked before SQLite, which would otherwise open the file read-only without a word. Root
     // ignores permission bits, not a read-only mount (EROFS).
-    if (state != FileState::Absent && ::access(path_.c_str(), W_OK) != 0)
-        throw StoreReadOnlyError("run store '" + path_ + "' is read-only (" + std::strerror(errno) + ")");
+    const auto denied = [](int e) { return e == EACCES || e == EPERM || e == EROFS; };
+    if (state != FileState::Absent && ::access(path_.c_str(), W_OK) != 0) {
+        const int e = errno;
+        if (denied(e)) throw StoreReadOnlyError("run store '" + path_ + "' is read-only (" + std::strerror(e) + ")");
+        throw StoreError("run store '" + path_ + "' cannot be opened: " + std::strerror(e));
+    }
     const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
-    if (::access(dir.c_str(), W_OK) != 0)
-        throw StoreReadOnlyError("run store '" + path_ + "' is read-only: its folder '" + dir +
-                                 "', where SQLite keeps the write-ahead log, cannot be written (" +
-                                 std::strerror(errno) + ")");
-    const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | (mode_ == OpenMode::Create ? SQLITE_OPEN_CREATE : 0);
+    if (::access(dir.c_str(), W_OK) != 0) {
+        const int e = errno;
+        if (denied(e))
+            throw StoreReadOnlyError("run store '" + path_ + "' is read-only: its folder '" + dir +
+                                     "', where SQLite keeps the write-ahead log, cannot be written (" +
+                                     std::strerror(e) + ")");
+        throw StoreError("run store '" + path_ + "' cannot be created: its folder '" + dir + "': " + std::strerror(e));
+    }
+    const int flags =
+        SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | (mode_ == OpenMode::Create ? SQLITE_OPEN_CREATE : 0);
     if (sqlite3_open_v2(path_.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
         const std::string why = describe_failure(db_);
         sqlite3_close(db_);
@@ -332,12 +341,12 @@ void RunStore::open_writable()
     if (sqlite3_db_readonly(db_, "main") == 1) throw StoreReadOnlyError("run store '" + path_ + "' is read-only");
     sqlite3_busy_timeout(db_, 5000); // another process (a second CLI run) may hold the write lock
     // Everything before the schema is created only reads, so a refused file stays untouched.
-    const bool blank = check_contents(/*may_be_empty=*/mode_ == OpenMode::Create), upgrade = schema_ < kSchemaVersion;
+    const bool blank = check_contents(/*may_be_empty=*/mode_ == OpenMode::Create);
     try {
         exec(db_, "PRAGMA journal_mode=WAL");
         exec(db_, "PRAGMA synchronous=NORMAL"); // WAL + NORMAL: durable across process crashes
         exec(db_, "PRAGMA foreign_keys=ON");
-        if (blank || upgrade) {
+        if (blank || schema_ < kSchemaVersion) {
             exec(db_, "BEGIN IMMEDIATE");
             // Re-read inside the write lock: another process may have created or upgraded it.
             int64_t current = pragma_int(db_, "PRAGMA user_version");
@@ -381,7 +390,8 @@ bool RunStore::check_contents(bool may_be_empty)
                          ": it was written by a newer Mantissa (this one understands up to " +
                          std::to_string(kSchemaVersion) + ")");
     if (tables == 0) {
-        if (!may_be_empty) throw StoreError("'" + path_ + "' is a SQLite database that has no Mantissa tables: no runs stored yet");
+        if (!may_be_empty)
+            throw StoreError("'" + path_ + "' is a SQLite database that has no Mantissa tables: no runs stored yet");
         schema_ = 0;
         return true;
     }

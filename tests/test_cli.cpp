@@ -47,7 +47,7 @@ Result run_cli_mounted(const QString& setup, const QString& dir, const QStringLi
             QString::fromUtf8(p.readAllStandardError())};
 }
 
-const QString kReadOnlyBind = R"(mount --bind "$1" "$1" && mount -o remount,bind,ro "$1")";
+const QString kReadOnlyBind = "mount --bind \"$1\" \"$1\" && mount -o remount,bind,ro \"$1\"";
 
 // Every entry under `dir` with a hash of each file: "nothing changed", byte for byte and
 // entry for entry.
@@ -221,9 +221,11 @@ private slots:
         QCOMPARE(static_cast<qint64>(bytes.size()), static_cast<qint64>(8 + header_length) + data_bytes);
         QVERIFY(header.contains("blocks.0.attn.qkv.weight"));
 
+        // resume needs an existing store, and creates none.
         const auto none = run_cli({"resume", "first", "--db", dir_.filePath("empty.sqlite")});
-        QCOMPARE(none.exit_code, 2);
-        QVERIFY(none.err.contains("no run 'first'"));
+        QCOMPARE(none.exit_code, 3);
+        QVERIFY2(none.err.contains("empty.sqlite' does not exist (no runs stored yet)"), qPrintable(none.err));
+        QVERIFY(!QFile::exists(dir_.filePath("empty.sqlite")));
     }
 
     void sigkillLeavesAResumableInterruptedRun()
@@ -572,7 +574,8 @@ private slots:
         const QStringList before = snapshot(dir.path());
         const auto as_nobody = [](const QStringList& args) {
             QProcess p;
-            p.start("setpriv", QStringList{"--reuid=65534", "--regid=65534", "--clear-groups", MANTISSA_TRAIN_EXE} + args);
+            p.start("setpriv",
+                    QStringList{"--reuid=65534", "--regid=65534", "--clear-groups", MANTISSA_TRAIN_EXE} + args);
             p.waitForFinished(60000);
             return Result{p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1,
                           QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
@@ -584,7 +587,8 @@ private slots:
         QCOMPARE(list.out.split('\n', Qt::SkipEmptyParts).size(), 3);
         const auto rename = as_nobody({"rename", "1", "z", "--db", db});
         QCOMPARE(rename.exit_code, 3);
-        QVERIFY2(rename.err.contains("run store '" + db + "' is read-only (Permission denied)"), qPrintable(rename.err));
+        QVERIFY2(rename.err.contains("run store '" + db + "' is read-only (Permission denied)"),
+                 qPrintable(rename.err));
         QCOMPARE(snapshot(dir.path()), before);
         QFile::setPermissions(folder, QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
     }
@@ -597,8 +601,8 @@ private slots:
         const QString fs = dir.filePath("small");
         QVERIFY(QDir().mkpath(fs));
         const QString db = fs + "/runs.sqlite";
-        const QString full = R"(mount -t tmpfs -o size=1m tmpfs "$1" && cp ")" + source +
-                             R"(" "$1/runs.sqlite" && { dd if=/dev/zero of="$1/fill" bs=4096 2>/dev/null; true; })";
+        const QString full = "mount -t tmpfs -o size=1m tmpfs \"$1\" && cp '" + source +
+                             "' \"$1/runs.sqlite\" && { dd if=/dev/zero of=\"$1/fill\" bs=4096 2>/dev/null; true; }";
         const auto list = run_cli_mounted(full, fs, {"list", "--db", db});
         if (list.exit_code == 97) QSKIP("cannot mount a tmpfs here (unshare -m needs CAP_SYS_ADMIN)");
         QVERIFY2(list.exit_code == 0, qPrintable(list.err));

@@ -557,7 +557,8 @@ private slots:
         mounted.emplace(folder);
         for (const OpenMode mode : {OpenMode::Create, OpenMode::ReadWrite}) {
             const QString error = store_error_of([&] { RunStore store(path.toStdString(), mode); });
-            QVERIFY2(error.contains("run store '" + path + "' is read-only (Read-only file system)"), qPrintable(error));
+            QVERIFY2(error.contains("run store '" + path + "' is read-only (Read-only file system)"),
+                     qPrintable(error));
         }
         try {
             RunStore store(path.toStdString(), OpenMode::ReadWrite);
