@@ -1,15 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// The run store: round trips, batching, CSV export, and refusal of foreign/corrupt files.
+// The run store: round trips, batching, CSV export, refusal of foreign/corrupt files, read-only
+// opens that change nothing, and a full disk.
 
 #include <QtTest>
 
 #include <QCryptographicHash>
-#include <QDirIterator>
 #include <QTemporaryDir>
-
-#include <sched.h>
-#include <sys/mount.h>
-#include <sys/stat.h>
 
 #include <cstdio>
 #include <functional>
@@ -17,10 +13,12 @@
 
 #include <sqlite3.h>
 
+#include "private_mounts.h"
 #include "run_store.h"
 #include "tensorboard_export.h"
 
 using namespace mantissa;
+using namespace mantissa::test;
 
 namespace {
 
@@ -31,21 +29,6 @@ QByteArray file_hash(const QString& path)
     return QCryptographicHash::hash(f.readAll(), QCryptographicHash::Sha256);
 }
 
-// Every file and folder under `dir` (the dir's own entries included), with the hash of each
-// file: what "nothing changed" compares, byte for byte and entry for entry.
-QStringList snapshot(const QString& dir)
-{
-    QStringList out;
-    QDirIterator it(dir, QDir::AllEntries | QDir::Hidden | QDir::System | QDir::NoDotAndDotDot,
-                    QDirIterator::Subdirectories);
-    while (it.hasNext()) {
-        const QString path = it.next();
-        out << path + " " + QString::fromLatin1(file_hash(path).toHex());
-    }
-    out.sort();
-    return out;
-}
-
 void run_sql(const QString& path, const char* sql)
 {
     sqlite3* db = nullptr;
@@ -53,41 +36,6 @@ void run_sql(const QString& path, const char* sql)
     sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
     sqlite3_close(db);
 }
-
-// This process's own mount namespace, so that what the tests mount is private to it and gone
-// when it ends. False where that is not permitted (no CAP_SYS_ADMIN): the caller skips.
-bool own_mount_namespace()
-{
-    static const bool ok =
-        ::unshare(CLONE_NEWNS) == 0 && ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0;
-    return ok;
-}
-
-// `dir` as a read-only mount of itself: writes fail with EROFS, for root too.
-bool mount_read_only(const QString& dir)
-{
-    const std::string d = dir.toStdString();
-    return own_mount_namespace() && ::mount(d.c_str(), d.c_str(), nullptr, MS_BIND, nullptr) == 0 &&
-           ::mount(nullptr, d.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr) == 0;
-}
-
-bool mount_tmpfs(const QString& dir, const char* size)
-{
-    return own_mount_namespace() &&
-           ::mount("tmpfs", dir.toStdString().c_str(), "tmpfs", 0, (std::string("size=") + size).c_str()) == 0;
-}
-
-// Unmounts `dir` when it goes, so that a failed test leaves no mount behind.
-class MountGuard {
-public:
-    explicit MountGuard(const QString& dir) : dir_(dir) {}
-    ~MountGuard() { ::umount2(dir_.toStdString().c_str(), MNT_DETACH); }
-    MountGuard(const MountGuard&) = delete;
-    MountGuard& operator=(const MountGuard&) = delete;
-
-private:
-    QString dir_;
-};
 
 // Writes zeros to `path` until the file system is full.
 void fill_disk(const QString& path)
