@@ -381,6 +381,8 @@ bool RunStore::check_contents(bool may_be_empty)
     } catch (const SqliteFailure& e) {
         if ((e.code & 0xff) == SQLITE_NOTADB)
             throw StoreError("'" + path_ + "' is not a SQLite database: it is not a Mantissa run store");
+        if ((e.code & 0xff) == SQLITE_CORRUPT)
+            throw StoreError("run store '" + path_ + "' is damaged (" + e.detail + ")");
         throw StoreError("run store '" + path_ + "' cannot be read: " + e.detail);
     }
     if (app_id != kApplicationId && (tables > 0 || app_id != 0))
