@@ -21,23 +21,23 @@
 #include <cmath>
 #include <memory>
 
-#include "compare_page.h"
-#include "compare_plot.h"
-#include "layer_diff_plot.h"
-#include "main_window.h"
-#include "private_mounts.h"
+#include "pages/compare_page.h"
+#include "plots/compare_plot.h"
+#include "plots/layer_diff_plot.h"
+#include "window/main_window.h"
 #include "project_config.h"
-#include "project_document.h"
-#include "run_filter_proxy.h"
-#include "run_format.h"
-#include "run_list_model.h"
+#include "models/project_document.h"
+#include "models/run_filter_proxy.h"
+#include "common/run_format.h"
+#include "models/run_list_model.h"
 #include "run_store.h"
-#include "runs_page.h"
-#include "store_connection.h"
-#include "sweep_runner.h"
-#include "table_export.h"
-#include "training_controller.h"
+#include "pages/runs_page.h"
+#include "controller/store_connection.h"
+#include "controller/sweep_runner.h"
+#include "common/table_export.h"
+#include "controller/training_controller.h"
 #include "tiny_project.h"
+#include "private_mounts.h"
 
 using namespace mantissa;
 
