@@ -632,10 +632,14 @@ int main(int argc, char** argv)
 
     CLI11_PARSE(app, argc, argv);
 
-    if (*run_cmd) return cmd_run(project, sets, db_path, name, no_store);
-    if (*sweep_cmd) return cmd_sweep(project, vary, sets, db_path, name);
+    // Reading commands open the store read-only: they never create or change a file, and they
+    // work on read-only files, folders and mounts. Writing commands need an existing store;
+    // only run and sweep create one.
+    const bool reads = *list_cmd || *show_cmd || *export_cmd || *compare_cmd;
     try {
-        RunStore store(db_path);
+        if (*run_cmd) return cmd_run(project, sets, db_path, name, no_store);
+        if (*sweep_cmd) return cmd_sweep(project, vary, sets, db_path, name);
+        RunStore store(db_path, reads ? OpenMode::ReadOnly : OpenMode::ReadWrite);
         if (*resume_cmd) return cmd_resume(store, run, sets, db_path);
         if (*list_cmd) return cmd_list(store);
         if (*rename_cmd) return cmd_rename(store, run, new_name);
@@ -645,7 +649,7 @@ int main(int argc, char** argv)
         if (*tag_cmd) return cmd_tag(store, run, tag_list, false);
         if (*untag_cmd) return cmd_tag(store, run, tag_list, true);
         if (*compare_cmd) return cmd_compare(store, compare_runs, tolerance, relative);
-    } catch (const StoreError& e) {
+    } catch (const StoreError& e) { // also a status that a full disk kept from being recorded
         std::fprintf(stderr, "error: %s\n", e.what());
         return 3;
     }

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -93,12 +95,45 @@ ALTER TABLE events ADD COLUMN fields TEXT NOT NULL DEFAULT '{}';
 
 void fill_legacy_event_fields(sqlite3* db);
 
+// What a failed SQLite call means to the user: "disk full", else SQLite's words with the OS
+// error behind them. Never "not a run store": an I/O problem says nothing about the file.
+std::string describe_failure(int code, int system_errno, const std::string& sqlite_words)
+{
+    const int primary = code & 0xff;
+    // SQLite keeps the errno of its last failed system call, also of harmless ones (a probe for
+    // a journal that is not there): it only explains an I/O-kind result.
+    const bool io = primary == SQLITE_IOERR || primary == SQLITE_FULL || primary == SQLITE_CANTOPEN ||
+                    primary == SQLITE_READONLY || primary == SQLITE_PERM;
+    if (primary == SQLITE_FULL || (io && (system_errno == ENOSPC || system_errno == EDQUOT)))
+        return "disk full (" + (system_errno ? std::string(std::strerror(system_errno)) : sqlite_words) + ")";
+    if (io && system_errno != 0) return sqlite_words + " (" + std::strerror(system_errno) + ")";
+    return sqlite_words;
+}
+
+std::string describe_failure(sqlite3* db)
+{
+    if (!db) return "out of memory";
+    return describe_failure(sqlite3_extended_errcode(db), sqlite3_system_errno(db), sqlite3_errmsg(db));
+}
+
+// A failed SQLite call, with its result code kept: the connection's own error state is gone
+// once the statements unwind (sqlite3_finalize resets it).
+class SqliteFailure : public StoreError {
+public:
+    explicit SqliteFailure(sqlite3* db)
+        : StoreError("SQL error: " + describe_failure(db)), code(db ? sqlite3_extended_errcode(db) : SQLITE_NOMEM),
+          detail(describe_failure(db))
+    {
+    }
+    int code;
+    std::string detail; // "disk full (...)", "database is locked", ...
+};
+
 class Statement {
 public:
     Statement(sqlite3* db, const char* sql) : db_(db)
     {
-        if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK)
-            throw StoreError(std::string("SQL error: ") + sqlite3_errmsg(db));
+        if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK) throw SqliteFailure(db);
     }
     ~Statement() { sqlite3_finalize(stmt_); }
     Statement(const Statement&) = delete;
@@ -127,7 +162,7 @@ public:
         const int rc = sqlite3_step(stmt_);
         if (rc == SQLITE_ROW) return true;
         if (rc == SQLITE_DONE) return false;
-        throw StoreError(std::string("SQL error: ") + sqlite3_errmsg(db_));
+        throw SqliteFailure(db_);
     }
     void reset() { sqlite3_reset(stmt_); sqlite3_clear_bindings(stmt_); }
     int64_t int64(int col) const { return sqlite3_column_int64(stmt_, col); }
@@ -152,12 +187,7 @@ private:
 
 void exec(sqlite3* db, const char* sql)
 {
-    char* error = nullptr;
-    if (sqlite3_exec(db, sql, nullptr, nullptr, &error) != SQLITE_OK) {
-        std::string message = error ? error : "unknown error";
-        sqlite3_free(error);
-        throw StoreError("SQL error: " + message);
-    }
+    if (sqlite3_exec(db, sql, nullptr, nullptr, nullptr) != SQLITE_OK) throw SqliteFailure(db);
 }
 
 int64_t pragma_int(sqlite3* db, const char* sql)
@@ -195,48 +225,150 @@ std::string format_value(double v)
 
 } // namespace
 
-RunStore::RunStore(const std::string& path) : path_(path)
+namespace {
+
+bool is_read_only_failure(int code)
+{
+    return (code & 0xff) == SQLITE_READONLY || (code & 0xff) == SQLITE_CANTOPEN || (code & 0xff) == SQLITE_PERM;
+}
+
+enum class FileState { Absent, Empty, Present };
+
+// What lies at `path` before SQLite looks at it.
+FileState inspect(const std::string& path)
 {
     namespace fs = std::filesystem;
-    const fs::path p(path);
-    if (p.has_parent_path()) {
+    std::error_code ec;
+    const auto st = fs::status(path, ec);
+    if (st.type() == fs::file_type::not_found) return FileState::Absent;
+    if (ec) throw StoreError("run store '" + path + "' cannot be read: " + ec.message());
+    if (fs::is_directory(st)) throw StoreError("run store '" + path + "' is a directory, not a file");
+    const auto bytes = fs::file_size(path, ec);
+    if (ec) throw StoreError("run store '" + path + "' cannot be read: " + ec.message());
+    return bytes == 0 ? FileState::Empty : FileState::Present;
+}
+
+void refuse_absent_or_empty(const std::string& path, FileState state)
+{
+    if (state == FileState::Absent) throw StoreError("run store '" + path + "' does not exist (no runs stored yet)");
+    if (state == FileState::Empty) throw StoreError("'" + path + "' is empty: no runs stored yet");
+}
+
+// A file: URI for `path`; '%', '?' and '#' would end or escape the path part.
+std::string file_uri(const std::string& path, const char* query)
+{
+    std::string uri = "file:";
+    for (const char c : path) {
+        if (c == '%' || c == '?' || c == '#') {
+            char buf[4];
+            std::snprintf(buf, sizeof buf, "%%%02X", static_cast<unsigned char>(c));
+            uri += buf;
+        } else {
+            uri += c;
+        }
+    }
+    return uri + "?" + query;
+}
+
+} // namespace
+
+RunStore::RunStore(const std::string& path, OpenMode mode) : path_(path), mode_(mode)
+{
+    try {
+        if (mode == OpenMode::ReadOnly) {
+            open_read_only();
+            dead_runs_ = dead_running_runs(/*unlink_their_locks=*/false);
+            return;
+        }
+        open_writable();
+        mark_dead_runs_interrupted();
+    } catch (...) {
+        sqlite3_close(db_);
+        db_ = nullptr;
+        throw;
+    }
+    writer_ = std::thread([this] { writer_loop(); });
+}
+
+void RunStore::open_read_only()
+{
+    namespace fs = std::filesystem;
+    refuse_absent_or_empty(path_, inspect(path_));
+    // A WAL-mode store that nobody has open and that was closed cleanly is the file alone: its
+    // WAL is checkpointed and removed. SQLite's plain read-only mode would still create the
+    // -wal and -shm files beside it (and leave them), so such a store is read as immutable,
+    // which creates nothing. With a WAL present (a writer is busy, or died), its frames hold
+    // committed runs that only a WAL-aware open sees: mode=ro, which uses the existing -shm
+    // index (or, for a WAL without one, must create it: reading the runs comes first), and
+    // immutable only where that index cannot be created or written (a read-only folder).
+    std::error_code ec;
+    const bool wal = fs::exists(path_ + "-wal", ec) &&
+                     (fs::file_size(path_ + "-wal", ec) > 0 || fs::exists(path_ + "-shm", ec));
+    for (const bool immutable : {!wal, true}) {
+        const std::string uri = file_uri(path_, immutable ? "mode=ro&immutable=1" : "mode=ro");
+        if (sqlite3_open_v2(uri.c_str(), &db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_FULLMUTEX,
+                            nullptr) != SQLITE_OK) {
+            const std::string why = describe_failure(db_);
+            sqlite3_close(db_);
+            db_ = nullptr;
+            throw StoreError("run store '" + path_ + "' cannot be opened: " + why);
+        }
+        sqlite3_busy_timeout(db_, 5000);
+        const int rc = sqlite3_exec(db_, "SELECT count(*) FROM sqlite_master", nullptr, nullptr, nullptr);
+        if (rc == SQLITE_OK || immutable || !is_read_only_failure(sqlite3_extended_errcode(db_))) break;
+        sqlite3_close(db_);
+        db_ = nullptr;
+    }
+    check_contents(/*may_be_empty=*/false);
+    // Stores of schema 1 and 2 are read, not refused: upgrading needs a write this open must
+    // not do, and an archive on a read-only share would then be unreadable. Their missing
+    // tables (layer_stats, run_tags) read as empty; see the schema_ checks in the readers.
+}
+
+void RunStore::open_writable()
+{
+    namespace fs = std::filesystem;
+    const fs::path p(path_);
+    const FileState state = inspect(path_);
+    if (mode_ == OpenMode::ReadWrite) refuse_absent_or_empty(path_, state);
+    if (state == FileState::Absent && p.has_parent_path()) {
         std::error_code ec;
         fs::create_directories(p.parent_path(), ec);
     }
-    const bool existed = fs::exists(p);
-    if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                        nullptr) != SQLITE_OK) {
-        const std::string message = db_ ? sqlite3_errmsg(db_) : "out of memory";
+    // Asked before SQLite, which would otherwise open the file read-only without a word. Root
+    // ignores permission bits, not a read-only mount (EROFS).
+    const auto denied = [](int e) { return e == EACCES || e == EPERM || e == EROFS; };
+    if (state != FileState::Absent && ::access(path_.c_str(), W_OK) != 0) {
+        const int e = errno;
+        if (denied(e)) throw StoreReadOnlyError("run store '" + path_ + "' is read-only (" + std::strerror(e) + ")");
+        throw StoreError("run store '" + path_ + "' cannot be opened: " + std::strerror(e));
+    }
+    const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
+    if (::access(dir.c_str(), W_OK) != 0) {
+        const int e = errno;
+        if (denied(e))
+            throw StoreReadOnlyError("run store '" + path_ + "' is read-only: its folder '" + dir +
+                                     "', where SQLite keeps the write-ahead log, cannot be written (" +
+                                     std::strerror(e) + ")");
+        throw StoreError("run store '" + path_ + "' cannot be created: its folder '" + dir + "': " + std::strerror(e));
+    }
+    const int flags =
+        SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | (mode_ == OpenMode::Create ? SQLITE_OPEN_CREATE : 0);
+    if (sqlite3_open_v2(path_.c_str(), &db_, flags, nullptr) != SQLITE_OK) {
+        const std::string why = describe_failure(db_);
         sqlite3_close(db_);
         db_ = nullptr;
-        throw StoreError("run store '" + path + "' cannot be opened: " + message);
+        throw StoreError("run store '" + path_ + "' cannot be opened: " + why);
     }
+    if (sqlite3_db_readonly(db_, "main") == 1) throw StoreReadOnlyError("run store '" + path_ + "' is read-only");
     sqlite3_busy_timeout(db_, 5000); // another process (a second CLI run) may hold the write lock
+    // Everything before the schema is created only reads, so a refused file stays untouched.
+    const bool blank = check_contents(/*may_be_empty=*/mode_ == OpenMode::Create);
     try {
-        // Everything before the schema is created only reads, so a foreign file stays untouched.
-        int64_t app_id = 0, version = 0, tables = 0;
-        try {
-            app_id = pragma_int(db_, "PRAGMA application_id");
-            version = pragma_int(db_, "PRAGMA user_version");
-            tables = pragma_int(db_, "SELECT count(*) FROM sqlite_master");
-        } catch (const StoreError& e) {
-            throw StoreError("'" + path + "' is not a Mantissa run store (" + sqlite3_errmsg(db_) + ")");
-        }
-        if (existed && tables > 0 && app_id != kApplicationId)
-            throw StoreError("'" + path + "' is a SQLite database of another program, not a Mantissa run store");
-        if (version > kSchemaVersion)
-            throw StoreError("'" + path + "' has schema version " + std::to_string(version) +
-                             ", newer than this Mantissa understands (" + std::to_string(kSchemaVersion) + ")");
-        if (tables > 0) {
-            // A damaged file is reported, not written to.
-            Statement check(db_, "PRAGMA quick_check");
-            const std::string verdict = check.step() ? check.text(0) : "no answer";
-            if (verdict != "ok") throw StoreError("run store '" + path + "' is damaged (quick_check: " + verdict + ")");
-        }
         exec(db_, "PRAGMA journal_mode=WAL");
         exec(db_, "PRAGMA synchronous=NORMAL"); // WAL + NORMAL: durable across process crashes
         exec(db_, "PRAGMA foreign_keys=ON");
-        if (tables == 0 || version < kSchemaVersion) {
+        if (blank || schema_ < kSchemaVersion) {
             exec(db_, "BEGIN IMMEDIATE");
             // Re-read inside the write lock: another process may have created or upgraded it.
             int64_t current = pragma_int(db_, "PRAGMA user_version");
@@ -253,20 +385,74 @@ RunStore::RunStore(const std::string& path) : path_(path)
             }
             exec(db_, ("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str());
             exec(db_, "COMMIT");
+            schema_ = kSchemaVersion;
         }
-    } catch (...) {
-        sqlite3_close(db_);
-        db_ = nullptr;
-        throw;
+    } catch (const SqliteFailure& e) {
+        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+        if ((e.code & 0xff) == SQLITE_READONLY)
+            throw StoreReadOnlyError("run store '" + path_ + "' is read-only (" + e.detail + ")");
+        throw StoreError("run store '" + path_ + "' cannot be written: " + e.detail);
     }
-    mark_dead_runs_interrupted();
-    writer_ = std::thread([this] { writer_loop(); });
+}
+
+bool RunStore::check_contents(bool may_be_empty)
+{
+    int64_t app_id = 0, version = 0, tables = 0, ours = 0;
+    try {
+        app_id = pragma_int(db_, "PRAGMA application_id");
+        version = pragma_int(db_, "PRAGMA user_version");
+        tables = pragma_int(db_, "SELECT count(*) FROM sqlite_master");
+        ours = pragma_int(db_, "SELECT count(*) FROM sqlite_master WHERE type='table' AND "
+                               "name IN ('runs', 'scalars', 'events')");
+    } catch (const SqliteFailure& e) {
+        if ((e.code & 0xff) == SQLITE_NOTADB)
+            throw StoreError("'" + path_ + "' is not a SQLite database: it is not a Mantissa run store");
+        if ((e.code & 0xff) == SQLITE_CORRUPT)
+            throw StoreError("run store '" + path_ + "' is damaged (" + e.detail + ")");
+        throw StoreError("run store '" + path_ + "' cannot be read: " + e.detail);
+    }
+    if (app_id != kApplicationId && (tables > 0 || app_id != 0))
+        throw StoreError("'" + path_ + "' is a SQLite database of another program, not a Mantissa run store");
+    if (version > kSchemaVersion)
+        throw StoreError("'" + path_ + "' has schema version " + std::to_string(version) +
+                         ": it was written by a newer Mantissa (this one understands up to " +
+                         std::to_string(kSchemaVersion) + ")");
+    if (tables == 0) {
+        if (!may_be_empty)
+            throw StoreError("'" + path_ + "' is a SQLite database that has no Mantissa tables: no runs stored yet");
+        schema_ = 0;
+        return true;
+    }
+    if (ours != 3)
+        throw StoreError("'" + path_ + "' is marked as a Mantissa run store but has no Mantissa tables (runs, scalars, "
+                         "events): it is damaged");
+    // A damaged file is reported, not written to.
+    Statement check(db_, "PRAGMA quick_check");
+    const std::string verdict = check.step() ? check.text(0) : "no answer";
+    if (verdict != "ok") throw StoreError("run store '" + path_ + "' is damaged (quick_check: " + verdict + ")");
+    schema_ = static_cast<int>(std::max<int64_t>(version, 1));
+    return false;
+}
+
+void RunStore::require_writable(const char* what) const
+{
+    if (mode_ == OpenMode::ReadOnly)
+        throw StoreReadOnlyError("run store '" + path_ + "' is read-only (opened for reading): cannot " + what);
+}
+
+std::string RunStore::status_sql() const
+{
+    if (dead_runs_.empty()) return "r.status";
+    std::string ids;
+    for (const int64_t id : dead_runs_) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+    return "(CASE WHEN r.status = 'running' AND r.id IN (" + ids + ") THEN 'interrupted' ELSE r.status END)";
 }
 
 std::string RunStore::lock_path(int64_t run_id) const { return path_ + ".locks/run-" + std::to_string(run_id) + ".lock"; }
 
 void RunStore::claim_run(int64_t run_id)
 {
+    require_writable("claim a run");
     std::filesystem::create_directories(path_ + ".locks");
     const int fd = ::open(lock_path(run_id).c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
     if (fd < 0 || ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -288,25 +474,33 @@ void RunStore::release_claim(int64_t run_id)
     claims_.erase(it);
 }
 
-void RunStore::mark_dead_runs_interrupted()
+std::vector<int64_t> RunStore::dead_running_runs(bool unlink_their_locks)
 {
     // A "running" run whose lock nobody holds lost its process (SIGKILL, crash, reboot): the
-    // kernel released the flock when it died.
-    std::vector<int64_t> running;
+    // kernel released the flock when it died. A shared lock is enough to ask, and needs no
+    // write access to the lock file.
+    std::vector<int64_t> running, dead;
     {
         std::lock_guard lock(db_mutex_);
         Statement s(db_, "SELECT id FROM runs WHERE status='running'");
         while (s.step()) running.push_back(s.int64(0));
     }
     for (const int64_t id : running) {
-        const int fd = ::open(lock_path(id).c_str(), O_RDWR | O_CLOEXEC);
-        bool dead = fd < 0;
+        const int fd = ::open(lock_path(id).c_str(), O_RDONLY | O_CLOEXEC);
+        bool is_dead = fd < 0;
         if (fd >= 0) {
-            dead = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
-            if (dead) ::unlink(lock_path(id).c_str());
+            is_dead = ::flock(fd, LOCK_SH | LOCK_NB) == 0;
+            if (is_dead && unlink_their_locks) ::unlink(lock_path(id).c_str());
             ::close(fd);
         }
-        if (!dead) continue;
+        if (is_dead) dead.push_back(id);
+    }
+    return dead;
+}
+
+void RunStore::mark_dead_runs_interrupted()
+{
+    for (const int64_t id : dead_running_runs(/*unlink_their_locks=*/true)) {
         std::lock_guard lock(db_mutex_);
         Statement s(db_, "UPDATE runs SET status='interrupted' WHERE id=? AND status='running'");
         s.bind(1, id).step();
@@ -315,6 +509,7 @@ void RunStore::mark_dead_runs_interrupted()
 
 void RunStore::rename_run(int64_t run_id, const std::string& name)
 {
+    require_writable("rename a run");
     std::lock_guard lock(db_mutex_);
     Statement s(db_, "UPDATE runs SET name=? WHERE id=?");
     s.bind(1, name).bind(2, run_id).step();
@@ -322,6 +517,7 @@ void RunStore::rename_run(int64_t run_id, const std::string& name)
 
 void RunStore::delete_run(int64_t run_id)
 {
+    require_writable("delete a run");
     flush();
     release_claim(run_id);
     std::lock_guard lock(db_mutex_);
@@ -341,6 +537,12 @@ RunStore::~RunStore()
     sqlite3_close(db_);
 }
 
+std::string RunStore::last_write_error() const
+{
+    std::lock_guard lock(queue_mutex_);
+    return last_write_error_;
+}
+
 int RunStore::schema_version()
 {
     std::lock_guard lock(db_mutex_);
@@ -349,6 +551,7 @@ int RunStore::schema_version()
 
 int64_t RunStore::create_run(const std::string& name, const std::string& project_path, const std::string& config_json)
 {
+    require_writable("create a run");
     int64_t id = 0;
     {
         std::lock_guard lock(db_mutex_);
@@ -362,17 +565,29 @@ int64_t RunStore::create_run(const std::string& name, const std::string& project
 
 void RunStore::finish_run(int64_t run_id, const std::string& status)
 {
+    require_writable("finish a run");
     flush();
+    std::string failure;
     {
         std::lock_guard lock(db_mutex_);
-        Statement s(db_, "UPDATE runs SET status=?, finished_at=strftime('%Y-%m-%dT%H:%M:%SZ','now') WHERE id=?");
-        s.bind(1, status).bind(2, run_id).step();
+        try {
+            Statement s(db_, "UPDATE runs SET status=?, finished_at=strftime('%Y-%m-%dT%H:%M:%SZ','now') WHERE id=?");
+            s.bind(1, status).bind(2, run_id).step();
+        } catch (const SqliteFailure& e) {
+            failure = e.detail;
+        }
     }
+    // Released either way: a later open then sees the run as interrupted, the truth when its
+    // status could not be written.
     release_claim(run_id);
+    if (!failure.empty())
+        throw StoreError("run store '" + path_ + "': cannot record run " + std::to_string(run_id) + " as " + status +
+                         ": " + failure);
 }
 
 void RunStore::append_scalar(int64_t run_id, int64_t step, const std::string& tag, double value)
 {
+    require_writable("record metrics");
     std::lock_guard lock(queue_mutex_);
     queue_.push_back({PendingRow::Kind::Scalar, run_id, step, tag, {}, value, {}});
     ++enqueued_;
@@ -381,6 +596,7 @@ void RunStore::append_scalar(int64_t run_id, int64_t step, const std::string& ta
 
 void RunStore::append_event(int64_t run_id, const RunEvent& event)
 {
+    require_writable("record events");
     // Rendered and serialised here, on the caller's thread: the writer only binds strings.
     PendingRow row{PendingRow::Kind::Event, run_id, event.step, event.tag(), event.message(), 0.0, {}};
     row.fields = event_fields_json(event);
@@ -391,6 +607,7 @@ void RunStore::append_event(int64_t run_id, const RunEvent& event)
 
 void RunStore::append_layer_stats(int64_t run_id, int64_t step, const TensorStats& stats)
 {
+    require_writable("record layer statistics");
     std::lock_guard lock(queue_mutex_);
     queue_.push_back({PendingRow::Kind::LayerStats, run_id, step, {}, {}, 0.0, stats});
     ++enqueued_;
@@ -398,6 +615,7 @@ void RunStore::append_layer_stats(int64_t run_id, int64_t step, const TensorStat
 
 void RunStore::flush()
 {
+    if (mode_ == OpenMode::ReadOnly) return; // nothing is ever queued, and no writer thread runs
     std::unique_lock lock(queue_mutex_);
     const uint64_t target = enqueued_;
     flush_requested_ = true;
@@ -459,24 +677,35 @@ void RunStore::write_batch(std::vector<PendingRow>& rows)
             }
         }
         exec(db_, "COMMIT");
-    } catch (const StoreError&) {
-        // A failed batch must not take the training run down with it; it is reported on stderr.
-        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-        std::fprintf(stderr, "mantissa: run store '%s': could not write %zu rows: %s\n", path_.c_str(), rows.size(),
-                     sqlite3_errmsg(db_));
+    } catch (const SqliteFailure& e) {
+        record_write_failure(rows.size(), e.detail);
+    } catch (const std::exception& e) {
+        record_write_failure(rows.size(), e.what());
     }
+}
+
+void RunStore::record_write_failure(size_t rows, const std::string& why)
+{
+    // A failed batch (disk full, a lock held too long) must not take the training run down
+    // with it: its rows are lost, the error is kept for last_write_error() and printed.
+    const std::string message = "run store '" + path_ + "': could not write " + std::to_string(rows) + " rows: " + why;
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    std::fprintf(stderr, "mantissa: %s\n", message.c_str());
+    std::lock_guard queue_lock(queue_mutex_);
+    last_write_error_ = message;
 }
 
 std::vector<RunInfo> RunStore::list_runs()
 {
     flush();
     std::lock_guard lock(db_mutex_);
-    Statement s(db_, "SELECT r.id, r.name, r.project_path, r.config_json, r.status, r.created_at, "
-                     "coalesce(r.finished_at, ''), "
-                     // Every trained step has a train/loss row; max over that one tag is a
-                     // primary-key seek, where max over all tags scanned every metric row.
-                     "(SELECT coalesce(max(step), 0) FROM scalars WHERE run_id = r.id AND tag = 'train/loss') "
-                     "FROM runs r ORDER BY r.id");
+    const std::string sql = "SELECT r.id, r.name, r.project_path, r.config_json, " + status_sql() +
+                            ", r.created_at, coalesce(r.finished_at, ''), "
+                            // Every trained step has a train/loss row; max over that one tag is a
+                            // primary-key seek, where max over all tags scanned every metric row.
+                            "(SELECT coalesce(max(step), 0) FROM scalars WHERE run_id = r.id AND tag = 'train/loss') "
+                            "FROM runs r ORDER BY r.id";
+    Statement s(db_, sql.c_str());
     std::vector<RunInfo> runs;
     while (s.step())
         runs.push_back({s.int64(0), s.text(1), s.text(2), s.text(3), s.text(4), s.text(5), s.text(6), s.int64(7)});
@@ -530,18 +759,24 @@ std::vector<EventRow> RunStore::events(int64_t run_id)
 {
     flush();
     std::lock_guard lock(db_mutex_);
-    Statement s(db_, "SELECT step, kind, message, created_at, fields FROM events WHERE run_id=? ORDER BY id");
+    // A read-only store older than v4 has no fields column: its events' facts come from their
+    // text, as the upgrade would take them.
+    const bool typed = schema_ >= 4;
+    Statement s(db_, typed ? "SELECT step, kind, message, created_at, fields FROM events WHERE run_id=? ORDER BY id"
+                           : "SELECT step, kind, message, created_at FROM events WHERE run_id=? ORDER BY id");
     s.bind(1, run_id);
     std::vector<EventRow> rows;
     while (s.step())
         rows.push_back({s.int64(0), s.text(1), s.text(2), s.text(3),
-                        event_from_stored(s.int64(0), s.text(1), s.text(4), s.text(2))});
+                        typed ? event_from_stored(s.int64(0), s.text(1), s.text(4), s.text(2))
+                              : legacy_event(s.int64(0), s.text(1), s.text(2))});
     return rows;
 }
 
 std::vector<std::pair<int64_t, TensorStats>> RunStore::layer_stats(int64_t run_id, const std::string& layer)
 {
     flush();
+    if (schema_ < 2) return {}; // a read-only schema-1 store: no layer_stats table yet
     std::lock_guard lock(db_mutex_);
     Statement s(db_, "SELECT step, layer, role, format, count, zeros, infs, nans, underflow, subnormal, overflow, amax, "
                      "scale, quant_mse, quant_snr_db, update_ratio, first_exponent, exponent_counts FROM layer_stats "
@@ -677,10 +912,11 @@ std::vector<RunSummaryRow> RunStore::list_run_summaries(const RunFilter& filter)
         texts.push_back(filter.name_contains);
     }
     if (!filter.status.empty()) {
-        where += " AND r.status = ?";
+        where += " AND " + status_sql() + " = ?";
         texts.push_back(filter.status);
     }
     std::set<std::string> wanted_tags(filter.tags.begin(), filter.tags.end());
+    if (!wanted_tags.empty() && schema_ < 3) return {}; // no run_tags table yet: no run carries a tag
     if (!wanted_tags.empty()) {
         where += " AND (SELECT count(*) FROM run_tags t WHERE t.run_id = r.id AND t.tag IN (";
         size_t i = 0;
@@ -700,7 +936,8 @@ std::vector<RunSummaryRow> RunStore::list_run_summaries(const RunFilter& filter)
     // Every subquery is a lookup or a short range on the scalars primary key (run_id, tag, step):
     // the cost grows with the number of evaluations and telemetry steps, not with all metric rows.
     const std::string main_sql =
-        "SELECT r.id, r.name, r.project_path, r.status, r.created_at, coalesce(r.finished_at, ''), r.config_json, "
+        "SELECT r.id, r.name, r.project_path, " + status_sql() + ", r.created_at, coalesce(r.finished_at, ''), "
+        "r.config_json, "
         "(SELECT step FROM scalars WHERE run_id = r.id AND tag = 'train/loss' ORDER BY step DESC LIMIT 1), "
         "(SELECT value FROM scalars WHERE run_id = r.id AND tag = 'train/loss' ORDER BY step DESC LIMIT 1), "
         "(SELECT step FROM scalars WHERE run_id = r.id AND tag = 'val/loss' ORDER BY step DESC LIMIT 1), "
@@ -770,7 +1007,7 @@ std::vector<RunSummaryRow> RunStore::list_run_summaries(const RunFilter& filter)
         }
         finish();
     }
-    {
+    if (schema_ >= 3) {
         Statement s(db_, "SELECT run_id, tag FROM run_tags ORDER BY run_id, tag");
         while (s.step())
             if (const auto it = index.find(s.int64(0)); it != index.end()) rows[it->second].tags.push_back(s.text(1));
@@ -790,6 +1027,7 @@ void RunStore::remove_tags(int64_t run_id, const std::vector<std::string>& tags)
 
 void RunStore::write_tags(int64_t run_id, const std::vector<std::string>& tags, const char* sql, bool run_must_exist)
 {
+    require_writable("change tags");
     // Every tag is checked before anything is written: one bad tag leaves the store as it was.
     std::vector<std::string> clean;
     for (const auto& t : tags) clean.push_back(trimmed_tag(t));
@@ -815,6 +1053,7 @@ void RunStore::write_tags(int64_t run_id, const std::vector<std::string>& tags, 
 std::vector<std::string> RunStore::tags(int64_t run_id)
 {
     std::lock_guard lock(db_mutex_);
+    if (schema_ < 3) return {};
     Statement s(db_, "SELECT tag FROM run_tags WHERE run_id=? ORDER BY tag");
     s.bind(1, run_id);
     std::vector<std::string> out;
@@ -825,6 +1064,7 @@ std::vector<std::string> RunStore::tags(int64_t run_id)
 std::vector<std::pair<std::string, int64_t>> RunStore::all_tags()
 {
     std::lock_guard lock(db_mutex_);
+    if (schema_ < 3) return {};
     Statement s(db_, "SELECT tag, count(*) FROM run_tags GROUP BY tag ORDER BY tag");
     std::vector<std::pair<std::string, int64_t>> out;
     while (s.step()) out.emplace_back(s.text(0), s.int64(1));

@@ -28,6 +28,13 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+// The store cannot be written (read-only file, directory or mount): it may still be read
+// with OpenMode::ReadOnly. The message names the file and says "is read-only".
+class StoreReadOnlyError : public StoreError {
+public:
+    using StoreError::StoreError;
+};
+
 struct RunInfo {
     int64_t id = 0;
     std::string name;
@@ -62,15 +69,32 @@ struct RunFilter {
     std::string preset;                // exact precision.preset
 };
 
+enum class OpenMode {
+    Create,    // read-write; creates the store in an absent or empty file (run, sweep, the GUI's Start)
+    ReadWrite, // read-write; the store must exist (rename, delete, tag, resume, the GUI's edits)
+    ReadOnly,  // never creates or changes a file (list, show, export, compare)
+};
+
 class RunStore {
 public:
     // 1: runs, scalars, events. 2: + layer_stats. 3: + run_tags. 4: + events.fields (typed
-    // events). Older stores are upgraded in place on open.
+    // events). Older stores are upgraded in place on a writable open; a read-only open reads
+    // them as their tables allow.
     static constexpr int kSchemaVersion = 4;
 
-    // Opens or creates the store. Throws StoreError, leaving the file untouched, when it is
-    // not a SQLite database, belongs to another program, or has a newer schema.
-    explicit RunStore(const std::string& path);
+    // Opens (or, with Create, creates) the store. Throws StoreError, leaving the file
+    // untouched, with a message naming the file and the reason: absent or empty (unless
+    // Create), not a SQLite database, another program's database, no Mantissa tables, a newer
+    // schema, damaged, disk full / I/O error; StoreReadOnlyError when a writable mode meets a
+    // store that cannot be written.
+    // ReadOnly starts no writer thread, migrates nothing, and reports a "running" run whose
+    // process died as "interrupted" without writing that down; every writing method throws
+    // StoreReadOnlyError.
+    explicit RunStore(const std::string& path, OpenMode mode = OpenMode::Create);
+    static std::unique_ptr<RunStore> open_read_only(const std::string& path)
+    {
+        return std::make_unique<RunStore>(path, OpenMode::ReadOnly);
+    }
     ~RunStore(); // flushes queued rows
     RunStore(const RunStore&) = delete;
     RunStore& operator=(const RunStore&) = delete;
@@ -89,6 +113,10 @@ public:
     void append_event(int64_t run_id, const RunEvent& event);
     void append_layer_stats(int64_t run_id, int64_t step, const TensorStats& stats);
     void flush(); // blocks until everything queued so far is committed
+    // Why the writer thread last failed to commit a batch ("" if it never did), e.g. "disk
+    // full". The rows of a failed batch are lost; the run goes on, and finish_run still tries
+    // to record its status (and throws if that fails too).
+    std::string last_write_error() const;
 
     std::vector<RunInfo> list_runs();
     // By numeric id, else the newest run with that name.
@@ -120,6 +148,7 @@ public:
 
     int schema_version();
     const std::string& path() const { return path_; }
+    bool read_only() const { return mode_ == OpenMode::ReadOnly; }
 
 private:
     struct PendingRow {
@@ -132,25 +161,39 @@ private:
     };
     void writer_loop();
     void write_batch(std::vector<PendingRow>& rows);
+    void record_write_failure(size_t rows, const std::string& why); // db_mutex_ held
     // add_tags / remove_tags: `sql` binds (run_id, tag) once per tag, in one transaction.
     void write_tags(int64_t run_id, const std::vector<std::string>& tags, const char* sql, bool run_must_exist);
 
+    void open_writable();
+    void open_read_only();
+    // The refusals common to every mode; sets schema_. True for a SQLite file without tables.
+    bool check_contents(bool may_be_empty);
+    void require_writable(const char* what) const;
+    std::vector<int64_t> dead_running_runs(bool unlink_their_locks);
     void mark_dead_runs_interrupted();
     std::string lock_path(int64_t run_id) const;
     void release_claim(int64_t run_id);
+    // The runs.status column as readers see it: a read-only store reports dead runs as
+    // "interrupted" here instead of writing that down.
+    std::string status_sql() const;
 
     std::string path_;
+    OpenMode mode_ = OpenMode::Create;
+    int schema_ = 0; // as found on disk; below kSchemaVersion only when read-only
+    std::vector<int64_t> dead_runs_; // read-only: "running" runs whose process is gone
     sqlite3* db_ = nullptr;
     std::map<int64_t, int> claims_; // run id -> locked file descriptor
     std::mutex db_mutex_; // one connection, shared by the writer thread and readers
 
-    std::mutex queue_mutex_;
+    mutable std::mutex queue_mutex_;
     std::condition_variable queue_cv_;
     std::condition_variable flushed_cv_;
     std::vector<PendingRow> queue_;
     uint64_t enqueued_ = 0, committed_ = 0;
     bool flush_requested_ = false;
     bool stopping_ = false;
+    std::string last_write_error_; // under queue_mutex_
     std::thread writer_;
 };
 

@@ -6,10 +6,14 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QCryptographicHash>
+#include <QDirIterator>
 #include <QProcess>
 #include <QTemporaryDir>
 
 #include <csignal>
+
+#include <sqlite3.h>
 
 #include "run_store.h"
 
@@ -30,6 +34,55 @@ Result run_cli(const QStringList& args, int timeout_ms = 120000)
     return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
             QString::fromUtf8(p.readAllStandardError())};
 }
+
+// Runs mantissa-train inside its own mount namespace, after `setup` (a sh script that gets
+// `dir` as $1) has mounted something at dir. Exit code 97: the setup was not permitted here.
+Result run_cli_mounted(const QString& setup, const QString& dir, const QStringList& args)
+{
+    QProcess p;
+    p.start("unshare", QStringList{"-m", "sh", "-c", setup + " || exit 97; shift; exec \"$@\"", "sh", dir,
+                                   MANTISSA_TRAIN_EXE} + args);
+    p.waitForFinished(120000);
+    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
+            QString::fromUtf8(p.readAllStandardError())};
+}
+
+const QString kReadOnlyBind = "mount --bind \"$1\" \"$1\" && mount -o remount,bind,ro \"$1\"";
+
+// Every entry under `dir` with a hash of each file: "nothing changed", byte for byte and
+// entry for entry.
+QStringList snapshot(const QString& dir)
+{
+    QStringList out;
+    QDirIterator it(dir, QDir::AllEntries | QDir::Hidden | QDir::System | QDir::NoDotAndDotDot,
+                    QDirIterator::Subdirectories);
+    while (it.hasNext()) {
+        const QString path = it.next();
+        QFile f(path);
+        const QByteArray hash = f.open(QIODevice::ReadOnly)
+                                    ? QCryptographicHash::hash(f.readAll(), QCryptographicHash::Sha256).toHex()
+                                    : QByteArray("-");
+        out << path + " " + QString::fromLatin1(hash);
+    }
+    out.sort();
+    return out;
+}
+
+// Two finished runs with metrics and an event, written through the store API; closed, so the
+// file stands alone.
+void make_store(const QString& path)
+{
+    RunStore store(path.toStdString());
+    for (const char* name : {"a", "b"}) {
+        const auto id = store.create_run(name, "p.json", R"({"training": {"steps": 10}})");
+        for (int64_t step = 1; step <= 10; ++step) store.append_scalar(id, step, "train/loss", 2.0 - 0.01 * step);
+        store.append_event(id, 10, "note", "done");
+        store.finish_run(id, "finished");
+    }
+}
+
+const QList<QStringList> kReadingCommands = {
+    {"list"}, {"show", "1"}, {"export", "1"}, {"compare", "1", "2"}};
 
 const char* kTinyProject = R"({
   "name": "tiny",
@@ -168,9 +221,11 @@ private slots:
         QCOMPARE(static_cast<qint64>(bytes.size()), static_cast<qint64>(8 + header_length) + data_bytes);
         QVERIFY(header.contains("blocks.0.attn.qkv.weight"));
 
+        // resume needs an existing store, and creates none.
         const auto none = run_cli({"resume", "first", "--db", dir_.filePath("empty.sqlite")});
-        QCOMPARE(none.exit_code, 2);
-        QVERIFY(none.err.contains("no run 'first'"));
+        QCOMPARE(none.exit_code, 3);
+        QVERIFY2(none.err.contains("empty.sqlite' does not exist (no runs stored yet)"), qPrintable(none.err));
+        QVERIFY(!QFile::exists(dir_.filePath("empty.sqlite")));
     }
 
     void sigkillLeavesAResumableInterruptedRun()
@@ -425,6 +480,138 @@ private slots:
         const auto missing = run_cli({"tag", "77", "x", "--db", db});
         QCOMPARE(missing.exit_code, 2);
         QVERIFY(missing.err.contains("no run '77'"));
+    }
+
+    void readingCommandsNeverWrite_data()
+    {
+        QTest::addColumn<QByteArray>("content"); // "absent" = no file
+        QTest::addColumn<QByteArray>("header");  // SQLite header + application id when set
+        QTest::addColumn<QString>("message");
+        QTest::newRow("absent") << QByteArray("absent") << QByteArray() << "does not exist (no runs stored yet)";
+        QTest::newRow("empty") << QByteArray() << QByteArray() << "is empty: no runs stored yet";
+        QTest::newRow("app id, no tables") << QByteArray() << QByteArray("PRAGMA application_id=1296125524; VACUUM;")
+                                           << "has no Mantissa tables";
+        QTest::newRow("foreign sqlite") << QByteArray() << QByteArray("CREATE TABLE t(x); INSERT INTO t VALUES(1);")
+                                        << "is a SQLite database of another program";
+        QTest::newRow("text") << QByteArray("garbage, not a database\n").repeated(50) << QByteArray()
+                              << "is not a SQLite database";
+    }
+    void readingCommandsNeverWrite()
+    {
+        QFETCH(QByteArray, content);
+        QFETCH(QByteArray, header);
+        QFETCH(QString, message);
+        QTemporaryDir dir;
+        const QString db = dir.filePath("x.sqlite");
+        if (content != "absent") {
+            QFile f(db);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(content);
+        }
+        if (!header.isEmpty()) {
+            sqlite3* raw = nullptr;
+            QCOMPARE(sqlite3_open(db.toUtf8().constData(), &raw), SQLITE_OK);
+            QCOMPARE(sqlite3_exec(raw, header.constData(), nullptr, nullptr, nullptr), SQLITE_OK);
+            sqlite3_close(raw);
+        }
+        const QStringList before = snapshot(dir.path());
+        for (const auto& command : kReadingCommands) {
+            const auto r = run_cli(command + QStringList{"--db", db});
+            QCOMPARE(r.exit_code, 3);
+            QVERIFY2(r.err.contains("'" + db + "' ") && r.err.contains(message), qPrintable(command[0] + ": " + r.err));
+            QVERIFY2(!r.err.contains("SQL error"), qPrintable(r.err));
+            QCOMPARE(snapshot(dir.path()), before);
+        }
+    }
+
+    void readOnlyStoreIsReadAndWritingCommandsAreRefused()
+    {
+        QTemporaryDir dir;
+        const QString share = dir.filePath("share");
+        QVERIFY(QDir().mkpath(share));
+        const QString db = share + "/runs.sqlite";
+        make_store(db);
+        const QStringList before = snapshot(dir.path());
+        if (run_cli_mounted(kReadOnlyBind, share, {"list", "--db", db}).exit_code == 97)
+            QSKIP("cannot bind-mount read-only here (unshare -m needs CAP_SYS_ADMIN)");
+        const auto list = run_cli_mounted(kReadOnlyBind, share, {"list", "--db", db});
+        QVERIFY2(list.exit_code == 0, qPrintable(list.err));
+        QCOMPARE(list.out.split('\n', Qt::SkipEmptyParts).size(), 3); // header + 2 runs
+        const auto show = run_cli_mounted(kReadOnlyBind, share, {"show", "b", "--db", db});
+        QVERIFY2(show.exit_code == 0 && show.out.contains("status: finished\n") && show.out.contains("note"),
+                 qPrintable(show.err + show.out));
+        const auto csv = run_cli_mounted(kReadOnlyBind, share, {"export", "1", "--db", db});
+        QCOMPARE(csv.exit_code, 0);
+        QCOMPARE(csv.out.count('\n'), 11); // header + 10 steps
+        const auto cmp = run_cli_mounted(kReadOnlyBind, share, {"compare", "1", "2", "--db", db});
+        QVERIFY2(cmp.exit_code == 0 && cmp.out.contains("within tolerance over 10 common steps"), qPrintable(cmp.out));
+
+        const QList<QStringList> writes = {{"rename", "1", "z"}, {"delete", "2"},      {"tag", "1", "t"},
+                                           {"untag", "1", "t"},  {"resume", "1"},      {"run", project_},
+                                           {"sweep", project_, "--vary", "training.seed=1,2"}};
+        for (const auto& command : writes) {
+            const auto r = run_cli_mounted(kReadOnlyBind, share, command + QStringList{"--db", db});
+            QCOMPARE(r.exit_code, 3);
+            QVERIFY2(r.err.contains("run store '" + db + "' is read-only (Read-only file system)"),
+                     qPrintable(command[0] + ": " + r.err));
+        }
+        QCOMPARE(snapshot(dir.path()), before);
+    }
+
+    void unwritableFileIsReadByAnotherUser()
+    {
+        // Permission bits bind a user other than root: the file 0444 in a 0555 folder, read as
+        // nobody. Reading works and leaves nothing behind; writing says read-only.
+        QTemporaryDir dir;
+        QVERIFY(QFile::setPermissions(dir.path(), QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner |
+                                                      QFile::ReadOther | QFile::ExeOther));
+        const QString folder = dir.filePath("ro");
+        QVERIFY(QDir().mkpath(folder));
+        const QString db = folder + "/runs.sqlite";
+        make_store(db);
+        QVERIFY(QFile::setPermissions(db, QFile::ReadOwner | QFile::ReadOther));
+        QVERIFY(QFile::setPermissions(folder, QFile::ReadOwner | QFile::ExeOwner | QFile::ReadOther | QFile::ExeOther));
+        const QStringList before = snapshot(dir.path());
+        const auto as_nobody = [](const QStringList& args) {
+            QProcess p;
+            p.start("setpriv",
+                    QStringList{"--reuid=65534", "--regid=65534", "--clear-groups", MANTISSA_TRAIN_EXE} + args);
+            p.waitForFinished(60000);
+            return Result{p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1,
+                          QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
+        };
+        const auto list = as_nobody({"list", "--db", db});
+        if (list.exit_code == 126 || list.exit_code == 127 || list.exit_code == -1 || list.err.contains("setpriv"))
+            QSKIP("cannot run as another user here (setpriv needs root)");
+        QVERIFY2(list.exit_code == 0, qPrintable(list.err));
+        QCOMPARE(list.out.split('\n', Qt::SkipEmptyParts).size(), 3);
+        const auto rename = as_nobody({"rename", "1", "z", "--db", db});
+        QCOMPARE(rename.exit_code, 3);
+        QVERIFY2(rename.err.contains("run store '" + db + "' is read-only (Permission denied)"),
+                 qPrintable(rename.err));
+        QCOMPARE(snapshot(dir.path()), before);
+        QFile::setPermissions(folder, QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
+    }
+
+    void fullDiskListWorksAndWritesSayDiskFull()
+    {
+        QTemporaryDir dir;
+        const QString source = dir.filePath("runs.sqlite");
+        make_store(source);
+        const QString fs = dir.filePath("small");
+        QVERIFY(QDir().mkpath(fs));
+        const QString db = fs + "/runs.sqlite";
+        const QString full = "mount -t tmpfs -o size=1m tmpfs \"$1\" && cp '" + source +
+                             "' \"$1/runs.sqlite\" && { dd if=/dev/zero of=\"$1/fill\" bs=4096 2>/dev/null; true; }";
+        const auto list = run_cli_mounted(full, fs, {"list", "--db", db});
+        if (list.exit_code == 97) QSKIP("cannot mount a tmpfs here (unshare -m needs CAP_SYS_ADMIN)");
+        QVERIFY2(list.exit_code == 0, qPrintable(list.err));
+        QCOMPARE(list.out.split('\n', Qt::SkipEmptyParts).size(), 3);
+        const auto rename = run_cli_mounted(full, fs, {"rename", "1", "z", "--db", db});
+        QCOMPARE(rename.exit_code, 3);
+        QVERIFY2(rename.err.contains("run store '" + db + "'") && rename.err.contains("disk full"),
+                 qPrintable(rename.err));
+        QVERIFY2(!rename.err.contains("not a"), qPrintable(rename.err));
     }
 
     void ctrlCStopsCleanlyAndKeepsMetrics()

@@ -7,7 +7,9 @@
 
 #include <QAbstractItemModelTester>
 #include <QComboBox>
+#include <QDir>
 #include <QFile>
+#include <QFileInfo>
 #include <QImage>
 #include <QLabel>
 #include <QSignalSpy>
@@ -35,6 +37,7 @@
 #include "common/table_export.h"
 #include "controller/training_controller.h"
 #include "tiny_project.h"
+#include "private_mounts.h"
 
 using namespace mantissa;
 
@@ -468,6 +471,48 @@ private slots:
         QFile f(corruptPath);
         QVERIFY(f.open(QIODevice::ReadOnly));
         QCOMPARE(f.readAll(), QByteArray(4096, 'x'));
+    }
+
+    void readOnlyStoreShowsEverythingAndRefusesEdits()
+    {
+        // An archive on a read-only mount: the pages show every run; edits say read-only.
+        QTemporaryDir dir;
+        const QString share = dir.filePath(QStringLiteral("share"));
+        QVERIFY(QDir().mkpath(share));
+        const QString path = share + QStringLiteral("/runs.sqlite");
+        craft_store(path);
+        const QStringList before = test::snapshot(dir.path());
+        if (!test::mount_read_only(share)) QSKIP("cannot bind-mount read-only here (needs CAP_SYS_ADMIN)");
+        const test::MountGuard mounted(share);
+        StoreConnection connection(path);
+        RunsPage runs(&connection);
+        QVERIFY2(runs.refresh(), qPrintable(runs.lastError()));
+        QVERIFY(connection.readOnly());
+        QCOMPARE(runs.model()->rowCount(), 3);
+        QVERIFY(!runs.renameRun(1, QStringLiteral("renamed")));
+        QVERIFY2(runs.lastError().contains(QStringLiteral("'%1' is read-only").arg(path)), qPrintable(runs.lastError()));
+        QVERIFY(!runs.addTags({1}, {QStringLiteral("t")}));
+        QVERIFY(runs.lastError().contains(QStringLiteral("is read-only")));
+        QVERIFY(!runs.deleteRuns({3}));
+        QVERIFY(runs.lastError().contains(QStringLiteral("is read-only")));
+        ComparePage compare(&connection);
+        QVERIFY(compare.setRuns({1, 2}));
+        QCOMPARE(compare.curvePlot()->curveCount(), 2);
+        QCOMPARE(test::snapshot(dir.path()), before);
+    }
+
+    void emptyStoreFileIsReportedAndNotFilled()
+    {
+        QTemporaryDir dir;
+        const QString path = dir.filePath(QStringLiteral("empty.sqlite"));
+        QVERIFY(QFile(path).open(QIODevice::WriteOnly));
+        StoreConnection connection(path);
+        RunsPage runs(&connection);
+        QVERIFY(!runs.refresh());
+        QVERIFY2(runs.lastError().contains(QStringLiteral("'%1' is empty: no runs stored yet").arg(path)),
+                 qPrintable(runs.lastError()));
+        QCOMPARE(QFileInfo(path).size(), qint64(0));
+        QCOMPARE(QDir(dir.path()).entryList(QDir::AllEntries | QDir::NoDotAndDotDot), QStringList{"empty.sqlite"});
     }
 
     void sweepThroughTheWindow()

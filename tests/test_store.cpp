@@ -1,18 +1,25 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// The run store: round trips, batching, CSV export, and refusal of foreign/corrupt files.
+// The run store: round trips, batching, CSV export, refusal of foreign/corrupt files, read-only
+// opens that change nothing, and a full disk.
 
 #include <QtTest>
 
 #include <QCryptographicHash>
 #include <QTemporaryDir>
 
+#include <cstdio>
+#include <functional>
+#include <optional>
+
 #include <sqlite3.h>
 
 #include "event_helpers.h"
+#include "private_mounts.h"
 #include "run_store.h"
 #include "tensorboard_export.h"
 
 using namespace mantissa;
+using namespace mantissa::test;
 
 namespace {
 
@@ -21,6 +28,49 @@ QByteArray file_hash(const QString& path)
     QFile f(path);
     if (!f.open(QIODevice::ReadOnly)) return {};
     return QCryptographicHash::hash(f.readAll(), QCryptographicHash::Sha256);
+}
+
+void run_sql(const QString& path, const char* sql)
+{
+    sqlite3* db = nullptr;
+    sqlite3_open(path.toStdString().c_str(), &db);
+    sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
+    sqlite3_close(db);
+}
+
+// Writes zeros to `path` until the file system is full.
+void fill_disk(const QString& path)
+{
+    std::FILE* f = std::fopen(path.toStdString().c_str(), "wb");
+    if (!f) return;
+    static const char zeros[4096] = {};
+    while (std::fwrite(zeros, 1, sizeof zeros, f) == sizeof zeros) {
+    }
+    std::fclose(f);
+}
+
+// A store with a finished run "a" (metrics, an event, a tag) and a run "b" whose process died
+// while it was "running". Closed, so the file stands alone (no -wal, no -shm).
+void make_two_run_store(const std::string& path)
+{
+    RunStore store(path);
+    const auto a = store.create_run("a", "p.json", R"({"precision": {"preset": "bf16"}})");
+    for (int64_t step = 1; step <= 30; ++step) store.append_scalar(a, step, "train/loss", 3.0 - 0.01 * step);
+    store.append_event(a, 5, "note", "hello");
+    store.add_tags(a, {"baseline"});
+    store.finish_run(a, "finished");
+    store.create_run("b", "p.json", "{}"); // never finished: its lock goes with this store
+}
+
+template <typename F>
+QString store_error_of(F&& f)
+{
+    try {
+        f();
+    } catch (const StoreError& e) {
+        return QString::fromStdString(e.what());
+    }
+    return "no error";
 }
 
 } // namespace
@@ -227,7 +277,7 @@ private slots:
             RunStore store(path);
             QFAIL("opened a newer schema");
         } catch (const StoreError& e) {
-            QVERIFY2(QString(e.what()).contains("schema version 99"), e.what());
+            QVERIFY2(QString(e.what()).contains("schema version 99: it was written by a newer Mantissa"), e.what());
         }
     }
 
@@ -274,6 +324,248 @@ private slots:
         QCOMPARE(crc32c("", 0), 0u);
         const uint32_t c = crc32c("a", 1);
         QCOMPARE(masked_crc32c("a", 1), ((c >> 15) | (c << 17)) + 0xA282EAD8u);
+    }
+
+    void readOnlyOpenReadsEverythingAndWritesNothing()
+    {
+        QTemporaryDir dir;
+        const QString folder = dir.filePath("archive");
+        QVERIFY(QDir().mkpath(folder));
+        const QString path = folder + "/runs.sqlite";
+        make_two_run_store(path.toStdString());
+        QVERIFY(QFile::setPermissions(path, QFile::ReadOwner | QFile::ReadGroup | QFile::ReadOther));
+        QVERIFY(QFile::setPermissions(folder, QFile::ReadOwner | QFile::ExeOwner | QFile::ReadOther | QFile::ExeOther));
+        const QStringList before = snapshot(dir.path());
+        QVERIFY(!before.join('\n').contains("-wal"));
+        {
+            const auto store = RunStore::open_read_only(path.toStdString());
+            QVERIFY(store->read_only());
+            QCOMPARE(store->schema_version(), RunStore::kSchemaVersion);
+            const auto runs = store->list_runs();
+            QCOMPARE(runs.size(), size_t(2));
+            QCOMPARE(runs[0].status, std::string("finished"));
+            QCOMPARE(runs[0].last_step, int64_t(30));
+            QCOMPARE(runs[1].status, std::string("interrupted")); // reported, not written
+            QCOMPARE(store->scalars(runs[0].id).size(), size_t(30));
+            QCOMPARE(store->events(runs[0].id).size(), size_t(1));
+            QCOMPARE(store->tags(runs[0].id), std::vector<std::string>{"baseline"});
+            RunFilter interrupted;
+            interrupted.status = "interrupted";
+            QCOMPARE(store->list_run_summaries(interrupted).size(), size_t(1));
+            const auto summaries = store->list_run_summaries();
+            QCOMPARE(summaries.size(), size_t(2));
+            QCOMPARE(summaries[0].preset, std::string("bf16"));
+            QCOMPARE(summaries[1].status, std::string("interrupted"));
+
+            const int64_t a = runs[0].id;
+            const std::vector<std::function<void()>> writes = {
+                [&] { store->rename_run(a, "x"); },         [&] { store->delete_run(a); },
+                [&] { store->add_tags(a, {"t"}); },          [&] { store->remove_tags(a, {"baseline"}); },
+                [&] { store->create_run("c", "", "{}"); },   [&] { store->claim_run(a); },
+                [&] { store->finish_run(a, "failed"); },     [&] { store->append_scalar(a, 1, "x", 1.0); },
+                [&] { store->append_event(a, 1, "k", "m"); }, [&] { store->append_layer_stats(a, 1, {}); },
+            };
+            for (const auto& write : writes) {
+                const QString error = store_error_of(write);
+                QVERIFY2(error.contains("run store '" + path + "' is read-only"), qPrintable(error));
+            }
+            QCOMPARE(store->list_runs()[0].name, std::string("a"));
+        }
+        QCOMPARE(snapshot(dir.path()), before); // no -wal, -shm or .locks, not a byte changed
+        sqlite3* raw = nullptr;
+        sqlite3_open_v2(("file:" + path.toStdString() + "?immutable=1").c_str(), &raw,
+                        SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
+        sqlite3_stmt* s = nullptr;
+        sqlite3_prepare_v2(raw, "SELECT status FROM runs WHERE name='b'", -1, &s, nullptr);
+        QCOMPARE(sqlite3_step(s), SQLITE_ROW);
+        QCOMPARE(QString(reinterpret_cast<const char*>(sqlite3_column_text(s, 0))), QString("running"));
+        sqlite3_finalize(s);
+        sqlite3_close(raw);
+        QFile::setPermissions(folder, QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
+    }
+
+    void readOnlyOpenSeesWhatALiveWriterCommitted()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("live.sqlite").toStdString();
+        RunStore writer(path);
+        const auto id = writer.create_run("live", "", "{}");
+        for (int64_t step = 1; step <= 10; ++step) writer.append_scalar(id, step, "train/loss", 1.0);
+        writer.flush(); // in the WAL, not yet in the main file
+        const QStringList before = snapshot(dir.path());
+        QVERIFY(before.join('\n').contains("live.sqlite-wal"));
+        {
+            const auto reader = RunStore::open_read_only(path);
+            QCOMPARE(reader->list_runs().size(), size_t(1));
+            QCOMPARE(reader->list_runs()[0].status, std::string("running")); // its lock is held
+            QCOMPARE(reader->scalars(id).size(), size_t(10));
+        }
+        QCOMPARE(snapshot(dir.path()).size(), before.size()); // the -shm is shared state, not a new file
+    }
+
+    void refusalsNameTheFileAndChangeNothing_data()
+    {
+        QTest::addColumn<QByteArray>("content"); // "absent" = no file at all
+        QTest::addColumn<QString>("sql");        // run on the file first when set
+        QTest::addColumn<QString>("message");
+        QTest::newRow("absent") << QByteArray("absent") << QString() << "does not exist (no runs stored yet)";
+        QTest::newRow("empty") << QByteArray() << QString() << "is empty: no runs stored yet";
+        QTest::newRow("app id, no tables") << QByteArray() << "PRAGMA application_id=1296125524; VACUUM;"
+                                           << "has no Mantissa tables";
+        QTest::newRow("foreign") << QByteArray() << "CREATE TABLE contacts(name TEXT);"
+                                 << "is a SQLite database of another program";
+        QTest::newRow("text") << QByteArray("just some text\n").repeated(100) << QString()
+                              << "is not a SQLite database";
+        QTest::newRow("newer") << QByteArray() << "PRAGMA application_id=1296125524; PRAGMA user_version=9; "
+                                                  "CREATE TABLE runs(id INTEGER PRIMARY KEY);"
+                               << "has schema version 9: it was written by a newer Mantissa";
+    }
+    void refusalsNameTheFileAndChangeNothing()
+    {
+        QFETCH(QByteArray, content);
+        QFETCH(QString, sql);
+        QFETCH(QString, message);
+        QTemporaryDir dir;
+        const QString path = dir.filePath("x.sqlite");
+        if (content != "absent") {
+            QFile f(path);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(content);
+        }
+        if (!sql.isEmpty()) run_sql(path, sql.toUtf8().constData());
+        const QStringList before = snapshot(dir.path());
+        for (const OpenMode mode : {OpenMode::ReadOnly, OpenMode::ReadWrite}) {
+            const QString error = store_error_of([&] { RunStore store(path.toStdString(), mode); });
+            QVERIFY2(error.contains(message), qPrintable(error));
+            QVERIFY2(error.contains("'" + path + "'"), qPrintable(error));
+            QCOMPARE(snapshot(dir.path()), before);
+        }
+    }
+
+    void createModeOnlyFillsAnEmptyOrAbsentFile()
+    {
+        QTemporaryDir dir;
+        const QString empty = dir.filePath("empty.sqlite");
+        QFile(empty).open(QIODevice::WriteOnly);
+        { RunStore store(empty.toStdString()); }
+        QCOMPARE(RunStore::open_read_only(empty.toStdString())->schema_version(), RunStore::kSchemaVersion);
+        // A tableless SQLite file of another program is not ours to fill.
+        const QString other = dir.filePath("other.sqlite");
+        run_sql(other, "PRAGMA application_id=42; VACUUM;");
+        const QByteArray before = file_hash(other);
+        QVERIFY(store_error_of([&] { RunStore store(other.toStdString()); }).contains("another program"));
+        QCOMPARE(file_hash(other), before);
+    }
+
+    void readOnlyOpenReadsOlderSchemasWithoutUpgrading_data()
+    {
+        QTest::addColumn<QString>("fixture");
+        QTest::addColumn<int>("version");
+        QTest::newRow("v1") << "run_store_v1.sql" << 1;
+        QTest::newRow("v2") << "run_store_v2.sql" << 2;
+    }
+    void readOnlyOpenReadsOlderSchemasWithoutUpgrading()
+    {
+        QFETCH(QString, fixture);
+        QFETCH(int, version);
+        QFile sql(QString(MANTISSA_TEST_DATA_DIR) + "/" + fixture);
+        QVERIFY(sql.open(QIODevice::ReadOnly));
+        QTemporaryDir dir;
+        const QString path = dir.filePath("old.sqlite");
+        run_sql(path, sql.readAll().constData());
+        const QStringList before = snapshot(dir.path());
+        {
+            const auto store = RunStore::open_read_only(path.toStdString());
+            QCOMPARE(store->schema_version(), version);
+            const auto runs = store->list_run_summaries();
+            QVERIFY(!runs.empty());
+            QVERIFY(runs[0].tags.empty());
+            QVERIFY(store->tags(runs[0].id).empty());
+            QVERIFY(store->all_tags().empty());
+            RunFilter tagged;
+            tagged.tags = {"x"};
+            QVERIFY(store->list_run_summaries(tagged).empty());
+            if (version == 1) QVERIFY(store->layer_stats(runs[0].id).empty());
+            QCOMPARE(store->list_runs().size(), runs.size());
+        }
+        QCOMPARE(snapshot(dir.path()), before);
+        RunStore upgraded(path.toStdString()); // a writable open upgrades it, as before
+        QCOMPARE(upgraded.schema_version(), RunStore::kSchemaVersion);
+    }
+
+    void readOnlyMountIsReadAndWritingOpensSayReadOnly()
+    {
+        QTemporaryDir dir;
+        const QString folder = dir.filePath("share");
+        QVERIFY(QDir().mkpath(folder));
+        const QString path = folder + "/runs.sqlite";
+        make_two_run_store(path.toStdString());
+        const QStringList before = snapshot(dir.path());
+        if (!mount_read_only(folder)) QSKIP("cannot bind-mount read-only here (needs CAP_SYS_ADMIN)");
+        std::optional<MountGuard> mounted;
+        mounted.emplace(folder);
+        for (const OpenMode mode : {OpenMode::Create, OpenMode::ReadWrite}) {
+            const QString error = store_error_of([&] { RunStore store(path.toStdString(), mode); });
+            QVERIFY2(error.contains("run store '" + path + "' is read-only (Read-only file system)"),
+                     qPrintable(error));
+        }
+        try {
+            RunStore store(path.toStdString(), OpenMode::ReadWrite);
+        } catch (const StoreReadOnlyError&) {
+        } // the type the GUI falls back on
+        {
+            const auto store = RunStore::open_read_only(path.toStdString());
+            QCOMPARE(store->list_run_summaries().size(), size_t(2));
+            QCOMPARE(store->scalars(store->list_runs()[0].id).size(), size_t(30));
+        }
+        mounted.reset();
+        QCOMPARE(snapshot(dir.path()), before);
+    }
+
+    void fullDiskStillReadsAndSaysDiskFull()
+    {
+        QTemporaryDir dir;
+        const QString fs = dir.filePath("small");
+        QVERIFY(QDir().mkpath(fs));
+        if (!mount_tmpfs(fs, "1m")) QSKIP("cannot mount a tmpfs here (needs CAP_SYS_ADMIN)");
+        const MountGuard mounted(fs);
+        const std::string path = (fs + "/runs.sqlite").toStdString();
+        make_two_run_store(path);
+        fill_disk(fs + "/filler");
+        {
+            const auto store = RunStore::open_read_only(path);
+            QCOMPARE(store->list_run_summaries().size(), size_t(2));
+        }
+        const QString error = store_error_of([&] { RunStore store(path, OpenMode::ReadWrite); });
+        QVERIFY2(error.contains("disk full"), qPrintable(error));
+        QVERIFY2(!error.contains("not a"), qPrintable(error));
+    }
+
+    void writerSurvivesAFullDiskAndFinishRunSaysSo()
+    {
+        QTemporaryDir dir;
+        const QString fs = dir.filePath("small");
+        QVERIFY(QDir().mkpath(fs));
+        if (!mount_tmpfs(fs, "1m")) QSKIP("cannot mount a tmpfs here (needs CAP_SYS_ADMIN)");
+        const MountGuard mounted(fs);
+        const std::string path = (fs + "/runs.sqlite").toStdString();
+        int64_t id = 0;
+        {
+            RunStore store(path);
+            id = store.create_run("big", "", "{}");
+            QCOMPARE(store.last_write_error(), std::string());
+            fill_disk(fs + "/filler");
+            for (int64_t step = 1; step <= 20000; ++step) store.append_scalar(id, step, "train/loss", 1.0);
+            store.flush(); // the batch fails; the process goes on
+            QVERIFY2(QString::fromStdString(store.last_write_error()).contains("disk full"),
+                     store.last_write_error().c_str());
+            const QString error = store_error_of([&] { store.finish_run(id, "finished"); });
+            QVERIFY2(error.contains("cannot record run " + QString::number(id) + " as finished: disk full"),
+                     qPrintable(error));
+        }
+        QFile::remove(fs + "/filler");
+        RunStore later(path);
+        QCOMPARE(later.find_run(std::to_string(id))->status, std::string("interrupted")); // never "running"
     }
 
     void twoStoresOnOneFileBothWrite()

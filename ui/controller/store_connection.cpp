@@ -24,7 +24,13 @@ RunStore* StoreConnection::store(QString* error)
         return nullptr;
     }
     try {
-        store_ = std::make_unique<RunStore>(path_.toStdString());
+        try {
+            // Never Create: the Runs and Compare pages must not write a schema into a file.
+            store_ = std::make_unique<RunStore>(path_.toStdString(), OpenMode::ReadWrite);
+        } catch (const StoreReadOnlyError&) {
+            // An archive on a read-only share or file: shown in full; edits say it is read-only.
+            store_ = RunStore::open_read_only(path_.toStdString());
+        }
     } catch (const std::exception& e) {
         if (error) *error = tr("Cannot open the run store: %1").arg(QString::fromStdString(e.what()));
         return nullptr;
@@ -33,5 +39,7 @@ RunStore* StoreConnection::store(QString* error)
 }
 
 void StoreConnection::close() { store_.reset(); }
+
+bool StoreConnection::readOnly() const { return store_ && store_->read_only(); }
 
 } // namespace mantissa

@@ -2,7 +2,8 @@
 #pragma once
 // The window's read/edit connection to the run store, shared by the Runs and Compare pages
 // (the training worker writes through its own). Opened on first use and never created:
-// a store that does not exist yet simply has no runs. runsChanged() tells every page that
+// a store that does not exist yet simply has no runs. A store that cannot be written is
+// opened read-only: everything shows, and edits fail with "is read-only". runsChanged() tells every page that
 // runs were renamed, tagged, deleted or added.
 
 #include <QObject>
@@ -28,6 +29,7 @@ public:
     RunStore* store(QString* error = nullptr);
     // Drops the connection (after an error), so the next store() reopens.
     void close();
+    bool readOnly() const; // the open store is read-only
 
     void notifyChanged() { emit runsChanged(); }
 
