@@ -15,6 +15,7 @@
 
 #include <sqlite3.h>
 
+#include "event_helpers.h"
 #include "run_store.h"
 
 using namespace mantissa;
@@ -76,7 +77,7 @@ void make_store(const QString& path)
     for (const char* name : {"a", "b"}) {
         const auto id = store.create_run(name, "p.json", R"({"training": {"steps": 10}})");
         for (int64_t step = 1; step <= 10; ++step) store.append_scalar(id, step, "train/loss", 2.0 - 0.01 * step);
-        store.append_event(id, 10, "note", "done");
+        store.append_event(id, text_event(10, "note", "done"));
         store.finish_run(id, "finished");
     }
 }

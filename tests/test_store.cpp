@@ -56,7 +56,7 @@ void make_two_run_store(const std::string& path)
     RunStore store(path);
     const auto a = store.create_run("a", "p.json", R"({"precision": {"preset": "bf16"}})");
     for (int64_t step = 1; step <= 30; ++step) store.append_scalar(a, step, "train/loss", 3.0 - 0.01 * step);
-    store.append_event(a, 5, "note", "hello");
+    store.append_event(a, text_event(5, "note", "hello"));
     store.add_tags(a, {"baseline"});
     store.finish_run(a, "finished");
     store.create_run("b", "p.json", "{}"); // never finished: its lock goes with this store
@@ -363,7 +363,7 @@ private slots:
                 [&] { store->add_tags(a, {"t"}); },          [&] { store->remove_tags(a, {"baseline"}); },
                 [&] { store->create_run("c", "", "{}"); },   [&] { store->claim_run(a); },
                 [&] { store->finish_run(a, "failed"); },     [&] { store->append_scalar(a, 1, "x", 1.0); },
-                [&] { store->append_event(a, 1, "k", "m"); }, [&] { store->append_layer_stats(a, 1, {}); },
+                [&] { store->append_event(a, text_event(1, "k", "m")); }, [&] { store->append_layer_stats(a, 1, {}); },
             };
             for (const auto& write : writes) {
                 const QString error = store_error_of(write);
