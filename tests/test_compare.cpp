@@ -354,8 +354,8 @@ private slots:
         sqlite3_close(db);
 
         RunStore store(path);
-        QCOMPARE(store.schema_version(), 3);
-        QCOMPARE(RunStore::kSchemaVersion, 3);
+        QCOMPARE(store.schema_version(), 4);
+        QCOMPARE(RunStore::kSchemaVersion, 4);
         const auto rows = store.list_run_summaries();
         QCOMPARE(rows.size(), size_t(2));
         QCOMPARE(rows[0].name, std::string("v2 fp32"));
@@ -387,10 +387,11 @@ private slots:
         QCOMPARE(sqlite3_exec(db, v1.readAll().constData(), nullptr, nullptr, nullptr), SQLITE_OK);
         sqlite3_close(db);
         RunStore old(path1);
-        QCOMPARE(old.schema_version(), 3);
+        QCOMPARE(old.schema_version(), 4);
         old.add_tags(1, {"old"});
         QCOMPARE(old.list_run_summaries()[0].tags, (std::vector<std::string>{"old"}));
-        QCOMPARE(old.list_run_summaries()[0].recipe, std::string("")); // "{}": no precision section
+        // "{}" read through the project loader: every key at its default.
+        QCOMPARE(old.list_run_summaries()[0].recipe, std::string("fp32"));
     }
 
     // --- sweeps ------------------------------------------------------------------------------
