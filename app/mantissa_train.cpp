@@ -21,6 +21,7 @@
 #include "console_progress.h"
 #include "project_config.h"
 #include "run_compare.h"
+#include "run_session.h"
 #include "run_store.h"
 #include "sweep.h"
 #include "tensorboard_export.h"
@@ -41,112 +42,94 @@ extern "C" void on_sigint(int)
     }
 }
 
-// Trains into an existing run record until done or Ctrl-C, then marks the run.
-int train_into_store(Trainer& trainer, RunStore& store, int64_t run_id, const std::string& db_path)
+// Trains a session's run until done or Ctrl-C; the session marks the run.
+int train_session(RunSession& session, const std::string& db_path)
 {
-    const ProjectConfig& config = trainer.config();
-    if (config.training.checkpoint_dir.empty()) {
-        // Beside the store, one folder per run: what `resume` looks in.
-        const auto base = std::filesystem::absolute(db_path).parent_path();
-        trainer.set_checkpoint_dir((base / "checkpoints" / ("run-" + std::to_string(run_id))).string());
-    }
-    StoreSink store_sink(store, run_id);
+    const ProjectConfig& config = session.config();
     ConsoleProgress console(config.training.steps, config.telemetry.log_interval, isatty(STDOUT_FILENO) != 0, stdout);
-    console.watch_stop_flag(&g_stop_requested, &trainer);
-    FanOutSink sink({&store_sink, &console});
+    console.watch_stop_flag(&g_stop_requested, &session.trainer());
     std::signal(SIGINT, on_sigint);
     std::signal(SIGTERM, on_sigint);
-
-    RunSummary summary;
-    try {
-        summary = trainer.run(sink);
-    } catch (const std::exception& e) {
-        RunEvent failed;
-        failed.step = summary.steps_done;
-        failed.kind = EventKind::RunFailed;
-        failed.text = e.what();
-        store.append_event(run_id, failed);
-        store.finish_run(run_id, "failed");
-        std::fprintf(stderr, "\nerror: training failed: %s\n", e.what());
+    const SessionOutcome outcome = session.run({&console});
+    if (outcome.status == "failed") {
+        std::fprintf(stderr, "\nerror: training failed: %s\n", outcome.error.c_str());
         return 1;
     }
-    store.finish_run(run_id, summary.stopped_early ? "stopped" : "finished");
-    std::printf("%s after %lld steps: train loss %.4f", summary.stopped_early ? "stopped" : "finished",
-                static_cast<long long>(summary.steps_done), summary.final_train_loss);
+    const RunSummary& summary = outcome.summary;
+    std::printf("%s after %lld steps: train loss %.4f", outcome.status.c_str(), static_cast<long long>(summary.steps_done),
+                summary.final_train_loss);
     if (summary.final_val_loss >= 0) std::printf(", val loss %.4f", summary.final_val_loss);
     std::printf("\nmean step time: %.3f ms (%.0f tokens/s)\n", summary.mean_step_time_ms, summary.tokens_per_s);
-    std::printf("saved as run %lld in %s\n", static_cast<long long>(run_id), db_path.c_str());
+    std::printf("saved as run %lld in %s\n", static_cast<long long>(session.run_id()), db_path.c_str());
     return 0;
+}
+
+std::vector<Override> parse_overrides(const std::vector<std::string>& sets)
+{
+    std::vector<Override> overrides;
+    for (const auto& s : sets) overrides.push_back(parse_override(s));
+    return overrides;
 }
 
 int cmd_run(const std::string& project_path, const std::vector<std::string>& sets, const std::string& db_path,
             std::string name, bool no_store)
 {
-    std::unique_ptr<Trainer> trainer;
+    std::unique_ptr<RunSession> session;
     try {
-        std::vector<Override> overrides;
-        for (const auto& s : sets) overrides.push_back(parse_override(s));
-        ProjectConfig config = load_project_file(project_path, overrides);
-        trainer = std::make_unique<Trainer>(std::move(config)); // loads data: may still reject the project
-    } catch (const ConfigError& e) {
+        session = std::make_unique<RunSession>(load_project_file(project_path, parse_overrides(sets)));
+    } catch (const ConfigError& e) { // the data is loaded here: it may still reject the project
         std::fprintf(stderr, "error: %s\n", e.what());
         return 2;
     }
-    if (name.empty()) name = trainer->config().name;
+    if (name.empty()) name = session->config().name;
     if (no_store) {
         // Console only: what the store costs the training step is measured against this.
-        ConsoleProgress console(trainer->config().training.steps, trainer->config().telemetry.log_interval,
+        Trainer& trainer = session->trainer();
+        ConsoleProgress console(trainer.config().training.steps, trainer.config().telemetry.log_interval,
                                 isatty(STDOUT_FILENO) != 0, stdout);
-        console.watch_stop_flag(&g_stop_requested, trainer.get());
+        console.watch_stop_flag(&g_stop_requested, &trainer);
         std::signal(SIGINT, on_sigint);
-        const auto summary = trainer->run(console);
+        const auto summary = trainer.run(console);
         std::printf("mean step time: %.3f ms (%.0f tokens/s)\n", summary.mean_step_time_ms, summary.tokens_per_s);
         return 0;
     }
     std::unique_ptr<RunStore> store;
-    int64_t run_id = 0;
     try {
         store = std::make_unique<RunStore>(db_path);
-        run_id = store->create_run(name, project_path, to_json_text(trainer->config()));
+        session->create_run(*store, name, project_path);
     } catch (const StoreError& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 3;
     }
-    std::printf("run %lld '%s' -> %s\n", static_cast<long long>(run_id), name.c_str(), db_path.c_str());
-    return train_into_store(*trainer, *store, run_id, db_path);
+    std::printf("run %lld '%s' -> %s\n", static_cast<long long>(session->run_id()), name.c_str(), db_path.c_str());
+    return train_session(*session, db_path);
 }
 
-// The newest checkpoint on disk whose step the store has metrics for: a killed process may
-// have written checkpoints (and rotated old ones away) after its last store flush. "" if none.
-std::string newest_checkpoint(RunStore& store, const RunInfo& info)
+// A saved run at its newest good checkpoint, or an exit code: 2 for a bad override, no
+// checkpoint or another run's checkpoint, 3 when every checkpoint is damaged. Damaged ones
+// are shown on stderr and kept in `notices`.
+std::unique_ptr<RunSession> reopen_or_complain(RunStore& store, const RunInfo& info, const std::vector<std::string>& sets,
+                                               std::vector<RunEvent>& notices, int& exit_code)
 {
-    namespace fs = std::filesystem;
-    std::string dir;
-    for (const auto& e : store.events(info.id))
-        if (e.event.kind == EventKind::Checkpoint) dir = fs::path(e.event.path).parent_path().string();
-    std::string checkpoint;
-    for (const auto& f : list_checkpoints(dir))
-        if (std::stoll(fs::path(f).stem().string().substr(5)) <= info.last_step || checkpoint.empty()) checkpoint = f;
-    return checkpoint;
+    try {
+        auto session = RunSession::reopen(store, info, parse_overrides(sets), [&](const RunEvent& e) {
+            std::fprintf(stderr, "warning: %s\n", e.message().c_str());
+            notices.push_back(e);
+        });
+        std::printf("run %lld '%s' at step %lld from %s\n", static_cast<long long>(info.id), info.name.c_str(),
+                    static_cast<long long>(session->trainer().step()), session->loaded_checkpoint().c_str());
+        return session;
+    } catch (const CheckpointUnusable& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        exit_code = 3;
+    } catch (const ConfigError& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        exit_code = 2;
+    }
+    return nullptr;
 }
 
-// A Trainer for a saved run, at its newest checkpoint. Throws ConfigError.
-std::unique_ptr<Trainer> trainer_at_checkpoint(RunStore& store, const RunInfo& info, const std::vector<std::string>& sets)
-{
-    const std::string checkpoint = newest_checkpoint(store, info);
-    if (checkpoint.empty())
-        throw ConfigError("run " + std::to_string(info.id) + " has no checkpoint to resume from");
-    std::vector<Override> overrides;
-    for (const auto& s : sets) overrides.push_back(parse_override(s));
-    const auto base = std::filesystem::absolute(info.project_path).parent_path().string();
-    auto trainer = std::make_unique<Trainer>(load_project_json(info.config_json, base, overrides));
-    trainer->load_checkpoint(checkpoint);
-    std::printf("run %lld '%s' at step %lld from %s\n", static_cast<long long>(info.id), info.name.c_str(),
-                static_cast<long long>(trainer->step()), checkpoint.c_str());
-    return trainer;
-}
-
-// Continues a saved run from its newest checkpoint, appending to the same run record.
+// Continues a saved run from its newest good checkpoint, appending to the same run record.
 int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::string>& sets, const std::string& db_path)
 {
     auto info = store.find_run(run);
@@ -154,20 +137,20 @@ int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::s
         std::fprintf(stderr, "error: no run '%s' in %s\n", run.c_str(), db_path.c_str());
         return 2;
     }
-    std::unique_ptr<Trainer> trainer;
-    try {
-        trainer = trainer_at_checkpoint(store, *info, sets);
-    } catch (const ConfigError& e) {
-        std::fprintf(stderr, "error: %s\n", e.what());
-        return 2;
+    std::vector<RunEvent> notices;
+    int exit_code = 0;
+    auto session = reopen_or_complain(store, *info, sets, notices, exit_code);
+    if (!session) {
+        for (const auto& e : notices) store.append_event(info->id, e);
+        return exit_code;
     }
     try {
-        store.claim_run(info->id);
+        session->claim(notices);
     } catch (const StoreError& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 3;
     }
-    return train_into_store(*trainer, store, info->id, db_path);
+    return train_session(*session, db_path);
 }
 
 std::optional<RunInfo> find_or_complain(RunStore& store, const std::string& run)
@@ -243,12 +226,11 @@ int cmd_export(RunStore& store, const std::string& run, const std::string& forma
             std::fprintf(stderr, "error: --format safetensors needs --out FILE\n");
             return 2;
         }
-        try {
-            trainer_at_checkpoint(store, *info, {})->export_safetensors(out_path);
-        } catch (const ConfigError& e) {
-            std::fprintf(stderr, "error: %s\n", e.what());
-            return 2;
-        }
+        std::vector<RunEvent> notices; // shown, never recorded: exporting only reads the store
+        int exit_code = 0;
+        const auto session = reopen_or_complain(store, *info, {}, notices, exit_code);
+        if (!session) return exit_code;
+        session->trainer().export_safetensors(out_path);
         std::fprintf(stderr, "wrote %s\n", out_path.c_str());
         return 0;
     }
@@ -421,9 +403,9 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
             continue;
         }
         std::printf("\n[%zu/%zu] %s\n", i + 1, plans.size(), plans[i].name.c_str());
-        std::unique_ptr<Trainer> trainer;
+        std::unique_ptr<RunSession> session;
         try {
-            trainer = std::make_unique<Trainer>(plans[i].config); // loads the data: may take a while
+            session = std::make_unique<RunSession>(plans[i].config); // loads the data: may take a while
         } catch (const ConfigError& e) {
             std::fprintf(stderr, "error: %s: %s\n", plans[i].name.c_str(), e.what());
             notes[i] = "rejected";
@@ -435,7 +417,7 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
             continue;
         }
         try {
-            run_ids[i] = store->create_run(plans[i].name, project_path, to_json_text(trainer->config()));
+            run_ids[i] = session->create_run(*store, plans[i].name, project_path);
             store->add_tags(run_ids[i], {tag});
         } catch (const StoreError& e) {
             std::fprintf(stderr, "error: %s\n", e.what());
@@ -443,7 +425,7 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
         }
         std::printf("run %lld '%s' -> %s\n", static_cast<long long>(run_ids[i]), plans[i].name.c_str(),
                     db_path.c_str());
-        if (train_into_store(*trainer, *store, run_ids[i], db_path) != 0) any_failed = true;
+        if (train_session(*session, db_path) != 0) any_failed = true;
     }
 
     std::vector<int64_t> ids;

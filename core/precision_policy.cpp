@@ -116,6 +116,14 @@ LossScalingConfig resolve_loss_scaling(const PrecisionConfig& config, bool any_f
     return c;
 }
 
+bool overrides_use_fp8(const PrecisionConfig& config)
+{
+    const auto fp8 = [](const std::optional<NumberFormat>& f) { return f && format_info(*f).is_fp8; };
+    for (const auto& o : config.layers)
+        if (o.scaling || fp8(o.forward) || fp8(o.dgrad) || fp8(o.wgrad)) return true;
+    return false;
+}
+
 const char* fp8_scaling_name(Fp8Scaling scaling)
 {
     switch (scaling) {

@@ -74,6 +74,10 @@ Fp8Recipe resolve_layer_recipe(const PrecisionConfig& config, const std::string&
 std::vector<std::string> gemm_layer_names(int64_t n_layer);
 LossScalingConfig resolve_loss_scaling(const PrecisionConfig& config, bool any_fp16_gemm);
 
+// True when a precision.layers entry asks for an FP8 format or an FP8 scaling recipe: a recipe
+// is then named with its scaling even under a non-FP8 preset.
+bool overrides_use_fp8(const PrecisionConfig& config);
+
 const char* fp8_scaling_name(Fp8Scaling scaling);
 std::optional<Fp8Scaling> parse_fp8_scaling(const std::string& name);
 

@@ -524,6 +524,15 @@ ProjectConfig load_project_file(const std::string& path, const std::vector<Overr
     }
 }
 
+ProjectConfig load_run_config(const std::string& config_json)
+{
+    try {
+        return load_project_json(config_json, {});
+    } catch (const ConfigError& e) {
+        throw ConfigError(std::string("stored run config: ") + e.what());
+    }
+}
+
 std::string to_json_text(const ProjectConfig& config) { return to_json(config).dump(2); }
 
 std::string resolve_data_path(const ProjectConfig& config, const std::string& path)

@@ -106,6 +106,11 @@ ProjectConfig load_project_file(const std::string& path, const std::vector<Overr
 ProjectConfig load_project_json(const std::string& json_text, const std::string& base_dir,
                                 const std::vector<Override>& overrides = {});
 
+// A run's stored config_json (to_json_text's output) read back. Every reader of a stored config
+// (the run store's recipe column, tokens per step, the Compare page) goes through this one
+// loader, so they agree on defaults and names. Throws ConfigError for text it cannot read.
+ProjectConfig load_run_config(const std::string& config_json);
+
 // The fully resolved project (defaults filled in) as pretty JSON, for the run store.
 std::string to_json_text(const ProjectConfig& config);
 

@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include <nlohmann/json.hpp>
-
 #include "project_config.h"
 
 namespace mantissa {
@@ -82,19 +80,8 @@ std::vector<XYPoint> series_by_seconds(const Series& series, const Series& step_
 
 double tokens_per_step(const std::string& config_json)
 {
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(config_json);
-    } catch (const nlohmann::json::parse_error& e) {
-        throw ConfigError(std::string("run config is not valid JSON: ") + e.what());
-    }
-    const auto number = [&](const char* section, const char* key) {
-        if (!j.is_object() || !j.contains(section) || !j[section].is_object()) return 0.0;
-        const auto& v = j[section].value(key, nlohmann::json());
-        return v.is_number() ? v.get<double>() : 0.0;
-    };
-    const double accum = number("training", "grad_accum");
-    return number("training", "batch_size") * number("model", "context_length") * (accum > 0 ? accum : 1.0);
+    const ProjectConfig config = load_run_config(config_json);
+    return static_cast<double>(config.training.batch_size * config.model.context_length * config.training.grad_accum);
 }
 
 std::vector<AlignedXY> align_on_x(const std::vector<XYPoint>& a, const std::vector<XYPoint>& b)

@@ -45,8 +45,9 @@ std::vector<XYPoint> series_by_tokens(const Series& series, double tokens_per_st
 // x = training seconds after each step: the running sum of step_time_ms (every step of the
 // run, not just the steps `series` has); steps without a time get the time of the last known one.
 std::vector<XYPoint> series_by_seconds(const Series& series, const Series& step_time_ms);
-// Tokens per optimizer step of a resolved config: batch_size * context_length * grad_accum;
-// 0 when the JSON lacks them. Throws ConfigError on text that is not JSON.
+// Tokens per optimizer step of a stored config (load_run_config: missing keys take their
+// defaults): batch_size * context_length * grad_accum. Throws ConfigError on text that is
+// not a readable project.
 double tokens_per_step(const std::string& config_json);
 
 // b linearly interpolated at each x of a, over the range both cover (x ascending in both).

@@ -10,7 +10,7 @@
 namespace mantissa {
 namespace {
 
-constexpr std::array<std::pair<EventKind, std::string_view>, 20> kKindNames{{
+constexpr std::array<std::pair<EventKind, std::string_view>, 21> kKindNames{{
     {EventKind::RunStarted, "run_started"},
     {EventKind::MemoryEstimate, "memory_estimate"},
     {EventKind::ResumedFromCheckpoint, "resumed_from_checkpoint"},
@@ -20,7 +20,8 @@ constexpr std::array<std::pair<EventKind, std::string_view>, 20> kKindNames{{
     {EventKind::Checkpoint, "checkpoint"},
     {EventKind::CheckpointSkipped, "checkpoint_skipped"},
     {EventKind::CheckpointFailed, "checkpoint_failed"},
-    {EventKind::CheckpointRejected, "checkpoint_rejected"},
+    {EventKind::CheckpointDamaged, "checkpoint_damaged"},
+    {EventKind::CheckpointUnrecorded, "checkpoint_unrecorded"},
     {EventKind::LayerBackends, "layer_backends"},
     {EventKind::PrecisionChanged, "precision_changed"},
     {EventKind::LossScaleBackoff, "loss_scale_backoff"},
@@ -124,9 +125,11 @@ std::string RunEvent::message() const
     case EventKind::CheckpointSkipped:
         return text;
     case EventKind::CheckpointFailed:
-        return "checkpoint " + path + " could not be written: " + text;
-    case EventKind::CheckpointRejected:
-        return "checkpoint " + path + " not used: " + text;
+        return "checkpoint '" + path + "' could not be written: " + text;
+    case EventKind::CheckpointDamaged:
+        return "checkpoint '" + path + "' is damaged (" + text + "); skipped";
+    case EventKind::CheckpointUnrecorded:
+        return "checkpoint '" + path + "' has no recorded checksum: " + text;
     case EventKind::LayerBackends: {
         std::string out;
         for (const auto& l : layer_states)

@@ -26,7 +26,8 @@ enum class EventKind {
     Checkpoint,            // path: the checkpoint written
     CheckpointSkipped,     // text: why
     CheckpointFailed,      // path, text: the OS / LibTorch error
-    CheckpointRejected,    // path, text: why a checkpoint was not used on resume
+    CheckpointDamaged,     // path, text: why a checkpoint was skipped on resume (checksum, unreadable)
+    CheckpointUnrecorded,  // path, text: written, but its checksum could not be recorded
     LayerBackends,         // layer_states: each layer's formats, recipe and backend after step 1
     PrecisionChanged,      // layers, pattern, old/new formats, cause, layer_states: the changed layers now
     LossScaleBackoff,      // old_scale, new_scale, layers: the layers with non-finite gradients

@@ -111,6 +111,15 @@ void Trainer::export_safetensors(const std::string& path) const
 }
 
 void Trainer::set_checkpoint_dir(const std::string& dir) { impl_->config.training.checkpoint_dir = dir; }
+void Trainer::set_checkpoint_identity(const std::string& run_uuid, int64_t run_id)
+{
+    impl_->identity.run_uuid = run_uuid;
+    impl_->identity.run_id = run_id;
+}
+void Trainer::set_checkpoint_listener(std::function<void(const CheckpointWrite&)> listener)
+{
+    impl_->checkpoint_listener = std::move(listener);
+}
 
 void Trainer::request_layer_formats(const std::string& layer_pattern, const GemmFormats& formats)
 {

@@ -4,10 +4,12 @@
 // the GUI include it without paying for torch's headers.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "checkpoint_file.h"
 #include "precision_policy.h"
 #include "project_config.h"
 #include "telemetry.h"
@@ -47,7 +49,8 @@ public:
     // (temporary file, then rename). Call between steps: before/after run() or from a sink.
     void save_checkpoint(const std::string& path);
     // Restores a checkpoint of the same project; the next run() continues from its step.
-    // Throws ConfigError naming the file if it is missing, corrupt or of another model.
+    // Throws ConfigError naming the file if it is missing or corrupt, CheckpointMismatch
+    // (before changing anything) if it is of another run (set_checkpoint_identity) or model.
     void load_checkpoint(const std::string& path);
     int64_t step() const; // optimizer steps done
     // The FP32 master weights as safetensors (names as in named_parameters: wte, wpe,
@@ -55,6 +58,19 @@ public:
     void export_safetensors(const std::string& path) const;
     // Where periodic and final checkpoints go (overrides training.checkpoint_dir); call before run().
     void set_checkpoint_dir(const std::string& dir);
+    // The run whose checkpoints these are: written into every checkpoint (with the model
+    // shape), and checked by load_checkpoint. Call before run() / load_checkpoint().
+    void set_checkpoint_identity(const std::string& run_uuid, int64_t run_id);
+    // One periodic or final checkpoint write: the file, or `error` when it could not be
+    // written (the run goes on, the temporary file is removed, a checkpoint_failed event says so).
+    struct CheckpointWrite {
+        int64_t step = 0;
+        std::string path;
+        std::string error; // empty: written
+    };
+    // Called on the training thread after each write, before old checkpoints are rotated
+    // away; must not throw. Call before run().
+    void set_checkpoint_listener(std::function<void(const CheckpointWrite&)> listener);
 
     // Switches every layer matching the glob to `formats` between two steps. Throws
     // ConfigError at once if the pattern matches no layer.
@@ -76,10 +92,6 @@ private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };
-
-// The checkpoints a run wrote into `dir` (step-00000100.pt, ...), oldest first; empty if the
-// folder does not exist.
-std::vector<std::string> list_checkpoints(const std::string& dir);
 
 // nanoGPT's schedule: linear warmup, cosine decay to min_learning_rate at decay_steps.
 // `step_index` is 0-based.

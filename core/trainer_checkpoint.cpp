@@ -8,24 +8,12 @@
 
 namespace mantissa {
 
-std::vector<std::string> list_checkpoints(const std::string& dir)
-{
-    namespace fs = std::filesystem;
-    std::vector<std::string> files;
-    std::error_code ec;
-    if (dir.empty() || !fs::is_directory(dir, ec)) return files;
-    for (const auto& entry : fs::directory_iterator(dir))
-        if (entry.path().filename().string().rfind("step-", 0) == 0 && entry.path().extension() == ".pt")
-            files.push_back(entry.path().string());
-    std::sort(files.begin(), files.end()); // zero-padded step numbers sort by name
-    return files;
-}
-
 void Trainer::Impl::save_checkpoint(const std::string& path)
 {
     namespace fs = std::filesystem;
     torch::serialize::OutputArchive archive;
     archive.write("format_version", torch::tensor(int64_t(1)));
+    archive.write("identity", c10::IValue(identity_text(current_identity())));
     archive.write("step", torch::tensor(step));
     for (const auto& item : model->named_parameters()) archive.write("model/" + item.key(), item.value());
     optimizer->save(archive);
@@ -39,8 +27,36 @@ void Trainer::Impl::save_checkpoint(const std::string& path)
     const fs::path target(path);
     if (target.has_parent_path()) fs::create_directories(target.parent_path());
     const fs::path temporary = target.string() + ".tmp";
-    archive.save_to(temporary.string());
-    fs::rename(temporary, target); // atomic on POSIX: a crash leaves the old file or the new one
+    try {
+        archive.save_to(temporary.string());
+        fs::rename(temporary, target); // atomic on POSIX: a crash leaves the old file or the new one
+    } catch (...) {
+        std::error_code ignored; // a full disk must not leave a half-written file behind
+        fs::remove(temporary, ignored);
+        throw;
+    }
+}
+
+CheckpointIdentity Trainer::Impl::current_identity() const
+{
+    CheckpointIdentity id = identity;
+    id.model_shape = model_shape_text(config.model, static_cast<int64_t>(data.vocabulary.size()));
+    return id;
+}
+
+void Trainer::Impl::check_identity(const std::string& path, const CheckpointIdentity& theirs) const
+{
+    const CheckpointIdentity mine = current_identity();
+    if (!theirs.run_uuid.empty() && !mine.run_uuid.empty() && theirs.run_uuid != mine.run_uuid)
+        throw CheckpointMismatch("checkpoint '" + path + "' belongs to " + describe_identity(theirs) + ", not to " +
+                                 describe_identity(mine));
+}
+
+std::string Trainer::Impl::whose_model(const CheckpointIdentity& theirs) const
+{
+    if (theirs.model_shape.empty()) return {};
+    return "; it holds the model of " + describe_identity(theirs) + ": " + theirs.model_shape + ", this one is " +
+           current_identity().model_shape;
 }
 
 void Trainer::Impl::load_checkpoint(const std::string& path)
@@ -56,13 +72,20 @@ void Trainer::Impl::load_checkpoint(const std::string& path)
         archive.load_from(path);
         if (get("format_version").item<int64_t>() != 1)
             throw ConfigError("checkpoint '" + path + "' has an unknown format version");
+        c10::IValue stored;
+        CheckpointIdentity theirs; // empty in checkpoints written before identities
+        if (archive.try_read("identity", stored) && stored.isString()) theirs = parse_identity_text(stored.toStringRef());
+        check_identity(path, theirs);
+        // Every shape is checked before the first tensor is copied: a refused checkpoint
+        // leaves this trainer as it was.
+        for (auto& item : model->named_parameters())
+            if (!get("model/" + item.key()).sizes().equals(item.value().sizes()))
+                throw CheckpointMismatch("checkpoint '" + path + "' does not fit this model (" + item.key() + ")" +
+                                         whose_model(theirs));
+        if (!theirs.model_shape.empty() && theirs.model_shape != current_identity().model_shape)
+            throw CheckpointMismatch("checkpoint '" + path + "' does not fit this model" + whose_model(theirs));
         torch::NoGradGuard no_grad;
-        for (auto& item : model->named_parameters()) {
-            const auto t = get("model/" + item.key());
-            if (!t.sizes().equals(item.value().sizes()))
-                throw ConfigError("checkpoint '" + path + "' does not fit this model (" + item.key() + ")");
-            item.value().copy_(t);
-        }
+        for (auto& item : model->named_parameters()) item.value().copy_(get("model/" + item.key()));
         optimizer->load(archive);
         const auto sc = get("scaler");
         scaler.restore({sc[0].item<double>(), static_cast<int64_t>(sc[1].item<double>()),
@@ -86,13 +109,26 @@ std::string Trainer::Impl::write_periodic_checkpoint(TelemetrySink& sink)
     namespace fs = std::filesystem;
     const auto& dir = config.training.checkpoint_dir;
     if (dir.empty()) return {};
-    char name[32];
-    std::snprintf(name, sizeof name, "step-%08lld.pt", static_cast<long long>(step));
-    const std::string path = (fs::path(dir) / name).string();
-    save_checkpoint(path);
+    const std::string path = (fs::path(dir) / checkpoint_file_name(step)).string();
+    try {
+        save_checkpoint(path);
+    } catch (const std::exception& error) {
+        const std::string what = error.what();
+        RunEvent failed;
+        failed.step = step;
+        failed.kind = EventKind::CheckpointFailed;
+        failed.path = path;
+        failed.text = what.substr(0, what.find('\n'));
+        sink.on_event(failed);
+        if (checkpoint_listener) checkpoint_listener({step, path, failed.text});
+        return {};
+    }
+    // Told before rotation, so the listener (the run store) records the file while it exists.
+    if (checkpoint_listener) checkpoint_listener({step, path, {}});
     auto existing = list_checkpoints(dir);
+    std::error_code ignored;
     for (size_t i = 0; i + static_cast<size_t>(config.training.checkpoint_keep) < existing.size(); ++i)
-        fs::remove(existing[i]);
+        fs::remove(existing[i], ignored);
     RunEvent e;
     e.step = step;
     e.kind = EventKind::Checkpoint;

@@ -11,6 +11,7 @@
 //   batch_sampler.cpp       random training windows
 // Internal: includes LibTorch, so only the engine's own sources include it.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 
 #include "adamw.h"
 #include "batch_sampler.h"
+#include "checkpoint_file.h"
 #include "command_queue.h"
 #include "dataset.h"
 #include "gpt_model.h"
@@ -53,6 +55,8 @@ struct Trainer::Impl {
     Watchers watchers;
     std::vector<std::string> layer_order; // GEMM layers in forward order, for attribution
     CommandQueue commands;
+    CheckpointIdentity identity; // written into every checkpoint; run_uuid empty = no run attached
+    std::function<void(const Trainer::CheckpointWrite&)> checkpoint_listener;
     torch::Device device{torch::kCPU};
     int threads = 1;
     LayerGradients gradients;
@@ -68,8 +72,14 @@ struct Trainer::Impl {
     // trainer_checkpoint.cpp
     void save_checkpoint(const std::string& path);
     void load_checkpoint(const std::string& path);
-    // step-00000100.pt in training.checkpoint_dir, keeping the newest checkpoint_keep.
+    // step-00000100.pt in training.checkpoint_dir, keeping the newest checkpoint_keep. A failed
+    // write (full disk, folder gone) is a warning event: training goes on without it.
     std::string write_periodic_checkpoint(TelemetrySink& sink);
+    CheckpointIdentity current_identity() const;
+    // Refuses a checkpoint that names another run, before anything is loaded.
+    void check_identity(const std::string& path, const CheckpointIdentity& theirs) const;
+    // "; it holds the model of run 3 (uuid ...): n_layer=..., this one is n_layer=..." when known.
+    std::string whose_model(const CheckpointIdentity& theirs) const;
 
     // trainer_evaluation.cpp
     double estimate_loss(const std::vector<uint16_t>& split);

@@ -20,8 +20,9 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
 #include <sqlite3.h>
+
+#include "project_config.h"
 
 namespace mantissa {
 namespace {
@@ -86,11 +87,27 @@ CREATE TABLE run_tags(
 CREATE INDEX run_tags_by_tag ON run_tags(tag, run_id);
 )sql";
 
-// Version 3 -> 4: typed events. `fields` holds the event's facts as JSON (run_event.h);
-// `message` keeps the rendered text for people and CSV. Rows of older versions get their
-// fields from legacy_events.cpp during the upgrade.
+// Version 3 -> 4:
+// - typed events: `fields` holds the event's facts as JSON (run_event.h); `message` keeps the
+//   rendered text for people and CSV. Rows of older versions get their fields from
+//   legacy_events.cpp during the upgrade.
+// - every run gets an identity (written into its checkpoints), and each checkpoint file's
+//   checksum is recorded when it is written, to be verified before loading.
 const char* kMigrateV3toV4 = R"sql(
 ALTER TABLE events ADD COLUMN fields TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE runs ADD COLUMN uuid TEXT;
+UPDATE runs SET uuid = lower(hex(randomblob(16))) WHERE uuid IS NULL;
+-- 1: the run's checkpoints may still be in checkpoints/run-<id> beside the store (the old rule).
+ALTER TABLE runs ADD COLUMN legacy_checkpoints INTEGER NOT NULL DEFAULT 0;
+UPDATE runs SET legacy_checkpoints = 1;
+CREATE TABLE checkpoints(
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  path TEXT NOT NULL,
+  checksum TEXT NOT NULL,
+  bytes INTEGER NOT NULL,
+  PRIMARY KEY(run_id, step)
+) WITHOUT ROWID;
 )sql";
 
 void fill_legacy_event_fields(sqlite3* db);
@@ -448,6 +465,37 @@ std::string RunStore::status_sql() const
     return "(CASE WHEN r.status = 'running' AND r.id IN (" + ids + ") THEN 'interrupted' ELSE r.status END)";
 }
 
+std::string RunStore::checkpoint_dir(int64_t run_id) const
+{
+    return std::filesystem::absolute(path_ + ".checkpoints").lexically_normal().string() + "/run-" +
+           std::to_string(run_id);
+}
+
+std::string RunStore::legacy_checkpoint_dir(int64_t run_id) const
+{
+    const auto base = std::filesystem::absolute(path_).parent_path();
+    return (base / "checkpoints" / ("run-" + std::to_string(run_id))).string();
+}
+
+void RunStore::record_checkpoint(const CheckpointRow& row)
+{
+    require_writable("record a checkpoint");
+    std::lock_guard lock(db_mutex_);
+    Statement s(db_, "INSERT OR REPLACE INTO checkpoints(run_id, step, path, checksum, bytes) VALUES(?, ?, ?, ?, ?)");
+    s.bind(1, row.run_id).bind(2, row.step).bind(3, row.path).bind(4, row.checksum).bind(5, row.bytes).step();
+}
+
+std::vector<CheckpointRow> RunStore::checkpoints(int64_t run_id)
+{
+    if (schema_ < 4) return {}; // a read-only store older than v4: no checksums were recorded
+    std::lock_guard lock(db_mutex_);
+    Statement s(db_, "SELECT run_id, step, path, checksum, bytes FROM checkpoints WHERE run_id=? ORDER BY step");
+    s.bind(1, run_id);
+    std::vector<CheckpointRow> rows;
+    while (s.step()) rows.push_back({s.int64(0), s.int64(1), s.text(2), s.text(3), s.int64(4)});
+    return rows;
+}
+
 std::string RunStore::lock_path(int64_t run_id) const { return path_ + ".locks/run-" + std::to_string(run_id) + ".lock"; }
 
 void RunStore::claim_run(int64_t run_id)
@@ -555,7 +603,8 @@ int64_t RunStore::create_run(const std::string& name, const std::string& project
     int64_t id = 0;
     {
         std::lock_guard lock(db_mutex_);
-        Statement s(db_, "INSERT INTO runs(name, project_path, config_json, status) VALUES(?, ?, ?, 'running')");
+        Statement s(db_, "INSERT INTO runs(name, project_path, config_json, status, uuid) "
+                         "VALUES(?, ?, ?, 'running', lower(hex(randomblob(16))))");
         s.bind(1, name).bind(2, project_path).bind(3, config_json).step();
         id = sqlite3_last_insert_rowid(db_);
     }
@@ -699,16 +748,20 @@ std::vector<RunInfo> RunStore::list_runs()
 {
     flush();
     std::lock_guard lock(db_mutex_);
+    // A read-only store older than v4 has no identities: its runs read with an empty uuid and
+    // their checkpoints where the old rule put them.
+    const std::string identity = schema_ >= 4 ? "coalesce(r.uuid, ''), r.legacy_checkpoints" : "'', 1";
     const std::string sql = "SELECT r.id, r.name, r.project_path, r.config_json, " + status_sql() +
                             ", r.created_at, coalesce(r.finished_at, ''), "
                             // Every trained step has a train/loss row; max over that one tag is a
                             // primary-key seek, where max over all tags scanned every metric row.
-                            "(SELECT coalesce(max(step), 0) FROM scalars WHERE run_id = r.id AND tag = 'train/loss') "
-                            "FROM runs r ORDER BY r.id";
+                            "(SELECT coalesce(max(step), 0) FROM scalars WHERE run_id = r.id AND tag = 'train/loss'), " +
+                            identity + " FROM runs r ORDER BY r.id";
     Statement s(db_, sql.c_str());
     std::vector<RunInfo> runs;
     while (s.step())
-        runs.push_back({s.int64(0), s.text(1), s.text(2), s.text(3), s.text(4), s.text(5), s.text(6), s.int64(7)});
+        runs.push_back({s.int64(0), s.text(1), s.text(2), s.text(3), s.text(4), s.text(5), s.text(6), s.int64(7),
+                        s.text(8), s.int64(9) != 0});
     return runs;
 }
 
@@ -862,29 +915,20 @@ Series RunStore::series(int64_t run_id, const std::string& tag)
 
 namespace {
 
-// The recipe fields of a run's config; left empty when the JSON is not a resolved config.
+// The recipe fields of a run's config; left empty when the stored config cannot be read.
 void read_recipe(const std::string& config_json, RunSummaryRow& row)
 {
-    const auto j = nlohmann::json::parse(config_json, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.contains("precision") && j["precision"].is_object()) {
-        const auto& p = j["precision"];
-        if (p.contains("preset") && p["preset"].is_string()) row.preset = p["preset"].get<std::string>();
-        const auto& fp8 = p.contains("fp8") ? p["fp8"] : nlohmann::json();
-        if (fp8.is_object() && fp8.contains("scaling") && fp8["scaling"].is_string())
-            row.fp8_scaling = p["fp8"]["scaling"].get<std::string>();
-        bool overrides_use_fp8 = false;
-        if (p.contains("layers") && p["layers"].is_array()) {
-            row.layer_overrides = static_cast<int64_t>(p["layers"].size());
-            for (const auto& entry : p["layers"]) {
-                if (!entry.is_object()) continue;
-                for (const char* key : {"format", "forward", "dgrad", "wgrad"})
-                    if (entry.contains(key) && entry[key].is_string() && entry[key].get<std::string>()[0] == 'e')
-                        overrides_use_fp8 = true; // e4m3, e5m2
-                overrides_use_fp8 |= entry.contains("scaling");
-            }
-        }
-        row.recipe = describe_recipe(row.preset, row.fp8_scaling, row.layer_overrides, overrides_use_fp8);
+    ProjectConfig config;
+    try {
+        config = load_run_config(config_json);
+    } catch (const ConfigError&) {
+        return;
     }
+    const PrecisionConfig& p = config.precision;
+    row.preset = p.preset;
+    row.fp8_scaling = fp8_scaling_name(p.fp8.scaling);
+    row.layer_overrides = static_cast<int64_t>(p.layers.size());
+    row.recipe = describe_recipe(row.preset, row.fp8_scaling, row.layer_overrides, overrides_use_fp8(p));
 }
 
 std::string trimmed_tag(const std::string& tag)

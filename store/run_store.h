@@ -44,6 +44,17 @@ struct RunInfo {
     std::string created_at;
     std::string finished_at;
     int64_t last_step = 0;
+    std::string uuid; // 32 hex digits, random: the run's identity inside its checkpoints
+    bool legacy_checkpoints = false; // recorded before schema 4: may have checkpoints in legacy_checkpoint_dir
+};
+
+// One checkpoint file as it was written: verified against the file before it is loaded.
+struct CheckpointRow {
+    int64_t run_id = 0;
+    int64_t step = 0;
+    std::string path; // as written (absolute)
+    std::string checksum; // checksum_file()
+    int64_t bytes = 0;
 };
 
 struct ScalarRow {
@@ -78,8 +89,8 @@ enum class OpenMode {
 class RunStore {
 public:
     // 1: runs, scalars, events. 2: + layer_stats. 3: + run_tags. 4: + events.fields (typed
-    // events). Older stores are upgraded in place on a writable open; a read-only open reads
-    // them as their tables allow.
+    // events), runs.uuid, checkpoints. Older stores are upgraded in place on a writable open;
+    // a read-only open reads them as their tables allow.
     static constexpr int kSchemaVersion = 4;
 
     // Opens (or, with Create, creates) the store. Throws StoreError, leaving the file
@@ -141,6 +152,15 @@ public:
     std::vector<EventRow> events(int64_t run_id);
     // (step, stats) for one run; `layer` empty = all layers. Ordered by step, layer, role.
     std::vector<std::pair<int64_t, TensorStats>> layer_stats(int64_t run_id, const std::string& layer = {});
+
+    // A run's checkpoint folder: "<store file>.checkpoints/run-<id>" beside the store, so
+    // that two stores in one folder never share one (as the lock files in "<store file>.locks/").
+    std::string checkpoint_dir(int64_t run_id) const;
+    // Where stores before schema 4 put them: "checkpoints/run-<id>" beside the store file.
+    std::string legacy_checkpoint_dir(int64_t run_id) const;
+    // Written at once (not queued): a checkpoint on disk must not outlive its record by a crash.
+    void record_checkpoint(const CheckpointRow& row);
+    std::vector<CheckpointRow> checkpoints(int64_t run_id); // by step
 
     // Metrics pivoted to one row per step (columns: step, then one per tag), RFC 4180.
     std::string metrics_csv(int64_t run_id);

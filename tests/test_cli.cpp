@@ -198,7 +198,7 @@ private slots:
         int train_rows = 0;
         for (const auto& s : store.scalars(run->id)) train_rows += s.tag == "train/loss";
         QCOMPARE(train_rows, 14); // steps 1-8 from the first process, 9-14 from the second
-        QVERIFY(QFile::exists(dir_.filePath("checkpoints/run-%1/step-00000014.pt").arg(run->id)));
+        QVERIFY(QFile::exists(dir_.filePath("runs.sqlite.checkpoints/run-%1/step-00000014.pt").arg(run->id)));
 
         // The weights as safetensors: header length, JSON header, then exactly the tensor bytes.
         const QString st = dir_.filePath("long.safetensors");

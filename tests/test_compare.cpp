@@ -389,7 +389,8 @@ private slots:
         QCOMPARE(old.schema_version(), RunStore::kSchemaVersion);
         old.add_tags(1, {"old"});
         QCOMPARE(old.list_run_summaries()[0].tags, (std::vector<std::string>{"old"}));
-        QCOMPARE(old.list_run_summaries()[0].recipe, std::string("")); // "{}": no precision section
+        // "{}" read through the project loader: every key at its default.
+        QCOMPARE(old.list_run_summaries()[0].recipe, std::string("fp32"));
     }
 
     // --- sweeps ------------------------------------------------------------------------------

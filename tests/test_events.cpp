@@ -48,7 +48,7 @@ std::vector<RunEvent> one_of_each()
         e.text = "No space left on device";
     }
     {
-        auto& e = add(EventKind::CheckpointRejected, 40);
+        auto& e = add(EventKind::CheckpointDamaged, 40);
         e.path = "/runs/x/step-00000040.pt";
         e.text = "checksum mismatch";
     }

@@ -804,7 +804,7 @@ void TestGui::runControlsHaveShortcuts()
     QTRY_VERIFY_WITH_TIMEOUT(!controller->isRunning(), 10000);
     QCOMPARE(controller->lastStatus(), QStringLiteral("stopped"));
     // The checkpoint went beside the store, where mantissa-train resume looks.
-    QDir checkpoints(dir.filePath(QStringLiteral("checkpoints/run-%1").arg(controller->runId())));
+    QDir checkpoints(dir.filePath(QStringLiteral("runs.sqlite.checkpoints/run-%1").arg(controller->runId())));
     QVERIFY2(!checkpoints.entryList({QStringLiteral("step-*.pt")}).isEmpty(), qPrintable(checkpoints.path()));
 }
 

@@ -8,11 +8,14 @@
 #include <QTemporaryDir>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <optional>
 
 #include <sqlite3.h>
 
+#include "checkpoint_file.h"
 #include "event_helpers.h"
 #include "private_mounts.h"
 #include "run_store.h"
@@ -125,6 +128,90 @@ private slots:
         const auto events = store.events(id);
         QCOMPARE(events.size(), size_t(1));
         QCOMPARE(events[0].message, std::string("comma, \"quoted\" message"));
+    }
+
+    // Schema 4: runs get an identity (old ones in the upgrade), checkpoints get checksums.
+    void versionFourGivesRunsAnIdentityAndRecordsCheckpoints()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("v2.sqlite").toStdString();
+        sqlite3* db = nullptr;
+        sqlite3_open(path.c_str(), &db);
+        QFile fixture(MANTISSA_TEST_DATA_DIR "/run_store_v2.sql");
+        QVERIFY(fixture.open(QIODevice::ReadOnly));
+        QCOMPARE(sqlite3_exec(db, fixture.readAll().constData(), nullptr, nullptr, nullptr), SQLITE_OK);
+        sqlite3_close(db);
+
+        RunStore store(path);
+        QCOMPARE(store.schema_version(), 4);
+        const auto old = store.list_runs();
+        QCOMPARE(old.size(), size_t(2));
+        const auto is_hex_uuid = [](const std::string& u) {
+            return u.size() == 32 && u.find_first_not_of("0123456789abcdef") == std::string::npos;
+        };
+        for (const auto& r : old) {
+            QVERIFY2(is_hex_uuid(r.uuid), r.uuid.c_str());
+            QVERIFY(r.legacy_checkpoints);
+            QVERIFY(store.checkpoints(r.id).empty());
+        }
+        QVERIFY(old[0].uuid != old[1].uuid);
+        const int64_t id = store.create_run("new", "p.json", "{}");
+        const auto fresh = store.find_run(std::to_string(id));
+        QVERIFY(is_hex_uuid(fresh->uuid));
+        QVERIFY(!fresh->legacy_checkpoints);
+        QVERIFY(fresh->uuid != old[0].uuid && fresh->uuid != old[1].uuid);
+
+        // Folder rule: named after the store file, beside it.
+        const std::string folder = std::filesystem::absolute(path).string() + ".checkpoints/run-" + std::to_string(id);
+        QCOMPARE(store.checkpoint_dir(id), folder);
+        QCOMPARE(store.legacy_checkpoint_dir(id), dir.filePath("checkpoints/run-%1").arg(id).toStdString());
+        store.record_checkpoint({id, 20, folder + "/step-00000020.pt", "fnv1a64:00000000000000aa", 1234});
+        store.record_checkpoint({id, 10, folder + "/step-00000010.pt", "fnv1a64:00000000000000bb", 99});
+        store.record_checkpoint({id, 20, folder + "/step-00000020.pt", "fnv1a64:00000000000000cc", 1235}); // rewritten
+        const auto rows = store.checkpoints(id);
+        QCOMPARE(rows.size(), size_t(2));
+        QCOMPARE(rows[0].step, int64_t(10));
+        QCOMPARE(rows[0].bytes, int64_t(99));
+        QCOMPARE(rows[1].checksum, std::string("fnv1a64:00000000000000cc"));
+        QCOMPARE(rows[1].bytes, int64_t(1235));
+        QCOMPARE(rows[1].path, folder + "/step-00000020.pt");
+        store.delete_run(id);
+        QVERIFY(store.checkpoints(id).empty()); // cascades with the run
+    }
+
+    // 32 flipped bytes, one flipped bit, a truncated tail: each changes the checksum.
+    void checkpointChecksumDetectsDamage()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("f.bin").toStdString();
+        std::string bytes(100000, '\0');
+        for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 7919) % 251);
+        const auto write = [&](const std::string& b) { std::ofstream(path, std::ios::binary) << b; };
+        write(bytes);
+        const FileChecksum clean = checksum_file(path);
+        QCOMPARE(clean.bytes, int64_t(100000));
+        QCOMPARE(clean.checksum.size(), size_t(8 + 16));
+        QCOMPARE(checksum_file(path).checksum, clean.checksum);
+        std::string flipped = bytes;
+        for (size_t i = 50000; i < 50032; ++i) flipped[i] = static_cast<char>(~flipped[i]);
+        write(flipped);
+        QVERIFY(checksum_file(path).checksum != clean.checksum);
+        std::string one_bit = bytes;
+        one_bit[99999] ^= 1;
+        write(one_bit);
+        QVERIFY(checksum_file(path).checksum != clean.checksum);
+        write(bytes.substr(0, 99999));
+        QVERIFY(checksum_file(path).checksum != clean.checksum);
+        // The empty file: FNV-1a's offset basis.
+        write("");
+        QCOMPARE(checksum_file(path).checksum, std::string("fnv1a64:cbf29ce484222325"));
+        // Names: only step-<digits>.pt counts.
+        QCOMPARE(checkpoint_file_name(120), std::string("step-00000120.pt"));
+        QCOMPARE(checkpoint_step("/x/step-00000120.pt"), std::optional<int64_t>(120));
+        QVERIFY(!checkpoint_step("/x/step-abc.pt"));
+        QVERIFY(!checkpoint_step("/x/step-.pt"));
+        QVERIFY(!checkpoint_step("/x/step-12.pt.tmp"));
+        QVERIFY(!checkpoint_step("/x/step--12.pt"));
     }
 
     void findsRunsByIdOrNewestName()

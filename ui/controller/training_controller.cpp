@@ -3,11 +3,11 @@
 
 #include <QThread>
 
-#include <filesystem>
 #include <mutex>
 #include <string>
 #include <utility>
 
+#include "run_session.h"
 #include "run_store.h"
 
 namespace mantissa {
@@ -18,7 +18,7 @@ struct TrainingController::Job {
     SnapshotBuffer buffer;
 
     std::mutex mutex;
-    Trainer* trainer = nullptr; // set only while Trainer::run may be executing
+    RunSession* session = nullptr; // set only while its run may be executing
     bool stop_requested = false;
     bool pause_requested = false;
     int64_t run_id = -1;
@@ -31,19 +31,21 @@ struct TrainingController::Job {
     void finish(std::string final_status, std::string message, RunSummary final_summary = {})
     {
         std::lock_guard lock(mutex);
-        trainer = nullptr;
+        session = nullptr;
         status = std::move(final_status);
         error = std::move(message);
         summary = final_summary;
     }
 };
 
+// The same RunSession as mantissa-train's: one record, one checkpoint folder rule, so
+// `mantissa-train resume ID` finds GUI runs.
 void TrainingController::Job::work(ProjectConfig config, const std::string& project_path, const std::string& store_path)
 {
     // Nothing may escape this function: an exception on a QThread terminates the process.
-    std::unique_ptr<Trainer> owned;
+    std::unique_ptr<RunSession> owned;
     try {
-        owned = std::make_unique<Trainer>(std::move(config));
+        owned = std::make_unique<RunSession>(std::move(config));
     } catch (const std::exception& e) {
         finish("failed", e.what());
         return;
@@ -61,10 +63,9 @@ void TrainingController::Job::work(ProjectConfig config, const std::string& proj
     }
 
     std::unique_ptr<RunStore> store;
-    int64_t id = -1;
     try {
         store = std::make_unique<RunStore>(store_path);
-        id = store->create_run(owned->config().name, project_path, to_json_text(owned->config()));
+        owned->create_run(*store, owned->config().name, project_path);
     } catch (const StoreError& e) {
         finish("failed", e.what()); // names the file already
         return;
@@ -73,62 +74,31 @@ void TrainingController::Job::work(ProjectConfig config, const std::string& proj
         return;
     }
 
-    if (owned->config().training.checkpoint_dir.empty()) {
-        // Where mantissa-train puts them too, so `mantissa-train resume ID` finds GUI runs.
-        const auto base = std::filesystem::absolute(store_path).parent_path();
-        owned->set_checkpoint_dir((base / "checkpoints" / ("run-" + std::to_string(id))).string());
-    }
-
     {
         std::lock_guard lock(mutex);
-        run_id = id;
-        trainer = owned.get();
+        run_id = owned->run_id();
+        session = owned.get();
         // Commands that arrived before the trainer existed.
         if (stop_requested)
-            trainer->request_stop();
+            session->request_stop();
         else if (pause_requested)
-            trainer->request_pause();
+            session->request_pause();
     }
 
-    StoreSink store_sink(*store, id);
-    FanOutSink sink({&store_sink, &buffer});
-    std::string final_status;
-    std::string message;
-    RunSummary final_summary;
-    try {
-        final_summary = owned->run(sink);
-        final_status = final_summary.stopped_early ? "stopped" : "finished";
-    } catch (const std::exception& e) {
-        final_status = "failed";
-        message = e.what();
-    } catch (...) {
-        final_status = "failed";
-        message = "training failed with an unknown error";
-    }
+    SessionOutcome outcome = owned->run({&buffer});
     {
-        // Commands must not reach a trainer that is about to be destroyed.
+        // Commands must not reach a session that is about to be destroyed.
         std::lock_guard lock(mutex);
-        trainer = nullptr;
+        session = nullptr;
     }
-    if (final_status == "failed") {
-        RunEvent event;
-        event.step = final_summary.steps_done;
-        event.kind = EventKind::RunFailed;
-        event.text = message;
-        buffer.on_event(event);
-        try {
-            store_sink.on_event(event);
-        } catch (...) {
-        }
-    }
+    owned.reset();
     try {
-        store->finish_run(id, final_status);
         store.reset(); // flushes and closes before the GUI reads the run back
     } catch (const std::exception& e) {
-        final_status = "failed";
-        message = "run store '" + store_path + "': " + e.what();
+        outcome.status = "failed";
+        outcome.error = "run store '" + store_path + "': " + e.what();
     }
-    finish(final_status, message, final_summary);
+    finish(outcome.status, outcome.error, outcome.summary);
 }
 
 TrainingController::TrainingController(const QString& storePath, QObject* parent)
@@ -175,7 +145,7 @@ void TrainingController::stop()
     if (!job_) return;
     std::lock_guard lock(job_->mutex);
     job_->stop_requested = true;
-    if (job_->trainer) job_->trainer->request_stop();
+    if (job_->session) job_->session->request_stop();
 }
 
 void TrainingController::pause()
@@ -184,7 +154,7 @@ void TrainingController::pause()
     {
         std::lock_guard lock(job_->mutex);
         job_->pause_requested = true;
-        if (job_->trainer) job_->trainer->request_pause();
+        if (job_->session) job_->session->request_pause();
     }
     paused_ = true;
     emit pausedChanged(true);
@@ -196,7 +166,7 @@ void TrainingController::resume()
     {
         std::lock_guard lock(job_->mutex);
         job_->pause_requested = false;
-        if (job_->trainer) job_->trainer->request_resume();
+        if (job_->session) job_->session->request_resume();
     }
     paused_ = false;
     emit pausedChanged(false);
@@ -210,9 +180,9 @@ bool TrainingController::setLayerFormats(const QString& pattern, const GemmForma
     };
     if (!job_) return refuse(tr("No run is going."));
     std::lock_guard lock(job_->mutex);
-    if (!job_->trainer) return refuse(tr("The run is still starting; try again in a moment."));
+    if (!job_->session) return refuse(tr("The run is still starting; try again in a moment."));
     try {
-        job_->trainer->request_layer_formats(pattern.toStdString(), formats);
+        job_->session->request_layer_formats(pattern.toStdString(), formats);
     } catch (const std::exception& e) {
         return refuse(QString::fromStdString(e.what()));
     }
@@ -226,11 +196,11 @@ bool TrainingController::requestCheckpoint(QString* error)
         return false;
     }
     std::lock_guard lock(job_->mutex);
-    if (!job_->trainer) {
+    if (!job_->session) {
         if (error) *error = tr("The run is still starting; try again in a moment.");
         return false;
     }
-    job_->trainer->request_checkpoint();
+    job_->session->request_checkpoint();
     return true;
 }
 

@@ -9,8 +9,6 @@
 #include <QFont>
 #include <QHBoxLayout>
 #include <QHeaderView>
-#include <QJsonDocument>
-#include <QJsonObject>
 #include <QLabel>
 #include <QMessageBox>
 #include <QPushButton>
@@ -29,6 +27,7 @@
 #include "plots/layer_diff_plot.h"
 #include "plots/plot_export.h"
 #include "precision_policy.h"
+#include "project_config.h"
 #include "common/run_format.h"
 #include "run_store.h"
 #include "controller/store_connection.h"
@@ -62,10 +61,11 @@ QStandardItem* cell(const QString& text, const QVariant& exactValue = {}, bool n
 
 std::vector<std::string> layer_order_of(const std::string& config_json)
 {
-    const QJsonObject model =
-        QJsonDocument::fromJson(QByteArray::fromStdString(config_json)).object().value(QStringLiteral("model")).toObject();
-    const int n = model.value(QStringLiteral("n_layer")).toInt(0);
-    return n > 0 ? gemm_layer_names(n) : std::vector<std::string>{};
+    try {
+        return gemm_layer_names(load_run_config(config_json).model.n_layer);
+    } catch (const ConfigError&) {
+        return {}; // an unreadable config: no layer order, the heatmap lists layers by name
+    }
 }
 
 QString stat_label(LayerDiffStat stat, const QString& role)

@@ -364,7 +364,7 @@ QColor MonitorPage::eventKindColor(EventKind kind)
     case EventKind::Alert:
     case EventKind::RunFailed:
     case EventKind::CheckpointFailed:
-    case EventKind::CheckpointRejected:
+    case EventKind::CheckpointDamaged:
         return QColor(190, 30, 30);
     case EventKind::LossScaleBackoff:
     case EventKind::StepSkipped:

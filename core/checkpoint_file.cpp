@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "checkpoint_file.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <torch/torch.h>
+
+namespace mantissa {
+
+std::string checkpoint_file_name(int64_t step)
+{
+    char name[40];
+    std::snprintf(name, sizeof name, "step-%08lld.pt", static_cast<long long>(step));
+    return name;
+}
+
+std::optional<int64_t> checkpoint_step(const std::string& path)
+{
+    const std::string name = std::filesystem::path(path).filename().string();
+    constexpr size_t kPrefix = 5, kSuffix = 3; // "step-", ".pt"
+    if (name.size() <= kPrefix + kSuffix || name.rfind("step-", 0) != 0 ||
+        name.compare(name.size() - kSuffix, kSuffix, ".pt") != 0)
+        return std::nullopt;
+    const std::string digits = name.substr(kPrefix, name.size() - kPrefix - kSuffix);
+    if (digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        return std::nullopt;
+    return std::stoll(digits);
+}
+
+std::vector<std::string> list_checkpoints(const std::string& dir)
+{
+    namespace fs = std::filesystem;
+    std::vector<std::pair<int64_t, std::string>> found;
+    std::error_code ec;
+    if (dir.empty() || !fs::is_directory(dir, ec)) return {};
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+        if (const auto step = checkpoint_step(it->path().string()); step && it->is_regular_file(ec))
+            found.emplace_back(*step, it->path().string());
+    std::sort(found.begin(), found.end());
+    std::vector<std::string> files;
+    for (auto& f : found) files.push_back(std::move(f.second));
+    return files;
+}
+
+std::string model_shape_text(const ModelConfig& m, int64_t vocab_size)
+{
+    return "n_layer=" + std::to_string(m.n_layer) + " n_head=" + std::to_string(m.n_head) +
+           " n_embd=" + std::to_string(m.n_embd) + " context_length=" + std::to_string(m.context_length) +
+           " vocab_size=" + std::to_string(vocab_size) + " bias=" + (m.bias ? "1" : "0");
+}
+
+// Tab-separated: a model shape has blanks, never tabs.
+std::string identity_text(const CheckpointIdentity& id)
+{
+    return "mantissa-checkpoint-identity-1\t" + id.run_uuid + "\t" + std::to_string(id.run_id) + "\t" + id.model_shape;
+}
+
+CheckpointIdentity parse_identity_text(const std::string& text)
+{
+    std::vector<std::string> fields;
+    std::stringstream in(text);
+    for (std::string f; std::getline(in, f, '\t');) fields.push_back(f);
+    CheckpointIdentity id;
+    if (fields.size() != 4 || fields[0] != "mantissa-checkpoint-identity-1") return id;
+    id.run_uuid = fields[1];
+    try {
+        id.run_id = std::stoll(fields[2]);
+    } catch (const std::exception&) {
+        id.run_id = 0;
+    }
+    id.model_shape = fields[3];
+    return id;
+}
+
+std::string describe_identity(const CheckpointIdentity& id)
+{
+    return "run " + std::to_string(id.run_id) + " (uuid " + (id.run_uuid.empty() ? "unknown" : id.run_uuid) + ")";
+}
+
+std::optional<CheckpointIdentity> read_checkpoint_identity(const std::string& path)
+{
+    try {
+        torch::serialize::InputArchive archive;
+        archive.load_from(path);
+        c10::IValue value;
+        if (!archive.try_read("identity", value) || !value.isString()) return std::nullopt;
+        auto id = parse_identity_text(value.toStringRef());
+        if (id.run_uuid.empty()) return std::nullopt;
+        return id;
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+}
+
+FileChecksum checksum_file(const std::string& path)
+{
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error("checkpoint '" + path + "' cannot be opened");
+    uint64_t hash = 0xcbf29ce484222325ULL; // FNV-1a offset basis and prime
+    int64_t bytes = 0;
+    std::vector<char> buffer(1 << 16);
+    while (in) {
+        in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+        const auto n = in.gcount();
+        for (std::streamsize i = 0; i < n; ++i) {
+            hash ^= static_cast<unsigned char>(buffer[static_cast<size_t>(i)]);
+            hash *= 0x100000001b3ULL;
+        }
+        bytes += n;
+    }
+    if (in.bad()) throw std::runtime_error("checkpoint '" + path + "' cannot be read");
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+    return {std::string("fnv1a64:") + hex, bytes};
+}
+
+} // namespace mantissa

@@ -1,0 +1,191 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "run_session.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <utility>
+
+#include "checkpoint_file.h"
+
+namespace mantissa {
+
+namespace {
+
+// The order in which a resume tries checkpoints: newest first among those whose step the store
+// has metrics for (a killed process may have written checkpoints, and rotated old ones away,
+// after its last store flush), then any later ones, oldest first.
+std::vector<std::string> resume_order(const std::vector<std::string>& files, int64_t last_step)
+{
+    std::vector<std::string> known, later;
+    for (const auto& f : files) (*checkpoint_step(f) <= last_step ? known : later).push_back(f);
+    std::reverse(known.begin(), known.end());
+    known.insert(known.end(), later.begin(), later.end());
+    return known;
+}
+
+std::string describe_run(const RunInfo& info) { return describe_identity({info.uuid, info.id, {}}); }
+
+} // namespace
+
+RunSession::RunSession(ProjectConfig config) : trainer_(std::make_unique<Trainer>(std::move(config))) {}
+
+RunSession::~RunSession() = default;
+
+std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& info,
+                                               const std::vector<Override>& overrides, const Report& report)
+{
+    namespace fs = std::filesystem;
+    const auto base = fs::absolute(info.project_path).parent_path().string();
+    const ProjectConfig config = load_project_json(info.config_json, base, overrides);
+    std::unique_ptr<RunSession> session(new RunSession());
+    const bool own_folder = config.training.checkpoint_dir.empty();
+    const std::string write_dir = own_folder ? store.checkpoint_dir(info.id) : config.training.checkpoint_dir;
+    std::string read_dir = write_dir;
+    // A run recorded before schema 4 kept its checkpoints in "checkpoints/run-<id>"; read them
+    // there until it has written one into its own folder.
+    if (own_folder && info.legacy_checkpoints && list_checkpoints(read_dir).empty())
+        read_dir = store.legacy_checkpoint_dir(info.id);
+    const auto files = resume_order(list_checkpoints(read_dir), info.last_step);
+    if (files.empty())
+        throw ConfigError("run " + std::to_string(info.id) + " has no checkpoint to resume from (none in '" + read_dir +
+                          "')");
+
+    std::map<int64_t, CheckpointRow> recorded;
+    for (auto& row : store.checkpoints(info.id)) recorded[row.step] = std::move(row);
+    const auto build = [&] {
+        session->trainer_ = std::make_unique<Trainer>(config);
+        session->attach(store, info.id, info.uuid, write_dir);
+    };
+    build();
+    std::vector<std::string> damaged;
+    for (const auto& path : files) {
+        const int64_t step = *checkpoint_step(path);
+        std::string problem;
+        if (const auto row = recorded.find(step); row != recorded.end()) {
+            try {
+                const auto sum = checksum_file(path);
+                if (sum.checksum != row->second.checksum || sum.bytes != row->second.bytes)
+                    problem = "its checksum is " + sum.checksum + " over " + std::to_string(sum.bytes) +
+                              " bytes, but " + row->second.checksum + " over " + std::to_string(row->second.bytes) +
+                              " bytes was recorded when it was written";
+            } catch (const std::exception& e) {
+                problem = e.what();
+            }
+            // Another run's file under this name is refused, not mistaken for damage.
+            if (!problem.empty())
+                if (const auto theirs = read_checkpoint_identity(path); theirs && theirs->run_uuid != info.uuid)
+                    throw CheckpointMismatch("checkpoint '" + path + "' belongs to " + describe_identity(*theirs) +
+                                             ", not to " + describe_run(info));
+        }
+        if (problem.empty()) {
+            try {
+                session->trainer_->load_checkpoint(path);
+                session->loaded_checkpoint_ = path;
+                break;
+            } catch (const CheckpointMismatch&) {
+                throw;
+            } catch (const ConfigError& e) {
+                problem = e.what();
+                build(); // a half-loaded trainer is not trusted: start the next try from scratch
+            }
+        }
+        damaged.push_back(path);
+        if (report) {
+            RunEvent e;
+            e.step = step;
+            e.kind = EventKind::CheckpointDamaged;
+            e.path = path;
+            e.text = problem;
+            report(e);
+        }
+    }
+    if (session->loaded_checkpoint_.empty()) {
+        std::string names;
+        for (const auto& d : damaged) names += (names.empty() ? "'" : ", '") + d + "'";
+        throw CheckpointUnusable("run " + std::to_string(info.id) + " has no good checkpoint left to resume from: " +
+                                 names + (damaged.size() == 1 ? " is" : " are") + " damaged");
+    }
+    return session;
+}
+
+void RunSession::attach(RunStore& store, int64_t run_id, const std::string& uuid, const std::string& dir)
+{
+    store_ = &store;
+    run_id_ = run_id;
+    checkpoint_dir_ = dir;
+    trainer_->set_checkpoint_dir(dir);
+    trainer_->set_checkpoint_identity(uuid, run_id);
+    trainer_->set_checkpoint_listener([this](const Trainer::CheckpointWrite& w) { on_checkpoint_written(w); });
+}
+
+int64_t RunSession::create_run(RunStore& store, const std::string& name, const std::string& project_path)
+{
+    const int64_t id = store.create_run(name, project_path, to_json_text(trainer_->config()));
+    const auto info = store.find_run(std::to_string(id));
+    const auto& explicit_dir = trainer_->config().training.checkpoint_dir;
+    attach(store, id, info ? info->uuid : std::string(), explicit_dir.empty() ? store.checkpoint_dir(id) : explicit_dir);
+    return id;
+}
+
+void RunSession::claim(const std::vector<RunEvent>& notices)
+{
+    for (const auto& e : notices) store_->append_event(run_id_, e);
+    store_->claim_run(run_id_);
+}
+
+void RunSession::on_checkpoint_written(const Trainer::CheckpointWrite& write)
+{
+    if (!write.error.empty()) return; // the trainer's checkpoint_failed event said it already
+    try {
+        const auto sum = checksum_file(write.path);
+        store_->record_checkpoint({run_id_, write.step, write.path, sum.checksum, sum.bytes});
+    } catch (const std::exception& e) {
+        // The file stays usable; a resume just cannot verify it.
+        if (live_sink_) {
+            RunEvent unrecorded;
+            unrecorded.step = write.step;
+            unrecorded.kind = EventKind::CheckpointUnrecorded;
+            unrecorded.path = write.path;
+            unrecorded.text = e.what();
+            live_sink_->on_event(unrecorded);
+        }
+    }
+}
+
+SessionOutcome RunSession::run(const std::vector<TelemetrySink*>& sinks)
+{
+    StoreSink store_sink(*store_, run_id_);
+    std::vector<TelemetrySink*> all{&store_sink};
+    all.insert(all.end(), sinks.begin(), sinks.end());
+    FanOutSink sink(std::move(all));
+    live_sink_ = &sink;
+    SessionOutcome out;
+    try {
+        out.summary = trainer_->run(sink);
+        out.status = out.summary.stopped_early ? "stopped" : "finished";
+    } catch (const std::exception& e) {
+        out.status = "failed";
+        out.error = e.what();
+    } catch (...) {
+        out.status = "failed";
+        out.error = "training failed with an unknown error";
+    }
+    if (out.status == "failed") {
+        RunEvent failed;
+        failed.step = trainer_->step();
+        failed.kind = EventKind::RunFailed;
+        failed.text = out.error;
+        sink.on_event(failed);
+    }
+    live_sink_ = nullptr;
+    try {
+        store_->finish_run(run_id_, out.status);
+    } catch (const std::exception& e) {
+        out.status = "failed";
+        out.error = "run store '" + store_->path() + "': " + e.what();
+    }
+    return out;
+}
+
+} // namespace mantissa

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// One training job into the run store, whoever starts it: mantissa-train's run, resume,
+// sweep and export, and the GUI's Start all go through a RunSession. It builds the Trainer,
+// creates (or re-opens) the run record, decides the checkpoint folder, finds and verifies the
+// checkpoint to resume from, fans telemetry out to the store and the caller's sinks, and
+// always finishes the record: finished, stopped, or failed with the reason.
+//
+// Checkpoint folders (docs/CHECKPOINTS.md): training.checkpoint_dir when set, else
+// RunStore::checkpoint_dir(id) = "<store file>.checkpoints/run-<id>". A run of a store made
+// before schema 4 whose new folder holds nothing resumes from its old "checkpoints/run-<id>".
+
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "project_config.h"
+#include "run_store.h"
+#include "trainer.h"
+
+namespace mantissa {
+
+// Every checkpoint of a run failed its checksum or could not be read: nothing is left to
+// resume from. The message names the files. (mantissa-train exits 3: the run store's files.)
+class CheckpointUnusable : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+struct SessionOutcome {
+    std::string status; // finished | stopped | failed
+    std::string error;  // why it failed; empty otherwise
+    RunSummary summary;
+};
+
+class RunSession {
+public:
+    // Something the session noticed before training (a damaged checkpoint skipped).
+    using Report = std::function<void(const RunEvent&)>;
+
+    // A new job of `config`: builds the Trainer (loads the data). Throws ConfigError;
+    // nothing is recorded yet.
+    explicit RunSession(ProjectConfig config);
+    // A saved run at its newest good checkpoint, `overrides` applied to its stored config.
+    // Damaged checkpoints (checksum differs from the one recorded, or unreadable) go to
+    // `report` as checkpoint_damaged events and the previous one is tried. Only reads the
+    // store. Throws ConfigError (no checkpoint, bad override), CheckpointMismatch (the
+    // checkpoint is another run's or another model's; the message says whose) or
+    // CheckpointUnusable (none is good).
+    static std::unique_ptr<RunSession> reopen(RunStore& store, const RunInfo& info, const std::vector<Override>& overrides,
+                                              const Report& report = {});
+    ~RunSession();
+    RunSession(const RunSession&) = delete;
+    RunSession& operator=(const RunSession&) = delete;
+
+    // Records a new run ("running", claimed by `store`) and returns its id. Throws StoreError.
+    int64_t create_run(RunStore& store, const std::string& name, const std::string& project_path);
+    // Takes a reopened run over again ("running"); `report`'s events were already shown, this
+    // records them. Throws StoreError (in use by another process).
+    void claim(const std::vector<RunEvent>& notices = {});
+
+    // Trains until done or stopped, telemetry to the store and to `sinks`. Never throws; the
+    // record is never left "running": an exception ends it "failed" with a run_failed event.
+    SessionOutcome run(const std::vector<TelemetrySink*>& sinks);
+
+    // Thread-safe controls, applied at the next step boundary (see Trainer).
+    void request_pause() { trainer_->request_pause(); }
+    void request_resume() { trainer_->request_resume(); }
+    void request_stop() { trainer_->request_stop(); }
+    void request_checkpoint() { trainer_->request_checkpoint(); }
+    // Throws ConfigError if the pattern matches no layer.
+    void request_layer_formats(const std::string& pattern, const GemmFormats& formats)
+    {
+        trainer_->request_layer_formats(pattern, formats);
+    }
+
+    Trainer& trainer() { return *trainer_; }
+    const ProjectConfig& config() const { return trainer_->config(); }
+    int64_t run_id() const { return run_id_; }
+    const std::string& checkpoint_dir() const { return checkpoint_dir_; }
+    const std::string& loaded_checkpoint() const { return loaded_checkpoint_; } // "" for a new run
+
+private:
+    RunSession() = default;
+    void attach(RunStore& store, int64_t run_id, const std::string& uuid, const std::string& dir);
+    void on_checkpoint_written(const Trainer::CheckpointWrite& write);
+
+    std::unique_ptr<Trainer> trainer_;
+    RunStore* store_ = nullptr;
+    int64_t run_id_ = -1;
+    std::string checkpoint_dir_;
+    std::string loaded_checkpoint_;
+    TelemetrySink* live_sink_ = nullptr; // the fan-out while run() is in progress
+};
+
+} // namespace mantissa

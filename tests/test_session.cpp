@@ -1,0 +1,438 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// One run session for the CLI and the GUI, and checkpoints that cannot be mixed up: each
+// is checksummed in the store and carries its run's identity; each store has its own folder.
+
+#include <QtTest>
+
+#include <QProcess>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include <sqlite3.h>
+
+#include "checkpoint_file.h"
+#include "controller/training_controller.h"
+#include "run_session.h"
+#include "run_store.h"
+
+using namespace mantissa;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+    int exit_code = -1;
+    QString out, err;
+};
+
+Result run_cli(const QStringList& args, int timeout_ms = 120000)
+{
+    QProcess p;
+    p.start(MANTISSA_TRAIN_EXE, args);
+    p.waitForFinished(timeout_ms);
+    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
+            QString::fromUtf8(p.readAllStandardError())};
+}
+
+// 30 steps, a checkpoint every 10: step-10, step-20 and the final step-30 are kept.
+const char* kProject = R"({
+  "name": "tiny",
+  "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "context_length": 16},
+  "data": {"kind": "synthetic-addition", "digits": 2, "examples": 600},
+  "training": {"steps": 30, "batch_size": 4, "seed": 7, "threads": 1, "checkpoint_interval": 10},
+  "eval": {"interval": 10, "batches": 2},
+  "telemetry": {"log_interval": 5}
+})";
+
+std::string write_project(const QTemporaryDir& dir)
+{
+    const std::string path = dir.filePath("tiny.json").toStdString();
+    std::ofstream(path) << kProject;
+    return path;
+}
+
+// 32 consecutive bytes in the middle of the file, each inverted: the size stays the same.
+void flip_32_bytes(const std::string& path)
+{
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(0, std::ios::end);
+    const auto middle = static_cast<std::streamoff>(f.tellg()) / 2;
+    char bytes[32];
+    f.seekg(middle);
+    f.read(bytes, sizeof bytes);
+    for (char& b : bytes) b = static_cast<char>(~b);
+    f.seekp(middle);
+    f.write(bytes, sizeof bytes);
+}
+
+Series train_losses(const std::string& db, int64_t run_id)
+{
+    RunStore store(db);
+    return store.series(run_id, "train/loss");
+}
+
+std::vector<std::string> event_kinds(const std::string& db, int64_t run_id)
+{
+    RunStore store(db);
+    std::vector<std::string> kinds;
+    for (const auto& e : store.events(run_id)) kinds.push_back(e.kind);
+    return kinds;
+}
+
+bool contains(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
+
+// Throws at step 3, as a sink on a full disk might: training cannot go on.
+class FailingSink : public TelemetrySink {
+public:
+    void on_step(const StepMetrics& m) override
+    {
+        if (m.step == 3) throw std::runtime_error("disk full");
+    }
+    void on_eval(const EvalMetrics&) override {}
+    void on_event(const RunEvent&) override {}
+};
+
+} // namespace
+
+class TestSession : public QObject {
+    Q_OBJECT
+private slots:
+    void guiAndCliRunsGoThroughOneSession();
+    void damagedNewestCheckpointFallsBackToThePreviousOne();
+    void noGoodCheckpointLeftExits3NamingTheFile();
+    void strayFilesInTheFolderAreIgnored();
+    void twoStoresInOneFolderKeepTheirOwnCheckpoints();
+    void anotherRunsCheckpointIsRefused();
+    void sharedExplicitCheckpointDirIsRefused();
+    void version3StoreWithOldFolderStillResumes();
+    void checkpointOfAnotherModelShapeIsRefused();
+    void failedCheckpointWriteIsAnEventAndTrainingGoesOn();
+    void aRunThatCannotGoOnEndsFailed();
+};
+
+void TestSession::guiAndCliRunsGoThroughOneSession()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    const std::string db = dir.filePath("s.sqlite").toStdString();
+    {
+        TrainingController controller(QString::fromStdString(db));
+        QSignalSpy finished(&controller, &TrainingController::finished);
+        QVERIFY(controller.start(load_project_file(project), QString::fromStdString(project)));
+        QVERIFY(finished.wait(120000));
+        QCOMPARE(controller.lastStatus(), QStringLiteral("finished"));
+        QCOMPARE(controller.runId(), qint64(1));
+    }
+    const auto cli = run_cli({"run", QString::fromStdString(project), "--db", QString::fromStdString(db)});
+    QVERIFY2(cli.exit_code == 0, qPrintable(cli.err + cli.out));
+
+    RunStore store(db);
+    const auto gui_run = store.find_run("1"), cli_run = store.find_run("2");
+    QVERIFY(gui_run && cli_run);
+    QCOMPARE(gui_run->status, std::string("finished"));
+    QCOMPARE(cli_run->status, std::string("finished"));
+    QCOMPARE(gui_run->config_json, cli_run->config_json);
+    QCOMPARE(gui_run->uuid.size(), size_t(32));
+    QCOMPARE(cli_run->uuid.size(), size_t(32));
+    QVERIFY(gui_run->uuid != cli_run->uuid);
+    QCOMPARE(store.series(1, "train/loss"), store.series(2, "train/loss")); // bit for bit
+    for (const int64_t id : {1, 2}) {
+        QCOMPARE(store.checkpoint_dir(id), fs::absolute(db).string() + ".checkpoints/run-" + std::to_string(id));
+        const auto rows = store.checkpoints(id);
+        QCOMPARE(rows.size(), size_t(3));
+        for (size_t i = 0; i < rows.size(); ++i) {
+            QCOMPARE(rows[i].step, int64_t(10 * (i + 1)));
+            QCOMPARE(rows[i].path, store.checkpoint_dir(id) + "/" + checkpoint_file_name(rows[i].step));
+            const auto sum = checksum_file(rows[i].path);
+            QCOMPARE(sum.checksum, rows[i].checksum);
+            QCOMPARE(sum.bytes, rows[i].bytes);
+            const auto identity = read_checkpoint_identity(rows[i].path);
+            QVERIFY(identity.has_value());
+            QCOMPARE(identity->run_uuid, (id == 1 ? gui_run : cli_run)->uuid);
+            QCOMPARE(identity->run_id, id);
+        }
+        const auto kinds = event_kinds(db, id);
+        QCOMPARE(std::count(kinds.begin(), kinds.end(), std::string("checkpoint")), 3);
+        QVERIFY(contains(kinds, "run_finished"));
+    }
+    QVERIFY(!fs::exists(dir.filePath("checkpoints").toStdString())); // the old shared folder is not used
+}
+
+void TestSession::damagedNewestCheckpointFallsBackToThePreviousOne()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    fs::create_directories(dir.filePath("a").toStdString());
+    const std::string a = dir.filePath("a/runs.sqlite").toStdString();
+    const auto first = run_cli({"run", QString::fromStdString(project), "--db", QString::fromStdString(a)});
+    QVERIFY2(first.exit_code == 0, qPrintable(first.err));
+    // b: the same run, where the newest checkpoint is simply missing.
+    fs::copy(dir.filePath("a").toStdString(), dir.filePath("b").toStdString(), fs::copy_options::recursive);
+    const std::string b = dir.filePath("b/runs.sqlite").toStdString();
+    fs::remove(b + ".checkpoints/run-1/step-00000030.pt");
+    const std::string damaged = fs::absolute(a).string() + ".checkpoints/run-1/step-00000030.pt";
+    flip_32_bytes(damaged);
+
+    const auto ra = run_cli({"resume", "1", "--db", QString::fromStdString(a), "--set", "training.steps=40"});
+    QVERIFY2(ra.exit_code == 0, qPrintable(ra.err + ra.out));
+    QVERIFY2(ra.out.contains("at step 20 from"), qPrintable(ra.out));
+    QVERIFY2(ra.err.contains(QString::fromStdString("warning: checkpoint '" + damaged + "' is damaged")), qPrintable(ra.err));
+    const auto rb = run_cli({"resume", "1", "--db", QString::fromStdString(b), "--set", "training.steps=40"});
+    QVERIFY2(rb.exit_code == 0, qPrintable(rb.err + rb.out));
+    QVERIFY(rb.out.contains("at step 20 from"));
+    QVERIFY(!rb.err.contains("damaged"));
+
+    const Series la = train_losses(a, 1), lb = train_losses(b, 1);
+    QCOMPARE(la.size(), size_t(40));
+    QCOMPARE(la, lb); // steps 21..40 of both came from the same good step-20 checkpoint, bit for bit
+    const auto kinds = event_kinds(a, 1);
+    QCOMPARE(std::count(kinds.begin(), kinds.end(), std::string("checkpoint_damaged")), 1);
+    QVERIFY(!contains(event_kinds(b, 1), "checkpoint_damaged"));
+    RunStore store(a);
+    QCOMPARE(store.find_run("1")->status, std::string("finished"));
+}
+
+void TestSession::noGoodCheckpointLeftExits3NamingTheFile()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    const std::string db = dir.filePath("runs.sqlite").toStdString();
+    QCOMPARE(run_cli({"run", QString::fromStdString(project), "--db", QString::fromStdString(db)}).exit_code, 0);
+    const auto files = list_checkpoints(db + ".checkpoints/run-1");
+    QCOMPARE(files.size(), size_t(3));
+    for (const auto& f : files) flip_32_bytes(f);
+    const auto r = run_cli({"resume", "1", "--db", QString::fromStdString(db), "--set", "training.steps=40"});
+    QCOMPARE(r.exit_code, 3);
+    QVERIFY2(r.err.contains("error: run 1 has no good checkpoint left to resume from: '" +
+                            QString::fromStdString(fs::absolute(files[2]).string()) + "'"),
+             qPrintable(r.err));
+    QVERIFY(r.err.contains("step-00000010.pt' are damaged"));
+    const auto kinds = event_kinds(db, 1);
+    QCOMPARE(std::count(kinds.begin(), kinds.end(), std::string("checkpoint_damaged")), 3);
+    RunStore store(db);
+    QCOMPARE(store.find_run("1")->status, std::string("finished")); // untouched: nothing was resumed
+    QCOMPARE(store.find_run("1")->last_step, int64_t(30));
+}
+
+void TestSession::strayFilesInTheFolderAreIgnored()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    const std::string db = dir.filePath("runs.sqlite").toStdString();
+    QCOMPARE(run_cli({"run", QString::fromStdString(project), "--db", QString::fromStdString(db)}).exit_code, 0);
+    const std::string folder = db + ".checkpoints/run-1/";
+    std::ofstream(folder + "step-abc.pt") << "not a checkpoint";
+    std::ofstream(folder + "step-.pt") << "";
+    fs::create_directories(folder + "step-00000099.pt"); // a folder with a checkpoint's name
+    QVERIFY(!checkpoint_step(folder + "step-abc.pt"));
+    QCOMPARE(list_checkpoints(folder).size(), size_t(3));
+
+    const auto exported = run_cli({"export", "1", "--format", "safetensors", "--out", dir.filePath("w.safetensors"),
+                                   "--db", QString::fromStdString(db)});
+    QVERIFY2(exported.exit_code == 0, qPrintable(exported.err + exported.out));
+    const auto resumed = run_cli({"resume", "1", "--db", QString::fromStdString(db), "--set", "training.steps=35"});
+    QVERIFY2(resumed.exit_code == 0, qPrintable(resumed.err + resumed.out));
+    QVERIFY(resumed.out.contains("at step 30 from"));
+}
+
+void TestSession::twoStoresInOneFolderKeepTheirOwnCheckpoints()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    const QString a = dir.filePath("a.sqlite"), b = dir.filePath("b.sqlite");
+    QCOMPARE(run_cli({"run", QString::fromStdString(project), "--db", a, "--set", "training.steps=20"}).exit_code, 0);
+    QCOMPARE(run_cli({"run", QString::fromStdString(project), "--db", b, "--set", "training.steps=20", "--set",
+                      "training.seed=8"})
+                 .exit_code,
+             0);
+    const std::string a_dir = fs::absolute(a.toStdString()).string() + ".checkpoints/run-1";
+    const std::string b_dir = fs::absolute(b.toStdString()).string() + ".checkpoints/run-1";
+    QCOMPARE(list_checkpoints(a_dir).size(), size_t(2));
+    QCOMPARE(list_checkpoints(b_dir).size(), size_t(2));
+    QCOMPARE(read_checkpoint_identity(a_dir + "/step-00000020.pt")->run_uuid, RunStore(a.toStdString()).find_run("1")->uuid);
+    QCOMPARE(read_checkpoint_identity(b_dir + "/step-00000020.pt")->run_uuid, RunStore(b.toStdString()).find_run("1")->uuid);
+
+    const auto r = run_cli({"resume", "1", "--db", a, "--set", "training.steps=25"});
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err + r.out));
+    QVERIFY2(r.out.contains(QString::fromStdString("at step 20 from " + a_dir + "/step-00000020.pt")), qPrintable(r.out));
+}
+
+void TestSession::anotherRunsCheckpointIsRefused()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    const QString a = dir.filePath("a.sqlite"), b = dir.filePath("b.sqlite");
+    QCOMPARE(run_cli({"run", QString::fromStdString(project), "--db", a, "--set", "training.steps=20"}).exit_code, 0);
+    QCOMPARE(run_cli({"run", QString::fromStdString(project), "--db", b, "--set", "training.steps=20"}).exit_code, 0);
+    const std::string a_file = fs::absolute(a.toStdString()).string() + ".checkpoints/run-1/step-00000020.pt";
+    const std::string b_file = fs::absolute(b.toStdString()).string() + ".checkpoints/run-1/step-00000020.pt";
+    const std::string b_uuid = RunStore(b.toStdString()).find_run("1")->uuid;
+    const std::string a_uuid = RunStore(a.toStdString()).find_run("1")->uuid;
+    fs::copy_file(b_file, a_file, fs::copy_options::overwrite_existing);
+
+    const auto r = run_cli({"resume", "1", "--db", a, "--set", "training.steps=25"});
+    QCOMPARE(r.exit_code, 2);
+    QVERIFY2(r.err.contains(QString::fromStdString("error: checkpoint '" + a_file + "' belongs to run 1 (uuid " + b_uuid +
+                                                   "), not to run 1 (uuid " + a_uuid + ")")),
+             qPrintable(r.err));
+    // A copy under a name the store has no record of is refused by its identity, on load.
+    fs::copy_file(b_file, fs::path(a_file).parent_path() / "step-00000015.pt");
+    fs::remove(a_file);
+    const auto r2 = run_cli({"export", "1", "--format", "safetensors", "--out", dir.filePath("w.safetensors"), "--db", a});
+    QCOMPARE(r2.exit_code, 2);
+    QVERIFY2(r2.err.contains("step-00000015.pt' belongs to run 1 (uuid " + QString::fromStdString(b_uuid) + ")"),
+             qPrintable(r2.err));
+    QVERIFY(!QFile::exists(dir.filePath("w.safetensors")));
+}
+
+void TestSession::sharedExplicitCheckpointDirIsRefused()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    const QString db = dir.filePath("runs.sqlite");
+    const QString shared = "training.checkpoint_dir=" + dir.filePath("shared");
+    QCOMPARE(run_cli({"run", QString::fromStdString(project), "--db", db, "--set", shared}).exit_code, 0);
+    QCOMPARE(run_cli({"run", QString::fromStdString(project), "--db", db, "--set", shared, "--set", "training.seed=9"})
+                 .exit_code,
+             0);
+    const auto r = run_cli({"resume", "1", "--db", db, "--set", "training.steps=35"});
+    QCOMPARE(r.exit_code, 2);
+    const std::string uuid2 = RunStore(db.toStdString()).find_run("2")->uuid;
+    QVERIFY2(r.err.contains(QString::fromStdString("step-00000030.pt' belongs to run 2 (uuid " + uuid2 + ")")),
+             qPrintable(r.err));
+    const auto r2 = run_cli({"resume", "2", "--db", db, "--set", "training.steps=35"});
+    QVERIFY2(r2.exit_code == 0, qPrintable(r2.err + r2.out));
+}
+
+void TestSession::version3StoreWithOldFolderStillResumes()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    const std::string db = dir.filePath("old.sqlite").toStdString();
+    QCOMPARE(run_cli({"run", QString::fromStdString(project), "--db", QString::fromStdString(db), "--set",
+                      "training.steps=20"})
+                 .exit_code,
+             0);
+    // Make it what an earlier Mantissa left: schema 3, no identities, no checksums, and its
+    // checkpoints (without identity) in checkpoints/run-1 beside the store.
+    fs::remove_all(db + ".checkpoints");
+    sqlite3* sql = nullptr;
+    QCOMPARE(sqlite3_open(db.c_str(), &sql), SQLITE_OK);
+    QCOMPARE(sqlite3_exec(sql,
+                          "DROP TABLE checkpoints; ALTER TABLE runs DROP COLUMN uuid; "
+                          "ALTER TABLE runs DROP COLUMN legacy_checkpoints; ALTER TABLE events DROP COLUMN fields; "
+                          "PRAGMA user_version=3;",
+                          nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(sql);
+    const std::string legacy = dir.filePath("checkpoints/run-1").toStdString();
+    {
+        ProjectConfig config = load_project_file(project);
+        config.training.steps = 20;
+        config.training.checkpoint_dir = legacy;
+        Trainer trainer(config);
+        FanOutSink none({});
+        trainer.run(none);
+    }
+    QCOMPARE(list_checkpoints(legacy).size(), size_t(2));
+    QVERIFY(!read_checkpoint_identity(legacy + "/step-00000020.pt")); // as old checkpoints are
+
+    const auto r = run_cli({"resume", "1", "--db", QString::fromStdString(db), "--set", "training.steps=25"});
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err + r.out));
+    QVERIFY2(r.out.contains(QString::fromStdString("at step 20 from " + legacy + "/step-00000020.pt")), qPrintable(r.out));
+    RunStore store(db);
+    QCOMPARE(store.schema_version(), 4);
+    const auto run = store.find_run("1");
+    QCOMPARE(run->status, std::string("finished"));
+    QCOMPARE(run->uuid.size(), size_t(32));
+    QVERIFY(run->legacy_checkpoints);
+    // New checkpoints go to the store's own folder, with this run's identity.
+    const auto rows = store.checkpoints(1);
+    QCOMPARE(rows.size(), size_t(1));
+    QCOMPARE(rows[0].path, store.checkpoint_dir(1) + "/step-00000025.pt");
+    QCOMPARE(read_checkpoint_identity(rows[0].path)->run_uuid, run->uuid);
+    QCOMPARE(list_checkpoints(legacy).size(), size_t(2)); // the old folder is left as it was
+}
+
+void TestSession::checkpointOfAnotherModelShapeIsRefused()
+{
+    QTemporaryDir dir;
+    const ProjectConfig a = load_project_file(write_project(dir));
+    ProjectConfig b = a;
+    b.model.n_head = 4; // every tensor has the same shape, but it is another model
+    const std::string uuid = "0123456789abcdef0123456789abcdef";
+    const std::string path = dir.filePath("a.pt").toStdString();
+    Trainer ta(a);
+    ta.set_checkpoint_identity(uuid, 5);
+    ta.save_checkpoint(path);
+    Trainer tb(b);
+    tb.set_checkpoint_identity(uuid, 5);
+    try {
+        tb.load_checkpoint(path);
+        QFAIL("loaded a checkpoint of another model");
+    } catch (const CheckpointMismatch& e) {
+        QCOMPARE(std::string(e.what()),
+                 "checkpoint '" + path + "' does not fit this model; it holds the model of run 5 (uuid " + uuid +
+                     "): n_layer=1 n_head=2 n_embd=16 context_length=16 vocab_size=13 bias=1, this one is "
+                     "n_layer=1 n_head=4 n_embd=16 context_length=16 vocab_size=13 bias=1");
+    }
+    QCOMPARE(tb.step(), int64_t(0));
+}
+
+void TestSession::failedCheckpointWriteIsAnEventAndTrainingGoesOn()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    const std::string db = dir.filePath("runs.sqlite").toStdString();
+    // A folder where step-10's file should go: the temporary file is written, the rename fails.
+    const std::string folder = fs::absolute(db).string() + ".checkpoints/run-1";
+    fs::create_directories(folder + "/step-00000010.pt/in-the-way");
+    const auto r = run_cli({"run", QString::fromStdString(project), "--db", QString::fromStdString(db)});
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err + r.out));
+    QVERIFY2(r.out.contains("[checkpoint_failed] checkpoint '" + QString::fromStdString(folder) +
+                            "/step-00000010.pt' could not be written"),
+             qPrintable(r.out));
+    QVERIFY(r.out.contains("finished after 30 steps"));
+    QVERIFY(!fs::exists(folder + "/step-00000010.pt.tmp"));
+    RunStore store(db);
+    QCOMPARE(store.find_run("1")->status, std::string("finished"));
+    const auto rows = store.checkpoints(1);
+    QCOMPARE(rows.size(), size_t(2));
+    QCOMPARE(rows[0].step, int64_t(20));
+    QCOMPARE(rows[1].step, int64_t(30));
+    int failed = 0;
+    for (const auto& e : store.events(1))
+        if (e.kind == "checkpoint_failed") {
+            ++failed;
+            QCOMPARE(e.step, int64_t(10));
+        }
+    QCOMPARE(failed, 1);
+}
+
+void TestSession::aRunThatCannotGoOnEndsFailed()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    const std::string db = dir.filePath("runs.sqlite").toStdString();
+    RunStore store(db);
+    RunSession session(load_project_file(project));
+    const int64_t id = session.create_run(store, "doomed", project);
+    FailingSink failing;
+    const SessionOutcome outcome = session.run({&failing});
+    QCOMPARE(outcome.status, std::string("failed"));
+    QCOMPARE(outcome.error, std::string("disk full"));
+    const auto info = store.find_run(std::to_string(id));
+    QCOMPARE(info->status, std::string("failed"));
+    const auto events = store.events(id);
+    QVERIFY(!events.empty());
+    QCOMPARE(events.back().kind, std::string("run_failed"));
+    QCOMPARE(events.back().message, std::string("disk full"));
+    QCOMPARE(events.back().step, int64_t(3));
+}
+
+QTEST_GUILESS_MAIN(TestSession)
+#include "test_session.moc"
