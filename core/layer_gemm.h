@@ -82,6 +82,8 @@ public:
 
 private:
     bool use_native(const torch::Tensor& t) const;
+    // Telemetry of an all-FP32 linear that ran as torch's own linear: reads, never computes the step.
+    void observe_fp32_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& y);
     torch::Tensor gemm_unrecorded(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
                                   const torch::Tensor& bias, float scale_a, float scale_b,
                                   torch::Tensor* accumulator = nullptr);

@@ -475,7 +475,9 @@ RunSummary Trainer::run(TelemetrySink& sink)
         const double lr = learning_rate_at(cfg.optimizer, step);
         const double loss_scale = s.scaler.scale();
         const int64_t interval = cfg.telemetry.interval;
-        const bool armed = interval > 0 && (step == first_step || (step + 1) % interval == 0);
+        // The schedule depends on the step alone, so a resumed run observes the same steps as
+        // an uninterrupted one (telemetry never changes a step, but its frames should match too).
+        const bool armed = interval > 0 && (step == 0 || (step + 1) % interval == 0);
         if (armed) s.arm_telemetry(true);
         double loss_sum = 0.0;
         for (int64_t micro = 0; micro < cfg.training.grad_accum; ++micro) {
