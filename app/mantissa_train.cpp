@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <ctime>
 #include <map>
+#include <set>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -112,17 +113,25 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
     return train_into_store(*trainer, *store, run_id, db_path);
 }
 
-// The newest checkpoint on disk whose step the store has metrics for: a killed process may
-// have written checkpoints (and rotated old ones away) after its last store flush. "" if none.
+// The newest checkpoint on disk whose "checkpoint" event the store holds: a killed process
+// may have written checkpoints (and rotated old ones away) after its last store flush. The
+// store commits rows in the order they came, and the event follows everything of its step
+// (loss, telemetry, evaluation), so from such a checkpoint every step is recorded exactly
+// once. (A step's loss alone is not enough: its telemetry may still have been queued.)
+// Falls back to the oldest file on disk when none was recorded. "" if none.
 std::string newest_checkpoint(RunStore& store, const RunInfo& info)
 {
     namespace fs = std::filesystem;
     std::string dir;
-    for (const auto& e : store.events(info.id))
-        if (e.kind == "checkpoint") dir = fs::path(e.message).parent_path().string();
+    std::set<std::string> recorded; // file names
+    for (const auto& e : store.events(info.id)) {
+        if (e.kind != "checkpoint") continue;
+        dir = fs::path(e.message).parent_path().string();
+        recorded.insert(fs::path(e.message).filename().string());
+    }
     std::string checkpoint;
     for (const auto& f : list_checkpoints(dir))
-        if (std::stoll(fs::path(f).stem().string().substr(5)) <= info.last_step || checkpoint.empty()) checkpoint = f;
+        if (recorded.count(fs::path(f).filename().string()) || checkpoint.empty()) checkpoint = f;
     return checkpoint;
 }
 
