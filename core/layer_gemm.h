@@ -62,7 +62,8 @@ public:
                        const char* output_role = nullptr);
 
     // Telemetry: while armed, the GEMMs record TensorStats for their tensor roles (weight,
-    // input, output, grad_output, weight_grad), FP32 layers included.
+    // input, output, grad_output, weight_grad), FP32 layers included. Recording only reads:
+    // an armed step runs the same kernels in the same order as an unarmed one.
     void arm_telemetry(bool armed);
     bool telemetry_armed() const { return armed_; }
     void record(const char* role, const torch::Tensor& x, NumberFormat format, float scale,
