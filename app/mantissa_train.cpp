@@ -42,6 +42,20 @@ extern "C" void on_sigint(int)
     }
 }
 
+// Commits a checkpoint's event before training goes on. Rotation deletes old checkpoints as
+// new ones come; were the store's writes to lag behind by more than the kept checkpoints, a
+// killed run would be left with no checkpoint the store knows of, and resume would skip steps.
+struct CommitCheckpointEvents : TelemetrySink {
+    RunStore& store;
+    explicit CommitCheckpointEvents(RunStore& s) : store(s) {}
+    void on_step(const StepMetrics&) override {}
+    void on_eval(const EvalMetrics&) override {}
+    void on_event(const RunEvent& e) override
+    {
+        if (e.kind == "checkpoint") store.flush();
+    }
+};
+
 // Trains into an existing run record until done or Ctrl-C, then marks the run.
 int train_into_store(Trainer& trainer, RunStore& store, int64_t run_id, const std::string& db_path)
 {
@@ -54,7 +68,8 @@ int train_into_store(Trainer& trainer, RunStore& store, int64_t run_id, const st
     StoreSink store_sink(store, run_id);
     ConsoleProgress console(config.training.steps, config.telemetry.log_interval, isatty(STDOUT_FILENO) != 0, stdout);
     console.watch_stop_flag(&g_stop_requested, &trainer);
-    FanOutSink sink({&store_sink, &console});
+    CommitCheckpointEvents commit_checkpoints(store); // after store_sink, which queues the event
+    FanOutSink sink({&store_sink, &commit_checkpoints, &console});
     std::signal(SIGINT, on_sigint);
     std::signal(SIGTERM, on_sigint);
 
