@@ -344,7 +344,13 @@ torch::Tensor LayerGemm::gemm_unrecorded(const torch::Tensor& a, const torch::Te
 
 torch::Tensor LayerGemm::linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias)
 {
-    if (formats_.all_fp32() && !armed_) return torch::nn::functional::linear(x, weight, bias);
+    if (formats_.all_fp32()) {
+        // Observing a step must never change it: an FP32 layer runs the same kernels armed or
+        // not (the spelled-out autograd path rounds differently), and telemetry only reads.
+        auto y = torch::nn::functional::linear(x, weight, bias);
+        if (armed_) observe_fp32_linear(x, weight, y);
+        return y;
+    }
     const int64_t K = x.size(-1);
     auto out_shape = x.sizes().vec();
     out_shape.back() = weight.size(0);
@@ -353,6 +359,28 @@ torch::Tensor LayerGemm::linear(const torch::Tensor& x, const torch::Tensor& wei
     const auto bias_or_empty = bias.defined() ? bias : torch::empty({0}, weight.options().requires_grad(false));
     auto y = LinearFunction::apply(x2, weight, bias_or_empty, reinterpret_cast<int64_t>(this));
     return y.view(out_shape);
+}
+
+void LayerGemm::observe_fp32_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& y)
+{
+    // Same roles, same order as the emulated path records them.
+    remember_weight(weight);
+    record("output", y, NumberFormat::FP32, 1.0f, {});
+    record("weight", weight, NumberFormat::FP32, 1.0f, {});
+    record("input", x, NumberFormat::FP32, 1.0f, {});
+    if (!y.requires_grad()) return;
+    // grad_output arrives through a hook that only reads it; the weight gradient is a second
+    // product dy^T x computed for the statistics alone (the one autograd accumulates into
+    // .grad is untouched, and so is every kernel of the step).
+    const int64_t K = x.size(-1), N = y.size(-1);
+    const auto x2 = x.detach().reshape({-1, K}); // (M, K)
+    y.register_hook([this, x2, N](const torch::Tensor& dy) {
+        if (!armed_) return;
+        torch::NoGradGuard no_grad;
+        const auto dy2 = dy.detach().reshape({-1, N}); // (M, N)
+        record("grad_output", dy2, NumberFormat::FP32, 1.0f, {});
+        record("weight_grad", at::matmul(dy2.t(), x2), NumberFormat::FP32, 1.0f, {});
+    });
 }
 
 torch::Tensor LayerGemm::matmul(const torch::Tensor& a, const torch::Tensor& b)

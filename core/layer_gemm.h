@@ -62,7 +62,8 @@ public:
                        const char* output_role = nullptr);
 
     // Telemetry: while armed, the GEMMs record TensorStats for their tensor roles (weight,
-    // input, output, grad_output, weight_grad), FP32 layers included.
+    // input, output, grad_output, weight_grad), FP32 layers included. Recording only reads:
+    // an armed step runs the same kernels in the same order as an unarmed one.
     void arm_telemetry(bool armed);
     bool telemetry_armed() const { return armed_; }
     void record(const char* role, const torch::Tensor& x, NumberFormat format, float scale,
@@ -82,6 +83,8 @@ public:
 
 private:
     bool use_native(const torch::Tensor& t) const;
+    // Telemetry of an all-FP32 linear that ran as torch's own linear: reads, never computes the step.
+    void observe_fp32_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& y);
     torch::Tensor gemm_unrecorded(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
                                   const torch::Tensor& bias, float scale_a, float scale_b,
                                   torch::Tensor* accumulator = nullptr);

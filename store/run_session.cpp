@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <utility>
 
 #include "checkpoint_file.h"
@@ -12,16 +13,25 @@ namespace mantissa {
 
 namespace {
 
-// The order in which a resume tries checkpoints: newest first among those whose step the store
-// has metrics for (a killed process may have written checkpoints, and rotated old ones away,
-// after its last store flush), then any later ones, oldest first.
-std::vector<std::string> resume_order(const std::vector<std::string>& files, int64_t last_step)
+// The order in which a resume tries checkpoints. First the recorded ones, newest first: a
+// checkpoint is recorded only after everything of its step (loss, telemetry, evaluation) was
+// committed, so from it every step ends up recorded exactly once. Then, for files the store
+// has no record of (a run of an older store, or a process killed between writing and
+// recording), newest first those whose step the store has metrics for, then any later ones,
+// oldest first. (A step's loss alone does not mean its telemetry was committed too.)
+std::vector<std::string> resume_order(const std::vector<std::string>& files, const std::set<int64_t>& recorded,
+                                      int64_t last_step)
 {
-    std::vector<std::string> known, later;
-    for (const auto& f : files) (*checkpoint_step(f) <= last_step ? known : later).push_back(f);
+    std::vector<std::string> first, known, later;
+    for (const auto& f : files) {
+        const int64_t step = *checkpoint_step(f);
+        (recorded.count(step) ? first : step <= last_step ? known : later).push_back(f);
+    }
+    std::reverse(first.begin(), first.end());
     std::reverse(known.begin(), known.end());
-    known.insert(known.end(), later.begin(), later.end());
-    return known;
+    first.insert(first.end(), known.begin(), known.end());
+    first.insert(first.end(), later.begin(), later.end());
+    return first;
 }
 
 std::string describe_run(const RunInfo& info) { return describe_identity({info.uuid, info.id, {}}); }
@@ -46,13 +56,17 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
     // there until it has written one into its own folder.
     if (own_folder && info.legacy_checkpoints && list_checkpoints(read_dir).empty())
         read_dir = store.legacy_checkpoint_dir(info.id);
-    const auto files = resume_order(list_checkpoints(read_dir), info.last_step);
+    std::map<int64_t, CheckpointRow> recorded;
+    std::set<int64_t> recorded_steps;
+    for (auto& row : store.checkpoints(info.id)) {
+        recorded_steps.insert(row.step);
+        recorded[row.step] = std::move(row);
+    }
+    const auto files = resume_order(list_checkpoints(read_dir), recorded_steps, info.last_step);
     if (files.empty())
         throw ConfigError("run " + std::to_string(info.id) + " has no checkpoint to resume from (none in '" + read_dir +
                           "')");
 
-    std::map<int64_t, CheckpointRow> recorded;
-    for (auto& row : store.checkpoints(info.id)) recorded[row.step] = std::move(row);
     const auto build = [&] {
         session->trainer_ = std::make_unique<Trainer>(config);
         session->attach(store, info.id, info.uuid, write_dir);
@@ -138,6 +152,10 @@ void RunSession::on_checkpoint_written(const Trainer::CheckpointWrite& write)
 {
     if (!write.error.empty()) return; // the trainer's checkpoint_failed event said it already
     try {
+        // Everything of this step is committed before the checkpoint is recorded, so a resume
+        // from a recorded checkpoint never leaves a step of it unrecorded (see resume_order).
+        // The listener runs before rotation: the store always knows a checkpoint still on disk.
+        store_->flush();
         const auto sum = checksum_file(write.path);
         store_->record_checkpoint({run_id_, write.step, write.path, sum.checksum, sum.bytes});
     } catch (const std::exception& e) {

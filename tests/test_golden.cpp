@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "run_capture.h"
 #include "trainer.h"
 
 using namespace mantissa;
@@ -108,47 +109,83 @@ private slots:
         QVERIFY(a == b); // exact equality, not a tolerance
     }
 
-    // N steps straight, and N/2 + checkpoint + a fresh process-like Trainer + N/2, give
-    // identical losses (exact equality), with FP8 delayed scaling and dynamic loss scaling
-    // in play so their state must travel too.
+    // N steps straight, and k + checkpoint + a fresh process-like Trainer + the rest, give
+    // identical losses, loss scales, telemetry frames and final weights (bit for bit), with
+    // FP8 scaling state, dynamic loss scaling, dropout's random numbers and gradient
+    // accumulation in play so all their state must travel. Telemetry runs every 2 steps and
+    // the split lands on a step that is not on that schedule.
     void resumeIsBitExact_data()
     {
         QTest::addColumn<QString>("preset");
-        QTest::newRow("fp32") << "fp32";
-        QTest::newRow("fp8-hybrid") << "fp8-hybrid";
-        QTest::newRow("fp16") << "fp16";
+        QTest::addColumn<QString>("recipe");
+        QTest::addColumn<int>("grad_accum");
+        for (int accum : {1, 2}) {
+            for (const char* preset : {"fp32", "bf16", "fp16", "fp8-hybrid", "fp8-hybrid-keep-ends"})
+                QTest::addRow("%s/accum%d", preset, accum) << preset << "delayed" << accum;
+            for (const char* recipe : {"current", "rowwise", "mxfp8"})
+                QTest::addRow("fp8-hybrid/%s/accum%d", recipe, accum) << "fp8-hybrid" << recipe << accum;
+        }
     }
     void resumeIsBitExact()
     {
         QFETCH(QString, preset);
+        QFETCH(QString, recipe);
+        QFETCH(int, grad_accum);
+        constexpr int64_t kSteps = 12, kSplit = 6;
         QTemporaryDir dir;
         auto config = golden_project();
-        config.training.steps = 20;
+        config.training.steps = kSteps;
+        config.training.grad_accum = grad_accum;
         config.eval.interval = 0;
+        config.model.dropout = 0.1;
+        config.model.n_embd = 64; // wide enough that the FP32 GEMM paths would round differently
+        config.telemetry.interval = 2;
         config.precision.preset = preset.toStdString();
-        Recorder straight;
-        Trainer(config).run(straight);
+        config.precision.fp8.scaling = *parse_fp8_scaling(recipe.toStdString());
+        RunCapture straight;
+        QByteArray straight_weights;
+        {
+            Trainer trainer(config);
+            trainer.run(straight);
+            straight_weights = exported_weights(trainer);
+        }
+        QCOMPARE(straight.steps.size(), size_t(kSteps));
+        QCOMPARE(straight.frame_steps(), (std::vector<int64_t>{1, 2, 4, 6, 8, 10, 12}));
 
-        auto first_half = config;
-        first_half.training.steps = 10;
-        first_half.training.checkpoint_dir = dir.path().toStdString();
-        Recorder a;
-        Trainer(first_half).run(a); // writes step-00000010.pt when it finishes
-        const std::string checkpoint = dir.filePath("step-00000010.pt").toStdString();
+        auto first_part = config;
+        first_part.training.steps = kSplit;
+        first_part.training.checkpoint_dir = dir.path().toStdString();
+        RunCapture a;
+        Trainer(first_part).run(a); // writes step-00000006.pt when it finishes
+        const std::string checkpoint = dir.filePath("step-00000006.pt").toStdString();
         QVERIFY(QFile::exists(QString::fromStdString(checkpoint)));
 
         Trainer resumed(config);
         resumed.load_checkpoint(checkpoint);
-        QCOMPARE(resumed.step(), int64_t(10));
-        Recorder b;
+        QCOMPARE(resumed.step(), kSplit);
+        RunCapture b;
         resumed.run(b);
-        QCOMPARE(b.steps.size(), size_t(10));
-        for (size_t i = 0; i < 10; ++i) {
-            QCOMPARE(a.steps[i].train_loss, straight.steps[i].train_loss);
-            QCOMPARE(b.steps[i].step, straight.steps[i + 10].step);
-            QCOMPARE(b.steps[i].train_loss, straight.steps[i + 10].train_loss); // bit for bit
-            QCOMPARE(b.steps[i].loss_scale, straight.steps[i + 10].loss_scale);
+        const QByteArray resumed_weights = exported_weights(resumed);
+
+        auto steps = a.steps;
+        steps.insert(steps.end(), b.steps.begin(), b.steps.end());
+        auto frames = a.frames;
+        frames.insert(frames.end(), b.frames.begin(), b.frames.end());
+        QCOMPARE(steps.size(), straight.steps.size());
+        for (size_t i = 0; i < steps.size(); ++i) {
+            const QString diff = step_difference(steps[i], straight.steps[i]);
+            QVERIFY2(diff.isEmpty(), qPrintable(diff));
         }
+        // The telemetry schedule depends on the step alone, not on where the process started.
+        std::vector<int64_t> frame_steps;
+        for (const auto& f : frames) frame_steps.push_back(f.step);
+        QCOMPARE(frame_steps, straight.frame_steps());
+        for (size_t i = 0; i < frames.size(); ++i) {
+            const QString diff = frame_difference(frames[i], straight.frames[i]);
+            QVERIFY2(diff.isEmpty(), qPrintable(diff));
+        }
+        QVERIFY(!straight_weights.isEmpty());
+        QVERIFY2(resumed_weights == straight_weights, "final weights differ");
     }
 
     void badCheckpointsAreRefused()
