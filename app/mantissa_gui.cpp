@@ -140,7 +140,7 @@ int main(int argc, char* argv[])
             std::vector<int64_t> latest;
             const auto& runs = window.runsPage()->model()->runs();
             for (auto it = runs.rbegin(); it != runs.rend() && latest.size() < 4; ++it)
-                if (it->id != controller->runId() || it->status != "running") latest.insert(latest.begin(), it->id);
+                if (it->id != controller->runId() || it->status != RunStatus::Running) latest.insert(latest.begin(), it->id);
             window.runsPage()->selectRuns(latest);
             window.comparePage()->setRuns(latest);
             for (const auto& [page, name] : {std::pair{MainWindow::Page::Project, "project.png"},
@@ -160,10 +160,10 @@ int main(int argc, char* argv[])
             controller->stop();
         }
     });
-    QObject::connect(controller, &TrainingController::finished, &window, [&](const QString& status) {
+    QObject::connect(controller, &TrainingController::finished, &window, [&](RunStatus status) {
         if (!shotTaken) takeShot();
-        if (status == QLatin1String("failed")) fail(controller->lastError());
-        QCoreApplication::exit(shotSaved && status != QLatin1String("failed") ? 0 : 1);
+        if (status == RunStatus::Failed) fail(controller->lastError());
+        QCoreApplication::exit(shotSaved && status != RunStatus::Failed ? 0 : 1);
     });
     // Start once the window has been laid out, as a user would.
     QTimer::singleShot(0, &window, [&] {

@@ -51,12 +51,12 @@ int train_session(RunSession& session, const std::string& db_path)
     std::signal(SIGINT, on_sigint);
     std::signal(SIGTERM, on_sigint);
     const SessionOutcome outcome = session.run({&console});
-    if (outcome.status == "failed") {
+    if (outcome.status == RunStatus::Failed) {
         std::fprintf(stderr, "\nerror: training failed: %s\n", outcome.error.c_str());
         return 1;
     }
     const RunSummary& summary = outcome.summary;
-    std::printf("%s after %lld steps: train loss %.4f", outcome.status.c_str(), static_cast<long long>(summary.steps_done),
+    std::printf("%s after %lld steps: train loss %.4f", std::string(run_status_name(outcome.status)).c_str(), static_cast<long long>(summary.steps_done),
                 summary.final_train_loss);
     if (summary.final_val_loss >= 0) std::printf(", val loss %.4f", summary.final_val_loss);
     std::printf("\nmean step time: %.3f ms (%.0f tokens/s)\n", summary.mean_step_time_ms, summary.tokens_per_s);
@@ -165,7 +165,7 @@ int cmd_show(RunStore& store, const std::string& run)
     auto info = find_or_complain(store, run);
     if (!info) return 2;
     std::printf("run %lld '%s'\nstatus: %s\nproject: %s\ncreated: %s\nfinished: %s\nsteps: %lld\n",
-                static_cast<long long>(info->id), info->name.c_str(), info->status.c_str(), info->project_path.c_str(),
+                static_cast<long long>(info->id), info->name.c_str(), std::string(run_status_name(info->status)).c_str(), info->project_path.c_str(),
                 info->created_at.c_str(), info->finished_at.c_str(), static_cast<long long>(info->last_step));
     double last_train = -1, last_val = -1;
     int64_t val_step = -1;
@@ -199,7 +199,7 @@ int cmd_delete(RunStore& store, const std::string& run)
 {
     auto info = find_or_complain(store, run);
     if (!info) return 2;
-    if (info->status == "running") {
+    if (info->status == RunStatus::Running) {
         std::fprintf(stderr, "error: run %lld is running; stop it first\n", static_cast<long long>(info->id));
         return 2;
     }
@@ -349,7 +349,7 @@ void print_sweep_table(const SweepSpec& spec, const std::vector<std::string>& va
             continue;
         }
         const SweepRow& r = summary.rows[row++];
-        rows.push_back({r.value, std::to_string(r.run.id), r.run.status, fmt_loss(r.run.final_val_loss),
+        rows.push_back({r.value, std::to_string(r.run.id), std::string(run_status_name(r.run.status)), fmt_loss(r.run.final_val_loss),
                         fmt_delta(r.val_loss_delta), fmt_rate(r.run.median_tokens_per_s),
                         fmt_ratio(r.tokens_per_s_ratio),
                         fmt_bytes(r.run.peak_memory_bytes()), fmt_ratio(r.peak_memory_ratio),
@@ -492,7 +492,7 @@ int cmd_compare(RunStore& store, const std::vector<std::string>& run_args, doubl
         for (const auto& r : runs) rows.back().push_back(field(r));
     };
     line("name", [](const RunSummaryRow& r) { return r.name; });
-    line("status", [](const RunSummaryRow& r) { return r.status; });
+    line("status", [](const RunSummaryRow& r) { return std::string(run_status_name(r.status)); });
     line("recipe", [](const RunSummaryRow& r) { return r.recipe; });
     line("steps", [](const RunSummaryRow& r) { return std::to_string(r.steps_done); });
     line("final train", [](const RunSummaryRow& r) { return fmt_loss(r.final_train_loss); });
@@ -529,7 +529,7 @@ int cmd_list(RunStore& store)
     std::vector<std::vector<std::string>> rows = {
         {"id", "name", "status", "steps", "recipe", "final val", "tokens/s", "created", "tags"}};
     for (const auto& r : store.list_run_summaries())
-        rows.push_back({std::to_string(r.id), r.name, r.status, std::to_string(r.steps_done), r.recipe,
+        rows.push_back({std::to_string(r.id), r.name, std::string(run_status_name(r.status)), std::to_string(r.steps_done), r.recipe,
                         fmt_loss(r.final_val_loss), fmt_rate(r.median_tokens_per_s), r.created_at, join_tags(r.tags)});
     print_table(rows, {true, false, false, true, false, true, true, false, false});
     return 0;

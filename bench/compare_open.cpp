@@ -63,14 +63,14 @@ int main(int argc, char* argv[])
                 store.append_scalar(big[r], s, "train/loss", 3.0 / std::sqrt(double(s)) + 0.001 * r);
                 if (s % 10000 == 0) store.append_scalar(big[r], s, "val/loss", 3.0 / std::sqrt(double(s)));
             }
-            store.finish_run(big[r], "finished");
+            store.finish_run(big[r], RunStatus::Finished);
         }
         for (int64_t r = 0; r < small_runs; ++r) {
             ProjectConfig c;
             c.name = "small-" + std::to_string(r);
             const int64_t id = store.create_run(c.name, "", to_json_text(c));
             for (int64_t s = 1; s <= 100; ++s) store.append_scalar(id, s, "train/loss", 3.0 / std::sqrt(double(s)));
-            store.finish_run(id, "finished");
+            store.finish_run(id, RunStatus::Finished);
         }
     }
     std::printf("store: %lld runs, two of them with %lld train/loss rows each\n",

@@ -107,7 +107,7 @@ double run_headless(const ProjectConfig& config, const std::string& db)
     StoreSink store_sink(store, id);
     TimingSink timing(store_sink);
     trainer.run(timing);
-    store.finish_run(id, "finished");
+    store.finish_run(id, RunStatus::Finished);
     return timing.steps_per_s();
 }
 

@@ -45,7 +45,7 @@ int main(int argc, char** argv)
     std::printf("metric rows:      %lld in %.3f s = %.0f rows/s\n", static_cast<long long>(rows), metric_s, rows / metric_s);
     std::printf("layer-stat rows:  %lld in %.3f s = %.0f rows/s (30-bin histograms)\n",
                 static_cast<long long>(stat_rows), stats_s, stat_rows / stats_s);
-    store.finish_run(run, "finished");
+    store.finish_run(run, RunStatus::Finished);
     std::filesystem::remove_all(dir);
     return 0;
 }

@@ -85,12 +85,12 @@ int main(int argc, char** argv)
             const auto id = store.create_run("run " + std::to_string(i), "bench.json", config_for(i));
             for (int64_t step = 1; step <= 500; ++step) append_step(store, id, step, 2);
             if (i % 10 == 0) store.add_tags(id, {"tagged"});
-            store.finish_run(id, "finished");
+            store.finish_run(id, RunStatus::Finished);
         }
         big = store.create_run("long run", "bench.json", config_for(0));
         const int64_t steps = big_rows / 40;
         for (int64_t step = 1; step <= steps; ++step) append_step(store, big, step, 34);
-        store.finish_run(big, "finished");
+        store.finish_run(big, RunStatus::Finished);
     }
     std::printf("built %d runs + 1 run of %lld metric rows in %.1f s (%.0f MiB on disk)\n", runs,
                 static_cast<long long>(big_rows), seconds_since(t0),

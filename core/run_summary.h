@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+
+#include "run_status.h"
 #include <vector>
 
 namespace mantissa {
@@ -17,7 +19,7 @@ struct RunSummaryRow {
     int64_t id = 0;
     std::string name;
     std::string project_path;
-    std::string status; // running | finished | stopped | failed | interrupted
+    RunStatus status = RunStatus::Running;
     std::string created_at;
     std::string finished_at; // "" while running
     std::vector<std::string> tags; // sorted

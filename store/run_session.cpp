@@ -181,15 +181,15 @@ SessionOutcome RunSession::run(const std::vector<TelemetrySink*>& sinks)
     SessionOutcome out;
     try {
         out.summary = trainer_->run(sink);
-        out.status = out.summary.stopped_early ? "stopped" : "finished";
+        out.status = out.summary.stopped_early ? RunStatus::Stopped : RunStatus::Finished;
     } catch (const std::exception& e) {
-        out.status = "failed";
+        out.status = RunStatus::Failed;
         out.error = e.what();
     } catch (...) {
-        out.status = "failed";
+        out.status = RunStatus::Failed;
         out.error = "training failed with an unknown error";
     }
-    if (out.status == "failed") {
+    if (out.status == RunStatus::Failed) {
         RunEvent failed;
         failed.step = trainer_->step();
         failed.kind = EventKind::RunFailed;
@@ -200,7 +200,7 @@ SessionOutcome RunSession::run(const std::vector<TelemetrySink*>& sinks)
     try {
         store_->finish_run(run_id_, out.status);
     } catch (const std::exception& e) {
-        out.status = "failed";
+        out.status = RunStatus::Failed;
         out.error = "run store '" + store_->path() + "': " + e.what();
     }
     return out;

@@ -30,7 +30,7 @@ public:
 };
 
 struct SessionOutcome {
-    std::string status; // finished | stopped | failed
+    RunStatus status = RunStatus::Failed; // Finished, Stopped or Failed
     std::string error;  // why it failed; empty otherwise
     RunSummary summary;
 };

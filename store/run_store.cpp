@@ -232,6 +232,10 @@ void fill_legacy_event_fields(sqlite3* db)
     }
 }
 
+// A status as the store keeps it; a name this version does not know (a newer Mantissa's)
+// reads as failed rather than as a live run.
+RunStatus stored_status(const std::string& name) { return parse_run_status(name).value_or(RunStatus::Failed); }
+
 std::string format_value(double v)
 {
     std::ostringstream out;
@@ -612,7 +616,7 @@ int64_t RunStore::create_run(const std::string& name, const std::string& project
     return id;
 }
 
-void RunStore::finish_run(int64_t run_id, const std::string& status)
+void RunStore::finish_run(int64_t run_id, RunStatus status)
 {
     require_writable("finish a run");
     flush();
@@ -621,7 +625,7 @@ void RunStore::finish_run(int64_t run_id, const std::string& status)
         std::lock_guard lock(db_mutex_);
         try {
             Statement s(db_, "UPDATE runs SET status=?, finished_at=strftime('%Y-%m-%dT%H:%M:%SZ','now') WHERE id=?");
-            s.bind(1, status).bind(2, run_id).step();
+            s.bind(1, std::string(run_status_name(status))).bind(2, run_id).step();
         } catch (const SqliteFailure& e) {
             failure = e.detail;
         }
@@ -630,7 +634,8 @@ void RunStore::finish_run(int64_t run_id, const std::string& status)
     // status could not be written.
     release_claim(run_id);
     if (!failure.empty())
-        throw StoreError("run store '" + path_ + "': cannot record run " + std::to_string(run_id) + " as " + status +
+        throw StoreError("run store '" + path_ + "': cannot record run " + std::to_string(run_id) + " as " +
+                         std::string(run_status_name(status)) +
                          ": " + failure);
 }
 
@@ -760,8 +765,8 @@ std::vector<RunInfo> RunStore::list_runs()
     Statement s(db_, sql.c_str());
     std::vector<RunInfo> runs;
     while (s.step())
-        runs.push_back({s.int64(0), s.text(1), s.text(2), s.text(3), s.text(4), s.text(5), s.text(6), s.int64(7),
-                        s.text(8), s.int64(9) != 0});
+        runs.push_back({s.int64(0), s.text(1), s.text(2), s.text(3), stored_status(s.text(4)), s.text(5), s.text(6),
+                        s.int64(7), s.text(8), s.int64(9) != 0});
     return runs;
 }
 
@@ -955,9 +960,9 @@ std::vector<RunSummaryRow> RunStore::list_run_summaries(const RunFilter& filter)
         where += " AND instr(r.name, ?) > 0";
         texts.push_back(filter.name_contains);
     }
-    if (!filter.status.empty()) {
+    if (filter.status) {
         where += " AND " + status_sql() + " = ?";
-        texts.push_back(filter.status);
+        texts.push_back(std::string(run_status_name(*filter.status)));
     }
     std::set<std::string> wanted_tags(filter.tags.begin(), filter.tags.end());
     if (!wanted_tags.empty() && schema_ < 3) return {}; // no run_tags table yet: no run carries a tag
@@ -1003,7 +1008,7 @@ std::vector<RunSummaryRow> RunStore::list_run_summaries(const RunFilter& filter)
             row.id = s.int64(0);
             row.name = s.text(1);
             row.project_path = s.text(2);
-            row.status = s.text(3);
+            row.status = stored_status(s.text(3));
             row.created_at = s.text(4);
             row.finished_at = s.text(5);
             row.config_json = s.text(6);

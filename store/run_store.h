@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "run_compare.h"
+#include "run_status.h"
 #include "run_summary.h"
 #include "telemetry.h"
 
@@ -40,7 +41,7 @@ struct RunInfo {
     std::string name;
     std::string project_path;
     std::string config_json;
-    std::string status; // running | finished | stopped | failed
+    RunStatus status = RunStatus::Running;
     std::string created_at;
     std::string finished_at;
     int64_t last_step = 0;
@@ -75,7 +76,7 @@ struct EventRow {
 struct RunFilter {
     std::vector<int64_t> ids;          // only these runs (in id order, not this order)
     std::string name_contains;         // case-sensitive substring of the name
-    std::string status;                // exact status
+    std::optional<RunStatus> status;   // exact status
     std::vector<std::string> tags;     // runs carrying every one of these tags
     std::string preset;                // exact precision.preset
 };
@@ -117,7 +118,7 @@ public:
     void claim_run(int64_t run_id);
     void rename_run(int64_t run_id, const std::string& name);
     void delete_run(int64_t run_id); // with its metrics, events and layer statistics
-    void finish_run(int64_t run_id, const std::string& status); // flushes first
+    void finish_run(int64_t run_id, RunStatus status); // flushes first
 
     // Queued; committed by the writer thread within ~250 ms.
     void append_scalar(int64_t run_id, int64_t step, const std::string& tag, double value);

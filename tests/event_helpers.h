@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
-// Events for tests that only need a step, a tag and some text to show.
+// Events for tests that only need a step, a tag and some text to show, and run statuses as
+// text for QCOMPARE.
 
 #include <string>
 
 #include "run_event.h"
+#include "run_status.h"
 
 inline mantissa::RunEvent text_event(int64_t step, const std::string& tag, const std::string& text)
 {
@@ -17,3 +19,5 @@ inline mantissa::RunEvent text_event(int64_t step, const std::string& tag, const
     e.text = text;
     return e;
 }
+
+inline std::string status_text(mantissa::RunStatus status) { return std::string(mantissa::run_status_name(status)); }

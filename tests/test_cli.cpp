@@ -78,7 +78,7 @@ void make_store(const QString& path)
         const auto id = store.create_run(name, "p.json", R"({"training": {"steps": 10}})");
         for (int64_t step = 1; step <= 10; ++step) store.append_scalar(id, step, "train/loss", 2.0 - 0.01 * step);
         store.append_event(id, text_event(10, "note", "done"));
-        store.finish_run(id, "finished");
+        store.finish_run(id, RunStatus::Finished);
     }
 }
 
@@ -123,7 +123,7 @@ private slots:
         RunStore store(db_.toStdString());
         const auto run = store.find_run("first");
         QVERIFY(run.has_value());
-        QCOMPARE(run->status, std::string("finished"));
+        QCOMPARE(status_text(run->status), std::string("finished"));
         QCOMPARE(run->last_step, int64_t(15));
         QVERIFY(run->config_json.find("\"steps\": 15") != std::string::npos); // the resolved config
     }
@@ -193,7 +193,7 @@ private slots:
         QVERIFY(resumed.out.contains("finished after 14 steps"));
         RunStore store(db_.toStdString());
         const auto run = store.find_run("long");
-        QCOMPARE(run->status, std::string("finished"));
+        QCOMPARE(status_text(run->status), std::string("finished"));
         QCOMPARE(run->last_step, int64_t(14));
         int train_rows = 0;
         for (const auto& s : store.scalars(run->id)) train_rows += s.tag == "train/loss";
@@ -246,7 +246,7 @@ private slots:
             RunStore store(db_.toStdString()); // opening it notices the dead run
             const auto run = store.find_run("killed");
             QVERIFY(run.has_value());
-            QCOMPARE(run->status, std::string("interrupted"));
+            QCOMPARE(status_text(run->status), std::string("interrupted"));
             QVERIFY(run->last_step >= 12); // flushed at least every 250 ms
             id = run->id;
             steps = run->last_step;
@@ -255,7 +255,7 @@ private slots:
                                                                                       QString::number(steps + 3)});
         QVERIFY2(resumed.exit_code == 0, qPrintable(resumed.err + resumed.out));
         RunStore store(db_.toStdString());
-        QCOMPARE(store.find_run(std::to_string(id))->status, std::string("finished"));
+        QCOMPARE(status_text(store.find_run(std::to_string(id))->status), std::string("finished"));
     }
 
     // The real tensorboard package (installed into .venv by scripts/setup.sh) reads the export.
@@ -316,7 +316,7 @@ private slots:
         for (const char* name : {"twin-a", "twin-b"}) {
             const auto run = store.find_run(name);
             QVERIFY(run.has_value());
-            QCOMPARE(run->status, std::string("finished"));
+            QCOMPARE(status_text(run->status), std::string("finished"));
             QCOMPARE(run->last_step, int64_t(40));
             QCOMPARE(store.layer_stats(run->id, "lm_head").size(), size_t(5 * 5)); // steps 1, 10, 20, 30, 40
         }
@@ -375,7 +375,7 @@ private slots:
             const auto& run = runs[static_cast<size_t>(i)];
             QCOMPARE(run.name, "tiny [precision.preset=" + values[i].toStdString() + "]");
             QCOMPARE(run.preset, values[i].toStdString());
-            QCOMPARE(run.status, std::string("finished"));
+            QCOMPARE(status_text(run.status), std::string("finished"));
             QCOMPARE(run.steps_done, int64_t(6));
             QCOMPARE(run.tags, (std::vector<std::string>{"sweep:presets"}));
             QVERIFY(run.peak_resident_bytes > 0); // sampled at telemetry steps 1, 3 and 6
@@ -455,7 +455,7 @@ private slots:
         RunStore store(db.toStdString());
         const auto runs = store.list_run_summaries();
         QCOMPARE(runs.size(), size_t(1));
-        QCOMPARE(runs[0].status, std::string("stopped"));
+        QCOMPARE(status_text(runs[0].status), std::string("stopped"));
         QCOMPARE(runs[0].tags, (std::vector<std::string>{"sweep:cut"}));
     }
 
@@ -630,7 +630,7 @@ private slots:
         RunStore store(db_.toStdString());
         const auto run = store.find_run("interrupted");
         QVERIFY(run.has_value());
-        QCOMPARE(run->status, std::string("stopped"));
+        QCOMPARE(status_text(run->status), std::string("stopped"));
         QVERIFY(run->last_step >= 3);
         int train_rows = 0;
         for (const auto& s : store.scalars(run->id)) train_rows += s.tag == "train/loss";

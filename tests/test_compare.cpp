@@ -10,6 +10,7 @@
 
 #include <sqlite3.h>
 
+#include "event_helpers.h"
 #include "config_diff.h"
 #include "project_config.h"
 #include "run_compare.h"
@@ -205,7 +206,7 @@ private slots:
         store.append_scalar(a, 5, "memory/resident_bytes", 5000.0);
         store.append_scalar(a, 10, "memory/resident_bytes", 3000.0);
         store.add_tags(a, {"b", " a ", "a"});
-        store.finish_run(a, "finished");
+        store.finish_run(a, RunStatus::Finished);
 
         const auto b = store.create_run(
             "beta", "p.json",
@@ -225,7 +226,7 @@ private slots:
             {"match": "lm_head", "forward": "e4m3"}], "fp8": {"scaling": "delayed"}}})");
         store.append_scalar(c, 3, "val/loss", 1.5);
         store.append_scalar(c, 5, "val/loss", std::nan("")); // SQLite keeps NaN as NULL
-        store.finish_run(c, "failed");
+        store.finish_run(c, RunStatus::Failed);
 
         const auto rows = store.list_run_summaries();
         QCOMPARE(rows.size(), size_t(3));
@@ -233,7 +234,7 @@ private slots:
         QCOMPARE(ra.id, a);
         QCOMPARE(ra.name, std::string("alpha"));
         QCOMPARE(ra.project_path, std::string("p.json"));
-        QCOMPARE(ra.status, std::string("finished"));
+        QCOMPARE(status_text(ra.status), std::string("finished"));
         QVERIFY(!ra.finished_at.empty());
         QCOMPARE(ra.tags, (std::vector<std::string>{"a", "b"}));
         QCOMPARE(ra.recipe, std::string("fp32"));
@@ -251,7 +252,7 @@ private slots:
         QCOMPARE(ra.peak_memory_bytes(), int64_t(5000));
 
         const RunSummaryRow& rb = rows[1];
-        QCOMPARE(rb.status, std::string("running"));
+        QCOMPARE(status_text(rb.status), std::string("running"));
         QCOMPARE(rb.finished_at, std::string());
         QCOMPARE(rb.recipe, std::string("fp8-hybrid (current) + 2 overrides"));
         QCOMPARE(rb.preset, std::string("fp8-hybrid"));
@@ -289,7 +290,7 @@ private slots:
         f.tags = {"a", "b"};
         QCOMPARE(ids(f), (std::vector<int64_t>{a}));
         f = {};
-        f.status = "failed";
+        f.status = RunStatus::Failed;
         QCOMPARE(ids(f), (std::vector<int64_t>{c}));
         f = {};
         f.name_contains = "eta"; // beta
@@ -337,7 +338,7 @@ private slots:
         } catch (const StoreError& e) {
             QVERIFY2(std::string(e.what()).rfind("no run 999 in ", 0) == 0, e.what());
         }
-        store.finish_run(b, "finished");
+        store.finish_run(b, RunStatus::Finished);
         store.delete_run(b);
         QCOMPARE(store.all_tags(), (std::vector<std::pair<std::string, int64_t>>{{"baseline", 1}}));
     }
@@ -367,7 +368,7 @@ private slots:
         QCOMPARE(rows[0].median_tokens_per_s, 200.0);
         QCOMPARE(rows[0].peak_memory_bytes(), int64_t(1048576));
         QVERIFY(rows[0].tags.empty());
-        QCOMPARE(rows[1].status, std::string("stopped"));
+        QCOMPARE(status_text(rows[1].status), std::string("stopped"));
         QCOMPARE(rows[1].recipe, std::string("fp8-hybrid (current) + 1 override"));
         QCOMPARE(rows[1].skipped_steps, int64_t(1));
         // Everything version 2 held is still there, and the new table works.

@@ -329,7 +329,7 @@ void TestGui::controllerReportsConfigErrorFromWorker()
     const QString message = failed.at(0).at(0).toString();
     QVERIFY2(message.contains(QStringLiteral("data.path")), qPrintable(message));
     QVERIFY2(message.contains(QStringLiteral("does not exist")), qPrintable(message));
-    QCOMPARE(finished.at(0).at(0).toString(), QStringLiteral("failed"));
+    QVERIFY(finished.at(0).at(0).value<RunStatus>() == RunStatus::Failed);
     QCOMPARE(started.count(), 0); // the model never existed, so no run was recorded
     QCOMPARE(controller.runId(), -1);
     QVERIFY(!controller.isRunning());
@@ -351,7 +351,7 @@ void TestGui::controllerReportsUnusableStore()
     QSignalSpy finished(&controller, &TrainingController::finished);
     QVERIFY(controller.start(tiny_config(30), {}));
     QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 30000);
-    QCOMPARE(finished.at(0).at(0).toString(), QStringLiteral("failed"));
+    QVERIFY(finished.at(0).at(0).value<RunStatus>() == RunStatus::Failed);
     QCOMPARE(failed.count(), 1);
     const QString message = failed.at(0).at(0).toString();
     QVERIFY2(message.contains(storePath), qPrintable(message));
@@ -389,7 +389,7 @@ void TestGui::windowTrainsTinyRunEndToEnd()
     ticker.stop();
 
     QCOMPARE(finished.count(), 1);
-    QCOMPARE(finished.at(0).at(0).toString(), QStringLiteral("finished"));
+    QVERIFY(finished.at(0).at(0).value<RunStatus>() == RunStatus::Finished);
     QCOMPARE(started.count(), 1);
     // Default cadence (every 50 steps, and step 1): one frame for a 30-step run, 5 roles for
     // each of the tiny model's 5 linear layers (1 block x 4 + lm_head).
@@ -453,7 +453,7 @@ void TestGui::windowTrainsTinyRunEndToEnd()
     RunStore store(storePath.toStdString());
     const auto run = store.find_run(std::to_string(runId));
     QVERIFY(run.has_value());
-    QCOMPARE(run->status, std::string("finished"));
+    QCOMPARE(status_text(run->status), std::string("finished"));
     QCOMPARE(run->name, std::string("gui-test"));
     const auto losses = scalars_tagged(store, runId, "train/loss");
     QCOMPARE(losses.size(), size_t(30));
@@ -468,7 +468,7 @@ void TestGui::windowTrainsTinyRunEndToEnd()
     QVERIFY(window.startTraining());
     QTRY_VERIFY_WITH_TIMEOUT(!controller->isRunning(), 60000);
     QCOMPARE(plot->trainGraph()->dataCount(), 30);
-    QCOMPARE(controller->lastStatus(), QStringLiteral("finished"));
+    QVERIFY(controller->lastStatus() == RunStatus::Finished);
     QVERIFY(controller->runId() > runId);
 }
 
@@ -502,7 +502,7 @@ void TestGui::stopEndsLongRunPromptly()
 
     window.stopTraining();
     QTRY_VERIFY_WITH_TIMEOUT(!controller->isRunning(), 5000); // applied at the next step boundary
-    QCOMPARE(controller->lastStatus(), QStringLiteral("stopped"));
+    QVERIFY(controller->lastStatus() == RunStatus::Stopped);
     QVERIFY(controller->lastSummary().stopped_early);
     const int64_t steps = controller->lastSummary().steps_done;
     QVERIFY(steps >= 3 && steps < 100000);
@@ -512,7 +512,7 @@ void TestGui::stopEndsLongRunPromptly()
     RunStore store(storePath.toStdString());
     const auto run = store.find_run(std::to_string(controller->runId()));
     QVERIFY(run.has_value());
-    QCOMPARE(run->status, std::string("stopped"));
+    QCOMPARE(status_text(run->status), std::string("stopped"));
     QCOMPARE(scalars_tagged(store, controller->runId(), "train/loss").size(), static_cast<size_t>(steps));
 }
 
@@ -556,7 +556,7 @@ void TestGui::pauseHoldsTrainingUntilResume()
     QTRY_VERIFY_WITH_TIMEOUT(events.event(events.rowCount() - 1).tag() == "paused", 5000);
     controller.stop();
     QTRY_VERIFY_WITH_TIMEOUT(!controller.isRunning(), 5000);
-    QCOMPARE(controller.lastStatus(), QStringLiteral("stopped"));
+    QVERIFY(controller.lastStatus() == RunStatus::Stopped);
     QVERIFY(!controller.isPaused());
 }
 
@@ -581,7 +581,7 @@ void TestGui::destroyingControllerMidRunStopsAndJoins()
     RunStore store(storePath.toStdString());
     const auto run = store.find_run(std::to_string(runId));
     QVERIFY(run.has_value());
-    QCOMPARE(run->status, std::string("stopped"));
+    QCOMPARE(status_text(run->status), std::string("stopped"));
 }
 
 void TestGui::windowOpensDefaultProject()
@@ -766,7 +766,7 @@ void TestGui::precisionChangeDuringRunIsAnEventAndAMarker()
 
     window.stopTraining();
     QTRY_VERIFY_WITH_TIMEOUT(!controller->isRunning(), 10000);
-    QCOMPARE(controller->lastStatus(), QStringLiteral("stopped"));
+    QVERIFY(controller->lastStatus() == RunStatus::Stopped);
     // A change with no run going is refused with a reason, not silently dropped.
     QVERIFY(!window.changeLayerFormats(layer, GemmFormats{}));
     QVERIFY(!window.lastError().isEmpty());
@@ -802,7 +802,7 @@ void TestGui::runControlsHaveShortcuts()
     QTRY_VERIFY_WITH_TIMEOUT(sawEvent("checkpoint"), 10000);
     QTest::keyClick(&window, Qt::Key_F5, Qt::ShiftModifier);
     QTRY_VERIFY_WITH_TIMEOUT(!controller->isRunning(), 10000);
-    QCOMPARE(controller->lastStatus(), QStringLiteral("stopped"));
+    QVERIFY(controller->lastStatus() == RunStatus::Stopped);
     // The checkpoint went beside the store, where mantissa-train resume looks.
     QDir checkpoints(dir.filePath(QStringLiteral("runs.sqlite.checkpoints/run-%1").arg(controller->runId())));
     QVERIFY2(!checkpoints.entryList({QStringLiteral("step-*.pt")}).isEmpty(), qPrintable(checkpoints.path()));

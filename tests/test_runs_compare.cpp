@@ -109,9 +109,9 @@ void craft_store(const QString& path)
     s2.on_layer_stats(frame(5, 0.75, 40 * kMiB));
     s2.on_layer_stats(frame(10, 0.25, 50 * kMiB));
     store.add_tags(r1, {"baseline"});
-    store.finish_run(r1, "finished");
-    store.finish_run(r2, "finished");
-    store.finish_run(r3, "stopped");
+    store.finish_run(r1, RunStatus::Finished);
+    store.finish_run(r2, RunStatus::Finished);
+    store.finish_run(r3, RunStatus::Stopped);
 }
 
 QVector<double> keys_of(const QCPGraph* g)

@@ -14,6 +14,7 @@
 
 #include <sqlite3.h>
 
+#include "event_helpers.h"
 #include "checkpoint_file.h"
 #include "controller/training_controller.h"
 #include "run_session.h"
@@ -124,7 +125,7 @@ void TestSession::guiAndCliRunsGoThroughOneSession()
         QSignalSpy finished(&controller, &TrainingController::finished);
         QVERIFY(controller.start(load_project_file(project), QString::fromStdString(project)));
         QVERIFY(finished.wait(120000));
-        QCOMPARE(controller.lastStatus(), QStringLiteral("finished"));
+        QVERIFY(controller.lastStatus() == RunStatus::Finished);
         QCOMPARE(controller.runId(), qint64(1));
     }
     const auto cli = run_cli({"run", QString::fromStdString(project), "--db", QString::fromStdString(db)});
@@ -133,8 +134,8 @@ void TestSession::guiAndCliRunsGoThroughOneSession()
     RunStore store(db);
     const auto gui_run = store.find_run("1"), cli_run = store.find_run("2");
     QVERIFY(gui_run && cli_run);
-    QCOMPARE(gui_run->status, std::string("finished"));
-    QCOMPARE(cli_run->status, std::string("finished"));
+    QCOMPARE(status_text(gui_run->status), std::string("finished"));
+    QCOMPARE(status_text(cli_run->status), std::string("finished"));
     QCOMPARE(gui_run->config_json, cli_run->config_json);
     QCOMPARE(gui_run->uuid.size(), size_t(32));
     QCOMPARE(cli_run->uuid.size(), size_t(32));
@@ -193,7 +194,7 @@ void TestSession::damagedNewestCheckpointFallsBackToThePreviousOne()
     QCOMPARE(std::count(kinds.begin(), kinds.end(), std::string("checkpoint_damaged")), 1);
     QVERIFY(!contains(event_kinds(b, 1), "checkpoint_damaged"));
     RunStore store(a);
-    QCOMPARE(store.find_run("1")->status, std::string("finished"));
+    QCOMPARE(status_text(store.find_run("1")->status), std::string("finished"));
 }
 
 void TestSession::noGoodCheckpointLeftExits3NamingTheFile()
@@ -214,7 +215,7 @@ void TestSession::noGoodCheckpointLeftExits3NamingTheFile()
     const auto kinds = event_kinds(db, 1);
     QCOMPARE(std::count(kinds.begin(), kinds.end(), std::string("checkpoint_damaged")), 3);
     RunStore store(db);
-    QCOMPARE(store.find_run("1")->status, std::string("finished")); // untouched: nothing was resumed
+    QCOMPARE(status_text(store.find_run("1")->status), std::string("finished")); // untouched: nothing was resumed
     QCOMPARE(store.find_run("1")->last_step, int64_t(30));
 }
 
@@ -349,7 +350,7 @@ void TestSession::version3StoreWithOldFolderStillResumes()
     RunStore store(db);
     QCOMPARE(store.schema_version(), 4);
     const auto run = store.find_run("1");
-    QCOMPARE(run->status, std::string("finished"));
+    QCOMPARE(status_text(run->status), std::string("finished"));
     QCOMPARE(run->uuid.size(), size_t(32));
     QVERIFY(run->legacy_checkpoints);
     // New checkpoints go to the store's own folder, with this run's identity.
@@ -401,7 +402,7 @@ void TestSession::failedCheckpointWriteIsAnEventAndTrainingGoesOn()
     QVERIFY(r.out.contains("finished after 30 steps"));
     QVERIFY(!fs::exists(folder + "/step-00000010.pt.tmp"));
     RunStore store(db);
-    QCOMPARE(store.find_run("1")->status, std::string("finished"));
+    QCOMPARE(status_text(store.find_run("1")->status), std::string("finished"));
     const auto rows = store.checkpoints(1);
     QCOMPARE(rows.size(), size_t(2));
     QCOMPARE(rows[0].step, int64_t(20));
@@ -425,10 +426,10 @@ void TestSession::aRunThatCannotGoOnEndsFailed()
     const int64_t id = session.create_run(store, "doomed", project);
     FailingSink failing;
     const SessionOutcome outcome = session.run({&failing});
-    QCOMPARE(outcome.status, std::string("failed"));
+    QCOMPARE(status_text(outcome.status), std::string("failed"));
     QCOMPARE(outcome.error, std::string("disk full"));
     const auto info = store.find_run(std::to_string(id));
-    QCOMPARE(info->status, std::string("failed"));
+    QCOMPARE(status_text(info->status), std::string("failed"));
     const auto events = store.events(id);
     QVERIFY(!events.empty());
     QCOMPARE(events.back().kind, std::string("run_failed"));

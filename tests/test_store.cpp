@@ -61,7 +61,7 @@ void make_two_run_store(const std::string& path)
     for (int64_t step = 1; step <= 30; ++step) store.append_scalar(a, step, "train/loss", 3.0 - 0.01 * step);
     store.append_event(a, text_event(5, "note", "hello"));
     store.add_tags(a, {"baseline"});
-    store.finish_run(a, "finished");
+    store.finish_run(a, RunStatus::Finished);
     store.create_run("b", "p.json", "{}"); // never finished: its lock goes with this store
 }
 
@@ -103,13 +103,13 @@ private slots:
             }
             sink.on_eval({50, 3.25, 3.5});
             sink.on_event(text_event(7, "note", "comma, \"quoted\" message"));
-            store.finish_run(id, "finished");
+            store.finish_run(id, RunStatus::Finished);
         } // closing flushes; reopen reads from disk
         RunStore store(path);
         const auto runs = store.list_runs();
         QCOMPARE(runs.size(), size_t(1));
         QCOMPARE(runs[0].name, std::string("baseline"));
-        QCOMPARE(runs[0].status, std::string("finished"));
+        QCOMPARE(status_text(runs[0].status), std::string("finished"));
         QCOMPARE(runs[0].config_json, std::string(R"({"a": 1})"));
         QCOMPARE(runs[0].last_step, int64_t(100));
         QVERIFY(!runs[0].finished_at.empty());
@@ -377,14 +377,14 @@ private slots:
             RunStore writer(path);
             id = writer.create_run("live", "", "{}");
             RunStore reader(path); // another "process" looking while the run is alive
-            QCOMPARE(reader.find_run("live")->status, std::string("running"));
+            QCOMPARE(status_text(reader.find_run("live")->status), std::string("running"));
         } // the writer goes away without finish_run, as a killed process would
         RunStore later(path);
-        QCOMPARE(later.find_run(std::to_string(id))->status, std::string("interrupted"));
+        QCOMPARE(status_text(later.find_run(std::to_string(id))->status), std::string("interrupted"));
         later.claim_run(id); // resuming takes it back
-        QCOMPARE(later.find_run(std::to_string(id))->status, std::string("running"));
-        later.finish_run(id, "finished");
-        QCOMPARE(later.find_run(std::to_string(id))->status, std::string("finished"));
+        QCOMPARE(status_text(later.find_run(std::to_string(id))->status), std::string("running"));
+        later.finish_run(id, RunStatus::Finished);
+        QCOMPARE(status_text(later.find_run(std::to_string(id))->status), std::string("finished"));
     }
 
     void renameAndDeleteRuns()
@@ -430,26 +430,26 @@ private slots:
             QCOMPARE(store->schema_version(), RunStore::kSchemaVersion);
             const auto runs = store->list_runs();
             QCOMPARE(runs.size(), size_t(2));
-            QCOMPARE(runs[0].status, std::string("finished"));
+            QCOMPARE(status_text(runs[0].status), std::string("finished"));
             QCOMPARE(runs[0].last_step, int64_t(30));
-            QCOMPARE(runs[1].status, std::string("interrupted")); // reported, not written
+            QCOMPARE(status_text(runs[1].status), std::string("interrupted")); // reported, not written
             QCOMPARE(store->scalars(runs[0].id).size(), size_t(30));
             QCOMPARE(store->events(runs[0].id).size(), size_t(1));
             QCOMPARE(store->tags(runs[0].id), std::vector<std::string>{"baseline"});
             RunFilter interrupted;
-            interrupted.status = "interrupted";
+            interrupted.status = RunStatus::Interrupted;
             QCOMPARE(store->list_run_summaries(interrupted).size(), size_t(1));
             const auto summaries = store->list_run_summaries();
             QCOMPARE(summaries.size(), size_t(2));
             QCOMPARE(summaries[0].preset, std::string("bf16"));
-            QCOMPARE(summaries[1].status, std::string("interrupted"));
+            QCOMPARE(status_text(summaries[1].status), std::string("interrupted"));
 
             const int64_t a = runs[0].id;
             const std::vector<std::function<void()>> writes = {
                 [&] { store->rename_run(a, "x"); },         [&] { store->delete_run(a); },
                 [&] { store->add_tags(a, {"t"}); },          [&] { store->remove_tags(a, {"baseline"}); },
                 [&] { store->create_run("c", "", "{}"); },   [&] { store->claim_run(a); },
-                [&] { store->finish_run(a, "failed"); },     [&] { store->append_scalar(a, 1, "x", 1.0); },
+                [&] { store->finish_run(a, RunStatus::Failed); },     [&] { store->append_scalar(a, 1, "x", 1.0); },
                 [&] { store->append_event(a, text_event(1, "k", "m")); }, [&] { store->append_layer_stats(a, 1, {}); },
             };
             for (const auto& write : writes) {
@@ -484,7 +484,7 @@ private slots:
         {
             const auto reader = RunStore::open_read_only(path);
             QCOMPARE(reader->list_runs().size(), size_t(1));
-            QCOMPARE(reader->list_runs()[0].status, std::string("running")); // its lock is held
+            QCOMPARE(status_text(reader->list_runs()[0].status), std::string("running")); // its lock is held
             QCOMPARE(reader->scalars(id).size(), size_t(10));
         }
         QCOMPARE(snapshot(dir.path()).size(), before.size()); // the -shm is shared state, not a new file
@@ -646,13 +646,13 @@ private slots:
             store.flush(); // the batch fails; the process goes on
             QVERIFY2(QString::fromStdString(store.last_write_error()).contains("disk full"),
                      store.last_write_error().c_str());
-            const QString error = store_error_of([&] { store.finish_run(id, "finished"); });
+            const QString error = store_error_of([&] { store.finish_run(id, RunStatus::Finished); });
             QVERIFY2(error.contains("cannot record run " + QString::number(id) + " as finished: disk full"),
                      qPrintable(error));
         }
         QFile::remove(fs + "/filler");
         RunStore later(path);
-        QCOMPARE(later.find_run(std::to_string(id))->status, std::string("interrupted")); // never "running"
+        QCOMPARE(status_text(later.find_run(std::to_string(id))->status), std::string("interrupted")); // never "running"
     }
 
     void twoStoresOnOneFileBothWrite()

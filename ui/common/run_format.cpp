@@ -65,4 +65,10 @@ QString count_text(int64_t n, const QString& one, const QString& many)
     return QStringLiteral("%1 %2").arg(n).arg(n == 1 ? one : many);
 }
 
+QString format_status(RunStatus status)
+{
+    const std::string_view name = run_status_name(status);
+    return QString::fromLatin1(name.data(), qsizetype(name.size()));
+}
+
 } // namespace mantissa

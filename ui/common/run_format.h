@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "run_status.h"
+
 namespace mantissa {
 
 QString format_loss(double loss);          // "2.3026", "–"
@@ -14,6 +16,7 @@ QString format_delta(double delta);        // "+0.0123", "−0.0040", "0", "–"
 QString format_ratio(double ratio);        // "0.98×", "–"
 QString format_rate(double tokens_per_s);  // "12.3k", "950", "–"
 QString format_bytes(int64_t bytes);       // "812 MiB", "1.42 GiB", "–" for negative
+QString format_status(RunStatus status);   // "finished", "interrupted", ...
 // A store timestamp ("2026-11-30T14:05:09Z", UTC) in local time: "2026-11-30 15:05".
 QString format_created(const QString& utc);
 // "#12 addition [precision.preset=bf16]": how plots and tables name a run.

@@ -101,13 +101,13 @@ void SweepRunner::onStarted(qint64 runId)
     }
 }
 
-void SweepRunner::onFinished(const QString& status)
+void SweepRunner::onFinished(RunStatus status)
 {
     if (!running_) return;
-    if (status == QLatin1String("failed"))
+    if (status == RunStatus::Failed)
         problems_ << tr("%1 failed: %2")
                          .arg(QString::fromStdString(plans_[static_cast<size_t>(current_)].name), controller_->lastError());
-    if (status == QLatin1String("stopped")) stopRequested_ = true;
+    if (status == RunStatus::Stopped) stopRequested_ = true;
     // After every other finished() slot (the window's), once the controller is idle.
     QTimer::singleShot(0, this, &SweepRunner::startNext);
 }

@@ -13,6 +13,7 @@
 #include <functional>
 #include <vector>
 
+#include "run_status.h"
 #include "sweep.h"
 
 namespace mantissa {
@@ -59,7 +60,7 @@ signals:
 private:
     void startNext();
     void onStarted(qint64 runId);
-    void onFinished(const QString& status);
+    void onFinished(RunStatus status);
     void finish(bool stopped);
 
     TrainingController* controller_ = nullptr;

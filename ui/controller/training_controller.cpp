@@ -23,16 +23,16 @@ struct TrainingController::Job {
     bool pause_requested = false;
     int64_t run_id = -1;
     // Written once by the worker just before it returns.
-    std::string status;
+    RunStatus status = RunStatus::Failed;
     std::string error;
     RunSummary summary;
 
     void work(ProjectConfig config, const std::string& project_path, const std::string& store_path);
-    void finish(std::string final_status, std::string message, RunSummary final_summary = {})
+    void finish(RunStatus final_status, std::string message, RunSummary final_summary = {})
     {
         std::lock_guard lock(mutex);
         session = nullptr;
-        status = std::move(final_status);
+        status = final_status;
         error = std::move(message);
         summary = final_summary;
     }
@@ -47,17 +47,17 @@ void TrainingController::Job::work(ProjectConfig config, const std::string& proj
     try {
         owned = std::make_unique<RunSession>(std::move(config));
     } catch (const std::exception& e) {
-        finish("failed", e.what());
+        finish(RunStatus::Failed, e.what());
         return;
     } catch (...) {
-        finish("failed", "building the model failed with an unknown error");
+        finish(RunStatus::Failed, "building the model failed with an unknown error");
         return;
     }
     {
         // Loading data can take a while; a Stop in the meantime should not leave a run behind.
         std::lock_guard lock(mutex);
         if (stop_requested) {
-            status = "stopped";
+            status = RunStatus::Stopped;
             return;
         }
     }
@@ -67,10 +67,10 @@ void TrainingController::Job::work(ProjectConfig config, const std::string& proj
         store = std::make_unique<RunStore>(store_path);
         owned->create_run(*store, owned->config().name, project_path);
     } catch (const StoreError& e) {
-        finish("failed", e.what()); // names the file already
+        finish(RunStatus::Failed, e.what()); // names the file already
         return;
     } catch (const std::exception& e) {
-        finish("failed", "run store '" + store_path + "': " + e.what());
+        finish(RunStatus::Failed, "run store '" + store_path + "': " + e.what());
         return;
     }
 
@@ -95,7 +95,7 @@ void TrainingController::Job::work(ProjectConfig config, const std::string& proj
     try {
         store.reset(); // flushes and closes before the GUI reads the run back
     } catch (const std::exception& e) {
-        outcome.status = "failed";
+        outcome.status = RunStatus::Failed;
         outcome.error = "run store '" + store_path + "': " + e.what();
     }
     finish(outcome.status, outcome.error, outcome.summary);
@@ -104,6 +104,7 @@ void TrainingController::Job::work(ProjectConfig config, const std::string& proj
 TrainingController::TrainingController(const QString& storePath, QObject* parent)
     : QObject(parent), storePath_(storePath.isEmpty() ? QString::fromStdString(default_store_path()) : storePath)
 {
+    qRegisterMetaType<mantissa::RunStatus>();
     drainTimer_.setInterval(kDrainIntervalMs);
     connect(&drainTimer_, &QTimer::timeout, this, &TrainingController::drain);
 }
@@ -124,7 +125,7 @@ bool TrainingController::start(const ProjectConfig& config, const QString& proje
     paused_ = false;
     startAnnounced_ = false;
     runId_ = -1;
-    lastStatus_.clear();
+    lastStatus_.reset();
     lastError_.clear();
     lastSummary_ = {};
 
@@ -234,7 +235,7 @@ void TrainingController::onWorkerFinished()
     thread_->wait();
     drainTimer_.stop();
     drain(); // whatever the worker pushed after the last tick
-    lastStatus_ = QString::fromStdString(job_->status);
+    lastStatus_ = job_->status;
     lastError_ = QString::fromStdString(job_->error);
     lastSummary_ = job_->summary;
     thread_.reset();
@@ -244,8 +245,8 @@ void TrainingController::onWorkerFinished()
         paused_ = false;
         emit pausedChanged(false);
     }
-    if (lastStatus_ == QLatin1String("failed")) emit failed(lastError_);
-    emit finished(lastStatus_);
+    if (lastStatus_ == RunStatus::Failed) emit failed(lastError_);
+    emit finished(*lastStatus_);
 }
 
 } // namespace mantissa

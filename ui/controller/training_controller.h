@@ -10,9 +10,11 @@
 #include <QTimer>
 
 #include <memory>
+#include <optional>
 
-#include "project_config.h"
 #include "controller/snapshot_buffer.h"
+#include "project_config.h"
+#include "run_status.h"
 #include "trainer.h"
 
 class QThread;
@@ -48,8 +50,8 @@ public:
     QString storePath() const { return storePath_; }
     // The current or last run's id in the store; -1 until the store created one.
     qint64 runId() const { return runId_; }
-    // Valid after finished(): "finished", "stopped" or "failed".
-    QString lastStatus() const { return lastStatus_; }
+    // After finished(): Finished, Stopped or Failed; nullopt before the first job ends.
+    std::optional<RunStatus> lastStatus() const { return lastStatus_; }
     QString lastError() const { return lastError_; }
     const RunSummary& lastSummary() const { return lastSummary_; }
 
@@ -57,8 +59,8 @@ signals:
     void started(qint64 runId);                          // the store holds the run now
     void drained(const mantissa::TelemetryBatch& batch); // at most once per drain tick
     void pausedChanged(bool paused);
-    void failed(const QString& message);  // emitted just before finished("failed")
-    void finished(const QString& status); // always the last signal of a job
+    void failed(const QString& message);        // emitted just before finished(Failed)
+    void finished(mantissa::RunStatus status); // always the last signal of a job
 
 private:
     struct Job;
@@ -74,9 +76,11 @@ private:
     bool paused_ = false;
     bool startAnnounced_ = false;
     qint64 runId_ = -1;
-    QString lastStatus_;
+    std::optional<RunStatus> lastStatus_;
     QString lastError_;
     RunSummary lastSummary_;
 };
 
 } // namespace mantissa
+
+Q_DECLARE_METATYPE(mantissa::RunStatus)

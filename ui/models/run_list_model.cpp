@@ -27,12 +27,15 @@ QString exact(double v) { return std::isfinite(v) ? QString::number(v, 'g', 17) 
 // NaN sorts last whichever way: a huge sentinel ascending is good enough for a table.
 QVariant sort_value(double v) { return std::isfinite(v) ? v : std::numeric_limits<double>::max(); }
 
-QColor status_color(const std::string& status)
+QColor status_color(RunStatus status)
 {
-    if (status == "finished") return QColor(0, 110, 50);
-    if (status == "running") return QColor(0, 90, 180);
-    if (status == "failed" || status == "interrupted") return QColor(170, 20, 30);
-    if (status == "stopped") return QColor(160, 100, 0);
+    switch (status) {
+    case RunStatus::Finished: return QColor(0, 110, 50);
+    case RunStatus::Running: return QColor(0, 90, 180);
+    case RunStatus::Failed:
+    case RunStatus::Interrupted: return QColor(170, 20, 30);
+    case RunStatus::Stopped: return QColor(160, 100, 0);
+    }
     return {};
 }
 
@@ -71,7 +74,7 @@ QVariant RunListModel::data(const QModelIndex& index, int role) const
     if (role == Qt::DisplayRole || role == Qt::EditRole) {
         switch (column) {
         case Id: return QVariant::fromValue<qint64>(r.id);
-        case Status: return QString::fromStdString(r.status);
+        case Status: return format_status(r.status);
         case Created: return format_created(QString::fromStdString(r.created_at));
         case Name: return QString::fromStdString(r.name);
         case Tags: return tags_text(r);

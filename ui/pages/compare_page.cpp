@@ -369,7 +369,7 @@ bool ComparePage::setRuns(const std::vector<int64_t>& ids)
             // Same run, not running: its series cannot have changed, keep what was read.
             for (RunData& old : previous)
                 if (old.row.id == id && old.row.status == run.row.status && old.row.steps_done == run.row.steps_done &&
-                    run.row.status != "running") {
+                    run.row.status != RunStatus::Running) {
                     run.series = std::move(old.series);
                     run.stepTimes = std::move(old.stepTimes);
                 }
@@ -574,7 +574,7 @@ void ComparePage::rebuildSummary()
             cell(QString::number(r.id), QVariant::fromValue<qint64>(r.id), true),
             cell(QString::fromStdString(r.name)),
             cell(QString::fromStdString(r.recipe)),
-            cell(QString::fromStdString(r.status)),
+            cell(format_status(r.status)),
             cell(QString::number(r.steps_done), QVariant::fromValue<qint64>(r.steps_done), true),
             cell(format_loss(r.final_val_loss), exact(r.final_val_loss), true),
             cell(format_loss(r.best_val_loss), exact(r.best_val_loss), true),

@@ -235,7 +235,7 @@ bool RunsPage::deleteRuns(const std::vector<int64_t>& ids)
     if (!store) return fail(error);
     for (const int64_t id : ids) {
         const int row = model_->rowOfRun(id);
-        if (row >= 0 && model_->run(row).status == "running")
+        if (row >= 0 && model_->run(row).status == RunStatus::Running)
             return fail(tr("Run %1 is still running: stop it before deleting it.").arg(id));
     }
     try {

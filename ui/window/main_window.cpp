@@ -457,7 +457,7 @@ void MainWindow::onDrained(const TelemetryBatch& batch)
     statusWidget_->update(batch);
 }
 
-void MainWindow::onFinished(const QString& status)
+void MainWindow::onFinished(RunStatus status)
 {
     const qint64 runId = controller_->runId();
     const QString what = runId >= 0 ? tr("Run %1").arg(runId) : tr("Run");
@@ -466,8 +466,10 @@ void MainWindow::onFinished(const QString& status)
     projectPage_->setRunning(false);
     projectPage_->precisionModel()->setLiveLayers(nullptr); // the table shows the project again
     runsPage_->refresh(); // the store closed the run before finished() came
-    if (status != QLatin1String("failed"))
-        statusBar()->showMessage(tr("%1 %2 at step %3").arg(what, status).arg(controller_->lastSummary().steps_done));
+    if (status != RunStatus::Failed)
+        statusBar()->showMessage(tr("%1 %2 at step %3")
+                                     .arg(what, format_status(status))
+                                     .arg(controller_->lastSummary().steps_done));
     updateActions();
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "project_config.h"
+#include "run_status.h"
 
 class QAction;
 class QCloseEvent;
@@ -102,7 +103,7 @@ private:
     void clearError();
     void onStarted(qint64 runId);
     void onDrained(const TelemetryBatch& batch);
-    void onFinished(const QString& status);
+    void onFinished(RunStatus status);
     void updateActions();
     void updateTitle();
 
