@@ -51,6 +51,13 @@ int train_session(RunSession& session, const std::string& db_path)
     std::signal(SIGINT, on_sigint);
     std::signal(SIGTERM, on_sigint);
     const SessionOutcome outcome = session.run({&console});
+    if (!outcome.store_error.empty())
+        std::fprintf(stderr, "\nwarning: the run store could not keep some of this run's metrics: %s\n",
+                     outcome.store_error.c_str());
+    if (outcome.store_failed) {
+        std::fprintf(stderr, "\nerror: %s\n", outcome.error.c_str());
+        return 3;
+    }
     if (outcome.status == RunStatus::Failed) {
         std::fprintf(stderr, "\nerror: training failed: %s\n", outcome.error.c_str());
         return 1;

@@ -5,8 +5,41 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
+#include <stdexcept>
+#include <string_view>
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <unistd.h>
 
 namespace mantissa {
+namespace {
+
+// Writes all of `data` and flushes it to the device; throws std::runtime_error with the OS's
+// reason ("No space left on device") naming the file.
+void write_file_durably(const std::string& path, std::string_view data)
+{
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) throw std::runtime_error("'" + path + "': " + std::strerror(errno));
+    size_t done = 0;
+    while (done < data.size()) {
+        const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            const int error = n < 0 ? errno : ENOSPC;
+            ::close(fd);
+            throw std::runtime_error("'" + path + "': " + std::strerror(error));
+        }
+        done += static_cast<size_t>(n);
+    }
+    // A checkpoint that is only in the page cache is lost with the machine; fsync also reports
+    // a disk that filled while the data was being written back.
+    if (::fsync(fd) != 0 || ::close(fd) != 0) throw std::runtime_error("'" + path + "': " + std::strerror(errno));
+}
+
+} // namespace
 
 void Trainer::Impl::save_checkpoint(const std::string& path)
 {
@@ -24,11 +57,16 @@ void Trainer::Impl::save_checkpoint(const std::string& path)
     for (const auto& g : model->gemm_layers()) g->save(archive);
     archive.write("rng/global", at::detail::getDefaultCPUGenerator().get_state());
     archive.write("rng/train_batches", train_batches->generator().get_state());
+    // Serialised in memory first: LibTorch's file writer finishes the zip in its destructor,
+    // so a full disk makes it throw during unwinding and abort the process. Writing the bytes
+    // ourselves turns a full disk into an ordinary error (checkpoint_failed), temp file removed.
+    std::ostringstream bytes;
+    archive.save_to(bytes);
     const fs::path target(path);
     if (target.has_parent_path()) fs::create_directories(target.parent_path());
     const fs::path temporary = target.string() + ".tmp";
     try {
-        archive.save_to(temporary.string());
+        write_file_durably(temporary.string(), bytes.view());
         fs::rename(temporary, target); // atomic on POSIX: a crash leaves the old file or the new one
     } catch (...) {
         std::error_code ignored; // a full disk must not leave a half-written file behind

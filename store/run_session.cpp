@@ -197,11 +197,13 @@ SessionOutcome RunSession::run(const std::vector<TelemetrySink*>& sinks)
         sink.on_event(failed);
     }
     live_sink_ = nullptr;
+    out.store_error = store_->last_write_error();
     try {
         store_->finish_run(run_id_, out.status);
     } catch (const std::exception& e) {
         out.status = RunStatus::Failed;
-        out.error = "run store '" + store_->path() + "': " + e.what();
+        out.error = e.what(); // names the store already
+        out.store_failed = true;
     }
     return out;
 }

@@ -32,6 +32,10 @@ public:
 struct SessionOutcome {
     RunStatus status = RunStatus::Failed; // Finished, Stopped or Failed
     std::string error;  // why it failed; empty otherwise
+    // Why the store could not keep some of the run's rows (e.g. "disk full"); empty when it
+    // kept them all. The run itself may still have finished.
+    std::string store_error;
+    bool store_failed = false; // the run could not be recorded as ended (mantissa-train exits 3)
     RunSummary summary;
 };
 

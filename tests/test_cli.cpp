@@ -615,6 +615,40 @@ private slots:
         QVERIFY2(!rename.err.contains("not a"), qPrintable(rename.err));
     }
 
+    // Training into a store on a disk that fills up: checkpoint writes fail as events (no
+    // temporary file left), the store's lost rows are reported as a disk-full warning, the
+    // process ends by itself (no abort), and the run is never left "running".
+    void trainingOnAFullDiskEndsCleanly()
+    {
+        QTemporaryDir dir;
+        const QString fs = dir.filePath("small");
+        QVERIFY(QDir().mkpath(fs));
+        const QString db = fs + "/runs.sqlite";
+        const QString listing = dir.filePath("listing.txt");
+        QProcess p;
+        // The listing is taken inside the mount namespace, before the tmpfs goes with it.
+        const QString script = "d=\"$1\"; shift; mount -t tmpfs -o size=512k tmpfs \"$d\" || exit 97; "
+                               "dd if=/dev/zero of=\"$d/fill\" bs=1024 count=380 2>/dev/null; "
+                               "\"$@\"; rc=$?; find \"$d\" > '" + listing + "'; exit $rc";
+        p.start("unshare", QStringList{"-m", "sh", "-c", script, "sh", fs, MANTISSA_TRAIN_EXE, "run", project_, "--db",
+                                       db, "--set", "training.steps=200", "--set", "telemetry.interval=1", "--set",
+                                       "training.checkpoint_interval=5"});
+        QVERIFY(p.waitForFinished(300000));
+        const QString err = QString::fromUtf8(p.readAllStandardError());
+        const QString out = QString::fromUtf8(p.readAllStandardOutput());
+        if (p.exitCode() == 97) QSKIP("cannot mount a tmpfs here (unshare -m needs CAP_SYS_ADMIN)");
+        QCOMPARE(p.exitStatus(), QProcess::NormalExit);
+        QVERIFY2(!err.contains("terminate called") && !err.contains("Aborted"), qPrintable(err));
+        QVERIFY2(p.exitCode() == 0 || p.exitCode() == 3, qPrintable(QString::number(p.exitCode()) + err));
+        // The disk filled: checkpoints failed as warnings, and what the store lost is named.
+        QVERIFY2(out.contains("[checkpoint_failed]") || err.contains("disk full"), qPrintable(out + err));
+        QVERIFY2(err.contains("disk full"), qPrintable(err));
+        QFile list(listing);
+        QVERIFY(list.open(QIODevice::ReadOnly));
+        const QString files = QString::fromUtf8(list.readAll());
+        QVERIFY2(!files.contains(".pt.tmp"), qPrintable(files)); // no half-written checkpoint left
+    }
+
     void ctrlCStopsCleanlyAndKeepsMetrics()
     {
         QProcess p;

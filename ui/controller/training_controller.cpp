@@ -98,6 +98,9 @@ void TrainingController::Job::work(ProjectConfig config, const std::string& proj
         outcome.status = RunStatus::Failed;
         outcome.error = "run store '" + store_path + "': " + e.what();
     }
+    // A run that finished while the store lost rows (a full disk) says so, like a failure does.
+    if (outcome.error.empty() && !outcome.store_error.empty())
+        outcome.error = "the run store could not keep some of this run's metrics: " + outcome.store_error;
     finish(outcome.status, outcome.error, outcome.summary);
 }
 

@@ -52,6 +52,7 @@ public:
     qint64 runId() const { return runId_; }
     // After finished(): Finished, Stopped or Failed; nullopt before the first job ends.
     std::optional<RunStatus> lastStatus() const { return lastStatus_; }
+    // Why the last job failed, or what went wrong in a job that did not (the store lost rows).
     QString lastError() const { return lastError_; }
     const RunSummary& lastSummary() const { return lastSummary_; }
 

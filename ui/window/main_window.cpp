@@ -470,6 +470,7 @@ void MainWindow::onFinished(RunStatus status)
         statusBar()->showMessage(tr("%1 %2 at step %3")
                                      .arg(what, format_status(status))
                                      .arg(controller_->lastSummary().steps_done));
+    if (status != RunStatus::Failed && !controller_->lastError().isEmpty()) showError(controller_->lastError());
     updateActions();
 }
 
