@@ -16,25 +16,14 @@
 #include <sqlite3.h>
 
 #include "event_helpers.h"
+#include "cli_process.h"
 #include "run_store.h"
 
 using namespace mantissa;
 
 namespace {
 
-struct Result {
-    int exit_code = -1;
-    QString out, err;
-};
-
-Result run_cli(const QStringList& args, int timeout_ms = 120000)
-{
-    QProcess p;
-    p.start(MANTISSA_TRAIN_EXE, args);
-    p.waitForFinished(timeout_ms);
-    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
-            QString::fromUtf8(p.readAllStandardError())};
-}
+using Result = CliResult;
 
 // Runs mantissa-train inside its own mount namespace, after `setup` (a sh script that gets
 // `dir` as $1) has mounted something at dir. Exit code 97: the setup was not permitted here.

@@ -15,6 +15,7 @@
 #include "project_config.h"
 #include "run_compare.h"
 #include "run_store.h"
+#include "store_fixtures.h"
 #include "sweep.h"
 
 using namespace mantissa;
@@ -347,12 +348,7 @@ private slots:
     {
         QTemporaryDir dir;
         const std::string path = dir.filePath("v2.sqlite").toStdString();
-        sqlite3* db = nullptr;
-        sqlite3_open(path.c_str(), &db);
-        QFile fixture(MANTISSA_TEST_DATA_DIR "/run_store_v2.sql");
-        QVERIFY(fixture.open(QIODevice::ReadOnly));
-        QCOMPARE(sqlite3_exec(db, fixture.readAll().constData(), nullptr, nullptr, nullptr), SQLITE_OK);
-        sqlite3_close(db);
+        QVERIFY(load_store_fixture(path, "run_store_v2.sql"));
 
         RunStore store(path);
         QCOMPARE(store.schema_version(), RunStore::kSchemaVersion);
@@ -381,11 +377,7 @@ private slots:
 
         // The v1 fixture goes through every upgrade.
         const std::string path1 = dir.filePath("v1.sqlite").toStdString();
-        sqlite3_open(path1.c_str(), &db);
-        QFile v1(MANTISSA_TEST_DATA_DIR "/run_store_v1.sql");
-        QVERIFY(v1.open(QIODevice::ReadOnly));
-        QCOMPARE(sqlite3_exec(db, v1.readAll().constData(), nullptr, nullptr, nullptr), SQLITE_OK);
-        sqlite3_close(db);
+        QVERIFY(load_store_fixture(path1, "run_store_v1.sql"));
         RunStore old(path1);
         QCOMPARE(old.schema_version(), RunStore::kSchemaVersion);
         old.add_tags(1, {"old"});

@@ -5,6 +5,7 @@
 
 #include <QtTest>
 
+#include <QDir>
 #include <QTemporaryDir>
 
 #include <sqlite3.h>
@@ -12,6 +13,7 @@
 #include "legacy_events.h"
 #include "run_event.h"
 #include "run_store.h"
+#include "store_fixtures.h"
 
 using namespace mantissa;
 
@@ -121,16 +123,6 @@ void compare_events(const RunEvent& a, const RunEvent& b)
     QCOMPARE(a.message(), b.message());
 }
 
-void load_fixture(const QString& db_path, const char* fixture)
-{
-    sqlite3* db = nullptr;
-    QCOMPARE(sqlite3_open(db_path.toUtf8().constData(), &db), SQLITE_OK);
-    QFile sql(QString(MANTISSA_TEST_DATA_DIR "/") + fixture);
-    QVERIFY(sql.open(QIODevice::ReadOnly));
-    QCOMPARE(sqlite3_exec(db, sql.readAll().constData(), nullptr, nullptr, nullptr), SQLITE_OK);
-    sqlite3_close(db);
-}
-
 const RunEvent* find(const std::vector<EventRow>& rows, const std::string& tag, size_t nth = 0)
 {
     for (const auto& r : rows)
@@ -225,7 +217,7 @@ private slots:
     {
         QTemporaryDir dir;
         const QString db = dir.filePath("v3.sqlite");
-        load_fixture(db, "run_store_v3.sql");
+        QVERIFY(load_store_fixture(db.toStdString(), "run_store_v3.sql"));
         RunStore store(db.toStdString());
         QCOMPARE(store.schema_version(), RunStore::kSchemaVersion);
         const auto rows = store.events(1);
@@ -281,6 +273,33 @@ private slots:
         QCOMPARE(store.tags(1), std::vector<std::string>{"baseline"});
     }
 
+    // A version-3 store on a read-only share cannot be upgraded: its events still read typed,
+    // their facts taken from the text as the upgrade would, and the file stays as it was.
+    void readOnlyVersion3StoreReadsTypedEvents()
+    {
+        QTemporaryDir dir;
+        const std::string db = dir.filePath("v3.sqlite").toStdString();
+        QVERIFY(load_store_fixture(db, "run_store_v3.sql"));
+        QFile before(QString::fromStdString(db));
+        QVERIFY(before.open(QIODevice::ReadOnly));
+        const QByteArray bytes = before.readAll();
+        {
+            const auto store = RunStore::open_read_only(db);
+            QCOMPARE(store->schema_version(), 3);
+            const auto rows = store->events(1);
+            QCOMPARE(rows.size(), size_t(14));
+            const RunEvent* backoff = find(rows, "loss_scale_backoff");
+            QVERIFY(backoff);
+            QCOMPARE(backoff->new_scale, 32768.0);
+            QCOMPARE(backoff->layers, (std::vector<std::string>{"blocks.1.mlp.fc1", "lm_head"}));
+            QVERIFY(store->checkpoints(1).empty());
+        }
+        QFile after(QString::fromStdString(db));
+        QVERIFY(after.open(QIODevice::ReadOnly));
+        QCOMPARE(after.readAll(), bytes);
+        QCOMPARE(QDir(dir.path()).entryList(QDir::Files).size(), 1); // no -wal, -shm or lock files
+    }
+
     // The older fixtures go through every upgrade and still read.
     void version1And2StoresReachTheCurrentSchema_data()
     {
@@ -293,7 +312,7 @@ private slots:
         QFETCH(QString, fixture);
         QTemporaryDir dir;
         const QString db = dir.filePath("old.sqlite");
-        load_fixture(db, fixture.toUtf8().constData());
+        QVERIFY(load_store_fixture(db.toStdString(), fixture.toUtf8().constData()));
         RunStore store(db.toStdString());
         QCOMPARE(store.schema_version(), RunStore::kSchemaVersion);
         const auto runs = store.list_runs();

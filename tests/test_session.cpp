@@ -18,6 +18,7 @@
 #include "checkpoint_file.h"
 #include "controller/training_controller.h"
 #include "run_session.h"
+#include "cli_process.h"
 #include "run_store.h"
 
 using namespace mantissa;
@@ -25,19 +26,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-    int exit_code = -1;
-    QString out, err;
-};
-
-Result run_cli(const QStringList& args, int timeout_ms = 120000)
-{
-    QProcess p;
-    p.start(MANTISSA_TRAIN_EXE, args);
-    p.waitForFinished(timeout_ms);
-    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
-            QString::fromUtf8(p.readAllStandardError())};
-}
+using Result = CliResult;
 
 // 30 steps, a checkpoint every 10: step-10, step-20 and the final step-30 are kept.
 const char* kProject = R"({

@@ -19,6 +19,7 @@
 #include "event_helpers.h"
 #include "private_mounts.h"
 #include "run_store.h"
+#include "store_fixtures.h"
 #include "tensorboard_export.h"
 
 using namespace mantissa;
@@ -135,12 +136,7 @@ private slots:
     {
         QTemporaryDir dir;
         const std::string path = dir.filePath("v2.sqlite").toStdString();
-        sqlite3* db = nullptr;
-        sqlite3_open(path.c_str(), &db);
-        QFile fixture(MANTISSA_TEST_DATA_DIR "/run_store_v2.sql");
-        QVERIFY(fixture.open(QIODevice::ReadOnly));
-        QCOMPARE(sqlite3_exec(db, fixture.readAll().constData(), nullptr, nullptr, nullptr), SQLITE_OK);
-        sqlite3_close(db);
+        QVERIFY(load_store_fixture(path, "run_store_v2.sql"));
 
         RunStore store(path);
         QCOMPARE(store.schema_version(), 4);

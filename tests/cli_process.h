@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// Runs the built mantissa-train (MANTISSA_TRAIN_EXE, set by tests/CMakeLists.txt) as a user
+// would, for the tests that check its exit codes, output and the files it leaves.
+
+#include <QProcess>
+#include <QString>
+#include <QStringList>
+
+struct CliResult {
+    int exit_code = -1; // -1: it crashed or did not end in time
+    QString out, err;
+};
+
+inline CliResult run_cli(const QStringList& args, int timeout_ms = 120000)
+{
+    QProcess p;
+    p.start(MANTISSA_TRAIN_EXE, args);
+    p.waitForFinished(timeout_ms);
+    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
+            QString::fromUtf8(p.readAllStandardError())};
+}
