@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // mantissa: the workbench GUI.
 //   mantissa [PROJECT] [--db PATH] [--set key=value ...]
+//   mantissa ... --dark                                 (a dark palette instead of the desktop's: screenshots)
 //   mantissa --version                                  (Mantissa, LibTorch, CUDA, cuDNN, Qt, SQLite versions)
 //   mantissa PROJECT --screenshot out.png [--steps N]   (renders the window after N steps, then quits;
 //                                                        used for the docs, works with QT_QPA_PLATFORM=offscreen)
@@ -13,6 +14,8 @@
 #include <QDir>
 #include <QFileInfo>
 #include <QPixmap>
+#include <QSettings>
+#include <QStyleFactory>
 #include <QTimer>
 
 #include <cstdio>
@@ -26,6 +29,8 @@
 #include "pages/runs_page.h"
 #include "controller/training_controller.h"
 #include "common/app_icons.h"
+#include "common/dark_palette.h"
+#include "window/window_state.h"
 #include "version_report.h"
 
 using namespace mantissa;
@@ -93,8 +98,14 @@ int main(int argc, char* argv[])
                                            QStringLiteral("dir"));
     const QCommandLineOption versionOption(QStringLiteral("version"),
                                            QStringLiteral("Print the versions of Mantissa and its libraries."));
-    parser.addOptions({dbOption, setOption, shotOption, shotDirOption, stepsOption, versionOption});
+    const QCommandLineOption darkOption(QStringLiteral("dark"),
+                                        QStringLiteral("Use a dark palette instead of the desktop's (screenshots)."));
+    parser.addOptions({dbOption, setOption, shotOption, shotDirOption, stepsOption, versionOption, darkOption});
     parser.process(app);
+    if (parser.isSet(darkOption)) {
+        QApplication::setStyle(QStyleFactory::create(QStringLiteral("Fusion")));
+        QApplication::setPalette(dark_palette());
+    }
 
     if (parser.positionalArguments().size() > 1) {
         fail(QStringLiteral("expected at most one project file"));
@@ -123,8 +134,12 @@ int main(int argc, char* argv[])
     const QString shotPath = parser.value(shotOption);
     const QString shotDir = parser.value(shotDirOption);
     if (shotPath.isEmpty() && shotDir.isEmpty()) {
+        QSettings settings(QStringLiteral("Mantissa"), QStringLiteral("Mantissa"));
+        restore_window_state(window, settings);
         window.show();
-        return QApplication::exec();
+        const int code = QApplication::exec();
+        save_window_state(window, settings);
+        return code;
     }
 
     // Screenshot mode: no user, so every failure ends the process with a message.

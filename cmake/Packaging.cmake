@@ -24,6 +24,13 @@ install(FILES ${PROJECT_SOURCE_DIR}/projects/default.json ${PROJECT_SOURCE_DIR}/
         DESTINATION ${CMAKE_INSTALL_DATADIR}/mantissa/projects COMPONENT Runtime)
 install(FILES ${PROJECT_SOURCE_DIR}/resources/debian/copyright DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/mantissa
         COMPONENT Runtime)
+# Debian wants the changelog compressed without a timestamp (gzip -n), so reproducible.
+find_program(MANTISSA_GZIP gzip)
+if(MANTISSA_GZIP)
+  execute_process(COMMAND ${MANTISSA_GZIP} -9nc ${PROJECT_SOURCE_DIR}/resources/debian/changelog
+                  OUTPUT_FILE ${PROJECT_BINARY_DIR}/changelog.gz)
+  install(FILES ${PROJECT_BINARY_DIR}/changelog.gz DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/mantissa COMPONENT Runtime)
+endif()
 
 set(MANTISSA_INSTALLED_EXECUTABLES)
 set(MANTISSA_BUILT_EXECUTABLES)
@@ -35,7 +42,8 @@ set(MANTISSA_BUNDLE_VARIABLES
   "set(MANTISSA_TORCH_LIBDIR \"${MANTISSA_TORCH_LIBDIR}\")
    set(MANTISSA_PRIVATE_LIBDIR \"${MANTISSA_PRIVATE_LIBDIR}\")
    set(MANTISSA_INSTALLED_EXECUTABLES \"${MANTISSA_INSTALLED_EXECUTABLES}\")
-   set(MANTISSA_BUILT_EXECUTABLES \"${MANTISSA_BUILT_EXECUTABLES}\")")
+   set(MANTISSA_BUILT_EXECUTABLES \"${MANTISSA_BUILT_EXECUTABLES}\")
+   set(MANTISSA_STRIP \"${CMAKE_STRIP}\")")
 # Either component may be installed first; each drops the absolute RPATH once both are there.
 install(CODE "${MANTISSA_BUNDLE_VARIABLES}
               set(MANTISSA_BUNDLE_COPY OFF)" COMPONENT Runtime)
@@ -52,8 +60,9 @@ set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "mixed-precision transformer training work
 set(CPACK_PACKAGE_DESCRIPTION "Mantissa trains GPT-style transformers with a precision recipe per layer
 (FP32, TF32, BF16, FP16, FP8) and shows the numerics live. LibTorch is bundled.")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
-set(CPACK_COMPONENTS_ALL Runtime LibTorch)
-set(CPACK_DEB_COMPONENT_INSTALL OFF)
+# One package with both components; LibTorch is EXCLUDE_FROM_ALL, so it is named explicitly.
+set(CPACK_INSTALL_CMAKE_PROJECTS "${PROJECT_BINARY_DIR};${PROJECT_NAME};Runtime;/"
+                                 "${PROJECT_BINARY_DIR};${PROJECT_NAME};LibTorch;/")
 set(CPACK_STRIP_FILES ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION science)

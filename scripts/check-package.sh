@@ -29,7 +29,7 @@ dpkg-deb --contents "$deb" | awk '$1 !~ /^d/ {print $6, $7, $8}'
 
 say "lintian"
 if command -v lintian >/dev/null; then
-    lintian --no-tag-display-limit "$deb" || true
+    lintian --tag-display-limit 0 "$deb" || true
 else
     echo "lintian not installed: skipped (apt-get install lintian)"
 fi
@@ -45,8 +45,10 @@ for exe in mantissa mantissa-train; do
     [ "$rpath" = '$ORIGIN/../lib/mantissa' ] || { echo "  RPATH reaches outside the package"; failed=1; }
     deps="$(env -u LD_LIBRARY_PATH ldd "$bin")"
     if grep -q 'not found' <<<"$deps"; then grep 'not found' <<<"$deps"; failed=1; fi
-    echo "  $(wc -l <<<"$deps") libraries, $(grep -c "$root/usr/lib/mantissa/" <<<"$deps") of them from the package:"
-    grep "$root/usr/lib/mantissa/" <<<"$deps" | awk '{print "    " $1}'
+    # ldd prints .../usr/bin/../lib/mantissa/...: compare resolved paths.
+    ours="$(awk '$2 == "=>" && $3 ~ /^\// {print $3}' <<<"$deps" | xargs -r realpath | grep "^$root/usr/lib/mantissa/" || true)"
+    echo "  $(wc -l <<<"$deps") libraries, $(grep -c . <<<"$ours" || true) of them from the package:"
+    sed 's|.*/|    |' <<<"$ours"
     if grep -E '/\.venv/|site-packages' <<<"$deps"; then echo "  loads from the build machine's torch"; failed=1; fi
 done
 

@@ -5,6 +5,13 @@
 // pass the freedesktop validators (skipped where a validator is not installed).
 
 #include <QAction>
+#include <QApplication>
+#include <QDragEnterEvent>
+#include <QDropEvent>
+#include <QMimeData>
+#include <QSettings>
+#include <QSplitter>
+#include <QTabWidget>
 #include <QDir>
 #include <QFile>
 #include <QProcess>
@@ -21,7 +28,11 @@
 #include "format_support.h"
 #include "version_report.h"
 #include "window/about_dialog.h"
+#include "common/dark_palette.h"
+#include "pages/monitor_page.h"
+#include "plots/loss_plot.h"
 #include "window/main_window.h"
+#include "window/window_state.h"
 
 using namespace mantissa;
 
@@ -202,6 +213,82 @@ private slots:
         QVERIFY(QFile::exists(metainfo));
         const QString out = validate(tool, {QStringLiteral("validate"), QStringLiteral("--no-net"), metainfo});
         QVERIFY2(out.isEmpty(), qPrintable(out));
+    }
+
+    void droppedProjectOpens()
+    {
+        QTemporaryDir dir;
+        const QString project = dir.filePath(QStringLiteral("dropped.mantissa.json"));
+        QVERIFY(QFile::copy(QStringLiteral(MANTISSA_SOURCE_DIR "/projects/default.json"), project));
+        const QString text = dir.filePath(QStringLiteral("notes.txt"));
+        QFile(text).open(QIODevice::WriteOnly);
+        MainWindow window(dir.filePath(QStringLiteral("runs.sqlite")));
+        QVERIFY(!window.hasProject());
+
+        const auto drag = [&](const QList<QUrl>& urls) {
+            QMimeData mime;
+            mime.setUrls(urls);
+            QDragEnterEvent enter(QPoint(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+            QApplication::sendEvent(&window, &enter);
+            if (!enter.isAccepted()) return false;
+            QDropEvent drop(QPointF(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+            QApplication::sendEvent(&window, &drop);
+            return drop.isAccepted();
+        };
+        // Not a project, or more than one file: refused at the door, nothing opens.
+        QVERIFY(!drag({QUrl::fromLocalFile(text)}));
+        QVERIFY(!drag({QUrl::fromLocalFile(project), QUrl::fromLocalFile(project)}));
+        QVERIFY(!drag({QUrl(QStringLiteral("https://example.org/p.json"))}));
+        QVERIFY(!window.hasProject());
+        QVERIFY(drag({QUrl::fromLocalFile(project)}));
+        QVERIFY(window.hasProject());
+        QCOMPARE(QFileInfo(window.projectPath()).fileName(), QStringLiteral("dropped.mantissa.json"));
+    }
+
+    void windowStateIsRestored()
+    {
+        QTemporaryDir dir;
+        QSettings settings(dir.filePath(QStringLiteral("settings.ini")), QSettings::IniFormat);
+        QList<QByteArray> arranged;
+        {
+            MainWindow window(dir.filePath(QStringLiteral("runs.sqlite")));
+            window.resize(1111, 777);
+            window.showPage(MainWindow::Page::Runs);
+            const QList<QSplitter*> splitters = window.findChildren<QSplitter*>();
+            QVERIFY(splitters.size() >= 3);
+            QList<int> sizes;
+            for (int i = 0; i < splitters.first()->count(); ++i) sizes << 100 + 50 * i;
+            splitters.first()->setSizes(sizes);
+            for (const QSplitter* s : splitters) arranged << s->saveState();
+            save_window_state(window, settings);
+        }
+        MainWindow restored(dir.filePath(QStringLiteral("runs.sqlite")));
+        QVERIFY(restored.currentPage() != MainWindow::Page::Runs);
+        QVERIFY(restored.findChildren<QSplitter*>().first()->saveState() != arranged.first());
+        restore_window_state(restored, settings);
+        QCOMPARE(restored.currentPage(), MainWindow::Page::Runs);
+        QCOMPARE(restored.size(), QSize(1111, 777));
+        QList<QByteArray> now;
+        for (const QSplitter* s : restored.findChildren<QSplitter*>()) now << s->saveState();
+        QCOMPARE(now.first(), arranged.first());
+    }
+
+    void plotsFollowThePalette()
+    {
+        MainWindow window(QDir::temp().filePath(QStringLiteral("test_desktop_palette.sqlite")));
+        LossPlot* plot = window.monitorPage()->lossPlot();
+        // The corner of a rendering lies outside the axis rect: the plot's background.
+        const auto background = [plot] { return plot->toPixmap(200, 150).toImage().pixelColor(1, 1); };
+        const QColor lightBase = plot->palette().color(QPalette::Base);
+        QCOMPARE(background(), lightBase);
+        const QPalette dark = dark_palette();
+        window.setPalette(dark); // propagates to every child, as a desktop palette change does
+        QCOMPARE(background(), dark.color(QPalette::Base));
+        QVERIFY(plot->xAxis->tickLabelColor().lightness() > 150); // light text on the dark base
+        QVERIFY(plot->xAxis->grid()->pen().color().lightness() < 100);
+        window.setPalette(QPalette());
+        QCOMPARE(background(), lightBase);
+        QFile::remove(QDir::temp().filePath(QStringLiteral("test_desktop_palette.sqlite")));
     }
 
     void mimeTypeRegisters()

@@ -21,6 +21,7 @@ QStringList expected_files()
         "bin/mantissa",
         "bin/mantissa-train",
         "share/applications/io.github.mantissa.Mantissa.desktop",
+        "share/doc/mantissa/changelog.gz",
         "share/doc/mantissa/copyright",
         "share/icons/hicolor/scalable/apps/io.github.mantissa.Mantissa.svg",
         "share/mantissa/projects/default.json",

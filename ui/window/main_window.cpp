@@ -4,6 +4,9 @@
 #include <QAction>
 #include <QCloseEvent>
 #include <QDir>
+#include <QDragEnterEvent>
+#include <QDropEvent>
+#include <QMimeData>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QLabel>
@@ -50,6 +53,7 @@ MainWindow::MainWindow(const QString& storePath, QWidget* parent)
         controller_, store_, [this](const ProjectConfig& config) { return startRun(config); }, this);
     setWindowTitle(tr("Mantissa"));
     setWindowIcon(app_icon());
+    setAcceptDrops(true);
     createActions();
     buildMenus();
     buildToolBar();
@@ -410,6 +414,33 @@ void MainWindow::closeEvent(QCloseEvent* event)
     sweepRunner_->stop();
     controller_->stop();
     QMainWindow::closeEvent(event);
+}
+
+namespace {
+
+// The one local .json file a drag carries, or "" when it carries anything else.
+QString dropped_project(const QMimeData* mime)
+{
+    if (mime == nullptr || !mime->hasUrls() || mime->urls().size() != 1) return {};
+    const QUrl url = mime->urls().first();
+    if (!url.isLocalFile() || !url.toLocalFile().endsWith(QLatin1String(".json"), Qt::CaseInsensitive)) return {};
+    return url.toLocalFile();
+}
+
+} // namespace
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* event)
+{
+    if (!dropped_project(event->mimeData()).isEmpty()) event->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* event)
+{
+    const QString path = dropped_project(event->mimeData());
+    if (path.isEmpty()) return;
+    event->acceptProposedAction();
+    // openProject() refuses while a run goes and shows why; the dragged file is not touched.
+    openProject(path);
 }
 
 void MainWindow::chooseProject()
