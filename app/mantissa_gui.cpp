@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // mantissa: the workbench GUI.
 //   mantissa [PROJECT] [--db PATH] [--set key=value ...]
+//   mantissa ... --dark                                 (a dark palette instead of the desktop's: screenshots)
+//   mantissa --version                                  (Mantissa, LibTorch, CUDA, cuDNN, Qt, SQLite versions)
 //   mantissa PROJECT --screenshot out.png [--steps N]   (renders the window after N steps, then quits;
 //                                                        used for the docs, works with QT_QPA_PLATFORM=offscreen)
 //   mantissa PROJECT --screenshot-dir DIR [--steps N]   (the same, one PNG per page: project.png, monitor.png,
@@ -12,9 +14,12 @@
 #include <QDir>
 #include <QFileInfo>
 #include <QPixmap>
+#include <QSettings>
+#include <QStyleFactory>
 #include <QTimer>
 
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "pages/compare_page.h"
@@ -23,6 +28,10 @@
 #include "models/run_list_model.h"
 #include "pages/runs_page.h"
 #include "controller/training_controller.h"
+#include "common/app_icons.h"
+#include "common/dark_palette.h"
+#include "window/window_state.h"
+#include "version_report.h"
 
 using namespace mantissa;
 
@@ -33,6 +42,9 @@ namespace {
 QString find_default_project()
 {
     QDir dir(QCoreApplication::applicationDirPath());
+    // Installed: <prefix>/bin/mantissa next to <prefix>/share/mantissa/projects.
+    const QString installed = dir.filePath(QStringLiteral("../share/mantissa/projects/default.json"));
+    if (QFileInfo::exists(installed)) return QDir::cleanPath(installed);
     for (int level = 0; level < 6; ++level) {
         const QString candidate = dir.filePath(QStringLiteral("projects/default.json"));
         if (QFileInfo::exists(candidate)) return candidate;
@@ -51,8 +63,17 @@ void fail(const QString& message)
 
 int main(int argc, char* argv[])
 {
+    // Before QApplication: --version must work without a display.
+    for (int i = 1; i < argc; ++i)
+        if (std::strcmp(argv[i], "--version") == 0) {
+            std::printf("%s\n", version_text("mantissa", qVersion()).c_str());
+            return 0;
+        }
     QApplication app(argc, argv);
     QApplication::setApplicationName(QStringLiteral("Mantissa"));
+    QApplication::setApplicationVersion(QString::fromStdString(version_lines(qVersion()).front().second));
+    QApplication::setWindowIcon(app_icon());
+    QGuiApplication::setDesktopFileName(QStringLiteral("io.github.mantissa.Mantissa"));
 
     QCommandLineParser parser;
     parser.setApplicationDescription(QStringLiteral("Mixed-precision transformer training workbench"));
@@ -75,8 +96,16 @@ int main(int argc, char* argv[])
     const QCommandLineOption shotDirOption(QStringLiteral("screenshot-dir"),
                                            QStringLiteral("Like --screenshot, one PNG per page into this folder."),
                                            QStringLiteral("dir"));
-    parser.addOptions({dbOption, setOption, shotOption, shotDirOption, stepsOption});
+    const QCommandLineOption versionOption(QStringLiteral("version"),
+                                           QStringLiteral("Print the versions of Mantissa and its libraries."));
+    const QCommandLineOption darkOption(QStringLiteral("dark"),
+                                        QStringLiteral("Use a dark palette instead of the desktop's (screenshots)."));
+    parser.addOptions({dbOption, setOption, shotOption, shotDirOption, stepsOption, versionOption, darkOption});
     parser.process(app);
+    if (parser.isSet(darkOption)) {
+        QApplication::setStyle(QStyleFactory::create(QStringLiteral("Fusion")));
+        QApplication::setPalette(dark_palette());
+    }
 
     if (parser.positionalArguments().size() > 1) {
         fail(QStringLiteral("expected at most one project file"));
@@ -105,8 +134,12 @@ int main(int argc, char* argv[])
     const QString shotPath = parser.value(shotOption);
     const QString shotDir = parser.value(shotDirOption);
     if (shotPath.isEmpty() && shotDir.isEmpty()) {
+        QSettings settings(QStringLiteral("Mantissa"), QStringLiteral("Mantissa"));
+        restore_window_state(window, settings);
         window.show();
-        return QApplication::exec();
+        const int code = QApplication::exec();
+        save_window_state(window, settings);
+        return code;
     }
 
     // Screenshot mode: no user, so every failure ends the process with a message.

@@ -26,6 +26,7 @@
 #include "sweep.h"
 #include "tensorboard_export.h"
 #include "trainer.h"
+#include "version_report.h"
 
 using namespace mantissa;
 
@@ -548,6 +549,7 @@ int main(int argc, char** argv)
 {
     CLI::App app{"mantissa-train: train GPT models with per-layer precision recipes, headless"};
     app.require_subcommand(1);
+    app.set_version_flag("--version", [] { return version_text("mantissa-train", MANTISSA_QT_VERSION); });
     std::string db_path = default_store_path();
     app.add_option("--db", db_path, "Run store (SQLite) path")->capture_default_str();
 

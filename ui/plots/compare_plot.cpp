@@ -40,6 +40,7 @@ ComparePlot::ComparePlot(QWidget* parent) : QCustomPlot(parent)
     emptyText_->setColor(QColor(110, 110, 110));
     emptyText_->setText(tr("Select runs on the Runs page and press Compare"));
     rebuild(true);
+    follow_palette(this); // after the plot's own legend and axis set-up
 }
 
 QCPGraph* ComparePlot::smoothedGraph(int i) const

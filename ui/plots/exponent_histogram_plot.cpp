@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "plots/exponent_histogram_plot.h"
+#include "plots/plot_style.h"
 
 #include <algorithm>
 #include <cmath>
@@ -127,6 +128,7 @@ ExponentHistogramPlot::ExponentHistogramPlot(QWidget* parent) : QCustomPlot(pare
     rebuild();
     built_ = false; // the first refresh() still reports the empty state as something to draw
     dirty_ = true;
+    follow_palette(this); // after the plot's own legend and axis set-up
 }
 
 void ExponentHistogramPlot::setHistory(const RunHistory* history)

@@ -68,6 +68,7 @@ LayerDiffPlot::LayerDiffPlot(QWidget* parent) : QCustomPlot(parent)
     emptyText_->position->setCoords(0.5, 0.5);
     emptyText_->setColor(QColor(110, 110, 110));
     setGrid({}, {});
+    follow_palette(this); // after the plot's own legend and axis set-up
 }
 
 void LayerDiffPlot::setEmptyText(const QString& text)

@@ -283,6 +283,7 @@ LayerHeatmapPlot::LayerHeatmapPlot(QWidget* parent) : QCustomPlot(parent)
 
     connect(this, &QCustomPlot::mousePress, this, &LayerHeatmapPlot::onMousePress);
     rebuild();
+    follow_palette(this); // after the plot's own legend and axis set-up
 }
 
 void LayerHeatmapPlot::setHistory(const RunHistory* history)

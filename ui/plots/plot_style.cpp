@@ -16,20 +16,93 @@ QString SiAxisTicker::getTickLabel(double tick, const QLocale& locale, QChar for
     return QCPAxisTicker::getTickLabel(tick, locale, formatChar, precision);
 }
 
+namespace {
+
+// `t` of the way from `a` to `b`: greys that sit between the background and the text.
+QColor mix(const QColor& a, const QColor& b, double t)
+{
+    return QColor::fromRgbF(static_cast<float>(a.redF() + (b.redF() - a.redF()) * t),
+                            static_cast<float>(a.greenF() + (b.greenF() - a.greenF()) * t),
+                            static_cast<float>(a.blueF() + (b.blueF() - a.blueF()) * t));
+}
+
+void color_axis(QCPAxis* axis, const QColor& base, const QColor& text)
+{
+    axis->grid()->setPen(QPen(mix(base, text, 0.13), 1, Qt::DotLine));
+    axis->setBasePen(QPen(mix(base, text, 0.5)));
+    axis->setTickPen(QPen(mix(base, text, 0.5)));
+    axis->setSubTickPen(QPen(mix(base, text, 0.4)));
+    axis->setTickLabelColor(mix(base, text, 0.8));
+    axis->setLabelColor(mix(base, text, 0.9));
+}
+
+void apply_palette(QCustomPlot* plot)
+{
+    const QColor base = plot->palette().color(QPalette::Base);
+    const QColor text = plot->palette().color(QPalette::Text);
+    plot->setBackground(base);
+    for (QCPLayoutElement* element : plot->plotLayout()->elements(true)) {
+        if (auto* rect = qobject_cast<QCPAxisRect*>(element)) {
+            for (QCPAxis* axis : rect->axes()) color_axis(axis, base, text);
+        } else if (auto* scale = qobject_cast<QCPColorScale*>(element)) {
+            color_axis(scale->axis(), base, text);
+        } else if (auto* title = qobject_cast<QCPTextElement*>(element)) {
+            title->setTextColor(text);
+        }
+    }
+    // A legend keeps its own choice of frame or none; only the colours follow.
+    if (QCPLegend* legend = plot->legend) {
+        if (legend->brush().style() != Qt::NoBrush) {
+            QColor fill = base;
+            fill.setAlpha(220);
+            legend->setBrush(fill);
+        }
+        if (legend->borderPen().style() != Qt::NoPen) legend->setBorderPen(QPen(mix(base, text, 0.3)));
+        legend->setTextColor(text);
+    }
+}
+
+// Re-applies the palette when it changes (the desktop switched to dark, or a test set one).
+class PaletteFollower : public QObject {
+public:
+    explicit PaletteFollower(QCustomPlot* plot) : QObject(plot), plot_(plot) { plot->installEventFilter(this); }
+
+protected:
+    bool eventFilter(QObject* watched, QEvent* event) override
+    {
+        if (watched == plot_ && event->type() == QEvent::PaletteChange) {
+            apply_palette(plot_);
+            plot_->replot(QCustomPlot::rpQueuedReplot);
+        }
+        return false;
+    }
+
+private:
+    QCustomPlot* plot_;
+};
+
+} // namespace
+
+void follow_palette(QCustomPlot* plot)
+{
+    // One follower per plot (style_axes and the plot's constructor may both ask). PaletteFollower
+    // has no meta-object of its own, so findChild could not tell it apart: a property marks it.
+    if (!plot->property("mantissaFollowsPalette").toBool()) {
+        new PaletteFollower(plot);
+        plot->setProperty("mantissaFollowsPalette", true);
+    }
+    apply_palette(plot);
+}
+
 void style_axes(QCustomPlot* plot)
 {
     QFont tickFont = plot->font();
     tickFont.setPointSizeF(std::max(7.0, tickFont.pointSizeF() - 1.0));
     for (QCPAxis* axis : {plot->xAxis, plot->yAxis}) {
-        axis->grid()->setPen(QPen(QColor(225, 225, 225), 1, Qt::DotLine));
         axis->setTickLabelFont(tickFont);
         axis->setLabelFont(plot->font());
-        axis->setBasePen(QPen(QColor(120, 120, 120)));
-        axis->setTickPen(QPen(QColor(120, 120, 120)));
-        axis->setSubTickPen(QPen(QColor(150, 150, 150)));
-        axis->setTickLabelColor(QColor(60, 60, 60));
-        axis->setLabelColor(QColor(40, 40, 40));
     }
+    follow_palette(plot);
 }
 
 QCPColorScale* attach_color_scale(QCustomPlot* plot, QCPColorMap* map)

@@ -14,9 +14,13 @@ protected:
     QString getTickLabel(double tick, const QLocale& locale, QChar formatChar, int precision) override;
 };
 
-// The shared axis look on both axes of the plot's main axis rect: light dotted grid,
-// slightly smaller tick labels, grey axis lines and ticks.
+// The shared axis look on both axes of the plot's main axis rect: dotted grid, slightly
+// smaller tick labels; colours from the palette (follow_palette).
 void style_axes(QCustomPlot* plot);
+
+// Background, axes, grid, legend and colour-scale text in the widget's palette (Base and
+// Text), now and whenever the palette changes, so plots follow a light or dark desktop.
+void follow_palette(QCustomPlot* plot);
 
 // A colour scale on the right of `plot`, driving `map`, with the map's axis rect and the
 // scale sharing top and bottom margins so their edges line up.

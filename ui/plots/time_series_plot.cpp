@@ -89,6 +89,7 @@ TimeSeriesPlot::TimeSeriesPlot(QWidget* parent) : QCustomPlot(parent)
         replot(rpQueuedReplot);
     });
     connect(this, &QCustomPlot::afterLayout, this, &TimeSeriesPlot::declutter);
+    follow_palette(this); // after the plot's own legend and axis set-up
 }
 
 QString TimeSeriesPlot::xAxisLabel(XAxisMode mode)

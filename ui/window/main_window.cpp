@@ -4,6 +4,9 @@
 #include <QAction>
 #include <QCloseEvent>
 #include <QDir>
+#include <QDragEnterEvent>
+#include <QDropEvent>
+#include <QMimeData>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QLabel>
@@ -22,6 +25,7 @@
 #include "plots/loss_scale_plot.h"
 #include "plots/memory_plot.h"
 #include <algorithm>
+#include <utility>
 
 #include "pages/monitor_page.h"
 #include "plots/plot_export.h"
@@ -30,6 +34,8 @@
 #include "models/project_document.h"
 #include "pages/project_page.h"
 #include "common/run_format.h"
+#include "window/about_dialog.h"
+#include "common/app_icons.h"
 #include "window/run_status_widget.h"
 #include "pages/runs_page.h"
 #include "controller/store_connection.h"
@@ -46,6 +52,8 @@ MainWindow::MainWindow(const QString& storePath, QWidget* parent)
     sweepRunner_ = new SweepRunner(
         controller_, store_, [this](const ProjectConfig& config) { return startRun(config); }, this);
     setWindowTitle(tr("Mantissa"));
+    setWindowIcon(app_icon());
+    setAcceptDrops(true);
     createActions();
     buildMenus();
     buildToolBar();
@@ -143,6 +151,12 @@ void MainWindow::createActions()
     runsPageAction_ = make(tr("&Runs"), QKeySequence(Qt::CTRL | Qt::Key_3), [this] { showPage(Page::Runs); });
     comparePageAction_ = make(tr("&Compare"), QKeySequence(Qt::CTRL | Qt::Key_4), [this] { showPage(Page::Compare); });
     sweepAction_ = make(tr("S&weep…"), QKeySequence(), &MainWindow::chooseSweep);
+    for (const auto& [action, icon] : {std::pair{openAction_, ActionIcon::Open}, std::pair{saveAction_, ActionIcon::Save},
+                                       std::pair{startAction_, ActionIcon::Start},
+                                       std::pair{pauseAction_, ActionIcon::Pause}, std::pair{stopAction_, ActionIcon::Stop},
+                                       std::pair{checkpointAction_, ActionIcon::Checkpoint},
+                                       std::pair{sweepAction_, ActionIcon::Sweep}})
+        action->setIcon(action_icon(icon));
     sweepAction_->setToolTip(tr("Run the project once per value of one setting, then compare the runs"));
     startAction_->setToolTip(tr("Start a run of this project (F5)"));
     pauseAction_->setToolTip(tr("Pause or resume at the next step boundary (F6)"));
@@ -174,6 +188,14 @@ void MainWindow::buildMenus()
     view->addAction(monitorPageAction_);
     view->addAction(runsPageAction_);
     view->addAction(comparePageAction_);
+
+    QMenu* help = menuBar()->addMenu(tr("&Help"));
+    QAction* about = help->addAction(tr("&About Mantissa"));
+    about->setObjectName(QStringLiteral("aboutAction"));
+    connect(about, &QAction::triggered, this, [this] {
+        AboutDialog dialog(current_gpu(), this);
+        dialog.exec();
+    });
 }
 
 void MainWindow::buildToolBar()
@@ -181,7 +203,7 @@ void MainWindow::buildToolBar()
     QToolBar* bar = addToolBar(tr("Run"));
     bar->setObjectName(QStringLiteral("runToolBar"));
     bar->setMovable(false);
-    bar->setToolButtonStyle(Qt::ToolButtonTextOnly);
+    bar->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
     bar->addAction(openAction_);
     bar->addAction(saveAction_);
     bar->addSeparator();
@@ -392,6 +414,33 @@ void MainWindow::closeEvent(QCloseEvent* event)
     sweepRunner_->stop();
     controller_->stop();
     QMainWindow::closeEvent(event);
+}
+
+namespace {
+
+// The one local .json file a drag carries, or "" when it carries anything else.
+QString dropped_project(const QMimeData* mime)
+{
+    if (mime == nullptr || !mime->hasUrls() || mime->urls().size() != 1) return {};
+    const QUrl url = mime->urls().first();
+    if (!url.isLocalFile() || !url.toLocalFile().endsWith(QLatin1String(".json"), Qt::CaseInsensitive)) return {};
+    return url.toLocalFile();
+}
+
+} // namespace
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* event)
+{
+    if (!dropped_project(event->mimeData()).isEmpty()) event->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* event)
+{
+    const QString path = dropped_project(event->mimeData());
+    if (path.isEmpty()) return;
+    event->acceptProposedAction();
+    // openProject() refuses while a run goes and shows why; the dragged file is not touched.
+    openProject(path);
 }
 
 void MainWindow::chooseProject()

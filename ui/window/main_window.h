@@ -16,6 +16,8 @@
 
 class QAction;
 class QCloseEvent;
+class QDragEnterEvent;
+class QDropEvent;
 class QLabel;
 class QMenu;
 class QTabWidget;
@@ -85,6 +87,9 @@ public:
 
 protected:
     void closeEvent(QCloseEvent* event) override;
+    // A project file dropped on the window opens as if chosen in File > Open.
+    void dragEnterEvent(QDragEnterEvent* event) override;
+    void dropEvent(QDropEvent* event) override;
 
 private:
     void createActions();

@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "format_support.h"
+
+namespace mantissa {
+
+Execution format_execution(NumberFormat format, ComputeCapability device)
+{
+    if (format == NumberFormat::FP32) return Execution::Native;
+    if (!device.is_gpu()) return Execution::Emulated;
+    bool native = false;
+    switch (format) {
+    case NumberFormat::FP32: native = true; break;
+    case NumberFormat::TF32:
+    case NumberFormat::BF16: native = device.at_least(8, 0); break;
+    case NumberFormat::FP16: native = device.at_least(7, 0); break;
+    case NumberFormat::E4M3:
+    case NumberFormat::E5M2: native = device.at_least(8, 9); break;
+    }
+    return native ? Execution::Native : Execution::Emulated;
+}
+
+Execution mxfp8_execution(ComputeCapability device)
+{
+    return device.at_least(10, 0) ? Execution::Native : Execution::Emulated;
+}
+
+std::vector<FormatSupport> format_support_table(ComputeCapability device)
+{
+    return {
+        {"FP32", format_execution(NumberFormat::FP32, device), "any device"},
+        {"TF32", format_execution(NumberFormat::TF32, device), "sm_80"},
+        {"BF16", format_execution(NumberFormat::BF16, device), "sm_80"},
+        {"FP16", format_execution(NumberFormat::FP16, device), "sm_70"},
+        {"FP8 E4M3", format_execution(NumberFormat::E4M3, device), "sm_89 / sm_90"},
+        {"FP8 E5M2", format_execution(NumberFormat::E5M2, device), "sm_89 / sm_90"},
+        {"MXFP8", mxfp8_execution(device), "sm_100"},
+    };
+}
+
+const char* execution_name(Execution execution)
+{
+    return execution == Execution::Native ? "native" : "emulated";
+}
+
+} // namespace mantissa

@@ -1,0 +1,311 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The desktop side of the application: the compiled-in icons load at every size, the window
+// uses them, the format capability table answers per compute capability, the About dialog
+// shows versions, GPU and that table, and the desktop entry, AppStream metainfo and MIME type
+// pass the freedesktop validators (skipped where a validator is not installed).
+
+#include <QAction>
+#include <QApplication>
+#include <QDragEnterEvent>
+#include <QDropEvent>
+#include <QMimeData>
+#include <QSettings>
+#include <QSplitter>
+#include <QTabWidget>
+#include <QDir>
+#include <QFile>
+#include <QProcess>
+#include <QStandardPaths>
+#include <QTableWidget>
+#include <QTemporaryDir>
+#include <QToolBar>
+#include <QtTest>
+
+#include <sqlite3.h>
+
+#include "build_info.h"
+#include "common/app_icons.h"
+#include "format_support.h"
+#include "version_report.h"
+#include "window/about_dialog.h"
+#include "common/dark_palette.h"
+#include "pages/monitor_page.h"
+#include "plots/loss_plot.h"
+#include "window/main_window.h"
+#include "window/window_state.h"
+
+using namespace mantissa;
+
+namespace {
+
+const QString kResources = QStringLiteral(MANTISSA_SOURCE_DIR "/resources");
+
+// Runs a validator; "" when it passed, else what it said.
+QString validate(const QString& tool, const QStringList& args)
+{
+    QProcess p;
+    p.start(tool, args);
+    if (!p.waitForFinished(60000)) return tool + QStringLiteral(" did not finish");
+    const QString out = QString::fromUtf8(p.readAllStandardOutput() + p.readAllStandardError());
+    return p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0 ? QString() : out;
+}
+
+QStringList column(const QTableWidget* table, int c)
+{
+    QStringList values;
+    for (int r = 0; r < table->rowCount(); ++r) values << table->item(r, c)->text();
+    return values;
+}
+
+} // namespace
+
+class TestDesktop : public QObject {
+    Q_OBJECT
+
+private slots:
+    void appIconHasEverySize()
+    {
+        const QIcon icon = app_icon();
+        QVERIFY(!icon.isNull());
+        QCOMPARE(icon.availableSizes(), (QList<QSize>{{16, 16}, {22, 22}, {24, 24}, {32, 32}, {48, 48}, {64, 64},
+                                                      {128, 128}, {256, 256}}));
+        for (const QSize& size : icon.availableSizes()) {
+            const QPixmap pixmap = icon.pixmap(size);
+            QVERIFY(!pixmap.isNull());
+            QCOMPARE(pixmap.size(), size);
+        }
+    }
+
+    void actionIconsLoad_data()
+    {
+        QTest::addColumn<int>("which");
+        QTest::newRow("start") << int(ActionIcon::Start);
+        QTest::newRow("pause") << int(ActionIcon::Pause);
+        QTest::newRow("stop") << int(ActionIcon::Stop);
+        QTest::newRow("checkpoint") << int(ActionIcon::Checkpoint);
+        QTest::newRow("sweep") << int(ActionIcon::Sweep);
+        QTest::newRow("open") << int(ActionIcon::Open);
+        QTest::newRow("save") << int(ActionIcon::Save);
+    }
+    void actionIconsLoad()
+    {
+        QFETCH(int, which);
+        const QIcon icon = action_icon(static_cast<ActionIcon>(which));
+        QVERIFY(!icon.isNull());
+        QCOMPARE(icon.availableSizes(), (QList<QSize>{{16, 16}, {24, 24}, {32, 32}, {48, 48}}));
+        for (const QSize& size : icon.availableSizes()) {
+            const QImage image = icon.pixmap(size).toImage();
+            QCOMPARE(image.size(), size);
+            // Drawn, not blank: some pixel is opaque.
+            bool opaque = false;
+            for (int y = 0; y < image.height() && !opaque; ++y)
+                for (int x = 0; x < image.width() && !opaque; ++x) opaque = qAlpha(image.pixel(x, y)) == 255;
+            QVERIFY2(opaque, qPrintable(QStringLiteral("blank at %1 px").arg(size.width())));
+        }
+    }
+
+    void windowUsesTheIcons()
+    {
+        MainWindow window(QDir::temp().filePath(QStringLiteral("test_desktop_icons.sqlite")));
+        const auto* bar = window.findChild<QToolBar*>(QStringLiteral("runToolBar"));
+        QVERIFY(bar);
+        QStringList withIcons;
+        for (const QAction* a : bar->actions())
+            if (!a->isSeparator() && !a->icon().isNull()) withIcons << a->text();
+        QCOMPARE(withIcons, (QStringList{QStringLiteral("&Open Project…"), QStringLiteral("&Save Project"),
+                                         QStringLiteral("&Start"), QStringLiteral("&Pause"), QStringLiteral("S&top"),
+                                         QStringLiteral("&Checkpoint Now"), QStringLiteral("S&weep…")}));
+        QCOMPARE(window.windowIcon().availableSizes().size(), 8);
+        QVERIFY(window.findChild<QAction*>(QStringLiteral("aboutAction")));
+        QFile::remove(QDir::temp().filePath(QStringLiteral("test_desktop_icons.sqlite")));
+    }
+
+    void formatSupportPerComputeCapability()
+    {
+        const auto here = [](ComputeCapability device) {
+            QStringList v;
+            for (const auto& row : format_support_table(device)) v << QString::fromLatin1(execution_name(row.execution));
+            return v;
+        };
+        QStringList names;
+        for (const auto& row : format_support_table({})) names << QString::fromStdString(row.format);
+        QCOMPARE(names, (QStringList{"FP32", "TF32", "BF16", "FP16", "FP8 E4M3", "FP8 E5M2", "MXFP8"}));
+        const QString n = QStringLiteral("native"), e = QStringLiteral("emulated");
+        QCOMPARE(here({}), (QStringList{n, e, e, e, e, e, e}));          // CPU
+        QCOMPARE(here({7, 5}), (QStringList{n, e, e, n, e, e, e}));      // Turing
+        QCOMPARE(here({8, 0}), (QStringList{n, n, n, n, e, e, e}));      // A100
+        QCOMPARE(here({8, 6}), (QStringList{n, n, n, n, e, e, e}));      // RTX 30xx: no FP8
+        QCOMPARE(here({8, 9}), (QStringList{n, n, n, n, n, n, e}));      // Ada
+        QCOMPARE(here({9, 0}), (QStringList{n, n, n, n, n, n, e}));      // H100
+        QCOMPARE(here({10, 0}), (QStringList{n, n, n, n, n, n, n}));     // B200
+        QCOMPARE(format_execution(NumberFormat::E4M3, {8, 9}), Execution::Native);
+        QCOMPARE(format_execution(NumberFormat::E5M2, {8, 7}), Execution::Emulated);
+        QCOMPARE(mxfp8_execution({9, 0}), Execution::Emulated);
+    }
+
+    void versionStrings()
+    {
+        QCOMPARE(cuda_version_string(12080), std::string("12.8"));
+        QCOMPARE(cuda_version_string(11080), std::string("11.8"));
+        QCOMPARE(cuda_version_string(0), std::string("none"));
+        QCOMPARE(cudnn_version_string(90800), std::string("9.8.0"));
+        QCOMPARE(cudnn_version_string(8907), std::string("8.9.7"));
+        QCOMPARE(cudnn_version_string(0), std::string("none"));
+
+        QStringList components;
+        for (const auto& [component, version] : version_lines("6.x")) {
+            components << QString::fromStdString(component);
+            QVERIFY2(!version.empty(), component.c_str());
+        }
+        QCOMPARE(components, (QStringList{"Mantissa", "LibTorch", "CUDA", "cuDNN", "Qt", "SQLite"}));
+        const std::string text = version_text("mantissa-train", "6.x");
+        QCOMPARE(QString::fromStdString(text).section(QLatin1Char('\n'), 0, 1),
+                 QStringLiteral("mantissa-train " MANTISSA_VERSION "\nMantissa: " MANTISSA_VERSION));
+        QVERIFY(text.find("\nQt: 6.x\nSQLite: " + std::string(sqlite3_libversion())) != std::string::npos);
+        QCOMPARE(engine_versions().mantissa, std::string(MANTISSA_VERSION));
+    }
+
+    void aboutDialogOnAGpu()
+    {
+        GpuInfo h100;
+        h100.present = true;
+        h100.name = "NVIDIA H100 80GB HBM3";
+        h100.capability = {9, 0};
+        AboutDialog dialog(h100);
+        const QTableWidget* versions = dialog.versionTable();
+        QCOMPARE(column(versions, 0), (QStringList{"Mantissa", "LibTorch", "CUDA", "cuDNN", "Qt", "SQLite", "GPU"}));
+        QCOMPARE(versions->item(0, 1)->text(), QStringLiteral(MANTISSA_VERSION));
+        QCOMPARE(versions->item(4, 1)->text(), QString::fromLatin1(qVersion()));
+        QCOMPARE(versions->item(5, 1)->text(), QString::fromLatin1(sqlite3_libversion()));
+        QCOMPARE(versions->item(6, 1)->text(), QStringLiteral("NVIDIA H100 80GB HBM3 (sm_90)"));
+        const QTableWidget* formats = dialog.formatTable();
+        QCOMPARE(column(formats, 1), (QStringList{"native", "native", "native", "native", "native", "native", "emulated"}));
+        QCOMPARE(column(formats, 2).last(), QStringLiteral("sm_100"));
+    }
+
+    void aboutDialogOnTheCpu()
+    {
+        AboutDialog dialog(GpuInfo{});
+        QCOMPARE(dialog.versionTable()->item(6, 1)->text(), QStringLiteral("none (CPU)"));
+        QCOMPARE(column(dialog.formatTable(), 1),
+                 (QStringList{"native", "emulated", "emulated", "emulated", "emulated", "emulated", "emulated"}));
+        // A card LibTorch cannot use (no CUDA build) counts as the CPU.
+        GpuInfo unusable;
+        unusable.capability = {9, 0};
+        AboutDialog cpu(unusable);
+        QCOMPARE(column(cpu.formatTable(), 1).count(QStringLiteral("native")), 1);
+    }
+
+    void desktopEntryValidates()
+    {
+        const QString tool = QStandardPaths::findExecutable(QStringLiteral("desktop-file-validate"));
+        if (tool.isEmpty()) QSKIP("desktop-file-validate missing (Debian: desktop-file-utils; scripts/setup.sh installs it)");
+        const QString out = validate(tool, {kResources + QStringLiteral("/io.github.mantissa.Mantissa.desktop")});
+        QVERIFY2(out.isEmpty(), qPrintable(out));
+    }
+
+    void metainfoValidates()
+    {
+        const QString tool = QStandardPaths::findExecutable(QStringLiteral("appstreamcli"));
+        if (tool.isEmpty()) QSKIP("appstreamcli missing (Debian: appstream; scripts/setup.sh installs it)");
+        // The configured file: the source has the version as a placeholder.
+        const QString metainfo = QStringLiteral(MANTISSA_BINARY_DIR "/resources/io.github.mantissa.Mantissa.metainfo.xml");
+        QVERIFY(QFile::exists(metainfo));
+        const QString out = validate(tool, {QStringLiteral("validate"), QStringLiteral("--no-net"), metainfo});
+        QVERIFY2(out.isEmpty(), qPrintable(out));
+    }
+
+    void droppedProjectOpens()
+    {
+        QTemporaryDir dir;
+        const QString project = dir.filePath(QStringLiteral("dropped.mantissa.json"));
+        QVERIFY(QFile::copy(QStringLiteral(MANTISSA_SOURCE_DIR "/projects/default.json"), project));
+        const QString text = dir.filePath(QStringLiteral("notes.txt"));
+        QFile(text).open(QIODevice::WriteOnly);
+        MainWindow window(dir.filePath(QStringLiteral("runs.sqlite")));
+        QVERIFY(!window.hasProject());
+
+        const auto drag = [&](const QList<QUrl>& urls) {
+            QMimeData mime;
+            mime.setUrls(urls);
+            QDragEnterEvent enter(QPoint(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+            QApplication::sendEvent(&window, &enter);
+            if (!enter.isAccepted()) return false;
+            QDropEvent drop(QPointF(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+            QApplication::sendEvent(&window, &drop);
+            return drop.isAccepted();
+        };
+        // Not a project, or more than one file: refused at the door, nothing opens.
+        QVERIFY(!drag({QUrl::fromLocalFile(text)}));
+        QVERIFY(!drag({QUrl::fromLocalFile(project), QUrl::fromLocalFile(project)}));
+        QVERIFY(!drag({QUrl(QStringLiteral("https://example.org/p.json"))}));
+        QVERIFY(!window.hasProject());
+        QVERIFY(drag({QUrl::fromLocalFile(project)}));
+        QVERIFY(window.hasProject());
+        QCOMPARE(QFileInfo(window.projectPath()).fileName(), QStringLiteral("dropped.mantissa.json"));
+    }
+
+    void windowStateIsRestored()
+    {
+        QTemporaryDir dir;
+        QSettings settings(dir.filePath(QStringLiteral("settings.ini")), QSettings::IniFormat);
+        QList<QByteArray> arranged;
+        {
+            MainWindow window(dir.filePath(QStringLiteral("runs.sqlite")));
+            window.resize(1111, 777);
+            window.showPage(MainWindow::Page::Runs);
+            const QList<QSplitter*> splitters = window.findChildren<QSplitter*>();
+            QVERIFY(splitters.size() >= 3);
+            QList<int> sizes;
+            for (int i = 0; i < splitters.first()->count(); ++i) sizes << 100 + 50 * i;
+            splitters.first()->setSizes(sizes);
+            for (const QSplitter* s : splitters) arranged << s->saveState();
+            save_window_state(window, settings);
+        }
+        MainWindow restored(dir.filePath(QStringLiteral("runs.sqlite")));
+        QVERIFY(restored.currentPage() != MainWindow::Page::Runs);
+        QVERIFY(restored.findChildren<QSplitter*>().first()->saveState() != arranged.first());
+        restore_window_state(restored, settings);
+        QCOMPARE(restored.currentPage(), MainWindow::Page::Runs);
+        QCOMPARE(restored.size(), QSize(1111, 777));
+        QList<QByteArray> now;
+        for (const QSplitter* s : restored.findChildren<QSplitter*>()) now << s->saveState();
+        QCOMPARE(now.first(), arranged.first());
+    }
+
+    void plotsFollowThePalette()
+    {
+        MainWindow window(QDir::temp().filePath(QStringLiteral("test_desktop_palette.sqlite")));
+        LossPlot* plot = window.monitorPage()->lossPlot();
+        // The corner of a rendering lies outside the axis rect: the plot's background.
+        const auto background = [plot] { return plot->toPixmap(200, 150).toImage().pixelColor(1, 1); };
+        const QColor lightBase = plot->palette().color(QPalette::Base);
+        QCOMPARE(background(), lightBase);
+        const QPalette dark = dark_palette();
+        window.setPalette(dark); // propagates to every child, as a desktop palette change does
+        QCOMPARE(background(), dark.color(QPalette::Base));
+        QVERIFY(plot->xAxis->tickLabelColor().lightness() > 150); // light text on the dark base
+        QVERIFY(plot->xAxis->grid()->pen().color().lightness() < 100);
+        window.setPalette(QPalette());
+        QCOMPARE(background(), lightBase);
+        QFile::remove(QDir::temp().filePath(QStringLiteral("test_desktop_palette.sqlite")));
+    }
+
+    void mimeTypeRegisters()
+    {
+        const QString tool = QStandardPaths::findExecutable(QStringLiteral("update-mime-database"));
+        if (tool.isEmpty()) QSKIP("update-mime-database missing (Debian: shared-mime-info)");
+        QTemporaryDir dir;
+        QVERIFY(QDir().mkpath(dir.filePath(QStringLiteral("packages"))));
+        QVERIFY(QFile::copy(kResources + QStringLiteral("/io.github.mantissa.Mantissa.mime.xml"),
+                            dir.filePath(QStringLiteral("packages/io.github.mantissa.Mantissa.xml"))));
+        const QString out = validate(tool, {dir.path()});
+        QVERIFY2(out.isEmpty(), qPrintable(out));
+        QFile globs(dir.filePath(QStringLiteral("globs2")));
+        QVERIFY(globs.open(QIODevice::ReadOnly));
+        QVERIFY(globs.readAll().contains("60:application/x-mantissa-project:*.mantissa.json\n"));
+    }
+};
+
+QTEST_MAIN(TestDesktop)
+#include "test_desktop.moc"
