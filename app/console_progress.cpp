@@ -84,6 +84,8 @@ void ConsoleProgress::on_event(const RunEvent& e)
         std::fprintf(out_, "sample at step %lld:\n%s\n---\n", static_cast<long long>(e.step), e.text.c_str());
     else
         std::fprintf(out_, "[%s] %s\n", e.tag().c_str(), e.message().c_str());
+    if (e.kind == EventKind::Paused && stop_flag_)
+        std::fprintf(out_, "paused: Ctrl-C stops the run here; `mantissa-train resume` continues it later\n");
     std::fflush(out_);
 }
 

@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <chrono>
+#include <thread>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -51,7 +53,21 @@ int train_session(RunSession& session, const std::string& db_path)
     console.watch_stop_flag(&g_stop_requested, &session.trainer());
     std::signal(SIGINT, on_sigint);
     std::signal(SIGTERM, on_sigint);
+    // A watcher's pause waits for a resume that a terminal cannot send, and no step comes to
+    // look at the flag: Ctrl-C must still stop the run cleanly, so a thread forwards it too.
+    std::atomic<bool> trained{false};
+    std::thread forward_stop([&] {
+        while (!trained.load()) {
+            if (g_stop_requested.load()) {
+                session.request_stop();
+                return;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+    });
     const SessionOutcome outcome = session.run({&console});
+    trained = true;
+    forward_stop.join();
     if (!outcome.store_error.empty())
         std::fprintf(stderr, "\nwarning: the run store could not keep some of this run's metrics: %s\n",
                      outcome.store_error.c_str());

@@ -75,6 +75,17 @@ void Trainer::Impl::save_checkpoint(const std::string& path)
     }
 }
 
+bool Trainer::Impl::is_our_checkpoint(const std::string& path)
+{
+    if (identity.run_uuid.empty()) return true; // no run attached: the folder is the caller's alone
+    if (const auto known = checkpoint_is_ours.find(path); known != checkpoint_is_ours.end()) return known->second;
+    // A checkpoint without an identity predates identities: it can only be this run's own.
+    const auto theirs = read_checkpoint_identity(path);
+    const bool ours = !theirs || theirs->run_uuid == identity.run_uuid;
+    checkpoint_is_ours[path] = ours;
+    return ours;
+}
+
 CheckpointIdentity Trainer::Impl::current_identity() const
 {
     CheckpointIdentity id = identity;
@@ -148,22 +159,34 @@ std::string Trainer::Impl::write_periodic_checkpoint(TelemetrySink& sink)
     const auto& dir = config.training.checkpoint_dir;
     if (dir.empty()) return {};
     const std::string path = (fs::path(dir) / checkpoint_file_name(step)).string();
-    try {
-        save_checkpoint(path);
-    } catch (const std::exception& error) {
-        const std::string what = error.what();
+    auto fail = [&](const std::string& reason) {
         RunEvent failed;
         failed.step = step;
         failed.kind = EventKind::CheckpointFailed;
         failed.path = path;
-        failed.text = what.substr(0, what.find('\n'));
+        failed.text = reason;
         sink.on_event(failed);
         if (checkpoint_listener) checkpoint_listener({step, path, failed.text});
-        return {};
+        return std::string();
+    };
+    std::error_code exists_error;
+    if (fs::exists(path, exists_error) && !is_our_checkpoint(path)) {
+        const auto theirs = read_checkpoint_identity(path);
+        return fail("the file belongs to " + (theirs ? describe_identity(*theirs) : std::string("another run")) +
+                    " (two runs share training.checkpoint_dir); not overwritten");
     }
+    try {
+        save_checkpoint(path);
+    } catch (const std::exception& error) {
+        const std::string what = error.what();
+        return fail(what.substr(0, what.find('\n')));
+    }
+    checkpoint_is_ours[path] = true;
     // Told before rotation, so the listener (the run store) records the file while it exists.
     if (checkpoint_listener) checkpoint_listener({step, path, {}});
-    auto existing = list_checkpoints(dir);
+    std::vector<std::string> existing;
+    for (auto& file : list_checkpoints(dir))
+        if (is_our_checkpoint(file)) existing.push_back(std::move(file));
     std::error_code ignored;
     for (size_t i = 0; i + static_cast<size_t>(config.training.checkpoint_keep) < existing.size(); ++i)
         fs::remove(existing[i], ignored);

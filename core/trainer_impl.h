@@ -12,6 +12,7 @@
 // Internal: includes LibTorch, so only the engine's own sources include it.
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +58,7 @@ struct Trainer::Impl {
     CommandQueue commands;
     CheckpointIdentity identity; // written into every checkpoint; run_uuid empty = no run attached
     std::function<void(const Trainer::CheckpointWrite&)> checkpoint_listener;
+    std::map<std::string, bool> checkpoint_is_ours; // by path: read once, for shared folders
     torch::Device device{torch::kCPU};
     int threads = 1;
     LayerGradients gradients;
@@ -76,6 +78,9 @@ struct Trainer::Impl {
     // write (full disk, folder gone) is a warning event: training goes on without it.
     std::string write_periodic_checkpoint(TelemetrySink& sink);
     CheckpointIdentity current_identity() const;
+    // Whether a checkpoint file in the folder is this run's: two runs may be given one
+    // training.checkpoint_dir, and neither may overwrite or rotate away the other's files.
+    bool is_our_checkpoint(const std::string& path);
     // Refuses a checkpoint that names another run, before anything is loaded.
     void check_identity(const std::string& path, const CheckpointIdentity& theirs) const;
     // "; it holds the model of run 3 (uuid ...): n_layer=..., this one is n_layer=..." when known.

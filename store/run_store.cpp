@@ -266,7 +266,15 @@ FileState inspect(const std::string& path)
     if (fs::is_directory(st)) throw StoreError("run store '" + path + "' is a directory, not a file");
     const auto bytes = fs::file_size(path, ec);
     if (ec) throw StoreError("run store '" + path + "' cannot be read: " + ec.message());
-    return bytes == 0 ? FileState::Empty : FileState::Present;
+    if (bytes == 0) return FileState::Empty;
+    // SQLite takes a file shorter than its header for an empty database and would write a
+    // schema over it: whatever that file is, it is not ours to overwrite.
+    char header[16] = {};
+    std::ifstream in(path, std::ios::binary);
+    in.read(header, sizeof header);
+    if (in.gcount() != sizeof header || std::memcmp(header, "SQLite format 3", sizeof header) != 0)
+        throw StoreError("'" + path + "' is not a SQLite database: it is not a Mantissa run store");
+    return FileState::Present;
 }
 
 void refuse_absent_or_empty(const std::string& path, FileState state)

@@ -638,6 +638,48 @@ private slots:
         QVERIFY2(!files.contains(".pt.tmp"), qPrintable(files)); // no half-written checkpoint left
     }
 
+    // SQLite would take a file shorter than its header for an empty database and write a
+    // store over it; `run` refuses it and leaves it as it was.
+    void runNeverWritesOverAFileThatIsNotAStore()
+    {
+        QTemporaryDir dir;
+        const QString path = dir.filePath("notes.bin");
+        {
+            QFile f(path);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write("x");
+        }
+        const auto r = run_cli({"run", project_, "--db", path, "--set", "training.steps=2"});
+        QCOMPARE(r.exit_code, 3);
+        QVERIFY2(r.err.contains("'" + path + "' is not a SQLite database"), qPrintable(r.err));
+        QFile f(path);
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        QCOMPARE(f.readAll(), QByteArray("x"));
+        QCOMPARE(QDir(dir.path()).entryList(QDir::AllEntries | QDir::NoDotAndDotDot), QStringList{"notes.bin"});
+    }
+
+    // A watcher's pause waits for a resume a terminal cannot send: Ctrl-C still stops the run
+    // cleanly, and it can be resumed later.
+    void ctrlCStopsARunPausedByAWatcher()
+    {
+        QTemporaryDir dir;
+        const QString db = dir.filePath("paused.sqlite");
+        QProcess p;
+        p.start(MANTISSA_TRAIN_EXE, {"run", project_, "--db", db, "--set", "training.steps=1000000", "--set",
+                                     "precision.preset=fp8-hybrid", "--set", "telemetry.interval=1", "--set",
+                                     "telemetry.watchers.fp8_underflow_max=0", "--set",
+                                     "telemetry.watchers.actions.fp8_underflow=pause"});
+        QVERIFY(p.waitForStarted());
+        QByteArray seen;
+        QTRY_VERIFY_WITH_TIMEOUT((seen += p.readAllStandardOutput()).contains("[paused]"), 60000);
+        QVERIFY(seen.contains("Ctrl-C stops the run here"));
+        ::kill(static_cast<pid_t>(p.processId()), SIGINT);
+        QVERIFY2(p.waitForFinished(30000), "a paused run did not stop on Ctrl-C");
+        QCOMPARE(p.exitCode(), 0);
+        RunStore store(db.toStdString(), OpenMode::ReadOnly);
+        QCOMPARE(status_text(store.find_run("1")->status), std::string("stopped"));
+    }
+
     void ctrlCStopsCleanlyAndKeepsMetrics()
     {
         QProcess p;

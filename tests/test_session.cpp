@@ -288,16 +288,37 @@ void TestSession::sharedExplicitCheckpointDirIsRefused()
     const QString db = dir.filePath("runs.sqlite");
     const QString shared = "training.checkpoint_dir=" + dir.filePath("shared");
     QCOMPARE(run_cli({"run", QString::fromStdString(project), "--db", db, "--set", shared}).exit_code, 0);
-    QCOMPARE(run_cli({"run", QString::fromStdString(project), "--db", db, "--set", shared, "--set", "training.seed=9"})
-                 .exit_code,
-             0);
-    const auto r = run_cli({"resume", "1", "--db", db, "--set", "training.steps=35"});
-    QCOMPARE(r.exit_code, 2);
-    const std::string uuid2 = RunStore(db.toStdString()).find_run("2")->uuid;
-    QVERIFY2(r.err.contains(QString::fromStdString("step-00000030.pt' belongs to run 2 (uuid " + uuid2 + ")")),
-             qPrintable(r.err));
+    const std::string uuid1 = RunStore(db.toStdString()).find_run("1")->uuid;
+    const QString folder = dir.filePath("shared");
+    const auto names = [&] {
+        QStringList out;
+        for (const auto& f : list_checkpoints(folder.toStdString())) out << QString::fromStdString(fs::path(f).filename());
+        return out;
+    };
+    const QStringList first = names();
+    // A second run into the same folder overwrites none of the first run's files: its writes
+    // under the same names fail as checkpoint_failed events, naming whose the files are.
+    const auto second = run_cli({"run", QString::fromStdString(project), "--db", db, "--set", shared, "--set",
+                                 "training.seed=9"});
+    QCOMPARE(second.exit_code, 0);
+    QVERIFY2(second.out.contains("[checkpoint_failed]") &&
+                 second.out.contains(QString::fromStdString("belongs to run 1 (uuid " + uuid1 + ")")),
+             qPrintable(second.out));
+    QCOMPARE(names(), first);
+    // A third, longer one writes its later steps and rotates away none of the first run's.
+    const auto third = run_cli({"run", QString::fromStdString(project), "--db", db, "--set", shared, "--set",
+                                "training.seed=7", "--set", "training.steps=50"});
+    QCOMPARE(third.exit_code, 0);
+    QCOMPARE(names(), (first + QStringList{"step-00000040.pt", "step-00000050.pt"}));
+
+    // Each resume finds its own run's checkpoints, or says whose the others are.
+    const auto r1 = run_cli({"resume", "1", "--db", db, "--set", "training.steps=35"});
+    QVERIFY2(r1.exit_code == 0, qPrintable(r1.err + r1.out));
     const auto r2 = run_cli({"resume", "2", "--db", db, "--set", "training.steps=35"});
-    QVERIFY2(r2.exit_code == 0, qPrintable(r2.err + r2.out));
+    QCOMPARE(r2.exit_code, 2);
+    QVERIFY2(r2.err.contains(QString::fromStdString("belongs to run 1 (uuid " + uuid1 + ")")), qPrintable(r2.err));
+    const auto r3 = run_cli({"resume", "3", "--db", db, "--set", "training.steps=55"});
+    QVERIFY2(r3.exit_code == 0 && r3.out.contains("at step 50 from"), qPrintable(r3.err + r3.out));
 }
 
 void TestSession::version3StoreWithOldFolderStillResumes()
