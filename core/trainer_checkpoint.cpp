@@ -57,6 +57,7 @@ void Trainer::Impl::save_checkpoint(const std::string& path)
     for (const auto& g : model->gemm_layers()) g->save(archive);
     archive.write("rng/global", at::detail::getDefaultCPUGenerator().get_state());
     archive.write("rng/train_batches", train_batches->generator().get_state());
+    archive.write("watchers", c10::IValue(watchers.state_text()));
     // Serialised in memory first: LibTorch's file writer finishes the zip in its destructor,
     // so a full disk makes it throw during unwinding and abort the process. Writing the bytes
     // ourselves turns a full disk into an ordinary error (checkpoint_failed), temp file removed.
@@ -143,6 +144,9 @@ void Trainer::Impl::load_checkpoint(const std::string& path)
         at::Generator global = at::detail::getDefaultCPUGenerator(); // a handle to the shared generator
         global.set_state(get("rng/global"));
         train_batches->generator().set_state(get("rng/train_batches"));
+        // Checkpoints from before watcher state was kept resume with fresh watchers.
+        if (c10::IValue state; archive.try_read("watchers", state) && state.isString())
+            watchers.restore_state(state.toStringRef());
         step = get("step").item<int64_t>();
         resumed_from = path;
     } catch (const ConfigError&) {

@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <stdexcept>
 #include <tuple>
+
+#include <nlohmann/json.hpp>
 
 namespace mantissa {
 
@@ -177,6 +180,39 @@ std::vector<WatchAlert> Watchers::on_frame(const LayerStatsFrame& frame, const s
         alerts.push_back(make(frame.step, "log_z", "lm_head",
                               "mean log Z " + fmt(frame.log_z_mean) + " beyond +-" + fmt(config_.log_z_max)));
     return alerts;
+}
+
+std::string Watchers::state_text() const
+{
+    nlohmann::json fired = nlohmann::json::array();
+    for (const auto& [key, step] : last_fired_) fired.push_back({key.first, key.second, step});
+    const nlohmann::json j = {{"loss", {loss_.mean, loss_.var, loss_.n}},
+                              {"grad_norm", {grad_norm_.mean, grad_norm_.var, grad_norm_.n}},
+                              {"backoffs", backoffs_},
+                              {"last_fired", fired}};
+    return j.dump();
+}
+
+void Watchers::restore_state(const std::string& text)
+{
+    try {
+        const auto j = nlohmann::json::parse(text);
+        auto stats = [](const nlohmann::json& s) {
+            return RunningStats{s.at(0).get<double>(), s.at(1).get<double>(), s.at(2).get<int64_t>()};
+        };
+        RunningStats loss = stats(j.at("loss")), grad = stats(j.at("grad_norm"));
+        std::deque<int64_t> backoffs;
+        for (const auto& b : j.at("backoffs")) backoffs.push_back(b.get<int64_t>());
+        std::map<std::pair<std::string, std::string>, int64_t> fired;
+        for (const auto& f : j.at("last_fired"))
+            fired[{f.at(0).get<std::string>(), f.at(1).get<std::string>()}] = f.at(2).get<int64_t>();
+        loss_ = loss;
+        grad_norm_ = grad;
+        backoffs_ = std::move(backoffs);
+        last_fired_ = std::move(fired);
+    } catch (const nlohmann::json::exception& e) {
+        throw std::invalid_argument(std::string("watcher state cannot be read: ") + e.what());
+    }
 }
 
 } // namespace mantissa

@@ -55,6 +55,13 @@ public:
     // At the telemetry cadence. `forward_order` ranks layer names for attribution.
     std::vector<WatchAlert> on_frame(const LayerStatsFrame& frame, const std::vector<std::string>& forward_order);
 
+    // What the watchers have learnt of the run (running means, recent backoffs, cooldowns),
+    // as text for checkpoints: a resumed run alerts exactly where the straight run would.
+    // Doubles round-trip exactly. restore_state throws std::invalid_argument on text it
+    // cannot read.
+    std::string state_text() const;
+    void restore_state(const std::string& text);
+
 private:
     struct RunningStats {
         double mean = 0.0, var = 0.0;

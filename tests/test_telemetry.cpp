@@ -143,6 +143,39 @@ private slots:
         QCOMPARE(at, int64_t(150));
     }
 
+    // A checkpoint keeps what the watchers learnt: restored into fresh watchers after step
+    // 130, the rest of the run alerts exactly as the straight run does (the spike at 150 falls
+    // in the cooldown of the one at 120; fresh watchers would still be warming up there).
+    void watcherStateSurvivesACheckpoint()
+    {
+        WatcherConfig c;
+        c.spike_window = 20;
+        c.cooldown_steps = 100;
+        auto loss_at = [](int64_t step) {
+            const double loss = 3.0 - 0.005 * static_cast<double>(step) + 0.01 * std::sin(static_cast<double>(step));
+            return step == 120 || step == 150 || step == 230 ? loss + 1.0 : loss;
+        };
+        using Fired = std::vector<std::pair<int64_t, std::string>>;
+        auto feed = [&](Watchers& w, int64_t from, int64_t to, Fired& out) {
+            for (int64_t step = from; step <= to; ++step)
+                for (const auto& a : w.on_step(step_metrics(step, loss_at(step), 1.0))) out.emplace_back(a.step, a.watcher);
+        };
+        Watchers straight(c);
+        Fired expected;
+        feed(straight, 1, 300, expected);
+        QCOMPARE(expected, (Fired{{120, "loss_spike"}, {230, "loss_spike"}}));
+
+        Watchers before(c);
+        Fired resumed;
+        feed(before, 1, 130, resumed);
+        Watchers after(c);
+        after.restore_state(before.state_text());
+        QCOMPARE(after.state_text(), before.state_text()); // doubles round-trip exactly
+        feed(after, 131, 300, resumed);
+        QCOMPARE(resumed, expected);
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, after.restore_state("not json"));
+    }
+
     void cleanTrajectoryIsQuiet()
     {
         WatcherConfig c;
