@@ -277,24 +277,48 @@ void LayerGemm::arm_telemetry(bool armed)
 {
     armed_ = armed;
     if (armed) {
-        stats_.clear();
-        attention_max_logit_ = -1.0;
+        pending_.clear();
+        attention_max_score_ = torch::Tensor();
     }
 }
 
 void LayerGemm::record(const char* role, const torch::Tensor& x, NumberFormat format, float scale,
                        const torch::Tensor& dequantized)
 {
-    TensorStats s = compute_tensor_stats(x, format, scale, format == NumberFormat::FP32 ? torch::Tensor() : dequantized);
-    s.layer = name_;
-    s.role = role;
-    stats_.push_back(std::move(s));
+    const auto compared_with = format == NumberFormat::FP32 ? torch::Tensor() : dequantized;
+    PendingTensorStats p;
+    p.role = role;
+    p.format = format;
+    p.scale = scale;
+    p.count = x.numel();
+    p.compared = stats_compared(format, compared_with);
+    p.row = tensor_stats_row(x, format, scale, compared_with); // queued on x's device, no sync
+    pending_.push_back(std::move(p));
+}
+
+std::vector<PendingTensorStats> LayerGemm::take_pending()
+{
+    std::vector<PendingTensorStats> out;
+    out.swap(pending_);
+    return out;
 }
 
 std::vector<TensorStats> LayerGemm::take_stats()
 {
+    const auto pending = take_pending();
     std::vector<TensorStats> out;
-    out.swap(stats_);
+    if (pending.empty()) return out;
+    std::vector<torch::Tensor> rows;
+    for (const auto& p : pending) rows.push_back(p.row);
+    const auto host = torch::stack(rows).to(torch::kCPU).contiguous(); // (tensors, kSize)
+    for (size_t i = 0; i < pending.size(); ++i) {
+        const auto& p = pending[i];
+        TensorStats s = tensor_stats_from_row(host[static_cast<int64_t>(i)].data_ptr<double>(), p.format, p.scale,
+                                              p.count, p.compared);
+        s.layer = name_;
+        s.role = p.role;
+        out.push_back(std::move(s));
+    }
     return out;
 }
 

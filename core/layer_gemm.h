@@ -25,6 +25,17 @@ NumberFormat saved_operand_format(NumberFormat gemm_format);
 // Whether at::_scaled_mm runs on this CUDA device (probed once, sm_89 and newer).
 bool native_fp8_available();
 
+// One tensor's statistics while they are still on its device (a tensor_stats.h row), with
+// what the host needs to read them back.
+struct PendingTensorStats {
+    std::string role;
+    NumberFormat format = NumberFormat::FP32;
+    float scale = 1.0f;
+    int64_t count = 0;
+    bool compared = false;
+    torch::Tensor row; // (stats_row::kSize) float64
+};
+
 class LayerGemm {
 public:
     LayerGemm(std::string layer_name, GemmFormats formats, const Fp8Recipe& recipe, GemmBackend backend);
@@ -63,17 +74,26 @@ public:
 
     // Telemetry: while armed, the GEMMs record TensorStats for their tensor roles (weight,
     // input, output, grad_output, weight_grad), FP32 layers included. Recording only reads:
-    // an armed step runs the same kernels in the same order as an unarmed one.
+    // an armed step runs the same kernels in the same order as an unarmed one. The statistics
+    // stay on the device until the telemetry step reads them all back at once.
     void arm_telemetry(bool armed);
     bool telemetry_armed() const { return armed_; }
     void record(const char* role, const torch::Tensor& x, NumberFormat format, float scale,
                 const torch::Tensor& dequantized);
+    std::vector<PendingTensorStats> take_pending();
+    // The recorded statistics read back now (one host copy for this layer).
     std::vector<TensorStats> take_stats();
-    void set_attention_max_logit(double value) { attention_max_logit_ = value; }
+    // Attention: max |q.k| over the scores (a device scalar) and the 1/sqrt(d) it is scaled by.
+    void set_attention_max_score(torch::Tensor max_abs_score, double inv_sqrt_d)
+    {
+        attention_max_score_ = std::move(max_abs_score);
+        attention_logit_scale_ = inv_sqrt_d;
+    }
+    const torch::Tensor& attention_max_score() const { return attention_max_score_; } // undefined: not measured
+    double attention_logit_scale() const { return attention_logit_scale_; }
     // The master weight this layer last multiplied while armed (for the update/weight ratio).
     const torch::Tensor& last_weight() const { return last_weight_; }
     void remember_weight(const torch::Tensor& w) { last_weight_ = w; }
-    double attention_max_logit() const { return attention_max_logit_; } // < 0: not measured
     const Fp8Recipe& recipe() const { return recipe_; }
     DelayedScaling& delayed(OperandRole role);
 
@@ -104,9 +124,10 @@ private:
     bool used_native_ = false, used_emulated_ = false;
     bool armed_ = false;
     bool training_ = true;
-    std::vector<TensorStats> stats_;
+    std::vector<PendingTensorStats> pending_;
     torch::Tensor last_weight_;
-    double attention_max_logit_ = -1.0;
+    torch::Tensor attention_max_score_;
+    double attention_logit_scale_ = 1.0;
 };
 
 } // namespace mantissa
