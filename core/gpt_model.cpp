@@ -23,6 +23,7 @@ GemmLinearImpl::GemmLinearImpl(std::shared_ptr<LayerGemm> gemm, int64_t in_featu
 GemmLinearImpl::GemmLinearImpl(std::shared_ptr<LayerGemm> gemm, torch::Tensor tied_weight)
     : gemm_(std::move(gemm)), weight_(std::move(tied_weight))
 {
+    gemm_->set_weight_shared(true);
 }
 
 torch::Tensor GemmLinearImpl::forward(const torch::Tensor& x)

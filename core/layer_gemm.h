@@ -13,6 +13,7 @@
 #include "fp8_scaling.h"
 #include "precision_policy.h"
 #include "telemetry.h"
+#include "tensor_stats.h"
 
 namespace mantissa {
 
@@ -33,7 +34,10 @@ struct PendingTensorStats {
     float scale = 1.0f;
     int64_t count = 0;
     bool compared = false;
-    torch::Tensor row; // (stats_row::kSize) float64
+    torch::Tensor row; // (stats_row::kSize) float64; undefined until computed
+    // CPU tensors are read after the backward, all in one pass (LayerGemm::finish_stats).
+    StatsSource source;
+    bool from_weight_grad = false; // source is the weight's .grad, read when finishing
 };
 
 class LayerGemm {
@@ -81,6 +85,11 @@ public:
     void record(const char* role, const torch::Tensor& x, NumberFormat format, float scale,
                 const torch::Tensor& dequantized);
     std::vector<PendingTensorStats> take_pending();
+    // Computes the deferred CPU statistics of these layers in one pass. Called once the
+    // first micro-batch's backward is done (nothing recorded is modified before the update).
+    static void finish_stats(const std::vector<std::shared_ptr<LayerGemm>>& layers);
+    // The weight is also used elsewhere (the tied LM head): its .grad is not this GEMM's alone.
+    void set_weight_shared(bool shared) { weight_shared_ = shared; }
     // The recorded statistics read back now (one host copy for this layer).
     std::vector<TensorStats> take_stats();
     // Attention: max |q.k| over the scores (a device scalar) and the 1/sqrt(d) it is scaled by.
@@ -125,6 +134,7 @@ private:
     bool armed_ = false;
     bool training_ = true;
     std::vector<PendingTensorStats> pending_;
+    bool weight_shared_ = false;
     torch::Tensor last_weight_;
     torch::Tensor attention_max_score_;
     double attention_logit_scale_ = 1.0;

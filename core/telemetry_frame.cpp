@@ -24,6 +24,7 @@ void TelemetryStep::arm(Gpt& model)
 void TelemetryStep::disarm(Gpt& model)
 {
     for (const auto& g : model->gemm_layers()) g->arm_telemetry(false);
+    LayerGemm::finish_stats(model->gemm_layers());
     model->measure_log_z(false);
 }
 
@@ -73,6 +74,7 @@ LayerStatsFrame TelemetryStep::assemble(Gpt& model, int64_t step, bool skipped, 
     torch::NoGradGuard no_grad;
     // Everything measured is still on the device: gather it into one buffer, read it back
     // once, then fill the frame on the host.
+    LayerGemm::finish_stats(model->gemm_layers());
     Layout layout;
     struct TensorSlot {
         PendingTensorStats pending;

@@ -147,56 +147,52 @@ size_t bin_of(uint32_t mag_bits, uint32_t biased)
     return static_cast<size_t>(row::kFirstBin + (31 - std::countl_zero(mag_bits)));
 }
 
-torch::Tensor fused_cpu_row(const torch::Tensor& x_in, NumberFormat format, float scale,
-                            const torch::Tensor& dequantized)
+// One source prepared for the fused pass: contiguous FP32 on the host.
+struct ScanInput {
+    torch::Tensor x, q; // q undefined: not compared
+    const float* xp = nullptr;
+    const float* qp = nullptr;
+    bool scaled_domain = false;
+    float scale = 1.0f;
+    double min_normal = 0.0, max_finite = 0.0;
+};
+
+void scan(const ScanInput& in, int64_t begin, int64_t end, RowAccumulator& a)
 {
-    const auto x = x_in.detach().to(torch::kCPU, torch::kFloat32).contiguous();
-    auto out = torch::zeros({row::kSize}, torch::kFloat64);
-    const int64_t n = x.numel();
-    if (n == 0) return out;
-    const bool compare = stats_compared(format, dequantized);
-    const auto q = compare ? dequantized.detach().to(torch::kCPU, torch::kFloat32).contiguous() : torch::Tensor();
-    const float* xp = x.data_ptr<float>();
-    const float* qp = compare ? q.data_ptr<float>() : nullptr;
-    const FormatInfo& info = format_info(format);
-    const bool scaled_domain = scale > 0.0f;
-    const double min_normal = info.min_normal, max_finite = info.max_finite;
-
-    RowAccumulator total;
-    std::mutex merge_mutex;
-    at::parallel_for(0, n, 1 << 15, [&](int64_t begin, int64_t end) {
-        RowAccumulator a;
-        for (int64_t i = begin; i < end; ++i) {
-            const float v = xp[i];
-            const uint32_t mag_bits = std::bit_cast<uint32_t>(v) & 0x7FFFFFFFu;
-            const uint32_t biased = mag_bits >> 23;
-            if (biased == 0xFF) {
-                ++a.bins[row::kNonFinite];
-                a.nans += mag_bits > 0x7F800000u ? 1 : 0;
-                continue;
-            }
-            ++a.bins[bin_of(mag_bits, biased)];
-            a.amax_bits = std::max(a.amax_bits, mag_bits);
-            if (!qp) continue;
-            // The comparison with the cast, as the reference does it (FP64).
-            const double mag = std::fabs(static_cast<double>(v));
-            const float r = qp[i];
-            if (!std::isfinite(r)) { ++a.overflow; continue; }
-            if (v != 0.0f && r == 0.0f) ++a.underflow;
-            if (scaled_domain) {
-                const double rv = std::fabs(static_cast<double>(r) * scale);
-                if (rv != 0.0 && rv < min_normal) ++a.subnormal;
-                if (mag * scale > max_finite) ++a.overflow;
-            }
-            const double e = static_cast<double>(v) - static_cast<double>(r);
-            a.err_energy += e * e;
-            a.signal += mag * mag;
-            ++a.compared;
+    const float* xp = in.xp;
+    const float* qp = in.qp;
+    for (int64_t i = begin; i < end; ++i) {
+        const float v = xp[i];
+        const uint32_t mag_bits = std::bit_cast<uint32_t>(v) & 0x7FFFFFFFu;
+        const uint32_t biased = mag_bits >> 23;
+        if (biased == 0xFF) {
+            ++a.bins[row::kNonFinite];
+            a.nans += mag_bits > 0x7F800000u ? 1 : 0;
+            continue;
         }
-        std::lock_guard lock(merge_mutex);
-        total.merge(a);
-    });
+        ++a.bins[bin_of(mag_bits, biased)];
+        a.amax_bits = std::max(a.amax_bits, mag_bits);
+        if (!qp) continue;
+        // The comparison with the cast, as the reference does it (FP64).
+        const double mag = std::fabs(static_cast<double>(v));
+        const float r = qp[i];
+        if (!std::isfinite(r)) { ++a.overflow; continue; }
+        if (v != 0.0f && r == 0.0f) ++a.underflow;
+        if (in.scaled_domain) {
+            const double rv = std::fabs(static_cast<double>(r) * in.scale);
+            if (rv != 0.0 && rv < in.min_normal) ++a.subnormal;
+            if (mag * in.scale > in.max_finite) ++a.overflow;
+        }
+        const double e = static_cast<double>(v) - static_cast<double>(r);
+        a.err_energy += e * e;
+        a.signal += mag * mag;
+        ++a.compared;
+    }
+}
 
+torch::Tensor row_of(const RowAccumulator& total)
+{
+    auto out = torch::zeros({row::kSize}, torch::kFloat64);
     double* o = out.data_ptr<double>();
     for (size_t i = 0; i < total.bins.size(); ++i) o[i] = static_cast<double>(total.bins[i]);
     o[row::kNans] = static_cast<double>(total.nans);
@@ -208,6 +204,11 @@ torch::Tensor fused_cpu_row(const torch::Tensor& x_in, NumberFormat format, floa
     o[row::kErrorEnergy] = total.err_energy;
     o[row::kSignalEnergy] = total.signal;
     return out;
+}
+
+torch::Tensor fused_cpu_row(const torch::Tensor& x, NumberFormat format, float scale, const torch::Tensor& dequantized)
+{
+    return tensor_stats_rows_cpu({{x, format, scale, dequantized}}).front();
 }
 
 // The same row from tensor ops on x's device: no host sync, nothing but x and `dequantized` read.
@@ -257,6 +258,47 @@ torch::Tensor tensor_ops_row(const torch::Tensor& x_in, NumberFormat format, flo
 }
 
 } // namespace
+
+std::vector<torch::Tensor> tensor_stats_rows_cpu(const std::vector<StatsSource>& sources)
+{
+    torch::NoGradGuard no_grad;
+    std::vector<ScanInput> inputs(sources.size());
+    struct Chunk {
+        size_t input;
+        int64_t begin, end;
+    };
+    constexpr int64_t kChunk = 1 << 15;
+    std::vector<Chunk> chunks;
+    for (size_t i = 0; i < sources.size(); ++i) {
+        const auto& s = sources[i];
+        auto& in = inputs[i];
+        in.x = s.x.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+        if (stats_compared(s.format, s.dequantized))
+            in.q = s.dequantized.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+        in.xp = in.x.data_ptr<float>();
+        in.qp = in.q.defined() ? in.q.data_ptr<float>() : nullptr;
+        in.scaled_domain = s.scale > 0.0f; // per-row/block FP8 scales differ per element
+        in.scale = s.scale;
+        const FormatInfo& info = format_info(s.format);
+        in.min_normal = info.min_normal;
+        in.max_finite = info.max_finite;
+        for (int64_t b = 0; b < in.x.numel(); b += kChunk) chunks.push_back({i, b, std::min(b + kChunk, in.x.numel())});
+    }
+    // One parallel region for every tensor of the step: a region per tensor costs a thread
+    // barrier each, which dominates on a loaded machine.
+    std::vector<RowAccumulator> partial(chunks.size());
+    at::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t begin, int64_t end) {
+        for (int64_t c = begin; c < end; ++c) {
+            const auto& ch = chunks[static_cast<size_t>(c)];
+            scan(inputs[ch.input], ch.begin, ch.end, partial[static_cast<size_t>(c)]);
+        }
+    });
+    std::vector<RowAccumulator> totals(sources.size());
+    for (size_t c = 0; c < chunks.size(); ++c) totals[chunks[c].input].merge(partial[c]); // fixed order
+    std::vector<torch::Tensor> rows;
+    for (const auto& t : totals) rows.push_back(row_of(t));
+    return rows;
+}
 
 torch::Tensor tensor_stats_row(const torch::Tensor& x, NumberFormat format, float scale,
                                const torch::Tensor& dequantized, StatsKernel kernel)

@@ -46,6 +46,15 @@ enum class StatsKernel { Auto, TensorOps, FusedCpu };
 torch::Tensor tensor_stats_row(const torch::Tensor& x, NumberFormat format, float scale,
                                const torch::Tensor& dequantized, StatsKernel kernel = StatsKernel::Auto);
 
+// The FusedCpu rows of many tensors in one parallel pass (one thread barrier for all).
+struct StatsSource {
+    torch::Tensor x;
+    NumberFormat format = NumberFormat::FP32;
+    float scale = 1.0f;
+    torch::Tensor dequantized;
+};
+std::vector<torch::Tensor> tensor_stats_rows_cpu(const std::vector<StatsSource>& sources);
+
 // Whether a row of these arguments compares against a cast.
 inline bool stats_compared(NumberFormat format, const torch::Tensor& dequantized)
 {

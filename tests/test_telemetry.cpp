@@ -200,6 +200,44 @@ private slots:
         }
     }
 
+    // FP32 layers: statistics are read in one pass after the backward, and the weight gradient
+    // from the weight's .grad (a second product only for the tied LM head). Each must be the
+    // statistics of the tensor it names, as it was when the GEMM used it.
+    void fp32StatsAreReadAfterTheBackward()
+    {
+        ModelConfig m;
+        m.n_layer = 2;
+        m.n_head = 2;
+        m.n_embd = 16;
+        m.context_length = 8;
+        torch::manual_seed(3);
+        Gpt model(m, 11);
+        for (const auto& g : model->gemm_layers()) g->arm_telemetry(true);
+        const auto idx = torch::randint(0, 11, {2, 8}, torch::kLong);
+        model->loss(model->forward(idx), idx).backward();
+        int checked = 0;
+        for (const auto& g : model->gemm_layers()) {
+            g->arm_telemetry(false);
+            const auto stats = g->take_stats();
+            if (g->name().find(".sdpa") != std::string::npos) continue;
+            std::vector<std::string> roles;
+            for (const auto& t : stats) roles.push_back(t.role);
+            QCOMPARE(roles, (std::vector<std::string>{"output", "weight", "input", "grad_output", "weight_grad"}));
+            const auto& w = g->last_weight();
+            const auto expect_w = compute_tensor_stats_reference(w, NumberFormat::FP32, 1.0f, {});
+            QCOMPARE(stats[1].exponent_counts, expect_w.exponent_counts);
+            QCOMPARE(stats[1].amax, expect_w.amax);
+            if (g->name() == "lm_head") continue; // wte's .grad also holds the embedding's gradient
+            const auto expect_dw = compute_tensor_stats_reference(w.grad(), NumberFormat::FP32, 1.0f, {});
+            QCOMPARE(stats[4].count, w.numel());
+            QCOMPARE(stats[4].first_exponent, expect_dw.first_exponent);
+            QCOMPARE(stats[4].exponent_counts, expect_dw.exponent_counts);
+            QCOMPARE(stats[4].amax, expect_dw.amax);
+            ++checked;
+        }
+        QCOMPARE(checked, 2 * 4); // qkv, proj, fc1, fc2 of both blocks
+    }
+
     // --- watchers on scripted trajectories ----------------------------------------------
 
     void lossSpikeFiresOnlyOnTheSpike()
