@@ -6,7 +6,7 @@ With --baseline BUILD, a second build (e.g. one of the previous commit) runs in 
 rounds, so the two are measured under the same machine load.
 
   .venv/bin/python bench/telemetry.py [--data PATH] [--preset fp32] [--steps 200] [--rounds 3]
-                                      [--cadences 0,50,10,1] [--baseline BUILD_DIR]
+                                      [--cadences 0,50,10,1] [--baseline BUILD_DIR] [--threads N]
 """
 import argparse
 import os
@@ -25,7 +25,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cadences", default="0,50,10,1", help="telemetry.interval values; 0 (off) is the base")
     ap.add_argument("--baseline", help="another CMake build directory to measure in the same rounds")
+    ap.add_argument("--threads", type=int, help="OMP_NUM_THREADS for the runs (1: no thread barriers, steadier "
+                    "on a machine shared with other work)")
     args = ap.parse_args()
+    if args.threads:
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
     data = data_path(args)
     cadences = [int(c) for c in args.cadences.split(",")]
     if 0 not in cadences:
@@ -43,7 +47,8 @@ def main():
                     times[(b, c)].append(run_cli(build, os.path.join(tmp, "b.sqlite"), sets)[0])
                 print(f"round {r + 1} {b}: " + ", ".join(f"interval {c}: {times[(b, c)][-1]:.1f} ms" for c in cadences),
                       flush=True)
-    print(f"\n{args.preset}, {args.steps} steps x {args.rounds} rounds (median ms/step):")
+    threads = f", OMP_NUM_THREADS={args.threads}" if args.threads else ""
+    print(f"\n{args.preset}, {args.steps} steps x {args.rounds} rounds{threads} (median ms/step):")
     for b in builds:
         base = statistics.median(times[(b, 0)])
         for c in cadences:

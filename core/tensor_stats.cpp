@@ -157,10 +157,46 @@ struct ScanInput {
     double min_normal = 0.0, max_finite = 0.0;
 };
 
+// The histogram, zeros, non-finite and amax of [begin, end) with no cast to compare: four
+// interleaved histograms, so runs of values in the same binade (the common case) do not wait
+// on each other's increments.
+void scan_uncompared(const float* xp, int64_t begin, int64_t end, RowAccumulator& a)
+{
+    constexpr size_t kSlots = row::kNonFinite + 1;
+    std::array<std::array<uint32_t, kSlots>, 4> h{}; // a chunk is far below 2^32 values
+    std::array<uint32_t, 4> amax{}, nans{};
+    const auto one = [&](size_t lane, float v) {
+        const uint32_t m = std::bit_cast<uint32_t>(v) & 0x7FFFFFFFu;
+        const uint32_t b = m >> 23;
+        // Normal and non-finite: b + 23 (255 lands on kNonFinite); subnormal and zero: bin_of.
+        const size_t slot = b != 0 ? static_cast<size_t>(b) + 23 : bin_of(m, 0);
+        ++h[lane][slot];
+        nans[lane] += m > 0x7F800000u ? 1u : 0u;
+        amax[lane] = std::max(amax[lane], b == 0xFF ? 0u : m);
+    };
+    int64_t i = begin;
+    for (; i + 4 <= end; i += 4) {
+        one(0, xp[i]);
+        one(1, xp[i + 1]);
+        one(2, xp[i + 2]);
+        one(3, xp[i + 3]);
+    }
+    for (; i < end; ++i) one(0, xp[i]);
+    for (size_t lane = 0; lane < 4; ++lane) {
+        for (size_t s = 0; s < kSlots; ++s) a.bins[s] += h[lane][s];
+        a.nans += nans[lane];
+        a.amax_bits = std::max(a.amax_bits, amax[lane]);
+    }
+}
+
 void scan(const ScanInput& in, int64_t begin, int64_t end, RowAccumulator& a)
 {
     const float* xp = in.xp;
     const float* qp = in.qp;
+    if (!qp) {
+        scan_uncompared(xp, begin, end, a);
+        return;
+    }
     for (int64_t i = begin; i < end; ++i) {
         const float v = xp[i];
         const uint32_t mag_bits = std::bit_cast<uint32_t>(v) & 0x7FFFFFFFu;
