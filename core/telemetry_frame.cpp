@@ -48,7 +48,7 @@ torch::Tensor read_back(const torch::Tensor& buffer)
     const c10::impl::VirtualGuardImpl guard(buffer.device().type());
     c10::Event ready(buffer.device().type());
     ready.record(guard.getStream(buffer.device()));
-    ready.synchronize(); // waits for this copy only, not for the whole device
+    ready.synchronize(); // the stream up to this copy, not the whole device
     return host;
 }
 
