@@ -2,13 +2,17 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Telemetry overhead on shakespeare-char: step time with per-layer statistics off, at the
 default cadence (every 50 steps), every 10 and every step, interleaved over rounds, side by side.
+With --baseline BUILD, a second build (e.g. one of the previous commit) runs in the same
+rounds, so the two are measured under the same machine load.
 
   .venv/bin/python bench/telemetry.py [--data PATH] [--preset fp32] [--steps 200] [--rounds 3]
+                                      [--cadences 0,50,10,1] [--baseline BUILD_DIR] [--threads N]
 """
 import argparse
 import os
 import statistics
 import tempfile
+from types import SimpleNamespace
 
 from benchlib import add_common_args, data_path, run_cli
 
@@ -19,23 +23,38 @@ def main():
     ap.add_argument("--preset", default="fp32")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--cadences", default="0,50,10,1", help="telemetry.interval values; 0 (off) is the base")
+    ap.add_argument("--baseline", help="another CMake build directory to measure in the same rounds")
+    ap.add_argument("--threads", type=int, help="OMP_NUM_THREADS for the runs (1: no thread barriers, steadier "
+                    "on a machine shared with other work)")
     args = ap.parse_args()
+    if args.threads:
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
     data = data_path(args)
-    cadences = [0, 50, 10, 1]
-    times = {c: [] for c in cadences}
+    cadences = [int(c) for c in args.cadences.split(",")]
+    if 0 not in cadences:
+        cadences.insert(0, 0)
+    builds = {"this": args}
+    if args.baseline:
+        builds = {"baseline": SimpleNamespace(build=args.baseline), "this": args}
+    times = {(b, c): [] for b in builds for c in cadences}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            for c in cadences:
-                sets = [f"data.path={data}", f"training.steps={args.steps}", "eval.interval=0", "eval.batches=1",
-                        "eval.sample_tokens=0", f"telemetry.interval={c}", f"precision.preset={args.preset}"]
-                times[c].append(run_cli(args, os.path.join(tmp, "b.sqlite"), sets)[0])
-            print(f"round {r + 1}: " + ", ".join(f"interval {c}: {times[c][-1]:.1f} ms" for c in cadences), flush=True)
-    base = statistics.median(times[0])
-    print(f"\n{args.preset}, {args.steps} steps x {args.rounds} rounds (median ms/step):")
-    for c in cadences:
-        m = statistics.median(times[c])
-        label = "off" if c == 0 else f"every {c} step{'s' if c > 1 else ''}"
-        print(f"  telemetry {label:14s} {m:7.2f} ms   overhead {100 * (m / base - 1):+.1f}%")
+            for b, build in builds.items():
+                for c in cadences:
+                    sets = [f"data.path={data}", f"training.steps={args.steps}", "eval.interval=0", "eval.batches=1",
+                            "eval.sample_tokens=0", f"telemetry.interval={c}", f"precision.preset={args.preset}"]
+                    times[(b, c)].append(run_cli(build, os.path.join(tmp, "b.sqlite"), sets)[0])
+                print(f"round {r + 1} {b}: " + ", ".join(f"interval {c}: {times[(b, c)][-1]:.1f} ms" for c in cadences),
+                      flush=True)
+    threads = f", OMP_NUM_THREADS={args.threads}" if args.threads else ""
+    print(f"\n{args.preset}, {args.steps} steps x {args.rounds} rounds{threads} (median ms/step):")
+    for b in builds:
+        base = statistics.median(times[(b, 0)])
+        for c in cadences:
+            m = statistics.median(times[(b, c)])
+            label = "off" if c == 0 else f"every {c} step{'s' if c > 1 else ''}"
+            print(f"  {b:8s} telemetry {label:14s} {m:7.2f} ms   overhead {100 * (m / base - 1):+.1f}%")
 
 
 if __name__ == "__main__":

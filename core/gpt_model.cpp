@@ -23,6 +23,7 @@ GemmLinearImpl::GemmLinearImpl(std::shared_ptr<LayerGemm> gemm, int64_t in_featu
 GemmLinearImpl::GemmLinearImpl(std::shared_ptr<LayerGemm> gemm, torch::Tensor tied_weight)
     : gemm_(std::move(gemm)), weight_(std::move(tied_weight))
 {
+    gemm_->set_weight_shared(true);
 }
 
 torch::Tensor GemmLinearImpl::forward(const torch::Tensor& x)
@@ -63,7 +64,8 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x)
     if (sdpa_->telemetry_armed()) {
         // Wortsman et al. 2023: attention logit growth precedes divergence. (B, H, T, T) once per cadence.
         torch::NoGradGuard no_grad;
-        sdpa_->set_attention_max_logit(q.matmul(k.transpose(-2, -1)).abs().max().item<double>() * inv_sqrt_d);
+        // Stays on the device: the telemetry step reads it back with everything else.
+        sdpa_->set_attention_max_score(q.matmul(k.transpose(-2, -1)).abs().max(), inv_sqrt_d);
     }
     torch::Tensor y;
     if (sdpa_->formats().all_fp32()) {
@@ -161,8 +163,8 @@ torch::Tensor GptImpl::forward(const torch::Tensor& idx)
         // log Z of the output softmax; z-loss keeps it near 0 (Wortsman et al. 2023).
         torch::NoGradGuard no_grad;
         const auto log_z = logits.logsumexp(-1);
-        log_z_mean_ = log_z.mean().item<double>();
-        log_z_max_ = log_z.abs().max().item<double>();
+        log_z_mean_ = log_z.mean();      // device scalars, read back with the telemetry frame
+        log_z_max_ = log_z.abs().max();
     }
     return logits;
 }

@@ -115,14 +115,19 @@ public:
 
     BlockImpl* block(int64_t index) { return blocks_[static_cast<size_t>(index)]->as<Block>(); }
 
-    // Telemetry: measure the output's log partition function on the next forwards.
-    void measure_log_z(bool on) { measure_log_z_ = on; }
-    double log_z_mean() const { return log_z_mean_; }
-    double log_z_max() const { return log_z_max_; }
+    // Telemetry: measure the output's log partition function on the next forwards. The
+    // results are device scalars (undefined until measured).
+    void measure_log_z(bool on)
+    {
+        measure_log_z_ = on;
+        if (on) log_z_mean_ = log_z_max_ = torch::Tensor();
+    }
+    const torch::Tensor& log_z_mean() const { return log_z_mean_; }
+    const torch::Tensor& log_z_max() const { return log_z_max_; }
 
 private:
     bool measure_log_z_ = false;
-    double log_z_mean_ = 0.0, log_z_max_ = 0.0;
+    torch::Tensor log_z_mean_, log_z_max_;
     ModelConfig config_;
     int64_t vocab_size_;
     GemmRegistry gemms_;

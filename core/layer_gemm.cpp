@@ -277,24 +277,84 @@ void LayerGemm::arm_telemetry(bool armed)
 {
     armed_ = armed;
     if (armed) {
-        stats_.clear();
-        attention_max_logit_ = -1.0;
+        pending_.clear();
+        attention_max_score_ = torch::Tensor();
     }
 }
 
 void LayerGemm::record(const char* role, const torch::Tensor& x, NumberFormat format, float scale,
                        const torch::Tensor& dequantized)
 {
-    TensorStats s = compute_tensor_stats(x, format, scale, format == NumberFormat::FP32 ? torch::Tensor() : dequantized);
-    s.layer = name_;
-    s.role = role;
-    stats_.push_back(std::move(s));
+    const auto compared_with = format == NumberFormat::FP32 ? torch::Tensor() : dequantized;
+    PendingTensorStats p;
+    p.role = role;
+    p.format = format;
+    p.scale = scale;
+    p.count = x.numel();
+    p.compared = stats_compared(format, compared_with);
+    if (x.is_cpu()) p.source = {x.detach(), format, scale, compared_with.defined() ? compared_with.detach() : torch::Tensor()};
+    else p.row = tensor_stats_row(x, format, scale, compared_with); // queued on x's device, no sync
+    pending_.push_back(std::move(p));
+}
+
+void LayerGemm::finish_stats(const std::vector<std::shared_ptr<LayerGemm>>& layers)
+{
+    std::vector<PendingTensorStats*> deferred;
+    std::vector<StatsSource> sources;
+    for (const auto& g : layers) {
+        for (auto& p : g->pending_) {
+            if (p.row.defined()) continue;
+            if (p.from_weight_grad) {
+                const auto& grad = g->last_weight_.grad();
+                // No gradient arrived (the loss did not reach this layer): nothing to read.
+                p.source.x = grad.defined() ? grad.detach() : torch::zeros({0});
+                p.count = p.source.x.numel();
+                p.from_weight_grad = false;
+                if (!p.source.x.is_cpu()) {
+                    p.row = tensor_stats_row(p.source.x, NumberFormat::FP32, 1.0f, {});
+                    p.source = {};
+                    continue;
+                }
+            }
+            deferred.push_back(&p);
+            sources.push_back(p.source);
+            p.source = {};
+        }
+    }
+    if (sources.empty()) return;
+    auto rows = tensor_stats_rows_cpu(sources);
+    for (size_t i = 0; i < rows.size(); ++i) deferred[i]->row = std::move(rows[i]);
+}
+
+std::vector<PendingTensorStats> LayerGemm::take_pending()
+{
+    for (const auto& p : pending_)
+        if (!p.row.defined()) {
+            // Not finished by the telemetry step (a test driving the layer directly): finish now.
+            finish_stats({std::shared_ptr<LayerGemm>(std::shared_ptr<LayerGemm>(), this)});
+            break;
+        }
+    std::vector<PendingTensorStats> out;
+    out.swap(pending_);
+    return out;
 }
 
 std::vector<TensorStats> LayerGemm::take_stats()
 {
+    const auto pending = take_pending();
     std::vector<TensorStats> out;
-    out.swap(stats_);
+    if (pending.empty()) return out;
+    std::vector<torch::Tensor> rows;
+    for (const auto& p : pending) rows.push_back(p.row);
+    const auto host = torch::stack(rows).to(torch::kCPU).contiguous(); // (tensors, kSize)
+    for (size_t i = 0; i < pending.size(); ++i) {
+        const auto& p = pending[i];
+        TensorStats s = tensor_stats_from_row(host[static_cast<int64_t>(i)].data_ptr<double>(), p.format, p.scale,
+                                              p.count, p.compared);
+        s.layer = name_;
+        s.role = p.role;
+        out.push_back(std::move(s));
+    }
     return out;
 }
 
@@ -369,9 +429,9 @@ void LayerGemm::observe_fp32_linear(const torch::Tensor& x, const torch::Tensor&
     record("weight", weight, NumberFormat::FP32, 1.0f, {});
     record("input", x, NumberFormat::FP32, 1.0f, {});
     if (!y.requires_grad()) return;
-    // grad_output arrives through a hook that only reads it; the weight gradient is a second
-    // product dy^T x computed for the statistics alone (the one autograd accumulates into
-    // .grad is untouched, and so is every kernel of the step).
+    // grad_output arrives through a hook that only reads it; the weight gradient is read from
+    // the weight's .grad once the backward is done (a second product dy^T x only where the
+    // weight is shared); every kernel of the step is untouched.
     const int64_t K = x.size(-1), N = y.size(-1);
     const auto x2 = x.detach().reshape({-1, K}); // (M, K)
     y.register_hook([this, x2, N](const torch::Tensor& dy) {
@@ -379,7 +439,18 @@ void LayerGemm::observe_fp32_linear(const torch::Tensor& x, const torch::Tensor&
         torch::NoGradGuard no_grad;
         const auto dy2 = dy.detach().reshape({-1, N}); // (M, N)
         record("grad_output", dy2, NumberFormat::FP32, 1.0f, {});
-        record("weight_grad", at::matmul(dy2.t(), x2), NumberFormat::FP32, 1.0f, {});
+        if (weight_shared_ || !last_weight_.requires_grad()) {
+            record("weight_grad", at::matmul(dy2.t(), x2), NumberFormat::FP32, 1.0f, {});
+            return;
+        }
+        // The weight's own gradient, dy^T x, is what autograd is about to put in .grad (the
+        // first micro-batch's gradients start from zero): read it there after the backward
+        // instead of multiplying a second time.
+        PendingTensorStats p;
+        p.role = "weight_grad";
+        p.count = last_weight_.numel();
+        p.from_weight_grad = true;
+        pending_.push_back(std::move(p));
     });
 }
 

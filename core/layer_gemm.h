@@ -13,6 +13,7 @@
 #include "fp8_scaling.h"
 #include "precision_policy.h"
 #include "telemetry.h"
+#include "tensor_stats.h"
 
 namespace mantissa {
 
@@ -24,6 +25,20 @@ NumberFormat saved_operand_format(NumberFormat gemm_format);
 
 // Whether at::_scaled_mm runs on this CUDA device (probed once, sm_89 and newer).
 bool native_fp8_available();
+
+// One tensor's statistics while they are still on its device (a tensor_stats.h row), with
+// what the host needs to read them back.
+struct PendingTensorStats {
+    std::string role;
+    NumberFormat format = NumberFormat::FP32;
+    float scale = 1.0f;
+    int64_t count = 0;
+    bool compared = false;
+    torch::Tensor row; // (stats_row::kSize) float64; undefined until computed
+    // CPU tensors are read after the backward, all in one pass (LayerGemm::finish_stats).
+    StatsSource source;
+    bool from_weight_grad = false; // source is the weight's .grad, read when finishing
+};
 
 class LayerGemm {
 public:
@@ -63,17 +78,31 @@ public:
 
     // Telemetry: while armed, the GEMMs record TensorStats for their tensor roles (weight,
     // input, output, grad_output, weight_grad), FP32 layers included. Recording only reads:
-    // an armed step runs the same kernels in the same order as an unarmed one.
+    // an armed step runs the same kernels in the same order as an unarmed one. The statistics
+    // stay on the device until the telemetry step reads them all back at once.
     void arm_telemetry(bool armed);
     bool telemetry_armed() const { return armed_; }
     void record(const char* role, const torch::Tensor& x, NumberFormat format, float scale,
                 const torch::Tensor& dequantized);
+    std::vector<PendingTensorStats> take_pending();
+    // Computes the deferred CPU statistics of these layers in one pass. Called once the
+    // first micro-batch's backward is done (nothing recorded is modified before the update).
+    static void finish_stats(const std::vector<std::shared_ptr<LayerGemm>>& layers);
+    // The weight is also used elsewhere (the tied LM head): its .grad is not this GEMM's alone.
+    void set_weight_shared(bool shared) { weight_shared_ = shared; }
+    // The recorded statistics read back now (one host copy for this layer).
     std::vector<TensorStats> take_stats();
-    void set_attention_max_logit(double value) { attention_max_logit_ = value; }
+    // Attention: max |q.k| over the scores (a device scalar) and the 1/sqrt(d) it is scaled by.
+    void set_attention_max_score(torch::Tensor max_abs_score, double inv_sqrt_d)
+    {
+        attention_max_score_ = std::move(max_abs_score);
+        attention_logit_scale_ = inv_sqrt_d;
+    }
+    const torch::Tensor& attention_max_score() const { return attention_max_score_; } // undefined: not measured
+    double attention_logit_scale() const { return attention_logit_scale_; }
     // The master weight this layer last multiplied while armed (for the update/weight ratio).
     const torch::Tensor& last_weight() const { return last_weight_; }
     void remember_weight(const torch::Tensor& w) { last_weight_ = w; }
-    double attention_max_logit() const { return attention_max_logit_; } // < 0: not measured
     const Fp8Recipe& recipe() const { return recipe_; }
     DelayedScaling& delayed(OperandRole role);
 
@@ -104,9 +133,11 @@ private:
     bool used_native_ = false, used_emulated_ = false;
     bool armed_ = false;
     bool training_ = true;
-    std::vector<TensorStats> stats_;
+    std::vector<PendingTensorStats> pending_;
+    bool weight_shared_ = false;
     torch::Tensor last_weight_;
-    double attention_max_logit_ = -1.0;
+    torch::Tensor attention_max_score_;
+    double attention_logit_scale_ = 1.0;
 };
 
 } // namespace mantissa

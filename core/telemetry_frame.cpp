@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "telemetry_frame.h"
 
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
 #include "device_memory.h"
+#include "tensor_stats.h"
 
 namespace mantissa {
 
@@ -20,6 +24,7 @@ void TelemetryStep::arm(Gpt& model)
 void TelemetryStep::disarm(Gpt& model)
 {
     for (const auto& g : model->gemm_layers()) g->arm_telemetry(false);
+    LayerGemm::finish_stats(model->gemm_layers());
     model->measure_log_z(false);
 }
 
@@ -31,32 +36,98 @@ void TelemetryStep::remember_weights(Gpt& model)
         if (g->last_weight().defined()) weights_before_[g->name()] = g->last_weight().detach().clone();
 }
 
+namespace {
+
+// The step's statistics buffer on the host. One copy: on CUDA asynchronous into pinned memory,
+// with an event to know when it has landed; on the CPU the buffer already is host memory.
+torch::Tensor read_back(const torch::Tensor& buffer)
+{
+    if (!buffer.is_cuda()) return buffer.contiguous();
+    auto host = torch::empty(buffer.sizes(), buffer.options().device(torch::kCPU).pinned_memory(true));
+    host.copy_(buffer, /*non_blocking=*/true);
+    const c10::impl::VirtualGuardImpl guard(buffer.device().type());
+    c10::Event ready(buffer.device().type());
+    ready.record(guard.getStream(buffer.device()));
+    ready.synchronize(); // the stream up to this copy, not the whole device
+    return host;
+}
+
+// Where each value of the frame sits in the step's buffer.
+struct Layout {
+    std::vector<torch::Tensor> parts; // 1-D float64 tensors on the model's device
+    int64_t size = 0;
+
+    int64_t add(const torch::Tensor& t)
+    {
+        const auto flat = t.reshape({-1}).to(torch::kFloat64);
+        parts.push_back(flat);
+        const int64_t at = size;
+        size += flat.numel();
+        return at;
+    }
+};
+
+} // namespace
+
 LayerStatsFrame TelemetryStep::assemble(Gpt& model, int64_t step, bool skipped, bool on_cuda)
 {
     torch::NoGradGuard no_grad;
-    LayerStatsFrame frame;
-    frame.step = step;
+    // Everything measured is still on the device: gather it into one buffer, read it back
+    // once, then fill the frame on the host.
+    LayerGemm::finish_stats(model->gemm_layers());
+    Layout layout;
+    struct TensorSlot {
+        PendingTensorStats pending;
+        std::string layer;
+        int64_t row = 0, rms = -1; // rms: w_rms, u_rms of the update ratio
+    };
+    std::vector<TensorSlot> tensors;
+    std::vector<std::pair<std::string, std::pair<int64_t, double>>> logits; // block, (slot, 1/sqrt(d))
     for (const auto& g : model->gemm_layers()) {
-        for (auto& t : g->take_stats()) {
-            if (t.role == "weight" && !skipped) {
+        for (auto& p : g->take_pending()) {
+            TensorSlot slot{std::move(p), g->name()};
+            slot.row = layout.add(slot.pending.row);
+            if (slot.pending.role == "weight" && !skipped) {
                 const auto it = weights_before_.find(g->name());
                 if (it != weights_before_.end()) {
                     const auto& before = it->second;
-                    const double w_rms = before.square().mean().sqrt().item<double>();
-                    const double u_rms = (g->last_weight().detach() - before).square().mean().sqrt().item<double>();
-                    t.update_ratio = w_rms > 0 ? u_rms / w_rms : 0.0;
+                    const auto w_rms = before.square().mean().sqrt();
+                    const auto u_rms = (g->last_weight().detach() - before).square().mean().sqrt();
+                    slot.rms = layout.add(torch::stack({w_rms, u_rms}));
                 }
             }
-            frame.tensors.push_back(std::move(t));
+            tensors.push_back(std::move(slot));
         }
-        if (g->attention_max_logit() >= 0) {
+        if (g->attention_max_score().defined()) {
             const auto& n = g->name();
-            frame.attention_max_logit.emplace_back(n.substr(0, n.size() - std::string(".sdpa").size()),
-                                                   g->attention_max_logit());
+            logits.push_back({n.substr(0, n.size() - std::string(".sdpa").size()),
+                              {layout.add(g->attention_max_score()), g->attention_logit_scale()}});
         }
     }
-    frame.log_z_mean = model->log_z_mean();
-    frame.log_z_max = model->log_z_max();
+    const int64_t log_z = model->log_z_mean().defined()
+                              ? layout.add(torch::stack({model->log_z_mean(), model->log_z_max()}))
+                              : -1;
+
+    const auto host = layout.parts.empty() ? torch::Tensor() : read_back(torch::cat(layout.parts));
+    const double* values = host.defined() ? host.data_ptr<double>() : nullptr;
+    LayerStatsFrame frame;
+    frame.step = step;
+    for (auto& slot : tensors) {
+        const auto& p = slot.pending;
+        TensorStats t = tensor_stats_from_row(values + slot.row, p.format, p.scale, p.count, p.compared);
+        t.layer = slot.layer;
+        t.role = p.role;
+        if (slot.rms >= 0) {
+            const double w_rms = values[slot.rms], u_rms = values[slot.rms + 1];
+            t.update_ratio = w_rms > 0 ? u_rms / w_rms : 0.0;
+        }
+        frame.tensors.push_back(std::move(t));
+    }
+    for (const auto& [block, at] : logits) frame.attention_max_logit.emplace_back(block, values[at.first] * at.second);
+    if (log_z >= 0) {
+        frame.log_z_mean = values[log_z];
+        frame.log_z_max = values[log_z + 1];
+    }
     frame.memory = read_memory(on_cuda);
     weights_before_.clear();
     return frame;

@@ -43,8 +43,8 @@ int exponent_of(float v)
 
 } // namespace
 
-TensorStats compute_tensor_stats(const torch::Tensor& x_in, NumberFormat format, float scale,
-                                 const torch::Tensor& dequantized)
+TensorStats compute_tensor_stats_reference(const torch::Tensor& x_in, NumberFormat format, float scale,
+                                           const torch::Tensor& dequantized)
 {
     torch::NoGradGuard no_grad;
     TensorStats s;
@@ -61,7 +61,6 @@ TensorStats compute_tensor_stats(const torch::Tensor& x_in, NumberFormat format,
     const bool scaled_domain = scale > 0.0f; // per-row/block FP8 scales differ per element
     const double min_normal = info.min_normal, max_finite = info.max_finite;
 
-    // One pass, in parallel chunks: this runs on the telemetry cadence inside the step.
     Accumulator total;
     std::mutex merge_mutex;
     at::parallel_for(0, s.count, 1 << 15, [&](int64_t begin, int64_t end) {
@@ -116,6 +115,276 @@ TensorStats compute_tensor_stats(const torch::Tensor& x_in, NumberFormat format,
     s.quant_snr_db = total.err_energy > 0 ? 10.0 * std::log10(total.signal / total.err_energy)
                                           : std::numeric_limits<double>::infinity();
     return s;
+}
+
+namespace {
+
+namespace row = stats_row;
+
+// The fused pass's partial sums: the histogram straight from the bits (no FP64 work unless
+// the tensor was cast), merged across chunks at the end.
+struct RowAccumulator {
+    std::array<int64_t, row::kNonFinite + 1> bins{}; // zeros, one per binade, non-finite
+    int64_t nans = 0, underflow = 0, subnormal = 0, overflow = 0, compared = 0;
+    uint32_t amax_bits = 0; // |x| of finite values orders like its bit pattern
+    double err_energy = 0.0, signal = 0.0;
+
+    void merge(const RowAccumulator& o)
+    {
+        for (size_t i = 0; i < bins.size(); ++i) bins[i] += o.bins[i];
+        nans += o.nans, underflow += o.underflow, subnormal += o.subnormal, overflow += o.overflow;
+        compared += o.compared;
+        amax_bits = std::max(amax_bits, o.amax_bits);
+        err_energy += o.err_energy, signal += o.signal;
+    }
+};
+
+// Row slot of a finite value from the bits of |x|: zero, or its binade (exact for subnormals).
+size_t bin_of(uint32_t mag_bits, uint32_t biased)
+{
+    if (biased != 0) return static_cast<size_t>(biased) + 23; // kFirstBin + (biased - 127) - kMinExponent
+    if (mag_bits == 0) return row::kZeros;
+    return static_cast<size_t>(row::kFirstBin + (31 - std::countl_zero(mag_bits)));
+}
+
+// One source prepared for the fused pass: contiguous FP32 on the host.
+struct ScanInput {
+    torch::Tensor x, q; // q undefined: not compared
+    const float* xp = nullptr;
+    const float* qp = nullptr;
+    bool scaled_domain = false;
+    float scale = 1.0f;
+    double min_normal = 0.0, max_finite = 0.0;
+};
+
+// The histogram, zeros, non-finite and amax of [begin, end) with no cast to compare: four
+// interleaved histograms, so runs of values in the same binade (the common case) do not wait
+// on each other's increments.
+void scan_uncompared(const float* xp, int64_t begin, int64_t end, RowAccumulator& a)
+{
+    constexpr size_t kSlots = row::kNonFinite + 1;
+    std::array<std::array<uint32_t, kSlots>, 4> h{}; // a chunk is far below 2^32 values
+    std::array<uint32_t, 4> amax{}, nans{};
+    const auto one = [&](size_t lane, float v) {
+        const uint32_t m = std::bit_cast<uint32_t>(v) & 0x7FFFFFFFu;
+        const uint32_t b = m >> 23;
+        // Normal and non-finite: b + 23 (255 lands on kNonFinite); subnormal and zero: bin_of.
+        const size_t slot = b != 0 ? static_cast<size_t>(b) + 23 : bin_of(m, 0);
+        ++h[lane][slot];
+        nans[lane] += m > 0x7F800000u ? 1u : 0u;
+        amax[lane] = std::max(amax[lane], b == 0xFF ? 0u : m);
+    };
+    int64_t i = begin;
+    for (; i + 4 <= end; i += 4) {
+        one(0, xp[i]);
+        one(1, xp[i + 1]);
+        one(2, xp[i + 2]);
+        one(3, xp[i + 3]);
+    }
+    for (; i < end; ++i) one(0, xp[i]);
+    for (size_t lane = 0; lane < 4; ++lane) {
+        for (size_t s = 0; s < kSlots; ++s) a.bins[s] += h[lane][s];
+        a.nans += nans[lane];
+        a.amax_bits = std::max(a.amax_bits, amax[lane]);
+    }
+}
+
+void scan(const ScanInput& in, int64_t begin, int64_t end, RowAccumulator& a)
+{
+    const float* xp = in.xp;
+    const float* qp = in.qp;
+    if (!qp) {
+        scan_uncompared(xp, begin, end, a);
+        return;
+    }
+    for (int64_t i = begin; i < end; ++i) {
+        const float v = xp[i];
+        const uint32_t mag_bits = std::bit_cast<uint32_t>(v) & 0x7FFFFFFFu;
+        const uint32_t biased = mag_bits >> 23;
+        if (biased == 0xFF) {
+            ++a.bins[row::kNonFinite];
+            a.nans += mag_bits > 0x7F800000u ? 1 : 0;
+            continue;
+        }
+        ++a.bins[bin_of(mag_bits, biased)];
+        a.amax_bits = std::max(a.amax_bits, mag_bits);
+        if (!qp) continue;
+        // The comparison with the cast, as the reference does it (FP64).
+        const double mag = std::fabs(static_cast<double>(v));
+        const float r = qp[i];
+        if (!std::isfinite(r)) { ++a.overflow; continue; }
+        if (v != 0.0f && r == 0.0f) ++a.underflow;
+        if (in.scaled_domain) {
+            const double rv = std::fabs(static_cast<double>(r) * in.scale);
+            if (rv != 0.0 && rv < in.min_normal) ++a.subnormal;
+            if (mag * in.scale > in.max_finite) ++a.overflow;
+        }
+        const double e = static_cast<double>(v) - static_cast<double>(r);
+        a.err_energy += e * e;
+        a.signal += mag * mag;
+        ++a.compared;
+    }
+}
+
+torch::Tensor row_of(const RowAccumulator& total)
+{
+    auto out = torch::zeros({row::kSize}, torch::kFloat64);
+    double* o = out.data_ptr<double>();
+    for (size_t i = 0; i < total.bins.size(); ++i) o[i] = static_cast<double>(total.bins[i]);
+    o[row::kNans] = static_cast<double>(total.nans);
+    o[row::kUnderflow] = static_cast<double>(total.underflow);
+    o[row::kSubnormal] = static_cast<double>(total.subnormal);
+    o[row::kOverflow] = static_cast<double>(total.overflow);
+    o[row::kCompared] = static_cast<double>(total.compared);
+    o[row::kAmax] = static_cast<double>(std::bit_cast<float>(total.amax_bits));
+    o[row::kErrorEnergy] = total.err_energy;
+    o[row::kSignalEnergy] = total.signal;
+    return out;
+}
+
+torch::Tensor fused_cpu_row(const torch::Tensor& x, NumberFormat format, float scale, const torch::Tensor& dequantized)
+{
+    return tensor_stats_rows_cpu({{x, format, scale, dequantized}}).front();
+}
+
+// The same row from tensor ops on x's device: no host sync, nothing but x and `dequantized` read.
+torch::Tensor tensor_ops_row(const torch::Tensor& x_in, NumberFormat format, float scale,
+                             const torch::Tensor& dequantized)
+{
+    const auto x = x_in.detach().to(torch::kFloat32).contiguous().view(-1); // (n)
+    const auto f64 = x.options().dtype(torch::kFloat64);
+    if (x.numel() == 0) return torch::zeros({row::kSize}, f64);
+    const auto mag_bits = x.view(torch::kInt32).bitwise_and(0x7FFFFFFF); // (n) bits of |x|
+    const auto biased = mag_bits.bitwise_right_shift(23);                // (n) 0..255
+    // Below 2^23 an integer converts to FP32 exactly, and that float's exponent is
+    // floor(log2) of it: the binade of a subnormal, whose bits are its mantissa.
+    const auto sub_biased = mag_bits.to(torch::kFloat32).view(torch::kInt32).bitwise_right_shift(23);
+    const auto bin = torch::where(biased == 0, (sub_biased - 126).clamp_min(0), biased + 23).to(torch::kLong);
+    // A fixed-size scatter, not bincount: CUDA's bincount reads its max back to size the output.
+    auto counts = torch::zeros({row::kNonFinite + 1}, x.options().dtype(torch::kLong));
+    counts.scatter_add_(0, bin, torch::ones_like(bin));
+    const auto finite = biased != 255;
+    const auto amax = torch::where(finite, mag_bits, 0).amax().view(torch::kFloat32).to(torch::kFloat64);
+    const auto nans = (mag_bits > 0x7F800000).sum();
+
+    const auto zero = torch::zeros({}, f64);
+    torch::Tensor underflow = zero, subnormal = zero, overflow = zero, compared = zero, err = zero, signal = zero;
+    if (stats_compared(format, dequantized)) {
+        const auto q = dequantized.detach().to(x.device(), torch::kFloat32).contiguous().view(-1); // (n)
+        const auto q_finite = torch::isfinite(q);
+        const auto kept = finite & q_finite; // the values the reference compares
+        overflow = (finite & q_finite.logical_not()).sum();
+        underflow = (kept & (x != 0) & (q == 0)).sum();
+        const auto xd = x.to(torch::kFloat64), qd = q.to(torch::kFloat64);
+        if (scale > 0.0f) {
+            const FormatInfo& info = format_info(format);
+            const double s = static_cast<double>(scale);
+            const auto rv = (qd * s).abs();
+            subnormal = (kept & (rv != 0) & (rv < info.min_normal)).sum();
+            overflow = overflow + (kept & (xd.abs() * s > info.max_finite)).sum();
+        }
+        compared = kept.sum();
+        err = torch::where(kept, xd - qd, 0.0).square().sum();
+        signal = torch::where(kept, xd, 0.0).square().sum();
+    }
+    const auto d = [](const torch::Tensor& t) { return t.to(torch::kFloat64); };
+    return torch::cat({counts.to(torch::kFloat64),
+                       torch::stack({d(nans), d(underflow), d(subnormal), d(overflow), d(compared), amax, d(err),
+                                     d(signal)})});
+}
+
+} // namespace
+
+std::vector<torch::Tensor> tensor_stats_rows_cpu(const std::vector<StatsSource>& sources)
+{
+    torch::NoGradGuard no_grad;
+    std::vector<ScanInput> inputs(sources.size());
+    struct Chunk {
+        size_t input;
+        int64_t begin, end;
+    };
+    constexpr int64_t kChunk = 1 << 15;
+    std::vector<Chunk> chunks;
+    for (size_t i = 0; i < sources.size(); ++i) {
+        const auto& s = sources[i];
+        auto& in = inputs[i];
+        in.x = s.x.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+        if (stats_compared(s.format, s.dequantized))
+            in.q = s.dequantized.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+        in.xp = in.x.data_ptr<float>();
+        in.qp = in.q.defined() ? in.q.data_ptr<float>() : nullptr;
+        in.scaled_domain = s.scale > 0.0f; // per-row/block FP8 scales differ per element
+        in.scale = s.scale;
+        const FormatInfo& info = format_info(s.format);
+        in.min_normal = info.min_normal;
+        in.max_finite = info.max_finite;
+        for (int64_t b = 0; b < in.x.numel(); b += kChunk) chunks.push_back({i, b, std::min(b + kChunk, in.x.numel())});
+    }
+    // One parallel region for every tensor of the step: a region per tensor costs a thread
+    // barrier each, which dominates on a loaded machine.
+    std::vector<RowAccumulator> partial(chunks.size());
+    at::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t begin, int64_t end) {
+        for (int64_t c = begin; c < end; ++c) {
+            const auto& ch = chunks[static_cast<size_t>(c)];
+            scan(inputs[ch.input], ch.begin, ch.end, partial[static_cast<size_t>(c)]);
+        }
+    });
+    std::vector<RowAccumulator> totals(sources.size());
+    for (size_t c = 0; c < chunks.size(); ++c) totals[chunks[c].input].merge(partial[c]); // fixed order
+    std::vector<torch::Tensor> rows;
+    for (const auto& t : totals) rows.push_back(row_of(t));
+    return rows;
+}
+
+torch::Tensor tensor_stats_row(const torch::Tensor& x, NumberFormat format, float scale,
+                               const torch::Tensor& dequantized, StatsKernel kernel)
+{
+    torch::NoGradGuard no_grad;
+    if (kernel == StatsKernel::Auto) kernel = x.is_cpu() ? StatsKernel::FusedCpu : StatsKernel::TensorOps;
+    return kernel == StatsKernel::FusedCpu ? fused_cpu_row(x, format, scale, dequantized)
+                                           : tensor_ops_row(x, format, scale, dequantized);
+}
+
+TensorStats tensor_stats_from_row(const double* r, NumberFormat format, float scale, int64_t count, bool compared)
+{
+    TensorStats s;
+    s.format = format_name(format);
+    s.scale = scale;
+    s.count = count;
+    if (count == 0) return s;
+    const auto c = [&](int64_t i) { return static_cast<int64_t>(r[i]); };
+    s.zeros = c(row::kZeros);
+    s.nans = c(row::kNans);
+    s.infs = c(row::kNonFinite) - s.nans;
+    s.amax = r[row::kAmax];
+    const double* bins = r + row::kFirstBin;
+    const double* bins_end = bins + kExponentBins;
+    const double* first = std::find_if(bins, bins_end, [](double v) { return v != 0.0; });
+    if (first != bins_end) {
+        const double* last = bins_end;
+        while (*(last - 1) == 0.0) --last;
+        s.first_exponent = static_cast<int>(first - bins) + kMinExponent;
+        for (const double* b = first; b != last; ++b) s.exponent_counts.push_back(static_cast<int64_t>(*b));
+    }
+    if (!compared) {
+        s.quant_snr_db = std::numeric_limits<double>::infinity();
+        return s;
+    }
+    const double n = static_cast<double>(count);
+    const double err = r[row::kErrorEnergy], compared_count = r[row::kCompared];
+    s.underflow = r[row::kUnderflow] / n;
+    s.subnormal = scale > 0.0f ? r[row::kSubnormal] / n : -1.0;
+    s.overflow = r[row::kOverflow] / n;
+    s.quant_mse = compared_count > 0 ? err / compared_count : 0.0;
+    s.quant_snr_db = err > 0 ? 10.0 * std::log10(r[row::kSignalEnergy] / err) : std::numeric_limits<double>::infinity();
+    return s;
+}
+
+TensorStats compute_tensor_stats(const torch::Tensor& x, NumberFormat format, float scale,
+                                 const torch::Tensor& dequantized, StatsKernel kernel)
+{
+    const auto r = tensor_stats_row(x, format, scale, dequantized, kernel).to(torch::kCPU).contiguous();
+    return tensor_stats_from_row(r.data_ptr<double>(), format, scale, x.numel(), stats_compared(format, dequantized));
 }
 
 } // namespace mantissa

@@ -3,6 +3,7 @@
 // scripted trajectories, attribution of non-finite values, the analytic memory model, and
 // the frames reaching the run store.
 
+#include <bit>
 #include <cmath>
 
 #include <torch/torch.h>
@@ -119,6 +120,122 @@ private slots:
         QCOMPARE(s.quant_mse, err2 / 2);
         const double signal = 1.0 + std::pow(1.0 + std::ldexp(1.0, -9), 2);
         QVERIFY(std::abs(s.quant_snr_db - 10 * std::log10(signal / err2)) < 1e-9);
+    }
+
+    // --- the device path against the reference host scan --------------------------------
+
+    // Crafted values for one format and scale: every edge the statistics branch on, then a
+    // block of random values over the whole FP32 range, long enough to be split into chunks.
+    void deviceStatsMatchReference_data()
+    {
+        QTest::addColumn<NumberFormat>("format");
+        QTest::addColumn<float>("scale");
+        QTest::newRow("fp32") << NumberFormat::FP32 << 1.0f;
+        QTest::newRow("fp16") << NumberFormat::FP16 << 1.0f;
+        QTest::newRow("bf16") << NumberFormat::BF16 << 1.0f;
+        QTest::newRow("e4m3 scale 1") << NumberFormat::E4M3 << 1.0f;
+        QTest::newRow("e4m3 scale 2^7") << NumberFormat::E4M3 << 128.0f;
+        QTest::newRow("e4m3 per-row") << NumberFormat::E4M3 << 0.0f;
+        QTest::newRow("e5m2 scale 1") << NumberFormat::E5M2 << 1.0f;
+        QTest::newRow("e5m2 scale 2^-3") << NumberFormat::E5M2 << 0.125f;
+    }
+    void deviceStatsMatchReference()
+    {
+        QFETCH(NumberFormat, format);
+        QFETCH(float, scale);
+        const FormatInfo& info = format_info(format);
+        const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+        const float s = scale > 0.0f ? scale : 1.0f; // per-row: the values are in the format's own domain
+        const auto f = [](double v) { return static_cast<float>(v); };
+        std::vector<float> v = {0.0f, -0.0f, std::ldexp(1.0f, -149), -std::ldexp(1.0f, -149), 3 * std::ldexp(1.0f, -149),
+                                std::bit_cast<float>(0x007FFFFFu), std::ldexp(1.0f, -126), std::numeric_limits<float>::max(),
+                                -std::numeric_limits<float>::max(), inf, -inf, nan, -nan, 1.0f, -1.5f};
+        const double max = info.max_finite, min_sub = info.min_subnormal > 0 ? info.min_subnormal : info.min_normal;
+        for (double m : {max, std::nextafter(max, 0.0), max * (1.0 + 1.0 / 64), 2 * max, info.min_normal, min_sub,
+                         min_sub / 2, min_sub / 4, min_sub * 1.5}) {
+            v.push_back(f(m / s));
+            v.push_back(f(-m / s));
+        }
+        torch::manual_seed(7);
+        auto x = torch::cat({torch::tensor(v), torch::randn({100000}) * torch::exp2(torch::randint(-150, 128, {100000}))});
+        torch::Tensor q;
+        if (format == NumberFormat::FP32) q = torch::Tensor();
+        else if (info.is_fp8) q = round_to_format(x * s, format, Overflow::Saturate) / s;
+        else q = round_to_format(x, format, Overflow::Propagate);
+        const auto ref = compute_tensor_stats_reference(x, format, scale, q);
+        QVERIFY(ref.nans == 2 && ref.infs >= 2 && ref.zeros >= 2); // the edges are there
+        for (auto kernel : {StatsKernel::TensorOps, StatsKernel::FusedCpu}) {
+            const auto d = compute_tensor_stats(x, format, scale, q, kernel);
+            const char* name = kernel == StatsKernel::TensorOps ? "tensor ops" : "fused cpu";
+            QVERIFY2(d.format == ref.format && d.scale == ref.scale, name);
+            QVERIFY2(d.count == ref.count && d.zeros == ref.zeros && d.infs == ref.infs && d.nans == ref.nans, name);
+            QVERIFY2(d.first_exponent == ref.first_exponent && d.exponent_counts == ref.exponent_counts, name);
+            // Fractions are count / n on both sides: equal counts give equal doubles.
+            QVERIFY2(d.underflow == ref.underflow && d.subnormal == ref.subnormal && d.overflow == ref.overflow, name);
+            QVERIFY2(d.amax == ref.amax, name);
+            // Energies are FP64 sums in a different order: equal to double rounding.
+            const auto close = [](double a, double b) { return a == b || std::abs(a - b) <= 1e-12 * std::abs(b); };
+            QVERIFY2(close(d.quant_mse, ref.quant_mse), name);
+            QVERIFY2(close(d.quant_snr_db, ref.quant_snr_db), name);
+        }
+        if (format != NumberFormat::FP32) QVERIFY(ref.quant_mse > 0 && ref.underflow > 0 && ref.subnormal != 0);
+        if (format != NumberFormat::FP32 && scale > 0.0f) QVERIFY(ref.overflow > 0);
+    }
+
+    void deviceStatsOfEmptyTensors()
+    {
+        const auto x = torch::empty({0, 4});
+        for (auto format : {NumberFormat::FP32, NumberFormat::BF16, NumberFormat::E4M3}) {
+            const auto q = format == NumberFormat::FP32 ? torch::Tensor() : x.clone();
+            const auto ref = compute_tensor_stats_reference(x, format, 1.0f, q);
+            for (auto kernel : {StatsKernel::TensorOps, StatsKernel::FusedCpu}) {
+                const auto d = compute_tensor_stats(x, format, 1.0f, q, kernel);
+                QCOMPARE(d.count, int64_t(0));
+                QCOMPARE(d.exponent_counts, ref.exponent_counts);
+                QCOMPARE(d.quant_snr_db, ref.quant_snr_db);
+                QCOMPARE(d.underflow, ref.underflow);
+                QCOMPARE(d.subnormal, ref.subnormal);
+                QCOMPARE(d.amax, ref.amax);
+            }
+        }
+    }
+
+    // FP32 layers: statistics are read in one pass after the backward, and the weight gradient
+    // from the weight's .grad (a second product only for the tied LM head). Each must be the
+    // statistics of the tensor it names, as it was when the GEMM used it.
+    void fp32StatsAreReadAfterTheBackward()
+    {
+        ModelConfig m;
+        m.n_layer = 2;
+        m.n_head = 2;
+        m.n_embd = 16;
+        m.context_length = 8;
+        torch::manual_seed(3);
+        Gpt model(m, 11);
+        for (const auto& g : model->gemm_layers()) g->arm_telemetry(true);
+        const auto idx = torch::randint(0, 11, {2, 8}, torch::kLong);
+        model->loss(model->forward(idx), idx).backward();
+        int checked = 0;
+        for (const auto& g : model->gemm_layers()) {
+            g->arm_telemetry(false);
+            const auto stats = g->take_stats();
+            if (g->name().find(".sdpa") != std::string::npos) continue;
+            std::vector<std::string> roles;
+            for (const auto& t : stats) roles.push_back(t.role);
+            QCOMPARE(roles, (std::vector<std::string>{"output", "weight", "input", "grad_output", "weight_grad"}));
+            const auto& w = g->last_weight();
+            const auto expect_w = compute_tensor_stats_reference(w, NumberFormat::FP32, 1.0f, {});
+            QCOMPARE(stats[1].exponent_counts, expect_w.exponent_counts);
+            QCOMPARE(stats[1].amax, expect_w.amax);
+            if (g->name() == "lm_head") continue; // wte's .grad also holds the embedding's gradient
+            const auto expect_dw = compute_tensor_stats_reference(w.grad(), NumberFormat::FP32, 1.0f, {});
+            QCOMPARE(stats[4].count, w.numel());
+            QCOMPARE(stats[4].first_exponent, expect_dw.first_exponent);
+            QCOMPARE(stats[4].exponent_counts, expect_dw.exponent_counts);
+            QCOMPARE(stats[4].amax, expect_dw.amax);
+            ++checked;
+        }
+        QCOMPARE(checked, 2 * 4); // qkv, proj, fc1, fc2 of both blocks
     }
 
     // --- watchers on scripted trajectories ----------------------------------------------
