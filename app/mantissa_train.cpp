@@ -140,8 +140,9 @@ std::unique_ptr<RunSession> reopen_or_complain(RunStore& store, const RunInfo& i
             std::fprintf(stderr, "warning: %s\n", e.message().c_str());
             notices.push_back(e);
         });
-        std::printf("run %lld '%s' at step %lld from %s\n", static_cast<long long>(info.id), info.name.c_str(),
-                    static_cast<long long>(session->trainer().step()), session->loaded_checkpoint().c_str());
+        if (!session->starts_over())
+            std::printf("run %lld '%s' at step %lld from %s\n", static_cast<long long>(info.id), info.name.c_str(),
+                        static_cast<long long>(session->trainer().step()), session->loaded_checkpoint().c_str());
         return session;
     } catch (const CheckpointUnusable& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
@@ -174,6 +175,9 @@ int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::s
         std::fprintf(stderr, "error: %s\n", e.what());
         return 3;
     }
+    if (session->starts_over())
+        std::printf("run %lld '%s' ended before its first checkpoint: training it again from step 0\n",
+                    static_cast<long long>(info->id), info->name.c_str());
     return train_session(*session, db_path);
 }
 
@@ -254,6 +258,11 @@ int cmd_export(RunStore& store, const std::string& run, const std::string& forma
         int exit_code = 0;
         const auto session = reopen_or_complain(store, *info, {}, notices, exit_code);
         if (!session) return exit_code;
+        if (session->starts_over()) {
+            std::fprintf(stderr, "error: run %lld has no checkpoint to export weights from\n",
+                         static_cast<long long>(info->id));
+            return 2;
+        }
         session->trainer().export_safetensors(out_path);
         std::fprintf(stderr, "wrote %s\n", out_path.c_str());
         return 0;

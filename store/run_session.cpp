@@ -63,6 +63,13 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
         recorded[row.step] = std::move(row);
     }
     const auto files = resume_order(list_checkpoints(read_dir), recorded_steps, info.last_step);
+    if (files.empty() && recorded_steps.empty() && !info.legacy_checkpoints && !info.uuid.empty()) {
+        // Killed before its first checkpoint: nothing was lost that the seed cannot redo.
+        session->trainer_ = std::make_unique<Trainer>(config);
+        session->attach(store, info.id, info.uuid, write_dir);
+        session->starts_over_ = true;
+        return session;
+    }
     if (files.empty())
         throw ConfigError("run " + std::to_string(info.id) + " has no checkpoint to resume from (none in '" + read_dir +
                           "')");
@@ -144,6 +151,7 @@ int64_t RunSession::create_run(RunStore& store, const std::string& name, const s
 
 void RunSession::claim(const std::vector<RunEvent>& notices)
 {
+    if (starts_over_) store_->clear_run_records(run_id_);
     for (const auto& e : notices) store_->append_event(run_id_, e);
     store_->claim_run(run_id_);
 }

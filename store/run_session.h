@@ -85,6 +85,9 @@ public:
     int64_t run_id() const { return run_id_; }
     const std::string& checkpoint_dir() const { return checkpoint_dir_; }
     const std::string& loaded_checkpoint() const { return loaded_checkpoint_; } // "" for a new run
+    // The reopened run died before its first checkpoint: it starts again from step 0 (the
+    // seed makes that the same run), and claim() drops what it had recorded.
+    bool starts_over() const { return starts_over_; }
 
 private:
     RunSession() = default;
@@ -96,6 +99,7 @@ private:
     int64_t run_id_ = -1;
     std::string checkpoint_dir_;
     std::string loaded_checkpoint_;
+    bool starts_over_ = false;
     TelemetrySink* live_sink_ = nullptr; // the fan-out while run() is in progress
 };
 

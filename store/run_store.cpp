@@ -585,6 +585,25 @@ void RunStore::delete_run(int64_t run_id)
     s.bind(1, run_id).step();
 }
 
+void RunStore::clear_run_records(int64_t run_id)
+{
+    require_writable("clear a run's records");
+    flush();
+    std::lock_guard lock(db_mutex_);
+    exec(db_, "BEGIN IMMEDIATE");
+    try {
+        for (const char* sql : {"DELETE FROM scalars WHERE run_id=?", "DELETE FROM events WHERE run_id=?",
+                                "DELETE FROM layer_stats WHERE run_id=?", "DELETE FROM checkpoints WHERE run_id=?"}) {
+            Statement s(db_, sql);
+            s.bind(1, run_id).step();
+        }
+        exec(db_, "COMMIT");
+    } catch (...) {
+        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
+    }
+}
+
 RunStore::~RunStore()
 {
     {

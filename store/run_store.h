@@ -118,6 +118,9 @@ public:
     void claim_run(int64_t run_id);
     void rename_run(int64_t run_id, const std::string& name);
     void delete_run(int64_t run_id); // with its metrics, events and layer statistics
+    // Keeps the run (id, name, uuid, tags) but drops everything it recorded: for a run that
+    // starts over because it died before its first checkpoint.
+    void clear_run_records(int64_t run_id);
     void finish_run(int64_t run_id, RunStatus status); // flushes first
 
     // Queued; committed by the writer thread within ~250 ms.

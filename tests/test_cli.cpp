@@ -680,6 +680,45 @@ private slots:
         QCOMPARE(status_text(store.find_run("1")->status), std::string("stopped"));
     }
 
+    // A run killed before its first checkpoint is trained again from step 0 by resume: the
+    // seed makes it the same run, so its losses equal a straight run's, each step once.
+    void runKilledBeforeItsFirstCheckpointStartsOver()
+    {
+        QTemporaryDir dir;
+        const QString db = dir.filePath("early.sqlite"), reference = dir.filePath("reference.sqlite");
+        QProcess p;
+        p.start(MANTISSA_TRAIN_EXE, {"run", project_, "--db", db, "--set", "training.steps=1000000", "--set",
+                                     "training.checkpoint_interval=100000", "--set", "telemetry.log_interval=1"});
+        QVERIFY(p.waitForStarted());
+        QByteArray seen;
+        QTRY_VERIFY_WITH_TIMEOUT((seen += p.readAllStandardOutput()).contains("step 3/"), 60000);
+        ::kill(static_cast<pid_t>(p.processId()), SIGKILL);
+        QVERIFY(p.waitForFinished(30000));
+        QVERIFY(!QDir(db + ".checkpoints/run-1").exists() || QDir(db + ".checkpoints/run-1").isEmpty());
+
+        const auto resumed = run_cli({"resume", "1", "--db", db, "--set", "training.steps=20"});
+        QVERIFY2(resumed.exit_code == 0, qPrintable(resumed.err + resumed.out));
+        QVERIFY2(resumed.out.contains("ended before its first checkpoint: training it again from step 0"),
+                 qPrintable(resumed.out));
+        const auto straight = run_cli({"run", project_, "--db", reference, "--set", "training.steps=20"});
+        QCOMPARE(straight.exit_code, 0);
+        auto losses = [](const QString& path) {
+            std::vector<std::pair<int64_t, double>> out;
+            RunStore store(path.toStdString(), OpenMode::ReadOnly);
+            for (const auto& row : store.scalars(1))
+                if (row.tag == "train/loss") out.emplace_back(row.step, row.value);
+            return out;
+        };
+        const auto again = losses(db), expected = losses(reference);
+        QCOMPARE(again.size(), size_t(20));
+        QVERIFY(again == expected); // bit for bit, every step once
+        RunStore store(db.toStdString(), OpenMode::ReadOnly);
+        QCOMPARE(status_text(store.find_run("1")->status), std::string("finished"));
+        int started = 0;
+        for (const auto& e : store.events(1)) started += e.event.kind == EventKind::RunStarted;
+        QCOMPARE(started, 1); // the first attempt's records were dropped, not doubled
+    }
+
     void ctrlCStopsCleanlyAndKeepsMetrics()
     {
         QProcess p;
