@@ -63,21 +63,19 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
         recorded[row.step] = std::move(row);
     }
     const auto files = resume_order(list_checkpoints(read_dir), recorded_steps, info.last_step);
-    if (files.empty() && recorded_steps.empty() && !info.legacy_checkpoints && !info.uuid.empty()) {
-        // Killed before its first checkpoint: nothing was lost that the seed cannot redo.
+    const auto build = [&] {
         session->trainer_ = std::make_unique<Trainer>(config);
         session->attach(store, info.id, info.uuid, write_dir);
+    };
+    if (files.empty() && recorded_steps.empty() && !info.legacy_checkpoints && !info.uuid.empty()) {
+        // Killed before its first checkpoint: nothing was lost that the seed cannot redo.
+        build();
         session->starts_over_ = true;
         return session;
     }
     if (files.empty())
         throw ConfigError("run " + std::to_string(info.id) + " has no checkpoint to resume from (none in '" + read_dir +
                           "')");
-
-    const auto build = [&] {
-        session->trainer_ = std::make_unique<Trainer>(config);
-        session->attach(store, info.id, info.uuid, write_dir);
-    };
     build();
     std::vector<std::string> damaged;
     for (const auto& path : files) {
