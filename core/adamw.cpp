@@ -13,7 +13,8 @@ AdamW::AdamW(std::vector<torch::Tensor> decayed, std::vector<torch::Tensor> unde
         for (auto& p : params) {
             g.exp_avg.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
             g.exp_avg_sq.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-            g.steps.push_back(torch::zeros({}, torch::kFloat32)); // as torch.optim keeps it for fused
+            // As torch.optim keeps it for the fused kernel: FP32, on the parameter's device.
+            g.steps.push_back(torch::zeros({}, p.options().dtype(torch::kFloat32)));
         }
         g.params = std::move(params);
         return g;

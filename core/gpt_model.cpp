@@ -9,6 +9,8 @@ std::shared_ptr<LayerGemm> GemmRegistry::make(const std::string& layer_name)
 {
     auto gemm = std::make_shared<LayerGemm>(layer_name, resolve_layer_formats(precision_, layer_name, n_layer_),
                                             resolve_layer_recipe(precision_, layer_name), precision_.backend);
+    // Auto is resolved by the Trainer, which knows the device: here it means the emulator.
+    gemm->set_native(precision_.backend == GemmBackend::Native);
     layers_.push_back(gemm);
     return gemm;
 }
@@ -40,7 +42,22 @@ NormImpl::NormImpl(int64_t features, bool bias) : features_(features)
 
 torch::Tensor NormImpl::forward(const torch::Tensor& x)
 {
-    return at::layer_norm(x, {features_}, weight_, bias_, 1e-5);
+    // LayerNorm is on autocast's FP32 list: a 16-bit input is widened first.
+    return at::layer_norm(x.to(torch::kFloat32), {features_}, weight_, bias_, 1e-5);
+}
+
+torch::Tensor max_abs_score(const torch::Tensor& q, const torch::Tensor& k)
+{
+    // q, k (B, H, T, D). Blocks of queries keep the scratch near 16 Mi scores.
+    const int64_t B = q.size(0), H = q.size(1), T = q.size(2);
+    const int64_t rows = std::max<int64_t>(1, (int64_t(1) << 24) / std::max<int64_t>(1, B * H * T));
+    const auto kt = k.to(torch::kFloat32).transpose(-2, -1); // (B, H, D, T)
+    std::vector<torch::Tensor> maxima;
+    for (int64_t start = 0; start < T; start += rows) {
+        const auto block = q.narrow(2, start, std::min(rows, T - start)).to(torch::kFloat32); // (B, H, r, D)
+        maxima.push_back(block.matmul(kt).abs().amax());
+    }
+    return torch::stack(maxima).amax();
 }
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const std::string& prefix, const ModelConfig& config,
@@ -62,17 +79,23 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x)
     sdpa_->set_training(is_training());
     const double inv_sqrt_d = 1.0 / std::sqrt(static_cast<double>(C / n_head_));
     if (sdpa_->telemetry_armed()) {
-        // Wortsman et al. 2023: attention logit growth precedes divergence. (B, H, T, T) once per cadence.
+        // Wortsman et al. 2023: attention logit growth precedes divergence. Read on the side,
+        // in FP32 and a block of queries at a time, so that neither the step's kernels nor its
+        // peak memory change (the fused kernel never materialises the scores).
         torch::NoGradGuard no_grad;
-        // Stays on the device: the telemetry step reads it back with everything else.
-        sdpa_->set_attention_max_score(q.matmul(k.transpose(-2, -1)).abs().max(), inv_sqrt_d);
+        sdpa_->set_attention_max_score(max_abs_score(q, k), inv_sqrt_d); // stays on the device
     }
     torch::Tensor y;
-    if (sdpa_->formats().all_fp32()) {
-        y = at::scaled_dot_product_attention(q, k, v, {}, p, /*is_causal=*/true); // (B, H, T, D)
+    const bool native_fused = sdpa_->native() && sdpa_->uniform_16bit();
+    if (sdpa_->formats().all_fp32() || native_fused) {
+        // FP32, or autocast's choice for 16-bit attention: the fused kernel (flash, cuDNN or
+        // memory-efficient on CUDA) in the layer's dtype.
+        const auto dtype = sdpa_->formats().all_fp32() ? torch::kFloat32 : sdpa_->output_dtype();
+        y = at::scaled_dot_product_attention(q.to(dtype), k.to(dtype), v.to(dtype), {}, p, /*is_causal=*/true);
+        if (native_fused) sdpa_->note_backend(true); // (B, H, T, D)
     } else {
         // Spelled out so that both products go through the layer's formats; softmax stays FP32.
-        auto scores = sdpa_->matmul(q, k.transpose(-2, -1)) * inv_sqrt_d; // (B, H, T, T)
+        auto scores = sdpa_->matmul(q, k.transpose(-2, -1)).to(torch::kFloat32) * inv_sqrt_d; // (B, H, T, T)
         const auto future = torch::ones({T, T}, torch::dtype(torch::kBool).device(x.device())).triu(1);
         scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
         auto probs = torch::dropout(torch::softmax(scores, -1), p, is_training());
@@ -162,7 +185,7 @@ torch::Tensor GptImpl::forward(const torch::Tensor& idx)
     if (measure_log_z_) {
         // log Z of the output softmax; z-loss keeps it near 0 (Wortsman et al. 2023).
         torch::NoGradGuard no_grad;
-        const auto log_z = logits.logsumexp(-1);
+        const auto log_z = logits.to(torch::kFloat32).logsumexp(-1);
         log_z_mean_ = log_z.mean();      // device scalars, read back with the telemetry frame
         log_z_max_ = log_z.abs().max();
     }
@@ -171,7 +194,9 @@ torch::Tensor GptImpl::forward(const torch::Tensor& idx)
 
 torch::Tensor GptImpl::loss(const torch::Tensor& logits, const torch::Tensor& targets)
 {
-    return torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}), targets.reshape({-1}));
+    // On autocast's FP32 list (log_softmax, nll_loss): 16-bit logits are widened first.
+    return torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}).to(torch::kFloat32),
+                                                targets.reshape({-1}));
 }
 
 } // namespace mantissa

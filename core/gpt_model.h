@@ -58,6 +58,9 @@ private:
 };
 TORCH_MODULE(Norm);
 
+// max |q . k| over every query-key pair of every head: (), FP32, on q's device. q, k (B, H, T, D).
+torch::Tensor max_abs_score(const torch::Tensor& q, const torch::Tensor& k);
+
 class CausalSelfAttentionImpl : public torch::nn::Module {
 public:
     CausalSelfAttentionImpl(const std::string& prefix, const ModelConfig& config, GemmRegistry& gemms);

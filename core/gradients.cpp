@@ -2,6 +2,7 @@
 #include "gradients.h"
 
 #include <cmath>
+#include <limits>
 
 namespace mantissa {
 
@@ -11,37 +12,48 @@ void LayerGradients::add(const std::string& parameter_name, const torch::Tensor&
     params_by_layer_.emplace_back(dot == std::string::npos ? parameter_name : parameter_name.substr(0, dot), parameter);
 }
 
-std::vector<std::pair<std::string, double>> LayerGradients::layer_norms() const
+LayerGradients::Report LayerGradients::read(bool check_finite, const torch::Tensor& extra) const
 {
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> grads;
     std::vector<size_t> owner;
-    std::vector<std::pair<std::string, double>> out;
+    Report report;
+    auto& out = report.layer_norms;
     for (const auto& [layer, p] : params_by_layer_) {
         if (!p.grad().defined()) continue;
         if (out.empty() || out.back().first != layer) out.emplace_back(layer, 0.0);
         grads.push_back(p.grad());
         owner.push_back(out.size() - 1);
     }
-    if (grads.empty()) return out;
-    const auto norms = torch::stack(at::_foreach_norm(grads)).to(torch::kFloat64).cpu();
-    const auto* n = norms.data_ptr<double>();
-    for (size_t i = 0; i < owner.size(); ++i) out[owner[i]].second += n[i] * n[i];
-    for (auto& item : out) item.second = std::sqrt(item.second);
-    return out;
-}
-
-std::vector<std::string> LayerGradients::unscale_and_check(double scale)
-{
-    torch::NoGradGuard no_grad;
-    std::vector<std::string> bad;
-    for (auto& [layer, p] : params_by_layer_) {
-        auto& g = p.mutable_grad();
-        if (!g.defined()) continue;
-        if (scale != 1.0) g.mul_(1.0 / scale);
-        if (!torch::isfinite(g).all().item<bool>() && (bad.empty() || bad.back() != layer)) bad.push_back(layer);
+    std::vector<torch::Tensor> parts;
+    if (extra.defined()) parts.push_back(extra.detach().reshape({1}).to(torch::kFloat64));
+    if (!grads.empty()) {
+        const auto l2 = torch::stack(at::_foreach_norm(grads)); // (params)
+        parts.push_back(l2.to(torch::kFloat64));
+        if (check_finite) {
+            // A gradient is not finite exactly when its max |g| is inf or NaN, or its L2 norm
+            // is NaN (which catches a NaN even where a max kernel skips it); a finite
+            // gradient's L2 can overflow to inf, never to NaN.
+            const auto linf = torch::stack(at::_foreach_norm(grads, std::numeric_limits<double>::infinity()));
+            parts.push_back((~torch::isfinite(linf) | torch::isnan(l2)).to(torch::kFloat64));
+        }
     }
-    return bad;
+    if (parts.empty()) return report;
+    const auto host = torch::cat(parts).to(torch::kCPU); // the one sync
+    const double* v = host.data_ptr<double>();
+    if (extra.defined()) report.extra = *v++;
+    const double* norms = v;
+    const double* bad = v + grads.size();
+    for (size_t i = 0; i < owner.size(); ++i) {
+        out[owner[i]].second += norms[i] * norms[i];
+        if (check_finite && bad[i] != 0.0) {
+            const auto& layer = out[owner[i]].first;
+            if (report.non_finite_layers.empty() || report.non_finite_layers.back() != layer)
+                report.non_finite_layers.push_back(layer);
+        }
+    }
+    for (auto& item : out) item.second = std::sqrt(item.second);
+    return report;
 }
 
 void LayerGradients::scale(double factor)

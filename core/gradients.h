@@ -18,11 +18,18 @@ public:
     // name up to the last dot.
     void add(const std::string& parameter_name, const torch::Tensor& parameter);
 
-    // L2 norm of every parameter-owning layer's gradient, registration order, one sync for all.
-    std::vector<std::pair<std::string, double>> layer_norms() const;
-    // Divides the gradients by `scale` and names the layers (registration order) whose
-    // gradients are not finite. Empty when all are finite.
-    std::vector<std::string> unscale_and_check(double scale);
+    // What the host needs from the gradients after the backward, read in one copy (the step's
+    // one host sync): the L2 norm of every parameter-owning layer's gradient (registration
+    // order), the layers whose gradients are not finite (only when `check_finite`), and a
+    // device scalar that rides along (the step's loss).
+    struct Report {
+        std::vector<std::pair<std::string, double>> layer_norms;
+        std::vector<std::string> non_finite_layers;
+        double extra = 0.0;
+    };
+    Report read(bool check_finite, const torch::Tensor& extra = {}) const;
+    std::vector<std::pair<std::string, double>> layer_norms() const { return read(false).layer_norms; }
+    // Multiplies every gradient by `factor` (unscaling, clipping): queued, no sync.
     void scale(double factor);
 
 private:

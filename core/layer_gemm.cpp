@@ -172,7 +172,8 @@ void LayerGemm::set_formats(const GemmFormats& formats)
     input_scaling_.reset();
     weight_scaling_.reset();
     grad_scaling_.reset();
-    cached_weight_ = torch::Tensor();
+    for (auto* d : {&device_input_, &device_weight_, &device_grad_}) d->clear();
+    invalidate_weight_cache();
     cached_version_ = -1;
 }
 
@@ -243,6 +244,7 @@ torch::Tensor LayerGemm::quantized_weight(const torch::Tensor& weight, NumberFor
 
 void LayerGemm::save(torch::serialize::OutputArchive& archive)
 {
+    sync_device_scaling_to_host(); // the host state is what checkpoints keep
     const std::string key = "layers/" + name_ + "/";
     archive.write(key + "formats", torch::tensor({static_cast<int64_t>(formats_.forward),
                                                   static_cast<int64_t>(formats_.dgrad),
@@ -271,6 +273,7 @@ void LayerGemm::load(torch::serialize::InputArchive& archive)
         delayed(role).restore(std::vector<float>(history.data_ptr<float>(), history.data_ptr<float>() + history.numel()),
                               scale.item<float>());
     }
+    for (auto* d : {&device_input_, &device_weight_, &device_grad_}) d->clear(); // refilled from the host state
 }
 
 void LayerGemm::arm_telemetry(bool armed)
@@ -294,6 +297,24 @@ void LayerGemm::record(const char* role, const torch::Tensor& x, NumberFormat fo
     p.compared = stats_compared(format, compared_with);
     if (x.is_cpu()) p.source = {x.detach(), format, scale, compared_with.defined() ? compared_with.detach() : torch::Tensor()};
     else p.row = tensor_stats_row(x, format, scale, compared_with); // queued on x's device, no sync
+    pending_.push_back(std::move(p));
+}
+
+void LayerGemm::record(const char* role, const torch::Tensor& x, NumberFormat format, const torch::Tensor& scale,
+                       const torch::Tensor& dequantized)
+{
+    if (x.is_cpu()) {
+        record(role, x, format, scale.item<float>(), dequantized); // no device to wait for
+        return;
+    }
+    PendingTensorStats p;
+    p.role = role;
+    p.format = format;
+    p.scale = 1.0f; // replaced by the device scale when the frame is read back
+    p.scale_on_device = scale;
+    p.count = x.numel();
+    p.compared = stats_compared(format, dequantized);
+    p.row = tensor_stats_row(x, format, scale, p.compared ? dequantized : torch::Tensor());
     pending_.push_back(std::move(p));
 }
 
@@ -349,7 +370,8 @@ std::vector<TensorStats> LayerGemm::take_stats()
     const auto host = torch::stack(rows).to(torch::kCPU).contiguous(); // (tensors, kSize)
     for (size_t i = 0; i < pending.size(); ++i) {
         const auto& p = pending[i];
-        TensorStats s = tensor_stats_from_row(host[static_cast<int64_t>(i)].data_ptr<double>(), p.format, p.scale,
+        const float scale = p.scale_on_device.defined() ? p.scale_on_device.item<float>() : p.scale;
+        TensorStats s = tensor_stats_from_row(host[static_cast<int64_t>(i)].data_ptr<double>(), p.format, scale,
                                               p.count, p.compared);
         s.layer = name_;
         s.role = p.role;
@@ -407,10 +429,17 @@ torch::Tensor LayerGemm::linear(const torch::Tensor& x, const torch::Tensor& wei
     if (formats_.all_fp32()) {
         // Observing a step must never change it: an FP32 layer runs the same kernels armed or
         // not (the spelled-out autograd path rounds differently), and telemetry only reads.
-        auto y = torch::nn::functional::linear(x, weight, bias);
-        if (armed_) observe_fp32_linear(x, weight, y);
+        const auto x32 = x.to(torch::kFloat32); // the native executor may hand over BF16
+        auto y = torch::nn::functional::linear(x32, weight, bias);
+        if (armed_) observe_linear(x32, weight, y, NumberFormat::FP32, {}, {});
         return y;
     }
+    if (native_) return linear_native(x, weight, bias);
+    return linear_emulated(x, weight, bias);
+}
+
+torch::Tensor LayerGemm::linear_emulated(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias)
+{
     const int64_t K = x.size(-1);
     auto out_shape = x.sizes().vec();
     out_shape.back() = weight.size(0);
@@ -421,24 +450,26 @@ torch::Tensor LayerGemm::linear(const torch::Tensor& x, const torch::Tensor& wei
     return y.view(out_shape);
 }
 
-void LayerGemm::observe_fp32_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& y)
+void LayerGemm::observe_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& y,
+                               NumberFormat format, const torch::Tensor& x_cast, const torch::Tensor& w_cast)
 {
     // Same roles, same order as the emulated path records them.
     remember_weight(weight);
-    record("output", y, NumberFormat::FP32, 1.0f, {});
-    record("weight", weight, NumberFormat::FP32, 1.0f, {});
-    record("input", x, NumberFormat::FP32, 1.0f, {});
+    record("output", y, gemm_output_format(format), 1.0f, {});
+    record("weight", weight, format, 1.0f, w_cast);
+    record("input", x, format, 1.0f, x_cast);
     if (!y.requires_grad()) return;
     // grad_output arrives through a hook that only reads it; the weight gradient is read from
     // the weight's .grad once the backward is done (a second product dy^T x only where the
     // weight is shared); every kernel of the step is untouched.
     const int64_t K = x.size(-1), N = y.size(-1);
-    const auto x2 = x.detach().reshape({-1, K}); // (M, K)
-    y.register_hook([this, x2, N](const torch::Tensor& dy) {
+    const auto x2 = (x_cast.defined() ? x_cast : x).detach().reshape({-1, K}); // (M, K), y's dtype
+    const NumberFormat grad_format = format;
+    y.register_hook([this, x2, N, grad_format](const torch::Tensor& dy) {
         if (!armed_) return;
         torch::NoGradGuard no_grad;
         const auto dy2 = dy.detach().reshape({-1, N}); // (M, N)
-        record("grad_output", dy2, NumberFormat::FP32, 1.0f, {});
+        record("grad_output", dy2, grad_format, 1.0f, {});
         if (weight_shared_ || !last_weight_.requires_grad()) {
             record("weight_grad", at::matmul(dy2.t(), x2), NumberFormat::FP32, 1.0f, {});
             return;
@@ -456,8 +487,13 @@ void LayerGemm::observe_fp32_linear(const torch::Tensor& x, const torch::Tensor&
 
 torch::Tensor LayerGemm::matmul(const torch::Tensor& a, const torch::Tensor& b)
 {
-    if (formats_.all_fp32()) return at::matmul(a, b);
-    return MatmulFunction::apply(a, b, reinterpret_cast<int64_t>(this));
+    if (formats_.all_fp32()) return at::matmul(a.to(torch::kFloat32), b.to(torch::kFloat32));
+    if (!native_) return MatmulFunction::apply(a, b, reinterpret_cast<int64_t>(this));
+    // Native executor: attention's products when they are FP8 or of mixed formats (uniform
+    // 16-bit attention runs fused, gpt_model.cpp). The output is already rounded to its
+    // format, so handing it on in that dtype is lossless.
+    return MatmulFunction::apply(a.to(torch::kFloat32), b.to(torch::kFloat32), reinterpret_cast<int64_t>(this))
+        .to(output_dtype());
 }
 
 } // namespace mantissa

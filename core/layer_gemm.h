@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "fp8_scaling.h"
+#include "native_fp8.h"
 #include "precision_policy.h"
 #include "telemetry.h"
 #include "tensor_stats.h"
@@ -32,6 +33,7 @@ struct PendingTensorStats {
     std::string role;
     NumberFormat format = NumberFormat::FP32;
     float scale = 1.0f;
+    torch::Tensor scale_on_device; // () native FP8 scale, read back with the row (then `scale` is a placeholder)
     int64_t count = 0;
     bool compared = false;
     torch::Tensor row; // (stats_row::kSize) float64; undefined until computed
@@ -49,6 +51,18 @@ public:
     // y = a b; a (..., M, K), b (..., K, N) -> (..., M, N). For attention's two products.
     torch::Tensor matmul(const torch::Tensor& a, const torch::Tensor& b);
 
+    // The native executor (precision.backend native, or auto on CUDA): activations travel in
+    // their compute dtype (activation_dtype), 16-bit GEMMs run as themselves, per-tensor FP8
+    // GEMMs on real FP8 codes with device-side scales. What it cannot run natively (per-row
+    // and MX scales, outliers, GEMMs of mixed formats) runs emulated in FP32 and leaves in the
+    // output's dtype; backend_used() then says "native+emulated".
+    void set_native(bool native) { native_ = native; }
+    bool native() const { return native_; }
+    // The dtype this layer's outputs travel in (FP32 when emulated).
+    c10::ScalarType output_dtype() const;
+    // One 16-bit format for all three GEMMs: the layer runs as autocast would run it.
+    bool uniform_16bit() const;
+
     const std::string& name() const { return name_; }
     // Evaluation and sampling use the current FP8 scales but must not move them (nor fill the
     // weight cache): otherwise an evaluation would change the training that follows it.
@@ -58,7 +72,12 @@ public:
     void set_formats(const GemmFormats& formats);
     // The optimizer changed the master weights: drop the low-precision copy. (The version
     // counter alone is not enough: fused optimizer kernels update in place without bumping it.)
-    void invalidate_weight_cache() { cached_weight_ = torch::Tensor(); }
+    void invalidate_weight_cache()
+    {
+        cached_weight_ = torch::Tensor();
+        native_weight_ = {};
+        native_weight_t_ = torch::Tensor();
+    }
     // "fp32", "emulated", "native", or "native+emulated" when some GEMMs fell back.
     std::string backend_used() const;
 
@@ -84,6 +103,9 @@ public:
     bool telemetry_armed() const { return armed_; }
     void record(const char* role, const torch::Tensor& x, NumberFormat format, float scale,
                 const torch::Tensor& dequantized);
+    // The same with the scale still on the device (native FP8): read back with the row.
+    void record(const char* role, const torch::Tensor& x, NumberFormat format, const torch::Tensor& scale,
+                const torch::Tensor& dequantized);
     std::vector<PendingTensorStats> take_pending();
     // Computes the deferred CPU statistics of these layers in one pass. Called once the
     // first micro-batch's backward is done (nothing recorded is modified before the update).
@@ -106,14 +128,28 @@ public:
     const Fp8Recipe& recipe() const { return recipe_; }
     DelayedScaling& delayed(OperandRole role);
 
+    // Native FP8: `x` cast under this layer's per-tensor recipe, and the cached FP8 weight
+    // (refilled once per optimizer step, as TE does with is_first_microbatch) with its
+    // transpose, (K, N) contiguous, made on first use.
+    Fp8Tensor quantize_native(const torch::Tensor& x, NumberFormat format, OperandRole role);
+    Fp8Tensor native_weight(const torch::Tensor& weight, NumberFormat format);
+    torch::Tensor native_weight_transposed(const Fp8Tensor& w8);
+    void note_backend(bool native) { (native ? used_native_ : used_emulated_) = true; }
+
     // Formats and FP8 scaling state for checkpoints, under "layers/<name>/...".
     void save(torch::serialize::OutputArchive& archive);
     void load(torch::serialize::InputArchive& archive);
 
 private:
     bool use_native(const torch::Tensor& t) const;
-    // Telemetry of an all-FP32 linear that ran as torch's own linear: reads, never computes the step.
-    void observe_fp32_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& y);
+    torch::Tensor linear_native(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+    torch::Tensor linear_emulated(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+    // Telemetry of a linear that ran as torch's own linear (FP32, or 16-bit in the native
+    // executor; `format` and the casts `x_cast`/`w_cast` say which): reads, never computes the step.
+    void observe_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& y,
+                        NumberFormat format, const torch::Tensor& x_cast, const torch::Tensor& w_cast);
+    DeviceDelayedScaling& device_delayed(OperandRole role, const torch::Device& device);
+    void sync_device_scaling_to_host();
     torch::Tensor gemm_unrecorded(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
                                   const torch::Tensor& bias, float scale_a, float scale_b,
                                   torch::Tensor* accumulator = nullptr);
@@ -131,6 +167,12 @@ private:
     NumberFormat cached_format_ = NumberFormat::FP32;
     int64_t cached_k_dim_ = 0;
     bool used_native_ = false, used_emulated_ = false;
+    bool native_ = false;
+    DeviceDelayedScaling device_input_, device_weight_, device_grad_;
+    Fp8Tensor native_weight_;
+    torch::Tensor native_weight_t_;
+    int64_t native_version_ = -1;
+    const void* native_data_ = nullptr;
     bool armed_ = false;
     bool training_ = true;
     std::vector<PendingTensorStats> pending_;

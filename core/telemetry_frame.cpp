@@ -80,6 +80,7 @@ LayerStatsFrame TelemetryStep::assemble(Gpt& model, int64_t step, bool skipped, 
         PendingTensorStats pending;
         std::string layer;
         int64_t row = 0, rms = -1; // rms: w_rms, u_rms of the update ratio
+        int64_t scale = -1;        // the native FP8 scale, read back with the rows
     };
     std::vector<TensorSlot> tensors;
     std::vector<std::pair<std::string, std::pair<int64_t, double>>> logits; // block, (slot, 1/sqrt(d))
@@ -87,6 +88,7 @@ LayerStatsFrame TelemetryStep::assemble(Gpt& model, int64_t step, bool skipped, 
         for (auto& p : g->take_pending()) {
             TensorSlot slot{std::move(p), g->name()};
             slot.row = layout.add(slot.pending.row);
+            if (slot.pending.scale_on_device.defined()) slot.scale = layout.add(slot.pending.scale_on_device);
             if (slot.pending.role == "weight" && !skipped) {
                 const auto it = weights_before_.find(g->name());
                 if (it != weights_before_.end()) {
@@ -114,7 +116,8 @@ LayerStatsFrame TelemetryStep::assemble(Gpt& model, int64_t step, bool skipped, 
     frame.step = step;
     for (auto& slot : tensors) {
         const auto& p = slot.pending;
-        TensorStats t = tensor_stats_from_row(values + slot.row, p.format, p.scale, p.count, p.compared);
+        const float scale = slot.scale >= 0 ? static_cast<float>(values[slot.scale]) : p.scale;
+        TensorStats t = tensor_stats_from_row(values + slot.row, p.format, scale, p.count, p.compared);
         t.layer = slot.layer;
         t.role = p.role;
         if (slot.rms >= 0) {

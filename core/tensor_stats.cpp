@@ -248,7 +248,8 @@ torch::Tensor fused_cpu_row(const torch::Tensor& x, NumberFormat format, float s
 }
 
 // The same row from tensor ops on x's device: no host sync, nothing but x and `dequantized` read.
-torch::Tensor tensor_ops_row(const torch::Tensor& x_in, NumberFormat format, float scale,
+// `scale`: () FP64 on x's device, or undefined where the format has no per-tensor scale.
+torch::Tensor tensor_ops_row(const torch::Tensor& x_in, NumberFormat format, const torch::Tensor& scale,
                              const torch::Tensor& dequantized)
 {
     const auto x = x_in.detach().to(torch::kFloat32).contiguous().view(-1); // (n)
@@ -276,9 +277,9 @@ torch::Tensor tensor_ops_row(const torch::Tensor& x_in, NumberFormat format, flo
         overflow = (finite & q_finite.logical_not()).sum();
         underflow = (kept & (x != 0) & (q == 0)).sum();
         const auto xd = x.to(torch::kFloat64), qd = q.to(torch::kFloat64);
-        if (scale > 0.0f) {
+        if (scale.defined()) {
             const FormatInfo& info = format_info(format);
-            const double s = static_cast<double>(scale);
+            const auto& s = scale;
             const auto rv = (qd * s).abs();
             subnormal = (kept & (rv != 0) & (rv < info.min_normal)).sum();
             overflow = overflow + (kept & (xd.abs() * s > info.max_finite)).sum();
@@ -341,8 +342,18 @@ torch::Tensor tensor_stats_row(const torch::Tensor& x, NumberFormat format, floa
 {
     torch::NoGradGuard no_grad;
     if (kernel == StatsKernel::Auto) kernel = x.is_cpu() ? StatsKernel::FusedCpu : StatsKernel::TensorOps;
-    return kernel == StatsKernel::FusedCpu ? fused_cpu_row(x, format, scale, dequantized)
-                                           : tensor_ops_row(x, format, scale, dequantized);
+    if (kernel == StatsKernel::FusedCpu) return fused_cpu_row(x, format, scale, dequantized);
+    const auto scale_t = scale > 0.0f ? torch::full({}, static_cast<double>(scale), x.options().dtype(torch::kFloat64))
+                                      : torch::Tensor();
+    return tensor_ops_row(x, format, scale_t, dequantized);
+}
+
+torch::Tensor tensor_stats_row(const torch::Tensor& x, NumberFormat format, const torch::Tensor& scale,
+                               const torch::Tensor& dequantized)
+{
+    torch::NoGradGuard no_grad;
+    if (x.is_cpu()) return fused_cpu_row(x, format, scale.item<float>(), dequantized);
+    return tensor_ops_row(x, format, scale.detach().to(torch::kFloat64), dequantized);
 }
 
 TensorStats tensor_stats_from_row(const double* r, NumberFormat format, float scale, int64_t count, bool compared)

@@ -46,6 +46,11 @@ enum class StatsKernel { Auto, TensorOps, FusedCpu };
 torch::Tensor tensor_stats_row(const torch::Tensor& x, NumberFormat format, float scale,
                                const torch::Tensor& dequantized, StatsKernel kernel = StatsKernel::Auto);
 
+// The same with a per-tensor scale that is still a () tensor on x's device (native FP8): the
+// row is computed without reading the scale back.
+torch::Tensor tensor_stats_row(const torch::Tensor& x, NumberFormat format, const torch::Tensor& scale,
+                               const torch::Tensor& dequantized);
+
 // The FusedCpu rows of many tensors in one parallel pass (one thread barrier for all).
 struct StatsSource {
     torch::Tensor x;

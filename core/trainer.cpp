@@ -71,7 +71,11 @@ Trainer::Impl::Impl(ProjectConfig c) : config(std::move(c)), watchers(config.tel
     device = pick_device(config.training.device);
     // Initialise on the CPU generator so a seed gives the same weights on every device.
     torch::manual_seed(config.training.seed);
-    model = Gpt(config.model, data.vocabulary.size(), config.precision);
+    // precision.backend auto: the native executor on CUDA, the emulator (the reference) on the CPU.
+    PrecisionConfig precision = config.precision;
+    if (precision.backend == GemmBackend::Auto)
+        precision.backend = device.is_cuda() ? GemmBackend::Native : GemmBackend::Emulated;
+    model = Gpt(config.model, data.vocabulary.size(), precision);
     model->to(device);
     std::vector<torch::Tensor> decayed, undecayed;
     for (auto& item : model->named_parameters()) {

@@ -119,7 +119,9 @@ void Trainer::Impl::load_checkpoint(const std::string& path)
         return t;
     };
     try {
-        archive.load_from(path);
+        // Onto the CPU first: a checkpoint written on a GPU resumes on a CPU and back; the
+        // copies below move each tensor to where this trainer keeps it.
+        archive.load_from(path, torch::Device(torch::kCPU));
         if (get("format_version").item<int64_t>() != 1)
             throw ConfigError("checkpoint '" + path + "' has an unknown format version");
         c10::IValue stored;

@@ -20,8 +20,8 @@ double Trainer::Impl::estimate_loss(const std::vector<uint16_t>& split)
     double total = 0.0;
     for (int64_t i = 0; i < config.eval.batches; ++i) {
         auto [x, y] = sampler.next();
-        x = x.to(device);
-        y = y.to(device);
+        x = to_device(x);
+        y = to_device(y);
         total += model->loss(model->forward(x), y).item<double>();
     }
     model->train();
@@ -50,7 +50,8 @@ std::string Trainer::Impl::sample(const std::string& prompt, int64_t tokens, uin
         auto context = torch::tensor(std::vector<int64_t>(ids.begin() + start, ids.end()), torch::kLong)
                            .unsqueeze(0)
                            .to(device);
-        auto logits = model->forward(context).select(1, -1).squeeze(0).cpu() / config.eval.sample_temperature; // (V)
+        auto logits = model->forward(context).select(1, -1).squeeze(0).to(torch::kCPU, torch::kFloat32) /
+                      config.eval.sample_temperature; // (V)
         if (config.eval.sample_top_k > 0 && config.eval.sample_top_k < logits.size(0)) {
             const auto kth = std::get<0>(logits.topk(config.eval.sample_top_k)).min();
             logits = logits.masked_fill(logits < kth, -std::numeric_limits<double>::infinity());

@@ -69,7 +69,12 @@ struct Trainer::Impl {
     StepOutcome train_step(bool armed, TelemetryStep& telemetry, TelemetrySink& sink);
     // Unscales the gradients, updates the loss scale and reports what happened; true when the
     // gradients are not finite and the update must be skipped.
-    bool unscale_and_update_loss_scale(double used_scale, StepOutcome& outcome, TelemetrySink& sink);
+    // The loss scaler's update from this step's non-finite layers (already unscaled and read);
+    // true when the step is skipped.
+    bool update_loss_scale(double used_scale, const std::vector<std::string>& bad_layers, StepOutcome& outcome,
+                           TelemetrySink& sink);
+    // A host batch onto the training device without making the host wait.
+    torch::Tensor to_device(const torch::Tensor& host) const;
 
     // trainer_checkpoint.cpp
     void save_checkpoint(const std::string& path);

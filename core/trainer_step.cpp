@@ -14,21 +14,26 @@ StepOutcome Trainer::Impl::train_step(bool armed, TelemetryStep& telemetry, Tele
     out.learning_rate = learning_rate_at(cfg.optimizer, step);
     out.loss_scale = scaler.scale();
     if (armed) telemetry.arm(model);
-    double loss_sum = 0.0;
+    // The step's losses add up on the device (FP64, the order the host would add them in):
+    // the step reads them back once, with the gradient norms.
+    auto loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
     for (int64_t micro = 0; micro < cfg.training.grad_accum; ++micro) {
-        auto [x, y] = train_batches->next();             // (B, T) each
-        x = x.to(device);
-        y = y.to(device);
-        auto loss = model->loss(model->forward(x), y);  // scalar
+        auto [x, y] = train_batches->next(); // (B, T) each
+        x = to_device(x);
+        y = to_device(y);
+        auto loss = model->loss(model->forward(x), y); // scalar
         // The scale multiplies the loss so that small gradients survive FP16's range.
         ((loss * out.loss_scale) / static_cast<double>(cfg.training.grad_accum)).backward();
-        loss_sum += loss.item<double>();
+        loss_sum = loss_sum + loss.detach().to(torch::kFloat64);
         if (armed && micro == 0) telemetry.disarm(model); // statistics of the first micro-batch
     }
-    out.train_loss = loss_sum / static_cast<double>(cfg.training.grad_accum);
     if (armed) telemetry.remember_weights(model);
-    out.skipped = unscale_and_update_loss_scale(out.loss_scale, out, sink);
-    out.layer_grad_norms = gradients.layer_norms();
+    // Unscaling is queued before the read, so the norms and the finite check see the true gradients.
+    if (scaler.enabled() && out.loss_scale != 1.0) gradients.scale(1.0 / out.loss_scale);
+    const auto report = gradients.read(scaler.enabled(), loss_sum); // the step's one host sync
+    out.train_loss = report.extra / static_cast<double>(cfg.training.grad_accum);
+    out.skipped = update_loss_scale(out.loss_scale, report.non_finite_layers, out, sink);
+    out.layer_grad_norms = report.layer_norms;
     if (out.skipped) {
         out.grad_norm = std::numeric_limits<double>::quiet_NaN();
     } else {
@@ -40,10 +45,17 @@ StepOutcome Trainer::Impl::train_step(bool armed, TelemetryStep& telemetry, Tele
     return out;
 }
 
-bool Trainer::Impl::unscale_and_update_loss_scale(double used_scale, StepOutcome& outcome, TelemetrySink& sink)
+torch::Tensor Trainer::Impl::to_device(const torch::Tensor& host) const
+{
+    if (!device.is_cuda()) return host;
+    // Pinned and asynchronous: a pageable copy would make the host wait for the GPU.
+    return host.pin_memory().to(device, /*non_blocking=*/true);
+}
+
+bool Trainer::Impl::update_loss_scale(double used_scale, const std::vector<std::string>& bad_layers,
+                                      StepOutcome& outcome, TelemetrySink& sink)
 {
     if (!scaler.enabled()) return false;
-    const auto bad_layers = gradients.unscale_and_check(used_scale);
     const auto result = scaler.update(!bad_layers.empty());
     RunEvent e;
     e.step = step + 1;

@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The native executor's side of LayerGemm: 16-bit layers run as autocast runs them, per-tensor
+// FP8 layers multiply real FP8 codes (at::_scaled_mm on CUDA) with scales that never leave
+// the device. The emulated side (layer_gemm.cpp) is the reference it is tested against.
+#include "layer_gemm.h"
+
+namespace mantissa {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+bool is_16bit(NumberFormat f) { return f == NumberFormat::BF16 || f == NumberFormat::FP16; }
+
+// y = x W^T + b with all three GEMMs in FP8 (TE's HYBRID or E4M3 throughout). x (M, K), W (N, K).
+struct NativeFp8Linear : public torch::autograd::Function<NativeFp8Linear> {
+    static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
+                                 const torch::Tensor& bias, int64_t layer_address)
+    {
+        auto* layer = reinterpret_cast<LayerGemm*>(layer_address);
+        const GemmFormats f = layer->formats();
+        const bool has_bias = bias.numel() > 0;
+        const Fp8Tensor x8 = layer->quantize_native(x, f.forward, OperandRole::Input); // (M, K)
+        const Fp8Tensor w8 = layer->native_weight(weight, f.forward);                   // (N, K)
+        bool native = false;
+        // Fast accumulation in the forward GEMM only, as TransformerEngine does.
+        auto y = fp8_gemm(x8.codes, x8.inv_scale, w8.codes.t(), w8.inv_scale, has_bias ? bias : torch::Tensor(),
+                          torch::kBFloat16, /*fast_accum=*/true, &native); // (M, N) BF16
+        layer->note_backend(native);
+        if (layer->telemetry_armed()) {
+            layer->remember_weight(weight);
+            layer->record("output", y, NumberFormat::BF16, 1.0f, {});
+            layer->record("weight", weight, f.forward, w8.scale, w8.dequantized());
+            layer->record("input", x, f.forward, x8.scale, x8.dequantized());
+        }
+        // TE keeps the FP8 input for the weight gradient when the wgrad GEMM takes that format.
+        const bool reuse_input = f.forward == saved_operand_format(f.wgrad);
+        ctx->saved_data["layer"] = layer_address;
+        ctx->saved_data["has_bias"] = has_bias;
+        ctx->saved_data["reuse_input"] = reuse_input;
+        ctx->save_for_backward({reuse_input ? x8.codes : x, weight, x8.scale, x8.inv_scale});
+        return y;
+    }
+
+    static variable_list backward(AutogradContext* ctx, variable_list grads)
+    {
+        auto* layer = reinterpret_cast<LayerGemm*>(ctx->saved_data["layer"].toInt());
+        const GemmFormats f = layer->formats();
+        const auto saved = ctx->get_saved_variables();
+        const auto& weight = saved[1];
+        const auto dy = grads[0].contiguous(); // (M, N)
+
+        // dgrad: dx = dy W, W as (N, K) column-major: the cached transpose.
+        const Fp8Tensor dy8 = layer->quantize_native(dy, f.dgrad, OperandRole::GradOutput);
+        const Fp8Tensor w8 = layer->native_weight(weight, saved_operand_format(f.dgrad));
+        bool native = false;
+        const auto dx = fp8_gemm(dy8.codes, dy8.inv_scale, layer->native_weight_transposed(w8).t(), w8.inv_scale, {},
+                                 torch::kBFloat16, /*fast_accum=*/false, &native); // (M, K)
+        layer->note_backend(native);
+        if (layer->telemetry_armed())
+            layer->record("grad_output", dy, f.dgrad, dy8.scale, dy8.dequantized());
+
+        // wgrad: dW = dy^T x, contraction over M.
+        const Fp8Tensor dy_w = f.wgrad == f.dgrad ? dy8 : layer->quantize_native(dy, f.wgrad, OperandRole::GradOutput);
+        Fp8Tensor x8;
+        if (ctx->saved_data["reuse_input"].toBool()) {
+            x8.codes = saved[0];
+            x8.scale = saved[2];
+            x8.inv_scale = saved[3];
+            x8.format = saved_operand_format(f.wgrad);
+        } else {
+            x8 = layer->quantize_native(saved[0], saved_operand_format(f.wgrad), OperandRole::Input);
+        }
+        const auto dw = fp8_gemm(dy_w.codes.t(), dy_w.inv_scale, x8.codes, x8.inv_scale, {}, torch::kBFloat16,
+                                 /*fast_accum=*/false, &native); // (N, K)
+        layer->note_backend(native);
+        if (layer->telemetry_armed()) layer->record("weight_grad", dw, NumberFormat::BF16, 1.0f, {});
+
+        torch::Tensor db;
+        if (ctx->saved_data["has_bias"].toBool()) db = dy.sum(0, false, torch::kFloat32); // FP32 accumulation
+        return {dx, dw, db, torch::Tensor()};
+    }
+};
+
+} // namespace
+
+c10::ScalarType LayerGemm::output_dtype() const
+{
+    return native_ ? activation_dtype(formats_.forward) : torch::kFloat32;
+}
+
+bool LayerGemm::uniform_16bit() const
+{
+    return is_16bit(formats_.forward) && formats_.dgrad == formats_.forward && formats_.wgrad == formats_.forward;
+}
+
+torch::Tensor LayerGemm::linear_native(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias)
+{
+    if (uniform_16bit()) {
+        // Exactly what autocast does: cast x, W and b, and let torch's linear and its autograd
+        // run in that dtype (tests/test_native.cpp holds the two bit for bit).
+        const auto dtype = activation_dtype(formats_.forward);
+        const auto x_cast = x.to(dtype), w_cast = weight.to(dtype);
+        auto y = at::linear(x_cast, w_cast, bias.defined() ? bias.to(dtype) : torch::Tensor());
+        note_backend(true);
+        if (armed_) observe_linear(x, weight, y, formats_.forward, x_cast, w_cast);
+        return y;
+    }
+    const bool all_fp8 = format_info(formats_.forward).is_fp8 && format_info(formats_.dgrad).is_fp8 &&
+                         format_info(formats_.wgrad).is_fp8;
+    const bool per_tensor = recipe_.scaling == Fp8Scaling::Delayed || recipe_.scaling == Fp8Scaling::Current;
+    if (all_fp8 && per_tensor && recipe_.outlier_rms_multiple == 0.0) {
+        const int64_t K = x.size(-1);
+        auto out_shape = x.sizes().vec();
+        out_shape.back() = weight.size(0);
+        const auto bias_or_empty = bias.defined() ? bias : torch::empty({0}, weight.options().requires_grad(false));
+        auto y = NativeFp8Linear::apply(x.reshape({-1, K}), weight, bias_or_empty, reinterpret_cast<int64_t>(this));
+        return y.view(out_shape);
+    }
+    // Per-row and MX scales, outliers, mixed formats: the emulator's arithmetic, in FP32, and
+    // the (already rounded) output handed on in its dtype.
+    return linear_emulated(x.to(torch::kFloat32), weight, bias).to(output_dtype());
+}
+
+DeviceDelayedScaling& LayerGemm::device_delayed(OperandRole role, const torch::Device& device)
+{
+    auto& d = role == OperandRole::Input ? device_input_ : role == OperandRole::Weight ? device_weight_ : device_grad_;
+    if (!d.defined()) d.upload(delayed(role), device); // a resumed or fresh state, once
+    return d;
+}
+
+void LayerGemm::sync_device_scaling_to_host()
+{
+    for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput}) {
+        auto& d = role == OperandRole::Input ? device_input_ : role == OperandRole::Weight ? device_weight_ : device_grad_;
+        d.download(delayed(role));
+    }
+}
+
+Fp8Tensor LayerGemm::quantize_native(const torch::Tensor& x, NumberFormat format, OperandRole role)
+{
+    DeviceDelayedScaling* state = recipe_.scaling == Fp8Scaling::Delayed ? &device_delayed(role, x.device()) : nullptr;
+    // Evaluation uses the current scale and leaves the history where it is.
+    return quantize_fp8_native(x, format, recipe_, state, /*record=*/training_);
+}
+
+Fp8Tensor LayerGemm::native_weight(const torch::Tensor& weight, NumberFormat format)
+{
+    if (!training_) return quantize_native(weight.detach(), format, OperandRole::Weight);
+    const int64_t version = static_cast<int64_t>(weight._version());
+    if (native_weight_.defined() && native_version_ == version && native_data_ == weight.data_ptr() &&
+        native_weight_.format == format)
+        return native_weight_;
+    native_weight_ = quantize_native(weight.detach(), format, OperandRole::Weight); // one amax record per step
+    native_weight_t_ = torch::Tensor();
+    native_version_ = version;
+    native_data_ = weight.data_ptr();
+    return native_weight_;
+}
+
+torch::Tensor LayerGemm::native_weight_transposed(const Fp8Tensor& w8)
+{
+    if (!w8.codes.is_same(native_weight_.codes)) return w8.codes.t().contiguous(); // evaluation: not cached
+    if (!native_weight_t_.defined()) native_weight_t_ = native_weight_.codes.t().contiguous(); // (K, N)
+    return native_weight_t_;
+}
+
+} // namespace mantissa

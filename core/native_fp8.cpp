@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "native_fp8.h"
+
+#include <cmath>
+#include <limits>
+
+#include "layer_gemm.h"
+
+namespace mantissa {
+
+namespace {
+
+c10::ScalarType fp8_dtype(NumberFormat f) { return f == NumberFormat::E4M3 ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2; }
+
+bool column_major(const torch::Tensor& t) { return t.dim() == 2 && t.stride(0) == 1 && t.stride(1) == t.size(0); }
+
+} // namespace
+
+torch::Tensor Fp8Tensor::dequantized() const { return codes.to(torch::kFloat32) * inv_scale; }
+
+c10::ScalarType activation_dtype(NumberFormat format)
+{
+    switch (format) {
+    case NumberFormat::BF16:
+    case NumberFormat::E4M3:
+    case NumberFormat::E5M2: return torch::kBFloat16;
+    case NumberFormat::FP16: return torch::kHalf;
+    default: return torch::kFloat32;
+    }
+}
+
+void DeviceDelayedScaling::upload(const DelayedScaling& host, const torch::Device& device)
+{
+    const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+    history_ = torch::tensor(host.history(), f32).to(device);
+    if (history_.numel() == 0) history_ = torch::zeros({1}, f32.device(device));
+    scale_ = torch::full({}, host.scale(), f32.device(device));
+}
+
+void DeviceDelayedScaling::download(DelayedScaling& host) const
+{
+    if (!defined()) return;
+    const auto h = history_.to(torch::kCPU).contiguous();
+    host.restore(std::vector<float>(h.data_ptr<float>(), h.data_ptr<float>() + h.numel()), scale_.item<float>());
+}
+
+void DeviceDelayedScaling::record(const torch::Tensor& amax, double fp8_max, bool use_max, int64_t margin)
+{
+    // A new history each step (1,024 floats): nothing that used the old scale is overwritten.
+    history_ = torch::cat({amax.reshape({1}).to(torch::kFloat32), history_.narrow(0, 0, history_.size(0) - 1)});
+    // max propagates NaN and +inf, so a non-finite amax anywhere keeps the old scale, exactly
+    // as the host loop that stops at the first non-finite value.
+    const auto reduced = use_max ? history_.max() : history_[0];
+    scale_ = device_scale_from_amax(reduced, fp8_max, margin, scale_);
+}
+
+torch::Tensor device_scale_from_amax(const torch::Tensor& amax, double fp8_max, int64_t margin,
+                                     const torch::Tensor& previous)
+{
+    const auto a = amax.to(torch::kFloat32);
+    auto scale = torch::full({}, static_cast<float>(fp8_max), a.options()) / a;
+    if (margin != 0) scale = scale / std::ldexp(1.0f, static_cast<int>(margin));
+    return torch::where((a > 0) & torch::isfinite(a), scale, previous.to(torch::kFloat32));
+}
+
+torch::Tensor to_fp8_codes(const torch::Tensor& scaled, NumberFormat format, Overflow overflow)
+{
+    const double max = format_info(format).max_finite;
+    if (overflow == Overflow::Saturate) return scaled.clamp(-max, max).to(fp8_dtype(format));
+    if (format == NumberFormat::E4M3) {
+        // As round_to_format: past the midpoint 464 E4M3 has no code but NaN.
+        const auto overflowed = scaled.abs() > 464.0;
+        return scaled.masked_fill(overflowed, std::numeric_limits<float>::quiet_NaN()).to(fp8_dtype(format));
+    }
+    return scaled.to(fp8_dtype(format));
+}
+
+Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe,
+                              DeviceDelayedScaling* delayed, bool record)
+{
+    TORCH_CHECK(format_info(format).is_fp8, "quantize_fp8_native needs an FP8 format");
+    TORCH_CHECK(recipe.scaling == Fp8Scaling::Delayed || recipe.scaling == Fp8Scaling::Current,
+                "the native FP8 cast does per-tensor scaling only");
+    const double fp8_max = format_info(format).max_finite;
+    const auto x32 = x.to(torch::kFloat32); // BF16 -> FP32 is exact; the scaled product must be FP32
+    const auto amax = x32.abs().amax();     // () on the device, NaN-propagating like the host max
+    Fp8Tensor out;
+    out.format = format;
+    if (recipe.scaling == Fp8Scaling::Delayed) {
+        TORCH_CHECK(delayed != nullptr && delayed->defined(), "delayed scaling needs its device state");
+        out.scale = delayed->scale(); // from the amaxes up to the previous use
+        if (record) delayed->record(amax, fp8_max, recipe.amax_use_max, recipe.margin);
+    } else {
+        out.scale = device_scale_from_amax(amax, fp8_max, recipe.margin, torch::ones({}, amax.options()));
+    }
+    out.codes = to_fp8_codes(x32 * out.scale, format, recipe.saturate ? Overflow::Saturate : Overflow::Propagate);
+    out.inv_scale = out.scale.reciprocal();
+    return out;
+}
+
+torch::Tensor fp8_gemm(const torch::Tensor& a_codes, const torch::Tensor& a_inv, const torch::Tensor& b_codes,
+                       const torch::Tensor& b_inv, const torch::Tensor& bias, c10::ScalarType out_dtype,
+                       bool fast_accum, bool* native)
+{
+    const int64_t M = a_codes.size(0), K = a_codes.size(1), N = b_codes.size(1);
+    const bool shapes_ok = M % 16 == 0 && K % 16 == 0 && N % 16 == 0;
+    if (a_codes.is_cuda() && shapes_ok && native_fp8_available()) {
+        if (native) *native = true;
+        const auto a = a_codes.is_contiguous() ? a_codes : a_codes.contiguous();    // row-major
+        const auto b = column_major(b_codes) ? b_codes : b_codes.t().contiguous().t(); // column-major
+        // The bias joins in the epilogue, in the output dtype.
+        const auto bias_out = bias.defined() ? bias.to(out_dtype) : torch::Tensor();
+        return at::_scaled_mm(a, b, a_inv, b_inv, bias_out, {}, out_dtype, fast_accum);
+    }
+    // The same products from the dequantised codes, accumulated in FP32, rounded once.
+    if (native) *native = false;
+    const auto a = a_codes.to(torch::kFloat32) * a_inv;
+    const auto b = b_codes.to(torch::kFloat32) * b_inv;
+    auto y = bias.defined() ? at::addmm(bias.to(torch::kFloat32), a, b) : at::mm(a, b);
+    return y.to(out_dtype);
+}
+
+} // namespace mantissa

@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// FP8 for the native executor: the per-tensor recipes of fp8_scaling.h (delayed and current)
+// with real FP8 codes and every amax and scale kept as a device tensor, so that a step never
+// waits on the host. The rules are the emulator's, op for op (tests/test_native.cpp holds
+// them together): the emulator is the reference, this is the fast path.
+
+#include <torch/torch.h>
+
+#include "fp8_scaling.h"
+
+namespace mantissa {
+
+// One operand cast to FP8: codes = cast(x * scale), x ~ codes * inv_scale.
+struct Fp8Tensor {
+    torch::Tensor codes;     // float8_e4m3fn / float8_e5m2, the source's shape
+    torch::Tensor scale;     // () FP32 on the codes' device
+    torch::Tensor inv_scale; // () FP32, 1 / scale, what _scaled_mm multiplies back
+    NumberFormat format = NumberFormat::E4M3;
+
+    bool defined() const { return codes.defined(); }
+    torch::Tensor dequantized() const; // FP32 codes * inv_scale: the emulator's values
+};
+
+// DelayedScaling's history and scale as device tensors. The host DelayedScaling stays the
+// state that checkpoints keep; this mirror is filled from it on first use and written back
+// before a checkpoint.
+class DeviceDelayedScaling {
+public:
+    bool defined() const { return scale_.defined(); }
+    void upload(const DelayedScaling& host, const torch::Device& device);
+    void download(DelayedScaling& host) const;
+    void clear() { history_ = scale_ = torch::Tensor(); }
+    const torch::Tensor& scale() const { return scale_; }
+    // DelayedScaling::record on the device: roll, store `amax` (a () FP32 tensor) in slot 0,
+    // recompute the scale for the next use.
+    void record(const torch::Tensor& amax, double fp8_max, bool use_max, int64_t margin);
+
+private:
+    torch::Tensor history_; // (length) FP32, slot 0 newest
+    torch::Tensor scale_;   // () FP32
+};
+
+// scale_from_amax on the device: (fp8_max / amax) / 2^margin, `previous` where amax is 0 or
+// not finite. FP32 division rounds exactly as the host's double-then-float does (both are
+// correctly rounded: 53 >= 2 * 24 + 2).
+torch::Tensor device_scale_from_amax(const torch::Tensor& amax, double fp8_max, int64_t margin,
+                                     const torch::Tensor& previous);
+
+// The FP8 code of FP32 values already multiplied by their scale, saturating or not as the
+// emulator's round_to_format does.
+torch::Tensor to_fp8_codes(const torch::Tensor& scaled, NumberFormat format, Overflow overflow);
+
+// Casts `x` (any float dtype) under a per-tensor recipe. `delayed` is the role's state for
+// Delayed scaling (null for Current); `record` false for evaluation, which must not move it.
+Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe,
+                              DeviceDelayedScaling* delayed, bool record);
+
+// a (M, K) x b (K, N) of FP8 codes -> (M, N) in `out_dtype`, plus `bias` (N) in the epilogue.
+// On CUDA with every dimension a multiple of 16: at::_scaled_mm (`fast_accum` only for the
+// forward GEMM, as TransformerEngine does). Otherwise the same products in FP32 from the
+// dequantised codes. `native` (optional) says which ran.
+// `a_inv`/`b_inv` are the operands' inv_scale.
+torch::Tensor fp8_gemm(const torch::Tensor& a_codes, const torch::Tensor& a_inv, const torch::Tensor& b_codes,
+                       const torch::Tensor& b_inv, const torch::Tensor& bias, c10::ScalarType out_dtype,
+                       bool fast_accum, bool* native = nullptr);
+
+// The dtype that carries a format between ops in the native executor: BF16/FP16 for
+// themselves, BF16 for FP8 GEMM outputs, FP32 for FP32 and TF32.
+c10::ScalarType activation_dtype(NumberFormat format);
+
+} // namespace mantissa
