@@ -174,6 +174,9 @@ def main():
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--print-losses", action="store_true", help="one line per step: step loss grad_norm")
     ap.add_argument("--no-eval", action="store_true")
+    ap.add_argument("--autocast", choices=["bf16", "fp16"],
+                    help="run forward and backward under torch.autocast('cpu') in this dtype; the loss takes "
+                         "FP32 logits, as CUDA autocast's log_softmax does (Mantissa's native executor's twin)")
     args = ap.parse_args()
     cfg = load_project(args.project, args.set)
     m, o, t, e = cfg["model"], cfg["optimizer"], cfg["training"], cfg.get("eval", {})
@@ -192,12 +195,20 @@ def main():
                             lr=o["learning_rate"], betas=(o["beta1"], o["beta2"]), eps=o.get("eps", 1e-8), fused=True)
     B, T, steps, accum = t["batch_size"], m["context_length"], t["steps"], t.get("grad_accum", 1)
     sampler = Sampler(train, B, T, seed)
+    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.autocast)
+
+    def loss_of(x, y):
+        if autocast_dtype is None:
+            return F.cross_entropy(model(x).view(-1, vocab), y.view(-1))
+        with torch.autocast("cpu", dtype=autocast_dtype):
+            logits = model(x)
+        return F.cross_entropy(logits.float().view(-1, vocab), y.view(-1))
 
     def estimate(split):
         model.eval()
         s = Sampler(split, B, T, seed ^ EVAL_SEED_SALT)
         with torch.no_grad():
-            total = sum(F.cross_entropy(model(x).view(-1, vocab), y.view(-1)).item()
+            total = sum(loss_of(x, y).item()
                         for x, y in (s.next() for _ in range(e.get("batches", 20))))
         model.train()
         return total / e.get("batches", 20)
@@ -215,7 +226,7 @@ def main():
         loss_sum = 0.0
         for _ in range(accum):
             x, y = sampler.next()
-            loss = F.cross_entropy(model(x).view(-1, vocab), y.view(-1))
+            loss = loss_of(x, y)
             (loss / accum).backward()
             loss_sum += loss.item()
         clip = o.get("grad_clip", 1.0)

@@ -119,11 +119,16 @@ private slots:
         QTest::addColumn<QString>("preset");
         QTest::addColumn<QString>("recipe");
         QTest::addColumn<int>("grad_accum");
+        QTest::addColumn<QString>("backend");
         for (int accum : {1, 2}) {
             for (const char* preset : {"fp32", "bf16", "fp16", "fp8-hybrid", "fp8-hybrid-keep-ends"})
-                QTest::addRow("%s/accum%d", preset, accum) << preset << "delayed" << accum;
+                QTest::addRow("%s/accum%d", preset, accum) << preset << "delayed" << accum << "emulated";
             for (const char* recipe : {"current", "rowwise", "mxfp8"})
-                QTest::addRow("fp8-hybrid/%s/accum%d", recipe, accum) << "fp8-hybrid" << recipe << accum;
+                QTest::addRow("fp8-hybrid/%s/accum%d", recipe, accum) << "fp8-hybrid" << recipe << accum << "emulated";
+            // The native executor's state (device-side FP8 histories, the FP8 weight cache) travels too.
+            for (const char* preset : {"bf16", "fp16", "fp8-hybrid", "fp8-hybrid-keep-ends"})
+                QTest::addRow("native/%s/accum%d", preset, accum) << preset << "delayed" << accum << "native";
+            QTest::addRow("native/fp8-hybrid/current/accum%d", accum) << "fp8-hybrid" << "current" << accum << "native";
         }
     }
     void resumeIsBitExact()
@@ -131,6 +136,7 @@ private slots:
         QFETCH(QString, preset);
         QFETCH(QString, recipe);
         QFETCH(int, grad_accum);
+        QFETCH(QString, backend);
         constexpr int64_t kSteps = 12, kSplit = 6;
         QTemporaryDir dir;
         auto config = golden_project();
@@ -142,6 +148,7 @@ private slots:
         config.telemetry.interval = 2;
         config.precision.preset = preset.toStdString();
         config.precision.fp8.scaling = *parse_fp8_scaling(recipe.toStdString());
+        config.precision.backend = backend == "native" ? GemmBackend::Native : GemmBackend::Emulated;
         RunCapture straight;
         QByteArray straight_weights;
         {

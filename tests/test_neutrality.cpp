@@ -35,15 +35,21 @@ private slots:
     {
         QTest::addColumn<QString>("preset");
         QTest::addColumn<QString>("recipe");
-        for (const char* preset : {"fp32", "bf16", "fp16"}) QTest::newRow(preset) << preset << "delayed";
+        QTest::addColumn<bool>("native");
+        for (const char* preset : {"fp32", "bf16", "fp16"}) QTest::newRow(preset) << preset << "delayed" << false;
         for (const char* preset : {"fp8-hybrid", "fp8-hybrid-keep-ends"})
             for (const char* recipe : {"delayed", "current", "rowwise", "mxfp8"})
-                QTest::addRow("%s/%s", preset, recipe) << preset << recipe;
+                QTest::addRow("%s/%s", preset, recipe) << preset << recipe << false;
+        // The native executor observes through hooks and side computations too.
+        for (const char* preset : {"bf16", "fp16", "fp8-hybrid"})
+            QTest::addRow("native/%s", preset) << preset << "delayed" << true;
+        QTest::newRow("native/fp8-hybrid/current") << "fp8-hybrid" << "current" << true;
     }
     void telemetryNeverChangesAStep()
     {
         QFETCH(QString, preset);
         QFETCH(QString, recipe);
+        QFETCH(bool, native);
         auto config = load_project_file(MANTISSA_TEST_DATA_DIR "/golden_project.json");
         config.training.steps = 10;
         config.model.n_embd = 64; // at 32 wide torch's linear and the spelled-out GEMMs happen to round alike
@@ -51,6 +57,7 @@ private slots:
         config.model.dropout = 0.1;    // random numbers: telemetry must not consume any
         config.precision.preset = preset.toStdString();
         config.precision.fp8.scaling = *parse_fp8_scaling(recipe.toStdString());
+        config.precision.backend = native ? GemmBackend::Native : GemmBackend::Emulated;
 
         const Observed off = train(config, 0);
         QCOMPARE(off.capture.steps.size(), size_t(10));
