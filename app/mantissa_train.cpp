@@ -84,6 +84,8 @@ int train_session(RunSession& session, const std::string& db_path)
                 summary.final_train_loss);
     if (summary.final_val_loss >= 0) std::printf(", val loss %.4f", summary.final_val_loss);
     std::printf("\nmean step time: %.3f ms (%.0f tokens/s)\n", summary.mean_step_time_ms, summary.tokens_per_s);
+    if (summary.peak_device_memory_bytes >= 0)
+        std::printf("peak device memory: %.1f MiB\n", static_cast<double>(summary.peak_device_memory_bytes) / 1048576.0);
     std::printf("saved as run %lld in %s\n", static_cast<long long>(session.run_id()), db_path.c_str());
     return 0;
 }
@@ -115,6 +117,8 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
         std::signal(SIGINT, on_sigint);
         const auto summary = trainer.run(console);
         std::printf("mean step time: %.3f ms (%.0f tokens/s)\n", summary.mean_step_time_ms, summary.tokens_per_s);
+        if (summary.peak_device_memory_bytes >= 0)
+            std::printf("peak device memory: %.1f MiB\n", static_cast<double>(summary.peak_device_memory_bytes) / 1048576.0);
         return 0;
     }
     std::unique_ptr<RunStore> store;

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "device_memory.h"
 #include "memory_model.h"
 #include "safetensors_writer.h"
 
@@ -255,6 +256,7 @@ RunSummary Trainer::run(TelemetrySink& sink)
     summary.steps_done = step;
     summary.mean_step_time_ms = timed_steps > 0 ? timed_ms / static_cast<double>(timed_steps) : 0.0;
     summary.tokens_per_s = summary.mean_step_time_ms > 0 ? tokens_per_step / (summary.mean_step_time_ms / 1000.0) : 0;
+    if (s.device.is_cuda()) summary.peak_device_memory_bytes = read_memory(true).cuda_peak_bytes;
     sink.on_event(event_at(step, summary.stopped_early ? EventKind::RunStopped : EventKind::RunFinished));
     return summary;
 }

@@ -24,6 +24,7 @@ struct RunSummary {
     double mean_step_time_ms = 0.0; // excludes the first steps (allocator and cache warm-up)
     double tokens_per_s = 0.0;
     int64_t skipped_steps = 0;
+    int64_t peak_device_memory_bytes = -1; // CUDA caching allocator's peak; -1 on a CPU
 };
 
 class Trainer {
