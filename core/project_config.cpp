@@ -536,9 +536,14 @@ public:
     {
         using E = json::parse_event_t;
         switch (event) {
-        case E::object_start: stack_.push_back({false, 0, {}}); break;
-        case E::array_start: stack_.push_back({true, 0, {}}); break;
-        case E::key: if (!stack_.empty()) stack_.back().key = parsed.get<std::string>(); break;
+        case E::object_start: stack_.push_back({false, 0, {}, false}); break;
+        case E::array_start: stack_.push_back({true, 0, {}, false}); break;
+        case E::key:
+            if (!stack_.empty()) {
+                stack_.back().key = parsed.get<std::string>();
+                stack_.back().has_key = true;
+            }
+            break;
         case E::object_end:
         case E::array_end:
             if (!stack_.empty()) stack_.pop_back();
@@ -554,7 +559,7 @@ public:
         std::string out;
         for (const auto& level : stack_) {
             if (level.is_array) out += "[" + std::to_string(level.index) + "]";
-            else if (!level.key.empty()) out += (out.empty() ? "" : ".") + level.key;
+            else if (level.has_key) out += (out.empty() ? "" : ".") + level.key; // "" is a key too
         }
         return out;
     }
@@ -568,6 +573,7 @@ private:
         bool is_array = false;
         size_t index = 0;
         std::string key;
+        bool has_key = false;
     };
     std::vector<Level> stack_;
 };
