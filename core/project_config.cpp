@@ -428,8 +428,8 @@ ProjectConfig from_json(const json& j)
 void validate(const ProjectConfig& c)
 {
     const auto& m = c.model;
-    require(m.n_layer >= 1 && m.n_layer <= kMaxLayers, "model.n_layer",
-            "must be in [1, " + std::to_string(kMaxLayers) + "]");
+    require(m.n_layer >= 1, "model.n_layer", "must be at least 1");
+    require(m.n_layer <= kMaxLayers, "model.n_layer", "must be at most " + std::to_string(kMaxLayers));
     require(m.n_head >= 1, "model.n_head", "must be at least 1");
     require(m.n_embd >= 1, "model.n_embd", "must be at least 1");
     require(m.n_embd % m.n_head == 0, "model.n_embd",
@@ -471,9 +471,10 @@ void validate(const ProjectConfig& c)
     const auto& t = c.training;
     require(t.steps >= 1, "training.steps", "must be at least 1");
     require(t.batch_size >= 1, "training.batch_size", "must be at least 1");
-    require(t.grad_accum >= 1 && t.grad_accum <= kMaxGradAccum, "training.grad_accum",
-            "must be in [1, " + std::to_string(kMaxGradAccum) +
-                "]: more micro-batches per optimizer step would run for long with no step to show; raise "
+    require(t.grad_accum >= 1, "training.grad_accum", "must be at least 1");
+    require(t.grad_accum <= kMaxGradAccum, "training.grad_accum",
+            "must be at most " + std::to_string(kMaxGradAccum) +
+                ": more micro-batches per optimizer step would run for long with no step to show; raise "
                 "training.batch_size instead");
     require(t.threads >= 0, "training.threads", "must be >= 0 (0 = all cores)");
     require(t.checkpoint_interval >= 0, "training.checkpoint_interval", "must be >= 0 (0 = only at the end)");
@@ -481,10 +482,11 @@ void validate(const ProjectConfig& c)
 
     const auto& e = c.eval;
     require(e.interval >= 0, "eval.interval", "must be >= 0 (0 = only at the end)");
-    require(e.batches >= 1 && e.batches <= kMaxEvalBatches, "eval.batches",
-            "must be in [1, " + std::to_string(kMaxEvalBatches) + "]");
-    require(e.sample_tokens >= 0 && e.sample_tokens <= kMaxSampleTokens, "eval.sample_tokens",
-            "must be in [0, " + std::to_string(kMaxSampleTokens) + "]");
+    require(e.batches >= 1, "eval.batches", "must be at least 1");
+    require(e.batches <= kMaxEvalBatches, "eval.batches", "must be at most " + std::to_string(kMaxEvalBatches));
+    require(e.sample_tokens >= 0, "eval.sample_tokens", "must be >= 0");
+    require(e.sample_tokens <= kMaxSampleTokens, "eval.sample_tokens",
+            "must be at most " + std::to_string(kMaxSampleTokens));
     // Below ~1e-30 the logits / temperature overflow float32 and sampling sees NaN.
     require(e.sample_temperature >= 1e-6 && e.sample_temperature <= 1e6, "eval.sample_temperature",
             "must be in [1e-6, 1e6]");
@@ -494,8 +496,9 @@ void validate(const ProjectConfig& c)
     require(std::find(presets.begin(), presets.end(), c.precision.preset) != presets.end(), "precision.preset",
             "'" + c.precision.preset + "' is not one of " + join(presets));
     const auto& f8 = c.precision.fp8;
-    require(f8.amax_history_length >= 1 && f8.amax_history_length <= kMaxAmaxHistory,
-            "precision.fp8.amax_history_length", "must be in [1, " + std::to_string(kMaxAmaxHistory) + "]");
+    require(f8.amax_history_length >= 1, "precision.fp8.amax_history_length", "must be at least 1");
+    require(f8.amax_history_length <= kMaxAmaxHistory, "precision.fp8.amax_history_length",
+            "must be at most " + std::to_string(kMaxAmaxHistory));
     require(f8.margin >= 0 && f8.margin <= 16, "precision.fp8.margin", "must be in [0, 16]");
     require(f8.outlier_rms_multiple >= 0.0, "precision.fp8.outlier_rms_multiple", "must be >= 0 (0 = off)");
     const auto& ls = c.precision.loss_scaling;
