@@ -78,7 +78,9 @@ torch::Tensor quantize_rows(const torch::Tensor& x, NumberFormat format, const F
     auto scale = (fp8_max / amax).div(std::ldexp(1.0, static_cast<int>(recipe.margin)));
     // A tiny amax overflows the scale: FLT_MAX, as scale_from_amax.
     scale = torch::where(torch::isinf(scale), torch::full_like(scale, std::numeric_limits<float>::max()), scale);
-    if (recipe.rowwise_power_of_two) scale = torch::exp2(torch::floor(torch::log2(scale)));
+    // torchao's rounding, float log2 included (it rounds up just below a power of two, and
+    // log2(FLT_MAX) to 128): capped at 2^127, the largest power of two a float holds.
+    if (recipe.rowwise_power_of_two) scale = torch::exp2(torch::floor(torch::log2(scale))).clamp_max(0x1p127);
     // Rows of zeros (or an infinite amax) keep scale 1.
     scale = torch::where(torch::isfinite(amax) & (amax > 0), scale, torch::ones_like(scale));
     return scaled_round(x, scale, format, overflow_of(recipe));
