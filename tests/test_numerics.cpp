@@ -517,7 +517,7 @@ private slots:
                 const float got = q[i][c].item<float>();
                 QVERIFY2(got == expected, qPrintable(QString("amax %1 (%2), element %3: got %4, expected %5")
                                                          .arg(amaxes[i], 0, 'g', 9)
-                                                         .arg(QString::number(amaxes[i], 'a'))
+                                                         .arg(QString::asprintf("%a", static_cast<double>(amaxes[i])))
                                                          .arg(c)
                                                          .arg(got, 0, 'g', 9)
                                                          .arg(expected, 0, 'g', 9)));
