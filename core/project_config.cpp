@@ -317,8 +317,8 @@ void apply_override(json& user, const Override& override_)
 // config is checked against them too; what depends on the machine is in check_fits_machine.
 constexpr int64_t kMaxLayers = 4096;          // layer names and per-layer telemetry scale with it
 constexpr int64_t kMaxGradAccum = 1024;       // micro-batches per optimizer step
-constexpr int64_t kMaxEvalBatches = 100000;   // batches per validation estimate
-constexpr int64_t kMaxSampleTokens = 100000;  // tokens generated per evaluation, one forward pass each
+constexpr int64_t kMaxEvalBatches = 10000;    // batches per validation estimate (nanoGPT: 200)
+constexpr int64_t kMaxSampleTokens = 10000;   // tokens generated per evaluation, one forward pass each
 constexpr int64_t kMaxAmaxHistory = 1 << 24;  // TE's default is 1024
 constexpr double kFloat32Max = 3.4028234663852886e38;
 

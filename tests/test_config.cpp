@@ -251,7 +251,7 @@ private slots:
         QTest::newRow("absurd amax history") << R"({"precision": {"fp8": {"amax_history_length": 9223372036854775807}}})"
                                              << "" << "precision.fp8.amax_history_length: must be at most 16777216";
         QTest::newRow("absurd eval batches") << R"({"eval": {"batches": 9223372036854775807}})" << ""
-                                             << "eval.batches: must be at most 100000";
+                                             << "eval.batches: must be at most 10000";
         QTest::newRow("loss scale beyond float32") << R"({"precision": {"loss_scaling": {"init_scale": 1e39}}})" << ""
                                                    << "precision.loss_scaling.init_scale: must be positive and at most";
     }
