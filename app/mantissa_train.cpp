@@ -106,6 +106,9 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
     } catch (const ConfigError& e) { // the data is loaded here: it may still reject the project
         std::fprintf(stderr, "error: %s\n", e.what());
         return 2;
+    } catch (const std::exception& e) { // building the model failed (LibTorch, memory): no abort
+        std::fprintf(stderr, "error: training failed: %s\n", e.what());
+        return 1;
     }
     if (name.empty()) name = session->config().name;
     if (no_store) {
@@ -115,10 +118,18 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
                                 isatty(STDOUT_FILENO) != 0, stdout);
         console.watch_stop_flag(&g_stop_requested, &trainer);
         std::signal(SIGINT, on_sigint);
-        const auto summary = trainer.run(console);
-        std::printf("mean step time: %.3f ms (%.0f tokens/s)\n", summary.mean_step_time_ms, summary.tokens_per_s);
-        if (summary.peak_device_memory_bytes >= 0)
-            std::printf("peak device memory: %.1f MiB\n", static_cast<double>(summary.peak_device_memory_bytes) / 1048576.0);
+        // As train_session reports a failed run (exit 1), not an abort: a diverged run's NaN
+        // weights, for one, make LibTorch's sampler throw at the next evaluation.
+        try {
+            const auto summary = trainer.run(console);
+            std::printf("mean step time: %.3f ms (%.0f tokens/s)\n", summary.mean_step_time_ms, summary.tokens_per_s);
+            if (summary.peak_device_memory_bytes >= 0)
+                std::printf("peak device memory: %.1f MiB\n",
+                            static_cast<double>(summary.peak_device_memory_bytes) / 1048576.0);
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "\nerror: training failed: %s\n", e.what());
+            return 1;
+        }
         return 0;
     }
     std::unique_ptr<RunStore> store;

@@ -3,14 +3,20 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace mantissa {
 
 float scale_from_amax(float amax, double fp8_max, int64_t margin, float previous)
 {
-    if (!(amax > 0.0f) || !std::isfinite(amax)) return previous;
-    const double scale = (fp8_max / static_cast<double>(amax)) / std::ldexp(1.0, static_cast<int>(margin));
-    return static_cast<float>(scale);
+    constexpr float kMax = std::numeric_limits<float>::max();
+    if (!(amax > 0.0f) || !std::isfinite(amax)) return std::isinf(previous) ? kMax : previous;
+    // fp8_max (448, 57344) over a power of two is exact in float; one float division follows,
+    // as TE's scaled_max / amax. For every amax where the quotient is a finite float this
+    // equals the double-precision formula rounded once to float.
+    const float scaled_max = std::ldexp(static_cast<float>(fp8_max), -static_cast<int>(margin));
+    const float scale = scaled_max / amax;
+    return std::isinf(scale) ? kMax : scale; // amax below ~1.3e-36 (E4M3): TE clamps to FLT_MAX
 }
 
 void DelayedScaling::record(float amax, double fp8_max, bool use_max, int64_t margin)
@@ -21,12 +27,32 @@ void DelayedScaling::record(float amax, double fp8_max, bool use_max, int64_t ma
     float reduced = history_[0];
     if (use_max) {
         reduced = 0.0f;
-        for (float a : history_) {
-            if (!std::isfinite(a)) { reduced = a; break; } // a non-finite amax keeps the old scale
-            reduced = std::max(reduced, a);
-        }
+        for (float a : history_) reduced = std::fmax(reduced, a); // fmax skips NaN, as TE's fmaxf
     }
     scale_ = scale_from_amax(reduced, fp8_max, margin, scale_);
+}
+
+torch::Tensor amax_ignoring_nan(const torch::Tensor& x)
+{
+    if (x.numel() == 0) return torch::zeros({}, x.options().dtype(torch::kFloat32));
+    const auto a = x.abs();
+    return a.masked_fill(a.isnan(), 0.0).max();
+}
+
+torch::Tensor amax_ignoring_nan(const torch::Tensor& x, int64_t dim)
+{
+    const auto a = x.abs();
+    return a.masked_fill(a.isnan(), 0.0).amax({dim}, /*keepdim=*/true);
+}
+
+torch::Tensor floor_log2_from_bits(const torch::Tensor& v)
+{
+    auto a = v.to(torch::kFloat32).abs().contiguous();
+    // A subnormal times 2^64 is normal and exact: its exponent then counts from the leading bit.
+    const auto subnormal = a < std::numeric_limits<float>::min();
+    a = torch::where(subnormal, a * 0x1p64f, a);
+    const auto biased = torch::bitwise_and(torch::bitwise_right_shift(a.view(torch::kInt32), 23), 0xFF);
+    return (biased - 127 - subnormal.to(torch::kInt32) * 64).to(torch::kInt32);
 }
 
 void DelayedScaling::reset()
@@ -48,11 +74,15 @@ torch::Tensor scaled_round(const torch::Tensor& x, const torch::Tensor& scale, N
 torch::Tensor quantize_rows(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe, int64_t k_dim)
 {
     const double fp8_max = format_info(format).max_finite;
-    auto amax = x.abs().amax({k_dim}, /*keepdim=*/true); // one per row of the GEMM operand
+    auto amax = amax_ignoring_nan(x, k_dim); // one per row of the GEMM operand, NaN skipped
     auto scale = (fp8_max / amax).div(std::ldexp(1.0, static_cast<int>(recipe.margin)));
-    if (recipe.rowwise_power_of_two) scale = torch::exp2(torch::floor(torch::log2(scale)));
-    // Rows of zeros (or non-finite amax) keep scale 1.
-    scale = torch::where(torch::isfinite(scale) & (amax > 0), scale, torch::ones_like(scale));
+    // A tiny amax overflows the scale: FLT_MAX, as scale_from_amax.
+    scale = torch::where(torch::isinf(scale), torch::full_like(scale, std::numeric_limits<float>::max()), scale);
+    // torchao's rounding, float log2 included (it rounds up just below a power of two, and
+    // log2(FLT_MAX) to 128): capped at 2^127, the largest power of two a float holds.
+    if (recipe.rowwise_power_of_two) scale = torch::exp2(torch::floor(torch::log2(scale))).clamp_max(0x1p127);
+    // Rows of zeros (or an infinite amax) keep scale 1.
+    scale = torch::where(torch::isfinite(amax) & (amax > 0), scale, torch::ones_like(scale));
     return scaled_round(x, scale, format, overflow_of(recipe));
 }
 
@@ -69,17 +99,24 @@ torch::Tensor quantize_blocks(const torch::Tensor& x, NumberFormat format, const
     shape.back() = padded / kBlock;
     shape.push_back(kBlock);
     auto blocks = work.reshape(shape); // (..., K/32, 32)
-    auto amax = blocks.abs().amax({-1}, /*keepdim=*/true);
-    auto log2_amax = torch::log2(amax);
-    // OCP MX v1.0: shared_exp = floor(log2(amax)) - emax_elem. Rounding up instead guarantees
-    // amax / 2^e <= max, so no element saturates.
-    auto shared_exp = recipe.mx_round_scale_up
-                          ? torch::ceil(log2_amax - std::log2(format_info(format).max_finite))
-                          : torch::floor(log2_amax) - emax_elem;
-    shared_exp = torch::where(amax > 0, shared_exp, torch::zeros_like(shared_exp)).clamp(-127, 127); // E8M0 range
-    auto block_scale = torch::exp2(shared_exp);
+    auto amax = blocks.abs().amax({-1}, /*keepdim=*/true); // NaN propagates: see below
+    // OCP MX v1.0: shared_exp = floor(log2(amax)) - emax_elem, floor(log2) from the exponent
+    // bits (a float log2 rounds 127.99999237 up to 7). Rounding up instead (arXiv
+    // 2506.08027) takes the smallest e with amax <= max_finite * 2^e: floor's e, or one more.
+    auto shared_exp = floor_log2_from_bits(amax) - emax_elem;
+    if (recipe.mx_round_scale_up) {
+        const auto fits = amax.to(torch::kFloat64) <=
+                          format_info(format).max_finite * torch::exp2(shared_exp.to(torch::kFloat64));
+        shared_exp = shared_exp + (~fits).to(torch::kInt32);
+    }
+    const auto finite = torch::isfinite(amax);
+    shared_exp = torch::where((amax > 0) & finite, shared_exp, torch::zeros_like(shared_exp)).clamp(-127, 127); // E8M0
+    auto block_scale = torch::exp2(shared_exp.to(torch::kFloat32));
     // Elements saturate per the spec: beyond max they clamp (OCP "saturating" conversion).
     auto q = round_to_format(blocks / block_scale, format, Overflow::Saturate) * block_scale;
+    // A block holding Inf or NaN: OCP MX's scale is NaN (microxcaling sets shared_exp > emax
+    // to NaN), and X = NaN makes every element of the block NaN.
+    q = torch::where(finite, q, torch::full_like(q, std::numeric_limits<float>::quiet_NaN()));
     q = q.reshape(work.sizes());
     if (padded != k) q = q.narrow(-1, 0, k);
     return q.movedim(-1, k_dim).contiguous();
@@ -105,7 +142,7 @@ QuantizedOperand quantize_fp8(const torch::Tensor& x_in, NumberFormat format, co
     }
 
     QuantizedOperand out;
-    out.amax = x.abs().max().item<float>();
+    out.amax = amax_ignoring_nan(x).item<float>();
     switch (recipe.scaling) {
     case Fp8Scaling::Delayed: {
         TORCH_CHECK(delayed != nullptr, "delayed scaling needs its state");

@@ -15,6 +15,34 @@
 
 namespace mantissa {
 
+// The FP8 scaling rules at their edges (docs/NUMERICS.md, "FP8 scaling at the edges"). These
+// two functions are the single definition; any other implementation (a device-tensor mirror)
+// follows them to the bit.
+//
+// scale_from_amax(amax, fp8_max, margin, previous), all arithmetic in float32 as TE's kernels:
+//   amax NaN, ±inf, 0 or negative -> `previous` (nothing to measure);
+//   otherwise scale = float(fp8_max / 2^margin) / amax, one IEEE float division (round to
+//   nearest even), and if that overflows to inf (amax < fp8_max / 2^margin / FLT_MAX, about
+//   1.3e-36 for E4M3 at margin 0) the scale is FLT_MAX, as TE's compute_scale_from_amax.
+//   A `previous` that is inf becomes FLT_MAX too; a scale is never inf, NaN or 0.
+//
+// DelayedScaling::record(amax, ...), TE's amax_and_scale_update (the unfused kernel):
+//   the history rolls by one and `amax` enters slot 0 whatever it is: 0, NaN and inf are
+//   stored as given, so the history shows what happened;
+//   "max" reduces the whole history with fmax semantics: NaN entries are skipped (one NaN
+//   does not freeze the scale for the window), an inf entry wins and keeps the previous scale
+//   for as long as it is in the window (TE's fmaxf does the same), 0 entries change nothing;
+//   an all-zero/NaN history reduces to 0 -> previous scale;
+//   "most_recent" takes slot 0: NaN, inf or 0 keep the previous scale;
+//   then scale = scale_from_amax(reduced, fp8_max, margin, previous scale).
+//   Zero amaxes are entered (they push older amaxes out of the window), as TE's Python path
+//   and its unfused kernel do; TE's fused multi-tensor update instead skips a step whose amax
+//   is 0 (no roll, scale kept).
+//
+// The amax of a tensor (quantize_fp8's QuantizedOperand::amax, the per-row amaxes) is the
+// largest |x| over its non-NaN elements, as TE's amax kernel (fmaxf): a NaN in the tensor
+// neither becomes the amax nor hides the others; an all-NaN tensor has amax 0.
+
 // TE's DelayedScaling state for one tensor role of one layer. The scale used at step t
 // comes from the amaxes recorded up to step t-1; the amax of step t is recorded after.
 class DelayedScaling {
@@ -38,9 +66,19 @@ private:
     float scale_ = 1.0f;
 };
 
-// Per-tensor scale from an amax: (fp8_max / amax) / 2^margin; `previous` when amax is 0 or
-// not finite.
+// Per-tensor scale from an amax: float(fp8_max / 2^margin) / amax in float32, FLT_MAX where
+// that overflows; `previous` when amax is 0, negative or not finite (see above).
 float scale_from_amax(float amax, double fp8_max, int64_t margin, float previous);
+
+// Largest |x| over the non-NaN elements of x (0 for an empty or all-NaN tensor), as a 0-d
+// FP32 tensor on x's device; with `dim`, per slice along it (keepdim).
+torch::Tensor amax_ignoring_nan(const torch::Tensor& x);
+torch::Tensor amax_ignoring_nan(const torch::Tensor& x, int64_t dim);
+
+// MXFP8 (OCP MX v1.0): floor(log2(|v|)) of each FP32 element, from its exponent bits (a
+// subnormal's from its leading mantissa bit), as an int32 tensor. Exact where float log2 is
+// not: 127.99999237 gives 6. Undefined for 0, inf and NaN (the caller masks them).
+torch::Tensor floor_log2_from_bits(const torch::Tensor& v);
 
 // The result of quantising one operand.
 struct QuantizedOperand {

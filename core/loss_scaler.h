@@ -21,19 +21,33 @@ struct LossScalingConfig {
     int64_t hysteresis = 1; // overflows tolerated before backing off, refilled on growth (1 = PyTorch)
 };
 
+// double -> float32 rounded to nearest even, ±inf beyond the float range (a plain cast of an
+// out-of-range double is undefined behaviour in C++).
+float to_float32(double value);
+
 class LossScaler {
 public:
     enum class Outcome { Clean, Skipped, SkippedAndBackedOff, Grew };
 
     explicit LossScaler(const LossScalingConfig& config = {});
 
-    double scale() const { return mode_ == LossScalingMode::Off ? 1.0 : scale_; }
+    // The scale is a float32, as GradScaler's `_scale` tensor: it stops growing at the largest
+    // power of two a float holds (2^127 with factor 2) and backs off through the subnormals to 0.
+    double scale() const { return mode_ == LossScalingMode::Off ? 1.0 : static_cast<double>(scale_); }
     int64_t growth_tracker() const { return growth_tracker_; }
     bool enabled() const { return mode_ != LossScalingMode::Off; }
     LossScalingMode mode() const { return mode_; }
 
     // After each backward: updates the scale. The optimizer step must be skipped unless the
     // outcome is Clean or Grew. With scaling off or static a non-finite gradient still skips.
+    // Dynamic mode is ATen's _amp_update_scale_ (AmpGradScalerKernels.cpp) to the bit:
+    //   found_inf: scale = float(double(scale) * backoff_factor), rounded to nearest even, so
+    //              2^-149 * 0.5 becomes 0; growth_tracker = 0;
+    //   else after growth_interval clean steps: grown = float(double(scale) * growth_factor);
+    //              the scale takes it only if it is finite (2^127 * 2 stays 2^127, outcome Clean);
+    //              growth_tracker = 0 either way.
+    // Mantissa's additions, both off by default: a backed-off scale below min_scale is raised to
+    // float(min_scale); hysteresis > 1 tolerates that many overflows before backing off.
     Outcome update(bool found_inf);
 
     struct State {
@@ -41,10 +55,10 @@ public:
         int64_t growth_tracker;
         int64_t overflows_left;
     };
-    State state() const { return {scale_, growth_tracker_, overflows_left_}; }
+    State state() const { return {static_cast<double>(scale_), growth_tracker_, overflows_left_}; }
     void restore(const State& s)
     {
-        scale_ = s.scale;
+        scale_ = static_cast<float>(s.scale); // a checkpoint holds a float32 value: exact
         growth_tracker_ = s.growth_tracker;
         overflows_left_ = s.overflows_left;
     }
@@ -52,7 +66,7 @@ public:
 private:
     LossScalingMode mode_;
     LossScalingConfig config_;
-    double scale_;
+    float scale_;
     int64_t growth_tracker_ = 0;
     int64_t overflows_left_; // Megatron's hysteresis tracker
 };

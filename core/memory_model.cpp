@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "memory_model.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <fstream>
+#include <thread>
 #include <unistd.h>
 
 namespace mantissa {
@@ -99,6 +103,112 @@ std::vector<LayerShape> gemm_layer_shapes(const ModelConfig& m, int64_t vocab_si
         out.push_back({name, n, name == "lm_head"});
     }
     return out;
+}
+
+namespace {
+
+std::string bytes_text(double bytes)
+{
+    static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    int u = 0;
+    while (bytes >= 1024.0 && u < 6) {
+        bytes /= 1024.0;
+        ++u;
+    }
+    char out[64];
+    std::snprintf(out, sizeof out, bytes >= 1e6 ? "%.3g %s" : "%.1f %s", bytes, units[u]);
+    return out;
+}
+
+int64_t vocab_lower_bound(const DataConfig& d)
+{
+    switch (d.kind) {
+    case DataKind::TokenBin: return d.vocab_size;
+    case DataKind::Text: return d.tokenizer == "byte" ? 256 : 1;
+    case DataKind::SyntheticAddition: return 13;
+    }
+    return 1;
+}
+
+struct Need {
+    std::string key;    // the key the message starts with
+    std::string detail; // what the bytes are for
+    double bytes = 0;
+};
+
+} // namespace
+
+MachineLimits this_machine()
+{
+    MachineLimits m;
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    if (pages > 0 && page > 0) m.memory_bytes = static_cast<int64_t>(pages) * page;
+    m.hardware_threads = std::max<int64_t>(1, std::thread::hardware_concurrency());
+    return m;
+}
+
+void check_fits_machine(const ProjectConfig& config) { check_fits_machine(config, this_machine()); }
+
+void check_fits_machine(const ProjectConfig& config, const MachineLimits& machine)
+{
+    const auto& t = config.training;
+    const int64_t max_threads = kMaxThreadsPerHardwareThread * machine.hardware_threads;
+    if (t.threads > max_threads)
+        throw ConfigError("training.threads: " + std::to_string(t.threads) + " is more than " +
+                          std::to_string(kMaxThreadsPerHardwareThread) + " per hardware thread of this machine (" +
+                          std::to_string(machine.hardware_threads) + "): at most " + std::to_string(max_threads) +
+                          "; 0 = all hardware threads");
+    if (machine.memory_bytes <= 0) return;
+
+    // In double first: the sizes are the user's and their int64 products may overflow. Every
+    // term is a lower bound of estimate_memory's (FP8 activations at 1 B, no biases), so a
+    // project refused here is refused by the exact estimate too.
+    const auto& m = config.model;
+    const double C = static_cast<double>(m.n_embd), L = static_cast<double>(m.n_layer),
+                 T = static_cast<double>(m.context_length), A = static_cast<double>(m.n_head),
+                 B = static_cast<double>(t.batch_size), V = static_cast<double>(vocab_lower_bound(config.data));
+    const double parameters = V * C + T * C + L * 12.0 * C * C;
+    const double sbh = T * B * C;
+    std::vector<Need> needs;
+    needs.push_back({"model", "weights, gradients and Adam state for model.n_layer " + std::to_string(m.n_layer) + ", model.n_embd " +
+                                  std::to_string(m.n_embd) + ", model.context_length " +
+                                  std::to_string(m.context_length),
+                     16.0 * parameters});
+    needs.push_back({"training.batch_size",
+                     "activations for training.batch_size " + std::to_string(t.batch_size) + " x model.context_length " +
+                         std::to_string(m.context_length) + " tokens",
+                     L * (22.0 * sbh + 2.0 * A * T * T * B) + 5.0 * sbh + 4.0 * T * B * V});
+    if (config.data.kind == DataKind::SyntheticAddition) {
+        // The generated text (1 B a character), its code points (4 B) and the uint16 token ids (2 B).
+        const double chars = static_cast<double>(config.data.examples) * static_cast<double>(3 * config.data.digits + 4);
+        needs.push_back({"data.examples", "data set of data.examples " + std::to_string(config.data.examples), 7.0 * chars});
+    }
+    // Every GEMM layer keeps three delayed-scaling histories (input, weight, gradient), FP8 or
+    // not: a live switch to FP8 needs them.
+    const double histories = 3.0 * (5.0 * L + 1.0);
+    needs.push_back({"precision.fp8.amax_history_length",
+                     "amax histories of precision.fp8.amax_history_length " +
+                         std::to_string(config.precision.fp8.amax_history_length) + " for " +
+                         std::to_string(static_cast<int64_t>(histories)) + " tensors",
+                     histories * 4.0 * static_cast<double>(config.precision.fp8.amax_history_length)});
+    double lower = 0;
+    for (const auto& n : needs) lower += n.bytes;
+    if (lower <= static_cast<double>(machine.memory_bytes)) {
+        // The exact figures now fit in int64: they are within a small factor of the bounds.
+        const MemoryBreakdown exact = estimate_memory(config, vocab_lower_bound(config.data));
+        needs[0].bytes = static_cast<double>(exact.master_weights_bytes + exact.gradients_bytes +
+                                             exact.optimizer_state_bytes + exact.low_precision_weights_bytes);
+        needs[1].bytes = static_cast<double>(exact.activations_bytes);
+    }
+    double total = 0;
+    for (const auto& n : needs) total += n.bytes;
+    if (!(total > static_cast<double>(machine.memory_bytes))) return;
+    const auto largest =
+        std::max_element(needs.begin(), needs.end(), [](const Need& a, const Need& b) { return a.bytes < b.bytes; });
+    std::string parts;
+    for (const auto& n : needs) parts += (parts.empty() ? "" : "; ") + n.detail + ": " + bytes_text(n.bytes);
+    throw ConfigError(largest->key + ": the project needs an estimated " + bytes_text(total) + " of memory (" + parts +
+                      "), more than this machine's " + bytes_text(static_cast<double>(machine.memory_bytes)));
 }
 
 int64_t resident_memory_bytes()

@@ -38,6 +38,25 @@ struct LayerShape {
 };
 std::vector<LayerShape> gemm_layer_shapes(const ModelConfig& model, int64_t vocab_size);
 
+// What check_fits_machine measures a project against.
+struct MachineLimits {
+    int64_t memory_bytes = 0;     // physical memory; 0 = unknown (no memory check)
+    int64_t hardware_threads = 1; // std::thread::hardware_concurrency, at least 1
+};
+MachineLimits this_machine();
+
+// At most this many LibTorch threads per hardware thread (training.threads).
+constexpr int64_t kMaxThreadsPerHardwareThread = 4;
+
+// Refuses, before anything is allocated, a project this machine cannot run: training.threads
+// beyond kMaxThreadsPerHardwareThread per hardware thread, or an estimated memory need (the
+// breakdown above, the synthetic data set and the FP8 amax histories) above its physical
+// memory. The message names the key, the estimate and the machine's figure. The vocabulary is
+// not known before the data is read: a lower bound stands in (13 for synthetic-addition, 256
+// for bytes, 1 for characters, data.vocab_size for bin), so the estimate never overstates.
+void check_fits_machine(const ProjectConfig& config, const MachineLimits& machine);
+void check_fits_machine(const ProjectConfig& config); // against this_machine()
+
 // This process's resident set size, from /proc/self/statm; 0 where that is unavailable.
 int64_t resident_memory_bytes();
 

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "memory_model.h"
+
 namespace mantissa {
 namespace {
 
@@ -233,6 +235,13 @@ std::string type_word(const json& j)
     return "null";
 }
 
+// JSON integers above INT64_MAX parse as unsigned; every integer key but the seed is int64_t,
+// where get<int64_t>() would wrap them to negative numbers (and a misleading message).
+bool fits_int64(const json& j)
+{
+    return !j.is_number_unsigned() || j.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX);
+}
+
 bool same_kind(const json& expected, const json& given)
 {
     if (expected.is_number_integer()) return given.is_number_integer();
@@ -254,6 +263,8 @@ void merge_checked(json& base, const json& user, const std::string& prefix)
             merge_checked(slot, value, path);
         } else if (!same_kind(slot, value)) {
             throw ConfigError(path + ": expected " + type_word(slot) + ", got " + type_word(value));
+        } else if (slot.is_number_integer() && !fits_int64(value)) {
+            throw ConfigError(path + ": " + value.dump() + " is out of range (at most 9223372036854775807)");
         } else {
             slot = value;
         }
@@ -265,25 +276,51 @@ void merge_checked(json& base, const json& user, const std::string& prefix)
 void apply_override(json& user, const Override& override_)
 {
     const auto& [dotted, raw] = override_;
-    json value = json::parse(raw, nullptr, /*allow_exceptions=*/false);
-    if (value.is_discarded()) value = raw;
+    if (dotted.empty()) throw ConfigError("--set: empty key");
+    json value;
+    try {
+        value = json::parse(raw);
+    } catch (const json::out_of_range&) { // 1e999: a number, but not one a double holds
+        throw ConfigError(dotted + ": " + raw + " is too large for a number");
+    } catch (const json::exception&) {
+        value = raw;
+    }
+    // A string that is not UTF-8 would only fail later, when the run's config is stored.
+    try {
+        (void)value.dump();
+    } catch (const json::exception&) {
+        throw ConfigError(dotted + ": the value is not valid UTF-8 text");
+    }
     // A path typed on the command line means "relative to where I am", not to the project file.
     const bool is_path_key = dotted == "data.path" || dotted == "data.dir" || dotted == "training.checkpoint_dir";
     if (is_path_key && value.is_string() && !value.get<std::string>().empty())
         value = std::filesystem::absolute(value.get<std::string>()).lexically_normal().string();
-    json* node = &user;
     std::stringstream parts(dotted);
     std::string part;
     std::vector<std::string> keys;
     while (std::getline(parts, part, '.')) keys.push_back(part);
-    if (keys.empty() || dotted.empty()) throw ConfigError("--set: empty key");
+    if (keys.empty()) throw ConfigError("--set: empty key");
+    json* node = &user;
+    std::string at;
     for (size_t i = 0; i + 1 < keys.size(); ++i) {
+        at += (i ? "." : "") + keys[i];
         json& child = (*node)[keys[i]];
         if (child.is_null()) child = json::object();
+        // The file's own value is the problem: say so as the merge would have.
+        if (!child.is_object()) throw ConfigError(at + ": expected an object, got " + type_word(child));
         node = &child;
     }
     (*node)[keys.back()] = value;
 }
+
+// Structural bounds (docs/PROJECT_FORMAT.md). They hold on any machine, so a stored run
+// config is checked against them too; what depends on the machine is in check_fits_machine.
+constexpr int64_t kMaxLayers = 4096;          // layer names and per-layer telemetry scale with it
+constexpr int64_t kMaxGradAccum = 1024;       // micro-batches per optimizer step
+constexpr int64_t kMaxEvalBatches = 10000;    // batches per validation estimate (nanoGPT: 200)
+constexpr int64_t kMaxSampleTokens = 10000;   // tokens generated per evaluation, one forward pass each
+constexpr int64_t kMaxAmaxHistory = 1 << 24;  // TE's default is 1024
+constexpr double kFloat32Max = 3.4028234663852886e38;
 
 void require(bool ok, const std::string& key, const std::string& what)
 {
@@ -331,7 +368,8 @@ ProjectConfig from_json(const json& j)
     c.training.steps = t["steps"];
     c.training.batch_size = t["batch_size"];
     c.training.grad_accum = t["grad_accum"];
-    if (t["seed"].get<int64_t>() < 0) throw ConfigError("training.seed: must be >= 0");
+    if (!fits_int64(t["seed"]) || t["seed"].get<int64_t>() < 0)
+        throw ConfigError("training.seed: must be >= 0 (at most 9223372036854775807)");
     c.training.seed = t["seed"];
     c.training.threads = t["threads"];
     c.training.device = t["device"];
@@ -391,6 +429,7 @@ void validate(const ProjectConfig& c)
 {
     const auto& m = c.model;
     require(m.n_layer >= 1, "model.n_layer", "must be at least 1");
+    require(m.n_layer <= kMaxLayers, "model.n_layer", "must be at most " + std::to_string(kMaxLayers));
     require(m.n_head >= 1, "model.n_head", "must be at least 1");
     require(m.n_embd >= 1, "model.n_embd", "must be at least 1");
     require(m.n_embd % m.n_head == 0, "model.n_embd",
@@ -433,6 +472,10 @@ void validate(const ProjectConfig& c)
     require(t.steps >= 1, "training.steps", "must be at least 1");
     require(t.batch_size >= 1, "training.batch_size", "must be at least 1");
     require(t.grad_accum >= 1, "training.grad_accum", "must be at least 1");
+    require(t.grad_accum <= kMaxGradAccum, "training.grad_accum",
+            "must be at most " + std::to_string(kMaxGradAccum) +
+                ": more micro-batches per optimizer step would run for long with no step to show; raise "
+                "training.batch_size instead");
     require(t.threads >= 0, "training.threads", "must be >= 0 (0 = all cores)");
     require(t.checkpoint_interval >= 0, "training.checkpoint_interval", "must be >= 0 (0 = only at the end)");
     require(t.checkpoint_keep >= 1, "training.checkpoint_keep", "must be at least 1");
@@ -440,8 +483,13 @@ void validate(const ProjectConfig& c)
     const auto& e = c.eval;
     require(e.interval >= 0, "eval.interval", "must be >= 0 (0 = only at the end)");
     require(e.batches >= 1, "eval.batches", "must be at least 1");
+    require(e.batches <= kMaxEvalBatches, "eval.batches", "must be at most " + std::to_string(kMaxEvalBatches));
     require(e.sample_tokens >= 0, "eval.sample_tokens", "must be >= 0");
-    require(e.sample_temperature > 0.0, "eval.sample_temperature", "must be positive");
+    require(e.sample_tokens <= kMaxSampleTokens, "eval.sample_tokens",
+            "must be at most " + std::to_string(kMaxSampleTokens));
+    // Below ~1e-30 the logits / temperature overflow float32 and sampling sees NaN.
+    require(e.sample_temperature >= 1e-6 && e.sample_temperature <= 1e6, "eval.sample_temperature",
+            "must be in [1e-6, 1e6]");
     require(e.sample_top_k >= 0, "eval.sample_top_k", "must be >= 0 (0 = no top-k)");
 
     const auto presets = precision_preset_names();
@@ -449,15 +497,19 @@ void validate(const ProjectConfig& c)
             "'" + c.precision.preset + "' is not one of " + join(presets));
     const auto& f8 = c.precision.fp8;
     require(f8.amax_history_length >= 1, "precision.fp8.amax_history_length", "must be at least 1");
+    require(f8.amax_history_length <= kMaxAmaxHistory, "precision.fp8.amax_history_length",
+            "must be at most " + std::to_string(kMaxAmaxHistory));
     require(f8.margin >= 0 && f8.margin <= 16, "precision.fp8.margin", "must be in [0, 16]");
     require(f8.outlier_rms_multiple >= 0.0, "precision.fp8.outlier_rms_multiple", "must be >= 0 (0 = off)");
     const auto& ls = c.precision.loss_scaling;
     const auto& mode = c.precision.loss_scaling_mode;
     require(mode == "auto" || mode == "dynamic" || mode == "static" || mode == "off", "precision.loss_scaling.mode",
             "'" + mode + "' is not one of auto, dynamic, static, off");
-    require(ls.init_scale > 0.0 && std::isfinite(ls.init_scale), "precision.loss_scaling.init_scale",
-            "must be positive and finite");
-    require(ls.growth_factor > 1.0, "precision.loss_scaling.growth_factor", "must be > 1");
+    // The scale is a float32, as in PyTorch's GradScaler.
+    require(ls.init_scale > 0.0 && ls.init_scale <= kFloat32Max, "precision.loss_scaling.init_scale",
+            "must be positive and at most 3.4028235e38 (a finite float32)");
+    require(ls.growth_factor > 1.0 && ls.growth_factor <= kFloat32Max, "precision.loss_scaling.growth_factor",
+            "must be > 1 and a finite float32");
     require(ls.backoff_factor > 0.0 && ls.backoff_factor < 1.0, "precision.loss_scaling.backoff_factor",
             "must be in (0, 1)");
     require(ls.growth_interval >= 1, "precision.loss_scaling.growth_interval", "must be at least 1");
@@ -479,6 +531,88 @@ void validate(const ProjectConfig& c)
     require(w.cooldown_steps >= 0, "telemetry.watchers.cooldown_steps", "must be >= 0");
 }
 
+// Where the parser is, as a dotted key ("training.steps", "precision.layers[1].match"), so a
+// number that overflows a double or a syntax error can name the key it sits in.
+class KeyTracker {
+public:
+    bool on_event(json::parse_event_t event, const json& parsed)
+    {
+        using E = json::parse_event_t;
+        switch (event) {
+        case E::object_start: stack_.push_back({false, 0, {}, false}); break;
+        case E::array_start: stack_.push_back({true, 0, {}, false}); break;
+        case E::key:
+            if (!stack_.empty()) {
+                stack_.back().key = parsed.get<std::string>();
+                stack_.back().has_key = true;
+            }
+            break;
+        case E::object_end:
+        case E::array_end:
+            if (!stack_.empty()) stack_.pop_back();
+            next_element();
+            break;
+        case E::value: next_element(); break;
+        }
+        return true;
+    }
+
+    std::string where() const
+    {
+        std::string out;
+        for (const auto& level : stack_) {
+            if (level.is_array) out += "[" + std::to_string(level.index) + "]";
+            else if (level.has_key) out += (out.empty() ? "" : ".") + level.key; // "" is a key too
+        }
+        return out;
+    }
+
+private:
+    void next_element()
+    {
+        if (!stack_.empty() && stack_.back().is_array) ++stack_.back().index;
+    }
+    struct Level {
+        bool is_array = false;
+        size_t index = 0;
+        std::string key;
+        bool has_key = false;
+    };
+    std::vector<Level> stack_;
+};
+
+json parse_project_text(const std::string& json_text)
+{
+    KeyTracker tracker;
+    try {
+        return json::parse(json_text, [&](int, json::parse_event_t event, json& parsed) {
+            return tracker.on_event(event, parsed);
+        });
+    } catch (const json::out_of_range& e) { // 406: a number beyond a double's range (1e999)
+        const std::string at = tracker.where();
+        throw ConfigError((at.empty() ? std::string("project") : at) + ": a number is too large for a double (" +
+                          e.what() + ")");
+    } catch (const json::exception& e) {
+        const std::string at = tracker.where();
+        throw ConfigError(std::string("not valid JSON") + (at.empty() ? "" : " (in " + at + ")") + ": " + e.what());
+    }
+}
+
+ProjectConfig load_without_machine_checks(const std::string& json_text, const std::string& base_dir,
+                                          const std::vector<Override>& overrides)
+{
+    json user = parse_project_text(json_text);
+    if (!user.is_object()) throw ConfigError("project: expected a JSON object at the top level, got " + type_word(user));
+    for (const auto& o : overrides) apply_override(user, o);
+
+    json merged = to_json(ProjectConfig{});
+    merge_checked(merged, user, "");
+    ProjectConfig config = from_json(merged);
+    config.base_dir = base_dir;
+    validate(config);
+    return config;
+}
+
 } // namespace
 
 Override parse_override(const std::string& text)
@@ -492,20 +626,8 @@ Override parse_override(const std::string& text)
 ProjectConfig load_project_json(const std::string& json_text, const std::string& base_dir,
                                 const std::vector<Override>& overrides)
 {
-    json user;
-    try {
-        user = json::parse(json_text);
-    } catch (const json::parse_error& e) {
-        throw ConfigError(std::string("not valid JSON: ") + e.what());
-    }
-    if (!user.is_object()) throw ConfigError("project: expected a JSON object at the top level");
-    for (const auto& o : overrides) apply_override(user, o);
-
-    json merged = to_json(ProjectConfig{});
-    merge_checked(merged, user, "");
-    ProjectConfig config = from_json(merged);
-    config.base_dir = base_dir;
-    validate(config);
+    ProjectConfig config = load_without_machine_checks(json_text, base_dir, overrides);
+    check_fits_machine(config);
     return config;
 }
 
@@ -527,7 +649,8 @@ ProjectConfig load_project_file(const std::string& path, const std::vector<Overr
 ProjectConfig load_run_config(const std::string& config_json)
 {
     try {
-        return load_project_json(config_json, {});
+        // A stored run may come from a bigger machine: reading it back is not running it.
+        return load_without_machine_checks(config_json, {}, {});
     } catch (const ConfigError& e) {
         throw ConfigError(std::string("stored run config: ") + e.what());
     }

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dataset.h"
+#include "memory_model.h"
 #include "project_config.h"
 #include "trainer.h"
 
@@ -219,6 +220,40 @@ private slots:
         QTest::newRow("override wrong type") << "{}" << "training.steps=many"
                                              << "training.steps: expected an integer, got a string";
         QTest::newRow("override without =") << "{}" << "training.steps" << "expected dotted.key=value";
+        // Issue #15: each of these aborted mantissa-train (an uncaught nlohmann::json exception).
+        QTest::newRow("1e999 in an integer key") << R"({"training": {"steps": 1e999}})" << ""
+                                                 << "training.steps: a number is too large for a double";
+        QTest::newRow("-1e999 in a list") << R"({"precision": {"layers": [{"match": "x"}, {"match": -1e999}]}})" << ""
+                                          << "precision.layers[1].match: a number is too large for a double";
+        QTest::newRow("1e999 under an empty key") << R"({"telemetry": {"": 1e999}})" << ""
+                                                  << "telemetry.: a number is too large for a double";
+        QTest::newRow("1e999 override") << "{}" << "telemetry.interval=1e999"
+                                        << "telemetry.interval: 1e999 is too large for a number";
+        QTest::newRow("section a number, then --set") << R"({"training": 5})" << "training.steps=2"
+                                                      << "training: expected an object, got an integer";
+        QTest::newRow("section a string, then --set") << R"({"training": "x"})" << "training.steps=2"
+                                                      << "training: expected an object, got a string";
+        QTest::newRow("section a list, then --set") << R"({"training": []})" << "training.steps=2"
+                                                    << "training: expected an object, got an array";
+        QTest::newRow("section a boolean, then --set") << R"({"training": true})" << "training.steps=2"
+                                                       << "training: expected an object, got a boolean";
+        QTest::newRow("--set through a value") << R"({"training": {"steps": 5}})" << "training.steps.x=2"
+                                               << "training.steps: expected an object, got an integer";
+        QTest::newRow("--set not UTF-8") << "{}" << "name=\\xff" << "name: the value is not valid UTF-8 text";
+        QTest::newRow("integer beyond int64") << R"({"model": {"n_layer": 9223372036854775808}})" << ""
+                                              << "model.n_layer: 9223372036854775808 is out of range";
+        QTest::newRow("seed beyond int64") << R"({"training": {"seed": 18446744073709551615}})" << ""
+                                           << "training.seed: 18446744073709551615 is out of range";
+        QTest::newRow("too many layers") << R"({"model": {"n_layer": 1000000000}})" << ""
+                                         << "model.n_layer: must be at most 4096";
+        QTest::newRow("absurd grad_accum") << R"({"training": {"grad_accum": 9223372036854775807}})" << ""
+                                           << "training.grad_accum: must be at most 1024";
+        QTest::newRow("absurd amax history") << R"({"precision": {"fp8": {"amax_history_length": 9223372036854775807}}})"
+                                             << "" << "precision.fp8.amax_history_length: must be at most 16777216";
+        QTest::newRow("absurd eval batches") << R"({"eval": {"batches": 9223372036854775807}})" << ""
+                                             << "eval.batches: must be at most 10000";
+        QTest::newRow("loss scale beyond float32") << R"({"precision": {"loss_scaling": {"init_scale": 1e39}}})" << ""
+                                                   << "precision.loss_scaling.init_scale: must be positive and at most";
     }
     void rejectsBadProjects()
     {
@@ -227,12 +262,48 @@ private slots:
         QFETCH(QString, message);
         try {
             std::vector<Override> overrides;
-            if (!override.isEmpty()) overrides.push_back(parse_override(override.toStdString()));
+            std::string text = override.toStdString();
+            if (const auto at = text.find("\\xff"); at != std::string::npos) text.replace(at, 4, "\xff");
+            if (!override.isEmpty()) overrides.push_back(parse_override(text));
             load_project_json(json.toStdString(), "", overrides);
             QFAIL("accepted a bad project");
         } catch (const ConfigError& e) {
             QVERIFY2(QString(e.what()).contains(message), e.what());
         }
+    }
+
+    // What this machine cannot run is refused before anything is allocated, with the estimate.
+    void refusesWhatTheMachineCannotHold()
+    {
+        const MachineLimits small{int64_t(1) << 30, 2}; // 1 GiB, 2 hardware threads
+        const auto refusal = [&](const std::string& json_text) -> std::string {
+            try {
+                check_fits_machine(load_run_config(json_text), small);
+            } catch (const ConfigError& e) {
+                return e.what();
+            }
+            return "";
+        };
+        QCOMPARE(refusal("{}"), std::string());
+        QCOMPARE(refusal(R"({"training": {"threads": 8}})"), std::string());
+        QCOMPARE(refusal(R"({"training": {"threads": 9}})"),
+                 std::string("training.threads: 9 is more than 4 per hardware thread of this machine (2): at most 8; "
+                             "0 = all hardware threads"));
+        QVERIFY(refusal(R"({"training": {"threads": 1000000000}})").starts_with("training.threads: 1000000000"));
+        const std::string wide = refusal(R"({"model": {"n_embd": 1000000000}})");
+        QVERIFY2(wide.starts_with("model: the project needs an estimated 333.1 EiB of memory (weights, gradients "
+                                  "and Adam state for model.n_layer 2, model.n_embd 1000000000"),
+                 wide.c_str());
+        QVERIFY2(wide.ends_with("more than this machine's 1.0 GiB"), wide.c_str());
+        const std::string batch = refusal(R"({"training": {"batch_size": 100000}})");
+        QVERIFY2(batch.starts_with("training.batch_size: the project needs an estimated"), batch.c_str());
+        const std::string data = refusal(R"({"data": {"examples": 1000000000}})");
+        QVERIFY2(data.starts_with("data.examples: the project needs an estimated 65.2 GiB"), data.c_str());
+        const std::string history = refusal(R"({"precision": {"fp8": {"amax_history_length": 16777216}}})");
+        QVERIFY2(history.starts_with("precision.fp8.amax_history_length: the project needs an estimated 2.1 GiB"),
+                 history.c_str());
+        // A stored run is read back on any machine; running it is checked (load_project_json).
+        QCOMPARE(load_run_config(R"({"training": {"threads": 100000}})").training.threads, int64_t(100000));
     }
 
     // Problems only visible once the data is read are still caught before training starts.

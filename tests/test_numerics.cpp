@@ -2,7 +2,10 @@
 // Number formats, FP8 scaling recipes and the loss scaler, against hand-computed bit
 // patterns and PyTorch's own rules.
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -324,6 +327,229 @@ private slots:
         QCOMPARE(split[99].item<float>(), 100.0f);
     }
 
+
+    // --- FP8 scaling at the edges (docs/NUMERICS.md) -------------------------------------
+
+    void scaleFromAmaxEdges()
+    {
+        constexpr float kMax = std::numeric_limits<float>::max();
+        const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+        // Nothing to measure: the previous scale.
+        for (float amax : {0.0f, -0.0f, -1.0f, nan, inf, -inf}) QCOMPARE(scale_from_amax(amax, 448.0, 0, 7.0f), 7.0f);
+        QCOMPARE(scale_from_amax(0.0f, 448.0, 0, inf), kMax); // a scale is never inf
+        // Tiny amax: 448 / amax overflows float -> FLT_MAX (TE), also for the smallest subnormal.
+        QCOMPARE(scale_from_amax(1e-37f, 448.0, 0, 1.0f), kMax);
+        QCOMPARE(scale_from_amax(std::numeric_limits<float>::denorm_min(), 57344.0, 0, 1.0f), kMax);
+        // The edge: 448 / FLT_MAX = 1.3166e-36 (a float: 448 is 1.75 * 2^8). At it the scale
+        // is FLT_MAX exactly; one ulp below, the quotient overflows and is clamped to FLT_MAX.
+        const float edge = 448.0f / kMax;
+        QCOMPARE(scale_from_amax(std::nextafter(edge, 1.0f), 448.0, 0, 1.0f), 448.0f / std::nextafter(edge, 1.0f));
+        QVERIFY(std::isfinite(448.0f / std::nextafter(edge, 1.0f)));
+        QVERIFY(std::isinf(448.0f / std::nextafter(edge, 0.0f)));
+        QCOMPARE(scale_from_amax(std::nextafter(edge, 0.0f), 448.0, 0, 1.0f), kMax);
+        // Margin halves the scale, in float: 448 / 2^16 / 3.
+        QCOMPARE(scale_from_amax(3.0f, 448.0, 16, 1.0f), (448.0f / 65536.0f) / 3.0f);
+        // Ordinary amaxes: bit-identical to the double formula rounded once (the old code), so
+        // no recorded run changes.
+        torch::manual_seed(15);
+        const auto amaxes = torch::exp(torch::randn({20000}) * 20.0); // e^±60 and more
+        const auto* a = amaxes.data_ptr<float>();
+        int compared = 0;
+        for (int64_t i = 0; i < amaxes.numel(); ++i) {
+            for (int margin : {0, 1, 3}) {
+                for (double fp8_max : {448.0, 57344.0}) {
+                    const double reference = (fp8_max / static_cast<double>(a[i])) / std::ldexp(1.0, margin);
+                    if (!(a[i] > 0) || reference > kMax || reference < std::numeric_limits<float>::min()) continue;
+                    QCOMPARE(scale_from_amax(a[i], fp8_max, margin, 1.0f), static_cast<float>(reference));
+                    ++compared;
+                }
+            }
+        }
+        QVERIFY(compared > 100000);
+    }
+
+    // A tensor of tiny values: finite, zeros stay zero (before: scale inf, zeros -> NaN).
+    void tinyAmaxQuantisesToFiniteValues()
+    {
+        for (auto scaling : {Fp8Scaling::Current, Fp8Scaling::Delayed, Fp8Scaling::PerRow}) {
+            Fp8Recipe r;
+            r.scaling = scaling;
+            DelayedScaling state(4);
+            const auto x = torch::tensor({1e-37f, 0.0f, -5e-38f, 1e-38f}).view({1, 4});
+            quantize_fp8(x, NumberFormat::E4M3, r, 1, &state); // delayed: records the tiny amax
+            const auto q = quantize_fp8(x, NumberFormat::E4M3, r, 1, &state);
+            QVERIFY2(torch::isfinite(q.values).all().item<bool>(), fp8_scaling_name(scaling));
+            QCOMPARE(q.values[0][1].item<float>(), 0.0f);
+            QVERIFY(q.values[0][0].item<float>() > 0.0f && q.values[0][2].item<float>() < 0.0f);
+            if (scaling != Fp8Scaling::PerRow) QCOMPARE(q.scale, std::numeric_limits<float>::max());
+        }
+    }
+
+    // Current scaling skips NaN in the amax, as TE's amax kernel: the other elements are
+    // quantised exactly as without the NaN, the NaN stays NaN.
+    void currentScalingSkipsNan()
+    {
+        Fp8Recipe r;
+        r.scaling = Fp8Scaling::Current;
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        const auto with_nan = quantize_fp8(torch::tensor({3.0f, nan, 1e-3f}), NumberFormat::E4M3, r, -1, nullptr);
+        const auto without = quantize_fp8(torch::tensor({3.0f, 1e-3f}), NumberFormat::E4M3, r, -1, nullptr);
+        QCOMPARE(with_nan.amax, 3.0f);
+        QCOMPARE(with_nan.scale, 448.0f / 3.0f);
+        QCOMPARE(with_nan.values[0].item<float>(), without.values[0].item<float>());
+        QCOMPARE(with_nan.values[2].item<float>(), without.values[1].item<float>());
+        QVERIFY(std::isnan(with_nan.values[1].item<float>()));
+        // All NaN: amax 0, scale 1 (nothing measured).
+        const auto all_nan = quantize_fp8(torch::full({4}, nan), NumberFormat::E4M3, r, -1, nullptr);
+        QCOMPARE(all_nan.amax, 0.0f);
+        QCOMPARE(all_nan.scale, 1.0f);
+        // Per row: a NaN row element does not take its row's scale to 1.
+        Fp8Recipe rows;
+        rows.scaling = Fp8Scaling::PerRow;
+        rows.rowwise_power_of_two = false;
+        const auto q = quantize_fp8(torch::tensor({3.0f, nan, 1e-3f}).view({1, 3}), NumberFormat::E4M3, rows, 1, nullptr);
+        QCOMPARE(q.values[0][2].item<float>(), without.values[1].item<float>());
+    }
+
+    // Delayed scaling: a NaN amax is stored in the history but skipped by the max, so it does
+    // not freeze the scale; an inf amax does, for exactly the history window (as TE's fmaxf);
+    // zero amaxes enter the history (TE's unfused/Python path) and change nothing else.
+    void delayedScalingNanInfAndZeroAmaxes()
+    {
+        const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+        DelayedScaling s(4);
+        s.record(2.0f, 448.0, true, 0);
+        QCOMPARE(s.scale(), 224.0f);
+        s.record(nan, 448.0, true, 0);
+        QVERIFY(std::isnan(s.history()[0]));
+        QCOMPARE(s.scale(), 224.0f); // max over {NaN, 2}: 2
+        s.record(1.0f, 448.0, true, 0);
+        s.record(1.0f, 448.0, true, 0);
+        QCOMPARE(s.scale(), 224.0f); // 2 is still in the window of 4
+        s.record(1.0f, 448.0, true, 0);
+        QCOMPARE(s.scale(), 448.0f); // 2 left the window; the NaN left before it changed anything
+        // most_recent: a NaN keeps the previous scale for that one step only.
+        DelayedScaling recent(4);
+        recent.record(2.0f, 448.0, false, 0);
+        recent.record(nan, 448.0, false, 0);
+        QCOMPARE(recent.scale(), 224.0f);
+        recent.record(4.0f, 448.0, false, 0);
+        QCOMPARE(recent.scale(), 112.0f);
+        // inf: the scale is kept while the inf is in the window (4 records), then recomputed.
+        DelayedScaling frozen(4);
+        frozen.record(2.0f, 448.0, true, 0);
+        frozen.record(inf, 448.0, true, 0);
+        QCOMPARE(frozen.scale(), 224.0f);
+        for (int i = 0; i < 3; ++i) {
+            frozen.record(1.0f, 448.0, true, 0);
+            QCOMPARE(frozen.scale(), 224.0f); // the inf is still among the last 4 amaxes
+        }
+        frozen.record(1.0f, 448.0, true, 0);
+        QCOMPARE(frozen.scale(), 448.0f); // the inf rolled out on the 4th record after it
+        // Zeros: entered at slot 0, the rest shifts; the max ignores them; all zero -> kept.
+        DelayedScaling zeros(3);
+        zeros.record(4.0f, 448.0, true, 0);
+        zeros.record(0.0f, 448.0, true, 0);
+        QCOMPARE(zeros.history(), (std::vector<float>{0.0f, 4.0f, 0.0f}));
+        QCOMPARE(zeros.scale(), 112.0f);
+        zeros.record(0.0f, 448.0, true, 0);
+        zeros.record(0.0f, 448.0, true, 0); // 4 has left: all zero
+        QCOMPARE(zeros.history(), (std::vector<float>{0.0f, 0.0f, 0.0f}));
+        QCOMPARE(zeros.scale(), 112.0f);
+        // A tiny amax through the history: FLT_MAX, not inf.
+        zeros.record(1e-38f, 448.0, true, 0);
+        QCOMPARE(zeros.scale(), std::numeric_limits<float>::max());
+    }
+
+    // MXFP8's shared exponent comes from the bits: for every 2^k - j ulps (j = 1..4) across
+    // the float range, E4M3 and E5M2, floor and round-up rules, against OCP MX v1.0 computed
+    // here independently with frexp in double.
+    void mxfp8ExponentFromBits_data()
+    {
+        QTest::addColumn<NumberFormat>("format");
+        QTest::addColumn<bool>("roundUp");
+        QTest::newRow("e4m3 floor") << NumberFormat::E4M3 << false;
+        QTest::newRow("e5m2 floor") << NumberFormat::E5M2 << false;
+        QTest::newRow("e4m3 up") << NumberFormat::E4M3 << true;
+        QTest::newRow("e5m2 up") << NumberFormat::E5M2 << true;
+    }
+    void mxfp8ExponentFromBits()
+    {
+        QFETCH(NumberFormat, format);
+        QFETCH(bool, roundUp);
+        const int emax = format == NumberFormat::E4M3 ? 8 : 15;
+        const double max_finite = format == NumberFormat::E4M3 ? 448.0 : 57344.0;
+        Fp8Recipe r;
+        r.scaling = Fp8Scaling::Block32;
+        r.mx_round_scale_up = roundUp;
+        std::vector<float> amaxes;
+        for (int k = -149; k <= 128; ++k) {
+            float v = std::ldexp(1.0f, std::min(k, 127)) * (k == 128 ? 2.0f : 1.0f); // 2^128 = inf
+            for (int j = 1; j <= 4; ++j) {
+                v = std::nextafter(v, 0.0f);
+                if (v > 0) amaxes.push_back(v);
+            }
+            if (k <= 127) amaxes.push_back(std::ldexp(1.0f, k)); // the power itself
+        }
+        // One block per amax: the amax first, then smaller values that share its scale.
+        const auto n = static_cast<int64_t>(amaxes.size());
+        auto x = torch::zeros({n, 32});
+        for (int64_t i = 0; i < n; ++i) {
+            x[i][0] = amaxes[i];
+            x[i][1] = amaxes[i] * 0.3f;
+            x[i][2] = -amaxes[i] * 0.7f;
+        }
+        const auto q = quantize_fp8(x, format, r, 1, nullptr).values;
+        const auto floor_bits = floor_log2_from_bits(torch::tensor(amaxes));
+        int checked = 0;
+        for (int64_t i = 0; i < n; ++i) {
+            int e2 = 0;
+            std::frexp(static_cast<double>(amaxes[i]), &e2); // amax = m * 2^e2, m in [0.5, 1)
+            QCOMPARE(floor_bits[i].item<int>(), e2 - 1);
+            int shared = e2 - 1 - emax; // OCP: floor(log2 amax) - emax_elem
+            if (roundUp && amaxes[i] > max_finite * std::ldexp(1.0, shared)) ++shared;
+            shared = std::clamp(shared, -127, 127);
+            const double block_scale = std::ldexp(1.0, shared);
+            for (int c = 0; c < 3; ++c) {
+                const float v = x[i][c].item<float>();
+                const double scaled = std::clamp(static_cast<double>(v) / block_scale, -max_finite, max_finite);
+                const float expected = static_cast<float>(round1(static_cast<float>(scaled), format) * block_scale);
+                const float got = q[i][c].item<float>();
+                QVERIFY2(got == expected, qPrintable(QString("amax %1 (%2), element %3: got %4, expected %5")
+                                                         .arg(amaxes[i], 0, 'g', 9)
+                                                         .arg(QString::asprintf("%a", static_cast<double>(amaxes[i])))
+                                                         .arg(c)
+                                                         .arg(got, 0, 'g', 9)
+                                                         .arg(expected, 0, 'g', 9)));
+                ++checked;
+            }
+        }
+        QCOMPARE(checked, static_cast<int>(3 * n));
+        // The case: 127.99999237 (2^7 - 1 ulp) is in binade 6; E4M3 saturates it to 112.
+        if (format == NumberFormat::E4M3 && !roundUp) {
+            auto block = torch::zeros({32});
+            block[0] = std::nextafter(128.0f, 0.0f);
+            QCOMPARE(quantize_fp8(block, format, r, 0, nullptr).values[0].item<float>(), 112.0f);
+        }
+    }
+
+    // OCP MX v1.0: a block holding Inf or NaN gets a NaN scale, so all of it is NaN; the
+    // other blocks of the tensor are untouched.
+    void mxfp8NonFiniteBlocks()
+    {
+        Fp8Recipe r;
+        r.scaling = Fp8Scaling::Block32;
+        for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN()}) {
+            auto x = torch::full({96}, 0.5f);
+            x[40] = bad;
+            const auto q = quantize_fp8(x, NumberFormat::E4M3, r, 0, nullptr).values;
+            QVERIFY(torch::isnan(q.narrow(0, 32, 32)).all().item<bool>());
+            QVERIFY(torch::equal(q.narrow(0, 0, 32), torch::full({32}, 0.5f)));
+            QVERIFY(torch::equal(q.narrow(0, 64, 32), torch::full({32}, 0.5f)));
+        }
+    }
+
     // --- loss scaling -------------------------------------------------------------------
 
     void dynamicScalerMatchesPyTorch()
@@ -345,6 +571,72 @@ private slots:
             QCOMPARE(s.growth_tracker(), int64_t(tracker[i]));
             if (found[i]) QCOMPARE(outcome, LossScaler::Outcome::SkippedAndBackedOff);
         }
+    }
+
+    // The ends of the float32 range, against torch._amp_update_scale_ (PyTorch 2.13, CPU).
+    void lossScaleIsFloat32AtTheEnds()
+    {
+        LossScalingConfig c;
+        c.mode = LossScalingMode::Dynamic;
+        c.growth_interval = 1;
+        // Growth stops at 2^127: 2^128 is not a float; the tracker still resets.
+        c.init_scale = std::ldexp(1.0, 126);
+        LossScaler up(c);
+        QCOMPARE(up.update(false), LossScaler::Outcome::Grew);
+        QCOMPARE(up.scale(), std::ldexp(1.0, 127));
+        QCOMPARE(up.update(false), LossScaler::Outcome::Clean);
+        QCOMPARE(up.scale(), std::ldexp(1.0, 127));
+        QCOMPARE(up.growth_tracker(), int64_t(0));
+        // From FLT_MAX: x (1 + 2^-26) rounds back to FLT_MAX (finite: taken), x (1 + 2^-24)
+        // rounds to inf (refused). Either way FLT_MAX, as PyTorch.
+        const double flt_max = std::numeric_limits<float>::max();
+        c.init_scale = flt_max;
+        c.growth_factor = 1.0 + std::ldexp(1.0, -26);
+        LossScaler edge(c);
+        QCOMPARE(edge.update(false), LossScaler::Outcome::Grew);
+        QCOMPARE(edge.scale(), flt_max);
+        c.growth_factor = 1.0 + std::ldexp(1.0, -24);
+        LossScaler over(c);
+        QCOMPARE(over.update(false), LossScaler::Outcome::Clean);
+        QCOMPARE(over.scale(), flt_max);
+        // Backoff goes through the subnormals to 0, rounding to nearest even.
+        c.growth_factor = 2.0;
+        c.init_scale = std::ldexp(1.0, -148);
+        LossScaler down(c);
+        down.update(true);
+        QCOMPARE(down.scale(), std::ldexp(1.0, -149));
+        down.update(true);
+        QCOMPARE(down.scale(), 0.0); // 2^-150 is the tie between 0 and 2^-149: even is 0
+        down.update(false);
+        QCOMPARE(down.scale(), 0.0); // 0 x 2 = 0: it stays there, as PyTorch's
+        c.init_scale = 3 * std::ldexp(1.0, -149);
+        LossScaler tie(c);
+        tie.update(true);
+        QCOMPARE(tie.scale(), std::ldexp(1.0, -148)); // 1.5 ulp -> 2 ulp (even)
+        tie.update(true);
+        QCOMPARE(tie.scale(), std::ldexp(1.0, -149));
+        // A backoff factor that is not a power of two rounds each step to float32.
+        c.init_scale = 1e-38;
+        c.backoff_factor = 0.3;
+        LossScaler third(c);
+        const double expected[] = {0x1.05563800p-128, 0x1.399aa000p-130, 0x1.78530000p-132};
+        for (double e : expected) {
+            third.update(true);
+            QCOMPARE(third.scale(), e);
+        }
+        // From the default 2^16, the 165th backoff reaches 2^-149 and the 166th 0.
+        c.init_scale = 65536.0;
+        c.backoff_factor = 0.5;
+        LossScaler many(c);
+        for (int i = 0; i < 165; ++i) many.update(true);
+        QCOMPARE(many.scale(), std::ldexp(1.0, -149));
+        many.update(true);
+        QCOMPARE(many.scale(), 0.0);
+        // The float32 conversion itself.
+        QCOMPARE(to_float32(0x1.fffffep127), std::numeric_limits<float>::max());
+        QCOMPARE(to_float32(0x1.ffffffp127), std::numeric_limits<float>::infinity()); // the tie
+        QCOMPARE(to_float32(std::nextafter(0x1.ffffffp127, 0.0)), std::numeric_limits<float>::max());
+        QCOMPARE(to_float32(-1e300), -std::numeric_limits<float>::infinity());
     }
 
     void pytorchDefaults()
