@@ -48,19 +48,23 @@ void DeviceDelayedScaling::record(const torch::Tensor& amax, double fp8_max, boo
 {
     // A new history each step (1,024 floats): nothing that used the old scale is overwritten.
     history_ = torch::cat({amax.reshape({1}).to(torch::kFloat32), history_.narrow(0, 0, history_.size(0) - 1)});
-    // max propagates NaN and +inf, so a non-finite amax anywhere keeps the old scale, exactly
-    // as the host loop that stops at the first non-finite value.
-    const auto reduced = use_max ? history_.max() : history_[0];
+    // fmax over the window, as the host's: NaN entries skipped, an inf wins (and keeps the
+    // previous scale while it is in the window), all zero/NaN reduces to 0.
+    const auto reduced = use_max ? history_.masked_fill(history_.isnan(), 0.0f).max() : history_[0];
     scale_ = device_scale_from_amax(reduced, fp8_max, margin, scale_);
 }
 
 torch::Tensor device_scale_from_amax(const torch::Tensor& amax, double fp8_max, int64_t margin,
                                      const torch::Tensor& previous)
 {
+    constexpr float kMax = std::numeric_limits<float>::max();
     const auto a = amax.to(torch::kFloat32);
-    auto scale = torch::full({}, static_cast<float>(fp8_max), a.options()) / a;
-    if (margin != 0) scale = scale / std::ldexp(1.0f, static_cast<int>(margin));
-    return torch::where((a > 0) & torch::isfinite(a), scale, previous.to(torch::kFloat32));
+    // One float division of an exact float, then FLT_MAX where it overflows: the host's rule.
+    const float scaled_max = std::ldexp(static_cast<float>(fp8_max), -static_cast<int>(margin));
+    auto scale = torch::full({}, scaled_max, a.options()) / a;
+    scale = scale.masked_fill(scale.isinf(), kMax);
+    const auto prev = previous.to(torch::kFloat32);
+    return torch::where((a > 0) & torch::isfinite(a), scale, prev.masked_fill(prev.isinf(), kMax));
 }
 
 torch::Tensor to_fp8_codes(const torch::Tensor& scaled, NumberFormat format, Overflow overflow)
@@ -83,7 +87,7 @@ Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const
                 "the native FP8 cast does per-tensor scaling only");
     const double fp8_max = format_info(format).max_finite;
     const auto x32 = x.to(torch::kFloat32); // BF16 -> FP32 is exact; the scaled product must be FP32
-    const auto amax = x32.abs().amax();     // () on the device, NaN-propagating like the host max
+    const auto amax = amax_ignoring_nan(x32); // () on the device; NaN skipped, as the host's
     Fp8Tensor out;
     out.format = format;
     if (recipe.scaling == Fp8Scaling::Delayed) {

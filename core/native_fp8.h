@@ -41,9 +41,9 @@ private:
     torch::Tensor scale_;   // () FP32
 };
 
-// scale_from_amax on the device: (fp8_max / amax) / 2^margin, `previous` where amax is 0 or
-// not finite. FP32 division rounds exactly as the host's double-then-float does (both are
-// correctly rounded: 53 >= 2 * 24 + 2).
+// scale_from_amax on the device, to the bit (fp8_scaling.h states the rule): one FP32
+// division float(fp8_max / 2^margin) / amax, FLT_MAX where it overflows, `previous` where amax
+// is 0 or not finite.
 torch::Tensor device_scale_from_amax(const torch::Tensor& amax, double fp8_max, int64_t margin,
                                      const torch::Tensor& previous);
 

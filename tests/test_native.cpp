@@ -203,7 +203,7 @@ private slots:
     }
 
     // The device scale rule against the host's on amaxes that hit each branch: zero, a
-    // subnormal, tiny and huge values, infinity and NaN, with a margin.
+    // subnormal (whose scale overflows to FLT_MAX), tiny and huge values, infinity and NaN, with a margin.
     void deviceScaleMatchesHost()
     {
         for (const int64_t margin : {0, 2})
@@ -211,7 +211,7 @@ private slots:
                 DelayedScaling host(3);
                 DeviceDelayedScaling device;
                 device.upload(host, torch::kCPU);
-                for (const float amax : {0.0f, 1.5f, std::ldexp(1.0f, -140), 3e-3f, 7e30f, 2.0f, INFINITY, 0.25f, NAN,
+                for (const float amax : {0.0f, 1.5f, std::ldexp(1.0f, -140), 3e-3f, 7e30f, 2.0f, INFINITY, 0.25f, NAN, 1e-38f,
                                          5.0f, 1.0f, 1.0f, 1.0f}) {
                     host.record(amax, 448.0, use_max, margin);
                     device.record(torch::tensor(amax), 448.0, use_max, margin);
