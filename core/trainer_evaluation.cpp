@@ -57,6 +57,9 @@ std::string Trainer::Impl::sample(const std::string& prompt, int64_t tokens, uin
             logits = logits.masked_fill(logits < kth, -std::numeric_limits<double>::infinity());
         }
         const auto probs = torch::softmax(logits, 0);
+        // A diverged model (NaN weights) has no distribution to draw from; the divergence
+        // itself is the watchers' to report, so the sample just ends here.
+        if (!torch::isfinite(probs).all().item<bool>() || !(probs.sum().item<double>() > 0.0)) break;
         ids.push_back(torch::multinomial(probs, 1, false, generator).item<int64_t>());
     }
     model->train();

@@ -91,6 +91,23 @@ private slots:
         QVERIFY(std::abs(rec.evals[3].val_loss - 2.9470) < 1e-3);
     }
 
+    // A run whose weights went NaN (absurd weight decay) still evaluates: the sample ends at
+    // the first token it cannot draw, instead of LibTorch's multinomial throwing.
+    void divergedRunStillEvaluates()
+    {
+        auto config = golden_project();
+        config.training.steps = 4;
+        config.eval.interval = 2;
+        config.eval.sample_tokens = 8;
+        config.optimizer.weight_decay = 1.8e19;
+        Trainer trainer(config);
+        Recorder rec;
+        const RunSummary summary = trainer.run(rec);
+        QCOMPARE(summary.steps_done, int64_t(4));
+        QVERIFY(std::isnan(rec.evals.back().val_loss));
+        QCOMPARE(trainer.sample("", 5, 1), std::string());
+    }
+
     void isBitwiseDeterministic()
     {
         auto run_once = [] {
