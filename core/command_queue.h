@@ -32,6 +32,12 @@ public:
         ready_.notify_all();
     }
 
+    bool empty() const
+    {
+        std::lock_guard lock(mutex_);
+        return queue_.empty();
+    }
+
     std::optional<Command> try_pop()
     {
         std::lock_guard lock(mutex_);
@@ -52,7 +58,7 @@ public:
     }
 
 private:
-    std::mutex mutex_;
+    mutable std::mutex mutex_;
     std::condition_variable ready_;
     std::deque<Command> queue_;
 };

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "telemetry_frame.h"
 
+#include <optional>
+
 #include <c10/core/Event.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
@@ -38,18 +40,28 @@ void TelemetryStep::remember_weights(Gpt& model)
 
 namespace {
 
-// The step's statistics buffer on the host. One copy: on CUDA asynchronous into pinned memory,
-// with an event to know when it has landed; on the CPU the buffer already is host memory.
-torch::Tensor read_back(const torch::Tensor& buffer)
+// One copy of the step's buffer to the host: on CUDA asynchronous into pinned memory, with an
+// event that says when it has landed; on the CPU the buffer already is host memory.
+struct HostCopy {
+    torch::Tensor device_buffer; // kept alive until the copy has run
+    torch::Tensor host;
+    std::optional<c10::Event> landed;
+};
+
+HostCopy start_copy(const torch::Tensor& buffer)
 {
-    if (!buffer.is_cuda()) return buffer.contiguous();
-    auto host = torch::empty(buffer.sizes(), buffer.options().device(torch::kCPU).pinned_memory(true));
-    host.copy_(buffer, /*non_blocking=*/true);
+    HostCopy c;
+    if (!buffer.is_cuda()) {
+        c.host = buffer.contiguous();
+        return c;
+    }
+    c.device_buffer = buffer;
+    c.host = torch::empty(buffer.sizes(), buffer.options().device(torch::kCPU).pinned_memory(true));
+    c.host.copy_(buffer, /*non_blocking=*/true);
     const c10::impl::VirtualGuardImpl guard(buffer.device().type());
-    c10::Event ready(buffer.device().type());
-    ready.record(guard.getStream(buffer.device()));
-    ready.synchronize(); // the stream up to this copy, not the whole device
-    return host;
+    c.landed.emplace(buffer.device().type());
+    c.landed->record(guard.getStream(buffer.device()));
+    return c;
 }
 
 // Where each value of the frame sits in the step's buffer.
@@ -69,21 +81,32 @@ struct Layout {
 
 } // namespace
 
-LayerStatsFrame TelemetryStep::assemble(Gpt& model, int64_t step, bool skipped, bool on_cuda)
-{
-    torch::NoGradGuard no_grad;
-    // Everything measured is still on the device: gather it into one buffer, read it back
-    // once, then fill the frame on the host.
-    LayerGemm::finish_stats(model->gemm_layers());
-    Layout layout;
+struct TelemetryStep::InFlight {
     struct TensorSlot {
         PendingTensorStats pending;
         std::string layer;
         int64_t row = 0, rms = -1; // rms: w_rms, u_rms of the update ratio
         int64_t scale = -1;        // the native FP8 scale, read back with the rows
     };
+    int64_t step = 0;
     std::vector<TensorSlot> tensors;
     std::vector<std::pair<std::string, std::pair<int64_t, double>>> logits; // block, (slot, 1/sqrt(d))
+    int64_t log_z = -1;
+    HostCopy copy;
+};
+
+std::shared_ptr<TelemetryStep::InFlight> TelemetryStep::launch(Gpt& model, int64_t step, bool skipped)
+{
+    torch::NoGradGuard no_grad;
+    // Everything measured is still on the device: gather it into one buffer, read it back
+    // once, then fill the frame on the host.
+    LayerGemm::finish_stats(model->gemm_layers());
+    Layout layout;
+    auto out = std::make_shared<InFlight>();
+    out->step = step;
+    auto& tensors = out->tensors;
+    auto& logits = out->logits;
+    using TensorSlot = InFlight::TensorSlot;
     for (const auto& g : model->gemm_layers()) {
         for (auto& p : g->take_pending()) {
             TensorSlot slot{std::move(p), g->name()};
@@ -106,15 +129,22 @@ LayerStatsFrame TelemetryStep::assemble(Gpt& model, int64_t step, bool skipped, 
                               {layout.add(g->attention_max_score()), g->attention_logit_scale()}});
         }
     }
-    const int64_t log_z = model->log_z_mean().defined()
-                              ? layout.add(torch::stack({model->log_z_mean(), model->log_z_max()}))
-                              : -1;
+    out->log_z = model->log_z_mean().defined()
+                     ? layout.add(torch::stack({model->log_z_mean(), model->log_z_max()}))
+                     : -1;
+    if (!layout.parts.empty()) out->copy = start_copy(torch::cat(layout.parts));
+    weights_before_.clear();
+    return out;
+}
 
-    const auto host = layout.parts.empty() ? torch::Tensor() : read_back(torch::cat(layout.parts));
+LayerStatsFrame TelemetryStep::complete(const InFlight& in, bool on_cuda)
+{
+    if (in.copy.landed) in.copy.landed->synchronize(); // the stream up to the copy, not the device
+    const auto& host = in.copy.host;
     const double* values = host.defined() ? host.data_ptr<double>() : nullptr;
     LayerStatsFrame frame;
-    frame.step = step;
-    for (auto& slot : tensors) {
+    frame.step = in.step;
+    for (const auto& slot : in.tensors) {
         const auto& p = slot.pending;
         const float scale = slot.scale >= 0 ? static_cast<float>(values[slot.scale]) : p.scale;
         TensorStats t = tensor_stats_from_row(values + slot.row, p.format, scale, p.count, p.compared);
@@ -126,13 +156,12 @@ LayerStatsFrame TelemetryStep::assemble(Gpt& model, int64_t step, bool skipped, 
         }
         frame.tensors.push_back(std::move(t));
     }
-    for (const auto& [block, at] : logits) frame.attention_max_logit.emplace_back(block, values[at.first] * at.second);
-    if (log_z >= 0) {
-        frame.log_z_mean = values[log_z];
-        frame.log_z_max = values[log_z + 1];
+    for (const auto& [block, at] : in.logits) frame.attention_max_logit.emplace_back(block, values[at.first] * at.second);
+    if (in.log_z >= 0) {
+        frame.log_z_mean = values[in.log_z];
+        frame.log_z_max = values[in.log_z + 1];
     }
     frame.memory = read_memory(on_cuda);
-    weights_before_.clear();
     return frame;
 }
 

@@ -4,6 +4,7 @@
 // Arming only makes the layers read their tensors; the arithmetic of the step is the same
 // armed or not (tests/test_golden holds every preset to that, bit for bit).
 
+#include <memory>
 #include <string>
 #include <unordered_map>
 
@@ -26,9 +27,20 @@ public:
     void disarm(Gpt& model);
     // Copies of the weights the layers multiplied, before the optimizer moves them.
     void remember_weights(Gpt& model);
-    // Everything measured: per-tensor statistics (with the update/weight ratio unless the
-    // step was skipped), attention max logits, log Z, memory.
-    LayerStatsFrame assemble(Gpt& model, int64_t step, bool skipped, bool on_cuda);
+    // A telemetry step's measurements on their way to the host: one buffer, copied once
+    // (on CUDA asynchronously into pinned memory), with where each value sits in it.
+    struct InFlight;
+    // Gathers everything measured (per-tensor statistics with the update/weight ratio unless
+    // the step was skipped, attention max logits, log Z) and starts the copy. No host sync.
+    std::shared_ptr<InFlight> launch(Gpt& model, int64_t step, bool skipped);
+    // The frame, once the copy has landed (waits for it only if it has not; after the next
+    // step's own sync it has), with the memory reading of now.
+    static LayerStatsFrame complete(const InFlight& in_flight, bool on_cuda);
+    // launch + complete: the frame now.
+    LayerStatsFrame assemble(Gpt& model, int64_t step, bool skipped, bool on_cuda)
+    {
+        return complete(*launch(model, step, skipped), on_cuda);
+    }
 
 private:
     std::unordered_map<std::string, torch::Tensor> weights_before_;

@@ -92,6 +92,7 @@ Trainer::Impl::Impl(ProjectConfig c) : config(std::move(c)), watchers(config.tel
     }
     scaler = LossScaler(resolve_loss_scaling(config.precision, any_fp16));
     for (const auto& g : model->gemm_layers()) layer_order.push_back(g->name());
+    defer_frames = device.is_cuda();
     train_batches = std::make_unique<BatchSampler>(data.train, config.training.batch_size,
                                                    config.model.context_length, config.training.seed);
 }
@@ -115,6 +116,7 @@ void Trainer::export_safetensors(const std::string& path) const
                        {"project", to_json_text(impl_->config)}});
 }
 
+void Trainer::set_deferred_frames(bool deferred) { impl_->defer_frames = deferred; }
 void Trainer::set_checkpoint_dir(const std::string& dir) { impl_->config.training.checkpoint_dir = dir; }
 void Trainer::set_checkpoint_identity(const std::string& run_uuid, int64_t run_id)
 {
@@ -204,7 +206,25 @@ RunSummary Trainer::run(TelemetrySink& sink)
     int64_t timed_steps = 0;
     const int64_t first_step = step;
     TelemetryStep telemetry;
+    // On CUDA a telemetry step's frame lands on the host while the next step runs (its copy
+    // is done by that step's own sync) and is handed on then, with its step number. Before
+    // anything that saves or changes state at a step boundary (commands, evaluation,
+    // checkpoints, the end) it is handed on first, so watcher state never depends on timing.
+    std::shared_ptr<TelemetryStep::InFlight> in_flight;
+    auto deliver = [&](std::vector<WatchAlert>& alerts) {
+        if (!in_flight) return;
+        const auto frame = TelemetryStep::complete(*in_flight, s.device.is_cuda());
+        in_flight.reset();
+        sink.on_layer_stats(frame);
+        for (auto& a : s.watchers.on_frame(frame, s.layer_order)) alerts.push_back(std::move(a));
+    };
+    auto deliver_now = [&] {
+        std::vector<WatchAlert> alerts;
+        deliver(alerts);
+        s.handle_alerts(alerts, sink);
+    };
     while (step < cfg.training.steps) {
+        if (!s.commands.empty()) deliver_now();
         if (!s.apply_commands(sink)) {
             summary.stopped_early = true;
             break;
@@ -235,10 +255,13 @@ RunSummary Trainer::run(TelemetrySink& sink)
         sink.on_step(m);
         auto alerts = std::move(outcome.alerts);
         for (auto& a : s.watchers.on_step(m)) alerts.push_back(std::move(a));
+        deliver(alerts); // the previous telemetry step's, landed during this step
+        const bool last = step == cfg.training.steps;
+        const bool evaluates = (cfg.eval.interval > 0 && step % cfg.eval.interval == 0) || last;
+        const bool checkpoints = cfg.training.checkpoint_interval > 0 && step % cfg.training.checkpoint_interval == 0;
         if (armed) {
-            const auto frame = telemetry.assemble(s.model, step, outcome.skipped, s.device.is_cuda());
-            sink.on_layer_stats(frame);
-            for (auto& a : s.watchers.on_frame(frame, s.layer_order)) alerts.push_back(std::move(a));
+            in_flight = telemetry.launch(s.model, step, outcome.skipped);
+            if (!s.defer_frames || evaluates || checkpoints) deliver(alerts);
         }
         s.handle_alerts(alerts, sink);
         summary.final_train_loss = m.train_loss;
@@ -246,11 +269,10 @@ RunSummary Trainer::run(TelemetrySink& sink)
             timed_ms += ms;
             ++timed_steps;
         }
-        const bool last = step == cfg.training.steps;
-        if ((cfg.eval.interval > 0 && step % cfg.eval.interval == 0) || last) evaluate(step);
-        if (cfg.training.checkpoint_interval > 0 && step % cfg.training.checkpoint_interval == 0 && !last)
-            s.write_periodic_checkpoint(sink);
+        if (evaluates) evaluate(step);
+        if (checkpoints && !last) s.write_periodic_checkpoint(sink);
     }
+    deliver_now();
     // The final state is always kept, so a stopped run can be resumed.
     if (step > first_step) s.write_periodic_checkpoint(sink);
     summary.steps_done = step;

@@ -71,6 +71,10 @@ public:
     };
     // Called on the training thread after each write, before old checkpoints are rotated
     // away; must not throw. Call before run().
+    // Telemetry frames are handed to the sink one step after the step they describe (with
+    // its step number), so that their copy to the host never stalls a step. On by default on
+    // CUDA; tests switch it on for the CPU to hold the two schedules together.
+    void set_deferred_frames(bool deferred);
     void set_checkpoint_listener(std::function<void(const CheckpointWrite&)> listener);
 
     // Switches every layer matching the glob to `formats` between two steps. Throws

@@ -56,6 +56,7 @@ struct Trainer::Impl {
     Watchers watchers;
     std::vector<std::string> layer_order; // GEMM layers in forward order, for attribution
     CommandQueue commands;
+    bool defer_frames = false; // telemetry frames handed on a step later (CUDA)
     CheckpointIdentity identity; // written into every checkpoint; run_uuid empty = no run attached
     std::function<void(const Trainer::CheckpointWrite&)> checkpoint_listener;
     std::map<std::string, bool> checkpoint_is_ours; // by path: read once, for shared folders

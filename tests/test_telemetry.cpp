@@ -20,6 +20,8 @@
 // Qt after LibTorch: Qt's `slots` macro would break torch's IValue::slots().
 #include <QtTest>
 
+#include "run_capture.h"
+
 #include <set>
 
 #include <QTemporaryDir>
@@ -61,6 +63,58 @@ Q_DECLARE_METATYPE(mantissa::NumberFormat)
 class TestTelemetry : public QObject {
     Q_OBJECT
 private slots:
+    // The CUDA schedule on the CPU: a frame is handed on after the next step (its copy lands
+    // during that step's sync), except before an evaluation, a checkpoint or the end. The
+    // frames, their step numbers, the losses and the final weights are those of the
+    // immediate schedule, bit for bit.
+    void deferredFramesAreTheSameFrames()
+    {
+        auto config = load_project_file(MANTISSA_TEST_DATA_DIR "/golden_project.json");
+        config.training.steps = 9;
+        config.eval.interval = 4;
+        config.telemetry.interval = 1;
+        config.precision.preset = "fp8-hybrid";
+        struct Order : RunCapture {
+            std::vector<std::string> calls;
+            void on_step(const StepMetrics& m) override
+            {
+                RunCapture::on_step(m);
+                calls.push_back("step " + std::to_string(m.step));
+            }
+            void on_layer_stats(const LayerStatsFrame& f) override
+            {
+                RunCapture::on_layer_stats(f);
+                calls.push_back("frame " + std::to_string(f.step));
+            }
+        };
+        auto run = [&](bool deferred, Order& out) {
+            Trainer trainer(config);
+            trainer.set_deferred_frames(deferred);
+            trainer.run(out);
+            return exported_weights(trainer);
+        };
+        Order now, later;
+        const auto w_now = run(false, now), w_later = run(true, later);
+        QCOMPARE(now.calls[0], std::string("step 1"));
+        QCOMPARE(now.calls[1], std::string("frame 1"));
+        // Frame 1 after step 2; frame 4 at once (an evaluation follows step 4); frame 9 at the end.
+        const std::vector<std::string> expected_later = {"step 1", "step 2", "frame 1", "step 3", "frame 2", "step 4",
+                                                         "frame 3", "frame 4", "step 5", "step 6", "frame 5", "step 7",
+                                                         "frame 6", "step 8", "frame 7", "frame 8", "step 9", "frame 9"};
+        QCOMPARE(later.calls, expected_later);
+        QCOMPARE(later.frame_steps(), now.frame_steps());
+        for (size_t i = 0; i < now.frames.size(); ++i) {
+            const QString diff = frame_difference(later.frames[i], now.frames[i]);
+            QVERIFY2(diff.isEmpty(), qPrintable(diff));
+        }
+        for (size_t i = 0; i < now.steps.size(); ++i) {
+            const QString diff = step_difference(later.steps[i], now.steps[i]);
+            QVERIFY2(diff.isEmpty(), qPrintable(diff));
+        }
+        QVERIFY(!w_now.isEmpty());
+        QVERIFY(w_now == w_later);
+    }
+
     void exponentHistogramIsExact()
     {
         const float inf = std::numeric_limits<float>::infinity();
