@@ -5,6 +5,9 @@
 #include <limits>
 
 #include "layer_gemm.h"
+#ifdef MANTISSA_CUDA_KERNELS
+#include "cuda/fp8_cast.h"
+#endif
 
 namespace mantissa {
 
@@ -79,6 +82,49 @@ torch::Tensor to_fp8_codes(const torch::Tensor& scaled, NumberFormat format, Ove
     return scaled.to(fp8_dtype(format));
 }
 
+#ifdef MANTISSA_CUDA_KERNELS
+namespace {
+
+// The fused cast against the LibTorch ops it replaces, once per process on crafted values
+// (subnormals, the format's edges, inf, NaN, three dtypes): any difference and the ops stay.
+bool fused_cast_agrees(const torch::Device& device)
+{
+    static const bool agrees = [&] {
+        try {
+            // Every binade from 2^-140 to 2^20 with both signs; no random numbers (the run's
+            // generators must not move).
+            const auto magnitudes = torch::exp2(torch::linspace(-140.0, 20.0, 4096));
+            const auto signs = 1.0 - 2.0 * (torch::arange(4096) % 2).to(torch::kFloat32);
+            auto base = torch::cat({magnitudes * signs,
+                                    torch::tensor({0.0f, -0.0f, 1e-45f, 1e-40f, 447.9f, 448.0f, 464.0f, 465.0f,
+                                                   57344.0f, 61440.0f, 1e38f, INFINITY, -INFINITY, NAN})});
+            for (auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kHalf})
+                for (bool e4m3 : {true, false})
+                    for (bool saturate : {true, false})
+                        for (float s : {1.0f, 0.37f, 1e4f}) {
+                            const auto x = base.to(device, dtype);
+                            const auto scale = torch::full({}, s, x.options().dtype(torch::kFloat32));
+                            const auto format = e4m3 ? NumberFormat::E4M3 : NumberFormat::E5M2;
+                            torch::Tensor amax;
+                            const auto fused = cuda_kernels::fused_scale_cast_amax(x, scale, e4m3, saturate, amax);
+                            const auto x32 = x.to(torch::kFloat32);
+                            const auto ops = to_fp8_codes(x32 * scale, format,
+                                                          saturate ? Overflow::Saturate : Overflow::Propagate);
+                            if (!torch::equal(fused.view(torch::kUInt8).cpu(), ops.view(torch::kUInt8).cpu()) ||
+                                !torch::equal(amax.cpu(), amax_ignoring_nan(x32).cpu()))
+                                return false;
+                        }
+            return true;
+        } catch (const std::exception&) {
+            return false;
+        }
+    }();
+    return agrees;
+}
+
+} // namespace
+#endif
+
 Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe,
                               DeviceDelayedScaling* delayed, bool record)
 {
@@ -86,6 +132,22 @@ Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const
     TORCH_CHECK(recipe.scaling == Fp8Scaling::Delayed || recipe.scaling == Fp8Scaling::Current,
                 "the native FP8 cast does per-tensor scaling only");
     const double fp8_max = format_info(format).max_finite;
+    const Overflow overflow = recipe.saturate ? Overflow::Saturate : Overflow::Propagate;
+#ifdef MANTISSA_CUDA_KERNELS
+    if (x.is_cuda() && recipe.scaling == Fp8Scaling::Delayed && delayed && delayed->defined() &&
+        fused_cast_agrees(x.device())) {
+        // The scale is known before the tensor is read: one pass casts and measures.
+        Fp8Tensor out;
+        out.format = format;
+        out.scale = delayed->scale();
+        torch::Tensor amax;
+        out.codes = cuda_kernels::fused_scale_cast_amax(x.contiguous(), out.scale, format == NumberFormat::E4M3,
+                                                        recipe.saturate, amax);
+        if (record) delayed->record(amax, fp8_max, recipe.amax_use_max, recipe.margin);
+        out.inv_scale = out.scale.reciprocal();
+        return out;
+    }
+#endif
     const auto x32 = x.to(torch::kFloat32); // BF16 -> FP32 is exact; the scaled product must be FP32
     const auto amax = amax_ignoring_nan(x32); // () on the device; NaN skipped, as the host's
     Fp8Tensor out;
@@ -97,7 +159,7 @@ Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const
     } else {
         out.scale = device_scale_from_amax(amax, fp8_max, recipe.margin, torch::ones({}, amax.options()));
     }
-    out.codes = to_fp8_codes(x32 * out.scale, format, recipe.saturate ? Overflow::Saturate : Overflow::Propagate);
+    out.codes = to_fp8_codes(x32 * out.scale, format, overflow);
     out.inv_scale = out.scale.reciprocal();
     return out;
 }

@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "fp8_cast.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/util/Float8_e4m3fn.h>
+#include <c10/util/Float8_e5m2.h>
+
+namespace mantissa::cuda_kernels {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename In, typename Code>
+__global__ void scale_cast_amax(const In* __restrict__ x, const float* __restrict__ scale, Code* __restrict__ codes,
+                                float* __restrict__ amax, int64_t n, float max_finite, bool saturate, bool nan_past_464)
+{
+    __shared__ float block_max[kThreads / 32];
+    const float s = *scale;
+    float local = 0.0f;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const float v = static_cast<float>(x[i]);
+        local = fmaxf(local, fabsf(v)); // fmaxf skips NaN, as the host's amax
+        float scaled = v * s;
+        // Comparisons keep NaN as NaN (fminf/fmaxf would drop it).
+        if (saturate) scaled = scaled > max_finite ? max_finite : (scaled < -max_finite ? -max_finite : scaled);
+        else if (nan_past_464 && fabsf(scaled) > 464.0f) scaled = __int_as_float(0x7fc00000);
+        codes[i] = Code(scaled);
+    }
+    for (int offset = 16; offset > 0; offset /= 2) local = fmaxf(local, __shfl_down_sync(0xffffffffu, local, offset));
+    if (threadIdx.x % 32 == 0) block_max[threadIdx.x / 32] = local;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float m = 0.0f;
+        for (int w = 0; w < kThreads / 32; ++w) m = fmaxf(m, block_max[w]);
+        // Non-negative floats (inf included) order like their bit patterns.
+        atomicMax(reinterpret_cast<int*>(amax), __float_as_int(m));
+    }
+}
+
+template <typename Code>
+void launch(const torch::Tensor& x, const torch::Tensor& scale, torch::Tensor& codes, torch::Tensor& amax,
+            float max_finite, bool saturate, bool nan_past_464)
+{
+    const int64_t n = x.numel();
+    if (n == 0) return;
+    const int blocks = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 4096));
+    const auto stream = at::cuda::getCurrentCUDAStream();
+    auto* out = reinterpret_cast<Code*>(codes.data_ptr());
+    switch (x.scalar_type()) {
+    case torch::kFloat32:
+        scale_cast_amax<<<blocks, kThreads, 0, stream>>>(x.data_ptr<float>(), scale.data_ptr<float>(), out,
+                                                         amax.data_ptr<float>(), n, max_finite, saturate, nan_past_464);
+        break;
+    case torch::kBFloat16:
+        scale_cast_amax<<<blocks, kThreads, 0, stream>>>(x.data_ptr<c10::BFloat16>(), scale.data_ptr<float>(), out,
+                                                         amax.data_ptr<float>(), n, max_finite, saturate, nan_past_464);
+        break;
+    case torch::kHalf:
+        scale_cast_amax<<<blocks, kThreads, 0, stream>>>(x.data_ptr<c10::Half>(), scale.data_ptr<float>(), out,
+                                                         amax.data_ptr<float>(), n, max_finite, saturate, nan_past_464);
+        break;
+    default: TORCH_CHECK(false, "fused_scale_cast_amax: FP32, BF16 or FP16 input");
+    }
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+} // namespace
+
+torch::Tensor fused_scale_cast_amax(const torch::Tensor& x, const torch::Tensor& scale, bool e4m3, bool saturate,
+                                    torch::Tensor& amax)
+{
+    TORCH_CHECK(x.is_cuda() && x.is_contiguous(), "fused_scale_cast_amax: a contiguous CUDA tensor");
+    const c10::cuda::CUDAGuard guard(x.device());
+    const auto s = scale.to(torch::kFloat32).contiguous();
+    amax = torch::zeros({}, x.options().dtype(torch::kFloat32));
+    auto codes = torch::empty(x.sizes(), x.options().dtype(e4m3 ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2));
+    if (e4m3) launch<c10::Float8_e4m3fn>(x, s, codes, amax, 448.0f, saturate, /*nan_past_464=*/true);
+    else launch<c10::Float8_e5m2>(x, s, codes, amax, 57344.0f, saturate, false);
+    return codes;
+}
+
+} // namespace mantissa::cuda_kernels

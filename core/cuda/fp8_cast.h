@@ -1,0 +1,18 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// A fused FP8 cast for CUDA tensors: codes = cast(x * scale) and amax = max |x| (NaN skipped)
+// in one pass over x, where LibTorch's ops take two (the amax, then the scaled cast). Built
+// only when CMake finds a CUDA compiler and a CUDA LibTorch (MANTISSA_CUDA_KERNELS); the
+// conversion is c10's own, so the codes are those of x.mul(scale).to(fp8) bit for bit.
+
+#include <torch/torch.h>
+
+namespace mantissa::cuda_kernels {
+
+// x: CUDA, contiguous, FP32/BF16/FP16. scale: () FP32 on x's device. `e4m3` else E5M2;
+// `saturate` clamps to +-max first, otherwise E4M3 values past 464 become NaN (as
+// to_fp8_codes). Returns the codes (x's shape) and writes the amax (() FP32) to `amax`.
+torch::Tensor fused_scale_cast_amax(const torch::Tensor& x, const torch::Tensor& scale, bool e4m3, bool saturate,
+                                    torch::Tensor& amax);
+
+} // namespace mantissa::cuda_kernels
