@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "block_scaling.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <limits>
+
+#include "fp4.h"
+#include "quantize.h"
+
+namespace mantissa {
+namespace {
+
+constexpr float kFltMax = std::numeric_limits<float>::max();
+constexpr float kE4M3Max = 448.0f;
+
+// x (R, C) zero-padded to multiples of (tile_rows, tile_cols) and viewed as
+// (R/tr, tr, C/tc, tc), so that per-block quantities broadcast as (R/tr, 1, C/tc, 1).
+struct Tiled {
+    torch::Tensor x4;
+    int64_t rows = 0, cols = 0;
+
+    Tiled(const torch::Tensor& x, int64_t tile_rows, int64_t tile_cols)
+    {
+        TORCH_CHECK(x.dim() == 2, "block quantizers take a 2-D operand");
+        rows = x.size(0);
+        cols = x.size(1);
+        const int64_t pr = (tile_rows - rows % tile_rows) % tile_rows;
+        const int64_t pc = (tile_cols - cols % tile_cols) % tile_cols;
+        auto padded = (pr || pc) ? torch::constant_pad_nd(x, {0, pc, 0, pr}) : x.contiguous();
+        x4 = padded.view({(rows + pr) / tile_rows, tile_rows, (cols + pc) / tile_cols, tile_cols});
+    }
+    torch::Tensor amax() const { return x4.abs().amax({1, 3}, /*keepdim=*/true); }
+    // Back to (R, C): cut the padding off.
+    torch::Tensor unpad(const torch::Tensor& v4) const
+    {
+        auto v = v4.reshape({x4.size(0) * x4.size(1), x4.size(2) * x4.size(3)});
+        if (v.size(0) != rows || v.size(1) != cols) v = v.narrow(0, 0, rows).narrow(1, 0, cols);
+        return v.contiguous();
+    }
+};
+
+// The non-finite rule: every element of a block whose amax is Inf or NaN becomes NaN.
+torch::Tensor poison_non_finite_blocks(const torch::Tensor& values4, const torch::Tensor& amax)
+{
+    const auto bad = ~torch::isfinite(amax);
+    if (!bad.any().item<bool>()) return values4;
+    return torch::where(bad, torch::full({}, std::numeric_limits<float>::quiet_NaN()), values4);
+}
+
+torch::Tensor squeeze_grid(const torch::Tensor& g) { return g.squeeze(3).squeeze(1); }
+
+} // namespace
+
+BlockQuantized quantize_fp8_block_2d(const torch::Tensor& x_in, NumberFormat format, bool power_of_two, bool tile_2d)
+{
+    const auto x = x_in.to(torch::kFloat32);
+    const Tiled t(x, tile_2d ? 128 : 1, 128);
+    const auto amax = t.amax();
+    const float fp8_max = static_cast<float>(format_info(format).max_finite);
+    auto scale = torch::full({}, fp8_max) / amax;
+    scale = torch::where(torch::isinf(scale), torch::full({}, kFltMax), scale);
+    if (power_of_two) scale = pow2_exact(floor_log2(torch::nan_to_num(scale, 1.0f)));
+    scale = torch::where(amax == 0, torch::ones_like(scale), scale);
+    const auto scale_inv = 1.0f / scale;
+    auto values = round_to_format(t.x4 * scale, format, Overflow::Saturate) * scale_inv;
+    values = poison_non_finite_blocks(values, amax);
+    return {t.unpad(values), squeeze_grid(scale_inv), squeeze_grid(amax), 1.0f};
+}
+
+BlockQuantized quantize_nvfp4_2d(const torch::Tensor& x_in, bool tile_2d, std::optional<uint64_t> sr_seed)
+{
+    const auto x = x_in.to(torch::kFloat32);
+    const Tiled t(x, tile_2d ? 16 : 1, 16);
+    const auto amax = t.amax();
+    const auto finite_amax = torch::where(torch::isfinite(amax), amax, torch::zeros_like(amax));
+    // Per tensor: S = 448 * 6 / amax, capped at FLT_MAX (an all-zero tensor).
+    const auto global_amax = finite_amax.max();
+    auto encode = torch::clamp_max(torch::full({}, kE4M3Max * 6.0f) / global_amax, kFltMax);
+    encode = torch::where(encode == 0, torch::ones_like(encode), encode);
+    const auto decode = 1.0f / encode;
+    // TE's kernel folds 1/6 into the multiplier: E4M3(amax_block * (S * (1/6))).
+    const auto multiplier = encode * (1.0f / 6.0f);
+    const auto block_scale = round_to_format(torch::clamp_max(finite_amax * multiplier, kFltMax), NumberFormat::E4M3,
+                                             Overflow::Saturate); // (gr, 1, gc, 1)
+    const auto element_scale = torch::clamp_max(1.0f / (block_scale * decode), kFltMax);
+    const auto scaled = torch::clamp(t.x4 * element_scale, -kE2M1Max, kE2M1Max);
+    torch::Tensor q;
+    if (sr_seed) {
+        auto gen = at::detail::createCPUGenerator(*sr_seed);
+        const auto uniform = torch::rand(scaled.sizes(), gen, torch::TensorOptions().dtype(torch::kFloat32));
+        q = round_to_e2m1_stochastic(scaled, uniform.to(scaled.device()));
+    } else {
+        q = round_to_e2m1(scaled);
+    }
+    auto values = (q * block_scale) * decode;
+    values = poison_non_finite_blocks(values, amax);
+    return {t.unpad(values), squeeze_grid(block_scale), squeeze_grid(amax), decode.item<float>()};
+}
+
+BlockQuantized quantize_mxfp4_2d(const torch::Tensor& x_in, bool round_scale_up)
+{
+    const auto x = x_in.to(torch::kFloat32);
+    const Tiled t(x, 1, 32);
+    const auto amax = t.amax();
+    const auto safe = torch::where(torch::isfinite(amax) & (amax > 0), amax, torch::ones_like(amax));
+    torch::Tensor exponent;
+    if (round_scale_up) {
+        const auto ratio = safe / 6.0f;
+        exponent = torch::where(ratio > 0, ceil_log2(ratio), torch::full({}, -127.0f));
+    } else {
+        exponent = floor_log2(safe) - static_cast<float>(kE2M1EmaxElem);
+    }
+    exponent = torch::where(amax > 0, exponent, torch::zeros_like(exponent)).clamp(-127, 127);
+    const auto scale = pow2_exact(exponent);
+    auto values = round_to_e2m1(t.x4 / scale) * scale;
+    values = poison_non_finite_blocks(values, amax);
+    return {t.unpad(values), squeeze_grid(scale), squeeze_grid(amax), 1.0f};
+}
+
+torch::Tensor random_hadamard_transform(const torch::Tensor& x)
+{
+    TORCH_CHECK(x.size(-1) % 16 == 0, "the Hadamard transform needs a multiple of 16");
+    static const float kSigns[16] = {1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1}; // TE's wgrad signs
+    auto h = torch::ones({1, 1});
+    while (h.size(0) < 16) h = torch::cat({torch::cat({h, h}, 1), torch::cat({h, -h}, 1)}, 0); // Sylvester
+    const auto signs = torch::from_blob(const_cast<float*>(kSigns), {16, 1}, torch::kFloat32);
+    const auto transform = (signs * h * 0.25f).to(x.device()); // rows scaled by the signs; entries +-1/4
+    const auto shape = x.sizes().vec();
+    return torch::matmul(x.contiguous().view({-1, 16}), transform).view(shape);
+}
+
+uint64_t content_seed(const torch::Tensor& x)
+{
+    const auto bits = x.to(torch::kFloat32).contiguous().view(torch::kInt32).to(torch::kInt64);
+    const auto sum = static_cast<uint64_t>(bits.sum().item<int64_t>());
+    const auto squares = static_cast<uint64_t>(bits.remainder(1000003).square().sum().item<int64_t>());
+    return (sum * 0x9E3779B97F4A7C15ULL) ^ squares ^ static_cast<uint64_t>(x.numel());
+}
+
+torch::Tensor quantize_block_recipe(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe,
+                                    int64_t k_dim_in, TensorRole role)
+{
+    const int64_t k_dim = k_dim_in < 0 ? k_dim_in + x.dim() : k_dim_in;
+    const bool columnwise = k_dim != x.dim() - 1;
+    const auto moved = x.to(torch::kFloat32).movedim(k_dim, -1);
+    const int64_t k = moved.size(-1);
+    auto x2 = moved.reshape({-1, k}); // (rows, K)
+    const bool weight_2d = role == TensorRole::Weight && x.dim() == 2;
+    BlockQuantized q;
+    switch (recipe.scaling) {
+    case Fp8Scaling::Block128:
+        q = quantize_fp8_block_2d(x2, format, recipe.block_power_of_two, weight_2d);
+        break;
+    case Fp8Scaling::NvFp4: {
+        const bool rht = recipe.nvfp4_rht && role != TensorRole::Weight && columnwise && k % 16 == 0;
+        if (rht) x2 = random_hadamard_transform(x2);
+        std::optional<uint64_t> seed;
+        if (role == TensorRole::Gradient && recipe.nvfp4_stochastic_rounding) seed = content_seed(x2);
+        q = quantize_nvfp4_2d(x2, weight_2d && recipe.nvfp4_weight_2d, seed);
+        break;
+    }
+    case Fp8Scaling::MxFp4:
+        q = quantize_mxfp4_2d(x2, recipe.mx_round_scale_up);
+        break;
+    default:
+        TORCH_CHECK(false, "quantize_block_recipe: not a block recipe");
+    }
+    return q.values.reshape(moved.sizes()).movedim(-1, k_dim).contiguous();
+}
+
+BlockFormatStats block_format_stats(const torch::Tensor& x_in, const BlockQuantized& q, double element_max)
+{
+    BlockFormatStats s;
+    const auto x = x_in.to(torch::kFloat32).reshape(q.values.sizes());
+    const auto nonzero_block = torch::isfinite(q.block_amax) & (q.block_amax > 0);
+    const auto decode = q.block_scales * q.tensor_scale; // what one element step of the block is worth
+    const auto clipped = nonzero_block & (decode > 0) & (q.block_amax / decode > element_max);
+    const auto underflow = nonzero_block & (q.block_scales <= std::ldexp(1.0f, -127));
+    const double blocks = static_cast<double>(q.block_scales.numel());
+    if (blocks > 0) {
+        s.clipped_block_fraction = clipped.sum().item<double>() / blocks;
+        s.scale_underflow_fraction = underflow.sum().item<double>() / blocks;
+    }
+    const auto finite = torch::isfinite(x) & torch::isfinite(q.values);
+    const auto nonzero = (x != 0) & finite;
+    const double n_nonzero = nonzero.sum().item<double>();
+    if (n_nonzero > 0) s.zero_fraction = (nonzero & (q.values == 0)).sum().item<double>() / n_nonzero;
+    const auto xf = torch::where(finite, x, torch::zeros_like(x)).to(torch::kFloat64);
+    const auto qf = torch::where(finite, q.values, torch::zeros_like(x)).to(torch::kFloat64);
+    const double signal = xf.square().sum().item<double>();
+    const double noise = (xf - qf).square().sum().item<double>();
+    s.snr_db = noise > 0 ? 10.0 * std::log10(signal / noise) : std::numeric_limits<double>::infinity();
+    return s;
+}
+
+} // namespace mantissa
