@@ -2,8 +2,13 @@
 #include "block_scaling.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <c10/util/Float8_e4m3fn.h>
+#include <c10/util/Float8_e5m2.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "fp4.h"
@@ -51,9 +56,15 @@ torch::Tensor poison_non_finite_blocks(const torch::Tensor& values4, const torch
 
 torch::Tensor squeeze_grid(const torch::Tensor& g) { return g.squeeze(3).squeeze(1); }
 
-} // namespace
+// The uniform numbers of stochastic rounding, one per element of the padded operand, in its
+// row-major order: both kernels draw the same ones.
+torch::Tensor uniforms(uint64_t seed, int64_t padded_rows, int64_t padded_cols)
+{
+    auto gen = at::detail::createCPUGenerator(seed);
+    return torch::rand({padded_rows, padded_cols}, gen, torch::TensorOptions().dtype(torch::kFloat32));
+}
 
-BlockQuantized quantize_fp8_block_2d(const torch::Tensor& x_in, NumberFormat format, bool power_of_two, bool tile_2d)
+BlockQuantized fp8_block_tensor_ops(const torch::Tensor& x_in, NumberFormat format, bool power_of_two, bool tile_2d)
 {
     const auto x = x_in.to(torch::kFloat32);
     const Tiled t(x, tile_2d ? 128 : 1, 128);
@@ -69,7 +80,7 @@ BlockQuantized quantize_fp8_block_2d(const torch::Tensor& x_in, NumberFormat for
     return {t.unpad(values), squeeze_grid(scale_inv), squeeze_grid(amax), 1.0f};
 }
 
-BlockQuantized quantize_nvfp4_2d(const torch::Tensor& x_in, bool tile_2d, std::optional<uint64_t> sr_seed)
+BlockQuantized nvfp4_tensor_ops(const torch::Tensor& x_in, bool tile_2d, std::optional<uint64_t> sr_seed)
 {
     const auto x = x_in.to(torch::kFloat32);
     const Tiled t(x, tile_2d ? 16 : 1, 16);
@@ -88,9 +99,8 @@ BlockQuantized quantize_nvfp4_2d(const torch::Tensor& x_in, bool tile_2d, std::o
     const auto scaled = torch::clamp(t.x4 * element_scale, -kE2M1Max, kE2M1Max);
     torch::Tensor q;
     if (sr_seed) {
-        auto gen = at::detail::createCPUGenerator(*sr_seed);
-        const auto uniform = torch::rand(scaled.sizes(), gen, torch::TensorOptions().dtype(torch::kFloat32));
-        q = round_to_e2m1_stochastic(scaled, uniform.to(scaled.device()));
+        const auto u = uniforms(*sr_seed, t.x4.size(0) * t.x4.size(1), t.x4.size(2) * t.x4.size(3));
+        q = round_to_e2m1_stochastic(scaled, u.view(scaled.sizes()).to(scaled.device()));
     } else {
         q = round_to_e2m1(scaled);
     }
@@ -99,7 +109,7 @@ BlockQuantized quantize_nvfp4_2d(const torch::Tensor& x_in, bool tile_2d, std::o
     return {t.unpad(values), squeeze_grid(block_scale), squeeze_grid(amax), decode.item<float>()};
 }
 
-BlockQuantized quantize_mxfp4_2d(const torch::Tensor& x_in, bool round_scale_up)
+BlockQuantized mxfp4_tensor_ops(const torch::Tensor& x_in, bool round_scale_up)
 {
     const auto x = x_in.to(torch::kFloat32);
     const Tiled t(x, 1, 32);
@@ -117,6 +127,231 @@ BlockQuantized quantize_mxfp4_2d(const torch::Tensor& x_in, bool round_scale_up)
     auto values = round_to_e2m1(t.x4 / scale) * scale;
     values = poison_non_finite_blocks(values, amax);
     return {t.unpad(values), squeeze_grid(scale), squeeze_grid(amax), 1.0f};
+}
+
+
+// ---- Fused CPU kernels: the same arithmetic, element by element, one pass per block -------
+namespace cpu {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+struct Grid {
+    int64_t rows, cols, tile_rows, tile_cols, grid_rows, grid_cols;
+    Grid(int64_t r, int64_t c, int64_t tr, int64_t tc)
+        : rows(r), cols(c), tile_rows(tr), tile_cols(tc), grid_rows((r + tr - 1) / tr), grid_cols((c + tc - 1) / tc)
+    {
+    }
+    int64_t padded_cols() const { return grid_cols * tile_cols; }
+};
+
+template <typename F>
+void each_block(const Grid& g, F&& f)
+{
+    at::parallel_for(0, g.grid_rows * g.grid_cols, 256, [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) f(b / g.grid_cols, b % g.grid_cols, b);
+    });
+}
+
+// f(row, col, flat index) over the block's elements that exist (the padding has none).
+template <typename F>
+void each_element(const Grid& g, int64_t bi, int64_t bj, F&& f)
+{
+    const int64_t r1 = std::min(g.rows, (bi + 1) * g.tile_rows), c1 = std::min(g.cols, (bj + 1) * g.tile_cols);
+    for (int64_t r = bi * g.tile_rows; r < r1; ++r)
+        for (int64_t c = bj * g.tile_cols; c < c1; ++c) f(r, c, r * g.cols + c);
+}
+
+// amax as torch computes it: NaN when any element is NaN, Inf when one is infinite.
+float block_amax(const float* x, const Grid& g, int64_t bi, int64_t bj)
+{
+    float m = 0.0f;
+    bool nan = false;
+    each_element(g, bi, bj, [&](int64_t, int64_t, int64_t i) {
+        const float a = std::fabs(x[i]);
+        if (std::isnan(a)) nan = true;
+        else if (a > m) m = a;
+    });
+    return nan ? kNaN : m;
+}
+
+float e2m1_step(float a) { return a < 2.0f ? 0.5f : a < 4.0f ? 1.0f : 2.0f; }
+
+float e2m1_rne(float v)
+{
+    const float a = std::isnan(v) ? v : std::min(std::fabs(v), 6.0f);
+    const float step = e2m1_step(a);
+    return std::copysign(std::nearbyint(a / step) * step, v); // nearbyint: ties to even
+}
+
+float e2m1_stochastic(float v, float u)
+{
+    const float a = std::isnan(v) ? v : std::min(std::fabs(v), 6.0f);
+    const float step = e2m1_step(a);
+    const float lo = std::floor(a / step) * step;
+    const float up = u < (a - lo) / step ? 1.0f : 0.0f;
+    return std::copysign(lo + up * step, v);
+}
+
+float floor_log2(float x)
+{
+    int e = 0;
+    std::frexp(x, &e);
+    return static_cast<float>(e - 1);
+}
+
+float ceil_log2(float x)
+{
+    int e = 0;
+    const float m = std::frexp(x, &e);
+    return static_cast<float>(m == 0.5f ? e - 1 : e);
+}
+
+float pow2(float exponent)
+{
+    const auto e = static_cast<int32_t>(exponent);
+    const uint32_t bits = e >= -126 ? static_cast<uint32_t>(e + 127) << 23 : 1u << std::clamp(e + 149, 0, 22);
+    float out;
+    std::memcpy(&out, &bits, sizeof out);
+    return out;
+}
+
+float fp8_saturated(float v, NumberFormat format, float max)
+{
+    const float c = std::clamp(v, -max, max); // NaN stays NaN
+    return format == NumberFormat::E4M3 ? static_cast<float>(c10::Float8_e4m3fn(c))
+                                        : static_cast<float>(c10::Float8_e5m2(c));
+}
+
+struct Buffers {
+    torch::Tensor values, scales, amax;
+    float* out;
+    float* scale;
+    float* am;
+    explicit Buffers(const Grid& g)
+        : values(torch::empty({g.rows, g.cols})), scales(torch::empty({g.grid_rows, g.grid_cols})),
+          amax(torch::empty({g.grid_rows, g.grid_cols})), out(values.data_ptr<float>()),
+          scale(scales.data_ptr<float>()), am(amax.data_ptr<float>())
+    {
+    }
+};
+
+void poison(const Grid& g, int64_t bi, int64_t bj, float* out)
+{
+    each_element(g, bi, bj, [&](int64_t, int64_t, int64_t i) { out[i] = kNaN; });
+}
+
+BlockQuantized fp8_block(const torch::Tensor& x_in, NumberFormat format, bool power_of_two, bool tile_2d)
+{
+    const auto x_t = x_in.contiguous();
+    const float* x = x_t.data_ptr<float>();
+    const Grid g(x_t.size(0), x_t.size(1), tile_2d ? 128 : 1, 128);
+    Buffers b(g);
+    const float fp8_max = static_cast<float>(format_info(format).max_finite);
+    each_block(g, [&](int64_t bi, int64_t bj, int64_t k) {
+        const float a = b.am[k] = block_amax(x, g, bi, bj);
+        float scale = fp8_max / a;
+        if (std::isinf(scale)) scale = kFltMax;
+        if (power_of_two) scale = pow2(floor_log2(std::isnan(scale) ? 1.0f : scale));
+        if (a == 0.0f) scale = 1.0f;
+        const float inv = 1.0f / scale;
+        b.scale[k] = inv;
+        if (!std::isfinite(a)) return poison(g, bi, bj, b.out);
+        each_element(g, bi, bj, [&](int64_t, int64_t, int64_t i) {
+            b.out[i] = fp8_saturated(x[i] * scale, format, fp8_max) * inv;
+        });
+    });
+    return {b.values, b.scales, b.amax, 1.0f};
+}
+
+BlockQuantized nvfp4(const torch::Tensor& x_in, bool tile_2d, std::optional<uint64_t> sr_seed)
+{
+    const auto x_t = x_in.contiguous();
+    const float* x = x_t.data_ptr<float>();
+    const Grid g(x_t.size(0), x_t.size(1), tile_2d ? 16 : 1, 16);
+    Buffers b(g);
+    each_block(g, [&](int64_t bi, int64_t bj, int64_t k) { b.am[k] = block_amax(x, g, bi, bj); });
+    float global_amax = 0.0f;
+    for (int64_t k = 0; k < b.amax.numel(); ++k)
+        if (std::isfinite(b.am[k])) global_amax = std::max(global_amax, b.am[k]);
+    float encode = std::min(kE4M3Max * 6.0f / global_amax, kFltMax);
+    if (encode == 0.0f) encode = 1.0f;
+    const float decode = 1.0f / encode;
+    const float multiplier = encode * (1.0f / 6.0f);
+    torch::Tensor u_t;
+    if (sr_seed) u_t = uniforms(*sr_seed, g.grid_rows * g.tile_rows, g.padded_cols());
+    const float* u = u_t.defined() ? u_t.data_ptr<float>() : nullptr;
+    const int64_t u_cols = g.padded_cols();
+    each_block(g, [&](int64_t bi, int64_t bj, int64_t k) {
+        const float a = std::isfinite(b.am[k]) ? b.am[k] : 0.0f;
+        const float block_scale = fp8_saturated(std::min(a * multiplier, kFltMax), NumberFormat::E4M3, kE4M3Max);
+        const float element_scale = std::min(1.0f / (block_scale * decode), kFltMax);
+        b.scale[k] = block_scale;
+        if (!std::isfinite(b.am[k])) return poison(g, bi, bj, b.out);
+        each_element(g, bi, bj, [&](int64_t r, int64_t c, int64_t i) {
+            const float v = std::clamp(x[i] * element_scale, -6.0f, 6.0f);
+            const float q = u ? e2m1_stochastic(v, u[r * u_cols + c]) : e2m1_rne(v);
+            b.out[i] = (q * block_scale) * decode;
+        });
+    });
+    return {b.values, b.scales, b.amax, decode};
+}
+
+BlockQuantized mxfp4(const torch::Tensor& x_in, bool round_scale_up)
+{
+    const auto x_t = x_in.contiguous();
+    const float* x = x_t.data_ptr<float>();
+    const Grid g(x_t.size(0), x_t.size(1), 1, 32);
+    Buffers b(g);
+    each_block(g, [&](int64_t bi, int64_t bj, int64_t k) {
+        const float a = b.am[k] = block_amax(x, g, bi, bj);
+        const float safe = std::isfinite(a) && a > 0.0f ? a : 1.0f;
+        float e = 0.0f;
+        if (round_scale_up) {
+            const float ratio = safe / 6.0f;
+            e = ratio > 0.0f ? ceil_log2(ratio) : -127.0f;
+        } else {
+            e = floor_log2(safe) - static_cast<float>(kE2M1EmaxElem);
+        }
+        e = std::clamp(a > 0.0f ? e : 0.0f, -127.0f, 127.0f);
+        const float scale = b.scale[k] = pow2(e);
+        if (!std::isfinite(a)) return poison(g, bi, bj, b.out);
+        each_element(g, bi, bj, [&](int64_t, int64_t, int64_t i) { b.out[i] = e2m1_rne(x[i] / scale) * scale; });
+    });
+    return {b.values, b.scales, b.amax, 1.0f};
+}
+
+} // namespace cpu
+
+bool fused(const torch::Tensor& x, BlockKernel kernel)
+{
+    if (kernel == BlockKernel::FusedCpu) TORCH_CHECK(x.device().is_cpu(), "the fused block kernels run on the CPU");
+    return kernel == BlockKernel::FusedCpu || (kernel == BlockKernel::Auto && x.device().is_cpu());
+}
+
+} // namespace
+
+BlockQuantized quantize_fp8_block_2d(const torch::Tensor& x, NumberFormat format, bool power_of_two, bool tile_2d,
+                                     BlockKernel kernel)
+{
+    TORCH_CHECK(x.dim() == 2, "block quantizers take a 2-D operand");
+    const auto x32 = x.to(torch::kFloat32);
+    return fused(x32, kernel) ? cpu::fp8_block(x32, format, power_of_two, tile_2d)
+                              : fp8_block_tensor_ops(x32, format, power_of_two, tile_2d);
+}
+
+BlockQuantized quantize_nvfp4_2d(const torch::Tensor& x, bool tile_2d, std::optional<uint64_t> sr_seed,
+                                 BlockKernel kernel)
+{
+    TORCH_CHECK(x.dim() == 2, "block quantizers take a 2-D operand");
+    const auto x32 = x.to(torch::kFloat32);
+    return fused(x32, kernel) ? cpu::nvfp4(x32, tile_2d, sr_seed) : nvfp4_tensor_ops(x32, tile_2d, sr_seed);
+}
+
+BlockQuantized quantize_mxfp4_2d(const torch::Tensor& x, bool round_scale_up, BlockKernel kernel)
+{
+    TORCH_CHECK(x.dim() == 2, "block quantizers take a 2-D operand");
+    const auto x32 = x.to(torch::kFloat32);
+    return fused(x32, kernel) ? cpu::mxfp4(x32, round_scale_up) : mxfp4_tensor_ops(x32, round_scale_up);
 }
 
 torch::Tensor random_hadamard_transform(const torch::Tensor& x)

@@ -36,19 +36,26 @@ struct BlockQuantized {
     float tensor_scale = 1.0f;  // nvfp4: the per-tensor decode scale amax / (448 * 6); 1 otherwise
 };
 
+// How the block quantizers compute. Auto: one fused pass per block on the CPU (the tensor-op
+// version costs a dozen kernel launches per operand, which dominates small models), tensor
+// ops elsewhere. Both give the same bits (tests/test_block_formats.cpp holds them together).
+enum class BlockKernel { Auto, TensorOps, FusedCpu };
+
 // fp8-block. tile_2d: 128x128 tiles (weights), else 1x128. scale = fp8_max / amax (FLT_MAX when
 // that overflows), floored to a power of two when `power_of_two`; 1 for a block of zeros.
-BlockQuantized quantize_fp8_block_2d(const torch::Tensor& x, NumberFormat format, bool power_of_two, bool tile_2d);
+BlockQuantized quantize_fp8_block_2d(const torch::Tensor& x, NumberFormat format, bool power_of_two, bool tile_2d,
+                                     BlockKernel kernel = BlockKernel::Auto);
 
 // nvfp4. tile_2d: 16x16 tiles, else 1x16. Per-tensor encode scale S = 448*6 / amax; block
 // decode scale E4M3(amax_block * (S / 6)); elements E2M1(x * 1 / (scale_block / S)) after a
 // clamp to +-6, round-to-nearest-even, or stochastic from a generator seeded with `sr_seed`.
-BlockQuantized quantize_nvfp4_2d(const torch::Tensor& x, bool tile_2d, std::optional<uint64_t> sr_seed);
+BlockQuantized quantize_nvfp4_2d(const torch::Tensor& x, bool tile_2d, std::optional<uint64_t> sr_seed,
+                                 BlockKernel kernel = BlockKernel::Auto);
 
 // mxfp4: 1x32 blocks, E8M0 scale 2^e with e = floor(log2 amax) - 2 (OCP MX v1.0, elements
 // saturate) or, with `round_scale_up`, e = ceil(log2(amax / 6)) (TE's rule: nothing saturates);
 // e clamped to [-127, 127], 0 for a block of zeros.
-BlockQuantized quantize_mxfp4_2d(const torch::Tensor& x, bool round_scale_up);
+BlockQuantized quantize_mxfp4_2d(const torch::Tensor& x, bool round_scale_up, BlockKernel kernel = BlockKernel::Auto);
 
 // The 16-point random Hadamard transform along the last dimension (a multiple of 16):
 // each run of 16 becomes x . diag(s) . H16 / 4, with TE's fixed sign vector s. Orthogonal:

@@ -368,6 +368,41 @@ private slots:
         QVERIFY(same_bits(q.values, expected));
     }
 
+    // The fused CPU kernels (used on the CPU) and the tensor-op kernels (used elsewhere) agree
+    // bit for bit: values, scales and amaxes, with padding, zero, Inf and NaN blocks and SR.
+    void fusedAndTensorOpKernelsAgree_data()
+    {
+        QTest::addColumn<QString>("recipe");
+        QTest::addColumn<bool>("variant"); // 2-D tiles / round up / SR
+        for (const char* r : {"nvfp4", "mxfp4", "fp8-block", "fp8-block-e5m2"}) {
+            QTest::addRow("%s", r) << r << false;
+            QTest::addRow("%s variant", r) << r << true;
+        }
+    }
+    void fusedAndTensorOpKernelsAgree()
+    {
+        QFETCH(QString, recipe);
+        QFETCH(bool, variant);
+        auto x = test_matrix(150, 300) * 37.0f;
+        x[3].narrow(0, 0, 40).zero_();
+        x[5][7] = std::numeric_limits<float>::infinity();
+        x[140][290] = std::numeric_limits<float>::quiet_NaN();
+        x[9][100] = 1e-30f;
+        const auto run = [&](BlockKernel k) {
+            if (recipe == "nvfp4") return quantize_nvfp4_2d(x, variant, variant ? std::optional<uint64_t>(99) : std::nullopt, k);
+            if (recipe == "mxfp4") return quantize_mxfp4_2d(x, variant, k);
+            const auto f = recipe == "fp8-block" ? NumberFormat::E4M3 : NumberFormat::E5M2;
+            return quantize_fp8_block_2d(x, f, !variant, variant, k);
+        };
+        const auto fused = run(BlockKernel::FusedCpu);
+        const auto ops = run(BlockKernel::TensorOps);
+        QVERIFY(same_bits(fused.values, ops.values));
+        QVERIFY(same_bits(fused.block_scales, ops.block_scales));
+        QVERIFY(same_bits(fused.block_amax, ops.block_amax));
+        QCOMPARE(bits_of(fused.tensor_scale), bits_of(ops.tensor_scale));
+        QVERIFY(torch::isnan(fused.values).any().item<bool>());
+    }
+
     // ---- Edges: zeros, Inf, NaN, saturation, layout ----------------------------------
 
     void nonFiniteBlocksBecomeNaN_data()
