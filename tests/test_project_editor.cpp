@@ -229,7 +229,7 @@ void TestProjectEditor::settingsTreeShowsResolvedProject()
 
     // Nested objects are sub-trees; precision.layers is a read-only summary leaf.
     const QModelIndex fp8 = model.indexForKey("precision.fp8");
-    QCOMPARE(model.rowCount(fp8), 8);
+    QCOMPARE(model.rowCount(fp8), 9);
     const QModelIndex layers = value_index(model, "precision.layers");
     QCOMPARE(model.rowCount(model.indexForKey("precision.layers")), 0);
     QVERIFY(!(model.flags(layers) & Qt::ItemIsEditable));
@@ -381,7 +381,7 @@ void TestProjectEditor::precisionScalingEdit()
     const QModelIndex cell = table.index(row, PrecisionTableModel::ScalingColumn);
     QCOMPARE(cell.data().toString(), QStringLiteral("delayed"));
     QCOMPARE(cell.data(ChoiceDelegate::ChoicesRole).toStringList(),
-             QStringList({"delayed", "current", "rowwise", "mxfp8"}));
+             QStringList({"delayed", "current", "rowwise", "mxfp8", "fp8-block", "nvfp4", "mxfp4"}));
     QVERIFY(table.setData(cell, QStringLiteral("rowwise")));
     for (const auto& name : gemm_layer_names(2))
         QCOMPARE(resolve_layer_recipe(doc.config().precision, name).scaling,
@@ -501,10 +501,10 @@ void TestProjectEditor::invalidValuesRefused_data()
                                     << "training.device: 'tpu' is not one of auto, cpu, cuda";
     QTest::newRow("unknown preset") << "precision.preset" << "fp4"
                                     << "precision.preset: 'fp4' is not one of fp32, bf16, fp16, fp8-hybrid, "
-                                       "fp8-hybrid-keep-ends";
+                                       "fp8-hybrid-keep-ends, fp8-e4m3";
     QTest::newRow("unknown scaling") << "precision.fp8.scaling" << "tensorwise"
                                      << "precision.fp8.scaling: 'tensorwise' is not one of delayed, current, "
-                                        "rowwise, mxfp8";
+                                        "rowwise, mxfp8, fp8-block, nvfp4, mxfp4";
     QTest::newRow("unknown watcher action") << "telemetry.watchers.actions.loss_spike" << "explode"
                                             << "telemetry.watchers.actions.loss_spike: 'explode' is not one of "
                                                "none, pause, bf16";
