@@ -161,33 +161,39 @@ void each_element(const Grid& g, int64_t bi, int64_t bj, F&& f)
         for (int64_t c = bj * g.tile_cols; c < c1; ++c) f(r, c, r * g.cols + c);
 }
 
-// amax as torch computes it: NaN when any element is NaN, Inf when one is infinite.
+// amax as torch computes it: NaN when any element is NaN, Inf when one is infinite. Written
+// without branches so that the compiler vectorizes it.
 float block_amax(const float* x, const Grid& g, int64_t bi, int64_t bj)
 {
     float m = 0.0f;
-    bool nan = false;
+    int nan = 0;
     each_element(g, bi, bj, [&](int64_t, int64_t, int64_t i) {
         const float a = std::fabs(x[i]);
-        if (std::isnan(a)) nan = true;
-        else if (a > m) m = a;
+        nan |= a != a;
+        m = a > m ? a : m;
     });
     return nan ? kNaN : m;
 }
 
-float e2m1_step(float a) { return a < 2.0f ? 0.5f : a < 4.0f ? 1.0f : 2.0f; }
-
+// Round to nearest even on the E2M1 grid, saturating: the sum of the grid's steps whose
+// midpoint |v| passes (ties at 0.25, 1.25, 2.5, 5 stay down, at 0.75, 1.75, 3.5 go up, each to
+// the even code). Branch-free, so the element loops vectorize. The fused kernels call these
+// on finite values only: a block with an Inf or a NaN is poisoned before its elements are seen.
 float e2m1_rne(float v)
 {
-    const float a = std::isnan(v) ? v : std::min(std::fabs(v), 6.0f);
-    const float step = e2m1_step(a);
-    return std::copysign(std::nearbyint(a / step) * step, v); // nearbyint: ties to even
+    const float a = std::fabs(v);
+    const float q = 0.5f * (a > 0.25f) + 0.5f * (a >= 0.75f) + 0.5f * (a > 1.25f) + 0.5f * (a >= 1.75f) +
+                    1.0f * (a > 2.5f) + 1.0f * (a >= 3.5f) + 2.0f * (a > 5.0f);
+    return std::copysign(q, v);
 }
 
+// lo = the largest grid value <= |v| (|v| clamped to 6); up with probability (|v| - lo) / step.
 float e2m1_stochastic(float v, float u)
 {
-    const float a = std::isnan(v) ? v : std::min(std::fabs(v), 6.0f);
-    const float step = e2m1_step(a);
-    const float lo = std::floor(a / step) * step;
+    const float a = std::min(std::fabs(v), 6.0f);
+    const float lo = 0.5f * (a >= 0.5f) + 0.5f * (a >= 1.0f) + 0.5f * (a >= 1.5f) + 0.5f * (a >= 2.0f) +
+                     1.0f * (a >= 3.0f) + 1.0f * (a >= 4.0f) + 2.0f * (a >= 6.0f);
+    const float step = a < 2.0f ? 0.5f : a < 4.0f ? 1.0f : 2.0f;
     const float up = u < (a - lo) / step ? 1.0f : 0.0f;
     return std::copysign(lo + up * step, v);
 }
@@ -206,14 +212,46 @@ float ceil_log2(float x)
     return static_cast<float>(m == 0.5f ? e - 1 : e);
 }
 
-float pow2(float exponent)
+float from_bits(uint32_t bits)
 {
-    const auto e = static_cast<int32_t>(exponent);
-    const uint32_t bits = e >= -126 ? static_cast<uint32_t>(e + 127) << 23 : 1u << std::clamp(e + 149, 0, 22);
     float out;
     std::memcpy(&out, &bits, sizeof out);
     return out;
 }
+
+float pow2(float exponent)
+{
+    const auto e = static_cast<int32_t>(exponent);
+    return from_bits(e >= -126 ? static_cast<uint32_t>(e + 127) << 23 : 1u << std::clamp(e + 149, 0, 22));
+}
+
+// An FP8 format's round-to-nearest-even with saturation, as clamp + LibTorch's cast computes
+// it: the quantum of |v|'s binade (never below the subnormal one) scales |v| onto integers,
+// and adding and subtracting 2^23 rounds those to even in FP32's own rounding.
+struct Fp8Rounder {
+    float max, min_binade, mantissa_scale;
+    explicit Fp8Rounder(NumberFormat f)
+        : max(static_cast<float>(format_info(f).max_finite)),
+          min_binade(std::ldexp(1.0f, 1 - format_info(f).exponent_bias)),
+          mantissa_scale(std::ldexp(1.0f, -format_info(f).mantissa_bits))
+    {
+    }
+    // Float operations and integer masks only, so that the element loops vectorize (SSE2).
+    float operator()(float v) const
+    {
+        const float c = std::max(std::min(v, max), -max);
+        const float a = std::fabs(c);
+        uint32_t bits;
+        std::memcpy(&bits, &a, sizeof bits);
+        const float binade = from_bits(bits & 0x7F800000u); // 2^floor(log2 a); 0 for 0 and subnormals
+        const float quantum = std::max(binade, min_binade) * mantissa_scale;
+        uint32_t quantum_bits;
+        std::memcpy(&quantum_bits, &quantum, sizeof quantum_bits);
+        const float inverse = from_bits(0x7F000000u - quantum_bits); // 1 / quantum, exactly
+        const float shifted = a * inverse + 8388608.0f; // no -ffast-math: the sum is rounded here
+        return std::copysign((shifted - 8388608.0f) * quantum, c);
+    }
+};
 
 float fp8_saturated(float v, NumberFormat format, float max)
 {
@@ -247,6 +285,7 @@ BlockQuantized fp8_block(const torch::Tensor& x_in, NumberFormat format, bool po
     const Grid g(x_t.size(0), x_t.size(1), tile_2d ? 128 : 1, 128);
     Buffers b(g);
     const float fp8_max = static_cast<float>(format_info(format).max_finite);
+    const Fp8Rounder round(format);
     each_block(g, [&](int64_t bi, int64_t bj, int64_t k) {
         const float a = b.am[k] = block_amax(x, g, bi, bj);
         float scale = fp8_max / a;
@@ -256,9 +295,7 @@ BlockQuantized fp8_block(const torch::Tensor& x_in, NumberFormat format, bool po
         const float inv = 1.0f / scale;
         b.scale[k] = inv;
         if (!std::isfinite(a)) return poison(g, bi, bj, b.out);
-        each_element(g, bi, bj, [&](int64_t, int64_t, int64_t i) {
-            b.out[i] = fp8_saturated(x[i] * scale, format, fp8_max) * inv;
-        });
+        each_element(g, bi, bj, [&](int64_t, int64_t, int64_t i) { b.out[i] = round(x[i] * scale) * inv; });
     });
     return {b.values, b.scales, b.amax, 1.0f};
 }
@@ -287,11 +324,18 @@ BlockQuantized nvfp4(const torch::Tensor& x_in, bool tile_2d, std::optional<uint
         const float element_scale = std::min(1.0f / (block_scale * decode), kFltMax);
         b.scale[k] = block_scale;
         if (!std::isfinite(b.am[k])) return poison(g, bi, bj, b.out);
-        each_element(g, bi, bj, [&](int64_t r, int64_t c, int64_t i) {
-            const float v = std::clamp(x[i] * element_scale, -6.0f, 6.0f);
-            const float q = u ? e2m1_stochastic(v, u[r * u_cols + c]) : e2m1_rne(v);
-            b.out[i] = (q * block_scale) * decode;
-        });
+        // Two loops, so that neither carries a branch and both vectorize.
+        if (u) {
+            each_element(g, bi, bj, [&](int64_t r, int64_t c, int64_t i) {
+                const float v = std::min(std::max(x[i] * element_scale, -6.0f), 6.0f);
+                b.out[i] = (e2m1_stochastic(v, u[r * u_cols + c]) * block_scale) * decode;
+            });
+        } else {
+            each_element(g, bi, bj, [&](int64_t, int64_t, int64_t i) {
+                const float v = std::min(std::max(x[i] * element_scale, -6.0f), 6.0f);
+                b.out[i] = (e2m1_rne(v) * block_scale) * decode;
+            });
+        }
     });
     return {b.values, b.scales, b.amax, decode};
 }
@@ -366,11 +410,27 @@ torch::Tensor random_hadamard_transform(const torch::Tensor& x)
     return torch::matmul(x.contiguous().view({-1, 16}), transform).view(shape);
 }
 
-uint64_t content_seed(const torch::Tensor& x)
+uint64_t content_seed(const torch::Tensor& x_in)
 {
-    const auto bits = x.to(torch::kFloat32).contiguous().view(torch::kInt32).to(torch::kInt64);
-    const auto sum = static_cast<uint64_t>(bits.sum().item<int64_t>());
-    const auto squares = static_cast<uint64_t>(bits.remainder(1000003).square().sum().item<int64_t>());
+    // sum of the FP32 bit patterns (as int32) and of their squares modulo 1000003, mixed.
+    constexpr int64_t kPrime = 1000003;
+    const auto x = x_in.to(torch::kFloat32).contiguous();
+    uint64_t sum = 0, squares = 0;
+    if (x.device().is_cpu()) {
+        const float* p = x.data_ptr<float>();
+        for (int64_t i = 0; i < x.numel(); ++i) {
+            int32_t bits;
+            std::memcpy(&bits, p + i, sizeof bits);
+            int64_t r = bits % kPrime;
+            r += r < 0 ? kPrime : 0; // torch's remainder takes the divisor's sign
+            sum += static_cast<uint64_t>(static_cast<int64_t>(bits));
+            squares += static_cast<uint64_t>(r * r);
+        }
+    } else {
+        const auto bits = x.view(torch::kInt32).to(torch::kInt64);
+        sum = static_cast<uint64_t>(bits.sum().item<int64_t>());
+        squares = static_cast<uint64_t>(bits.remainder(kPrime).square().sum().item<int64_t>());
+    }
     return (sum * 0x9E3779B97F4A7C15ULL) ^ squares ^ static_cast<uint64_t>(x.numel());
 }
 
