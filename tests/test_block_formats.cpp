@@ -16,6 +16,7 @@
 #include "precision_policy.h"
 #include "project_config.h"
 #include "quantize.h"
+#include "sweep.h"
 #include "trainer.h"
 
 // Qt after LibTorch: Qt's `slots` macro would break torch's IValue::slots().
@@ -639,6 +640,19 @@ private slots:
         } catch (const ConfigError& e) {
             QCOMPARE(QString::fromStdString(e.what()), message);
         }
+    }
+
+    void sweepOffersTheBlockRecipes()
+    {
+        auto base = golden_project();
+        base.precision.preset = "fp8-e4m3";
+        const auto plans = plan_sweep(base, parse_vary("precision.fp8.scaling=fp8-block,nvfp4,mxfp4"));
+        QCOMPARE(plans.size(), size_t(3));
+        QCOMPARE(plans[0].config.precision.fp8.scaling, Fp8Scaling::Block128);
+        QCOMPARE(plans[1].config.precision.fp8.scaling, Fp8Scaling::NvFp4);
+        QCOMPARE(plans[2].config.precision.fp8.scaling, Fp8Scaling::MxFp4);
+        const auto ablation = plan_sweep(base, parse_vary("precision.nvfp4.rht=true,false"));
+        QVERIFY(ablation[0].config.precision.fp8.nvfp4_rht && !ablation[1].config.precision.fp8.nvfp4_rht);
     }
 
     void recipesTrainReproducibly_data()
