@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "block_scaling.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Float8_e4m3fn.h>
 #include <c10/util/Float8_e5m2.h>
@@ -56,12 +55,43 @@ torch::Tensor poison_non_finite_blocks(const torch::Tensor& values4, const torch
 
 torch::Tensor squeeze_grid(const torch::Tensor& g) { return g.squeeze(3).squeeze(1); }
 
-// The uniform numbers of stochastic rounding, one per element of the padded operand, in its
-// row-major order: both kernels draw the same ones.
-torch::Tensor uniforms(uint64_t seed, int64_t padded_rows, int64_t padded_cols)
+// The uniform numbers of stochastic rounding: element `index` of the padded operand (row-major)
+// gets murmur3's 32-bit finalizer of index * golden ratio + seed, top 24 bits / 2^24. A hash of
+// the position rather than a generator's stream: the fused loop computes its own number where
+// it needs it, and every kernel and device draws the same ones.
+constexpr uint32_t kGolden = 0x9E3779B1u, kMix1 = 0x85EBCA6Bu, kMix2 = 0xC2B2AE35u;
+
+float hashed_uniform(uint64_t seed, uint32_t index)
 {
-    auto gen = at::detail::createCPUGenerator(seed);
-    return torch::rand({padded_rows, padded_cols}, gen, torch::TensorOptions().dtype(torch::kFloat32));
+    uint32_t h = index * kGolden + static_cast<uint32_t>(seed);
+    h ^= static_cast<uint32_t>(seed >> 32);
+    h ^= h >> 16;
+    h *= kMix1;
+    h ^= h >> 13;
+    h *= kMix2;
+    h ^= h >> 16;
+    return static_cast<float>(h >> 8) * (1.0f / 16777216.0f);
+}
+
+// (h * c) mod 2^32 for h < 2^32 in int64 without overflow: two products below 2^48.
+torch::Tensor mul_mod32(const torch::Tensor& h, uint32_t c)
+{
+    const auto high = torch::bitwise_left_shift(torch::bitwise_and(h * static_cast<int64_t>(c >> 16), 0xFFFF), 16);
+    return torch::bitwise_and(high + h * static_cast<int64_t>(c & 0xFFFF), 0xFFFFFFFFLL);
+}
+
+torch::Tensor uniforms(uint64_t seed, int64_t padded_rows, int64_t padded_cols, const torch::Device& device)
+{
+    auto h = torch::arange(padded_rows * padded_cols, torch::TensorOptions().dtype(torch::kInt64).device(device));
+    h = torch::bitwise_and(mul_mod32(torch::bitwise_and(h, 0xFFFFFFFFLL), kGolden) + static_cast<int64_t>(seed & 0xFFFFFFFFu),
+                           0xFFFFFFFFLL);
+    h = torch::bitwise_xor(h, static_cast<int64_t>(seed >> 32));
+    h = torch::bitwise_xor(h, torch::bitwise_right_shift(h, 16));
+    h = mul_mod32(h, kMix1);
+    h = torch::bitwise_xor(h, torch::bitwise_right_shift(h, 13));
+    h = mul_mod32(h, kMix2);
+    h = torch::bitwise_xor(h, torch::bitwise_right_shift(h, 16));
+    return (torch::bitwise_right_shift(h, 8).to(torch::kFloat32) * (1.0f / 16777216.0f)).view({padded_rows, padded_cols});
 }
 
 BlockQuantized fp8_block_tensor_ops(const torch::Tensor& x_in, NumberFormat format, bool power_of_two, bool tile_2d)
@@ -99,8 +129,8 @@ BlockQuantized nvfp4_tensor_ops(const torch::Tensor& x_in, bool tile_2d, std::op
     const auto scaled = torch::clamp(t.x4 * element_scale, -kE2M1Max, kE2M1Max);
     torch::Tensor q;
     if (sr_seed) {
-        const auto u = uniforms(*sr_seed, t.x4.size(0) * t.x4.size(1), t.x4.size(2) * t.x4.size(3));
-        q = round_to_e2m1_stochastic(scaled, u.view(scaled.sizes()).to(scaled.device()));
+        const auto u = uniforms(*sr_seed, t.x4.size(0) * t.x4.size(1), t.x4.size(2) * t.x4.size(3), x.device());
+        q = round_to_e2m1_stochastic(scaled, u.view(scaled.sizes()));
     } else {
         q = round_to_e2m1(scaled);
     }
@@ -314,9 +344,6 @@ BlockQuantized nvfp4(const torch::Tensor& x_in, bool tile_2d, std::optional<uint
     if (encode == 0.0f) encode = 1.0f;
     const float decode = 1.0f / encode;
     const float multiplier = encode * (1.0f / 6.0f);
-    torch::Tensor u_t;
-    if (sr_seed) u_t = uniforms(*sr_seed, g.grid_rows * g.tile_rows, g.padded_cols());
-    const float* u = u_t.defined() ? u_t.data_ptr<float>() : nullptr;
     const int64_t u_cols = g.padded_cols();
     each_block(g, [&](int64_t bi, int64_t bj, int64_t k) {
         const float a = std::isfinite(b.am[k]) ? b.am[k] : 0.0f;
@@ -325,10 +352,12 @@ BlockQuantized nvfp4(const torch::Tensor& x_in, bool tile_2d, std::optional<uint
         b.scale[k] = block_scale;
         if (!std::isfinite(b.am[k])) return poison(g, bi, bj, b.out);
         // Two loops, so that neither carries a branch and both vectorize.
-        if (u) {
+        if (sr_seed) {
+            const uint64_t seed = *sr_seed;
             each_element(g, bi, bj, [&](int64_t r, int64_t c, int64_t i) {
                 const float v = std::min(std::max(x[i] * element_scale, -6.0f), 6.0f);
-                b.out[i] = (e2m1_stochastic(v, u[r * u_cols + c]) * block_scale) * decode;
+                const float u = hashed_uniform(seed, static_cast<uint32_t>(r * u_cols + c));
+                b.out[i] = (e2m1_stochastic(v, u) * block_scale) * decode;
             });
         } else {
             each_element(g, bi, bj, [&](int64_t, int64_t, int64_t i) {
@@ -408,6 +437,11 @@ torch::Tensor random_hadamard_transform(const torch::Tensor& x)
     const auto transform = (signs * h * 0.25f).to(x.device()); // rows scaled by the signs; entries +-1/4
     const auto shape = x.sizes().vec();
     return torch::matmul(x.contiguous().view({-1, 16}), transform).view(shape);
+}
+
+torch::Tensor stochastic_uniforms(uint64_t seed, int64_t rows, int64_t cols)
+{
+    return uniforms(seed, rows, cols, torch::kCPU);
 }
 
 uint64_t content_seed(const torch::Tensor& x_in)

@@ -62,6 +62,10 @@ BlockQuantized quantize_mxfp4_2d(const torch::Tensor& x, bool round_scale_up, Bl
 // applied to both wgrad operands along their common K it leaves dW = dy^T x unchanged.
 torch::Tensor random_hadamard_transform(const torch::Tensor& x);
 
+// The uniforms [0, 1) stochastic rounding uses for a padded (rows, cols) operand under `seed`:
+// a hash of each element's position (exposed for the tests).
+torch::Tensor stochastic_uniforms(uint64_t seed, int64_t rows, int64_t cols);
+
 // A deterministic seed from the tensor's bits: stochastic rounding is then a pure function of
 // its input, identical across resumes and executors, with no generator state to checkpoint.
 uint64_t content_seed(const torch::Tensor& x);

@@ -579,6 +579,40 @@ private slots:
         QVERIFY(same_bits(quantize_block_recipe(g, NumberFormat::E5M2, r, 1, TensorRole::Gradient), rne));
     }
 
+    // Stochastic rounding inside the recipe draws a hash of each element's position.
+    void hashedUniformsAreUniform()
+    {
+        constexpr int64_t n = 1000000;
+        const auto u = stochastic_uniforms(12345, 1000, 1000);
+        QVERIFY(((u >= 0) & (u < 1)).all().item<bool>());
+        const double mean = u.to(torch::kFloat64).mean().item<double>();
+        QVERIFY2(std::abs(mean - 0.5) < 5 * std::sqrt(1.0 / 12.0 / n), qPrintable(QString::number(mean)));
+        const double quarter = (u < 0.25).to(torch::kFloat64).mean().item<double>();
+        QVERIFY2(std::abs(quarter - 0.25) < 5 * std::sqrt(0.25 * 0.75 / n), qPrintable(QString::number(quarter)));
+        const auto flat = u.flatten();
+        const auto a = flat.narrow(0, 0, n - 1).to(torch::kFloat64) - 0.5, b = flat.narrow(0, 1, n - 1).to(torch::kFloat64) - 0.5;
+        const double lag1 = ((a * b).mean() / (a.square().mean())).item<double>();
+        QVERIFY2(std::abs(lag1) < 0.01, qPrintable(QString::number(lag1))); // neighbours independent
+        QVERIFY(!same_bits(stochastic_uniforms(1, 4, 4), stochastic_uniforms(2, 4, 4)));
+        QVERIFY(same_bits(stochastic_uniforms(1, 4, 4), stochastic_uniforms(1, 4, 4)));
+    }
+
+    void nvfp4StochasticRoundingIsUnbiasedInTheRecipe()
+    {
+        // Rows [6, 0.7 x 15]: block scale 448, element scale 1 (to an ulp), so 0.7 rounds to 0.5
+        // or 1 and the mean of 983,040 draws is 0.7 within 5 standard errors.
+        auto x = torch::full({65536, 16}, 0.7f);
+        x.select(1, 0).fill_(6.0f);
+        const auto q = quantize_nvfp4_2d(x, false, 2024).values.narrow(1, 1, 15);
+        QCOMPARE(std::get<0>(torch::_unique(q)).numel(), int64_t(2));
+        const double n = static_cast<double>(q.numel());
+        const double mean = q.to(torch::kFloat64).mean().item<double>();
+        const double tolerance = 5 * 0.5 * std::sqrt(0.4 * 0.6 / n);
+        QVERIFY2(std::abs(mean - 0.7) < tolerance, qPrintable(QString("mean %1, tolerance %2").arg(mean).arg(tolerance)));
+        const auto rne = quantize_nvfp4_2d(x, false, std::nullopt).values.narrow(1, 1, 15);
+        QVERIFY(std::abs(rne.mean().item<double>() - 0.5) < 1e-6); // nearest: always down, biased
+    }
+
     void quantizeFp8DispatchesBlockRecipes()
     {
         const auto x = test_matrix(8, 64);
