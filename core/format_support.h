@@ -29,7 +29,7 @@ Execution format_execution(NumberFormat format, ComputeCapability device);
 Execution mxfp8_execution(ComputeCapability device);
 
 struct FormatSupport {
-    std::string format;      // "FP32", "TF32", "BF16", "FP16", "FP8 E4M3", "FP8 E5M2", "MXFP8"
+    std::string format;      // "FP32", "TF32", "BF16", "FP16", "FP8 E4M3", "FP8 E5M2", "MXFP8", then the block recipes
     Execution execution;
     std::string requirement; // what runs it natively: "any device", "sm_80", ...
 };

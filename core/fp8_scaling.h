@@ -9,6 +9,7 @@
 
 #include <torch/torch.h>
 
+#include "block_scaling.h"
 #include "number_format.h"
 #include "precision_policy.h"
 #include "quantize.h"
@@ -90,8 +91,9 @@ struct QuantizedOperand {
 // Quantises `x` to an FP8 `format` under `recipe`. `contraction_dim` is the GEMM's K
 // dimension of this operand: per-row scales group every other dimension, blocks of 32 run
 // along it. `delayed` holds the state for the Delayed recipe (ignored otherwise); its
-// amax history is updated here.
+// amax history is updated here. `role` matters to the block recipes only (fp8-block, nvfp4).
 QuantizedOperand quantize_fp8(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe,
-                              int64_t contraction_dim, DelayedScaling* delayed);
+                              int64_t contraction_dim, DelayedScaling* delayed,
+                              TensorRole role = TensorRole::Activation);
 
 } // namespace mantissa

@@ -207,11 +207,14 @@ torch::Tensor LayerGemm::round_operand(const torch::Tensor& x, NumberFormat form
     if (format == NumberFormat::FP32) return x;
     if (!format_info(format).is_fp8) return round_to_format(x, format, Overflow::Propagate);
     QuantizedOperand q;
+    const TensorRole block_role = role == OperandRole::Weight       ? TensorRole::Weight
+                                  : role == OperandRole::GradOutput ? TensorRole::Gradient
+                                                                    : TensorRole::Activation;
     if (training_) {
-        q = quantize_fp8(x, format, recipe_, k_dim, &delayed(role));
+        q = quantize_fp8(x, format, recipe_, k_dim, &delayed(role), block_role);
     } else {
         DelayedScaling scratch = delayed(role); // evaluation: same scale, the real history stays put
-        q = quantize_fp8(x, format, recipe_, k_dim, &scratch);
+        q = quantize_fp8(x, format, recipe_, k_dim, &scratch, block_role);
     }
     if (scale && per_tensor(recipe_) && recipe_.outlier_rms_multiple == 0.0) *scale = q.scale;
     return q.values;

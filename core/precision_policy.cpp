@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "precision_policy.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace mantissa {
@@ -22,7 +23,7 @@ std::string GemmFormats::describe() const
 
 std::vector<std::string> precision_preset_names()
 {
-    return {"fp32", "bf16", "fp16", "fp8-hybrid", "fp8-hybrid-keep-ends"};
+    return {"fp32", "bf16", "fp16", "fp8-hybrid", "fp8-hybrid-keep-ends", "fp8-e4m3"};
 }
 
 bool glob_match(const std::string& pattern, const std::string& name)
@@ -64,6 +65,10 @@ GemmFormats preset_formats(const std::string& preset, const std::string& layer, 
     if (preset == "fp32") return uniform(NumberFormat::FP32);
     if (preset == "bf16") return uniform(NumberFormat::BF16);
     if (preset == "fp16") return uniform(NumberFormat::FP16);
+    if (preset == "fp8-e4m3") { // TE's Float8BlockScaling default: E4M3 for every tensor
+        if (is_attention_core(layer)) return uniform(NumberFormat::BF16);
+        return uniform(NumberFormat::E4M3);
+    }
     if (preset == "fp8-hybrid" || preset == "fp8-hybrid-keep-ends") {
         // TE runs dot-product attention in BF16 under its FP8 recipes.
         if (is_attention_core(layer)) return uniform(NumberFormat::BF16);
@@ -73,11 +78,20 @@ GemmFormats preset_formats(const std::string& preset, const std::string& layer, 
     throw std::invalid_argument("unknown precision preset '" + preset + "'");
 }
 
+// blocks.N.* with N among the last `count` of n_layer blocks.
+bool is_last_block(const std::string& layer, int64_t n_layer, int64_t count)
+{
+    for (int64_t i = std::max<int64_t>(0, n_layer - count); i < n_layer; ++i)
+        if (layer.rfind("blocks." + std::to_string(i) + ".", 0) == 0) return true;
+    return false;
+}
+
 } // namespace
 
 GemmFormats resolve_layer_formats(const PrecisionConfig& config, const std::string& layer_name, int64_t n_layer)
 {
     GemmFormats f = preset_formats(config.preset, layer_name, n_layer);
+    if (is_last_block(layer_name, n_layer, config.keep_last_bf16)) f = uniform(NumberFormat::BF16);
     for (const auto& o : config.layers) {
         if (!glob_match(o.match, layer_name)) continue;
         if (o.forward) f.forward = *o.forward;
@@ -131,15 +145,31 @@ const char* fp8_scaling_name(Fp8Scaling scaling)
     case Fp8Scaling::Current: return "current";
     case Fp8Scaling::PerRow: return "rowwise";
     case Fp8Scaling::Block32: return "mxfp8";
+    case Fp8Scaling::Block128: return "fp8-block";
+    case Fp8Scaling::NvFp4: return "nvfp4";
+    case Fp8Scaling::MxFp4: return "mxfp4";
     }
     return "?";
 }
 
 std::optional<Fp8Scaling> parse_fp8_scaling(const std::string& name)
 {
-    for (auto s : {Fp8Scaling::Delayed, Fp8Scaling::Current, Fp8Scaling::PerRow, Fp8Scaling::Block32})
+    for (auto s : fp8_scalings())
         if (name == fp8_scaling_name(s)) return s;
     return std::nullopt;
+}
+
+std::vector<Fp8Scaling> fp8_scalings()
+{
+    return {Fp8Scaling::Delayed,  Fp8Scaling::Current, Fp8Scaling::PerRow, Fp8Scaling::Block32,
+            Fp8Scaling::Block128, Fp8Scaling::NvFp4,   Fp8Scaling::MxFp4};
+}
+
+std::string fp8_scaling_names_joined()
+{
+    std::string out;
+    for (auto s : fp8_scalings()) out += (out.empty() ? "" : ", ") + std::string(fp8_scaling_name(s));
+    return out;
 }
 
 } // namespace mantissa

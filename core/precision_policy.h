@@ -30,7 +30,10 @@ struct GemmFormats {
     std::string describe() const; // "e4m3/e5m2/e5m2"
 };
 
-enum class Fp8Scaling { Delayed, Current, PerRow, Block32 };
+// Block32 is MXFP8. Block128 is TE's Float8BlockScaling (DeepSeek-V3), NvFp4 TE's
+// NVFP4BlockScaling and MxFp4 OCP MX's FP4: under the last two a GEMM named FP8 takes E2M1
+// elements whatever its FP8 format (core/block_scaling.h).
+enum class Fp8Scaling { Delayed, Current, PerRow, Block32, Block128, NvFp4, MxFp4 };
 
 struct Fp8Recipe {
     Fp8Scaling scaling = Fp8Scaling::Delayed;
@@ -41,6 +44,10 @@ struct Fp8Recipe {
     bool rowwise_power_of_two = true;   // torchao's rowwise recipe rounds scales to powers of two
     bool mx_round_scale_up = false;     // arXiv 2506.08027: round the block exponent up, never saturate
     double outlier_rms_multiple = 0.0;  // >0: |x| > k * rms(x) skips FP8 and is added back in BF16
+    bool block_power_of_two = true;     // fp8-block: FP32 scales rounded down to powers of two (TE default)
+    bool nvfp4_rht = true;              // nvfp4: 16-point random Hadamard transform on the wgrad inputs
+    bool nvfp4_stochastic_rounding = true; // nvfp4: gradients round stochastically
+    bool nvfp4_weight_2d = true;        // nvfp4: weights in 16x16 tiles (else 1x16 like the rest)
 };
 
 // One entry of precision.layers: a glob over layer names ('*' matches any run of characters)
@@ -60,6 +67,7 @@ struct PrecisionConfig {
     std::string loss_scaling_mode = "auto"; // auto (dynamic when any GEMM is FP16) | dynamic | static | off
     LossScalingConfig loss_scaling;         // mode filled in by resolve_loss_scaling
     GemmBackend backend = GemmBackend::Auto;
+    int64_t keep_last_bf16 = 0; // the last N transformer blocks run in BF16 (the NVFP4 paper's choice)
 };
 
 std::vector<std::string> precision_preset_names();
@@ -79,6 +87,8 @@ LossScalingConfig resolve_loss_scaling(const PrecisionConfig& config, bool any_f
 bool overrides_use_fp8(const PrecisionConfig& config);
 
 const char* fp8_scaling_name(Fp8Scaling scaling);
+std::vector<Fp8Scaling> fp8_scalings(); // every recipe, in the order the GUI lists them
+std::string fp8_scaling_names_joined(); // "delayed, current, ..." for messages
 std::optional<Fp8Scaling> parse_fp8_scaling(const std::string& name);
 
 } // namespace mantissa

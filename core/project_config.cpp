@@ -92,7 +92,7 @@ std::vector<LayerOverride> layers_from_json(const json& list)
                 o.wgrad = format_at(value, k);
             } else if (key == "scaling") {
                 const auto scaling = value.is_string() ? parse_fp8_scaling(value.get<std::string>()) : std::nullopt;
-                if (!scaling) throw ConfigError(k + ": expected one of delayed, current, rowwise, mxfp8");
+                if (!scaling) throw ConfigError(k + ": expected one of " + fp8_scaling_names_joined());
                 o.scaling = scaling;
             } else {
                 throw ConfigError(k + ": unknown key (expected match, format, forward, dgrad, wgrad, scaling)");
@@ -207,7 +207,13 @@ json to_json(const ProjectConfig& c)
             {"saturate", c.precision.fp8.saturate},
             {"rowwise_power_of_two", c.precision.fp8.rowwise_power_of_two},
             {"mx_scale_rounding", c.precision.fp8.mx_round_scale_up ? "up" : "floor"},
-            {"outlier_rms_multiple", c.precision.fp8.outlier_rms_multiple}}},
+            {"outlier_rms_multiple", c.precision.fp8.outlier_rms_multiple},
+            {"block_scales", c.precision.fp8.block_power_of_two ? "power-of-two" : "fp32"}}},
+          {"nvfp4",
+           {{"rht", c.precision.fp8.nvfp4_rht},
+            {"stochastic_rounding", c.precision.fp8.nvfp4_stochastic_rounding},
+            {"weight_2d", c.precision.fp8.nvfp4_weight_2d}}},
+          {"keep_last_bf16", c.precision.keep_last_bf16},
           {"loss_scaling",
            {{"mode", c.precision.loss_scaling_mode},
             {"init_scale", c.precision.loss_scaling.init_scale},
@@ -391,7 +397,7 @@ ProjectConfig from_json(const json& j)
     const std::string scaling = f8["scaling"];
     const auto parsed_scaling = parse_fp8_scaling(scaling);
     if (!parsed_scaling)
-        throw ConfigError("precision.fp8.scaling: '" + scaling + "' is not one of delayed, current, rowwise, mxfp8");
+        throw ConfigError("precision.fp8.scaling: '" + scaling + "' is not one of " + fp8_scaling_names_joined());
     c.precision.fp8.scaling = *parsed_scaling;
     c.precision.fp8.amax_history_length = f8["amax_history_length"];
     const std::string algo = f8["amax_compute_algo"];
@@ -406,6 +412,15 @@ ProjectConfig from_json(const json& j)
         throw ConfigError("precision.fp8.mx_scale_rounding: '" + mx + "' is not one of floor, up");
     c.precision.fp8.mx_round_scale_up = mx == "up";
     c.precision.fp8.outlier_rms_multiple = f8["outlier_rms_multiple"];
+    const std::string block_scales = f8["block_scales"];
+    if (block_scales != "power-of-two" && block_scales != "fp32")
+        throw ConfigError("precision.fp8.block_scales: '" + block_scales + "' is not one of power-of-two, fp32");
+    c.precision.fp8.block_power_of_two = block_scales == "power-of-two";
+    const json& nv = p["nvfp4"];
+    c.precision.fp8.nvfp4_rht = nv["rht"];
+    c.precision.fp8.nvfp4_stochastic_rounding = nv["stochastic_rounding"];
+    c.precision.fp8.nvfp4_weight_2d = nv["weight_2d"];
+    c.precision.keep_last_bf16 = p["keep_last_bf16"];
     const json& ls = p["loss_scaling"];
     c.precision.loss_scaling_mode = ls["mode"];
     c.precision.loss_scaling.init_scale = ls["init_scale"];
@@ -501,6 +516,8 @@ void validate(const ProjectConfig& c)
             "must be at most " + std::to_string(kMaxAmaxHistory));
     require(f8.margin >= 0 && f8.margin <= 16, "precision.fp8.margin", "must be in [0, 16]");
     require(f8.outlier_rms_multiple >= 0.0, "precision.fp8.outlier_rms_multiple", "must be >= 0 (0 = off)");
+    require(c.precision.keep_last_bf16 >= 0 && c.precision.keep_last_bf16 <= c.model.n_layer,
+            "precision.keep_last_bf16", "must be in [0, model.n_layer]");
     const auto& ls = c.precision.loss_scaling;
     const auto& mode = c.precision.loss_scaling_mode;
     require(mode == "auto" || mode == "dynamic" || mode == "static" || mode == "off", "precision.loss_scaling.mode",

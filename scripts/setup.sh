@@ -45,6 +45,14 @@ install_tensorboard() {
     "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check tensorboard
 }
 
+# tests/data/block_formats_reference.txt was generated with ml_dtypes' FP4/E8M0 casts
+# (bench/gen_block_format_tables.py); installed so that the table can be regenerated.
+install_ml_dtypes() {
+    "$ROOT/.venv/bin/python" -c "import ml_dtypes" 2>/dev/null && return
+    log "installing ml_dtypes into .venv"
+    "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check ml_dtypes
+}
+
 configure_and_build() {
     local prefix
     prefix="$("$ROOT/.venv/bin/python" -c 'import torch;print(torch.utils.cmake_prefix_path)' 2>/dev/null)"
@@ -60,4 +68,5 @@ configure_and_build() {
 install_debian_packages
 install_torch
 install_tensorboard
+install_ml_dtypes
 configure_and_build

@@ -448,7 +448,8 @@ private slots:
         };
         QCOMPARE(refused("precision.preset=fp32,fp9"),
                  "--vary precision.preset=fp9 is rejected: " + path +
-                     ": precision.preset: 'fp9' is not one of fp32, bf16, fp16, fp8-hybrid, fp8-hybrid-keep-ends");
+                     ": precision.preset: 'fp9' is not one of fp32, bf16, fp16, fp8-hybrid, fp8-hybrid-keep-ends, "
+                     "fp8-e4m3");
         QCOMPARE(refused("model.n_head=2,3"),
                  "--vary model.n_head=3 is rejected: " + path +
                      ": model.n_embd: 16 is not divisible by model.n_head (3)");

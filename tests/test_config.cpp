@@ -485,8 +485,7 @@ private slots:
         QVERIFY(lists_all("precision.preset", precision_preset_names()));
         QVERIFY(lists_all("precision.layers[].forward", number_format_names()));
         std::vector<std::string> scalings;
-        for (auto s : {Fp8Scaling::Delayed, Fp8Scaling::Current, Fp8Scaling::PerRow, Fp8Scaling::Block32})
-            scalings.push_back(fp8_scaling_name(s));
+        for (auto s : fp8_scalings()) scalings.push_back(fp8_scaling_name(s));
         QVERIFY(lists_all("precision.fp8.scaling", scalings));
         QVERIFY(lists_all("precision.layers[].scaling", scalings));
         for (const auto& watcher : watcher_names())

@@ -38,7 +38,7 @@ private slots:
         QTest::addColumn<bool>("native");
         for (const char* preset : {"fp32", "bf16", "fp16"}) QTest::newRow(preset) << preset << "delayed" << false;
         for (const char* preset : {"fp8-hybrid", "fp8-hybrid-keep-ends"})
-            for (const char* recipe : {"delayed", "current", "rowwise", "mxfp8"})
+            for (const char* recipe : {"delayed", "current", "rowwise", "mxfp8", "fp8-block", "nvfp4", "mxfp4"})
                 QTest::addRow("%s/%s", preset, recipe) << preset << recipe << false;
         // The native executor observes through hooks and side computations too.
         for (const char* preset : {"bf16", "fp16", "fp8-hybrid"})

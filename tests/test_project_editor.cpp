@@ -13,6 +13,7 @@
 #include <QLineEdit>
 #include <QPushButton>
 #include <QSignalSpy>
+#include <QSpinBox>
 #include <QStandardPaths>
 #include <QTableView>
 #include <QTemporaryDir>
@@ -145,6 +146,7 @@ private slots:
     void fillPatternMatchingNothingRefused();
     void presetApply_data();
     void presetApply();
+    void keepLastBlocksInBf16();
 
     void memoryEstimateMatchesEngine_data();
     void memoryEstimateMatchesEngine();
@@ -227,7 +229,7 @@ void TestProjectEditor::settingsTreeShowsResolvedProject()
 
     // Nested objects are sub-trees; precision.layers is a read-only summary leaf.
     const QModelIndex fp8 = model.indexForKey("precision.fp8");
-    QCOMPARE(model.rowCount(fp8), 8);
+    QCOMPARE(model.rowCount(fp8), 9);
     const QModelIndex layers = value_index(model, "precision.layers");
     QCOMPARE(model.rowCount(model.indexForKey("precision.layers")), 0);
     QVERIFY(!(model.flags(layers) & Qt::ItemIsEditable));
@@ -265,10 +267,14 @@ void TestProjectEditor::choicesForFixedKeys_data()
     QTest::newRow("data.tokenizer") << "data.tokenizer" << QStringList{"char", "byte"} << "byte";
     QTest::newRow("training.device") << "training.device" << QStringList{"auto", "cpu", "cuda"} << "cpu";
     QTest::newRow("precision.preset") << "precision.preset"
-                                      << QStringList{"fp32", "bf16", "fp16", "fp8-hybrid", "fp8-hybrid-keep-ends"}
+                                      << QStringList{"fp32", "bf16", "fp16", "fp8-hybrid", "fp8-hybrid-keep-ends",
+                                                     "fp8-e4m3"}
                                       << "bf16";
     QTest::newRow("precision.fp8.scaling")
-        << "precision.fp8.scaling" << QStringList{"delayed", "current", "rowwise", "mxfp8"} << "mxfp8";
+        << "precision.fp8.scaling"
+        << QStringList{"delayed", "current", "rowwise", "mxfp8", "fp8-block", "nvfp4", "mxfp4"} << "nvfp4";
+    QTest::newRow("precision.fp8.block_scales")
+        << "precision.fp8.block_scales" << QStringList{"power-of-two", "fp32"} << "fp32";
     QTest::newRow("precision.fp8.amax_compute_algo")
         << "precision.fp8.amax_compute_algo" << QStringList{"max", "most_recent"} << "most_recent";
     QTest::newRow("precision.loss_scaling.mode")
@@ -375,7 +381,7 @@ void TestProjectEditor::precisionScalingEdit()
     const QModelIndex cell = table.index(row, PrecisionTableModel::ScalingColumn);
     QCOMPARE(cell.data().toString(), QStringLiteral("delayed"));
     QCOMPARE(cell.data(ChoiceDelegate::ChoicesRole).toStringList(),
-             QStringList({"delayed", "current", "rowwise", "mxfp8"}));
+             QStringList({"delayed", "current", "rowwise", "mxfp8", "fp8-block", "nvfp4", "mxfp4"}));
     QVERIFY(table.setData(cell, QStringLiteral("rowwise")));
     for (const auto& name : gemm_layer_names(2))
         QCOMPARE(resolve_layer_recipe(doc.config().precision, name).scaling,
@@ -495,10 +501,10 @@ void TestProjectEditor::invalidValuesRefused_data()
                                     << "training.device: 'tpu' is not one of auto, cpu, cuda";
     QTest::newRow("unknown preset") << "precision.preset" << "fp4"
                                     << "precision.preset: 'fp4' is not one of fp32, bf16, fp16, fp8-hybrid, "
-                                       "fp8-hybrid-keep-ends";
+                                       "fp8-hybrid-keep-ends, fp8-e4m3";
     QTest::newRow("unknown scaling") << "precision.fp8.scaling" << "tensorwise"
                                      << "precision.fp8.scaling: 'tensorwise' is not one of delayed, current, "
-                                        "rowwise, mxfp8";
+                                        "rowwise, mxfp8, fp8-block, nvfp4, mxfp4";
     QTest::newRow("unknown watcher action") << "telemetry.watchers.actions.loss_spike" << "explode"
                                             << "telemetry.watchers.actions.loss_spike: 'explode' is not one of "
                                                "none, pause, bf16";
@@ -674,6 +680,27 @@ void TestProjectEditor::presetApply()
     for (int row = 0; row < page.precisionModel()->rowCount(); ++row)
         for (int column = PrecisionTableModel::ForwardColumn; column <= PrecisionTableModel::ScalingColumn; ++column)
             QVERIFY(!page.precisionModel()->index(row, column).data(Qt::FontRole).value<QFont>().bold());
+}
+
+void TestProjectEditor::keepLastBlocksInBf16()
+{
+    ProjectDocument doc;
+    auto config = tiny_config(3);
+    config.precision.preset = "fp8-hybrid";
+    doc.setConfig(config);
+    ProjectPage page(&doc);
+    QCOMPARE(page.keepLastBf16Spin()->maximum(), 3);
+    QCOMPARE(page.keepLastBf16Spin()->value(), 0);
+    page.keepLastBf16Spin()->setValue(2); // one control: the last two blocks go to BF16
+    QCOMPARE(doc.config().precision.keep_last_bf16, int64_t(2));
+    QCOMPARE(page.settingsModel()->valueForKey("precision.keep_last_bf16"), QStringLiteral("2"));
+    const GemmFormats bf16{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16};
+    const GemmFormats hybrid{NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2};
+    QVERIFY(page.precisionModel()->formatsAt(page.precisionModel()->rowForLayer("blocks.2.mlp.fc1")) == bf16);
+    QVERIFY(page.precisionModel()->formatsAt(page.precisionModel()->rowForLayer("blocks.1.attn.qkv")) == bf16);
+    QVERIFY(page.precisionModel()->formatsAt(page.precisionModel()->rowForLayer("blocks.0.attn.qkv")) == hybrid);
+    doc.setConfig(tiny_config(3)); // another project: the control shows its value
+    QCOMPARE(page.keepLastBf16Spin()->value(), 0);
 }
 
 void TestProjectEditor::memoryEstimateMatchesEngine_data()

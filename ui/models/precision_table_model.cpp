@@ -18,8 +18,7 @@ const QColor kFp8Tint(255, 214, 153);
 const QColor kHalfTint(214, 232, 250);
 const QColor kSwitchedTint(232, 205, 250); // the run differs from the project: a watcher switched it
 
-const std::vector<Fp8Scaling> kScalings = {Fp8Scaling::Delayed, Fp8Scaling::Current, Fp8Scaling::PerRow,
-                                           Fp8Scaling::Block32};
+const std::vector<Fp8Scaling> kScalings = fp8_scalings();
 
 QStringList scaling_names()
 {

@@ -186,13 +186,15 @@ QStringList ProjectSettingsModel::choicesForKey(const QString& key)
     if (key == QLatin1String("precision.preset")) return to_list(precision_preset_names());
     if (key == QLatin1String("precision.fp8.scaling")) {
         QStringList out;
-        for (auto s : {Fp8Scaling::Delayed, Fp8Scaling::Current, Fp8Scaling::PerRow, Fp8Scaling::Block32})
+        for (auto s : fp8_scalings())
             out << QString::fromLatin1(fp8_scaling_name(s));
         return out;
     }
     if (key == QLatin1String("precision.fp8.amax_compute_algo"))
         return {QStringLiteral("max"), QStringLiteral("most_recent")};
     if (key == QLatin1String("precision.fp8.mx_scale_rounding")) return {QStringLiteral("floor"), QStringLiteral("up")};
+    if (key == QLatin1String("precision.fp8.block_scales"))
+        return {QStringLiteral("power-of-two"), QStringLiteral("fp32")};
     if (key == QLatin1String("precision.loss_scaling.mode"))
         return {QStringLiteral("auto"), QStringLiteral("dynamic"), QStringLiteral("static"), QStringLiteral("off")};
     if (key == QLatin1String("precision.backend"))

@@ -11,6 +11,8 @@
 #include <QLineEdit>
 #include <QLocale>
 #include <QPushButton>
+#include <QSignalBlocker>
+#include <QSpinBox>
 #include <QSplitter>
 #include <QTableView>
 #include <QTreeView>
@@ -109,6 +111,13 @@ ProjectPage::ProjectPage(ProjectDocument* document, QWidget* parent)
     presetRow->addWidget(new QLabel(tr("Preset"), this));
     presetRow->addWidget(presetCombo_);
     presetRow->addWidget(applyPresetButton_);
+    keepLastBf16Spin_ = new QSpinBox(this);
+    keepLastBf16Spin_->setRange(0, 0);
+    keepLastBf16Spin_->setPrefix(tr("last "));
+    keepLastBf16Spin_->setSuffix(tr(" blocks in BF16"));
+    keepLastBf16Spin_->setToolTip(tr("precision.keep_last_bf16: the last N transformer blocks run in BF16 whatever "
+                                     "the preset, as the NVFP4 paper keeps them; per-layer entries still win"));
+    presetRow->addWidget(keepLastBf16Spin_);
     presetRow->addStretch(1);
     presetRow->addWidget(chip(tr("FP8"), "#ffd699", this));
     presetRow->addWidget(chip(tr("BF16 / FP16"), "#d6e8fa", this));
@@ -117,7 +126,7 @@ ProjectPage::ProjectPage(ProjectDocument* document, QWidget* parent)
     QStringList formats;
     for (const auto& n : number_format_names()) formats << QString::fromStdString(n);
     QStringList scalings;
-    for (auto s : {Fp8Scaling::Delayed, Fp8Scaling::Current, Fp8Scaling::PerRow, Fp8Scaling::Block32})
+    for (auto s : fp8_scalings())
         scalings << QString::fromLatin1(fp8_scaling_name(s));
     patternEdit_ = new QLineEdit(this);
     patternEdit_->setPlaceholderText(QStringLiteral("blocks.*.mlp.*"));
@@ -205,6 +214,7 @@ ProjectPage::ProjectPage(ProjectDocument* document, QWidget* parent)
 
     connect(applyPresetButton_, &QPushButton::clicked, this, &ProjectPage::applyPreset);
     connect(fillButton_, &QPushButton::clicked, this, &ProjectPage::fillByPattern);
+    connect(keepLastBf16Spin_, &QSpinBox::valueChanged, this, &ProjectPage::setKeepLastBf16);
     connect(patternEdit_, &QLineEdit::returnPressed, this, &ProjectPage::fillByPattern);
     connect(precisionModel_, &PrecisionTableModel::layerFormatsEdited, this, &ProjectPage::layerFormatsEdited);
     connect(memoryModel_, &MemoryEstimateModel::estimateChanged, this, &ProjectPage::refreshTotals);
@@ -266,6 +276,13 @@ void ProjectPage::fillByPattern()
     precisionModel_->fillByPattern(patternEdit_->text(), format(0), format(1), format(2), scaling, nullptr);
 }
 
+void ProjectPage::setKeepLastBf16(int blocks)
+{
+    if (!document_->hasProject() || document_->config().precision.keep_last_bf16 == blocks) return;
+    QString error;
+    if (!document_->setValue(QStringLiteral("precision.keep_last_bf16"), blocks, &error)) showValidation(error);
+}
+
 void ProjectPage::refreshHeader()
 {
     if (!document_->hasProject()) {
@@ -282,6 +299,9 @@ void ProjectPage::refreshHeader()
                                        : (document_->isDirty() ? tr("%1 (modified)").arg(path) : path));
     const int presetAt = presetCombo_->findText(QString::fromStdString(config.precision.preset));
     if (presetAt >= 0) presetCombo_->setCurrentIndex(presetAt);
+    const QSignalBlocker quiet(keepLastBf16Spin_); // showing the document's value is no edit
+    keepLastBf16Spin_->setRange(0, static_cast<int>(config.model.n_layer));
+    keepLastBf16Spin_->setValue(static_cast<int>(config.precision.keep_last_bf16));
 }
 
 void ProjectPage::refreshTotals()

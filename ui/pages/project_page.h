@@ -14,6 +14,7 @@ class QComboBox;
 class QLabel;
 class QLineEdit;
 class QPushButton;
+class QSpinBox;
 class QTableView;
 class QTreeView;
 
@@ -54,6 +55,8 @@ public:
     // Forward, dgrad, wgrad, then scaling; index 0 of each is "keep".
     QComboBox* fillCombo(int which) const { return fillCombos_[which]; }
     QPushButton* fillButton() const { return fillButton_; }
+    // precision.keep_last_bf16: the last N transformer blocks in BF16, edited in one step.
+    QSpinBox* keepLastBf16Spin() const { return keepLastBf16Spin_; }
 
 signals:
     void layerFormatsEdited(const QString& layer, const mantissa::GemmFormats& formats);
@@ -61,6 +64,7 @@ signals:
 private:
     void applyPreset();
     void fillByPattern();
+    void setKeepLastBf16(int blocks);
     void refreshHeader();
     void refreshTotals();
     void showValidation(const QString& message);
@@ -81,6 +85,7 @@ private:
     QLineEdit* patternEdit_ = nullptr;
     QComboBox* fillCombos_[4] = {};
     QPushButton* fillButton_ = nullptr;
+    QSpinBox* keepLastBf16Spin_ = nullptr;
     QTableView* precisionView_ = nullptr;
     QTableView* memoryView_ = nullptr;
     QLabel* totalLabel_ = nullptr;

@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// Cost of one block quantization of a shakespeare-char-sized operand (768 x 128), per recipe,
+// fused CPU kernel against the tensor-op kernel: where the emulation time of the block recipes goes.
+//   build/dev/bench/block_quantizers [rows cols reps]
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include <torch/torch.h>
+
+#include "block_scaling.h"
+#include "quantize.h"
+
+using namespace mantissa;
+
+namespace {
+
+template <typename F>
+double micros(int reps, F&& f)
+{
+    f();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) f();
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps;
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    const int64_t rows = argc > 1 ? std::atoll(argv[1]) : 768, cols = argc > 2 ? std::atoll(argv[2]) : 128;
+    const int reps = argc > 3 ? std::atoi(argv[3]) : 200;
+    torch::manual_seed(0);
+    const auto x = torch::randn({rows, cols}) * 1e-3;
+    std::printf("operand %lld x %lld, %d repetitions, %d threads (microseconds per call)\n", static_cast<long long>(rows),
+                static_cast<long long>(cols), reps, at::get_num_threads());
+    std::printf("  %-28s %10.1f\n", "e4m3 per-tensor cast", micros(reps, [&] { round_to_format(x * 448.0, NumberFormat::E4M3, Overflow::Saturate); }));
+    for (auto kernel : {BlockKernel::FusedCpu, BlockKernel::TensorOps}) {
+        const char* k = kernel == BlockKernel::FusedCpu ? "fused" : "tensor ops";
+        std::printf("  %-28s %10.1f  (%s)\n", "fp8-block 1x128", micros(reps, [&] { quantize_fp8_block_2d(x, NumberFormat::E4M3, true, false, kernel); }), k);
+        std::printf("  %-28s %10.1f  (%s)\n", "fp8-block 128x128", micros(reps, [&] { quantize_fp8_block_2d(x, NumberFormat::E4M3, true, true, kernel); }), k);
+        std::printf("  %-28s %10.1f  (%s)\n", "nvfp4 1x16 RNE", micros(reps, [&] { quantize_nvfp4_2d(x, false, std::nullopt, kernel); }), k);
+        std::printf("  %-28s %10.1f  (%s)\n", "nvfp4 1x16 SR", micros(reps, [&] { quantize_nvfp4_2d(x, false, 7, kernel); }), k);
+        std::printf("  %-28s %10.1f  (%s)\n", "mxfp4", micros(reps, [&] { quantize_mxfp4_2d(x, false, kernel); }), k);
+    }
+    std::printf("  %-28s %10.1f\n", "hadamard transform", micros(reps, [&] { random_hadamard_transform(x); }));
+    std::printf("  %-28s %10.1f\n", "content seed", micros(reps, [&] { content_seed(x); }));
+    return 0;
+}

@@ -1,0 +1,527 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "block_scaling.h"
+
+#include <ATen/Parallel.h>
+#include <c10/util/Float8_e4m3fn.h>
+#include <c10/util/Float8_e5m2.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "fp4.h"
+#include "quantize.h"
+
+namespace mantissa {
+namespace {
+
+constexpr float kFltMax = std::numeric_limits<float>::max();
+constexpr float kE4M3Max = 448.0f;
+
+// x (R, C) zero-padded to multiples of (tile_rows, tile_cols) and viewed as
+// (R/tr, tr, C/tc, tc), so that per-block quantities broadcast as (R/tr, 1, C/tc, 1).
+struct Tiled {
+    torch::Tensor x4;
+    int64_t rows = 0, cols = 0;
+
+    Tiled(const torch::Tensor& x, int64_t tile_rows, int64_t tile_cols)
+    {
+        TORCH_CHECK(x.dim() == 2, "block quantizers take a 2-D operand");
+        rows = x.size(0);
+        cols = x.size(1);
+        const int64_t pr = (tile_rows - rows % tile_rows) % tile_rows;
+        const int64_t pc = (tile_cols - cols % tile_cols) % tile_cols;
+        auto padded = (pr || pc) ? torch::constant_pad_nd(x, {0, pc, 0, pr}) : x.contiguous();
+        x4 = padded.view({(rows + pr) / tile_rows, tile_rows, (cols + pc) / tile_cols, tile_cols});
+    }
+    torch::Tensor amax() const { return x4.abs().amax({1, 3}, /*keepdim=*/true); }
+    // Back to (R, C): cut the padding off.
+    torch::Tensor unpad(const torch::Tensor& v4) const
+    {
+        auto v = v4.reshape({x4.size(0) * x4.size(1), x4.size(2) * x4.size(3)});
+        if (v.size(0) != rows || v.size(1) != cols) v = v.narrow(0, 0, rows).narrow(1, 0, cols);
+        return v.contiguous();
+    }
+};
+
+// The non-finite rule: every element of a block whose amax is Inf or NaN becomes NaN.
+torch::Tensor poison_non_finite_blocks(const torch::Tensor& values4, const torch::Tensor& amax)
+{
+    const auto bad = ~torch::isfinite(amax);
+    if (!bad.any().item<bool>()) return values4;
+    return torch::where(bad, torch::full({}, std::numeric_limits<float>::quiet_NaN()), values4);
+}
+
+torch::Tensor squeeze_grid(const torch::Tensor& g) { return g.squeeze(3).squeeze(1); }
+
+// The uniform numbers of stochastic rounding: element `index` of the padded operand (row-major)
+// gets murmur3's 32-bit finalizer of index * golden ratio + seed, top 24 bits / 2^24. A hash of
+// the position rather than a generator's stream: the fused loop computes its own number where
+// it needs it, and every kernel and device draws the same ones.
+constexpr uint32_t kGolden = 0x9E3779B1u, kMix1 = 0x85EBCA6Bu, kMix2 = 0xC2B2AE35u;
+
+float hashed_uniform(uint64_t seed, uint32_t index)
+{
+    uint32_t h = index * kGolden + static_cast<uint32_t>(seed);
+    h ^= static_cast<uint32_t>(seed >> 32);
+    h ^= h >> 16;
+    h *= kMix1;
+    h ^= h >> 13;
+    h *= kMix2;
+    h ^= h >> 16;
+    return static_cast<float>(h >> 8) * (1.0f / 16777216.0f);
+}
+
+// (h * c) mod 2^32 for h < 2^32 in int64 without overflow: two products below 2^48.
+torch::Tensor mul_mod32(const torch::Tensor& h, uint32_t c)
+{
+    const auto high = torch::bitwise_left_shift(torch::bitwise_and(h * static_cast<int64_t>(c >> 16), 0xFFFF), 16);
+    return torch::bitwise_and(high + h * static_cast<int64_t>(c & 0xFFFF), 0xFFFFFFFFLL);
+}
+
+torch::Tensor uniforms(uint64_t seed, int64_t padded_rows, int64_t padded_cols, const torch::Device& device)
+{
+    auto h = torch::arange(padded_rows * padded_cols, torch::TensorOptions().dtype(torch::kInt64).device(device));
+    h = torch::bitwise_and(mul_mod32(torch::bitwise_and(h, 0xFFFFFFFFLL), kGolden) + static_cast<int64_t>(seed & 0xFFFFFFFFu),
+                           0xFFFFFFFFLL);
+    h = torch::bitwise_xor(h, static_cast<int64_t>(seed >> 32));
+    h = torch::bitwise_xor(h, torch::bitwise_right_shift(h, 16));
+    h = mul_mod32(h, kMix1);
+    h = torch::bitwise_xor(h, torch::bitwise_right_shift(h, 13));
+    h = mul_mod32(h, kMix2);
+    h = torch::bitwise_xor(h, torch::bitwise_right_shift(h, 16));
+    return (torch::bitwise_right_shift(h, 8).to(torch::kFloat32) * (1.0f / 16777216.0f)).view({padded_rows, padded_cols});
+}
+
+BlockQuantized fp8_block_tensor_ops(const torch::Tensor& x_in, NumberFormat format, bool power_of_two, bool tile_2d)
+{
+    const auto x = x_in.to(torch::kFloat32);
+    const Tiled t(x, tile_2d ? 128 : 1, 128);
+    const auto amax = t.amax();
+    const float fp8_max = static_cast<float>(format_info(format).max_finite);
+    auto scale = torch::full({}, fp8_max) / amax;
+    scale = torch::where(torch::isinf(scale), torch::full({}, kFltMax), scale);
+    if (power_of_two) scale = pow2_exact(floor_log2(torch::nan_to_num(scale, 1.0f)));
+    scale = torch::where(amax == 0, torch::ones_like(scale), scale);
+    const auto scale_inv = 1.0f / scale;
+    auto values = round_to_format(t.x4 * scale, format, Overflow::Saturate) * scale_inv;
+    values = poison_non_finite_blocks(values, amax);
+    return {t.unpad(values), squeeze_grid(scale_inv), squeeze_grid(amax), 1.0f};
+}
+
+BlockQuantized nvfp4_tensor_ops(const torch::Tensor& x_in, bool tile_2d, std::optional<uint64_t> sr_seed)
+{
+    const auto x = x_in.to(torch::kFloat32);
+    const Tiled t(x, tile_2d ? 16 : 1, 16);
+    const auto amax = t.amax();
+    const auto finite_amax = torch::where(torch::isfinite(amax), amax, torch::zeros_like(amax));
+    // Per tensor: S = 448 * 6 / amax, capped at FLT_MAX (an all-zero tensor).
+    const auto global_amax = finite_amax.max();
+    auto encode = torch::clamp_max(torch::full({}, kE4M3Max * 6.0f) / global_amax, kFltMax);
+    encode = torch::where(encode == 0, torch::ones_like(encode), encode);
+    const auto decode = 1.0f / encode;
+    // TE's kernel folds 1/6 into the multiplier: E4M3(amax_block * (S * (1/6))).
+    const auto multiplier = encode * (1.0f / 6.0f);
+    const auto block_scale = round_to_format(torch::clamp_max(finite_amax * multiplier, kFltMax), NumberFormat::E4M3,
+                                             Overflow::Saturate); // (gr, 1, gc, 1)
+    const auto element_scale = torch::clamp_max(1.0f / (block_scale * decode), kFltMax);
+    const auto scaled = torch::clamp(t.x4 * element_scale, -kE2M1Max, kE2M1Max);
+    torch::Tensor q;
+    if (sr_seed) {
+        const auto u = uniforms(*sr_seed, t.x4.size(0) * t.x4.size(1), t.x4.size(2) * t.x4.size(3), x.device());
+        q = round_to_e2m1_stochastic(scaled, u.view(scaled.sizes()));
+    } else {
+        q = round_to_e2m1(scaled);
+    }
+    auto values = (q * block_scale) * decode;
+    values = poison_non_finite_blocks(values, amax);
+    return {t.unpad(values), squeeze_grid(block_scale), squeeze_grid(amax), decode.item<float>()};
+}
+
+BlockQuantized mxfp4_tensor_ops(const torch::Tensor& x_in, bool round_scale_up)
+{
+    const auto x = x_in.to(torch::kFloat32);
+    const Tiled t(x, 1, 32);
+    const auto amax = t.amax();
+    const auto safe = torch::where(torch::isfinite(amax) & (amax > 0), amax, torch::ones_like(amax));
+    torch::Tensor exponent;
+    if (round_scale_up) {
+        const auto ratio = safe / 6.0f;
+        exponent = torch::where(ratio > 0, ceil_log2(ratio), torch::full({}, -127.0f));
+    } else {
+        exponent = floor_log2(safe) - static_cast<float>(kE2M1EmaxElem);
+    }
+    exponent = torch::where(amax > 0, exponent, torch::zeros_like(exponent)).clamp(-127, 127);
+    const auto scale = pow2_exact(exponent);
+    auto values = round_to_e2m1(t.x4 / scale) * scale;
+    values = poison_non_finite_blocks(values, amax);
+    return {t.unpad(values), squeeze_grid(scale), squeeze_grid(amax), 1.0f};
+}
+
+
+// ---- Fused CPU kernels: the same arithmetic, element by element, one pass per block -------
+namespace cpu {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+struct Grid {
+    int64_t rows, cols, tile_rows, tile_cols, grid_rows, grid_cols;
+    Grid(int64_t r, int64_t c, int64_t tr, int64_t tc)
+        : rows(r), cols(c), tile_rows(tr), tile_cols(tc), grid_rows((r + tr - 1) / tr), grid_cols((c + tc - 1) / tc)
+    {
+    }
+    int64_t padded_cols() const { return grid_cols * tile_cols; }
+};
+
+template <typename F>
+void each_block(const Grid& g, F&& f)
+{
+    at::parallel_for(0, g.grid_rows * g.grid_cols, 256, [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) f(b / g.grid_cols, b % g.grid_cols, b);
+    });
+}
+
+// f(row, col, flat index) over the block's elements that exist (the padding has none).
+template <typename F>
+void each_element(const Grid& g, int64_t bi, int64_t bj, F&& f)
+{
+    const int64_t r1 = std::min(g.rows, (bi + 1) * g.tile_rows), c1 = std::min(g.cols, (bj + 1) * g.tile_cols);
+    for (int64_t r = bi * g.tile_rows; r < r1; ++r)
+        for (int64_t c = bj * g.tile_cols; c < c1; ++c) f(r, c, r * g.cols + c);
+}
+
+// amax as torch computes it: NaN when any element is NaN, Inf when one is infinite. Written
+// without branches so that the compiler vectorizes it.
+float block_amax(const float* x, const Grid& g, int64_t bi, int64_t bj)
+{
+    float m = 0.0f;
+    int nan = 0;
+    each_element(g, bi, bj, [&](int64_t, int64_t, int64_t i) {
+        const float a = std::fabs(x[i]);
+        nan |= a != a;
+        m = a > m ? a : m;
+    });
+    return nan ? kNaN : m;
+}
+
+// Round to nearest even on the E2M1 grid, saturating: the sum of the grid's steps whose
+// midpoint |v| passes (ties at 0.25, 1.25, 2.5, 5 stay down, at 0.75, 1.75, 3.5 go up, each to
+// the even code). Branch-free, so the element loops vectorize. The fused kernels call these
+// on finite values only: a block with an Inf or a NaN is poisoned before its elements are seen.
+float e2m1_rne(float v)
+{
+    const float a = std::fabs(v);
+    const float q = 0.5f * (a > 0.25f) + 0.5f * (a >= 0.75f) + 0.5f * (a > 1.25f) + 0.5f * (a >= 1.75f) +
+                    1.0f * (a > 2.5f) + 1.0f * (a >= 3.5f) + 2.0f * (a > 5.0f);
+    return std::copysign(q, v);
+}
+
+// lo = the largest grid value <= |v| (|v| clamped to 6); up with probability (|v| - lo) / step.
+float e2m1_stochastic(float v, float u)
+{
+    const float a = std::min(std::fabs(v), 6.0f);
+    const float lo = 0.5f * (a >= 0.5f) + 0.5f * (a >= 1.0f) + 0.5f * (a >= 1.5f) + 0.5f * (a >= 2.0f) +
+                     1.0f * (a >= 3.0f) + 1.0f * (a >= 4.0f) + 2.0f * (a >= 6.0f);
+    const float step = a < 2.0f ? 0.5f : a < 4.0f ? 1.0f : 2.0f;
+    const float up = u < (a - lo) / step ? 1.0f : 0.0f;
+    return std::copysign(lo + up * step, v);
+}
+
+float floor_log2(float x)
+{
+    int e = 0;
+    std::frexp(x, &e);
+    return static_cast<float>(e - 1);
+}
+
+float ceil_log2(float x)
+{
+    int e = 0;
+    const float m = std::frexp(x, &e);
+    return static_cast<float>(m == 0.5f ? e - 1 : e);
+}
+
+float from_bits(uint32_t bits)
+{
+    float out;
+    std::memcpy(&out, &bits, sizeof out);
+    return out;
+}
+
+float pow2(float exponent)
+{
+    const auto e = static_cast<int32_t>(exponent);
+    return from_bits(e >= -126 ? static_cast<uint32_t>(e + 127) << 23 : 1u << std::clamp(e + 149, 0, 22));
+}
+
+// An FP8 format's round-to-nearest-even with saturation, as clamp + LibTorch's cast computes
+// it: the quantum of |v|'s binade (never below the subnormal one) scales |v| onto integers,
+// and adding and subtracting 2^23 rounds those to even in FP32's own rounding.
+struct Fp8Rounder {
+    float max, min_binade, mantissa_scale;
+    explicit Fp8Rounder(NumberFormat f)
+        : max(static_cast<float>(format_info(f).max_finite)),
+          min_binade(std::ldexp(1.0f, 1 - format_info(f).exponent_bias)),
+          mantissa_scale(std::ldexp(1.0f, -format_info(f).mantissa_bits))
+    {
+    }
+    // Float operations and integer masks only, so that the element loops vectorize (SSE2).
+    float operator()(float v) const
+    {
+        const float c = std::max(std::min(v, max), -max);
+        const float a = std::fabs(c);
+        uint32_t bits;
+        std::memcpy(&bits, &a, sizeof bits);
+        const float binade = from_bits(bits & 0x7F800000u); // 2^floor(log2 a); 0 for 0 and subnormals
+        const float quantum = std::max(binade, min_binade) * mantissa_scale;
+        uint32_t quantum_bits;
+        std::memcpy(&quantum_bits, &quantum, sizeof quantum_bits);
+        const float inverse = from_bits(0x7F000000u - quantum_bits); // 1 / quantum, exactly
+        const float shifted = a * inverse + 8388608.0f; // no -ffast-math: the sum is rounded here
+        return std::copysign((shifted - 8388608.0f) * quantum, c);
+    }
+};
+
+float fp8_saturated(float v, NumberFormat format, float max)
+{
+    const float c = std::clamp(v, -max, max); // NaN stays NaN
+    return format == NumberFormat::E4M3 ? static_cast<float>(c10::Float8_e4m3fn(c))
+                                        : static_cast<float>(c10::Float8_e5m2(c));
+}
+
+struct Buffers {
+    torch::Tensor values, scales, amax;
+    float* out;
+    float* scale;
+    float* am;
+    explicit Buffers(const Grid& g)
+        : values(torch::empty({g.rows, g.cols})), scales(torch::empty({g.grid_rows, g.grid_cols})),
+          amax(torch::empty({g.grid_rows, g.grid_cols})), out(values.data_ptr<float>()),
+          scale(scales.data_ptr<float>()), am(amax.data_ptr<float>())
+    {
+    }
+};
+
+void poison(const Grid& g, int64_t bi, int64_t bj, float* out)
+{
+    each_element(g, bi, bj, [&](int64_t, int64_t, int64_t i) { out[i] = kNaN; });
+}
+
+BlockQuantized fp8_block(const torch::Tensor& x_in, NumberFormat format, bool power_of_two, bool tile_2d)
+{
+    const auto x_t = x_in.contiguous();
+    const float* x = x_t.data_ptr<float>();
+    const Grid g(x_t.size(0), x_t.size(1), tile_2d ? 128 : 1, 128);
+    Buffers b(g);
+    const float fp8_max = static_cast<float>(format_info(format).max_finite);
+    const Fp8Rounder round(format);
+    each_block(g, [&](int64_t bi, int64_t bj, int64_t k) {
+        const float a = b.am[k] = block_amax(x, g, bi, bj);
+        float scale = fp8_max / a;
+        if (std::isinf(scale)) scale = kFltMax;
+        if (power_of_two) scale = pow2(floor_log2(std::isnan(scale) ? 1.0f : scale));
+        if (a == 0.0f) scale = 1.0f;
+        const float inv = 1.0f / scale;
+        b.scale[k] = inv;
+        if (!std::isfinite(a)) return poison(g, bi, bj, b.out);
+        each_element(g, bi, bj, [&](int64_t, int64_t, int64_t i) { b.out[i] = round(x[i] * scale) * inv; });
+    });
+    return {b.values, b.scales, b.amax, 1.0f};
+}
+
+BlockQuantized nvfp4(const torch::Tensor& x_in, bool tile_2d, std::optional<uint64_t> sr_seed)
+{
+    const auto x_t = x_in.contiguous();
+    const float* x = x_t.data_ptr<float>();
+    const Grid g(x_t.size(0), x_t.size(1), tile_2d ? 16 : 1, 16);
+    Buffers b(g);
+    each_block(g, [&](int64_t bi, int64_t bj, int64_t k) { b.am[k] = block_amax(x, g, bi, bj); });
+    float global_amax = 0.0f;
+    for (int64_t k = 0; k < b.amax.numel(); ++k)
+        if (std::isfinite(b.am[k])) global_amax = std::max(global_amax, b.am[k]);
+    float encode = std::min(kE4M3Max * 6.0f / global_amax, kFltMax);
+    if (encode == 0.0f) encode = 1.0f;
+    const float decode = 1.0f / encode;
+    const float multiplier = encode * (1.0f / 6.0f);
+    const int64_t u_cols = g.padded_cols();
+    each_block(g, [&](int64_t bi, int64_t bj, int64_t k) {
+        const float a = std::isfinite(b.am[k]) ? b.am[k] : 0.0f;
+        const float block_scale = fp8_saturated(std::min(a * multiplier, kFltMax), NumberFormat::E4M3, kE4M3Max);
+        const float element_scale = std::min(1.0f / (block_scale * decode), kFltMax);
+        b.scale[k] = block_scale;
+        if (!std::isfinite(b.am[k])) return poison(g, bi, bj, b.out);
+        // Two loops, so that neither carries a branch and both vectorize.
+        if (sr_seed) {
+            const uint64_t seed = *sr_seed;
+            each_element(g, bi, bj, [&](int64_t r, int64_t c, int64_t i) {
+                const float v = std::min(std::max(x[i] * element_scale, -6.0f), 6.0f);
+                const float u = hashed_uniform(seed, static_cast<uint32_t>(r * u_cols + c));
+                b.out[i] = (e2m1_stochastic(v, u) * block_scale) * decode;
+            });
+        } else {
+            each_element(g, bi, bj, [&](int64_t, int64_t, int64_t i) {
+                const float v = std::min(std::max(x[i] * element_scale, -6.0f), 6.0f);
+                b.out[i] = (e2m1_rne(v) * block_scale) * decode;
+            });
+        }
+    });
+    return {b.values, b.scales, b.amax, decode};
+}
+
+BlockQuantized mxfp4(const torch::Tensor& x_in, bool round_scale_up)
+{
+    const auto x_t = x_in.contiguous();
+    const float* x = x_t.data_ptr<float>();
+    const Grid g(x_t.size(0), x_t.size(1), 1, 32);
+    Buffers b(g);
+    each_block(g, [&](int64_t bi, int64_t bj, int64_t k) {
+        const float a = b.am[k] = block_amax(x, g, bi, bj);
+        const float safe = std::isfinite(a) && a > 0.0f ? a : 1.0f;
+        float e = 0.0f;
+        if (round_scale_up) {
+            const float ratio = safe / 6.0f;
+            e = ratio > 0.0f ? ceil_log2(ratio) : -127.0f;
+        } else {
+            e = floor_log2(safe) - static_cast<float>(kE2M1EmaxElem);
+        }
+        e = std::clamp(a > 0.0f ? e : 0.0f, -127.0f, 127.0f);
+        const float scale = b.scale[k] = pow2(e);
+        if (!std::isfinite(a)) return poison(g, bi, bj, b.out);
+        each_element(g, bi, bj, [&](int64_t, int64_t, int64_t i) { b.out[i] = e2m1_rne(x[i] / scale) * scale; });
+    });
+    return {b.values, b.scales, b.amax, 1.0f};
+}
+
+} // namespace cpu
+
+bool fused(const torch::Tensor& x, BlockKernel kernel)
+{
+    if (kernel == BlockKernel::FusedCpu) TORCH_CHECK(x.device().is_cpu(), "the fused block kernels run on the CPU");
+    return kernel == BlockKernel::FusedCpu || (kernel == BlockKernel::Auto && x.device().is_cpu());
+}
+
+} // namespace
+
+BlockQuantized quantize_fp8_block_2d(const torch::Tensor& x, NumberFormat format, bool power_of_two, bool tile_2d,
+                                     BlockKernel kernel)
+{
+    TORCH_CHECK(x.dim() == 2, "block quantizers take a 2-D operand");
+    const auto x32 = x.to(torch::kFloat32);
+    return fused(x32, kernel) ? cpu::fp8_block(x32, format, power_of_two, tile_2d)
+                              : fp8_block_tensor_ops(x32, format, power_of_two, tile_2d);
+}
+
+BlockQuantized quantize_nvfp4_2d(const torch::Tensor& x, bool tile_2d, std::optional<uint64_t> sr_seed,
+                                 BlockKernel kernel)
+{
+    TORCH_CHECK(x.dim() == 2, "block quantizers take a 2-D operand");
+    const auto x32 = x.to(torch::kFloat32);
+    return fused(x32, kernel) ? cpu::nvfp4(x32, tile_2d, sr_seed) : nvfp4_tensor_ops(x32, tile_2d, sr_seed);
+}
+
+BlockQuantized quantize_mxfp4_2d(const torch::Tensor& x, bool round_scale_up, BlockKernel kernel)
+{
+    TORCH_CHECK(x.dim() == 2, "block quantizers take a 2-D operand");
+    const auto x32 = x.to(torch::kFloat32);
+    return fused(x32, kernel) ? cpu::mxfp4(x32, round_scale_up) : mxfp4_tensor_ops(x32, round_scale_up);
+}
+
+torch::Tensor random_hadamard_transform(const torch::Tensor& x)
+{
+    TORCH_CHECK(x.size(-1) % 16 == 0, "the Hadamard transform needs a multiple of 16");
+    static const float kSigns[16] = {1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1}; // TE's wgrad signs
+    auto h = torch::ones({1, 1});
+    while (h.size(0) < 16) h = torch::cat({torch::cat({h, h}, 1), torch::cat({h, -h}, 1)}, 0); // Sylvester
+    const auto signs = torch::from_blob(const_cast<float*>(kSigns), {16, 1}, torch::kFloat32);
+    const auto transform = (signs * h * 0.25f).to(x.device()); // rows scaled by the signs; entries +-1/4
+    const auto shape = x.sizes().vec();
+    return torch::matmul(x.contiguous().view({-1, 16}), transform).view(shape);
+}
+
+torch::Tensor stochastic_uniforms(uint64_t seed, int64_t rows, int64_t cols)
+{
+    return uniforms(seed, rows, cols, torch::kCPU);
+}
+
+uint64_t content_seed(const torch::Tensor& x_in)
+{
+    // sum of the FP32 bit patterns (as int32) and of their squares modulo 1000003, mixed.
+    constexpr int64_t kPrime = 1000003;
+    const auto x = x_in.to(torch::kFloat32).contiguous();
+    uint64_t sum = 0, squares = 0;
+    if (x.device().is_cpu()) {
+        const float* p = x.data_ptr<float>();
+        for (int64_t i = 0; i < x.numel(); ++i) {
+            int32_t bits;
+            std::memcpy(&bits, p + i, sizeof bits);
+            int64_t r = bits % kPrime;
+            r += r < 0 ? kPrime : 0; // torch's remainder takes the divisor's sign
+            sum += static_cast<uint64_t>(static_cast<int64_t>(bits));
+            squares += static_cast<uint64_t>(r * r);
+        }
+    } else {
+        const auto bits = x.view(torch::kInt32).to(torch::kInt64);
+        sum = static_cast<uint64_t>(bits.sum().item<int64_t>());
+        squares = static_cast<uint64_t>(bits.remainder(kPrime).square().sum().item<int64_t>());
+    }
+    return (sum * 0x9E3779B97F4A7C15ULL) ^ squares ^ static_cast<uint64_t>(x.numel());
+}
+
+torch::Tensor quantize_block_recipe(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe,
+                                    int64_t k_dim_in, TensorRole role)
+{
+    const int64_t k_dim = k_dim_in < 0 ? k_dim_in + x.dim() : k_dim_in;
+    const bool columnwise = k_dim != x.dim() - 1;
+    const auto moved = x.to(torch::kFloat32).movedim(k_dim, -1);
+    const int64_t k = moved.size(-1);
+    auto x2 = moved.reshape({-1, k}); // (rows, K)
+    const bool weight_2d = role == TensorRole::Weight && x.dim() == 2;
+    BlockQuantized q;
+    switch (recipe.scaling) {
+    case Fp8Scaling::Block128:
+        q = quantize_fp8_block_2d(x2, format, recipe.block_power_of_two, weight_2d);
+        break;
+    case Fp8Scaling::NvFp4: {
+        const bool rht = recipe.nvfp4_rht && role != TensorRole::Weight && columnwise && k % 16 == 0;
+        if (rht) x2 = random_hadamard_transform(x2);
+        std::optional<uint64_t> seed;
+        if (role == TensorRole::Gradient && recipe.nvfp4_stochastic_rounding) seed = content_seed(x2);
+        q = quantize_nvfp4_2d(x2, weight_2d && recipe.nvfp4_weight_2d, seed);
+        break;
+    }
+    case Fp8Scaling::MxFp4:
+        q = quantize_mxfp4_2d(x2, recipe.mx_round_scale_up);
+        break;
+    default:
+        TORCH_CHECK(false, "quantize_block_recipe: not a block recipe");
+    }
+    return q.values.reshape(moved.sizes()).movedim(-1, k_dim).contiguous();
+}
+
+BlockFormatStats block_format_stats(const torch::Tensor& x_in, const BlockQuantized& q, double element_max)
+{
+    BlockFormatStats s;
+    const auto x = x_in.to(torch::kFloat32).reshape(q.values.sizes());
+    const auto nonzero_block = torch::isfinite(q.block_amax) & (q.block_amax > 0);
+    const auto decode = q.block_scales * q.tensor_scale; // what one element step of the block is worth
+    const auto clipped = nonzero_block & (decode > 0) & (q.block_amax / decode > element_max);
+    const auto underflow = nonzero_block & (q.block_scales <= std::ldexp(1.0f, -127));
+    const double blocks = static_cast<double>(q.block_scales.numel());
+    if (blocks > 0) {
+        s.clipped_block_fraction = clipped.sum().item<double>() / blocks;
+        s.scale_underflow_fraction = underflow.sum().item<double>() / blocks;
+    }
+    const auto finite = torch::isfinite(x) & torch::isfinite(q.values);
+    const auto nonzero = (x != 0) & finite;
+    const double n_nonzero = nonzero.sum().item<double>();
+    if (n_nonzero > 0) s.zero_fraction = (nonzero & (q.values == 0)).sum().item<double>() / n_nonzero;
+    const auto xf = torch::where(finite, x, torch::zeros_like(x)).to(torch::kFloat64);
+    const auto qf = torch::where(finite, q.values, torch::zeros_like(x)).to(torch::kFloat64);
+    const double signal = xf.square().sum().item<double>();
+    const double noise = (xf - qf).square().sum().item<double>();
+    s.snr_db = noise > 0 ? 10.0 * std::log10(signal / noise) : std::numeric_limits<double>::infinity();
+    return s;
+}
+
+} // namespace mantissa

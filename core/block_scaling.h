@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// Block-scaled recipes of TransformerEngine 2.x and OCP MX (docs/NUMERICS.md, "Block
+// recipes"): fp8-block (Float8BlockScaling, DeepSeek-V3), nvfp4 (NVFP4BlockScaling) and
+// mxfp4. Each returns the FP32 values the GEMM multiplies: codes times their decoded scales,
+// rounded exactly as the hardware rounds them.
+//
+// Layout: the 2-D entry points take a matrix whose rows are independent and whose columns run
+// along the GEMM's contraction dimension K; blocks lie along K (1xB) or are BxB tiles. A
+// dimension that is not a multiple of the block is padded with zeros for the amaxes and cut
+// off again (TE pads the same way; zeros never change an amax).
+//
+// Non-finite rule (all three recipes): a block that holds an Inf or a NaN dequantizes to NaN in
+// every element, so the overflow reaches the loss scaler's and the watchers' finite checks;
+// every other block is quantized as though it were absent (NVFP4's per-tensor amax is taken
+// over the finite blocks). A block of zeros gives zeros, signs kept.
+
+#include <cstdint>
+#include <optional>
+
+#include <torch/torch.h>
+
+#include "number_format.h"
+#include "precision_policy.h"
+
+namespace mantissa {
+
+// What a GEMM operand is, as far as the block recipes care: weights get 2-D tiles (and no
+// Hadamard transform), gradients get stochastic rounding under nvfp4.
+enum class TensorRole { Activation, Weight, Gradient };
+
+struct BlockQuantized {
+    torch::Tensor values;       // dequantized FP32, shape of the input
+    torch::Tensor block_scales; // decode scale of each block (rows/tile_rows, cols/tile_cols), FP32
+    torch::Tensor block_amax;   // amax of each block, same shape (NaN/Inf for non-finite blocks)
+    float tensor_scale = 1.0f;  // nvfp4: the per-tensor decode scale amax / (448 * 6); 1 otherwise
+};
+
+// How the block quantizers compute. Auto: one fused pass per block on the CPU (the tensor-op
+// version costs a dozen kernel launches per operand, which dominates small models), tensor
+// ops elsewhere. Both give the same bits (tests/test_block_formats.cpp holds them together).
+enum class BlockKernel { Auto, TensorOps, FusedCpu };
+
+// fp8-block. tile_2d: 128x128 tiles (weights), else 1x128. scale = fp8_max / amax (FLT_MAX when
+// that overflows), floored to a power of two when `power_of_two`; 1 for a block of zeros.
+BlockQuantized quantize_fp8_block_2d(const torch::Tensor& x, NumberFormat format, bool power_of_two, bool tile_2d,
+                                     BlockKernel kernel = BlockKernel::Auto);
+
+// nvfp4. tile_2d: 16x16 tiles, else 1x16. Per-tensor encode scale S = 448*6 / amax; block
+// decode scale E4M3(amax_block * (S / 6)); elements E2M1(x * 1 / (scale_block / S)) after a
+// clamp to +-6, round-to-nearest-even, or stochastic from a generator seeded with `sr_seed`.
+BlockQuantized quantize_nvfp4_2d(const torch::Tensor& x, bool tile_2d, std::optional<uint64_t> sr_seed,
+                                 BlockKernel kernel = BlockKernel::Auto);
+
+// mxfp4: 1x32 blocks, E8M0 scale 2^e with e = floor(log2 amax) - 2 (OCP MX v1.0, elements
+// saturate) or, with `round_scale_up`, e = ceil(log2(amax / 6)) (TE's rule: nothing saturates);
+// e clamped to [-127, 127], 0 for a block of zeros.
+BlockQuantized quantize_mxfp4_2d(const torch::Tensor& x, bool round_scale_up, BlockKernel kernel = BlockKernel::Auto);
+
+// The 16-point random Hadamard transform along the last dimension (a multiple of 16):
+// each run of 16 becomes x . diag(s) . H16 / 4, with TE's fixed sign vector s. Orthogonal:
+// applied to both wgrad operands along their common K it leaves dW = dy^T x unchanged.
+torch::Tensor random_hadamard_transform(const torch::Tensor& x);
+
+// The uniforms [0, 1) stochastic rounding uses for a padded (rows, cols) operand under `seed`:
+// a hash of each element's position (exposed for the tests).
+torch::Tensor stochastic_uniforms(uint64_t seed, int64_t rows, int64_t cols);
+
+// A deterministic seed from the tensor's bits: stochastic rounding is then a pure function of
+// its input, identical across resumes and executors, with no generator state to checkpoint.
+uint64_t content_seed(const torch::Tensor& x);
+
+// The dispatch quantize_fp8 uses for Block128, NvFp4 and MxFp4: moves `k_dim` last, flattens
+// the rest into rows, picks tiles, Hadamard transform and rounding from the recipe and role.
+// An nvfp4 activation or gradient quantized along a K that is not its last dimension is a
+// wgrad operand (TE's "columnwise" copy): with recipe.nvfp4_rht and K a multiple of 16 it is
+// transformed and handed back *in the Hadamard basis*, as the hardware multiplies it; both
+// wgrad operands always share K, so they are transformed together and the product is dW.
+torch::Tensor quantize_block_recipe(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe,
+                                    int64_t k_dim, TensorRole role);
+
+// Block-format health of one quantized tensor, for telemetry and the tests.
+struct BlockFormatStats {
+    double clipped_block_fraction = 0.0;   // blocks whose largest element exceeded the element maximum after scaling
+    double scale_underflow_fraction = 0.0; // non-zero blocks whose scale is 0 (E4M3) or at E8M0's floor 2^-127
+    double zero_fraction = 0.0;            // non-zero finite values that quantized to zero
+    double snr_db = 0.0;                   // 10 log10(sum x^2 / sum (x - q)^2) over finite values; inf when exact
+};
+// `element_max`: 6 for nvfp4 and mxfp4, the FP8 format's maximum for fp8-block.
+BlockFormatStats block_format_stats(const torch::Tensor& x, const BlockQuantized& q, double element_max);
+
+} // namespace mantissa

@@ -1,0 +1,722 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// FP4 E2M1, E8M0 and E4M3 block scales, and the block recipes fp8-block, nvfp4 and mxfp4, bit
+// for bit against tables computed with ml_dtypes' casts (tests/data/block_formats/generate.py
+// follows TransformerEngine's reference quantizers in numpy), plus the edges the specs name.
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include <torch/torch.h>
+
+#include "block_scaling.h"
+#include "fp4.h"
+#include "fp8_scaling.h"
+#include "precision_policy.h"
+#include "project_config.h"
+#include "quantize.h"
+#include "sweep.h"
+#include "trainer.h"
+
+// Qt after LibTorch: Qt's `slots` macro would break torch's IValue::slots().
+#include <QtTest>
+
+using namespace mantissa;
+
+namespace {
+
+const QString kData = QStringLiteral(MANTISSA_TEST_DATA_DIR "/block_formats/");
+
+float from_hex(const QString& text)
+{
+    bool ok = false;
+    const uint32_t bits = text.toUInt(&ok, 16);
+    if (!ok) qFatal("bad hex '%s'", qPrintable(text));
+    return std::bit_cast<float>(bits);
+}
+
+uint32_t bits_of(float v) { return std::bit_cast<uint32_t>(v); }
+
+// The table's lines without comments.
+QStringList table(const QString& name)
+{
+    QFile f(kData + name);
+    if (!f.open(QIODevice::ReadOnly | QIODevice::Text)) qFatal("cannot read %s", qPrintable(f.fileName()));
+    QStringList lines;
+    for (const auto& line : QString::fromLatin1(f.readAll()).split(QLatin1Char('\n')))
+        if (!line.isEmpty() && !line.startsWith(QLatin1Char('#'))) lines << line;
+    return lines;
+}
+
+// Bit-identical, NaN included.
+bool same_bits(const torch::Tensor& a, const torch::Tensor& b)
+{
+    if (a.sizes() != b.sizes()) return false;
+    return torch::equal(a.to(torch::kFloat32).contiguous().view(torch::kInt32),
+                        b.to(torch::kFloat32).contiguous().view(torch::kInt32));
+}
+
+// The deterministic operand generate.py builds too: 24-bit LCG values in [-1, 1), each row
+// scaled by 2^((7i mod 24) - 12) and each column by 2^(-4 (j mod 5)), exact in FP32.
+torch::Tensor test_matrix(int64_t rows, int64_t cols)
+{
+    auto out = torch::empty({rows, cols});
+    auto a = out.accessor<float, 2>();
+    uint32_t state = 12345;
+    for (int64_t i = 0; i < rows; ++i) {
+        const double row_scale = std::ldexp(1.0, static_cast<int>((i * 7) % 24) - 12);
+        for (int64_t j = 0; j < cols; ++j) {
+            state = state * 1664525u + 1013904223u;
+            const double u = static_cast<double>(state >> 8) / std::ldexp(1.0, 23) - 1.0;
+            a[i][j] = static_cast<float>(u * row_scale * std::ldexp(1.0, -4 * static_cast<int>(j % 5)));
+        }
+    }
+    return out;
+}
+
+// Rows "<tag> v v v" of a table, each value parsed by `parse`.
+torch::Tensor grid_rows(const QStringList& lines, const QString& tag, bool hex_float)
+{
+    std::vector<std::vector<float>> rows;
+    for (const auto& line : lines) {
+        if (!line.startsWith(tag + QLatin1Char(' '))) continue;
+        std::vector<float> row;
+        for (const auto& v : line.mid(tag.size() + 1).split(QLatin1Char(' ')))
+            row.push_back(hex_float ? from_hex(v) : static_cast<float>(v.toUInt(nullptr, 16)));
+        rows.push_back(row);
+    }
+    auto t = torch::empty({static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())});
+    for (size_t i = 0; i < rows.size(); ++i)
+        for (size_t j = 0; j < rows[i].size(); ++j) t[i][j] = rows[i][j];
+    return t;
+}
+
+// "codes" rows: one hex digit (E2M1) or two (E4M3) per element.
+torch::Tensor code_rows(const QStringList& lines, int width)
+{
+    std::vector<std::vector<uint8_t>> rows;
+    for (const auto& line : lines) {
+        if (!line.startsWith(QLatin1String("codes "))) continue;
+        const QString s = line.mid(6);
+        std::vector<uint8_t> row;
+        for (int i = 0; i + width <= s.size(); i += width) row.push_back(static_cast<uint8_t>(s.mid(i, width).toUInt(nullptr, 16)));
+        rows.push_back(row);
+    }
+    auto t = torch::empty({static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())}, torch::kUInt8);
+    for (size_t i = 0; i < rows.size(); ++i) std::memcpy(t[i].data_ptr<uint8_t>(), rows[i].data(), rows[i].size());
+    return t;
+}
+
+// A (gr, gc) grid of per-block values spread over the (rows, cols) elements of its blocks.
+torch::Tensor expand_grid(const torch::Tensor& grid, int64_t tile_rows, int64_t tile_cols, int64_t rows, int64_t cols)
+{
+    return grid.repeat_interleave(tile_rows, 0).repeat_interleave(tile_cols, 1).narrow(0, 0, rows).narrow(1, 0, cols);
+}
+
+torch::Tensor e4m3_decode(const torch::Tensor& codes) { return codes.view(torch::kFloat8_e4m3fn).to(torch::kFloat32); }
+
+Fp8Recipe recipe_of(Fp8Scaling s)
+{
+    Fp8Recipe r;
+    r.scaling = s;
+    return r;
+}
+
+BlockQuantized quantize_2d(const QString& recipe, const torch::Tensor& x)
+{
+    if (recipe == "nvfp4") return quantize_nvfp4_2d(x, false, std::nullopt);
+    if (recipe == "mxfp4") return quantize_mxfp4_2d(x, false);
+    return quantize_fp8_block_2d(x, NumberFormat::E4M3, true, false);
+}
+
+int64_t block_of(const QString& recipe) { return recipe == "nvfp4" ? 16 : recipe == "mxfp4" ? 32 : 128; }
+
+ProjectConfig golden_project() { return load_project_file(MANTISSA_TEST_DATA_DIR "/golden_project.json"); }
+
+struct Losses : TelemetrySink {
+    std::vector<double> train;
+    void on_step(const StepMetrics& m) override { train.push_back(m.train_loss); }
+    void on_eval(const EvalMetrics&) override {}
+    void on_event(const RunEvent&) override {}
+};
+
+} // namespace
+
+class TestBlockFormats : public QObject {
+    Q_OBJECT
+
+private slots:
+    // ---- E2M1 -------------------------------------------------------------------------
+
+    void e2m1EveryCode()
+    {
+        const float expected[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+        const auto codes = torch::arange(16, torch::kUInt8);
+        const auto values = e2m1_decode(codes);
+        for (int c = 0; c < 16; ++c) QCOMPARE(bits_of(values[c].item<float>()), bits_of(expected[c]));
+        QVERIFY(torch::equal(e2m1_encode(values), codes));          // encode inverts decode, -0 included
+        QVERIFY(same_bits(round_to_e2m1(values), values));          // grid values are fixed points
+    }
+
+    void e2m1MatchesMlDtypes()
+    {
+        const auto lines = table(QStringLiteral("e2m1_rne.txt"));
+        QVERIFY(lines.size() > 3000);
+        std::vector<float> in;
+        std::vector<uint8_t> want;
+        for (const auto& line : lines) {
+            const auto parts = line.split(QLatin1Char(' '));
+            in.push_back(from_hex(parts[0]));
+            want.push_back(static_cast<uint8_t>(parts[1].toUInt(nullptr, 16)));
+        }
+        const auto x = torch::tensor(in);
+        const auto codes = e2m1_encode(round_to_e2m1(x));
+        const auto expected = torch::from_blob(want.data(), {static_cast<int64_t>(want.size())}, torch::kUInt8);
+        const auto mismatches = (codes != expected).sum().item<int64_t>();
+        QCOMPARE(mismatches, int64_t(0));
+    }
+
+    void e2m1TiesZeroSaturation_data()
+    {
+        QTest::addColumn<float>("in");
+        QTest::addColumn<float>("out");
+        // Ties go to the even code: 0.25 -> 0 (code 0), 0.75 -> 1 (code 2), 1.25 -> 1, 1.75 -> 2,
+        // 2.5 -> 2 (code 4), 3.5 -> 4 (code 6), 5 -> 4 (code 6, not 7).
+        const float ties[][2] = {{0.25f, 0}, {0.75f, 1}, {1.25f, 1}, {1.75f, 2}, {2.5f, 2}, {3.5f, 4}, {5, 4}};
+        for (const auto& t : ties) {
+            QTest::addRow("tie %g", t[0]) << t[0] << t[1];
+            QTest::addRow("tie -%g", t[0]) << -t[0] << -t[1];
+        }
+        QTest::newRow("just above 5") << std::nextafter(5.0f, 6.0f) << 6.0f;
+        QTest::newRow("just below 0.25") << std::nextafter(0.25f, 0.0f) << 0.0f;
+        QTest::newRow("6.5 saturates") << 6.5f << 6.0f;
+        QTest::newRow("1e30 saturates") << 1e30f << 6.0f;
+        QTest::newRow("+inf saturates") << std::numeric_limits<float>::infinity() << 6.0f;
+        QTest::newRow("-inf saturates") << -std::numeric_limits<float>::infinity() << -6.0f;
+        QTest::newRow("+0") << 0.0f << 0.0f;
+        QTest::newRow("-0 keeps its sign") << -0.0f << -0.0f;
+        QTest::newRow("-tiny underflows to -0") << -1e-30f << -0.0f;
+    }
+    void e2m1TiesZeroSaturation()
+    {
+        QFETCH(float, in);
+        QFETCH(float, out);
+        QCOMPARE(bits_of(round_to_e2m1(torch::tensor({in})).item<float>()), bits_of(out));
+    }
+
+    void e2m1NaNStaysNaN()
+    {
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        QVERIFY(std::isnan(round_to_e2m1(torch::tensor({nan})).item<float>()));
+        QVERIFY(std::isnan(round_to_e2m1_stochastic(torch::tensor({nan}), torch::tensor({0.5f})).item<float>()));
+    }
+
+    // The mean of 10^6 stochastic roundings is x within 5 standard errors of one draw:
+    // |mean - x| <= 5 * step * sqrt(p (1 - p)) / sqrt(N), p = (|x| - lo) / step.
+    void e2m1StochasticRoundingIsUnbiased_data()
+    {
+        QTest::addColumn<float>("x");
+        for (float v : {0.1f, 0.3f, 0.8f, 1.2f, 1.9f, 2.7f, 3.3f, 4.6f, 5.1f, 5.9f, -0.7f, -3.9f})
+            QTest::addRow("%g", v) << v;
+    }
+    void e2m1StochasticRoundingIsUnbiased()
+    {
+        QFETCH(float, x);
+        constexpr int64_t n = 1000000;
+        auto gen = at::detail::createCPUGenerator(18);
+        const auto u = torch::rand({n}, gen);
+        const auto q = round_to_e2m1_stochastic(torch::full({n}, x), u);
+        const float a = std::abs(x);
+        const float step = a < 2 ? 0.5f : a < 4 ? 1.0f : 2.0f;
+        const float lo = std::floor(a / step) * step;
+        const auto neighbours = (q.abs() == lo) | (q.abs() == lo + step);
+        QVERIFY(neighbours.all().item<bool>()); // only the two neighbours, sign kept
+        QVERIFY(((q >= 0) == (x >= 0)).all().item<bool>());
+        const double p = (a - lo) / step;
+        const double tolerance = 5.0 * step * std::sqrt(p * (1 - p)) / std::sqrt(static_cast<double>(n));
+        const double mean = q.to(torch::kFloat64).mean().item<double>();
+        QVERIFY2(std::abs(mean - x) <= tolerance, qPrintable(QString("mean %1, x %2, tolerance %3").arg(mean).arg(x).arg(tolerance)));
+    }
+
+    void e2m1StochasticRoundingKeepsGridAndSaturates()
+    {
+        auto gen = at::detail::createCPUGenerator(7);
+        const auto u = torch::rand({1000}, gen);
+        for (float v : {0.0f, -0.0f, 0.5f, 3.0f, -4.0f, 6.0f}) {
+            const auto q = round_to_e2m1_stochastic(torch::full({1000}, v), u);
+            QVERIFY(same_bits(q, torch::full({1000}, v)));
+        }
+        QVERIFY(same_bits(round_to_e2m1_stochastic(torch::full({1000}, 7.5f), u), torch::full({1000}, 6.0f)));
+        QVERIFY(same_bits(round_to_e2m1_stochastic(torch::full({1000}, -1e30f), u), torch::full({1000}, -6.0f)));
+        // u = 0 rounds every non-grid value up, u -> 1 never: the boundary of the comparison.
+        QCOMPARE(round_to_e2m1_stochastic(torch::tensor({2.2f}), torch::tensor({0.0f})).item<float>(), 3.0f);
+        QCOMPARE(round_to_e2m1_stochastic(torch::tensor({2.2f}), torch::tensor({0.9999999f})).item<float>(), 2.0f);
+    }
+
+    // ---- E8M0 and E4M3 scales -----------------------------------------------------------
+
+    void e8m0MatchesMlDtypes()
+    {
+        const auto lines = table(QStringLiteral("e8m0_codes.txt"));
+        QCOMPARE(lines.size(), 256);
+        const auto decoded = e8m0_decode(torch::arange(256).to(torch::kUInt8));
+        for (int c = 0; c < 256; ++c) {
+            const float want = from_hex(lines[c].split(QLatin1Char(' '))[1]);
+            const float got = decoded[c].item<float>();
+            if (std::isnan(want)) QVERIFY(std::isnan(got));
+            else QCOMPARE(bits_of(got), bits_of(want));
+        }
+        const auto exponents = torch::arange(-127, 128).to(torch::kFloat32);
+        const auto codes = e8m0_encode_exponent(exponents);
+        QVERIFY(torch::equal(codes.to(torch::kInt32), torch::arange(0, 255).to(torch::kInt32)));
+        QVERIFY(same_bits(e8m0_decode(codes), pow2_exact(exponents)));
+        QCOMPARE(bits_of(pow2_exact(torch::tensor({-127.0f})).item<float>()), 0x00400000u); // an FP32 subnormal
+        QCOMPARE(bits_of(pow2_exact(torch::tensor({-149.0f})).item<float>()), 0x00000001u);
+    }
+
+    void e4m3BlockScaleMatchesMlDtypes()
+    {
+        std::vector<float> in, want;
+        for (const auto& line : table(QStringLiteral("e4m3_scale.txt"))) {
+            const auto parts = line.split(QLatin1Char(' '));
+            in.push_back(from_hex(parts[0]));
+            want.push_back(from_hex(parts[1]));
+        }
+        QVERIFY(in.size() > 700);
+        QVERIFY(same_bits(round_to_format(torch::tensor(in), NumberFormat::E4M3, Overflow::Saturate), torch::tensor(want)));
+    }
+
+    void log2FromBitsIsExact()
+    {
+        const float below4 = std::nextafter(4.0f, 0.0f); // log2f rounds this to 2.0 in FP32
+        const auto x = torch::tensor({1.0f, 4.0f, below4, 6.0f, 1e-45f, std::ldexp(1.0f, -127), 3.0e38f});
+        const auto fl = floor_log2(x);
+        const auto ce = ceil_log2(x);
+        const float want_floor[] = {0, 2, 1, 2, -149, -127, 127};
+        const float want_ceil[] = {0, 2, 2, 3, -149, -127, 128};
+        for (int i = 0; i < 7; ++i) {
+            QCOMPARE(fl[i].item<float>(), want_floor[i]);
+            QCOMPARE(ce[i].item<float>(), want_ceil[i]);
+        }
+    }
+
+    // ---- Recipes against the reference tables ----------------------------------------
+
+    void nvfp4MatchesReference_data()
+    {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<bool>("tile2d");
+        QTest::newRow("1x16") << "nvfp4_1x16.txt" << false;
+        QTest::newRow("16x16") << "nvfp4_16x16.txt" << true;
+    }
+    void nvfp4MatchesReference()
+    {
+        QFETCH(QString, file);
+        QFETCH(bool, tile2d);
+        const auto lines = table(file);
+        const auto x = test_matrix(40, 72);
+        const auto q = quantize_nvfp4_2d(x, tile2d, std::nullopt);
+        const float tensor_scale = from_hex(lines[0].split(QLatin1Char(' '))[1]);
+        QCOMPARE(bits_of(q.tensor_scale), bits_of(tensor_scale));
+        const auto scales = grid_rows(lines, QStringLiteral("scales"), true);
+        QVERIFY(same_bits(q.block_scales, scales));
+        if (!tile2d) QVERIFY((scales == 0).any().item<bool>()); // 1x16 reaches E4M3 scale underflow
+        const auto codes = code_rows(lines, 1);
+        QCOMPARE(codes.size(0), int64_t(40));
+        const auto expected = (e2m1_decode(codes) * expand_grid(scales, tile2d ? 16 : 1, 16, 40, 72)) * tensor_scale;
+        QVERIFY(same_bits(q.values, expected));
+    }
+
+    void mxfp4MatchesReference_data()
+    {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<bool>("up");
+        QTest::newRow("OCP floor") << "mxfp4_floor.txt" << false;
+        QTest::newRow("TE round up") << "mxfp4_up.txt" << true;
+    }
+    void mxfp4MatchesReference()
+    {
+        QFETCH(QString, file);
+        QFETCH(bool, up);
+        const auto lines = table(file);
+        const auto q = quantize_mxfp4_2d(test_matrix(40, 72), up);
+        const auto scales = e8m0_decode(grid_rows(lines, QStringLiteral("scales"), false).to(torch::kUInt8));
+        QVERIFY(same_bits(q.block_scales, scales));
+        const auto expected = e2m1_decode(code_rows(lines, 1)) * expand_grid(scales, 1, 32, 40, 72);
+        QVERIFY(same_bits(q.values, expected));
+    }
+
+    void fp8BlockMatchesReference_data()
+    {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<bool>("tile2d");
+        QTest::addColumn<bool>("pow2");
+        QTest::newRow("1x128 pow2") << "fp8_block_1x128_pow2.txt" << false << true;
+        QTest::newRow("1x128 fp32 scales") << "fp8_block_1x128_fp32.txt" << false << false;
+        QTest::newRow("128x128 pow2") << "fp8_block_128x128_pow2.txt" << true << true;
+    }
+    void fp8BlockMatchesReference()
+    {
+        QFETCH(QString, file);
+        QFETCH(bool, tile2d);
+        QFETCH(bool, pow2);
+        const auto lines = table(file);
+        const auto q = quantize_fp8_block_2d(test_matrix(132, 260), NumberFormat::E4M3, pow2, tile2d);
+        const auto scales = grid_rows(lines, QStringLiteral("scales"), true);
+        QVERIFY(same_bits(q.block_scales, scales));
+        const auto expected = e4m3_decode(code_rows(lines, 2)) * expand_grid(scales, tile2d ? 128 : 1, 128, 132, 260);
+        QVERIFY(same_bits(q.values, expected));
+    }
+
+    // The fused CPU kernels (used on the CPU) and the tensor-op kernels (used elsewhere) agree
+    // bit for bit: values, scales and amaxes, with padding, zero, Inf and NaN blocks and SR.
+    void fusedAndTensorOpKernelsAgree_data()
+    {
+        QTest::addColumn<QString>("recipe");
+        QTest::addColumn<bool>("variant"); // 2-D tiles / round up / SR
+        for (const char* r : {"nvfp4", "mxfp4", "fp8-block", "fp8-block-e5m2"}) {
+            QTest::addRow("%s", r) << r << false;
+            QTest::addRow("%s variant", r) << r << true;
+        }
+    }
+    void fusedAndTensorOpKernelsAgree()
+    {
+        QFETCH(QString, recipe);
+        QFETCH(bool, variant);
+        auto x = test_matrix(150, 300) * 37.0f;
+        x[3].narrow(0, 0, 40).zero_();
+        x[5][7] = std::numeric_limits<float>::infinity();
+        x[140][290] = std::numeric_limits<float>::quiet_NaN();
+        x[9][100] = 1e-30f;
+        const auto run = [&](BlockKernel k) {
+            if (recipe == "nvfp4") return quantize_nvfp4_2d(x, variant, variant ? std::optional<uint64_t>(99) : std::nullopt, k);
+            if (recipe == "mxfp4") return quantize_mxfp4_2d(x, variant, k);
+            const auto f = recipe == "fp8-block" ? NumberFormat::E4M3 : NumberFormat::E5M2;
+            return quantize_fp8_block_2d(x, f, !variant, variant, k);
+        };
+        const auto fused = run(BlockKernel::FusedCpu);
+        const auto ops = run(BlockKernel::TensorOps);
+        QVERIFY(same_bits(fused.values, ops.values));
+        QVERIFY(same_bits(fused.block_scales, ops.block_scales));
+        QVERIFY(same_bits(fused.block_amax, ops.block_amax));
+        QCOMPARE(bits_of(fused.tensor_scale), bits_of(ops.tensor_scale));
+        QVERIFY(torch::isnan(fused.values).any().item<bool>());
+    }
+
+    // ---- Edges: zeros, Inf, NaN, saturation, layout ----------------------------------
+
+    void nonFiniteBlocksBecomeNaN_data()
+    {
+        QTest::addColumn<QString>("recipe");
+        QTest::addColumn<float>("bad");
+        for (const char* r : {"nvfp4", "mxfp4", "fp8-block"}) {
+            QTest::addRow("%s +inf", r) << r << std::numeric_limits<float>::infinity();
+            QTest::addRow("%s -inf", r) << r << -std::numeric_limits<float>::infinity();
+            QTest::addRow("%s nan", r) << r << std::numeric_limits<float>::quiet_NaN();
+        }
+    }
+    void nonFiniteBlocksBecomeNaN()
+    {
+        QFETCH(QString, recipe);
+        QFETCH(float, bad);
+        const int64_t block = block_of(recipe);
+        const auto x = test_matrix(4, 2 * block) * 1000.0f;
+        auto poisoned = x.clone();
+        poisoned[1][5] = bad;
+        auto absent = x.clone();
+        absent[1].narrow(0, 0, block).zero_();
+        const auto q = quantize_2d(recipe, poisoned).values;
+        const auto reference = quantize_2d(recipe, absent).values;
+        QVERIFY(torch::isnan(q[1].narrow(0, 0, block)).all().item<bool>());
+        // Everything else is what it would be without the block (NVFP4's tensor scale included).
+        auto rest = torch::ones_like(x, torch::kBool);
+        rest[1].narrow(0, 0, block).fill_(false);
+        QVERIFY(same_bits(q.masked_select(rest), reference.masked_select(rest)));
+        QVERIFY(torch::isfinite(q.masked_select(rest)).all().item<bool>());
+    }
+
+    void zeroBlocksStayZero_data()
+    {
+        QTest::addColumn<QString>("recipe");
+        for (const char* r : {"nvfp4", "mxfp4", "fp8-block"}) QTest::addRow("%s", r) << r;
+    }
+    void zeroBlocksStayZero()
+    {
+        QFETCH(QString, recipe);
+        const int64_t block = block_of(recipe);
+        auto x = test_matrix(3, 2 * block);
+        x[2].narrow(0, 0, block).zero_();
+        x[2][3] = -0.0f;
+        const auto q = quantize_2d(recipe, x).values;
+        QVERIFY(same_bits(q[2].narrow(0, 0, block), x[2].narrow(0, 0, block))); // +0 and -0 as given
+        const auto all_zero = quantize_2d(recipe, torch::zeros({2, block})).values;
+        QVERIFY(same_bits(all_zero, torch::zeros({2, block})));
+    }
+
+    void mxfp4ScaleRulesDiffer()
+    {
+        // amax 7: OCP's floor rule gives 2^(2-2) = 1 and saturates 7 to 6; rounding up gives
+        // 2^ceil(log2(7/6)) = 2, so 7 -> 3.5 -> 4 (tie to even) -> 8, and 1 -> 0.5 -> 1.
+        auto x = torch::zeros({1, 32});
+        x[0][0] = 7.0f;
+        x[0][1] = 1.0f;
+        const auto floor = quantize_mxfp4_2d(x, false);
+        const auto up = quantize_mxfp4_2d(x, true);
+        QCOMPARE(floor.values[0][0].item<float>(), 6.0f);
+        QCOMPARE(floor.values[0][1].item<float>(), 1.0f);
+        QCOMPARE(floor.block_scales.item<float>(), 1.0f);
+        QCOMPARE(up.values[0][0].item<float>(), 8.0f);
+        QCOMPARE(up.values[0][1].item<float>(), 1.0f);
+        QCOMPARE(up.block_scales.item<float>(), 2.0f);
+        QCOMPARE(block_format_stats(x, floor, kE2M1Max).clipped_block_fraction, 1.0);
+        QCOMPARE(block_format_stats(x, up, kE2M1Max).clipped_block_fraction, 0.0);
+    }
+
+    void nvfp4UnderflowStats()
+    {
+        // Block 0 is 10^-12 of the tensor amax: its E4M3 scale rounds to 0 and it vanishes.
+        auto x = torch::ones({1, 32});
+        x.narrow(1, 0, 16).fill_(1e-12f);
+        const auto q = quantize_nvfp4_2d(x, false, std::nullopt);
+        QCOMPARE(q.block_scales[0][0].item<float>(), 0.0f);
+        QCOMPARE(q.block_scales[0][1].item<float>(), 448.0f);
+        QVERIFY(same_bits(q.values.narrow(1, 0, 16), torch::zeros({1, 16})));
+        QVERIFY(same_bits(q.values.narrow(1, 16, 16), torch::ones({1, 16})));
+        const auto s = block_format_stats(x, q, kE2M1Max);
+        QCOMPARE(s.scale_underflow_fraction, 0.5);
+        QCOMPARE(s.zero_fraction, 0.5);
+        QCOMPARE(s.clipped_block_fraction, 0.0);
+        QVERIFY(s.snr_db > 200.0);
+    }
+
+    void weightTilesQuantizeTransposeAlike_data()
+    {
+        QTest::addColumn<int>("scaling");
+        QTest::addColumn<bool>("tiles");
+        QTest::addColumn<bool>("alike");
+        QTest::newRow("nvfp4 16x16") << int(Fp8Scaling::NvFp4) << true << true;
+        QTest::newRow("nvfp4 weight_2d off") << int(Fp8Scaling::NvFp4) << false << false;
+        QTest::newRow("fp8-block 128x128") << int(Fp8Scaling::Block128) << true << true;
+    }
+    void weightTilesQuantizeTransposeAlike()
+    {
+        QFETCH(int, scaling);
+        QFETCH(bool, tiles);
+        QFETCH(bool, alike);
+        auto r = recipe_of(static_cast<Fp8Scaling>(scaling));
+        r.nvfp4_weight_2d = tiles;
+        const auto w = test_matrix(130, 140); // (N, K), padded on both axes
+        const auto forward = quantize_block_recipe(w, NumberFormat::E4M3, r, 1, TensorRole::Weight);
+        const auto dgrad = quantize_block_recipe(w, NumberFormat::E4M3, r, 0, TensorRole::Weight);
+        QCOMPARE(same_bits(forward, dgrad), alike);
+        // Activations quantize along K only: the transpose differs.
+        QVERIFY(!same_bits(quantize_block_recipe(w, NumberFormat::E4M3, r, 1, TensorRole::Activation),
+                           quantize_block_recipe(w, NumberFormat::E4M3, r, 0, TensorRole::Activation)));
+    }
+
+    void blocksRunAlongTheContractionDim()
+    {
+        const auto x = test_matrix(24, 40);
+        const auto r = recipe_of(Fp8Scaling::MxFp4);
+        // k_dim 0 is the transpose's rows: the same as quantizing x^T along its last dim.
+        QVERIFY(same_bits(quantize_block_recipe(x, NumberFormat::E4M3, r, 0, TensorRole::Activation),
+                          quantize_mxfp4_2d(x.t(), false).values.t()));
+        const auto x3 = test_matrix(6, 40).view({2, 3, 40});
+        QVERIFY(same_bits(quantize_block_recipe(x3, NumberFormat::E4M3, r, -1, TensorRole::Activation),
+                          quantize_mxfp4_2d(x3.reshape({6, 40}), false).values.view({2, 3, 40})));
+    }
+
+    // ---- Hadamard transform and stochastic rounding in the recipe ---------------------
+
+    void hadamardMatrixIsTeSignedSylvester()
+    {
+        const int signs[16] = {1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1};
+        const auto t = random_hadamard_transform(torch::eye(16));
+        for (int i = 0; i < 16; ++i)
+            for (int j = 0; j < 16; ++j) {
+                const float h = (std::popcount(static_cast<unsigned>(i & j)) % 2) ? -1.0f : 1.0f;
+                QCOMPARE(t[i][j].item<float>(), 0.25f * signs[i] * h);
+            }
+        QVERIFY(same_bits(torch::matmul(t, t.t()), torch::eye(16))); // orthogonal, exactly
+    }
+
+    void nvfp4WgradOperandsAreTransformedTogether()
+    {
+        const auto dy = test_matrix(32, 8) * 0.01f; // (M, N)
+        const auto x = test_matrix(32, 24);        // (M, K)
+        auto r = recipe_of(Fp8Scaling::NvFp4);
+        r.nvfp4_stochastic_rounding = false;
+        const auto xq = quantize_block_recipe(x, NumberFormat::E4M3, r, 0, TensorRole::Activation);
+        QVERIFY(same_bits(xq, quantize_nvfp4_2d(random_hadamard_transform(x.t()), false, std::nullopt).values.t()));
+        const auto dyq = quantize_block_recipe(dy, NumberFormat::E5M2, r, 0, TensorRole::Gradient);
+        const auto dw = torch::matmul(dyq.t(), xq);
+        const auto exact = torch::matmul(dy.t(), x);
+        const double rel = ((dw - exact).norm() / exact.norm()).item<double>();
+        QVERIFY2(rel < 0.3, qPrintable(QString::number(rel))); // one side alone in the Hadamard basis: ~1.4
+        // Rowwise use (K last), weights, and M not a multiple of 16 are never transformed.
+        QVERIFY(same_bits(quantize_block_recipe(x, NumberFormat::E4M3, r, 1, TensorRole::Activation),
+                          quantize_nvfp4_2d(x, false, std::nullopt).values));
+        const auto x30 = test_matrix(30, 24);
+        QVERIFY(same_bits(quantize_block_recipe(x30, NumberFormat::E4M3, r, 0, TensorRole::Activation),
+                          quantize_nvfp4_2d(x30.t(), false, std::nullopt).values.t()));
+        r.nvfp4_rht = false;
+        QVERIFY(same_bits(quantize_block_recipe(x, NumberFormat::E4M3, r, 0, TensorRole::Activation),
+                          quantize_nvfp4_2d(x.t(), false, std::nullopt).values.t()));
+    }
+
+    void nvfp4StochasticRoundingOnGradientsOnly()
+    {
+        const auto g = test_matrix(16, 64);
+        auto r = recipe_of(Fp8Scaling::NvFp4);
+        const auto rne = quantize_nvfp4_2d(g, false, std::nullopt).values;
+        const auto sr1 = quantize_block_recipe(g, NumberFormat::E5M2, r, 1, TensorRole::Gradient);
+        const auto sr2 = quantize_block_recipe(g.clone(), NumberFormat::E5M2, r, 1, TensorRole::Gradient);
+        QVERIFY(same_bits(sr1, sr2));  // seeded by the tensor's bits: reproducible
+        QVERIFY(!same_bits(sr1, rne)); // and really stochastic
+        QVERIFY(same_bits(quantize_block_recipe(g, NumberFormat::E4M3, r, 1, TensorRole::Activation), rne));
+        r.nvfp4_stochastic_rounding = false;
+        QVERIFY(same_bits(quantize_block_recipe(g, NumberFormat::E5M2, r, 1, TensorRole::Gradient), rne));
+    }
+
+    // Stochastic rounding inside the recipe draws a hash of each element's position.
+    void hashedUniformsAreUniform()
+    {
+        constexpr int64_t n = 1000000;
+        const auto u = stochastic_uniforms(12345, 1000, 1000);
+        QVERIFY(((u >= 0) & (u < 1)).all().item<bool>());
+        const double mean = u.to(torch::kFloat64).mean().item<double>();
+        QVERIFY2(std::abs(mean - 0.5) < 5 * std::sqrt(1.0 / 12.0 / n), qPrintable(QString::number(mean)));
+        const double quarter = (u < 0.25).to(torch::kFloat64).mean().item<double>();
+        QVERIFY2(std::abs(quarter - 0.25) < 5 * std::sqrt(0.25 * 0.75 / n), qPrintable(QString::number(quarter)));
+        const auto flat = u.flatten();
+        const auto a = flat.narrow(0, 0, n - 1).to(torch::kFloat64) - 0.5, b = flat.narrow(0, 1, n - 1).to(torch::kFloat64) - 0.5;
+        const double lag1 = ((a * b).mean() / (a.square().mean())).item<double>();
+        QVERIFY2(std::abs(lag1) < 0.01, qPrintable(QString::number(lag1))); // neighbours independent
+        QVERIFY(!same_bits(stochastic_uniforms(1, 4, 4), stochastic_uniforms(2, 4, 4)));
+        QVERIFY(same_bits(stochastic_uniforms(1, 4, 4), stochastic_uniforms(1, 4, 4)));
+    }
+
+    void nvfp4StochasticRoundingIsUnbiasedInTheRecipe()
+    {
+        // Rows [6, 0.7 x 15]: block scale 448, element scale 1 (to an ulp), so 0.7 rounds to 0.5
+        // or 1 and the mean of 983,040 draws is 0.7 within 5 standard errors.
+        auto x = torch::full({65536, 16}, 0.7f);
+        x.select(1, 0).fill_(6.0f);
+        const auto q = quantize_nvfp4_2d(x, false, 2024).values.narrow(1, 1, 15);
+        QCOMPARE(std::get<0>(torch::_unique(q)).numel(), int64_t(2));
+        const double n = static_cast<double>(q.numel());
+        const double mean = q.to(torch::kFloat64).mean().item<double>();
+        const double tolerance = 5 * 0.5 * std::sqrt(0.4 * 0.6 / n);
+        QVERIFY2(std::abs(mean - 0.7) < tolerance, qPrintable(QString("mean %1, tolerance %2").arg(mean).arg(tolerance)));
+        const auto rne = quantize_nvfp4_2d(x, false, std::nullopt).values.narrow(1, 1, 15);
+        QVERIFY(std::abs(rne.mean().item<double>() - 0.5) < 1e-6); // nearest: always down, biased
+    }
+
+    void quantizeFp8DispatchesBlockRecipes()
+    {
+        const auto x = test_matrix(8, 64);
+        for (auto s : {Fp8Scaling::Block128, Fp8Scaling::NvFp4, Fp8Scaling::MxFp4}) {
+            const auto q = quantize_fp8(x, NumberFormat::E4M3, recipe_of(s), 1, nullptr, TensorRole::Activation);
+            QCOMPARE(q.scale, 0.0f);
+            QVERIFY(same_bits(q.values, quantize_block_recipe(x, NumberFormat::E4M3, recipe_of(s), 1, TensorRole::Activation)));
+        }
+    }
+
+    // ---- Configuration and training --------------------------------------------------
+
+    void projectKeys()
+    {
+        const auto c = load_project_json(R"({"name": "t", "model": {"n_layer": 4},
+            "precision": {"preset": "fp8-e4m3", "keep_last_bf16": 2,
+                          "fp8": {"scaling": "nvfp4", "block_scales": "fp32"},
+                          "nvfp4": {"rht": false, "stochastic_rounding": false, "weight_2d": false},
+                          "layers": [{"match": "blocks.0.*", "scaling": "fp8-block"}]}})",
+                                         ".");
+        QCOMPARE(c.precision.fp8.scaling, Fp8Scaling::NvFp4);
+        QVERIFY(!c.precision.fp8.block_power_of_two);
+        QVERIFY(!c.precision.fp8.nvfp4_rht && !c.precision.fp8.nvfp4_stochastic_rounding && !c.precision.fp8.nvfp4_weight_2d);
+        QCOMPARE(resolve_layer_recipe(c.precision, "blocks.0.mlp.fc1").scaling, Fp8Scaling::Block128);
+        QCOMPARE(resolve_layer_formats(c.precision, "blocks.1.mlp.fc1", 4).describe(), std::string("e4m3/e4m3/e4m3"));
+        QCOMPARE(resolve_layer_formats(c.precision, "blocks.1.attn.sdpa", 4).describe(), std::string("bf16/bf16/bf16"));
+        QCOMPARE(resolve_layer_formats(c.precision, "blocks.2.attn.qkv", 4).describe(), std::string("bf16/bf16/bf16"));
+        QCOMPARE(resolve_layer_formats(c.precision, "blocks.3.mlp.fc2", 4).describe(), std::string("bf16/bf16/bf16"));
+        QCOMPARE(resolve_layer_formats(c.precision, "lm_head", 4).describe(), std::string("e4m3/e4m3/e4m3"));
+        // Defaults: TE's recipes as shipped.
+        const Fp8Recipe d;
+        QVERIFY(d.block_power_of_two && d.nvfp4_rht && d.nvfp4_stochastic_rounding && d.nvfp4_weight_2d);
+        // Round trip through the file format.
+        const auto again = load_project_json(to_json_text(c), ".");
+        QCOMPARE(again.precision.keep_last_bf16, int64_t(2));
+        QVERIFY(!again.precision.fp8.block_power_of_two && !again.precision.fp8.nvfp4_weight_2d);
+        for (auto s : fp8_scalings()) QCOMPARE(parse_fp8_scaling(fp8_scaling_name(s)), std::optional<Fp8Scaling>(s));
+    }
+
+    void projectKeyErrors_data()
+    {
+        QTest::addColumn<QString>("text");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("scaling") << R"({"name": "t", "precision": {"fp8": {"scaling": "nvfp8"}}})"
+                                 << "precision.fp8.scaling: 'nvfp8' is not one of delayed, current, rowwise, mxfp8, "
+                                    "fp8-block, nvfp4, mxfp4";
+        QTest::newRow("block_scales") << R"({"name": "t", "precision": {"fp8": {"block_scales": "e8m0"}}})"
+                                      << "precision.fp8.block_scales: 'e8m0' is not one of power-of-two, fp32";
+        QTest::newRow("keep_last_bf16") << R"({"name": "t", "model": {"n_layer": 2}, "precision": {"keep_last_bf16": 3}})"
+                                        << "precision.keep_last_bf16: must be in [0, model.n_layer]";
+    }
+    void projectKeyErrors()
+    {
+        QFETCH(QString, text);
+        QFETCH(QString, message);
+        try {
+            load_project_json(text.toStdString(), ".");
+            QFAIL("accepted");
+        } catch (const ConfigError& e) {
+            QCOMPARE(QString::fromStdString(e.what()), message);
+        }
+    }
+
+    void sweepOffersTheBlockRecipes()
+    {
+        auto base = golden_project();
+        base.precision.preset = "fp8-e4m3";
+        const auto plans = plan_sweep(base, parse_vary("precision.fp8.scaling=fp8-block,nvfp4,mxfp4"));
+        QCOMPARE(plans.size(), size_t(3));
+        QCOMPARE(plans[0].config.precision.fp8.scaling, Fp8Scaling::Block128);
+        QCOMPARE(plans[1].config.precision.fp8.scaling, Fp8Scaling::NvFp4);
+        QCOMPARE(plans[2].config.precision.fp8.scaling, Fp8Scaling::MxFp4);
+        const auto ablation = plan_sweep(base, parse_vary("precision.nvfp4.rht=true,false"));
+        QVERIFY(ablation[0].config.precision.fp8.nvfp4_rht && !ablation[1].config.precision.fp8.nvfp4_rht);
+    }
+
+    void recipesTrainReproducibly_data()
+    {
+        QTest::addColumn<QString>("recipe");
+        for (const char* r : {"fp8-block", "nvfp4", "mxfp4"}) QTest::addRow("%s", r) << r;
+    }
+    void recipesTrainReproducibly()
+    {
+        QFETCH(QString, recipe);
+        auto config = golden_project();
+        config.training.steps = 8;
+        config.eval.interval = 0;
+        Losses fp32;
+        Trainer(config).run(fp32);
+        config.precision.preset = "fp8-e4m3";
+        config.precision.fp8.scaling = *parse_fp8_scaling(recipe.toStdString());
+        Losses a, b;
+        Trainer first(config);
+        first.run(a);
+        Trainer(config).run(b);
+        QCOMPARE(a.train.size(), size_t(8));
+        QCOMPARE(a.train, b.train); // bit-identical, stochastic rounding included
+        QVERIFY(a.train[0] != fp32.train[0]);
+        for (double l : a.train) QVERIFY(std::isfinite(l));
+        QVERIFY(std::abs(a.train.back() - fp32.train.back()) < 0.5);
+        for (const auto& layer : first.layers())
+            if (layer.formats.any_fp8()) QCOMPARE(layer.recipe, recipe.toStdString());
+    }
+};
+
+QTEST_GUILESS_MAIN(TestBlockFormats)
+#include "test_block_formats.moc"
