@@ -172,7 +172,7 @@ void LayerGemm::set_formats(const GemmFormats& formats)
     input_scaling_.reset();
     weight_scaling_.reset();
     grad_scaling_.reset();
-    for (auto* d : {&device_input_, &device_weight_, &device_grad_}) d->clear();
+    for (auto& d : device_scaling_) d.clear();
     invalidate_weight_cache();
     cached_version_ = -1;
 }
@@ -276,7 +276,7 @@ void LayerGemm::load(torch::serialize::InputArchive& archive)
         delayed(role).restore(std::vector<float>(history.data_ptr<float>(), history.data_ptr<float>() + history.numel()),
                               scale.item<float>());
     }
-    for (auto* d : {&device_input_, &device_weight_, &device_grad_}) d->clear(); // refilled from the host state
+    for (auto& d : device_scaling_) d.clear(); // refilled from the host state
 }
 
 void LayerGemm::arm_telemetry(bool armed)
@@ -443,14 +443,7 @@ torch::Tensor LayerGemm::linear(const torch::Tensor& x, const torch::Tensor& wei
 
 torch::Tensor LayerGemm::linear_emulated(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias)
 {
-    const int64_t K = x.size(-1);
-    auto out_shape = x.sizes().vec();
-    out_shape.back() = weight.size(0);
-    const auto x2 = x.reshape({-1, K}); // (M, K)
-    // Custom autograd functions cannot take undefined tensors: an empty one means no bias.
-    const auto bias_or_empty = bias.defined() ? bias : torch::empty({0}, weight.options().requires_grad(false));
-    auto y = LinearFunction::apply(x2, weight, bias_or_empty, reinterpret_cast<int64_t>(this));
-    return y.view(out_shape);
+    return apply_linear<LinearFunction>(x, weight, bias);
 }
 
 void LayerGemm::observe_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& y,

@@ -5,6 +5,7 @@
 // and runs forward/backward either emulated (rounded operands, FP32 GEMM, rounded output)
 // or natively on CUDA (bf16/fp16 GEMMs, _scaled_mm for FP8).
 
+#include <array>
 #include <mutex>
 #include <string>
 
@@ -149,6 +150,18 @@ private:
     void observe_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& y,
                         NumberFormat format, const torch::Tensor& x_cast, const torch::Tensor& w_cast);
     DeviceDelayedScaling& device_delayed(OperandRole role, const torch::Device& device);
+    // y = Function(x as (M, K), W, b, this), back in x's leading shape: custom autograd
+    // functions take 2-D operands, and an empty tensor stands for "no bias" (they cannot
+    // take undefined tensors).
+    template <typename Function>
+    torch::Tensor apply_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias)
+    {
+        auto out_shape = x.sizes().vec();
+        out_shape.back() = weight.size(0);
+        const auto bias_or_empty = bias.defined() ? bias : torch::empty({0}, weight.options().requires_grad(false));
+        return Function::apply(x.reshape({-1, x.size(-1)}), weight, bias_or_empty, reinterpret_cast<int64_t>(this))
+            .view(out_shape);
+    }
     void sync_device_scaling_to_host();
     torch::Tensor gemm_unrecorded(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
                                   const torch::Tensor& bias, float scale_a, float scale_b,
@@ -168,7 +181,7 @@ private:
     int64_t cached_k_dim_ = 0;
     bool used_native_ = false, used_emulated_ = false;
     bool native_ = false;
-    DeviceDelayedScaling device_input_, device_weight_, device_grad_;
+    std::array<DeviceDelayedScaling, 3> device_scaling_; // by OperandRole: the device mirror of the three above
     Fp8Tensor native_weight_;
     torch::Tensor native_weight_t_;
     int64_t native_version_ = -1;

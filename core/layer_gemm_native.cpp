@@ -111,12 +111,7 @@ torch::Tensor LayerGemm::linear_native(const torch::Tensor& x, const torch::Tens
                          format_info(formats_.wgrad).is_fp8;
     const bool per_tensor = recipe_.scaling == Fp8Scaling::Delayed || recipe_.scaling == Fp8Scaling::Current;
     if (all_fp8 && per_tensor && recipe_.outlier_rms_multiple == 0.0) {
-        const int64_t K = x.size(-1);
-        auto out_shape = x.sizes().vec();
-        out_shape.back() = weight.size(0);
-        const auto bias_or_empty = bias.defined() ? bias : torch::empty({0}, weight.options().requires_grad(false));
-        auto y = NativeFp8Linear::apply(x.reshape({-1, K}), weight, bias_or_empty, reinterpret_cast<int64_t>(this));
-        return y.view(out_shape);
+        return apply_linear<NativeFp8Linear>(x, weight, bias);
     }
     // Per-row and MX scales, outliers, mixed formats: the emulator's arithmetic, in FP32, and
     // the (already rounded) output handed on in its dtype.
@@ -125,17 +120,15 @@ torch::Tensor LayerGemm::linear_native(const torch::Tensor& x, const torch::Tens
 
 DeviceDelayedScaling& LayerGemm::device_delayed(OperandRole role, const torch::Device& device)
 {
-    auto& d = role == OperandRole::Input ? device_input_ : role == OperandRole::Weight ? device_weight_ : device_grad_;
+    auto& d = device_scaling_[static_cast<size_t>(role)];
     if (!d.defined()) d.upload(delayed(role), device); // a resumed or fresh state, once
     return d;
 }
 
 void LayerGemm::sync_device_scaling_to_host()
 {
-    for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput}) {
-        auto& d = role == OperandRole::Input ? device_input_ : role == OperandRole::Weight ? device_weight_ : device_grad_;
-        d.download(delayed(role));
-    }
+    for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput})
+        device_scaling_[static_cast<size_t>(role)].download(delayed(role));
 }
 
 Fp8Tensor LayerGemm::quantize_native(const torch::Tensor& x, NumberFormat format, OperandRole role)
