@@ -468,8 +468,60 @@ uint64_t content_seed(const torch::Tensor& x_in)
     return (sum * 0x9E3779B97F4A7C15ULL) ^ squares ^ static_cast<uint64_t>(x.numel());
 }
 
+namespace {
+
+// 2^e for integer-valued float exponents, exact down to FP32's smallest subnormal and 0 below.
+torch::Tensor pow2_including_subnormals(const torch::Tensor& e)
+{
+    const auto normal = pow2_exact(e.clamp(-126, 127));
+    const auto subnormal = pow2_exact((e + 64).clamp(-126, 127)) * std::ldexp(1.0f, -64); // exact: a power of 2
+    return torch::where(e >= -126, normal, torch::where(e >= -149, subnormal, torch::zeros_like(normal)));
+}
+
+} // namespace
+
+BlockCastRecord block_cast_record(const BlockQuantized& q, NumberFormat format, const Fp8Recipe& recipe)
+{
+    BlockCastRecord r;
+    const auto amax = q.block_amax.reshape({-1}).to(torch::kFloat32);
+    const auto finite = torch::isfinite(amax);
+    const auto finite_amax = torch::where(finite, amax, torch::zeros_like(amax));
+    torch::Tensor requested;
+    switch (recipe.scaling) {
+    case Fp8Scaling::Block128:
+        r.element_format = format;
+        r.scale_format = NumberFormat::FP32;
+        requested = finite_amax / static_cast<float>(format_info(format).max_finite); // amax lands on the format's max
+        break;
+    case Fp8Scaling::NvFp4: {
+        r.element_format = NumberFormat::E2M1;
+        r.scale_format = NumberFormat::E4M3;
+        // The quantizer's own arithmetic up to the E4M3 rounding (nvfp4_tensor_ops), in FP32.
+        auto encode = torch::clamp_max(torch::full({}, kE4M3Max * 6.0f) / finite_amax.max(), kFltMax);
+        encode = torch::where(encode == 0, torch::ones_like(encode), encode);
+        requested = torch::clamp_max(finite_amax * (encode * (1.0f / 6.0f)), kFltMax);
+        break;
+    }
+    case Fp8Scaling::MxFp4: {
+        r.element_format = NumberFormat::E2M1;
+        r.scale_format = NumberFormat::E8M0;
+        const auto safe = torch::where(finite & (amax > 0), amax, torch::ones_like(amax));
+        const auto exponent = recipe.mx_round_scale_up ? ceil_log2(safe / 6.0f) : floor_log2(safe) - static_cast<float>(kE2M1EmaxElem);
+        requested = pow2_including_subnormals(exponent); // before the clamp to E8M0's [2^-127, 2^127]
+        break;
+    }
+    default:
+        TORCH_CHECK(false, "block_cast_record: not a block recipe");
+    }
+    const auto zero_block = amax == 0;
+    const auto nan = torch::full({}, std::numeric_limits<float>::quiet_NaN());
+    r.requested_scales = torch::where(zero_block, torch::zeros_like(requested), torch::where(finite, requested, nan));
+    r.used_scales = torch::where(zero_block, torch::zeros_like(requested), q.block_scales.reshape({-1}).to(torch::kFloat32));
+    return r;
+}
+
 torch::Tensor quantize_block_recipe(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe,
-                                    int64_t k_dim_in, TensorRole role)
+                                    int64_t k_dim_in, TensorRole role, BlockCastRecord* record)
 {
     const int64_t k_dim = k_dim_in < 0 ? k_dim_in + x.dim() : k_dim_in;
     const bool columnwise = k_dim != x.dim() - 1;
@@ -484,10 +536,18 @@ torch::Tensor quantize_block_recipe(const torch::Tensor& x, NumberFormat format,
         break;
     case Fp8Scaling::NvFp4: {
         const bool rht = recipe.nvfp4_rht && role != TensorRole::Weight && columnwise && k % 16 == 0;
+        const auto plain = x2;
         if (rht) x2 = random_hadamard_transform(x2);
+        const bool stochastic = role == TensorRole::Gradient && recipe.nvfp4_stochastic_rounding;
         std::optional<uint64_t> seed;
-        if (role == TensorRole::Gradient && recipe.nvfp4_stochastic_rounding) seed = content_seed(x2);
+        if (stochastic) seed = content_seed(x2);
         q = quantize_nvfp4_2d(x2, weight_2d && recipe.nvfp4_weight_2d, seed);
+        if (record && rht) { // what the transform bought: the same operand cast without it
+            record->transformed = x2;
+            record->transformed_cast = q.values;
+            record->plain = plain;
+            record->plain_cast = quantize_nvfp4_2d(plain, false, stochastic ? std::optional(content_seed(plain)) : std::nullopt).values;
+        }
         break;
     }
     case Fp8Scaling::MxFp4:
@@ -495,6 +555,14 @@ torch::Tensor quantize_block_recipe(const torch::Tensor& x, NumberFormat format,
         break;
     default:
         TORCH_CHECK(false, "quantize_block_recipe: not a block recipe");
+    }
+    if (record) {
+        auto rht_rows = std::move(*record);
+        *record = block_cast_record(q, format, recipe);
+        record->transformed = std::move(rht_rows.transformed);
+        record->transformed_cast = std::move(rht_rows.transformed_cast);
+        record->plain = std::move(rht_rows.plain);
+        record->plain_cast = std::move(rht_rows.plain_cast);
     }
     return q.values.reshape(moved.sizes()).movedim(-1, k_dim).contiguous();
 }

@@ -70,14 +70,32 @@ torch::Tensor stochastic_uniforms(uint64_t seed, int64_t rows, int64_t cols);
 // its input, identical across resumes and executors, with no generator state to checkpoint.
 uint64_t content_seed(const torch::Tensor& x);
 
+// What telemetry reads from one block-recipe cast (docs/TELEMETRY.md, "Block formats"). Only
+// filled on telemetry steps; building it reads the cast's results and changes none of them.
+struct BlockCastRecord {
+    NumberFormat element_format = NumberFormat::E4M3; // e4m3/e5m2 (fp8-block) or e2m1 (nvfp4, mxfp4)
+    NumberFormat scale_format = NumberFormat::FP32;   // e4m3 (nvfp4), e8m0 (mxfp4), fp32 (fp8-block)
+    // One per block, FP32. `requested`: the decode scale the block's amax asked for, before the
+    // scale format's rounding and limits; `used`: the one it got. A block of zeros is 0 in both
+    // (it has no scale that matters), a block holding Inf/NaN is NaN in `requested`.
+    torch::Tensor requested_scales, used_scales;
+    // An nvfp4 wgrad operand that went through the Hadamard transform: the operand as it was
+    // quantized (Hadamard basis) and its cast, and the same operand quantized without the
+    // transform, so that the two quantization SNRs can be set side by side.
+    torch::Tensor transformed, transformed_cast, plain, plain_cast;
+};
+// `format`: the GEMM's FP8 format (fp8-block's element format).
+BlockCastRecord block_cast_record(const BlockQuantized& q, NumberFormat format, const Fp8Recipe& recipe);
+
 // The dispatch quantize_fp8 uses for Block128, NvFp4 and MxFp4: moves `k_dim` last, flattens
 // the rest into rows, picks tiles, Hadamard transform and rounding from the recipe and role.
 // An nvfp4 activation or gradient quantized along a K that is not its last dimension is a
 // wgrad operand (TE's "columnwise" copy): with recipe.nvfp4_rht and K a multiple of 16 it is
 // transformed and handed back *in the Hadamard basis*, as the hardware multiplies it; both
 // wgrad operands always share K, so they are transformed together and the product is dW.
+// `record` (telemetry steps only) receives what the cast did to the blocks.
 torch::Tensor quantize_block_recipe(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe,
-                                    int64_t k_dim, TensorRole role);
+                                    int64_t k_dim, TensorRole role, BlockCastRecord* record = nullptr);
 
 // Block-format health of one quantized tensor, for telemetry and the tests.
 struct BlockFormatStats {

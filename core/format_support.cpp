@@ -15,6 +15,8 @@ Execution format_execution(NumberFormat format, ComputeCapability device)
     case NumberFormat::FP16: native = device.at_least(7, 0); break;
     case NumberFormat::E4M3:
     case NumberFormat::E5M2: native = device.at_least(8, 9); break;
+    case NumberFormat::E2M1: native = device.at_least(10, 0); break; // FP4 tensor cores: Blackwell
+    case NumberFormat::E8M0: native = false; break;                  // a scale format, never a GEMM's
     }
     return native ? Execution::Native : Execution::Emulated;
 }

@@ -125,7 +125,8 @@ torch::Tensor quantize_blocks(const torch::Tensor& x, NumberFormat format, const
 } // namespace
 
 QuantizedOperand quantize_fp8(const torch::Tensor& x_in, NumberFormat format, const Fp8Recipe& recipe,
-                              int64_t contraction_dim, DelayedScaling* delayed, TensorRole role)
+                              int64_t contraction_dim, DelayedScaling* delayed, TensorRole role,
+                              BlockCastRecord* block_record)
 {
     TORCH_CHECK(format_info(format).is_fp8, "quantize_fp8 needs an FP8 format");
     const double fp8_max = format_info(format).max_finite;
@@ -167,7 +168,7 @@ QuantizedOperand quantize_fp8(const torch::Tensor& x_in, NumberFormat format, co
     case Fp8Scaling::NvFp4:
     case Fp8Scaling::MxFp4:
         out.scale = 0.0f;
-        out.values = quantize_block_recipe(x, format, recipe, k_dim, role);
+        out.values = quantize_block_recipe(x, format, recipe, k_dim, role, block_record);
         break;
     }
     if (outliers.defined()) out.values = out.values + round_to_format(outliers, NumberFormat::BF16, Overflow::Propagate);

@@ -91,9 +91,10 @@ struct QuantizedOperand {
 // Quantises `x` to an FP8 `format` under `recipe`. `contraction_dim` is the GEMM's K
 // dimension of this operand: per-row scales group every other dimension, blocks of 32 run
 // along it. `delayed` holds the state for the Delayed recipe (ignored otherwise); its
-// amax history is updated here. `role` matters to the block recipes only (fp8-block, nvfp4).
+// amax history is updated here. `role` matters to the block recipes only (fp8-block, nvfp4);
+// `block_record` (telemetry steps) receives what a block recipe did to the blocks.
 QuantizedOperand quantize_fp8(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe,
                               int64_t contraction_dim, DelayedScaling* delayed,
-                              TensorRole role = TensorRole::Activation);
+                              TensorRole role = TensorRole::Activation, BlockCastRecord* block_record = nullptr);
 
 } // namespace mantissa

@@ -55,6 +55,7 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 bool per_tensor(const Fp8Recipe& r) { return r.scaling == Fp8Scaling::Delayed || r.scaling == Fp8Scaling::Current; }
+bool is_block_recipe(Fp8Scaling s) { return s == Fp8Scaling::Block128 || s == Fp8Scaling::NvFp4 || s == Fp8Scaling::MxFp4; }
 
 // The scale a tensor was multiplied by before its cast: the FP8 per-tensor scale, 0 for
 // per-row/block FP8 scales, 1 for every other format.
@@ -211,7 +212,10 @@ torch::Tensor LayerGemm::round_operand(const torch::Tensor& x, NumberFormat form
                                   : role == OperandRole::GradOutput ? TensorRole::Gradient
                                                                     : TensorRole::Activation;
     if (training_) {
-        q = quantize_fp8(x, format, recipe_, k_dim, &delayed(role), block_role);
+        const bool observe = armed_ && is_block_recipe(recipe_.scaling);
+        BlockCastRecord block;
+        q = quantize_fp8(x, format, recipe_, k_dim, &delayed(role), block_role, observe ? &block : nullptr);
+        if (observe) observe_block_cast(role, x, k_dim, std::move(block));
     } else {
         DelayedScaling scratch = delayed(role); // evaluation: same scale, the real history stays put
         q = quantize_fp8(x, format, recipe_, k_dim, &scratch, block_role);
@@ -279,9 +283,43 @@ void LayerGemm::load(torch::serialize::InputArchive& archive)
     for (auto& d : device_scaling_) d.clear(); // refilled from the host state
 }
 
+namespace {
+
+const char* role_name(OperandRole role)
+{
+    switch (role) {
+    case OperandRole::Input: return "input";
+    case OperandRole::Weight: return "weight";
+    case OperandRole::GradOutput: return "grad_output";
+    }
+    return "input";
+}
+
+std::optional<OperandRole> operand_role(const std::string& role)
+{
+    for (auto r : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput})
+        if (role == role_name(r)) return r;
+    return std::nullopt;
+}
+
+} // namespace
+
+void LayerGemm::observe_block_cast(OperandRole role, const torch::Tensor& x, int64_t k_dim, BlockCastRecord block)
+{
+    const std::string name = role_name(role);
+    if (block.transformed.defined()) {
+        record((name + "_wgrad").c_str(), block.transformed, block.element_format, 0.0f, block.transformed_cast);
+        record((name + "_wgrad_no_rht").c_str(), block.plain, block.element_format, 0.0f, block.plain_cast);
+    }
+    // Only the row-wise casts (forward and dgrad) are recorded as the role itself; the wgrad
+    // copies along the other dimension are not, and neither are their scales.
+    if (k_dim == -1 || k_dim == x.dim() - 1) block_casts_[static_cast<size_t>(role)] = ObservedBlockCast{x.data_ptr(), std::move(block)};
+}
+
 void LayerGemm::arm_telemetry(bool armed)
 {
     armed_ = armed;
+    for (auto& b : block_casts_) b.reset();
     if (armed) {
         pending_.clear();
         attention_max_score_ = torch::Tensor();
@@ -291,6 +329,15 @@ void LayerGemm::arm_telemetry(bool armed)
 void LayerGemm::record(const char* role, const torch::Tensor& x, NumberFormat format, float scale,
                        const torch::Tensor& dequantized)
 {
+    // A block-recipe operand: its elements are labelled with their own format (e2m1 under
+    // nvfp4/mxfp4), and its block scales follow as "<role>_scale" against the scale format.
+    std::optional<ObservedBlockCast> block;
+    if (const auto r = operand_role(role)) {
+        auto& slot = block_casts_[static_cast<size_t>(*r)];
+        if (slot && slot->source == x.data_ptr()) block = std::move(slot);
+        slot.reset();
+    }
+    if (block) format = block->block.element_format;
     const auto compared_with = format == NumberFormat::FP32 ? torch::Tensor() : dequantized;
     PendingTensorStats p;
     p.role = role;
@@ -301,6 +348,10 @@ void LayerGemm::record(const char* role, const torch::Tensor& x, NumberFormat fo
     if (x.is_cpu()) p.source = {x.detach(), format, scale, compared_with.defined() ? compared_with.detach() : torch::Tensor()};
     else p.row = tensor_stats_row(x, format, scale, compared_with); // queued on x's device, no sync
     pending_.push_back(std::move(p));
+    if (block) {
+        const auto& b = block->block;
+        record((std::string(role) + "_scale").c_str(), b.requested_scales, b.scale_format, 1.0f, b.used_scales);
+    }
 }
 
 void LayerGemm::record(const char* role, const torch::Tensor& x, NumberFormat format, const torch::Tensor& scale,

@@ -163,6 +163,9 @@ private:
             .view(out_shape);
     }
     void sync_device_scaling_to_host();
+    // Telemetry of a block-recipe cast: an nvfp4 wgrad operand's Hadamard rows at once; a
+    // row-wise cast's block scales kept until the operand itself is recorded (record()).
+    void observe_block_cast(OperandRole role, const torch::Tensor& x, int64_t k_dim, BlockCastRecord block);
     torch::Tensor gemm_unrecorded(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
                                   const torch::Tensor& bias, float scale_a, float scale_b,
                                   torch::Tensor* accumulator = nullptr);
@@ -189,6 +192,11 @@ private:
     bool armed_ = false;
     bool training_ = true;
     std::vector<PendingTensorStats> pending_;
+    struct ObservedBlockCast {
+        const void* source = nullptr; // the operand's data: record() pairs the cast with its tensor
+        BlockCastRecord block;
+    };
+    std::array<std::optional<ObservedBlockCast>, 3> block_casts_; // by OperandRole, armed steps only
     bool weight_shared_ = false;
     torch::Tensor last_weight_;
     torch::Tensor attention_max_score_;

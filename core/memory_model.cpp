@@ -20,6 +20,8 @@ int64_t bytes_per_element(NumberFormat f)
     case NumberFormat::FP16: return 2;
     case NumberFormat::E4M3:
     case NumberFormat::E5M2: return 1;
+    case NumberFormat::E2M1:
+    case NumberFormat::E8M0: return 1; // telemetry labels only; never a GEMM's copy
     }
     return 4;
 }

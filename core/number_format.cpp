@@ -7,13 +7,17 @@
 namespace mantissa {
 namespace {
 
-const std::array<FormatInfo, 6> kFormats = {{
-    {NumberFormat::FP32, "fp32", 8, 23, 127, 3.4028234663852886e38, std::ldexp(1.0, -126), std::ldexp(1.0, -149), true, false},
-    {NumberFormat::TF32, "tf32", 8, 10, 127, 3.40116213e38, std::ldexp(1.0, -126), 0.0, true, false},
-    {NumberFormat::BF16, "bf16", 8, 7, 127, 3.3895313892515355e38, std::ldexp(1.0, -126), std::ldexp(1.0, -133), true, false},
-    {NumberFormat::FP16, "fp16", 5, 10, 15, 65504.0, std::ldexp(1.0, -14), std::ldexp(1.0, -24), true, false},
-    {NumberFormat::E4M3, "e4m3", 4, 3, 7, 448.0, std::ldexp(1.0, -6), std::ldexp(1.0, -9), false, true},
-    {NumberFormat::E5M2, "e5m2", 5, 2, 15, 57344.0, std::ldexp(1.0, -14), std::ldexp(1.0, -16), true, true},
+const std::array<FormatInfo, 8> kFormats = {{
+    {NumberFormat::FP32, "fp32", 8, 23, 127, 3.4028234663852886e38, std::ldexp(1.0, -126), std::ldexp(1.0, -149), true, false, true},
+    {NumberFormat::TF32, "tf32", 8, 10, 127, 3.40116213e38, std::ldexp(1.0, -126), 0.0, true, false, true},
+    {NumberFormat::BF16, "bf16", 8, 7, 127, 3.3895313892515355e38, std::ldexp(1.0, -126), std::ldexp(1.0, -133), true, false, true},
+    {NumberFormat::FP16, "fp16", 5, 10, 15, 65504.0, std::ldexp(1.0, -14), std::ldexp(1.0, -24), true, false, true},
+    {NumberFormat::E4M3, "e4m3", 4, 3, 7, 448.0, std::ldexp(1.0, -6), std::ldexp(1.0, -9), false, true, true},
+    {NumberFormat::E5M2, "e5m2", 5, 2, 15, 57344.0, std::ldexp(1.0, -14), std::ldexp(1.0, -16), true, true, true},
+    // E2M1 (OCP MX FP4): 6 = 1.5 * 2^2 at the top, 0.5 the only subnormal, no Inf or NaN.
+    {NumberFormat::E2M1, "e2m1", 2, 1, 1, 6.0, 1.0, 0.5, false, false, false},
+    // E8M0 (OCP MX scale): powers of two 2^-127 .. 2^127, no zero, no subnormals.
+    {NumberFormat::E8M0, "e8m0", 8, 0, 127, std::ldexp(1.0, 127), std::ldexp(1.0, -127), 0.0, false, false, false},
 }};
 
 } // namespace
@@ -32,7 +36,8 @@ std::optional<NumberFormat> parse_number_format(const std::string& name)
 std::vector<std::string> number_format_names()
 {
     std::vector<std::string> names;
-    for (const auto& f : kFormats) names.emplace_back(f.name);
+    for (const auto& f : kFormats)
+        if (f.gemm_operand) names.emplace_back(f.name);
     return names;
 }
 

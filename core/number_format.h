@@ -9,7 +9,10 @@
 
 namespace mantissa {
 
-enum class NumberFormat { FP32, TF32, BF16, FP16, E4M3, E5M2 };
+// The first six are GEMM operand formats (project files, the precision table). E2M1 and E8M0
+// only label telemetry: the elements of nvfp4/mxfp4 operands and MX block scales, so that a
+// histogram is drawn against their own range. Appended last: checkpoints store the index.
+enum class NumberFormat { FP32, TF32, BF16, FP16, E4M3, E5M2, E2M1, E8M0 };
 
 struct FormatInfo {
     NumberFormat format;
@@ -22,11 +25,14 @@ struct FormatInfo {
     double min_subnormal;  // 0 when the format keeps no subnormals of its own (TF32 lives in FP32)
     bool has_infinity;
     bool is_fp8;
+    bool gemm_operand;     // may be chosen for a GEMM; false for the telemetry-only formats
 };
 
 const FormatInfo& format_info(NumberFormat format);
+// Any format's name, telemetry-only ones included (stored statistics name them).
 std::optional<NumberFormat> parse_number_format(const std::string& name);
 const char* format_name(NumberFormat format);
+// The GEMM operand formats, in order: what a project or the precision table may choose.
 std::vector<std::string> number_format_names();
 
 } // namespace mantissa

@@ -63,7 +63,8 @@ NumberFormat format_at(const json& value, const std::string& key)
 {
     if (!value.is_string()) throw ConfigError(key + ": expected a string, got " + type_word(value));
     const auto f = parse_number_format(value.get<std::string>());
-    if (!f) throw ConfigError(key + ": '" + value.get<std::string>() + "' is not one of " + join(number_format_names()));
+    if (!f || !format_info(*f).gemm_operand) // e2m1/e8m0 name telemetry, not a GEMM's choice
+        throw ConfigError(key + ": '" + value.get<std::string>() + "' is not one of " + join(number_format_names()));
     return *f;
 }
 

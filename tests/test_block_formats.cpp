@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 
 #include <torch/torch.h>
 
@@ -687,6 +688,133 @@ private slots:
         QCOMPARE(plans[2].config.precision.fp8.scaling, Fp8Scaling::MxFp4);
         const auto ablation = plan_sweep(base, parse_vary("precision.nvfp4.rht=true,false"));
         QVERIFY(ablation[0].config.precision.fp8.nvfp4_rht && !ablation[1].config.precision.fp8.nvfp4_rht);
+    }
+
+    // ---- Telemetry of the block formats ----------------------------------------------------
+    // The scales a cast asked for and the ones it used: the used one is the requested one in
+    // the scale format (E4M3 rounding; E8M0's clamp; fp8-block's power-of-2 floor of the
+    // encode scale), blocks of zeros are 0 in both, a block holding a NaN asks for NaN.
+    void blockCastRecordPairsRequestedAndUsedScales_data()
+    {
+        QTest::addColumn<QString>("recipe");
+        for (const char* r : {"nvfp4", "mxfp4", "fp8-block"}) QTest::addRow("%s", r) << r;
+    }
+    void blockCastRecordPairsRequestedAndUsedScales()
+    {
+        QFETCH(QString, recipe);
+        const int64_t block = block_of(recipe);
+        auto x = test_matrix(6, 2 * block);
+        x[1].narrow(0, 0, block).zero_();                                         // a block of zeros
+        x[2][3] = std::numeric_limits<float>::quiet_NaN();                        // a poisoned block
+        x[3].narrow(0, block, block).mul_(std::ldexp(1.0f, -120));                 // tiny: E4M3 / E8M0 floors
+        const auto q = quantize_2d(recipe, x);
+        const auto scaling = *parse_fp8_scaling(recipe.toStdString());
+        Fp8Recipe r = recipe_of(scaling);
+        r.block_power_of_two = true;
+        const auto rec = block_cast_record(q, NumberFormat::E4M3, r);
+        QCOMPARE(rec.requested_scales.numel(), int64_t(12));
+        QCOMPARE(rec.used_scales.numel(), int64_t(12));
+        const auto req = rec.requested_scales, used = rec.used_scales;
+        QVERIFY(std::isnan(req[4].item<float>()));                                // row 2, block 0
+        QCOMPARE(req[2].item<float>(), 0.0f);                                     // row 1, block 0: zeros
+        QCOMPARE(used[2].item<float>(), 0.0f);
+        const auto finite = torch::isfinite(req) & (req > 0);
+        if (recipe == "nvfp4") {
+            QCOMPARE(rec.scale_format, NumberFormat::E4M3);
+            QCOMPARE(rec.element_format, NumberFormat::E2M1);
+            const auto rounded = round_to_format(req, NumberFormat::E4M3, Overflow::Saturate);
+            QVERIFY(same_bits(torch::where(finite, rounded, used), used));
+            QCOMPARE(used[7].item<float>(), 0.0f); // the tiny block's scale underflows E4M3
+            QVERIFY(req[7].item<float>() > 0.0f);
+        } else if (recipe == "mxfp4") {
+            QCOMPARE(rec.scale_format, NumberFormat::E8M0);
+            const auto clamped = req.clamp(std::ldexp(1.0f, -127), std::ldexp(1.0f, 127));
+            QVERIFY(same_bits(torch::where(finite, clamped, used), used));
+            // A tiny block asks for 2^(floor(log2 amax) - 2), exactly, and gets it above E8M0's floor.
+            int e = 0;
+            std::frexp(q.block_amax.reshape({-1})[7].item<float>(), &e); // amax = m 2^e, m in [0.5, 1)
+            QCOMPARE(req[7].item<float>(), std::ldexp(1.0f, (e - 1) - 2));
+        } else {
+            QCOMPARE(rec.scale_format, NumberFormat::FP32);
+            QCOMPARE(rec.element_format, NumberFormat::E4M3);
+            const auto amax = q.block_amax.reshape({-1});
+            QVERIFY(same_bits(torch::where(finite, amax / 448.0f, req), req));
+            // The power-of-2 floor of the encode scale rounds the decode scale up, by < 2x.
+            QVERIFY((torch::where(finite, used / req, torch::ones_like(req)) >= 1).all().item<bool>());
+            QVERIFY((torch::where(finite, used / req, torch::ones_like(req)) < 2).all().item<bool>());
+        }
+    }
+
+    // A training step's frame under a block recipe: elements labelled e2m1 (nvfp4, mxfp4), one
+    // "<role>_scale" row per operand with one value per block in the scale format, and under
+    // nvfp4 the wgrad operands with and without the Hadamard transform (off: no such rows).
+    void blockRecipeTelemetryRows_data()
+    {
+        QTest::addColumn<QString>("recipe");
+        QTest::addColumn<bool>("rht");
+        QTest::addColumn<QString>("element");
+        QTest::addColumn<QString>("scale");
+        QTest::addColumn<int64_t>("weightScales"); // fc1: W (128, 32)
+        QTest::addColumn<int64_t>("inputScales");  // fc1: x (64, 32)
+        QTest::addRow("nvfp4") << "nvfp4" << true << "e2m1" << "e4m3" << int64_t(8 * 2) << int64_t(64 * 2);
+        QTest::addRow("nvfp4 without rht") << "nvfp4" << false << "e2m1" << "e4m3" << int64_t(8 * 2) << int64_t(64 * 2);
+        QTest::addRow("mxfp4") << "mxfp4" << true << "e2m1" << "e8m0" << int64_t(128 * 1) << int64_t(64 * 1);
+        QTest::addRow("fp8-block") << "fp8-block" << true << "e4m3" << "fp32" << int64_t(1) << int64_t(64);
+    }
+    void blockRecipeTelemetryRows()
+    {
+        QFETCH(QString, recipe);
+        QFETCH(bool, rht);
+        QFETCH(QString, element);
+        QFETCH(QString, scale);
+        QFETCH(int64_t, weightScales);
+        QFETCH(int64_t, inputScales);
+        auto config = golden_project();
+        config.training.steps = 1;
+        config.eval.interval = 0;
+        config.telemetry.interval = 1;
+        config.precision.preset = "fp8-e4m3";
+        config.precision.fp8.scaling = *parse_fp8_scaling(recipe.toStdString());
+        config.precision.fp8.nvfp4_rht = rht;
+        struct Frames : Losses {
+            std::vector<LayerStatsFrame> frames;
+            void on_layer_stats(const LayerStatsFrame& f) override { frames.push_back(f); }
+        } sink;
+        Trainer(config).run(sink);
+        QCOMPARE(sink.frames.size(), size_t(1));
+        std::map<std::string, TensorStats> fc1;
+        for (const auto& t : sink.frames[0].tensors)
+            if (t.layer == "blocks.0.mlp.fc1") fc1[t.role] = t;
+        QVERIFY2(!fc1.empty(), "no statistics for blocks.0.mlp.fc1");
+        const auto row = [&](const char* role) -> const TensorStats& {
+            if (!fc1.count(role)) qFatal("no %s row", role);
+            return fc1.at(role);
+        };
+        QCOMPARE(QString::fromStdString(row("weight").format), element);
+        QCOMPARE(QString::fromStdString(row("input").format), element);
+        QCOMPARE(QString::fromStdString(row("grad_output").format), element);
+        QCOMPARE(QString::fromStdString(row("weight_scale").format), scale);
+        QCOMPARE(QString::fromStdString(row("input_scale").format), scale);
+        QCOMPARE(row("weight_scale").count, weightScales);
+        QCOMPARE(row("input_scale").count, inputScales);
+        QCOMPARE(row("grad_output_scale").count, recipe == "fp8-block" ? int64_t(64) : 64 * 128 / block_of(recipe));
+        QCOMPARE(row("input").count, int64_t(64 * 32));
+        const bool wgrad_rows = recipe == "nvfp4" && rht;
+        QCOMPARE(fc1.count("grad_output_wgrad"), size_t(wgrad_rows));
+        QCOMPARE(fc1.count("grad_output_wgrad_no_rht"), size_t(wgrad_rows));
+        QCOMPARE(fc1.count("input_wgrad_no_rht"), size_t(wgrad_rows));
+        if (wgrad_rows) {
+            QCOMPARE(row("grad_output_wgrad").count, int64_t(64 * 128));
+            QCOMPARE(row("grad_output_wgrad_no_rht").count, int64_t(64 * 128));
+            QVERIFY(std::isfinite(row("grad_output_wgrad").quant_snr_db));
+            QVERIFY(std::isfinite(row("grad_output_wgrad_no_rht").quant_snr_db));
+            // The transform is orthogonal: the operand's energy is the same in both bases.
+            QCOMPARE(row("input_wgrad").count, row("input_wgrad_no_rht").count);
+        }
+        // Scales saturate only by rounding: nvfp4's folded multiplier S * (1/6) in FP32 can make
+        // the block holding the tensor's amax ask for an ulp above E4M3's 448 (here it does).
+        const auto& s = row("input_scale");
+        QCOMPARE(s.overflow * double(s.count), recipe == "nvfp4" ? 1.0 : 0.0);
     }
 
     void recipesTrainReproducibly_data()

@@ -44,6 +44,11 @@ constexpr int64_t kSteps = 200;
 // The crafted values, as functions of (layer index, frame index) so the tests can recompute them.
 double grad_underflow(size_t layer, size_t frame) { return 0.001 * double(layer + 1) + 0.01 * double(frame); }
 double grad_overflow(size_t layer, size_t frame) { return layer == 3 && frame == 2 ? 0.25 : 0.0; }
+// Quantization SNR in dB; layer 2's cast is exact (+inf), which the heatmap shows as no value.
+double grad_snr(size_t layer, size_t frame)
+{
+    return layer == 2 ? std::numeric_limits<double>::infinity() : 20.0 + double(layer) + 0.5 * double(frame);
+}
 double weight_amax(size_t layer, size_t frame) { return std::ldexp(1.0, int(layer) - 3) * double(frame + 1); }
 double layer_grad_norm(size_t layer, int64_t step) { return 0.1 * double(layer + 1) + 1e-3 * double(step); }
 double attention_logit(int block, size_t frame) { return 10.0 * (block + 1) + 3.0 * double(frame); }
@@ -96,6 +101,7 @@ RunHistory crafted_history()
                 g.format = "fp16";
                 g.underflow = grad_underflow(i, j);
                 g.overflow = grad_overflow(i, j);
+                g.quant_snr_db = grad_snr(i, j);
                 f.tensors.push_back(g);
             }
             if (!is_sdpa(layers[i])) {
@@ -193,6 +199,7 @@ void TestPlots::heatmapShowsCraftedValues_data()
     QTest::newRow("amax") << LayerStat::Amax << "weight" << "amax of weight" << true;
     QTest::newRow("grad norm") << LayerStat::GradNorm << "grad_output" << "grad L2 norm" << true;
     QTest::newRow("attention logit") << LayerStat::AttentionMaxLogit << "grad_output" << "max |q·k|/√d" << false;
+    QTest::newRow("quantization snr") << LayerStat::QuantSnrDb << "grad_output" << "quantization SNR (dB) of grad_output" << false;
 }
 
 void TestPlots::heatmapShowsCraftedValues()
@@ -231,6 +238,8 @@ void TestPlots::heatmapShowsCraftedValues()
             return name == "blocks.0.attn.sdpa"   ? double(float(attention_logit(0, frame)))
                    : name == "blocks.1.attn.sdpa" ? double(float(attention_logit(1, frame)))
                                                   : kNaN;
+        case LayerStat::QuantSnrDb:
+            return (name == "lm_head" && frame == 0) || layer == 2 ? kNaN : double(float(grad_snr(layer, frame)));
         }
         return kNaN;
     };

@@ -294,7 +294,7 @@ bool PrecisionTableModel::setData(const QModelIndex& index, const QVariant& valu
     QString error;
     if (const auto gemm = gemm_of(index.column())) {
         const auto format = parse_number_format(text);
-        if (!format) {
+        if (!format || !format_info(*format).gemm_operand) {
             emit document_->validationFailed(QStringLiteral("precision.layers"),
                                              tr("precision.layers: '%1' is not one of %2")
                                                  .arg(value.toString(), format_names().join(QStringLiteral(", "))));

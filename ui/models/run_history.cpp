@@ -2,6 +2,7 @@
 #include "models/run_history.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cctype>
 #include <iterator>
 
@@ -10,7 +11,7 @@ namespace mantissa {
 namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr int kStatsPerTensor = 3; // underflow, overflow, amax
+constexpr int kStatsPerTensor = 4; // underflow, overflow, amax, quantization SNR
 
 // Keeps elements 0, 2, 4, ... and always the last one, so the newest data stays exact.
 template <typename T> void drop_every_other(std::vector<T>& items)
@@ -27,7 +28,12 @@ template <typename T> void drop_every_other(std::vector<T>& items)
 
 const std::vector<std::string>& RunHistory::roles()
 {
-    static const std::vector<std::string> names{"weight", "input", "output", "grad_output", "weight_grad"};
+    // The block recipes add their scales (against the scale format) and, under nvfp4, the
+    // wgrad operands with and without the Hadamard transform (docs/TELEMETRY.md).
+    static const std::vector<std::string> names{"weight",        "input",        "output",
+                                                "grad_output",   "weight_grad",  "weight_scale",
+                                                "input_scale",   "grad_output_scale", "input_wgrad",
+                                                "input_wgrad_no_rht", "grad_output_wgrad", "grad_output_wgrad_no_rht"};
     return names;
 }
 
@@ -138,6 +144,8 @@ void RunHistory::appendFrame(const LayerStatsFrame& frame)
         summary.tensorStats[base + 0] = static_cast<float>(100.0 * t.underflow);
         summary.tensorStats[base + 1] = static_cast<float>(100.0 * t.overflow);
         summary.tensorStats[base + 2] = static_cast<float>(t.amax);
+        // An exact cast (or none: FP32) has no error to colour: NaN reads as "no value".
+        summary.tensorStats[base + 3] = std::isfinite(t.quant_snr_db) ? static_cast<float>(t.quant_snr_db) : kNaN;
 
         const size_t slot = size_t(layer) * nRoles + size_t(role);
         if (hist.byIndex.size() <= slot) hist.byIndex.resize(slot + 1);
@@ -220,7 +228,10 @@ std::vector<LayerColumn> RunHistory::columns(LayerStat stat, const std::string& 
         if (stat == LayerStat::AttentionMaxLogit) {
             for (size_t i = 0; i < std::min(nLayers, f.attentionMaxLogit.size()); ++i) c.values[i] = f.attentionMaxLogit[i];
         } else if (r >= 0) {
-            const size_t which = stat == LayerStat::UnderflowPercent ? 0 : stat == LayerStat::OverflowPercent ? 1 : 2;
+            const size_t which = stat == LayerStat::UnderflowPercent ? 0
+                                 : stat == LayerStat::OverflowPercent ? 1
+                                 : stat == LayerStat::Amax            ? 2
+                                                                      : 3;
             const size_t nRoles = roles().size();
             for (size_t i = 0; i < nLayers; ++i) {
                 const size_t at = (i * nRoles + size_t(r)) * kStatsPerTensor + which;

@@ -25,8 +25,9 @@ namespace mantissa {
 
 enum class XAxisMode { Step, Tokens, Seconds };
 
-// What the layer x step heatmap can show. The first three are per tensor role.
-enum class LayerStat { UnderflowPercent, OverflowPercent, Amax, GradNorm, AttentionMaxLogit };
+// What the layer x step heatmap can show. UnderflowPercent, OverflowPercent, Amax and
+// QuantSnrDb are per tensor role (appended last: the combo boxes store the value).
+enum class LayerStat { UnderflowPercent, OverflowPercent, Amax, GradNorm, AttentionMaxLogit, QuantSnrDb };
 
 struct StepPoint {
     int64_t step = 0;

@@ -61,6 +61,7 @@ BandStyle style_of(const QString& name)
     if (name == QLatin1String("subnormal"))
         return {alpha(amber, 56), QColor(230, 140, 0, 170), QStringLiteral("subnormal")};
     if (name == QLatin1String("normal")) return {alpha(green, 16), alpha(green, 150), QStringLiteral("normal")};
+    if (name == QLatin1String("clamped")) return {alpha(amber, 56), QColor(230, 140, 0, 170), QStringLiteral("clamped up to min")};
     return {alpha(red, 46), alpha(red, 160), QStringLiteral("overflow")};
 }
 
@@ -235,6 +236,11 @@ bool ExponentHistogramPlot::rebuild()
               {QStringLiteral("subnormal"), lsub + shift, lnorm + shift},
               {QStringLiteral("normal"), lnorm + shift, lmax + shift},
               {QStringLiteral("overflow"), lmax + shift, kInf}};
+    // E8M0 (MX block scales) has neither zero nor subnormals: a scale below 2^-127 is clamped up.
+    if (h->format == NumberFormat::E8M0)
+        bands_ = {{QStringLiteral("clamped"), -kInf, lnorm + shift},
+                  {QStringLiteral("normal"), lnorm + shift, lmax + shift},
+                  {QStringLiteral("overflow"), lmax + shift, kInf}};
 
     // The view: the data, plus the format's edges when they are near enough to matter
     // (for FP32/BF16 they are ~100 binades away and would squash the data into a sliver).

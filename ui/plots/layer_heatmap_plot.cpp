@@ -210,6 +210,7 @@ QString stat_label(LayerStat stat, const QString& role)
     case LayerStat::Amax: return QStringLiteral("amax of %1").arg(role);
     case LayerStat::GradNorm: return QStringLiteral("grad L2 norm");
     case LayerStat::AttentionMaxLogit: return QStringLiteral("max |q·k|/√d");
+    case LayerStat::QuantSnrDb: return QStringLiteral("quantization SNR (dB) of %1").arg(role);
     }
     return {};
 }
