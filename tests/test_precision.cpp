@@ -118,6 +118,9 @@ private slots:
         const std::pair<const char*, const char*> bad[] = {
             {R"({"precision": {"layers": [{"match": "x", "forward": "fp12"}]}})",
              "precision.layers[0].forward: 'fp12' is not one of fp32, tf32, bf16, fp16, e4m3, e5m2"},
+            // e2m1/e8m0 label telemetry (nvfp4/mxfp4 elements, MX scales); a GEMM cannot choose them.
+            {R"({"precision": {"layers": [{"match": "x", "wgrad": "e2m1"}]}})",
+             "precision.layers[0].wgrad: 'e2m1' is not one of fp32, tf32, bf16, fp16, e4m3, e5m2"},
             {R"({"precision": {"layers": [{"forward": "bf16"}]}})", "precision.layers[0].match: is required"},
             {R"({"precision": {"layers": [{"match": "x", "fwd": "bf16"}]}})", "precision.layers[0].fwd: unknown key"},
             {R"({"precision": {"fp8": {"scaling": "tensorwise"}}})", "precision.fp8.scaling: 'tensorwise'"},
