@@ -71,7 +71,9 @@ torch::Tensor scaled_round(const torch::Tensor& x, const torch::Tensor& scale, N
     return round_to_format(x * scale, format, overflow) * scale.reciprocal();
 }
 
-torch::Tensor quantize_rows(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe, int64_t k_dim)
+} // namespace
+
+torch::Tensor rowwise_scale(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe, int64_t k_dim)
 {
     const double fp8_max = format_info(format).max_finite;
     auto amax = amax_ignoring_nan(x, k_dim); // one per row of the GEMM operand, NaN skipped
@@ -82,8 +84,14 @@ torch::Tensor quantize_rows(const torch::Tensor& x, NumberFormat format, const F
     // log2(FLT_MAX) to 128): capped at 2^127, the largest power of two a float holds.
     if (recipe.rowwise_power_of_two) scale = torch::exp2(torch::floor(torch::log2(scale))).clamp_max(0x1p127);
     // Rows of zeros (or an infinite amax) keep scale 1.
-    scale = torch::where(torch::isfinite(amax) & (amax > 0), scale, torch::ones_like(scale));
-    return scaled_round(x, scale, format, overflow_of(recipe));
+    return torch::where(torch::isfinite(amax) & (amax > 0), scale, torch::ones_like(scale));
+}
+
+namespace {
+
+torch::Tensor quantize_rows(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe, int64_t k_dim)
+{
+    return scaled_round(x, rowwise_scale(x, format, recipe, k_dim), format, overflow_of(recipe));
 }
 
 torch::Tensor quantize_blocks(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe, int64_t k_dim)

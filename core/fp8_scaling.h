@@ -75,6 +75,9 @@ float scale_from_amax(float amax, double fp8_max, int64_t margin, float previous
 // FP32 tensor on x's device; with `dim`, per slice along it (keepdim).
 torch::Tensor amax_ignoring_nan(const torch::Tensor& x);
 torch::Tensor amax_ignoring_nan(const torch::Tensor& x, int64_t dim);
+// The per-row recipe's scales: one per slice along `k_dim` (kept as a size-1 dimension), from
+// each slice's NaN-skipping amax; the emulator and the native cast share this to the bit.
+torch::Tensor rowwise_scale(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe, int64_t k_dim);
 
 // MXFP8 (OCP MX v1.0): floor(log2(|v|)) of each FP32 element, from its exponent bits (a
 // subnormal's from its leading mantissa bit), as an int32 tensor. Exact where float log2 is

@@ -77,6 +77,7 @@ public:
     {
         cached_weight_ = torch::Tensor();
         native_weight_ = {};
+        native_weight_dgrad_ = {};
         native_weight_t_ = torch::Tensor();
     }
     // "fp32", "emulated", "native", or "native+emulated" when some GEMMs fell back.
@@ -129,11 +130,13 @@ public:
     const Fp8Recipe& recipe() const { return recipe_; }
     DelayedScaling& delayed(OperandRole role);
 
-    // Native FP8: `x` cast under this layer's per-tensor recipe, and the cached FP8 weight
-    // (refilled once per optimizer step, as TE does with is_first_microbatch) with its
+    // Native FP8: `x` cast under this layer's per-tensor or per-row recipe (`k_dim`: the
+    // contraction dimension, which per-row scales run along), and the cached FP8 weight
+    // (refilled once per optimizer step, as TE does with is_first_microbatch; per-row: W
+    // scaled along K for the forward, `k_dim` 0 along N for dgrad, each cached) with its
     // transpose, (K, N) contiguous, made on first use.
-    Fp8Tensor quantize_native(const torch::Tensor& x, NumberFormat format, OperandRole role);
-    Fp8Tensor native_weight(const torch::Tensor& weight, NumberFormat format);
+    Fp8Tensor quantize_native(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim = 1);
+    Fp8Tensor native_weight(const torch::Tensor& weight, NumberFormat format, int64_t k_dim = 1);
     torch::Tensor native_weight_transposed(const Fp8Tensor& w8);
     void note_backend(bool native) { (native ? used_native_ : used_emulated_) = true; }
 
@@ -186,6 +189,7 @@ private:
     bool native_ = false;
     std::array<DeviceDelayedScaling, 3> device_scaling_; // by OperandRole: the device mirror of the three above
     Fp8Tensor native_weight_;
+    Fp8Tensor native_weight_dgrad_; // per-row recipes: W scaled along N
     torch::Tensor native_weight_t_;
     int64_t native_version_ = -1;
     const void* native_data_ = nullptr;

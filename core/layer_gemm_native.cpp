@@ -13,6 +13,14 @@ using torch::autograd::variable_list;
 
 bool is_16bit(NumberFormat f) { return f == NumberFormat::BF16 || f == NumberFormat::FP16; }
 
+// An FP8 operand's statistics: the per-tensor scale stays on the device until the frame is
+// read; per-row scales are recorded as 0, as the emulator records them.
+void record_fp8(LayerGemm& layer, const char* role, const torch::Tensor& x, const Fp8Tensor& t)
+{
+    if (per_row(t)) layer.record(role, x, t.format, 0.0f, t.dequantized());
+    else layer.record(role, x, t.format, t.scale, t.dequantized());
+}
+
 // y = x W^T + b with all three GEMMs in FP8 (TE's HYBRID or E4M3 throughout). x (M, K), W (N, K).
 struct NativeFp8Linear : public torch::autograd::Function<NativeFp8Linear> {
     static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
@@ -21,21 +29,22 @@ struct NativeFp8Linear : public torch::autograd::Function<NativeFp8Linear> {
         auto* layer = reinterpret_cast<LayerGemm*>(layer_address);
         const GemmFormats f = layer->formats();
         const bool has_bias = bias.numel() > 0;
-        const Fp8Tensor x8 = layer->quantize_native(x, f.forward, OperandRole::Input); // (M, K)
-        const Fp8Tensor w8 = layer->native_weight(weight, f.forward);                   // (N, K)
+        const Fp8Tensor x8 = layer->quantize_native(x, f.forward, OperandRole::Input); // (M, K); per row: scales (M, 1)
+        const Fp8Tensor w8 = layer->native_weight(weight, f.forward);                   // (N, K); per row: (N, 1)
         bool native = false;
         // Fast accumulation in the forward GEMM only, as TransformerEngine does.
-        auto y = fp8_gemm(x8.codes, x8.inv_scale, w8.codes.t(), w8.inv_scale, has_bias ? bias : torch::Tensor(),
+        auto y = fp8_gemm(x8.codes, x8.inv_scale, w8.codes.t(), w8.inv_scale.t(), has_bias ? bias : torch::Tensor(),
                           torch::kBFloat16, /*fast_accum=*/true, &native); // (M, N) BF16
         layer->note_backend(native);
         if (layer->telemetry_armed()) {
             layer->remember_weight(weight);
             layer->record("output", y, NumberFormat::BF16, 1.0f, {});
-            layer->record("weight", weight, f.forward, w8.scale, w8.dequantized());
-            layer->record("input", x, f.forward, x8.scale, x8.dequantized());
+            record_fp8(*layer, "weight", weight, w8);
+            record_fp8(*layer, "input", x, x8);
         }
-        // TE keeps the FP8 input for the weight gradient when the wgrad GEMM takes that format.
-        const bool reuse_input = f.forward == saved_operand_format(f.wgrad);
+        // TE keeps the FP8 input for the weight gradient when the wgrad GEMM takes that format
+        // (per tensor only: per-row scales ran along K, and wgrad contracts over M).
+        const bool reuse_input = f.forward == saved_operand_format(f.wgrad) && !per_row(x8);
         ctx->saved_data["layer"] = layer_address;
         ctx->saved_data["has_bias"] = has_bias;
         ctx->saved_data["reuse_input"] = reuse_input;
@@ -52,17 +61,18 @@ struct NativeFp8Linear : public torch::autograd::Function<NativeFp8Linear> {
         const auto dy = grads[0].contiguous(); // (M, N)
 
         // dgrad: dx = dy W, W as (N, K) column-major: the cached transpose.
-        const Fp8Tensor dy8 = layer->quantize_native(dy, f.dgrad, OperandRole::GradOutput);
-        const Fp8Tensor w8 = layer->native_weight(weight, saved_operand_format(f.dgrad));
+        const Fp8Tensor dy8 = layer->quantize_native(dy, f.dgrad, OperandRole::GradOutput); // per row: (M, 1)
+        const Fp8Tensor w8 = layer->native_weight(weight, saved_operand_format(f.dgrad), 0); // per row: (1, K)
         bool native = false;
-        const auto dx = fp8_gemm(dy8.codes, dy8.inv_scale, layer->native_weight_transposed(w8).t(), w8.inv_scale, {},
-                                 torch::kBFloat16, /*fast_accum=*/false, &native); // (M, K)
+        const auto w_kn = per_row(w8) ? w8.codes : layer->native_weight_transposed(w8).t(); // (N, K), fp8_gemm lays it out
+        const auto dx = fp8_gemm(dy8.codes, dy8.inv_scale, w_kn, w8.inv_scale, {}, torch::kBFloat16,
+                                 /*fast_accum=*/false, &native); // (M, K)
         layer->note_backend(native);
-        if (layer->telemetry_armed())
-            layer->record("grad_output", dy, f.dgrad, dy8.scale, dy8.dequantized());
+        if (layer->telemetry_armed()) record_fp8(*layer, "grad_output", dy, dy8);
 
-        // wgrad: dW = dy^T x, contraction over M.
-        const Fp8Tensor dy_w = f.wgrad == f.dgrad ? dy8 : layer->quantize_native(dy, f.wgrad, OperandRole::GradOutput);
+        // wgrad: dW = dy^T x, contraction over M (per row: dy scaled along M, one per N).
+        const bool same_cast = f.wgrad == f.dgrad && !per_row(dy8);
+        const Fp8Tensor dy_w = same_cast ? dy8 : layer->quantize_native(dy, f.wgrad, OperandRole::GradOutput, 0);
         Fp8Tensor x8;
         if (ctx->saved_data["reuse_input"].toBool()) {
             x8.codes = saved[0];
@@ -70,9 +80,9 @@ struct NativeFp8Linear : public torch::autograd::Function<NativeFp8Linear> {
             x8.inv_scale = saved[3];
             x8.format = saved_operand_format(f.wgrad);
         } else {
-            x8 = layer->quantize_native(saved[0], saved_operand_format(f.wgrad), OperandRole::Input);
+            x8 = layer->quantize_native(saved[0], saved_operand_format(f.wgrad), OperandRole::Input, 0); // per row: (1, K)
         }
-        const auto dw = fp8_gemm(dy_w.codes.t(), dy_w.inv_scale, x8.codes, x8.inv_scale, {}, torch::kBFloat16,
+        const auto dw = fp8_gemm(dy_w.codes.t(), dy_w.inv_scale.t(), x8.codes, x8.inv_scale, {}, torch::kBFloat16,
                                  /*fast_accum=*/false, &native); // (N, K)
         layer->note_backend(native);
         if (layer->telemetry_armed()) layer->record("weight_grad", dw, NumberFormat::BF16, 1.0f, {});
@@ -110,10 +120,10 @@ torch::Tensor LayerGemm::linear_native(const torch::Tensor& x, const torch::Tens
     const bool all_fp8 = format_info(formats_.forward).is_fp8 && format_info(formats_.dgrad).is_fp8 &&
                          format_info(formats_.wgrad).is_fp8;
     const bool per_tensor = recipe_.scaling == Fp8Scaling::Delayed || recipe_.scaling == Fp8Scaling::Current;
-    if (all_fp8 && per_tensor && recipe_.outlier_rms_multiple == 0.0) {
+    if (all_fp8 && (per_tensor || recipe_.scaling == Fp8Scaling::PerRow) && recipe_.outlier_rms_multiple == 0.0) {
         return apply_linear<NativeFp8Linear>(x, weight, bias);
     }
-    // Per-row and MX scales, outliers, mixed formats: the emulator's arithmetic, in FP32, and
+    // MX and block scales, outliers, mixed formats: the emulator's arithmetic, in FP32, and
     // the (already rounded) output handed on in its dtype.
     return linear_emulated(x.to(torch::kFloat32), weight, bias).to(output_dtype());
 }
@@ -131,25 +141,31 @@ void LayerGemm::sync_device_scaling_to_host()
         device_scaling_[static_cast<size_t>(role)].download(delayed(role));
 }
 
-Fp8Tensor LayerGemm::quantize_native(const torch::Tensor& x, NumberFormat format, OperandRole role)
+Fp8Tensor LayerGemm::quantize_native(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim)
 {
+    if (recipe_.scaling == Fp8Scaling::PerRow) return quantize_fp8_rowwise_native(x, format, recipe_, k_dim);
     DeviceDelayedScaling* state = recipe_.scaling == Fp8Scaling::Delayed ? &device_delayed(role, x.device()) : nullptr;
     // Evaluation uses the current scale and leaves the history where it is.
     return quantize_fp8_native(x, format, recipe_, state, /*record=*/training_);
 }
 
-Fp8Tensor LayerGemm::native_weight(const torch::Tensor& weight, NumberFormat format)
+Fp8Tensor LayerGemm::native_weight(const torch::Tensor& weight, NumberFormat format, int64_t k_dim)
 {
-    if (!training_) return quantize_native(weight.detach(), format, OperandRole::Weight);
+    // Per-tensor scales do not depend on the layout: one cast serves both GEMMs.
+    if (recipe_.scaling != Fp8Scaling::PerRow) k_dim = 1;
+    if (!training_) return quantize_native(weight.detach(), format, OperandRole::Weight, k_dim);
     const int64_t version = static_cast<int64_t>(weight._version());
-    if (native_weight_.defined() && native_version_ == version && native_data_ == weight.data_ptr() &&
-        native_weight_.format == format)
-        return native_weight_;
-    native_weight_ = quantize_native(weight.detach(), format, OperandRole::Weight); // one amax record per step
-    native_weight_t_ = torch::Tensor();
-    native_version_ = version;
-    native_data_ = weight.data_ptr();
-    return native_weight_;
+    if (native_version_ != version || native_data_ != weight.data_ptr()) {
+        native_weight_ = native_weight_dgrad_ = {};
+        native_weight_t_ = torch::Tensor();
+        native_version_ = version;
+        native_data_ = weight.data_ptr();
+    }
+    Fp8Tensor& cached = k_dim == 1 ? native_weight_ : native_weight_dgrad_;
+    if (cached.defined() && cached.format == format) return cached;
+    cached = quantize_native(weight.detach(), format, OperandRole::Weight, k_dim); // one amax record per step
+    if (k_dim == 1) native_weight_t_ = torch::Tensor();
+    return cached;
 }
 
 torch::Tensor LayerGemm::native_weight_transposed(const Fp8Tensor& w8)

@@ -164,19 +164,38 @@ Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const
     return out;
 }
 
+Fp8Tensor quantize_fp8_rowwise_native(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe,
+                                      int64_t k_dim)
+{
+    TORCH_CHECK(format_info(format).is_fp8 && recipe.scaling == Fp8Scaling::PerRow, "quantize_fp8_rowwise_native: a per-row FP8 cast");
+    const auto x32 = x.to(torch::kFloat32);
+    Fp8Tensor out;
+    out.format = format;
+    out.scale = rowwise_scale(x32, format, recipe, k_dim);
+    out.codes = to_fp8_codes(x32 * out.scale, format, recipe.saturate ? Overflow::Saturate : Overflow::Propagate);
+    out.inv_scale = out.scale.reciprocal();
+    return out;
+}
+
+bool per_row(const Fp8Tensor& t) { return t.scale.defined() && t.scale.dim() > 0; }
+
 torch::Tensor fp8_gemm(const torch::Tensor& a_codes, const torch::Tensor& a_inv, const torch::Tensor& b_codes,
                        const torch::Tensor& b_inv, const torch::Tensor& bias, c10::ScalarType out_dtype,
                        bool fast_accum, bool* native)
 {
     const int64_t M = a_codes.size(0), K = a_codes.size(1), N = b_codes.size(1);
-    const bool shapes_ok = M % 16 == 0 && K % 16 == 0 && N % 16 == 0;
+    bool shapes_ok = M % 16 == 0 && K % 16 == 0 && N % 16 == 0;
+    if (a_inv.numel() > 1 || b_inv.numel() > 1) // row-wise: E4M3 x E4M3 -> BF16, scales (M, 1) and (1, N)
+        shapes_ok = shapes_ok && a_codes.scalar_type() == torch::kFloat8_e4m3fn && b_codes.scalar_type() == torch::kFloat8_e4m3fn &&
+                    out_dtype == torch::kBFloat16 && a_inv.sizes() == torch::IntArrayRef{M, 1} &&
+                    b_inv.sizes() == torch::IntArrayRef{1, N};
     if (a_codes.is_cuda() && shapes_ok && native_fp8_available()) {
         if (native) *native = true;
         const auto a = a_codes.is_contiguous() ? a_codes : a_codes.contiguous();    // row-major
         const auto b = column_major(b_codes) ? b_codes : b_codes.t().contiguous().t(); // column-major
         // The bias joins in the epilogue, in the output dtype.
         const auto bias_out = bias.defined() ? bias.to(out_dtype) : torch::Tensor();
-        return at::_scaled_mm(a, b, a_inv, b_inv, bias_out, {}, out_dtype, fast_accum);
+        return at::_scaled_mm(a, b, a_inv.contiguous(), b_inv.contiguous(), bias_out, {}, out_dtype, fast_accum);
     }
     // The same products from the dequantised codes, accumulated in FP32, rounded once.
     if (native) *native = false;

@@ -14,8 +14,8 @@ namespace mantissa {
 // One operand cast to FP8: codes = cast(x * scale), x ~ codes * inv_scale.
 struct Fp8Tensor {
     torch::Tensor codes;     // float8_e4m3fn / float8_e5m2, the source's shape
-    torch::Tensor scale;     // () FP32 on the codes' device
-    torch::Tensor inv_scale; // () FP32, 1 / scale, what _scaled_mm multiplies back
+    torch::Tensor scale;     // () FP32 on the codes' device; per-row: one per slice, K kept as size 1
+    torch::Tensor inv_scale; // 1 / scale, same shape: what _scaled_mm multiplies back
     NumberFormat format = NumberFormat::E4M3;
 
     bool defined() const { return codes.defined(); }
@@ -56,11 +56,19 @@ torch::Tensor to_fp8_codes(const torch::Tensor& scaled, NumberFormat format, Ove
 Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe,
                               DeviceDelayedScaling* delayed, bool record);
 
+// The per-row recipe (torchao's rowwise): one scale per slice along `k_dim`, the emulator's
+// rowwise_scale. Stateless, so there is nothing to record.
+Fp8Tensor quantize_fp8_rowwise_native(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe,
+                                      int64_t k_dim);
+bool per_row(const Fp8Tensor& t);
+
 // a (M, K) x b (K, N) of FP8 codes -> (M, N) in `out_dtype`, plus `bias` (N) in the epilogue.
 // On CUDA with every dimension a multiple of 16: at::_scaled_mm (`fast_accum` only for the
 // forward GEMM, as TransformerEngine does). Otherwise the same products in FP32 from the
 // dequantised codes. `native` (optional) says which ran.
-// `a_inv`/`b_inv` are the operands' inv_scale.
+// `a_inv`/`b_inv` are the operands' inv_scale: () per tensor, or per row, a_inv (M, 1) and
+// b_inv (1, N) -- _scaled_mm's row-wise scaling, which wants E4M3 on both sides and a BF16
+// output; other per-row GEMMs (E5M2 gradients) take the FP32 route.
 torch::Tensor fp8_gemm(const torch::Tensor& a_codes, const torch::Tensor& a_inv, const torch::Tensor& b_codes,
                        const torch::Tensor& b_inv, const torch::Tensor& bias, c10::ScalarType out_dtype,
                        bool fast_accum, bool* native = nullptr);

@@ -128,7 +128,7 @@ private slots:
         QTest::newRow("fp16") << "fp16" << "delayed" << "native";
         QTest::newRow("fp8-hybrid/delayed") << "fp8-hybrid" << "delayed" << "emulated"; // FP8 GEMMs: emulated on a CPU
         QTest::newRow("fp8-hybrid/current") << "fp8-hybrid" << "current" << "emulated";
-        QTest::newRow("fp8-hybrid/rowwise") << "fp8-hybrid" << "rowwise" << "emulated";
+        QTest::newRow("fp8-hybrid/rowwise") << "fp8-hybrid" << "rowwise" << "emulated"; // native codes, FP32 GEMM on a CPU
         QTest::newRow("fp8-hybrid-keep-ends") << "fp8-hybrid-keep-ends" << "delayed" << "native"; // both blocks are ends: BF16
     }
     void agreesWithEmulator()
@@ -239,6 +239,65 @@ private slots:
         LayerGemm layer("l", {NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2}, r, GemmBackend::Emulated);
         const auto expected = layer.gemm(x8.dequantized(), w8.dequantized().t(), NumberFormat::E4M3, bias);
         QVERIFY(same_values(y, expected));
+    }
+
+    // The per-row cast against the emulator's, along either dimension: scales one per slice
+    // (the contraction dimension kept as size 1), and codes * inv_scale equal to the
+    // emulator's values bit for bit, zero rows, NaN and Inf included.
+    void rowwiseCastMatchesEmulator_data()
+    {
+        QTest::addColumn<int>("format");
+        QTest::addColumn<bool>("saturate");
+        QTest::addColumn<bool>("powerOfTwo");
+        for (auto f : {NumberFormat::E4M3, NumberFormat::E5M2})
+            for (bool sat : {true, false})
+                for (bool pow2 : {false, true})
+                    QTest::addRow("%s/%s/%s", format_name(f), sat ? "saturate" : "propagate", pow2 ? "pow2" : "fp32")
+                        << static_cast<int>(f) << sat << pow2;
+    }
+    void rowwiseCastMatchesEmulator()
+    {
+        QFETCH(int, format);
+        QFETCH(bool, saturate);
+        QFETCH(bool, powerOfTwo);
+        const auto f = static_cast<NumberFormat>(format);
+        Fp8Recipe r;
+        r.scaling = Fp8Scaling::PerRow;
+        r.saturate = saturate;
+        r.rowwise_power_of_two = powerOfTwo;
+        torch::manual_seed(3);
+        auto x = torch::randn({24, 40}) * torch::exp2(torch::arange(24).to(torch::kFloat32) - 12).unsqueeze(1);
+        x[2].zero_();                 // a row of zeros keeps scale 1
+        x[5][7] = NAN;                // NaN is skipped by the amax, kept in the values
+        x[9][1] = INFINITY;           // an infinite amax keeps scale 1
+        x[11] *= std::ldexp(1.0f, -130); // a tiny amax: its scale overflows to FLT_MAX
+        for (int64_t k_dim : {1, 0}) {
+            const auto expected = quantize_fp8(x, f, r, k_dim, nullptr);
+            const auto got = quantize_fp8_rowwise_native(x, f, r, k_dim);
+            const std::vector<int64_t> scale_shape = k_dim == 1 ? std::vector<int64_t>({24, 1}) : std::vector<int64_t>({1, 40});
+            QCOMPARE(got.scale.sizes().vec(), scale_shape);
+            QVERIFY(per_row(got));
+            QVERIFY2(same_values(got.dequantized(), expected.values), qPrintable(QString("k_dim %1").arg(k_dim)));
+        }
+    }
+
+    // A per-row FP8 GEMM's CPU route is the emulated GEMM of the dequantized operands, with
+    // (M, 1) and (1, N) scales; on CUDA the same scales go to _scaled_mm's row-wise mode.
+    void rowwiseGemmMatchesEmulator()
+    {
+        torch::manual_seed(9);
+        const auto x = torch::randn({32, 48}), w = torch::randn({16, 48}) * 0.1, bias = torch::randn({16});
+        Fp8Recipe r;
+        r.scaling = Fp8Scaling::PerRow;
+        const auto x8 = quantize_fp8_rowwise_native(x, NumberFormat::E4M3, r, 1); // (32, 1)
+        const auto w8 = quantize_fp8_rowwise_native(w, NumberFormat::E4M3, r, 1); // (16, 1)
+        bool native = true;
+        const auto y = fp8_gemm(x8.codes, x8.inv_scale, w8.codes.t(), w8.inv_scale.t(), bias, torch::kBFloat16, true, &native);
+        QVERIFY(!native);
+        LayerGemm layer("l", {NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2}, r, GemmBackend::Emulated);
+        const auto expected = layer.gemm(x8.dequantized(), w8.dequantized().t(), NumberFormat::E4M3, bias);
+        QVERIFY(same_values(y, expected));
+        QVERIFY(!same_values(y, layer.gemm(x, w.t(), NumberFormat::E4M3, bias))); // the cast mattered
     }
 
     // The delayed-scaling state crosses executors through a checkpoint: an emulated run's

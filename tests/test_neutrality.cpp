@@ -44,6 +44,7 @@ private slots:
         for (const char* preset : {"bf16", "fp16", "fp8-hybrid"})
             QTest::addRow("native/%s", preset) << preset << "delayed" << true;
         QTest::newRow("native/fp8-hybrid/current") << "fp8-hybrid" << "current" << true;
+        QTest::newRow("native/fp8-hybrid/rowwise") << "fp8-hybrid" << "rowwise" << true;
     }
     void telemetryNeverChangesAStep()
     {
