@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <string_view>
@@ -57,6 +58,8 @@ void Trainer::Impl::save_checkpoint(const std::string& path)
     for (const auto& g : model->gemm_layers()) g->save(archive);
     archive.write("rng/global", at::detail::getDefaultCPUGenerator().get_state());
     archive.write("rng/train_batches", train_batches->generator().get_state());
+    // Dropout on a GPU draws from the device's own generator (Philox seed and offset).
+    if (device.is_cuda()) archive.write("rng/cuda", at::globalContext().defaultGenerator(device).get_state());
     archive.write("watchers", c10::IValue(watchers.state_text()));
     // Serialised in memory first: LibTorch's file writer finishes the zip in its destructor,
     // so a full disk makes it throw during unwinding and abort the process. Writing the bytes
@@ -146,6 +149,13 @@ void Trainer::Impl::load_checkpoint(const std::string& path)
         at::Generator global = at::detail::getDefaultCPUGenerator(); // a handle to the shared generator
         global.set_state(get("rng/global"));
         train_batches->generator().set_state(get("rng/train_batches"));
+        // A checkpoint written on a GPU continues that GPU's dropout stream; one written on a
+        // CPU (none kept) leaves this device's generator as the seed set it.
+        if (torch::Tensor cuda_rng; device.is_cuda() && archive.try_read("rng/cuda", cuda_rng)) {
+            at::Generator generator = at::globalContext().defaultGenerator(device);
+            std::lock_guard<std::mutex> lock(generator.mutex());
+            generator.set_state(cuda_rng);
+        }
         // Checkpoints from before watcher state was kept resume with fresh watchers.
         if (c10::IValue state; archive.try_read("watchers", state) && state.isString())
             watchers.restore_state(state.toStringRef());
