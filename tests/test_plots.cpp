@@ -180,6 +180,7 @@ private slots:
     void histogramBarsAreTheCounts();
     void histogramBandsFollowFormatAndScale_data();
     void histogramBandsFollowFormatAndScale();
+    void histogramBandsOfE8m0Scales();
     void histogramPicksNearestFrame_data();
     void histogramPicksNearestFrame();
     void histogramTitleAndSpecials();
@@ -503,6 +504,40 @@ void TestPlots::histogramBandsFollowFormatAndScale_data()
     QTest::newRow("e4m3 scale 2^4") << "e4m3" << 16.0 << -13.0 << -10.0 << std::log2(448.0) - 4 << " · scale 2^4";
     QTest::newRow("e5m2 scale 2^-3") << "e5m2" << 0.125 << -13.0 << -11.0 << std::log2(57344.0) + 3 << " · scale 2^-3";
     QTest::newRow("e4m3 per-block") << "e4m3" << 0.0 << -9.0 << -6.0 << std::log2(448.0) << " · per-block scales";
+    // nvfp4/mxfp4 elements: E2M1's 0.5 subnormal, 1 .. 6 normal.
+    QTest::newRow("e2m1 per-block") << "e2m1" << 0.0 << -1.0 << 0.0 << std::log2(6.0) << " · per-block scales";
+}
+
+// MX block scales (E8M0) have neither zero nor subnormals: below 2^-127 they are clamped up,
+// so the histogram shows a clamp band, the normal range and overflow, and no underflow.
+void TestPlots::histogramBandsOfE8m0Scales()
+{
+    RunHistory history;
+    TelemetryBatch batch;
+    LayerStatsFrame f;
+    f.step = 10;
+    TensorStats t;
+    t.layer = "blocks.0.attn.qkv";
+    t.role = "input_scale";
+    t.format = "e8m0";
+    t.first_exponent = -130;
+    t.exponent_counts = {1, 0, 0, 4, 9};
+    t.count = 14;
+    f.tensors.push_back(t);
+    batch.layer_frames.push_back(f);
+    history.append(batch);
+    ExponentHistogramPlot plot;
+    plot.setHistory(&history);
+    plot.setTensor(QStringLiteral("blocks.0.attn.qkv"), QStringLiteral("input_scale"));
+    plot.refresh();
+    const auto bands = plot.bands();
+    QCOMPARE(bands.size(), 3);
+    QCOMPARE(bands[0].name, QStringLiteral("clamped"));
+    QCOMPARE(bands[0].highExponent, -127.0);
+    QCOMPARE(bands[1].name, QStringLiteral("normal"));
+    QCOMPARE(bands[1].highExponent, 127.0);
+    QCOMPARE(bands[2].name, QStringLiteral("overflow"));
+    QVERIFY(plot.title().startsWith(QStringLiteral("blocks.0.attn.qkv · input_scale · e8m0 · step 10")));
 }
 
 void TestPlots::histogramBandsFollowFormatAndScale()
