@@ -222,7 +222,8 @@ bool ExponentHistogramPlot::rebuild()
 
     // The bands as the cast sees them. The engine casts x * scale, so in the tensor's own
     // units every edge moves by -log2(scale). Per-row/block recipes (scale 0) have a scale
-    // per element: the unscaled bands are drawn and the title says so.
+    // per row or block: no band would be in the right place, so none is drawn and the title
+    // says why (the block recipes' "<role>_scale" histograms show the scales' own range).
     const FormatInfo& info = format_info(h->format);
     const bool perBlock = h->scale == 0.0;
     const double shift = std::isfinite(h->scale) && h->scale > 0 ? -std::log2(h->scale) : 0.0;
@@ -241,14 +242,15 @@ bool ExponentHistogramPlot::rebuild()
         bands_ = {{QStringLiteral("clamped"), -kInf, lnorm + shift},
                   {QStringLiteral("normal"), lnorm + shift, lmax + shift},
                   {QStringLiteral("overflow"), lmax + shift, kInf}};
+    if (perBlock) bands_.clear();
 
     // The view: the data, plus the format's edges when they are near enough to matter
     // (for FP32/BF16 they are ~100 binades away and would squash the data into a sliver).
     double lo = std::isfinite(dataLo) ? dataLo : lnorm + shift;
     double hi = std::isfinite(dataHi) ? dataHi : lmax + shift;
     constexpr double kReach = 16.0;
-    if (lsub - 1 + shift >= lo - kReach) lo = std::min(lo, lsub - 1 + shift);
-    if (lmax + shift <= hi + kReach) hi = std::max(hi, lmax + shift);
+    if (!perBlock && lsub - 1 + shift >= lo - kReach) lo = std::min(lo, lsub - 1 + shift);
+    if (!perBlock && lmax + shift <= hi + kReach) hi = std::max(hi, lmax + shift);
     xAxis->setRange(std::floor(lo) - 2.0, std::ceil(hi) + 2.0);
     yAxis->setRange(0.5, maxCount * 4.0);
 
