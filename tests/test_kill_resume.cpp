@@ -278,8 +278,17 @@ private slots:
             QVERIFY2(verdict == "ok", qPrintable(QString("kill %1 after %2 ms: %3").arg(kills).arg(delay_ms).arg(verdict)));
             // Read-only, as `mantissa-train list` would: nothing is written down before this check.
             RunStore store(db.toStdString(), OpenMode::ReadOnly);
-            if (const auto killed = store.find_run(name.toStdString()))
-                QCOMPARE(status_text(killed->status), std::string("interrupted"));
+            const auto killed = store.find_run(name.toStdString());
+            qInfo("kill %d after %d ms: %s", kills, delay_ms,
+                  killed ? qPrintable(QString("%1 at step %2, %3").arg(name).arg(killed->last_step)
+                                          .arg(QString::fromStdString(status_text(killed->status))))
+                         : "no run recorded yet");
+            if (killed && killed->status == RunStatus::Finished) { // killed while it was exiting
+                check_finished(name);
+                name = QString("random%1").arg(++run_number);
+                continue;
+            }
+            if (killed) QCOMPARE(status_text(killed->status), std::string("interrupted"));
         }
         if (run_id_of(db, name) >= 0) {
             QVERIFY2(run_cli({"resume", QString::number(run_id_of(db, name)), "--db", db}, &out) == 0, qPrintable(out));
