@@ -15,7 +15,7 @@ SUPPRESSIONS="$ROOT/scripts/sanitizers"
 PREFIX="$("$ROOT/.venv/bin/python" -c 'import torch;print(torch.utils.cmake_prefix_path)')"
 
 ASAN_TESTS=(test_config test_fuzz_config test_data test_numerics test_block_formats test_precision
-            test_store test_events test_golden test_threads)
+            test_store test_events test_golden test_threads test_cli test_compare)
 TSAN_TESTS=(test_threads)
 
 log() { printf '[sanitize] %s\n' "$*" >&2; }
