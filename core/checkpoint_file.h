@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "project_config.h"
@@ -49,12 +48,6 @@ std::string describe_identity(const CheckpointIdentity& identity);
 // Reads only the identity out of a checkpoint file; nullopt when the file cannot be read or
 // predates identities.
 std::optional<CheckpointIdentity> read_checkpoint_identity(const std::string& path);
-
-// What is wrong with a checkpoint's zip container, or "" when every record's bytes match the
-// CRC-32 its central directory holds. LibTorch's reader does not check those CRCs, so a bit
-// flipped inside a tensor would otherwise load as a different weight. Records LibTorch
-// stores compressed (none today) are not checked.
-std::string zip_damage(std::string_view bytes);
 
 // 64-bit FNV-1a over the file's bytes, "fnv1a64:" + 16 hex digits. Any damage worth the name
 // (a flipped run of bytes, a truncated tail) changes it. Throws std::runtime_error naming the

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Checkpoints: everything a bit-exact resume needs, written atomically, and their rotation.
 #include "trainer_impl.h"
+#include "zip_records.h"
 
 #include <algorithm>
 #include <cstdio>
