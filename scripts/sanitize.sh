@@ -14,7 +14,7 @@ JOBS="${MANTISSA_JOBS:-2}"
 SUPPRESSIONS="$ROOT/scripts/sanitizers"
 PREFIX="$("$ROOT/.venv/bin/python" -c 'import torch;print(torch.utils.cmake_prefix_path)')"
 
-# test_cli is left out: it starts ~100 instrumented mantissa-train processes, more than ten
+# test_cli is left out: it starts dozens of instrumented mantissa-train processes, more than ten
 # minutes under ASan on two cores (docs/RELIABILITY.md).
 ASAN_TESTS=(test_config test_fuzz_config test_data test_numerics test_block_formats test_precision
             test_store test_events test_golden test_threads test_compare)
