@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Checkpoints: everything a bit-exact resume needs, written atomically, and their rotation.
 #include "trainer_impl.h"
+#include "zip_records.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
@@ -124,7 +127,15 @@ void Trainer::Impl::load_checkpoint(const std::string& path)
     try {
         // Onto the CPU first: a checkpoint written on a GPU resumes on a CPU and back; the
         // copies below move each tensor to where this trainer keeps it.
-        archive.load_from(path, torch::Device(torch::kCPU));
+        // Read once, checked, then parsed from memory: LibTorch would load flipped bits in a
+        // tensor's bytes without a word.
+        std::ifstream in(path, std::ios::binary);
+        if (!in) throw std::runtime_error("cannot be opened: " + std::string(std::strerror(errno)));
+        const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (in.bad()) throw std::runtime_error(std::strerror(errno));
+        if (const std::string damage = zip_damage(bytes); !damage.empty())
+            throw ConfigError("checkpoint '" + path + "' cannot be read: " + damage);
+        archive.load_from(bytes.data(), bytes.size(), torch::Device(torch::kCPU));
         if (get("format_version").item<int64_t>() != 1)
             throw ConfigError("checkpoint '" + path + "' has an unknown format version");
         c10::IValue stored;

@@ -7,3 +7,8 @@ BUILD_DIR="$ROOT/build/dev"
 "$ROOT/scripts/setup.sh" "$BUILD_DIR"
 cd "$BUILD_DIR"
 QT_QPA_PLATFORM=offscreen ctest --output-on-failure --timeout 900
+# CI also runs the engine and store tests under ASan + UBSan and the thread hand-overs under
+# TSan, in build/asan and build/tsan (docs/RELIABILITY.md); locally: scripts/sanitize.sh.
+if [ "${CI:-}" = true ] || [ "${MANTISSA_SANITIZE_TESTS:-0}" = 1 ]; then
+    "$ROOT/scripts/sanitize.sh"
+fi

@@ -132,6 +132,7 @@ private slots:
         } catch (const ConfigError& e) {
             QVERIFY2(QString(e.what()).contains("data.vocab_size: 50000 is too small"), e.what());
             QVERIFY2(QString(e.what()).contains("token id 50000"), e.what());
+            QVERIFY2(QString(e.what()).contains("train.bin'"), e.what()); // names the file
         }
     }
 
@@ -150,6 +151,7 @@ private slots:
             QFAIL("accepted an odd-sized bin file");
         } catch (const ConfigError& e) {
             QVERIFY2(QString(e.what()).contains("odd number of bytes"), e.what());
+            QVERIFY2(QString(e.what()).contains("train.bin'"), e.what()); // names the file
         }
     }
 

@@ -240,6 +240,65 @@ private slots:
         }
     }
 
+    // A real checkpoint, damaged: cut short, with flipped bits in the zip directory that
+    // indexes its tensors, or one flipped bit inside a tensor (caught by the records' CRC-32,
+    // which LibTorch does not check). Each load is refused with a message naming the file, the
+    // file stays byte-for-byte as it was, and the trainer keeps its own weights and step.
+    void damagedCheckpointsAreRefusedAndLeftAlone_data()
+    {
+        QTest::addColumn<QString>("damage");
+        QTest::newRow("truncated to half") << "half";
+        QTest::newRow("last byte cut") << "last byte";
+        QTest::newRow("directory bit flip") << "directory";
+        QTest::newRow("empty") << "empty";
+        QTest::newRow("tensor bit flip") << "tensor"; // LibTorch alone would load it: the CRC check refuses it
+    }
+    void damagedCheckpointsAreRefusedAndLeftAlone()
+    {
+        QFETCH(QString, damage);
+        QTemporaryDir dir;
+        auto config = golden_project();
+        config.training.steps = 3;
+        config.eval.interval = 0;
+        config.training.checkpoint_dir = dir.path().toStdString();
+        {
+            Recorder r;
+            Trainer(config).run(r);
+        }
+        const QString path = dir.filePath("step-00000003.pt");
+        QFile f(path);
+        QVERIFY(f.open(QIODevice::ReadWrite));
+        QByteArray bytes = f.readAll();
+        QVERIFY(bytes.size() > 1000);
+        if (damage == "half") bytes.truncate(bytes.size() / 2);
+        if (damage == "last byte") bytes.chop(1);
+        if (damage == "empty") bytes.clear();
+        if (damage == "tensor") bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x01);
+        if (damage == "directory") { // the central directory's first entry: its offset and size fields
+            const qsizetype at = bytes.lastIndexOf(QByteArray("PK\x01\x02", 4), bytes.size() - 22);
+            QVERIFY(at > 0);
+            for (int i = 20; i < 28; ++i) bytes[at + i] = static_cast<char>(bytes[at + i] ^ 0x5a);
+        }
+        QVERIFY(f.resize(0));
+        QCOMPARE(f.write(bytes), bytes.size());
+        f.close();
+
+        config.training.checkpoint_dir.clear();
+        Trainer trainer(config);
+        const QByteArray fresh_weights = exported_weights(trainer);
+        try {
+            trainer.load_checkpoint(path.toStdString());
+            QFAIL("loaded a damaged checkpoint");
+        } catch (const ConfigError& e) {
+            QVERIFY2(QString(e.what()).startsWith("checkpoint '" + path + "' cannot be read"), e.what());
+        }
+        QFile again(path);
+        QVERIFY(again.open(QIODevice::ReadOnly));
+        QVERIFY(again.readAll() == bytes);
+        QCOMPARE(trainer.step(), int64_t(0));
+        QVERIFY2(exported_weights(trainer) == fresh_weights, "a refused checkpoint changed the weights");
+    }
+
     void checkpointsRotate()
     {
         QTemporaryDir dir;

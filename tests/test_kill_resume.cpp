@@ -16,6 +16,9 @@
 #include <map>
 #include <tuple>
 
+#include <sqlite3.h>
+
+#include "event_helpers.h"
 #include "run_capture.h"
 #include "run_store.h"
 
@@ -90,6 +93,40 @@ QByteArray exported_weights(const QString& db, int64_t run_id, const QString& pa
 }
 
 constexpr int64_t kSteps = 160;
+
+// Starts mantissa-train with `args` and SIGKILLs it after `delay_ms`, wherever it is then
+// (loading LibTorch, creating the store, in a step, writing a checkpoint). False if it ended
+// on its own first.
+bool kill_at(const QStringList& args, int delay_ms)
+{
+    QProcess p;
+    p.setStandardOutputFile(QProcess::nullDevice());
+    p.setStandardErrorFile(QProcess::nullDevice());
+    p.start(MANTISSA_TRAIN_EXE, args);
+    if (!p.waitForStarted()) return false;
+    if (p.waitForFinished(delay_ms)) return false;
+    ::kill(static_cast<pid_t>(p.processId()), SIGKILL);
+    p.waitForFinished(10000);
+    return true;
+}
+
+// SQLite's own verdict on the whole file, read-only (the dead writer's WAL included).
+QString integrity_check(const QString& db)
+{
+    sqlite3* handle = nullptr;
+    QString verdict = "cannot open";
+    if (sqlite3_open_v2(db.toUtf8().constData(), &handle, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+        sqlite3_stmt* statement = nullptr;
+        if (sqlite3_prepare_v2(handle, "PRAGMA integrity_check", -1, &statement, nullptr) == SQLITE_OK &&
+            sqlite3_step(statement) == SQLITE_ROW)
+            verdict = QString::fromUtf8(reinterpret_cast<const char*>(sqlite3_column_text(statement, 0)));
+        else
+            verdict = sqlite3_errmsg(handle);
+        sqlite3_finalize(statement);
+    }
+    sqlite3_close(handle);
+    return verdict;
+}
 
 } // namespace
 
@@ -183,6 +220,82 @@ private slots:
             ++identical;
         }
         QCOMPARE(identical, kKillRuns);
+    }
+
+    // Twenty SIGKILLs at seeded random moments, measured in time rather than steps, so they
+    // also land in start-up, store creation and checkpoint writes. After each one the store
+    // passes integrity_check and the run reads "interrupted"; resuming it (killed again and
+    // again) ends with every step recorded exactly once and the losses of a run never killed.
+    void randomKillsLeaveASoundStoreAndAnExactResume()
+    {
+        constexpr int64_t kRandomSteps = 60;
+        constexpr int kKills = 20;
+        QTemporaryDir dir;
+        const QString project = dir.filePath("random.json");
+        {
+            QFile f(project);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(QString(R"({
+  "name": "random-kill", "model": {"n_layer": 1, "n_head": 2, "n_embd": 64, "context_length": 32},
+  "data": {"kind": "synthetic-addition", "digits": 2, "examples": 600},
+  "training": {"steps": %1, "batch_size": 8, "seed": 5, "threads": 1, "checkpoint_interval": 4},
+  "eval": {"interval": 0}, "telemetry": {"log_interval": 1, "interval": 0}
+})").arg(kRandomSteps).toUtf8());
+        }
+        const QString db = dir.filePath("random.sqlite");
+        QString out;
+        QVERIFY2(run_cli({"run", project, "--db", db, "--name", "straight"}, &out) == 0, qPrintable(out));
+        const Recorded straight = recorded(db, run_id_of(db, "straight"));
+        QCOMPARE(straight.train_loss_rows, kRandomSteps);
+
+        QRandomGenerator random(1515u + static_cast<uint>(qEnvironmentVariableIntValue("MANTISSA_KILL_SEED")));
+        int kills = 0, finished_runs = 0, run_number = 0;
+        QString name = "random0";
+        const auto check_finished = [&](const QString& finished_name) {
+            const Recorded r = recorded(db, run_id_of(db, finished_name));
+            QCOMPARE(r.train_loss_rows, kRandomSteps); // each step exactly once: the map holds 1..N
+            for (int64_t step = 1; step <= kRandomSteps; ++step) {
+                const auto it = r.scalars.find({"train/loss", step});
+                QVERIFY2(it != r.scalars.end(), qPrintable(QString("%1: step %2 lost").arg(finished_name).arg(step)));
+                QVERIFY2(same_bits(it->second, straight.scalars.at({"train/loss", step})),
+                         qPrintable(QString("%1: train/loss differs at step %2").arg(finished_name).arg(step)));
+            }
+            ++finished_runs;
+        };
+        while (kills < kKills) {
+            const int64_t id = run_id_of(db, name);
+            const QStringList args = id < 0 ? QStringList{"run", project, "--db", db, "--name", name}
+                                            : QStringList{"resume", QString::number(id), "--db", db};
+            const int delay_ms = 50 + random.bounded(2500);
+            if (!kill_at(args, delay_ms)) { // it finished first: check it, go on with a fresh run
+                QCOMPARE(run_id_of(db, name) >= 0, true);
+                check_finished(name);
+                name = QString("random%1").arg(++run_number);
+                continue;
+            }
+            ++kills;
+            const QString verdict = integrity_check(db);
+            QVERIFY2(verdict == "ok", qPrintable(QString("kill %1 after %2 ms: %3").arg(kills).arg(delay_ms).arg(verdict)));
+            // Read-only, as `mantissa-train list` would: nothing is written down before this check.
+            RunStore store(db.toStdString(), OpenMode::ReadOnly);
+            const auto killed = store.find_run(name.toStdString());
+            qInfo("kill %d after %d ms: %s", kills, delay_ms,
+                  killed ? qPrintable(QString("%1 at step %2, %3").arg(name).arg(killed->last_step)
+                                          .arg(QString::fromStdString(status_text(killed->status))))
+                         : "no run recorded yet");
+            if (killed && killed->status == RunStatus::Finished) { // killed while it was exiting
+                check_finished(name);
+                name = QString("random%1").arg(++run_number);
+                continue;
+            }
+            if (killed) QCOMPARE(status_text(killed->status), std::string("interrupted"));
+        }
+        if (run_id_of(db, name) >= 0) {
+            QVERIFY2(run_cli({"resume", QString::number(run_id_of(db, name)), "--db", db}, &out) == 0, qPrintable(out));
+            check_finished(name);
+        }
+        qInfo("%d kills, %d runs completed after them", kills, finished_runs);
+        QVERIFY(finished_runs >= 1);
     }
 };
 

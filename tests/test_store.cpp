@@ -525,6 +525,60 @@ private slots:
         }
     }
 
+    // A real store damaged the way disks and copies damage files: cut short, or one bit
+    // flipped in the structure of a page in the middle of the file. Every open refuses it,
+    // names the file, and leaves the folder byte-for-byte as it was (no -wal, no -shm). A bit
+    // flipped inside a stored value cannot be seen: SQLite pages carry no checksums.
+    void damagedStoresAreRefusedAndLeftUntouched_data()
+    {
+        QTest::addColumn<QString>("damage");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("truncated to half") << "half" << "is damaged";
+        QTest::newRow("last page cut") << "last page" << "is damaged";
+        QTest::newRow("bit flip, page header") << "flip header" << "is damaged";
+        QTest::newRow("bit flip, cell pointer") << "flip cell" << "is damaged";
+    }
+    void damagedStoresAreRefusedAndLeftUntouched()
+    {
+        QFETCH(QString, damage);
+        QFETCH(QString, message);
+        QTemporaryDir dir;
+        const QString path = dir.filePath("damaged.sqlite");
+        {
+            make_two_run_store(path.toStdString());
+            RunStore store(path.toStdString(), OpenMode::ReadWrite);
+            const auto run = store.find_run("a")->id;
+            for (int64_t step = 31; step <= 3000; ++step) store.append_scalar(run, step, "train/loss", 1.0 / step);
+        }
+        QFile f(path);
+        QVERIFY(f.open(QIODevice::ReadWrite));
+        QByteArray bytes = f.readAll();
+        const int page_size = (static_cast<unsigned char>(bytes[16]) << 8) | static_cast<unsigned char>(bytes[17]);
+        const int pages = static_cast<int>(bytes.size() / page_size);
+        QVERIFY2(pages >= 8, "the store should span several pages");
+        // A b-tree leaf page in the middle (byte 0: 0x0d table leaf, 0x0a index leaf; both have
+        // the cell count at byte 3 and the cell pointers from byte 8).
+        int page = pages / 2;
+        const auto kind = [&](int p) { return static_cast<unsigned char>(bytes[qsizetype(p - 1) * page_size]); };
+        while (kind(page) != 0x0d && kind(page) != 0x0a && page < pages) ++page;
+        QVERIFY(kind(page) == 0x0d || kind(page) == 0x0a);
+        const qsizetype at = qsizetype(page - 1) * page_size;
+        if (damage == "half") bytes.truncate(bytes.size() / 2);
+        if (damage == "last page") bytes.truncate(bytes.size() - page_size);
+        if (damage == "flip header") bytes[at + 3] = static_cast<char>(bytes[at + 3] ^ 0x40); // the cell count
+        if (damage == "flip cell") bytes[at + 8] = static_cast<char>(bytes[at + 8] ^ 0x80); // the first cell's offset
+        QVERIFY(f.resize(0));
+        QCOMPARE(f.write(bytes), bytes.size());
+        f.close();
+        const QStringList before = snapshot(dir.path());
+        for (const OpenMode mode : {OpenMode::ReadOnly, OpenMode::ReadWrite, OpenMode::Create}) {
+            const QString error = store_error_of([&] { RunStore store(path.toStdString(), mode); });
+            QVERIFY2(error.contains(message), qPrintable(error));
+            QVERIFY2(error.contains("'" + path + "'"), qPrintable(error));
+            QCOMPARE(snapshot(dir.path()), before);
+        }
+    }
+
     void createModeOnlyFillsAnEmptyOrAbsentFile()
     {
         QTemporaryDir dir;
