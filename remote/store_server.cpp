@@ -114,10 +114,19 @@ StoreServer::StoreServer(ServerOptions options) : impl_(std::make_unique<Impl>(s
                                   "and wrote it to its token file)"));
             return httplib::Server::HandlerResponse::Handled;
         }
+        return httplib::Server::HandlerResponse::Unhandled;
+    });
+    // Past the gate, every path goes to store_api; the routes only make httplib read a body
+    // first (within the payload limit).
+    const auto api = [&d](const httplib::Request& req, httplib::Response& res) {
         answer(res, handle_api(d.context, req.method, req.path, params_of(req), req.body, "remote " + req.remote_addr));
         ++d.answered;
-        return httplib::Server::HandlerResponse::Handled;
-    });
+    };
+    http.Get(".*", api);
+    http.Post(".*", api);
+    http.Put(".*", api);
+    http.Delete(".*", api);
+    http.Patch(".*", api);
     // What httplib refuses itself (a malformed request, a body over the limit) still gets JSON.
     http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
         if (res.body.empty()) answer(res, api_error(res.status, "bad request (HTTP " + std::to_string(res.status) + ")"));

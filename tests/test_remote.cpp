@@ -6,6 +6,11 @@
 #include <QtTest>
 
 #include <QFile>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QDialogButtonBox>
+#include <QSettings>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QRandomGenerator>
@@ -13,8 +18,16 @@
 #include <QTemporaryDir>
 
 #include <httplib.h>
+#include <sys/stat.h>
 
+#include "pages/runs_page.h"
+#include "models/run_list_model.h"
+#include "controller/store_connection.h"
+#include "remote/connect_dialog.h"
+#include "remote/remote_connector.h"
 #include "remote/remote_mirror.h"
+#include "window/main_window.h"
+#include "cli_process.h"
 #include "remote_fixtures.h"
 #include "remote_token.h"
 #include "run_store.h"
@@ -46,6 +59,12 @@ void write_store(const std::string& path)
     }
     store.append_scalar(id, 3, "val/loss", std::nan(""));
     store.finish_run(id, RunStatus::Finished);
+}
+
+unsigned file_mode(const std::string& path)
+{
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 ? static_cast<unsigned>(st.st_mode & 07777) : 0u;
 }
 
 httplib::Headers auth(const std::string& token = kToken) { return {{"Authorization", "Bearer " + token}}; }
@@ -100,8 +119,7 @@ private slots:
         const std::string file = path("t.token").toStdString();
         const std::string token = load_or_create_token(file);
         QCOMPARE(token.size(), size_t(32));
-        QCOMPARE(QFile::permissions(QString::fromStdString(file)) & 0x0777,
-                 QFile::ReadOwner | QFile::WriteOwner | QFile::ReadUser | QFile::WriteUser);
+        QCOMPARE(file_mode(file), 0600u);
         QCOMPARE(load_or_create_token(file), token); // a restarted server keeps its clients' token
         QVERIFY(random_token_hex() != random_token_hex());
         QVERIFY(tokens_equal(token, token));
@@ -185,6 +203,7 @@ private slots:
         StoreServer server(in_process(db));
         httplib::Client client("127.0.0.1", server.port());
         // limit 2 per tag: train/loss and lr have 3 rows, so the page ends before step 2's last.
+        // A tag that fills its page may have more: the page ends before that tag's last step.
         auto r = client.Get("/v1/runs/1/rows?limit=2", auth());
         QCOMPARE(r->status, 200);
         auto page = json_of(r->body);
@@ -193,8 +212,20 @@ private slots:
         QCOMPARE(page["scalars"].toArray().size(), 2); // step 1 of train/loss and lr
         r = client.Get("/v1/runs/1/rows?limit=2&from_step=2", auth());
         page = json_of(r->body);
+        QCOMPARE(page["more"].toBool(), true);
+        QCOMPARE(page["next_from_step"].toInt(), 3);
+        QCOMPARE(page["scalars"].toArray().size(), 2); // step 2 of both
+        QVERIFY(!page.contains("counts"));
+        r = client.Get("/v1/runs/1/rows?limit=2&from_step=3", auth());
+        page = json_of(r->body);
         QCOMPARE(page["more"].toBool(), false);
-        QCOMPARE(page["scalars"].toArray().size(), 5); // steps 2, 3 of two tags, val/loss at 3
+        QCOMPARE(page["next_from_step"].toInt(), 3);
+        QCOMPARE(page["scalars"].toArray().size(), 3); // step 3: lr, train/loss, val/loss (NaN)
+        QCOMPARE(page["counts"].toObject()["scalars"].toInt(), 7);
+        const auto last = page["scalars"].toArray();
+        QCOMPARE(last[2].toArray()[1].toString(), QString("val/loss"));
+        QCOMPARE(last[2].toArray()[2].toString(), QString("nan"));
+        QCOMPARE(last[1].toArray()[2].toDouble(), 2.0 / 3.0); // exact through JSON
     }
 
     void rateLimit()
@@ -278,6 +309,115 @@ private slots:
         QCOMPARE(client.Get("/v1/runs", auth())->status, 200);
     }
 
+    // HTTPS with a certificate: the token is still required, and plain HTTP gets no answer.
+    void tls()
+    {
+        QProcess openssl;
+        openssl.start("openssl", {"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", path("key.pem"), "-out",
+                                  path("cert.pem"), "-days", "1", "-subj", "/CN=127.0.0.1"});
+        if (!openssl.waitForFinished(60000) || openssl.exitCode() != 0) QSKIP("no openssl command to make a certificate");
+        const std::string db = path("tls.sqlite").toStdString();
+        write_store(db);
+        ServerOptions o = in_process(db);
+        o.tls_cert = path("cert.pem").toStdString();
+        o.tls_key = path("key.pem").toStdString();
+        StoreServer server(o);
+        QVERIFY(server.url().starts_with("https://127.0.0.1:"));
+        httplib::SSLClient tls_client("127.0.0.1", server.port());
+        tls_client.enable_server_certificate_verification(false); // self-signed, made just now
+        auto r = tls_client.Get("/v1/runs", auth());
+        QVERIFY(r);
+        QCOMPARE(r->status, 200);
+        r = tls_client.Get("/v1/runs");
+        QCOMPARE(r->status, 401);
+        httplib::Client plain("127.0.0.1", server.port());
+        plain.set_read_timeout(5);
+        r = plain.Get("/v1/runs", auth());
+        QVERIFY(!r || r->status == 400);
+    }
+
+    // File > Connect: the Runs page shows the remote store's runs from the replica, the status
+    // bar says so; Disconnect shows the local store again.
+    void windowShowsARemoteStore()
+    {
+        const std::string db = path("window.sqlite").toStdString();
+        write_store(db);
+        StoreServer server(in_process(db));
+        MainWindow window(path("local-absent.sqlite"));
+        window.remoteConnector()->setReplicaDir(path("replicas"));
+        QVERIFY(window.connectRemote(QUrl(QString::fromStdString(server.url())), QString::fromStdString(kToken)));
+        QTRY_COMPARE_WITH_TIMEOUT(window.runsPage()->model()->rowCount(), 1, 30000);
+        QCOMPARE(window.runsPage()->model()->run(0).name, std::string("seeded"));
+        auto* label = window.findChild<QLabel*>("remoteStatus");
+        QVERIFY(label);
+        QTRY_VERIFY(label->text().startsWith(QString("connected to 127.0.0.1:%1").arg(server.port())));
+        QVERIFY(label->text().contains("B/s"));
+        QVERIFY(!label->isHidden());
+        QVERIFY(window.storeConnection()->store());
+        QVERIFY(window.storeConnection()->readOnly()); // edits would be overwritten by the mirror
+        QTRY_VERIFY(compare_stores(QString::fromStdString(db), window.remoteConnector()->mirror()->replicaPath()).isEmpty());
+        window.disconnectRemote();
+        QTRY_COMPARE(window.runsPage()->model()->rowCount(), 0);
+        QVERIFY(label->isHidden());
+    }
+
+    void connectDialogRemembersTokensPerHost()
+    {
+        QSettings settings(path("settings.ini"), QSettings::IniFormat);
+        {
+            ConnectDialog dialog(settings);
+            auto* ok = dialog.findChild<QDialogButtonBox*>()->button(QDialogButtonBox::Ok);
+            dialog.urlEdit()->setText("http://127.0.0.1:9001");
+            dialog.tokenEdit()->setText("not a token");
+            QVERIFY(!ok->isEnabled());
+            QCOMPARE(dialog.error(), QString("The token is the 32 hex digits the server printed when it started."));
+            dialog.tokenEdit()->setText(QString::fromStdString(kToken));
+            QVERIFY(ok->isEnabled());
+            dialog.remember();
+            dialog.urlEdit()->setText("ftp://x");
+            QVERIFY(!ok->isEnabled());
+        }
+        ConnectDialog again(settings);
+        QCOMPARE(again.url(), QUrl("http://127.0.0.1:9001"));
+        QCOMPARE(again.token(), QString::fromStdString(kToken));
+        again.urlEdit()->setText("http://127.0.0.1:9002");
+        again.tokenEdit()->clear();
+        again.urlEdit()->setText("http://127.0.0.1:9001"); // back to the known host: its token again
+        QCOMPARE(again.token(), QString::fromStdString(kToken));
+    }
+
+    // What the command line refuses before it listens: each with its message and exit code.
+    void cliRefusals()
+    {
+        const QString db = path("cli.sqlite");
+        write_store(db.toStdString());
+        auto r = run_cli({"serve", "--db", path("absent.sqlite"), "--listen", "0"});
+        QCOMPARE(r.exit_code, 3);
+        QVERIFY2(r.err.contains("absent.sqlite"), qPrintable(r.err));
+        r = run_cli({"serve", "--db", db, "--listen", "127.0.0.1:99999"});
+        QCOMPARE(r.exit_code, 2);
+        QCOMPARE(r.err, QString("error: '127.0.0.1:99999' is not [ADDR:]PORT with PORT from 0 to 65535 (0: any free "
+                                "port)\n"));
+        r = run_cli({"serve", "--db", db, "--listen", "0", "--tls-cert", path("absent-cert.pem")});
+        QCOMPARE(r.exit_code, 2);
+        QCOMPARE(r.err, QString("error: TLS needs both --tls-cert and --tls-key\n"));
+        r = run_cli({"serve", "--db", db, "--listen", "0", "--tls-cert", path("absent-cert.pem"), "--tls-key",
+                     path("absent-key.pem")});
+        QCOMPARE(r.exit_code, 2);
+        QVERIFY2(r.err.contains("does not exist"), qPrintable(r.err));
+        QFile garbage(path("garbage.pem"));
+        QVERIFY(garbage.open(QIODevice::WriteOnly));
+        garbage.write("not a certificate\n");
+        garbage.close();
+        r = run_cli({"serve", "--db", db, "--listen", "0", "--tls-cert", garbage.fileName(), "--tls-key",
+                     garbage.fileName()});
+        QCOMPARE(r.exit_code, 2);
+        QVERIFY2(r.err.contains("cannot use the TLS certificate"), qPrintable(r.err));
+        r = run_cli({"run", project_, "--db", db, "--no-store", "--serve", "0"});
+        QCOMPARE(r.exit_code, 2);
+        QCOMPARE(r.err, QString("error: --serve serves the run store: it cannot go with --no-store\n"));
+    }
+
     // A run trains with --serve; the client mirrors it while it trains; at the end every row
     // of the server's store is in the replica, exactly.
     void mirrorsALiveRun()
@@ -286,10 +426,9 @@ private slots:
         ServingProcess run;
         QVERIFY2(run.start({"run", project_, "--db", db, "--set", "training.steps=400", "--serve", "127.0.0.1:0"}),
                  qPrintable(run.output));
-        QCOMPARE(QFile::permissions(db + ".token") & 0x0777, QFile::ReadOwner | QFile::WriteOwner | QFile::ReadUser |
-                                                                   QFile::WriteUser);
-        RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(run.port)), run.token, path("live-replica.sqlite"));
+        QCOMPARE(file_mode((db + ".token").toStdString()), 0600u);
         int arrivalsWhileTraining = 0;
+        RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(run.port)), run.token, path("live-replica.sqlite"));
         connect(&mirror, &RemoteMirror::rowsArrived, this, [&] {
             if (run.process->state() == QProcess::Running) ++arrivalsWhileTraining;
         });
@@ -317,8 +456,8 @@ private slots:
         ServingProcess run;
         QVERIFY2(run.start({"run", project_, "--db", db, "--set", "training.steps=1000000", "--serve", "127.0.0.1:0"}),
                  qPrintable(run.output));
+        QList<RemoteMirror::State> states; // outlives the mirror, which says "stopped" as it goes
         RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(run.port)), run.token, path("kill-replica.sqlite"));
-        QList<RemoteMirror::State> states;
         connect(&mirror, &RemoteMirror::stateChanged, this, [&](RemoteMirror::State s) { states << s; });
         mirror.start();
         QVERIFY(QTest::qWaitFor(
@@ -372,5 +511,5 @@ private slots:
     }
 };
 
-QTEST_GUILESS_MAIN(TestRemote)
+QTEST_MAIN(TestRemote)
 #include "test_remote.moc"

@@ -52,7 +52,11 @@ RemoteMirror::RemoteMirror(const QUrl& server, const QString& token, const QStri
     clock_.start();
 }
 
-RemoteMirror::~RemoteMirror() { stop(); }
+RemoteMirror::~RemoteMirror()
+{
+    blockSignals(true); // no "stopped" to listeners that may be gone already
+    stop();
+}
 
 void RemoteMirror::start()
 {
@@ -285,7 +289,7 @@ void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
                           text(o, "created_at"), text(o, "fields")});
         // A resume rewrote the steps after its checkpoint: read them again from there.
         if (events.back().kind == event_kind_name(EventKind::ResumedFromCheckpoint))
-            rewindTo = rewindTo < 0 ? events.back().step : std::min(rewindTo, events.back().step);
+            rewindTo = rewindTo < 0 ? events.back().step : std::min<qint64>(rewindTo, events.back().step);
     }
     try {
         if (!scalars.empty() || !events.empty()) replica_->put_mirrored_rows(runId, scalars, events);
