@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "run_store.h"
+#include "store_pool.h"
 
 namespace mantissa {
 
@@ -74,7 +75,7 @@ json run_json(const RunInfo& r, const std::vector<std::string>& tags)
 
 ApiAnswer list_runs(const ApiContext& context)
 {
-    const auto store = RunStore::open_read_only(context.store_path);
+    auto store = context.stores->acquire();
     json runs = json::array();
     for (const auto& r : store->list_runs()) runs.push_back(run_json(r, store->tags(r.id)));
     return ok({{"protocol", 1}, {"control", context.allow_control && context.control != nullptr}, {"runs", runs}});
@@ -151,9 +152,8 @@ ApiAnswer run_rows(const ApiContext& context, int64_t run_id, const std::multima
     const int64_t wait_ms = get("wait_ms", 0, kMaxWaitMs, 0);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
     for (;;) {
-        // A fresh read-only connection each time: it sees what the writer committed since,
-        // even where the previous one had to open the file as immutable.
-        const auto store = RunStore::open_read_only(context.store_path);
+        // Leased anew each time round: a connection that cannot see the writer is replaced.
+        auto store = context.stores->acquire();
         const auto run = find_run(*store, run_id);
         if (!run) return api_error(404, "no run " + std::to_string(run_id) + " in this store");
         bool has_news = false;

@@ -32,8 +32,10 @@ struct ControlCommand {
 // thread: it must only queue the command (Trainer::request_*), never wait for a step.
 using ControlHandler = std::function<ApiAnswer(int64_t run_id, const ControlCommand& command, const std::string& origin)>;
 
+class StorePool;
+
 struct ApiContext {
-    std::string store_path;
+    StorePool* stores = nullptr; // read-only connections to the served store
     bool allow_control = false;
     ControlHandler control; // empty: no run trains in this process
     const std::atomic<bool>* stopping = nullptr; // ends long polls early

@@ -11,6 +11,7 @@
 #include "rate_limiter.h"
 #include "remote_token.h"
 #include "run_store.h"
+#include "store_pool.h"
 
 namespace mantissa {
 
@@ -37,6 +38,7 @@ struct StoreServer::Impl {
     ServerOptions options;
     std::unique_ptr<httplib::Server> http;
     RateLimiter limiter;
+    std::unique_ptr<StorePool> stores;
     std::atomic<bool> stopping{false};
     std::atomic<int64_t> answered{0};
     ApiContext context;
@@ -87,7 +89,8 @@ StoreServer::StoreServer(ServerOptions options) : impl_(std::make_unique<Impl>(s
         throw RemoteError("this build of cpp-httplib has no TLS support: serve on 127.0.0.1 and use ssh -L");
 #endif
     }
-    d.context.store_path = d.options.store_path;
+    d.stores = std::make_unique<StorePool>(d.options.store_path);
+    d.context.stores = d.stores.get();
     d.context.allow_control = d.options.allow_control;
     d.context.control = d.options.control;
     d.context.stopping = &d.stopping;
