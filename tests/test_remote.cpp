@@ -356,6 +356,8 @@ private slots:
         QVERIFY(window.storeConnection()->store());
         QVERIFY(window.storeConnection()->readOnly()); // edits would be overwritten by the mirror
         QTRY_VERIFY(compare_stores(QString::fromStdString(db), window.remoteConnector()->mirror()->replicaPath()).isEmpty());
+        QVERIFY(!window.sendRemoteCommand("pause")); // the seeded run has finished
+        QCOMPARE(window.lastError(), QString("No remote run is training"));
         window.disconnectRemote();
         QTRY_COMPARE(window.runsPage()->model()->rowCount(), 0);
         QVERIFY(label->isHidden());
@@ -493,8 +495,14 @@ private slots:
                         R"({"command": "layer_formats", "pattern": "lm_head", "forward": "fp7"})", "application/json");
         QCOMPARE(r->status, 400);
         QCOMPARE(json_of(r->body)["error"].toString(), QString("unknown number format 'fp7'"));
-        r = client.Post("/v1/runs/1/control", auth(token), R"({"command": "stop"})", "application/json");
-        QCOMPARE(r->status, 200);
+        // The window's client sends it, as Run > Remote Run > Stop does.
+        RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(run.port)), run.token, path("steer-replica.sqlite"));
+        mirror.start();
+        QSignalSpy answered(&mirror, &RemoteMirror::commandAnswered);
+        mirror.sendCommand(1, "stop");
+        QVERIFY(answered.wait(30000));
+        QCOMPARE(answered.at(0).at(2).toBool(), true);
+        QCOMPARE(answered.at(0).at(3).toString(), QString("stop sent to run 1"));
         QVERIFY(QTest::qWaitFor([&] { return run.process->state() == QProcess::NotRunning; }, 120000));
         QCOMPARE(run.process->exitCode(), 0);
         const auto store = RunStore::open_read_only(db.toStdString());

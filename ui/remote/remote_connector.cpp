@@ -35,6 +35,16 @@ QString RemoteConnector::replicaPathFor(const QUrl& server) const
     return QDir(replicaDir_).filePath(QStringLiteral("%1_%2.sqlite").arg(host).arg(port));
 }
 
+qint64 RemoteConnector::runningRun() const
+{
+    RunStore* store = mirror_ ? store_->store() : nullptr;
+    if (!store) return -1;
+    qint64 newest = -1;
+    for (const auto& run : store->list_runs())
+        if (run.status == RunStatus::Running) newest = run.id;
+    return newest;
+}
+
 bool RemoteConnector::connectTo(const QUrl& server, const QString& token, QString* error)
 {
     disconnectFromServer();

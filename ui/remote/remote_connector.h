@@ -30,6 +30,8 @@ public:
     void disconnectFromServer();
     RemoteMirror* mirror() const { return mirror_; }
     void setReplicaDir(const QString& dir) { replicaDir_ = dir; } // for the next connection
+    // The run a steering command goes to: the newest remote run that is running; -1 if none.
+    qint64 runningRun() const;
     // One replica per server: "<dir>/HOST_PORT.sqlite".
     QString replicaPathFor(const QUrl& server) const;
 

@@ -164,6 +164,10 @@ bool RemoteMirror::take(QNetworkReply* reply, QByteArray& body)
         setState(State::Refused, tr("refused by %1: %2").arg(server_.authority(), message));
         return false;
     }
+    if (status == 429) { // still connected: the server asks for a pause, not a reconnect
+        retry_->start(1000);
+        return false;
+    }
     retryLater(message.isEmpty() ? reply->errorString() : message);
     return false;
 }
@@ -175,6 +179,31 @@ void RemoteMirror::retryLater(const QString& why)
     setState(State::Reconnecting,
              tr("%1 lost: %2; retrying in %3 s").arg(server_.authority(), why).arg(backoffMs_ / 1000.0, 0, 'f', 1));
     retry_->start(backoffMs_);
+}
+
+void RemoteMirror::sendCommand(qint64 runId, const QString& command, const QVariantMap& fields)
+{
+    QUrl url = server_;
+    url.setPath(QString("/v1/runs/%1/control").arg(runId));
+    QNetworkRequest request(url);
+    request.setRawHeader("Authorization", "Bearer " + token_.toUtf8());
+    request.setHeader(QNetworkRequest::ContentTypeHeader, "application/json");
+    request.setTransferTimeout(10000);
+    QJsonObject body = QJsonObject::fromVariantMap(fields);
+    body["command"] = command;
+    // Its own reply, beside the mirroring loop's one request in flight.
+    QNetworkReply* reply = net_->post(request, QJsonDocument(body).toJson(QJsonDocument::Compact));
+    connect(reply, &QNetworkReply::finished, this, [this, reply, runId, command] {
+        reply->deleteLater();
+        const QByteArray answer = reply->readAll();
+        countBytes(answer.size());
+        const int status = reply->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt();
+        const QString error = QJsonDocument::fromJson(answer).object().value("error").toString();
+        const bool accepted = reply->error() == QNetworkReply::NoError && status == 200;
+        emit commandAnswered(runId, command, accepted,
+                             accepted ? tr("%1 sent to run %2").arg(command).arg(runId)
+                                      : (error.isEmpty() ? reply->errorString() : error));
+    });
 }
 
 void RemoteMirror::requestRuns()

@@ -14,6 +14,7 @@
 #include <QObject>
 #include <QString>
 #include <QUrl>
+#include <QVariantMap>
 
 #include <deque>
 #include <map>
@@ -59,11 +60,18 @@ public:
     bool caughtUp() const;
     int reconnects() const { return reconnects_; }
 
+    // Steers a run that trains in the server's process (run --serve --allow-control):
+    // `command` is pause, resume, stop, checkpoint, or layer_formats with `fields` pattern,
+    // forward, dgrad, wgrad. The answer comes as commandAnswered(); a refusal (403 without
+    // --allow-control, 404 not training there) carries the server's message.
+    void sendCommand(qint64 runId, const QString& command, const QVariantMap& fields = {});
+
 signals:
     void stateChanged(mantissa::RemoteMirror::State state, const QString& text);
     void runsChanged();             // runs were added, changed or removed in the replica
     void rowsArrived(qint64 runId); // a run's rows were added to the replica
     void statsChanged();            // lag, bytes per second
+    void commandAnswered(qint64 runId, const QString& command, bool accepted, const QString& message);
 
 private:
     struct Cursor {

@@ -103,6 +103,13 @@ MainWindow::MainWindow(const QString& storePath, QWidget* parent)
     connect(remote_, &RemoteConnector::mirrorChanged, this, [this](RemoteMirror* mirror) {
         remoteStatus_->setMirror(mirror);
         if (disconnectAction_) disconnectAction_->setEnabled(mirror != nullptr);
+        if (remoteMenu_) remoteMenu_->setEnabled(mirror != nullptr);
+        if (mirror)
+            connect(mirror, &RemoteMirror::commandAnswered, this,
+                    [this](qint64, const QString&, bool accepted, const QString& message) {
+                        if (accepted) statusBar()->showMessage(message, 8000);
+                        else showError(tr("The server refused: %1").arg(message));
+                    });
     });
 
     connect(controller_, &TrainingController::started, this, &MainWindow::onStarted);
@@ -205,6 +212,15 @@ void MainWindow::buildMenus()
     for (QAction* a : {startAction_, pauseAction_, stopAction_, checkpointAction_}) run->addAction(a);
     run->addSeparator();
     run->addAction(sweepAction_);
+    remoteMenu_ = run->addMenu(tr("Re&mote Run"));
+    remoteMenu_->setObjectName(QStringLiteral("remoteMenu"));
+    remoteMenu_->setEnabled(false);
+    const std::pair<QString, QString> commands[] = {{"pause", tr("&Pause")}, {"resume", tr("&Resume")},
+                                                    {"stop", tr("&Stop")}, {"checkpoint", tr("&Checkpoint Now")}};
+    for (const auto& [command, label] : commands) {
+        QAction* a = remoteMenu_->addAction(label);
+        connect(a, &QAction::triggered, this, [this, command = command] { sendRemoteCommand(command); });
+    }
 
     QMenu* view = menuBar()->addMenu(tr("&View"));
     view->addAction(projectPageAction_);
@@ -437,6 +453,18 @@ void MainWindow::disconnectRemote()
 {
     remote_->disconnectFromServer();
     statusBar()->showMessage(tr("Showing the local run store again"), 5000);
+}
+
+bool MainWindow::sendRemoteCommand(const QString& command)
+{
+    RemoteMirror* mirror = remote_->mirror();
+    const qint64 run = mirror ? remote_->runningRun() : -1;
+    if (run < 0) {
+        showError(mirror ? tr("No remote run is training") : tr("Not connected to a remote store"));
+        return false;
+    }
+    mirror->sendCommand(run, command);
+    return true;
 }
 
 void MainWindow::chooseRemote()

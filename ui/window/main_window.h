@@ -76,6 +76,9 @@ public:
     // cannot be opened; connection trouble shows in the status bar and is retried.
     bool connectRemote(const QUrl& server, const QString& token);
     void disconnectRemote();
+    // Run > Remote: pause, resume, stop or checkpoint the remote run that is training
+    // (RemoteConnector::runningRun); the server's answer shows in the status bar.
+    bool sendRemoteCommand(const QString& command);
     RemoteConnector* remoteConnector() const { return remote_; }
 
     void showPage(Page page);
@@ -134,6 +137,7 @@ private:
     RemoteConnector* remote_ = nullptr;
     RemoteStatusLabel* remoteStatus_ = nullptr;
     QAction* disconnectAction_ = nullptr;
+    QMenu* remoteMenu_ = nullptr;
     SweepRunner* sweepRunner_ = nullptr;
     RunStatusWidget* statusWidget_ = nullptr;
     QMenu* recentMenu_ = nullptr;
