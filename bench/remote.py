@@ -16,6 +16,7 @@ import os
 import re
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -111,6 +112,7 @@ def main():
     for _ in range(args.rounds):  # interleaved, so that machine load hits every configuration alike
         for name, serve, clients in configs:
             times[name].append(train(args, serve, clients, log_interval=50)[0])
+            print(f"  ({name}: {times[name][-1]:.3f} ms/step)", file=sys.stderr, flush=True)
     base = statistics.median(times["--serve off"])
     print(f"default project, {args.steps} steps, telemetry every {args.interval}; median of {args.rounds} rounds")
     for name, _, _ in configs:

@@ -450,6 +450,30 @@ private slots:
         QVERIFY(mirror.bytesReceived() > 0);
     }
 
+    // `serve` started on a quiet store (no WAL: read as immutable) must still see a run that
+    // another process starts in it later, live, and mirror it exactly.
+    void serveSeesARunStartedLater()
+    {
+        const QString db = path("later.sqlite");
+        write_store(db.toStdString());
+        ServingProcess serve;
+        QVERIFY2(serve.start({"serve", "--db", db, "--listen", "0"}), qPrintable(serve.output));
+        RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(serve.port)), serve.token, path("later-replica.sqlite"));
+        mirror.start();
+        QVERIFY2(wait_complete(mirror, db), qPrintable(compare_stores(db, mirror.replicaPath())));
+        int arrivalsWhileTraining = 0;
+        QProcess training;
+        connect(&mirror, &RemoteMirror::rowsArrived, this, [&](qint64 run) {
+            if (run == 2 && training.state() == QProcess::Running) ++arrivalsWhileTraining;
+        });
+        training.start(MANTISSA_TRAIN_EXE, {"run", project_, "--db", db, "--set", "training.steps=3000"});
+        QVERIFY(QTest::qWaitFor([&] { return training.state() == QProcess::NotRunning; }, 300000));
+        QCOMPARE(training.exitCode(), 0);
+        QVERIFY2(wait_complete(mirror, db), qPrintable(compare_stores(db, mirror.replicaPath())));
+        QVERIFY2(arrivalsWhileTraining >= 1, qPrintable(QString::number(arrivalsWhileTraining)));
+        QCOMPARE(RunStore::open_read_only(mirror.replicaPath().toStdString())->series(2, "train/loss").size(), size_t(3000));
+    }
+
     // The server dies mid-stream (SIGKILL); a new one on the same store and port: the client
     // says so, reconnects and ends with exactly the server's rows.
     void killAndReconnect()
