@@ -251,8 +251,16 @@ void RemoteMirror::onRuns(QNetworkReply* reply)
                 replica_->finish_run(info.id, info.status);
                 cur.claimed = false;
             }
-            replica_->put_mirrored_run(info, tags);
-            changed = true;
+            // last_step moves with every step of a live run: that alone is not a change of
+            // the record (the rows carry it), so a live run does not rewrite it every poll.
+            QJsonObject stable = o;
+            stable.remove("last_step");
+            const QByteArray stableRecord = QJsonDocument(stable).toJson(QJsonDocument::Compact);
+            if (stableRecord != cur.stableRecord) {
+                replica_->put_mirrored_run(info, tags);
+                cur.stableRecord = stableRecord;
+                changed = true;
+            }
             if (!cur.complete) queue_.push_back(info.id);
         }
         for (auto it = cursors_.begin(); it != cursors_.end();) {

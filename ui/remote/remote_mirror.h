@@ -81,6 +81,7 @@ private:
         bool complete = false; // ended on the server, and the replica's counts match
         bool claimed = false;  // the replica holds the run's lock while it runs remotely
         int resyncs = 0;
+        QByteArray stableRecord; // the run as last listed, less last_step: rewritten only on a change
     };
 
     void requestRuns();
