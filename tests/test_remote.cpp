@@ -30,6 +30,7 @@
 #include "cli_process.h"
 #include "remote_fixtures.h"
 #include "remote_token.h"
+#include "run_event.h"
 #include "run_store.h"
 #include "store_server.h"
 
@@ -519,6 +520,10 @@ private slots:
                         R"({"command": "layer_formats", "pattern": "lm_head", "forward": "fp7"})", "application/json");
         QCOMPARE(r->status, 400);
         QCOMPARE(json_of(r->body)["error"].toString(), QString("unknown number format 'fp7'"));
+        r = client.Post("/v1/runs/1/control", auth(token),
+                        R"({"command": "layer_formats", "pattern": "lm_head", "forward": "bf16"})", "application/json");
+        QCOMPARE(r->status, 200);
+        QCOMPARE(json_of(r->body)["accepted"].toString(), QString("layer_formats"));
         // The window's client sends it, as Run > Remote Run > Stop does.
         RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(run.port)), run.token, path("steer-replica.sqlite"));
         mirror.start();
@@ -533,13 +538,15 @@ private slots:
         const auto info = store->list_runs().at(0);
         QCOMPARE(info.status, RunStatus::Stopped);
         QVERIFY(info.last_step < 1000000);
-        int remote = 0;
-        for (const auto& e : store->events(1))
-            if (e.kind == "remote_control") {
-                ++remote;
-                QCOMPARE(e.message, std::string("stop requested by remote 127.0.0.1"));
-            }
-        QCOMPARE(remote, 1);
+        QStringList remote;
+        int precisionChanges = 0;
+        for (const auto& e : store->events(1)) {
+            if (e.kind == "remote_control") remote << QString::fromStdString(e.message);
+            if (e.event.kind == EventKind::PrecisionChanged) ++precisionChanges;
+        }
+        QCOMPARE(remote, QStringList({"layer_formats lm_head -> bf16/bf16/bf16 requested by remote 127.0.0.1",
+                                      "stop requested by remote 127.0.0.1"}));
+        QCOMPARE(precisionChanges, 1); // applied by the trainer at a step boundary
     }
 };
 
