@@ -22,6 +22,7 @@
 #include "config_diff.h"
 #include "console_progress.h"
 #include "project_config.h"
+#include "remote_serving.h"
 #include "run_compare.h"
 #include "run_session.h"
 #include "run_store.h"
@@ -46,7 +47,8 @@ extern "C" void on_sigint(int)
 }
 
 // Trains a session's run until done or Ctrl-C; the session marks the run.
-int train_session(RunSession& session, const std::string& db_path)
+// `extra`: one more sink (the store server's, with --serve).
+int train_session(RunSession& session, const std::string& db_path, TelemetrySink* extra = nullptr)
 {
     const ProjectConfig& config = session.config();
     ConsoleProgress console(config.training.steps, config.telemetry.log_interval, isatty(STDOUT_FILENO) != 0, stdout);
@@ -65,7 +67,9 @@ int train_session(RunSession& session, const std::string& db_path)
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
         }
     });
-    const SessionOutcome outcome = session.run({&console});
+    std::vector<TelemetrySink*> sinks = {&console};
+    if (extra) sinks.push_back(extra);
+    const SessionOutcome outcome = session.run(sinks);
     trained = true;
     forward_stop.join();
     if (!outcome.store_error.empty())
@@ -98,8 +102,13 @@ std::vector<Override> parse_overrides(const std::vector<std::string>& sets)
 }
 
 int cmd_run(const std::string& project_path, const std::vector<std::string>& sets, const std::string& db_path,
-            std::string name, bool no_store)
+            std::string name, bool no_store, const ServeOptions& serve)
 {
+    if (!serve.listen.empty() && (no_store || !serving_unavailable().empty())) {
+        std::fprintf(stderr, "error: %s\n", no_store ? "--serve serves the run store: it cannot go with --no-store"
+                                                     : serving_unavailable().c_str());
+        return 2;
+    }
     std::unique_ptr<RunSession> session;
     try {
         session = std::make_unique<RunSession>(load_project_file(project_path, parse_overrides(sets)));
@@ -141,7 +150,15 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
         return 3;
     }
     std::printf("run %lld '%s' -> %s\n", static_cast<long long>(session->run_id()), name.c_str(), db_path.c_str());
-    return train_session(*session, db_path);
+    std::unique_ptr<LiveServer> server; // stops before the session and the store go
+    if (!serve.listen.empty()) {
+        server = LiveServer::start(*session, *store, db_path, serve);
+        if (!server) {
+            store->finish_run(session->run_id(), RunStatus::Failed);
+            return 2;
+        }
+    }
+    return train_session(*session, db_path, server.get());
 }
 
 // A saved run at its newest good checkpoint, or an exit code: 2 for a bad override, no
@@ -602,6 +619,23 @@ int main(int argc, char** argv)
     run_cmd->add_option("--db", db_path, "Run store (SQLite) path");
     bool no_store = false;
     run_cmd->add_flag("--no-store", no_store, "Do not record the run (benchmarks)");
+    // The store server (docs/REMOTE.md): `run --serve` serves the store while it trains.
+    ServeOptions serve;
+    const auto add_serve_options = [&](CLI::App* cmd) {
+        cmd->add_flag("--allow-control", serve.allow_control, "Take pause/resume/stop/checkpoint/precision commands");
+        cmd->add_option("--token-file", serve.token_file, "Where the token is kept (default: STORE.token, mode 0600)");
+        cmd->add_option("--tls-cert", serve.tls_cert, "Serve HTTPS with this PEM certificate");
+        cmd->add_option("--tls-key", serve.tls_key, "The certificate's PEM private key");
+        cmd->add_option("--requests-per-s", serve.requests_per_s, "Requests per second per client address")
+            ->check(CLI::PositiveNumber);
+    };
+    run_cmd->add_option("--serve", serve.listen, "Serve the run store while training on [ADDR:]PORT (0: any free port)");
+    add_serve_options(run_cmd);
+    auto* serve_cmd = app.add_subcommand("serve", "Serve a run store, read-only, to Mantissa windows (docs/REMOTE.md)");
+    serve_cmd->add_option("--db", db_path, "Run store (SQLite) path");
+    serve.listen = "127.0.0.1:7878";
+    serve_cmd->add_option("--listen", serve.listen, "[ADDR:]PORT (0: any free port)")->capture_default_str();
+    add_serve_options(serve_cmd);
 
     auto* resume_cmd = app.add_subcommand("resume", "Continue a run from its newest checkpoint");
     resume_cmd->add_option("run", run, "Run id or name")->required();
@@ -668,7 +702,15 @@ int main(int argc, char** argv)
     // only run and sweep create one.
     const bool reads = *list_cmd || *show_cmd || *export_cmd || *compare_cmd;
     try {
-        if (*run_cmd) return cmd_run(project, sets, db_path, name, no_store);
+        if (*run_cmd) {
+            if (run_cmd->count("--serve") == 0) serve.listen.clear();
+            return cmd_run(project, sets, db_path, name, no_store, serve);
+        }
+        if (*serve_cmd) {
+            std::signal(SIGINT, on_sigint);
+            std::signal(SIGTERM, on_sigint);
+            return serve_store(db_path, serve, g_stop_requested);
+        }
         if (*sweep_cmd) return cmd_sweep(project, vary, sets, db_path, name);
         RunStore store(db_path, reads ? OpenMode::ReadOnly : OpenMode::ReadWrite);
         if (*resume_cmd) return cmd_resume(store, run, sets, db_path);

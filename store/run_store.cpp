@@ -1194,4 +1194,106 @@ std::string default_store_path()
     return (base / "mantissa" / "runs.sqlite").string();
 }
 
+// --- Remote mirroring -------------------------------------------------------------------
+
+std::vector<ScalarRow> RunStore::scalars_from_step(int64_t run_id, int64_t from_step, int64_t limit)
+{
+    const auto tags = scalar_tags(run_id);
+    std::lock_guard lock(db_mutex_);
+    Statement s(db_, "SELECT step, value FROM scalars WHERE run_id=? AND tag=? AND step>=? ORDER BY step LIMIT ?");
+    std::vector<ScalarRow> rows;
+    for (const auto& tag : tags) {
+        s.reset();
+        s.bind(1, run_id).bind(2, tag).bind(3, from_step).bind(4, limit);
+        while (s.step()) rows.push_back({s.int64(0), tag, s.real_or_nan(1)});
+    }
+    return rows;
+}
+
+std::vector<StoredEventRow> RunStore::events_after(int64_t run_id, int64_t after_id, int64_t limit)
+{
+    flush();
+    std::lock_guard lock(db_mutex_);
+    const bool typed = schema_ >= 4;
+    Statement s(db_, typed ? "SELECT id, step, kind, message, created_at, fields FROM events "
+                             "WHERE run_id=? AND id>? ORDER BY id LIMIT ?"
+                           : "SELECT id, step, kind, message, created_at, '{}' FROM events "
+                             "WHERE run_id=? AND id>? ORDER BY id LIMIT ?");
+    s.bind(1, run_id).bind(2, after_id).bind(3, limit);
+    std::vector<StoredEventRow> rows;
+    while (s.step()) rows.push_back({s.int64(0), s.int64(1), s.text(2), s.text(3), s.text(4), s.text(5)});
+    return rows;
+}
+
+RunRowCounts RunStore::row_counts(int64_t run_id)
+{
+    flush();
+    std::lock_guard lock(db_mutex_);
+    Statement s(db_, "SELECT (SELECT count(*) FROM scalars WHERE run_id=?1), (SELECT count(*) FROM events WHERE "
+                     "run_id=?1), (SELECT coalesce(max(id), 0) FROM events WHERE run_id=?1), (SELECT "
+                     "coalesce(max(step), -1) FROM scalars WHERE run_id=?1)");
+    s.bind(1, run_id);
+    s.step();
+    return {s.int64(0), s.int64(1), s.int64(2), s.int64(3)};
+}
+
+void RunStore::put_mirrored_run(const RunInfo& info, const std::vector<std::string>& tags)
+{
+    require_writable("mirror a run");
+    flush();
+    std::lock_guard lock(db_mutex_);
+    exec(db_, "BEGIN IMMEDIATE");
+    try {
+        Statement run(db_, "INSERT INTO runs(id, name, project_path, config_json, status, created_at, finished_at, uuid) "
+                           "VALUES(?, ?, ?, ?, ?, ?, nullif(?, ''), nullif(?, '')) ON CONFLICT(id) DO UPDATE SET "
+                           "name=excluded.name, project_path=excluded.project_path, config_json=excluded.config_json, "
+                           "status=excluded.status, created_at=excluded.created_at, finished_at=excluded.finished_at, "
+                           "uuid=excluded.uuid");
+        run.bind(1, info.id).bind(2, info.name).bind(3, info.project_path).bind(4, info.config_json);
+        run.bind(5, std::string(run_status_name(info.status))).bind(6, info.created_at).bind(7, info.finished_at);
+        run.bind(8, info.uuid).step();
+        Statement clear(db_, "DELETE FROM run_tags WHERE run_id=?");
+        clear.bind(1, info.id).step();
+        Statement tag(db_, "INSERT OR IGNORE INTO run_tags(run_id, tag) VALUES(?, ?)");
+        for (const auto& t : tags) {
+            tag.reset();
+            tag.bind(1, info.id).bind(2, t).step();
+        }
+        exec(db_, "COMMIT");
+    } catch (...) {
+        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
+    }
+}
+
+void RunStore::put_mirrored_rows(int64_t run_id, const std::vector<ScalarRow>& scalars,
+                                 const std::vector<StoredEventRow>& events)
+{
+    require_writable("mirror a run's rows");
+    flush();
+    std::lock_guard lock(db_mutex_);
+    exec(db_, "BEGIN IMMEDIATE");
+    try {
+        // A source row that is sent again (the client re-reads its last step) replaces itself.
+        Statement scalar(db_, "INSERT OR REPLACE INTO scalars(run_id, tag, step, value) VALUES(?, ?, ?, ?)");
+        for (const auto& r : scalars) {
+            scalar.reset();
+            scalar.bind(1, run_id).bind(2, r.tag).bind(3, r.step);
+            if (std::isnan(r.value)) scalar.step(); // unbound: NULL, as the source stores NaN
+            else scalar.bind(4, r.value).step();
+        }
+        Statement event(db_, "INSERT OR REPLACE INTO events(id, run_id, step, kind, message, created_at, fields) "
+                             "VALUES(?, ?, ?, ?, ?, ?, ?)");
+        for (const auto& e : events) {
+            event.reset();
+            event.bind(1, e.id).bind(2, run_id).bind(3, e.step).bind(4, e.kind).bind(5, e.message);
+            event.bind(6, e.created_at).bind(7, e.fields).step();
+        }
+        exec(db_, "COMMIT");
+    } catch (...) {
+        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
+    }
+}
+
 } // namespace mantissa

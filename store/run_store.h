@@ -72,6 +72,23 @@ struct EventRow {
     RunEvent event;      // the typed event, fields included
 };
 
+// An event row as stored, id and fields JSON included: what a replica copies verbatim.
+struct StoredEventRow {
+    int64_t id = 0;
+    int64_t step = 0;
+    std::string kind, message, created_at;
+    std::string fields = "{}";
+    bool operator==(const StoredEventRow&) const = default;
+};
+
+// What a replica compares with its source to know it holds a run's rows exactly.
+struct RunRowCounts {
+    int64_t scalars = 0;
+    int64_t events = 0;
+    int64_t max_event_id = 0; // 0: none
+    int64_t max_scalar_step = -1; // -1: none
+};
+
 // Which runs list_run_summaries returns; empty fields match everything.
 struct RunFilter {
     std::vector<int64_t> ids;          // only these runs (in id order, not this order)
@@ -173,6 +190,20 @@ public:
     int schema_version();
     const std::string& path() const { return path_; }
     bool read_only() const { return mode_ == OpenMode::ReadOnly; }
+
+    // Remote mirroring (remote/, ui/remote/, docs/REMOTE.md). A server pages a run's rows
+    // out with these; a client's replica store takes them in under the same ids, so that a
+    // replica reads like the store it mirrors.
+    // Scalars of one run with step >= from_step, ascending step, at most `limit` per tag:
+    // one primary-key range per tag, however many rows the run has.
+    std::vector<ScalarRow> scalars_from_step(int64_t run_id, int64_t from_step, int64_t limit);
+    std::vector<StoredEventRow> events_after(int64_t run_id, int64_t after_id, int64_t limit); // by id
+    RunRowCounts row_counts(int64_t run_id);
+    // Replica side, written at once in one transaction: the run's record (same id, status,
+    // times, uuid) and tags as given, and rows as the source stored them.
+    void put_mirrored_run(const RunInfo& info, const std::vector<std::string>& tags);
+    void put_mirrored_rows(int64_t run_id, const std::vector<ScalarRow>& scalars,
+                           const std::vector<StoredEventRow>& events);
 
 private:
     struct PendingRow {

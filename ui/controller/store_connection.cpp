@@ -26,6 +26,7 @@ RunStore* StoreConnection::store(QString* error)
     try {
         try {
             // Never Create: the Runs and Compare pages must not write a schema into a file.
+            if (forceReadOnly_) throw StoreReadOnlyError("a remote store's replica is read-only here");
             store_ = std::make_unique<RunStore>(path_.toStdString(), OpenMode::ReadWrite);
         } catch (const StoreReadOnlyError&) {
             // An archive on a read-only share or file: shown in full; edits say it is read-only.
@@ -39,6 +40,20 @@ RunStore* StoreConnection::store(QString* error)
 }
 
 void StoreConnection::close() { store_.reset(); }
+
+void StoreConnection::switchTo(const QString& path, bool readOnly)
+{
+    store_.reset();
+    path_ = path;
+    forceReadOnly_ = readOnly;
+    emit runsChanged();
+}
+
+void StoreConnection::reopen()
+{
+    store_.reset();
+    emit runsChanged();
+}
 
 bool StoreConnection::readOnly() const { return store_ && store_->read_only(); }
 

@@ -32,12 +32,18 @@ public:
     bool readOnly() const; // the open store is read-only
 
     void notifyChanged() { emit runsChanged(); }
+    // Points the pages at another store: a remote store's replica (read-only, since the
+    // mirror overwrites it) or the local one again. Reopens and announces runsChanged().
+    void switchTo(const QString& path, bool readOnly);
+    // Reopens the same store: a new connection sees what a mirror changed in its runs' locks.
+    void reopen();
 
 signals:
     void runsChanged();
 
 private:
     QString path_;
+    bool forceReadOnly_ = false;
     std::unique_ptr<RunStore> store_;
 };
 

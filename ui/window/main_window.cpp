@@ -12,6 +12,7 @@
 #include <QLabel>
 #include <QMenuBar>
 #include <QMessageBox>
+#include <QSettings>
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QThread>
@@ -39,6 +40,10 @@
 #include "window/run_status_widget.h"
 #include "pages/runs_page.h"
 #include "controller/store_connection.h"
+#include "remote/connect_dialog.h"
+#include "remote/remote_connector.h"
+#include "remote/remote_mirror.h"
+#include "remote/remote_status_label.h"
 #include "window/sweep_dialog.h"
 #include "controller/sweep_runner.h"
 #include "controller/training_controller.h"
@@ -92,6 +97,20 @@ MainWindow::MainWindow(const QString& storePath, QWidget* parent)
 
     statusWidget_ = new RunStatusWidget(this);
     statusBar()->addPermanentWidget(statusWidget_);
+    remote_ = new RemoteConnector(store_, {}, this);
+    remoteStatus_ = new RemoteStatusLabel(this);
+    statusBar()->addPermanentWidget(remoteStatus_);
+    connect(remote_, &RemoteConnector::mirrorChanged, this, [this](RemoteMirror* mirror) {
+        remoteStatus_->setMirror(mirror);
+        if (disconnectAction_) disconnectAction_->setEnabled(mirror != nullptr);
+        if (remoteMenu_) remoteMenu_->setEnabled(mirror != nullptr);
+        if (mirror)
+            connect(mirror, &RemoteMirror::commandAnswered, this,
+                    [this](qint64, const QString&, bool accepted, const QString& message) {
+                        if (accepted) statusBar()->showMessage(message, 8000);
+                        else showError(tr("The server refused: %1").arg(message));
+                    });
+    });
 
     connect(controller_, &TrainingController::started, this, &MainWindow::onStarted);
     connect(controller_, &TrainingController::drained, this, &MainWindow::onDrained);
@@ -173,6 +192,17 @@ void MainWindow::buildMenus()
     file->addAction(saveAction_);
     file->addAction(saveAsAction_);
     file->addSeparator();
+    auto* connectAction = new QAction(tr("&Connect…"), this);
+    connectAction->setObjectName(QStringLiteral("connectAction"));
+    connectAction->setToolTip(tr("Watch the runs of a remote store (mantissa-train serve), e.g. through ssh -L"));
+    connect(connectAction, &QAction::triggered, this, &MainWindow::chooseRemote);
+    file->addAction(connectAction);
+    disconnectAction_ = new QAction(tr("&Disconnect"), this);
+    connect(disconnectAction_, &QAction::triggered, this, &MainWindow::disconnectRemote);
+    file->addAction(disconnectAction_);
+    disconnectAction_->setObjectName(QStringLiteral("disconnectAction"));
+    disconnectAction_->setEnabled(false);
+    file->addSeparator();
     auto* quit = new QAction(tr("&Quit"), this);
     quit->setShortcut(QKeySequence::Quit);
     connect(quit, &QAction::triggered, this, &QWidget::close);
@@ -182,6 +212,15 @@ void MainWindow::buildMenus()
     for (QAction* a : {startAction_, pauseAction_, stopAction_, checkpointAction_}) run->addAction(a);
     run->addSeparator();
     run->addAction(sweepAction_);
+    remoteMenu_ = run->addMenu(tr("Re&mote Run"));
+    remoteMenu_->setObjectName(QStringLiteral("remoteMenu"));
+    remoteMenu_->setEnabled(false);
+    const std::pair<QString, QString> commands[] = {{"pause", tr("&Pause")}, {"resume", tr("&Resume")},
+                                                    {"stop", tr("&Stop")}, {"checkpoint", tr("&Checkpoint Now")}};
+    for (const auto& [command, label] : commands) {
+        QAction* a = remoteMenu_->addAction(label);
+        connect(a, &QAction::triggered, this, [this, command = command] { sendRemoteCommand(command); });
+    }
 
     QMenu* view = menuBar()->addMenu(tr("&View"));
     view->addAction(projectPageAction_);
@@ -397,6 +436,45 @@ bool MainWindow::changeLayerFormats(const QString& pattern, const GemmFormats& f
 
 void MainWindow::showPage(Page page) { pages_->setCurrentIndex(static_cast<int>(page)); }
 MainWindow::Page MainWindow::currentPage() const { return static_cast<Page>(pages_->currentIndex()); }
+
+bool MainWindow::connectRemote(const QUrl& server, const QString& token)
+{
+    QString error;
+    if (!remote_->connectTo(server, token, &error)) {
+        showError(error);
+        return false;
+    }
+    clearError();
+    showPage(Page::Runs);
+    return true;
+}
+
+void MainWindow::disconnectRemote()
+{
+    remote_->disconnectFromServer();
+    statusBar()->showMessage(tr("Showing the local run store again"), 5000);
+}
+
+bool MainWindow::sendRemoteCommand(const QString& command)
+{
+    RemoteMirror* mirror = remote_->mirror();
+    const qint64 run = mirror ? remote_->runningRun() : -1;
+    if (run < 0) {
+        showError(mirror ? tr("No remote run is training") : tr("Not connected to a remote store"));
+        return false;
+    }
+    mirror->sendCommand(run, command);
+    return true;
+}
+
+void MainWindow::chooseRemote()
+{
+    QSettings settings;
+    ConnectDialog dialog(settings, this);
+    if (dialog.exec() != QDialog::Accepted) return;
+    dialog.remember();
+    connectRemote(dialog.url(), dialog.token());
+}
 
 void MainWindow::closeEvent(QCloseEvent* event)
 {

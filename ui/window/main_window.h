@@ -21,6 +21,7 @@ class QDropEvent;
 class QLabel;
 class QMenu;
 class QTabWidget;
+class QUrl;
 
 namespace mantissa {
 
@@ -30,6 +31,8 @@ class LossPlot;
 class MonitorPage;
 class ProjectDocument;
 class ProjectPage;
+class RemoteConnector;
+class RemoteStatusLabel;
 class RunStatusWidget;
 class RunsPage;
 class StoreConnection;
@@ -68,6 +71,16 @@ public:
     // Forwards a precision change to the running trainer (the project page's table does this).
     bool changeLayerFormats(const QString& pattern, const GemmFormats& formats);
 
+    // File > Connect…: mirrors a remote run store (docs/REMOTE.md) and shows it on the Runs
+    // and Compare pages until disconnectRemote(). False with lastError() when the replica
+    // cannot be opened; connection trouble shows in the status bar and is retried.
+    bool connectRemote(const QUrl& server, const QString& token);
+    void disconnectRemote();
+    // Run > Remote: pause, resume, stop or checkpoint the remote run that is training
+    // (RemoteConnector::runningRun); the server's answer shows in the status bar.
+    bool sendRemoteCommand(const QString& command);
+    RemoteConnector* remoteConnector() const { return remote_; }
+
     void showPage(Page page);
     Page currentPage() const;
 
@@ -99,6 +112,7 @@ private:
 
     void chooseProject(); // File > Open: the interactive path, with a dialog on failure
     void chooseSweep();   // Run > Sweep…: the dialog
+    void chooseRemote();  // File > Connect…: the dialog
     bool startRun(const ProjectConfig& config);
     void showComparison(const QList<qint64>& runIds);
     void onSweepFinished(const QList<qint64>& runIds, bool stopped);
@@ -120,6 +134,10 @@ private:
     RunsPage* runsPage_ = nullptr;
     ComparePage* comparePage_ = nullptr;
     StoreConnection* store_ = nullptr;
+    RemoteConnector* remote_ = nullptr;
+    RemoteStatusLabel* remoteStatus_ = nullptr;
+    QAction* disconnectAction_ = nullptr;
+    QMenu* remoteMenu_ = nullptr;
     SweepRunner* sweepRunner_ = nullptr;
     RunStatusWidget* statusWidget_ = nullptr;
     QMenu* recentMenu_ = nullptr;

@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "remote_serving.h"
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "number_format.h"
+#include "project_config.h"
+#include "remote_token.h"
+#include "run_session.h"
+#include "run_store.h"
+#include "store_server.h"
+
+namespace mantissa {
+
+namespace {
+
+// The server's options from the command line's; prints the reason and returns false on error.
+bool server_options(const std::string& db_path, const ServeOptions& in, ServerOptions& out)
+{
+    try {
+        const auto [host, port] = parse_listen_address(in.listen);
+        out.host = host;
+        out.port = port;
+        out.store_path = db_path;
+        out.allow_control = in.allow_control;
+        out.tls_cert = in.tls_cert;
+        out.tls_key = in.tls_key;
+        out.requests_per_s = in.requests_per_s;
+        out.request_burst = 2 * in.requests_per_s;
+        const std::string token_file = in.token_file.empty() ? db_path + ".token" : in.token_file;
+        out.token = load_or_create_token(token_file);
+        if (!is_loopback_host(host))
+            std::fprintf(stderr, "warning: serving on %s, reachable from other machines%s\n", host.c_str(),
+                         in.tls_cert.empty() ? " without TLS: the token and the runs travel in clear text" : "");
+        return true;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return false;
+    }
+}
+
+void announce(const StoreServer& server, const ServerOptions& options, const std::string& token_file_hint)
+{
+    // Tests and scripts read these lines: the actual port when 0 was asked for.
+    std::printf("listening on %s\ntoken: %s (in %s)\ncontrol: %s\n", server.url().c_str(), options.token.c_str(),
+                token_file_hint.c_str(), options.allow_control ? "allowed" : "refused (no --allow-control)");
+    std::fflush(stdout);
+}
+
+std::string token_file_of(const std::string& db_path, const ServeOptions& options)
+{
+    return options.token_file.empty() ? db_path + ".token" : options.token_file;
+}
+
+class LiveServerImpl : public LiveServer {
+public:
+    LiveServerImpl(RunSession& session, RunStore& store) : session_(session), store_(store) {}
+    ~LiveServerImpl() override
+    {
+        // The run has ended: a connected client gets a moment to fetch its last rows and status.
+        if (server && server->requests_answered() > 0) std::this_thread::sleep_for(std::chrono::seconds(2));
+    }
+    void on_step(const StepMetrics& m) override { step_ = m.step; }
+    void on_eval(const EvalMetrics&) override {}
+    void on_event(const RunEvent&) override {}
+
+    ApiAnswer control(int64_t run_id, const ControlCommand& c, const std::string& origin)
+    {
+        if (run_id != session_.run_id())
+            return api_error(404, "run " + std::to_string(run_id) + " is not training in this process (run " +
+                                      std::to_string(session_.run_id()) + " is)");
+        std::string what = c.command;
+        try {
+            if (c.command == "pause") session_.request_pause();
+            else if (c.command == "resume") session_.request_resume();
+            else if (c.command == "stop") session_.request_stop();
+            else if (c.command == "checkpoint") session_.request_checkpoint();
+            else {
+                GemmFormats f;
+                const auto format = [](const std::string& name, const std::string& fallback) {
+                    const std::string n = name.empty() ? fallback : name;
+                    const auto parsed = parse_number_format(n);
+                    if (!parsed) throw ConfigError("unknown number format '" + n + "'");
+                    return *parsed;
+                };
+                f.forward = format(c.forward, c.forward);
+                f.dgrad = format(c.dgrad, c.forward);
+                f.wgrad = format(c.wgrad, c.forward);
+                session_.request_layer_formats(c.pattern, f);
+                what += " " + c.pattern + " -> " + format_name(f.forward) + "/" + format_name(f.dgrad) +
+                        "/" + format_name(f.wgrad);
+            }
+        } catch (const ConfigError& e) {
+            return api_error(400, e.what());
+        }
+        RunEvent e;
+        e.step = step_.load();
+        e.kind = EventKind::Other;
+        e.other_tag = "remote_control";
+        e.text = what + " requested by " + origin;
+        store_.append_event(run_id, e);
+        return {200, nlohmann::json{{"accepted", c.command}, {"run", run_id}}.dump()};
+    }
+
+    std::unique_ptr<StoreServer> server;
+
+private:
+    RunSession& session_;
+    RunStore& store_;
+    std::atomic<int64_t> step_{0};
+};
+
+} // namespace
+
+std::string serving_unavailable() { return {}; }
+
+int serve_store(const std::string& db_path, const ServeOptions& options, const std::atomic<bool>& stop)
+{
+    ServerOptions o;
+    if (!server_options(db_path, options, o)) return 2;
+    std::unique_ptr<StoreServer> server;
+    try {
+        server = std::make_unique<StoreServer>(o);
+    } catch (const StoreError& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 3;
+    } catch (const RemoteError& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 2;
+    }
+    announce(*server, o, token_file_of(db_path, options));
+    while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    server->stop();
+    return 0;
+}
+
+std::unique_ptr<LiveServer> LiveServer::start(RunSession& session, RunStore& store, const std::string& db_path,
+                                              const ServeOptions& options)
+{
+    ServerOptions o;
+    if (!server_options(db_path, options, o)) return nullptr;
+    auto live = std::make_unique<LiveServerImpl>(session, store);
+    LiveServerImpl* raw = live.get();
+    o.control = [raw](int64_t run_id, const ControlCommand& c, const std::string& origin) {
+        return raw->control(run_id, c, origin);
+    };
+    try {
+        live->server = std::make_unique<StoreServer>(o);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return nullptr;
+    }
+    announce(*live->server, o, token_file_of(db_path, options));
+    return live;
+}
+
+} // namespace mantissa

@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "remote_token.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace mantissa {
+
+namespace {
+
+bool is_token(const std::string& s)
+{
+    if (s.size() != 32) return false;
+    for (const char c : s)
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+    return true;
+}
+
+} // namespace
+
+std::string random_token_hex()
+{
+    unsigned char bytes[16];
+    std::ifstream in("/dev/urandom", std::ios::binary);
+    if (!in.read(reinterpret_cast<char*>(bytes), sizeof bytes))
+        throw std::runtime_error("cannot read /dev/urandom for the server token");
+    static const char* hex = "0123456789abcdef";
+    std::string out;
+    for (const unsigned char b : bytes) {
+        out += hex[b >> 4];
+        out += hex[b & 15];
+    }
+    return out;
+}
+
+std::string load_or_create_token(const std::string& path)
+{
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) {
+        if ((st.st_mode & 077) != 0 || st.st_uid != ::getuid())
+            throw std::runtime_error("token file '" + path +
+                                     "' may be read by others (its mode is not 0600, or another user owns it): "
+                                     "delete it and start again for a new token");
+        std::ifstream in(path);
+        std::string token;
+        std::getline(in, token);
+        if (is_token(token)) return token;
+    }
+    const std::string token = random_token_hex();
+    ::unlink(path.c_str()); // a new file, so that the mode below holds from its creation
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) throw std::runtime_error("cannot write token file '" + path + "': " + std::strerror(errno));
+    const std::string line = token + "\n";
+    const bool ok = ::fchmod(fd, 0600) == 0 && ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+    ::close(fd);
+    if (!ok) throw std::runtime_error("cannot write token file '" + path + "': " + std::strerror(errno));
+    return token;
+}
+
+bool tokens_equal(std::string_view a, std::string_view b)
+{
+    if (a.size() != b.size()) return false;
+    unsigned char diff = 0;
+    for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+    return diff == 0;
+}
+
+} // namespace mantissa

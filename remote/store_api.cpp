@@ -1,0 +1,250 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "store_api.h"
+
+#include <charconv>
+#include <climits>
+#include <optional>
+#include <chrono>
+#include <cmath>
+#include <set>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "run_store.h"
+#include "store_pool.h"
+
+namespace mantissa {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kMaxRowsPerPage = 10000; // per tag, and events
+constexpr int64_t kDefaultRowsPerPage = 2000;
+constexpr int64_t kMaxWaitMs = 5000;
+constexpr auto kPollInterval = std::chrono::milliseconds(100);
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+ApiAnswer ok(const json& j) { return {200, dump(j)}; }
+
+// A strict decimal integer in [lo, hi]; anything else is a 400 naming the parameter.
+struct BadParam {
+    std::string message;
+};
+
+int64_t parse_int(const std::string& name, const std::string& text, int64_t lo, int64_t hi)
+{
+    int64_t v = 0;
+    const char* end = text.data() + text.size();
+    const auto [p, ec] = std::from_chars(text.data(), end, v);
+    if (text.empty() || ec != std::errc() || p != end || v < lo || v > hi)
+        throw BadParam{"parameter '" + name + "' must be an integer from " + std::to_string(lo) + " to " +
+                       std::to_string(hi)};
+    return v;
+}
+
+// The query parameters, each at most once and none unknown.
+std::map<std::string, std::string> single_params(const std::multimap<std::string, std::string>& params,
+                                                 const std::set<std::string>& known)
+{
+    std::map<std::string, std::string> out;
+    for (const auto& [k, v] : params) {
+        if (!known.count(k)) throw BadParam{"unknown parameter '" + k + "'"};
+        if (!out.emplace(k, v).second) throw BadParam{"parameter '" + k + "' given twice"};
+    }
+    return out;
+}
+
+json encode_value(double v)
+{
+    if (std::isnan(v)) return "nan"; // JSON has no NaN or infinities: they travel as strings
+    if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+    return v;
+}
+
+json run_json(const RunInfo& r, const std::vector<std::string>& tags)
+{
+    return {{"id", r.id},           {"name", r.name},
+            {"project_path", r.project_path}, {"config_json", r.config_json},
+            {"status", std::string(run_status_name(r.status))}, {"created_at", r.created_at},
+            {"finished_at", r.finished_at}, {"last_step", r.last_step},
+            {"uuid", r.uuid},       {"tags", tags}};
+}
+
+ApiAnswer list_runs(const ApiContext& context)
+{
+    auto store = context.stores->acquire();
+    json runs = json::array();
+    for (const auto& r : store->list_runs()) runs.push_back(run_json(r, store->tags(r.id)));
+    return ok({{"protocol", 1}, {"control", context.allow_control && context.control != nullptr}, {"runs", runs}});
+}
+
+std::optional<RunInfo> find_run(RunStore& store, int64_t id)
+{
+    for (const auto& r : store.list_runs())
+        if (r.id == id) return r;
+    return std::nullopt;
+}
+
+// One page of a run's rows after the client's marks. Scalars come from `from_step` on
+// (inclusive: the client re-reads its last step, whose rows may have been committed in two
+// batches), at most `limit` per tag, cut at a whole step; events after id `after_event`.
+json rows_page(RunStore& store, const RunInfo& run, int64_t from_step, int64_t after_event, int64_t limit,
+               bool& has_news)
+{
+    auto scalars = store.scalars_from_step(run.id, from_step, limit);
+    // A tag that filled its page may have more rows: keep only the steps every tag has complete.
+    std::map<std::string, std::pair<int64_t, int64_t>> per_tag; // tag -> (rows, last step)
+    for (const auto& s : scalars) {
+        auto& t = per_tag[s.tag];
+        ++t.first;
+        t.second = s.step;
+    }
+    int64_t cut = INT64_MAX;
+    for (const auto& [tag, t] : per_tag)
+        if (t.first >= limit) cut = std::min(cut, t.second);
+    const bool more_scalars = cut != INT64_MAX;
+    int64_t next_step = from_step;
+    json rows = json::array();
+    has_news = false;
+    for (const auto& s : scalars) {
+        if (s.step >= cut) continue; // limit >= 2: cut > from_step, so every page makes progress
+        rows.push_back(json::array({s.step, s.tag, encode_value(s.value)}));
+        next_step = std::max(next_step, s.step);
+        has_news = has_news || s.step > from_step;
+    }
+    if (more_scalars) next_step = cut;
+    const auto events = store.events_after(run.id, after_event, limit);
+    json ev = json::array();
+    int64_t next_event = after_event;
+    for (const auto& e : events) {
+        ev.push_back({{"id", e.id}, {"step", e.step}, {"kind", e.kind}, {"message", e.message},
+                      {"created_at", e.created_at}, {"fields", e.fields}});
+        next_event = e.id;
+    }
+    has_news = has_news || !events.empty() || run.status != RunStatus::Running;
+    const bool more = more_scalars || static_cast<int64_t>(events.size()) >= limit;
+    json page = {{"run", run.id},        {"status", std::string(run_status_name(run.status))},
+                 {"scalars", rows},       {"events", ev},
+                 {"next_from_step", next_step}, {"next_after_event", next_event},
+                 {"more", more}};
+    // Once a run has ended and the client has it all, the counts let it check its replica
+    // (and start the run over if the source was rewritten, e.g. by a resume).
+    if (!more && run.status != RunStatus::Running) {
+        const RunRowCounts c = store.row_counts(run.id);
+        page["counts"] = {{"scalars", c.scalars}, {"events", c.events}};
+    }
+    return page;
+}
+
+ApiAnswer run_rows(const ApiContext& context, int64_t run_id, const std::multimap<std::string, std::string>& params)
+{
+    const auto p = single_params(params, {"from_step", "after_event", "limit", "wait_ms"});
+    const auto get = [&](const char* name, int64_t lo, int64_t hi, int64_t fallback) {
+        const auto it = p.find(name);
+        return it == p.end() ? fallback : parse_int(name, it->second, lo, hi);
+    };
+    const int64_t from_step = get("from_step", 0, INT64_MAX / 2, 0);
+    const int64_t after_event = get("after_event", 0, INT64_MAX / 2, 0);
+    const int64_t limit = get("limit", 2, kMaxRowsPerPage, kDefaultRowsPerPage);
+    const int64_t wait_ms = get("wait_ms", 0, kMaxWaitMs, 0);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+    for (;;) {
+        // Leased anew each time round: a connection that cannot see the writer is replaced.
+        auto store = context.stores->acquire();
+        const auto run = find_run(*store, run_id);
+        if (!run) return api_error(404, "no run " + std::to_string(run_id) + " in this store");
+        bool has_news = false;
+        json page = rows_page(*store, *run, from_step, after_event, limit, has_news);
+        const bool stopping = context.stopping && context.stopping->load();
+        if (has_news || stopping || std::chrono::steady_clock::now() + kPollInterval > deadline) return ok(page);
+        std::this_thread::sleep_for(kPollInterval);
+    }
+}
+
+ControlCommand parse_control(const std::string& body)
+{
+    const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) throw BadParam{"the body must be a JSON object like {\"command\": \"pause\"}"};
+    for (const auto& [k, v] : j.items()) {
+        static const std::set<std::string> known = {"command", "pattern", "forward", "dgrad", "wgrad"};
+        if (!known.count(k)) throw BadParam{"unknown key '" + k + "' in the command"};
+        if (!v.is_string()) throw BadParam{"key '" + k + "' must be a string"};
+    }
+    ControlCommand c;
+    const auto text = [&](const char* key) { return j.contains(key) ? j[key].get<std::string>() : std::string(); };
+    c.command = text("command");
+    c.pattern = text("pattern");
+    c.forward = text("forward");
+    c.dgrad = text("dgrad");
+    c.wgrad = text("wgrad");
+    static const std::set<std::string> commands = {"pause", "resume", "stop", "checkpoint", "layer_formats"};
+    if (!commands.count(c.command))
+        throw BadParam{"'command' must be one of pause, resume, stop, checkpoint, layer_formats"};
+    if (c.command == "layer_formats" && (c.pattern.empty() || c.forward.empty()))
+        throw BadParam{"layer_formats needs 'pattern' and 'forward' (and optionally 'dgrad', 'wgrad')"};
+    return c;
+}
+
+ApiAnswer control(const ApiContext& context, int64_t run_id, const std::multimap<std::string, std::string>& params,
+                  const std::string& body, const std::string& origin)
+{
+    single_params(params, {});
+    if (!context.allow_control)
+        return api_error(403, "this server does not take commands: start it with --allow-control to steer runs");
+    const ControlCommand command = parse_control(body);
+    if (!context.control)
+        return api_error(409, "no run trains in this server's process: only 'mantissa-train run --serve' takes "
+                              "commands");
+    return context.control(run_id, command, origin);
+}
+
+// "/v1/runs/17/rows" -> (17, "rows"); nullopt when the path has another shape.
+std::optional<std::pair<int64_t, std::string>> run_path(const std::string& path)
+{
+    static const std::string prefix = "/v1/runs/";
+    if (path.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+    const auto slash = path.find('/', prefix.size());
+    if (slash == std::string::npos) return std::nullopt;
+    const std::string id = path.substr(prefix.size(), slash - prefix.size());
+    const std::string tail = path.substr(slash + 1);
+    if (tail != "rows" && tail != "control") return std::nullopt;
+    return std::make_pair(parse_int("run id", id, 1, INT64_MAX / 2), tail);
+}
+
+} // namespace
+
+ApiAnswer api_error(int status, const std::string& message) { return {status, dump({{"error", message}})}; }
+
+ApiAnswer handle_api(const ApiContext& context, const std::string& method, const std::string& path,
+                     const std::multimap<std::string, std::string>& params, const std::string& body,
+                     const std::string& origin)
+{
+    try {
+        if (path == "/v1/runs") {
+            if (method != "GET") return api_error(405, "use GET for " + path);
+            single_params(params, {});
+            return list_runs(context);
+        }
+        const auto target = run_path(path);
+        if (!target) return api_error(404, "no such resource; the API is GET /v1/runs, GET /v1/runs/{id}/rows, "
+                                           "POST /v1/runs/{id}/control");
+        const auto& [run_id, what] = *target;
+        if (what == "rows") {
+            if (method != "GET") return api_error(405, "use GET for " + path);
+            return run_rows(context, run_id, params);
+        }
+        if (method != "POST") return api_error(405, "use POST for " + path);
+        return control(context, run_id, params, body, origin);
+    } catch (const BadParam& e) {
+        return api_error(400, e.message);
+    } catch (const StoreError& e) {
+        return api_error(503, std::string("the run store cannot be read: ") + e.what());
+    } catch (const std::exception& e) {
+        return api_error(500, e.what());
+    }
+}
+
+} // namespace mantissa

@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "store_pool.h"
+
+#include <filesystem>
+
+namespace mantissa {
+
+bool StorePool::wal_present() const
+{
+    std::error_code ec;
+    return std::filesystem::exists(path_ + "-wal", ec);
+}
+
+StorePool::Lease StorePool::acquire()
+{
+    const bool wal = wal_present();
+    {
+        std::lock_guard lock(mutex_);
+        while (!idle_.empty()) {
+            Entry e = std::move(idle_.back());
+            idle_.pop_back();
+            const bool stale = Clock::now() - e.opened > max_age_ || (wal && !e.wal_at_open);
+            if (!stale) return Lease(*this, std::move(e));
+        }
+    }
+    Entry e{RunStore::open_read_only(path_), Clock::now(), wal};
+    return Lease(*this, std::move(e));
+}
+
+void StorePool::give_back(Entry entry)
+{
+    if (!entry.store) return;
+    std::lock_guard lock(mutex_);
+    idle_.push_back(std::move(entry));
+}
+
+} // namespace mantissa

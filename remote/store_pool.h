@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// Read-only connections to the served store, reused across requests: opening one checks the
+// whole file (PRAGMA quick_check), which a 1-M-row store must not pay per request.
+// A connection is opened again when it is older than `max_age` (it then sees runs whose
+// process died since as interrupted), and when it was opened without a WAL beside the store
+// but one is there now: such a connection reads the file as immutable and would not see a
+// writer that started later (RunStore::open_read_only).
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "run_store.h"
+
+namespace mantissa {
+
+class StorePool {
+public:
+    using Clock = std::chrono::steady_clock;
+    explicit StorePool(std::string path, Clock::duration max_age = std::chrono::seconds(30))
+        : path_(std::move(path)), max_age_(max_age)
+    {
+    }
+
+    struct Entry {
+        std::unique_ptr<RunStore> store;
+        Clock::time_point opened;
+        bool wal_at_open = false;
+    };
+
+    // A connection for one request, back to the pool when the lease ends. Throws StoreError.
+    class Lease {
+    public:
+        Lease(StorePool& pool, Entry entry) : pool_(pool), entry_(std::move(entry)) {}
+        ~Lease() { pool_.give_back(std::move(entry_)); }
+        Lease(const Lease&) = delete;
+        Lease& operator=(const Lease&) = delete;
+        RunStore& operator*() { return *entry_.store; }
+        RunStore* operator->() { return entry_.store.get(); }
+
+    private:
+        StorePool& pool_;
+        Entry entry_;
+    };
+
+    Lease acquire();
+
+private:
+    void give_back(Entry entry);
+    bool wal_present() const;
+
+    std::string path_;
+    Clock::duration max_age_;
+    std::mutex mutex_;
+    std::vector<Entry> idle_;
+};
+
+} // namespace mantissa

@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// Helpers of test_remote: a mantissa-train process that serves a store, and the exact
+// comparison of a replica with its source store.
+
+#include <QElapsedTimer>
+#include <QProcess>
+#include <QRegularExpression>
+#include <QString>
+#include <QStringList>
+#include <QTest>
+
+#include <cmath>
+#include <memory>
+
+#include "run_store.h"
+
+// `mantissa-train run ... --serve` or `mantissa-train serve`, up to its "listening on" line.
+struct ServingProcess {
+    std::unique_ptr<QProcess> process = std::make_unique<QProcess>();
+    int port = 0;
+    QString token;
+    QString output; // stdout so far
+
+    // False (with the output in `output`) when it exits or says nothing within the time.
+    bool start(const QStringList& args, int timeout_ms = 60000)
+    {
+        process->start(MANTISSA_TRAIN_EXE, args);
+        QElapsedTimer t;
+        t.start();
+        static const QRegularExpression listening("listening on http://127\\.0\\.0\\.1:(\\d+)\\ntoken: ([0-9a-f]{32})");
+        while (t.elapsed() < timeout_ms) {
+            process->waitForReadyRead(100);
+            output += QString::fromUtf8(process->readAllStandardOutput());
+            const auto m = listening.match(output);
+            if (m.hasMatch()) {
+                port = m.captured(1).toInt();
+                token = m.captured(2);
+                return true;
+            }
+            if (process->state() == QProcess::NotRunning) {
+                output += QString::fromUtf8(process->readAllStandardError());
+                return false;
+            }
+        }
+        return false;
+    }
+    void kill()
+    {
+        process->kill(); // SIGKILL: no goodbye to any client
+        process->waitForFinished(10000);
+    }
+    ~ServingProcess()
+    {
+        if (process->state() != QProcess::NotRunning) kill();
+    }
+};
+
+inline bool same_value(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
+
+// Every run, scalar row (bit-exact values) and event row (id, fields, times) of `source` is in
+// `replica` and nothing else; "" when so, else the first difference.
+inline QString compare_stores(const QString& source_path, const QString& replica_path)
+{
+    using namespace mantissa;
+    const auto source = RunStore::open_read_only(source_path.toStdString());
+    const auto replica = RunStore::open_read_only(replica_path.toStdString());
+    const auto runs = source->list_runs();
+    const auto copies = replica->list_runs();
+    if (runs.size() != copies.size())
+        return QString("%1 runs in the source, %2 in the replica").arg(runs.size()).arg(copies.size());
+    for (size_t i = 0; i < runs.size(); ++i) {
+        const RunInfo &a = runs[i], &b = copies[i];
+        if (a.id != b.id || a.name != b.name || a.status != b.status || a.config_json != b.config_json ||
+            a.uuid != b.uuid || a.created_at != b.created_at || a.finished_at != b.finished_at)
+            return QString("run %1 differs (status %2 vs %3, finished '%4' vs '%5')")
+                .arg(a.id)
+                .arg(QString::fromStdString(std::string(run_status_name(a.status))),
+                     QString::fromStdString(std::string(run_status_name(b.status))),
+                     QString::fromStdString(a.finished_at), QString::fromStdString(b.finished_at));
+        const auto sa = source->scalars(a.id), sb = replica->scalars(a.id);
+        if (sa.size() != sb.size())
+            return QString("run %1: %2 scalar rows in the source, %3 in the replica").arg(a.id).arg(sa.size()).arg(sb.size());
+        for (size_t r = 0; r < sa.size(); ++r)
+            if (sa[r].step != sb[r].step || sa[r].tag != sb[r].tag || !same_value(sa[r].value, sb[r].value))
+                return QString("run %1: scalar row %2 differs (%3 %4 %5 vs %6 %7 %8)")
+                    .arg(a.id)
+                    .arg(r)
+                    .arg(sa[r].step)
+                    .arg(QString::fromStdString(sa[r].tag))
+                    .arg(sa[r].value, 0, 'g', 17)
+                    .arg(sb[r].step)
+                    .arg(QString::fromStdString(sb[r].tag))
+                    .arg(sb[r].value, 0, 'g', 17);
+        const auto ea = source->events_after(a.id, 0, 1000000), eb = replica->events_after(a.id, 0, 1000000);
+        if (ea != eb) return QString("run %1: events differ (%2 vs %3 rows)").arg(a.id).arg(ea.size()).arg(eb.size());
+    }
+    return {};
+}

@@ -1,0 +1,554 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The remote run store (docs/REMOTE.md): a real mantissa-train serving on 127.0.0.1 and the
+// real client mirroring it; kill and reconnect; the token, limits and refusals; steering;
+// a fuzz of the request parser. Only 127.0.0.1 is ever contacted.
+
+#include <QtTest>
+
+#include <QFile>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QDialogButtonBox>
+#include <QSettings>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QRandomGenerator>
+#include <QTcpSocket>
+#include <QTemporaryDir>
+
+#include <httplib.h>
+#include <sys/stat.h>
+
+#include "pages/runs_page.h"
+#include "models/run_list_model.h"
+#include "controller/store_connection.h"
+#include "remote/connect_dialog.h"
+#include "remote/remote_connector.h"
+#include "remote/remote_mirror.h"
+#include "window/main_window.h"
+#include "cli_process.h"
+#include "remote_fixtures.h"
+#include "remote_token.h"
+#include "run_event.h"
+#include "run_store.h"
+#include "store_server.h"
+
+using namespace mantissa;
+
+namespace {
+
+const char* kTinyProject = R"({
+  "name": "tiny",
+  "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "context_length": 16},
+  "data": {"kind": "synthetic-addition", "digits": 2, "examples": 600},
+  "training": {"steps": 20, "batch_size": 4, "seed": 7, "threads": 1},
+  "eval": {"interval": 10, "batches": 2},
+  "telemetry": {"log_interval": 1}
+})";
+
+const std::string kToken = "0123456789abcdef0123456789abcdef";
+
+// A small finished run, written directly: what the in-process server serves.
+void write_store(const std::string& path)
+{
+    RunStore store(path);
+    const auto id = store.create_run("seeded", "p.json", R"({"training": {"steps": 3}})");
+    for (int64_t step = 1; step <= 3; ++step) {
+        store.append_scalar(id, step, "train/loss", 2.0 / static_cast<double>(step));
+        store.append_scalar(id, step, "lr", 1e-3);
+    }
+    store.append_scalar(id, 3, "val/loss", std::nan(""));
+    store.finish_run(id, RunStatus::Finished);
+}
+
+unsigned file_mode(const std::string& path)
+{
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 ? static_cast<unsigned>(st.st_mode & 07777) : 0u;
+}
+
+httplib::Headers auth(const std::string& token = kToken) { return {{"Authorization", "Bearer " + token}}; }
+
+QJsonObject json_of(const std::string& body) { return QJsonDocument::fromJson(QByteArray::fromStdString(body)).object(); }
+
+} // namespace
+
+class TestRemote : public QObject {
+    Q_OBJECT
+private:
+    QTemporaryDir dir_;
+    QString project_;
+
+    QString path(const QString& name) const { return dir_.filePath(name); }
+
+    ServerOptions in_process(const std::string& db)
+    {
+        ServerOptions o;
+        o.store_path = db;
+        o.token = kToken;
+        o.requests_per_s = 1e6;
+        o.request_burst = 1e6;
+        return o;
+    }
+
+    // Waits until the mirror holds every run of the server with its rows, all ended.
+    static bool wait_complete(RemoteMirror& mirror, const QString& db, int timeout_ms = 60000)
+    {
+        return QTest::qWaitFor(
+            [&] {
+                if (!mirror.caughtUp()) return false;
+                const auto store = RunStore::open_read_only(db.toStdString());
+                for (const auto& r : store->list_runs())
+                    if (r.status == RunStatus::Running) return false;
+                return compare_stores(db, mirror.replicaPath()).isEmpty();
+            },
+            timeout_ms);
+    }
+
+private slots:
+    void initTestCase()
+    {
+        project_ = path("tiny.json");
+        QFile f(project_);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(kTinyProject);
+    }
+
+    void tokenFileIsPrivateAndReused()
+    {
+        const std::string file = path("t.token").toStdString();
+        const std::string token = load_or_create_token(file);
+        QCOMPARE(token.size(), size_t(32));
+        QCOMPARE(file_mode(file), 0600u);
+        QCOMPARE(load_or_create_token(file), token); // a restarted server keeps its clients' token
+        QVERIFY(random_token_hex() != random_token_hex());
+        QVERIFY(tokens_equal(token, token));
+        QVERIFY(!tokens_equal(token, token.substr(0, 31) + (token[31] == '0' ? "1" : "0")));
+        QVERIFY(!tokens_equal(token, token.substr(0, 31)));
+        QFile::setPermissions(QString::fromStdString(file), QFile::ReadOwner | QFile::WriteOwner | QFile::ReadOther);
+        QVERIFY_THROWS_EXCEPTION(std::runtime_error, load_or_create_token(file));
+    }
+
+    void listenAddresses()
+    {
+        QCOMPARE(parse_listen_address("0"), std::make_pair(std::string("127.0.0.1"), 0));
+        QCOMPARE(parse_listen_address("10.0.0.2:8080"), std::make_pair(std::string("10.0.0.2"), 8080));
+        QCOMPARE(parse_listen_address("[::1]:7"), std::make_pair(std::string("::1"), 7));
+        for (const char* bad : {"", "x", "1:", ":80", "65536", "80a", "-1"})
+            QVERIFY_THROWS_EXCEPTION(RemoteError, parse_listen_address(bad));
+        QVERIFY(is_loopback_host("127.0.0.1"));
+        QVERIFY(!is_loopback_host("0.0.0.0"));
+    }
+
+    // A wrong or missing token is a 401 with a message; garbage is a 400; bad parameters too.
+    void refusals()
+    {
+        const std::string db = path("refusals.sqlite").toStdString();
+        write_store(db);
+        StoreServer server(in_process(db));
+        httplib::Client client("127.0.0.1", server.port());
+
+        auto r = client.Get("/v1/runs");
+        QVERIFY(r);
+        QCOMPARE(r->status, 401);
+        QVERIFY(json_of(r->body)["error"].toString().startsWith("a token is required"));
+        r = client.Get("/v1/runs", auth("ffffffffffffffffffffffffffffffff"));
+        QCOMPARE(r->status, 401);
+        QCOMPARE(json_of(r->body)["error"].toString(), QString("wrong token"));
+
+        r = client.Get("/v1/runs", auth());
+        QCOMPARE(r->status, 200);
+        const auto runs = json_of(r->body)["runs"].toArray();
+        QCOMPARE(runs.size(), 1);
+        QCOMPARE(runs[0].toObject()["name"].toString(), QString("seeded"));
+        QCOMPARE(runs[0].toObject()["status"].toString(), QString("finished"));
+
+        r = client.Get("/v1/runs/1/rows?limit=abc", auth());
+        QCOMPARE(r->status, 400);
+        QCOMPARE(json_of(r->body)["error"].toString(), QString("parameter 'limit' must be an integer from 2 to 10000"));
+        r = client.Get("/v1/runs/1/rows?file=/etc/passwd", auth());
+        QCOMPARE(r->status, 400);
+        QCOMPARE(json_of(r->body)["error"].toString(), QString("unknown parameter 'file'"));
+        r = client.Get("/v1/runs/99/rows", auth());
+        QCOMPARE(r->status, 404);
+        r = client.Get("/v1/runs/../../etc/passwd", auth());
+        QVERIFY(r->status == 400 || r->status == 404);
+        r = client.Post("/v1/runs/1/control", auth(), std::string(64 * 1024, 'x'), "application/json");
+        QCOMPARE(r->status, 413);
+        QVERIFY(json_of(r->body).contains("error"));
+
+        // The rows, NaN included, as JSON.
+        r = client.Get("/v1/runs/1/rows", auth());
+        QCOMPARE(r->status, 200);
+        const auto page = json_of(r->body);
+        QCOMPARE(page["scalars"].toArray().size(), 7);
+        QCOMPARE(page["more"].toBool(), false);
+        QCOMPARE(page["counts"].toObject()["scalars"].toInt(), 7);
+        QCOMPARE(page["next_from_step"].toInt(), 3);
+
+        // Not HTTP at all.
+        QTcpSocket raw;
+        raw.connectToHost("127.0.0.1", static_cast<quint16>(server.port()));
+        QVERIFY(raw.waitForConnected(5000));
+        raw.write("\x01\x02 garbage \xff\r\n\r\n");
+        QVERIFY(raw.waitForReadyRead(5000));
+        const QByteArray answer = raw.readAll();
+        QVERIFY2(answer.startsWith("HTTP/1.1 400"), answer.constData());
+    }
+
+    void pagesCutAtWholeSteps()
+    {
+        const std::string db = path("pages.sqlite").toStdString();
+        write_store(db);
+        StoreServer server(in_process(db));
+        httplib::Client client("127.0.0.1", server.port());
+        // limit 2 per tag: train/loss and lr have 3 rows, so the page ends before step 2's last.
+        // A tag that fills its page may have more: the page ends before that tag's last step.
+        auto r = client.Get("/v1/runs/1/rows?limit=2", auth());
+        QCOMPARE(r->status, 200);
+        auto page = json_of(r->body);
+        QCOMPARE(page["more"].toBool(), true);
+        QCOMPARE(page["next_from_step"].toInt(), 2);
+        QCOMPARE(page["scalars"].toArray().size(), 2); // step 1 of train/loss and lr
+        r = client.Get("/v1/runs/1/rows?limit=2&from_step=2", auth());
+        page = json_of(r->body);
+        QCOMPARE(page["more"].toBool(), true);
+        QCOMPARE(page["next_from_step"].toInt(), 3);
+        QCOMPARE(page["scalars"].toArray().size(), 2); // step 2 of both
+        QVERIFY(!page.contains("counts"));
+        r = client.Get("/v1/runs/1/rows?limit=2&from_step=3", auth());
+        page = json_of(r->body);
+        QCOMPARE(page["more"].toBool(), false);
+        QCOMPARE(page["next_from_step"].toInt(), 3);
+        QCOMPARE(page["scalars"].toArray().size(), 3); // step 3: lr, train/loss, val/loss (NaN)
+        QCOMPARE(page["counts"].toObject()["scalars"].toInt(), 7);
+        const auto last = page["scalars"].toArray();
+        QCOMPARE(last[2].toArray()[1].toString(), QString("val/loss"));
+        QCOMPARE(last[2].toArray()[2].toString(), QString("nan"));
+        QCOMPARE(last[1].toArray()[2].toDouble(), 2.0 / 3.0); // exact through JSON
+    }
+
+    void rateLimit()
+    {
+        const std::string db = path("rate.sqlite").toStdString();
+        write_store(db);
+        ServerOptions o = in_process(db);
+        o.requests_per_s = 0.01;
+        o.request_burst = 3;
+        StoreServer server(o);
+        httplib::Client client("127.0.0.1", server.port());
+        for (int i = 0; i < 3; ++i) QCOMPARE(client.Get("/v1/runs", auth())->status, 200);
+        const auto r = client.Get("/v1/runs", auth());
+        QCOMPARE(r->status, 429);
+        QVERIFY(json_of(r->body)["error"].toString().startsWith("too many requests"));
+    }
+
+    void controlIsRefusedWithoutAllowControl()
+    {
+        const std::string db = path("control.sqlite").toStdString();
+        write_store(db);
+        StoreServer server(in_process(db));
+        httplib::Client client("127.0.0.1", server.port());
+        const auto r = client.Post("/v1/runs/1/control", auth(), R"({"command": "stop"})", "application/json");
+        QCOMPARE(r->status, 403);
+        QCOMPARE(json_of(r->body)["error"].toString(),
+                 QString("this server does not take commands: start it with --allow-control to steer runs"));
+        QCOMPARE(RunStore::open_read_only(db)->events(1).size(), size_t(0)); // nothing recorded
+    }
+
+    // Thousands of random and mutated requests: always an answer, always JSON, never a crash.
+    void fuzzRequests()
+    {
+        const std::string db = path("fuzz.sqlite").toStdString();
+        write_store(db);
+        ServerOptions o = in_process(db);
+        o.allow_control = true; // reaches the command parser; no run trains here (409)
+        StoreServer server(o);
+        httplib::Client client("127.0.0.1", server.port());
+        QRandomGenerator rng(19);
+        const std::vector<std::string> seeds = {"/v1/runs", "/v1/runs/1/rows", "/v1/runs/1/control",
+                                                "/v1/runs/1/rows?from_step=2&after_event=0&limit=100&wait_ms=0"};
+        const std::vector<std::string> bodies = {R"({"command": "pause"})",
+                                                 R"({"command": "layer_formats", "pattern": "blocks.*", "forward": "e4m3"})",
+                                                 "[]", "null", "{", R"({"command": 7})"};
+        const auto mutate = [&](std::string s) {
+            const int edits = 1 + static_cast<int>(rng.bounded(4));
+            for (int e = 0; e < edits && !s.empty(); ++e) {
+                const auto at = rng.bounded(static_cast<quint32>(s.size()));
+                const char c = static_cast<char>(rng.bounded(32, 127));
+                switch (rng.bounded(3)) {
+                case 0: s[at] = c; break;
+                case 1: s.insert(s.begin() + at, c); break;
+                default: s.erase(at, 1);
+                }
+            }
+            return s;
+        };
+        std::map<int, int> statuses;
+        for (int i = 0; i < 3000; ++i) {
+            std::string target = mutate(seeds[rng.bounded(static_cast<quint32>(seeds.size()))]);
+            if (target.empty() || target[0] != '/') target = "/" + target;
+            for (char& c : target)
+                if (c == ' ' || c == '#') c = '_'; // httplib would refuse to send these
+            std::string body = rng.bounded(2) ? mutate(bodies[rng.bounded(static_cast<quint32>(bodies.size()))])
+                                              : bodies[rng.bounded(static_cast<quint32>(bodies.size()))];
+            const auto headers = rng.bounded(10) == 0 ? httplib::Headers{} : auth();
+            const auto r = rng.bounded(2) ? client.Get(target.c_str(), headers)
+                                          : client.Post(target.c_str(), headers, body, "application/json");
+            QVERIFY2(r, target.c_str());
+            ++statuses[r->status];
+            static const std::set<int> allowed = {200, 400, 401, 403, 404, 405, 409};
+            QVERIFY2(allowed.count(r->status), (std::to_string(r->status) + " for " + target).c_str());
+            const auto doc = QJsonDocument::fromJson(QByteArray::fromStdString(r->body));
+            QVERIFY2(doc.isObject(), (target + " -> " + r->body).c_str());
+            if (r->status != 200) QVERIFY2(doc.object()["error"].isString(), r->body.c_str());
+        }
+        QVERIFY(statuses[400] > 100); // the mutations reach the parser, not only the router
+        QVERIFY(statuses[404] > 100);
+        QVERIFY(statuses[401] > 100);
+        QCOMPARE(client.Get("/v1/runs", auth())->status, 200);
+    }
+
+    // HTTPS with a certificate: the token is still required, and plain HTTP gets no answer.
+    void tls()
+    {
+        QProcess openssl;
+        openssl.start("openssl", {"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", path("key.pem"), "-out",
+                                  path("cert.pem"), "-days", "1", "-subj", "/CN=127.0.0.1"});
+        if (!openssl.waitForFinished(60000) || openssl.exitCode() != 0) QSKIP("no openssl command to make a certificate");
+        const std::string db = path("tls.sqlite").toStdString();
+        write_store(db);
+        ServerOptions o = in_process(db);
+        o.tls_cert = path("cert.pem").toStdString();
+        o.tls_key = path("key.pem").toStdString();
+        StoreServer server(o);
+        QVERIFY(server.url().starts_with("https://127.0.0.1:"));
+        httplib::SSLClient tls_client("127.0.0.1", server.port());
+        tls_client.enable_server_certificate_verification(false); // self-signed, made just now
+        auto r = tls_client.Get("/v1/runs", auth());
+        QVERIFY(r);
+        QCOMPARE(r->status, 200);
+        r = tls_client.Get("/v1/runs");
+        QCOMPARE(r->status, 401);
+        httplib::Client plain("127.0.0.1", server.port());
+        plain.set_read_timeout(5);
+        r = plain.Get("/v1/runs", auth());
+        QVERIFY(!r || r->status == 400);
+    }
+
+    // File > Connect: the Runs page shows the remote store's runs from the replica, the status
+    // bar says so; Disconnect shows the local store again.
+    void windowShowsARemoteStore()
+    {
+        const std::string db = path("window.sqlite").toStdString();
+        write_store(db);
+        StoreServer server(in_process(db));
+        MainWindow window(path("local-absent.sqlite"));
+        window.remoteConnector()->setReplicaDir(path("replicas"));
+        QVERIFY(window.connectRemote(QUrl(QString::fromStdString(server.url())), QString::fromStdString(kToken)));
+        QTRY_COMPARE_WITH_TIMEOUT(window.runsPage()->model()->rowCount(), 1, 30000);
+        QCOMPARE(window.runsPage()->model()->run(0).name, std::string("seeded"));
+        auto* label = window.findChild<QLabel*>("remoteStatus");
+        QVERIFY(label);
+        QTRY_VERIFY(label->text().startsWith(QString("connected to 127.0.0.1:%1").arg(server.port())));
+        QVERIFY(label->text().contains("B/s"));
+        QVERIFY(!label->isHidden());
+        QVERIFY(window.storeConnection()->store());
+        QVERIFY(window.storeConnection()->readOnly()); // edits would be overwritten by the mirror
+        QTRY_VERIFY(compare_stores(QString::fromStdString(db), window.remoteConnector()->mirror()->replicaPath()).isEmpty());
+        QVERIFY(!window.sendRemoteCommand("pause")); // the seeded run has finished
+        QCOMPARE(window.lastError(), QString("No remote run is training"));
+        window.disconnectRemote();
+        QTRY_COMPARE(window.runsPage()->model()->rowCount(), 0);
+        QVERIFY(label->isHidden());
+    }
+
+    void connectDialogRemembersTokensPerHost()
+    {
+        QSettings settings(path("settings.ini"), QSettings::IniFormat);
+        {
+            ConnectDialog dialog(settings);
+            auto* ok = dialog.findChild<QDialogButtonBox*>()->button(QDialogButtonBox::Ok);
+            dialog.urlEdit()->setText("http://127.0.0.1:9001");
+            dialog.tokenEdit()->setText("not a token");
+            QVERIFY(!ok->isEnabled());
+            QCOMPARE(dialog.error(), QString("The token is the 32 hex digits the server printed when it started."));
+            dialog.tokenEdit()->setText(QString::fromStdString(kToken));
+            QVERIFY(ok->isEnabled());
+            dialog.remember();
+            dialog.urlEdit()->setText("ftp://x");
+            QVERIFY(!ok->isEnabled());
+        }
+        ConnectDialog again(settings);
+        QCOMPARE(again.url(), QUrl("http://127.0.0.1:9001"));
+        QCOMPARE(again.token(), QString::fromStdString(kToken));
+        again.urlEdit()->setText("http://127.0.0.1:9002");
+        again.tokenEdit()->clear();
+        again.urlEdit()->setText("http://127.0.0.1:9001"); // back to the known host: its token again
+        QCOMPARE(again.token(), QString::fromStdString(kToken));
+    }
+
+    // What the command line refuses before it listens: each with its message and exit code.
+    void cliRefusals()
+    {
+        const QString db = path("cli.sqlite");
+        write_store(db.toStdString());
+        auto r = run_cli({"serve", "--db", path("absent.sqlite"), "--listen", "0"});
+        QCOMPARE(r.exit_code, 3);
+        QVERIFY2(r.err.contains("absent.sqlite"), qPrintable(r.err));
+        r = run_cli({"serve", "--db", db, "--listen", "127.0.0.1:99999"});
+        QCOMPARE(r.exit_code, 2);
+        QCOMPARE(r.err, QString("error: '127.0.0.1:99999' is not [ADDR:]PORT with PORT from 0 to 65535 (0: any free "
+                                "port)\n"));
+        r = run_cli({"serve", "--db", db, "--listen", "0", "--tls-cert", path("absent-cert.pem")});
+        QCOMPARE(r.exit_code, 2);
+        QCOMPARE(r.err, QString("error: TLS needs both --tls-cert and --tls-key\n"));
+        r = run_cli({"serve", "--db", db, "--listen", "0", "--tls-cert", path("absent-cert.pem"), "--tls-key",
+                     path("absent-key.pem")});
+        QCOMPARE(r.exit_code, 2);
+        QVERIFY2(r.err.contains("does not exist"), qPrintable(r.err));
+        QFile garbage(path("garbage.pem"));
+        QVERIFY(garbage.open(QIODevice::WriteOnly));
+        garbage.write("not a certificate\n");
+        garbage.close();
+        r = run_cli({"serve", "--db", db, "--listen", "0", "--tls-cert", garbage.fileName(), "--tls-key",
+                     garbage.fileName()});
+        QCOMPARE(r.exit_code, 2);
+        QVERIFY2(r.err.contains("cannot use the TLS certificate"), qPrintable(r.err));
+        r = run_cli({"run", project_, "--db", db, "--no-store", "--serve", "0"});
+        QCOMPARE(r.exit_code, 2);
+        QCOMPARE(r.err, QString("error: --serve serves the run store: it cannot go with --no-store\n"));
+    }
+
+    // A run trains with --serve; the client mirrors it while it trains; at the end every row
+    // of the server's store is in the replica, exactly.
+    void mirrorsALiveRun()
+    {
+        const QString db = path("live.sqlite");
+        ServingProcess run;
+        QVERIFY2(run.start({"run", project_, "--db", db, "--set", "training.steps=400", "--serve", "127.0.0.1:0"}),
+                 qPrintable(run.output));
+        QCOMPARE(file_mode((db + ".token").toStdString()), 0600u);
+        int arrivalsWhileTraining = 0;
+        RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(run.port)), run.token, path("live-replica.sqlite"));
+        connect(&mirror, &RemoteMirror::rowsArrived, this, [&] {
+            if (run.process->state() == QProcess::Running) ++arrivalsWhileTraining;
+        });
+        mirror.start();
+        QVERIFY(QTest::qWaitFor([&] { return run.process->state() == QProcess::NotRunning; }, 300000));
+        QCOMPARE(run.process->exitCode(), 0);
+        QVERIFY2(arrivalsWhileTraining >= 2, qPrintable(QString::number(arrivalsWhileTraining)));
+        // The process is gone: a server on the same store and port serves the rest.
+        ServingProcess serve;
+        QVERIFY2(serve.start({"serve", "--db", db, "--listen", QString("127.0.0.1:%1").arg(run.port)}),
+                 qPrintable(serve.output));
+        QCOMPARE(serve.token, run.token); // kept in the token file
+        QVERIFY2(wait_complete(mirror, db), qPrintable(compare_stores(db, mirror.replicaPath())));
+        const auto replica = RunStore::open_read_only(mirror.replicaPath().toStdString());
+        QCOMPARE(replica->list_runs().at(0).status, RunStatus::Finished);
+        QCOMPARE(replica->series(1, "train/loss").size(), size_t(400));
+        QVERIFY(mirror.bytesReceived() > 0);
+    }
+
+    // `serve` started on a quiet store (no WAL: read as immutable) must still see a run that
+    // another process starts in it later, live, and mirror it exactly.
+    void serveSeesARunStartedLater()
+    {
+        const QString db = path("later.sqlite");
+        write_store(db.toStdString());
+        ServingProcess serve;
+        QVERIFY2(serve.start({"serve", "--db", db, "--listen", "0"}), qPrintable(serve.output));
+        RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(serve.port)), serve.token, path("later-replica.sqlite"));
+        mirror.start();
+        QVERIFY2(wait_complete(mirror, db), qPrintable(compare_stores(db, mirror.replicaPath())));
+        int arrivalsWhileTraining = 0;
+        QProcess training;
+        connect(&mirror, &RemoteMirror::rowsArrived, this, [&](qint64 run) {
+            if (run == 2 && training.state() == QProcess::Running) ++arrivalsWhileTraining;
+        });
+        training.start(MANTISSA_TRAIN_EXE, {"run", project_, "--db", db, "--set", "training.steps=3000"});
+        QVERIFY(QTest::qWaitFor([&] { return training.state() == QProcess::NotRunning; }, 300000));
+        QCOMPARE(training.exitCode(), 0);
+        QVERIFY2(wait_complete(mirror, db), qPrintable(compare_stores(db, mirror.replicaPath())));
+        QVERIFY2(arrivalsWhileTraining >= 1, qPrintable(QString::number(arrivalsWhileTraining)));
+        QCOMPARE(RunStore::open_read_only(mirror.replicaPath().toStdString())->series(2, "train/loss").size(), size_t(3000));
+    }
+
+    // The server dies mid-stream (SIGKILL); a new one on the same store and port: the client
+    // says so, reconnects and ends with exactly the server's rows.
+    void killAndReconnect()
+    {
+        const QString db = path("kill.sqlite");
+        ServingProcess run;
+        QVERIFY2(run.start({"run", project_, "--db", db, "--set", "training.steps=1000000", "--serve", "127.0.0.1:0"}),
+                 qPrintable(run.output));
+        QList<RemoteMirror::State> states; // outlives the mirror, which says "stopped" as it goes
+        RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(run.port)), run.token, path("kill-replica.sqlite"));
+        connect(&mirror, &RemoteMirror::stateChanged, this, [&](RemoteMirror::State s) { states << s; });
+        mirror.start();
+        QVERIFY(QTest::qWaitFor(
+            [&] { return RunStore::open_read_only(mirror.replicaPath().toStdString())->series(1, "train/loss").size() >= 20; },
+            120000));
+        run.kill();
+        QVERIFY(QTest::qWaitFor([&] { return mirror.state() == RemoteMirror::State::Reconnecting; }, 30000));
+        ServingProcess serve;
+        QVERIFY2(serve.start({"serve", "--db", db, "--listen", QString("127.0.0.1:%1").arg(run.port)}),
+                 qPrintable(serve.output));
+        QVERIFY2(wait_complete(mirror, db), qPrintable(compare_stores(db, mirror.replicaPath())));
+        QCOMPARE(mirror.state(), RemoteMirror::State::Connected);
+        QVERIFY(mirror.reconnects() >= 1);
+        QVERIFY(states.contains(RemoteMirror::State::Reconnecting));
+        const auto replica = RunStore::open_read_only(mirror.replicaPath().toStdString());
+        QCOMPARE(replica->list_runs().at(0).status, RunStatus::Interrupted);
+        QVERIFY(replica->series(1, "train/loss").size() >= 20);
+    }
+
+    // With --allow-control a stop ends the run early and the store says who asked.
+    void controlStopsTheRun()
+    {
+        const QString db = path("steer.sqlite");
+        ServingProcess run;
+        QVERIFY2(run.start({"run", project_, "--db", db, "--set", "training.steps=1000000", "--serve", "127.0.0.1:0",
+                            "--allow-control"}),
+                 qPrintable(run.output));
+        httplib::Client client("127.0.0.1", run.port);
+        const auto token = run.token.toStdString();
+        auto r = client.Post("/v1/runs/2/control", auth(token), R"({"command": "stop"})", "application/json");
+        QCOMPARE(r->status, 404);
+        r = client.Post("/v1/runs/1/control", auth(token),
+                        R"({"command": "layer_formats", "pattern": "lm_head", "forward": "fp7"})", "application/json");
+        QCOMPARE(r->status, 400);
+        QCOMPARE(json_of(r->body)["error"].toString(), QString("unknown number format 'fp7'"));
+        r = client.Post("/v1/runs/1/control", auth(token),
+                        R"({"command": "layer_formats", "pattern": "lm_head", "forward": "bf16"})", "application/json");
+        QCOMPARE(r->status, 200);
+        QCOMPARE(json_of(r->body)["accepted"].toString(), QString("layer_formats"));
+        // The window's client sends it, as Run > Remote Run > Stop does.
+        RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(run.port)), run.token, path("steer-replica.sqlite"));
+        mirror.start();
+        QSignalSpy answered(&mirror, &RemoteMirror::commandAnswered);
+        mirror.sendCommand(1, "stop");
+        QVERIFY(answered.wait(30000));
+        QCOMPARE(answered.at(0).at(2).toBool(), true);
+        QCOMPARE(answered.at(0).at(3).toString(), QString("stop sent to run 1"));
+        QVERIFY(QTest::qWaitFor([&] { return run.process->state() == QProcess::NotRunning; }, 120000));
+        QCOMPARE(run.process->exitCode(), 0);
+        const auto store = RunStore::open_read_only(db.toStdString());
+        const auto info = store->list_runs().at(0);
+        QCOMPARE(info.status, RunStatus::Stopped);
+        QVERIFY(info.last_step < 1000000);
+        QStringList remote;
+        int precisionChanges = 0;
+        for (const auto& e : store->events(1)) {
+            if (e.kind == "remote_control") remote << QString::fromStdString(e.message);
+            if (e.event.kind == EventKind::PrecisionChanged) ++precisionChanges;
+        }
+        QCOMPARE(remote, QStringList({"layer_formats lm_head -> bf16/bf16/bf16 requested by remote 127.0.0.1",
+                                      "stop requested by remote 127.0.0.1"}));
+        QCOMPARE(precisionChanges, 1); // applied by the trainer at a step boundary
+    }
+};
+
+QTEST_MAIN(TestRemote)
+#include "test_remote.moc"

@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// File ▸ Connect…: the address of a remote run store (mantissa-train serve / run --serve) and
+// its token. The token is remembered per host:port in the settings, and filled in again when
+// that address is typed. OK stays disabled until both are well-formed; the reason shows.
+
+#include <QDialog>
+#include <QUrl>
+
+class QDialogButtonBox;
+class QLabel;
+class QLineEdit;
+class QSettings;
+
+namespace mantissa {
+
+class ConnectDialog : public QDialog {
+    Q_OBJECT
+
+public:
+    explicit ConnectDialog(QSettings& settings, QWidget* parent = nullptr);
+
+    QUrl url() const;
+    QString token() const;
+    QString error() const { return error_; } // empty when OK is enabled
+    // Remembers the token for the URL's host:port and the URL as the last one used.
+    void remember();
+
+    QLineEdit* urlEdit() const { return urlEdit_; }
+    QLineEdit* tokenEdit() const { return tokenEdit_; }
+
+    static QString settingsKey(const QUrl& url); // "remote/hosts/HOST:PORT/token"
+
+private:
+    void urlEdited();
+    void validate();
+
+    QSettings& settings_;
+    QString error_;
+    QLineEdit* urlEdit_ = nullptr;
+    QLineEdit* tokenEdit_ = nullptr;
+    QLabel* errorLabel_ = nullptr;
+    QDialogButtonBox* buttons_ = nullptr;
+};
+
+} // namespace mantissa

@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "remote/remote_connector.h"
+
+#include <QDir>
+#include <QRegularExpression>
+#include <QStandardPaths>
+#include <QTimer>
+
+#include "controller/store_connection.h"
+#include "remote/remote_mirror.h"
+#include "run_store.h"
+
+namespace mantissa {
+
+RemoteConnector::RemoteConnector(StoreConnection* store, const QString& replicaDir, QObject* parent)
+    : QObject(parent), store_(store), localPath_(store->path()), replicaDir_(replicaDir)
+{
+    if (replicaDir_.isEmpty())
+        replicaDir_ = QStandardPaths::writableLocation(QStandardPaths::AppLocalDataLocation) + "/remote";
+    rowsTick_ = new QTimer(this);
+    rowsTick_->setSingleShot(true);
+    rowsTick_->setInterval(1000);
+    connect(rowsTick_, &QTimer::timeout, store_, &StoreConnection::notifyChanged);
+}
+
+// The mirror is a child; the store connection may already be gone (the window's children go
+// in order), so it is not pointed anywhere now.
+RemoteConnector::~RemoteConnector() = default;
+
+QString RemoteConnector::replicaPathFor(const QUrl& server) const
+{
+    const int port = server.port(server.scheme() == "https" ? 443 : 80);
+    QString host = server.host();
+    host.replace(QRegularExpression(QStringLiteral("[^A-Za-z0-9.-]")), QStringLiteral("_"));
+    return QDir(replicaDir_).filePath(QStringLiteral("%1_%2.sqlite").arg(host).arg(port));
+}
+
+qint64 RemoteConnector::runningRun() const
+{
+    RunStore* store = mirror_ ? store_->store() : nullptr;
+    if (!store) return -1;
+    qint64 newest = -1;
+    for (const auto& run : store->list_runs())
+        if (run.status == RunStatus::Running) newest = run.id;
+    return newest;
+}
+
+bool RemoteConnector::connectTo(const QUrl& server, const QString& token, QString* error)
+{
+    disconnectFromServer();
+    QDir().mkpath(replicaDir_);
+    auto* mirror = new RemoteMirror(server, token, replicaPathFor(server), this);
+    try {
+        mirror->start();
+    } catch (const std::exception& e) {
+        if (error) *error = tr("Cannot keep a replica of %1: %2").arg(server.authority(), QString::fromUtf8(e.what()));
+        delete mirror;
+        return false;
+    }
+    mirror_ = mirror;
+    // A new connection each time the runs change: it sees the mirror's locks on live runs.
+    connect(mirror_, &RemoteMirror::runsChanged, store_, &StoreConnection::reopen);
+    connect(mirror_, &RemoteMirror::rowsArrived, this, [this] {
+        if (!rowsTick_->isActive()) rowsTick_->start();
+    });
+    store_->switchTo(mirror_->replicaPath(), /*readOnly=*/true);
+    emit mirrorChanged(mirror_);
+    return true;
+}
+
+void RemoteConnector::disconnectFromServer()
+{
+    if (!mirror_) return;
+    rowsTick_->stop();
+    delete mirror_;
+    mirror_ = nullptr;
+    store_->switchTo(localPath_, /*readOnly=*/false);
+    emit mirrorChanged(nullptr);
+}
+
+} // namespace mantissa

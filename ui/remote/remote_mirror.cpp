@@ -1,0 +1,361 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "remote/remote_mirror.h"
+
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QNetworkAccessManager>
+#include <QNetworkReply>
+#include <QNetworkRequest>
+#include <QTimer>
+#include <QUrlQuery>
+
+#include <cmath>
+#include <set>
+
+#include "run_event.h"
+#include "run_store.h"
+
+namespace mantissa {
+
+namespace {
+
+constexpr int kRowsPerPage = 5000;
+constexpr int kLongPollMs = 1000;
+constexpr int kMaxBackoffMs = 5000;
+constexpr qint64 kRateWindowMs = 3000;
+constexpr int kMaxResyncs = 3;
+
+double decode_value(const QJsonValue& v)
+{
+    if (v.isDouble()) return v.toDouble();
+    const QString s = v.toString();
+    if (s == "inf") return INFINITY;
+    if (s == "-inf") return -INFINITY;
+    return std::nan("");
+}
+
+std::string text(const QJsonObject& o, const char* key) { return o.value(key).toString().toStdString(); }
+qint64 integer(const QJsonValue& v) { return static_cast<qint64>(v.toDouble()); }
+
+bool running(const QString& status) { return status == "running"; }
+
+} // namespace
+
+RemoteMirror::RemoteMirror(const QUrl& server, const QString& token, const QString& replicaPath, QObject* parent)
+    : QObject(parent), server_(server), token_(token), replicaPath_(replicaPath)
+{
+    net_ = new QNetworkAccessManager(this);
+    retry_ = new QTimer(this);
+    retry_->setSingleShot(true);
+    connect(retry_, &QTimer::timeout, this, &RemoteMirror::requestRuns);
+    clock_.start();
+}
+
+RemoteMirror::~RemoteMirror()
+{
+    blockSignals(true); // no "stopped" to listeners that may be gone already
+    stop();
+}
+
+void RemoteMirror::start()
+{
+    replica_ = std::make_unique<RunStore>(replicaPath_.toStdString(), OpenMode::Create);
+    // The replica's own marks: what it holds already need not come again.
+    for (const auto& run : replica_->list_runs()) {
+        const RunRowCounts c = replica_->row_counts(run.id);
+        Cursor& cur = cursors_[run.id];
+        cur.fromStep = std::max<qint64>(0, c.max_scalar_step);
+        cur.afterEvent = c.max_event_id;
+    }
+    setState(State::Connecting, tr("connecting to %1").arg(server_.authority()));
+    requestRuns();
+}
+
+void RemoteMirror::stop()
+{
+    retry_->stop();
+    if (inFlight_) {
+        QNetworkReply* r = inFlight_;
+        inFlight_ = nullptr;
+        r->disconnect(this);
+        r->abort();
+        r->deleteLater();
+    }
+    replica_.reset(); // releases the claims of remote running runs: they read as interrupted
+    if (state_ != State::Stopped) setState(State::Stopped, tr("disconnected"));
+}
+
+QString RemoteMirror::stateText() const { return stateText_; }
+
+double RemoteMirror::lagSeconds() const
+{
+    if (caughtUp_) return 0.0;
+    if (caughtUpAtMs_ < 0) return -1.0; // never caught up yet
+    return static_cast<double>(clock_.elapsed() - caughtUpAtMs_) / 1000.0;
+}
+
+double RemoteMirror::bytesPerSecond() const
+{
+    const qint64 now = clock_.elapsed();
+    qint64 sum = 0;
+    for (const auto& [at, bytes] : recentBytes_)
+        if (now - at <= kRateWindowMs) sum += bytes;
+    return static_cast<double>(sum) * 1000.0 / static_cast<double>(kRateWindowMs);
+}
+
+bool RemoteMirror::caughtUp() const
+{
+    if (!caughtUp_) return false;
+    for (const auto& [id, c] : cursors_)
+        if (!c.complete && !c.running) return false;
+    return true;
+}
+
+void RemoteMirror::countBytes(qint64 bytes)
+{
+    bytesReceived_ += bytes;
+    const qint64 now = clock_.elapsed();
+    recentBytes_.emplace_back(now, bytes);
+    while (!recentBytes_.empty() && now - recentBytes_.front().first > kRateWindowMs) recentBytes_.pop_front();
+    emit statsChanged();
+}
+
+void RemoteMirror::setState(State state, const QString& text)
+{
+    const bool changed = state != state_ || text != stateText_;
+    state_ = state;
+    stateText_ = text;
+    if (changed) emit stateChanged(state, text);
+}
+
+QNetworkReply* RemoteMirror::get(const QString& pathAndQuery, int waitMs)
+{
+    QUrl url = server_;
+    const auto q = pathAndQuery.indexOf('?');
+    url.setPath(q < 0 ? pathAndQuery : pathAndQuery.left(q));
+    if (q >= 0) url.setQuery(pathAndQuery.mid(q + 1));
+    QNetworkRequest request(url);
+    request.setRawHeader("Authorization", "Bearer " + token_.toUtf8());
+    // A server that stops answering (killed host, cut cable) is noticed without a TCP reset.
+    request.setTransferTimeout(waitMs + 10000);
+    inFlight_ = net_->get(request);
+    return inFlight_;
+}
+
+bool RemoteMirror::take(QNetworkReply* reply, QByteArray& body)
+{
+    inFlight_ = nullptr;
+    reply->deleteLater();
+    body = reply->readAll();
+    countBytes(body.size());
+    const int status = reply->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt();
+    if (reply->error() == QNetworkReply::NoError && status == 200) {
+        if (backoffMs_ != 0 || state_ != State::Connected) {
+            if (everConnected_ && state_ != State::Connected) ++reconnects_;
+            everConnected_ = true;
+            backoffMs_ = 0;
+            setState(State::Connected, tr("connected to %1").arg(server_.authority()));
+        }
+        return true;
+    }
+    const QString message = QJsonDocument::fromJson(body).object().value("error").toString();
+    if (status == 401 || status == 403) {
+        setState(State::Refused, tr("refused by %1: %2").arg(server_.authority(), message));
+        return false;
+    }
+    if (status == 429) { // still connected: the server asks for a pause, not a reconnect
+        retry_->start(1000);
+        return false;
+    }
+    retryLater(message.isEmpty() ? reply->errorString() : message);
+    return false;
+}
+
+void RemoteMirror::retryLater(const QString& why)
+{
+    caughtUp_ = false;
+    backoffMs_ = backoffMs_ == 0 ? 250 : std::min(kMaxBackoffMs, backoffMs_ * 2);
+    setState(State::Reconnecting,
+             tr("%1 lost: %2; retrying in %3 s").arg(server_.authority(), why).arg(backoffMs_ / 1000.0, 0, 'f', 1));
+    retry_->start(backoffMs_);
+}
+
+void RemoteMirror::sendCommand(qint64 runId, const QString& command, const QVariantMap& fields)
+{
+    QUrl url = server_;
+    url.setPath(QString("/v1/runs/%1/control").arg(runId));
+    QNetworkRequest request(url);
+    request.setRawHeader("Authorization", "Bearer " + token_.toUtf8());
+    request.setHeader(QNetworkRequest::ContentTypeHeader, "application/json");
+    request.setTransferTimeout(10000);
+    QJsonObject body = QJsonObject::fromVariantMap(fields);
+    body["command"] = command;
+    // Its own reply, beside the mirroring loop's one request in flight.
+    QNetworkReply* reply = net_->post(request, QJsonDocument(body).toJson(QJsonDocument::Compact));
+    connect(reply, &QNetworkReply::finished, this, [this, reply, runId, command] {
+        reply->deleteLater();
+        const QByteArray answer = reply->readAll();
+        countBytes(answer.size());
+        const int status = reply->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt();
+        const QString error = QJsonDocument::fromJson(answer).object().value("error").toString();
+        const bool accepted = reply->error() == QNetworkReply::NoError && status == 200;
+        emit commandAnswered(runId, command, accepted,
+                             accepted ? tr("%1 sent to run %2").arg(command).arg(runId)
+                                      : (error.isEmpty() ? reply->errorString() : error));
+    });
+}
+
+void RemoteMirror::requestRuns()
+{
+    if (!replica_) return;
+    QNetworkReply* reply = get("/v1/runs", 0);
+    connect(reply, &QNetworkReply::finished, this, [this, reply] { onRuns(reply); });
+}
+
+void RemoteMirror::onRuns(QNetworkReply* reply)
+{
+    QByteArray body;
+    if (!take(reply, body) || !replica_) return;
+    const QJsonArray runs = QJsonDocument::fromJson(body).object().value("runs").toArray();
+    std::set<qint64> seen;
+    bool changed = false;
+    queue_.clear();
+    try {
+        for (const auto& v : runs) {
+            const QJsonObject o = v.toObject();
+            RunInfo info;
+            info.id = integer(o.value("id"));
+            info.name = text(o, "name");
+            info.project_path = text(o, "project_path");
+            info.config_json = text(o, "config_json");
+            info.status = parse_run_status(text(o, "status")).value_or(RunStatus::Interrupted);
+            info.created_at = text(o, "created_at");
+            info.finished_at = text(o, "finished_at");
+            info.uuid = text(o, "uuid");
+            std::vector<std::string> tags;
+            for (const auto& t : o.value("tags").toArray()) tags.push_back(t.toString().toStdString());
+            if (info.id <= 0) continue;
+            seen.insert(info.id);
+            Cursor& cur = cursors_[info.id];
+            const bool isRunning = info.status == RunStatus::Running;
+            if (cur.running != isRunning) cur.complete = false; // started again (resume): look again
+            cur.running = isRunning;
+            // The replica's record of a live remote run stays "running" while this mirror holds
+            // its lock; when the mirror stops, the run reads as interrupted until it reconnects.
+            if (isRunning && !cur.claimed) {
+                replica_->put_mirrored_run(info, tags);
+                replica_->claim_run(info.id);
+                cur.claimed = true;
+            } else if (!isRunning && cur.claimed) {
+                replica_->finish_run(info.id, info.status);
+                cur.claimed = false;
+            }
+            // last_step moves with every step of a live run: that alone is not a change of
+            // the record (the rows carry it), so a live run does not rewrite it every poll.
+            QJsonObject stable = o;
+            stable.remove("last_step");
+            const QByteArray stableRecord = QJsonDocument(stable).toJson(QJsonDocument::Compact);
+            if (stableRecord != cur.stableRecord) {
+                replica_->put_mirrored_run(info, tags);
+                cur.stableRecord = stableRecord;
+                changed = true;
+            }
+            if (!cur.complete) queue_.push_back(info.id);
+        }
+        for (auto it = cursors_.begin(); it != cursors_.end();) {
+            if (seen.count(it->first)) {
+                ++it;
+                continue;
+            }
+            replica_->delete_run(it->first); // deleted on the server
+            it = cursors_.erase(it);
+            changed = true;
+        }
+    } catch (const StoreError& e) {
+        setState(State::Refused, tr("the replica %1 cannot be written: %2").arg(replicaPath_, e.what()));
+        return;
+    }
+    if (changed) emit runsChanged();
+    requestNextRows();
+}
+
+void RemoteMirror::requestNextRows()
+{
+    if (queue_.empty()) {
+        caughtUp_ = true;
+        caughtUpAtMs_ = clock_.elapsed();
+        emit statsChanged();
+        // Nothing running: the run list is looked at again now and then; a live run's
+        // long poll paces the loop by itself.
+        bool anyRunning = false;
+        for (const auto& [id, c] : cursors_) anyRunning = anyRunning || c.running;
+        retry_->start(anyRunning ? 0 : kLongPollMs);
+        return;
+    }
+    const qint64 runId = queue_.front();
+    queue_.pop_front();
+    const Cursor& cur = cursors_[runId];
+    const int waitMs = cur.running ? kLongPollMs : 0;
+    QNetworkReply* reply = get(QString("/v1/runs/%1/rows?from_step=%2&after_event=%3&limit=%4&wait_ms=%5")
+                                   .arg(runId)
+                                   .arg(cur.fromStep)
+                                   .arg(cur.afterEvent)
+                                   .arg(kRowsPerPage)
+                                   .arg(waitMs),
+                               waitMs);
+    connect(reply, &QNetworkReply::finished, this, [this, reply, runId] { onRows(reply, runId); });
+}
+
+void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
+{
+    QByteArray body;
+    if (!take(reply, body) || !replica_) return;
+    const QJsonObject page = QJsonDocument::fromJson(body).object();
+    Cursor& cur = cursors_[runId];
+    std::vector<ScalarRow> scalars;
+    for (const auto& v : page.value("scalars").toArray()) {
+        const QJsonArray a = v.toArray();
+        scalars.push_back({integer(a.at(0)), a.at(1).toString().toStdString(), decode_value(a.at(2))});
+    }
+    std::vector<StoredEventRow> events;
+    qint64 rewindTo = -1;
+    for (const auto& v : page.value("events").toArray()) {
+        const QJsonObject o = v.toObject();
+        events.push_back({integer(o.value("id")), integer(o.value("step")), text(o, "kind"), text(o, "message"),
+                          text(o, "created_at"), text(o, "fields")});
+        // A resume rewrote the steps after its checkpoint: read them again from there.
+        if (events.back().kind == event_kind_name(EventKind::ResumedFromCheckpoint))
+            rewindTo = rewindTo < 0 ? events.back().step : std::min<qint64>(rewindTo, events.back().step);
+    }
+    try {
+        if (!scalars.empty() || !events.empty()) replica_->put_mirrored_rows(runId, scalars, events);
+        cur.fromStep = integer(page.value("next_from_step"));
+        cur.afterEvent = integer(page.value("next_after_event"));
+        if (rewindTo >= 0 && rewindTo < cur.fromStep) cur.fromStep = rewindTo;
+        const bool more = page.value("more").toBool();
+        const bool ended = !running(page.value("status").toString());
+        if (more) {
+            queue_.push_front(runId);
+        } else if (ended && page.contains("counts")) {
+            const QJsonObject counts = page.value("counts").toObject();
+            const RunRowCounts mine = replica_->row_counts(runId);
+            if (mine.scalars == integer(counts.value("scalars")) && mine.events == integer(counts.value("events"))) {
+                cur.complete = true;
+            } else if (++cur.resyncs <= kMaxResyncs) {
+                // The source was rewritten under the replica (a run started over): copy it again.
+                replica_->clear_run_records(runId);
+                cur.fromStep = 0;
+                cur.afterEvent = 0;
+                queue_.push_front(runId);
+            }
+        }
+    } catch (const StoreError& e) {
+        setState(State::Refused, tr("the replica %1 cannot be written: %2").arg(replicaPath_, e.what()));
+        return;
+    }
+    if (!scalars.empty() || !events.empty()) emit rowsArrived(runId);
+    requestNextRows();
+}
+
+} // namespace mantissa

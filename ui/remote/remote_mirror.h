@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// Mirrors a remote run store (mantissa-train serve / run --serve, docs/REMOTE.md) into a
+// local replica store, which the pages read like any local store. Rows are fetched after the
+// replica's own high-water marks (per run: the last scalar step, the last event id), so a
+// dropped connection resumes where the replica ends: nothing is fetched twice into it (rows
+// keep their source keys) and nothing is lost. A live run is long-polled: its rows arrive
+// within about a second of their commit on the server.
+//
+// Runs in the GUI thread; the network is asynchronous and the replica writes are small
+// transactions, one per page of rows.
+
+#include <QElapsedTimer>
+#include <QObject>
+#include <QString>
+#include <QUrl>
+#include <QVariantMap>
+
+#include <deque>
+#include <map>
+#include <memory>
+
+class QNetworkAccessManager;
+class QNetworkReply;
+class QTimer;
+
+namespace mantissa {
+
+class RunStore;
+
+class RemoteMirror : public QObject {
+    Q_OBJECT
+
+public:
+    enum class State {
+        Connecting,   // no answer yet
+        Connected,    // the last request was answered
+        Reconnecting, // the server is gone or failing: retrying with back-off
+        Refused,      // the server refused the token (401) or this client: no retry
+        Stopped,
+    };
+
+    // `server`: http(s)://HOST:PORT. The replica is created when absent.
+    RemoteMirror(const QUrl& server, const QString& token, const QString& replicaPath, QObject* parent = nullptr);
+    ~RemoteMirror() override;
+
+    void start(); // throws StoreError when the replica cannot be opened
+    void stop();
+
+    State state() const { return state_; }
+    QString stateText() const; // "connected to HOST:PORT", "reconnecting in 2 s: connection refused", ...
+    QString replicaPath() const { return replicaPath_; }
+    QUrl server() const { return server_; }
+    // Seconds since the replica last held everything the server had: 0 while caught up, -1
+    // before it ever was.
+    double lagSeconds() const;
+    double bytesPerSecond() const; // over the last few seconds
+    qint64 bytesReceived() const { return bytesReceived_; }
+    // Every remote run is in the replica as the server last reported it, rows complete.
+    bool caughtUp() const;
+    int reconnects() const { return reconnects_; }
+
+    // Steers a run that trains in the server's process (run --serve --allow-control):
+    // `command` is pause, resume, stop, checkpoint, or layer_formats with `fields` pattern,
+    // forward, dgrad, wgrad. The answer comes as commandAnswered(); a refusal (403 without
+    // --allow-control, 404 not training there) carries the server's message.
+    void sendCommand(qint64 runId, const QString& command, const QVariantMap& fields = {});
+
+signals:
+    void stateChanged(mantissa::RemoteMirror::State state, const QString& text);
+    void runsChanged();             // runs were added, changed or removed in the replica
+    void rowsArrived(qint64 runId); // a run's rows were added to the replica
+    void statsChanged();            // lag, bytes per second
+    void commandAnswered(qint64 runId, const QString& command, bool accepted, const QString& message);
+
+private:
+    struct Cursor {
+        qint64 fromStep = 0;   // re-read inclusively: the step's rows may come in two commits
+        qint64 afterEvent = 0; // the last event id held
+        bool running = false;
+        bool complete = false; // ended on the server, and the replica's counts match
+        bool claimed = false;  // the replica holds the run's lock while it runs remotely
+        int resyncs = 0;
+        QByteArray stableRecord; // the run as last listed, less last_step: rewritten only on a change
+    };
+
+    void requestRuns();
+    void onRuns(QNetworkReply* reply);
+    void requestNextRows();
+    void onRows(QNetworkReply* reply, qint64 runId);
+    // Reads a finished reply: its body, or "" after handling the failure (false).
+    bool take(QNetworkReply* reply, QByteArray& body);
+    void setState(State state, const QString& text);
+    void retryLater(const QString& why);
+    QNetworkReply* get(const QString& pathAndQuery, int waitMs);
+    void countBytes(qint64 bytes);
+
+    QUrl server_;
+    QString token_;
+    QString replicaPath_;
+    std::unique_ptr<RunStore> replica_;
+    QNetworkAccessManager* net_ = nullptr;
+    QTimer* retry_ = nullptr;
+    std::map<qint64, Cursor> cursors_;
+    std::deque<qint64> queue_; // runs whose rows are fetched next, in turn
+    State state_ = State::Stopped;
+    QString stateText_;
+    int backoffMs_ = 0;
+    int reconnects_ = 0;
+    bool everConnected_ = false;
+    qint64 bytesReceived_ = 0;
+    std::deque<std::pair<qint64, qint64>> recentBytes_; // (ms since start, bytes)
+    QElapsedTimer clock_;
+    qint64 caughtUpAtMs_ = -1;
+    bool caughtUp_ = false;
+    QNetworkReply* inFlight_ = nullptr;
+};
+
+} // namespace mantissa
