@@ -52,6 +52,8 @@ void announce_project(DataParallel& dp, const ProjectConfig& config)
 void announce_refusal(DataParallel& dp, int exit_code)
 {
     dp.post(kProjectKey, "refused:" + std::to_string(exit_code));
+    // Rank 0 may host the store: it stays until the others have read why (or a while).
+    dp.wait_for_arrivals("refusal_read", dp.world_size() - 1, std::chrono::seconds(30));
 }
 
 void print_rank_digest(const DataParallel& dp, const Trainer& trainer)
@@ -73,6 +75,7 @@ int run_data_parallel_follower(DataParallel& dp)
         return 1;
     }
     if (message.rfind("refused:", 0) == 0) {
+        dp.arrive("refusal_read");
         const int code = std::atoi(message.c_str() + 8);
         std::fprintf(stderr, "error: data-parallel rank %d: rank 0 stopped before training (exit code %d)\n", dp.rank(),
                      code);

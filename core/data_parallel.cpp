@@ -201,6 +201,29 @@ std::optional<std::string> DataParallel::peek(const std::string& key, std::chron
     }
 }
 
+void DataParallel::arrive(const std::string& key)
+{
+    try {
+        impl_->backend->store->add(key, 1);
+    } catch (const std::exception&) {
+        // The host is gone already: nothing waits for this arrival.
+    }
+}
+
+bool DataParallel::wait_for_arrivals(const std::string& key, int64_t count, std::chrono::milliseconds wait)
+{
+    const auto until = std::chrono::steady_clock::now() + wait;
+    try {
+        while (impl_->backend->store->add(key, 0) < count) {
+            if (std::chrono::steady_clock::now() >= until) return false;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        return true;
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
 void DataParallel::report_failure(const std::string& reason)
 {
     try {

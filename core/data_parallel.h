@@ -71,6 +71,11 @@ public:
     // Waits up to `wait` for `key`; nullopt if it did not come (or the store is gone).
     std::optional<std::string> peek(const std::string& key, std::chrono::milliseconds wait);
 
+    // Arrivals counted at `key`: a rank that hosts the store waits for the others to have read
+    // what it posted before it exits (and takes the store with it). False after `wait`.
+    void arrive(const std::string& key);
+    bool wait_for_arrivals(const std::string& key, int64_t count, std::chrono::milliseconds wait);
+
     // Builds the process group on every rank: Gloo for the CPU, NCCL for CUDA (the GPU
     // LOCAL_RANK names). Collectives that take longer than `collective_timeout` fail.
     // Throws ConfigError when this build lacks the backend the device needs.

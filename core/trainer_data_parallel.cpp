@@ -237,7 +237,9 @@ void Trainer::Impl::dp_fail(const std::exception& error)
     // A peer left. It may have said why before it went (it posts before its sockets close).
     if (const auto reason = dp->failure_reason(std::chrono::milliseconds(2000)))
         throw CollectiveError("data-parallel: " + *reason + " (" + me + " stopped with it: " + what + ")");
-    throw CollectiveError("data-parallel: " + me + " lost its peers and no rank said why (killed, machine lost, "
+    const std::string whom =
+        dp->world_size() == 2 ? "rank " + std::to_string(1 - dp->rank()) : std::string("one of its peers");
+    throw CollectiveError("data-parallel: " + me + " lost " + whom + ", which did not say why (killed, machine lost, "
                           "or no answer within training.collective_timeout_s=" +
                           std::to_string(config.training.collective_timeout_s) + "): " + what);
 }
