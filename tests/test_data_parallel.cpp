@@ -231,6 +231,16 @@ private slots:
         r = run_single({"run", project, "--no-store"}, env);
         QCOMPARE(r.exit_code, 2);
         QVERIFY2(r.err.contains("WORLD_SIZE='two'"), qPrintable(r.err));
+        // Slurm's variables, where torchrun's are absent.
+        env = QProcessEnvironment::systemEnvironment();
+        for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK"}) env.remove(name);
+        env.insert("SLURM_PROCID", "3");
+        env.insert("SLURM_NTASKS", "2");
+        env.insert("MASTER_ADDR", "127.0.0.1");
+        env.insert("MASTER_PORT", QString::number(free_port()));
+        r = run_single({"run", project, "--no-store"}, env);
+        QCOMPARE(r.exit_code, 2);
+        QVERIFY2(r.err.contains("rank 3 is not below the world size 2 (SLURM_PROCID/SLURM_NTASKS)"), qPrintable(r.err));
         // A global batch that does not split over the ranks: both ranks refuse it.
         const auto ranks = run_two({"run", project, "--no-store", "--set", "training.grad_accum=3"});
         QCOMPARE(ranks[0].exit_code, 2);
