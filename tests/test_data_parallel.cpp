@@ -214,6 +214,47 @@ private slots:
         for (size_t i = 0; i < a.size(); ++i) QVERIFY2(b[i].second == a[i].second, qPrintable(QString::number(i)));
     }
 
+    void one_process_checkpoint_resumes_on_two_ranks()
+    {
+        const QString project = write_project("resume-up", 3, "bf16");
+        const QString db = dir_.filePath("single-then-dp.db");
+        const auto first = run_single({"run", project, "--db", db});
+        QVERIFY2(first.exit_code == 0, qPrintable(first.err));
+        expect_ok(run_two({"resume", "1", "--db", db, "--set", "training.steps=6"}));
+        const QString single_db = dir_.filePath("single-resume-up.db");
+        QVERIFY(run_single({"run", project, "--db", single_db, "--set", "training.steps=6"}).exit_code == 0);
+        const Series a = losses(single_db), b = losses(db);
+        QCOMPARE(b.size(), size_t(6));
+        for (size_t i = 0; i < a.size(); ++i) QVERIFY2(b[i].second == a[i].second, qPrintable(QString::number(i)));
+    }
+
+    void ctrl_c_on_rank0_stops_every_rank()
+    {
+        // Rank 0's Stop reaches the other rank through the step-boundary broadcast: both end
+        // cleanly at the same step, in the same state, and the run is `stopped`.
+        const QString project = write_project("stop", 1000000, "fp32");
+        const QString db = dir_.filePath("stop.db");
+        const int port = free_port();
+        QProcess r0, r1;
+        r0.setProcessEnvironment(rank_env(0, 2, port));
+        r1.setProcessEnvironment(rank_env(1, 2, port));
+        r0.start(MANTISSA_TRAIN_EXE, {"run", project, "--db", db});
+        r1.start(MANTISSA_TRAIN_EXE, {"run", project, "--db", db});
+        QVERIFY(r0.waitForReadyRead(60000));
+        QTest::qWait(1500);
+        ::kill(static_cast<pid_t>(r1.processId()), SIGINT); // ignored: rank 0 decides
+        QTest::qWait(300);
+        QCOMPARE(r1.state(), QProcess::Running);
+        ::kill(static_cast<pid_t>(r0.processId()), SIGINT);
+        const Rank a = finish(r0), b = finish(r1);
+        QVERIFY2(a.exit_code == 0, qPrintable(a.err));
+        QVERIFY2(b.exit_code == 0, qPrintable(b.err));
+        QVERIFY(!digest_of(a).isEmpty());
+        QCOMPARE(digest_of(b), digest_of(a));
+        RunStore store(db.toStdString(), OpenMode::ReadOnly);
+        QVERIFY(store.find_run("1")->status == RunStatus::Stopped);
+    }
+
     void inconsistent_environment_exits_2()
     {
         const QString project = write_project("env", 2, "fp32");
