@@ -106,9 +106,18 @@ std::vector<Override> parse_overrides(const std::vector<std::string>& sets)
     return overrides;
 }
 
+int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::string>& sets, const std::string& db_path);
+
 int cmd_run(const std::string& project_path, const std::vector<std::string>& sets, const std::string& db_path,
             std::string name, bool no_store)
 {
+    // torchrun --max-restarts: an attempt after the first continues the run the first created.
+    if (g_dp && g_dp->restart_count() > 0 && !no_store)
+        if (const auto run_id = g_dp->peek_job("run_id")) {
+            std::printf("torchrun restart %d: resuming run %s\n", g_dp->restart_count(), run_id->c_str());
+            RunStore store(db_path);
+            return cmd_resume(store, *run_id, {}, db_path);
+        }
     std::unique_ptr<RunSession> session;
     try {
         session = std::make_unique<RunSession>(load_project_file(project_path, parse_overrides(sets)));
@@ -151,6 +160,7 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
     try {
         store = std::make_unique<RunStore>(db_path);
         session->create_run(*store, name, project_path);
+        if (g_dp) g_dp->post_job("run_id", std::to_string(session->run_id()));
     } catch (const StoreError& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 3;

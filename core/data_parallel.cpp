@@ -100,7 +100,8 @@ std::string data_parallel_backends()
 
 class DataParallelBackend {
 public:
-    c10::intrusive_ptr<c10d::Store> store;
+    c10::intrusive_ptr<c10d::Store> store;     // this attempt's keys
+    c10::intrusive_ptr<c10d::Store> job_store; // keys of every attempt
     c10::intrusive_ptr<c10d::Backend> group;
     std::string name;
     bool cuda = false;
@@ -146,6 +147,7 @@ std::shared_ptr<DataParallel> DataParallel::join(const DistributedEnv& env, std:
     options.timeout = timeout;
     try {
         c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+        impl->backend->job_store = c10::make_intrusive<c10d::PrefixStore>("mantissa-job", store);
         // As torch.distributed does under torchrun: each restart attempt has keys of its own.
         if (env.agent_store)
             store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count),
@@ -198,6 +200,23 @@ std::optional<std::string> DataParallel::peek(const std::string& key, std::chron
         }
     } catch (const std::exception&) {
         return std::nullopt; // the store went away with its host
+    }
+}
+
+int DataParallel::restart_count() const { return impl_->env.restart_count; }
+
+void DataParallel::post_job(const std::string& key, const std::string& value)
+{
+    impl_->backend->job_store->set(key, to_bytes(value));
+}
+
+std::optional<std::string> DataParallel::peek_job(const std::string& key)
+{
+    try {
+        if (!impl_->backend->job_store->check({key})) return std::nullopt;
+        return from_bytes(impl_->backend->job_store->get(key));
+    } catch (const std::exception&) {
+        return std::nullopt;
     }
 }
 

@@ -71,6 +71,13 @@ public:
     // Waits up to `wait` for `key`; nullopt if it did not come (or the store is gone).
     std::optional<std::string> peek(const std::string& key, std::chrono::milliseconds wait);
 
+    // Keys of the whole job, which outlive a torchrun restart (torchrun's agent keeps its store
+    // up across attempts): the run an earlier attempt created, so that a restarted `run`
+    // resumes it. Without torchrun's agent they live as long as rank 0.
+    void post_job(const std::string& key, const std::string& value);
+    std::optional<std::string> peek_job(const std::string& key);
+    int restart_count() const;
+
     // Arrivals counted at `key`: a rank that hosts the store waits for the others to have read
     // what it posted before it exits (and takes the store with it). False after `wait`.
     void arrive(const std::string& key);

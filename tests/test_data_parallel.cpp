@@ -333,6 +333,57 @@ private slots:
         QCOMPARE(b.size(), size_t(4));
         for (size_t i = 0; i < a.size(); ++i) QVERIFY(b[i].second == a[i].second);
     }
+
+    void torchrun_restart_resumes_the_run()
+    {
+        // torchrun --max-restarts=1: rank 1 is SIGKILLed once a checkpoint exists; torchrun
+        // restarts both ranks, and rank 0 continues the same run from its newest checkpoint.
+        const QString torchrun = QString(MANTISSA_SOURCE_DIR) + "/.venv/bin/torchrun";
+        if (!QFileInfo::exists(torchrun)) QSKIP("no .venv/bin/torchrun");
+        const QString project = write_project("restart", 400, "fp32");
+        const QStringList every_50 = {"--set", "training.checkpoint_interval=50"};
+        const QString single_db = dir_.filePath("single-restart.db"), dp_db = dir_.filePath("dp-restart.db");
+        QVERIFY(run_single(QStringList{"run", project, "--db", single_db} + every_50).exit_code == 0);
+        QProcess p;
+        p.start(torchrun, QStringList{"--nproc_per_node=2", "--max-restarts=1", "--monitor-interval=0.1",
+                                      "--master_addr=127.0.0.1", "--master_port=" + QString::number(free_port()),
+                                      "--no-python", MANTISSA_TRAIN_EXE, "run", project, "--db", dp_db} +
+                              every_50);
+        QVERIFY(p.waitForStarted());
+        const QDir checkpoints(dp_db + ".checkpoints/run-1");
+        QDeadlineTimer deadline(120000);
+        while (checkpoints.entryList({"step-*.pt"}).isEmpty() && !deadline.hasExpired()) QTest::qWait(20);
+        QVERIFY(!checkpoints.entryList({"step-*.pt"}).isEmpty());
+        const qint64 rank1 = worker_with_rank(p.processId(), 1);
+        QVERIFY(rank1 > 0);
+        ::kill(static_cast<pid_t>(rank1), SIGKILL);
+        const Rank r = finish(p);
+        QVERIFY2(r.exit_code == 0, qPrintable(r.err.right(3000)));
+        QVERIFY2(r.out.contains("torchrun restart 1: resuming run 1"), qPrintable(r.out.right(2000)));
+        RunStore store(dp_db.toStdString(), OpenMode::ReadOnly);
+        QVERIFY(store.find_run("1")->status == RunStatus::Finished);
+        QCOMPARE(store.list_run_summaries().size(), size_t(1));
+        const Series a = losses(single_db), b = losses(dp_db);
+        QCOMPARE(b.size(), size_t(400));
+        for (size_t i = 0; i < a.size(); ++i) QVERIFY2(b[i].second == a[i].second, qPrintable(QString::number(i)));
+    }
+
+private:
+    // The child of torchrun (pid `parent`) whose environment says RANK=<rank>; 0 if none.
+    static qint64 worker_with_rank(qint64 parent, int rank)
+    {
+        QDir tasks(QString("/proc/%1/task").arg(parent));
+        for (const auto& task : tasks.entryList(QDir::Dirs | QDir::NoDotAndDotDot)) {
+            QFile children(tasks.filePath(task + "/children"));
+            if (!children.open(QIODevice::ReadOnly)) continue;
+            for (const auto& pid : QString::fromUtf8(children.readAll()).split(' ', Qt::SkipEmptyParts)) {
+                QFile environ(QString("/proc/%1/environ").arg(pid));
+                if (!environ.open(QIODevice::ReadOnly)) continue;
+                if (environ.readAll().split('\0').contains("RANK=" + QByteArray::number(rank))) return pid.toLongLong();
+            }
+        }
+        return 0;
+    }
 };
 
 } // namespace
