@@ -7,6 +7,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -266,6 +267,9 @@ void DataParallel::start(bool cuda, std::chrono::milliseconds collective_timeout
     try {
         if (cuda) {
 #if MANTISSA_DP_NCCL
+            // NCCL's timeout otherwise only arms its watchdog, which tears the process down: with
+            // a blocking wait a timed-out collective throws, and the run is marked failed.
+            ::setenv("TORCH_NCCL_BLOCKING_WAIT", "1", /*overwrite=*/0);
             auto options = c10d::ProcessGroupNCCL::Options::create();
             options->timeout = collective_timeout;
             b.group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, options);

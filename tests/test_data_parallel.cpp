@@ -174,6 +174,7 @@ private slots:
         for (const char* tag : {"dp/step_ms/rank_0", "dp/step_ms/rank_1", "dp/allreduce_ms/rank_1", "dp/allreduce_ms"})
             QCOMPARE(store.series(1, tag).size(), size_t(6));
         QCOMPARE(store.list_run_summaries().size(), size_t(1));
+        QVERIFY2(ranks[0].out.contains("(allreduce "), qPrintable(ranks[0].out)); // the console shows it too
     }
 
     void fp8_delayed_amaxes_are_reduced()
