@@ -52,17 +52,22 @@ void ConsoleProgress::on_step(const StepMetrics& m)
     check_stop();
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
     const double eta = elapsed / static_cast<double>(m.step) * static_cast<double>(total_steps_ - m.step);
+    // Data parallel: the allreduce's share of the step, beside the compute.
+    std::string comm;
+    for (const auto& [tag, value] : m.extra_scalars)
+        if (tag == "dp/allreduce_share") comm = " | allreduce " + std::to_string(static_cast<int>(value * 100.0 + 0.5)) + "%";
     if (interactive_) {
-        std::fprintf(out_, "\r\033[Kstep %lld/%lld | loss %.4f | val %s | %.0f tok/s | %.1f ms/step | ETA %s",
+        std::fprintf(out_, "\r\033[Kstep %lld/%lld | loss %.4f | val %s | %.0f tok/s | %.1f ms/step%s | ETA %s",
                      static_cast<long long>(m.step), static_cast<long long>(total_steps_), m.train_loss,
                      last_val_loss_ >= 0 ? std::to_string(last_val_loss_).substr(0, 6).c_str() : "-",
-                     m.tokens_per_s, m.step_time_ms, format_duration(eta).c_str());
+                     m.tokens_per_s, m.step_time_ms, comm.c_str(), format_duration(eta).c_str());
         line_open_ = true;
         std::fflush(out_);
     } else if (m.step % log_interval_ == 0 || m.step == total_steps_) {
-        std::fprintf(out_, "step %lld/%lld loss %.4f lr %.3g grad_norm %.3f %.1f ms/step %.0f tok/s ETA %s\n",
+        std::fprintf(out_, "step %lld/%lld loss %.4f lr %.3g grad_norm %.3f %.1f ms/step %.0f tok/s ETA %s%s\n",
                      static_cast<long long>(m.step), static_cast<long long>(total_steps_), m.train_loss,
-                     m.learning_rate, m.grad_norm, m.step_time_ms, m.tokens_per_s, format_duration(eta).c_str());
+                     m.learning_rate, m.grad_norm, m.step_time_ms, m.tokens_per_s, format_duration(eta).c_str(),
+                     comm.empty() ? "" : (" (" + comm.substr(3) + ")").c_str());
         std::fflush(out_);
     }
 }

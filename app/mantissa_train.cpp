@@ -21,6 +21,7 @@
 
 #include "config_diff.h"
 #include "console_progress.h"
+#include "data_parallel_cli.h"
 #include "project_config.h"
 #include "remote_serving.h"
 #include "run_compare.h"
@@ -36,6 +37,9 @@ using namespace mantissa;
 namespace {
 
 std::atomic<bool> g_stop_requested{false};
+// Set when torchrun or Slurm launched this process as rank 0 of a data-parallel job.
+std::shared_ptr<DataParallel> g_dp;
+bool g_dp_announced = false; // the other ranks were handed the project
 
 extern "C" void on_sigint(int)
 {
@@ -67,11 +71,16 @@ int train_session(RunSession& session, const std::string& db_path, TelemetrySink
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
         }
     });
+    if (g_dp) {
+        announce_project(*g_dp, config);
+        g_dp_announced = true;
+    }
     std::vector<TelemetrySink*> sinks = {&console};
     if (extra) sinks.push_back(extra);
     const SessionOutcome outcome = session.run(sinks);
     trained = true;
     forward_stop.join();
+    if (g_dp && outcome.status != RunStatus::Failed) print_rank_digest(*g_dp, session.trainer());
     if (!outcome.store_error.empty())
         std::fprintf(stderr, "\nwarning: the run store could not keep some of this run's metrics: %s\n",
                      outcome.store_error.c_str());
@@ -101,6 +110,8 @@ std::vector<Override> parse_overrides(const std::vector<std::string>& sets)
     return overrides;
 }
 
+int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::string>& sets, const std::string& db_path);
+
 int cmd_run(const std::string& project_path, const std::vector<std::string>& sets, const std::string& db_path,
             std::string name, bool no_store, const ServeOptions& serve)
 {
@@ -109,9 +120,17 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
                                                      : serving_unavailable().c_str());
         return 2;
     }
+    // torchrun --max-restarts: an attempt after the first continues the run the first created.
+    if (g_dp && g_dp->restart_count() > 0 && !no_store)
+        if (const auto run_id = g_dp->peek_job("run_id")) {
+            std::printf("torchrun restart %d: resuming run %s\n", g_dp->restart_count(), run_id->c_str());
+            RunStore store(db_path);
+            return cmd_resume(store, *run_id, {}, db_path);
+        }
     std::unique_ptr<RunSession> session;
     try {
         session = std::make_unique<RunSession>(load_project_file(project_path, parse_overrides(sets)));
+        if (g_dp) session->trainer().set_data_parallel(g_dp);
     } catch (const ConfigError& e) { // the data is loaded here: it may still reject the project
         std::fprintf(stderr, "error: %s\n", e.what());
         return 2;
@@ -130,7 +149,12 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
         // As train_session reports a failed run (exit 1), not an abort: a diverged run's NaN
         // weights, for one, make LibTorch's sampler throw at the next evaluation.
         try {
+            if (g_dp) {
+                announce_project(*g_dp, trainer.config());
+                g_dp_announced = true;
+            }
             const auto summary = trainer.run(console);
+            if (g_dp) print_rank_digest(*g_dp, trainer);
             std::printf("mean step time: %.3f ms (%.0f tokens/s)\n", summary.mean_step_time_ms, summary.tokens_per_s);
             if (summary.peak_device_memory_bytes >= 0)
                 std::printf("peak device memory: %.1f MiB\n",
@@ -145,6 +169,7 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
     try {
         store = std::make_unique<RunStore>(db_path);
         session->create_run(*store, name, project_path);
+        if (g_dp) g_dp->post_job("run_id", std::to_string(session->run_id()));
     } catch (const StoreError& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 3;
@@ -200,6 +225,12 @@ int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::s
     if (!session) {
         for (const auto& e : notices) store.append_event(info->id, e);
         return exit_code;
+    }
+    try {
+        if (g_dp) session->trainer().set_data_parallel(g_dp);
+    } catch (const ConfigError& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 2;
     }
     try {
         session->claim(notices);
@@ -697,6 +728,19 @@ int main(int argc, char** argv)
 
     CLI11_PARSE(app, argc, argv);
 
+    // Under torchrun or Slurm (docs/DISTRIBUTED.md): ranks 1.. train what rank 0 hands them.
+    if (*run_cmd || *resume_cmd || *sweep_cmd) {
+        auto launch = join_data_parallel(!*sweep_cmd, *sweep_cmd ? "sweep" : "run");
+        if (launch.exit_code >= 0) return launch.exit_code;
+        g_dp = launch.dp;
+        if (g_dp && g_dp->rank() != 0) return run_data_parallel_follower(*g_dp);
+    }
+    // Rank 0 that stops before training tells the other ranks, which wait for its project.
+    const auto finish = [](int code) {
+        if (g_dp && !g_dp_announced) announce_refusal(*g_dp, code == 0 ? 1 : code);
+        return code;
+    };
+
     // Reading commands open the store read-only: they never create or change a file, and they
     // work on read-only files, folders and mounts. Writing commands need an existing store;
     // only run and sweep create one.
@@ -704,7 +748,7 @@ int main(int argc, char** argv)
     try {
         if (*run_cmd) {
             if (run_cmd->count("--serve") == 0) serve.listen.clear();
-            return cmd_run(project, sets, db_path, name, no_store, serve);
+            return finish(cmd_run(project, sets, db_path, name, no_store, serve));
         }
         if (*serve_cmd) {
             std::signal(SIGINT, on_sigint);
@@ -713,7 +757,7 @@ int main(int argc, char** argv)
         }
         if (*sweep_cmd) return cmd_sweep(project, vary, sets, db_path, name);
         RunStore store(db_path, reads ? OpenMode::ReadOnly : OpenMode::ReadWrite);
-        if (*resume_cmd) return cmd_resume(store, run, sets, db_path);
+        if (*resume_cmd) return finish(cmd_resume(store, run, sets, db_path));
         if (*list_cmd) return cmd_list(store);
         if (*rename_cmd) return cmd_rename(store, run, new_name);
         if (*delete_cmd) return cmd_delete(store, run);
@@ -724,7 +768,7 @@ int main(int argc, char** argv)
         if (*compare_cmd) return cmd_compare(store, compare_runs, tolerance, relative);
     } catch (const StoreError& e) { // also a status that a full disk kept from being recorded
         std::fprintf(stderr, "error: %s\n", e.what());
-        return 3;
+        return finish(3);
     }
     return 2;
 }

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "precision_policy.h"
+#include "run_event.h"
 
 namespace mantissa {
 
@@ -19,6 +20,10 @@ struct Command {
     // SetLayerFormats: every GEMM layer whose name matches `layer_pattern` switches to `formats`.
     std::string layer_pattern;
     GemmFormats formats;
+    // Who asked for a SetLayerFormats: a data-parallel run applies a watcher's switch through
+    // the queue too, so that every rank applies it at the same step boundary.
+    ChangeCause cause = ChangeCause::User;
+    std::string watcher;
 };
 
 class CommandQueue {
@@ -52,6 +57,17 @@ public:
     {
         std::unique_lock lock(mutex_);
         ready_.wait(lock, [&] { return !queue_.empty(); });
+        const Command c = queue_.front();
+        queue_.pop_front();
+        return c;
+    }
+
+    // Waits up to `timeout` for a command (a paused data-parallel run's rank 0 tells the
+    // other ranks it is still there between waits).
+    std::optional<Command> wait_pop_for(std::chrono::milliseconds timeout)
+    {
+        std::unique_lock lock(mutex_);
+        if (!ready_.wait_for(lock, timeout, [&] { return !queue_.empty(); })) return std::nullopt;
         const Command c = queue_.front();
         queue_.pop_front();
         return c;

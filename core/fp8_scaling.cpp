@@ -21,6 +21,7 @@ float scale_from_amax(float amax, double fp8_max, int64_t margin, float previous
 
 void DelayedScaling::record(float amax, double fp8_max, bool use_max, int64_t margin)
 {
+    if (journal_on_) journal_.push_back({amax, fp8_max, use_max, margin});
     if (history_.empty()) history_.push_back(0.0f);
     std::rotate(history_.rbegin(), history_.rbegin() + 1, history_.rend()); // roll by one
     history_[0] = amax;

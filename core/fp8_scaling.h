@@ -62,9 +62,27 @@ public:
         scale_ = scale;
     }
 
+    // Data parallel (trainer_data_parallel.cpp): while a journal is kept, record() also notes
+    // each amax with the rule it was recorded under, so that a step's records can be replayed
+    // from the state before the step with the amaxes reduced (MAX) across the ranks.
+    struct Record {
+        float amax;
+        double fp8_max;
+        bool use_max;
+        int64_t margin;
+    };
+    void keep_journal(bool on)
+    {
+        journal_on_ = on;
+        journal_.clear();
+    }
+    const std::vector<Record>& journal() const { return journal_; }
+
 private:
     std::vector<float> history_;
     float scale_ = 1.0f;
+    bool journal_on_ = false;
+    std::vector<Record> journal_;
 };
 
 // Per-tensor scale from an amax: float(fp8_max / 2^margin) / amax in float32, FLT_MAX where

@@ -190,7 +190,8 @@ json to_json(const ProjectConfig& c)
           {"device", c.training.device},
           {"checkpoint_interval", c.training.checkpoint_interval},
           {"checkpoint_dir", c.training.checkpoint_dir},
-          {"checkpoint_keep", c.training.checkpoint_keep}}},
+          {"checkpoint_keep", c.training.checkpoint_keep},
+          {"collective_timeout_s", c.training.collective_timeout_s}}},
         {"eval",
          {{"interval", c.eval.interval},
           {"batches", c.eval.batches},
@@ -383,6 +384,7 @@ ProjectConfig from_json(const json& j)
     c.training.checkpoint_interval = t["checkpoint_interval"];
     c.training.checkpoint_dir = t["checkpoint_dir"];
     c.training.checkpoint_keep = t["checkpoint_keep"];
+    c.training.collective_timeout_s = t["collective_timeout_s"];
 
     const json& e = j["eval"];
     c.eval.interval = e["interval"];
@@ -495,6 +497,8 @@ void validate(const ProjectConfig& c)
     require(t.threads >= 0, "training.threads", "must be >= 0 (0 = all cores)");
     require(t.checkpoint_interval >= 0, "training.checkpoint_interval", "must be >= 0 (0 = only at the end)");
     require(t.checkpoint_keep >= 1, "training.checkpoint_keep", "must be at least 1");
+    require(t.collective_timeout_s >= 1 && t.collective_timeout_s <= 86400, "training.collective_timeout_s",
+            "must be 1 ... 86400 seconds");
 
     const auto& e = c.eval;
     require(e.interval >= 0, "eval.interval", "must be >= 0 (0 = only at the end)");

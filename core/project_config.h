@@ -67,6 +67,9 @@ struct TrainingConfig {
     int64_t checkpoint_interval = 0; // steps between checkpoints; 0 = only when stopped or finished
     std::string checkpoint_dir;      // "" = no checkpoints (mantissa-train sets one beside the run store)
     int64_t checkpoint_keep = 3;     // newest checkpoints kept
+    // Data parallel: a collective that takes longer fails the run on every rank (a stopped
+    // peer is noticed only this way; c10d's own default is 30 minutes).
+    int64_t collective_timeout_s = 300;
 };
 
 struct EvalConfig {

@@ -22,6 +22,9 @@ struct StepMetrics {
     double loss_scale = 1.0;    // the scale this step's backward used (1 when scaling is off)
     bool skipped = false;       // optimizer step skipped: non-finite gradients
     std::vector<std::pair<std::string, double>> layer_grad_norms; // per GEMM layer, forward order
+    // Further scalars by tag: a data-parallel run's communication and per-rank times
+    // (dp/allreduce_ms, dp/step_ms/rank_N, ...; docs/DISTRIBUTED.md).
+    std::vector<std::pair<std::string, double>> extra_scalars;
 };
 
 // A periodic evaluation. `step` is the number of updates done when it ran (0 = before training).

@@ -116,6 +116,15 @@ void Trainer::export_safetensors(const std::string& path) const
                        {"project", to_json_text(impl_->config)}});
 }
 
+void Trainer::set_data_parallel(std::shared_ptr<DataParallel> dp)
+{
+    if (dp && impl_->config.training.grad_accum % dp->world_size() != 0)
+        throw ConfigError("training.grad_accum (" + std::to_string(impl_->config.training.grad_accum) +
+                          ") must be a multiple of the world size (" + std::to_string(dp->world_size()) +
+                          "): it counts the micro-batches of one optimizer step across all ranks");
+    impl_->dp = std::move(dp);
+}
+std::string Trainer::state_digest() const { return impl_->state_digest(); }
 void Trainer::set_deferred_frames(bool deferred) { impl_->defer_frames = deferred; }
 void Trainer::set_checkpoint_dir(const std::string& dir) { impl_->config.training.checkpoint_dir = dir; }
 void Trainer::set_checkpoint_identity(const std::string& run_uuid, int64_t run_id)
@@ -165,9 +174,20 @@ std::string Trainer::describe() const
 
 RunSummary Trainer::run(TelemetrySink& sink)
 {
+    if (!impl_->dp) return run_steps(sink);
+    try {
+        return run_steps(sink);
+    } catch (const std::exception& error) {
+        impl_->dp_fail(error); // names the rank that failed first, and why
+    }
+}
+
+RunSummary Trainer::run_steps(TelemetrySink& sink)
+{
     Impl& s = *impl_;
     const auto& cfg = s.config;
     torch::set_num_threads(s.threads);
+    s.dp_begin_run(); // data parallel: every rank takes rank 0's state
     s.model->train();
     const double tokens_per_step =
         static_cast<double>(cfg.training.batch_size * cfg.model.context_length * cfg.training.grad_accum);
@@ -198,7 +218,7 @@ RunSummary Trainer::run(TelemetrySink& sink)
         e.layer_states = s.layer_states();
         sink.on_event(e);
     }
-    if (cfg.eval.interval > 0 && step == 0) evaluate(0);
+    if (cfg.eval.interval > 0 && step == 0 && s.is_rank0()) evaluate(0); // rank 0 evaluates for all
 
     // Steps before this one are warm-up (allocator, caches) and stay out of the mean.
     const int64_t timed_from = std::min<int64_t>(10, cfg.training.steps / 10) + 1;
@@ -230,9 +250,12 @@ RunSummary Trainer::run(TelemetrySink& sink)
             break;
         }
         const auto t0 = std::chrono::steady_clock::now();
-        const bool armed = TelemetryStep::is_armed(cfg.telemetry.interval, step);
+        // Telemetry is rank 0's: the other ranks' statistics would describe other micro-batches.
+        const bool armed = s.is_rank0() && TelemetryStep::is_armed(cfg.telemetry.interval, step);
         StepOutcome outcome = s.train_step(armed, telemetry, sink);
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        StepMetrics m;
+        s.dp_gather_times(ms, outcome.allreduce_ms, m);
         ++step;
         if (outcome.skipped) ++summary.skipped_steps;
         if (step == first_step + 1) {
@@ -242,7 +265,6 @@ RunSummary Trainer::run(TelemetrySink& sink)
             sink.on_event(e);
         }
 
-        StepMetrics m;
         m.step = step;
         m.train_loss = outcome.train_loss;
         m.learning_rate = outcome.learning_rate;
@@ -269,12 +291,12 @@ RunSummary Trainer::run(TelemetrySink& sink)
             timed_ms += ms;
             ++timed_steps;
         }
-        if (evaluates) evaluate(step);
-        if (checkpoints && !last) s.write_periodic_checkpoint(sink);
+        if (evaluates && s.is_rank0()) evaluate(step);
+        if (checkpoints && !last && s.is_rank0()) s.write_periodic_checkpoint(sink);
     }
     deliver_now();
-    // The final state is always kept, so a stopped run can be resumed.
-    if (step > first_step) s.write_periodic_checkpoint(sink);
+    // The final state is always kept, so a stopped run can be resumed. Rank 0's is every rank's.
+    if (step > first_step && s.is_rank0()) s.write_periodic_checkpoint(sink);
     summary.steps_done = step;
     summary.mean_step_time_ms = timed_steps > 0 ? timed_ms / static_cast<double>(timed_steps) : 0.0;
     summary.tokens_per_s = summary.mean_step_time_ms > 0 ? tokens_per_step / (summary.mean_step_time_ms / 1000.0) : 0;

@@ -16,6 +16,8 @@
 
 namespace mantissa {
 
+class DataParallel; // data_parallel.h
+
 struct RunSummary {
     int64_t steps_done = 0;
     bool stopped_early = false;
@@ -81,6 +83,17 @@ public:
     // ConfigError at once if the pattern matches no layer.
     void request_layer_formats(const std::string& layer_pattern, const GemmFormats& formats);
 
+    // Data-parallel training (docs/DISTRIBUTED.md): this trainer is one rank of `dp` (started or
+    // not: run() starts its process group). training.grad_accum counts the micro-batches of one
+    // optimizer step across all ranks; rank r runs micro-batches r, r+W, ... of them. Throws
+    // ConfigError when grad_accum is not a multiple of the world size. Call before run().
+    // Only rank 0 reports to its sink in full and writes checkpoints; run() begins with every
+    // rank taking rank 0's state (so a checkpoint resumes on any world size).
+    void set_data_parallel(std::shared_ptr<DataParallel> dp);
+    // FNV-1a over what must be equal on every data-parallel rank: master weights, FP8
+    // delayed-scaling histories and scales, the loss scaler. As hex text.
+    std::string state_digest() const;
+
     int64_t parameter_count() const;
     // Forward order. Reads live layer state: call it from the training thread (a sink) or
     // while no run is in progress; other threads get the same facts from run events.
@@ -94,6 +107,7 @@ public:
     std::string sample(const std::string& prompt, int64_t tokens, uint64_t seed);
 
 private:
+    RunSummary run_steps(TelemetrySink& sink);
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

@@ -45,9 +45,8 @@ void write_file_durably(const std::string& path, std::string_view data)
 
 } // namespace
 
-void Trainer::Impl::save_checkpoint(const std::string& path)
+std::string Trainer::Impl::serialize_state()
 {
-    namespace fs = std::filesystem;
     torch::serialize::OutputArchive archive;
     archive.write("format_version", torch::tensor(int64_t(1)));
     archive.write("identity", c10::IValue(identity_text(current_identity())));
@@ -64,16 +63,23 @@ void Trainer::Impl::save_checkpoint(const std::string& path)
     // Dropout on a GPU draws from the device's own generator (Philox seed and offset).
     if (device.is_cuda()) archive.write("rng/cuda", at::globalContext().defaultGenerator(device).get_state());
     archive.write("watchers", c10::IValue(watchers.state_text()));
+    std::ostringstream bytes;
+    archive.save_to(bytes);
+    return std::move(bytes).str();
+}
+
+void Trainer::Impl::save_checkpoint(const std::string& path)
+{
+    namespace fs = std::filesystem;
     // Serialised in memory first: LibTorch's file writer finishes the zip in its destructor,
     // so a full disk makes it throw during unwinding and abort the process. Writing the bytes
     // ourselves turns a full disk into an ordinary error (checkpoint_failed), temp file removed.
-    std::ostringstream bytes;
-    archive.save_to(bytes);
+    const std::string bytes = serialize_state();
     const fs::path target(path);
     if (target.has_parent_path()) fs::create_directories(target.parent_path());
     const fs::path temporary = target.string() + ".tmp";
     try {
-        write_file_durably(temporary.string(), bytes.view());
+        write_file_durably(temporary.string(), bytes);
         fs::rename(temporary, target); // atomic on POSIX: a crash leaves the old file or the new one
     } catch (...) {
         std::error_code ignored; // a full disk must not leave a half-written file behind
@@ -117,6 +123,28 @@ std::string Trainer::Impl::whose_model(const CheckpointIdentity& theirs) const
 
 void Trainer::Impl::load_checkpoint(const std::string& path)
 {
+    load_archive(path, [&](torch::serialize::InputArchive& archive) {
+        // Read once, checked, then parsed from memory: LibTorch would load flipped bits in a
+        // tensor's bytes without a word. Onto the CPU first: a checkpoint written on a GPU
+        // resumes on a CPU and back; load_archive moves each tensor to where this trainer keeps it.
+        std::ifstream in(path, std::ios::binary);
+        if (!in) throw std::runtime_error("cannot be opened: " + std::string(std::strerror(errno)));
+        const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (in.bad()) throw std::runtime_error(std::strerror(errno));
+        if (const std::string damage = zip_damage(bytes); !damage.empty())
+            throw ConfigError("checkpoint '" + path + "' cannot be read: " + damage);
+        archive.load_from(bytes.data(), bytes.size(), torch::Device(torch::kCPU));
+    });
+}
+
+void Trainer::Impl::load_state(std::istream& in, const std::string& source)
+{
+    load_archive(source, [&](torch::serialize::InputArchive& archive) { archive.load_from(in, torch::Device(torch::kCPU)); });
+}
+
+void Trainer::Impl::load_archive(const std::string& path,
+                                 const std::function<void(torch::serialize::InputArchive&)>& open)
+{
     torch::serialize::InputArchive archive;
     // A fresh tensor per key: reading into a used one would try to resize the archive's storage.
     auto get = [&](const std::string& key) {
@@ -125,17 +153,7 @@ void Trainer::Impl::load_checkpoint(const std::string& path)
         return t;
     };
     try {
-        // Onto the CPU first: a checkpoint written on a GPU resumes on a CPU and back; the
-        // copies below move each tensor to where this trainer keeps it.
-        // Read once, checked, then parsed from memory: LibTorch would load flipped bits in a
-        // tensor's bytes without a word.
-        std::ifstream in(path, std::ios::binary);
-        if (!in) throw std::runtime_error("cannot be opened: " + std::string(std::strerror(errno)));
-        const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        if (in.bad()) throw std::runtime_error(std::strerror(errno));
-        if (const std::string damage = zip_damage(bytes); !damage.empty())
-            throw ConfigError("checkpoint '" + path + "' cannot be read: " + damage);
-        archive.load_from(bytes.data(), bytes.size(), torch::Device(torch::kCPU));
+        open(archive);
         if (get("format_version").item<int64_t>() != 1)
             throw ConfigError("checkpoint '" + path + "' has an unknown format version");
         c10::IValue stored;

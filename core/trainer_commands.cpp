@@ -16,8 +16,11 @@ bool Trainer::Impl::apply_commands(TelemetrySink& sink)
         return e;
     };
     bool paused = false;
+    std::deque<Command> synced; // data parallel: rank 0's commands, on every rank
     while (true) {
-        auto command = paused ? std::optional<Command>(commands.wait_pop()) : commands.try_pop();
+        std::optional<Command> command;
+        if (dp) command = dp_next_command(synced, paused);
+        else command = paused ? std::optional<Command>(commands.wait_pop()) : commands.try_pop();
         if (!command) return true;
         switch (command->kind) {
         case Command::Kind::Stop:
@@ -33,6 +36,7 @@ bool Trainer::Impl::apply_commands(TelemetrySink& sink)
             }
             break;
         case Command::Kind::Checkpoint:
+            if (!is_rank0()) break; // rank 0 writes the checkpoints
             if (config.training.checkpoint_dir.empty()) {
                 auto e = event(EventKind::CheckpointSkipped);
                 e.text = "no training.checkpoint_dir set";
@@ -45,7 +49,8 @@ bool Trainer::Impl::apply_commands(TelemetrySink& sink)
             auto e = event(EventKind::PrecisionChanged);
             e.pattern = command->layer_pattern;
             e.new_formats = command->formats;
-            e.cause = ChangeCause::User;
+            e.cause = command->cause;
+            e.watcher = command->watcher;
             const auto changed = set_layer_formats(command->layer_pattern, command->formats);
             for (const auto& [name, before] : changed) e.layers.push_back(name);
             if (!changed.empty()) e.old_formats = changed.front().second;
@@ -75,6 +80,13 @@ void Trainer::Impl::handle_alerts(const std::vector<WatchAlert>& alerts, Telemet
         if (a.action == WatchAction::Pause) {
             commands.push({Command::Kind::Pause, {}, {}});
             action.action = "pause";
+            sink.on_event(action);
+        } else if (a.action == WatchAction::SwitchToBf16 && !a.layer.empty() && dp) {
+            // Data parallel: through rank 0's queue, so every rank switches at the next boundary.
+            const GemmFormats bf16{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16};
+            commands.push({Command::Kind::SetLayerFormats, a.layer, bf16, ChangeCause::Watcher, a.watcher});
+            action.action = "bf16";
+            action.layers = {a.layer};
             sink.on_event(action);
         } else if (a.action == WatchAction::SwitchToBf16 && !a.layer.empty()) {
             const GemmFormats bf16{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16};

@@ -11,8 +11,11 @@
 //   batch_sampler.cpp       random training windows
 // Internal: includes LibTorch, so only the engine's own sources include it.
 
+#include <deque>
 #include <functional>
+#include <iosfwd>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +26,7 @@
 #include "batch_sampler.h"
 #include "checkpoint_file.h"
 #include "command_queue.h"
+#include "data_parallel.h"
 #include "dataset.h"
 #include "gpt_model.h"
 #include "gradients.h"
@@ -42,6 +46,15 @@ struct StepOutcome {
     bool skipped = false;
     std::vector<std::pair<std::string, double>> layer_grad_norms;
     std::vector<WatchAlert> alerts; // from the loss scaler's watcher
+    double allreduce_ms = 0.0;      // data parallel: time in the gradient and loss allreduce
+};
+
+// Data parallel: one FP8 delayed-scaling state as it was before the step (its records of the
+// step are replayed from here with the amaxes reduced across the ranks).
+struct Fp8Snapshot {
+    DelayedScaling* state = nullptr;
+    std::vector<float> history;
+    float scale = 1.0f;
 };
 
 struct Trainer::Impl {
@@ -63,8 +76,33 @@ struct Trainer::Impl {
     torch::Device device{torch::kCPU};
     int threads = 1;
     LayerGradients gradients;
+    std::shared_ptr<DataParallel> dp; // null: a single process
+    std::vector<Fp8Snapshot> fp8_snapshots;
+    bool reduce_amax = true; // MANTISSA_DP_SKIP_AMAX_REDUCTION=1 turns it off (a test shows it matters)
 
     explicit Impl(ProjectConfig c);
+
+    // trainer_data_parallel.cpp (all no-ops without `dp`)
+    bool is_rank0() const { return !dp || dp->rank() == 0; }
+    // Starts the process group and gives every rank rank 0's state (weights, optimizer,
+    // scaler, FP8 histories, RNG and sampler state, step): a fresh run and a resumed one alike.
+    void dp_begin_run();
+    // Whether this rank runs micro-batch `micro` of the step (rank r: r, r+W, ...).
+    bool dp_owns_micro_batch(int64_t micro) const;
+    // Before the step's first forward: snapshots the FP8 delayed-scaling states.
+    void dp_fp8_begin_step();
+    // After the last backward: the FP8 amaxes of the step reduced with MAX, the scales
+    // recomputed from them; the gradients summed in flat buckets; the loss summed. Returns the
+    // milliseconds spent.
+    double dp_reduce_step(torch::Tensor& loss_sum);
+    // Rank 0's pending commands, the same on every rank; while paused, rank 0 waits for one
+    // and the others wait with it. nullopt: nothing more at this boundary.
+    std::optional<Command> dp_next_command(std::deque<Command>& synced, bool paused);
+    // Every rank's step and allreduce times, as scalars for rank 0's sink.
+    void dp_gather_times(double step_ms, double allreduce_ms, StepMetrics& metrics);
+    // A failure during run(): the peer's posted reason, or this rank's, posted for the others.
+    [[noreturn]] void dp_fail(const std::exception& error);
+    std::string state_digest() const;
 
     // trainer_step.cpp
     StepOutcome train_step(bool armed, TelemetryStep& telemetry, TelemetrySink& sink);
@@ -80,6 +118,10 @@ struct Trainer::Impl {
     // trainer_checkpoint.cpp
     void save_checkpoint(const std::string& path);
     void load_checkpoint(const std::string& path);
+    // The checkpoint's bytes in memory, and their loading (`source` names them in errors).
+    std::string serialize_state();
+    void load_state(std::istream& in, const std::string& source);
+    void load_archive(const std::string& path, const std::function<void(torch::serialize::InputArchive&)>& open);
     // step-00000100.pt in training.checkpoint_dir, keeping the newest checkpoint_keep. A failed
     // write (full disk, folder gone) is a warning event: training goes on without it.
     std::string write_periodic_checkpoint(TelemetrySink& sink);

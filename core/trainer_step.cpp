@@ -17,16 +17,27 @@ StepOutcome Trainer::Impl::train_step(bool armed, TelemetryStep& telemetry, Tele
     // The step's losses add up on the device (FP64, the order the host would add them in):
     // the step reads them back once, with the gradient norms.
     auto loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+    dp_fp8_begin_step();
+    bool first = true;
     for (int64_t micro = 0; micro < cfg.training.grad_accum; ++micro) {
         auto [x, y] = train_batches->next(); // (B, T) each
+        // Data parallel: every rank draws every micro-batch, so that the sampler's state is
+        // the same on all of them (and in a checkpoint), and runs only its own.
+        if (!dp_owns_micro_batch(micro)) continue;
         x = to_device(x);
         y = to_device(y);
         auto loss = model->loss(model->forward(x), y); // scalar
         // The scale multiplies the loss so that small gradients survive FP16's range.
         ((loss * out.loss_scale) / static_cast<double>(cfg.training.grad_accum)).backward();
         loss_sum = loss_sum + loss.detach().to(torch::kFloat64);
-        if (armed && micro == 0) telemetry.disarm(model); // statistics of the first micro-batch
+        if (armed && first) telemetry.disarm(model); // statistics of the first micro-batch
+        first = false;
     }
+    // Data parallel: gradients and loss summed over the ranks (each backward already divided
+    // by the global grad_accum), FP8 amaxes reduced with MAX. Everything after this point sees
+    // the same values on every rank: the finite check, so every rank skips the same steps, and
+    // the norms and the update.
+    out.allreduce_ms = dp_reduce_step(loss_sum);
     if (armed) telemetry.remember_weights(model);
     // Unscaling is queued before the read, so the norms and the finite check see the true gradients.
     if (scaler.enabled() && out.loss_scale != 1.0) gradients.scale(1.0 / out.loss_scale);

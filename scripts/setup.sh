@@ -12,6 +12,7 @@ APT_PACKAGES=(g++ cmake ninja-build ccache python3 python3-venv pkg-config
               qt6-base-dev libqcustomplot-dev libqcustomplot2.1-qt6 libgl-dev
               libsqlite3-dev nlohmann-json3-dev libcli11-dev
               libcpp-httplib-dev libssl-dev # the store server (remote/); optional
+              libgloo-dev # data-parallel training on the CPU (docs/DISTRIBUTED.md): gloo headers for ProcessGroupGloo
               desktop-file-utils appstream shared-mime-info) # tests/test_desktop.cpp validates the desktop files
 
 log() { printf '[setup] %s\n' "$*" >&2; }

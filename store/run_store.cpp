@@ -1157,6 +1157,7 @@ void StoreSink::on_step(const StepMetrics& m)
     store_.append_scalar(run_id_, m.step, "loss_scale", m.loss_scale);
     if (m.skipped) store_.append_scalar(run_id_, m.step, "skipped", 1.0);
     for (const auto& [layer, norm] : m.layer_grad_norms) store_.append_scalar(run_id_, m.step, "grad_norm/" + layer, norm);
+    for (const auto& [tag, value] : m.extra_scalars) store_.append_scalar(run_id_, m.step, tag, value);
 }
 
 void StoreSink::on_eval(const EvalMetrics& m)

@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "data_parallel_cli.h"
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "telemetry.h"
+
+namespace mantissa {
+
+namespace {
+const char* const kProjectKey = "project"; // "refused:<code>" or "<base_dir>\n<project json>"
+}
+
+DataParallelLaunch join_data_parallel(bool allowed, const char* command)
+{
+    DataParallelLaunch launch;
+    std::optional<DistributedEnv> env;
+    try {
+        env = read_distributed_env();
+    } catch (const ConfigError& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        launch.exit_code = 2;
+        return launch;
+    }
+    if (!env || env->world_size == 1) return launch; // torchrun with one process: an ordinary run
+    if (!allowed) {
+        std::fprintf(stderr, "error: '%s' does not train data-parallel; launch 'run' or 'resume' under torchrun\n",
+                     command);
+        launch.exit_code = 2;
+        return launch;
+    }
+    try {
+        launch.dp = DataParallel::join(*env, std::chrono::seconds(kDefaultCollectiveTimeoutS));
+    } catch (const ConfigError& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        launch.exit_code = 2;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        launch.exit_code = 1;
+    }
+    return launch;
+}
+
+void announce_project(DataParallel& dp, const ProjectConfig& config)
+{
+    dp.post(kProjectKey, config.base_dir + "\n" + to_json_text(config));
+}
+
+void announce_refusal(DataParallel& dp, int exit_code)
+{
+    dp.post(kProjectKey, "refused:" + std::to_string(exit_code));
+    // Rank 0 may host the store: it stays until the others have read why (or a while).
+    dp.wait_for_arrivals("refusal_read", dp.world_size() - 1, std::chrono::seconds(30));
+}
+
+void print_rank_digest(const DataParallel& dp, const Trainer& trainer)
+{
+    std::printf("data-parallel rank %d/%d: state digest %s\n", dp.rank(), dp.world_size(),
+                trainer.state_digest().c_str());
+    std::fflush(stdout);
+}
+
+int run_data_parallel_follower(DataParallel& dp)
+{
+    // Ctrl-C reaches every rank; rank 0 turns it into a Stop that all ranks apply together.
+    std::signal(SIGINT, SIG_IGN);
+    std::string message;
+    try {
+        message = dp.wait_for(kProjectKey);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
+    if (message.rfind("refused:", 0) == 0) {
+        dp.arrive("refusal_read");
+        const int code = std::atoi(message.c_str() + 8);
+        std::fprintf(stderr, "error: data-parallel rank %d: rank 0 stopped before training (exit code %d)\n", dp.rank(),
+                     code);
+        return code;
+    }
+    const auto newline = message.find('\n');
+    std::shared_ptr<DataParallel> self(std::shared_ptr<DataParallel>{}, &dp); // not owned: main() keeps it
+    try {
+        Trainer trainer(load_project_json(message.substr(newline + 1), message.substr(0, newline)));
+        trainer.set_data_parallel(self);
+        FanOutSink nothing({}); // telemetry, events and the store are rank 0's
+        const RunSummary summary = trainer.run(nothing);
+        std::printf("data-parallel rank %d/%d: %lld steps, train loss %.6f\n", dp.rank(), dp.world_size(),
+                    static_cast<long long>(summary.steps_done), summary.final_train_loss);
+        print_rank_digest(dp, trainer);
+        return 0;
+    } catch (const std::exception& e) {
+        if (!dynamic_cast<const CollectiveError*>(&e)) dp.report_failure(e.what()); // kept only if first
+        std::fprintf(stderr, "error: data-parallel rank %d: training failed: %s\n", dp.rank(), e.what());
+        return 1;
+    }
+}
+
+} // namespace mantissa

@@ -1,0 +1,374 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The launcher's environment, the rendezvous store and the process group. The only file that
+// includes c10d's backend headers: ProcessGroupGloo.hpp needs gloo's headers (Debian's
+// libgloo-dev; the wheel does not ship them) and ProcessGroupNCCL.hpp needs nccl.h (the
+// nvidia-nccl wheel). CMake defines MANTISSA_DP_GLOO / MANTISSA_DP_NCCL only where they exist.
+#include "data_parallel_impl.h"
+
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#if MANTISSA_DP_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+#if MANTISSA_DP_NCCL
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include "project_config.h"
+
+namespace mantissa {
+
+namespace {
+
+int parse_int(const EnvLookup& lookup, const std::string& name, int min_value)
+{
+    const auto text = lookup(name);
+    if (!text) throw ConfigError("data-parallel launch: " + name + " is not set");
+    int value = 0;
+    const auto* end = text->data() + text->size();
+    const auto [ptr, ec] = std::from_chars(text->data(), end, value);
+    if (ec != std::errc() || ptr != end || value < min_value)
+        throw ConfigError("data-parallel launch: " + name + "='" + *text + "' is not a whole number >= " +
+                          std::to_string(min_value));
+    return value;
+}
+
+} // namespace
+
+std::optional<DistributedEnv> read_distributed_env(const EnvLookup& lookup)
+{
+    DistributedEnv env;
+    const bool torchrun_style = lookup("RANK") || lookup("WORLD_SIZE");
+    if (torchrun_style) {
+        env.rank = parse_int(lookup, "RANK", 0);
+        env.world_size = parse_int(lookup, "WORLD_SIZE", 1);
+        env.local_rank = lookup("LOCAL_RANK") ? parse_int(lookup, "LOCAL_RANK", 0) : env.rank;
+        env.launcher = lookup("TORCHELASTIC_RUN_ID") ? "torchrun" : "env";
+    } else if (lookup("SLURM_PROCID") && lookup("SLURM_NTASKS")) {
+        env.world_size = parse_int(lookup, "SLURM_NTASKS", 1);
+        if (env.world_size == 1) return std::nullopt; // one task: an ordinary run inside a Slurm job
+        env.rank = parse_int(lookup, "SLURM_PROCID", 0);
+        env.local_rank = lookup("SLURM_LOCALID") ? parse_int(lookup, "SLURM_LOCALID", 0) : 0;
+        env.launcher = "slurm";
+    } else {
+        return std::nullopt;
+    }
+    if (env.rank >= env.world_size)
+        throw ConfigError("data-parallel launch: rank " + std::to_string(env.rank) + " is not below the world size " +
+                          std::to_string(env.world_size) + " (" + (env.launcher == "slurm" ? "SLURM_PROCID/SLURM_NTASKS" : "RANK/WORLD_SIZE") + ")");
+    if (env.local_rank > env.rank && env.launcher != "slurm")
+        throw ConfigError("data-parallel launch: LOCAL_RANK=" + std::to_string(env.local_rank) + " is above RANK=" +
+                          std::to_string(env.rank));
+    const auto addr = lookup("MASTER_ADDR");
+    if (!addr || addr->empty())
+        throw ConfigError("data-parallel launch: MASTER_ADDR is not set (the host of rank 0, e.g. 127.0.0.1)");
+    env.master_addr = *addr;
+    env.master_port = parse_int(lookup, "MASTER_PORT", 1);
+    if (env.master_port > 65535)
+        throw ConfigError("data-parallel launch: MASTER_PORT=" + std::to_string(env.master_port) + " is not a port");
+    const auto agent = lookup("TORCHELASTIC_USE_AGENT_STORE");
+    env.agent_store = agent && (*agent == "True" || *agent == "true" || *agent == "1");
+    if (lookup("TORCHELASTIC_RESTART_COUNT")) env.restart_count = parse_int(lookup, "TORCHELASTIC_RESTART_COUNT", 0);
+    return env;
+}
+
+std::optional<DistributedEnv> read_distributed_env()
+{
+    return read_distributed_env([](const std::string& name) -> std::optional<std::string> {
+        const char* v = std::getenv(name.c_str());
+        if (!v) return std::nullopt;
+        return std::string(v);
+    });
+}
+
+std::string data_parallel_backends()
+{
+    std::string out;
+#if MANTISSA_DP_GLOO
+    out = "gloo";
+#endif
+#if MANTISSA_DP_NCCL
+    out += out.empty() ? "nccl" : ", nccl";
+#endif
+    return out;
+}
+
+class DataParallelBackend {
+public:
+    c10::intrusive_ptr<c10d::Store> store;     // this attempt's keys
+    c10::intrusive_ptr<c10d::Store> job_store; // keys of every attempt
+    c10::intrusive_ptr<c10d::Backend> group;
+    std::string name;
+    bool cuda = false;
+};
+
+namespace {
+
+std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string from_bytes(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
+// Waits for a collective; a peer that died, hung up or timed out becomes a CollectiveError.
+void finish(const c10::intrusive_ptr<c10d::Work>& work, const char* what)
+{
+    try {
+        work->wait();
+    } catch (const std::exception& e) {
+        const std::string text = e.what();
+        throw CollectiveError(std::string(what) + " failed: " + text.substr(0, text.find('\n')));
+    }
+}
+
+} // namespace
+
+DataParallel::Impl::~Impl() = default;
+
+DataParallel::DataParallel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DataParallel::~DataParallel() = default;
+
+std::shared_ptr<DataParallel> DataParallel::join(const DistributedEnv& env, std::chrono::milliseconds timeout)
+{
+    if (data_parallel_backends().empty())
+        throw ConfigError("data-parallel training is not available in this build (it was built without gloo's "
+                          "headers and without NCCL: install libgloo-dev and reconfigure)");
+    auto impl = std::make_unique<Impl>();
+    impl->env = env;
+    impl->key_prefix = "mantissa/";
+    impl->backend = std::make_unique<DataParallelBackend>();
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<std::uint16_t>(env.master_port);
+    options.isServer = !env.agent_store && env.rank == 0;
+    options.numWorkers = env.agent_store ? std::nullopt : std::optional<std::size_t>(env.world_size);
+    options.waitWorkers = false;
+    options.timeout = timeout;
+    try {
+        c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+        impl->backend->job_store = c10::make_intrusive<c10d::PrefixStore>("mantissa-job", store);
+        // As torch.distributed does under torchrun: each restart attempt has keys of its own.
+        if (env.agent_store)
+            store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count),
+                                                           store);
+        impl->backend->store = c10::make_intrusive<c10d::PrefixStore>("mantissa", store);
+    } catch (const std::exception& e) {
+        const std::string text = e.what();
+        throw CollectiveError("data-parallel: rank " + std::to_string(env.rank) + " cannot reach the store at " +
+                              env.master_addr + ":" + std::to_string(env.master_port) + ": " +
+                              text.substr(0, text.find('\n')));
+    }
+#if MANTISSA_DP_NCCL
+    // One GPU per rank, chosen before the Trainer puts anything on a device.
+    if (torch::cuda::is_available() && env.local_rank < static_cast<int>(torch::cuda::device_count()))
+        c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.local_rank));
+#endif
+    return std::shared_ptr<DataParallel>(new DataParallel(std::move(impl)));
+}
+
+int DataParallel::rank() const { return impl_->env.rank; }
+int DataParallel::world_size() const { return impl_->env.world_size; }
+int DataParallel::local_rank() const { return impl_->env.local_rank; }
+bool DataParallel::started() const { return static_cast<bool>(impl_->backend->group); }
+std::string DataParallel::backend_name() const { return impl_->backend->name; }
+
+void DataParallel::post(const std::string& key, const std::string& value)
+{
+    impl_->backend->store->set(key, to_bytes(value));
+}
+
+std::string DataParallel::wait_for(const std::string& key)
+{
+    try {
+        return from_bytes(impl_->backend->store->get(key));
+    } catch (const std::exception& e) {
+        const std::string text = e.what();
+        throw CollectiveError("data-parallel: rank " + std::to_string(rank()) + " waited in vain for '" + key +
+                              "': " + text.substr(0, text.find('\n')));
+    }
+}
+
+std::optional<std::string> DataParallel::peek(const std::string& key, std::chrono::milliseconds wait)
+{
+    const auto until = std::chrono::steady_clock::now() + wait;
+    try {
+        while (true) {
+            if (impl_->backend->store->check({key})) return from_bytes(impl_->backend->store->get(key));
+            if (std::chrono::steady_clock::now() >= until) return std::nullopt;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+    } catch (const std::exception&) {
+        return std::nullopt; // the store went away with its host
+    }
+}
+
+int DataParallel::restart_count() const { return impl_->env.restart_count; }
+
+void DataParallel::post_job(const std::string& key, const std::string& value)
+{
+    impl_->backend->job_store->set(key, to_bytes(value));
+}
+
+std::optional<std::string> DataParallel::peek_job(const std::string& key)
+{
+    try {
+        if (!impl_->backend->job_store->check({key})) return std::nullopt;
+        return from_bytes(impl_->backend->job_store->get(key));
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+}
+
+void DataParallel::arrive(const std::string& key)
+{
+    try {
+        impl_->backend->store->add(key, 1);
+    } catch (const std::exception&) {
+        // The host is gone already: nothing waits for this arrival.
+    }
+}
+
+bool DataParallel::wait_for_arrivals(const std::string& key, int64_t count, std::chrono::milliseconds wait)
+{
+    const auto until = std::chrono::steady_clock::now() + wait;
+    try {
+        while (impl_->backend->store->add(key, 0) < count) {
+            if (std::chrono::steady_clock::now() >= until) return false;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        return true;
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
+void DataParallel::report_failure(const std::string& reason)
+{
+    try {
+        // compareSet with an empty expectation: only the first reason is kept.
+        impl_->backend->store->compareSet("failure", {}, to_bytes("rank " + std::to_string(rank()) + ": " + reason));
+    } catch (const std::exception&) {
+        // The store is gone: the others learn of this rank's end from the collectives alone.
+    }
+}
+
+std::optional<std::string> DataParallel::failure_reason(std::chrono::milliseconds wait)
+{
+    return peek("failure", wait);
+}
+
+void DataParallel::start(bool cuda, std::chrono::milliseconds collective_timeout)
+{
+    auto& b = *impl_->backend;
+    const auto& env = impl_->env;
+    auto store = c10::make_intrusive<c10d::PrefixStore>("group", b.store);
+    try {
+        if (cuda) {
+#if MANTISSA_DP_NCCL
+            // NCCL's timeout otherwise only arms its watchdog, which tears the process down: with
+            // a blocking wait a timed-out collective throws, and the run is marked failed.
+            ::setenv("TORCH_NCCL_BLOCKING_WAIT", "1", /*overwrite=*/0);
+            auto options = c10d::ProcessGroupNCCL::Options::create();
+            options->timeout = collective_timeout;
+            b.group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, options);
+            b.name = "nccl";
+#else
+            throw ConfigError("data-parallel training on CUDA needs NCCL, and this build has none (" +
+                              (data_parallel_backends().empty() ? std::string("no backend") : data_parallel_backends()) +
+                              "); train on the CPU (training.device=cpu) or rebuild with nccl.h");
+#endif
+        } else {
+#if MANTISSA_DP_GLOO
+            auto options = c10d::ProcessGroupGloo::Options::create(collective_timeout);
+            const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+            const bool loopback = env.master_addr == "localhost" || env.master_addr.rfind("127.", 0) == 0;
+            if (ifname && *ifname) options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+            else if (loopback) options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+            else options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+            options->threads = 1;
+            b.group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, options);
+            b.name = "gloo";
+#else
+            throw ConfigError("data-parallel training on the CPU needs Gloo, and this build has none (" +
+                              (data_parallel_backends().empty() ? std::string("no backend") : data_parallel_backends()) +
+                              "): install libgloo-dev and reconfigure");
+#endif
+        }
+    } catch (const ConfigError&) {
+        throw;
+    } catch (const std::exception& e) {
+        const std::string text = e.what();
+        throw CollectiveError("data-parallel: rank " + std::to_string(env.rank) + " could not build the process group: " +
+                              text.substr(0, text.find('\n')));
+    }
+    b.cuda = cuda;
+}
+
+namespace {
+
+// Gloo reduces host tensors; NCCL device ones. A tensor elsewhere travels there and back.
+torch::Tensor on_backend_device(const DataParallelBackend& b, const torch::Tensor& t)
+{
+    if (b.cuda) return t.is_cuda() ? t.contiguous() : t.to(torch::kCUDA).contiguous();
+    return t.is_cuda() ? t.to(torch::kCPU).contiguous() : t.contiguous();
+}
+
+void copy_back(torch::Tensor& target, const torch::Tensor& reduced)
+{
+    if (reduced.data_ptr() != target.data_ptr()) target.copy_(reduced);
+}
+
+} // namespace
+
+void DataParallel::Impl::broadcast(std::vector<torch::Tensor>& tensors)
+{
+    for (auto& t : tensors) {
+        std::vector<torch::Tensor> one{on_backend_device(*backend, t)};
+        c10d::BroadcastOptions options;
+        options.rootRank = 0;
+        finish(backend->group->broadcast(one, options), "broadcast");
+        copy_back(t, one[0]);
+    }
+}
+
+namespace {
+
+void allreduce(DataParallelBackend& b, torch::Tensor& tensor, c10d::ReduceOp op, const char* what)
+{
+    std::vector<torch::Tensor> one{on_backend_device(b, tensor)};
+    c10d::AllreduceOptions options;
+    options.reduceOp = op;
+    finish(b.group->allreduce(one, options), what);
+    copy_back(tensor, one[0]);
+}
+
+} // namespace
+
+void DataParallel::Impl::allreduce_sum(torch::Tensor& tensor)
+{
+    allreduce(*backend, tensor, c10d::ReduceOp::SUM, "allreduce (sum)");
+}
+
+void DataParallel::Impl::allreduce_max(torch::Tensor& tensor)
+{
+    allreduce(*backend, tensor, c10d::ReduceOp::MAX, "allreduce (max)");
+}
+
+std::string DataParallel::Impl::broadcast_bytes(const std::string& bytes_on_rank0)
+{
+    const bool root = env.rank == 0;
+    std::vector<torch::Tensor> length{torch::tensor({root ? static_cast<int64_t>(bytes_on_rank0.size()) : int64_t(0)})};
+    broadcast(length);
+    const int64_t n = length[0].item<int64_t>();
+    if (n == 0) return {};
+    auto bytes = torch::empty({n}, torch::kUInt8);
+    if (root) std::memcpy(bytes.data_ptr<uint8_t>(), bytes_on_rank0.data(), static_cast<size_t>(n));
+    std::vector<torch::Tensor> one{bytes};
+    broadcast(one);
+    const auto host = one[0].to(torch::kCPU).contiguous();
+    return std::string(reinterpret_cast<const char*>(host.data_ptr<uint8_t>()), static_cast<size_t>(n));
+}
+
+} // namespace mantissa

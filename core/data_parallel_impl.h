@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// The collectives the Trainer runs across data-parallel ranks. Internal: includes LibTorch
+// (not c10d: the backend headers stay inside data_parallel.cpp, which is the only file that
+// needs gloo's or NCCL's headers).
+
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "data_parallel.h"
+
+namespace mantissa {
+
+class DataParallelBackend; // data_parallel.cpp: the c10d store and process group
+
+struct DataParallel::Impl {
+    DistributedEnv env;
+    std::string key_prefix; // "mantissa/<restart>/": keys of an earlier torchrun attempt are not reused
+    std::unique_ptr<DataParallelBackend> backend;
+
+    ~Impl();
+
+    // Every rank's tensors take rank 0's values (in place).
+    void broadcast(std::vector<torch::Tensor>& tensors);
+    // In place: the element-wise SUM (or MAX) over the ranks. One call per tensor; a caller
+    // packs what it can into one flat tensor first.
+    void allreduce_sum(torch::Tensor& tensor);
+    void allreduce_max(torch::Tensor& tensor);
+    // Rank 0's bytes on every rank (a length broadcast, then the bytes).
+    std::string broadcast_bytes(const std::string& bytes_on_rank0);
+};
+
+} // namespace mantissa

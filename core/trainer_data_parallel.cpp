@@ -1,0 +1,269 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The Trainer as one rank of a data-parallel job (docs/DISTRIBUTED.md): the start from rank
+// 0's state, the micro-batch shard, what is reduced after the backward (FP8 amaxes with MAX,
+// gradients and loss with SUM), the commands every rank applies at the same step boundary,
+// per-rank timing, and failure reports.
+#include "trainer_impl.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <sstream>
+
+#include "data_parallel_impl.h"
+
+namespace mantissa {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// DDP's default bucket: big enough that a collective's fixed cost is small beside its bytes.
+constexpr int64_t kBucketBytes = 25 * 1024 * 1024;
+
+// A NaN amax (stored as given in the history) travels as -1 so that MAX keeps the other
+// ranks' finite amaxes, with fmax's semantics, as the history's own reduction does.
+constexpr float kNanAmax = -1.0f;
+
+std::string encode_commands(const std::vector<Command>& commands)
+{
+    std::ostringstream out;
+    for (const auto& c : commands)
+        out << static_cast<int>(c.kind) << ' ' << static_cast<int>(c.formats.forward) << ' '
+            << static_cast<int>(c.formats.dgrad) << ' ' << static_cast<int>(c.formats.wgrad) << ' '
+            << static_cast<int>(c.cause) << ' ' << c.layer_pattern.size() << ' ' << c.layer_pattern << ' '
+            << c.watcher.size() << ' ' << c.watcher << '\n';
+    return out.str();
+}
+
+std::vector<Command> decode_commands(const std::string& text)
+{
+    std::vector<Command> out;
+    std::istringstream in(text);
+    auto read_string = [&in] {
+        size_t n = 0;
+        in >> n;
+        in.get(); // the blank
+        std::string s(n, '\0');
+        in.read(s.data(), static_cast<std::streamsize>(n));
+        return s;
+    };
+    int kind = 0, forward = 0, dgrad = 0, wgrad = 0, cause = 0;
+    while (in >> kind >> forward >> dgrad >> wgrad >> cause) {
+        Command c{static_cast<Command::Kind>(kind), {}, {}};
+        c.formats = {static_cast<NumberFormat>(forward), static_cast<NumberFormat>(dgrad),
+                     static_cast<NumberFormat>(wgrad)};
+        c.cause = static_cast<ChangeCause>(cause);
+        c.layer_pattern = read_string();
+        c.watcher = read_string();
+        out.push_back(std::move(c));
+    }
+    return out;
+}
+
+void fnv1a(uint64_t& h, const void* data, size_t n)
+{
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < n; ++i) {
+        h ^= p[i];
+        h *= 0x100000001b3ULL;
+    }
+}
+
+} // namespace
+
+void Trainer::Impl::dp_begin_run()
+{
+    if (!dp) return;
+    if (!dp->started())
+        dp->start(device.is_cuda(), std::chrono::seconds(config.training.collective_timeout_s));
+    for (const auto& g : model->gemm_layers())
+        if (g->native() && device.is_cuda() && g->recipe().scaling == Fp8Scaling::Delayed && g->formats().any_fp8())
+            throw ConfigError("data-parallel training does not yet reduce the FP8 amaxes of the native CUDA "
+                              "executor (layer " + g->name() + "): use precision.backend=emulated or a current-"
+                              "scaling recipe");
+    const char* skip = std::getenv("MANTISSA_DP_SKIP_AMAX_REDUCTION");
+    reduce_amax = !(skip && std::string(skip) == "1");
+    // Rank 0's whole state, as a checkpoint in memory: a fresh run's weights (all ranks drew
+    // them from the same seed, but only rank 0's count) and a resumed run's everything.
+    const std::string state = dp->impl().broadcast_bytes(is_rank0() ? serialize_state() : std::string());
+    if (!is_rank0()) {
+        std::istringstream in(state);
+        load_state(in, "rank 0's state");
+    }
+    // Dropout masks: each rank draws its own (with one seed they would repeat across ranks).
+    if (config.model.dropout > 0.0 && !is_rank0())
+        torch::manual_seed(config.training.seed + 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(dp->rank()) +
+                           static_cast<uint64_t>(step));
+}
+
+bool Trainer::Impl::dp_owns_micro_batch(int64_t micro) const
+{
+    return !dp || micro % dp->world_size() == dp->rank();
+}
+
+void Trainer::Impl::dp_fp8_begin_step()
+{
+    fp8_snapshots.clear();
+    if (!dp || !reduce_amax) return;
+    for (const auto& g : model->gemm_layers()) {
+        if (g->recipe().scaling != Fp8Scaling::Delayed || !g->formats().any_fp8()) continue;
+        for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput}) {
+            auto& d = g->delayed(role);
+            fp8_snapshots.push_back({&d, d.history(), d.scale()});
+            d.keep_journal(true);
+        }
+    }
+}
+
+double Trainer::Impl::dp_reduce_step(torch::Tensor& loss_sum)
+{
+    if (!dp) return 0.0;
+    torch::NoGradGuard no_grad;
+    const auto t0 = Clock::now();
+    auto& group = dp->impl();
+
+    // FP8 delayed scaling, as TransformerEngine's amax reduction: each record of this step
+    // is replayed from the state before the step with the MAX of the ranks' amaxes, so the
+    // histories and scales stay equal on every rank. Every rank recorded as often (the same
+    // code ran), so the records line up.
+    if (!fp8_snapshots.empty()) {
+        std::vector<float> amaxes;
+        for (const auto& snap : fp8_snapshots)
+            for (const auto& r : snap.state->journal()) amaxes.push_back(std::isnan(r.amax) ? kNanAmax : r.amax);
+        auto reduced = torch::tensor(amaxes, torch::kFloat32);
+        if (!amaxes.empty()) group.allreduce_max(reduced);
+        const float* a = reduced.data_ptr<float>();
+        for (auto& snap : fp8_snapshots) {
+            const auto records = snap.state->journal();
+            snap.state->keep_journal(false);
+            snap.state->restore(snap.history, snap.scale);
+            for (const auto& r : records) {
+                const float amax = *a == kNanAmax ? std::numeric_limits<float>::quiet_NaN() : *a;
+                ++a;
+                snap.state->record(amax, r.fp8_max, r.use_max, r.margin);
+            }
+        }
+        fp8_snapshots.clear();
+    }
+
+    // Gradients: summed in flat buckets (each rank's backward already divided by the global
+    // grad_accum, so the sum is the single process's accumulated gradient; with two ranks
+    // a + b is bitwise the single process's a + b). In registration order, a bucket per run
+    // of one dtype up to kBucketBytes. On CUDA the buckets are where an allreduce overlapping
+    // the backward would hook in (a bucket is ready once its last gradient is written);
+    // for now they are reduced after the backward.
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : model->parameters())
+        if (p.grad().defined()) grads.push_back(p.grad());
+    size_t begin = 0;
+    while (begin < grads.size()) {
+        size_t end = begin;
+        int64_t bytes = 0;
+        while (end < grads.size() && grads[end].scalar_type() == grads[begin].scalar_type() &&
+               (end == begin || bytes + grads[end].nbytes() <= static_cast<size_t>(kBucketBytes))) {
+            bytes += static_cast<int64_t>(grads[end].nbytes());
+            ++end;
+        }
+        std::vector<torch::Tensor> flat_parts;
+        for (size_t i = begin; i < end; ++i) flat_parts.push_back(grads[i].reshape({-1}));
+        auto flat = torch::cat(flat_parts);
+        group.allreduce_sum(flat);
+        int64_t offset = 0;
+        for (size_t i = begin; i < end; ++i) {
+            const int64_t n = grads[i].numel();
+            grads[i].copy_(flat.narrow(0, offset, n).view_as(grads[i]));
+            offset += n;
+        }
+        begin = end;
+    }
+    group.allreduce_sum(loss_sum); // FP64: l0 + l1, as the single process adds them
+    return ms_since(t0);
+}
+
+std::optional<Command> Trainer::Impl::dp_next_command(std::deque<Command>& synced, bool paused)
+{
+    // Every rank calls this equally often: what it decides on (`synced`, `paused`) is the
+    // same everywhere, since it comes from rank 0's broadcast.
+    while (synced.empty()) {
+        std::string mine;
+        if (is_rank0()) {
+            std::vector<Command> drained;
+            while (auto c = commands.try_pop()) drained.push_back(*c);
+            // Paused: wait for a command a while, then tell the others we are still here, well
+            // within the collective timeout.
+            if (drained.empty() && paused)
+                if (auto c = commands.wait_pop_for(std::chrono::milliseconds(1000))) drained.push_back(*c);
+            mine = encode_commands(drained);
+        }
+        for (auto& c : decode_commands(dp->impl().broadcast_bytes(mine))) synced.push_back(std::move(c));
+        if (synced.empty() && !paused) return std::nullopt;
+    }
+    Command c = std::move(synced.front());
+    synced.pop_front();
+    return c;
+}
+
+void Trainer::Impl::dp_gather_times(double step_ms, double allreduce_ms, StepMetrics& metrics)
+{
+    if (!dp) return;
+    const int w = dp->world_size(), r = dp->rank();
+    auto times = torch::zeros({2 * w}, torch::kFloat64);
+    times[2 * r] = step_ms;
+    times[2 * r + 1] = allreduce_ms;
+    dp->impl().allreduce_sum(times);
+    if (!is_rank0()) return;
+    const double* t = times.data_ptr<double>();
+    metrics.extra_scalars.emplace_back("dp/allreduce_ms", t[1]);
+    metrics.extra_scalars.emplace_back("dp/allreduce_share", t[0] > 0 ? t[1] / t[0] : 0.0);
+    for (int i = 0; i < w; ++i) {
+        metrics.extra_scalars.emplace_back("dp/step_ms/rank_" + std::to_string(i), t[2 * i]);
+        metrics.extra_scalars.emplace_back("dp/allreduce_ms/rank_" + std::to_string(i), t[2 * i + 1]);
+    }
+}
+
+void Trainer::Impl::dp_fail(const std::exception& error)
+{
+    const std::string what = std::string(error.what()).substr(0, std::string(error.what()).find('\n'));
+    const std::string me = "rank " + std::to_string(dp->rank());
+    if (!dynamic_cast<const CollectiveError*>(&error)) {
+        // This rank's own failure: the others will see a collective fail; tell them why.
+        dp->report_failure(what);
+        throw; // the error as it was (a ConfigError stays one)
+    }
+    // A peer left. It may have said why before it went (it posts before its sockets close).
+    if (const auto reason = dp->failure_reason(std::chrono::milliseconds(2000)))
+        throw CollectiveError("data-parallel: " + *reason + " (" + me + " stopped with it: " + what + ")");
+    const std::string whom =
+        dp->world_size() == 2 ? "rank " + std::to_string(1 - dp->rank()) : std::string("one of its peers");
+    throw CollectiveError("data-parallel: " + me + " lost " + whom + ", which did not say why (killed, machine lost, "
+                          "or no answer within training.collective_timeout_s=" +
+                          std::to_string(config.training.collective_timeout_s) + "): " + what);
+}
+
+std::string Trainer::Impl::state_digest() const
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const auto& p : model->parameters()) {
+        const auto host = p.detach().to(torch::kCPU).contiguous();
+        fnv1a(h, host.data_ptr(), host.nbytes());
+    }
+    for (const auto& g : model->gemm_layers())
+        for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput}) {
+            const auto& d = g->delayed(role);
+            fnv1a(h, d.history().data(), d.history().size() * sizeof(float));
+            const float s = d.scale();
+            fnv1a(h, &s, sizeof s);
+        }
+    const auto sc = scaler.state();
+    fnv1a(h, &sc.scale, sizeof sc.scale);
+    fnv1a(h, &sc.growth_tracker, sizeof sc.growth_tracker);
+    char text[17];
+    std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+    return text;
+}
+
+} // namespace mantissa
