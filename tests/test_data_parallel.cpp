@@ -139,6 +139,20 @@ private:
         QCOMPARE(digest_of(ranks[1]), digest_of(ranks[0]));
     }
 
+    // Two ranks of `mantissa-train run PROJECT --db DB` on a free port, rank 0 started
+    // training (its "run N ..." line) and both given 1.5 s more to be mid-run.
+    bool start_two_ranks(const QString& project, const QString& db, QProcess& r0, QProcess& r1)
+    {
+        const int port = free_port();
+        r0.setProcessEnvironment(rank_env(0, 2, port));
+        r1.setProcessEnvironment(rank_env(1, 2, port));
+        r0.start(MANTISSA_TRAIN_EXE, {"run", project, "--db", db});
+        r1.start(MANTISSA_TRAIN_EXE, {"run", project, "--db", db});
+        if (!r0.waitForReadyRead(60000)) return false;
+        QTest::qWait(1500);
+        return true;
+    }
+
 private slots:
     void initTestCase() { QVERIFY(dir_.isValid()); }
 
@@ -235,14 +249,8 @@ private slots:
         // cleanly at the same step, in the same state, and the run is `stopped`.
         const QString project = write_project("stop", 1000000, "fp32");
         const QString db = dir_.filePath("stop.db");
-        const int port = free_port();
         QProcess r0, r1;
-        r0.setProcessEnvironment(rank_env(0, 2, port));
-        r1.setProcessEnvironment(rank_env(1, 2, port));
-        r0.start(MANTISSA_TRAIN_EXE, {"run", project, "--db", db});
-        r1.start(MANTISSA_TRAIN_EXE, {"run", project, "--db", db});
-        QVERIFY(r0.waitForReadyRead(60000));
-        QTest::qWait(1500);
+        QVERIFY(start_two_ranks(project, db, r0, r1));
         ::kill(static_cast<pid_t>(r1.processId()), SIGINT); // ignored: rank 0 decides
         QTest::qWait(300);
         QCOMPARE(r1.state(), QProcess::Running);
@@ -294,14 +302,8 @@ private slots:
     {
         const QString project = write_project("killed", 1000000, "fp32");
         const QString db = dir_.filePath("killed.db");
-        const int port = free_port();
         QProcess r0, r1;
-        r0.setProcessEnvironment(rank_env(0, 2, port));
-        r1.setProcessEnvironment(rank_env(1, 2, port));
-        r0.start(MANTISSA_TRAIN_EXE, {"run", project, "--db", db});
-        r1.start(MANTISSA_TRAIN_EXE, {"run", project, "--db", db});
-        QVERIFY(r0.waitForReadyRead(60000)); // "run 1 'killed' -> ..."
-        QTest::qWait(1500);
+        QVERIFY(start_two_ranks(project, db, r0, r1)); // rank 0 said "run 1 'killed' -> ..."
         QCOMPARE(r1.state(), QProcess::Running);
         ::kill(static_cast<pid_t>(r1.processId()), SIGKILL);
         const Rank rank0 = finish(r0);

@@ -123,7 +123,8 @@ RunHistory crafted_history()
 }
 
 // A history with one frame holding one tensor in `format` at `scale`.
-RunHistory one_tensor_history(const std::string& format, double scale, std::vector<int64_t> counts, int first)
+RunHistory one_tensor_history(const std::string& format, double scale, std::vector<int64_t> counts, int first,
+                              const std::string& role = "input")
 {
     RunHistory history;
     TelemetryBatch batch;
@@ -131,7 +132,7 @@ RunHistory one_tensor_history(const std::string& format, double scale, std::vect
     f.step = 10;
     TensorStats t;
     t.layer = "blocks.0.attn.qkv";
-    t.role = "input";
+    t.role = role;
     t.format = format;
     t.scale = scale;
     t.first_exponent = first;
@@ -512,20 +513,7 @@ void TestPlots::histogramBandsFollowFormatAndScale_data()
 // so the histogram shows a clamp band, the normal range and overflow, and no underflow.
 void TestPlots::histogramBandsOfE8m0Scales()
 {
-    RunHistory history;
-    TelemetryBatch batch;
-    LayerStatsFrame f;
-    f.step = 10;
-    TensorStats t;
-    t.layer = "blocks.0.attn.qkv";
-    t.role = "input_scale";
-    t.format = "e8m0";
-    t.first_exponent = -130;
-    t.exponent_counts = {1, 0, 0, 4, 9};
-    t.count = 14;
-    f.tensors.push_back(t);
-    batch.layer_frames.push_back(f);
-    history.append(batch);
+    const RunHistory history = one_tensor_history("e8m0", 1.0, {1, 0, 0, 4, 9}, -130, "input_scale");
     ExponentHistogramPlot plot;
     plot.setHistory(&history);
     plot.setTensor(QStringLiteral("blocks.0.attn.qkv"), QStringLiteral("input_scale"));
