@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "device_memory.h"
 
-#include <dlfcn.h>
-
 #include "memory_model.h"
+#include "nvml_memory.h"
 
 // The CPU wheel of LibTorch lacks the generated c10/cuda config: compile the allocator query only
 // where they exist (a CUDA build), so one source tree serves both.
@@ -16,28 +15,10 @@
 namespace mantissa {
 namespace {
 
-// NVML through dlopen: no build-time dependency, and a machine without the driver just
-// reports nothing. Signatures from nvml.h (v2 API).
-struct NvmlMemory {
-    unsigned long long total, free, used;
-};
-using NvmlInit = int (*)();
-using NvmlHandleByIndex = int (*)(unsigned int, void**);
-using NvmlMemoryInfo = int (*)(void*, NvmlMemory*);
-
 int64_t nvml_used_bytes(int device)
 {
-    static void* lib = dlopen("libnvidia-ml.so.1", RTLD_LAZY | RTLD_LOCAL);
-    if (!lib) return -1;
-    static auto init = reinterpret_cast<NvmlInit>(dlsym(lib, "nvmlInit_v2"));
-    static auto by_index = reinterpret_cast<NvmlHandleByIndex>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
-    static auto memory = reinterpret_cast<NvmlMemoryInfo>(dlsym(lib, "nvmlDeviceGetMemoryInfo"));
-    static const bool ready = init && by_index && memory && init() == 0;
-    if (!ready) return -1;
-    void* handle = nullptr;
-    NvmlMemory info{};
-    if (by_index(static_cast<unsigned int>(device), &handle) != 0 || memory(handle, &info) != 0) return -1;
-    return static_cast<int64_t>(info.used);
+    int64_t total = 0, used = 0;
+    return nvml_memory(device, total, used) ? used : -1;
 }
 
 } // namespace

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "memory_model.h"
+#include "nvml_memory.h"
 
 #include <algorithm>
 #include <cmath>
@@ -140,16 +141,21 @@ struct Need {
 
 } // namespace
 
-MachineLimits this_machine()
+MachineLimits this_machine(bool with_gpu)
 {
     MachineLimits m;
+    int64_t used = 0;
+    if (with_gpu && !nvml_memory(0, m.device_memory_bytes, used)) m.device_memory_bytes = 0;
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     if (pages > 0 && page > 0) m.memory_bytes = static_cast<int64_t>(pages) * page;
     m.hardware_threads = std::max<int64_t>(1, std::thread::hardware_concurrency());
     return m;
 }
 
-void check_fits_machine(const ProjectConfig& config) { check_fits_machine(config, this_machine()); }
+void check_fits_machine(const ProjectConfig& config)
+{
+    check_fits_machine(config, this_machine(config.training.device == "cuda"));
+}
 
 void check_fits_machine(const ProjectConfig& config, const MachineLimits& machine)
 {
@@ -160,7 +166,8 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
                           std::to_string(kMaxThreadsPerHardwareThread) + " per hardware thread of this machine (" +
                           std::to_string(machine.hardware_threads) + "): at most " + std::to_string(max_threads) +
                           "; 0 = all hardware threads");
-    if (machine.memory_bytes <= 0) return;
+    const bool on_gpu = config.training.device == "cuda" && machine.device_memory_bytes > 0;
+    if (machine.memory_bytes <= 0 && !on_gpu) return;
 
     // In double first: the sizes are the user's and their int64 products may overflow. Every
     // term is a lower bound of estimate_memory's (FP8 activations at 1 B, no biases), so a
@@ -195,22 +202,33 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
                      histories * 4.0 * static_cast<double>(config.precision.fp8.amax_history_length)});
     double lower = 0;
     for (const auto& n : needs) lower += n.bytes;
-    if (lower <= static_cast<double>(machine.memory_bytes)) {
+    if (lower <= std::max(static_cast<double>(machine.memory_bytes), static_cast<double>(machine.device_memory_bytes))) {
         // The exact figures now fit in int64: they are within a small factor of the bounds.
         const MemoryBreakdown exact = estimate_memory(config, vocab_lower_bound(config.data));
         needs[0].bytes = static_cast<double>(exact.master_weights_bytes + exact.gradients_bytes +
                                              exact.optimizer_state_bytes + exact.low_precision_weights_bytes);
         needs[1].bytes = static_cast<double>(exact.activations_bytes);
     }
-    double total = 0;
-    for (const auto& n : needs) total += n.bytes;
-    if (!(total > static_cast<double>(machine.memory_bytes))) return;
-    const auto largest =
-        std::max_element(needs.begin(), needs.end(), [](const Need& a, const Need& b) { return a.bytes < b.bytes; });
-    std::string parts;
-    for (const auto& n : needs) parts += (parts.empty() ? "" : "; ") + n.detail + ": " + bytes_text(n.bytes);
-    throw ConfigError(largest->key + ": the project needs an estimated " + bytes_text(total) + " of memory (" + parts +
-                      "), more than this machine's " + bytes_text(static_cast<double>(machine.memory_bytes)));
+    // `where`: "this machine's" (host memory, every need) or "the GPU's" (all but the data set,
+    // which stays on the host).
+    const auto refuse_above = [&](double limit, bool gpu, const char* where) {
+        double total = 0;
+        std::vector<const Need*> counted;
+        for (const auto& n : needs)
+            if (!gpu || n.key != "data.examples") {
+                total += n.bytes;
+                counted.push_back(&n);
+            }
+        if (!(total > limit)) return;
+        const auto largest = *std::max_element(counted.begin(), counted.end(),
+                                               [](const Need* a, const Need* b) { return a->bytes < b->bytes; });
+        std::string parts;
+        for (const Need* n : counted) parts += (parts.empty() ? "" : "; ") + n->detail + ": " + bytes_text(n->bytes);
+        throw ConfigError(largest->key + ": the project needs an estimated " + bytes_text(total) + " of " +
+                          (gpu ? "GPU memory" : "memory") + " (" + parts + "), more than " + where + " " + bytes_text(limit));
+    };
+    if (machine.memory_bytes > 0) refuse_above(static_cast<double>(machine.memory_bytes), false, "this machine's");
+    if (on_gpu) refuse_above(static_cast<double>(machine.device_memory_bytes), true, "the GPU's");
 }
 
 int64_t resident_memory_bytes()

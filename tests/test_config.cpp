@@ -306,6 +306,34 @@ private slots:
         QCOMPARE(load_run_config(R"({"training": {"threads": 100000}})").training.threads, int64_t(100000));
     }
 
+    // With training.device cuda, what lives on the GPU (everything but the data set) is held to
+    // the GPU's memory as well; unknown GPU memory (no NVML) checks nothing more.
+    void refusesWhatTheGpuCannotHold()
+    {
+        const MachineLimits gpu{int64_t(64) << 30, 16, int64_t(1) << 30}; // 64 GiB host, 16 threads, 1 GiB GPU
+        const auto refusal = [&](const std::string& json_text, const MachineLimits& machine) -> std::string {
+            try {
+                check_fits_machine(load_run_config(json_text), machine);
+            } catch (const ConfigError& e) {
+                return e.what();
+            }
+            return "";
+        };
+        const std::string wide = refusal(R"({"training": {"device": "cuda"}, "model": {"n_embd": 4096}})", gpu);
+        QVERIFY2(wide.starts_with("model: the project needs an estimated ") && wide.find(" of GPU memory (weights") != std::string::npos,
+                 wide.c_str());
+        QVERIFY2(wide.ends_with("more than the GPU's 1.0 GiB"), wide.c_str());
+        QCOMPARE(refusal(R"({"training": {"device": "cpu"}, "model": {"n_embd": 4096}})", gpu), std::string());
+        MachineLimits unknown = gpu;
+        unknown.device_memory_bytes = 0;
+        QCOMPARE(refusal(R"({"training": {"device": "cuda"}, "model": {"n_embd": 4096}})", unknown), std::string());
+        // The data set stays on the host: 6.5 GiB of examples fit 64 GiB and never meet the GPU's limit.
+        QCOMPARE(refusal(R"({"training": {"device": "cuda"}, "data": {"examples": 100000000}})", gpu), std::string());
+        QVERIFY(refusal(R"({"training": {"device": "cpu"}, "data": {"examples": 100000000}})",
+                        MachineLimits{int64_t(1) << 30, 16, 0})
+                    .starts_with("data.examples: the project needs an estimated"));
+    }
+
     // Problems only visible once the data is read are still caught before training starts.
     void rejectsBadData_data()
     {
