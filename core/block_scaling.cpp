@@ -110,20 +110,40 @@ BlockQuantized fp8_block_tensor_ops(const torch::Tensor& x_in, NumberFormat form
     return {t.unpad(values), squeeze_grid(scale_inv), squeeze_grid(amax), 1.0f};
 }
 
+// nvfp4's per-tensor encode scale S = 448 * 6 / amax over the finite blocks, capped at FLT_MAX
+// (1 for an all-zero tensor).
+torch::Tensor nvfp4_encode_scale(const torch::Tensor& finite_amax)
+{
+    auto encode = torch::clamp_max(torch::full({}, kE4M3Max * 6.0f) / finite_amax.max(), kFltMax);
+    return torch::where(encode == 0, torch::ones_like(encode), encode);
+}
+
+// What each block's E4M3 decode scale is rounded from: TE's kernel folds 1/6 into the
+// multiplier, amax_block * (S * (1/6)), capped at FLT_MAX.
+torch::Tensor nvfp4_unrounded_block_scale(const torch::Tensor& finite_amax, const torch::Tensor& encode)
+{
+    return torch::clamp_max(finite_amax * (encode * (1.0f / 6.0f)), kFltMax);
+}
+
+// mxfp4's shared exponent of blocks with a positive finite amax `safe`, before E8M0's clamp:
+// floor(log2 amax) - 2 (OCP MX), or with `round_scale_up` ceil(log2(amax / 6)) (TE); -127 where
+// amax / 6 underflows to 0.
+torch::Tensor mxfp4_exponent(const torch::Tensor& safe, bool round_scale_up)
+{
+    if (!round_scale_up) return floor_log2(safe) - static_cast<float>(kE2M1EmaxElem);
+    const auto ratio = safe / 6.0f;
+    return torch::where(ratio > 0, ceil_log2(ratio), torch::full({}, -127.0f));
+}
+
 BlockQuantized nvfp4_tensor_ops(const torch::Tensor& x_in, bool tile_2d, std::optional<uint64_t> sr_seed)
 {
     const auto x = x_in.to(torch::kFloat32);
     const Tiled t(x, tile_2d ? 16 : 1, 16);
     const auto amax = t.amax();
     const auto finite_amax = torch::where(torch::isfinite(amax), amax, torch::zeros_like(amax));
-    // Per tensor: S = 448 * 6 / amax, capped at FLT_MAX (an all-zero tensor).
-    const auto global_amax = finite_amax.max();
-    auto encode = torch::clamp_max(torch::full({}, kE4M3Max * 6.0f) / global_amax, kFltMax);
-    encode = torch::where(encode == 0, torch::ones_like(encode), encode);
+    const auto encode = nvfp4_encode_scale(finite_amax);
     const auto decode = 1.0f / encode;
-    // TE's kernel folds 1/6 into the multiplier: E4M3(amax_block * (S * (1/6))).
-    const auto multiplier = encode * (1.0f / 6.0f);
-    const auto block_scale = round_to_format(torch::clamp_max(finite_amax * multiplier, kFltMax), NumberFormat::E4M3,
+    const auto block_scale = round_to_format(nvfp4_unrounded_block_scale(finite_amax, encode), NumberFormat::E4M3,
                                              Overflow::Saturate); // (gr, 1, gc, 1)
     const auto element_scale = torch::clamp_max(1.0f / (block_scale * decode), kFltMax);
     const auto scaled = torch::clamp(t.x4 * element_scale, -kE2M1Max, kE2M1Max);
@@ -145,14 +165,8 @@ BlockQuantized mxfp4_tensor_ops(const torch::Tensor& x_in, bool round_scale_up)
     const Tiled t(x, 1, 32);
     const auto amax = t.amax();
     const auto safe = torch::where(torch::isfinite(amax) & (amax > 0), amax, torch::ones_like(amax));
-    torch::Tensor exponent;
-    if (round_scale_up) {
-        const auto ratio = safe / 6.0f;
-        exponent = torch::where(ratio > 0, ceil_log2(ratio), torch::full({}, -127.0f));
-    } else {
-        exponent = floor_log2(safe) - static_cast<float>(kE2M1EmaxElem);
-    }
-    exponent = torch::where(amax > 0, exponent, torch::zeros_like(exponent)).clamp(-127, 127);
+    const auto exponent =
+        torch::where(amax > 0, mxfp4_exponent(safe, round_scale_up), torch::zeros_like(amax)).clamp(-127, 127);
     const auto scale = pow2_exact(exponent);
     auto values = round_to_e2m1(t.x4 / scale) * scale;
     values = poison_non_finite_blocks(values, amax);
@@ -468,18 +482,6 @@ uint64_t content_seed(const torch::Tensor& x_in)
     return (sum * 0x9E3779B97F4A7C15ULL) ^ squares ^ static_cast<uint64_t>(x.numel());
 }
 
-namespace {
-
-// 2^e for integer-valued float exponents, exact down to FP32's smallest subnormal and 0 below.
-torch::Tensor pow2_including_subnormals(const torch::Tensor& e)
-{
-    const auto normal = pow2_exact(e.clamp(-126, 127));
-    const auto subnormal = pow2_exact((e + 64).clamp(-126, 127)) * std::ldexp(1.0f, -64); // exact: a power of 2
-    return torch::where(e >= -126, normal, torch::where(e >= -149, subnormal, torch::zeros_like(normal)));
-}
-
-} // namespace
-
 BlockCastRecord block_cast_record(const BlockQuantized& q, NumberFormat format, const Fp8Recipe& recipe)
 {
     BlockCastRecord r;
@@ -496,18 +498,16 @@ BlockCastRecord block_cast_record(const BlockQuantized& q, NumberFormat format, 
     case Fp8Scaling::NvFp4: {
         r.element_format = NumberFormat::E2M1;
         r.scale_format = NumberFormat::E4M3;
-        // The quantizer's own arithmetic up to the E4M3 rounding (nvfp4_tensor_ops), in FP32.
-        auto encode = torch::clamp_max(torch::full({}, kE4M3Max * 6.0f) / finite_amax.max(), kFltMax);
-        encode = torch::where(encode == 0, torch::ones_like(encode), encode);
-        requested = torch::clamp_max(finite_amax * (encode * (1.0f / 6.0f)), kFltMax);
+        requested = nvfp4_unrounded_block_scale(finite_amax, nvfp4_encode_scale(finite_amax)); // the quantizer's own
         break;
     }
     case Fp8Scaling::MxFp4: {
         r.element_format = NumberFormat::E2M1;
         r.scale_format = NumberFormat::E8M0;
         const auto safe = torch::where(finite & (amax > 0), amax, torch::ones_like(amax));
-        const auto exponent = recipe.mx_round_scale_up ? ceil_log2(safe / 6.0f) : floor_log2(safe) - static_cast<float>(kE2M1EmaxElem);
-        requested = pow2_including_subnormals(exponent); // before the clamp to E8M0's [2^-127, 2^127]
+        const auto exponent = mxfp4_exponent(safe, recipe.mx_round_scale_up); // before E8M0's clamp to [-127, 127]
+        // pow2_exact covers FP32's subnormals; an exponent below them asks for 0.
+        requested = torch::where(exponent >= -149, pow2_exact(exponent.clamp_min(-149)), torch::zeros_like(exponent));
         break;
     }
     default:

@@ -745,6 +745,20 @@ private slots:
         }
     }
 
+    // TE's rounded-up MX exponent of a block whose amax / 6 underflows to 0 is -127 in the
+    // quantizer; the recorded request must say the same (one shared mxfp4_exponent).
+    void mxfp4RoundUpRequestOfASubnormalBlock()
+    {
+        auto x = torch::zeros({1, 32});
+        x[0][5] = std::ldexp(1.0f, -149); // amax / 6 == 0 in FP32
+        const auto q = quantize_mxfp4_2d(x, /*round_scale_up=*/true);
+        Fp8Recipe r = recipe_of(Fp8Scaling::MxFp4);
+        r.mx_round_scale_up = true;
+        const auto rec = block_cast_record(q, NumberFormat::E4M3, r);
+        QCOMPARE(rec.used_scales[0].item<float>(), std::ldexp(1.0f, -127));
+        QCOMPARE(rec.requested_scales[0].item<float>(), std::ldexp(1.0f, -127));
+    }
+
     // A training step's frame under a block recipe: elements labelled e2m1 (nvfp4, mxfp4), one
     // "<role>_scale" row per operand with one value per block in the scale format, and under
     // nvfp4 the wgrad operands with and without the Hadamard transform (off: no such rows).
