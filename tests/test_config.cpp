@@ -133,6 +133,17 @@ void write_bytes(const std::string& path, const std::string& bytes)
     std::ofstream(path, std::ios::binary) << bytes;
 }
 
+// check_fits_machine's refusal of a project against `machine`; empty when it fits.
+std::string fit_refusal(const std::string& json_text, const MachineLimits& machine)
+{
+    try {
+        check_fits_machine(load_run_config(json_text), machine);
+    } catch (const ConfigError& e) {
+        return e.what();
+    }
+    return "";
+}
+
 } // namespace
 
 class TestConfig : public QObject {
@@ -276,14 +287,7 @@ private slots:
     void refusesWhatTheMachineCannotHold()
     {
         const MachineLimits small{int64_t(1) << 30, 2}; // 1 GiB, 2 hardware threads
-        const auto refusal = [&](const std::string& json_text) -> std::string {
-            try {
-                check_fits_machine(load_run_config(json_text), small);
-            } catch (const ConfigError& e) {
-                return e.what();
-            }
-            return "";
-        };
+        const auto refusal = [&](const std::string& json_text) { return fit_refusal(json_text, small); };
         QCOMPARE(refusal("{}"), std::string());
         QCOMPARE(refusal(R"({"training": {"threads": 8}})"), std::string());
         QCOMPARE(refusal(R"({"training": {"threads": 9}})"),
@@ -311,25 +315,17 @@ private slots:
     void refusesWhatTheGpuCannotHold()
     {
         const MachineLimits gpu{int64_t(64) << 30, 16, int64_t(1) << 30}; // 64 GiB host, 16 threads, 1 GiB GPU
-        const auto refusal = [&](const std::string& json_text, const MachineLimits& machine) -> std::string {
-            try {
-                check_fits_machine(load_run_config(json_text), machine);
-            } catch (const ConfigError& e) {
-                return e.what();
-            }
-            return "";
-        };
-        const std::string wide = refusal(R"({"training": {"device": "cuda"}, "model": {"n_embd": 4096}})", gpu);
+        const std::string wide = fit_refusal(R"({"training": {"device": "cuda"}, "model": {"n_embd": 4096}})", gpu);
         QVERIFY2(wide.starts_with("model: the project needs an estimated ") && wide.find(" of GPU memory (weights") != std::string::npos,
                  wide.c_str());
         QVERIFY2(wide.ends_with("more than the GPU's 1.0 GiB"), wide.c_str());
-        QCOMPARE(refusal(R"({"training": {"device": "cpu"}, "model": {"n_embd": 4096}})", gpu), std::string());
+        QCOMPARE(fit_refusal(R"({"training": {"device": "cpu"}, "model": {"n_embd": 4096}})", gpu), std::string());
         MachineLimits unknown = gpu;
         unknown.device_memory_bytes = 0;
-        QCOMPARE(refusal(R"({"training": {"device": "cuda"}, "model": {"n_embd": 4096}})", unknown), std::string());
+        QCOMPARE(fit_refusal(R"({"training": {"device": "cuda"}, "model": {"n_embd": 4096}})", unknown), std::string());
         // The data set stays on the host: 6.5 GiB of examples fit 64 GiB and never meet the GPU's limit.
-        QCOMPARE(refusal(R"({"training": {"device": "cuda"}, "data": {"examples": 100000000}})", gpu), std::string());
-        QVERIFY(refusal(R"({"training": {"device": "cpu"}, "data": {"examples": 100000000}})",
+        QCOMPARE(fit_refusal(R"({"training": {"device": "cuda"}, "data": {"examples": 100000000}})", gpu), std::string());
+        QVERIFY(fit_refusal(R"({"training": {"device": "cpu"}, "data": {"examples": 100000000}})",
                         MachineLimits{int64_t(1) << 30, 16, 0})
                     .starts_with("data.examples: the project needs an estimated"));
     }
