@@ -110,6 +110,15 @@ public:
 
 namespace {
 
+// A device this build has no backend for: `what` says which ("on the CPU needs Gloo"), `remedy`
+// what to do. Unused in a build that has both backends.
+[[maybe_unused]] ConfigError missing_backend(const std::string& what, const std::string& remedy)
+{
+    const std::string built = data_parallel_backends();
+    return ConfigError("data-parallel training " + what + ", and this build has none (" +
+                       (built.empty() ? std::string("no backend") : built) + ")" + remedy);
+}
+
 std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string from_bytes(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 
@@ -275,9 +284,7 @@ void DataParallel::start(bool cuda, std::chrono::milliseconds collective_timeout
             b.group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, options);
             b.name = "nccl";
 #else
-            throw ConfigError("data-parallel training on CUDA needs NCCL, and this build has none (" +
-                              (data_parallel_backends().empty() ? std::string("no backend") : data_parallel_backends()) +
-                              "); train on the CPU (training.device=cpu) or rebuild with nccl.h");
+            throw missing_backend("on CUDA needs NCCL", "; train on the CPU (training.device=cpu) or rebuild with nccl.h");
 #endif
         } else {
 #if MANTISSA_DP_GLOO
@@ -291,9 +298,7 @@ void DataParallel::start(bool cuda, std::chrono::milliseconds collective_timeout
             b.group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, options);
             b.name = "gloo";
 #else
-            throw ConfigError("data-parallel training on the CPU needs Gloo, and this build has none (" +
-                              (data_parallel_backends().empty() ? std::string("no backend") : data_parallel_backends()) +
-                              "): install libgloo-dev and reconfigure");
+            throw missing_backend("on the CPU needs Gloo", ": install libgloo-dev and reconfigure");
 #endif
         }
     } catch (const ConfigError&) {
