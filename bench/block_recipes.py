@@ -9,7 +9,11 @@ noise hits them alike; prints the median ms/step and the ratio to FP32 (targets:
 --quality: every variant trains the full 2000 steps; prints the final validation loss and
 its gap to FP32 (slow: about an hour on two cores).
 
-  .venv/bin/python bench/block_recipes.py [--data PATH] [--timing] [--quality]
+--set KEY=VALUE (repeatable) goes to every run.
+--only "NAME;NAME": run just these variants (by name, as printed); the rest are skipped, and a
+quality gap is then taken to the first variant that ran.
+
+  .venv/bin/python bench/block_recipes.py [--data PATH] [--timing] [--quality] [--only "NAME;NAME"]
 """
 import argparse
 import os
@@ -40,7 +44,7 @@ QUALITY = TIMED + [
 
 
 def run(args, db, data, extra):
-    step, out = run_cli(args, db, [f"data.path={data}", "eval.sample_tokens=0"] + extra)
+    step, out = run_cli(args, db, [f"data.path={data}", "eval.sample_tokens=0"] + extra + args.set)
     val = re.search(r"val loss ([0-9.]+)\n", out)
     return step, (float(val.group(1)) if val else None)
 
@@ -52,29 +56,38 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--timing", action="store_true")
     ap.add_argument("--quality", action="store_true")
+    ap.add_argument("--only", default="", help="variant names separated by semicolons")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="passed to every run, e.g. training.threads=1")
     args = ap.parse_args()
+    only = {n.strip() for n in args.only.split(";") if n.strip()}
+    known = {n for n, _ in QUALITY}
+    if only - known:
+        ap.error("unknown variant(s): " + ", ".join(sorted(only - known)) + "; known: " + ", ".join(n for n, _ in QUALITY))
+    chosen = lambda variants: [(n, e) for n, e in variants if not only or n in only]
     if not (args.timing or args.quality):
         args.timing = True
     data = data_path(args)
     with tempfile.TemporaryDirectory() as tmp:
         db = os.path.join(tmp, "bench.sqlite")
         if args.timing:
-            times = {name: [] for name, _ in TIMED}
+            timed = chosen(TIMED)
+            times = {name: [] for name, _ in timed}
             for r in range(args.rounds):
-                for name, extra in TIMED:
+                for name, extra in timed:
                     t, _ = run(args, None, data, extra + [f"training.steps={args.steps}", "eval.interval=0",
                                                           "eval.batches=1"])
                     times[name].append(t)
-                print(f"round {r + 1}: " + ", ".join(f"{n} {times[n][-1]:.1f}" for n, _ in TIMED), flush=True)
-            base = statistics.median(times["fp32"])
+                print(f"round {r + 1}: " + ", ".join(f"{n} {times[n][-1]:.1f}" for n, _ in timed), flush=True)
+            base = statistics.median(times[timed[0][0]])
             print(f"\nstep time, shakespeare-char, {args.steps} steps x {args.rounds} rounds (median ms/step):")
-            for name, _ in TIMED:
+            for name, _ in timed:
                 m = statistics.median(times[name])
-                print(f"  {name:24s} {m:7.2f} ms   x{m / base:.2f} vs fp32")
+                print(f"  {name:24s} {m:7.2f} ms   x{m / base:.2f} vs {timed[0][0]}")
         if args.quality:
             print("\nfinal validation loss after 2000 steps:")
             base = None
-            for name, extra in QUALITY:
+            for name, extra in chosen(QUALITY):
                 _, val = run(args, db, data, extra)
                 base = val if base is None else base
                 print(f"  {name:24s} val {val:.4f}   gap {val - base:+.4f}", flush=True)

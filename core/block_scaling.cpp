@@ -2,16 +2,16 @@
 #include "block_scaling.h"
 
 #include <ATen/Parallel.h>
-#include <c10/util/Float8_e4m3fn.h>
-#include <c10/util/Float8_e5m2.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "fp4.h"
 #include "quantize.h"
+#include "vector_clones.h"
 
 namespace mantissa {
 namespace {
@@ -61,7 +61,7 @@ torch::Tensor squeeze_grid(const torch::Tensor& g) { return g.squeeze(3).squeeze
 // it needs it, and every kernel and device draws the same ones.
 constexpr uint32_t kGolden = 0x9E3779B1u, kMix1 = 0x85EBCA6Bu, kMix2 = 0xC2B2AE35u;
 
-float hashed_uniform(uint64_t seed, uint32_t index)
+inline float hashed_uniform(uint64_t seed, uint32_t index)
 {
     uint32_t h = index * kGolden + static_cast<uint32_t>(seed);
     h ^= static_cast<uint32_t>(seed >> 32);
@@ -188,42 +188,79 @@ struct Grid {
     int64_t padded_cols() const { return grid_cols * tile_cols; }
 };
 
-template <typename F>
-void each_block(const Grid& g, F&& f)
+// The element loops below are cloned per vector width (vector_clones.h): a 16-element NVFP4
+// block is then one AVX-512 register instead of four SSE ones.
+
+inline float from_bits(uint32_t bits)
 {
-    at::parallel_for(0, g.grid_rows * g.grid_cols, 256, [&](int64_t begin, int64_t end) {
-        for (int64_t b = begin; b < end; ++b) f(b / g.grid_cols, b % g.grid_cols, b);
-    });
+    float out;
+    std::memcpy(&out, &bits, sizeof out);
+    return out;
+}
+
+// Walks blocks [begin, end) row-major with one division per range instead of one per block.
+// A plain loop, not a lambda: a lambda's body is compiled for the default target, and would
+// not be the vector clone's.
+struct BlockCursor {
+    int64_t k, bi, bj, grid_cols;
+    BlockCursor(const Grid& g, int64_t begin) : k(begin), bi(begin / g.grid_cols), bj(begin % g.grid_cols), grid_cols(g.grid_cols) {}
+    void next()
+    {
+        ++k;
+        if (++bj == grid_cols) bj = 0, ++bi;
+    }
+};
+
+// Calls `range(begin, end)` over the grid's blocks, in parallel.
+template <typename F>
+void each_block_range(const Grid& g, F&& range)
+{
+    at::parallel_for(0, g.grid_rows * g.grid_cols, 256, [&](int64_t begin, int64_t end) { range(begin, end); });
 }
 
 // f(row, col, flat index) over the block's elements that exist (the padding has none).
 template <typename F>
-void each_element(const Grid& g, int64_t bi, int64_t bj, F&& f)
+inline void each_element(const Grid& g, int64_t bi, int64_t bj, F&& f)
 {
     const int64_t r1 = std::min(g.rows, (bi + 1) * g.tile_rows), c1 = std::min(g.cols, (bj + 1) * g.tile_cols);
     for (int64_t r = bi * g.tile_rows; r < r1; ++r)
         for (int64_t c = bj * g.tile_cols; c < c1; ++c) f(r, c, r * g.cols + c);
 }
 
-// amax as torch computes it: NaN when any element is NaN, Inf when one is infinite. Written
-// without branches so that the compiler vectorizes it.
-float block_amax(const float* x, const Grid& g, int64_t bi, int64_t bj)
+// amax as torch computes it: NaN when any element is NaN, Inf when one is infinite. On the bits
+// of |x|, which order like the magnitudes they encode (every NaN above Inf): an integer max,
+// which vectorizes where a float max with NaN rules does not.
+inline float block_amax(const float* x, const Grid& g, int64_t bi, int64_t bj)
 {
-    float m = 0.0f;
-    int nan = 0;
+    uint32_t m = 0;
+    const int64_t c0 = bj * g.tile_cols;
+    if (g.tile_cols == 16 && c0 + 16 <= g.cols) { // whole 16-wide rows: a known trip count
+        const int64_t r1 = std::min(g.rows, (bi + 1) * g.tile_rows);
+        for (int64_t r = bi * g.tile_rows; r < r1; ++r) {
+            const float* xr = x + r * g.cols + c0;
+            for (int c = 0; c < 16; ++c) {
+                uint32_t bits;
+                std::memcpy(&bits, xr + c, sizeof bits);
+                bits &= 0x7FFFFFFFu;
+                m = bits > m ? bits : m;
+            }
+        }
+        return m > 0x7F800000u ? kNaN : from_bits(m);
+    }
     each_element(g, bi, bj, [&](int64_t, int64_t, int64_t i) {
-        const float a = std::fabs(x[i]);
-        nan |= a != a;
-        m = a > m ? a : m;
+        uint32_t bits;
+        std::memcpy(&bits, x + i, sizeof bits);
+        bits &= 0x7FFFFFFFu;
+        m = bits > m ? bits : m;
     });
-    return nan ? kNaN : m;
+    return m > 0x7F800000u ? kNaN : from_bits(m);
 }
 
 // Round to nearest even on the E2M1 grid, saturating: the sum of the grid's steps whose
 // midpoint |v| passes (ties at 0.25, 1.25, 2.5, 5 stay down, at 0.75, 1.75, 3.5 go up, each to
 // the even code). Branch-free, so the element loops vectorize. The fused kernels call these
 // on finite values only: a block with an Inf or a NaN is poisoned before its elements are seen.
-float e2m1_rne(float v)
+inline float e2m1_rne(float v)
 {
     const float a = std::fabs(v);
     const float q = 0.5f * (a > 0.25f) + 0.5f * (a >= 0.75f) + 0.5f * (a > 1.25f) + 0.5f * (a >= 1.75f) +
@@ -232,13 +269,14 @@ float e2m1_rne(float v)
 }
 
 // lo = the largest grid value <= |v| (|v| clamped to 6); up with probability (|v| - lo) / step.
-float e2m1_stochastic(float v, float u)
+inline float e2m1_stochastic(float v, float u)
 {
     const float a = std::min(std::fabs(v), 6.0f);
     const float lo = 0.5f * (a >= 0.5f) + 0.5f * (a >= 1.0f) + 0.5f * (a >= 1.5f) + 0.5f * (a >= 2.0f) +
                      1.0f * (a >= 3.0f) + 1.0f * (a >= 4.0f) + 2.0f * (a >= 6.0f);
     const float step = a < 2.0f ? 0.5f : a < 4.0f ? 1.0f : 2.0f;
-    const float up = u < (a - lo) / step ? 1.0f : 0.0f;
+    const float inverse_step = a < 2.0f ? 2.0f : a < 4.0f ? 1.0f : 0.5f; // a power of two: * is exactly /
+    const float up = u < (a - lo) * inverse_step ? 1.0f : 0.0f;
     return std::copysign(lo + up * step, v);
 }
 
@@ -254,13 +292,6 @@ float ceil_log2(float x)
     int e = 0;
     const float m = std::frexp(x, &e);
     return static_cast<float>(m == 0.5f ? e - 1 : e);
-}
-
-float from_bits(uint32_t bits)
-{
-    float out;
-    std::memcpy(&out, &bits, sizeof out);
-    return out;
 }
 
 float pow2(float exponent)
@@ -297,13 +328,6 @@ struct Fp8Rounder {
     }
 };
 
-float fp8_saturated(float v, NumberFormat format, float max)
-{
-    const float c = std::clamp(v, -max, max); // NaN stays NaN
-    return format == NumberFormat::E4M3 ? static_cast<float>(c10::Float8_e4m3fn(c))
-                                        : static_cast<float>(c10::Float8_e5m2(c));
-}
-
 struct Buffers {
     torch::Tensor values, scales, amax;
     float* out;
@@ -317,9 +341,38 @@ struct Buffers {
     }
 };
 
-void poison(const Grid& g, int64_t bi, int64_t bj, float* out)
+inline void poison(const Grid& g, int64_t bi, int64_t bj, float* out)
 {
     each_element(g, bi, bj, [&](int64_t, int64_t, int64_t i) { out[i] = kNaN; });
+}
+
+MANTISSA_VECTOR_CLONES
+void block_amaxes(const float* x, const Grid& g, float* am, int64_t begin, int64_t end)
+{
+    for (BlockCursor at(g, begin); at.k < end; at.next()) am[at.k] = block_amax(x, g, at.bi, at.bj);
+}
+
+MANTISSA_VECTOR_CLONES
+void fp8_block_range(const float* x, const Grid& g, const Buffers& b, NumberFormat format, bool power_of_two,
+                     int64_t begin, int64_t end)
+{
+    const float fp8_max = static_cast<float>(format_info(format).max_finite);
+    const Fp8Rounder round(format);
+    for (BlockCursor at(g, begin); at.k < end; at.next()) {
+        const int64_t bi = at.bi, bj = at.bj, k = at.k;
+        const float a = b.am[k] = block_amax(x, g, bi, bj);
+        float scale = fp8_max / a;
+        if (std::isinf(scale)) scale = kFltMax;
+        if (power_of_two) scale = pow2(floor_log2(std::isnan(scale) ? 1.0f : scale));
+        if (a == 0.0f) scale = 1.0f;
+        const float inv = 1.0f / scale;
+        b.scale[k] = inv;
+        if (!std::isfinite(a)) {
+            poison(g, bi, bj, b.out);
+            continue;
+        }
+        each_element(g, bi, bj, [&](int64_t, int64_t, int64_t i) { b.out[i] = round(x[i] * scale) * inv; });
+    }
 }
 
 BlockQuantized fp8_block(const torch::Tensor& x_in, NumberFormat format, bool power_of_two, bool tile_2d)
@@ -328,43 +381,66 @@ BlockQuantized fp8_block(const torch::Tensor& x_in, NumberFormat format, bool po
     const float* x = x_t.data_ptr<float>();
     const Grid g(x_t.size(0), x_t.size(1), tile_2d ? 128 : 1, 128);
     Buffers b(g);
-    const float fp8_max = static_cast<float>(format_info(format).max_finite);
-    const Fp8Rounder round(format);
-    each_block(g, [&](int64_t bi, int64_t bj, int64_t k) {
-        const float a = b.am[k] = block_amax(x, g, bi, bj);
-        float scale = fp8_max / a;
-        if (std::isinf(scale)) scale = kFltMax;
-        if (power_of_two) scale = pow2(floor_log2(std::isnan(scale) ? 1.0f : scale));
-        if (a == 0.0f) scale = 1.0f;
-        const float inv = 1.0f / scale;
-        b.scale[k] = inv;
-        if (!std::isfinite(a)) return poison(g, bi, bj, b.out);
-        each_element(g, bi, bj, [&](int64_t, int64_t, int64_t i) { b.out[i] = round(x[i] * scale) * inv; });
-    });
+    each_block_range(g, [&](int64_t begin, int64_t end) { fp8_block_range(x, g, b, format, power_of_two, begin, end); });
     return {b.values, b.scales, b.amax, 1.0f};
 }
 
-BlockQuantized nvfp4(const torch::Tensor& x_in, bool tile_2d, std::optional<uint64_t> sr_seed)
+// One row of a whole 16-wide nvfp4 block, with a trip count the compiler knows: a single
+// AVX-512 register, no loop or remainder code (the per-block overhead otherwise costs more
+// than the 16 elements). `u0`: the stochastic-rounding index of the row's first element.
+template <bool kStochastic>
+inline void nvfp4_row16(const float* xr, float* out, float element_scale, float block_scale, float decode,
+                        uint64_t seed, uint32_t u0)
 {
-    const auto x_t = x_in.contiguous();
-    const float* x = x_t.data_ptr<float>();
-    const Grid g(x_t.size(0), x_t.size(1), tile_2d ? 16 : 1, 16);
-    Buffers b(g);
-    each_block(g, [&](int64_t bi, int64_t bj, int64_t k) { b.am[k] = block_amax(x, g, bi, bj); });
-    float global_amax = 0.0f;
-    for (int64_t k = 0; k < b.amax.numel(); ++k)
-        if (std::isfinite(b.am[k])) global_amax = std::max(global_amax, b.am[k]);
-    float encode = std::min(kE4M3Max * 6.0f / global_amax, kFltMax);
-    if (encode == 0.0f) encode = 1.0f;
-    const float decode = 1.0f / encode;
-    const float multiplier = encode * (1.0f / 6.0f);
-    const int64_t u_cols = g.padded_cols();
-    each_block(g, [&](int64_t bi, int64_t bj, int64_t k) {
+    for (uint32_t c = 0; c < 16; ++c) {
+        const float v = std::min(std::max(xr[c] * element_scale, -6.0f), 6.0f);
+        if constexpr (kStochastic) out[c] = (e2m1_stochastic(v, hashed_uniform(seed, u0 + c)) * block_scale) * decode;
+        else out[c] = (e2m1_rne(v) * block_scale) * decode;
+    }
+}
+
+// nvfp4's block scales, for blocks [begin, end): each block's E4M3 decode scale from its amax
+// and the tensor's encode scale, and the element scale that maps the block onto E2M1's range.
+// A pass of its own so that it vectorizes too (Fp8Rounder gives the bits of clamp + cast).
+MANTISSA_VECTOR_CLONES
+void nvfp4_scales(const Buffers& b, float* element_scales, float decode, float multiplier, int64_t begin, int64_t end)
+{
+    const Fp8Rounder e4m3(NumberFormat::E4M3);
+    for (int64_t k = begin; k < end; ++k) {
         const float a = std::isfinite(b.am[k]) ? b.am[k] : 0.0f;
-        const float block_scale = fp8_saturated(std::min(a * multiplier, kFltMax), NumberFormat::E4M3, kE4M3Max);
-        const float element_scale = std::min(1.0f / (block_scale * decode), kFltMax);
+        const float block_scale = e4m3(std::min(a * multiplier, kFltMax));
         b.scale[k] = block_scale;
-        if (!std::isfinite(b.am[k])) return poison(g, bi, bj, b.out);
+        element_scales[k] = std::min(1.0f / (block_scale * decode), kFltMax);
+    }
+}
+
+// The second pass of nvfp4: the elements of blocks [begin, end). `sr_seed` null: round to
+// nearest even.
+MANTISSA_VECTOR_CLONES
+void nvfp4_range(const float* x, const Grid& g, const Buffers& b, const float* element_scales, float decode,
+                 const uint64_t* sr_seed, int64_t begin, int64_t end)
+{
+    const int64_t u_cols = g.padded_cols();
+    for (BlockCursor at(g, begin); at.k < end; at.next()) {
+        const int64_t bi = at.bi, bj = at.bj, k = at.k;
+        const float block_scale = b.scale[k], element_scale = element_scales[k];
+        if (!std::isfinite(b.am[k])) {
+            poison(g, bi, bj, b.out);
+            continue;
+        }
+        const int64_t c0 = bj * g.tile_cols;
+        if (g.tile_cols == 16 && c0 + 16 <= g.cols) { // the common case: whole 16-wide rows
+            const int64_t r1 = std::min(g.rows, (bi + 1) * g.tile_rows);
+            for (int64_t r = bi * g.tile_rows; r < r1; ++r) {
+                const int64_t i = r * g.cols + c0;
+                if (sr_seed)
+                    nvfp4_row16<true>(x + i, b.out + i, element_scale, block_scale, decode, *sr_seed,
+                                      static_cast<uint32_t>(r * u_cols + c0));
+                else
+                    nvfp4_row16<false>(x + i, b.out + i, element_scale, block_scale, decode, 0, 0);
+            }
+            continue;
+        }
         // Two loops, so that neither carries a branch and both vectorize.
         if (sr_seed) {
             const uint64_t seed = *sr_seed;
@@ -379,17 +455,38 @@ BlockQuantized nvfp4(const torch::Tensor& x_in, bool tile_2d, std::optional<uint
                 b.out[i] = (e2m1_rne(v) * block_scale) * decode;
             });
         }
+    }
+}
+
+BlockQuantized nvfp4(const torch::Tensor& x_in, bool tile_2d, std::optional<uint64_t> sr_seed)
+{
+    const auto x_t = x_in.contiguous();
+    const float* x = x_t.data_ptr<float>();
+    const Grid g(x_t.size(0), x_t.size(1), tile_2d ? 16 : 1, 16);
+    Buffers b(g);
+    each_block_range(g, [&](int64_t begin, int64_t end) { block_amaxes(x, g, b.am, begin, end); });
+    float global_amax = 0.0f;
+    const int64_t blocks = b.amax.numel();
+    for (int64_t k = 0; k < blocks; ++k)
+        if (std::isfinite(b.am[k])) global_amax = std::max(global_amax, b.am[k]);
+    float encode = std::min(kE4M3Max * 6.0f / global_amax, kFltMax);
+    if (encode == 0.0f) encode = 1.0f;
+    const float decode = 1.0f / encode;
+    const float multiplier = encode * (1.0f / 6.0f);
+    const uint64_t* seed = sr_seed ? &*sr_seed : nullptr;
+    std::vector<float> element_scales(static_cast<size_t>(b.amax.numel()));
+    each_block_range(g, [&](int64_t begin, int64_t end) {
+        nvfp4_scales(b, element_scales.data(), decode, multiplier, begin, end);
+        nvfp4_range(x, g, b, element_scales.data(), decode, seed, begin, end);
     });
     return {b.values, b.scales, b.amax, decode};
 }
 
-BlockQuantized mxfp4(const torch::Tensor& x_in, bool round_scale_up)
+MANTISSA_VECTOR_CLONES
+void mxfp4_range(const float* x, const Grid& g, const Buffers& b, bool round_scale_up, int64_t begin, int64_t end)
 {
-    const auto x_t = x_in.contiguous();
-    const float* x = x_t.data_ptr<float>();
-    const Grid g(x_t.size(0), x_t.size(1), 1, 32);
-    Buffers b(g);
-    each_block(g, [&](int64_t bi, int64_t bj, int64_t k) {
+    for (BlockCursor at(g, begin); at.k < end; at.next()) {
+        const int64_t bi = at.bi, bj = at.bj, k = at.k;
         const float a = b.am[k] = block_amax(x, g, bi, bj);
         const float safe = std::isfinite(a) && a > 0.0f ? a : 1.0f;
         float e = 0.0f;
@@ -401,9 +498,22 @@ BlockQuantized mxfp4(const torch::Tensor& x_in, bool round_scale_up)
         }
         e = std::clamp(a > 0.0f ? e : 0.0f, -127.0f, 127.0f);
         const float scale = b.scale[k] = pow2(e);
-        if (!std::isfinite(a)) return poison(g, bi, bj, b.out);
-        each_element(g, bi, bj, [&](int64_t, int64_t, int64_t i) { b.out[i] = e2m1_rne(x[i] / scale) * scale; });
-    });
+        if (!std::isfinite(a)) {
+            poison(g, bi, bj, b.out);
+            continue;
+        }
+        const float inverse = pow2(-e); // exactly 1 / scale, so * gives the bits of /
+        each_element(g, bi, bj, [&](int64_t, int64_t, int64_t i) { b.out[i] = e2m1_rne(x[i] * inverse) * scale; });
+    }
+}
+
+BlockQuantized mxfp4(const torch::Tensor& x_in, bool round_scale_up)
+{
+    const auto x_t = x_in.contiguous();
+    const float* x = x_t.data_ptr<float>();
+    const Grid g(x_t.size(0), x_t.size(1), 1, 32);
+    Buffers b(g);
+    each_block_range(g, [&](int64_t begin, int64_t end) { mxfp4_range(x, g, b, round_scale_up, begin, end); });
     return {b.values, b.scales, b.amax, 1.0f};
 }
 
@@ -458,6 +568,28 @@ torch::Tensor stochastic_uniforms(uint64_t seed, int64_t rows, int64_t cols)
     return uniforms(seed, rows, cols, torch::kCPU);
 }
 
+namespace {
+
+// content_seed's sums on the CPU (wrapping uint64 additions: any order gives the same bits).
+MANTISSA_VECTOR_CLONES
+void content_sums(const float* p, int64_t n, uint64_t& sum_out, uint64_t& squares_out)
+{
+    constexpr int32_t kPrime = 1000003;
+    uint64_t sum = 0, squares = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        int32_t bits;
+        std::memcpy(&bits, p + i, sizeof bits);
+        int32_t r = bits % kPrime;
+        r += r < 0 ? kPrime : 0; // torch's remainder takes the divisor's sign
+        sum += static_cast<uint64_t>(static_cast<int64_t>(bits));
+        squares += static_cast<uint64_t>(static_cast<int64_t>(r) * r);
+    }
+    sum_out = sum;
+    squares_out = squares;
+}
+
+} // namespace
+
 uint64_t content_seed(const torch::Tensor& x_in)
 {
     // sum of the FP32 bit patterns (as int32) and of their squares modulo 1000003, mixed.
@@ -465,15 +597,7 @@ uint64_t content_seed(const torch::Tensor& x_in)
     const auto x = x_in.to(torch::kFloat32).contiguous();
     uint64_t sum = 0, squares = 0;
     if (x.device().is_cpu()) {
-        const float* p = x.data_ptr<float>();
-        for (int64_t i = 0; i < x.numel(); ++i) {
-            int32_t bits;
-            std::memcpy(&bits, p + i, sizeof bits);
-            int64_t r = bits % kPrime;
-            r += r < 0 ? kPrime : 0; // torch's remainder takes the divisor's sign
-            sum += static_cast<uint64_t>(static_cast<int64_t>(bits));
-            squares += static_cast<uint64_t>(r * r);
-        }
+        content_sums(x.data_ptr<float>(), x.numel(), sum, squares);
     } else {
         const auto bits = x.view(torch::kInt32).to(torch::kInt64);
         sum = static_cast<uint64_t>(bits.sum().item<int64_t>());

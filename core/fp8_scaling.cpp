@@ -152,7 +152,10 @@ QuantizedOperand quantize_fp8(const torch::Tensor& x_in, NumberFormat format, co
     }
 
     QuantizedOperand out;
-    out.amax = amax_ignoring_nan(x).item<float>();
+    // Only the per-tensor recipes use one amax (and read it to the host); the per-row and block
+    // recipes take theirs inside their own pass, and a whole-tensor scan would cost them about
+    // as much as their cast.
+    if (per_tensor_scaling(recipe)) out.amax = amax_ignoring_nan(x).item<float>();
     switch (recipe.scaling) {
     case Fp8Scaling::Delayed: {
         TORCH_CHECK(delayed != nullptr, "delayed scaling needs its state");

@@ -105,7 +105,7 @@ torch::Tensor floor_log2_from_bits(const torch::Tensor& v);
 // The result of quantising one operand.
 struct QuantizedOperand {
     torch::Tensor values; // dequantised FP32, same shape as the input
-    float amax = 0.0f;    // of the input
+    float amax = 0.0f;    // of the input, NaN skipped (per-tensor recipes; 0 for per-row/block recipes)
     float scale = 1.0f;   // per-tensor recipes; 0 for per-row/block recipes
 };
 

@@ -54,7 +54,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-bool per_tensor(const Fp8Recipe& r) { return r.scaling == Fp8Scaling::Delayed || r.scaling == Fp8Scaling::Current; }
 bool is_block_recipe(Fp8Scaling s) { return s == Fp8Scaling::Block128 || s == Fp8Scaling::NvFp4 || s == Fp8Scaling::MxFp4; }
 
 // The scale a tensor was multiplied by before its cast: the FP8 per-tensor scale, 0 for
@@ -84,7 +83,7 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
         ctx->saved_data["layer"] = layer_address;
         ctx->saved_data["has_bias"] = has_bias;
         // TE saves the FP8 input for the weight gradient; keep the quantised copy when it can be reused.
-        const bool reuse_input = f.forward == saved_operand_format(f.wgrad) && per_tensor(layer->recipe());
+        const bool reuse_input = f.forward == saved_operand_format(f.wgrad) && per_tensor_scaling(layer->recipe());
         ctx->saved_data["reuse_input"] = reuse_input;
         ctx->save_for_backward({reuse_input ? xq : x, weight});
         return y;
@@ -109,7 +108,7 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
         // wgrad: dW = dy^T x, contraction over M (dim 0 of both).
         torch::Tensor dy_w;
         float s_dy_w = s_dy, s_x = 0.0f;
-        if (f.wgrad == f.dgrad && per_tensor(layer->recipe())) dy_w = dy_d; // one cast, one amax record
+        if (f.wgrad == f.dgrad && per_tensor_scaling(layer->recipe())) dy_w = dy_d; // one cast, one amax record
         else dy_w = layer->round_operand(dy, f.wgrad, OperandRole::GradOutput, 0, &s_dy_w);
         const bool reuse_input = ctx->saved_data["reuse_input"].toBool();
         torch::Tensor x_w;
@@ -220,7 +219,7 @@ torch::Tensor LayerGemm::round_operand(const torch::Tensor& x, NumberFormat form
         DelayedScaling scratch = delayed(role); // evaluation: same scale, the real history stays put
         q = quantize_fp8(x, format, recipe_, k_dim, &scratch, block_role);
     }
-    if (scale && per_tensor(recipe_) && recipe_.outlier_rms_multiple == 0.0) *scale = q.scale;
+    if (scale && per_tensor_scaling(recipe_) && recipe_.outlier_rms_multiple == 0.0) *scale = q.scale;
     return q.values;
 }
 
@@ -234,7 +233,8 @@ torch::Tensor LayerGemm::quantized_weight(const torch::Tensor& weight, NumberFor
     // step, as TE does with is_first_microbatch.
     const int64_t version = static_cast<int64_t>(weight._version());
     if (!training_) return round_operand(weight.detach(), format, OperandRole::Weight, k_dim, scale);
-    const bool layout_free = !format_info(format).is_fp8 || per_tensor(recipe_); // per-row/block depend on K
+    // Per-row and 1-D block casts depend on K; per-tensor casts and square tiles do not.
+    const bool layout_free = !format_info(format).is_fp8 || per_tensor_scaling(recipe_) || square_weight_tiles(recipe_);
     if (cached_weight_.defined() && cached_version_ == version && cached_data_ == weight.data_ptr() &&
         cached_format_ == format && (cached_k_dim_ == k_dim || layout_free)) {
         if (scale) *scale = cached_scale_;

@@ -119,7 +119,7 @@ torch::Tensor LayerGemm::linear_native(const torch::Tensor& x, const torch::Tens
     }
     const bool all_fp8 = format_info(formats_.forward).is_fp8 && format_info(formats_.dgrad).is_fp8 &&
                          format_info(formats_.wgrad).is_fp8;
-    const bool per_tensor = recipe_.scaling == Fp8Scaling::Delayed || recipe_.scaling == Fp8Scaling::Current;
+    const bool per_tensor = per_tensor_scaling(recipe_);
     if (all_fp8 && (per_tensor || recipe_.scaling == Fp8Scaling::PerRow) && recipe_.outlier_rms_multiple == 0.0) {
         return apply_linear<NativeFp8Linear>(x, weight, bias);
     }

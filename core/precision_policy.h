@@ -50,6 +50,9 @@ struct Fp8Recipe {
     bool nvfp4_weight_2d = true;        // nvfp4: weights in 16x16 tiles (else 1x16 like the rest)
 };
 
+// One scale for the whole tensor (delayed, current), as against per-row or per-block scales.
+inline bool per_tensor_scaling(const Fp8Recipe& r) { return r.scaling == Fp8Scaling::Delayed || r.scaling == Fp8Scaling::Current; }
+
 // One entry of precision.layers: a glob over layer names ('*' matches any run of characters)
 // and the formats it sets; unset formats keep what the preset (or an earlier entry) chose.
 struct LayerOverride {

@@ -10,6 +10,8 @@
 
 #include <ATen/Parallel.h>
 
+#include "vector_clones.h"
+
 namespace mantissa {
 namespace {
 
@@ -157,36 +159,66 @@ struct ScanInput {
     double min_normal = 0.0, max_finite = 0.0;
 };
 
-// The histogram, zeros, non-finite and amax of [begin, end) with no cast to compare: four
-// interleaved histograms, so runs of values in the same binade (the common case) do not wait
-// on each other's increments.
+// amax (finite values), NaNs, zeros and subnormals of [begin, end) from the bits of |x|: integer
+// lanes only, so this pass vectorizes (a chunk is far below 2^32 values).
+struct BitSummary {
+    uint32_t amax_bits = 0, nans = 0, zeros = 0, subnormals = 0;
+};
+
+MANTISSA_VECTOR_CLONES
+BitSummary summarize_bits(const float* xp, int64_t begin, int64_t end)
+{
+    uint32_t amax = 0, nans = 0, zeros = 0, subnormals = 0;
+    for (int64_t i = begin; i < end; ++i) {
+        uint32_t m;
+        std::memcpy(&m, xp + i, sizeof m);
+        m &= 0x7FFFFFFFu;
+        const uint32_t finite = m < 0x7F800000u ? m : 0u;
+        amax = finite > amax ? finite : amax;
+        nans += m > 0x7F800000u ? 1u : 0u;
+        zeros += m == 0u ? 1u : 0u;
+        subnormals += m - 1u < 0x007FFFFFu ? 1u : 0u; // 1 <= m < 2^23
+    }
+    return {amax, nans, zeros, subnormals};
+}
+
+// The histogram, zeros, non-finite and amax of [begin, end) with no cast to compare. The
+// histogram counts the biased exponent byte alone, in four interleaved tables so that runs of
+// values in the same binade (the common case) do not wait on each other's increments; the
+// rest comes from a vectorized pass over the same bits. Subnormals share byte 0 with zeros
+// and are binned by a third pass that runs only when there are any.
 void scan_uncompared(const float* xp, int64_t begin, int64_t end, RowAccumulator& a)
 {
-    constexpr size_t kSlots = row::kNonFinite + 1;
-    std::array<std::array<uint32_t, kSlots>, 4> h{}; // a chunk is far below 2^32 values
-    std::array<uint32_t, 4> amax{}, nans{};
-    const auto one = [&](size_t lane, float v) {
-        const uint32_t m = std::bit_cast<uint32_t>(v) & 0x7FFFFFFFu;
-        const uint32_t b = m >> 23;
-        // Normal and non-finite: b + 23 (255 lands on kNonFinite); subnormal and zero: bin_of.
-        const size_t slot = b != 0 ? static_cast<size_t>(b) + 23 : bin_of(m, 0);
-        ++h[lane][slot];
-        nans[lane] += m > 0x7F800000u ? 1u : 0u;
-        amax[lane] = std::max(amax[lane], b == 0xFF ? 0u : m);
+    static_assert(row::kNonFinite == 255 + 23 && row::kFirstBin + (-126 - kMinExponent) == 1 + 23,
+                  "a normal value's slot is its biased exponent + 23");
+    const BitSummary s = summarize_bits(xp, begin, end);
+    std::array<std::array<uint32_t, 256>, 4> h{};
+    const auto byte = [&](int64_t i) {
+        uint32_t bits;
+        std::memcpy(&bits, xp + i, sizeof bits);
+        return (bits >> 23) & 0xFFu;
     };
     int64_t i = begin;
     for (; i + 4 <= end; i += 4) {
-        one(0, xp[i]);
-        one(1, xp[i + 1]);
-        one(2, xp[i + 2]);
-        one(3, xp[i + 3]);
+        ++h[0][byte(i)];
+        ++h[1][byte(i + 1)];
+        ++h[2][byte(i + 2)];
+        ++h[3][byte(i + 3)];
     }
-    for (; i < end; ++i) one(0, xp[i]);
-    for (size_t lane = 0; lane < 4; ++lane) {
-        for (size_t s = 0; s < kSlots; ++s) a.bins[s] += h[lane][s];
-        a.nans += nans[lane];
-        a.amax_bits = std::max(a.amax_bits, amax[lane]);
+    for (; i < end; ++i) ++h[0][byte(i)];
+    for (uint32_t b = 1; b < 256; ++b) // normal binades, and 255 (Inf, NaN) on kNonFinite
+        a.bins[b + 23] += static_cast<int64_t>(h[0][b]) + h[1][b] + h[2][b] + h[3][b];
+    a.bins[row::kZeros] += s.zeros;
+    if (s.subnormals > 0) {
+        for (int64_t j = begin; j < end; ++j) {
+            uint32_t m;
+            std::memcpy(&m, xp + j, sizeof m);
+            m &= 0x7FFFFFFFu;
+            if (m - 1u < 0x007FFFFFu) ++a.bins[bin_of(m, 0)];
+        }
     }
+    a.nans += s.nans;
+    a.amax_bits = std::max(a.amax_bits, s.amax_bits);
 }
 
 void scan(const ScanInput& in, int64_t begin, int64_t end, RowAccumulator& a)

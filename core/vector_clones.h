@@ -1,0 +1,14 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// MANTISSA_VECTOR_CLONES before a function compiles it three times (SSE2, AVX2, AVX-512), and
+// the widest one the CPU runs is picked when the program starts. For the element loops of the
+// fused CPU kernels: they use plain float and integer lanes, and no clone enables FMA, so GCC
+// contracts nothing and every clone gives the same bits. Put it on a function that runs a
+// whole range of elements or blocks: the dispatch is one indirect call.
+
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(__CUDACC__) && \
+    (!defined(__clang__) || __clang_major__ >= 14)
+#define MANTISSA_VECTOR_CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
+#else
+#define MANTISSA_VECTOR_CLONES
+#endif
