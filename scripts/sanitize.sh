@@ -18,7 +18,7 @@ PREFIX="$("$ROOT/.venv/bin/python" -c 'import torch;print(torch.utils.cmake_pref
 # minutes under ASan on two cores (docs/RELIABILITY.md).
 ASAN_TESTS=(test_config test_fuzz_config test_data test_numerics test_block_formats test_precision
             test_store test_events test_golden test_threads test_compare)
-TSAN_TESTS=(test_threads)
+TSAN_TESTS=(test_threads test_controller_threads)
 
 log() { printf '[sanitize] %s\n' "$*" >&2; }
 
