@@ -232,7 +232,12 @@ void Trainer::Impl::dp_fail(const std::exception& error)
     if (!dynamic_cast<const CollectiveError*>(&error)) {
         // This rank's own failure: the others will see a collective fail; tell them why.
         dp->report_failure(what);
-        throw; // the error as it was (a ConfigError stays one)
+        if (!is_rank0()) throw; // the error as it was (a ConfigError stays one)
+        // Rank 0 records the run: its own failure names the rank as a peer's does
+        // ("data-parallel: rank 1: ..."), and a ConfigError stays one.
+        const std::string named = "data-parallel: " + me + ": " + what;
+        if (dynamic_cast<const ConfigError*>(&error)) throw ConfigError(named);
+        throw std::runtime_error(named);
     }
     // A peer left. It may have said why before it went (it posts before its sockets close).
     if (const auto reason = dp->failure_reason(std::chrono::milliseconds(2000)))

@@ -19,11 +19,17 @@
 
 #include <csignal>
 #include <fstream>
+#include <map>
+#include <optional>
+#include <stdexcept>
 
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "data_parallel.h"
+#include "data_parallel_cli.h"
+#include "run_session.h"
 #include "run_store.h"
 #include "tiny_project.h"
 
@@ -51,6 +57,18 @@ int free_port()
     ::close(fd);
     return ntohs(addr.sin_port);
 }
+
+// Rank 0's own failure, outside any collective: its telemetry gives up after one step.
+struct SinkThatGivesUp : TelemetrySink {
+    int64_t at_step;
+    explicit SinkThatGivesUp(int64_t step) : at_step(step) {}
+    void on_step(const StepMetrics& m) override
+    {
+        if (m.step == at_step) throw std::runtime_error("the sink gave up at step " + std::to_string(m.step));
+    }
+    void on_eval(const EvalMetrics&) override {}
+    void on_event(const RunEvent&) override {}
+};
 
 struct Rank {
     int exit_code = -1;
@@ -317,6 +335,53 @@ private slots:
         bool named = false;
         for (const auto& e : store.events(1)) named |= e.kind == "run_failed" && e.message.find("rank 0 lost rank 1") != std::string::npos;
         QVERIFY(named);
+    }
+
+    // Rank 0 failing on its own is recorded with its rank, as a peer's failure is ("data-
+    // parallel: rank 1: ..."). Rank 0 runs in this process (its sink throws at step 3), rank 1
+    // is a mantissa-train; it fails once rank 0's sockets close.
+    void rank0_failure_is_recorded_with_its_rank()
+    {
+        const QString project = write_project("rank0-fails", 1000000, "fp32");
+        const QString db = dir_.filePath("rank0-fails.db");
+        const int port = free_port();
+        QProcess r1;
+        r1.setProcessEnvironment(rank_env(1, 2, port));
+        r1.start(MANTISSA_TRAIN_EXE, {"run", project, "--db", db});
+        const std::map<std::string, std::string> vars = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"},
+                                                         {"MASTER_ADDR", "127.0.0.1"},
+                                                         {"MASTER_PORT", std::to_string(port)}};
+        const auto env = read_distributed_env([&](const std::string& name) -> std::optional<std::string> {
+            const auto it = vars.find(name);
+            return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
+        });
+        QVERIFY(env);
+        SessionOutcome outcome;
+        int64_t run_id = 0;
+        {
+            auto dp = DataParallel::join(*env, std::chrono::seconds(60));
+            RunStore store(db.toStdString());
+            RunSession session(load_project_file(project.toStdString()));
+            session.trainer().set_data_parallel(dp);
+            run_id = session.create_run(store, "rank0-fails", project.toStdString());
+            announce_project(*dp, session.config());
+            SinkThatGivesUp sink(3);
+            outcome = session.run({&sink});
+        } // the session, the store and rank 0's process group close here
+        const Rank rank1 = finish(r1);
+        QCOMPARE(rank1.exit_code, 1);
+        QVERIFY(outcome.status == RunStatus::Failed);
+        const std::string expected = "data-parallel: rank 0: the sink gave up at step 3";
+        QCOMPARE(outcome.error, expected);
+        RunStore store(db.toStdString(), OpenMode::ReadOnly);
+        QVERIFY(store.find_run("1")->status == RunStatus::Failed);
+        int failures = 0;
+        for (const auto& e : store.events(run_id))
+            if (e.kind == "run_failed") {
+                ++failures;
+                QCOMPARE(e.event.text, expected);
+            }
+        QCOMPARE(failures, 1);
     }
 
     void torchrun_launches_the_ranks()

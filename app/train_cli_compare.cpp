@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// mantissa-train compare: config differences, summaries side by side, where train/loss diverges.
+#include "train_cli.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "cli_table.h"
+#include "config_diff.h"
+#include "project_config.h"
+#include "run_compare.h"
+#include "run_store.h"
+
+namespace mantissa {
+
+namespace {
+
+// Looks every named run up; complains about the first unknown one.
+std::optional<std::vector<RunInfo>> find_all_or_complain(RunStore& store, const std::vector<std::string>& runs)
+{
+    std::vector<RunInfo> out;
+    for (const auto& r : runs) {
+        auto info = find_or_complain(store, r);
+        if (!info) return std::nullopt;
+        out.push_back(*info);
+    }
+    return out;
+}
+
+} // namespace
+
+int cmd_compare(RunStore& store, const std::vector<std::string>& run_args, double tolerance, bool relative)
+{
+    if (run_args.size() < 2) {
+        std::fprintf(stderr, "error: compare needs at least two runs\n");
+        return 2;
+    }
+    const auto infos = find_all_or_complain(store, run_args);
+    if (!infos) return 2;
+    RunFilter filter;
+    for (const auto& info : *infos) filter.ids.push_back(info.id);
+    std::map<int64_t, RunSummaryRow> by_id;
+    for (auto& r : store.list_run_summaries(filter)) by_id[r.id] = std::move(r);
+    std::vector<RunSummaryRow> runs;
+    std::vector<std::string> configs, heads;
+    for (const auto& info : *infos) {
+        runs.push_back(by_id.at(info.id));
+        configs.push_back(info.config_json);
+        heads.push_back("run " + std::to_string(info.id));
+    }
+
+    std::vector<ConfigDifferenceN> diff;
+    try {
+        diff = diff_configs(configs);
+    } catch (const ConfigError& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 2;
+    }
+    if (diff.empty()) {
+        std::printf("config differences: none\n");
+    } else {
+        std::printf("config differences (%zu %s):\n", diff.size(), diff.size() == 1 ? "key" : "keys");
+        std::vector<std::vector<std::string>> rows = {{"key"}};
+        rows[0].insert(rows[0].end(), heads.begin(), heads.end());
+        for (const auto& d : diff) {
+            rows.push_back({d.key});
+            for (const auto& v : d.values) rows.back().push_back(v ? *v : "(absent)");
+        }
+        print_table(rows, {}, "  ");
+    }
+
+    std::printf("\nsummary:\n");
+    std::vector<std::vector<std::string>> rows = {{""}};
+    rows[0].insert(rows[0].end(), heads.begin(), heads.end());
+    const auto line = [&](const char* label, auto field) {
+        rows.push_back({label});
+        for (const auto& r : runs) rows.back().push_back(field(r));
+    };
+    line("name", [](const RunSummaryRow& r) { return r.name; });
+    line("status", [](const RunSummaryRow& r) { return std::string(run_status_name(r.status)); });
+    line("recipe", [](const RunSummaryRow& r) { return r.recipe; });
+    line("steps", [](const RunSummaryRow& r) { return std::to_string(r.steps_done); });
+    line("final train", [](const RunSummaryRow& r) { return fmt_loss(r.final_train_loss); });
+    line("final val", [](const RunSummaryRow& r) { return fmt_loss(r.final_val_loss); });
+    line("best val", [](const RunSummaryRow& r) { return fmt_loss(r.best_val_loss); });
+    line("tokens/s", [](const RunSummaryRow& r) { return fmt_rate(r.median_tokens_per_s); });
+    line("skipped", [](const RunSummaryRow& r) { return std::to_string(r.skipped_steps); });
+    line("peak memory", [](const RunSummaryRow& r) { return fmt_bytes(r.peak_memory_bytes()); });
+    line("tags", [](const RunSummaryRow& r) { return join_tags(r.tags); });
+    print_table(rows, {}, "  ");
+
+    std::printf("\ntrain/loss divergence vs run %lld (tolerance %g, %s):\n", static_cast<long long>(runs[0].id),
+                tolerance, relative ? "relative" : "absolute");
+    const Series first = store.series(runs[0].id, "train/loss");
+    for (size_t i = 1; i < runs.size(); ++i) {
+        const Series other = store.series(runs[i].id, "train/loss");
+        const auto aligned = align_on_steps(first, other);
+        const auto common = aligned.size();
+        const auto step = first_divergence_step(first, other, tolerance, relative);
+        if (step) {
+            const auto at =
+                std::find_if(aligned.begin(), aligned.end(), [&](const AlignedPoint& p) { return p.step == *step; });
+            std::printf("  run %lld: diverges at step %lld (%s vs %s)\n", static_cast<long long>(runs[i].id),
+                        static_cast<long long>(*step), fmt_loss(at->a).c_str(), fmt_loss(at->b).c_str());
+        } else
+            std::printf("  run %lld: within tolerance over %zu common steps\n", static_cast<long long>(runs[i].id),
+                        common);
+    }
+    return 0;
+}
+
+} // namespace mantissa

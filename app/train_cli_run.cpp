@@ -1,0 +1,224 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// mantissa-train run and resume: one training session into the run store, with Ctrl-C, the
+// store server (--serve) and rank 0's part in a data-parallel job.
+#include "train_cli.h"
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <thread>
+#include <unistd.h>
+
+#include "console_progress.h"
+#include "data_parallel_cli.h"
+#include "project_config.h"
+#include "run_session.h"
+#include "run_store.h"
+#include "trainer.h"
+
+namespace mantissa {
+
+std::atomic<bool> g_stop_requested{false};
+
+extern "C" void on_sigint(int)
+{
+    if (g_stop_requested.exchange(true)) {
+        // Second Ctrl-C: the user wants out now.
+        std::signal(SIGINT, SIG_DFL);
+        std::raise(SIGINT);
+    }
+}
+
+int train_session(RunSession& session, const std::string& db_path, DataParallelJob& job, TelemetrySink* extra)
+{
+    const ProjectConfig& config = session.config();
+    ConsoleProgress console(config.training.steps, config.telemetry.log_interval, isatty(STDOUT_FILENO) != 0, stdout);
+    console.watch_stop_flag(&g_stop_requested, &session.trainer());
+    std::signal(SIGINT, on_sigint);
+    std::signal(SIGTERM, on_sigint);
+    // A watcher's pause waits for a resume that a terminal cannot send, and no step comes to
+    // look at the flag: Ctrl-C must still stop the run cleanly, so a thread forwards it too.
+    std::atomic<bool> trained{false};
+    std::thread forward_stop([&] {
+        while (!trained.load()) {
+            if (g_stop_requested.load()) {
+                session.request_stop();
+                return;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+    });
+    if (job.dp) {
+        announce_project(*job.dp, config);
+        job.announced = true;
+    }
+    std::vector<TelemetrySink*> sinks = {&console};
+    if (extra) sinks.push_back(extra);
+    const SessionOutcome outcome = session.run(sinks);
+    trained = true;
+    forward_stop.join();
+    if (job.dp && outcome.status != RunStatus::Failed) print_rank_digest(*job.dp, session.trainer());
+    if (!outcome.store_error.empty())
+        std::fprintf(stderr, "\nwarning: the run store could not keep some of this run's metrics: %s\n",
+                     outcome.store_error.c_str());
+    if (outcome.store_failed) {
+        std::fprintf(stderr, "\nerror: %s\n", outcome.error.c_str());
+        return 3;
+    }
+    if (outcome.status == RunStatus::Failed) {
+        std::fprintf(stderr, "\nerror: training failed: %s\n", outcome.error.c_str());
+        return 1;
+    }
+    const RunSummary& summary = outcome.summary;
+    std::printf("%s after %lld steps: train loss %.4f", std::string(run_status_name(outcome.status)).c_str(), static_cast<long long>(summary.steps_done),
+                summary.final_train_loss);
+    if (summary.final_val_loss >= 0) std::printf(", val loss %.4f", summary.final_val_loss);
+    std::printf("\nmean step time: %.3f ms (%.0f tokens/s)\n", summary.mean_step_time_ms, summary.tokens_per_s);
+    if (summary.peak_device_memory_bytes >= 0)
+        std::printf("peak device memory: %.1f MiB\n", static_cast<double>(summary.peak_device_memory_bytes) / 1048576.0);
+    std::printf("saved as run %lld in %s\n", static_cast<long long>(session.run_id()), db_path.c_str());
+    return 0;
+}
+
+namespace {
+
+std::vector<Override> parse_overrides(const std::vector<std::string>& sets)
+{
+    std::vector<Override> overrides;
+    for (const auto& s : sets) overrides.push_back(parse_override(s));
+    return overrides;
+}
+
+} // namespace
+
+int cmd_run(const std::string& project_path, const std::vector<std::string>& sets, const std::string& db_path,
+            std::string name, bool no_store, const ServeOptions& serve, DataParallelJob& job)
+{
+    if (!serve.listen.empty() && (no_store || !serving_unavailable().empty())) {
+        std::fprintf(stderr, "error: %s\n", no_store ? "--serve serves the run store: it cannot go with --no-store"
+                                                     : serving_unavailable().c_str());
+        return 2;
+    }
+    // torchrun --max-restarts: an attempt after the first continues the run the first created.
+    if (job.dp && job.dp->restart_count() > 0 && !no_store)
+        if (const auto run_id = job.dp->peek_job("run_id")) {
+            std::printf("torchrun restart %d: resuming run %s\n", job.dp->restart_count(), run_id->c_str());
+            RunStore store(db_path);
+            return cmd_resume(store, *run_id, {}, db_path, job);
+        }
+    std::unique_ptr<RunSession> session;
+    try {
+        session = std::make_unique<RunSession>(load_project_file(project_path, parse_overrides(sets)));
+        if (job.dp) session->trainer().set_data_parallel(job.dp);
+    } catch (const ConfigError& e) { // the data is loaded here: it may still reject the project
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 2;
+    } catch (const std::exception& e) { // building the model failed (LibTorch, memory): no abort
+        std::fprintf(stderr, "error: training failed: %s\n", e.what());
+        return 1;
+    }
+    if (name.empty()) name = session->config().name;
+    if (no_store) {
+        // Console only: what the store costs the training step is measured against this.
+        Trainer& trainer = session->trainer();
+        ConsoleProgress console(trainer.config().training.steps, trainer.config().telemetry.log_interval,
+                                isatty(STDOUT_FILENO) != 0, stdout);
+        console.watch_stop_flag(&g_stop_requested, &trainer);
+        std::signal(SIGINT, on_sigint);
+        // As train_session reports a failed run (exit 1), not an abort: a diverged run's NaN
+        // weights, for one, make LibTorch's sampler throw at the next evaluation.
+        try {
+            if (job.dp) {
+                announce_project(*job.dp, trainer.config());
+                job.announced = true;
+            }
+            const auto summary = trainer.run(console);
+            if (job.dp) print_rank_digest(*job.dp, trainer);
+            std::printf("mean step time: %.3f ms (%.0f tokens/s)\n", summary.mean_step_time_ms, summary.tokens_per_s);
+            if (summary.peak_device_memory_bytes >= 0)
+                std::printf("peak device memory: %.1f MiB\n",
+                            static_cast<double>(summary.peak_device_memory_bytes) / 1048576.0);
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "\nerror: training failed: %s\n", e.what());
+            return 1;
+        }
+        return 0;
+    }
+    std::unique_ptr<RunStore> store;
+    try {
+        store = std::make_unique<RunStore>(db_path);
+        session->create_run(*store, name, project_path);
+        if (job.dp) job.dp->post_job("run_id", std::to_string(session->run_id()));
+    } catch (const StoreError& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 3;
+    }
+    std::printf("run %lld '%s' -> %s\n", static_cast<long long>(session->run_id()), name.c_str(), db_path.c_str());
+    std::unique_ptr<LiveServer> server; // stops before the session and the store go
+    if (!serve.listen.empty()) {
+        server = LiveServer::start(*session, *store, db_path, serve);
+        if (!server) {
+            store->finish_run(session->run_id(), RunStatus::Failed);
+            return 2;
+        }
+    }
+    return train_session(*session, db_path, job, server.get());
+}
+
+std::unique_ptr<RunSession> reopen_or_complain(RunStore& store, const RunInfo& info, const std::vector<std::string>& sets,
+                                               std::vector<RunEvent>& notices, int& exit_code)
+{
+    try {
+        auto session = RunSession::reopen(store, info, parse_overrides(sets), [&](const RunEvent& e) {
+            std::fprintf(stderr, "warning: %s\n", e.message().c_str());
+            notices.push_back(e);
+        });
+        if (!session->starts_over())
+            std::printf("run %lld '%s' at step %lld from %s\n", static_cast<long long>(info.id), info.name.c_str(),
+                        static_cast<long long>(session->trainer().step()), session->loaded_checkpoint().c_str());
+        return session;
+    } catch (const CheckpointUnusable& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        exit_code = 3;
+    } catch (const ConfigError& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        exit_code = 2;
+    }
+    return nullptr;
+}
+
+// Continues a saved run from its newest good checkpoint, appending to the same run record.
+int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::string>& sets, const std::string& db_path,
+               DataParallelJob& job)
+{
+    auto info = store.find_run(run);
+    if (!info) {
+        std::fprintf(stderr, "error: no run '%s' in %s\n", run.c_str(), db_path.c_str());
+        return 2;
+    }
+    std::vector<RunEvent> notices;
+    int exit_code = 0;
+    auto session = reopen_or_complain(store, *info, sets, notices, exit_code);
+    if (!session) {
+        for (const auto& e : notices) store.append_event(info->id, e);
+        return exit_code;
+    }
+    try {
+        if (job.dp) session->trainer().set_data_parallel(job.dp);
+    } catch (const ConfigError& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 2;
+    }
+    try {
+        session->claim(notices);
+    } catch (const StoreError& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 3;
+    }
+    if (session->starts_over())
+        std::printf("run %lld '%s' ended before its first checkpoint: training it again from step 0\n",
+                    static_cast<long long>(info->id), info->name.c_str());
+    return train_session(*session, db_path, job);
+}
+
+} // namespace mantissa

@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// mantissa-train's commands on saved runs: list, show, rename, delete, export, tag, untag.
+#include "train_cli.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include "cli_table.h"
+#include "run_session.h"
+#include "run_store.h"
+#include "tensorboard_export.h"
+#include "trainer.h"
+
+namespace mantissa {
+
+std::optional<RunInfo> find_or_complain(RunStore& store, const std::string& run)
+{
+    auto info = store.find_run(run);
+    if (!info) std::fprintf(stderr, "error: no run '%s' in %s\n", run.c_str(), store.path().c_str());
+    return info;
+}
+
+int cmd_show(RunStore& store, const std::string& run)
+{
+    auto info = find_or_complain(store, run);
+    if (!info) return 2;
+    std::printf("run %lld '%s'\nstatus: %s\nproject: %s\ncreated: %s\nfinished: %s\nsteps: %lld\n",
+                static_cast<long long>(info->id), info->name.c_str(), std::string(run_status_name(info->status)).c_str(), info->project_path.c_str(),
+                info->created_at.c_str(), info->finished_at.c_str(), static_cast<long long>(info->last_step));
+    double last_train = -1, last_val = -1;
+    int64_t val_step = -1;
+    for (const auto& s : store.scalars(info->id)) {
+        if (s.tag == "train/loss") last_train = s.value;
+        if (s.tag == "val/loss") { last_val = s.value; val_step = s.step; }
+    }
+    if (last_train >= 0) std::printf("last train loss: %.4f\n", last_train);
+    if (last_val >= 0) std::printf("last val loss: %.4f (step %lld)\n", last_val, static_cast<long long>(val_step));
+    std::printf("events:\n");
+    for (const auto& e : store.events(info->id))
+        std::printf("  step %6lld  %-12s  %s\n", static_cast<long long>(e.step), e.kind.c_str(), e.message.c_str());
+    std::printf("config:\n%s\n", info->config_json.c_str());
+    return 0;
+}
+
+int cmd_rename(RunStore& store, const std::string& run, const std::string& new_name)
+{
+    auto info = find_or_complain(store, run);
+    if (!info) return 2;
+    if (new_name.empty()) {
+        std::fprintf(stderr, "error: the new name is empty\n");
+        return 2;
+    }
+    store.rename_run(info->id, new_name);
+    std::printf("run %lld renamed '%s' -> '%s'\n", static_cast<long long>(info->id), info->name.c_str(), new_name.c_str());
+    return 0;
+}
+
+int cmd_delete(RunStore& store, const std::string& run)
+{
+    auto info = find_or_complain(store, run);
+    if (!info) return 2;
+    if (info->status == RunStatus::Running) {
+        std::fprintf(stderr, "error: run %lld is running; stop it first\n", static_cast<long long>(info->id));
+        return 2;
+    }
+    store.delete_run(info->id);
+    std::printf("deleted run %lld '%s'\n", static_cast<long long>(info->id), info->name.c_str());
+    return 0;
+}
+
+int cmd_export(RunStore& store, const std::string& run, const std::string& format, const std::string& table,
+               const std::string& out_path)
+{
+    auto info = find_or_complain(store, run);
+    if (!info) return 2;
+    if (format == "tensorboard") {
+        if (out_path.empty() || out_path == "-") {
+            std::fprintf(stderr, "error: --format tensorboard needs --out DIR\n");
+            return 2;
+        }
+        std::fprintf(stderr, "wrote %s\n", export_tensorboard(store, info->id, out_path).c_str());
+        return 0;
+    }
+    if (format == "safetensors") {
+        if (out_path.empty() || out_path == "-") {
+            std::fprintf(stderr, "error: --format safetensors needs --out FILE\n");
+            return 2;
+        }
+        std::vector<RunEvent> notices; // shown, never recorded: exporting only reads the store
+        int exit_code = 0;
+        const auto session = reopen_or_complain(store, *info, {}, notices, exit_code);
+        if (!session) return exit_code;
+        if (session->starts_over()) {
+            std::fprintf(stderr, "error: run %lld has no checkpoint to export weights from\n",
+                         static_cast<long long>(info->id));
+            return 2;
+        }
+        session->trainer().export_safetensors(out_path);
+        std::fprintf(stderr, "wrote %s\n", out_path.c_str());
+        return 0;
+    }
+    const std::string text = table == "events" ? store.events_csv(info->id) : store.metrics_csv(info->id);
+    if (out_path.empty() || out_path == "-") {
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        return 0;
+    }
+    std::ofstream out(out_path, std::ios::binary);
+    if (!out || !(out << text)) {
+        std::fprintf(stderr, "error: cannot write '%s'\n", out_path.c_str());
+        return 2;
+    }
+    std::fprintf(stderr, "wrote %s\n", out_path.c_str());
+    return 0;
+}
+
+int cmd_tag(RunStore& store, const std::string& run, const std::vector<std::string>& tags, bool remove)
+{
+    auto info = find_or_complain(store, run);
+    if (!info) return 2;
+    try {
+        if (remove) store.remove_tags(info->id, tags);
+        else store.add_tags(info->id, tags);
+    } catch (const StoreError& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 2;
+    }
+    std::printf("run %lld '%s' tags: %s\n", static_cast<long long>(info->id), info->name.c_str(),
+                join_tags(store.tags(info->id)).c_str());
+    return 0;
+}
+
+int cmd_list(RunStore& store)
+{
+    std::vector<std::vector<std::string>> rows = {
+        {"id", "name", "status", "steps", "recipe", "final val", "tokens/s", "created", "tags"}};
+    for (const auto& r : store.list_run_summaries())
+        rows.push_back({std::to_string(r.id), r.name, std::string(run_status_name(r.status)), std::to_string(r.steps_done), r.recipe,
+                        fmt_loss(r.final_val_loss), fmt_rate(r.median_tokens_per_s), r.created_at, join_tags(r.tags)});
+    print_table(rows, {true, false, false, true, false, true, true, false, false});
+    return 0;
+}
+
+} // namespace mantissa

@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// mantissa-train sweep: one project trained once per value of one key, then a summary table.
+#include "train_cli.h"
+
+#include <cstdio>
+#include <ctime>
+
+#include "cli_table.h"
+#include "project_config.h"
+#include "run_session.h"
+#include "run_store.h"
+#include "sweep.h"
+
+namespace mantissa {
+
+namespace {
+
+void print_sweep_table(const SweepSpec& spec, const std::vector<std::string>& values,
+                       const std::vector<std::optional<RunSummaryRow>>& runs, const std::vector<std::string>& notes)
+{
+    std::vector<std::pair<std::string, RunSummaryRow>> done;
+    for (size_t i = 0; i < values.size(); ++i)
+        if (runs[i]) done.emplace_back(values[i], *runs[i]);
+    const SweepSummary summary = summarize_sweep(done);
+    std::printf("\nsweep of %s: %zu runs", spec.key.c_str(), values.size());
+    if (!summary.rows.empty()) {
+        const auto& ref = summary.rows[summary.reference];
+        std::printf(", relative to %s (run %lld%s)", ref.value.c_str(), static_cast<long long>(ref.run.id),
+                    ref.run.is_fp32() ? ", fp32" : ", the first");
+    }
+    std::printf("\n");
+    std::vector<std::vector<std::string>> rows = {{"value", "run", "status", "final val", "dval vs ref", "tokens/s",
+                                                   "x ref", "peak mem", "x ref", "skipped"}};
+    size_t row = 0;
+    for (size_t i = 0; i < values.size(); ++i) {
+        if (!runs[i]) {
+            rows.push_back({values[i], "-", notes[i], "-", "-", "-", "-", "-", "-", "-"});
+            continue;
+        }
+        const SweepRow& r = summary.rows[row++];
+        rows.push_back({r.value, std::to_string(r.run.id), std::string(run_status_name(r.run.status)), fmt_loss(r.run.final_val_loss),
+                        fmt_delta(r.val_loss_delta), fmt_rate(r.run.median_tokens_per_s),
+                        fmt_ratio(r.tokens_per_s_ratio),
+                        fmt_bytes(r.run.peak_memory_bytes()), fmt_ratio(r.peak_memory_ratio),
+                        std::to_string(r.run.skipped_steps)});
+    }
+    print_table(rows, {false, true, false, true, true, true, true, true, true, true});
+    std::printf("\n");
+}
+
+} // namespace
+
+// Runs one project once per value of the varied key, one after another, into one store.
+// Every value is validated before the first run starts; Ctrl-C stops the current run and
+// skips the rest; a run that fails is marked failed and the sweep goes on.
+int cmd_sweep(const std::string& project_path, const std::string& vary, const std::vector<std::string>& sets,
+              const std::string& db_path, std::string sweep_name, DataParallelJob& job)
+{
+    SweepSpec spec;
+    std::vector<SweepRunPlan> plans;
+    try {
+        spec = parse_vary(vary);
+        std::vector<Override> overrides;
+        for (const auto& s : sets) overrides.push_back(parse_override(s));
+        plans = plan_sweep(project_path, spec, overrides);
+    } catch (const ConfigError& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 2;
+    }
+    if (sweep_name.empty()) {
+        char stamp[32];
+        const std::time_t now = std::time(nullptr);
+        std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+        sweep_name = stamp;
+    }
+    const std::string tag = "sweep:" + sweep_name;
+    std::unique_ptr<RunStore> store;
+    try {
+        store = std::make_unique<RunStore>(db_path);
+    } catch (const StoreError& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 3;
+    }
+    std::printf("sweep '%s': %zu runs of %s varying %s, tagged %s\n", sweep_name.c_str(), plans.size(),
+                project_path.c_str(), spec.key.c_str(), tag.c_str());
+
+    std::vector<std::string> values, notes(plans.size());
+    std::vector<int64_t> run_ids(plans.size(), 0);
+    bool any_failed = false;
+    for (size_t i = 0; i < plans.size(); ++i) {
+        values.push_back(plans[i].value);
+        if (g_stop_requested) {
+            notes[i] = "skipped";
+            continue;
+        }
+        std::printf("\n[%zu/%zu] %s\n", i + 1, plans.size(), plans[i].name.c_str());
+        std::unique_ptr<RunSession> session;
+        try {
+            session = std::make_unique<RunSession>(plans[i].config); // loads the data: may take a while
+        } catch (const ConfigError& e) {
+            std::fprintf(stderr, "error: %s: %s\n", plans[i].name.c_str(), e.what());
+            notes[i] = "rejected";
+            any_failed = true;
+            continue;
+        }
+        if (g_stop_requested) { // Ctrl-C while the data loaded
+            notes[i] = "skipped";
+            continue;
+        }
+        try {
+            run_ids[i] = session->create_run(*store, plans[i].name, project_path);
+            store->add_tags(run_ids[i], {tag});
+        } catch (const StoreError& e) {
+            std::fprintf(stderr, "error: %s\n", e.what());
+            return 3;
+        }
+        std::printf("run %lld '%s' -> %s\n", static_cast<long long>(run_ids[i]), plans[i].name.c_str(),
+                    db_path.c_str());
+        if (train_session(*session, db_path, job) != 0) any_failed = true;
+    }
+
+    std::vector<int64_t> ids;
+    for (const int64_t id : run_ids)
+        if (id) ids.push_back(id);
+    std::vector<std::optional<RunSummaryRow>> runs(plans.size());
+    if (!ids.empty()) {
+        RunFilter filter;
+        filter.ids = ids;
+        const auto rows = store->list_run_summaries(filter);
+        for (size_t i = 0; i < plans.size(); ++i)
+            for (const auto& r : rows)
+                if (r.id == run_ids[i]) runs[i] = r;
+    }
+    print_sweep_table(spec, values, runs, notes);
+    return any_failed ? 1 : 0;
+}
+
+} // namespace mantissa
