@@ -8,6 +8,9 @@
 //   remote_monitor open URL TOKEN REPLICA     connects to a server whose run 1 has ended and
 //                                             prints the time until its whole loss curve is drawn
 //   remote_monitor generate DB ROWS           writes a finished run of ROWS train/loss rows
+//
+// With $REMOTE_MONITOR_SCREENSHOT set, the page is saved there (PNG) at most once a second
+// while it draws, and at the end.
 
 #include <QApplication>
 #include <QElapsedTimer>
@@ -71,18 +74,25 @@ int main(int argc, char** argv)
     QObject::connect(&mirror, &RemoteMirror::rowsArrived, &follower, [&](qint64 id) {
         if (id == 1) follower.pollSoon();
     });
+    const QString screenshot = qEnvironmentVariable("REMOTE_MONITOR_SCREENSHOT");
+    QElapsedTimer lastShot;
     double firstDrawMs = -1;
     QObject::connect(&page, &MonitorPage::frameRendered, &page, [&](qint64 step) {
         if (step <= 0) return;
         if (firstDrawMs < 0) firstDrawMs = double(clock.nsecsElapsed()) / 1e6;
         if (!open) std::printf("drawn %lld %.6f\n", static_cast<long long>(step), monotonic_s());
         std::fflush(stdout);
+        if (!screenshot.isEmpty() && (!lastShot.isValid() || lastShot.elapsed() > 1000)) {
+            page.grab().save(screenshot);
+            lastShot.start();
+        }
     });
     QObject::connect(&follower, &RunFollower::ended, &page, [&] {
         page.renderNow(); // the last state, whatever the frame rate skipped
         if (open)
             std::printf("first frame %.0f ms, whole loss curve (%zu points) drawn %.0f ms after connecting\n",
                         firstDrawMs, page.history().steps().size(), double(clock.nsecsElapsed()) / 1e6);
+        if (!screenshot.isEmpty()) page.grab().save(screenshot);
         std::printf("done\n");
         std::fflush(stdout);
         app.quit();

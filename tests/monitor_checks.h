@@ -19,21 +19,21 @@ inline QString compare_history(const mantissa::RunHistory& history, mantissa::Ru
     using namespace mantissa;
     const Series loss = store.series(id, "train/loss");
     const auto& steps = history.steps();
-    if (steps.size() != loss.steps.size())
-        return QString("%1 loss points in the monitor, %2 in the store").arg(steps.size()).arg(loss.steps.size());
+    if (steps.size() != loss.size())
+        return QString("%1 loss points in the monitor, %2 in the store").arg(steps.size()).arg(loss.size());
     for (size_t i = 0; i < steps.size(); ++i)
-        if (steps[i].step != loss.steps[i] || !same_double(steps[i].train_loss, loss.values[i]))
+        if (steps[i].step != loss[i].first || !same_double(steps[i].train_loss, loss[i].second))
             return QString("loss point %1: step %2 = %3 in the monitor, step %4 = %5 in the store")
                 .arg(i)
                 .arg(steps[i].step)
                 .arg(steps[i].train_loss, 0, 'g', 17)
-                .arg(loss.steps[i])
-                .arg(loss.values[i], 0, 'g', 17);
+                .arg(loss[i].first)
+                .arg(loss[i].second, 0, 'g', 17);
     const Series val = store.series(id, "val/loss");
-    if (history.evals().size() != val.steps.size())
-        return QString("%1 evaluations in the monitor, %2 in the store").arg(history.evals().size()).arg(val.steps.size());
-    for (size_t i = 0; i < val.steps.size(); ++i)
-        if (history.evals()[i].step != val.steps[i] || !same_double(history.evals()[i].val_loss, val.values[i]))
+    if (history.evals().size() != val.size())
+        return QString("%1 evaluations in the monitor, %2 in the store").arg(history.evals().size()).arg(val.size());
+    for (size_t i = 0; i < val.size(); ++i)
+        if (history.evals()[i].step != val[i].first || !same_double(history.evals()[i].val_loss, val[i].second))
             return QString("evaluation %1 differs").arg(i);
     if (history.events().size() != store.events(id).size())
         return QString("%1 events in the monitor, %2 in the store").arg(history.events().size()).arg(store.events(id).size());

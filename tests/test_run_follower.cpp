@@ -18,6 +18,7 @@
 #include "run_event.h"
 #include "run_store.h"
 #include "window/main_window.h"
+#include "models/run_list_model.h"
 #include "pages/runs_page.h"
 #include "window/monitor_feed.h"
 
@@ -106,7 +107,7 @@ private:
                 page.setInitialLayerStates(run.initialLayerStates);
             });
             QObject::connect(&follower, &RunFollower::batchReady, &page, &MonitorPage::ingest);
-            QObject::connect(&follower, &RunFollower::ended, &page, [this](RunStatus s) { endings << s; });
+            QObject::connect(&follower, &RunFollower::ended, &page, [this] { endings << follower.run().status; });
             follower.setIntervalMs(1000000); // polled by hand
         }
     };
@@ -238,7 +239,7 @@ private slots:
         QVERIFY(window.runsPage()->showSelectedInMonitor());
         QCOMPARE(window.currentPage(), MainWindow::Page::Monitor);
         QCOMPARE(window.monitorFeed()->followedRun(), int64_t(1));
-        QVERIFY(training.waitForFinished(300000));
+        QVERIFY(QTest::qWaitFor([&] { return training.state() == QProcess::NotRunning; }, 300000));
         QCOMPARE(training.exitCode(), 0);
         QTRY_VERIFY_WITH_TIMEOUT(!window.monitorFeed()->follower()->isLive(), 60000);
         QVERIFY2(batchesWhileTraining >= 2, qPrintable(QString::number(batchesWhileTraining)));

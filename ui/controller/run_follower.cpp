@@ -248,7 +248,7 @@ bool RunFollower::poll()
     } else if (runEnded) {
         live_ = false;
         store_.reset(); // read to its end: nothing more will come
-        emit ended(run_.status);
+        emit ended();
     } else {
         timer_->start(intervalMs_);
     }

@@ -91,7 +91,7 @@ signals:
     // The run was resumed from a checkpoint before the steps already handed on: its later
     // steps are being rewritten. opened() comes again and the run is read again from its start.
     void restarted();
-    void ended(mantissa::RunStatus status); // read to the end of a run that is no longer running
+    void ended(); // read to the end of a run that is no longer running (run().status says how it ended)
     void failed(const QString& message);    // the store or the run went away: following stops
 
 private:

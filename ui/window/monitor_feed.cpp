@@ -16,7 +16,7 @@ MonitorFeed::MonitorFeed(MonitorPage* page, StoreConnection* store, QObject* par
 {
     connect(follower_, &RunFollower::opened, this, &MonitorFeed::onOpened);
     connect(follower_, &RunFollower::batchReady, page_, &MonitorPage::ingest);
-    connect(follower_, &RunFollower::ended, this, [this](RunStatus) { page_->renderNow(); });
+    connect(follower_, &RunFollower::ended, this, [this] { page_->renderNow(); });
     connect(follower_, &RunFollower::failed, this, &MonitorFeed::failed);
 }
 
