@@ -85,15 +85,16 @@ def train(args, serve, clients, log_interval, sets=(), steps=None, monitor=None)
         if serve:
             cmd += ["--serve", "127.0.0.1:0", "--requests-per-s", "1000"]
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, bufsize=1)
-        out, printed, started, viewer = "", {}, [], None
+        out, printed, started, viewer, listening = "", {}, [], None, False
         for line in p.stdout:
             out += line
             m = STEP_LINE_RE.match(line)
             if m:
                 printed[int(m.group(1))] = time.perf_counter()
-            if serve and not started:
+            if serve and not listening:
                 lm = LISTEN_RE.search(out)
                 if lm:
+                    listening = True
                     started = [Client(lm.group(1), lm.group(2)) for _ in range(clients)]
                     for c in started:
                         c.start()

@@ -24,6 +24,8 @@ constexpr int64_t kMaxRowsPerPage = 10000; // per tag, and events
 constexpr int64_t kDefaultRowsPerPage = 2000;
 // Layer statistics per page: about 300 bytes of JSON each, so a page stays within a few MB.
 constexpr int64_t kMaxLayerRowsPerPage = 8000;
+// Scalar rows per page in all: `limit` steps per tag, fewer where many tags would pass this.
+constexpr int64_t kMaxScalarRowsPerPage = 40000;
 constexpr int64_t kMaxWaitMs = 5000;
 constexpr auto kPollInterval = std::chrono::milliseconds(100);
 
@@ -117,7 +119,10 @@ struct Marks {
 // source. The layer mark is exclusive once a frame is whole, so a frame is sent once.
 json rows_page(RunStore& store, const RunInfo& run, const Marks& m, bool& has_news)
 {
-    ScalarPage scalars = store.scalars_page(run.id, m.from_step, m.limit);
+    // `limit` is per tag: a run with many tags (per-layer gradient norms) gets fewer steps.
+    const auto tags = static_cast<int64_t>(std::max<size_t>(1, store.scalar_tags(run.id).size()));
+    const int64_t per_tag = std::min(m.limit, std::max<int64_t>(2, kMaxScalarRowsPerPage / tags));
+    ScalarPage scalars = store.scalars_page(run.id, m.from_step, per_tag);
     LayerStatsPage layers;
     int64_t cut = scalars.cut ? scalars.next : INT64_MAX;
     if (m.from_layer_step) {
