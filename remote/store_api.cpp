@@ -22,7 +22,7 @@ using nlohmann::json;
 
 constexpr int64_t kMaxRowsPerPage = 10000; // per tag, and events
 constexpr int64_t kDefaultRowsPerPage = 2000;
-// Layer statistics per page: about 300 bytes of JSON each, so a page stays within a few MB.
+// Layer statistics per page: ~700 bytes of JSON each, so a page stays within ~6 MB.
 constexpr int64_t kMaxLayerRowsPerPage = 8000;
 // Scalar rows per page in all: `limit` steps per tag, fewer where many tags would pass this.
 constexpr int64_t kMaxScalarRowsPerPage = 40000;
