@@ -22,6 +22,10 @@ using nlohmann::json;
 
 constexpr int64_t kMaxRowsPerPage = 10000; // per tag, and events
 constexpr int64_t kDefaultRowsPerPage = 2000;
+// Layer statistics per page: ~700 bytes of JSON each, so a page stays within ~6 MB.
+constexpr int64_t kMaxLayerRowsPerPage = 8000;
+// Scalar rows per page in all: `limit` steps per tag, fewer where many tags would pass this.
+constexpr int64_t kMaxScalarRowsPerPage = 40000;
 constexpr int64_t kMaxWaitMs = 5000;
 constexpr auto kPollInterval = std::chrono::milliseconds(100);
 
@@ -88,78 +92,122 @@ std::optional<RunInfo> find_run(RunStore& store, int64_t id)
     return std::nullopt;
 }
 
-// One page of a run's rows after the client's marks. Scalars come from `from_step` on
-// (inclusive: the client re-reads its last step, whose rows may have been committed in two
-// batches), at most `limit` per tag, cut at a whole step; events after id `after_event`.
-json rows_page(RunStore& store, const RunInfo& run, int64_t from_step, int64_t after_event, int64_t limit,
-               bool& has_news)
+json encode_tensor(int64_t step, const TensorStats& t)
 {
-    auto scalars = store.scalars_from_step(run.id, from_step, limit);
-    // A tag that filled its page may have more rows: keep only the steps every tag has complete.
-    std::map<std::string, std::pair<int64_t, int64_t>> per_tag; // tag -> (rows, last step)
-    for (const auto& s : scalars) {
-        auto& t = per_tag[s.tag];
-        ++t.first;
-        t.second = s.step;
+    // Compact: one array per tensor, the histogram as first_exponent + counts (docs/REMOTE.md).
+    return json::array({step, t.layer, t.role, t.format, t.count, t.zeros, t.infs, t.nans, encode_value(t.underflow),
+                        encode_value(t.subnormal), encode_value(t.overflow), encode_value(t.amax),
+                        encode_value(t.scale), encode_value(t.quant_mse), encode_value(t.quant_snr_db),
+                        encode_value(t.update_ratio), t.first_exponent, t.exponent_counts});
+}
+
+// The scalar StoreSink writes after every layer statistic of a telemetry frame: once it is
+// there, the frame at that step is whole.
+constexpr const char* kFrameCompleteTag = "memory/resident_bytes";
+
+struct Marks {
+    int64_t from_step = 0, after_event = 0, limit = kDefaultRowsPerPage;
+    std::optional<int64_t> from_layer_step; // absent: a client that does not mirror layer statistics
+};
+
+// One page of a run's rows after the client's marks, read in one snapshot of the store.
+// Scalars come from `from_step` on (inclusive: the client re-reads its last step, whose rows
+// may have been committed in two batches), at most `limit` per tag, cut at a whole step;
+// events after id `after_event`. With `from_layer_step`, layer statistics from that step on,
+// at most kMaxLayerRowsPerPage rows; both tables are then cut at the same step, so that a
+// replica always holds, below its marks, every scalar and layer row of one state of the
+// source. The layer mark is exclusive once a frame is whole, so a frame is sent once.
+json rows_page(RunStore& store, const RunInfo& run, const Marks& m, bool& has_news)
+{
+    // `limit` is per tag: a run with many tags (per-layer gradient norms) gets fewer steps.
+    const auto tags = static_cast<int64_t>(std::max<size_t>(1, store.scalar_tags(run.id).size()));
+    const int64_t per_tag = std::min(m.limit, std::max<int64_t>(2, kMaxScalarRowsPerPage / tags));
+    ScalarPage scalars = store.scalars_page(run.id, m.from_step, per_tag);
+    LayerStatsPage layers;
+    int64_t cut = scalars.cut ? scalars.next : INT64_MAX;
+    if (m.from_layer_step) {
+        layers = store.layer_stats_page(run.id, *m.from_layer_step, kMaxLayerRowsPerPage);
+        if (layers.cut) cut = std::min(cut, layers.next);
     }
-    int64_t cut = INT64_MAX;
-    for (const auto& [tag, t] : per_tag)
-        if (t.first >= limit) cut = std::min(cut, t.second);
-    const bool more_scalars = cut != INT64_MAX;
-    int64_t next_step = from_step;
+    const bool cut_here = cut != INT64_MAX;
     json rows = json::array();
+    int64_t next_step = m.from_step;
     has_news = false;
-    for (const auto& s : scalars) {
-        if (s.step >= cut) continue; // limit >= 2: cut > from_step, so every page makes progress
+    for (const auto& s : scalars.rows) {
+        if (s.step >= cut) continue;
         rows.push_back(json::array({s.step, s.tag, encode_value(s.value)}));
         next_step = std::max(next_step, s.step);
-        has_news = has_news || s.step > from_step;
+        has_news = has_news || s.step > m.from_step;
     }
-    if (more_scalars) next_step = cut;
-    const auto events = store.events_after(run.id, after_event, limit);
+    if (cut_here) next_step = std::max(m.from_step, cut);
+    const auto events = store.events_after(run.id, m.after_event, m.limit);
     json ev = json::array();
-    int64_t next_event = after_event;
+    int64_t next_event = m.after_event;
     for (const auto& e : events) {
         ev.push_back({{"id", e.id}, {"step", e.step}, {"kind", e.kind}, {"message", e.message},
                       {"created_at", e.created_at}, {"fields", e.fields}});
         next_event = e.id;
     }
     has_news = has_news || !events.empty() || run.status != RunStatus::Running;
-    const bool more = more_scalars || static_cast<int64_t>(events.size()) >= limit;
     json page = {{"run", run.id},        {"status", std::string(run_status_name(run.status))},
                  {"scalars", rows},       {"events", ev},
-                 {"next_from_step", next_step}, {"next_after_event", next_event},
-                 {"more", more}};
+                 {"next_from_step", next_step}, {"next_after_event", next_event}};
+    if (m.from_layer_step) {
+        const int64_t from = *m.from_layer_step;
+        json tensors = json::array();
+        int64_t last = -1;
+        for (const auto& [step, t] : layers.rows) {
+            if (step >= cut) continue;
+            tensors.push_back(encode_tensor(step, t));
+            last = step;
+        }
+        int64_t next_layer = from;
+        if (cut_here) next_layer = std::max(from, cut);
+        else if (last >= 0) // the newest frame may be half committed: read it again until whole
+            next_layer = run.status != RunStatus::Running || store.has_scalar(run.id, kFrameCompleteTag, last)
+                             ? last + 1 : last;
+        has_news = has_news || next_layer != from;
+        page["layer_stats"] = tensors;
+        page["next_from_layer_step"] = next_layer;
+    }
+    const bool more = cut_here || static_cast<int64_t>(events.size()) >= m.limit;
+    page["more"] = more;
     // Once a run has ended and the client has it all, the counts let it check its replica
     // (and start the run over if the source was rewritten, e.g. by a resume).
     if (!more && run.status != RunStatus::Running) {
         const RunRowCounts c = store.row_counts(run.id);
-        page["counts"] = {{"scalars", c.scalars}, {"events", c.events}};
+        page["counts"] = {{"scalars", c.scalars}, {"events", c.events}, {"layer_stats", c.layer_stats}};
     }
     return page;
 }
 
 ApiAnswer run_rows(const ApiContext& context, int64_t run_id, const std::multimap<std::string, std::string>& params)
 {
-    const auto p = single_params(params, {"from_step", "after_event", "limit", "wait_ms"});
+    const auto p = single_params(params, {"from_step", "after_event", "from_layer_step", "limit", "wait_ms"});
     const auto get = [&](const char* name, int64_t lo, int64_t hi, int64_t fallback) {
         const auto it = p.find(name);
         return it == p.end() ? fallback : parse_int(name, it->second, lo, hi);
     };
-    const int64_t from_step = get("from_step", 0, INT64_MAX / 2, 0);
-    const int64_t after_event = get("after_event", 0, INT64_MAX / 2, 0);
-    const int64_t limit = get("limit", 2, kMaxRowsPerPage, kDefaultRowsPerPage);
+    Marks marks;
+    marks.from_step = get("from_step", 0, INT64_MAX / 2, 0);
+    marks.after_event = get("after_event", 0, INT64_MAX / 2, 0);
+    if (p.count("from_layer_step")) marks.from_layer_step = get("from_layer_step", 0, INT64_MAX / 2, 0);
+    marks.limit = get("limit", 2, kMaxRowsPerPage, kDefaultRowsPerPage);
     const int64_t wait_ms = get("wait_ms", 0, kMaxWaitMs, 0);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
     for (;;) {
         // Leased anew each time round: a connection that cannot see the writer is replaced.
         auto store = context.stores->acquire();
-        const auto run = find_run(*store, run_id);
-        if (!run) return api_error(404, "no run " + std::to_string(run_id) + " in this store");
-        bool has_news = false;
-        json page = rows_page(*store, *run, from_step, after_event, limit, has_news);
-        const bool stopping = context.stopping && context.stopping->load();
-        if (has_news || stopping || std::chrono::steady_clock::now() + kPollInterval > deadline) return ok(page);
+        json page;
+        {
+            RunStore::ReadSnapshot snapshot(*store);
+            const auto run = find_run(*store, run_id);
+            if (!run) return api_error(404, "no run " + std::to_string(run_id) + " in this store");
+            bool has_news = false;
+            page = rows_page(*store, *run, marks, has_news);
+            const bool stopping = context.stopping && context.stopping->load();
+            if (has_news || stopping || std::chrono::steady_clock::now() + kPollInterval > deadline) return ok(page);
+        }
         std::this_thread::sleep_for(kPollInterval);
     }
 }

@@ -15,6 +15,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -1235,7 +1236,181 @@ RunRowCounts RunStore::row_counts(int64_t run_id)
                      "coalesce(max(step), -1) FROM scalars WHERE run_id=?1)");
     s.bind(1, run_id);
     s.step();
-    return {s.int64(0), s.int64(1), s.int64(2), s.int64(3)};
+    RunRowCounts counts{s.int64(0), s.int64(1), s.int64(2), s.int64(3)};
+    if (schema_ >= 2) {
+        Statement l(db_, "SELECT count(*), coalesce(max(step), -1) FROM layer_stats WHERE run_id=?");
+        l.bind(1, run_id).step();
+        counts.layer_stats = l.int64(0);
+        counts.max_layer_step = l.int64(1);
+    }
+    return counts;
+}
+
+ScalarPage RunStore::scalars_page(int64_t run_id, int64_t from_step, int64_t limit)
+{
+    ScalarPage page;
+    page.rows = scalars_from_step(run_id, from_step, limit);
+    // A tag that filled its page may have more rows: keep only the steps every tag has complete.
+    int64_t cut = INT64_MAX, rows = 0, last = -1, max_step = from_step;
+    std::string tag;
+    const auto close_tag = [&] {
+        if (rows >= limit) cut = std::min(cut, last);
+    };
+    for (const auto& r : page.rows) {
+        if (r.tag != tag) {
+            close_tag();
+            tag = r.tag;
+            rows = 0;
+        }
+        ++rows;
+        last = r.step;
+        max_step = std::max(max_step, r.step);
+    }
+    close_tag();
+    page.cut = cut != INT64_MAX;
+    if (page.cut)
+        std::erase_if(page.rows, [cut](const ScalarRow& r) { return r.step >= cut; });
+    page.next = page.cut ? cut : max_step; // limit >= 2: cut > from_step, every page makes progress
+    return page;
+}
+
+namespace {
+
+// The layer_stats columns after run_id and step, as listed in kLayerStatsColumns.
+TensorStats read_tensor_stats(const Statement& s, int c)
+{
+    TensorStats t;
+    t.layer = s.text(c);
+    t.role = s.text(c + 1);
+    t.format = s.text(c + 2);
+    t.count = s.int64(c + 3);
+    t.zeros = s.int64(c + 4);
+    t.infs = s.int64(c + 5);
+    t.nans = s.int64(c + 6);
+    t.underflow = s.real_or_nan(c + 7);
+    t.subnormal = s.real_or_nan(c + 8);
+    t.overflow = s.real_or_nan(c + 9);
+    t.amax = s.real_or_nan(c + 10);
+    t.scale = s.real_or_nan(c + 11);
+    t.quant_mse = s.real_or_nan(c + 12);
+    t.quant_snr_db = s.real_or_nan(c + 13);
+    t.update_ratio = s.real_or_nan(c + 14);
+    t.first_exponent = static_cast<int>(s.int64(c + 15));
+    t.exponent_counts = s.int64_blob(c + 16);
+    return t;
+}
+
+constexpr const char* kLayerStatsColumns = "layer, role, format, count, zeros, infs, nans, underflow, subnormal, "
+                                           "overflow, amax, scale, quant_mse, quant_snr_db, update_ratio, "
+                                           "first_exponent, exponent_counts";
+
+} // namespace
+
+LayerStatsPage RunStore::layer_stats_page(int64_t run_id, int64_t from_step, int64_t max_rows)
+{
+    flush();
+    LayerStatsPage page;
+    page.next = from_step;
+    if (schema_ < 2) return page;
+    std::lock_guard lock(db_mutex_);
+    // The run's tensors, one index seek each: a scan of the run's rows would cost a long run
+    // more with every page.
+    std::vector<std::pair<std::string, std::string>> tensors;
+    {
+        Statement next(db_, "SELECT layer, role FROM layer_stats WHERE run_id=?1 AND (layer, role) > (?2, ?3) "
+                            "ORDER BY layer, role LIMIT 1");
+        std::string layer, role;
+        for (;;) {
+            next.reset();
+            next.bind(1, run_id).bind(2, layer).bind(3, role);
+            if (!next.step()) break;
+            layer = next.text(0);
+            role = next.text(1);
+            tensors.emplace_back(layer, role);
+        }
+    }
+    if (tensors.empty()) return page;
+    const int64_t per_tensor = std::max<int64_t>(2, max_rows / static_cast<int64_t>(tensors.size()));
+    const std::string sql = std::string("SELECT step, ") + kLayerStatsColumns +
+                            " FROM layer_stats WHERE run_id=? AND layer=? AND role=? AND step>=? ORDER BY step LIMIT ?";
+    Statement s(db_, sql.c_str());
+    int64_t cut = INT64_MAX, max_step = from_step;
+    for (const auto& [layer, role] : tensors) {
+        s.reset();
+        s.bind(1, run_id).bind(2, layer).bind(3, role).bind(4, from_step).bind(5, per_tensor);
+        int64_t rows = 0, last = -1;
+        while (s.step()) {
+            last = s.int64(0);
+            page.rows.emplace_back(last, read_tensor_stats(s, 1));
+            ++rows;
+        }
+        if (rows >= per_tensor) cut = std::min(cut, last);
+        if (rows > 0) max_step = std::max(max_step, last);
+    }
+    page.cut = cut != INT64_MAX;
+    if (page.cut) std::erase_if(page.rows, [cut](const auto& r) { return r.first >= cut; });
+    std::sort(page.rows.begin(), page.rows.end(), [](const auto& a, const auto& b) {
+        return std::tie(a.first, a.second.layer, a.second.role) < std::tie(b.first, b.second.layer, b.second.role);
+    });
+    page.next = page.cut ? cut : max_step;
+    return page;
+}
+
+bool RunStore::has_scalar(int64_t run_id, const std::string& tag, int64_t step)
+{
+    flush();
+    std::lock_guard lock(db_mutex_);
+    Statement s(db_, "SELECT 1 FROM scalars WHERE run_id=? AND tag=? AND step=?");
+    s.bind(1, run_id).bind(2, tag).bind(3, step);
+    return s.step();
+}
+
+std::vector<ScalarRow> RunStore::scalars_in_steps(int64_t run_id, const std::vector<std::string>& tags,
+                                                  int64_t from_step, int64_t to_step)
+{
+    flush();
+    std::lock_guard lock(db_mutex_);
+    Statement s(db_, "SELECT step, value FROM scalars WHERE run_id=? AND tag=? AND step BETWEEN ? AND ? ORDER BY step");
+    std::vector<ScalarRow> rows;
+    for (const auto& tag : tags) {
+        s.reset();
+        s.bind(1, run_id).bind(2, tag).bind(3, from_step).bind(4, to_step);
+        while (s.step()) rows.push_back({s.int64(0), tag, s.real_or_nan(1)});
+    }
+    return rows;
+}
+
+std::vector<std::pair<int64_t, EventRow>> RunStore::event_rows_after(int64_t run_id, int64_t after_id, int64_t limit)
+{
+    flush();
+    std::lock_guard lock(db_mutex_);
+    const bool typed = schema_ >= 4;
+    Statement s(db_, typed ? "SELECT id, step, kind, message, created_at, fields FROM events "
+                             "WHERE run_id=? AND id>? ORDER BY id LIMIT ?"
+                           : "SELECT id, step, kind, message, created_at, '' FROM events "
+                             "WHERE run_id=? AND id>? ORDER BY id LIMIT ?");
+    s.bind(1, run_id).bind(2, after_id).bind(3, limit);
+    std::vector<std::pair<int64_t, EventRow>> rows;
+    while (s.step())
+        rows.emplace_back(s.int64(0), EventRow{s.int64(1), s.text(2), s.text(3), s.text(4),
+                                               typed ? event_from_stored(s.int64(1), s.text(2), s.text(5), s.text(3))
+                                                     : legacy_event(s.int64(1), s.text(2), s.text(3))});
+    return rows;
+}
+
+RunStore::ReadSnapshot::ReadSnapshot(RunStore& store) : store_(store)
+{
+    if (!store_.read_only()) return;
+    std::lock_guard lock(store_.db_mutex_);
+    exec(store_.db_, "BEGIN");
+    active_ = true;
+}
+
+RunStore::ReadSnapshot::~ReadSnapshot()
+{
+    if (!active_) return;
+    std::lock_guard lock(store_.db_mutex_);
+    sqlite3_exec(store_.db_, "COMMIT", nullptr, nullptr, nullptr);
 }
 
 void RunStore::put_mirrored_run(const RunInfo& info, const std::vector<std::string>& tags)
@@ -1268,7 +1443,8 @@ void RunStore::put_mirrored_run(const RunInfo& info, const std::vector<std::stri
 }
 
 void RunStore::put_mirrored_rows(int64_t run_id, const std::vector<ScalarRow>& scalars,
-                                 const std::vector<StoredEventRow>& events)
+                                 const std::vector<StoredEventRow>& events,
+                                 const std::vector<std::pair<int64_t, TensorStats>>& layer_stats)
 {
     require_writable("mirror a run's rows");
     flush();
@@ -1289,6 +1465,18 @@ void RunStore::put_mirrored_rows(int64_t run_id, const std::vector<ScalarRow>& s
             event.reset();
             event.bind(1, e.id).bind(2, run_id).bind(3, e.step).bind(4, e.kind).bind(5, e.message);
             event.bind(6, e.created_at).bind(7, e.fields).step();
+        }
+        Statement layer(db_, "INSERT OR REPLACE INTO layer_stats VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+        for (const auto& [step, t] : layer_stats) {
+            layer.reset();
+            layer.bind(1, run_id).bind(2, step).bind(3, t.layer).bind(4, t.role).bind(5, t.format);
+            layer.bind(6, t.count).bind(7, t.zeros).bind(8, t.infs).bind(9, t.nans);
+            // NaN binds as NULL, as it did in the source.
+            layer.bind(10, t.underflow).bind(11, t.subnormal).bind(12, t.overflow).bind(13, t.amax);
+            layer.bind(14, t.scale).bind(15, t.quant_mse).bind(16, t.quant_snr_db).bind(17, t.update_ratio);
+            layer.bind(18, static_cast<int64_t>(t.first_exponent));
+            layer.bind_blob(19, t.exponent_counts.data(), t.exponent_counts.size() * sizeof(int64_t));
+            layer.step();
         }
         exec(db_, "COMMIT");
     } catch (...) {

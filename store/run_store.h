@@ -87,6 +87,22 @@ struct RunRowCounts {
     int64_t events = 0;
     int64_t max_event_id = 0; // 0: none
     int64_t max_scalar_step = -1; // -1: none
+    int64_t layer_stats = 0;
+    int64_t max_layer_step = -1; // -1: none
+};
+
+// One page of a run's rows from a step on, cut at a whole step: every row with a step in
+// [from, next) of the store as read. `cut` true: rows at `next` and beyond were left out
+// (ask again from `next`); false: the page holds every row from `from` on.
+struct ScalarPage {
+    std::vector<ScalarRow> rows; // by tag, then step
+    bool cut = false;
+    int64_t next = 0;
+};
+struct LayerStatsPage {
+    std::vector<std::pair<int64_t, TensorStats>> rows; // by step, layer, role
+    bool cut = false;
+    int64_t next = 0;
 };
 
 // Which runs list_run_summaries returns; empty fields match everything.
@@ -199,11 +215,40 @@ public:
     std::vector<ScalarRow> scalars_from_step(int64_t run_id, int64_t from_step, int64_t limit);
     std::vector<StoredEventRow> events_after(int64_t run_id, int64_t after_id, int64_t limit); // by id
     RunRowCounts row_counts(int64_t run_id);
+    // Pages cut at a whole step: scalars with at most `limit` (>= 2) steps per tag; layer
+    // statistics with at most about `max_rows` rows (and at least 2 steps per tensor), one
+    // primary-key range per (layer, role), so a page costs the same early or late in a long run.
+    // NaN statistics (stored as NULL) come back as NaN, so that a copy stores them as NULL too.
+    ScalarPage scalars_page(int64_t run_id, int64_t from_step, int64_t limit);
+    LayerStatsPage layer_stats_page(int64_t run_id, int64_t from_step, int64_t max_rows);
+    bool has_scalar(int64_t run_id, const std::string& tag, int64_t step);
+    // The rows of these tags with from_step <= step <= to_step, by tag, then step.
+    std::vector<ScalarRow> scalars_in_steps(int64_t run_id, const std::vector<std::string>& tags, int64_t from_step,
+                                            int64_t to_step);
+    // Typed events with their ids, id > after_id, by id: what a follower of a live run reads.
+    std::vector<std::pair<int64_t, EventRow>> event_rows_after(int64_t run_id, int64_t after_id, int64_t limit);
+
+    // Every read between construction and destruction sees one state of the file (one SQLite
+    // read transaction), so rows of several tables and tags read in between are consistent
+    // with one another. Only on a read-only store (a writable one shares its connection with
+    // its writer thread): elsewhere it does nothing.
+    class ReadSnapshot {
+    public:
+        explicit ReadSnapshot(RunStore& store);
+        ~ReadSnapshot();
+        ReadSnapshot(const ReadSnapshot&) = delete;
+        ReadSnapshot& operator=(const ReadSnapshot&) = delete;
+
+    private:
+        RunStore& store_;
+        bool active_ = false;
+    };
     // Replica side, written at once in one transaction: the run's record (same id, status,
     // times, uuid) and tags as given, and rows as the source stored them.
     void put_mirrored_run(const RunInfo& info, const std::vector<std::string>& tags);
     void put_mirrored_rows(int64_t run_id, const std::vector<ScalarRow>& scalars,
-                           const std::vector<StoredEventRow>& events);
+                           const std::vector<StoredEventRow>& events,
+                           const std::vector<std::pair<int64_t, TensorStats>>& layer_stats = {});
 
 private:
     struct PendingRow {

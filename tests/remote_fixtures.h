@@ -58,7 +58,38 @@ struct ServingProcess {
 
 inline bool same_value(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
 
-// Every run, scalar row (bit-exact values) and event row (id, fields, times) of `source` is in
+// Every layer-statistics row of run `id`: the same keys, bit-exact values (NaN stored as NULL
+// on both sides), the same histogram blobs. "" when equal, else the first difference.
+inline QString compare_layer_stats(mantissa::RunStore& source, mantissa::RunStore& replica, int64_t id)
+{
+    const auto la = source.layer_stats_page(id, 0, 100000000).rows;
+    const auto lb = replica.layer_stats_page(id, 0, 100000000).rows;
+    if (la.size() != lb.size())
+        return QString("run %1: %2 layer-statistics rows in the source, %3 in the replica").arg(id).arg(la.size()).arg(lb.size());
+    for (size_t r = 0; r < la.size(); ++r) {
+        const auto &[sa, a] = la[r];
+        const auto &[sb, b] = lb[r];
+        const bool same = sa == sb && a.layer == b.layer && a.role == b.role && a.format == b.format &&
+                          a.count == b.count && a.zeros == b.zeros && a.infs == b.infs && a.nans == b.nans &&
+                          same_value(a.underflow, b.underflow) && same_value(a.subnormal, b.subnormal) &&
+                          same_value(a.overflow, b.overflow) && same_value(a.amax, b.amax) &&
+                          same_value(a.scale, b.scale) && same_value(a.quant_mse, b.quant_mse) &&
+                          same_value(a.quant_snr_db, b.quant_snr_db) && same_value(a.update_ratio, b.update_ratio) &&
+                          a.first_exponent == b.first_exponent && a.exponent_counts == b.exponent_counts;
+        if (!same)
+            return QString("run %1: layer-statistics row %2 differs (step %3 %4 %5 vs step %6 %7 %8)")
+                .arg(id)
+                .arg(r)
+                .arg(sa)
+                .arg(QString::fromStdString(a.layer), QString::fromStdString(a.role))
+                .arg(sb)
+                .arg(QString::fromStdString(b.layer), QString::fromStdString(b.role));
+    }
+    return {};
+}
+
+// Every run, scalar row (bit-exact values), event row (id, fields, times) and layer-statistics row
+// (bit-exact, histogram blobs) of `source` is in
 // `replica` and nothing else; "" when so, else the first difference.
 inline QString compare_stores(const QString& source_path, const QString& replica_path)
 {
@@ -94,6 +125,7 @@ inline QString compare_stores(const QString& source_path, const QString& replica
                     .arg(sb[r].value, 0, 'g', 17);
         const auto ea = source->events_after(a.id, 0, 1000000), eb = replica->events_after(a.id, 0, 1000000);
         if (ea != eb) return QString("run %1: events differ (%2 vs %3 rows)").arg(a.id).arg(ea.size()).arg(eb.size());
+        if (const QString d = compare_layer_stats(*source, *replica, a.id); !d.isEmpty()) return d;
     }
     return {};
 }

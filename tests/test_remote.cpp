@@ -20,7 +20,10 @@
 #include <httplib.h>
 #include <sys/stat.h>
 
+#include "controller/run_follower.h"
+#include "pages/monitor_page.h"
 #include "pages/runs_page.h"
+#include "window/monitor_feed.h"
 #include "models/run_list_model.h"
 #include "controller/store_connection.h"
 #include "remote/connect_dialog.h"
@@ -28,6 +31,7 @@
 #include "remote/remote_mirror.h"
 #include "window/main_window.h"
 #include "cli_process.h"
+#include "monitor_checks.h"
 #include "remote_fixtures.h"
 #include "remote_token.h"
 #include "run_event.h"
@@ -60,6 +64,28 @@ void write_store(const std::string& path)
     }
     store.append_scalar(id, 3, "val/loss", std::nan(""));
     store.finish_run(id, RunStatus::Finished);
+}
+
+// A telemetry frame as StoreSink writes it: the tensors' statistics, then
+// memory/resident_bytes, which says that the frame is whole.
+void write_frame(RunStore& store, int64_t id, int64_t step, bool whole = true)
+{
+    for (const char* layer : {"blocks.0.attn.qkv", "lm_head"})
+        for (const char* role : {"input", "weight"}) {
+            TensorStats t;
+            t.layer = layer;
+            t.role = role;
+            t.format = "e5m2";
+            t.first_exponent = -10 + int(step % 5);
+            t.exponent_counts = {1, step, 3 * step, 7};
+            t.count = 8 + 4 * step;
+            t.nans = step % 2;
+            t.underflow = std::nan(""); // travels as "nan", stored as NULL on both sides
+            t.quant_snr_db = INFINITY;
+            t.amax = 0.1 * double(step);
+            store.append_layer_stats(id, step, t);
+        }
+    if (whole) store.append_scalar(id, step, "memory/resident_bytes", 4096.0);
 }
 
 unsigned file_mode(const std::string& path)
@@ -229,6 +255,75 @@ private slots:
         QCOMPARE(last[1].toArray()[2].toDouble(), 2.0 / 3.0); // exact through JSON
     }
 
+    // Layer statistics travel with the scalars when asked for (from_layer_step), cut at the
+    // same whole step; the newest frame is sent again until it is whole, then once.
+    void layerStatsPages()
+    {
+        const std::string db = path("layers.sqlite").toStdString();
+        RunStore store(db);
+        const auto id = store.create_run("layers", "p.json", "{}");
+        for (int64_t step = 1; step <= 2100; ++step) {
+            store.append_scalar(id, step, "train/loss", 1.0 / double(step));
+            write_frame(store, id, step);
+        }
+        write_frame(store, id, 2101, /*whole=*/false); // half a frame: no memory/resident_bytes yet
+        store.flush();
+        StoreServer server(in_process(db));
+        httplib::Client client("127.0.0.1", server.port());
+        // A client of the first protocol (no from_layer_step) gets what it got before.
+        auto r = client.Get("/v1/runs/1/rows?limit=5000", auth());
+        QCOMPARE(r->status, 200);
+        auto page = json_of(r->body);
+        QVERIFY(!page.contains("layer_stats"));
+        QVERIFY(!page.contains("next_from_layer_step"));
+        QCOMPARE(page["more"].toBool(), false);
+        // 4 tensors, at most 8000 rows: 2000 steps per tensor; the scalars (limit 5000) are cut
+        // at the same step.
+        r = client.Get("/v1/runs/1/rows?limit=5000&from_layer_step=0", auth());
+        page = json_of(r->body);
+        QCOMPARE(page["more"].toBool(), true);
+        QCOMPARE(page["next_from_layer_step"].toInt(), 2000);
+        QCOMPARE(page["next_from_step"].toInt(), 2000);
+        QCOMPARE(page["layer_stats"].toArray().size(), 4 * 1999);
+        const auto scalars = page["scalars"].toArray();
+        QCOMPARE(scalars.last().toArray()[0].toInt(), 1999);
+        const auto first = page["layer_stats"].toArray()[0].toArray();
+        QCOMPARE(first.size(), 18);
+        QCOMPARE(first[0].toInt(), 1);
+        QCOMPARE(first[1].toString(), QString("blocks.0.attn.qkv"));
+        QCOMPARE(first[2].toString(), QString("input"));
+        QCOMPARE(first[8].toString(), QString("nan"));
+        QCOMPARE(first[14].toString(), QString("inf"));
+        QCOMPARE(first[16].toInt(), -9);
+        QCOMPARE(first[17].toArray(), QJsonArray({1, 1, 3, 7}));
+        // The rest: the half frame at 2101 comes, and is asked for again.
+        r = client.Get("/v1/runs/1/rows?limit=5000&from_step=2000&from_layer_step=2000", auth());
+        page = json_of(r->body);
+        QCOMPARE(page["more"].toBool(), false);
+        QCOMPARE(page["layer_stats"].toArray().size(), 4 * 102);
+        QCOMPARE(page["next_from_layer_step"].toInt(), 2101);
+        r = client.Get("/v1/runs/1/rows?limit=5000&from_step=2100&from_layer_step=2101&wait_ms=0", auth());
+        page = json_of(r->body);
+        QCOMPARE(page["layer_stats"].toArray().size(), 4);
+        QCOMPARE(page["next_from_layer_step"].toInt(), 2101);
+        store.append_scalar(id, 2101, "memory/resident_bytes", 4096.0); // now it is whole
+        store.flush();
+        r = client.Get("/v1/runs/1/rows?limit=5000&from_step=2100&from_layer_step=2101", auth());
+        page = json_of(r->body);
+        QCOMPARE(page["next_from_layer_step"].toInt(), 2102);
+        r = client.Get("/v1/runs/1/rows?limit=5000&from_step=2101&from_layer_step=2102&wait_ms=0", auth());
+        page = json_of(r->body);
+        QCOMPARE(page["layer_stats"].toArray().size(), 0);
+        store.finish_run(id, RunStatus::Finished);
+        r = client.Get("/v1/runs/1/rows?limit=5000&from_step=2101&from_layer_step=2102", auth());
+        page = json_of(r->body);
+        QCOMPARE(page["counts"].toObject()["layer_stats"].toInt(), 4 * 2101);
+        r = client.Get("/v1/runs/1/rows?from_layer_step=x", auth());
+        QCOMPARE(r->status, 400);
+        QCOMPARE(json_of(r->body)["error"].toString(),
+                 QString("parameter 'from_layer_step' must be an integer from 0 to 4611686018427387903"));
+    }
+
     void rateLimit()
     {
         const std::string db = path("rate.sqlite").toStdString();
@@ -357,6 +452,11 @@ private slots:
         QVERIFY(window.storeConnection()->store());
         QVERIFY(window.storeConnection()->readOnly()); // edits would be overwritten by the mirror
         QTRY_VERIFY(compare_stores(QString::fromStdString(db), window.remoteConnector()->mirror()->replicaPath()).isEmpty());
+        // Nothing trains in the window: the Monitor shows the newest remote run, all of it.
+        QTRY_COMPARE(window.monitorFeed()->followedRun(), int64_t(1));
+        QTRY_COMPARE(window.monitorPage()->history().steps().size(), size_t(3));
+        QCOMPARE(window.monitorPage()->history().steps().back().train_loss, 2.0 / 3.0);
+        QCOMPARE(window.monitorPage()->history().evals().size(), size_t(1));
         QVERIFY(!window.sendRemoteCommand("pause")); // the seeded run has finished
         QCOMPARE(window.lastError(), QString("No remote run is training"));
         window.disconnectRemote();
@@ -427,15 +527,27 @@ private slots:
     {
         const QString db = path("live.sqlite");
         ServingProcess run;
-        QVERIFY2(run.start({"run", project_, "--db", db, "--set", "training.steps=400", "--serve", "127.0.0.1:0"}),
+        QVERIFY2(run.start({"run", project_, "--db", db, "--set", "training.steps=400", "--set", "telemetry.interval=7",
+                            "--serve", "127.0.0.1:0"}),
                  qPrintable(run.output));
         QCOMPARE(file_mode((db + ".token").toStdString()), 0600u);
-        int arrivalsWhileTraining = 0;
+        int arrivalsWhileTraining = 0, framesWhileTraining = 0;
         RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(run.port)), run.token, path("live-replica.sqlite"));
         connect(&mirror, &RemoteMirror::rowsArrived, this, [&] {
             if (run.process->state() == QProcess::Running) ++arrivalsWhileTraining;
         });
         mirror.start();
+        // The Monitor follows the run in the replica while it trains, as the window does.
+        MonitorPage monitor;
+        RunFollower follower;
+        follower.setCompleteness([&](int64_t id) { return mirror.runComplete(id); });
+        connect(&follower, &RunFollower::opened, &monitor,
+                [&](const FollowedRun& r) { monitor.reset(r.tokensPerStep, r.layers); });
+        connect(&follower, &RunFollower::batchReady, &monitor, [&](const TelemetryBatch& b) {
+            monitor.ingest(b);
+            if (run.process->state() == QProcess::Running) framesWhileTraining += int(b.layer_frames.size());
+        });
+        QVERIFY(QTest::qWaitFor([&] { return follower.follow(mirror.replicaPath(), 1); }, 120000));
         QVERIFY(QTest::qWaitFor([&] { return run.process->state() == QProcess::NotRunning; }, 300000));
         QCOMPARE(run.process->exitCode(), 0);
         QVERIFY2(arrivalsWhileTraining >= 2, qPrintable(QString::number(arrivalsWhileTraining)));
@@ -449,6 +561,16 @@ private slots:
         QCOMPARE(replica->list_runs().at(0).status, RunStatus::Finished);
         QCOMPARE(replica->series(1, "train/loss").size(), size_t(400));
         QVERIFY(mirror.bytesReceived() > 0);
+        // Steps 1, 7, 14, ..., 399: 58 frames, mirrored row for row (compare_stores) and each
+        // drawn once by the Monitor.
+        const auto source = RunStore::open_read_only(db.toStdString());
+        QCOMPARE(source->row_counts(1).layer_stats, replica->row_counts(1).layer_stats);
+        QVERIFY(replica->row_counts(1).layer_stats > 0);
+        QTRY_VERIFY_WITH_TIMEOUT(!follower.isLive(), 30000);
+        QVERIFY2(framesWhileTraining >= 2, qPrintable(QString::number(framesWhileTraining)));
+        QCOMPARE(monitor.history().memory().size(), size_t(58));
+        QVERIFY2(compare_history(monitor.history(), *source, 1).isEmpty(),
+                 qPrintable(compare_history(monitor.history(), *source, 1)));
     }
 
     // `serve` started on a quiet store (no WAL: read as immutable) must still see a run that
@@ -481,7 +603,8 @@ private slots:
     {
         const QString db = path("kill.sqlite");
         ServingProcess run;
-        QVERIFY2(run.start({"run", project_, "--db", db, "--set", "training.steps=1000000", "--serve", "127.0.0.1:0"}),
+        QVERIFY2(run.start({"run", project_, "--db", db, "--set", "training.steps=1000000", "--set",
+                            "telemetry.interval=3", "--serve", "127.0.0.1:0"}),
                  qPrintable(run.output));
         QList<RemoteMirror::State> states; // outlives the mirror, which says "stopped" as it goes
         RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(run.port)), run.token, path("kill-replica.sqlite"));
@@ -502,6 +625,12 @@ private slots:
         const auto replica = RunStore::open_read_only(mirror.replicaPath().toStdString());
         QCOMPARE(replica->list_runs().at(0).status, RunStatus::Interrupted);
         QVERIFY(replica->series(1, "train/loss").size() >= 20);
+        // Layer statistics across the reconnect: every frame once (compare_stores compared the
+        // rows; the keys make a duplicate impossible, the counts show none was lost).
+        const auto source = RunStore::open_read_only(db.toStdString());
+        QVERIFY(replica->row_counts(1).layer_stats >= 7 * 4);
+        QCOMPARE(replica->row_counts(1).layer_stats, source->row_counts(1).layer_stats);
+        QCOMPARE(replica->row_counts(1).max_layer_step, source->row_counts(1).max_layer_step);
     }
 
     // With --allow-control a stop ends the run early and the store says who asked.

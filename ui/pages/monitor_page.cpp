@@ -357,6 +357,7 @@ void MonitorPage::renderFrame(bool force)
     frameStats_.record(static_cast<double>(cost.nsecsElapsed()) / 1e6);
     ++framesRendered_;
     if (framesRendered_ % 10 == 1) updateFrameLabel();
+    emit frameRendered(history_.lastStep());
 }
 
 QColor MonitorPage::eventKindColor(EventKind kind)

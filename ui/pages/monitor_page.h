@@ -119,6 +119,8 @@ signals:
     // names ("" when none).
     void eventActivated(qint64 step, const QString& layer);
     void layerSelected(const QString& layer);
+    // A frame was drawn (on screen, immediately) with the history up to `lastStep`.
+    void frameRendered(qint64 lastStep);
 
 protected:
     void showEvent(QShowEvent* event) override;

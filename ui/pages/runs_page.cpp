@@ -65,7 +65,7 @@ RunsPage::RunsPage(StoreConnection* store, QWidget* parent)
     auto* bar = new QToolBar(this);
     bar->setToolButtonStyle(Qt::ToolButtonTextOnly);
     bar->setIconSize(QSize(16, 16));
-    for (QAction* a : {refreshAction_, compareAction_}) bar->addAction(a);
+    for (QAction* a : {refreshAction_, compareAction_, monitorAction_}) bar->addAction(a);
     bar->addSeparator();
     for (QAction* a : {renameAction_, tagAction_, untagAction_, deleteAction_}) bar->addAction(a);
     bar->addSeparator();
@@ -142,6 +142,11 @@ void RunsPage::buildActions()
                           QKeySequence::Refresh, [this] { refresh(); });
     compareAction_ = make(tr("Compare"), tr("Compare the selected runs (Ctrl+Enter)"),
                           QKeySequence(Qt::CTRL | Qt::Key_Return), [this] { compareSelected(); });
+    monitorAction_ = make(tr("Show in Monitor"),
+                          tr("Show the selected run on the Monitor page, live while it runs (also a run that "
+                             "another process trains in this store)"),
+                          QKeySequence(Qt::CTRL | Qt::Key_M), [this] { showSelectedInMonitor(); });
+    monitorAction_->setObjectName(QStringLiteral("showInMonitorAction"));
     renameAction_ = make(tr("Rename"), tr("Rename the current run (F2)"), QKeySequence(Qt::Key_F2),
                          [this] { editName(); });
     tagAction_ = make(tr("Tag…"), tr("Add tags to the selected runs"), QKeySequence(), [this] { askTags(); });
@@ -293,6 +298,15 @@ bool RunsPage::exportCsv(const QString& path)
     return true;
 }
 
+bool RunsPage::showSelectedInMonitor()
+{
+    const auto ids = selectedRunIds();
+    if (ids.empty()) return fail(tr("Select a run to show in the Monitor."));
+    succeed();
+    emit showInMonitorRequested(ids.front());
+    return true;
+}
+
 bool RunsPage::compareSelected()
 {
     const auto ids = selectedRunIds();
@@ -330,6 +344,7 @@ void RunsPage::updateActions()
 {
     const size_t n = view_ ? view_->selectionModel()->selectedRows().size() : 0;
     compareAction_->setEnabled(n >= 1);
+    monitorAction_->setEnabled(n == 1);
     renameAction_->setEnabled(n == 1);
     tagAction_->setEnabled(n >= 1);
     untagAction_->setEnabled(n >= 1);
@@ -351,7 +366,8 @@ void RunsPage::updateStatus()
 void RunsPage::showContextMenu(const QPoint& pos)
 {
     QMenu menu(this);
-    for (QAction* a : {compareAction_, renameAction_, tagAction_, untagAction_, deleteAction_}) menu.addAction(a);
+    for (QAction* a : {compareAction_, monitorAction_, renameAction_, tagAction_, untagAction_, deleteAction_})
+        menu.addAction(a);
     menu.addSeparator();
     menu.addAction(refreshAction_);
     menu.addAction(exportAction_);

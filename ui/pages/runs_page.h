@@ -49,6 +49,8 @@ public:
     bool exportCsv(const QString& path); // the rows as filtered and sorted
     // Asks for Compare with the selection (2+ runs; 1 is shown too). False when empty.
     bool compareSelected();
+    // Asks for the Monitor to show the (first) selected run. False when none is selected.
+    bool showSelectedInMonitor();
 
     QString lastError() const { return lastError_; }
     QString statusText() const;
@@ -62,6 +64,8 @@ signals:
     void compareRequested(const QList<qint64>& runIds);
     // A run was double-clicked: show it alone.
     void openRunRequested(qint64 runId);
+    // Show in Monitor: the Monitor follows the run (live while it runs).
+    void showInMonitorRequested(qint64 runId);
 
 private:
     void buildActions();
@@ -88,6 +92,7 @@ private:
 
     QAction* refreshAction_ = nullptr;
     QAction* compareAction_ = nullptr;
+    QAction* monitorAction_ = nullptr;
     QAction* renameAction_ = nullptr;
     QAction* tagAction_ = nullptr;
     QAction* untagAction_ = nullptr;

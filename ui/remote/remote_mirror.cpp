@@ -20,7 +20,7 @@ namespace mantissa {
 
 namespace {
 
-constexpr int kRowsPerPage = 5000;
+constexpr int kRowsPerPage = 10000; // steps per tag; the server bounds the page's rows in all
 constexpr int kLongPollMs = 1000;
 constexpr int kMaxBackoffMs = 5000;
 constexpr qint64 kRateWindowMs = 3000;
@@ -67,6 +67,8 @@ void RemoteMirror::start()
         Cursor& cur = cursors_[run.id];
         cur.fromStep = std::max<qint64>(0, c.max_scalar_step);
         cur.afterEvent = c.max_event_id;
+        // Read again inclusively: the last frame held may be only part of one.
+        cur.fromLayerStep = std::max<qint64>(0, c.max_layer_step);
     }
     setState(State::Connecting, tr("connecting to %1").arg(server_.authority()));
     requestRuns();
@@ -112,6 +114,12 @@ bool RemoteMirror::caughtUp() const
     return true;
 }
 
+bool RemoteMirror::runComplete(qint64 runId) const
+{
+    const auto it = cursors_.find(runId);
+    return it != cursors_.end() && it->second.complete;
+}
+
 void RemoteMirror::countBytes(qint64 bytes)
 {
     bytesReceived_ += bytes;
@@ -137,6 +145,10 @@ QNetworkReply* RemoteMirror::get(const QString& pathAndQuery, int waitMs)
     if (q >= 0) url.setQuery(pathAndQuery.mid(q + 1));
     QNetworkRequest request(url);
     request.setRawHeader("Authorization", "Bearer " + token_.toUtf8());
+    // Uncompressed: Qt offers brotli, which cpp-httplib then spends ~0.5 s on per 200 kB page
+    // (50 times the page's own cost) — a 1-M-row run took 100 s to copy instead of 2. Through
+    // ssh, `ssh -C` compresses the tunnel where the link is slow.
+    request.setRawHeader("Accept-Encoding", "identity");
     // A server that stops answering (killed host, cut cable) is noticed without a TCP reset.
     request.setTransferTimeout(waitMs + 10000);
     inFlight_ = net_->get(request);
@@ -297,13 +309,15 @@ void RemoteMirror::requestNextRows()
     queue_.pop_front();
     const Cursor& cur = cursors_[runId];
     const int waitMs = cur.running ? kLongPollMs : 0;
-    QNetworkReply* reply = get(QString("/v1/runs/%1/rows?from_step=%2&after_event=%3&limit=%4&wait_ms=%5")
-                                   .arg(runId)
-                                   .arg(cur.fromStep)
-                                   .arg(cur.afterEvent)
-                                   .arg(kRowsPerPage)
-                                   .arg(waitMs),
-                               waitMs);
+    QNetworkReply* reply =
+        get(QString("/v1/runs/%1/rows?from_step=%2&after_event=%3&from_layer_step=%4&limit=%5&wait_ms=%6")
+                .arg(runId)
+                .arg(cur.fromStep)
+                .arg(cur.afterEvent)
+                .arg(cur.fromLayerStep)
+                .arg(kRowsPerPage)
+                .arg(waitMs),
+            waitMs);
     connect(reply, &QNetworkReply::finished, this, [this, reply, runId] { onRows(reply, runId); });
 }
 
@@ -318,6 +332,32 @@ void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
         const QJsonArray a = v.toArray();
         scalars.push_back({integer(a.at(0)), a.at(1).toString().toStdString(), decode_value(a.at(2))});
     }
+    std::vector<std::pair<int64_t, TensorStats>> layerStats;
+    for (const auto& v : page.value("layer_stats").toArray()) {
+        const QJsonArray a = v.toArray();
+        if (a.size() != 18) continue;
+        TensorStats t;
+        t.layer = a.at(1).toString().toStdString();
+        t.role = a.at(2).toString().toStdString();
+        t.format = a.at(3).toString().toStdString();
+        t.count = integer(a.at(4));
+        t.zeros = integer(a.at(5));
+        t.infs = integer(a.at(6));
+        t.nans = integer(a.at(7));
+        t.underflow = decode_value(a.at(8));
+        t.subnormal = decode_value(a.at(9));
+        t.overflow = decode_value(a.at(10));
+        t.amax = decode_value(a.at(11));
+        t.scale = decode_value(a.at(12));
+        t.quant_mse = decode_value(a.at(13));
+        t.quant_snr_db = decode_value(a.at(14));
+        t.update_ratio = decode_value(a.at(15));
+        t.first_exponent = static_cast<int>(integer(a.at(16)));
+        const QJsonArray counts = a.at(17).toArray();
+        t.exponent_counts.reserve(size_t(counts.size()));
+        for (const auto& c : counts) t.exponent_counts.push_back(integer(c));
+        layerStats.emplace_back(integer(a.at(0)), std::move(t));
+    }
     std::vector<StoredEventRow> events;
     qint64 rewindTo = -1;
     for (const auto& v : page.value("events").toArray()) {
@@ -329,10 +369,14 @@ void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
             rewindTo = rewindTo < 0 ? events.back().step : std::min<qint64>(rewindTo, events.back().step);
     }
     try {
-        if (!scalars.empty() || !events.empty()) replica_->put_mirrored_rows(runId, scalars, events);
+        if (!scalars.empty() || !events.empty() || !layerStats.empty())
+            replica_->put_mirrored_rows(runId, scalars, events, layerStats);
         cur.fromStep = integer(page.value("next_from_step"));
         cur.afterEvent = integer(page.value("next_after_event"));
+        // A server before layer statistics were mirrored leaves the mark where it is.
+        if (page.contains("next_from_layer_step")) cur.fromLayerStep = integer(page.value("next_from_layer_step"));
         if (rewindTo >= 0 && rewindTo < cur.fromStep) cur.fromStep = rewindTo;
+        if (rewindTo >= 0 && rewindTo < cur.fromLayerStep) cur.fromLayerStep = rewindTo;
         const bool more = page.value("more").toBool();
         const bool ended = !running(page.value("status").toString());
         if (more) {
@@ -340,13 +384,17 @@ void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
         } else if (ended && page.contains("counts")) {
             const QJsonObject counts = page.value("counts").toObject();
             const RunRowCounts mine = replica_->row_counts(runId);
-            if (mine.scalars == integer(counts.value("scalars")) && mine.events == integer(counts.value("events"))) {
+            const bool layersMatch =
+                !counts.contains("layer_stats") || mine.layer_stats == integer(counts.value("layer_stats"));
+            if (mine.scalars == integer(counts.value("scalars")) && mine.events == integer(counts.value("events")) &&
+                layersMatch) {
                 cur.complete = true;
             } else if (++cur.resyncs <= kMaxResyncs) {
                 // The source was rewritten under the replica (a run started over): copy it again.
                 replica_->clear_run_records(runId);
                 cur.fromStep = 0;
                 cur.afterEvent = 0;
+                cur.fromLayerStep = 0;
                 queue_.push_front(runId);
             }
         }
@@ -354,7 +402,7 @@ void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
         setState(State::Refused, tr("the replica %1 cannot be written: %2").arg(replicaPath_, e.what()));
         return;
     }
-    if (!scalars.empty() || !events.empty()) emit rowsArrived(runId);
+    if (!scalars.empty() || !events.empty() || !layerStats.empty()) emit rowsArrived(runId);
     requestNextRows();
 }
 

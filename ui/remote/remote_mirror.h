@@ -2,7 +2,8 @@
 #pragma once
 // Mirrors a remote run store (mantissa-train serve / run --serve, docs/REMOTE.md) into a
 // local replica store, which the pages read like any local store. Rows are fetched after the
-// replica's own high-water marks (per run: the last scalar step, the last event id), so a
+// replica's own high-water marks (per run: the last scalar step, the last event id, the last
+// layer-statistics step), so a
 // dropped connection resumes where the replica ends: nothing is fetched twice into it (rows
 // keep their source keys) and nothing is lost. A live run is long-polled: its rows arrive
 // within about a second of their commit on the server.
@@ -59,6 +60,9 @@ public:
     // Every remote run is in the replica as the server last reported it, rows complete.
     bool caughtUp() const;
     int reconnects() const { return reconnects_; }
+    // The replica holds every row of this run, which has ended on the server (its counts
+    // matched). False for a running run, and for an ended one still being copied.
+    bool runComplete(qint64 runId) const;
 
     // Steers a run that trains in the server's process (run --serve --allow-control):
     // `command` is pause, resume, stop, checkpoint, or layer_formats with `fields` pattern,
@@ -77,6 +81,7 @@ private:
     struct Cursor {
         qint64 fromStep = 0;   // re-read inclusively: the step's rows may come in two commits
         qint64 afterEvent = 0; // the last event id held
+        qint64 fromLayerStep = 0; // layer statistics: the first step not yet held whole
         bool running = false;
         bool complete = false; // ended on the server, and the replica's counts match
         bool claimed = false;  // the replica holds the run's lock while it runs remotely

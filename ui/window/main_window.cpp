@@ -44,6 +44,7 @@
 #include "remote/remote_connector.h"
 #include "remote/remote_mirror.h"
 #include "remote/remote_status_label.h"
+#include "window/monitor_feed.h"
 #include "window/sweep_dialog.h"
 #include "controller/sweep_runner.h"
 #include "controller/training_controller.h"
@@ -100,8 +101,13 @@ MainWindow::MainWindow(const QString& storePath, QWidget* parent)
     remote_ = new RemoteConnector(store_, {}, this);
     remoteStatus_ = new RemoteStatusLabel(this);
     statusBar()->addPermanentWidget(remoteStatus_);
+    feed_ = new MonitorFeed(monitorPage_, store_, this);
+    connect(feed_, &MonitorFeed::message, this, [this](const QString& text) { statusBar()->showMessage(text, 8000); });
+    connect(feed_, &MonitorFeed::failed, this, &MainWindow::showError);
+    connect(store_, &StoreConnection::runsChanged, feed_, &MonitorFeed::followNewest);
     connect(remote_, &RemoteConnector::mirrorChanged, this, [this](RemoteMirror* mirror) {
         remoteStatus_->setMirror(mirror);
+        feed_->setRemote(mirror);
         if (disconnectAction_) disconnectAction_->setEnabled(mirror != nullptr);
         if (remoteMenu_) remoteMenu_->setEnabled(mirror != nullptr);
         if (mirror)
@@ -134,6 +140,7 @@ MainWindow::MainWindow(const QString& storePath, QWidget* parent)
     connect(monitorPage_, &MonitorPage::layerSelected, projectPage_, &ProjectPage::selectLayer);
     connect(runsPage_, &RunsPage::compareRequested, this, &MainWindow::showComparison);
     connect(runsPage_, &RunsPage::openRunRequested, this, [this](qint64 id) { showComparison({id}); });
+    connect(runsPage_, &RunsPage::showInMonitorRequested, this, &MainWindow::showRunInMonitor);
     connect(store_, &StoreConnection::runsChanged, comparePage_, &ComparePage::reload);
     connect(sweepRunner_, &SweepRunner::runStarting, this, [this](int index, int count, const QString& name) {
         statusBar()->showMessage(tr("Sweep %1/%2: %3").arg(index + 1).arg(count).arg(name));
@@ -322,6 +329,7 @@ bool MainWindow::startTraining()
 bool MainWindow::startRun(const ProjectConfig& config)
 {
     if (!controller_->start(config, document_->path())) return false;
+    feed_->setLocalTraining(true); // the Monitor shows this run, whatever it followed
     monitorPage_->reset(config.training.batch_size * config.model.context_length * config.training.grad_accum,
                         gemm_layer_names(config.model.n_layer));
     monitorPage_->setInitialLayerStates(LiveLayers::from_project(config));
@@ -467,6 +475,18 @@ bool MainWindow::sendRemoteCommand(const QString& command)
     return true;
 }
 
+bool MainWindow::showRunInMonitor(qint64 runId)
+{
+    QString error;
+    if (!feed_->showRun(runId, &error)) {
+        showError(error);
+        return false;
+    }
+    clearError();
+    showPage(Page::Monitor);
+    return true;
+}
+
 void MainWindow::chooseRemote()
 {
     QSettings settings;
@@ -593,6 +613,7 @@ void MainWindow::onFinished(RunStatus status)
     projectPage_->setRunning(false);
     projectPage_->precisionModel()->setLiveLayers(nullptr); // the table shows the project again
     runsPage_->refresh(); // the store closed the run before finished() came
+    feed_->setLocalTraining(false);
     if (status != RunStatus::Failed)
         statusBar()->showMessage(tr("%1 %2 at step %3")
                                      .arg(what, format_status(status))

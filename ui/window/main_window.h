@@ -28,6 +28,7 @@ namespace mantissa {
 class ComparePage;
 class EventLogModel;
 class LossPlot;
+class MonitorFeed;
 class MonitorPage;
 class ProjectDocument;
 class ProjectPage;
@@ -80,6 +81,10 @@ public:
     // (RemoteConnector::runningRun); the server's answer shows in the status bar.
     bool sendRemoteCommand(const QString& command);
     RemoteConnector* remoteConnector() const { return remote_; }
+    // Runs ▸ Show in Monitor: the Monitor follows that run of the store the pages show (live
+    // while it runs). Refused while a run trains in this window; the reason in lastError().
+    bool showRunInMonitor(qint64 runId);
+    MonitorFeed* monitorFeed() const { return feed_; }
 
     void showPage(Page page);
     Page currentPage() const;
@@ -135,6 +140,7 @@ private:
     ComparePage* comparePage_ = nullptr;
     StoreConnection* store_ = nullptr;
     RemoteConnector* remote_ = nullptr;
+    MonitorFeed* feed_ = nullptr; // what the Monitor shows when no run trains here
     RemoteStatusLabel* remoteStatus_ = nullptr;
     QAction* disconnectAction_ = nullptr;
     QMenu* remoteMenu_ = nullptr;

@@ -1,0 +1,355 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "controller/run_follower.h"
+
+#include <QDateTime>
+#include <QElapsedTimer>
+#include <QFileInfo>
+#include <QTimer>
+
+#include <algorithm>
+#include <climits>
+#include <map>
+
+#include "models/live_layers.h"
+#include "precision_policy.h"
+#include "project_config.h"
+#include "run_store.h"
+
+namespace mantissa {
+
+namespace {
+
+constexpr int64_t kStepsPerPage = 5000;      // per tag
+constexpr int64_t kLayerRowsPerPage = 8000;
+constexpr int64_t kEventsPerPage = 1000;
+constexpr qint64 kPollBudgetMs = 60;         // a catching-up poll hands the GUI back after this
+constexpr qint64 kReopenAfterQuietMs = 30000; // a connection sees a dead writer's run as interrupted only when new
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+bool frame_tag(const std::string& tag)
+{
+    return starts_with(tag, "attn_max_logit/") || starts_with(tag, "log_z/") || starts_with(tag, "memory/");
+}
+
+bool wal_present(const QString& path)
+{
+    const QFileInfo wal(path + "-wal");
+    return wal.exists() && (wal.size() > 0 || QFileInfo::exists(path + "-shm"));
+}
+
+qint64 now_ms() { return QDateTime::currentMSecsSinceEpoch(); }
+
+// One step's scalar rows, by tag.
+using StepRows = std::map<std::string, double>;
+
+StepMetrics step_metrics(int64_t step, const StepRows& rows)
+{
+    StepMetrics m;
+    m.step = step;
+    for (const auto& [tag, value] : rows) {
+        if (tag == "train/loss") m.train_loss = value;
+        else if (tag == "lr") m.learning_rate = value;
+        else if (tag == "grad_norm") m.grad_norm = value;
+        else if (tag == "step_time_ms") m.step_time_ms = value;
+        else if (tag == "tokens_per_s") m.tokens_per_s = value;
+        else if (tag == "loss_scale") m.loss_scale = value;
+        else if (tag == "skipped") m.skipped = value != 0.0;
+        else if (starts_with(tag, "grad_norm/")) m.layer_grad_norms.emplace_back(tag.substr(10), value);
+        else if (tag != "val/loss" && tag != "eval/train_loss" && !frame_tag(tag)) m.extra_scalars.emplace_back(tag, value);
+    }
+    return m;
+}
+
+size_t grad_norm_count(const StepRows& rows)
+{
+    return static_cast<size_t>(std::count_if(rows.begin(), rows.end(),
+                                             [](const auto& r) { return starts_with(r.first, "grad_norm/"); }));
+}
+
+bool has_fixed_metrics(const StepRows& rows)
+{
+    for (const char* tag : {"train/loss", "lr", "grad_norm", "step_time_ms", "tokens_per_s", "loss_scale"})
+        if (!rows.count(tag)) return false;
+    return true;
+}
+
+void add_frame_scalar(LayerStatsFrame& f, const std::string& tag, double value)
+{
+    if (starts_with(tag, "attn_max_logit/")) f.attention_max_logit.emplace_back(tag.substr(15), value);
+    else if (tag == "log_z/mean") f.log_z_mean = value;
+    else if (tag == "log_z/max") f.log_z_max = value;
+    else if (tag == "memory/resident_bytes") f.memory.resident_bytes = static_cast<int64_t>(value);
+    else if (tag == "memory/cuda_allocated_bytes") f.memory.cuda_allocated_bytes = static_cast<int64_t>(value);
+    else if (tag == "memory/cuda_reserved_bytes") f.memory.cuda_reserved_bytes = static_cast<int64_t>(value);
+    else if (tag == "memory/cuda_peak_bytes") f.memory.cuda_peak_bytes = static_cast<int64_t>(value);
+    else if (tag == "memory/nvml_used_bytes") f.memory.nvml_used_bytes = static_cast<int64_t>(value);
+}
+
+} // namespace
+
+RunFollower::RunFollower(QObject* parent) : QObject(parent)
+{
+    timer_ = new QTimer(this);
+    timer_->setSingleShot(true);
+    connect(timer_, &QTimer::timeout, this, [this] { poll(); });
+}
+
+RunFollower::~RunFollower() = default;
+
+void RunFollower::pollSoon()
+{
+    if (runId_ > 0 && live_) timer_->start(0);
+}
+
+void RunFollower::setIntervalMs(int ms) { intervalMs_ = std::max(10, ms); }
+
+bool RunFollower::isLive() const { return runId_ > 0 && live_; }
+
+bool RunFollower::follow(const QString& storePath, int64_t runId, QString* error)
+{
+    stop();
+    storePath_ = storePath;
+    runId_ = runId;
+    QString why;
+    RunStore* store = connection(&why);
+    std::optional<RunInfo> info;
+    try {
+        if (store) info = store->find_run(std::to_string(runId));
+        if (store && !info) why = tr("run %1 is not in %2").arg(runId).arg(storePath);
+    } catch (const std::exception& e) {
+        why = QString::fromUtf8(e.what());
+    }
+    if (!info) {
+        if (error) *error = why;
+        stop();
+        return false;
+    }
+    openRun(*info);
+    timer_->start(0);
+    return true;
+}
+
+void RunFollower::stop()
+{
+    timer_->stop();
+    store_.reset();
+    runId_ = 0;
+    live_ = false;
+    marks_ = {};
+}
+
+void RunFollower::openRun(const RunInfo& info)
+{
+    marks_ = {};
+    stepsEmitted_ = framesEmitted_ = 0;
+    live_ = true; // until it has been read to its end
+    run_ = {};
+    run_.id = info.id;
+    run_.name = QString::fromStdString(info.name);
+    run_.status = info.status;
+    try {
+        // The config as the run stored it, read as Compare reads it.
+        const ProjectConfig config = load_run_config(info.config_json);
+        run_.tokensPerStep = config.training.batch_size * config.model.context_length * config.training.grad_accum;
+        run_.layers = gemm_layer_names(config.model.n_layer);
+        run_.initialLayerStates = LiveLayers::from_project(config);
+    } catch (const std::exception&) {
+        // An unreadable config: no tokens axis, layers listed as the telemetry names them.
+    }
+    lastNewsMs_ = now_ms();
+    emit opened(run_);
+}
+
+RunStore* RunFollower::connection(QString* error)
+{
+    // A connection opened before the writer made its WAL reads the file as immutable and
+    // would never see it; one kept open forever would never see a writer die.
+    const bool stale = store_ && ((!walAtOpen_ && wal_present(storePath_)) ||
+                                  (live_ && now_ms() - lastNewsMs_ > kReopenAfterQuietMs &&
+                                   now_ms() - openedAtMs_ > kReopenAfterQuietMs));
+    if (stale) store_.reset();
+    if (store_) return store_.get();
+    try {
+        walAtOpen_ = wal_present(storePath_);
+        store_ = RunStore::open_read_only(storePath_.toStdString());
+        openedAtMs_ = now_ms();
+    } catch (const std::exception& e) {
+        if (error) *error = QString::fromUtf8(e.what());
+        return nullptr;
+    }
+    return store_.get();
+}
+
+void RunFollower::fail(const QString& message)
+{
+    stop();
+    emit failed(message);
+}
+
+bool RunFollower::poll()
+{
+    if (runId_ <= 0) return false;
+    QString why;
+    RunStore* store = connection(&why);
+    if (!store) {
+        fail(why);
+        return false;
+    }
+    QElapsedTimer budget;
+    budget.start();
+    TelemetryBatch batch;
+    bool more = false, runEnded = false, restart = false, gone = false;
+    try {
+        RunStore::ReadSnapshot snapshot(*store);
+        const auto info = store->find_run(std::to_string(runId_));
+        gone = !info;
+        // An ended run the store does not hold whole yet is read as a running one.
+        runEnded = info && info->status != RunStatus::Running && (!complete_ || complete_(runId_));
+        if (info) run_.status = info->status;
+        if (info) readEvents(*store, batch, restart);
+        while (info && !restart) {
+            bool moreScalars = false, moreFrames = false;
+            readScalars(*store, runEnded, batch, moreScalars);
+            readFrames(*store, runEnded, batch, moreFrames);
+            more = moreScalars || moreFrames;
+            if (!more || budget.elapsed() >= kPollBudgetMs) break;
+        }
+    } catch (const std::exception& e) {
+        fail(tr("cannot read run %1 of %2: %3").arg(runId_).arg(storePath_, QString::fromUtf8(e.what())));
+        return false;
+    }
+    if (gone) {
+        fail(tr("run %1 is no longer in %2").arg(runId_).arg(storePath_));
+        return false;
+    }
+    if (restart) {
+        // The steps after the resume's checkpoint are being written again: start over.
+        const int64_t id = runId_;
+        emit restarted();
+        if (runId_ != id) return false; // a listener chose another run
+        RunStore* again = connection(nullptr);
+        const auto info = again ? again->find_run(std::to_string(id)) : std::nullopt;
+        if (info) openRun(*info);
+        timer_->start(0);
+        return true;
+    }
+    const bool news = !batch.empty();
+    if (news) {
+        lastNewsMs_ = now_ms();
+        stepsEmitted_ += static_cast<int64_t>(batch.steps.size());
+        framesEmitted_ += static_cast<int64_t>(batch.layer_frames.size());
+        const int64_t id = runId_;
+        emit batchReady(batch);
+        if (runId_ != id) return news; // a listener followed another run meanwhile
+    }
+    if (more) {
+        timer_->start(0); // catching up: the rest right after the GUI had its turn
+    } else if (runEnded) {
+        live_ = false;
+        store_.reset(); // read to its end: nothing more will come
+        emit ended();
+    } else {
+        timer_->start(intervalMs_);
+    }
+    return news;
+}
+
+bool RunFollower::readEvents(RunStore& store, TelemetryBatch& batch, bool& rewound)
+{
+    const size_t before = batch.events.size();
+    for (;;) {
+        const auto rows = store.event_rows_after(runId_, marks_.afterEvent, kEventsPerPage);
+        for (const auto& [id, row] : rows) {
+            // A resume rewrites the steps after its checkpoint, which this follower handed on.
+            if (row.event.kind == EventKind::ResumedFromCheckpoint && marks_.lastStep > row.step) {
+                rewound = true;
+                return true;
+            }
+            batch.events.push_back(row.event);
+            marks_.afterEvent = id;
+        }
+        if (static_cast<int64_t>(rows.size()) < kEventsPerPage) break;
+    }
+    return batch.events.size() != before;
+}
+
+bool RunFollower::readScalars(RunStore& store, bool runEnded, TelemetryBatch& batch, bool& more)
+{
+    const ScalarPage page = store.scalars_page(runId_, marks_.scalarFrom, kStepsPerPage);
+    more = page.cut;
+    if (page.rows.empty()) return false;
+    std::map<int64_t, StepRows> steps;
+    for (const auto& r : page.rows) steps[r.step][r.tag] = r.value;
+    const int64_t newest = steps.rbegin()->first;
+    int64_t pending = INT64_MAX; // the first step with a row still to hand on
+    for (const auto& [step, rows] : steps) {
+        // Rows of a later step mean this one's are all in (they were written first).
+        const bool later = runEnded || page.cut || step < newest;
+        if (step > marks_.lastStep && rows.count("train/loss")) {
+            const size_t norms = grad_norm_count(rows);
+            if (later || (has_fixed_metrics(rows) && norms >= marks_.gradNorms)) {
+                batch.steps.push_back(step_metrics(step, rows));
+                marks_.lastStep = step;
+                marks_.gradNorms = norms;
+            } else {
+                pending = std::min(pending, step);
+            }
+        }
+        const auto val = rows.find("val/loss");
+        if (step > marks_.lastEval && val != rows.end()) {
+            const auto train = rows.find("eval/train_loss");
+            if (later || train != rows.end()) {
+                batch.evals.push_back({step, val->second, train != rows.end() ? train->second : 0.0});
+                marks_.lastEval = step;
+            } else {
+                pending = std::min(pending, step);
+            }
+        }
+    }
+    marks_.scalarFrom = pending != INT64_MAX ? pending : page.next;
+    return true;
+}
+
+bool RunFollower::readFrames(RunStore& store, bool runEnded, TelemetryBatch& batch, bool& more)
+{
+    const LayerStatsPage page = store.layer_stats_page(runId_, marks_.layerFrom, kLayerRowsPerPage);
+    more = page.cut;
+    if (page.rows.empty()) return false;
+    const int64_t first = page.rows.front().first, newest = page.rows.back().first;
+    // The frames' own scalars (attention logits, log Z, memory), for every frame of the page.
+    std::vector<std::string> tags;
+    for (const auto& tag : store.scalar_tags(runId_))
+        if (frame_tag(tag)) tags.push_back(tag);
+    std::map<int64_t, StepRows> scalars;
+    for (const auto& r : store.scalars_in_steps(runId_, tags, first, newest)) scalars[r.step][r.tag] = r.value;
+    size_t i = 0;
+    while (i < page.rows.size()) {
+        const int64_t step = page.rows[i].first;
+        size_t end = i;
+        while (end < page.rows.size() && page.rows[end].first == step) ++end;
+        const auto own = scalars.find(step);
+        // StoreSink writes memory/resident_bytes after the frame's statistics: once it is
+        // there, or a later frame is, the frame is whole.
+        const bool whole = runEnded || page.cut || step < newest ||
+                           (own != scalars.end() && own->second.count("memory/resident_bytes"));
+        if (!whole) {
+            marks_.layerFrom = step;
+            more = false;
+            return true;
+        }
+        LayerStatsFrame frame;
+        frame.step = step;
+        frame.tensors.reserve(end - i);
+        for (size_t k = i; k < end; ++k) frame.tensors.push_back(page.rows[k].second);
+        if (own != scalars.end())
+            for (const auto& [tag, value] : own->second) add_frame_scalar(frame, tag, value);
+        batch.layer_frames.push_back(std::move(frame));
+        marks_.layerFrom = step + 1;
+        i = end;
+    }
+    if (page.cut) marks_.layerFrom = page.next;
+    return true;
+}
+
+} // namespace mantissa

@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "window/monitor_feed.h"
+
+#include <QDir>
+
+#include "controller/run_follower.h"
+#include "controller/store_connection.h"
+#include "pages/monitor_page.h"
+#include "remote/remote_mirror.h"
+#include "run_store.h"
+
+namespace mantissa {
+
+MonitorFeed::MonitorFeed(MonitorPage* page, StoreConnection* store, QObject* parent)
+    : QObject(parent), page_(page), store_(store), follower_(new RunFollower(this))
+{
+    connect(follower_, &RunFollower::opened, this, &MonitorFeed::onOpened);
+    connect(follower_, &RunFollower::batchReady, page_, &MonitorPage::ingest);
+    connect(follower_, &RunFollower::ended, this, [this] { page_->renderNow(); });
+    connect(follower_, &RunFollower::failed, this, &MonitorFeed::failed);
+}
+
+int64_t MonitorFeed::followedRun() const { return follower_->isFollowing() ? follower_->runId() : -1; }
+
+bool MonitorFeed::showRun(int64_t runId, QString* error)
+{
+    if (localTraining_) {
+        if (error) *error = tr("A run trains in this window: the Monitor shows it until it ends.");
+        return false;
+    }
+    if (!follow(runId, error)) return false;
+    userPicked_ = true;
+    return true;
+}
+
+void MonitorFeed::release()
+{
+    follower_->stop();
+    userPicked_ = false;
+}
+
+void MonitorFeed::setLocalTraining(bool training)
+{
+    localTraining_ = training;
+    if (training) release();
+}
+
+void MonitorFeed::setRemote(RemoteMirror* mirror)
+{
+    mirror_ = mirror;
+    userPicked_ = false;
+    if (mirror_) {
+        // The replica says "finished" before the mirror has copied a run's last rows.
+        follower_->setCompleteness([mirror](int64_t id) { return mirror->runComplete(id); });
+        connect(mirror_, &RemoteMirror::rowsArrived, follower_, [this](qint64 id) {
+            if (id == follower_->runId()) follower_->pollSoon();
+        });
+    } else {
+        follower_->setCompleteness({});
+    }
+    // The replica (or the local store) the follower read is no longer what the pages show.
+    if (!localTraining_) follower_->stop();
+    followNewest();
+}
+
+void MonitorFeed::followNewest()
+{
+    if (!mirror_ || localTraining_ || userPicked_) return;
+    RunStore* store = store_->store();
+    if (!store) return;
+    int64_t newest = -1, newestRunning = -1;
+    try {
+        for (const auto& run : store->list_runs()) {
+            newest = run.id;
+            if (run.status == RunStatus::Running) newestRunning = run.id;
+        }
+    } catch (const std::exception&) {
+        return; // the replica is being rewritten: the next change looks again
+    }
+    const int64_t target = newestRunning > 0 ? newestRunning : newest;
+    if (target <= 0) return;
+    // Keep following a run that is still live; move on when a newer one starts.
+    if (follower_->isFollowing() && follower_->storePath() == store_->path() &&
+        (follower_->runId() == target || (follower_->isLive() && newestRunning < 0)))
+        return;
+    follow(target, nullptr);
+}
+
+bool MonitorFeed::follow(int64_t runId, QString* error)
+{
+    QString why;
+    if (!follower_->follow(store_->path(), runId, &why)) {
+        if (error) *error = why;
+        emit failed(tr("Cannot show run %1 in the Monitor: %2").arg(runId).arg(why));
+        return false;
+    }
+    return true;
+}
+
+void MonitorFeed::onOpened(const FollowedRun& run)
+{
+    page_->reset(run.tokensPerStep, run.layers);
+    page_->setInitialLayerStates(run.initialLayerStates);
+    // No training thread in this process to share the cores with when the run is remote.
+    page_->setFrameBudget(mirror_ ? MonitorPage::kSpareCoreFrameBudget : MonitorPage::kSharedCoreFrameBudget);
+    const QString where = mirror_ ? tr("the remote store") : QDir::toNativeSeparators(store_->path());
+    emit message(tr("Monitor: run %1 %2 of %3%4")
+                     .arg(run.id)
+                     .arg(run.name, where, run.status == RunStatus::Running ? tr(", live") : QString()));
+}
+
+} // namespace mantissa
