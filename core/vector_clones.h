@@ -2,9 +2,10 @@
 #pragma once
 // MANTISSA_VECTOR_CLONES before a function compiles it three times (SSE2, AVX2, AVX-512), and
 // the widest one the CPU runs is picked when the program starts. For the element loops of the
-// fused CPU kernels: they use plain float and integer lanes, and no clone enables FMA, so GCC
-// contracts nothing and every clone gives the same bits. Put it on a function that runs a
-// whole range of elements or blocks: the dispatch is one indirect call.
+// fused CPU kernels: they use plain float and integer lanes, and core is compiled with
+// -ffp-contract=off (the AVX-512 clone has FMA, and GCC would otherwise fuse a*b+c into one
+// rounding), so every clone gives the same bits. Put it on a function that runs a whole range
+// of elements or blocks: the dispatch is one indirect call.
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(__CUDACC__) && \
     (!defined(__clang__) || __clang_major__ >= 14)
