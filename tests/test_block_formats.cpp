@@ -14,6 +14,7 @@
 #include "block_scaling.h"
 #include "fp4.h"
 #include "fp8_scaling.h"
+#include "layer_gemm.h"
 #include "precision_policy.h"
 #include "project_config.h"
 #include "quantize.h"
@@ -368,6 +369,44 @@ private slots:
         QVERIFY(same_bits(q.block_scales, scales));
         const auto expected = e4m3_decode(code_rows(lines, 2)) * expand_grid(scales, tile2d ? 128 : 1, 128, 132, 260);
         QVERIFY(same_bits(q.values, expected));
+    }
+
+    // The dgrad GEMM multiplies W cast along N (its contraction dimension), not the forward's
+    // cast along K: the weight cache may share one cast only where square tiles make the two
+    // identical (fp8-block, nvfp4 with 2-D weights). dx is checked bit for bit against the
+    // casts made by hand, after a forward that filled the cache.
+    void dgradUsesTheWeightCastAlongN_data()
+    {
+        QTest::addColumn<QString>("scaling");
+        QTest::addColumn<bool>("weight_2d");
+        QTest::addColumn<bool>("square"); // W cast along K equals W cast along N
+        QTest::addRow("fp8-block") << "fp8-block" << true << true;
+        QTest::addRow("nvfp4 16x16 weights") << "nvfp4" << true << true;
+        QTest::addRow("nvfp4 1x16 weights") << "nvfp4" << false << false;
+        QTest::addRow("mxfp4") << "mxfp4" << false << false;
+    }
+    void dgradUsesTheWeightCastAlongN()
+    {
+        QFETCH(QString, scaling);
+        QFETCH(bool, weight_2d);
+        QFETCH(bool, square);
+        Fp8Recipe r;
+        r.scaling = scaling == "fp8-block" ? Fp8Scaling::Block128 : scaling == "nvfp4" ? Fp8Scaling::NvFp4 : Fp8Scaling::MxFp4;
+        r.nvfp4_weight_2d = weight_2d;
+        const auto e4m3 = NumberFormat::E4M3;
+        torch::manual_seed(21);
+        const auto x = torch::randn({32, 160}, torch::requires_grad()); // (M, K); 160: a padded 128-block
+        const auto w = (torch::randn({48, 160}) * torch::exp2(torch::randint(-6, 6, {48, 160}))).requires_grad_(); // (N, K)
+        const auto dy = torch::randn({32, 48}) * 1e-3;                                                          // (M, N)
+        const auto along_k = quantize_block_recipe(w.detach(), e4m3, r, 1, TensorRole::Weight);
+        const auto along_n = quantize_block_recipe(w.detach(), e4m3, r, 0, TensorRole::Weight);
+        QCOMPARE(same_bits(along_k, along_n), square);
+
+        LayerGemm layer("test.fc", {e4m3, e4m3, e4m3}, r, GemmBackend::Emulated);
+        layer.linear(x, w, {}).backward(dy);
+        const auto dy_q = quantize_block_recipe(dy, e4m3, r, 1, TensorRole::Gradient);
+        const auto expected_dx = round_to_format(dy_q.matmul(along_n), gemm_output_format(e4m3), Overflow::Propagate);
+        QVERIFY(same_bits(x.grad(), expected_dx));
     }
 
     // The fused CPU kernels (used on the CPU) and the tensor-op kernels (used elsewhere) agree
