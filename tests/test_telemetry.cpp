@@ -236,6 +236,26 @@ private slots:
         if (format != NumberFormat::FP32 && scale > 0.0f) QVERIFY(ref.overflow > 0);
     }
 
+    // Each edge value alone in its chunk of the fused scan (chunks are 2^15 values): the
+    // vectorized summary pass decides whether a chunk needs its subnormal pass, so a lone
+    // subnormal, the largest one included, must still be binned.
+    void fusedScanOfLoneEdgeValues()
+    {
+        const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+        for (float v : {std::ldexp(1.0f, -149), std::bit_cast<float>(0x007FFFFFu), -std::bit_cast<float>(0x00400000u),
+                        std::ldexp(1.0f, -126), 0.0f, -0.0f, inf, -nan, std::numeric_limits<float>::max()}) {
+            for (int64_t n : {int64_t(1), int64_t(40000)}) {
+                auto x = torch::full({n}, 1.0f);
+                x[n - 1] = v; // in the last chunk, away from the others
+                const auto ref = compute_tensor_stats_reference(x, NumberFormat::FP32, 1.0f, {});
+                const auto d = compute_tensor_stats(x, NumberFormat::FP32, 1.0f, {}, StatsKernel::FusedCpu);
+                const QByteArray what = QByteArray::number(double(v)) + " in " + QByteArray::number(qlonglong(n));
+                QVERIFY2(d.exponent_counts == ref.exponent_counts && d.first_exponent == ref.first_exponent, what);
+                QVERIFY2(d.zeros == ref.zeros && d.infs == ref.infs && d.nans == ref.nans && d.amax == ref.amax, what);
+            }
+        }
+    }
+
     void deviceStatsOfEmptyTensors()
     {
         const auto x = torch::empty({0, 4});
