@@ -1198,18 +1198,30 @@ std::string default_store_path()
 
 // --- Remote mirroring -------------------------------------------------------------------
 
+namespace {
+
+// (step, value) rows of each tag in turn, from a statement whose parameters are
+// (run_id, tag, a, b) and whose columns are (step, value).
+std::vector<ScalarRow> scalar_rows_per_tag(Statement& s, int64_t run_id, const std::vector<std::string>& tags, int64_t a,
+                                           int64_t b)
+{
+    std::vector<ScalarRow> rows;
+    for (const auto& tag : tags) {
+        s.reset();
+        s.bind(1, run_id).bind(2, tag).bind(3, a).bind(4, b);
+        while (s.step()) rows.push_back({s.int64(0), tag, s.real_or_nan(1)});
+    }
+    return rows;
+}
+
+} // namespace
+
 std::vector<ScalarRow> RunStore::scalars_from_step(int64_t run_id, int64_t from_step, int64_t limit)
 {
     const auto tags = scalar_tags(run_id);
     std::lock_guard lock(db_mutex_);
     Statement s(db_, "SELECT step, value FROM scalars WHERE run_id=? AND tag=? AND step>=? ORDER BY step LIMIT ?");
-    std::vector<ScalarRow> rows;
-    for (const auto& tag : tags) {
-        s.reset();
-        s.bind(1, run_id).bind(2, tag).bind(3, from_step).bind(4, limit);
-        while (s.step()) rows.push_back({s.int64(0), tag, s.real_or_nan(1)});
-    }
-    return rows;
+    return scalar_rows_per_tag(s, run_id, tags, from_step, limit);
 }
 
 std::vector<StoredEventRow> RunStore::events_after(int64_t run_id, int64_t after_id, int64_t limit)
@@ -1371,13 +1383,7 @@ std::vector<ScalarRow> RunStore::scalars_in_steps(int64_t run_id, const std::vec
     flush();
     std::lock_guard lock(db_mutex_);
     Statement s(db_, "SELECT step, value FROM scalars WHERE run_id=? AND tag=? AND step BETWEEN ? AND ? ORDER BY step");
-    std::vector<ScalarRow> rows;
-    for (const auto& tag : tags) {
-        s.reset();
-        s.bind(1, run_id).bind(2, tag).bind(3, from_step).bind(4, to_step);
-        while (s.step()) rows.push_back({s.int64(0), tag, s.real_or_nan(1)});
-    }
-    return rows;
+    return scalar_rows_per_tag(s, run_id, tags, from_step, to_step);
 }
 
 std::vector<std::pair<int64_t, EventRow>> RunStore::event_rows_after(int64_t run_id, int64_t after_id, int64_t limit)
