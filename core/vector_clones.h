@@ -7,8 +7,19 @@
 // rounding), so every clone gives the same bits. Put it on a function that runs a whole range
 // of elements or blocks: the dispatch is one indirect call.
 
+// Not under ThreadSanitizer: the clones' resolvers (ifuncs) run while the program is being
+// relocated, before TSan's runtime exists, and instrumented code there crashes at start-up.
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define MANTISSA_NO_VECTOR_CLONES 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define MANTISSA_NO_VECTOR_CLONES 1
+#endif
+
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(__CUDACC__) && \
-    (!defined(__clang__) || __clang_major__ >= 14)
+    (!defined(__clang__) || __clang_major__ >= 14) && !defined(MANTISSA_NO_VECTOR_CLONES)
 #define MANTISSA_VECTOR_CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
 #else
 #define MANTISSA_VECTOR_CLONES
