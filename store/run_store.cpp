@@ -1388,19 +1388,14 @@ std::vector<ScalarRow> RunStore::scalars_in_steps(int64_t run_id, const std::vec
 
 std::vector<std::pair<int64_t, EventRow>> RunStore::event_rows_after(int64_t run_id, int64_t after_id, int64_t limit)
 {
-    flush();
-    std::lock_guard lock(db_mutex_);
+    // The mirror's rows, typed: stores before version 4 have no fields, and their events are
+    // read from the message as at the upgrade.
     const bool typed = schema_ >= 4;
-    Statement s(db_, typed ? "SELECT id, step, kind, message, created_at, fields FROM events "
-                             "WHERE run_id=? AND id>? ORDER BY id LIMIT ?"
-                           : "SELECT id, step, kind, message, created_at, '' FROM events "
-                             "WHERE run_id=? AND id>? ORDER BY id LIMIT ?");
-    s.bind(1, run_id).bind(2, after_id).bind(3, limit);
     std::vector<std::pair<int64_t, EventRow>> rows;
-    while (s.step())
-        rows.emplace_back(s.int64(0), EventRow{s.int64(1), s.text(2), s.text(3), s.text(4),
-                                               typed ? event_from_stored(s.int64(1), s.text(2), s.text(5), s.text(3))
-                                                     : legacy_event(s.int64(1), s.text(2), s.text(3))});
+    for (auto& r : events_after(run_id, after_id, limit))
+        rows.emplace_back(r.id, EventRow{r.step, r.kind, r.message, r.created_at,
+                                         typed ? event_from_stored(r.step, r.kind, r.fields, r.message)
+                                               : legacy_event(r.step, r.kind, r.message)});
     return rows;
 }
 
