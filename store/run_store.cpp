@@ -245,6 +245,20 @@ std::string format_value(double v)
     return out.str();
 }
 
+// One layer_stats row, in the table's column order, on an
+// "INSERT OR REPLACE INTO layer_stats VALUES(?, ... 19)" statement. NaN binds as NULL.
+void insert_layer_stats(Statement& layer, int64_t run_id, int64_t step, const TensorStats& t)
+{
+    layer.reset();
+    layer.bind(1, run_id).bind(2, step).bind(3, t.layer).bind(4, t.role).bind(5, t.format);
+    layer.bind(6, t.count).bind(7, t.zeros).bind(8, t.infs).bind(9, t.nans);
+    layer.bind(10, t.underflow).bind(11, t.subnormal).bind(12, t.overflow).bind(13, t.amax);
+    layer.bind(14, t.scale).bind(15, t.quant_mse).bind(16, t.quant_snr_db).bind(17, t.update_ratio);
+    layer.bind(18, static_cast<int64_t>(t.first_exponent));
+    layer.bind_blob(19, t.exponent_counts.data(), t.exponent_counts.size() * sizeof(int64_t));
+    layer.step();
+}
+
 } // namespace
 
 namespace {
@@ -744,18 +758,9 @@ void RunStore::write_batch(std::vector<PendingRow>& rows)
                 event.bind(1, r.run_id).bind(2, r.step).bind(3, r.tag_or_kind).bind(4, r.message).bind(5, r.fields);
                 event.step();
                 break;
-            case PendingRow::Kind::LayerStats: {
-                const TensorStats& t = r.stats;
-                layer.reset();
-                layer.bind(1, r.run_id).bind(2, r.step).bind(3, t.layer).bind(4, t.role).bind(5, t.format);
-                layer.bind(6, t.count).bind(7, t.zeros).bind(8, t.infs).bind(9, t.nans);
-                layer.bind(10, t.underflow).bind(11, t.subnormal).bind(12, t.overflow).bind(13, t.amax);
-                layer.bind(14, t.scale).bind(15, t.quant_mse).bind(16, t.quant_snr_db).bind(17, t.update_ratio);
-                layer.bind(18, static_cast<int64_t>(t.first_exponent));
-                layer.bind_blob(19, t.exponent_counts.data(), t.exponent_counts.size() * sizeof(int64_t));
-                layer.step();
+            case PendingRow::Kind::LayerStats:
+                insert_layer_stats(layer, r.run_id, r.step, r.stats);
                 break;
-            }
             }
         }
         exec(db_, "COMMIT");
@@ -1468,17 +1473,7 @@ void RunStore::put_mirrored_rows(int64_t run_id, const std::vector<ScalarRow>& s
             event.bind(6, e.created_at).bind(7, e.fields).step();
         }
         Statement layer(db_, "INSERT OR REPLACE INTO layer_stats VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
-        for (const auto& [step, t] : layer_stats) {
-            layer.reset();
-            layer.bind(1, run_id).bind(2, step).bind(3, t.layer).bind(4, t.role).bind(5, t.format);
-            layer.bind(6, t.count).bind(7, t.zeros).bind(8, t.infs).bind(9, t.nans);
-            // NaN binds as NULL, as it did in the source.
-            layer.bind(10, t.underflow).bind(11, t.subnormal).bind(12, t.overflow).bind(13, t.amax);
-            layer.bind(14, t.scale).bind(15, t.quant_mse).bind(16, t.quant_snr_db).bind(17, t.update_ratio);
-            layer.bind(18, static_cast<int64_t>(t.first_exponent));
-            layer.bind_blob(19, t.exponent_counts.data(), t.exponent_counts.size() * sizeof(int64_t));
-            layer.step();
-        }
+        for (const auto& [step, t] : layer_stats) insert_layer_stats(layer, run_id, step, t); // NaN as NULL, as in the source
         exec(db_, "COMMIT");
     } catch (...) {
         sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
