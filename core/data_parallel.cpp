@@ -356,6 +356,24 @@ void DataParallel::Impl::allreduce_sum(torch::Tensor& tensor)
     allreduce(*backend, tensor, c10d::ReduceOp::SUM, "allreduce (sum)");
 }
 
+std::function<void()> DataParallel::Impl::allreduce_sum_async(torch::Tensor& tensor)
+{
+    std::vector<torch::Tensor> one{on_backend_device(*backend, tensor)};
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::SUM;
+    c10::intrusive_ptr<c10d::Work> work;
+    try {
+        work = backend->group->allreduce(one, options);
+    } catch (const std::exception& e) {
+        const std::string text = e.what();
+        throw CollectiveError("allreduce (sum) failed to start: " + text.substr(0, text.find('\n')));
+    }
+    return [work, target = tensor, reduced = one[0]]() mutable {
+        finish(work, "allreduce (sum)");
+        copy_back(target, reduced);
+    };
+}
+
 void DataParallel::Impl::allreduce_max(torch::Tensor& tensor)
 {
     allreduce(*backend, tensor, c10d::ReduceOp::MAX, "allreduce (max)");

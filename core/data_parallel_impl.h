@@ -4,6 +4,7 @@
 // (not c10d: the backend headers stay inside data_parallel.cpp, which is the only file that
 // needs gloo's or NCCL's headers).
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ struct DataParallel::Impl {
     // packs what it can into one flat tensor first.
     void allreduce_sum(torch::Tensor& tensor);
     void allreduce_max(torch::Tensor& tensor);
+    // The SUM started and not waited for (Gloo's worker thread, NCCL's stream): the function
+    // returned waits for it and leaves the sum in `tensor` (throws CollectiveError).
+    std::function<void()> allreduce_sum_async(torch::Tensor& tensor);
     // Rank 0's bytes on every rank (a length broadcast, then the bytes).
     std::string broadcast_bytes(const std::string& bytes_on_rank0);
 };

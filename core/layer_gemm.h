@@ -129,6 +129,8 @@ public:
     void remember_weight(const torch::Tensor& w) { last_weight_ = w; }
     const Fp8Recipe& recipe() const { return recipe_; }
     DelayedScaling& delayed(OperandRole role);
+    // Its device mirror (native FP8 on CUDA), filled from the host state on first use.
+    DeviceDelayedScaling& device_delayed(OperandRole role, const torch::Device& device);
 
     // Native FP8: `x` cast under this layer's per-tensor or per-row recipe (`k_dim`: the
     // contraction dimension, which per-row scales run along), and the cached FP8 weight
@@ -152,7 +154,6 @@ private:
     // executor; `format` and the casts `x_cast`/`w_cast` say which): reads, never computes the step.
     void observe_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& y,
                         NumberFormat format, const torch::Tensor& x_cast, const torch::Tensor& w_cast);
-    DeviceDelayedScaling& device_delayed(OperandRole role, const torch::Device& device);
     // y = Function(x as (M, K), W, b, this), back in x's leading shape: custom autograd
     // functions take 2-D operands, and an empty tensor stands for "no bias" (they cannot
     // take undefined tensors).

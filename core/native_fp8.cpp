@@ -49,12 +49,43 @@ void DeviceDelayedScaling::download(DelayedScaling& host) const
 
 void DeviceDelayedScaling::record(const torch::Tensor& amax, double fp8_max, bool use_max, int64_t margin)
 {
+    if (journal_on_) journal_.push_back({amax.reshape({}).to(torch::kFloat32), fp8_max, use_max, margin});
     // A new history each step (1,024 floats): nothing that used the old scale is overwritten.
     history_ = torch::cat({amax.reshape({1}).to(torch::kFloat32), history_.narrow(0, 0, history_.size(0) - 1)});
     // fmax over the window, as the host's: NaN entries skipped, an inf wins (and keeps the
     // previous scale while it is in the window), all zero/NaN reduces to 0.
     const auto reduced = use_max ? history_.masked_fill(history_.isnan(), 0.0f).max() : history_[0];
     scale_ = device_scale_from_amax(reduced, fp8_max, margin, scale_);
+}
+
+void DeviceDelayedScaling::begin_journal()
+{
+    journal_on_ = true;
+    journal_.clear();
+    journal_history_ = history_;
+    journal_scale_ = scale_;
+}
+
+torch::Tensor DeviceDelayedScaling::journal_amaxes() const
+{
+    if (journal_.empty()) return torch::empty({0}, history_.options());
+    std::vector<torch::Tensor> amaxes;
+    for (const auto& r : journal_) amaxes.push_back(r.amax.reshape({1}));
+    const auto all = torch::cat(amaxes);
+    return all.masked_fill(all.isnan(), -1.0f);
+}
+
+void DeviceDelayedScaling::replay(const torch::Tensor& reduced)
+{
+    const auto records = std::move(journal_);
+    journal_.clear();
+    journal_on_ = false;
+    history_ = journal_history_;
+    scale_ = journal_scale_;
+    journal_history_ = journal_scale_ = torch::Tensor();
+    const auto amaxes = reduced.masked_fill(reduced == -1.0f, std::numeric_limits<float>::quiet_NaN());
+    for (size_t i = 0; i < records.size(); ++i)
+        record(amaxes[static_cast<int64_t>(i)], records[i].fp8_max, records[i].use_max, records[i].margin);
 }
 
 torch::Tensor device_scale_from_amax(const torch::Tensor& amax, double fp8_max, int64_t margin,

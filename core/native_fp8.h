@@ -5,6 +5,8 @@
 // waits on the host. The rules are the emulator's, op for op (tests/test_native.cpp holds
 // them together): the emulator is the reference, this is the fast path.
 
+#include <vector>
+
 #include <torch/torch.h>
 
 #include "fp8_scaling.h"
@@ -36,9 +38,32 @@ public:
     // recompute the scale for the next use.
     void record(const torch::Tensor& amax, double fp8_max, bool use_max, int64_t margin);
 
+    // Data parallel (trainer_data_parallel.cpp): DelayedScaling's journal, on the device.
+    // From begin_journal() on, record() notes its arguments; the step's amaxes go to the
+    // other ranks as one device tensor, and replay() puts the state back where
+    // begin_journal() found it and records again with the MAX over the ranks. No host sync.
+    void begin_journal();
+    size_t journal_size() const { return journal_.size(); }
+    // (journal_size()) FP32 on the device, a NaN amax as -1: MAX then keeps the other ranks'
+    // finite amaxes, with the fmax semantics of the history's own reduction.
+    torch::Tensor journal_amaxes() const;
+    // `reduced` laid out as journal_amaxes(); ends the journal.
+    void replay(const torch::Tensor& reduced);
+
 private:
+    struct Record {
+        torch::Tensor amax; // () FP32, on the device
+        double fp8_max;
+        bool use_max;
+        int64_t margin;
+    };
     torch::Tensor history_; // (length) FP32, slot 0 newest
     torch::Tensor scale_;   // () FP32
+    // A record never writes into history_ or scale_ (it makes new tensors), so holding the
+    // handles is the snapshot.
+    torch::Tensor journal_history_, journal_scale_;
+    bool journal_on_ = false;
+    std::vector<Record> journal_;
 };
 
 // scale_from_amax on the device, to the bit (fp8_scaling.h states the rule): one FP32

@@ -191,7 +191,8 @@ json to_json(const ProjectConfig& c)
           {"checkpoint_interval", c.training.checkpoint_interval},
           {"checkpoint_dir", c.training.checkpoint_dir},
           {"checkpoint_keep", c.training.checkpoint_keep},
-          {"collective_timeout_s", c.training.collective_timeout_s}}},
+          {"collective_timeout_s", c.training.collective_timeout_s},
+          {"dp_bucket_mb", c.training.dp_bucket_mb}}},
         {"eval",
          {{"interval", c.eval.interval},
           {"batches", c.eval.batches},
@@ -385,6 +386,7 @@ ProjectConfig from_json(const json& j)
     c.training.checkpoint_dir = t["checkpoint_dir"];
     c.training.checkpoint_keep = t["checkpoint_keep"];
     c.training.collective_timeout_s = t["collective_timeout_s"];
+    c.training.dp_bucket_mb = t["dp_bucket_mb"];
 
     const json& e = j["eval"];
     c.eval.interval = e["interval"];
@@ -499,6 +501,8 @@ void validate(const ProjectConfig& c)
     require(t.checkpoint_keep >= 1, "training.checkpoint_keep", "must be at least 1");
     require(t.collective_timeout_s >= 1 && t.collective_timeout_s <= 86400, "training.collective_timeout_s",
             "must be 1 ... 86400 seconds");
+    require(t.dp_bucket_mb > 0.0 && t.dp_bucket_mb <= 1024.0, "training.dp_bucket_mb",
+            "must be above 0 and at most 1024 MiB");
 
     const auto& e = c.eval;
     require(e.interval >= 0, "eval.interval", "must be >= 0 (0 = only at the end)");

@@ -70,6 +70,9 @@ struct TrainingConfig {
     // Data parallel: a collective that takes longer fails the run on every rank (a stopped
     // peer is noticed only this way; c10d's own default is 30 minutes).
     int64_t collective_timeout_s = 300;
+    // Data parallel: gradients are summed in flat buckets of at most this many MiB, each
+    // started while the backward still runs (DDP's bucket_cap_mb and its default).
+    double dp_bucket_mb = 25.0;
 };
 
 struct EvalConfig {

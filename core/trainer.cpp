@@ -255,7 +255,7 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
         StepOutcome outcome = s.train_step(armed, telemetry, sink);
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         StepMetrics m;
-        s.dp_gather_times(ms, outcome.allreduce_ms, m);
+        s.dp_gather_times(ms, outcome.allreduce_ms, outcome.overlapped_buckets, m);
         ++step;
         if (outcome.skipped) ++summary.skipped_steps;
         if (step == first_step + 1) {

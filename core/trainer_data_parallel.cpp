@@ -21,9 +21,6 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
-// DDP's default bucket: big enough that a collective's fixed cost is small beside its bytes.
-constexpr int64_t kBucketBytes = 25 * 1024 * 1024;
-
 // A NaN amax (stored as given in the history) travels as -1 so that MAX keeps the other
 // ranks' finite amaxes, with fmax's semantics, as the history's own reduction does.
 constexpr float kNanAmax = -1.0f;
@@ -80,11 +77,6 @@ void Trainer::Impl::dp_begin_run()
     if (!dp) return;
     if (!dp->started())
         dp->start(device.is_cuda(), std::chrono::seconds(config.training.collective_timeout_s));
-    for (const auto& g : model->gemm_layers())
-        if (g->native() && device.is_cuda() && g->recipe().scaling == Fp8Scaling::Delayed && g->formats().any_fp8())
-            throw ConfigError("data-parallel training does not yet reduce the FP8 amaxes of the native CUDA "
-                              "executor (layer " + g->name() + "): use precision.backend=emulated or a current-"
-                              "scaling recipe");
     const char* skip = std::getenv("MANTISSA_DP_SKIP_AMAX_REDUCTION");
     reduce_amax = !(skip && std::string(skip) == "1");
     // Rank 0's whole state, as a checkpoint in memory: a fresh run's weights (all ranks drew
@@ -94,6 +86,11 @@ void Trainer::Impl::dp_begin_run()
         std::istringstream in(state);
         load_state(in, "rank 0's state");
     }
+    // The buckets are bucketed by parameter, so they are built once the parameters are final.
+    grad_buckets.reset(); // first: its destructor takes the hooks off the parameters
+    grad_buckets = std::make_unique<GradientBuckets>(
+        model->parameters(), static_cast<int64_t>(config.training.dp_bucket_mb * 1024 * 1024),
+        [this](torch::Tensor& flat) { return dp->impl().allreduce_sum_async(flat); });
     // Dropout masks: each rank draws its own (with one seed they would repeat across ranks).
     if (config.model.dropout > 0.0 && !is_rank0())
         torch::manual_seed(config.training.seed + 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(dp->rank()) +
@@ -105,13 +102,27 @@ bool Trainer::Impl::dp_owns_micro_batch(int64_t micro) const
     return !dp || micro % dp->world_size() == dp->rank();
 }
 
+void Trainer::Impl::dp_before_backward(int64_t micro)
+{
+    // This rank's micro-batches are r, r + W, ...: the last is the one with none after it.
+    if (dp && micro + dp->world_size() >= config.training.grad_accum) grad_buckets->arm();
+}
+
 void Trainer::Impl::dp_fp8_begin_step()
 {
     fp8_snapshots.clear();
+    device_fp8_journals.clear();
     if (!dp || !reduce_amax) return;
     for (const auto& g : model->gemm_layers()) {
         if (g->recipe().scaling != Fp8Scaling::Delayed || !g->formats().any_fp8()) continue;
         for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput}) {
+            // The native executor on CUDA records into the device mirror, the emulator (and
+            // the native executor on a CPU) into the host state; journal both, one is empty.
+            if (g->native() && device.is_cuda()) {
+                auto& on_device = g->device_delayed(role, device);
+                on_device.begin_journal();
+                device_fp8_journals.push_back(&on_device);
+            }
             auto& d = g->delayed(role);
             fp8_snapshots.push_back({&d, d.history(), d.scale()});
             d.keep_journal(true);
@@ -119,12 +130,18 @@ void Trainer::Impl::dp_fp8_begin_step()
     }
 }
 
-double Trainer::Impl::dp_reduce_step(torch::Tensor& loss_sum)
+double Trainer::Impl::dp_reduce_step(torch::Tensor& loss_sum, int& overlapped_buckets)
 {
     if (!dp) return 0.0;
     torch::NoGradGuard no_grad;
     const auto t0 = Clock::now();
     auto& group = dp->impl();
+
+    // Gradients first: their buckets were issued during the backward (or are now), and every
+    // rank must issue its collectives in one order. Each rank's backward already divided by
+    // the global grad_accum, so the sum is the single process's accumulated gradient; with
+    // two ranks a + b is bitwise the single process's a + b.
+    overlapped_buckets = grad_buckets->finish();
 
     // FP8 delayed scaling, as TransformerEngine's amax reduction: each record of this step
     // is replayed from the state before the step with the MAX of the ranks' amaxes, so the
@@ -150,35 +167,20 @@ double Trainer::Impl::dp_reduce_step(torch::Tensor& loss_sum)
         fp8_snapshots.clear();
     }
 
-    // Gradients: summed in flat buckets (each rank's backward already divided by the global
-    // grad_accum, so the sum is the single process's accumulated gradient; with two ranks
-    // a + b is bitwise the single process's a + b). In registration order, a bucket per run
-    // of one dtype up to kBucketBytes. On CUDA the buckets are where an allreduce overlapping
-    // the backward would hook in (a bucket is ready once its last gradient is written);
-    // for now they are reduced after the backward.
-    std::vector<torch::Tensor> grads;
-    for (const auto& p : model->parameters())
-        if (p.grad().defined()) grads.push_back(p.grad());
-    size_t begin = 0;
-    while (begin < grads.size()) {
-        size_t end = begin;
-        int64_t bytes = 0;
-        while (end < grads.size() && grads[end].scalar_type() == grads[begin].scalar_type() &&
-               (end == begin || bytes + grads[end].nbytes() <= static_cast<size_t>(kBucketBytes))) {
-            bytes += static_cast<int64_t>(grads[end].nbytes());
-            ++end;
-        }
-        std::vector<torch::Tensor> flat_parts;
-        for (size_t i = begin; i < end; ++i) flat_parts.push_back(grads[i].reshape({-1}));
-        auto flat = torch::cat(flat_parts);
-        group.allreduce_sum(flat);
+    // The same for the device mirrors, without leaving the device: one MAX over the
+    // concatenated journals (NCCL reduces device tensors), then each replays its slice.
+    if (!device_fp8_journals.empty()) {
+        std::vector<torch::Tensor> parts;
+        for (auto* d : device_fp8_journals) parts.push_back(d->journal_amaxes());
+        auto reduced = torch::cat(parts);
+        if (reduced.numel() > 0) group.allreduce_max(reduced);
         int64_t offset = 0;
-        for (size_t i = begin; i < end; ++i) {
-            const int64_t n = grads[i].numel();
-            grads[i].copy_(flat.narrow(0, offset, n).view_as(grads[i]));
+        for (auto* d : device_fp8_journals) {
+            const auto n = static_cast<int64_t>(d->journal_size());
+            d->replay(reduced.narrow(0, offset, n));
             offset += n;
         }
-        begin = end;
+        device_fp8_journals.clear();
     }
     group.allreduce_sum(loss_sum); // FP64: l0 + l1, as the single process adds them
     return ms_since(t0);
@@ -207,7 +209,7 @@ std::optional<Command> Trainer::Impl::dp_next_command(std::deque<Command>& synce
     return c;
 }
 
-void Trainer::Impl::dp_gather_times(double step_ms, double allreduce_ms, StepMetrics& metrics)
+void Trainer::Impl::dp_gather_times(double step_ms, double allreduce_ms, int overlapped_buckets, StepMetrics& metrics)
 {
     if (!dp) return;
     const int w = dp->world_size(), r = dp->rank();
@@ -219,6 +221,8 @@ void Trainer::Impl::dp_gather_times(double step_ms, double allreduce_ms, StepMet
     const double* t = times.data_ptr<double>();
     metrics.extra_scalars.emplace_back("dp/allreduce_ms", t[1]);
     metrics.extra_scalars.emplace_back("dp/allreduce_share", t[0] > 0 ? t[1] / t[0] : 0.0);
+    // Rank 0's: every rank buckets alike, and the count shows the overlap at work.
+    metrics.extra_scalars.emplace_back("dp/overlapped_buckets", static_cast<double>(overlapped_buckets));
     for (int i = 0; i < w; ++i) {
         metrics.extra_scalars.emplace_back("dp/step_ms/rank_" + std::to_string(i), t[2 * i]);
         metrics.extra_scalars.emplace_back("dp/allreduce_ms/rank_" + std::to_string(i), t[2 * i + 1]);

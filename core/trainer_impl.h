@@ -29,6 +29,7 @@
 #include "data_parallel.h"
 #include "dataset.h"
 #include "gpt_model.h"
+#include "gradient_buckets.h"
 #include "gradients.h"
 #include "loss_scaler.h"
 #include "telemetry_frame.h"
@@ -46,7 +47,8 @@ struct StepOutcome {
     bool skipped = false;
     std::vector<std::pair<std::string, double>> layer_grad_norms;
     std::vector<WatchAlert> alerts; // from the loss scaler's watcher
-    double allreduce_ms = 0.0;      // data parallel: time in the gradient and loss allreduce
+    double allreduce_ms = 0.0;      // data parallel: time after the backward spent in the reductions
+    int overlapped_buckets = 0;     // data parallel: gradient buckets started during the backward
 };
 
 // Data parallel: one FP8 delayed-scaling state as it was before the step (its records of the
@@ -78,6 +80,8 @@ struct Trainer::Impl {
     LayerGradients gradients;
     std::shared_ptr<DataParallel> dp; // null: a single process
     std::vector<Fp8Snapshot> fp8_snapshots;
+    std::vector<DeviceDelayedScaling*> device_fp8_journals; // native FP8 on CUDA: the same, on the device
+    std::unique_ptr<GradientBuckets> grad_buckets; // data parallel: the gradients' allreduce
     bool reduce_amax = true; // MANTISSA_DP_SKIP_AMAX_REDUCTION=1 turns it off (a test shows it matters)
 
     explicit Impl(ProjectConfig c);
@@ -89,17 +93,20 @@ struct Trainer::Impl {
     void dp_begin_run();
     // Whether this rank runs micro-batch `micro` of the step (rank r: r, r+W, ...).
     bool dp_owns_micro_batch(int64_t micro) const;
+    // Before the backward of micro-batch `micro`: the step's last one on this rank arms the
+    // gradient buckets, whose allreduces then start while it runs.
+    void dp_before_backward(int64_t micro);
     // Before the step's first forward: snapshots the FP8 delayed-scaling states.
     void dp_fp8_begin_step();
-    // After the last backward: the FP8 amaxes of the step reduced with MAX, the scales
-    // recomputed from them; the gradients summed in flat buckets; the loss summed. Returns the
-    // milliseconds spent.
-    double dp_reduce_step(torch::Tensor& loss_sum);
+    // After the last backward: the gradient buckets finished (summed), the FP8 amaxes of the
+    // step reduced with MAX and the scales recomputed from them, the loss summed. Returns the
+    // milliseconds spent (the communication the backward did not hide).
+    double dp_reduce_step(torch::Tensor& loss_sum, int& overlapped_buckets);
     // Rank 0's pending commands, the same on every rank; while paused, rank 0 waits for one
     // and the others wait with it. nullopt: nothing more at this boundary.
     std::optional<Command> dp_next_command(std::deque<Command>& synced, bool paused);
     // Every rank's step and allreduce times, as scalars for rank 0's sink.
-    void dp_gather_times(double step_ms, double allreduce_ms, StepMetrics& metrics);
+    void dp_gather_times(double step_ms, double allreduce_ms, int overlapped_buckets, StepMetrics& metrics);
     // A failure during run(): the peer's posted reason, or this rank's, posted for the others.
     [[noreturn]] void dp_fail(const std::exception& error);
     std::string state_digest() const;

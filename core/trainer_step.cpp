@@ -27,6 +27,7 @@ StepOutcome Trainer::Impl::train_step(bool armed, TelemetryStep& telemetry, Tele
         x = to_device(x);
         y = to_device(y);
         auto loss = model->loss(model->forward(x), y); // scalar
+        dp_before_backward(micro);
         // The scale multiplies the loss so that small gradients survive FP16's range.
         ((loss * out.loss_scale) / static_cast<double>(cfg.training.grad_accum)).backward();
         loss_sum = loss_sum + loss.detach().to(torch::kFloat64);
@@ -37,7 +38,7 @@ StepOutcome Trainer::Impl::train_step(bool armed, TelemetryStep& telemetry, Tele
     // by the global grad_accum), FP8 amaxes reduced with MAX. Everything after this point sees
     // the same values on every rank: the finite check, so every rank skips the same steps, and
     // the norms and the update.
-    out.allreduce_ms = dp_reduce_step(loss_sum);
+    out.allreduce_ms = dp_reduce_step(loss_sum, out.overlapped_buckets);
     if (armed) telemetry.remember_weights(model);
     // Unscaling is queued before the read, so the norms and the finite check see the true gradients.
     if (scaler.enabled() && out.loss_scale != 1.0) gradients.scale(1.0 / out.loss_scale);

@@ -12,6 +12,12 @@
 //     quantise their micro-batches with the same scale and reduce the amaxes (MAX) after.
 //     Asserted: every rank ends in the same state (digest), which it does not without the
 //     reduction, and the losses stay within kFp8Tolerance of the single process.
+//   Three ranks: Gloo's ring regroups the three-way sums, so only agreement to ~1e-7 and one
+//     state on every rank are asserted.
+// GradientBuckets, the overlap of the gradient allreduce with the backward, is also tested in
+// process with a stand-in allreduce (a peer with the same gradients: the sum doubles them).
+#include <torch/torch.h> // before QtTest: Qt's keywords clash with LibTorch's
+
 #include <QtTest>
 
 #include <QProcess>
@@ -29,6 +35,7 @@
 
 #include "data_parallel.h"
 #include "data_parallel_cli.h"
+#include "gradient_buckets.h"
 #include "run_session.h"
 #include "run_store.h"
 #include "tiny_project.h"
@@ -40,6 +47,11 @@ namespace {
 // Measured 2026-12 on this machine: 3.0e-4 at step 1 (the first step's scale is 1 on both
 // ranks, while the single process already uses micro-batch 0's amax for micro-batch 1).
 constexpr double kFp8Tolerance = 5e-3;
+
+// tiny_run_config's parameters (16 dims, biases) bucketed under a 4 KiB cap, last first:
+// {ln_f.b, ln_f.w, fc2.b} {fc2.w: 4 KiB} {fc1.b} {fc1.w: 4 KiB} {ln2, proj, qkv.b}
+// {qkv.w: 3 KiB, ln1} {wpe: 1 KiB, wte: a few hundred bytes} = 7 buckets.
+constexpr int kTinyBuckets4KiB = 7;
 
 int free_port()
 {
@@ -106,10 +118,12 @@ class DataParallelTest : public QObject {
 private:
     QTemporaryDir dir_;
 
-    QString write_project(const QString& name, int64_t steps, const std::string& preset)
+    QString write_project(const QString& name, int64_t steps, const std::string& preset, double bucket_mb = 25.0,
+                          int64_t grad_accum = 2)
     {
         ProjectConfig c = tiny_run_config(name.toStdString(), steps, 0);
-        c.training.grad_accum = 2; // the global batch: one micro-batch per rank on two ranks
+        c.training.grad_accum = grad_accum; // the global batch: one micro-batch per rank
+        c.training.dp_bucket_mb = bucket_mb;
         c.precision.preset = preset;
         c.precision.fp8.amax_history_length = 16;
         c.precision.fp8.amax_use_max = false; // most_recent: each step's reduced amax sets the scale
@@ -126,13 +140,13 @@ private:
         return finish(p);
     }
 
-    // Both ranks with the same arguments; [0] is rank 0.
-    std::vector<Rank> run_two(const QStringList& args, const QStringList& extra_env = {})
+    // Every rank with the same arguments; [0] is rank 0.
+    std::vector<Rank> run_two(const QStringList& args, const QStringList& extra_env = {}, int world = 2)
     {
         const int port = free_port();
         std::vector<std::unique_ptr<QProcess>> procs;
-        for (int r = 0; r < 2; ++r) {
-            auto env = rank_env(r, 2, port);
+        for (int r = 0; r < world; ++r) {
+            auto env = rank_env(r, world, port);
             for (const auto& kv : extra_env) env.insert(kv.section('=', 0, 0), kv.section('=', 1));
             procs.push_back(std::make_unique<QProcess>());
             procs.back()->setProcessEnvironment(env);
@@ -154,7 +168,7 @@ private:
         for (size_t r = 0; r < ranks.size(); ++r)
             QVERIFY2(ranks[r].exit_code == 0, qPrintable(QString("rank %1: %2").arg(r).arg(ranks[r].err.right(1500))));
         QVERIFY(!digest_of(ranks[0]).isEmpty());
-        QCOMPARE(digest_of(ranks[1]), digest_of(ranks[0]));
+        for (size_t r = 1; r < ranks.size(); ++r) QCOMPARE(digest_of(ranks[r]), digest_of(ranks[0]));
     }
 
     // Two ranks of `mantissa-train run PROJECT --db DB` on a free port, rank 0 started
@@ -177,16 +191,25 @@ private slots:
     void two_ranks_match_one_process_data()
     {
         QTest::addColumn<QString>("preset");
-        QTest::newRow("fp32") << "fp32";
-        QTest::newRow("bf16") << "bf16";
+        QTest::addColumn<double>("bucket_mb");
+        QTest::addColumn<int>("overlapped"); // gradient buckets started during the backward
+        // 25 MiB: the tiny model's gradients are one bucket, started by the backward's last hook.
+        QTest::newRow("fp32") << "fp32" << 25.0 << 1;
+        QTest::newRow("bf16") << "bf16" << 25.0 << 1;
+        // 4 KiB: seven buckets, all started while the backward runs; the sums are the same,
+        // bit for bit.
+        QTest::newRow("fp32, 4 KiB buckets") << "fp32" << 4.0 / 1024 << kTinyBuckets4KiB;
     }
 
     void two_ranks_match_one_process()
     {
         QFETCH(QString, preset);
-        const QString project = write_project("exact-" + preset, 6, preset.toStdString());
-        const QString single_db = dir_.filePath("single-" + preset + ".db");
-        const QString dp_db = dir_.filePath("dp-" + preset + ".db");
+        QFETCH(double, bucket_mb);
+        QFETCH(int, overlapped);
+        const QString name = preset + (bucket_mb < 1 ? "-small" : "");
+        const QString project = write_project("exact-" + name, 6, preset.toStdString(), bucket_mb);
+        const QString single_db = dir_.filePath("single-" + name + ".db");
+        const QString dp_db = dir_.filePath("dp-" + name + ".db");
         const auto single = run_single({"run", project, "--db", single_db});
         QVERIFY2(single.exit_code == 0, qPrintable(single.err));
         const auto ranks = run_two({"run", project, "--db", dp_db});
@@ -207,6 +230,77 @@ private slots:
             QCOMPARE(store.series(1, tag).size(), size_t(6));
         QCOMPARE(store.list_run_summaries().size(), size_t(1));
         QVERIFY2(ranks[0].out.contains("(allreduce "), qPrintable(ranks[0].out)); // the console shows it too
+        for (const auto& [step, count] : store.series(1, "dp/overlapped_buckets")) QCOMPARE(int(count), overlapped);
+    }
+
+    void three_ranks_agree_with_one_process()
+    {
+        const QString project = write_project("three", 4, "fp32", 25.0, 3);
+        const QString single_db = dir_.filePath("single-three.db");
+        const auto single = run_single({"run", project, "--db", single_db});
+        QVERIFY2(single.exit_code == 0, qPrintable(single.err));
+        const QString dp_db = dir_.filePath("dp-three.db");
+        expect_ok(run_two({"run", project, "--db", dp_db}, {}, 3)); // one state on all three
+        const Series a = losses(single_db), b = losses(dp_db);
+        QCOMPARE(b.size(), size_t(4));
+        for (size_t i = 0; i < a.size(); ++i)
+            QVERIFY2(std::abs(b[i].second - a[i].second) <= 1e-6 * std::abs(a[i].second),
+                     qPrintable(QString("step %1: %2 vs %3").arg(i).arg(b[i].second, 0, 'g', 17).arg(a[i].second, 0, 'g', 17)));
+        RunStore store(dp_db.toStdString(), OpenMode::ReadOnly);
+        QCOMPARE(store.series(1, "dp/step_ms/rank_2").size(), size_t(4));
+    }
+
+    // Three leaves of 16, 8 and 16 floats under a 96-byte cap: reversed, w3 (64 B) and w2
+    // (32 B) share bucket 0, w1 is bucket 1. An armed backward starts both before it returns.
+    void gradient_buckets_start_during_the_backward()
+    {
+        auto w1 = torch::full({4, 4}, 0.5f).requires_grad_();
+        auto w2 = torch::full({8}, 0.25f).requires_grad_();
+        auto w3 = torch::full({16}, 2.0f).requires_grad_();
+        std::vector<int64_t> started;
+        GradientBuckets buckets({w1, w2, w3}, 96, [&](torch::Tensor& flat) {
+            started.push_back(flat.numel());
+            return std::function<void()>([flat]() mutable { flat.mul_(2); }); // a peer with the same gradients
+        });
+        QCOMPARE(buckets.bucket_count(), size_t(2));
+        auto loss = [&] { return (w1 * w1).sum() + (w2 * 3).sum() + (w3 * w3 * w3).sum(); };
+        loss().backward(); // a first micro-batch: not armed, nothing starts
+        QVERIFY(started.empty());
+        buckets.arm();
+        loss().backward();
+        QCOMPARE(started, (std::vector<int64_t>{24, 16})); // in bucket order, before finish()
+        QCOMPARE(buckets.finish(), 2);
+        // Two backwards accumulated, then the "sum" over the two ranks: 4x one backward's gradient.
+        QVERIFY(torch::equal(w1.grad(), torch::full({4, 4}, 4.0f)));  // 2*0.5 per backward
+        QVERIFY(torch::equal(w2.grad(), torch::full({8}, 12.0f)));    // 3
+        QVERIFY(torch::equal(w3.grad(), torch::full({16}, 48.0f)));   // 3*2^2
+        // Not armed: finish() starts every bucket itself, and none counts as overlapped.
+        started.clear();
+        loss().backward();
+        QCOMPARE(buckets.finish(), 0);
+        QCOMPARE(started, (std::vector<int64_t>{24, 16}));
+        QVERIFY(torch::equal(w2.grad(), torch::full({8}, 30.0f))); // (12 + 3) * 2
+    }
+
+    void gradient_buckets_keep_a_lost_peer_a_collective_error()
+    {
+        auto w = torch::ones({4}).requires_grad_();
+        auto v = torch::ones({4}).requires_grad_();
+        int waited = 0;
+        GradientBuckets buckets({w, v}, 16, [&](torch::Tensor&) -> std::function<void()> {
+            if (waited++ == 0) return [] {}; // the first starts, the second finds the peer gone
+            throw CollectiveError("allreduce (sum) failed: peer gone");
+        });
+        buckets.arm();
+        (w * v).sum().backward(); // the hook's error does not escape through the autograd engine
+        try {
+            buckets.finish();
+            QFAIL("finish() returned");
+        } catch (const CollectiveError& e) {
+            QCOMPARE(QString(e.what()), QString("allreduce (sum) failed: peer gone"));
+        }
+        buckets.arm(); // and the next step starts clean
+        QCOMPARE(buckets.bucket_count(), size_t(2));
     }
 
     void fp8_delayed_amaxes_are_reduced()

@@ -20,6 +20,7 @@
 
 #include "legacy_events.h"
 #include "models/event_log_model.h"
+#include "plots/communication_plot.h"
 #include "plots/exponent_histogram_plot.h"
 #include "plots/frame_stats.h"
 #include "plots/layer_heatmap_plot.h"
@@ -206,6 +207,7 @@ private slots:
     void lossScalePlotMarksBackoffsGrowthsAndSkips();
     void lossScalePlotSaysWhenScalingIsOff();
     void memoryPlotShowsOnlyMeasuredLines();
+    void communicationPlotOnlyForDataParallelRuns();
     void precisionChangeMarksLossPlot();
     void eventActivationMovesCursorAndSelectsLayer();
     void heatmapClickActivatesToo();
@@ -461,6 +463,37 @@ void TestMonitor::memoryPlotShowsOnlyMeasuredLines()
     QCOMPARE(graph_values(plot->cudaReservedGraph()), (QVector<double>{3072}));
     QVERIFY(!plot->nvmlGraph()->visible());
     QCOMPARE(plot->legend->itemCount(), 3);
+}
+
+// Rank 0's step of 100 ms split into compute and the allreduce wait; a single-process run
+// (no dp/allreduce_ms) never shows the plot, and a reset hides it again.
+void TestMonitor::communicationPlotOnlyForDataParallelRuns()
+{
+    MonitorPage page;
+    page.reset(1, kLayers);
+    for (const TelemetryBatch& b : thirty_steps()) page.ingest(b);
+    page.renderNow();
+    const CommunicationPlot* plot = page.communicationPlot();
+    QVERIFY(plot->isHidden());
+
+    TelemetryBatch dp;
+    for (const int64_t step : {31, 32, 33}) {
+        StepMetrics m = step_at(step, 3.0);
+        m.extra_scalars = {{"dp/step_ms/rank_1", 99.0}, {"dp/allreduce_ms", 5.0 * double(step - 30)},
+                           {"dp/allreduce_share", 0.05}};
+        dp.steps.push_back(m);
+    }
+    page.ingest(dp);
+    page.renderNow();
+    QVERIFY(!plot->isHidden());
+    QCOMPARE(graph_keys(plot->allreduceGraph()), (QVector<double>{31, 32, 33}));
+    QCOMPARE(graph_values(plot->allreduceGraph()), (QVector<double>{5, 10, 15}));
+    QCOMPARE(graph_values(plot->computeGraph()), (QVector<double>{95, 90, 85}));
+
+    page.reset(1, kLayers);
+    for (const TelemetryBatch& b : thirty_steps()) page.ingest(b);
+    page.renderNow();
+    QVERIFY(plot->isHidden());
 }
 
 void TestMonitor::precisionChangeMarksLossPlot()

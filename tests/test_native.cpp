@@ -222,6 +222,45 @@ private slots:
             }
     }
 
+    // Data parallel on CUDA: two ranks' device journals reduced with MAX (the element-wise
+    // max stands in for NCCL's) and replayed end where one host state ends that recorded the
+    // fmax of each pair. A NaN travels as -1: beside a finite amax it loses, on both ranks it
+    // comes back as NaN.
+    void deviceJournalReplaysTheReducedAmaxes()
+    {
+        const std::vector<float> rank0 = {1.5f, NAN, 3.0f, NAN, 0.0f};
+        const std::vector<float> rank1 = {2.0f, 0.5f, NAN, NAN, 1e-38f};
+        const std::vector<float> maxed = {2.0f, 0.5f, 3.0f, NAN, 1e-38f};
+        for (const bool use_max : {true, false}) {
+            DelayedScaling host(8); // longer than the step's records: the pre-step history stays in the window
+            host.record(7.0f, 448.0, use_max, 0); // a history before the step
+            DeviceDelayedScaling a, b;
+            a.upload(host, torch::kCPU);
+            b.upload(host, torch::kCPU);
+            a.begin_journal();
+            b.begin_journal();
+            for (size_t i = 0; i < rank0.size(); ++i) {
+                a.record(torch::tensor(rank0[i]), 448.0, use_max, 0);
+                b.record(torch::tensor(rank1[i]), 448.0, use_max, 0);
+                host.record(maxed[i], 448.0, use_max, 0);
+            }
+            const auto sent = a.journal_amaxes();
+            QVERIFY(torch::equal(sent, torch::tensor({1.5f, -1.0f, 3.0f, -1.0f, 0.0f})));
+            const auto reduced = torch::maximum(sent, b.journal_amaxes());
+            a.replay(reduced);
+            b.replay(reduced);
+            QCOMPARE(a.journal_size(), size_t(0));
+            for (auto* d : {&a, &b}) {
+                DelayedScaling back(8);
+                d->download(back);
+                const float hs = host.scale(), ds = back.scale();
+                QVERIFY2(std::memcmp(&hs, &ds, sizeof hs) == 0, qPrintable(QString("%1 vs %2").arg(ds).arg(hs)));
+                QCOMPARE(back.history().size(), host.history().size());
+                QVERIFY(std::memcmp(back.history().data(), host.history().data(), 8 * sizeof(float)) == 0);
+            }
+        }
+    }
+
     // The FP8 GEMM's CPU fallback computes what the emulated GEMM computes: exact products of
     // the dequantised codes, FP32 accumulation, one rounding to BF16 (bias before it).
     void fp8GemmMatchesEmulator()

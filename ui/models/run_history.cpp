@@ -50,6 +50,7 @@ void RunHistory::reset(int64_t tokensPerStep)
 {
     tokensPerStep_ = tokensPerStep;
     steps_.clear();
+    hasCommunication_ = false;
     evals_.clear();
     events_.clear();
     memory_.clear();
@@ -106,6 +107,11 @@ void RunHistory::append(const TelemetryBatch& batch)
         p.tokens_per_s = m.tokens_per_s;
         p.step_time_ms = m.step_time_ms;
         p.skipped = m.skipped;
+        for (const auto& [tag, value] : m.extra_scalars)
+            if (tag == "dp/allreduce_ms") {
+                p.allreduce_ms = value;
+                hasCommunication_ = true;
+            }
         steps_.push_back(p);
 
         if (!m.layer_grad_norms.empty() && m.step % gradNormStride_ == 0) {

@@ -39,6 +39,7 @@ struct StepPoint {
     double learning_rate = 0.0;
     double tokens_per_s = 0.0;
     double step_time_ms = 0.0;
+    double allreduce_ms = std::numeric_limits<double>::quiet_NaN(); // data parallel (dp/allreduce_ms), NaN otherwise
     bool skipped = false;
 };
 
@@ -97,6 +98,8 @@ public:
     void setMaxHistogramBins(size_t bins) { maxHistogramBins_ = bins; }
 
     const std::vector<StepPoint>& steps() const { return steps_; }
+    // A data-parallel run: some step recorded its allreduce time.
+    bool hasCommunication() const { return hasCommunication_; }
     const std::vector<EvalPoint>& evals() const { return evals_; }
     const std::vector<RunEvent>& events() const { return events_; }
     const std::vector<MemoryPoint>& memory() const { return memory_; }
@@ -148,6 +151,7 @@ private:
     LiveLayers live_;
     int64_t tokensPerStep_ = 0;
     std::vector<StepPoint> steps_;
+    bool hasCommunication_ = false;
     std::vector<EvalPoint> evals_;
     std::vector<RunEvent> events_;
     std::vector<MemoryPoint> memory_;

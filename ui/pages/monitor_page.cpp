@@ -20,6 +20,7 @@
 #include <cmath>
 
 #include "models/event_log_model.h"
+#include "plots/communication_plot.h"
 #include "plots/exponent_histogram_plot.h"
 #include "plots/layer_heatmap_plot.h"
 #include "plots/loss_plot.h"
@@ -83,23 +84,29 @@ MonitorPage::MonitorPage(QWidget* parent) : QWidget(parent), eventModel_(new Eve
     lossPlot_ = new LossPlot(this);
     lossScalePlot_ = new LossScalePlot(this);
     memoryPlot_ = new MemoryPlot(this);
+    communicationPlot_ = new CommunicationPlot(this);
+    communicationPlot_->setVisible(false);
     heatmap_ = new LayerHeatmapPlot(this);
     histogram_ = new ExponentHistogramPlot(this);
     lossPlot_->setHistory(&history_);
     lossScalePlot_->setHistory(&history_);
     memoryPlot_->setHistory(&history_);
+    communicationPlot_->setHistory(&history_);
     heatmap_->setHistory(&history_);
     histogram_->setHistory(&history_);
     const QString panHint = tr("Drag to pan, wheel to zoom, double-click to follow the run again");
-    for (QWidget* w : std::initializer_list<QWidget*>{lossPlot_, lossScalePlot_, memoryPlot_}) w->setToolTip(panHint);
+    for (QWidget* w : std::initializer_list<QWidget*>{lossPlot_, lossScalePlot_, memoryPlot_, communicationPlot_})
+        w->setToolTip(panHint);
     lossScalePlot_->setMinimumHeight(110);
     memoryPlot_->setMinimumHeight(110);
+    communicationPlot_->setMinimumHeight(110);
 
     // The heatmap first: its layout sets the margins the curves above it align to.
     plots_.push_back({heatmap_, [this] { return heatmap_->refresh(); }});
     plots_.push_back({lossPlot_, [this] { return lossPlot_->refresh(); }});
     plots_.push_back({lossScalePlot_, [this] { return lossScalePlot_->refresh(); }});
     plots_.push_back({memoryPlot_, [this] { return memoryPlot_->refresh(); }});
+    plots_.push_back({communicationPlot_, [this] { return communicationPlot_->refresh(); }});
     plots_.push_back({histogram_, [this] { return histogram_->refresh(); }});
 
     eventView_ = new QTableView(this);
@@ -128,12 +135,14 @@ MonitorPage::MonitorPage(QWidget* parent) : QWidget(parent), eventModel_(new Eve
     curves->addWidget(lossPlot_);
     curves->addWidget(lossScalePlot_);
     curves->addWidget(memoryPlot_);
+    curves->addWidget(communicationPlot_);
     curves->addWidget(heatmap_);
     curves->setStretchFactor(0, 5);
     curves->setStretchFactor(1, 2);
     curves->setStretchFactor(2, 2);
-    curves->setStretchFactor(3, 4);
-    curves->setSizes({400, 160, 160, 300});
+    curves->setStretchFactor(3, 2);
+    curves->setStretchFactor(4, 4);
+    curves->setSizes({400, 160, 160, 160, 300});
 
     auto* side = new QSplitter(Qt::Vertical, this);
     side->setChildrenCollapsible(false);
@@ -287,7 +296,7 @@ void MonitorPage::reset(int64_t tokensPerStep, const std::vector<std::string>& l
     history_.reset(tokensPerStep);
     if (!layers.empty()) history_.setLayers(layers);
     eventModel_->clear();
-    for (TimeSeriesPlot* p : std::initializer_list<TimeSeriesPlot*>{lossPlot_, lossScalePlot_, memoryPlot_}) {
+    for (TimeSeriesPlot* p : std::initializer_list<TimeSeriesPlot*>{lossPlot_, lossScalePlot_, memoryPlot_, communicationPlot_}) {
         p->invalidate();
         p->setFollowing(true);
     }
@@ -347,6 +356,9 @@ void MonitorPage::renderFrame(bool force)
     deferred_.stop();
     inFrame_ = true;
     syncControls();
+    // Compute beside communication, for data-parallel runs (the history says which).
+    if (communicationPlot_->isHidden() == history_.hasCommunication())
+        communicationPlot_->setVisible(history_.hasCommunication());
     for (PlotSlot& slot : plots_) {
         // A hidden plot is not even brought up to date: showing the page draws a frame
         // (showEvent), so data for plots nobody looks at costs nothing.
@@ -387,7 +399,7 @@ void MonitorPage::alignCurvesToHeatmap()
     if (area.width() < 50) return;
     const int left = area.left();
     const int right = heatmap_->width() - area.right() - 1;
-    for (TimeSeriesPlot* p : std::initializer_list<TimeSeriesPlot*>{lossPlot_, lossScalePlot_, memoryPlot_}) {
+    for (TimeSeriesPlot* p : std::initializer_list<TimeSeriesPlot*>{lossPlot_, lossScalePlot_, memoryPlot_, communicationPlot_}) {
         const QMargins before = p->axisRect()->margins();
         p->setPlotMargins(left, right);
         // Within a frame the plot is replotted next; otherwise (a resize) this is layout, not
@@ -459,6 +471,7 @@ void MonitorPage::setCursorStep(int64_t step)
     lossPlot_->setCursorStep(cursorStep_);
     lossScalePlot_->setCursorStep(cursorStep_);
     memoryPlot_->setCursorStep(cursorStep_);
+    communicationPlot_->setCursorStep(cursorStep_);
     heatmap_->setCursorStep(cursorStep_);
     if (cursorStep_ >= 0) histogram_->setStep(cursorStep_);
     liveButton_->setEnabled(cursorStep_ >= 0);
@@ -506,6 +519,7 @@ void MonitorPage::setXAxisMode(XAxisMode mode)
     lossPlot_->setXAxisMode(mode);
     lossScalePlot_->setXAxisMode(mode);
     memoryPlot_->setXAxisMode(mode);
+    communicationPlot_->setXAxisMode(mode);
     scheduleFrame();
 }
 

@@ -42,6 +42,7 @@ class ExponentHistogramPlot;
 class LayerHeatmapPlot;
 class LossPlot;
 class LossScalePlot;
+class CommunicationPlot;
 class MemoryPlot;
 
 class MonitorPage : public QWidget {
@@ -103,6 +104,7 @@ public:
     LossPlot* lossPlot() const { return lossPlot_; }
     LossScalePlot* lossScalePlot() const { return lossScalePlot_; }
     MemoryPlot* memoryPlot() const { return memoryPlot_; }
+    CommunicationPlot* communicationPlot() const { return communicationPlot_; }
     LayerHeatmapPlot* heatmap() const { return heatmap_; }
     ExponentHistogramPlot* histogramPlot() const { return histogram_; }
     QSlider* smoothingSlider() const { return smoothingSlider_; }
@@ -148,6 +150,7 @@ private:
     LossPlot* lossPlot_ = nullptr;
     LossScalePlot* lossScalePlot_ = nullptr;
     MemoryPlot* memoryPlot_ = nullptr;
+    CommunicationPlot* communicationPlot_ = nullptr; // shown for data-parallel runs only
     LayerHeatmapPlot* heatmap_ = nullptr;
     ExponentHistogramPlot* histogram_ = nullptr;
     QTableView* eventView_ = nullptr;
