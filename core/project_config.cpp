@@ -229,6 +229,7 @@ json to_json(const ProjectConfig& c)
         {"telemetry",
          {{"log_interval", c.telemetry.log_interval},
           {"interval", c.telemetry.interval},
+          {"reduce_ranks", c.telemetry.reduce_ranks},
           {"watchers", watchers_to_json(c.telemetry.watchers)}}},
     };
 }
@@ -441,6 +442,7 @@ ProjectConfig from_json(const json& j)
     else throw ConfigError("precision.backend: '" + backend + "' is not one of auto, emulated, native");
     c.telemetry.log_interval = j["telemetry"]["log_interval"];
     c.telemetry.interval = j["telemetry"]["interval"];
+    c.telemetry.reduce_ranks = j["telemetry"]["reduce_ranks"];
     c.telemetry.watchers = watchers_from_json(j["telemetry"]["watchers"]);
     return c;
 }

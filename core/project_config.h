@@ -86,6 +86,9 @@ struct EvalConfig {
 struct TelemetryConfig {
     int64_t log_interval = 10; // CLI log cadence in steps, when not on a terminal
     int64_t interval = 50;     // per-layer tensor statistics every N steps (and at step 1); 0 = off
+    // Data parallel: the statistics describe every rank's micro-batches (counts summed, maxima
+    // taken across the ranks) instead of rank 0's alone; every rank then measures.
+    bool reduce_ranks = false;
     WatcherConfig watchers;
 };
 

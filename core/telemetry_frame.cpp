@@ -64,20 +64,45 @@ HostCopy start_copy(const torch::Tensor& buffer)
     return c;
 }
 
-// Where each value of the frame sits in the step's buffer.
+// How a value combines across data-parallel ranks (TelemetryStep::RankReduction).
+enum Combine : int8_t { kSum = 0, kMax = 1, kMean = 2 };
+
+// Where each value of the frame sits in the step's buffer, and how it combines across ranks.
 struct Layout {
     std::vector<torch::Tensor> parts; // 1-D float64 tensors on the model's device
     int64_t size = 0;
+    std::vector<int8_t> combine; // by element; host side, used only when ranks are reduced
 
-    int64_t add(const torch::Tensor& t)
+    int64_t add(const torch::Tensor& t, Combine how)
     {
         const auto flat = t.reshape({-1}).to(torch::kFloat64);
         parts.push_back(flat);
         const int64_t at = size;
         size += flat.numel();
+        combine.insert(combine.end(), static_cast<size_t>(flat.numel()), how);
+        return at;
+    }
+    // A statistics row: counts and energies add up over the ranks' tensors, the amax is the
+    // largest. A tensor that is the same on every rank (the weight) is itself: MAX of equals.
+    int64_t add_row(const torch::Tensor& row, bool same_on_every_rank)
+    {
+        const int64_t at = add(row, same_on_every_rank ? kMax : kSum);
+        combine[static_cast<size_t>(at + stats_row::kAmax)] = kMax;
         return at;
     }
 };
+
+torch::Tensor combine_across_ranks(const torch::Tensor& buffer, const std::vector<int8_t>& how,
+                                   const TelemetryStep::RankReduction& ranks)
+{
+    auto summed = buffer.clone();
+    ranks.sum(summed);
+    auto maxed = buffer.clone();
+    ranks.max(maxed);
+    auto kind = torch::from_blob(const_cast<int8_t*>(how.data()), {static_cast<int64_t>(how.size())}, torch::kInt8).clone();
+    if (buffer.is_cuda()) kind = kind.pin_memory().to(buffer.device(), /*non_blocking=*/true);
+    return torch::where(kind == kMax, maxed, torch::where(kind == kMean, summed / ranks.world_size, summed));
+}
 
 } // namespace
 
@@ -87,6 +112,7 @@ struct TelemetryStep::InFlight {
         std::string layer;
         int64_t row = 0, rms = -1; // rms: w_rms, u_rms of the update ratio
         int64_t scale = -1;        // the native FP8 scale, read back with the rows
+        int64_t ranks = 1;         // ranks whose tensors the row counts (reduced: all but the weight's)
     };
     int64_t step = 0;
     std::vector<TensorSlot> tensors;
@@ -95,7 +121,8 @@ struct TelemetryStep::InFlight {
     HostCopy copy;
 };
 
-std::shared_ptr<TelemetryStep::InFlight> TelemetryStep::launch(Gpt& model, int64_t step, bool skipped)
+std::shared_ptr<TelemetryStep::InFlight> TelemetryStep::launch(Gpt& model, int64_t step, bool skipped,
+                                                               const RankReduction* ranks)
 {
     torch::NoGradGuard no_grad;
     // Everything measured is still on the device: gather it into one buffer, read it back
@@ -110,15 +137,18 @@ std::shared_ptr<TelemetryStep::InFlight> TelemetryStep::launch(Gpt& model, int64
     for (const auto& g : model->gemm_layers()) {
         for (auto& p : g->take_pending()) {
             TensorSlot slot{std::move(p), g->name()};
-            slot.row = layout.add(slot.pending.row);
-            if (slot.pending.scale_on_device.defined()) slot.scale = layout.add(slot.pending.scale_on_device);
+            const bool shared = slot.pending.role == "weight"; // the same tensor on every rank
+            slot.row = layout.add_row(slot.pending.row, shared);
+            if (ranks && !shared) slot.ranks = ranks->world_size;
+            // The scale a cast used, and the weights' update ratio, are equal on every rank.
+            if (slot.pending.scale_on_device.defined()) slot.scale = layout.add(slot.pending.scale_on_device, kMax);
             if (slot.pending.role == "weight" && !skipped) {
                 const auto it = weights_before_.find(g->name());
                 if (it != weights_before_.end()) {
                     const auto& before = it->second;
                     const auto w_rms = before.square().mean().sqrt();
                     const auto u_rms = (g->last_weight().detach() - before).square().mean().sqrt();
-                    slot.rms = layout.add(torch::stack({w_rms, u_rms}));
+                    slot.rms = layout.add(torch::stack({w_rms, u_rms}), kMax);
                 }
             }
             tensors.push_back(std::move(slot));
@@ -126,13 +156,18 @@ std::shared_ptr<TelemetryStep::InFlight> TelemetryStep::launch(Gpt& model, int64
         if (g->attention_max_score().defined()) {
             const auto& n = g->name();
             logits.push_back({n.substr(0, n.size() - std::string(".sdpa").size()),
-                              {layout.add(g->attention_max_score()), g->attention_logit_scale()}});
+                              {layout.add(g->attention_max_score(), kMax), g->attention_logit_scale()}});
         }
     }
-    out->log_z = model->log_z_mean().defined()
-                     ? layout.add(torch::stack({model->log_z_mean(), model->log_z_max()}))
-                     : -1;
-    if (!layout.parts.empty()) out->copy = start_copy(torch::cat(layout.parts));
+    if (model->log_z_mean().defined()) {
+        out->log_z = layout.add(torch::stack({model->log_z_mean(), model->log_z_max()}), kMax);
+        layout.combine[static_cast<size_t>(out->log_z)] = kMean; // every rank's mean over as many tokens
+    }
+    if (!layout.parts.empty()) {
+        auto buffer = torch::cat(layout.parts);
+        if (ranks) buffer = combine_across_ranks(buffer, layout.combine, *ranks);
+        out->copy = start_copy(buffer);
+    }
     weights_before_.clear();
     return out;
 }
@@ -147,7 +182,7 @@ LayerStatsFrame TelemetryStep::complete(const InFlight& in, bool on_cuda)
     for (const auto& slot : in.tensors) {
         const auto& p = slot.pending;
         const float scale = slot.scale >= 0 ? static_cast<float>(values[slot.scale]) : p.scale;
-        TensorStats t = tensor_stats_from_row(values + slot.row, p.format, scale, p.count, p.compared);
+        TensorStats t = tensor_stats_from_row(values + slot.row, p.format, scale, p.count * slot.ranks, p.compared);
         t.layer = slot.layer;
         t.role = p.role;
         if (slot.rms >= 0) {

@@ -4,6 +4,7 @@
 // Arming only makes the layers read their tensors; the arithmetic of the step is the same
 // armed or not (tests/test_golden holds every preset to that, bit for bit).
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -30,9 +31,18 @@ public:
     // A telemetry step's measurements on their way to the host: one buffer, copied once
     // (on CUDA asynchronously into pinned memory), with where each value sits in it.
     struct InFlight;
+    // Data parallel with telemetry.reduce_ranks: the buffer combined across the ranks before
+    // the copy, element by element as each value means: counts and energies summed, amaxes,
+    // logits and log Z's max taken as the max, log Z's mean averaged. Rows of the weight
+    // (the same tensor on every rank) and values the ranks share (the FP8 scale, the update
+    // ratio) stay as they are. `sum` and `max` are allreduces, in place, on the buffer's device.
+    struct RankReduction {
+        int world_size = 1;
+        std::function<void(torch::Tensor&)> sum, max;
+    };
     // Gathers everything measured (per-tensor statistics with the update/weight ratio unless
     // the step was skipped, attention max logits, log Z) and starts the copy. No host sync.
-    std::shared_ptr<InFlight> launch(Gpt& model, int64_t step, bool skipped);
+    std::shared_ptr<InFlight> launch(Gpt& model, int64_t step, bool skipped, const RankReduction* ranks = nullptr);
     // The frame, once the copy has landed (waits for it only if it has not; after the next
     // step's own sync it has), with the memory reading of now.
     static LayerStatsFrame complete(const InFlight& in_flight, bool on_cuda);

@@ -226,6 +226,9 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
     int64_t timed_steps = 0;
     const int64_t first_step = step;
     TelemetryStep telemetry;
+    const bool reduce_ranks = s.dp && cfg.telemetry.reduce_ranks;
+    TelemetryStep::RankReduction rank_reduction;
+    if (reduce_ranks) rank_reduction = s.dp_rank_reduction();
     // On CUDA a telemetry step's frame lands on the host while the next step runs (its copy
     // is done by that step's own sync) and is handed on then, with its step number. Before
     // anything that saves or changes state at a step boundary (commands, evaluation,
@@ -250,8 +253,9 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
             break;
         }
         const auto t0 = std::chrono::steady_clock::now();
-        // Telemetry is rank 0's: the other ranks' statistics would describe other micro-batches.
-        const bool armed = s.is_rank0() && TelemetryStep::is_armed(cfg.telemetry.interval, step);
+        // Telemetry is rank 0's, of its micro-batches, unless it is reduced over the ranks
+        // (telemetry.reduce_ranks): then every rank measures and rank 0 reports the combination.
+        const bool armed = (s.is_rank0() || reduce_ranks) && TelemetryStep::is_armed(cfg.telemetry.interval, step);
         StepOutcome outcome = s.train_step(armed, telemetry, sink);
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         StepMetrics m;
@@ -282,7 +286,8 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
         const bool evaluates = (cfg.eval.interval > 0 && step % cfg.eval.interval == 0) || last;
         const bool checkpoints = cfg.training.checkpoint_interval > 0 && step % cfg.training.checkpoint_interval == 0;
         if (armed) {
-            in_flight = telemetry.launch(s.model, step, outcome.skipped);
+            in_flight = telemetry.launch(s.model, step, outcome.skipped, reduce_ranks ? &rank_reduction : nullptr);
+            if (!s.is_rank0()) in_flight.reset(); // its part is in rank 0's frame
             if (!s.defer_frames || evaluates || checkpoints) deliver(alerts);
         }
         s.handle_alerts(alerts, sink);

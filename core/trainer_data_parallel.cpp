@@ -229,6 +229,15 @@ void Trainer::Impl::dp_gather_times(double step_ms, double allreduce_ms, int ove
     }
 }
 
+TelemetryStep::RankReduction Trainer::Impl::dp_rank_reduction()
+{
+    TelemetryStep::RankReduction r;
+    r.world_size = dp->world_size();
+    r.sum = [this](torch::Tensor& t) { dp->impl().allreduce_sum(t); };
+    r.max = [this](torch::Tensor& t) { dp->impl().allreduce_max(t); };
+    return r;
+}
+
 void Trainer::Impl::dp_fail(const std::exception& error)
 {
     const std::string what = std::string(error.what()).substr(0, std::string(error.what()).find('\n'));

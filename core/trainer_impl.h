@@ -107,6 +107,8 @@ struct Trainer::Impl {
     std::optional<Command> dp_next_command(std::deque<Command>& synced, bool paused);
     // Every rank's step and allreduce times, as scalars for rank 0's sink.
     void dp_gather_times(double step_ms, double allreduce_ms, int overlapped_buckets, StepMetrics& metrics);
+    // telemetry.reduce_ranks: the allreduces a telemetry step's buffer is combined with.
+    TelemetryStep::RankReduction dp_rank_reduction();
     // A failure during run(): the peer's posted reason, or this rank's, posted for the others.
     [[noreturn]] void dp_fail(const std::exception& error);
     std::string state_digest() const;

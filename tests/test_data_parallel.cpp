@@ -250,6 +250,56 @@ private slots:
         QCOMPARE(store.series(1, "dp/step_ms/rank_2").size(), size_t(4));
     }
 
+    // telemetry.reduce_ranks: rank 0's frame covers both ranks' micro-batches. Against the
+    // single process (which measures micro-batch 0, rank 0's): the weight's rows are the same
+    // tensor's, every other row counts two micro-batches and holds micro-batch 0's largest
+    // value at least. Observing never changes the run: the losses are those of the same two
+    // ranks measuring on rank 0 alone, bit for bit.
+    void telemetry_reduced_over_ranks()
+    {
+        const QString project = write_project("reduced-telemetry", 3, "fp8-hybrid");
+        const QString single_db = dir_.filePath("single-reduced-telemetry.db");
+        QVERIFY(run_single({"run", project, "--db", single_db}).exit_code == 0);
+        const QString dp_db = dir_.filePath("dp-reduced-telemetry.db");
+        expect_ok(run_two({"run", project, "--db", dp_db, "--set", "telemetry.reduce_ranks=true"}));
+        RunStore single(single_db.toStdString(), OpenMode::ReadOnly), dp(dp_db.toStdString(), OpenMode::ReadOnly);
+        const auto a = single.layer_stats(1), b = dp.layer_stats(1);
+        QVERIFY(!a.empty());
+        QCOMPARE(b.size(), a.size());
+        int weights = 0, reduced = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+            const auto& [step_a, x] = a[i];
+            const auto& [step_b, y] = b[i];
+            QCOMPARE(step_b, step_a);
+            QCOMPARE(y.layer, x.layer);
+            QCOMPARE(y.role, x.role);
+            if (step_a != 1) continue; // later steps' micro-batches differ once the FP8 scales do
+            const QString what = QString::fromStdString(x.layer + " " + x.role);
+            int64_t total = y.zeros + y.infs + y.nans;
+            for (const int64_t c : y.exponent_counts) total += c;
+            QCOMPARE(total, y.count);
+            if (x.role == "weight") {
+                QCOMPARE(y.count, x.count);
+                QCOMPARE(y.exponent_counts, x.exponent_counts);
+                QVERIFY2(y.amax == x.amax, qPrintable(what));
+                ++weights;
+            } else {
+                QCOMPARE(y.count, 2 * x.count);
+                QVERIFY2(y.amax >= x.amax, qPrintable(what));
+                ++reduced;
+            }
+        }
+        QVERIFY(weights >= 5);
+        QVERIFY(reduced >= 4 * weights);
+        // The same two ranks measuring on rank 0 alone: the same losses, bit for bit.
+        const QString plain_db = dir_.filePath("dp-rank0-telemetry.db");
+        expect_ok(run_two({"run", project, "--db", plain_db}));
+        const Series la = losses(plain_db), lb = losses(dp_db);
+        QCOMPARE(lb.size(), size_t(3));
+        QCOMPARE(lb.size(), la.size());
+        for (size_t i = 0; i < la.size(); ++i) QVERIFY(lb[i].second == la[i].second);
+    }
+
     // Three leaves of 16, 8 and 16 floats under a 96-byte cap: reversed, w3 (64 B) and w2
     // (32 B) share bucket 0, w1 is bucket 1. An armed backward starts both before it returns.
     void gradient_buckets_start_during_the_backward()

@@ -13,6 +13,7 @@
 #include "memory_model.h"
 #include "quantize.h"
 #include "run_store.h"
+#include "telemetry_frame.h"
 #include "tensor_stats.h"
 #include "trainer.h"
 #include "watchers.h"
@@ -277,6 +278,55 @@ private slots:
     // FP32 layers: statistics are read in one pass after the backward, and the weight gradient
     // from the weight's .grad (a second product only for the tied LM head). Each must be the
     // statistics of the tensor it names, as it was when the GEMM used it.
+    // telemetry.reduce_ranks with two ranks that measured the same tensors (the stand-in
+    // allreduce doubles a SUM and leaves a MAX alone): every count of a rank-local tensor
+    // doubles, so its fractions, amax, SNR and log Z's mean are unchanged; the weight's rows
+    // are one tensor, not two, and stay as they are; logits are maxima.
+    void rankReductionCombinesEachValueAsItMeans()
+    {
+        ModelConfig m;
+        m.n_layer = 1;
+        m.n_head = 2;
+        m.n_embd = 16;
+        m.context_length = 8;
+        PrecisionConfig precision;
+        precision.preset = "fp8-hybrid"; // casts, so the fractions and energies are not trivial
+        auto frame_of = [&](const TelemetryStep::RankReduction* ranks) {
+            torch::manual_seed(3);
+            Gpt model(m, 11, precision);
+            TelemetryStep telemetry;
+            telemetry.arm(model);
+            const auto idx = torch::randint(0, 11, {2, 8}, torch::kLong);
+            model->loss(model->forward(idx), idx).backward();
+            telemetry.disarm(model);
+            return TelemetryStep::complete(*telemetry.launch(model, 1, /*skipped=*/true, ranks), false);
+        };
+        TelemetryStep::RankReduction twins;
+        twins.world_size = 2;
+        twins.sum = [](torch::Tensor& t) { t.mul_(2); };
+        twins.max = [](torch::Tensor&) {};
+        const LayerStatsFrame one = frame_of(nullptr), two = frame_of(&twins);
+        QCOMPARE(two.tensors.size(), one.tensors.size());
+        QVERIFY(one.tensors.size() >= 20);
+        for (size_t i = 0; i < one.tensors.size(); ++i) {
+            const TensorStats &a = one.tensors[i], &b = two.tensors[i];
+            const int64_t k = a.role == "weight" ? 1 : 2;
+            const QString what = QString::fromStdString(a.layer + " " + a.role);
+            QCOMPARE(b.count, k * a.count);
+            QCOMPARE(b.zeros, k * a.zeros);
+            QCOMPARE(b.first_exponent, a.first_exponent);
+            QCOMPARE(b.exponent_counts.size(), a.exponent_counts.size());
+            for (size_t j = 0; j < a.exponent_counts.size(); ++j) QCOMPARE(b.exponent_counts[j], k * a.exponent_counts[j]);
+            QVERIFY2(b.amax == a.amax && b.underflow == a.underflow && b.overflow == a.overflow &&
+                         b.subnormal == a.subnormal && b.scale == a.scale,
+                     qPrintable(what));
+            QVERIFY2(b.quant_snr_db == a.quant_snr_db && b.quant_mse == a.quant_mse, qPrintable(what));
+        }
+        QCOMPARE(two.log_z_mean, one.log_z_mean);
+        QCOMPARE(two.log_z_max, one.log_z_max);
+        QCOMPARE(two.attention_max_logit, one.attention_max_logit);
+    }
+
     void fp32StatsAreReadAfterTheBackward()
     {
         ModelConfig m;
