@@ -91,10 +91,8 @@ void Trainer::Impl::dp_begin_run()
     grad_buckets = std::make_unique<GradientBuckets>(
         model->parameters(), static_cast<int64_t>(config.training.dp_bucket_mb * 1024 * 1024),
         [this](torch::Tensor& flat) { return dp->impl().allreduce_sum_async(flat); });
-    // Dropout masks: each rank draws its own (with one seed they would repeat across ranks).
-    if (config.model.dropout > 0.0 && !is_rank0())
-        torch::manual_seed(config.training.seed + 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(dp->rank()) +
-                           static_cast<uint64_t>(step));
+    // Dropout needs nothing here: each micro-batch seeds its own masks (seed_dropout), so rank r
+    // draws for micro-batch r what the single process draws for it.
 }
 
 bool Trainer::Impl::dp_owns_micro_batch(int64_t micro) const

@@ -121,6 +121,9 @@ struct Trainer::Impl {
     // true when the step is skipped.
     bool update_loss_scale(double used_scale, const std::vector<std::string>& bad_layers, StepOutcome& outcome,
                            TelemetrySink& sink);
+    // Dropout's masks for micro-batch `micro` of this step: the generators seeded from
+    // (training.seed, step, micro), so that they do not depend on who ran the micro-batches before.
+    void seed_dropout(int64_t micro) const;
     // A host batch onto the training device without making the host wait.
     torch::Tensor to_device(const torch::Tensor& host) const;
 

@@ -26,6 +26,7 @@ StepOutcome Trainer::Impl::train_step(bool armed, TelemetryStep& telemetry, Tele
         if (!dp_owns_micro_batch(micro)) continue;
         x = to_device(x);
         y = to_device(y);
+        seed_dropout(micro);
         auto loss = model->loss(model->forward(x), y); // scalar
         dp_before_backward(micro);
         // The scale multiplies the loss so that small gradients survive FP16's range.
@@ -55,6 +56,18 @@ StepOutcome Trainer::Impl::train_step(bool armed, TelemetryStep& telemetry, Tele
     }
     optimizer->zero_grad();
     return out;
+}
+
+void Trainer::Impl::seed_dropout(int64_t micro) const
+{
+    if (config.model.dropout <= 0.0) return;
+    // splitmix64 of (seed, step, micro-batch): every micro-batch's masks are its own, whichever
+    // process runs it, so W data-parallel ranks draw the single process's masks, and a resumed
+    // run draws the uninterrupted run's. Seeds the CPU and CUDA generators (host only, no sync).
+    uint64_t z = config.training.seed + 0x9E3779B97F4A7C15ULL * (static_cast<uint64_t>(step) * 1024 + static_cast<uint64_t>(micro) + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    torch::manual_seed(z ^ (z >> 31));
 }
 
 torch::Tensor Trainer::Impl::to_device(const torch::Tensor& host) const

@@ -4,7 +4,8 @@
 // micro-batch per rank). Registered only where the build has Gloo.
 //
 // What is expected and why:
-//   fp32, bf16: bit-identical per-step losses. Each rank's backward divides by the global
+//   fp32, bf16 (with dropout too: each micro-batch seeds its own masks): bit-identical
+//     per-step losses. Each rank's backward divides by the global
 //     grad_accum; the allreduce sums two gradients, a + b, which is bitwise the single
 //     process's accumulation (a, then += b); the FP64 loss sum likewise.
 //   FP8 delayed: not bit-identical, by design. The single process records micro-batch 0's
@@ -119,9 +120,10 @@ private:
     QTemporaryDir dir_;
 
     QString write_project(const QString& name, int64_t steps, const std::string& preset, double bucket_mb = 25.0,
-                          int64_t grad_accum = 2)
+                          int64_t grad_accum = 2, double dropout = 0.0)
     {
         ProjectConfig c = tiny_run_config(name.toStdString(), steps, 0);
+        c.model.dropout = dropout;
         c.training.grad_accum = grad_accum; // the global batch: one micro-batch per rank
         c.training.dp_bucket_mb = bucket_mb;
         c.precision.preset = preset;
@@ -193,12 +195,15 @@ private slots:
         QTest::addColumn<QString>("preset");
         QTest::addColumn<double>("bucket_mb");
         QTest::addColumn<int>("overlapped"); // gradient buckets started during the backward
+        QTest::addColumn<double>("dropout");
         // 25 MiB: the tiny model's gradients are one bucket, started by the backward's last hook.
-        QTest::newRow("fp32") << "fp32" << 25.0 << 1;
-        QTest::newRow("bf16") << "bf16" << 25.0 << 1;
+        QTest::newRow("fp32") << "fp32" << 25.0 << 1 << 0.0;
+        QTest::newRow("bf16") << "bf16" << 25.0 << 1 << 0.0;
         // 4 KiB: seven buckets, all started while the backward runs; the sums are the same,
         // bit for bit.
-        QTest::newRow("fp32, 4 KiB buckets") << "fp32" << 4.0 / 1024 << kTinyBuckets4KiB;
+        QTest::newRow("fp32, 4 KiB buckets") << "fp32" << 4.0 / 1024 << kTinyBuckets4KiB << 0.0;
+        // Each micro-batch seeds its own dropout masks: rank 1 draws micro-batch 1's.
+        QTest::newRow("fp32, dropout") << "fp32" << 25.0 << 1 << 0.2;
     }
 
     void two_ranks_match_one_process()
@@ -206,8 +211,9 @@ private slots:
         QFETCH(QString, preset);
         QFETCH(double, bucket_mb);
         QFETCH(int, overlapped);
-        const QString name = preset + (bucket_mb < 1 ? "-small" : "");
-        const QString project = write_project("exact-" + name, 6, preset.toStdString(), bucket_mb);
+        QFETCH(double, dropout);
+        const QString name = preset + (bucket_mb < 1 ? "-small" : "") + (dropout > 0 ? "-dropout" : "");
+        const QString project = write_project("exact-" + name, 6, preset.toStdString(), bucket_mb, 2, dropout);
         const QString single_db = dir_.filePath("single-" + name + ".db");
         const QString dp_db = dir_.filePath("dp-" + name + ".db");
         const auto single = run_single({"run", project, "--db", single_db});
