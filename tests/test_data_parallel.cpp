@@ -239,6 +239,45 @@ private slots:
         for (const auto& [step, count] : store.series(1, "dp/overlapped_buckets")) QCOMPARE(int(count), overlapped);
     }
 
+    // Every preset and every scaling recipe on two ranks against one process. Exact wherever
+    // a cast depends on its own tensor alone (current, rowwise and block scales; NVFP4's
+    // stochastic rounding is seeded by the tensor's content); delayed scaling moves its scale
+    // between the single process's micro-batches, so it agrees to kFp8Tolerance. Every rank
+    // ends in one state either way.
+    void every_recipe_on_two_ranks_data()
+    {
+        QTest::addColumn<QString>("preset");
+        QTest::addColumn<QString>("scaling");
+        QTest::addColumn<bool>("exact");
+        QTest::newRow("fp16 (dynamic loss scaling)") << "fp16" << "delayed" << true;
+        QTest::newRow("fp8-e4m3 delayed") << "fp8-e4m3" << "delayed" << false;
+        QTest::newRow("fp8-hybrid-keep-ends delayed") << "fp8-hybrid-keep-ends" << "delayed" << false;
+        for (const char* scaling : {"current", "rowwise", "mxfp8", "fp8-block", "nvfp4", "mxfp4"})
+            QTest::addRow("fp8-hybrid %s", scaling) << "fp8-hybrid" << scaling << true;
+    }
+
+    void every_recipe_on_two_ranks()
+    {
+        QFETCH(QString, preset);
+        QFETCH(QString, scaling);
+        QFETCH(bool, exact);
+        const QString name = "recipe-" + preset + "-" + scaling;
+        const QString project = write_project(name, 4, preset.toStdString());
+        const QStringList set{"--set", "precision.fp8.scaling=" + scaling};
+        const QString single_db = dir_.filePath("single-" + name + ".db"), dp_db = dir_.filePath("dp-" + name + ".db");
+        const auto single = run_single(QStringList{"run", project, "--db", single_db} + set);
+        QVERIFY2(single.exit_code == 0, qPrintable(single.err));
+        expect_ok(run_two(QStringList{"run", project, "--db", dp_db} + set));
+        const Series a = losses(single_db), b = losses(dp_db);
+        QCOMPARE(a.size(), size_t(4));
+        QCOMPARE(b.size(), a.size());
+        for (size_t i = 0; i < a.size(); ++i) {
+            const QString diff = QString("step %1: %2 vs %3").arg(a[i].first).arg(b[i].second, 0, 'g', 17).arg(a[i].second, 0, 'g', 17);
+            if (exact) QVERIFY2(b[i].second == a[i].second, qPrintable(diff));
+            else QVERIFY2(std::abs(b[i].second - a[i].second) < kFp8Tolerance, qPrintable(diff));
+        }
+    }
+
     void three_ranks_agree_with_one_process()
     {
         const QString project = write_project("three", 4, "fp32", 25.0, 3);
