@@ -33,6 +33,17 @@ using namespace mantissa;
 
 namespace {
 
+// A GPT small enough for a test to run its forward and backward in milliseconds.
+ModelConfig tiny_model(int64_t layers)
+{
+    ModelConfig m;
+    m.n_layer = layers;
+    m.n_head = 2;
+    m.n_embd = 16;
+    m.context_length = 8;
+    return m;
+}
+
 StepMetrics step_metrics(int64_t step, double loss, double grad_norm)
 {
     StepMetrics m;
@@ -275,20 +286,13 @@ private slots:
         }
     }
 
-    // FP32 layers: statistics are read in one pass after the backward, and the weight gradient
-    // from the weight's .grad (a second product only for the tied LM head). Each must be the
-    // statistics of the tensor it names, as it was when the GEMM used it.
     // telemetry.reduce_ranks with two ranks that measured the same tensors (the stand-in
     // allreduce doubles a SUM and leaves a MAX alone): every count of a rank-local tensor
     // doubles, so its fractions, amax, SNR and log Z's mean are unchanged; the weight's rows
     // are one tensor, not two, and stay as they are; logits are maxima.
     void rankReductionCombinesEachValueAsItMeans()
     {
-        ModelConfig m;
-        m.n_layer = 1;
-        m.n_head = 2;
-        m.n_embd = 16;
-        m.context_length = 8;
+        ModelConfig m = tiny_model(1);
         PrecisionConfig precision;
         precision.preset = "fp8-hybrid"; // casts, so the fractions and energies are not trivial
         auto frame_of = [&](const TelemetryStep::RankReduction* ranks) {
@@ -327,13 +331,12 @@ private slots:
         QCOMPARE(two.attention_max_logit, one.attention_max_logit);
     }
 
+    // FP32 layers: statistics are read in one pass after the backward, and the weight gradient
+    // from the weight's .grad (a second product only for the tied LM head). Each must be the
+    // statistics of the tensor it names, as it was when the GEMM used it.
     void fp32StatsAreReadAfterTheBackward()
     {
-        ModelConfig m;
-        m.n_layer = 2;
-        m.n_head = 2;
-        m.n_embd = 16;
-        m.context_length = 8;
+        ModelConfig m = tiny_model(2);
         torch::manual_seed(3);
         Gpt model(m, 11);
         for (const auto& g : model->gemm_layers()) g->arm_telemetry(true);
@@ -529,11 +532,7 @@ private slots:
 
     void nonFiniteIsAttributedToTheRightLayer()
     {
-        ModelConfig m;
-        m.n_layer = 3;
-        m.n_head = 2;
-        m.n_embd = 16;
-        m.context_length = 8;
+        ModelConfig m = tiny_model(3);
         torch::manual_seed(0);
         Gpt model(m, 11);
         const auto layers = model->gemm_layers();
