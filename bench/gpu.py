@@ -35,6 +35,10 @@ SHAPES = {
     "wide": dict(layers=4, heads=32, width=4096, context=2048, batch=8),
 }
 PRESETS = ["fp32", "bf16", "fp16", "fp8-hybrid"]
+# Issue 18's GPU measure: fp8-block (E4M3 throughout, so every GEMM may take cuBLAS's blockwise
+# path on sm_90) against Mantissa's own FP8 delayed recipe with the same formats, and BF16 above.
+RECIPES = {"fp8-e4m3 delayed": ["precision.preset=fp8-e4m3"],
+           "fp8-block": ["precision.preset=fp8-e4m3", "precision.fp8.scaling=fp8-block"]}
 TWINS = ["fp32", "bf16", "fp16", "bf16-compile", "fp8"]
 
 
@@ -121,6 +125,12 @@ def main():
                 rows[f"mantissa {p}"] = run([exe, "run", path, "--no-store", "--set", f"precision.preset={p}",
                                              "--set", "telemetry.interval=0"], f"mantissa {p}")
                 print(f"  {name} mantissa {p}: {rows[f'mantissa {p}']}", flush=True)
+            for label, sets in RECIPES.items():
+                cmd = [exe, "run", path, "--no-store", "--set", "telemetry.interval=0"]
+                for kv in sets:
+                    cmd += ["--set", kv]
+                rows[f"mantissa {label}"] = run(cmd, f"mantissa {label}")
+                print(f"  {name} mantissa {label}: {rows[f'mantissa {label}']}", flush=True)
             if not args.skip_twins:
                 for m in TWINS:
                     rows[f"torch {m}"] = run([sys.executable, os.path.join(ROOT, "bench", "torch_twin.py"), "--mode", m,

@@ -36,9 +36,12 @@ std::vector<FormatSupport> format_support_table(ComputeCapability device)
         {"FP8 E4M3", format_execution(NumberFormat::E4M3, device), "sm_89 / sm_90"},
         {"FP8 E5M2", format_execution(NumberFormat::E5M2, device), "sm_89 / sm_90"},
         {"MXFP8", mxfp8_execution(device), "sm_100"},
-        // The block recipes of issue 18 have no native path in the engine yet: always emulated,
-        // whatever the hardware could do (cuBLAS blockwise FP8 on sm_90, FP4 on sm_100).
-        {"FP8 block (fp8-block)", Execution::Emulated, "emulated only (hardware: sm_90)"},
+        // fp8-block: cuBLAS's blockwise FP8 GEMM on sm_90 (CUDA 12.9+), E4M3 operands with
+        // power-of-two scales and whole 128-blocks, if a start-up probe gets its known answer
+        // (blockwise_fp8.h); anything else is emulated. Never yet run on a GPU. FP4 tensor cores
+        // (sm_100) have no native path in the engine: always emulated.
+        {"FP8 block (fp8-block)", device.major == 9 ? Execution::Native : Execution::Emulated,
+         "sm_90 (blockwise cuBLAS; a start-up probe decides, else emulated; untested on hardware)"},
         {"NVFP4", Execution::Emulated, "emulated only (hardware: sm_100)"},
         {"MXFP4", Execution::Emulated, "emulated only (hardware: sm_100)"},
     };

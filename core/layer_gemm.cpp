@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "layer_gemm.h"
 
+#include "blockwise_fp8.h"
+
 #include "quantize.h"
 #include "tensor_stats.h"
 
@@ -449,6 +451,14 @@ torch::Tensor LayerGemm::gemm(const torch::Tensor& a, const torch::Tensor& b, Nu
     return y;
 }
 
+bool LayerGemm::blockwise_fp8_eligible(const torch::Tensor& a, const torch::Tensor& b) const
+{
+    // Both operands E4M3 (fp8-block's default; HYBRID's E5M2 gradients stay emulated), scales
+    // that are powers of two (so the codes come back exactly), whole 128-blocks everywhere.
+    return recipe_.scaling == Fp8Scaling::Block128 && recipe_.block_power_of_two && a.dim() == 2 && b.dim() == 2 &&
+           a.size(0) % 128 == 0 && a.size(1) % 128 == 0 && b.size(1) % 128 == 0;
+}
+
 torch::Tensor LayerGemm::gemm_unrecorded(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
                                          const torch::Tensor& bias, float scale_a, float scale_b,
                                          torch::Tensor* accumulator)
@@ -461,6 +471,15 @@ torch::Tensor LayerGemm::gemm_unrecorded(const torch::Tensor& a, const torch::Te
         used_native_ = true;
         auto y = scaled_mm(a, scale_a, format, b, scale_b, saved_operand_format(format)); // FP32 out
         if (bias.defined()) y = y + bias;
+        return round_to_format(y, out, Overflow::Propagate);
+    }
+    if (format == NumberFormat::E4M3 && blockwise_fp8_eligible(a, b) && use_native(a) && blockwise_fp8_available()) {
+        // fp8-block on sm_90: the codes and power-of-two scales of the operands just rounded,
+        // multiplied by cuBLAS's blockwise FP8 GEMM (blockwise_fp8.h says why this is exact).
+        used_native_ = true;
+        auto y = blockwise_fp8_mm(split_fp8_blocks(a), split_fp8_blocks(b.t())); // (M, N) FP32
+        if (bias.defined()) y = y + bias;
+        if (accumulator) *accumulator = y;
         return round_to_format(y, out, Overflow::Propagate);
     }
     if (use_native(a) && (format == NumberFormat::BF16 || format == NumberFormat::FP16)) {

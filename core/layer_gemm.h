@@ -170,6 +170,8 @@ private:
     // Telemetry of a block-recipe cast: an nvfp4 wgrad operand's Hadamard rows at once; a
     // row-wise cast's block scales kept until the operand itself is recorded (record()).
     void observe_block_cast(OperandRole role, const torch::Tensor& x, int64_t k_dim, BlockCastRecord block);
+    // fp8-block operands the blockwise FP8 GEMM can take (its caller checks the format and device).
+    bool blockwise_fp8_eligible(const torch::Tensor& a, const torch::Tensor& b) const;
     torch::Tensor gemm_unrecorded(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
                                   const torch::Tensor& bias, float scale_a, float scale_b,
                                   torch::Tensor* accumulator = nullptr);

@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "block_scaling.h"
+#include "blockwise_fp8.h"
 #include "fp4.h"
 #include "fp8_scaling.h"
 #include "layer_gemm.h"
@@ -375,6 +376,47 @@ private slots:
     // cast along K: the weight cache may share one cast only where square tiles make the two
     // identical (fp8-block, nvfp4 with 2-D weights). dx is checked bit for bit against the
     // casts made by hand, after a forward that filled the cache.
+    // The native fp8-block GEMM takes the rounded operands apart into E4M3 codes and a
+    // power-of-two scale per 1x128 block: back together they must be the very same bits, for
+    // 1x128 activations and 128x128 weight tiles, across many binades, with a block of zeros,
+    // E4M3 subnormal codes (a block whose amax is far above its smallest value), and a block
+    // holding a NaN (which stays NaN).
+    void blockwiseSplitIsExact()
+    {
+        torch::manual_seed(11);
+        auto x = torch::randn({256, 384}) * torch::exp2(torch::randint(-30, 30, {256, 1}).to(torch::kFloat32));
+        x.index_put_({5, torch::indexing::Slice(128, 256)}, 0.0f);              // a block of zeros
+        x.index_put_({6, torch::indexing::Slice(0, 128)}, 0.01f);               // small beside ...
+        x.index_put_({6, 0}, 300.0f);                                            // ... its amax: subnormal codes
+        x.index_put_({7, 3}, std::numeric_limits<float>::quiet_NaN());           // a NaN block
+        for (const bool tile_2d : {false, true}) {
+            const auto q = quantize_fp8_block_2d(x, NumberFormat::E4M3, /*power_of_two=*/true, tile_2d).values;
+            const auto parts = split_fp8_blocks(q);
+            QCOMPARE(parts.codes.scalar_type(), torch::kFloat8_e4m3fn);
+            QCOMPARE(parts.decode.sizes(), (torch::IntArrayRef{256, 3}));
+            const auto back = join_fp8_blocks(parts);
+            const auto finite = torch::isfinite(q);
+            QVERIFY(torch::equal(back.masked_select(finite).view(torch::kInt32), q.masked_select(finite).view(torch::kInt32)));
+            QVERIFY(torch::equal(torch::isnan(back), torch::isnan(q))); // the block holding (7, 3), and only it
+            QCOMPARE(torch::isnan(q).sum().item<int64_t>(), int64_t(tile_2d ? 128 * 128 : 128));
+            // Scales are powers of two, 1 for the block of zeros.
+            const auto scales = parts.decode.masked_select(torch::isfinite(parts.decode));
+            QVERIFY(torch::equal(std::get<0>(torch::frexp(scales)), torch::full_like(scales, 0.5f)));
+            QCOMPARE(parts.decode[5][1].item<float>(), 1.0f);
+            // Row 6's first 1x128 block needs E4M3 subnormals: 0.01 beside 300 at a scale of 1.
+            if (!tile_2d) {
+                const auto codes6 = parts.codes[6].narrow(0, 1, 127).to(torch::kFloat32).abs();
+                QCOMPARE(codes6.max().item<float>(), 5 * std::ldexp(1.0f, -9)); // 0.01 to the nearest subnormal
+            }
+        }
+        // On the CPU the product is the dequantized FP32 one, and no GPU is there to be native.
+        const auto a = quantize_fp8_block_2d(x.narrow(0, 0, 128).nan_to_num(), NumberFormat::E4M3, true, false).values;
+        const auto w = quantize_fp8_block_2d(x.narrow(0, 128, 128), NumberFormat::E4M3, true, true).values;
+        const auto y = blockwise_fp8_mm(split_fp8_blocks(a), split_fp8_blocks(w));
+        QVERIFY(torch::equal(y, at::mm(a, w.t())));
+        if (!torch::cuda::is_available()) QVERIFY(!blockwise_fp8_available());
+    }
+
     void dgradUsesTheWeightCastAlongN_data()
     {
         QTest::addColumn<QString>("scaling");

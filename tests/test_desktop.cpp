@@ -137,7 +137,7 @@ private slots:
         QCOMPARE(here({8, 0}), (QStringList{n, n, n, n, e, e, e, e, e, e}));      // A100
         QCOMPARE(here({8, 6}), (QStringList{n, n, n, n, e, e, e, e, e, e}));      // RTX 30xx: no FP8
         QCOMPARE(here({8, 9}), (QStringList{n, n, n, n, n, n, e, e, e, e}));      // Ada
-        QCOMPARE(here({9, 0}), (QStringList{n, n, n, n, n, n, e, e, e, e}));      // H100
+        QCOMPARE(here({9, 0}), (QStringList{n, n, n, n, n, n, e, n, e, e}));      // H100: blockwise cuBLAS
         QCOMPARE(here({10, 0}), (QStringList{n, n, n, n, n, n, n, e, e, e}));     // B200
         QCOMPARE(format_execution(NumberFormat::E4M3, {8, 9}), Execution::Native);
         QCOMPARE(format_execution(NumberFormat::E5M2, {8, 7}), Execution::Emulated);
@@ -181,7 +181,7 @@ private slots:
         QCOMPARE(versions->item(6, 1)->text(), QStringLiteral("NVIDIA H100 80GB HBM3 (sm_90)"));
         const QTableWidget* formats = dialog.formatTable();
         QCOMPARE(column(formats, 1), (QStringList{"native", "native", "native", "native", "native", "native", "emulated",
-                                                  "emulated", "emulated", "emulated"}));
+                                                  "native", "emulated", "emulated"}));
         QCOMPARE(column(formats, 2)[6], QStringLiteral("sm_100"));
         QCOMPARE(column(formats, 2).last(), QStringLiteral("emulated only (hardware: sm_100)"));
     }

@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// fp8-block on Hopper's tensor cores: cuBLAS's blockwise-scaled FP8 GEMM (at::_scaled_mm with
+// FP32 scales per 1x128 block, CUDA 12.9+, sm_90) multiplying the operands the emulator has
+// already rounded. Internal: LibTorch.
+//
+// Why from the rounded values: with power-of-two block scales (fp8-block's default, TE's) every
+// value the emulator hands the GEMM is an E4M3 code times a power of two shared by its block, so
+// the codes and scales come back exactly, and 1x128 blocks along K serve every GEMM: a 128x128
+// weight tile is 128 such blocks with one scale. The emulator's telemetry, caches and rounding
+// stay as they are; only the product runs on the tensor cores (FP32 accumulation, no fast
+// accumulation, as the recipe's split accumulation asks), and differs from the emulator's FP32
+// product by the order of the additions alone.
+
+#include <torch/torch.h>
+
+namespace mantissa {
+
+// FP32 rows of E4M3 codes, each 128 along the row (K) sharing a power-of-two scale.
+struct Fp8BlockOperand {
+    torch::Tensor codes;  // (R, K) Float8_e4m3fn
+    torch::Tensor decode; // (R, K / 128) FP32 powers of two: values = codes * decode
+};
+
+// Splits `values` (R, K), K a multiple of 128, into codes and the smallest power-of-two scale
+// per block that holds them. Exact (codes * decode == values, bit for bit) for values that are
+// E4M3 codes times a power of two per block of at least 2^-140; a block of zeros gets scale 1,
+// a block with a NaN stays NaN.
+Fp8BlockOperand split_fp8_blocks(const torch::Tensor& values);
+torch::Tensor join_fp8_blocks(const Fp8BlockOperand& operand); // the FP32 values again
+
+// a (M, K) times b^T, b given as its rows bt (N, K): the (M, N) FP32 product. On CUDA the
+// blockwise _scaled_mm; elsewhere the dequantized FP32 product (what the tests can run).
+torch::Tensor blockwise_fp8_mm(const Fp8BlockOperand& a, const Fp8BlockOperand& bt);
+
+// Whether this process's GPU runs blockwise_fp8_mm natively: a product with a known answer,
+// tried once (false without CUDA, before CUDA 12.9, off sm_90, or if the answer is wrong).
+bool blockwise_fp8_available();
+
+} // namespace mantissa
