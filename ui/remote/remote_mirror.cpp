@@ -15,6 +15,7 @@
 
 #include "run_event.h"
 #include "run_store.h"
+#include "scalar_columns.h"
 
 namespace mantissa {
 
@@ -39,6 +40,31 @@ std::string text(const QJsonObject& o, const char* key) { return o.value(key).to
 qint64 integer(const QJsonValue& v) { return static_cast<qint64>(v.toDouble()); }
 
 bool running(const QString& status) { return status == "running"; }
+
+// A page's scalar_columns (encoding=columnar, docs/REMOTE.md) as rows; throws ColumnError when
+// one cannot be decoded, before anything of the page is written.
+std::vector<ScalarRow> decode_columns(const QJsonValue& columns)
+{
+    if (!columns.isArray()) throw ColumnError("'scalar_columns' is not an array");
+    std::vector<ScalarRow> rows;
+    for (const auto& v : columns.toArray()) {
+        const QJsonObject o = v.toObject();
+        for (const char* key : {"tag", "step_deltas", "values"})
+            if (!o.value(key).isString()) throw ColumnError(std::string("a scalar column without a string '") + key + "'");
+        for (const char* key : {"first_step", "count"})
+            if (!o.value(key).isDouble()) throw ColumnError(std::string("a scalar column without a number '") + key + "'");
+        EncodedScalarColumn e;
+        e.tag = text(o, "tag");
+        e.first_step = o.value("first_step").toInteger();
+        e.count = o.value("count").toInteger();
+        e.step_deltas = o.value("step_deltas").toString().toStdString();
+        e.values = o.value("values").toString().toStdString();
+        const ScalarColumn c = decode_scalar_column(e);
+        rows.reserve(rows.size() + c.steps.size());
+        for (size_t i = 0; i < c.steps.size(); ++i) rows.push_back({c.steps[i], c.tag, c.values[i]});
+    }
+    return rows;
+}
 
 } // namespace
 
@@ -229,7 +255,10 @@ void RemoteMirror::onRuns(QNetworkReply* reply)
 {
     QByteArray body;
     if (!take(reply, body) || !replica_) return;
-    const QJsonArray runs = QJsonDocument::fromJson(body).object().value("runs").toArray();
+    const QJsonObject answer = QJsonDocument::fromJson(body).object();
+    const QJsonArray runs = answer.value("runs").toArray();
+    // A server from before the columnar encoding lists none and gets JSON rows.
+    columnar_ = answer.value("row_encodings").toArray().contains(QJsonValue("columnar"));
     std::set<qint64> seen;
     bool changed = false;
     queue_.clear();
@@ -310,13 +339,14 @@ void RemoteMirror::requestNextRows()
     const Cursor& cur = cursors_[runId];
     const int waitMs = cur.running ? kLongPollMs : 0;
     QNetworkReply* reply =
-        get(QString("/v1/runs/%1/rows?from_step=%2&after_event=%3&from_layer_step=%4&limit=%5&wait_ms=%6")
+        get(QString("/v1/runs/%1/rows?from_step=%2&after_event=%3&from_layer_step=%4&limit=%5&wait_ms=%6%7")
                 .arg(runId)
                 .arg(cur.fromStep)
                 .arg(cur.afterEvent)
                 .arg(cur.fromLayerStep)
                 .arg(kRowsPerPage)
-                .arg(waitMs),
+                .arg(waitMs)
+                .arg(columnar_ ? "&encoding=columnar" : ""),
             waitMs);
     connect(reply, &QNetworkReply::finished, this, [this, reply, runId] { onRows(reply, runId); });
 }
@@ -325,12 +355,28 @@ void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
 {
     QByteArray body;
     if (!take(reply, body) || !replica_) return;
-    const QJsonObject page = QJsonDocument::fromJson(body).object();
+    QJsonParseError parseError;
+    const QJsonObject page = QJsonDocument::fromJson(body, &parseError).object();
     Cursor& cur = cursors_[runId];
     std::vector<ScalarRow> scalars;
-    for (const auto& v : page.value("scalars").toArray()) {
-        const QJsonArray a = v.toArray();
-        scalars.push_back({integer(a.at(0)), a.at(1).toString().toStdString(), decode_value(a.at(2))});
+    try {
+        // A page that is not whole would move the marks back to 0, or write half of it.
+        if (parseError.error != QJsonParseError::NoError)
+            throw ColumnError("not JSON (" + parseError.errorString().toStdString() + " at byte " +
+                              std::to_string(parseError.offset) + ")");
+        if (!page.value("next_from_step").isDouble() || !page.value("next_after_event").isDouble())
+            throw ColumnError("no 'next_from_step' or 'next_after_event'");
+        if (page.contains("scalar_columns")) {
+            scalars = decode_columns(page.value("scalar_columns"));
+        } else {
+            for (const auto& v : page.value("scalars").toArray()) {
+                const QJsonArray a = v.toArray();
+                scalars.push_back({integer(a.at(0)), a.at(1).toString().toStdString(), decode_value(a.at(2))});
+            }
+        }
+    } catch (const ColumnError& e) {
+        retryLater(tr("run %1: a malformed page: %2").arg(runId).arg(QString::fromStdString(e.what())));
+        return;
     }
     std::vector<std::pair<int64_t, TensorStats>> layerStats;
     for (const auto& v : page.value("layer_stats").toArray()) {

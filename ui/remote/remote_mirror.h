@@ -60,6 +60,8 @@ public:
     // Every remote run is in the replica as the server last reported it, rows complete.
     bool caughtUp() const;
     int reconnects() const { return reconnects_; }
+    // The server offers encoding=columnar and the rows come in it (docs/REMOTE.md).
+    bool usesColumnarPages() const { return columnar_; }
     // The replica holds every row of this run, which has ended on the server (its counts
     // matched). False for a running run, and for an ended one still being copied.
     bool runComplete(qint64 runId) const;
@@ -119,6 +121,7 @@ private:
     qint64 caughtUpAtMs_ = -1;
     bool caughtUp_ = false;
     QNetworkReply* inFlight_ = nullptr;
+    bool columnar_ = false; // the server offers encoding=columnar (its run list says so)
 };
 
 } // namespace mantissa
