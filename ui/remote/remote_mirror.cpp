@@ -100,16 +100,20 @@ void RemoteMirror::start()
     requestRuns();
 }
 
+void RemoteMirror::dropInFlight()
+{
+    if (!inFlight_) return;
+    QNetworkReply* r = inFlight_;
+    inFlight_ = nullptr;
+    r->disconnect(this);
+    r->abort();
+    r->deleteLater();
+}
+
 void RemoteMirror::stop()
 {
     retry_->stop();
-    if (inFlight_) {
-        QNetworkReply* r = inFlight_;
-        inFlight_ = nullptr;
-        r->disconnect(this);
-        r->abort();
-        r->deleteLater();
-    }
+    dropInFlight();
     replica_.reset(); // releases the claims of remote running runs: they read as interrupted
     if (state_ != State::Stopped) setState(State::Stopped, tr("disconnected"));
 }
@@ -323,6 +327,7 @@ void RemoteMirror::onRuns(QNetworkReply* reply)
 
 void RemoteMirror::requestNextRows()
 {
+    if (!replica_) return; // stopped, e.g. by a listener of rowsArrived
     if (queue_.empty()) {
         caughtUp_ = true;
         caughtUpAtMs_ = clock_.elapsed();
@@ -415,8 +420,6 @@ void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
             rewindTo = rewindTo < 0 ? events.back().step : std::min<qint64>(rewindTo, events.back().step);
     }
     try {
-        if (!scalars.empty() || !events.empty() || !layerStats.empty())
-            replica_->put_mirrored_rows(runId, scalars, events, layerStats);
         cur.fromStep = integer(page.value("next_from_step"));
         cur.afterEvent = integer(page.value("next_after_event"));
         // A server before layer statistics were mirrored leaves the mark where it is.
@@ -426,8 +429,16 @@ void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
         const bool more = page.value("more").toBool();
         const bool ended = !running(page.value("status").toString());
         if (more) {
+            // The next page is asked for before this one is written: the server reads it while
+            // the replica writes (Qt's HTTP runs in its own thread), which took a third off
+            // copying a 1-M-row run. Its answer is handled after this write, in order; if the
+            // write fails, it is dropped and the marks are the replica's again on the next start.
             queue_.push_front(runId);
-        } else if (ended && page.contains("counts")) {
+            requestNextRows();
+        }
+        if (!scalars.empty() || !events.empty() || !layerStats.empty())
+            replica_->put_mirrored_rows(runId, scalars, events, layerStats);
+        if (!more && ended && page.contains("counts")) {
             const QJsonObject counts = page.value("counts").toObject();
             const RunRowCounts mine = replica_->row_counts(runId);
             const bool layersMatch =
@@ -445,11 +456,12 @@ void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
             }
         }
     } catch (const StoreError& e) {
+        dropInFlight();
         setState(State::Refused, tr("the replica %1 cannot be written: %2").arg(replicaPath_, e.what()));
         return;
     }
     if (!scalars.empty() || !events.empty() || !layerStats.empty()) emit rowsArrived(runId);
-    requestNextRows();
+    if (!inFlight_) requestNextRows(); // unless the next page is on its way already
 }
 
 } // namespace mantissa

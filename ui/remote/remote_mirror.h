@@ -101,6 +101,7 @@ private:
     void retryLater(const QString& why);
     QNetworkReply* get(const QString& pathAndQuery, int waitMs);
     void countBytes(qint64 bytes);
+    void dropInFlight(); // aborts the request in flight, whose answer is then never handled
 
     QUrl server_;
     QString token_;
