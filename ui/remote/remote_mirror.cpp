@@ -26,6 +26,9 @@ constexpr int kLongPollMs = 1000;
 constexpr int kMaxBackoffMs = 5000;
 constexpr qint64 kRateWindowMs = 3000;
 constexpr int kMaxResyncs = 3;
+// Pages fetched ahead of the replica's writes at most: memory stays bounded when the network
+// is faster than the disk.
+constexpr size_t kPagesAhead = 2;
 
 double decode_value(const QJsonValue& v)
 {
@@ -69,7 +72,7 @@ std::vector<ScalarRow> decode_columns(const QJsonValue& columns)
 } // namespace
 
 RemoteMirror::RemoteMirror(const QUrl& server, const QString& token, const QString& replicaPath, QObject* parent)
-    : QObject(parent), server_(server), token_(token), replicaPath_(replicaPath)
+    : QObject(parent), server_(server), token_(token), replicaPath_(replicaPath), writer_(this)
 {
     net_ = new QNetworkAccessManager(this);
     retry_ = new QTimer(this);
@@ -114,6 +117,9 @@ void RemoteMirror::stop()
 {
     retry_->stop();
     dropInFlight();
+    writer_.stop(); // the page under way is written; those queued are dropped
+    ++generation_;  // and what their writes would still report, ignored
+    nextPageHeld_ = false;
     replica_.reset(); // releases the claims of remote running runs: they read as interrupted
     if (state_ != State::Stopped) setState(State::Stopped, tr("disconnected"));
 }
@@ -419,49 +425,68 @@ void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
         if (events.back().kind == event_kind_name(EventKind::ResumedFromCheckpoint))
             rewindTo = rewindTo < 0 ? events.back().step : std::min<qint64>(rewindTo, events.back().step);
     }
+    cur.fromStep = integer(page.value("next_from_step"));
+    cur.afterEvent = integer(page.value("next_after_event"));
+    // A server before layer statistics were mirrored leaves the mark where it is.
+    if (page.contains("next_from_layer_step")) cur.fromLayerStep = integer(page.value("next_from_layer_step"));
+    if (rewindTo >= 0 && rewindTo < cur.fromStep) cur.fromStep = rewindTo;
+    if (rewindTo >= 0 && rewindTo < cur.fromLayerStep) cur.fromLayerStep = rewindTo;
+    const bool more = page.value("more").toBool();
+    if (more) {
+        // The next page is asked for before this one is written: the server reads it while
+        // the replica writes (Qt's HTTP has its own thread, the writes too). The marks move
+        // on now; if a write fails, the mirror stops, and a new start takes its marks from
+        // what the replica holds.
+        queue_.push_front(runId);
+        if (writer_.pending() < kPagesAhead) requestNextRows();
+        else nextPageHeld_ = true; // asked for when a write is done
+    }
+    const bool hasRows = !scalars.empty() || !events.empty() || !layerStats.empty();
+    const bool ended = !running(page.value("status").toString());
+    const QJsonValue counts = page.value("counts");
+    const int generation = generation_;
+    writer_.write(*replica_, {runId, std::move(scalars), std::move(events), std::move(layerStats)},
+                  [this, generation, runId, hasRows, more, ended, counts](const std::string& error) {
+                      if (generation != generation_ || !replica_) return; // stopped meanwhile
+                      if (!error.empty()) {
+                          dropInFlight();
+                          setState(State::Refused, tr("the replica %1 cannot be written: %2")
+                                                       .arg(replicaPath_, QString::fromStdString(error)));
+                          return;
+                      }
+                      if (hasRows) emit rowsArrived(runId);
+                      if (more) { // the next page is on its way already, unless the writer was behind
+                          if (nextPageHeld_ && !inFlight_) requestNextRows();
+                          nextPageHeld_ = false;
+                          return;
+                      }
+                      if (ended && counts.isObject()) checkCounts(runId, counts.toObject());
+                      if (!inFlight_) requestNextRows();
+                  });
+}
+
+void RemoteMirror::checkCounts(qint64 runId, const QJsonObject& counts)
+{
+    // Every earlier page of the run is written (the writer keeps their order).
+    Cursor& cur = cursors_[runId];
     try {
-        cur.fromStep = integer(page.value("next_from_step"));
-        cur.afterEvent = integer(page.value("next_after_event"));
-        // A server before layer statistics were mirrored leaves the mark where it is.
-        if (page.contains("next_from_layer_step")) cur.fromLayerStep = integer(page.value("next_from_layer_step"));
-        if (rewindTo >= 0 && rewindTo < cur.fromStep) cur.fromStep = rewindTo;
-        if (rewindTo >= 0 && rewindTo < cur.fromLayerStep) cur.fromLayerStep = rewindTo;
-        const bool more = page.value("more").toBool();
-        const bool ended = !running(page.value("status").toString());
-        if (more) {
-            // The next page is asked for before this one is written: the server reads it while
-            // the replica writes (Qt's HTTP runs in its own thread), which took a third off
-            // copying a 1-M-row run. Its answer is handled after this write, in order; if the
-            // write fails, it is dropped and the marks are the replica's again on the next start.
+        const RunRowCounts mine = replica_->row_counts(runId);
+        const bool layersMatch =
+            !counts.contains("layer_stats") || mine.layer_stats == integer(counts.value("layer_stats"));
+        if (mine.scalars == integer(counts.value("scalars")) && mine.events == integer(counts.value("events")) &&
+            layersMatch) {
+            cur.complete = true;
+        } else if (++cur.resyncs <= kMaxResyncs) {
+            // The source was rewritten under the replica (a run started over): copy it again.
+            replica_->clear_run_records(runId);
+            cur.fromStep = 0;
+            cur.afterEvent = 0;
+            cur.fromLayerStep = 0;
             queue_.push_front(runId);
-            requestNextRows();
-        }
-        if (!scalars.empty() || !events.empty() || !layerStats.empty())
-            replica_->put_mirrored_rows(runId, scalars, events, layerStats);
-        if (!more && ended && page.contains("counts")) {
-            const QJsonObject counts = page.value("counts").toObject();
-            const RunRowCounts mine = replica_->row_counts(runId);
-            const bool layersMatch =
-                !counts.contains("layer_stats") || mine.layer_stats == integer(counts.value("layer_stats"));
-            if (mine.scalars == integer(counts.value("scalars")) && mine.events == integer(counts.value("events")) &&
-                layersMatch) {
-                cur.complete = true;
-            } else if (++cur.resyncs <= kMaxResyncs) {
-                // The source was rewritten under the replica (a run started over): copy it again.
-                replica_->clear_run_records(runId);
-                cur.fromStep = 0;
-                cur.afterEvent = 0;
-                cur.fromLayerStep = 0;
-                queue_.push_front(runId);
-            }
         }
     } catch (const StoreError& e) {
-        dropInFlight();
         setState(State::Refused, tr("the replica %1 cannot be written: %2").arg(replicaPath_, e.what()));
-        return;
     }
-    if (!scalars.empty() || !events.empty() || !layerStats.empty()) emit rowsArrived(runId);
-    if (!inFlight_) requestNextRows(); // unless the next page is on its way already
 }
 
 } // namespace mantissa
