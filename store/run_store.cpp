@@ -316,7 +316,8 @@ std::string file_uri(const std::string& path, const char* query)
 
 } // namespace
 
-RunStore::RunStore(const std::string& path, OpenMode mode) : path_(path), mode_(mode)
+RunStore::RunStore(const std::string& path, OpenMode mode, bool quick_check)
+    : path_(path), mode_(mode), quick_check_(quick_check)
 {
     try {
         if (mode == OpenMode::ReadOnly) {
@@ -471,9 +472,11 @@ bool RunStore::check_contents(bool may_be_empty)
         throw StoreError("'" + path_ + "' is marked as a Mantissa run store but has no Mantissa tables (runs, scalars, "
                          "events): it is damaged");
     // A damaged file is reported, not written to.
-    Statement check(db_, "PRAGMA quick_check");
-    const std::string verdict = check.step() ? check.text(0) : "no answer";
-    if (verdict != "ok") throw StoreError("run store '" + path_ + "' is damaged (quick_check: " + verdict + ")");
+    if (quick_check_) {
+        Statement check(db_, "PRAGMA quick_check");
+        const std::string verdict = check.step() ? check.text(0) : "no answer";
+        if (verdict != "ok") throw StoreError("run store '" + path_ + "' is damaged (quick_check: " + verdict + ")");
+    }
     schema_ = static_cast<int>(std::max<int64_t>(version, 1));
     return false;
 }
