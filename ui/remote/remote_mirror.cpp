@@ -455,6 +455,7 @@ void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
                           return;
                       }
                       if (hasRows) emit rowsArrived(runId);
+                      if (generation != generation_ || !replica_) return; // a listener stopped it
                       if (more) { // the next page is on its way already, unless the writer was behind
                           if (nextPageHeld_ && !inFlight_) requestNextRows();
                           nextPageHeld_ = false;
