@@ -970,6 +970,50 @@ private slots:
         serving.join();
     }
 
+    // A server from before the columnar encoding: its run list names no row_encodings, and its
+    // rows refuse the parameter (400, as any unknown one). The mirror asks in JSON and copies
+    // the rows, NaN and infinity included.
+    void mirrorOfAnOlderServerAsksForJsonRows()
+    {
+        std::string runs = fake_runs_json();
+        const std::string offer = R"("row_encodings": ["json", "columnar"], )";
+        runs.erase(runs.find(offer), offer.size());
+        QVERIFY(!QString::fromStdString(runs).contains("row_encodings"));
+        std::atomic<int> refused{0};
+        httplib::Server old;
+        old.Get("/v1/runs", [&](const httplib::Request&, httplib::Response& res) { res.set_content(runs, "application/json"); });
+        old.Get("/v1/runs/1/rows", [&](const httplib::Request& req, httplib::Response& res) {
+            if (req.has_param("encoding")) {
+                ++refused;
+                res.status = 400;
+                res.set_content(R"({"error": "unknown parameter 'encoding'"})", "application/json");
+                return;
+            }
+            res.set_content(R"({"run": 1, "status": "finished", "scalars": [[1, "lr", 0.1], [2, "lr", 0.2], [3, "lr", 0.3],
+                [3, "train/loss", "inf"], [3, "val/loss", "nan"]], "events": [], "next_from_step": 3, "next_after_event": 0,
+                "more": false, "counts": {"scalars": 5, "events": 0}})",
+                            "application/json");
+        });
+        const int port = old.bind_to_any_port("127.0.0.1");
+        std::thread serving([&] { old.listen_after_bind(); });
+        const QString replica = path("older-replica.sqlite");
+        {
+            RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(port)), QString::fromStdString(kToken), replica);
+            mirror.start();
+            QVERIFY(QTest::qWaitFor([&] { return mirror.runComplete(1); }, 30000));
+            QVERIFY(!mirror.usesColumnarPages());
+        }
+        old.stop();
+        serving.join();
+        QCOMPARE(refused.load(), 0);
+        const auto rows = all_scalars(replica, 1);
+        QCOMPARE(rows.size(), size_t(5));
+        QCOMPARE(rows[2].value, 0.3);
+        QCOMPARE(rows[3].tag, std::string("train/loss"));
+        QCOMPARE(rows[3].value, double(INFINITY));
+        QVERIFY(std::isnan(rows[4].value));
+    }
+
     // With --allow-control a stop ends the run early and the store says who asked.
     void controlStopsTheRun()
     {
