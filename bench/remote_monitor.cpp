@@ -76,7 +76,8 @@ int main(int argc, char** argv)
     });
     // When the replica last received rows: after that, an open is the Monitor reading and drawing.
     double mirroredMs = -1;
-    QObject::connect(&mirror, &RemoteMirror::rowsArrived, &page, [&] { mirroredMs = double(clock.nsecsElapsed()) / 1e6; });
+    QObject::connect(&mirror, &RemoteMirror::rowsArrived, &page,
+                     [&] { mirroredMs = double(clock.nsecsElapsed()) / 1e6; });
     const QString screenshot = qEnvironmentVariable("REMOTE_MONITOR_SCREENSHOT");
     QElapsedTimer lastShot;
     double firstDrawMs = -1;

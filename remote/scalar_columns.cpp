@@ -114,7 +114,8 @@ EncodedScalarColumn encode_scalar_column(const ScalarColumn& column)
 ScalarColumn decode_scalar_column(const EncodedScalarColumn& e)
 {
     const std::string what = "scalar column '" + e.tag + "'";
-    if (e.count < 1) throw ColumnError(what + ": count " + std::to_string(e.count) + " (a column has at least one row)");
+    if (e.count < 1)
+        throw ColumnError(what + ": count " + std::to_string(e.count) + " (a column has at least one row)");
     // The values' length bounds the count before anything is allocated for it.
     const std::string values = base64_decode(e.values, what + " values");
     if (values.size() / 8 != static_cast<uint64_t>(e.count) || values.size() % 8 != 0)

@@ -223,7 +223,8 @@ json rows_page(RunStore& store, const RunInfo& run, const Marks& m, bool& has_ne
 
 ApiAnswer run_rows(const ApiContext& context, int64_t run_id, const std::multimap<std::string, std::string>& params)
 {
-    const auto p = single_params(params, {"from_step", "after_event", "from_layer_step", "limit", "wait_ms", "encoding"});
+    const auto p =
+        single_params(params, {"from_step", "after_event", "from_layer_step", "limit", "wait_ms", "encoding"});
     const auto get = [&](const char* name, int64_t lo, int64_t hi, int64_t fallback) {
         const auto it = p.find(name);
         return it == p.end() ? fallback : parse_int(name, it->second, lo, hi);

@@ -107,9 +107,10 @@ QJsonObject json_of(const std::string& body) { return QJsonDocument::fromJson(QB
 uint64_t bits_of(double v) { return std::bit_cast<uint64_t>(v); }
 
 // The values the columnar encoding must carry bit for bit (a NaN becomes the store's NULL).
-const std::vector<double> kSpecialValues = {std::nan(""), INFINITY, -INFINITY, std::numeric_limits<double>::denorm_min(),
-                                            -2.2250738585072009e-308 /* subnormal */, DBL_MAX, -DBL_MAX, DBL_MIN,
-                                            -0.0, 0.1, double(0.1f), 1.0 / 3.0};
+const std::vector<double> kSpecialValues = {
+    std::nan(""), INFINITY, -INFINITY, std::numeric_limits<double>::denorm_min(), -2.2250738585072009e-308 /* subnormal */,
+    DBL_MAX,      -DBL_MAX, DBL_MIN,   -0.0,                                      0.1,
+    double(0.1f), 1.0 / 3.0};
 
 // Run 1, finished: train/loss on 25,000 steps with gaps (every 7th step missing) and the
 // special values on every step 100k + 1; lr every 3rd step; val/loss on a few steps written
@@ -142,7 +143,8 @@ QString compare_scalar_bits(const QString& source_path, const QString& replica_p
 {
     const auto a = all_scalars(source_path, id);
     const auto b = all_scalars(replica_path, id);
-    if (a.size() != b.size()) return QString("%1 scalar rows in the source, %2 in the replica").arg(a.size()).arg(b.size());
+    if (a.size() != b.size())
+        return QString("%1 scalar rows in the source, %2 in the replica").arg(a.size()).arg(b.size());
     for (size_t i = 0; i < a.size(); ++i) {
         const bool same = a[i].step == b[i].step && a[i].tag == b[i].tag &&
                           (std::isnan(a[i].value) ? std::isnan(b[i].value) : bits_of(a[i].value) == bits_of(b[i].value));
@@ -839,7 +841,8 @@ private slots:
         QCOMPARE(json_of(r->body)["error"].toString(), QString("parameter 'encoding' must be 'json' or 'columnar'"));
         // One page by hand: the columns hold what the JSON rows hold, the same cut and marks.
         const auto json_page = json_of(client.Get("/v1/runs/1/rows?limit=10000&from_step=20000", auth())->body);
-        const auto page = json_of(client.Get("/v1/runs/1/rows?limit=10000&from_step=20000&encoding=columnar", auth())->body);
+        const auto page =
+            json_of(client.Get("/v1/runs/1/rows?limit=10000&from_step=20000&encoding=columnar", auth())->body);
         QVERIFY(!page.contains("scalars"));
         QCOMPARE(page["next_from_step"], json_page["next_from_step"]);
         QCOMPARE(page["more"], json_page["more"]);
@@ -855,9 +858,9 @@ private slots:
         QCOMPARE(tags, QStringList({"lr", "train/loss", "val/loss"}));
         QCOMPARE(rows, json_page["scalars"].toArray().size());
         const QJsonObject loss = columns[1].toObject();
-        const ScalarColumn decoded = decode_scalar_column({"train/loss", loss["first_step"].toInteger(), loss["count"].toInteger(),
-                                                           loss["step_deltas"].toString().toStdString(),
-                                                           loss["values"].toString().toStdString()});
+        const ScalarColumn decoded =
+            decode_scalar_column({"train/loss", loss["first_step"].toInteger(), loss["count"].toInteger(),
+                                  loss["step_deltas"].toString().toStdString(), loss["values"].toString().toStdString()});
         QCOMPARE(decoded.steps.front(), int64_t(20000));
         QCOMPARE(decoded.steps.back(), int64_t(25000));
         QCOMPARE(decoded.steps.size(), size_t(5001 - 5001 / 7));
@@ -981,7 +984,8 @@ private slots:
         QVERIFY(!QString::fromStdString(runs).contains("row_encodings"));
         std::atomic<int> refused{0};
         httplib::Server old;
-        old.Get("/v1/runs", [&](const httplib::Request&, httplib::Response& res) { res.set_content(runs, "application/json"); });
+        old.Get("/v1/runs",
+                [&](const httplib::Request&, httplib::Response& res) { res.set_content(runs, "application/json"); });
         old.Get("/v1/runs/1/rows", [&](const httplib::Request& req, httplib::Response& res) {
             if (req.has_param("encoding")) {
                 ++refused;
