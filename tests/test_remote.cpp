@@ -8,6 +8,7 @@
 #include <QFile>
 #include <QLabel>
 #include <QLineEdit>
+#include <QProgressBar>
 #include <QPushButton>
 #include <QDialogButtonBox>
 #include <QSettings>
@@ -35,6 +36,7 @@
 #include "remote/remote_connector.h"
 #include "remote/remote_mirror.h"
 #include "window/main_window.h"
+#include "window/run_status_widget.h"
 #include "cli_process.h"
 #include "monitor_checks.h"
 #include "remote_fixtures.h"
@@ -541,11 +543,36 @@ private slots:
         QTRY_COMPARE(window.monitorPage()->history().steps().size(), size_t(3));
         QCOMPARE(window.monitorPage()->history().steps().back().train_loss, 2.0 / 3.0);
         QCOMPARE(window.monitorPage()->history().evals().size(), size_t(1));
+        // The status bar's run readout shows the followed run, as it shows one that trains here.
+        QTRY_COMPARE(window.statusWidget()->etaText(), QString("done"));
+        QCOMPARE(window.statusWidget()->step(), qint64(3));
+        QCOMPARE(window.statusWidget()->findChild<QProgressBar*>("runProgress")->format(), QString("step 3 / 3"));
         QVERIFY(!window.sendRemoteCommand("pause")); // the seeded run has finished
         QCOMPARE(window.lastError(), QString("No remote run is training"));
         window.disconnectRemote();
         QTRY_COMPARE(window.runsPage()->model()->rowCount(), 0);
         QVERIFY(label->isHidden());
+    }
+
+    // Runs ▸ Show in Monitor on a local store: the status bar's readout follows that run too.
+    void showInMonitorDrivesTheStatusBar()
+    {
+        const QString db = path("shown.sqlite");
+        write_store(db.toStdString());
+        MainWindow window(db);
+        QTRY_VERIFY(window.runsPage()->refresh() && window.runsPage()->model()->rowCount() == 1);
+        QCOMPARE(window.statusWidget()->step(), qint64(0));
+        window.runsPage()->selectRuns({1});
+        QVERIFY(window.runsPage()->showSelectedInMonitor());
+        QCOMPARE(window.monitorFeed()->followedRun(), int64_t(1));
+        QTRY_COMPARE(window.statusWidget()->etaText(), QString("done"));
+        QCOMPARE(window.statusWidget()->step(), qint64(3));
+        auto* progress = window.statusWidget()->findChild<QProgressBar*>("runProgress");
+        QCOMPARE(progress->format(), QString("step 3 / 3"));
+        QCOMPARE(progress->value(), 3);
+        QStringList labels;
+        for (const QLabel* l : window.statusWidget()->findChildren<QLabel*>()) labels << l->text();
+        QVERIFY2(labels.contains(QString("loss %1").arg(2.0 / 3.0, 0, 'f', 4)), qPrintable(labels.join(" | ")));
     }
 
     void connectDialogRemembersTokensPerHost()
