@@ -74,6 +74,10 @@ int main(int argc, char** argv)
     QObject::connect(&mirror, &RemoteMirror::rowsArrived, &follower, [&](qint64 id) {
         if (id == 1) follower.pollSoon();
     });
+    // When the replica last received rows: after that, an open is the Monitor reading and drawing.
+    double mirroredMs = -1;
+    QObject::connect(&mirror, &RemoteMirror::rowsArrived, &page,
+                     [&] { mirroredMs = double(clock.nsecsElapsed()) / 1e6; });
     const QString screenshot = qEnvironmentVariable("REMOTE_MONITOR_SCREENSHOT");
     QElapsedTimer lastShot;
     double firstDrawMs = -1;
@@ -90,8 +94,9 @@ int main(int argc, char** argv)
     QObject::connect(&follower, &RunFollower::ended, &page, [&] {
         page.renderNow(); // the last state, whatever the frame rate skipped
         if (open)
-            std::printf("first frame %.0f ms, whole loss curve (%zu points) drawn %.0f ms after connecting\n",
-                        firstDrawMs, page.history().steps().size(), double(clock.nsecsElapsed()) / 1e6);
+            std::printf("first frame %.0f ms, whole loss curve (%zu points) drawn %.0f ms after connecting "
+                        "(the replica's last rows written after %.0f ms)\n",
+                        firstDrawMs, page.history().steps().size(), double(clock.nsecsElapsed()) / 1e6, mirroredMs);
         if (!screenshot.isEmpty()) page.grab().save(screenshot);
         std::printf("done\n");
         std::fflush(stdout);

@@ -8,6 +8,7 @@
 #include <QFile>
 #include <QLabel>
 #include <QLineEdit>
+#include <QProgressBar>
 #include <QPushButton>
 #include <QDialogButtonBox>
 #include <QSettings>
@@ -20,6 +21,11 @@
 #include <httplib.h>
 #include <sys/stat.h>
 
+#include <atomic>
+#include <bit>
+#include <cfloat>
+#include <thread>
+
 #include "controller/run_follower.h"
 #include "pages/monitor_page.h"
 #include "pages/runs_page.h"
@@ -30,12 +36,14 @@
 #include "remote/remote_connector.h"
 #include "remote/remote_mirror.h"
 #include "window/main_window.h"
+#include "window/run_status_widget.h"
 #include "cli_process.h"
 #include "monitor_checks.h"
 #include "remote_fixtures.h"
 #include "remote_token.h"
 #include "run_event.h"
 #include "run_store.h"
+#include "scalar_columns.h"
 #include "store_server.h"
 
 using namespace mantissa;
@@ -97,6 +105,84 @@ unsigned file_mode(const std::string& path)
 httplib::Headers auth(const std::string& token = kToken) { return {{"Authorization", "Bearer " + token}}; }
 
 QJsonObject json_of(const std::string& body) { return QJsonDocument::fromJson(QByteArray::fromStdString(body)).object(); }
+
+uint64_t bits_of(double v) { return std::bit_cast<uint64_t>(v); }
+
+// The values the columnar encoding must carry bit for bit (a NaN becomes the store's NULL).
+const std::vector<double> kSpecialValues = {
+    std::nan(""), INFINITY, -INFINITY, std::numeric_limits<double>::denorm_min(), -2.2250738585072009e-308 /* subnormal */,
+    DBL_MAX,      -DBL_MAX, DBL_MIN,   -0.0,                                      0.1,
+    double(0.1f), 1.0 / 3.0};
+
+// Run 1, finished: train/loss on 25,000 steps with gaps (every 7th step missing) and the
+// special values on every step 100k + 1; lr every 3rd step; val/loss on a few steps written
+// out of order; more than one page per tag (10,000 steps) and tags on different steps in one page.
+void write_columnar_store(const std::string& path)
+{
+    RunStore store(path);
+    const auto id = store.create_run("columns", "p.json", "{}");
+    for (int64_t step = 1; step <= 25000; ++step) {
+        if (step % 7 == 0) continue;
+        const double v = step % 100 == 1 ? kSpecialValues[size_t(step / 100) % kSpecialValues.size()]
+                                         : 4.0 * std::exp(-double(step) / 9000.0) + 1e-9 * double(step % 13);
+        store.append_scalar(id, step, "train/loss", v);
+        if (step % 3 == 0) store.append_scalar(id, step, "lr", 1e-3 * double(step % 11));
+    }
+    for (int64_t step : {24990, 5, 1000000, 12000, 77})
+        store.append_scalar(id, step, "val/loss", step == 77 ? std::nan("") : -double(step));
+    store.finish_run(id, RunStatus::Finished);
+}
+
+// Every scalar row of run `id`, by tag then step, NULL read as NaN (RunStore::scalars reads it as 0).
+std::vector<ScalarRow> all_scalars(const QString& path, int64_t id)
+{
+    return RunStore::open_read_only(path.toStdString())->scalars_page(id, 0, INT64_MAX / 4).rows;
+}
+
+// Every scalar of run `id` with the same bits in both stores ("" when so); compare_stores
+// compares values with ==, which tells neither 0.0 from -0.0 nor NULL from 0.
+QString compare_scalar_bits(const QString& source_path, const QString& replica_path, int64_t id)
+{
+    const auto a = all_scalars(source_path, id);
+    const auto b = all_scalars(replica_path, id);
+    if (a.size() != b.size())
+        return QString("%1 scalar rows in the source, %2 in the replica").arg(a.size()).arg(b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+        const bool same = a[i].step == b[i].step && a[i].tag == b[i].tag &&
+                          (std::isnan(a[i].value) ? std::isnan(b[i].value) : bits_of(a[i].value) == bits_of(b[i].value));
+        if (!same)
+            return QString("row %1: step %2 %3 %4 vs step %5 %6 %7")
+                .arg(i)
+                .arg(a[i].step)
+                .arg(QString::fromStdString(a[i].tag))
+                .arg(a[i].value, 0, 'g', 17)
+                .arg(b[i].step)
+                .arg(QString::fromStdString(b[i].tag))
+                .arg(b[i].value, 0, 'g', 17);
+    }
+    return {};
+}
+
+// A run list and a rows page as a server of this protocol sends them, for a fake server.
+std::string fake_runs_json()
+{
+    return R"({"protocol": 1, "control": false, "row_encodings": ["json", "columnar"], "runs": [{"id": 1,
+        "name": "fake", "project_path": "p.json", "config_json": "{}", "status": "finished",
+        "created_at": "2026-12-01T00:00:00Z", "finished_at": "2026-12-01T00:01:00Z", "last_step": 3,
+        "uuid": "00000000000000000000000000000001", "tags": []}]})";
+}
+std::string fake_page_json(const std::string& columns)
+{
+    return R"({"run": 1, "status": "finished", "scalar_columns": )" + columns +
+           R"(, "events": [{"id": 1, "step": 1, "kind": "note", "message": "m", "created_at": "2026-12-01T00:00:00Z",
+           "fields": "{}"}], "next_from_step": 3, "next_after_event": 1, "next_from_layer_step": 0, "more": false,
+           "counts": {"scalars": 4, "events": 1, "layer_stats": 0}})";
+}
+std::string column_json(const EncodedScalarColumn& e)
+{
+    return R"({"tag": ")" + e.tag + R"(", "first_step": )" + std::to_string(e.first_step) + R"(, "count": )" +
+           std::to_string(e.count) + R"(, "step_deltas": ")" + e.step_deltas + R"(", "values": ")" + e.values + R"("})";
+}
 
 } // namespace
 
@@ -457,11 +543,36 @@ private slots:
         QTRY_COMPARE(window.monitorPage()->history().steps().size(), size_t(3));
         QCOMPARE(window.monitorPage()->history().steps().back().train_loss, 2.0 / 3.0);
         QCOMPARE(window.monitorPage()->history().evals().size(), size_t(1));
+        // The status bar's run readout shows the followed run, as it shows one that trains here.
+        QTRY_COMPARE(window.statusWidget()->etaText(), QString("done"));
+        QCOMPARE(window.statusWidget()->step(), qint64(3));
+        QCOMPARE(window.statusWidget()->findChild<QProgressBar*>("runProgress")->format(), QString("step 3 / 3"));
         QVERIFY(!window.sendRemoteCommand("pause")); // the seeded run has finished
         QCOMPARE(window.lastError(), QString("No remote run is training"));
         window.disconnectRemote();
         QTRY_COMPARE(window.runsPage()->model()->rowCount(), 0);
         QVERIFY(label->isHidden());
+    }
+
+    // Runs ▸ Show in Monitor on a local store: the status bar's readout follows that run too.
+    void showInMonitorDrivesTheStatusBar()
+    {
+        const QString db = path("shown.sqlite");
+        write_store(db.toStdString());
+        MainWindow window(db);
+        QTRY_VERIFY(window.runsPage()->refresh() && window.runsPage()->model()->rowCount() == 1);
+        QCOMPARE(window.statusWidget()->step(), qint64(0));
+        window.runsPage()->selectRuns({1});
+        QVERIFY(window.runsPage()->showSelectedInMonitor());
+        QCOMPARE(window.monitorFeed()->followedRun(), int64_t(1));
+        QTRY_COMPARE(window.statusWidget()->etaText(), QString("done"));
+        QCOMPARE(window.statusWidget()->step(), qint64(3));
+        auto* progress = window.statusWidget()->findChild<QProgressBar*>("runProgress");
+        QCOMPARE(progress->format(), QString("step 3 / 3"));
+        QCOMPARE(progress->value(), 3);
+        QStringList labels;
+        for (const QLabel* l : window.statusWidget()->findChildren<QLabel*>()) labels << l->text();
+        QVERIFY2(labels.contains(QString("loss %1").arg(2.0 / 3.0, 0, 'f', 4)), qPrintable(labels.join(" | ")));
     }
 
     void connectDialogRemembersTokensPerHost()
@@ -631,6 +742,307 @@ private slots:
         QVERIFY(replica->row_counts(1).layer_stats >= 7 * 4);
         QCOMPARE(replica->row_counts(1).layer_stats, source->row_counts(1).layer_stats);
         QCOMPARE(replica->row_counts(1).max_layer_step, source->row_counts(1).max_layer_step);
+    }
+
+    // The codec alone: every double bit for bit (NaN payloads, infinities, subnormals, -0),
+    // steps with gaps, going down and at the ends of int64; base64 as RFC 4648 writes it.
+    void columnarCodecRoundTrips()
+    {
+        QCOMPARE(base64_encode(""), std::string(""));
+        QCOMPARE(base64_encode("f"), std::string("Zg=="));
+        QCOMPARE(base64_encode("fo"), std::string("Zm8="));
+        QCOMPARE(base64_encode("foo"), std::string("Zm9v"));
+        QCOMPARE(base64_encode("foob"), std::string("Zm9vYg=="));
+        QCOMPARE(base64_decode("Zm9vYmE=", "x"), std::string("fooba"));
+        ScalarColumn c;
+        c.tag = "train/loss";
+        std::vector<double> values = kSpecialValues;
+        values.push_back(std::bit_cast<double>(uint64_t(0xfff8000000000123))); // a negative NaN with a payload
+        values.push_back(std::bit_cast<double>(uint64_t(0x7ff0000000000001))); // a signalling NaN
+        const std::vector<int64_t> steps = {5, 6, 7, 1000, 1000000000000, 3, -4, INT64_MAX, INT64_MIN, 0, 64, 1, 65, 2};
+        QCOMPARE(steps.size(), values.size());
+        c.steps = steps;
+        c.values = values;
+        const EncodedScalarColumn e = encode_scalar_column(c);
+        QCOMPARE(e.first_step, int64_t(5));
+        QCOMPARE(e.count, int64_t(14));
+        QCOMPARE(e.values.size(), size_t((14 * 8 + 2) / 3 * 4));
+        const ScalarColumn d = decode_scalar_column(e);
+        QCOMPARE(d.tag, c.tag);
+        QCOMPARE(d.steps, steps);
+        for (size_t i = 0; i < values.size(); ++i) QCOMPARE(bits_of(d.values[i]), bits_of(values[i]));
+        // Consecutive steps cost one byte each; the values 8, little-endian.
+        ScalarColumn run{"lr", {10, 11, 12, 13}, {1.0, 2.0, 3.0, 4.0}};
+        const EncodedScalarColumn r = encode_scalar_column(run);
+        QCOMPARE(base64_decode(r.step_deltas, "x"), std::string("\x02\x02\x02"));
+        QCOMPARE(base64_decode(r.values, "x").substr(0, 8), std::string("\0\0\0\0\0\0\xf0\x3f", 8));
+        QCOMPARE(decode_scalar_column(r).steps, run.steps);
+    }
+
+    // A truncated or malformed column is a ColumnError naming the tag and the problem, never a
+    // crash or a column of another length; then random damage to good columns.
+    void columnarDecoderRejectsGarbage()
+    {
+        ScalarColumn c{"train/loss", {}, {}};
+        for (int64_t i = 0; i < 200; ++i) {
+            c.steps.push_back(1 + 3 * i + (i % 5 == 0 ? 1000 : 0) * i);
+            c.values.push_back(1.0 / double(1 + i));
+        }
+        const EncodedScalarColumn good = encode_scalar_column(c);
+        const auto message = [](EncodedScalarColumn e) -> QString {
+            try {
+                decode_scalar_column(e);
+            } catch (const ColumnError& x) {
+                return QString::fromStdString(x.what());
+            }
+            return "decoded";
+        };
+        EncodedScalarColumn e = good;
+        e.values = good.values.substr(0, good.values.size() - 4);
+        QCOMPARE(message(e), QString("scalar column 'train/loss': values hold 1599 bytes, not 8 for each of 200 rows"));
+        e = good;
+        e.values.pop_back();
+        QCOMPARE(message(e), QString("scalar column 'train/loss' values: base64 of 2135 characters, not a multiple of 4"));
+        e = good;
+        e.values[10] = '*';
+        QCOMPARE(message(e), QString("scalar column 'train/loss' values: '*' at character 10 is not base64"));
+        e = good;
+        e.count = 201;
+        QCOMPARE(message(e), QString("scalar column 'train/loss': values hold 1600 bytes, not 8 for each of 201 rows"));
+        e = good;
+        e.count = 0;
+        QCOMPARE(message(e), QString("scalar column 'train/loss': count 0 (a column has at least one row)"));
+        e = good;
+        e.count = -3;
+        QCOMPARE(message(e), QString("scalar column 'train/loss': count -3 (a column has at least one row)"));
+        e = good;
+        e.step_deltas = base64_encode(base64_decode(good.step_deltas, "x").substr(0, 150));
+        QVERIFY2(message(e).startsWith("scalar column 'train/loss': step deltas end after "), qPrintable(message(e)));
+        e = good;
+        e.step_deltas = base64_encode(base64_decode(good.step_deltas, "x") + "\x01");
+        QCOMPARE(message(e), QString("scalar column 'train/loss': 1 bytes after the last of 199 step deltas"));
+        e = good;
+        e.step_deltas = base64_encode(std::string(11, '\xff'));
+        QCOMPARE(message(e), QString("scalar column 'train/loss': step delta 1 has more than 64 bits"));
+        // Random damage: each result is an error or exactly `count` rows.
+        QRandomGenerator rng(1919);
+        int errors = 0;
+        for (int i = 0; i < 20000; ++i) {
+            e = good;
+            std::string& field = rng.bounded(2) ? e.values : e.step_deltas;
+            const int edits = 1 + int(rng.bounded(3));
+            for (int k = 0; k < edits && !field.empty(); ++k) {
+                const auto at = rng.bounded(quint32(field.size()));
+                switch (rng.bounded(3)) {
+                case 0: field[at] = char(rng.bounded(256)); break;
+                case 1: field.erase(at, 1 + rng.bounded(8)); break;
+                default: field.resize(at);
+                }
+            }
+            if (rng.bounded(8) == 0) e.count = int64_t(rng.bounded(400)) - 100;
+            try {
+                const ScalarColumn d = decode_scalar_column(e);
+                QCOMPARE(int64_t(d.steps.size()), e.count);
+                QCOMPARE(d.values.size(), d.steps.size());
+            } catch (const ColumnError&) {
+                ++errors;
+            }
+        }
+        QVERIFY2(errors > 15000, qPrintable(QString::number(errors)));
+    }
+
+    // The window's mirror asks for columnar pages and copies every row bit for bit, over
+    // several pages; stopped half-way and started again on the same replica it resumes from
+    // its marks, and ends with exactly the server's rows, none twice, none lost.
+    void columnarPagesMirrorEveryRow()
+    {
+        const QString db = path("columns.sqlite");
+        write_columnar_store(db.toStdString());
+        StoreServer server(in_process(db.toStdString()));
+        httplib::Client client("127.0.0.1", server.port());
+        // The server says it offers the encoding; an unknown one is a 400.
+        auto r = client.Get("/v1/runs", auth());
+        QCOMPARE(json_of(r->body)["row_encodings"].toArray(), QJsonArray({"json", "columnar"}));
+        r = client.Get("/v1/runs/1/rows?encoding=binary", auth());
+        QCOMPARE(r->status, 400);
+        QCOMPARE(json_of(r->body)["error"].toString(), QString("parameter 'encoding' must be 'json' or 'columnar'"));
+        // One page by hand: the columns hold what the JSON rows hold, the same cut and marks.
+        const auto json_page = json_of(client.Get("/v1/runs/1/rows?limit=10000&from_step=20000", auth())->body);
+        const auto page =
+            json_of(client.Get("/v1/runs/1/rows?limit=10000&from_step=20000&encoding=columnar", auth())->body);
+        QVERIFY(!page.contains("scalars"));
+        QCOMPARE(page["next_from_step"], json_page["next_from_step"]);
+        QCOMPARE(page["more"], json_page["more"]);
+        QCOMPARE(page["counts"], json_page["counts"]);
+        const QJsonArray columns = page["scalar_columns"].toArray();
+        QStringList tags;
+        qsizetype rows = 0;
+        for (const auto& v : columns) {
+            const QJsonObject o = v.toObject();
+            tags << o["tag"].toString();
+            rows += o["count"].toInteger();
+        }
+        QCOMPARE(tags, QStringList({"lr", "train/loss", "val/loss"}));
+        QCOMPARE(rows, json_page["scalars"].toArray().size());
+        const QJsonObject loss = columns[1].toObject();
+        const ScalarColumn decoded =
+            decode_scalar_column({"train/loss", loss["first_step"].toInteger(), loss["count"].toInteger(),
+                                  loss["step_deltas"].toString().toStdString(), loss["values"].toString().toStdString()});
+        QCOMPARE(decoded.steps.front(), int64_t(20000));
+        QCOMPARE(decoded.steps.back(), int64_t(25000));
+        QCOMPARE(decoded.steps.size(), size_t(5001 - 5001 / 7));
+        // Bit for bit the source's rows, NaN (the store's NULL), infinities and subnormals among them.
+        Series expected;
+        for (const auto& point : RunStore::open_read_only(db.toStdString())->series(1, "train/loss"))
+            if (point.first >= 20000) expected.push_back(point);
+        QCOMPARE(decoded.steps.size(), expected.size());
+        std::set<int> classes;
+        for (size_t i = 0; i < expected.size(); ++i) {
+            QCOMPARE(decoded.steps[i], expected[i].first);
+            if (std::isnan(expected[i].second)) QVERIFY(std::isnan(decoded.values[i]));
+            else QCOMPARE(bits_of(decoded.values[i]), bits_of(expected[i].second));
+            classes.insert(std::fpclassify(decoded.values[i]) * (std::signbit(decoded.values[i]) ? -1 : 1));
+        }
+        for (int c : {FP_NAN, FP_INFINITE, -FP_INFINITE, FP_SUBNORMAL, -FP_SUBNORMAL, FP_ZERO})
+            QVERIFY2(classes.count(c), qPrintable(QString::number(c)));
+
+        // The mirror: stopped after its first page, then again from its replica.
+        const QString replica = path("columns-replica.sqlite");
+        const QUrl url(QString("http://127.0.0.1:%1").arg(server.port()));
+        {
+            RemoteMirror first(url, QString::fromStdString(kToken), replica);
+            bool stopped = false;
+            connect(&first, &RemoteMirror::rowsArrived, this, [&] {
+                if (!stopped) first.stop();
+                stopped = true;
+            });
+            first.start();
+            QVERIFY(QTest::qWaitFor([&] { return stopped; }, 30000));
+            QVERIFY(first.usesColumnarPages());
+        }
+        const auto half = RunStore::open_read_only(replica.toStdString())->row_counts(1);
+        const int64_t all = RunStore::open_read_only(db.toStdString())->row_counts(1).scalars;
+        QVERIFY2(half.scalars >= 10000 && half.scalars < all, qPrintable(QString::number(half.scalars)));
+        RemoteMirror mirror(url, QString::fromStdString(kToken), replica);
+        mirror.start();
+        QVERIFY2(wait_complete(mirror, db), qPrintable(compare_stores(db, replica)));
+        QVERIFY(mirror.usesColumnarPages());
+        QVERIFY(mirror.runComplete(1));
+        QVERIFY2(compare_scalar_bits(db, replica, 1).isEmpty(), qPrintable(compare_scalar_bits(db, replica, 1)));
+        const auto source = RunStore::open_read_only(db.toStdString());
+        const auto copy = RunStore::open_read_only(replica.toStdString());
+        QCOMPARE(copy->row_counts(1).scalars, source->row_counts(1).scalars);
+        QCOMPARE(copy->series(1, "train/loss").size(), size_t(25000 - 25000 / 7));
+        QCOMPARE(copy->series(1, "val/loss").size(), size_t(5));
+        const auto nulls = [](const QString& store) {
+            int n = 0;
+            for (const auto& row : all_scalars(store, 1)) n += std::isnan(row.value);
+            return n;
+        };
+        QCOMPARE(nulls(replica), nulls(db));
+        // train/loss at steps 1, 1201, ..., 24001 less 2401, 10801, 19201 (7 divides them); val/loss at 77.
+        QCOMPARE(nulls(replica), 19);
+    }
+
+    // A server whose page holds a column that cannot be decoded: the mirror says so in its
+    // state and writes nothing of that page (not even its good column or its event); when the
+    // server sends a good page, the copy completes.
+    void malformedColumnarPageWritesNothing()
+    {
+        const ScalarColumn lr{"lr", {1, 2, 3}, {0.1, 0.2, 0.3}};
+        const ScalarColumn loss{"train/loss", {3}, {INFINITY}};
+        EncodedScalarColumn broken = encode_scalar_column(loss);
+        broken.values = broken.values.substr(0, 8); // cut short: 6 of the 8 bytes
+        std::atomic<bool> repaired{false};
+        std::atomic<int> pages{0};
+        httplib::Server fake;
+        fake.Get("/v1/runs", [](const httplib::Request&, httplib::Response& res) {
+            res.set_content(fake_runs_json(), "application/json");
+        });
+        fake.Get("/v1/runs/1/rows", [&](const httplib::Request& req, httplib::Response& res) {
+            ++pages;
+            const auto good = column_json(encode_scalar_column(lr));
+            const auto second = column_json(repaired ? encode_scalar_column(loss) : broken);
+            res.set_content(req.get_param_value("encoding") == "columnar" ? fake_page_json("[" + good + ", " + second + "]")
+                                                                          : std::string("{}"),
+                            "application/json");
+        });
+        const int port = fake.bind_to_any_port("127.0.0.1");
+        std::thread serving([&] { fake.listen_after_bind(); });
+        const QString replica = path("malformed-replica.sqlite");
+        {
+            RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(port)), QString::fromStdString(kToken), replica);
+            mirror.start();
+            QVERIFY(QTest::qWaitFor([&] { return mirror.state() == RemoteMirror::State::Reconnecting; }, 30000));
+            QCOMPARE(mirror.stateText().left(mirror.stateText().indexOf("; retrying")),
+                     QString("127.0.0.1:%1 lost: run 1: a malformed page: scalar column 'train/loss': values hold 6 "
+                             "bytes, not 8 for each of 1 rows")
+                         .arg(port));
+            {
+                const auto held = RunStore::open_read_only(replica.toStdString());
+                QCOMPARE(held->list_runs().size(), size_t(1)); // the run's record, from the run list
+                QCOMPARE(held->row_counts(1).scalars, int64_t(0));
+                QCOMPARE(held->row_counts(1).events, int64_t(0));
+            }
+            QVERIFY(!mirror.runComplete(1));
+            const int asked = pages;
+            repaired = true;
+            QVERIFY(QTest::qWaitFor([&] { return mirror.runComplete(1); }, 30000));
+            QVERIFY(pages > asked);
+            QCOMPARE(mirror.state(), RemoteMirror::State::Connected);
+            const auto held = RunStore::open_read_only(replica.toStdString());
+            QCOMPARE(held->row_counts(1).scalars, int64_t(4));
+            QCOMPARE(held->row_counts(1).events, int64_t(1));
+            QCOMPARE(held->series(1, "train/loss").size(), size_t(1));
+            QCOMPARE(held->series(1, "train/loss")[0].second, double(INFINITY));
+        }
+        fake.stop();
+        serving.join();
+    }
+
+    // A server from before the columnar encoding: its run list names no row_encodings, and its
+    // rows refuse the parameter (400, as any unknown one). The mirror asks in JSON and copies
+    // the rows, NaN and infinity included.
+    void mirrorOfAnOlderServerAsksForJsonRows()
+    {
+        std::string runs = fake_runs_json();
+        const std::string offer = R"("row_encodings": ["json", "columnar"], )";
+        runs.erase(runs.find(offer), offer.size());
+        QVERIFY(!QString::fromStdString(runs).contains("row_encodings"));
+        std::atomic<int> refused{0};
+        httplib::Server old;
+        old.Get("/v1/runs",
+                [&](const httplib::Request&, httplib::Response& res) { res.set_content(runs, "application/json"); });
+        old.Get("/v1/runs/1/rows", [&](const httplib::Request& req, httplib::Response& res) {
+            if (req.has_param("encoding")) {
+                ++refused;
+                res.status = 400;
+                res.set_content(R"({"error": "unknown parameter 'encoding'"})", "application/json");
+                return;
+            }
+            res.set_content(R"({"run": 1, "status": "finished", "scalars": [[1, "lr", 0.1], [2, "lr", 0.2], [3, "lr", 0.3],
+                [3, "train/loss", "inf"], [3, "val/loss", "nan"]], "events": [], "next_from_step": 3, "next_after_event": 0,
+                "more": false, "counts": {"scalars": 5, "events": 0}})",
+                            "application/json");
+        });
+        const int port = old.bind_to_any_port("127.0.0.1");
+        std::thread serving([&] { old.listen_after_bind(); });
+        const QString replica = path("older-replica.sqlite");
+        {
+            RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(port)), QString::fromStdString(kToken), replica);
+            mirror.start();
+            QVERIFY(QTest::qWaitFor([&] { return mirror.runComplete(1); }, 30000));
+            QVERIFY(!mirror.usesColumnarPages());
+        }
+        old.stop();
+        serving.join();
+        QCOMPARE(refused.load(), 0);
+        const auto rows = all_scalars(replica, 1);
+        QCOMPARE(rows.size(), size_t(5));
+        QCOMPARE(rows[2].value, 0.3);
+        QCOMPARE(rows[3].tag, std::string("train/loss"));
+        QCOMPARE(rows[3].value, double(INFINITY));
+        QVERIFY(std::isnan(rows[4].value));
     }
 
     // With --allow-control a stop ends the run early and the store says who asked.

@@ -152,6 +152,7 @@ void RunFollower::openRun(const RunInfo& info)
         // The config as the run stored it, read as Compare reads it.
         const ProjectConfig config = load_run_config(info.config_json);
         run_.tokensPerStep = config.training.batch_size * config.model.context_length * config.training.grad_accum;
+        run_.totalSteps = config.training.steps;
         run_.layers = gemm_layer_names(config.model.n_layer);
         run_.initialLayerStates = LiveLayers::from_project(config);
     } catch (const std::exception&) {

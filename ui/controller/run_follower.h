@@ -43,6 +43,7 @@ struct FollowedRun {
     QString name;
     RunStatus status = RunStatus::Running;
     int64_t tokensPerStep = 0;         // 0 when the stored config cannot be read
+    int64_t totalSteps = 0;            // training.steps of the stored config; 0 when it cannot be read
     std::vector<std::string> layers;   // GEMM layers in forward order, from the stored config
     std::vector<LayerState> initialLayerStates;
 };

@@ -15,6 +15,7 @@
 
 #include "run_event.h"
 #include "run_store.h"
+#include "scalar_columns.h"
 
 namespace mantissa {
 
@@ -25,6 +26,9 @@ constexpr int kLongPollMs = 1000;
 constexpr int kMaxBackoffMs = 5000;
 constexpr qint64 kRateWindowMs = 3000;
 constexpr int kMaxResyncs = 3;
+// Pages fetched ahead of the replica's writes at most: memory stays bounded when the network
+// is faster than the disk.
+constexpr size_t kPagesAhead = 2;
 
 double decode_value(const QJsonValue& v)
 {
@@ -40,10 +44,35 @@ qint64 integer(const QJsonValue& v) { return static_cast<qint64>(v.toDouble()); 
 
 bool running(const QString& status) { return status == "running"; }
 
+// A page's scalar_columns (encoding=columnar, docs/REMOTE.md) as rows; throws ColumnError when
+// one cannot be decoded, before anything of the page is written.
+std::vector<ScalarRow> decode_columns(const QJsonValue& columns)
+{
+    if (!columns.isArray()) throw ColumnError("'scalar_columns' is not an array");
+    std::vector<ScalarRow> rows;
+    for (const auto& v : columns.toArray()) {
+        const QJsonObject o = v.toObject();
+        for (const char* key : {"tag", "step_deltas", "values"})
+            if (!o.value(key).isString()) throw ColumnError(std::string("a scalar column without a string '") + key + "'");
+        for (const char* key : {"first_step", "count"})
+            if (!o.value(key).isDouble()) throw ColumnError(std::string("a scalar column without a number '") + key + "'");
+        EncodedScalarColumn e;
+        e.tag = text(o, "tag");
+        e.first_step = o.value("first_step").toInteger();
+        e.count = o.value("count").toInteger();
+        e.step_deltas = o.value("step_deltas").toString().toStdString();
+        e.values = o.value("values").toString().toStdString();
+        const ScalarColumn c = decode_scalar_column(e);
+        rows.reserve(rows.size() + c.steps.size());
+        for (size_t i = 0; i < c.steps.size(); ++i) rows.push_back({c.steps[i], c.tag, c.values[i]});
+    }
+    return rows;
+}
+
 } // namespace
 
 RemoteMirror::RemoteMirror(const QUrl& server, const QString& token, const QString& replicaPath, QObject* parent)
-    : QObject(parent), server_(server), token_(token), replicaPath_(replicaPath)
+    : QObject(parent), server_(server), token_(token), replicaPath_(replicaPath), writer_(this)
 {
     net_ = new QNetworkAccessManager(this);
     retry_ = new QTimer(this);
@@ -74,16 +103,23 @@ void RemoteMirror::start()
     requestRuns();
 }
 
+void RemoteMirror::dropInFlight()
+{
+    if (!inFlight_) return;
+    QNetworkReply* r = inFlight_;
+    inFlight_ = nullptr;
+    r->disconnect(this);
+    r->abort();
+    r->deleteLater();
+}
+
 void RemoteMirror::stop()
 {
     retry_->stop();
-    if (inFlight_) {
-        QNetworkReply* r = inFlight_;
-        inFlight_ = nullptr;
-        r->disconnect(this);
-        r->abort();
-        r->deleteLater();
-    }
+    dropInFlight();
+    writer_.stop(); // the page under way is written; those queued are dropped
+    ++generation_;  // and what their writes would still report, ignored
+    nextPageHeld_ = false;
     replica_.reset(); // releases the claims of remote running runs: they read as interrupted
     if (state_ != State::Stopped) setState(State::Stopped, tr("disconnected"));
 }
@@ -229,7 +265,10 @@ void RemoteMirror::onRuns(QNetworkReply* reply)
 {
     QByteArray body;
     if (!take(reply, body) || !replica_) return;
-    const QJsonArray runs = QJsonDocument::fromJson(body).object().value("runs").toArray();
+    const QJsonObject answer = QJsonDocument::fromJson(body).object();
+    const QJsonArray runs = answer.value("runs").toArray();
+    // A server from before the columnar encoding lists none and gets JSON rows.
+    columnar_ = answer.value("row_encodings").toArray().contains(QJsonValue("columnar"));
     std::set<qint64> seen;
     bool changed = false;
     queue_.clear();
@@ -294,6 +333,7 @@ void RemoteMirror::onRuns(QNetworkReply* reply)
 
 void RemoteMirror::requestNextRows()
 {
+    if (!replica_) return; // stopped, e.g. by a listener of rowsArrived
     if (queue_.empty()) {
         caughtUp_ = true;
         caughtUpAtMs_ = clock_.elapsed();
@@ -310,13 +350,14 @@ void RemoteMirror::requestNextRows()
     const Cursor& cur = cursors_[runId];
     const int waitMs = cur.running ? kLongPollMs : 0;
     QNetworkReply* reply =
-        get(QString("/v1/runs/%1/rows?from_step=%2&after_event=%3&from_layer_step=%4&limit=%5&wait_ms=%6")
+        get(QString("/v1/runs/%1/rows?from_step=%2&after_event=%3&from_layer_step=%4&limit=%5&wait_ms=%6%7")
                 .arg(runId)
                 .arg(cur.fromStep)
                 .arg(cur.afterEvent)
                 .arg(cur.fromLayerStep)
                 .arg(kRowsPerPage)
-                .arg(waitMs),
+                .arg(waitMs)
+                .arg(columnar_ ? "&encoding=columnar" : ""),
             waitMs);
     connect(reply, &QNetworkReply::finished, this, [this, reply, runId] { onRows(reply, runId); });
 }
@@ -325,12 +366,28 @@ void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
 {
     QByteArray body;
     if (!take(reply, body) || !replica_) return;
-    const QJsonObject page = QJsonDocument::fromJson(body).object();
+    QJsonParseError parseError;
+    const QJsonObject page = QJsonDocument::fromJson(body, &parseError).object();
     Cursor& cur = cursors_[runId];
     std::vector<ScalarRow> scalars;
-    for (const auto& v : page.value("scalars").toArray()) {
-        const QJsonArray a = v.toArray();
-        scalars.push_back({integer(a.at(0)), a.at(1).toString().toStdString(), decode_value(a.at(2))});
+    try {
+        // A page that is not whole would move the marks back to 0, or write half of it.
+        if (parseError.error != QJsonParseError::NoError)
+            throw ColumnError("not JSON (" + parseError.errorString().toStdString() + " at byte " +
+                              std::to_string(parseError.offset) + ")");
+        if (!page.value("next_from_step").isDouble() || !page.value("next_after_event").isDouble())
+            throw ColumnError("no 'next_from_step' or 'next_after_event'");
+        if (page.contains("scalar_columns")) {
+            scalars = decode_columns(page.value("scalar_columns"));
+        } else {
+            for (const auto& v : page.value("scalars").toArray()) {
+                const QJsonArray a = v.toArray();
+                scalars.push_back({integer(a.at(0)), a.at(1).toString().toStdString(), decode_value(a.at(2))});
+            }
+        }
+    } catch (const ColumnError& e) {
+        retryLater(tr("run %1: a malformed page: %2").arg(runId).arg(QString::fromStdString(e.what())));
+        return;
     }
     std::vector<std::pair<int64_t, TensorStats>> layerStats;
     for (const auto& v : page.value("layer_stats").toArray()) {
@@ -368,42 +425,69 @@ void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
         if (events.back().kind == event_kind_name(EventKind::ResumedFromCheckpoint))
             rewindTo = rewindTo < 0 ? events.back().step : std::min<qint64>(rewindTo, events.back().step);
     }
+    cur.fromStep = integer(page.value("next_from_step"));
+    cur.afterEvent = integer(page.value("next_after_event"));
+    // A server before layer statistics were mirrored leaves the mark where it is.
+    if (page.contains("next_from_layer_step")) cur.fromLayerStep = integer(page.value("next_from_layer_step"));
+    if (rewindTo >= 0 && rewindTo < cur.fromStep) cur.fromStep = rewindTo;
+    if (rewindTo >= 0 && rewindTo < cur.fromLayerStep) cur.fromLayerStep = rewindTo;
+    const bool more = page.value("more").toBool();
+    if (more) {
+        // The next page is asked for before this one is written: the server reads it while
+        // the replica writes (Qt's HTTP has its own thread, the writes too). The marks move
+        // on now; if a write fails, the mirror stops, and a new start takes its marks from
+        // what the replica holds.
+        queue_.push_front(runId);
+        if (writer_.pending() < kPagesAhead) requestNextRows();
+        else nextPageHeld_ = true; // asked for when a write is done
+    }
+    const bool hasRows = !scalars.empty() || !events.empty() || !layerStats.empty();
+    const bool ended = !running(page.value("status").toString());
+    const QJsonValue counts = page.value("counts");
+    const int generation = generation_;
+    writer_.write(*replica_, {runId, std::move(scalars), std::move(events), std::move(layerStats)},
+                  [this, generation, runId, hasRows, more, ended, counts](const std::string& error) {
+                      if (generation != generation_ || !replica_) return; // stopped meanwhile
+                      if (!error.empty()) {
+                          dropInFlight();
+                          setState(State::Refused, tr("the replica %1 cannot be written: %2")
+                                                       .arg(replicaPath_, QString::fromStdString(error)));
+                          return;
+                      }
+                      if (hasRows) emit rowsArrived(runId);
+                      if (generation != generation_ || !replica_) return; // a listener stopped it
+                      if (more) { // the next page is on its way already, unless the writer was behind
+                          if (nextPageHeld_ && !inFlight_) requestNextRows();
+                          nextPageHeld_ = false;
+                          return;
+                      }
+                      if (ended && counts.isObject()) checkCounts(runId, counts.toObject());
+                      if (!inFlight_) requestNextRows();
+                  });
+}
+
+void RemoteMirror::checkCounts(qint64 runId, const QJsonObject& counts)
+{
+    // Every earlier page of the run is written (the writer keeps their order).
+    Cursor& cur = cursors_[runId];
     try {
-        if (!scalars.empty() || !events.empty() || !layerStats.empty())
-            replica_->put_mirrored_rows(runId, scalars, events, layerStats);
-        cur.fromStep = integer(page.value("next_from_step"));
-        cur.afterEvent = integer(page.value("next_after_event"));
-        // A server before layer statistics were mirrored leaves the mark where it is.
-        if (page.contains("next_from_layer_step")) cur.fromLayerStep = integer(page.value("next_from_layer_step"));
-        if (rewindTo >= 0 && rewindTo < cur.fromStep) cur.fromStep = rewindTo;
-        if (rewindTo >= 0 && rewindTo < cur.fromLayerStep) cur.fromLayerStep = rewindTo;
-        const bool more = page.value("more").toBool();
-        const bool ended = !running(page.value("status").toString());
-        if (more) {
+        const RunRowCounts mine = replica_->row_counts(runId);
+        const bool layersMatch =
+            !counts.contains("layer_stats") || mine.layer_stats == integer(counts.value("layer_stats"));
+        if (mine.scalars == integer(counts.value("scalars")) && mine.events == integer(counts.value("events")) &&
+            layersMatch) {
+            cur.complete = true;
+        } else if (++cur.resyncs <= kMaxResyncs) {
+            // The source was rewritten under the replica (a run started over): copy it again.
+            replica_->clear_run_records(runId);
+            cur.fromStep = 0;
+            cur.afterEvent = 0;
+            cur.fromLayerStep = 0;
             queue_.push_front(runId);
-        } else if (ended && page.contains("counts")) {
-            const QJsonObject counts = page.value("counts").toObject();
-            const RunRowCounts mine = replica_->row_counts(runId);
-            const bool layersMatch =
-                !counts.contains("layer_stats") || mine.layer_stats == integer(counts.value("layer_stats"));
-            if (mine.scalars == integer(counts.value("scalars")) && mine.events == integer(counts.value("events")) &&
-                layersMatch) {
-                cur.complete = true;
-            } else if (++cur.resyncs <= kMaxResyncs) {
-                // The source was rewritten under the replica (a run started over): copy it again.
-                replica_->clear_run_records(runId);
-                cur.fromStep = 0;
-                cur.afterEvent = 0;
-                cur.fromLayerStep = 0;
-                queue_.push_front(runId);
-            }
         }
     } catch (const StoreError& e) {
         setState(State::Refused, tr("the replica %1 cannot be written: %2").arg(replicaPath_, e.what()));
-        return;
     }
-    if (!scalars.empty() || !events.empty() || !layerStats.empty()) emit rowsArrived(runId);
-    requestNextRows();
 }
 
 } // namespace mantissa

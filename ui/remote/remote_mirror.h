@@ -8,8 +8,9 @@
 // keep their source keys) and nothing is lost. A live run is long-polled: its rows arrive
 // within about a second of their commit on the server.
 //
-// Runs in the GUI thread; the network is asynchronous and the replica writes are small
-// transactions, one per page of rows.
+// Runs in the GUI thread; the network is asynchronous, and the replica's row writes (one
+// transaction per page) run in order on a thread of their own (ReplicaWriter) while the next
+// page is fetched.
 
 #include <QElapsedTimer>
 #include <QObject>
@@ -21,7 +22,10 @@
 #include <map>
 #include <memory>
 
+#include "remote/replica_writer.h"
+
 class QNetworkAccessManager;
+class QJsonObject;
 class QNetworkReply;
 class QTimer;
 
@@ -60,6 +64,8 @@ public:
     // Every remote run is in the replica as the server last reported it, rows complete.
     bool caughtUp() const;
     int reconnects() const { return reconnects_; }
+    // The server offers encoding=columnar and the rows come in it (docs/REMOTE.md).
+    bool usesColumnarPages() const { return columnar_; }
     // The replica holds every row of this run, which has ended on the server (its counts
     // matched). False for a running run, and for an ended one still being copied.
     bool runComplete(qint64 runId) const;
@@ -99,6 +105,10 @@ private:
     void retryLater(const QString& why);
     QNetworkReply* get(const QString& pathAndQuery, int waitMs);
     void countBytes(qint64 bytes);
+    void dropInFlight(); // aborts the request in flight, whose answer is then never handled
+    // A run that has ended and whose last page is written: complete when the server's counts
+    // are the replica's, else copied again (at most kMaxResyncs times).
+    void checkCounts(qint64 runId, const QJsonObject& counts);
 
     QUrl server_;
     QString token_;
@@ -119,6 +129,10 @@ private:
     qint64 caughtUpAtMs_ = -1;
     bool caughtUp_ = false;
     QNetworkReply* inFlight_ = nullptr;
+    bool columnar_ = false; // the server offers encoding=columnar (its run list says so)
+    ReplicaWriter writer_; // the replica's row writes, off the GUI thread
+    int generation_ = 0;   // counts stop()s: a write's outcome from before one is ignored
+    bool nextPageHeld_ = false; // the next page waits until the writer has caught up
 };
 
 } // namespace mantissa

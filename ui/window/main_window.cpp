@@ -102,6 +102,7 @@ MainWindow::MainWindow(const QString& storePath, QWidget* parent)
     remoteStatus_ = new RemoteStatusLabel(this);
     statusBar()->addPermanentWidget(remoteStatus_);
     feed_ = new MonitorFeed(monitorPage_, store_, this);
+    feed_->setStatusWidget(statusWidget_);
     connect(feed_, &MonitorFeed::message, this, [this](const QString& text) { statusBar()->showMessage(text, 8000); });
     connect(feed_, &MonitorFeed::failed, this, &MainWindow::showError);
     connect(store_, &StoreConnection::runsChanged, feed_, &MonitorFeed::followNewest);

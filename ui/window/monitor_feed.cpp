@@ -8,6 +8,7 @@
 #include "pages/monitor_page.h"
 #include "remote/remote_mirror.h"
 #include "run_store.h"
+#include "window/run_status_widget.h"
 
 namespace mantissa {
 
@@ -16,7 +17,14 @@ MonitorFeed::MonitorFeed(MonitorPage* page, StoreConnection* store, QObject* par
 {
     connect(follower_, &RunFollower::opened, this, &MonitorFeed::onOpened);
     connect(follower_, &RunFollower::batchReady, page_, &MonitorPage::ingest);
-    connect(follower_, &RunFollower::ended, this, [this] { page_->renderNow(); });
+    // The follower is stopped while a run trains in the window: the readout is that run's then.
+    connect(follower_, &RunFollower::batchReady, this, [this](const TelemetryBatch& batch) {
+        if (status_) status_->update(batch);
+    });
+    connect(follower_, &RunFollower::ended, this, [this] {
+        page_->renderNow();
+        if (status_) status_->finish();
+    });
     connect(follower_, &RunFollower::failed, this, &MonitorFeed::failed);
 }
 
@@ -101,6 +109,7 @@ void MonitorFeed::onOpened(const FollowedRun& run)
 {
     page_->reset(run.tokensPerStep, run.layers);
     page_->setInitialLayerStates(run.initialLayerStates);
+    if (status_) status_->reset(run.totalSteps);
     // No training thread in this process to share the cores with when the run is remote.
     page_->setFrameBudget(mirror_ ? MonitorPage::kSpareCoreFrameBudget : MonitorPage::kSharedCoreFrameBudget);
     const QString where = mirror_ ? tr("the remote store") : QDir::toNativeSeparators(store_->path());

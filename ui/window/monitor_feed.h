@@ -15,6 +15,7 @@ namespace mantissa {
 
 class MonitorPage;
 class RemoteMirror;
+class RunStatusWidget;
 class RunFollower;
 class StoreConnection;
 struct FollowedRun;
@@ -36,6 +37,9 @@ public:
     void setRemote(RemoteMirror* mirror);
     // The store's runs changed: with a remote store, follow its newest running run.
     void followNewest();
+    // The status bar's run readout shows the followed run too (step, loss, val loss, speed;
+    // "done" once read to its end), as it shows a run that trains in the window.
+    void setStatusWidget(RunStatusWidget* widget) { status_ = widget; }
 
     RunFollower* follower() const { return follower_; }
     int64_t followedRun() const;
@@ -53,6 +57,7 @@ private:
     StoreConnection* store_;
     RunFollower* follower_;
     RemoteMirror* mirror_ = nullptr;
+    RunStatusWidget* status_ = nullptr;
     bool localTraining_ = false;
     bool userPicked_ = false; // a run chosen on the Runs page stays until the user or a local run changes it
 };
