@@ -84,17 +84,39 @@ def train(args, serve, clients, log_interval, sets=(), steps=None, monitor=None)
             cmd += ["--set", s]
         if serve:
             cmd += ["--serve", "127.0.0.1:0", "--requests-per-s", "1000"]
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, bufsize=1)
+        pin = None
+        if args.train_cpu is not None:
+            # The training thread (one thread) on its own core; the run's other threads (the
+            # server, the store's writer) and this script's clients on the others, as a GPU
+            # server's spare cores and other machines would hold them.
+            cmd += ["--set", "training.threads=1"]
+            pin = lambda: os.sched_setaffinity(0, {args.train_cpu})  # noqa: E731
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, bufsize=1, preexec_fn=pin)
+        pinned = set()
+
+        def pin_helpers():
+            if args.train_cpu is None:
+                return
+            others = os.sched_getaffinity(0)
+            for tid in os.listdir(f"/proc/{p.pid}/task") if os.path.isdir(f"/proc/{p.pid}/task") else []:
+                if int(tid) != p.pid and tid not in pinned:
+                    try:
+                        os.sched_setaffinity(int(tid), others)
+                        pinned.add(tid)
+                    except OSError:
+                        pass
         out, printed, started, viewer, listening = "", {}, [], None, False
         for line in p.stdout:
             out += line
             m = STEP_LINE_RE.match(line)
             if m:
                 printed[int(m.group(1))] = time.perf_counter()
+                pin_helpers()
             if serve and not listening:
                 lm = LISTEN_RE.search(out)
                 if lm:
                     listening = True
+                    pin_helpers()
                     started = [Client(lm.group(1), lm.group(2)) for _ in range(clients)]
                     for c in started:
                         c.start()
@@ -179,7 +201,14 @@ def main():
     ap.add_argument("--steps12", type=int, default=40, help="steps of the 12-layer run (bytes per step)")
     ap.add_argument("--rows", type=int, default=1000000, help="rows of the run that 'open' opens")
     ap.add_argument("--only", default="overhead,bytes,pixel,open")
+    ap.add_argument("--train-cpu", type=int, default=None,
+                    help="pin the training process (one thread, its server included) to this CPU and this "
+                         "script's clients to the others")
     args = ap.parse_args()
+    if args.train_cpu is not None:
+        others = os.sched_getaffinity(0) - {args.train_cpu}
+        if others:
+            os.sched_setaffinity(0, others)
     only = set(args.only.split(","))
 
     if "overhead" in only:
