@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <optional>
 
 #include "cli_table.h"
 #include "run_session.h"
@@ -27,14 +28,15 @@ int cmd_show(RunStore& store, const std::string& run)
     std::printf("run %lld '%s'\nstatus: %s\nproject: %s\ncreated: %s\nfinished: %s\nsteps: %lld\n",
                 static_cast<long long>(info->id), info->name.c_str(), std::string(run_status_name(info->status)).c_str(), info->project_path.c_str(),
                 info->created_at.c_str(), info->finished_at.c_str(), static_cast<long long>(info->last_step));
-    double last_train = -1, last_val = -1;
+    // A diverged run's last loss is NaN, and says so ("nan").
+    std::optional<double> last_train, last_val;
     int64_t val_step = -1;
     for (const auto& s : store.scalars(info->id)) {
         if (s.tag == "train/loss") last_train = s.value;
         if (s.tag == "val/loss") { last_val = s.value; val_step = s.step; }
     }
-    if (last_train >= 0) std::printf("last train loss: %.4f\n", last_train);
-    if (last_val >= 0) std::printf("last val loss: %.4f (step %lld)\n", last_val, static_cast<long long>(val_step));
+    if (last_train) std::printf("last train loss: %.4f\n", *last_train);
+    if (last_val) std::printf("last val loss: %.4f (step %lld)\n", *last_val, static_cast<long long>(val_step));
     std::printf("events:\n");
     for (const auto& e : store.events(info->id))
         std::printf("  step %6lld  %-12s  %s\n", static_cast<long long>(e.step), e.kind.c_str(), e.message.c_str());

@@ -827,7 +827,7 @@ std::vector<ScalarRow> RunStore::scalars(int64_t run_id)
     Statement s(db_, "SELECT step, tag, value FROM scalars WHERE run_id=? ORDER BY step, tag");
     s.bind(1, run_id);
     std::vector<ScalarRow> rows;
-    while (s.step()) rows.push_back({s.int64(0), s.text(1), s.real(2)});
+    while (s.step()) rows.push_back({s.int64(0), s.text(1), s.real_or_nan(2)}); // NULL: a NaN stored
     return rows;
 }
 
@@ -867,37 +867,49 @@ std::vector<EventRow> RunStore::events(int64_t run_id)
     return rows;
 }
 
+namespace {
+
+// The layer_stats columns after run_id and step, as listed in kLayerStatsColumns.
+TensorStats read_tensor_stats(const Statement& s, int c)
+{
+    TensorStats t;
+    t.layer = s.text(c);
+    t.role = s.text(c + 1);
+    t.format = s.text(c + 2);
+    t.count = s.int64(c + 3);
+    t.zeros = s.int64(c + 4);
+    t.infs = s.int64(c + 5);
+    t.nans = s.int64(c + 6);
+    t.underflow = s.real_or_nan(c + 7);
+    t.subnormal = s.real_or_nan(c + 8);
+    t.overflow = s.real_or_nan(c + 9);
+    t.amax = s.real_or_nan(c + 10);
+    t.scale = s.real_or_nan(c + 11);
+    t.quant_mse = s.real_or_nan(c + 12);
+    t.quant_snr_db = s.real_or_nan(c + 13);
+    t.update_ratio = s.real_or_nan(c + 14);
+    t.first_exponent = static_cast<int>(s.int64(c + 15));
+    t.exponent_counts = s.int64_blob(c + 16);
+    return t;
+}
+
+constexpr const char* kLayerStatsColumns = "layer, role, format, count, zeros, infs, nans, underflow, subnormal, "
+                                           "overflow, amax, scale, quant_mse, quant_snr_db, update_ratio, "
+                                           "first_exponent, exponent_counts";
+
+} // namespace
+
 std::vector<std::pair<int64_t, TensorStats>> RunStore::layer_stats(int64_t run_id, const std::string& layer)
 {
     flush();
     if (schema_ < 2) return {}; // a read-only schema-1 store: no layer_stats table yet
     std::lock_guard lock(db_mutex_);
-    Statement s(db_, "SELECT step, layer, role, format, count, zeros, infs, nans, underflow, subnormal, overflow, amax, "
-                     "scale, quant_mse, quant_snr_db, update_ratio, first_exponent, exponent_counts FROM layer_stats "
-                     "WHERE run_id=? AND (?='' OR layer=?) ORDER BY step, layer, role");
+    const std::string sql = std::string("SELECT step, ") + kLayerStatsColumns +
+                            " FROM layer_stats WHERE run_id=? AND (?='' OR layer=?) ORDER BY step, layer, role";
+    Statement s(db_, sql.c_str());
     s.bind(1, run_id).bind(2, layer).bind(3, layer);
     std::vector<std::pair<int64_t, TensorStats>> rows;
-    while (s.step()) {
-        TensorStats t;
-        t.layer = s.text(1);
-        t.role = s.text(2);
-        t.format = s.text(3);
-        t.count = s.int64(4);
-        t.zeros = s.int64(5);
-        t.infs = s.int64(6);
-        t.nans = s.int64(7);
-        t.underflow = s.real(8);
-        t.subnormal = s.real(9);
-        t.overflow = s.real(10);
-        t.amax = s.real(11);
-        t.scale = s.real(12);
-        t.quant_mse = s.real(13);
-        t.quant_snr_db = s.real(14);
-        t.update_ratio = s.real(15);
-        t.first_exponent = static_cast<int>(s.int64(16));
-        t.exponent_counts = s.int64_blob(17);
-        rows.emplace_back(s.int64(0), std::move(t));
-    }
+    while (s.step()) rows.emplace_back(s.int64(0), read_tensor_stats(s, 1)); // NULL: a NaN stored
     return rows;
 }
 
@@ -1294,37 +1306,6 @@ ScalarPage RunStore::scalars_page(int64_t run_id, int64_t from_step, int64_t lim
     return page;
 }
 
-namespace {
-
-// The layer_stats columns after run_id and step, as listed in kLayerStatsColumns.
-TensorStats read_tensor_stats(const Statement& s, int c)
-{
-    TensorStats t;
-    t.layer = s.text(c);
-    t.role = s.text(c + 1);
-    t.format = s.text(c + 2);
-    t.count = s.int64(c + 3);
-    t.zeros = s.int64(c + 4);
-    t.infs = s.int64(c + 5);
-    t.nans = s.int64(c + 6);
-    t.underflow = s.real_or_nan(c + 7);
-    t.subnormal = s.real_or_nan(c + 8);
-    t.overflow = s.real_or_nan(c + 9);
-    t.amax = s.real_or_nan(c + 10);
-    t.scale = s.real_or_nan(c + 11);
-    t.quant_mse = s.real_or_nan(c + 12);
-    t.quant_snr_db = s.real_or_nan(c + 13);
-    t.update_ratio = s.real_or_nan(c + 14);
-    t.first_exponent = static_cast<int>(s.int64(c + 15));
-    t.exponent_counts = s.int64_blob(c + 16);
-    return t;
-}
-
-constexpr const char* kLayerStatsColumns = "layer, role, format, count, zeros, infs, nans, underflow, subnormal, "
-                                           "overflow, amax, scale, quant_mse, quant_snr_db, update_ratio, "
-                                           "first_exponent, exponent_counts";
-
-} // namespace
 
 LayerStatsPage RunStore::layer_stats_page(int64_t run_id, int64_t from_step, int64_t max_rows)
 {

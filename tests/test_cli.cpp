@@ -11,6 +11,7 @@
 #include <QProcess>
 #include <QTemporaryDir>
 
+#include <cmath>
 #include <csignal>
 
 #include <sqlite3.h>
@@ -143,6 +144,22 @@ private slots:
         const auto missing = run_cli({"show", "nosuchrun", "--db", db_});
         QCOMPARE(missing.exit_code, 2);
         QVERIFY(missing.err.contains("no run 'nosuchrun'"));
+    }
+
+    // A diverged run's last loss is NaN (stored as NULL): `show` says nan, not 0.0000.
+    void showSaysWhenTheLossDiverged()
+    {
+        const QString db = dir_.filePath("diverged.sqlite");
+        {
+            RunStore store(db.toStdString());
+            const int64_t id = store.create_run("diverged", "p.json", "{}");
+            store.append_scalar(id, 1, "train/loss", 3.0);
+            store.append_scalar(id, 2, "train/loss", std::nan(""));
+            store.finish_run(id, RunStatus::Failed);
+        }
+        const auto show = run_cli({"show", "diverged", "--db", db});
+        QCOMPARE(show.exit_code, 0);
+        QVERIFY2(show.out.contains("last train loss: nan"), qPrintable(show.out));
     }
 
     void badProjectIsRejectedBeforeAnyRun()

@@ -7,6 +7,7 @@
 #include <QCryptographicHash>
 #include <QTemporaryDir>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -82,6 +83,40 @@ QString store_error_of(F&& f)
 class TestStore : public QObject {
     Q_OBJECT
 private slots:
+    // A diverged run's NaN loss is stored as NULL (SQLite has no NaN); every reader must give
+    // NaN back, not 0.0, or `show` and the TensorBoard export report a diverged run as perfect.
+    void nanScalarsReadBackAsNan()
+    {
+        QTemporaryDir dir;
+        RunStore store(dir.filePath("runs.sqlite").toStdString());
+        const int64_t id = store.create_run("diverged", "p.json", "{}");
+        store.append_scalar(id, 1, "train/loss", 2.5);
+        store.append_scalar(id, 2, "train/loss", std::nan(""));
+        store.append_scalar(id, 3, "train/loss", -0.0);
+        const auto rows = store.scalars(id);
+        QCOMPARE(rows.size(), size_t(3));
+        QCOMPARE(rows[0].value, 2.5);
+        QVERIFY(std::isnan(rows[1].value));
+        QVERIFY(rows[2].value == 0.0);
+        const auto series = store.series(id, "train/loss");
+        QVERIFY(std::isnan(series[1].second));
+        // A tensor full of NaN: its amax and cast error are NaN, and so they read back.
+        TensorStats t;
+        t.layer = "blocks.0.mlp.fc1";
+        t.role = "input";
+        t.format = "e4m3";
+        t.count = 4;
+        t.nans = 4;
+        t.amax = std::nan("");
+        t.quant_snr_db = std::nan("");
+        store.append_layer_stats(id, 2, t);
+        const auto stats = store.layer_stats(id);
+        QCOMPARE(stats.size(), size_t(1));
+        QVERIFY(std::isnan(stats[0].second.amax));
+        QVERIFY(std::isnan(stats[0].second.quant_snr_db));
+        QCOMPARE(stats[0].second.nans, int64_t(4));
+    }
+
     void roundTripsRunsMetricsAndEvents()
     {
         QTemporaryDir dir;
