@@ -30,6 +30,7 @@
 #include "pages/monitor_page.h"
 #include "pages/runs_page.h"
 #include "window/monitor_feed.h"
+#include "models/project_document.h"
 #include "models/run_list_model.h"
 #include "controller/store_connection.h"
 #include "remote/connect_dialog.h"
@@ -573,6 +574,13 @@ private slots:
         QStringList labels;
         for (const QLabel* l : window.statusWidget()->findChildren<QLabel*>()) labels << l->text();
         QVERIFY2(labels.contains(QString("loss %1").arg(2.0 / 3.0, 0, 'f', 4)), qPrintable(labels.join(" | ")));
+        // Opening or editing a project does not rewrite the followed run's total.
+        ProjectConfig project;
+        project.training.steps = 500;
+        window.document()->setConfig(project);
+        QString error;
+        QVERIFY2(window.document()->setValue("training.steps", 700, &error), qPrintable(error));
+        QCOMPARE(progress->format(), QString("step 3 / 3"));
     }
 
     void connectDialogRemembersTokensPerHost()

@@ -130,7 +130,10 @@ MainWindow::MainWindow(const QString& storePath, QWidget* parent)
     connect(document_, &ProjectDocument::changed, this, [this] {
         updateTitle();
         updateActions();
-        if (!controller_->isRunning()) statusWidget_->setTotalSteps(document_->config().training.steps);
+        // The readout's total is the project's only while it shows no run: a followed run
+        // (Runs ▸ Show in Monitor, a remote run) keeps its own.
+        if (!controller_->isRunning() && feed_->followedRun() < 0)
+            statusWidget_->setTotalSteps(document_->config().training.steps);
     });
     connect(document_, &ProjectDocument::validationFailed, this,
             [this](const QString&, const QString& message) { statusBar()->showMessage(message, 8000); });
