@@ -106,7 +106,10 @@ private slots:
         QVERIFY(c.start(config_for(round, steps), QStringLiteral("controller-threads.json")));
         // A pause before the trainer exists is held by the job and applied once it does.
         if (end == Ending::StopRunning) c.pause();
-        QTRY_VERIFY_WITH_TIMEOUT(c.runId() > 0, kWaitMs);
+        // A run that ends before it starts (its job failed) says why at once instead of timing out:
+        // CI once hung here for 300 s without a word (2026-12-01, not reproduced in 60 runs).
+        QTRY_VERIFY_WITH_TIMEOUT(c.runId() > 0 || !c.isRunning(), kWaitMs);
+        QVERIFY2(c.runId() > 0, qPrintable(QStringLiteral("the run never started: ") + c.lastError()));
         if (end == Ending::StopRunning) {
             QTRY_VERIFY_WITH_TIMEOUT(got.count("paused") == 1, kWaitMs);
             c.resume();
