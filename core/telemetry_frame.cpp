@@ -71,7 +71,8 @@ enum Combine : int8_t { kSum = 0, kMax = 1, kMean = 2 };
 struct Layout {
     std::vector<torch::Tensor> parts; // 1-D float64 tensors on the model's device
     int64_t size = 0;
-    std::vector<int8_t> combine; // by element; host side, used only when ranks are reduced
+    bool combining = false;      // ranks are reduced: `combine` is kept (a host byte per value)
+    std::vector<int8_t> combine; // by element
 
     int64_t add(const torch::Tensor& t, Combine how)
     {
@@ -79,7 +80,7 @@ struct Layout {
         parts.push_back(flat);
         const int64_t at = size;
         size += flat.numel();
-        combine.insert(combine.end(), static_cast<size_t>(flat.numel()), how);
+        if (combining) combine.insert(combine.end(), static_cast<size_t>(flat.numel()), how);
         return at;
     }
     // A statistics row: counts and energies add up over the ranks' tensors, the amax is the
@@ -87,7 +88,7 @@ struct Layout {
     int64_t add_row(const torch::Tensor& row, bool same_on_every_rank)
     {
         const int64_t at = add(row, same_on_every_rank ? kMax : kSum);
-        combine[static_cast<size_t>(at + stats_row::kAmax)] = kMax;
+        if (combining) combine[static_cast<size_t>(at + stats_row::kAmax)] = kMax;
         return at;
     }
 };
@@ -129,6 +130,7 @@ std::shared_ptr<TelemetryStep::InFlight> TelemetryStep::launch(Gpt& model, int64
     // once, then fill the frame on the host.
     LayerGemm::finish_stats(model->gemm_layers());
     Layout layout;
+    layout.combining = ranks != nullptr;
     auto out = std::make_shared<InFlight>();
     out->step = step;
     auto& tensors = out->tensors;
@@ -161,7 +163,8 @@ std::shared_ptr<TelemetryStep::InFlight> TelemetryStep::launch(Gpt& model, int64
     }
     if (model->log_z_mean().defined()) {
         out->log_z = layout.add(torch::stack({model->log_z_mean(), model->log_z_max()}), kMax);
-        layout.combine[static_cast<size_t>(out->log_z)] = kMean; // every rank's mean over as many tokens
+        // Every rank's mean is over as many tokens: their mean is the mean over all of them.
+        if (layout.combining) layout.combine[static_cast<size_t>(out->log_z)] = kMean;
     }
     if (!layout.parts.empty()) {
         auto buffer = torch::cat(layout.parts);
