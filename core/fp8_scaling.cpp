@@ -19,6 +19,16 @@ float scale_from_amax(float amax, double fp8_max, int64_t margin, float previous
     return std::isinf(scale) ? kMax : scale; // amax below ~1.3e-36 (E4M3): TE clamps to FLT_MAX
 }
 
+void DelayedScaling::replay(const std::vector<float>& amaxes)
+{
+    const auto records = std::move(journal_);
+    journal_.clear();
+    journal_on_ = false;
+    restore(std::move(journal_history_), journal_scale_);
+    journal_history_.clear();
+    for (size_t i = 0; i < records.size(); ++i) record(amaxes[i], records[i].fp8_max, records[i].use_max, records[i].margin);
+}
+
 void DelayedScaling::record(float amax, double fp8_max, bool use_max, int64_t margin)
 {
     if (journal_on_) journal_.push_back({amax, fp8_max, use_max, margin});

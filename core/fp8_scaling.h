@@ -62,27 +62,33 @@ public:
         scale_ = scale;
     }
 
-    // Data parallel (trainer_data_parallel.cpp): while a journal is kept, record() also notes
-    // each amax with the rule it was recorded under, so that a step's records can be replayed
-    // from the state before the step with the amaxes reduced (MAX) across the ranks.
+    // Data parallel (trainer_data_parallel.cpp): from begin_journal() on, record() also notes
+    // each amax with the rule it was recorded under; replay() goes back to the state
+    // begin_journal() found and records the step again with `amaxes` (the MAX over the ranks,
+    // one per journal entry), ending the journal. DeviceDelayedScaling does the same on a device.
     struct Record {
         float amax;
         double fp8_max;
         bool use_max;
         int64_t margin;
     };
-    void keep_journal(bool on)
+    void begin_journal()
     {
-        journal_on_ = on;
+        journal_on_ = true;
         journal_.clear();
+        journal_history_ = history_;
+        journal_scale_ = scale_;
     }
     const std::vector<Record>& journal() const { return journal_; }
+    void replay(const std::vector<float>& amaxes);
 
 private:
     std::vector<float> history_;
     float scale_ = 1.0f;
     bool journal_on_ = false;
     std::vector<Record> journal_;
+    std::vector<float> journal_history_; // the state begin_journal() found
+    float journal_scale_ = 1.0f;
 };
 
 // Per-tensor scale from an amax: float(fp8_max / 2^margin) / amax in float32, FLT_MAX where

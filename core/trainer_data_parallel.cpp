@@ -108,7 +108,7 @@ void Trainer::Impl::dp_before_backward(int64_t micro)
 
 void Trainer::Impl::dp_fp8_begin_step()
 {
-    fp8_snapshots.clear();
+    fp8_journals.clear();
     device_fp8_journals.clear();
     if (!dp || !reduce_amax) return;
     for (const auto& g : model->gemm_layers()) {
@@ -122,8 +122,8 @@ void Trainer::Impl::dp_fp8_begin_step()
                 device_fp8_journals.push_back(&on_device);
             }
             auto& d = g->delayed(role);
-            fp8_snapshots.push_back({&d, d.history(), d.scale()});
-            d.keep_journal(true);
+            d.begin_journal();
+            fp8_journals.push_back(&d);
         }
     }
 }
@@ -145,24 +145,21 @@ double Trainer::Impl::dp_reduce_step(torch::Tensor& loss_sum, int& overlapped_bu
     // is replayed from the state before the step with the MAX of the ranks' amaxes, so the
     // histories and scales stay equal on every rank. Every rank recorded as often (the same
     // code ran), so the records line up.
-    if (!fp8_snapshots.empty()) {
+    if (!fp8_journals.empty()) {
         std::vector<float> amaxes;
-        for (const auto& snap : fp8_snapshots)
-            for (const auto& r : snap.state->journal()) amaxes.push_back(std::isnan(r.amax) ? kNanAmax : r.amax);
+        for (const auto* d : fp8_journals)
+            for (const auto& r : d->journal()) amaxes.push_back(std::isnan(r.amax) ? kNanAmax : r.amax);
         auto reduced = torch::tensor(amaxes, torch::kFloat32);
         if (!amaxes.empty()) group.allreduce_max(reduced);
         const float* a = reduced.data_ptr<float>();
-        for (auto& snap : fp8_snapshots) {
-            const auto records = snap.state->journal();
-            snap.state->keep_journal(false);
-            snap.state->restore(snap.history, snap.scale);
-            for (const auto& r : records) {
-                const float amax = *a == kNanAmax ? std::numeric_limits<float>::quiet_NaN() : *a;
-                ++a;
-                snap.state->record(amax, r.fp8_max, r.use_max, r.margin);
-            }
+        for (auto* d : fp8_journals) {
+            std::vector<float> mine(a, a + d->journal().size());
+            a += mine.size();
+            for (float& m : mine)
+                if (m == kNanAmax) m = std::numeric_limits<float>::quiet_NaN();
+            d->replay(mine);
         }
-        fp8_snapshots.clear();
+        fp8_journals.clear();
     }
 
     // The same for the device mirrors, without leaving the device: one MAX over the

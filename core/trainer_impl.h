@@ -51,14 +51,6 @@ struct StepOutcome {
     int overlapped_buckets = 0;     // data parallel: gradient buckets started during the backward
 };
 
-// Data parallel: one FP8 delayed-scaling state as it was before the step (its records of the
-// step are replayed from here with the amaxes reduced across the ranks).
-struct Fp8Snapshot {
-    DelayedScaling* state = nullptr;
-    std::vector<float> history;
-    float scale = 1.0f;
-};
-
 struct Trainer::Impl {
     ProjectConfig config;
     TokenSplits data;
@@ -79,7 +71,7 @@ struct Trainer::Impl {
     int threads = 1;
     LayerGradients gradients;
     std::shared_ptr<DataParallel> dp; // null: a single process
-    std::vector<Fp8Snapshot> fp8_snapshots;
+    std::vector<DelayedScaling*> fp8_journals;               // data parallel: this step's FP8 delayed states
     std::vector<DeviceDelayedScaling*> device_fp8_journals; // native FP8 on CUDA: the same, on the device
     std::unique_ptr<GradientBuckets> grad_buckets; // data parallel: the gradients' allreduce
     bool reduce_amax = true; // MANTISSA_DP_SKIP_AMAX_REDUCTION=1 turns it off (a test shows it matters)
