@@ -10,7 +10,9 @@
   every log line) to the moment a client holds that step's train/loss row;
 - step -> pixel latency, p50 and p99: from the CLI printing "step S" to the Monitor page of
   bench/remote_monitor (RemoteMirror + RunFollower + MonitorPage, offscreen) having drawn it;
-- opening a remote run of 1,000,000 rows: time until its whole loss curve is drawn.
+- opening a remote run of 1,000,000 rows: time until its whole loss curve is drawn, with the
+  mirror's pages offered to the Monitor as they arrive (as the window does) against the
+  Monitor reading the replica alone, in interleaved rounds (--rounds).
 
   .venv/bin/python bench/remote.py [--build build/dev] [--steps 600] [--interval 10] [--rounds 2]
                                    [--only overhead,bytes,pixel,open]
@@ -137,11 +139,15 @@ def train(args, serve, clients, log_interval, sets=(), steps=None, monitor=None)
         return float(m.group(1)), started, printed
 
 
-def start_monitor(args, mode, url, token, tmp, drawn):
+def start_monitor(args, mode, url, token, tmp, drawn, env_extra=None):
     """bench/remote_monitor in a thread; its "drawn STEP T" lines go to `drawn` as (step, T)."""
     exe = os.path.join(args.build, "bench", "remote_monitor")
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
-    proc = subprocess.Popen([exe, mode, url, token, os.path.join(tmp, "replica.sqlite")], stdout=subprocess.PIPE,
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", **(env_extra or {}))
+    replica = os.path.join(tmp, "replica.sqlite")
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(replica + suffix):
+            os.remove(replica + suffix)
+    proc = subprocess.Popen([exe, mode, url, token, replica], stdout=subprocess.PIPE,
                             text=True, bufsize=1, env=env)
 
     def read():
@@ -158,8 +164,13 @@ def start_monitor(args, mode, url, token, tmp, drawn):
     return t, proc
 
 
+OPEN_RE = re.compile(r"whole loss curve \((\d+) points\) drawn (\d+) ms .*written after (\d+) ms")
+
+
 def open_million(args):
-    """A finished remote run of 1M train/loss rows: time until the Monitor has drawn it all."""
+    """A finished remote run of 1M train/loss rows: time until the Monitor has drawn it all,
+    with the mirror's pages offered to the Monitor as they arrive (the window's way) and, in
+    interleaved rounds, with the Monitor reading the replica alone (REMOTE_MONITOR_NO_OFFER)."""
     exe = os.path.join(args.build, "bench", "remote_monitor")
     train_exe = os.path.join(args.build, "app", "mantissa-train")
     with tempfile.TemporaryDirectory() as tmp:
@@ -174,17 +185,32 @@ def open_million(args):
             lm = LISTEN_RE.search(out)
             if lm:
                 break
+        lines = []
+        drawn_ms = {"offered": [], "replica only": []}
         try:
-            drawn = []
-            t, proc = start_monitor(args, "open", lm.group(1), lm.group(2), tmp, drawn)
-            t.join(timeout=600)
-            if proc.poll() is None:
-                proc.terminate()
-                drawn.append("not drawn within 600 s")
-            return [d for d in drawn if isinstance(d, str)]
+            for _ in range(args.rounds):
+                for label, env in (("offered", None), ("replica only", {"REMOTE_MONITOR_NO_OFFER": "1"})):
+                    drawn = []
+                    t, proc = start_monitor(args, "open", lm.group(1), lm.group(2), tmp, drawn, env)
+                    t.join(timeout=600)
+                    if proc.poll() is None:
+                        proc.terminate()
+                        drawn.append("not drawn within 600 s")
+                    for d in drawn:
+                        if isinstance(d, str) and d != "done":
+                            lines.append(f"{label}: {d}")
+                            m = OPEN_RE.search(d)
+                            if m and int(m.group(1)) == args.rows:
+                                drawn_ms[label].append(int(m.group(2)))
         finally:
             server.terminate()
             server.wait()
+        if drawn_ms["offered"] and drawn_ms["replica only"]:
+            a, b = statistics.median(drawn_ms["offered"]), statistics.median(drawn_ms["replica only"])
+            lines.append(f"whole curve drawn, median of {args.rounds} interleaved rounds: pages offered {a:.0f} ms "
+                         f"{sorted(drawn_ms['offered'])}, replica only {b:.0f} ms {sorted(drawn_ms['replica only'])}: "
+                         f"{b / a:.2f}x")
+        return lines
 
 
 def percentile(values, q):

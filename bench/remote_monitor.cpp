@@ -9,6 +9,8 @@
 //                                             prints the time until its whole loss curve is drawn
 //   remote_monitor generate DB ROWS           writes a finished run of ROWS train/loss rows
 //
+// With $REMOTE_MONITOR_NO_OFFER set, the Monitor reads the run from the replica alone (the
+// mirror's fetched pages are not offered to the follower), as before 2026-12-01.
 // With $REMOTE_MONITOR_SCREENSHOT set, the page is saved there (PNG) at most once a second
 // while it draws, and at the end.
 
@@ -74,6 +76,10 @@ int main(int argc, char** argv)
     QObject::connect(&mirror, &RemoteMirror::rowsArrived, &follower, [&](qint64 id) {
         if (id == 1) follower.pollSoon();
     });
+    // As MonitorFeed does; $REMOTE_MONITOR_NO_OFFER: the Monitor reads the replica alone.
+    if (!qEnvironmentVariableIsSet("REMOTE_MONITOR_NO_OFFER"))
+        QObject::connect(&mirror, &RemoteMirror::scalarsFetched, &follower,
+                         [&](qint64 id, qint64 from, const ScalarPage& p) { follower.offerScalars(id, from, p); });
     // When the replica last received rows: after that, an open is the Monitor reading and drawing.
     double mirroredMs = -1;
     QObject::connect(&mirror, &RemoteMirror::rowsArrived, &page,
@@ -81,9 +87,17 @@ int main(int argc, char** argv)
     const QString screenshot = qEnvironmentVariable("REMOTE_MONITOR_SCREENSHOT");
     QElapsedTimer lastShot;
     double firstDrawMs = -1;
+    // When a frame first showed each newest step: at the end, the one of the run's last step
+    // is when the whole curve was drawn (steps are ingested in order).
+    qint64 newestDrawn = 0;
+    double newestDrawnMs = -1;
     QObject::connect(&page, &MonitorPage::frameRendered, &page, [&](qint64 step) {
         if (step <= 0) return;
         if (firstDrawMs < 0) firstDrawMs = double(clock.nsecsElapsed()) / 1e6;
+        if (step > newestDrawn) {
+            newestDrawn = step;
+            newestDrawnMs = double(clock.nsecsElapsed()) / 1e6;
+        }
         if (!open) std::printf("drawn %lld %.6f\n", static_cast<long long>(step), monotonic_s());
         std::fflush(stdout);
         if (!screenshot.isEmpty() && (!lastShot.isValid() || lastShot.elapsed() > 1000)) {
@@ -95,8 +109,9 @@ int main(int argc, char** argv)
         page.renderNow(); // the last state, whatever the frame rate skipped
         if (open)
             std::printf("first frame %.0f ms, whole loss curve (%zu points) drawn %.0f ms after connecting "
-                        "(the replica's last rows written after %.0f ms)\n",
-                        firstDrawMs, page.history().steps().size(), double(clock.nsecsElapsed()) / 1e6, mirroredMs);
+                        "(the replica's last rows written after %.0f ms, the run read to its end after %.0f ms)\n",
+                        firstDrawMs, page.history().steps().size(), newestDrawnMs, mirroredMs,
+                        double(clock.nsecsElapsed()) / 1e6);
         if (!screenshot.isEmpty()) page.grab().save(screenshot);
         std::printf("done\n");
         std::fflush(stdout);

@@ -618,7 +618,8 @@ private slots:
     }
 
     // A run trains with --serve; the client mirrors it while it trains; at the end every row
-    // of the server's store is in the replica, exactly.
+    // of the server's store is in the replica, exactly, and the Monitor, fed from the replica
+    // and from the pages before the replica holds them, has drawn every step once.
     void mirrorsALiveRun()
     {
         const QString db = path("live.sqlite");
@@ -643,7 +644,14 @@ private slots:
             monitor.ingest(b);
             if (run.process->state() == QProcess::Running) framesWhileTraining += int(b.layer_frames.size());
         });
-        QVERIFY(QTest::qWaitFor([&] { return follower.follow(mirror.replicaPath(), 1); }, 120000));
+        // The pages as they arrive, before the replica holds them (MonitorFeed does the same).
+        connect(&mirror, &RemoteMirror::scalarsFetched, &follower,
+                [&](qint64 id, qint64 from, const ScalarPage& page) { follower.offerScalars(id, from, page); });
+        // Followed as soon as the replica lists the run, before its first page of rows comes.
+        connect(&mirror, &RemoteMirror::runsChanged, &follower, [&] {
+            if (!follower.isFollowing()) follower.follow(mirror.replicaPath(), 1);
+        });
+        QVERIFY(QTest::qWaitFor([&] { return follower.isFollowing(); }, 120000));
         QVERIFY(QTest::qWaitFor([&] { return run.process->state() == QProcess::NotRunning; }, 300000));
         QCOMPARE(run.process->exitCode(), 0);
         QVERIFY2(arrivalsWhileTraining >= 2, qPrintable(QString::number(arrivalsWhileTraining)));
@@ -665,6 +673,7 @@ private slots:
         QTRY_VERIFY_WITH_TIMEOUT(!follower.isLive(), 30000);
         QVERIFY2(framesWhileTraining >= 2, qPrintable(QString::number(framesWhileTraining)));
         QCOMPARE(monitor.history().memory().size(), size_t(58));
+        QVERIFY2(follower.offeredPagesTaken() >= 1, qPrintable(QString::number(follower.offeredPagesTaken())));
         QVERIFY2(compare_history(monitor.history(), *source, 1).isEmpty(),
                  qPrintable(compare_history(monitor.history(), *source, 1)));
     }
@@ -896,6 +905,7 @@ private slots:
         const QUrl url(QString("http://127.0.0.1:%1").arg(server.port()));
         {
             RemoteMirror first(url, QString::fromStdString(kToken), replica);
+            first.setBytesAhead(1); // the second page is not fetched before the first is written
             bool stopped = false;
             connect(&first, &RemoteMirror::rowsArrived, this, [&] {
                 if (!stopped) first.stop();
@@ -909,8 +919,11 @@ private slots:
         const int64_t all = RunStore::open_read_only(db.toStdString())->row_counts(1).scalars;
         QVERIFY2(half.scalars >= 10000 && half.scalars < all, qPrintable(QString::number(half.scalars)));
         RemoteMirror mirror(url, QString::fromStdString(kToken), replica);
+        // No page fetched ahead of the writes: each next page waits for the writer.
+        mirror.setBytesAhead(1);
         mirror.start();
         QVERIFY2(wait_complete(mirror, db), qPrintable(compare_stores(db, replica)));
+        QVERIFY2(mirror.pagesHeld() >= 1, qPrintable(QString::number(mirror.pagesHeld())));
         QVERIFY(mirror.usesColumnarPages());
         QVERIFY(mirror.runComplete(1));
         const auto source = RunStore::open_read_only(db.toStdString());

@@ -81,6 +81,17 @@ LayerStatsFrame frame_at(int64_t step)
     return f;
 }
 
+// Steps from..to of a run as StoreSink writes them: an evaluation every 10 steps, a frame at
+// steps 1, 5, 9, ...
+void write_steps(StoreSink& sink, int64_t from, int64_t to)
+{
+    for (int64_t s = from; s <= to; ++s) {
+        sink.on_step(step_at(s));
+        if (s % 4 == 1) sink.on_layer_stats(frame_at(s));
+        if (s % 10 == 0) sink.on_eval({s, 2.0 + 1.0 / double(s), 1.5});
+    }
+}
+
 ProjectConfig two_layer_config()
 {
     ProjectConfig c;
@@ -214,6 +225,94 @@ private slots:
         const auto store = RunStore::open_read_only(db.toStdString());
         QVERIFY2(compare_history(w.page.history(), *store, id).isEmpty(),
                  qPrintable(compare_history(w.page.history(), *store, id)));
+    }
+
+    // A mirror offers the pages it fetched before its replica holds them
+    // (RunFollower::offerScalars): a page that joins the follower's marks is handed on from
+    // memory by the store's own rules (a half step waits), a page ahead of the marks waits for
+    // them, one they passed is dropped, one of another run is ignored; the store then adds
+    // nothing twice, and the Monitor ends with exactly the run.
+    void offeredPagesJoinTheStoreOnce_data()
+    {
+        QTest::addColumn<int>("held");      // steps the follower's store holds when the pages come
+        QTest::addColumn<int>("pageSteps"); // steps per offered page (the page limit per tag)
+        QTest::addColumn<QString>("offer"); // all; gap: without the second page; otherRun
+        QTest::addColumn<int>("shownEarly"); // steps handed on before the store holds more than `held`
+        QTest::addColumn<int>("shownAt20");  // ... once it holds 20
+        QTest::addColumn<int>("taken");      // pages handed on from memory in all
+        // Pages of 10 steps per tag hold steps 1-9, 10-18, 19-27, 28-36 and 37-41.
+        QTest::newRow("all, from the start") << 0 << 10 << "all" << 40 << 40 << 5;
+        QTest::newRow("all, the store ahead of the first pages") << 23 << 10 << "all" << 40 << 40 << 3;
+        QTest::newRow("one page for all") << 5 << 100 << "all" << 40 << 40 << 1;
+        QTest::newRow("a gap: the pages after it wait for the store") << 3 << 10 << "gap" << 9 << 40 << 4;
+        QTest::newRow("another run's pages") << 3 << 10 << "otherRun" << 3 << 20 << 0;
+    }
+
+    void offeredPagesJoinTheStoreOnce()
+    {
+        QFETCH(int, held);
+        QFETCH(int, pageSteps);
+        QFETCH(QString, offer);
+        QFETCH(int, shownEarly);
+        QFETCH(int, shownAt20);
+        QFETCH(int, taken);
+        // The source: 40 whole steps and the first row of step 41, the run still running.
+        const QString sourceDb = path(QString("offer-source-%1.sqlite").arg(QTest::currentDataTag()).replace(' ', '_'));
+        RunStore source(sourceDb.toStdString());
+        const std::string config = to_json_text(two_layer_config());
+        const int64_t id = source.create_run("synthetic", "p.json", config);
+        {
+            StoreSink sink(source, id);
+            write_steps(sink, 1, 40);
+        }
+        source.append_scalar(id, 41, "train/loss", 0.75);
+        source.flush();
+        std::vector<std::pair<int64_t, ScalarPage>> pages; // as a mirror fetches them
+        for (int64_t from = 0;;) {
+            ScalarPage page = source.scalars_page(id, from, pageSteps);
+            const int64_t next = page.next;
+            pages.emplace_back(from, std::move(page));
+            if (!pages.back().second.cut) break;
+            from = next;
+        }
+        QCOMPARE(pages.back().second.cut, false); // the last page ends in half a step
+
+        // The follower's store (a replica being written) holds the first `held` steps.
+        const QString db = path(QString("offer-%1.sqlite").arg(QTest::currentDataTag()).replace(' ', '_'));
+        RunStore store(db.toStdString());
+        QCOMPARE(store.create_run("synthetic", "p.json", config), id);
+        StoreSink sink(store, id);
+        write_steps(sink, 1, held);
+        store.flush();
+        Watched w;
+        QVERIFY(w.follower.follow(db, id));
+        w.follower.poll();
+        // A page behind the marks: nothing, and it is dropped.
+        if (held >= 10) w.follower.offerScalars(id, 0, source.scalars_page(id, 0, 10));
+        for (size_t i = 0; i < pages.size(); ++i) {
+            if (offer == "gap" && i == 1) continue;
+            w.follower.offerScalars(offer == "otherRun" ? id + 1 : id, pages[i].first, pages[i].second);
+        }
+        while (w.follower.poll()) {}
+        QCOMPARE(w.follower.stepsEmitted(), shownEarly);
+        QCOMPARE(w.page.history().steps().back().step, int64_t(shownEarly));
+
+        // The store gets the rest, as the replica's writer would write it: once its steps
+        // join a waiting page (it may still get rows of its newest step: an evaluation), the
+        // page is used. The step the source had half is whole by the end.
+        if (held < 20) write_steps(sink, held + 1, 20);
+        store.flush();
+        while (w.follower.poll()) {}
+        QCOMPARE(w.follower.stepsEmitted(), shownAt20);
+        write_steps(sink, std::max(held, 20) + 1, 41);
+        store.finish_run(id, RunStatus::Finished);
+        while (w.follower.isLive()) w.follower.poll();
+        QCOMPARE(w.endings, QList<RunStatus>{RunStatus::Finished});
+        QCOMPARE(w.follower.offeredPagesTaken(), taken);
+        QCOMPARE(w.follower.stepsEmitted(), 41);
+        QCOMPARE(w.page.history().steps().size(), size_t(41));
+        QCOMPARE(w.page.history().evals().size(), size_t(4));
+        QVERIFY2(compare_history(w.page.history(), store, id).isEmpty(), qPrintable(compare_history(w.page.history(), store, id)));
     }
 
     // A real mantissa-train in another process: followed live through a local store, the

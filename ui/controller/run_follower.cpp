@@ -40,14 +40,23 @@ bool wal_present(const QString& path)
 
 qint64 now_ms() { return QDateTime::currentMSecsSinceEpoch(); }
 
-// One step's scalar rows, by tag.
-using StepRows = std::map<std::string, double>;
+// One step's scalar rows in tag order (the store's order): a handful to a few hundred, so a
+// flat list is searched faster than a map is built.
+using StepRows = std::vector<std::pair<const std::string*, double>>;
+
+const double* find_tag(const StepRows& rows, const char* tag)
+{
+    for (const auto& [t, value] : rows)
+        if (*t == tag) return &value;
+    return nullptr;
+}
 
 StepMetrics step_metrics(int64_t step, const StepRows& rows)
 {
     StepMetrics m;
     m.step = step;
-    for (const auto& [tag, value] : rows) {
+    for (const auto& [t, value] : rows) {
+        const std::string& tag = *t;
         if (tag == "train/loss") m.train_loss = value;
         else if (tag == "lr") m.learning_rate = value;
         else if (tag == "grad_norm") m.grad_norm = value;
@@ -64,14 +73,25 @@ StepMetrics step_metrics(int64_t step, const StepRows& rows)
 size_t grad_norm_count(const StepRows& rows)
 {
     return static_cast<size_t>(std::count_if(rows.begin(), rows.end(),
-                                             [](const auto& r) { return starts_with(r.first, "grad_norm/"); }));
+                                             [](const auto& r) { return starts_with(*r.first, "grad_norm/"); }));
 }
 
 bool has_fixed_metrics(const StepRows& rows)
 {
     for (const char* tag : {"train/loss", "lr", "grad_norm", "step_time_ms", "tokens_per_s", "loss_scale"})
-        if (!rows.count(tag)) return false;
+        if (!find_tag(rows, tag)) return false;
     return true;
+}
+
+// The rows' indices by step, each step's rows keeping their (tag) order. A page holds its
+// rows by tag, then step: one tag's page is in step order already.
+std::vector<uint32_t> by_step(const std::vector<ScalarRow>& rows)
+{
+    std::vector<uint32_t> order(rows.size());
+    for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+    const auto earlier = [&](uint32_t a, uint32_t b) { return rows[a].step < rows[b].step; };
+    if (!std::is_sorted(order.begin(), order.end(), earlier)) std::stable_sort(order.begin(), order.end(), earlier);
+    return order;
 }
 
 void add_frame_scalar(LayerStatsFrame& f, const std::string& tag, double value)
@@ -137,11 +157,16 @@ void RunFollower::stop()
     runId_ = 0;
     live_ = false;
     marks_ = {};
+    offered_.clear();
+    offeredRows_ = 0;
 }
 
 void RunFollower::openRun(const RunInfo& info)
 {
     marks_ = {};
+    offered_.clear(); // a restart reads the run again from the store
+    offeredRows_ = 0;
+    offeredPagesTaken_ = 0;
     stepsEmitted_ = framesEmitted_ = 0;
     live_ = true; // until it has been read to its end
     run_ = {};
@@ -211,7 +236,7 @@ bool RunFollower::poll()
         if (info) readEvents(*store, batch, restart);
         while (info && !restart) {
             bool moreScalars = false, moreFrames = false;
-            readScalars(*store, runEnded, batch, moreScalars);
+            if (!takeOffered(batch, moreScalars)) readScalars(*store, runEnded, batch, moreScalars);
             readFrames(*store, runEnded, batch, moreFrames);
             more = moreScalars || moreFrames;
             if (!more || budget.elapsed() >= kPollBudgetMs) break;
@@ -275,19 +300,60 @@ bool RunFollower::readEvents(RunStore& store, TelemetryBatch& batch, bool& rewou
     return batch.events.size() != before;
 }
 
+void RunFollower::offerScalars(int64_t runId, int64_t fromStep, const ScalarPage& page)
+{
+    if (runId != runId_ || page.rows.empty()) return;
+    if (offeredRows_ + page.rows.size() > kMaxOfferedRows) return; // read from the store when it holds them
+    offered_.push_back({fromStep, page});
+    offeredRows_ += page.rows.size();
+    pollSoon();
+}
+
+bool RunFollower::takeOffered(TelemetryBatch& batch, bool& more)
+{
+    const auto dropFront = [this] {
+        offeredRows_ -= offered_.front().page.rows.size();
+        offered_.pop_front();
+    };
+    // Pages the marks have passed (the store was read past them first) go.
+    while (!offered_.empty()) {
+        const ScalarPage& p = offered_.front().page;
+        const int64_t last = p.cut ? p.next - 1 : p.next; // the page's newest step
+        if (last >= marks_.scalarFrom) break;
+        dropFront();
+    }
+    if (offered_.empty() || offered_.front().fromStep > marks_.scalarFrom) return false;
+    handOnScalars(offered_.front().page, false, batch);
+    dropFront();
+    ++offeredPagesTaken_;
+    more = !offered_.empty() && offered_.front().fromStep <= marks_.scalarFrom;
+    return true;
+}
+
 bool RunFollower::readScalars(RunStore& store, bool runEnded, TelemetryBatch& batch, bool& more)
 {
     const ScalarPage page = store.scalars_page(runId_, marks_.scalarFrom, kStepsPerPage);
     more = page.cut;
     if (page.rows.empty()) return false;
-    std::map<int64_t, StepRows> steps;
-    for (const auto& r : page.rows) steps[r.step][r.tag] = r.value;
-    const int64_t newest = steps.rbegin()->first;
+    handOnScalars(page, runEnded, batch);
+    return true;
+}
+
+void RunFollower::handOnScalars(const ScalarPage& page, bool runEnded, TelemetryBatch& batch)
+{
+    if (page.rows.empty()) return;
+    const std::vector<uint32_t> order = by_step(page.rows);
+    const int64_t newest = page.rows[order.back()].step;
     int64_t pending = INT64_MAX; // the first step with a row still to hand on
-    for (const auto& [step, rows] : steps) {
+    StepRows rows;
+    for (size_t i = 0; i < order.size();) {
+        const int64_t step = page.rows[order[i]].step;
+        rows.clear();
+        for (; i < order.size() && page.rows[order[i]].step == step; ++i)
+            rows.emplace_back(&page.rows[order[i]].tag, page.rows[order[i]].value);
         // Rows of a later step mean this one's are all in (they were written first).
         const bool later = runEnded || page.cut || step < newest;
-        if (step > marks_.lastStep && rows.count("train/loss")) {
+        if (step > marks_.lastStep && find_tag(rows, "train/loss")) {
             const size_t norms = grad_norm_count(rows);
             if (later || (has_fixed_metrics(rows) && norms >= marks_.gradNorms)) {
                 batch.steps.push_back(step_metrics(step, rows));
@@ -297,11 +363,11 @@ bool RunFollower::readScalars(RunStore& store, bool runEnded, TelemetryBatch& ba
                 pending = std::min(pending, step);
             }
         }
-        const auto val = rows.find("val/loss");
-        if (step > marks_.lastEval && val != rows.end()) {
-            const auto train = rows.find("eval/train_loss");
-            if (later || train != rows.end()) {
-                batch.evals.push_back({step, val->second, train != rows.end() ? train->second : 0.0});
+        const double* val = find_tag(rows, "val/loss");
+        if (step > marks_.lastEval && val) {
+            const double* train = find_tag(rows, "eval/train_loss");
+            if (later || train) {
+                batch.evals.push_back({step, *val, train ? *train : 0.0});
                 marks_.lastEval = step;
             } else {
                 pending = std::min(pending, step);
@@ -309,7 +375,6 @@ bool RunFollower::readScalars(RunStore& store, bool runEnded, TelemetryBatch& ba
         }
     }
     marks_.scalarFrom = pending != INT64_MAX ? pending : page.next;
-    return true;
 }
 
 bool RunFollower::readFrames(RunStore& store, bool runEnded, TelemetryBatch& batch, bool& more)
@@ -322,7 +387,7 @@ bool RunFollower::readFrames(RunStore& store, bool runEnded, TelemetryBatch& bat
     std::vector<std::string> tags;
     for (const auto& tag : store.scalar_tags(runId_))
         if (frame_tag(tag)) tags.push_back(tag);
-    std::map<int64_t, StepRows> scalars;
+    std::map<int64_t, std::map<std::string, double>> scalars;
     for (const auto& r : store.scalars_in_steps(runId_, tags, first, newest)) scalars[r.step][r.tag] = r.value;
     size_t i = 0;
     while (i < page.rows.size()) {

@@ -16,11 +16,18 @@
 // - an evaluation, once val/loss and eval/train_loss are there;
 // - a telemetry frame, once memory/resident_bytes (written after its layer statistics) is.
 // When the run has ended, whatever it holds is whole.
+//
+// A mirror may also offer the scalar rows it has fetched before its replica holds them
+// (offerScalars): while an offered page joins the follower's marks, its steps are handed on
+// from memory, by the same rules, instead of waiting for the replica's writes (SQLite's
+// inserts are the slow part of opening a long remote run). Everything else — events, frames,
+// whether the run has ended — is still read from the store.
 
 #include <QObject>
 #include <QString>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -29,12 +36,12 @@
 #include "controller/snapshot_buffer.h"
 #include "run_event.h"
 #include "run_status.h"
+#include "run_store.h"
 
 class QTimer;
 
 namespace mantissa {
 
-class RunStore;
 struct RunInfo;
 
 // What a consumer needs to show the run before its first batch (MonitorPage::reset).
@@ -77,6 +84,13 @@ public:
     void setCompleteness(Completeness complete) { complete_ = std::move(complete); }
     // Polls at once rather than at the next tick (a mirror just wrote rows).
     void pollSoon();
+    // Scalar rows of run `runId` that the store will hold, from step `fromStep` on, as a page
+    // of the store's own shape (page.cut: every step in it is whole; page.next: where the next
+    // page starts, or the page's newest step when it may end in half a step). Ignored unless
+    // this follower follows that run; used once the marks reach `fromStep`, dropped if they
+    // pass the page first, and never more than kMaxOfferedRows rows are held.
+    void offerScalars(int64_t runId, int64_t fromStep, const ScalarPage& page);
+    static constexpr size_t kMaxOfferedRows = 2'000'000;
 
     void setIntervalMs(int ms);
     // Reads what is new now and emits it (the timer calls this). True when anything came.
@@ -85,6 +99,8 @@ public:
     // The TelemetryBatch steps, evaluations, events and frames handed on so far.
     int64_t stepsEmitted() const { return stepsEmitted_; }
     int64_t framesEmitted() const { return framesEmitted_; }
+    // Offered pages handed on from memory (offerScalars), rather than read from the store.
+    int64_t offeredPagesTaken() const { return offeredPagesTaken_; }
 
 signals:
     void opened(const mantissa::FollowedRun& run); // before the first batch, and after restarted()
@@ -107,6 +123,10 @@ private:
 
     RunStore* connection(QString* error);
     bool readScalars(RunStore& store, bool runEnded, TelemetryBatch& batch, bool& more);
+    // Hands on the whole steps of `page`, which starts at or before marks_.scalarFrom.
+    void handOnScalars(const ScalarPage& page, bool runEnded, TelemetryBatch& batch);
+    // The offered page that joins the marks, handed on; false when none does.
+    bool takeOffered(TelemetryBatch& batch, bool& more);
     bool readFrames(RunStore& store, bool runEnded, TelemetryBatch& batch, bool& more);
     bool readEvents(RunStore& store, TelemetryBatch& batch, bool& rewound);
     void openRun(const RunInfo& info);
@@ -123,6 +143,13 @@ private:
     qint64 openedAtMs_ = 0, lastNewsMs_ = 0;
     int intervalMs_ = kDefaultIntervalMs;
     Completeness complete_;
+    struct Offered {
+        int64_t fromStep = 0;
+        ScalarPage page;
+    };
+    std::deque<Offered> offered_; // in step order
+    size_t offeredRows_ = 0;
+    int64_t offeredPagesTaken_ = 0;
     int64_t stepsEmitted_ = 0, framesEmitted_ = 0;
 };
 

@@ -10,6 +10,7 @@
 #include <QTimer>
 #include <QUrlQuery>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -26,9 +27,6 @@ constexpr int kLongPollMs = 1000;
 constexpr int kMaxBackoffMs = 5000;
 constexpr qint64 kRateWindowMs = 3000;
 constexpr int kMaxResyncs = 3;
-// Pages fetched ahead of the replica's writes at most: memory stays bounded when the network
-// is faster than the disk.
-constexpr size_t kPagesAhead = 2;
 
 double decode_value(const QJsonValue& v)
 {
@@ -333,6 +331,7 @@ void RemoteMirror::onRuns(QNetworkReply* reply)
 
 void RemoteMirror::requestNextRows()
 {
+    nextPageHeld_ = false;
     if (!replica_) return; // stopped, e.g. by a listener of rowsArrived
     if (queue_.empty()) {
         caughtUp_ = true;
@@ -425,6 +424,7 @@ void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
         if (events.back().kind == event_kind_name(EventKind::ResumedFromCheckpoint))
             rewindTo = rewindTo < 0 ? events.back().step : std::min<qint64>(rewindTo, events.back().step);
     }
+    const qint64 pageFrom = cur.fromStep;
     cur.fromStep = integer(page.value("next_from_step"));
     cur.afterEvent = integer(page.value("next_after_event"));
     // A server before layer statistics were mirrored leaves the mark where it is.
@@ -432,20 +432,25 @@ void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
     if (rewindTo >= 0 && rewindTo < cur.fromStep) cur.fromStep = rewindTo;
     if (rewindTo >= 0 && rewindTo < cur.fromLayerStep) cur.fromLayerStep = rewindTo;
     const bool more = page.value("more").toBool();
-    if (more) {
-        // The next page is asked for before this one is written: the server reads it while
-        // the replica writes (Qt's HTTP has its own thread, the writes too). The marks move
-        // on now; if a write fails, the mirror stops, and a new start takes its marks from
-        // what the replica holds.
-        queue_.push_front(runId);
-        if (writer_.pending() < kPagesAhead) requestNextRows();
-        else nextPageHeld_ = true; // asked for when a write is done
-    }
     const bool hasRows = !scalars.empty() || !events.empty() || !layerStats.empty();
     const bool ended = !running(page.value("status").toString());
+    if (!scalars.empty() && rewindTo < 0) {
+        // A follower may show these before the replica holds them (RunFollower::offerScalars).
+        ScalarPage fetched;
+        int64_t newest = scalars.front().step;
+        for (const auto& r : scalars) newest = std::max(newest, r.step);
+        const qint64 next = integer(page.value("next_from_step"));
+        // Every step is whole when the server cut the page at a step, or the run has ended.
+        fetched.cut = next > newest || (ended && !more);
+        fetched.next = next > newest ? next : (fetched.cut ? newest + 1 : newest);
+        fetched.rows = std::move(scalars); // lent to the listeners, then written
+        emit scalarsFetched(runId, pageFrom, fetched);
+        scalars = std::move(fetched.rows);
+        if (!replica_) return; // a listener stopped the mirror
+    }
     const QJsonValue counts = page.value("counts");
     const int generation = generation_;
-    writer_.write(*replica_, {runId, std::move(scalars), std::move(events), std::move(layerStats)},
+    writer_.write(*replica_, {runId, std::move(scalars), std::move(events), std::move(layerStats)}, size_t(body.size()),
                   [this, generation, runId, hasRows, more, ended, counts](const std::string& error) {
                       if (generation != generation_ || !replica_) return; // stopped meanwhile
                       if (!error.empty()) {
@@ -457,13 +462,25 @@ void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
                       if (hasRows) emit rowsArrived(runId);
                       if (generation != generation_ || !replica_) return; // a listener stopped it
                       if (more) { // the next page is on its way already, unless the writer was behind
-                          if (nextPageHeld_ && !inFlight_) requestNextRows();
-                          nextPageHeld_ = false;
+                          if (nextPageHeld_ && !inFlight_ && writer_.pendingBytes() < bytesAhead_) requestNextRows();
                           return;
                       }
                       if (ended && counts.isObject()) checkCounts(runId, counts.toObject());
                       if (!inFlight_) requestNextRows();
                   });
+    if (more) {
+        // The next page is asked for before this one is written: the server reads it while
+        // the replica writes (Qt's HTTP has its own thread, the writes too). The marks move
+        // on now; if a write fails, the mirror stops, and a new start takes its marks from
+        // what the replica holds.
+        queue_.push_front(runId);
+        if (writer_.pendingBytes() < bytesAhead_) {
+            requestNextRows();
+        } else {
+            nextPageHeld_ = true; // asked for when the writes are done
+            ++pagesHeld_;
+        }
+    }
 }
 
 void RemoteMirror::checkCounts(qint64 runId, const QJsonObject& counts)

@@ -23,6 +23,7 @@
 #include <memory>
 
 #include "remote/replica_writer.h"
+#include "run_store.h"
 
 class QNetworkAccessManager;
 class QJsonObject;
@@ -69,6 +70,14 @@ public:
     // The replica holds every row of this run, which has ended on the server (its counts
     // matched). False for a running run, and for an ended one still being copied.
     bool runComplete(qint64 runId) const;
+    // Bytes of fetched pages (as sent) that may wait for the replica's writes before the next
+    // page is asked for; one page always may. Memory stays bounded when the network is
+    // faster than the disk, and a run of a million rows (12 MB of columnar pages) is fetched,
+    // and drawn (scalarsFetched), without waiting for SQLite's inserts.
+    static constexpr size_t kDefaultBytesAhead = size_t(16) << 20;
+    void setBytesAhead(size_t bytes) { bytesAhead_ = bytes; }
+    // Pages after which the next was asked for only once the writes were done.
+    int pagesHeld() const { return pagesHeld_; }
 
     // Steers a run that trains in the server's process (run --serve --allow-control):
     // `command` is pause, resume, stop, checkpoint, or layer_formats with `fields` pattern,
@@ -80,6 +89,11 @@ signals:
     void stateChanged(mantissa::RemoteMirror::State state, const QString& text);
     void runsChanged();             // runs were added, changed or removed in the replica
     void rowsArrived(qint64 runId); // a run's rows were added to the replica
+    // A page of a run's scalar rows from step `fromStep` on, fetched and on its way into the
+    // replica (RunFollower::offerScalars says what the page's fields mean). Not for a page
+    // that rewinds the run (a resume rewrote its later steps). The page is lent for the call:
+    // a listener copies what it keeps.
+    void scalarsFetched(qint64 runId, qint64 fromStep, const mantissa::ScalarPage& page);
     void statsChanged();            // lag, bytes per second
     void commandAnswered(qint64 runId, const QString& command, bool accepted, const QString& message);
 
@@ -133,6 +147,8 @@ private:
     ReplicaWriter writer_; // the replica's row writes, off the GUI thread
     int generation_ = 0;   // counts stop()s: a write's outcome from before one is ignored
     bool nextPageHeld_ = false; // the next page waits until the writer has caught up
+    size_t bytesAhead_ = kDefaultBytesAhead;
+    int pagesHeld_ = 0;
 };
 
 } // namespace mantissa

@@ -3,15 +3,16 @@
 
 namespace mantissa {
 
-void ReplicaWriter::write(RunStore& replica, MirroredPage page, Done done)
+void ReplicaWriter::write(RunStore& replica, MirroredPage page, size_t bytes, Done done)
 {
     std::lock_guard lock(mutex_);
     if (!thread_.joinable()) {
         stopping_ = false;
         thread_ = std::thread([this] { run(); });
     }
-    jobs_.push_back({&replica, std::move(page), std::move(done)});
+    jobs_.push_back({&replica, std::move(page), bytes, std::move(done)});
     ++pending_;
+    pendingBytes_ += bytes;
     wake_.notify_one();
 }
 
@@ -22,6 +23,7 @@ void ReplicaWriter::stop()
         stopping_ = true;
         jobs_.clear();
         pending_ = 0;
+        pendingBytes_ = 0;
     }
     wake_.notify_one();
     if (thread_.joinable()) thread_.join();
@@ -31,6 +33,12 @@ size_t ReplicaWriter::pending()
 {
     std::lock_guard lock(mutex_);
     return pending_;
+}
+
+size_t ReplicaWriter::pendingBytes()
+{
+    std::lock_guard lock(mutex_);
+    return pendingBytes_;
 }
 
 void ReplicaWriter::run()
@@ -56,6 +64,8 @@ void ReplicaWriter::run()
             std::lock_guard lock(mutex_);
             if (!error.empty()) jobs_.clear();
             pending_ = jobs_.size();
+            pendingBytes_ = 0;
+            for (const Job& queued : jobs_) pendingBytes_ += queued.bytes;
         }
         // Queued to the owner's thread; dropped by Qt if the owner is gone by then.
         QMetaObject::invokeMethod(owner_, [done = std::move(job.done), error] { done(error); }, Qt::QueuedConnection);

@@ -42,16 +42,19 @@ public:
     // runs in the owner's thread once it is written, in order (an empty page too: its done
     // comes after every earlier page's). After a failed write the pages queued
     // behind it are dropped (their done never runs): the owner stops there.
-    void write(RunStore& replica, MirroredPage page, Done done);
+    // `bytes`: what the page weighs (its size on the wire), summed by pendingBytes().
+    void write(RunStore& replica, MirroredPage page, size_t bytes, Done done);
     // Waits for the write under way, drops the ones queued, ends the thread. write() starts it again.
     void stop();
-    // Pages queued or being written.
+    // Pages queued or being written, and their bytes.
     size_t pending();
+    size_t pendingBytes();
 
 private:
     struct Job {
         RunStore* replica = nullptr;
         MirroredPage page;
+        size_t bytes = 0;
         Done done;
     };
     void run();
@@ -62,6 +65,7 @@ private:
     std::deque<Job> jobs_;
     bool stopping_ = false;
     size_t pending_ = 0;
+    size_t pendingBytes_ = 0;
     std::thread thread_;
 };
 

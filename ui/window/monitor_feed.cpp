@@ -63,6 +63,13 @@ void MonitorFeed::setRemote(RemoteMirror* mirror)
         connect(mirror_, &RemoteMirror::rowsArrived, follower_, [this](qint64 id) {
             if (id == follower_->runId()) follower_->pollSoon();
         });
+        // A long run is drawn as its pages arrive, not as SQLite writes them.
+        // Only while the follower reads this mirror's replica.
+        connect(mirror_, &RemoteMirror::scalarsFetched, follower_,
+                [this, mirror](qint64 id, qint64 from, const ScalarPage& page) {
+                    if (mirror_ == mirror && follower_->storePath() == mirror->replicaPath())
+                        follower_->offerScalars(id, from, page);
+                });
     } else {
         follower_->setCompleteness({});
     }
