@@ -43,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "edge_values.h" // tests/: the values test_telemetry holds the statistics to
 #include "number_format.h"
 #include "project_config.h"
 #include "quantize.h"
@@ -90,26 +91,6 @@ int64_t differing_floats(const torch::Tensor& a, const torch::Tensor& b)
     return (~same).sum().item<int64_t>();
 }
 
-// Edge values for `format` at `scale` (as tests/test_telemetry.cpp's deviceStatsMatchReference),
-// then 100,000 values spread over every binade.
-torch::Tensor crafted(NumberFormat format, float scale)
-{
-    const FormatInfo& info = format_info(format);
-    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-    const float s = scale > 0.0f ? scale : 1.0f;
-    std::vector<float> v = {0.0f, -0.0f, std::ldexp(1.0f, -149), -std::ldexp(1.0f, -149), 3 * std::ldexp(1.0f, -149),
-                            std::bit_cast<float>(0x007FFFFFu), std::ldexp(1.0f, -126), std::numeric_limits<float>::max(),
-                            -std::numeric_limits<float>::max(), inf, -inf, nan, -nan, 1.0f, -1.5f};
-    const double max = info.max_finite, min_sub = info.min_subnormal > 0 ? info.min_subnormal : info.min_normal;
-    for (double m : {max, std::nextafter(max, 0.0), max * (1.0 + 1.0 / 64), 2 * max, info.min_normal, min_sub,
-                     min_sub / 2, min_sub / 4, min_sub * 1.5}) {
-        v.push_back(static_cast<float>(m / s));
-        v.push_back(static_cast<float>(-m / s));
-    }
-    torch::manual_seed(7);
-    return torch::cat({torch::tensor(v), torch::randn({100000}) * torch::exp2(torch::randint(-150, 128, {100000}))});
-}
-
 torch::Tensor cast(const torch::Tensor& x, NumberFormat format, float scale)
 {
     const float s = scale > 0.0f ? scale : 1.0f;
@@ -129,7 +110,7 @@ void casts_and_stats(const torch::Device& device)
                          Row{NumberFormat::BF16, 1.0f, "bf16"}, Row{NumberFormat::E4M3, 1.0f, "e4m3"},
                          Row{NumberFormat::E4M3, 128.0f, "e4m3 scale 2^7"}, Row{NumberFormat::E4M3, 0.0f, "e4m3 per-row"},
                          Row{NumberFormat::E5M2, 1.0f, "e5m2"}, Row{NumberFormat::E5M2, 0.125f, "e5m2 scale 2^-3"}}) {
-        const auto x = crafted(r.format, r.scale);
+        const auto x = edge_values(r.format, r.scale);
         const auto xd = x.to(device);
         torch::Tensor q, qd;
         check(std::string("casts ") + r.name, [&] {

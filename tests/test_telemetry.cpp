@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "dataset.h"
+#include "edge_values.h"
 #include "gpt_model.h"
 #include "memory_model.h"
 #include "quantize.h"
@@ -210,20 +211,8 @@ private slots:
         QFETCH(NumberFormat, format);
         QFETCH(float, scale);
         const FormatInfo& info = format_info(format);
-        const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
         const float s = scale > 0.0f ? scale : 1.0f; // per-row: the values are in the format's own domain
-        const auto f = [](double v) { return static_cast<float>(v); };
-        std::vector<float> v = {0.0f, -0.0f, std::ldexp(1.0f, -149), -std::ldexp(1.0f, -149), 3 * std::ldexp(1.0f, -149),
-                                std::bit_cast<float>(0x007FFFFFu), std::ldexp(1.0f, -126), std::numeric_limits<float>::max(),
-                                -std::numeric_limits<float>::max(), inf, -inf, nan, -nan, 1.0f, -1.5f};
-        const double max = info.max_finite, min_sub = info.min_subnormal > 0 ? info.min_subnormal : info.min_normal;
-        for (double m : {max, std::nextafter(max, 0.0), max * (1.0 + 1.0 / 64), 2 * max, info.min_normal, min_sub,
-                         min_sub / 2, min_sub / 4, min_sub * 1.5}) {
-            v.push_back(f(m / s));
-            v.push_back(f(-m / s));
-        }
-        torch::manual_seed(7);
-        auto x = torch::cat({torch::tensor(v), torch::randn({100000}) * torch::exp2(torch::randint(-150, 128, {100000}))});
+        const auto x = edge_values(format, scale);
         torch::Tensor q;
         if (format == NumberFormat::FP32) q = torch::Tensor();
         else if (info.is_fp8) q = round_to_format(x * s, format, Overflow::Saturate) / s;
