@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Cost of one block quantization of a shakespeare-char-sized operand (768 x 128), per recipe,
-// fused CPU kernel against the tensor-op kernel: where the emulation time of the block recipes goes.
+// fused CPU kernel against the tensor-op kernel: where the emulation time of the block recipes goes;
+// and the per-tensor FP8 cast, its amax and the BF16 rounding, fused against LibTorch's casts.
 //   build/dev/bench/block_quantizers [rows cols reps]
 
 #include <chrono>
@@ -35,7 +36,15 @@ int main(int argc, char** argv)
     const auto x = torch::randn({rows, cols}) * 1e-3;
     std::printf("operand %lld x %lld, %d repetitions, %d threads (microseconds per call)\n", static_cast<long long>(rows),
                 static_cast<long long>(cols), reps, at::get_num_threads());
-    std::printf("  %-28s %10.1f\n", "e4m3 per-tensor cast", micros(reps, [&] { round_to_format(x * 448.0, NumberFormat::E4M3, Overflow::Saturate); }));
+    // The per-tensor recipes' passes: one fused loop (Auto) against LibTorch's casts.
+    for (auto kernel : {RoundKernel::Auto, RoundKernel::TensorOps}) {
+        const char* k = kernel == RoundKernel::Auto ? "fused" : "tensor ops";
+        std::printf("  %-28s %10.1f  (%s)\n", "e4m3 per-tensor cast",
+                    micros(reps, [&] { scaled_round_saturated(x, 448.0f, NumberFormat::E4M3, kernel); }), k);
+        std::printf("  %-28s %10.1f  (%s)\n", "amax, NaN skipped", micros(reps, [&] { amax_ignoring_nan(x, kernel); }), k);
+        std::printf("  %-28s %10.1f  (%s)\n", "bf16 rounding",
+                    micros(reps, [&] { round_to_format(x, NumberFormat::BF16, Overflow::Propagate, kernel); }), k);
+    }
     for (auto kernel : {BlockKernel::FusedCpu, BlockKernel::TensorOps}) {
         const char* k = kernel == BlockKernel::FusedCpu ? "fused" : "tensor ops";
         std::printf("  %-28s %10.1f  (%s)\n", "fp8-block 1x128", micros(reps, [&] { quantize_fp8_block_2d(x, NumberFormat::E4M3, true, false, kernel); }), k);

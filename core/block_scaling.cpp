@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fp4.h"
+#include "fp8_rounder.h"
 #include "quantize.h"
 #include "vector_clones.h"
 
@@ -300,33 +301,7 @@ float pow2(float exponent)
     return from_bits(e >= -126 ? static_cast<uint32_t>(e + 127) << 23 : 1u << std::clamp(e + 149, 0, 22));
 }
 
-// An FP8 format's round-to-nearest-even with saturation, as clamp + LibTorch's cast computes
-// it: the quantum of |v|'s binade (never below the subnormal one) scales |v| onto integers,
-// and adding and subtracting 2^23 rounds those to even in FP32's own rounding.
-struct Fp8Rounder {
-    float max, min_binade, mantissa_scale;
-    explicit Fp8Rounder(NumberFormat f)
-        : max(static_cast<float>(format_info(f).max_finite)),
-          min_binade(std::ldexp(1.0f, 1 - format_info(f).exponent_bias)),
-          mantissa_scale(std::ldexp(1.0f, -format_info(f).mantissa_bits))
-    {
-    }
-    // Float operations and integer masks only, so that the element loops vectorize (SSE2).
-    float operator()(float v) const
-    {
-        const float c = std::max(std::min(v, max), -max);
-        const float a = std::fabs(c);
-        uint32_t bits;
-        std::memcpy(&bits, &a, sizeof bits);
-        const float binade = from_bits(bits & 0x7F800000u); // 2^floor(log2 a); 0 for 0 and subnormals
-        const float quantum = std::max(binade, min_binade) * mantissa_scale;
-        uint32_t quantum_bits;
-        std::memcpy(&quantum_bits, &quantum, sizeof quantum_bits);
-        const float inverse = from_bits(0x7F000000u - quantum_bits); // 1 / quantum, exactly
-        const float shifted = a * inverse + 8388608.0f; // no -ffast-math: the sum is rounded here
-        return std::copysign((shifted - 8388608.0f) * quantum, c);
-    }
-};
+using rounding::Fp8Rounder;
 
 struct Buffers {
     torch::Tensor values, scales, amax;

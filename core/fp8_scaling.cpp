@@ -43,13 +43,6 @@ void DelayedScaling::record(float amax, double fp8_max, bool use_max, int64_t ma
     scale_ = scale_from_amax(reduced, fp8_max, margin, scale_);
 }
 
-torch::Tensor amax_ignoring_nan(const torch::Tensor& x)
-{
-    if (x.numel() == 0) return torch::zeros({}, x.options().dtype(torch::kFloat32));
-    const auto a = x.abs();
-    return a.masked_fill(a.isnan(), 0.0).max();
-}
-
 torch::Tensor amax_ignoring_nan(const torch::Tensor& x, int64_t dim)
 {
     const auto a = x.abs();
@@ -76,10 +69,17 @@ namespace {
 
 Overflow overflow_of(const Fp8Recipe& r) { return r.saturate ? Overflow::Saturate : Overflow::Propagate; }
 
-// Per-tensor: q = cast(x * scale), x ~ q * (1 / scale), as TE multiplies by scale_inv.
+// q = cast(x * scale), x ~ q * (1 / scale), as TE multiplies by scale_inv. `scale`: per row.
 torch::Tensor scaled_round(const torch::Tensor& x, const torch::Tensor& scale, NumberFormat format, Overflow overflow)
 {
     return round_to_format(x * scale, format, overflow) * scale.reciprocal();
+}
+
+// Per-tensor: the same with one host scale (one fused pass on the CPU when saturating).
+torch::Tensor scaled_round(const torch::Tensor& x, float scale, NumberFormat format, Overflow overflow)
+{
+    if (overflow == Overflow::Saturate) return scaled_round_saturated(x, scale, format);
+    return scaled_round(x, torch::tensor(scale), format, overflow);
 }
 
 } // namespace
@@ -170,13 +170,13 @@ QuantizedOperand quantize_fp8(const torch::Tensor& x_in, NumberFormat format, co
     case Fp8Scaling::Delayed: {
         TORCH_CHECK(delayed != nullptr, "delayed scaling needs its state");
         out.scale = delayed->scale();
-        out.values = scaled_round(x, torch::tensor(out.scale), format, overflow_of(recipe));
+        out.values = scaled_round(x, out.scale, format, overflow_of(recipe));
         delayed->record(out.amax, fp8_max, recipe.amax_use_max, recipe.margin);
         break;
     }
     case Fp8Scaling::Current:
         out.scale = scale_from_amax(out.amax, fp8_max, recipe.margin, 1.0f);
-        out.values = scaled_round(x, torch::tensor(out.scale), format, overflow_of(recipe));
+        out.values = scaled_round(x, out.scale, format, overflow_of(recipe));
         break;
     case Fp8Scaling::PerRow:
         out.scale = 0.0f;

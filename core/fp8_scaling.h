@@ -95,9 +95,8 @@ private:
 // that overflows; `previous` when amax is 0, negative or not finite (see above).
 float scale_from_amax(float amax, double fp8_max, int64_t margin, float previous);
 
-// Largest |x| over the non-NaN elements of x (0 for an empty or all-NaN tensor), as a 0-d
-// FP32 tensor on x's device; with `dim`, per slice along it (keepdim).
-torch::Tensor amax_ignoring_nan(const torch::Tensor& x);
+// Largest |x| over the non-NaN elements of x, per slice along `dim` (keepdim); the whole
+// tensor's is in quantize.h.
 torch::Tensor amax_ignoring_nan(const torch::Tensor& x, int64_t dim);
 // The per-row recipe's scales: one per slice along `k_dim` (kept as a size-1 dimension), from
 // each slice's NaN-skipping amax; the emulator and the native cast share this to the bit.

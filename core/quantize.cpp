@@ -1,8 +1,59 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "quantize.h"
 
+#include <ATen/Parallel.h>
+
+#include <limits>
+
+#include "fp8_rounder.h"
+#include "vector_clones.h"
+
 namespace mantissa {
 namespace {
+
+constexpr int64_t kGrain = 32768; // elements per parallel task: a few microseconds of work
+
+bool fused_cpu(const torch::Tensor& x, RoundKernel kernel)
+{
+    return kernel == RoundKernel::Auto && x.device().is_cpu() && x.scalar_type() == torch::kFloat32 &&
+           x.is_contiguous() && !x.requires_grad();
+}
+
+MANTISSA_VECTOR_CLONES
+void bf16_range(const float* x, float* out, int64_t begin, int64_t end)
+{
+    for (int64_t i = begin; i < end; ++i) out[i] = rounding::round_bf16(x[i]);
+}
+
+// out = round(x * scale) * inverse, in that order of roundings (as the tensor ops).
+MANTISSA_VECTOR_CLONES
+void fp8_range(const float* x, float* out, int64_t begin, int64_t end, NumberFormat format, float scale, float inverse)
+{
+    const rounding::Fp8Rounder round(format);
+    for (int64_t i = begin; i < end; ++i) out[i] = round(x[i] * scale) * inverse;
+}
+
+MANTISSA_VECTOR_CLONES
+float amax_range(const float* x, int64_t begin, int64_t end)
+{
+    // Sixteen running maxima, so that the loop is one vector max per 16 values (a max is exact,
+    // so the order of the reduction does not matter; GCC will not reorder a float reduction
+    // by itself). `a > m` is false for NaN: skipped, as fmax would, without its library call.
+    float m[16] = {};
+    int64_t i = begin;
+    for (; i + 16 <= end; i += 16)
+        for (int j = 0; j < 16; ++j) {
+            const float a = std::fabs(x[i + j]);
+            m[j] = a > m[j] ? a : m[j];
+        }
+    for (; i < end; ++i) {
+        const float a = std::fabs(x[i]);
+        m[0] = a > m[0] ? a : m[0];
+    }
+    float out = 0.0f;
+    for (float v : m) out = v > out ? v : out;
+    return out;
+}
 
 c10::ScalarType torch_dtype(NumberFormat format)
 {
@@ -27,8 +78,17 @@ torch::Tensor round_to_tf32(const torch::Tensor& x)
     return torch::where(finite, rounded.view(torch::kFloat32), x);
 }
 
-torch::Tensor round_to_format(const torch::Tensor& x_in, NumberFormat format, Overflow overflow)
+torch::Tensor round_to_format(const torch::Tensor& x_in, NumberFormat format, Overflow overflow, RoundKernel kernel)
 {
+    const bool fp8_saturated = format_info(format).is_fp8 && overflow == Overflow::Saturate;
+    if ((format == NumberFormat::BF16 || fp8_saturated) && fused_cpu(x_in, kernel)) {
+        if (fp8_saturated) return scaled_round_saturated(x_in, 1.0f, format, kernel);
+        auto out = torch::empty_like(x_in);
+        const float* x = x_in.data_ptr<float>();
+        float* o = out.data_ptr<float>();
+        at::parallel_for(0, x_in.numel(), kGrain, [&](int64_t begin, int64_t end) { bf16_range(x, o, begin, end); });
+        return out;
+    }
     const auto x = x_in.to(torch::kFloat32);
     const FormatInfo& info = format_info(format);
     switch (format) {
@@ -55,6 +115,38 @@ torch::Tensor round_to_format(const torch::Tensor& x_in, NumberFormat format, Ov
         r = r.masked_fill(overflowed, std::numeric_limits<float>::quiet_NaN());
     }
     return r;
+}
+
+torch::Tensor scaled_round_saturated(const torch::Tensor& x_in, float scale, NumberFormat format, RoundKernel kernel)
+{
+    TORCH_CHECK(format_info(format).is_fp8, "scaled_round_saturated needs an FP8 format");
+    const float inverse = 1.0f / scale;
+    if (!fused_cpu(x_in, kernel)) {
+        const auto x = x_in.to(torch::kFloat32);
+        // The multiplications in FP32, as the fused pass (a () double tensor would promote nothing).
+        return round_to_format(x * scale, format, Overflow::Saturate, RoundKernel::TensorOps) * inverse;
+    }
+    auto out = torch::empty_like(x_in);
+    const float* x = x_in.data_ptr<float>();
+    float* o = out.data_ptr<float>();
+    at::parallel_for(0, x_in.numel(), kGrain,
+                     [&](int64_t begin, int64_t end) { fp8_range(x, o, begin, end, format, scale, inverse); });
+    return out;
+}
+
+torch::Tensor amax_ignoring_nan(const torch::Tensor& x, RoundKernel kernel)
+{
+    if (x.numel() == 0) return torch::zeros({}, x.options().dtype(torch::kFloat32));
+    if (!fused_cpu(x, kernel)) {
+        const auto a = x.abs();
+        return a.masked_fill(a.isnan(), 0.0).max().to(torch::kFloat32);
+    }
+    const float* p = x.data_ptr<float>();
+    // Partial maxima per task, then their max: max is exact, so the order does not matter.
+    const float m = at::parallel_reduce(
+        0, x.numel(), kGrain, 0.0f, [&](int64_t begin, int64_t end, float) { return amax_range(p, begin, end); },
+        [](float a, float b) { return std::fmax(a, b); });
+    return torch::tensor(m);
 }
 
 NumberFormat gemm_output_format(NumberFormat operand_format)

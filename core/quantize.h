@@ -20,7 +20,23 @@ enum class Overflow {
 // like cvt.rna.tf32.f32) and returns FP32. The casts are LibTorch's own, so emulated and
 // native runs round identically; overflow is handled here explicitly because LibTorch
 // versions differ (2.13 saturates float->E4M3 casts, older ones gave NaN).
-torch::Tensor round_to_format(const torch::Tensor& x, NumberFormat format, Overflow overflow);
+//
+// Auto: a contiguous FP32 CPU tensor that needs no gradient takes one fused pass for BF16 and
+// for saturated FP8 (fp8_rounder.h: the same bits, NaN payloads aside); everything else,
+// and TensorOps, takes LibTorch's casts.
+enum class RoundKernel { Auto, TensorOps };
+torch::Tensor round_to_format(const torch::Tensor& x, NumberFormat format, Overflow overflow,
+                              RoundKernel kernel = RoundKernel::Auto);
+
+// The per-tensor FP8 cast the emulator makes, round(x * scale) * (1 / scale) with saturation,
+// as round_to_format(x * scale, format, Saturate) * (1 / scale) computes it: one fused pass
+// when x is a contiguous FP32 CPU tensor that needs no gradient (Auto), else tensor ops.
+torch::Tensor scaled_round_saturated(const torch::Tensor& x, float scale, NumberFormat format,
+                                     RoundKernel kernel = RoundKernel::Auto);
+
+// max |x| with NaN skipped (0 when empty or all NaN), as a () FP32 tensor on x's device; one
+// parallel pass on the CPU (Auto).
+torch::Tensor amax_ignoring_nan(const torch::Tensor& x, RoundKernel kernel = RoundKernel::Auto);
 
 // TF32 rounding of FP32 bit patterns (ties away from zero), exposed for tests.
 torch::Tensor round_to_tf32(const torch::Tensor& x);
