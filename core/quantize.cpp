@@ -123,7 +123,7 @@ torch::Tensor scaled_round_saturated(const torch::Tensor& x_in, float scale, Num
     const float inverse = 1.0f / scale;
     if (!fused_cpu(x_in, kernel)) {
         const auto x = x_in.to(torch::kFloat32);
-        // The multiplications in FP32, as the fused pass (a () double tensor would promote nothing).
+        // A float scalar multiplies in FP32, as the fused pass and the () FP32 scale tensor did.
         return round_to_format(x * scale, format, Overflow::Saturate, RoundKernel::TensorOps) * inverse;
     }
     auto out = torch::empty_like(x_in);
