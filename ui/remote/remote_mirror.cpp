@@ -442,7 +442,7 @@ void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
         const qint64 next = integer(page.value("next_from_step"));
         // Every step is whole when the server cut the page at a step, or the run has ended.
         fetched.cut = next > newest || (ended && !more);
-        fetched.next = next > newest ? next : (fetched.cut ? newest + 1 : newest);
+        fetched.next = fetched.cut ? std::max<int64_t>(next, newest + 1) : next; // uncut: next is the newest step
         fetched.rows = std::move(scalars); // lent to the listeners, then written
         emit scalarsFetched(runId, pageFrom, fetched);
         scalars = std::move(fetched.rows);

@@ -11,7 +11,6 @@ void ReplicaWriter::write(RunStore& replica, MirroredPage page, size_t bytes, Do
         thread_ = std::thread([this] { run(); });
     }
     jobs_.push_back({&replica, std::move(page), bytes, std::move(done)});
-    ++pending_;
     pendingBytes_ += bytes;
     wake_.notify_one();
 }
@@ -22,17 +21,10 @@ void ReplicaWriter::stop()
         std::lock_guard lock(mutex_);
         stopping_ = true;
         jobs_.clear();
-        pending_ = 0;
         pendingBytes_ = 0;
     }
     wake_.notify_one();
     if (thread_.joinable()) thread_.join();
-}
-
-size_t ReplicaWriter::pending()
-{
-    std::lock_guard lock(mutex_);
-    return pending_;
 }
 
 size_t ReplicaWriter::pendingBytes()
@@ -63,7 +55,7 @@ void ReplicaWriter::run()
         {
             std::lock_guard lock(mutex_);
             if (!error.empty()) jobs_.clear();
-            pending_ = jobs_.size();
+            // From the queue, not by subtraction: stop() may have cleared it meanwhile.
             pendingBytes_ = 0;
             for (const Job& queued : jobs_) pendingBytes_ += queued.bytes;
         }

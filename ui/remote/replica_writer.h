@@ -46,8 +46,7 @@ public:
     void write(RunStore& replica, MirroredPage page, size_t bytes, Done done);
     // Waits for the write under way, drops the ones queued, ends the thread. write() starts it again.
     void stop();
-    // Pages queued or being written, and their bytes.
-    size_t pending();
+    // The bytes of the pages queued or being written.
     size_t pendingBytes();
 
 private:
@@ -64,7 +63,6 @@ private:
     std::condition_variable wake_;
     std::deque<Job> jobs_;
     bool stopping_ = false;
-    size_t pending_ = 0;
     size_t pendingBytes_ = 0;
     std::thread thread_;
 };
