@@ -22,6 +22,7 @@
 #include <cstring>
 #include <vector>
 
+#include "determinism.h"
 #include "pages/compare_page.h"
 #include "window/main_window.h"
 #include "pages/monitor_page.h"
@@ -63,6 +64,7 @@ void fail(const QString& message)
 
 int main(int argc, char* argv[])
 {
+    prepare_cublas_for_determinism(); // before any thread starts (determinism.h)
     // Before QApplication: --version must work without a display.
     for (int i = 1; i < argc; ++i)
         if (std::strcmp(argv[i], "--version") == 0) {

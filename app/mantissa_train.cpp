@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "data_parallel_cli.h"
+#include "determinism.h"
 #include "remote_serving.h"
 #include "run_store.h"
 #include "train_cli.h"
@@ -21,6 +22,7 @@ using namespace mantissa;
 
 int main(int argc, char** argv)
 {
+    prepare_cublas_for_determinism(); // before any thread starts (determinism.h)
     CLI::App app{"mantissa-train: train GPT models with per-layer precision recipes, headless"};
     app.require_subcommand(1);
     app.set_version_flag("--version", [] { return version_text("mantissa-train", MANTISSA_QT_VERSION); });

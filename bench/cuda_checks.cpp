@@ -8,8 +8,10 @@
 // --quick trains two recipes instead of all (CTest runs it on the CPU, so that the harness
 // the first GPU session depends on keeps working).
 // - casts: round_to_format on the device, bit for bit against the CPU, on crafted edge values;
-// - stats: the device's statistics row (tensor ops) against the host reference scan: counts
-//   exact, energies to FP64 rounding; also the () scale tensor overload of native FP8;
+// - stats: the device's statistics row against the host reference scan: counts exact, energies
+//   to FP64 rounding; also the () scale tensor overload of native FP8;
+// - stats kernel: the fused row (CUDA: Mantissa's kernel, after its probe) against the tensor
+//   ops on 1 M and 50 M values (--quick: 1 M), FP32 and BF16, and the time of each;
 // - train: every recipe, both executors, a few steps on the device against the CPU emulator:
 //   per-step losses finite and within a tolerance (reduction order and the GEMM kernels
 //   differ, so equality is not expected: the figure printed is the point);
@@ -34,6 +36,7 @@
 #include <unistd.h>
 
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -141,6 +144,60 @@ void casts_and_stats(const torch::Device& device)
                 report(same, std::string("stats ") + r.name + " (scale tensor)", same ? "equal to the reference" : "DIFFER");
             }
         });
+    }
+}
+
+// The fused statistics kernel of the device (CUDA: Mantissa's kernel; CPU: the fused pass)
+// against the tensor ops on tensors large enough for every block of the grid: counts exact,
+// energies to FP64 rounding, and the time of one row each (GPT-2 small's MLP activations are
+// 50 M values).
+void stats_kernels(const torch::Device& device, bool quick)
+{
+    const bool cuda = device.is_cuda();
+    const auto fused = cuda ? StatsKernel::FusedCuda : StatsKernel::FusedCpu;
+    if (cuda)
+        report(fused_cuda_stats_available(), "stats kernel probe",
+               fused_cuda_stats_available() ? "the fused CUDA kernel agreed with the tensor ops" : "NOT USED: not built, or it disagreed");
+    const auto wait = [&] {
+#if defined(MANTISSA_BENCH_CUDA)
+        if (cuda) c10::cuda::device_synchronize();
+#endif
+    };
+    for (const int64_t n : quick ? std::vector<int64_t>{int64_t(1) << 20} : std::vector<int64_t>{int64_t(1) << 20, int64_t(50) << 20}) {
+        for (const bool bf16 : {false, true}) {
+            const std::string name = fmt("stats kernel %.0f M ", double(n >> 20)) + (bf16 ? "bf16" : "fp32");
+            check(name, [&] {
+                torch::manual_seed(7);
+                auto x = (torch::randn({n}, torch::TensorOptions().device(device)) *
+                          torch::exp2(torch::randint(-30, 30, {n}, torch::TensorOptions().device(device)).to(torch::kFloat32)));
+                x.index_put_({torch::indexing::Slice(0, 4)}, torch::tensor({0.0f, std::numeric_limits<float>::infinity(),
+                                                                            std::numeric_limits<float>::quiet_NaN(), 1e-45f}));
+                if (bf16) x = x.to(torch::kBFloat16);
+                const auto q = round_to_format(x.to(torch::kFloat32) * 4.0f, NumberFormat::E4M3, Overflow::Saturate) / 4.0f;
+                const auto ops = tensor_stats_row(x, NumberFormat::E4M3, 4.0f, q, StatsKernel::TensorOps).to(torch::kCPU);
+                const auto own = tensor_stats_row(x, NumberFormat::E4M3, 4.0f, q, fused).to(torch::kCPU);
+                const auto a = ops.contiguous(), b = own.contiguous();
+                bool counts = true;
+                double worst = 0.0;
+                for (int64_t i = 0; i < stats_row::kSize; ++i) {
+                    const double u = a.data_ptr<double>()[i], v = b.data_ptr<double>()[i];
+                    if (i == stats_row::kErrorEnergy || i == stats_row::kSignalEnergy) worst = std::max(worst, std::abs(u - v) / std::abs(u));
+                    else counts = counts && u == v;
+                }
+                const auto time_us = [&](StatsKernel k) {
+                    tensor_stats_row(x, NumberFormat::E4M3, 4.0f, q, k);
+                    wait();
+                    const auto t0 = std::chrono::steady_clock::now();
+                    for (int r = 0; r < 5; ++r) tensor_stats_row(x, NumberFormat::E4M3, 4.0f, q, k);
+                    wait();
+                    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 5;
+                };
+                const double t_ops = time_us(StatsKernel::TensorOps), t_own = time_us(fused);
+                report(counts && worst <= 1e-12, name,
+                       std::string("counts ") + (counts ? "equal" : "DIFFER") + fmt(", energies within %.2g; ", worst) +
+                           fmt("%.0f us a row (tensor ops %.0f us)", t_own, t_ops));
+            });
+        }
     }
 }
 
@@ -440,6 +497,7 @@ int main(int argc, char** argv)
     const auto dir = std::filesystem::temp_directory_path() / ("cuda_checks_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);
     casts_and_stats(torch::Device(device));
+    stats_kernels(torch::Device(device), quick);
     training(device, quick);
     resume(device, dir.string(), quick);
     observe(device, quick);

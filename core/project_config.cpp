@@ -188,6 +188,7 @@ json to_json(const ProjectConfig& c)
           {"seed", c.training.seed},
           {"threads", c.training.threads},
           {"device", c.training.device},
+          {"deterministic", c.training.deterministic},
           {"checkpoint_interval", c.training.checkpoint_interval},
           {"checkpoint_dir", c.training.checkpoint_dir},
           {"checkpoint_keep", c.training.checkpoint_keep},
@@ -383,6 +384,7 @@ ProjectConfig from_json(const json& j)
     c.training.seed = t["seed"];
     c.training.threads = t["threads"];
     c.training.device = t["device"];
+    c.training.deterministic = t["deterministic"];
     c.training.checkpoint_interval = t["checkpoint_interval"];
     c.training.checkpoint_dir = t["checkpoint_dir"];
     c.training.checkpoint_keep = t["checkpoint_keep"];

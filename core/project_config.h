@@ -64,6 +64,9 @@ struct TrainingConfig {
     uint64_t seed = 1337;
     int64_t threads = 0;         // 0 = all hardware threads
     std::string device = "auto"; // auto (CUDA when LibTorch has it and a GPU is there) | cpu | cuda
+    // GPU kernels that add in a fixed order (determinism.h): two runs, and a run and its resume,
+    // are bit-identical. false: LibTorch's fastest kernels, whose order varies run to run.
+    bool deterministic = true;
     int64_t checkpoint_interval = 0; // steps between checkpoints; 0 = only when stopped or finished
     std::string checkpoint_dir;      // "" = no checkpoints (mantissa-train sets one beside the run store)
     int64_t checkpoint_keep = 3;     // newest checkpoints kept

@@ -5,12 +5,19 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <limits>
+#include <vector>
 #include <mutex>
 
 #include <ATen/Parallel.h>
 
 #include "vector_clones.h"
+
+#if defined(MANTISSA_CUDA_KERNELS)
+#include "cuda/tensor_stats_row.h"
+#endif
 
 namespace mantissa {
 namespace {
@@ -141,22 +148,12 @@ struct RowAccumulator {
     }
 };
 
-// Row slot of a finite value from the bits of |x|: zero, or its binade (exact for subnormals).
-size_t bin_of(uint32_t mag_bits, uint32_t biased)
-{
-    if (biased != 0) return static_cast<size_t>(biased) + 23; // kFirstBin + (biased - 127) - kMinExponent
-    if (mag_bits == 0) return row::kZeros;
-    return static_cast<size_t>(row::kFirstBin + (31 - std::countl_zero(mag_bits)));
-}
-
 // One source prepared for the fused pass: contiguous FP32 on the host.
 struct ScanInput {
     torch::Tensor x, q; // q undefined: not compared
     const float* xp = nullptr;
     const float* qp = nullptr;
-    bool scaled_domain = false;
-    float scale = 1.0f;
-    double min_normal = 0.0, max_finite = 0.0;
+    stats_value::CastComparison comparison;
 };
 
 // amax (finite values), NaNs, zeros and subnormals of [begin, end) from the bits of |x|: integer
@@ -215,7 +212,7 @@ void scan_uncompared(const float* xp, int64_t begin, int64_t end, RowAccumulator
             uint32_t m;
             std::memcpy(&m, xp + j, sizeof m);
             m &= 0x7FFFFFFFu;
-            if (m - 1u < 0x007FFFFFu) ++a.bins[bin_of(m, 0)];
+            if (m - 1u < 0x007FFFFFu) ++a.bins[static_cast<size_t>(stats_value::slot_of(m))];
         }
     }
     a.nans += s.nans;
@@ -232,30 +229,15 @@ void scan(const ScanInput& in, int64_t begin, int64_t end, RowAccumulator& a)
     }
     for (int64_t i = begin; i < end; ++i) {
         const float v = xp[i];
-        const uint32_t mag_bits = std::bit_cast<uint32_t>(v) & 0x7FFFFFFFu;
-        const uint32_t biased = mag_bits >> 23;
-        if (biased == 0xFF) {
-            ++a.bins[row::kNonFinite];
+        const uint32_t mag_bits = stats_value::magnitude_bits(v);
+        const int slot = stats_value::slot_of(mag_bits);
+        ++a.bins[static_cast<size_t>(slot)];
+        if (slot == row::kNonFinite) {
             a.nans += mag_bits > 0x7F800000u ? 1 : 0;
             continue;
         }
-        ++a.bins[bin_of(mag_bits, biased)];
         a.amax_bits = std::max(a.amax_bits, mag_bits);
-        if (!qp) continue;
-        // The comparison with the cast, as the reference does it (FP64).
-        const double mag = std::fabs(static_cast<double>(v));
-        const float r = qp[i];
-        if (!std::isfinite(r)) { ++a.overflow; continue; }
-        if (v != 0.0f && r == 0.0f) ++a.underflow;
-        if (in.scaled_domain) {
-            const double rv = std::fabs(static_cast<double>(r) * in.scale);
-            if (rv != 0.0 && rv < in.min_normal) ++a.subnormal;
-            if (mag * in.scale > in.max_finite) ++a.overflow;
-        }
-        const double e = static_cast<double>(v) - static_cast<double>(r);
-        a.err_energy += e * e;
-        a.signal += mag * mag;
-        ++a.compared;
+        stats_value::compare_cast(v, qp[i], in.comparison, a);
     }
 }
 
@@ -347,11 +329,9 @@ std::vector<torch::Tensor> tensor_stats_rows_cpu(const std::vector<StatsSource>&
             in.q = s.dequantized.detach().to(torch::kCPU, torch::kFloat32).contiguous();
         in.xp = in.x.data_ptr<float>();
         in.qp = in.q.defined() ? in.q.data_ptr<float>() : nullptr;
-        in.scaled_domain = s.scale > 0.0f; // per-row/block FP8 scales differ per element
-        in.scale = s.scale;
         const FormatInfo& info = format_info(s.format);
-        in.min_normal = info.min_normal;
-        in.max_finite = info.max_finite;
+        // Per-row/block FP8 scales differ per element: no scaled domain to compare in.
+        in.comparison = {s.scale > 0.0f, s.scale, info.min_normal, info.max_finite};
         for (int64_t b = 0; b < in.x.numel(); b += kChunk) chunks.push_back({i, b, std::min(b + kChunk, in.x.numel())});
     }
     // One parallel region for every tensor of the step: a region per tensor costs a thread
@@ -370,12 +350,115 @@ std::vector<torch::Tensor> tensor_stats_rows_cpu(const std::vector<StatsSource>&
     return rows;
 }
 
+namespace {
+
+// Mantissa's CUDA kernel for the row; `device_scale` (a () tensor) replaces `scale` when defined.
+torch::Tensor fused_cuda_row(const torch::Tensor& x, NumberFormat format, float scale, const torch::Tensor& device_scale,
+                             const torch::Tensor& dequantized)
+{
+#if defined(MANTISSA_CUDA_KERNELS)
+    const FormatInfo& info = format_info(format);
+    const bool compared = stats_compared(format, dequantized);
+    const stats_value::CastComparison comparison{device_scale.defined() || scale > 0.0f, scale, info.min_normal,
+                                                 info.max_finite};
+    return cuda_kernels::tensor_stats_row(x, compared ? dequantized : torch::Tensor(), comparison, device_scale);
+#else
+    (void)x, (void)format, (void)scale, (void)device_scale, (void)dequantized;
+    TORCH_CHECK(false, "the fused CUDA statistics kernel is not built (MANTISSA_CUDA_KERNELS)");
+#endif
+}
+
+#if defined(MANTISSA_CUDA_KERNELS)
+// Crafted values for the probe: every edge the statistics name (zeros of both signs, the
+// smallest subnormal, subnormals of every binade, each format's largest finite values and
+// just past them, FP32's max, infinities, NaN), then a long run spanning 40 binades, so
+// that every block of the kernel's grid and its grid-stride loop take part.
+torch::Tensor probe_values()
+{
+    std::vector<float> v = {0.0f, -0.0f, std::ldexp(1.0f, -149), -std::ldexp(3.0f, -149), std::ldexp(1.0f, -127),
+                            std::ldexp(1.0f, -126), 448.0f, 464.0f, 480.0f, 57344.0f, 61440.0f, 65504.0f, 65536.0f,
+                            3.3895314e38f, std::numeric_limits<float>::max(), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+    for (int e = -149; e < -126; ++e) v.push_back(std::ldexp(1.5f, e));
+    const auto head = torch::tensor(v);
+    const auto i = torch::arange(300000, torch::kFloat32);
+    const auto run = torch::sin(i * 0.37f) * torch::exp2(torch::remainder(i, 40.0f) - 20.0f);
+    return torch::cat({head, run});
+}
+
+bool same_row(const torch::Tensor& a, const torch::Tensor& b)
+{
+    const auto x = a.to(torch::kCPU).contiguous(), y = b.to(torch::kCPU).contiguous();
+    const double* p = x.data_ptr<double>();
+    const double* q = y.data_ptr<double>();
+    for (int64_t s = 0; s < stats_row::kSize; ++s) {
+        const bool energy = s == stats_row::kErrorEnergy || s == stats_row::kSignalEnergy;
+        const bool same = p[s] == q[s] || (energy && std::abs(p[s] - q[s]) <= 1e-12 * std::abs(q[s]));
+        if (!same) return false;
+    }
+    return true;
+}
+
+bool fused_cuda_agrees_with_tensor_ops()
+{
+    const auto opts = torch::TensorOptions().device(torch::kCUDA);
+    const auto x = probe_values().to(opts.device());
+    const auto scale = torch::full({}, 64.0, opts.dtype(torch::kFloat64));
+    const auto e5m2 = (x * 64.0f).to(torch::kFloat8_e5m2).to(torch::kFloat32) / 64.0f;
+    struct Case {
+        torch::Tensor x;
+        NumberFormat format;
+        float scale;
+        torch::Tensor device_scale, q;
+    };
+    for (const Case& c : {Case{x, NumberFormat::FP32, 1.0f, {}, {}}, Case{x.to(torch::kBFloat16), NumberFormat::FP32, 1.0f, {}, {}},
+                          Case{x, NumberFormat::BF16, 1.0f, {}, x.to(torch::kBFloat16)},
+                          Case{x, NumberFormat::E5M2, 64.0f, {}, e5m2}, Case{x, NumberFormat::E5M2, 1.0f, scale, e5m2},
+                          Case{x, NumberFormat::E4M3, 0.0f, {}, x.to(torch::kFloat8_e4m3fn)}}) {
+        const auto host_scale = c.scale > 0.0f ? torch::full({}, static_cast<double>(c.scale), opts.dtype(torch::kFloat64))
+                                               : torch::Tensor();
+        const auto ops = tensor_ops_row(c.x, c.format, c.device_scale.defined() ? c.device_scale : host_scale, c.q);
+        const auto fused = fused_cuda_row(c.x, c.format, c.scale, c.device_scale, c.q);
+        if (!same_row(fused, ops)) return false;
+    }
+    return true;
+}
+#endif
+
+} // namespace
+
+bool fused_cuda_stats_available()
+{
+#if defined(MANTISSA_CUDA_KERNELS)
+    static const bool agrees = [] {
+        if (!torch::cuda::is_available()) return false;
+        try {
+            torch::NoGradGuard no_grad;
+            if (fused_cuda_agrees_with_tensor_ops()) return true;
+            std::fprintf(stderr, "mantissa: the fused CUDA statistics kernel disagreed with the tensor ops on its "
+                                 "probe; telemetry uses the tensor ops\n");
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "mantissa: the fused CUDA statistics kernel failed its probe (%s); telemetry uses "
+                                 "the tensor ops\n", e.what());
+        }
+        return false;
+    }();
+    return agrees;
+#else
+    return false;
+#endif
+}
+
 torch::Tensor tensor_stats_row(const torch::Tensor& x, NumberFormat format, float scale,
                                const torch::Tensor& dequantized, StatsKernel kernel)
 {
     torch::NoGradGuard no_grad;
-    if (kernel == StatsKernel::Auto) kernel = x.is_cpu() ? StatsKernel::FusedCpu : StatsKernel::TensorOps;
+    if (kernel == StatsKernel::Auto)
+        kernel = x.is_cpu() ? StatsKernel::FusedCpu
+                 : x.is_cuda() && fused_cuda_stats_available() ? StatsKernel::FusedCuda
+                                                                : StatsKernel::TensorOps;
     if (kernel == StatsKernel::FusedCpu) return fused_cpu_row(x, format, scale, dequantized);
+    if (kernel == StatsKernel::FusedCuda) return fused_cuda_row(x, format, scale, {}, dequantized);
     const auto scale_t = scale > 0.0f ? torch::full({}, static_cast<double>(scale), x.options().dtype(torch::kFloat64))
                                       : torch::Tensor();
     return tensor_ops_row(x, format, scale_t, dequantized);
@@ -386,6 +469,7 @@ torch::Tensor tensor_stats_row(const torch::Tensor& x, NumberFormat format, cons
 {
     torch::NoGradGuard no_grad;
     if (x.is_cpu()) return fused_cpu_row(x, format, scale.item<float>(), dequantized);
+    if (x.is_cuda() && fused_cuda_stats_available()) return fused_cuda_row(x, format, 1.0f, scale, dequantized);
     return tensor_ops_row(x, format, scale.detach().to(torch::kFloat64), dequantized);
 }
 

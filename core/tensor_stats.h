@@ -9,35 +9,21 @@
 #include <torch/torch.h>
 
 #include "number_format.h"
+#include "stats_row.h"
 #include "telemetry.h"
 
 namespace mantissa {
 
-// FP32 exponents of finite non-zero values: floor(log2|x|) from -149 (smallest subnormal)
-// to 127, one bin each.
-constexpr int kMinExponent = -149;
-constexpr int kMaxExponent = 127;
-constexpr int64_t kExponentBins = kMaxExponent - kMinExponent + 1;
+// How a row is computed. Auto: one fused pass on the CPU (where a dozen separate ops over the
+// same data cost several times the fused pass); on CUDA, Mantissa's fused kernel where it is
+// built and agreed with the tensor ops on a probe, else the tensor ops. FusedCuda asks for the
+// kernel itself (an error where it is not built).
+enum class StatsKernel { Auto, TensorOps, FusedCpu, FusedCuda };
 
-// One tensor's statistics row (float64; counts are exact in a double below 2^53).
-namespace stats_row {
-constexpr int64_t kZeros = 0;
-constexpr int64_t kFirstBin = 1;                       // exponent kMinExponent, then one per binade
-constexpr int64_t kNonFinite = kFirstBin + kExponentBins; // infs + NaNs
-constexpr int64_t kNans = kNonFinite + 1;
-constexpr int64_t kUnderflow = kNans + 1;
-constexpr int64_t kSubnormal = kUnderflow + 1;
-constexpr int64_t kOverflow = kSubnormal + 1;
-constexpr int64_t kCompared = kOverflow + 1;
-constexpr int64_t kAmax = kCompared + 1;
-constexpr int64_t kErrorEnergy = kAmax + 1; // sum (x - q)^2 over the compared values
-constexpr int64_t kSignalEnergy = kErrorEnergy + 1;
-constexpr int64_t kSize = kSignalEnergy + 1;
-} // namespace stats_row
-
-// How a row is computed. Auto: tensor ops on an accelerator, one fused pass on the CPU (where
-// a dozen separate ops over the same data cost several times the fused pass).
-enum class StatsKernel { Auto, TensorOps, FusedCpu };
+// Whether CUDA rows come from the fused kernel: built (MANTISSA_CUDA_KERNELS), a GPU present,
+// and its rows equal to the tensor ops' on crafted tensors, tried once per process (a host sync
+// then, none after). Where it disagrees, telemetry keeps the tensor ops and says so on stderr.
+bool fused_cuda_stats_available();
 
 // `x` is the FP32 tensor before the cast, `scale` what it was multiplied by before rounding
 // (1 for 16-bit formats, 0 for per-row/block FP8 scales), `dequantized` the value the GEMM

@@ -10,9 +10,11 @@
 #include <sstream>
 #include <thread>
 
+#include "determinism.h"
 #include "device_memory.h"
 #include "memory_model.h"
 #include "safetensors_writer.h"
+#include "tensor_stats.h"
 
 namespace mantissa {
 
@@ -70,6 +72,9 @@ Trainer::Impl::Impl(ProjectConfig c) : config(std::move(c)), watchers(config.tel
     threads = config.training.threads > 0 ? static_cast<int>(config.training.threads)
                                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     device = pick_device(config.training.device);
+    // Before the model reaches the device: the GPU's kernels add in a fixed order, so that a
+    // resumed run is bit-identical to one never stopped (determinism.h). The CPU's already do.
+    set_deterministic_kernels(device.is_cuda() && config.training.deterministic);
     // Initialise on the CPU generator so a seed gives the same weights on every device.
     torch::manual_seed(config.training.seed);
     // precision.backend auto: the native executor on CUDA, the emulator (the reference) on the CPU.
@@ -93,6 +98,9 @@ Trainer::Impl::Impl(ProjectConfig c) : config(std::move(c)), watchers(config.tel
     scaler = LossScaler(resolve_loss_scaling(config.precision, any_fp16));
     for (const auto& g : model->gemm_layers()) layer_order.push_back(g->name());
     defer_frames = device.is_cuda();
+    // The fused statistics kernel is tried here, once per process, so that its probe's host
+    // sync falls outside the steps (a run's telemetry may be switched on at any step).
+    if (device.is_cuda()) fused_cuda_stats_available();
     train_batches = std::make_unique<BatchSampler>(data.train, config.training.batch_size,
                                                    config.model.context_length, config.training.seed);
 }
@@ -166,19 +174,28 @@ std::string Trainer::describe() const
     out << c.model.n_layer << " layers, " << c.model.n_head << " heads, " << c.model.n_embd << " dims, context "
         << c.model.context_length << ", " << parameter_count() << " parameters; vocabulary " << vocab_size()
         << "; " << impl_->data.train.size() << " train / " << impl_->data.val.size() << " val tokens; "
-        << impl_->threads << " threads; device " << (impl_->device.is_cuda() ? "cuda" : "cpu") << "; precision "
-        << c.precision.preset;
+        << impl_->threads << " threads; device "
+        << (impl_->device.is_cuda() ? (c.training.deterministic ? "cuda (deterministic kernels)" : "cuda") : "cpu")
+        << "; precision " << c.precision.preset;
     if (impl_->scaler.enabled()) out << ", loss scale " << impl_->scaler.scale();
     return out.str();
 }
 
 RunSummary Trainer::run(TelemetrySink& sink)
 {
-    if (!impl_->dp) return run_steps(sink);
     try {
-        return run_steps(sink);
+        if (!impl_->dp) return run_steps(sink);
+        try {
+            return run_steps(sink);
+        } catch (const std::exception& error) {
+            impl_->dp_fail(error); // names the rank that failed first, and why
+        }
     } catch (const std::exception& error) {
-        impl_->dp_fail(error); // names the rank that failed first, and why
+        if (!is_determinism_refusal(error.what())) throw;
+        throw std::runtime_error(std::string(error.what()) +
+                                 "\nMantissa runs GPU kernels deterministically by default (training.deterministic), "
+                                 "so that a resumed run is bit-identical to one never stopped, and this op has no "
+                                 "deterministic kernel. Set training.deterministic=false to train with it anyway.");
     }
 }
 

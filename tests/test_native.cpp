@@ -15,6 +15,7 @@
 // LibTorch before Qt: Qt's `slots` macro breaks torch's headers.
 #include <torch/torch.h>
 
+#include "determinism.h"
 #include "fp8_scaling.h"
 #include "layer_gemm.h"
 #include "native_fp8.h"
@@ -378,6 +379,37 @@ private slots:
         trainer.run(rest);
         QCOMPARE(rest.steps.size(), size_t(2));
         QVERIFY(std::isfinite(rest.steps.back().train_loss));
+    }
+
+    // training.deterministic on a GPU turns on LibTorch's deterministic mode, which refuses an
+    // op with no deterministic kernel; the run then adds how to train without the guarantee.
+    // put_ without accumulation is refused on every device, so this LibTorch's own wording is
+    // checked here, on the CPU. A CPU run leaves the mode off whatever the setting says.
+    void determinismRefusalsAreRecognised()
+    {
+        auto config = golden_project();
+        config.training.deterministic = true;
+        config.training.device = "cpu";
+        {
+            Trainer trainer(config);
+            QVERIFY(!at::globalContext().deterministicAlgorithms()); // the CPU's kernels already are
+        }
+        const QByteArray users_workspace = qgetenv("CUBLAS_WORKSPACE_CONFIG"); // kept when set
+        set_deterministic_kernels(true);
+        QVERIFY(at::globalContext().deterministicAlgorithms() && !at::globalContext().deterministicAlgorithmsWarnOnly());
+        QCOMPARE(qgetenv("CUBLAS_WORKSPACE_CONFIG"), users_workspace.isEmpty() ? QByteArray(":4096:8") : users_workspace);
+        std::string refusal;
+        try {
+            auto t = torch::zeros({4});
+            t.put_(torch::tensor({int64_t(1)}), torch::ones({1}), /*accumulate=*/false);
+        } catch (const std::exception& e) {
+            refusal = e.what();
+        }
+        set_deterministic_kernels(false);
+        QVERIFY2(!refusal.empty(), "put_ was not refused in deterministic mode");
+        QVERIFY2(is_determinism_refusal(refusal.c_str()), refusal.c_str());
+        QVERIFY(!is_determinism_refusal("shape '[2, 3]' is invalid for input of size 5"));
+        QVERIFY(!at::globalContext().deterministicAlgorithms());
     }
 };
 

@@ -275,6 +275,17 @@ private slots:
         }
     }
 
+    // The CUDA kernel is only ever chosen on a GPU: without one, Auto never picks it, and asking
+    // for it by name on a CPU tensor is an error, not a silent fallback.
+    void fusedCudaKernelOnlyOnAGpu()
+    {
+        if (torch::cuda::is_available()) QSKIP("a GPU is present: bench/cuda_checks holds the kernel to the tensor ops");
+        QVERIFY(!fused_cuda_stats_available());
+        const auto x = torch::tensor({1.0f, 0.0f, 3.0f});
+        QVERIFY_THROWS_EXCEPTION(std::exception, compute_tensor_stats(x, NumberFormat::FP32, 1.0f, {}, StatsKernel::FusedCuda));
+        QCOMPARE(compute_tensor_stats(x, NumberFormat::FP32, 1.0f, {}).zeros, int64_t(1));
+    }
+
     // telemetry.reduce_ranks with two ranks that measured the same tensors (the stand-in
     // allreduce doubles a SUM and leaves a MAX alone): every count of a rank-local tensor
     // doubles, so its fractions, amax, SNR and log Z's mean are unchanged; the weight's rows

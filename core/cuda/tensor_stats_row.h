@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// A tensor's statistics row (stats_row.h) on its CUDA device in one pass over the data, where
+// the LibTorch ops of tensor_stats.cpp take a dozen passes, an int64 bin index per element and
+// a scatter_add that every element of a binade contends on. Built only with
+// MANTISSA_CUDA_KERNELS. The per-value rules are stats_row.h's, shared with the fused CPU pass;
+// the sums are made in a fixed order (a partial per block, then the blocks in turn), so one
+// tensor gives the same row on every run on the same GPU.
+
+#include <torch/torch.h>
+
+#include "../stats_row.h"
+
+namespace mantissa::cuda_kernels {
+
+// x: CUDA, any float dtype (FP32/BF16/FP16 are read as they are). dequantized: undefined (not
+// compared), or x's cast with x's numel on x's device. `comparison` as the CPU pass takes it;
+// device_scale, when defined, is a () tensor on x's device that replaces comparison.scale
+// (native FP8 keeps its per-tensor scale there). Returns stats_row::kSize doubles on x's
+// device, queued on the current stream without a host sync.
+torch::Tensor tensor_stats_row(const torch::Tensor& x, const torch::Tensor& dequantized,
+                               const stats_value::CastComparison& comparison, const torch::Tensor& device_scale);
+
+} // namespace mantissa::cuda_kernels

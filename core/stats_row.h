@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// The layout of a statistics row (tensor_stats.h), and what one value adds to it: its slot in
+// the exponent histogram and what its cast did to it. One definition for the fused CPU pass
+// and the CUDA kernel (core/cuda/tensor_stats_row.cu), so that the CPU tests hold the
+// kernel's per-value rules. Plain C++17 with no library, as nvcc compiles it too.
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define MANTISSA_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define MANTISSA_HOST_DEVICE inline
+#endif
+
+namespace mantissa {
+
+// FP32 exponents of finite non-zero values: floor(log2|x|) from -149 (smallest subnormal)
+// to 127, one bin each.
+constexpr int kMinExponent = -149;
+constexpr int kMaxExponent = 127;
+constexpr int64_t kExponentBins = kMaxExponent - kMinExponent + 1;
+
+// One tensor's statistics row (float64; counts are exact in a double below 2^53).
+namespace stats_row {
+constexpr int64_t kZeros = 0;
+constexpr int64_t kFirstBin = 1;                          // exponent kMinExponent, then one per binade
+constexpr int64_t kNonFinite = kFirstBin + kExponentBins; // infs + NaNs
+constexpr int64_t kNans = kNonFinite + 1;
+constexpr int64_t kUnderflow = kNans + 1;
+constexpr int64_t kSubnormal = kUnderflow + 1;
+constexpr int64_t kOverflow = kSubnormal + 1;
+constexpr int64_t kCompared = kOverflow + 1;
+constexpr int64_t kAmax = kCompared + 1;
+constexpr int64_t kErrorEnergy = kAmax + 1; // sum (x - q)^2 over the compared values
+constexpr int64_t kSignalEnergy = kErrorEnergy + 1;
+constexpr int64_t kSize = kSignalEnergy + 1;
+} // namespace stats_row
+
+namespace stats_value {
+
+MANTISSA_HOST_DEVICE uint32_t magnitude_bits(float v)
+{
+#if defined(__CUDA_ARCH__)
+    return __float_as_uint(v) & 0x7FFFFFFFu;
+#else
+    return __builtin_bit_cast(uint32_t, v) & 0x7FFFFFFFu;
+#endif
+}
+
+// Row slot of a value from the bits of |x|: zero, its binade (exact for subnormals, whose
+// binade is the highest set bit of their mantissa), or non-finite (Inf and NaN).
+MANTISSA_HOST_DEVICE int slot_of(uint32_t mag_bits)
+{
+    const uint32_t biased = mag_bits >> 23;
+    if (biased == 0xFFu) return static_cast<int>(stats_row::kNonFinite);
+    if (biased != 0) return static_cast<int>(biased) + 23; // kFirstBin + (biased - 127) - kMinExponent
+    if (mag_bits == 0) return static_cast<int>(stats_row::kZeros);
+#if defined(__CUDA_ARCH__)
+    const int highest_bit = 31 - __clz(static_cast<int>(mag_bits));
+#else
+    const int highest_bit = 31 - __builtin_clz(mag_bits);
+#endif
+    return static_cast<int>(stats_row::kFirstBin) + highest_bit;
+}
+
+// How a value is compared with its cast. Per-tensor scaled FP8 (`scaled_domain`) also counts
+// results that are subnormal in the format, and values whose scaled magnitude overflows it.
+struct CastComparison {
+    bool scaled_domain = false;
+    double scale = 1.0;
+    double min_normal = 0.0;
+    double max_finite = 0.0;
+};
+
+// Adds finite `v`'s comparison with its cast `r` to `t` (fields underflow, subnormal, overflow,
+// compared, err_energy, signal), in FP64 as the host reference does it: squares of values
+// near FP32's max overflow FP32.
+template <typename Tally>
+MANTISSA_HOST_DEVICE void compare_cast(float v, float r, const CastComparison& c, Tally& t)
+{
+    if ((magnitude_bits(r) >> 23) == 0xFFu) { // the cast overflowed to Inf or NaN
+        ++t.overflow;
+        return;
+    }
+    if (v != 0.0f && r == 0.0f) ++t.underflow;
+    const double vd = static_cast<double>(v);
+    const double mag = vd < 0.0 ? -vd : vd;
+    if (c.scaled_domain) {
+        const double scaled_r = static_cast<double>(r) * c.scale;
+        const double rv = scaled_r < 0.0 ? -scaled_r : scaled_r;
+        if (rv != 0.0 && rv < c.min_normal) ++t.subnormal;
+        if (mag * c.scale > c.max_finite) ++t.overflow;
+    }
+    const double e = vd - static_cast<double>(r);
+    t.err_energy += e * e;
+    t.signal += mag * mag;
+    ++t.compared;
+}
+
+} // namespace stats_value
+} // namespace mantissa
