@@ -453,7 +453,10 @@ void syncs(const std::string& device)
     for (const auto& [name, sets] : std::vector<std::pair<std::string, std::vector<std::string>>>{
              {"bf16 native", {"precision.preset=bf16", "precision.backend=native"}},
              {"fp8-hybrid native", {"precision.preset=fp8-hybrid", "precision.backend=native"}},
-             {"fp16 native (loss scaling)", {"precision.preset=fp16", "precision.backend=native"}}}) {
+             {"fp16 native (loss scaling)", {"precision.preset=fp16", "precision.backend=native"}},
+             {"bf16 native, telemetry every step", {"precision.preset=bf16", "precision.backend=native", "telemetry.interval=1"}},
+             {"fp8-block native", {"precision.preset=fp8-e4m3", "precision.fp8.scaling=fp8-block", "precision.backend=native"}},
+             {"nvfp4 (emulated)", {"precision.preset=fp8-e4m3", "precision.fp8.scaling=nvfp4", "precision.backend=native"}}}) {
         check("syncs " + name, [&, name = name, sets = sets] {
             const int64_t steps = 12;
             Trainer t(with(base_config(device, steps), sets));

@@ -50,7 +50,8 @@ struct Tiled {
 torch::Tensor poison_non_finite_blocks(const torch::Tensor& values4, const torch::Tensor& amax)
 {
     const auto bad = ~torch::isfinite(amax);
-    if (!bad.any().item<bool>()) return values4;
+    // The shortcut reads a flag back: free on the CPU, a stalled stream on a GPU.
+    if (values4.is_cpu() && !bad.any().item<bool>()) return values4;
     return torch::where(bad, torch::full({}, std::numeric_limits<float>::quiet_NaN()), values4);
 }
 
@@ -81,12 +82,15 @@ torch::Tensor mul_mod32(const torch::Tensor& h, uint32_t c)
     return torch::bitwise_and(high + h * static_cast<int64_t>(c & 0xFFFF), 0xFFFFFFFFLL);
 }
 
-torch::Tensor uniforms(uint64_t seed, int64_t padded_rows, int64_t padded_cols, const torch::Device& device)
+// `seed`: () int64 holding the seed's 64 bits, on `device` or the CPU.
+torch::Tensor uniforms(const torch::Tensor& seed, int64_t padded_rows, int64_t padded_cols, const torch::Device& device)
 {
+    const auto low = torch::bitwise_and(seed, 0xFFFFFFFFLL);
+    // seed >> 32 as unsigned: an arithmetic shift, then the sign's copies masked off.
+    const auto high = torch::bitwise_and(torch::bitwise_right_shift(seed, 32), 0xFFFFFFFFLL);
     auto h = torch::arange(padded_rows * padded_cols, torch::TensorOptions().dtype(torch::kInt64).device(device));
-    h = torch::bitwise_and(mul_mod32(torch::bitwise_and(h, 0xFFFFFFFFLL), kGolden) + static_cast<int64_t>(seed & 0xFFFFFFFFu),
-                           0xFFFFFFFFLL);
-    h = torch::bitwise_xor(h, static_cast<int64_t>(seed >> 32));
+    h = torch::bitwise_and(mul_mod32(torch::bitwise_and(h, 0xFFFFFFFFLL), kGolden) + low, 0xFFFFFFFFLL);
+    h = torch::bitwise_xor(h, high);
     h = torch::bitwise_xor(h, torch::bitwise_right_shift(h, 16));
     h = mul_mod32(h, kMix1);
     h = torch::bitwise_xor(h, torch::bitwise_right_shift(h, 13));
@@ -108,7 +112,7 @@ BlockQuantized fp8_block_tensor_ops(const torch::Tensor& x_in, NumberFormat form
     const auto scale_inv = 1.0f / scale;
     auto values = round_to_format(t.x4 * scale, format, Overflow::Saturate) * scale_inv;
     values = poison_non_finite_blocks(values, amax);
-    return {t.unpad(values), squeeze_grid(scale_inv), squeeze_grid(amax), 1.0f};
+    return {t.unpad(values), squeeze_grid(scale_inv), squeeze_grid(amax), {}};
 }
 
 // nvfp4's per-tensor encode scale S = 448 * 6 / amax over the finite blocks, capped at FLT_MAX
@@ -136,7 +140,9 @@ torch::Tensor mxfp4_exponent(const torch::Tensor& safe, bool round_scale_up)
     return torch::where(ratio > 0, ceil_log2(ratio), torch::full({}, -127.0f));
 }
 
-BlockQuantized nvfp4_tensor_ops(const torch::Tensor& x_in, bool tile_2d, std::optional<uint64_t> sr_seed)
+torch::Tensor seed_tensor(uint64_t seed) { return torch::tensor(static_cast<int64_t>(seed), torch::kInt64); }
+
+BlockQuantized nvfp4_tensor_ops(const torch::Tensor& x_in, bool tile_2d, const SrSeed& sr_seed)
 {
     const auto x = x_in.to(torch::kFloat32);
     const Tiled t(x, tile_2d ? 16 : 1, 16);
@@ -149,15 +155,16 @@ BlockQuantized nvfp4_tensor_ops(const torch::Tensor& x_in, bool tile_2d, std::op
     const auto element_scale = torch::clamp_max(1.0f / (block_scale * decode), kFltMax);
     const auto scaled = torch::clamp(t.x4 * element_scale, -kE2M1Max, kE2M1Max);
     torch::Tensor q;
-    if (sr_seed) {
-        const auto u = uniforms(*sr_seed, t.x4.size(0) * t.x4.size(1), t.x4.size(2) * t.x4.size(3), x.device());
+    if (sr_seed.stochastic()) {
+        const auto seed = sr_seed.host ? seed_tensor(*sr_seed.host) : sr_seed.on_device;
+        const auto u = uniforms(seed, t.x4.size(0) * t.x4.size(1), t.x4.size(2) * t.x4.size(3), x.device());
         q = round_to_e2m1_stochastic(scaled, u.view(scaled.sizes()));
     } else {
         q = round_to_e2m1(scaled);
     }
     auto values = (q * block_scale) * decode;
     values = poison_non_finite_blocks(values, amax);
-    return {t.unpad(values), squeeze_grid(block_scale), squeeze_grid(amax), decode.item<float>()};
+    return {t.unpad(values), squeeze_grid(block_scale), squeeze_grid(amax), decode};
 }
 
 BlockQuantized mxfp4_tensor_ops(const torch::Tensor& x_in, bool round_scale_up)
@@ -171,7 +178,7 @@ BlockQuantized mxfp4_tensor_ops(const torch::Tensor& x_in, bool round_scale_up)
     const auto scale = pow2_exact(exponent);
     auto values = round_to_e2m1(t.x4 / scale) * scale;
     values = poison_non_finite_blocks(values, amax);
-    return {t.unpad(values), squeeze_grid(scale), squeeze_grid(amax), 1.0f};
+    return {t.unpad(values), squeeze_grid(scale), squeeze_grid(amax), {}};
 }
 
 
@@ -357,7 +364,7 @@ BlockQuantized fp8_block(const torch::Tensor& x_in, NumberFormat format, bool po
     const Grid g(x_t.size(0), x_t.size(1), tile_2d ? 128 : 1, 128);
     Buffers b(g);
     each_block_range(g, [&](int64_t begin, int64_t end) { fp8_block_range(x, g, b, format, power_of_two, begin, end); });
-    return {b.values, b.scales, b.amax, 1.0f};
+    return {b.values, b.scales, b.amax, {}};
 }
 
 // One row of a whole 16-wide nvfp4 block, with a trip count the compiler knows: a single
@@ -454,7 +461,7 @@ BlockQuantized nvfp4(const torch::Tensor& x_in, bool tile_2d, std::optional<uint
         nvfp4_scales(b, element_scales.data(), decode, multiplier, begin, end);
         nvfp4_range(x, g, b, element_scales.data(), decode, seed, begin, end);
     });
-    return {b.values, b.scales, b.amax, decode};
+    return {b.values, b.scales, b.amax, torch::tensor(decode)};
 }
 
 MANTISSA_VECTOR_CLONES
@@ -489,7 +496,7 @@ BlockQuantized mxfp4(const torch::Tensor& x_in, bool round_scale_up)
     const Grid g(x_t.size(0), x_t.size(1), 1, 32);
     Buffers b(g);
     each_block_range(g, [&](int64_t begin, int64_t end) { mxfp4_range(x, g, b, round_scale_up, begin, end); });
-    return {b.values, b.scales, b.amax, 1.0f};
+    return {b.values, b.scales, b.amax, {}};
 }
 
 } // namespace cpu
@@ -511,12 +518,14 @@ BlockQuantized quantize_fp8_block_2d(const torch::Tensor& x, NumberFormat format
                               : fp8_block_tensor_ops(x32, format, power_of_two, tile_2d);
 }
 
-BlockQuantized quantize_nvfp4_2d(const torch::Tensor& x, bool tile_2d, std::optional<uint64_t> sr_seed,
-                                 BlockKernel kernel)
+BlockQuantized quantize_nvfp4_2d(const torch::Tensor& x, bool tile_2d, const SrSeed& sr_seed, BlockKernel kernel)
 {
     TORCH_CHECK(x.dim() == 2, "block quantizers take a 2-D operand");
     const auto x32 = x.to(torch::kFloat32);
-    return fused(x32, kernel) ? cpu::nvfp4(x32, tile_2d, sr_seed) : nvfp4_tensor_ops(x32, tile_2d, sr_seed);
+    if (!fused(x32, kernel)) return nvfp4_tensor_ops(x32, tile_2d, sr_seed);
+    std::optional<uint64_t> host = sr_seed.host; // the fused pass runs on the CPU: reading the seed is free
+    if (!host && sr_seed.on_device.defined()) host = static_cast<uint64_t>(sr_seed.on_device.item<int64_t>());
+    return cpu::nvfp4(x32, tile_2d, host);
 }
 
 BlockQuantized quantize_mxfp4_2d(const torch::Tensor& x, bool round_scale_up, BlockKernel kernel)
@@ -540,7 +549,7 @@ torch::Tensor random_hadamard_transform(const torch::Tensor& x)
 
 torch::Tensor stochastic_uniforms(uint64_t seed, int64_t rows, int64_t cols)
 {
-    return uniforms(seed, rows, cols, torch::kCPU);
+    return uniforms(seed_tensor(seed), rows, cols, torch::kCPU);
 }
 
 namespace {
@@ -568,17 +577,22 @@ void content_sums(const float* p, int64_t n, uint64_t& sum_out, uint64_t& square
 uint64_t content_seed(const torch::Tensor& x_in)
 {
     // sum of the FP32 bit patterns (as int32) and of their squares modulo 1000003, mixed.
-    constexpr int64_t kPrime = 1000003;
+    if (!x_in.device().is_cpu()) return static_cast<uint64_t>(content_seed_tensor(x_in).item<int64_t>());
     const auto x = x_in.to(torch::kFloat32).contiguous();
     uint64_t sum = 0, squares = 0;
-    if (x.device().is_cpu()) {
-        content_sums(x.data_ptr<float>(), x.numel(), sum, squares);
-    } else {
-        const auto bits = x.view(torch::kInt32).to(torch::kInt64);
-        sum = static_cast<uint64_t>(bits.sum().item<int64_t>());
-        squares = static_cast<uint64_t>(bits.remainder(kPrime).square().sum().item<int64_t>());
-    }
+    content_sums(x.data_ptr<float>(), x.numel(), sum, squares);
     return (sum * 0x9E3779B97F4A7C15ULL) ^ squares ^ static_cast<uint64_t>(x.numel());
+}
+
+torch::Tensor content_seed_tensor(const torch::Tensor& x_in)
+{
+    constexpr int64_t kPrime = 1000003;
+    const auto x = x_in.to(torch::kFloat32).contiguous();
+    // int64 sums and products wrap as uint64's do: the same 64 bits as content_seed's.
+    const auto bits = x.view(torch::kInt32).to(torch::kInt64);
+    const auto sum = bits.sum();
+    const auto squares = bits.remainder(kPrime).square().sum();
+    return torch::bitwise_xor(torch::bitwise_xor(sum * static_cast<int64_t>(0x9E3779B97F4A7C15ULL), squares), x.numel());
 }
 
 BlockCastRecord block_cast_record(const BlockQuantized& q, NumberFormat format, const Fp8Recipe& recipe)
@@ -638,14 +652,17 @@ torch::Tensor quantize_block_recipe(const torch::Tensor& x, NumberFormat format,
         const auto plain = x2;
         if (rht) x2 = random_hadamard_transform(x2);
         const bool stochastic = role == TensorRole::Gradient && recipe.nvfp4_stochastic_rounding;
-        std::optional<uint64_t> seed;
-        if (stochastic) seed = content_seed(x2);
-        q = quantize_nvfp4_2d(x2, weight_2d && recipe.nvfp4_weight_2d, seed);
+        // On a GPU the seed stays there: reading it back would stall the stream every cast.
+        const auto seed_of = [&](const torch::Tensor& t) {
+            if (!stochastic) return SrSeed();
+            return t.is_cpu() ? SrSeed(content_seed(t)) : SrSeed(content_seed_tensor(t));
+        };
+        q = quantize_nvfp4_2d(x2, weight_2d && recipe.nvfp4_weight_2d, seed_of(x2));
         if (record && rht) { // what the transform bought: the same operand cast without it
             record->transformed = x2;
             record->transformed_cast = q.values;
             record->plain = plain;
-            record->plain_cast = quantize_nvfp4_2d(plain, false, stochastic ? std::optional(content_seed(plain)) : std::nullopt).values;
+            record->plain_cast = quantize_nvfp4_2d(plain, false, seed_of(plain)).values;
         }
         break;
     }
@@ -671,7 +688,8 @@ BlockFormatStats block_format_stats(const torch::Tensor& x_in, const BlockQuanti
     BlockFormatStats s;
     const auto x = x_in.to(torch::kFloat32).reshape(q.values.sizes());
     const auto nonzero_block = torch::isfinite(q.block_amax) & (q.block_amax > 0);
-    const auto decode = q.block_scales * q.tensor_scale; // what one element step of the block is worth
+    // What one element step of the block is worth.
+    const auto decode = q.tensor_scale.defined() ? q.block_scales * q.tensor_scale : q.block_scales;
     const auto clipped = nonzero_block & (decode > 0) & (q.block_amax / decode > element_max);
     const auto underflow = nonzero_block & (q.block_scales <= std::ldexp(1.0f, -127));
     const double blocks = static_cast<double>(q.block_scales.numel());

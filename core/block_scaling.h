@@ -40,7 +40,23 @@ struct BlockQuantized {
     torch::Tensor values;       // dequantized FP32, shape of the input
     torch::Tensor block_scales; // decode scale of each block (rows/tile_rows, cols/tile_cols), FP32
     torch::Tensor block_amax;   // amax of each block, same shape (NaN/Inf for non-finite blocks)
-    float tensor_scale = 1.0f;  // nvfp4: the per-tensor decode scale amax / (448 * 6); 1 otherwise
+    // nvfp4: the per-tensor decode scale amax / (448 * 6), () FP32 on the values' device (read
+    // only by telemetry, so nothing waits for it); undefined otherwise (a scale of 1).
+    torch::Tensor tensor_scale;
+};
+
+// Stochastic rounding's seed: none (round to nearest even), a host number, or a () int64
+// tensor on the operand's device (content_seed_tensor: on a GPU nothing waits for it). The
+// same 64 bits give the same draws on every path.
+struct SrSeed {
+    SrSeed() = default;
+    SrSeed(std::nullopt_t) {}
+    SrSeed(uint64_t seed) : host(seed) {}
+    SrSeed(std::optional<uint64_t> seed) : host(seed) {}
+    explicit SrSeed(torch::Tensor seed) : on_device(std::move(seed)) {}
+    bool stochastic() const { return host.has_value() || on_device.defined(); }
+    std::optional<uint64_t> host;
+    torch::Tensor on_device;
 };
 
 // How the block quantizers compute. Auto: one fused pass per block on the CPU (the tensor-op
@@ -56,7 +72,7 @@ BlockQuantized quantize_fp8_block_2d(const torch::Tensor& x, NumberFormat format
 // nvfp4. tile_2d: 16x16 tiles, else 1x16. Per-tensor encode scale S = 448*6 / amax; block
 // decode scale E4M3(amax_block * (S / 6)); elements E2M1(x * 1 / (scale_block / S)) after a
 // clamp to +-6, round-to-nearest-even, or stochastic from a generator seeded with `sr_seed`.
-BlockQuantized quantize_nvfp4_2d(const torch::Tensor& x, bool tile_2d, std::optional<uint64_t> sr_seed,
+BlockQuantized quantize_nvfp4_2d(const torch::Tensor& x, bool tile_2d, const SrSeed& sr_seed,
                                  BlockKernel kernel = BlockKernel::Auto);
 
 // mxfp4: 1x32 blocks, E8M0 scale 2^e with e = floor(log2 amax) - 2 (OCP MX v1.0, elements
@@ -76,6 +92,8 @@ torch::Tensor stochastic_uniforms(uint64_t seed, int64_t rows, int64_t cols);
 // A deterministic seed from the tensor's bits: stochastic rounding is then a pure function of
 // its input, identical across resumes and executors, with no generator state to checkpoint.
 uint64_t content_seed(const torch::Tensor& x);
+// The same 64 bits as a () int64 tensor on x's device, computed there: no host sync on a GPU.
+torch::Tensor content_seed_tensor(const torch::Tensor& x);
 
 // What telemetry reads from one block-recipe cast (docs/TELEMETRY.md, "Block formats"). Only
 // filled on telemetry steps; building it reads the cast's results and changes none of them.
