@@ -46,16 +46,19 @@ torch::Tensor NormImpl::forward(const torch::Tensor& x)
     return at::layer_norm(x.to(torch::kFloat32), {features_}, weight_, bias_, 1e-5);
 }
 
-torch::Tensor max_abs_score(const torch::Tensor& q, const torch::Tensor& k)
+torch::Tensor causal_max_abs_score(const torch::Tensor& q, const torch::Tensor& k, int64_t max_scores)
 {
-    // q, k (B, H, T, D). Blocks of queries keep the scratch near 16 Mi scores.
     const int64_t B = q.size(0), H = q.size(1), T = q.size(2);
-    const int64_t rows = std::max<int64_t>(1, (int64_t(1) << 24) / std::max<int64_t>(1, B * H * T));
-    const auto kt = k.to(torch::kFloat32).transpose(-2, -1); // (B, H, D, T)
+    const int64_t rows = std::max<int64_t>(1, max_scores / std::max<int64_t>(1, B * H * T));
+    const auto k32 = k.to(torch::kFloat32);
     std::vector<torch::Tensor> maxima;
     for (int64_t start = 0; start < T; start += rows) {
-        const auto block = q.narrow(2, start, std::min(rows, T - start)).to(torch::kFloat32); // (B, H, r, D)
-        maxima.push_back(block.matmul(kt).abs().amax());
+        const int64_t r = std::min(rows, T - start), seen = start + r;
+        const auto block = q.narrow(2, start, r).to(torch::kFloat32);                      // (B, H, r, D)
+        auto scores = block.matmul(k32.narrow(2, 0, seen).transpose(-2, -1)).abs_();      // (B, H, r, seen)
+        // Query start + i sees keys 0 .. start + i: entry (i, j) is in the future when j > start + i.
+        const auto future = torch::ones({r, seen}, torch::dtype(torch::kBool).device(q.device())).triu(start + 1);
+        maxima.push_back(scores.masked_fill_(future, 0.0f).amax());
     }
     return torch::stack(maxima).amax();
 }
@@ -83,7 +86,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x)
         // in FP32 and a block of queries at a time, so that neither the step's kernels nor its
         // peak memory change (the fused kernel never materialises the scores).
         torch::NoGradGuard no_grad;
-        sdpa_->set_attention_max_score(max_abs_score(q, k), inv_sqrt_d); // stays on the device
+        sdpa_->set_attention_max_score(causal_max_abs_score(q, k), inv_sqrt_d); // stays on the device
     }
     torch::Tensor y;
     const bool native_fused = sdpa_->native() && sdpa_->uniform_16bit();

@@ -58,8 +58,10 @@ private:
 };
 TORCH_MODULE(Norm);
 
-// max |q . k| over every query-key pair of every head: (), FP32, on q's device. q, k (B, H, T, D).
-torch::Tensor max_abs_score(const torch::Tensor& q, const torch::Tensor& k);
+// max |q_i . k_j| over the pairs causal attention scores (key j <= query i), every head: (),
+// FP32, on q's device. q, k (B, H, T, D). Queries are taken in blocks whose scores stay near
+// `max_scores`, each block multiplying only the keys it may see.
+torch::Tensor causal_max_abs_score(const torch::Tensor& q, const torch::Tensor& k, int64_t max_scores = int64_t(1) << 24);
 
 class CausalSelfAttentionImpl : public torch::nn::Module {
 public:

@@ -286,6 +286,31 @@ private slots:
         QCOMPARE(compute_tensor_stats(x, NumberFormat::FP32, 1.0f, {}).zeros, int64_t(1));
     }
 
+    // The attention max logit is taken over the scores causal attention computes: a future
+    // key, however large its product, is not one of them. Small blocks of queries (ragged at
+    // the end) must give the one-block answer, which must be the brute-force one.
+    void attentionMaxLogitIsCausal()
+    {
+        torch::manual_seed(11);
+        const int64_t B = 2, H = 3, T = 37, D = 8;
+        auto q = torch::randn({B, H, T, D}), k = torch::randn({B, H, T, D});
+        q[1][2][3].fill_(40.0f); // query 3 against key 20 (the future): 40 * 40 * 8 = 12800
+        k[1][2][20].fill_(40.0f);
+        q[1][0][10].fill_(10.0f); // query 10 against key 11, the nearest future: 800
+        k[1][0][11].fill_(10.0f);
+        q[0][1][30].fill_(-6.0f); // query 30 against its own key: 288, the largest causal product
+        k[0][1][30].fill_(6.0f);
+        const auto scores = torch::matmul(q.to(torch::kFloat64), k.to(torch::kFloat64).transpose(-2, -1)).abs();
+        const auto causal = torch::ones({T, T}, torch::kBool).tril();
+        const double expected = torch::where(causal, scores, torch::zeros_like(scores)).max().item<double>();
+        QCOMPARE(expected, 288.0); // on the diagonal; the future products are larger
+        // FP32 products in another order than the FP64 reference's: equal to a few ulps.
+        for (int64_t rows : {int64_t(1), int64_t(5), int64_t(36), int64_t(37), int64_t(1) << 24}) { // queries per block
+            const double blocked = causal_max_abs_score(q, k, B * H * T * rows).item<double>();
+            QVERIFY2(std::abs(blocked - expected) <= 1e-5 * expected, qPrintable(QString("%1 rows: %2").arg(rows).arg(blocked)));
+        }
+    }
+
     // telemetry.reduce_ranks with two ranks that measured the same tensors (the stand-in
     // allreduce doubles a SUM and leaves a MAX alone): every count of a rank-local tensor
     // doubles, so its fractions, amax, SNR and log Z's mean are unchanged; the weight's rows
