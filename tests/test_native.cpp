@@ -397,6 +397,7 @@ private slots:
         const QByteArray users_workspace = qgetenv("CUBLAS_WORKSPACE_CONFIG"); // kept when set
         set_deterministic_kernels(true);
         QVERIFY(at::globalContext().deterministicAlgorithms() && !at::globalContext().deterministicAlgorithmsWarnOnly());
+        QVERIFY(!at::globalContext().deterministicFillUninitializedMemory()); // no NaN fill pass per allocation
         QCOMPARE(qgetenv("CUBLAS_WORKSPACE_CONFIG"), users_workspace.isEmpty() ? QByteArray(":4096:8") : users_workspace);
         std::string refusal;
         try {
