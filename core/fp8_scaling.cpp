@@ -5,18 +5,18 @@
 #include <cmath>
 #include <limits>
 
+#include "scale_rule.h"
+
 namespace mantissa {
 
 float scale_from_amax(float amax, double fp8_max, int64_t margin, float previous)
 {
-    constexpr float kMax = std::numeric_limits<float>::max();
-    if (!(amax > 0.0f) || !std::isfinite(amax)) return std::isinf(previous) ? kMax : previous;
     // fp8_max (448, 57344) over a power of two is exact in float; one float division follows,
     // as TE's scaled_max / amax. For every amax where the quotient is a finite float this
-    // equals the double-precision formula rounded once to float.
+    // equals the double-precision formula rounded once to float. An amax below ~1.3e-36
+    // (E4M3) overflows the quotient: TE clamps it to FLT_MAX (scale_rule.h, shared with CUDA).
     const float scaled_max = std::ldexp(static_cast<float>(fp8_max), -static_cast<int>(margin));
-    const float scale = scaled_max / amax;
-    return std::isinf(scale) ? kMax : scale; // amax below ~1.3e-36 (E4M3): TE clamps to FLT_MAX
+    return scale_rule::scale_from_amax(amax, scaled_max, previous);
 }
 
 void DelayedScaling::replay(const std::vector<float>& amaxes)
@@ -38,7 +38,7 @@ void DelayedScaling::record(float amax, double fp8_max, bool use_max, int64_t ma
     float reduced = history_[0];
     if (use_max) {
         reduced = 0.0f;
-        for (float a : history_) reduced = std::fmax(reduced, a); // fmax skips NaN, as TE's fmaxf
+        for (float a : history_) reduced = scale_rule::fmax_skipping_nan(reduced, a); // as TE's fmaxf
     }
     scale_ = scale_from_amax(reduced, fp8_max, margin, scale_);
 }

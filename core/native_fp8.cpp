@@ -3,9 +3,13 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "layer_gemm.h"
 #ifdef MANTISSA_CUDA_KERNELS
+#include "cuda/delayed_scaling.h"
 #include "cuda/fp8_cast.h"
 #endif
 
@@ -47,15 +51,78 @@ void DeviceDelayedScaling::download(DelayedScaling& host) const
     host.restore(std::vector<float>(h.data_ptr<float>(), h.data_ptr<float>() + h.numel()), scale_.item<float>());
 }
 
+namespace {
+
+// DeviceDelayedScaling::record in LibTorch ops: a new history (nothing that used the old
+// scale, e.g. a cast saved for the backward, is overwritten) and its scale.
+std::pair<torch::Tensor, torch::Tensor> record_with_ops(const torch::Tensor& amax, const torch::Tensor& history,
+                                                        const torch::Tensor& scale, double fp8_max, bool use_max,
+                                                        int64_t margin)
+{
+    auto rolled = torch::cat({amax.reshape({1}).to(torch::kFloat32), history.narrow(0, 0, history.size(0) - 1)});
+    // fmax over the window, as the host's: NaN entries skipped, an inf wins (and keeps the
+    // previous scale while it is in the window), all zero/NaN reduces to 0.
+    const auto reduced = use_max ? rolled.masked_fill(rolled.isnan(), 0.0f).max() : rolled[0];
+    auto next = device_scale_from_amax(reduced, fp8_max, margin, scale);
+    return {std::move(rolled), std::move(next)};
+}
+
+#ifdef MANTISSA_CUDA_KERNELS
+float scaled_max_of(double fp8_max, int64_t margin)
+{
+    return std::ldexp(static_cast<float>(fp8_max), -static_cast<int>(margin));
+}
+
+// The one-launch record against the ops it replaces, once per process, on crafted windows
+// (zeros, NaN, inf, amaxes too small for a finite quotient, a full 1,024 window) and every
+// branch of the rule: any difference and the ops stay.
+bool fused_record_agrees(const torch::Device& device)
+{
+    static const bool agrees = [&] {
+        try {
+            const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+            const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+            const auto long_window = torch::exp2(torch::linspace(-130.0, 20.0, 1024)).to(device);
+            std::vector<torch::Tensor> by_ops, by_kernel; // compared in one read-back at the end
+            for (const auto& window : {torch::tensor({0.0f}), torch::tensor({3.0f, nan, 0.0f, 1e-38f, 7.5f, 0.0f, nan, 2.0f}),
+                                       torch::tensor({nan, nan, nan}), torch::tensor({0.0f, inf, 5.0f, 0.0f})}) {
+                for (const auto& history : {window.to(device), long_window})
+                    for (float a : {nan, inf, 0.0f, 1e-38f, 3.0f, 448.0f, 6e4f})
+                        for (float previous : {1.0f, inf, 2.5f})
+                            for (bool use_max : {true, false})
+                                for (double fp8_max : {448.0, 57344.0})
+                                    for (int64_t margin : {0, 2}) {
+                                        const auto amax = torch::full({}, a, opts), prev = torch::full({}, previous, opts);
+                                        const auto ops = record_with_ops(amax, history, prev, fp8_max, use_max, margin);
+                                        const auto own = cuda_kernels::record_amax(amax, history, prev,
+                                                                                   scaled_max_of(fp8_max, margin), use_max);
+                                        by_ops.insert(by_ops.end(), {ops.first, ops.second.reshape({1})});
+                                        by_kernel.insert(by_kernel.end(), {own.history, own.scale.reshape({1})});
+                                    }
+            }
+            return torch::equal(torch::cat(by_ops).view(torch::kInt32).cpu(), torch::cat(by_kernel).view(torch::kInt32).cpu());
+        } catch (const std::exception&) {
+            return false;
+        }
+    }();
+    return agrees;
+}
+#endif
+
+} // namespace
+
 void DeviceDelayedScaling::record(const torch::Tensor& amax, double fp8_max, bool use_max, int64_t margin)
 {
     if (journal_on_) journal_.push_back({amax.reshape({}).to(torch::kFloat32), fp8_max, use_max, margin});
-    // A new history each step (1,024 floats): nothing that used the old scale is overwritten.
-    history_ = torch::cat({amax.reshape({1}).to(torch::kFloat32), history_.narrow(0, 0, history_.size(0) - 1)});
-    // fmax over the window, as the host's: NaN entries skipped, an inf wins (and keeps the
-    // previous scale while it is in the window), all zero/NaN reduces to 0.
-    const auto reduced = use_max ? history_.masked_fill(history_.isnan(), 0.0f).max() : history_[0];
-    scale_ = device_scale_from_amax(reduced, fp8_max, margin, scale_);
+#ifdef MANTISSA_CUDA_KERNELS
+    if (history_.is_cuda() && history_.is_contiguous() && fused_record_agrees(history_.device())) {
+        auto r = cuda_kernels::record_amax(amax, history_, scale_, scaled_max_of(fp8_max, margin), use_max);
+        history_ = std::move(r.history);
+        scale_ = std::move(r.scale);
+        return;
+    }
+#endif
+    std::tie(history_, scale_) = record_with_ops(amax, history_, scale_, fp8_max, use_max, margin);
 }
 
 void DeviceDelayedScaling::begin_journal()

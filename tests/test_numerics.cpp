@@ -13,6 +13,7 @@
 #include "fp8_scaling.h"
 #include "loss_scaler.h"
 #include "quantize.h"
+#include "scale_rule.h"
 
 // Qt after LibTorch: Qt's `slots` macro would break torch's IValue::slots().
 #include <QtTest>
@@ -410,6 +411,16 @@ private slots:
         QCOMPARE(scale_from_amax(std::nextafter(edge, 1.0f), 448.0, 0, 1.0f), 448.0f / std::nextafter(edge, 1.0f));
         QVERIFY(std::isfinite(448.0f / std::nextafter(edge, 1.0f)));
         QVERIFY(std::isinf(448.0f / std::nextafter(edge, 0.0f)));
+        // The other end: FLT_MAX is finite, so it is measured (448 / FLT_MAX, a normal float).
+        QCOMPARE(scale_from_amax(kMax, 448.0, 0, 7.0f), 448.0f / kMax);
+        QCOMPARE(scale_from_amax(kMax, 448.0, 2, 7.0f), 112.0f / kMax); // margin 2: 448 / 2^2
+        // The window's reduction (shared with the CUDA kernel): a NaN on either side gives the
+        // other side, as fmaxf; two NaNs stay NaN; an inf wins.
+        QCOMPARE(scale_rule::fmax_skipping_nan(nan, 2.0f), 2.0f);
+        QCOMPARE(scale_rule::fmax_skipping_nan(2.0f, nan), 2.0f);
+        QVERIFY(std::isnan(scale_rule::fmax_skipping_nan(nan, nan)));
+        QCOMPARE(scale_rule::fmax_skipping_nan(inf, 3.0f), inf);
+        QCOMPARE(scale_rule::fmax_skipping_nan(-0.0f, 1e-45f), 1e-45f);
         QCOMPARE(scale_from_amax(std::nextafter(edge, 0.0f), 448.0, 0, 1.0f), kMax);
         // Margin halves the scale, in float: 448 / 2^16 / 3.
         QCOMPARE(scale_from_amax(3.0f, 448.0, 16, 1.0f), (448.0f / 65536.0f) / 3.0f);
