@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "edge_values.h" // tests/: the values test_telemetry holds the statistics to
+#include "native_fp8.h"
 #include "number_format.h"
 #include "project_config.h"
 #include "quantize.h"
@@ -155,6 +156,10 @@ void stats_kernels(const torch::Device& device, bool quick)
 {
     const bool cuda = device.is_cuda();
     const auto fused = cuda ? StatsKernel::FusedCuda : StatsKernel::FusedCpu;
+    if (cuda) {
+        const std::string fp8 = native_fp8_kernels_report();
+        report(fp8.find("NO") == std::string::npos && fp8 != "not built", "fp8 kernel probes", fp8);
+    }
     if (cuda)
         report(fused_cuda_stats_available(), "stats kernel probe",
                fused_cuda_stats_available() ? "the fused CUDA kernel agreed with the tensor ops" : "NOT USED: not built, or it disagreed");

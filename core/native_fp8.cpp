@@ -223,6 +223,18 @@ bool fused_cast_agrees(const torch::Device& device)
 } // namespace
 #endif
 
+std::string native_fp8_kernels_report()
+{
+#ifdef MANTISSA_CUDA_KERNELS
+    if (!torch::cuda::is_available()) return "no GPU";
+    const torch::Device gpu(torch::kCUDA);
+    return std::string("fused cast: ") + (fused_cast_agrees(gpu) ? "yes" : "NO") +
+           ", delayed record: " + (fused_record_agrees(gpu) ? "yes" : "NO");
+#else
+    return "not built";
+#endif
+}
+
 Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe,
                               DeviceDelayedScaling* delayed, bool record)
 {

@@ -5,6 +5,7 @@
 // waits on the host. The rules are the emulator's, op for op (tests/test_native.cpp holds
 // them together): the emulator is the reference, this is the fast path.
 
+#include <string>
 #include <vector>
 
 #include <torch/torch.h>
@@ -65,6 +66,11 @@ private:
     bool journal_on_ = false;
     std::vector<Record> journal_;
 };
+
+// Which of Mantissa's own CUDA kernels the native FP8 path uses on this process's GPU, after
+// their probes: "fused cast: yes, delayed record: yes"; "not built" without
+// MANTISSA_CUDA_KERNELS, "no GPU" without one (bench/cuda_checks prints it).
+std::string native_fp8_kernels_report();
 
 // scale_from_amax on the device, to the bit (fp8_scaling.h states the rule): one FP32
 // division float(fp8_max / 2^margin) / amax, FLT_MAX where it overflows, `previous` where amax
