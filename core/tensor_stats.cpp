@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
-#include <vector>
 #include <mutex>
+#include <vector>
 
 #include <ATen/Parallel.h>
 
