@@ -159,10 +159,10 @@ void stats_kernels(const torch::Device& device, bool quick)
     if (cuda) {
         const std::string fp8 = native_fp8_kernels_report();
         report(fp8.find("NO") == std::string::npos && fp8 != "not built", "fp8 kernel probes", fp8);
+        const bool stats = fused_cuda_stats_available();
+        report(stats, "stats kernel probe",
+               stats ? "the fused CUDA kernel agreed with the tensor ops" : "NOT USED: not built, or it disagreed");
     }
-    if (cuda)
-        report(fused_cuda_stats_available(), "stats kernel probe",
-               fused_cuda_stats_available() ? "the fused CUDA kernel agreed with the tensor ops" : "NOT USED: not built, or it disagreed");
     const auto wait = [&] {
 #if defined(MANTISSA_BENCH_CUDA)
         if (cuda) c10::cuda::device_synchronize();
