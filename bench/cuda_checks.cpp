@@ -461,7 +461,15 @@ void syncs(const std::string& device)
              {"fp16 native (loss scaling)", {"precision.preset=fp16", "precision.backend=native"}},
              {"bf16 native, telemetry every step", {"precision.preset=bf16", "precision.backend=native", "telemetry.interval=1"}},
              {"fp8-block native", {"precision.preset=fp8-e4m3", "precision.fp8.scaling=fp8-block", "precision.backend=native"}},
-             {"nvfp4 (emulated)", {"precision.preset=fp8-e4m3", "precision.fp8.scaling=nvfp4", "precision.backend=native"}}}) {
+             {"nvfp4 (emulated)", {"precision.preset=fp8-e4m3", "precision.fp8.scaling=nvfp4", "precision.backend=native"}},
+             // One layer, two kinds of GEMM (FP8 forward, BF16 backward), and FP8 attention,
+             // whose products the native executor leaves to the emulator's autograd.
+             {"bf16, fp8 mlp forward native",
+              {"precision.preset=bf16", "precision.backend=native", R"(precision.layers=[{"match":"*.mlp.*","forward":"e4m3"}])"}},
+             {"fp8-hybrid, fp8 attention native",
+              {"precision.preset=fp8-hybrid", "precision.backend=native",
+               R"(precision.layers=[{"match":"*.attn.sdpa","format":"e4m3"}])"}},
+             {"fp8-hybrid emulated", {"precision.preset=fp8-hybrid", "precision.backend=emulated"}}}) {
         check("syncs " + name, [&, name = name, sets = sets] {
             const int64_t steps = 12;
             Trainer t(with(base_config(device, steps), sets));

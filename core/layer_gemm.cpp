@@ -18,17 +18,16 @@ namespace {
 c10::ScalarType fp8_dtype(NumberFormat f) { return f == NumberFormat::E4M3 ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2; }
 
 // _scaled_mm: a row-major (M, K), b column-major (K, N), every dimension a multiple of 16,
-// per-tensor scales are the *inverse* scales (dequantisation factors).
-torch::Tensor scaled_mm(const torch::Tensor& a_values, float scale_a, NumberFormat format_a,
-                        const torch::Tensor& b_values, float scale_b, NumberFormat format_b)
+// per-tensor scales are the *inverse* scales (dequantisation factors). `scale_a`/`scale_b`:
+// () FP32 tensors on the operands' device, what each was multiplied by before its cast.
+torch::Tensor scaled_mm(const torch::Tensor& a_values, const torch::Tensor& scale_a, NumberFormat format_a,
+                        const torch::Tensor& b_values, const torch::Tensor& scale_b, NumberFormat format_b)
 {
-    const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(a_values.device());
     // values * scale recovers the codes exactly: the error of the FP32 product is far below
     // half an FP8 step, so the cast lands back on the code.
     const auto a = (a_values * scale_a).to(fp8_dtype(format_a)).contiguous();
     const auto b = (b_values * scale_b).to(fp8_dtype(format_b)).t().contiguous().t(); // column-major
-    return at::_scaled_mm(a, b, torch::full({}, 1.0f / scale_a, opts), torch::full({}, 1.0f / scale_b, opts), {}, {},
-                          torch::kFloat32);
+    return at::_scaled_mm(a, b, scale_a.reciprocal(), scale_b.reciprocal(), {}, {}, torch::kFloat32);
 }
 
 } // namespace
@@ -42,7 +41,9 @@ bool native_fp8_available()
             const auto opts = torch::TensorOptions().device(torch::kCUDA);
             const auto a = torch::full({16, 32}, 0.5f, opts);
             const auto b = torch::full({32, 16}, 2.0f, opts);
-            const auto y = scaled_mm(a, 4.0f, NumberFormat::E4M3, b, 8.0f, NumberFormat::E4M3);
+            const auto f32 = opts.dtype(torch::kFloat32);
+            const auto y = scaled_mm(a, torch::full({}, 4.0f, f32), NumberFormat::E4M3, b, torch::full({}, 8.0f, f32),
+                                     NumberFormat::E4M3);
             return torch::allclose(y.cpu(), torch::full({16, 16}, 32.0f));
         } catch (const std::exception&) {
             return false;
@@ -58,9 +59,14 @@ using torch::autograd::variable_list;
 
 bool is_block_recipe(Fp8Scaling s) { return s == Fp8Scaling::Block128 || s == Fp8Scaling::NvFp4 || s == Fp8Scaling::MxFp4; }
 
-// The scale a tensor was multiplied by before its cast: the FP8 per-tensor scale, 0 for
-// per-row/block FP8 scales, 1 for every other format.
-float recorded_scale(NumberFormat f, float fp8_scale) { return format_info(f).is_fp8 ? fp8_scale : 1.0f; }
+// Telemetry of an operand: an FP8 per-tensor cast's `scale` is a () tensor (read back with the
+// frame), per-row and block FP8 scales are recorded as 0, every other format as 1.
+void record_operand(LayerGemm& layer, const char* role, const torch::Tensor& x, NumberFormat f,
+                    const torch::Tensor& scale, const torch::Tensor& cast)
+{
+    if (scale.defined()) layer.record(role, x, f, scale, cast);
+    else layer.record(role, x, f, format_info(f).is_fp8 ? 0.0f : 1.0f, cast);
+}
 
 LayerGemm* layer_of(AutogradContext* ctx) { return reinterpret_cast<LayerGemm*>(ctx->saved_data["layer"].toInt()); }
 
@@ -71,17 +77,17 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
     {
         auto* layer = reinterpret_cast<LayerGemm*>(layer_address);
         const GemmFormats f = layer->formats();
-        float sx = 0.0f, sw = 0.0f;
+        torch::Tensor sx, sw; // per-tensor FP8 scales, () on the operands' device
         const auto xq = layer->round_operand(x, f.forward, OperandRole::Input, 1, &sx); // (M, K)
         const auto wq = layer->quantized_weight(weight, f.forward, 1, &sw);             // (N, K)
         const bool has_bias = bias.numel() > 0; // an empty tensor stands for "no bias"
         auto y = layer->gemm(xq, wq.t(), f.forward, has_bias ? bias : torch::Tensor(), sx, sw, "output"); // (M, N)
         if (layer->telemetry_armed()) {
             layer->remember_weight(weight);
-            layer->record("weight", weight, f.forward, recorded_scale(f.forward, sw), wq);
-            layer->record("input", x, f.forward, recorded_scale(f.forward, sx), xq);
+            record_operand(*layer, "weight", weight, f.forward, sw, wq);
+            record_operand(*layer, "input", x, f.forward, sx, xq);
         }
-        ctx->saved_data["input_scale"] = static_cast<double>(sx);
+        ctx->saved_data["input_scale"] = sx;
         ctx->saved_data["layer"] = layer_address;
         ctx->saved_data["has_bias"] = has_bias;
         // TE saves the FP8 input for the weight gradient; keep the quantised copy when it can be reused.
@@ -101,22 +107,22 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
         const auto dy = grads[0].contiguous(); // (M, N)
 
         // dgrad: dx = dy W, contraction over N (dy's dim 1, W's dim 0).
-        float s_dy = 0.0f, s_w = 0.0f;
+        torch::Tensor s_dy, s_w;
         const auto dy_d = layer->round_operand(dy, f.dgrad, OperandRole::GradOutput, 1, &s_dy);
         const auto w_d = layer->quantized_weight(weight, saved_operand_format(f.dgrad), 0, &s_w);
         const auto dx = layer->gemm(dy_d, w_d, f.dgrad, {}, s_dy, s_w); // (M, K)
-        if (layer->telemetry_armed()) layer->record("grad_output", dy, f.dgrad, recorded_scale(f.dgrad, s_dy), dy_d);
+        if (layer->telemetry_armed()) record_operand(*layer, "grad_output", dy, f.dgrad, s_dy, dy_d);
 
         // wgrad: dW = dy^T x, contraction over M (dim 0 of both).
         torch::Tensor dy_w;
-        float s_dy_w = s_dy, s_x = 0.0f;
+        torch::Tensor s_dy_w = s_dy, s_x;
         if (f.wgrad == f.dgrad && per_tensor_scaling(layer->recipe())) dy_w = dy_d; // one cast, one amax record
         else dy_w = layer->round_operand(dy, f.wgrad, OperandRole::GradOutput, 0, &s_dy_w);
         const bool reuse_input = ctx->saved_data["reuse_input"].toBool();
         torch::Tensor x_w;
         if (reuse_input) {
             x_w = x;
-            s_x = static_cast<float>(ctx->saved_data["input_scale"].toDouble());
+            s_x = ctx->saved_data["input_scale"].toTensor();
         } else {
             x_w = layer->round_operand(x, saved_operand_format(f.wgrad), OperandRole::Input, 0, &s_x);
         }
@@ -202,12 +208,24 @@ bool LayerGemm::use_native(const torch::Tensor& t) const
     return backend_ != GemmBackend::Emulated && t.is_cuda();
 }
 
-torch::Tensor LayerGemm::round_operand(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim,
-                                       float* scale)
+bool LayerGemm::scales_on_device(const torch::Tensor& x) const
 {
-    if (scale) *scale = 0.0f;
+    return per_tensor_scaling(recipe_) && recipe_.outlier_rms_multiple == 0.0 && (native_ || !x.is_cpu());
+}
+
+torch::Tensor LayerGemm::round_operand(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim,
+                                       torch::Tensor* scale)
+{
+    if (scale) *scale = torch::Tensor();
     if (format == NumberFormat::FP32) return x;
     if (!format_info(format).is_fp8) return round_to_format(x, format, Overflow::Propagate);
+    if (scales_on_device(x)) {
+        // The same cast with the scale, amax and history as tensors (native_fp8.h, held to the
+        // host rules bit for bit): on a GPU the step never waits for an amax.
+        const Fp8Tensor t = quantize_native(x, format, role, k_dim);
+        if (scale) *scale = t.scale;
+        return t.dequantized();
+    }
     QuantizedOperand q;
     const TensorRole block_role = role == OperandRole::Weight       ? TensorRole::Weight
                                   : role == OperandRole::GradOutput ? TensorRole::Gradient
@@ -221,14 +239,14 @@ torch::Tensor LayerGemm::round_operand(const torch::Tensor& x, NumberFormat form
         DelayedScaling scratch = delayed(role); // evaluation: same scale, the real history stays put
         q = quantize_fp8(x, format, recipe_, k_dim, &scratch, block_role);
     }
-    if (scale && per_tensor_scaling(recipe_) && recipe_.outlier_rms_multiple == 0.0) *scale = q.scale;
+    if (scale && per_tensor_scaling(recipe_) && recipe_.outlier_rms_multiple == 0.0) *scale = torch::tensor(q.scale);
     return q.values;
 }
 
 torch::Tensor LayerGemm::quantized_weight(const torch::Tensor& weight, NumberFormat format, int64_t k_dim,
-                                          float* scale)
+                                          torch::Tensor* scale)
 {
-    if (scale) *scale = 0.0f;
+    if (scale) *scale = torch::Tensor();
     if (format == NumberFormat::FP32) return weight;
     // The master weight changes once per optimizer step; micro-batches and the backward pass
     // reuse the low-precision copy, and a delayed-scaling weight records its amax once per
@@ -437,7 +455,8 @@ std::vector<TensorStats> LayerGemm::take_stats()
 }
 
 torch::Tensor LayerGemm::gemm(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
-                              const torch::Tensor& bias, float scale_a, float scale_b, const char* output_role)
+                              const torch::Tensor& bias, const torch::Tensor& scale_a, const torch::Tensor& scale_b,
+                              const char* output_role)
 {
     const bool record_output = armed_ && output_role;
     torch::Tensor accumulator; // the FP32 result before the output cast, when emulated
@@ -460,13 +479,13 @@ bool LayerGemm::blockwise_fp8_eligible(const torch::Tensor& a, const torch::Tens
 }
 
 torch::Tensor LayerGemm::gemm_unrecorded(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
-                                         const torch::Tensor& bias, float scale_a, float scale_b,
-                                         torch::Tensor* accumulator)
+                                         const torch::Tensor& bias, const torch::Tensor& scale_a,
+                                         const torch::Tensor& scale_b, torch::Tensor* accumulator)
 {
     const NumberFormat out = gemm_output_format(format);
     const bool fp8_shapes_ok = a.dim() == 2 && b.dim() == 2 && a.size(0) % 16 == 0 && a.size(1) % 16 == 0 &&
                                b.size(1) % 16 == 0;
-    if (format_info(format).is_fp8 && scale_a > 0.0f && scale_b > 0.0f && fp8_shapes_ok && use_native(a) &&
+    if (format_info(format).is_fp8 && scale_a.defined() && scale_b.defined() && fp8_shapes_ok && use_native(a) &&
         native_fp8_available()) {
         used_native_ = true;
         auto y = scaled_mm(a, scale_a, format, b, scale_b, saved_operand_format(format)); // FP32 out

@@ -53,10 +53,11 @@ public:
     torch::Tensor matmul(const torch::Tensor& a, const torch::Tensor& b);
 
     // The native executor (precision.backend native, or auto on CUDA): activations travel in
-    // their compute dtype (activation_dtype), 16-bit GEMMs run as themselves, per-tensor FP8
-    // GEMMs on real FP8 codes with device-side scales. What it cannot run natively (per-row
-    // and MX scales, outliers, GEMMs of mixed formats) runs emulated in FP32 and leaves in the
-    // output's dtype; backend_used() then says "native+emulated".
+    // their compute dtype (activation_dtype), 16-bit GEMMs run as themselves, per-tensor and
+    // per-row FP8 GEMMs on real FP8 codes with device-side scales, each GEMM of a layer in its
+    // own format. What it cannot run natively (MX and block scales, outliers, TF32, FP8
+    // attention) runs emulated in FP32 and leaves in the output's dtype; backend_used() then
+    // says "emulated" or "native+emulated".
     void set_native(bool native) { native_ = native; }
     bool native() const { return native_; }
     // The dtype this layer's outputs travel in (FP32 when emulated).
@@ -84,18 +85,19 @@ public:
     std::string backend_used() const;
 
     // Used by the autograd functions. `k_dim` is the operand's contraction dimension. For
-    // per-tensor FP8 recipes `scale` receives the scale used (0 otherwise), so a native GEMM
-    // can recover the FP8 codes exactly: codes = values * scale.
+    // per-tensor FP8 recipes `scale` receives the scale used, a () FP32 tensor on x's device
+    // (undefined otherwise), so a native GEMM can recover the FP8 codes exactly:
+    // codes = values * scale.
     torch::Tensor round_operand(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim,
-                                float* scale = nullptr);
+                                torch::Tensor* scale = nullptr);
     torch::Tensor quantized_weight(const torch::Tensor& weight, NumberFormat format, int64_t k_dim,
-                                   float* scale = nullptr);
+                                   torch::Tensor* scale = nullptr);
     // a (M, K) in `format` x b (K, N) in saved_operand_format(format), plus `bias` in FP32 (the
-    // epilogue), output rounded to the format's output dtype. `scale_a`/`scale_b` > 0 allow
-    // the native FP8 GEMM.
+    // epilogue), output rounded to the format's output dtype. Defined `scale_a`/`scale_b`
+    // allow the native FP8 GEMM.
     torch::Tensor gemm(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
-                       const torch::Tensor& bias = {}, float scale_a = 0.0f, float scale_b = 0.0f,
-                       const char* output_role = nullptr);
+                       const torch::Tensor& bias = {}, const torch::Tensor& scale_a = {},
+                       const torch::Tensor& scale_b = {}, const char* output_role = nullptr);
 
     // Telemetry: while armed, the GEMMs record TensorStats for their tensor roles (weight,
     // input, output, grad_output, weight_grad), FP32 layers included. Recording only reads:
@@ -142,6 +144,9 @@ public:
     torch::Tensor native_weight_transposed(const Fp8Tensor& w8);
     void note_backend(bool native) { (native ? used_native_ : used_emulated_) = true; }
 
+    // The device mirror of the delayed-scaling state written back into the host state, which
+    // checkpoints and the data-parallel digest read.
+    void sync_device_scaling_to_host();
     // Formats and FP8 scaling state for checkpoints, under "layers/<name>/...".
     void save(torch::serialize::OutputArchive& archive);
     void load(torch::serialize::InputArchive& archive);
@@ -166,15 +171,18 @@ private:
         return Function::apply(x.reshape({-1, x.size(-1)}), weight, bias_or_empty, reinterpret_cast<int64_t>(this))
             .view(out_shape);
     }
-    void sync_device_scaling_to_host();
     // Telemetry of a block-recipe cast: an nvfp4 wgrad operand's Hadamard rows at once; a
     // row-wise cast's block scales kept until the operand itself is recorded (record()).
     void observe_block_cast(OperandRole role, const torch::Tensor& x, int64_t k_dim, BlockCastRecord block);
     // fp8-block operands the blockwise FP8 GEMM can take (its caller checks the format and device).
     bool blockwise_fp8_eligible(const torch::Tensor& a, const torch::Tensor& b) const;
     torch::Tensor gemm_unrecorded(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
-                                  const torch::Tensor& bias, float scale_a, float scale_b,
+                                  const torch::Tensor& bias, const torch::Tensor& scale_a, const torch::Tensor& scale_b,
                                   torch::Tensor* accumulator = nullptr);
+    // Per-tensor FP8 casts keep their scale and delayed-scaling state as tensors (the device
+    // mirror): on any device in the native executor, and on a GPU in the emulator too, so that
+    // no cast reads an amax back. The emulator on a CPU keeps the host state.
+    bool scales_on_device(const torch::Tensor& x) const;
 
     std::string name_;
     GemmFormats formats_;
@@ -183,7 +191,7 @@ private:
     DelayedScaling input_scaling_, weight_scaling_, grad_scaling_;
     // Weight cache: valid while the master weight's version counter and the format hold.
     torch::Tensor cached_weight_;
-    float cached_scale_ = 0.0f;
+    torch::Tensor cached_scale_; // () per-tensor FP8 scale of cached_weight_, or undefined
     int64_t cached_version_ = -1;
     const void* cached_data_ = nullptr;
     NumberFormat cached_format_ = NumberFormat::FP32;

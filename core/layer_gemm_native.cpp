@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// The native executor's side of LayerGemm: 16-bit layers run as autocast runs them, per-tensor
-// FP8 layers multiply real FP8 codes (at::_scaled_mm on CUDA) with scales that never leave
-// the device. The emulated side (layer_gemm.cpp) is the reference it is tested against.
+// The native executor's side of LayerGemm: 16-bit layers run as autocast runs them; FP8
+// GEMMs under per-tensor or per-row scales multiply real FP8 codes (at::_scaled_mm on CUDA)
+// with scales that never leave the device, beside 16-bit or FP32 GEMMs of the same layer.
+// The emulated side (layer_gemm.cpp) is the reference it is tested against.
 #include "layer_gemm.h"
+
+#include "quantize.h"
 
 namespace mantissa {
 
@@ -21,34 +24,64 @@ void record_fp8(LayerGemm& layer, const char* role, const torch::Tensor& x, cons
     else layer.record(role, x, t.format, t.scale, t.dequantized());
 }
 
-// y = x W^T + b with all three GEMMs in FP8 (TE's HYBRID or E4M3 throughout). x (M, K), W (N, K).
-struct NativeFp8Linear : public torch::autograd::Function<NativeFp8Linear> {
+bool is_fp8(NumberFormat f) { return format_info(f).is_fp8; }
+
+// The dtype a non-FP8 GEMM multiplies in: its 16-bit format, or FP32.
+c10::ScalarType gemm_dtype(NumberFormat f) { return activation_dtype(f); }
+
+// y = x W^T + b with each GEMM in its own format: FP8 GEMMs on FP8 codes (per-tensor or
+// per-row scales), 16-bit GEMMs on the cast operands with FP32 accumulation (cuBLAS), FP32
+// GEMMs in FP32. TE's HYBRID and E4M3 throughout are all-FP8; an FP8 forward with a BF16
+// backward is one GEMM each way. x (M, K), W (N, K).
+struct NativeLinear : public torch::autograd::Function<NativeLinear> {
     static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
                                  const torch::Tensor& bias, int64_t layer_address)
     {
         auto* layer = reinterpret_cast<LayerGemm*>(layer_address);
         const GemmFormats f = layer->formats();
         const bool has_bias = bias.numel() > 0;
-        const Fp8Tensor x8 = layer->quantize_native(x, f.forward, OperandRole::Input); // (M, K); per row: scales (M, 1)
-        const Fp8Tensor w8 = layer->native_weight(weight, f.forward);                   // (N, K); per row: (N, 1)
-        bool native = false;
-        // Fast accumulation in the forward GEMM only, as TransformerEngine does.
-        auto y = fp8_gemm(x8.codes, x8.inv_scale, w8.codes.t(), w8.inv_scale.t(), has_bias ? bias : torch::Tensor(),
-                          torch::kBFloat16, /*fast_accum=*/true, &native); // (M, N) BF16
-        layer->note_backend(native);
-        if (layer->telemetry_armed()) {
-            layer->remember_weight(weight);
-            layer->record("output", y, NumberFormat::BF16, 1.0f, {});
-            record_fp8(*layer, "weight", weight, w8);
-            record_fp8(*layer, "input", x, x8);
+        torch::Tensor y, saved_x = x, saved_scale, saved_inv_scale;
+        bool reuse_input = false;
+        if (is_fp8(f.forward)) {
+            const Fp8Tensor x8 = layer->quantize_native(x, f.forward, OperandRole::Input); // (M, K); per row: scales (M, 1)
+            const Fp8Tensor w8 = layer->native_weight(weight, f.forward);                   // (N, K); per row: (N, 1)
+            bool native = false;
+            // Fast accumulation in the forward GEMM only, as TransformerEngine does.
+            y = fp8_gemm(x8.codes, x8.inv_scale, w8.codes.t(), w8.inv_scale.t(), has_bias ? bias : torch::Tensor(),
+                         torch::kBFloat16, /*fast_accum=*/true, &native); // (M, N) BF16
+            layer->note_backend(native);
+            if (layer->telemetry_armed()) {
+                layer->remember_weight(weight);
+                layer->record("output", y, NumberFormat::BF16, 1.0f, {});
+                record_fp8(*layer, "weight", weight, w8);
+                record_fp8(*layer, "input", x, x8);
+            }
+            // TE keeps the FP8 input for the weight gradient when the wgrad GEMM takes that
+            // format (per tensor only: per-row scales ran along K, and wgrad contracts over M).
+            reuse_input = f.forward == saved_operand_format(f.wgrad) && !per_row(x8);
+            if (reuse_input) {
+                saved_x = x8.codes;
+                saved_scale = x8.scale;
+                saved_inv_scale = x8.inv_scale;
+            }
+        } else {
+            const auto dtype = gemm_dtype(f.forward);
+            const auto x_cast = x.to(dtype), w_cast = weight.to(dtype); // (M, K), (N, K)
+            y = at::linear(x_cast, w_cast, has_bias ? bias.to(dtype) : torch::Tensor()); // (M, N)
+            if (is_16bit(f.forward)) layer->note_backend(true);
+            if (layer->telemetry_armed()) {
+                const bool cast = f.forward != NumberFormat::FP32;
+                layer->remember_weight(weight);
+                layer->record("output", y, gemm_output_format(f.forward), 1.0f, {});
+                layer->record("weight", weight, f.forward, 1.0f, cast ? w_cast : torch::Tensor());
+                layer->record("input", x, f.forward, 1.0f, cast ? x_cast : torch::Tensor());
+            }
+            if (f.wgrad == f.forward) saved_x = x_cast; // the wgrad GEMM's operand, already cast
         }
-        // TE keeps the FP8 input for the weight gradient when the wgrad GEMM takes that format
-        // (per tensor only: per-row scales ran along K, and wgrad contracts over M).
-        const bool reuse_input = f.forward == saved_operand_format(f.wgrad) && !per_row(x8);
         ctx->saved_data["layer"] = layer_address;
         ctx->saved_data["has_bias"] = has_bias;
         ctx->saved_data["reuse_input"] = reuse_input;
-        ctx->save_for_backward({reuse_input ? x8.codes : x, weight, x8.scale, x8.inv_scale});
+        ctx->save_for_backward({saved_x, weight, saved_scale, saved_inv_scale});
         return y;
     }
 
@@ -59,33 +92,53 @@ struct NativeFp8Linear : public torch::autograd::Function<NativeFp8Linear> {
         const auto saved = ctx->get_saved_variables();
         const auto& weight = saved[1];
         const auto dy = grads[0].contiguous(); // (M, N)
+        const bool armed = layer->telemetry_armed();
 
-        // dgrad: dx = dy W, W as (N, K) column-major: the cached transpose.
-        const Fp8Tensor dy8 = layer->quantize_native(dy, f.dgrad, OperandRole::GradOutput); // per row: (M, 1)
-        const Fp8Tensor w8 = layer->native_weight(weight, saved_operand_format(f.dgrad), 0); // per row: (1, K)
-        bool native = false;
-        const auto w_kn = per_row(w8) ? w8.codes : layer->native_weight_transposed(w8).t(); // (N, K), fp8_gemm lays it out
-        const auto dx = fp8_gemm(dy8.codes, dy8.inv_scale, w_kn, w8.inv_scale, {}, torch::kBFloat16,
-                                 /*fast_accum=*/false, &native); // (M, K)
-        layer->note_backend(native);
-        if (layer->telemetry_armed()) record_fp8(*layer, "grad_output", dy, dy8);
+        // dgrad: dx = dy W, contraction over N.
+        torch::Tensor dx;
+        Fp8Tensor dy8;
+        if (is_fp8(f.dgrad)) {
+            // W as (N, K) column-major: the cached transpose.
+            dy8 = layer->quantize_native(dy, f.dgrad, OperandRole::GradOutput); // per row: (M, 1)
+            const Fp8Tensor w8 = layer->native_weight(weight, saved_operand_format(f.dgrad), 0); // per row: (1, K)
+            bool native = false;
+            const auto w_kn = per_row(w8) ? w8.codes : layer->native_weight_transposed(w8).t(); // (N, K), fp8_gemm lays it out
+            dx = fp8_gemm(dy8.codes, dy8.inv_scale, w_kn, w8.inv_scale, {}, torch::kBFloat16, /*fast_accum=*/false,
+                          &native); // (M, K)
+            layer->note_backend(native);
+            if (armed) record_fp8(*layer, "grad_output", dy, dy8);
+        } else {
+            const auto dtype = gemm_dtype(f.dgrad);
+            const auto dy_cast = dy.to(dtype);
+            dx = dy_cast.mm(weight.to(dtype)); // (M, K)
+            if (is_16bit(f.dgrad)) layer->note_backend(true);
+            if (armed) layer->record("grad_output", dy, f.dgrad, 1.0f, f.dgrad != NumberFormat::FP32 ? dy_cast : torch::Tensor());
+        }
 
         // wgrad: dW = dy^T x, contraction over M (per row: dy scaled along M, one per N).
-        const bool same_cast = f.wgrad == f.dgrad && !per_row(dy8);
-        const Fp8Tensor dy_w = same_cast ? dy8 : layer->quantize_native(dy, f.wgrad, OperandRole::GradOutput, 0);
-        Fp8Tensor x8;
-        if (ctx->saved_data["reuse_input"].toBool()) {
-            x8.codes = saved[0];
-            x8.scale = saved[2];
-            x8.inv_scale = saved[3];
-            x8.format = saved_operand_format(f.wgrad);
+        torch::Tensor dw;
+        if (is_fp8(f.wgrad)) {
+            const bool same_cast = f.wgrad == f.dgrad && dy8.defined() && !per_row(dy8);
+            const Fp8Tensor dy_w = same_cast ? dy8 : layer->quantize_native(dy, f.wgrad, OperandRole::GradOutput, 0);
+            Fp8Tensor x8;
+            if (ctx->saved_data["reuse_input"].toBool()) {
+                x8.codes = saved[0];
+                x8.scale = saved[2];
+                x8.inv_scale = saved[3];
+                x8.format = saved_operand_format(f.wgrad);
+            } else {
+                x8 = layer->quantize_native(saved[0], saved_operand_format(f.wgrad), OperandRole::Input, 0); // per row: (1, K)
+            }
+            bool native = false;
+            dw = fp8_gemm(dy_w.codes.t(), dy_w.inv_scale.t(), x8.codes, x8.inv_scale, {}, torch::kBFloat16,
+                          /*fast_accum=*/false, &native); // (N, K)
+            layer->note_backend(native);
         } else {
-            x8 = layer->quantize_native(saved[0], saved_operand_format(f.wgrad), OperandRole::Input, 0); // per row: (1, K)
+            const auto dtype = gemm_dtype(f.wgrad);
+            dw = dy.to(dtype).t().mm(saved[0].to(dtype)); // (N, K)
+            if (is_16bit(f.wgrad)) layer->note_backend(true);
         }
-        const auto dw = fp8_gemm(dy_w.codes.t(), dy_w.inv_scale.t(), x8.codes, x8.inv_scale, {}, torch::kBFloat16,
-                                 /*fast_accum=*/false, &native); // (N, K)
-        layer->note_backend(native);
-        if (layer->telemetry_armed()) layer->record("weight_grad", dw, NumberFormat::BF16, 1.0f, {});
+        if (armed) layer->record("weight_grad", dw, gemm_output_format(f.wgrad), 1.0f, {});
 
         torch::Tensor db;
         if (ctx->saved_data["has_bias"].toBool()) db = dy.sum(0, false, torch::kFloat32); // FP32 accumulation
@@ -117,14 +170,17 @@ torch::Tensor LayerGemm::linear_native(const torch::Tensor& x, const torch::Tens
         if (armed_) observe_linear(x, weight, y, formats_.forward, x_cast, w_cast);
         return y;
     }
-    const bool all_fp8 = format_info(formats_.forward).is_fp8 && format_info(formats_.dgrad).is_fp8 &&
-                         format_info(formats_.wgrad).is_fp8;
-    const bool per_tensor = per_tensor_scaling(recipe_);
-    if (all_fp8 && (per_tensor || recipe_.scaling == Fp8Scaling::PerRow) && recipe_.outlier_rms_multiple == 0.0) {
-        return apply_linear<NativeFp8Linear>(x, weight, bias);
-    }
-    // MX and block scales, outliers, mixed formats: the emulator's arithmetic, in FP32, and
-    // the (already rounded) output handed on in its dtype.
+    // Each GEMM in a format the native executor multiplies as itself: FP32, 16-bit, or FP8
+    // under per-tensor or per-row scales without the outlier split.
+    const bool fp8_native = (per_tensor_scaling(recipe_) || recipe_.scaling == Fp8Scaling::PerRow) &&
+                            recipe_.outlier_rms_multiple == 0.0;
+    const auto runs_natively = [&](NumberFormat g) {
+        return g == NumberFormat::FP32 || is_16bit(g) || (is_fp8(g) && fp8_native);
+    };
+    if (runs_natively(formats_.forward) && runs_natively(formats_.dgrad) && runs_natively(formats_.wgrad))
+        return apply_linear<NativeLinear>(x, weight, bias);
+    // MX and block scales, outliers, TF32: the emulator's arithmetic, in FP32, and the
+    // (already rounded) output handed on in its dtype.
     return linear_emulated(x.to(torch::kFloat32), weight, bias).to(output_dtype());
 }
 

@@ -114,9 +114,10 @@ void Trainer::Impl::dp_fp8_begin_step()
     for (const auto& g : model->gemm_layers()) {
         if (g->recipe().scaling != Fp8Scaling::Delayed || !g->formats().any_fp8()) continue;
         for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput}) {
-            // The native executor on CUDA records into the device mirror, the emulator (and
-            // the native executor on a CPU) into the host state; journal both, one is empty.
-            if (g->native() && device.is_cuda()) {
+            // Per-tensor casts record into the device mirror in the native executor and on a
+            // GPU (LayerGemm::scales_on_device), the emulator on a CPU (and the per-row and
+            // block recipes) into the host state; journal both, one is empty.
+            if (g->native() || device.is_cuda()) {
                 auto& on_device = g->device_delayed(role, device);
                 on_device.begin_journal();
                 device_fp8_journals.push_back(&on_device);
@@ -264,13 +265,15 @@ std::string Trainer::Impl::state_digest() const
         const auto host = p.detach().to(torch::kCPU).contiguous();
         fnv1a(h, host.data_ptr(), host.nbytes());
     }
-    for (const auto& g : model->gemm_layers())
+    for (const auto& g : model->gemm_layers()) {
+        g->sync_device_scaling_to_host(); // the state the step used, wherever it lives
         for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput}) {
             const auto& d = g->delayed(role);
             fnv1a(h, d.history().data(), d.history().size() * sizeof(float));
             const float s = d.scale();
             fnv1a(h, &s, sizeof s);
         }
+    }
     const auto sc = scaler.state();
     fnv1a(h, &sc.scale, sizeof sc.scale);
     fnv1a(h, &sc.growth_tracker, sizeof sc.growth_tracker);

@@ -398,14 +398,24 @@ private slots:
         QCOMPARE(buckets.bucket_count(), size_t(2));
     }
 
+    // The emulator keeps the delayed-scaling state on the host; the native executor keeps it
+    // as tensors (on a CPU here, on the GPU on CUDA), and its journal must be reduced too.
+    void fp8_delayed_amaxes_are_reduced_data()
+    {
+        QTest::addColumn<QString>("backend");
+        QTest::newRow("emulated") << "emulated";
+        QTest::newRow("native") << "native";
+    }
     void fp8_delayed_amaxes_are_reduced()
     {
-        const QString project = write_project("fp8", 6, "fp8-hybrid");
-        const QString single_db = dir_.filePath("single-fp8.db");
-        const auto single = run_single(QStringList{"run", project, "--db", single_db});
+        QFETCH(QString, backend);
+        const QString project = write_project("fp8-" + backend, 6, "fp8-hybrid");
+        const QStringList set{"--set", "precision.backend=" + backend};
+        const QString single_db = dir_.filePath("single-fp8-" + backend + ".db");
+        const auto single = run_single(QStringList{"run", project, "--db", single_db} + set);
         QVERIFY2(single.exit_code == 0, qPrintable(single.err));
-        const QString dp_db = dir_.filePath("dp-fp8.db");
-        const auto ranks = run_two(QStringList{"run", project, "--db", dp_db});
+        const QString dp_db = dir_.filePath("dp-fp8-" + backend + ".db");
+        const auto ranks = run_two(QStringList{"run", project, "--db", dp_db} + set);
         expect_ok(ranks); // same weights, histories and scales on both ranks
         const Series a = losses(single_db), b = losses(dp_db);
         QCOMPARE(b.size(), a.size());
@@ -413,7 +423,7 @@ private slots:
 
         // Without the reduction the ranks see different activations' amaxes and drift apart
         // (their weights stay equal, the gradients are averaged; their FP8 scales do not).
-        const auto unreduced = run_two(QStringList{"run", project, "--no-store"},
+        const auto unreduced = run_two(QStringList{"run", project, "--no-store"} + set,
                                        {"MANTISSA_DP_SKIP_AMAX_REDUCTION=1"});
         QCOMPARE(unreduced[0].exit_code, 0);
         QCOMPARE(unreduced[1].exit_code, 0);

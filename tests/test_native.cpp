@@ -125,24 +125,35 @@ private slots:
         QTest::addColumn<QString>("preset");
         QTest::addColumn<QString>("recipe");
         QTest::addColumn<QString>("backend"); // what the native run reports for blocks.0.mlp.fc1
-        QTest::newRow("bf16") << "bf16" << "delayed" << "native";
-        QTest::newRow("fp16") << "fp16" << "delayed" << "native";
-        QTest::newRow("fp8-hybrid/delayed") << "fp8-hybrid" << "delayed" << "emulated"; // FP8 GEMMs: emulated on a CPU
-        QTest::newRow("fp8-hybrid/current") << "fp8-hybrid" << "current" << "emulated";
-        QTest::newRow("fp8-hybrid/rowwise") << "fp8-hybrid" << "rowwise" << "emulated"; // native codes, FP32 GEMM on a CPU
-        QTest::newRow("fp8-hybrid-keep-ends") << "fp8-hybrid-keep-ends" << "delayed" << "native"; // both blocks are ends: BF16
+        QTest::addColumn<QString>("mlp_forward"); // a format for the MLPs' forward GEMMs, or none
+        QTest::newRow("bf16") << "bf16" << "delayed" << "native" << "";
+        QTest::newRow("fp16") << "fp16" << "delayed" << "native" << "";
+        QTest::newRow("fp8-hybrid/delayed") << "fp8-hybrid" << "delayed" << "emulated" << ""; // FP8 GEMMs: emulated on a CPU
+        QTest::newRow("fp8-hybrid/current") << "fp8-hybrid" << "current" << "emulated" << "";
+        QTest::newRow("fp8-hybrid/rowwise") << "fp8-hybrid" << "rowwise" << "emulated" << ""; // native codes, FP32 GEMM on a CPU
+        QTest::newRow("fp8-hybrid-keep-ends") << "fp8-hybrid-keep-ends" << "delayed" << "native" << ""; // both blocks are ends: BF16
+        // One layer, two kinds of GEMM: the FP8 forward on codes, the BF16 backward as BF16.
+        QTest::newRow("bf16, fp8 mlp forward/delayed") << "bf16" << "delayed" << "native+emulated" << "e4m3";
+        QTest::newRow("bf16, fp8 mlp forward/rowwise") << "bf16" << "rowwise" << "native+emulated" << "e4m3";
     }
     void agreesWithEmulator()
     {
         QFETCH(QString, preset);
         QFETCH(QString, recipe);
         QFETCH(QString, backend);
+        QFETCH(QString, mlp_forward);
         auto config = golden_project();
         config.training.steps = 12;
         config.eval.interval = 0;
         config.model.n_embd = 64; // FP8 GEMM dimensions multiples of 16, as on a GPU
         config.precision.preset = preset.toStdString();
         config.precision.fp8.scaling = *parse_fp8_scaling(recipe.toStdString());
+        if (!mlp_forward.isEmpty()) {
+            LayerOverride mlp;
+            mlp.match = "*.mlp.*";
+            mlp.forward = parse_number_format(mlp_forward.toStdString());
+            config.precision.layers.push_back(mlp);
+        }
         const auto emulated = train(config, GemmBackend::Emulated);
         config.precision.backend = GemmBackend::Native;
         Trainer trainer(config);
@@ -260,6 +271,112 @@ private slots:
                 QVERIFY(std::memcmp(back.history().data(), host.history().data(), 8 * sizeof(float)) == 0);
             }
         }
+    }
+
+    // What the native executor still runs through the emulator's autograd (FP8 attention here)
+    // casts with its scale and history as tensors: the host state does not move, and the
+    // device mirror ends where the emulator's host state ends, with the same values and
+    // gradients bit for bit. On a GPU this is what keeps such casts from reading amaxes back.
+    void emulatedCastsInTheNativeExecutorKeepTensorState_data()
+    {
+        QTest::addColumn<QString>("recipe");
+        QTest::newRow("delayed") << "delayed";
+        QTest::newRow("current") << "current";
+    }
+    void emulatedCastsInTheNativeExecutorKeepTensorState()
+    {
+        QFETCH(QString, recipe);
+        Fp8Recipe r;
+        r.scaling = *parse_fp8_scaling(recipe.toStdString());
+        r.amax_history_length = 4;
+        const GemmFormats f{NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2};
+        LayerGemm emulated("attn", f, r, GemmBackend::Emulated), native("attn", f, r, GemmBackend::Native);
+        native.set_native(true);
+        torch::manual_seed(11);
+        for (int step = 0; step < 5; ++step) {
+            // Magnitudes that change from step to step, so that delayed scales lag and clip.
+            const double spread = std::ldexp(1.0, 3 * step - 6);
+            const auto a = (torch::randn({2, 16, 32}) * spread).requires_grad_(true);
+            const auto b = torch::randn({2, 32, 16}).requires_grad_(true);
+            const auto a2 = a.detach().clone().requires_grad_(true), b2 = b.detach().clone().requires_grad_(true);
+            // BF16 values: the native output travels in BF16, and so does its gradient.
+            const auto dy = (torch::randn({2, 16, 16}) * std::ldexp(1.0, -step)).to(torch::kBFloat16).to(torch::kFloat32);
+            const auto y = emulated.matmul(a, b), y2 = native.matmul(a2, b2);
+            QVERIFY2(same_values(y, y2), qPrintable(QString("step %1: outputs differ").arg(step)));
+            y.backward(dy);
+            y2.backward(dy);
+            QVERIFY2(same_values(a.grad(), a2.grad()), qPrintable(QString("step %1: da differs").arg(step)));
+            QVERIFY2(same_values(b.grad(), b2.grad()), qPrintable(QString("step %1: db differs").arg(step)));
+        }
+        for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput}) {
+            // Before the write-back the native layer's host state is untouched: it cast on tensors.
+            QCOMPARE(native.delayed(role).scale(), 1.0f);
+            QCOMPARE(native.delayed(role).history()[0], 0.0f);
+        }
+        native.sync_device_scaling_to_host();
+        for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput}) {
+            const auto& want = emulated.delayed(role);
+            const auto& got = native.delayed(role);
+            const float ws = want.scale(), gs = got.scale();
+            QVERIFY2(std::memcmp(&ws, &gs, sizeof ws) == 0, qPrintable(QString("scale %1 vs %2").arg(gs).arg(ws)));
+            QVERIFY(std::memcmp(want.history().data(), got.history().data(), 4 * sizeof(float)) == 0);
+            if (r.scaling == Fp8Scaling::Delayed) QVERIFY(want.scale() != 1.0f); // the history moved the scale
+        }
+    }
+
+    // A layer whose GEMMs are of different kinds (FP8 and FP32 here, the GEMMs this CPU
+    // computes the emulator's way) runs natively GEMM by GEMM, and gives the emulator's values,
+    // gradients and delayed-scaling state bit for bit over steps whose weights move.
+    void mixedFormatLayerMatchesEmulator_data()
+    {
+        QTest::addColumn<QString>("forward");
+        QTest::addColumn<QString>("dgrad");
+        QTest::addColumn<QString>("wgrad");
+        QTest::newRow("fp8 forward") << "e4m3" << "fp32" << "fp32";
+        QTest::newRow("fp8 backward, two grad casts") << "fp32" << "e4m3" << "e5m2";
+        QTest::newRow("fp8 wgrad only") << "fp32" << "fp32" << "e5m2";
+    }
+    void mixedFormatLayerMatchesEmulator()
+    {
+        QFETCH(QString, forward);
+        QFETCH(QString, dgrad);
+        QFETCH(QString, wgrad);
+        const GemmFormats f{*parse_number_format(forward.toStdString()), *parse_number_format(dgrad.toStdString()),
+                            *parse_number_format(wgrad.toStdString())};
+        Fp8Recipe r;
+        r.amax_history_length = 4;
+        LayerGemm emulated("fc", f, r, GemmBackend::Emulated), native("fc", f, r, GemmBackend::Native);
+        native.set_native(true);
+        torch::manual_seed(5);
+        const auto w0 = torch::randn({16, 48}) * 0.1, bias = torch::randn({16});
+        auto w = w0.clone().requires_grad_(true), w2 = w0.clone().requires_grad_(true);
+        for (int step = 0; step < 4; ++step) {
+            const auto x = (torch::randn({32, 48}) * std::ldexp(1.0, 2 * step - 3)).requires_grad_(true);
+            const auto x2 = x.detach().clone().requires_grad_(true);
+            const auto y = emulated.linear(x, w, bias), y2 = native.linear(x2, w2, bias);
+            QCOMPARE(y2.scalar_type(), native.output_dtype());
+            QVERIFY2(same_values(y, y2), qPrintable(QString("step %1: outputs differ").arg(step)));
+            const auto dy = torch::randn({32, 16}).to(y2.scalar_type());
+            y.backward(dy.to(torch::kFloat32));
+            y2.backward(dy);
+            QVERIFY2(same_values(x.grad(), x2.grad()), qPrintable(QString("step %1: dx differs").arg(step)));
+            QVERIFY2(same_values(w.grad(), w2.grad()), qPrintable(QString("step %1: dW differs").arg(step)));
+            torch::NoGradGuard no_grad; // an optimizer step: new weight versions, caches refilled
+            w.sub_(w.grad() * 0.5);
+            w2.sub_(w2.grad() * 0.5);
+            w.mutable_grad() = torch::Tensor();
+            w2.mutable_grad() = torch::Tensor();
+            emulated.invalidate_weight_cache();
+            native.invalidate_weight_cache();
+        }
+        QCOMPARE(native.delayed(OperandRole::Input).scale(), 1.0f); // it cast on tensors
+        native.sync_device_scaling_to_host();
+        for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput}) {
+            const auto& want = emulated.delayed(role).history();
+            QVERIFY(std::memcmp(want.data(), native.delayed(role).history().data(), 4 * sizeof(float)) == 0);
+            QCOMPARE(native.delayed(role).scale(), emulated.delayed(role).scale());
+        }
+        QVERIFY(emulated.delayed(OperandRole::GradOutput).history()[0] > 0.0f || !format_info(f.dgrad).is_fp8);
     }
 
     // The FP8 GEMM's CPU fallback computes what the emulated GEMM computes: exact products of
