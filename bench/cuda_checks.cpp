@@ -307,6 +307,13 @@ const std::vector<Recipe>& recipes()
         {"fp8-block", {"precision.preset=fp8-e4m3", "precision.fp8.scaling=fp8-block"}, 1e-2},
         {"nvfp4", {"precision.preset=fp8-e4m3", "precision.fp8.scaling=nvfp4"}, 2e-2},
         {"mxfp4", {"precision.preset=fp8-e4m3", "precision.fp8.scaling=mxfp4"}, 2e-2},
+        // Layers whose GEMMs differ in kind, an E5M2 forward (no E5M2 x E5M2 in _scaled_mm), and
+        // FP8 attention (the emulator's products inside the native executor).
+        {"bf16, fp8 mlp forward", {"precision.preset=bf16", R"(precision.layers=[{"match":"*.mlp.*","forward":"e4m3"}])"}, 1e-2},
+        {"fp8-hybrid, e5m2 mlp forward",
+         {"precision.preset=fp8-hybrid", R"(precision.layers=[{"match":"*.mlp.*","forward":"e5m2"}])"}, 1e-2},
+        {"fp8-hybrid, fp8 attention",
+         {"precision.preset=fp8-hybrid", R"(precision.layers=[{"match":"*.attn.sdpa","format":"e4m3"}])"}, 1e-2},
     };
     return all;
 }

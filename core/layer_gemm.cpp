@@ -81,7 +81,12 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
         const auto xq = layer->round_operand(x, f.forward, OperandRole::Input, 1, &sx); // (M, K)
         const auto wq = layer->quantized_weight(weight, f.forward, 1, &sw);             // (N, K)
         const bool has_bias = bias.numel() > 0; // an empty tensor stands for "no bias"
-        auto y = layer->gemm(xq, wq.t(), f.forward, has_bias ? bias : torch::Tensor(), sx, sw, "output"); // (M, N)
+        // gemm() multiplies b as saved_operand_format(format): true of E4M3, but an E5M2 forward
+        // casts both operands E5M2, which _scaled_mm cannot take. It stays on the FP32 route.
+        const bool b_as_gemm_expects = saved_operand_format(f.forward) == f.forward;
+        auto y = layer->gemm(xq, wq.t(), f.forward, has_bias ? bias : torch::Tensor(),
+                             b_as_gemm_expects ? sx : torch::Tensor(), b_as_gemm_expects ? sw : torch::Tensor(),
+                             "output"); // (M, N)
         if (layer->telemetry_armed()) {
             layer->remember_weight(weight);
             record_operand(*layer, "weight", weight, f.forward, sw, wq);

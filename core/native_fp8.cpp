@@ -208,10 +208,16 @@ bool fused_cast_agrees(const torch::Device& device)
                             const auto x32 = x.to(torch::kFloat32);
                             const auto ops = to_fp8_codes(x32 * scale, format,
                                                           saturate ? Overflow::Saturate : Overflow::Propagate);
+                            const auto want_amax = amax_ignoring_nan(x32).cpu();
                             if (!torch::equal(fused.view(torch::kUInt8).cpu(), ops.view(torch::kUInt8).cpu()) ||
-                                !torch::equal(amax.cpu(), amax_ignoring_nan(x32).cpu()))
+                                !torch::equal(amax.cpu(), want_amax) ||
+                                !torch::equal(cuda_kernels::amax_ignoring_nan(x).cpu(), want_amax))
                                 return false;
                         }
+            // The amax alone where there is nothing to measure: no element, only NaN.
+            for (const auto& x : {torch::empty({0}, torch::TensorOptions().device(device)),
+                                  torch::full({1000}, NAN, torch::TensorOptions().device(device).dtype(torch::kBFloat16))})
+                if (cuda_kernels::amax_ignoring_nan(x).item<float>() != 0.0f) return false;
             return true;
         } catch (const std::exception&) {
             return false;
@@ -244,16 +250,23 @@ Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const
     const double fp8_max = format_info(format).max_finite;
     const Overflow overflow = recipe.saturate ? Overflow::Saturate : Overflow::Propagate;
 #ifdef MANTISSA_CUDA_KERNELS
-    if (x.is_cuda() && recipe.scaling == Fp8Scaling::Delayed && delayed && delayed->defined() &&
-        fused_cast_agrees(x.device())) {
-        // The scale is known before the tensor is read: one pass casts and measures.
+    const bool delayed_ready = recipe.scaling == Fp8Scaling::Delayed && delayed && delayed->defined();
+    if (x.is_cuda() && (delayed_ready || recipe.scaling == Fp8Scaling::Current) && fused_cast_agrees(x.device())) {
+        const auto xc = x.contiguous();
         Fp8Tensor out;
         out.format = format;
-        out.scale = delayed->scale();
-        torch::Tensor amax;
-        out.codes = cuda_kernels::fused_scale_cast_amax(x.contiguous(), out.scale, format == NumberFormat::E4M3,
-                                                        recipe.saturate, amax);
-        if (record) delayed->record(amax, fp8_max, recipe.amax_use_max, recipe.margin);
+        if (delayed_ready) {
+            // The scale is known before the tensor is read: one pass casts and measures.
+            out.scale = delayed->scale();
+        } else {
+            // Current scaling, as TE's: one pass for the amax, the scale on the device, one to cast.
+            const auto amax = cuda_kernels::amax_ignoring_nan(xc);
+            out.scale = device_scale_from_amax(amax, fp8_max, recipe.margin, torch::ones({}, amax.options()));
+        }
+        torch::Tensor measured;
+        out.codes = cuda_kernels::fused_scale_cast_amax(xc, out.scale, format == NumberFormat::E4M3, recipe.saturate,
+                                                        measured);
+        if (delayed_ready && record) delayed->record(measured, fp8_max, recipe.amax_use_max, recipe.margin);
         out.inv_scale = out.scale.reciprocal();
         return out;
     }
@@ -289,17 +302,25 @@ Fp8Tensor quantize_fp8_rowwise_native(const torch::Tensor& x, NumberFormat forma
 
 bool per_row(const Fp8Tensor& t) { return t.scale.defined() && t.scale.dim() > 0; }
 
+bool scaled_mm_takes(const torch::Tensor& a_codes, const torch::Tensor& a_inv, const torch::Tensor& b_codes,
+                     const torch::Tensor& b_inv, c10::ScalarType out_dtype)
+{
+    const int64_t M = a_codes.size(0), K = a_codes.size(1), N = b_codes.size(1);
+    if (M % 16 != 0 || K % 16 != 0 || N % 16 != 0) return false;
+    const bool a_e4m3 = a_codes.scalar_type() == torch::kFloat8_e4m3fn;
+    const bool b_e4m3 = b_codes.scalar_type() == torch::kFloat8_e4m3fn;
+    if (!a_e4m3 && !b_e4m3) return false; // no E5M2 x E5M2 on Hopper (an E5M2 forward GEMM)
+    if (a_inv.numel() > 1 || b_inv.numel() > 1) // row-wise: E4M3 x E4M3 -> BF16, scales (M, 1) and (1, N)
+        return a_e4m3 && b_e4m3 && out_dtype == torch::kBFloat16 && a_inv.sizes() == torch::IntArrayRef{M, 1} &&
+               b_inv.sizes() == torch::IntArrayRef{1, N};
+    return true;
+}
+
 torch::Tensor fp8_gemm(const torch::Tensor& a_codes, const torch::Tensor& a_inv, const torch::Tensor& b_codes,
                        const torch::Tensor& b_inv, const torch::Tensor& bias, c10::ScalarType out_dtype,
                        bool fast_accum, bool* native)
 {
-    const int64_t M = a_codes.size(0), K = a_codes.size(1), N = b_codes.size(1);
-    bool shapes_ok = M % 16 == 0 && K % 16 == 0 && N % 16 == 0;
-    if (a_inv.numel() > 1 || b_inv.numel() > 1) // row-wise: E4M3 x E4M3 -> BF16, scales (M, 1) and (1, N)
-        shapes_ok = shapes_ok && a_codes.scalar_type() == torch::kFloat8_e4m3fn && b_codes.scalar_type() == torch::kFloat8_e4m3fn &&
-                    out_dtype == torch::kBFloat16 && a_inv.sizes() == torch::IntArrayRef{M, 1} &&
-                    b_inv.sizes() == torch::IntArrayRef{1, N};
-    if (a_codes.is_cuda() && shapes_ok && native_fp8_available()) {
+    if (a_codes.is_cuda() && scaled_mm_takes(a_codes, a_inv, b_codes, b_inv, out_dtype) && native_fp8_available()) {
         if (native) *native = true;
         const auto a = a_codes.is_contiguous() ? a_codes : a_codes.contiguous();    // row-major
         const auto b = column_major(b_codes) ? b_codes : b_codes.t().contiguous().t(); // column-major

@@ -93,8 +93,14 @@ Fp8Tensor quantize_fp8_rowwise_native(const torch::Tensor& x, NumberFormat forma
                                       int64_t k_dim);
 bool per_row(const Fp8Tensor& t);
 
+// Whether at::_scaled_mm (sm_89+) can multiply these operands as fp8_gemm lays them out:
+// every dimension a multiple of 16, at least one E4M3 operand, and for row-wise scales E4M3 on
+// both sides with a BF16 output. The device is the caller's to check.
+bool scaled_mm_takes(const torch::Tensor& a_codes, const torch::Tensor& a_inv, const torch::Tensor& b_codes,
+                     const torch::Tensor& b_inv, c10::ScalarType out_dtype);
+
 // a (M, K) x b (K, N) of FP8 codes -> (M, N) in `out_dtype`, plus `bias` (N) in the epilogue.
-// On CUDA with every dimension a multiple of 16: at::_scaled_mm (`fast_accum` only for the
+// On CUDA where scaled_mm_takes them: at::_scaled_mm (`fast_accum` only for the
 // forward GEMM, as TransformerEngine does). Otherwise the same products in FP32 from the
 // dequantised codes. `native` (optional) says which ran.
 // `a_inv`/`b_inv` are the operands' inv_scale: () per tensor, or per row, a_inv (M, 1) and

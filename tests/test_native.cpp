@@ -379,6 +379,47 @@ private slots:
         QVERIFY(emulated.delayed(OperandRole::GradOutput).history()[0] > 0.0f || !format_info(f.dgrad).is_fp8);
     }
 
+    // Which FP8 products go to _scaled_mm on a GPU (the rest multiply the dequantised codes):
+    // Hopper has no E5M2 x E5M2, which an E5M2 forward GEMM would ask for.
+    void scaledMmTakesWhatHopperMultiplies()
+    {
+        const auto e4m3 = [](int64_t r, int64_t c) { return torch::zeros({r, c}).to(torch::kFloat8_e4m3fn); };
+        const auto e5m2 = [](int64_t r, int64_t c) { return torch::zeros({r, c}).to(torch::kFloat8_e5m2); };
+        const auto one = torch::ones({});
+        const auto bf16 = torch::kBFloat16;
+        QVERIFY(scaled_mm_takes(e4m3(32, 64), one, e4m3(64, 16), one, bf16));
+        QVERIFY(scaled_mm_takes(e5m2(32, 64), one, e4m3(64, 16), one, bf16)); // HYBRID's dgrad
+        QVERIFY(scaled_mm_takes(e4m3(32, 64), one, e5m2(64, 16), one, torch::kFloat32));
+        QVERIFY(!scaled_mm_takes(e5m2(32, 64), one, e5m2(64, 16), one, bf16));
+        QVERIFY(!scaled_mm_takes(e4m3(32, 72), one, e4m3(72, 16), one, bf16)); // K not a multiple of 16
+        QVERIFY(!scaled_mm_takes(e4m3(24, 64), one, e4m3(64, 16), one, bf16));
+        // Row-wise: (M, 1) and (1, N) scales, E4M3 both sides, BF16 out.
+        const auto rows = torch::ones({32, 1}), cols = torch::ones({1, 16});
+        QVERIFY(scaled_mm_takes(e4m3(32, 64), rows, e4m3(64, 16), cols, bf16));
+        QVERIFY(!scaled_mm_takes(e4m3(32, 64), rows, e4m3(64, 16), cols, torch::kFloat32));
+        QVERIFY(!scaled_mm_takes(e5m2(32, 64), rows, e4m3(64, 16), cols, bf16));
+        QVERIFY(!scaled_mm_takes(e4m3(32, 64), cols, e4m3(64, 16), rows, bf16));
+    }
+
+    // An E5M2 forward GEMM (both operands E5M2): the native layer multiplies the dequantised
+    // codes (the route a GPU takes too, per scaledMmTakesWhatHopperMultiplies) and gives the
+    // emulator's output bit for bit.
+    void e5m2ForwardMatchesEmulator()
+    {
+        const GemmFormats f{NumberFormat::E5M2, NumberFormat::E5M2, NumberFormat::E5M2};
+        Fp8Recipe r;
+        r.amax_history_length = 4;
+        LayerGemm emulated("fc", f, r, GemmBackend::Emulated), native("fc", f, r, GemmBackend::Native);
+        native.set_native(true);
+        torch::manual_seed(3);
+        const auto w = torch::randn({16, 48}), x = torch::randn({32, 48}) * 100.0, bias = torch::randn({16});
+        for (int step = 0; step < 3; ++step) {
+            const auto y = emulated.linear(x, w, bias), y2 = native.linear(x, w, bias);
+            QVERIFY2(same_values(y, y2), qPrintable(QString("step %1").arg(step)));
+            QVERIFY(torch::isfinite(y).all().item<bool>());
+        }
+    }
+
     // The FP8 GEMM's CPU fallback computes what the emulated GEMM computes: exact products of
     // the dequantised codes, FP32 accumulation, one rounding to BF16 (bias before it).
     void fp8GemmMatchesEmulator()

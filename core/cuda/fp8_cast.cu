@@ -11,11 +11,26 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// Folds each thread's `local` max into *amax (zeroed by the caller). Non-negative floats (inf
+// included) order like their bit patterns, so one atomicMax per block gives the same result in
+// any order. Every thread of the block calls it.
+__device__ void block_amax_into(float local, float* amax)
+{
+    __shared__ float block_max[kThreads / 32];
+    for (int offset = 16; offset > 0; offset /= 2) local = fmaxf(local, __shfl_down_sync(0xffffffffu, local, offset));
+    if (threadIdx.x % 32 == 0) block_max[threadIdx.x / 32] = local;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float m = 0.0f;
+        for (int w = 0; w < kThreads / 32; ++w) m = fmaxf(m, block_max[w]);
+        atomicMax(reinterpret_cast<int*>(amax), __float_as_int(m));
+    }
+}
+
 template <typename In, typename Code>
 __global__ void scale_cast_amax(const In* __restrict__ x, const float* __restrict__ scale, Code* __restrict__ codes,
                                 float* __restrict__ amax, int64_t n, float max_finite, bool saturate, bool nan_past_464)
 {
-    __shared__ float block_max[kThreads / 32];
     const float s = *scale;
     float local = 0.0f;
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -28,16 +43,21 @@ __global__ void scale_cast_amax(const In* __restrict__ x, const float* __restric
         else if (nan_past_464 && fabsf(scaled) > 464.0f) scaled = __int_as_float(0x7fc00000);
         codes[i] = Code(scaled);
     }
-    for (int offset = 16; offset > 0; offset /= 2) local = fmaxf(local, __shfl_down_sync(0xffffffffu, local, offset));
-    if (threadIdx.x % 32 == 0) block_max[threadIdx.x / 32] = local;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float m = 0.0f;
-        for (int w = 0; w < kThreads / 32; ++w) m = fmaxf(m, block_max[w]);
-        // Non-negative floats (inf included) order like their bit patterns.
-        atomicMax(reinterpret_cast<int*>(amax), __float_as_int(m));
-    }
+    block_amax_into(local, amax);
 }
+
+// The amax alone: what current scaling needs before it can cast.
+template <typename In>
+__global__ void abs_max(const In* __restrict__ x, float* __restrict__ amax, int64_t n)
+{
+    float local = 0.0f;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        local = fmaxf(local, fabsf(static_cast<float>(x[i])));
+    block_amax_into(local, amax);
+}
+
+int blocks_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 4096)); }
 
 template <typename Code>
 void launch(const torch::Tensor& x, const torch::Tensor& scale, torch::Tensor& codes, torch::Tensor& amax,
@@ -45,7 +65,7 @@ void launch(const torch::Tensor& x, const torch::Tensor& scale, torch::Tensor& c
 {
     const int64_t n = x.numel();
     if (n == 0) return;
-    const int blocks = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 4096));
+    const int blocks = blocks_for(n);
     const auto stream = at::cuda::getCurrentCUDAStream();
     auto* out = reinterpret_cast<Code*>(codes.data_ptr());
     switch (x.scalar_type()) {
@@ -68,12 +88,36 @@ void launch(const torch::Tensor& x, const torch::Tensor& scale, torch::Tensor& c
 
 } // namespace
 
+torch::Tensor amax_ignoring_nan(const torch::Tensor& x)
+{
+    TORCH_CHECK(x.is_cuda() && x.is_contiguous(), "cuda_kernels::amax_ignoring_nan: a contiguous CUDA tensor");
+    const c10::cuda::CUDAGuard guard(x.device());
+    auto amax = torch::zeros({}, x.options().dtype(torch::kFloat32));
+    const int64_t n = x.numel();
+    if (n == 0) return amax;
+    const auto stream = at::cuda::getCurrentCUDAStream();
+    switch (x.scalar_type()) {
+    case torch::kFloat32:
+        abs_max<<<blocks_for(n), kThreads, 0, stream>>>(x.data_ptr<float>(), amax.data_ptr<float>(), n);
+        break;
+    case torch::kBFloat16:
+        abs_max<<<blocks_for(n), kThreads, 0, stream>>>(x.data_ptr<c10::BFloat16>(), amax.data_ptr<float>(), n);
+        break;
+    case torch::kHalf:
+        abs_max<<<blocks_for(n), kThreads, 0, stream>>>(x.data_ptr<c10::Half>(), amax.data_ptr<float>(), n);
+        break;
+    default: TORCH_CHECK(false, "cuda_kernels::amax_ignoring_nan: FP32, BF16 or FP16 input");
+    }
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return amax;
+}
+
 torch::Tensor fused_scale_cast_amax(const torch::Tensor& x, const torch::Tensor& scale, bool e4m3, bool saturate,
                                     torch::Tensor& amax)
 {
     TORCH_CHECK(x.is_cuda() && x.is_contiguous(), "fused_scale_cast_amax: a contiguous CUDA tensor");
     const c10::cuda::CUDAGuard guard(x.device());
-    const auto s = scale.to(torch::kFloat32).contiguous();
+    const auto s = scale.to(x.device(), torch::kFloat32).contiguous(); // the kernel dereferences it
     amax = torch::zeros({}, x.options().dtype(torch::kFloat32));
     auto codes = torch::empty(x.sizes(), x.options().dtype(e4m3 ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2));
     if (e4m3) launch<c10::Float8_e4m3fn>(x, s, codes, amax, 448.0f, saturate, /*nan_past_464=*/true);

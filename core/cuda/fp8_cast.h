@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 // A fused FP8 cast for CUDA tensors: codes = cast(x * scale) and amax = max |x| (NaN skipped)
-// in one pass over x, where LibTorch's ops take two (the amax, then the scaled cast). Built
+// in one pass over x, where LibTorch's ops take several (the amax, then the scaled cast), and
+// the amax alone in one pass for current scaling, whose scale must be known before the cast. Built
 // only when CMake finds a CUDA compiler and a CUDA LibTorch (MANTISSA_CUDA_KERNELS); the
 // conversion is c10's own, so the codes are those of x.mul(scale).to(fp8) bit for bit.
 
@@ -14,5 +15,9 @@ namespace mantissa::cuda_kernels {
 // to_fp8_codes). Returns the codes (x's shape) and writes the amax (() FP32) to `amax`.
 torch::Tensor fused_scale_cast_amax(const torch::Tensor& x, const torch::Tensor& scale, bool e4m3, bool saturate,
                                     torch::Tensor& amax);
+
+// max |x| over the non-NaN elements (0 for an empty or all-NaN x), () FP32 on x's device, in
+// one pass: current scaling's amax, read before its cast. x as above.
+torch::Tensor amax_ignoring_nan(const torch::Tensor& x);
 
 } // namespace mantissa::cuda_kernels
