@@ -31,7 +31,9 @@ def free_port():
 
 
 def run(exe, project, ranks, steps, db, bucket_mb):
+    # training.device=cpu: on a GPU machine "auto" would put every rank on CUDA (NCCL, one GPU each).
     sets = [f"training.steps={steps}", f"training.grad_accum={ranks}", "training.threads=1", "eval.interval=0",
+            "training.device=cpu",
             "telemetry.interval=0", f"training.dp_bucket_mb={bucket_mb}"]
     cmd = [exe, "run", project, "--db", db] + [a for s in sets for a in ("--set", s)]
     if ranks == 1:

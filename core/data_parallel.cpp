@@ -272,6 +272,15 @@ void DataParallel::start(bool cuda, std::chrono::milliseconds collective_timeout
 {
     auto& b = *impl_->backend;
     const auto& env = impl_->env;
+#if MANTISSA_DP_NCCL
+    // NCCL wants a GPU of its own per rank; join() gave rank r of this machine GPU r.
+    const int gpus = static_cast<int>(torch::cuda::device_count());
+    if (cuda && env.local_rank >= gpus)
+        throw ConfigError("data-parallel on CUDA: LOCAL_RANK=" + std::to_string(env.local_rank) +
+                          " has no GPU of its own (this machine has " + std::to_string(gpus) +
+                          "); NCCL needs one GPU per rank: launch at most " + std::to_string(gpus) +
+                          " ranks per machine, or train on the CPU (training.device=cpu)");
+#endif
     auto store = c10::make_intrusive<c10d::PrefixStore>("group", b.store);
     try {
         if (cuda) {

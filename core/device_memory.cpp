@@ -7,10 +7,13 @@
 // The CPU wheel of LibTorch lacks the generated c10/cuda config: compile the allocator query only
 // where they exist (a CUDA build), so one source tree serves both.
 #if __has_include(<c10/cuda/impl/cuda_cmake_macros.h>) && __has_include(<cuda_runtime_api.h>)
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #define MANTISSA_HAVE_CUDA_ALLOCATOR 1
 #endif
+
+#include <cstdio>
 
 namespace mantissa {
 namespace {
@@ -18,10 +21,27 @@ namespace {
 int64_t nvml_used_bytes(int device)
 {
     int64_t total = 0, used = 0;
+#ifdef MANTISSA_HAVE_CUDA_ALLOCATOR
+    // NVML numbers GPUs by PCI bus and ignores CUDA_VISIBLE_DEVICES; the bus id names the same GPU
+    // in both.
+    const auto* p = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(device));
+    char bus_id[32];
+    std::snprintf(bus_id, sizeof bus_id, "%08x:%02x:%02x.0", static_cast<unsigned>(p->pciDomainID),
+                  static_cast<unsigned>(p->pciBusID), static_cast<unsigned>(p->pciDeviceID));
+    return nvml_memory_of_bus(bus_id, total, used) ? used : -1;
+#else
     return nvml_memory(device, total, used) ? used : -1;
+#endif
 }
 
 } // namespace
+
+void reset_peak_memory([[maybe_unused]] bool on_cuda)
+{
+#ifdef MANTISSA_HAVE_CUDA_ALLOCATOR
+    if (on_cuda) c10::cuda::CUDACachingAllocator::resetPeakStats(c10::cuda::current_device());
+#endif
+}
 
 MemorySnapshot read_memory(bool on_cuda)
 {

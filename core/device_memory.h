@@ -9,4 +9,8 @@ namespace mantissa {
 
 MemorySnapshot read_memory(bool on_cuda);
 
+// Starts the caching allocator's peak anew (CUDA builds), so that cuda_peak_bytes is this
+// run's and not the process's: a sweep, the GUI and the checks run several trainers in one.
+void reset_peak_memory(bool on_cuda);
+
 } // namespace mantissa

@@ -10,6 +10,8 @@
 #include <sstream>
 #include <thread>
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
 #include "determinism.h"
 #include "device_memory.h"
 #include "memory_model.h"
@@ -31,14 +33,22 @@ double learning_rate_at(const OptimizerConfig& o, int64_t step_index)
 
 namespace {
 
+// The GPU this thread is on now, named with its index: the trainer's tensors stay on it even
+// when later calls come from a thread whose current device is another (a data-parallel rank
+// chose its GPU before the Trainer was built).
+torch::Device current_cuda_device()
+{
+    return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getDevice();
+}
+
 torch::Device pick_device(const std::string& wanted)
 {
     if (wanted == "cuda") {
         if (!torch::cuda::is_available())
             throw ConfigError("training.device: 'cuda' was asked for, but this LibTorch has no CUDA device");
-        return torch::kCUDA;
+        return current_cuda_device();
     }
-    if (wanted == "auto" && torch::cuda::is_available()) return torch::kCUDA;
+    if (wanted == "auto" && torch::cuda::is_available()) return current_cuda_device();
     return torch::kCPU;
 }
 
@@ -204,6 +214,7 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
     Impl& s = *impl_;
     const auto& cfg = s.config;
     torch::set_num_threads(s.threads);
+    reset_peak_memory(s.device.is_cuda()); // this run's peak, not the process's
     s.dp_begin_run(); // data parallel: every rank takes rank 0's state
     s.model->train();
     const double tokens_per_step =
