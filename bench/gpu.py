@@ -9,17 +9,25 @@
    torch.compile bf16, an FP8 _scaled_mm Linear): ms/step, tokens/s, MFU, peak memory, and
    the ratio to autocast;
 3. the telemetry cost on GPT-2 small BF16: statistics off, every 50 (the default), every 10
-   and every step.
+   and every step, over --telemetry-steps steps.
+
+The runs go in the order of what they are worth to the issues, since a lent GPU's time is
+short: `--part first` is BF16/FP16 against autocast on GPT-2 small, then FP8 delayed against
+BF16 on the wide shape, then the telemetry cost; `--part rest` is every other row. Each run
+has its own time limit (--run-timeout), and the tables are printed, and written as JSON
+(--json), after each part.
 
 Random tokens in nanoGPT .bin files (vocabulary 50304). Run it on the device machine after
-`bash .gpu/build.sh` (see ../shared/gpu/README.md):
+the build (bench/gpu_session.sh does both, see ../shared/gpu/README.md):
 
-  python3 bench/gpu.py --build build/gpu [--steps 30] [--shapes small,wide] [--quick]
+  python3 bench/gpu.py --build build/gpu [--part first|rest|all] [--steps 30] [--shapes small,wide]
+                       [--telemetry] [--skip-twins] [--json results.json]
 """
 import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -34,7 +42,6 @@ SHAPES = {
     "small": dict(layers=12, heads=12, width=768, context=1024, batch=16),
     "wide": dict(layers=4, heads=32, width=4096, context=2048, batch=8),
 }
-PRESETS = ["fp32", "bf16", "fp16", "fp8-hybrid"]
 # Current scaling (TE's Float8CurrentScaling) prices its amax pass against delayed above.
 # Issue 18's GPU measure: fp8-block (E4M3 throughout, so every GEMM may take cuBLAS's blockwise
 # path on sm_90) against Mantissa's own FP8 delayed recipe with the same formats, and BF16 above.
@@ -81,7 +88,7 @@ def project(folder, s, steps):
         "data": {"kind": "bin", "dir": folder, "vocab_size": VOCAB},
         "optimizer": {"learning_rate": 3e-4, "min_learning_rate": 3e-5, "warmup_steps": 5, "decay_steps": steps},
         "training": {"steps": steps, "batch_size": s["batch"], "device": "cuda"},
-        "eval": {"interval": 0, "sample_tokens": 0},
+        "eval": {"interval": 0, "sample_tokens": 0, "batches": 1},  # the run's last evaluation: not timed, kept short
         "precision": {"preset": "fp32"},
     }
 
@@ -95,9 +102,15 @@ def parse(out, what):
     return float(step.group(1)), (float(mem.group(1)) if mem else float("nan"))
 
 
-def run(cmd, what):
+def run(cmd, what, timeout_s):
     t0 = time.time()
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as e:
+        tail = ((e.stdout or b"") + (e.stderr or b""))[-2000:]
+        tail = tail.decode(errors="replace") if isinstance(tail, bytes) else tail
+        print(f"  {what}: still running after {timeout_s} s, stopped\n{tail}", flush=True)
+        return None, None
     out = r.stdout + r.stderr
     if r.returncode != 0:
         print(f"  {what}: exit {r.returncode} after {time.time() - t0:.0f} s\n{out[-3000:]}", flush=True)
@@ -105,65 +118,117 @@ def run(cmd, what):
     return parse(out, what)
 
 
+def jobs(part, shapes, twins):
+    """(shape, row label, command kind, its argument) in the order of their value."""
+    def m(shape, label, sets):
+        return (shape, f"mantissa {label}", "mantissa", sets)
+
+    def t(shape, mode):
+        return (shape, f"torch {mode}", "torch", mode)
+
+    first = [  # issue 11's headline: BF16/FP16 against autocast on GPT-2 small
+        m("small", "bf16", ["precision.preset=bf16"]), t("small", "bf16"),
+        m("small", "fp16", ["precision.preset=fp16"]), t("small", "fp16"),
+        # FP8 delayed against BF16: >= 1.2x on the wide shape, >= 0.9x on GPT-2 small
+        m("wide", "bf16", ["precision.preset=bf16"]), m("wide", "fp8-hybrid", ["precision.preset=fp8-hybrid"]),
+        t("wide", "bf16"), t("wide", "fp8"),
+        m("small", "fp8-hybrid", ["precision.preset=fp8-hybrid"]),
+    ]
+    # Then FP32 parity and torch.compile on GPT-2 small, issue 18's recipes on the wide shape,
+    # and last the slow wide FP32 runs.
+    rest = [m("small", "fp32", ["precision.preset=fp32"]), t("small", "fp32"), t("small", "bf16-compile"),
+            t("small", "fp8")]
+    rest += [m("wide", label, sets) for label, sets in RECIPES.items()]
+    rest += [m("small", label, sets) for label, sets in RECIPES.items()]
+    rest += [m("wide", "fp16", ["precision.preset=fp16"]), t("wide", "fp16"), t("wide", "bf16-compile"),
+             m("wide", "fp32", ["precision.preset=fp32"]), t("wide", "fp32")]
+    chosen = {"first": first, "rest": rest, "all": first + rest}[part]
+    return [j for j in chosen if j[0] in shapes and (twins or j[2] != "torch")]
+
+
+def print_tables(results, peak):
+    for name, rows in results.items():
+        s = SHAPES[name]
+        tokens = s["batch"] * s["context"]
+        ref = rows.get("torch bf16", (None, None))[0]
+        print(f"\n## {name}: {s}\n| run | ms/step | tokens/s | MFU | peak MiB | x autocast bf16 (tokens/s) |")
+        print("|---|---|---|---|---|---|")
+        for what, (ms, mem) in rows.items():
+            if ms is None:
+                print(f"| {what} | failed | | | | |")
+                continue
+            tps = tokens / (ms / 1000)
+            mfu = tps * flops_per_token(s) / (peak * 1e12)
+            ratio = f"{ref / ms:.2f}" if ref else "-"
+            print(f"| {what} | {ms:.1f} | {tps:,.0f} | {mfu:.1%} | {mem:.0f} | {ratio} |")
+    print(flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "gpu"))
+    ap.add_argument("--part", choices=["first", "rest", "all"], default="all")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--shapes", default="small,wide")
     ap.add_argument("--skip-twins", action="store_true")
     ap.add_argument("--telemetry", action="store_true", help="also the telemetry cadence costs (GPT-2 small BF16)")
+    ap.add_argument("--telemetry-steps", type=int, default=120,
+                    help="steps of each telemetry run: enough that every 50 and every 10 are timed several times")
+    ap.add_argument("--run-timeout", type=int, default=150, help="seconds one run may take before it is stopped")
+    ap.add_argument("--json", help="write the results here as well")
     args = ap.parse_args()
+    # The session's deadline stops this script with SIGTERM: leave as an exception, so that
+    # subprocess.run kills the run in progress instead of leaving it on the GPU.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(124))
     exe = os.path.join(args.build, "app", "mantissa-train")
-    print(f"# {time.strftime('%Y-%m-%d')}, torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
+    shapes = args.shapes.split(",")
+    print(f"# {time.strftime('%Y-%m-%d')}, torch {torch.__version__}, {torch.cuda.get_device_name()}, part {args.part}",
+          flush=True)
     peak = matmul_peak_tflops()
     print(f"# measured BF16 matmul peak: {peak:.0f} TFLOP/s", flush=True)
+    results, telemetry = {}, {}
+
+    def save():
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
+                           "gpu": torch.cuda.get_device_name(), "bf16_peak_tflops": peak, "part": args.part,
+                           "steps": args.steps, "rows": results, "telemetry": telemetry}, f, indent=1)
+
     with tempfile.TemporaryDirectory() as tmp:
         write_data(tmp)
-        for name in args.shapes.split(","):
-            s = SHAPES[name]
-            tokens = s["batch"] * s["context"]
-            path = os.path.join(tmp, f"{name}.json")
-            with open(path, "w") as f:
-                json.dump(project(tmp, s, args.steps), f)
-            rows = {}
-            for p in PRESETS:
-                rows[f"mantissa {p}"] = run([exe, "run", path, "--no-store", "--set", f"precision.preset={p}",
-                                             "--set", "telemetry.interval=0"], f"mantissa {p}")
-                print(f"  {name} mantissa {p}: {rows[f'mantissa {p}']}", flush=True)
-            for label, sets in RECIPES.items():
-                cmd = [exe, "run", path, "--no-store", "--set", "telemetry.interval=0"]
-                for kv in sets:
+        paths = {}
+        for name in SHAPES:
+            paths[name] = os.path.join(tmp, f"{name}.json")
+            with open(paths[name], "w") as f:
+                json.dump(project(tmp, SHAPES[name], args.steps), f)
+        for shape, label, kind, arg in jobs(args.part, shapes, not args.skip_twins):
+            if kind == "mantissa":
+                cmd = [exe, "run", paths[shape], "--no-store", "--set", "telemetry.interval=0"]
+                for kv in arg:
                     cmd += ["--set", kv]
-                rows[f"mantissa {label}"] = run(cmd, f"mantissa {label}")
-                print(f"  {name} mantissa {label}: {rows[f'mantissa {label}']}", flush=True)
-            if not args.skip_twins:
-                for m in TWINS:
-                    rows[f"torch {m}"] = run([sys.executable, os.path.join(ROOT, "bench", "torch_twin.py"), "--mode", m,
-                                              "--steps", str(args.steps)] + [f"--{k}={v}" for k, v in s.items()],
-                                             f"torch {m}")
-                    print(f"  {name} torch {m}: {rows[f'torch {m}']}", flush=True)
-            ref = rows.get("torch bf16", (None, None))[0]
-            print(f"\n## {name}: {s}\n| run | ms/step | tokens/s | MFU | peak MiB | x autocast bf16 (tokens/s) |")
-            print("|---|---|---|---|---|---|")
-            for what, (ms, mem) in rows.items():
-                if ms is None:
-                    print(f"| {what} | failed | | | | |")
-                    continue
-                tps = tokens / (ms / 1000)
-                mfu = tps * flops_per_token(s) / (peak * 1e12)
-                ratio = f"{ref / ms:.2f}" if ref else "-"
-                print(f"| {what} | {ms:.1f} | {tps:,.0f} | {mfu:.1%} | {mem:.0f} | {ratio} |")
-            print(flush=True)
-        if args.telemetry:
-            s = SHAPES["small"]
-            path = os.path.join(tmp, "small.json")
-            print("\n## telemetry cost, GPT-2 small BF16\n| telemetry.interval | ms/step | x off |\n|---|---|---|")
+            else:
+                cmd = [sys.executable, os.path.join(ROOT, "bench", "torch_twin.py"), "--mode", arg,
+                       "--steps", str(args.steps)] + [f"--{k}={v}" for k, v in SHAPES[shape].items()]
+            results.setdefault(shape, {})[label] = run(cmd, f"{shape} {label}", args.run_timeout)
+            print(f"  {shape} {label}: {results[shape][label]}", flush=True)
+            save()
+        print_tables(results, peak)
+        if args.telemetry and args.part in ("first", "all"):
+            path = os.path.join(tmp, "telemetry.json")
+            with open(path, "w") as f:
+                json.dump(project(tmp, SHAPES["small"], args.telemetry_steps), f)
+            print(f"\n## telemetry cost, GPT-2 small BF16, {args.telemetry_steps} steps\n"
+                  "| telemetry.interval | ms/step | x off |\n|---|---|---|")
             base = None
             for interval in (0, 50, 10, 1):
                 ms, _ = run([exe, "run", path, "--no-store", "--set", "precision.preset=bf16",
-                             "--set", f"telemetry.interval={interval}"], f"telemetry {interval}")
+                             "--set", f"telemetry.interval={interval}"], f"telemetry {interval}", args.run_timeout)
+                telemetry[str(interval)] = ms
+                save()
                 base = base or ms
-                print(f"| {interval} | {ms} | {ms / base:.2f} |" if ms else f"| {interval} | failed | |", flush=True)
+                print(f"| {interval} | {ms} | {ms / base:.2f} |" if ms and base else f"| {interval} | failed | |",
+                      flush=True)
 
 
 if __name__ == "__main__":

@@ -1,35 +1,71 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-3.0-or-later
-# The one device call of a session lent a GPU (../shared/gpu/README.md): the headless build,
-# the correctness checks (bench/cuda_checks: the device against the CPU), then the benchmark
-# of issues 11 and 12 on GPT-2 small (bench/gpu.py), each under its own time limit, so that
-# the whole fits one 600-s call and the logs come back even when a step runs out of time.
+# The one device call of a session lent a GPU (../shared/gpu/README.md), in the order of what
+# each part is worth, all inside one deadline so that the logs come back even when time runs out:
+#   1. the build of mantissa-train and cuda_checks (full log kept);
+#   2. the benchmark's first part (bench/gpu.py --part first): BF16/FP16 against autocast on
+#      GPT-2 small, FP8 delayed against BF16 on the wide shape, the telemetry cost;
+#   3. the correctness checks (bench/cuda_checks: the device against the CPU);
+#   4. the benchmark's other rows (--part rest) in whatever time is left.
 #
 #   here, once:  ../shared/gpu/prepare.sh
 #   the device:  run(command="bash bench/gpu_session.sh", carry=[".gpu"], timeout_s=600)
 #
-# Logs: $OUT/build.txt, $OUT/cuda_checks.txt, $OUT/gpu_bench.txt. GPU_CHECKS_S and
-# GPU_BENCH_S change the limits (s); GPU_BENCH_ARGS replaces bench/gpu.py's arguments;
-# GPU_SKIP_CHECKS=1 skips the checks. With device time left after the first call, a second
-# one on the still-warm machine (the build is kept, so it takes seconds) measures the wide
-# shape, where issues 11 and 18 set the FP8 targets:
-#   run(command="GPU_SKIP_CHECKS=1 GPU_BENCH_ARGS='--shapes wide --steps 12' bash bench/gpu_session.sh",
-#       carry=[".gpu"], timeout_s=420)
+# Logs under $OUT: timeline.txt, build.txt (+ build_log.txt, configure_log.txt), gpu_bench.txt
+# and gpu_bench_{first,rest}.json, cuda_checks.txt. GPU_SESSION_S is the deadline (s, default
+# 570, inside the call's 600), GPU_CHECKS_S the checks' share (default 140), GPU_BENCH_ARGS
+# replaces bench/gpu.py's shape/step arguments, GPU_SKIP_CHECKS=1 skips the checks. A second
+# call on the still-warm machine keeps the build (seconds) and can run what the first did not:
+#   run(command="GPU_SKIP_CHECKS=1 GPU_PARTS=rest bash bench/gpu_session.sh", carry=[".gpu"], timeout_s=600)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out="${OUT:-/tmp/gpu-session}"
 mkdir -p "$out"
 start=$SECONDS
-if ! bash .gpu/build.sh 2>&1 | tee "$out/build.txt"; then
-    echo "the build failed: see $out/build.txt"
+deadline=$((start + ${GPU_SESSION_S:-570}))
+left() { echo $((deadline - SECONDS)); }
+mark() { echo "# $1 at $((SECONDS - start)) s" | tee -a "$out/timeline.txt"; }
+
+# 1. The build: .gpu/build.sh's configuration, with nvcc named (the wrapper in /usr/local/bin
+# hides CUDA from LibTorch's config), and only the two programs the session runs.
+torch_prefix="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name())' \
+    | tee "$out/build.txt"
+if ! timeout "$(left)" cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMANTISSA_WITH_QT=OFF \
+        -DCMAKE_PREFIX_PATH="$torch_prefix;$PWD/.gpu/deps/usr" -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
+        -DTORCH_CUDA_ARCH_LIST=9.0 -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
+        -DCUDA_TOOLKIT_ROOT_DIR=/usr/local/cuda > "$out/configure_log.txt" 2>&1; then
+    tail -40 "$out/configure_log.txt" | tee -a "$out/build.txt"
+    echo "the configuration failed: see configure_log.txt" | tee -a "$out/build.txt"
     exit 1
 fi
-echo "# built in $((SECONDS - start)) s"
-if [ "${GPU_SKIP_CHECKS:-0}" != 1 ]; then
-    timeout "${GPU_CHECKS_S:-150}" build/gpu/bench/cuda_checks 2>&1 | tee "$out/cuda_checks.txt"
-    echo "# checks done at $((SECONDS - start)) s"
+if ! timeout "$(left)" cmake --build build/gpu -j "$(nproc)" --target mantissa-train cuda_checks \
+        > "$out/build_log.txt" 2>&1; then
+    grep -B2 -A30 -m3 "FAILED\|error" "$out/build_log.txt" | head -120 | tee -a "$out/build.txt"
+    echo "the build failed: see build_log.txt" | tee -a "$out/build.txt"
+    exit 1
 fi
-# shellcheck disable=SC2086 # the arguments are meant to split
-timeout "${GPU_BENCH_S:-330}" python3 bench/gpu.py --build build/gpu ${GPU_BENCH_ARGS:---shapes small --telemetry --steps 20} \
-    2>&1 | tee "$out/gpu_bench.txt"
-echo "# done at $((SECONDS - start)) s"
+mark "built"
+
+bench() { # $1: the part, $2: its seconds (timeout 0 would mean no limit at all)
+    if [ "$2" -lt 10 ]; then mark "no time left for bench part $1"; return; fi
+    # shellcheck disable=SC2086 # the arguments are meant to split
+    timeout "$2" python3 bench/gpu.py --build build/gpu --part "$1" --json "$out/gpu_bench_$1.json" \
+        ${GPU_BENCH_ARGS:---shapes small,wide --telemetry --steps 20} 2>&1 | tee -a "$out/gpu_bench.txt"
+    mark "bench part $1 done"
+}
+checks_s=${GPU_CHECKS_S:-140}
+[ "${GPU_SKIP_CHECKS:-0}" = 1 ] && checks_s=0
+parts="${GPU_PARTS:-first rest}"
+# 2. The benchmark's first part, leaving the checks their share.
+if [[ " $parts " == *" first "* ]]; then bench first "$(($(left) - checks_s))"; fi
+# 3. The checks.
+if [ "$checks_s" -gt 0 ] && [ "$(left)" -ge 10 ]; then
+    limit=$(left)
+    [ "$limit" -gt "$checks_s" ] && [[ " $parts " == *" rest "* ]] && limit=$checks_s
+    timeout "$limit" build/gpu/bench/cuda_checks 2>&1 | tee "$out/cuda_checks.txt"
+    mark "checks done"
+fi
+# 4. The rest of the benchmark in what is left.
+if [[ " $parts " == *" rest "* ]] && [ "$(left)" -gt 20 ]; then bench rest "$(left)"; fi
+mark "done"
