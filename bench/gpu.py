@@ -208,8 +208,12 @@ def main():
                 for kv in arg:
                     cmd += ["--set", kv]
             else:
+                # The same steps timed as mantissa-train times (core/trainer.cpp: from step
+                # min(10, steps / 10) + 1 on), except torch.compile's, whose first steps compile.
+                warmup = 10 if arg.endswith("compile") else min(10, args.steps // 10)
                 cmd = [sys.executable, os.path.join(ROOT, "bench", "torch_twin.py"), "--mode", arg,
-                       "--steps", str(args.steps)] + [f"--{k}={v}" for k, v in SHAPES[shape].items()]
+                       "--steps", str(args.steps), "--warmup", str(warmup)] + \
+                    [f"--{k}={v}" for k, v in SHAPES[shape].items()]
             results.setdefault(shape, {})[label] = run(cmd, f"{shape} {label}", args.run_timeout)
             print(f"  {shape} {label}: {results[shape][label]}", flush=True)
             save()

@@ -10,7 +10,8 @@ engineer would write it:
   fp8             every Linear but the LM head through torch._scaled_mm (E4M3 forward, E5M2
                   gradients, per-tensor current scaling), the rest under BF16 autocast
 
-Prints "mean step time: X ms" (median of the steps after --warmup) and "peak memory: Y MiB".
+Prints "mean step time: X ms" (the mean of the steps after --warmup, as mantissa-train reports
+its own) and "peak memory: Y MiB".
 
   torch_twin.py --mode bf16 --layers 12 --heads 12 --width 768 --context 1024 --batch 16
 """
@@ -139,7 +140,7 @@ def main():
         print(f"peak memory: {torch.cuda.max_memory_allocated() / 2**20:.1f} MiB")
     print(f"final loss: {loss_value:.4f}")
     warm = min(args.warmup, len(times) // 2)  # a short run keeps its second half
-    print(f"mean step time: {statistics.median(times[warm:]):.3f} ms")
+    print(f"mean step time: {statistics.mean(times[warm:]):.3f} ms")
 
 
 if __name__ == "__main__":
