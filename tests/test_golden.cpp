@@ -137,15 +137,22 @@ private slots:
         QTest::addColumn<QString>("recipe");
         QTest::addColumn<int>("grad_accum");
         QTest::addColumn<QString>("backend");
+        QTest::addColumn<QString>("fp8_layers"); // "", "mlp forward" or "attention": FP8 beyond the preset
         for (int accum : {1, 2}) {
             for (const char* preset : {"fp32", "bf16", "fp16", "fp8-hybrid", "fp8-hybrid-keep-ends"})
-                QTest::addRow("%s/accum%d", preset, accum) << preset << "delayed" << accum << "emulated";
+                QTest::addRow("%s/accum%d", preset, accum) << preset << "delayed" << accum << "emulated" << "";
             for (const char* recipe : {"current", "rowwise", "mxfp8"})
-                QTest::addRow("fp8-hybrid/%s/accum%d", recipe, accum) << "fp8-hybrid" << recipe << accum << "emulated";
+                QTest::addRow("fp8-hybrid/%s/accum%d", recipe, accum) << "fp8-hybrid" << recipe << accum << "emulated" << "";
             // The native executor's state (device-side FP8 histories, the FP8 weight cache) travels too.
             for (const char* preset : {"bf16", "fp16", "fp8-hybrid", "fp8-hybrid-keep-ends"})
-                QTest::addRow("native/%s/accum%d", preset, accum) << preset << "delayed" << accum << "native";
-            QTest::addRow("native/fp8-hybrid/current/accum%d", accum) << "fp8-hybrid" << "current" << accum << "native";
+                QTest::addRow("native/%s/accum%d", preset, accum) << preset << "delayed" << accum << "native" << "";
+            QTest::addRow("native/fp8-hybrid/current/accum%d", accum) << "fp8-hybrid" << "current" << accum << "native" << "";
+            // Layers of mixed GEMM formats, and FP8 attention (the emulator's products with
+            // tensor-held scales) inside the native executor.
+            QTest::addRow("native/bf16+fp8 mlp forward/accum%d", accum) << "bf16" << "delayed" << accum << "native"
+                                                                        << "mlp forward";
+            QTest::addRow("native/fp8-hybrid+fp8 attention/accum%d", accum) << "fp8-hybrid" << "delayed" << accum
+                                                                            << "native" << "attention";
         }
     }
     void resumeIsBitExact()
@@ -154,6 +161,7 @@ private slots:
         QFETCH(QString, recipe);
         QFETCH(int, grad_accum);
         QFETCH(QString, backend);
+        QFETCH(QString, fp8_layers);
         constexpr int64_t kSteps = 12, kSplit = 6;
         QTemporaryDir dir;
         auto config = golden_project();
@@ -166,6 +174,17 @@ private slots:
         config.precision.preset = preset.toStdString();
         config.precision.fp8.scaling = *parse_fp8_scaling(recipe.toStdString());
         config.precision.backend = backend == "native" ? GemmBackend::Native : GemmBackend::Emulated;
+        if (!fp8_layers.isEmpty()) {
+            LayerOverride o;
+            if (fp8_layers == "mlp forward") {
+                o.match = "*.mlp.*";
+                o.forward = NumberFormat::E4M3;
+            } else {
+                o.match = "*.attn.sdpa";
+                o.forward = o.dgrad = o.wgrad = NumberFormat::E4M3;
+            }
+            config.precision.layers.push_back(o);
+        }
         RunCapture straight;
         QByteArray straight_weights;
         {
