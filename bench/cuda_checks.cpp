@@ -312,6 +312,11 @@ const std::vector<Recipe>& recipes()
         {"bf16, fp8 mlp forward", {"precision.preset=bf16", R"(precision.layers=[{"match":"*.mlp.*","forward":"e4m3"}])"}, 1e-2},
         {"fp8-hybrid, e5m2 mlp forward",
          {"precision.preset=fp8-hybrid", R"(precision.layers=[{"match":"*.mlp.*","forward":"e5m2"}])"}, 1e-2},
+        // A TF32 GEMM sends the layer to the emulator's autograd, whose FP8 forward may take
+        // _scaled_mm: not with two E5M2 operands.
+        {"fp8-hybrid, e5m2 forward + tf32 dgrad (emulated layer)",
+         {"precision.preset=fp8-hybrid", R"(precision.layers=[{"match":"*.mlp.*","forward":"e5m2","dgrad":"tf32"}])"},
+         1e-2},
         {"fp8-hybrid, fp8 attention",
          {"precision.preset=fp8-hybrid", R"(precision.layers=[{"match":"*.attn.sdpa","format":"e4m3"}])"}, 1e-2},
     };

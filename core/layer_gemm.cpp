@@ -173,18 +173,15 @@ struct MatmulFunction : public torch::autograd::Function<MatmulFunction> {
 } // namespace
 
 LayerGemm::LayerGemm(std::string layer_name, GemmFormats formats, const Fp8Recipe& recipe, GemmBackend backend)
-    : name_(std::move(layer_name)), formats_(formats), recipe_(recipe), backend_(backend),
-      input_scaling_(recipe.amax_history_length), weight_scaling_(recipe.amax_history_length),
-      grad_scaling_(recipe.amax_history_length)
+    : name_(std::move(layer_name)), formats_(formats), recipe_(recipe), backend_(backend)
 {
+    for (auto& d : delayed_) d = DelayedScaling(recipe.amax_history_length);
 }
 
 void LayerGemm::set_formats(const GemmFormats& formats)
 {
     formats_ = formats;
-    input_scaling_.reset();
-    weight_scaling_.reset();
-    grad_scaling_.reset();
+    for (auto& d : delayed_) d.reset();
     for (auto& d : device_scaling_) d.clear();
     invalidate_weight_cache();
     cached_version_ = -1;
@@ -198,24 +195,21 @@ std::string LayerGemm::backend_used() const
     return formats_.all_fp32() ? "fp32" : "none";
 }
 
-DelayedScaling& LayerGemm::delayed(OperandRole role)
+size_t LayerGemm::scaling_index(OperandRole role, NumberFormat format)
 {
-    switch (role) {
-    case OperandRole::Input: return input_scaling_;
-    case OperandRole::Weight: return weight_scaling_;
-    case OperandRole::GradOutput: break;
-    }
-    return grad_scaling_;
+    return 2 * static_cast<size_t>(role) + (format == NumberFormat::E5M2 ? 1 : 0);
 }
+
+DelayedScaling& LayerGemm::delayed(OperandRole role, NumberFormat format) { return delayed_[scaling_index(role, format)]; }
 
 bool LayerGemm::use_native(const torch::Tensor& t) const
 {
     return backend_ != GemmBackend::Emulated && t.is_cuda();
 }
 
-bool LayerGemm::scales_on_device(const torch::Tensor& x) const
+bool LayerGemm::scales_on_device(const torch::Device& device) const
 {
-    return per_tensor_scaling(recipe_) && recipe_.outlier_rms_multiple == 0.0 && (native_ || !x.is_cpu());
+    return per_tensor_scaling(recipe_) && recipe_.outlier_rms_multiple == 0.0 && (native_ || !device.is_cpu());
 }
 
 torch::Tensor LayerGemm::round_operand(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim,
@@ -238,10 +232,10 @@ torch::Tensor LayerGemm::round_operand(const torch::Tensor& x, NumberFormat form
     if (training_) {
         const bool observe = armed_ && is_block_recipe(recipe_.scaling);
         BlockCastRecord block;
-        q = quantize_fp8(x, format, recipe_, k_dim, &delayed(role), block_role, observe ? &block : nullptr);
+        q = quantize_fp8(x, format, recipe_, k_dim, &delayed(role, format), block_role, observe ? &block : nullptr);
         if (observe) observe_block_cast(role, x, k_dim, std::move(block));
     } else {
-        DelayedScaling scratch = delayed(role); // evaluation: same scale, the real history stays put
+        DelayedScaling scratch = delayed(role, format); // evaluation: same scale, the real history stays put
         q = quantize_fp8(x, format, recipe_, k_dim, &scratch, block_role);
     }
     if (scale && per_tensor_scaling(recipe_) && recipe_.outlier_rms_multiple == 0.0) *scale = torch::tensor(q.scale);
@@ -274,6 +268,21 @@ torch::Tensor LayerGemm::quantized_weight(const torch::Tensor& weight, NumberFor
     return cached_weight_;
 }
 
+namespace {
+
+constexpr std::array<NumberFormat, 2> kFp8Formats = {NumberFormat::E4M3, NumberFormat::E5M2};
+constexpr std::array<OperandRole, 3> kRoles = {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput};
+
+// Checkpoints before 2026-12-02 kept one state per role: the format that role was cast in first.
+NumberFormat first_cast_format(OperandRole role, const GemmFormats& f)
+{
+    const NumberFormat first = role == OperandRole::GradOutput ? f.dgrad : f.forward;
+    const NumberFormat later = role == OperandRole::GradOutput ? f.wgrad : saved_operand_format(f.dgrad);
+    return format_info(first).is_fp8 ? first : later;
+}
+
+} // namespace
+
 void LayerGemm::save(torch::serialize::OutputArchive& archive)
 {
     sync_device_scaling_to_host(); // the host state is what checkpoints keep
@@ -281,12 +290,13 @@ void LayerGemm::save(torch::serialize::OutputArchive& archive)
     archive.write(key + "formats", torch::tensor({static_cast<int64_t>(formats_.forward),
                                                   static_cast<int64_t>(formats_.dgrad),
                                                   static_cast<int64_t>(formats_.wgrad)}));
-    for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput}) {
-        const auto& d = delayed(role);
-        const std::string r = key + std::to_string(static_cast<int>(role)) + "/";
-        archive.write(r + "history", torch::tensor(d.history()));
-        archive.write(r + "scale", torch::tensor(d.scale()));
-    }
+    for (auto role : kRoles)
+        for (auto format : kFp8Formats) {
+            const auto& d = delayed(role, format);
+            const std::string r = key + std::to_string(static_cast<int>(role)) + "/" + format_info(format).name + "/";
+            archive.write(r + "history", torch::tensor(d.history()));
+            archive.write(r + "scale", torch::tensor(d.scale()));
+        }
 }
 
 void LayerGemm::load(torch::serialize::InputArchive& archive)
@@ -296,14 +306,25 @@ void LayerGemm::load(torch::serialize::InputArchive& archive)
     archive.read(key + "formats", f);
     set_formats({static_cast<NumberFormat>(f[0].item<int64_t>()), static_cast<NumberFormat>(f[1].item<int64_t>()),
                  static_cast<NumberFormat>(f[2].item<int64_t>())});
-    for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput}) {
+    const auto restore = [](DelayedScaling& d, torch::Tensor history, const torch::Tensor& scale) {
+        history = history.contiguous();
+        d.restore(std::vector<float>(history.data_ptr<float>(), history.data_ptr<float>() + history.numel()),
+                  scale.item<float>());
+    };
+    for (auto role : kRoles) {
         const std::string r = key + std::to_string(static_cast<int>(role)) + "/";
         torch::Tensor history, scale;
-        archive.read(r + "history", history);
-        archive.read(r + "scale", scale);
-        history = history.contiguous();
-        delayed(role).restore(std::vector<float>(history.data_ptr<float>(), history.data_ptr<float>() + history.numel()),
-                              scale.item<float>());
+        if (archive.try_read(r + "history", history)) { // an older checkpoint: one state per role
+            archive.read(r + "scale", scale);
+            restore(delayed(role, first_cast_format(role, formats_)), history, scale);
+            continue;
+        }
+        for (auto format : kFp8Formats) {
+            const std::string rf = r + format_info(format).name + "/";
+            archive.read(rf + "history", history);
+            archive.read(rf + "scale", scale);
+            restore(delayed(role, format), history, scale);
+        }
     }
     for (auto& d : device_scaling_) d.clear(); // refilled from the host state
 }

@@ -130,9 +130,16 @@ public:
     const torch::Tensor& last_weight() const { return last_weight_; }
     void remember_weight(const torch::Tensor& w) { last_weight_ = w; }
     const Fp8Recipe& recipe() const { return recipe_; }
-    DelayedScaling& delayed(OperandRole role);
+    // Delayed scaling keeps one state per tensor role and FP8 format: a role cast in two
+    // formats (an E5M2 forward whose input the wgrad takes as E4M3; dgrad and wgrad in
+    // different formats) must not scale one format's cast by a scale made for the other's
+    // range. TE's recipes cast each role in one format, so for them this is TE's per-role state.
+    DelayedScaling& delayed(OperandRole role, NumberFormat format);
     // Its device mirror (native FP8 on CUDA), filled from the host state on first use.
-    DeviceDelayedScaling& device_delayed(OperandRole role, const torch::Device& device);
+    DeviceDelayedScaling& device_delayed(OperandRole role, NumberFormat format, const torch::Device& device);
+    // Whether this layer's per-tensor FP8 casts on `device` keep their state in the device
+    // mirror (scales_on_device): what data parallel journals.
+    bool scales_on_device(const torch::Device& device) const;
 
     // Native FP8: `x` cast under this layer's per-tensor or per-row recipe (`k_dim`: the
     // contraction dimension, which per-row scales run along), and the cached FP8 weight
@@ -182,13 +189,15 @@ private:
     // Per-tensor FP8 casts keep their scale and delayed-scaling state as tensors (the device
     // mirror): on any device in the native executor, and on a GPU in the emulator too, so that
     // no cast reads an amax back. The emulator on a CPU keeps the host state.
-    bool scales_on_device(const torch::Tensor& x) const;
+    bool scales_on_device(const torch::Tensor& x) const { return scales_on_device(x.device()); }
 
     std::string name_;
     GemmFormats formats_;
     Fp8Recipe recipe_;
     GemmBackend backend_;
-    DelayedScaling input_scaling_, weight_scaling_, grad_scaling_;
+    static constexpr size_t kScalingStates = 6; // 3 roles x {E4M3, E5M2}
+    static size_t scaling_index(OperandRole role, NumberFormat format);
+    std::array<DelayedScaling, kScalingStates> delayed_;
     // Weight cache: valid while the master weight's version counter and the format hold.
     torch::Tensor cached_weight_;
     torch::Tensor cached_scale_; // () per-tensor FP8 scale of cached_weight_, or undefined
@@ -198,7 +207,7 @@ private:
     int64_t cached_k_dim_ = 0;
     bool used_native_ = false, used_emulated_ = false;
     bool native_ = false;
-    std::array<DeviceDelayedScaling, 3> device_scaling_; // by OperandRole: the device mirror of the three above
+    std::array<DeviceDelayedScaling, kScalingStates> device_scaling_; // the device mirror of delayed_
     Fp8Tensor native_weight_;
     Fp8Tensor native_weight_dgrad_; // per-row recipes: W scaled along N
     torch::Tensor native_weight_t_;

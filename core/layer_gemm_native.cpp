@@ -184,23 +184,23 @@ torch::Tensor LayerGemm::linear_native(const torch::Tensor& x, const torch::Tens
     return linear_emulated(x.to(torch::kFloat32), weight, bias).to(output_dtype());
 }
 
-DeviceDelayedScaling& LayerGemm::device_delayed(OperandRole role, const torch::Device& device)
+DeviceDelayedScaling& LayerGemm::device_delayed(OperandRole role, NumberFormat format, const torch::Device& device)
 {
-    auto& d = device_scaling_[static_cast<size_t>(role)];
-    if (!d.defined()) d.upload(delayed(role), device); // a resumed or fresh state, once
+    auto& d = device_scaling_[scaling_index(role, format)];
+    if (!d.defined()) d.upload(delayed(role, format), device); // a resumed or fresh state, once
     return d;
 }
 
 void LayerGemm::sync_device_scaling_to_host()
 {
-    for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput})
-        device_scaling_[static_cast<size_t>(role)].download(delayed(role));
+    for (size_t i = 0; i < kScalingStates; ++i) device_scaling_[i].download(delayed_[i]);
 }
 
 Fp8Tensor LayerGemm::quantize_native(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim)
 {
     if (recipe_.scaling == Fp8Scaling::PerRow) return quantize_fp8_rowwise_native(x, format, recipe_, k_dim);
-    DeviceDelayedScaling* state = recipe_.scaling == Fp8Scaling::Delayed ? &device_delayed(role, x.device()) : nullptr;
+    DeviceDelayedScaling* state =
+        recipe_.scaling == Fp8Scaling::Delayed ? &device_delayed(role, format, x.device()) : nullptr;
     // Evaluation uses the current scale and leaves the history where it is.
     return quantize_fp8_native(x, format, recipe_, state, /*record=*/training_);
 }

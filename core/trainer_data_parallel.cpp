@@ -113,19 +113,23 @@ void Trainer::Impl::dp_fp8_begin_step()
     if (!dp || !reduce_amax) return;
     for (const auto& g : model->gemm_layers()) {
         if (g->recipe().scaling != Fp8Scaling::Delayed || !g->formats().any_fp8()) continue;
-        for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput}) {
-            // Per-tensor casts record into the device mirror in the native executor and on a
-            // GPU (LayerGemm::scales_on_device), the emulator on a CPU (and the per-row and
-            // block recipes) into the host state; journal both, one is empty.
-            if (g->native() || device.is_cuda()) {
-                auto& on_device = g->device_delayed(role, device);
-                on_device.begin_journal();
-                device_fp8_journals.push_back(&on_device);
+        const bool on_device = g->scales_on_device(device);
+        for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput})
+            for (auto format : {NumberFormat::E4M3, NumberFormat::E5M2}) {
+                // Per-tensor casts record into the device mirror in the native executor and on
+                // a GPU (LayerGemm::scales_on_device), otherwise into the host state. Only the
+                // state in use is journaled: a mirror made here and never recorded into would
+                // be written back over the live host state at the next checkpoint.
+                if (on_device) {
+                    auto& d = g->device_delayed(role, format, device);
+                    d.begin_journal();
+                    device_fp8_journals.push_back(&d);
+                } else {
+                    auto& d = g->delayed(role, format);
+                    d.begin_journal();
+                    fp8_journals.push_back(&d);
+                }
             }
-            auto& d = g->delayed(role);
-            d.begin_journal();
-            fp8_journals.push_back(&d);
-        }
     }
 }
 
@@ -267,12 +271,13 @@ std::string Trainer::Impl::state_digest() const
     }
     for (const auto& g : model->gemm_layers()) {
         g->sync_device_scaling_to_host(); // the state the step used, wherever it lives
-        for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput}) {
-            const auto& d = g->delayed(role);
-            fnv1a(h, d.history().data(), d.history().size() * sizeof(float));
-            const float s = d.scale();
-            fnv1a(h, &s, sizeof s);
-        }
+        for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput})
+            for (auto format : {NumberFormat::E4M3, NumberFormat::E5M2}) {
+                const auto& d = g->delayed(role, format);
+                fnv1a(h, d.history().data(), d.history().size() * sizeof(float));
+                const float s = d.scale();
+                fnv1a(h, &s, sizeof s);
+            }
     }
     const auto sc = scaler.state();
     fnv1a(h, &sc.scale, sizeof sc.scale);

@@ -292,7 +292,22 @@ private slots:
         if (damage == "half") bytes.truncate(bytes.size() / 2);
         if (damage == "last byte") bytes.chop(1);
         if (damage == "empty") bytes.clear();
-        if (damage == "tensor") bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x01);
+        if (damage == "tensor") { // one bit in the middle of the largest tensor record (a weight)
+            // Found through the zip's central directory: the local headers carry no sizes.
+            const auto u16 = [&](qsizetype i) { return qsizetype(uchar(bytes[i])) | qsizetype(uchar(bytes[i + 1])) << 8; };
+            const auto u32 = [&](qsizetype i) { return u16(i) | u16(i + 2) << 16; };
+            qsizetype data_at = -1, data_size = 0;
+            for (qsizetype at = bytes.indexOf(QByteArray("PK\x01\x02", 4)); at >= 0;
+                 at = bytes.indexOf(QByteArray("PK\x01\x02", 4), at + 4)) {
+                const qsizetype size = u32(at + 20), local = u32(at + 42);
+                const QByteArray name = bytes.mid(at + 46, u16(at + 28));
+                if (!name.contains("/data/") || size <= data_size) continue;
+                data_size = size;
+                data_at = local + 30 + u16(local + 26) + u16(local + 28);
+            }
+            QVERIFY(data_at > 0 && data_size >= 1000);
+            bytes[data_at + data_size / 2] = static_cast<char>(bytes[data_at + data_size / 2] ^ 0x01);
+        }
         if (damage == "directory") { // the central directory's first entry: its offset and size fields
             const qsizetype at = bytes.lastIndexOf(QByteArray("PK\x01\x02", 4), bytes.size() - 22);
             QVERIFY(at > 0);

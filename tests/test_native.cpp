@@ -308,15 +308,18 @@ private slots:
             QVERIFY2(same_values(a.grad(), a2.grad()), qPrintable(QString("step %1: da differs").arg(step)));
             QVERIFY2(same_values(b.grad(), b2.grad()), qPrintable(QString("step %1: db differs").arg(step)));
         }
-        for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput}) {
+        const std::vector<std::pair<OperandRole, NumberFormat>> used = {{OperandRole::Input, NumberFormat::E4M3},
+                                                                        {OperandRole::Weight, NumberFormat::E4M3},
+                                                                        {OperandRole::GradOutput, NumberFormat::E5M2}};
+        for (const auto& [role, format] : used) {
             // Before the write-back the native layer's host state is untouched: it cast on tensors.
-            QCOMPARE(native.delayed(role).scale(), 1.0f);
-            QCOMPARE(native.delayed(role).history()[0], 0.0f);
+            QCOMPARE(native.delayed(role, format).scale(), 1.0f);
+            QCOMPARE(native.delayed(role, format).history()[0], 0.0f);
         }
         native.sync_device_scaling_to_host();
-        for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput}) {
-            const auto& want = emulated.delayed(role);
-            const auto& got = native.delayed(role);
+        for (const auto& [role, format] : used) {
+            const auto& want = emulated.delayed(role, format);
+            const auto& got = native.delayed(role, format);
             const float ws = want.scale(), gs = got.scale();
             QVERIFY2(std::memcmp(&ws, &gs, sizeof ws) == 0, qPrintable(QString("scale %1 vs %2").arg(gs).arg(ws)));
             QVERIFY(std::memcmp(want.history().data(), got.history().data(), 4 * sizeof(float)) == 0);
@@ -369,14 +372,16 @@ private slots:
             emulated.invalidate_weight_cache();
             native.invalidate_weight_cache();
         }
-        QCOMPARE(native.delayed(OperandRole::Input).scale(), 1.0f); // it cast on tensors
+        for (auto format : {NumberFormat::E4M3, NumberFormat::E5M2})
+            QCOMPARE(native.delayed(OperandRole::Input, format).scale(), 1.0f); // it cast on tensors
         native.sync_device_scaling_to_host();
-        for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput}) {
-            const auto& want = emulated.delayed(role).history();
-            QVERIFY(std::memcmp(want.data(), native.delayed(role).history().data(), 4 * sizeof(float)) == 0);
-            QCOMPARE(native.delayed(role).scale(), emulated.delayed(role).scale());
-        }
-        QVERIFY(emulated.delayed(OperandRole::GradOutput).history()[0] > 0.0f || !format_info(f.dgrad).is_fp8);
+        for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput})
+            for (auto format : {NumberFormat::E4M3, NumberFormat::E5M2}) {
+                const auto& want = emulated.delayed(role, format).history();
+                QVERIFY(std::memcmp(want.data(), native.delayed(role, format).history().data(), 4 * sizeof(float)) == 0);
+                QCOMPARE(native.delayed(role, format).scale(), emulated.delayed(role, format).scale());
+            }
+        if (format_info(f.dgrad).is_fp8) QVERIFY(emulated.delayed(OperandRole::GradOutput, f.dgrad).history()[0] > 0.0f);
     }
 
     // Which FP8 products go to _scaled_mm on a GPU (the rest multiply the dequantised codes):
@@ -399,6 +404,77 @@ private slots:
         QVERIFY(!scaled_mm_takes(e4m3(32, 64), rows, e4m3(64, 16), cols, torch::kFloat32));
         QVERIFY(!scaled_mm_takes(e5m2(32, 64), rows, e4m3(64, 16), cols, bf16));
         QVERIFY(!scaled_mm_takes(e4m3(32, 64), cols, e4m3(64, 16), rows, bf16));
+    }
+
+    // A role cast in two formats keeps a delayed-scaling state per format. An E5M2 forward's
+    // input goes to the wgrad GEMM as E4M3 (saved_operand_format): scaled by the E5M2 state's
+    // 57344 / amax, every value past amax / 128 would clip at 448 (or become NaN) and the
+    // weight gradient would be wrong by orders of magnitude. Both executors, several steps.
+    void eachFormatOfARoleHasItsOwnScale_data()
+    {
+        QTest::addColumn<bool>("native");
+        QTest::newRow("emulated") << false;
+        QTest::newRow("native") << true;
+    }
+    void eachFormatOfARoleHasItsOwnScale()
+    {
+        QFETCH(bool, native);
+        const GemmFormats f{NumberFormat::E5M2, NumberFormat::E5M2, NumberFormat::E5M2};
+        Fp8Recipe r;
+        r.amax_history_length = 4;
+        LayerGemm layer("fc", f, r, native ? GemmBackend::Native : GemmBackend::Emulated);
+        layer.set_native(native);
+        torch::manual_seed(9);
+        const auto w = torch::randn({16, 48}).requires_grad_(true);
+        for (int step = 0; step < 3; ++step) {
+            const auto x = torch::randn({32, 48}).requires_grad_(true);
+            const auto dy = torch::randn({32, 16}).to(layer.output_dtype());
+            layer.linear(x, w, {}).backward(dy);
+            const auto exact = at::matmul(dy.to(torch::kFloat32).t(), x.detach()); // (N, K), FP32
+            const double error = ((w.grad() - exact).norm() / exact.norm()).item<double>();
+            // E5M2 and E4M3 operands: a few percent at most.
+            QVERIFY2(error < 0.1, qPrintable(QString("step %1: relative error of dW %2").arg(step).arg(error)));
+            w.mutable_grad() = torch::Tensor();
+            layer.invalidate_weight_cache();
+        }
+        layer.sync_device_scaling_to_host();
+        // The input was measured in both formats, each with its own range.
+        const float e5m2 = layer.delayed(OperandRole::Input, NumberFormat::E5M2).scale();
+        const float e4m3 = layer.delayed(OperandRole::Input, NumberFormat::E4M3).scale();
+        QVERIFY2(std::abs(e5m2 / e4m3 - 57344.0f / 448.0f) < 1e-3f * (57344.0f / 448.0f),
+                 qPrintable(QString("scales %1 (e5m2) and %2 (e4m3)").arg(e5m2).arg(e4m3)));
+    }
+
+    // Checkpoints written before the per-format states (one state per role) still load: each
+    // role's state goes to the format it is cast in first (HYBRID: input and weight E4M3,
+    // gradients E5M2), the other format starts fresh.
+    void checkpointWithOneStatePerRoleLoads()
+    {
+        const GemmFormats hybrid{NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2};
+        torch::serialize::OutputArchive old;
+        old.write("layers/fc/formats", torch::tensor({static_cast<int64_t>(hybrid.forward),
+                                                      static_cast<int64_t>(hybrid.dgrad),
+                                                      static_cast<int64_t>(hybrid.wgrad)}));
+        for (int role = 0; role < 3; ++role) {
+            old.write("layers/fc/" + std::to_string(role) + "/history", torch::tensor({1.0f + role, 0.5f, 0.0f, 0.0f}));
+            old.write("layers/fc/" + std::to_string(role) + "/scale", torch::tensor(10.0f + role));
+        }
+        std::ostringstream bytes;
+        old.save_to(bytes);
+        torch::serialize::InputArchive in;
+        std::istringstream from(bytes.str());
+        in.load_from(from);
+        Fp8Recipe r;
+        r.amax_history_length = 4;
+        LayerGemm layer("fc", {NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16}, r, GemmBackend::Emulated);
+        layer.load(in);
+        QCOMPARE(layer.formats().dgrad, NumberFormat::E5M2);
+        QCOMPARE(layer.delayed(OperandRole::Input, NumberFormat::E4M3).scale(), 10.0f);
+        QCOMPARE(layer.delayed(OperandRole::Weight, NumberFormat::E4M3).scale(), 11.0f);
+        QCOMPARE(layer.delayed(OperandRole::GradOutput, NumberFormat::E5M2).scale(), 12.0f);
+        QCOMPARE(layer.delayed(OperandRole::GradOutput, NumberFormat::E5M2).history()[0], 3.0f);
+        QCOMPARE(layer.delayed(OperandRole::Input, NumberFormat::E5M2).scale(), 1.0f); // fresh
+        QCOMPARE(layer.delayed(OperandRole::GradOutput, NumberFormat::E4M3).history()[0], 0.0f);
     }
 
     // An E5M2 forward GEMM (both operands E5M2): the native layer multiplies the dequantised
@@ -525,8 +601,8 @@ private slots:
         torch::serialize::InputArchive a, b;
         a.load_from(emulated);
         b.load_from(native);
-        for (const char* key : {"layers/blocks.0.attn.qkv/0/history", "layers/blocks.1.mlp.fc2/2/history",
-                                "layers/lm_head/1/scale"}) {
+        for (const char* key : {"layers/blocks.0.attn.qkv/0/e4m3/history", "layers/blocks.1.mlp.fc2/2/e5m2/history",
+                                "layers/lm_head/1/e4m3/scale"}) {
             torch::Tensor ta, tb;
             a.read(key, ta);
             b.read(key, tb);
