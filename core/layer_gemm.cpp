@@ -276,9 +276,14 @@ constexpr std::array<OperandRole, 3> kRoles = {OperandRole::Input, OperandRole::
 // Checkpoints before 2026-12-02 kept one state per role: the format that role was cast in first.
 NumberFormat first_cast_format(OperandRole role, const GemmFormats& f)
 {
-    const NumberFormat first = role == OperandRole::GradOutput ? f.dgrad : f.forward;
-    const NumberFormat later = role == OperandRole::GradOutput ? f.wgrad : saved_operand_format(f.dgrad);
-    return format_info(first).is_fp8 ? first : later;
+    switch (role) {
+    case OperandRole::Input: // the forward GEMM, then the weight gradient's
+        return format_info(f.forward).is_fp8 ? f.forward : saved_operand_format(f.wgrad);
+    case OperandRole::Weight: // the forward GEMM, then the input gradient's
+        return format_info(f.forward).is_fp8 ? f.forward : saved_operand_format(f.dgrad);
+    case OperandRole::GradOutput: break; // the input gradient's GEMM, then the weight gradient's
+    }
+    return format_info(f.dgrad).is_fp8 ? f.dgrad : f.wgrad;
 }
 
 } // namespace
