@@ -566,7 +566,7 @@ torch::Tensor LayerGemm::linear_emulated(const torch::Tensor& x, const torch::Te
     return apply_linear<LinearFunction>(x, weight, bias);
 }
 
-void LayerGemm::observe_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& y,
+void LayerGemm::record_forward(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& y,
                                NumberFormat format, const torch::Tensor& x_cast, const torch::Tensor& w_cast)
 {
     // Same roles, same order as the emulated path records them.
@@ -574,6 +574,12 @@ void LayerGemm::observe_linear(const torch::Tensor& x, const torch::Tensor& weig
     record("output", y, gemm_output_format(format), 1.0f, {});
     record("weight", weight, format, 1.0f, w_cast);
     record("input", x, format, 1.0f, x_cast);
+}
+
+void LayerGemm::observe_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& y,
+                               NumberFormat format, const torch::Tensor& x_cast, const torch::Tensor& w_cast)
+{
+    record_forward(x, weight, y, format, x_cast, w_cast);
     if (!y.requires_grad()) return;
     // grad_output arrives through a hook that only reads it; the weight gradient is read from
     // the weight's .grad once the backward is done (a second product dy^T x only where the

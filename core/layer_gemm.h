@@ -107,6 +107,10 @@ public:
     bool telemetry_armed() const { return armed_; }
     void record(const char* role, const torch::Tensor& x, NumberFormat format, float scale,
                 const torch::Tensor& dequantized);
+    // A linear's forward records of a 16-bit or FP32 GEMM (output, weight, input, with the
+    // casts it multiplied; undefined casts for FP32), and the weight for the update ratio.
+    void record_forward(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& y,
+                        NumberFormat format, const torch::Tensor& x_cast, const torch::Tensor& w_cast);
     // The same with the scale still on the device (native FP8): read back with the row.
     void record(const char* role, const torch::Tensor& x, NumberFormat format, const torch::Tensor& scale,
                 const torch::Tensor& dequantized);

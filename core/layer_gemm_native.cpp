@@ -26,9 +26,6 @@ void record_fp8(LayerGemm& layer, const char* role, const torch::Tensor& x, cons
 
 bool is_fp8(NumberFormat f) { return format_info(f).is_fp8; }
 
-// The dtype a non-FP8 GEMM multiplies in: its 16-bit format, or FP32.
-c10::ScalarType gemm_dtype(NumberFormat f) { return activation_dtype(f); }
-
 // y = x W^T + b with each GEMM in its own format: FP8 GEMMs on FP8 codes (per-tensor or
 // per-row scales), 16-bit GEMMs on the cast operands with FP32 accumulation (cuBLAS), FP32
 // GEMMs in FP32. TE's HYBRID and E4M3 throughout are all-FP8; an FP8 forward with a BF16
@@ -65,16 +62,14 @@ struct NativeLinear : public torch::autograd::Function<NativeLinear> {
                 saved_inv_scale = x8.inv_scale;
             }
         } else {
-            const auto dtype = gemm_dtype(f.forward);
+            const auto dtype = activation_dtype(f.forward); // its 16-bit dtype, or FP32
             const auto x_cast = x.to(dtype), w_cast = weight.to(dtype); // (M, K), (N, K)
             y = at::linear(x_cast, w_cast, has_bias ? bias.to(dtype) : torch::Tensor()); // (M, N)
             if (is_16bit(f.forward)) layer->note_backend(true);
             if (layer->telemetry_armed()) {
                 const bool cast = f.forward != NumberFormat::FP32;
-                layer->remember_weight(weight);
-                layer->record("output", y, gemm_output_format(f.forward), 1.0f, {});
-                layer->record("weight", weight, f.forward, 1.0f, cast ? w_cast : torch::Tensor());
-                layer->record("input", x, f.forward, 1.0f, cast ? x_cast : torch::Tensor());
+                layer->record_forward(x, weight, y, f.forward, cast ? x_cast : torch::Tensor(),
+                                      cast ? w_cast : torch::Tensor());
             }
             if (f.wgrad == f.forward) saved_x = x_cast; // the wgrad GEMM's operand, already cast
         }
@@ -108,7 +103,7 @@ struct NativeLinear : public torch::autograd::Function<NativeLinear> {
             layer->note_backend(native);
             if (armed) record_fp8(*layer, "grad_output", dy, dy8);
         } else {
-            const auto dtype = gemm_dtype(f.dgrad);
+            const auto dtype = activation_dtype(f.dgrad);
             const auto dy_cast = dy.to(dtype);
             dx = dy_cast.mm(weight.to(dtype)); // (M, K)
             if (is_16bit(f.dgrad)) layer->note_backend(true);
@@ -134,7 +129,7 @@ struct NativeLinear : public torch::autograd::Function<NativeLinear> {
                           /*fast_accum=*/false, &native); // (N, K)
             layer->note_backend(native);
         } else {
-            const auto dtype = gemm_dtype(f.wgrad);
+            const auto dtype = activation_dtype(f.wgrad);
             dw = dy.to(dtype).t().mm(saved[0].to(dtype)); // (N, K)
             if (is_16bit(f.wgrad)) layer->note_backend(true);
         }
