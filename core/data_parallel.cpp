@@ -268,19 +268,74 @@ std::optional<std::string> DataParallel::failure_reason(std::chrono::millisecond
     return peek("failure", wait);
 }
 
+// Why this rank cannot join a process group on this device, or "" when it can.
+std::string DataParallel::Impl::local_refusal(bool cuda) const
+{
+    if (cuda) {
+#if MANTISSA_DP_NCCL
+        // NCCL wants a GPU of its own per rank; join() gave rank r of this machine GPU r.
+        const int gpus = static_cast<int>(torch::cuda::device_count());
+        if (env.local_rank >= gpus)
+            return "data-parallel on CUDA: LOCAL_RANK=" + std::to_string(env.local_rank) +
+                   " has no GPU of its own (this machine has " + std::to_string(gpus) +
+                   "); NCCL needs one GPU per rank: launch at most " + std::to_string(gpus) +
+                   " ranks per machine, or train on the CPU (training.device=cpu)";
+#else
+        return missing_backend("on CUDA needs NCCL", "; train on the CPU (training.device=cpu) or rebuild with nccl.h").what();
+#endif
+    } else {
+#if !MANTISSA_DP_GLOO
+        return missing_backend("on the CPU needs Gloo", ": install libgloo-dev and reconfigure").what();
+#endif
+    }
+    return {};
+}
+
+void DataParallel::Impl::preflight(bool cuda)
+{
+    // Every rank says, through the store, where it trains and whether it can; then every rank
+    // reads all of them. A rank that cannot start (no GPU of its own, no backend) or that
+    // trains elsewhere (device=auto on a node without a GPU, NCCL against Gloo) would otherwise
+    // leave the others waiting in the process group's first collective for the whole
+    // collective timeout. Now every rank refuses at once, with that rank's reason.
+    const std::string refusal = local_refusal(cuda);
+    const std::string key = "preflight/" + std::to_string(env.rank);
+    backend->store->set(key, to_bytes(std::string(cuda ? "cuda" : "cpu") + "\n" + refusal));
+    std::string first_refusal;
+    int refusing_rank = -1, other_device_rank = -1;
+    for (int r = 0; r < env.world_size; ++r) {
+        std::string answer;
+        try {
+            answer = from_bytes(backend->store->get("preflight/" + std::to_string(r)));
+        } catch (const std::exception& e) {
+            const std::string text = e.what();
+            throw CollectiveError("data-parallel: rank " + std::to_string(env.rank) + " waited in vain for rank " +
+                                  std::to_string(r) + " to start: " + text.substr(0, text.find('\n')));
+        }
+        const auto newline = answer.find('\n');
+        const std::string device = answer.substr(0, newline), reason = answer.substr(newline + 1);
+        if (!reason.empty() && refusing_rank < 0) {
+            refusing_rank = r;
+            first_refusal = reason;
+        }
+        if (device != (cuda ? "cuda" : "cpu") && other_device_rank < 0) other_device_rank = r;
+    }
+    if (!refusal.empty()) throw ConfigError(refusal);
+    if (refusing_rank >= 0)
+        throw PeerRefused("data-parallel: rank " + std::to_string(refusing_rank) + ": " + first_refusal);
+    if (other_device_rank >= 0)
+        throw PeerRefused("data-parallel: rank " + std::to_string(env.rank) + " trains on " +
+                          (cuda ? "CUDA" : "the CPU") + " but rank " + std::to_string(other_device_rank) + " on " +
+                          (cuda ? "the CPU" : "CUDA") +
+                          "; every rank must train on the same kind of device (set training.device to cpu or cuda, "
+                          "not auto, when some machines have no GPU)");
+}
+
 void DataParallel::start(bool cuda, std::chrono::milliseconds collective_timeout)
 {
     auto& b = *impl_->backend;
     const auto& env = impl_->env;
-#if MANTISSA_DP_NCCL
-    // NCCL wants a GPU of its own per rank; join() gave rank r of this machine GPU r.
-    const int gpus = static_cast<int>(torch::cuda::device_count());
-    if (cuda && env.local_rank >= gpus)
-        throw ConfigError("data-parallel on CUDA: LOCAL_RANK=" + std::to_string(env.local_rank) +
-                          " has no GPU of its own (this machine has " + std::to_string(gpus) +
-                          "); NCCL needs one GPU per rank: launch at most " + std::to_string(gpus) +
-                          " ranks per machine, or train on the CPU (training.device=cpu)");
-#endif
+    impl_->preflight(cuda);
     auto store = c10::make_intrusive<c10d::PrefixStore>("group", b.store);
     try {
         if (cuda) {
@@ -293,7 +348,7 @@ void DataParallel::start(bool cuda, std::chrono::milliseconds collective_timeout
             b.group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, options);
             b.name = "nccl";
 #else
-            throw missing_backend("on CUDA needs NCCL", "; train on the CPU (training.device=cpu) or rebuild with nccl.h");
+            throw std::logic_error("preflight let a CUDA rank start without NCCL");
 #endif
         } else {
 #if MANTISSA_DP_GLOO
@@ -307,7 +362,7 @@ void DataParallel::start(bool cuda, std::chrono::milliseconds collective_timeout
             b.group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, options);
             b.name = "gloo";
 #else
-            throw missing_backend("on the CPU needs Gloo", ": install libgloo-dev and reconfigure");
+            throw std::logic_error("preflight let a CPU rank start without Gloo");
 #endif
         }
     } catch (const ConfigError&) {

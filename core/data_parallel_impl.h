@@ -11,10 +11,17 @@
 #include <torch/torch.h>
 
 #include "data_parallel.h"
+#include "project_config.h" // ConfigError
 
 namespace mantissa {
 
 class DataParallelBackend; // data_parallel.cpp: the c10d store and process group
+
+// Another rank cannot start, or trains on another kind of device: a ConfigError every rank
+// throws before the process group, whose text already names the rank (no prefix is added).
+struct PeerRefused : ConfigError {
+    using ConfigError::ConfigError;
+};
 
 struct DataParallel::Impl {
     DistributedEnv env;
@@ -22,6 +29,13 @@ struct DataParallel::Impl {
     std::unique_ptr<DataParallelBackend> backend;
 
     ~Impl();
+
+    // Why this rank cannot build a process group for this device (no GPU of its own, no
+    // backend), or "".
+    std::string local_refusal(bool cuda) const;
+    // Before the process group: every rank learns through the store whether every other can
+    // start on the same kind of device, and throws ConfigError naming the rank that cannot.
+    void preflight(bool cuda);
 
     // Every rank's tensors take rank 0's values (in place).
     void broadcast(std::vector<torch::Tensor>& tensors);

@@ -36,20 +36,20 @@ int64_t nvml_used_bytes(int device)
 
 } // namespace
 
-void reset_peak_memory([[maybe_unused]] bool on_cuda)
+void reset_peak_memory([[maybe_unused]] int cuda_device)
 {
 #ifdef MANTISSA_HAVE_CUDA_ALLOCATOR
-    if (on_cuda) c10::cuda::CUDACachingAllocator::resetPeakStats(c10::cuda::current_device());
+    if (cuda_device >= 0) c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(cuda_device));
 #endif
 }
 
-MemorySnapshot read_memory(bool on_cuda)
+MemorySnapshot read_memory(int cuda_device)
 {
     MemorySnapshot m;
     m.resident_bytes = resident_memory_bytes();
-    if (!on_cuda) return m;
+    if (cuda_device < 0) return m;
 #ifdef MANTISSA_HAVE_CUDA_ALLOCATOR
-    const auto device = c10::cuda::current_device();
+    const auto device = static_cast<c10::DeviceIndex>(cuda_device);
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
     const auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
     m.cuda_allocated_bytes = stats.allocated_bytes[all].current;
@@ -57,7 +57,7 @@ MemorySnapshot read_memory(bool on_cuda)
     m.cuda_peak_bytes = stats.allocated_bytes[all].peak;
     m.nvml_used_bytes = nvml_used_bytes(device);
 #else
-    m.nvml_used_bytes = nvml_used_bytes(0);
+    m.nvml_used_bytes = nvml_used_bytes(cuda_device);
 #endif
     return m;
 }

@@ -7,10 +7,12 @@
 
 namespace mantissa {
 
-MemorySnapshot read_memory(bool on_cuda);
+// cuda_device: the trainer's CUDA device index, or -1 for a CPU run. Named, not taken from the
+// calling thread's current device: the GUI's thread or a data-parallel rank's may be on another.
+MemorySnapshot read_memory(int cuda_device);
 
 // Starts the caching allocator's peak anew (CUDA builds), so that cuda_peak_bytes is this
 // run's and not the process's: a sweep, the GUI and the checks run several trainers in one.
-void reset_peak_memory(bool on_cuda);
+void reset_peak_memory(int cuda_device);
 
 } // namespace mantissa

@@ -69,6 +69,7 @@ public:
     // Evaluation and sampling use the current FP8 scales but must not move them (nor fill the
     // weight cache): otherwise an evaluation would change the training that follows it.
     void set_training(bool training) { training_ = training; }
+    bool training() const { return training_; }
     GemmFormats formats() const { return formats_; }
     // Takes effect at the next GEMM; FP8 histories restart so stale scales are not reused.
     void set_formats(const GemmFormats& formats);
@@ -150,7 +151,9 @@ public:
     // (refilled once per optimizer step, as TE does with is_first_microbatch; per-row: W
     // scaled along K for the forward, `k_dim` 0 along N for dgrad, each cached) with its
     // transpose, (K, N) contiguous, made on first use.
-    Fp8Tensor quantize_native(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim = 1);
+    // with_transpose: codes_t too, for the wgrad GEMM (per-tensor recipes; per-row ignores it).
+    Fp8Tensor quantize_native(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim = 1,
+                              bool with_transpose = false);
     Fp8Tensor native_weight(const torch::Tensor& weight, NumberFormat format, int64_t k_dim = 1);
     torch::Tensor native_weight_transposed(const Fp8Tensor& w8);
     void note_backend(bool native) { (native ? used_native_ : used_emulated_) = true; }

@@ -40,7 +40,13 @@ struct NativeLinear : public torch::autograd::Function<NativeLinear> {
         torch::Tensor y, saved_x = x, saved_scale, saved_inv_scale;
         bool reuse_input = false;
         if (is_fp8(f.forward)) {
-            const Fp8Tensor x8 = layer->quantize_native(x, f.forward, OperandRole::Input); // (M, K); per row: scales (M, 1)
+            // TE keeps the FP8 input for the weight gradient when the wgrad GEMM takes that
+            // format (per tensor only: per-row scales ran along K, and wgrad contracts over M),
+            // and keeps it transposed, as that GEMM takes it: the cast writes both layouts.
+            reuse_input = layer->training() && f.forward == saved_operand_format(f.wgrad) && is_fp8(f.wgrad) &&
+                          layer->recipe().scaling != Fp8Scaling::PerRow;
+            const Fp8Tensor x8 = layer->quantize_native(x, f.forward, OperandRole::Input, 1,
+                                                        reuse_input); // (M, K); per row: scales (M, 1)
             const Fp8Tensor w8 = layer->native_weight(weight, f.forward);                   // (N, K); per row: (N, 1)
             bool native = false;
             // Fast accumulation in the forward GEMM only, as TransformerEngine does.
@@ -53,11 +59,8 @@ struct NativeLinear : public torch::autograd::Function<NativeLinear> {
                 record_fp8(*layer, "weight", weight, w8);
                 record_fp8(*layer, "input", x, x8);
             }
-            // TE keeps the FP8 input for the weight gradient when the wgrad GEMM takes that
-            // format (per tensor only: per-row scales ran along K, and wgrad contracts over M).
-            reuse_input = f.forward == saved_operand_format(f.wgrad) && !per_row(x8);
             if (reuse_input) {
-                saved_x = x8.codes;
+                saved_x = x8.codes_t; // (K, M)
                 saved_scale = x8.scale;
                 saved_inv_scale = x8.inv_scale;
             }
@@ -92,9 +95,12 @@ struct NativeLinear : public torch::autograd::Function<NativeLinear> {
         // dgrad: dx = dy W, contraction over N.
         torch::Tensor dx;
         Fp8Tensor dy8;
+        // The wgrad GEMM reuses the dgrad GEMM's cast of dy when it takes the same format under
+        // a per-tensor scale, transposed: the cast writes that layout too.
+        const bool share_dy = is_fp8(f.dgrad) && f.wgrad == f.dgrad && layer->recipe().scaling != Fp8Scaling::PerRow;
         if (is_fp8(f.dgrad)) {
             // W as (N, K) column-major: the cached transpose.
-            dy8 = layer->quantize_native(dy, f.dgrad, OperandRole::GradOutput); // per row: (M, 1)
+            dy8 = layer->quantize_native(dy, f.dgrad, OperandRole::GradOutput, 1, share_dy); // per row: (M, 1)
             const Fp8Tensor w8 = layer->native_weight(weight, saved_operand_format(f.dgrad), 0); // per row: (1, K)
             bool native = false;
             const auto w_kn = per_row(w8) ? w8.codes : layer->native_weight_transposed(w8).t(); // (N, K), fp8_gemm lays it out
@@ -113,20 +119,26 @@ struct NativeLinear : public torch::autograd::Function<NativeLinear> {
         // wgrad: dW = dy^T x, contraction over M (per row: dy scaled along M, one per N).
         torch::Tensor dw;
         if (is_fp8(f.wgrad)) {
-            const bool same_cast = f.wgrad == f.dgrad && dy8.defined() && !per_row(dy8);
-            const Fp8Tensor dy_w = same_cast ? dy8 : layer->quantize_native(dy, f.wgrad, OperandRole::GradOutput, 0);
+            // Per tensor, both operands come transposed from their casts (M innermost, as the
+            // GEMM takes them); per row, fp8_gemm lays them out.
+            const bool per_tensor = layer->recipe().scaling != Fp8Scaling::PerRow;
+            const Fp8Tensor dy_w =
+                share_dy ? dy8 : layer->quantize_native(dy, f.wgrad, OperandRole::GradOutput, 0, per_tensor);
             Fp8Tensor x8;
             if (ctx->saved_data["reuse_input"].toBool()) {
-                x8.codes = saved[0];
+                x8.codes_t = saved[0]; // (K, M)
                 x8.scale = saved[2];
                 x8.inv_scale = saved[3];
                 x8.format = saved_operand_format(f.wgrad);
             } else {
-                x8 = layer->quantize_native(saved[0], saved_operand_format(f.wgrad), OperandRole::Input, 0); // per row: (1, K)
+                x8 = layer->quantize_native(saved[0], saved_operand_format(f.wgrad), OperandRole::Input, 0,
+                                            per_tensor); // per row: (1, K)
             }
+            const auto dy_nm = dy_w.codes_t.defined() ? dy_w.codes_t : dy_w.codes.t(); // (N, M)
+            const auto x_mk = x8.codes_t.defined() ? x8.codes_t.t() : x8.codes;       // (M, K), column-major if transposed
             bool native = false;
-            dw = fp8_gemm(dy_w.codes.t(), dy_w.inv_scale.t(), x8.codes, x8.inv_scale, {}, torch::kBFloat16,
-                          /*fast_accum=*/false, &native); // (N, K)
+            dw = fp8_gemm(dy_nm, dy_w.inv_scale.t(), x_mk, x8.inv_scale, {}, torch::kBFloat16, /*fast_accum=*/false,
+                          &native); // (N, K)
             layer->note_backend(native);
         } else {
             const auto dtype = activation_dtype(f.wgrad);
@@ -191,13 +203,14 @@ void LayerGemm::sync_device_scaling_to_host()
     for (size_t i = 0; i < kScalingStates; ++i) device_scaling_[i].download(delayed_[i]);
 }
 
-Fp8Tensor LayerGemm::quantize_native(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim)
+Fp8Tensor LayerGemm::quantize_native(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim,
+                                     bool with_transpose)
 {
     if (recipe_.scaling == Fp8Scaling::PerRow) return quantize_fp8_rowwise_native(x, format, recipe_, k_dim);
     DeviceDelayedScaling* state =
         recipe_.scaling == Fp8Scaling::Delayed ? &device_delayed(role, format, x.device()) : nullptr;
     // Evaluation uses the current scale and leaves the history where it is.
-    return quantize_fp8_native(x, format, recipe_, state, /*record=*/training_);
+    return quantize_fp8_native(x, format, recipe_, state, /*record=*/training_, with_transpose);
 }
 
 Fp8Tensor LayerGemm::native_weight(const torch::Tensor& weight, NumberFormat format, int64_t k_dim)

@@ -226,6 +226,53 @@ bool fused_cast_agrees(const torch::Device& device)
     return agrees;
 }
 
+// The cast-transpose against the fused cast and a transposing copy, on 2-D shapes that leave
+// partial tiles on both edges, are one row or column wide or empty, or have more tiles than
+// the grid (so that blocks walk several): any difference and the copy stays. Built and
+// compared on the device, so that a run without FP8 pays little for it.
+bool fused_transpose_agrees(const torch::Device& device)
+{
+    static const bool agrees = [&] {
+        try {
+            if (!fused_cast_agrees(device)) return false;
+            const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+            const auto magnitudes = torch::exp2(torch::linspace(-140.0, 20.0, 4096, opts));
+            const auto signs = 1.0 - 2.0 * (torch::arange(4096, opts) % 2);
+            const auto base = torch::cat({magnitudes * signs, torch::tensor({0.0f, -0.0f, 1e-45f, 448.0f, 465.0f,
+                                                                             61440.0f, INFINITY, -INFINITY, NAN, 7.0f})
+                                                                  .to(device)}); // 4106 values
+            // 33 x 131,109: 2 x 4,098 = 8,196 tiles of 32 x 32, partial on both edges, against a
+            // grid of at most 8,192 blocks.
+            const int64_t big_cols = 4097 * 32 + 5;
+            const auto big = torch::exp2(torch::arange(33 * big_cols, opts).fmod(301.0) - 150.0).reshape({33, big_cols});
+            const std::vector<std::vector<int64_t>> shapes = {{2, 2053}, {2053, 2}, {1, 4106}, {4106, 1}, {0, 7}};
+            for (size_t s = 0; s <= shapes.size(); ++s)
+                for (auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kHalf})
+                    for (bool e4m3 : {true, false})
+                        for (bool saturate : {true, false})
+                            for (float scale_value : {0.37f, 1e4f}) {
+                                const auto x = s == shapes.size() ? big.to(dtype)
+                                               : shapes[s][0] == 0 ? torch::empty(shapes[s], opts.dtype(dtype))
+                                                                   : base.reshape(shapes[s]).to(dtype);
+                                const auto scale = torch::full({}, scale_value, opts);
+                                torch::Tensor amax, amax_t, codes_t;
+                                const auto codes = cuda_kernels::fused_scale_cast_amax(x, scale, e4m3, saturate, amax);
+                                const auto both = cuda_kernels::fused_scale_cast_amax_transpose(x, scale, e4m3, saturate,
+                                                                                                amax_t, codes_t);
+                                if (codes_t.sizes() != torch::IntArrayRef{x.size(1), x.size(0)} ||
+                                    !torch::equal(both.view(torch::kUInt8), codes.view(torch::kUInt8)) ||
+                                    !torch::equal(codes_t.view(torch::kUInt8), codes.view(torch::kUInt8).t().contiguous()) ||
+                                    !torch::equal(amax_t, amax))
+                                    return false;
+                            }
+            return true;
+        } catch (const std::exception&) {
+            return false;
+        }
+    }();
+    return agrees;
+}
+
 } // namespace
 #endif
 
@@ -235,15 +282,16 @@ std::string native_fp8_kernels_report()
     if (!torch::cuda::is_available()) return "no GPU";
     const torch::Device gpu(torch::kCUDA);
     return std::string("fused cast: ") + (fused_cast_agrees(gpu) ? "yes" : "NO") +
-           ", delayed record: " + (fused_record_agrees(gpu) ? "yes" : "NO");
+           ", cast-transpose: " + (fused_transpose_agrees(gpu) ? "yes" : "NO") + ", delayed record: " + (fused_record_agrees(gpu) ? "yes" : "NO");
 #else
     return "not built";
 #endif
 }
 
 Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe,
-                              DeviceDelayedScaling* delayed, bool record)
+                              DeviceDelayedScaling* delayed, bool record, bool with_transpose)
 {
+    TORCH_CHECK(!with_transpose || x.dim() == 2, "quantize_fp8_native: a transpose of a 2-D tensor only");
     TORCH_CHECK(format_info(format).is_fp8, "quantize_fp8_native needs an FP8 format");
     TORCH_CHECK(recipe.scaling == Fp8Scaling::Delayed || recipe.scaling == Fp8Scaling::Current,
                 "the native FP8 cast does per-tensor scaling only");
@@ -264,8 +312,13 @@ Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const
             out.scale = device_scale_from_amax(amax, fp8_max, recipe.margin, torch::ones({}, amax.options()));
         }
         torch::Tensor measured;
-        out.codes = cuda_kernels::fused_scale_cast_amax(xc, out.scale, format == NumberFormat::E4M3, recipe.saturate,
-                                                        measured);
+        const bool e4m3 = format == NumberFormat::E4M3;
+        if (with_transpose && fused_transpose_agrees(x.device()))
+            out.codes = cuda_kernels::fused_scale_cast_amax_transpose(xc, out.scale, e4m3, recipe.saturate, measured,
+                                                                      out.codes_t);
+        else
+            out.codes = cuda_kernels::fused_scale_cast_amax(xc, out.scale, e4m3, recipe.saturate, measured);
+        if (with_transpose && !out.codes_t.defined()) out.codes_t = out.codes.t().contiguous();
         if (delayed_ready && record) delayed->record(measured, fp8_max, recipe.amax_use_max, recipe.margin);
         out.inv_scale = out.scale.reciprocal();
         return out;
@@ -283,6 +336,7 @@ Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const
         out.scale = device_scale_from_amax(amax, fp8_max, recipe.margin, torch::ones({}, amax.options()));
     }
     out.codes = to_fp8_codes(x32 * out.scale, format, overflow);
+    if (with_transpose) out.codes_t = out.codes.t().contiguous();
     out.inv_scale = out.scale.reciprocal();
     return out;
 }

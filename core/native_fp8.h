@@ -19,6 +19,10 @@ struct Fp8Tensor {
     torch::Tensor codes;     // float8_e4m3fn / float8_e5m2, the source's shape
     torch::Tensor scale;     // () FP32 on the codes' device; per-row: one per slice, K kept as size 1
     torch::Tensor inv_scale; // 1 / scale, same shape: what _scaled_mm multiplies back
+    // Only where asked for (a 2-D per-tensor cast for the wgrad GEMM): codes transposed,
+    // contiguous (K, M), the layout the wgrad GEMM takes with M innermost. On CUDA written by
+    // the cast itself (TransformerEngine's cast-transpose), elsewhere a copy.
+    torch::Tensor codes_t;
     NumberFormat format = NumberFormat::E4M3;
 
     bool defined() const { return codes.defined(); }
@@ -68,7 +72,7 @@ private:
 };
 
 // Which of Mantissa's own CUDA kernels the native FP8 path uses on this process's GPU, after
-// their probes: "fused cast: yes, delayed record: yes"; "not built" without
+// their probes: "fused cast: yes, cast-transpose: yes, delayed record: yes"; "not built" without
 // MANTISSA_CUDA_KERNELS, "no GPU" without one (bench/cuda_checks prints it).
 std::string native_fp8_kernels_report();
 
@@ -84,8 +88,9 @@ torch::Tensor to_fp8_codes(const torch::Tensor& scaled, NumberFormat format, Ove
 
 // Casts `x` (any float dtype) under a per-tensor recipe. `delayed` is the role's state for
 // Delayed scaling (null for Current); `record` false for evaluation, which must not move it.
+// `with_transpose` (a 2-D x): codes_t as well.
 Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe,
-                              DeviceDelayedScaling* delayed, bool record);
+                              DeviceDelayedScaling* delayed, bool record, bool with_transpose = false);
 
 // The per-row recipe (torchao's rowwise): one scale per slice along `k_dim`, the emulator's
 // rowwise_scale. Stateless, so there is nothing to record.

@@ -175,7 +175,7 @@ std::shared_ptr<TelemetryStep::InFlight> TelemetryStep::launch(Gpt& model, int64
     return out;
 }
 
-LayerStatsFrame TelemetryStep::complete(const InFlight& in, bool on_cuda)
+LayerStatsFrame TelemetryStep::complete(const InFlight& in, int cuda_device)
 {
     if (in.copy.landed) in.copy.landed->synchronize(); // the stream up to the copy, not the device
     const auto& host = in.copy.host;
@@ -199,7 +199,7 @@ LayerStatsFrame TelemetryStep::complete(const InFlight& in, bool on_cuda)
         frame.log_z_mean = values[in.log_z];
         frame.log_z_max = values[in.log_z + 1];
     }
-    frame.memory = read_memory(on_cuda);
+    frame.memory = read_memory(cuda_device);
     return frame;
 }
 

@@ -45,12 +45,7 @@ public:
     std::shared_ptr<InFlight> launch(Gpt& model, int64_t step, bool skipped, const RankReduction* ranks = nullptr);
     // The frame, once the copy has landed (waits for it only if it has not; after the next
     // step's own sync it has), with the memory reading of now.
-    static LayerStatsFrame complete(const InFlight& in_flight, bool on_cuda);
-    // launch + complete: the frame now.
-    LayerStatsFrame assemble(Gpt& model, int64_t step, bool skipped, bool on_cuda)
-    {
-        return complete(*launch(model, step, skipped), on_cuda);
-    }
+    static LayerStatsFrame complete(const InFlight& in_flight, int cuda_device); // -1: a CPU run
 
 private:
     std::unordered_map<std::string, torch::Tensor> weights_before_;

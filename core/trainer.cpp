@@ -15,6 +15,7 @@
 #include "determinism.h"
 #include "device_memory.h"
 #include "memory_model.h"
+#include "native_fp8.h"
 #include "safetensors_writer.h"
 #include "tensor_stats.h"
 
@@ -108,9 +109,13 @@ Trainer::Impl::Impl(ProjectConfig c) : config(std::move(c)), watchers(config.tel
     scaler = LossScaler(resolve_loss_scaling(config.precision, any_fp16));
     for (const auto& g : model->gemm_layers()) layer_order.push_back(g->name());
     defer_frames = device.is_cuda();
-    // The fused statistics kernel is tried here, once per process, so that its probe's host
-    // sync falls outside the steps (a run's telemetry may be switched on at any step).
-    if (device.is_cuda()) fused_cuda_stats_available();
+    // The fused statistics kernel and the FP8 kernels are tried here, once per process, so that
+    // their probes' host syncs fall outside the steps (a run's telemetry may be switched on at
+    // any step, and a layer's recipe changed to FP8).
+    if (device.is_cuda()) {
+        fused_cuda_stats_available();
+        native_fp8_kernels_report();
+    }
     train_batches = std::make_unique<BatchSampler>(data.train, config.training.batch_size,
                                                    config.model.context_length, config.training.seed);
 }
@@ -214,7 +219,7 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
     Impl& s = *impl_;
     const auto& cfg = s.config;
     torch::set_num_threads(s.threads);
-    reset_peak_memory(s.device.is_cuda()); // this run's peak, not the process's
+    reset_peak_memory(s.cuda_device()); // this run's peak, not the process's
     s.dp_begin_run(); // data parallel: every rank takes rank 0's state
     s.model->train();
     const double tokens_per_step =
@@ -264,7 +269,7 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
     std::shared_ptr<TelemetryStep::InFlight> in_flight;
     auto deliver = [&](std::vector<WatchAlert>& alerts) {
         if (!in_flight) return;
-        const auto frame = TelemetryStep::complete(*in_flight, s.device.is_cuda());
+        const auto frame = TelemetryStep::complete(*in_flight, s.cuda_device());
         in_flight.reset();
         sink.on_layer_stats(frame);
         for (auto& a : s.watchers.on_frame(frame, s.layer_order)) alerts.push_back(std::move(a));
@@ -333,7 +338,7 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
     summary.steps_done = step;
     summary.mean_step_time_ms = timed_steps > 0 ? timed_ms / static_cast<double>(timed_steps) : 0.0;
     summary.tokens_per_s = summary.mean_step_time_ms > 0 ? tokens_per_step / (summary.mean_step_time_ms / 1000.0) : 0;
-    if (s.device.is_cuda()) summary.peak_device_memory_bytes = read_memory(true).cuda_peak_bytes;
+    if (s.device.is_cuda()) summary.peak_device_memory_bytes = read_memory(s.cuda_device()).cuda_peak_bytes;
     sink.on_event(event_at(step, summary.stopped_early ? EventKind::RunStopped : EventKind::RunFinished));
     return summary;
 }

@@ -242,6 +242,7 @@ void Trainer::Impl::dp_fail(const std::exception& error)
 {
     const std::string what = std::string(error.what()).substr(0, std::string(error.what()).find('\n'));
     const std::string me = "rank " + std::to_string(dp->rank());
+    if (dynamic_cast<const PeerRefused*>(&error)) throw; // names the rank already
     if (!dynamic_cast<const CollectiveError*>(&error)) {
         // This rank's own failure: the others will see a collective fail; tell them why.
         dp->report_failure(what);

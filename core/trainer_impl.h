@@ -68,6 +68,8 @@ struct Trainer::Impl {
     std::function<void(const Trainer::CheckpointWrite&)> checkpoint_listener;
     std::map<std::string, bool> checkpoint_is_ours; // by path: read once, for shared folders
     torch::Device device{torch::kCPU};
+    // The CUDA device's index for memory readings, or -1 on the CPU.
+    int cuda_device() const { return device.is_cuda() ? device.index() : -1; }
     int threads = 1;
     LayerGradients gradients;
     std::shared_ptr<DataParallel> dp; // null: a single process

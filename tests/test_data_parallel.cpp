@@ -29,6 +29,7 @@
 #include <map>
 #include <optional>
 #include <stdexcept>
+#include <thread>
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -513,6 +514,61 @@ private slots:
         QCOMPARE(ranks[0].exit_code, 2);
         QVERIFY2(ranks[0].err.contains("multiple of the world size (2)"), qPrintable(ranks[0].err));
         QCOMPARE(ranks[1].exit_code, 2);
+    }
+
+    // A rank that cannot start on its device (here: CUDA in a build without NCCL; on a GPU
+    // machine, a LOCAL_RANK without a GPU of its own) or that trains on another kind of device
+    // is refused on every rank before the process group, with that rank's reason, instead of
+    // the others waiting out the collective timeout. Ranks in threads of this process.
+    void a_rank_that_cannot_start_stops_every_rank_at_once_data()
+    {
+        QTest::addColumn<bool>("rank1_cuda");
+        QTest::newRow("both on the CPU start") << false;
+        QTest::newRow("rank 1 on CUDA refuses both") << true;
+    }
+
+    void a_rank_that_cannot_start_stops_every_rank_at_once()
+    {
+        QFETCH(bool, rank1_cuda);
+        if (rank1_cuda && data_parallel_backends().find("nccl") != std::string::npos)
+            QSKIP("this build has NCCL: rank 1 would only be refused for another device kind");
+        const int port = free_port();
+        std::string errors[2];
+        bool started[2] = {false, false};
+        auto rank = [&](int r) {
+            const std::map<std::string, std::string> vars = {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
+                                                             {"MASTER_ADDR", "127.0.0.1"},
+                                                             {"MASTER_PORT", std::to_string(port)}};
+            try {
+                const auto env = read_distributed_env([&](const std::string& name) -> std::optional<std::string> {
+                    const auto it = vars.find(name);
+                    return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
+                });
+                auto dp = DataParallel::join(*env, std::chrono::seconds(60));
+                // A collective timeout far longer than the test: only the preflight can end it.
+                dp->start(r == 1 && rank1_cuda, std::chrono::seconds(600));
+                started[r] = dp->started();
+                // Rank 0 hosts the store: it stays up until rank 1 has read its answers.
+                dp->arrive("done");
+                dp->wait_for_arrivals("done", 2, std::chrono::seconds(30));
+            } catch (const ConfigError& e) {
+                errors[r] = std::string("ConfigError: ") + e.what();
+            } catch (const std::exception& e) {
+                errors[r] = std::string("other: ") + e.what();
+            }
+        };
+        std::thread rank1([&] { rank(1); });
+        rank(0);
+        rank1.join();
+        if (!rank1_cuda) {
+            QVERIFY2(errors[0].empty() && errors[1].empty(), (errors[0] + " | " + errors[1]).c_str());
+            QVERIFY(started[0] && started[1]);
+            return;
+        }
+        QVERIFY(!started[0] && !started[1]);
+        QVERIFY2(errors[1].rfind("ConfigError: data-parallel training on CUDA needs NCCL", 0) == 0, errors[1].c_str());
+        QVERIFY2(errors[0].rfind("ConfigError: data-parallel: rank 1: data-parallel training on CUDA needs NCCL", 0) == 0,
+                 errors[0].c_str());
     }
 
     void killed_peer_fails_the_run()

@@ -13,18 +13,31 @@ constexpr int kThreads = 256;
 
 // Folds each thread's `local` max into *amax (zeroed by the caller). Non-negative floats (inf
 // included) order like their bit patterns, so one atomicMax per block gives the same result in
-// any order. Every thread of the block calls it.
+// any order. Every thread of the block calls it; blocks of kThreads threads, 1D or 2D (warps
+// are formed from the linear thread index).
 __device__ void block_amax_into(float local, float* amax)
 {
     __shared__ float block_max[kThreads / 32];
+    const unsigned tid = threadIdx.y * blockDim.x + threadIdx.x;
     for (int offset = 16; offset > 0; offset /= 2) local = fmaxf(local, __shfl_down_sync(0xffffffffu, local, offset));
-    if (threadIdx.x % 32 == 0) block_max[threadIdx.x / 32] = local;
+    if (tid % 32 == 0) block_max[tid / 32] = local;
     __syncthreads();
-    if (threadIdx.x == 0) {
+    if (tid == 0) {
         float m = 0.0f;
         for (int w = 0; w < kThreads / 32; ++w) m = fmaxf(m, block_max[w]);
         atomicMax(reinterpret_cast<int*>(amax), __float_as_int(m));
     }
+}
+
+// The code of one value: v * scale, saturated or not, as to_fp8_codes.
+template <typename Code>
+__device__ __forceinline__ Code code_of(float v, float s, float max_finite, bool saturate, bool nan_past_464)
+{
+    float scaled = v * s;
+    // Comparisons keep NaN as NaN (fminf/fmaxf would drop it).
+    if (saturate) scaled = scaled > max_finite ? max_finite : (scaled < -max_finite ? -max_finite : scaled);
+    else if (nan_past_464 && fabsf(scaled) > 464.0f) scaled = __int_as_float(0x7fc00000);
+    return Code(scaled);
 }
 
 template <typename In, typename Code>
@@ -37,11 +50,49 @@ __global__ void scale_cast_amax(const In* __restrict__ x, const float* __restric
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const float v = static_cast<float>(x[i]);
         local = fmaxf(local, fabsf(v)); // fmaxf skips NaN, as the host's amax
-        float scaled = v * s;
-        // Comparisons keep NaN as NaN (fminf/fmaxf would drop it).
-        if (saturate) scaled = scaled > max_finite ? max_finite : (scaled < -max_finite ? -max_finite : scaled);
-        else if (nan_past_464 && fabsf(scaled) > 464.0f) scaled = __int_as_float(0x7fc00000);
-        codes[i] = Code(scaled);
+        codes[i] = code_of<Code>(v, s, max_finite, saturate, nan_past_464);
+    }
+    block_amax_into(local, amax);
+}
+
+// TransformerEngine's cast-transpose: the same codes, written both as x's layout (rows, cols)
+// and transposed (cols, rows), from one read of x. The wgrad GEMM wants both of its FP8
+// operands with M innermost, which the forward and dgrad GEMMs lay out the other way; without
+// this each would be copied once more. Blocks of 32 x 8 threads walk 32 x 32 tiles: the tile's
+// codes go through shared memory so that both writes are along rows.
+constexpr int kTile = 32;
+constexpr int kTileRowsPerPass = kThreads / kTile; // 8
+
+template <typename In, typename Code>
+__global__ void __launch_bounds__(kThreads)
+    scale_cast_amax_transpose(const In* __restrict__ x, const float* __restrict__ scale, Code* __restrict__ codes,
+                              Code* __restrict__ codes_t, float* __restrict__ amax, int64_t rows, int64_t cols,
+                              float max_finite, bool saturate, bool nan_past_464)
+{
+    __shared__ uint8_t tile[kTile][kTile + 1]; // the codes' bits
+    const float s = *scale;
+    float local = 0.0f;
+    const int64_t col_tiles = (cols + kTile - 1) / kTile, tiles = ((rows + kTile - 1) / kTile) * col_tiles;
+    // Every thread of a block walks the same tiles, so the barriers below are reached by all.
+    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const int64_t r0 = (t / col_tiles) * kTile, c0 = (t % col_tiles) * kTile;
+        for (int i = threadIdx.y; i < kTile; i += kTileRowsPerPass) {
+            const int64_t r = r0 + i, c = c0 + threadIdx.x;
+            if (r < rows && c < cols) {
+                const float v = static_cast<float>(x[r * cols + c]);
+                local = fmaxf(local, fabsf(v));
+                const Code code = code_of<Code>(v, s, max_finite, saturate, nan_past_464);
+                codes[r * cols + c] = code;
+                tile[i][threadIdx.x] = code.x;
+            }
+        }
+        __syncthreads();
+        // Row c of codes_t is column c of codes.
+        for (int i = threadIdx.y; i < kTile; i += kTileRowsPerPass) {
+            const int64_t c = c0 + i, r = r0 + threadIdx.x;
+            if (r < rows && c < cols) codes_t[c * rows + r] = Code(tile[threadIdx.x][i], Code::from_bits());
+        }
+        __syncthreads(); // the tile is refilled next
     }
     block_amax_into(local, amax);
 }
@@ -110,6 +161,58 @@ torch::Tensor amax_ignoring_nan(const torch::Tensor& x)
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return amax;
+}
+
+namespace {
+
+template <typename Code>
+void launch_transpose(const torch::Tensor& x, const torch::Tensor& scale, torch::Tensor& codes, torch::Tensor& codes_t,
+                      torch::Tensor& amax, float max_finite, bool saturate, bool nan_past_464)
+{
+    const int64_t rows = x.size(0), cols = x.size(1);
+    if (rows == 0 || cols == 0) return;
+    const int64_t tiles = ((rows + kTile - 1) / kTile) * ((cols + kTile - 1) / kTile);
+    const int blocks = static_cast<int>(std::min<int64_t>(tiles, 8192));
+    const dim3 threads(kTile, kTileRowsPerPass);
+    const auto stream = at::cuda::getCurrentCUDAStream();
+    auto* out = reinterpret_cast<Code*>(codes.data_ptr());
+    auto* out_t = reinterpret_cast<Code*>(codes_t.data_ptr());
+    const float* s = scale.data_ptr<float>();
+    float* a = amax.data_ptr<float>();
+    switch (x.scalar_type()) {
+    case torch::kFloat32:
+        scale_cast_amax_transpose<<<blocks, threads, 0, stream>>>(x.data_ptr<float>(), s, out, out_t, a, rows, cols,
+                                                                  max_finite, saturate, nan_past_464);
+        break;
+    case torch::kBFloat16:
+        scale_cast_amax_transpose<<<blocks, threads, 0, stream>>>(x.data_ptr<c10::BFloat16>(), s, out, out_t, a, rows,
+                                                                  cols, max_finite, saturate, nan_past_464);
+        break;
+    case torch::kHalf:
+        scale_cast_amax_transpose<<<blocks, threads, 0, stream>>>(x.data_ptr<c10::Half>(), s, out, out_t, a, rows, cols,
+                                                                  max_finite, saturate, nan_past_464);
+        break;
+    default: TORCH_CHECK(false, "fused_scale_cast_amax_transpose: FP32, BF16 or FP16 input");
+    }
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+} // namespace
+
+torch::Tensor fused_scale_cast_amax_transpose(const torch::Tensor& x, const torch::Tensor& scale, bool e4m3,
+                                              bool saturate, torch::Tensor& amax, torch::Tensor& codes_t)
+{
+    TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.dim() == 2,
+                "fused_scale_cast_amax_transpose: a contiguous 2-D CUDA tensor");
+    const c10::cuda::CUDAGuard guard(x.device());
+    const auto s = scale.to(x.device(), torch::kFloat32).contiguous();
+    amax = torch::zeros({}, x.options().dtype(torch::kFloat32));
+    const auto dtype = e4m3 ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2;
+    auto codes = torch::empty(x.sizes(), x.options().dtype(dtype));
+    codes_t = torch::empty({x.size(1), x.size(0)}, x.options().dtype(dtype));
+    if (e4m3) launch_transpose<c10::Float8_e4m3fn>(x, s, codes, codes_t, amax, 448.0f, saturate, /*nan_past_464=*/true);
+    else launch_transpose<c10::Float8_e5m2>(x, s, codes, codes_t, amax, 57344.0f, saturate, false);
+    return codes;
 }
 
 torch::Tensor fused_scale_cast_amax(const torch::Tensor& x, const torch::Tensor& scale, bool e4m3, bool saturate,

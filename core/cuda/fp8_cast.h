@@ -16,6 +16,11 @@ namespace mantissa::cuda_kernels {
 torch::Tensor fused_scale_cast_amax(const torch::Tensor& x, const torch::Tensor& scale, bool e4m3, bool saturate,
                                     torch::Tensor& amax);
 
+// fused_scale_cast_amax of a 2-D x (rows, cols) that also writes codes_t = codes.t().contiguous()
+// (cols, rows) in the same pass (TransformerEngine's cast-transpose).
+torch::Tensor fused_scale_cast_amax_transpose(const torch::Tensor& x, const torch::Tensor& scale, bool e4m3,
+                                              bool saturate, torch::Tensor& amax, torch::Tensor& codes_t);
+
 // max |x| over the non-NaN elements (0 for an empty or all-NaN x), () FP32 on x's device, in
 // one pass: current scaling's amax, read before its cast. x as above.
 torch::Tensor amax_ignoring_nan(const torch::Tensor& x);
