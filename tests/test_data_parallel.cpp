@@ -72,6 +72,15 @@ int free_port()
     return ntohs(addr.sin_port);
 }
 
+// A launcher's environment from these variables alone (ranks that run in this process).
+std::optional<DistributedEnv> env_of(const std::map<std::string, std::string>& vars)
+{
+    return read_distributed_env([&](const std::string& name) -> std::optional<std::string> {
+        const auto it = vars.find(name);
+        return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
+    });
+}
+
 // Rank 0's own failure, outside any collective: its telemetry gives up after one step.
 struct SinkThatGivesUp : TelemetrySink {
     int64_t at_step;
@@ -536,15 +545,10 @@ private slots:
         std::string errors[2];
         bool started[2] = {false, false};
         auto rank = [&](int r) {
-            const std::map<std::string, std::string> vars = {{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
-                                                             {"MASTER_ADDR", "127.0.0.1"},
-                                                             {"MASTER_PORT", std::to_string(port)}};
             try {
-                const auto env = read_distributed_env([&](const std::string& name) -> std::optional<std::string> {
-                    const auto it = vars.find(name);
-                    return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
-                });
-                auto dp = DataParallel::join(*env, std::chrono::seconds(60));
+                auto dp = DataParallel::join(*env_of({{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
+                                                      {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}}),
+                                             std::chrono::seconds(60));
                 // A collective timeout far longer than the test: only the preflight can end it.
                 dp->start(r == 1 && rank1_cuda, std::chrono::seconds(600));
                 started[r] = dp->started();
@@ -603,13 +607,8 @@ private slots:
         QProcess r1;
         r1.setProcessEnvironment(rank_env(1, 2, port));
         r1.start(MANTISSA_TRAIN_EXE, {"run", project, "--db", db});
-        const std::map<std::string, std::string> vars = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"},
-                                                         {"MASTER_ADDR", "127.0.0.1"},
-                                                         {"MASTER_PORT", std::to_string(port)}};
-        const auto env = read_distributed_env([&](const std::string& name) -> std::optional<std::string> {
-            const auto it = vars.find(name);
-            return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
-        });
+        const auto env = env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "127.0.0.1"},
+                                 {"MASTER_PORT", std::to_string(port)}});
         QVERIFY(env);
         SessionOutcome outcome;
         int64_t run_id = 0;
