@@ -320,6 +320,21 @@ void DataParallel::Impl::preflight(bool cuda)
         }
         if (device != (cuda ? "cuda" : "cpu") && other_device_rank < 0) other_device_rank = r;
     }
+    if (refusing_rank >= 0 || other_device_rank >= 0) {
+        // Every rank refuses. The rank that hosts the store waits (a while) until every other
+        // has read the answers, so that its exit does not take them away mid-read.
+        try {
+            backend->store->add("preflight_read", 1);
+            if (env.rank == 0 && !env.agent_store) {
+                const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+                while (backend->store->add("preflight_read", 0) < env.world_size &&
+                       std::chrono::steady_clock::now() < until)
+                    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            }
+        } catch (const std::exception&) {
+            // The store is gone already: the refusal below is all there is to say.
+        }
+    }
     if (!refusal.empty()) throw ConfigError(refusal);
     if (refusing_rank >= 0)
         throw PeerRefused("data-parallel: rank " + std::to_string(refusing_rank) + ": " + first_refusal);

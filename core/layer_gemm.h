@@ -80,7 +80,6 @@ public:
         cached_weight_ = torch::Tensor();
         native_weight_ = {};
         native_weight_dgrad_ = {};
-        native_weight_t_ = torch::Tensor();
     }
     // "fp32", "emulated", "native", or "native+emulated" when some GEMMs fell back.
     std::string backend_used() const;
@@ -217,7 +216,6 @@ private:
     std::array<DeviceDelayedScaling, kScalingStates> device_scaling_; // the device mirror of delayed_
     Fp8Tensor native_weight_;
     Fp8Tensor native_weight_dgrad_; // per-row recipes: W scaled along N
-    torch::Tensor native_weight_t_;
     int64_t native_version_ = -1;
     const void* native_data_ = nullptr;
     bool armed_ = false;

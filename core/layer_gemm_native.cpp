@@ -221,22 +221,25 @@ Fp8Tensor LayerGemm::native_weight(const torch::Tensor& weight, NumberFormat for
     const int64_t version = static_cast<int64_t>(weight._version());
     if (native_version_ != version || native_data_ != weight.data_ptr()) {
         native_weight_ = native_weight_dgrad_ = {};
-        native_weight_t_ = torch::Tensor();
         native_version_ = version;
         native_data_ = weight.data_ptr();
     }
     Fp8Tensor& cached = k_dim == 1 ? native_weight_ : native_weight_dgrad_;
     if (cached.defined() && cached.format == format) return cached;
-    cached = quantize_native(weight.detach(), format, OperandRole::Weight, k_dim); // one amax record per step
-    if (k_dim == 1) native_weight_t_ = torch::Tensor();
+    // Per tensor, the dgrad GEMM takes this very cast transposed when its format matches: the
+    // cast writes both layouts.
+    const bool for_dgrad_too = k_dim == 1 && recipe_.scaling != Fp8Scaling::PerRow && is_fp8(formats_.dgrad) &&
+                               saved_operand_format(formats_.dgrad) == format;
+    cached = quantize_native(weight.detach(), format, OperandRole::Weight, k_dim,
+                             for_dgrad_too); // one amax record per step
     return cached;
 }
 
 torch::Tensor LayerGemm::native_weight_transposed(const Fp8Tensor& w8)
 {
-    if (!w8.codes.is_same(native_weight_.codes)) return w8.codes.t().contiguous(); // evaluation: not cached
-    if (!native_weight_t_.defined()) native_weight_t_ = native_weight_.codes.t().contiguous(); // (K, N)
-    return native_weight_t_;
+    // The step's cached cast wrote its transpose (native_weight); evaluation's cast is not cached.
+    if (w8.codes.is_same(native_weight_.codes) && native_weight_.codes_t.defined()) return native_weight_.codes_t;
+    return w8.codes.t().contiguous(); // (K, N)
 }
 
 } // namespace mantissa
