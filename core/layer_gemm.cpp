@@ -432,8 +432,9 @@ void LayerGemm::finish_stats(const std::vector<std::shared_ptr<LayerGemm>>& laye
             if (p.row.defined()) continue;
             if (p.from_weight_grad) {
                 const auto& grad = g->last_weight_.grad();
-                // No gradient arrived (the loss did not reach this layer): nothing to read.
-                p.source.x = grad.defined() ? grad.detach() : torch::zeros({0});
+                // No gradient arrived (the loss did not reach this layer): nothing to read, on
+                // the weight's device (the frame's rows are joined there).
+                p.source.x = grad.defined() ? grad.detach() : torch::zeros({0}, g->last_weight_.options());
                 p.count = p.source.x.numel();
                 p.from_weight_grad = false;
                 if (!p.source.x.is_cpu()) {

@@ -266,6 +266,11 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
     // is done by that step's own sync) and is handed on then, with its step number. Before
     // anything that saves or changes state at a step boundary (commands, evaluation,
     // checkpoints, the end) it is handed on first, so watcher state never depends on timing.
+    // Not where a watcher has an action: a frame's action would then take effect one step
+    // later, or not, as evaluations and checkpoints fall, and observing would change the run.
+    // Such a run hands each frame on at the end of its own step (one more host wait on a
+    // telemetry step), as on the CPU.
+    const bool defer_frames = s.defer_frames && !s.watchers.has_actions();
     std::shared_ptr<TelemetryStep::InFlight> in_flight;
     auto deliver = [&](std::vector<WatchAlert>& alerts) {
         if (!in_flight) return;
@@ -280,8 +285,9 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
         s.handle_alerts(alerts, sink);
     };
     while (step < cfg.training.steps) {
-        if (!s.commands.empty()) deliver_now();
-        if (!s.apply_commands(sink)) {
+        // A frame in flight is handed on before the first command is applied (a command that
+        // arrives while this runs is too: the check and the pop are one).
+        if (!s.apply_commands(sink, deliver_now)) {
             summary.stopped_early = true;
             break;
         }
@@ -321,7 +327,7 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
         if (armed) {
             in_flight = telemetry.launch(s.model, step, outcome.skipped, reduce_ranks ? &rank_reduction : nullptr);
             if (!s.is_rank0()) in_flight.reset(); // its part is in rank 0's frame
-            if (!s.defer_frames || evaluates || checkpoints) deliver(alerts);
+            if (!defer_frames || evaluates || checkpoints) deliver(alerts);
         }
         s.handle_alerts(alerts, sink);
         summary.final_train_loss = m.train_loss;

@@ -7,7 +7,7 @@
 
 namespace mantissa {
 
-bool Trainer::Impl::apply_commands(TelemetrySink& sink)
+bool Trainer::Impl::apply_commands(TelemetrySink& sink, const std::function<void()>& before_first)
 {
     auto event = [&](EventKind kind) {
         RunEvent e;
@@ -15,13 +15,17 @@ bool Trainer::Impl::apply_commands(TelemetrySink& sink)
         e.kind = kind;
         return e;
     };
-    bool paused = false;
+    bool paused = false, before_first_ran = false;
     std::deque<Command> synced; // data parallel: rank 0's commands, on every rank
     while (true) {
         std::optional<Command> command;
         if (dp) command = dp_next_command(synced, paused);
         else command = paused ? std::optional<Command>(commands.wait_pop()) : commands.try_pop();
         if (!command) return true;
+        if (before_first && !before_first_ran) {
+            before_first();
+            before_first_ran = true;
+        }
         switch (command->kind) {
         case Command::Kind::Stop:
             return false;

@@ -146,7 +146,9 @@ struct Trainer::Impl {
 
     // trainer_commands.cpp
     // Returns false when a Stop arrived. Blocks while paused.
-    bool apply_commands(TelemetrySink& sink);
+    // `before_first` runs once, before the first command is applied (the trainer hands on a
+    // frame in flight there).
+    bool apply_commands(TelemetrySink& sink, const std::function<void()>& before_first = {});
     // Runs the watchers' verdicts: events, and the optional actions.
     void handle_alerts(const std::vector<WatchAlert>& alerts, TelemetrySink& sink);
     // Applies a precision change; returns the layers it touched and their formats before.

@@ -52,6 +52,14 @@ public:
     std::vector<WatchAlert> on_step(const StepMetrics& m);
     // After each loss-scaler update.
     std::vector<WatchAlert> on_loss_scale(int64_t step, double scale, bool backed_off);
+    // Whether any watcher has an action (pause, switch to BF16): then when its alert is handled
+    // is part of the run, not only of its record.
+    bool has_actions() const
+    {
+        for (const auto& [name, action] : config_.actions)
+            if (action != WatchAction::None) return true;
+        return false;
+    }
     // At the telemetry cadence. `forward_order` ranks layer names for attribution.
     std::vector<WatchAlert> on_frame(const LayerStatsFrame& frame, const std::vector<std::string>& forward_order);
 

@@ -128,6 +128,53 @@ private slots:
         QVERIFY(w_now == w_later);
     }
 
+    // A watcher whose action changes the run (a layer switched to BF16) acts at the boundary
+    // after the step its frame measured, whether frames are handed on at once (CPU) or a step
+    // later (CUDA), and whatever the evaluation schedule: with such an action frames are not
+    // deferred. Deferred, frame 1 landed after step 2 (the switch a step later) but frame 4 at
+    // once (an evaluation follows step 4), so the run depended on eval.interval.
+    void watcherActionsActAtTheSameStepWhenFramesAreDeferred_data()
+    {
+        QTest::addColumn<int64_t>("eval_interval");
+        QTest::newRow("no evaluation until the end") << int64_t(0);
+        QTest::newRow("evaluation after step 1") << int64_t(1);
+    }
+    void watcherActionsActAtTheSameStepWhenFramesAreDeferred()
+    {
+        QFETCH(int64_t, eval_interval);
+        auto config = load_project_file(MANTISSA_TEST_DATA_DIR "/golden_project.json");
+        config.training.steps = 4;
+        config.eval.interval = eval_interval;
+        config.telemetry.interval = 1;
+        config.precision.preset = "fp8-hybrid";
+        // Any FP8 value flushed to zero fires, and the layer goes to BF16.
+        config.telemetry.watchers.fp8_underflow_max = 0.0;
+        config.telemetry.watchers.actions["fp8_underflow"] = WatchAction::SwitchToBf16;
+        struct Actions : RunCapture {
+            std::vector<int64_t> switch_steps;
+            void on_event(const RunEvent& e) override
+            {
+                if (e.kind == EventKind::PrecisionChanged) switch_steps.push_back(e.step);
+            }
+        };
+        auto run = [&](bool deferred, Actions& out) {
+            Trainer trainer(config);
+            trainer.set_deferred_frames(deferred);
+            trainer.run(out);
+            return exported_weights(trainer);
+        };
+        Actions now, later;
+        const auto w_now = run(false, now), w_later = run(true, later);
+        QVERIFY2(!now.switch_steps.empty(), "the watcher never acted: the test shows nothing");
+        QCOMPARE(later.switch_steps, now.switch_steps);
+        QCOMPARE(later.steps.size(), now.steps.size());
+        for (size_t i = 0; i < now.steps.size(); ++i) {
+            const QString diff = step_difference(later.steps[i], now.steps[i]);
+            QVERIFY2(diff.isEmpty(), qPrintable(diff));
+        }
+        QVERIFY(w_now == w_later);
+    }
+
     void exponentHistogramIsExact()
     {
         const float inf = std::numeric_limits<float>::infinity();
