@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "blockwise_fp8.h"
 
+#include <array>
 #include <cmath>
 
+#include <cstdio>
+
 #include "block_scaling.h"
+#include "fp4.h"
 #include "layer_gemm.h"
 
 namespace mantissa {
@@ -24,7 +28,8 @@ Fp8BlockOperand split_fp8_blocks(const torch::Tensor& values)
     // The smallest power of two d with amax / d <= 448: log2 lands within a binade of it, and
     // the two comparisons settle it exactly (a division by a power of two is exact). A larger
     // d would shift code bits out below E4M3's subnormals.
-    auto d = torch::exp2(torch::ceil(torch::log2(amax / kE4m3Max))).clamp_min(std::ldexp(1.0f, -149));
+    // Built from the bits (fp4.h): a device's exp2/log2 need not be exact at powers of two.
+    auto d = pow2_exact(ceil_log2(amax / kE4m3Max).clamp(-149.0, 127.0));
     d = torch::where(amax / d > kE4m3Max, d * 2.0f, d);
     d = torch::where((amax / (d * 0.5f) <= kE4m3Max) & (d > std::ldexp(1.0f, -149)), d * 0.5f, d);
     d = torch::where(amax > 0, d, torch::ones_like(d)); // zeros (and NaN blocks, whose codes stay NaN)
@@ -57,20 +62,43 @@ bool blockwise_fp8_available()
     static const bool available = [] {
         if (!native_fp8_available()) return false; // no CUDA, or no FP8 _scaled_mm at all
         try {
-            // Operands fp8-block itself rounded (1x128 and 128x128 tiles, power-of-two scales),
-            // spanning a few binades, from a formula: the probe draws nothing from any generator.
-            const auto opts = torch::TensorOptions().device(torch::kCUDA);
-            const auto grid = torch::arange(256 * 256, opts).view({256, 256}).to(torch::kFloat32);
-            const auto x = torch::sin(grid * 0.37f) * torch::exp2(torch::remainder(grid, 7.0f) - 3.0f);
-            const auto w = torch::cos(grid * 0.11f) * torch::exp2(torch::remainder(grid, 5.0f) - 2.0f);
-            const auto xq = quantize_fp8_block_2d(x, NumberFormat::E4M3, true, false).values;
-            const auto wq = quantize_fp8_block_2d(w, NumberFormat::E4M3, true, true).values;
-            const auto y = blockwise_fp8_mm(split_fp8_blocks(xq), split_fp8_blocks(wq));
-            const auto reference = at::mm(xq.to(torch::kFloat64), wq.to(torch::kFloat64).t());
-            // FP32 accumulation in another order: far inside 1e-4 of the largest output.
-            const double err = (y.to(torch::kFloat64) - reference).abs().max().item<double>();
-            return err <= 1e-4 * reference.abs().max().item<double>();
-        } catch (const std::exception&) {
+            // Operands fp8-block itself rounded (1x128 and 128x128 tiles, power-of-two scales)
+            // from a formula (the probe draws nothing from any generator), with a binade per
+            // 1x128 block that differs from its neighbours' along both dimensions, so that a
+            // scale applied to another block shows. Shapes: square, wider than tall and taller
+            // than wide, K of 2 and 4 blocks.
+            const auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat32);
+            auto operand = [&](int64_t rows, int64_t cols, float frequency, float salt) {
+                const auto r = torch::arange(rows, opts).unsqueeze(1), c = torch::arange(cols, opts).unsqueeze(0);
+                const auto grid = r * static_cast<float>(cols) + c;
+                const auto wave = torch::sin(grid * frequency) * torch::exp2(torch::remainder(grid, 7.0f) - 3.0f);
+                return wave * torch::exp2(torch::remainder(r + 3.0f * torch::floor(c / 128.0f) + salt, 9.0f) - 4.0f);
+            };
+            for (const auto& [m, n, k] : {std::array<int64_t, 3>{256, 256, 256}, {128, 384, 256}, {384, 128, 512}}) {
+                const auto xq = quantize_fp8_block_2d(operand(m, k, 0.37f, 0.0f), NumberFormat::E4M3, true, false).values;
+                const auto wq = quantize_fp8_block_2d(operand(n, k, 0.11f, 5.0f), NumberFormat::E4M3, true, true).values;
+                const auto y = blockwise_fp8_mm(split_fp8_blocks(xq), split_fp8_blocks(wq)).to(torch::kFloat64);
+                const auto x64 = xq.to(torch::kFloat64), w64 = wq.to(torch::kFloat64);
+                const auto reference = at::mm(x64, w64.t());
+                // Hopper's FP8 tensor cores keep about 14 bits while they add up a 128-block
+                // (DeepSeek-V3, section 3.3.2) before the FP32 promotion the block scale needs:
+                // each output within 2^-5 of the sum of its products' magnitudes, where a
+                // layout or scale mistake is off by a good fraction of it.
+                const auto bound = at::mm(x64.abs(), w64.abs().t()) * std::ldexp(1.0, -5);
+                const auto excess = ((y - reference).abs() - bound).max().item<double>();
+                if (!(excess <= 0.0)) {
+                    std::fprintf(stderr,
+                                 "mantissa: cuBLAS's blockwise FP8 GEMM is off by %g past its bound on %lld x %lld x "
+                                 "%lld: fp8-block stays emulated\n",
+                                 excess, static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k));
+                    return false;
+                }
+            }
+            return true;
+        } catch (const std::exception& e) {
+            const std::string text = e.what();
+            std::fprintf(stderr, "mantissa: cuBLAS's blockwise FP8 GEMM is not available (%s): fp8-block stays emulated\n",
+                         text.substr(0, text.find('\n')).c_str());
             return false;
         }
     }();

@@ -8,9 +8,10 @@
 // value the emulator hands the GEMM is an E4M3 code times a power of two shared by its block, so
 // the codes and scales come back exactly, and 1x128 blocks along K serve every GEMM: a 128x128
 // weight tile is 128 such blocks with one scale. The emulator's telemetry, caches and rounding
-// stay as they are; only the product runs on the tensor cores (FP32 accumulation, no fast
-// accumulation, as the recipe's split accumulation asks), and differs from the emulator's FP32
-// product by the order of the additions alone.
+// stay as they are; only the product runs on the tensor cores (no fast accumulation: each
+// 128-block's sum is promoted to FP32 with its scales, as the recipe's split accumulation
+// asks). It differs from the emulator's FP32 product by the order of the additions and by the
+// tensor cores' narrower accumulator within a block (about 14 bits, DeepSeek-V3 section 3.3.2).
 
 #include <torch/torch.h>
 

@@ -505,9 +505,13 @@ torch::Tensor LayerGemm::gemm(const torch::Tensor& a, const torch::Tensor& b, Nu
 bool LayerGemm::blockwise_fp8_eligible(const torch::Tensor& a, const torch::Tensor& b) const
 {
     // Both operands E4M3 (fp8-block's default; HYBRID's E5M2 gradients stay emulated), scales
-    // that are powers of two (so the codes come back exactly), whole 128-blocks everywhere.
-    return recipe_.scaling == Fp8Scaling::Block128 && recipe_.block_power_of_two && a.dim() == 2 && b.dim() == 2 &&
-           a.size(0) % 128 == 0 && a.size(1) % 128 == 0 && b.size(1) % 128 == 0;
+    // that are powers of two (so the codes come back exactly), no outliers kept aside (their
+    // BF16 values are no E4M3 code times the block's scale), whole 128-blocks everywhere, and
+    // at least two along K: with one, _scaled_mm takes the (M, 1) and (1, N) scales for
+    // row-wise scaling, which on Hopper wants a BF16 output.
+    return recipe_.scaling == Fp8Scaling::Block128 && recipe_.block_power_of_two &&
+           recipe_.outlier_rms_multiple == 0.0 && a.dim() == 2 && b.dim() == 2 && a.size(0) % 128 == 0 &&
+           a.size(1) % 128 == 0 && a.size(1) >= 256 && b.size(1) % 128 == 0;
 }
 
 torch::Tensor LayerGemm::gemm_unrecorded(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,

@@ -70,6 +70,8 @@ public:
     // weight cache): otherwise an evaluation would change the training that follows it.
     void set_training(bool training) { training_ = training; }
     bool training() const { return training_; }
+    // fp8-block operands the blockwise FP8 GEMM can take (its caller checks the format and device).
+    bool blockwise_fp8_eligible(const torch::Tensor& a, const torch::Tensor& b) const;
     GemmFormats formats() const { return formats_; }
     // Takes effect at the next GEMM; FP8 histories restart so stale scales are not reused.
     void set_formats(const GemmFormats& formats);
@@ -187,8 +189,6 @@ private:
     // Telemetry of a block-recipe cast: an nvfp4 wgrad operand's Hadamard rows at once; a
     // row-wise cast's block scales kept until the operand itself is recorded (record()).
     void observe_block_cast(OperandRole role, const torch::Tensor& x, int64_t k_dim, BlockCastRecord block);
-    // fp8-block operands the blockwise FP8 GEMM can take (its caller checks the format and device).
-    bool blockwise_fp8_eligible(const torch::Tensor& a, const torch::Tensor& b) const;
     torch::Tensor gemm_unrecorded(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
                                   const torch::Tensor& bias, const torch::Tensor& scale_a, const torch::Tensor& scale_b,
                                   torch::Tensor* accumulator = nullptr);

@@ -417,6 +417,42 @@ private slots:
         if (!torch::cuda::is_available()) QVERIFY(!blockwise_fp8_available());
     }
 
+    // Which fp8-block GEMMs may go to cuBLAS's blockwise kernel: power-of-two scales (the codes
+    // come back exactly), no outliers kept aside (BF16 values, no E4M3 code times the block's
+    // scale), whole 128-blocks, and K of two blocks or more (with one, _scaled_mm reads the
+    // scales as row-wise, which on Hopper wants a BF16 output and would throw).
+    void blockwiseGemmTakesOnlyWhatItCanSplit_data()
+    {
+        QTest::addColumn<bool>("power_of_two");
+        QTest::addColumn<double>("outliers");
+        QTest::addColumn<int>("m");
+        QTest::addColumn<int>("k");
+        QTest::addColumn<int>("n");
+        QTest::addColumn<bool>("eligible");
+        QTest::newRow("two K blocks") << true << 0.0 << 128 << 256 << 384 << true;
+        QTest::newRow("one K block") << true << 0.0 << 128 << 128 << 384 << false;
+        QTest::newRow("FP32 scales") << false << 0.0 << 128 << 256 << 384 << false;
+        QTest::newRow("outliers aside") << true << 6.0 << 128 << 256 << 384 << false;
+        QTest::newRow("M not whole blocks") << true << 0.0 << 96 << 256 << 384 << false;
+        QTest::newRow("N not whole blocks") << true << 0.0 << 128 << 256 << 320 << false;
+    }
+    void blockwiseGemmTakesOnlyWhatItCanSplit()
+    {
+        QFETCH(bool, power_of_two);
+        QFETCH(double, outliers);
+        QFETCH(int, m);
+        QFETCH(int, k);
+        QFETCH(int, n);
+        QFETCH(bool, eligible);
+        Fp8Recipe r;
+        r.scaling = Fp8Scaling::Block128;
+        r.block_power_of_two = power_of_two;
+        r.outlier_rms_multiple = outliers;
+        const auto e4m3 = NumberFormat::E4M3;
+        LayerGemm layer("test.fc", {e4m3, e4m3, e4m3}, r, GemmBackend::Native);
+        QCOMPARE(layer.blockwise_fp8_eligible(torch::zeros({m, k}), torch::zeros({k, n})), eligible);
+    }
+
     void dgradUsesTheWeightCastAlongN_data()
     {
         QTest::addColumn<QString>("scaling");
