@@ -52,8 +52,12 @@ StepOutcome Trainer::Impl::train_step(bool armed, TelemetryStep& telemetry, Tele
     } else {
         out.grad_norm = clip_by_global_norm(gradients, out.layer_grad_norms, cfg.optimizer.grad_clip);
         optimizer->step(out.learning_rate);
-        for (const auto& g : model->gemm_layers()) g->invalidate_weight_cache();
     }
+    // Every step casts its weights afresh, skipped or not (as TransformerEngine does): a cast
+    // kept across a skipped step was made under the scale before that step's amax, so a cast
+    // that overflowed stayed NaN and every later step was skipped too, and a resumed run
+    // (which casts afresh) parted from the straight one.
+    for (const auto& g : model->gemm_layers()) g->invalidate_weight_cache();
     optimizer->zero_grad();
     return out;
 }
