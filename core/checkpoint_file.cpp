@@ -86,7 +86,7 @@ std::optional<CheckpointIdentity> read_checkpoint_identity(const std::string& pa
 {
     try {
         torch::serialize::InputArchive archive;
-        archive.load_from(path);
+        archive.load_from(path, torch::Device(torch::kCPU)); // whatever device wrote it: only the identity is read
         c10::IValue value;
         if (!archive.try_read("identity", value) || !value.isString()) return std::nullopt;
         auto id = parse_identity_text(value.toStringRef());

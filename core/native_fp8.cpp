@@ -39,7 +39,11 @@ c10::ScalarType activation_dtype(NumberFormat format)
 void DeviceDelayedScaling::upload(const DelayedScaling& host, const torch::Device& device)
 {
     const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
-    history_ = torch::tensor(host.history(), f32).to(device);
+    // Uploaded inside a step (the first after a load or a precision change): from pinned
+    // memory without waiting, as a pageable copy would make the host wait for the GPU.
+    auto history = torch::tensor(host.history(), f32);
+    history_ = device.is_cuda() && history.numel() > 0 ? history.pin_memory().to(device, /*non_blocking=*/true)
+                                                       : history.to(device);
     if (history_.numel() == 0) history_ = torch::zeros({1}, f32.device(device));
     scale_ = torch::full({}, host.scale(), f32.device(device));
 }

@@ -12,6 +12,7 @@
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include "blockwise_fp8.h"
 #include "determinism.h"
 #include "device_memory.h"
 #include "memory_model.h"
@@ -109,12 +110,14 @@ Trainer::Impl::Impl(ProjectConfig c) : config(std::move(c)), watchers(config.tel
     scaler = LossScaler(resolve_loss_scaling(config.precision, any_fp16));
     for (const auto& g : model->gemm_layers()) layer_order.push_back(g->name());
     defer_frames = device.is_cuda();
-    // The fused statistics kernel and the FP8 kernels are tried here, once per process, so that
-    // their probes' host syncs fall outside the steps (a run's telemetry may be switched on at
+    // The fused statistics kernel, the FP8 kernels and the FP8 GEMMs are tried here, once per
+    // process, so that their probes' host syncs fall outside the steps (a run's telemetry may be switched on at
     // any step, and a layer's recipe changed to FP8).
     if (device.is_cuda()) {
         fused_cuda_stats_available();
         native_fp8_kernels_report();
+        native_fp8_available();
+        blockwise_fp8_available();
     }
     train_batches = std::make_unique<BatchSampler>(data.train, config.training.batch_size,
                                                    config.model.context_length, config.training.seed);
