@@ -8,6 +8,7 @@
 #include <QTemporaryDir>
 
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "trainer.h"
@@ -48,6 +49,17 @@ inline QByteArray exported_weights(const mantissa::Trainer& trainer)
     const QString path = dir.filePath("weights.safetensors");
     trainer.export_safetensors(path.toStdString());
     return safetensors_data(path);
+}
+
+// Trains `config` from its start into `sink`, frames handed on at once or a step later (as on
+// CUDA) when `deferred_frames` says so; the final master weights as exported_weights.
+inline QByteArray train_and_export(const mantissa::ProjectConfig& config, mantissa::TelemetrySink& sink,
+                                   std::optional<bool> deferred_frames = std::nullopt)
+{
+    mantissa::Trainer trainer(config);
+    if (deferred_frames) trainer.set_deferred_frames(*deferred_frames);
+    trainer.run(sink);
+    return exported_weights(trainer);
 }
 
 // Bit equality of two doubles (== would call two NaNs different and -0 equal to 0).

@@ -159,12 +159,7 @@ private slots:
         config.precision.loss_scaling.init_scale = 1024.0;
         config.precision.loss_scaling.growth_interval = 1;
         RunCapture straight;
-        QByteArray straight_weights;
-        {
-            Trainer trainer(config);
-            trainer.run(straight);
-            straight_weights = exported_weights(trainer);
-        }
+        const QByteArray straight_weights = train_and_export(config, straight);
         QCOMPARE(straight.steps.size(), size_t(kSteps));
         int64_t split = 0;
         QString pattern;
@@ -252,12 +247,7 @@ private slots:
             config.precision.layers.push_back(o);
         }
         RunCapture straight;
-        QByteArray straight_weights;
-        {
-            Trainer trainer(config);
-            trainer.run(straight);
-            straight_weights = exported_weights(trainer);
-        }
+        const QByteArray straight_weights = train_and_export(config, straight);
         QCOMPARE(straight.steps.size(), size_t(kSteps));
         QCOMPARE(straight.frame_steps(), (std::vector<int64_t>{1, 2, 4, 6, 8, 10, 12}));
 

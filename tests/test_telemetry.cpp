@@ -100,14 +100,8 @@ private slots:
                 calls.push_back("frame " + std::to_string(f.step));
             }
         };
-        auto run = [&](bool deferred, Order& out) {
-            Trainer trainer(config);
-            trainer.set_deferred_frames(deferred);
-            trainer.run(out);
-            return exported_weights(trainer);
-        };
         Order now, later;
-        const auto w_now = run(false, now), w_later = run(true, later);
+        const auto w_now = train_and_export(config, now, false), w_later = train_and_export(config, later, true);
         QCOMPARE(now.calls[0], std::string("step 1"));
         QCOMPARE(now.calls[1], std::string("frame 1"));
         // Frame 1 after step 2; frame 4 at once (an evaluation follows step 4); frame 9 at the end.
@@ -157,14 +151,8 @@ private slots:
                 if (e.kind == EventKind::PrecisionChanged) switch_steps.push_back(e.step);
             }
         };
-        auto run = [&](bool deferred, Actions& out) {
-            Trainer trainer(config);
-            trainer.set_deferred_frames(deferred);
-            trainer.run(out);
-            return exported_weights(trainer);
-        };
         Actions now, later;
-        const auto w_now = run(false, now), w_later = run(true, later);
+        const auto w_now = train_and_export(config, now, false), w_later = train_and_export(config, later, true);
         QVERIFY2(!now.switch_steps.empty(), "the watcher never acted: the test shows nothing");
         QCOMPARE(later.switch_steps, now.switch_steps);
         QCOMPARE(later.steps.size(), now.steps.size());
