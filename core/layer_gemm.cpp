@@ -270,9 +270,6 @@ torch::Tensor LayerGemm::quantized_weight(const torch::Tensor& weight, NumberFor
 
 namespace {
 
-constexpr std::array<NumberFormat, 2> kFp8Formats = {NumberFormat::E4M3, NumberFormat::E5M2};
-constexpr std::array<OperandRole, 3> kRoles = {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput};
-
 // Checkpoints before 2026-12-02 kept one state per role: the format that role was cast in first.
 NumberFormat first_cast_format(OperandRole role, const GemmFormats& f)
 {
@@ -295,7 +292,7 @@ void LayerGemm::save(torch::serialize::OutputArchive& archive)
     archive.write(key + "formats", torch::tensor({static_cast<int64_t>(formats_.forward),
                                                   static_cast<int64_t>(formats_.dgrad),
                                                   static_cast<int64_t>(formats_.wgrad)}));
-    for (auto role : kRoles)
+    for (auto role : kOperandRoles)
         for (auto format : kFp8Formats) {
             const auto& d = delayed(role, format);
             const std::string r = key + std::to_string(static_cast<int>(role)) + "/" + format_info(format).name + "/";
@@ -316,7 +313,7 @@ void LayerGemm::load(torch::serialize::InputArchive& archive)
         d.restore(std::vector<float>(history.data_ptr<float>(), history.data_ptr<float>() + history.numel()),
                   scale.item<float>());
     };
-    for (auto role : kRoles) {
+    for (auto role : kOperandRoles) {
         const std::string r = key + std::to_string(static_cast<int>(role)) + "/";
         torch::Tensor history, scale;
         if (archive.try_read(r + "history", history)) { // an older checkpoint: one state per role
@@ -348,7 +345,7 @@ const char* role_name(OperandRole role)
 
 std::optional<OperandRole> operand_role(const std::string& role)
 {
-    for (auto r : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput})
+    for (auto r : kOperandRoles)
         if (role == role_name(r)) return r;
     return std::nullopt;
 }

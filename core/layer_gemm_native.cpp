@@ -43,7 +43,7 @@ struct NativeLinear : public torch::autograd::Function<NativeLinear> {
             // TE keeps the FP8 input for the weight gradient when the wgrad GEMM takes that
             // format (per tensor only: per-row scales ran along K, and wgrad contracts over M),
             // and keeps it transposed, as that GEMM takes it: the cast writes both layouts.
-            reuse_input = layer->training() && f.forward == saved_operand_format(f.wgrad) && is_fp8(f.wgrad) &&
+            reuse_input = layer->training() && f.forward == saved_operand_format(f.wgrad) &&
                           layer->recipe().scaling != Fp8Scaling::PerRow;
             const Fp8Tensor x8 = layer->quantize_native(x, f.forward, OperandRole::Input, 1,
                                                         reuse_input); // (M, K); per row: scales (M, 1)
@@ -97,7 +97,8 @@ struct NativeLinear : public torch::autograd::Function<NativeLinear> {
         Fp8Tensor dy8;
         // The wgrad GEMM reuses the dgrad GEMM's cast of dy when it takes the same format under
         // a per-tensor scale, transposed: the cast writes that layout too.
-        const bool share_dy = is_fp8(f.dgrad) && f.wgrad == f.dgrad && layer->recipe().scaling != Fp8Scaling::PerRow;
+        const bool per_tensor = layer->recipe().scaling != Fp8Scaling::PerRow;
+        const bool share_dy = is_fp8(f.dgrad) && f.wgrad == f.dgrad && per_tensor;
         if (is_fp8(f.dgrad)) {
             // W as (N, K) column-major: the cached transpose.
             dy8 = layer->quantize_native(dy, f.dgrad, OperandRole::GradOutput, 1, share_dy); // per row: (M, 1)
@@ -121,7 +122,6 @@ struct NativeLinear : public torch::autograd::Function<NativeLinear> {
         if (is_fp8(f.wgrad)) {
             // Per tensor, both operands come transposed from their casts (M innermost, as the
             // GEMM takes them); per row, fp8_gemm lays them out.
-            const bool per_tensor = layer->recipe().scaling != Fp8Scaling::PerRow;
             const Fp8Tensor dy_w =
                 share_dy ? dy8 : layer->quantize_native(dy, f.wgrad, OperandRole::GradOutput, 0, per_tensor);
             Fp8Tensor x8;

@@ -187,19 +187,24 @@ torch::Tensor to_fp8_codes(const torch::Tensor& scaled, NumberFormat format, Ove
 #ifdef MANTISSA_CUDA_KERNELS
 namespace {
 
+// What the cast probes cast: every binade from 2^-140 to 2^20 with both signs, then the
+// formats' edges, subnormals, inf and NaN (4,110 FP32 values, on the CPU). No random numbers:
+// the run's generators must not move.
+torch::Tensor crafted_cast_values()
+{
+    const auto magnitudes = torch::exp2(torch::linspace(-140.0, 20.0, 4096));
+    const auto signs = 1.0 - 2.0 * (torch::arange(4096) % 2).to(torch::kFloat32);
+    return torch::cat({magnitudes * signs, torch::tensor({0.0f, -0.0f, 1e-45f, 1e-40f, 447.9f, 448.0f, 464.0f, 465.0f,
+                                                          57344.0f, 61440.0f, 1e38f, INFINITY, -INFINITY, NAN})});
+}
+
 // The fused cast against the LibTorch ops it replaces, once per process on crafted values
 // (subnormals, the format's edges, inf, NaN, three dtypes): any difference and the ops stay.
 bool fused_cast_agrees(const torch::Device& device)
 {
     static const bool agrees = [&] {
         try {
-            // Every binade from 2^-140 to 2^20 with both signs; no random numbers (the run's
-            // generators must not move).
-            const auto magnitudes = torch::exp2(torch::linspace(-140.0, 20.0, 4096));
-            const auto signs = 1.0 - 2.0 * (torch::arange(4096) % 2).to(torch::kFloat32);
-            auto base = torch::cat({magnitudes * signs,
-                                    torch::tensor({0.0f, -0.0f, 1e-45f, 1e-40f, 447.9f, 448.0f, 464.0f, 465.0f,
-                                                   57344.0f, 61440.0f, 1e38f, INFINITY, -INFINITY, NAN})});
+            const auto base = crafted_cast_values();
             for (auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kHalf})
                 for (bool e4m3 : {true, false})
                     for (bool saturate : {true, false})
@@ -240,16 +245,12 @@ bool fused_transpose_agrees(const torch::Device& device)
         try {
             if (!fused_cast_agrees(device)) return false;
             const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device);
-            const auto magnitudes = torch::exp2(torch::linspace(-140.0, 20.0, 4096, opts));
-            const auto signs = 1.0 - 2.0 * (torch::arange(4096, opts) % 2);
-            const auto base = torch::cat({magnitudes * signs, torch::tensor({0.0f, -0.0f, 1e-45f, 448.0f, 465.0f,
-                                                                             61440.0f, INFINITY, -INFINITY, NAN, 7.0f})
-                                                                  .to(device)}); // 4106 values
+            const auto base = crafted_cast_values().to(device); // 4,110 values
             // 33 x 131,109: 2 x 4,098 = 8,196 tiles of 32 x 32, partial on both edges, against a
             // grid of at most 8,192 blocks.
             const int64_t big_cols = 4097 * 32 + 5;
             const auto big = torch::exp2(torch::arange(33 * big_cols, opts).fmod(301.0) - 150.0).reshape({33, big_cols});
-            const std::vector<std::vector<int64_t>> shapes = {{2, 2053}, {2053, 2}, {1, 4106}, {4106, 1}, {0, 7}};
+            const std::vector<std::vector<int64_t>> shapes = {{2, 2055}, {2055, 2}, {1, 4110}, {4110, 1}, {0, 7}};
             for (size_t s = 0; s <= shapes.size(); ++s)
                 for (auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kHalf})
                     for (bool e4m3 : {true, false})

@@ -114,8 +114,8 @@ void Trainer::Impl::dp_fp8_begin_step()
     for (const auto& g : model->gemm_layers()) {
         if (g->recipe().scaling != Fp8Scaling::Delayed || !g->formats().any_fp8()) continue;
         const bool on_device = g->scales_on_device(device);
-        for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput})
-            for (auto format : {NumberFormat::E4M3, NumberFormat::E5M2}) {
+        for (auto role : kOperandRoles)
+            for (auto format : kFp8Formats) {
                 // Per-tensor casts record into the device mirror in the native executor and on
                 // a GPU (LayerGemm::scales_on_device), otherwise into the host state. Only the
                 // state in use is journaled: a mirror made here and never recorded into would
@@ -272,8 +272,8 @@ std::string Trainer::Impl::state_digest() const
     }
     for (const auto& g : model->gemm_layers()) {
         g->sync_device_scaling_to_host(); // the state the step used, wherever it lives
-        for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput})
-            for (auto format : {NumberFormat::E4M3, NumberFormat::E5M2}) {
+        for (auto role : kOperandRoles)
+            for (auto format : kFp8Formats) {
                 const auto& d = g->delayed(role, format);
                 fnv1a(h, d.history().data(), d.history().size() * sizeof(float));
                 const float s = d.scale();

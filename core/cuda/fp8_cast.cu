@@ -110,6 +110,20 @@ __global__ void abs_max(const In* __restrict__ x, float* __restrict__ amax, int6
 
 int blocks_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 4096)); }
 
+// Calls launch(const In*) with x's data as the element type it is stored in, then checks the
+// launch. `what` names the caller in the error for any other dtype.
+template <typename Launch>
+void with_input(const torch::Tensor& x, const char* what, Launch&& launch)
+{
+    switch (x.scalar_type()) {
+    case torch::kFloat32: launch(x.data_ptr<float>()); break;
+    case torch::kBFloat16: launch(x.data_ptr<c10::BFloat16>()); break;
+    case torch::kHalf: launch(x.data_ptr<c10::Half>()); break;
+    default: TORCH_CHECK(false, what, ": FP32, BF16 or FP16 input");
+    }
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 template <typename Code>
 void launch(const torch::Tensor& x, const torch::Tensor& scale, torch::Tensor& codes, torch::Tensor& amax,
             float max_finite, bool saturate, bool nan_past_464)
@@ -119,22 +133,10 @@ void launch(const torch::Tensor& x, const torch::Tensor& scale, torch::Tensor& c
     const int blocks = blocks_for(n);
     const auto stream = at::cuda::getCurrentCUDAStream();
     auto* out = reinterpret_cast<Code*>(codes.data_ptr());
-    switch (x.scalar_type()) {
-    case torch::kFloat32:
-        scale_cast_amax<<<blocks, kThreads, 0, stream>>>(x.data_ptr<float>(), scale.data_ptr<float>(), out,
-                                                         amax.data_ptr<float>(), n, max_finite, saturate, nan_past_464);
-        break;
-    case torch::kBFloat16:
-        scale_cast_amax<<<blocks, kThreads, 0, stream>>>(x.data_ptr<c10::BFloat16>(), scale.data_ptr<float>(), out,
-                                                         amax.data_ptr<float>(), n, max_finite, saturate, nan_past_464);
-        break;
-    case torch::kHalf:
-        scale_cast_amax<<<blocks, kThreads, 0, stream>>>(x.data_ptr<c10::Half>(), scale.data_ptr<float>(), out,
-                                                         amax.data_ptr<float>(), n, max_finite, saturate, nan_past_464);
-        break;
-    default: TORCH_CHECK(false, "fused_scale_cast_amax: FP32, BF16 or FP16 input");
-    }
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    with_input(x, "fused_scale_cast_amax", [&](const auto* in) {
+        scale_cast_amax<<<blocks, kThreads, 0, stream>>>(in, scale.data_ptr<float>(), out, amax.data_ptr<float>(), n,
+                                                         max_finite, saturate, nan_past_464);
+    });
 }
 
 } // namespace
@@ -147,19 +149,9 @@ torch::Tensor amax_ignoring_nan(const torch::Tensor& x)
     const int64_t n = x.numel();
     if (n == 0) return amax;
     const auto stream = at::cuda::getCurrentCUDAStream();
-    switch (x.scalar_type()) {
-    case torch::kFloat32:
-        abs_max<<<blocks_for(n), kThreads, 0, stream>>>(x.data_ptr<float>(), amax.data_ptr<float>(), n);
-        break;
-    case torch::kBFloat16:
-        abs_max<<<blocks_for(n), kThreads, 0, stream>>>(x.data_ptr<c10::BFloat16>(), amax.data_ptr<float>(), n);
-        break;
-    case torch::kHalf:
-        abs_max<<<blocks_for(n), kThreads, 0, stream>>>(x.data_ptr<c10::Half>(), amax.data_ptr<float>(), n);
-        break;
-    default: TORCH_CHECK(false, "cuda_kernels::amax_ignoring_nan: FP32, BF16 or FP16 input");
-    }
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    with_input(x, "cuda_kernels::amax_ignoring_nan", [&](const auto* in) {
+        abs_max<<<blocks_for(n), kThreads, 0, stream>>>(in, amax.data_ptr<float>(), n);
+    });
     return amax;
 }
 
@@ -177,24 +169,11 @@ void launch_transpose(const torch::Tensor& x, const torch::Tensor& scale, torch:
     const auto stream = at::cuda::getCurrentCUDAStream();
     auto* out = reinterpret_cast<Code*>(codes.data_ptr());
     auto* out_t = reinterpret_cast<Code*>(codes_t.data_ptr());
-    const float* s = scale.data_ptr<float>();
-    float* a = amax.data_ptr<float>();
-    switch (x.scalar_type()) {
-    case torch::kFloat32:
-        scale_cast_amax_transpose<<<blocks, threads, 0, stream>>>(x.data_ptr<float>(), s, out, out_t, a, rows, cols,
-                                                                  max_finite, saturate, nan_past_464);
-        break;
-    case torch::kBFloat16:
-        scale_cast_amax_transpose<<<blocks, threads, 0, stream>>>(x.data_ptr<c10::BFloat16>(), s, out, out_t, a, rows,
-                                                                  cols, max_finite, saturate, nan_past_464);
-        break;
-    case torch::kHalf:
-        scale_cast_amax_transpose<<<blocks, threads, 0, stream>>>(x.data_ptr<c10::Half>(), s, out, out_t, a, rows, cols,
-                                                                  max_finite, saturate, nan_past_464);
-        break;
-    default: TORCH_CHECK(false, "fused_scale_cast_amax_transpose: FP32, BF16 or FP16 input");
-    }
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    with_input(x, "fused_scale_cast_amax_transpose", [&](const auto* in) {
+        scale_cast_amax_transpose<<<blocks, threads, 0, stream>>>(in, scale.data_ptr<float>(), out, out_t,
+                                                                  amax.data_ptr<float>(), rows, cols, max_finite,
+                                                                  saturate, nan_past_464);
+    });
 }
 
 } // namespace
