@@ -5,10 +5,13 @@
 // nvidia-nccl wheel). CMake defines MANTISSA_DP_GLOO / MANTISSA_DP_NCCL only where they exist.
 #include "data_parallel_impl.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+
+#include <unistd.h>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -106,6 +109,7 @@ public:
     c10::intrusive_ptr<c10d::Backend> group;
     std::string name;
     bool cuda = false;
+    std::chrono::milliseconds timeout{0}; // the collective timeout
 };
 
 namespace {
@@ -123,10 +127,46 @@ std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()
 std::string from_bytes(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 
 // Waits for a collective; a peer that died, hung up or timed out becomes a CollectiveError.
-void finish(const c10::intrusive_ptr<c10d::Work>& work, const char* what)
+// On NCCL the host waits itself (wait_for_collective), looking for a peer's posted failure; a
+// NCCL peer that is gone is otherwise only noticed at the timeout.
+void finish(DataParallelBackend& b, const c10::intrusive_ptr<c10d::Work>& work, const char* what)
 {
     try {
+        if (b.cuda) {
+            const auto waited = wait_for_collective(
+                [&] { return work->isCompleted(); },
+                [&]() -> std::optional<std::string> {
+                    try {
+                        if (!b.store->check({"failure"})) return std::nullopt;
+                        return from_bytes(b.store->get("failure"));
+                    } catch (const std::exception&) {
+                        return std::string("the rendezvous store is gone with its host");
+                    }
+                },
+                [&] { b.group->abort(); }, b.timeout);
+            if (waited.end == CollectiveWait::End::PeerFailed)
+                throw CollectiveError(std::string(what) + " abandoned: " + waited.failure);
+            // Completed: returns at once (and rethrows the collective's error); timed out: throws
+            // torch's timeout and aborts the communicator.
+        }
         work->wait();
+    } catch (const CollectiveError&) {
+        throw;
+    } catch (const std::exception& e) {
+        const std::string text = e.what();
+        throw CollectiveError(std::string(what) + " failed: " + text.substr(0, text.find('\n')));
+    }
+}
+
+// A collective whose result stays on the GPU (NCCL): the current stream waits for it, the host
+// does not. Blocking-wait mode would otherwise hold the host in a sleep loop per collective
+// (gradient buckets, the amax MAX) and drain the GPU. A peer that hangs still fails the step
+// with the timeout: the loss SUM queues behind these on the same NCCL stream, and its wait is
+// a host wait (finish). Where torch's synchronize() still blocks in that mode, nothing is lost.
+void order_after(const c10::intrusive_ptr<c10d::Work>& work, const char* what)
+{
+    try {
+        work->synchronize();
     } catch (const std::exception& e) {
         const std::string text = e.what();
         throw CollectiveError(std::string(what) + " failed: " + text.substr(0, text.find('\n')));
@@ -134,6 +174,31 @@ void finish(const c10::intrusive_ptr<c10d::Work>& work, const char* what)
 }
 
 } // namespace
+
+CollectiveWait wait_for_collective(const std::function<bool()>& completed,
+                                   const std::function<std::optional<std::string>()>& failure,
+                                   const std::function<void()>& abort, std::chrono::milliseconds timeout,
+                                   std::chrono::milliseconds look_every)
+{
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    auto next_look = start + look_every;
+    auto pause = std::chrono::microseconds(20);
+    while (!completed()) {
+        const auto now = Clock::now();
+        if (now - start >= timeout) return {CollectiveWait::End::TimedOut, {}};
+        if (now >= next_look) {
+            next_look = now + look_every;
+            if (auto reason = failure()) {
+                abort();
+                return {CollectiveWait::End::PeerFailed, std::move(*reason)};
+            }
+        }
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    }
+    return {};
+}
 
 DataParallel::Impl::~Impl() = default;
 
@@ -171,8 +236,8 @@ std::shared_ptr<DataParallel> DataParallel::join(const DistributedEnv& env, std:
     }
 #if MANTISSA_DP_NCCL
     // One GPU per rank, chosen before the Trainer puts anything on a device.
-    if (torch::cuda::is_available() && env.local_rank < static_cast<int>(torch::cuda::device_count()))
-        c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.local_rank));
+    const int gpu = torch::cuda::is_available() ? gpu_of_local_rank(env.local_rank, static_cast<int>(torch::cuda::device_count())) : -1;
+    if (gpu >= 0) c10::cuda::set_device(static_cast<c10::DeviceIndex>(gpu));
 #endif
     return std::shared_ptr<DataParallel>(new DataParallel(std::move(impl)));
 }
@@ -268,14 +333,56 @@ std::optional<std::string> DataParallel::failure_reason(std::chrono::millisecond
     return peek("failure", wait);
 }
 
+int gpu_of_local_rank(int local_rank, int visible_gpus)
+{
+    if (local_rank >= 0 && local_rank < visible_gpus) return local_rank;
+    // One visible GPU for a later local rank: the launcher gave each rank its own (Slurm's
+    // --gpus-per-task=1 or --gpu-bind sets CUDA_VISIBLE_DEVICES per task). Ranks that share it
+    // after all are refused by the preflight, which compares the GPUs' PCI addresses.
+    if (visible_gpus == 1) return 0;
+    return -1;
+}
+
+std::optional<std::pair<int, int>> ranks_sharing_a_gpu(const std::vector<std::string>& gpu_of_rank)
+{
+    for (size_t a = 0; a < gpu_of_rank.size(); ++a)
+        for (size_t b = a + 1; b < gpu_of_rank.size(); ++b)
+            if (!gpu_of_rank[a].empty() && gpu_of_rank[a] == gpu_of_rank[b])
+                return std::pair<int, int>(static_cast<int>(a), static_cast<int>(b));
+    return std::nullopt;
+}
+
+namespace {
+
+// This rank's GPU as "<host>/<PCI address>" (the same on every rank that holds it), or "" on
+// the CPU and where it cannot be told.
+std::string gpu_identity([[maybe_unused]] bool cuda)
+{
+#if MANTISSA_DP_NCCL
+    if (!cuda || !torch::cuda::is_available()) return {};
+    char host[256] = {};
+    char bus[32] = {};
+    if (::gethostname(host, sizeof host - 1) != 0) return {};
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, static_cast<int>(c10::cuda::current_device())) != cudaSuccess) {
+        (void)cudaGetLastError(); // clear it: it is not the run's error
+        return {};
+    }
+    return std::string(host) + "/" + bus;
+#else
+    return {};
+#endif
+}
+
+} // namespace
+
 // Why this rank cannot join a process group on this device, or "" when it can.
 std::string DataParallel::Impl::local_refusal(bool cuda) const
 {
     if (cuda) {
 #if MANTISSA_DP_NCCL
-        // NCCL wants a GPU of its own per rank; join() gave rank r of this machine GPU r.
+        // NCCL wants a GPU of its own per rank; join() chose it (gpu_of_local_rank).
         const int gpus = static_cast<int>(torch::cuda::device_count());
-        if (env.local_rank >= gpus)
+        if (gpu_of_local_rank(env.local_rank, gpus) < 0)
             return "data-parallel on CUDA: LOCAL_RANK=" + std::to_string(env.local_rank) +
                    " has no GPU of its own (this machine has " + std::to_string(gpus) +
                    "); NCCL needs one GPU per rank: launch at most " + std::to_string(gpus) +
@@ -291,7 +398,9 @@ std::string DataParallel::Impl::local_refusal(bool cuda) const
     return {};
 }
 
-void DataParallel::Impl::preflight(bool cuda)
+void DataParallel::Impl::preflight(bool cuda) { preflight(cuda, gpu_identity(cuda)); }
+
+void DataParallel::Impl::preflight(bool cuda, const std::string& gpu)
 {
     // Every rank says, through the store, where it trains and whether it can; then every rank
     // reads all of them. A rank that cannot start (no GPU of its own, no backend) or that
@@ -300,9 +409,11 @@ void DataParallel::Impl::preflight(bool cuda)
     // collective timeout. Now every rank refuses at once, with that rank's reason.
     const std::string refusal = local_refusal(cuda);
     const std::string key = "preflight/" + std::to_string(env.rank);
-    backend->store->set(key, to_bytes(std::string(cuda ? "cuda" : "cpu") + "\n" + refusal));
+    // "<device>\n<GPU identity>\n<refusal>"
+    backend->store->set(key, to_bytes(std::string(cuda ? "cuda" : "cpu") + "\n" + gpu + "\n" + refusal));
     std::string first_refusal;
     int refusing_rank = -1, other_device_rank = -1;
+    std::vector<std::string> gpu_of_rank;
     for (int r = 0; r < env.world_size; ++r) {
         std::string answer;
         try {
@@ -312,15 +423,17 @@ void DataParallel::Impl::preflight(bool cuda)
             throw CollectiveError("data-parallel: rank " + std::to_string(env.rank) + " waited in vain for rank " +
                                   std::to_string(r) + " to start: " + text.substr(0, text.find('\n')));
         }
-        const auto newline = answer.find('\n');
-        const std::string device = answer.substr(0, newline), reason = answer.substr(newline + 1);
+        const auto first = answer.find('\n'), second = answer.find('\n', first + 1);
+        const std::string device = answer.substr(0, first), reason = answer.substr(second + 1);
+        gpu_of_rank.push_back(answer.substr(first + 1, second - first - 1));
         if (!reason.empty() && refusing_rank < 0) {
             refusing_rank = r;
             first_refusal = reason;
         }
         if (device != (cuda ? "cuda" : "cpu") && other_device_rank < 0) other_device_rank = r;
     }
-    if (refusing_rank >= 0 || other_device_rank >= 0) {
+    const auto shared = ranks_sharing_a_gpu(gpu_of_rank);
+    if (refusing_rank >= 0 || other_device_rank >= 0 || shared) {
         // Every rank refuses. The rank that hosts the store waits (a while) until every other
         // has read the answers, so that its exit does not take them away mid-read.
         try {
@@ -338,6 +451,11 @@ void DataParallel::Impl::preflight(bool cuda)
     if (!refusal.empty()) throw ConfigError(refusal);
     if (refusing_rank >= 0)
         throw PeerRefused("data-parallel: rank " + std::to_string(refusing_rank) + ": " + first_refusal);
+    if (shared)
+        throw PeerRefused("data-parallel on CUDA: ranks " + std::to_string(shared->first) + " and " +
+                          std::to_string(shared->second) + " would share the GPU " + gpu_of_rank[shared->first] +
+                          "; NCCL needs one GPU per rank: give each rank its own (torchrun: at most one rank per "
+                          "GPU of a machine; Slurm: --gpus-per-task=1)");
     if (other_device_rank >= 0)
         throw PeerRefused("data-parallel: rank " + std::to_string(env.rank) + " trains on " +
                           (cuda ? "CUDA" : "the CPU") + " but rank " + std::to_string(other_device_rank) + " on " +
@@ -388,6 +506,7 @@ void DataParallel::start(bool cuda, std::chrono::milliseconds collective_timeout
                               text.substr(0, text.find('\n')));
     }
     b.cuda = cuda;
+    b.timeout = collective_timeout;
 }
 
 namespace {
@@ -412,19 +531,23 @@ void DataParallel::Impl::broadcast(std::vector<torch::Tensor>& tensors)
         std::vector<torch::Tensor> one{on_backend_device(*backend, t)};
         c10d::BroadcastOptions options;
         options.rootRank = 0;
-        finish(backend->group->broadcast(one, options), "broadcast");
+        finish(*backend, backend->group->broadcast(one, options), "broadcast");
         copy_back(t, one[0]);
     }
 }
 
 namespace {
 
-void allreduce(DataParallelBackend& b, torch::Tensor& tensor, c10d::ReduceOp op, const char* what)
+// stream_only: the result is read on the device only (order_after).
+void allreduce(DataParallelBackend& b, torch::Tensor& tensor, c10d::ReduceOp op, const char* what,
+               bool stream_only = false)
 {
     std::vector<torch::Tensor> one{on_backend_device(b, tensor)};
     c10d::AllreduceOptions options;
     options.reduceOp = op;
-    finish(b.group->allreduce(one, options), what);
+    const auto work = b.group->allreduce(one, options);
+    if (stream_only && b.cuda && tensor.is_cuda()) order_after(work, what);
+    else finish(b, work, what);
     copy_back(tensor, one[0]);
 }
 
@@ -447,8 +570,10 @@ std::function<void()> DataParallel::Impl::allreduce_sum_async(torch::Tensor& ten
         const std::string text = e.what();
         throw CollectiveError("allreduce (sum) failed to start: " + text.substr(0, text.find('\n')));
     }
-    return [work, target = tensor, reduced = one[0]]() mutable {
-        finish(work, "allreduce (sum)");
+    const bool stream_only = backend->cuda && tensor.is_cuda(); // a gradient bucket on its GPU
+    return [work, target = tensor, reduced = one[0], stream_only, &b = *backend]() mutable {
+        if (stream_only) order_after(work, "allreduce (sum)");
+        else finish(b, work, "allreduce (sum)");
         copy_back(target, reduced);
     };
 }
@@ -456,6 +581,11 @@ std::function<void()> DataParallel::Impl::allreduce_sum_async(torch::Tensor& ten
 void DataParallel::Impl::allreduce_max(torch::Tensor& tensor)
 {
     allreduce(*backend, tensor, c10d::ReduceOp::MAX, "allreduce (max)");
+}
+
+void DataParallel::Impl::allreduce_max_on_device(torch::Tensor& tensor)
+{
+    allreduce(*backend, tensor, c10d::ReduceOp::MAX, "allreduce (max)", /*stream_only=*/true);
 }
 
 std::string DataParallel::Impl::broadcast_bytes(const std::string& bytes_on_rank0)

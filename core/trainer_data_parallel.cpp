@@ -173,7 +173,7 @@ double Trainer::Impl::dp_reduce_step(torch::Tensor& loss_sum, int& overlapped_bu
         std::vector<torch::Tensor> parts;
         for (auto* d : device_fp8_journals) parts.push_back(d->journal_amaxes());
         auto reduced = torch::cat(parts);
-        if (reduced.numel() > 0) group.allreduce_max(reduced);
+        if (reduced.numel() > 0) group.allreduce_max_on_device(reduced);
         int64_t offset = 0;
         for (auto* d : device_fp8_journals) {
             const auto n = static_cast<int64_t>(d->journal_size());
@@ -182,7 +182,9 @@ double Trainer::Impl::dp_reduce_step(torch::Tensor& loss_sum, int& overlapped_bu
         }
         device_fp8_journals.clear();
     }
-    group.allreduce_sum(loss_sum); // FP64: l0 + l1, as the single process adds them
+    // FP64: l0 + l1, as the single process adds them. The step's one host wait on the
+    // collectives: on NCCL the ones above only ordered the stream, and this one queues behind them.
+    group.allreduce_sum(loss_sum);
     return ms_since(t0);
 }
 

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "data_parallel.h"
+#include "data_parallel_impl.h"
 #include "data_parallel_cli.h"
 #include "gradient_buckets.h"
 #include "run_session.h"
@@ -573,6 +574,117 @@ private slots:
         QVERIFY2(errors[1].rfind("ConfigError: data-parallel training on CUDA needs NCCL", 0) == 0, errors[1].c_str());
         QVERIFY2(errors[0].rfind("ConfigError: data-parallel: rank 1: data-parallel training on CUDA needs NCCL", 0) == 0,
                  errors[0].c_str());
+    }
+
+    // The host's own wait for a NCCL collective, on fakes: it returns once the collective has
+    // completed, gives up at the timeout, and stops at a failure a peer posted, aborting the
+    // communicator first. Counted in looks at the fakes, not in time.
+    void a_wait_for_a_collective_ends_at_completion_timeout_or_a_peers_failure()
+    {
+        using namespace std::chrono_literals;
+        int polls = 0, looks = 0, aborts = 0;
+        std::optional<std::string> posted;
+        const auto failure = [&] {
+            ++looks;
+            return posted;
+        };
+        const auto abort = [&] { ++aborts; };
+
+        // Completed after 5 polls: no look at the store within 250 ms, no abort.
+        auto w = wait_for_collective([&] { return ++polls > 5; }, failure, abort, 10s);
+        QVERIFY(w.end == CollectiveWait::End::Completed);
+        QCOMPARE(polls, 6);
+        QCOMPARE(looks, 0);
+        QCOMPARE(aborts, 0);
+
+        // Never completes, nobody failed: the timeout, with looks on the way and no abort.
+        polls = 0;
+        w = wait_for_collective([&] { return false; }, failure, abort, 300ms, 20ms);
+        QVERIFY(w.end == CollectiveWait::End::TimedOut);
+        QVERIFY2(looks >= 3, qPrintable(QString::number(looks)));
+        QCOMPARE(aborts, 0);
+
+        // A peer posted its failure: the first look finds it, aborts once and says why.
+        looks = 0;
+        posted = "rank 1: CUDA out of memory";
+        w = wait_for_collective([&] { return false; }, failure, abort, 600s, 20ms);
+        QVERIFY(w.end == CollectiveWait::End::PeerFailed);
+        QCOMPARE(QString::fromStdString(w.failure), QString("rank 1: CUDA out of memory"));
+        QCOMPARE(looks, 1);
+        QCOMPARE(aborts, 1);
+
+        // A failure posted while the collective completes anyway does not stop it.
+        aborts = looks = 0;
+        w = wait_for_collective([] { return true; }, failure, abort, 600s, 0ms);
+        QVERIFY(w.end == CollectiveWait::End::Completed);
+        QCOMPARE(aborts, 0);
+        QCOMPARE(looks, 0);
+    }
+
+    // Which GPU a rank takes: its LOCAL_RANK's, or the only one it sees (Slurm's
+    // --gpus-per-task=1 gives every task CUDA_VISIBLE_DEVICES of its own), or none.
+    void a_rank_takes_its_own_gpu_or_the_only_one_it_sees_data()
+    {
+        QTest::addColumn<int>("local_rank");
+        QTest::addColumn<int>("visible");
+        QTest::addColumn<int>("gpu");
+        QTest::newRow("torchrun, rank 0 of 8 GPUs") << 0 << 8 << 0;
+        QTest::newRow("torchrun, rank 7 of 8 GPUs") << 7 << 8 << 7;
+        QTest::newRow("torchrun, rank 8 of 8 GPUs") << 8 << 8 << -1;
+        QTest::newRow("slurm, one GPU per task") << 3 << 1 << 0;
+        QTest::newRow("rank 2 of 2 GPUs") << 2 << 2 << -1;
+        QTest::newRow("no GPU") << 0 << 0 << -1;
+    }
+    void a_rank_takes_its_own_gpu_or_the_only_one_it_sees()
+    {
+        QFETCH(int, local_rank);
+        QFETCH(int, visible);
+        QFETCH(int, gpu);
+        QCOMPARE(gpu_of_local_rank(local_rank, visible), gpu);
+    }
+
+    // Two ranks on one GPU (a one-GPU machine under torchrun with two ranks, or Slurm without
+    // per-task binding) are refused on every rank before NCCL, naming both and the GPU.
+    // Ranks in threads, with the GPU identities given (this machine has none).
+    void ranks_that_would_share_a_gpu_are_refused_data()
+    {
+        QTest::addColumn<QString>("gpu1");
+        QTest::addColumn<bool>("refused");
+        QTest::newRow("own GPUs") << "node0/00000000:19:00.0" << false;
+        QTest::newRow("the same GPU") << "node0/00000000:18:00.0" << true;
+    }
+    void ranks_that_would_share_a_gpu_are_refused()
+    {
+        QFETCH(QString, gpu1);
+        QFETCH(bool, refused);
+        const std::string gpus[2] = {"node0/00000000:18:00.0", gpu1.toStdString()};
+        const int port = free_port();
+        std::string errors[2];
+        auto rank = [&](int r) {
+            try {
+                auto dp = DataParallel::join(*env_of({{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
+                                                      {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}}),
+                                             std::chrono::seconds(60));
+                dp->impl().preflight(false, gpus[r]);
+                dp->arrive("done"); // rank 0 hosts the store: it stays up until rank 1 has read
+                dp->wait_for_arrivals("done", 2, std::chrono::seconds(30));
+            } catch (const ConfigError& e) {
+                errors[r] = e.what();
+            } catch (const std::exception& e) {
+                errors[r] = std::string("other: ") + e.what();
+            }
+        };
+        std::thread rank1([&] { rank(1); });
+        rank(0);
+        rank1.join();
+        for (const auto& e : errors) {
+            if (!refused) {
+                QVERIFY2(e.empty(), e.c_str());
+                continue;
+            }
+            QVERIFY2(e.rfind("data-parallel on CUDA: ranks 0 and 1 would share the GPU node0/00000000:18:00.0;", 0) == 0,
+                     e.c_str());
+        }
     }
 
     void killed_peer_fails_the_run()
