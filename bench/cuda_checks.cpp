@@ -159,6 +159,9 @@ void stats_kernels(const torch::Device& device, bool quick)
     if (cuda) {
         const std::string fp8 = native_fp8_kernels_report();
         report(fp8.find("NO") == std::string::npos && fp8 != "not built", "fp8 kernel probes", fp8);
+        const bool rowwise = rowwise_fp8_available();
+        report(rowwise, "row-wise _scaled_mm probe",
+               rowwise ? "BF16 bias and output, fast accumulation: exact" : "NOT USED: per-row GEMMs run in FP32");
         const bool stats = fused_cuda_stats_available();
         report(stats, "stats kernel probe",
                stats ? "the fused CUDA kernel agreed with the tensor ops" : "NOT USED: not built, or it disagreed");

@@ -146,11 +146,11 @@ def jobs(part, shapes, twins):
     return [j for j in chosen if j[0] in shapes and (twins or j[2] != "torch")]
 
 
-def print_tables(results, peak):
+def print_tables(results, peak, reference):
     for name, rows in results.items():
         s = SHAPES[name]
         tokens = s["batch"] * s["context"]
-        ref = rows.get("torch bf16", (None, None))[0]
+        ref = rows.get("torch bf16", reference.get(name, {}).get("torch bf16", (None, None)))[0]
         print(f"\n## {name}: {s}\n| run | ms/step | tokens/s | MFU | peak MiB | x autocast bf16 (tokens/s) |")
         print("|---|---|---|---|---|---|")
         for what, (ms, mem) in rows.items():
@@ -176,6 +176,8 @@ def main():
                     help="steps of each telemetry run: enough that every 50 and every 10 are timed several times")
     ap.add_argument("--run-timeout", type=int, default=150, help="seconds one run may take before it is stopped")
     ap.add_argument("--json", help="write the results here as well")
+    ap.add_argument("--ref-json", help="an earlier part's --json: its rows give this part's ratios their "
+                                       "'torch bf16' where this part has none")
     args = ap.parse_args()
     # The session's deadline stops this script with SIGTERM: leave as an exception, so that
     # subprocess.run kills the run in progress instead of leaving it on the GPU.
@@ -189,11 +191,22 @@ def main():
     results, telemetry = {}, {}
 
     def save():
+        # Strict JSON (a missing reading is null, not NaN), and never half a file: the session's
+        # deadline may stop this script at any moment.
         if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
-                           "gpu": torch.cuda.get_device_name(), "bf16_peak_tflops": peak, "part": args.part,
-                           "steps": args.steps, "rows": results, "telemetry": telemetry}, f, indent=1)
+            def plain(v):
+                if isinstance(v, float) and v != v:
+                    return None
+                if isinstance(v, (list, tuple)):
+                    return [plain(x) for x in v]
+                if isinstance(v, dict):
+                    return {k: plain(x) for k, x in v.items()}
+                return v
+            with open(args.json + ".tmp", "w") as f:
+                json.dump(plain({"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
+                                 "gpu": torch.cuda.get_device_name(), "bf16_peak_tflops": peak, "part": args.part,
+                                 "steps": args.steps, "rows": results, "telemetry": telemetry}), f, indent=1)
+            os.replace(args.json + ".tmp", args.json)
 
     with tempfile.TemporaryDirectory() as tmp:
         write_data(tmp)
@@ -217,20 +230,27 @@ def main():
             results.setdefault(shape, {})[label] = run(cmd, f"{shape} {label}", args.run_timeout)
             print(f"  {shape} {label}: {results[shape][label]}", flush=True)
             save()
-        print_tables(results, peak)
+        reference = {}
+        if args.ref_json and os.path.exists(args.ref_json):
+            with open(args.ref_json) as f:
+                reference = json.load(f).get("rows", {})
+        print_tables(results, peak, reference)
         if args.telemetry and args.part in ("first", "all"):
             path = os.path.join(tmp, "telemetry.json")
             with open(path, "w") as f:
                 json.dump(project(tmp, SHAPES["small"], args.telemetry_steps), f)
             print(f"\n## telemetry cost, GPT-2 small BF16, {args.telemetry_steps} steps\n"
                   "| telemetry.interval | ms/step | x off |\n|---|---|---|")
+            # "Every step" (issue 12's +25 %) before the cheaper cadences: if time runs out, the
+            # default cadence's row is the one lost. Ratios are to the run without telemetry only.
             base = None
-            for interval in (0, 50, 10, 1):
+            for interval in (0, 1, 50, 10):
                 ms, _ = run([exe, "run", path, "--no-store", "--set", "precision.preset=bf16",
                              "--set", f"telemetry.interval={interval}"], f"telemetry {interval}", args.run_timeout)
                 telemetry[str(interval)] = ms
                 save()
-                base = base or ms
+                if interval == 0:
+                    base = ms
                 print(f"| {interval} | {ms} | {ms / base:.2f} |" if ms and base else f"| {interval} | failed | |",
                       flush=True)
 

@@ -14,9 +14,13 @@
 # Logs under $OUT: timeline.txt, build.txt (+ build_log.txt, configure_log.txt), gpu_bench.txt
 # and gpu_bench_{first,rest}.json, cuda_checks.txt. GPU_SESSION_S is the deadline (s, default
 # 570, inside the call's 600), GPU_CHECKS_S the checks' share (default 140), GPU_BENCH_ARGS
-# replaces bench/gpu.py's shape/step arguments, GPU_SKIP_CHECKS=1 skips the checks. A second
-# call on the still-warm machine keeps the build (seconds) and can run what the first did not:
-#   run(command="GPU_SKIP_CHECKS=1 GPU_PARTS=rest bash bench/gpu_session.sh", carry=[".gpu"], timeout_s=600)
+# replaces bench/gpu.py's shape/step arguments, GPU_SKIP_CHECKS=1 skips the checks.
+# A rerun: the machine stays warm only ~30 s after a call, and no machine starts with under 4
+# minutes of the session's 15 left, so a rerun is issued at once, with both limits under what
+# `status` says is left (budget_left_s - 30), e.g.
+#   run(command="GPU_SESSION_S=150 GPU_SKIP_CHECKS=1 GPU_PARTS=rest bash bench/gpu_session.sh",
+#       carry=[".gpu"], timeout_s=180)
+# The warm machine keeps build/gpu; if the copied sources' times changed, Ninja rebuilds (60-120 s).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out="${OUT:-/tmp/gpu-session}"
@@ -31,6 +35,9 @@ mark() { echo "# $1 at $((SECONDS - start)) s" | tee -a "$out/timeline.txt"; }
 torch_prefix="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name())' \
     | tee "$out/build.txt"
+# The host's memory (Mantissa refuses a project that does not fit it) and the GPU's mode.
+{ grep -E 'MemTotal|MemAvailable' /proc/meminfo; nproc; nvidia-smi --query-gpu=name,memory.total,compute_mode \
+    --format=csv,noheader 2>&1; } | tee -a "$out/build.txt"
 if ! timeout "$(left)" cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMANTISSA_WITH_QT=OFF \
         -DCMAKE_PREFIX_PATH="$torch_prefix;$PWD/.gpu/deps/usr" -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
         -DTORCH_CUDA_ARCH_LIST=9.0 -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
@@ -51,6 +58,7 @@ bench() { # $1: the part, $2: its seconds (timeout 0 would mean no limit at all)
     if [ "$2" -lt 10 ]; then mark "no time left for bench part $1"; return; fi
     # shellcheck disable=SC2086 # the arguments are meant to split
     timeout "$2" python3 bench/gpu.py --build build/gpu --part "$1" --json "$out/gpu_bench_$1.json" \
+        --ref-json "$out/gpu_bench_first.json" \
         ${GPU_BENCH_ARGS:---shapes small,wide --telemetry --steps 20} 2>&1 | tee -a "$out/gpu_bench.txt"
     mark "bench part $1 done"
 }
