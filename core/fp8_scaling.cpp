@@ -143,6 +143,16 @@ torch::Tensor quantize_blocks(const torch::Tensor& x, NumberFormat format, const
 
 } // namespace
 
+OutlierSplit split_outliers(const torch::Tensor& x32, double rms_multiple)
+{
+    const auto rms = x32.square().mean().sqrt();
+    const auto is_outlier = x32.abs() > rms * rms_multiple;
+    OutlierSplit split;
+    split.outliers = torch::where(is_outlier, x32, torch::zeros_like(x32));
+    split.inliers = x32 - split.outliers;
+    return split;
+}
+
 QuantizedOperand quantize_fp8(const torch::Tensor& x_in, NumberFormat format, const Fp8Recipe& recipe,
                               int64_t contraction_dim, DelayedScaling* delayed, TensorRole role,
                               BlockCastRecord* block_record)
@@ -155,10 +165,9 @@ QuantizedOperand quantize_fp8(const torch::Tensor& x_in, NumberFormat format, co
     // Outliers bypass FP8 and travel in BF16 beside it.
     torch::Tensor outliers;
     if (recipe.outlier_rms_multiple > 0.0) {
-        const auto rms = x.square().mean().sqrt();
-        const auto is_outlier = x.abs() > rms * recipe.outlier_rms_multiple;
-        outliers = torch::where(is_outlier, x, torch::zeros_like(x));
-        x = x - outliers;
+        auto split = split_outliers(x, recipe.outlier_rms_multiple);
+        x = std::move(split.inliers);
+        outliers = std::move(split.outliers);
     }
 
     QuantizedOperand out;

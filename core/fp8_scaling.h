@@ -114,6 +114,14 @@ struct QuantizedOperand {
     float scale = 1.0f;   // per-tensor recipes; 0 for per-row/block recipes
 };
 
+// The outlier split of `recipe.outlier_rms_multiple` k > 0 on FP32 values: outliers (|x| > k *
+// rms(x), the rest 0) skip FP8 and are added back in BF16; inliers = x - outliers go through
+// the FP8 cast. Device ops only: no read of the rms on the host.
+struct OutlierSplit {
+    torch::Tensor inliers, outliers;
+};
+OutlierSplit split_outliers(const torch::Tensor& x32, double rms_multiple);
+
 // Quantises `x` to an FP8 `format` under `recipe`. `contraction_dim` is the GEMM's K
 // dimension of this operand: per-row scales group every other dimension, blocks of 32 run
 // along it. `delayed` holds the state for the Delayed recipe (ignored otherwise); its

@@ -185,6 +185,7 @@ void LayerGemm::set_formats(const GemmFormats& formats)
     for (auto& d : device_scaling_) d.clear();
     invalidate_weight_cache();
     cached_version_ = -1;
+    used_native_ = used_emulated_ = false; // backend_used() tells of the new formats
 }
 
 std::string LayerGemm::backend_used() const
@@ -209,7 +210,7 @@ bool LayerGemm::use_native(const torch::Tensor& t) const
 
 bool LayerGemm::scales_on_device(const torch::Device& device) const
 {
-    return per_tensor_scaling(recipe_) && recipe_.outlier_rms_multiple == 0.0 && (native_ || !device.is_cpu());
+    return per_tensor_scaling(recipe_) && (native_ || !device.is_cpu());
 }
 
 torch::Tensor LayerGemm::round_operand(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim,
@@ -221,6 +222,13 @@ torch::Tensor LayerGemm::round_operand(const torch::Tensor& x, NumberFormat form
     if (scales_on_device(x)) {
         // The same cast with the scale, amax and history as tensors (native_fp8.h, held to the
         // host rules bit for bit): on a GPU the step never waits for an amax.
+        if (recipe_.outlier_rms_multiple > 0.0) {
+            // quantize_fp8's split, its inliers cast as above; no FP8 GEMM can take the sum,
+            // so no scale is handed on.
+            const auto split = split_outliers(x.to(torch::kFloat32), recipe_.outlier_rms_multiple);
+            return quantize_native(split.inliers, format, role, k_dim).dequantized() +
+                   round_to_format(split.outliers, NumberFormat::BF16, Overflow::Propagate);
+        }
         const Fp8Tensor t = quantize_native(x, format, role, k_dim);
         if (scale) *scale = t.scale;
         return t.dequantized();
@@ -536,7 +544,9 @@ torch::Tensor LayerGemm::gemm_unrecorded(const torch::Tensor& a, const torch::Te
     }
     if (use_native(a) && (format == NumberFormat::BF16 || format == NumberFormat::FP16)) {
         // Operands are already exactly representable, so casting them is lossless; the tensor
-        // core then accumulates in FP32 and rounds to the output dtype itself.
+        // core then accumulates in FP32 and rounds to the output dtype itself (cuBLAS may split
+        // K and add the partial sums in the 16-bit dtype, as under autocast: torch's default
+        // allow_bf16/fp16_reduced_precision_reduction; the GPU's order is not the CPU's anyway).
         used_native_ = true;
         const auto dtype = format == NumberFormat::BF16 ? torch::kBFloat16 : torch::kHalf;
         auto y = bias.defined() ? at::addmm(bias.to(dtype), a.to(dtype), b.to(dtype)) : at::matmul(a.to(dtype), b.to(dtype));

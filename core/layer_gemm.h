@@ -87,7 +87,8 @@ public:
         native_weight_ = {};
         native_weight_dgrad_ = {};
     }
-    // "fp32", "emulated", "native", or "native+emulated" when some GEMMs fell back.
+    // "fp32", "emulated", "native", or "native+emulated" when some GEMMs fell back: what ran
+    // since the formats were last set ("none" before anything ran).
     std::string backend_used() const;
 
     // Used by the autograd functions. `k_dim` is the operand's contraction dimension. For

@@ -39,7 +39,9 @@ public:
     LossScalingMode mode() const { return mode_; }
 
     // After each backward: updates the scale. The optimizer step must be skipped unless the
-    // outcome is Clean or Grew. With scaling off or static a non-finite gradient still skips.
+    // outcome is Clean or Grew. Static scaling skips a non-finite gradient too. With scaling
+    // off the trainer never asks (nor checks the gradients): a non-finite gradient reaches the
+    // optimizer, as in PyTorch without a GradScaler, and the watchers report the divergence.
     // Dynamic mode is ATen's _amp_update_scale_ (AmpGradScalerKernels.cpp) to the bit:
     //   found_inf: scale = float(double(scale) * backoff_factor), rounded to nearest even, so
     //              2^-149 * 0.5 becomes 0; growth_tracker = 0;

@@ -209,12 +209,22 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
                                              exact.optimizer_state_bytes + exact.low_precision_weights_bytes);
         needs[1].bytes = static_cast<double>(exact.activations_bytes);
     }
-    // `where`: "this machine's" (host memory, every need) or "the GPU's" (all but the data set,
-    // which stays on the host).
+    // A CUDA run holds on the host only the data set and the FP32 weights while they are made
+    // (they move to the GPU with everything else: gradients, Adam state, activations, histories).
+    std::vector<Need> host_needs;
+    if (on_gpu) {
+        for (const auto& n : needs)
+            if (n.key == "data.examples") host_needs.push_back(n);
+        host_needs.push_back({"model", "FP32 weights made on the host for model.n_layer " + std::to_string(m.n_layer) +
+                                           ", model.n_embd " + std::to_string(m.n_embd),
+                              4.0 * parameters});
+    }
+    // `where`: "this machine's" (host memory: every need, or host_needs on CUDA) or "the GPU's"
+    // (all but the data set, which stays on the host).
     const auto refuse_above = [&](double limit, bool gpu, const char* where) {
         double total = 0;
         std::vector<const Need*> counted;
-        for (const auto& n : needs)
+        for (const auto& n : on_gpu && !gpu ? host_needs : needs)
             if (!gpu || n.key != "data.examples") {
                 total += n.bytes;
                 counted.push_back(&n);

@@ -2,6 +2,7 @@
 #include "native_fp8.h"
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <tuple>
 #include <utility>
@@ -375,11 +376,47 @@ bool scaled_mm_takes(const torch::Tensor& a_codes, const torch::Tensor& a_inv, c
     return true;
 }
 
+bool rowwise_fp8_available()
+{
+    static const bool available = [] {
+        if (!native_fp8_available()) return false; // no CUDA, or no FP8 _scaled_mm at all
+        try {
+            // The forward GEMM's call exactly: E4M3 codes of 1, scales (M, 1) and (1, N) that
+            // differ per row and column, a BF16 bias in the epilogue, a BF16 output, fast
+            // accumulation. Every output 32 * 2^-(i % 4) * 2^(j % 3) + j is exact in BF16.
+            const auto f32 = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat32);
+            const int64_t M = 16, K = 32, N = 16;
+            const auto a = torch::ones({M, K}, f32).to(torch::kFloat8_e4m3fn);
+            const auto b = torch::ones({N, K}, f32).to(torch::kFloat8_e4m3fn).t(); // (K, N) column-major
+            const auto rows = torch::exp2(-torch::remainder(torch::arange(M, f32), 4.0f)).unsqueeze(1); // (M, 1)
+            const auto cols = torch::exp2(torch::remainder(torch::arange(N, f32), 3.0f)).unsqueeze(0);  // (1, N)
+            const auto bias = torch::arange(N, f32);
+            const auto y = at::_scaled_mm(a, b, rows, cols, bias.to(torch::kBFloat16), {}, torch::kBFloat16,
+                                          /*use_fast_accum=*/true);
+            const auto expected = (rows * cols * static_cast<float>(K) + bias.unsqueeze(0)).to(torch::kBFloat16);
+            if (torch::equal(y.cpu(), expected.cpu())) return true;
+            std::fprintf(stderr, "mantissa: _scaled_mm's row-wise scaling gave a wrong product: per-row FP8 GEMMs "
+                                 "run from the dequantised codes\n");
+            return false;
+        } catch (const std::exception& e) {
+            const std::string text = e.what();
+            std::fprintf(stderr,
+                         "mantissa: _scaled_mm's row-wise scaling is not available (%s): per-row FP8 GEMMs run from "
+                         "the dequantised codes\n",
+                         text.substr(0, text.find('\n')).c_str());
+            return false;
+        }
+    }();
+    return available;
+}
+
 torch::Tensor fp8_gemm(const torch::Tensor& a_codes, const torch::Tensor& a_inv, const torch::Tensor& b_codes,
                        const torch::Tensor& b_inv, const torch::Tensor& bias, c10::ScalarType out_dtype,
                        bool fast_accum, bool* native)
 {
-    if (a_codes.is_cuda() && scaled_mm_takes(a_codes, a_inv, b_codes, b_inv, out_dtype) && native_fp8_available()) {
+    const bool rowwise = a_inv.numel() > 1 || b_inv.numel() > 1;
+    if (a_codes.is_cuda() && scaled_mm_takes(a_codes, a_inv, b_codes, b_inv, out_dtype) && native_fp8_available() &&
+        (!rowwise || rowwise_fp8_available())) {
         if (native) *native = true;
         const auto a = a_codes.is_contiguous() ? a_codes : a_codes.contiguous();    // row-major
         const auto b = column_major(b_codes) ? b_codes : b_codes.t().contiguous().t(); // column-major

@@ -104,6 +104,11 @@ bool per_row(const Fp8Tensor& t);
 bool scaled_mm_takes(const torch::Tensor& a_codes, const torch::Tensor& a_inv, const torch::Tensor& b_codes,
                      const torch::Tensor& b_inv, c10::ScalarType out_dtype);
 
+// Whether this process's GPU runs _scaled_mm with row-wise scales as fp8_gemm calls it (BF16
+// bias and output, fast accumulation): a product with a known answer, tried once; false without
+// CUDA. Where it is false, per-row GEMMs take the FP32 route and stderr says why.
+bool rowwise_fp8_available();
+
 // a (M, K) x b (K, N) of FP8 codes -> (M, N) in `out_dtype`, plus `bias` (N) in the epilogue.
 // On CUDA where scaled_mm_takes them: at::_scaled_mm (`fast_accum` only for the
 // forward GEMM, as TransformerEngine does). Otherwise the same products in FP32 from the

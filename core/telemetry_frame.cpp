@@ -120,10 +120,11 @@ struct TelemetryStep::InFlight {
     std::vector<std::pair<std::string, std::pair<int64_t, double>>> logits; // block, (slot, 1/sqrt(d))
     int64_t log_z = -1;
     HostCopy copy;
+    MemorySnapshot memory; // at the end of the step, not when the frame is handed on
 };
 
 std::shared_ptr<TelemetryStep::InFlight> TelemetryStep::launch(Gpt& model, int64_t step, bool skipped,
-                                                               const RankReduction* ranks)
+                                                               int cuda_device, const RankReduction* ranks)
 {
     torch::NoGradGuard no_grad;
     // Everything measured is still on the device: gather it into one buffer, read it back
@@ -172,10 +173,11 @@ std::shared_ptr<TelemetryStep::InFlight> TelemetryStep::launch(Gpt& model, int64
         out->copy = start_copy(buffer);
     }
     weights_before_.clear();
+    out->memory = read_memory(cuda_device);
     return out;
 }
 
-LayerStatsFrame TelemetryStep::complete(const InFlight& in, int cuda_device)
+LayerStatsFrame TelemetryStep::complete(const InFlight& in)
 {
     if (in.copy.landed) in.copy.landed->synchronize(); // the stream up to the copy, not the device
     const auto& host = in.copy.host;
@@ -199,7 +201,7 @@ LayerStatsFrame TelemetryStep::complete(const InFlight& in, int cuda_device)
         frame.log_z_mean = values[in.log_z];
         frame.log_z_max = values[in.log_z + 1];
     }
-    frame.memory = read_memory(cuda_device);
+    frame.memory = in.memory;
     return frame;
 }
 

@@ -41,11 +41,14 @@ public:
         std::function<void(torch::Tensor&)> sum, max;
     };
     // Gathers everything measured (per-tensor statistics with the update/weight ratio unless
-    // the step was skipped, attention max logits, log Z) and starts the copy. No host sync.
-    std::shared_ptr<InFlight> launch(Gpt& model, int64_t step, bool skipped, const RankReduction* ranks = nullptr);
+    // the step was skipped, attention max logits, log Z) and starts the copy, and reads the
+    // memory of `cuda_device` (-1: a CPU run) now, at the end of its step (the allocator's
+    // counters: no host sync).
+    std::shared_ptr<InFlight> launch(Gpt& model, int64_t step, bool skipped, int cuda_device,
+                                     const RankReduction* ranks = nullptr);
     // The frame, once the copy has landed (waits for it only if it has not; after the next
-    // step's own sync it has), with the memory reading of now.
-    static LayerStatsFrame complete(const InFlight& in_flight, int cuda_device); // -1: a CPU run
+    // step's own sync it has).
+    static LayerStatsFrame complete(const InFlight& in_flight);
 
 private:
     std::unordered_map<std::string, torch::Tensor> weights_before_;

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "blockwise_fp8.h"
@@ -114,9 +115,11 @@ Trainer::Impl::Impl(ProjectConfig c) : config(std::move(c)), watchers(config.tel
     // process, so that their probes' host syncs fall outside the steps (a run's telemetry may be switched on at
     // any step, and a layer's recipe changed to FP8).
     if (device.is_cuda()) {
+        const c10::DeviceGuard on_this_gpu(device); // the probes try the GPU this run trains on
         fused_cuda_stats_available();
         native_fp8_kernels_report();
         native_fp8_available();
+        rowwise_fp8_available();
         blockwise_fp8_available();
     }
     train_batches = std::make_unique<BatchSampler>(data.train, config.training.batch_size,
@@ -277,7 +280,7 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
     std::shared_ptr<TelemetryStep::InFlight> in_flight;
     auto deliver = [&](std::vector<WatchAlert>& alerts) {
         if (!in_flight) return;
-        const auto frame = TelemetryStep::complete(*in_flight, s.cuda_device());
+        const auto frame = TelemetryStep::complete(*in_flight);
         in_flight.reset();
         sink.on_layer_stats(frame);
         for (auto& a : s.watchers.on_frame(frame, s.layer_order)) alerts.push_back(std::move(a));
@@ -304,11 +307,13 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
         s.dp_gather_times(ms, outcome.allreduce_ms, outcome.overlapped_buckets, m);
         ++step;
         if (outcome.skipped) ++summary.skipped_steps;
-        if (step == first_step + 1) {
-            // Which backend each layer actually ran on, once they have all run.
+        if (step == first_step + 1 || s.backends_changed) {
+            // Which backend each layer actually ran on, once they have all run: after the first
+            // step, and after the first step of a live precision change.
             auto e = event_at(step, EventKind::LayerBackends);
             e.layer_states = s.layer_states();
             sink.on_event(e);
+            s.backends_changed = false;
         }
 
         m.step = step;
@@ -328,7 +333,8 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
         const bool evaluates = (cfg.eval.interval > 0 && step % cfg.eval.interval == 0) || last;
         const bool checkpoints = cfg.training.checkpoint_interval > 0 && step % cfg.training.checkpoint_interval == 0;
         if (armed) {
-            in_flight = telemetry.launch(s.model, step, outcome.skipped, reduce_ranks ? &rank_reduction : nullptr);
+            in_flight = telemetry.launch(s.model, step, outcome.skipped, s.cuda_device(),
+                                         reduce_ranks ? &rank_reduction : nullptr);
             if (!s.is_rank0()) in_flight.reset(); // its part is in rank 0's frame
             if (!defer_frames || evaluates || checkpoints) deliver(alerts);
         }

@@ -125,6 +125,7 @@ std::vector<std::pair<std::string, GemmFormats>> Trainer::Impl::set_layer_format
         changed.emplace_back(g->name(), g->formats());
         g->set_formats(formats);
     }
+    backends_changed |= !changed.empty(); // the next step says where they ran now
     return changed;
 }
 
@@ -132,7 +133,12 @@ std::vector<LayerState> Trainer::Impl::layer_states_of(const std::vector<std::st
 {
     std::vector<LayerState> out;
     for (auto& s : layer_states())
-        if (std::find(names.begin(), names.end(), s.name) != names.end()) out.push_back(std::move(s));
+        if (std::find(names.begin(), names.end(), s.name) != names.end()) {
+            // Just changed: where the new formats run is known once a step has run them (the
+            // layer_backends event after it); until then the backend is left unsaid.
+            s.backend.clear();
+            out.push_back(std::move(s));
+        }
     return out;
 }
 

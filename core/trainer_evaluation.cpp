@@ -17,15 +17,17 @@ double Trainer::Impl::estimate_loss(const std::vector<uint16_t>& split)
     model->eval();
     BatchSampler sampler(split, config.training.batch_size, config.model.context_length,
                          config.training.seed ^ kEvalSeedSalt);
-    double total = 0.0;
+    // Summed in FP64 on the device, in batch order (what a host sum of the read-back losses
+    // gives, to the bit), and read once: no wait per batch.
+    auto total = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
     for (int64_t i = 0; i < config.eval.batches; ++i) {
         auto [x, y] = sampler.next();
         x = to_device(x);
         y = to_device(y);
-        total += model->loss(model->forward(x), y).item<double>();
+        total = total + model->loss(model->forward(x), y).to(torch::kFloat64);
     }
     model->train();
-    return total / static_cast<double>(config.eval.batches);
+    return total.item<double>() / static_cast<double>(config.eval.batches);
 }
 
 std::string Trainer::Impl::sample(const std::string& prompt, int64_t tokens, uint64_t seed)

@@ -154,9 +154,11 @@ struct Trainer::Impl {
     // Applies a precision change; returns the layers it touched and their formats before.
     std::vector<std::pair<std::string, GemmFormats>> set_layer_formats(const std::string& pattern,
                                                                        const GemmFormats& formats);
+    bool backends_changed = false; // a precision change since the last layer_backends event
 
     std::vector<LayerState> layer_states() const;
-    std::vector<LayerState> layer_states_of(const std::vector<std::string>& names) const; // forward order
+    // Forward order; the backend empty (the layers were just changed: layer_backends follows).
+    std::vector<LayerState> layer_states_of(const std::vector<std::string>& names) const;
 };
 
 } // namespace mantissa

@@ -323,6 +323,23 @@ private slots:
         MachineLimits unknown = gpu;
         unknown.device_memory_bytes = 0;
         QCOMPARE(fit_refusal(R"({"training": {"device": "cuda"}, "model": {"n_embd": 4096}})", unknown), std::string());
+        // Activations, gradients and Adam state live on the GPU, not in the host's memory: a
+        // batch whose activations are ~15 GiB fits an 8 GiB host with a 141 GiB GPU, and on the
+        // CPU it does not.
+        const MachineLimits h200{int64_t(8) << 30, 16, int64_t(141) << 30};
+        const std::string big_batch = R"({"model": {"n_embd": 768, "n_layer": 12, "n_head": 12, "context_length": 1024},
+                                          "training": {"device": "%1", "batch_size": 32}})";
+        QCOMPARE(fit_refusal(QString::fromStdString(big_batch).arg("cuda").toStdString(), h200), std::string());
+        QVERIFY(fit_refusal(QString::fromStdString(big_batch).arg("cpu").toStdString(), h200)
+                    .starts_with("training.batch_size: the project needs an estimated"));
+        // The FP32 weights are made on the host first: a model whose weights outgrow it is refused.
+        const std::string huge = fit_refusal(R"({"training": {"device": "cuda"}, "model": {"n_embd": 16384, "n_layer": 8}})",
+                                             MachineLimits{int64_t(8) << 30, 16, int64_t(1) << 40});
+        QVERIFY2(huge.starts_with("model: the project needs an estimated 96.0 GiB of memory (") &&
+                     huge.find("FP32 weights made on the host for model.n_layer 8, model.n_embd 16384: 96.0 GiB") !=
+                         std::string::npos &&
+                     huge.ends_with("more than this machine's 8.0 GiB"),
+                 huge.c_str());
         // The data set stays on the host: 6.5 GiB of examples fit 64 GiB and never meet the GPU's limit.
         QCOMPARE(fit_refusal(R"({"training": {"device": "cuda"}, "data": {"examples": 100000000}})", gpu), std::string());
         QVERIFY(fit_refusal(R"({"training": {"device": "cpu"}, "data": {"examples": 100000000}})",

@@ -99,13 +99,16 @@ private slots:
         const auto run = train(config, GemmBackend::Native);
         QCOMPARE(run.steps.size(), golden.size());
         for (size_t i = 0; i < golden.size(); ++i) {
-            // Steps 1-5 (warm-up, gradients under the clip) are the same graph of the same
-            // kernels: equal to the 9 digits printed. From step 6 the clip scales the
-            // gradients, by a coefficient PyTorch computes in FP32 on the device and the
-            // engine in FP64 (as it does for the FP32 golden run); a last-bit difference in
-            // a weight then flips an occasional BF16 rounding, and the runs drift apart by
-            // at most 2.6e-4 over 30 steps (measured). A missing cast moves step 1 already.
-            const double tolerance = i < 5 ? 1e-7 : 5e-4;
+            // Steps 1 and 2 are the same graph of the same kernels: equal to the 9 digits
+            // printed. From step 2 on the clip scales the gradients (their norm is above 1),
+            // by a coefficient PyTorch computes in FP32 and the engine in FP64 (as it does
+            // for the FP32 golden run); a last-bit difference in a weight then flips an
+            // occasional BF16 rounding, and the runs drift apart by at most 2.6e-4 over 30
+            // steps (measured). Where that starts depends on the CPU's BF16 kernels: on the
+            // AVX-512 machine that made the golden file the losses agreed to 1e-7 up to step
+            // 5; on an AVX2 machine (2026-12-02) step 3 differs by 8e-6, and PyTorch's own
+            // rerun there by 1.8e-5 from its file. A missing cast moves step 1 already.
+            const double tolerance = i < 2 ? 1e-7 : 5e-4;
             if (std::abs(run.steps[i].train_loss - golden[i]) > tolerance)
                 QFAIL(qPrintable(QString("step %1: loss %2, autocast %3").arg(i + 1)
                                      .arg(run.steps[i].train_loss, 0, 'g', 9).arg(golden[i], 0, 'g', 9)));
@@ -280,15 +283,20 @@ private slots:
     void emulatedCastsInTheNativeExecutorKeepTensorState_data()
     {
         QTest::addColumn<QString>("recipe");
-        QTest::newRow("delayed") << "delayed";
-        QTest::newRow("current") << "current";
+        QTest::addColumn<double>("outliers"); // outlier_rms_multiple: the split runs on tensors too
+        QTest::newRow("delayed") << "delayed" << 0.0;
+        QTest::newRow("current") << "current" << 0.0;
+        QTest::newRow("delayed, outliers aside") << "delayed" << 2.5;
+        QTest::newRow("current, outliers aside") << "current" << 2.5;
     }
     void emulatedCastsInTheNativeExecutorKeepTensorState()
     {
         QFETCH(QString, recipe);
+        QFETCH(double, outliers);
         Fp8Recipe r;
         r.scaling = *parse_fp8_scaling(recipe.toStdString());
         r.amax_history_length = 4;
+        r.outlier_rms_multiple = outliers;
         const GemmFormats f{NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2};
         LayerGemm emulated("attn", f, r, GemmBackend::Emulated), native("attn", f, r, GemmBackend::Native);
         native.set_native(true);

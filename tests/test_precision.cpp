@@ -334,6 +334,36 @@ private slots:
         }
     }
 
+    // The backend a layer reports is what ran since its formats were set: after a live change
+    // from BF16 (native) to FP8 (emulated on a CPU), "emulated", not "native+emulated", sent
+    // in a layer_backends event after the first step with the new formats.
+    void backendAfterALiveChangeIsTheNewFormats()
+    {
+        auto config = golden_project();
+        config.training.steps = 6;
+        config.eval.interval = 0;
+        config.precision.preset = "bf16";
+        config.precision.backend = GemmBackend::Native;
+        Trainer trainer(config);
+        Recorder rec;
+        rec.hook = [&](const StepMetrics& m) {
+            if (m.step == 3) trainer.request_layer_formats("blocks.0.mlp.fc1", uniform(NumberFormat::E4M3));
+        };
+        trainer.run(rec);
+        std::vector<const RunEvent*> backends;
+        for (const auto& e : rec.events)
+            if (e.kind == EventKind::LayerBackends) backends.push_back(&e);
+        QCOMPARE(backends.size(), size_t(2));
+        QCOMPARE(backends[0]->step, int64_t(1));
+        QCOMPARE(backends[1]->step, int64_t(4));
+        for (const RunEvent* e : backends)
+            for (const auto& s : e->layer_states)
+                if (s.name == "blocks.0.mlp.fc1")
+                    QCOMPARE(QString::fromStdString(s.backend), QString(e == backends[0] ? "native" : "emulated"));
+        for (const auto& layer : trainer.layers())
+            if (layer.name == "blocks.0.mlp.fc2") QCOMPARE(QString::fromStdString(layer.backend), QString("native"));
+    }
+
     void fp8HistoryRestartsOnPolicyChange()
     {
         LayerGemm layer("test.fc", {NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2}, Fp8Recipe{},

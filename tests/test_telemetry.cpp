@@ -363,7 +363,7 @@ private slots:
             const auto idx = torch::randint(0, 11, {2, 8}, torch::kLong);
             model->loss(model->forward(idx), idx).backward();
             telemetry.disarm(model);
-            return TelemetryStep::complete(*telemetry.launch(model, 1, /*skipped=*/true, ranks), -1);
+            return TelemetryStep::complete(*telemetry.launch(model, 1, /*skipped=*/true, -1, ranks));
         };
         TelemetryStep::RankReduction twins;
         twins.world_size = 2;

@@ -69,8 +69,14 @@ bool LiveLayers::apply(const RunEvent& e)
             layer.cause = e.cause;
             layer.watcher = e.watcher;
         }
-        // The engine's own view of the changed layers (recipe, backend), where it sent one.
-        for (const auto& s : e.layer_states) ensure(s.name).state = s;
+        // The engine's own view of the changed layers (recipe), where it sent one; the backend
+        // of the new formats comes with the layer_backends event after their first step.
+        for (const auto& s : e.layer_states) {
+            LayerState& state = ensure(s.name).state;
+            const std::string backend = s.backend.empty() ? state.backend : s.backend;
+            state = s;
+            state.backend = backend;
+        }
         break;
     default:
         return false;
