@@ -251,8 +251,8 @@ def main():
                 save()
                 if interval == 0:
                     base = ms
-                print(f"| {interval} | {ms} | {ms / base:.2f} |" if ms and base else f"| {interval} | failed | |",
-                      flush=True)
+                print(f"| {interval} | {ms} | {ms / base:.2f} |" if ms and base else
+                      f"| {interval} | {ms} | - |" if ms else f"| {interval} | failed | |", flush=True)
 
 
 if __name__ == "__main__":

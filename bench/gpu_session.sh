@@ -21,6 +21,8 @@
 #   run(command="GPU_SESSION_S=150 GPU_SKIP_CHECKS=1 GPU_PARTS=rest bash bench/gpu_session.sh",
 #       carry=[".gpu"], timeout_s=180)
 # The warm machine keeps build/gpu; if the copied sources' times changed, Ninja rebuilds (60-120 s).
+# A rerun's $OUT starts empty: for rest's ratios to autocast, copy the first call's
+# gpu_bench_first.json into .gpu/ here and pass GPU_REF_JSON=.gpu/gpu_bench_first.json.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out="${OUT:-/tmp/gpu-session}"
@@ -58,7 +60,7 @@ bench() { # $1: the part, $2: its seconds (timeout 0 would mean no limit at all)
     if [ "$2" -lt 10 ]; then mark "no time left for bench part $1"; return; fi
     # shellcheck disable=SC2086 # the arguments are meant to split
     timeout "$2" python3 bench/gpu.py --build build/gpu --part "$1" --json "$out/gpu_bench_$1.json" \
-        --ref-json "$out/gpu_bench_first.json" \
+        --ref-json "${GPU_REF_JSON:-$out/gpu_bench_first.json}" \
         ${GPU_BENCH_ARGS:---shapes small,wide --telemetry --steps 20} 2>&1 | tee -a "$out/gpu_bench.txt"
     mark "bench part $1 done"
 }

@@ -9,6 +9,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include <unistd.h>
@@ -23,6 +24,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include "device_memory.h"
 #include "project_config.h"
 
 namespace mantissa {
@@ -146,8 +148,14 @@ void finish(DataParallelBackend& b, const c10::intrusive_ptr<c10d::Work>& work, 
                 [&] { b.group->abort(); }, b.timeout);
             if (waited.end == CollectiveWait::End::PeerFailed)
                 throw CollectiveError(std::string(what) + " abandoned: " + waited.failure);
-            // Completed: returns at once (and rethrows the collective's error); timed out: throws
-            // torch's timeout and aborts the communicator.
+            // Completed: returns at once (and rethrows the collective's error). Timed out: a wait
+            // with a timeout throws torch's timeout and aborts the communicator, whatever
+            // TORCH_NCCL_BLOCKING_WAIT says (a user's 0 is kept).
+            if (waited.end == CollectiveWait::End::TimedOut) {
+                work->wait(b.timeout);
+                b.group->abort();
+                throw CollectiveError(std::string(what) + " timed out after " + std::to_string(b.timeout.count()) + " ms");
+            }
         }
         work->wait();
     } catch (const CollectiveError&) {
@@ -354,20 +362,19 @@ std::optional<std::pair<int, int>> ranks_sharing_a_gpu(const std::vector<std::st
 
 namespace {
 
-// This rank's GPU as "<host>/<PCI address>" (the same on every rank that holds it), or "" on
-// the CPU and where it cannot be told.
+// This rank's GPU as "<host>/<boot id>/<PCI address>" (the same on every rank that holds it;
+// the boot id tells apart containers of one host name on identical servers, as NCCL's own
+// check does), or "" on the CPU and where it cannot be told.
 std::string gpu_identity([[maybe_unused]] bool cuda)
 {
 #if MANTISSA_DP_NCCL
     if (!cuda || !torch::cuda::is_available()) return {};
     char host[256] = {};
-    char bus[32] = {};
     if (::gethostname(host, sizeof host - 1) != 0) return {};
-    if (cudaDeviceGetPCIBusId(bus, sizeof bus, static_cast<int>(c10::cuda::current_device())) != cudaSuccess) {
-        (void)cudaGetLastError(); // clear it: it is not the run's error
-        return {};
-    }
-    return std::string(host) + "/" + bus;
+    std::string boot;
+    std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+    const std::string bus = cuda_pci_bus_id(static_cast<int>(c10::cuda::current_device()));
+    return bus.empty() ? std::string() : std::string(host) + "/" + boot + "/" + bus;
 #else
     return {};
 #endif
@@ -423,9 +430,11 @@ void DataParallel::Impl::preflight(bool cuda, const std::string& gpu)
             throw CollectiveError("data-parallel: rank " + std::to_string(env.rank) + " waited in vain for rank " +
                                   std::to_string(r) + " to start: " + text.substr(0, text.find('\n')));
         }
+        // "<device>\n<GPU>\n<refusal>"; before 2026-12-02 "<device>\n<refusal>" (no GPU).
         const auto first = answer.find('\n'), second = answer.find('\n', first + 1);
-        const std::string device = answer.substr(0, first), reason = answer.substr(second + 1);
-        gpu_of_rank.push_back(answer.substr(first + 1, second - first - 1));
+        const std::string device = answer.substr(0, first);
+        const std::string reason = second == std::string::npos ? answer.substr(first + 1) : answer.substr(second + 1);
+        gpu_of_rank.push_back(second == std::string::npos ? std::string() : answer.substr(first + 1, second - first - 1));
         if (!reason.empty() && refusing_rank < 0) {
             refusing_rank = r;
             first_refusal = reason;

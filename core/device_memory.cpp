@@ -24,17 +24,26 @@ int64_t nvml_used_bytes(int device)
 #ifdef MANTISSA_HAVE_CUDA_ALLOCATOR
     // NVML numbers GPUs by PCI bus and ignores CUDA_VISIBLE_DEVICES; the bus id names the same GPU
     // in both.
-    const auto* p = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(device));
-    char bus_id[32];
-    std::snprintf(bus_id, sizeof bus_id, "%08x:%02x:%02x.0", static_cast<unsigned>(p->pciDomainID),
-                  static_cast<unsigned>(p->pciBusID), static_cast<unsigned>(p->pciDeviceID));
-    return nvml_memory_of_bus(bus_id, total, used) ? used : -1;
+    return nvml_memory_of_bus(cuda_pci_bus_id(device).c_str(), total, used) ? used : -1;
 #else
     return nvml_memory(device, total, used) ? used : -1;
 #endif
 }
 
 } // namespace
+
+std::string cuda_pci_bus_id([[maybe_unused]] int cuda_device)
+{
+#ifdef MANTISSA_HAVE_CUDA_ALLOCATOR
+    const auto* p = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(cuda_device));
+    char bus_id[32];
+    std::snprintf(bus_id, sizeof bus_id, "%08x:%02x:%02x.0", static_cast<unsigned>(p->pciDomainID),
+                  static_cast<unsigned>(p->pciBusID), static_cast<unsigned>(p->pciDeviceID));
+    return bus_id;
+#else
+    return {};
+#endif
+}
 
 void reset_peak_memory([[maybe_unused]] int cuda_device)
 {

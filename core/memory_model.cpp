@@ -209,15 +209,17 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
                                              exact.optimizer_state_bytes + exact.low_precision_weights_bytes);
         needs[1].bytes = static_cast<double>(exact.activations_bytes);
     }
-    // A CUDA run holds on the host only the data set and the FP32 weights while they are made
-    // (they move to the GPU with everything else: gradients, Adam state, activations, histories).
+    // A CUDA run's gradients and activations never leave the GPU; on the host it holds the data
+    // set and, at each checkpoint (the last one always), the FP32 weights and Adam state
+    // serialised into one buffer (12 B a parameter), up to twice that while the buffer grows.
     std::vector<Need> host_needs;
     if (on_gpu) {
         for (const auto& n : needs)
             if (n.key == "data.examples") host_needs.push_back(n);
-        host_needs.push_back({"model", "FP32 weights made on the host for model.n_layer " + std::to_string(m.n_layer) +
-                                           ", model.n_embd " + std::to_string(m.n_embd),
-                              4.0 * parameters});
+        host_needs.push_back({"model", "checkpoint of the FP32 weights and Adam state, serialised on the host, for "
+                                       "model.n_layer " + std::to_string(m.n_layer) + ", model.n_embd " +
+                                           std::to_string(m.n_embd),
+                              24.0 * parameters});
     }
     // `where`: "this machine's" (host memory: every need, or host_needs on CUDA) or "the GPU's"
     // (all but the data set, which stays on the host).

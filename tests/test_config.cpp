@@ -332,13 +332,14 @@ private slots:
         QCOMPARE(fit_refusal(QString::fromStdString(big_batch).arg("cuda").toStdString(), h200), std::string());
         QVERIFY(fit_refusal(QString::fromStdString(big_batch).arg("cpu").toStdString(), h200)
                     .starts_with("training.batch_size: the project needs an estimated"));
-        // The FP32 weights are made on the host first: a model whose weights outgrow it is refused.
-        const std::string huge = fit_refusal(R"({"training": {"device": "cuda"}, "model": {"n_embd": 16384, "n_layer": 8}})",
-                                             MachineLimits{int64_t(8) << 30, 16, int64_t(1) << 40});
-        QVERIFY2(huge.starts_with("model: the project needs an estimated 96.0 GiB of memory (") &&
-                     huge.find("FP32 weights made on the host for model.n_layer 8, model.n_embd 16384: 96.0 GiB") !=
-                         std::string::npos &&
-                     huge.ends_with("more than this machine's 8.0 GiB"),
+        // Checkpoints serialise the weights and Adam state on the host: a model whose checkpoint
+        // outgrows it is refused (24 B a parameter: 12, twice while the buffer grows).
+        const std::string huge = fit_refusal(R"({"training": {"device": "cuda"}, "model": {"n_embd": 8192, "n_layer": 4}})",
+                                             MachineLimits{int64_t(64) << 30, 16, int64_t(1) << 40});
+        QVERIFY2(huge.starts_with("model: the project needs an estimated 72.0 GiB of memory (") &&
+                     huge.find("checkpoint of the FP32 weights and Adam state, serialised on the host, for model.n_layer 4, "
+                               "model.n_embd 8192: 72.0 GiB") != std::string::npos &&
+                     huge.ends_with("more than this machine's 64.0 GiB"),
                  huge.c_str());
         // The data set stays on the host: 6.5 GiB of examples fit 64 GiB and never meet the GPU's limit.
         QCOMPARE(fit_refusal(R"({"training": {"device": "cuda"}, "data": {"examples": 100000000}})", gpu), std::string());
