@@ -388,8 +388,13 @@ bool rowwise_fp8_available()
             const int64_t M = 16, K = 32, N = 16;
             const auto a = torch::ones({M, K}, f32).to(torch::kFloat8_e4m3fn);
             const auto b = torch::ones({N, K}, f32).to(torch::kFloat8_e4m3fn).t(); // (K, N) column-major
-            const auto rows = torch::exp2(-torch::remainder(torch::arange(M, f32), 4.0f)).unsqueeze(1); // (M, 1)
-            const auto cols = torch::exp2(torch::remainder(torch::arange(N, f32), 3.0f)).unsqueeze(0);  // (1, N)
+            // Powers of two made on the host (a device's exp2 need not be exact), so every
+            // product and sum is exact and no fused rounding can tell the two sides apart.
+            std::vector<float> row_scales, col_scales;
+            for (int64_t i = 0; i < M; ++i) row_scales.push_back(std::ldexp(1.0f, -static_cast<int>(i % 4)));
+            for (int64_t j = 0; j < N; ++j) col_scales.push_back(std::ldexp(1.0f, static_cast<int>(j % 3)));
+            const auto rows = torch::tensor(row_scales).to(f32.device()).unsqueeze(1); // (M, 1)
+            const auto cols = torch::tensor(col_scales).to(f32.device()).unsqueeze(0); // (1, N)
             const auto bias = torch::arange(N, f32);
             const auto y = at::_scaled_mm(a, b, rows, cols, bias.to(torch::kBFloat16), {}, torch::kBFloat16,
                                           /*use_fast_accum=*/true);
