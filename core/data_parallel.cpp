@@ -128,6 +128,13 @@ namespace {
 std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string from_bytes(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 
+// c10d's messages run to many lines (a stack, hints): ours quote the first.
+std::string first_line(const std::exception& e)
+{
+    const std::string text = e.what();
+    return text.substr(0, text.find('\n'));
+}
+
 // Waits for a collective; a peer that died, hung up or timed out becomes a CollectiveError.
 // On NCCL the host waits itself (wait_for_collective), looking for a peer's posted failure; a
 // NCCL peer that is gone is otherwise only noticed at the timeout.
@@ -161,8 +168,7 @@ void finish(DataParallelBackend& b, const c10::intrusive_ptr<c10d::Work>& work, 
     } catch (const CollectiveError&) {
         throw;
     } catch (const std::exception& e) {
-        const std::string text = e.what();
-        throw CollectiveError(std::string(what) + " failed: " + text.substr(0, text.find('\n')));
+        throw CollectiveError(std::string(what) + " failed: " + first_line(e));
     }
 }
 
@@ -176,8 +182,7 @@ void order_after(const c10::intrusive_ptr<c10d::Work>& work, const char* what)
     try {
         work->synchronize();
     } catch (const std::exception& e) {
-        const std::string text = e.what();
-        throw CollectiveError(std::string(what) + " failed: " + text.substr(0, text.find('\n')));
+        throw CollectiveError(std::string(what) + " failed: " + first_line(e));
     }
 }
 
@@ -237,10 +242,9 @@ std::shared_ptr<DataParallel> DataParallel::join(const DistributedEnv& env, std:
                                                            store);
         impl->backend->store = c10::make_intrusive<c10d::PrefixStore>("mantissa", store);
     } catch (const std::exception& e) {
-        const std::string text = e.what();
         throw CollectiveError("data-parallel: rank " + std::to_string(env.rank) + " cannot reach the store at " +
                               env.master_addr + ":" + std::to_string(env.master_port) + ": " +
-                              text.substr(0, text.find('\n')));
+                              first_line(e));
     }
 #if MANTISSA_DP_NCCL
     // One GPU per rank, chosen before the Trainer puts anything on a device.
@@ -266,9 +270,8 @@ std::string DataParallel::wait_for(const std::string& key)
     try {
         return from_bytes(impl_->backend->store->get(key));
     } catch (const std::exception& e) {
-        const std::string text = e.what();
         throw CollectiveError("data-parallel: rank " + std::to_string(rank()) + " waited in vain for '" + key +
-                              "': " + text.substr(0, text.find('\n')));
+                              "': " + first_line(e));
     }
 }
 
@@ -426,9 +429,8 @@ void DataParallel::Impl::preflight(bool cuda, const std::string& gpu)
         try {
             answer = from_bytes(backend->store->get("preflight/" + std::to_string(r)));
         } catch (const std::exception& e) {
-            const std::string text = e.what();
             throw CollectiveError("data-parallel: rank " + std::to_string(env.rank) + " waited in vain for rank " +
-                                  std::to_string(r) + " to start: " + text.substr(0, text.find('\n')));
+                                  std::to_string(r) + " to start: " + first_line(e));
         }
         // "<device>\n<GPU>\n<refusal>"; before 2026-12-02 "<device>\n<refusal>" (no GPU).
         const auto first = answer.find('\n'), second = answer.find('\n', first + 1);
@@ -510,9 +512,8 @@ void DataParallel::start(bool cuda, std::chrono::milliseconds collective_timeout
     } catch (const ConfigError&) {
         throw;
     } catch (const std::exception& e) {
-        const std::string text = e.what();
         throw CollectiveError("data-parallel: rank " + std::to_string(env.rank) + " could not build the process group: " +
-                              text.substr(0, text.find('\n')));
+                              first_line(e));
     }
     b.cuda = cuda;
     b.timeout = collective_timeout;
@@ -576,8 +577,7 @@ std::function<void()> DataParallel::Impl::allreduce_sum_async(torch::Tensor& ten
     try {
         work = backend->group->allreduce(one, options);
     } catch (const std::exception& e) {
-        const std::string text = e.what();
-        throw CollectiveError("allreduce (sum) failed to start: " + text.substr(0, text.find('\n')));
+        throw CollectiveError("allreduce (sum) failed to start: " + first_line(e));
     }
     const bool stream_only = backend->cuda && tensor.is_cuda(); // a gradient bucket on its GPU
     return [work, target = tensor, reduced = one[0], stream_only, &b = *backend]() mutable {

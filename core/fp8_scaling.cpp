@@ -153,6 +153,11 @@ OutlierSplit split_outliers(const torch::Tensor& x32, double rms_multiple)
     return split;
 }
 
+torch::Tensor OutlierSplit::rejoin(const torch::Tensor& cast_inliers) const
+{
+    return cast_inliers + round_to_format(outliers, NumberFormat::BF16, Overflow::Propagate);
+}
+
 QuantizedOperand quantize_fp8(const torch::Tensor& x_in, NumberFormat format, const Fp8Recipe& recipe,
                               int64_t contraction_dim, DelayedScaling* delayed, TensorRole role,
                               BlockCastRecord* block_record)
@@ -163,11 +168,10 @@ QuantizedOperand quantize_fp8(const torch::Tensor& x_in, NumberFormat format, co
     const int64_t k_dim = contraction_dim < 0 ? contraction_dim + x.dim() : contraction_dim;
 
     // Outliers bypass FP8 and travel in BF16 beside it.
-    torch::Tensor outliers;
+    OutlierSplit split;
     if (recipe.outlier_rms_multiple > 0.0) {
-        auto split = split_outliers(x, recipe.outlier_rms_multiple);
-        x = std::move(split.inliers);
-        outliers = std::move(split.outliers);
+        split = split_outliers(x, recipe.outlier_rms_multiple);
+        x = split.inliers;
     }
 
     QuantizedOperand out;
@@ -202,7 +206,7 @@ QuantizedOperand quantize_fp8(const torch::Tensor& x_in, NumberFormat format, co
         out.values = quantize_block_recipe(x, format, recipe, k_dim, role, block_record);
         break;
     }
-    if (outliers.defined()) out.values = out.values + round_to_format(outliers, NumberFormat::BF16, Overflow::Propagate);
+    if (split.outliers.defined()) out.values = split.rejoin(out.values);
     return out;
 }
 

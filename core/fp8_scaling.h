@@ -119,6 +119,8 @@ struct QuantizedOperand {
 // the FP8 cast. Device ops only: no read of the rms on the host.
 struct OutlierSplit {
     torch::Tensor inliers, outliers;
+    // The inliers' FP8-cast values with the outliers added back in BF16.
+    torch::Tensor rejoin(const torch::Tensor& cast_inliers) const;
 };
 OutlierSplit split_outliers(const torch::Tensor& x32, double rms_multiple);
 

@@ -226,8 +226,7 @@ torch::Tensor LayerGemm::round_operand(const torch::Tensor& x, NumberFormat form
             // quantize_fp8's split, its inliers cast as above; no FP8 GEMM can take the sum,
             // so no scale is handed on.
             const auto split = split_outliers(x.to(torch::kFloat32), recipe_.outlier_rms_multiple);
-            return quantize_native(split.inliers, format, role, k_dim).dequantized() +
-                   round_to_format(split.outliers, NumberFormat::BF16, Overflow::Propagate);
+            return split.rejoin(quantize_native(split.inliers, format, role, k_dim).dequantized());
         }
         const Fp8Tensor t = quantize_native(x, format, role, k_dim);
         if (scale) *scale = t.scale;

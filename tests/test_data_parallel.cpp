@@ -24,8 +24,10 @@
 #include <QProcess>
 #include <QTemporaryDir>
 
+#include <array>
 #include <csignal>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -80,6 +82,34 @@ std::optional<DistributedEnv> env_of(const std::map<std::string, std::string>& v
         const auto it = vars.find(name);
         return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
     });
+}
+
+// Two ranks in threads of this process (rank 1 in a thread, rank 0 here) on a fresh store at
+// 127.0.0.1: each runs `body` on its DataParallel, then both wait for each other (rank 0 hosts
+// the store: it stays up until rank 1 has read from it). Each rank's error, "ConfigError: ..."
+// or "other: ...", or "" where `body` ran through.
+std::array<std::string, 2> run_two_ranks_in_threads(const std::function<void(DataParallel&, int)>& body)
+{
+    const int port = free_port();
+    std::array<std::string, 2> errors;
+    auto rank = [&](int r) {
+        try {
+            auto dp = DataParallel::join(*env_of({{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
+                                                  {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}}),
+                                         std::chrono::seconds(60));
+            body(*dp, r);
+            dp->arrive("done");
+            dp->wait_for_arrivals("done", 2, std::chrono::seconds(30));
+        } catch (const ConfigError& e) {
+            errors[static_cast<size_t>(r)] = std::string("ConfigError: ") + e.what();
+        } catch (const std::exception& e) {
+            errors[static_cast<size_t>(r)] = std::string("other: ") + e.what();
+        }
+    };
+    std::thread rank1([&] { rank(1); });
+    rank(0);
+    rank1.join();
+    return errors;
 }
 
 // Rank 0's own failure, outside any collective: its telemetry gives up after one step.
@@ -542,29 +572,12 @@ private slots:
         QFETCH(bool, rank1_cuda);
         if (rank1_cuda && data_parallel_backends().find("nccl") != std::string::npos)
             QSKIP("this build has NCCL: rank 1 would only be refused for another device kind");
-        const int port = free_port();
-        std::string errors[2];
         bool started[2] = {false, false};
-        auto rank = [&](int r) {
-            try {
-                auto dp = DataParallel::join(*env_of({{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
-                                                      {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}}),
-                                             std::chrono::seconds(60));
-                // A collective timeout far longer than the test: only the preflight can end it.
-                dp->start(r == 1 && rank1_cuda, std::chrono::seconds(600));
-                started[r] = dp->started();
-                // Rank 0 hosts the store: it stays up until rank 1 has read its answers.
-                dp->arrive("done");
-                dp->wait_for_arrivals("done", 2, std::chrono::seconds(30));
-            } catch (const ConfigError& e) {
-                errors[r] = std::string("ConfigError: ") + e.what();
-            } catch (const std::exception& e) {
-                errors[r] = std::string("other: ") + e.what();
-            }
-        };
-        std::thread rank1([&] { rank(1); });
-        rank(0);
-        rank1.join();
+        const auto errors = run_two_ranks_in_threads([&](DataParallel& dp, int r) {
+            // A collective timeout far longer than the test: only the preflight can end it.
+            dp.start(r == 1 && rank1_cuda, std::chrono::seconds(600));
+            started[r] = dp.started();
+        });
         if (!rank1_cuda) {
             QVERIFY2(errors[0].empty() && errors[1].empty(), (errors[0] + " | " + errors[1]).c_str());
             QVERIFY(started[0] && started[1]);
@@ -658,31 +671,16 @@ private slots:
         QFETCH(QString, gpu1);
         QFETCH(bool, refused);
         const std::string gpus[2] = {"node0/00000000:18:00.0", gpu1.toStdString()};
-        const int port = free_port();
-        std::string errors[2];
-        auto rank = [&](int r) {
-            try {
-                auto dp = DataParallel::join(*env_of({{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
-                                                      {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}}),
-                                             std::chrono::seconds(60));
-                dp->impl().preflight(false, gpus[r]);
-                dp->arrive("done"); // rank 0 hosts the store: it stays up until rank 1 has read
-                dp->wait_for_arrivals("done", 2, std::chrono::seconds(30));
-            } catch (const ConfigError& e) {
-                errors[r] = e.what();
-            } catch (const std::exception& e) {
-                errors[r] = std::string("other: ") + e.what();
-            }
-        };
-        std::thread rank1([&] { rank(1); });
-        rank(0);
-        rank1.join();
+        const auto errors =
+            run_two_ranks_in_threads([&](DataParallel& dp, int r) { dp.impl().preflight(false, gpus[r]); });
         for (const auto& e : errors) {
             if (!refused) {
                 QVERIFY2(e.empty(), e.c_str());
                 continue;
             }
-            QVERIFY2(e.rfind("data-parallel on CUDA: ranks 0 and 1 would share the GPU node0/00000000:18:00.0;", 0) == 0,
+            QVERIFY2(e.rfind("ConfigError: data-parallel on CUDA: ranks 0 and 1 would share the GPU "
+                             "node0/00000000:18:00.0;",
+                             0) == 0,
                      e.c_str());
         }
     }
