@@ -56,11 +56,12 @@ void announce_refusal(DataParallel& dp, int exit_code)
     dp.wait_for_arrivals("refusal_read", dp.world_size() - 1, std::chrono::seconds(30));
 }
 
-void print_rank_digest(const DataParallel& dp, const Trainer& trainer)
+void finish_rank(DataParallel& dp, const Trainer& trainer)
 {
     std::printf("data-parallel rank %d/%d: state digest %s\n", dp.rank(), dp.world_size(),
                 trainer.state_digest().c_str());
     std::fflush(stdout);
+    dp.close();
 }
 
 int run_data_parallel_follower(DataParallel& dp)
@@ -90,7 +91,7 @@ int run_data_parallel_follower(DataParallel& dp)
         const RunSummary summary = trainer.run(nothing);
         std::printf("data-parallel rank %d/%d: %lld steps, train loss %.6f\n", dp.rank(), dp.world_size(),
                     static_cast<long long>(summary.steps_done), summary.final_train_loss);
-        print_rank_digest(dp, trainer);
+        finish_rank(dp, trainer);
         return 0;
     } catch (const std::exception& e) {
         if (!dynamic_cast<const CollectiveError*>(&e)) dp.report_failure(e.what()); // kept only if first

@@ -29,7 +29,9 @@ void announce_project(DataParallel& dp, const ProjectConfig& config);
 // ... or that there is none: rank 0 stopped with `exit_code` before training.
 void announce_refusal(DataParallel& dp, int exit_code);
 
-// "data-parallel rank R/W: state digest D" (the tests compare the ranks' digests).
-void print_rank_digest(const DataParallel& dp, const Trainer& trainer);
+// A rank's normal end (every rank reaches it after the same last collective): prints
+// "data-parallel rank R/W: state digest D" (the tests compare the ranks' digests) and shuts
+// the process group down in order (DataParallel::close).
+void finish_rank(DataParallel& dp, const Trainer& trainer);
 
 } // namespace mantissa

@@ -57,7 +57,7 @@ int train_session(RunSession& session, const std::string& db_path, DataParallelJ
     const SessionOutcome outcome = session.run(sinks);
     trained = true;
     forward_stop.join();
-    if (job.dp && outcome.status != RunStatus::Failed) print_rank_digest(*job.dp, session.trainer());
+    if (job.dp && outcome.status != RunStatus::Failed) finish_rank(*job.dp, session.trainer());
     if (!outcome.store_error.empty())
         std::fprintf(stderr, "\nwarning: the run store could not keep some of this run's metrics: %s\n",
                      outcome.store_error.c_str());
@@ -133,7 +133,7 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
                 job.announced = true;
             }
             const auto summary = trainer.run(console);
-            if (job.dp) print_rank_digest(*job.dp, trainer);
+            if (job.dp) finish_rank(*job.dp, trainer);
             std::printf("mean step time: %.3f ms (%.0f tokens/s)\n", summary.mean_step_time_ms, summary.tokens_per_s);
             if (summary.peak_device_memory_bytes >= 0)
                 std::printf("peak device memory: %.1f MiB\n",

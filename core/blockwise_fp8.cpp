@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "block_scaling.h"
+#include "first_line.h"
 #include "fp4.h"
 #include "layer_gemm.h"
 
@@ -96,9 +97,8 @@ bool blockwise_fp8_available()
             }
             return true;
         } catch (const std::exception& e) {
-            const std::string text = e.what();
             std::fprintf(stderr, "mantissa: cuBLAS's blockwise FP8 GEMM is not available (%s): fp8-block stays emulated\n",
-                         text.substr(0, text.find('\n')).c_str());
+                         first_line(e).c_str());
             return false;
         }
     }();

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -25,6 +26,7 @@
 #endif
 
 #include "device_memory.h"
+#include "first_line.h"
 #include "project_config.h"
 
 namespace mantissa {
@@ -112,6 +114,7 @@ public:
     std::string name;
     bool cuda = false;
     std::chrono::milliseconds timeout{0}; // the collective timeout
+    bool closed = false;                  // DataParallel::close ran
 };
 
 namespace {
@@ -127,13 +130,6 @@ namespace {
 
 std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string from_bytes(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
-
-// c10d's messages run to many lines (a stack, hints): ours quote the first.
-std::string first_line(const std::exception& e)
-{
-    const std::string text = e.what();
-    return text.substr(0, text.find('\n'));
-}
 
 // Waits for a collective; a peer that died, hung up or timed out becomes a CollectiveError.
 // On NCCL the host waits itself (wait_for_collective), looking for a peer's posted failure; a
@@ -259,6 +255,19 @@ int DataParallel::world_size() const { return impl_->env.world_size; }
 int DataParallel::local_rank() const { return impl_->env.local_rank; }
 bool DataParallel::started() const { return static_cast<bool>(impl_->backend->group); }
 std::string DataParallel::backend_name() const { return impl_->backend->name; }
+
+void DataParallel::close()
+{
+    auto& b = *impl_->backend;
+    if (!b.group || b.closed) return;
+    b.closed = true;
+    try {
+        b.group->shutdown(); // Gloo: nothing to do
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "warning: data-parallel rank %d: the %s process group did not shut down cleanly: %s\n",
+                     rank(), b.name.c_str(), first_line(e).c_str());
+    }
+}
 
 void DataParallel::post(const std::string& key, const std::string& value)
 {

@@ -89,6 +89,11 @@ public:
     void start(bool cuda, std::chrono::milliseconds collective_timeout);
     bool started() const;
     std::string backend_name() const; // "gloo" or "nccl" once started
+    // After a run that ended normally on every rank (no collective after it): the process
+    // group is shut down in order, NCCL's communicators flushed and destroyed, as PyTorch's
+    // destroy_process_group does; without it torch warns at exit and aborts them. Never after a
+    // failure: a flush could then wait on a peer that is gone. A problem is a warning on stderr.
+    void close();
 
     // A rank that fails on its own (not in a collective) tells the others why, first come
     // first kept; the others' error then names it (failure_reason).

@@ -144,8 +144,10 @@ struct Need {
 MachineLimits this_machine(bool with_gpu)
 {
     MachineLimits m;
-    int64_t used = 0;
-    if (with_gpu && !nvml_memory(0, m.device_memory_bytes, used)) m.device_memory_bytes = 0;
+    // The largest GPU: which one a run takes (CUDA_VISIBLE_DEVICES, CUDA's own order, a
+    // rank's local index) is not known here, and a check must never refuse what would fit.
+    int64_t total = 0, used = 0;
+    for (int d = 0; with_gpu && nvml_memory(d, total, used); ++d) m.device_memory_bytes = std::max(m.device_memory_bytes, total);
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     if (pages > 0 && page > 0) m.memory_bytes = static_cast<int64_t>(pages) * page;
     m.hardware_threads = std::max<int64_t>(1, std::thread::hardware_concurrency());
@@ -200,6 +202,13 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
                          std::to_string(config.precision.fp8.amax_history_length) + " for " +
                          std::to_string(static_cast<int64_t>(histories)) + " tensors",
                      histories * 4.0 * static_cast<double>(config.precision.fp8.amax_history_length)});
+    // A telemetry step keeps each GEMM weight as it was before the update, for the
+    // update/weight ratio: FP32 copies beside the weights, on the run's device.
+    if (config.telemetry.interval > 0)
+        needs.push_back({"telemetry.interval",
+                         "GEMM weights kept on telemetry steps (telemetry.interval " +
+                             std::to_string(config.telemetry.interval) + ") for the update/weight ratio",
+                         4.0 * (L * 12.0 * C * C + V * C)});
     double lower = 0;
     for (const auto& n : needs) lower += n.bytes;
     if (lower <= std::max(static_cast<double>(machine.memory_bytes), static_cast<double>(machine.device_memory_bytes))) {

@@ -42,7 +42,7 @@ std::vector<LayerShape> gemm_layer_shapes(const ModelConfig& model, int64_t voca
 struct MachineLimits {
     int64_t memory_bytes = 0;     // physical memory; 0 = unknown (no memory check)
     int64_t hardware_threads = 1; // std::thread::hardware_concurrency, at least 1
-    int64_t device_memory_bytes = 0; // the first GPU's memory (NVML) when asked for; 0 = unknown (no check)
+    int64_t device_memory_bytes = 0; // the largest GPU's memory (NVML) when asked for; 0 = unknown (no check)
 };
 // `with_gpu`: also read the GPU's memory (training.device cuda).
 MachineLimits this_machine(bool with_gpu = false);
@@ -52,11 +52,13 @@ constexpr int64_t kMaxThreadsPerHardwareThread = 4;
 
 // Refuses, before anything is allocated, a project this machine cannot run: training.threads
 // beyond kMaxThreadsPerHardwareThread per hardware thread, or an estimated memory need (the
-// breakdown above, the synthetic data set and the FP8 amax histories) above its physical
-// memory; with training.device cuda, what lives on the GPU (all but the data set) above the
-// GPU's memory. The message names the key, the estimate and the machine's figure. The vocabulary is
-// not known before the data is read: a lower bound stands in (13 for synthetic-addition, 256
-// for bytes, 1 for characters, data.vocab_size for bin), so the estimate never overstates.
+// breakdown above, the synthetic data set, the FP8 amax histories and, with telemetry on, the
+// copies of the GEMM weights a telemetry step keeps) above its physical memory; with
+// training.device cuda, what lives on the GPU (all but the data set) above the largest GPU's
+// memory, and above the host's memory what the host holds (the data set, a checkpoint). The
+// message names the key, the estimate and the machine's figure. The vocabulary is not known
+// before the data is read: a lower bound stands in (13 for synthetic-addition, 256 for
+// bytes, 1 for characters, data.vocab_size for bin), so the estimate never overstates.
 void check_fits_machine(const ProjectConfig& config, const MachineLimits& machine);
 void check_fits_machine(const ProjectConfig& config); // against this_machine()
 

@@ -3,11 +3,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "first_line.h"
 #include "layer_gemm.h"
 #ifdef MANTISSA_CUDA_KERNELS
 #include "cuda/delayed_scaling.h"
@@ -78,38 +80,48 @@ float scaled_max_of(double fp8_max, int64_t margin)
     return std::ldexp(static_cast<float>(fp8_max), -static_cast<int>(margin));
 }
 
+// Runs a kernel's probe: a disagreement or an error is said on stderr, as the statistics
+// kernel's probe does, and LibTorch's ops stay.
+bool probe(const char* kernel, const std::function<bool()>& agrees)
+{
+    try {
+        if (agrees()) return true;
+        std::fprintf(stderr, "mantissa: the %s kernel disagrees with LibTorch's ops on this GPU: the ops stay\n", kernel);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "mantissa: the %s kernel failed its probe (%s): LibTorch's ops stay\n", kernel,
+                     first_line(e).c_str());
+    }
+    return false;
+}
+
 // The one-launch record against the ops it replaces, once per process, on crafted windows
 // (zeros, NaN, inf, amaxes too small for a finite quotient, a full 1,024 window) and every
 // branch of the rule: any difference and the ops stay.
 bool fused_record_agrees(const torch::Device& device)
 {
-    static const bool agrees = [&] {
-        try {
-            const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-            const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device);
-            const auto long_window = torch::exp2(torch::linspace(-130.0, 20.0, 1024)).to(device);
-            std::vector<torch::Tensor> by_ops, by_kernel; // compared in one read-back at the end
-            for (const auto& window : {torch::tensor({0.0f}), torch::tensor({3.0f, nan, 0.0f, 1e-38f, 7.5f, 0.0f, nan, 2.0f}),
-                                       torch::tensor({nan, nan, nan}), torch::tensor({0.0f, inf, 5.0f, 0.0f})}) {
-                for (const auto& history : {window.to(device), long_window})
-                    for (float a : {nan, inf, 0.0f, 1e-38f, 3.0f, 448.0f, 6e4f})
-                        for (float previous : {1.0f, inf, 2.5f})
-                            for (bool use_max : {true, false})
-                                for (double fp8_max : {448.0, 57344.0})
-                                    for (int64_t margin : {0, 2}) {
-                                        const auto amax = torch::full({}, a, opts), prev = torch::full({}, previous, opts);
-                                        const auto ops = record_with_ops(amax, history, prev, fp8_max, use_max, margin);
-                                        const auto own = cuda_kernels::record_amax(amax, history, prev,
-                                                                                   scaled_max_of(fp8_max, margin), use_max);
-                                        by_ops.insert(by_ops.end(), {ops.first, ops.second.reshape({1})});
-                                        by_kernel.insert(by_kernel.end(), {own.history, own.scale.reshape({1})});
-                                    }
-            }
-            return torch::equal(torch::cat(by_ops).view(torch::kInt32).cpu(), torch::cat(by_kernel).view(torch::kInt32).cpu());
-        } catch (const std::exception&) {
-            return false;
+    static const bool agrees = probe("delayed-scaling record", [&] {
+        const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+        const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+        const auto long_window = torch::exp2(torch::linspace(-130.0, 20.0, 1024)).to(device);
+        std::vector<torch::Tensor> by_ops, by_kernel; // compared in one read-back at the end
+        for (const auto& window : {torch::tensor({0.0f}), torch::tensor({3.0f, nan, 0.0f, 1e-38f, 7.5f, 0.0f, nan, 2.0f}),
+                                   torch::tensor({nan, nan, nan}), torch::tensor({0.0f, inf, 5.0f, 0.0f})}) {
+            for (const auto& history : {window.to(device), long_window})
+                for (float a : {nan, inf, 0.0f, 1e-38f, 3.0f, 448.0f, 6e4f})
+                    for (float previous : {1.0f, inf, 2.5f})
+                        for (bool use_max : {true, false})
+                            for (double fp8_max : {448.0, 57344.0})
+                                for (int64_t margin : {0, 2}) {
+                                    const auto amax = torch::full({}, a, opts), prev = torch::full({}, previous, opts);
+                                    const auto ops = record_with_ops(amax, history, prev, fp8_max, use_max, margin);
+                                    const auto own = cuda_kernels::record_amax(amax, history, prev,
+                                                                               scaled_max_of(fp8_max, margin), use_max);
+                                    by_ops.insert(by_ops.end(), {ops.first, ops.second.reshape({1})});
+                                    by_kernel.insert(by_kernel.end(), {own.history, own.scale.reshape({1})});
+                                }
         }
-    }();
+        return torch::equal(torch::cat(by_ops).view(torch::kInt32).cpu(), torch::cat(by_kernel).view(torch::kInt32).cpu());
+    });
     return agrees;
 }
 #endif
@@ -203,36 +215,32 @@ torch::Tensor crafted_cast_values()
 // (subnormals, the format's edges, inf, NaN, three dtypes): any difference and the ops stay.
 bool fused_cast_agrees(const torch::Device& device)
 {
-    static const bool agrees = [&] {
-        try {
-            const auto base = crafted_cast_values();
-            for (auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kHalf})
-                for (bool e4m3 : {true, false})
-                    for (bool saturate : {true, false})
-                        for (float s : {1.0f, 0.37f, 1e4f}) {
-                            const auto x = base.to(device, dtype);
-                            const auto scale = torch::full({}, s, x.options().dtype(torch::kFloat32));
-                            const auto format = e4m3 ? NumberFormat::E4M3 : NumberFormat::E5M2;
-                            torch::Tensor amax;
-                            const auto fused = cuda_kernels::fused_scale_cast_amax(x, scale, e4m3, saturate, amax);
-                            const auto x32 = x.to(torch::kFloat32);
-                            const auto ops = to_fp8_codes(x32 * scale, format,
-                                                          saturate ? Overflow::Saturate : Overflow::Propagate);
-                            const auto want_amax = amax_ignoring_nan(x32).cpu();
-                            if (!torch::equal(fused.view(torch::kUInt8).cpu(), ops.view(torch::kUInt8).cpu()) ||
-                                !torch::equal(amax.cpu(), want_amax) ||
-                                !torch::equal(cuda_kernels::amax_ignoring_nan(x).cpu(), want_amax))
-                                return false;
-                        }
-            // The amax alone where there is nothing to measure: no element, only NaN.
-            for (const auto& x : {torch::empty({0}, torch::TensorOptions().device(device)),
-                                  torch::full({1000}, NAN, torch::TensorOptions().device(device).dtype(torch::kBFloat16))})
-                if (cuda_kernels::amax_ignoring_nan(x).item<float>() != 0.0f) return false;
-            return true;
-        } catch (const std::exception&) {
-            return false;
-        }
-    }();
+    static const bool agrees = probe("fused FP8 cast", [&] {
+        const auto base = crafted_cast_values();
+        for (auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kHalf})
+            for (bool e4m3 : {true, false})
+                for (bool saturate : {true, false})
+                    for (float s : {1.0f, 0.37f, 1e4f}) {
+                        const auto x = base.to(device, dtype);
+                        const auto scale = torch::full({}, s, x.options().dtype(torch::kFloat32));
+                        const auto format = e4m3 ? NumberFormat::E4M3 : NumberFormat::E5M2;
+                        torch::Tensor amax;
+                        const auto fused = cuda_kernels::fused_scale_cast_amax(x, scale, e4m3, saturate, amax);
+                        const auto x32 = x.to(torch::kFloat32);
+                        const auto ops = to_fp8_codes(x32 * scale, format,
+                                                      saturate ? Overflow::Saturate : Overflow::Propagate);
+                        const auto want_amax = amax_ignoring_nan(x32).cpu();
+                        if (!torch::equal(fused.view(torch::kUInt8).cpu(), ops.view(torch::kUInt8).cpu()) ||
+                            !torch::equal(amax.cpu(), want_amax) ||
+                            !torch::equal(cuda_kernels::amax_ignoring_nan(x).cpu(), want_amax))
+                            return false;
+                    }
+        // The amax alone where there is nothing to measure: no element, only NaN.
+        for (const auto& x : {torch::empty({0}, torch::TensorOptions().device(device)),
+                              torch::full({1000}, NAN, torch::TensorOptions().device(device).dtype(torch::kBFloat16))})
+            if (cuda_kernels::amax_ignoring_nan(x).item<float>() != 0.0f) return false;
+        return true;
+    });
     return agrees;
 }
 
@@ -242,40 +250,35 @@ bool fused_cast_agrees(const torch::Device& device)
 // compared on the device, so that a run without FP8 pays little for it.
 bool fused_transpose_agrees(const torch::Device& device)
 {
-    static const bool agrees = [&] {
-        try {
-            if (!fused_cast_agrees(device)) return false;
-            const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device);
-            const auto base = crafted_cast_values().to(device); // 4,110 values
-            // 33 x 131,109: 2 x 4,098 = 8,196 tiles of 32 x 32, partial on both edges, against a
-            // grid of at most 8,192 blocks.
-            const int64_t big_cols = 4097 * 32 + 5;
-            const auto big = torch::exp2(torch::arange(33 * big_cols, opts).fmod(301.0) - 150.0).reshape({33, big_cols});
-            const std::vector<std::vector<int64_t>> shapes = {{2, 2055}, {2055, 2}, {1, 4110}, {4110, 1}, {0, 7}};
-            for (size_t s = 0; s <= shapes.size(); ++s)
-                for (auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kHalf})
-                    for (bool e4m3 : {true, false})
-                        for (bool saturate : {true, false})
-                            for (float scale_value : {0.37f, 1e4f}) {
-                                const auto x = s == shapes.size() ? big.to(dtype)
-                                               : shapes[s][0] == 0 ? torch::empty(shapes[s], opts.dtype(dtype))
-                                                                   : base.reshape(shapes[s]).to(dtype);
-                                const auto scale = torch::full({}, scale_value, opts);
-                                torch::Tensor amax, amax_t, codes_t;
-                                const auto codes = cuda_kernels::fused_scale_cast_amax(x, scale, e4m3, saturate, amax);
-                                const auto both = cuda_kernels::fused_scale_cast_amax_transpose(x, scale, e4m3, saturate,
-                                                                                                amax_t, codes_t);
-                                if (codes_t.sizes() != torch::IntArrayRef{x.size(1), x.size(0)} ||
-                                    !torch::equal(both.view(torch::kUInt8), codes.view(torch::kUInt8)) ||
-                                    !torch::equal(codes_t.view(torch::kUInt8), codes.view(torch::kUInt8).t().contiguous()) ||
-                                    !torch::equal(amax_t, amax))
-                                    return false;
-                            }
-            return true;
-        } catch (const std::exception&) {
-            return false;
-        }
-    }();
+    static const bool agrees = fused_cast_agrees(device) && probe("FP8 cast-transpose", [&] {
+        const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+        const auto base = crafted_cast_values().to(device); // 4,110 values
+        // 33 x 131,109: 2 x 4,098 = 8,196 tiles of 32 x 32, partial on both edges, against a
+        // grid of at most 8,192 blocks.
+        const int64_t big_cols = 4097 * 32 + 5;
+        const auto big = torch::exp2(torch::arange(33 * big_cols, opts).fmod(301.0) - 150.0).reshape({33, big_cols});
+        const std::vector<std::vector<int64_t>> shapes = {{2, 2055}, {2055, 2}, {1, 4110}, {4110, 1}, {0, 7}};
+        for (size_t s = 0; s <= shapes.size(); ++s)
+            for (auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kHalf})
+                for (bool e4m3 : {true, false})
+                    for (bool saturate : {true, false})
+                        for (float scale_value : {0.37f, 1e4f}) {
+                            const auto x = s == shapes.size() ? big.to(dtype)
+                                           : shapes[s][0] == 0 ? torch::empty(shapes[s], opts.dtype(dtype))
+                                                               : base.reshape(shapes[s]).to(dtype);
+                            const auto scale = torch::full({}, scale_value, opts);
+                            torch::Tensor amax, amax_t, codes_t;
+                            const auto codes = cuda_kernels::fused_scale_cast_amax(x, scale, e4m3, saturate, amax);
+                            const auto both = cuda_kernels::fused_scale_cast_amax_transpose(x, scale, e4m3, saturate,
+                                                                                            amax_t, codes_t);
+                            if (codes_t.sizes() != torch::IntArrayRef{x.size(1), x.size(0)} ||
+                                !torch::equal(both.view(torch::kUInt8), codes.view(torch::kUInt8)) ||
+                                !torch::equal(codes_t.view(torch::kUInt8), codes.view(torch::kUInt8).t().contiguous()) ||
+                                !torch::equal(amax_t, amax))
+                                return false;
+                        }
+        return true;
+    });
     return agrees;
 }
 
@@ -305,7 +308,10 @@ Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const
     const Overflow overflow = recipe.saturate ? Overflow::Saturate : Overflow::Propagate;
 #ifdef MANTISSA_CUDA_KERNELS
     const bool delayed_ready = recipe.scaling == Fp8Scaling::Delayed && delayed && delayed->defined();
-    if (x.is_cuda() && (delayed_ready || recipe.scaling == Fp8Scaling::Current) && fused_cast_agrees(x.device())) {
+    const auto dtype = x.scalar_type(); // the kernels read these three; any other takes the ops
+    const bool kernel_reads = dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kHalf;
+    if (x.is_cuda() && kernel_reads && (delayed_ready || recipe.scaling == Fp8Scaling::Current) &&
+        fused_cast_agrees(x.device())) {
         const auto xc = x.contiguous();
         Fp8Tensor out;
         out.format = format;
@@ -381,9 +387,10 @@ bool rowwise_fp8_available()
     static const bool available = [] {
         if (!native_fp8_available()) return false; // no CUDA, or no FP8 _scaled_mm at all
         try {
-            // The forward GEMM's call exactly: E4M3 codes of 1, scales (M, 1) and (1, N) that
-            // differ per row and column, a BF16 bias in the epilogue, a BF16 output, fast
-            // accumulation. Every output 32 * 2^-(i % 4) * 2^(j % 3) + j is exact in BF16.
+            // The GEMMs' calls exactly: E4M3 codes of 1, scales (M, 1) and (1, N) that differ
+            // per row and column, BF16 output; the forward's with a BF16 bias in the epilogue
+            // and fast accumulation, the gradients' with neither. Every output
+            // 32 * 2^-(i % 4) * 2^(j % 3) (+ j) is exact in BF16.
             const auto f32 = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat32);
             const int64_t M = 16, K = 32, N = 16;
             const auto a = torch::ones({M, K}, f32).to(torch::kFloat8_e4m3fn);
@@ -395,20 +402,25 @@ bool rowwise_fp8_available()
             for (int64_t j = 0; j < N; ++j) col_scales.push_back(std::ldexp(1.0f, static_cast<int>(j % 3)));
             const auto rows = torch::tensor(row_scales).to(f32.device()).unsqueeze(1); // (M, 1)
             const auto cols = torch::tensor(col_scales).to(f32.device()).unsqueeze(0); // (1, N)
+            const auto product = rows * cols * static_cast<float>(K);
             const auto bias = torch::arange(N, f32);
-            const auto y = at::_scaled_mm(a, b, rows, cols, bias.to(torch::kBFloat16), {}, torch::kBFloat16,
-                                          /*use_fast_accum=*/true);
-            const auto expected = (rows * cols * static_cast<float>(K) + bias.unsqueeze(0)).to(torch::kBFloat16);
-            if (torch::equal(y.cpu(), expected.cpu())) return true;
-            std::fprintf(stderr, "mantissa: _scaled_mm's row-wise scaling gave a wrong product: per-row FP8 GEMMs "
-                                 "run from the dequantised codes\n");
-            return false;
+            for (const bool forward : {true, false}) {
+                const auto y = at::_scaled_mm(a, b, rows, cols, forward ? bias.to(torch::kBFloat16) : torch::Tensor(), {},
+                                              torch::kBFloat16, /*use_fast_accum=*/forward);
+                const auto expected = (forward ? product + bias.unsqueeze(0) : product).to(torch::kBFloat16);
+                if (torch::equal(y.cpu(), expected.cpu())) continue;
+                std::fprintf(stderr,
+                             "mantissa: _scaled_mm's row-wise scaling gave a wrong product (%s GEMM's call): per-row "
+                             "FP8 GEMMs run from the dequantised codes\n",
+                             forward ? "the forward" : "a gradient");
+                return false;
+            }
+            return true;
         } catch (const std::exception& e) {
-            const std::string text = e.what();
             std::fprintf(stderr,
                          "mantissa: _scaled_mm's row-wise scaling is not available (%s): per-row FP8 GEMMs run from "
                          "the dequantised codes\n",
-                         text.substr(0, text.find('\n')).c_str());
+                         first_line(e).c_str());
             return false;
         }
     }();

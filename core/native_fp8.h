@@ -105,8 +105,9 @@ bool scaled_mm_takes(const torch::Tensor& a_codes, const torch::Tensor& a_inv, c
                      const torch::Tensor& b_inv, c10::ScalarType out_dtype);
 
 // Whether this process's GPU runs _scaled_mm with row-wise scales as fp8_gemm calls it (BF16
-// bias and output, fast accumulation): a product with a known answer, tried once; false without
-// CUDA. Where it is false, per-row GEMMs take the FP32 route and stderr says why.
+// output; the forward's BF16 bias and fast accumulation, and the gradients' call without
+// either): products with a known answer, tried once; false without CUDA. Where it is false,
+// per-row GEMMs take the FP32 route and stderr says why.
 bool rowwise_fp8_available();
 
 // a (M, K) x b (K, N) of FP8 codes -> (M, N) in `out_dtype`, plus `bias` (N) in the epilogue.

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Checkpoints: everything a bit-exact resume needs, written atomically, and their rotation.
 #include "trainer_impl.h"
+#include "first_line.h"
 #include "zip_records.h"
 
 #include <algorithm>
@@ -193,8 +194,7 @@ void Trainer::Impl::load_archive(const std::string& path,
     } catch (const ConfigError&) {
         throw;
     } catch (const std::exception& e) {
-        const std::string what = e.what();
-        throw ConfigError("checkpoint '" + path + "' cannot be read: " + what.substr(0, what.find('\n')));
+        throw ConfigError("checkpoint '" + path + "' cannot be read: " + first_line(e));
     }
 }
 
@@ -223,8 +223,7 @@ std::string Trainer::Impl::write_periodic_checkpoint(TelemetrySink& sink)
     try {
         save_checkpoint(path);
     } catch (const std::exception& error) {
-        const std::string what = error.what();
-        return fail(what.substr(0, what.find('\n')));
+        return fail(first_line(error));
     }
     checkpoint_is_ours[path] = true;
     // Told before rotation, so the listener (the run store) records the file while it exists.

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "data_parallel_impl.h"
+#include "first_line.h"
 
 namespace mantissa {
 namespace {
@@ -242,7 +243,7 @@ TelemetryStep::RankReduction Trainer::Impl::dp_rank_reduction()
 
 void Trainer::Impl::dp_fail(const std::exception& error)
 {
-    const std::string what = std::string(error.what()).substr(0, std::string(error.what()).find('\n'));
+    const std::string what = first_line(error);
     const std::string me = "rank " + std::to_string(dp->rank());
     if (dynamic_cast<const PeerRefused*>(&error)) throw; // names the rank already
     if (!dynamic_cast<const CollectiveError*>(&error)) {

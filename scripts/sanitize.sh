@@ -6,7 +6,7 @@
 # checks every heap access our code makes (its allocator serves the whole process); TSan only
 # understands threads whose code it compiled, which is why test_threads does not link LibTorch.
 # The GUI tests are left out (Qt draws nothing of ours that these would check).
-#   scripts/sanitize.sh [asan|tsan|all]      default: all; MANTISSA_JOBS (default 2) build jobs
+#   scripts/sanitize.sh [asan|tsan|all]      default: all; MANTISSA_JOBS (default 2) build jobs and tests at once
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WHICH="${1:-all}"
@@ -40,7 +40,7 @@ run_tests() {
     shift
     local regex
     regex="^($(IFS='|'; echo "$*"))\$"
-    (cd "$dir" && QT_QPA_PLATFORM=offscreen ctest --output-on-failure -R "$regex")
+    (cd "$dir" && QT_QPA_PLATFORM=offscreen ctest --output-on-failure --parallel "$JOBS" -R "$regex")
 }
 
 if [ "$WHICH" = asan ] || [ "$WHICH" = all ]; then

@@ -6,7 +6,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="$ROOT/build/dev"
 "$ROOT/scripts/setup.sh" "$BUILD_DIR"
 cd "$BUILD_DIR"
-QT_QPA_PLATFORM=offscreen ctest --output-on-failure --timeout 900
+# One test per core: they are independent (own temp dirs, free ports), and CI's time is mostly theirs.
+QT_QPA_PLATFORM=offscreen ctest --output-on-failure --timeout 900 --parallel "$(nproc)"
 # CI also runs the engine and store tests under ASan + UBSan and the thread hand-overs under
 # TSan, in build/asan and build/tsan (docs/RELIABILITY.md); locally: scripts/sanitize.sh.
 if [ "${CI:-}" = true ] || [ "${MANTISSA_SANITIZE_TESTS:-0}" = 1 ]; then

@@ -295,7 +295,7 @@ private slots:
                              "0 = all hardware threads"));
         QVERIFY(refusal(R"({"training": {"threads": 1000000000}})").starts_with("training.threads: 1000000000"));
         const std::string wide = refusal(R"({"model": {"n_embd": 1000000000}})");
-        QVERIFY2(wide.starts_with("model: the project needs an estimated 333.1 EiB of memory (weights, gradients "
+        QVERIFY2(wide.starts_with("model: the project needs an estimated 416.3 EiB of memory (weights, gradients "
                                   "and Adam state for model.n_layer 2, model.n_embd 1000000000"),
                  wide.c_str());
         QVERIFY2(wide.ends_with("more than this machine's 1.0 GiB"), wide.c_str());
@@ -341,6 +341,24 @@ private slots:
                                "model.n_embd 8192: 72.0 GiB") != std::string::npos &&
                      huge.ends_with("more than this machine's 64.0 GiB"),
                  huge.c_str());
+        // A telemetry step keeps an FP32 copy of every GEMM weight on the GPU (the update/weight
+        // ratio): 4 B x (2 layers x 12 x 256^2 + the tied head's 13 x 256) = 6,304,768 B. A GPU
+        // one byte short of the whole bill refuses the run with telemetry and takes it without.
+        const auto telemetry_project = [](int64_t interval) {
+            return R"({"training": {"device": "cuda"}, "model": {"n_embd": 256}, "telemetry": {"interval": )" +
+                   std::to_string(interval) + "}}";
+        };
+        const auto without = load_run_config(telemetry_project(0));
+        const int64_t histories = 3 * (5 * 2 + 1) * 4 * 1024, copies = 4 * (2 * 12 * 256 * 256 + 13 * 256);
+        QCOMPARE(copies, int64_t(6304768));
+        const MachineLimits just_short{int64_t(64) << 30, 16,
+                                       estimate_memory(without, 13).total_bytes() + histories + copies - 1};
+        QCOMPARE(fit_refusal(telemetry_project(0), just_short), std::string());
+        const std::string watched = fit_refusal(telemetry_project(50), just_short);
+        QVERIFY2(watched.find("; GEMM weights kept on telemetry steps (telemetry.interval 50) for the update/weight "
+                              "ratio: 6.0 MiB") != std::string::npos &&
+                     watched.ends_with("more than the GPU's 43.6 MiB"),
+                 watched.c_str());
         // The data set stays on the host: 6.5 GiB of examples fit 64 GiB and never meet the GPU's limit.
         QCOMPARE(fit_refusal(R"({"training": {"device": "cuda"}, "data": {"examples": 100000000}})", gpu), std::string());
         QVERIFY(fit_refusal(R"({"training": {"device": "cpu"}, "data": {"examples": 100000000}})",
