@@ -103,6 +103,14 @@ class Gpt(nn.Module):
         return F.linear(h, self.wte.weight)
 
 
+def write_op_events(profile, path):
+    """One line per ATen op, as bench/op_events.cpp writes Mantissa's: name, thread, start, end (ns)."""
+    with open(path, "w") as out:
+        for e in profile.profiler.kineto_results.events():
+            if e.device_type() == torch.autograd.DeviceType.CPU and e.name().startswith("aten::"):
+                out.write(f"{e.name()}\t{e.start_thread_id()}\t{e.start_ns()}\t{e.end_ns()}\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mode", choices=["fp32", "bf16", "fp16", "bf16-compile", "fp8"], default="bf16")
@@ -115,13 +123,18 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--op-events", help="write the ATen ops of the step after --warmup to this file "
+                    "(bench/op_count.py); implies --gpu-optimizer")
+    ap.add_argument("--gpu-optimizer", action="store_true",
+                    help="on the CPU too: AdamW fused and clipping foreach, as on a GPU")
     args = ap.parse_args()
     dev = torch.device(args.device)
     torch.manual_seed(1234)
     with dev:  # made on the device: a billion parameters drawn on the host take ~20 s
         model = Gpt(args.vocab, args.layers, args.heads, args.width, args.context)
     Linear.fp8 = args.mode == "fp8"
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=dev.type == "cuda")
+    on_gpu_path = dev.type == "cuda" or args.gpu_optimizer or args.op_events is not None
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=on_gpu_path)
     step_model = torch.compile(model) if args.mode == "bf16-compile" else model
     amp = {"bf16": torch.bfloat16, "bf16-compile": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
     dtype = amp.get(args.mode)
@@ -129,19 +142,27 @@ def main():
     tokens = torch.randint(args.vocab, (args.batch, args.context + 1), device=dev)
     x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
     times = []
+    profile = None
     for step in range(args.steps):
+        if args.op_events and step == args.warmup:
+            profile = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            profile.__enter__()
         t0 = time.perf_counter()
         with torch.autocast(dev.type, dtype=dtype or torch.float32, enabled=dtype is not None):
             logits = step_model(x)
         loss = F.cross_entropy(logits.float().view(-1, args.vocab), y.view(-1))
         scaler.scale(loss).backward()
         scaler.unscale_(opt)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True if on_gpu_path else None)
         scaler.step(opt)
         scaler.update()
         opt.zero_grad(set_to_none=True)
         loss_value = loss.item()  # one sync per step, as Mantissa reads its loss
         times.append((time.perf_counter() - t0) * 1000.0)
+        if profile is not None:
+            profile.__exit__(None, None, None)
+            write_op_events(profile, args.op_events)
+            profile = None
     if dev.type == "cuda":
         print(f"peak memory: {torch.cuda.max_memory_allocated() / 2**20:.1f} MiB")
     print(f"final loss: {loss_value:.4f}")

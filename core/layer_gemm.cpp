@@ -413,7 +413,7 @@ void LayerGemm::record(const char* role, const torch::Tensor& x, NumberFormat fo
                        const torch::Tensor& dequantized)
 {
     if (x.is_cpu()) {
-        record(role, x, format, scale.item<float>(), dequantized); // no device to wait for
+        record(role, x, format, cpu_scalar(scale), dequantized); // no device to wait for
         return;
     }
     PendingTensorStats p;

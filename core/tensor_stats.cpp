@@ -470,11 +470,18 @@ torch::Tensor tensor_stats_row(const torch::Tensor& x, NumberFormat format, floa
     return tensor_ops_row(x, format, scale_t, dequantized);
 }
 
+float cpu_scalar(const torch::Tensor& t)
+{
+    TORCH_CHECK(t.is_cpu() && t.numel() == 1, "cpu_scalar: one value in the CPU's memory");
+    if (t.scalar_type() == torch::kFloat32) return *t.data_ptr<float>();
+    return static_cast<float>(*t.to(torch::kFloat64).data_ptr<double>());
+}
+
 torch::Tensor tensor_stats_row(const torch::Tensor& x, NumberFormat format, const torch::Tensor& scale,
                                const torch::Tensor& dequantized)
 {
     torch::NoGradGuard no_grad;
-    if (x.is_cpu()) return fused_cpu_row(x, format, scale.item<float>(), dequantized);
+    if (x.is_cpu()) return fused_cpu_row(x, format, cpu_scalar(scale), dequantized);
     if (x.is_cuda() && fused_cuda_stats_available()) return fused_cuda_row(x, format, 1.0f, scale, dequantized);
     return tensor_ops_row(x, format, scale.detach().to(torch::kFloat64), dequantized);
 }

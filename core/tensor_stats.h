@@ -37,6 +37,11 @@ torch::Tensor tensor_stats_row(const torch::Tensor& x, NumberFormat format, floa
 torch::Tensor tensor_stats_row(const torch::Tensor& x, NumberFormat format, const torch::Tensor& scale,
                                const torch::Tensor& dequantized);
 
+// A CPU tensor's one value, read from its memory. On the CPU there is no queue to wait for, but
+// the step's code calls item() nowhere (test_native::aNativeStepReadsNoScalar), so that a read
+// that would stall a GPU's queue shows in a CPU test.
+float cpu_scalar(const torch::Tensor& t);
+
 // The FusedCpu rows of many tensors in one parallel pass (one thread barrier for all).
 struct StatsSource {
     torch::Tensor x;

@@ -24,6 +24,7 @@
 #include <QtTest>
 
 #include "run_capture.h"
+#include "step_profile.h"
 #include "trainer.h"
 
 using namespace mantissa;
@@ -653,6 +654,66 @@ private slots:
         QVERIFY2(is_determinism_refusal(refusal.c_str()), refusal.c_str());
         QVERIFY(!is_determinism_refusal("shape '[2, 3]' is invalid for input of size 5"));
         QVERIFY(!at::globalContext().deterministicAlgorithms());
+    }
+
+    // No host syncs in the step (issue 11): on a GPU every item() waits for the queue to drain.
+    // The native executor's step, profiled whole on the CPU (the same ops are dispatched there),
+    // reads no scalar anywhere but inside the fused AdamW, whose CPU kernel reads its step
+    // counters (its CUDA kernel does not). The step's one read of the norms and the loss is a
+    // copy. Every recipe, and telemetry every step (on a GPU its frame is read a step later).
+    void aNativeStepReadsNoScalar_data()
+    {
+        QTest::addColumn<QString>("preset");
+        QTest::addColumn<QString>("scaling");
+        QTest::addColumn<int>("telemetryInterval");
+        for (const char* preset : {"fp32", "bf16", "fp16"}) QTest::addRow("%s", preset) << preset << "delayed" << 0;
+        for (const char* scaling : {"delayed", "current", "rowwise", "mxfp8", "fp8-block", "nvfp4", "mxfp4"})
+            QTest::addRow("fp8-hybrid %s", scaling) << "fp8-hybrid" << scaling << 0;
+        QTest::newRow("bf16, telemetry every step") << "bf16" << "delayed" << 1;
+        QTest::newRow("fp8-hybrid delayed, telemetry every step") << "fp8-hybrid" << "delayed" << 1;
+    }
+
+    void aNativeStepReadsNoScalar()
+    {
+        QFETCH(QString, preset);
+        QFETCH(QString, scaling);
+        QFETCH(int, telemetryInterval);
+        const auto config = load_project_json("{}", ".",
+                                              {{"precision.preset", preset.toStdString()},
+                                               {"precision.fp8.scaling", scaling.toStdString()},
+                                               {"precision.backend", "native"},
+                                               {"telemetry.interval", std::to_string(telemetryInterval)},
+                                               {"training.steps", "5"}});
+        Trainer trainer(config);
+        OneStepProfile profile(trainer, 2); // step 3, after the first steps' one-time work
+        trainer.run(profile);
+        QVERIFY(profile.profiled());
+        // Ops inside a fused or foreach op, by interval on the same thread.
+        std::vector<const ProfiledOp*> fused;
+        for (const auto& op : profile.ops())
+            if (op.name.starts_with("aten::_fused_") || op.name.starts_with("aten::_foreach_")) fused.push_back(&op);
+        const auto inside_fused = [&](const ProfiledOp& op) {
+            for (const auto* f : fused)
+                if (f->thread == op.thread && f->start_ns <= op.start_ns && op.end_ns <= f->end_ns) return true;
+            return false;
+        };
+        int reads = 0, adamw = 0, matmuls = 0;
+        std::string where;
+        for (const auto& op : profile.ops()) {
+            adamw += op.name == "aten::_fused_adamw_";
+            matmuls += op.name == "aten::mm" || op.name == "aten::addmm" || op.name == "aten::bmm";
+            if ((op.name == "aten::_local_scalar_dense" || op.name == "aten::item") && !inside_fused(op)) {
+                ++reads;
+                // The ops around it, so that a failure says where.
+                for (const auto& around : profile.ops())
+                    if (around.thread == op.thread && around.start_ns <= op.start_ns && op.end_ns <= around.end_ns)
+                        where += " " + around.name;
+                where += ";";
+            }
+        }
+        QCOMPARE(adamw, 2); // a whole step was seen: the decayed and the undecayed group
+        QVERIFY(matmuls >= 6);
+        QVERIFY2(reads == 0, qPrintable(QString("%1 scalar reads:%2").arg(reads).arg(QString::fromStdString(where))));
     }
 };
 
