@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "data_parallel_cli.h"
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,8 @@ namespace mantissa {
 
 namespace {
 const char* const kProjectKey = "project"; // "refused:<code>" or "<base_dir>\n<project json>"
+const char* const kEndKey = "end";         // rank 0's outcome once known: "clean" or "failed"
+const char* const kEndReadKey = "end_read"; // arrivals: the others have read it
 }
 
 DataParallelLaunch join_data_parallel(bool allowed, const char* command)
@@ -61,7 +64,30 @@ void finish_rank(DataParallel& dp, const Trainer& trainer)
     std::printf("data-parallel rank %d/%d: state digest %s\n", dp.rank(), dp.world_size(),
                 trainer.state_digest().c_str());
     std::fflush(stdout);
+    try {
+        if (dp.rank() == 0) {
+            dp.post(kEndKey, "clean");
+            // The others are waiting for it: they read it at once, or they are gone.
+            if (!dp.wait_for_arrivals(kEndReadKey, dp.world_size() - 1, std::chrono::seconds(30))) return;
+        } else {
+            const auto end = dp.peek(kEndKey, std::chrono::seconds(trainer.config().training.collective_timeout_s));
+            if (!end) return;
+            dp.arrive(kEndReadKey);
+            if (*end != "clean") return;
+        }
+    } catch (const std::exception&) {
+        return; // the store is gone with rank 0: leave the group to torch
+    }
     dp.close();
+}
+
+void rank0_failed(DataParallel& dp)
+{
+    if (dp.rank() != 0) return;
+    try {
+        dp.post(kEndKey, "failed");
+    } catch (const std::exception&) {
+    }
 }
 
 int run_data_parallel_follower(DataParallel& dp)

@@ -29,9 +29,16 @@ void announce_project(DataParallel& dp, const ProjectConfig& config);
 // ... or that there is none: rank 0 stopped with `exit_code` before training.
 void announce_refusal(DataParallel& dp, int exit_code);
 
-// A rank's normal end (every rank reaches it after the same last collective): prints
-// "data-parallel rank R/W: state digest D" (the tests compare the ranks' digests) and shuts
-// the process group down in order (DataParallel::close).
+// A rank's normal end: prints "data-parallel rank R/W: state digest D" (the tests compare the
+// ranks' digests) and shuts the process group down in order (DataParallel::close) if every
+// rank ended normally. After the last collective rank 0 alone still evaluates, checkpoints and
+// records the run, and may fail at it; NCCL's shutdown would then wait forever for it on the
+// others. So rank 0 posts its outcome once known, the others wait for it (at most
+// training.collective_timeout_s) and say they read it, and the group is shut down only when
+// rank 0's was clean and every rank read it; otherwise torch aborts it at exit.
 void finish_rank(DataParallel& dp, const Trainer& trainer);
+// Rank 0 ended in failure (no-op on the others): the others learn it at once, and leave the
+// process group as it is.
+void rank0_failed(DataParallel& dp);
 
 } // namespace mantissa

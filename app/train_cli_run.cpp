@@ -58,6 +58,7 @@ int train_session(RunSession& session, const std::string& db_path, DataParallelJ
     trained = true;
     forward_stop.join();
     if (job.dp && outcome.status != RunStatus::Failed) finish_rank(*job.dp, session.trainer());
+    else if (job.dp) rank0_failed(*job.dp);
     if (!outcome.store_error.empty())
         std::fprintf(stderr, "\nwarning: the run store could not keep some of this run's metrics: %s\n",
                      outcome.store_error.c_str());
@@ -139,6 +140,7 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
                 std::printf("peak device memory: %.1f MiB\n",
                             static_cast<double>(summary.peak_device_memory_bytes) / 1048576.0);
         } catch (const std::exception& e) {
+            if (job.dp) rank0_failed(*job.dp);
             std::fprintf(stderr, "\nerror: training failed: %s\n", e.what());
             return 1;
         }

@@ -104,11 +104,14 @@ class Gpt(nn.Module):
 
 
 def write_op_events(profile, path):
-    """One line per ATen op, as bench/op_events.cpp writes Mantissa's: name, thread, start, end (ns)."""
+    """One line per ATen op and per allocation or free ("[memory]"), as bench/op_events.cpp
+    writes Mantissa's: name, thread, start, end (ns), bytes (0 for an op)."""
     with open(path, "w") as out:
         for e in profile.profiler.kineto_results.events():
-            if e.device_type() == torch.autograd.DeviceType.CPU and e.name().startswith("aten::"):
-                out.write(f"{e.name()}\t{e.start_thread_id()}\t{e.start_ns()}\t{e.end_ns()}\n")
+            name = e.name()
+            if e.device_type() == torch.autograd.DeviceType.CPU and (name.startswith("aten::") or name == "[memory]"):
+                nbytes = e.nbytes() if name == "[memory]" else 0
+                out.write(f"{name}\t{e.start_thread_id()}\t{e.start_ns()}\t{e.end_ns()}\t{nbytes}\n")
 
 
 def main():
@@ -145,7 +148,7 @@ def main():
     profile = None
     for step in range(args.steps):
         if args.op_events and step == args.warmup:
-            profile = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            profile = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True)
             profile.__enter__()
         t0 = time.perf_counter()
         with torch.autocast(dev.type, dtype=dtype or torch.float32, enabled=dtype is not None):

@@ -564,7 +564,10 @@ torch::Tensor LayerGemm::linear(const torch::Tensor& x, const torch::Tensor& wei
         // Observing a step must never change it: an FP32 layer runs the same kernels armed or
         // not (the spelled-out autograd path rounds differently), and telemetry only reads.
         const auto x32 = x.to(torch::kFloat32); // the native executor may hand over BF16
-        auto y = torch::nn::functional::linear(x32, weight, bias);
+        // ATen's linear, as nn.Linear's: a (B, T, C) input takes one addmm with the bias in it
+        // (cuBLAS's epilogue on a GPU), where the C++ frontend's functional::linear runs a
+        // matmul and a separate bias add (bench/op_count.py found the extra pass).
+        auto y = at::linear(x32, weight, bias);
         if (armed_) observe_linear(x32, weight, y, NumberFormat::FP32, {}, {});
         return y;
     }

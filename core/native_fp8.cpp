@@ -388,9 +388,10 @@ bool rowwise_fp8_available()
         if (!native_fp8_available()) return false; // no CUDA, or no FP8 _scaled_mm at all
         try {
             // The GEMMs' calls exactly: E4M3 codes of 1, scales (M, 1) and (1, N) that differ
-            // per row and column, BF16 output; the forward's with a BF16 bias in the epilogue
-            // and fast accumulation, the gradients' with neither. Every output
-            // 32 * 2^-(i % 4) * 2^(j % 3) (+ j) is exact in BF16.
+            // per row and column, BF16 output; the forward's with fast accumulation, with a BF16
+            // bias in the epilogue and without (model.bias false), the gradients' with neither.
+            // Every output 32 * 2^-(i % 4) * 2^(j % 3) (+ j) is exact in BF16. (Ones cannot tell
+            // fast accumulation from the other; the probe is of the calls and the scales.)
             const auto f32 = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat32);
             const int64_t M = 16, K = 32, N = 16;
             const auto a = torch::ones({M, K}, f32).to(torch::kFloat8_e4m3fn);
@@ -404,15 +405,20 @@ bool rowwise_fp8_available()
             const auto cols = torch::tensor(col_scales).to(f32.device()).unsqueeze(0); // (1, N)
             const auto product = rows * cols * static_cast<float>(K);
             const auto bias = torch::arange(N, f32);
-            for (const bool forward : {true, false}) {
-                const auto y = at::_scaled_mm(a, b, rows, cols, forward ? bias.to(torch::kBFloat16) : torch::Tensor(), {},
-                                              torch::kBFloat16, /*use_fast_accum=*/forward);
-                const auto expected = (forward ? product + bias.unsqueeze(0) : product).to(torch::kBFloat16);
+            struct Call {
+                bool bias, fast_accum;
+                const char* what;
+            };
+            for (const Call c : {Call{true, true, "the forward"}, Call{false, true, "a forward without bias"},
+                                 Call{false, false, "a gradient"}}) {
+                const auto y = at::_scaled_mm(a, b, rows, cols, c.bias ? bias.to(torch::kBFloat16) : torch::Tensor(), {},
+                                              torch::kBFloat16, c.fast_accum);
+                const auto expected = (c.bias ? product + bias.unsqueeze(0) : product).to(torch::kBFloat16);
                 if (torch::equal(y.cpu(), expected.cpu())) continue;
                 std::fprintf(stderr,
                              "mantissa: _scaled_mm's row-wise scaling gave a wrong product (%s GEMM's call): per-row "
                              "FP8 GEMMs run from the dequantised codes\n",
-                             forward ? "the forward" : "a gradient");
+                             c.what);
                 return false;
             }
             return true;

@@ -105,8 +105,8 @@ bool scaled_mm_takes(const torch::Tensor& a_codes, const torch::Tensor& a_inv, c
                      const torch::Tensor& b_inv, c10::ScalarType out_dtype);
 
 // Whether this process's GPU runs _scaled_mm with row-wise scales as fp8_gemm calls it (BF16
-// output; the forward's BF16 bias and fast accumulation, and the gradients' call without
-// either): products with a known answer, tried once; false without CUDA. Where it is false,
+// output; the forward's fast accumulation with a BF16 bias and without, and the gradients'
+// call without either): products with a known answer, tried once; false without CUDA. Where it is false,
 // per-row GEMMs take the FP32 route and stderr says why.
 bool rowwise_fp8_available();
 

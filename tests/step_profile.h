@@ -19,29 +19,49 @@
 namespace mantissa {
 
 struct ProfiledOp {
-    std::string name; // "aten::mm"
+    std::string name; // "aten::mm", or "[memory]": an allocation (bytes > 0) or a free (< 0)
     uint64_t thread = 0;
     uint64_t start_ns = 0, end_ns = 0;
+    int64_t bytes = 0;
 };
 
 // A sink that profiles from the end of step `after` to the end of step `after` + 1, then stops
-// the run: everything a step does, its step boundary included.
+// the run: everything a step does, its step boundary included; with `memory`, every CPU
+// allocation and free too.
 class OneStepProfile : public TelemetrySink {
 public:
-    OneStepProfile(Trainer& trainer, int64_t after) : trainer_(trainer), after_(after) {}
+    OneStepProfile(Trainer& trainer, int64_t after, bool memory = false)
+        : trainer_(trainer), after_(after), memory_(memory)
+    {
+    }
+    ~OneStepProfile()
+    {
+        // A run that threw inside the profiled step must not leave this thread's profiler on
+        // (the next profile would fail with "already enabled" and hide the first failure).
+        if (enabled_ && !profiled_) {
+            try {
+                torch::autograd::profiler::disableProfiler();
+            } catch (...) {
+            }
+        }
+    }
+    OneStepProfile(const OneStepProfile&) = delete;
+    OneStepProfile& operator=(const OneStepProfile&) = delete;
     void on_step(const StepMetrics& m) override
     {
         namespace profiler = torch::autograd::profiler;
-        const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
+        const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO,
+                                                           /*report_input_shapes=*/false, /*profile_memory=*/memory_);
         const std::set<torch::profiler::impl::ActivityType> cpu{torch::profiler::impl::ActivityType::CPU};
         if (m.step == after_) {
             profiler::prepareProfiler(config, cpu);
             profiler::enableProfiler(config, cpu);
+            enabled_ = true;
         } else if (m.step == after_ + 1) {
             const auto result = profiler::disableProfiler();
             for (const auto& e : result->events())
-                if (e.deviceType() == c10::DeviceType::CPU && e.name().rfind("aten::", 0) == 0)
-                    ops_.push_back({e.name(), e.startThreadId(), e.startNs(), e.endNs()});
+                if (e.deviceType() == c10::DeviceType::CPU && (e.name().rfind("aten::", 0) == 0 || e.name() == "[memory]"))
+                    ops_.push_back({e.name(), e.startThreadId(), e.startNs(), e.endNs(), e.nBytes()});
             profiled_ = true;
             trainer_.request_stop();
         }
@@ -54,6 +74,8 @@ public:
 private:
     Trainer& trainer_;
     int64_t after_;
+    bool memory_;
+    bool enabled_ = false;
     bool profiled_ = false;
     std::vector<ProfiledOp> ops_;
 };

@@ -657,10 +657,12 @@ private slots:
     }
 
     // No host syncs in the step (issue 11): on a GPU every item() waits for the queue to drain.
-    // The native executor's step, profiled whole on the CPU (the same ops are dispatched there),
-    // reads no scalar anywhere but inside the fused AdamW, whose CPU kernel reads its step
-    // counters (its CUDA kernel does not). The step's one read of the norms and the loss is a
-    // copy. Every recipe, and telemetry every step (on a GPU its frame is read a step later).
+    // The native executor's step, profiled whole on the CPU, calls item() nowhere but inside
+    // fused and foreach ops, whose CPU kernels read scalars (the fused AdamW its step counters;
+    // their CUDA kernels do not). Every recipe, and telemetry every step (on a GPU its frame is
+    // read a step later). What the CPU cannot show: a copy to the host (the step's one read of
+    // the norms and the loss is one; on the CPU it is a no-op) and CUDA-only branches;
+    // bench/cuda_checks counts the real syncs on a GPU.
     void aNativeStepReadsNoScalar_data()
     {
         QTest::addColumn<QString>("preset");
@@ -679,7 +681,8 @@ private slots:
         QFETCH(QString, scaling);
         QFETCH(int, telemetryInterval);
         const auto config = load_project_json("{}", ".",
-                                              {{"precision.preset", preset.toStdString()},
+                                              {{"training.device", "cpu"}, // the CPU's ops, whatever this machine has
+                                               {"precision.preset", preset.toStdString()},
                                                {"precision.fp8.scaling", scaling.toStdString()},
                                                {"precision.backend", "native"},
                                                {"telemetry.interval", std::to_string(telemetryInterval)},
