@@ -3,13 +3,13 @@
 
 #include <cmath>
 #include <cstdio>
-#include <functional>
 #include <limits>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "first_line.h"
+#include "kernel_probe.h"
 #include "layer_gemm.h"
 #ifdef MANTISSA_CUDA_KERNELS
 #include "cuda/delayed_scaling.h"
@@ -80,26 +80,12 @@ float scaled_max_of(double fp8_max, int64_t margin)
     return std::ldexp(static_cast<float>(fp8_max), -static_cast<int>(margin));
 }
 
-// Runs a kernel's probe: a disagreement or an error is said on stderr, as the statistics
-// kernel's probe does, and LibTorch's ops stay.
-bool probe(const char* kernel, const std::function<bool()>& agrees)
-{
-    try {
-        if (agrees()) return true;
-        std::fprintf(stderr, "mantissa: the %s kernel disagrees with LibTorch's ops on this GPU: the ops stay\n", kernel);
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "mantissa: the %s kernel failed its probe (%s): LibTorch's ops stay\n", kernel,
-                     first_line(e).c_str());
-    }
-    return false;
-}
-
 // The one-launch record against the ops it replaces, once per process, on crafted windows
 // (zeros, NaN, inf, amaxes too small for a finite quotient, a full 1,024 window) and every
 // branch of the rule: any difference and the ops stay.
 bool fused_record_agrees(const torch::Device& device)
 {
-    static const bool agrees = probe("delayed-scaling record", [&] {
+    static const bool agrees = kernel_agrees("delayed-scaling record", [&] {
         const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
         const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device);
         const auto long_window = torch::exp2(torch::linspace(-130.0, 20.0, 1024)).to(device);
@@ -215,7 +201,7 @@ torch::Tensor crafted_cast_values()
 // (subnormals, the format's edges, inf, NaN, three dtypes): any difference and the ops stay.
 bool fused_cast_agrees(const torch::Device& device)
 {
-    static const bool agrees = probe("fused FP8 cast", [&] {
+    static const bool agrees = kernel_agrees("fused FP8 cast", [&] {
         const auto base = crafted_cast_values();
         for (auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kHalf})
             for (bool e4m3 : {true, false})
@@ -250,7 +236,7 @@ bool fused_cast_agrees(const torch::Device& device)
 // compared on the device, so that a run without FP8 pays little for it.
 bool fused_transpose_agrees(const torch::Device& device)
 {
-    static const bool agrees = fused_cast_agrees(device) && probe("FP8 cast-transpose", [&] {
+    static const bool agrees = fused_cast_agrees(device) && kernel_agrees("FP8 cast-transpose", [&] {
         const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device);
         const auto base = crafted_cast_values().to(device); // 4,110 values
         // 33 x 131,109: 2 x 4,098 = 8,196 tiles of 32 x 32, partial on both edges, against a

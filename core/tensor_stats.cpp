@@ -13,6 +13,7 @@
 
 #include <ATen/Parallel.h>
 
+#include "kernel_probe.h"
 #include "vector_clones.h"
 
 #if defined(MANTISSA_CUDA_KERNELS)
@@ -436,19 +437,10 @@ bool fused_cuda_agrees_with_tensor_ops()
 bool fused_cuda_stats_available()
 {
 #if defined(MANTISSA_CUDA_KERNELS)
-    static const bool agrees = [] {
-        if (!torch::cuda::is_available()) return false;
-        try {
-            torch::NoGradGuard no_grad;
-            if (fused_cuda_agrees_with_tensor_ops()) return true;
-            std::fprintf(stderr, "mantissa: the fused CUDA statistics kernel disagreed with the tensor ops on its "
-                                 "probe; telemetry uses the tensor ops\n");
-        } catch (const std::exception& e) {
-            std::fprintf(stderr, "mantissa: the fused CUDA statistics kernel failed its probe (%s); telemetry uses "
-                                 "the tensor ops\n", e.what());
-        }
-        return false;
-    }();
+    static const bool agrees = torch::cuda::is_available() && kernel_agrees("fused CUDA statistics", [] {
+        torch::NoGradGuard no_grad;
+        return fused_cuda_agrees_with_tensor_ops();
+    });
     return agrees;
 #else
     return false;
