@@ -19,6 +19,29 @@ namespace {
 
 constexpr float kFltMax = std::numeric_limits<float>::max();
 constexpr float kE4M3Max = 448.0f;
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+// TE's NVFP4 dequantize kernel (dequantize_nvfp4.cuh): factor_inv = 1.0f / (6.0f * E4M3_MAX).
+constexpr float kInv2688 = 1.0f / (6.0f * kE4M3Max);
+
+// What one E2M1 step of an nvfp4 block is worth, as TE's dequantize kernel computes it:
+// (s * amax) * fl(1/2688). Where s * amax overflows (a tensor amax above FLT_MAX / 448) that
+// order would give Inf, so s * (amax * fl(1/2688)) instead.
+inline float nvfp4_value_scale(float block_scale, float tensor_amax)
+{
+    const float sa = block_scale * tensor_amax;
+    return std::isinf(sa) ? block_scale * (tensor_amax * kInv2688) : sa * kInv2688;
+}
+torch::Tensor nvfp4_value_scale(const torch::Tensor& block_scale, const torch::Tensor& tensor_amax)
+{
+    const auto sa = block_scale * tensor_amax;
+    return torch::where(torch::isinf(sa), block_scale * (tensor_amax * kInv2688), sa * kInv2688);
+}
+
+// A block holding Inf or NaN has no scale (OCP MX's NaN scale; nothing decodes from it).
+torch::Tensor nan_where_non_finite(const torch::Tensor& scales, const torch::Tensor& amax)
+{
+    return torch::where(torch::isfinite(amax), scales, torch::full({}, kNaN));
+}
 
 // x (R, C) zero-padded to multiples of (tile_rows, tile_cols) and viewed as
 // (R/tr, tr, C/tc, tc), so that per-block quantities broadcast as (R/tr, 1, C/tc, 1).
@@ -52,7 +75,7 @@ torch::Tensor poison_non_finite_blocks(const torch::Tensor& values4, const torch
     const auto bad = ~torch::isfinite(amax);
     // The shortcut reads a flag back: free on the CPU, a stalled stream on a GPU.
     if (values4.is_cpu() && !bad.any().item<bool>()) return values4;
-    return torch::where(bad, torch::full({}, std::numeric_limits<float>::quiet_NaN()), values4);
+    return torch::where(bad, torch::full({}, kNaN), values4);
 }
 
 torch::Tensor squeeze_grid(const torch::Tensor& g) { return g.squeeze(3).squeeze(1); }
@@ -112,7 +135,7 @@ BlockQuantized fp8_block_tensor_ops(const torch::Tensor& x_in, NumberFormat form
     const auto scale_inv = 1.0f / scale;
     auto values = round_to_format(t.x4 * scale, format, Overflow::Saturate) * scale_inv;
     values = poison_non_finite_blocks(values, amax);
-    return {t.unpad(values), squeeze_grid(scale_inv), squeeze_grid(amax), {}};
+    return {t.unpad(values), squeeze_grid(nan_where_non_finite(scale_inv, amax)), squeeze_grid(amax), {}};
 }
 
 // nvfp4's per-tensor encode scale S = 448 * 6 / amax over the finite blocks, capped at FLT_MAX
@@ -131,13 +154,17 @@ torch::Tensor nvfp4_unrounded_block_scale(const torch::Tensor& finite_amax, cons
 }
 
 // mxfp4's shared exponent of blocks with a positive finite amax `safe`, before E8M0's clamp:
-// floor(log2 amax) - 2 (OCP MX), or with `round_scale_up` ceil(log2(amax / 6)) (TE); -127 where
-// amax / 6 underflows to 0.
+// floor(log2 amax) - 2 (OCP MX, exact from the bits), or with `round_scale_up` TE's reference
+// rule ceil(log2(amax / 6)) with the quotient and its log2 rounded to FP32, as torch computes
+// them on FP32 tensors (so an amax / 6 within half an FP32 ulp of log2 above 2^k takes 2^k and
+// its largest element saturates at 6); -127 where amax / 6 underflows to 0.
 torch::Tensor mxfp4_exponent(const torch::Tensor& safe, bool round_scale_up)
 {
     if (!round_scale_up) return floor_log2(safe) - static_cast<float>(kE2M1EmaxElem);
     const auto ratio = safe / 6.0f;
-    return torch::where(ratio > 0, ceil_log2(ratio), torch::full({}, -127.0f));
+    // log2 in FP64 rounded once to FP32: the correctly rounded FP32 log2 on every device.
+    const auto log2_f32 = torch::log2(ratio.to(torch::kFloat64)).to(torch::kFloat32);
+    return torch::where(ratio > 0, torch::ceil(log2_f32), torch::full({}, -127.0f));
 }
 
 torch::Tensor seed_tensor(uint64_t seed) { return torch::tensor(static_cast<int64_t>(seed), torch::kInt64); }
@@ -148,6 +175,7 @@ BlockQuantized nvfp4_tensor_ops(const torch::Tensor& x_in, bool tile_2d, const S
     const Tiled t(x, tile_2d ? 16 : 1, 16);
     const auto amax = t.amax();
     const auto finite_amax = torch::where(torch::isfinite(amax), amax, torch::zeros_like(amax));
+    const auto tensor_amax = finite_amax.max();
     const auto encode = nvfp4_encode_scale(finite_amax);
     const auto decode = 1.0f / encode;
     const auto block_scale = round_to_format(nvfp4_unrounded_block_scale(finite_amax, encode), NumberFormat::E4M3,
@@ -162,9 +190,9 @@ BlockQuantized nvfp4_tensor_ops(const torch::Tensor& x_in, bool tile_2d, const S
     } else {
         q = round_to_e2m1(scaled);
     }
-    auto values = (q * block_scale) * decode;
+    auto values = q * nvfp4_value_scale(block_scale, tensor_amax);
     values = poison_non_finite_blocks(values, amax);
-    return {t.unpad(values), squeeze_grid(block_scale), squeeze_grid(amax), decode};
+    return {t.unpad(values), squeeze_grid(nan_where_non_finite(block_scale, amax)), squeeze_grid(amax), tensor_amax};
 }
 
 BlockQuantized mxfp4_tensor_ops(const torch::Tensor& x_in, bool round_scale_up)
@@ -173,19 +201,18 @@ BlockQuantized mxfp4_tensor_ops(const torch::Tensor& x_in, bool round_scale_up)
     const Tiled t(x, 1, 32);
     const auto amax = t.amax();
     const auto safe = torch::where(torch::isfinite(amax) & (amax > 0), amax, torch::ones_like(amax));
+    // A block of zeros takes E8M0's smallest scale 2^-127 (code 0x00), as TE and torchao give it.
     const auto exponent =
-        torch::where(amax > 0, mxfp4_exponent(safe, round_scale_up), torch::zeros_like(amax)).clamp(-127, 127);
+        torch::where(amax > 0, mxfp4_exponent(safe, round_scale_up), torch::full({}, -127.0f)).clamp(-127, 127);
     const auto scale = pow2_exact(exponent);
     auto values = round_to_e2m1(t.x4 / scale) * scale;
     values = poison_non_finite_blocks(values, amax);
-    return {t.unpad(values), squeeze_grid(scale), squeeze_grid(amax), {}};
+    return {t.unpad(values), squeeze_grid(nan_where_non_finite(scale, amax)), squeeze_grid(amax), {}};
 }
 
 
 // ---- Fused CPU kernels: the same arithmetic, element by element, one pass per block -------
 namespace cpu {
-
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 struct Grid {
     int64_t rows, cols, tile_rows, tile_cols, grid_rows, grid_cols;
@@ -295,13 +322,6 @@ float floor_log2(float x)
     return static_cast<float>(e - 1);
 }
 
-float ceil_log2(float x)
-{
-    int e = 0;
-    const float m = std::frexp(x, &e);
-    return static_cast<float>(m == 0.5f ? e - 1 : e);
-}
-
 float pow2(float exponent)
 {
     const auto e = static_cast<int32_t>(exponent);
@@ -348,7 +368,7 @@ void fp8_block_range(const float* x, const Grid& g, const Buffers& b, NumberForm
         if (power_of_two) scale = pow2(floor_log2(std::isnan(scale) ? 1.0f : scale));
         if (a == 0.0f) scale = 1.0f;
         const float inv = 1.0f / scale;
-        b.scale[k] = inv;
+        b.scale[k] = std::isfinite(a) ? inv : kNaN;
         if (!std::isfinite(a)) {
             poison(g, bi, bj, b.out);
             continue;
@@ -371,41 +391,48 @@ BlockQuantized fp8_block(const torch::Tensor& x_in, NumberFormat format, bool po
 // AVX-512 register, no loop or remainder code (the per-block overhead otherwise costs more
 // than the 16 elements). `u0`: the stochastic-rounding index of the row's first element.
 template <bool kStochastic>
-inline void nvfp4_row16(const float* xr, float* out, float element_scale, float block_scale, float decode,
-                        uint64_t seed, uint32_t u0)
+inline void nvfp4_row16(const float* xr, float* out, float element_scale, float value_scale, uint64_t seed, uint32_t u0)
 {
     for (uint32_t c = 0; c < 16; ++c) {
         const float v = std::min(std::max(xr[c] * element_scale, -6.0f), 6.0f);
-        if constexpr (kStochastic) out[c] = (e2m1_stochastic(v, hashed_uniform(seed, u0 + c)) * block_scale) * decode;
-        else out[c] = (e2m1_rne(v) * block_scale) * decode;
+        if constexpr (kStochastic) out[c] = e2m1_stochastic(v, hashed_uniform(seed, u0 + c)) * value_scale;
+        else out[c] = e2m1_rne(v) * value_scale;
     }
 }
 
 // nvfp4's block scales, for blocks [begin, end): each block's E4M3 decode scale from its amax
-// and the tensor's encode scale, and the element scale that maps the block onto E2M1's range.
-// A pass of its own so that it vectorizes too (Fp8Rounder gives the bits of clamp + cast).
+// and the tensor's encode scale, the element scale that maps the block onto E2M1's range, and
+// what one E2M1 step is worth. A pass of its own so that it vectorizes too (Fp8Rounder gives
+// the bits of clamp + cast).
+struct Nvfp4BlockScales {
+    std::vector<float> element, value;
+    explicit Nvfp4BlockScales(int64_t blocks) : element(static_cast<size_t>(blocks)), value(static_cast<size_t>(blocks)) {}
+};
+
 MANTISSA_VECTOR_CLONES
-void nvfp4_scales(const Buffers& b, float* element_scales, float decode, float multiplier, int64_t begin, int64_t end)
+void nvfp4_scales(const Buffers& b, Nvfp4BlockScales& s, float decode, float multiplier, float tensor_amax,
+                  int64_t begin, int64_t end)
 {
     const Fp8Rounder e4m3(NumberFormat::E4M3);
     for (int64_t k = begin; k < end; ++k) {
-        const float a = std::isfinite(b.am[k]) ? b.am[k] : 0.0f;
-        const float block_scale = e4m3(std::min(a * multiplier, kFltMax));
-        b.scale[k] = block_scale;
-        element_scales[k] = std::min(1.0f / (block_scale * decode), kFltMax);
+        const bool finite = std::isfinite(b.am[k]);
+        const float block_scale = e4m3(std::min((finite ? b.am[k] : 0.0f) * multiplier, kFltMax));
+        b.scale[k] = finite ? block_scale : kNaN;
+        s.element[k] = std::min(1.0f / (block_scale * decode), kFltMax);
+        s.value[k] = nvfp4_value_scale(block_scale, tensor_amax);
     }
 }
 
 // The second pass of nvfp4: the elements of blocks [begin, end). `sr_seed` null: round to
 // nearest even.
 MANTISSA_VECTOR_CLONES
-void nvfp4_range(const float* x, const Grid& g, const Buffers& b, const float* element_scales, float decode,
-                 const uint64_t* sr_seed, int64_t begin, int64_t end)
+void nvfp4_range(const float* x, const Grid& g, const Buffers& b, const Nvfp4BlockScales& s, const uint64_t* sr_seed,
+                 int64_t begin, int64_t end)
 {
     const int64_t u_cols = g.padded_cols();
     for (BlockCursor at(g, begin); at.k < end; at.next()) {
         const int64_t bi = at.bi, bj = at.bj, k = at.k;
-        const float block_scale = b.scale[k], element_scale = element_scales[k];
+        const float value_scale = s.value[k], element_scale = s.element[k];
         if (!std::isfinite(b.am[k])) {
             poison(g, bi, bj, b.out);
             continue;
@@ -416,10 +443,10 @@ void nvfp4_range(const float* x, const Grid& g, const Buffers& b, const float* e
             for (int64_t r = bi * g.tile_rows; r < r1; ++r) {
                 const int64_t i = r * g.cols + c0;
                 if (sr_seed)
-                    nvfp4_row16<true>(x + i, b.out + i, element_scale, block_scale, decode, *sr_seed,
+                    nvfp4_row16<true>(x + i, b.out + i, element_scale, value_scale, *sr_seed,
                                       static_cast<uint32_t>(r * u_cols + c0));
                 else
-                    nvfp4_row16<false>(x + i, b.out + i, element_scale, block_scale, decode, 0, 0);
+                    nvfp4_row16<false>(x + i, b.out + i, element_scale, value_scale, 0, 0);
             }
             continue;
         }
@@ -429,12 +456,12 @@ void nvfp4_range(const float* x, const Grid& g, const Buffers& b, const float* e
             each_element(g, bi, bj, [&](int64_t r, int64_t c, int64_t i) {
                 const float v = std::min(std::max(x[i] * element_scale, -6.0f), 6.0f);
                 const float u = hashed_uniform(seed, static_cast<uint32_t>(r * u_cols + c));
-                b.out[i] = (e2m1_stochastic(v, u) * block_scale) * decode;
+                b.out[i] = e2m1_stochastic(v, u) * value_scale;
             });
         } else {
             each_element(g, bi, bj, [&](int64_t, int64_t, int64_t i) {
                 const float v = std::min(std::max(x[i] * element_scale, -6.0f), 6.0f);
-                b.out[i] = (e2m1_rne(v) * block_scale) * decode;
+                b.out[i] = e2m1_rne(v) * value_scale;
             });
         }
     }
@@ -456,12 +483,12 @@ BlockQuantized nvfp4(const torch::Tensor& x_in, bool tile_2d, std::optional<uint
     const float decode = 1.0f / encode;
     const float multiplier = encode * (1.0f / 6.0f);
     const uint64_t* seed = sr_seed ? &*sr_seed : nullptr;
-    std::vector<float> element_scales(static_cast<size_t>(b.amax.numel()));
+    Nvfp4BlockScales scales(blocks);
     each_block_range(g, [&](int64_t begin, int64_t end) {
-        nvfp4_scales(b, element_scales.data(), decode, multiplier, begin, end);
-        nvfp4_range(x, g, b, element_scales.data(), decode, seed, begin, end);
+        nvfp4_scales(b, scales, decode, multiplier, global_amax, begin, end);
+        nvfp4_range(x, g, b, scales, seed, begin, end);
     });
-    return {b.values, b.scales, b.amax, torch::tensor(decode)};
+    return {b.values, b.scales, b.amax, torch::tensor(global_amax)};
 }
 
 MANTISSA_VECTOR_CLONES
@@ -472,14 +499,15 @@ void mxfp4_range(const float* x, const Grid& g, const Buffers& b, bool round_sca
         const float a = b.am[k] = block_amax(x, g, bi, bj);
         const float safe = std::isfinite(a) && a > 0.0f ? a : 1.0f;
         float e = 0.0f;
-        if (round_scale_up) {
+        if (round_scale_up) { // mxfp4_exponent's rule: log2 rounded to FP32, then ceil
             const float ratio = safe / 6.0f;
-            e = ratio > 0.0f ? ceil_log2(ratio) : -127.0f;
+            e = ratio > 0.0f ? std::ceil(static_cast<float>(std::log2(static_cast<double>(ratio)))) : -127.0f;
         } else {
             e = floor_log2(safe) - static_cast<float>(kE2M1EmaxElem);
         }
-        e = std::clamp(a > 0.0f ? e : 0.0f, -127.0f, 127.0f);
-        const float scale = b.scale[k] = pow2(e);
+        e = std::clamp(a > 0.0f ? e : -127.0f, -127.0f, 127.0f); // a block of zeros: 2^-127
+        const float scale = pow2(e);
+        b.scale[k] = std::isfinite(a) ? scale : kNaN;
         if (!std::isfinite(a)) {
             poison(g, bi, bj, b.out);
             continue;
@@ -689,7 +717,7 @@ BlockFormatStats block_format_stats(const torch::Tensor& x_in, const BlockQuanti
     const auto x = x_in.to(torch::kFloat32).reshape(q.values.sizes());
     const auto nonzero_block = torch::isfinite(q.block_amax) & (q.block_amax > 0);
     // What one element step of the block is worth.
-    const auto decode = q.tensor_scale.defined() ? q.block_scales * q.tensor_scale : q.block_scales;
+    const auto decode = q.tensor_amax.defined() ? nvfp4_value_scale(q.block_scales, q.tensor_amax) : q.block_scales;
     const auto clipped = nonzero_block & (decode > 0) & (q.block_amax / decode > element_max);
     const auto underflow = nonzero_block & (q.block_scales <= std::ldexp(1.0f, -127));
     const double blocks = static_cast<double>(q.block_scales.numel());

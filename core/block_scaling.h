@@ -11,9 +11,9 @@
 // off again (TE pads the same way; zeros never change an amax).
 //
 // Non-finite rule (all three recipes): a block that holds an Inf or a NaN dequantizes to NaN in
-// every element, so the overflow reaches the loss scaler's and the watchers' finite checks;
-// every other block is quantized as though it were absent (NVFP4's per-tensor amax is taken
-// over the finite blocks). A block of zeros gives zeros, signs kept.
+// every element and has a NaN scale, so the overflow reaches the loss scaler's and the
+// watchers' finite checks; every other block is quantized as though it were absent (NVFP4's
+// per-tensor amax is taken over the finite blocks). A block of zeros gives zeros, signs kept.
 
 #include <cstdint>
 #include <optional>
@@ -38,11 +38,14 @@ enum class TensorRole { Activation, Weight, Gradient };
 
 struct BlockQuantized {
     torch::Tensor values;       // dequantized FP32, shape of the input
-    torch::Tensor block_scales; // decode scale of each block (rows/tile_rows, cols/tile_cols), FP32
-    torch::Tensor block_amax;   // amax of each block, same shape (NaN/Inf for non-finite blocks)
-    // nvfp4: the per-tensor decode scale amax / (448 * 6), () FP32 on the values' device (read
-    // only by telemetry, so nothing waits for it); undefined otherwise (a scale of 1).
-    torch::Tensor tensor_scale;
+    // Decode scale of each block (rows/tile_rows, cols/tile_cols), FP32; NaN for a block holding
+    // Inf or NaN. nvfp4: the E4M3 block scale s, to be combined with tensor_amax.
+    torch::Tensor block_scales;
+    torch::Tensor block_amax; // amax of each block, same shape (NaN/Inf for non-finite blocks)
+    // nvfp4: the per-tensor amax over the finite blocks, () FP32 on the values' device (read only
+    // by telemetry, so nothing waits for it). A block's values are E2M1 codes times
+    // (s * amax) * fl(1/2688), as TE's dequantize kernel computes them. Undefined otherwise.
+    torch::Tensor tensor_amax;
 };
 
 // Stochastic rounding's seed: none (round to nearest even), a host number, or a () int64
@@ -70,14 +73,17 @@ BlockQuantized quantize_fp8_block_2d(const torch::Tensor& x, NumberFormat format
                                      BlockKernel kernel = BlockKernel::Auto);
 
 // nvfp4. tile_2d: 16x16 tiles, else 1x16. Per-tensor encode scale S = 448*6 / amax; block
-// decode scale E4M3(amax_block * (S / 6)); elements E2M1(x * 1 / (scale_block / S)) after a
-// clamp to +-6, round-to-nearest-even, or stochastic from a generator seeded with `sr_seed`.
+// decode scale s = E4M3(amax_block * (S * fl(1/6))); elements E2M1(x * 1 / (s * (1/S))) after a
+// clamp to +-6, round-to-nearest-even, or stochastic from a generator seeded with `sr_seed`;
+// values E2M1 * ((s * amax) * fl(1/2688)) (TE's dequantize kernel; where s * amax overflows,
+// s * (amax * fl(1/2688))).
 BlockQuantized quantize_nvfp4_2d(const torch::Tensor& x, bool tile_2d, const SrSeed& sr_seed,
                                  BlockKernel kernel = BlockKernel::Auto);
 
 // mxfp4: 1x32 blocks, E8M0 scale 2^e with e = floor(log2 amax) - 2 (OCP MX v1.0, elements
-// saturate) or, with `round_scale_up`, e = ceil(log2(amax / 6)) (TE's rule: nothing saturates);
-// e clamped to [-127, 127], 0 for a block of zeros.
+// saturate) or, with `round_scale_up`, e = ceil(log2(amax / 6)) with FP32 arithmetic (TE's
+// reference rule: nothing saturates, except where FP32's log2 rounds down onto an integer);
+// e clamped to [-127, 127]; a block of zeros gets -127 (2^-127, E8M0 code 0), as TE and torchao.
 BlockQuantized quantize_mxfp4_2d(const torch::Tensor& x, bool round_scale_up, BlockKernel kernel = BlockKernel::Auto);
 
 // The 16-point random Hadamard transform along the last dimension (a multiple of 16):

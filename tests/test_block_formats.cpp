@@ -320,15 +320,18 @@ private slots:
         const auto lines = table(file);
         const auto x = test_matrix(40, 72);
         const auto q = quantize_nvfp4_2d(x, tile2d, std::nullopt);
-        const float tensor_scale = from_hex(lines[0].split(QLatin1Char(' '))[1]);
-        QCOMPARE(bits_of(q.tensor_scale.item<float>()), bits_of(tensor_scale));
+        QVERIFY(lines[0].startsWith(QLatin1String("tensor_amax ")));
+        const float tensor_amax = from_hex(lines[0].split(QLatin1Char(' '))[1]);
+        QCOMPARE(bits_of(q.tensor_amax.item<float>()), bits_of(tensor_amax));
         const auto scales = grid_rows(lines, QStringLiteral("scales"), true);
         QVERIFY(same_bits(q.block_scales, scales));
         if (!tile2d) QVERIFY((scales == 0).any().item<bool>()); // 1x16 reaches E4M3 scale underflow
         const auto codes = code_rows(lines, 1);
         QCOMPARE(codes.size(0), int64_t(40));
-        const auto expected = (e2m1_decode(codes) * expand_grid(scales, tile2d ? 16 : 1, 16, 40, 72)) * tensor_scale;
-        QVERIFY(same_bits(q.values, expected));
+        // TE's dequantize kernel: code * ((s * amax) * fl(1/2688)); no product overflows here.
+        const float inv_2688 = 1.0f / 2688.0f;
+        const auto step = (expand_grid(scales, tile2d ? 16 : 1, 16, 40, 72) * tensor_amax) * inv_2688;
+        QVERIFY(same_bits(q.values, e2m1_decode(codes) * step));
     }
 
     void mxfp4MatchesReference_data()
@@ -370,6 +373,101 @@ private slots:
         QVERIFY(same_bits(q.block_scales, scales));
         const auto expected = e4m3_decode(code_rows(lines, 2)) * expand_grid(scales, tile2d ? 128 : 1, 128, 132, 260);
         QVERIFY(same_bits(q.values, expected));
+    }
+
+    // Crafted cases, each row its own (1, n) tensor, against generate.py's tables: the edges
+    // the specs name (zeros, signed zeros, Inf and NaN blocks, subnormal and FLT_MAX amaxes,
+    // scales that overflow or underflow, ties, powers of two and their neighbours, padding)
+    // and random rows, on both kernels. NaN matches NaN.
+    void blockEdgesMatchReference_data()
+    {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<QString>("recipe");
+        QTest::addColumn<int>("kernel");
+        for (const auto kernel : {BlockKernel::FusedCpu, BlockKernel::TensorOps}) {
+            const char* k = kernel == BlockKernel::FusedCpu ? "fused" : "tensor ops";
+            for (const char* f : {"nvfp4_edges", "mxfp4_edges_floor", "mxfp4_edges_up", "fp8_block_edges_e4m3_pow2",
+                                  "fp8_block_edges_e4m3_fp32", "fp8_block_edges_e5m2_pow2", "fp8_block_edges_e5m2_fp32"})
+                QTest::addRow("%s, %s", f, k) << QString::fromLatin1(f) + ".txt" << QString::fromLatin1(f) << int(kernel);
+        }
+    }
+    void blockEdgesMatchReference()
+    {
+        QFETCH(QString, file);
+        QFETCH(QString, recipe);
+        QFETCH(int, kernel);
+        const auto lines = table(file);
+        const auto row_of = [](const QString& line) {
+            std::vector<float> v;
+            for (const auto& h : line.section(QLatin1Char(' '), 1).split(QLatin1Char(' '))) v.push_back(from_hex(h));
+            return torch::tensor(v).view({1, -1});
+        };
+        const auto same = [](const torch::Tensor& got, const torch::Tensor& want) {
+            const auto g = got.reshape({-1}), w = want.reshape({-1});
+            const auto both_nan = torch::isnan(g) & torch::isnan(w);
+            return g.sizes() == w.sizes() && torch::equal(torch::where(both_nan, torch::zeros_like(g), g).view(torch::kInt32),
+                                                          torch::where(both_nan, torch::zeros_like(w), w).view(torch::kInt32));
+        };
+        const auto k = static_cast<BlockKernel>(kernel);
+        int cases = 0;
+        for (int i = 0; i < lines.size(); ++i) {
+            if (!lines[i].startsWith(QLatin1String("in "))) continue;
+            const auto x = row_of(lines[i]);
+            BlockQuantized q;
+            int next = i + 1;
+            if (recipe.startsWith(QLatin1String("nvfp4"))) {
+                q = quantize_nvfp4_2d(x, false, std::nullopt, k);
+                QVERIFY(same(q.tensor_amax, row_of(lines[next++])));
+            } else if (recipe.startsWith(QLatin1String("mxfp4"))) {
+                q = quantize_mxfp4_2d(x, recipe.endsWith(QLatin1String("up")), k);
+            } else {
+                const auto format = recipe.contains(QLatin1String("e5m2")) ? NumberFormat::E5M2 : NumberFormat::E4M3;
+                q = quantize_fp8_block_2d(x, format, recipe.endsWith(QLatin1String("pow2")), false, k);
+            }
+            QVERIFY2(same(q.block_scales, row_of(lines[next])), qPrintable(QString("scales of case %1").arg(cases)));
+            QVERIFY2(same(q.values, row_of(lines[next + 1])), qPrintable(QString("values of case %1").arg(cases)));
+            ++cases;
+        }
+        QVERIFY(cases >= 35);
+    }
+
+    // The fused kernels' own rounding, at the ties: every input of the ml_dtypes E2M1 table
+    // below 8 goes through an mxfp4 block whose amax is 6 (scale 1 under OCP's floor rule), and
+    // every E4M3 table input up to 448 becomes an nvfp4 block scale (tensor amax 448 makes
+    // S * fl(1/6) exactly 1, so the scale is E4M3(block amax)). Both kernels.
+    void fusedKernelsRoundTiesAsMlDtypes()
+    {
+        std::vector<float> e2m1_in, e2m1_out;
+        for (const auto& line : table(QStringLiteral("e2m1_rne.txt"))) {
+            const auto parts = line.split(QLatin1Char(' '));
+            const float v = from_hex(parts[0]);
+            if (!(std::abs(v) < 8.0f)) continue;
+            e2m1_in.push_back(v);
+            e2m1_out.push_back(e2m1_decode(torch::tensor({static_cast<uint8_t>(parts[1].toUInt(nullptr, 16))}, torch::kUInt8)).item<float>());
+        }
+        const int64_t n = static_cast<int64_t>(e2m1_in.size()), rows = (n + 30) / 31;
+        auto inputs = torch::zeros({rows * 31});
+        inputs.narrow(0, 0, n).copy_(torch::tensor(e2m1_in));
+        const auto x = torch::cat({torch::full({rows, 1}, 6.0f), inputs.view({rows, 31})}, 1);
+        std::vector<float> e4m3_in, e4m3_out;
+        for (const auto& line : table(QStringLiteral("e4m3_scale.txt"))) {
+            const auto parts = line.split(QLatin1Char(' '));
+            if (from_hex(parts[0]) > 448.0f) continue;
+            e4m3_in.push_back(from_hex(parts[0]));
+            e4m3_out.push_back(from_hex(parts[1]));
+        }
+        QVERIFY(n > 2000 && e4m3_in.size() > 700);
+        auto blocks = torch::zeros({1, 16 * static_cast<int64_t>(e4m3_in.size() + 1)});
+        blocks[0][0] = 448.0f;
+        blocks.view({-1, 16}).narrow(0, 1, static_cast<int64_t>(e4m3_in.size())).select(1, 3).copy_(torch::tensor(e4m3_in));
+        for (const auto kernel : {BlockKernel::FusedCpu, BlockKernel::TensorOps}) {
+            const auto q = quantize_mxfp4_2d(x, false, kernel);
+            QVERIFY(same_bits(q.block_scales, torch::ones({rows, 1})));
+            QVERIFY(same_bits(q.values.narrow(1, 1, 31).reshape({-1}).narrow(0, 0, n), torch::tensor(e2m1_out)));
+            const auto s = quantize_nvfp4_2d(blocks, false, std::nullopt, kernel).block_scales.view({-1});
+            QCOMPARE(s[0].item<float>(), 448.0f);
+            QVERIFY(same_bits(s.narrow(0, 1, static_cast<int64_t>(e4m3_in.size())), torch::tensor(e4m3_out)));
+        }
     }
 
     // The dgrad GEMM multiplies W cast along N (its contraction dimension), not the forward's
@@ -518,9 +616,9 @@ private slots:
         QVERIFY(same_bits(fused.values, ops.values));
         QVERIFY(same_bits(fused.block_scales, ops.block_scales));
         QVERIFY(same_bits(fused.block_amax, ops.block_amax));
-        QCOMPARE(fused.tensor_scale.defined(), recipe == "nvfp4");
-        QCOMPARE(ops.tensor_scale.defined(), recipe == "nvfp4");
-        if (recipe == "nvfp4") QCOMPARE(bits_of(fused.tensor_scale.item<float>()), bits_of(ops.tensor_scale.item<float>()));
+        QCOMPARE(fused.tensor_amax.defined(), recipe == "nvfp4");
+        QCOMPARE(ops.tensor_amax.defined(), recipe == "nvfp4");
+        if (recipe == "nvfp4") QCOMPARE(bits_of(fused.tensor_amax.item<float>()), bits_of(ops.tensor_amax.item<float>()));
         QVERIFY(torch::isnan(fused.values).any().item<bool>());
     }
 

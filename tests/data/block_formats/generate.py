@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Reference tables for tests/test_block_formats.cpp, computed with ml_dtypes' own casts
-(float4_e2m1fn, float8_e4m3fn, float8_e8m0fnu) and numpy float32 arithmetic that follows
-TransformerEngine's reference quantizers (reference_nvfp4.py, blockwise_quantizer_reference.py).
+(float4_e2m1fn, float8_e4m3fn, float8_e8m0fnu, float8_e5m2) and numpy float32 arithmetic that
+follows TransformerEngine's reference quantizers (reference_nvfp4.py,
+blockwise_quantizer_reference.py), TE's NVFP4 dequantize kernel (dequantize_nvfp4.cuh) for
+nvfp4's values, and torchao / OCP MX v1.0 for mxfp4's floor rule. Where Mantissa departs from
+TE on purpose (blocks holding Inf or NaN: NaN values and scale), the functions say so.
 The C++ code never sees this script; it only reads the tables. Regenerate with
-    .venv/bin/python tests/data/block_formats/generate.py      (ml_dtypes 0.6.0, numpy 2.x)
+    .venv/bin/python tests/data/block_formats/generate.py      (ml_dtypes 0.7.0, numpy 2.x)
+The recipe tables' codes and scales were unchanged between ml_dtypes 0.6.0 and 0.7.0.
 """
+import math
 import os
 
 import ml_dtypes
@@ -104,74 +109,222 @@ def codes_lines(codes, rows, cols, width):
     return ["".join(fmt % v for v in row) for row in c]
 
 
+INV_2688 = F32(1.0) / F32(6.0 * 448.0)  # TE's dequantize kernel: factor_inv = 1.0f / (6.0f * E4M3_MAX)
+
+
 def nvfp4(x, tile_2d):
+    """TE's reference quantizer (reference_nvfp4.py, _quantize_blockwise_reference) over the finite
+    blocks, and TE's dequantize kernel (dequantize_nvfp4.cuh): value = q * ((s * amax) * fl(1/2688)),
+    or q * (s * (amax * fl(1/2688))) where s * amax overflows."""
     t = tiles(x, 16 if tile_2d else 1, 16)
     vec_max = amax_of(t)
-    with np.errstate(divide="ignore", over="ignore"):
-        genc = min(F32(448.0 * 6.0) / F32(vec_max.max()), FLT_MAX)
+    finite = np.isfinite(vec_max)
+    vec_max = np.where(finite, vec_max, F32(0)).astype(np.float32)  # Mantissa's rule: a non-finite block is absent
+    gamax = F32(vec_max.max())
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        genc = min(F32(448.0 * 6.0) / gamax, FLT_MAX)
         genc = F32(1.0) if genc == 0 else F32(genc)
         gdec = F32(1.0) / genc
         mult = genc * (F32(1.0) / F32(6.0))
         dec = np.minimum(vec_max * mult, FLT_MAX)
         dec = np.clip(dec, -448, 448).astype(E4M3).astype(np.float32)
         enc = np.minimum(F32(1.0) / (dec * gdec), FLT_MAX).astype(np.float32)
-        scaled = np.clip(t * enc, -6, 6).astype(np.float32)
+        scaled = np.clip(np.where(finite, t, F32(0)) * enc, -6, 6).astype(np.float32)
     codes = scaled.astype(E2M1).view(np.uint8)
-    return codes, dec[:, 0, :, 0], gdec
+    with np.errstate(over="ignore"):
+        sa = (dec * gamax).astype(np.float32)
+        # Where s * amax overflows (amax above FLT_MAX / 448), TE's order would give Inf: s * (amax / 2688).
+        final = np.where(np.isinf(sa), dec * (gamax * INV_2688), sa * INV_2688).astype(np.float32)
+    values = (codes.view(E2M1).astype(np.float32) * final).astype(np.float32)
+    values = np.where(finite, values, np.float32(np.nan)).astype(np.float32)  # Mantissa's rule for Inf/NaN blocks
+    dec = np.where(finite, dec, np.float32(np.nan)).astype(np.float32)
+    return codes, dec[:, 0, :, 0], gamax, values
+
+
+def log2_f32(v):
+    """log2 rounded to FP32, as torch.log2 of a float32 tensor computes it (the correctly rounded value)."""
+    return np.array([F32(math.log2(float(a))) if a > 0 else F32(-np.inf) for a in v.ravel()], dtype=np.float32).reshape(v.shape)
 
 
 def mxfp4(x, round_up):
+    """OCP MX v1.0 (floor: exponent floor(log2 amax) - 2, from the bits, as torchao's FLOOR mode) or TE's
+    reference rule (reference_nvfp4.py cast_to_e8: ceil(log2(amax / 6)) on FP32 values). Either way
+    clamped to E8M0's [-127, 127]: a block of zeros gets 2^-127 (code 0x00), as in TE and torchao; a
+    block holding Inf or NaN gets the NaN scale 0xFF and NaN values (OCP)."""
     t = tiles(x, 1, 32)
     amax = amax_of(t)
-    safe = np.where(amax > 0, amax, F32(1))
+    finite = np.isfinite(amax)
+    safe = np.where(finite & (amax > 0), amax, F32(1)).astype(np.float32)
     if round_up:
-        m, e = np.frexp((safe / F32(6)).astype(np.float32))
-        exp = np.where(m == 0.5, e - 1, e)
+        exp = np.ceil(log2_f32((safe / F32(6)).astype(np.float32))).astype(np.float64)
     else:
         _, e = np.frexp(safe)
-        exp = e - 1 - 2
-    exp = np.clip(np.where(amax > 0, exp, 0), -127, 127)
+        exp = (e - 1 - 2).astype(np.float64)
+    exp = np.clip(np.where(amax > 0, exp, -127), -127, 127).astype(np.int32)
     scale = np.ldexp(F32(1), exp).astype(np.float32)
-    codes = (t / scale).astype(np.float32).astype(E2M1).view(np.uint8)
-    scale_codes = scale.astype(E8M0).view(np.uint8)
-    return codes, scale_codes[:, 0, :, 0]
+    with np.errstate(invalid="ignore"):
+        codes = np.where(finite, t / scale, F32(0)).astype(np.float32).astype(E2M1).view(np.uint8)
+    scale_codes = np.where(finite, scale.astype(E8M0).view(np.uint8), np.uint8(0xFF)).astype(np.uint8)
+    values = np.where(finite, codes.view(E2M1).astype(np.float32) * scale, np.float32(np.nan)).astype(np.float32)
+    return codes, scale_codes[:, 0, :, 0], values
 
 
-def fp8_block(x, tile_2d, pow2):
+FP8 = {"e4m3": (E4M3, F32(448.0)), "e5m2": (ml_dtypes.float8_e5m2, F32(57344.0))}
+
+
+def fp8_block(x, tile_2d, pow2, fmt="e4m3"):
+    """TE's blockwise_quantizer_reference.py: scale = fp8_max / amax (FLT_MAX where that overflows),
+    floored to a power of two from the exponent bits, 1 for a block of zeros. A block holding Inf or
+    NaN: NaN values and a NaN decode scale (Mantissa's rule; TE's CUDA kernel saturates instead)."""
+    dtype, fmax = FP8[fmt]
     t = tiles(x, 128 if tile_2d else 1, 128)
     amax = amax_of(t)
-    with np.errstate(divide="ignore"):
-        scale = F32(448.0) / amax
+    finite = np.isfinite(amax)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = fmax / amax
     scale = np.where(np.isinf(scale), FLT_MAX, scale).astype(np.float32)
     if pow2:
         _, e = np.frexp(scale)
         scale = np.ldexp(F32(1), e - 1).astype(np.float32)
     scale = np.where(amax == 0, F32(1), scale).astype(np.float32)
-    scale_inv = (F32(1) / scale).astype(np.float32)
-    codes = np.clip(t * scale, -448, 448).astype(np.float32).astype(E4M3).view(np.uint8)
-    return codes, scale_inv[:, 0, :, 0]
+    with np.errstate(invalid="ignore"):
+        scale_inv = np.where(finite, F32(1) / scale, np.float32(np.nan)).astype(np.float32)
+        codes = np.clip(np.where(finite, t, F32(0)) * scale, -fmax, fmax).astype(np.float32).astype(dtype)
+    values = np.where(finite, codes.astype(np.float32) * scale_inv, np.float32(np.nan)).astype(np.float32)
+    return codes.view(np.uint8), scale_inv[:, 0, :, 0], values
 
 
 def recipe_tables():
     x = test_matrix(40, 72)  # neither dimension a multiple of 32: padding on both axes for the tiles
     for name, tile_2d in (("nvfp4_1x16", False), ("nvfp4_16x16", True)):
-        codes, scales, gdec = nvfp4(x, tile_2d)
-        lines = ["tensor_scale %s" % hexbits(gdec)]
+        codes, scales, gamax, _ = nvfp4(x, tile_2d)
+        lines = ["tensor_amax %s" % hexbits(gamax)]
         lines += ["scales " + " ".join(hexbits(v) for v in row) for row in scales]
         lines += ["codes " + line for line in codes_lines(codes, 40, 72, 1)]
-        write(name + ".txt", "%s of test_matrix(40, 72): E2M1 codes, E4M3 block scales, per-tensor decode scale" % name, lines)
+        write(name + ".txt", "%s of test_matrix(40, 72): E2M1 codes, E4M3 block scales, per-tensor amax" % name, lines)
     for name, up in (("mxfp4_floor", False), ("mxfp4_up", True)):
-        codes, scale_codes = mxfp4(x, up)
+        codes, scale_codes, _ = mxfp4(x, up)
         lines = ["scales " + " ".join("%02x" % v for v in row) for row in scale_codes]
         lines += ["codes " + line for line in codes_lines(codes, 40, 72, 1)]
         write(name + ".txt", "%s of test_matrix(40, 72): E2M1 codes, E8M0 scale codes" % name, lines)
     y = test_matrix(132, 260)  # 1x128 blocks with a partial third; 128x128 tiles padded on both axes
     for name, tile_2d, pow2 in (("fp8_block_1x128_pow2", False, True), ("fp8_block_1x128_fp32", False, False),
                                 ("fp8_block_128x128_pow2", True, True)):
-        codes, scale_inv = fp8_block(y, tile_2d, pow2)
+        codes, scale_inv, _ = fp8_block(y, tile_2d, pow2)
         lines = ["scales " + " ".join(hexbits(v) for v in row) for row in scale_inv]
         lines += ["codes " + line for line in codes_lines(codes, 132, 260, 2)]
         write(name + ".txt", "%s of test_matrix(132, 260): E4M3 codes, FP32 decode scales (1/scale)" % name, lines)
+
+
+def bits(h):
+    return np.array([h], dtype=np.uint32).view(np.float32)[0]
+
+
+def edge_table(name, header, rows, quantize):
+    """One case per line group: each row is its own (1, n) tensor. `quantize` returns
+    (scales, values[, tensor amax]) for it."""
+    lines = []
+    for r in rows:
+        x = np.array(r, dtype=np.float32).reshape(1, -1)
+        out = quantize(x)
+        lines.append("in " + " ".join(hexbits(v) for v in x[0]))
+        if len(out) == 3:
+            lines.append("amax %s" % hexbits(out[2]))
+        lines.append("scales " + " ".join(hexbits(v) for v in np.asarray(out[0]).ravel()))
+        lines.append("values " + " ".join(hexbits(v) for v in np.asarray(out[1]).ravel()[: x.shape[1]]))
+    write(name, header + " (in / scales / values as FP32 bits, one case per group)", lines)
+
+
+def random_rows(rng, count, length, block, spread):
+    rows = []
+    for _ in range(count):
+        e = rng.integers(-spread, spread + 1, size=(length + block - 1) // block).repeat(block)[:length]
+        rows.append((rng.standard_normal(length) * np.exp2(e)).astype(np.float32))
+    return rows
+
+
+INF, NAN = np.float32(np.inf), np.float32(np.nan)
+TIES = [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0]
+
+
+def zeros(n):
+    return [0.0] * n
+
+
+def nvfp4_edges(rng):
+    rows = [
+        [bits(0x3E1273D2), bits(0x3D2FBE30)] + zeros(30),          # 1/S and amax/2688 differ by an ulp
+        [bits(0x3F7845EF)] + zeros(15) + [bits(0x3DCBF04C)] + zeros(15),  # amax_b*(S*fl(1/6)) gives E4M3 48, amax_b/6*S 44
+        zeros(32),                                                   # all zeros: S = 1
+        [-0.0] * 16 + zeros(16),                                     # signed zeros stay signed
+        [1e-38, -3e-39] + zeros(14) + [2e-39] + zeros(15),           # S = 2688/amax overflows: capped at FLT_MAX
+        [1e-45] + zeros(31),                                         # the smallest subnormal alone
+        [1000.0] + zeros(15) + [1e-6, -3e-7] + zeros(14),            # the second block's E4M3 scale underflows to 0
+        [1000.0] + zeros(15) + [0.05, -0.02] + zeros(14),            # ... or lands in E4M3's subnormals
+        [np.finfo(np.float32).max, -1e38] + zeros(30),               # amax FLT_MAX
+        [6.0] + TIES + [-t for t in TIES] + [0.0] + [0.75] + [t / 8 for t in TIES] + [-t / 8 for t in TIES] + [0.0],
+        [INF, 1.0] + zeros(14) + [0.5, -0.25] + zeros(14),           # an Inf block: NaN, the rest as if it were absent
+        [2.0, NAN] + zeros(14) + [0.5, -0.25] + zeros(14),           # a NaN block
+        list(rng.standard_normal(40).astype(np.float32)),            # 40: padded to 48
+    ]
+    rows += random_rows(rng, 24, 32, 16, 20)
+    edge_table("nvfp4_edges.txt", "nvfp4, 1x16 blocks, round to nearest even, per-tensor amax", rows,
+               lambda x: (lambda q: (q[1], q[3], q[2]))(nvfp4(x, False)))
+
+
+def e8m0_values(codes):
+    return np.asarray(codes, dtype=np.uint8).view(E8M0).astype(np.float32)  # 0xFF decodes to NaN
+
+
+def mxfp4_edges(rng, round_up):
+    rows = [
+        zeros(32),                                                   # scale 2^-127 (E8M0 code 0)
+        [INF] + zeros(31), [-INF, 1.0] + zeros(30), [1.0, NAN] + zeros(30),  # NaN scale, NaN values
+        [bits(0x42C00002), 40.0] + zeros(30),                        # amax/6 just above 16: FP32 log2 rounds to 4
+        [6.0] + TIES + [-t for t in TIES] + zeros(17),               # E2M1 ties at scale 1
+        [7.0, 3.0] + zeros(30),                                      # floor saturates 7 to 6; up rounds the scale up
+        [1e-45] + zeros(31), [bits(0x00400000)] + zeros(31),         # subnormal amaxes: the exponent clamps at -127
+        [np.finfo(np.float32).max, 1e37] + zeros(30),                # the exponent at the top
+        list(rng.standard_normal(40).astype(np.float32)),            # 40: padded to 64
+    ]
+    for k in (-3, 0, 4, 10):
+        for v in (F32(6.0 * 2.0 ** k), F32(4.0 * 2.0 ** k)):
+            for w in (v, np.nextafter(v, F32(0)), np.nextafter(v, F32(np.inf))):
+                rows.append([w, -w / 3] + zeros(30))
+    rows += random_rows(rng, 16, 32, 32, 30)
+    name = "mxfp4_edges_%s.txt" % ("up" if round_up else "floor")
+    edge_table(name, "mxfp4, %s rule" % ("TE's round-up" if round_up else "OCP floor"), rows,
+               lambda x: (lambda q: (e8m0_values(q[1]), q[2]))(mxfp4(x, round_up)))
+
+
+def fp8_block_edges(rng, fmt, pow2):
+    fmax = float(FP8[fmt][1])
+    big = float(np.finfo(np.float32).max)
+    overflow_edge = F32(fmax / big)  # below this amax, fp8_max / amax overflows
+    rows = [zeros(128), [-0.0] * 128, [INF] + zeros(127), [1.0, NAN] + zeros(126),
+            [2.0 ** -140, 2.0 ** -145] + zeros(126), [1e-45] + zeros(127), [big, -1e30] + zeros(126)]
+    for v in (overflow_edge, np.nextafter(overflow_edge, F32(0)), np.nextafter(overflow_edge, F32(1))):
+        rows.append([v, v / 7] + zeros(126))
+    for k in (-10, 0, 7):
+        for base in (F32(2.0 ** k), F32(fmax * 2.0 ** k)):
+            for w in (base, np.nextafter(base, F32(0)), np.nextafter(base, F32(np.inf))):
+                rows.append([w, -w / 3, w / 1000] + zeros(125))
+    rows.append(list(rng.standard_normal(200).astype(np.float32)))  # 200: padded to 256
+    rows += random_rows(rng, 8, 128, 128, 40)
+    rows += [list((rng.standard_normal(128) * np.exp2(rng.integers(-12, 1, 128))).astype(np.float32)) for _ in range(4)]
+    name = "fp8_block_edges_%s_%s.txt" % (fmt, "pow2" if pow2 else "fp32")
+    edge_table(name, "fp8-block 1x128, %s, %s scales" % (fmt, "power-of-two" if pow2 else "FP32"), rows,
+               lambda x: fp8_block(x, False, pow2, fmt)[1:])
+
+
+def edge_tables():
+    rng = np.random.default_rng(1218)
+    nvfp4_edges(rng)
+    for up in (False, True):
+        mxfp4_edges(rng, up)
+    for fmt in ("e4m3", "e5m2"):
+        for pow2 in (True, False):
+            fp8_block_edges(rng, fmt, pow2)
 
 
 if __name__ == "__main__":
@@ -179,3 +332,4 @@ if __name__ == "__main__":
     e8m0_table()
     e4m3_table()
     recipe_tables()
+    edge_tables()
