@@ -43,12 +43,6 @@ void DelayedScaling::record(float amax, double fp8_max, bool use_max, int64_t ma
     scale_ = scale_from_amax(reduced, fp8_max, margin, scale_);
 }
 
-torch::Tensor amax_ignoring_nan(const torch::Tensor& x, int64_t dim)
-{
-    const auto a = x.abs();
-    return a.masked_fill(a.isnan(), 0.0).amax({dim}, /*keepdim=*/true);
-}
-
 torch::Tensor floor_log2_from_bits(const torch::Tensor& v)
 {
     auto a = v.to(torch::kFloat32).abs().contiguous();
@@ -84,18 +78,21 @@ torch::Tensor scaled_round(const torch::Tensor& x, float scale, NumberFormat for
 
 } // namespace
 
+constexpr double kTorchaoAmaxEps = 1e-12; // torchao/float8/float8_utils.py: EPS
+
 torch::Tensor rowwise_scale(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe, int64_t k_dim)
 {
-    const double fp8_max = format_info(format).max_finite;
-    auto amax = amax_ignoring_nan(x, k_dim); // one per row of the GEMM operand, NaN skipped
-    auto scale = (fp8_max / amax).div(std::ldexp(1.0, static_cast<int>(recipe.margin)));
-    // A tiny amax overflows the scale: FLT_MAX, as scale_from_amax.
-    scale = torch::where(torch::isinf(scale), torch::full_like(scale, std::numeric_limits<float>::max()), scale);
-    // torchao's rounding, float log2 included (it rounds up just below a power of two, and
-    // log2(FLT_MAX) to 128): capped at 2^127, the largest power of two a float holds.
-    if (recipe.rowwise_power_of_two) scale = torch::exp2(torch::floor(torch::log2(scale))).clamp_max(0x1p127);
-    // Rows of zeros (or an infinite amax) keep scale 1.
-    return torch::where(torch::isfinite(amax) & (amax > 0), scale, torch::ones_like(scale));
+    // torchao's amax_to_scale: fp8_max / clamp(amax, min=1e-12) in FP64, then FP32 (the same
+    // bits as an FP32 division for amax >= 1e-12; a smaller or zero amax takes 1e-12's scale).
+    // The margin scales fp8_max first, as scale_from_amax does, so nothing overflows.
+    const double scaled_max = std::ldexp(format_info(format).max_finite, -static_cast<int>(recipe.margin));
+    const auto amax = x.abs().amax({k_dim}, /*keepdim=*/true); // NaN and Inf propagate, as in torchao
+    auto scale = (scaled_max / amax.to(torch::kFloat64).clamp_min(kTorchaoAmaxEps)).to(torch::kFloat32);
+    // torchao's rounding, float log2 included (it rounds up just below a power of two).
+    if (recipe.rowwise_power_of_two) scale = torch::exp2(torch::floor(torch::log2(scale)));
+    // A row holding NaN or Inf: torchao's scale is NaN or 0 and the whole row comes out NaN;
+    // a NaN scale does that on every path (the emulator's cast, the native codes, _scaled_mm).
+    return torch::where(torch::isfinite(amax), scale, torch::full({}, std::numeric_limits<float>::quiet_NaN()));
 }
 
 namespace {

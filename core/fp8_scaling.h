@@ -95,11 +95,10 @@ private:
 // that overflows; `previous` when amax is 0, negative or not finite (see above).
 float scale_from_amax(float amax, double fp8_max, int64_t margin, float previous);
 
-// Largest |x| over the non-NaN elements of x, per slice along `dim` (keepdim); the whole
-// tensor's is in quantize.h.
-torch::Tensor amax_ignoring_nan(const torch::Tensor& x, int64_t dim);
-// The per-row recipe's scales: one per slice along `k_dim` (kept as a size-1 dimension), from
-// each slice's NaN-skipping amax; the emulator and the native cast share this to the bit.
+// The per-row recipe's scales (torchao's amax_to_scale): one per slice along `k_dim` (kept as
+// a size-1 dimension), fp8_max / 2^margin / max(amax, 1e-12), floored to a power of two when
+// asked; NaN for a slice holding NaN or Inf, which makes the whole row NaN as in torchao. The
+// emulator and the native cast share this to the bit.
 torch::Tensor rowwise_scale(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe, int64_t k_dim);
 
 // MXFP8 (OCP MX v1.0): floor(log2(|v|)) of each FP32 element, from its exponent bits (a

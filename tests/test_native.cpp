@@ -550,10 +550,10 @@ private slots:
         r.rowwise_power_of_two = powerOfTwo;
         torch::manual_seed(3);
         auto x = torch::randn({24, 40}) * torch::exp2(torch::arange(24).to(torch::kFloat32) - 12).unsqueeze(1);
-        x[2].zero_();                 // a row of zeros keeps scale 1
-        x[5][7] = NAN;                // NaN is skipped by the amax, kept in the values
-        x[9][1] = INFINITY;           // an infinite amax keeps scale 1
-        x[11] *= std::ldexp(1.0f, -130); // a tiny amax: its scale overflows to FLT_MAX
+        x[2].zero_();                 // a row of zeros: torchao's amax floor 1e-12
+        x[5][7] = NAN;                // a row holding NaN comes out NaN (torchao) ...
+        x[9][1] = INFINITY;           // ... and one holding Inf
+        x[11] *= std::ldexp(1.0f, -130); // a tiny amax: the floor again, values flush to zero
         for (int64_t k_dim : {1, 0}) {
             const auto expected = quantize_fp8(x, f, r, k_dim, nullptr);
             const auto got = quantize_fp8_rowwise_native(x, f, r, k_dim);

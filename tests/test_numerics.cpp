@@ -3,6 +3,7 @@
 // patterns and PyTorch's own rules.
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -21,6 +22,12 @@
 using namespace mantissa;
 
 namespace {
+
+// Bit-identical FP32 tensors (signed zeros told apart).
+bool same_bits(const torch::Tensor& a, const torch::Tensor& b)
+{
+    return a.sizes() == b.sizes() && torch::equal(a.contiguous().view(torch::kInt32), b.contiguous().view(torch::kInt32));
+}
 
 // Bits of the value `round_to_format` produced, re-encoded in the format.
 int64_t bits_of(float v, NumberFormat f)
@@ -343,6 +350,45 @@ private slots:
         QCOMPARE(qc[0][1].item<float>(), 2.0f); // column 1: amax 2, scale 128
     }
 
+    // The per-row scales are torchao's amax_to_scale (float8_utils.py): fp8_max / clamp(amax,
+    // min=1e-12) in FP64, to FP32, floored to a power of two; a row holding NaN or Inf comes out
+    // NaN, as torchao's amax propagates them. Expected bits computed with torch 2.13 from
+    // torchao's formula.
+    void rowwiseScaleFollowsTorchao_data()
+    {
+        QTest::addColumn<bool>("powerOfTwo");
+        QTest::addColumn<uint32_t>("tinyRowScale"); // rows 0, 1 and 4: amax below 1e-12, or 0
+        QTest::addColumn<uint32_t>("row5Scale");
+        QTest::newRow("power of two") << true << 0x57800000u << 0x43000000u;  // 2^48; 448/3 -> 128
+        QTest::newRow("fp32 scales") << false << 0x57cbba10u << 0x43155555u; // 448/1e-12; 448/3
+    }
+    void rowwiseScaleFollowsTorchao()
+    {
+        QFETCH(bool, powerOfTwo);
+        QFETCH(uint32_t, tinyRowScale);
+        QFETCH(uint32_t, row5Scale);
+        Fp8Recipe r;
+        r.scaling = Fp8Scaling::PerRow;
+        r.rowwise_power_of_two = powerOfTwo;
+        const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+        const auto x = torch::tensor({1e-14f, 1e-17f, 3e-18f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 3.0f, nan, 1e-3f, 0.5f,
+                                      3.0f, inf, 1e-3f, 0.5f, 1e-13f, 3e-14f, 0.0f, 1e-15f, 3.0f, -1.0f, 1e-3f, 0.5f})
+                           .view({6, 4});
+        const auto scale = rowwise_scale(x, NumberFormat::E4M3, r, 1);
+        QCOMPARE(scale.sizes().vec(), (std::vector<int64_t>{6, 1}));
+        for (int row : {0, 1, 4}) QCOMPARE(std::bit_cast<uint32_t>(scale[row][0].item<float>()), tinyRowScale);
+        QVERIFY(std::isnan(scale[2][0].item<float>()) && std::isnan(scale[3][0].item<float>()));
+        QCOMPARE(std::bit_cast<uint32_t>(scale[5][0].item<float>()), row5Scale);
+        const auto q = quantize_fp8(x, NumberFormat::E4M3, r, 1, nullptr).values;
+        QVERIFY(torch::isnan(q.narrow(0, 2, 2)).all().item<bool>()); // the NaN row and the Inf row, whole
+        QVERIFY(same_bits(q[1], torch::zeros({4})));
+        if (powerOfTwo) { // torchao: [2.75 * 2^-48, 2^-9 * 2^-48 (an E4M3 subnormal), 0, 0]
+            QCOMPARE(std::bit_cast<uint32_t>(q[0][0].item<float>()), 0x28300000u);
+            QCOMPARE(std::bit_cast<uint32_t>(q[0][1].item<float>()), 0x23000000u);
+            QCOMPARE(q[0][2].item<float>(), 0.0f);
+        }
+    }
+
     void mxfp8Blocks_data()
     {
         QTest::addColumn<bool>("roundUp");
@@ -455,8 +501,12 @@ private slots:
             const auto q = quantize_fp8(x, NumberFormat::E4M3, r, 1, &state);
             QVERIFY2(torch::isfinite(q.values).all().item<bool>(), fp8_scaling_name(scaling));
             QCOMPARE(q.values[0][1].item<float>(), 0.0f);
+            if (scaling == Fp8Scaling::PerRow) { // torchao's amax floor 1e-12: 2^48, and they flush to zero
+                QVERIFY(same_bits(q.values, torch::tensor({0.0f, 0.0f, -0.0f, 0.0f}).view({1, 4})));
+                continue;
+            }
             QVERIFY(q.values[0][0].item<float>() > 0.0f && q.values[0][2].item<float>() < 0.0f);
-            if (scaling != Fp8Scaling::PerRow) QCOMPARE(q.scale, std::numeric_limits<float>::max());
+            QCOMPARE(q.scale, std::numeric_limits<float>::max());
         }
     }
 
@@ -478,12 +528,12 @@ private slots:
         const auto all_nan = quantize_fp8(torch::full({4}, nan), NumberFormat::E4M3, r, -1, nullptr);
         QCOMPARE(all_nan.amax, 0.0f);
         QCOMPARE(all_nan.scale, 1.0f);
-        // Per row: a NaN row element does not take its row's scale to 1.
+        // Per row follows torchao instead: the NaN takes its whole row (rowwiseScaleFollowsTorchao).
         Fp8Recipe rows;
         rows.scaling = Fp8Scaling::PerRow;
         rows.rowwise_power_of_two = false;
         const auto q = quantize_fp8(torch::tensor({3.0f, nan, 1e-3f}).view({1, 3}), NumberFormat::E4M3, rows, 1, nullptr);
-        QCOMPARE(q.values[0][2].item<float>(), without.values[1].item<float>());
+        QVERIFY(torch::isnan(q.values).all().item<bool>());
     }
 
     // Delayed scaling: a NaN amax is stored in the history but skipped by the max, so it does
