@@ -10,32 +10,32 @@ Execution format_execution(NumberFormat format, ComputeCapability device)
     bool native = false;
     switch (format) {
     case NumberFormat::FP32: native = true; break;
-    case NumberFormat::TF32:
+    case NumberFormat::TF32: native = false; break; // the native executor rounds TF32 operands itself (EXECUTORS.md)
     case NumberFormat::BF16: native = device.at_least(8, 0); break;
     case NumberFormat::FP16: native = device.at_least(7, 0); break;
     case NumberFormat::E4M3:
     case NumberFormat::E5M2: native = device.at_least(8, 9); break;
-    case NumberFormat::E2M1: native = device.at_least(10, 0); break; // FP4 tensor cores: Blackwell
+    case NumberFormat::E2M1: native = false; break; // FP4 tensor cores (sm_100): no native path in the engine
     case NumberFormat::E8M0: native = false; break;                  // a scale format, never a GEMM's
     }
     return native ? Execution::Native : Execution::Emulated;
 }
 
-Execution mxfp8_execution(ComputeCapability device)
+Execution mxfp8_execution(ComputeCapability)
 {
-    return device.at_least(10, 0) ? Execution::Native : Execution::Emulated;
+    return Execution::Emulated; // sm_100's block-scaled GEMMs are not used by the engine
 }
 
 std::vector<FormatSupport> format_support_table(ComputeCapability device)
 {
     return {
         {"FP32", format_execution(NumberFormat::FP32, device), "any device"},
-        {"TF32", format_execution(NumberFormat::TF32, device), "sm_80"},
+        {"TF32", format_execution(NumberFormat::TF32, device), "emulated only (hardware: sm_80)"},
         {"BF16", format_execution(NumberFormat::BF16, device), "sm_80"},
         {"FP16", format_execution(NumberFormat::FP16, device), "sm_70"},
         {"FP8 E4M3", format_execution(NumberFormat::E4M3, device), "sm_89 / sm_90"},
         {"FP8 E5M2", format_execution(NumberFormat::E5M2, device), "sm_89 / sm_90"},
-        {"MXFP8", mxfp8_execution(device), "sm_100"},
+        {"MXFP8", mxfp8_execution(device), "emulated only (hardware: sm_100)"},
         // fp8-block: cuBLAS's blockwise FP8 GEMM on sm_90 (CUDA 12.9+), E4M3 operands with
         // power-of-two scales and whole 128-blocks, if a start-up probe gets its known answer
         // (blockwise_fp8.h); anything else is emulated. Never yet run on a GPU. FP4 tensor cores

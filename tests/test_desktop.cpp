@@ -132,16 +132,18 @@ private slots:
         QCOMPARE(names, (QStringList{"FP32", "TF32", "BF16", "FP16", "FP8 E4M3", "FP8 E5M2", "MXFP8",
                                       "FP8 block (fp8-block)", "NVFP4", "MXFP4"}));
         const QString n = QStringLiteral("native"), e = QStringLiteral("emulated");
+        // TF32 and MXFP8 are emulated everywhere: the engine has no native path for them.
         QCOMPARE(here({}), (QStringList{n, e, e, e, e, e, e, e, e, e}));          // CPU
         QCOMPARE(here({7, 5}), (QStringList{n, e, e, n, e, e, e, e, e, e}));      // Turing
-        QCOMPARE(here({8, 0}), (QStringList{n, n, n, n, e, e, e, e, e, e}));      // A100
-        QCOMPARE(here({8, 6}), (QStringList{n, n, n, n, e, e, e, e, e, e}));      // RTX 30xx: no FP8
-        QCOMPARE(here({8, 9}), (QStringList{n, n, n, n, n, n, e, e, e, e}));      // Ada
-        QCOMPARE(here({9, 0}), (QStringList{n, n, n, n, n, n, e, n, e, e}));      // H100: blockwise cuBLAS
-        QCOMPARE(here({10, 0}), (QStringList{n, n, n, n, n, n, n, e, e, e}));     // B200
+        QCOMPARE(here({8, 0}), (QStringList{n, e, n, n, e, e, e, e, e, e}));      // A100
+        QCOMPARE(here({8, 6}), (QStringList{n, e, n, n, e, e, e, e, e, e}));      // RTX 30xx: no FP8
+        QCOMPARE(here({8, 9}), (QStringList{n, e, n, n, n, n, e, e, e, e}));      // Ada
+        QCOMPARE(here({9, 0}), (QStringList{n, e, n, n, n, n, e, n, e, e}));      // H100: blockwise cuBLAS
+        QCOMPARE(here({10, 0}), (QStringList{n, e, n, n, n, n, e, e, e, e}));     // B200
         QCOMPARE(format_execution(NumberFormat::E4M3, {8, 9}), Execution::Native);
         QCOMPARE(format_execution(NumberFormat::E5M2, {8, 7}), Execution::Emulated);
-        QCOMPARE(mxfp8_execution({9, 0}), Execution::Emulated);
+        QCOMPARE(format_execution(NumberFormat::E2M1, {10, 0}), Execution::Emulated);
+        QCOMPARE(mxfp8_execution({10, 0}), Execution::Emulated);
     }
 
     void versionStrings()
@@ -180,9 +182,10 @@ private slots:
         QCOMPARE(versions->item(5, 1)->text(), QString::fromLatin1(sqlite3_libversion()));
         QCOMPARE(versions->item(6, 1)->text(), QStringLiteral("NVIDIA H100 80GB HBM3 (sm_90)"));
         const QTableWidget* formats = dialog.formatTable();
-        QCOMPARE(column(formats, 1), (QStringList{"native", "native", "native", "native", "native", "native", "emulated",
+        QCOMPARE(column(formats, 1), (QStringList{"native", "emulated", "native", "native", "native", "native", "emulated",
                                                   "native", "emulated", "emulated"}));
-        QCOMPARE(column(formats, 2)[6], QStringLiteral("sm_100"));
+        QCOMPARE(column(formats, 2)[1], QStringLiteral("emulated only (hardware: sm_80)"));
+        QCOMPARE(column(formats, 2)[6], QStringLiteral("emulated only (hardware: sm_100)"));
         QCOMPARE(column(formats, 2).last(), QStringLiteral("emulated only (hardware: sm_100)"));
     }
 
