@@ -483,6 +483,8 @@ void syncs(const std::string& device)
              {"bf16 native, telemetry every step", {"precision.preset=bf16", "precision.backend=native", "telemetry.interval=1"}},
              {"fp8-block native", {"precision.preset=fp8-e4m3", "precision.fp8.scaling=fp8-block", "precision.backend=native"}},
              {"nvfp4 (emulated)", {"precision.preset=fp8-e4m3", "precision.fp8.scaling=nvfp4", "precision.backend=native"}},
+             {"mxfp4 (emulated)", {"precision.preset=fp8-e4m3", "precision.fp8.scaling=mxfp4", "precision.backend=native"}},
+             {"fp8-hybrid rowwise native", {"precision.preset=fp8-hybrid", "precision.fp8.scaling=rowwise", "precision.backend=native"}},
              // One layer, two kinds of GEMM (FP8 forward, BF16 backward), and FP8 attention,
              // whose products the native executor leaves to the emulator's autograd.
              {"bf16, fp8 mlp forward native",

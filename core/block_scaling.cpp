@@ -38,9 +38,11 @@ torch::Tensor nvfp4_value_scale(const torch::Tensor& block_scale, const torch::T
 }
 
 // A block holding Inf or NaN has no scale (OCP MX's NaN scale; nothing decodes from it).
+// masked_fill with a Scalar, never torch::where with a CPU 0-dim tensor: where() copies such a
+// tensor to the GPU with a blocking copy, a host sync in every cast.
 torch::Tensor nan_where_non_finite(const torch::Tensor& scales, const torch::Tensor& amax)
 {
-    return torch::where(torch::isfinite(amax), scales, torch::full({}, kNaN));
+    return scales.masked_fill(~torch::isfinite(amax), kNaN);
 }
 
 // x (R, C) zero-padded to multiples of (tile_rows, tile_cols) and viewed as
@@ -75,7 +77,7 @@ torch::Tensor poison_non_finite_blocks(const torch::Tensor& values4, const torch
     const auto bad = ~torch::isfinite(amax);
     // The shortcut reads a flag back: free on the CPU, a stalled stream on a GPU.
     if (values4.is_cpu() && !bad.any().item<bool>()) return values4;
-    return torch::where(bad, torch::full({}, kNaN), values4);
+    return values4.masked_fill(bad, kNaN);
 }
 
 torch::Tensor squeeze_grid(const torch::Tensor& g) { return g.squeeze(3).squeeze(1); }
@@ -129,7 +131,7 @@ BlockQuantized fp8_block_tensor_ops(const torch::Tensor& x_in, NumberFormat form
     const auto amax = t.amax();
     const float fp8_max = static_cast<float>(format_info(format).max_finite);
     auto scale = torch::full({}, fp8_max) / amax;
-    scale = torch::where(torch::isinf(scale), torch::full({}, kFltMax), scale);
+    scale = scale.masked_fill(torch::isinf(scale), kFltMax);
     if (power_of_two) scale = pow2_exact(floor_log2(torch::nan_to_num(scale, 1.0f)));
     scale = torch::where(amax == 0, torch::ones_like(scale), scale);
     const auto scale_inv = 1.0f / scale;
@@ -139,7 +141,7 @@ BlockQuantized fp8_block_tensor_ops(const torch::Tensor& x_in, NumberFormat form
 }
 
 // nvfp4's per-tensor encode scale S = 448 * 6 / amax over the finite blocks, capped at FLT_MAX
-// (1 for an all-zero tensor).
+// (so FLT_MAX for an all-zero tensor, as TE's reference; 1 only if the division gave 0).
 torch::Tensor nvfp4_encode_scale(const torch::Tensor& finite_amax)
 {
     auto encode = torch::clamp_max(torch::full({}, kE4M3Max * 6.0f) / finite_amax.max(), kFltMax);
@@ -164,7 +166,7 @@ torch::Tensor mxfp4_exponent(const torch::Tensor& safe, bool round_scale_up)
     const auto ratio = safe / 6.0f;
     // log2 in FP64 rounded once to FP32: the correctly rounded FP32 log2 on every device.
     const auto log2_f32 = torch::log2(ratio.to(torch::kFloat64)).to(torch::kFloat32);
-    return torch::where(ratio > 0, torch::ceil(log2_f32), torch::full({}, -127.0f));
+    return torch::ceil(log2_f32).masked_fill(~(ratio > 0), -127.0f);
 }
 
 torch::Tensor seed_tensor(uint64_t seed) { return torch::tensor(static_cast<int64_t>(seed), torch::kInt64); }
@@ -203,7 +205,7 @@ BlockQuantized mxfp4_tensor_ops(const torch::Tensor& x_in, bool round_scale_up)
     const auto safe = torch::where(torch::isfinite(amax) & (amax > 0), amax, torch::ones_like(amax));
     // A block of zeros takes E8M0's smallest scale 2^-127 (code 0x00), as TE and torchao give it.
     const auto exponent =
-        torch::where(amax > 0, mxfp4_exponent(safe, round_scale_up), torch::full({}, -127.0f)).clamp(-127, 127);
+        mxfp4_exponent(safe, round_scale_up).masked_fill(~(amax > 0), -127.0f).clamp(-127, 127);
     const auto scale = pow2_exact(exponent);
     auto values = round_to_e2m1(t.x4 / scale) * scale;
     values = poison_non_finite_blocks(values, amax);
@@ -566,11 +568,19 @@ BlockQuantized quantize_mxfp4_2d(const torch::Tensor& x, bool round_scale_up, Bl
 torch::Tensor random_hadamard_transform(const torch::Tensor& x)
 {
     TORCH_CHECK(x.size(-1) % 16 == 0, "the Hadamard transform needs a multiple of 16");
-    static const float kSigns[16] = {1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1}; // TE's wgrad signs
-    auto h = torch::ones({1, 1});
-    while (h.size(0) < 16) h = torch::cat({torch::cat({h, h}, 1), torch::cat({h, -h}, 1)}, 0); // Sylvester
-    const auto signs = torch::from_blob(const_cast<float*>(kSigns), {16, 1}, torch::kFloat32);
-    const auto transform = (signs * h * 0.25f).to(x.device()); // rows scaled by the signs; entries +-1/4
+    // The matrix is built on x's device from integers: a table made on the host and copied
+    // there would be a blocking copy, a host sync in every nvfp4 wgrad cast on a GPU.
+    // Sylvester's H16 is (-1)^popcount(i & j); row i is scaled by TE's wgrad sign s_i
+    // ({1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1}: kNegativeRows has bit i set
+    // where s_i = -1) and by 1/4, so every entry is exactly +-1/4.
+    constexpr int64_t kNegativeRows = 0b1101011111101000;
+    const auto i = torch::arange(16, x.options().dtype(torch::kInt32));
+    const auto both = torch::bitwise_and(i.unsqueeze(1), i.unsqueeze(0)); // (16, 16): i & j
+    auto odd = torch::bitwise_xor(both, torch::bitwise_right_shift(both, 1));
+    odd = torch::bitwise_xor(odd, torch::bitwise_right_shift(odd, 2)); // bit 0: parity of the 4 bits
+    const auto negative_row = torch::bitwise_right_shift(torch::full({16, 1}, kNegativeRows, i.options()), i.unsqueeze(1));
+    const auto minus = torch::bitwise_and(torch::bitwise_xor(odd, negative_row), 1); // (16, 16) 0 or 1
+    const auto transform = (1 - 2 * minus).to(torch::kFloat32) * 0.25f;
     const auto shape = x.sizes().vec();
     return torch::matmul(x.contiguous().view({-1, 16}), transform).view(shape);
 }
@@ -655,9 +665,8 @@ BlockCastRecord block_cast_record(const BlockQuantized& q, NumberFormat format, 
         TORCH_CHECK(false, "block_cast_record: not a block recipe");
     }
     const auto zero_block = amax == 0;
-    const auto nan = torch::full({}, std::numeric_limits<float>::quiet_NaN());
-    r.requested_scales = torch::where(zero_block, torch::zeros_like(requested), torch::where(finite, requested, nan));
-    r.used_scales = torch::where(zero_block, torch::zeros_like(requested), q.block_scales.reshape({-1}).to(torch::kFloat32));
+    r.requested_scales = requested.masked_fill(~finite, kNaN).masked_fill(zero_block, 0.0f);
+    r.used_scales = q.block_scales.reshape({-1}).to(torch::kFloat32).masked_fill(zero_block, 0.0f);
     return r;
 }
 

@@ -108,7 +108,7 @@ struct BlockCastRecord {
     NumberFormat scale_format = NumberFormat::FP32;   // e4m3 (nvfp4), e8m0 (mxfp4), fp32 (fp8-block)
     // One per block, FP32. `requested`: the decode scale the block's amax asked for, before the
     // scale format's rounding and limits; `used`: the one it got. A block of zeros is 0 in both
-    // (it has no scale that matters), a block holding Inf/NaN is NaN in `requested`.
+    // (it has no scale that matters), a block holding Inf/NaN is NaN in both.
     torch::Tensor requested_scales, used_scales;
     // An nvfp4 wgrad operand that went through the Hadamard transform: the operand as it was
     // quantized (Hadamard basis) and its cast, and the same operand quantized without the

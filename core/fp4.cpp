@@ -10,8 +10,9 @@ namespace {
 // exact (a power of two), so round() decides ties to even on the code itself.
 torch::Tensor e2m1_step(const torch::Tensor& magnitude)
 {
-    return torch::where(magnitude < 2.0, torch::full({}, 0.5f),
-                        torch::where(magnitude < 4.0, torch::full({}, 1.0f), torch::full({}, 2.0f)));
+    // masked_fill with Scalars: torch::where with CPU 0-dim tensors would copy them to a GPU
+    // with a blocking copy. NaN compares false and gets 2, as before.
+    return torch::full_like(magnitude, 2.0f).masked_fill(magnitude < 4.0, 1.0f).masked_fill(magnitude < 2.0, 0.5f);
 }
 
 // 2^e for integral e in [-149, 127], assembled from the bits so that no exp2 rounds.
@@ -51,8 +52,7 @@ torch::Tensor e2m1_encode(const torch::Tensor& on_grid)
     // 0, 0.5, 1, 1.5 -> 0..3; 2, 3 -> 4, 5; 4, 6 -> 6, 7.
     auto index = torch::where(a < 2.0, a * 2.0, torch::where(a < 4.0, a + 2.0, a * 0.5 + 4.0));
     index = torch::nan_to_num(index, 0.0).to(torch::kUInt8);
-    const auto sign = torch::where(torch::signbit(x) | torch::isnan(x), torch::full({}, 8, torch::kUInt8),
-                                   torch::full({}, 0, torch::kUInt8));
+    const auto sign = (torch::signbit(x) | torch::isnan(x)).to(torch::kUInt8) * 8;
     return torch::bitwise_or(index, sign);
 }
 
@@ -68,7 +68,7 @@ torch::Tensor e8m0_decode(const torch::Tensor& codes)
 {
     const auto c = codes.to(torch::kInt32);
     const auto value = pow2_from_bits(c - 127);
-    return torch::where(c == 255, torch::full({}, std::numeric_limits<float>::quiet_NaN()), value);
+    return value.masked_fill(c == 255, std::numeric_limits<float>::quiet_NaN());
 }
 
 torch::Tensor e8m0_encode_exponent(const torch::Tensor& exponent)

@@ -92,7 +92,9 @@ torch::Tensor rowwise_scale(const torch::Tensor& x, NumberFormat format, const F
     if (recipe.rowwise_power_of_two) scale = torch::exp2(torch::floor(torch::log2(scale)));
     // A row holding NaN or Inf: torchao's scale is NaN or 0 and the whole row comes out NaN;
     // a NaN scale does that on every path (the emulator's cast, the native codes, _scaled_mm).
-    return torch::where(torch::isfinite(amax), scale, torch::full({}, std::numeric_limits<float>::quiet_NaN()));
+    // masked_fill, not torch::where with a CPU 0-dim NaN: where() would copy it to the GPU with
+    // a blocking copy in every cast.
+    return scale.masked_fill(~torch::isfinite(amax), std::numeric_limits<float>::quiet_NaN());
 }
 
 namespace {

@@ -255,7 +255,7 @@ def nvfp4_edges(rng):
     rows = [
         [bits(0x3E1273D2), bits(0x3D2FBE30)] + zeros(30),          # 1/S and amax/2688 differ by an ulp
         [bits(0x3F7845EF)] + zeros(15) + [bits(0x3DCBF04C)] + zeros(15),  # amax_b*(S*fl(1/6)) gives E4M3 48, amax_b/6*S 44
-        zeros(32),                                                   # all zeros: S = 1
+        zeros(32),                                                   # all zeros: S = 2688/0 capped at FLT_MAX (TE's reference)
         [-0.0] * 16 + zeros(16),                                     # signed zeros stay signed
         [1e-38, -3e-39] + zeros(14) + [2e-39] + zeros(15),           # S = 2688/amax overflows: capped at FLT_MAX
         [1e-45] + zeros(31),                                         # the smallest subnormal alone
