@@ -111,6 +111,9 @@ public:
     c10::intrusive_ptr<c10d::Store> store;     // this attempt's keys
     c10::intrusive_ptr<c10d::Store> job_store; // keys of every attempt
     c10::intrusive_ptr<c10d::Backend> group;
+    // The control channel's group (commands, step times): a Gloo group of its own wherever the
+    // build has Gloo, so that these host values never touch the GPU; else `group` itself.
+    c10::intrusive_ptr<c10d::Backend> control;
     std::string name;
     bool cuda = false;
     std::chrono::milliseconds timeout{0}; // the collective timeout
@@ -131,13 +134,33 @@ namespace {
 std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string from_bytes(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 
+// MANTISSA_DP_TRACE=1: one line on stderr per collective, naming its group and how the host
+// waits for it, so that what a step sends where can be seen (and is tested).
+bool tracing()
+{
+    static const bool on = [] {
+        const char* v = std::getenv("MANTISSA_DP_TRACE");
+        return v && std::string(v) == "1";
+    }();
+    return on;
+}
+
+void trace(const DataParallelBackend& b, bool control, const char* op, int64_t elements, const char* wait)
+{
+    if (!tracing()) return;
+    const bool shared = b.control == b.group;
+    std::fprintf(stderr, "mantissa-dp: %s group (%s) %s, %lld elements, %s\n",
+                 control && !shared ? "control" : "main", control && !shared ? "gloo" : b.name.c_str(), op,
+                 static_cast<long long>(elements), wait);
+}
+
 // Waits for a collective; a peer that died, hung up or timed out becomes a CollectiveError.
 // On NCCL the host waits itself (wait_for_collective), looking for a peer's posted failure; a
 // NCCL peer that is gone is otherwise only noticed at the timeout.
-void finish(DataParallelBackend& b, const c10::intrusive_ptr<c10d::Work>& work, const char* what)
+void finish(DataParallelBackend& b, const c10::intrusive_ptr<c10d::Work>& work, const char* what, bool on_nccl)
 {
     try {
-        if (b.cuda) {
+        if (on_nccl) {
             const auto waited = wait_for_collective(
                 [&] { return work->isCompleted(); },
                 [&]() -> std::optional<std::string> {
@@ -262,7 +285,8 @@ void DataParallel::close()
     if (!b.group || b.closed) return;
     b.closed = true;
     try {
-        b.group->shutdown(); // Gloo: nothing to do
+        if (b.control != b.group) b.control->shutdown(); // Gloo: nothing to do
+        b.group->shutdown();
     } catch (const std::exception& e) {
         std::fprintf(stderr, "warning: data-parallel rank %d: the %s process group did not shut down cleanly: %s\n",
                      rank(), b.name.c_str(), first_line(e).c_str());
@@ -484,6 +508,25 @@ void DataParallel::Impl::preflight(bool cuda, const std::string& gpu)
                           "not auto, when some machines have no GPU)");
 }
 
+#if MANTISSA_DP_GLOO
+namespace {
+
+c10::intrusive_ptr<c10d::Backend> gloo_group(const c10::intrusive_ptr<c10d::Store>& store, const DistributedEnv& env,
+                                             std::chrono::milliseconds timeout)
+{
+    auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+    const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+    const bool loopback = env.master_addr == "localhost" || env.master_addr.rfind("127.", 0) == 0;
+    if (ifname && *ifname) options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+    else if (loopback) options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    else options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    options->threads = 1;
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, options);
+}
+
+} // namespace
+#endif
+
 void DataParallel::start(bool cuda, std::chrono::milliseconds collective_timeout)
 {
     auto& b = *impl_->backend;
@@ -505,19 +548,20 @@ void DataParallel::start(bool cuda, std::chrono::milliseconds collective_timeout
 #endif
         } else {
 #if MANTISSA_DP_GLOO
-            auto options = c10d::ProcessGroupGloo::Options::create(collective_timeout);
-            const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
-            const bool loopback = env.master_addr == "localhost" || env.master_addr.rfind("127.", 0) == 0;
-            if (ifname && *ifname) options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-            else if (loopback) options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-            else options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-            options->threads = 1;
-            b.group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, options);
+            b.group = gloo_group(store, env, collective_timeout);
             b.name = "gloo";
 #else
             throw std::logic_error("preflight let a CPU rank start without Gloo");
 #endif
         }
+        // The control channel (commands, step times) gets a Gloo group of its own, on the CPU
+        // too, so that the path NCCL runs take is the one every CPU test runs. PyTorch's own
+        // answer to host objects on NCCL (broadcast_object_list) copies them through the GPU.
+#if MANTISSA_DP_GLOO
+        b.control = gloo_group(c10::make_intrusive<c10d::PrefixStore>("control", b.store), env, collective_timeout);
+#else
+        b.control = b.group;
+#endif
     } catch (const ConfigError&) {
         throw;
     } catch (const std::exception& e) {
@@ -530,10 +574,21 @@ void DataParallel::start(bool cuda, std::chrono::milliseconds collective_timeout
 
 namespace {
 
+// One of the two groups: the main one (gradients, amaxes, the loss, rank 0's state; NCCL on
+// CUDA) or the control channel (commands, step times; Gloo, host tensors, wherever it exists).
+struct Channel {
+    DataParallelBackend& b;
+    bool control = false;
+
+    const c10::intrusive_ptr<c10d::Backend>& group() const { return control ? b.control : b.group; }
+    // NCCL: device tensors, and a host wait that looks for a peer's posted failure.
+    bool nccl() const { return b.cuda && group() == b.group; }
+};
+
 // Gloo reduces host tensors; NCCL device ones. A tensor elsewhere travels there and back.
-torch::Tensor on_backend_device(const DataParallelBackend& b, const torch::Tensor& t)
+torch::Tensor on_backend_device(const Channel& c, const torch::Tensor& t)
 {
-    if (b.cuda) return t.is_cuda() ? t.contiguous() : t.to(torch::kCUDA).contiguous();
+    if (c.nccl()) return t.is_cuda() ? t.contiguous() : t.to(torch::kCUDA).contiguous();
     return t.is_cuda() ? t.to(torch::kCPU).contiguous() : t.contiguous();
 }
 
@@ -542,83 +597,101 @@ void copy_back(torch::Tensor& target, const torch::Tensor& reduced)
     if (reduced.data_ptr() != target.data_ptr()) target.copy_(reduced);
 }
 
-} // namespace
-
-void DataParallel::Impl::broadcast(std::vector<torch::Tensor>& tensors)
+void broadcast_on(const Channel& c, std::vector<torch::Tensor>& tensors)
 {
     for (auto& t : tensors) {
-        std::vector<torch::Tensor> one{on_backend_device(*backend, t)};
+        std::vector<torch::Tensor> one{on_backend_device(c, t)};
         c10d::BroadcastOptions options;
         options.rootRank = 0;
-        finish(*backend, backend->group->broadcast(one, options), "broadcast");
+        trace(c.b, c.control, "broadcast", t.numel(), "host wait");
+        finish(c.b, c.group()->broadcast(one, options), "broadcast", c.nccl());
         copy_back(t, one[0]);
     }
 }
 
-namespace {
-
 // stream_only: the result is read on the device only (order_after).
-void allreduce(DataParallelBackend& b, torch::Tensor& tensor, c10d::ReduceOp op, const char* what,
-               bool stream_only = false)
+void allreduce(const Channel& c, torch::Tensor& tensor, c10d::ReduceOp op, const char* what, bool stream_only = false)
 {
-    std::vector<torch::Tensor> one{on_backend_device(b, tensor)};
+    std::vector<torch::Tensor> one{on_backend_device(c, tensor)};
     c10d::AllreduceOptions options;
     options.reduceOp = op;
-    const auto work = b.group->allreduce(one, options);
-    if (stream_only && b.cuda && tensor.is_cuda()) order_after(work, what);
-    else finish(b, work, what);
+    const bool on_stream = stream_only && c.nccl() && tensor.is_cuda();
+    trace(c.b, c.control, what, tensor.numel(), on_stream ? "stream wait" : "host wait");
+    const auto work = c.group()->allreduce(one, options);
+    if (on_stream) order_after(work, what);
+    else finish(c.b, work, what, c.nccl());
     copy_back(tensor, one[0]);
+}
+
+// Rank 0's bytes on every rank (a length broadcast, then the bytes when there are any).
+std::string broadcast_bytes_on(const Channel& c, int rank, const std::string& bytes_on_rank0)
+{
+    const bool root = rank == 0;
+    std::vector<torch::Tensor> length{torch::tensor({root ? static_cast<int64_t>(bytes_on_rank0.size()) : int64_t(0)})};
+    broadcast_on(c, length);
+    const int64_t n = length[0].item<int64_t>();
+    if (n == 0) return {};
+    auto bytes = torch::empty({n}, torch::kUInt8);
+    if (root) std::memcpy(bytes.data_ptr<uint8_t>(), bytes_on_rank0.data(), static_cast<size_t>(n));
+    std::vector<torch::Tensor> one{bytes};
+    broadcast_on(c, one);
+    const auto host = one[0].to(torch::kCPU).contiguous();
+    return std::string(reinterpret_cast<const char*>(host.data_ptr<uint8_t>()), static_cast<size_t>(n));
 }
 
 } // namespace
 
+void DataParallel::Impl::broadcast(std::vector<torch::Tensor>& tensors) { broadcast_on({*backend}, tensors); }
+
 void DataParallel::Impl::allreduce_sum(torch::Tensor& tensor)
 {
-    allreduce(*backend, tensor, c10d::ReduceOp::SUM, "allreduce (sum)");
+    allreduce({*backend}, tensor, c10d::ReduceOp::SUM, "allreduce (sum)");
 }
 
 std::function<void()> DataParallel::Impl::allreduce_sum_async(torch::Tensor& tensor)
 {
-    std::vector<torch::Tensor> one{on_backend_device(*backend, tensor)};
+    const Channel main{*backend};
+    std::vector<torch::Tensor> one{on_backend_device(main, tensor)};
     c10d::AllreduceOptions options;
     options.reduceOp = c10d::ReduceOp::SUM;
+    const bool stream_only = main.nccl() && tensor.is_cuda(); // a gradient bucket on its GPU
+    trace(*backend, false, "allreduce (sum), started", tensor.numel(), stream_only ? "stream wait" : "host wait");
     c10::intrusive_ptr<c10d::Work> work;
     try {
         work = backend->group->allreduce(one, options);
     } catch (const std::exception& e) {
         throw CollectiveError("allreduce (sum) failed to start: " + first_line(e));
     }
-    const bool stream_only = backend->cuda && tensor.is_cuda(); // a gradient bucket on its GPU
-    return [work, target = tensor, reduced = one[0], stream_only, &b = *backend]() mutable {
+    return [work, target = tensor, reduced = one[0], stream_only, nccl = main.nccl(), &b = *backend]() mutable {
         if (stream_only) order_after(work, "allreduce (sum)");
-        else finish(b, work, "allreduce (sum)");
+        else finish(b, work, "allreduce (sum)", nccl);
         copy_back(target, reduced);
     };
 }
 
 void DataParallel::Impl::allreduce_max(torch::Tensor& tensor)
 {
-    allreduce(*backend, tensor, c10d::ReduceOp::MAX, "allreduce (max)");
+    allreduce({*backend}, tensor, c10d::ReduceOp::MAX, "allreduce (max)");
 }
 
 void DataParallel::Impl::allreduce_max_on_device(torch::Tensor& tensor)
 {
-    allreduce(*backend, tensor, c10d::ReduceOp::MAX, "allreduce (max)", /*stream_only=*/true);
+    allreduce({*backend}, tensor, c10d::ReduceOp::MAX, "allreduce (max)", /*stream_only=*/true);
 }
 
 std::string DataParallel::Impl::broadcast_bytes(const std::string& bytes_on_rank0)
 {
-    const bool root = env.rank == 0;
-    std::vector<torch::Tensor> length{torch::tensor({root ? static_cast<int64_t>(bytes_on_rank0.size()) : int64_t(0)})};
-    broadcast(length);
-    const int64_t n = length[0].item<int64_t>();
-    if (n == 0) return {};
-    auto bytes = torch::empty({n}, torch::kUInt8);
-    if (root) std::memcpy(bytes.data_ptr<uint8_t>(), bytes_on_rank0.data(), static_cast<size_t>(n));
-    std::vector<torch::Tensor> one{bytes};
-    broadcast(one);
-    const auto host = one[0].to(torch::kCPU).contiguous();
-    return std::string(reinterpret_cast<const char*>(host.data_ptr<uint8_t>()), static_cast<size_t>(n));
+    return broadcast_bytes_on({*backend}, env.rank, bytes_on_rank0);
+}
+
+std::string DataParallel::Impl::control_broadcast_bytes(const std::string& bytes_on_rank0)
+{
+    return broadcast_bytes_on({*backend, /*control=*/true}, env.rank, bytes_on_rank0);
+}
+
+void DataParallel::Impl::control_allreduce_sum(torch::Tensor& host_tensor)
+{
+    allreduce({*backend, /*control=*/true}, host_tensor, c10d::ReduceOp::SUM, "allreduce (sum)");
 }
 
 } // namespace mantissa

@@ -80,6 +80,16 @@ struct DataParallel::Impl {
     void allreduce_max_on_device(torch::Tensor& tensor);
     // Rank 0's bytes on every rank (a length broadcast, then the bytes).
     std::string broadcast_bytes(const std::string& bytes_on_rank0);
+
+    // The control channel, for the small host values every rank needs at each step boundary
+    // (rank 0's commands, the step times). On NCCL, a collective on a host tensor copies it to
+    // the GPU with a blocking copy, which waits for the optimizer step queued before it, and
+    // back: the GPU would drain at every step's end and the host could not run ahead into the
+    // next forward. So these travel on a Gloo group of their own, host to host, wherever the
+    // build has Gloo (the CPU's runs too, so that every CPU test runs this path); without
+    // Gloo, on the main group as before.
+    std::string control_broadcast_bytes(const std::string& bytes_on_rank0);
+    void control_allreduce_sum(torch::Tensor& host_tensor);
 };
 
 } // namespace mantissa

@@ -204,7 +204,7 @@ std::optional<Command> Trainer::Impl::dp_next_command(std::deque<Command>& synce
                 if (auto c = commands.wait_pop_for(std::chrono::milliseconds(1000))) drained.push_back(*c);
             mine = encode_commands(drained);
         }
-        for (auto& c : decode_commands(dp->impl().broadcast_bytes(mine))) synced.push_back(std::move(c));
+        for (auto& c : decode_commands(dp->impl().control_broadcast_bytes(mine))) synced.push_back(std::move(c));
         if (synced.empty() && !paused) return std::nullopt;
     }
     Command c = std::move(synced.front());
@@ -219,7 +219,7 @@ void Trainer::Impl::dp_gather_times(double step_ms, double allreduce_ms, int ove
     auto times = torch::zeros({2 * w}, torch::kFloat64);
     times[2 * r] = step_ms;
     times[2 * r + 1] = allreduce_ms;
-    dp->impl().allreduce_sum(times);
+    dp->impl().control_allreduce_sum(times);
     if (!is_rank0()) return;
     const double* t = times.data_ptr<double>();
     metrics.extra_scalars.emplace_back("dp/allreduce_ms", t[1]);

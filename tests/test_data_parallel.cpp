@@ -336,6 +336,44 @@ private slots:
         QCOMPARE(store.series(1, "dp/step_ms/rank_2").size(), size_t(4));
     }
 
+    // What a step sends where (MANTISSA_DP_TRACE=1 lists every collective): the main group,
+    // NCCL on CUDA, carries rank 0's state once and then per step only the gradients and the
+    // loss; the step boundary's command broadcast and time gather go on the Gloo control
+    // group, so that on CUDA they never copy through the GPU (docs/DISTRIBUTED.md).
+    void a_steps_control_traffic_stays_off_the_main_group()
+    {
+        constexpr int kSteps = 4;
+        const QString project = write_project("trace", kSteps, "fp32");
+        const auto ranks = run_two({"run", project, "--no-store"}, {"MANTISSA_DP_TRACE=1"});
+        expect_ok(ranks);
+        for (size_t r = 0; r < ranks.size(); ++r) {
+            // "mantissa-dp: main group (gloo) broadcast, 1 elements, host wait" counts as
+            // "main group (gloo) broadcast, 1"; a started bucket as "..., started".
+            std::map<QString, int> count;
+            for (const auto& line : ranks[r].err.split('\n'))
+                if (line.startsWith("mantissa-dp: "))
+                    ++count[line.section(", ", 0, 0).mid(13) + ", " + line.section(", ", 1, 1).section(' ', 0, 0)];
+            const std::map<QString, int> expected{
+                {"main group (gloo) broadcast, 1", 1},          // the state's length
+                {"main group (gloo) allreduce (sum), started", kSteps}, // one gradient bucket
+                {"main group (gloo) allreduce (sum), 1", kSteps},       // the loss
+                {"control group (gloo) broadcast, 1", kSteps},          // the command count
+                {"control group (gloo) allreduce (sum), 4", kSteps},    // both ranks' times
+            };
+            QString seen;
+            for (const auto& [k, n] : count) seen += QString("%1 x%2\n").arg(k).arg(n);
+            for (const auto& [k, n] : expected)
+                QVERIFY2(count[k] == n, qPrintable(QString("rank %1: %2 x%3 expected; seen:\n%4").arg(r).arg(k).arg(n).arg(seen)));
+            int main_broadcasts = 0, total = 0;
+            for (const auto& [k, n] : count) {
+                total += n;
+                if (k.startsWith("main group (gloo) broadcast")) main_broadcasts += n;
+            }
+            QVERIFY2(main_broadcasts == 2, qPrintable(seen)); // the state's length and bytes, once
+            QVERIFY2(total == 2 + 4 * kSteps, qPrintable(seen));
+        }
+    }
+
     // telemetry.reduce_ranks: rank 0's frame covers both ranks' micro-batches. Against the
     // single process (which measures micro-batch 0, rank 0's): the weight's rows are the same
     // tensor's, every other row counts two micro-batches and holds micro-batch 0's largest
