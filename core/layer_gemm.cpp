@@ -184,7 +184,6 @@ void LayerGemm::set_formats(const GemmFormats& formats)
     for (auto& d : delayed_) d.reset();
     for (auto& d : device_scaling_) d.clear();
     invalidate_weight_cache();
-    cached_version_ = -1;
     used_native_ = used_emulated_ = false; // backend_used() tells of the new formats
 }
 
@@ -261,18 +260,21 @@ torch::Tensor LayerGemm::quantized_weight(const torch::Tensor& weight, NumberFor
     if (!training_) return round_operand(weight.detach(), format, OperandRole::Weight, k_dim, scale);
     // Per-row and 1-D block casts depend on K; per-tensor casts and square tiles do not.
     const bool layout_free = !format_info(format).is_fp8 || per_tensor_scaling(recipe_) || square_weight_tiles(recipe_);
-    if (cached_weight_.defined() && cached_version_ == version && cached_data_ == weight.data_ptr() &&
-        cached_format_ == format && (cached_k_dim_ == k_dim || layout_free)) {
-        if (scale) *scale = cached_scale_;
-        return cached_weight_;
-    }
-    cached_weight_ = round_operand(weight.detach(), format, OperandRole::Weight, k_dim, &cached_scale_);
-    if (scale) *scale = cached_scale_;
-    cached_version_ = version;
-    cached_data_ = weight.data_ptr();
-    cached_format_ = format;
-    cached_k_dim_ = k_dim;
-    return cached_weight_;
+    for (const auto& c : weight_casts_)
+        if (c.weight.defined() && c.version == version && c.data == weight.data_ptr() && c.format == format &&
+            (c.k_dim == k_dim || layout_free)) {
+            if (scale) *scale = c.scale;
+            return c.weight;
+        }
+    WeightCast& c = weight_casts_[next_weight_slot_];
+    next_weight_slot_ = (next_weight_slot_ + 1) % weight_casts_.size();
+    c.weight = round_operand(weight.detach(), format, OperandRole::Weight, k_dim, &c.scale);
+    if (scale) *scale = c.scale;
+    c.version = version;
+    c.data = weight.data_ptr();
+    c.format = format;
+    c.k_dim = k_dim;
+    return c.weight;
 }
 
 namespace {

@@ -83,7 +83,7 @@ public:
     // counter alone is not enough: fused optimizer kernels update in place without bumping it.)
     void invalidate_weight_cache()
     {
-        cached_weight_ = torch::Tensor();
+        weight_casts_ = {};
         native_weight_ = {};
         native_weight_dgrad_ = {};
     }
@@ -209,18 +209,26 @@ private:
     static constexpr size_t kScalingStates = 6; // 3 roles x {E4M3, E5M2}
     static size_t scaling_index(OperandRole role, NumberFormat format);
     std::array<DelayedScaling, kScalingStates> delayed_;
-    // Weight cache: valid while the master weight's version counter and the format hold.
-    torch::Tensor cached_weight_;
-    torch::Tensor cached_scale_; // () per-tensor FP8 scale of cached_weight_, or undefined
-    int64_t cached_version_ = -1;
-    const void* cached_data_ = nullptr;
-    NumberFormat cached_format_ = NumberFormat::FP32;
-    int64_t cached_k_dim_ = 0;
+    // Weight cache: a cast stays valid while the master weight's version counter, its format
+    // and (for per-row and 1-D block casts) its layout hold. Two slots: the forward GEMM and
+    // the input gradient's may take the weight in different formats or layouts (BF16 forward
+    // with an FP8 dgrad, per-row scales along K and along N), and one slot would re-cast the
+    // weight, and record its amax, at every micro-batch as the two evicted each other.
+    struct WeightCast {
+        torch::Tensor weight;
+        torch::Tensor scale; // () per-tensor FP8 scale of `weight`, or undefined
+        int64_t version = -1;
+        const void* data = nullptr;
+        NumberFormat format = NumberFormat::FP32;
+        int64_t k_dim = 0;
+    };
+    std::array<WeightCast, 2> weight_casts_;
+    size_t next_weight_slot_ = 0;
     bool used_native_ = false, used_emulated_ = false;
     bool native_ = false;
     std::array<DeviceDelayedScaling, kScalingStates> device_scaling_; // the device mirror of delayed_
     Fp8Tensor native_weight_;
-    Fp8Tensor native_weight_dgrad_; // per-row recipes: W scaled along N
+    Fp8Tensor native_weight_dgrad_; // per-row recipes: W scaled along N; per tensor: the second format
     int64_t native_version_ = -1;
     const void* native_data_ = nullptr;
     bool armed_ = false;

@@ -224,7 +224,13 @@ Fp8Tensor LayerGemm::native_weight(const torch::Tensor& weight, NumberFormat for
         native_version_ = version;
         native_data_ = weight.data_ptr();
     }
-    Fp8Tensor& cached = k_dim == 1 ? native_weight_ : native_weight_dgrad_;
+    // Per row, a slot per layout. Per tensor, a slot per format: the forward GEMM and the input
+    // gradient's may take the weight in two formats (an E5M2 forward casts it E5M2, the dgrad
+    // E4M3), and one slot would re-cast it, and record its amax, at every micro-batch.
+    Fp8Tensor* slot = k_dim == 1 ? &native_weight_ : &native_weight_dgrad_;
+    if (recipe_.scaling != Fp8Scaling::PerRow && native_weight_.defined() && native_weight_.format != format)
+        slot = &native_weight_dgrad_;
+    Fp8Tensor& cached = *slot;
     if (cached.defined() && cached.format == format) return cached;
     // Per tensor, the dgrad GEMM takes this very cast transposed when its format matches: the
     // cast writes both layouts.
@@ -238,7 +244,8 @@ Fp8Tensor LayerGemm::native_weight(const torch::Tensor& weight, NumberFormat for
 torch::Tensor LayerGemm::native_weight_transposed(const Fp8Tensor& w8)
 {
     // The step's cached cast wrote its transpose (native_weight); evaluation's cast is not cached.
-    if (w8.codes.is_same(native_weight_.codes) && native_weight_.codes_t.defined()) return native_weight_.codes_t;
+    for (const Fp8Tensor* cached : {&native_weight_, &native_weight_dgrad_})
+        if (w8.codes.is_same(cached->codes) && cached->codes_t.defined()) return cached->codes_t;
     return w8.codes.t().contiguous(); // (K, N)
 }
 

@@ -176,6 +176,7 @@ void Trainer::Impl::load_archive(const std::string& path,
         scaler.restore({sc[0].item<double>(), static_cast<int64_t>(sc[1].item<double>()),
                         static_cast<int64_t>(sc[2].item<double>())});
         for (const auto& g : model->gemm_layers()) g->load(archive);
+        follow_formats_with_loss_scaling(/*keep_state=*/true); // the checkpoint's formats, its scale
         at::Generator global = at::detail::getDefaultCPUGenerator(); // a handle to the shared generator
         global.set_state(get("rng/global"));
         train_batches->generator().set_state(get("rng/train_batches"));

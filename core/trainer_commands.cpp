@@ -126,7 +126,22 @@ std::vector<std::pair<std::string, GemmFormats>> Trainer::Impl::set_layer_format
         g->set_formats(formats);
     }
     backends_changed |= !changed.empty(); // the next step says where they ran now
+    follow_formats_with_loss_scaling(/*keep_state=*/false);
     return changed;
+}
+
+void Trainer::Impl::follow_formats_with_loss_scaling(bool keep_state)
+{
+    bool any_fp16 = false;
+    for (const auto& g : model->gemm_layers()) {
+        const auto f = g->formats();
+        any_fp16 |= f.forward == NumberFormat::FP16 || f.dgrad == NumberFormat::FP16 || f.wgrad == NumberFormat::FP16;
+    }
+    const LossScalingConfig resolved = resolve_loss_scaling(config.precision, any_fp16);
+    if (resolved.mode == scaler.mode()) return; // a scale already in use keeps its state
+    const auto state = scaler.state();
+    scaler = LossScaler(resolved);
+    if (keep_state) scaler.restore(state);
 }
 
 std::vector<LayerState> Trainer::Impl::layer_states_of(const std::vector<std::string>& names) const

@@ -155,6 +155,11 @@ struct Trainer::Impl {
     std::vector<std::pair<std::string, GemmFormats>> set_layer_formats(const std::string& pattern,
                                                                        const GemmFormats& formats);
     bool backends_changed = false; // a precision change since the last layer_backends event
+    // precision.loss_scaling.mode "auto" follows the layers' formats as they are now: dynamic
+    // while any GEMM is FP16, so that a live change to FP16 (or a checkpoint whose layers were
+    // changed to it) trains with loss scaling, as a run started in FP16 does. Turning on starts
+    // at init_scale; `keep_state` (a checkpoint load) keeps the restored scale and counters.
+    void follow_formats_with_loss_scaling(bool keep_state);
 
     std::vector<LayerState> layer_states() const;
     // Forward order; the backend empty (the layers were just changed: layer_backends follows).

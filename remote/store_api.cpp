@@ -149,8 +149,9 @@ json scalar_columns(const std::vector<ScalarRow>& rows, int64_t cut)
 }
 
 // One page of a run's rows after the client's marks, read in one snapshot of the store.
-// Scalars come from `from_step` on (inclusive: the client re-reads its last step, whose rows
-// may have been committed in two batches), at most `limit` per tag, cut at a whole step;
+// Scalars come from the step before `from_step` on (the client re-reads its last step, whose
+// rows may have been committed in two batches, and the one before it, whose frame may come a
+// step late), at most `limit` per tag after `from_step`, cut at a whole step;
 // events after id `after_event`. With `from_layer_step`, layer statistics from that step on,
 // at most kMaxLayerRowsPerPage rows; both tables are then cut at the same step, so that a
 // replica always holds, below its marks, every scalar and layer row of one state of the
@@ -160,7 +161,14 @@ json rows_page(RunStore& store, const RunInfo& run, const Marks& m, bool& has_ne
     // `limit` is per tag: a run with many tags (per-layer gradient norms) gets fewer steps.
     const auto tags = static_cast<int64_t>(std::max<size_t>(1, store.scalar_tags(run.id).size()));
     const int64_t per_tag = std::min(m.limit, std::max<int64_t>(2, kMaxScalarRowsPerPage / tags));
-    ScalarPage scalars = store.scalars_page(run.id, m.from_step, per_tag);
+    // A telemetry frame reaches the store a step late where frames are deferred (CUDA runs:
+    // core/trainer.cpp hands step S's frame on after step S+1's metrics), so its scalars
+    // (memory/*, attn_max_logit/*, log_z/*) at step S may be committed after the rows of S+1
+    // that moved the client's mark past S. Every page therefore starts a step before the mark
+    // (one more row per tag, so that a cut page still ends past the mark): the step before
+    // is sent again and replaces itself, and what came late comes with it.
+    const int64_t read_from = std::max<int64_t>(0, m.from_step - 1);
+    ScalarPage scalars = store.scalars_page(run.id, read_from, per_tag + (m.from_step - read_from));
     LayerStatsPage layers;
     int64_t cut = scalars.cut ? scalars.next : INT64_MAX;
     if (m.from_layer_step) {

@@ -357,7 +357,8 @@ private slots:
                 {"main group (gloo) broadcast, 1", 1},          // the state's length
                 {"main group (gloo) allreduce (sum), started", kSteps}, // one gradient bucket
                 {"main group (gloo) allreduce (sum), 1", kSteps},       // the loss
-                {"control group (gloo) broadcast, 1", kSteps},          // the command count
+                // the command count: before the first step, and at the end of each step
+                {"control group (gloo) broadcast, 1", kSteps + 1},
                 {"control group (gloo) allreduce (sum), 4", kSteps},    // both ranks' times
             };
             QString seen;
@@ -370,7 +371,7 @@ private slots:
                 if (k.startsWith("main group (gloo) broadcast")) main_broadcasts += n;
             }
             QVERIFY2(main_broadcasts == 2, qPrintable(seen)); // the state's length and bytes, once
-            QVERIFY2(total == 2 + 4 * kSteps, qPrintable(seen));
+            QVERIFY2(total == 2 + 4 * kSteps + 1, qPrintable(seen));
         }
     }
 
@@ -523,6 +524,35 @@ private slots:
         const Series a = losses(single_db), b = losses(dp_db);
         QCOMPARE(b.size(), size_t(6));
         for (size_t i = 0; i < a.size(); ++i) QVERIFY2(b[i].second == a[i].second, qPrintable(QString::number(i)));
+    }
+
+    // A watcher's switch to BF16 travels through rank 0's command queue (every rank switches at
+    // one step), and is applied at the end of its own step, before the checkpoint: a run
+    // stopped there and resumed trains the switched layers in BF16 from the next step, as the
+    // run that went on does. (Applied only at the next step's start, the checkpoint held the
+    // FP8 layers and the watcher's cooldown, and the resumed run never switched.)
+    void a_watcher_switch_is_in_the_checkpoint_of_its_step()
+    {
+        const QString project = write_project("watcher-switch", 4, "fp8-hybrid");
+        const QStringList watch{"--set", "telemetry.interval=1", "--set", "telemetry.watchers.fp8_underflow_max=0",
+                                "--set", "telemetry.watchers.actions.fp8_underflow=bf16"};
+        const QString straight_db = dir_.filePath("watcher-straight.db"), resumed_db = dir_.filePath("watcher-resumed.db");
+        expect_ok(run_two(QStringList{"run", project, "--db", straight_db} + watch));
+        expect_ok(run_two(QStringList{"run", project, "--db", resumed_db, "--set", "training.steps=1"} + watch));
+        expect_ok(run_two(QStringList{"resume", "1", "--db", resumed_db, "--set", "training.steps=4"}));
+        RunStore straight(straight_db.toStdString(), OpenMode::ReadOnly);
+        int switched_at_step_1 = 0;
+        for (const auto& e : straight.events(1))
+            if (e.kind == "precision_changed" && e.step == 1) ++switched_at_step_1;
+        QVERIFY2(switched_at_step_1 > 0, "the watcher never switched a layer at step 1");
+        const Series a = losses(straight_db), b = losses(resumed_db);
+        QCOMPARE(b.size(), size_t(4));
+        QCOMPARE(a.size(), b.size());
+        for (size_t i = 0; i < a.size(); ++i)
+            QVERIFY2(b[i].second == a[i].second, qPrintable(QString("step %1: %2 vs %3")
+                                                                .arg(a[i].first)
+                                                                .arg(b[i].second, 0, 'g', 17)
+                                                                .arg(a[i].second, 0, 'g', 17)));
     }
 
     void one_process_checkpoint_resumes_on_two_ranks()

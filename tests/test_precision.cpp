@@ -14,6 +14,9 @@
 // Qt after LibTorch: Qt's `slots` macro would break torch's IValue::slots().
 #include <QtTest>
 
+#include <QDir>
+#include <QFile>
+
 using namespace mantissa;
 
 namespace {
@@ -332,6 +335,43 @@ private slots:
         } catch (const ConfigError& e) {
             QCOMPARE(std::string(e.what()), std::string("no layer matches 'blocks.*.moe.*'"));
         }
+    }
+
+    // loss_scaling.mode "auto" follows the formats as they are: a live change to FP16 turns
+    // dynamic loss scaling on (from init_scale) at the step it takes effect, a change away from
+    // FP16 turns it off, and a checkpoint taken in between resumes with its scale, its
+    // counters, and scaling on, though the project's preset is FP32.
+    void autoLossScalingFollowsLiveChanges()
+    {
+        auto config = golden_project();
+        config.training.steps = 8;
+        config.eval.interval = 0;
+        config.precision.loss_scaling.growth_interval = 2; // the scale moves within the run
+        const QString checkpoint = QDir::temp().filePath("mantissa-test-auto-scaling.pt");
+        Trainer trainer(config);
+        Recorder rec;
+        double scale_at_checkpoint = 0;
+        rec.hook = [&](const StepMetrics& m) {
+            if (m.step == 2) trainer.request_layer_formats("*", uniform(NumberFormat::FP16));
+            if (m.step == 4) {
+                trainer.save_checkpoint(checkpoint.toStdString());
+                scale_at_checkpoint = trainer.loss_scale();
+            }
+            if (m.step == 6) trainer.request_layer_formats("*", uniform(NumberFormat::BF16));
+        };
+        trainer.run(rec);
+        QCOMPARE(rec.steps.size(), size_t(8));
+        const std::vector<double> expected{1, 1, 65536, 65536, 131072, 131072, 1, 1};
+        for (size_t i = 0; i < expected.size(); ++i)
+            QVERIFY2(rec.steps[i].loss_scale == expected[i],
+                     qPrintable(QString("step %1: scale %2").arg(i + 1).arg(rec.steps[i].loss_scale)));
+        QCOMPARE(scale_at_checkpoint, 131072.0); // grown after steps 3 and 4, used from step 5
+
+        Trainer resumed(config); // preset fp32: scaling off until the checkpoint's formats say FP16
+        QCOMPARE(resumed.loss_scale(), 1.0);
+        resumed.load_checkpoint(checkpoint.toStdString());
+        QCOMPARE(resumed.loss_scale(), 131072.0);
+        QFile::remove(checkpoint);
     }
 
     // The backend a layer reports is what ran since its formats were set: after a live change

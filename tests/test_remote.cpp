@@ -24,6 +24,7 @@
 #include <atomic>
 #include <bit>
 #include <cfloat>
+#include <map>
 #include <thread>
 
 #include "controller/run_follower.h"
@@ -301,22 +302,55 @@ private slots:
         QCOMPARE(page["more"].toBool(), true);
         QCOMPARE(page["next_from_step"].toInt(), 2);
         QCOMPARE(page["scalars"].toArray().size(), 2); // step 1 of train/loss and lr
+        // Each page starts a step before the mark (a frame's scalars may come a step late).
         r = client.Get("/v1/runs/1/rows?limit=2&from_step=2", auth());
         page = json_of(r->body);
         QCOMPARE(page["more"].toBool(), true);
         QCOMPARE(page["next_from_step"].toInt(), 3);
-        QCOMPARE(page["scalars"].toArray().size(), 2); // step 2 of both
+        QCOMPARE(page["scalars"].toArray().size(), 4); // steps 1 (again) and 2 of both
         QVERIFY(!page.contains("counts"));
         r = client.Get("/v1/runs/1/rows?limit=2&from_step=3", auth());
         page = json_of(r->body);
         QCOMPARE(page["more"].toBool(), false);
         QCOMPARE(page["next_from_step"].toInt(), 3);
-        QCOMPARE(page["scalars"].toArray().size(), 3); // step 3: lr, train/loss, val/loss (NaN)
+        // Step 2 again (lr, train/loss), then step 3: lr, train/loss, val/loss (NaN).
+        QCOMPARE(page["scalars"].toArray().size(), 5);
         QCOMPARE(page["counts"].toObject()["scalars"].toInt(), 7);
-        const auto last = page["scalars"].toArray();
-        QCOMPARE(last[2].toArray()[1].toString(), QString("val/loss"));
-        QCOMPARE(last[2].toArray()[2].toString(), QString("nan"));
-        QCOMPARE(last[1].toArray()[2].toDouble(), 2.0 / 3.0); // exact through JSON
+        std::map<std::pair<int, QString>, QJsonValue> at;
+        for (const auto& row : page["scalars"].toArray())
+            at[{row.toArray()[0].toInt(), row.toArray()[1].toString()}] = row.toArray()[2];
+        QCOMPARE(at.size(), size_t(5));
+        const std::pair<int, QString> val{3, "val/loss"}, train{3, "train/loss"};
+        QCOMPARE(at[val].toString(), QString("nan"));
+        QCOMPARE(at[train].toDouble(), 2.0 / 3.0); // exact through JSON
+    }
+
+    // A CUDA run hands each telemetry frame to the store a step late: step 10's memory scalar
+    // is committed after step 11's loss, which a client has already read past. The next page
+    // (from 11) still brings it, and says nothing new has come (the long poll waits on).
+    void aFrameWrittenAStepLateStillReachesTheClient()
+    {
+        const std::string db = path("late-frame.sqlite").toStdString();
+        RunStore store(db);
+        const auto id = store.create_run("late", "p.json", "{}");
+        for (int64_t step = 1; step <= 11; ++step) store.append_scalar(id, step, "train/loss", 1.0 / double(step));
+        store.flush();
+        StoreServer server(in_process(db));
+        httplib::Client client("127.0.0.1", server.port());
+        auto r = client.Get("/v1/runs/1/rows?wait_ms=0", auth());
+        auto page = json_of(r->body);
+        QCOMPARE(page["next_from_step"].toInt(), 11);
+        store.append_scalar(id, 10, "memory/resident_bytes", 4096.0); // step 10's frame, late
+        store.flush();
+        r = client.Get("/v1/runs/1/rows?from_step=11&wait_ms=0", auth());
+        page = json_of(r->body);
+        bool found = false;
+        for (const auto& row : page["scalars"].toArray())
+            found |= row.toArray()[0].toInt() == 10 && row.toArray()[1].toString() == "memory/resident_bytes" &&
+                     row.toArray()[2].toDouble() == 4096.0;
+        QVERIFY2(found, r->body.c_str());
+        QCOMPARE(page["next_from_step"].toInt(), 11);
+        store.finish_run(id, RunStatus::Finished);
     }
 
     // Layer statistics travel with the scalars when asked for (from_layer_step), cut at the
@@ -700,6 +734,47 @@ private slots:
         QVERIFY2(wait_complete(mirror, db), qPrintable(compare_stores(db, mirror.replicaPath())));
         QVERIFY2(arrivalsWhileTraining >= 1, qPrintable(QString::number(arrivalsWhileTraining)));
         QCOMPARE(RunStore::open_read_only(mirror.replicaPath().toStdString())->series(2, "train/loss").size(), size_t(3000));
+    }
+
+    // Two servers reached at one address (every `ssh -L 7878` tunnel is 127.0.0.1:7878) share a
+    // replica. The second one's run 1 is another run (another uuid): the replica drops the
+    // first one's rows and marks and holds the new run's, while it still runs.
+    void anotherRunUnderTheSameIdStartsTheReplicaOver()
+    {
+        const std::string a_db = path("uuid-a.sqlite").toStdString(), b_db = path("uuid-b.sqlite").toStdString();
+        {
+            RunStore a(a_db);
+            const auto id = a.create_run("a", "p.json", "{}");
+            for (int64_t step = 1; step <= 50; ++step) a.append_scalar(id, step, "train/loss", 10.0 + double(step));
+            a.finish_run(id, RunStatus::Finished);
+        }
+        const QString replica = path("uuid-replica.sqlite");
+        {
+            StoreServer server(in_process(a_db));
+            RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(server.port())), QString::fromStdString(kToken), replica);
+            mirror.start();
+            QVERIFY2(wait_complete(mirror, QString::fromStdString(a_db)),
+                     qPrintable(compare_stores(QString::fromStdString(a_db), replica)));
+        }
+        RunStore b(b_db); // run 1 of another store, still running (this process holds its lock)
+        const auto id = b.create_run("b", "p.json", "{}");
+        for (int64_t step = 1; step <= 5; ++step) b.append_scalar(id, step, "train/loss", 1.0 / double(step));
+        b.flush();
+        StoreServer server(in_process(b_db));
+        RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(server.port())), QString::fromStdString(kToken), replica);
+        mirror.start();
+        const Series want = b.series(id, "train/loss");
+        Series got;
+        const bool same = QTest::qWaitFor(
+            [&] {
+                got = RunStore::open_read_only(replica.toStdString())->series(id, "train/loss");
+                return got == want;
+            },
+            20000);
+        QVERIFY2(same, qPrintable(QString("the replica holds %1 steps of train/loss, the server %2").arg(got.size()).arg(want.size())));
+        QCOMPARE(QString::fromStdString(RunStore::open_read_only(replica.toStdString())->list_runs().at(0).uuid),
+                 QString::fromStdString(b.list_runs().at(0).uuid));
+        b.finish_run(id, RunStatus::Finished);
     }
 
     // The server dies mid-stream (SIGKILL); a new one on the same store and port: the client

@@ -96,6 +96,7 @@ void RemoteMirror::start()
         cur.afterEvent = c.max_event_id;
         // Read again inclusively: the last frame held may be only part of one.
         cur.fromLayerStep = std::max<qint64>(0, c.max_layer_step);
+        cur.uuid = run.uuid;
     }
     setState(State::Connecting, tr("connecting to %1").arg(server_.authority()));
     requestRuns();
@@ -287,6 +288,17 @@ void RemoteMirror::onRuns(QNetworkReply* reply)
             if (info.id <= 0) continue;
             seen.insert(info.id);
             Cursor& cur = cursors_[info.id];
+            // Another run under this id: another server reached at the same address (every
+            // `ssh -L 7878` tunnel is 127.0.0.1:7878), a store replaced, or a deleted run's id
+            // taken again. The replica's rows and marks are another run's: start it over.
+            if (!cur.uuid.empty() && !info.uuid.empty() && cur.uuid != info.uuid) {
+                replica_->clear_run_records(info.id);
+                const bool claimed = cur.claimed;
+                cur = Cursor{};
+                cur.claimed = claimed; // the replica's lock on it is still this mirror's
+                changed = true;
+            }
+            cur.uuid = info.uuid;
             const bool isRunning = info.status == RunStatus::Running;
             if (cur.running != isRunning) cur.complete = false; // started again (resume): look again
             cur.running = isRunning;

@@ -107,6 +107,7 @@ private:
         bool claimed = false;  // the replica holds the run's lock while it runs remotely
         int resyncs = 0;
         QByteArray stableRecord; // the run as last listed, less last_step: rewritten only on a change
+        std::string uuid;        // the run the replica's rows are of ("" before it is known)
     };
 
     void requestRuns();
