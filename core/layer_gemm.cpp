@@ -178,11 +178,48 @@ LayerGemm::LayerGemm(std::string layer_name, GemmFormats formats, const Fp8Recip
     for (auto& d : delayed_) d = DelayedScaling(recipe.amax_history_length);
 }
 
+namespace {
+
+// The delayed-scaling states (role, FP8 format) that GEMMs in these formats record into: the
+// forward casts x and W in its format, the input gradient's GEMM W (as saved_operand_format)
+// and dy, the weight gradient's x (likewise) and dy.
+std::array<bool, 6> delayed_states_in_use(const GemmFormats& f, size_t (*index)(OperandRole, NumberFormat))
+{
+    std::array<bool, 6> used{};
+    const auto use = [&](OperandRole role, NumberFormat format) {
+        if (format_info(format).is_fp8) used[index(role, format)] = true;
+    };
+    use(OperandRole::Input, f.forward);
+    use(OperandRole::Weight, f.forward);
+    if (format_info(f.dgrad).is_fp8) {
+        use(OperandRole::Weight, saved_operand_format(f.dgrad));
+        use(OperandRole::GradOutput, f.dgrad);
+    }
+    if (format_info(f.wgrad).is_fp8) {
+        use(OperandRole::Input, saved_operand_format(f.wgrad));
+        use(OperandRole::GradOutput, f.wgrad);
+    }
+    return used;
+}
+
+} // namespace
+
 void LayerGemm::set_formats(const GemmFormats& formats)
 {
+    // A delayed-scaling state is one tensor's amax history in one FP8 format, whichever GEMM
+    // casts it: one that the old and the new formats both record into goes on (a switch of the
+    // weight gradient's GEMM alone leaves the forward's scales as they were; resetting them
+    // would cast the next step with scale 1, a spike the change did not cause). The others
+    // restart, so that a state unused for a while is not revived with stale scales. The
+    // device mirrors, which hold the live state where they exist, are read back first.
+    sync_device_scaling_to_host();
+    const auto before = delayed_states_in_use(formats_, &scaling_index);
+    const auto after = delayed_states_in_use(formats, &scaling_index);
+    static_assert(kScalingStates == 6);
+    for (size_t i = 0; i < kScalingStates; ++i)
+        if (!(before[i] && after[i])) delayed_[i].reset();
     formats_ = formats;
-    for (auto& d : delayed_) d.reset();
-    for (auto& d : device_scaling_) d.clear();
+    for (auto& d : device_scaling_) d.clear(); // refilled from the host state
     invalidate_weight_cache();
     used_native_ = used_emulated_ = false; // backend_used() tells of the new formats
 }
@@ -317,10 +354,14 @@ void LayerGemm::load(torch::serialize::InputArchive& archive)
     archive.read(key + "formats", f);
     set_formats({static_cast<NumberFormat>(f[0].item<int64_t>()), static_cast<NumberFormat>(f[1].item<int64_t>()),
                  static_cast<NumberFormat>(f[2].item<int64_t>())});
-    const auto restore = [](DelayedScaling& d, torch::Tensor history, const torch::Tensor& scale) {
+    // The history takes the project's amax_history_length (a resume may change it): the newest
+    // entries, or zeros after them.
+    const auto length = static_cast<size_t>(recipe_.amax_history_length);
+    const auto restore = [length](DelayedScaling& d, torch::Tensor history, const torch::Tensor& scale) {
         history = history.contiguous();
-        d.restore(std::vector<float>(history.data_ptr<float>(), history.data_ptr<float>() + history.numel()),
-                  scale.item<float>());
+        std::vector<float> h(history.data_ptr<float>(), history.data_ptr<float>() + history.numel());
+        h.resize(length, 0.0f);
+        d.restore(std::move(h), scale.item<float>());
     };
     for (auto role : kOperandRoles) {
         const std::string r = key + std::to_string(static_cast<int>(role)) + "/";

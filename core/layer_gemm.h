@@ -77,7 +77,8 @@ public:
     // fp8-block operands the blockwise FP8 GEMM can take (its caller checks the format and device).
     bool blockwise_fp8_eligible(const torch::Tensor& a, const torch::Tensor& b) const;
     GemmFormats formats() const { return formats_; }
-    // Takes effect at the next GEMM; FP8 histories restart so stale scales are not reused.
+    // Takes effect at the next GEMM. FP8 delayed-scaling states that the old and the new
+    // formats both use go on; the others restart, so that stale scales are not reused.
     void set_formats(const GemmFormats& formats);
     // The optimizer changed the master weights: drop the low-precision copy. (The version
     // counter alone is not enough: fused optimizer kernels update in place without bumping it.)

@@ -2,7 +2,9 @@
 // The precision engine end to end: per-layer policies, emulated GEMMs against an FP64
 // reference, gradient underflow and loss scaling, and a policy change mid-run.
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 
 #include <torch/torch.h>
 
@@ -404,18 +406,88 @@ private slots:
             if (layer.name == "blocks.0.mlp.fc2") QCOMPARE(QString::fromStdString(layer.backend), QString("native"));
     }
 
+    // A live change restarts the delayed-scaling states the new formats stop or start using,
+    // and keeps those both use: one tensor's amax history in one format, whichever GEMM casts it.
+    void fp8HistoryRestartsOnPolicyChange_data()
+    {
+        QTest::addColumn<QString>("to");   // the new formats, forward/dgrad/wgrad
+        QTest::addColumn<QString>("kept"); // the states that go on, role:format
+        // From HYBRID (E4M3 forward, E5M2 gradients; the wgrad GEMM takes x as E4M3):
+        QTest::newRow("wgrad to bf16") << "e4m3/e5m2/bf16" << "input:e4m3 weight:e4m3 grad_output:e5m2";
+        QTest::newRow("all e4m3") << "e4m3/e4m3/e4m3" << "input:e4m3 weight:e4m3";
+        QTest::newRow("forward to bf16") << "bf16/e5m2/e5m2" << "input:e4m3 weight:e4m3 grad_output:e5m2";
+        QTest::newRow("all bf16") << "bf16/bf16/bf16" << "";
+        QTest::newRow("unchanged") << "e4m3/e5m2/e5m2" << "input:e4m3 weight:e4m3 grad_output:e5m2";
+    }
     void fp8HistoryRestartsOnPolicyChange()
     {
+        QFETCH(QString, to);
+        QFETCH(QString, kept);
         LayerGemm layer("test.fc", {NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2}, Fp8Recipe{},
                         GemmBackend::Emulated);
         auto x = torch::randn({16, 32}, torch::requires_grad());
         auto w = torch::randn({8, 32}, torch::requires_grad());
         layer.linear(x, w, {}).sum().backward();
-        QVERIFY(layer.delayed(OperandRole::Input, NumberFormat::E4M3).scale() != 1.0f);
-        QVERIFY(layer.delayed(OperandRole::GradOutput, NumberFormat::E5M2).history()[0] > 0.0f);
-        layer.set_formats({NumberFormat::E4M3, NumberFormat::E4M3, NumberFormat::E4M3});
-        QCOMPARE(layer.delayed(OperandRole::Input, NumberFormat::E4M3).scale(), 1.0f);
-        QCOMPARE(layer.delayed(OperandRole::GradOutput, NumberFormat::E5M2).history()[0], 0.0f);
+        const std::map<QString, OperandRole> roles{
+            {"input", OperandRole::Input}, {"weight", OperandRole::Weight}, {"grad_output", OperandRole::GradOutput}};
+        std::map<QString, std::pair<float, float>> was; // role:format -> (scale, newest amax)
+        for (const auto& [name, role] : roles)
+            for (auto format : {NumberFormat::E4M3, NumberFormat::E5M2}) {
+                const auto& d = layer.delayed(role, format);
+                was[name + ":" + format_info(format).name] = {d.scale(), d.history()[0]};
+            }
+        for (const char* used : {"input:e4m3", "weight:e4m3", "grad_output:e5m2"})
+            QVERIFY2(was[used].second > 0.0f && was[used].first != 1.0f, used);
+        const auto parts = to.split('/');
+        layer.set_formats({*parse_number_format(parts[0].toStdString()), *parse_number_format(parts[1].toStdString()),
+                           *parse_number_format(parts[2].toStdString())});
+        const auto keep = kept.split(' ', Qt::SkipEmptyParts);
+        for (const auto& [name, role] : roles)
+            for (auto format : {NumberFormat::E4M3, NumberFormat::E5M2}) {
+                const QString key = name + ":" + format_info(format).name;
+                const auto& d = layer.delayed(role, format);
+                if (keep.contains(key)) {
+                    QVERIFY2(d.scale() == was[key].first && d.history()[0] == was[key].second, qPrintable(key));
+                } else {
+                    QVERIFY2(d.scale() == 1.0f, qPrintable(key));
+                    QVERIFY2(std::all_of(d.history().begin(), d.history().end(), [](float a) { return a == 0.0f; }),
+                             qPrintable(key));
+                }
+            }
+    }
+
+    // A resume may change precision.fp8.amax_history_length: the restored histories take the
+    // new length, their newest entries first, and their scales as saved.
+    void restoredHistoryTakesTheConfiguredLength()
+    {
+        Fp8Recipe eight;
+        eight.amax_history_length = 8;
+        LayerGemm saved("fc", {NumberFormat::E4M3, NumberFormat::E4M3, NumberFormat::E4M3}, eight, GemmBackend::Emulated);
+        auto w = torch::randn({8, 32}, torch::requires_grad());
+        for (int step = 0; step < 6; ++step) {
+            auto x = (torch::randn({16, 32}) * double(step + 1)).requires_grad_(true);
+            saved.linear(x, w, {}).sum().backward();
+        }
+        const auto before = saved.delayed(OperandRole::Input, NumberFormat::E4M3);
+        const QString file = QDir::temp().filePath("mantissa-test-history-length.pt");
+        {
+            torch::serialize::OutputArchive out;
+            saved.save(out);
+            out.save_to(file.toStdString());
+        }
+        for (const int64_t length : {4, 16}) {
+            Fp8Recipe r = eight;
+            r.amax_history_length = length;
+            LayerGemm loaded("fc", {NumberFormat::E4M3, NumberFormat::E4M3, NumberFormat::E4M3}, r, GemmBackend::Emulated);
+            torch::serialize::InputArchive in;
+            in.load_from(file.toStdString());
+            loaded.load(in);
+            const auto& h = loaded.delayed(OperandRole::Input, NumberFormat::E4M3).history();
+            QCOMPARE(h.size(), size_t(length));
+            for (size_t i = 0; i < h.size(); ++i) QCOMPARE(h[i], i < 8 ? before.history()[i] : 0.0f);
+            QCOMPARE(loaded.delayed(OperandRole::Input, NumberFormat::E4M3).scale(), before.scale());
+        }
+        QFile::remove(file);
     }
 };
 
