@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <thread>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "number_format.h"
@@ -45,9 +47,14 @@ bool server_options(const std::string& db_path, const ServeOptions& in, ServerOp
 
 void announce(const StoreServer& server, const ServerOptions& options, const std::string& token_file_hint)
 {
-    // Tests and scripts read these lines: the actual port when 0 was asked for.
-    std::printf("listening on %s\ntoken: %s (in %s)\ncontrol: %s\n", server.url().c_str(), options.token.c_str(),
-                token_file_hint.c_str(), options.allow_control ? "allowed" : "refused (no --allow-control)");
+    // Tests and scripts read these lines: the actual port when 0 was asked for, and where the
+    // token is. The token itself only on a terminal: a server's stdout usually goes to a log
+    // (nohup.out, Slurm's output, tmux's logging) that other users of a shared machine can
+    // read, which would defeat the token file's mode 0600.
+    const std::string token =
+        ::isatty(STDOUT_FILENO) ? options.token + " (in " + token_file_hint + ")" : "in " + token_file_hint;
+    std::printf("listening on %s\ntoken: %s\ncontrol: %s\n", server.url().c_str(), token.c_str(),
+                options.allow_control ? "allowed" : "refused (no --allow-control)");
     std::fflush(stdout);
 }
 

@@ -32,8 +32,15 @@ import urllib.request
 from benchlib import ROOT, STEP_RE, add_common_args
 
 PROJECT = os.path.join(ROOT, "projects", "default.json")
-LISTEN_RE = re.compile(r"listening on (http://127\.0\.0\.1:\d+)\ntoken: ([0-9a-f]{32})")
+# Not a terminal: the token is not printed, only the file that holds it.
+LISTEN_RE = re.compile(r"listening on (http://127\.0\.0\.1:\d+)\ntoken: in ([^\n]+)\n")
 STEP_LINE_RE = re.compile(r"^step (\d+)/")
+
+
+def token_of(listening):
+    """The token from the file a LISTEN_RE match names."""
+    with open(listening.group(2)) as f:
+        return f.read().strip()
 
 
 class Client(threading.Thread):
@@ -119,11 +126,11 @@ def train(args, serve, clients, log_interval, sets=(), steps=None, monitor=None)
                 if lm:
                     listening = True
                     pin_helpers()
-                    started = [Client(lm.group(1), lm.group(2)) for _ in range(clients)]
+                    started = [Client(lm.group(1), token_of(lm)) for _ in range(clients)]
                     for c in started:
                         c.start()
                     if monitor is not None:
-                        viewer = start_monitor(args, "follow", lm.group(1), lm.group(2), tmp, monitor)
+                        viewer = start_monitor(args, "follow", lm.group(1), token_of(lm), tmp, monitor)
         p.wait()
         if viewer:
             # The server went with the run: the viewer has drawn all it will; it would wait for
@@ -191,7 +198,7 @@ def open_million(args):
             for _ in range(args.rounds):
                 for label, env in (("offered", None), ("replica only", {"REMOTE_MONITOR_NO_OFFER": "1"})):
                     drawn = []
-                    t, proc = start_monitor(args, "open", lm.group(1), lm.group(2), tmp, drawn, env)
+                    t, proc = start_monitor(args, "open", lm.group(1), token_of(lm), tmp, drawn, env)
                     t.join(timeout=600)
                     if proc.poll() is None:
                         proc.terminate()

@@ -4,6 +4,7 @@
 // comparison of a replica with its source store.
 
 #include <QElapsedTimer>
+#include <QFile>
 #include <QProcess>
 #include <QRegularExpression>
 #include <QString>
@@ -30,15 +31,18 @@ struct ServingProcess {
         process->start(MANTISSA_TRAIN_EXE, args);
         QElapsedTimer t;
         t.start();
-        static const QRegularExpression listening("listening on http://127\\.0\\.0\\.1:(\\d+)\\ntoken: ([0-9a-f]{32})");
+        // Not a terminal: the token is not printed, only the file that holds it.
+        static const QRegularExpression listening("listening on http://127\\.0\\.0\\.1:(\\d+)\\ntoken: in ([^\\n]+)\\n");
         while (t.elapsed() < timeout_ms) {
             process->waitForReadyRead(100);
             output += QString::fromUtf8(process->readAllStandardOutput());
             const auto m = listening.match(output);
             if (m.hasMatch()) {
                 port = m.captured(1).toInt();
-                token = m.captured(2);
-                return true;
+                QFile file(m.captured(2));
+                if (!file.open(QIODevice::ReadOnly)) return false;
+                token = QString::fromLatin1(file.readAll()).trimmed();
+                return token.size() == 32 && !output.contains(token); // read from the file, never printed
             }
             if (process->state() == QProcess::NotRunning) {
                 output += QString::fromUtf8(process->readAllStandardError());
