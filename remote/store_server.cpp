@@ -102,19 +102,23 @@ StoreServer::StoreServer(ServerOptions options) : impl_(std::make_unique<Impl>(s
     http.set_keep_alive_timeout(5);
     http.set_read_timeout(10);
     http.set_write_timeout(10);
-    // Rate first (a token guesser is slowed down too), then the token, then the API.
+    // The token (compared in constant time), then the rate, counted apart for requests with
+    // and without the token: through `ssh -L` every client is 127.0.0.1, and tokenless
+    // requests (another local user, a web page aimed at the forwarded port) must not spend the
+    // window's budget. A token guesser is slowed down in its own bucket. Then the API.
     http.set_pre_routing_handler([&d](const httplib::Request& req, httplib::Response& res) {
-        if (!d.limiter.allow(req.remote_addr)) {
-            answer(res, api_error(429, "too many requests from " + req.remote_addr + "; slow down"));
-            return httplib::Server::HandlerResponse::Handled;
-        }
         const std::string auth = req.get_header_value("Authorization");
         static const std::string bearer = "Bearer ";
         const bool has_bearer = auth.compare(0, bearer.size(), bearer) == 0;
-        if (!has_bearer || !tokens_equal(std::string_view(auth).substr(bearer.size()), d.options.token)) {
+        const bool authorized = has_bearer && tokens_equal(std::string_view(auth).substr(bearer.size()), d.options.token);
+        if (!d.limiter.allow((authorized ? "token " : "no token ") + req.remote_addr)) {
+            answer(res, api_error(429, "too many requests from " + req.remote_addr + "; slow down"));
+            return httplib::Server::HandlerResponse::Handled;
+        }
+        if (!authorized) {
             answer(res, api_error(401, has_bearer ? "wrong token" :
-                                  "a token is required: send 'Authorization: Bearer <token>' (the server printed it "
-                                  "and wrote it to its token file)"));
+                                  "a token is required: send 'Authorization: Bearer <token>' (it is in the server's "
+                                  "token file, STORE.token unless --token-file named another)"));
             return httplib::Server::HandlerResponse::Handled;
         }
         return httplib::Server::HandlerResponse::Unhandled;

@@ -431,6 +431,10 @@ private slots:
         o.request_burst = 3;
         StoreServer server(o);
         httplib::Client client("127.0.0.1", server.port());
+        // Requests without the token (or with a wrong one) spend a budget of their own: through
+        // `ssh -L` every client is 127.0.0.1, and they must not lock the window out.
+        for (int i = 0; i < 3; ++i) QCOMPARE(client.Get("/v1/runs", auth("0000"))->status, 401);
+        QCOMPARE(client.Get("/v1/runs")->status, 429); // a guesser is slowed down
         for (int i = 0; i < 3; ++i) QCOMPARE(client.Get("/v1/runs", auth())->status, 200);
         const auto r = client.Get("/v1/runs", auth());
         QCOMPARE(r->status, 429);
