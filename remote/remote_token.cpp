@@ -42,7 +42,12 @@ std::string random_token_hex()
 std::string load_or_create_token(const std::string& path)
 {
     struct stat st {};
-    if (::stat(path.c_str(), &st) == 0) {
+    if (::lstat(path.c_str(), &st) == 0) {
+        // A file that is there is read, never replaced: --token-file may name a file of the
+        // user's own by mistake (a key), and a token file is not worth losing one.
+        if (!S_ISREG(st.st_mode))
+            throw std::runtime_error("token file '" + path + "' is not a plain file (a link, a folder, ...): "
+                                     "name another with --token-file");
         if ((st.st_mode & 077) != 0 || st.st_uid != ::getuid())
             throw std::runtime_error("token file '" + path +
                                      "' may be read by others (its mode is not 0600, or another user owns it): "
@@ -50,10 +55,13 @@ std::string load_or_create_token(const std::string& path)
         std::ifstream in(path);
         std::string token;
         std::getline(in, token);
+        if (!token.empty() && token.back() == '\r') token.pop_back(); // edited on Windows
         if (is_token(token)) return token;
+        throw std::runtime_error("token file '" + path + "' holds no token (32 hex digits on its first line); "
+                                 "left as it is: delete it if it is an old token file, or name another with "
+                                 "--token-file");
     }
     const std::string token = random_token_hex();
-    ::unlink(path.c_str()); // a new file, so that the mode below holds from its creation
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) throw std::runtime_error("cannot write token file '" + path + "': " + std::strerror(errno));
     const std::string line = token + "\n";

@@ -20,10 +20,12 @@
 
 #include <httplib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <bit>
 #include <cfloat>
+#include <fstream>
 #include <map>
 #include <thread>
 
@@ -219,6 +221,23 @@ private slots:
         QVERIFY(!tokens_equal(token, token.substr(0, 31)));
         QFile::setPermissions(QString::fromStdString(file), QFile::ReadOwner | QFile::WriteOwner | QFile::ReadOther);
         QVERIFY_THROWS_EXCEPTION(std::runtime_error, load_or_create_token(file));
+        // A private file that holds no token (a key named by mistake) is refused and left alone.
+        const std::string key = path("id_key").toStdString();
+        std::ofstream(key) << "-----BEGIN OPENSSH PRIVATE KEY-----\nx\n";
+        ::chmod(key.c_str(), 0600);
+        QVERIFY_THROWS_EXCEPTION(std::runtime_error, load_or_create_token(key));
+        std::ifstream kept(key);
+        std::string first;
+        std::getline(kept, first);
+        QCOMPARE(first, std::string("-----BEGIN OPENSSH PRIVATE KEY-----"));
+        // A token saved with a Windows line end is still the token; a link is refused.
+        const std::string crlf = path("crlf.token").toStdString();
+        std::ofstream(crlf) << token << "\r\n";
+        ::chmod(crlf.c_str(), 0600);
+        QCOMPARE(load_or_create_token(crlf), token);
+        const std::string link = path("link.token").toStdString();
+        QVERIFY(::symlink(crlf.c_str(), link.c_str()) == 0);
+        QVERIFY_THROWS_EXCEPTION(std::runtime_error, load_or_create_token(link));
     }
 
     void listenAddresses()
