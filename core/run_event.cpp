@@ -115,7 +115,8 @@ std::string RunEvent::message() const
         return out;
     }
     case EventKind::ResumedFromCheckpoint:
-        return "continuing at step " + std::to_string(step) + (path.empty() ? "" : " from " + path);
+        return "continuing at step " + std::to_string(step) + (path.empty() ? "" : " from " + path) +
+               (text.empty() ? "" : "; " + text);
     case EventKind::Paused:
         return "training paused";
     case EventKind::Resumed:

@@ -251,6 +251,12 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
         auto e = event_at(step, EventKind::ResumedFromCheckpoint);
         e.path = s.resumed_from;
         e.layer_states = s.layer_states();
+        // A CPU run's sums split by thread: another count rounds some of them differently.
+        if (!s.device.is_cuda() && s.resumed_cpu_threads > 0 && s.resumed_cpu_threads != s.threads)
+            e.text = "trained on " + std::to_string(s.resumed_cpu_threads) + " CPU threads, continuing on " +
+                     std::to_string(s.threads) + ": CPU sums split by thread may round differently, so this run "
+                     "is not bit-identical to one never stopped (set training.threads=" +
+                     std::to_string(s.resumed_cpu_threads) + " for that)";
         sink.on_event(e);
     }
     if (cfg.eval.interval > 0 && step == 0 && s.is_rank0()) evaluate(0); // rank 0 evaluates for all

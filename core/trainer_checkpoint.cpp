@@ -64,6 +64,9 @@ std::string Trainer::Impl::serialize_state()
     // Dropout on a GPU draws from the device's own generator (Philox seed and offset).
     if (device.is_cuda()) archive.write("rng/cuda", at::globalContext().defaultGenerator(device).get_state());
     archive.write("watchers", c10::IValue(watchers.state_text()));
+    // ATen's CPU reductions split their work by thread: the count is part of a CPU run's
+    // arithmetic (the resume says so when it changes).
+    archive.write("cpu_threads", torch::tensor(int64_t(threads)));
     std::ostringstream bytes;
     archive.save_to(bytes);
     return std::move(bytes).str();
@@ -190,6 +193,8 @@ void Trainer::Impl::load_archive(const std::string& path,
         // Checkpoints from before watcher state was kept resume with fresh watchers.
         if (c10::IValue state; archive.try_read("watchers", state) && state.isString())
             watchers.restore_state(state.toStringRef());
+        torch::Tensor cpu_threads;
+        resumed_cpu_threads = archive.try_read("cpu_threads", cpu_threads) ? cpu_threads.item<int64_t>() : 0;
         step = get("step").item<int64_t>();
         resumed_from = path;
     } catch (const ConfigError&) {
