@@ -68,18 +68,26 @@ public:
     LiveServerImpl(RunSession& session, RunStore& store) : session_(session), store_(store) {}
     ~LiveServerImpl() override
     {
+        ended_ = true;
         // The run has ended: a connected client gets a moment to fetch its last rows and status.
         if (server && server->requests_answered() > 0) std::this_thread::sleep_for(std::chrono::seconds(2));
     }
     void on_step(const StepMetrics& m) override { step_ = m.step; }
     void on_eval(const EvalMetrics&) override {}
-    void on_event(const RunEvent&) override {}
+    void on_event(const RunEvent& e) override
+    {
+        if (e.kind == EventKind::RunFinished || e.kind == EventKind::RunStopped || e.kind == EventKind::RunFailed)
+            ended_ = true;
+    }
 
     ApiAnswer control(int64_t run_id, const ControlCommand& c, const std::string& origin)
     {
         if (run_id != session_.run_id())
             return api_error(404, "run " + std::to_string(run_id) + " is not training in this process (run " +
                                       std::to_string(session_.run_id()) + " is)");
+        // The server stays up a moment after the end for the last rows: a command then would be
+        // accepted for nothing, and its event recorded after the run's end.
+        if (ended_) return api_error(409, "run " + std::to_string(run_id) + " has ended: nothing to " + c.command);
         std::string what = c.command;
         try {
             if (c.command == "pause") session_.request_pause();
@@ -119,6 +127,7 @@ private:
     RunSession& session_;
     RunStore& store_;
     std::atomic<int64_t> step_{0};
+    std::atomic<bool> ended_{false};
 };
 
 } // namespace

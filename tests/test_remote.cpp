@@ -1168,6 +1168,14 @@ private slots:
         QVERIFY(answered.wait(30000));
         QCOMPARE(answered.at(0).at(2).toBool(), true);
         QCOMPARE(answered.at(0).at(3).toString(), QString("stop sent to run 1"));
+        // The server stays up ~2 s after the end, for the last rows: a command is refused then.
+        QVERIFY(QTest::qWaitFor(
+            [&] { return RunStore::open_read_only(db.toStdString())->list_runs().at(0).status == RunStatus::Stopped; },
+            120000));
+        r = client.Post("/v1/runs/1/control", auth(token), R"({"command": "pause"})", "application/json");
+        QVERIFY(r);
+        QCOMPARE(r->status, 409);
+        QCOMPARE(json_of(r->body)["error"].toString(), QString("run 1 has ended: nothing to pause"));
         QVERIFY(QTest::qWaitFor([&] { return run.process->state() == QProcess::NotRunning; }, 120000));
         QCOMPARE(run.process->exitCode(), 0);
         const auto store = RunStore::open_read_only(db.toStdString());
