@@ -3,10 +3,10 @@
 #include "train_cli.h"
 
 #include <cstdio>
-#include <fstream>
 #include <optional>
 
 #include "cli_table.h"
+#include "durable_file.h"
 #include "run_session.h"
 #include "run_store.h"
 #include "tensorboard_export.h"
@@ -97,7 +97,12 @@ int cmd_export(RunStore& store, const std::string& run, const std::string& forma
                          static_cast<long long>(info->id));
             return 2;
         }
-        session->trainer().export_safetensors(out_path);
+        try {
+            session->trainer().export_safetensors(out_path);
+        } catch (const std::exception& e) { // a full disk, a missing folder: an earlier file stays
+            std::fprintf(stderr, "error: %s\n", e.what());
+            return 2;
+        }
         std::fprintf(stderr, "wrote %s\n", out_path.c_str());
         return 0;
     }
@@ -106,9 +111,10 @@ int cmd_export(RunStore& store, const std::string& run, const std::string& forma
         std::fwrite(text.data(), 1, text.size(), stdout);
         return 0;
     }
-    std::ofstream out(out_path, std::ios::binary);
-    if (!out || !(out << text)) {
-        std::fprintf(stderr, "error: cannot write '%s'\n", out_path.c_str());
+    try {
+        replace_file_durably(out_path, text); // whole or not at all: an earlier file stays on failure
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
         return 2;
     }
     std::fprintf(stderr, "wrote %s\n", out_path.c_str());

@@ -1,11 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "safetensors_writer.h"
 
-#include <filesystem>
-#include <fstream>
-
 #include <nlohmann/json.hpp>
 
+#include "durable_file.h"
 #include "project_config.h"
 
 namespace mantissa {
@@ -43,19 +41,15 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
     text.append((8 - text.size() % 8) % 8, ' '); // the data must start 8-byte aligned
     const auto length = static_cast<uint64_t>(text.size());
 
-    const std::filesystem::path target(path), temporary = path + ".tmp";
-    {
-        std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-        if (!out) throw ConfigError("cannot write '" + temporary.string() + "'");
-        unsigned char le[8];
-        for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(length >> (8 * i)); // little-endian
-        out.write(reinterpret_cast<const char*>(le), 8);
-        out.write(text.data(), static_cast<std::streamsize>(text.size()));
-        for (const auto& t : data)
-            out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
-        if (!out) throw ConfigError("cannot write '" + temporary.string() + "'");
-    }
-    std::filesystem::rename(temporary, target);
+    // Over an earlier export whole or not at all (a full disk leaves the old file as it was).
+    DurableFile out(path);
+    unsigned char le[8];
+    for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(length >> (8 * i)); // little-endian
+    out.write(std::string_view(reinterpret_cast<const char*>(le), 8));
+    out.write(text);
+    for (const auto& t : data)
+        out.write(std::string_view(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel() * t.element_size())));
+    out.commit();
 }
 
 } // namespace mantissa

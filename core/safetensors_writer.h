@@ -13,8 +13,9 @@
 
 namespace mantissa {
 
-// Writes atomically (temporary file, then rename). Tensors are written in the order given,
-// as F32/F16/BF16/I64 by their dtype.
+// Writes whole or not at all (DurableFile: a temporary file flushed to the device, then
+// renamed): a failure throws std::runtime_error naming the file and leaves an earlier one as
+// it was. Tensors are written in the order given, as F32/F16/BF16/I64 by their dtype.
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 

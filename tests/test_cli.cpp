@@ -227,6 +227,11 @@ private slots:
             if (it.key() != "__metadata__") data_bytes = std::max<qint64>(data_bytes, it.value().toObject()["data_offsets"].toArray()[1].toInteger());
         QCOMPARE(static_cast<qint64>(bytes.size()), static_cast<qint64>(8 + header_length) + data_bytes);
         QVERIFY(header.contains("blocks.0.attn.qkv.weight"));
+        // Into a folder that is not there: a message naming the file, no abort.
+        const QString nowhere = dir_.filePath("no-such-folder/long.safetensors");
+        const auto refused = run_cli({"export", "long", "--format", "safetensors", "--out", nowhere, "--db", db_});
+        QCOMPARE(refused.exit_code, 2);
+        QVERIFY2(refused.err.contains("cannot write '" + nowhere + "': No such file or directory"), qPrintable(refused.err));
 
         // resume needs an existing store, and creates none.
         const auto none = run_cli({"resume", "first", "--db", dir_.filePath("empty.sqlite")});
@@ -619,6 +624,32 @@ private slots:
         QVERIFY2(rename.err.contains("run store '" + db + "'") && rename.err.contains("disk full"),
                  qPrintable(rename.err));
         QVERIFY2(!rename.err.contains("not a"), qPrintable(rename.err));
+    }
+
+    // An export over an earlier file, on a full disk: refused with the OS's reason, and the
+    // earlier file is as it was (no truncated file, no temporary one left).
+    void fullDiskExportLeavesTheEarlierFileWhole()
+    {
+        QTemporaryDir dir;
+        const QString source = dir.filePath("runs.sqlite");
+        make_store(source);
+        const QString fs = dir.filePath("small");
+        QVERIFY(QDir().mkpath(fs));
+        // The listing is taken inside the mount namespace, before the tmpfs goes with it.
+        const QString script = "d=\"$1\"; shift; mount -t tmpfs -o size=1m tmpfs \"$d\" || exit 97; cp '" + source +
+                               "' \"$d/runs.sqlite\"; printf 'earlier export\\n' > \"$d/metrics.csv\"; "
+                               "dd if=/dev/zero of=\"$d/fill\" bs=4096 2>/dev/null; \"$@\"; code=$?; "
+                               "echo; echo \"== listing\"; ls \"$d\"; cat \"$d/metrics.csv\"; exit $code";
+        QProcess p;
+        p.start("unshare", QStringList{"-m", "sh", "-c", script, "sh", fs, MANTISSA_TRAIN_EXE, "export", "1", "--format",
+                                       "csv", "--out", fs + "/metrics.csv", "--db", fs + "/runs.sqlite"});
+        QVERIFY(p.waitForFinished(120000));
+        if (p.exitCode() == 97) QSKIP("cannot mount a tmpfs here (unshare -m needs CAP_SYS_ADMIN)");
+        const QString out = QString::fromUtf8(p.readAllStandardOutput()), err = QString::fromUtf8(p.readAllStandardError());
+        QCOMPARE(p.exitCode(), 2);
+        QVERIFY2(err.contains("cannot write '" + fs + "/metrics.csv': No space left on device"), qPrintable(err));
+        const QString listing = out.section("== listing\n", 1);
+        QCOMPARE(listing, QString("fill\nmetrics.csv\nruns.sqlite\nearlier export\n"));
     }
 
     // Training into a store on a disk that fills up: checkpoint writes fail as events (no

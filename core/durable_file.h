@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// A file replaced whole or not at all: what an export writes over an earlier one, where a full
+// disk or a crash must never leave a short file in place of a good one.
+
+#include <string>
+#include <string_view>
+
+namespace mantissa {
+
+class DurableFile {
+public:
+    // Opens `path` + ".tmp" for writing; throws std::runtime_error naming it, with the OS's
+    // reason ("No such file or directory").
+    explicit DurableFile(std::string path);
+    // Without commit() (an error on the way): the temporary file is removed, `path` untouched.
+    ~DurableFile();
+    DurableFile(const DurableFile&) = delete;
+    DurableFile& operator=(const DurableFile&) = delete;
+
+    // All of `data`, or std::runtime_error ("No space left on device").
+    void write(std::string_view data);
+    // Flushes the data to the device, then renames the temporary file over `path`.
+    void commit();
+
+private:
+    [[noreturn]] void fail(int error);
+    std::string path_, temporary_;
+    int fd_ = -1;
+};
+
+// The whole of `data` as `path`, through a DurableFile.
+void replace_file_durably(const std::string& path, std::string_view data);
+
+} // namespace mantissa
