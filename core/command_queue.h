@@ -20,8 +20,8 @@ struct Command {
     // SetLayerFormats: every GEMM layer whose name matches `layer_pattern` switches to `formats`.
     std::string layer_pattern;
     GemmFormats formats;
-    // Who asked for a SetLayerFormats: a data-parallel run applies a watcher's switch through
-    // the queue too, so that every rank applies it at the same step boundary.
+    // Who asked for a SetLayerFormats: a data-parallel run sends a watcher's switch from rank 0
+    // as a command too, so that every rank applies it at the same step boundary.
     ChangeCause cause = ChangeCause::User;
     std::string watcher;
 };

@@ -285,7 +285,7 @@ void DataParallel::close()
     if (!b.group || b.closed) return;
     b.closed = true;
     try {
-        if (b.control != b.group) b.control->shutdown(); // Gloo: nothing to do
+        if (b.control && b.control != b.group) b.control->shutdown(); // Gloo: nothing to do
         b.group->shutdown();
     } catch (const std::exception& e) {
         std::fprintf(stderr, "warning: data-parallel rank %d: the %s process group did not shut down cleanly: %s\n",
@@ -557,9 +557,16 @@ void DataParallel::start(bool cuda, std::chrono::milliseconds collective_timeout
         // The control channel (commands, step times) gets a Gloo group of its own, on the CPU
         // too, so that the path NCCL runs take is the one every CPU test runs. PyTorch's own
         // answer to host objects on NCCL (broadcast_object_list) copies them through the GPU.
+        // MANTISSA_DP_CONTROL=main (the same on every rank) keeps it on the main group: where
+        // Gloo cannot connect between the nodes (GLOO_SOCKET_IFNAME unset on hosts whose name
+        // resolves to a loopback address) or its headers do not match the wheel's library.
+        const char* control = std::getenv("MANTISSA_DP_CONTROL");
+        const bool on_main = control && std::string(control) == "main";
 #if MANTISSA_DP_GLOO
-        b.control = gloo_group(c10::make_intrusive<c10d::PrefixStore>("control", b.store), env, collective_timeout);
+        if (on_main) b.control = b.group;
+        else b.control = gloo_group(c10::make_intrusive<c10d::PrefixStore>("control", b.store), env, collective_timeout);
 #else
+        (void)on_main;
         b.control = b.group;
 #endif
     } catch (const ConfigError&) {

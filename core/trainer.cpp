@@ -292,16 +292,13 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
         deliver(alerts);
         s.handle_alerts(alerts, sink);
     };
-    // Data parallel: the boundary's commands were applied at the end of the step before.
-    bool boundary_applied = false;
     while (step < cfg.training.steps) {
         // A frame in flight is handed on before the first command is applied (a command that
         // arrives while this runs is too: the check and the pop are one).
-        if (!boundary_applied && !s.apply_commands(sink, deliver_now)) {
+        if (!s.apply_commands(sink, deliver_now)) {
             summary.stopped_early = true;
             break;
         }
-        boundary_applied = false;
         const auto t0 = std::chrono::steady_clock::now();
         // Telemetry is rank 0's, of its micro-batches, unless it is reduced over the ranks
         // (telemetry.reduce_ranks): then every rank measures and rank 0 reports the combination.
@@ -344,15 +341,11 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
             if (!defer_frames || evaluates || checkpoints) deliver(alerts);
         }
         s.handle_alerts(alerts, sink);
-        // Data parallel: a watcher's switch to BF16 goes through rank 0's queue, so that every
-        // rank switches at one step. The boundary's commands are applied here, before the
-        // evaluation and the checkpoint, which then see the switch as the single process's
-        // do (it switches at once): a checkpoint of this step resumes the run that went on.
-        bool stop_here = false;
-        if (s.dp) {
-            stop_here = !s.apply_commands(sink, deliver_now);
-            boundary_applied = true;
-        }
+        // Data parallel: rank 0's watchers' switches to BF16 reach every rank at the next
+        // boundary, unless this step evaluates or checkpoints (every rank knows which do):
+        // then now, so that the evaluation and the checkpoint hold them as a single process's
+        // do (it switches at once), and a checkpoint of this step resumes the run that went on.
+        if (s.dp && (evaluates || checkpoints || last)) s.dp_apply_pending_switches(sink);
         summary.final_train_loss = m.train_loss;
         if (step - first_step >= timed_from) {
             timed_ms += ms;
@@ -360,10 +353,6 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
         }
         if (evaluates && s.is_rank0()) evaluate(step);
         if (checkpoints && !last && s.is_rank0()) s.write_periodic_checkpoint(sink);
-        if (stop_here) {
-            summary.stopped_early = !last;
-            break;
-        }
     }
     deliver_now();
     // The final state is always kept, so a stopped run can be resumed. Rank 0's is every rank's.

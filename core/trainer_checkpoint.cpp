@@ -65,8 +65,8 @@ std::string Trainer::Impl::serialize_state()
     if (device.is_cuda()) archive.write("rng/cuda", at::globalContext().defaultGenerator(device).get_state());
     archive.write("watchers", c10::IValue(watchers.state_text()));
     // ATen's CPU reductions split their work by thread: the count is part of a CPU run's
-    // arithmetic (the resume says so when it changes).
-    archive.write("cpu_threads", torch::tensor(int64_t(threads)));
+    // arithmetic (the resume says so when it changes). A GPU run's is not.
+    if (!device.is_cuda()) archive.write("cpu_threads", torch::tensor(int64_t(threads)));
     std::ostringstream bytes;
     archive.save_to(bytes);
     return std::move(bytes).str();

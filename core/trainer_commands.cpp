@@ -49,21 +49,27 @@ bool Trainer::Impl::apply_commands(TelemetrySink& sink, const std::function<void
                 write_periodic_checkpoint(sink);
             }
             break;
-        case Command::Kind::SetLayerFormats: {
-            auto e = event(EventKind::PrecisionChanged);
-            e.pattern = command->layer_pattern;
-            e.new_formats = command->formats;
-            e.cause = command->cause;
-            e.watcher = command->watcher;
-            const auto changed = set_layer_formats(command->layer_pattern, command->formats);
-            for (const auto& [name, before] : changed) e.layers.push_back(name);
-            if (!changed.empty()) e.old_formats = changed.front().second;
-            e.layer_states = layer_states_of(e.layers);
-            sink.on_event(e);
+        case Command::Kind::SetLayerFormats:
+            apply_layer_formats(*command, sink);
             break;
         }
-        }
     }
+}
+
+void Trainer::Impl::apply_layer_formats(const Command& command, TelemetrySink& sink)
+{
+    RunEvent e;
+    e.step = step;
+    e.kind = EventKind::PrecisionChanged;
+    e.pattern = command.layer_pattern;
+    e.new_formats = command.formats;
+    e.cause = command.cause;
+    e.watcher = command.watcher;
+    const auto changed = set_layer_formats(command.layer_pattern, command.formats);
+    for (const auto& [name, before] : changed) e.layers.push_back(name);
+    if (!changed.empty()) e.old_formats = changed.front().second;
+    e.layer_states = layer_states_of(e.layers);
+    sink.on_event(e);
 }
 
 void Trainer::Impl::handle_alerts(const std::vector<WatchAlert>& alerts, TelemetrySink& sink)
@@ -86,9 +92,10 @@ void Trainer::Impl::handle_alerts(const std::vector<WatchAlert>& alerts, Telemet
             action.action = "pause";
             sink.on_event(action);
         } else if (a.action == WatchAction::SwitchToBf16 && !a.layer.empty() && dp) {
-            // Data parallel: through rank 0's queue, so every rank switches at the next boundary.
+            // Data parallel: sent from rank 0, so that every rank switches at one step boundary
+            // (pending_switches).
             const GemmFormats bf16{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16};
-            commands.push({Command::Kind::SetLayerFormats, a.layer, bf16, ChangeCause::Watcher, a.watcher});
+            pending_switches.push_back({Command::Kind::SetLayerFormats, a.layer, bf16, ChangeCause::Watcher, a.watcher});
             action.action = "bf16";
             action.layers = {a.layer};
             sink.on_event(action);

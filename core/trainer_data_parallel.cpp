@@ -195,8 +195,9 @@ std::optional<Command> Trainer::Impl::dp_next_command(std::deque<Command>& synce
     // same everywhere, since it comes from rank 0's broadcast.
     while (synced.empty()) {
         std::string mine;
+        std::vector<Command> drained = std::move(pending_switches); // the watchers' first
+        pending_switches.clear(); // on every rank: only rank 0's count
         if (is_rank0()) {
-            std::vector<Command> drained;
             while (auto c = commands.try_pop()) drained.push_back(*c);
             // Paused: wait for a command a while, then tell the others we are still here, well
             // within the collective timeout.
@@ -210,6 +211,13 @@ std::optional<Command> Trainer::Impl::dp_next_command(std::deque<Command>& synce
     Command c = std::move(synced.front());
     synced.pop_front();
     return c;
+}
+
+void Trainer::Impl::dp_apply_pending_switches(TelemetrySink& sink)
+{
+    const std::string mine = is_rank0() ? encode_commands(pending_switches) : std::string();
+    pending_switches.clear(); // on every rank: only rank 0's count
+    for (const auto& c : decode_commands(dp->impl().control_broadcast_bytes(mine))) apply_layer_formats(c, sink);
 }
 
 void Trainer::Impl::dp_gather_times(double step_ms, double allreduce_ms, int overlapped_buckets, StepMetrics& metrics)

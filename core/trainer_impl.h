@@ -100,6 +100,12 @@ struct Trainer::Impl {
     // Rank 0's pending commands, the same on every rank; while paused, rank 0 waits for one
     // and the others wait with it. nullopt: nothing more at this boundary.
     std::optional<Command> dp_next_command(std::deque<Command>& synced, bool paused);
+    // Rank 0's watchers' BF16 switches not yet sent to the other ranks (handle_alerts). The next
+    // boundary's commands carry them, ahead of the queue's; a step that evaluates or
+    // checkpoints (or the last) sends them at its end instead, through this, so that its
+    // evaluation and checkpoint hold them, as a single process's do (it switches at once).
+    std::vector<Command> pending_switches;
+    void dp_apply_pending_switches(TelemetrySink& sink);
     // Every rank's step and allreduce times, as scalars for rank 0's sink.
     void dp_gather_times(double step_ms, double allreduce_ms, int overlapped_buckets, StepMetrics& metrics);
     // telemetry.reduce_ranks: the allreduces a telemetry step's buffer is combined with.
@@ -152,6 +158,8 @@ struct Trainer::Impl {
     bool apply_commands(TelemetrySink& sink, const std::function<void()>& before_first = {});
     // Runs the watchers' verdicts: events, and the optional actions.
     void handle_alerts(const std::vector<WatchAlert>& alerts, TelemetrySink& sink);
+    // A SetLayerFormats command: the change and its precision_changed event.
+    void apply_layer_formats(const Command& command, TelemetrySink& sink);
     // Applies a precision change; returns the layers it touched and their formats before.
     std::vector<std::pair<std::string, GemmFormats>> set_layer_formats(const std::string& pattern,
                                                                        const GemmFormats& formats);

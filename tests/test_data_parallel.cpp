@@ -357,7 +357,8 @@ private slots:
                 {"main group (gloo) broadcast, 1", 1},          // the state's length
                 {"main group (gloo) allreduce (sum), started", kSteps}, // one gradient bucket
                 {"main group (gloo) allreduce (sum), 1", kSteps},       // the loss
-                // the command count: before the first step, and at the end of each step
+                // the command count: before each step, and the watchers' switches at the end of
+                // the last (a step that evaluates or checkpoints sends them at once)
                 {"control group (gloo) broadcast, 1", kSteps + 1},
                 {"control group (gloo) allreduce (sum), 4", kSteps},    // both ranks' times
             };
@@ -526,11 +527,11 @@ private slots:
         for (size_t i = 0; i < a.size(); ++i) QVERIFY2(b[i].second == a[i].second, qPrintable(QString::number(i)));
     }
 
-    // A watcher's switch to BF16 travels through rank 0's command queue (every rank switches at
-    // one step), and is applied at the end of its own step, before the checkpoint: a run
-    // stopped there and resumed trains the switched layers in BF16 from the next step, as the
-    // run that went on does. (Applied only at the next step's start, the checkpoint held the
-    // FP8 layers and the watcher's cooldown, and the resumed run never switched.)
+    // A watcher's switch to BF16 is sent from rank 0 (every rank switches at one step), at the
+    // end of its own step when that step checkpoints: a run stopped there and resumed trains
+    // the switched layers in BF16 from the next step, as the run that went on does. (Applied
+    // only at the next step's start, the checkpoint held the FP8 layers and the watcher's
+    // cooldown, and the resumed run never switched.)
     void a_watcher_switch_is_in_the_checkpoint_of_its_step()
     {
         const QString project = write_project("watcher-switch", 4, "fp8-hybrid");
