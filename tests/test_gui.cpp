@@ -7,6 +7,8 @@
 #include <QElapsedTimer>
 #include <QFile>
 #include <QLabel>
+#include <QMessageBox>
+#include <QApplication>
 #include <QProgressBar>
 #include <QTableView>
 #include <QSignalSpy>
@@ -124,6 +126,7 @@ private slots:
     void statusWidgetEstimatesTimeLeft();
 
     void windowOpensDefaultProject();
+    void closingKeepsAProjectThatCouldNotBeSaved();
     void windowShowsProjectFileErrors_data();
     void windowShowsProjectFileErrors();
 };
@@ -599,6 +602,39 @@ void TestGui::windowOpensDefaultProject()
     // Overrides are applied like the CLI's --set.
     QVERIFY(window.openProject(path, {{"model.n_layer", "3"}}));
     QCOMPARE(tree->valueForKey(QStringLiteral("model.n_layer")), QStringLiteral("3"));
+}
+
+// Close, "Save" the unsaved changes, and the save fails (its folder is gone): the window stays
+// open with the edits, after saying why; closed, they would be lost.
+void TestGui::closingKeepsAProjectThatCouldNotBeSaved()
+{
+    auto dir = std::make_unique<QTemporaryDir>();
+    const QString path = dir->filePath(QStringLiteral("p.json"));
+    QVERIFY(QFile::copy(QStringLiteral(MANTISSA_SOURCE_DIR "/projects/default.json"), path));
+    MainWindow window(dir->filePath(QStringLiteral("runs.sqlite")));
+    QVERIFY2(window.openProject(path), qPrintable(window.lastError()));
+    QString error;
+    QVERIFY2(window.document()->setValue(QStringLiteral("name"), QStringLiteral("edited"), &error), qPrintable(error));
+    QVERIFY(window.document()->isDirty());
+    window.show();
+    dir.reset(); // the project's folder goes
+    QStringList seen; // the message boxes, answered: Save to the question, OK to the warning
+    QTimer answer;
+    QObject::connect(&answer, &QTimer::timeout, [&] {
+        auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget());
+        if (!box) return;
+        seen << box->windowTitle();
+        QAbstractButton* save = box->button(QMessageBox::Save);
+        (save ? save : box->button(QMessageBox::Ok))->click();
+    });
+    answer.start(20);
+    QVERIFY(!window.close());
+    answer.stop();
+    QCOMPARE(seen, QStringList({QStringLiteral("Unsaved project"), QStringLiteral("Cannot save project")}));
+    QVERIFY(window.isVisible());
+    QVERIFY(window.document()->isDirty());
+    QCOMPARE(window.projectPage()->settingsModel()->valueForKey(QStringLiteral("name")), QStringLiteral("edited"));
+    window.hide();
 }
 
 void TestGui::windowShowsProjectFileErrors_data()

@@ -510,7 +510,15 @@ void MainWindow::closeEvent(QCloseEvent* event)
             event->ignore();
             return;
         }
-        if (answer == QMessageBox::Save) saveProject();
+        if (answer == QMessageBox::Save) {
+            saveProject();
+            // Not saved (the file could not be written, Save As was cancelled): stay open, or
+            // the edits would be lost; the warning has said why.
+            if (document_->isDirty()) {
+                event->ignore();
+                return;
+            }
+        }
     }
     // Ask now so the worker is already winding down while the window goes away.
     sweepRunner_->stop();
