@@ -82,19 +82,26 @@ std::string describe_identity(const CheckpointIdentity& id)
     return "run " + std::to_string(id.run_id) + " (uuid " + (id.run_uuid.empty() ? "unknown" : id.run_uuid) + ")";
 }
 
-std::optional<CheckpointIdentity> read_checkpoint_identity(const std::string& path)
+CheckpointOwnership read_checkpoint_ownership(const std::string& path)
 {
+    CheckpointOwnership out;
     try {
         torch::serialize::InputArchive archive;
         archive.load_from(path, torch::Device(torch::kCPU)); // whatever device wrote it: only the identity is read
+        out.readable = true;
         c10::IValue value;
-        if (!archive.try_read("identity", value) || !value.isString()) return std::nullopt;
+        if (!archive.try_read("identity", value) || !value.isString()) return out;
         auto id = parse_identity_text(value.toStringRef());
-        if (id.run_uuid.empty()) return std::nullopt;
-        return id;
+        if (!id.run_uuid.empty()) out.identity = std::move(id);
     } catch (const std::exception&) {
-        return std::nullopt;
+        out.readable = false;
     }
+    return out;
+}
+
+std::optional<CheckpointIdentity> read_checkpoint_identity(const std::string& path)
+{
+    return read_checkpoint_ownership(path).identity;
 }
 
 FileChecksum checksum_file(const std::string& path)

@@ -48,6 +48,13 @@ std::string describe_identity(const CheckpointIdentity& identity);
 // Reads only the identity out of a checkpoint file; nullopt when the file cannot be read or
 // predates identities.
 std::optional<CheckpointIdentity> read_checkpoint_identity(const std::string& path);
+// The same, telling apart a readable checkpoint without an identity (written before
+// identities) from a file that cannot be read as a checkpoint (damaged, cut, something else).
+struct CheckpointOwnership {
+    bool readable = false;
+    std::optional<CheckpointIdentity> identity;
+};
+CheckpointOwnership read_checkpoint_ownership(const std::string& path);
 
 // 64-bit FNV-1a over the file's bytes, "fnv1a64:" + 16 hex digits. Any damage worth the name
 // (a flipped run of bytes, a truncated tail) changes it. Throws std::runtime_error naming the

@@ -96,9 +96,11 @@ bool Trainer::Impl::is_our_checkpoint(const std::string& path)
 {
     if (identity.run_uuid.empty()) return true; // no run attached: the folder is the caller's alone
     if (const auto known = checkpoint_is_ours.find(path); known != checkpoint_is_ours.end()) return known->second;
-    // A checkpoint without an identity predates identities: it can only be this run's own.
-    const auto theirs = read_checkpoint_identity(path);
-    const bool ours = !theirs || theirs->run_uuid == identity.run_uuid;
+    // A checkpoint without an identity predates identities: it can only be this run's own. A
+    // file that cannot be read may be anyone's (a shared training.checkpoint_dir): it is never
+    // rotated away.
+    const auto theirs = read_checkpoint_ownership(path);
+    const bool ours = theirs.readable && (!theirs.identity || theirs.identity->run_uuid == identity.run_uuid);
     checkpoint_is_ours[path] = ours;
     return ours;
 }

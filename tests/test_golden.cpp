@@ -442,6 +442,21 @@ private slots:
         for (const auto& e : rec.events) checkpoint_events += e.tag() == "checkpoint";
         QCOMPARE(checkpoint_events, 6); // 2, 4, 6, 8, 10 and the final 12
         QVERIFY(!QFile::exists(dir.filePath("step-00000012.pt.tmp")));
+
+        // A run's rotation in a shared folder never removes a file it cannot read: it may be
+        // another run's (damaged, or cut short).
+        QTemporaryDir shared;
+        QFile junk(shared.filePath("step-00000001.pt"));
+        QVERIFY(junk.open(QIODevice::WriteOnly));
+        junk.write("not a checkpoint");
+        junk.close();
+        config.training.checkpoint_dir = shared.path().toStdString();
+        Trainer attached(config);
+        attached.set_checkpoint_identity("0123456789abcdef0123456789abcdef", 7);
+        Recorder again;
+        attached.run(again);
+        QCOMPARE(QDir(shared.path()).entryList({"*.pt"}, QDir::Files, QDir::Name),
+                 (QStringList{"step-00000001.pt", "step-00000010.pt", "step-00000012.pt"}));
     }
 
     void seedChangesTheRun()
