@@ -1442,7 +1442,12 @@ void RunStore::put_mirrored_rows(int64_t run_id, const std::vector<ScalarRow>& s
     // The run is checked once instead of by a foreign-key lookup per row, a quarter of the
     // time a 1-M-row copy spends here (PRAGMA foreign_keys takes effect outside a transaction).
     exec(db_, "PRAGMA foreign_keys=OFF");
-    exec(db_, "BEGIN IMMEDIATE");
+    try {
+        exec(db_, "BEGIN IMMEDIATE");
+    } catch (...) { // busy, or a full disk: the connection keeps its foreign keys on
+        sqlite3_exec(db_, "PRAGMA foreign_keys=ON", nullptr, nullptr, nullptr);
+        throw;
+    }
     try {
         Statement run(db_, "SELECT 1 FROM runs WHERE id=?");
         if (!run.bind(1, run_id).step()) throw StoreError("run " + std::to_string(run_id) + " is not in the replica");

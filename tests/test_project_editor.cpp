@@ -988,6 +988,11 @@ void TestProjectEditor::recentProjectsOrder()
     // Another document (the next session) sees the same list.
     ProjectDocument other;
     QCOMPARE(other.recentProjects(), QStringList({paths[0], paths[1]}));
+    // A project that is away (a drive not mounted) is hidden, not forgotten: the list changes
+    // meanwhile, and it is back when its file is.
+    QVERIFY(doc.open(paths[1], &error));
+    QVERIFY(QFile::copy(paths[0], paths[2]));
+    QCOMPARE(doc.recentProjects(), QStringList({paths[1], paths[0], paths[2]}));
 
     for (int i = 4; i <= 13; ++i) {
         paths << tmp.filePath(QStringLiteral("p%1.json").arg(i));

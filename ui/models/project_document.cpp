@@ -409,7 +409,9 @@ void ProjectDocument::clearRecentProjects()
 
 void ProjectDocument::addRecent(const QString& path)
 {
-    QStringList list = recentProjects();
+    // The stored list, not recentProjects(): a project on a drive that is not mounted now is
+    // only hidden from the menu, not forgotten.
+    QStringList list = app_settings().value(kRecentKey).toStringList();
     list.removeAll(path);
     list.prepend(path);
     QSettings settings = app_settings();
