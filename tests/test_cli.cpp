@@ -8,11 +8,13 @@
 #include <QJsonObject>
 #include <QCryptographicHash>
 #include <QDirIterator>
+#include <QFileInfo>
 #include <QProcess>
 #include <QTemporaryDir>
 
 #include <cmath>
 #include <csignal>
+#include <utility>
 
 #include <sqlite3.h>
 
@@ -70,6 +72,17 @@ void make_store(const QString& path)
         store.append_event(id, text_event(10, "note", "done"));
         store.finish_run(id, RunStatus::Finished);
     }
+}
+
+// A store (make_store) in `dir`, and the empty folder "small" beside it, where a test mounts a
+// small file system and copies the store into it.
+std::pair<QString, QString> store_and_mount_point(const QTemporaryDir& dir)
+{
+    const QString source = dir.filePath("runs.sqlite");
+    make_store(source);
+    const QString fs = dir.filePath("small");
+    QDir().mkpath(fs);
+    return {source, fs};
 }
 
 const QList<QStringList> kReadingCommands = {
@@ -608,10 +621,8 @@ private slots:
     void fullDiskListWorksAndWritesSayDiskFull()
     {
         QTemporaryDir dir;
-        const QString source = dir.filePath("runs.sqlite");
-        make_store(source);
-        const QString fs = dir.filePath("small");
-        QVERIFY(QDir().mkpath(fs));
+        const auto [source, fs] = store_and_mount_point(dir);
+        QVERIFY(QFileInfo(fs).isDir());
         const QString db = fs + "/runs.sqlite";
         const QString full = "mount -t tmpfs -o size=1m tmpfs \"$1\" && cp '" + source +
                              "' \"$1/runs.sqlite\" && { dd if=/dev/zero of=\"$1/fill\" bs=4096 2>/dev/null; true; }";
@@ -631,10 +642,8 @@ private slots:
     void fullDiskExportLeavesTheEarlierFileWhole()
     {
         QTemporaryDir dir;
-        const QString source = dir.filePath("runs.sqlite");
-        make_store(source);
-        const QString fs = dir.filePath("small");
-        QVERIFY(QDir().mkpath(fs));
+        const auto [source, fs] = store_and_mount_point(dir);
+        QVERIFY(QFileInfo(fs).isDir());
         // The listing is taken inside the mount namespace, before the tmpfs goes with it.
         const QString script = "d=\"$1\"; shift; mount -t tmpfs -o size=1m tmpfs \"$d\" || exit 97; cp '" + source +
                                "' \"$d/runs.sqlite\"; printf 'earlier export\\n' > \"$d/metrics.csv\"; "
