@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
-// A file replaced whole or not at all: what an export writes over an earlier one, where a full
+// A file replaced whole or not at all: a checkpoint, or an export over an earlier one, where a full
 // disk or a crash must never leave a short file in place of a good one.
 
 #include <string>

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Checkpoints: everything a bit-exact resume needs, written atomically, and their rotation.
 #include "trainer_impl.h"
+#include "durable_file.h"
 #include "first_line.h"
 #include "zip_records.h"
 
@@ -12,39 +13,11 @@
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
-#include <string_view>
 
 #include <cerrno>
 #include <cstring>
-#include <fcntl.h>
-#include <unistd.h>
 
 namespace mantissa {
-namespace {
-
-// Writes all of `data` and flushes it to the device; throws std::runtime_error with the OS's
-// reason ("No space left on device") naming the file.
-void write_file_durably(const std::string& path, std::string_view data)
-{
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) throw std::runtime_error("'" + path + "': " + std::strerror(errno));
-    size_t done = 0;
-    while (done < data.size()) {
-        const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            const int error = n < 0 ? errno : ENOSPC;
-            ::close(fd);
-            throw std::runtime_error("'" + path + "': " + std::strerror(error));
-        }
-        done += static_cast<size_t>(n);
-    }
-    // A checkpoint that is only in the page cache is lost with the machine; fsync also reports
-    // a disk that filled while the data was being written back.
-    if (::fsync(fd) != 0 || ::close(fd) != 0) throw std::runtime_error("'" + path + "': " + std::strerror(errno));
-}
-
-} // namespace
 
 std::string Trainer::Impl::serialize_state()
 {
@@ -81,15 +54,9 @@ void Trainer::Impl::save_checkpoint(const std::string& path)
     const std::string bytes = serialize_state();
     const fs::path target(path);
     if (target.has_parent_path()) fs::create_directories(target.parent_path());
-    const fs::path temporary = target.string() + ".tmp";
-    try {
-        write_file_durably(temporary.string(), bytes);
-        fs::rename(temporary, target); // atomic on POSIX: a crash leaves the old file or the new one
-    } catch (...) {
-        std::error_code ignored; // a full disk must not leave a half-written file behind
-        fs::remove(temporary, ignored);
-        throw;
-    }
+    // Through a temporary file, flushed, then renamed (atomic on POSIX: a crash leaves the old
+    // file or the new one); a full disk leaves no half-written file behind.
+    replace_file_durably(path, bytes);
 }
 
 bool Trainer::Impl::is_our_checkpoint(const std::string& path)

@@ -1443,12 +1443,7 @@ void RunStore::put_mirrored_rows(int64_t run_id, const std::vector<ScalarRow>& s
     // time a 1-M-row copy spends here (PRAGMA foreign_keys takes effect outside a transaction).
     exec(db_, "PRAGMA foreign_keys=OFF");
     try {
-        exec(db_, "BEGIN IMMEDIATE");
-    } catch (...) { // busy, or a full disk: the connection keeps its foreign keys on
-        sqlite3_exec(db_, "PRAGMA foreign_keys=ON", nullptr, nullptr, nullptr);
-        throw;
-    }
-    try {
+        exec(db_, "BEGIN IMMEDIATE"); // inside: a BEGIN that fails (busy, full disk) turns them on again too
         Statement run(db_, "SELECT 1 FROM runs WHERE id=?");
         if (!run.bind(1, run_id).step()) throw StoreError("run " + std::to_string(run_id) + " is not in the replica");
         // A source row that is sent again (the client re-reads its last step) replaces itself.
