@@ -66,7 +66,7 @@ int main(int argc, char** argv)
     rename_cmd->add_option("run", run, "Run id or name")->required();
     rename_cmd->add_option("name", new_name, "New name")->required();
     rename_cmd->add_option("--db", db_path, "Run store (SQLite) path");
-    auto* delete_cmd = app.add_subcommand("delete", "Delete a run and everything recorded for it");
+    auto* delete_cmd = app.add_subcommand("delete", "Delete a run, everything recorded for it, and its checkpoints");
     delete_cmd->add_option("run", run, "Run id or name")->required();
     delete_cmd->add_option("--db", db_path, "Run store (SQLite) path");
 

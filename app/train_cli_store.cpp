@@ -65,8 +65,13 @@ int cmd_delete(RunStore& store, const std::string& run)
         std::fprintf(stderr, "error: run %lld is running; stop it first\n", static_cast<long long>(info->id));
         return 2;
     }
-    store.delete_run(info->id);
-    std::printf("deleted run %lld '%s'\n", static_cast<long long>(info->id), info->name.c_str());
+    const DeletedRun deleted = delete_run_with_checkpoints(store, info->id);
+    std::printf("deleted run %lld '%s'", static_cast<long long>(info->id), info->name.c_str());
+    if (deleted.checkpoints_removed > 0)
+        std::printf(" and its %d checkpoint%s (%lld bytes)", deleted.checkpoints_removed,
+                    deleted.checkpoints_removed == 1 ? "" : "s", static_cast<long long>(deleted.bytes_removed));
+    std::printf("\n");
+    for (const auto& file : deleted.kept) std::printf("  kept %s\n", file.c_str());
     return 0;
 }
 

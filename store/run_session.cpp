@@ -38,6 +38,40 @@ std::string describe_run(const RunInfo& info) { return describe_identity({info.u
 
 } // namespace
 
+DeletedRun delete_run_with_checkpoints(RunStore& store, int64_t run_id)
+{
+    namespace fs = std::filesystem;
+    std::set<std::string> files;
+    std::string uuid;
+    if (const auto info = store.find_run(std::to_string(run_id))) uuid = info->uuid;
+    for (const auto& row : store.checkpoints(run_id)) files.insert(row.path);
+    const std::string own_folder = store.checkpoint_dir(run_id);
+    for (auto& f : list_checkpoints(own_folder)) files.insert(std::move(f));
+    store.delete_run(run_id); // first: a refused delete touches no file
+
+    DeletedRun deleted;
+    for (const auto& path : files) {
+        std::error_code ec;
+        if (!fs::exists(path, ec)) continue; // rotated away, or removed by hand
+        const auto ownership = read_checkpoint_ownership(path);
+        std::string why;
+        if (!ownership.readable) why = "cannot be read as a checkpoint";
+        else if (!ownership.identity) why = "carries no run identity";
+        else if (uuid.empty() || ownership.identity->run_uuid != uuid) why = "belongs to " + describe_identity(*ownership.identity);
+        const auto bytes = fs::file_size(path, ec);
+        if (why.empty() && !fs::remove(path, ec)) why = ec ? ec.message() : "already gone";
+        if (!why.empty()) {
+            deleted.kept.push_back("'" + path + "': " + why);
+            continue;
+        }
+        ++deleted.checkpoints_removed;
+        deleted.bytes_removed += static_cast<int64_t>(bytes);
+    }
+    std::error_code ec;
+    if (fs::is_directory(own_folder, ec) && fs::is_empty(own_folder, ec)) fs::remove(own_folder, ec);
+    return deleted;
+}
+
 RunSession::RunSession(ProjectConfig config) : trainer_(std::make_unique<Trainer>(std::move(config))) {}
 
 RunSession::~RunSession() = default;

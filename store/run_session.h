@@ -29,6 +29,20 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+// What deleting a run removed besides its records.
+struct DeletedRun {
+    int checkpoints_removed = 0;
+    int64_t bytes_removed = 0;
+    std::vector<std::string> kept; // "'<file>': why", for each checkpoint file left in place
+};
+
+// Deletes a run (RunStore::delete_run: refused while another process trains it), then its
+// checkpoint files: those the store recorded for it and those in its own folder, each only
+// when the file itself names this run as its owner. Another run's file (a shared
+// training.checkpoint_dir), one that cannot be read, and checkpoints from before schema 4
+// (which carry no owner) are left. Its own folder goes when nothing is left in it.
+DeletedRun delete_run_with_checkpoints(RunStore& store, int64_t run_id);
+
 struct SessionOutcome {
     RunStatus status = RunStatus::Failed; // Finished, Stopped or Failed
     std::string error;  // why it failed; empty otherwise

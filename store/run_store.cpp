@@ -113,6 +113,12 @@ CREATE TABLE checkpoints(
 
 void fill_legacy_event_fields(sqlite3* db);
 
+bool folder_holds_files(const std::string& dir)
+{
+    std::error_code ec;
+    return std::filesystem::is_directory(dir, ec) && !std::filesystem::is_empty(dir, ec);
+}
+
 // What a failed SQLite call means to the user: "disk full", else SQLite's words with the OS
 // error behind them. Never "not a run store": an I/O problem says nothing about the file.
 std::string describe_failure(int code, int system_errno, const std::string& sqlite_words)
@@ -597,6 +603,15 @@ void RunStore::delete_run(int64_t run_id)
 {
     require_writable("delete a run");
     flush();
+    // A run another process is training holds its lock file: its rows would come back
+    // without their run (or fail their foreign key), so it is not deleted under it. A store
+    // opened before that process started still shows the run as it was then.
+    if (!claims_.count(run_id)) {
+        const int fd = ::open(lock_path(run_id).c_str(), O_RDONLY | O_CLOEXEC);
+        const bool in_use = fd >= 0 && ::flock(fd, LOCK_SH | LOCK_NB) != 0;
+        if (fd >= 0) ::close(fd);
+        if (in_use) throw StoreError("run " + std::to_string(run_id) + " is in use by another process: stop it first");
+    }
     release_claim(run_id);
     std::lock_guard lock(db_mutex_);
     Statement s(db_, "DELETE FROM runs WHERE id=?"); // scalars, events, layer_stats cascade
@@ -652,10 +667,22 @@ int64_t RunStore::create_run(const std::string& name, const std::string& project
     int64_t id = 0;
     {
         std::lock_guard lock(db_mutex_);
-        Statement s(db_, "INSERT INTO runs(name, project_path, config_json, status, uuid) "
-                         "VALUES(?, ?, ?, 'running', lower(hex(randomblob(16))))");
-        s.bind(1, name).bind(2, project_path).bind(3, config_json).step();
-        id = sqlite3_last_insert_rowid(db_);
+        // SQLite hands a deleted newest run's id out again. A run under that id would find the
+        // deleted run's checkpoints left in "run-<id>" (a file it could not remove, a copy put
+        // there by hand) and could then write no checkpoint of its own there: ids whose folder
+        // still holds files are skipped. The write lock keeps two processes off one id.
+        exec(db_, "BEGIN IMMEDIATE");
+        try {
+            id = pragma_int(db_, "SELECT coalesce(max(id), 0) + 1 FROM runs");
+            while (folder_holds_files(checkpoint_dir(id))) ++id;
+            Statement s(db_, "INSERT INTO runs(id, name, project_path, config_json, status, uuid) "
+                             "VALUES(?, ?, ?, ?, 'running', lower(hex(randomblob(16))))");
+            s.bind(1, id).bind(2, name).bind(3, project_path).bind(4, config_json).step();
+            exec(db_, "COMMIT");
+        } catch (...) {
+            sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+            throw;
+        }
     }
     claim_run(id);
     return id;

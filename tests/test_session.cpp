@@ -98,6 +98,7 @@ private slots:
     void twoStoresInOneFolderKeepTheirOwnCheckpoints();
     void anotherRunsCheckpointIsRefused();
     void sharedExplicitCheckpointDirIsRefused();
+    void deletingARunTakesItsCheckpointsAndRetiresItsFolder();
     void version3StoreWithOldFolderStillResumes();
     void checkpointOfAnotherModelShapeIsRefused();
     void failedCheckpointWriteIsAnEventAndTrainingGoesOn();
@@ -319,6 +320,55 @@ void TestSession::sharedExplicitCheckpointDirIsRefused()
     QVERIFY2(r2.err.contains(QString::fromStdString("belongs to run 1 (uuid " + uuid1 + ")")), qPrintable(r2.err));
     const auto r3 = run_cli({"resume", "3", "--db", db, "--set", "training.steps=55"});
     QVERIFY2(r3.exit_code == 0 && r3.out.contains("at step 50 from"), qPrintable(r3.err + r3.out));
+
+    // Deleting a run takes its own files out of the shared folder, and only those.
+    const auto deleted = run_cli({"delete", "3", "--db", db});
+    QCOMPARE(deleted.exit_code, 0);
+    QVERIFY2(deleted.out.startsWith("deleted run 3 'tiny' and its 3 checkpoints ("), qPrintable(deleted.out));
+    // What is left is run 1's: its resume wrote step 35 and rotated its step 10 away.
+    QCOMPARE(names(), (QStringList{"step-00000020.pt", "step-00000030.pt", "step-00000035.pt"}));
+    for (const auto& f : list_checkpoints(folder.toStdString())) QCOMPARE(read_checkpoint_identity(f)->run_uuid, uuid1);
+}
+
+void TestSession::deletingARunTakesItsCheckpointsAndRetiresItsFolder()
+{
+    QTemporaryDir dir;
+    const QString project = QString::fromStdString(write_project(dir));
+    const QString db = dir.filePath("runs.sqlite");
+    const auto run = [&] { return run_cli({"run", project, "--db", db, "--set", "training.steps=20"}); };
+    QCOMPARE(run().exit_code, 0);
+    QCOMPARE(run().exit_code, 0);
+    const std::string store_path = fs::absolute(db.toStdString()).string();
+    const fs::path folder1 = store_path + ".checkpoints/run-1", folder2 = store_path + ".checkpoints/run-2";
+    const auto own_bytes = fs::file_size(folder2 / "step-00000010.pt") + fs::file_size(folder2 / "step-00000020.pt");
+    // A copy of run 1's checkpoint in run 2's folder is not run 2's to delete.
+    fs::copy_file(folder1 / "step-00000010.pt", folder2 / "step-00000005.pt");
+    const std::string uuid1 = RunStore(db.toStdString()).find_run("1")->uuid;
+
+    const auto deleted = run_cli({"delete", "2", "--db", db});
+    QCOMPARE(deleted.exit_code, 0);
+    QCOMPARE(deleted.out, QString::fromStdString("deleted run 2 'tiny' and its 2 checkpoints (" +
+                                                 std::to_string(own_bytes) + " bytes)\n  kept '" +
+                                                 (folder2 / "step-00000005.pt").string() + "': belongs to run 1 (uuid " +
+                                                 uuid1 + ")\n"));
+    QCOMPARE(list_checkpoints(folder2.string()), std::vector<std::string>{(folder2 / "step-00000005.pt").string()});
+    QCOMPARE(list_checkpoints(folder1.string()).size(), size_t(2));
+
+    // Run 2's folder still holds a file: the next run is not given id 2 (its checkpoints would
+    // collide with the file there) but 3, and writes its own.
+    const auto third = run();
+    QCOMPARE(third.exit_code, 0);
+    QVERIFY2(!third.out.contains("[checkpoint_failed]"), qPrintable(third.out));
+    QVERIFY(RunStore(db.toStdString()).find_run("3"));
+    QVERIFY(!RunStore(db.toStdString()).find_run("2"));
+    QCOMPARE(list_checkpoints((store_path + ".checkpoints/run-3")).size(), size_t(2));
+
+    // A folder left empty goes with its run.
+    const auto again = run_cli({"delete", "3", "--db", db});
+    QCOMPARE(again.exit_code, 0);
+    QVERIFY2(again.out.startsWith("deleted run 3 'tiny' and its 2 checkpoints (") && !again.out.contains("kept"),
+             qPrintable(again.out));
+    QVERIFY(!fs::exists(store_path + ".checkpoints/run-3"));
 }
 
 void TestSession::version3StoreWithOldFolderStillResumes()

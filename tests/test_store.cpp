@@ -756,6 +756,46 @@ private slots:
         QCOMPARE(a.scalars(rb).size(), size_t(500));
         QCOMPARE(b.scalars(ra).size(), size_t(500));
     }
+
+    void aRunTrainingElsewhereIsNotDeletedUnderIt()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("runs.sqlite").toStdString();
+        RunStore training(path); // as a mantissa-train process would hold it
+        const auto id = training.create_run("busy", "", "{}");
+        RunStore other(path);
+        try {
+            other.delete_run(id);
+            QFAIL("a run that another store has claimed was deleted");
+        } catch (const StoreError& e) {
+            QCOMPARE(std::string(e.what()), std::string("run 1 is in use by another process: stop it first"));
+        }
+        QVERIFY(other.find_run("1"));
+        training.finish_run(id, RunStatus::Finished); // drops the claim
+        other.delete_run(id);
+        QVERIFY(!other.find_run("1"));
+    }
+
+    void aDeletedRunsIdIsNotHandedOutWhileItsCheckpointFolderHoldsFiles()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("runs.sqlite").toStdString();
+        RunStore store(path);
+        const auto first = store.create_run("a", "", "{}");
+        const auto second = store.create_run("b", "", "{}");
+        store.finish_run(second, RunStatus::Finished);
+        std::filesystem::create_directories(store.checkpoint_dir(second));
+        store.delete_run(second);
+        // An empty folder is no obstacle: SQLite's next id is taken.
+        const auto third = store.create_run("c", "", "{}");
+        QCOMPARE(third, second);
+        store.finish_run(third, RunStatus::Finished);
+        std::ofstream(store.checkpoint_dir(third) + "/step-00000010.pt") << "left behind";
+        store.delete_run(third);
+        const auto fourth = store.create_run("d", "", "{}");
+        QCOMPARE(fourth, second + 1);
+        QCOMPARE(first, int64_t(1));
+    }
 };
 
 QTEST_GUILESS_MAIN(TestStore)

@@ -22,6 +22,7 @@
 #include "models/run_filter_proxy.h"
 #include "common/run_format.h"
 #include "models/run_list_model.h"
+#include "run_session.h"
 #include "run_store.h"
 #include "controller/store_connection.h"
 #include "common/table_export.h"
@@ -243,14 +244,17 @@ bool RunsPage::deleteRuns(const std::vector<int64_t>& ids)
         if (row >= 0 && model_->run(row).status == RunStatus::Running)
             return fail(tr("Run %1 is still running: stop it before deleting it.").arg(id));
     }
+    QStringList kept;
     try {
-        for (const int64_t id : ids) store->delete_run(id);
+        for (const int64_t id : ids)
+            for (const auto& file : delete_run_with_checkpoints(*store, id).kept) kept << QString::fromStdString(file);
     } catch (const std::exception& e) {
         store_->notifyChanged();
         return fail(tr("Cannot delete: %1").arg(QString::fromStdString(e.what())));
     }
     succeed();
     store_->notifyChanged();
+    if (!kept.isEmpty()) note(tr("Deleted. Checkpoint files left in place: %1").arg(kept.join(QStringLiteral("; "))));
     return true;
 }
 
@@ -328,6 +332,13 @@ bool RunsPage::fail(const QString& message)
     return false;
 }
 
+void RunsPage::note(const QString& message)
+{
+    messageLabel_->setText(message);
+    messageLabel_->setStyleSheet(QStringLiteral("QLabel { color: #444; padding: 4px 2px; }"));
+    messageLabel_->show();
+}
+
 void RunsPage::succeed()
 {
     lastError_.clear();
@@ -387,7 +398,7 @@ void RunsPage::confirmDelete()
     if (ids.size() > 8) names << tr("… and %1 more").arg(ids.size() - 8);
     const auto answer = QMessageBox::warning(
         this, tr("Delete runs"),
-        tr("Delete %1 with all their metrics, events and layer statistics? This cannot be undone.\n\n%2")
+        tr("Delete %1 with all their metrics, events, layer statistics and checkpoints? This cannot be undone.\n\n%2")
             .arg(count_text(int64_t(ids.size()), tr("run"), tr("runs")), names.join(QLatin1Char('\n'))),
         QMessageBox::Yes | QMessageBox::Cancel, QMessageBox::Cancel);
     if (answer == QMessageBox::Yes) deleteRuns(ids);

@@ -73,6 +73,7 @@ private:
     void updateStatus();
     bool fail(const QString& message);
     void succeed();
+    void note(const QString& message); // not an error: shown, lastError() stays empty
     void showContextMenu(const QPoint& pos);
 
     // The interactive paths.
