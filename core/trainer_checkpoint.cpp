@@ -176,8 +176,9 @@ void Trainer::Impl::load_archive(const std::string& path,
 std::string Trainer::Impl::write_periodic_checkpoint(TelemetrySink& sink)
 {
     namespace fs = std::filesystem;
-    const auto& dir = config.training.checkpoint_dir;
-    if (dir.empty()) return {};
+    if (config.training.checkpoint_dir.empty()) return {};
+    // Relative to the project file's folder, as data paths are (RunSession passes it absolute).
+    const std::string dir = resolve_data_path(config, config.training.checkpoint_dir);
     const std::string path = (fs::path(dir) / checkpoint_file_name(step)).string();
     auto fail = [&](const std::string& reason) {
         RunEvent failed;

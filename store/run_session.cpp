@@ -83,19 +83,28 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
     const auto base = fs::absolute(info.project_path).parent_path().string();
     const ProjectConfig config = load_project_json(info.config_json, base, overrides);
     std::unique_ptr<RunSession> session(new RunSession());
-    const bool own_folder = config.training.checkpoint_dir.empty();
-    const std::string write_dir = own_folder ? store.checkpoint_dir(info.id) : config.training.checkpoint_dir;
-    std::string read_dir = write_dir;
-    // A run recorded before schema 4 kept its checkpoints in "checkpoints/run-<id>"; read them
-    // there until it has written one into its own folder.
-    if (own_folder && info.legacy_checkpoints && list_checkpoints(read_dir).empty())
-        read_dir = store.legacy_checkpoint_dir(info.id);
     std::map<int64_t, CheckpointRow> recorded;
     std::set<int64_t> recorded_steps;
     for (auto& row : store.checkpoints(info.id)) {
         recorded_steps.insert(row.step);
         recorded[row.step] = std::move(row);
     }
+    const bool own_folder = config.training.checkpoint_dir.empty();
+    std::string write_dir =
+        own_folder ? store.checkpoint_dir(info.id) : resolve_data_path(config, config.training.checkpoint_dir);
+    // Earlier versions took a relative training.checkpoint_dir from where the run was
+    // started, not from the project file's folder: such a run's recorded files say where it
+    // writes.
+    if (!own_folder && !recorded.empty() && list_checkpoints(write_dir).empty()) {
+        const auto folder = fs::path(recorded.rbegin()->second.path).parent_path();
+        std::error_code ec;
+        if (fs::is_directory(folder, ec)) write_dir = folder.string();
+    }
+    std::string read_dir = write_dir;
+    // A run recorded before schema 4 kept its checkpoints in "checkpoints/run-<id>"; read them
+    // there until it has written one into its own folder.
+    if (own_folder && info.legacy_checkpoints && list_checkpoints(read_dir).empty())
+        read_dir = store.legacy_checkpoint_dir(info.id);
     const auto files = resume_order(list_checkpoints(read_dir), recorded_steps, info.last_step);
     const auto build = [&] {
         session->trainer_ = std::make_unique<Trainer>(config);
@@ -166,7 +175,6 @@ void RunSession::attach(RunStore& store, int64_t run_id, const std::string& uuid
 {
     store_ = &store;
     run_id_ = run_id;
-    checkpoint_dir_ = dir;
     trainer_->set_checkpoint_dir(dir);
     trainer_->set_checkpoint_identity(uuid, run_id);
     trainer_->set_checkpoint_listener([this](const Trainer::CheckpointWrite& w) { on_checkpoint_written(w); });
@@ -177,6 +185,7 @@ int64_t RunSession::create_run(RunStore& store, const std::string& name, const s
     const int64_t id = store.create_run(name, project_path, to_json_text(trainer_->config()));
     const auto info = store.find_run(std::to_string(id));
     const auto& explicit_dir = trainer_->config().training.checkpoint_dir;
+    // A relative explicit folder stays relative: the trainer takes it from the project file's folder.
     attach(store, id, info ? info->uuid : std::string(), explicit_dir.empty() ? store.checkpoint_dir(id) : explicit_dir);
     return id;
 }

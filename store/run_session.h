@@ -97,7 +97,6 @@ public:
     Trainer& trainer() { return *trainer_; }
     const ProjectConfig& config() const { return trainer_->config(); }
     int64_t run_id() const { return run_id_; }
-    const std::string& checkpoint_dir() const { return checkpoint_dir_; }
     const std::string& loaded_checkpoint() const { return loaded_checkpoint_; } // "" for a new run
     // The reopened run died before its first checkpoint: it starts again from step 0 (the
     // seed makes that the same run), and claim() drops what it had recorded.
@@ -111,7 +110,6 @@ private:
     std::unique_ptr<Trainer> trainer_;
     RunStore* store_ = nullptr;
     int64_t run_id_ = -1;
-    std::string checkpoint_dir_;
     std::string loaded_checkpoint_;
     bool starts_over_ = false;
     TelemetrySink* live_sink_ = nullptr; // the fan-out while run() is in progress

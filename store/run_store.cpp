@@ -113,11 +113,20 @@ CREATE TABLE checkpoints(
 
 void fill_legacy_event_fields(sqlite3* db);
 
-bool folder_holds_files(const std::string& dir)
+// Any regular "step-*.pt" file (checkpoint_file.h names them; this library does not link
+// the engine that reads them).
+bool holds_checkpoint_files(const std::string& dir)
 {
+    namespace fs = std::filesystem;
     std::error_code ec;
-    return std::filesystem::is_directory(dir, ec) && !std::filesystem::is_empty(dir, ec);
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (name.starts_with("step-") && name.ends_with(".pt") && it->is_regular_file(ec)) return true;
+    }
+    return false;
 }
+
+
 
 // What a failed SQLite call means to the user: "disk full", else SQLite's words with the OS
 // error behind them. Never "not a run store": an I/O problem says nothing about the file.
@@ -669,12 +678,13 @@ int64_t RunStore::create_run(const std::string& name, const std::string& project
         std::lock_guard lock(db_mutex_);
         // SQLite hands a deleted newest run's id out again. A run under that id would find the
         // deleted run's checkpoints left in "run-<id>" (a file it could not remove, a copy put
-        // there by hand) and could then write no checkpoint of its own there: ids whose folder
-        // still holds files are skipped. The write lock keeps two processes off one id.
+        // there by hand) and could then write no checkpoint of its own under their names: ids
+        // whose folder still holds checkpoint files are skipped. The write lock keeps two
+        // processes off one id.
         exec(db_, "BEGIN IMMEDIATE");
         try {
             id = pragma_int(db_, "SELECT coalesce(max(id), 0) + 1 FROM runs");
-            while (folder_holds_files(checkpoint_dir(id))) ++id;
+            while (holds_checkpoint_files(checkpoint_dir(id))) ++id;
             Statement s(db_, "INSERT INTO runs(id, name, project_path, config_json, status, uuid) "
                              "VALUES(?, ?, ?, ?, 'running', lower(hex(randomblob(16))))");
             s.bind(1, id).bind(2, name).bind(3, project_path).bind(4, config_json).step();

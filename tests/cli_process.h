@@ -12,9 +12,11 @@ struct CliResult {
     QString out, err;
 };
 
-inline CliResult run_cli(const QStringList& args, int timeout_ms = 120000)
+// `working_dir` empty: the test's own.
+inline CliResult run_cli(const QStringList& args, int timeout_ms = 120000, const QString& working_dir = {})
 {
     QProcess p;
+    if (!working_dir.isEmpty()) p.setWorkingDirectory(working_dir);
     p.start(MANTISSA_TRAIN_EXE, args);
     p.waitForFinished(timeout_ms);
     return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),

@@ -99,6 +99,7 @@ private slots:
     void anotherRunsCheckpointIsRefused();
     void sharedExplicitCheckpointDirIsRefused();
     void deletingARunTakesItsCheckpointsAndRetiresItsFolder();
+    void relativeCheckpointDirIsTheProjectFilesFolder();
     void version3StoreWithOldFolderStillResumes();
     void checkpointOfAnotherModelShapeIsRefused();
     void failedCheckpointWriteIsAnEventAndTrainingGoesOn();
@@ -328,6 +329,48 @@ void TestSession::sharedExplicitCheckpointDirIsRefused()
     // What is left is run 1's: its resume wrote step 35 and rotated its step 10 away.
     QCOMPARE(names(), (QStringList{"step-00000020.pt", "step-00000030.pt", "step-00000035.pt"}));
     for (const auto& f : list_checkpoints(folder.toStdString())) QCOMPARE(read_checkpoint_identity(f)->run_uuid, uuid1);
+}
+
+void TestSession::relativeCheckpointDirIsTheProjectFilesFolder()
+{
+    QTemporaryDir dir;
+    const fs::path root = dir.path().toStdString();
+    fs::create_directories(root / "proj");
+    fs::create_directories(root / "elsewhere");
+    std::string text = kProject;
+    const std::string interval = R"("checkpoint_interval": 10)";
+    text.replace(text.find(interval), interval.size(), interval + R"(, "checkpoint_dir": "ckpt")");
+    std::ofstream((root / "proj" / "tiny.json").string()) << text;
+    const QString project = QString::fromStdString((root / "proj" / "tiny.json").string());
+    const QString db = QString::fromStdString((root / "runs.sqlite").string());
+    const QString elsewhere = QString::fromStdString((root / "elsewhere").string());
+
+    const auto r = run_cli({"run", project, "--db", db, "--set", "training.steps=20"}, 120000, elsewhere);
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+    QCOMPARE(list_checkpoints((root / "proj" / "ckpt").string()).size(), size_t(2));
+    QVERIFY(!fs::exists(root / "elsewhere" / "ckpt"));
+    // Resumed from another folder again, it finds them and writes beside them.
+    const auto resumed = run_cli({"resume", "1", "--db", db, "--set", "training.steps=25"}, 120000, dir.path());
+    QVERIFY2(resumed.exit_code == 0, qPrintable(resumed.err));
+    QVERIFY2(resumed.out.contains(QString::fromStdString("at step 20 from " + (root / "proj/ckpt/step-00000020.pt").string())),
+             qPrintable(resumed.out));
+    QCOMPARE(list_checkpoints((root / "proj" / "ckpt").string()).size(), size_t(3));
+
+    // A run of an earlier version wrote them relative to where it started: its recorded
+    // files show the way.
+    fs::rename(root / "proj" / "ckpt", root / "elsewhere" / "ckpt");
+    sqlite3* sql = nullptr;
+    QCOMPARE(sqlite3_open(db.toStdString().c_str(), &sql), SQLITE_OK);
+    QCOMPARE(sqlite3_exec(sql, "UPDATE checkpoints SET path = replace(path, '/proj/ckpt/', '/elsewhere/ckpt/')", nullptr,
+                          nullptr, nullptr),
+             SQLITE_OK);
+    sqlite3_close(sql);
+    const auto old = run_cli({"resume", "1", "--db", db, "--set", "training.steps=30"}, 120000, dir.path());
+    QVERIFY2(old.exit_code == 0, qPrintable(old.err));
+    QVERIFY2(old.out.contains(QString::fromStdString("at step 25 from " + (root / "elsewhere/ckpt/step-00000025.pt").string())),
+             qPrintable(old.out));
+    QVERIFY(fs::exists(root / "elsewhere/ckpt/step-00000030.pt"));
+    QVERIFY(!fs::exists(root / "proj" / "ckpt"));
 }
 
 void TestSession::deletingARunTakesItsCheckpointsAndRetiresItsFolder()

@@ -785,8 +785,9 @@ private slots:
         const auto second = store.create_run("b", "", "{}");
         store.finish_run(second, RunStatus::Finished);
         std::filesystem::create_directories(store.checkpoint_dir(second));
+        std::ofstream(store.checkpoint_dir(second) + "/notes.txt") << "not a checkpoint";
         store.delete_run(second);
-        // An empty folder is no obstacle: SQLite's next id is taken.
+        // A folder without checkpoint files is no obstacle: SQLite's next id is taken.
         const auto third = store.create_run("c", "", "{}");
         QCOMPARE(third, second);
         store.finish_run(third, RunStatus::Finished);
