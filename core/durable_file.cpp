@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "durable_file.h"
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
 #include <fcntl.h>
@@ -11,10 +13,17 @@
 
 namespace mantissa {
 
-DurableFile::DurableFile(std::string path) : path_(std::move(path)), temporary_(path_ + ".tmp")
+DurableFile::DurableFile(std::string path) : path_(std::move(path))
 {
-    fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw std::runtime_error("cannot write '" + path_ + "': " + std::strerror(errno));
+    // A name of its own (O_EXCL): two writers of one file (two runs checkpointing the same step
+    // into a shared folder, two exports) must not write into each other's temporary file.
+    static std::atomic<unsigned> counter{0};
+    for (int attempt = 0; fd_ < 0; ++attempt) {
+        temporary_ = path_ + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+        fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd_ < 0 && (errno != EEXIST || attempt == 100))
+            throw std::runtime_error("cannot write '" + path_ + "': " + std::strerror(errno));
+    }
 }
 
 DurableFile::~DurableFile()
@@ -53,6 +62,19 @@ void DurableFile::commit()
         const int error = errno;
         ::unlink(temporary_.c_str());
         throw std::runtime_error("cannot write '" + path_ + "': " + std::strerror(error) + " (the file is as it was)");
+    }
+    // The rename is an entry in the folder: until the folder is flushed too, a power loss can
+    // bring back the old file (or none) although commit() returned. A file system that cannot
+    // flush a folder (EINVAL) has nothing to flush.
+    const std::string folder = std::filesystem::path(path_).parent_path().string();
+    const int dir = ::open(folder.empty() ? "." : folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir >= 0) {
+        const int synced = ::fsync(dir);
+        const int error = errno;
+        ::close(dir);
+        if (synced != 0 && error != EINVAL)
+            throw std::runtime_error("cannot write '" + path_ + "': the folder could not be flushed: " +
+                                     std::strerror(error));
     }
 }
 

@@ -10,8 +10,8 @@ namespace mantissa {
 
 class DurableFile {
 public:
-    // Opens `path` + ".tmp" for writing; throws std::runtime_error naming it, with the OS's
-    // reason ("No such file or directory").
+    // Opens a temporary file of its own beside `path` ("<path>.tmp.<pid>.<n>") for writing;
+    // throws std::runtime_error naming `path`, with the OS's reason ("No such file or directory").
     explicit DurableFile(std::string path);
     // Without commit() (an error on the way): the temporary file is removed, `path` untouched.
     ~DurableFile();
@@ -20,7 +20,8 @@ public:
 
     // All of `data`, or std::runtime_error ("No space left on device").
     void write(std::string_view data);
-    // Flushes the data to the device, then renames the temporary file over `path`.
+    // Flushes the data to the device, renames the temporary file over `path`, and flushes the
+    // folder, so the new file is there after a power loss.
     void commit();
 
 private:

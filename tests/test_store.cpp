@@ -19,6 +19,7 @@
 #include "checkpoint_file.h"
 #include "event_helpers.h"
 #include "private_mounts.h"
+#include "durable_file.h"
 #include "run_store.h"
 #include "store_fixtures.h"
 #include "tensorboard_export.h"
@@ -755,6 +756,32 @@ private slots:
         b.flush();
         QCOMPARE(a.scalars(rb).size(), size_t(500));
         QCOMPARE(b.scalars(ra).size(), size_t(500));
+    }
+
+    void twoWritersOfOneFileEachReplaceItWhole()
+    {
+        // Two runs checkpointing the same step into one folder, or two exports to one name: each
+        // writes its own temporary file, so whichever commits last is there, whole.
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("step-00000010.pt").toStdString();
+        const auto read = [&] {
+            std::ifstream in(path, std::ios::binary);
+            return std::string(std::istreambuf_iterator<char>(in), {});
+        };
+        DurableFile first(path), second(path);
+        first.write("the first writer's checkpoint");
+        second.write("the second's");
+        first.commit();
+        QCOMPARE(read(), std::string("the first writer's checkpoint"));
+        second.commit();
+        QCOMPARE(read(), std::string("the second's"));
+        QCOMPARE(QDir(dir.path()).entryList(QDir::Files), QStringList{"step-00000010.pt"});
+        {
+            DurableFile abandoned(path); // an error on the way: no commit
+            abandoned.write("half");
+        }
+        QCOMPARE(read(), std::string("the second's"));
+        QCOMPARE(QDir(dir.path()).entryList(QDir::Files), QStringList{"step-00000010.pt"});
     }
 
     void aRunTrainingElsewhereIsNotDeletedUnderIt()
