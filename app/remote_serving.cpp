@@ -136,6 +136,13 @@ std::string serving_unavailable() { return {}; }
 
 int serve_store(const std::string& db_path, const ServeOptions& options, const std::atomic<bool>& stop)
 {
+    // The store first: a mistyped --db must not leave a token file behind it.
+    try {
+        (void)RunStore::open_read_only(db_path, /*quick_check=*/false);
+    } catch (const StoreError& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 3;
+    }
     ServerOptions o;
     if (!server_options(db_path, options, o)) return 2;
     std::unique_ptr<StoreServer> server;

@@ -649,7 +649,8 @@ private slots:
         write_store(db.toStdString());
         auto r = run_cli({"serve", "--db", path("absent.sqlite"), "--listen", "0"});
         QCOMPARE(r.exit_code, 3);
-        QVERIFY2(r.err.contains("absent.sqlite"), qPrintable(r.err));
+        QCOMPARE(r.err, "error: run store '" + path("absent.sqlite") + "' does not exist (no runs stored yet)\n");
+        QVERIFY(!QFile::exists(path("absent.sqlite.token"))); // nothing is left behind a mistyped --db
         r = run_cli({"serve", "--db", db, "--listen", "127.0.0.1:99999"});
         QCOMPARE(r.exit_code, 2);
         QCOMPARE(r.err, QString("error: '127.0.0.1:99999' is not [ADDR:]PORT with PORT from 0 to 65535 (0: any free "
