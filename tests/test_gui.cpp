@@ -127,6 +127,7 @@ private slots:
 
     void windowOpensDefaultProject();
     void closingKeepsAProjectThatCouldNotBeSaved();
+    void closingDuringARunAsksFirst();
     void windowShowsProjectFileErrors_data();
     void windowShowsProjectFileErrors();
 };
@@ -635,6 +636,53 @@ void TestGui::closingKeepsAProjectThatCouldNotBeSaved()
     QVERIFY(window.document()->isDirty());
     QCOMPARE(window.projectPage()->settingsModel()->valueForKey(QStringLiteral("name")), QStringLiteral("edited"));
     window.hide();
+}
+
+void TestGui::closingDuringARunAsksFirst()
+{
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("runs.sqlite"));
+    MainWindow window(db);
+    window.setProject(tiny_config(100000), QStringLiteral("in-memory"));
+    window.show();
+    QVERIFY(window.startTraining());
+    QStringList seen;
+    QString text, click = QStringLiteral("Cancel");
+    QTimer answer;
+    QObject::connect(&answer, &QTimer::timeout, [&] {
+        auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget());
+        if (!box) return;
+        seen << box->windowTitle();
+        text = box->text();
+        for (QAbstractButton* b : box->buttons())
+            if (b->text().remove(QLatin1Char('&')) == click) b->click();
+    });
+    answer.start(20);
+    QVERIFY(!window.close()); // Cancel: the run goes on
+    QCOMPARE(seen, QStringList{QStringLiteral("Run in progress")});
+    QCOMPARE(text, QStringLiteral("A run is in progress. Quitting stops it: it is recorded as stopped, with a checkpoint "
+                                  "of its last step to resume from."));
+    QVERIFY(window.isVisible());
+    QVERIFY(window.controller()->isRunning());
+
+    // A live precision change is an unsaved edit: the same question asks about it too.
+    QString error;
+    QVERIFY2(window.document()->setValue(QStringLiteral("name"), QStringLiteral("edited"), &error), qPrintable(error));
+    seen.clear();
+    QVERIFY(!window.close());
+    QCOMPARE(seen, QStringList{QStringLiteral("Run in progress")});
+    QVERIFY2(text.endsWith(QStringLiteral("\n\nThe project has unsaved changes. Save them?")), qPrintable(text));
+    QVERIFY(window.controller()->isRunning());
+
+    click = QStringLiteral("Discard");
+    QVERIFY(window.close());
+    answer.stop();
+    QTRY_VERIFY_WITH_TIMEOUT(!window.controller()->isRunning(), 30000);
+    RunStore store(db.toStdString());
+    const auto runs = store.list_runs();
+    QCOMPARE(runs.size(), size_t(1));
+    QCOMPARE(status_text(runs[0].status), std::string("stopped"));
+    QVERIFY(!store.checkpoints(runs[0].id).empty()); // resumable
 }
 
 void TestGui::windowShowsProjectFileErrors_data()

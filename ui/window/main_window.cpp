@@ -11,6 +11,7 @@
 #include <QFileInfo>
 #include <QLabel>
 #include <QMenuBar>
+#include <QAbstractButton>
 #include <QMessageBox>
 #include <QSettings>
 #include <QStatusBar>
@@ -502,28 +503,51 @@ void MainWindow::chooseRemote()
 
 void MainWindow::closeEvent(QCloseEvent* event)
 {
-    if (document_->isDirty() && isVisible() && !controller_->isRunning()) {
-        const auto answer = QMessageBox::question(this, tr("Unsaved project"),
-                                                  tr("The project has unsaved changes. Save them?"),
-                                                  QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel);
-        if (answer == QMessageBox::Cancel) {
-            event->ignore();
-            return;
-        }
-        if (answer == QMessageBox::Save) {
-            saveProject();
-            // Not saved (the file could not be written, Save As was cancelled): stay open, or
-            // the edits would be lost; the warning has said why.
-            if (document_->isDirty()) {
-                event->ignore();
-                return;
-            }
-        }
+    if (isVisible() && !confirmClose()) {
+        event->ignore();
+        return;
     }
     // Ask now so the worker is already winding down while the window goes away.
     sweepRunner_->stop();
     controller_->stop();
     QMainWindow::closeEvent(event);
+}
+
+bool MainWindow::confirmClose()
+{
+    const bool sweeping = sweepRunner_->isRunning();
+    const bool running = sweeping || controller_->isRunning();
+    const bool dirty = document_->isDirty();
+    if (!running && !dirty) return true;
+    // A run stopped by quitting keeps its last step as a checkpoint; edits (a live precision
+    // change is one) would be gone without a word.
+    QStringList text;
+    if (running)
+        text << (sweeping ? tr("A sweep is in progress. Quitting stops its current run, recorded as stopped with a "
+                               "checkpoint to resume from, and skips the rest.")
+                          : tr("A run is in progress. Quitting stops it: it is recorded as stopped, with a checkpoint "
+                               "of its last step to resume from."));
+    if (dirty) text << tr("The project has unsaved changes. Save them?");
+    QMessageBox box(QMessageBox::Question, running ? tr("Run in progress") : tr("Unsaved project"),
+                    text.join(QStringLiteral("\n\n")), QMessageBox::Cancel, this);
+    QAbstractButton* quit = nullptr;
+    if (dirty) {
+        box.addButton(QMessageBox::Save);
+        box.addButton(QMessageBox::Discard);
+        box.setDefaultButton(QMessageBox::Save);
+    } else {
+        quit = box.addButton(tr("Stop and Quit"), QMessageBox::DestructiveRole);
+        box.setDefaultButton(QMessageBox::Cancel);
+    }
+    box.exec();
+    const auto answer = box.standardButton(box.clickedButton());
+    if (quit) return box.clickedButton() == quit;
+    if (answer == QMessageBox::Discard) return true;
+    if (answer != QMessageBox::Save) return false; // Cancel, or the box was closed
+    saveProject();
+    // Not saved (the file could not be written, Save As was cancelled): stay open, or the
+    // edits would be lost; the warning has said why.
+    return !document_->isDirty();
 }
 
 namespace {

@@ -110,6 +110,8 @@ protected:
     void dropEvent(QDropEvent* event) override;
 
 private:
+    // Asks before a close would stop a run or drop unsaved edits; true when the window may close.
+    bool confirmClose();
     void createActions();
     void buildMenus();
     void buildToolBar();
