@@ -4,10 +4,13 @@
 // whole file (PRAGMA quick_check), which a 1-M-row store must not pay per request.
 // A connection is opened again when it is older than `max_age` (it then sees runs whose
 // process died since as interrupted), and when it was opened without a WAL beside the store
-// but one is there now: such a connection reads the file as immutable and would not see a
-// writer that started later (RunStore::open_read_only).
+// and either one is there now or the file changed since: such a connection reads the file as
+// immutable (RunStore::open_read_only), so it would not see a writer that started later, and
+// would read a file that a writer changed and closed meanwhile (a `delete`, a short run) as
+// "malformed".
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -25,10 +28,18 @@ public:
     {
     }
 
+    // What tells an immutable connection's file from a changed one.
+    struct FileStamp {
+        uint64_t inode = 0, size = 0;
+        int64_t mtime_ns = 0, ctime_ns = 0;
+        bool operator==(const FileStamp&) const = default;
+    };
+
     struct Entry {
         std::unique_ptr<RunStore> store;
         Clock::time_point opened;
         bool wal_at_open = false;
+        FileStamp stamp; // the file as it was opened
     };
 
     // A connection for one request, back to the pool when the lease ends. Throws StoreError.
@@ -51,6 +62,7 @@ public:
 private:
     void give_back(Entry entry);
     bool wal_present() const;
+    FileStamp stamp() const;
 
     std::string path_;
     Clock::duration max_age_;

@@ -48,6 +48,7 @@
 #include "run_event.h"
 #include "run_store.h"
 #include "scalar_columns.h"
+#include "store_pool.h"
 #include "store_server.h"
 
 using namespace mantissa;
@@ -799,6 +800,61 @@ private slots:
         QCOMPARE(QString::fromStdString(RunStore::open_read_only(replica.toStdString())->list_runs().at(0).uuid),
                  QString::fromStdString(b.list_runs().at(0).uuid));
         b.finish_run(id, RunStatus::Finished);
+    }
+
+    // A pooled connection that read the file as immutable is not lent again once a writer has
+    // changed the file and closed it (no WAL left to tell): it would read the new file as
+    // "malformed", or the old one.
+    void aPooledConnectionIsNotReusedAfterTheFileChanged()
+    {
+        const std::string db = path("pool.sqlite").toStdString();
+        {
+            RunStore store(db);
+            store.finish_run(store.create_run("a", "p.json", "{}"), RunStatus::Finished);
+        }
+        StorePool pool(db);
+        QCOMPARE(pool.acquire()->list_runs().size(), size_t(1));
+        {
+            RunStore store(db);
+            store.finish_run(store.create_run("b", "p.json", "{}"), RunStatus::Finished);
+        }
+        QVERIFY(!QFile::exists(QString::fromStdString(db + "-wal")));
+        QCOMPARE(pool.acquire()->list_runs().size(), size_t(2));
+    }
+
+    // A run deleted on the server while its pages are being copied: the replica drops it and
+    // copies the rest, without calling the connection lost or refusing the replica.
+    void aRunDeletedWhileItIsCopiedLeavesTheReplica()
+    {
+        const QString db = path("deleted-midway.sqlite");
+        write_columnar_store(db.toStdString()); // run 1: many pages
+        {
+            RunStore store(db.toStdString());
+            const auto id = store.create_run("kept", "p.json", "{}");
+            for (int64_t step = 1; step <= 30; ++step) store.append_scalar(id, step, "train/loss", 1.0 / double(step));
+            store.finish_run(id, RunStatus::Finished);
+        }
+        StoreServer server(in_process(db.toStdString()));
+        QList<RemoteMirror::State> states;
+        RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(server.port())), QString::fromStdString(kToken),
+                            path("deleted-midway-replica.sqlite"));
+        connect(&mirror, &RemoteMirror::stateChanged, this, [&](RemoteMirror::State s) { states << s; });
+        bool deleted = false;
+        // Deleted as the first page arrives, before the next one is asked for.
+        connect(&mirror, &RemoteMirror::scalarsFetched, this, [&](qint64 runId, qint64, const ScalarPage&) {
+            if (runId != 1 || deleted) return;
+            RunStore(db.toStdString()).delete_run(1);
+            deleted = true;
+        });
+        mirror.start();
+        QVERIFY2(wait_complete(mirror, db), qPrintable(compare_stores(db, mirror.replicaPath())));
+        QVERIFY(deleted);
+        const auto runs = RunStore::open_read_only(mirror.replicaPath().toStdString())->list_runs();
+        QCOMPARE(runs.size(), size_t(1));
+        QCOMPARE(QString::fromStdString(runs[0].name), QString("kept"));
+        QVERIFY2(!states.contains(RemoteMirror::State::Reconnecting) && !states.contains(RemoteMirror::State::Refused),
+                 qPrintable(mirror.stateText()));
+        QCOMPARE(mirror.state(), RemoteMirror::State::Connected);
     }
 
     // The server dies mid-stream (SIGKILL); a new one on the same store and port: the client

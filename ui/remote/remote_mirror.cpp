@@ -294,8 +294,10 @@ void RemoteMirror::onRuns(QNetworkReply* reply)
             if (!cur.uuid.empty() && !info.uuid.empty() && cur.uuid != info.uuid) {
                 replica_->clear_run_records(info.id);
                 const bool claimed = cur.claimed;
+                const int writesPending = cur.writesPending;
                 cur = Cursor{};
                 cur.claimed = claimed; // the replica's lock on it is still this mirror's
+                cur.writesPending = writesPending;
                 changed = true;
             }
             cur.uuid = info.uuid;
@@ -329,7 +331,13 @@ void RemoteMirror::onRuns(QNetworkReply* reply)
                 ++it;
                 continue;
             }
-            replica_->delete_run(it->first); // deleted on the server
+            // Deleted on the server. Not while a page of it is still being written: that write
+            // would fail its foreign key and stop the mirror. The next run list takes it then.
+            if (it->second.writesPending > 0) {
+                ++it;
+                continue;
+            }
+            replica_->delete_run(it->first);
             it = cursors_.erase(it);
             changed = true;
         }
@@ -376,6 +384,16 @@ void RemoteMirror::requestNextRows()
 void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
 {
     QByteArray body;
+    if (reply->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt() == 404 && replica_) {
+        // The run was deleted on the server since it was listed: not a lost connection. The
+        // run list, read again now, takes it out of the replica.
+        inFlight_ = nullptr;
+        reply->deleteLater();
+        countBytes(reply->readAll().size());
+        queue_.erase(std::remove(queue_.begin(), queue_.end(), runId), queue_.end());
+        requestRuns();
+        return;
+    }
     if (!take(reply, body) || !replica_) return;
     QJsonParseError parseError;
     const QJsonObject page = QJsonDocument::fromJson(body, &parseError).object();
@@ -462,9 +480,12 @@ void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
     }
     const QJsonValue counts = page.value("counts");
     const int generation = generation_;
+    ++cur.writesPending;
     writer_.write(*replica_, {runId, std::move(scalars), std::move(events), std::move(layerStats)}, size_t(body.size()),
                   [this, generation, runId, hasRows, more, ended, counts](const std::string& error) {
                       if (generation != generation_ || !replica_) return; // stopped meanwhile
+                      if (const auto it = cursors_.find(runId); it != cursors_.end() && it->second.writesPending > 0)
+                          --it->second.writesPending;
                       if (!error.empty()) {
                           dropInFlight();
                           setState(State::Refused, tr("the replica %1 cannot be written: %2")

@@ -106,6 +106,7 @@ private:
         bool complete = false; // ended on the server, and the replica's counts match
         bool claimed = false;  // the replica holds the run's lock while it runs remotely
         int resyncs = 0;
+        int writesPending = 0; // pages handed to the writer and not yet written
         QByteArray stableRecord; // the run as last listed, less last_step: rewritten only on a change
         std::string uuid;        // the run the replica's rows are of ("" before it is known)
     };
