@@ -3,14 +3,11 @@
 // Read-only connections to the served store, reused across requests: opening one checks the
 // whole file (PRAGMA quick_check), which a 1-M-row store must not pay per request.
 // A connection is opened again when it is older than `max_age` (it then sees runs whose
-// process died since as interrupted), and when it was opened without a WAL beside the store
-// and either one is there now or the file changed since: such a connection reads the file as
-// immutable (RunStore::open_read_only), so it would not see a writer that started later, and
-// would read a file that a writer changed and closed meanwhile (a `delete`, a short run) as
-// "malformed".
+// process died since as interrupted), and when its view of the file is outdated
+// (RunStore::snapshot_outdated: a writer started, or changed the file and closed it, since
+// it was opened as immutable).
 
 #include <chrono>
-#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,18 +25,9 @@ public:
     {
     }
 
-    // What tells an immutable connection's file from a changed one.
-    struct FileStamp {
-        uint64_t inode = 0, size = 0;
-        int64_t mtime_ns = 0, ctime_ns = 0;
-        bool operator==(const FileStamp&) const = default;
-    };
-
     struct Entry {
         std::unique_ptr<RunStore> store;
         Clock::time_point opened;
-        bool wal_at_open = false;
-        FileStamp stamp; // the file as it was opened
     };
 
     // A connection for one request, back to the pool when the lease ends. Throws StoreError.
@@ -61,8 +49,6 @@ public:
 
 private:
     void give_back(Entry entry);
-    bool wal_present() const;
-    FileStamp stamp() const;
 
     std::string path_;
     Clock::duration max_age_;

@@ -19,6 +19,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
@@ -112,6 +113,25 @@ CREATE TABLE checkpoints(
 )sql";
 
 void fill_legacy_event_fields(sqlite3* db);
+
+// A WAL with frames, or with its index beside it: a writer is busy, or died.
+bool wal_in_use(const std::string& path)
+{
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    return fs::exists(path + "-wal", ec) && (fs::file_size(path + "-wal", ec) > 0 || fs::exists(path + "-shm", ec));
+}
+
+// Changes whenever a writer changes the file: inode (replaced), size, and modification and
+// status-change times to the nanosecond.
+std::string file_stamp(const std::string& path)
+{
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return {};
+    return std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) +
+           "." + std::to_string(st.st_mtim.tv_nsec) + ":" + std::to_string(st.st_ctim.tv_sec) + "." +
+           std::to_string(st.st_ctim.tv_nsec);
+}
 
 // Any regular "step-*.pt" file (checkpoint_file.h names them; this library does not link
 // the engine that reads them).
@@ -361,10 +381,10 @@ void RunStore::open_read_only()
     // committed runs that only a WAL-aware open sees: mode=ro, which uses the existing -shm
     // index (or, for a WAL without one, must create it: reading the runs comes first), and
     // immutable only where that index cannot be created or written (a read-only folder).
-    std::error_code ec;
-    const bool wal = fs::exists(path_ + "-wal", ec) &&
-                     (fs::file_size(path_ + "-wal", ec) > 0 || fs::exists(path_ + "-shm", ec));
+    const bool wal = wal_in_use(path_);
+    file_stamp_ = file_stamp(path_); // before the open: a change in between reads as outdated
     for (const bool immutable : {!wal, true}) {
+        immutable_ = immutable;
         const std::string uri = file_uri(path_, immutable ? "mode=ro&immutable=1" : "mode=ro");
         if (sqlite3_open_v2(uri.c_str(), &db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_FULLMUTEX,
                             nullptr) != SQLITE_OK) {
@@ -494,6 +514,11 @@ bool RunStore::check_contents(bool may_be_empty)
     }
     schema_ = static_cast<int>(std::max<int64_t>(version, 1));
     return false;
+}
+
+bool RunStore::snapshot_outdated() const
+{
+    return immutable_ && (wal_in_use(path_) || file_stamp(path_) != file_stamp_);
 }
 
 void RunStore::require_writable(const char* what) const

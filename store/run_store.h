@@ -209,6 +209,12 @@ public:
     int schema_version();
     const std::string& path() const { return path_; }
     bool read_only() const { return mode_ == OpenMode::ReadOnly; }
+    // A read-only open of a store with no WAL beside it reads the file as immutable
+    // (open_read_only): true once a writer has started since (a WAL is there) or has changed
+    // the file and closed it (a delete, a short run), when this connection would miss the
+    // writer's rows or read the changed file as "malformed". Open the store again then.
+    // Always false for other opens.
+    bool snapshot_outdated() const;
 
     // Remote mirroring (remote/, ui/remote/, docs/REMOTE.md). A server pages a run's rows
     // out with these; a client's replica store takes them in under the same ids, so that a
@@ -285,6 +291,8 @@ private:
     OpenMode mode_ = OpenMode::Create;
     bool quick_check_ = true;
     int schema_ = 0; // as found on disk; below kSchemaVersion only when read-only
+    bool immutable_ = false; // read-only, opened as immutable
+    std::string file_stamp_; // the file's inode, size and times before an immutable open
     std::vector<int64_t> dead_runs_; // read-only: "running" runs whose process is gone
     sqlite3* db_ = nullptr;
     std::map<int64_t, int> claims_; // run id -> locked file descriptor

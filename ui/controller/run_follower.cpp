@@ -3,7 +3,6 @@
 
 #include <QDateTime>
 #include <QElapsedTimer>
-#include <QFileInfo>
 #include <QTimer>
 
 #include <algorithm>
@@ -30,12 +29,6 @@ bool starts_with(const std::string& s, const char* prefix) { return s.rfind(pref
 bool frame_tag(const std::string& tag)
 {
     return starts_with(tag, "attn_max_logit/") || starts_with(tag, "log_z/") || starts_with(tag, "memory/");
-}
-
-bool wal_present(const QString& path)
-{
-    const QFileInfo wal(path + "-wal");
-    return wal.exists() && (wal.size() > 0 || QFileInfo::exists(path + "-shm"));
 }
 
 qint64 now_ms() { return QDateTime::currentMSecsSinceEpoch(); }
@@ -189,15 +182,14 @@ void RunFollower::openRun(const RunInfo& info)
 
 RunStore* RunFollower::connection(QString* error)
 {
-    // A connection opened before the writer made its WAL reads the file as immutable and
-    // would never see it; one kept open forever would never see a writer die.
-    const bool stale = store_ && ((!walAtOpen_ && wal_present(storePath_)) ||
+    // A connection opened as immutable would never see a writer that started later, nor a
+    // file changed and closed meanwhile; one kept open forever would never see a writer die.
+    const bool stale = store_ && (store_->snapshot_outdated() ||
                                   (live_ && now_ms() - lastNewsMs_ > kReopenAfterQuietMs &&
                                    now_ms() - openedAtMs_ > kReopenAfterQuietMs));
     if (stale) store_.reset();
     if (store_) return store_.get();
     try {
-        walAtOpen_ = wal_present(storePath_);
         store_ = RunStore::open_read_only(storePath_.toStdString());
         openedAtMs_ = now_ms();
     } catch (const std::exception& e) {

@@ -139,7 +139,6 @@ private:
     Marks marks_;
     bool live_ = false;
     std::unique_ptr<RunStore> store_;
-    bool walAtOpen_ = false;
     qint64 openedAtMs_ = 0, lastNewsMs_ = 0;
     int intervalMs_ = kDefaultIntervalMs;
     Completeness complete_;
