@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "fp4.h"
 #include "scale_rule.h"
 
 namespace mantissa {
@@ -88,8 +89,11 @@ torch::Tensor rowwise_scale(const torch::Tensor& x, NumberFormat format, const F
     const double scaled_max = std::ldexp(format_info(format).max_finite, -static_cast<int>(recipe.margin));
     const auto amax = x.abs().amax({k_dim}, /*keepdim=*/true); // NaN and Inf propagate, as in torchao
     auto scale = (scaled_max / amax.to(torch::kFloat64).clamp_min(kTorchaoAmaxEps)).to(torch::kFloat32);
-    // torchao's rounding, float log2 included (it rounds up just below a power of two).
-    if (recipe.rowwise_power_of_two) scale = torch::exp2(torch::floor(torch::log2(scale)));
+    // torchao's rounding, float log2 included (it rounds up just below a power of two). The
+    // power itself is built from the bits: a device's exp2 need not be exact at integers. (A
+    // row whose amax is Inf has scale 0 here, -inf after log2; it is NaN-filled below.)
+    if (recipe.rowwise_power_of_two)
+        scale = pow2_exact(torch::floor(torch::log2(scale)).clamp(-149.0, 127.0));
     // A row holding NaN or Inf: torchao's scale is NaN or 0 and the whole row comes out NaN;
     // a NaN scale does that on every path (the emulator's cast, the native codes, _scaled_mm).
     // masked_fill, not torch::where with a CPU 0-dim NaN: where() would copy it to the GPU with

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "layer_gemm.h"
 
-#include "blockwise_fp8.h"
+#include <cstdio>
 
+#include "blockwise_fp8.h"
+#include "first_line.h"
+#include "native_fp8.h"
 #include "quantize.h"
 #include "tensor_stats.h"
 
@@ -44,8 +47,24 @@ bool native_fp8_available()
             const auto f32 = opts.dtype(torch::kFloat32);
             const auto y = scaled_mm(a, torch::full({}, 4.0f, f32), NumberFormat::E4M3, b, torch::full({}, 8.0f, f32),
                                      NumberFormat::E4M3);
-            return torch::allclose(y.cpu(), torch::full({16, 16}, 32.0f));
-        } catch (const std::exception&) {
+            if (!torch::allclose(y.cpu(), torch::full({16, 16}, 32.0f))) return false;
+            // fp8_gemm's own calls: the forward's (BF16 output, BF16 bias, fast accumulation) and
+            // the gradients' (E5M2 x E4M3, no bias).
+            const auto one = torch::full({}, 1.0f, f32);
+            const auto w8 = torch::ones({16, 32}, f32).to(torch::kFloat8_e4m3fn).t(); // (32, 16) column-major
+            const auto forward = scaled_mm_call(torch::ones({16, 32}, f32).to(torch::kFloat8_e4m3fn), one, w8, one,
+                                                torch::ones({16}, f32), torch::kBFloat16, true);
+            const auto gradient = scaled_mm_call(torch::ones({16, 32}, f32).to(torch::kFloat8_e5m2), one, w8, one,
+                                                 torch::Tensor(), torch::kBFloat16, false);
+            if (torch::equal(forward.cpu(), torch::full({16, 16}, 33.0f).to(torch::kBFloat16)) &&
+                torch::equal(gradient.cpu(), torch::full({16, 16}, 32.0f).to(torch::kBFloat16)))
+                return true;
+            std::fprintf(stderr, "mantissa: _scaled_mm gave a wrong product in fp8_gemm's calls: FP8 GEMMs run from "
+                                 "the dequantised codes\n");
+            return false;
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "mantissa: _scaled_mm is not available (%s): FP8 GEMMs run from the dequantised codes\n",
+                         first_line(e).c_str());
             return false;
         }
     }();

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -397,8 +398,8 @@ bool rowwise_fp8_available()
             };
             for (const Call c : {Call{true, true, "the forward"}, Call{false, true, "a forward without bias"},
                                  Call{false, false, "a gradient"}}) {
-                const auto y = at::_scaled_mm(a, b, rows, cols, c.bias ? bias.to(torch::kBFloat16) : torch::Tensor(), {},
-                                              torch::kBFloat16, c.fast_accum);
+                const auto y = scaled_mm_call(a, rows, b, cols, c.bias ? bias : torch::Tensor(), torch::kBFloat16,
+                                              c.fast_accum);
                 const auto expected = (c.bias ? product + bias.unsqueeze(0) : product).to(torch::kBFloat16);
                 if (torch::equal(y.cpu(), expected.cpu())) continue;
                 std::fprintf(stderr,
@@ -419,6 +420,19 @@ bool rowwise_fp8_available()
     return available;
 }
 
+torch::Tensor scaled_mm_call(const torch::Tensor& a_codes, const torch::Tensor& a_inv, const torch::Tensor& b_codes,
+                             const torch::Tensor& b_inv, const torch::Tensor& bias, c10::ScalarType out_dtype,
+                             bool fast_accum)
+{
+    const auto a = a_codes.is_contiguous() ? a_codes : a_codes.contiguous();    // row-major
+    const auto b = column_major(b_codes) ? b_codes : b_codes.t().contiguous().t(); // column-major
+    // The bias joins in the epilogue, in the output dtype. No bias is an empty optional: an
+    // undefined tensor in one reads as a bias of numel() 1, which _scaled_mm refuses.
+    std::optional<at::Tensor> bias_out;
+    if (bias.defined()) bias_out = bias.to(out_dtype);
+    return at::_scaled_mm(a, b, a_inv.contiguous(), b_inv.contiguous(), bias_out, std::nullopt, out_dtype, fast_accum);
+}
+
 torch::Tensor fp8_gemm(const torch::Tensor& a_codes, const torch::Tensor& a_inv, const torch::Tensor& b_codes,
                        const torch::Tensor& b_inv, const torch::Tensor& bias, c10::ScalarType out_dtype,
                        bool fast_accum, bool* native)
@@ -427,11 +441,7 @@ torch::Tensor fp8_gemm(const torch::Tensor& a_codes, const torch::Tensor& a_inv,
     if (a_codes.is_cuda() && scaled_mm_takes(a_codes, a_inv, b_codes, b_inv, out_dtype) && native_fp8_available() &&
         (!rowwise || rowwise_fp8_available())) {
         if (native) *native = true;
-        const auto a = a_codes.is_contiguous() ? a_codes : a_codes.contiguous();    // row-major
-        const auto b = column_major(b_codes) ? b_codes : b_codes.t().contiguous().t(); // column-major
-        // The bias joins in the epilogue, in the output dtype.
-        const auto bias_out = bias.defined() ? bias.to(out_dtype) : torch::Tensor();
-        return at::_scaled_mm(a, b, a_inv.contiguous(), b_inv.contiguous(), bias_out, {}, out_dtype, fast_accum);
+        return scaled_mm_call(a_codes, a_inv, b_codes, b_inv, bias, out_dtype, fast_accum);
     }
     // The same products from the dequantised codes, accumulated in FP32, rounded once.
     if (native) *native = false;

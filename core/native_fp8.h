@@ -121,6 +121,13 @@ torch::Tensor fp8_gemm(const torch::Tensor& a_codes, const torch::Tensor& a_inv,
                        const torch::Tensor& b_inv, const torch::Tensor& bias, c10::ScalarType out_dtype,
                        bool fast_accum, bool* native = nullptr);
 
+// fp8_gemm's _scaled_mm call, on any device that has one (CPU too, which is how the tests
+// hold it): `a_codes` made row-major and `b_codes` column-major, `bias` (undefined for none)
+// cast to `out_dtype` for the epilogue.
+torch::Tensor scaled_mm_call(const torch::Tensor& a_codes, const torch::Tensor& a_inv, const torch::Tensor& b_codes,
+                             const torch::Tensor& b_inv, const torch::Tensor& bias, c10::ScalarType out_dtype,
+                             bool fast_accum);
+
 // The dtype that carries a format between ops in the native executor: BF16/FP16 for
 // themselves, BF16 for FP8 GEMM outputs, FP32 for FP32 and TF32.
 c10::ScalarType activation_dtype(NumberFormat format);

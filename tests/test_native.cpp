@@ -537,6 +537,49 @@ private slots:
         QVERIFY(same_values(y, expected));
     }
 
+    // fp8_gemm's own _scaled_mm call, run by the CPU's _scaled_mm: with and without a bias (no
+    // bias must reach it as no bias at all), per tensor and per row, E5M2 x E4M3 as the dgrad
+    // and wgrad GEMMs call it. Codes of small integers and power-of-two scales make every
+    // product and sum exact, so the answer is known to the bit.
+    void scaledMmCallTakesEveryGemmsArguments_data()
+    {
+        QTest::addColumn<bool>("bias");
+        QTest::addColumn<bool>("rowwise");
+        QTest::addColumn<bool>("e5m2_a");
+        QTest::addColumn<bool>("fast_accum");
+        QTest::newRow("forward, bias") << true << false << false << true;
+        QTest::newRow("forward, no bias") << false << false << false << true;
+        QTest::newRow("dgrad e5m2 x e4m3") << false << false << true << false;
+        QTest::newRow("rowwise forward, bias") << true << true << false << true;
+        QTest::newRow("rowwise, no bias") << false << true << false << false;
+    }
+    void scaledMmCallTakesEveryGemmsArguments()
+    {
+        QFETCH(bool, bias);
+        QFETCH(bool, rowwise);
+        QFETCH(bool, e5m2_a);
+        QFETCH(bool, fast_accum);
+        const int64_t M = 16, K = 32, N = 32;
+        const auto values = [](int64_t rows, int64_t cols, int64_t seed) {
+            return (torch::arange(rows * cols).reshape({rows, cols}) * seed % 5 - 2).to(torch::kFloat32);
+        };
+        const auto a = values(M, K, 3), b = values(N, K, 7); // b as the weight (N, K)
+        const auto a_codes = a.to(e5m2_a ? torch::kFloat8_e5m2 : torch::kFloat8_e4m3fn);
+        const auto b_codes = b.to(torch::kFloat8_e4m3fn).t(); // (K, N), column-major
+        torch::Tensor a_inv = torch::full({}, 0.5f), b_inv = torch::full({}, 4.0f);
+        if (rowwise) {
+            a_inv = torch::pow(2.0f, torch::arange(M).remainder(4).to(torch::kFloat32) - 2).unsqueeze(1); // (M, 1)
+            b_inv = torch::pow(2.0f, torch::arange(N).remainder(3).to(torch::kFloat32)).unsqueeze(0);      // (1, N)
+        }
+        const auto bias_values = bias ? torch::arange(N).to(torch::kFloat32) * 0.25 : torch::Tensor();
+        const auto y = scaled_mm_call(a_codes, a_inv, b_codes, b_inv, bias_values, torch::kBFloat16, fast_accum);
+        auto expected = torch::mm(a * a_inv, b.t() * b_inv);
+        if (bias) expected = expected + bias_values;
+        QCOMPARE(y.scalar_type(), torch::kBFloat16);
+        QCOMPARE(y.sizes(), (torch::IntArrayRef{M, N}));
+        QVERIFY(torch::equal(y, expected.to(torch::kBFloat16)));
+    }
+
     // The per-row cast against the emulator's, along either dimension: scales one per slice
     // (the contraction dimension kept as size 1), and codes * inv_scale equal to the
     // emulator's values bit for bit, zero rows, NaN and Inf included.
