@@ -171,6 +171,11 @@ void Trainer::request_layer_formats(const std::string& layer_pattern, const Gemm
     impl_->commands.push({Command::Kind::SetLayerFormats, layer_pattern, formats});
 }
 
+void Trainer::replay_layer_formats(int64_t at_step, const std::string& layer_pattern, const GemmFormats& formats)
+{
+    impl_->replays.emplace(at_step, Command{Command::Kind::SetLayerFormats, layer_pattern, formats});
+}
+
 std::vector<LayerState> Trainer::layers() const { return impl_->layer_states(); }
 
 double Trainer::loss_scale() const { return impl_->scaler.scale(); }
@@ -257,6 +262,12 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
                      std::to_string(s.threads) + ": CPU sums split by thread may round differently, so this run "
                      "is not bit-identical to one never stopped (set training.threads=" +
                      std::to_string(s.resumed_cpu_threads) + " for that)";
+        if (!s.replays.empty()) {
+            std::string steps;
+            for (const auto& [at, command] : s.replays) steps += (steps.empty() ? "" : ", ") + std::to_string(at);
+            e.text += std::string(e.text.empty() ? "" : "; ") + "makes the precision changes of the interrupted run " +
+                      "again at step " + steps;
+        }
         sink.on_event(e);
     }
     if (cfg.eval.interval > 0 && step == 0 && s.is_rank0()) evaluate(0); // rank 0 evaluates for all
@@ -295,6 +306,12 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
     while (step < cfg.training.steps) {
         // A frame in flight is handed on before the first command is applied (a command that
         // arrives while this runs is too: the check and the pop are one).
+        // A resumed run's own precision changes, at the boundaries where it first made them
+        // (rank 0's queue: data parallel sends them to every rank from there).
+        while (!s.replays.empty() && s.replays.begin()->first <= step) {
+            if (s.is_rank0()) s.commands.push(s.replays.begin()->second);
+            s.replays.erase(s.replays.begin());
+        }
         if (!s.apply_commands(sink, deliver_now)) {
             summary.stopped_early = true;
             break;

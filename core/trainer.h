@@ -82,6 +82,10 @@ public:
     // Switches every layer matching the glob to `formats` between two steps. Throws
     // ConfigError at once if the pattern matches no layer.
     void request_layer_formats(const std::string& layer_pattern, const GemmFormats& formats);
+    // A user's precision change that the run being resumed made at or after its checkpoint (its
+    // precision_changed event at step `at_step`): made again at that step boundary, so the
+    // resumed run trains as the interrupted one did. Call after load_checkpoint, before run().
+    void replay_layer_formats(int64_t at_step, const std::string& layer_pattern, const GemmFormats& formats);
 
     // Data-parallel training (docs/DISTRIBUTED.md): this trainer is one rank of `dp` (started or
     // not: run() starts its process group). training.grad_accum counts the micro-batches of one

@@ -64,6 +64,7 @@ struct Trainer::Impl {
     Watchers watchers;
     std::vector<std::string> layer_order; // GEMM layers in forward order, for attribution
     CommandQueue commands;
+    std::multimap<int64_t, Command> replays; // step -> a precision change made again there (resume)
     bool defer_frames = false; // telemetry frames handed on a step later (CUDA)
     CheckpointIdentity identity; // written into every checkpoint; run_uuid empty = no run attached
     std::function<void(const Trainer::CheckpointWrite&)> checkpoint_listener;

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "checkpoint_file.h"
@@ -35,6 +36,24 @@ std::vector<std::string> resume_order(const std::vector<std::string>& files, con
 }
 
 std::string describe_run(const RunInfo& info) { return describe_identity({info.uuid, info.id, {}}); }
+
+// The precision changes a user made at or after the step the trainer resumes from: the steps
+// after a checkpoint are trained again, and without them would be another run's. (A watcher's
+// changes follow from the telemetry, which the same steps reproduce.) A change recorded twice
+// (made, then made again by an earlier resume) is made once.
+void replay_precision_changes(RunStore& store, int64_t run_id, Trainer& trainer)
+{
+    std::set<std::tuple<int64_t, std::string, int, int, int>> seen;
+    for (const auto& row : store.events(run_id)) {
+        const RunEvent& e = row.event;
+        if (e.kind != EventKind::PrecisionChanged || e.cause != ChangeCause::User || e.pattern.empty() ||
+            !e.new_formats || e.step < trainer.step())
+            continue;
+        const GemmFormats& f = *e.new_formats;
+        if (!seen.emplace(e.step, e.pattern, int(f.forward), int(f.dgrad), int(f.wgrad)).second) continue;
+        trainer.replay_layer_formats(e.step, e.pattern, f);
+    }
+}
 
 } // namespace
 
@@ -114,6 +133,7 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
         // Killed before its first checkpoint: nothing was lost that the seed cannot redo.
         build();
         session->starts_over_ = true;
+        replay_precision_changes(store, info.id, *session->trainer_);
         return session;
     }
     if (files.empty())
@@ -162,6 +182,7 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
             report(e);
         }
     }
+    if (!session->loaded_checkpoint_.empty()) replay_precision_changes(store, info.id, *session->trainer_);
     if (session->loaded_checkpoint_.empty()) {
         std::string names;
         for (const auto& d : damaged) names += (names.empty() ? "'" : ", '") + d + "'";

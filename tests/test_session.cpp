@@ -100,6 +100,7 @@ private slots:
     void sharedExplicitCheckpointDirIsRefused();
     void deletingARunTakesItsCheckpointsAndRetiresItsFolder();
     void relativeCheckpointDirIsTheProjectFilesFolder();
+    void aResumeMakesTheInterruptedRunsPrecisionChangesAgain();
     void version3StoreWithOldFolderStillResumes();
     void checkpointOfAnotherModelShapeIsRefused();
     void failedCheckpointWriteIsAnEventAndTrainingGoesOn();
@@ -329,6 +330,60 @@ void TestSession::sharedExplicitCheckpointDirIsRefused()
     // What is left is run 1's: its resume wrote step 35 and rotated its step 10 away.
     QCOMPARE(names(), (QStringList{"step-00000020.pt", "step-00000030.pt", "step-00000035.pt"}));
     for (const auto& f : list_checkpoints(folder.toStdString())) QCOMPARE(read_checkpoint_identity(f)->run_uuid, uuid1);
+}
+
+// Calls back at each step (a live change or a stop "from the GUI").
+class StepHook : public TelemetrySink {
+public:
+    std::function<void(int64_t)> at_step;
+    void on_step(const StepMetrics& m) override { at_step(m.step); }
+    void on_eval(const EvalMetrics&) override {}
+    void on_event(const RunEvent&) override {}
+};
+
+void TestSession::aResumeMakesTheInterruptedRunsPrecisionChangesAgain()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    const std::string db = dir.filePath("runs.sqlite").toStdString();
+    const GemmFormats bf16{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16};
+    // The user switches the MLP to BF16 after step 15 (made at the boundary of step 15).
+    const auto train = [&](const std::string& name, int64_t stop_after) -> std::pair<int64_t, RunStatus> {
+        RunStore store(db);
+        RunSession session(load_project_file(project));
+        const int64_t id = session.create_run(store, name, project);
+        StepHook hook;
+        hook.at_step = [&](int64_t step) {
+            if (step == 15) session.request_layer_formats("blocks.*.mlp.*", bf16);
+            if (step == stop_after) session.request_stop();
+        };
+        return {id, session.run({&hook}).status};
+    };
+    const auto [straight, straight_status] = train("straight", 0);
+    QCOMPARE(int(straight_status), int(RunStatus::Finished));
+    const auto [interrupted, interrupted_status] = train("interrupted", 18);
+    QCOMPARE(int(interrupted_status), int(RunStatus::Stopped));
+    // As if killed at step 18: its last checkpoint is step 10's, from before the change.
+    const std::string folder = RunStore(db).checkpoint_dir(interrupted);
+    fs::remove(folder + "/step-00000018.pt");
+    {
+        RunStore store(db);
+        auto session = RunSession::reopen(store, *store.find_run(std::to_string(interrupted)), {}, {});
+        QCOMPARE(session->trainer().step(), int64_t(10));
+        session->claim();
+        QCOMPARE(int(session->run({}).status), int(RunStatus::Finished));
+    }
+    const Series want = train_losses(db, straight), got = train_losses(db, interrupted);
+    QCOMPARE(got.size(), size_t(30));
+    QCOMPARE(got, want); // steps 11 to 30 again, the change at 15 included: bit for bit
+    RunStore store(db);
+    int changes = 0;
+    for (const auto& e : store.events(interrupted)) {
+        if (e.event.kind == EventKind::ResumedFromCheckpoint)
+            QCOMPARE(e.event.text, std::string("makes the precision changes of the interrupted run again at step 15"));
+        changes += e.event.kind == EventKind::PrecisionChanged && e.event.step == 15;
+    }
+    QCOMPARE(changes, 2); // made, and made again
 }
 
 void TestSession::relativeCheckpointDirIsTheProjectFilesFolder()
