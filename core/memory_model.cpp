@@ -148,6 +148,11 @@ MachineLimits this_machine(bool with_gpu)
     // rank's local index) is not known here, and a check must never refuse what would fit.
     int64_t total = 0, used = 0;
     for (int d = 0; with_gpu && nvml_memory(d, total, used); ++d) m.device_memory_bytes = std::max(m.device_memory_bytes, total);
+    // This library does not link LibTorch: a CUDA build of it (MANTISSA_TORCH_CUDA) with a GPU
+    // that NVML sees is what makes training.device auto train on a GPU.
+#ifdef MANTISSA_TORCH_CUDA
+    m.gpu_available = m.device_memory_bytes > 0;
+#endif
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     if (pages > 0 && page > 0) m.memory_bytes = static_cast<int64_t>(pages) * page;
     m.hardware_threads = std::max<int64_t>(1, std::thread::hardware_concurrency());
@@ -156,7 +161,7 @@ MachineLimits this_machine(bool with_gpu)
 
 void check_fits_machine(const ProjectConfig& config)
 {
-    check_fits_machine(config, this_machine(config.training.device == "cuda"));
+    check_fits_machine(config, this_machine(config.training.device != "cpu"));
 }
 
 void check_fits_machine(const ProjectConfig& config, const MachineLimits& machine)
@@ -168,7 +173,9 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
                           std::to_string(kMaxThreadsPerHardwareThread) + " per hardware thread of this machine (" +
                           std::to_string(machine.hardware_threads) + "): at most " + std::to_string(max_threads) +
                           "; 0 = all hardware threads");
-    const bool on_gpu = config.training.device == "cuda" && machine.device_memory_bytes > 0;
+    // Where the run trains (as Trainer picks its device), and whether that GPU's size is known.
+    const bool gpu_run = t.device == "cuda" || (t.device == "auto" && machine.gpu_available);
+    const bool on_gpu = gpu_run && machine.device_memory_bytes > 0;
     if (machine.memory_bytes <= 0 && !on_gpu) return;
 
     // In double first: the sizes are the user's and their int64 products may overflow. Every
@@ -222,7 +229,7 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
     // set and, at each checkpoint (the last one always), the FP32 weights and Adam state
     // serialised into one buffer (12 B a parameter), up to twice that while the buffer grows.
     std::vector<Need> host_needs;
-    if (on_gpu) {
+    if (gpu_run) {
         for (const auto& n : needs)
             if (n.key == "data.examples") host_needs.push_back(n);
         host_needs.push_back({"model", "checkpoint of the FP32 weights and Adam state, serialised on the host, for "
@@ -235,7 +242,7 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
     const auto refuse_above = [&](double limit, bool gpu, const char* where) {
         double total = 0;
         std::vector<const Need*> counted;
-        for (const auto& n : on_gpu && !gpu ? host_needs : needs)
+        for (const auto& n : gpu_run && !gpu ? host_needs : needs)
             if (!gpu || n.key != "data.examples") {
                 total += n.bytes;
                 counted.push_back(&n);

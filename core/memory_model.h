@@ -43,8 +43,9 @@ struct MachineLimits {
     int64_t memory_bytes = 0;     // physical memory; 0 = unknown (no memory check)
     int64_t hardware_threads = 1; // std::thread::hardware_concurrency, at least 1
     int64_t device_memory_bytes = 0; // the largest GPU's memory (NVML) when asked for; 0 = unknown (no check)
+    bool gpu_available = false;      // this build sees a CUDA device: training.device auto trains there
 };
-// `with_gpu`: also read the GPU's memory (training.device cuda).
+// `with_gpu`: also look for a GPU and read its memory (training.device cuda or auto).
 MachineLimits this_machine(bool with_gpu = false);
 
 // At most this many LibTorch threads per hardware thread (training.threads).
@@ -54,8 +55,9 @@ constexpr int64_t kMaxThreadsPerHardwareThread = 4;
 // beyond kMaxThreadsPerHardwareThread per hardware thread, or an estimated memory need (the
 // breakdown above, the synthetic data set, the FP8 amax histories and, with telemetry on, the
 // copies of the GEMM weights a telemetry step keeps) above its physical memory; with
-// training.device cuda, what lives on the GPU (all but the data set) above the largest GPU's
-// memory, and above the host's memory what the host holds (the data set, a checkpoint). The
+// training.device cuda (or auto where a GPU is available), what lives on the GPU (all but the
+// data set) above the largest GPU's memory (when NVML can tell it), and above the host's
+// memory only what the host holds (the data set, a checkpoint). The
 // message names the key, the estimate and the machine's figure. The vocabulary is not known
 // before the data is read: a lower bound stands in (13 for synthetic-addition, 256 for
 // bytes, 1 for characters, data.vocab_size for bin), so the estimate never overstates.

@@ -332,6 +332,17 @@ private slots:
         QCOMPARE(fit_refusal(QString::fromStdString(big_batch).arg("cuda").toStdString(), h200), std::string());
         QVERIFY(fit_refusal(QString::fromStdString(big_batch).arg("cpu").toStdString(), h200)
                     .starts_with("training.batch_size: the project needs an estimated"));
+        // training.device auto (the default) trains on the GPU where this build can: held to the
+        // GPU's memory then, and to the host's where it cannot.
+        MachineLimits h200_cuda = h200;
+        h200_cuda.gpu_available = true;
+        QCOMPARE(fit_refusal(QString::fromStdString(big_batch).arg("auto").toStdString(), h200_cuda), std::string());
+        QVERIFY(fit_refusal(QString::fromStdString(big_batch).arg("auto").toStdString(), h200)
+                    .starts_with("training.batch_size: the project needs an estimated"));
+        // A CUDA run where NVML cannot tell the GPU's size: the host still holds only its share.
+        MachineLimits no_nvml = h200;
+        no_nvml.device_memory_bytes = 0;
+        QCOMPARE(fit_refusal(QString::fromStdString(big_batch).arg("cuda").toStdString(), no_nvml), std::string());
         // Checkpoints serialise the weights and Adam state on the host: a model whose checkpoint
         // outgrows it is refused (24 B a parameter: 12, twice while the buffer grows).
         const std::string huge = fit_refusal(R"({"training": {"device": "cuda"}, "model": {"n_embd": 8192, "n_layer": 4}})",
