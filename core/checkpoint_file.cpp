@@ -8,7 +8,14 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <torch/torch.h>
+
+#include "zip_records.h"
 
 namespace mantissa {
 
@@ -82,20 +89,61 @@ std::string describe_identity(const CheckpointIdentity& id)
     return "run " + std::to_string(id.run_id) + " (uuid " + (id.run_uuid.empty() ? "unknown" : id.run_uuid) + ")";
 }
 
+namespace {
+
+// A file mapped read-only: the pages that are read are all that come off the disk.
+class MappedFile {
+public:
+    explicit MappedFile(const std::string& path)
+    {
+        const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return;
+        struct stat st {};
+        if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+            void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+            if (p != MAP_FAILED) {
+                data_ = static_cast<const char*>(p);
+                size_ = static_cast<size_t>(st.st_size);
+            }
+        }
+        ::close(fd);
+    }
+    ~MappedFile()
+    {
+        if (data_) ::munmap(const_cast<char*>(data_), size_);
+    }
+    MappedFile(const MappedFile&) = delete;
+    MappedFile& operator=(const MappedFile&) = delete;
+    std::string_view bytes() const { return {data_, size_}; }
+
+private:
+    const char* data_ = nullptr;
+    size_t size_ = 0;
+};
+
+} // namespace
+
 CheckpointOwnership read_checkpoint_ownership(const std::string& path)
 {
+    // Only the archive's pickled values (data.pkl, a few kB) are read, not its tensors: a large
+    // model's checkpoint is gigabytes, and rotation and deleting a run ask this of every file.
+    // (A file whose bytes are mapped and then cut short by another process raises SIGBUS; the
+    // checkpoints asked about are written whole and renamed into place.)
     CheckpointOwnership out;
-    try {
-        torch::serialize::InputArchive archive;
-        archive.load_from(path, torch::Device(torch::kCPU)); // whatever device wrote it: only the identity is read
-        out.readable = true;
-        c10::IValue value;
-        if (!archive.try_read("identity", value) || !value.isString()) return out;
-        auto id = parse_identity_text(value.toStringRef());
-        if (!id.run_uuid.empty()) out.identity = std::move(id);
-    } catch (const std::exception&) {
-        out.readable = false;
-    }
+    const MappedFile file(path);
+    const auto pickle = zip_stored_record(file.bytes(), "/data.pkl");
+    if (!pickle) return out; // not a zip, damaged, or no values: not a checkpoint to read
+    out.readable = true;
+    // The identity is a string value, which pickle writes as BINUNICODE: 'X', its length in 4
+    // bytes little-endian, then the UTF-8 text.
+    constexpr std::string_view kMarker = "mantissa-checkpoint-identity-1\t";
+    const size_t at = pickle->find(kMarker);
+    if (at == std::string_view::npos || at < 5 || (*pickle)[at - 5] != 'X') return out;
+    uint32_t length = 0;
+    for (int i = 3; i >= 0; --i) length = (length << 8) | static_cast<unsigned char>((*pickle)[at - 4 + size_t(i)]);
+    if (length > pickle->size() - at) return out;
+    auto id = parse_identity_text(std::string(pickle->substr(at, length)));
+    if (!id.run_uuid.empty()) out.identity = std::move(id);
     return out;
 }
 

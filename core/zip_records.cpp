@@ -36,9 +36,10 @@ std::optional<uint64_t> field(std::string_view bytes, uint64_t at, int size)
     return v;
 }
 
-} // namespace
-
-std::string zip_damage(std::string_view bytes)
+// Walks the central directory; `visit(name, method, crc, data)` sees each record in turn (its
+// data cut to the compressed size) and returns false to stop. The archive's damage, or "".
+template <typename Visit>
+std::string walk_records(std::string_view bytes, Visit visit)
 {
     // The end-of-central-directory record: 22 bytes plus a comment of up to 64 KiB.
     const uint64_t size = bytes.size();
@@ -82,11 +83,38 @@ std::string zip_damage(std::string_view bytes)
         if (field(bytes, offset, 4) != 0x04034b50u) return "record '" + name + "' is missing";
         const uint64_t data = offset + 30 + field(bytes, offset + 26, 2).value_or(0) + field(bytes, offset + 28, 2).value_or(0);
         if (data > size || size - data < compressed) return "record '" + name + "' is cut short";
-        if (*method == 0 && crc32(bytes.substr(data, compressed)) != *crc)
-            return "record '" + name + "' does not match its CRC-32";
+        if (!visit(name, *method, static_cast<uint32_t>(*crc), bytes.substr(data, compressed))) return {};
         at += 46 + name_length + extra_length + comment_length;
     }
     return {};
+}
+
+} // namespace
+
+std::string zip_damage(std::string_view bytes)
+{
+    std::string damage;
+    const std::string walked =
+        walk_records(bytes, [&](const std::string& name, uint64_t method, uint32_t crc, std::string_view data) {
+            if (method == 0 && crc32(data) != crc) damage = "record '" + name + "' does not match its CRC-32";
+            return damage.empty();
+        });
+    return walked.empty() ? damage : walked;
+}
+
+std::optional<std::string_view> zip_stored_record(std::string_view bytes, std::string_view suffix)
+{
+    std::optional<std::string_view> found;
+    bool damaged = false;
+    const std::string walked =
+        walk_records(bytes, [&](const std::string& name, uint64_t method, uint32_t crc, std::string_view data) {
+            if (!name.ends_with(suffix)) return true;
+            damaged = method != 0 || crc32(data) != crc;
+            if (!damaged) found = data;
+            return false;
+        });
+    if (!walked.empty() || damaged) return std::nullopt;
+    return found;
 }
 
 } // namespace mantissa

@@ -20,6 +20,7 @@
 
 #include "memory_model.h"
 #include "project_config.h"
+#include "zip_records.h"
 
 using namespace mantissa;
 using nlohmann::json;
@@ -354,6 +355,40 @@ bool quick_to_run(const ProjectConfig& c)
     return parameters * tokens * (fp32 ? 1.0 : 8.0) < 3e9;
 }
 
+// A zip of stored (uncompressed) records, as LibTorch writes its archives.
+std::string tiny_stored_zip(const std::vector<std::pair<std::string, std::string>>& records)
+{
+    const auto le = [](std::string& out, uint64_t v, int bytes) {
+        for (int i = 0; i < bytes; ++i) out.push_back(char((v >> (8 * i)) & 0xFF));
+    };
+    const auto crc32 = [](const std::string& data) {
+        uint32_t c = 0xFFFFFFFFu;
+        for (const char ch : data) {
+            c ^= uint8_t(ch);
+            for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        }
+        return c ^ 0xFFFFFFFFu;
+    };
+    std::string out, directory;
+    for (const auto& [name, data] : records) {
+        const uint64_t offset = out.size();
+        le(out, 0x04034b50u, 4); le(out, 20, 2); le(out, 0, 2); le(out, 0, 2); le(out, 0, 4);
+        le(out, crc32(data), 4); le(out, data.size(), 4); le(out, data.size(), 4); le(out, name.size(), 2); le(out, 0, 2);
+        out += name;
+        out += data;
+        le(directory, 0x02014b50u, 4); le(directory, 20, 2); le(directory, 20, 2); le(directory, 0, 2); le(directory, 0, 2);
+        le(directory, 0, 4); le(directory, crc32(data), 4); le(directory, data.size(), 4); le(directory, data.size(), 4);
+        le(directory, name.size(), 2); le(directory, 0, 2); le(directory, 0, 2); le(directory, 0, 2); le(directory, 0, 2);
+        le(directory, 0, 4); le(directory, offset, 4);
+        directory += name;
+    }
+    const uint64_t at = out.size();
+    out += directory;
+    le(out, 0x06054b50u, 4); le(out, 0, 2); le(out, 0, 2); le(out, records.size(), 2); le(out, records.size(), 2);
+    le(out, directory.size(), 4); le(out, at, 4); le(out, 0, 2);
+    return out;
+}
+
 } // namespace
 
 class FuzzConfigTest : public QObject {
@@ -501,6 +536,37 @@ private slots:
         qInfo("%zu process cases: %d exited 0, %d exited 2", kProcessCases, exited0, exited2);
         QCOMPARE(size_t(exited0 + exited2), kProcessCases);
         QVERIFY(exited0 >= 1);
+    }
+
+    // Hostile checkpoint containers: mutations of a small stored zip (one tensor record, then
+    // the values' record "archive/data.pkl") go through zip_damage and zip_stored_record. Each
+    // answers, and a record it returns lies inside the bytes (ASan, scripts/sanitize.sh, checks
+    // the reads on the way). The intact zip reads whole.
+    void checkpointZipReadersStayInsideTheBytes()
+    {
+        const std::string zip = tiny_stored_zip({{"archive/data/0", std::string(8, '\x01')}, {"archive/data.pkl", "values"}});
+        QCOMPARE(zip_damage(zip), std::string());
+        QCOMPARE(zip_stored_record(zip, "/data.pkl").value_or("none"), std::string_view("values"));
+        std::mt19937_64 random(kSeed);
+        int found = 0;
+        for (int i = 0; i < kDefaultInProcessCases; ++i) {
+            std::string bytes = zip;
+            const int edits = 1 + int(random() % 4);
+            for (int e = 0; e < edits && !bytes.empty(); ++e) {
+                const size_t at = random() % bytes.size();
+                switch (random() % 3) {
+                case 0: bytes[at] = char(random()); break;              // a byte
+                case 1: bytes[at] = char(0xFF); break;                   // an all-ones field (zip64 markers)
+                default: bytes.resize(at); break;                        // cut short
+                }
+            }
+            (void)zip_damage(bytes);
+            if (const auto record = zip_stored_record(bytes, "/data.pkl")) {
+                QVERIFY(record->data() >= bytes.data() && record->data() + record->size() <= bytes.data() + bytes.size());
+                ++found;
+            }
+        }
+        QVERIFY(found > 0); // some mutations leave the values' record whole
     }
 };
 

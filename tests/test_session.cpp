@@ -101,6 +101,7 @@ private slots:
     void deletingARunTakesItsCheckpointsAndRetiresItsFolder();
     void relativeCheckpointDirIsTheProjectFilesFolder();
     void aResumeMakesTheInterruptedRunsPrecisionChangesAgain();
+    void ownershipIsReadFromTheValuesAlone();
     void version3StoreWithOldFolderStillResumes();
     void checkpointOfAnotherModelShapeIsRefused();
     void failedCheckpointWriteIsAnEventAndTrainingGoesOn();
@@ -542,6 +543,57 @@ void TestSession::checkpointOfAnotherModelShapeIsRefused()
                      "n_layer=1 n_head=4 n_embd=16 context_length=16 vocab_size=13 bias=1");
     }
     QCOMPARE(tb.step(), int64_t(0));
+}
+
+// Whose a checkpoint is comes from its pickled values alone (the archive's data.pkl), not from
+// loading its tensors: a damaged tensor does not hide it, a damaged record of values does.
+void TestSession::ownershipIsReadFromTheValuesAlone()
+{
+    QTemporaryDir dir;
+    const ProjectConfig config = load_project_file(write_project(dir));
+    const std::string uuid = "0123456789abcdef0123456789abcdef";
+    const std::string path = dir.filePath("step-00000001.pt").toStdString();
+    Trainer trainer(config);
+    trainer.set_checkpoint_identity(uuid, 5);
+    trainer.save_checkpoint(path);
+    const auto read = [](const std::string& p) {
+        std::ifstream in(p, std::ios::binary);
+        return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    const auto write = [](const std::string& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; };
+    const auto mine = read_checkpoint_ownership(path);
+    QVERIFY(mine.readable && mine.identity);
+    QCOMPARE(mine.identity->run_uuid, uuid);
+    QCOMPARE(mine.identity->run_id, int64_t(5));
+    QCOMPARE(mine.identity->model_shape, std::string("n_layer=1 n_head=2 n_embd=16 context_length=16 vocab_size=13 bias=1"));
+
+    // The first record is a tensor (LibTorch writes them first): one byte of it flipped.
+    const std::string good = read(path);
+    QCOMPARE(good.substr(0, 4), std::string("PK\x03\x04"));
+    const size_t name_length = size_t(uint8_t(good[26])) | size_t(uint8_t(good[27])) << 8;
+    const size_t extra_length = size_t(uint8_t(good[28])) | size_t(uint8_t(good[29])) << 8;
+    QVERIFY(good.substr(30, name_length).find("/data/") != std::string::npos);
+    std::string bytes = good;
+    bytes[30 + name_length + extra_length] ^= 0x40;
+    write(path, bytes);
+    const auto damaged_tensor = read_checkpoint_ownership(path);
+    QVERIFY(damaged_tensor.readable && damaged_tensor.identity);
+    QCOMPARE(damaged_tensor.identity->run_uuid, uuid);
+
+    // A byte of the identity itself: the values' record fails its CRC-32, so nothing is read.
+    bytes = good;
+    bytes[good.find(uuid) + 3] ^= 0x01;
+    write(path, bytes);
+    QVERIFY(!read_checkpoint_ownership(path).readable);
+
+    // Written without an identity (before identities existed): readable, nobody's.
+    Trainer anonymous(config);
+    anonymous.save_checkpoint(path);
+    const auto old = read_checkpoint_ownership(path);
+    QVERIFY(old.readable && !old.identity);
+    // Not a checkpoint at all.
+    write(path, "step-00000001.pt is not a zip");
+    QVERIFY(!read_checkpoint_ownership(path).readable);
 }
 
 void TestSession::failedCheckpointWriteIsAnEventAndTrainingGoesOn()
