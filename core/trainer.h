@@ -52,8 +52,9 @@ public:
     // (temporary file, then rename). Call between steps: before/after run() or from a sink.
     void save_checkpoint(const std::string& path);
     // Restores a checkpoint of the same project; the next run() continues from its step.
-    // Throws ConfigError naming the file if it is missing or corrupt, CheckpointMismatch
-    // (before changing anything) if it is of another run (set_checkpoint_identity) or model.
+    // Throws ConfigError naming the file if it is missing or corrupt (this trainer may then be
+    // half-loaded: do not train it), CheckpointMismatch (before changing anything) if it is of
+    // another run (set_checkpoint_identity) or model.
     void load_checkpoint(const std::string& path);
     int64_t step() const; // optimizer steps done
     // The FP32 master weights as safetensors (names as in named_parameters: wte, wpe,

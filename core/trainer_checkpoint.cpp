@@ -133,8 +133,9 @@ void Trainer::Impl::load_archive(const std::string& path,
         CheckpointIdentity theirs; // empty in checkpoints written before identities
         if (archive.try_read("identity", stored) && stored.isString()) theirs = parse_identity_text(stored.toStringRef());
         check_identity(path, theirs);
-        // Every shape is checked before the first tensor is copied: a refused checkpoint
-        // leaves this trainer as it was.
+        // Every shape is checked before the first tensor is copied: a checkpoint of another run
+        // or model leaves this trainer as it was. One that turns out unreadable further on (a
+        // record missing) may leave it half-loaded: RunSession::reopen then builds a new one.
         for (auto& item : model->named_parameters())
             if (!get("model/" + item.key()).sizes().equals(item.value().sizes()))
                 throw CheckpointMismatch("checkpoint '" + path + "' does not fit this model (" + item.key() + ")" +
