@@ -35,7 +35,11 @@ std::string Trainer::Impl::serialize_state()
     archive.write("rng/global", at::detail::getDefaultCPUGenerator().get_state());
     archive.write("rng/train_batches", train_batches->generator().get_state());
     // Dropout on a GPU draws from the device's own generator (Philox seed and offset).
-    if (device.is_cuda()) archive.write("rng/cuda", at::globalContext().defaultGenerator(device).get_state());
+    if (device.is_cuda()) {
+        at::Generator generator = at::globalContext().defaultGenerator(device);
+        std::lock_guard<std::mutex> lock(generator.mutex()); // as the load takes it, and PyTorch does
+        archive.write("rng/cuda", generator.get_state());
+    }
     archive.write("watchers", c10::IValue(watchers.state_text()));
     // ATen's CPU reductions split their work by thread: the count is part of a CPU run's
     // arithmetic (the resume says so when it changes). A GPU run's is not.
