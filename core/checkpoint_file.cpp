@@ -133,6 +133,15 @@ CheckpointOwnership read_checkpoint_ownership(const std::string& path)
     const MappedFile file(path);
     const auto pickle = zip_stored_record(file.bytes(), "/data.pkl");
     if (!pickle) return out; // not a zip, damaged, or no values: not a checkpoint to read
+    // Another program's archive (a Python torch.save file) has a data.pkl too: only ours holds
+    // these keys, each a BINUNICODE string as above.
+    const auto has_key = [&](std::string_view key) {
+        std::string pickled = "X";
+        for (int i = 0; i < 4; ++i) pickled.push_back(static_cast<char>((key.size() >> (8 * i)) & 0xFF));
+        pickled += key;
+        return pickle->find(pickled) != std::string_view::npos;
+    };
+    if (!has_key("format_version") || !has_key("scaler") || !has_key("rng/global")) return out;
     out.readable = true;
     // The identity is a string value, which pickle writes as BINUNICODE: 'X', its length in 4
     // bytes little-endian, then the UTF-8 text.

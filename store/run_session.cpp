@@ -69,11 +69,20 @@ DeletedRun delete_run_with_checkpoints(RunStore& store, int64_t run_id)
     store.delete_run(run_id); // first: a refused delete touches no file
 
     DeletedRun deleted;
+    const fs::path own = fs::path(own_folder).lexically_normal();
     for (const auto& path : files) {
         std::error_code ec;
         if (!fs::exists(path, ec)) continue; // rotated away, or removed by hand
-        const auto ownership = read_checkpoint_ownership(path);
         std::string why;
+        // Only this store's own folder is this store's to empty. A training.checkpoint_dir may
+        // be shared, and a copy of the store (cp runs.sqlite trial.sqlite) records the same
+        // runs, identities and paths as the original: deleting there must not take the
+        // original's files.
+        if (fs::absolute(path, ec).parent_path().lexically_normal() != own) {
+            deleted.kept.push_back("'" + path + "': outside this store's folder '" + own_folder + "'");
+            continue;
+        }
+        const auto ownership = read_checkpoint_ownership(path);
         if (!ownership.readable) why = "cannot be read as a checkpoint";
         else if (!ownership.identity) why = "carries no run identity";
         else if (uuid.empty() || ownership.identity->run_uuid != uuid) why = "belongs to " + describe_identity(*ownership.identity);

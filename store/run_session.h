@@ -36,11 +36,12 @@ struct DeletedRun {
     std::vector<std::string> kept; // "'<file>': why", for each checkpoint file left in place
 };
 
-// Deletes a run (RunStore::delete_run: refused while another process trains it), then its
-// checkpoint files: those the store recorded for it and those in its own folder, each only
-// when the file itself names this run as its owner. Another run's file (a shared
-// training.checkpoint_dir), one that cannot be read, and checkpoints from before schema 4
-// (which carry no owner) are left. Its own folder goes when nothing is left in it.
+// Deletes a run (RunStore::delete_run: refused while another process trains it), then the
+// checkpoint files in its own folder (RunStore::checkpoint_dir) that name this run as their
+// owner; the folder goes when nothing is left in it. Files it recorded elsewhere (an explicit
+// training.checkpoint_dir, which others may share; the original store's folder, for a copy of
+// a store), another run's file, one that cannot be read, and checkpoints from before schema 4
+// (which carry no owner) are left, and listed in `kept`.
 DeletedRun delete_run_with_checkpoints(RunStore& store, int64_t run_id);
 
 struct SessionOutcome {

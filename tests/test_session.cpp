@@ -20,6 +20,7 @@
 #include "run_session.h"
 #include "cli_process.h"
 #include "run_store.h"
+#include "stored_zip.h"
 
 using namespace mantissa;
 namespace fs = std::filesystem;
@@ -324,13 +325,14 @@ void TestSession::sharedExplicitCheckpointDirIsRefused()
     const auto r3 = run_cli({"resume", "3", "--db", db, "--set", "training.steps=55"});
     QVERIFY2(r3.exit_code == 0 && r3.out.contains("at step 50 from"), qPrintable(r3.err + r3.out));
 
-    // Deleting a run takes its own files out of the shared folder, and only those.
+    // Deleting a run leaves a shared folder alone: other stores may use it too. Its files are
+    // listed as kept.
     const auto deleted = run_cli({"delete", "3", "--db", db});
     QCOMPARE(deleted.exit_code, 0);
-    QVERIFY2(deleted.out.startsWith("deleted run 3 'tiny' and its 3 checkpoints ("), qPrintable(deleted.out));
-    // What is left is run 1's: its resume wrote step 35 and rotated its step 10 away.
-    QCOMPARE(names(), (QStringList{"step-00000020.pt", "step-00000030.pt", "step-00000035.pt"}));
-    for (const auto& f : list_checkpoints(folder.toStdString())) QCOMPARE(read_checkpoint_identity(f)->run_uuid, uuid1);
+    QVERIFY2(deleted.out.startsWith("deleted run 3 'tiny'\n  kept '") && deleted.out.count("  kept '") == 3 &&
+                 deleted.out.contains("step-00000055.pt': outside this store's folder '"),
+             qPrintable(deleted.out));
+    QCOMPARE(names().size(), 6); // run 1's three (step 35 now among them) and run 3's three
 }
 
 // Calls back at each step (a live change or a stop "from the GUI").
@@ -460,6 +462,16 @@ void TestSession::deletingARunTakesItsCheckpointsAndRetiresItsFolder()
     QVERIFY2(!third.out.contains("[checkpoint_failed]"), qPrintable(third.out));
     QVERIFY(RunStore(db.toStdString()).find_run("3"));
     QVERIFY(!RunStore(db.toStdString()).find_run("2"));
+    QCOMPARE(list_checkpoints((store_path + ".checkpoints/run-3")).size(), size_t(2));
+
+    // A copy of the store records the same runs and paths: deleting a run there takes none of
+    // the original's files (the copy's own folder for it is elsewhere, and empty).
+    const QString copy = dir.filePath("copy.sqlite");
+    QVERIFY(QFile::copy(db, copy));
+    const auto in_copy = run_cli({"delete", "3", "--db", copy});
+    QCOMPARE(in_copy.exit_code, 0);
+    QVERIFY2(in_copy.out.startsWith("deleted run 3 'tiny'\n  kept '") && in_copy.out.count("  kept '") == 2,
+             qPrintable(in_copy.out));
     QCOMPARE(list_checkpoints((store_path + ".checkpoints/run-3")).size(), size_t(2));
 
     // A folder left empty goes with its run.
@@ -593,6 +605,11 @@ void TestSession::ownershipIsReadFromTheValuesAlone()
     QVERIFY(old.readable && !old.identity);
     // Not a checkpoint at all.
     write(path, "step-00000001.pt is not a zip");
+    QVERIFY(!read_checkpoint_ownership(path).readable);
+    // Another program's archive (as Python's torch.save writes one: a data.pkl record, stored)
+    // is not one of ours either, so rotation never takes it for an old checkpoint of this run.
+    const std::string values = "\x80\x02}q\x00X\x06\x00\x00\x00weightsq\x01.";
+    write(path, tiny_stored_zip_of("archive/data.pkl", values));
     QVERIFY(!read_checkpoint_ownership(path).readable);
 }
 
