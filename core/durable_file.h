@@ -21,7 +21,7 @@ public:
     // All of `data`, or std::runtime_error ("No space left on device").
     void write(std::string_view data);
     // Flushes the data to the device, renames the temporary file over `path`, and flushes the
-    // folder, so the new file is there after a power loss.
+    // folder (where the file system can), so the new file is there after a power loss.
     void commit();
 
 private:

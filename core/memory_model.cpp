@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <string_view>
 #include <thread>
 #include <unistd.h>
 
@@ -153,6 +155,13 @@ MachineLimits this_machine(bool with_gpu)
 #ifdef MANTISSA_TORCH_CUDA
     m.gpu_available = m.device_memory_bytes > 0;
 #endif
+    // NVML sees every GPU; CUDA only those CUDA_VISIBLE_DEVICES lists. Hidden all ("", "-1"),
+    // an auto run trains on the CPU, and a cuda run is refused by the trainer.
+    if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+        visible && (visible[0] == '\0' || std::string_view(visible).starts_with("-1"))) {
+        m.gpu_available = false;
+        m.device_memory_bytes = 0;
+    }
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     if (pages > 0 && page > 0) m.memory_bytes = static_cast<int64_t>(pages) * page;
     m.hardware_threads = std::max<int64_t>(1, std::thread::hardware_concurrency());

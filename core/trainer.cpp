@@ -173,7 +173,12 @@ void Trainer::request_layer_formats(const std::string& layer_pattern, const Gemm
 
 void Trainer::replay_layer_formats(int64_t at_step, const std::string& layer_pattern, const GemmFormats& formats)
 {
-    impl_->replays.emplace(at_step, Command{Command::Kind::SetLayerFormats, layer_pattern, formats});
+    // A resume whose --set changed the layers may have none left that the change was made to.
+    for (const auto& g : impl_->model->gemm_layers())
+        if (glob_match(layer_pattern, g->name())) {
+            impl_->replays.emplace(at_step, Command{Command::Kind::SetLayerFormats, layer_pattern, formats});
+            return;
+        }
 }
 
 std::vector<LayerState> Trainer::layers() const { return impl_->layer_states(); }

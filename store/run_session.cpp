@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <map>
 #include <set>
-#include <tuple>
 #include <utility>
 
 #include "checkpoint_file.h"
@@ -39,20 +38,22 @@ std::string describe_run(const RunInfo& info) { return describe_identity({info.u
 
 // The precision changes a user made at or after the step the trainer resumes from: the steps
 // after a checkpoint are trained again, and without them would be another run's. (A watcher's
-// changes follow from the telemetry, which the same steps reproduce.) A change recorded twice
-// (made, then made again by an earlier resume) is made once.
+// changes follow from the telemetry, which the same steps reproduce.) Events come in the order
+// they were recorded; an earlier resume from step S trained the steps from S again, so the
+// changes recorded before it at S or later are superseded by those recorded after it.
 void replay_precision_changes(RunStore& store, int64_t run_id, Trainer& trainer)
 {
-    std::set<std::tuple<int64_t, std::string, int, int, int>> seen;
+    std::vector<RunEvent> changes;
     for (const auto& row : store.events(run_id)) {
         const RunEvent& e = row.event;
-        if (e.kind != EventKind::PrecisionChanged || e.cause != ChangeCause::User || e.pattern.empty() ||
-            !e.new_formats || e.step < trainer.step())
-            continue;
-        const GemmFormats& f = *e.new_formats;
-        if (!seen.emplace(e.step, e.pattern, int(f.forward), int(f.dgrad), int(f.wgrad)).second) continue;
-        trainer.replay_layer_formats(e.step, e.pattern, f);
+        if (e.kind == EventKind::ResumedFromCheckpoint)
+            std::erase_if(changes, [&](const RunEvent& c) { return c.step >= e.step; });
+        if (e.kind == EventKind::PrecisionChanged && e.cause == ChangeCause::User && !e.pattern.empty() &&
+            e.new_formats)
+            changes.push_back(e);
     }
+    for (const auto& c : changes)
+        if (c.step >= trainer.step()) trainer.replay_layer_formats(c.step, c.pattern, *c.new_formats);
 }
 
 } // namespace
@@ -62,7 +63,8 @@ DeletedRun delete_run_with_checkpoints(RunStore& store, int64_t run_id)
     namespace fs = std::filesystem;
     std::set<std::string> files;
     std::string uuid;
-    if (const auto info = store.find_run(std::to_string(run_id))) uuid = info->uuid;
+    for (const auto& info : store.list_runs()) // by id only: find_run would take a run named "12"
+        if (info.id == run_id) uuid = info.uuid;
     for (const auto& row : store.checkpoints(run_id)) files.insert(row.path);
     const std::string own_folder = store.checkpoint_dir(run_id);
     for (auto& f : list_checkpoints(own_folder)) files.insert(std::move(f));
@@ -124,9 +126,10 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
     // started, not from the project file's folder: such a run's recorded files say where it
     // writes.
     if (!own_folder && !recorded.empty() && list_checkpoints(write_dir).empty()) {
-        const auto folder = fs::path(recorded.rbegin()->second.path).parent_path();
         std::error_code ec;
-        if (fs::is_directory(folder, ec)) write_dir = folder.string();
+        // Relative as such a run recorded it: from where it was started, as then.
+        const auto folder = fs::absolute(fs::path(recorded.rbegin()->second.path).parent_path(), ec);
+        if (!ec && fs::is_directory(folder, ec)) write_dir = folder.lexically_normal().string();
     }
     std::string read_dir = write_dir;
     // A run recorded before schema 4 kept its checkpoints in "checkpoints/run-<id>"; read them

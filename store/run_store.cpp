@@ -382,6 +382,7 @@ void RunStore::open_read_only()
     // index (or, for a WAL without one, must create it: reading the runs comes first), and
     // immutable only where that index cannot be created or written (a read-only folder).
     const bool wal = wal_in_use(path_);
+    wal_at_open_ = wal;
     file_stamp_ = file_stamp(path_); // before the open: a change in between reads as outdated
     for (const bool immutable : {!wal, true}) {
         immutable_ = immutable;
@@ -518,7 +519,9 @@ bool RunStore::check_contents(bool may_be_empty)
 
 bool RunStore::snapshot_outdated() const
 {
-    return immutable_ && (wal_in_use(path_) || file_stamp(path_) != file_stamp_);
+    // Opened immutable beside a WAL (a read-only folder where the WAL's index cannot be made):
+    // the WAL was there all along, and only a change of the file itself tells.
+    return immutable_ && ((!wal_at_open_ && wal_in_use(path_)) || file_stamp(path_) != file_stamp_);
 }
 
 void RunStore::require_writable(const char* what) const

@@ -292,6 +292,7 @@ private:
     bool quick_check_ = true;
     int schema_ = 0; // as found on disk; below kSchemaVersion only when read-only
     bool immutable_ = false; // read-only, opened as immutable
+    bool wal_at_open_ = false; // a WAL was in use then (immutable only where it could not be read)
     std::string file_stamp_; // the file's inode, size and times before an immutable open
     std::vector<int64_t> dead_runs_; // read-only: "running" runs whose process is gone
     sqlite3* db_ = nullptr;

@@ -387,6 +387,24 @@ void TestSession::aResumeMakesTheInterruptedRunsPrecisionChangesAgain()
         changes += e.event.kind == EventKind::PrecisionChanged && e.event.step == 15;
     }
     QCOMPARE(changes, 2); // made, and made again
+
+    // Interrupted once more, back to step 10: the change made again by the first resume
+    // supersedes the one before it, so it is made once, and the losses are still the same.
+    for (const auto& f : list_checkpoints(folder))
+        if (*checkpoint_step(f) > 10) fs::remove(f);
+    {
+        auto session = RunSession::reopen(store, *store.find_run(std::to_string(interrupted)), {}, {});
+        QCOMPARE(session->trainer().step(), int64_t(10));
+        session->claim();
+        QCOMPARE(int(session->run({}).status), int(RunStatus::Finished));
+    }
+    const auto events = store.events(interrupted);
+    QCOMPARE(events.back().event.kind, EventKind::RunFinished);
+    std::string last_resume;
+    for (const auto& e : events)
+        if (e.event.kind == EventKind::ResumedFromCheckpoint) last_resume = e.event.text;
+    QCOMPARE(last_resume, std::string("makes the precision changes of the interrupted run again at step 15"));
+    QCOMPARE(train_losses(db, interrupted), want);
 }
 
 void TestSession::relativeCheckpointDirIsTheProjectFilesFolder()
@@ -414,15 +432,16 @@ void TestSession::relativeCheckpointDirIsTheProjectFilesFolder()
              qPrintable(resumed.out));
     QCOMPARE(list_checkpoints((root / "proj" / "ckpt").string()).size(), size_t(3));
 
-    // A run of an earlier version wrote them relative to where it started: its recorded
-    // files show the way.
+    // A run of an earlier version wrote them relative to where it started (and recorded them
+    // so): its recorded files show the way, from where it is resumed.
     fs::rename(root / "proj" / "ckpt", root / "elsewhere" / "ckpt");
     sqlite3* sql = nullptr;
     QCOMPARE(sqlite3_open(db.toStdString().c_str(), &sql), SQLITE_OK);
-    QCOMPARE(sqlite3_exec(sql, "UPDATE checkpoints SET path = replace(path, '/proj/ckpt/', '/elsewhere/ckpt/')", nullptr,
-                          nullptr, nullptr),
-             SQLITE_OK);
+    const std::string relative = "UPDATE checkpoints SET path = replace(path, '" + (root / "proj/ckpt/").string() +
+                                 "', 'elsewhere/ckpt/')";
+    QCOMPARE(sqlite3_exec(sql, relative.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
     sqlite3_close(sql);
+    QCOMPARE(RunStore(db.toStdString()).checkpoints(1).back().path, std::string("elsewhere/ckpt/step-00000025.pt"));
     const auto old = run_cli({"resume", "1", "--db", db, "--set", "training.steps=30"}, 120000, dir.path());
     QVERIFY2(old.exit_code == 0, qPrintable(old.err));
     QVERIFY2(old.out.contains(QString::fromStdString("at step 25 from " + (root / "elsewhere/ckpt/step-00000025.pt").string())),

@@ -386,12 +386,12 @@ void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
     QByteArray body;
     if (reply->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt() == 404 && replica_) {
         // The run was deleted on the server since it was listed: not a lost connection. The
-        // run list, read again now, takes it out of the replica.
+        // run list, read again shortly, takes it out of the replica.
         inFlight_ = nullptr;
         reply->deleteLater();
         countBytes(reply->readAll().size());
         queue_.erase(std::remove(queue_.begin(), queue_.end(), runId), queue_.end());
-        requestRuns();
+        retry_->start(250); // not at once: a list that still holds the run would loop
         return;
     }
     if (!take(reply, body) || !replica_) return;
