@@ -1,17 +1,58 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "durable_file.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
+#include <string_view>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 namespace mantissa {
+
+namespace {
+
+std::string host_name()
+{
+    char name[256] = {};
+    if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "host";
+    return name;
+}
+
+bool all_digits(std::string_view s)
+{
+    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+} // namespace
+
+void remove_stale_temporaries(const std::string& folder)
+{
+    namespace fs = std::filesystem;
+    const std::string marker = ".tmp." + host_name() + ".";
+    std::error_code ec;
+    for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        const size_t at = name.rfind(marker);
+        if (at == std::string::npos) continue;
+        // "<pid>.<n>" after the marker (a host name may hold dots, so the marker is matched whole).
+        const std::string_view rest = std::string_view(name).substr(at + marker.size());
+        const size_t dot = rest.find('.');
+        if (dot == std::string_view::npos || !all_digits(rest.substr(0, dot)) || !all_digits(rest.substr(dot + 1)) ||
+            dot > 9)
+            continue;
+        const auto pid = static_cast<pid_t>(std::stol(std::string(rest.substr(0, dot))));
+        if (pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) continue; // alive, or not ours to ask
+        std::error_code ignored;
+        fs::remove(it->path(), ignored);
+    }
+}
 
 DurableFile::DurableFile(std::string path) : path_(std::move(path))
 {
@@ -19,7 +60,7 @@ DurableFile::DurableFile(std::string path) : path_(std::move(path))
     // into a shared folder, two exports) must not write into each other's temporary file.
     static std::atomic<unsigned> counter{0};
     for (int attempt = 0; fd_ < 0; ++attempt) {
-        temporary_ = path_ + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+        temporary_ = path_ + ".tmp." + host_name() + "." + std::to_string(::getpid()) + "." + std::to_string(counter++);
         fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (fd_ < 0 && (errno != EEXIST || attempt == 100))
             throw std::runtime_error("cannot write '" + path_ + "': " + std::strerror(errno));

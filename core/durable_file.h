@@ -10,7 +10,7 @@ namespace mantissa {
 
 class DurableFile {
 public:
-    // Opens a temporary file of its own beside `path` ("<path>.tmp.<pid>.<n>") for writing;
+    // Opens a temporary file of its own beside `path` ("<path>.tmp.<host>.<pid>.<n>") for writing;
     // throws std::runtime_error naming `path`, with the OS's reason ("No such file or directory").
     explicit DurableFile(std::string path);
     // Without commit() (an error on the way): the temporary file is removed, `path` untouched.
@@ -29,6 +29,11 @@ private:
     std::string path_, temporary_;
     int fd_ = -1;
 };
+
+// Removes the temporary files in `folder` that a DurableFile of this host left when its
+// process died (killed while writing a checkpoint): one of a process still alive, or of
+// another host (a shared folder), is left.
+void remove_stale_temporaries(const std::string& folder);
 
 // The whole of `data` as `path`, through a DurableFile.
 void replace_file_durably(const std::string& path, std::string_view data);

@@ -209,6 +209,7 @@ std::string Trainer::Impl::write_periodic_checkpoint(TelemetrySink& sink)
     checkpoint_is_ours[path] = true;
     // Told before rotation, so the listener (the run store) records the file while it exists.
     if (checkpoint_listener) checkpoint_listener({step, path, {}});
+    remove_stale_temporaries(dir); // a write that a kill cut short
     std::vector<std::string> existing;
     for (auto& file : list_checkpoints(dir))
         if (is_our_checkpoint(file)) existing.push_back(std::move(file));

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "checkpoint_file.h"
+#include "durable_file.h"
 
 namespace mantissa {
 
@@ -98,6 +99,7 @@ DeletedRun delete_run_with_checkpoints(RunStore& store, int64_t run_id)
         deleted.bytes_removed += static_cast<int64_t>(bytes);
     }
     std::error_code ec;
+    remove_stale_temporaries(own_folder);
     if (fs::is_directory(own_folder, ec) && fs::is_empty(own_folder, ec)) fs::remove(own_folder, ec);
     return deleted;
 }

@@ -15,6 +15,8 @@
 #include <optional>
 
 #include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "checkpoint_file.h"
 #include "event_helpers.h"
@@ -782,6 +784,37 @@ private slots:
         }
         QCOMPARE(read(), std::string("the second's"));
         QCOMPARE(QDir(dir.path()).entryList(QDir::Files), QStringList{"step-00000010.pt"});
+    }
+
+    void temporariesOfADeadWriterAreRemoved()
+    {
+        QTemporaryDir dir;
+        char host[256] = {};
+        QCOMPARE(::gethostname(host, sizeof host - 1), 0);
+        const pid_t dead = ::fork(); // a process that is gone by the time the folder is cleaned
+        if (dead == 0) ::_exit(0);
+        QVERIFY(dead > 0);
+        int status = 0;
+        QCOMPARE(::waitpid(dead, &status, 0), dead);
+        const auto name = [&](const std::string& who, long pid) {
+            return "step-00000010.pt.tmp." + who + "." + std::to_string(pid) + ".0";
+        };
+        const std::vector<std::string> kept = {name(host, long(::getpid())), name(std::string(host) + "-other", long(dead)),
+                                               "step-00000010.pt", "notes.tmp.txt"};
+        for (const auto& f : kept) std::ofstream(dir.filePath(QString::fromStdString(f)).toStdString()) << "x";
+        std::ofstream(dir.filePath(QString::fromStdString(name(host, long(dead)))).toStdString()) << "cut short";
+        remove_stale_temporaries(dir.path().toStdString());
+        QStringList expected;
+        for (const auto& f : kept) expected << QString::fromStdString(f);
+        expected.sort();
+        QCOMPARE(QDir(dir.path()).entryList(QDir::Files, QDir::Name), expected);
+        // A DurableFile's own temporary file carries this host and process.
+        DurableFile open(dir.filePath("x.pt").toStdString());
+        const QStringList open_ones = QDir(dir.path()).entryList({"x.pt.tmp.*"}, QDir::Files);
+        QCOMPARE(open_ones.size(), 1);
+        QVERIFY2(open_ones[0].startsWith(QString("x.pt.tmp.%1.%2.").arg(host).arg(::getpid())), qPrintable(open_ones[0]));
+        remove_stale_temporaries(dir.path().toStdString());
+        QCOMPARE(QDir(dir.path()).entryList({"x.pt.tmp.*"}, QDir::Files).size(), 1); // alive: left
     }
 
     void aRunTrainingElsewhereIsNotDeletedUnderIt()
