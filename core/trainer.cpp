@@ -164,21 +164,15 @@ void Trainer::set_checkpoint_listener(std::function<void(const CheckpointWrite&)
 
 void Trainer::request_layer_formats(const std::string& layer_pattern, const GemmFormats& formats)
 {
-    // Layer names never change after construction, so matching here is thread-safe.
-    bool any = false;
-    for (const auto& g : impl_->model->gemm_layers()) any |= glob_match(layer_pattern, g->name());
-    if (!any) throw ConfigError("no layer matches '" + layer_pattern + "'");
+    if (!impl_->matches_a_layer(layer_pattern)) throw ConfigError("no layer matches '" + layer_pattern + "'");
     impl_->commands.push({Command::Kind::SetLayerFormats, layer_pattern, formats});
 }
 
 void Trainer::replay_layer_formats(int64_t at_step, const std::string& layer_pattern, const GemmFormats& formats)
 {
     // A resume whose --set changed the layers may have none left that the change was made to.
-    for (const auto& g : impl_->model->gemm_layers())
-        if (glob_match(layer_pattern, g->name())) {
-            impl_->replays.emplace(at_step, Command{Command::Kind::SetLayerFormats, layer_pattern, formats});
-            return;
-        }
+    if (impl_->matches_a_layer(layer_pattern))
+        impl_->replays.emplace(at_step, Command{Command::Kind::SetLayerFormats, layer_pattern, formats});
 }
 
 std::vector<LayerState> Trainer::layers() const { return impl_->layer_states(); }
@@ -309,14 +303,14 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
         s.handle_alerts(alerts, sink);
     };
     while (step < cfg.training.steps) {
-        // A frame in flight is handed on before the first command is applied (a command that
-        // arrives while this runs is too: the check and the pop are one).
         // A resumed run's own precision changes, at the boundaries where it first made them
         // (rank 0's queue: data parallel sends them to every rank from there).
         while (!s.replays.empty() && s.replays.begin()->first <= step) {
             if (s.is_rank0()) s.commands.push(s.replays.begin()->second);
             s.replays.erase(s.replays.begin());
         }
+        // A frame in flight is handed on before the first command is applied (a command that
+        // arrives while this runs is too: the check and the pop are one).
         if (!s.apply_commands(sink, deliver_now)) {
             summary.stopped_early = true;
             break;

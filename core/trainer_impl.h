@@ -65,6 +65,13 @@ struct Trainer::Impl {
     std::vector<std::string> layer_order; // GEMM layers in forward order, for attribution
     CommandQueue commands;
     std::multimap<int64_t, Command> replays; // step -> a precision change made again there (resume)
+    // Layer names never change after construction, so this is safe from any thread.
+    bool matches_a_layer(const std::string& pattern) const
+    {
+        for (const auto& g : model->gemm_layers())
+            if (glob_match(pattern, g->name())) return true;
+        return false;
+    }
     bool defer_frames = false; // telemetry frames handed on a step later (CUDA)
     CheckpointIdentity identity; // written into every checkpoint; run_uuid empty = no run attached
     std::function<void(const Trainer::CheckpointWrite&)> checkpoint_listener;

@@ -196,13 +196,13 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
             report(e);
         }
     }
-    if (!session->loaded_checkpoint_.empty()) replay_precision_changes(store, info.id, *session->trainer_);
     if (session->loaded_checkpoint_.empty()) {
         std::string names;
         for (const auto& d : damaged) names += (names.empty() ? "'" : ", '") + d + "'";
         throw CheckpointUnusable("run " + std::to_string(info.id) + " has no good checkpoint left to resume from: " +
                                  names + (damaged.size() == 1 ? " is" : " are") + " damaged");
     }
+    replay_precision_changes(store, info.id, *session->trainer_);
     return session;
 }
 

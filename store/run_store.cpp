@@ -146,8 +146,6 @@ bool holds_checkpoint_files(const std::string& dir)
     return false;
 }
 
-
-
 // What a failed SQLite call means to the user: "disk full", else SQLite's words with the OS
 // error behind them. Never "not a run store": an I/O problem says nothing about the file.
 std::string describe_failure(int code, int system_errno, const std::string& sqlite_words)

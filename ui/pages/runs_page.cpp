@@ -346,9 +346,7 @@ void RunsPage::succeed()
         messageLabel_->hide();
         return;
     }
-    messageLabel_->setText(emptyReason_);
-    messageLabel_->setStyleSheet(QStringLiteral("QLabel { color: #444; padding: 4px 2px; }"));
-    messageLabel_->show();
+    note(emptyReason_);
 }
 
 void RunsPage::updateActions()
