@@ -94,6 +94,34 @@ std::optional<EventKind> parse_event_kind(std::string_view name)
     return std::nullopt;
 }
 
+std::string_view change_cause_name(ChangeCause cause)
+{
+    switch (cause) {
+    case ChangeCause::Watcher: return "watcher";
+    case ChangeCause::Resume: return "resume";
+    case ChangeCause::User: break;
+    }
+    return "user";
+}
+
+bool retraining_reproduces(const RunEvent& e)
+{
+    switch (e.kind) {
+    case EventKind::Sample:
+    case EventKind::LayerBackends:
+    case EventKind::LossScaleBackoff:
+    case EventKind::LossScaleGrowth:
+    case EventKind::StepSkipped:
+    case EventKind::Alert:
+    case EventKind::WatchAction:
+        return true;
+    case EventKind::PrecisionChanged:
+        return e.cause != ChangeCause::User;
+    default:
+        return false;
+    }
+}
+
 std::string RunEvent::tag() const
 {
     if (kind == EventKind::Alert) return std::string(kAlertPrefix) + watcher;
@@ -139,7 +167,8 @@ std::string RunEvent::message() const
     }
     case EventKind::PrecisionChanged:
         return pattern + " -> " + (new_formats ? new_formats->describe() : std::string("?")) + " (" + join(layers) +
-               ")" + (cause == ChangeCause::Watcher ? " by watcher " + watcher : "") + "; FP8 scale history restarted";
+               ")" + (cause == ChangeCause::Watcher ? " by watcher " + watcher : "") +
+               (cause == ChangeCause::Resume ? " again, as the interrupted run did" : "") + "; FP8 scale history restarted";
     case EventKind::LossScaleBackoff:
         return "scale " + format_scale(old_scale) + " -> " + format_scale(new_scale) + "; non-finite gradients in " +
                join(layers);
@@ -172,7 +201,7 @@ std::string event_fields_json(const RunEvent& e)
     if (!e.pattern.empty()) j["pattern"] = e.pattern;
     if (e.old_formats) j["old_formats"] = formats_json(*e.old_formats);
     if (e.new_formats) j["new_formats"] = formats_json(*e.new_formats);
-    if (e.kind == EventKind::PrecisionChanged) j["cause"] = e.cause == ChangeCause::Watcher ? "watcher" : "user";
+    if (e.kind == EventKind::PrecisionChanged) j["cause"] = change_cause_name(e.cause);
     if (!std::isnan(e.old_scale)) j["old_scale"] = e.old_scale;
     if (!std::isnan(e.new_scale)) j["new_scale"] = e.new_scale;
     if (!e.path.empty()) j["path"] = e.path;
@@ -223,7 +252,9 @@ RunEvent event_from_stored(int64_t step, const std::string& tag, const std::stri
     e.pattern = str("pattern");
     if (const auto it = j.find("old_formats"); it != j.end()) e.old_formats = formats_from(*it);
     if (const auto it = j.find("new_formats"); it != j.end()) e.new_formats = formats_from(*it);
-    e.cause = str("cause") == "watcher" ? ChangeCause::Watcher : ChangeCause::User;
+    e.cause = str("cause") == "watcher" ? ChangeCause::Watcher
+              : str("cause") == "resume" ? ChangeCause::Resume
+                                         : ChangeCause::User;
     e.old_scale = num("old_scale");
     e.new_scale = num("new_scale");
     e.path = str("path");

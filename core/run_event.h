@@ -45,8 +45,12 @@ enum class EventKind {
 std::string_view event_kind_name(EventKind kind);
 std::optional<EventKind> parse_event_kind(std::string_view name);
 
-// Who changed a layer's precision.
-enum class ChangeCause { User, Watcher };
+// Who changed a layer's precision. Resume: a resumed run making a user's change again at the
+// step where the interrupted run made it (that change stays recorded as the user's).
+enum class ChangeCause { User, Watcher, Resume };
+
+// "user" | "watcher" | "resume", as the store's fields keep it.
+std::string_view change_cause_name(ChangeCause cause);
 
 // One GEMM-bearing layer as the engine runs it right now.
 struct LayerState {
@@ -80,6 +84,12 @@ struct RunEvent {
     // Rendered from the fields, for people.
     std::string message() const;
 };
+
+// Whether training the event's step again makes the event again: what the steps compute
+// (samples, backends, loss-scale events, watchers' findings and switches, a resume's replays).
+// Not the run's history (starts, stops, failures, pauses, checkpoint files) nor a user's
+// precision change, which a resume makes again from the record (ChangeCause::Resume).
+bool retraining_reproduces(const RunEvent& e);
 
 // The fields as JSON (what the store keeps), and back. from_stored accepts what any version
 // wrote; unknown tags become Other with the stored message as text.

@@ -172,7 +172,8 @@ void Trainer::replay_layer_formats(int64_t at_step, const std::string& layer_pat
 {
     // A resume whose --set changed the layers may have none left that the change was made to.
     if (impl_->matches_a_layer(layer_pattern))
-        impl_->replays.emplace(at_step, Command{Command::Kind::SetLayerFormats, layer_pattern, formats});
+        impl_->replays.emplace(at_step,
+                               Command{Command::Kind::SetLayerFormats, layer_pattern, formats, ChangeCause::Resume, {}});
 }
 
 std::vector<LayerState> Trainer::layers() const { return impl_->layer_states(); }

@@ -39,22 +39,18 @@ std::string describe_run(const RunInfo& info) { return describe_identity({info.u
 
 // The precision changes a user made at or after the step the trainer resumes from: the steps
 // after a checkpoint are trained again, and without them would be another run's. (A watcher's
-// changes follow from the telemetry, which the same steps reproduce.) Events come in the order
-// they were recorded; an earlier resume from step S trained the steps from S again, so the
-// changes recorded before it at S or later are superseded by those recorded after it.
+// changes follow from the telemetry, which the same steps reproduce.) Each is recorded once,
+// as the user's: a resume makes it again under ChangeCause::Resume, and the next resume drops
+// those (RunStore::discard_steps_after), so a change that a resumed run had not reached yet
+// when it was interrupted too is still made. Events come in the order they were recorded.
 void replay_precision_changes(RunStore& store, int64_t run_id, Trainer& trainer)
 {
-    std::vector<RunEvent> changes;
     for (const auto& row : store.events(run_id)) {
         const RunEvent& e = row.event;
-        if (e.kind == EventKind::ResumedFromCheckpoint)
-            std::erase_if(changes, [&](const RunEvent& c) { return c.step >= e.step; });
         if (e.kind == EventKind::PrecisionChanged && e.cause == ChangeCause::User && !e.pattern.empty() &&
-            e.new_formats)
-            changes.push_back(e);
+            e.new_formats && e.step >= trainer.step())
+            trainer.replay_layer_formats(e.step, e.pattern, *e.new_formats);
     }
-    for (const auto& c : changes)
-        if (c.step >= trainer.step()) trainer.replay_layer_formats(c.step, c.pattern, *c.new_formats);
 }
 
 } // namespace
@@ -228,6 +224,7 @@ int64_t RunSession::create_run(RunStore& store, const std::string& name, const s
 void RunSession::claim(const std::vector<RunEvent>& notices)
 {
     if (starts_over_) store_->clear_run_records(run_id_);
+    else if (!loaded_checkpoint_.empty()) store_->discard_steps_after(run_id_, trainer_->step());
     for (const auto& e : notices) store_->append_event(run_id_, e);
     store_->claim_run(run_id_);
 }

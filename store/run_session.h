@@ -77,7 +77,9 @@ public:
     // Records a new run ("running", claimed by `store`) and returns its id. Throws StoreError.
     int64_t create_run(RunStore& store, const std::string& name, const std::string& project_path);
     // Takes a reopened run over again ("running"); `report`'s events were already shown, this
-    // records them. Throws StoreError (in use by another process).
+    // records them. What the steps after the loaded checkpoint recorded is dropped first: they
+    // are trained again (RunStore::discard_steps_after). Throws StoreError (in use by another
+    // process).
     void claim(const std::vector<RunEvent>& notices = {});
 
     // Trains until done or stopped, telemetry to the store and to `sinks`. Never throws; the

@@ -672,6 +672,43 @@ void RunStore::clear_run_records(int64_t run_id)
     }
 }
 
+void RunStore::discard_steps_after(int64_t run_id, int64_t step)
+{
+    require_writable("discard a resumed run's later steps");
+    flush();
+    std::lock_guard lock(db_mutex_);
+    exec(db_, "BEGIN IMMEDIATE");
+    try {
+        delete_steps_after(run_id, step, INT64_MAX);
+        exec(db_, "COMMIT");
+    } catch (...) {
+        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
+    }
+}
+
+void RunStore::delete_steps_after(int64_t run_id, int64_t step, int64_t before_event)
+{
+    std::vector<int64_t> reproduced;
+    {
+        Statement q(db_, "SELECT id, step, kind, message, fields FROM events WHERE run_id=? AND step>? AND id<?");
+        q.bind(1, run_id).bind(2, step).bind(3, before_event);
+        while (q.step())
+            if (retraining_reproduces(event_from_stored(q.int64(1), q.text(2), q.text(4),
+                                                        q.text(3))))
+                reproduced.push_back(q.int64(0));
+    }
+    Statement event(db_, "DELETE FROM events WHERE id=?");
+    for (const int64_t id : reproduced) {
+        event.reset();
+        event.bind(1, id).step();
+    }
+    for (const char* sql : {"DELETE FROM scalars WHERE run_id=? AND step>?", "DELETE FROM layer_stats WHERE run_id=? AND step>?"}) {
+        Statement s(db_, sql);
+        s.bind(1, run_id).bind(2, step).step();
+    }
+}
+
 RunStore::~RunStore()
 {
     {
@@ -1509,6 +1546,11 @@ void RunStore::put_mirrored_rows(int64_t run_id, const std::vector<ScalarRow>& s
         exec(db_, "BEGIN IMMEDIATE"); // inside: a BEGIN that fails (busy, full disk) turns them on again too
         Statement run(db_, "SELECT 1 FROM runs WHERE id=?");
         if (!run.bind(1, run_id).step()) throw StoreError("run " + std::to_string(run_id) + " is not in the replica");
+        // A resume dropped the steps after its checkpoint from the source before it trained
+        // them again (discard_steps_after): the replica drops them too. The page's rows are
+        // all of the source's state since, so they go in after.
+        for (const auto& e : events)
+            if (e.kind == event_kind_name(EventKind::ResumedFromCheckpoint)) delete_steps_after(run_id, e.step, e.id);
         // A source row that is sent again (the client re-reads its last step) replaces itself.
         Statement scalar(db_, "INSERT OR REPLACE INTO scalars(run_id, tag, step, value) VALUES(?, ?, ?, ?)");
         for (const auto& r : scalars) {

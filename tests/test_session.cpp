@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <stdexcept>
 
 #include <sqlite3.h>
@@ -380,30 +381,64 @@ void TestSession::aResumeMakesTheInterruptedRunsPrecisionChangesAgain()
     QCOMPARE(got.size(), size_t(30));
     QCOMPARE(got, want); // steps 11 to 30 again, the change at 15 included: bit for bit
     RunStore store(db);
-    int changes = 0;
-    for (const auto& e : store.events(interrupted)) {
+    // The change at 15: the user's, and the resume's making it again.
+    const auto changes_at_15 = [&] {
+        std::vector<std::string> causes;
+        for (const auto& e : store.events(interrupted))
+            if (e.event.kind == EventKind::PrecisionChanged && e.event.step == 15)
+                causes.emplace_back(change_cause_name(e.event.cause));
+        return causes;
+    };
+    // Every event that training a step makes is recorded once, and every step's rows are
+    // there once, as in the run never stopped.
+    const auto recorded_once = [&] {
+        std::map<std::pair<int64_t, std::string>, int> seen;
+        for (const auto& e : store.events(interrupted))
+            if (retraining_reproduces(e.event) && ++seen[{e.event.step, e.event.message()}] > 1)
+                return "twice at step " + std::to_string(e.event.step) + ": " + e.event.message();
+        const auto mine = store.row_counts(interrupted), theirs = store.row_counts(straight);
+        if (mine.scalars != theirs.scalars || mine.layer_stats != theirs.layer_stats)
+            return std::string("scalar / layer rows ") + std::to_string(mine.scalars) + " / " +
+                   std::to_string(mine.layer_stats) + ", never stopped " + std::to_string(theirs.scalars) + " / " +
+                   std::to_string(theirs.layer_stats);
+        return std::string();
+    };
+    for (const auto& e : store.events(interrupted))
         if (e.event.kind == EventKind::ResumedFromCheckpoint)
             QCOMPARE(e.event.text, std::string("makes the precision changes of the interrupted run again at step 15"));
-        changes += e.event.kind == EventKind::PrecisionChanged && e.event.step == 15;
-    }
-    QCOMPARE(changes, 2); // made, and made again
+    QCOMPARE(changes_at_15(), (std::vector<std::string>{"user", "resume"}));
+    QCOMPARE(recorded_once(), std::string());
 
-    // Interrupted once more, back to step 10: the change made again by the first resume
-    // supersedes the one before it, so it is made once, and the losses are still the same.
-    for (const auto& f : list_checkpoints(folder))
-        if (*checkpoint_step(f) > 10) fs::remove(f);
-    {
+    // Interrupted once more, back to step 10: the user's change is made again once more (the
+    // first resume's making of it is dropped with the steps it trained), and the losses are
+    // still the same.
+    const auto resume = [&](int64_t from, int64_t stop_after) {
+        for (const auto& f : list_checkpoints(folder))
+            if (*checkpoint_step(f) > from) fs::remove(f);
         auto session = RunSession::reopen(store, *store.find_run(std::to_string(interrupted)), {}, {});
-        QCOMPARE(session->trainer().step(), int64_t(10));
+        QCOMPARE(session->trainer().step(), from);
         session->claim();
-        QCOMPARE(int(session->run({}).status), int(RunStatus::Finished));
-    }
+        StepHook hook;
+        hook.at_step = [&](int64_t step) {
+            if (step == stop_after) session->request_stop();
+        };
+        QCOMPARE(int(session->run({&hook}).status), int(stop_after ? RunStatus::Stopped : RunStatus::Finished));
+    };
+    resume(10, 0);
     const auto events = store.events(interrupted);
     QCOMPARE(events.back().event.kind, EventKind::RunFinished);
-    std::string last_resume;
-    for (const auto& e : events)
-        if (e.event.kind == EventKind::ResumedFromCheckpoint) last_resume = e.event.text;
-    QCOMPARE(last_resume, std::string("makes the precision changes of the interrupted run again at step 15"));
+    QCOMPARE(changes_at_15(), (std::vector<std::string>{"user", "resume"}));
+    QCOMPARE(recorded_once(), std::string());
+    QCOMPARE(train_losses(db, interrupted), want);
+
+    // Stopped again before it reached step 15 (and so saved at step 12): resumed from there,
+    // it still makes the change at 15.
+    resume(10, 12);
+    QCOMPARE(changes_at_15(), (std::vector<std::string>{"user"}));
+    QCOMPARE(train_losses(db, interrupted).size(), size_t(12)); // none left of the steps it did not reach
+    resume(12, 0);
+    QCOMPARE(changes_at_15(), (std::vector<std::string>{"user", "resume"}));
+    QCOMPARE(recorded_once(), std::string());
     QCOMPARE(train_losses(db, interrupted), want);
 }
 

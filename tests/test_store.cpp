@@ -836,6 +836,79 @@ private slots:
         QVERIFY(!other.find_run("1"));
     }
 
+    // A run resumed from its checkpoint at step 10 trains the steps after it again: what they
+    // recorded goes (each is recorded again, once), what happened to the run stays, and a
+    // replica drops the same rows when the resume's event reaches it.
+    void aResumeDropsWhatTheStepsAfterItsCheckpointRecorded()
+    {
+        QTemporaryDir dir;
+        RunStore store(dir.filePath("runs.sqlite").toStdString());
+        const auto id = store.create_run("r", "p.json", "{}");
+        const std::vector<std::string> tags{"run_started", "memory_estimate", "resumed_from_checkpoint", "sample",
+                                            "paused", "resumed", "checkpoint", "checkpoint_skipped",
+                                            "checkpoint_failed", "checkpoint_damaged", "checkpoint_unrecorded",
+                                            "layer_backends", "loss_scale_backoff", "loss_scale_growth",
+                                            "step_skipped", "alert_spikes", "watch_action", "run_finished",
+                                            "run_stopped", "run_failed", "a_newer_kind"};
+        const auto record = [&](int64_t step) {
+            for (const auto& tag : tags) store.append_event(id, text_event(step, tag, tag));
+            for (const auto cause : {ChangeCause::User, ChangeCause::Watcher, ChangeCause::Resume}) {
+                RunEvent change = text_event(step, "precision_changed", "");
+                change.pattern = "lm_head";
+                change.cause = cause;
+                store.append_event(id, change);
+            }
+            store.append_scalar(id, step, "train/loss", double(step));
+            TensorStats t;
+            t.layer = "lm_head";
+            t.role = "weight";
+            t.format = "bf16";
+            store.append_layer_stats(id, step, t);
+        };
+        for (const int64_t step : {5, 10, 11, 20}) record(step);
+        store.flush();
+        const auto source_rows = store.events_after(id, 0, 1000);
+        const auto kept_after_10 = [](RunStore& s, int64_t run) {
+            std::vector<std::string> kept;
+            for (const auto& e : s.events(run))
+                if (e.step > 10)
+                    kept.push_back(std::to_string(e.step) + " " + e.kind +
+                                   (e.event.kind == EventKind::PrecisionChanged
+                                        ? " " + std::string(change_cause_name(e.event.cause))
+                                        : ""));
+            return kept;
+        };
+        std::vector<std::string> history;
+        for (const int64_t step : {11, 20})
+            for (const auto& tag : {"run_started", "memory_estimate", "resumed_from_checkpoint", "paused", "resumed",
+                                    "checkpoint", "checkpoint_skipped", "checkpoint_failed", "checkpoint_damaged",
+                                    "checkpoint_unrecorded", "run_finished", "run_stopped", "run_failed",
+                                    "a_newer_kind", "precision_changed user"})
+                history.push_back(std::to_string(step) + " " + tag);
+
+        store.discard_steps_after(id, 10);
+        QCOMPARE(kept_after_10(store, id), history);
+        QCOMPARE(store.series(id, "train/loss"), (Series{{5, 5.0}, {10, 10.0}}));
+        QCOMPARE(store.layer_stats(id).size(), size_t(2));
+        QCOMPARE(store.events(id).size(), 2 * (tags.size() + 3) + history.size()); // steps 5 and 10 whole
+
+        // The replica held every row of before; the page that brings the resume's event
+        // brings rows of the steps trained again, which stay.
+        RunStore replica(dir.filePath("replica.sqlite").toStdString());
+        replica.put_mirrored_run(store.list_runs().at(0), {});
+        replica.put_mirrored_rows(id, {{5, "train/loss", 5.0}, {10, "train/loss", 10.0}, {11, "train/loss", 11.0},
+                                       {20, "train/loss", 20.0}},
+                                  source_rows);
+        const int64_t next = source_rows.back().id + 1;
+        const std::vector<StoredEventRow> page{{next, 10, "resumed_from_checkpoint", "continuing", "", "{}"},
+                                               {next + 1, 11, "loss_scale_growth", "scale 1 -> 2", "", "{}"}};
+        replica.put_mirrored_rows(id, {{11, "train/loss", 11.5}}, page);
+        auto want = history;
+        want.push_back("11 loss_scale_growth"); // events come by id
+        QCOMPARE(kept_after_10(replica, id), want);
+        QCOMPARE(replica.series(id, "train/loss"), (Series{{5, 5.0}, {10, 10.0}, {11, 11.5}}));
+    }
+
     void aDeletedRunsIdIsNotHandedOutWhileItsCheckpointFolderHoldsFiles()
     {
         QTemporaryDir dir;

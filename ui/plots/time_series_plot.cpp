@@ -206,7 +206,8 @@ bool TimeSeriesPlot::refresh()
 
 bool TimeSeriesPlot::wantsEventMarker(const RunEvent& event) const
 {
-    // A watcher's switch shows once, as its watch action, not again as the change it made.
+    // A watcher's switch shows once, as its watch action, not again as the change it made; a
+    // user's change that a resume made again shows once, as the user's.
     if (event.kind == EventKind::PrecisionChanged) return event.cause == ChangeCause::User;
     return event.kind == EventKind::WatchAction;
 }
