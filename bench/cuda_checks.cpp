@@ -485,6 +485,13 @@ void syncs(const std::string& device)
              {"nvfp4 (emulated)", {"precision.preset=fp8-e4m3", "precision.fp8.scaling=nvfp4", "precision.backend=native"}},
              {"mxfp4 (emulated)", {"precision.preset=fp8-e4m3", "precision.fp8.scaling=mxfp4", "precision.backend=native"}},
              {"fp8-hybrid rowwise native", {"precision.preset=fp8-hybrid", "precision.fp8.scaling=rowwise", "precision.backend=native"}},
+             {"fp8-hybrid current native", {"precision.preset=fp8-hybrid", "precision.fp8.scaling=current", "precision.backend=native"}},
+             {"mxfp8 (emulated)", {"precision.preset=fp8-e4m3", "precision.fp8.scaling=mxfp8", "precision.backend=native"}},
+             // Telemetry rows of FP8 and block formats (scale rows, the no-RHT sample).
+             {"fp8-hybrid native, telemetry every step",
+              {"precision.preset=fp8-hybrid", "precision.backend=native", "telemetry.interval=1"}},
+             {"nvfp4, telemetry every step",
+              {"precision.preset=fp8-e4m3", "precision.fp8.scaling=nvfp4", "precision.backend=native", "telemetry.interval=1"}},
              // One layer, two kinds of GEMM (FP8 forward, BF16 backward), and FP8 attention,
              // whose products the native executor leaves to the emulator's autograd.
              {"bf16, fp8 mlp forward native",

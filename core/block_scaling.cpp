@@ -83,7 +83,8 @@ torch::Tensor poison_non_finite_blocks(const torch::Tensor& values4, const torch
 torch::Tensor squeeze_grid(const torch::Tensor& g) { return g.squeeze(3).squeeze(1); }
 
 // The uniform numbers of stochastic rounding: element `index` of the padded operand (row-major)
-// gets murmur3's 32-bit finalizer of index * golden ratio + seed, top 24 bits / 2^24. A hash of
+// gets murmur3's 32-bit finalizer of index * golden ratio + seed, top 8 bits / 2^8: 8 random
+// bits per element, as Blackwell's cvt.rs.satfinite.e2m1x4 takes from its rbits. A hash of
 // the position rather than a generator's stream: the fused loop computes its own number where
 // it needs it, and every kernel and device draws the same ones.
 constexpr uint32_t kGolden = 0x9E3779B1u, kMix1 = 0x85EBCA6Bu, kMix2 = 0xC2B2AE35u;
@@ -97,7 +98,7 @@ inline float hashed_uniform(uint64_t seed, uint32_t index)
     h ^= h >> 13;
     h *= kMix2;
     h ^= h >> 16;
-    return static_cast<float>(h >> 8) * (1.0f / 16777216.0f);
+    return static_cast<float>(h >> 24) * (1.0f / 256.0f);
 }
 
 // (h * c) mod 2^32 for h < 2^32 in int64 without overflow: two products below 2^48.
@@ -121,7 +122,7 @@ torch::Tensor uniforms(const torch::Tensor& seed, int64_t padded_rows, int64_t p
     h = torch::bitwise_xor(h, torch::bitwise_right_shift(h, 13));
     h = mul_mod32(h, kMix2);
     h = torch::bitwise_xor(h, torch::bitwise_right_shift(h, 16));
-    return (torch::bitwise_right_shift(h, 8).to(torch::kFloat32) * (1.0f / 16777216.0f)).view({padded_rows, padded_cols});
+    return (torch::bitwise_right_shift(h, 24).to(torch::kFloat32) * (1.0f / 256.0f)).view({padded_rows, padded_cols});
 }
 
 BlockQuantized fp8_block_tensor_ops(const torch::Tensor& x_in, NumberFormat format, bool power_of_two, bool tile_2d)
@@ -305,16 +306,16 @@ inline float e2m1_rne(float v)
     return std::copysign(q, v);
 }
 
-// lo = the largest grid value <= |v| (|v| clamped to 6); up with probability (|v| - lo) / step.
+// round_to_e2m1_stochastic's rule (Blackwell's cvt.rs): |v| (clamped to 6) plus u grid steps,
+// floored on the grid at the sum. With u = k / 256 it goes up with probability
+// floor(256 (|v| - lo) / step) / 256: at most 1/256 of a step low, and never below step / 256.
 inline float e2m1_stochastic(float v, float u)
 {
     const float a = std::min(std::fabs(v), 6.0f);
-    const float lo = 0.5f * (a >= 0.5f) + 0.5f * (a >= 1.0f) + 0.5f * (a >= 1.5f) + 0.5f * (a >= 2.0f) +
-                     1.0f * (a >= 3.0f) + 1.0f * (a >= 4.0f) + 2.0f * (a >= 6.0f);
-    const float step = a < 2.0f ? 0.5f : a < 4.0f ? 1.0f : 2.0f;
-    const float inverse_step = a < 2.0f ? 2.0f : a < 4.0f ? 1.0f : 0.5f; // a power of two: * is exactly /
-    const float up = u < (a - lo) * inverse_step ? 1.0f : 0.0f;
-    return std::copysign(lo + up * step, v);
+    const float t = a + u * (a < 2.0f ? 0.5f : a < 4.0f ? 1.0f : 2.0f); // the product is exact: one rounding
+    const float step_t = t < 2.0f ? 0.5f : t < 4.0f ? 1.0f : 2.0f;
+    const float inverse_step_t = t < 2.0f ? 2.0f : t < 4.0f ? 1.0f : 0.5f; // a power of two: * is exactly /
+    return std::copysign(std::min(std::floor(t * inverse_step_t) * step_t, 6.0f), v);
 }
 
 float floor_log2(float x)
@@ -687,7 +688,10 @@ torch::Tensor quantize_block_recipe(const torch::Tensor& x, NumberFormat format,
     case Fp8Scaling::NvFp4: {
         const bool rht = recipe.nvfp4_rht && role != TensorRole::Weight && columnwise && k % 16 == 0;
         const auto plain = x2;
-        if (rht) x2 = random_hadamard_transform(x2);
+        // The transform's output in BF16, as TE's: its kernel takes BF16 and writes BF16 (the
+        // unfused path rounds there for the same bits), so the amax and every value after it
+        // are those of the rounded operand.
+        if (rht) x2 = random_hadamard_transform(x2).to(torch::kBFloat16).to(torch::kFloat32);
         const bool stochastic = role == TensorRole::Gradient && recipe.nvfp4_stochastic_rounding;
         // On a GPU the seed stays there: reading it back would stall the stream every cast.
         const auto seed_of = [&](const torch::Tensor& t) {

@@ -36,13 +36,14 @@ torch::Tensor round_to_e2m1(const torch::Tensor& x_in)
 
 torch::Tensor round_to_e2m1_stochastic(const torch::Tensor& x_in, const torch::Tensor& uniform)
 {
+    // Blackwell's cvt.rs (TransformerEngine's software copy of it, ptx.cuh): add u steps of
+    // the grid at |x|, then floor on the grid at the sum. u * step is exact (u has 8 bits, step
+    // is a power of two), so the one rounding of the sum is the fused multiply-add's.
     const auto x = x_in.to(torch::kFloat32);
     const auto magnitude = x.abs().clamp_max(kE2M1Max);
-    const auto step = e2m1_step(magnitude);
-    const auto lo = torch::floor(magnitude / step) * step;
-    const auto fraction = (magnitude - lo) / step; // exact: lo and magnitude share the binade
-    const auto up = (uniform < fraction).to(torch::kFloat32);
-    return torch::copysign(lo + up * step, x);
+    const auto t = magnitude + uniform * e2m1_step(magnitude);
+    const auto step_t = e2m1_step(t);
+    return torch::copysign((torch::floor(t / step_t) * step_t).clamp_max(kE2M1Max), x); // NaN stays NaN
 }
 
 torch::Tensor e2m1_encode(const torch::Tensor& on_grid)

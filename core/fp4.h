@@ -19,9 +19,12 @@ inline constexpr int kE2M1EmaxElem = 2; // exponent of E2M1's largest binade (4.
 // sign of zero is kept.
 torch::Tensor round_to_e2m1(const torch::Tensor& x);
 
-// Stochastic rounding onto the E2M1 grid: |x| between neighbours lo < hi rounds to hi with
-// probability (|x| - lo) / (hi - lo), decided by `uniform` (same shape, values in [0, 1)).
-// Saturates at +-6 first, as TE clamps before the cast; grid values are exact.
+// Stochastic rounding onto the E2M1 grid as Blackwell's cvt.rs does it: |x| + u (hi - lo),
+// floored on the grid, for `uniform` u in [0, 1) (same shape). |x| between neighbours lo < hi
+// rounds to hi with probability (|x| - lo) / (hi - lo) for a continuous u; the training casts
+// draw u = k / 256 (8 random bits, the hardware's), which rounds up with probability
+// floor(256 (|x| - lo) / (hi - lo)) / 256. Saturates at +-6 first, as TE clamps before the
+// cast; grid values are exact.
 torch::Tensor round_to_e2m1_stochastic(const torch::Tensor& x, const torch::Tensor& uniform);
 
 // The 4-bit codes (uint8, 0..15: sign bit 3, exponent bits 2..1, mantissa bit 0) of values

@@ -278,8 +278,15 @@ torch::Tensor tensor_ops_row(const torch::Tensor& x_in, NumberFormat format, con
     const auto sub_biased = mag_bits.to(torch::kFloat32).view(torch::kInt32).bitwise_right_shift(23);
     const auto bin = torch::where(biased == 0, (sub_biased - 126).clamp_min(0), biased + 23).to(torch::kLong);
     // A fixed-size scatter, not bincount: CUDA's bincount reads its max back to size the output.
+    // Not scatter_add_: on CUDA under deterministic algorithms that becomes index_put_
+    // (accumulate), whose range check reads the indices' max and min back, two host syncs per
+    // row. The bins are in [0, kNonFinite] by construction, so the check is skipped; integer
+    // counts are exact in any order. (On the CPU only the tests run this path, and hold it to
+    // the fused scan.)
     auto counts = torch::zeros({row::kNonFinite + 1}, x.options().dtype(torch::kLong));
-    counts.scatter_add_(0, bin, torch::ones_like(bin));
+    c10::List<std::optional<at::Tensor>> index;
+    index.push_back(bin);
+    at::_index_put_impl_(counts, index, torch::ones_like(bin), /*accumulate=*/true, /*unsafe=*/true);
     const auto finite = biased != 255;
     const auto amax = torch::where(finite, mag_bits, 0).amax().view(torch::kFloat32).to(torch::kFloat64);
     const auto nans = (mag_bits > 0x7F800000).sum();
