@@ -358,8 +358,7 @@ bool per_row(const Fp8Tensor& t) { return t.scale.defined() && t.scale.dim() > 0
 bool scaled_mm_takes(const torch::Tensor& a_codes, const torch::Tensor& a_inv, const torch::Tensor& b_codes,
                      const torch::Tensor& b_inv, c10::ScalarType out_dtype)
 {
-    const int64_t M = a_codes.size(0), K = a_codes.size(1), N = b_codes.size(1);
-    if (M % 16 != 0 || K % 16 != 0 || N % 16 != 0) return false;
+    const int64_t M = a_codes.size(0), N = b_codes.size(1);
     const bool a_e4m3 = a_codes.scalar_type() == torch::kFloat8_e4m3fn;
     const bool b_e4m3 = b_codes.scalar_type() == torch::kFloat8_e4m3fn;
     if (!a_e4m3 && !b_e4m3) return false; // no E5M2 x E5M2 on Hopper (an E5M2 forward GEMM)
@@ -433,6 +432,30 @@ torch::Tensor scaled_mm_call(const torch::Tensor& a_codes, const torch::Tensor& 
     return at::_scaled_mm(a, b, a_inv.contiguous(), b_inv.contiguous(), bias_out, std::nullopt, out_dtype, fast_accum);
 }
 
+torch::Tensor scaled_mm_padded(const torch::Tensor& a_codes, const torch::Tensor& a_inv, const torch::Tensor& b_codes,
+                               const torch::Tensor& b_inv, const torch::Tensor& bias, c10::ScalarType out_dtype,
+                               bool fast_accum)
+{
+    const int64_t M = a_codes.size(0), K = a_codes.size(1), N = b_codes.size(1);
+    const auto up = [](int64_t n) { return (n + 15) / 16 * 16; };
+    const int64_t M16 = up(M), K16 = up(K), N16 = up(N);
+    if (M16 == M && K16 == K && N16 == N) return scaled_mm_call(a_codes, a_inv, b_codes, b_inv, bias, out_dtype, fast_accum);
+    // Code 0x00 is +0 in both formats: padded K adds exact zeros to every sum, and padded rows
+    // and columns are cut off again. Padded as bytes (constant_pad_nd has no FP8 kernels).
+    const auto pad_codes = [](const torch::Tensor& t, int64_t rows, int64_t cols) { // -> (rows, cols) row-major
+        return torch::constant_pad_nd(t.view(torch::kUInt8), {0, cols - t.size(1), 0, rows - t.size(0)}, 0)
+            .view(t.scalar_type());
+    };
+    const auto a = pad_codes(a_codes, M16, K16);
+    const auto b = pad_codes(b_codes.t(), N16, K16).t(); // (K16, N16) column-major, as _scaled_mm takes it
+    // Row-wise scales of the padded rows and columns multiply zeros: any finite value does.
+    const auto a_s = a_inv.numel() > 1 ? torch::constant_pad_nd(a_inv, {0, 0, 0, M16 - M}, 1.0) : a_inv; // (M16, 1)
+    const auto b_s = b_inv.numel() > 1 ? torch::constant_pad_nd(b_inv, {0, N16 - N}, 1.0) : b_inv;       // (1, N16)
+    const auto bias16 = bias.defined() ? torch::constant_pad_nd(bias, {0, N16 - N}, 0.0) : bias;
+    const auto y = scaled_mm_call(a, a_s, b, b_s, bias16, out_dtype, fast_accum).narrow(0, 0, M);
+    return N16 == N ? y : y.narrow(1, 0, N).contiguous(); // callers view it as (..., N)
+}
+
 torch::Tensor fp8_gemm(const torch::Tensor& a_codes, const torch::Tensor& a_inv, const torch::Tensor& b_codes,
                        const torch::Tensor& b_inv, const torch::Tensor& bias, c10::ScalarType out_dtype,
                        bool fast_accum, bool* native)
@@ -441,7 +464,7 @@ torch::Tensor fp8_gemm(const torch::Tensor& a_codes, const torch::Tensor& a_inv,
     if (a_codes.is_cuda() && scaled_mm_takes(a_codes, a_inv, b_codes, b_inv, out_dtype) && native_fp8_available() &&
         (!rowwise || rowwise_fp8_available())) {
         if (native) *native = true;
-        return scaled_mm_call(a_codes, a_inv, b_codes, b_inv, bias, out_dtype, fast_accum);
+        return scaled_mm_padded(a_codes, a_inv, b_codes, b_inv, bias, out_dtype, fast_accum);
     }
     // The same products from the dequantised codes, accumulated in FP32, rounded once.
     if (native) *native = false;

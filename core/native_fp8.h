@@ -98,9 +98,9 @@ Fp8Tensor quantize_fp8_rowwise_native(const torch::Tensor& x, NumberFormat forma
                                       int64_t k_dim);
 bool per_row(const Fp8Tensor& t);
 
-// Whether at::_scaled_mm (sm_89+) can multiply these operands as fp8_gemm lays them out:
-// every dimension a multiple of 16, at least one E4M3 operand, and for row-wise scales E4M3 on
-// both sides with a BF16 output. The device is the caller's to check.
+// Whether at::_scaled_mm (sm_89+) can multiply these operands as fp8_gemm lays them out
+// (dimensions padded to multiples of 16: scaled_mm_padded): at least one E4M3 operand, and for
+// row-wise scales E4M3 on both sides with a BF16 output. The device is the caller's to check.
 bool scaled_mm_takes(const torch::Tensor& a_codes, const torch::Tensor& a_inv, const torch::Tensor& b_codes,
                      const torch::Tensor& b_inv, c10::ScalarType out_dtype);
 
@@ -120,6 +120,13 @@ bool rowwise_fp8_available();
 torch::Tensor fp8_gemm(const torch::Tensor& a_codes, const torch::Tensor& a_inv, const torch::Tensor& b_codes,
                        const torch::Tensor& b_inv, const torch::Tensor& bias, c10::ScalarType out_dtype,
                        bool fast_accum, bool* native = nullptr);
+
+// scaled_mm_call with every dimension padded to a multiple of 16, which _scaled_mm needs (a
+// vocabulary of 50257, a batch of odd tokens): zero codes, unit row-wise scales and a zero
+// bias in the padding, cut off the product again. Padded K adds exact zeros to each sum.
+torch::Tensor scaled_mm_padded(const torch::Tensor& a_codes, const torch::Tensor& a_inv, const torch::Tensor& b_codes,
+                               const torch::Tensor& b_inv, const torch::Tensor& bias, c10::ScalarType out_dtype,
+                               bool fast_accum);
 
 // fp8_gemm's _scaled_mm call, on any device that has one (CPU too, which is how the tests
 // hold it): `a_codes` made row-major and `b_codes` column-major, `bias` (undefined for none)

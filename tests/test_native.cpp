@@ -580,6 +580,47 @@ private slots:
         QVERIFY(torch::equal(y, expected.to(torch::kBFloat16)));
     }
 
+    // _scaled_mm wants every dimension a multiple of 16 (on CUDA): fp8_gemm pads the codes with
+    // zeros, row-wise scales with ones and the bias with zeros, and cuts the product back.
+    void scaledMmPaddedIsTheUnpaddedProduct_data()
+    {
+        QTest::addColumn<int>("M");
+        QTest::addColumn<int>("K");
+        QTest::addColumn<int>("N");
+        QTest::addColumn<bool>("rowwise");
+        QTest::addColumn<bool>("bias");
+        QTest::newRow("a vocabulary of 65, bias") << 32 << 64 << 65 << false << true;
+        QTest::newRow("odd tokens and K, row-wise") << 20 << 40 << 32 << true << false;
+        QTest::newRow("all three odd, row-wise, bias") << 33 << 24 << 30 << true << true;
+        QTest::newRow("aligned: the plain call") << 16 << 32 << 16 << false << false;
+    }
+    void scaledMmPaddedIsTheUnpaddedProduct()
+    {
+        QFETCH(int, M);
+        QFETCH(int, K);
+        QFETCH(int, N);
+        QFETCH(bool, rowwise);
+        QFETCH(bool, bias);
+        const auto values = [](int64_t rows, int64_t cols, int64_t seed) {
+            return (torch::arange(rows * cols).reshape({rows, cols}) * seed % 5 - 2).to(torch::kFloat32);
+        };
+        const auto a = values(M, K, 3), b = values(N, K, 7); // b as the weight (N, K)
+        const auto a_codes = a.to(torch::kFloat8_e4m3fn);
+        const auto b_codes = b.to(torch::kFloat8_e4m3fn).t(); // (K, N), column-major
+        torch::Tensor a_inv = torch::full({}, 0.5f), b_inv = torch::full({}, 4.0f);
+        if (rowwise) {
+            a_inv = torch::pow(2.0f, torch::arange(M).remainder(4).to(torch::kFloat32) - 2).unsqueeze(1); // (M, 1)
+            b_inv = torch::pow(2.0f, torch::arange(N).remainder(3).to(torch::kFloat32)).unsqueeze(0);      // (1, N)
+        }
+        const auto bias_values = bias ? torch::arange(N).to(torch::kFloat32) * 0.25 + 1 : torch::Tensor();
+        const auto y = scaled_mm_padded(a_codes, a_inv, b_codes, b_inv, bias_values, torch::kBFloat16, false);
+        auto expected = torch::mm(a * a_inv, b.t() * b_inv); // small integers times powers of two: exact
+        if (bias) expected = expected + bias_values;
+        QCOMPARE(y.sizes(), (torch::IntArrayRef{M, N}));
+        QVERIFY(y.is_contiguous());
+        QVERIFY(torch::equal(y, expected.to(torch::kBFloat16)));
+    }
+
     // The per-row cast against the emulator's, along either dimension: scales one per slice
     // (the contraction dimension kept as size 1), and codes * inv_scale equal to the
     // emulator's values bit for bit, zero rows, NaN and Inf included.
