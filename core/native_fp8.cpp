@@ -449,8 +449,10 @@ torch::Tensor scaled_mm_padded(const torch::Tensor& a_codes, const torch::Tensor
     const auto a = pad_codes(a_codes, M16, K16);
     const auto b = pad_codes(b_codes.t(), N16, K16).t(); // (K16, N16) column-major, as _scaled_mm takes it
     // Row-wise scales of the padded rows and columns multiply zeros: any finite value does.
-    const auto a_s = a_inv.numel() > 1 ? torch::constant_pad_nd(a_inv, {0, 0, 0, M16 - M}, 1.0) : a_inv; // (M16, 1)
-    const auto b_s = b_inv.numel() > 1 ? torch::constant_pad_nd(b_inv, {0, N16 - N}, 1.0) : b_inv;       // (1, N16)
+    // Row-wise is one decision for both (as fp8_gemm's): a single row's scales are (1, 1).
+    const bool rowwise = a_inv.numel() > 1 || b_inv.numel() > 1;
+    const auto a_s = rowwise ? torch::constant_pad_nd(a_inv, {0, 0, 0, M16 - M}, 1.0) : a_inv; // (M16, 1)
+    const auto b_s = rowwise ? torch::constant_pad_nd(b_inv, {0, N16 - N}, 1.0) : b_inv;       // (1, N16)
     const auto bias16 = bias.defined() ? torch::constant_pad_nd(bias, {0, N16 - N}, 0.0) : bias;
     const auto y = scaled_mm_call(a, a_s, b, b_s, bias16, out_dtype, fast_accum).narrow(0, 0, M);
     return N16 == N ? y : y.narrow(1, 0, N).contiguous(); // callers view it as (..., N)

@@ -223,10 +223,12 @@ int64_t RunSession::create_run(RunStore& store, const std::string& name, const s
 
 void RunSession::claim(const std::vector<RunEvent>& notices)
 {
-    if (starts_over_) store_->clear_run_records(run_id_);
-    else if (!loaded_checkpoint_.empty()) store_->discard_steps_after(run_id_, trainer_->step());
-    for (const auto& e : notices) store_->append_event(run_id_, e);
+    // Claimed first: a run that another process still trains refuses, with nothing dropped.
     store_->claim_run(run_id_);
+    // A run that starts over trains every step again: the same drop from step 0, which keeps
+    // the user's precision changes that this and any later start-over make again.
+    if (starts_over_ || !loaded_checkpoint_.empty()) store_->discard_steps_after(run_id_, trainer_->step());
+    for (const auto& e : notices) store_->append_event(run_id_, e);
 }
 
 void RunSession::on_checkpoint_written(const Trainer::CheckpointWrite& write)

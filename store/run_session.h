@@ -102,7 +102,8 @@ public:
     int64_t run_id() const { return run_id_; }
     const std::string& loaded_checkpoint() const { return loaded_checkpoint_; } // "" for a new run
     // The reopened run died before its first checkpoint: it starts again from step 0 (the
-    // seed makes that the same run), and claim() drops what it had recorded.
+    // seed makes that the same run), and claim() drops what its steps had recorded (the
+    // run's history and the user's precision changes stay).
     bool starts_over() const { return starts_over_; }
 
 private:

@@ -691,12 +691,15 @@ void RunStore::delete_steps_after(int64_t run_id, int64_t step, int64_t before_e
 {
     std::vector<int64_t> reproduced;
     {
-        Statement q(db_, "SELECT id, step, kind, message, fields FROM events WHERE run_id=? AND step>? AND id<?");
+        Statement q(db_, "SELECT id, step, kind, message, fields FROM events WHERE run_id=? AND step>=? AND id<?");
         q.bind(1, run_id).bind(2, step).bind(3, before_event);
-        while (q.step())
-            if (retraining_reproduces(event_from_stored(q.int64(1), q.text(2), q.text(4),
-                                                        q.text(3))))
-                reproduced.push_back(q.int64(0));
+        while (q.step()) {
+            const auto e = event_from_stored(q.int64(1), q.text(2), q.text(4), q.text(3));
+            // An earlier resume's replay of a change made at the checkpoint's own boundary is
+            // made again too (replays start at the checkpoint's step).
+            const bool replayed = e.kind == EventKind::PrecisionChanged && e.cause == ChangeCause::Resume;
+            if ((e.step > step && retraining_reproduces(e)) || replayed) reproduced.push_back(q.int64(0));
+        }
     }
     Statement event(db_, "DELETE FROM events WHERE id=?");
     for (const int64_t id : reproduced) {

@@ -418,8 +418,9 @@ private slots:
         QVERIFY(scaled_mm_takes(e5m2(32, 64), one, e4m3(64, 16), one, bf16)); // HYBRID's dgrad
         QVERIFY(scaled_mm_takes(e4m3(32, 64), one, e5m2(64, 16), one, torch::kFloat32));
         QVERIFY(!scaled_mm_takes(e5m2(32, 64), one, e5m2(64, 16), one, bf16));
-        QVERIFY(!scaled_mm_takes(e4m3(32, 72), one, e4m3(72, 16), one, bf16)); // K not a multiple of 16
-        QVERIFY(!scaled_mm_takes(e4m3(24, 64), one, e4m3(64, 16), one, bf16));
+        // Dimensions that are not multiples of 16 are padded (scaled_mm_padded).
+        QVERIFY(scaled_mm_takes(e4m3(32, 72), one, e4m3(72, 16), one, bf16));
+        QVERIFY(scaled_mm_takes(e4m3(24, 64), one, e4m3(64, 16), one, bf16));
         // Row-wise: (M, 1) and (1, N) scales, E4M3 both sides, BF16 out.
         const auto rows = torch::ones({32, 1}), cols = torch::ones({1, 16});
         QVERIFY(scaled_mm_takes(e4m3(32, 64), rows, e4m3(64, 16), cols, bf16));
@@ -593,6 +594,7 @@ private slots:
         QTest::newRow("odd tokens and K, row-wise") << 20 << 40 << 32 << true << false;
         QTest::newRow("all three odd, row-wise, bias") << 33 << 24 << 30 << true << true;
         QTest::newRow("aligned: the plain call") << 16 << 32 << 16 << false << false;
+        QTest::newRow("one row (sampling), row-wise") << 1 << 32 << 16 << true << false;
     }
     void scaledMmPaddedIsTheUnpaddedProduct()
     {

@@ -371,6 +371,17 @@ void TestSession::aResumeMakesTheInterruptedRunsPrecisionChangesAgain()
     const std::string folder = RunStore(db).checkpoint_dir(interrupted);
     fs::remove(folder + "/step-00000018.pt");
     {
+        // While another process trains it, a resume is refused and drops nothing.
+        RunStore training(db);
+        training.claim_run(interrupted);
+        RunStore store(db);
+        const auto before = store.row_counts(interrupted);
+        auto session = RunSession::reopen(store, *store.find_run(std::to_string(interrupted)), {}, {});
+        QVERIFY_THROWS_EXCEPTION(StoreError, session->claim());
+        QCOMPARE(store.row_counts(interrupted).scalars, before.scalars);
+        QCOMPARE(store.row_counts(interrupted).events, before.events);
+    }
+    {
         RunStore store(db);
         auto session = RunSession::reopen(store, *store.find_run(std::to_string(interrupted)), {}, {});
         QCOMPARE(session->trainer().step(), int64_t(10));

@@ -108,7 +108,11 @@ LossScalePlot::LossScalePlot(QWidget* parent) : TimeSeriesPlot(parent)
 
 QString LossScalePlot::noticeText() const { return notice_->visible() ? notice_->text() : QString(); }
 
-bool LossScalePlot::wantsEventMarker(const RunEvent& event) const { return event.kind == EventKind::PrecisionChanged; }
+bool LossScalePlot::wantsEventMarker(const RunEvent& event) const
+{
+    // A user's change that a resume made again is marked once, as the user's.
+    return event.kind == EventKind::PrecisionChanged && event.cause != ChangeCause::Resume;
+}
 
 void LossScalePlot::clearData()
 {
