@@ -225,9 +225,8 @@ void RunSession::claim(const std::vector<RunEvent>& notices)
 {
     // Claimed first: a run that another process still trains refuses, with nothing dropped.
     store_->claim_run(run_id_);
-    // A run that starts over trains every step again: the same drop from step 0, which keeps
-    // the user's precision changes that this and any later start-over make again.
-    if (starts_over_ || !loaded_checkpoint_.empty()) store_->discard_steps_after(run_id_, trainer_->step());
+    if (starts_over_) store_->start_run_over(run_id_);
+    else if (!loaded_checkpoint_.empty()) store_->discard_steps_after(run_id_, trainer_->step());
     for (const auto& e : notices) store_->append_event(run_id_, e);
 }
 

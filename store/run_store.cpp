@@ -241,6 +241,19 @@ void exec(sqlite3* db, const char* sql)
     if (sqlite3_exec(db, sql, nullptr, nullptr, nullptr) != SQLITE_OK) throw SqliteFailure(db);
 }
 
+// Runs `body` in one write transaction: all of it is committed, or none (a throw rolls back).
+template <class Body> void in_write_transaction(sqlite3* db, Body&& body)
+{
+    exec(db, "BEGIN IMMEDIATE");
+    try {
+        body();
+        exec(db, "COMMIT");
+    } catch (...) {
+        sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
+    }
+}
+
 int64_t pragma_int(sqlite3* db, const char* sql)
 {
     Statement s(db, sql);
@@ -658,18 +671,41 @@ void RunStore::clear_run_records(int64_t run_id)
     require_writable("clear a run's records");
     flush();
     std::lock_guard lock(db_mutex_);
-    exec(db_, "BEGIN IMMEDIATE");
-    try {
+    in_write_transaction(db_, [&] {
         for (const char* sql : {"DELETE FROM scalars WHERE run_id=?", "DELETE FROM events WHERE run_id=?",
                                 "DELETE FROM layer_stats WHERE run_id=?", "DELETE FROM checkpoints WHERE run_id=?"}) {
             Statement s(db_, sql);
             s.bind(1, run_id).step();
         }
-        exec(db_, "COMMIT");
-    } catch (...) {
-        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-        throw;
-    }
+    });
+}
+
+void RunStore::start_run_over(int64_t run_id)
+{
+    require_writable("start a run over");
+    flush();
+    std::lock_guard lock(db_mutex_);
+    in_write_transaction(db_, [&] {
+        std::vector<int64_t> attempts;
+        {
+            Statement q(db_, "SELECT id, step, kind, message, fields FROM events WHERE run_id=?");
+            q.bind(1, run_id);
+            while (q.step()) {
+                const auto e = event_from_stored(q.int64(1), q.text(2), q.text(4), q.text(3));
+                if (e.kind != EventKind::PrecisionChanged || e.cause != ChangeCause::User) attempts.push_back(q.int64(0));
+            }
+        }
+        Statement event(db_, "DELETE FROM events WHERE id=?");
+        for (const int64_t id : attempts) {
+            event.reset();
+            event.bind(1, id).step();
+        }
+        for (const char* sql : {"DELETE FROM scalars WHERE run_id=?", "DELETE FROM layer_stats WHERE run_id=?",
+                                "DELETE FROM checkpoints WHERE run_id=?"}) {
+            Statement s(db_, sql);
+            s.bind(1, run_id).step();
+        }
+    });
 }
 
 void RunStore::discard_steps_after(int64_t run_id, int64_t step)
@@ -677,14 +713,7 @@ void RunStore::discard_steps_after(int64_t run_id, int64_t step)
     require_writable("discard a resumed run's later steps");
     flush();
     std::lock_guard lock(db_mutex_);
-    exec(db_, "BEGIN IMMEDIATE");
-    try {
-        delete_steps_after(run_id, step, INT64_MAX);
-        exec(db_, "COMMIT");
-    } catch (...) {
-        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-        throw;
-    }
+    in_write_transaction(db_, [&] { delete_steps_after(run_id, step, INT64_MAX); });
 }
 
 void RunStore::delete_steps_after(int64_t run_id, int64_t step, int64_t before_event)
@@ -747,18 +776,13 @@ int64_t RunStore::create_run(const std::string& name, const std::string& project
         // there by hand) and could then write no checkpoint of its own under their names: ids
         // whose folder still holds checkpoint files are skipped. The write lock keeps two
         // processes off one id.
-        exec(db_, "BEGIN IMMEDIATE");
-        try {
+        in_write_transaction(db_, [&] {
             id = pragma_int(db_, "SELECT coalesce(max(id), 0) + 1 FROM runs");
             while (holds_checkpoint_files(checkpoint_dir(id))) ++id;
             Statement s(db_, "INSERT INTO runs(id, name, project_path, config_json, status, uuid) "
                              "VALUES(?, ?, ?, ?, 'running', lower(hex(randomblob(16))))");
             s.bind(1, id).bind(2, name).bind(3, project_path).bind(4, config_json).step();
-            exec(db_, "COMMIT");
-        } catch (...) {
-            sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-            throw;
-        }
+        });
     }
     claim_run(id);
     return id;
@@ -1236,18 +1260,13 @@ void RunStore::write_tags(int64_t run_id, const std::vector<std::string>& tags, 
         Statement exists(db_, "SELECT 1 FROM runs WHERE id=?");
         if (!exists.bind(1, run_id).step()) throw StoreError("no run " + std::to_string(run_id) + " in " + path_);
     }
-    exec(db_, "BEGIN IMMEDIATE");
-    try {
+    in_write_transaction(db_, [&] {
         Statement s(db_, sql);
         for (const auto& t : clean) {
             s.reset();
             s.bind(1, run_id).bind(2, t).step();
         }
-        exec(db_, "COMMIT");
-    } catch (...) {
-        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-        throw;
-    }
+    });
 }
 
 std::vector<std::string> RunStore::tags(int64_t run_id)
@@ -1511,8 +1530,7 @@ void RunStore::put_mirrored_run(const RunInfo& info, const std::vector<std::stri
     require_writable("mirror a run");
     flush();
     std::lock_guard lock(db_mutex_);
-    exec(db_, "BEGIN IMMEDIATE");
-    try {
+    in_write_transaction(db_, [&] {
         Statement run(db_, "INSERT INTO runs(id, name, project_path, config_json, status, created_at, finished_at, uuid) "
                            "VALUES(?, ?, ?, ?, ?, ?, nullif(?, ''), nullif(?, '')) ON CONFLICT(id) DO UPDATE SET "
                            "name=excluded.name, project_path=excluded.project_path, config_json=excluded.config_json, "
@@ -1528,11 +1546,7 @@ void RunStore::put_mirrored_run(const RunInfo& info, const std::vector<std::stri
             tag.reset();
             tag.bind(1, info.id).bind(2, t).step();
         }
-        exec(db_, "COMMIT");
-    } catch (...) {
-        sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-        throw;
-    }
+    });
 }
 
 void RunStore::put_mirrored_rows(int64_t run_id, const std::vector<ScalarRow>& scalars,

@@ -154,9 +154,14 @@ public:
     void claim_run(int64_t run_id);
     void rename_run(int64_t run_id, const std::string& name);
     void delete_run(int64_t run_id); // with its metrics, events and layer statistics
-    // Keeps the run (id, name, uuid, tags) but drops everything it recorded: for a run that
-    // starts over because it died before its first checkpoint.
+    // Keeps the run (id, name, uuid, tags) but drops everything it recorded: for a replica
+    // whose source was rewritten under it.
     void clear_run_records(int64_t run_id);
+    // For a run that died before its first checkpoint and is trained again from step 0: drops
+    // everything that attempt recorded (its start included: the run is started once) except
+    // the user's own precision changes, which the new attempt makes again (RunSession::reopen)
+    // and a later start-over or resume must still find.
+    void start_run_over(int64_t run_id);
     // For a run resumed from its checkpoint at `step`, which trains the steps after it again:
     // drops what those steps recorded (scalars, layer statistics, the events that training them
     // again makes again: retraining_reproduces), so that each is recorded once, as in a run

@@ -749,6 +749,15 @@ private slots:
         QVERIFY(p.waitForStarted());
         QByteArray seen;
         QTRY_VERIFY_WITH_TIMEOUT((seen += p.readAllStandardOutput()).contains("step 3/"), 60000);
+        // The first attempt's start is in the store (the writer commits within ~250 ms), so
+        // the count of starts below can tell a dropped attempt from a kept one.
+        const auto starts_recorded = [&] {
+            RunStore store(db.toStdString(), OpenMode::ReadOnly);
+            for (const auto& e : store.events(1))
+                if (e.event.kind == EventKind::RunStarted) return true;
+            return false;
+        };
+        QTRY_VERIFY_WITH_TIMEOUT(starts_recorded(), 30000);
         ::kill(static_cast<pid_t>(p.processId()), SIGKILL);
         QVERIFY(p.waitForFinished(30000));
         QVERIFY(!QDir(db + ".checkpoints/run-1").exists() || QDir(db + ".checkpoints/run-1").isEmpty());

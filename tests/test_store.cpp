@@ -839,6 +839,42 @@ private slots:
     // A run resumed from its checkpoint at step 10 trains the steps after it again: what they
     // recorded goes (each is recorded again, once), what happened to the run stays, and a
     // replica drops the same rows when the resume's event reaches it.
+    // A start-over (killed before its first checkpoint) is the run started once: only the
+    // user's own precision changes are left for the new attempt to make again.
+    void aStartOverKeepsOnlyTheUsersPrecisionChanges()
+    {
+        QTemporaryDir dir;
+        RunStore store(dir.filePath("runs.sqlite").toStdString());
+        const auto id = store.create_run("r", "p.json", "{}");
+        for (const int64_t step : {0, 3}) {
+            for (const auto* tag : {"run_started", "memory_estimate", "layer_backends", "sample", "paused"})
+                store.append_event(id, text_event(step, tag, tag));
+            for (const auto cause : {ChangeCause::User, ChangeCause::Watcher, ChangeCause::Resume}) {
+                RunEvent change = text_event(step, "precision_changed", "");
+                change.pattern = "h.0.*";
+                change.cause = cause;
+                store.append_event(id, change);
+            }
+            store.append_scalar(id, step, "train/loss", double(step));
+            TensorStats t;
+            t.layer = "lm_head";
+            t.role = "weight";
+            store.append_layer_stats(id, step, t);
+        }
+        store.record_checkpoint({id, 3, dir.filePath("step-3.pt").toStdString(), "00", 1});
+        store.flush();
+
+        store.start_run_over(id);
+        std::vector<std::string> kept;
+        for (const auto& e : store.events(id))
+            kept.push_back(std::to_string(e.step) + " " + e.kind + " " + std::string(change_cause_name(e.event.cause)));
+        QCOMPARE(kept, (std::vector<std::string>{"0 precision_changed user", "3 precision_changed user"}));
+        QVERIFY(store.series(id, "train/loss").empty());
+        QVERIFY(store.layer_stats(id).empty());
+        QVERIFY(store.checkpoints(id).empty());
+        QCOMPARE(store.list_runs().size(), size_t(1));
+    }
+
     void aResumeDropsWhatTheStepsAfterItsCheckpointRecorded()
     {
         QTemporaryDir dir;
