@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "precision_policy.h"
 #include "run_event.h"
@@ -33,6 +34,18 @@ public:
         {
             std::lock_guard lock(mutex_);
             queue_.push_back(command);
+        }
+        ready_.notify_all();
+    }
+
+    // Ahead of every queued command, in their order: what the run did at this boundary before
+    // anything asked for since (a resume's replays of the interrupted run's changes).
+    void push_front(const std::vector<Command>& commands)
+    {
+        if (commands.empty()) return;
+        {
+            std::lock_guard lock(mutex_);
+            queue_.insert(queue_.begin(), commands.begin(), commands.end());
         }
         ready_.notify_all();
     }

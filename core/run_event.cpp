@@ -218,6 +218,7 @@ std::string event_fields_json(const RunEvent& e)
         j["layer_states"] = states;
     }
     if (!e.text.empty()) j["text"] = e.text;
+    if (e.later_steps_dropped) j["later_steps_dropped"] = true;
     return j.dump();
 }
 
@@ -273,6 +274,8 @@ RunEvent event_from_stored(int64_t step, const std::string& tag, const std::stri
             e.layer_states.push_back(std::move(l));
         }
     e.text = str("text");
+    if (const auto it = j.find("later_steps_dropped"); it != j.end() && it->is_boolean())
+        e.later_steps_dropped = it->get<bool>();
     return e;
 }
 

@@ -77,6 +77,10 @@ struct RunEvent {
     std::vector<std::pair<std::string, int64_t>> bytes; // MemoryEstimate: component -> bytes
     std::vector<LayerState> layer_states;  // LayerBackends, ResumedFromCheckpoint, PrecisionChanged
     std::string text;                      // prose no code reads: a sample, a description, a reason
+    // ResumedFromCheckpoint: the store dropped what the steps after it had recorded before they
+    // were trained again (RunStore::discard_steps_after). A store written by an older version
+    // kept them, and a replica of it must too.
+    bool later_steps_dropped = false;
     std::string other_tag;                 // Other: the tag as stored, shown as it is
 
     // "alert_<watcher>" for alerts, event_kind_name otherwise.

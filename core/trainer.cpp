@@ -305,11 +305,15 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
     };
     while (step < cfg.training.steps) {
         // A resumed run's own precision changes, at the boundaries where it first made them
-        // (rank 0's queue: data parallel sends them to every rank from there).
+        // (rank 0's queue: data parallel sends them to every rank from there). They go before
+        // a change the user asked for since, as they were made before it: the order the store
+        // records, and a later resume replays, is the order applied.
+        std::vector<Command> due;
         while (!s.replays.empty() && s.replays.begin()->first <= step) {
-            if (s.is_rank0()) s.commands.push(s.replays.begin()->second);
+            due.push_back(s.replays.begin()->second);
             s.replays.erase(s.replays.begin());
         }
+        if (s.is_rank0()) s.commands.push_front(due);
         // A frame in flight is handed on before the first command is applied (a command that
         // arrives while this runs is too: the check and the pop are one).
         if (!s.apply_commands(sink, deliver_now)) {

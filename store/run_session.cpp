@@ -53,6 +53,26 @@ void replay_precision_changes(RunStore& store, int64_t run_id, Trainer& trainer)
     }
 }
 
+// Records that claim() dropped the steps after the checkpoint, so that a replica of this store
+// drops them too and one of an older store (which kept them) does not.
+class ResumeRecordingSink : public StoreSink {
+public:
+    ResumeRecordingSink(RunStore& store, int64_t run_id, bool dropped)
+        : StoreSink(store, run_id), dropped_(dropped)
+    {
+    }
+    void on_event(const RunEvent& e) override
+    {
+        if (e.kind != EventKind::ResumedFromCheckpoint || !dropped_) return StoreSink::on_event(e);
+        RunEvent recorded = e;
+        recorded.later_steps_dropped = true;
+        StoreSink::on_event(recorded);
+    }
+
+private:
+    bool dropped_;
+};
+
 } // namespace
 
 DeletedRun delete_run_with_checkpoints(RunStore& store, int64_t run_id)
@@ -226,7 +246,10 @@ void RunSession::claim(const std::vector<RunEvent>& notices)
     // Claimed first: a run that another process still trains refuses, with nothing dropped.
     store_->claim_run(run_id_);
     if (starts_over_) store_->start_run_over(run_id_);
-    else if (!loaded_checkpoint_.empty()) store_->discard_steps_after(run_id_, trainer_->step());
+    else if (!loaded_checkpoint_.empty()) {
+        store_->discard_steps_after(run_id_, trainer_->step());
+        dropped_after_checkpoint_ = true;
+    }
     for (const auto& e : notices) store_->append_event(run_id_, e);
 }
 
@@ -255,7 +278,7 @@ void RunSession::on_checkpoint_written(const Trainer::CheckpointWrite& write)
 
 SessionOutcome RunSession::run(const std::vector<TelemetrySink*>& sinks)
 {
-    StoreSink store_sink(*store_, run_id_);
+    ResumeRecordingSink store_sink(*store_, run_id_, dropped_after_checkpoint_);
     std::vector<TelemetrySink*> all{&store_sink};
     all.insert(all.end(), sinks.begin(), sinks.end());
     FanOutSink sink(std::move(all));

@@ -102,8 +102,8 @@ public:
     int64_t run_id() const { return run_id_; }
     const std::string& loaded_checkpoint() const { return loaded_checkpoint_; } // "" for a new run
     // The reopened run died before its first checkpoint: it starts again from step 0 (the
-    // seed makes that the same run), and claim() drops what its steps had recorded (the
-    // run's history and the user's precision changes stay).
+    // seed makes that the same run), and claim() drops all that the attempt recorded but the
+    // user's precision changes (RunStore::start_run_over).
     bool starts_over() const { return starts_over_; }
 
 private:
@@ -116,6 +116,7 @@ private:
     int64_t run_id_ = -1;
     std::string loaded_checkpoint_;
     bool starts_over_ = false;
+    bool dropped_after_checkpoint_ = false; // by claim(): the resume event says so
     TelemetrySink* live_sink_ = nullptr; // the fan-out while run() is in progress
 };
 

@@ -1565,9 +1565,12 @@ void RunStore::put_mirrored_rows(int64_t run_id, const std::vector<ScalarRow>& s
         if (!run.bind(1, run_id).step()) throw StoreError("run " + std::to_string(run_id) + " is not in the replica");
         // A resume dropped the steps after its checkpoint from the source before it trained
         // them again (discard_steps_after): the replica drops them too. The page's rows are
-        // all of the source's state since, so they go in after.
+        // all of the source's state since, so they go in after. A source written by an older
+        // version kept them, and says nothing.
         for (const auto& e : events)
-            if (e.kind == event_kind_name(EventKind::ResumedFromCheckpoint)) delete_steps_after(run_id, e.step, e.id);
+            if (e.kind == event_kind_name(EventKind::ResumedFromCheckpoint) &&
+                event_from_stored(e.step, e.kind, e.fields, e.message).later_steps_dropped)
+                delete_steps_after(run_id, e.step, e.id);
         // A source row that is sent again (the client re-reads its last step) replaces itself.
         Statement scalar(db_, "INSERT OR REPLACE INTO scalars(run_id, tag, step, value) VALUES(?, ?, ?, ?)");
         for (const auto& r : scalars) {

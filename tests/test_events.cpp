@@ -38,6 +38,7 @@ std::vector<RunEvent> one_of_each()
         auto& e = add(EventKind::ResumedFromCheckpoint, 20);
         e.path = "/runs/a.sqlite.checkpoints/run-1/step-00000020.pt";
         e.layer_states = {{"blocks.0.attn.qkv", kFp8, "delayed", ""}};
+        e.later_steps_dropped = true;
     }
     add(EventKind::Sample, 20).text = "line one\nline two";
     add(EventKind::Paused, 21);
@@ -120,6 +121,7 @@ void compare_events(const RunEvent& a, const RunEvent& b)
     QCOMPARE(a.bytes, b.bytes);
     QVERIFY(a.layer_states == b.layer_states);
     QCOMPARE(a.text, b.text);
+    QCOMPARE(a.later_steps_dropped, b.later_steps_dropped);
     QCOMPARE(a.message(), b.message());
 }
 

@@ -339,6 +339,27 @@ private slots:
         }
     }
 
+    // A resume's replay of the interrupted run's change at a boundary goes before a change the
+    // user asked for since: the user's is the later one, in the run as in the store's order,
+    // which is the order a later resume replays them in.
+    void aReplayGoesBeforeAChangeAskedForSince()
+    {
+        auto config = golden_project();
+        config.training.steps = 1;
+        config.eval.interval = 0;
+        Trainer trainer(config);
+        trainer.request_layer_formats("lm_head", uniform(NumberFormat::FP32)); // asked for before step 0's boundary
+        trainer.replay_layer_formats(0, "*", uniform(NumberFormat::BF16));
+        Recorder rec;
+        trainer.run(rec);
+        std::vector<std::string> changes;
+        for (const auto& e : rec.events)
+            if (e.kind == EventKind::PrecisionChanged) changes.push_back(e.pattern + " " + std::string(change_cause_name(e.cause)));
+        QCOMPARE(changes, (std::vector<std::string>{"* resume", "lm_head user"}));
+        for (const auto& layer : trainer.layers())
+            QCOMPARE(layer.formats, uniform(layer.name == "lm_head" ? NumberFormat::FP32 : NumberFormat::BF16));
+    }
+
     // loss_scaling.mode "auto" follows the formats as they are: a live change to FP16 turns
     // dynamic loss scaling on (from init_scale) at the step it takes effect, a change away from
     // FP16 turns it off, and a checkpoint taken in between resumes with its scale, its

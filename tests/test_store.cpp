@@ -938,13 +938,25 @@ private slots:
                                        {20, "train/loss", 20.0}},
                                   source_rows);
         const int64_t next = source_rows.back().id + 1;
-        const std::vector<StoredEventRow> page{{next, 10, "resumed_from_checkpoint", "continuing", "", "{}"},
-                                               {next + 1, 11, "loss_scale_growth", "scale 1 -> 2", "", "{}"}};
+        const std::vector<StoredEventRow> page{
+            {next, 10, "resumed_from_checkpoint", "continuing", "", R"({"later_steps_dropped":true})"},
+            {next + 1, 11, "loss_scale_growth", "scale 1 -> 2", "", "{}"}};
         replica.put_mirrored_rows(id, {{11, "train/loss", 11.5}}, page);
         auto want = history;
         want.push_back("11 loss_scale_growth"); // events come by id
         QCOMPARE(kept_after_10(replica, id), want);
         QCOMPARE(replica.series(id, "train/loss"), (Series{{5, 5.0}, {10, 10.0}, {11, 11.5}}));
+
+        // A source written by an older version kept the steps after its resumes, and its
+        // resume event does not say it dropped them: a replica of it keeps them too.
+        RunStore older(dir.filePath("older.sqlite").toStdString());
+        older.put_mirrored_run(store.list_runs().at(0), {});
+        older.put_mirrored_rows(id, {{5, "train/loss", 5.0}, {20, "train/loss", 20.0}}, source_rows);
+        auto old_page = page;
+        old_page.front().fields = R"({"path":"step-10.pt"})";
+        older.put_mirrored_rows(id, {{11, "train/loss", 11.5}}, old_page);
+        QCOMPARE(older.series(id, "train/loss"), (Series{{5, 5.0}, {11, 11.5}, {20, 20.0}}));
+        QCOMPARE(older.events(id).size(), source_rows.size() + old_page.size());
     }
 
     void aDeletedRunsIdIsNotHandedOutWhileItsCheckpointFolderHoldsFiles()
