@@ -436,25 +436,25 @@ torch::Tensor scaled_mm_padded(const torch::Tensor& a_codes, const torch::Tensor
                                const torch::Tensor& b_inv, const torch::Tensor& bias, c10::ScalarType out_dtype,
                                bool fast_accum)
 {
-    const int64_t M = a_codes.size(0), K = a_codes.size(1), N = b_codes.size(1);
+    // _scaled_mm (and cuBLASLt under it) needs K and N in multiples of 16; M may be any.
+    const int64_t K = a_codes.size(1), N = b_codes.size(1);
     const auto up = [](int64_t n) { return (n + 15) / 16 * 16; };
-    const int64_t M16 = up(M), K16 = up(K), N16 = up(N);
-    if (M16 == M && K16 == K && N16 == N) return scaled_mm_call(a_codes, a_inv, b_codes, b_inv, bias, out_dtype, fast_accum);
-    // Code 0x00 is +0 in both formats: padded K adds exact zeros to every sum, and padded rows
-    // and columns are cut off again. Padded as bytes (constant_pad_nd has no FP8 kernels).
+    const int64_t K16 = up(K), N16 = up(N);
+    if (K16 == K && N16 == N) return scaled_mm_call(a_codes, a_inv, b_codes, b_inv, bias, out_dtype, fast_accum);
+    // Code 0x00 is +0 in both formats: padded K adds exact zeros to every sum, and padded
+    // columns are cut off again. Padded as bytes (constant_pad_nd has no FP8 kernels).
     const auto pad_codes = [](const torch::Tensor& t, int64_t rows, int64_t cols) { // -> (rows, cols) row-major
         return torch::constant_pad_nd(t.view(torch::kUInt8), {0, cols - t.size(1), 0, rows - t.size(0)}, 0)
             .view(t.scalar_type());
     };
-    const auto a = pad_codes(a_codes, M16, K16);
+    const auto a = K16 == K ? a_codes : pad_codes(a_codes, a_codes.size(0), K16);
     const auto b = pad_codes(b_codes.t(), N16, K16).t(); // (K16, N16) column-major, as _scaled_mm takes it
-    // Row-wise scales of the padded rows and columns multiply zeros: any finite value does.
-    // Row-wise is one decision for both (as fp8_gemm's): a single row's scales are (1, 1).
+    // Row-wise scales of the padded columns multiply zeros: any finite value does. Row-wise is
+    // one decision for both (as fp8_gemm's): a single row's scales are (1, 1).
     const bool rowwise = a_inv.numel() > 1 || b_inv.numel() > 1;
-    const auto a_s = rowwise ? torch::constant_pad_nd(a_inv, {0, 0, 0, M16 - M}, 1.0) : a_inv; // (M16, 1)
-    const auto b_s = rowwise ? torch::constant_pad_nd(b_inv, {0, N16 - N}, 1.0) : b_inv;       // (1, N16)
+    const auto b_s = rowwise ? torch::constant_pad_nd(b_inv, {0, N16 - N}, 1.0) : b_inv; // (1, N16)
     const auto bias16 = bias.defined() ? torch::constant_pad_nd(bias, {0, N16 - N}, 0.0) : bias;
-    const auto y = scaled_mm_call(a, a_s, b, b_s, bias16, out_dtype, fast_accum).narrow(0, 0, M);
+    const auto y = scaled_mm_call(a, a_inv, b, b_s, bias16, out_dtype, fast_accum);
     return N16 == N ? y : y.narrow(1, 0, N).contiguous(); // callers view it as (..., N)
 }
 
