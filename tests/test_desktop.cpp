@@ -106,7 +106,8 @@ private slots:
 
     void windowUsesTheIcons()
     {
-        MainWindow window(QDir::temp().filePath(QStringLiteral("test_desktop_icons.sqlite")));
+        QTemporaryDir tmp;
+        MainWindow window(tmp.filePath(QStringLiteral("test_desktop_icons.sqlite")));
         const auto* bar = window.findChild<QToolBar*>(QStringLiteral("runToolBar"));
         QVERIFY(bar);
         QStringList withIcons;
@@ -282,7 +283,8 @@ private slots:
 
     void plotsFollowThePalette()
     {
-        MainWindow window(QDir::temp().filePath(QStringLiteral("test_desktop_palette.sqlite")));
+        QTemporaryDir tmp;
+        MainWindow window(tmp.filePath(QStringLiteral("test_desktop_palette.sqlite")));
         LossPlot* plot = window.monitorPage()->lossPlot();
         // The corner of a rendering lies outside the axis rect: the plot's background.
         const auto background = [plot] { return plot->toPixmap(200, 150).toImage().pixelColor(1, 1); };

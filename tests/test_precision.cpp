@@ -370,7 +370,8 @@ private slots:
         config.training.steps = 8;
         config.eval.interval = 0;
         config.precision.loss_scaling.growth_interval = 2; // the scale moves within the run
-        const QString checkpoint = QDir::temp().filePath("mantissa-test-auto-scaling.pt");
+        QTemporaryDir tmp;
+        const QString checkpoint = tmp.filePath("mantissa-test-auto-scaling.pt");
         Trainer trainer(config);
         Recorder rec;
         double scale_at_checkpoint = 0;
@@ -490,7 +491,8 @@ private slots:
             saved.linear(x, w, {}).sum().backward();
         }
         const auto before = saved.delayed(OperandRole::Input, NumberFormat::E4M3);
-        const QString file = QDir::temp().filePath("mantissa-test-history-length.pt");
+        QTemporaryDir tmp;
+        const QString file = tmp.filePath("mantissa-test-history-length.pt");
         {
             torch::serialize::OutputArchive out;
             saved.save(out);

@@ -568,25 +568,25 @@ private slots:
         QCOMPARE(window.runsPage()->model()->run(0).name, std::string("seeded"));
         auto* label = window.findChild<QLabel*>("remoteStatus");
         QVERIFY(label);
-        QTRY_VERIFY(label->text().startsWith(QString("connected to 127.0.0.1:%1").arg(server.port())));
+        QTRY_VERIFY_WITH_TIMEOUT(label->text().startsWith(QString("connected to 127.0.0.1:%1").arg(server.port())), 30000);
         QVERIFY(label->text().contains("B/s"));
         QVERIFY(!label->isHidden());
         QVERIFY(window.storeConnection()->store());
         QVERIFY(window.storeConnection()->readOnly()); // edits would be overwritten by the mirror
-        QTRY_VERIFY(compare_stores(QString::fromStdString(db), window.remoteConnector()->mirror()->replicaPath()).isEmpty());
+        QTRY_VERIFY_WITH_TIMEOUT(compare_stores(QString::fromStdString(db), window.remoteConnector()->mirror()->replicaPath()).isEmpty(), 30000);
         // Nothing trains in the window: the Monitor shows the newest remote run, all of it.
-        QTRY_COMPARE(window.monitorFeed()->followedRun(), int64_t(1));
-        QTRY_COMPARE(window.monitorPage()->history().steps().size(), size_t(3));
+        QTRY_COMPARE_WITH_TIMEOUT(window.monitorFeed()->followedRun(), int64_t(1), 30000);
+        QTRY_COMPARE_WITH_TIMEOUT(window.monitorPage()->history().steps().size(), size_t(3), 30000);
         QCOMPARE(window.monitorPage()->history().steps().back().train_loss, 2.0 / 3.0);
         QCOMPARE(window.monitorPage()->history().evals().size(), size_t(1));
         // The status bar's run readout shows the followed run, as it shows one that trains here.
-        QTRY_COMPARE(window.statusWidget()->etaText(), QString("done"));
+        QTRY_COMPARE_WITH_TIMEOUT(window.statusWidget()->etaText(), QString("done"), 30000);
         QCOMPARE(window.statusWidget()->step(), qint64(3));
         QCOMPARE(window.statusWidget()->findChild<QProgressBar*>("runProgress")->format(), QString("step 3 / 3"));
         QVERIFY(!window.sendRemoteCommand("pause")); // the seeded run has finished
         QCOMPARE(window.lastError(), QString("No remote run is training"));
         window.disconnectRemote();
-        QTRY_COMPARE(window.runsPage()->model()->rowCount(), 0);
+        QTRY_COMPARE_WITH_TIMEOUT(window.runsPage()->model()->rowCount(), 0, 30000);
         QVERIFY(label->isHidden());
     }
 
@@ -596,12 +596,12 @@ private slots:
         const QString db = path("shown.sqlite");
         write_store(db.toStdString());
         MainWindow window(db);
-        QTRY_VERIFY(window.runsPage()->refresh() && window.runsPage()->model()->rowCount() == 1);
+        QTRY_VERIFY_WITH_TIMEOUT(window.runsPage()->refresh() && window.runsPage()->model()->rowCount() == 1, 30000);
         QCOMPARE(window.statusWidget()->step(), qint64(0));
         window.runsPage()->selectRuns({1});
         QVERIFY(window.runsPage()->showSelectedInMonitor());
         QCOMPARE(window.monitorFeed()->followedRun(), int64_t(1));
-        QTRY_COMPARE(window.statusWidget()->etaText(), QString("done"));
+        QTRY_COMPARE_WITH_TIMEOUT(window.statusWidget()->etaText(), QString("done"), 30000);
         QCOMPARE(window.statusWidget()->step(), qint64(3));
         auto* progress = window.statusWidget()->findChild<QProgressBar*>("runProgress");
         QCOMPARE(progress->format(), QString("step 3 / 3"));

@@ -321,8 +321,11 @@ private slots:
         store.append_scalar(id, 1, "train/loss", 2.0);
         sqlite3* reader = nullptr;
         sqlite3_open(path.c_str(), &reader);
+        sqlite3_busy_timeout(reader, 5000);
         int count = 0;
-        for (int i = 0; i < 40 && count == 0; ++i) {
+        // Waits longer than the writer's interval needs: under ASan on a loaded machine its
+        // thread may not be scheduled for a while, and the point is that no flush was asked for.
+        for (int i = 0; i < 400 && count == 0; ++i) {
             QTest::qWait(50);
             sqlite3_stmt* s = nullptr;
             sqlite3_prepare_v2(reader, "SELECT count(*) FROM scalars", -1, &s, nullptr);
