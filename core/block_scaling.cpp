@@ -693,7 +693,8 @@ torch::Tensor quantize_block_recipe(const torch::Tensor& x, NumberFormat format,
         const auto plain = x2;
         // The transform's output in BF16, as TE's: its kernel takes BF16 and writes BF16 (the
         // unfused path rounds there for the same bits), so the amax and every value after it
-        // are those of the rounded operand.
+        // are those of the rounded operand. NaN bits differ between the CPU's fused pass and
+        // LibTorch's casts (and so the content seed of an operand holding one).
         if (rht) x2 = round_to_format(random_hadamard_transform(x2), NumberFormat::BF16, Overflow::Propagate);
         const bool stochastic = role == TensorRole::Gradient && recipe.nvfp4_stochastic_rounding;
         // On a GPU the seed stays there: reading it back would stall the stream every cast.

@@ -99,7 +99,7 @@ Fp8Tensor quantize_fp8_rowwise_native(const torch::Tensor& x, NumberFormat forma
 bool per_row(const Fp8Tensor& t);
 
 // Whether at::_scaled_mm (sm_89+) can multiply these operands as fp8_gemm lays them out
-// (dimensions padded to multiples of 16: scaled_mm_padded): at least one E4M3 operand, and for
+// (K and N padded to multiples of 16: scaled_mm_padded): at least one E4M3 operand, and for
 // row-wise scales E4M3 on both sides with a BF16 output. The device is the caller's to check.
 bool scaled_mm_takes(const torch::Tensor& a_codes, const torch::Tensor& a_inv, const torch::Tensor& b_codes,
                      const torch::Tensor& b_inv, c10::ScalarType out_dtype);
@@ -121,9 +121,9 @@ torch::Tensor fp8_gemm(const torch::Tensor& a_codes, const torch::Tensor& a_inv,
                        const torch::Tensor& b_inv, const torch::Tensor& bias, c10::ScalarType out_dtype,
                        bool fast_accum, bool* native = nullptr);
 
-// scaled_mm_call with every dimension padded to a multiple of 16, which _scaled_mm needs (a
-// vocabulary of 50257, a batch of odd tokens): zero codes, unit row-wise scales and a zero
-// bias in the padding, cut off the product again. Padded K adds exact zeros to each sum.
+// scaled_mm_call with K and N padded to multiples of 16, which _scaled_mm needs (a vocabulary
+// of 50257, an odd width); M (the tokens) may be any. Zero codes, unit row-wise scales and a
+// zero bias in the padding, cut off the product again. Padded K adds exact zeros to each sum.
 torch::Tensor scaled_mm_padded(const torch::Tensor& a_codes, const torch::Tensor& a_inv, const torch::Tensor& b_codes,
                                const torch::Tensor& b_inv, const torch::Tensor& bias, c10::ScalarType out_dtype,
                                bool fast_accum);

@@ -78,8 +78,8 @@ public:
     int64_t create_run(RunStore& store, const std::string& name, const std::string& project_path);
     // Takes a reopened run over again ("running"); `report`'s events were already shown, this
     // records them. What the steps after the loaded checkpoint recorded is dropped first: they
-    // are trained again (RunStore::discard_steps_after). Throws StoreError (in use by another
-    // process).
+    // are trained again (RunStore::discard_steps_after; a run that starts over drops its first
+    // attempt, RunStore::start_run_over). Throws StoreError (in use by another process).
     void claim(const std::vector<RunEvent>& notices = {});
 
     // Trains until done or stopped, telemetry to the store and to `sinks`. Never throws; the

@@ -691,6 +691,7 @@ void RunStore::start_run_over(int64_t run_id)
             Statement q(db_, "SELECT id, step, kind, message, fields FROM events WHERE run_id=?");
             q.bind(1, run_id);
             while (q.step()) {
+                // A change whose fields cannot be read counts as the user's (the default): kept.
                 const auto e = event_from_stored(q.int64(1), q.text(2), q.text(4), q.text(3));
                 if (e.kind != EventKind::PrecisionChanged || e.cause != ChangeCause::User) attempts.push_back(q.int64(0));
             }

@@ -418,7 +418,7 @@ private slots:
         QVERIFY(scaled_mm_takes(e5m2(32, 64), one, e4m3(64, 16), one, bf16)); // HYBRID's dgrad
         QVERIFY(scaled_mm_takes(e4m3(32, 64), one, e5m2(64, 16), one, torch::kFloat32));
         QVERIFY(!scaled_mm_takes(e5m2(32, 64), one, e5m2(64, 16), one, bf16));
-        // Dimensions that are not multiples of 16 are padded (scaled_mm_padded).
+        // K or N not a multiple of 16 is padded (scaled_mm_padded); M may be any.
         QVERIFY(scaled_mm_takes(e4m3(32, 72), one, e4m3(72, 16), one, bf16));
         QVERIFY(scaled_mm_takes(e4m3(24, 64), one, e4m3(64, 16), one, bf16));
         // Row-wise: (M, 1) and (1, N) scales, E4M3 both sides, BF16 out.

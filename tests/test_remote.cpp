@@ -802,6 +802,45 @@ private slots:
         b.finish_run(id, RunStatus::Finished);
     }
 
+    // A store written by a version that kept the steps after a resume (its resume event does
+    // not say it dropped them): a replica that held those steps before the resume's page came
+    // keeps them too, equal to its source, instead of dropping rows the source still has.
+    void aReplicaOfAStoreThatKeptAResumesStepsKeepsThem()
+    {
+        const std::string db = path("kept-steps.sqlite").toStdString();
+        const QString replica = path("kept-steps-replica.sqlite");
+        RunStore source(db); // the run stays "running" while this process holds it
+        const auto id = source.create_run("older", "p.json", "{}");
+        for (int64_t step = 1; step <= 20; ++step) source.append_scalar(id, step, "train/loss", double(step));
+        RunEvent sample;
+        sample.kind = EventKind::Sample;
+        sample.step = 15;
+        sample.text = "the first attempt's";
+        source.append_event(id, sample);
+        source.flush();
+        StoreServer server(in_process(db));
+        RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(server.port())), QString::fromStdString(kToken), replica);
+        mirror.start();
+        const auto replica_events = [&] { return RunStore::open_read_only(replica.toStdString())->events(id).size(); };
+        QVERIFY(QTest::qWaitFor([&] { return QFile::exists(replica) && replica_events() == 1; }, 30000));
+
+        RunEvent resumed;
+        resumed.kind = EventKind::ResumedFromCheckpoint;
+        resumed.step = 10;
+        resumed.path = "step-00000010.pt"; // later_steps_dropped unset, as older versions wrote it
+        source.append_event(id, resumed);
+        for (int64_t step = 11; step <= 20; ++step) source.append_scalar(id, step, "train/loss", double(step) + 0.5);
+        sample.text = "the resumed run's";
+        source.append_event(id, sample);
+        source.flush();
+        QVERIFY2(QTest::qWaitFor([&] { return compare_stores(QString::fromStdString(db), replica).isEmpty(); }, 30000),
+                 qPrintable(compare_stores(QString::fromStdString(db), replica)));
+        QCOMPARE(replica_events(), size_t(3));
+        source.finish_run(id, RunStatus::Finished);
+        QVERIFY2(wait_complete(mirror, QString::fromStdString(db), 30000),
+                 qPrintable(compare_stores(QString::fromStdString(db), replica)));
+    }
+
     // A pooled connection that read the file as immutable is not lent again once a writer has
     // changed the file and closed it (no WAL left to tell): it would read the new file as
     // "malformed", or the old one.

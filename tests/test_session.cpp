@@ -414,11 +414,14 @@ void TestSession::aResumeMakesTheInterruptedRunsPrecisionChangesAgain()
                    std::to_string(theirs.layer_stats);
         return std::string();
     };
+    int resumes = 0;
     for (const auto& e : store.events(interrupted))
         if (e.event.kind == EventKind::ResumedFromCheckpoint) {
+            ++resumes;
             QCOMPARE(e.event.text, std::string("makes the precision changes of the interrupted run again at step 15"));
             QVERIFY(e.event.later_steps_dropped); // a replica drops them too
         }
+    QCOMPARE(resumes, 1);
     QCOMPARE(changes_at_15(), (std::vector<std::string>{"user", "resume"}));
     QCOMPARE(recorded_once(), std::string());
 

@@ -839,9 +839,6 @@ private slots:
         QVERIFY(!other.find_run("1"));
     }
 
-    // A run resumed from its checkpoint at step 10 trains the steps after it again: what they
-    // recorded goes (each is recorded again, once), what happened to the run stays, and a
-    // replica drops the same rows when the resume's event reaches it.
     // A start-over (killed before its first checkpoint) is the run started once: only the
     // user's own precision changes are left for the new attempt to make again.
     void aStartOverKeepsOnlyTheUsersPrecisionChanges()
@@ -878,6 +875,9 @@ private slots:
         QCOMPARE(store.list_runs().size(), size_t(1));
     }
 
+    // A run resumed from its checkpoint at step 10 trains the steps after it again: what they
+    // recorded goes (each is recorded again, once), what happened to the run stays, and a
+    // replica drops the same rows when the resume's event (which says so) reaches it.
     void aResumeDropsWhatTheStepsAfterItsCheckpointRecorded()
     {
         QTemporaryDir dir;

@@ -450,7 +450,8 @@ void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
         const QJsonObject o = v.toObject();
         events.push_back({integer(o.value("id")), integer(o.value("step")), text(o, "kind"), text(o, "message"),
                           text(o, "created_at"), text(o, "fields")});
-        // A resume rewrote the steps after its checkpoint: read them again from there.
+        // A resume rewrote the steps after its checkpoint: read them again from there (rows
+        // come back by key, so reading them again is harmless where an older source kept them).
         if (events.back().kind == event_kind_name(EventKind::ResumedFromCheckpoint))
             rewindTo = rewindTo < 0 ? events.back().step : std::min<qint64>(rewindTo, events.back().step);
     }
