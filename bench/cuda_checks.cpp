@@ -8,6 +8,7 @@
 // --quick trains two recipes instead of all (CTest runs it on the CPU, so that the harness
 // the first GPU session depends on keeps working).
 // - casts: round_to_format on the device, bit for bit against the CPU, on crafted edge values;
+// - fp8 gemm: _scaled_mm with K or N padded to 16 and any M, against the exact product;
 // - stats: the device's statistics row against the host reference scan: counts exact, energies
 //   to FP64 rounding; also the () scale tensor overload of native FP8;
 // - stats kernel: the fused row (CUDA: Mantissa's kernel, after its probe) against the tensor
@@ -152,6 +153,44 @@ void casts_and_stats(const torch::Device& device)
 // against the tensor ops on tensors large enough for every block of the grid: counts exact,
 // energies to FP64 rounding, and the time of one row each (GPT-2 small's MLP activations are
 // 50 M values).
+// FP8 GEMMs whose K or N is not a multiple of 16 (padded for _scaled_mm) or whose M is odd
+// (not padded: _scaled_mm takes any M), per tensor and per row, with and without a bias:
+// small integers times powers of two, so the product is exact on every path.
+void padded_gemms(const torch::Device& device)
+{
+    struct Case {
+        int64_t m, k, n;
+        bool rowwise, bias;
+    };
+    for (const Case& c : {Case{1, 32, 16, true, false}, Case{33, 24, 30, true, true}, Case{20, 40, 32, true, false},
+                          Case{32, 64, 65, false, true}, Case{17, 32, 16, false, false}}) {
+        const std::string name = "fp8 gemm " + std::to_string(c.m) + "x" + std::to_string(c.k) + "x" +
+                                 std::to_string(c.n) + (c.rowwise ? " per row" : " per tensor") + (c.bias ? ", bias" : "");
+        check(name, [&] {
+            const auto values = [](int64_t rows, int64_t cols, int64_t seed) {
+                return (torch::arange(rows * cols).reshape({rows, cols}) * seed % 5 - 2).to(torch::kFloat32);
+            };
+            const auto a = values(c.m, c.k, 3), b = values(c.n, c.k, 7); // b as the weight (N, K)
+            torch::Tensor a_inv = torch::full({}, 0.5f), b_inv = torch::full({}, 4.0f);
+            if (c.rowwise) {
+                a_inv = torch::pow(2.0f, torch::arange(c.m).remainder(4).to(torch::kFloat32) - 2).unsqueeze(1);
+                b_inv = torch::pow(2.0f, torch::arange(c.n).remainder(3).to(torch::kFloat32)).unsqueeze(0);
+            }
+            const auto bias = c.bias ? torch::arange(c.n).to(torch::kFloat32) * 0.25 + 1 : torch::Tensor();
+            bool native = false;
+            const auto y = fp8_gemm(a.to(device).to(torch::kFloat8_e4m3fn), a_inv.to(device),
+                                    b.to(device).to(torch::kFloat8_e4m3fn).t(), b_inv.to(device),
+                                    c.bias ? bias.to(device).to(torch::kBFloat16) : torch::Tensor(), torch::kBFloat16,
+                                    false, &native);
+            auto expected = torch::mm(a * a_inv, b.t() * b_inv);
+            if (c.bias) expected = expected + bias;
+            const int64_t differ = differing_floats(y, expected.to(torch::kBFloat16));
+            report(differ == 0 && y.sizes() == expected.sizes(), name,
+                   fmt("%.0f values differ from the exact product", double(differ)) + (native ? ", _scaled_mm" : ", dequantised"));
+        });
+    }
+}
+
 void stats_kernels(const torch::Device& device, bool quick)
 {
     const bool cuda = device.is_cuda();
@@ -546,6 +585,7 @@ int main(int argc, char** argv)
     const auto dir = std::filesystem::temp_directory_path() / ("cuda_checks_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);
     casts_and_stats(torch::Device(device));
+    padded_gemms(torch::Device(device));
     stats_kernels(torch::Device(device), quick);
     training(device, quick);
     resume(device, dir.string(), quick);

@@ -11,18 +11,21 @@
 #   here, once:  ../shared/gpu/prepare.sh
 #   the device:  run(command="bash bench/gpu_session.sh", carry=[".gpu"], timeout_s=600)
 #
-# Logs under $OUT: timeline.txt, build.txt (+ build_log.txt, configure_log.txt), gpu_bench.txt
+# Logs under $OUT: timeline.txt, build.txt (+ build_log.txt: configure and build), gpu_bench.txt
 # and gpu_bench_{first,rest}.json, cuda_checks.txt. GPU_SESSION_S is the deadline (s, default
 # 570, inside the call's 600), GPU_CHECKS_S the checks' share (default 140), GPU_BENCH_ARGS
-# replaces bench/gpu.py's shape/step arguments, GPU_SKIP_CHECKS=1 skips the checks.
+# replaces bench/gpu.py's shape/step arguments, GPU_SKIP_CHECKS=1 skips the checks,
+# GPU_SKIP_BUILD=1 uses build/gpu as it is when mantissa-train is there, GPU_SKIP_DONE=<json>
+# takes the rows an earlier call measured from its --json instead of running them again.
 # A rerun: the machine stays warm only ~30 s after a call, and no machine starts with under 4
 # minutes of the session's 15 left, so a rerun is issued at once, with both limits under what
 # `status` says is left (budget_left_s - 30), e.g.
-#   run(command="GPU_SESSION_S=150 GPU_SKIP_CHECKS=1 GPU_PARTS=rest bash bench/gpu_session.sh",
-#       carry=[".gpu"], timeout_s=180)
-# The warm machine keeps build/gpu; if the copied sources' times changed, Ninja rebuilds (60-120 s).
+#   run(command="GPU_SESSION_S=150 GPU_SKIP_BUILD=1 GPU_SKIP_CHECKS=1 GPU_PARTS=rest \
+#       GPU_SKIP_DONE=.gpu/gpu_bench_rest.json bash bench/gpu_session.sh", carry=[".gpu"], timeout_s=180)
+# The warm machine keeps build/gpu (GPU_SKIP_BUILD=1: no rebuild for copied sources' new times).
 # A rerun's $OUT starts empty: for rest's ratios to autocast, copy the first call's
-# gpu_bench_first.json into .gpu/ here and pass GPU_REF_JSON=.gpu/gpu_bench_first.json.
+# gpu_bench_first.json (and, to go on where rest stopped, gpu_bench_rest.json) into .gpu/ here
+# and pass GPU_REF_JSON=.gpu/gpu_bench_first.json.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out="${OUT:-/tmp/gpu-session}"
@@ -40,27 +43,35 @@ python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.versio
 # The host's memory (Mantissa refuses a project that does not fit it) and the GPU's mode.
 { grep -E 'MemTotal|MemAvailable' /proc/meminfo; nproc; nvidia-smi --query-gpu=name,memory.total,compute_mode \
     --format=csv,noheader 2>&1; } | tee -a "$out/build.txt"
-if ! timeout "$(left)" cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMANTISSA_WITH_QT=OFF \
+if [ "${GPU_SKIP_BUILD:-0}" = 1 ] && [ -x build/gpu/app/mantissa-train ]; then
+    mark "build skipped (GPU_SKIP_BUILD=1)"
+elif ! timeout -k 10 "$(left)" cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMANTISSA_WITH_QT=OFF \
         -DCMAKE_PREFIX_PATH="$torch_prefix;$PWD/.gpu/deps/usr" -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
         -DTORCH_CUDA_ARCH_LIST=9.0 -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
-        -DCUDA_TOOLKIT_ROOT_DIR=/usr/local/cuda > "$out/configure_log.txt" 2>&1; then
-    tail -40 "$out/configure_log.txt" | tee -a "$out/build.txt"
-    echo "the configuration failed: see configure_log.txt" | tee -a "$out/build.txt"
+        -DCUDA_TOOLKIT_ROOT_DIR=/usr/local/cuda > "$out/build_log.txt" 2>&1; then
+    tail -40 "$out/build_log.txt" | tee -a "$out/build.txt"
+    echo "the configuration failed: see build_log.txt" | tee -a "$out/build.txt"
     exit 1
-fi
-if ! timeout "$(left)" cmake --build build/gpu -j "$(nproc)" --target mantissa-train cuda_checks \
-        > "$out/build_log.txt" 2>&1; then
+# mantissa-train is what the benchmark needs; the checks' program failing to build leaves it.
+elif ! timeout -k 10 "$(left)" cmake --build build/gpu -j "$(nproc)" --target mantissa-train \
+        >> "$out/build_log.txt" 2>&1; then
     grep -B2 -A30 -m3 "FAILED\|error" "$out/build_log.txt" | head -120 | tee -a "$out/build.txt"
     echo "the build failed: see build_log.txt" | tee -a "$out/build.txt"
     exit 1
+else
+    mark "mantissa-train built"
+    if ! timeout -k 10 "$(left)" cmake --build build/gpu -j "$(nproc)" --target cuda_checks >> "$out/build_log.txt" 2>&1; then
+        grep -B2 -A30 -m3 "FAILED\|error" "$out/build_log.txt" | tail -60 | tee -a "$out/build.txt"
+        echo "cuda_checks did not build (see build_log.txt): the checks are skipped" | tee -a "$out/build.txt"
+    fi
 fi
 mark "built"
 
 bench() { # $1: the part, $2: its seconds (timeout 0 would mean no limit at all)
     if [ "$2" -lt 10 ]; then mark "no time left for bench part $1"; return; fi
     # shellcheck disable=SC2086 # the arguments are meant to split
-    timeout "$2" python3 bench/gpu.py --build build/gpu --part "$1" --json "$out/gpu_bench_$1.json" \
-        --ref-json "${GPU_REF_JSON:-$out/gpu_bench_first.json}" \
+    timeout -k 10 "$2" python3 bench/gpu.py --build build/gpu --part "$1" --json "$out/gpu_bench_$1.json" \
+        --ref-json "${GPU_REF_JSON:-$out/gpu_bench_first.json}" ${GPU_SKIP_DONE:+--skip-done "$GPU_SKIP_DONE"} \
         ${GPU_BENCH_ARGS:---shapes small,wide --telemetry --steps 20} 2>&1 | tee -a "$out/gpu_bench.txt"
     mark "bench part $1 done"
 }
@@ -70,10 +81,10 @@ parts="${GPU_PARTS:-first rest}"
 # 2. The benchmark's first part, leaving the checks their share.
 if [[ " $parts " == *" first "* ]]; then bench first "$(($(left) - checks_s))"; fi
 # 3. The checks.
-if [ "$checks_s" -gt 0 ] && [ "$(left)" -ge 10 ]; then
+if [ "$checks_s" -gt 0 ] && [ "$(left)" -ge 10 ] && [ -x build/gpu/bench/cuda_checks ]; then
     limit=$(left)
     [ "$limit" -gt "$checks_s" ] && [[ " $parts " == *" rest "* ]] && limit=$checks_s
-    timeout "$limit" build/gpu/bench/cuda_checks 2>&1 | tee "$out/cuda_checks.txt"
+    timeout -k 10 "$limit" build/gpu/bench/cuda_checks 2>&1 | tee "$out/cuda_checks.txt"
     mark "checks done"
 fi
 # 4. The rest of the benchmark in what is left.
