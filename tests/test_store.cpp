@@ -46,6 +46,25 @@ void run_sql(const QString& path, const char* sql)
     sqlite3_close(db);
 }
 
+// One step's worth of rows: an event per tag, a precision change by each cause, the loss and a
+// layer's statistics.
+void record_step(RunStore& store, int64_t run, int64_t step, const std::vector<std::string>& tags)
+{
+    for (const auto& tag : tags) store.append_event(run, text_event(step, tag, tag));
+    for (const auto cause : {ChangeCause::User, ChangeCause::Watcher, ChangeCause::Resume}) {
+        RunEvent change = text_event(step, "precision_changed", "");
+        change.pattern = "lm_head";
+        change.cause = cause;
+        store.append_event(run, change);
+    }
+    store.append_scalar(run, step, "train/loss", double(step));
+    TensorStats t;
+    t.layer = "lm_head";
+    t.role = "weight";
+    t.format = "bf16";
+    store.append_layer_stats(run, step, t);
+}
+
 // Writes zeros to `path` until the file system is full.
 void fill_disk(const QString& path)
 {
@@ -846,21 +865,8 @@ private slots:
         QTemporaryDir dir;
         RunStore store(dir.filePath("runs.sqlite").toStdString());
         const auto id = store.create_run("r", "p.json", "{}");
-        for (const int64_t step : {0, 3}) {
-            for (const auto* tag : {"run_started", "memory_estimate", "layer_backends", "sample", "paused"})
-                store.append_event(id, text_event(step, tag, tag));
-            for (const auto cause : {ChangeCause::User, ChangeCause::Watcher, ChangeCause::Resume}) {
-                RunEvent change = text_event(step, "precision_changed", "");
-                change.pattern = "h.0.*";
-                change.cause = cause;
-                store.append_event(id, change);
-            }
-            store.append_scalar(id, step, "train/loss", double(step));
-            TensorStats t;
-            t.layer = "lm_head";
-            t.role = "weight";
-            store.append_layer_stats(id, step, t);
-        }
+        for (const int64_t step : {0, 3})
+            record_step(store, id, step, {"run_started", "memory_estimate", "layer_backends", "sample", "paused"});
         store.record_checkpoint({id, 3, dir.filePath("step-3.pt").toStdString(), "00", 1});
         store.flush();
 
@@ -889,22 +895,7 @@ private slots:
                                             "layer_backends", "loss_scale_backoff", "loss_scale_growth",
                                             "step_skipped", "alert_spikes", "watch_action", "run_finished",
                                             "run_stopped", "run_failed", "a_newer_kind"};
-        const auto record = [&](int64_t step) {
-            for (const auto& tag : tags) store.append_event(id, text_event(step, tag, tag));
-            for (const auto cause : {ChangeCause::User, ChangeCause::Watcher, ChangeCause::Resume}) {
-                RunEvent change = text_event(step, "precision_changed", "");
-                change.pattern = "lm_head";
-                change.cause = cause;
-                store.append_event(id, change);
-            }
-            store.append_scalar(id, step, "train/loss", double(step));
-            TensorStats t;
-            t.layer = "lm_head";
-            t.role = "weight";
-            t.format = "bf16";
-            store.append_layer_stats(id, step, t);
-        };
-        for (const int64_t step : {5, 10, 11, 20}) record(step);
+        for (const int64_t step : {5, 10, 11, 20}) record_step(store, id, step, tags);
         store.flush();
         const auto source_rows = store.events_after(id, 0, 1000);
         const auto kept_after_10 = [](RunStore& s, int64_t run) {
