@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "edge_values.h" // tests/: the values test_telemetry holds the statistics to
+#include "exact_fp8_gemm.h" // tests/: operands test_native multiplies too
 #include "native_fp8.h"
 #include "number_format.h"
 #include "project_config.h"
@@ -149,13 +150,9 @@ void casts_and_stats(const torch::Device& device)
     }
 }
 
-// The fused statistics kernel of the device (CUDA: Mantissa's kernel; CPU: the fused pass)
-// against the tensor ops on tensors large enough for every block of the grid: counts exact,
-// energies to FP64 rounding, and the time of one row each (GPT-2 small's MLP activations are
-// 50 M values).
 // FP8 GEMMs whose K or N is not a multiple of 16 (padded for _scaled_mm) or whose M is odd
-// (not padded: _scaled_mm takes any M), per tensor and per row, with and without a bias:
-// small integers times powers of two, so the product is exact on every path.
+// (not padded: _scaled_mm takes any M), per tensor and per row, with and without a bias,
+// against the exact product (exact_fp8_gemm.h).
 void padded_gemms(const torch::Device& device)
 {
     struct Case {
@@ -167,30 +164,23 @@ void padded_gemms(const torch::Device& device)
         const std::string name = "fp8 gemm " + std::to_string(c.m) + "x" + std::to_string(c.k) + "x" +
                                  std::to_string(c.n) + (c.rowwise ? " per row" : " per tensor") + (c.bias ? ", bias" : "");
         check(name, [&] {
-            const auto values = [](int64_t rows, int64_t cols, int64_t seed) {
-                return (torch::arange(rows * cols).reshape({rows, cols}) * seed % 5 - 2).to(torch::kFloat32);
-            };
-            const auto a = values(c.m, c.k, 3), b = values(c.n, c.k, 7); // b as the weight (N, K)
-            torch::Tensor a_inv = torch::full({}, 0.5f), b_inv = torch::full({}, 4.0f);
-            if (c.rowwise) {
-                a_inv = torch::pow(2.0f, torch::arange(c.m).remainder(4).to(torch::kFloat32) - 2).unsqueeze(1);
-                b_inv = torch::pow(2.0f, torch::arange(c.n).remainder(3).to(torch::kFloat32)).unsqueeze(0);
-            }
-            const auto bias = c.bias ? torch::arange(c.n).to(torch::kFloat32) * 0.25 + 1 : torch::Tensor();
+            const auto g = exact_fp8_gemm(c.m, c.k, c.n, c.rowwise, c.bias);
             bool native = false;
-            const auto y = fp8_gemm(a.to(device).to(torch::kFloat8_e4m3fn), a_inv.to(device),
-                                    b.to(device).to(torch::kFloat8_e4m3fn).t(), b_inv.to(device),
-                                    c.bias ? bias.to(device).to(torch::kBFloat16) : torch::Tensor(), torch::kBFloat16,
+            const auto y = fp8_gemm(g.a.to(device).to(torch::kFloat8_e4m3fn), g.a_inv.to(device),
+                                    g.b.to(device).to(torch::kFloat8_e4m3fn).t(), g.b_inv.to(device),
+                                    c.bias ? g.bias.to(device).to(torch::kBFloat16) : torch::Tensor(), torch::kBFloat16,
                                     false, &native);
-            auto expected = torch::mm(a * a_inv, b.t() * b_inv);
-            if (c.bias) expected = expected + bias;
-            const int64_t differ = differing_floats(y, expected.to(torch::kBFloat16));
-            report(differ == 0 && y.sizes() == expected.sizes(), name,
+            const int64_t differ = differing_floats(y, g.expected.to(torch::kBFloat16));
+            report(differ == 0 && y.sizes() == g.expected.sizes(), name,
                    fmt("%.0f values differ from the exact product", double(differ)) + (native ? ", _scaled_mm" : ", dequantised"));
         });
     }
 }
 
+// The fused statistics kernel of the device (CUDA: Mantissa's kernel; CPU: the fused pass)
+// against the tensor ops on tensors large enough for every block of the grid: counts exact,
+// energies to FP64 rounding, and the time of one row each (GPT-2 small's MLP activations are
+// 50 M values).
 void stats_kernels(const torch::Device& device, bool quick)
 {
     const bool cuda = device.is_cuda();

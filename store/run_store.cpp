@@ -254,6 +254,22 @@ template <class Body> void in_write_transaction(sqlite3* db, Body&& body)
     }
 }
 
+// Deletes the events that `query` (bound; columns id, step, kind, message, fields) finds and
+// `drop` picks, read typed: which to keep is a rule on the fields, not on SQL columns.
+template <class Drop> void delete_events_if(sqlite3* db, Statement& query, Drop&& drop)
+{
+    std::vector<int64_t> ids;
+    while (query.step())
+        if (drop(event_from_stored(query.int64(1), query.text(2), query.text(4), query.text(3))))
+            ids.push_back(query.int64(0));
+    query.reset(); // done reading before the deletes
+    Statement event(db, "DELETE FROM events WHERE id=?");
+    for (const int64_t id : ids) {
+        event.reset();
+        event.bind(1, id).step();
+    }
+}
+
 int64_t pragma_int(sqlite3* db, const char* sql)
 {
     Statement s(db, sql);
@@ -686,21 +702,12 @@ void RunStore::start_run_over(int64_t run_id)
     flush();
     std::lock_guard lock(db_mutex_);
     in_write_transaction(db_, [&] {
-        std::vector<int64_t> attempts;
-        {
-            Statement q(db_, "SELECT id, step, kind, message, fields FROM events WHERE run_id=?");
-            q.bind(1, run_id);
-            while (q.step()) {
-                // A change whose fields cannot be read counts as the user's (the default): kept.
-                const auto e = event_from_stored(q.int64(1), q.text(2), q.text(4), q.text(3));
-                if (e.kind != EventKind::PrecisionChanged || e.cause != ChangeCause::User) attempts.push_back(q.int64(0));
-            }
-        }
-        Statement event(db_, "DELETE FROM events WHERE id=?");
-        for (const int64_t id : attempts) {
-            event.reset();
-            event.bind(1, id).step();
-        }
+        Statement q(db_, "SELECT id, step, kind, message, fields FROM events WHERE run_id=?");
+        q.bind(1, run_id);
+        // A change whose fields cannot be read counts as the user's (the default): kept.
+        delete_events_if(db_, q, [](const RunEvent& e) {
+            return e.kind != EventKind::PrecisionChanged || e.cause != ChangeCause::User;
+        });
         for (const char* sql : {"DELETE FROM scalars WHERE run_id=?", "DELETE FROM layer_stats WHERE run_id=?",
                                 "DELETE FROM checkpoints WHERE run_id=?"}) {
             Statement s(db_, sql);
@@ -719,23 +726,14 @@ void RunStore::discard_steps_after(int64_t run_id, int64_t step)
 
 void RunStore::delete_steps_after(int64_t run_id, int64_t step, int64_t before_event)
 {
-    std::vector<int64_t> reproduced;
-    {
-        Statement q(db_, "SELECT id, step, kind, message, fields FROM events WHERE run_id=? AND step>=? AND id<?");
-        q.bind(1, run_id).bind(2, step).bind(3, before_event);
-        while (q.step()) {
-            const auto e = event_from_stored(q.int64(1), q.text(2), q.text(4), q.text(3));
-            // An earlier resume's replay of a change made at the checkpoint's own boundary is
-            // made again too (replays start at the checkpoint's step).
-            const bool replayed = e.kind == EventKind::PrecisionChanged && e.cause == ChangeCause::Resume;
-            if ((e.step > step && retraining_reproduces(e)) || replayed) reproduced.push_back(q.int64(0));
-        }
-    }
-    Statement event(db_, "DELETE FROM events WHERE id=?");
-    for (const int64_t id : reproduced) {
-        event.reset();
-        event.bind(1, id).step();
-    }
+    Statement q(db_, "SELECT id, step, kind, message, fields FROM events WHERE run_id=? AND step>=? AND id<?");
+    q.bind(1, run_id).bind(2, step).bind(3, before_event);
+    delete_events_if(db_, q, [step](const RunEvent& e) {
+        // An earlier resume's replay of a change made at the checkpoint's own boundary is
+        // made again too (replays start at the checkpoint's step).
+        const bool replayed = e.kind == EventKind::PrecisionChanged && e.cause == ChangeCause::Resume;
+        return (e.step > step && retraining_reproduces(e)) || replayed;
+    });
     for (const char* sql : {"DELETE FROM scalars WHERE run_id=? AND step>?", "DELETE FROM layer_stats WHERE run_id=? AND step>?"}) {
         Statement s(db_, sql);
         s.bind(1, run_id).bind(2, step).step();

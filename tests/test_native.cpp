@@ -17,6 +17,7 @@
 #include <torch/torch.h>
 
 #include "determinism.h"
+#include "exact_fp8_gemm.h"
 #include "fp8_scaling.h"
 #include "layer_gemm.h"
 #include "native_fp8.h"
@@ -603,24 +604,13 @@ private slots:
         QFETCH(int, N);
         QFETCH(bool, rowwise);
         QFETCH(bool, bias);
-        const auto values = [](int64_t rows, int64_t cols, int64_t seed) {
-            return (torch::arange(rows * cols).reshape({rows, cols}) * seed % 5 - 2).to(torch::kFloat32);
-        };
-        const auto a = values(M, K, 3), b = values(N, K, 7); // b as the weight (N, K)
-        const auto a_codes = a.to(torch::kFloat8_e4m3fn);
-        const auto b_codes = b.to(torch::kFloat8_e4m3fn).t(); // (K, N), column-major
-        torch::Tensor a_inv = torch::full({}, 0.5f), b_inv = torch::full({}, 4.0f);
-        if (rowwise) {
-            a_inv = torch::pow(2.0f, torch::arange(M).remainder(4).to(torch::kFloat32) - 2).unsqueeze(1); // (M, 1)
-            b_inv = torch::pow(2.0f, torch::arange(N).remainder(3).to(torch::kFloat32)).unsqueeze(0);      // (1, N)
-        }
-        const auto bias_values = bias ? torch::arange(N).to(torch::kFloat32) * 0.25 + 1 : torch::Tensor();
-        const auto y = scaled_mm_padded(a_codes, a_inv, b_codes, b_inv, bias_values, torch::kBFloat16, false);
-        auto expected = torch::mm(a * a_inv, b.t() * b_inv); // small integers times powers of two: exact
-        if (bias) expected = expected + bias_values;
+        const auto g = exact_fp8_gemm(M, K, N, rowwise, bias);
+        const auto a_codes = g.a.to(torch::kFloat8_e4m3fn);
+        const auto b_codes = g.b.to(torch::kFloat8_e4m3fn).t(); // (K, N), column-major
+        const auto y = scaled_mm_padded(a_codes, g.a_inv, b_codes, g.b_inv, g.bias, torch::kBFloat16, false);
         QCOMPARE(y.sizes(), (torch::IntArrayRef{M, N}));
         QVERIFY(y.is_contiguous());
-        QVERIFY(torch::equal(y, expected.to(torch::kBFloat16)));
+        QVERIFY(torch::equal(y, g.expected.to(torch::kBFloat16)));
     }
 
     // The per-row cast against the emulator's, along either dimension: scales one per slice
