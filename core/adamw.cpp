@@ -23,13 +23,13 @@ AdamW::AdamW(std::vector<torch::Tensor> decayed, std::vector<torch::Tensor> unde
     groups_.push_back(make(std::move(undecayed), 0.0));
 }
 
-void AdamW::step(double learning_rate)
+void AdamW::step(double learning_rate, const torch::Tensor& found_inf)
 {
     torch::NoGradGuard no_grad;
-    for (auto& g : groups_) step_group(g, learning_rate);
+    for (auto& g : groups_) step_group(g, learning_rate, found_inf);
 }
 
-void AdamW::step_group(Group& group, double learning_rate)
+void AdamW::step_group(Group& group, double learning_rate, const torch::Tensor& found_inf)
 {
     std::vector<torch::Tensor> params, grads, exp_avg, exp_avg_sq, steps;
     for (size_t i = 0; i < group.params.size(); ++i) {
@@ -42,10 +42,14 @@ void AdamW::step_group(Group& group, double learning_rate)
         steps.push_back(group.steps[i]);
     }
     if (params.empty()) return;
-    at::_foreach_add_(steps, 1); // the fused kernel reads the already-incremented step
+    // The fused kernel reads the already-incremented step. A skipped step adds 1 - 1 (as
+    // torch.optim adds 1, then subtracts found_inf): integers, exact in FP32.
+    if (found_inf.defined()) at::_foreach_add_(steps, std::vector<torch::Tensor>(steps.size(), 1.0 - found_inf));
+    else at::_foreach_add_(steps, 1);
     at::_fused_adamw_(params, grads, exp_avg, exp_avg_sq, /*max_exp_avg_sqs=*/{}, steps, learning_rate,
                       config_.beta1, config_.beta2, group.weight_decay, config_.eps, /*amsgrad=*/false,
-                      /*maximize=*/false);
+                      /*maximize=*/false, /*grad_scale=*/std::nullopt,
+                      found_inf.defined() ? std::optional<torch::Tensor>(found_inf) : std::nullopt);
 }
 
 void AdamW::save(torch::serialize::OutputArchive& archive) const

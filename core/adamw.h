@@ -16,7 +16,11 @@ class AdamW {
 public:
     AdamW(std::vector<torch::Tensor> decayed, std::vector<torch::Tensor> undecayed, const OptimizerConfig& config);
 
-    void step(double learning_rate); // parameters without a gradient are skipped
+    // Parameters without a gradient are skipped. `found_inf` (() FP32 on the parameters'
+    // device, 1 or 0; optional) skips the whole update on the device where it is 1, as
+    // torch.optim.AdamW(fused=True) under a GradScaler: weights, moments and step counters
+    // stay as they were, and the host need not know.
+    void step(double learning_rate, const torch::Tensor& found_inf = {});
     void zero_grad();                // drops the gradients (set_to_none)
 
     // Optimizer state for checkpoints, under "adamw/...".
@@ -28,7 +32,7 @@ private:
         std::vector<torch::Tensor> params, exp_avg, exp_avg_sq, steps;
         double weight_decay = 0.0;
     };
-    void step_group(Group& group, double learning_rate);
+    void step_group(Group& group, double learning_rate, const torch::Tensor& found_inf);
 
     OptimizerConfig config_;
     std::vector<Group> groups_;

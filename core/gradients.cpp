@@ -12,70 +12,94 @@ void LayerGradients::add(const std::string& parameter_name, const torch::Tensor&
     params_by_layer_.emplace_back(dot == std::string::npos ? parameter_name : parameter_name.substr(0, dot), parameter);
 }
 
-LayerGradients::Report LayerGradients::read(bool check_finite, const torch::Tensor& extra) const
+std::vector<torch::Tensor> LayerGradients::defined_grads() const
 {
-    torch::NoGradGuard no_grad;
-    std::vector<torch::Tensor> grads;
-    std::vector<size_t> owner;
-    Report report;
-    auto& out = report.layer_norms;
-    for (const auto& [layer, p] : params_by_layer_) {
-        if (!p.grad().defined()) continue;
-        if (out.empty() || out.back().first != layer) out.emplace_back(layer, 0.0);
-        grads.push_back(p.grad());
-        owner.push_back(out.size() - 1);
-    }
-    std::vector<torch::Tensor> parts;
-    if (extra.defined()) parts.push_back(extra.detach().reshape({1}).to(torch::kFloat64));
-    if (!grads.empty()) {
-        const auto l2 = torch::stack(at::_foreach_norm(grads)); // (params)
-        parts.push_back(l2.to(torch::kFloat64));
-        if (check_finite) {
-            // A gradient is not finite exactly when its max |g| is inf or NaN, or its L2 norm
-            // is NaN (which catches a NaN even where a max kernel skips it); a finite
-            // gradient's L2 can overflow to inf, never to NaN.
-            const auto linf = torch::stack(at::_foreach_norm(grads, std::numeric_limits<double>::infinity()));
-            parts.push_back((~torch::isfinite(linf) | torch::isnan(l2)).to(torch::kFloat64));
-        }
-    }
-    if (parts.empty()) return report;
-    const auto host = torch::cat(parts).to(torch::kCPU); // the one sync
-    const double* v = host.data_ptr<double>();
-    if (extra.defined()) report.extra = *v++;
-    const double* norms = v;
-    const double* bad = v + grads.size();
-    for (size_t i = 0; i < owner.size(); ++i) {
-        out[owner[i]].second += norms[i] * norms[i];
-        if (check_finite && bad[i] != 0.0) {
-            const auto& layer = out[owner[i]].first;
-            if (report.non_finite_layers.empty() || report.non_finite_layers.back() != layer)
-                report.non_finite_layers.push_back(layer);
-        }
-    }
-    for (auto& item : out) item.second = std::sqrt(item.second);
-    return report;
-}
-
-void LayerGradients::scale(double factor)
-{
-    torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> grads;
     for (const auto& [layer, p] : params_by_layer_)
         if (p.grad().defined()) grads.push_back(p.grad());
-    at::_foreach_mul_(grads, factor);
+    return grads;
 }
 
-double clip_by_global_norm(LayerGradients& gradients, const std::vector<std::pair<std::string, double>>& layer_norms,
-                           double max_norm)
+LayerGradients::Measured LayerGradients::measure(bool check_finite) const
 {
-    double sum_sq = 0.0;
-    for (const auto& [layer, norm] : layer_norms) sum_sq += norm * norm;
-    const double norm = std::sqrt(sum_sq);
-    if (max_norm > 0.0) {
-        const double coef = max_norm / (norm + 1e-6);
-        if (coef < 1.0) gradients.scale(coef);
+    torch::NoGradGuard no_grad;
+    Measured m;
+    std::vector<torch::Tensor> grads;
+    for (const auto& [layer, p] : params_by_layer_) {
+        if (!p.grad().defined()) continue;
+        if (m.layers.empty() || m.layers.back() != layer) m.layers.push_back(layer);
+        grads.push_back(p.grad());
+        m.owner.push_back(m.layers.size() - 1);
     }
-    return norm;
+    if (grads.empty()) return m;
+    m.l2 = torch::stack(at::_foreach_norm(grads)).to(torch::kFloat64); // (params)
+    m.total_norm = m.l2.square().sum().sqrt();
+    if (check_finite) {
+        // A gradient is not finite exactly when its max |g| is inf or NaN, or its L2 norm is
+        // NaN (which catches a NaN even where a max kernel skips it); a finite gradient's L2
+        // can overflow to inf, never to NaN.
+        const auto linf = torch::stack(at::_foreach_norm(grads, std::numeric_limits<double>::infinity()));
+        const auto bad = ~torch::isfinite(linf) | torch::isnan(m.l2);
+        m.not_finite = bad.to(torch::kFloat64);
+        m.found_inf = bad.any().to(torch::kFloat32); // exactly 1 or 0: the fused AdamW tests == 1
+    }
+    return m;
+}
+
+void LayerGradients::clip(const Measured& measured, double max_norm)
+{
+    if (max_norm <= 0.0 || !measured.total_norm.defined()) return;
+    torch::NoGradGuard no_grad;
+    // The coefficient rounds to float32 as a double scalar would in the multiply. Below 1
+    // only (a NaN norm leaves the gradients alone, as the comparison on the host did):
+    // multiplying by 1 is exact, so every other gradient stays as it was.
+    const auto coef = max_norm / (measured.total_norm + 1e-6);
+    const auto clamped = torch::where(coef < 1.0, coef, torch::ones_like(coef)).to(torch::kFloat32);
+    auto grads = defined_grads();
+    if (!grads.empty()) at::_foreach_mul_(grads, clamped);
+}
+
+void LayerGradients::scale(const torch::Tensor& factor)
+{
+    torch::NoGradGuard no_grad;
+    auto grads = defined_grads();
+    if (!grads.empty()) at::_foreach_mul_(grads, factor);
+}
+
+LayerGradients::Report LayerGradients::read(const Measured& measured, const std::vector<torch::Tensor>& extras) const
+{
+    std::vector<torch::Tensor> parts;
+    int64_t n_extras = 0;
+    for (const auto& e : extras) {
+        parts.push_back(e.detach().reshape({-1}).to(torch::kFloat64));
+        n_extras += parts.back().numel();
+    }
+    const bool any = measured.l2.defined();
+    if (any) {
+        parts.push_back(measured.l2);
+        parts.push_back(measured.total_norm.reshape({1}));
+        if (measured.not_finite.defined()) parts.push_back(measured.not_finite);
+    }
+    Report report;
+    if (parts.empty()) return report;
+    const auto host = torch::cat(parts).to(torch::kCPU); // the one sync
+    const double* v = host.data_ptr<double>();
+    report.extras.assign(v, v + n_extras);
+    if (!any) return report;
+    const double* norms = v + n_extras;
+    const size_t n = measured.owner.size();
+    report.total_norm = norms[n];
+    const double* bad = measured.not_finite.defined() ? norms + n + 1 : nullptr;
+    for (const auto& layer : measured.layers) report.layer_norms.emplace_back(layer, 0.0);
+    for (size_t i = 0; i < n; ++i) {
+        auto& [layer, sum_sq] = report.layer_norms[measured.owner[i]];
+        sum_sq += norms[i] * norms[i];
+        if (bad && bad[i] != 0.0 &&
+            (report.non_finite_layers.empty() || report.non_finite_layers.back() != layer))
+            report.non_finite_layers.push_back(layer);
+    }
+    for (auto& item : report.layer_norms) item.second = std::sqrt(item.second);
+    return report;
 }
 
 } // namespace mantissa

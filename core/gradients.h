@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 // The model's gradients grouped by the layer that owns them: per-layer norms (what the
-// monitor plots and clipping uses), unscaling with the names of layers whose gradients are
-// not finite (what a loss-scale backoff blames), and scaling (what clipping applies).
+// monitor plots), the global norm and clipping, unscaling, and the names of layers whose
+// gradients are not finite (what a loss-scale backoff blames). Everything is queued on the
+// gradients' device; the host reads the results once, after the step's update was queued.
 
 #include <string>
 #include <utility>
@@ -18,28 +19,37 @@ public:
     // name up to the last dot.
     void add(const std::string& parameter_name, const torch::Tensor& parameter);
 
-    // What the host needs from the gradients after the backward, read in one copy (the step's
-    // one host sync): the L2 norm of every parameter-owning layer's gradient (registration
-    // order), the layers whose gradients are not finite (only when `check_finite`), and a
-    // device scalar that rides along (the step's loss).
+    // What the step needs from the gradients, queued on their device (no sync): each
+    // parameter's L2 norm, the global norm that clipping uses, and, with `check_finite`, which
+    // parameters' gradients hold an inf or NaN and found_inf, on which the fused AdamW skips.
+    struct Measured {
+        std::vector<std::string> layers; // parameter-owning layers, registration order
+        std::vector<size_t> owner;       // per parameter with a gradient: its index in `layers`
+        torch::Tensor l2;                // (params) FP64
+        torch::Tensor not_finite;        // (params) FP64, 1 or 0; only with check_finite
+        torch::Tensor found_inf;         // () FP32, 1 or 0; only with check_finite
+        torch::Tensor total_norm;        // () FP64: the root of the sum of the squared l2
+    };
+    Measured measure(bool check_finite) const;
+    // nn.utils.clip_grad_norm_ with the measured global norm: every gradient times
+    // max_norm / (norm + 1e-6) where that is below 1, decided on the device (queued).
+    void clip(const Measured& measured, double max_norm);
+    // Multiplies every gradient by a () FP32 device factor (unscaling): queued, no sync.
+    void scale(const torch::Tensor& factor);
+
+    // The step's one host sync: the measurement and the `extras` (FP64 tensors that ride
+    // along: the step's loss, the loss scale's state) in one copy.
     struct Report {
         std::vector<std::pair<std::string, double>> layer_norms;
         std::vector<std::string> non_finite_layers;
-        double extra = 0.0;
+        double total_norm = 0.0;
+        std::vector<double> extras; // the extras' values, flattened in order
     };
-    Report read(bool check_finite, const torch::Tensor& extra = {}) const;
-    std::vector<std::pair<std::string, double>> layer_norms() const { return read(false).layer_norms; }
-    // Multiplies every gradient by `factor` (unscaling, clipping): queued, no sync.
-    void scale(double factor);
+    Report read(const Measured& measured, const std::vector<torch::Tensor>& extras = {}) const;
 
 private:
+    std::vector<torch::Tensor> defined_grads() const;
     std::vector<std::pair<std::string, torch::Tensor>> params_by_layer_;
 };
-
-// nn.utils.clip_grad_norm_ from norms already measured: the global norm is the root of the
-// per-layer squares; gradients are scaled by max_norm / (norm + 1e-6) when that is below 1.
-// Returns the global norm before clipping.
-double clip_by_global_norm(LayerGradients& gradients, const std::vector<std::pair<std::string, double>>& layer_norms,
-                           double max_norm);
 
 } // namespace mantissa

@@ -19,6 +19,7 @@ struct LossScalingConfig {
     int64_t growth_interval = 2000;
     double min_scale = 0.0; // 0: none, as in PyTorch
     int64_t hysteresis = 1; // overflows tolerated before backing off, refilled on growth (1 = PyTorch)
+    bool operator==(const LossScalingConfig&) const = default;
 };
 
 // double -> float32 rounded to nearest even, ±inf beyond the float range (a plain cast of an
@@ -37,6 +38,7 @@ public:
     int64_t growth_tracker() const { return growth_tracker_; }
     bool enabled() const { return mode_ != LossScalingMode::Off; }
     LossScalingMode mode() const { return mode_; }
+    const LossScalingConfig& config() const { return config_; }
 
     // After each backward: updates the scale. The optimizer step must be skipped unless the
     // outcome is Clean or Grew. Static scaling skips a non-finite gradient too. With scaling
@@ -56,6 +58,7 @@ public:
         double scale;
         int64_t growth_tracker;
         int64_t overflows_left;
+        bool operator==(const State&) const = default;
     };
     State state() const { return {static_cast<double>(scale_), growth_tracker_, overflows_left_}; }
     void restore(const State& s)

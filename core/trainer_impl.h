@@ -8,6 +8,7 @@
 //   trainer_commands.cpp    commands applied at step boundaries; watcher actions
 //   telemetry_frame.cpp     arming the layers and assembling a telemetry frame
 //   gradients.cpp           per-layer gradient norms, unscaling, clipping
+//   device_loss_scale.cpp   the loss scaler's state on the device
 //   batch_sampler.cpp       random training windows
 // Internal: includes LibTorch, so only the engine's own sources include it.
 
@@ -28,6 +29,7 @@
 #include "command_queue.h"
 #include "data_parallel.h"
 #include "dataset.h"
+#include "device_loss_scale.h"
 #include "gpt_model.h"
 #include "gradient_buckets.h"
 #include "gradients.h"
@@ -56,7 +58,8 @@ struct Trainer::Impl {
     TokenSplits data;
     Gpt model{nullptr};
     std::unique_ptr<AdamW> optimizer;
-    LossScaler scaler;
+    LossScaler scaler;          // the policy the run reports and checkpoints
+    DeviceLossScale device_scale; // its state on the device, which the step itself uses
     std::unique_ptr<BatchSampler> train_batches;
     int64_t step = 0; // optimizer steps done; a resumed run starts here
     std::string resumed_from; // the checkpoint load_checkpoint read, if any
@@ -124,10 +127,9 @@ struct Trainer::Impl {
 
     // trainer_step.cpp
     StepOutcome train_step(bool armed, TelemetryStep& telemetry, TelemetrySink& sink);
-    // Unscales the gradients, updates the loss scale and reports what happened; true when the
-    // gradients are not finite and the update must be skipped.
-    // The loss scaler's update from this step's non-finite layers (already unscaled and read);
-    // true when the step is skipped.
+    // The host scaler's update from this step's non-finite layers (already unscaled and read;
+    // the device made the same update and skipped the optimizer already), and its events;
+    // true when the step was skipped.
     bool update_loss_scale(double used_scale, const std::vector<std::string>& bad_layers, StepOutcome& outcome,
                            TelemetrySink& sink);
     // Dropout's masks for micro-batch `micro` of this step: the generators seeded from

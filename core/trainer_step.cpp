@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // One optimizer step: forward and backward over the micro-batches, the loss-scale policy,
-// clipping, and the update.
+// clipping, and the update, all queued on the device before the step's one read.
 #include "trainer_impl.h"
 
 #include <limits>
@@ -13,6 +13,7 @@ StepOutcome Trainer::Impl::train_step(bool armed, TelemetryStep& telemetry, Tele
     StepOutcome out;
     out.learning_rate = learning_rate_at(cfg.optimizer, step);
     out.loss_scale = scaler.scale();
+    device_scale.follow(scaler, device);
     if (armed) telemetry.arm(model);
     // The step's losses add up on the device (FP64, the order the host would add them in):
     // the step reads them back once, with the gradient norms.
@@ -29,8 +30,10 @@ StepOutcome Trainer::Impl::train_step(bool armed, TelemetryStep& telemetry, Tele
         seed_dropout(micro);
         auto loss = model->loss(model->forward(x), y); // scalar
         dp_before_backward(micro);
-        // The scale multiplies the loss so that small gradients survive FP16's range.
-        ((loss * out.loss_scale) / static_cast<double>(cfg.training.grad_accum)).backward();
+        // The scale multiplies the loss so that small gradients survive FP16's range. It is
+        // the device's copy: the host need not know it before the backward is queued.
+        const auto scaled = scaler.enabled() ? loss * device_scale.scale() : loss;
+        (scaled / static_cast<double>(cfg.training.grad_accum)).backward();
         loss_sum = loss_sum + loss.detach().to(torch::kFloat64);
         if (armed && first) telemetry.disarm(model); // statistics of the first micro-batch
         first = false;
@@ -41,24 +44,31 @@ StepOutcome Trainer::Impl::train_step(bool armed, TelemetryStep& telemetry, Tele
     // the norms and the update.
     out.allreduce_ms = dp_reduce_step(loss_sum, out.overlapped_buckets);
     if (armed) telemetry.remember_weights(model);
-    // Unscaling is queued before the read, so the norms and the finite check see the true gradients.
-    if (scaler.enabled() && out.loss_scale != 1.0) gradients.scale(1.0 / out.loss_scale);
-    const auto report = gradients.read(scaler.enabled(), loss_sum); // the step's one host sync
-    out.train_loss = report.extra / static_cast<double>(cfg.training.grad_accum);
-    out.skipped = update_loss_scale(out.loss_scale, report.non_finite_layers, out, sink);
-    out.layer_grad_norms = report.layer_norms;
-    if (out.skipped) {
-        out.grad_norm = std::numeric_limits<double>::quiet_NaN();
-    } else {
-        out.grad_norm = clip_by_global_norm(gradients, out.layer_grad_norms, cfg.optimizer.grad_clip);
-        optimizer->step(out.learning_rate);
-    }
+    // From here to the read, everything is queued on the device, decided there: unscaling
+    // (before the measure, so that the norms and the finite check see the true gradients),
+    // clipping, the skip (the fused AdamW's found_inf) and the next scale.
+    if (scaler.enabled()) gradients.scale(device_scale.inverse());
+    const auto measured = gradients.measure(scaler.enabled());
+    gradients.clip(measured, cfg.optimizer.grad_clip);
+    optimizer->step(out.learning_rate, measured.found_inf);
+    if (measured.found_inf.defined()) device_scale.update(measured.found_inf);
     // Every step casts its weights afresh, skipped or not (as TransformerEngine does): a cast
     // kept across a skipped step was made under the scale before that step's amax, so a cast
     // that overflowed stayed NaN and every later step was skipped too, and a resumed run
     // (which casts afresh) parted from the straight one.
     for (const auto& g : model->gemm_layers()) g->invalidate_weight_cache();
     optimizer->zero_grad();
+
+    // The step's one host sync, after its update was queued: the loss, the norms, the layers
+    // whose gradients were not finite, and the device's loss-scale state.
+    std::vector<torch::Tensor> extras{loss_sum};
+    if (scaler.enabled()) extras.push_back(device_scale.state_tensor());
+    const auto report = gradients.read(measured, extras);
+    out.train_loss = report.extras[0] / static_cast<double>(cfg.training.grad_accum);
+    out.skipped = update_loss_scale(out.loss_scale, report.non_finite_layers, out, sink);
+    if (scaler.enabled()) device_scale.check_against(scaler, report.extras.data() + 1);
+    out.layer_grad_norms = report.layer_norms;
+    out.grad_norm = out.skipped ? std::numeric_limits<double>::quiet_NaN() : report.total_norm;
     return out;
 }
 

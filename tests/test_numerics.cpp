@@ -6,10 +6,13 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include <torch/torch.h>
 
+#include "adamw.h"
+#include "device_loss_scale.h"
 #include "edge_values.h"
 #include "fp8_scaling.h"
 #include "loss_scaler.h"
@@ -762,6 +765,131 @@ private slots:
         QCOMPARE(to_float32(0x1.ffffffp127), std::numeric_limits<float>::infinity()); // the tie
         QCOMPARE(to_float32(std::nextafter(0x1.ffffffp127, 0.0)), std::numeric_limits<float>::max());
         QCOMPARE(to_float32(-1e300), -std::numeric_limits<float>::infinity());
+    }
+
+    // The step's loss scale lives on the device (issue 11): DeviceLossScale must make the host
+    // rule's every move, to the bit, from the same found_inf sequence. Random sequences over
+    // configurations that reach each branch: growth, backoff, hysteresis, the floor, growth
+    // refused at FLT_MAX, backoff through the subnormals to 0, a factor that rounds.
+    void theDeviceLossScaleMakesTheHostRulesMoves_data()
+    {
+        QTest::addColumn<double>("initScale");
+        QTest::addColumn<double>("growth");
+        QTest::addColumn<double>("backoff");
+        QTest::addColumn<int>("interval");
+        QTest::addColumn<double>("minScale");
+        QTest::addColumn<int>("hysteresis");
+        QTest::addColumn<double>("overflowOdds");
+        QTest::addColumn<bool>("dynamic");
+        QTest::newRow("pytorch") << 65536.0 << 2.0 << 0.5 << 3 << 0.0 << 1 << 0.3 << true;
+        QTest::newRow("hysteresis and floor") << 4.0 << 2.0 << 0.5 << 2 << 1.0 << 3 << 0.5 << true;
+        QTest::newRow("floor not a float") << 4.0 << 2.0 << 0.5 << 2 << 0.1 << 1 << 0.6 << true;
+        QTest::newRow("to FLT_MAX") << std::ldexp(1.0, 120) << 2.0 << 0.5 << 1 << 0.0 << 1 << 0.05 << true;
+        QTest::newRow("grow refused") << double(std::numeric_limits<float>::max()) << 1.0 + std::ldexp(1.0, -24) << 0.5
+                                      << 1 << 0.0 << 1 << 0.1 << true;
+        QTest::newRow("to zero") << std::ldexp(1.0, -140) << 2.0 << 0.5 << 4 << 0.0 << 1 << 0.9 << true;
+        QTest::newRow("factor 0.3") << 1e-38 << 3.0 << 0.3 << 2 << 0.0 << 2 << 0.5 << true;
+        QTest::newRow("static") << 1024.0 << 2.0 << 0.5 << 1 << 0.0 << 1 << 0.5 << false;
+    }
+
+    void theDeviceLossScaleMakesTheHostRulesMoves()
+    {
+        QFETCH(double, initScale);
+        QFETCH(double, growth);
+        QFETCH(double, backoff);
+        QFETCH(int, interval);
+        QFETCH(double, minScale);
+        QFETCH(int, hysteresis);
+        QFETCH(double, overflowOdds);
+        QFETCH(bool, dynamic);
+        LossScalingConfig c;
+        c.mode = dynamic ? LossScalingMode::Dynamic : LossScalingMode::Static;
+        c.init_scale = initScale;
+        c.growth_factor = growth;
+        c.backoff_factor = backoff;
+        c.growth_interval = interval;
+        c.min_scale = minScale;
+        c.hysteresis = hysteresis;
+        LossScaler host(c);
+        DeviceLossScale device;
+        device.follow(host, torch::kCPU);
+        std::mt19937 rng(7);
+        std::bernoulli_distribution overflow(overflowOdds);
+        int moves = 0, outcomes[4] = {};
+        for (int step = 0; step < 400; ++step) {
+            const bool found = overflow(rng);
+            const double before = host.scale();
+            ++outcomes[static_cast<int>(host.update(found))];
+            device.update(torch::tensor(found ? 1.0f : 0.0f));
+            const auto state = device.state_tensor();
+            const double* v = state.data_ptr<double>();
+            QCOMPARE(std::bit_cast<uint64_t>(v[0]), std::bit_cast<uint64_t>(host.state().scale)); // QCOMPARE of doubles is fuzzy
+            QCOMPARE(int64_t(v[1]), host.state().growth_tracker);
+            QCOMPARE(int64_t(v[2]), host.state().overflows_left);
+            moves += host.scale() != before;
+            device.check_against(host, v); // agrees: no throw
+            device.follow(host, torch::kCPU); // and no reload needed
+            // The unscaling factor: 1/scale rounded once from double.
+            QCOMPARE(std::bit_cast<uint32_t>(device.inverse().item<float>()),
+                     std::bit_cast<uint32_t>(static_cast<float>(1.0 / host.scale())));
+        }
+        if (dynamic) QVERIFY(moves > 3);
+        else QCOMPARE(moves, 0);
+        QVERIFY(outcomes[static_cast<int>(LossScaler::Outcome::Skipped)] +
+                outcomes[static_cast<int>(LossScaler::Outcome::SkippedAndBackedOff)] > 0);
+    }
+
+    // A device that parted from the host is a bug the step refuses to hide; a host that was
+    // changed (a checkpoint, a change of mode) is followed.
+    void theDeviceLossScaleFollowsTheHostAndRefusesToPart()
+    {
+        LossScalingConfig c;
+        c.mode = LossScalingMode::Dynamic;
+        c.growth_interval = 1;
+        LossScaler host(c);
+        DeviceLossScale device;
+        device.follow(host, torch::kCPU);
+        device.update(torch::tensor(0.0f)); // grows on the device only
+        const auto state = device.state_tensor();
+        QVERIFY_THROWS_EXCEPTION(std::logic_error, device.check_against(host, state.data_ptr<double>()));
+        host.restore({1024.0, 0, 1});
+        device.follow(host, torch::kCPU);
+        QCOMPARE(device.scale().item<float>(), 1024.0f);
+        LossScaler off;
+        device.follow(off, torch::kCPU);
+        QVERIFY(!device.scale().defined());
+    }
+
+    // torch.optim.AdamW(fused=True) under a GradScaler: found_inf 1 leaves weights, moments
+    // and step counters as they were (the next clean step equals a first step), 0 is a plain step.
+    void aSkippedAdamWStepChangesNothing()
+    {
+        OptimizerConfig oc;
+        oc.weight_decay = 0.1;
+        const auto make = [] {
+            torch::manual_seed(3);
+            return std::vector<torch::Tensor>{torch::randn({4, 3}), torch::randn({3})};
+        };
+        auto a = make(), b = make();
+        AdamW skipping({a[0]}, {a[1]}, oc), plain({b[0]}, {b[1]}, oc);
+        const auto grads = [](std::vector<torch::Tensor>& ps, float value) {
+            for (auto& p : ps) p.mutable_grad() = torch::full_like(p, value);
+        };
+        const auto first = a[0].clone();
+        grads(a, std::numeric_limits<float>::infinity());
+        skipping.step(1e-2, torch::tensor(1.0f));
+        QVERIFY(torch::equal(a[0], first));
+        grads(a, 0.5f);
+        grads(b, 0.5f);
+        skipping.step(1e-2, torch::tensor(0.0f));
+        plain.step(1e-2);
+        QVERIFY(!torch::equal(a[0], first));
+        QVERIFY(torch::equal(a[0], b[0]) && torch::equal(a[1], b[1])); // the skipped step left step 0
+        grads(a, -0.25f);
+        grads(b, -0.25f);
+        skipping.step(1e-2, torch::tensor(0.0f));
+        plain.step(1e-2);
+        QVERIFY(torch::equal(a[0], b[0]) && torch::equal(a[1], b[1]));
     }
 
     void pytorchDefaults()

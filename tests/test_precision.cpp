@@ -273,10 +273,14 @@ private slots:
         config.precision.loss_scaling_mode = "static";
         config.precision.loss_scaling.init_scale = 1e30;
         Trainer trainer(config);
+        const auto untrained = trainer.state_digest();
         Recorder rec;
         const auto summary = trainer.run(rec);
         QCOMPARE(summary.skipped_steps, int64_t(3));
         QVERIFY(rec.steps[0].skipped);
+        // The skip is the fused AdamW's, on the device's found_inf: not a weight moved.
+        QCOMPARE(trainer.state_digest(), untrained);
+        QVERIFY(std::isnan(rec.steps[0].grad_norm));
         const RunEvent* skipped = rec.find("step_skipped");
         QVERIFY(skipped != nullptr);
         // The layers with non-finite gradients, in registration order, as fields.
