@@ -11,16 +11,18 @@ void DeviceLossScale::follow(const LossScaler& host, const torch::Device& device
     if (!host.enabled()) {
         scale_ = growth_tracker_ = overflows_left_ = torch::Tensor();
         known_.reset();
+        device_.reset();
         return;
     }
     const Known now{host.config(), host.state()};
-    if (known_ && known_->config == now.config && known_->state == now.state && scale_.device() == device) return;
+    if (known_ && known_->config == now.config && known_->state == now.state && device_ == device) return;
     const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
     // The scale is a float32 value, so the double holds it exactly.
     scale_ = torch::tensor(now.state.scale, f64).to(torch::kFloat32).to(device);
     growth_tracker_ = torch::tensor(static_cast<double>(now.state.growth_tracker), f64).to(device);
     overflows_left_ = torch::tensor(static_cast<double>(now.state.overflows_left), f64).to(device);
     config_ = now.config;
+    device_ = device;
     known_ = now;
 }
 

@@ -44,6 +44,7 @@ private:
     };
     std::optional<Known> known_; // what the device holds, as of the last load or check
     LossScalingConfig config_;     // the rule update() follows
+    std::optional<torch::Device> device_; // where the state was loaded, as the trainer names it
     torch::Tensor scale_;          // () FP32
     torch::Tensor growth_tracker_; // () FP64, an integer
     torch::Tensor overflows_left_; // () FP64, an integer

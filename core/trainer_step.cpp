@@ -51,7 +51,9 @@ StepOutcome Trainer::Impl::train_step(bool armed, TelemetryStep& telemetry, Tele
     const auto measured = gradients.measure(scaler.enabled());
     gradients.clip(measured, cfg.optimizer.grad_clip);
     optimizer->step(out.learning_rate, measured.found_inf);
-    if (measured.found_inf.defined()) device_scale.update(measured.found_inf);
+    // (No gradient at all, which no model here has, is a clean step, as the host counts it.)
+    if (scaler.enabled())
+        device_scale.update(measured.found_inf.defined() ? measured.found_inf : torch::zeros_like(device_scale.scale()));
     // Every step casts its weights afresh, skipped or not (as TransformerEngine does): a cast
     // kept across a skipped step was made under the scale before that step's amax, so a cast
     // that overflowed stayed NaN and every later step was skipped too, and a resumed run

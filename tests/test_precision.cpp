@@ -3,6 +3,7 @@
 // reference, gradient underflow and loss scaling, and a policy change mid-run.
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <map>
 
@@ -400,6 +401,43 @@ private slots:
         resumed.load_checkpoint(checkpoint.toStdString());
         QCOMPARE(resumed.loss_scale(), 131072.0);
         QFile::remove(checkpoint);
+    }
+
+    // The loss scale a step uses lives on the device and follows the host's when the host's
+    // changes under it: a checkpoint loaded into a trainer that has already moved its scale
+    // further trains on as the run that wrote the checkpoint did, to the bit.
+    void aCheckpointLoadedIntoATrainedTrainerTakesItsScale()
+    {
+        auto config = golden_project();
+        config.training.steps = 6;
+        config.eval.interval = 0;
+        config.precision.preset = "fp16";
+        config.precision.loss_scaling.growth_interval = 1; // the scale doubles every step
+        QTemporaryDir tmp;
+        const std::string checkpoint = tmp.filePath("at-3.pt").toStdString();
+        Trainer straight(config);
+        Recorder a;
+        double scale_at_3 = 0;
+        a.hook = [&](const StepMetrics& m) {
+            if (m.step != 3) return;
+            straight.save_checkpoint(checkpoint);
+            scale_at_3 = straight.loss_scale();
+        };
+        straight.run(a);
+        Trainer again(config);
+        Recorder first, b;
+        again.run(first); // six steps: its scale has moved on from the checkpoint's
+        QVERIFY(again.loss_scale() > scale_at_3);
+        again.load_checkpoint(checkpoint);
+        QCOMPARE(again.loss_scale(), scale_at_3);
+        again.run(b);
+        QCOMPARE(b.steps.size(), size_t(3));
+        for (size_t i = 0; i < 3; ++i) {
+            QCOMPARE(b.steps[i].step, a.steps[i + 3].step);
+            QCOMPARE(b.steps[i].loss_scale, a.steps[i + 3].loss_scale);
+            QCOMPARE(std::bit_cast<uint64_t>(b.steps[i].train_loss), std::bit_cast<uint64_t>(a.steps[i + 3].train_loss));
+        }
+        QCOMPARE(again.state_digest(), straight.state_digest());
     }
 
     // The backend a layer reports is what ran since its formats were set: after a live change
