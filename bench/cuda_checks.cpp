@@ -9,6 +9,7 @@
 // the first GPU session depends on keeps working).
 // - casts: round_to_format on the device, bit for bit against the CPU, on crafted edge values;
 // - fp8 gemm: _scaled_mm with K or N padded to 16 and any M, against the exact product;
+// - loss scale: the device's loss-scale rule, step by step, against the host's LossScaler;
 // - stats: the device's statistics row against the host reference scan: counts exact, energies
 //   to FP64 rounding; also the () scale tensor overload of native FP8;
 // - stats kernel: the fused row (CUDA: Mantissa's kernel, after its probe) against the tensor
@@ -49,6 +50,7 @@
 
 #include "edge_values.h" // tests/: the values test_telemetry holds the statistics to
 #include "exact_fp8_gemm.h" // tests/: operands test_native multiplies too
+#include "loss_scale_replay.h" // tests/: sequences test_numerics replays on the CPU
 #include "native_fp8.h"
 #include "number_format.h"
 #include "project_config.h"
@@ -173,6 +175,23 @@ void padded_gemms(const torch::Device& device)
             const int64_t differ = differing_floats(y, g.expected.to(torch::kBFloat16));
             report(differ == 0 && y.sizes() == g.expected.sizes(), name,
                    fmt("%.0f values differ from the exact product", double(differ)) + (native ? ", _scaled_mm" : ", dequantised"));
+        });
+    }
+}
+
+// The loss scale's rule on the device (the scale the step's backward uses, updated there from
+// found_inf) against the host's, on every configuration test_numerics replays on the CPU: the
+// device's double-to-float roundings (backoff into the subnormals, growth past FLT_MAX) must
+// be the host's.
+void loss_scale_rule(const torch::Device& device)
+{
+    for (const auto& c : loss_scale_cases()) {
+        const std::string name = std::string("loss scale ") + c.name;
+        check(name, [&] {
+            const auto r = replay_loss_scale(c, device);
+            report(r.differing == 0 && r.reloads == 0, name,
+                   fmt("%.0f of 400 steps differ from the host's rule, %.0f reloads", double(r.differing),
+                       double(r.reloads)) + (r.first_difference.empty() ? "" : "; first: " + r.first_difference));
         });
     }
 }
@@ -509,6 +528,10 @@ void syncs(const std::string& device)
              {"bf16 native", {"precision.preset=bf16", "precision.backend=native"}},
              {"fp8-hybrid native", {"precision.preset=fp8-hybrid", "precision.backend=native"}},
              {"fp16 native (loss scaling)", {"precision.preset=fp16", "precision.backend=native"}},
+             // Overflows from the first step: skips, backoffs and growths, all decided on the device.
+             {"fp16 native, backing off and growing",
+              {"precision.preset=fp16", "precision.backend=native", "precision.loss_scaling.init_scale=1e30",
+               "precision.loss_scaling.backoff_factor=0.001", "precision.loss_scaling.growth_interval=2"}},
              {"bf16 native, telemetry every step", {"precision.preset=bf16", "precision.backend=native", "telemetry.interval=1"}},
              {"fp8-block native", {"precision.preset=fp8-e4m3", "precision.fp8.scaling=fp8-block", "precision.backend=native"}},
              {"nvfp4 (emulated)", {"precision.preset=fp8-e4m3", "precision.fp8.scaling=nvfp4", "precision.backend=native"}},
@@ -576,6 +599,7 @@ int main(int argc, char** argv)
     std::filesystem::create_directories(dir);
     casts_and_stats(torch::Device(device));
     padded_gemms(torch::Device(device));
+    loss_scale_rule(torch::Device(device));
     stats_kernels(torch::Device(device), quick);
     training(device, quick);
     resume(device, dir.string(), quick);

@@ -6,7 +6,6 @@
 #include <bit>
 #include <cmath>
 #include <limits>
-#include <random>
 #include <vector>
 
 #include <torch/torch.h>
@@ -14,6 +13,7 @@
 #include "adamw.h"
 #include "device_loss_scale.h"
 #include "edge_values.h"
+#include "loss_scale_replay.h"
 #include "fp8_scaling.h"
 #include "loss_scaler.h"
 #include "quantize.h"
@@ -768,78 +768,25 @@ private slots:
     }
 
     // The step's loss scale lives on the device (issue 11): DeviceLossScale must make the host
-    // rule's every move, to the bit, from the same found_inf sequence. Random sequences over
-    // configurations that reach each branch: growth, backoff, hysteresis, the floor, growth
-    // refused at FLT_MAX, backoff through the subnormals to 0, a factor that rounds.
+    // rule's every move, to the bit, from the same found_inf sequence (loss_scale_replay.h:
+    // configurations that reach every branch; bench/cuda_checks replays them on a GPU).
     void theDeviceLossScaleMakesTheHostRulesMoves_data()
     {
-        QTest::addColumn<double>("initScale");
-        QTest::addColumn<double>("growth");
-        QTest::addColumn<double>("backoff");
-        QTest::addColumn<int>("interval");
-        QTest::addColumn<double>("minScale");
-        QTest::addColumn<int>("hysteresis");
-        QTest::addColumn<double>("overflowOdds");
-        QTest::addColumn<bool>("dynamic");
-        QTest::newRow("pytorch") << 65536.0 << 2.0 << 0.5 << 3 << 0.0 << 1 << 0.3 << true;
-        QTest::newRow("hysteresis and floor") << 4.0 << 2.0 << 0.5 << 2 << 1.0 << 3 << 0.5 << true;
-        QTest::newRow("floor not a float") << 4.0 << 2.0 << 0.5 << 2 << 0.1 << 1 << 0.6 << true;
-        QTest::newRow("to FLT_MAX") << std::ldexp(1.0, 120) << 2.0 << 0.5 << 1 << 0.0 << 1 << 0.05 << true;
-        QTest::newRow("grow refused") << double(std::numeric_limits<float>::max()) << 1.0 + std::ldexp(1.0, -24) << 0.5
-                                      << 1 << 0.0 << 1 << 0.1 << true;
-        QTest::newRow("to zero") << std::ldexp(1.0, -140) << 2.0 << 0.5 << 4 << 0.0 << 1 << 0.9 << true;
-        QTest::newRow("factor 0.3") << 1e-38 << 3.0 << 0.3 << 2 << 0.0 << 2 << 0.5 << true;
-        QTest::newRow("static") << 1024.0 << 2.0 << 0.5 << 1 << 0.0 << 1 << 0.5 << false;
+        QTest::addColumn<int>("index");
+        const auto cases = loss_scale_cases();
+        for (size_t i = 0; i < cases.size(); ++i) QTest::newRow(cases[i].name) << int(i);
     }
 
     void theDeviceLossScaleMakesTheHostRulesMoves()
     {
-        QFETCH(double, initScale);
-        QFETCH(double, growth);
-        QFETCH(double, backoff);
-        QFETCH(int, interval);
-        QFETCH(double, minScale);
-        QFETCH(int, hysteresis);
-        QFETCH(double, overflowOdds);
-        QFETCH(bool, dynamic);
-        LossScalingConfig c;
-        c.mode = dynamic ? LossScalingMode::Dynamic : LossScalingMode::Static;
-        c.init_scale = initScale;
-        c.growth_factor = growth;
-        c.backoff_factor = backoff;
-        c.growth_interval = interval;
-        c.min_scale = minScale;
-        c.hysteresis = hysteresis;
-        LossScaler host(c);
-        DeviceLossScale device;
-        device.follow(host, torch::kCPU);
-        std::mt19937 rng(7);
-        std::bernoulli_distribution overflow(overflowOdds);
-        int moves = 0, outcomes[4] = {};
-        for (int step = 0; step < 400; ++step) {
-            const bool found = overflow(rng);
-            const double before = host.scale();
-            ++outcomes[static_cast<int>(host.update(found))];
-            device.update(torch::tensor(found ? 1.0f : 0.0f));
-            const auto state = device.state_tensor();
-            const double* v = state.data_ptr<double>();
-            QCOMPARE(std::bit_cast<uint64_t>(v[0]), std::bit_cast<uint64_t>(host.state().scale)); // QCOMPARE of doubles is fuzzy
-            QCOMPARE(int64_t(v[1]), host.state().growth_tracker);
-            QCOMPARE(int64_t(v[2]), host.state().overflows_left);
-            moves += host.scale() != before;
-            device.check_against(host, v); // agrees: no throw
-            // Nothing to load: a load every step would be a host copy (a sync on a GPU).
-            const void* held = device.scale().data_ptr();
-            device.follow(host, torch::kCPU);
-            QCOMPARE(device.scale().data_ptr(), held);
-            // The unscaling factor: 1/scale rounded once from double.
-            QCOMPARE(std::bit_cast<uint32_t>(device.inverse().item<float>()),
-                     std::bit_cast<uint32_t>(to_float32(1.0 / host.scale())));
-        }
-        if (dynamic) QVERIFY(moves > 3);
-        else QCOMPARE(moves, 0);
-        QVERIFY(outcomes[static_cast<int>(LossScaler::Outcome::Skipped)] +
-                outcomes[static_cast<int>(LossScaler::Outcome::SkippedAndBackedOff)] > 0);
+        QFETCH(int, index);
+        const auto c = loss_scale_cases().at(size_t(index));
+        const auto r = replay_loss_scale(c, torch::kCPU);
+        QVERIFY2(r.differing == 0, r.first_difference.c_str());
+        QCOMPARE(r.reloads, int64_t(0)); // a load every step would be a host copy (a sync on a GPU)
+        if (c.config.mode == LossScalingMode::Dynamic) QVERIFY(r.moves > 3);
+        else QCOMPARE(r.moves, int64_t(0));
+        QVERIFY(r.skips > 0);
     }
 
     // A device that parted from the host is a bug the step refuses to hide; a host that was
