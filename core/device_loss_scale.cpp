@@ -31,7 +31,7 @@ torch::Tensor DeviceLossScale::inverse() const { return scale_.to(torch::kFloat6
 void DeviceLossScale::update(const torch::Tensor& found_inf)
 {
     if (!scale_.defined()) return;
-    known_.reset(); // until check_against: a step that never reached its read reloads the host's state
+    known_.reset(); // until expect(): a step that never got that far reloads the host's state
     if (config_.mode != LossScalingMode::Dynamic) return;
     // LossScaler::update, branch for branch. The products are taken in double and rounded
     // once to float32, as ATen's kernel and to_float32 do (beyond FLT_MAX: inf).
@@ -57,21 +57,24 @@ torch::Tensor DeviceLossScale::state_tensor() const
     return torch::stack({scale_.to(torch::kFloat64), growth_tracker_, overflows_left_});
 }
 
-void DeviceLossScale::check_against(const LossScaler& host, const double* read)
+void DeviceLossScale::check(const LossScaler& host, const double* read) const
 {
     const auto s = host.state();
     const LossScaler::State device{read[0], static_cast<int64_t>(read[1]), static_cast<int64_t>(read[2])};
-    if (!(device == s)) {
-        char text[256];
-        std::snprintf(text, sizeof text,
-                      "the loss scale on the device (%a, tracker %lld, overflows left %lld) parted from the host's "
-                      "(%a, %lld, %lld): a bug in Mantissa, please report it",
-                      device.scale, static_cast<long long>(device.growth_tracker),
-                      static_cast<long long>(device.overflows_left), s.scale, static_cast<long long>(s.growth_tracker),
-                      static_cast<long long>(s.overflows_left));
-        throw std::logic_error(text);
-    }
-    known_ = Known{host.config(), s};
+    if (device == s) return;
+    char text[256];
+    std::snprintf(text, sizeof text,
+                  "the loss scale on the device (%a, tracker %lld, overflows left %lld) parted from the host's "
+                  "(%a, %lld, %lld): a bug in Mantissa, please report it",
+                  device.scale, static_cast<long long>(device.growth_tracker),
+                  static_cast<long long>(device.overflows_left), s.scale, static_cast<long long>(s.growth_tracker),
+                  static_cast<long long>(s.overflows_left));
+    throw std::logic_error(text);
+}
+
+void DeviceLossScale::expect(const LossScaler& host)
+{
+    if (scale_.defined()) known_ = Known{host.config(), host.state()};
 }
 
 } // namespace mantissa

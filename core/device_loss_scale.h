@@ -6,7 +6,8 @@
 // (PyTorch's _amp_update_scale_, plus Megatron's hysteresis and minimum) as tensor ops queued
 // after the finite check. The host's LossScaler stays the policy that the run reports and
 // checkpoints: it replays each step's found_inf from the step's one read, and the two must
-// agree to the bit (checked every step, and against random sequences in test_numerics).
+// agree to the bit: each step's read holds the device's state from the step before against
+// the host's, and test_numerics and bench/cuda_checks replay random sequences on both.
 // Internal: includes LibTorch.
 
 #include <optional>
@@ -31,11 +32,16 @@ public:
     // Queued: the state after a step whose gradients held an inf or NaN when `found_inf`
     // (() FP32, 1 or 0) is 1. Static and off modes never move.
     void update(const torch::Tensor& found_inf);
-    // (3) FP64 on the device: scale, growth tracker, overflows left; rides in the step's read.
+    // (3) FP64 on the device: scale, growth tracker, overflows left. The step reads it with
+    // its norms, before its own update is queued: the state the step used.
     torch::Tensor state_tensor() const;
-    // After the read: the host has replayed the step; `read` is state_tensor()'s values.
-    // Throws std::logic_error when the device parted from the host's rule (a bug, never data).
-    void check_against(const LossScaler& host, const double* read);
+    // `read`: state_tensor()'s values, read before this step's update; `host`: the host's
+    // scaler before its replay of this step. Equal unless the device parted from the host's
+    // rule in the step before (a bug, never data): then throws std::logic_error.
+    void check(const LossScaler& host, const double* read) const;
+    // After the host replayed the step: the device made the same move (check() holds it to
+    // that at the next step's read), so follow() need not load the state again.
+    void expect(const LossScaler& host);
 
 private:
     struct Known {

@@ -66,27 +66,33 @@ void LayerGradients::scale(const torch::Tensor& factor)
     if (!grads.empty()) at::_foreach_mul_(grads, factor);
 }
 
-LayerGradients::Report LayerGradients::read(const Measured& measured, const std::vector<torch::Tensor>& extras) const
+LayerGradients::PendingRead LayerGradients::start_read(const Measured& measured,
+                                                       const std::vector<torch::Tensor>& extras) const
 {
     std::vector<torch::Tensor> parts;
-    int64_t n_extras = 0;
+    PendingRead pending;
     for (const auto& e : extras) {
         parts.push_back(e.detach().reshape({-1}).to(torch::kFloat64));
-        n_extras += parts.back().numel();
+        pending.extras += parts.back().numel();
     }
-    const bool any = measured.l2.defined();
-    if (any) {
+    if (measured.l2.defined()) {
         parts.push_back(measured.l2);
         parts.push_back(measured.total_norm.reshape({1}));
         if (measured.not_finite.defined()) parts.push_back(measured.not_finite);
     }
+    if (!parts.empty()) pending.copy = start_copy(torch::cat(parts));
+    return pending;
+}
+
+LayerGradients::Report LayerGradients::finish_read(const Measured& measured, const PendingRead& pending) const
+{
     Report report;
-    if (parts.empty()) return report;
-    const auto host = torch::cat(parts).to(torch::kCPU); // the one sync
+    const auto& host = pending.copy.wait(); // the one sync
+    if (!host.defined()) return report;
     const double* v = host.data_ptr<double>();
-    report.extras.assign(v, v + n_extras);
-    if (!any) return report;
-    const double* norms = v + n_extras;
+    report.extras.assign(v, v + pending.extras);
+    if (!measured.l2.defined()) return report;
+    const double* norms = v + pending.extras;
     const size_t n = measured.owner.size();
     report.total_norm = norms[n];
     const double* bad = measured.not_finite.defined() ? norms + n + 1 : nullptr;

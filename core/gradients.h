@@ -11,6 +11,8 @@
 
 #include <torch/torch.h>
 
+#include "host_copy.h"
+
 namespace mantissa {
 
 class LayerGradients {
@@ -37,15 +39,23 @@ public:
     // Multiplies every gradient by a () FP32 device factor (unscaling): queued, no sync.
     void scale(const torch::Tensor& factor);
 
-    // The step's one host sync: the measurement and the `extras` (FP64 tensors that ride
-    // along: the step's loss, the loss scale's state) in one copy.
+    // The step's one host sync, in two halves. start_read queues one copy of the measurement
+    // and the `extras` (FP64 tensors that ride along: the step's loss, the loss scale's state)
+    // and returns at once, so that the step goes on queuing its update behind it; finish_read
+    // waits for that copy only: on CUDA the clipping and the optimizer keep the GPU busy
+    // while the host reads the report and prepares the next step.
     struct Report {
         std::vector<std::pair<std::string, double>> layer_norms;
         std::vector<std::string> non_finite_layers;
         double total_norm = 0.0;
         std::vector<double> extras; // the extras' values, flattened in order
     };
-    Report read(const Measured& measured, const std::vector<torch::Tensor>& extras = {}) const;
+    struct PendingRead {
+        HostCopy copy;
+        int64_t extras = 0; // values ahead of the measurement
+    };
+    PendingRead start_read(const Measured& measured, const std::vector<torch::Tensor>& extras = {}) const;
+    Report finish_read(const Measured& measured, const PendingRead& pending) const;
 
 private:
     std::vector<torch::Tensor> defined_grads() const;

@@ -379,33 +379,38 @@ bool rowwise_fp8_available()
             // Every output 32 * 2^-(i % 4) * 2^(j % 3) (+ j) is exact in BF16. (Ones cannot tell
             // fast accumulation from the other; the probe is of the calls and the scales.)
             const auto f32 = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat32);
-            const int64_t M = 16, K = 32, N = 16;
-            const auto a = torch::ones({M, K}, f32).to(torch::kFloat8_e4m3fn);
-            const auto b = torch::ones({N, K}, f32).to(torch::kFloat8_e4m3fn).t(); // (K, N) column-major
-            // Powers of two made on the host (a device's exp2 need not be exact), so every
-            // product and sum is exact and no fused rounding can tell the two sides apart.
-            std::vector<float> row_scales, col_scales;
-            for (int64_t i = 0; i < M; ++i) row_scales.push_back(std::ldexp(1.0f, -static_cast<int>(i % 4)));
-            for (int64_t j = 0; j < N; ++j) col_scales.push_back(std::ldexp(1.0f, static_cast<int>(j % 3)));
-            const auto rows = torch::tensor(row_scales).to(f32.device()).unsqueeze(1); // (M, 1)
-            const auto cols = torch::tensor(col_scales).to(f32.device()).unsqueeze(0); // (1, N)
-            const auto product = rows * cols * static_cast<float>(K);
-            const auto bias = torch::arange(N, f32);
-            struct Call {
-                bool bias, fast_accum;
-                const char* what;
-            };
-            for (const Call c : {Call{true, true, "the forward"}, Call{false, true, "a forward without bias"},
-                                 Call{false, false, "a gradient"}}) {
-                const auto y = scaled_mm_call(a, rows, b, cols, c.bias ? bias : torch::Tensor(), torch::kBFloat16,
-                                              c.fast_accum);
-                const auto expected = (c.bias ? product + bias.unsqueeze(0) : product).to(torch::kBFloat16);
-                if (torch::equal(y.cpu(), expected.cpu())) continue;
-                std::fprintf(stderr,
-                             "mantissa: _scaled_mm's row-wise scaling gave a wrong product (%s GEMM's call): per-row "
-                             "FP8 GEMMs run from the dequantised codes\n",
-                             c.what);
-                return false;
+            const int64_t K = 32, N = 16;
+            // An odd M too: scaled_mm_padded leaves M unpadded (PyTorch's checks allow any M),
+            // and no GPU had run one here when the probe took it up (a 65-token vocabulary's
+            // wgrad has one). Should it fail, every per-row GEMM runs dequantised, as above.
+            for (const int64_t M : {int64_t(16), int64_t(17)}) {
+                const auto a = torch::ones({M, K}, f32).to(torch::kFloat8_e4m3fn);
+                const auto b = torch::ones({N, K}, f32).to(torch::kFloat8_e4m3fn).t(); // (K, N) column-major
+                // Powers of two made on the host (a device's exp2 need not be exact), so every
+                // product and sum is exact and no fused rounding can tell the two sides apart.
+                std::vector<float> row_scales, col_scales;
+                for (int64_t i = 0; i < M; ++i) row_scales.push_back(std::ldexp(1.0f, -static_cast<int>(i % 4)));
+                for (int64_t j = 0; j < N; ++j) col_scales.push_back(std::ldexp(1.0f, static_cast<int>(j % 3)));
+                const auto rows = torch::tensor(row_scales).to(f32.device()).unsqueeze(1); // (M, 1)
+                const auto cols = torch::tensor(col_scales).to(f32.device()).unsqueeze(0); // (1, N)
+                const auto product = rows * cols * static_cast<float>(K);
+                const auto bias = torch::arange(N, f32);
+                struct Call {
+                    bool bias, fast_accum;
+                    const char* what;
+                };
+                for (const Call c : {Call{true, true, "the forward"}, Call{false, true, "a forward without bias"},
+                                     Call{false, false, "a gradient"}}) {
+                    const auto y = scaled_mm_call(a, rows, b, cols, c.bias ? bias : torch::Tensor(), torch::kBFloat16,
+                                                  c.fast_accum);
+                    const auto expected = (c.bias ? product + bias.unsqueeze(0) : product).to(torch::kBFloat16);
+                    if (torch::equal(y.cpu(), expected.cpu())) continue;
+                    std::fprintf(stderr,
+                                 "mantissa: _scaled_mm's row-wise scaling gave a wrong product (%s GEMM's call, M=%lld): "
+                                 "per-row FP8 GEMMs run from the dequantised codes\n",
+                                 c.what, static_cast<long long>(M));
+                    return false;
+                }
             }
             return true;
         } catch (const std::exception& e) {

@@ -3,10 +3,8 @@
 
 #include <optional>
 
-#include <c10/core/Event.h>
-#include <c10/core/impl/VirtualGuardImpl.h>
-
 #include "device_memory.h"
+#include "host_copy.h"
 #include "tensor_stats.h"
 
 namespace mantissa {
@@ -39,30 +37,6 @@ void TelemetryStep::remember_weights(Gpt& model)
 }
 
 namespace {
-
-// One copy of the step's buffer to the host: on CUDA asynchronous into pinned memory, with an
-// event that says when it has landed; on the CPU the buffer already is host memory.
-struct HostCopy {
-    torch::Tensor device_buffer; // kept alive until the copy has run
-    torch::Tensor host;
-    std::optional<c10::Event> landed;
-};
-
-HostCopy start_copy(const torch::Tensor& buffer)
-{
-    HostCopy c;
-    if (!buffer.is_cuda()) {
-        c.host = buffer.contiguous();
-        return c;
-    }
-    c.device_buffer = buffer;
-    c.host = torch::empty(buffer.sizes(), buffer.options().device(torch::kCPU).pinned_memory(true));
-    c.host.copy_(buffer, /*non_blocking=*/true);
-    const c10::impl::VirtualGuardImpl guard(buffer.device().type());
-    c.landed.emplace(buffer.device().type());
-    c.landed->record(guard.getStream(buffer.device()));
-    return c;
-}
 
 // How a value combines across data-parallel ranks (TelemetryStep::RankReduction).
 enum Combine : int8_t { kSum = 0, kMax = 1, kMean = 2 };
@@ -179,8 +153,7 @@ std::shared_ptr<TelemetryStep::InFlight> TelemetryStep::launch(Gpt& model, int64
 
 LayerStatsFrame TelemetryStep::complete(const InFlight& in)
 {
-    if (in.copy.landed) in.copy.landed->synchronize(); // the stream up to the copy, not the device
-    const auto& host = in.copy.host;
+    const auto& host = in.copy.wait();
     const double* values = host.defined() ? host.data_ptr<double>() : nullptr;
     LayerStatsFrame frame;
     frame.step = in.step;

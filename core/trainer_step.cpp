@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // One optimizer step: forward and backward over the micro-batches, the loss-scale policy,
-// clipping, and the update, all queued on the device before the step's one read.
+// clipping, and the update, all queued on the device; the step's one read runs beside the update.
 #include "trainer_impl.h"
 
 #include <limits>
@@ -44,11 +44,17 @@ StepOutcome Trainer::Impl::train_step(bool armed, TelemetryStep& telemetry, Tele
     // the norms and the update.
     out.allreduce_ms = dp_reduce_step(loss_sum, out.overlapped_buckets);
     if (armed) telemetry.remember_weights(model);
-    // From here to the read, everything is queued on the device, decided there: unscaling
-    // (before the measure, so that the norms and the finite check see the true gradients),
-    // clipping, the skip (the fused AdamW's found_inf) and the next scale.
+    // From here on, everything is queued on the device and decided there: unscaling (before
+    // the measure, so that the norms and the finite check see the true gradients), clipping,
+    // the skip (the fused AdamW's found_inf) and the next scale.
     if (scaler.enabled()) gradients.scale(device_scale.inverse());
     const auto measured = gradients.measure(scaler.enabled());
+    // The step's one host read is queued here, behind the measure and ahead of the update: the
+    // loss, the norms, the layers whose gradients were not finite, and the loss-scale state
+    // this step used. The host waits for it below, while the GPU runs the update.
+    std::vector<torch::Tensor> extras{loss_sum};
+    if (scaler.enabled()) extras.push_back(device_scale.state_tensor());
+    const auto pending = gradients.start_read(measured, extras);
     gradients.clip(measured, cfg.optimizer.grad_clip);
     optimizer->step(out.learning_rate, measured.found_inf);
     // (No gradient at all, which no model here has, is a clean step, as the host counts it.)
@@ -61,14 +67,12 @@ StepOutcome Trainer::Impl::train_step(bool armed, TelemetryStep& telemetry, Tele
     for (const auto& g : model->gemm_layers()) g->invalidate_weight_cache();
     optimizer->zero_grad();
 
-    // The step's one host sync, after its update was queued: the loss, the norms, the layers
-    // whose gradients were not finite, and the device's loss-scale state.
-    std::vector<torch::Tensor> extras{loss_sum};
-    if (scaler.enabled()) extras.push_back(device_scale.state_tensor());
-    const auto report = gradients.read(measured, extras);
+    const auto report = gradients.finish_read(measured, pending); // the step's one host sync
     out.train_loss = report.extras[0] / static_cast<double>(cfg.training.grad_accum);
+    // The device's state before this step's update is the host's before its replay of it.
+    if (scaler.enabled()) device_scale.check(scaler, report.extras.data() + 1);
     out.skipped = update_loss_scale(out.loss_scale, report.non_finite_layers, out, sink);
-    if (scaler.enabled()) device_scale.check_against(scaler, report.extras.data() + 1);
+    if (scaler.enabled()) device_scale.expect(scaler);
     out.layer_grad_norms = report.layer_norms;
     out.grad_norm = out.skipped ? std::numeric_limits<double>::quiet_NaN() : report.total_norm;
     return out;

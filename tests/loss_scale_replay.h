@@ -99,7 +99,8 @@ inline LossScaleReplay replay_loss_scale(const LossScaleCase& c, const torch::De
             scale.follow(host, device); // unchecked after its update: loads the host's state
             continue;
         }
-        scale.check_against(host, v);
+        scale.check(host, v);
+        scale.expect(host);
         const void* held = scale.scale().data_ptr();
         scale.follow(host, device);
         out.reloads += scale.scale().data_ptr() != held;

@@ -801,7 +801,7 @@ private slots:
         device.follow(host, torch::kCPU);
         device.update(torch::tensor(0.0f)); // grows on the device only
         const auto state = device.state_tensor();
-        QVERIFY_THROWS_EXCEPTION(std::logic_error, device.check_against(host, state.data_ptr<double>()));
+        QVERIFY_THROWS_EXCEPTION(std::logic_error, device.check(host, state.data_ptr<double>()));
         host.restore({1024.0, 0, 1});
         device.follow(host, torch::kCPU);
         QCOMPARE(device.scale().item<float>(), 1024.0f);
