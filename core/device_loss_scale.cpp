@@ -16,11 +16,12 @@ void DeviceLossScale::follow(const LossScaler& host, const torch::Device& device
     }
     const Known now{host.config(), host.state()};
     if (known_ && known_->config == now.config && known_->state == now.state && device_ == device) return;
-    const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-    // The scale is a float32 value, so the double holds it exactly.
-    scale_ = torch::tensor(now.state.scale, f64).to(torch::kFloat32).to(device);
-    growth_tracker_ = torch::tensor(static_cast<double>(now.state.growth_tracker), f64).to(device);
-    overflows_left_ = torch::tensor(static_cast<double>(now.state.overflows_left), f64).to(device);
+    // Filled on the device from Scalars: no copy from the host, so no sync even here. The
+    // scale is a float32 value, which the double holds exactly.
+    const auto on = torch::TensorOptions().device(device);
+    scale_ = torch::full({}, now.state.scale, on.dtype(torch::kFloat32));
+    growth_tracker_ = torch::full({}, static_cast<double>(now.state.growth_tracker), on.dtype(torch::kFloat64));
+    overflows_left_ = torch::full({}, static_cast<double>(now.state.overflows_left), on.dtype(torch::kFloat64));
     config_ = now.config;
     device_ = device;
     known_ = now;

@@ -22,7 +22,7 @@ class DeviceLossScale {
 public:
     // Loads the host scaler's state onto `device` when it is not what the device holds: the
     // first step, a checkpoint, a change of mode, data-parallel ranks taking rank 0's state.
-    // A host copy, only then; otherwise nothing.
+    // Filled on the device, only then; otherwise nothing.
     void follow(const LossScaler& host, const torch::Device& device);
 
     // () FP32: the scale of this step's backward. Undefined while scaling is off.
