@@ -31,19 +31,11 @@ inline std::vector<LossScaleCase> loss_scale_cases()
 {
     const auto dynamic = [](double init, double growth, double backoff, int64_t interval, double min_scale,
                             int64_t hysteresis) {
-        LossScalingConfig c;
-        c.mode = LossScalingMode::Dynamic;
-        c.init_scale = init;
-        c.growth_factor = growth;
-        c.backoff_factor = backoff;
-        c.growth_interval = interval;
-        c.min_scale = min_scale;
-        c.hysteresis = hysteresis;
-        return c;
+        return LossScalingConfig{.mode = LossScalingMode::Dynamic, .init_scale = init, .growth_factor = growth,
+                                 .backoff_factor = backoff, .growth_interval = interval, .min_scale = min_scale,
+                                 .hysteresis = hysteresis};
     };
-    LossScalingConfig fixed;
-    fixed.mode = LossScalingMode::Static;
-    fixed.init_scale = 1024.0;
+    const LossScalingConfig fixed{.mode = LossScalingMode::Static, .init_scale = 1024.0};
     return {
         {"pytorch", dynamic(65536.0, 2.0, 0.5, 3, 0.0, 1), 0.3},
         {"hysteresis and floor", dynamic(4.0, 2.0, 0.5, 2, 1.0, 3), 0.5},
@@ -60,7 +52,7 @@ struct LossScaleReplay {
     int64_t differing = 0; // steps whose device state or unscaling factor is not the host's
     int64_t moves = 0;     // steps that changed the scale
     int64_t skips = 0;     // steps the host skipped
-    int64_t reloads = 0;   // agreeing steps after which follow() loaded the state again (a sync on a GPU)
+    int64_t reloads = 0;   // agreeing steps after which follow() loaded the state again (needlessly)
     std::string first_difference;
 };
 
