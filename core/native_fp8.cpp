@@ -372,6 +372,7 @@ bool rowwise_fp8_available()
 {
     static const bool available = [] {
         if (!native_fp8_available()) return false; // no CUDA, or no FP8 _scaled_mm at all
+        int64_t probing_m = 0;
         try {
             // The GEMMs' calls exactly: E4M3 codes of 1, scales (M, 1) and (1, N) that differ
             // per row and column, BF16 output; the forward's with fast accumulation, with a BF16
@@ -384,6 +385,7 @@ bool rowwise_fp8_available()
             // and no GPU had run one here when the probe took it up (a 65-token vocabulary's
             // wgrad has one). Should it fail, every per-row GEMM runs dequantised, as above.
             for (const int64_t M : {int64_t(16), int64_t(17)}) {
+                probing_m = M;
                 const auto a = torch::ones({M, K}, f32).to(torch::kFloat8_e4m3fn);
                 const auto b = torch::ones({N, K}, f32).to(torch::kFloat8_e4m3fn).t(); // (K, N) column-major
                 // Powers of two made on the host (a device's exp2 need not be exact), so every
@@ -415,9 +417,9 @@ bool rowwise_fp8_available()
             return true;
         } catch (const std::exception& e) {
             std::fprintf(stderr,
-                         "mantissa: _scaled_mm's row-wise scaling is not available (%s): per-row FP8 GEMMs run from "
-                         "the dequantised codes\n",
-                         first_line(e).c_str());
+                         "mantissa: _scaled_mm's row-wise scaling is not available (M=%lld: %s): per-row FP8 GEMMs "
+                         "run from the dequantised codes\n",
+                         static_cast<long long>(probing_m), first_line(e).c_str());
             return false;
         }
     }();
