@@ -14,15 +14,15 @@ void DeviceLossScale::follow(const LossScaler& host, const torch::Device& device
         device_.reset();
         return;
     }
-    const Known now{host.config(), host.state()};
-    if (known_ && known_->config == now.config && known_->state == now.state && device_ == device) return;
+    const auto now = host.state();
+    if (known_ && *known_ == now && config_ == host.config() && device_ == device) return;
     // Filled on the device from Scalars: no copy from the host, so no sync even here. The
     // scale is a float32 value, which the double holds exactly.
     const auto on = torch::TensorOptions().device(device);
-    scale_ = torch::full({}, now.state.scale, on.dtype(torch::kFloat32));
-    growth_tracker_ = torch::full({}, static_cast<double>(now.state.growth_tracker), on.dtype(torch::kFloat64));
-    overflows_left_ = torch::full({}, static_cast<double>(now.state.overflows_left), on.dtype(torch::kFloat64));
-    config_ = now.config;
+    scale_ = torch::full({}, now.scale, on.dtype(torch::kFloat32));
+    growth_tracker_ = torch::full({}, static_cast<double>(now.growth_tracker), on.dtype(torch::kFloat64));
+    overflows_left_ = torch::full({}, static_cast<double>(now.overflows_left), on.dtype(torch::kFloat64));
+    config_ = host.config();
     device_ = device;
     known_ = now;
 }
@@ -75,7 +75,7 @@ void DeviceLossScale::check(const LossScaler& host, const double* read) const
 
 void DeviceLossScale::expect(const LossScaler& host)
 {
-    if (scale_.defined()) known_ = Known{host.config(), host.state()};
+    if (scale_.defined()) known_ = host.state();
 }
 
 } // namespace mantissa

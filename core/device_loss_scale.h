@@ -44,13 +44,9 @@ public:
     void expect(const LossScaler& host);
 
 private:
-    struct Known {
-        LossScalingConfig config;
-        LossScaler::State state;
-    };
-    std::optional<Known> known_; // what the device holds, as of the last load or check
-    LossScalingConfig config_;     // the rule update() follows
+    LossScalingConfig config_;            // the rule loaded with the state, which update() follows
     std::optional<torch::Device> device_; // where the state was loaded, as the trainer names it
+    std::optional<LossScaler::State> known_; // what the device holds, as of the last load or expect()
     torch::Tensor scale_;          // () FP32
     torch::Tensor growth_tracker_; // () FP64, an integer
     torch::Tensor overflows_left_; // () FP64, an integer

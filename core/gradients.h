@@ -3,7 +3,8 @@
 // The model's gradients grouped by the layer that owns them: per-layer norms (what the
 // monitor plots), the global norm and clipping, unscaling, and the names of layers whose
 // gradients are not finite (what a loss-scale backoff blames). Everything is queued on the
-// gradients' device; the host reads the results once, after the step's update was queued.
+// gradients' device; the host reads the results in one copy, queued ahead of the step's
+// update and waited for after it.
 
 #include <string>
 #include <utility>
