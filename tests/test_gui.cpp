@@ -122,6 +122,7 @@ private slots:
 
     void precisionChangeDuringRunIsAnEventAndAMarker();
     void watcherSwitchReachesTableAndHeatmap();
+    void watcherPauseShowsInTheWindow();
     void runControlsHaveShortcuts();
     void statusWidgetEstimatesTimeLeft();
 
@@ -791,6 +792,37 @@ void TestGui::watcherSwitchReachesTableAndHeatmap()
     // After the run the table shows the project again.
     QCOMPARE(forward.data(Qt::DisplayRole).toString(), forward.data(Qt::EditRole).toString());
     QCOMPARE(table->index(row, PrecisionTableModel::RunningColumn).data().toString(), QString());
+}
+
+// A watcher that pauses the run: the window says paused, and one press of Resume resumes.
+void TestGui::watcherPauseShowsInTheWindow()
+{
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    MainWindow window(dir.filePath(QStringLiteral("runs.sqlite")));
+    ProjectConfig config = tiny_config(100000);
+    config.precision.preset = "fp8-hybrid";
+    config.telemetry.interval = 1;
+    config.telemetry.watchers.fp8_underflow_max = 0.0; // any underflow fires
+    config.telemetry.watchers.actions["fp8_underflow"] = WatchAction::Pause;
+    window.setProject(config, QStringLiteral("in-memory"));
+    TrainingController* controller = window.controller();
+    EventLogModel* events = window.eventLogModel();
+    auto count = [&](const char* kind) {
+        int n = 0;
+        for (int r = 0; r < events->rowCount(); ++r) n += events->event(r).tag() == kind ? 1 : 0;
+        return n;
+    };
+    QVERIFY(window.startTraining());
+    QTRY_VERIFY_WITH_TIMEOUT(count("paused") == 1, 60000);
+    QVERIFY(controller->isPaused());
+    QCOMPARE(window.statusWidget()->etaText(), QStringLiteral("paused"));
+    window.togglePause();
+    QVERIFY(!controller->isPaused());
+    QTRY_VERIFY_WITH_TIMEOUT(count("resumed") == 1, 10000);
+    QVERIFY(!controller->isPaused() || count("paused") == 2); // the watcher may fire again
+    window.stopTraining();
+    QTRY_VERIFY_WITH_TIMEOUT(!controller->isRunning(), 30000);
 }
 
 void TestGui::precisionChangeDuringRunIsAnEventAndAMarker()

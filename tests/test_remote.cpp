@@ -585,6 +585,11 @@ private slots:
         QCOMPARE(window.statusWidget()->findChild<QProgressBar*>("runProgress")->format(), QString("step 3 / 3"));
         QVERIFY(!window.sendRemoteCommand("pause")); // the seeded run has finished
         QCOMPARE(window.lastError(), QString("No remote run is training"));
+        // A sweep would train into the local store but tag and compare through the replica.
+        window.setProject(ProjectConfig{}, QStringLiteral("in-memory"));
+        QVERIFY(!window.startSweep(QStringLiteral("training.seed"), QStringLiteral("1,2")));
+        QVERIFY2(window.lastError().startsWith(QString("Disconnect from the remote store before starting a sweep")),
+                 qPrintable(window.lastError()));
         window.disconnectRemote();
         QTRY_COMPARE_WITH_TIMEOUT(window.runsPage()->model()->rowCount(), 0, 30000);
         QVERIFY(label->isHidden());

@@ -432,6 +432,37 @@ private slots:
         QVERIFY(page.exportSummaryCsv(dir_->filePath(QStringLiteral("summary.csv"))));
     }
 
+    // Another store's run 1 (a remote store's replica, switched to) is read anew, even where
+    // its id, status and length are those of the run shown before.
+    void aSwitchedStoreIsReadAgain()
+    {
+        const QString otherPath = dir_->filePath(QStringLiteral("other.sqlite"));
+        {
+            RunStore other(otherPath.toStdString());
+            const int64_t id = other.create_run("elsewhere", "/p/elsewhere.json", to_json_text(config_named("elsewhere", "fp32")));
+            QCOMPARE(id, int64_t(1));
+            StoreSink sink(other, id);
+            for (int64_t step = 1; step <= 10; ++step) {
+                StepMetrics m;
+                m.step = step;
+                m.train_loss = 7.0 + 0.5 * double(step);
+                sink.on_step(m);
+            }
+            sink.on_eval({5, 9.5, 9.4}); // evaluated where run 1 here was: nothing tells them apart but the store
+            sink.on_eval({10, 12.0, 11.9});
+            other.finish_run(id, RunStatus::Finished);
+        }
+        ComparePage page(connection_.get());
+        QObject::connect(connection_.get(), &StoreConnection::runsChanged, &page, &ComparePage::reload);
+        QVERIFY(page.setRuns({1}));
+        QCOMPARE(values_of(page.curvePlot()->rawGraph(0)).front(), 2.875);
+        connection_->switchTo(otherPath, /*readOnly=*/true);
+        QCOMPARE(page.runIds(), (std::vector<int64_t>{1}));
+        QVector<double> expected;
+        for (int s = 1; s <= 10; ++s) expected << 7.0 + 0.5 * s;
+        QCOMPARE(values_of(page.curvePlot()->rawGraph(0)), expected);
+    }
+
     void badInputGivesMessages()
     {
         ComparePage page(connection_.get());
@@ -539,6 +570,9 @@ private slots:
                                   QStringLiteral("t1")));
         QVERIFY(sweep->isRunning());
         QVERIFY(!window.startTraining()); // one thing at a time
+        QVERIFY(!window.connectRemote(QUrl(QStringLiteral("http://127.0.0.1:9")), QStringLiteral("token")));
+        QVERIFY2(window.lastError().startsWith(QStringLiteral("A sweep is running into the local store")),
+                 qPrintable(window.lastError()));
         QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 180000);
         QCOMPARE(done.at(0).at(1).toBool(), false);
         QCOMPARE(starting.count(), 3);

@@ -3,6 +3,7 @@
 
 #include <QThread>
 
+#include <algorithm>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -227,9 +228,22 @@ void TrainingController::drain()
         }
     }
     if (batch.empty()) return;
+    followEnginePause(batch.events);
     emit drained(batch);
     // A slot may have run a nested event loop in which the job ended.
     if (job_) job_->buffer.recycle(std::move(batch));
+}
+
+void TrainingController::followEnginePause(const std::vector<RunEvent>& events)
+{
+    const auto last = std::find_if(events.rbegin(), events.rend(), [](const RunEvent& e) {
+        return e.kind == EventKind::Paused || e.kind == EventKind::Resumed;
+    });
+    if (last == events.rend()) return;
+    const bool paused = last->kind == EventKind::Paused;
+    if (paused == paused_) return;
+    paused_ = paused;
+    emit pausedChanged(paused);
 }
 
 void TrainingController::onWorkerFinished()

@@ -67,6 +67,9 @@ private:
     struct Job;
 
     void drain();
+    // The engine pauses itself too (a watcher's "pause" action): the last Paused or Resumed
+    // event it reports is its state, whoever asked.
+    void followEnginePause(const std::vector<RunEvent>& events);
     void onWorkerFinished();
 
     QString storePath_;

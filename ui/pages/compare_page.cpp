@@ -366,10 +366,14 @@ bool ComparePage::setRuns(const std::vector<int64_t>& ids)
                 run.tokensPerStep = 0.0; // an unreadable config: no tokens axis for this run
             }
             run.layerOrder = layer_order_of(run.row.config_json);
-            // Same run, not running: its series cannot have changed, keep what was read.
+            run.storePath = store_->path();
+            // Same run, not running: its series cannot have changed, keep what was read. The
+            // same id is another run in another store (a remote one's replica, switched to) or
+            // after a delete elsewhere; a replica's last evaluation can land after its status.
             for (RunData& old : previous)
-                if (old.row.id == id && old.row.status == run.row.status && old.row.steps_done == run.row.steps_done &&
-                    run.row.status != RunStatus::Running) {
+                if (old.row.id == id && old.storePath == run.storePath && old.row.created_at == run.row.created_at &&
+                    old.row.status == run.row.status && old.row.steps_done == run.row.steps_done &&
+                    old.row.final_val_step == run.row.final_val_step && run.row.status != RunStatus::Running) {
                     run.series = std::move(old.series);
                     run.stepTimes = std::move(old.stepTimes);
                 }

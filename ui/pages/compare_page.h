@@ -127,6 +127,7 @@ public:
 private:
     struct RunData {
         RunSummaryRow row;
+        QString storePath; // with row.id and row.created_at: which run this is, across stores
         double tokensPerStep = 0.0;
         std::vector<std::string> layerOrder; // forward order, from the config
         std::map<std::string, Series> series; // by tag, read once

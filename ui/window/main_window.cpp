@@ -112,6 +112,7 @@ MainWindow::MainWindow(const QString& storePath, QWidget* parent)
         feed_->setRemote(mirror);
         if (disconnectAction_) disconnectAction_->setEnabled(mirror != nullptr);
         if (remoteMenu_) remoteMenu_->setEnabled(mirror != nullptr);
+        updateActions();
         if (mirror)
             connect(mirror, &RemoteMirror::commandAnswered, this,
                     [this](qint64, const QString&, bool accepted, const QString& message) {
@@ -362,6 +363,12 @@ bool MainWindow::startSweep(const QString& key, const QString& values, const QSt
         showError(tr("Stop the current run before starting a sweep."));
         return false;
     }
+    // A sweep tags and compares its runs through the window's store connection, which shows
+    // the remote store's replica while connected: the sweep's runs are in the local store.
+    if (remote_->mirror()) {
+        showError(tr("Disconnect from the remote store before starting a sweep: its runs train into the local store."));
+        return false;
+    }
     std::vector<SweepRunPlan> plans;
     QString error;
     if (!SweepRunner::plan(document_->config(), key, values, &plans, &error) ||
@@ -452,6 +459,10 @@ MainWindow::Page MainWindow::currentPage() const { return static_cast<Page>(page
 
 bool MainWindow::connectRemote(const QUrl& server, const QString& token)
 {
+    if (sweepRunner_->isRunning()) {
+        showError(tr("A sweep is running into the local store: connect to a remote store once it has ended."));
+        return false;
+    }
     QString error;
     if (!remote_->connectTo(server, token, &error)) {
         showError(error);
@@ -666,7 +677,7 @@ void MainWindow::updateActions()
     saveAsAction_->setEnabled(document_->hasProject());
     const bool sweeping = sweepRunner_->isRunning();
     startAction_->setEnabled(!running && !sweeping && document_->hasProject());
-    sweepAction_->setEnabled(!running && !sweeping && document_->hasProject());
+    sweepAction_->setEnabled(!running && !sweeping && !remote_->mirror() && document_->hasProject());
     pauseAction_->setEnabled(running);
     pauseAction_->setText(controller_->isPaused() ? tr("&Resume") : tr("&Pause"));
     stopAction_->setEnabled(running);
