@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -33,6 +34,10 @@ namespace {
 constexpr int kApplicationId = 0x4D414E54;
 constexpr auto kFlushInterval = std::chrono::milliseconds(250);
 constexpr size_t kBatchRows = 4096;
+// A batch that finds the write lock held (another process deleting a large run, a second
+// writer) waits the busy timeout (5 s) and is tried again, this many times, before its rows
+// are given up: a minute of a held lock loses nothing.
+constexpr int kBusyTries = 12;
 
 const char* kSchemaV1 = R"sql(
 CREATE TABLE runs(
@@ -851,6 +856,7 @@ void RunStore::flush()
 void RunStore::writer_loop()
 {
     std::unique_lock lock(queue_mutex_);
+    int busy_tries = 0;
     while (true) {
         queue_cv_.wait_for(lock, kFlushInterval,
                            [&] { return stopping_ || flush_requested_ || queue_.size() >= kBatchRows; });
@@ -860,15 +866,22 @@ void RunStore::writer_loop()
         const bool stop = stopping_;
         const uint64_t batch_end = enqueued_;
         lock.unlock();
-        if (!rows.empty()) write_batch(rows);
+        const bool written = rows.empty() || write_batch(rows, busy_tries >= kBusyTries - 1);
         lock.lock();
+        if (!written) {
+            // Back in front of what came meanwhile, in order; flush() keeps waiting for them.
+            ++busy_tries;
+            queue_.insert(queue_.begin(), std::make_move_iterator(rows.begin()), std::make_move_iterator(rows.end()));
+            continue;
+        }
+        busy_tries = 0;
         committed_ = batch_end;
         flushed_cv_.notify_all();
         if (stop && queue_.empty()) return;
     }
 }
 
-void RunStore::write_batch(std::vector<PendingRow>& rows)
+bool RunStore::write_batch(std::vector<PendingRow>& rows, bool last_try)
 {
     std::lock_guard lock(db_mutex_);
     try {
@@ -894,10 +907,16 @@ void RunStore::write_batch(std::vector<PendingRow>& rows)
         }
         exec(db_, "COMMIT");
     } catch (const SqliteFailure& e) {
+        const int primary = e.code & 0xFF;
+        if ((primary == SQLITE_BUSY || primary == SQLITE_LOCKED) && !last_try) {
+            sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+            return false;
+        }
         record_write_failure(rows.size(), e.detail);
     } catch (const std::exception& e) {
         record_write_failure(rows.size(), e.what());
     }
+    return true;
 }
 
 void RunStore::record_write_failure(size_t rows, const std::string& why)

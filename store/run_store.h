@@ -281,7 +281,9 @@ private:
         std::string fields; // events: event_fields_json
     };
     void writer_loop();
-    void write_batch(std::vector<PendingRow>& rows);
+    // False where another connection held the write lock past the busy timeout (the rows are
+    // untouched, to be tried again); other failures drop the rows (record_write_failure).
+    bool write_batch(std::vector<PendingRow>& rows, bool last_try);
     void record_write_failure(size_t rows, const std::string& why); // db_mutex_ held
     // discard_steps_after's deletes, in the caller's transaction (db_mutex_ held): events only
     // with an id below `before_event` (a replica's resume event and what followed it stay).

@@ -7,12 +7,14 @@
 #include <QCryptographicHash>
 #include <QTemporaryDir>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <optional>
+#include <thread>
 
 #include <sqlite3.h>
 #include <sys/wait.h>
@@ -780,6 +782,31 @@ private slots:
         b.flush();
         QCOMPARE(a.scalars(rb).size(), size_t(500));
         QCOMPARE(b.scalars(ra).size(), size_t(500));
+    }
+
+    // Another connection holding the write lock past the busy timeout (5 s; a large run
+    // deleted by another process) delays the rows; it loses none of them.
+    void aHeldWriteLockDelaysRowsAndLosesNone()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("held.sqlite").toStdString();
+        RunStore store(path);
+        const auto id = store.create_run("live", "", "{}");
+        sqlite3* other = nullptr;
+        QCOMPARE(sqlite3_open(path.c_str(), &other), SQLITE_OK);
+        QCOMPARE(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+        for (int i = 1; i <= 300; ++i) store.append_scalar(id, i, "train/loss", 1.0 / i);
+        std::thread release([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(6500)); // past one busy timeout
+            sqlite3_exec(other, "COMMIT", nullptr, nullptr, nullptr);
+        });
+        store.flush(); // waits through the held lock
+        release.join();
+        sqlite3_close(other);
+        QCOMPARE(store.last_write_error(), std::string());
+        const auto rows = store.series(id, "train/loss");
+        QCOMPARE(rows.size(), size_t(300));
+        QCOMPARE(rows.back().second, 1.0 / 300);
     }
 
     void twoWritersOfOneFileEachReplaceItWhole()
