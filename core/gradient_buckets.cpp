@@ -138,10 +138,16 @@ int GradientBuckets::finish()
     reset();
     if (error) std::rethrow_exception(error);
     for (size_t k = 0; k < parameters_.size(); ++k) {
-        auto grad = parameters_[k].mutable_grad();
-        if (!grad.defined()) continue;
+        auto& param = parameters_[k];
         const auto& slot = slots_[k];
-        grad.copy_(buckets_[slot.bucket].flat.narrow(0, slot.offset, grad.numel()).view(grad.sizes()));
+        const auto sum = buckets_[slot.bucket].flat.narrow(0, slot.offset, param.numel()).view(param.sizes());
+        // A parameter this rank's micro-batches never reached still takes the other ranks'
+        // sum: left without a gradient, AdamW and the finite check would pass over it here
+        // and not on a rank that had one, and the ranks would part (weights, skipped steps).
+        // Knowing whether any rank had one would take a host read; so where none did, every
+        // rank steps it with a zero gradient (a single process would leave it alone).
+        if (!param.grad().defined()) param.mutable_grad() = torch::zeros_like(param);
+        param.mutable_grad().copy_(sum);
     }
     return overlapped;
 }

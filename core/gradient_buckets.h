@@ -11,7 +11,8 @@
 //   allreduce at once, but only after every earlier bucket has started: collectives must be
 //   issued in the same order on every rank, and the hooks' order is not part of any contract.
 // - finish() starts what the backward did not (a parameter with no gradient contributes
-//   zeros), waits for every allreduce in order and writes the sums back into the gradients.
+//   zeros), waits for every allreduce in order and writes the sums back into the gradients,
+//   giving one to a parameter that had none here (the ranks must step the same parameters).
 // The arithmetic is the sum the un-overlapped reduction computed, element for element.
 
 #include <cstdint>

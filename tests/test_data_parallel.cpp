@@ -458,6 +458,24 @@ private slots:
         QVERIFY(torch::equal(w2.grad(), torch::full({8}, 30.0f))); // (12 + 3) * 2
     }
 
+    // A parameter this rank's backward never reached takes the peers' sum all the same: left
+    // without a gradient, AdamW and the finite check would skip it here and not on the peer.
+    void gradient_buckets_give_an_unreached_parameter_the_peers_gradient()
+    {
+        auto used = torch::full({4}, 2.0f).requires_grad_();
+        auto unused = torch::full({4}, 3.0f).requires_grad_();
+        GradientBuckets buckets({used, unused}, 16, [&](torch::Tensor& flat) {
+            return std::function<void()>([flat]() mutable { flat.add_(1.5f); }); // the peer's gradients
+        });
+        buckets.arm();
+        (used * used).sum().backward();
+        QVERIFY(!unused.grad().defined());
+        buckets.finish();
+        QVERIFY(torch::equal(used.grad(), torch::full({4}, 5.5f))); // 2*2 + 1.5
+        QVERIFY(unused.grad().defined());
+        QVERIFY(torch::equal(unused.grad(), torch::full({4}, 1.5f)));
+    }
+
     void gradient_buckets_keep_a_lost_peer_a_collective_error()
     {
         auto w = torch::ones({4}).requires_grad_();
