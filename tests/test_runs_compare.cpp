@@ -12,6 +12,7 @@
 #include <QFileInfo>
 #include <QImage>
 #include <QLabel>
+#include <QLineEdit>
 #include <QSignalSpy>
 #include <QStandardItemModel>
 #include <QTableView>
@@ -19,12 +20,14 @@
 #include <QTest>
 
 #include <cmath>
+#include <limits>
 #include <memory>
 
 #include "pages/compare_page.h"
 #include "plots/compare_plot.h"
 #include "plots/layer_diff_plot.h"
 #include "window/main_window.h"
+#include "window/sweep_dialog.h"
 #include "project_config.h"
 #include "models/project_document.h"
 #include "models/run_filter_proxy.h"
@@ -182,6 +185,30 @@ private slots:
         QCOMPARE(m->index(0, RunListModel::Created).data().toString(),
                  format_created(QString::fromStdString(m->run(0).created_at)));
         QCOMPARE(page.statusText(), QStringLiteral("3 runs"));
+    }
+
+    // A run whose evaluation came out NaN diverged: it says so, where one never evaluated shows "–".
+    void aDivergedRunShowsItsNaN()
+    {
+        {
+            RunStore store(path_.toStdString());
+            const int64_t id = store.create_run("diverged", "/p/d.json", to_json_text(config_named("diverged", "fp16")));
+            StoreSink sink(store, id);
+            StepMetrics m;
+            m.step = 1;
+            m.train_loss = std::numeric_limits<double>::quiet_NaN();
+            sink.on_step(m);
+            sink.on_eval({1, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()});
+            store.finish_run(id, RunStatus::Finished);
+        }
+        RunsPage page(connection_.get());
+        QVERIFY(page.refresh());
+        RunListModel* m = page.model();
+        QCOMPARE(m->rowCount(), 4);
+        QCOMPARE(column_of(*m, RunListModel::FinalVal), (QStringList{"2.0000", "2.2500", "\u2013", "NaN"}));
+        QCOMPARE(column_of(*m, RunListModel::BestVal), (QStringList{"2.0000", "2.2500", "\u2013", "\u2013"}));
+        QCOMPARE(format_loss(std::numeric_limits<double>::infinity()), QStringLiteral("inf"));
+        QCOMPARE(format_loss(2.0, false), QStringLiteral("\u2013"));
     }
 
     void filterAndSort()
@@ -544,6 +571,23 @@ private slots:
                  qPrintable(runs.lastError()));
         QCOMPARE(QFileInfo(path).size(), qint64(0));
         QCOMPARE(QDir(dir.path()).entryList(QDir::AllEntries | QDir::NoDotAndDotDot), QStringList{"empty.sqlite"});
+    }
+
+    // The dialog says what each run will do, the swept setting included.
+    void sweepDialogPreviewsEachRunsSteps()
+    {
+        SweepDialog dialog(tiny_config(10));
+        dialog.nameEdit()->setText(QStringLiteral("lengths"));
+        dialog.keyCombo()->setEditText(QStringLiteral("training.steps"));
+        dialog.valuesEdit()->setText(QStringLiteral("100,500"));
+        QVERIFY2(dialog.error().isEmpty(), qPrintable(dialog.error()));
+        QCOMPARE(dialog.plans().size(), size_t(2));
+        QVERIFY2(!dialog.previewText().contains(QStringLiteral("each")), qPrintable(dialog.previewText()));
+        QVERIFY2(dialog.previewText().contains(QStringLiteral("[training.steps=100], 100 steps")), qPrintable(dialog.previewText()));
+        QVERIFY2(dialog.previewText().contains(QStringLiteral("[training.steps=500], 500 steps")), qPrintable(dialog.previewText()));
+        dialog.keyCombo()->setEditText(QStringLiteral("training.seed"));
+        dialog.valuesEdit()->setText(QStringLiteral("1,2"));
+        QVERIFY2(dialog.previewText().startsWith(QStringLiteral("2 runs, 10 steps each, tagged")), qPrintable(dialog.previewText()));
     }
 
     void sweepThroughTheWindow()

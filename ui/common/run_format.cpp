@@ -11,9 +11,12 @@ namespace {
 const QString kNone = QStringLiteral("\u2013");
 }
 
-QString format_loss(double loss)
+QString format_loss(double loss, bool recorded)
 {
-    return std::isfinite(loss) ? QString::number(loss, 'f', 4) : kNone;
+    if (!recorded) return kNone;
+    if (std::isnan(loss)) return QStringLiteral("NaN");
+    if (std::isinf(loss)) return loss > 0 ? QStringLiteral("inf") : QStringLiteral("\u2212inf");
+    return QString::number(loss, 'f', 4);
 }
 
 QString format_delta(double delta)

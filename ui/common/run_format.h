@@ -11,7 +11,8 @@
 
 namespace mantissa {
 
-QString format_loss(double loss);          // "2.3026", "–"
+// "2.3026"; "NaN" or "inf" for a loss that was recorded so (a diverged run), "–" for none.
+QString format_loss(double loss, bool recorded = true);
 QString format_delta(double delta);        // "+0.0123", "−0.0040", "0", "–"
 QString format_ratio(double ratio);        // "0.98×", "–"
 QString format_rate(double tokens_per_s);  // "12.3k", "950", "–"

@@ -80,8 +80,8 @@ QVariant RunListModel::data(const QModelIndex& index, int role) const
         case Tags: return tags_text(r);
         case Recipe: return QString::fromStdString(r.recipe);
         case Steps: return QVariant::fromValue<qint64>(r.steps_done);
-        case FinalVal: return format_loss(r.final_val_loss);
-        case BestVal: return format_loss(r.best_val_loss);
+        case FinalVal: return format_loss(r.final_val_loss, r.final_val_step >= 0);
+        case BestVal: return format_loss(r.best_val_loss, r.best_val_step >= 0);
         case TokensPerS: return format_rate(r.median_tokens_per_s);
         case Skipped: return QVariant::fromValue<qint64>(r.skipped_steps);
         case PeakMemory: return format_bytes(r.peak_memory_bytes());

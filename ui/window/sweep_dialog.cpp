@@ -9,6 +9,8 @@
 #include <QPushButton>
 #include <QVBoxLayout>
 
+#include <algorithm>
+
 #include "common/run_format.h"
 #include "controller/sweep_runner.h"
 
@@ -67,6 +69,7 @@ SweepDialog::SweepDialog(const ProjectConfig& base, QWidget* parent) : QDialog(p
 QString SweepDialog::key() const { return keyCombo_->currentText().trimmed(); }
 QString SweepDialog::values() const { return valuesEdit_->text(); }
 QString SweepDialog::sweepName() const { return nameEdit_->text().trimmed(); }
+QString SweepDialog::previewText() const { return previewLabel_->text(); }
 
 void SweepDialog::validate()
 {
@@ -83,14 +86,20 @@ void SweepDialog::validate()
         previewLabel_->setText(error_);
         return;
     }
+    // Each run's own step count: the swept key may be training.steps itself.
+    const bool sameSteps = std::all_of(plans_.begin(), plans_.end(), [&](const SweepRunPlan& p) {
+        return p.config.training.steps == plans_.front().config.training.steps;
+    });
     QStringList lines;
-    for (size_t i = 0; i < plans_.size(); ++i)
-        lines << QStringLiteral("%1. %2").arg(i + 1).arg(QString::fromStdString(plans_[i].name).toHtmlEscaped());
+    for (size_t i = 0; i < plans_.size(); ++i) {
+        QString line = QStringLiteral("%1. %2").arg(i + 1).arg(QString::fromStdString(plans_[i].name).toHtmlEscaped());
+        if (!sameSteps) line += tr(", %1 steps").arg(plans_[i].config.training.steps);
+        lines << line;
+    }
+    const QString runs = count_text(int64_t(plans_.size()), tr("run"), tr("runs"));
+    const QString head = sameSteps ? tr("%1, %2 steps each").arg(runs).arg(plans_.front().config.training.steps) : runs;
     previewLabel_->setStyleSheet(QStringLiteral("QLabel { color: #333; }"));
-    previewLabel_->setText(tr("%1, %2 steps each, tagged <b>sweep:%3</b>:<br>")
-                               .arg(count_text(int64_t(plans_.size()), tr("run"), tr("runs")))
-                               .arg(base_.training.steps)
-                               .arg(sweepName().toHtmlEscaped()) +
+    previewLabel_->setText(tr("%1, tagged <b>sweep:%2</b>:<br>").arg(head, sweepName().toHtmlEscaped()) +
                            lines.join(QStringLiteral("<br>")));
 }
 

@@ -29,6 +29,7 @@ public:
     // The validated plans (valid after accept, or whenever error() is empty).
     const std::vector<SweepRunPlan>& plans() const { return plans_; }
     QString error() const { return error_; }
+    QString previewText() const; // what the dialog says it will run (rich text)
 
     QComboBox* keyCombo() const { return keyCombo_; }
     QLineEdit* valuesEdit() const { return valuesEdit_; }
