@@ -954,7 +954,10 @@ std::vector<RunInfo> RunStore::list_runs()
 std::optional<RunInfo> RunStore::find_run(const std::string& id_or_name)
 {
     const auto runs = list_runs();
-    const bool numeric = !id_or_name.empty() && std::all_of(id_or_name.begin(), id_or_name.end(), ::isdigit);
+    // Digits only, and few enough to be an id: a longer number is no run's id (stoll would
+    // throw out_of_range), and a name in UTF-8 must not reach isdigit as a negative char.
+    const bool numeric = !id_or_name.empty() && id_or_name.size() <= 18 &&
+                         std::all_of(id_or_name.begin(), id_or_name.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (numeric) {
         const int64_t id = std::stoll(id_or_name);
         for (const auto& r : runs)

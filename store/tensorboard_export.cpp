@@ -94,7 +94,14 @@ public:
         v.bytes_field(5, h.bytes());
         summary(step, v);
     }
-    bool ok() const { return static_cast<bool>(out_); }
+    // Writes out what the stream still buffers: a small export fits in the buffer whole, so
+    // a full disk shows only here.
+    bool finish()
+    {
+        out_.flush();
+        out_.close();
+        return !out_.fail();
+    }
 
 private:
     static double now()
@@ -155,7 +162,11 @@ std::string export_tensorboard(RunStore& store, int64_t run_id, const std::strin
         if (std::isfinite(row.value)) writer.scalar(row.step, row.tag, row.value);
     for (const auto& [step, stats] : store.layer_stats(run_id))
         writer.histogram(step, "exponents/" + stats.layer + "/" + stats.role, stats);
-    if (!writer.ok()) throw StoreError("cannot write '" + path + "'");
+    if (!writer.finish()) {
+        // A cut event file would read as a run that stopped early: none is better.
+        fs::remove(path, ec);
+        throw StoreError("cannot write '" + path + "' (disk full?)");
+    }
     return path;
 }
 

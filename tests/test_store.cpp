@@ -279,6 +279,9 @@ private slots:
         QCOMPARE(store.find_run("same")->id, b);
         QVERIFY(!store.find_run("other").has_value());
         QVERIFY(!store.find_run("999").has_value());
+        QVERIFY(!store.find_run("99999999999999999999").has_value()); // past int64: no run, no throw
+        const auto c = store.create_run("d\u00fcnn", "", "{}");
+        QCOMPARE(store.find_run("d\u00fcnn")->id, c);
     }
 
     void exportsPivotedCsv()
@@ -765,6 +768,26 @@ private slots:
         QFile::remove(fs + "/filler");
         RunStore later(path);
         QCOMPARE(status_text(later.find_run(std::to_string(id))->status), std::string("interrupted")); // never "running"
+    }
+
+    // A TensorBoard export small enough to sit in the stream's buffer meets the full disk only
+    // when it is flushed: that must still be an error, and no cut file is left.
+    void tensorboardExportToAFullDiskSaysSo()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("runs.sqlite").toStdString();
+        RunStore store(path);
+        const auto id = store.create_run("small", "", "{}");
+        for (int64_t step = 1; step <= 3; ++step) store.append_scalar(id, step, "train/loss", 1.0 / double(step));
+        store.flush();
+        const QString fs = dir.filePath("small");
+        QVERIFY(QDir().mkpath(fs));
+        if (!mount_tmpfs(fs, "1m")) QSKIP("cannot mount a tmpfs here (needs CAP_SYS_ADMIN)");
+        const MountGuard mounted(fs);
+        fill_disk(fs + "/filler");
+        const QString error = store_error_of([&] { export_tensorboard(store, id, (fs + "/tb").toStdString()); });
+        QVERIFY2(error.startsWith("cannot write '" + fs + "/tb/events.out.tfevents."), qPrintable(error));
+        QCOMPARE(QDir(fs + "/tb").entryList(QDir::Files), QStringList());
     }
 
     void twoStoresOnOneFileBothWrite()
