@@ -1062,8 +1062,27 @@ void TestProjectEditor::runningLocksSettingsOnly()
     QVERIFY(table->flags(cell) & Qt::ItemIsEditable);
     QVERIFY(table->setData(cell, QStringLiteral("bf16")));
     QCOMPARE(resolve_layer_formats(doc.config().precision, "blocks.0.mlp.fc2", 2).dgrad, NumberFormat::BF16);
+    // The scaling recipe is the trainer's from its start: not editable, here or by pattern.
+    const QModelIndex scaling = table->index(table->rowForLayer("blocks.0.mlp.fc2"), PrecisionTableModel::ScalingColumn);
+    QVERIFY(!(table->flags(scaling) & Qt::ItemIsEditable));
+    QVERIFY(!table->setData(scaling, QStringLiteral("current")));
+    QVERIFY(!page.fillCombo(3)->isEnabled());
+    // Keeping the last block in BF16 reaches the run as format switches, one per layer it moves.
+    QSignalSpy edited(&page, &ProjectPage::layerFormatsEdited);
+    page.keepLastBf16Spin()->setValue(1);
+    QCOMPARE(doc.config().precision.keep_last_bf16, int64_t(1));
+    QVERIFY(edited.count() > 0);
+    for (const auto& args : edited) {
+        QVERIFY2(args.at(0).toString().startsWith(QStringLiteral("blocks.1.")), qPrintable(args.at(0).toString()));
+        QVERIFY(args.at(1).value<GemmFormats>() == uniform(NumberFormat::BF16));
+    }
+    int lastBlockLayers = 0;
+    for (int r = 0; r < table->rowCount(); ++r) lastBlockLayers += table->layerAt(r).startsWith(QStringLiteral("blocks.1.")) ? 1 : 0;
+    QCOMPARE(edited.count(), lastBlockLayers);
 
     page.setRunning(false);
+    QVERIFY(table->flags(scaling) & Qt::ItemIsEditable);
+    QVERIFY(page.fillCombo(3)->isEnabled());
     QVERIFY(settings->flags(nLayer) & Qt::ItemIsEditable);
     QVERIFY(settings->setData(nLayer, QStringLiteral("3")));
     QCOMPARE(doc.config().model.n_layer, int64_t(3));

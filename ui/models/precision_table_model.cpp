@@ -122,6 +122,14 @@ bool PrecisionTableModel::fillByPattern(const QString& glob, std::optional<Numbe
     return true;
 }
 
+bool PrecisionTableModel::setKeepLastBf16(int blocks, QString* error)
+{
+    const std::vector<Row> before = rows_;
+    if (!document_->setValue(QStringLiteral("precision.keep_last_bf16"), blocks, error)) return false;
+    emitFormatChanges(before);
+    return true;
+}
+
 QString PrecisionTableModel::layerAt(int row) const
 {
     if (row < 0 || row >= rowCount()) return {};
@@ -306,6 +314,7 @@ bool PrecisionTableModel::setData(const QModelIndex& index, const QVariant& valu
         return true;
     }
     if (index.column() == ScalingColumn) {
+        if (running_) return false; // a trainer takes formats live, not a scaling recipe (flags() agrees)
         const auto scaling = parse_fp8_scaling(text);
         if (!scaling) {
             emit document_->validationFailed(QStringLiteral("precision.layers"),
@@ -350,7 +359,7 @@ Qt::ItemFlags PrecisionTableModel::flags(const QModelIndex& index) const
 {
     if (!index.isValid()) return Qt::NoItemFlags;
     Qt::ItemFlags f = Qt::ItemIsEnabled | Qt::ItemIsSelectable | Qt::ItemNeverHasChildren;
-    if (gemm_of(index.column()) || index.column() == ScalingColumn) f |= Qt::ItemIsEditable;
+    if (gemm_of(index.column()) || (index.column() == ScalingColumn && !running_)) f |= Qt::ItemIsEditable;
     return f;
 }
 

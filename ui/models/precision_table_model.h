@@ -49,11 +49,17 @@ public:
     // The live layers may have changed (call after each drain): repaints the cells that did.
     void liveLayersChanged();
 
+    // While a run goes, the Scaling column is read-only: a trainer switches GEMM formats live
+    // but keeps the scaling recipe it started with.
+    void setRunning(bool running) { running_ = running; }
+
     // The page's preset and fill-by-pattern buttons: like the document's calls, plus
     // layerFormatsEdited for every layer whose formats changed.
     bool applyPreset(const QString& preset, QString* error);
     bool fillByPattern(const QString& glob, std::optional<NumberFormat> forward, std::optional<NumberFormat> dgrad,
                        std::optional<NumberFormat> wgrad, std::optional<Fp8Scaling> scaling, QString* error);
+    // precision.keep_last_bf16, the same way: during a run the blocks it moves switch live.
+    bool setKeepLastBf16(int blocks, QString* error);
 
     int rowCount(const QModelIndex& parent = {}) const override;
     int columnCount(const QModelIndex& parent = {}) const override;
@@ -84,6 +90,7 @@ private:
     std::vector<Row> rows_;
     Fp8Scaling defaultScaling_ = Fp8Scaling::Delayed; // precision.fp8.scaling
     const LiveLayers* live_ = nullptr;
+    bool running_ = false;
     uint64_t liveRevision_ = 0;
 };
 

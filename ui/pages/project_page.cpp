@@ -248,6 +248,9 @@ void ProjectPage::setRunning(bool running)
                                            : QAbstractItemView::DoubleClicked | QAbstractItemView::SelectedClicked |
                                                  QAbstractItemView::EditKeyPressed);
     runningLabel_->setVisible(running);
+    // A trainer switches GEMM formats live but keeps the scaling recipe it started with.
+    precisionModel_->setRunning(running);
+    fillCombos_[3]->setEnabled(!running);
 }
 
 void ProjectPage::selectLayer(const QString& layer)
@@ -280,7 +283,7 @@ void ProjectPage::setKeepLastBf16(int blocks)
 {
     if (!document_->hasProject() || document_->config().precision.keep_last_bf16 == blocks) return;
     QString error;
-    if (!document_->setValue(QStringLiteral("precision.keep_last_bf16"), blocks, &error)) showValidation(error);
+    if (!precisionModel_->setKeepLastBf16(blocks, &error)) showValidation(error);
 }
 
 void ProjectPage::refreshHeader()
