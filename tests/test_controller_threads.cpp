@@ -95,12 +95,22 @@ private slots:
         QFETCH(int, round);
         QFETCH(int, ending);
         const auto end = static_cast<Ending>(ending);
-        const int64_t steps = end == Ending::Finish ? 80 : 100000;
+        // The finishing run pauses after 5 steps and must not have ended by then: 400 steps
+        // leave room on a machine ten times faster than this one (2.5 ms a step here).
+        const int64_t steps = end == Ending::Finish ? 400 : 100000;
         const QString db = dir_.filePath("controller.sqlite");
         TrainingController& c = controller(db);
         Received got;
-        const Disconnect connection{
-            connect(&c, &TrainingController::drained, this, [&got](const TelemetryBatch& batch) { got.take(batch); })};
+        // Paused from the drain that brings the 5th step, not from a poll of the test's own:
+        // one drain interval later, not up to another poll's.
+        bool pauseAtFiveSteps = false;
+        const Disconnect connection{connect(&c, &TrainingController::drained, this, [&](const TelemetryBatch& batch) {
+            got.take(batch);
+            if (pauseAtFiveSteps && got.steps.size() >= 5) {
+                pauseAtFiveSteps = false;
+                c.pause();
+            }
+        })};
         QSignalSpy finished(&c, &TrainingController::finished);
 
         QVERIFY(c.start(config_for(round, steps), QStringLiteral("controller-threads.json")));
@@ -115,9 +125,9 @@ private slots:
             c.resume();
             QTRY_VERIFY_WITH_TIMEOUT(got.count("resumed") == 1, kWaitMs);
         }
-        QTRY_VERIFY_WITH_TIMEOUT(got.steps.size() >= 5, kWaitMs);
-
-        c.pause();
+        pauseAtFiveSteps = true;
+        QTRY_VERIFY_WITH_TIMEOUT(!pauseAtFiveSteps, kWaitMs);
+        QVERIFY(c.isPaused());
         const int paused_before = end == Ending::StopRunning ? 1 : 0;
         QTRY_VERIFY_WITH_TIMEOUT(got.count("paused") == paused_before + 1, kWaitMs);
         QString error;
