@@ -35,6 +35,11 @@ DataParallelLaunch join_data_parallel(bool allowed, const char* command)
         launch.exit_code = 2;
         return launch;
     }
+    // A peer that dies leaves sockets that a write then finds closed: with SIGPIPE's default
+    // action that write kills this rank silently (Gloo's TCP pairs write with writev, which
+    // takes no MSG_NOSIGNAL) before it can report "lost rank N". Ignored, the write fails
+    // with EPIPE and the collective throws, as under Python, which ignores SIGPIPE itself.
+    std::signal(SIGPIPE, SIG_IGN);
     try {
         launch.dp = DataParallel::join(*env, std::chrono::seconds(kDefaultCollectiveTimeoutS));
     } catch (const ConfigError& e) {

@@ -782,7 +782,7 @@ private slots:
         ::kill(static_cast<pid_t>(r1.processId()), SIGKILL);
         const Rank rank0 = finish(r0);
         r1.waitForFinished();
-        QCOMPARE(rank0.exit_code, 1);
+        QVERIFY2(rank0.exit_code == 1, qPrintable(QString("exit %1: %2").arg(rank0.exit_code).arg(rank0.err)));
         QVERIFY2(rank0.err.contains("data-parallel: rank 0 lost rank 1"), qPrintable(rank0.err));
         RunStore store(db.toStdString(), OpenMode::ReadOnly);
         const auto info = store.find_run("1");
