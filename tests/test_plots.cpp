@@ -175,6 +175,7 @@ private slots:
     void heatmapClickEmitsCellAndSelects();
     void heatmapMarksCursorAndPrecisionChanges();
     void heatmapRefreshOnlyWhenSomethingChanged();
+    void heatmapLabelsEverySwitchedLayer();
     void heatmapLabelsRowsWithoutOverlap();
 
     void histogramBarsAreTheCounts_data();
@@ -414,6 +415,35 @@ void TestPlots::heatmapRefreshOnlyWhenSomethingChanged()
     QCOMPARE(plot.columnCount(), 5);
     QCOMPARE(plot.valueAt(250, QStringLiteral("lm_head")), 3.0);
     QVERIFY(std::isnan(plot.valueAt(250, QStringLiteral("blocks.0.attn.qkv"))));
+}
+
+// Two layers switched at one step, told apart in two drains: both rows say what they run now.
+void TestPlots::heatmapLabelsEverySwitchedLayer()
+{
+    RunHistory history = crafted_history();
+    LayerHeatmapPlot plot;
+    plot.setHistory(&history);
+    plot.refresh();
+    const auto switched = [&](const std::string& layer) {
+        TelemetryBatch batch;
+        RunEvent e;
+        e.step = 150;
+        e.kind = EventKind::PrecisionChanged;
+        e.layers = {layer};
+        e.new_formats = GemmFormats{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16};
+        batch.events.push_back(e);
+        history.append(batch);
+        plot.refresh();
+    };
+    const auto label = [&](const QString& layer) {
+        for (int r = 0; r < plot.rowCount(); ++r)
+            if (plot.rowLabel(r).startsWith(layer + QLatin1Char(' ')) || plot.rowLabel(r) == layer) return plot.rowLabel(r);
+        return QString();
+    };
+    switched("blocks.0.mlp.fc1");
+    QCOMPARE(label("blocks.0.mlp.fc1"), QStringLiteral("blocks.0.mlp.fc1 \u2192 bf16/bf16/bf16"));
+    switched("blocks.0.mlp.fc2");
+    QCOMPARE(label("blocks.0.mlp.fc2"), QStringLiteral("blocks.0.mlp.fc2 \u2192 bf16/bf16/bf16"));
 }
 
 void TestPlots::heatmapLabelsRowsWithoutOverlap()

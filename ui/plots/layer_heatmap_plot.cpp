@@ -338,8 +338,13 @@ void LayerHeatmapPlot::rebuild()
         names != layerNames_ || steps != columnSteps_ || values.size() != values_.size() ||
         (!values.empty() && std::memcmp(values.data(), values_.data(), values.size() * sizeof(float)) != 0);
     const bool eventsChanged = events != eventSteps_;
-    if (!styleChanged && !dataChanged && !eventsChanged) return;
+    // A second layer switched at a step that already had a switch changes no event step, only
+    // the labels ("→ bf16/…"): the live layers' revision says so.
+    const uint64_t liveRevision = history_ ? history_->liveLayers().revision() : 0;
+    const bool labelsChanged = liveRevision != builtLiveRevision_;
+    if (!styleChanged && !dataChanged && !eventsChanged && !labelsChanged) return;
     built_ = true;
+    builtLiveRevision_ = liveRevision;
     builtStat_ = stat_;
     builtRole_ = role_;
     layerNames_ = std::move(names);

@@ -70,6 +70,7 @@ private:
     bool built_ = false;
     LayerStat builtStat_ = LayerStat::UnderflowPercent;
     QString builtRole_;
+    uint64_t builtLiveRevision_ = 0; // the live layers the row labels were made from
 
     std::vector<QString> layerNames_;   // rows, forward order (row 0 is drawn at the top)
     std::vector<int64_t> columnSteps_;  // one per column, ascending
