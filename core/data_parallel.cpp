@@ -459,12 +459,33 @@ void DataParallel::Impl::preflight(bool cuda, const std::string& gpu)
     std::vector<std::string> gpu_of_rank;
     for (int r = 0; r < env.world_size; ++r) {
         std::string answer;
+        const std::string peer_key = "preflight/" + std::to_string(r);
+        const std::string waited = "data-parallel: rank " + std::to_string(env.rank) + " waited in vain for rank " +
+                                   std::to_string(r) + " to start: ";
+        // Polled, not a blocking get: a rank that failed before its preflight (its project or
+        // data would not load on its node) posted why, and the others say so at once instead
+        // of after the whole store timeout.
+        std::optional<std::string> peer_failure;
+        bool timed_out = false;
         try {
-            answer = from_bytes(backend->store->get("preflight/" + std::to_string(r)));
+            const auto until = std::chrono::steady_clock::now() + backend->store->getTimeout();
+            while (!backend->store->check({peer_key})) {
+                if (backend->store->check({"failure"})) {
+                    peer_failure = from_bytes(backend->store->get("failure"));
+                    break;
+                }
+                if (std::chrono::steady_clock::now() >= until) {
+                    timed_out = true;
+                    break;
+                }
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            }
+            if (!peer_failure && !timed_out) answer = from_bytes(backend->store->get(peer_key));
         } catch (const std::exception& e) {
-            throw CollectiveError("data-parallel: rank " + std::to_string(env.rank) + " waited in vain for rank " +
-                                  std::to_string(r) + " to start: " + first_line(e));
+            throw CollectiveError(waited + first_line(e));
         }
+        if (peer_failure) throw CollectiveError("data-parallel: " + *peer_failure);
+        if (timed_out) throw CollectiveError(waited + "no answer within the store's timeout");
         // "<device>\n<GPU>\n<refusal>"; before 2026-12-02 "<device>\n<refusal>" (no GPU).
         const auto first = answer.find('\n'), second = answer.find('\n', first + 1);
         const std::string device = answer.substr(0, first);

@@ -71,7 +71,27 @@ struct CastComparison {
     double scale = 1.0;
     double min_normal = 0.0;
     double max_finite = 0.0;
+    double min_subnormal = 0.0;
 };
+
+// Whether a scaled cast's code was subnormal. The code q is not kept: r = fl(q * fl(1/scale)),
+// so |r| * scale is q to within two FP32 roundings, below or above it. Where 1/scale is not
+// exact (a scale that is not a power of two), a q of exactly min_normal comes back just under
+// it; the test is therefore made halfway between the largest subnormal code (min_normal -
+// min_subnormal) and min_normal, a gap of 2^-(mantissa bits + 1) relative, far above FP32's.
+MANTISSA_HOST_DEVICE bool scaled_code_is_subnormal(double rv, const CastComparison& c)
+{
+    return rv != 0.0 && rv < c.min_normal - 0.5 * c.min_subnormal;
+}
+
+// Whether a scaled cast overflowed the format: the cast multiplies in FP32 (fl(|v| * scale)),
+// and its verdict is that product's, not the exact one's (0.1f * fl(448/0.1f) is 448 in FP32
+// and 448.0000067 exactly).
+MANTISSA_HOST_DEVICE bool scaled_value_overflows(float v, const CastComparison& c)
+{
+    const float mag = v < 0.0f ? -v : v;
+    return mag * static_cast<float>(c.scale) > c.max_finite;
+}
 
 // Adds finite `v`'s comparison with its cast `r` to `t` (fields underflow, subnormal, overflow,
 // compared, err_energy, signal), in FP64 as the host reference does it: squares of values
@@ -88,9 +108,8 @@ MANTISSA_HOST_DEVICE void compare_cast(float v, float r, const CastComparison& c
     const double mag = vd < 0.0 ? -vd : vd;
     if (c.scaled_domain) {
         const double scaled_r = static_cast<double>(r) * c.scale;
-        const double rv = scaled_r < 0.0 ? -scaled_r : scaled_r;
-        if (rv != 0.0 && rv < c.min_normal) ++t.subnormal;
-        if (mag * c.scale > c.max_finite) ++t.overflow;
+        if (scaled_code_is_subnormal(scaled_r < 0.0 ? -scaled_r : scaled_r, c)) ++t.subnormal;
+        if (scaled_value_overflows(v, c)) ++t.overflow;
     }
     const double e = vd - static_cast<double>(r);
     t.err_energy += e * e;

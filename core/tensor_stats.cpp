@@ -69,7 +69,8 @@ TensorStats compute_tensor_stats_reference(const torch::Tensor& x_in, NumberForm
     const float* qp = compare ? q.data_ptr<float>() : nullptr;
     const FormatInfo& info = format_info(format);
     const bool scaled_domain = scale > 0.0f; // per-row/block FP8 scales differ per element
-    const double min_normal = info.min_normal, max_finite = info.max_finite;
+    const stats_value::CastComparison comparison{scaled_domain, scale, info.min_normal, info.max_finite,
+                                                 info.min_subnormal};
 
     Accumulator total;
     std::mutex merge_mutex;
@@ -90,9 +91,9 @@ TensorStats compute_tensor_stats_reference(const torch::Tensor& x_in, NumberForm
             if (!std::isfinite(r)) { ++a.overflow; continue; }
             if (v != 0.0f && r == 0.0f) ++a.underflow;
             if (scaled_domain) {
-                const double rv = std::fabs(static_cast<double>(r) * scale);
-                if (rv != 0.0 && rv < min_normal) ++a.subnormal;
-                if (mag * scale > max_finite) ++a.overflow;
+                if (stats_value::scaled_code_is_subnormal(std::fabs(static_cast<double>(r) * scale), comparison))
+                    ++a.subnormal;
+                if (stats_value::scaled_value_overflows(v, comparison)) ++a.overflow;
             }
             const double e = static_cast<double>(v) - static_cast<double>(r);
             a.err_energy += e * e; // FP64: squares of values near FP32's max overflow FP32
@@ -301,11 +302,12 @@ torch::Tensor tensor_ops_row(const torch::Tensor& x_in, NumberFormat format, con
         underflow = (kept & (x != 0) & (q == 0)).sum();
         const auto xd = x.to(torch::kFloat64), qd = q.to(torch::kFloat64);
         if (scale.defined()) {
+            // The rules of stats_value::scaled_code_is_subnormal and scaled_value_overflows.
             const FormatInfo& info = format_info(format);
             const auto& s = scale;
             const auto rv = (qd * s).abs();
-            subnormal = (kept & (rv != 0) & (rv < info.min_normal)).sum();
-            overflow = overflow + (kept & (xd.abs() * s > info.max_finite)).sum();
+            subnormal = (kept & (rv != 0) & (rv < info.min_normal - 0.5 * info.min_subnormal)).sum();
+            overflow = overflow + (kept & (x.abs() * s.to(torch::kFloat32) > info.max_finite)).sum();
         }
         compared = kept.sum();
         err = torch::where(kept, xd - qd, 0.0).square().sum();
@@ -339,7 +341,7 @@ std::vector<torch::Tensor> tensor_stats_rows_cpu(const std::vector<StatsSource>&
         in.qp = in.q.defined() ? in.q.data_ptr<float>() : nullptr;
         const FormatInfo& info = format_info(s.format);
         // Per-row/block FP8 scales differ per element: no scaled domain to compare in.
-        in.comparison = {s.scale > 0.0f, s.scale, info.min_normal, info.max_finite};
+        in.comparison = {s.scale > 0.0f, s.scale, info.min_normal, info.max_finite, info.min_subnormal};
         for (int64_t b = 0; b < in.x.numel(); b += kChunk) chunks.push_back({i, b, std::min(b + kChunk, in.x.numel())});
     }
     // One parallel region for every tensor of the step: a region per tensor costs a thread
@@ -368,7 +370,7 @@ torch::Tensor fused_cuda_row(const torch::Tensor& x, NumberFormat format, float 
     const FormatInfo& info = format_info(format);
     const bool compared = stats_compared(format, dequantized);
     const stats_value::CastComparison comparison{device_scale.defined() || scale > 0.0f, scale, info.min_normal,
-                                                 info.max_finite};
+                                                 info.max_finite, info.min_subnormal};
     return cuda_kernels::tensor_stats_row(x, compared ? dequantized : torch::Tensor(), comparison, device_scale);
 #else
     (void)x, (void)format, (void)scale, (void)device_scale, (void)dequantized;

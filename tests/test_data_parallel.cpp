@@ -772,6 +772,26 @@ private slots:
         }
     }
 
+    // A rank whose project or data would not load on its node posts why and leaves before its
+    // preflight: the others name it at once, not after the store's whole timeout.
+    void a_rank_that_failed_before_its_preflight_is_named_at_once()
+    {
+        std::string seen;
+        const auto errors = run_two_ranks_in_threads([&](DataParallel& dp, int r) {
+            if (r == 1) {
+                dp.report_failure("data.path '/nowhere/train.txt' cannot be read");
+                return;
+            }
+            try {
+                dp.impl().preflight(false, "");
+            } catch (const CollectiveError& e) {
+                seen = e.what();
+            }
+        });
+        QVERIFY2(errors[0].empty() && errors[1].empty(), (errors[0] + errors[1]).c_str());
+        QCOMPARE(seen, std::string("data-parallel: rank 1: data.path '/nowhere/train.txt' cannot be read"));
+    }
+
     void killed_peer_fails_the_run()
     {
         const QString project = write_project("killed", 1000000, "fp32");

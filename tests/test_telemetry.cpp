@@ -228,6 +228,42 @@ private slots:
 
     // Crafted values for one format and scale: every edge the statistics branch on, then a
     // block of random values over the whole FP32 range, long enough to be split into chunks.
+    // A scale that is not a power of two (current scaling, scale = 448 / amax): the verdicts
+    // are the cast's own. It multiplies in FP32, so 0.1f at scale fl(448/0.1f) lands exactly on
+    // 448 (the exact product is 448.0000067); its code 2^-6 is E4M3's min normal although
+    // |r| * scale comes back as 0.0156249996. Values and expectations checked with torch's
+    // float8_e4m3fn.
+    void scaledVerdictsAreTheCastsOwn_data()
+    {
+        QTest::addColumn<float>("a");
+        QTest::addColumn<float>("b");
+        QTest::addColumn<float>("scale");
+        QTest::addColumn<double>("overflow");
+        QTest::addColumn<double>("subnormal");
+        QTest::newRow("amax lands on 448") << 0.1f << 0.05f << 448.0f / 0.1f << 0.0 << 0.0;
+        QTest::newRow("a code of 2^-6") << 3.0f << 1.0463169746799394e-4f << 448.0f / 3.0f << 0.0 << 0.0;
+        QTest::newRow("a subnormal code") << 3.0f << 5e-5f << 448.0f / 3.0f << 0.0 << 0.5;
+        QTest::newRow("a true overflow") << 1.0f << 2.0f << 300.0f << 0.5 << 0.0;
+    }
+    void scaledVerdictsAreTheCastsOwn()
+    {
+        QFETCH(float, a);
+        QFETCH(float, b);
+        QFETCH(float, scale);
+        QFETCH(double, overflow);
+        QFETCH(double, subnormal);
+        const auto x = torch::tensor({a, b});
+        const auto q = scaled_round_saturated(x, scale, NumberFormat::E4M3); // the cast training makes
+        const auto ref = compute_tensor_stats_reference(x, NumberFormat::E4M3, scale, q);
+        QCOMPARE(ref.overflow, overflow);
+        QCOMPARE(ref.subnormal, subnormal);
+        for (auto kernel : {StatsKernel::TensorOps, StatsKernel::FusedCpu}) {
+            const auto d = compute_tensor_stats(x, NumberFormat::E4M3, scale, q, kernel);
+            QCOMPARE(d.overflow, overflow);
+            QCOMPARE(d.subnormal, subnormal);
+        }
+    }
+
     void deviceStatsMatchReference_data()
     {
         QTest::addColumn<NumberFormat>("format");
