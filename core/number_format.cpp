@@ -9,7 +9,8 @@ namespace {
 
 const std::array<FormatInfo, 8> kFormats = {{
     {NumberFormat::FP32, "fp32", 8, 23, 127, 3.4028234663852886e38, std::ldexp(1.0, -126), std::ldexp(1.0, -149), true, false, true},
-    {NumberFormat::TF32, "tf32", 8, 10, 127, 3.40116213e38, std::ldexp(1.0, -126), 0.0, true, false, true},
+    {NumberFormat::TF32, "tf32", 8, 10, 127, 3.4011621342146535e38, // (2 - 2^-10) * 2^127
+     std::ldexp(1.0, -126), 0.0, true, false, true},
     {NumberFormat::BF16, "bf16", 8, 7, 127, 3.3895313892515355e38, std::ldexp(1.0, -126), std::ldexp(1.0, -133), true, false, true},
     {NumberFormat::FP16, "fp16", 5, 10, 15, 65504.0, std::ldexp(1.0, -14), std::ldexp(1.0, -24), true, false, true},
     {NumberFormat::E4M3, "e4m3", 4, 3, 7, 448.0, std::ldexp(1.0, -6), std::ldexp(1.0, -9), false, true, true},

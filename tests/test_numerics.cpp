@@ -69,6 +69,17 @@ private slots:
         QCOMPARE(format_info(NumberFormat::E5M2).min_subnormal, std::ldexp(1.0, -16));
         QCOMPARE(format_info(NumberFormat::BF16).min_subnormal, std::ldexp(1.0, -133));
         QCOMPARE(float(format_info(NumberFormat::BF16).max_finite), 3.3895314e38f);
+        // Bit-exact, not QCOMPARE's fuzzy double compare: the largest value of each format.
+        const auto largest = [](int mantissa_bits, int exponent) {
+            return std::ldexp(2.0 - std::ldexp(1.0, -mantissa_bits), exponent);
+        };
+        QCOMPARE(std::bit_cast<uint64_t>(format_info(NumberFormat::TF32).max_finite), std::bit_cast<uint64_t>(largest(10, 127)));
+        QCOMPARE(std::bit_cast<uint64_t>(format_info(NumberFormat::BF16).max_finite), std::bit_cast<uint64_t>(largest(7, 127)));
+        QCOMPARE(std::bit_cast<uint64_t>(format_info(NumberFormat::FP32).max_finite), std::bit_cast<uint64_t>(largest(23, 127)));
+        QCOMPARE(format_info(NumberFormat::TF32).min_normal, std::ldexp(1.0, -126));
+        QCOMPARE(format_info(NumberFormat::E4M3).min_normal, std::ldexp(1.0, -6));
+        QCOMPARE(format_info(NumberFormat::E5M2).min_normal, std::ldexp(1.0, -14));
+        QCOMPARE(format_info(NumberFormat::FP16).min_normal, std::ldexp(1.0, -14));
         QVERIFY(!format_info(NumberFormat::E4M3).has_infinity);
         QCOMPARE(parse_number_format("e5m2").value(), NumberFormat::E5M2);
         QVERIFY(!parse_number_format("fp8").has_value());
