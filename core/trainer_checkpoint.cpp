@@ -210,9 +210,14 @@ std::string Trainer::Impl::write_periodic_checkpoint(TelemetrySink& sink)
     // Told before rotation, so the listener (the run store) records the file while it exists.
     if (checkpoint_listener) checkpoint_listener({step, path, {}});
     remove_stale_temporaries(dir); // a write that a kill cut short
+    // Rotation keeps the newest files up to this step. Files of later steps are another
+    // future of this run, left when it resumed from an earlier checkpoint (its newest was
+    // damaged): counted, they would push out the file just written and keep only them.
     std::vector<std::string> existing;
-    for (auto& file : list_checkpoints(dir))
-        if (is_our_checkpoint(file)) existing.push_back(std::move(file));
+    for (auto& file : list_checkpoints(dir)) {
+        const auto at = checkpoint_step(file);
+        if (at && *at <= step && is_our_checkpoint(file)) existing.push_back(std::move(file));
+    }
     std::error_code ignored;
     for (size_t i = 0; i + static_cast<size_t>(config.training.checkpoint_keep) < existing.size(); ++i)
         fs::remove(existing[i], ignored);

@@ -95,6 +95,7 @@ class TestSession : public QObject {
 private slots:
     void guiAndCliRunsGoThroughOneSession();
     void damagedNewestCheckpointFallsBackToThePreviousOne();
+    void rotationKeepsTheFileJustWritten();
     void noGoodCheckpointLeftExits3NamingTheFile();
     void strayFilesInTheFolderAreIgnored();
     void twoStoresInOneFolderKeepTheirOwnCheckpoints();
@@ -190,6 +191,27 @@ void TestSession::damagedNewestCheckpointFallsBackToThePreviousOne()
     QVERIFY(!contains(event_kinds(b, 1), "checkpoint_damaged"));
     RunStore store(a);
     QCOMPARE(status_text(store.find_run("1")->status), std::string("finished"));
+}
+
+// A resume that fell back past a damaged newest checkpoint (step 30) writes step 25 with
+// checkpoint_keep=1: rotation keeps step 25, not the damaged file of the abandoned future.
+void TestSession::rotationKeepsTheFileJustWritten()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    const std::string db = dir.filePath("runs.sqlite").toStdString();
+    QCOMPARE(run_cli({"run", QString::fromStdString(project), "--db", QString::fromStdString(db)}).exit_code, 0);
+    const std::string folder = fs::absolute(db).string() + ".checkpoints/run-1/";
+    flip_32_bytes(folder + "step-00000030.pt");
+    const auto r = run_cli({"resume", "1", "--db", QString::fromStdString(db), "--set", "training.steps=25", "--set",
+                            "training.checkpoint_keep=1", "--set", "training.checkpoint_interval=5"});
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err + r.out));
+    QVERIFY2(r.out.contains("at step 20 from"), qPrintable(r.out));
+    QVERIFY(fs::exists(folder + "step-00000025.pt"));
+    QVERIFY(!fs::exists(folder + "step-00000020.pt")); // rotated: one kept up to step 25
+    const auto again = run_cli({"resume", "1", "--db", QString::fromStdString(db), "--set", "training.steps=26"});
+    QVERIFY2(again.exit_code == 0, qPrintable(again.err + again.out));
+    QVERIFY2(again.out.contains("at step 25 from"), qPrintable(again.out));
 }
 
 void TestSession::noGoodCheckpointLeftExits3NamingTheFile()
