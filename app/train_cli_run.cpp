@@ -6,6 +6,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 #include <unistd.h>
 
@@ -149,7 +150,9 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
     std::unique_ptr<RunStore> store;
     try {
         store = std::make_unique<RunStore>(db_path);
-        session->create_run(*store, name, project_path);
+        // Absolute: a resume from another folder must find the same project folder, which its
+        // relative data.path and checkpoint_dir are spelled from.
+        session->create_run(*store, name, std::filesystem::absolute(project_path).string());
         if (job.dp) job.dp->post_job("run_id", std::to_string(session->run_id()));
     } catch (const StoreError& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
@@ -185,6 +188,9 @@ std::unique_ptr<RunSession> reopen_or_complain(RunStore& store, const RunInfo& i
     } catch (const ConfigError& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         exit_code = 2;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "error: run %lld cannot be reopened: %s\n", static_cast<long long>(info.id), e.what());
+        exit_code = 1;
     }
     return nullptr;
 }

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 
 #include "cli_table.h"
 #include "project_config.h"
@@ -108,7 +109,7 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
             continue;
         }
         try {
-            run_ids[i] = session->create_run(*store, plans[i].name, project_path);
+            run_ids[i] = session->create_run(*store, plans[i].name, std::filesystem::absolute(project_path).string());
             store->add_tags(run_ids[i], {tag});
         } catch (const StoreError& e) {
             std::fprintf(stderr, "error: %s\n", e.what());

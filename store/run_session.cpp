@@ -128,7 +128,10 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
                                                const std::vector<Override>& overrides, const Report& report)
 {
     namespace fs = std::filesystem;
-    const auto base = fs::absolute(info.project_path).parent_path().string();
+    // Runs made before project paths were stored absolute resolve against the current folder,
+    // as then; a run without one (made in memory) has no folder of its own.
+    const auto base = info.project_path.empty() ? fs::current_path().string()
+                                                : fs::absolute(info.project_path).parent_path().string();
     const ProjectConfig config = load_project_json(info.config_json, base, overrides);
     std::unique_ptr<RunSession> session(new RunSession());
     std::map<int64_t, CheckpointRow> recorded;

@@ -96,6 +96,7 @@ private slots:
     void guiAndCliRunsGoThroughOneSession();
     void damagedNewestCheckpointFallsBackToThePreviousOne();
     void rotationKeepsTheFileJustWritten();
+    void aResumeFromAnotherFolderFindsTheProjectsFolder();
     void noGoodCheckpointLeftExits3NamingTheFile();
     void strayFilesInTheFolderAreIgnored();
     void twoStoresInOneFolderKeepTheirOwnCheckpoints();
@@ -212,6 +213,26 @@ void TestSession::rotationKeepsTheFileJustWritten()
     const auto again = run_cli({"resume", "1", "--db", QString::fromStdString(db), "--set", "training.steps=26"});
     QVERIFY2(again.exit_code == 0, qPrintable(again.err + again.out));
     QVERIFY2(again.out.contains("at step 25 from"), qPrintable(again.out));
+}
+
+// `run tiny.json` in one folder, `resume` in another: the project's relative paths (here its
+// checkpoint folder) still resolve against the project file's folder, which the store keeps.
+void TestSession::aResumeFromAnotherFolderFindsTheProjectsFolder()
+{
+    QTemporaryDir dir;
+    fs::create_directories(dir.filePath("project").toStdString());
+    fs::create_directories(dir.filePath("elsewhere").toStdString());
+    std::string text = kProject;
+    text.replace(text.find("\"checkpoint_interval\": 10"), 25, "\"checkpoint_interval\": 10, \"checkpoint_dir\": \"ckpt\"");
+    std::ofstream(dir.filePath("project/tiny.json").toStdString()) << text;
+    const QString db = dir.filePath("runs.sqlite");
+    const auto first = run_cli({"run", "tiny.json", "--db", db, "--set", "training.steps=20"}, 120000, dir.filePath("project"));
+    QVERIFY2(first.exit_code == 0, qPrintable(first.err + first.out));
+    QCOMPARE(RunStore(db.toStdString()).find_run("1")->project_path, fs::absolute(dir.filePath("project/tiny.json").toStdString()).string());
+    const auto resumed = run_cli({"resume", "1", "--db", db, "--set", "training.steps=30"}, 120000, dir.filePath("elsewhere"));
+    QVERIFY2(resumed.exit_code == 0, qPrintable(resumed.err + resumed.out));
+    const QString from = QString::fromStdString(fs::absolute(dir.filePath("project/ckpt/step-00000020.pt").toStdString()).string());
+    QVERIFY2(resumed.out.contains("at step 20 from " + from), qPrintable(resumed.out));
 }
 
 void TestSession::noGoodCheckpointLeftExits3NamingTheFile()
