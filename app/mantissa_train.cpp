@@ -4,6 +4,7 @@
 // one command (train_cli.h).
 // Exit codes: 0 ok, 1 training failed, 2 bad project or arguments, 3 run store problem.
 
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <string>
@@ -110,11 +111,28 @@ int main(int argc, char** argv)
     compare_cmd->add_option("runs", compare_runs, "Two or more run ids or names; the first is the reference")
         ->required();
     compare_cmd->add_option("--tolerance", tolerance, "Train-loss difference that counts as divergence")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(CLI::Validator(
+            [](std::string& text) {
+                // NaN would find every run within tolerance, a negative one every run diverged.
+                try {
+                    const double v = std::stod(text);
+                    return std::isfinite(v) && v >= 0.0 ? std::string() : std::string("must be a finite number >= 0");
+                } catch (const std::exception&) {
+                    return std::string("must be a number");
+                }
+            },
+            "NUMBER >= 0"));
     compare_cmd->add_flag("--relative", relative, "Tolerance relative to the larger loss, not absolute");
     compare_cmd->add_option("--db", db_path, "Run store (SQLite) path");
 
-    CLI11_PARSE(app, argc, argv);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        // --help and --version exit 0; every usage error exits 2, as the README says (CLI11's
+        // own codes are 100 and up).
+        return app.exit(e) == 0 ? 0 : 2;
+    }
 
     // Under torchrun or Slurm (docs/DISTRIBUTED.md): ranks 1.. train what rank 0 hands them.
     DataParallelJob job;

@@ -513,6 +513,31 @@ private slots:
         QVERIFY(missing.err.contains("no run '77'"));
     }
 
+    // Usage errors exit 2 (README), whatever CLI11's own code for them; help and version 0.
+    void usageErrorsExit2_data()
+    {
+        QTest::addColumn<QStringList>("args");
+        QTest::addColumn<int>("code");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("no subcommand") << QStringList{} << 2 << "A subcommand is required";
+        QTest::newRow("no project") << QStringList{"run"} << 2 << "project is required";
+        QTest::newRow("unknown format") << QStringList{"export", "1", "--format", "xml"} << 2 << "xml not in";
+        QTest::newRow("tolerance text") << QStringList{"compare", "1", "2", "--tolerance", "abc"} << 2 << "must be a number";
+        QTest::newRow("tolerance < 0") << QStringList{"compare", "1", "2", "--tolerance", "-1"} << 2 << "finite number >= 0";
+        QTest::newRow("tolerance NaN") << QStringList{"compare", "1", "2", "--tolerance", "nan"} << 2 << "finite number >= 0";
+        QTest::newRow("help") << QStringList{"--help"} << 0 << "Usage:";
+    }
+    void usageErrorsExit2()
+    {
+        QFETCH(QStringList, args);
+        QFETCH(int, code);
+        QFETCH(QString, message);
+        const auto r = run_cli(args + QStringList{"--db", dir_.filePath("usage.sqlite")});
+        QCOMPARE(r.exit_code, code);
+        QVERIFY2((r.err + r.out).contains(message), qPrintable(r.err + r.out));
+        QVERIFY(!QFile::exists(dir_.filePath("usage.sqlite")));
+    }
+
     void readingCommandsNeverWrite_data()
     {
         QTest::addColumn<QByteArray>("content"); // "absent" = no file
