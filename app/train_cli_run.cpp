@@ -181,6 +181,8 @@ std::unique_ptr<RunSession> reopen_or_complain(RunStore& store, const RunInfo& i
         if (!session->starts_over())
             std::printf("run %lld '%s' at step %lld from %s\n", static_cast<long long>(info.id), info.name.c_str(),
                         static_cast<long long>(session->trainer().step()), session->loaded_checkpoint().c_str());
+        if (!session->config_changes().empty())
+            std::printf("settings changed (stored with the run): %s\n", session->config_changes().c_str());
         return session;
     } catch (const CheckpointUnusable& e) {
         std::fprintf(stderr, "error: %s\n", e.what());

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "checkpoint_file.h"
+#include "config_diff.h"
 #include "durable_file.h"
 
 namespace mantissa {
@@ -57,20 +58,24 @@ void replay_precision_changes(RunStore& store, int64_t run_id, Trainer& trainer)
 // drops them too and one of an older store (which kept them) does not.
 class ResumeRecordingSink : public StoreSink {
 public:
-    ResumeRecordingSink(RunStore& store, int64_t run_id, bool dropped)
-        : StoreSink(store, run_id), dropped_(dropped)
+    ResumeRecordingSink(RunStore& store, int64_t run_id, bool dropped, std::string config_changes)
+        : StoreSink(store, run_id), dropped_(dropped), config_changes_(std::move(config_changes))
     {
     }
     void on_event(const RunEvent& e) override
     {
-        if (e.kind != EventKind::ResumedFromCheckpoint || !dropped_) return StoreSink::on_event(e);
+        if (e.kind != EventKind::ResumedFromCheckpoint || (!dropped_ && config_changes_.empty()))
+            return StoreSink::on_event(e);
         RunEvent recorded = e;
-        recorded.later_steps_dropped = true;
+        recorded.later_steps_dropped = dropped_;
+        if (!config_changes_.empty())
+            recorded.text += (recorded.text.empty() ? "" : "; ") + std::string("settings changed: ") + config_changes_;
         StoreSink::on_event(recorded);
     }
 
 private:
     bool dropped_;
+    std::string config_changes_;
 };
 
 } // namespace
@@ -134,6 +139,13 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
                                                 : fs::absolute(info.project_path).parent_path().string();
     const ProjectConfig config = load_project_json(info.config_json, base, overrides);
     std::unique_ptr<RunSession> session(new RunSession());
+    if (!overrides.empty()) {
+        const std::string now = to_json_text(config);
+        for (const auto& d : diff_configs(info.config_json, now))
+            session->config_changes_ += (session->config_changes_.empty() ? "" : ", ") + d.key + " " +
+                                        d.a.value_or("(none)") + " -> " + d.b.value_or("(none)");
+        if (!session->config_changes_.empty()) session->resumed_config_json_ = now;
+    }
     std::map<int64_t, CheckpointRow> recorded;
     std::set<int64_t> recorded_steps;
     for (auto& row : store.checkpoints(info.id)) {
@@ -248,6 +260,7 @@ void RunSession::claim(const std::vector<RunEvent>& notices)
 {
     // Claimed first: a run that another process still trains refuses, with nothing dropped.
     store_->claim_run(run_id_);
+    if (!resumed_config_json_.empty()) store_->set_run_config(run_id_, resumed_config_json_);
     if (starts_over_) store_->start_run_over(run_id_);
     else if (!loaded_checkpoint_.empty()) {
         store_->discard_steps_after(run_id_, trainer_->step());
@@ -281,7 +294,7 @@ void RunSession::on_checkpoint_written(const Trainer::CheckpointWrite& write)
 
 SessionOutcome RunSession::run(const std::vector<TelemetrySink*>& sinks)
 {
-    ResumeRecordingSink store_sink(*store_, run_id_, dropped_after_checkpoint_);
+    ResumeRecordingSink store_sink(*store_, run_id_, dropped_after_checkpoint_, config_changes_);
     std::vector<TelemetrySink*> all{&store_sink};
     all.insert(all.end(), sinks.begin(), sinks.end());
     FanOutSink sink(std::move(all));

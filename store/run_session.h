@@ -105,6 +105,10 @@ public:
     // seed makes that the same run), and claim() drops all that the attempt recorded but the
     // user's precision changes (RunStore::start_run_over).
     bool starts_over() const { return starts_over_; }
+    // What the resume's overrides changed in the stored settings ("key a -> b, ..."; "" for
+    // none): claim() stores the new settings as the run's, so that show, compare and a later
+    // resume describe the run as it now trains, and the resume event says what changed.
+    const std::string& config_changes() const { return config_changes_; }
 
 private:
     RunSession() = default;
@@ -117,6 +121,8 @@ private:
     std::string loaded_checkpoint_;
     bool starts_over_ = false;
     bool dropped_after_checkpoint_ = false; // by claim(): the resume event says so
+    std::string config_changes_;
+    std::string resumed_config_json_; // the settings the resume trains with, when they changed
     TelemetrySink* live_sink_ = nullptr; // the fan-out while run() is in progress
 };
 

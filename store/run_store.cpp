@@ -668,6 +668,14 @@ void RunStore::rename_run(int64_t run_id, const std::string& name)
     s.bind(1, name).bind(2, run_id).step();
 }
 
+void RunStore::set_run_config(int64_t run_id, const std::string& config_json)
+{
+    require_writable("change a run's settings");
+    std::lock_guard lock(db_mutex_);
+    Statement s(db_, "UPDATE runs SET config_json=? WHERE id=?");
+    s.bind(1, config_json).bind(2, run_id).step();
+}
+
 void RunStore::delete_run(int64_t run_id)
 {
     require_writable("delete a run");

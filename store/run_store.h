@@ -153,6 +153,8 @@ public:
     // store opened later can tell a live run from one whose process died (-> "interrupted").
     void claim_run(int64_t run_id);
     void rename_run(int64_t run_id, const std::string& name);
+    // The run's settings (a resume's overrides changed them).
+    void set_run_config(int64_t run_id, const std::string& config_json);
     void delete_run(int64_t run_id); // with its metrics, events and layer statistics
     // Keeps the run (id, name, uuid, tags) but drops everything it recorded: for a replica
     // whose source was rewritten under it.

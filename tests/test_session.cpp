@@ -18,6 +18,7 @@
 #include "event_helpers.h"
 #include "checkpoint_file.h"
 #include "controller/training_controller.h"
+#include "project_config.h"
 #include "run_session.h"
 #include "cli_process.h"
 #include "run_store.h"
@@ -97,6 +98,7 @@ private slots:
     void damagedNewestCheckpointFallsBackToThePreviousOne();
     void rotationKeepsTheFileJustWritten();
     void aResumeFromAnotherFolderFindsTheProjectsFolder();
+    void aResumesOverridesAreStoredWithTheRun();
     void noGoodCheckpointLeftExits3NamingTheFile();
     void strayFilesInTheFolderAreIgnored();
     void twoStoresInOneFolderKeepTheirOwnCheckpoints();
@@ -233,6 +235,36 @@ void TestSession::aResumeFromAnotherFolderFindsTheProjectsFolder()
     QVERIFY2(resumed.exit_code == 0, qPrintable(resumed.err + resumed.out));
     const QString from = QString::fromStdString(fs::absolute(dir.filePath("project/ckpt/step-00000020.pt").toStdString()).string());
     QVERIFY2(resumed.out.contains("at step 20 from " + from), qPrintable(resumed.out));
+}
+
+// `resume --set` trains with other settings: the store keeps them as the run's (show and
+// compare describe what trained, a later resume goes on with them), and the resume event says
+// what changed.
+void TestSession::aResumesOverridesAreStoredWithTheRun()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    const QString db = dir.filePath("runs.sqlite");
+    QCOMPARE(run_cli({"run", QString::fromStdString(project), "--db", db, "--set", "training.steps=20"}).exit_code, 0);
+    const auto r = run_cli({"resume", "1", "--db", db, "--set", "training.steps=25", "--set", "optimizer.learning_rate=0.5"});
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err + r.out));
+    const QString changed = "optimizer.learning_rate 0.001 -> 0.5, training.steps 20 -> 25";
+    QVERIFY2(r.out.contains("settings changed (stored with the run): " + changed), qPrintable(r.out));
+    {
+        RunStore store(db.toStdString());
+        const auto config = load_project_json(store.find_run("1")->config_json, dir.path().toStdString());
+        QCOMPARE(config.optimizer.learning_rate, 0.5);
+        QCOMPARE(config.training.steps, int64_t(25));
+        bool said = false;
+        for (const auto& e : store.events(1))
+            said |= e.kind == "resumed_from_checkpoint" && QString::fromStdString(e.message).endsWith("; settings changed: " + changed);
+        QVERIFY(said);
+    }
+    const auto again = run_cli({"resume", "1", "--db", db, "--set", "training.steps=30"});
+    QVERIFY2(again.exit_code == 0, qPrintable(again.err + again.out));
+    QVERIFY2(again.out.contains("settings changed (stored with the run): training.steps 25 -> 30"), qPrintable(again.out));
+    RunStore store(db.toStdString());
+    QCOMPARE(load_project_json(store.find_run("1")->config_json, dir.path().toStdString()).optimizer.learning_rate, 0.5);
 }
 
 void TestSession::noGoodCheckpointLeftExits3NamingTheFile()
