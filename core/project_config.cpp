@@ -311,6 +311,8 @@ void apply_override(json& user, const Override& override_)
     std::vector<std::string> keys;
     while (std::getline(parts, part, '.')) keys.push_back(part);
     if (keys.empty()) throw ConfigError("--set: empty key");
+    // getline drops an empty last part: "training.steps." would set training.steps.
+    if (dotted.back() == '.') throw ConfigError("--set " + dotted + ": a key cannot end with '.'");
     json* node = &user;
     std::string at;
     for (size_t i = 0; i + 1 < keys.size(); ++i) {
@@ -531,6 +533,17 @@ void validate(const ProjectConfig& c)
     require(f8.outlier_rms_multiple >= 0.0, "precision.fp8.outlier_rms_multiple", "must be >= 0 (0 = off)");
     require(c.precision.keep_last_bf16 >= 0 && c.precision.keep_last_bf16 <= c.model.n_layer,
             "precision.keep_last_bf16", "must be in [0, model.n_layer]");
+    // A pattern that names no layer is a typo ("block.*"), and the run would train in the
+    // preset's formats without a word; a live change with such a pattern is refused too.
+    const auto layer_names = gemm_layer_names(c.model.n_layer);
+    for (size_t i = 0; i < c.precision.layers.size(); ++i) {
+        const std::string& pattern = c.precision.layers[i].match;
+        const bool matches = std::any_of(layer_names.begin(), layer_names.end(),
+                                         [&](const std::string& name) { return glob_match(pattern, name); });
+        require(matches, "precision.layers[" + std::to_string(i) + "].match",
+                "'" + pattern + "' matches no layer of this model (blocks.0.attn.qkv ... blocks." +
+                    std::to_string(c.model.n_layer - 1) + ".mlp.fc2, lm_head)");
+    }
     const auto& ls = c.precision.loss_scaling;
     const auto& mode = c.precision.loss_scaling_mode;
     require(mode == "auto" || mode == "dynamic" || mode == "static" || mode == "off", "precision.loss_scaling.mode",

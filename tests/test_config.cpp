@@ -193,6 +193,13 @@ private slots:
         QTest::newRow("top level array") << "[1, 2]" << "" << "expected a JSON object at the top level";
         QTest::newRow("unknown section") << R"({"modle": {}})" << "" << "modle: unknown key";
         QTest::newRow("unknown nested key") << R"({"model": {"n_layers": 2}})" << "" << "model.n_layers: unknown key";
+        QTest::newRow("layer pattern naming no layer")
+            << R"({"model": {"n_layer": 2}, "precision": {"layers": [{"match": "blocks.0.*", "format": "bf16"}, {"match": "block.*", "format": "bf16"}]}})"
+            << "" << "precision.layers[1].match: 'block.*' matches no layer of this model (blocks.0.attn.qkv ... blocks.1.mlp.fc2, lm_head)";
+        QTest::newRow("layer pattern past the last block")
+            << R"({"model": {"n_layer": 2}, "precision": {"layers": [{"match": "blocks.2.*", "format": "bf16"}]}})" << ""
+            << "precision.layers[0].match: 'blocks.2.*' matches no layer";
+        QTest::newRow("--set key ending in a dot") << "{}" << "training.steps.=2" << "--set training.steps.: a key cannot end with '.'";
         QTest::newRow("wrong type") << R"({"model": {"n_layer": "two"}})" << ""
                                     << "model.n_layer: expected an integer, got a string";
         QTest::newRow("float for integer") << R"({"training": {"steps": 2.5}})" << ""
