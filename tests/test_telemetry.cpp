@@ -72,6 +72,7 @@ struct Recorder : TelemetrySink {
 } // namespace
 
 Q_DECLARE_METATYPE(mantissa::NumberFormat)
+Q_DECLARE_METATYPE(mantissa::Fp8Scaling)
 
 class TestTelemetry : public QObject {
     Q_OBJECT
@@ -386,11 +387,19 @@ private slots:
     // allreduce doubles a SUM and leaves a MAX alone): every count of a rank-local tensor
     // doubles, so its fractions, amax, SNR and log Z's mean are unchanged; the weight's rows
     // are one tensor, not two, and stay as they are; logits are maxima.
+    void rankReductionCombinesEachValueAsItMeans_data()
+    {
+        QTest::addColumn<Fp8Scaling>("scaling");
+        QTest::newRow("delayed") << Fp8Scaling::Delayed;
+        QTest::newRow("mxfp4") << Fp8Scaling::MxFp4; // weight_scale rows: the weight's, shared
+    }
     void rankReductionCombinesEachValueAsItMeans()
     {
+        QFETCH(Fp8Scaling, scaling);
         ModelConfig m = tiny_model(1);
         PrecisionConfig precision;
         precision.preset = "fp8-hybrid"; // casts, so the fractions and energies are not trivial
+        precision.fp8.scaling = scaling;
         auto frame_of = [&](const TelemetryStep::RankReduction* ranks) {
             torch::manual_seed(3);
             Gpt model(m, 11, precision);
@@ -408,9 +417,11 @@ private slots:
         const LayerStatsFrame one = frame_of(nullptr), two = frame_of(&twins);
         QCOMPARE(two.tensors.size(), one.tensors.size());
         QVERIFY(one.tensors.size() >= 20);
+        int weight_scales = 0;
         for (size_t i = 0; i < one.tensors.size(); ++i) {
             const TensorStats &a = one.tensors[i], &b = two.tensors[i];
-            const int64_t k = a.role == "weight" ? 1 : 2;
+            weight_scales += a.role == "weight_scale" ? 1 : 0;
+            const int64_t k = a.role == "weight" || a.role == "weight_scale" ? 1 : 2;
             const QString what = QString::fromStdString(a.layer + " " + a.role);
             QCOMPARE(b.count, k * a.count);
             QCOMPARE(b.zeros, k * a.zeros);
@@ -422,6 +433,7 @@ private slots:
                      qPrintable(what));
             QVERIFY2(b.quant_snr_db == a.quant_snr_db && b.quant_mse == a.quant_mse, qPrintable(what));
         }
+        QCOMPARE(weight_scales > 0, scaling == Fp8Scaling::MxFp4);
         QCOMPARE(two.log_z_mean, one.log_z_mean);
         QCOMPARE(two.log_z_max, one.log_z_max);
         QCOMPARE(two.attention_max_logit, one.attention_max_logit);
