@@ -134,6 +134,16 @@ private:
 
 std::string serving_unavailable() { return {}; }
 
+std::string serve_address_problem(const std::string& listen)
+{
+    try {
+        (void)parse_listen_address(listen);
+        return {};
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+}
+
 int serve_store(const std::string& db_path, const ServeOptions& options, const std::atomic<bool>& stop)
 {
     // The store first: a mistyped --db must not leave a token file behind it.

@@ -24,6 +24,9 @@ struct ServeOptions {
 
 // "" where this build has the server, else why not (the commands below then print it and fail).
 std::string serving_unavailable();
+// "" where `listen` ([ADDR:]PORT) can be served, else why not: checked before a run loads its
+// data, so a mistyped --serve leaves no run behind.
+std::string serve_address_problem(const std::string& listen);
 
 // `mantissa-train serve`: serves the store until `stop` is set (Ctrl-C). Exit code.
 int serve_store(const std::string& db_path, const ServeOptions& options, const std::atomic<bool>& stop);

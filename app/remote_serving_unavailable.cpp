@@ -12,6 +12,8 @@ std::string serving_unavailable()
            "cpp-httplib; install libcpp-httplib-dev and rebuild)";
 }
 
+std::string serve_address_problem(const std::string&) { return serving_unavailable(); }
+
 int serve_store(const std::string&, const ServeOptions&, const std::atomic<bool>&)
 {
     std::fprintf(stderr, "error: %s\n", serving_unavailable().c_str());

@@ -96,9 +96,9 @@ std::vector<Override> parse_overrides(const std::vector<std::string>& sets)
 int cmd_run(const std::string& project_path, const std::vector<std::string>& sets, const std::string& db_path,
             std::string name, bool no_store, const ServeOptions& serve, DataParallelJob& job)
 {
-    if (!serve.listen.empty() && (no_store || !serving_unavailable().empty())) {
+    if (!serve.listen.empty() && (no_store || !serve_address_problem(serve.listen).empty())) {
         std::fprintf(stderr, "error: %s\n", no_store ? "--serve serves the run store: it cannot go with --no-store"
-                                                     : serving_unavailable().c_str());
+                                                     : serve_address_problem(serve.listen).c_str());
         return 2;
     }
     // torchrun --max-restarts: an attempt after the first continues the run the first created.

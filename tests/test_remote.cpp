@@ -661,6 +661,11 @@ private slots:
         QCOMPARE(r.exit_code, 2);
         QCOMPARE(r.err, QString("error: '127.0.0.1:99999' is not [ADDR:]PORT with PORT from 0 to 65535 (0: any free "
                                 "port)\n"));
+        // `run --serve` with such an address stops before it loads data or records a run.
+        r = run_cli({"run", project_, "--db", path("refused-serve.sqlite"), "--serve", "99999"});
+        QCOMPARE(r.exit_code, 2);
+        QCOMPARE(r.err, QString("error: '99999' is not [ADDR:]PORT with PORT from 0 to 65535 (0: any free port)\n"));
+        QVERIFY(!QFile::exists(path("refused-serve.sqlite")));
         r = run_cli({"serve", "--db", db, "--listen", "0", "--tls-cert", path("absent-cert.pem")});
         QCOMPARE(r.exit_code, 2);
         QCOMPARE(r.err, QString("error: TLS needs both --tls-cert and --tls-key\n"));
