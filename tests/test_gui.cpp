@@ -48,6 +48,17 @@ namespace {
 
 ProjectConfig tiny_config(int64_t steps) { return tiny_run_config("gui-test", steps, 10); }
 
+// FP8 with statistics every step and an underflow watcher that fires at once, doing `action`.
+ProjectConfig underflow_watched(WatchAction action)
+{
+    ProjectConfig config = tiny_config(100000);
+    config.precision.preset = "fp8-hybrid";
+    config.telemetry.interval = 1;
+    config.telemetry.watchers.fp8_underflow_max = 0.0; // any underflow fires
+    config.telemetry.watchers.actions["fp8_underflow"] = action;
+    return config;
+}
+
 QVector<double> graph_keys(const QCPGraph* graph)
 {
     QVector<double> keys;
@@ -735,12 +746,7 @@ void TestGui::watcherSwitchReachesTableAndHeatmap()
     QTemporaryDir dir;
     QVERIFY(dir.isValid());
     MainWindow window(dir.filePath(QStringLiteral("runs.sqlite")));
-    ProjectConfig config = tiny_config(100000);
-    config.precision.preset = "fp8-hybrid";
-    config.telemetry.interval = 1;
-    config.telemetry.watchers.fp8_underflow_max = 0.0; // any underflow fires
-    config.telemetry.watchers.actions["fp8_underflow"] = WatchAction::SwitchToBf16;
-    window.setProject(config, QStringLiteral("in-memory"));
+    window.setProject(underflow_watched(WatchAction::SwitchToBf16), QStringLiteral("in-memory"));
     window.show();
     QVERIFY(QTest::qWaitForWindowExposed(&window));
     PrecisionTableModel* table = window.projectPage()->precisionModel();
@@ -800,12 +806,7 @@ void TestGui::watcherPauseShowsInTheWindow()
     QTemporaryDir dir;
     QVERIFY(dir.isValid());
     MainWindow window(dir.filePath(QStringLiteral("runs.sqlite")));
-    ProjectConfig config = tiny_config(100000);
-    config.precision.preset = "fp8-hybrid";
-    config.telemetry.interval = 1;
-    config.telemetry.watchers.fp8_underflow_max = 0.0; // any underflow fires
-    config.telemetry.watchers.actions["fp8_underflow"] = WatchAction::Pause;
-    window.setProject(config, QStringLiteral("in-memory"));
+    window.setProject(underflow_watched(WatchAction::Pause), QStringLiteral("in-memory"));
     TrainingController* controller = window.controller();
     EventLogModel* events = window.eventLogModel();
     auto count = [&](const char* kind) {
