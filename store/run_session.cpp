@@ -140,8 +140,16 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
     const ProjectConfig config = load_project_json(info.config_json, base, overrides);
     std::unique_ptr<RunSession> session(new RunSession());
     if (!overrides.empty()) {
+        // Against the stored settings as this version reads them, so that keys a newer version
+        // added (with their defaults) are not taken for the overrides' changes.
+        std::string before = info.config_json;
+        try {
+            before = to_json_text(load_project_json(info.config_json, base));
+        } catch (const ConfigError&) {
+            // Valid only with the overrides (they mend it): the stored text is the baseline.
+        }
         const std::string now = to_json_text(config);
-        for (const auto& d : diff_configs(info.config_json, now))
+        for (const auto& d : diff_configs(before, now))
             session->config_changes_ += (session->config_changes_.empty() ? "" : ", ") + d.key + " " +
                                         d.a.value_or("(none)") + " -> " + d.b.value_or("(none)");
         if (!session->config_changes_.empty()) session->resumed_config_json_ = now;
