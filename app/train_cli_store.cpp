@@ -85,7 +85,12 @@ int cmd_export(RunStore& store, const std::string& run, const std::string& forma
             std::fprintf(stderr, "error: --format tensorboard needs --out DIR\n");
             return 2;
         }
-        std::fprintf(stderr, "wrote %s\n", export_tensorboard(store, info->id, out_path).c_str());
+        try {
+            std::fprintf(stderr, "wrote %s\n", export_tensorboard(store, info->id, out_path).c_str());
+        } catch (const ExportWriteError& e) {
+            std::fprintf(stderr, "error: %s\n", e.what());
+            return 2;
+        }
         return 0;
     }
     if (format == "safetensors") {

@@ -4,6 +4,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -59,7 +60,7 @@ class EventWriter {
 public:
     explicit EventWriter(const std::string& path) : out_(path, std::ios::binary | std::ios::trunc)
     {
-        if (!out_) throw StoreError("cannot write '" + path + "'");
+        if (!out_) throw ExportWriteError("cannot write '" + path + "': " + std::strerror(errno));
         Proto e;
         e.double_field(1, now());
         e.bytes_field(3, "brain.Event:2");
@@ -165,7 +166,7 @@ std::string export_tensorboard(RunStore& store, int64_t run_id, const std::strin
     if (!writer.finish()) {
         // A cut event file would read as a run that stopped early: none is better.
         fs::remove(path, ec);
-        throw StoreError("cannot write '" + path + "' (disk full?)");
+        throw ExportWriteError("cannot write '" + path + "' (disk full?)");
     }
     return path;
 }

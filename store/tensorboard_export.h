@@ -5,13 +5,21 @@
 // around hand-encoded Event protobufs, so no protobuf library is needed.
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 #include "run_store.h"
 
 namespace mantissa {
 
-// Writes DIR/events.out.tfevents.<unix time>.mantissa; returns its path. Throws StoreError.
+// The export file could not be written (a folder that cannot be made, a full disk): the
+// output is the problem, not the store (`export` exits 2 for it, as for CSV).
+struct ExportWriteError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+// Writes DIR/events.out.tfevents.<unix time>.mantissa; returns its path. Throws StoreError
+// (reading the run) or ExportWriteError.
 std::string export_tensorboard(RunStore& store, int64_t run_id, const std::string& dir);
 
 // CRC-32C (Castagnoli), and TFRecord's masked form of it. Exposed for tests.

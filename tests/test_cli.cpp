@@ -297,6 +297,12 @@ private slots:
         const QString out = dir_.filePath("tb-export");
         const auto exp = run_cli({"export", "tb", "--format", "tensorboard", "--out", out, "--db", db_});
         QVERIFY2(exp.exit_code == 0, qPrintable(exp.err));
+        // A folder that cannot be written is the output's problem: exit 2 with the OS's reason, as for CSV.
+        const auto bad = run_cli({"export", "tb", "--format", "tensorboard", "--out", "/proc/no-such-dir", "--db", db_});
+        QCOMPARE(bad.exit_code, 2);
+        QVERIFY2(bad.err.startsWith("error: cannot write '/proc/no-such-dir/events.out.tfevents.") &&
+                     bad.err.contains("': No such file or directory"),
+                 qPrintable(bad.err));
         QProcess py;
         py.start(MANTISSA_PYTHON, {MANTISSA_SOURCE_DIR "/tests/read_tensorboard.py", out});
         QVERIFY(py.waitForFinished(120000));
