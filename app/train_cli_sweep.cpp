@@ -33,19 +33,22 @@ void print_sweep_table(const SweepSpec& spec, const std::vector<std::string>& va
     std::vector<std::vector<std::string>> rows = {{"value", "run", "status", "final val", "dval vs ref", "tokens/s",
                                                    "x ref", "peak mem", "x ref", "skipped"}};
     size_t row = 0;
+    bool another_step = false;
     for (size_t i = 0; i < values.size(); ++i) {
         if (!runs[i]) {
             rows.push_back({values[i], "-", notes[i], "-", "-", "-", "-", "-", "-", "-"});
             continue;
         }
         const SweepRow& r = summary.rows[row++];
+        another_step |= r.val_at_another_step;
         rows.push_back({r.value, std::to_string(r.run.id), std::string(run_status_name(r.run.status)), fmt_loss(r.run.final_val_loss),
-                        fmt_delta(r.val_loss_delta), fmt_rate(r.run.median_tokens_per_s),
+                        fmt_delta(r.val_loss_delta) + (r.val_at_another_step ? "*" : ""), fmt_rate(r.run.median_tokens_per_s),
                         fmt_ratio(r.tokens_per_s_ratio),
                         fmt_bytes(r.run.peak_memory_bytes()), fmt_ratio(r.peak_memory_ratio),
                         std::to_string(r.run.skipped_steps)});
     }
     print_table(rows, {false, true, false, true, true, true, true, true, true, true});
+    if (another_step) std::printf("* final evaluations of different steps (a run stopped early): not like for like\n");
     std::printf("\n");
 }
 

@@ -127,8 +127,10 @@ SweepSummary summarize_sweep(const std::vector<std::pair<std::string, RunSummary
         SweepRow row;
         row.value = value;
         row.run = run;
-        if (std::isfinite(run.final_val_loss) && std::isfinite(ref.final_val_loss))
+        if (std::isfinite(run.final_val_loss) && std::isfinite(ref.final_val_loss)) {
             row.val_loss_delta = run.final_val_loss - ref.final_val_loss;
+            row.val_at_another_step = run.final_val_step != ref.final_val_step;
+        }
         row.tokens_per_s_ratio = ratio(run.median_tokens_per_s, ref.median_tokens_per_s);
         if (run.peak_memory_bytes() > 0 && ref_memory > 0)
             row.peak_memory_ratio = ratio(static_cast<double>(run.peak_memory_bytes()), ref_memory);

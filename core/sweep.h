@@ -44,6 +44,9 @@ struct SweepRow {
     RunSummaryRow run;
     // Relative to the reference run; NaN where either side lacks the figure.
     double val_loss_delta = RunSummaryRow::kNone;  // final val - reference final val
+    // The two final evaluations are of different steps (a run stopped early): the delta then
+    // mixes precision with training length, and the tables mark it.
+    bool val_at_another_step = false;
     double tokens_per_s_ratio = RunSummaryRow::kNone; // median tokens/s / reference's
     double peak_memory_ratio = RunSummaryRow::kNone;  // peak memory / reference's
 };

@@ -479,7 +479,9 @@ private slots:
         QCOMPARE(s.rows[2].val_loss_delta, 0.25);
         QCOMPARE(s.rows[2].tokens_per_s_ratio, 0.25);
         QCOMPARE(s.rows[2].peak_memory_ratio, 2.0);
+        QVERIFY(!s.rows[0].val_at_another_step && !s.rows[2].val_at_another_step);
         QVERIFY(std::isnan(s.rows[3].val_loss_delta)); // a run without figures has no ratios
+        QVERIFY(!s.rows[3].val_at_another_step);
         QVERIFY(std::isnan(s.rows[3].tokens_per_s_ratio));
         QVERIFY(std::isnan(s.rows[3].peak_memory_ratio));
 
@@ -491,6 +493,16 @@ private slots:
         QCOMPARE(t.rows[1].tokens_per_s_ratio, 2.0);
         QCOMPARE(t.rows[1].peak_memory_ratio, 0.5);
         QVERIFY(summarize_sweep({}).rows.empty());
+
+        // A run stopped before the reference's last evaluation: its delta is marked.
+        auto early = summary(2.5, 20.0, 50, "bf16");
+        early.final_val_step = 150;
+        auto full = summary(2.0, 10.0, 100, "fp32");
+        full.final_val_step = 400;
+        const auto u = summarize_sweep({{"fp32", full}, {"bf16", early}});
+        QCOMPARE(u.rows[1].val_loss_delta, 0.5);
+        QVERIFY(u.rows[1].val_at_another_step);
+        QVERIFY(!u.rows[0].val_at_another_step);
     }
 };
 

@@ -597,6 +597,13 @@ void ComparePage::rebuildSummary()
                 f.setBold(true);
                 item->setFont(f);
             }
+        if (s.val_at_another_step) {
+            row[SumDeltaVal]->setText(row[SumDeltaVal]->text() + QStringLiteral("*"));
+            row[SumDeltaVal]->setToolTip(tr("Final evaluations of different steps: this run's at step %1, the "
+                                            "reference's at step %2")
+                                             .arg(r.final_val_step)
+                                             .arg(runs_[summary.reference].row.final_val_step));
+        }
         if (r.skipped_steps > 0) row[SumSkipped]->setForeground(QColor(170, 20, 30));
         if (div) row[SumDiverges]->setForeground(QColor(170, 20, 30));
         summaryModel_->appendRow(row);
