@@ -20,13 +20,17 @@ namespace {
 // committed, so from it every step ends up recorded exactly once. Then, for files the store
 // has no record of (a run of an older store, or a process killed between writing and
 // recording), newest first those whose step the store has metrics for, then any later ones,
-// oldest first. (A step's loss alone does not mean its telemetry was committed too.)
+// oldest first. (A step's loss alone does not mean its telemetry was committed too.) A run
+// whose store records its checkpoints (`records_checkpoints`: it has an identity) never takes
+// a later one: the steps between its last recorded metrics and such a file were trained but
+// never committed, and continuing from the file would leave them unrecorded for good.
 std::vector<std::string> resume_order(const std::vector<std::string>& files, const std::set<int64_t>& recorded,
-                                      int64_t last_step)
+                                      int64_t last_step, bool records_checkpoints)
 {
     std::vector<std::string> first, known, later;
     for (const auto& f : files) {
         const int64_t step = *checkpoint_step(f);
+        if (!recorded.count(step) && step > last_step && records_checkpoints) continue;
         (recorded.count(step) ? first : step <= last_step ? known : later).push_back(f);
     }
     std::reverse(first.begin(), first.end());
@@ -177,7 +181,7 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
     // there until it has written one into its own folder.
     if (own_folder && info.legacy_checkpoints && list_checkpoints(read_dir).empty())
         read_dir = store.legacy_checkpoint_dir(info.id);
-    const auto files = resume_order(list_checkpoints(read_dir), recorded_steps, info.last_step);
+    const auto files = resume_order(list_checkpoints(read_dir), recorded_steps, info.last_step, !info.uuid.empty());
     const auto build = [&] {
         session->trainer_ = std::make_unique<Trainer>(config);
         session->attach(store, info.id, info.uuid, write_dir);

@@ -102,17 +102,25 @@ constexpr int64_t kSteps = 160;
 // Starts mantissa-train with `args` and SIGKILLs it after `delay_ms`, wherever it is then
 // (loading LibTorch, creating the store, in a step, writing a checkpoint). False if it ended
 // on its own first.
-bool kill_at(const QStringList& args, int delay_ms)
+// Killed, or how it ended when it ended first: a run that fails on its own (exit 1) must say
+// why, not pass for one that finished.
+struct KillOutcome {
+    bool killed = false;
+    int exit_code = 0; // when it ended first: -1 for a crash
+    QString err;
+};
+
+KillOutcome kill_at(const QStringList& args, int delay_ms)
 {
     QProcess p;
     p.setStandardOutputFile(QProcess::nullDevice());
-    p.setStandardErrorFile(QProcess::nullDevice());
     p.start(MANTISSA_TRAIN_EXE, args);
-    if (!p.waitForStarted()) return false;
-    if (p.waitForFinished(delay_ms)) return false;
+    if (!p.waitForStarted()) return {false, -1, "did not start"};
+    if (p.waitForFinished(delay_ms))
+        return {false, p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardError())};
     ::kill(static_cast<pid_t>(p.processId()), SIGKILL);
     p.waitForFinished(10000);
-    return true;
+    return {true, 0, {}};
 }
 
 // SQLite's own verdict on the whole file, read-only (the dead writer's WAL included).
@@ -272,7 +280,10 @@ private slots:
             const QStringList args = id < 0 ? QStringList{"run", project, "--db", db, "--name", name}
                                             : QStringList{"resume", QString::number(id), "--db", db};
             const int delay_ms = 50 + random.bounded(2500);
-            if (!kill_at(args, delay_ms)) { // it finished first: check it, go on with a fresh run
+            const KillOutcome outcome = kill_at(args, delay_ms);
+            if (!outcome.killed) { // it finished first: check it, go on with a fresh run
+                QVERIFY2(outcome.exit_code == 0, qPrintable(QString("%1 %2 ended with %3 before its kill: %4")
+                                                                .arg(args[0], name).arg(outcome.exit_code).arg(outcome.err)));
                 QCOMPARE(run_id_of(db, name) >= 0, true);
                 check_finished(name);
                 name = QString("random%1").arg(++run_number);

@@ -99,6 +99,7 @@ private slots:
     void rotationKeepsTheFileJustWritten();
     void aResumeFromAnotherFolderFindsTheProjectsFolder();
     void aResumesOverridesAreStoredWithTheRun();
+    void aCheckpointPastTheCommittedStepsIsNotResumedFrom();
     void noGoodCheckpointLeftExits3NamingTheFile();
     void strayFilesInTheFolderAreIgnored();
     void twoStoresInOneFolderKeepTheirOwnCheckpoints();
@@ -265,6 +266,32 @@ void TestSession::aResumesOverridesAreStoredWithTheRun()
     QVERIFY2(again.out.contains("settings changed (stored with the run): training.steps 25 -> 30"), qPrintable(again.out));
     RunStore store(db.toStdString());
     QCOMPARE(load_project_json(store.find_run("1")->config_json, dir.path().toStdString()).optimizer.learning_rate, 0.5);
+}
+
+// Killed between writing a checkpoint and committing its steps' rows (the store flushes every
+// 250 ms): the file is on disk, unrecorded, past the last committed step. Resuming from it
+// would leave those steps unrecorded for good; the run starts over instead, and ends with
+// every step recorded once, as a run never killed. (test_kill_resume's random kills found it.)
+void TestSession::aCheckpointPastTheCommittedStepsIsNotResumedFrom()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    const QString db = dir.filePath("runs.sqlite");
+    QCOMPARE(run_cli({"run", QString::fromStdString(project), "--db", db, "--set", "training.steps=10"}).exit_code, 0);
+    const Series straight = train_losses(db.toStdString(), 1);
+    QCOMPARE(straight.size(), size_t(10));
+    // As the kill left it: step-10 on disk, nothing recorded after step 6, the run interrupted.
+    sqlite3* raw = nullptr;
+    QCOMPARE(sqlite3_open(db.toUtf8().constData(), &raw), SQLITE_OK);
+    QCOMPARE(sqlite3_exec(raw, "DELETE FROM checkpoints; DELETE FROM scalars WHERE step > 6; "
+                               "UPDATE runs SET status='running', finished_at=NULL",
+                          nullptr, nullptr, nullptr),
+             SQLITE_OK);
+    sqlite3_close(raw);
+    const auto r = run_cli({"resume", "1", "--db", db});
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err + r.out));
+    QVERIFY2(!r.out.contains("at step 10 from"), qPrintable(r.out));
+    QCOMPARE(train_losses(db.toStdString(), 1), straight); // steps 1..10, each once, bit for bit
 }
 
 void TestSession::noGoodCheckpointLeftExits3NamingTheFile()
