@@ -96,10 +96,13 @@ std::vector<Override> parse_overrides(const std::vector<std::string>& sets)
 int cmd_run(const std::string& project_path, const std::vector<std::string>& sets, const std::string& db_path,
             std::string name, bool no_store, const ServeOptions& serve, DataParallelJob& job)
 {
-    if (!serve.listen.empty() && (no_store || !serve_address_problem(serve.listen).empty())) {
-        std::fprintf(stderr, "error: %s\n", no_store ? "--serve serves the run store: it cannot go with --no-store"
-                                                     : serve_address_problem(serve.listen).c_str());
-        return 2;
+    if (!serve.listen.empty()) {
+        const std::string problem =
+            no_store ? "--serve serves the run store: it cannot go with --no-store" : serve_address_problem(serve.listen);
+        if (!problem.empty()) {
+            std::fprintf(stderr, "error: %s\n", problem.c_str());
+            return 2;
+        }
     }
     // torchrun --max-restarts: an attempt after the first continues the run the first created.
     if (job.dp && job.dp->restart_count() > 0 && !no_store)

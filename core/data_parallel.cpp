@@ -154,6 +154,17 @@ void trace(const DataParallelBackend& b, bool control, const char* op, int64_t e
                  static_cast<long long>(elements), wait);
 }
 
+// What a failed rank posted to the store's "failure" key (DataParallel::report_failure), if any.
+std::optional<std::string> posted_failure(DataParallelBackend& b)
+{
+    try {
+        if (!b.store->check({"failure"})) return std::nullopt;
+        return from_bytes(b.store->get("failure"));
+    } catch (const std::exception&) {
+        return std::string("the rendezvous store is gone with its host");
+    }
+}
+
 // Waits for a collective; a peer that died, hung up or timed out becomes a CollectiveError.
 // On NCCL the host waits itself (wait_for_collective), looking for a peer's posted failure; a
 // NCCL peer that is gone is otherwise only noticed at the timeout.
@@ -161,17 +172,8 @@ void finish(DataParallelBackend& b, const c10::intrusive_ptr<c10d::Work>& work, 
 {
     try {
         if (on_nccl) {
-            const auto waited = wait_for_collective(
-                [&] { return work->isCompleted(); },
-                [&]() -> std::optional<std::string> {
-                    try {
-                        if (!b.store->check({"failure"})) return std::nullopt;
-                        return from_bytes(b.store->get("failure"));
-                    } catch (const std::exception&) {
-                        return std::string("the rendezvous store is gone with its host");
-                    }
-                },
-                [&] { b.group->abort(); }, b.timeout);
+            const auto waited = wait_for_collective([&] { return work->isCompleted(); }, [&] { return posted_failure(b); },
+                                                    [&] { b.group->abort(); }, b.timeout);
             if (waited.end == CollectiveWait::End::PeerFailed)
                 throw CollectiveError(std::string(what) + " abandoned: " + waited.failure);
             // Completed: returns at once (and rethrows the collective's error). Timed out: a wait
@@ -462,30 +464,19 @@ void DataParallel::Impl::preflight(bool cuda, const std::string& gpu)
         const std::string peer_key = "preflight/" + std::to_string(r);
         const std::string waited = "data-parallel: rank " + std::to_string(env.rank) + " waited in vain for rank " +
                                    std::to_string(r) + " to start: ";
-        // Polled, not a blocking get: a rank that failed before its preflight (its project or
-        // data would not load on its node) posted why, and the others say so at once instead
-        // of after the whole store timeout.
-        std::optional<std::string> peer_failure;
-        bool timed_out = false;
+        // Waited for as a collective is, not with a blocking get: a rank that failed before its
+        // preflight (its project or data would not load on its node) posted why, and the
+        // others say so at once instead of after the whole store timeout.
+        CollectiveWait wait;
         try {
-            const auto until = std::chrono::steady_clock::now() + backend->store->getTimeout();
-            while (!backend->store->check({peer_key})) {
-                if (backend->store->check({"failure"})) {
-                    peer_failure = from_bytes(backend->store->get("failure"));
-                    break;
-                }
-                if (std::chrono::steady_clock::now() >= until) {
-                    timed_out = true;
-                    break;
-                }
-                std::this_thread::sleep_for(std::chrono::milliseconds(20));
-            }
-            if (!peer_failure && !timed_out) answer = from_bytes(backend->store->get(peer_key));
+            wait = wait_for_collective([&] { return backend->store->check({peer_key}); },
+                                       [&] { return posted_failure(*backend); }, [] {}, backend->store->getTimeout());
+            if (wait.end == CollectiveWait::End::Completed) answer = from_bytes(backend->store->get(peer_key));
         } catch (const std::exception& e) {
             throw CollectiveError(waited + first_line(e));
         }
-        if (peer_failure) throw CollectiveError("data-parallel: " + *peer_failure);
-        if (timed_out) throw CollectiveError(waited + "no answer within the store's timeout");
+        if (wait.end == CollectiveWait::End::PeerFailed) throw CollectiveError("data-parallel: " + wait.failure);
+        if (wait.end == CollectiveWait::End::TimedOut) throw CollectiveError(waited + "no answer within the store's timeout");
         // "<device>\n<GPU>\n<refusal>"; before 2026-12-02 "<device>\n<refusal>" (no GPU).
         const auto first = answer.find('\n'), second = answer.find('\n', first + 1);
         const std::string device = answer.substr(0, first);

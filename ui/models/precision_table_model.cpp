@@ -95,39 +95,33 @@ void PrecisionTableModel::refresh()
     if (!rows_.empty()) emit dataChanged(index(0, 0), index(rowCount() - 1, ColumnCount - 1));
 }
 
-void PrecisionTableModel::emitFormatChanges(const std::vector<Row>& before)
+bool PrecisionTableModel::editFormats(const std::function<bool()>& edit)
 {
+    const std::vector<Row> before = rows_;
+    if (!edit()) return false;
     // Only when the layer list stayed the same: a trainer cannot take a new model shape live.
-    if (before.size() != rows_.size()) return;
+    if (before.size() != rows_.size()) return true;
     for (size_t i = 0; i < rows_.size(); ++i)
         if (rows_[i].layer == before[i].layer && !(rows_[i].formats == before[i].formats))
             emit layerFormatsEdited(QString::fromStdString(rows_[i].layer), rows_[i].formats);
+    return true;
 }
 
 bool PrecisionTableModel::applyPreset(const QString& preset, QString* error)
 {
-    const std::vector<Row> before = rows_;
-    if (!document_->setPreset(preset, error)) return false;
-    emitFormatChanges(before);
-    return true;
+    return editFormats([&] { return document_->setPreset(preset, error); });
 }
 
 bool PrecisionTableModel::fillByPattern(const QString& glob, std::optional<NumberFormat> forward,
                                         std::optional<NumberFormat> dgrad, std::optional<NumberFormat> wgrad,
                                         std::optional<Fp8Scaling> scaling, QString* error)
 {
-    const std::vector<Row> before = rows_;
-    if (!document_->fillByPattern(glob, forward, dgrad, wgrad, scaling, error)) return false;
-    emitFormatChanges(before);
-    return true;
+    return editFormats([&] { return document_->fillByPattern(glob, forward, dgrad, wgrad, scaling, error); });
 }
 
 bool PrecisionTableModel::setKeepLastBf16(int blocks, QString* error)
 {
-    const std::vector<Row> before = rows_;
-    if (!document_->setValue(QStringLiteral("precision.keep_last_bf16"), blocks, error)) return false;
-    emitFormatChanges(before);
-    return true;
+    return editFormats([&] { return document_->setValue(QStringLiteral("precision.keep_last_bf16"), blocks, error); });
 }
 
 QString PrecisionTableModel::layerAt(int row) const
@@ -308,10 +302,7 @@ bool PrecisionTableModel::setData(const QModelIndex& index, const QVariant& valu
                                                  .arg(value.toString(), format_names().join(QStringLiteral(", "))));
             return false;
         }
-        const std::vector<Row> before = rows_;
-        if (!document_->setLayerFormat(layer, *gemm, *format, &error)) return false;
-        emitFormatChanges(before);
-        return true;
+        return editFormats([&] { return document_->setLayerFormat(layer, *gemm, *format, &error); });
     }
     if (index.column() == ScalingColumn) {
         if (running_) return false; // a trainer takes formats live, not a scaling recipe (flags() agrees)

@@ -10,6 +10,7 @@
 #include <QMetaType>
 #include <QString>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -84,7 +85,9 @@ private:
 
     void refresh();
     const LiveLayer* liveOf(const Row& row) const;
-    void emitFormatChanges(const std::vector<Row>& before);
+    // Runs a document edit; where it succeeds, layerFormatsEdited for each layer whose formats
+    // it changed (the preset, fill-by-pattern, keep-last-BF16 and cell edits alike).
+    bool editFormats(const std::function<bool()>& edit);
 
     ProjectDocument* document_;
     std::vector<Row> rows_;
