@@ -160,6 +160,7 @@ private slots:
     void recentProjectsOrder();
 
     void layerFormatsEditedSignal();
+    void aRunningEditKeepsTheWatchersOtherSwitches();
     void runningLocksSettingsOnly();
     void selectLayerScrollsToRow();
     void delegateEditors();
@@ -898,6 +899,7 @@ void TestProjectEditor::saveOpenRoundTrip()
     ProjectConfig config = tiny_config(2);
     config.data.kind = DataKind::Text;
     config.data.path = "data/input.txt";
+    config.training.checkpoint_dir = "ckpt";
     ProjectDocument doc;
     QSignalSpy dirty(&doc, &ProjectDocument::dirtyChanged);
     doc.setConfig(config, root.filePath("a/project.json"));
@@ -920,6 +922,8 @@ void TestProjectEditor::saveOpenRoundTrip()
     QCOMPARE(doc.path(), moved);
     QCOMPARE(QString::fromStdString(doc.config().data.path), QStringLiteral("../../a/data/input.txt"));
     QCOMPARE(QString::fromStdString(resolve_data_path(doc.config(), doc.config().data.path)), dataFile);
+    // The checkpoints stay where the runs of the first file put them.
+    QCOMPARE(QString::fromStdString(doc.config().training.checkpoint_dir), QStringLiteral("../../a/ckpt"));
     // Atomic write: the target and nothing else (no temporary file left behind).
     QCOMPARE(QDir(root.filePath("b/nested")).entryList(QDir::Files), QStringList{"project.json"});
     QFile written(moved);
@@ -1036,6 +1040,81 @@ void TestProjectEditor::layerFormatsEditedSignal()
     QCOMPARE(fromPage.count(), 12);
     QCOMPARE(fromPage.last().at(0).toString(), QStringLiteral("lm_head"));
     QVERIFY(fromPage.last().at(1).value<GemmFormats>() == uniform(NumberFormat::BF16));
+}
+
+// During a run a cell edit reaches the engine as the engine's formats with that one GEMM set:
+// a watcher's switch of another GEMM of the layer stays, and picking the project's format
+// again takes the watcher's switch back. The backend is "pending" from a switch to the next
+// layer_backends event, never the old formats' backend.
+void TestProjectEditor::aRunningEditKeepsTheWatchersOtherSwitches()
+{
+    ProjectDocument doc;
+    doc.setConfig(tiny_config(2));
+    PrecisionTableModel table(&doc);
+    QAbstractItemModelTester tester(&table, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    const std::string layer = "blocks.1.mlp.fc1";
+    const int row = table.rowForLayer(QString::fromStdString(layer));
+    QVERIFY(row >= 0);
+    QVERIFY(table.formatsAt(row) == uniform(NumberFormat::FP32));
+
+    LiveLayers live;
+    live.reset(LiveLayers::from_project(doc.config()));
+    RunEvent backends;
+    backends.step = 1;
+    backends.kind = EventKind::LayerBackends;
+    backends.layer_states = LiveLayers::from_project(doc.config());
+    for (auto& s : backends.layer_states) s.backend = "fp32";
+    QVERIFY(live.apply(backends));
+    table.setLiveLayers(&live);
+    table.setRunning(true);
+    const QModelIndex running = table.index(row, PrecisionTableModel::RunningColumn);
+    QCOMPARE(running.data().toString(), QStringLiteral("fp32"));
+
+    RunEvent change;
+    change.step = 7;
+    change.kind = EventKind::PrecisionChanged;
+    change.layers = {layer};
+    change.cause = ChangeCause::Watcher;
+    change.watcher = "nonfinite";
+    change.old_formats = uniform(NumberFormat::FP32);
+    change.new_formats = GemmFormats{NumberFormat::FP32, NumberFormat::FP32, NumberFormat::BF16};
+    QVERIFY(live.apply(change));
+    table.liveLayersChanged();
+    QCOMPARE(running.data().toString(), QStringLiteral("pending \u00b7 step 7: watcher nonfinite"));
+    QCOMPARE(table.index(row, PrecisionTableModel::WgradColumn).data().toString(), QStringLiteral("bf16"));
+
+    QSignalSpy edited(&table, &PrecisionTableModel::layerFormatsEdited);
+    QVERIFY(table.setData(table.index(row, PrecisionTableModel::ForwardColumn), QStringLiteral("e4m3")));
+    QCOMPARE(edited.count(), 1);
+    GemmFormats sent = edited.at(0).at(1).value<GemmFormats>();
+    QVERIFY2((sent == GemmFormats{NumberFormat::E4M3, NumberFormat::FP32, NumberFormat::BF16}), sent.describe().c_str());
+    QVERIFY((table.formatsAt(row) == GemmFormats{NumberFormat::E4M3, NumberFormat::FP32, NumberFormat::FP32}));
+
+    // The project already says FP32 for wgrad: the edit changes no setting but takes the switch back.
+    QVERIFY(table.setData(table.index(row, PrecisionTableModel::WgradColumn), QStringLiteral("fp32")));
+    QCOMPARE(edited.count(), 2);
+    sent = edited.at(1).at(1).value<GemmFormats>();
+    QVERIFY2((sent == GemmFormats{NumberFormat::FP32, NumberFormat::FP32, NumberFormat::FP32}), sent.describe().c_str());
+
+    // Once the engine runs what the cell says, the same pick again sends nothing.
+    change.step = 8;
+    change.cause = ChangeCause::User;
+    change.watcher.clear();
+    change.new_formats = GemmFormats{NumberFormat::E4M3, NumberFormat::FP32, NumberFormat::FP32};
+    QVERIFY(live.apply(change));
+    QVERIFY(table.setData(table.index(row, PrecisionTableModel::WgradColumn), QStringLiteral("fp32")));
+    QCOMPARE(edited.count(), 2);
+
+    // The next layer_backends event names the backend the new formats run on.
+    backends.step = 9;
+    for (auto& s : backends.layer_states)
+        if (s.name == layer) {
+            s.formats = *change.new_formats;
+            s.backend = "emulated";
+        }
+    QVERIFY(live.apply(backends));
+    table.liveLayersChanged();
+    QCOMPARE(running.data().toString(), QStringLiteral("emulated \u00b7 step 8: you"));
 }
 
 void TestProjectEditor::runningLocksSettingsOnly()

@@ -62,18 +62,22 @@ bool LiveLayers::apply(const RunEvent& e)
         break;
     case EventKind::PrecisionChanged:
         if (!e.new_formats && e.layer_states.empty()) return false;
+        // The backend of new formats is not known until the layer_backends event after their
+        // first step: the old one is cleared rather than shown for formats it did not run.
         for (const auto& name : e.layers) {
             LiveLayer& layer = ensure(name);
-            if (e.new_formats) layer.state.formats = *e.new_formats;
+            if (e.new_formats && !(layer.state.formats == *e.new_formats)) {
+                layer.state.formats = *e.new_formats;
+                layer.state.backend.clear();
+            }
             layer.switched_at = e.step;
             layer.cause = e.cause;
             layer.watcher = e.watcher;
         }
-        // The engine's own view of the changed layers (recipe), where it sent one; the backend
-        // of the new formats comes with the layer_backends event after their first step.
+        // The engine's own view of the changed layers (recipe), where it sent one.
         for (const auto& s : e.layer_states) {
             LayerState& state = ensure(s.name).state;
-            const std::string backend = s.backend.empty() ? state.backend : s.backend;
+            const std::string backend = s.backend.empty() && state.formats == s.formats ? state.backend : s.backend;
             state = s;
             state.backend = backend;
         }

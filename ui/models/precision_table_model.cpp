@@ -54,6 +54,15 @@ NumberFormat pick(const GemmFormats& f, ProjectDocument::Gemm which)
     return f.forward;
 }
 
+void put(GemmFormats& f, ProjectDocument::Gemm which, NumberFormat format)
+{
+    switch (which) {
+    case ProjectDocument::Gemm::Forward: f.forward = format; return;
+    case ProjectDocument::Gemm::Dgrad: f.dgrad = format; return;
+    case ProjectDocument::Gemm::Wgrad: f.wgrad = format; return;
+    }
+}
+
 } // namespace
 
 PrecisionTableModel::PrecisionTableModel(ProjectDocument* document, QObject* parent)
@@ -95,15 +104,29 @@ void PrecisionTableModel::refresh()
     if (!rows_.empty()) emit dataChanged(index(0, 0), index(rowCount() - 1, ColumnCount - 1));
 }
 
-bool PrecisionTableModel::editFormats(const std::function<bool()>& edit)
+bool PrecisionTableModel::editFormats(const std::function<bool()>& edit, const Touched& touched)
 {
     const std::vector<Row> before = rows_;
     if (!edit()) return false;
     // Only when the layer list stayed the same: a trainer cannot take a new model shape live.
     if (before.size() != rows_.size()) return true;
-    for (size_t i = 0; i < rows_.size(); ++i)
-        if (rows_[i].layer == before[i].layer && !(rows_[i].formats == before[i].formats))
-            emit layerFormatsEdited(QString::fromStdString(rows_[i].layer), rows_[i].formats);
+    constexpr ProjectDocument::Gemm kGemms[] = {ProjectDocument::Gemm::Forward, ProjectDocument::Gemm::Dgrad,
+                                                ProjectDocument::Gemm::Wgrad};
+    for (size_t i = 0; i < rows_.size(); ++i) {
+        const Row& row = rows_[i];
+        if (row.layer != before[i].layer) continue;
+        // During a run the edit reaches only the GEMMs it set: the others keep what the engine
+        // runs, so a watcher's switch of another GEMM of this layer is not undone.
+        const LiveLayer* live = liveOf(row);
+        const GemmFormats running = live ? live->state.formats : before[i].formats;
+        GemmFormats sent = running;
+        for (const auto g : kGemms) {
+            const bool set = pick(row.formats, g) != pick(before[i].formats, g) ||
+                             (touched && touched->first == row.layer && touched->second == g);
+            if (set) put(sent, g, pick(row.formats, g));
+        }
+        if (!(sent == running)) emit layerFormatsEdited(QString::fromStdString(row.layer), sent);
+    }
     return true;
 }
 
@@ -198,7 +221,9 @@ QVariant PrecisionTableModel::data(const QModelIndex& index, int role) const
         case ScalingColumn: return QString::fromLatin1(fp8_scaling_name(row.scaling));
         case RunningColumn: {
             if (!live || role == Qt::EditRole) return QString();
-            QString text = QString::fromStdString(live->state.backend.empty() ? std::string("starting")
+            // No backend yet: before the first step, or after a switch until the next step ran.
+            const char* unknown = live->switched_at >= 0 ? "pending" : "starting";
+            QString text = QString::fromStdString(live->state.backend.empty() ? std::string(unknown)
                                                                               : live->state.backend);
             if (live->switched_at >= 0) text += QStringLiteral(" \u00b7 ") + QString::fromStdString(live->last_switch());
             return text;
@@ -302,7 +327,10 @@ bool PrecisionTableModel::setData(const QModelIndex& index, const QVariant& valu
                                                  .arg(value.toString(), format_names().join(QStringLiteral(", "))));
             return false;
         }
-        return editFormats([&] { return document_->setLayerFormat(layer, *gemm, *format, &error); });
+        // The cell's own GEMM is sent even where the project already says this format: picking
+        // the project's FP8 again is how a user takes back a watcher's switch to BF16.
+        return editFormats([&] { return document_->setLayerFormat(layer, *gemm, *format, &error); },
+                           std::make_pair(layer.toStdString(), *gemm));
     }
     if (index.column() == ScalingColumn) {
         if (running_) return false; // a trainer takes formats live, not a scaling recipe (flags() agrees)

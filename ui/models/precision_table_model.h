@@ -13,16 +13,16 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/choice_delegate.h"
 #include "models/live_layers.h"
+#include "models/project_document.h"
 #include "memory_model.h"
 #include "precision_policy.h"
 
 namespace mantissa {
-
-class ProjectDocument;
 
 class PrecisionTableModel : public QAbstractTableModel {
     Q_OBJECT
@@ -85,9 +85,12 @@ private:
 
     void refresh();
     const LiveLayer* liveOf(const Row& row) const;
+    // A cell edit's layer and GEMM.
+    using Touched = std::optional<std::pair<std::string, ProjectDocument::Gemm>>;
     // Runs a document edit; where it succeeds, layerFormatsEdited for each layer whose formats
-    // it changed (the preset, fill-by-pattern, keep-last-BF16 and cell edits alike).
-    bool editFormats(const std::function<bool()>& edit);
+    // it changed (the preset, fill-by-pattern, keep-last-BF16 and cell edits alike). During a
+    // run the formats sent are the engine's with only the edited GEMMs (and `touched`) replaced.
+    bool editFormats(const std::function<bool()>& edit, const Touched& touched = std::nullopt);
 
     ProjectDocument* document_;
     std::vector<Row> rows_;

@@ -13,6 +13,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dataset.h"
@@ -128,17 +129,19 @@ bool ProjectDocument::saveAs(const QString& path, QString* error)
     const QString oldBase =
         config_.base_dir.empty() ? QDir::currentPath() : QFile::decodeName(QByteArray::fromStdString(config_.base_dir));
 
-    // Relative data paths resolve against the project file's folder, so a copy in another
-    // folder must spell them from there to keep naming the same files.
+    // Relative data and checkpoint paths resolve against the project file's folder, so a copy
+    // in another folder must spell them from there to keep naming the same files.
     QJsonObject json = json_;
-    QJsonObject data = json.value(QLatin1String("data")).toObject();
-    for (const char* key : {"path", "dir"}) {
-        const QString given = data.value(QLatin1String(key)).toString();
+    const std::pair<const char*, const char*> pathKeys[] = {
+        {"data", "path"}, {"data", "dir"}, {"training", "checkpoint_dir"}};
+    for (const auto& [sectionName, key] : pathKeys) {
+        QJsonObject section = json.value(QLatin1String(sectionName)).toObject();
+        const QString given = section.value(QLatin1String(key)).toString();
         if (given.isEmpty() || QDir::isAbsolutePath(given)) continue;
         const QString target = QDir::cleanPath(QDir(oldBase).absoluteFilePath(given));
-        data.insert(QLatin1String(key), QDir(newBase).relativeFilePath(target));
+        section.insert(QLatin1String(key), QDir(newBase).relativeFilePath(target));
+        json.insert(QLatin1String(sectionName), section);
     }
-    json.insert(QLatin1String("data"), data);
 
     ProjectConfig moved;
     try {
