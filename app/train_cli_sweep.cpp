@@ -78,6 +78,15 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
         sweep_name = stamp;
     }
     const std::string tag = "sweep:" + sweep_name;
+    // The first run's data is loaded before the store is opened: a sweep whose data is missing
+    // or unreadable is refused (exit 2) before it creates a store or records a failed run.
+    std::unique_ptr<RunSession> first;
+    try {
+        first = std::make_unique<RunSession>(plans.front().config);
+    } catch (const ConfigError& e) {
+        std::fprintf(stderr, "error: %s: %s\n", plans.front().name.c_str(), e.what());
+        return 2;
+    }
     std::unique_ptr<RunStore> store;
     try {
         store = std::make_unique<RunStore>(db_path);
@@ -98,9 +107,9 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
             continue;
         }
         std::printf("\n[%zu/%zu] %s\n", i + 1, plans.size(), plans[i].name.c_str());
-        std::unique_ptr<RunSession> session;
+        std::unique_ptr<RunSession> session = std::move(first);
         try {
-            session = std::make_unique<RunSession>(plans[i].config); // loads the data: may take a while
+            if (!session) session = std::make_unique<RunSession>(plans[i].config); // loads the data: may take a while
         } catch (const ConfigError& e) {
             std::fprintf(stderr, "error: %s: %s\n", plans[i].name.c_str(), e.what());
             notes[i] = "rejected";

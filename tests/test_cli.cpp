@@ -463,6 +463,13 @@ private slots:
                      r.err.contains("precision.preset: 'fp9' is not one of fp32, bf16, fp16, fp8-hybrid"),
                  qPrintable(r.err));
         QVERIFY(!QFile::exists(db)); // not even the store was created
+        // Data that is missing fails every run alike: refused before the store, like a bad value.
+        const QString noData = dir_.filePath("no-such-data.txt");
+        const auto missing = run_cli({"sweep", project_, "--vary", "training.seed=1,2", "--set", "data.kind=text",
+                                      "--set", "data.path=" + noData, "--db", db});
+        QCOMPARE(missing.exit_code, 2);
+        QVERIFY2(missing.err.contains(noData), qPrintable(missing.err));
+        QVERIFY(!QFile::exists(db));
         const auto syntax = run_cli({"sweep", project_, "--vary", "precision.preset", "--db", db});
         QCOMPARE(syntax.exit_code, 2);
         QVERIFY2(syntax.err.contains("--vary 'precision.preset': expected dotted.key=value1,value2,..."),
