@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "checkpoint_weights.h"
 #include "cli_table.h"
 #include "durable_file.h"
 #include "run_session.h"
@@ -98,18 +99,20 @@ int cmd_export(RunStore& store, const std::string& run, const std::string& forma
             std::fprintf(stderr, "error: --format safetensors needs --out FILE\n");
             return 2;
         }
-        std::vector<RunEvent> notices; // shown, never recorded: exporting only reads the store
-        int exit_code = 0;
-        const auto session = reopen_or_complain(store, *info, {}, notices, exit_code);
-        if (!session) return exit_code;
-        if (session->starts_over()) {
-            std::fprintf(stderr, "error: run %lld has no checkpoint to export weights from\n",
-                         static_cast<long long>(info->id));
-            return 2;
-        }
+        // Straight from the checkpoint file: neither the run's data nor its GPU is needed.
         try {
-            session->trainer().export_safetensors(out_path);
-        } catch (const std::exception& e) { // a full disk, a missing folder: an earlier file stays
+            const auto w = RunSession::export_weights(store, *info, out_path, [](const RunEvent& e) {
+                std::fprintf(stderr, "warning: %s\n", e.message().c_str()); // shown, never recorded
+            });
+            std::printf("run %lld '%s' at step %lld from %s\n", static_cast<long long>(info->id), info->name.c_str(),
+                        static_cast<long long>(w.step), w.checkpoint.c_str());
+        } catch (const CheckpointUnusable& e) {
+            std::fprintf(stderr, "error: %s\n", e.what());
+            return 3;
+        } catch (const ConfigError& e) {
+            std::fprintf(stderr, "error: %s\n", e.what());
+            return 2;
+        } catch (const WeightsWriteError& e) { // a full disk, a missing folder: an earlier file stays
             std::fprintf(stderr, "error: %s\n", e.what());
             return 2;
         }

@@ -3,11 +3,13 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <set>
 #include <utility>
 
 #include "checkpoint_file.h"
+#include "checkpoint_weights.h"
 #include "config_diff.h"
 #include "durable_file.h"
 
@@ -41,6 +43,117 @@ std::vector<std::string> resume_order(const std::vector<std::string>& files, con
 }
 
 std::string describe_run(const RunInfo& info) { return describe_identity({info.uuid, info.id, {}}); }
+
+// The folder a run's relative paths resolve against: its project file's. Runs made before
+// project paths were stored absolute resolve against the current folder, as then; a run
+// without one (made in memory) has no folder of its own.
+std::string run_base_dir(const RunInfo& info)
+{
+    namespace fs = std::filesystem;
+    return info.project_path.empty() ? fs::current_path().string()
+                                     : fs::absolute(info.project_path).parent_path().string();
+}
+
+// Where a saved run's checkpoints are and which to try, in resume_order.
+struct CheckpointSearch {
+    std::string write_dir; // where the run goes on writing
+    std::string read_dir;  // where they are read (a legacy folder until the first new one)
+    std::map<int64_t, CheckpointRow> recorded;
+    std::vector<std::string> files;
+};
+
+CheckpointSearch search_checkpoints(RunStore& store, const RunInfo& info, const ProjectConfig& config)
+{
+    namespace fs = std::filesystem;
+    CheckpointSearch found;
+    std::set<int64_t> recorded_steps;
+    for (auto& row : store.checkpoints(info.id)) {
+        recorded_steps.insert(row.step);
+        found.recorded[row.step] = std::move(row);
+    }
+    const bool own_folder = config.training.checkpoint_dir.empty();
+    found.write_dir =
+        own_folder ? store.checkpoint_dir(info.id) : resolve_data_path(config, config.training.checkpoint_dir);
+    // Earlier versions took a relative training.checkpoint_dir from where the run was
+    // started, not from the project file's folder: such a run's recorded files say where it
+    // writes.
+    if (!own_folder && !found.recorded.empty() && list_checkpoints(found.write_dir).empty()) {
+        std::error_code ec;
+        // Relative as such a run recorded it: from where it was started, as then.
+        const auto folder = fs::absolute(fs::path(found.recorded.rbegin()->second.path).parent_path(), ec);
+        if (!ec && fs::is_directory(folder, ec)) found.write_dir = folder.lexically_normal().string();
+    }
+    found.read_dir = found.write_dir;
+    // A run recorded before schema 4 kept its checkpoints in "checkpoints/run-<id>"; read them
+    // there until it has written one into its own folder.
+    if (own_folder && info.legacy_checkpoints && list_checkpoints(found.read_dir).empty())
+        found.read_dir = store.legacy_checkpoint_dir(info.id);
+    found.files = resume_order(list_checkpoints(found.read_dir), recorded_steps, info.last_step, !info.uuid.empty());
+    return found;
+}
+
+// Throws ConfigError when there is no checkpoint file to `purpose` from.
+void require_files(const CheckpointSearch& found, const RunInfo& info, const std::string& purpose)
+{
+    if (found.files.empty())
+        throw ConfigError("run " + std::to_string(info.id) + " has no checkpoint to " + purpose + " from (none in '" +
+                          found.read_dir + "')");
+}
+
+// Tries the files in order until `load` takes one, and returns its path. A file whose
+// checksum differs from its record, or that `load` cannot read (ConfigError), goes to `report`
+// as checkpoint_damaged and the next is tried. Throws ConfigError when there is no file,
+// CheckpointMismatch for another run's file, CheckpointUnusable when every one is damaged;
+// anything else `load` throws passes through.
+std::string load_first_good(const CheckpointSearch& found, const RunInfo& info, const RunSession::Report& report,
+                            const std::function<void(const std::string&)>& load)
+{
+    require_files(found, info, "resume");
+    std::vector<std::string> damaged;
+    for (const auto& path : found.files) {
+        const int64_t step = *checkpoint_step(path);
+        std::string problem;
+        if (const auto row = found.recorded.find(step); row != found.recorded.end()) {
+            try {
+                const auto sum = checksum_file(path);
+                if (sum.checksum != row->second.checksum || sum.bytes != row->second.bytes)
+                    problem = "its checksum is " + sum.checksum + " over " + std::to_string(sum.bytes) +
+                              " bytes, but " + row->second.checksum + " over " + std::to_string(row->second.bytes) +
+                              " bytes was recorded when it was written";
+            } catch (const std::exception& e) {
+                problem = e.what();
+            }
+            // Another run's file under this name is refused, not mistaken for damage.
+            if (!problem.empty())
+                if (const auto theirs = read_checkpoint_identity(path); theirs && theirs->run_uuid != info.uuid)
+                    throw CheckpointMismatch("checkpoint '" + path + "' belongs to " + describe_identity(*theirs) +
+                                             ", not to " + describe_run(info));
+        }
+        if (problem.empty()) {
+            try {
+                load(path);
+                return path;
+            } catch (const CheckpointMismatch&) {
+                throw;
+            } catch (const ConfigError& e) {
+                problem = e.what();
+            }
+        }
+        damaged.push_back(path);
+        if (report) {
+            RunEvent e;
+            e.step = step;
+            e.kind = EventKind::CheckpointDamaged;
+            e.path = path;
+            e.text = problem;
+            report(e);
+        }
+    }
+    std::string names;
+    for (const auto& d : damaged) names += (names.empty() ? "'" : ", '") + d + "'";
+    throw CheckpointUnusable("run " + std::to_string(info.id) + " has no good checkpoint left to resume from: " +
+                             names + (damaged.size() == 1 ? " is" : " are") + " damaged");
+}
 
 // The precision changes a user made at or after the step the trainer resumes from: the steps
 // after a checkpoint are trained again, and without them would be another run's. (A watcher's
@@ -136,11 +249,7 @@ RunSession::~RunSession() = default;
 std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& info,
                                                const std::vector<Override>& overrides, const Report& report)
 {
-    namespace fs = std::filesystem;
-    // Runs made before project paths were stored absolute resolve against the current folder,
-    // as then; a run without one (made in memory) has no folder of its own.
-    const auto base = info.project_path.empty() ? fs::current_path().string()
-                                                : fs::absolute(info.project_path).parent_path().string();
+    const auto base = run_base_dir(info);
     const ProjectConfig config = load_project_json(info.config_json, base, overrides);
     std::unique_ptr<RunSession> session(new RunSession());
     if (!overrides.empty()) {
@@ -158,95 +267,51 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
                                         d.a.value_or("(none)") + " -> " + d.b.value_or("(none)");
         if (!session->config_changes_.empty()) session->resumed_config_json_ = now;
     }
-    std::map<int64_t, CheckpointRow> recorded;
-    std::set<int64_t> recorded_steps;
-    for (auto& row : store.checkpoints(info.id)) {
-        recorded_steps.insert(row.step);
-        recorded[row.step] = std::move(row);
-    }
-    const bool own_folder = config.training.checkpoint_dir.empty();
-    std::string write_dir =
-        own_folder ? store.checkpoint_dir(info.id) : resolve_data_path(config, config.training.checkpoint_dir);
-    // Earlier versions took a relative training.checkpoint_dir from where the run was
-    // started, not from the project file's folder: such a run's recorded files say where it
-    // writes.
-    if (!own_folder && !recorded.empty() && list_checkpoints(write_dir).empty()) {
-        std::error_code ec;
-        // Relative as such a run recorded it: from where it was started, as then.
-        const auto folder = fs::absolute(fs::path(recorded.rbegin()->second.path).parent_path(), ec);
-        if (!ec && fs::is_directory(folder, ec)) write_dir = folder.lexically_normal().string();
-    }
-    std::string read_dir = write_dir;
-    // A run recorded before schema 4 kept its checkpoints in "checkpoints/run-<id>"; read them
-    // there until it has written one into its own folder.
-    if (own_folder && info.legacy_checkpoints && list_checkpoints(read_dir).empty())
-        read_dir = store.legacy_checkpoint_dir(info.id);
-    const auto files = resume_order(list_checkpoints(read_dir), recorded_steps, info.last_step, !info.uuid.empty());
+    const CheckpointSearch found = search_checkpoints(store, info, config);
     const auto build = [&] {
         session->trainer_ = std::make_unique<Trainer>(config);
-        session->attach(store, info.id, info.uuid, write_dir);
+        session->attach(store, info.id, info.uuid, found.write_dir);
     };
-    if (files.empty() && recorded_steps.empty() && !info.legacy_checkpoints && !info.uuid.empty()) {
+    if (found.files.empty() && found.recorded.empty() && !info.legacy_checkpoints && !info.uuid.empty()) {
         // Killed before its first checkpoint: nothing was lost that the seed cannot redo.
         build();
         session->starts_over_ = true;
         replay_precision_changes(store, info.id, *session->trainer_);
         return session;
     }
-    if (files.empty())
-        throw ConfigError("run " + std::to_string(info.id) + " has no checkpoint to resume from (none in '" + read_dir +
-                          "')");
+    require_files(found, info, "resume"); // before the data is loaded for nothing
     build();
-    std::vector<std::string> damaged;
-    for (const auto& path : files) {
-        const int64_t step = *checkpoint_step(path);
-        std::string problem;
-        if (const auto row = recorded.find(step); row != recorded.end()) {
-            try {
-                const auto sum = checksum_file(path);
-                if (sum.checksum != row->second.checksum || sum.bytes != row->second.bytes)
-                    problem = "its checksum is " + sum.checksum + " over " + std::to_string(sum.bytes) +
-                              " bytes, but " + row->second.checksum + " over " + std::to_string(row->second.bytes) +
-                              " bytes was recorded when it was written";
-            } catch (const std::exception& e) {
-                problem = e.what();
-            }
-            // Another run's file under this name is refused, not mistaken for damage.
-            if (!problem.empty())
-                if (const auto theirs = read_checkpoint_identity(path); theirs && theirs->run_uuid != info.uuid)
-                    throw CheckpointMismatch("checkpoint '" + path + "' belongs to " + describe_identity(*theirs) +
-                                             ", not to " + describe_run(info));
+    session->loaded_checkpoint_ = load_first_good(found, info, report, [&](const std::string& path) {
+        try {
+            session->trainer_->load_checkpoint(path);
+        } catch (const CheckpointMismatch&) {
+            throw;
+        } catch (const ConfigError&) {
+            build(); // a half-loaded trainer is not trusted: start the next try from scratch
+            throw;
         }
-        if (problem.empty()) {
-            try {
-                session->trainer_->load_checkpoint(path);
-                session->loaded_checkpoint_ = path;
-                break;
-            } catch (const CheckpointMismatch&) {
-                throw;
-            } catch (const ConfigError& e) {
-                problem = e.what();
-                build(); // a half-loaded trainer is not trusted: start the next try from scratch
-            }
-        }
-        damaged.push_back(path);
-        if (report) {
-            RunEvent e;
-            e.step = step;
-            e.kind = EventKind::CheckpointDamaged;
-            e.path = path;
-            e.text = problem;
-            report(e);
-        }
-    }
-    if (session->loaded_checkpoint_.empty()) {
-        std::string names;
-        for (const auto& d : damaged) names += (names.empty() ? "'" : ", '") + d + "'";
-        throw CheckpointUnusable("run " + std::to_string(info.id) + " has no good checkpoint left to resume from: " +
-                                 names + (damaged.size() == 1 ? " is" : " are") + " damaged");
-    }
+    });
     replay_precision_changes(store, info.id, *session->trainer_);
     return session;
+}
+
+RunSession::ExportedRunWeights RunSession::export_weights(RunStore& store, const RunInfo& info, const std::string& out,
+                                                          const Report& report)
+{
+    // The stored settings as they are, without the machine checks of a run: exporting reads a
+    // checkpoint, it trains nothing (a CUDA run exports on a laptop).
+    ProjectConfig config = load_run_config(info.config_json);
+    config.base_dir = run_base_dir(info);
+    const CheckpointSearch found = search_checkpoints(store, info, config);
+    require_files(found, info, "export weights");
+    ExportedRunWeights exported;
+    exported.checkpoint = load_first_good(found, info, report, [&](const std::string& path) {
+        const auto w = export_checkpoint_weights(path, out, {info.uuid, info.id, {}},
+                                                 {{"format", "pt"}, {"producer", "mantissa"},
+                                                  {"project", to_json_text(config)}});
+        exported.step = w.step;
+    });
+    return exported;
 }
 
 void RunSession::attach(RunStore& store, int64_t run_id, const std::string& uuid, const std::string& dir)

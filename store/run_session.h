@@ -70,6 +70,17 @@ public:
     // CheckpointUnusable (none is good).
     static std::unique_ptr<RunSession> reopen(RunStore& store, const RunInfo& info, const std::vector<Override>& overrides,
                                               const Report& report = {});
+    // A saved run's weights at its newest good checkpoint, written to `out` as safetensors
+    // straight from the file (export_checkpoint_weights): no Trainer is built, so neither the
+    // run's data nor its device is needed. The checkpoint is chosen and checked as reopen does
+    // (damaged ones to `report`), and throws the same, plus WeightsWriteError when `out`
+    // cannot be written.
+    struct ExportedRunWeights {
+        std::string checkpoint;
+        int64_t step = 0;
+    };
+    static ExportedRunWeights export_weights(RunStore& store, const RunInfo& info, const std::string& out,
+                                             const Report& report = {});
     ~RunSession();
     RunSession(const RunSession&) = delete;
     RunSession& operator=(const RunSession&) = delete;

@@ -4,6 +4,8 @@
 
 #include <QtTest>
 
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QProcess>
 #include <QSignalSpy>
 #include <QTemporaryDir>
@@ -21,6 +23,7 @@
 #include "project_config.h"
 #include "run_session.h"
 #include "cli_process.h"
+#include "run_capture.h"
 #include "run_store.h"
 #include "stored_zip.h"
 
@@ -104,6 +107,7 @@ private slots:
     void strayFilesInTheFolderAreIgnored();
     void twoStoresInOneFolderKeepTheirOwnCheckpoints();
     void anotherRunsCheckpointIsRefused();
+    void exportNeedsNeitherTheDataNorTheDevice();
     void sharedExplicitCheckpointDirIsRefused();
     void deletingARunTakesItsCheckpointsAndRetiresItsFolder();
     void relativeCheckpointDirIsTheProjectFilesFolder();
@@ -387,6 +391,68 @@ void TestSession::anotherRunsCheckpointIsRefused()
     QVERIFY2(r2.err.contains("step-00000015.pt' belongs to run 1 (uuid " + QString::fromStdString(b_uuid) + ")"),
              qPrintable(r2.err));
     QVERIFY(!QFile::exists(dir.filePath("w.safetensors")));
+}
+
+// export --format safetensors reads the checkpoint file itself: a run whose data is gone, and
+// one stored as trained on CUDA, still give their weights on this CPU machine, bit for bit the
+// trainer's own, in its order; resume, which needs both, is refused.
+void TestSession::exportNeedsNeitherTheDataNorTheDevice()
+{
+    QTemporaryDir dir;
+    const QString data = dir.filePath("data.txt");
+    {
+        std::ofstream text(data.toStdString());
+        for (int i = 0; i < 60; ++i) text << "the quick brown fox jumps over the lazy dog\n";
+    }
+    const std::string project = write_project(dir);
+    const QString db = dir.filePath("runs.sqlite");
+    QCOMPARE(run_cli({"run", QString::fromStdString(project), "--db", db, "--set", "data.kind=text", "--set",
+                      "data.path=" + data})
+                 .exit_code,
+             0);
+    QByteArray want;
+    QString wantFile = dir.filePath("trainer.safetensors");
+    {
+        RunStore store(db.toStdString());
+        const auto session = RunSession::reopen(store, *store.find_run("1"), {});
+        QCOMPARE(session->trainer().step(), int64_t(30));
+        session->trainer().export_safetensors(wantFile.toStdString());
+        want = safetensors_data(wantFile);
+        QVERIFY(!want.isEmpty());
+        // The stored settings now say CUDA, which this machine does not have.
+        QJsonObject config = QJsonDocument::fromJson(QByteArray::fromStdString(store.find_run("1")->config_json)).object();
+        QJsonObject training = config["training"].toObject();
+        training["device"] = "cuda";
+        config["training"] = training;
+        store.set_run_config(1, QJsonDocument(config).toJson().toStdString());
+    }
+    QVERIFY(QFile::remove(data));
+
+    const QString out = dir.filePath("w.safetensors");
+    const auto exported = run_cli({"export", "1", "--format", "safetensors", "--out", out, "--db", db});
+    QVERIFY2(exported.exit_code == 0, qPrintable(exported.err + exported.out));
+    QVERIFY2(exported.out.contains("at step 30 from "), qPrintable(exported.out));
+    QVERIFY(safetensors_data(out) == want);
+    // The same names in the same order; the step and the run's settings as metadata.
+    const auto header = [](const QString& path) {
+        QFile f(path);
+        f.open(QIODevice::ReadOnly);
+        const QByteArray bytes = f.readAll();
+        quint64 length = 0;
+        for (int i = 7; i >= 0; --i) length = (length << 8) | static_cast<unsigned char>(bytes[i]);
+        return bytes.mid(8, static_cast<qsizetype>(length));
+    };
+    QJsonObject got = QJsonDocument::fromJson(header(out)).object(), trainer = QJsonDocument::fromJson(header(wantFile)).object();
+    const QJsonObject meta = got.take("__metadata__").toObject();
+    trainer.remove("__metadata__");
+    QVERIFY(got.contains("blocks.0.attn.qkv.weight"));
+    QCOMPARE(got, trainer); // names, dtypes, shapes and offsets (so the order too)
+    QCOMPARE(meta["step"].toString(), QStringLiteral("30"));
+    QCOMPARE(meta["producer"].toString(), QStringLiteral("mantissa"));
+    QVERIFY(meta["project"].toString().contains("\"cuda\""));
+
+    const auto resumed = run_cli({"resume", "1", "--db", db, "--set", "training.steps=40"});
+    QCOMPARE(resumed.exit_code, 2);
 }
 
 void TestSession::sharedExplicitCheckpointDirIsRefused()

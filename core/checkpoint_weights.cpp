@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "checkpoint_weights.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "first_line.h"
+#include "safetensors_writer.h"
+#include "zip_records.h"
+
+namespace mantissa {
+
+ExportedWeights export_checkpoint_weights(const std::string& checkpoint, const std::string& out,
+                                          const CheckpointIdentity& expected, std::map<std::string, std::string> metadata)
+{
+    static const std::string kModel = "model/";
+    ExportedWeights exported;
+    std::vector<std::pair<std::string, torch::Tensor>> tensors;
+    try {
+        // As the trainer loads it: read once, the zip checked, then parsed from memory onto the CPU.
+        std::ifstream in(checkpoint, std::ios::binary);
+        if (!in) throw std::runtime_error("cannot be opened: " + std::string(std::strerror(errno)));
+        const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (in.bad()) throw std::runtime_error(std::strerror(errno));
+        if (const std::string damage = zip_damage(bytes); !damage.empty())
+            throw ConfigError("checkpoint '" + checkpoint + "' cannot be read: " + damage);
+        torch::serialize::InputArchive archive;
+        archive.load_from(bytes.data(), bytes.size(), torch::Device(torch::kCPU));
+        torch::Tensor version, step;
+        archive.read("format_version", version);
+        if (version.item<int64_t>() != 1)
+            throw ConfigError("checkpoint '" + checkpoint + "' has an unknown format version");
+        if (c10::IValue stored; archive.try_read("identity", stored) && stored.isString())
+            exported.identity = parse_identity_text(stored.toStringRef());
+        if (!exported.identity.run_uuid.empty() && !expected.run_uuid.empty() &&
+            exported.identity.run_uuid != expected.run_uuid)
+            throw CheckpointMismatch("checkpoint '" + checkpoint + "' belongs to " +
+                                     describe_identity(exported.identity) + ", not to " + describe_identity(expected));
+        archive.read("step", step);
+        exported.step = step.item<int64_t>();
+        for (const auto& key : archive.keys()) {
+            if (key.rfind(kModel, 0) != 0) continue;
+            torch::Tensor t;
+            archive.read(key, t);
+            tensors.emplace_back(key.substr(kModel.size()), t);
+        }
+        if (tensors.empty()) throw ConfigError("checkpoint '" + checkpoint + "' holds no model weights");
+    } catch (const ConfigError&) {
+        throw;
+    } catch (const std::exception& e) {
+        throw ConfigError("checkpoint '" + checkpoint + "' cannot be read: " + first_line(e));
+    }
+    exported.tensors = static_cast<int64_t>(tensors.size());
+    metadata["step"] = std::to_string(exported.step);
+    try {
+        write_safetensors(out, tensors, metadata);
+    } catch (const std::exception& e) {
+        throw WeightsWriteError(e.what());
+    }
+    return exported;
+}
+
+} // namespace mantissa
