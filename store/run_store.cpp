@@ -117,6 +117,29 @@ CREATE TABLE checkpoints(
 ) WITHOUT ROWID;
 )sql";
 
+// Version 4 -> 5: event ids are never used again. With a plain INTEGER PRIMARY KEY, SQLite
+// hands out max(id)+1, so after a resume deleted a killed attempt's newest events the next
+// events took their ids, and a reader that follows a run by "events after id N" (the remote
+// mirror, RunFollower) missed them, the resume event among them. AUTOINCREMENT keeps the
+// highest id ever given in sqlite_sequence. SQLite cannot add it to a table: the table is
+// copied, ids and all.
+const char* kMigrateV4toV5 = R"sql(
+CREATE TABLE events_v5(
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  kind TEXT NOT NULL,
+  message TEXT NOT NULL,
+  created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ','now')),
+  fields TEXT NOT NULL DEFAULT '{}'
+);
+INSERT INTO events_v5(id, run_id, step, kind, message, created_at, fields)
+  SELECT id, run_id, step, kind, message, created_at, fields FROM events;
+DROP TABLE events;
+ALTER TABLE events_v5 RENAME TO events;
+CREATE INDEX events_by_run ON events(run_id, step);
+)sql";
+
 void fill_legacy_event_fields(sqlite3* db);
 
 // A WAL with frames, or with its index beside it: a writer is busy, or died.
@@ -496,6 +519,7 @@ void RunStore::open_writable()
                 exec(db_, kMigrateV3toV4);
                 fill_legacy_event_fields(db_);
             }
+            if (current < 5) exec(db_, kMigrateV4toV5);
             exec(db_, ("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str());
             exec(db_, "COMMIT");
             schema_ = kSchemaVersion;

@@ -123,9 +123,10 @@ enum class OpenMode {
 class RunStore {
 public:
     // 1: runs, scalars, events. 2: + layer_stats. 3: + run_tags. 4: + events.fields (typed
-    // events), runs.uuid, checkpoints. Older stores are upgraded in place on a writable open;
-    // a read-only open reads them as their tables allow.
-    static constexpr int kSchemaVersion = 4;
+    // events), runs.uuid, checkpoints. 5: event ids are never reused (AUTOINCREMENT). Older
+    // stores are upgraded in place on a writable open; a read-only open reads them as their
+    // tables allow.
+    static constexpr int kSchemaVersion = 5;
 
     // Opens (or, with Create, creates) the store. Throws StoreError, leaving the file
     // untouched, with a message naming the file and the reason: absent or empty (unless

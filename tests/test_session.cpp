@@ -757,7 +757,7 @@ void TestSession::version3StoreWithOldFolderStillResumes()
     QVERIFY2(r.exit_code == 0, qPrintable(r.err + r.out));
     QVERIFY2(r.out.contains(QString::fromStdString("at step 20 from " + legacy + "/step-00000020.pt")), qPrintable(r.out));
     RunStore store(db);
-    QCOMPARE(store.schema_version(), 4);
+    QCOMPARE(store.schema_version(), RunStore::kSchemaVersion);
     const auto run = store.find_run("1");
     QCOMPARE(status_text(run->status), std::string("finished"));
     QCOMPARE(run->uuid.size(), size_t(32));

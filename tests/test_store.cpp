@@ -198,7 +198,7 @@ private slots:
         QVERIFY(load_store_fixture(path, "run_store_v2.sql"));
 
         RunStore store(path);
-        QCOMPARE(store.schema_version(), 4);
+        QCOMPARE(store.schema_version(), RunStore::kSchemaVersion);
         const auto old = store.list_runs();
         QCOMPARE(old.size(), size_t(2));
         const auto is_hex_uuid = [](const std::string& u) {
@@ -810,6 +810,61 @@ private slots:
         b.flush();
         QCOMPARE(a.scalars(rb).size(), size_t(500));
         QCOMPARE(b.scalars(ra).size(), size_t(500));
+    }
+
+    // A resume deletes the killed attempt's newest events (samples, alerts); the events after
+    // it must still get ids above every id ever given, or a reader that follows the run by
+    // "events after id N" (the remote mirror) never sees them. Also for a store of schema 4,
+    // whose upgrade keeps every event and its id.
+    void eventIdsAreNeverGivenTwice_data()
+    {
+        QTest::addColumn<bool>("fromV4");
+        QTest::newRow("new store") << false;
+        QTest::newRow("upgraded from v4") << true;
+    }
+    void eventIdsAreNeverGivenTwice()
+    {
+        QFETCH(bool, fromV4);
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("ids.sqlite").toStdString();
+        int64_t run = 1;
+        if (fromV4) {
+            QVERIFY(load_store_fixture(path, "run_store_v4.sql"));
+        }
+        RunStore store(path);
+        QCOMPARE(store.schema_version(), RunStore::kSchemaVersion);
+        if (!fromV4) {
+            run = store.create_run("r", "", "{}");
+            for (const auto kind : {EventKind::RunStarted, EventKind::Checkpoint, EventKind::RunFinished}) {
+                RunEvent e;
+                e.kind = kind;
+                e.step = kind == EventKind::RunStarted ? 0 : kind == EventKind::Checkpoint ? 2 : 3;
+                store.append_event(run, e);
+            }
+            RunEvent sample;
+            sample.kind = EventKind::Sample;
+            sample.step = 3;
+            sample.text = "To be, or not";
+            store.append_event(run, sample);
+            store.flush();
+        }
+        auto ids = [&] {
+            std::vector<int64_t> out;
+            for (const auto& e : store.events_after(run, 0, 100)) out.push_back(e.id);
+            return out;
+        };
+        QCOMPARE(ids(), (std::vector<int64_t>{1, 2, 3, 4}));
+        if (fromV4) QCOMPARE(store.events(run)[3].event.text, std::string("To be, or not"));
+
+        store.discard_steps_after(run, 2); // the sample of step 3, id 4, goes
+        QCOMPARE(ids(), (std::vector<int64_t>{1, 2, 3}));
+        RunEvent resumed;
+        resumed.kind = EventKind::ResumedFromCheckpoint;
+        resumed.step = 2;
+        store.append_event(run, resumed);
+        store.flush();
+        QCOMPARE(ids(), (std::vector<int64_t>{1, 2, 3, 5}));
+        QCOMPARE(store.events_after(run, 4, 100).size(), size_t(1));
     }
 
     // Another connection holding the write lock past the busy timeout (5 s; a large run
