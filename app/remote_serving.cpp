@@ -71,6 +71,8 @@ public:
         ended_ = true;
         // The run has ended: a connected client gets a moment to fetch its last rows and status.
         if (server && server->requests_answered() > 0) std::this_thread::sleep_for(std::chrono::seconds(2));
+        // Stopped here, before the members its request threads use (step_, ended_) are gone.
+        server.reset();
     }
     void on_step(const StepMetrics& m) override { step_ = m.step; }
     void on_eval(const EvalMetrics&) override {}

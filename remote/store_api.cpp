@@ -209,11 +209,20 @@ json rows_page(RunStore& store, const RunInfo& run, const Marks& m, bool& has_ne
             tensors.push_back(encode_tensor(step, t));
             last = step;
         }
+        const bool running = run.status == RunStatus::Running;
+        const auto whole = [&](int64_t step) { return !running || store.has_scalar(run.id, kFrameCompleteTag, step); };
         int64_t next_layer = from;
-        if (cut_here) next_layer = std::max(from, cut);
-        else if (last >= 0) // the newest frame may be half committed: read it again until whole
-            next_layer = run.status != RunStatus::Running || store.has_scalar(run.id, kFrameCompleteTag, last)
-                             ? last + 1 : last;
+        if (cut_here) {
+            next_layer = std::max(from, cut);
+            // Below the cut, a running run's newest frame may still be coming: half committed,
+            // or a deferred frame (CUDA: step S's frame after step S+1's rows) not begun when
+            // the page was cut at S+1. The mark stays on it until it is whole. (At a step
+            // that has no frame this re-reads one empty step.)
+            if (last >= 0 && !whole(last)) next_layer = std::max(from, last);
+            else if (cut - 1 > last && !whole(cut - 1)) next_layer = std::max(from, cut - 1);
+        } else if (last >= 0) { // the newest frame may be half committed: read it again until whole
+            next_layer = whole(last) ? last + 1 : last;
+        }
         has_news = has_news || next_layer != from;
         page["layer_stats"] = tensors;
         page["next_from_layer_step"] = next_layer;
@@ -293,6 +302,12 @@ ControlCommand parse_control(const std::string& body)
 ApiAnswer control(const ApiContext& context, int64_t run_id, const std::multimap<std::string, std::string>& params,
                   const std::string& body, const std::string& origin)
 {
+    // curl -d '{...}' sends form data, which the HTTP library reads as a parameter named by
+    // the whole JSON text: say what to send instead of "unknown parameter '{...}'".
+    for (const auto& [key, value] : params)
+        if (!key.empty() && key.front() == '{')
+            throw BadParam{"send the command as a JSON body with the header Content-Type: application/json "
+                           "(curl: -H 'Content-Type: application/json' -d '{\"command\": \"pause\"}')"};
     single_params(params, {});
     if (!context.allow_control)
         return api_error(403, "this server does not take commands: start it with --allow-control to steer runs");

@@ -442,6 +442,45 @@ private slots:
                  QString("parameter 'from_layer_step' must be an integer from 0 to 4611686018427387903"));
     }
 
+    // A deferred frame (CUDA: step S's frame reaches the store after step S+1's rows) that is
+    // not whole yet when a page is cut at S+1 is sent again from S, not skipped: the layer
+    // mark never passes a frame of a running run that is not whole.
+    void aCutPageDoesNotSkipAFrameStillComing()
+    {
+        const std::string db = path("deferred.sqlite").toStdString();
+        RunStore store(db);
+        const auto id = store.create_run("deferred", "p.json", "{}");
+        for (int64_t step = 1; step <= 251; ++step) {
+            store.append_scalar(id, step, "train/loss", 1.0 / double(step));
+            if (step < 250) write_frame(store, id, step);
+        }
+        write_frame(store, id, 250, /*whole=*/false);
+        store.flush();
+        StoreServer server(in_process(db));
+        httplib::Client client("127.0.0.1", server.port());
+        auto r = client.Get("/v1/runs/1/rows?from_step=242&from_layer_step=242&limit=10&wait_ms=0", auth());
+        QCOMPARE(r->status, 200);
+        auto page = json_of(r->body);
+        QCOMPARE(page["more"].toBool(), true);
+        QCOMPARE(page["next_from_step"].toInt(), 251);
+        QCOMPARE(page["next_from_layer_step"].toInt(), 250); // frame 250 again, until whole
+        QCOMPARE(page["layer_stats"].toArray().last().toArray()[0].toInt(), 250);
+        // A frame not begun yet is waited for too: 251's, with the page cut at 252.
+        store.append_scalar(id, 252, "train/loss", 1.0 / 252.0);
+        store.append_scalar(id, 250, "memory/resident_bytes", 4096.0); // 250 is whole now
+        store.flush();
+        r = client.Get("/v1/runs/1/rows?from_step=251&from_layer_step=250&limit=2&wait_ms=0", auth());
+        page = json_of(r->body);
+        QCOMPARE(page["more"].toBool(), true);
+        QCOMPARE(page["next_from_step"].toInt(), 252);
+        QCOMPARE(page["next_from_layer_step"].toInt(), 251);
+        // Once the run has ended every frame is as whole as it will be: the mark moves to the cut.
+        store.finish_run(id, RunStatus::Finished);
+        r = client.Get("/v1/runs/1/rows?from_step=242&from_layer_step=242&limit=10&wait_ms=0", auth());
+        page = json_of(r->body);
+        QCOMPARE(page["next_from_layer_step"].toInt(), page["next_from_step"].toInt());
+    }
+
     void rateLimit()
     {
         const std::string db = path("rate.sqlite").toStdString();
@@ -1262,6 +1301,13 @@ private slots:
                         R"({"command": "layer_formats", "pattern": "lm_head", "forward": "fp7"})", "application/json");
         QCOMPARE(r->status, 400);
         QCOMPARE(json_of(r->body)["error"].toString(), QString("unknown number format 'fp7'"));
+        // curl -d without a content type sends a form: the answer says how to send JSON.
+        r = client.Post("/v1/runs/1/control", auth(token), R"({"command": "pause"})",
+                        "application/x-www-form-urlencoded");
+        QCOMPARE(r->status, 400);
+        QVERIFY2(json_of(r->body)["error"].toString().startsWith(
+                     "send the command as a JSON body with the header Content-Type: application/json"),
+                 qPrintable(r->body.c_str()));
         r = client.Post("/v1/runs/1/control", auth(token),
                         R"({"command": "layer_formats", "pattern": "lm_head", "forward": "bf16"})", "application/json");
         QCOMPARE(r->status, 200);
