@@ -890,6 +890,54 @@ private slots:
                  qPrintable(compare_stores(QString::fromStdString(db), replica)));
     }
 
+    // A page that carries a resume event (checkpoint at step 5, later steps dropped) holds rows
+    // from the client's old mark on. The mirror writes none of them past the checkpoint: the
+    // rewound marks fetch them again, and a mirror stopped before that page leaves no gap
+    // (6-8 here) under the rows it holds, which a new start would take its marks from.
+    void aResumePageLeavesNoGapWhenTheMirrorStops()
+    {
+        std::atomic<int> pages{0};
+        const auto runs = std::string(fake_runs_json()).replace(fake_runs_json().find("\"finished\""), 10, "\"running\"");
+        httplib::Server fake;
+        fake.Get("/v1/runs", [&](const httplib::Request&, httplib::Response& res) { res.set_content(runs, "application/json"); });
+        fake.Get("/v1/runs/1/rows", [&](const httplib::Request&, httplib::Response& res) {
+            const int n = ++pages;
+            std::string scalars, events = "[]";
+            int64_t next = 0;
+            if (n == 1) { // the first attempt's steps 1-8
+                for (int step = 1; step <= 8; ++step)
+                    scalars += (step > 1 ? ", " : "") + QString("[%1, \"train/loss\", %2]").arg(step).arg(step).toStdString();
+                next = 8;
+            } else if (n == 2) { // resumed from step 5: the resume event and the new steps 9-10
+                events = "[{\"id\": 2, \"step\": 5, \"kind\": \"resumed_from_checkpoint\", \"message\": \"m\", "
+                         "\"created_at\": \"2026-12-01T00:00:00Z\", \"fields\": \"{\\\"later_steps_dropped\\\": true}\"}]";
+                scalars = "[9, \"train/loss\", 9.5], [10, \"train/loss\", 10.5]";
+                next = 10;
+            } else { // the rewound page is slow to come: the mirror is stopped before it does
+                std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+            }
+            res.set_content("{\"run\": 1, \"status\": \"running\", \"scalars\": [" + scalars + "], \"events\": " + events +
+                                ", \"next_from_step\": " + std::to_string(next) + ", \"next_after_event\": " +
+                                std::to_string(n == 2 ? 2 : 0) + ", \"more\": " + (n <= 2 ? "true" : "false") + "}",
+                            "application/json");
+        });
+        const int port = fake.bind_to_any_port("127.0.0.1");
+        std::thread serving([&] { fake.listen_after_bind(); });
+        const QString replica = path("resume-gap-replica.sqlite");
+        {
+            RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(port)), QString::fromStdString(kToken), replica);
+            QSignalSpy arrived(&mirror, &RemoteMirror::rowsArrived);
+            mirror.start();
+            QVERIFY(QTest::qWaitFor([&] { return pages >= 3 && arrived.count() >= 2; }, 30000));
+            mirror.stop();
+        }
+        const auto held = RunStore::open_read_only(replica.toStdString())->series(1, "train/loss");
+        QCOMPARE(held, (Series{{1, 1.0}, {2, 2.0}, {3, 3.0}, {4, 4.0}, {5, 5.0}}));
+        QCOMPARE(RunStore::open_read_only(replica.toStdString())->events(1).size(), size_t(1));
+        fake.stop();
+        serving.join();
+    }
+
     // A pooled connection that read the file as immutable is not lent again once a writer has
     // changed the file and closed it (no WAL left to tell): it would read the new file as
     // "malformed", or the old one.
@@ -1235,6 +1283,45 @@ private slots:
             QCOMPARE(held->row_counts(1).events, int64_t(1));
             QCOMPARE(held->series(1, "train/loss").size(), size_t(1));
             QCOMPARE(held->series(1, "train/loss")[0].second, double(INFINITY));
+        }
+        fake.stop();
+        serving.join();
+    }
+
+    // An ended run whose replica never matches the server's counts (here the server counts 5
+    // scalars and sends 4) is copied again kMaxResyncs (3) times, then given up with one
+    // message naming both sides' counts, and not fetched every second for good.
+    void aReplicaThatNeverMatchesIsGivenUpWithAMessage()
+    {
+        const ScalarColumn lr{"lr", {1, 2, 3}, {0.1, 0.2, 0.3}};
+        const ScalarColumn loss{"train/loss", {3}, {2.5}};
+        std::atomic<int> pages{0};
+        httplib::Server fake;
+        fake.Get("/v1/runs", [](const httplib::Request&, httplib::Response& res) {
+            res.set_content(fake_runs_json(), "application/json");
+        });
+        fake.Get("/v1/runs/1/rows", [&](const httplib::Request&, httplib::Response& res) {
+            ++pages;
+            std::string page = fake_page_json("[" + column_json(encode_scalar_column(lr)) + ", " +
+                                              column_json(encode_scalar_column(loss)) + "]");
+            page.replace(page.find("\"scalars\": 4"), 12, "\"scalars\": 5");
+            res.set_content(page, "application/json");
+        });
+        const int port = fake.bind_to_any_port("127.0.0.1");
+        std::thread serving([&] { fake.listen_after_bind(); });
+        {
+            RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(port)), QString::fromStdString(kToken),
+                                path("differs-replica.sqlite"));
+            QSignalSpy differs(&mirror, &RemoteMirror::replicaDiffers);
+            mirror.start();
+            QVERIFY2(differs.wait(30000), qPrintable(QString("pages %1, state %2").arg(pages.load()).arg(mirror.stateText())));
+            QCOMPARE(pages.load(), 4); // the first copy and 3 more
+            QCOMPARE(differs.at(0).at(1).toString(), QString("run 1: the replica still differs from the server after 3 "
+                                                             "copies (4 scalars, 1 events here; 5, 1 there)"));
+            QTest::qWait(2500); // the run list is read again meanwhile
+            QCOMPARE(pages.load(), 4);
+            QCOMPARE(differs.count(), 1);
+            QVERIFY(!mirror.runComplete(1));
         }
         fake.stop();
         serving.join();

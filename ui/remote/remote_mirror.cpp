@@ -292,6 +292,9 @@ void RemoteMirror::onRuns(QNetworkReply* reply)
             // `ssh -L 7878` tunnel is 127.0.0.1:7878), a store replaced, or a deleted run's id
             // taken again. The replica's rows and marks are another run's: start it over.
             if (!cur.uuid.empty() && !info.uuid.empty() && cur.uuid != info.uuid) {
+                // Not while pages of the old run are still being written: they would land after
+                // the clear, among the new run's rows. The next run list takes it then.
+                if (cur.writesPending > 0) continue;
                 replica_->clear_run_records(info.id);
                 const bool claimed = cur.claimed;
                 const int writesPending = cur.writesPending;
@@ -302,7 +305,11 @@ void RemoteMirror::onRuns(QNetworkReply* reply)
             }
             cur.uuid = info.uuid;
             const bool isRunning = info.status == RunStatus::Running;
-            if (cur.running != isRunning) cur.complete = false; // started again (resume): look again
+            if (cur.running != isRunning) { // started again (resume): look again
+                cur.complete = false;
+                cur.gaveUp = false;
+                cur.resyncs = 0;
+            }
             cur.running = isRunning;
             // The replica's record of a live remote run stays "running" while this mirror holds
             // its lock; when the mirror stops, the run reads as interrupted until it reconnects.
@@ -324,7 +331,7 @@ void RemoteMirror::onRuns(QNetworkReply* reply)
                 cur.stableRecord = stableRecord;
                 changed = true;
             }
-            if (!cur.complete) queue_.push_back(info.id);
+            if (!cur.complete && !cur.gaveUp) queue_.push_back(info.id);
         }
         for (auto it = cursors_.begin(); it != cursors_.end();) {
             if (seen.count(it->first)) {
@@ -462,6 +469,14 @@ void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
     if (page.contains("next_from_layer_step")) cur.fromLayerStep = integer(page.value("next_from_layer_step"));
     if (rewindTo >= 0 && rewindTo < cur.fromStep) cur.fromStep = rewindTo;
     if (rewindTo >= 0 && rewindTo < cur.fromLayerStep) cur.fromLayerStep = rewindTo;
+    if (rewindTo >= 0) {
+        // The rows after the resume's checkpoint come again from the rewound marks. Written now,
+        // this page's (from the old marks on) would leave a gap below them that a mirror
+        // stopped before the next page never fills: a new start takes its marks from the
+        // highest step the replica holds.
+        std::erase_if(scalars, [rewindTo](const ScalarRow& r) { return r.step > rewindTo; });
+        std::erase_if(layerStats, [rewindTo](const auto& row) { return row.first > rewindTo; });
+    }
     const bool more = page.value("more").toBool();
     const bool hasRows = !scalars.empty() || !events.empty() || !layerStats.empty();
     const bool ended = !running(page.value("status").toString());
@@ -535,6 +550,18 @@ void RemoteMirror::checkCounts(qint64 runId, const QJsonObject& counts)
             cur.afterEvent = 0;
             cur.fromLayerStep = 0;
             queue_.push_front(runId);
+        } else {
+            // Given up: not fetched again every second for good, and said once. Not complete:
+            // a new start of the mirror (or a change of the run) tries again.
+            cur.gaveUp = true;
+            emit replicaDiffers(runId, tr("run %1: the replica still differs from the server after %2 copies "
+                                          "(%3 scalars, %4 events here; %5, %6 there)")
+                                           .arg(runId)
+                                           .arg(kMaxResyncs)
+                                           .arg(mine.scalars)
+                                           .arg(mine.events)
+                                           .arg(integer(counts.value("scalars")))
+                                           .arg(integer(counts.value("events"))));
         }
     } catch (const StoreError& e) {
         setState(State::Refused, tr("the replica %1 cannot be written: %2").arg(replicaPath_, e.what()));

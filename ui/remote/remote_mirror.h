@@ -96,6 +96,9 @@ signals:
     void scalarsFetched(qint64 runId, qint64 fromStep, const mantissa::ScalarPage& page);
     void statsChanged();            // lag, bytes per second
     void commandAnswered(qint64 runId, const QString& command, bool accepted, const QString& message);
+    // An ended run whose replica still differs from the server after kMaxResyncs copies: it is
+    // not fetched again; `message` says so with both sides' counts.
+    void replicaDiffers(qint64 runId, const QString& message);
 
 private:
     struct Cursor {
@@ -106,6 +109,7 @@ private:
         bool complete = false; // ended on the server, and the replica's counts match
         bool claimed = false;  // the replica holds the run's lock while it runs remotely
         int resyncs = 0;
+        bool gaveUp = false;   // still differs after kMaxResyncs copies: not fetched again
         int writesPending = 0; // pages handed to the writer and not yet written
         QByteArray stableRecord; // the run as last listed, less last_step: rewritten only on a change
         std::string uuid;        // the run the replica's rows are of ("" before it is known)

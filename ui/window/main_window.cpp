@@ -113,12 +113,15 @@ MainWindow::MainWindow(const QString& storePath, QWidget* parent)
         if (disconnectAction_) disconnectAction_->setEnabled(mirror != nullptr);
         if (remoteMenu_) remoteMenu_->setEnabled(mirror != nullptr);
         updateActions();
-        if (mirror)
+        if (mirror) {
             connect(mirror, &RemoteMirror::commandAnswered, this,
                     [this](qint64, const QString&, bool accepted, const QString& message) {
                         if (accepted) statusBar()->showMessage(message, 8000);
                         else showError(tr("The server refused: %1").arg(message));
                     });
+            connect(mirror, &RemoteMirror::replicaDiffers, this,
+                    [this](qint64, const QString& message) { showError(message); });
+        }
     });
 
     connect(controller_, &TrainingController::started, this, &MainWindow::onStarted);
