@@ -585,13 +585,18 @@ torch::Tensor LayerGemm::gemm_unrecorded(const torch::Tensor& a, const torch::Te
                                          const torch::Tensor& scale_b, torch::Tensor* accumulator)
 {
     const NumberFormat out = gemm_output_format(format);
+    // The bias joins the FP32 accumulator in the output's dtype, as cuBLAS's epilogue (and so
+    // autocast's addmm and _scaled_mm) takes it: rounded to that format first, then added, then
+    // the sum rounded once.
+    const torch::Tensor bias_out =
+        bias.defined() && out != NumberFormat::FP32 ? round_to_format(bias, out, Overflow::Propagate) : bias;
     const bool fp8_shapes_ok = a.dim() == 2 && b.dim() == 2 && a.size(0) % 16 == 0 && a.size(1) % 16 == 0 &&
                                b.size(1) % 16 == 0;
     if (format_info(format).is_fp8 && scale_a.defined() && scale_b.defined() && fp8_shapes_ok && use_native(a) &&
         native_fp8_available()) {
         used_native_ = true;
         auto y = scaled_mm(a, scale_a, format, b, scale_b, saved_operand_format(format)); // FP32 out
-        if (bias.defined()) y = y + bias;
+        if (bias.defined()) y = y + bias_out;
         return round_to_format(y, out, Overflow::Propagate);
     }
     if (format == NumberFormat::E4M3 && blockwise_fp8_eligible(a, b) && use_native(a) && blockwise_fp8_available()) {
@@ -599,7 +604,7 @@ torch::Tensor LayerGemm::gemm_unrecorded(const torch::Tensor& a, const torch::Te
         // multiplied by cuBLAS's blockwise FP8 GEMM (blockwise_fp8.h says why this is exact).
         used_native_ = true;
         auto y = blockwise_fp8_mm(split_fp8_blocks(a), split_fp8_blocks(b.t())); // (M, N) FP32
-        if (bias.defined()) y = y + bias;
+        if (bias.defined()) y = y + bias_out;
         if (accumulator) *accumulator = y;
         return round_to_format(y, out, Overflow::Propagate);
     }
@@ -615,7 +620,7 @@ torch::Tensor LayerGemm::gemm_unrecorded(const torch::Tensor& a, const torch::Te
     }
     if (format != NumberFormat::FP32) used_emulated_ = true;
     // Emulation: the operands carry exactly the values the tensor core would multiply.
-    auto y = bias.defined() ? at::addmm(bias, a, b) : at::matmul(a, b);
+    auto y = bias.defined() ? at::addmm(bias_out, a, b) : at::matmul(a, b);
     if (accumulator) *accumulator = y;
     return out == NumberFormat::FP32 ? y : round_to_format(y, out, Overflow::Propagate);
 }

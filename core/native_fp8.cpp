@@ -479,7 +479,8 @@ torch::Tensor fp8_gemm(const torch::Tensor& a_codes, const torch::Tensor& a_inv,
     if (native) *native = false;
     const auto a = a_codes.to(torch::kFloat32) * a_inv;
     const auto b = b_codes.to(torch::kFloat32) * b_inv;
-    auto y = bias.defined() ? at::addmm(bias.to(torch::kFloat32), a, b) : at::mm(a, b);
+    // The bias in the output dtype, as _scaled_mm's epilogue takes it (scaled_mm_call).
+    auto y = bias.defined() ? at::addmm(bias.to(out_dtype).to(torch::kFloat32), a, b) : at::mm(a, b);
     return y.to(out_dtype);
 }
 

@@ -183,9 +183,11 @@ private slots:
         if (format == NumberFormat::FP32) return;
         // Bit-level: the output is exactly representable in the format...
         QVERIFY(torch::equal(y.detach(), round_to_format(y.detach(), format, Overflow::Propagate)));
-        // ...and equals an FP32 GEMM on rounded operands, rounded once (addmm = the same kernel).
+        // ...and equals an FP32 GEMM on rounded operands, the bias rounded to the format too (as
+        // cuBLAS's epilogue takes it), the sum rounded once (addmm = the same kernel).
         const auto expected = round_to_format(
-            at::addmm(b.detach(), round_to_format(x.detach(), format, Overflow::Propagate),
+            at::addmm(round_to_format(b.detach(), format, Overflow::Propagate),
+                      round_to_format(x.detach(), format, Overflow::Propagate),
                       round_to_format(w.detach(), format, Overflow::Propagate).t()),
             format, Overflow::Propagate);
         QVERIFY(torch::equal(y.detach(), expected));
