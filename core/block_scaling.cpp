@@ -156,6 +156,13 @@ torch::Tensor nvfp4_unrounded_block_scale(const torch::Tensor& finite_amax, cons
     return torch::clamp_max(finite_amax * (encode * (1.0f / 6.0f)), kFltMax);
 }
 
+// What nvfp4 multiplies a block's elements by before the E2M1 cast, as TE's kernel:
+// 1 / (s * fl(1/S)), capped at FLT_MAX. `decode`: fl(1/S).
+torch::Tensor nvfp4_element_scale(const torch::Tensor& block_scale, const torch::Tensor& decode)
+{
+    return torch::clamp_max(1.0f / (block_scale * decode), kFltMax);
+}
+
 // mxfp4's shared exponent of blocks with a positive finite amax `safe`, before E8M0's clamp:
 // floor(log2 amax) - 2 (OCP MX, exact from the bits), or with `round_scale_up` TE's reference
 // rule ceil(log2(amax / 6)) with the quotient and its log2 rounded to FP32, as torch computes
@@ -183,7 +190,7 @@ BlockQuantized nvfp4_tensor_ops(const torch::Tensor& x_in, bool tile_2d, const S
     const auto decode = 1.0f / encode;
     const auto block_scale = round_to_format(nvfp4_unrounded_block_scale(finite_amax, encode), NumberFormat::E4M3,
                                              Overflow::Saturate); // (gr, 1, gc, 1)
-    const auto element_scale = torch::clamp_max(1.0f / (block_scale * decode), kFltMax);
+    const auto element_scale = nvfp4_element_scale(block_scale, decode);
     const auto scaled = torch::clamp(t.x4 * element_scale, -kE2M1Max, kE2M1Max);
     torch::Tensor q;
     if (sr_seed.stochastic()) {
@@ -728,15 +735,29 @@ torch::Tensor quantize_block_recipe(const torch::Tensor& x, NumberFormat format,
     return q.values.reshape(moved.sizes()).movedim(-1, k_dim).contiguous();
 }
 
-BlockFormatStats block_format_stats(const torch::Tensor& x_in, const BlockQuantized& q, double element_max)
+BlockFormatStats block_format_stats(const torch::Tensor& x_in, const BlockQuantized& q, NumberFormat element)
 {
     BlockFormatStats s;
     const auto x = x_in.to(torch::kFloat32).reshape(q.values.sizes());
     const auto nonzero_block = torch::isfinite(q.block_amax) & (q.block_amax > 0);
-    // What one element step of the block is worth.
-    const auto decode = q.tensor_amax.defined() ? nvfp4_value_scale(q.block_scales, q.tensor_amax) : q.block_scales;
-    const auto clipped = nonzero_block & (decode > 0) & (q.block_amax / decode > element_max);
-    const auto underflow = nonzero_block & (q.block_scales <= std::ldexp(1.0f, -127));
+    const bool nvfp4 = q.tensor_amax.defined();
+    // The factor each block's elements were multiplied by before the cast: nvfp4's from its
+    // E4M3 block scale and the tensor's encode scale (not the value scale, which stops undoing
+    // it once the encode scale is capped at FLT_MAX); else the decode scale's inverse, exact for
+    // mxfp4's powers of two and for fp8-block's within an ulp, which the margin below absorbs.
+    const auto element_scale = nvfp4 ? nvfp4_element_scale(q.block_scales, 1.0f / nvfp4_encode_scale(q.tensor_amax))
+                                     : 1.0f / q.block_scales;
+    // Clipped: the scaled amax lies above the element maximum, by more than FP32's rounding of
+    // the scale itself could put it there. fp8-block's scale fl(448 / amax) maps the amax onto
+    // 448 give or take an ulp: none clip. nvfp4's E4M3 block scale, rounded down, maps it up
+    // to 6.4; mxfp4's floor rule up to 8.
+    const float past_max = static_cast<float>(format_info(element).max_finite * (1.0 + std::ldexp(1.0, -20)));
+    // A block scale that underflowed: nvfp4's E4M3 scale rounded to 0, mxfp4's E8M0 at its
+    // floor 2^-127. fp8-block's FP32 scales do not underflow (a tiny amax gets a huge scale).
+    const auto underflow = element == NumberFormat::E2M1
+                               ? nonzero_block & (q.block_scales <= (nvfp4 ? 0.0f : std::ldexp(1.0f, -127)))
+                               : torch::zeros_like(nonzero_block);
+    const auto clipped = nonzero_block & ~underflow & (q.block_amax * element_scale > past_max);
     const double blocks = static_cast<double>(q.block_scales.numel());
     if (blocks > 0) {
         s.clipped_block_fraction = clipped.sum().item<double>() / blocks;

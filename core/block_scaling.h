@@ -131,11 +131,12 @@ torch::Tensor quantize_block_recipe(const torch::Tensor& x, NumberFormat format,
 // Block-format health of one quantized tensor, for telemetry and the tests.
 struct BlockFormatStats {
     double clipped_block_fraction = 0.0;   // blocks whose largest element exceeded the element maximum after scaling
-    double scale_underflow_fraction = 0.0; // non-zero blocks whose scale is 0 (E4M3) or at E8M0's floor 2^-127
+    double scale_underflow_fraction = 0.0; // non-zero blocks whose scale is 0 (nvfp4's E4M3) or at E8M0's floor 2^-127 (mxfp4)
     double zero_fraction = 0.0;            // non-zero finite values that quantized to zero
     double snr_db = 0.0;                   // 10 log10(sum x^2 / sum (x - q)^2) over finite values; inf when exact
 };
-// `element_max`: 6 for nvfp4 and mxfp4, the FP8 format's maximum for fp8-block.
-BlockFormatStats block_format_stats(const torch::Tensor& x, const BlockQuantized& q, double element_max);
+// `element`: the format the scaled values are cast to: E2M1 for nvfp4 and mxfp4, the FP8
+// format for fp8-block.
+BlockFormatStats block_format_stats(const torch::Tensor& x, const BlockQuantized& q, NumberFormat element);
 
 } // namespace mantissa

@@ -720,8 +720,8 @@ private slots:
         QCOMPARE(up.values[0][0].item<float>(), 8.0f);
         QCOMPARE(up.values[0][1].item<float>(), 1.0f);
         QCOMPARE(up.block_scales.item<float>(), 2.0f);
-        QCOMPARE(block_format_stats(x, floor, kE2M1Max).clipped_block_fraction, 1.0);
-        QCOMPARE(block_format_stats(x, up, kE2M1Max).clipped_block_fraction, 0.0);
+        QCOMPARE(block_format_stats(x, floor, NumberFormat::E2M1).clipped_block_fraction, 1.0);
+        QCOMPARE(block_format_stats(x, up, NumberFormat::E2M1).clipped_block_fraction, 0.0);
     }
 
     void nvfp4UnderflowStats()
@@ -734,11 +734,60 @@ private slots:
         QCOMPARE(q.block_scales[0][1].item<float>(), 448.0f);
         QVERIFY(same_bits(q.values.narrow(1, 0, 16), torch::zeros({1, 16})));
         QVERIFY(same_bits(q.values.narrow(1, 16, 16), torch::ones({1, 16})));
-        const auto s = block_format_stats(x, q, kE2M1Max);
+        const auto s = block_format_stats(x, q, NumberFormat::E2M1);
         QCOMPARE(s.scale_underflow_fraction, 0.5);
         QCOMPARE(s.zero_fraction, 0.5);
         QCOMPARE(s.clipped_block_fraction, 0.0);
         QVERIFY(s.snr_db > 200.0);
+    }
+
+    // The statistics count what the quantizer did, on both kernels:
+    // - fp8-block, FP32 scales: amax 2.6745 gets scale fl(448 / amax) = 167.50795, which maps
+    //   it onto 448 exactly, but amax / fl(1 / scale) = 448.00003; amax 4.767003 is scaled to
+    //   448.00003 by the quantizer itself. Neither is clipped. A row of amax
+    //   2e-36 gets a huge scale, not an underflowed one.
+    // - nvfp4 below a tensor amax of 2688 / FLT_MAX (7.9e-36), where S is capped: one block of
+    //   amax 2^-120 takes E4M3 scale 44 (42.67 rounded) and element scale 2^128 / 44, so its
+    //   amax scales to 5.8: not clipped (dividing by the value scale said 61, "all clipped").
+    void blockStatsCountWhatTheQuantizerDid_data()
+    {
+        QTest::addColumn<int>("kernel");
+        QTest::newRow("fused CPU") << int(BlockKernel::FusedCpu);
+        QTest::newRow("tensor ops") << int(BlockKernel::TensorOps);
+    }
+    void blockStatsCountWhatTheQuantizerDid()
+    {
+        QFETCH(int, kernel);
+        const auto k = static_cast<BlockKernel>(kernel);
+        auto x = torch::full({3, 128}, 0.5f);
+        x[0][7] = 2.6745f;
+        x[1].fill_(1e-36f);
+        x[1][3] = 2e-36f;
+        x[2][9] = 4.767003f; // scaled by fl(448 / amax) = 93.979385 it is 448.00003: an ulp, not a clip
+        const auto fp8 = quantize_fp8_block_2d(x, NumberFormat::E4M3, /*power_of_two=*/false, false, k);
+        QCOMPARE(fp8.block_scales[0].item<float>(), 1.0f / (448.0f / 2.6745f));
+        QCOMPARE(fp8.values[0][7].item<float>(), 2.6745f); // 448 exactly, not clamped
+        const auto fs = block_format_stats(x, fp8, NumberFormat::E4M3);
+        QCOMPARE(fs.clipped_block_fraction, 0.0);
+        QCOMPARE(fs.scale_underflow_fraction, 0.0);
+
+        auto tiny = torch::full({1, 16}, std::ldexp(1.0f, -122));
+        tiny[0][5] = std::ldexp(1.0f, -120);
+        const auto nv = quantize_nvfp4_2d(tiny, false, std::nullopt, k);
+        QCOMPARE(nv.block_scales.item<float>(), 44.0f);
+        const auto ns = block_format_stats(tiny, nv, NumberFormat::E2M1);
+        QCOMPARE(ns.clipped_block_fraction, 0.0);
+        QCOMPARE(ns.scale_underflow_fraction, 0.0);
+        // At a normal scale a block is clipped where its E4M3 scale rounded down: in a tensor of
+        // amax 1, a block of amax 0.9375 asks for 0.9375 * 448 = 420, gets 416, and its amax
+        // scales to 0.9375 * 2688 / 416 = 6.06; the block of amax 1 gets 448 and maps onto 6.
+        auto normal = torch::full({1, 32}, 0.25f);
+        normal[0][0] = 0.9375f;
+        normal[0][16] = 1.0f;
+        const auto nq = quantize_nvfp4_2d(normal, false, std::nullopt, k);
+        QCOMPARE(nq.block_scales[0][0].item<float>(), 416.0f);
+        QCOMPARE(nq.block_scales[0][1].item<float>(), 448.0f);
+        QCOMPARE(block_format_stats(normal, nq, NumberFormat::E2M1).clipped_block_fraction, 0.5);
     }
 
     void weightTilesQuantizeTransposeAlike_data()
