@@ -636,6 +636,35 @@ private slots:
         QCOMPARE(w.on_frame(f, {"blocks.1.mlp.fc2"}).size(), size_t(3));
     }
 
+    // The underflow watcher reads the block recipes' rows too: nvfp4/mxfp4 elements (e2m1),
+    // and nvfp4's block scales (e4m3), whose underflow counts blocks, not values. fp8-block's
+    // FP32 scale rows are not FP8.
+    void underflowWatcherReadsBlockRecipeRows()
+    {
+        WatcherConfig c;
+        c.fp8_underflow_max = 0.05;
+        Watchers w(c);
+        LayerStatsFrame f;
+        f.step = 3;
+        const auto row = [&](const char* layer, const char* role, const char* format, double underflow) {
+            TensorStats t;
+            t.layer = layer;
+            t.role = role;
+            t.format = format;
+            t.underflow = underflow;
+            f.tensors.push_back(t);
+        };
+        row("blocks.0.mlp.fc1", "grad_output", "e2m1", 0.25);
+        row("blocks.0.mlp.fc2", "input_scale", "e4m3", 0.125);
+        row("blocks.1.mlp.fc1", "weight_scale", "fp32", 0.5);
+        row("blocks.1.mlp.fc2", "input", "e2m1", 0.01);
+        const auto a = w.on_frame(f, {"blocks.0.mlp.fc1", "blocks.0.mlp.fc2", "blocks.1.mlp.fc1", "blocks.1.mlp.fc2"});
+        QCOMPARE(a.size(), size_t(2));
+        QCOMPARE(a[0].message, std::string("grad_output of blocks.0.mlp.fc1: 25% of values flush to zero in e2m1 (threshold 5%)"));
+        QCOMPARE(a[1].message, std::string("input_scale of blocks.0.mlp.fc2: 12.5% of blocks have a scale that flushes to zero "
+                                        "in e4m3 (threshold 5%)"));
+    }
+
     // --- attribution inside a real model -------------------------------------------------
 
     void nonFiniteIsAttributedToTheRightLayer()
