@@ -37,10 +37,25 @@ int64_t weight_copy_bytes(int64_t elements, NumberFormat f)
     return elements * bytes_per_element(f) + (format_info(f).is_fp8 ? 4 : 0);
 }
 
+// Whether a block's attention runs the fused kernel (gpt_model.cpp), which keeps q, k, v, its
+// output and a log-sum-exp per row, never the (T, T) scores: FP32 attention, or uniform
+// 16-bit attention on the native executor (a GPU run's by default). The CPU emulator's 16-bit
+// attention, and FP8 attention, write the scores out.
+bool fused_attention(const PrecisionConfig& p, const std::string& sdpa_layer, int64_t n_layer, bool cpu_emulator)
+{
+    const GemmFormats f = resolve_layer_formats(p, sdpa_layer, n_layer);
+    if (f.all_fp32()) return true;
+    const bool uniform_16bit = (f.forward == NumberFormat::BF16 || f.forward == NumberFormat::FP16) &&
+                               f.dgrad == f.forward && f.wgrad == f.forward;
+    const bool native = cpu_emulator ? p.backend == GemmBackend::Native : p.backend != GemmBackend::Emulated;
+    return uniform_16bit && native;
+}
+
 } // namespace
 
-MemoryBreakdown estimate_memory(const ProjectConfig& config, int64_t vocab_size)
+MemoryBreakdown estimate_memory(const ProjectConfig& config, int64_t vocab_size, MemoryTarget target)
 {
+    const bool cpu_emulator = target == MemoryTarget::CpuEmulator;
     const auto& m = config.model;
     const int64_t C = m.n_embd, L = m.n_layer, T = m.context_length, V = vocab_size, A = m.n_head;
     const int64_t B = config.training.batch_size; // per micro-batch: accumulation does not add activations
@@ -67,27 +82,36 @@ MemoryBreakdown estimate_memory(const ProjectConfig& config, int64_t vocab_size)
                                            weight_copy_bytes(C * C, fmt(p + ".attn.proj")) +
                                            weight_copy_bytes(4 * C * C, fmt(p + ".mlp.fc1")) +
                                            weight_copy_bytes(4 * C * C, fmt(p + ".mlp.fc2"));
-        // Non-GEMM tensors (norm inputs, GELU input, softmax) are in the block's activation
-        // dtype: 4 B when its GEMMs run FP32, else 2 B.
+        // The CPU emulator keeps every saved tensor in FP32 (it rounds values, not dtypes).
+        const auto saved = [&](NumberFormat f) { return cpu_emulator ? int64_t(4) : bytes_per_element(f); };
+        // Non-GEMM tensors (GELU input) are in the block's activation dtype: 4 B when its GEMMs
+        // run FP32, else 2 B. The residual stream stays FP32 (an FP32 embedding plus a 16-bit
+        // branch is FP32), so the norms' inputs are 4 B.
         const NumberFormat qkv = fmt(p + ".attn.qkv");
-        const int64_t act = (qkv == NumberFormat::FP32 || qkv == NumberFormat::TF32) ? 4 : 2;
-        const int64_t sdpa = bytes_per_element(fmt(p + ".attn.sdpa"));
+        const int64_t act = cpu_emulator || qkv == NumberFormat::FP32 || qkv == NumberFormat::TF32 ? 4 : 2;
+        const int64_t sdpa = saved(fmt(p + ".attn.sdpa"));
         int64_t bytes = 0;
-        bytes += act * sbh;                                    // ln1 input
-        bytes += bytes_per_element(qkv) * sbh;                 // qkv input
+        bytes += 4 * sbh;                                      // ln1 input
+        bytes += saved(qkv) * sbh;                             // qkv input
         bytes += sdpa * 3 * sbh;                               // q, k, v
-        bytes += act * A * T * T * B;                          // softmax output
-        bytes += bytes_per_element(fmt(p + ".attn.proj")) * sbh; // proj input
-        bytes += act * sbh;                                    // ln2 input
-        bytes += bytes_per_element(fmt(p + ".mlp.fc1")) * sbh; // fc1 input
+        if (fused_attention(config.precision, p + ".attn.sdpa", L, cpu_emulator) && !(cpu_emulator && dropout)) {
+            bytes += sdpa * sbh + 4 * B * A * T;               // the kernel's output and log-sum-exp
+        } else {
+            // Scores written out, in FP32 (the unfused path computes them there).
+            bytes += 4 * A * T * T * B;                                    // softmax output
+            if (dropout) bytes += 4 * A * T * T * B + 4 * A * T * T * B;   // mask and dropped copy
+        }
+        bytes += saved(fmt(p + ".attn.proj")) * sbh;           // proj input
+        bytes += 4 * sbh;                                      // ln2 input
+        bytes += saved(fmt(p + ".mlp.fc1")) * sbh;             // fc1 input
         bytes += act * 4 * sbh;                                // GELU input
-        bytes += bytes_per_element(fmt(p + ".mlp.fc2")) * 4 * sbh; // fc2 input
-        if (dropout) bytes += 2 * sbh + A * T * T * B + act * A * T * T * B; // masks (1 B) and attention dropout output
+        bytes += saved(fmt(p + ".mlp.fc2")) * 4 * sbh;         // fc2 input
+        if (dropout) bytes += 2 * sbh;                         // residual dropout masks (1 B)
         out.activations_by_layer.emplace_back(p, bytes);
         out.activations_bytes += bytes;
     }
     // ln_f input, and the FP32 logits the cross-entropy keeps.
-    const int64_t head = 4 * sbh + bytes_per_element(fmt("lm_head")) * sbh + 4 * T * B * V;
+    const int64_t head = 4 * sbh + (cpu_emulator ? 4 : bytes_per_element(fmt("lm_head"))) * sbh + 4 * T * B * V;
     out.activations_by_layer.emplace_back("logits", head);
     out.activations_bytes += head;
     return out;
@@ -196,6 +220,14 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
                  B = static_cast<double>(t.batch_size), V = static_cast<double>(vocab_lower_bound(config.data));
     const double parameters = V * C + T * C + L * 12.0 * C * C;
     const double sbh = T * B * C;
+    const MemoryTarget target = gpu_run ? MemoryTarget::Gpu : MemoryTarget::CpuEmulator;
+    // The (T, T) scores count only in the blocks whose attention writes them out.
+    double unfused_blocks = 0;
+    for (int64_t i = 0; i < m.n_layer; ++i)
+        unfused_blocks += fused_attention(config.precision, "blocks." + std::to_string(i) + ".attn.sdpa", m.n_layer,
+                                          target == MemoryTarget::CpuEmulator)
+                              ? 0.0
+                              : 1.0;
     std::vector<Need> needs;
     needs.push_back({"model", "weights, gradients and Adam state for model.n_layer " + std::to_string(m.n_layer) + ", model.n_embd " +
                                   std::to_string(m.n_embd) + ", model.context_length " +
@@ -204,7 +236,7 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
     needs.push_back({"training.batch_size",
                      "activations for training.batch_size " + std::to_string(t.batch_size) + " x model.context_length " +
                          std::to_string(m.context_length) + " tokens",
-                     L * (22.0 * sbh + 2.0 * A * T * T * B) + 5.0 * sbh + 4.0 * T * B * V});
+                     L * 22.0 * sbh + unfused_blocks * 4.0 * A * T * T * B + 5.0 * sbh + 4.0 * T * B * V});
     if (config.data.kind == DataKind::SyntheticAddition) {
         // The generated text (1 B a character), its code points (4 B) and the uint16 token ids (2 B).
         const double chars = static_cast<double>(config.data.examples) * static_cast<double>(3 * config.data.digits + 4);
@@ -229,7 +261,7 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
     for (const auto& n : needs) lower += n.bytes;
     if (lower <= std::max(static_cast<double>(machine.memory_bytes), static_cast<double>(machine.device_memory_bytes))) {
         // The exact figures now fit in int64: they are within a small factor of the bounds.
-        const MemoryBreakdown exact = estimate_memory(config, vocab_lower_bound(config.data));
+        const MemoryBreakdown exact = estimate_memory(config, vocab_lower_bound(config.data), target);
         needs[0].bytes = static_cast<double>(exact.master_weights_bytes + exact.gradients_bytes +
                                              exact.optimizer_state_bytes + exact.low_precision_weights_bytes);
         needs[1].bytes = static_cast<double>(exact.activations_bytes);

@@ -27,7 +27,11 @@ struct MemoryBreakdown {
     }
 };
 
-MemoryBreakdown estimate_memory(const ProjectConfig& config, int64_t vocab_size);
+// Gpu: what the recipe needs on a GPU, the native executor's dtypes and fused attention (the
+// figure shown before a run and in the memory_estimate event). CpuEmulator: a CPU run's, whose
+// emulator keeps saved tensors in FP32 and writes 16-bit attention scores out.
+enum class MemoryTarget { Gpu, CpuEmulator };
+MemoryBreakdown estimate_memory(const ProjectConfig& config, int64_t vocab_size, MemoryTarget target = MemoryTarget::Gpu);
 
 // One GEMM-bearing layer's trainable parameters (weight and bias), in forward order.
 // `blocks.N.attn.sdpa` has none; `lm_head` shares the token embedding (tied = true).

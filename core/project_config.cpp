@@ -451,7 +451,8 @@ ProjectConfig from_json(const json& j)
     return c;
 }
 
-void validate(const ProjectConfig& c)
+// `stored`: a run's saved settings read back, checked as they were when the run was made.
+void validate(const ProjectConfig& c, bool stored = false)
 {
     const auto& m = c.model;
     require(m.n_layer >= 1, "model.n_layer", "must be at least 1");
@@ -534,9 +535,11 @@ void validate(const ProjectConfig& c)
     require(c.precision.keep_last_bf16 >= 0 && c.precision.keep_last_bf16 <= c.model.n_layer,
             "precision.keep_last_bf16", "must be in [0, model.n_layer]");
     // A pattern that names no layer is a typo ("block.*"), and the run would train in the
-    // preset's formats without a word; a live change with such a pattern is refused too.
+    // preset's formats without a word; a live change with such a pattern is refused too. Not
+    // for a stored run's own settings: runs made before this check (which trained in the
+    // preset's formats there) must still show, compare and resume.
     const auto layer_names = gemm_layer_names(c.model.n_layer);
-    for (size_t i = 0; i < c.precision.layers.size(); ++i) {
+    for (size_t i = 0; i < (stored ? 0 : c.precision.layers.size()); ++i) {
         const std::string& pattern = c.precision.layers[i].match;
         const bool matches = std::any_of(layer_names.begin(), layer_names.end(),
                                          [&](const std::string& name) { return glob_match(pattern, name); });
@@ -642,7 +645,7 @@ json parse_project_text(const std::string& json_text)
 }
 
 ProjectConfig load_without_machine_checks(const std::string& json_text, const std::string& base_dir,
-                                          const std::vector<Override>& overrides)
+                                          const std::vector<Override>& overrides, bool stored = false)
 {
     json user = parse_project_text(json_text);
     if (!user.is_object()) throw ConfigError("project: expected a JSON object at the top level, got " + type_word(user));
@@ -652,7 +655,11 @@ ProjectConfig load_without_machine_checks(const std::string& json_text, const st
     merge_checked(merged, user, "");
     ProjectConfig config = from_json(merged);
     config.base_dir = base_dir;
-    validate(config);
+    // An override of precision.layers is checked as a new setting.
+    const bool layers_overridden = std::any_of(overrides.begin(), overrides.end(), [](const Override& o) {
+        return o.first.rfind("precision.layers", 0) == 0 || o.first == "precision";
+    });
+    validate(config, stored && !layers_overridden);
     return config;
 }
 
@@ -670,6 +677,14 @@ ProjectConfig load_project_json(const std::string& json_text, const std::string&
                                 const std::vector<Override>& overrides)
 {
     ProjectConfig config = load_without_machine_checks(json_text, base_dir, overrides);
+    check_fits_machine(config);
+    return config;
+}
+
+ProjectConfig load_stored_run_json(const std::string& json_text, const std::string& base_dir,
+                                   const std::vector<Override>& overrides)
+{
+    ProjectConfig config = load_without_machine_checks(json_text, base_dir, overrides, /*stored=*/true);
     check_fits_machine(config);
     return config;
 }
@@ -693,7 +708,7 @@ ProjectConfig load_run_config(const std::string& config_json)
 {
     try {
         // A stored run may come from a bigger machine: reading it back is not running it.
-        return load_without_machine_checks(config_json, {}, {});
+        return load_without_machine_checks(config_json, {}, {}, /*stored=*/true);
     } catch (const ConfigError& e) {
         throw ConfigError(std::string("stored run config: ") + e.what());
     }

@@ -118,6 +118,12 @@ ProjectConfig load_project_file(const std::string& path, const std::vector<Overr
 ProjectConfig load_project_json(const std::string& json_text, const std::string& base_dir,
                                 const std::vector<Override>& overrides = {});
 
+// A stored run's settings to train again (resume): as load_project_json, but checked as they
+// were when the run was made (a precision.layers pattern that names no layer is kept, unless
+// an override sets precision.layers).
+ProjectConfig load_stored_run_json(const std::string& json_text, const std::string& base_dir,
+                                   const std::vector<Override>& overrides = {});
+
 // A run's stored config_json (to_json_text's output) read back. Every reader of a stored config
 // (the run store's recipe column, tokens per step, the Compare page) goes through this one
 // loader, so they agree on defaults and names. Throws ConfigError for text it cannot read.

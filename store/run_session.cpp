@@ -250,14 +250,14 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
                                                const std::vector<Override>& overrides, const Report& report)
 {
     const auto base = run_base_dir(info);
-    const ProjectConfig config = load_project_json(info.config_json, base, overrides);
+    const ProjectConfig config = load_stored_run_json(info.config_json, base, overrides);
     std::unique_ptr<RunSession> session(new RunSession());
     if (!overrides.empty()) {
         // Against the stored settings as this version reads them, so that keys a newer version
         // added (with their defaults) are not taken for the overrides' changes.
         std::string before = info.config_json;
         try {
-            before = to_json_text(load_project_json(info.config_json, base));
+            before = to_json_text(load_stored_run_json(info.config_json, base));
         } catch (const ConfigError&) {
             // Valid only with the overrides (they mend it): the stored text is the baseline.
         }

@@ -790,9 +790,10 @@ private slots:
         QCOMPARE(fp32.gradients_bytes, int64_t(3616));
         QCOMPARE(fp32.optimizer_state_bytes, int64_t(7232));
         QCOMPARE(fp32.low_precision_weights_bytes, int64_t(0));
-        // sbh = 64. FP32 block: ln1 4*64 + qkv 4*64 + qkv out 4*192 + softmax 4*(2*4*4*2) + proj 4*64
-        // + ln2 4*64 + fc1 4*64 + gelu 4*256 + fc2 4*256 = 256+256+768+256+256+256+256+1024+1024 = 4352
-        QCOMPARE(fp32.activations_by_layer[0].second, int64_t(4352));
+        // sbh = 64. FP32 block, fused attention (no T x T scores kept): ln1 4*64 + qkv 4*64 + qkv out
+        // 4*192 + its output 4*64 and log-sum-exp 4*(2*2*4) + proj 4*64 + ln2 4*64 + fc1 4*64 + gelu
+        // 4*256 + fc2 4*256 = 256+256+768+320+256+256+256+1024+1024 = 4416
+        QCOMPARE(fp32.activations_by_layer[0].second, int64_t(4416));
         // logits: ln_f 4*64 + lm_head input 4*64 + FP32 logits 4*4*2*10 = 256 + 256 + 320 = 832
         QCOMPARE(fp32.activations_by_layer[1].second, int64_t(832));
 
@@ -800,11 +801,29 @@ private slots:
         auto fp8 = estimate_memory(c, 10);
         // Weight copies: 1 B each + a 4 B scale: lm_head 80+4, qkv 192+4, proj 64+4, fc1 256+4, fc2 256+4
         QCOMPARE(fp8.low_precision_weights_bytes, int64_t(868));
-        // Block: ln1 2*64 + qkv in 1*64 + q,k,v (bf16 attention) 2*192 + softmax 2*64 + proj in 64
-        // + ln2 2*64 + fc1 in 64 + gelu 2*256 + fc2 in 256 = 128+64+384+128+64+128+64+512+256 = 1728
-        QCOMPARE(fp8.activations_by_layer[0].second, int64_t(1728));
+        // Block: ln1 4*64 (the residual stream stays FP32) + qkv in 1*64 + q,k,v (bf16 attention,
+        // fused on the native executor) 2*192 + its output 2*64 and log-sum-exp 64 + proj in 64 +
+        // ln2 4*64 + fc1 in 64 + gelu 2*256 + fc2 in 256 = 256+64+384+192+64+256+64+512+256 = 2048
+        QCOMPARE(fp8.activations_by_layer[0].second, int64_t(2048));
         QCOMPARE(fp8.total_bytes(), fp8.master_weights_bytes + fp8.low_precision_weights_bytes + fp8.gradients_bytes +
                                         fp8.optimizer_state_bytes + fp8.activations_bytes);
+
+        // BF16 on the emulator writes the scores out, in FP32: ln1 256 + qkv in 2*64 + q,k,v 2*192
+        // + softmax 4*(2*4*4*2) + proj in 128 + ln2 256 + fc1 in 128 + gelu 2*256 + fc2 in 2*256
+        // = 256+128+384+256+128+256+128+512+512 = 2560
+        c.precision.preset = "bf16";
+        c.precision.backend = GemmBackend::Emulated;
+        QCOMPARE(estimate_memory(c, 10).activations_by_layer[0].second, int64_t(2560));
+        // On a CPU the emulator keeps every saved tensor in FP32 (the FP32 block's figure, with
+        // the scores written out: 4352), and the lm_head input too (832, as FP32).
+        c.precision.backend = GemmBackend::Auto;
+        const auto cpu = estimate_memory(c, 10, MemoryTarget::CpuEmulator);
+        QCOMPARE(cpu.activations_by_layer[0].second, int64_t(4352));
+        QCOMPARE(cpu.activations_by_layer[1].second, int64_t(832));
+        // Dropout on the unfused path: a mask and a dropped copy of the scores, in FP32, and two
+        // 1 B residual masks: 4352 + 2*256 + 2*64 = 4992.
+        c.model.dropout = 0.1;
+        QCOMPARE(estimate_memory(c, 10, MemoryTarget::CpuEmulator).activations_by_layer[0].second, int64_t(4992));
     }
 
     void layerShapesAddUpToTheModel()
