@@ -2,6 +2,7 @@
 #include "dataset.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -129,7 +130,11 @@ std::vector<int64_t> Vocabulary::encode(const std::string& utf8) const
     for (char32_t cp : decode_utf8(utf8, "prompt")) {
         auto it = std::lower_bound(code_points_.begin(), code_points_.end(), cp);
         if (it == code_points_.end() || *it != cp)
-            throw ConfigError("prompt has a character that is not in the vocabulary (U+" + std::to_string(cp) + ")");
+        {
+            char code[16];
+            std::snprintf(code, sizeof code, "U+%04X", static_cast<unsigned>(cp));
+            throw ConfigError("prompt has a character that is not in the vocabulary (" + std::string(code) + ")");
+        }
         ids.push_back(it - code_points_.begin());
     }
     return ids;
@@ -242,14 +247,23 @@ TokenSplits load_token_splits(const ProjectConfig& config)
     }
     // A batch row needs context_length inputs plus one target.
     const auto needed = static_cast<size_t>(config.model.context_length + 1);
-    auto check = [&](const std::vector<uint16_t>& split, const char* name) {
-        if (split.size() < needed)
-            throw ConfigError("model.context_length: " + std::to_string(config.model.context_length) +
-                              " is longer than the " + name + " split (" + std::to_string(split.size()) +
-                              " tokens) of the data");
+    std::ostringstream source;
+    if (d.kind == DataKind::Text) source << "'" << resolve_data_path(config, d.path) << "'";
+    else if (d.kind == DataKind::TokenBin) source << "'" << resolve_data_path(config, d.dir) << "'";
+    else source << "the generated data";
+    auto check = [&](const std::vector<uint16_t>& split, const char* name, const char* hint) {
+        if (split.size() >= needed) return;
+        std::ostringstream why;
+        if (split.empty())
+            why << "data: the " << name << " split of " << source.str() << " is empty" << hint;
+        else
+            why << "model.context_length: " << config.model.context_length << " needs " << needed
+                << " tokens in each split, but the " << name << " split of " << source.str() << " has "
+                << split.size() << hint;
+        throw ConfigError(why.str());
     };
-    check(splits.train, "train");
-    check(splits.val, "validation");
+    check(splits.train, "train", "");
+    check(splits.val, "validation", d.kind == DataKind::TokenBin ? " (val.bin)" : " (data.val_fraction sets its share)");
     return splits;
 }
 

@@ -424,7 +424,10 @@ private slots:
         QTest::newRow("missing text file") << R"({"kind": "text", "path": "nope.txt"})" << QByteArray()
                                            << "data.path: file '";
         QTest::newRow("context longer than data") << R"({"kind": "text", "path": "small.txt"})" << QByteArray(40, 'a')
-                                                  << "model.context_length: 32 is longer than the validation split (4 tokens)";
+                                                  << "model.context_length: 32 needs 33 tokens in each split, but the "
+                                                     "validation split of '%1/small.txt' has 4 (data.val_fraction sets its share)";
+        QTest::newRow("empty text file") << R"({"kind": "text", "path": "small.txt"})" << QByteArray("\n")
+                                         << "data: the train split of '%1/small.txt' is empty";
         QTest::newRow("invalid UTF-8") << R"({"kind": "text", "path": "small.txt"})"
                                        << QByteArray("abc\xff\xfe", 5).repeated(100) << "is not valid UTF-8 (byte offset 3)";
         QTest::newRow("missing bin dir") << R"({"kind": "bin", "dir": "nobin", "vocab_size": 100})" << QByteArray()
@@ -446,7 +449,7 @@ private slots:
             Trainer trainer(load_project_json(json, dir.path().toStdString()));
             QFAIL("accepted bad data");
         } catch (const ConfigError& e) {
-            QVERIFY2(QString(e.what()).contains(message), e.what());
+            QVERIFY2(QString(e.what()).contains(QString(message).replace("%1", dir.path())), e.what());
         }
     }
 
