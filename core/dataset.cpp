@@ -267,6 +267,24 @@ TokenSplits load_token_splits(const ProjectConfig& config)
     return splits;
 }
 
+std::string data_fingerprint(const TokenSplits& data)
+{
+    uint64_t hash = 0xcbf29ce484222325ULL; // FNV-1a offset basis and prime, as checksum_file's
+    for (const auto* split : {&data.train, &data.val}) {
+        for (const uint16_t token : *split)
+            for (const unsigned char byte : {static_cast<unsigned char>(token & 0xFF), static_cast<unsigned char>(token >> 8)}) {
+                hash ^= byte;
+                hash *= 0x100000001b3ULL;
+            }
+        hash ^= 0xFF; // where one split ends: moving a token from one to the other changes it
+        hash *= 0x100000001b3ULL;
+    }
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+    return "train " + std::to_string(data.train.size()) + " tokens, validation " + std::to_string(data.val.size()) +
+           " tokens, fnv1a64:" + hex;
+}
+
 int64_t project_vocab_size(const ProjectConfig& config)
 {
     if (config.data.kind == DataKind::TokenBin) return config.data.vocab_size;

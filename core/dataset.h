@@ -38,6 +38,12 @@ struct TokenSplits {
     Vocabulary vocabulary;
 };
 
+// "train 1003854 tokens, validation 111540 tokens, fnv1a64:0123456789abcdef": the token
+// ids of both splits, hashed (FNV-1a over their little-endian bytes). A checkpoint keeps it,
+// so that a resume on data that changed since (an edited text, a re-made train.bin) is
+// refused instead of silently training on other tokens.
+std::string data_fingerprint(const TokenSplits& data);
+
 // Loads or generates the data a project describes. Throws ConfigError naming the key and
 // file when the data is missing, unreadable, or too short for model.context_length.
 TokenSplits load_token_splits(const ProjectConfig& config);

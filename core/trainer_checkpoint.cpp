@@ -25,6 +25,7 @@ std::string Trainer::Impl::serialize_state()
     archive.write("format_version", torch::tensor(int64_t(1)));
     archive.write("identity", c10::IValue(identity_text(current_identity())));
     archive.write("step", torch::tensor(step));
+    archive.write("data_fingerprint", c10::IValue(data_fingerprint_text()));
     for (const auto& item : model->named_parameters()) archive.write("model/" + item.key(), item.value());
     optimizer->save(archive);
     const auto sc = scaler.state();
@@ -74,6 +75,12 @@ bool Trainer::Impl::is_our_checkpoint(const std::string& path)
     const bool ours = theirs.readable && (!theirs.identity || theirs.identity->run_uuid == identity.run_uuid);
     checkpoint_is_ours[path] = ours;
     return ours;
+}
+
+const std::string& Trainer::Impl::data_fingerprint_text() const
+{
+    if (data_fingerprint_.empty()) data_fingerprint_ = data_fingerprint(data); // once: the data never changes
+    return data_fingerprint_;
 }
 
 CheckpointIdentity Trainer::Impl::current_identity() const
@@ -146,6 +153,13 @@ void Trainer::Impl::load_archive(const std::string& path,
                                          whose_model(theirs));
         if (!theirs.model_shape.empty() && theirs.model_shape != current_identity().model_shape)
             throw CheckpointMismatch("checkpoint '" + path + "' does not fit this model" + whose_model(theirs));
+        // Checkpoints from before fingerprints were kept resume on whatever data there is.
+        if (c10::IValue trained_on; archive.try_read("data_fingerprint", trained_on) && trained_on.isString() &&
+                                    trained_on.toStringRef() != data_fingerprint_text())
+            throw CheckpointMismatch("checkpoint '" + path + "' was trained on other data (" + trained_on.toStringRef() +
+                                     "); the project's data now gives " + data_fingerprint_text() +
+                                     ". Resuming would train on other tokens: restore the data the run was "
+                                     "trained on, or start a new run");
         torch::NoGradGuard no_grad;
         for (auto& item : model->named_parameters()) item.value().copy_(get("model/" + item.key()));
         optimizer->load(archive);

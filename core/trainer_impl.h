@@ -149,6 +149,9 @@ struct Trainer::Impl {
     // write (full disk, folder gone) is a warning event: training goes on without it.
     std::string write_periodic_checkpoint(TelemetrySink& sink);
     CheckpointIdentity current_identity() const;
+    // data_fingerprint(data), computed at the first checkpoint written or loaded.
+    const std::string& data_fingerprint_text() const;
+    mutable std::string data_fingerprint_;
     // Whether a checkpoint file in the folder is this run's: two runs may be given one
     // training.checkpoint_dir, and neither may overwrite or rotate away the other's files.
     bool is_our_checkpoint(const std::string& path);

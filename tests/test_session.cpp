@@ -10,6 +10,7 @@
 #include <QSignalSpy>
 #include <QTemporaryDir>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -108,6 +109,7 @@ private slots:
     void twoStoresInOneFolderKeepTheirOwnCheckpoints();
     void anotherRunsCheckpointIsRefused();
     void exportNeedsNeitherTheDataNorTheDevice();
+    void aResumeOnChangedDataIsRefused();
     void sharedExplicitCheckpointDirIsRefused();
     void deletingARunTakesItsCheckpointsAndRetiresItsFolder();
     void relativeCheckpointDirIsTheProjectFilesFolder();
@@ -453,6 +455,44 @@ void TestSession::exportNeedsNeitherTheDataNorTheDevice()
 
     const auto resumed = run_cli({"resume", "1", "--db", db, "--set", "training.steps=40"});
     QCOMPARE(resumed.exit_code, 2);
+}
+
+// The data changed under a stored run (an edited text keeps its vocabulary size, but every
+// character between the old and the new one gets another id): the checkpoint's data
+// fingerprint refuses the resume, naming both, and the store is left as it was. With the data
+// restored the run resumes.
+void TestSession::aResumeOnChangedDataIsRefused()
+{
+    QTemporaryDir dir;
+    const QString data = dir.filePath("data.txt");
+    const auto write_data = [&](char replace_z) {
+        std::string text;
+        for (int i = 0; i < 60; ++i) text += "the quick brown fox jumps over the lazy dog\n";
+        std::replace(text.begin(), text.end(), 'z', replace_z);
+        std::ofstream(data.toStdString()) << text;
+    };
+    write_data('z');
+    const std::string project = write_project(dir);
+    const QString db = dir.filePath("runs.sqlite");
+    QCOMPARE(run_cli({"run", QString::fromStdString(project), "--db", db, "--set", "data.kind=text", "--set",
+                      "data.path=" + data, "--set", "training.steps=20"})
+                 .exit_code,
+             0);
+    write_data('#'); // '#' sorts before every letter: the ids of all 26 letters shift
+    const auto refused = run_cli({"resume", "1", "--db", db, "--set", "training.steps=25"});
+    QCOMPARE(refused.exit_code, 2);
+    QVERIFY2(refused.err.contains("was trained on other data (train ") &&
+                 refused.err.contains("restore the data the run was trained on, or start a new run"),
+             qPrintable(refused.err));
+    {
+        RunStore store(db.toStdString());
+        QCOMPARE(store.find_run("1")->last_step, int64_t(20));
+        QCOMPARE(status_text(store.find_run("1")->status), std::string("finished"));
+    }
+    write_data('z');
+    const auto resumed = run_cli({"resume", "1", "--db", db, "--set", "training.steps=25"});
+    QVERIFY2(resumed.exit_code == 0, qPrintable(resumed.err + resumed.out));
+    QVERIFY(resumed.out.contains("at step 20 from"));
 }
 
 void TestSession::sharedExplicitCheckpointDirIsRefused()
