@@ -2,6 +2,7 @@
 #include "dataset.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -9,7 +10,9 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
+#include <utility>
 
 namespace mantissa {
 namespace fs = std::filesystem;
@@ -140,7 +143,7 @@ std::vector<int64_t> Vocabulary::encode(const std::string& utf8) const
     return ids;
 }
 
-std::string make_addition_text(int64_t digits, int64_t examples, uint64_t seed)
+std::string make_addition_text(int64_t digits, int64_t examples, uint64_t seed, double val_fraction)
 {
     // Operands are uniform in [0, 10^digits); the sum is written out in full, so a model
     // that learns to add drives the loss on the answer characters towards zero.
@@ -148,11 +151,40 @@ std::string make_addition_text(int64_t digits, int64_t examples, uint64_t seed)
     int64_t limit = 1;
     for (int64_t i = 0; i < digits; ++i) limit *= 10;
     std::uniform_int_distribution<int64_t> operand(0, limit - 1);
+    // Which split a pair belongs to: a hash of it (splitmix64), so the two never share one. At
+    // 2 digits (10^4 pairs, 2*10^4 examples) drawing both splits from all pairs put 84% of the
+    // validation lines in the training text too.
+    const auto in_val = [&](int64_t a, int64_t b) {
+        uint64_t z = static_cast<uint64_t>(a) * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(b) + seed;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+        z ^= z >> 31;
+        return static_cast<double>(z >> 11) * 0x1.0p-53 < val_fraction;
+    };
+    // Few enough pairs to list: sample each split from its own list (one may be empty: then
+    // that split takes from all pairs, as the only choice). Else reject pairs of the other split.
+    const bool listed = limit <= 1000;
+    std::vector<std::pair<int64_t, int64_t>> pools[2];
+    if (listed && val_fraction > 0.0)
+        for (int64_t a = 0; a < limit; ++a)
+            for (int64_t b = 0; b < limit; ++b) pools[in_val(a, b) ? 1 : 0].emplace_back(a, b);
+    const int64_t n_val = val_fraction > 0.0 ? std::llround(static_cast<double>(examples) * val_fraction) : 0;
     std::string text;
     text.reserve(static_cast<size_t>(examples) * static_cast<size_t>(3 * digits + 4));
     for (int64_t i = 0; i < examples; ++i) {
-        const int64_t a = operand(rng);
-        const int64_t b = operand(rng);
+        const bool val = i >= examples - n_val;
+        int64_t a = operand(rng), b = operand(rng);
+        if (val_fraction > 0.0) {
+            const auto& pool = pools[val ? 1 : 0];
+            if (listed && !pool.empty()) {
+                std::tie(a, b) = pool[static_cast<size_t>(std::uniform_int_distribution<size_t>(0, pool.size() - 1)(rng))];
+            } else if (!listed) {
+                while (in_val(a, b) != val) {
+                    a = operand(rng);
+                    b = operand(rng);
+                }
+            }
+        }
         text += std::to_string(a) + "+" + std::to_string(b) + "=" + std::to_string(a + b) + "\n";
     }
     return text;
@@ -229,7 +261,8 @@ TokenSplits load_token_splits(const ProjectConfig& config)
     TokenSplits splits;
     switch (d.kind) {
     case DataKind::SyntheticAddition:
-        splits = split_text(make_addition_text(d.digits, d.examples, config.training.seed), "char", d.val_fraction,
+        splits = split_text(make_addition_text(d.digits, d.examples, config.training.seed, d.val_fraction), "char",
+                            d.val_fraction,
                             "synthetic data");
         break;
     case DataKind::Text: {

@@ -55,6 +55,9 @@ int64_t project_vocab_size(const ProjectConfig& config);
 // Exposed for tests.
 std::vector<char32_t> decode_utf8(const std::string& text, const std::string& what);
 std::string encode_utf8(const std::vector<char32_t>& code_points);
-std::string make_addition_text(int64_t digits, int64_t examples, uint64_t seed);
+// `examples` lines "a+b=c". With `val_fraction` > 0 the last round(examples * val_fraction)
+// lines (the validation split's) use only operand pairs that no earlier line uses, so that
+// validation measures addition, not memory: each pair belongs to one split by a hash of it.
+std::string make_addition_text(int64_t digits, int64_t examples, uint64_t seed, double val_fraction = 0.0);
 
 } // namespace mantissa
