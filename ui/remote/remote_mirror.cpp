@@ -470,12 +470,13 @@ void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
     if (rewindTo >= 0 && rewindTo < cur.fromStep) cur.fromStep = rewindTo;
     if (rewindTo >= 0 && rewindTo < cur.fromLayerStep) cur.fromLayerStep = rewindTo;
     if (rewindTo >= 0) {
-        // The rows after the resume's checkpoint come again from the rewound marks. Written now,
-        // this page's (from the old marks on) would leave a gap below them that a mirror
-        // stopped before the next page never fills: a new start takes its marks from the
-        // highest step the replica holds.
-        std::erase_if(scalars, [rewindTo](const ScalarRow& r) { return r.step > rewindTo; });
-        std::erase_if(layerStats, [rewindTo](const auto& row) { return row.first > rewindTo; });
+        // The rows after the rewound marks come again from them. Written now, this page's (from
+        // the old marks on) would leave a gap below them that a mirror stopped before the next
+        // page never fills: a new start takes its marks from the highest step the replica
+        // holds. (Past the marks only: a mirror that was behind the checkpoint rewinds nothing.)
+        const qint64 fromStep = cur.fromStep, fromLayerStep = cur.fromLayerStep;
+        std::erase_if(scalars, [fromStep](const ScalarRow& r) { return r.step > fromStep; });
+        std::erase_if(layerStats, [fromLayerStep](const auto& row) { return row.first > fromLayerStep; });
     }
     const bool more = page.value("more").toBool();
     const bool hasRows = !scalars.empty() || !events.empty() || !layerStats.empty();
