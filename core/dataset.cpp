@@ -132,8 +132,7 @@ std::vector<int64_t> Vocabulary::encode(const std::string& utf8) const
     if (kind_ != Kind::Characters) throw ConfigError("this vocabulary has no tokenizer for text prompts");
     for (char32_t cp : decode_utf8(utf8, "prompt")) {
         auto it = std::lower_bound(code_points_.begin(), code_points_.end(), cp);
-        if (it == code_points_.end() || *it != cp)
-        {
+        if (it == code_points_.end() || *it != cp) {
             char code[16];
             std::snprintf(code, sizeof code, "U+%04X", static_cast<unsigned>(cp));
             throw ConfigError("prompt has a character that is not in the vocabulary (" + std::string(code) + ")");
@@ -262,8 +261,7 @@ TokenSplits load_token_splits(const ProjectConfig& config)
     switch (d.kind) {
     case DataKind::SyntheticAddition:
         splits = split_text(make_addition_text(d.digits, d.examples, config.training.seed, d.val_fraction), "char",
-                            d.val_fraction,
-                            "synthetic data");
+                            d.val_fraction, "synthetic data");
         break;
     case DataKind::Text: {
         const std::string path = resolve_data_path(config, d.path);
