@@ -198,9 +198,19 @@ std::string read_file(const std::string& path, const std::string& key)
     if (fs::is_directory(path, ec)) throw ConfigError(key + ": '" + path + "' is a directory, expected a file");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw ConfigError(key + ": file '" + path + "' cannot be read");
-    std::ostringstream buffer;
-    buffer << in.rdbuf();
-    return buffer.str();
+    // Straight into one buffer of the file's size: a stringstream would hold it twice.
+    const auto size = fs::is_regular_file(path, ec) ? fs::file_size(path, ec) : std::uintmax_t(0);
+    if (ec || size == 0) { // not a plain file (a pipe), or empty: read what comes
+        std::ostringstream buffer;
+        buffer << in.rdbuf();
+        return buffer.str();
+    }
+    std::string bytes(static_cast<size_t>(size), '\0');
+    in.read(bytes.data(), static_cast<std::streamsize>(size));
+    if (static_cast<std::uintmax_t>(in.gcount()) != size)
+        throw ConfigError(key + ": file '" + path + "' cannot be read (it ended after " + std::to_string(in.gcount()) +
+                          " of " + std::to_string(size) + " bytes)");
+    return bytes;
 }
 
 template <typename Symbol>
@@ -240,11 +250,22 @@ TokenSplits split_text(const std::string& text, const std::string& tokenizer, do
 
 std::vector<uint16_t> read_token_bin(const std::string& path, int64_t vocab_size)
 {
-    const std::string bytes = read_file(path, "data.dir");
-    if (bytes.size() % 2 != 0)
+    std::error_code ec;
+    if (!fs::exists(path, ec)) throw ConfigError("data.dir: file '" + path + "' does not exist");
+    if (!fs::is_regular_file(path, ec)) throw ConfigError("data.dir: '" + path + "' is not a file");
+    const auto size = fs::file_size(path, ec);
+    if (ec) throw ConfigError("data.dir: file '" + path + "' cannot be read: " + ec.message());
+    if (size % 2 != 0)
         throw ConfigError("data.dir: '" + path + "' has an odd number of bytes; expected uint16 token ids");
-    std::vector<uint16_t> tokens(bytes.size() / 2);
-    std::memcpy(tokens.data(), bytes.data(), bytes.size()); // nanoGPT writes native little-endian
+    // Read into the tokens themselves (nanoGPT writes native little-endian): the file is held
+    // once, not twice, at its peak.
+    std::vector<uint16_t> tokens(static_cast<size_t>(size / 2));
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw ConfigError("data.dir: file '" + path + "' cannot be read");
+    in.read(reinterpret_cast<char*>(tokens.data()), static_cast<std::streamsize>(size));
+    if (static_cast<std::uintmax_t>(in.gcount()) != size)
+        throw ConfigError("data.dir: file '" + path + "' cannot be read (it ended after " +
+                          std::to_string(in.gcount()) + " of " + std::to_string(size) + " bytes)");
     const auto max_it = std::max_element(tokens.begin(), tokens.end());
     if (max_it != tokens.end() && *max_it >= vocab_size)
         throw ConfigError("data.vocab_size: " + std::to_string(vocab_size) + " is too small for '" + path +

@@ -71,17 +71,21 @@ MemoryBreakdown estimate_memory(const ProjectConfig& config, int64_t vocab_size,
     out.gradients_bytes = 4 * out.parameters;
     out.optimizer_state_bytes = 8 * out.parameters;
 
-    out.low_precision_weights_bytes = weight_copy_bytes(V * C, fmt("lm_head"));
+    // The forward GEMM's copy, and where the dgrad GEMM runs in FP8 a second one: the weight
+    // laid out transposed (the native executor caches codes and codes_t per step).
+    const auto copies = [&](int64_t elements, const std::string& layer) {
+        const GemmFormats f = resolve_layer_formats(config.precision, layer, L);
+        return weight_copy_bytes(elements, f.forward) + (format_info(f.dgrad).is_fp8 ? elements + 4 : 0);
+    };
+    out.low_precision_weights_bytes = copies(V * C, "lm_head");
     // Activations per block, after Korthikanti et al. 2022 (34 s b h + 5 a s^2 b bytes with
     // 16-bit activations), split by what is saved so each part takes its own format.
     const int64_t sbh = T * B * C;
     const bool dropout = m.dropout > 0.0;
     for (int64_t i = 0; i < L; ++i) {
         const std::string p = "blocks." + std::to_string(i);
-        out.low_precision_weights_bytes += weight_copy_bytes(3 * C * C, fmt(p + ".attn.qkv")) +
-                                           weight_copy_bytes(C * C, fmt(p + ".attn.proj")) +
-                                           weight_copy_bytes(4 * C * C, fmt(p + ".mlp.fc1")) +
-                                           weight_copy_bytes(4 * C * C, fmt(p + ".mlp.fc2"));
+        out.low_precision_weights_bytes += copies(3 * C * C, p + ".attn.qkv") + copies(C * C, p + ".attn.proj") +
+                                           copies(4 * C * C, p + ".mlp.fc1") + copies(4 * C * C, p + ".mlp.fc2");
         // The CPU emulator keeps every saved tensor in FP32 (it rounds values, not dtypes).
         const auto saved = [&](NumberFormat f) { return cpu_emulator ? int64_t(4) : bytes_per_element(f); };
         // Non-GEMM tensors (GELU input) are in the block's activation dtype: 4 B when its GEMMs
