@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "checkpoint_weights.h"
+#include "checkpoint_archive.h"
 
 #include <cerrno>
 #include <cstring>
@@ -16,6 +17,17 @@
 
 namespace mantissa {
 
+void open_checkpoint_archive(const std::string& path, torch::serialize::InputArchive& archive)
+{
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error("cannot be opened: " + std::string(std::strerror(errno)));
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) throw std::runtime_error(std::strerror(errno));
+    if (const std::string damage = zip_damage(bytes); !damage.empty())
+        throw ConfigError("checkpoint '" + path + "' cannot be read: " + damage);
+    archive.load_from(bytes.data(), bytes.size(), torch::Device(torch::kCPU));
+}
+
 ExportedWeights export_checkpoint_weights(const std::string& checkpoint, const std::string& out,
                                           const CheckpointIdentity& expected, std::map<std::string, std::string> metadata)
 {
@@ -23,15 +35,8 @@ ExportedWeights export_checkpoint_weights(const std::string& checkpoint, const s
     ExportedWeights exported;
     std::vector<std::pair<std::string, torch::Tensor>> tensors;
     try {
-        // As the trainer loads it: read once, the zip checked, then parsed from memory onto the CPU.
-        std::ifstream in(checkpoint, std::ios::binary);
-        if (!in) throw std::runtime_error("cannot be opened: " + std::string(std::strerror(errno)));
-        const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        if (in.bad()) throw std::runtime_error(std::strerror(errno));
-        if (const std::string damage = zip_damage(bytes); !damage.empty())
-            throw ConfigError("checkpoint '" + checkpoint + "' cannot be read: " + damage);
         torch::serialize::InputArchive archive;
-        archive.load_from(bytes.data(), bytes.size(), torch::Device(torch::kCPU));
+        open_checkpoint_archive(checkpoint, archive); // as the trainer's resume opens it
         torch::Tensor version, step;
         archive.read("format_version", version);
         if (version.item<int64_t>() != 1)

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Checkpoints: everything a bit-exact resume needs, written atomically, and their rotation.
 #include "trainer_impl.h"
+#include "checkpoint_archive.h"
 #include "durable_file.h"
 #include "first_line.h"
 #include "zip_records.h"
@@ -108,16 +109,8 @@ std::string Trainer::Impl::whose_model(const CheckpointIdentity& theirs) const
 void Trainer::Impl::load_checkpoint(const std::string& path)
 {
     load_archive(path, [&](torch::serialize::InputArchive& archive) {
-        // Read once, checked, then parsed from memory: LibTorch would load flipped bits in a
-        // tensor's bytes without a word. Onto the CPU first: a checkpoint written on a GPU
-        // resumes on a CPU and back; load_archive moves each tensor to where this trainer keeps it.
-        std::ifstream in(path, std::ios::binary);
-        if (!in) throw std::runtime_error("cannot be opened: " + std::string(std::strerror(errno)));
-        const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        if (in.bad()) throw std::runtime_error(std::strerror(errno));
-        if (const std::string damage = zip_damage(bytes); !damage.empty())
-            throw ConfigError("checkpoint '" + path + "' cannot be read: " + damage);
-        archive.load_from(bytes.data(), bytes.size(), torch::Device(torch::kCPU));
+        // Checked, onto the CPU first; load_archive moves each tensor to where this trainer keeps it.
+        open_checkpoint_archive(path, archive);
     });
 }
 
