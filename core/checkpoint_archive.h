@@ -7,6 +7,8 @@
 
 #include <torch/torch.h>
 
+#include "checkpoint_file.h"
+
 namespace mantissa {
 
 // Reads `path` once, checks every record of its zip container against its CRC-32 (LibTorch
@@ -15,5 +17,9 @@ namespace mantissa {
 // ("checkpoint '…' cannot be read: …") for a damaged file, std::runtime_error when it cannot
 // be opened or read.
 void open_checkpoint_archive(const std::string& path, torch::serialize::InputArchive& archive);
+
+// The opened archive's format version, checked (ConfigError for one this version does not
+// know), and the identity it records: empty fields for a checkpoint written before identities.
+CheckpointIdentity read_checkpoint_header(const std::string& path, torch::serialize::InputArchive& archive);
 
 } // namespace mantissa

@@ -89,6 +89,14 @@ std::string describe_identity(const CheckpointIdentity& id)
     return "run " + std::to_string(id.run_id) + " (uuid " + (id.run_uuid.empty() ? "unknown" : id.run_uuid) + ")";
 }
 
+void refuse_another_runs_checkpoint(const std::string& path, const CheckpointIdentity& theirs,
+                                    const CheckpointIdentity& expected)
+{
+    if (!theirs.run_uuid.empty() && !expected.run_uuid.empty() && theirs.run_uuid != expected.run_uuid)
+        throw CheckpointMismatch("checkpoint '" + path + "' belongs to " + describe_identity(theirs) + ", not to " +
+                                 describe_identity(expected));
+}
+
 namespace {
 
 // A file mapped read-only: the pages that are read are all that come off the disk.

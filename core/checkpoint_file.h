@@ -45,6 +45,10 @@ std::string identity_text(const CheckpointIdentity& identity);
 CheckpointIdentity parse_identity_text(const std::string& text);
 // "run 3 (uuid 0123...)" for messages.
 std::string describe_identity(const CheckpointIdentity& identity);
+// Throws CheckpointMismatch ("checkpoint '…' belongs to run 3 (uuid …), not to …") when the
+// checkpoint at `path` names a run other than `expected`; not where either uuid is unknown.
+void refuse_another_runs_checkpoint(const std::string& path, const CheckpointIdentity& theirs,
+                                    const CheckpointIdentity& expected);
 // Reads only the identity out of a checkpoint file; nullopt when the file cannot be read or
 // predates identities.
 std::optional<CheckpointIdentity> read_checkpoint_identity(const std::string& path);

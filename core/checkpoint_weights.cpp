@@ -28,27 +28,30 @@ void open_checkpoint_archive(const std::string& path, torch::serialize::InputArc
     archive.load_from(bytes.data(), bytes.size(), torch::Device(torch::kCPU));
 }
 
-ExportedWeights export_checkpoint_weights(const std::string& checkpoint, const std::string& out,
+CheckpointIdentity read_checkpoint_header(const std::string& path, torch::serialize::InputArchive& archive)
+{
+    torch::Tensor version;
+    archive.read("format_version", version);
+    if (version.item<int64_t>() != 1) throw ConfigError("checkpoint '" + path + "' has an unknown format version");
+    CheckpointIdentity identity;
+    if (c10::IValue stored; archive.try_read("identity", stored) && stored.isString())
+        identity = parse_identity_text(stored.toStringRef());
+    return identity;
+}
+
+int64_t export_checkpoint_weights(const std::string& checkpoint, const std::string& out,
                                           const CheckpointIdentity& expected, std::map<std::string, std::string> metadata)
 {
     static const std::string kModel = "model/";
-    ExportedWeights exported;
+    int64_t step = 0;
     std::vector<std::pair<std::string, torch::Tensor>> tensors;
     try {
         torch::serialize::InputArchive archive;
         open_checkpoint_archive(checkpoint, archive); // as the trainer's resume opens it
-        torch::Tensor version, step;
-        archive.read("format_version", version);
-        if (version.item<int64_t>() != 1)
-            throw ConfigError("checkpoint '" + checkpoint + "' has an unknown format version");
-        if (c10::IValue stored; archive.try_read("identity", stored) && stored.isString())
-            exported.identity = parse_identity_text(stored.toStringRef());
-        if (!exported.identity.run_uuid.empty() && !expected.run_uuid.empty() &&
-            exported.identity.run_uuid != expected.run_uuid)
-            throw CheckpointMismatch("checkpoint '" + checkpoint + "' belongs to " +
-                                     describe_identity(exported.identity) + ", not to " + describe_identity(expected));
-        archive.read("step", step);
-        exported.step = step.item<int64_t>();
+        refuse_another_runs_checkpoint(checkpoint, read_checkpoint_header(checkpoint, archive), expected);
+        torch::Tensor stored_step;
+        archive.read("step", stored_step);
+        step = stored_step.item<int64_t>();
         for (const auto& key : archive.keys()) {
             if (key.rfind(kModel, 0) != 0) continue;
             torch::Tensor t;
@@ -61,14 +64,13 @@ ExportedWeights export_checkpoint_weights(const std::string& checkpoint, const s
     } catch (const std::exception& e) {
         throw ConfigError("checkpoint '" + checkpoint + "' cannot be read: " + first_line(e));
     }
-    exported.tensors = static_cast<int64_t>(tensors.size());
-    metadata["step"] = std::to_string(exported.step);
+    metadata["step"] = std::to_string(step);
     try {
         write_safetensors(out, tensors, metadata);
     } catch (const std::exception& e) {
         throw WeightsWriteError(e.what());
     }
-    return exported;
+    return step;
 }
 
 } // namespace mantissa

@@ -19,20 +19,14 @@ public:
     using std::runtime_error::runtime_error;
 };
 
-struct ExportedWeights {
-    int64_t step = 0;
-    CheckpointIdentity identity; // empty fields for a checkpoint written before identities
-    int64_t tensors = 0;
-};
-
 // Writes the checkpoint's "model/<name>" tensors, in the order the trainer saved them (its
-// named_parameters), to `out` as safetensors named <name>, with `metadata` plus "step".
+// named_parameters), to `out` as safetensors named <name>, with `metadata` plus "step", and
+// returns that step.
 // Throws CheckpointMismatch when the file says it belongs to a run other than `expected`'s
 // (checked where both uuids are known), ConfigError when it cannot be read as a checkpoint (damaged,
 // cut, another format version), and WeightsWriteError when `out` cannot be written, which
 // leaves an earlier file there as it was.
-ExportedWeights export_checkpoint_weights(const std::string& checkpoint, const std::string& out,
-                                          const CheckpointIdentity& expected,
-                                          std::map<std::string, std::string> metadata = {});
+int64_t export_checkpoint_weights(const std::string& checkpoint, const std::string& out,
+                                  const CheckpointIdentity& expected, std::map<std::string, std::string> metadata = {});
 
 } // namespace mantissa

@@ -91,14 +91,6 @@ CheckpointIdentity Trainer::Impl::current_identity() const
     return id;
 }
 
-void Trainer::Impl::check_identity(const std::string& path, const CheckpointIdentity& theirs) const
-{
-    const CheckpointIdentity mine = current_identity();
-    if (!theirs.run_uuid.empty() && !mine.run_uuid.empty() && theirs.run_uuid != mine.run_uuid)
-        throw CheckpointMismatch("checkpoint '" + path + "' belongs to " + describe_identity(theirs) + ", not to " +
-                                 describe_identity(mine));
-}
-
 std::string Trainer::Impl::whose_model(const CheckpointIdentity& theirs) const
 {
     if (theirs.model_shape.empty()) return {};
@@ -131,12 +123,8 @@ void Trainer::Impl::load_archive(const std::string& path,
     };
     try {
         open(archive);
-        if (get("format_version").item<int64_t>() != 1)
-            throw ConfigError("checkpoint '" + path + "' has an unknown format version");
-        c10::IValue stored;
-        CheckpointIdentity theirs; // empty in checkpoints written before identities
-        if (archive.try_read("identity", stored) && stored.isString()) theirs = parse_identity_text(stored.toStringRef());
-        check_identity(path, theirs);
+        const CheckpointIdentity theirs = read_checkpoint_header(path, archive);
+        refuse_another_runs_checkpoint(path, theirs, current_identity());
         // Every shape is checked before the first tensor is copied: a checkpoint of another run
         // or model leaves this trainer as it was. One that turns out unreadable further on (a
         // record missing) may leave it half-loaded: RunSession::reopen then builds a new one.

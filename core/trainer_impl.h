@@ -156,7 +156,6 @@ struct Trainer::Impl {
     // training.checkpoint_dir, and neither may overwrite or rotate away the other's files.
     bool is_our_checkpoint(const std::string& path);
     // Refuses a checkpoint that names another run, before anything is loaded.
-    void check_identity(const std::string& path, const CheckpointIdentity& theirs) const;
     // "; it holds the model of run 3 (uuid ...): n_layer=..., this one is n_layer=..." when known.
     std::string whose_model(const CheckpointIdentity& theirs) const;
 

@@ -306,10 +306,9 @@ RunSession::ExportedRunWeights RunSession::export_weights(RunStore& store, const
     require_files(found, info, "export weights");
     ExportedRunWeights exported;
     exported.checkpoint = load_first_good(found, info, report, [&](const std::string& path) {
-        const auto w = export_checkpoint_weights(path, out, {info.uuid, info.id, {}},
-                                                 {{"format", "pt"}, {"producer", "mantissa"},
-                                                  {"project", to_json_text(config)}});
-        exported.step = w.step;
+        exported.step = export_checkpoint_weights(path, out, {info.uuid, info.id, {}},
+                                                  {{"format", "pt"}, {"producer", "mantissa"},
+                                                   {"project", to_json_text(config)}});
     });
     return exported;
 }
