@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "checkpoint_file.h"
+#include "fnv1a.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -173,22 +174,17 @@ FileChecksum checksum_file(const std::string& path)
 {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw std::runtime_error("checkpoint '" + path + "' cannot be opened");
-    uint64_t hash = 0xcbf29ce484222325ULL; // FNV-1a offset basis and prime
+    Fnv1a64 hash;
     int64_t bytes = 0;
     std::vector<char> buffer(1 << 16);
     while (in) {
         in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
         const auto n = in.gcount();
-        for (std::streamsize i = 0; i < n; ++i) {
-            hash ^= static_cast<unsigned char>(buffer[static_cast<size_t>(i)]);
-            hash *= 0x100000001b3ULL;
-        }
+        hash.add(buffer.data(), static_cast<size_t>(n));
         bytes += n;
     }
     if (in.bad()) throw std::runtime_error("checkpoint '" + path + "' cannot be read");
-    char hex[17];
-    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
-    return {std::string("fnv1a64:") + hex, bytes};
+    return {hash.text(), bytes};
 }
 
 } // namespace mantissa

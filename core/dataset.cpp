@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "dataset.h"
+#include "fnv1a.h"
 
 #include <algorithm>
 #include <cmath>
@@ -191,25 +192,47 @@ std::string make_addition_text(int64_t digits, int64_t examples, uint64_t seed, 
 
 namespace {
 
-std::string read_file(const std::string& path, const std::string& key)
+// A data file opened for reading, with its size where it is a plain file. The files are read
+// straight into their final buffer, of that size: through a stream they would be held twice.
+struct DataFile {
+    std::ifstream in;
+    bool plain = false;
+    std::uintmax_t size = 0;
+};
+
+DataFile open_data_file(const std::string& path, const std::string& key)
 {
     std::error_code ec;
     if (!fs::exists(path, ec)) throw ConfigError(key + ": file '" + path + "' does not exist");
     if (fs::is_directory(path, ec)) throw ConfigError(key + ": '" + path + "' is a directory, expected a file");
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw ConfigError(key + ": file '" + path + "' cannot be read");
-    // Straight into one buffer of the file's size: a stringstream would hold it twice.
-    const auto size = fs::is_regular_file(path, ec) ? fs::file_size(path, ec) : std::uintmax_t(0);
-    if (ec || size == 0) { // not a plain file (a pipe), or empty: read what comes
+    DataFile f;
+    f.in.open(path, std::ios::binary);
+    if (!f.in) throw ConfigError(key + ": file '" + path + "' cannot be read");
+    f.plain = fs::is_regular_file(path, ec);
+    if (f.plain) f.size = fs::file_size(path, ec);
+    if (ec) throw ConfigError(key + ": file '" + path + "' cannot be read: " + ec.message());
+    return f;
+}
+
+// Reads all f.size bytes into `to`, or says where the file ended.
+void read_whole(DataFile& f, char* to, const std::string& path, const std::string& key)
+{
+    f.in.read(to, static_cast<std::streamsize>(f.size));
+    if (static_cast<std::uintmax_t>(f.in.gcount()) != f.size)
+        throw ConfigError(key + ": file '" + path + "' cannot be read (it ended after " +
+                          std::to_string(f.in.gcount()) + " of " + std::to_string(f.size) + " bytes)");
+}
+
+std::string read_file(const std::string& path, const std::string& key)
+{
+    DataFile f = open_data_file(path, key);
+    if (!f.plain || f.size == 0) { // not a plain file (a pipe), or empty: read what comes
         std::ostringstream buffer;
-        buffer << in.rdbuf();
+        buffer << f.in.rdbuf();
         return buffer.str();
     }
-    std::string bytes(static_cast<size_t>(size), '\0');
-    in.read(bytes.data(), static_cast<std::streamsize>(size));
-    if (static_cast<std::uintmax_t>(in.gcount()) != size)
-        throw ConfigError(key + ": file '" + path + "' cannot be read (it ended after " + std::to_string(in.gcount()) +
-                          " of " + std::to_string(size) + " bytes)");
+    std::string bytes(static_cast<size_t>(f.size), '\0');
+    read_whole(f, bytes.data(), path, key);
     return bytes;
 }
 
@@ -250,22 +273,13 @@ TokenSplits split_text(const std::string& text, const std::string& tokenizer, do
 
 std::vector<uint16_t> read_token_bin(const std::string& path, int64_t vocab_size)
 {
-    std::error_code ec;
-    if (!fs::exists(path, ec)) throw ConfigError("data.dir: file '" + path + "' does not exist");
-    if (!fs::is_regular_file(path, ec)) throw ConfigError("data.dir: '" + path + "' is not a file");
-    const auto size = fs::file_size(path, ec);
-    if (ec) throw ConfigError("data.dir: file '" + path + "' cannot be read: " + ec.message());
-    if (size % 2 != 0)
+    DataFile f = open_data_file(path, "data.dir");
+    if (!f.plain) throw ConfigError("data.dir: '" + path + "' is not a file");
+    if (f.size % 2 != 0)
         throw ConfigError("data.dir: '" + path + "' has an odd number of bytes; expected uint16 token ids");
-    // Read into the tokens themselves (nanoGPT writes native little-endian): the file is held
-    // once, not twice, at its peak.
-    std::vector<uint16_t> tokens(static_cast<size_t>(size / 2));
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw ConfigError("data.dir: file '" + path + "' cannot be read");
-    in.read(reinterpret_cast<char*>(tokens.data()), static_cast<std::streamsize>(size));
-    if (static_cast<std::uintmax_t>(in.gcount()) != size)
-        throw ConfigError("data.dir: file '" + path + "' cannot be read (it ended after " +
-                          std::to_string(in.gcount()) + " of " + std::to_string(size) + " bytes)");
+    // Into the tokens themselves: nanoGPT writes native little-endian.
+    std::vector<uint16_t> tokens(static_cast<size_t>(f.size / 2));
+    read_whole(f, reinterpret_cast<char*>(tokens.data()), path, "data.dir");
     const auto max_it = std::max_element(tokens.begin(), tokens.end());
     if (max_it != tokens.end() && *max_it >= vocab_size)
         throw ConfigError("data.vocab_size: " + std::to_string(vocab_size) + " is too small for '" + path +
@@ -321,20 +335,15 @@ TokenSplits load_token_splits(const ProjectConfig& config)
 
 std::string data_fingerprint(const TokenSplits& data)
 {
-    uint64_t hash = 0xcbf29ce484222325ULL; // FNV-1a offset basis and prime, as checksum_file's
+    // The tokens' bytes as they lie in memory: little-endian, as the .bin files hold them.
+    Fnv1a64 hash;
+    const unsigned char split_end = 0xFF; // moving a token from one split to the other changes it
     for (const auto* split : {&data.train, &data.val}) {
-        for (const uint16_t token : *split)
-            for (const unsigned char byte : {static_cast<unsigned char>(token & 0xFF), static_cast<unsigned char>(token >> 8)}) {
-                hash ^= byte;
-                hash *= 0x100000001b3ULL;
-            }
-        hash ^= 0xFF; // where one split ends: moving a token from one to the other changes it
-        hash *= 0x100000001b3ULL;
+        hash.add(split->data(), split->size() * sizeof(uint16_t));
+        hash.add(&split_end, 1);
     }
-    char hex[17];
-    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
     return "train " + std::to_string(data.train.size()) + " tokens, validation " + std::to_string(data.val.size()) +
-           " tokens, fnv1a64:" + hex;
+           " tokens, " + hash.text();
 }
 
 int64_t project_vocab_size(const ProjectConfig& config)

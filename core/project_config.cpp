@@ -539,7 +539,7 @@ void validate(const ProjectConfig& c, bool stored = false)
     // for a stored run's own settings: runs made before this check (which trained in the
     // preset's formats there) must still show, compare and resume.
     const auto layer_names = gemm_layer_names(c.model.n_layer);
-    for (size_t i = 0; i < (stored ? 0 : c.precision.layers.size()); ++i) {
+    for (size_t i = 0; !stored && i < c.precision.layers.size(); ++i) {
         const std::string& pattern = c.precision.layers[i].match;
         const bool matches = std::any_of(layer_names.begin(), layer_names.end(),
                                          [&](const std::string& name) { return glob_match(pattern, name); });
