@@ -3,9 +3,8 @@
 
 namespace mantissa {
 
-BatchSampler::BatchSampler(const std::vector<uint16_t>& tokens, int64_t batch_size, int64_t context_length,
-                           uint64_t seed)
-    : tokens_(tokens), batch_size_(batch_size), context_length_(context_length),
+BatchSampler::BatchSampler(TokenIds tokens, int64_t batch_size, int64_t context_length, uint64_t seed)
+    : tokens_(std::move(tokens)), batch_size_(batch_size), context_length_(context_length),
       generator_(at::make_generator<at::CPUGeneratorImpl>(seed))
 {
 }

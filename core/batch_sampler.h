@@ -5,15 +5,16 @@
 
 #include <cstdint>
 #include <utility>
-#include <vector>
 
 #include <torch/torch.h>
+
+#include "token_ids.h"
 
 namespace mantissa {
 
 class BatchSampler {
 public:
-    BatchSampler(const std::vector<uint16_t>& tokens, int64_t batch_size, int64_t context_length, uint64_t seed);
+    BatchSampler(TokenIds tokens, int64_t batch_size, int64_t context_length, uint64_t seed);
 
     // x (B, T) and y (B, T) = x shifted by one token, on the CPU.
     std::pair<torch::Tensor, torch::Tensor> next();
@@ -21,7 +22,7 @@ public:
     at::Generator& generator() { return generator_; }
 
 private:
-    const std::vector<uint16_t>& tokens_;
+    TokenIds tokens_; // shares the split's buffer or mapping
     int64_t batch_size_, context_length_;
     at::Generator generator_;
 };

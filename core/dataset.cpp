@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -242,12 +243,13 @@ void split_into(const std::vector<Symbol>& all, double val_fraction, const std::
 {
     const size_t n = all.size();
     const size_t n_train = static_cast<size_t>(static_cast<double>(n) * (1.0 - val_fraction));
-    out.train.resize(n_train);
-    out.val.resize(n - n_train);
+    std::vector<uint16_t> train(n_train), val(n - n_train);
     for (size_t i = 0; i < n; ++i) {
         const uint16_t id = index ? index->at(all[i]) : static_cast<uint16_t>(all[i]);
-        (i < n_train ? out.train[i] : out.val[i - n_train]) = id;
+        (i < n_train ? train[i] : val[i - n_train]) = id;
     }
+    out.train = TokenIds(std::move(train));
+    out.val = TokenIds(std::move(val));
 }
 
 TokenSplits split_text(const std::string& text, const std::string& tokenizer, double val_fraction,
@@ -271,15 +273,19 @@ TokenSplits split_text(const std::string& text, const std::string& tokenizer, do
     return splits;
 }
 
-std::vector<uint16_t> read_token_bin(const std::string& path, int64_t vocab_size)
+TokenIds read_token_bin(const std::string& path, int64_t vocab_size)
 {
     DataFile f = open_data_file(path, "data.dir");
     if (!f.plain) throw ConfigError("data.dir: '" + path + "' is not a file");
     if (f.size % 2 != 0)
         throw ConfigError("data.dir: '" + path + "' has an odd number of bytes; expected uint16 token ids");
-    // Into the tokens themselves: nanoGPT writes native little-endian.
-    std::vector<uint16_t> tokens(static_cast<size_t>(f.size / 2));
-    read_whole(f, reinterpret_cast<char*>(tokens.data()), path, "data.dir");
+    // Mapped, not read: nanoGPT writes native little-endian, as the ids lie in memory here.
+    TokenIds tokens;
+    try {
+        tokens = TokenIds::map_file(path, static_cast<size_t>(f.size));
+    } catch (const std::runtime_error& e) {
+        throw ConfigError("data.dir: file '" + path + "' cannot be mapped: " + e.what());
+    }
     const auto max_it = std::max_element(tokens.begin(), tokens.end());
     if (max_it != tokens.end() && *max_it >= vocab_size)
         throw ConfigError("data.vocab_size: " + std::to_string(vocab_size) + " is too small for '" + path +
@@ -317,7 +323,7 @@ TokenSplits load_token_splits(const ProjectConfig& config)
     if (d.kind == DataKind::Text) source << "'" << resolve_data_path(config, d.path) << "'";
     else if (d.kind == DataKind::TokenBin) source << "'" << resolve_data_path(config, d.dir) << "'";
     else source << "the generated data";
-    auto check = [&](const std::vector<uint16_t>& split, const char* name, const char* hint) {
+    auto check = [&](const TokenIds& split, const char* name, const char* hint) {
         if (split.size() >= needed) return;
         std::ostringstream why;
         if (split.empty())

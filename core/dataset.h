@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "project_config.h"
+#include "token_ids.h"
 
 namespace mantissa {
 
@@ -33,8 +34,8 @@ private:
 };
 
 struct TokenSplits {
-    std::vector<uint16_t> train; // uint16 keeps a 1 GB token file at 2 bytes a token
-    std::vector<uint16_t> val;
+    TokenIds train; // uint16: 2 bytes a token; .bin files mapped, not read
+    TokenIds val;
     Vocabulary vocabulary;
 };
 

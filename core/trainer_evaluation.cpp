@@ -11,7 +11,7 @@ namespace {
 constexpr uint64_t kEvalSeedSalt = 0x5EEDE7A1ULL; // evaluation batches differ from training ones
 }
 
-double Trainer::Impl::estimate_loss(const std::vector<uint16_t>& split)
+double Trainer::Impl::estimate_loss(const TokenIds& split)
 {
     torch::NoGradGuard no_grad;
     model->eval();

@@ -160,7 +160,7 @@ struct Trainer::Impl {
     std::string whose_model(const CheckpointIdentity& theirs) const;
 
     // trainer_evaluation.cpp
-    double estimate_loss(const std::vector<uint16_t>& split);
+    double estimate_loss(const TokenIds& split);
     std::string sample(const std::string& prompt, int64_t tokens, uint64_t seed);
 
     // trainer_commands.cpp

@@ -128,6 +128,9 @@ private slots:
         QVERIFY(s.train == train);
         QVERIFY(s.val == val);
         QCOMPARE(s.vocabulary.decode({1, 50000}), std::string("1 50000"));
+        QVERIFY(s.train.mapped() && s.val.mapped()); // page cache, not a heap copy per process
+        write_file(dir.filePath("corpus.txt"), QByteArray(20, 'x'));
+        QVERIFY(!load_token_splits(text_project(dir.path(), "byte", 0.5)).train.mapped());
 
         c.data.vocab_size = 50000; // token 50000 does not fit
         try {
@@ -137,6 +140,45 @@ private slots:
             QVERIFY2(QString(e.what()).contains("data.vocab_size: 50000 is too small"), e.what());
             QVERIFY2(QString(e.what()).contains("token id 50000"), e.what());
             QVERIFY2(QString(e.what()).contains("train.bin'"), e.what()); // names the file
+        }
+    }
+
+    // A split keeps its mapping alive in every copy (the trainer's sampler holds one), and a
+    // new train.bin renamed over the old one leaves a loaded run reading the file it started on.
+    void aMappedSplitOutlivesItsFileAndItsSplits()
+    {
+        QTemporaryDir dir;
+        const std::vector<uint16_t> first = {1, 2, 3, 4, 5, 6}, second = {7, 7, 7, 7, 7, 7};
+        auto write_bin = [&](const QString& name, const std::vector<uint16_t>& ids) {
+            std::ofstream(dir.filePath(name).toStdString(), std::ios::binary)
+                .write(reinterpret_cast<const char*>(ids.data()), static_cast<std::streamsize>(ids.size() * 2));
+        };
+        write_bin("train.bin", first);
+        write_bin("val.bin", first);
+        ProjectConfig c;
+        c.base_dir = dir.path().toStdString();
+        c.data.kind = DataKind::TokenBin;
+        c.data.dir = ".";
+        c.data.vocab_size = 16;
+        c.model.context_length = 4;
+        TokenIds kept;
+        {
+            const auto s = load_token_splits(c);
+            kept = s.train;
+        }
+        write_bin("train.new", second);
+        QVERIFY(QFile::remove(dir.filePath("train.bin")));
+        QVERIFY(QFile::rename(dir.filePath("train.new"), dir.filePath("train.bin")));
+        QVERIFY(kept == first);
+        QVERIFY(load_token_splits(c).train == second);
+
+        write_bin("val.bin", {}); // an empty split is named, not mapped (mmap refuses 0 bytes)
+        try {
+            load_token_splits(c);
+            QFAIL("accepted an empty val.bin");
+        } catch (const ConfigError& e) {
+            QVERIFY2(QString(e.what()).contains("the validation split of"), e.what());
+            QVERIFY2(QString(e.what()).contains("is empty (val.bin)"), e.what());
         }
     }
 
