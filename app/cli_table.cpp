@@ -36,6 +36,24 @@ std::string fmt_finite(double v, const char* format)
 
 std::string fmt_loss(double v) { return fmt_finite(v, "%.4f"); }
 std::string fmt_delta(double v) { return fmt_finite(v, "%+.4f"); }
+namespace {
+
+std::string non_finite_name(double v) { return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf"; }
+
+} // namespace
+
+std::string fmt_recorded_loss(double v, bool recorded)
+{
+    if (recorded && !std::isfinite(v)) return non_finite_name(v);
+    return recorded ? fmt_loss(v) : "-";
+}
+
+std::string fmt_recorded_delta(double v, bool recorded)
+{
+    if (recorded && !std::isfinite(v)) return non_finite_name(v);
+    return recorded ? fmt_delta(v) : "-";
+}
+
 std::string fmt_ratio(double v) { return fmt_finite(v, "%.2fx"); }
 std::string fmt_rate(double v) { return fmt_finite(v, "%.0f"); }
 

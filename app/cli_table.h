@@ -16,6 +16,10 @@ void print_table(const std::vector<std::vector<std::string>>& rows, const std::v
 std::string fmt_finite(double v, const char* format);
 std::string fmt_loss(double v);  // 0.1234
 std::string fmt_delta(double v); // +0.1234
+// A loss the run recorded: "nan" or "inf" where it diverged, which "-" (nothing recorded)
+// would hide; "-" where `recorded` is false.
+std::string fmt_recorded_loss(double v, bool recorded);
+std::string fmt_recorded_delta(double v, bool recorded);
 std::string fmt_ratio(double v); // 1.23x
 std::string fmt_rate(double v);  // 1234
 std::string fmt_bytes(int64_t bytes); // 12.3 MiB, "-" when negative (unknown)

@@ -81,9 +81,9 @@ int cmd_compare(RunStore& store, const std::vector<std::string>& run_args, doubl
     line("status", [](const RunSummaryRow& r) { return std::string(run_status_name(r.status)); });
     line("recipe", [](const RunSummaryRow& r) { return r.recipe; });
     line("steps", [](const RunSummaryRow& r) { return std::to_string(r.steps_done); });
-    line("final train", [](const RunSummaryRow& r) { return fmt_loss(r.final_train_loss); });
-    line("final val", [](const RunSummaryRow& r) { return fmt_loss(r.final_val_loss); });
-    line("best val", [](const RunSummaryRow& r) { return fmt_loss(r.best_val_loss); });
+    line("final train", [](const RunSummaryRow& r) { return fmt_recorded_loss(r.final_train_loss, r.steps_done > 0); });
+    line("final val", [](const RunSummaryRow& r) { return fmt_recorded_loss(r.final_val_loss, r.final_val_step >= 0); });
+    line("best val", [](const RunSummaryRow& r) { return fmt_recorded_loss(r.best_val_loss, r.best_val_step >= 0); });
     line("tokens/s", [](const RunSummaryRow& r) { return fmt_rate(r.median_tokens_per_s); });
     line("skipped", [](const RunSummaryRow& r) { return std::to_string(r.skipped_steps); });
     line("peak memory", [](const RunSummaryRow& r) { return fmt_bytes(r.peak_memory_bytes()); });
@@ -102,7 +102,8 @@ int cmd_compare(RunStore& store, const std::vector<std::string>& run_args, doubl
             const auto at =
                 std::find_if(aligned.begin(), aligned.end(), [&](const AlignedPoint& p) { return p.step == *step; });
             std::printf("  run %lld: diverges at step %lld (%s vs %s)\n", static_cast<long long>(runs[i].id),
-                        static_cast<long long>(*step), fmt_loss(at->a).c_str(), fmt_loss(at->b).c_str());
+                        static_cast<long long>(*step), fmt_recorded_loss(at->a, true).c_str(),
+                        fmt_recorded_loss(at->b, true).c_str());
         } else
             std::printf("  run %lld: within tolerance over %zu common steps\n", static_cast<long long>(runs[i].id),
                         common);

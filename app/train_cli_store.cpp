@@ -156,7 +156,7 @@ int cmd_list(RunStore& store)
         {"id", "name", "status", "steps", "recipe", "final val", "tokens/s", "created", "tags"}};
     for (const auto& r : store.list_run_summaries())
         rows.push_back({std::to_string(r.id), r.name, std::string(run_status_name(r.status)), std::to_string(r.steps_done), r.recipe,
-                        fmt_loss(r.final_val_loss), fmt_rate(r.median_tokens_per_s), r.created_at, join_tags(r.tags)});
+                        fmt_recorded_loss(r.final_val_loss, r.final_val_step >= 0), fmt_rate(r.median_tokens_per_s), r.created_at, join_tags(r.tags)});
     print_table(rows, {true, false, false, true, false, true, true, false, false});
     return 0;
 }

@@ -41,8 +41,13 @@ void print_sweep_table(const SweepSpec& spec, const std::vector<std::string>& va
         }
         const SweepRow& r = summary.rows[row++];
         another_step |= r.val_at_another_step;
-        rows.push_back({r.value, std::to_string(r.run.id), std::string(run_status_name(r.run.status)), fmt_loss(r.run.final_val_loss),
-                        fmt_delta(r.val_loss_delta) + (r.val_at_another_step ? "*" : ""), fmt_rate(r.run.median_tokens_per_s),
+        // A diverged run's NaN is shown as such, in both columns, not as "no evaluation".
+        const bool evaluated = r.run.final_val_step >= 0;
+        const bool both_evaluated = evaluated && summary.rows[summary.reference].run.final_val_step >= 0;
+        rows.push_back({r.value, std::to_string(r.run.id), std::string(run_status_name(r.run.status)),
+                        fmt_recorded_loss(r.run.final_val_loss, evaluated),
+                        fmt_recorded_delta(r.val_loss_delta, both_evaluated) + (r.val_at_another_step ? "*" : ""),
+                        fmt_rate(r.run.median_tokens_per_s),
                         fmt_ratio(r.tokens_per_s_ratio),
                         fmt_bytes(r.run.peak_memory_bytes()), fmt_ratio(r.peak_memory_ratio),
                         std::to_string(r.run.skipped_steps)});

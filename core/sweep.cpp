@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
 
 namespace mantissa {
 namespace {
@@ -89,6 +92,12 @@ std::vector<SweepRunPlan> plan_each(const SweepSpec& spec, const std::vector<Ove
             throw ConfigError("--vary " + spec.key + "=" + value + " is rejected: " + e.what());
         }
         plan.name = plan.config.name + " [" + spec.key + "=" + value + "]";
+        // 1e-3 and 0.001, or a preset and the overrides it stands for, would train twice.
+        const std::string settings = to_json_text(plan.config);
+        for (const SweepRunPlan& earlier : plans)
+            if (to_json_text(earlier.config) == settings)
+                throw ConfigError("--vary " + spec.key + ": values '" + earlier.value + "' and '" + value +
+                                  "' give the same settings; the sweep would train the same run twice");
         plans.push_back(std::move(plan));
     }
     return plans;
@@ -107,8 +116,24 @@ std::vector<SweepRunPlan> plan_sweep(const ProjectConfig& base, const SweepSpec&
                                      const std::vector<Override>& common_overrides)
 {
     const std::string text = to_json_text(base);
-    return plan_each(spec, common_overrides,
-                     [&](const std::vector<Override>& o) { return load_project_json(text, base.base_dir, o); });
+    // A path typed in the window is relative to the project's folder, not to the folder the
+    // workbench was started from (which load_project_json would take, as the CLI's --set does).
+    const auto in_project_folder = [&](std::vector<Override> overrides) {
+        for (auto& [key, raw] : overrides) {
+            if (key != "data.path" && key != "data.dir" && key != "training.checkpoint_dir") continue;
+            std::string path = raw;
+            if (const auto parsed = nlohmann::json::parse(raw, nullptr, false); parsed.is_string())
+                path = parsed.get<std::string>();
+            else if (!parsed.is_discarded())
+                continue; // not a path: the project's check names it
+            if (!path.empty() && !base.base_dir.empty() && std::filesystem::path(path).is_relative())
+                raw = (std::filesystem::path(base.base_dir) / path).lexically_normal().string();
+        }
+        return overrides;
+    };
+    return plan_each(spec, common_overrides, [&](const std::vector<Override>& o) {
+        return load_project_json(text, base.base_dir, in_project_folder(o));
+    });
 }
 
 SweepSummary summarize_sweep(const std::vector<std::pair<std::string, RunSummaryRow>>& runs)

@@ -35,7 +35,9 @@ struct SweepRunPlan {
 std::vector<SweepRunPlan> plan_sweep(const std::string& project_path, const SweepSpec& spec,
                                      const std::vector<Override>& common_overrides = {});
 // The same for a project held in memory (the GUI's document, possibly unsaved): each value is
-// applied to to_json_text(base), relative data paths resolving against base.base_dir.
+// applied to to_json_text(base), relative data paths (in the project and in the values)
+// resolving against base.base_dir. Both throw ConfigError when two values give the same
+// settings (1e-3 and 0.001).
 std::vector<SweepRunPlan> plan_sweep(const ProjectConfig& base, const SweepSpec& spec,
                                      const std::vector<Override>& common_overrides = {});
 

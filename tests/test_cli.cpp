@@ -476,6 +476,33 @@ private slots:
                  qPrintable(syntax.err));
     }
 
+    // A diverged run's losses read "nan" in every table: "-" means nothing was recorded.
+    void aDivergedRunReadsNanNotNothing()
+    {
+        const QString db = dir_.filePath("diverged.sqlite");
+        const auto r = run_cli({"sweep", project_, "--vary", "optimizer.learning_rate=0.001,1e30", "--set",
+                                "training.steps=6", "--db", db});
+        QVERIFY2(r.exit_code == 0, qPrintable(r.err + r.out));
+        const auto table = sweep_table(r.out);
+        QCOMPARE(table.size(), 2);
+        QCOMPARE(table[0][3], QString::asprintf("%.4f", RunStore(db.toStdString()).list_run_summaries()[0].final_val_loss));
+        QCOMPARE(table[1].mid(0, 5), (QStringList{"1e30", "2", "finished", "nan", "nan"}));
+
+        const auto list = run_cli({"list", "--db", db});
+        const QStringList lines = list.out.split('\n', Qt::SkipEmptyParts);
+        QCOMPARE(lines.size(), 3);
+        QVERIFY2(lines[2].split(' ', Qt::SkipEmptyParts).contains("nan"), qPrintable(list.out));
+        QVERIFY2(!lines[1].split(' ', Qt::SkipEmptyParts).contains("nan"), qPrintable(list.out));
+
+        const auto cmp = run_cli({"compare", "1", "2", "--db", db});
+        QCOMPARE(cmp.exit_code, 0);
+        for (const QString& line : cmp.out.split('\n'))
+            if (line.trimmed().startsWith("final val") || line.trimmed().startsWith("final train"))
+                QVERIFY2(line.split(' ', Qt::SkipEmptyParts).last() == "nan", qPrintable(cmp.out));
+        QVERIFY2(QRegularExpression("run 2: diverges at step \\d+ \\(\\d\\.\\d{4} vs nan\\)").match(cmp.out).hasMatch(),
+                 qPrintable(cmp.out));
+    }
+
     void ctrlCStopsTheSweepAndSkipsTheRest()
     {
         const QString db = dir_.filePath("sweep-int.sqlite");

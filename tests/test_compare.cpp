@@ -7,6 +7,7 @@
 #include <QTemporaryDir>
 
 #include <cmath>
+#include <filesystem>
 
 #include <sqlite3.h>
 
@@ -455,6 +456,31 @@ private slots:
                      ": model.n_embd: 16 is not divisible by model.n_head (3)");
         QCOMPARE(refused("model.depth=1,2"),
                  "--vary model.depth=1 is rejected: " + path + ": model.depth: unknown key");
+        // Spelled apart, the same number: the sweep would train one run twice.
+        QCOMPARE(refused("optimizer.learning_rate=0.002,1e-3,0.0010"),
+                 std::string("--vary optimizer.learning_rate: values '1e-3' and '0.0010' give the same settings; the "
+                             "sweep would train the same run twice"));
+
+        // The window's sweep (a project in memory): a relative path value is in the project's
+        // folder, whatever folder the workbench was started from.
+        const ProjectConfig base = load_project_file(path);
+        const QString elsewhere = dir.filePath("elsewhere");
+        QVERIFY(QDir().mkpath(elsewhere));
+        const QString before = QDir::currentPath();
+        QVERIFY(QDir::setCurrent(elsewhere));
+        std::vector<SweepRunPlan> in_memory;
+        try {
+            in_memory = plan_sweep(base, parse_vary(R"(data.path=b.txt,"sub/c.txt",/abs/d.txt)"),
+                                   {{"data.kind", "text"}});
+        } catch (const std::exception& e) {
+            QDir::setCurrent(before);
+            QFAIL(e.what());
+        }
+        QDir::setCurrent(before);
+        QCOMPARE(in_memory.size(), size_t(3));
+        QCOMPARE(in_memory[0].config.data.path, (std::filesystem::path(base.base_dir) / "b.txt").string());
+        QCOMPARE(in_memory[1].config.data.path, (std::filesystem::path(base.base_dir) / "sub/c.txt").string());
+        QCOMPARE(in_memory[2].config.data.path, std::string("/abs/d.txt"));
     }
 
     void sweepSummaryIsRelativeToFp32()
