@@ -1092,11 +1092,24 @@ void TestProjectEditor::aRunningEditKeepsTheWatchersOtherSwitches()
     QVERIFY2((sent == GemmFormats{NumberFormat::E4M3, NumberFormat::FP32, NumberFormat::BF16}), sent.describe().c_str());
     QVERIFY((table.formatsAt(row) == GemmFormats{NumberFormat::E4M3, NumberFormat::FP32, NumberFormat::FP32}));
 
-    // The project already says FP32 for wgrad: the edit changes no setting but takes the switch back.
-    QVERIFY(table.setData(table.index(row, PrecisionTableModel::WgradColumn), QStringLiteral("fp32")));
+    // The project already says FP32 for wgrad: the edit changes no setting but takes the switch
+    // back. Picked through the cell's editor, as a user picks it: the combo opens on the
+    // project's value, and picking that same value must still reach the model.
+    {
+        ChoiceDelegate delegate;
+        QWidget parent;
+        const QModelIndex wgrad = table.index(row, PrecisionTableModel::WgradColumn);
+        std::unique_ptr<QWidget> editor(delegate.createEditor(&parent, {}, wgrad));
+        auto* combo = qobject_cast<QComboBox*>(editor.get());
+        QVERIFY(combo);
+        delegate.setEditorData(combo, wgrad);
+        QCOMPARE(combo->currentText(), QStringLiteral("fp32"));
+        delegate.setModelData(combo, &table, wgrad);
+    }
     QCOMPARE(edited.count(), 2);
     sent = edited.at(1).at(1).value<GemmFormats>();
-    QVERIFY2((sent == GemmFormats{NumberFormat::FP32, NumberFormat::FP32, NumberFormat::FP32}), sent.describe().c_str());
+    // The forward edit is not reported yet: it is kept (the engine's report still says fp32).
+    QVERIFY2((sent == GemmFormats{NumberFormat::E4M3, NumberFormat::FP32, NumberFormat::FP32}), sent.describe().c_str());
 
     // Once the engine runs what the cell says, the same pick again sends nothing.
     change.step = 8;
@@ -1117,6 +1130,26 @@ void TestProjectEditor::aRunningEditKeepsTheWatchersOtherSwitches()
     QVERIFY(live.apply(backends));
     table.liveLayersChanged();
     QCOMPARE(running.data().toString(), QStringLiteral("emulated \u00b7 step 8: you"));
+
+    // Two edits before the engine reports the first: the second builds on the first, not on
+    // the engine's last report (which would send the first GEMM's old format back).
+    QVERIFY(table.setData(table.index(row, PrecisionTableModel::ForwardColumn), QStringLiteral("bf16")));
+    QVERIFY(table.setData(table.index(row, PrecisionTableModel::DgradColumn), QStringLiteral("bf16")));
+    QCOMPARE(edited.count(), 4);
+    sent = edited.at(2).at(1).value<GemmFormats>();
+    QVERIFY2((sent == GemmFormats{NumberFormat::BF16, NumberFormat::FP32, NumberFormat::FP32}), sent.describe().c_str());
+    sent = edited.at(3).at(1).value<GemmFormats>();
+    QVERIFY2((sent == GemmFormats{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::FP32}), sent.describe().c_str());
+    // A watcher's switch reported before ours were applied: the report is the engine's state again.
+    change.step = 10;
+    change.cause = ChangeCause::Watcher;
+    change.watcher = "nonfinite";
+    change.new_formats = GemmFormats{NumberFormat::E4M3, NumberFormat::FP32, NumberFormat::BF16};
+    QVERIFY(live.apply(change));
+    QVERIFY(table.setData(table.index(row, PrecisionTableModel::ForwardColumn), QStringLiteral("fp16")));
+    QCOMPARE(edited.count(), 5);
+    sent = edited.at(4).at(1).value<GemmFormats>();
+    QVERIFY2((sent == GemmFormats{NumberFormat::FP16, NumberFormat::FP32, NumberFormat::BF16}), sent.describe().c_str());
 }
 
 void TestProjectEditor::runningLocksSettingsOnly()

@@ -45,13 +45,11 @@ void ChoiceDelegate::setEditorData(QWidget* editor, const QModelIndex& index) co
 
 void ChoiceDelegate::setModelData(QWidget* editor, QAbstractItemModel* model, const QModelIndex& index) const
 {
-    // The model validates; a refused value simply leaves the cell as it was.
-    if (auto* combo = qobject_cast<QComboBox*>(editor)) {
-        if (combo->currentText() != index.data(Qt::EditRole).toString())
-            model->setData(index, combo->currentText(), Qt::EditRole);
-    } else if (auto* edit = qobject_cast<QLineEdit*>(editor)) {
-        if (edit->text() != index.data(Qt::EditRole).toString()) model->setData(index, edit->text(), Qt::EditRole);
-    }
+    // The model validates; a refused value simply leaves the cell as it was. Even the value the
+    // cell already holds is handed on: in the precision table, picking the project's format
+    // again is how a watcher's switch is taken back in the running engine.
+    if (auto* combo = qobject_cast<QComboBox*>(editor)) model->setData(index, combo->currentText(), Qt::EditRole);
+    else if (auto* edit = qobject_cast<QLineEdit*>(editor)) model->setData(index, edit->text(), Qt::EditRole);
 }
 
 } // namespace mantissa

@@ -118,14 +118,21 @@ bool PrecisionTableModel::editFormats(const std::function<bool()>& edit, const T
         // During a run the edit reaches only the GEMMs it set: the others keep what the engine
         // runs, so a watcher's switch of another GEMM of this layer is not undone.
         const LiveLayer* live = liveOf(row);
-        const GemmFormats running = live ? live->state.formats : before[i].formats;
+        GemmFormats running = live ? live->state.formats : before[i].formats;
+        const int64_t switched_at = live ? live->switched_at : -1;
+        if (const auto it = unconfirmed_.find(row.layer); it != unconfirmed_.end()) {
+            if (it->second.switched_at == switched_at) running = it->second.formats; // still on its way
+            else unconfirmed_.erase(it); // reported since: the engine's report is current
+        }
         GemmFormats sent = running;
         for (const auto g : kGemms) {
             const bool set = pick(row.formats, g) != pick(before[i].formats, g) ||
                              (touched && touched->first == row.layer && touched->second == g);
             if (set) put(sent, g, pick(row.formats, g));
         }
-        if (!(sent == running)) emit layerFormatsEdited(QString::fromStdString(row.layer), sent);
+        if (sent == running) continue;
+        if (live) unconfirmed_[row.layer] = {sent, switched_at};
+        emit layerFormatsEdited(QString::fromStdString(row.layer), sent);
     }
     return true;
 }
@@ -165,6 +172,7 @@ void PrecisionTableModel::setLiveLayers(const LiveLayers* live)
 {
     live_ = live;
     liveRevision_ = live ? live->revision() : 0;
+    unconfirmed_.clear();
     if (!rows_.empty()) emit dataChanged(index(0, ForwardColumn), index(rowCount() - 1, RunningColumn));
 }
 

@@ -11,6 +11,7 @@
 #include <QString>
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -52,7 +53,11 @@ public:
 
     // While a run goes, the Scaling column is read-only: a trainer switches GEMM formats live
     // but keeps the scaling recipe it started with.
-    void setRunning(bool running) { running_ = running; }
+    void setRunning(bool running)
+    {
+        running_ = running;
+        if (!running) unconfirmed_.clear();
+    }
 
     // The page's preset and fill-by-pattern buttons: like the document's calls, plus
     // layerFormatsEdited for every layer whose formats changed.
@@ -98,6 +103,14 @@ private:
     const LiveLayers* live_ = nullptr;
     bool running_ = false;
     uint64_t liveRevision_ = 0;
+    // Formats sent to the engine and not yet reported back: the engine applies them at its next
+    // step boundary, and a second edit before that must build on them, not on the stale report.
+    // An entry holds until the layer's next reported switch (ours, or a watcher's).
+    struct Unconfirmed {
+        GemmFormats formats;
+        int64_t switched_at = -1; // the layer's last reported switch when they were sent
+    };
+    std::map<std::string, Unconfirmed> unconfirmed_;
 };
 
 } // namespace mantissa

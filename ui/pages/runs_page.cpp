@@ -139,8 +139,9 @@ void RunsPage::buildActions()
         addAction(a);
         return a;
     };
-    refreshAction_ = make(tr("Refresh"), tr("Reload the runs from the store (F5 on this page)"),
-                          QKeySequence::Refresh, [this] { refresh(); });
+    // Not QKeySequence::Refresh: that is F5 here, the window's Start, and Qt would run neither.
+    refreshAction_ = make(tr("Refresh"), tr("Reload the runs from the store (Ctrl+R on this page)"),
+                          QKeySequence(Qt::CTRL | Qt::Key_R), [this] { refresh(); });
     compareAction_ = make(tr("Compare"), tr("Compare the selected runs (Ctrl+Enter)"),
                           QKeySequence(Qt::CTRL | Qt::Key_Return), [this] { compareSelected(); });
     monitorAction_ = make(tr("Show in Monitor"),
