@@ -7,6 +7,7 @@
 #include <QElapsedTimer>
 #include <QFile>
 #include <QLabel>
+#include <limits>
 #include <QMessageBox>
 #include <QApplication>
 #include <QProgressBar>
@@ -948,6 +949,36 @@ void TestGui::statusWidgetEstimatesTimeLeft()
     status.setPaused(true);
     QCOMPARE(status.etaText(), QStringLiteral("paused"));
     QCOMPARE(status.etaSeconds(), -1.0); // the pause restarts the rate window
+
+    // History read back in a burst (Show in Monitor on a live run at step 20000 of 50000) says
+    // how fast the store was read, not how fast the run trains: the rate starts after it.
+    RunStatusWidget live;
+    live.reset(50000);
+    live.addProgressSample(0.0, 1, 1.0);
+    live.addProgressSample(0.3, 20000, 19999.0); // 19 999 steps of 1 s each, read in 0.3 s
+    QCOMPARE(live.etaSeconds(), -1.0);
+    live.addProgressSample(10.3, 20010, 10.0); // then 1 step/s, live
+    QCOMPARE(live.etaSeconds(), 50000.0);      // no step reported through update(): 50 000 left
+
+    // A NaN loss is what an FP16 user watches for: shown, not taken for "no value yet".
+    const auto label = [&live](const QString& prefix) {
+        for (const QLabel* l : live.findChildren<QLabel*>())
+            if (l->text().startsWith(prefix)) return l->text();
+        return QString();
+    };
+    QCOMPARE(label(QStringLiteral("loss ")), QStringLiteral("loss \u2013"));
+    TelemetryBatch batch;
+    StepMetrics nan_step;
+    nan_step.step = 3;
+    nan_step.train_loss = std::numeric_limits<double>::quiet_NaN();
+    batch.steps.push_back(nan_step);
+    EvalMetrics eval;
+    eval.step = 3;
+    eval.val_loss = std::numeric_limits<double>::infinity();
+    batch.evals.push_back(eval);
+    live.update(batch);
+    QTRY_COMPARE(label(QStringLiteral("loss ")), QStringLiteral("loss NaN"));
+    QCOMPARE(label(QStringLiteral("val ")), QStringLiteral("val inf"));
 }
 
 QTEST_MAIN(TestGui)

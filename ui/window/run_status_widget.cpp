@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "window/run_status_widget.h"
 
+#include "common/run_format.h"
+
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QProgressBar>
@@ -47,7 +49,7 @@ void RunStatusWidget::reset(qint64 totalSteps)
 {
     totalSteps_ = totalSteps;
     step_ = 0;
-    trainLoss_ = valLoss_ = -1.0;
+    hasTrainLoss_ = hasValLoss_ = false;
     tokensPerS_ = stepTimeMs_ = 0.0;
     paused_ = finished_ = false;
     samples_.clear();
@@ -61,8 +63,9 @@ void RunStatusWidget::setTotalSteps(qint64 totalSteps)
     refreshLabels();
 }
 
-void RunStatusWidget::addProgressSample(double wallSeconds, qint64 step)
+void RunStatusWidget::addProgressSample(double wallSeconds, qint64 step, double trainedSeconds)
 {
+    if (!samples_.empty() && trainedSeconds > 2.0 * (wallSeconds - samples_.back().first) + 0.5) samples_.clear();
     samples_.emplace_back(wallSeconds, step);
     while (samples_.size() > 2 && wallSeconds - samples_.front().first > kRateWindowS) samples_.pop_front();
 }
@@ -73,6 +76,7 @@ void RunStatusWidget::update(const TelemetryBatch& batch)
         const StepMetrics& last = batch.steps.back();
         step_ = last.step;
         trainLoss_ = last.train_loss;
+        hasTrainLoss_ = true;
         // Averaged over the batch: single steps jitter too much to read at 25 Hz.
         double tokens = 0.0, ms = 0.0;
         for (const auto& m : batch.steps) {
@@ -81,9 +85,12 @@ void RunStatusWidget::update(const TelemetryBatch& batch)
         }
         tokensPerS_ = tokens / static_cast<double>(batch.steps.size());
         stepTimeMs_ = ms / static_cast<double>(batch.steps.size());
-        addProgressSample(static_cast<double>(clock_.elapsed()) / 1000.0, step_);
+        addProgressSample(static_cast<double>(clock_.elapsed()) / 1000.0, step_, ms / 1000.0);
     }
-    if (!batch.evals.empty()) valLoss_ = batch.evals.back().val_loss;
+    if (!batch.evals.empty()) {
+        valLoss_ = batch.evals.back().val_loss;
+        hasValLoss_ = true;
+    }
     refreshLabelsSoon();
 }
 
@@ -134,8 +141,8 @@ void RunStatusWidget::refreshLabels()
     progress_->setRange(0, static_cast<int>(std::max<qint64>(1, totalSteps_)));
     progress_->setValue(static_cast<int>(std::min(step_, std::max<qint64>(1, totalSteps_))));
     progress_->setFormat(tr("step %L1 / %L2").arg(step_).arg(totalSteps_));
-    lossLabel_->setText(trainLoss_ >= 0 ? tr("loss %1").arg(trainLoss_, 0, 'f', 4) : tr("loss –"));
-    valLabel_->setText(valLoss_ >= 0 ? tr("val %1").arg(valLoss_, 0, 'f', 4) : tr("val –"));
+    lossLabel_->setText(tr("loss %1").arg(format_loss(trainLoss_, hasTrainLoss_)));
+    valLabel_->setText(tr("val %1").arg(format_loss(valLoss_, hasValLoss_)));
     speedLabel_->setText(tokensPerS_ > 0
                              ? tr("%L1 tok/s · %2 ms/step").arg(tokensPerS_, 0, 'f', 0).arg(stepTimeMs_, 0, 'f', 1)
                              : tr("– tok/s"));

@@ -36,8 +36,11 @@ public:
     QString etaText() const;
     double tokensPerS() const { return tokensPerS_; }
 
-    // Tests feed wall-clock samples directly instead of waiting.
-    void addProgressSample(double wallSeconds, qint64 step);
+    // Tests feed wall-clock samples directly instead of waiting. `trainedSeconds`: the
+    // training time of the steps since the last sample (their step_time_ms), where known. Far
+    // more of it than wall time passed means they are history read back in a burst (Show in
+    // Monitor on a live run): the rate starts again from here instead of counting the burst.
+    void addProgressSample(double wallSeconds, qint64 step, double trainedSeconds = 0.0);
 
     // Labels repaint at most this often: text changing 25 times a second is unreadable and
     // costs GUI time that training shares.
@@ -59,8 +62,10 @@ private:
     std::deque<std::pair<double, qint64>> samples_; // (wall s, step), the last ~30 s
     qint64 totalSteps_ = 0;
     qint64 step_ = 0;
-    double trainLoss_ = -1.0;
-    double valLoss_ = -1.0;
+    double trainLoss_ = 0.0; // NaN and inf are shown: they are what a user watches for
+    double valLoss_ = 0.0;
+    bool hasTrainLoss_ = false;
+    bool hasValLoss_ = false;
     double tokensPerS_ = 0.0;
     double stepTimeMs_ = 0.0;
     bool paused_ = false;
