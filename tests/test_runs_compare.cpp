@@ -416,6 +416,18 @@ private slots:
         QCOMPARE(plot->grid().at(5, "blocks.0.attn.qkv"), -25.0);
         QCOMPARE(plot->grid().at(10, "blocks.0.attn.qkv"), 50.0);
         QCOMPARE(plot->colorMap()->data()->cell(1, 0), 50.0);
+        // One layer: a single row, which QCPColorMap draws zero cells high unless it is stored twice.
+        const auto coloured_pixels = [plot] {
+            plot->resize(600, 300);
+            const QImage image = plot->toPixmap(600, 300).toImage();
+            const QRect area = plot->axisRect()->rect(); // the map's rect, not the colour scale
+            int n = 0;
+            for (int y = area.top(); y <= area.bottom(); ++y)
+                for (int x = area.left(); x <= area.right(); ++x)
+                    if (image.pixelColor(x, y).hsvSaturation() > 80) ++n;
+            return n;
+        };
+        QVERIFY2(coloured_pixels() > 1000, qPrintable(QString::number(coloured_pixels())));
         page.setLayerStat(LayerDiffStat::AmaxLog10Ratio);
         page.updateLayerDiff();
         QCOMPARE(plot->grid().at(10, "blocks.0.attn.qkv"), 0.0);

@@ -81,15 +81,12 @@ void LayerDiffPlot::setGrid(LayerDiffGrid grid, const QString& label)
 {
     grid_ = std::move(grid);
     const int nx = columnCount(), ny = rowCount();
-    map_->data()->setSize(std::max(nx, 1), std::max(ny, 1));
-    map_->data()->setRange(QCPRange(0, std::max(nx - 1, 0)), QCPRange(0, std::max(ny - 1, 0)));
     double extent = 0.0;
-    for (int c = 0; c < nx; ++c)
-        for (int r = 0; r < ny; ++r) {
-            const double v = grid_.values[static_cast<size_t>(c) * static_cast<size_t>(ny) + static_cast<size_t>(r)];
-            map_->data()->setCell(c, r, v);
-            if (std::isfinite(v)) extent = std::max(extent, std::abs(v));
-        }
+    fill_color_map(map_, nx, ny, [&](int c, int r) {
+        const double v = grid_.values[static_cast<size_t>(c) * static_cast<size_t>(ny) + static_cast<size_t>(r)];
+        if (std::isfinite(v)) extent = std::max(extent, std::abs(v));
+        return v;
+    });
     if (extent == 0.0) extent = 1e-6; // identical runs: a white map, not a degenerate scale
     map_->setDataRange(QCPRange(-extent, extent));
     colorScale_->axis()->setLabel(label);

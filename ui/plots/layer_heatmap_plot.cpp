@@ -388,24 +388,12 @@ void LayerHeatmapPlot::rebuild()
         range = QCPRange(0.0, std::isfinite(hi) && hi > 0 ? nice_ceil(hi) : 1.0);
     }
 
-    // One cell per column and row. QCPColorMap cannot draw a single cell along an axis
-    // (its cell width comes from the spacing of the cell centres), so a lone column or row
-    // is stored twice, a quarter cell either side of its centre.
-    const int kx = std::max(nx, 2), ky = std::max(ny, 2);
-    auto* data = map_->data();
-    data->setSize(kx, ky);
-    data->setRange(nx > 1 ? QCPRange(0, nx - 1) : QCPRange(-0.25, 0.25),
-                   ny > 1 ? QCPRange(0, ny - 1) : QCPRange(-0.25, 0.25));
-    for (int ix = 0; ix < kx; ++ix) {
-        const int c = std::min(ix, std::max(nx - 1, 0));
-        for (int iy = 0; iy < ky; ++iy) {
-            const int r = std::min(iy, std::max(ny - 1, 0));
-            double v = nx > 0 && ny > 0 ? double(values_[size_t(c) * size_t(ny) + size_t(r)]) : kNaN;
-            // Zero on a log scale (an all-zero tensor) is a real value: the lowest colour.
-            if (logScale && std::isfinite(v) && v < range.lower) v = range.lower;
-            data->setCell(ix, iy, v);
-        }
-    }
+    fill_color_map(map_, nx, ny, [&](int c, int r) {
+        double v = double(values_[size_t(c) * size_t(ny) + size_t(r)]);
+        // Zero on a log scale (an all-zero tensor) is a real value: the lowest colour.
+        if (logScale && std::isfinite(v) && v < range.lower) v = range.lower;
+        return v;
+    });
     map_->setGradient(make_gradient(stat_));
     colorScale_->setDataScaleType(logScale ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
     if (logScale) colorScale_->axis()->setTicker(QSharedPointer<QCPAxisTickerLog>::create());

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 namespace mantissa {
@@ -116,6 +117,22 @@ QCPColorScale* attach_color_scale(QCustomPlot* plot, QCPColorMap* map)
     plot->axisRect()->setMarginGroup(QCP::msTop | QCP::msBottom, group);
     scale->setMarginGroup(QCP::msTop | QCP::msBottom, group);
     return scale;
+}
+
+void fill_color_map(QCPColorMap* map, int nx, int ny, const std::function<double(int c, int r)>& value)
+{
+    const int kx = std::max(nx, 2), ky = std::max(ny, 2);
+    auto* data = map->data();
+    data->setSize(kx, ky);
+    data->setRange(nx > 1 ? QCPRange(0, nx - 1) : QCPRange(-0.25, 0.25),
+                   ny > 1 ? QCPRange(0, ny - 1) : QCPRange(-0.25, 0.25));
+    for (int ix = 0; ix < kx; ++ix) {
+        const int c = std::min(ix, std::max(nx - 1, 0));
+        for (int iy = 0; iy < ky; ++iy) {
+            const int r = std::min(iy, std::max(ny - 1, 0));
+            data->setCell(ix, iy, nx > 0 && ny > 0 ? value(c, r) : std::numeric_limits<double>::quiet_NaN());
+        }
+    }
 }
 
 } // namespace mantissa

@@ -6,6 +6,8 @@
 
 #include <qcustomplot.h>
 
+#include <functional>
+
 namespace mantissa {
 
 // Large counts (tokens) read better as 1.5M than as 1.5·10⁶.
@@ -25,5 +27,11 @@ void follow_palette(QCustomPlot* plot);
 // A colour scale on the right of `plot`, driving `map`, with the map's axis rect and the
 // scale sharing top and bottom margins so their edges line up.
 QCPColorScale* attach_color_scale(QCustomPlot* plot, QCPColorMap* map);
+
+// Fills `map` with nx × ny cells centred on 0 … nx-1 and 0 … ny-1, value(c, r) each.
+// QCPColorMap cannot draw a single cell along an axis (its cell width comes from the spacing of
+// the cell centres), so a lone column or row is stored twice, a quarter cell either side of its
+// centre. With nx or ny 0 every cell is NaN.
+void fill_color_map(QCPColorMap* map, int nx, int ny, const std::function<double(int c, int r)>& value);
 
 } // namespace mantissa
