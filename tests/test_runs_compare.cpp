@@ -10,6 +10,7 @@
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
+#include <QFont>
 #include <QImage>
 #include <QLabel>
 #include <QLineEdit>
@@ -23,7 +24,9 @@
 #include <limits>
 #include <memory>
 
+#include "models/precision_table_model.h"
 #include "pages/compare_page.h"
+#include "pages/project_page.h"
 #include "plots/compare_plot.h"
 #include "plots/layer_diff_plot.h"
 #include "window/main_window.h"
@@ -622,6 +625,15 @@ private slots:
         SweepRunner* sweep = window.sweepRunner();
         QSignalSpy done(sweep, &SweepRunner::finished);
         QSignalSpy starting(sweep, &SweepRunner::runStarting);
+        QString tableDuringBf16;
+        connect(window.controller(), &TrainingController::started, this, [&] {
+            if (starting.count() != 2) return;
+            PrecisionTableModel* table = window.projectPage()->precisionModel();
+            const QModelIndex forward = table->index(0, PrecisionTableModel::ForwardColumn);
+            tableDuringBf16 = forward.data().toString() +
+                              (forward.data(Qt::FontRole).value<QFont>().italic() ? " italic" : " upright") +
+                              ", running '" + table->index(0, PrecisionTableModel::RunningColumn).data().toString() + "'";
+        });
         QVERIFY(window.startSweep(QStringLiteral("precision.preset"), QStringLiteral("fp32,bf16,fp16"),
                                   QStringLiteral("t1")));
         QVERIFY(sweep->isRunning());
@@ -630,6 +642,9 @@ private slots:
         QVERIFY2(window.lastError().startsWith(QStringLiteral("A sweep is running into the local store")),
                  qPrintable(window.lastError()));
         QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 180000);
+        // While the bf16 run trained, the precision table showed the project (fp32), not the
+        // run's bf16 as a switch it never made.
+        QCOMPARE(tableDuringBf16, QStringLiteral("fp32 upright, running ''"));
         QCOMPARE(done.at(0).at(1).toBool(), false);
         QCOMPARE(starting.count(), 3);
         QVERIFY2(sweep->problems().isEmpty(), qPrintable(sweep->problems().join(QLatin1Char('\n'))));

@@ -143,7 +143,12 @@ MainWindow::MainWindow(const QString& storePath, QWidget* parent)
     connect(document_, &ProjectDocument::validationFailed, this,
             [this](const QString&, const QString& message) { statusBar()->showMessage(message, 8000); });
     connect(projectPage_, &ProjectPage::layerFormatsEdited, this, [this](const QString& layer, const GemmFormats& f) {
-        if (controller_->isRunning()) changeLayerFormats(layer, f);
+        if (!controller_->isRunning()) return;
+        // A sweep's runs differ only in the swept setting: an edit goes to the project alone.
+        if (sweepRunner_->isRunning())
+            statusBar()->showMessage(tr("Saved in the project only: the sweep's runs keep their settings."), 8000);
+        else
+            changeLayerFormats(layer, f);
     });
     // One selection everywhere: a layer picked on the monitor is shown in the precision table.
     connect(monitorPage_, &MonitorPage::layerSelected, projectPage_, &ProjectPage::selectLayer);
@@ -342,7 +347,9 @@ bool MainWindow::startRun(const ProjectConfig& config)
     monitorPage_->reset(config.training.batch_size * config.model.context_length * config.training.grad_accum,
                         gemm_layer_names(config.model.n_layer));
     monitorPage_->setInitialLayerStates(LiveLayers::from_project(config));
-    projectPage_->precisionModel()->setLiveLayers(&monitorPage_->history().liveLayers());
+    // The table's rows are the open project's; a sweep's run is another project (the swept
+    // value), and every cell would read as a switch the run never made.
+    if (!sweepRunner_->isRunning()) projectPage_->precisionModel()->setLiveLayers(&monitorPage_->history().liveLayers());
     // When training takes every core, each millisecond the GUI draws stalls a training thread
     // (bench/gui_monitor): draw within a small budget. With a core to spare, draw freely.
     const int cores = std::max(1, QThread::idealThreadCount());
