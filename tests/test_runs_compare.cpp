@@ -444,6 +444,37 @@ private slots:
         QVERIFY(!page.setLayerDiffOther(1));
     }
 
+    // A live run's new points must not throw away a range the user zoomed to.
+    void comparePlotKeepsTheUsersRange()
+    {
+        ComparePlot plot;
+        const auto curve = [](int64_t run, int points) {
+            ComparePlot::Curve c;
+            c.runId = run;
+            c.label = QStringLiteral("run %1").arg(run);
+            for (int i = 1; i <= points; ++i) {
+                c.xs.push_back(i);
+                c.ys.push_back(10.0 / i);
+            }
+            return c;
+        };
+        plot.setCurves({curve(1, 10)}, QStringLiteral("step"), QStringLiteral("train/loss"));
+        plot.rebuild(true);
+        QCOMPARE(plot.xAxis->range().upper, 10.0);
+        emit plot.mouseWheel(nullptr); // the user zooms (QCustomPlot's range zoom moves the axes)
+        plot.xAxis->setRange(2, 4);
+        plot.setCurves({curve(1, 20)}, QStringLiteral("step"), QStringLiteral("train/loss")); // the run grew
+        plot.rebuild(true);
+        QCOMPARE(plot.xAxis->range(), QCPRange(2, 4));
+        emit plot.mouseDoubleClick(nullptr); // fit again
+        QCOMPARE(plot.xAxis->range().upper, 20.0);
+        emit plot.mousePress(nullptr); // a drag
+        plot.xAxis->setRange(5, 6);
+        plot.setCurves({curve(1, 20), curve(2, 30)}, QStringLiteral("step"), QStringLiteral("train/loss"));
+        plot.rebuild(true); // other runs: a range for them
+        QCOMPARE(plot.xAxis->range().upper, 30.0);
+    }
+
     void exportsWriteFiles()
     {
         ComparePage page(connection_.get());
@@ -495,6 +526,7 @@ private slots:
             other.finish_run(id, RunStatus::Finished);
         }
         ComparePage page(connection_.get());
+        page.show(); // a hidden page reads again only when shown
         QObject::connect(connection_.get(), &StoreConnection::runsChanged, &page, &ComparePage::reload);
         QVERIFY(page.setRuns({1}));
         QCOMPARE(values_of(page.curvePlot()->rawGraph(0)).front(), 2.875);
@@ -520,6 +552,9 @@ private slots:
         QVERIFY(runs.refresh());
         QObject::connect(connection_.get(), &StoreConnection::runsChanged, &page, &ComparePage::reload);
         QVERIFY(runs.deleteRuns({2}));
+        // Hidden (another page is shown), it reads the store when it is shown, not at each change.
+        QCOMPARE(page.runIds(), (std::vector<int64_t>{1, 2}));
+        page.show();
         QCOMPARE(page.runIds(), (std::vector<int64_t>{1}));
         QCOMPARE(page.curvePlot()->curveCount(), 1);
 

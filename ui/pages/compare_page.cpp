@@ -431,7 +431,45 @@ std::vector<int64_t> ComparePage::runIds() const
     return ids;
 }
 
-bool ComparePage::reload() { return runs_.empty() ? true : setRuns(runIds()); }
+bool ComparePage::reload()
+{
+    if (runs_.empty()) return true;
+    if (!isVisible()) {
+        reloadWhenShown_ = true;
+        return true;
+    }
+    reloadWhenShown_ = false;
+    return runsChangedInStore() ? setRuns(runIds()) : true;
+}
+
+bool ComparePage::runsChangedInStore() const
+{
+    RunStore* store = store_->store();
+    if (!store) return true; // setRuns says why
+    try {
+        RunFilter filter;
+        filter.ids = runIds();
+        const auto rows = store->list_run_summaries(filter);
+        if (rows.size() != runs_.size()) return true;
+        for (const auto& now : rows) {
+            const auto was = std::find_if(runs_.begin(), runs_.end(), [&](const RunData& r) { return r.row.id == now.id; });
+            if (was == runs_.end() || was->storePath != store_->path()) return true;
+            const RunSummaryRow& w = was->row;
+            if (w.status != now.status || w.steps_done != now.steps_done || w.final_val_step != now.final_val_step ||
+                w.name != now.name || w.tags != now.tags || w.created_at != now.created_at)
+                return true;
+        }
+        return false;
+    } catch (const std::exception&) {
+        return true;
+    }
+}
+
+void ComparePage::showEvent(QShowEvent* event)
+{
+    QWidget::showEvent(event);
+    if (reloadWhenShown_) reload();
+}
 
 const Series& ComparePage::seriesOf(RunData& run, const std::string& tag)
 {

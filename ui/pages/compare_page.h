@@ -74,7 +74,9 @@ public:
     // when none is left or the store cannot be read.
     bool setRuns(const std::vector<int64_t>& ids);
     std::vector<int64_t> runIds() const;
-    // Reads the same runs again (renamed, tagged, deleted or grown meanwhile).
+    // Reads the same runs again (renamed, tagged, deleted or grown meanwhile). The store says
+    // "changed" about once a second while a remote run trains: a hidden page reads again when
+    // it is shown, and a shown one only when one of its runs changed.
     bool reload();
 
     // The scalar tags the shown runs have (train/loss and val/loss first).
@@ -124,7 +126,11 @@ public:
     QTableView* summaryView() const { return summaryView_; }
     QTableView* configDiffView() const { return diffView_; }
 
+protected:
+    void showEvent(QShowEvent* event) override;
+
 private:
+    bool runsChangedInStore() const;
     struct RunData {
         RunSummaryRow row;
         QString storePath; // with row.id and row.created_at: which run this is, across stores
@@ -153,6 +159,7 @@ private:
 
     StoreConnection* store_ = nullptr;
     std::vector<RunData> runs_;
+    bool reloadWhenShown_ = false;
     QStringList metrics_;
     QString metric_ = QStringLiteral("train/loss");
     XAxisMode mode_ = XAxisMode::Step;

@@ -2,6 +2,7 @@
 #include "pages/runs_page.h"
 
 #include <QAction>
+#include <QApplication>
 #include <QDir>
 #include <QFileDialog>
 #include <QHBoxLayout>
@@ -13,6 +14,7 @@
 #include <QMenu>
 #include <QMessageBox>
 #include <QTableView>
+#include <QTimer>
 #include <QToolBar>
 #include <QVBoxLayout>
 
@@ -162,6 +164,19 @@ void RunsPage::buildActions()
 
 bool RunsPage::refresh()
 {
+    // A remote run's rows make the store say "changed" every second; a reset model would close
+    // the name being typed. Read again once the editor is closed.
+    const QWidget* focus = QApplication::focusWidget();
+    if (focus && view_->viewport()->isAncestorOf(focus)) { // an item editor (its parent is the viewport)
+        if (!refreshAfterEdit_) {
+            refreshAfterEdit_ = new QTimer(this);
+            refreshAfterEdit_->setSingleShot(true);
+            refreshAfterEdit_->setInterval(500);
+            connect(refreshAfterEdit_, &QTimer::timeout, this, [this] { refresh(); });
+        }
+        refreshAfterEdit_->start(); // one pending read, however many changes come meanwhile
+        return true;
+    }
     const std::vector<int64_t> selected = selectedRunIds();
     emptyReason_.clear();
     QString error;

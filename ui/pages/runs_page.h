@@ -18,6 +18,7 @@ class QAction;
 class QLabel;
 class QLineEdit;
 class QTableView;
+class QTimer;
 
 namespace mantissa {
 
@@ -87,6 +88,7 @@ private:
     RunListModel* model_ = nullptr;
     RunFilterProxyModel* proxy_ = nullptr;
     QTableView* view_ = nullptr;
+    QTimer* refreshAfterEdit_ = nullptr; // a refresh put off while a run's name is edited
     QLineEdit* filterEdit_ = nullptr;
     QLabel* countLabel_ = nullptr;
     QLabel* messageLabel_ = nullptr;

@@ -41,6 +41,13 @@ ComparePlot::ComparePlot(QWidget* parent) : QCustomPlot(parent)
     emptyText_->setText(tr("Select runs on the Runs page and press Compare"));
     rebuild(true);
     follow_palette(this); // after the plot's own legend and axis set-up
+    connect(this, &QCustomPlot::mouseWheel, this, [this] { userMoved_ = true; });
+    connect(this, &QCustomPlot::mousePress, this, [this] { userMoved_ = true; }); // a drag starts
+    connect(this, &QCustomPlot::mouseDoubleClick, this, [this] {
+        userMoved_ = false;
+        fit();
+        replot(rpQueuedReplot);
+    });
 }
 
 QCPGraph* ComparePlot::smoothedGraph(int i) const
@@ -55,6 +62,10 @@ void ComparePlot::setCurves(std::vector<Curve> curves, const QString& xLabel, co
     curves_ = std::move(curves);
     xAxis->setLabel(xLabel);
     yAxis->setLabel(yLabel);
+    QString identity = xLabel + QLatin1Char('|') + yLabel;
+    for (const Curve& c : curves_) identity += QLatin1Char('|') + QString::number(c.runId) + c.label;
+    if (identity != curvesIdentity_) userMoved_ = false; // other curves: a range for them
+    curvesIdentity_ = identity;
 }
 
 void ComparePlot::setMarkers(std::vector<Marker> markers) { markers_ = std::move(markers); }
@@ -64,6 +75,7 @@ void ComparePlot::setEmptyText(const QString& text) { emptyText_->setText(text);
 void ComparePlot::setLogScale(bool enabled)
 {
     logScale_ = enabled;
+    userMoved_ = false; // another scale: a range chosen on the old one means little
     yAxis->setScaleType(enabled ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
     if (enabled)
         yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
@@ -128,7 +140,7 @@ void ComparePlot::rebuild(bool now)
     }
     emptyText_->setVisible(curves_.empty());
     legend->setVisible(!curves_.empty());
-    fit();
+    if (!userMoved_) fit();
     replot(now ? rpImmediateRefresh : rpQueuedReplot);
 }
 

@@ -37,8 +37,11 @@ public:
     void setSmoothing(double weight); // 0 .. 0.99
     void setLogScale(bool enabled);
     void setEmptyText(const QString& text); // shown when there is no curve
-    // Rebuilds the graphs and replots (queued unless `now`).
+    // Rebuilds the graphs and replots (queued unless `now`). The axes fit the curves, unless
+    // the user has zoomed or dragged since the curves last changed runs, metric or axis: a
+    // live run's new points must not throw away the range the user is reading.
     void rebuild(bool now = false);
+    bool userMovedAxes() const { return userMoved_; }
 
     int curveCount() const { return static_cast<int>(curves_.size()); }
     const Curve& curve(int i) const { return curves_.at(static_cast<size_t>(i)); }
@@ -62,6 +65,8 @@ private:
     QCPItemText* emptyText_ = nullptr;
     double smoothing_ = 0.0;
     bool logScale_ = false;
+    bool userMoved_ = false;   // zoomed or dragged: keep the range; a double click fits again
+    QString curvesIdentity_;   // runs, metric and axis the range was chosen for
 };
 
 } // namespace mantissa
