@@ -71,6 +71,12 @@ set(CPACK_DEBIAN_PACKAGE_DEPENDS
   "libc6 (>= 2.34), libstdc++6 (>= 12), libgcc-s1, libsqlite3-0 (>= 3.31)")
 if(TARGET mantissa)
   string(APPEND CPACK_DEBIAN_PACKAGE_DEPENDS ", libqt6core6 (>= 6.4), libqt6gui6 (>= 6.4), libqt6widgets6 (>= 6.4),"
-         " libqt6printsupport6 (>= 6.4), qt6-qpa-plugins (>= 6.4), libqcustomplot2.1-qt6")
+         " libqt6printsupport6 (>= 6.4), libqt6network6 (>= 6.4), qt6-qpa-plugins (>= 6.4),"
+         " libqcustomplot2.1-qt6")
+endif()
+# mantissa-train's store server links cpp-httplib's shared library, whose Debian package is
+# named after its major.minor version (libcpp-httplib0.11 on Debian 12).
+if(MANTISSA_WITH_REMOTE AND CPPHTTPLIB_VERSION MATCHES "^([0-9]+)\\.([0-9]+)")
+  string(APPEND CPACK_DEBIAN_PACKAGE_DEPENDS ", libcpp-httplib${CMAKE_MATCH_1}.${CMAKE_MATCH_2}")
 endif()
 include(CPack)

@@ -46,10 +46,34 @@ for exe in mantissa mantissa-train; do
     deps="$(env -u LD_LIBRARY_PATH ldd "$bin")"
     if grep -q 'not found' <<<"$deps"; then grep 'not found' <<<"$deps"; failed=1; fi
     # ldd prints .../usr/bin/../lib/mantissa/...: compare resolved paths.
-    ours="$(awk '$2 == "=>" && $3 ~ /^\// {print $3}' <<<"$deps" | xargs -r realpath | grep "^$root/usr/lib/mantissa/" || true)"
+    ours="$(awk '$2 == "=>" && $3 ~ /^\// {print $3}' <<<"$deps" | while IFS= read -r p; do realpath "$p"; done |
+            grep "^$root/usr/lib/mantissa/" || true)"
     echo "  $(wc -l <<<"$deps") libraries, $(grep -c . <<<"$ours" || true) of them from the package:"
     sed 's|.*/|    |' <<<"$ours"
     if grep -E '/\.venv/|site-packages' <<<"$deps"; then echo "  loads from the build machine's torch"; failed=1; fi
+done
+
+# ldd above resolves on this machine, where the -dev packages bring every library; a clean
+# machine has only what Depends names. Each system library a program links directly must
+# come from a package Depends names.
+say "every linked system library is a declared dependency"
+depends="$(dpkg-deb -f "$deb" Depends)"
+echo "Depends: $depends"
+for exe in mantissa mantissa-train; do
+    bin="$root/usr/bin/$exe"
+    deps="$(env -u LD_LIBRARY_PATH ldd "$bin")"
+    while IFS= read -r lib; do
+        [ -e "$root/usr/lib/mantissa/$lib" ] && continue # bundled
+        path="$(awk -v l="$lib" '$1 == l && $2 == "=>" {print $3}' <<<"$deps")"
+        [ -n "$path" ] || continue # the dynamic loader itself
+        real="$(realpath "$path")"
+        owner="$( (dpkg -S "$real" 2>/dev/null || dpkg -S "${real#/usr}" 2>/dev/null || true) | head -1 | cut -d: -f1)"
+        if [ -z "$owner" ]; then
+            echo "  $exe: $lib ($real) belongs to no Debian package"; failed=1
+        elif ! tr ',|' '\n\n' <<<"$depends" | sed 's/^ *//; s/[ (].*//' | grep -qxF "$owner"; then
+            echo "  $exe: $lib comes from $owner, which Depends does not name"; failed=1
+        fi
+    done < <(readelf -d "$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 done
 
 say "extracted mantissa-train --version"

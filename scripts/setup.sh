@@ -24,10 +24,17 @@ install_debian_packages() {
     done
     if [ ${#missing[@]} -eq 0 ]; then return; fi
     log "installing Debian packages: ${missing[*]}"
-    local sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    local sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        if ! command -v sudo >/dev/null; then
+            log "not root and no sudo: install these as root, then run this again: apt-get install ${missing[*]}"
+            exit 1
+        fi
+        sudo=(sudo)
+    fi
+    # env inside sudo: sudo resets the environment, and apt would ask questions.
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
 install_torch() {
@@ -55,12 +62,26 @@ install_ml_dtypes() {
     "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check ml_dtypes
 }
 
+# Whether BUILD_DIR lacks this script's settings: never configured, configured some other way
+# (a plain `cmake -B`, or without Qt, which would leave no tests to run), another .venv, or
+# extra MANTISSA_CMAKE_ARGS asked for. Configuring again when nothing changed is skipped: it
+# costs seconds at every `scripts/run.sh`.
+needs_configure() {
+    local cache="$BUILD_DIR/CMakeCache.txt" prefix="$1"
+    [ -f "$BUILD_DIR/build.ninja" ] && [ -f "$cache" ] || return 0
+    grep -qx 'MANTISSA_WERROR:BOOL=ON' "$cache" || return 0
+    grep -qx 'MANTISSA_WITH_QT:BOOL=ON' "$cache" || return 0
+    grep -q "^CMAKE_PREFIX_PATH:[A-Z]*=$prefix\$" "$cache" || return 0
+    [ -z "${MANTISSA_CMAKE_ARGS:-}" ] || return 0
+    return 1
+}
+
 configure_and_build() {
     local prefix
     prefix="$("$ROOT/.venv/bin/python" -c 'import torch;print(torch.utils.cmake_prefix_path)' 2>/dev/null)"
-    if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+    if needs_configure "$prefix"; then
         log "configuring $BUILD_DIR"
-        cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMANTISSA_WERROR=ON \
+        cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMANTISSA_WERROR=ON -DMANTISSA_WITH_QT=ON \
               -DCMAKE_PREFIX_PATH="$prefix" ${MANTISSA_CMAKE_ARGS:-} >&2
     fi
     log "building"

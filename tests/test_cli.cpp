@@ -479,7 +479,7 @@ private slots:
     // A diverged run's losses read "nan" in every table: "-" means nothing was recorded.
     void aDivergedRunReadsNanNotNothing()
     {
-        const QString db = dir_.filePath("diverged.sqlite");
+        const QString db = dir_.filePath("sweep-diverged.sqlite");
         const auto r = run_cli({"sweep", project_, "--vary", "optimizer.learning_rate=0.001,1e30", "--set",
                                 "training.steps=6", "--db", db});
         QVERIFY2(r.exit_code == 0, qPrintable(r.err + r.out));
