@@ -97,8 +97,11 @@ void rank0_failed(DataParallel& dp)
 
 int run_data_parallel_follower(DataParallel& dp)
 {
-    // Ctrl-C reaches every rank; rank 0 turns it into a Stop that all ranks apply together.
+    // Ctrl-C reaches every rank, and so does SIGTERM (Slurm's scancel and time limit, torchrun's
+    // agent): rank 0 turns either into a Stop that all ranks apply together at one step, with a
+    // final checkpoint. A rank that died of it would fail the run and lose that checkpoint.
     std::signal(SIGINT, SIG_IGN);
+    std::signal(SIGTERM, SIG_IGN);
     std::string message;
     try {
         message = dp.wait_for(kProjectKey);

@@ -588,18 +588,27 @@ private slots:
         for (size_t i = 0; i < a.size(); ++i) QVERIFY2(b[i].second == a[i].second, qPrintable(QString::number(i)));
     }
 
+    void ctrl_c_on_rank0_stops_every_rank_data()
+    {
+        QTest::addColumn<int>("signal");
+        QTest::newRow("Ctrl-C") << int(SIGINT);
+        QTest::newRow("SIGTERM to every rank (Slurm, torchrun)") << int(SIGTERM);
+    }
+
     void ctrl_c_on_rank0_stops_every_rank()
     {
         // Rank 0's Stop reaches the other rank through the step-boundary broadcast: both end
         // cleanly at the same step, in the same state, and the run is `stopped`.
-        const QString project = write_project("stop", 1000000, "fp32");
-        const QString db = dir_.filePath("stop.db");
+        QFETCH(int, signal);
+        const QString name = signal == SIGINT ? "stop" : "term";
+        const QString project = write_project(name, 1000000, "fp32");
+        const QString db = dir_.filePath(name + ".db");
         QProcess r0, r1;
         QVERIFY(start_two_ranks(project, db, r0, r1));
-        ::kill(static_cast<pid_t>(r1.processId()), SIGINT); // ignored: rank 0 decides
+        ::kill(static_cast<pid_t>(r1.processId()), signal); // ignored: rank 0 decides
         QTest::qWait(300);
         QCOMPARE(r1.state(), QProcess::Running);
-        ::kill(static_cast<pid_t>(r0.processId()), SIGINT);
+        ::kill(static_cast<pid_t>(r0.processId()), signal);
         const Rank a = finish(r0), b = finish(r1);
         QVERIFY2(a.exit_code == 0, qPrintable(a.err));
         QVERIFY2(b.exit_code == 0, qPrintable(b.err));
