@@ -443,6 +443,23 @@ std::string DataParallel::Impl::local_refusal(bool cuda) const
     return {};
 }
 
+namespace {
+
+// The environment variables that change which collectives a rank makes: set on some ranks and
+// not others, the ranks' collectives stop matching (Gloo then ends the process in
+// std::terminate, "collective mismatch"). "NAME=value" each, "NAME unset" where absent.
+std::string collective_settings()
+{
+    std::string out;
+    for (const char* name : {"MANTISSA_DP_SKIP_AMAX_REDUCTION", "MANTISSA_DP_CONTROL"}) {
+        const char* v = std::getenv(name);
+        out += std::string(out.empty() ? "" : ", ") + name + (v ? "=" + std::string(v) : std::string(" unset"));
+    }
+    return out;
+}
+
+} // namespace
+
 void DataParallel::Impl::preflight(bool cuda) { preflight(cuda, gpu_identity(cuda)); }
 
 void DataParallel::Impl::preflight(bool cuda, const std::string& gpu)
@@ -454,10 +471,12 @@ void DataParallel::Impl::preflight(bool cuda, const std::string& gpu)
     // collective timeout. Now every rank refuses at once, with that rank's reason.
     const std::string refusal = local_refusal(cuda);
     const std::string key = "preflight/" + std::to_string(env.rank);
+    // Set before the preflight answer: whoever reads the answer finds the settings too.
+    backend->store->set("preflight_settings/" + std::to_string(env.rank), to_bytes(collective_settings()));
     // "<device>\n<GPU identity>\n<refusal>"
     backend->store->set(key, to_bytes(std::string(cuda ? "cuda" : "cpu") + "\n" + gpu + "\n" + refusal));
-    std::string first_refusal;
-    int refusing_rank = -1, other_device_rank = -1;
+    std::string first_refusal, rank0_settings, differing_settings;
+    int refusing_rank = -1, other_device_rank = -1, differing_rank = -1;
     std::vector<std::string> gpu_of_rank;
     for (int r = 0; r < env.world_size; ++r) {
         std::string answer;
@@ -487,9 +506,21 @@ void DataParallel::Impl::preflight(bool cuda, const std::string& gpu)
             first_refusal = reason;
         }
         if (device != (cuda ? "cuda" : "cpu") && other_device_rank < 0) other_device_rank = r;
+        std::string settings;
+        try {
+            const std::string settings_key = "preflight_settings/" + std::to_string(r);
+            if (backend->store->check({settings_key})) settings = from_bytes(backend->store->get(settings_key));
+        } catch (const std::exception& e) {
+            throw CollectiveError(waited + first_line(e));
+        }
+        if (r == 0) rank0_settings = settings;
+        else if (settings != rank0_settings && differing_rank < 0) {
+            differing_rank = r;
+            differing_settings = settings;
+        }
     }
     const auto shared = ranks_sharing_a_gpu(gpu_of_rank);
-    if (refusing_rank >= 0 || other_device_rank >= 0 || shared) {
+    if (refusing_rank >= 0 || other_device_rank >= 0 || shared || differing_rank >= 0) {
         // Every rank refuses. The rank that hosts the store waits (a while) until every other
         // has read the answers, so that its exit does not take them away mid-read.
         try {
@@ -512,6 +543,10 @@ void DataParallel::Impl::preflight(bool cuda, const std::string& gpu)
                           std::to_string(shared->second) + " would share the GPU " + gpu_of_rank[shared->first] +
                           "; NCCL needs one GPU per rank: give each rank its own (torchrun: at most one rank per "
                           "GPU of a machine; Slurm: --gpus-per-task=1)");
+    if (differing_rank >= 0)
+        throw PeerRefused("data-parallel: rank " + std::to_string(differing_rank) + " has " + differing_settings +
+                          " but rank 0 has " + rank0_settings +
+                          "; these change which collectives a rank makes: set them alike on every rank");
     if (other_device_rank >= 0)
         throw PeerRefused("data-parallel: rank " + std::to_string(env.rank) + " trains on " +
                           (cuda ? "CUDA" : "the CPU") + " but rank " + std::to_string(other_device_rank) + " on " +

@@ -5,6 +5,8 @@
 // per-rank timing, and failure reports.
 #include "trainer_impl.h"
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -267,6 +269,19 @@ void Trainer::Impl::dp_fail(const std::exception& error)
     // A peer left. It may have said why before it went (it posts before its sockets close).
     if (const auto reason = dp->failure_reason(std::chrono::milliseconds(2000)))
         throw CollectiveError("data-parallel: " + *reason + " (" + me + " stopped with it: " + what + ")");
+    // This rank waited out the timeout: a peer is hung, or busy past it (rank 0 evaluating or
+    // writing a checkpoint). Said for the others: a busy rank 0 would otherwise find only this
+    // rank's sockets closed, and record that it lost this rank.
+    std::string lowered = what;
+    std::transform(lowered.begin(), lowered.end(), lowered.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (lowered.find("timed out") != std::string::npos) {
+        const std::string why = "waited longer than training.collective_timeout_s=" +
+                                std::to_string(config.training.collective_timeout_s) +
+                                " s for its peers (one is hung, or busy that long: an evaluation or a checkpoint "
+                                "write?): " + what;
+        dp->report_failure(why);
+        throw CollectiveError("data-parallel: " + me + " " + why);
+    }
     const std::string whom =
         dp->world_size() == 2 ? "rank " + std::to_string(1 - dp->rank()) : std::string("one of its peers");
     throw CollectiveError("data-parallel: " + me + " lost " + whom + ", which did not say why (killed, machine lost, "

@@ -184,13 +184,16 @@ private:
     }
 
     // Every rank with the same arguments; [0] is rank 0.
-    std::vector<Rank> run_two(const QStringList& args, const QStringList& extra_env = {}, int world = 2)
+    std::vector<Rank> run_two(const QStringList& args, const QStringList& extra_env = {}, int world = 2,
+                              const QStringList& rank1_env = {})
     {
         const int port = free_port();
         std::vector<std::unique_ptr<QProcess>> procs;
         for (int r = 0; r < world; ++r) {
             auto env = rank_env(r, world, port);
             for (const auto& kv : extra_env) env.insert(kv.section('=', 0, 0), kv.section('=', 1));
+            if (r == 1)
+                for (const auto& kv : rank1_env) env.insert(kv.section('=', 0, 0), kv.section('=', 1));
             procs.push_back(std::make_unique<QProcess>());
             procs.back()->setProcessEnvironment(env);
             procs.back()->start(MANTISSA_TRAIN_EXE, args);
@@ -645,6 +648,17 @@ private slots:
         r = run_single({"run", project, "--no-store"}, env);
         QCOMPARE(r.exit_code, 2);
         QVERIFY2(r.err.contains("rank 3 is not below the world size 2 (SLURM_PROCID/SLURM_NTASKS)"), qPrintable(r.err));
+        // A setting that changes the ranks' collectives, on one rank only: refused on both with
+        // what differs (it was a Gloo "collective mismatch" that ended rank 1 in std::terminate).
+        const QString fp8 = write_project("env-fp8", 2, "fp8-hybrid");
+        const auto differ = run_two({"run", fp8, "--no-store"}, {}, 2, {"MANTISSA_DP_SKIP_AMAX_REDUCTION=1"});
+        for (const Rank& rank : differ) {
+            QVERIFY2(rank.exit_code == 1, qPrintable(rank.err)); // a peer's refusal, as for other devices
+            QVERIFY2(rank.err.contains("training failed: data-parallel: rank 1 has"), qPrintable(rank.err));
+            QVERIFY2(rank.err.contains("rank 1 has MANTISSA_DP_SKIP_AMAX_REDUCTION=1, MANTISSA_DP_CONTROL unset but "
+                                       "rank 0 has MANTISSA_DP_SKIP_AMAX_REDUCTION unset, MANTISSA_DP_CONTROL unset"),
+                     qPrintable(rank.err));
+        }
         // A global batch that does not split over the ranks: both ranks refuse it.
         const auto ranks = run_two({"run", project, "--no-store", "--set", "training.grad_accum=3"});
         QCOMPARE(ranks[0].exit_code, 2);
@@ -799,6 +813,28 @@ private slots:
         });
         QVERIFY2(errors[0].empty() && errors[1].empty(), (errors[0] + errors[1]).c_str());
         QCOMPARE(seen, std::string("data-parallel: rank 1: data.path '/nowhere/train.txt' cannot be read"));
+    }
+
+    // Rank 0 busy past the timeout (a long evaluation): rank 1 times out and says so before it
+    // goes, and the run record names rank 1's wait, not "rank 0 lost rank 1".
+    void a_rank_that_times_out_says_why()
+    {
+        const QString project = write_project("timeout", 20, "fp32");
+        const QString db = dir_.filePath("timeout.db");
+        const auto ranks = run_two({"run", project, "--db", db, "--set", "training.collective_timeout_s=1", "--set",
+                                    "eval.interval=5", "--set", "eval.batches=10000", "--set", "training.batch_size=64"});
+        QVERIFY2(ranks[1].exit_code == 1, qPrintable(ranks[0].err + ranks[1].err));
+        QVERIFY2(ranks[1].err.contains("rank 1 waited longer than training.collective_timeout_s=1 s for its peers"),
+                 qPrintable(ranks[1].err));
+        QVERIFY2(ranks[0].exit_code == 1, qPrintable(ranks[0].err));
+        RunStore store(db.toStdString(), OpenMode::ReadOnly);
+        QVERIFY(store.find_run("1")->status == RunStatus::Failed);
+        QString recorded;
+        for (const auto& e : store.events(1))
+            if (e.kind == "run_failed") recorded = QString::fromStdString(e.event.text);
+        QVERIFY2(recorded.startsWith("data-parallel: rank 1: waited longer than training.collective_timeout_s=1 s"),
+                 qPrintable(recorded));
+        QVERIFY2(!recorded.contains("lost rank 1"), qPrintable(recorded));
     }
 
     void killed_peer_fails_the_run()
