@@ -157,7 +157,11 @@ std::string export_tensorboard(RunStore& store, int64_t run_id, const std::strin
     const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(
                              std::chrono::system_clock::now().time_since_epoch())
                              .count();
-    const std::string path = (fs::path(dir) / ("events.out.tfevents." + std::to_string(seconds) + ".mantissa")).string();
+    // TensorBoard's own pattern, with the run: two exports in one second (two runs, or the same
+    // run again) each get a file of their own, and nothing exported earlier is written over.
+    const std::string stem = "events.out.tfevents." + std::to_string(seconds) + ".mantissa.run" + std::to_string(run_id);
+    std::string path = (fs::path(dir) / stem).string();
+    for (int n = 2; fs::exists(path, ec); ++n) path = (fs::path(dir) / (stem + "." + std::to_string(n))).string();
     EventWriter writer(path);
     for (const auto& row : store.scalars(run_id))
         if (std::isfinite(row.value)) writer.scalar(row.step, row.tag, row.value);

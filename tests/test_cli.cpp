@@ -297,6 +297,16 @@ private slots:
         const QString out = dir_.filePath("tb-export");
         const auto exp = run_cli({"export", "tb", "--format", "tensorboard", "--out", out, "--db", db_});
         QVERIFY2(exp.exit_code == 0, qPrintable(exp.err));
+        // Exported again into one folder (within the same second, too): a file each, none written over.
+        const QString twice = dir_.filePath("tb-twice");
+        const auto first = run_cli({"export", "tb", "--format", "tensorboard", "--out", twice, "--db", db_});
+        const auto second = run_cli({"export", "tb", "--format", "tensorboard", "--out", twice, "--db", db_});
+        QVERIFY2(first.exit_code == 0 && second.exit_code == 0, qPrintable(first.err + second.err));
+        QVERIFY2(first.err != second.err, qPrintable(first.err));
+        QCOMPARE(QDir(twice).entryList(QDir::Files).size(), 2);
+        for (const QString& name : QDir(twice).entryList(QDir::Files))
+            QVERIFY2(QRegularExpression("^events\\.out\\.tfevents\\.\\d+\\.mantissa\\.run\\d+(\\.2)?$").match(name).hasMatch(),
+                     qPrintable(name));
         // A folder that cannot be written is the output's problem: exit 2 with the OS's reason, as for CSV.
         const auto bad = run_cli({"export", "tb", "--format", "tensorboard", "--out", "/proc/no-such-dir", "--db", db_});
         QCOMPARE(bad.exit_code, 2);
