@@ -91,6 +91,9 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
     } catch (const ConfigError& e) {
         std::fprintf(stderr, "error: %s: %s\n", plans.front().name.c_str(), e.what());
         return 2;
+    } catch (const std::exception& e) { // LibTorch building the model (memory): no abort
+        std::fprintf(stderr, "error: %s: building the model failed: %s\n", plans.front().name.c_str(), e.what());
+        return 1;
     }
     std::unique_ptr<RunStore> store;
     try {
@@ -104,10 +107,10 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
 
     std::vector<std::string> values, notes(plans.size());
     std::vector<int64_t> run_ids(plans.size(), 0);
-    bool any_failed = false;
+    bool any_failed = false, store_failed = false;
     for (size_t i = 0; i < plans.size(); ++i) {
         values.push_back(plans[i].value);
-        if (g_stop_requested) {
+        if (g_stop_requested || store_failed) {
             notes[i] = "skipped";
             continue;
         }
@@ -118,6 +121,11 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
         } catch (const ConfigError& e) {
             std::fprintf(stderr, "error: %s: %s\n", plans[i].name.c_str(), e.what());
             notes[i] = "rejected";
+            any_failed = true;
+            continue;
+        } catch (const std::exception& e) { // LibTorch building this value's model (memory): the sweep goes on
+            std::fprintf(stderr, "error: %s: building the model failed: %s\n", plans[i].name.c_str(), e.what());
+            notes[i] = "failed";
             any_failed = true;
             continue;
         }
@@ -134,7 +142,10 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
         }
         std::printf("run %lld '%s' -> %s\n", static_cast<long long>(run_ids[i]), plans[i].name.c_str(),
                     db_path.c_str());
-        if (train_session(*session, db_path, job) != 0) any_failed = true;
+        const int code = train_session(*session, db_path, job);
+        if (code != 0) any_failed = true;
+        // The store could not record the run (exit 3): the next runs would not be kept either.
+        if (code == 3) store_failed = true;
     }
 
     std::vector<int64_t> ids;
@@ -142,14 +153,20 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
         if (id) ids.push_back(id);
     std::vector<std::optional<RunSummaryRow>> runs(plans.size());
     if (!ids.empty()) {
-        RunFilter filter;
-        filter.ids = ids;
-        const auto rows = store->list_run_summaries(filter);
-        for (size_t i = 0; i < plans.size(); ++i)
-            for (const auto& r : rows)
-                if (r.id == run_ids[i]) runs[i] = r;
+        try {
+            RunFilter filter;
+            filter.ids = ids;
+            const auto rows = store->list_run_summaries(filter);
+            for (size_t i = 0; i < plans.size(); ++i)
+                for (const auto& r : rows)
+                    if (r.id == run_ids[i]) runs[i] = r;
+        } catch (const StoreError& e) {
+            std::fprintf(stderr, "error: cannot read the sweep's runs back: %s\n", e.what());
+            store_failed = true;
+        }
     }
     print_sweep_table(spec, values, runs, notes);
+    if (store_failed) return 3;
     return any_failed ? 1 : 0;
 }
 
