@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "config_diff.h"
 
+#include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -64,6 +66,7 @@ std::vector<ConfigDifferenceN> diff_configs(const std::vector<std::string>& json
 
     std::vector<std::string> order; // keys in first-seen order
     std::unordered_map<std::string, std::vector<const json*>> values;
+    std::vector<std::unordered_set<std::string>> empties(docs.size()); // keys holding [] or {}
     for (size_t i = 0; i < docs.size(); ++i) {
         std::vector<Leaf> leaves;
         flatten(docs[i], "", leaves);
@@ -71,9 +74,23 @@ std::vector<ConfigDifferenceN> diff_configs(const std::vector<std::string>& json
             auto [it, inserted] = values.try_emplace(leaf.key, docs.size(), nullptr);
             if (inserted) order.push_back(leaf.key);
             it->second[i] = leaf.value;
+            if (leaf.value->is_structured()) empties[i].insert(leaf.key); // flatten leaves only empty ones
         }
     }
+    const auto inside = [](const std::string& key, const std::string& parent) {
+        return key.size() > parent.size() && key.compare(0, parent.size(), parent) == 0 &&
+               (key[parent.size()] == '[' || key[parent.size()] == '.');
+    };
+    const auto under_empty = [&](size_t doc, const std::string& key) {
+        for (const auto& e : empties[doc])
+            if (inside(key, e)) return true;
+        return false;
+    };
 
+    // A list or object empty in one config and holding entries in another (no precision.layers
+    // against one override): the entries' rows say what differs, with "(none)" on the empty
+    // side, not "(absent)" as if the setting were missing; the empty one's own row ("[]"
+    // against "absent") would say it twice and is left out.
     std::vector<ConfigDifferenceN> out;
     for (const auto& key : order) {
         const auto& vs = values[key];
@@ -81,8 +98,17 @@ std::vector<ConfigDifferenceN> diff_configs(const std::vector<std::string>& json
         for (size_t i = 1; i < vs.size() && !differ; ++i)
             differ = (vs[i] == nullptr) != (vs[0] == nullptr) || (vs[i] && !same_value(*vs[i], *vs[0]));
         if (!differ) continue;
+        const bool only_empty_or_absent =
+            std::all_of(vs.begin(), vs.end(), [](const json* v) { return !v || v->is_structured(); });
+        if (only_empty_or_absent &&
+            std::any_of(order.begin(), order.end(), [&](const std::string& k) { return inside(k, key); }))
+            continue;
         ConfigDifferenceN d{key, {}};
-        for (const json* v : vs) d.values.push_back(v ? std::optional<std::string>(display(*v)) : std::nullopt);
+        for (size_t i = 0; i < vs.size(); ++i) {
+            if (vs[i]) d.values.push_back(display(*vs[i]));
+            else if (under_empty(i, key)) d.values.push_back(std::string("(none)"));
+            else d.values.push_back(std::nullopt);
+        }
         out.push_back(std::move(d));
     }
     return out;

@@ -90,11 +90,16 @@ private slots:
         QVERIFY(diff_configs(R"({"x": 1, "y": 0.5, "z": -3})", R"({"x": 1.0, "y": 0.50, "z": -3.0})").empty());
         QCOMPARE(describe(diff_configs(R"({"x": 1, "s": "1", "n": null})", R"({"x": 1.5, "s": 1, "n": 0})")),
                  (QStringList{"x: 1 | 1.5", "s: 1 | 1", "n: null | 0"}));
-        // An empty list is a leaf; its entries on the other side are keys of their own.
+        // An empty list against entries: the entries' rows, "(none)" on the empty side (the
+        // list is there, and empty), and no row of the list's own to say it twice.
         QCOMPARE(describe(diff_configs(R"({"layers": []})", R"({"layers": [{"match": "lm_head"}]})")),
-                 (QStringList{"layers: [] | (absent)", "layers[0].match: (absent) | lm_head"}));
+                 (QStringList{"layers[0].match: (none) | lm_head"}));
         QCOMPARE(describe(diff_configs(R"({"o": {}})", R"({"o": {"k": [1]}})")),
-                 (QStringList{"o: {} | (absent)", "o.k[0]: (absent) | 1"}));
+                 (QStringList{"o.k[0]: (none) | 1"}));
+        // Empty against missing is still a difference of its own; a missing parent is "(absent)".
+        QCOMPARE(describe(diff_configs(R"({"layers": [], "x": 1})", R"({"x": 1})")),
+                 (QStringList{"layers: [] | (absent)"}));
+        QCOMPARE(describe(diff_configs(R"({"x": 1})", R"({"x": 1, "o": {"k": 1}})")), (QStringList{"o.k: (absent) | 1"}));
     }
 
     void diffOfSeveralConfigs()
