@@ -19,6 +19,10 @@ MemoryEstimateModel::MemoryEstimateModel(ProjectDocument* document, QObject* par
 void MemoryEstimateModel::refresh()
 {
     const bool wasValid = valid_;
+    // rowCount() follows valid_: the reset must begin before it changes (proxies and
+    // persistent indexes read the old rows during beginResetModel).
+    const bool reset = wasValid != document_->hasProject();
+    if (reset) beginResetModel();
     valid_ = document_->hasProject();
     if (valid_) {
         vocabSize_ = document_->vocabSize();
@@ -42,8 +46,7 @@ void MemoryEstimateModel::refresh()
             largestBlock_ = QString::fromStdString(name);
         }
     }
-    if (wasValid != valid_) {
-        beginResetModel();
+    if (reset) {
         endResetModel();
     } else if (valid_) {
         emit dataChanged(index(0, 0), index(RowCount - 1, ColumnCount - 1));
