@@ -36,6 +36,25 @@ void write_file(const QString& path, const QByteArray& bytes)
     f.write(bytes);
 }
 
+// A nanoGPT .bin file: native little-endian uint16 ids.
+void write_bin(const QString& path, const std::vector<uint16_t>& ids)
+{
+    std::ofstream(path.toStdString(), std::ios::binary)
+        .write(reinterpret_cast<const char*>(ids.data()), static_cast<std::streamsize>(ids.size() * 2));
+}
+
+// A project reading train.bin and val.bin from `dir`.
+ProjectConfig bin_project(const QString& dir, int64_t vocab_size)
+{
+    ProjectConfig c;
+    c.base_dir = dir.toStdString();
+    c.data.kind = DataKind::TokenBin;
+    c.data.dir = ".";
+    c.data.vocab_size = vocab_size;
+    c.model.context_length = 4;
+    return c;
+}
+
 } // namespace
 
 class TestData : public QObject {
@@ -114,16 +133,9 @@ private slots:
         QTemporaryDir dir;
         const std::vector<uint16_t> train = {1, 2, 3, 4, 5, 6, 7, 50000};
         const std::vector<uint16_t> val = {9, 8, 7, 6, 5};
-        std::ofstream(dir.filePath("train.bin").toStdString(), std::ios::binary)
-            .write(reinterpret_cast<const char*>(train.data()), static_cast<std::streamsize>(train.size() * 2));
-        std::ofstream(dir.filePath("val.bin").toStdString(), std::ios::binary)
-            .write(reinterpret_cast<const char*>(val.data()), static_cast<std::streamsize>(val.size() * 2));
-        ProjectConfig c;
-        c.base_dir = dir.path().toStdString();
-        c.data.kind = DataKind::TokenBin;
-        c.data.dir = ".";
-        c.data.vocab_size = 50257;
-        c.model.context_length = 4;
+        write_bin(dir.filePath("train.bin"), train);
+        write_bin(dir.filePath("val.bin"), val);
+        ProjectConfig c = bin_project(dir.path(), 50257);
         const auto s = load_token_splits(c);
         QVERIFY(s.train == train);
         QVERIFY(s.val == val);
@@ -149,30 +161,21 @@ private slots:
     {
         QTemporaryDir dir;
         const std::vector<uint16_t> first = {1, 2, 3, 4, 5, 6}, second = {7, 7, 7, 7, 7, 7};
-        auto write_bin = [&](const QString& name, const std::vector<uint16_t>& ids) {
-            std::ofstream(dir.filePath(name).toStdString(), std::ios::binary)
-                .write(reinterpret_cast<const char*>(ids.data()), static_cast<std::streamsize>(ids.size() * 2));
-        };
-        write_bin("train.bin", first);
-        write_bin("val.bin", first);
-        ProjectConfig c;
-        c.base_dir = dir.path().toStdString();
-        c.data.kind = DataKind::TokenBin;
-        c.data.dir = ".";
-        c.data.vocab_size = 16;
-        c.model.context_length = 4;
+        write_bin(dir.filePath("train.bin"), first);
+        write_bin(dir.filePath("val.bin"), first);
+        const ProjectConfig c = bin_project(dir.path(), 16);
         TokenIds kept;
         {
             const auto s = load_token_splits(c);
             kept = s.train;
         }
-        write_bin("train.new", second);
+        write_bin(dir.filePath("train.new"), second);
         QVERIFY(QFile::remove(dir.filePath("train.bin")));
         QVERIFY(QFile::rename(dir.filePath("train.new"), dir.filePath("train.bin")));
         QVERIFY(kept == first);
         QVERIFY(load_token_splits(c).train == second);
 
-        write_bin("val.bin", {}); // an empty split is named, not mapped (mmap refuses 0 bytes)
+        write_bin(dir.filePath("val.bin"), {}); // an empty split is named, not mapped (mmap refuses 0 bytes)
         try {
             load_token_splits(c);
             QFAIL("accepted an empty val.bin");
@@ -187,11 +190,7 @@ private slots:
         QTemporaryDir dir;
         write_file(dir.filePath("train.bin"), QByteArray(101, '\0'));
         write_file(dir.filePath("val.bin"), QByteArray(100, '\0'));
-        ProjectConfig c;
-        c.base_dir = dir.path().toStdString();
-        c.data.kind = DataKind::TokenBin;
-        c.data.dir = ".";
-        c.data.vocab_size = 10;
+        const ProjectConfig c = bin_project(dir.path(), 10);
         try {
             load_token_splits(c);
             QFAIL("accepted an odd-sized bin file");
