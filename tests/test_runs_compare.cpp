@@ -661,8 +661,10 @@ private slots:
         QSignalSpy done(sweep, &SweepRunner::finished);
         QSignalSpy starting(sweep, &SweepRunner::runStarting);
         QString tableDuringBf16;
+        int listedWhenBf16Started = 0;
         connect(window.controller(), &TrainingController::started, this, [&] {
             if (starting.count() != 2) return;
+            listedWhenBf16Started = window.runsPage()->model()->rowCount();
             PrecisionTableModel* table = window.projectPage()->precisionModel();
             const QModelIndex forward = table->index(0, PrecisionTableModel::ForwardColumn);
             tableDuringBf16 = forward.data().toString() +
@@ -680,6 +682,7 @@ private slots:
         // While the bf16 run trained, the precision table showed the project (fp32), not the
         // run's bf16 as a switch it never made.
         QCOMPARE(tableDuringBf16, QStringLiteral("fp32 upright, running ''"));
+        QCOMPARE(listedWhenBf16Started, 2); // the Runs page lists a run as it starts, not when it ends
         QCOMPARE(done.at(0).at(1).toBool(), false);
         QCOMPARE(starting.count(), 3);
         QVERIFY2(sweep->problems().isEmpty(), qPrintable(sweep->problems().join(QLatin1Char('\n'))));

@@ -652,6 +652,7 @@ void MainWindow::clearError()
 void MainWindow::onStarted(qint64 runId)
 {
     statusBar()->showMessage(tr("Run %1 · store %2").arg(runId).arg(QDir::toNativeSeparators(controller_->storePath())));
+    runsPage_->refresh(); // the new run is listed (running) while it trains, not only once it ends
 }
 
 void MainWindow::onDrained(const TelemetryBatch& batch)
@@ -670,6 +671,7 @@ void MainWindow::onFinished(RunStatus status)
     projectPage_->setRunning(false);
     projectPage_->precisionModel()->setLiveLayers(nullptr); // the table shows the project again
     runsPage_->refresh(); // the store closed the run before finished() came
+    comparePage_->reload(); // a page comparing this run shows it finished, with its last points
     feed_->setLocalTraining(false);
     if (status != RunStatus::Failed)
         statusBar()->showMessage(tr("%1 %2 at step %3")
