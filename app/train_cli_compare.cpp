@@ -98,15 +98,23 @@ int cmd_compare(RunStore& store, const std::vector<std::string>& run_args, doubl
         const auto aligned = align_on_steps(first, other);
         const auto common = aligned.size();
         const auto step = first_divergence_step(first, other, tolerance, relative);
+        // Matched by step: where the runs' steps hold different numbers of tokens, say so, the
+        // same step being another point of training for each.
+        std::string by_step;
+        try {
+            if (tokens_per_step(runs[0].config_json) != tokens_per_step(runs[i].config_json))
+                by_step = " (tokens per step differ: compared step by step, not at equal tokens)";
+        } catch (const std::exception&) {
+        }
         if (step) {
             const auto at =
                 std::find_if(aligned.begin(), aligned.end(), [&](const AlignedPoint& p) { return p.step == *step; });
-            std::printf("  run %lld: diverges at step %lld (%s vs %s)\n", static_cast<long long>(runs[i].id),
+            std::printf("  run %lld: diverges at step %lld (%s vs %s)%s\n", static_cast<long long>(runs[i].id),
                         static_cast<long long>(*step), fmt_recorded_loss(at->a, true).c_str(),
-                        fmt_recorded_loss(at->b, true).c_str());
+                        fmt_recorded_loss(at->b, true).c_str(), by_step.c_str());
         } else
-            std::printf("  run %lld: within tolerance over %zu common steps\n", static_cast<long long>(runs[i].id),
-                        common);
+            std::printf("  run %lld: within tolerance over %zu common steps%s\n", static_cast<long long>(runs[i].id),
+                        common, by_step.c_str());
     }
     return 0;
 }

@@ -513,6 +513,21 @@ private slots:
                  qPrintable(cmp.out));
     }
 
+    // Runs whose steps hold different numbers of tokens are compared step by step: said.
+    void compareSaysWhenStepsHoldDifferentTokens()
+    {
+        const QString db = dir_.filePath("sweep-batch.sqlite");
+        const auto r = run_cli({"sweep", project_, "--vary", "training.batch_size=4,8", "--set", "training.steps=3",
+                                "--db", db});
+        QVERIFY2(r.exit_code == 0, qPrintable(r.err + r.out));
+        const auto cmp = run_cli({"compare", "1", "2", "--db", db});
+        QCOMPARE(cmp.exit_code, 0);
+        QVERIFY2(cmp.out.contains("(tokens per step differ: compared step by step, not at equal tokens)"),
+                 qPrintable(cmp.out));
+        const auto same = run_cli({"compare", "1", "1", "--db", db});
+        QVERIFY2(!same.out.contains("tokens per step differ"), qPrintable(same.out));
+    }
+
     void ctrlCStopsTheSweepAndSkipsTheRest()
     {
         const QString db = dir_.filePath("sweep-int.sqlite");
