@@ -44,14 +44,14 @@ install_torch() {
     fi
     log "creating .venv with torch==$TORCH_VERSION"
     [ -x "$py" ] || python3 -m venv "$ROOT/.venv"
-    "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy
+    "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" "numpy==2.4.6"
 }
 
 # The TensorBoard export test reads our event files back with the real tensorboard package.
 install_tensorboard() {
     "$ROOT/.venv/bin/python" -c "import tensorboard" 2>/dev/null && return
     log "installing tensorboard into .venv"
-    "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check tensorboard
+    "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check "tensorboard==2.21.0"
 }
 
 # tests/data/block_formats_reference.txt was generated with ml_dtypes' FP4/E8M0 casts
@@ -59,7 +59,7 @@ install_tensorboard() {
 install_ml_dtypes() {
     "$ROOT/.venv/bin/python" -c "import ml_dtypes" 2>/dev/null && return
     log "installing ml_dtypes into .venv"
-    "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check ml_dtypes
+    "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check "ml_dtypes==0.7.0"
 }
 
 # Whether BUILD_DIR lacks this script's settings: never configured, configured some other way

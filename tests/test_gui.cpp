@@ -34,6 +34,7 @@
 #include "pages/project_page.h"
 #include "models/project_settings_model.h"
 #include "window/run_status_widget.h"
+#include "common/run_format.h"
 #include "plots/layer_heatmap_plot.h"
 #include "plots/loss_scale_plot.h"
 #include "plots/memory_plot.h"
@@ -949,6 +950,10 @@ void TestGui::statusWidgetEstimatesTimeLeft()
     status.setPaused(true);
     QCOMPARE(status.etaText(), QStringLiteral("paused"));
     QCOMPARE(status.etaSeconds(), -1.0); // the pause restarts the rate window
+    status.finish(format_status(RunStatus::Stopped));
+    QCOMPARE(status.etaText(), QStringLiteral("stopped")); // not "done"
+    status.finish();
+    QCOMPARE(status.etaText(), QStringLiteral("done")); // a followed run whose end is not known
 
     // History read back in a burst (Show in Monitor on a live run at step 20000 of 50000) says
     // how fast the store was read, not how fast the run trains: the rate starts after it.

@@ -111,9 +111,10 @@ void RunStatusWidget::setPaused(bool paused)
     refreshLabels();
 }
 
-void RunStatusWidget::finish()
+void RunStatusWidget::finish(const QString& outcome)
 {
     finished_ = true;
+    outcome_ = outcome;
     refreshLabels();
 }
 
@@ -128,7 +129,7 @@ double RunStatusWidget::etaSeconds() const
 
 QString RunStatusWidget::etaText() const
 {
-    if (finished_) return tr("done");
+    if (finished_) return outcome_.isEmpty() ? tr("done") : outcome_;
     if (paused_) return tr("paused");
     const double eta = etaSeconds();
     return eta < 0 ? tr("ETA –") : tr("ETA %1").arg(format_duration(eta));

@@ -28,7 +28,8 @@ public:
     void setTotalSteps(qint64 totalSteps);
     void update(const TelemetryBatch& batch);
     void setPaused(bool paused);
-    void finish();
+    // The run ended: the ETA reads `outcome` ("finished", "stopped", "failed"), "done" when unknown.
+    void finish(const QString& outcome = QString());
 
     qint64 step() const { return step_; }
     // Seconds left, or -1 while the rate is unknown.
@@ -70,6 +71,7 @@ private:
     double stepTimeMs_ = 0.0;
     bool paused_ = false;
     bool finished_ = false;
+    QString outcome_;
 };
 
 QString format_duration(double seconds); // "42 s", "3 min 05 s", "2 h 07 min"
