@@ -16,10 +16,9 @@ bool Trainer::Impl::apply_commands(TelemetrySink& sink, const std::function<void
         return e;
     };
     bool paused = false, before_first_ran = false;
-    std::deque<Command> synced; // data parallel: rank 0's commands, on every rank
     while (true) {
         std::optional<Command> command;
-        if (dp) command = dp_next_command(synced, paused);
+        if (dp) command = dp_next_command(paused);
         else command = paused ? std::optional<Command>(commands.wait_pop()) : commands.try_pop();
         if (!command) return true;
         if (before_first && !before_first_ran) {

@@ -191,20 +191,23 @@ double Trainer::Impl::dp_reduce_step(torch::Tensor& loss_sum, int& overlapped_bu
     return ms_since(t0);
 }
 
-std::optional<Command> Trainer::Impl::dp_next_command(std::deque<Command>& synced, bool paused)
+std::optional<Command> Trainer::Impl::dp_next_command(bool paused)
 {
-    // Every rank calls this equally often: what it decides on (`synced`, `paused`) is the
-    // same everywhere, since it comes from rank 0's broadcast.
+    // Every rank calls this equally often: what it decides on (the synced commands, `paused`)
+    // is the same everywhere, since it comes from rank 0's broadcast.
+    std::deque<Command>& synced = dp_synced_commands;
+    // Paused, rank 0 tells the others it is still here well within the collective timeout.
+    const auto alive_every = std::min<std::chrono::milliseconds>(
+        std::chrono::milliseconds(1000), std::chrono::milliseconds(config.training.collective_timeout_s * 1000 / 4));
     while (synced.empty()) {
         std::string mine;
         std::vector<Command> drained = std::move(pending_switches); // the watchers' first
         pending_switches.clear(); // on every rank: only rank 0's count
         if (is_rank0()) {
             while (auto c = commands.try_pop()) drained.push_back(*c);
-            // Paused: wait for a command a while, then tell the others we are still here, well
-            // within the collective timeout.
+            // Paused: wait for a command a while, then tell the others we are still here.
             if (drained.empty() && paused)
-                if (auto c = commands.wait_pop_for(std::chrono::milliseconds(1000))) drained.push_back(*c);
+                if (auto c = commands.wait_pop_for(alive_every)) drained.push_back(*c);
             mine = encode_commands(drained);
         }
         for (auto& c : decode_commands(dp->impl().control_broadcast_bytes(mine))) synced.push_back(std::move(c));

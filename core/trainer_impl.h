@@ -110,7 +110,11 @@ struct Trainer::Impl {
     double dp_reduce_step(torch::Tensor& loss_sum, int& overlapped_buckets);
     // Rank 0's pending commands, the same on every rank; while paused, rank 0 waits for one
     // and the others wait with it. nullopt: nothing more at this boundary.
-    std::optional<Command> dp_next_command(std::deque<Command>& synced, bool paused);
+    std::optional<Command> dp_next_command(bool paused);
+    // Data parallel: rank 0's commands as broadcast, the same on every rank, not yet applied.
+    // What a Resume leaves behind it in one broadcast is applied at the next step boundary,
+    // as a single process's queue keeps it.
+    std::deque<Command> dp_synced_commands;
     // Rank 0's watchers' BF16 switches not yet sent to the other ranks (handle_alerts). The next
     // boundary's commands carry them, ahead of the queue's; a step that evaluates or
     // checkpoints (or the last) sends them at its end instead, through this, so that its

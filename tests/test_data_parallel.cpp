@@ -112,6 +112,21 @@ std::array<std::string, 2> run_two_ranks_in_threads(const std::function<void(Dat
     return errors;
 }
 
+// Rank 0, paused at step 2 by its sink, has Resume and a precision change queued behind the
+// Pause: all three go out in one broadcast.
+struct SinkThatPausesAndSwitches : TelemetrySink {
+    Trainer* trainer = nullptr;
+    void on_step(const StepMetrics& m) override
+    {
+        if (m.step != 2) return;
+        trainer->request_pause();
+        trainer->request_resume();
+        trainer->request_layer_formats("lm_head", GemmFormats{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16});
+    }
+    void on_eval(const EvalMetrics&) override {}
+    void on_event(const RunEvent&) override {}
+};
+
 // Rank 0's own failure, outside any collective: its telemetry gives up after one step.
 struct SinkThatGivesUp : TelemetrySink {
     int64_t at_step;
@@ -835,6 +850,29 @@ private slots:
         QVERIFY2(recorded.startsWith("data-parallel: rank 1: waited longer than training.collective_timeout_s=1 s"),
                  qPrintable(recorded));
         QVERIFY2(!recorded.contains("lost rank 1"), qPrintable(recorded));
+    }
+
+    // What follows a Resume in one broadcast is applied at the next step boundary on every
+    // rank, as a single process's queue keeps it (it was dropped on every rank alike).
+    void a_command_behind_a_resume_is_kept()
+    {
+        const QString project = write_project("resume-then-switch", 5, "fp32");
+        const ProjectConfig config = load_project_file(project.toStdString());
+        std::array<std::string, 2> head, digest;
+        const auto errors = run_two_ranks_in_threads([&](DataParallel& dp, int r) {
+            Trainer trainer(config);
+            trainer.set_data_parallel(std::shared_ptr<DataParallel>(std::shared_ptr<DataParallel>{}, &dp));
+            SinkThatPausesAndSwitches sink;
+            sink.trainer = &trainer;
+            trainer.run(sink);
+            for (const auto& layer : trainer.layers())
+                if (layer.name == "lm_head") head[static_cast<size_t>(r)] = layer.formats.describe();
+            digest[static_cast<size_t>(r)] = trainer.state_digest();
+        });
+        QCOMPARE(errors, (std::array<std::string, 2>{"", ""}));
+        QCOMPARE(head[0], std::string("bf16/bf16/bf16"));
+        QCOMPARE(head[1], head[0]);
+        QCOMPARE(digest[1], digest[0]);
     }
 
     void killed_peer_fails_the_run()
