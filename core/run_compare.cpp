@@ -62,6 +62,34 @@ std::vector<XYPoint> series_by_tokens(const Series& series, double tokens_per_st
     return out;
 }
 
+std::vector<XYPoint> series_by_recorded_tokens(const Series& series, const Series& tokens_per_s,
+                                               const Series& step_time_ms, double fallback_tokens_per_step)
+{
+    // (step, tokens of that step) where both figures were recorded, ascending.
+    std::vector<std::pair<int64_t, double>> records;
+    for (const auto& [step, ms] : step_time_ms) {
+        const auto rate = std::lower_bound(tokens_per_s.begin(), tokens_per_s.end(), step,
+                                           [](const auto& row, int64_t s) { return row.first < s; });
+        if (rate == tokens_per_s.end() || rate->first != step) continue;
+        const double tokens = std::round(rate->second * ms / 1000.0);
+        if (std::isfinite(tokens) && tokens > 0) records.emplace_back(step, tokens);
+    }
+    std::vector<XYPoint> out;
+    out.reserve(series.size());
+    size_t r = 0;
+    int64_t done = 0;     // the last step counted
+    double tokens = 0.0;  // after it
+    for (const auto& [step, value] : series) {
+        for (; r < records.size() && records[r].first <= step; ++r) {
+            tokens += static_cast<double>(records[r].first - done) * records[r].second;
+            done = records[r].first;
+        }
+        const double rest = r < records.size() ? records[r].second : fallback_tokens_per_step;
+        out.push_back({tokens + static_cast<double>(std::max<int64_t>(step - done, 0)) * rest, value});
+    }
+    return out;
+}
+
 std::vector<XYPoint> series_by_seconds(const Series& series, const Series& step_time_ms)
 {
     std::vector<XYPoint> out;

@@ -42,6 +42,13 @@ struct AlignedXY {
 
 // x = tokens after each step: step * tokens_per_step.
 std::vector<XYPoint> series_by_tokens(const Series& series, double tokens_per_step);
+// x = tokens trained after each step, from the run's own per-step record: tokens_per_s times
+// step_time_ms is that step's tokens (to rounding), so a run resumed with another batch size
+// or accumulation is placed right. The steps between two records (telemetry.log_interval) take
+// the later record's tokens per step; steps past the last record, and a run without records,
+// `fallback_tokens_per_step` (the stored config's).
+std::vector<XYPoint> series_by_recorded_tokens(const Series& series, const Series& tokens_per_s,
+                                               const Series& step_time_ms, double fallback_tokens_per_step);
 // x = training seconds after each step: the running sum of step_time_ms (every step of the
 // run, not just the steps `series` has); steps without a time get the time of the last known one.
 std::vector<XYPoint> series_by_seconds(const Series& series, const Series& step_time_ms);

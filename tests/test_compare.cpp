@@ -182,6 +182,20 @@ private slots:
             128.0);
         const auto by_tokens = series_by_tokens({{3, 1.5}}, 128.0);
         QCOMPARE(by_tokens[0].x, 384.0);
+        // A run resumed after step 4 with 4x the batch: 100 tokens a step, then 400. Recorded
+        // every 2 steps (tokens/s x ms = the step's tokens; 1/3 s steps test the rounding).
+        const Series rate = {{2, 300.0}, {4, 100.0}, {6, 1200.0}, {8, 400.0}};
+        const Series ms = {{2, 1000.0 / 3.0}, {4, 1000.0}, {6, 1000.0 / 3.0}, {8, 1000.0}};
+        const auto recorded = series_by_recorded_tokens({{0, 9.0}, {3, 1.0}, {4, 2.0}, {6, 3.0}, {8, 4.0}, {10, 5.0}},
+                                                        rate, ms, 256.0);
+        QCOMPARE(recorded.size(), size_t(6));
+        QCOMPARE(recorded[0].x, 0.0);    // before any step
+        QCOMPARE(recorded[1].x, 300.0);  // 2 x 100, then step 3 at the next record's 100
+        QCOMPARE(recorded[2].x, 400.0);
+        QCOMPARE(recorded[3].x, 1200.0); // + 2 x 400
+        QCOMPARE(recorded[4].x, 2000.0);
+        QCOMPARE(recorded[5].x, 2512.0); // past the last record: the config's 256 a step
+        QCOMPARE(series_by_recorded_tokens({{3, 1.5}}, {}, {}, 128.0)[0].x, 384.0); // nothing recorded
         const auto by_time = series_by_seconds({{2, 5.0}, {3, 4.0}}, {{1, 1000.0}, {2, 500.0}, {3, 250.0}});
         QCOMPARE(by_time[0].x, 1.5);
         QCOMPARE(by_time[1].x, 1.75);

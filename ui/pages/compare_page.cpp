@@ -492,7 +492,9 @@ const Series& ComparePage::seriesOf(RunData& run, const std::string& tag)
 std::vector<XYPoint> ComparePage::pointsOf(RunData& run, const Series& series)
 {
     switch (mode_) {
-    case XAxisMode::Tokens: return series_by_tokens(series, run.tokensPerStep);
+    case XAxisMode::Tokens: // the run's own record: a resume may have changed the batch
+        return series_by_recorded_tokens(series, seriesOf(run, "tokens_per_s"), seriesOf(run, "step_time_ms"),
+                                         run.tokensPerStep);
     case XAxisMode::Seconds:
         if (!run.stepTimes) run.stepTimes = seriesOf(run, "step_time_ms");
         return series_by_seconds(series, *run.stepTimes);
