@@ -57,8 +57,11 @@ std::optional<DistributedEnv> read_distributed_env(const EnvLookup& lookup)
         env.world_size = parse_int(lookup, "WORLD_SIZE", 1);
         env.local_rank = lookup("LOCAL_RANK") ? parse_int(lookup, "LOCAL_RANK", 0) : env.rank;
         env.launcher = lookup("TORCHELASTIC_RUN_ID") ? "torchrun" : "env";
-    } else if (lookup("SLURM_PROCID") && lookup("SLURM_NTASKS")) {
-        env.world_size = parse_int(lookup, "SLURM_NTASKS", 1);
+    } else if (lookup("SLURM_STEP_ID") && lookup("SLURM_PROCID") && (lookup("SLURM_STEP_NUM_TASKS") || lookup("SLURM_NTASKS"))) {
+        // Only a task that srun started (a job step: SLURM_STEP_ID). The batch script itself has
+        // SLURM_PROCID=0 and the job's SLURM_NTASKS too, and a plain run there, outside srun,
+        // would wait as rank 0 for peers that never come.
+        env.world_size = parse_int(lookup, lookup("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS", 1);
         if (env.world_size == 1) return std::nullopt; // one task: an ordinary run inside a Slurm job
         env.rank = parse_int(lookup, "SLURM_PROCID", 0);
         env.local_rank = lookup("SLURM_LOCALID") ? parse_int(lookup, "SLURM_LOCALID", 0) : 0;

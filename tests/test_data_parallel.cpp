@@ -658,11 +658,31 @@ private slots:
         for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK"}) env.remove(name);
         env.insert("SLURM_PROCID", "3");
         env.insert("SLURM_NTASKS", "2");
+        env.insert("SLURM_STEP_ID", "0"); // a task srun started
         env.insert("MASTER_ADDR", "127.0.0.1");
         env.insert("MASTER_PORT", QString::number(free_port()));
         r = run_single({"run", project, "--no-store"}, env);
         QCOMPARE(r.exit_code, 2);
         QVERIFY2(r.err.contains("rank 3 is not below the world size 2 (SLURM_PROCID/SLURM_NTASKS)"), qPrintable(r.err));
+        // The batch script itself (SLURM_PROCID=0 and the job's SLURM_NTASKS, no job step): a plain
+        // run there is an ordinary run, not rank 0 of a job waiting for peers that never come.
+        const auto lookup_in = [](std::map<std::string, std::string> vars) {
+            return read_distributed_env([vars](const std::string& name) -> std::optional<std::string> {
+                const auto it = vars.find(name);
+                return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
+            });
+        };
+        const std::map<std::string, std::string> batch = {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"},
+                                                          {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}};
+        QVERIFY(!lookup_in(batch));
+        auto step = batch;
+        step.insert({{"SLURM_STEP_ID", "0"}, {"SLURM_STEP_NUM_TASKS", "2"}});
+        step["SLURM_PROCID"] = "1";
+        const auto in_step = lookup_in(step);
+        QVERIFY(in_step);
+        QCOMPARE(in_step->world_size, 2); // the step's tasks, not the job's
+        QCOMPARE(in_step->rank, 1);
+        QCOMPARE(in_step->launcher, std::string("slurm"));
         // A setting that changes the ranks' collectives, on one rank only: refused on both with
         // what differs (it was a Gloo "collective mismatch" that ended rank 1 in std::terminate).
         const QString fp8 = write_project("env-fp8", 2, "fp8-hybrid");
