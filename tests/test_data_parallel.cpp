@@ -944,6 +944,9 @@ private slots:
         } // the session, the store and rank 0's process group close here
         const Rank rank1 = finish(r1);
         QCOMPARE(rank1.exit_code, 1);
+        // Rank 1 read why from rank 0's store, which stayed up for it.
+        QVERIFY2(rank1.err.contains("data-parallel: rank 0: the sink gave up at step 3 (rank 1 stopped with it"),
+                 qPrintable(rank1.err));
         QVERIFY(outcome.status == RunStatus::Failed);
         const std::string expected = "data-parallel: rank 0: the sink gave up at step 3";
         QCOMPARE(outcome.error, expected);
