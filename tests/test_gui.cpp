@@ -27,6 +27,7 @@
 #include "models/event_log_model.h"
 #include "plots/loss_plot.h"
 #include "window/main_window.h"
+#include "pages/runs_page.h"
 #include "project_config.h"
 #include "pages/monitor_page.h"
 #include "models/precision_table_model.h"
@@ -912,7 +913,10 @@ void TestGui::runControlsHaveShortcuts()
         return false;
     };
 
-    QTest::keyClick(&window, Qt::Key_F5);
+    // F5 starts a run from the Runs page too (its Refresh once took F5 as well, and Qt ran neither).
+    window.showPage(MainWindow::Page::Runs);
+    window.runsPage()->view()->setFocus();
+    QTest::keyClick(window.runsPage()->view(), Qt::Key_F5);
     QVERIFY(controller->isRunning());
     QTRY_VERIFY_WITH_TIMEOUT(window.lastStep() >= 2, 60000);
     QTest::keyClick(&window, Qt::Key_F6);
@@ -926,6 +930,7 @@ void TestGui::runControlsHaveShortcuts()
     QTest::keyClick(&window, Qt::Key_F5, Qt::ShiftModifier);
     QTRY_VERIFY_WITH_TIMEOUT(!controller->isRunning(), 10000);
     QVERIFY(controller->lastStatus() == RunStatus::Stopped);
+    QTRY_COMPARE(window.statusWidget()->etaText(), QStringLiteral("stopped")); // not "done"
     // The checkpoint went beside the store, where mantissa-train resume looks.
     QDir checkpoints(dir.filePath(QStringLiteral("runs.sqlite.checkpoints/run-%1").arg(controller->runId())));
     QVERIFY2(!checkpoints.entryList({QStringLiteral("step-*.pt")}).isEmpty(), qPrintable(checkpoints.path()));

@@ -667,7 +667,8 @@ void MainWindow::onFinished(RunStatus status)
     const qint64 runId = controller_->runId();
     const QString what = runId >= 0 ? tr("Run %1").arg(runId) : tr("Run");
     monitorPage_->renderNow(); // the last state, whatever the frame budget skipped
-    statusWidget_->finish(format_status(status)); // "stopped" or "failed" is not "done"
+    // "stopped" or "failed" is not "done"
+    statusWidget_->finish(status == RunStatus::Finished ? QString() : format_status(status));
     projectPage_->setRunning(false);
     projectPage_->precisionModel()->setLiveLayers(nullptr); // the table shows the project again
     runsPage_->refresh(); // the store closed the run before finished() came
