@@ -14,6 +14,7 @@
 #include <QImage>
 #include <QLabel>
 #include <QLineEdit>
+#include <QMouseEvent>
 #include <QSignalSpy>
 #include <QStandardItemModel>
 #include <QTableView>
@@ -470,8 +471,18 @@ private slots:
         QCOMPARE(plot.xAxis->range(), QCPRange(2, 4));
         emit plot.mouseDoubleClick(nullptr); // fit again
         QCOMPARE(plot.xAxis->range().upper, 20.0);
-        emit plot.mousePress(nullptr); // a drag
+        QMouseEvent click(QEvent::MouseButtonPress, QPointF(50, 50), QPointF(50, 50), Qt::LeftButton, Qt::LeftButton,
+                          Qt::NoModifier);
+        emit plot.mousePress(&click); // a click alone (a legend, a point) is no choice of range
+        plot.setCurves({curve(1, 25)}, QStringLiteral("step"), QStringLiteral("train/loss"));
+        plot.rebuild(true);
+        QCOMPARE(plot.xAxis->range().upper, 25.0);
+        QMouseEvent drag(QEvent::MouseMove, QPointF(60, 50), QPointF(60, 50), Qt::NoButton, Qt::LeftButton,
+                         Qt::NoModifier);
+        emit plot.mouseMove(&drag); // a drag
         plot.xAxis->setRange(5, 6);
+        plot.rebuild(true); // the same curves again
+        QCOMPARE(plot.xAxis->range(), QCPRange(5, 6));
         plot.setCurves({curve(1, 20), curve(2, 30)}, QStringLiteral("step"), QStringLiteral("train/loss"));
         plot.rebuild(true); // other runs: a range for them
         QCOMPARE(plot.xAxis->range().upper, 30.0);

@@ -42,7 +42,9 @@ ComparePlot::ComparePlot(QWidget* parent) : QCustomPlot(parent)
     rebuild(true);
     follow_palette(this); // after the plot's own legend and axis set-up
     connect(this, &QCustomPlot::mouseWheel, this, [this] { userMoved_ = true; });
-    connect(this, &QCustomPlot::mousePress, this, [this] { userMoved_ = true; }); // a drag starts
+    connect(this, &QCustomPlot::mouseMove, this, [this](QMouseEvent* event) { // a drag, not a click
+        if (event && event->buttons() != Qt::NoButton) userMoved_ = true;
+    });
     connect(this, &QCustomPlot::mouseDoubleClick, this, [this] {
         userMoved_ = false;
         fit();
