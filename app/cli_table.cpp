@@ -36,23 +36,21 @@ std::string fmt_finite(double v, const char* format)
 
 std::string fmt_loss(double v) { return fmt_finite(v, "%.4f"); }
 std::string fmt_delta(double v) { return fmt_finite(v, "%+.4f"); }
+
 namespace {
 
 std::string non_finite_name(double v) { return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf"; }
 
+std::string fmt_recorded(double v, bool recorded, const char* format)
+{
+    if (!recorded) return "-";
+    return std::isfinite(v) ? fmt_finite(v, format) : non_finite_name(v);
+}
+
 } // namespace
 
-std::string fmt_recorded_loss(double v, bool recorded)
-{
-    if (recorded && !std::isfinite(v)) return non_finite_name(v);
-    return recorded ? fmt_loss(v) : "-";
-}
-
-std::string fmt_recorded_delta(double v, bool recorded)
-{
-    if (recorded && !std::isfinite(v)) return non_finite_name(v);
-    return recorded ? fmt_delta(v) : "-";
-}
+std::string fmt_recorded_loss(double v, bool recorded) { return fmt_recorded(v, recorded, "%.4f"); }
+std::string fmt_recorded_delta(double v, bool recorded) { return fmt_recorded(v, recorded, "%+.4f"); }
 
 std::string fmt_ratio(double v) { return fmt_finite(v, "%.2fx"); }
 std::string fmt_rate(double v) { return fmt_finite(v, "%.0f"); }

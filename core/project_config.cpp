@@ -303,8 +303,7 @@ void apply_override(json& user, const Override& override_)
         throw ConfigError(dotted + ": the value is not valid UTF-8 text");
     }
     // A path typed on the command line means "relative to where I am", not to the project file.
-    const bool is_path_key = dotted == "data.path" || dotted == "data.dir" || dotted == "training.checkpoint_dir";
-    if (is_path_key && value.is_string() && !value.get<std::string>().empty())
+    if (is_path_key(dotted) && value.is_string() && !value.get<std::string>().empty())
         value = std::filesystem::absolute(value.get<std::string>()).lexically_normal().string();
     std::stringstream parts(dotted);
     std::string part;
@@ -664,6 +663,11 @@ ProjectConfig load_without_machine_checks(const std::string& json_text, const st
 }
 
 } // namespace
+
+bool is_path_key(const std::string& dotted_key)
+{
+    return dotted_key == "data.path" || dotted_key == "data.dir" || dotted_key == "training.checkpoint_dir";
+}
 
 Override parse_override(const std::string& text)
 {

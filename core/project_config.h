@@ -112,6 +112,9 @@ using Override = std::pair<std::string, std::string>;
 
 // Parses "key=value"; throws ConfigError if there is no '='.
 Override parse_override(const std::string& text);
+// The keys whose values are file or folder paths (data.path, data.dir, training.checkpoint_dir):
+// an override of one is made absolute, relative to the working folder.
+bool is_path_key(const std::string& dotted_key);
 
 // Reads, overrides and validates a project. Throws ConfigError naming the key or file.
 ProjectConfig load_project_file(const std::string& path, const std::vector<Override>& overrides = {});

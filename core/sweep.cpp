@@ -120,7 +120,7 @@ std::vector<SweepRunPlan> plan_sweep(const ProjectConfig& base, const SweepSpec&
     // workbench was started from (which load_project_json would take, as the CLI's --set does).
     const auto in_project_folder = [&](std::vector<Override> overrides) {
         for (auto& [key, raw] : overrides) {
-            if (key != "data.path" && key != "data.dir" && key != "training.checkpoint_dir") continue;
+            if (!is_path_key(key)) continue;
             std::string path = raw;
             if (const auto parsed = nlohmann::json::parse(raw, nullptr, false); parsed.is_string())
                 path = parsed.get<std::string>();

@@ -318,7 +318,9 @@ QWidget* ComparePage::buildLayerTab()
 
 // ---- data ----------------------------------------------------------------------------
 
-bool ComparePage::setRuns(const std::vector<int64_t>& ids)
+bool ComparePage::setRuns(const std::vector<int64_t>& ids) { return loadRuns(ids, std::nullopt); }
+
+bool ComparePage::loadRuns(const std::vector<int64_t>& ids, std::optional<std::vector<RunSummaryRow>> rows)
 {
     clearMessage();
     std::vector<RunData> previous = std::move(runs_);
@@ -349,7 +351,8 @@ bool ComparePage::setRuns(const std::vector<int64_t>& ids)
         RunFilter filter;
         filter.ids = ids;
         std::map<int64_t, RunSummaryRow> byId;
-        for (auto& r : store->list_run_summaries(filter)) byId[r.id] = std::move(r);
+        if (!rows) rows = store->list_run_summaries(filter);
+        for (auto& r : *rows) byId[r.id] = std::move(r);
         std::vector<std::string> tags;
         for (const int64_t id : ids) {
             const auto it = byId.find(id);
@@ -439,19 +442,20 @@ bool ComparePage::reload()
         return true;
     }
     reloadWhenShown_ = false;
-    return runsChangedInStore() ? setRuns(runIds()) : true;
+    std::optional<std::vector<RunSummaryRow>> rows;
+    return runsChangedInStore(rows) ? loadRuns(runIds(), std::move(rows)) : true;
 }
 
-bool ComparePage::runsChangedInStore() const
+bool ComparePage::runsChangedInStore(std::optional<std::vector<RunSummaryRow>>& rows) const
 {
     RunStore* store = store_->store();
-    if (!store) return true; // setRuns says why
+    if (!store) return true; // loadRuns says why
     try {
         RunFilter filter;
         filter.ids = runIds();
-        const auto rows = store->list_run_summaries(filter);
-        if (rows.size() != runs_.size()) return true;
-        for (const auto& now : rows) {
+        rows = store->list_run_summaries(filter); // loadRuns takes them: one read
+        if (rows->size() != runs_.size()) return true;
+        for (const auto& now : *rows) {
             const auto was = std::find_if(runs_.begin(), runs_.end(), [&](const RunData& r) { return r.row.id == now.id; });
             if (was == runs_.end() || was->storePath != store_->path()) return true;
             const RunSummaryRow& w = was->row;

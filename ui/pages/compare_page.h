@@ -130,7 +130,10 @@ protected:
     void showEvent(QShowEvent* event) override;
 
 private:
-    bool runsChangedInStore() const;
+    // setRuns, with the store's rows for `ids` when already read (nullopt: read them here).
+    bool loadRuns(const std::vector<int64_t>& ids, std::optional<std::vector<RunSummaryRow>> rows);
+    // Whether a shown run changed in the store (or the store cannot say); `rows`: what was read.
+    bool runsChangedInStore(std::optional<std::vector<RunSummaryRow>>& rows) const;
     struct RunData {
         RunSummaryRow row;
         QString storePath; // with row.id and row.created_at: which run this is, across stores

@@ -49,7 +49,8 @@ void RunStatusWidget::reset(qint64 totalSteps)
 {
     totalSteps_ = totalSteps;
     step_ = 0;
-    hasTrainLoss_ = hasValLoss_ = false;
+    trainLoss_.reset();
+    valLoss_.reset();
     tokensPerS_ = stepTimeMs_ = 0.0;
     paused_ = finished_ = false;
     samples_.clear();
@@ -76,7 +77,6 @@ void RunStatusWidget::update(const TelemetryBatch& batch)
         const StepMetrics& last = batch.steps.back();
         step_ = last.step;
         trainLoss_ = last.train_loss;
-        hasTrainLoss_ = true;
         // Averaged over the batch: single steps jitter too much to read at 25 Hz.
         double tokens = 0.0, ms = 0.0;
         for (const auto& m : batch.steps) {
@@ -87,10 +87,7 @@ void RunStatusWidget::update(const TelemetryBatch& batch)
         stepTimeMs_ = ms / static_cast<double>(batch.steps.size());
         addProgressSample(static_cast<double>(clock_.elapsed()) / 1000.0, step_, ms / 1000.0);
     }
-    if (!batch.evals.empty()) {
-        valLoss_ = batch.evals.back().val_loss;
-        hasValLoss_ = true;
-    }
+    if (!batch.evals.empty()) valLoss_ = batch.evals.back().val_loss;
     refreshLabelsSoon();
 }
 
@@ -142,8 +139,8 @@ void RunStatusWidget::refreshLabels()
     progress_->setRange(0, static_cast<int>(std::max<qint64>(1, totalSteps_)));
     progress_->setValue(static_cast<int>(std::min(step_, std::max<qint64>(1, totalSteps_))));
     progress_->setFormat(tr("step %L1 / %L2").arg(step_).arg(totalSteps_));
-    lossLabel_->setText(tr("loss %1").arg(format_loss(trainLoss_, hasTrainLoss_)));
-    valLabel_->setText(tr("val %1").arg(format_loss(valLoss_, hasValLoss_)));
+    lossLabel_->setText(tr("loss %1").arg(format_loss(trainLoss_.value_or(0.0), trainLoss_.has_value())));
+    valLabel_->setText(tr("val %1").arg(format_loss(valLoss_.value_or(0.0), valLoss_.has_value())));
     speedLabel_->setText(tokensPerS_ > 0
                              ? tr("%L1 tok/s · %2 ms/step").arg(tokensPerS_, 0, 'f', 0).arg(stepTimeMs_, 0, 'f', 1)
                              : tr("– tok/s"));

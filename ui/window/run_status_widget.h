@@ -9,6 +9,7 @@
 #include <QWidget>
 
 #include <deque>
+#include <optional>
 #include <utility>
 
 #include "controller/snapshot_buffer.h"
@@ -63,10 +64,8 @@ private:
     std::deque<std::pair<double, qint64>> samples_; // (wall s, step), the last ~30 s
     qint64 totalSteps_ = 0;
     qint64 step_ = 0;
-    double trainLoss_ = 0.0; // NaN and inf are shown: they are what a user watches for
-    double valLoss_ = 0.0;
-    bool hasTrainLoss_ = false;
-    bool hasValLoss_ = false;
+    std::optional<double> trainLoss_; // NaN and inf are shown: they are what a user watches for
+    std::optional<double> valLoss_;
     double tokensPerS_ = 0.0;
     double stepTimeMs_ = 0.0;
     bool paused_ = false;
