@@ -6,6 +6,7 @@
 #include "data_parallel_impl.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -168,6 +169,15 @@ std::optional<std::string> posted_failure(DataParallelBackend& b)
     }
 }
 
+// Whether a c10d error is a wait that ran out (Gloo's "Timed out waiting 1000ms for recv",
+// TCPStore's "wait timeout after 1000ms"): c10d gives these no type of their own.
+bool says_timed_out(const std::exception& e)
+{
+    std::string lowered = first_line(e);
+    std::transform(lowered.begin(), lowered.end(), lowered.begin(), [](unsigned char c) { return std::tolower(c); });
+    return lowered.find("timed out") != std::string::npos || lowered.find("timeout") != std::string::npos;
+}
+
 // Waits for a collective; a peer that died, hung up or timed out becomes a CollectiveError.
 // On NCCL the host waits itself (wait_for_collective), looking for a peer's posted failure; a
 // NCCL peer that is gone is otherwise only noticed at the timeout.
@@ -185,14 +195,15 @@ void finish(DataParallelBackend& b, const c10::intrusive_ptr<c10d::Work>& work, 
             if (waited.end == CollectiveWait::End::TimedOut) {
                 work->wait(b.timeout);
                 b.group->abort();
-                throw CollectiveError(std::string(what) + " timed out after " + std::to_string(b.timeout.count()) + " ms");
+                throw CollectiveError(std::string(what) + " timed out after " + std::to_string(b.timeout.count()) + " ms",
+                                      true);
             }
         }
         work->wait();
     } catch (const CollectiveError&) {
         throw;
     } catch (const std::exception& e) {
-        throw CollectiveError(std::string(what) + " failed: " + first_line(e));
+        throw CollectiveError(std::string(what) + " failed: " + first_line(e), says_timed_out(e));
     }
 }
 
@@ -206,7 +217,7 @@ void order_after(const c10::intrusive_ptr<c10d::Work>& work, const char* what)
     try {
         work->synchronize();
     } catch (const std::exception& e) {
-        throw CollectiveError(std::string(what) + " failed: " + first_line(e));
+        throw CollectiveError(std::string(what) + " failed: " + first_line(e), says_timed_out(e));
     }
 }
 
@@ -309,7 +320,8 @@ std::string DataParallel::wait_for(const std::string& key)
         return from_bytes(impl_->backend->store->get(key));
     } catch (const std::exception& e) {
         throw CollectiveError("data-parallel: rank " + std::to_string(rank()) + " waited in vain for '" + key +
-                              "': " + first_line(e));
+                                  "': " + first_line(e),
+                              says_timed_out(e));
     }
 }
 

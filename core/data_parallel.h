@@ -45,8 +45,14 @@ std::string data_parallel_backends();
 inline constexpr int kDefaultCollectiveTimeoutS = 300;
 
 // A collective failed: a peer died, stopped answering within the timeout, or hung up.
+// `timed_out`: this rank waited the whole timeout (a peer hung, or busy that long), as opposed
+// to a peer that said why or hung up; the trainer tells its peers which.
 struct CollectiveError : std::runtime_error {
-    using std::runtime_error::runtime_error;
+    explicit CollectiveError(const std::string& what, bool timed_out = false)
+        : std::runtime_error(what), timed_out(timed_out)
+    {
+    }
+    bool timed_out;
 };
 
 class DataParallel {

@@ -275,9 +275,7 @@ void Trainer::Impl::dp_fail(const std::exception& error)
     // This rank waited out the timeout: a peer is hung, or busy past it (rank 0 evaluating or
     // writing a checkpoint). Said for the others: a busy rank 0 would otherwise find only this
     // rank's sockets closed, and record that it lost this rank.
-    std::string lowered = what;
-    std::transform(lowered.begin(), lowered.end(), lowered.begin(), [](unsigned char c) { return std::tolower(c); });
-    if (lowered.find("timed out") != std::string::npos) {
+    if (static_cast<const CollectiveError&>(error).timed_out) {
         const std::string why = "waited longer than training.collective_timeout_s=" +
                                 std::to_string(config.training.collective_timeout_s) +
                                 " s for its peers (one is hung, or busy that long: an evaluation or a checkpoint "
