@@ -72,13 +72,15 @@ public:
         std::string path;
         std::string error; // empty: written
     };
-    // Called on the training thread after each write, before old checkpoints are rotated
-    // away; must not throw. Call before run().
     // Telemetry frames are handed to the sink one step after the step they describe (with
     // its step number), so that their copy to the host never stalls a step. On by default on
     // CUDA; tests switch it on for the CPU to hold the two schedules together.
     void set_deferred_frames(bool deferred);
-    void set_checkpoint_listener(std::function<void(const CheckpointWrite&)> listener);
+    // Called on the training thread after each write, before old checkpoints are rotated
+    // away; must not throw. Call before run(). Returns false when a written checkpoint could
+    // not be recorded (the run store is full): a resume trusts only recorded checkpoints, so
+    // rotation then keeps the newest recorded one, however many unrecorded ones follow it.
+    void set_checkpoint_listener(std::function<bool(const CheckpointWrite&)> listener);
 
     // Switches every layer matching the glob to `formats` between two steps. Throws
     // ConfigError at once if the pattern matches no layer.

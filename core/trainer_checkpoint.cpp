@@ -203,7 +203,8 @@ std::string Trainer::Impl::write_periodic_checkpoint(TelemetrySink& sink)
     }
     checkpoint_is_ours[path] = true;
     // Told before rotation, so the listener (the run store) records the file while it exists.
-    if (checkpoint_listener) checkpoint_listener({step, path, {}});
+    if (checkpoint_listener && !checkpoint_listener({step, path, {}})) unrecorded_checkpoints.insert(path);
+    else unrecorded_checkpoints.erase(path);
     remove_stale_temporaries(dir); // a write that a kill cut short
     // Rotation keeps the newest files up to this step. Files of later steps are another
     // future of this run, left when it resumed from an earlier checkpoint (its newest was
@@ -213,9 +214,14 @@ std::string Trainer::Impl::write_periodic_checkpoint(TelemetrySink& sink)
         const auto at = checkpoint_step(file);
         if (at && *at <= step && is_our_checkpoint(file)) existing.push_back(std::move(file));
     }
+    // While the store cannot record checkpoints (a full disk), the newest recorded one stays:
+    // a resume trusts no unrecorded file past the store's last committed step.
+    const auto newest_recorded = std::find_if(existing.rbegin(), existing.rend(), [&](const std::string& file) {
+        return !unrecorded_checkpoints.contains(file);
+    });
     std::error_code ignored;
     for (size_t i = 0; i + static_cast<size_t>(config.training.checkpoint_keep) < existing.size(); ++i)
-        fs::remove(existing[i], ignored);
+        if (newest_recorded == existing.rend() || existing[i] != *newest_recorded) fs::remove(existing[i], ignored);
     RunEvent e;
     e.step = step;
     e.kind = EventKind::Checkpoint;

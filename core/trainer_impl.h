@@ -17,6 +17,7 @@
 #include <iosfwd>
 #include <map>
 #include <optional>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,7 +78,8 @@ struct Trainer::Impl {
     }
     bool defer_frames = false; // telemetry frames handed on a step later (CUDA)
     CheckpointIdentity identity; // written into every checkpoint; run_uuid empty = no run attached
-    std::function<void(const Trainer::CheckpointWrite&)> checkpoint_listener;
+    std::function<bool(const Trainer::CheckpointWrite&)> checkpoint_listener;
+    std::set<std::string> unrecorded_checkpoints; // written, but the listener could not record them
     std::map<std::string, bool> checkpoint_is_ours; // by path: read once, for shared folders
     torch::Device device{torch::kCPU};
     // The CUDA device's index for memory readings, or -1 on the CPU.

@@ -319,7 +319,7 @@ void RunSession::attach(RunStore& store, int64_t run_id, const std::string& uuid
     run_id_ = run_id;
     trainer_->set_checkpoint_dir(dir);
     trainer_->set_checkpoint_identity(uuid, run_id);
-    trainer_->set_checkpoint_listener([this](const Trainer::CheckpointWrite& w) { on_checkpoint_written(w); });
+    trainer_->set_checkpoint_listener([this](const Trainer::CheckpointWrite& w) { return on_checkpoint_written(w); });
 }
 
 int64_t RunSession::create_run(RunStore& store, const std::string& name, const std::string& project_path)
@@ -345,9 +345,9 @@ void RunSession::claim(const std::vector<RunEvent>& notices)
     for (const auto& e : notices) store_->append_event(run_id_, e);
 }
 
-void RunSession::on_checkpoint_written(const Trainer::CheckpointWrite& write)
+bool RunSession::on_checkpoint_written(const Trainer::CheckpointWrite& write)
 {
-    if (!write.error.empty()) return; // the trainer's checkpoint_failed event said it already
+    if (!write.error.empty()) return true; // the trainer's checkpoint_failed event said it already
     try {
         // Everything of this step is committed before the checkpoint is recorded, so a resume
         // from a recorded checkpoint never leaves a step of it unrecorded (see resume_order).
@@ -355,6 +355,7 @@ void RunSession::on_checkpoint_written(const Trainer::CheckpointWrite& write)
         store_->flush();
         const auto sum = checksum_file(write.path);
         store_->record_checkpoint({run_id_, write.step, write.path, sum.checksum, sum.bytes});
+        return true;
     } catch (const std::exception& e) {
         // The file stays usable; a resume just cannot verify it.
         if (live_sink_) {
@@ -365,6 +366,7 @@ void RunSession::on_checkpoint_written(const Trainer::CheckpointWrite& write)
             unrecorded.text = e.what();
             live_sink_->on_event(unrecorded);
         }
+        return false;
     }
 }
 

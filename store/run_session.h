@@ -124,7 +124,7 @@ public:
 private:
     RunSession() = default;
     void attach(RunStore& store, int64_t run_id, const std::string& uuid, const std::string& dir);
-    void on_checkpoint_written(const Trainer::CheckpointWrite& write);
+    bool on_checkpoint_written(const Trainer::CheckpointWrite& write);
 
     std::unique_ptr<Trainer> trainer_;
     RunStore* store_ = nullptr;

@@ -457,6 +457,23 @@ private slots:
         attached.run(again);
         QCOMPARE(QDir(shared.path()).entryList({"*.pt"}, QDir::Files, QDir::Name),
                  (QStringList{"step-00000001.pt", "step-00000010.pt", "step-00000012.pt"}));
+
+        // The store fills at step 5: checkpoints from step 6 on are written but not recorded.
+        // A resume trusts only recorded ones, so step 4 stays, however many follow it; the
+        // failed listener sees every write.
+        QTemporaryDir full;
+        config.training.checkpoint_dir = full.path().toStdString();
+        Trainer unrecorded(config);
+        std::vector<int64_t> told;
+        unrecorded.set_checkpoint_listener([&](const Trainer::CheckpointWrite& w) {
+            told.push_back(w.step);
+            return w.step < 6;
+        });
+        Recorder filled;
+        unrecorded.run(filled);
+        QCOMPARE(told, (std::vector<int64_t>{2, 4, 6, 8, 10, 12}));
+        QCOMPARE(QDir(full.path()).entryList({"*.pt"}, QDir::Files, QDir::Name),
+                 (QStringList{"step-00000004.pt", "step-00000010.pt", "step-00000012.pt"}));
     }
 
     void seedChangesTheRun()
