@@ -157,6 +157,8 @@ void Trainer::set_checkpoint_identity(const std::string& run_uuid, int64_t run_i
     impl_->identity.run_uuid = run_uuid;
     impl_->identity.run_id = run_id;
 }
+void Trainer::adopt_damaged_checkpoint(const std::string& path) { impl_->checkpoint_is_ours[path] = true; }
+
 void Trainer::set_checkpoint_listener(std::function<bool(const CheckpointWrite&)> listener)
 {
     impl_->checkpoint_listener = std::move(listener);

@@ -65,6 +65,10 @@ public:
     // The run whose checkpoints these are: written into every checkpoint (with the model
     // shape), and checked by load_checkpoint. Call before run() / load_checkpoint().
     void set_checkpoint_identity(const std::string& run_uuid, int64_t run_id);
+    // A file of this run's that no longer reads (its run store recorded it, then it was
+    // damaged): it may be written over. Unreadable files are otherwise left alone, as they
+    // may be another run's in a shared training.checkpoint_dir.
+    void adopt_damaged_checkpoint(const std::string& path);
     // One periodic or final checkpoint write: the file, or `error` when it could not be
     // written (the run goes on, the temporary file is removed, a checkpoint_failed event says so).
     struct CheckpointWrite {

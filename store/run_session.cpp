@@ -102,11 +102,13 @@ void require_files(const CheckpointSearch& found, const RunInfo& info, const std
 
 // Tries the files in order until `load` takes one, and returns its path. A file whose
 // checksum differs from its record, or that `load` cannot read (ConfigError), goes to `report`
-// as checkpoint_damaged and the next is tried. Throws ConfigError when there is no file,
-// CheckpointMismatch for another run's file, CheckpointUnusable when every one is damaged;
-// anything else `load` throws passes through.
+// as checkpoint_damaged and the next is tried; `damaged_own` collects those of them that the
+// store recorded as this run's. Throws ConfigError when there is no file, CheckpointMismatch
+// for another run's file, CheckpointUnusable when every one is damaged; anything else `load`
+// throws passes through.
 std::string load_first_good(const CheckpointSearch& found, const RunInfo& info, const RunSession::Report& report,
-                            const std::function<void(const std::string&)>& load)
+                            const std::function<void(const std::string&)>& load,
+                            std::vector<std::string>* damaged_own = nullptr)
 {
     require_files(found, info, "resume");
     std::vector<std::string> damaged;
@@ -140,6 +142,7 @@ std::string load_first_good(const CheckpointSearch& found, const RunInfo& info, 
             }
         }
         damaged.push_back(path);
+        if (damaged_own && found.recorded.count(step)) damaged_own->push_back(path);
         if (report) {
             RunEvent e;
             e.step = step;
@@ -281,16 +284,23 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
     }
     require_files(found, info, "resume"); // before the data is loaded for nothing
     build();
-    session->loaded_checkpoint_ = load_first_good(found, info, report, [&](const std::string& path) {
-        try {
-            session->trainer_->load_checkpoint(path);
-        } catch (const CheckpointMismatch&) {
-            throw;
-        } catch (const ConfigError&) {
-            build(); // a half-loaded trainer is not trusted: start the next try from scratch
-            throw;
-        }
-    });
+    std::vector<std::string> damaged_own;
+    session->loaded_checkpoint_ = load_first_good(
+        found, info, report,
+        [&](const std::string& path) {
+            try {
+                session->trainer_->load_checkpoint(path);
+            } catch (const CheckpointMismatch&) {
+                throw;
+            } catch (const ConfigError&) {
+                build(); // a half-loaded trainer is not trusted: start the next try from scratch
+                throw;
+            }
+        },
+        &damaged_own);
+    // The steps after the loaded checkpoint are trained again, and their checkpoints written
+    // over the damaged files (a recorded file is this run's own, readable or not).
+    for (const auto& path : damaged_own) session->trainer_->adopt_damaged_checkpoint(path);
     replay_precision_changes(store, info.id, *session->trainer_);
     return session;
 }

@@ -101,6 +101,7 @@ private slots:
     void guiAndCliRunsGoThroughOneSession();
     void damagedNewestCheckpointFallsBackToThePreviousOne();
     void rotationKeepsTheFileJustWritten();
+    void aDamagedCheckpointOfTheRunIsWrittenAgain();
     void aResumeFromAnotherFolderFindsTheProjectsFolder();
     void aResumesOverridesAreStoredWithTheRun();
     void aCheckpointPastTheCommittedStepsIsNotResumedFrom();
@@ -222,6 +223,29 @@ void TestSession::rotationKeepsTheFileJustWritten()
     const auto again = run_cli({"resume", "1", "--db", QString::fromStdString(db), "--set", "training.steps=26"});
     QVERIFY2(again.exit_code == 0, qPrintable(again.err + again.out));
     QVERIFY2(again.out.contains("at step 25 from"), qPrintable(again.out));
+}
+
+// The run's final checkpoint cut short (it no longer reads, so it names no run): the resume
+// trains steps 21..30 again and writes step 30 over it, as its store recorded the file as
+// this run's. It used to be refused as "another run's", and every later resume began at 20.
+void TestSession::aDamagedCheckpointOfTheRunIsWrittenAgain()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    const std::string db = dir.filePath("runs.sqlite").toStdString();
+    QCOMPARE(run_cli({"run", QString::fromStdString(project), "--db", QString::fromStdString(db)}).exit_code, 0);
+    const std::string last = fs::absolute(db).string() + ".checkpoints/run-1/step-00000030.pt";
+    fs::resize_file(last, 1000);
+    QVERIFY(!read_checkpoint_ownership(last).readable);
+    const auto r = run_cli({"resume", "1", "--db", QString::fromStdString(db)});
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err + r.out));
+    QVERIFY2(r.out.contains("at step 20 from"), qPrintable(r.out));
+    QVERIFY2(!r.out.contains("checkpoint_failed"), qPrintable(r.out));
+    QVERIFY(read_checkpoint_ownership(last).readable);
+    const auto again = run_cli({"resume", "1", "--db", QString::fromStdString(db), "--set", "training.steps=31"});
+    QVERIFY2(again.exit_code == 0, qPrintable(again.err + again.out));
+    QVERIFY2(again.out.contains("at step 30 from"), qPrintable(again.out));
+    QVERIFY(!again.err.contains("damaged"));
 }
 
 // `run tiny.json` in one folder, `resume` in another: the project's relative paths (here its
