@@ -66,11 +66,16 @@ MANTISSA_HOST_DEVICE int slot_of(uint32_t mag_bits)
 
 // How a value is compared with its cast. Per-tensor scaled FP8 (`scaled_domain`) also counts
 // results that are subnormal in the format, and values whose scaled magnitude overflows it.
+// Overflow is IEEE's: the magnitude rounds (to nearest even, exponent unbounded) past the
+// largest finite value, i.e. it reaches `overflow_from`, half a step past max (and on that
+// tie only where max's last mantissa bit is odd: E4M3's 448 keeps 464). A saturating cast
+// clamps exactly these; 449 in E4M3 or 65505 in FP16 round to max as any value rounds.
 struct CastComparison {
     bool scaled_domain = false;
     double scale = 1.0;
     double min_normal = 0.0;
-    double max_finite = 0.0;
+    double overflow_from = 0.0;
+    bool overflow_at_tie = true;
     double min_subnormal = 0.0;
 };
 
@@ -90,17 +95,21 @@ MANTISSA_HOST_DEVICE bool scaled_code_is_subnormal(double rv, const CastComparis
 MANTISSA_HOST_DEVICE bool scaled_value_overflows(float v, const CastComparison& c)
 {
     const float mag = v < 0.0f ? -v : v;
-    return mag * static_cast<float>(c.scale) > c.max_finite;
+    const double scaled = static_cast<double>(mag * static_cast<float>(c.scale));
+    return scaled > c.overflow_from || (scaled == c.overflow_from && c.overflow_at_tie);
 }
 
 // Adds finite `v`'s comparison with its cast `r` to `t` (fields underflow, subnormal, overflow,
 // compared, err_energy, signal), in FP64 as the host reference does it: squares of values
 // near FP32's max overflow FP32.
+// A non-finite cast of a finite value is an overflow under a per-tensor scale. Under per-row
+// and block scales it is a value whose row or block holds an Inf or NaN (every element of it
+// becomes NaN): neither compared nor an overflow, as the value was not beyond the format.
 template <typename Tally>
 MANTISSA_HOST_DEVICE void compare_cast(float v, float r, const CastComparison& c, Tally& t)
 {
-    if ((magnitude_bits(r) >> 23) == 0xFFu) { // the cast overflowed to Inf or NaN
-        ++t.overflow;
+    if ((magnitude_bits(r) >> 23) == 0xFFu) {
+        if (c.scaled_domain) ++t.overflow;
         return;
     }
     if (v != 0.0f && r == 0.0f) ++t.underflow;

@@ -51,6 +51,17 @@ int exponent_of(float v)
     return (31 - std::countl_zero(mantissa)) - 149;
 }
 
+// How `format`'s casts are judged (stats_value::CastComparison): the overflow threshold is half
+// a step past max, max's step being 2^(floor(log2 max) - mantissa bits); max / step odd means
+// RNE takes the tie upward, past max.
+stats_value::CastComparison cast_comparison(NumberFormat format, bool scaled_domain, double scale)
+{
+    const FormatInfo& info = format_info(format);
+    const double step = std::ldexp(1.0, std::ilogb(info.max_finite) - info.mantissa_bits);
+    const auto steps = static_cast<int64_t>(info.max_finite / step);
+    return {scaled_domain, scale, info.min_normal, info.max_finite + 0.5 * step, steps % 2 == 1, info.min_subnormal};
+}
+
 } // namespace
 
 TensorStats compute_tensor_stats_reference(const torch::Tensor& x_in, NumberFormat format, float scale,
@@ -67,10 +78,8 @@ TensorStats compute_tensor_stats_reference(const torch::Tensor& x_in, NumberForm
     const auto q = compare ? dequantized.detach().to(torch::kCPU, torch::kFloat32).contiguous() : torch::Tensor();
     const float* xp = x.data_ptr<float>();
     const float* qp = compare ? q.data_ptr<float>() : nullptr;
-    const FormatInfo& info = format_info(format);
     const bool scaled_domain = scale > 0.0f; // per-row/block FP8 scales differ per element
-    const stats_value::CastComparison comparison{scaled_domain, scale, info.min_normal, info.max_finite,
-                                                 info.min_subnormal};
+    const stats_value::CastComparison comparison = cast_comparison(format, scaled_domain, scale);
 
     Accumulator total;
     std::mutex merge_mutex;
@@ -88,7 +97,10 @@ TensorStats compute_tensor_stats_reference(const torch::Tensor& x_in, NumberForm
             }
             if (!qp) continue;
             const float r = qp[i];
-            if (!std::isfinite(r)) { ++a.overflow; continue; }
+            if (!std::isfinite(r)) { // see stats_value::compare_cast
+                if (scaled_domain) ++a.overflow;
+                continue;
+            }
             if (v != 0.0f && r == 0.0f) ++a.underflow;
             if (scaled_domain) {
                 if (stats_value::scaled_code_is_subnormal(std::fabs(static_cast<double>(r) * scale), comparison))
@@ -298,16 +310,19 @@ torch::Tensor tensor_ops_row(const torch::Tensor& x_in, NumberFormat format, con
         const auto q = dequantized.detach().to(x.device(), torch::kFloat32).contiguous().view(-1); // (n)
         const auto q_finite = torch::isfinite(q);
         const auto kept = finite & q_finite; // the values the reference compares
-        overflow = (finite & q_finite.logical_not()).sum();
         underflow = (kept & (x != 0) & (q == 0)).sum();
         const auto xd = x.to(torch::kFloat64), qd = q.to(torch::kFloat64);
         if (scale.defined()) {
-            // The rules of stats_value::scaled_code_is_subnormal and scaled_value_overflows.
+            // The rules of stats_value::compare_cast, scaled_code_is_subnormal and
+            // scaled_value_overflows. The threshold is exact in FP32 for every format.
             const FormatInfo& info = format_info(format);
+            const auto c = cast_comparison(format, true, 1.0);
             const auto& s = scale;
             const auto rv = (qd * s).abs();
             subnormal = (kept & (rv != 0) & (rv < info.min_normal - 0.5 * info.min_subnormal)).sum();
-            overflow = overflow + (kept & (x.abs() * s.to(torch::kFloat32) > info.max_finite)).sum();
+            const auto scaled = x.abs() * s.to(torch::kFloat32);
+            const auto beyond = c.overflow_at_tie ? scaled >= c.overflow_from : scaled > c.overflow_from;
+            overflow = (finite & q_finite.logical_not()).sum() + (kept & beyond).sum();
         }
         compared = kept.sum();
         err = torch::where(kept, xd - qd, 0.0).square().sum();
@@ -339,9 +354,8 @@ std::vector<torch::Tensor> tensor_stats_rows_cpu(const std::vector<StatsSource>&
             in.q = s.dequantized.detach().to(torch::kCPU, torch::kFloat32).contiguous();
         in.xp = in.x.data_ptr<float>();
         in.qp = in.q.defined() ? in.q.data_ptr<float>() : nullptr;
-        const FormatInfo& info = format_info(s.format);
         // Per-row/block FP8 scales differ per element: no scaled domain to compare in.
-        in.comparison = {s.scale > 0.0f, s.scale, info.min_normal, info.max_finite, info.min_subnormal};
+        in.comparison = cast_comparison(s.format, s.scale > 0.0f, s.scale);
         for (int64_t b = 0; b < in.x.numel(); b += kChunk) chunks.push_back({i, b, std::min(b + kChunk, in.x.numel())});
     }
     // One parallel region for every tensor of the step: a region per tensor costs a thread
@@ -367,10 +381,8 @@ torch::Tensor fused_cuda_row(const torch::Tensor& x, NumberFormat format, float 
                              const torch::Tensor& dequantized)
 {
 #if defined(MANTISSA_CUDA_KERNELS)
-    const FormatInfo& info = format_info(format);
     const bool compared = stats_compared(format, dequantized);
-    const stats_value::CastComparison comparison{device_scale.defined() || scale > 0.0f, scale, info.min_normal,
-                                                 info.max_finite, info.min_subnormal};
+    const auto comparison = cast_comparison(format, device_scale.defined() || scale > 0.0f, scale);
     return cuda_kernels::tensor_stats_row(x, compared ? dequantized : torch::Tensor(), comparison, device_scale);
 #else
     (void)x, (void)format, (void)scale, (void)device_scale, (void)dequantized;

@@ -236,32 +236,65 @@ private slots:
     // float8_e4m3fn.
     void scaledVerdictsAreTheCastsOwn_data()
     {
+        QTest::addColumn<NumberFormat>("format");
         QTest::addColumn<float>("a");
         QTest::addColumn<float>("b");
         QTest::addColumn<float>("scale");
         QTest::addColumn<double>("overflow");
         QTest::addColumn<double>("subnormal");
-        QTest::newRow("amax lands on 448") << 0.1f << 0.05f << 448.0f / 0.1f << 0.0 << 0.0;
-        QTest::newRow("a code of 2^-6") << 3.0f << 1.0463169746799394e-4f << 448.0f / 3.0f << 0.0 << 0.0;
-        QTest::newRow("a subnormal code") << 3.0f << 5e-5f << 448.0f / 3.0f << 0.0 << 0.5;
-        QTest::newRow("a true overflow") << 1.0f << 2.0f << 300.0f << 0.5 << 0.0;
+        const auto e4m3 = NumberFormat::E4M3, e5m2 = NumberFormat::E5M2, fp16 = NumberFormat::FP16;
+        QTest::newRow("amax lands on 448") << e4m3 << 0.1f << 0.05f << 448.0f / 0.1f << 0.0 << 0.0;
+        QTest::newRow("a code of 2^-6") << e4m3 << 3.0f << 1.0463169746799394e-4f << 448.0f / 3.0f << 0.0 << 0.0;
+        QTest::newRow("a subnormal code") << e4m3 << 3.0f << 5e-5f << 448.0f / 3.0f << 0.0 << 0.5;
+        QTest::newRow("a true overflow") << e4m3 << 1.0f << 2.0f << 300.0f << 0.5 << 0.0;
+        // Overflow is rounding past max (IEEE), not lying above it: what saturation clamps.
+        QTest::newRow("e4m3 449 rounds to 448") << e4m3 << 449.0f << 1.0f << 1.0f << 0.0 << 0.0;
+        QTest::newRow("e4m3 464 ties to even 448") << e4m3 << 464.0f << 1.0f << 1.0f << 0.0 << 0.0;
+        QTest::newRow("e4m3 464.5 saturates") << e4m3 << 464.5f << 1.0f << 1.0f << 0.5 << 0.0;
+        QTest::newRow("e5m2 61439 rounds to max") << e5m2 << 61439.0f << 1.0f << 1.0f << 0.0 << 0.0;
+        QTest::newRow("e5m2 61440 ties past max") << e5m2 << 61440.0f << 1.0f << 1.0f << 0.5 << 0.0;
+        QTest::newRow("fp16 65519 rounds to max") << fp16 << 65505.0f << 65519.0f << 1.0f << 0.0 << 0.0;
+        QTest::newRow("fp16 65520 becomes inf") << fp16 << 65519.0f << 65520.0f << 1.0f << 0.5 << 0.0;
     }
     void scaledVerdictsAreTheCastsOwn()
     {
+        QFETCH(NumberFormat, format);
         QFETCH(float, a);
         QFETCH(float, b);
         QFETCH(float, scale);
         QFETCH(double, overflow);
         QFETCH(double, subnormal);
         const auto x = torch::tensor({a, b});
-        const auto q = scaled_round_saturated(x, scale, NumberFormat::E4M3); // the cast training makes
-        const auto ref = compute_tensor_stats_reference(x, NumberFormat::E4M3, scale, q);
+        const auto q = format_info(format).is_fp8 ? scaled_round_saturated(x, scale, format) // the cast training makes
+                                                  : round_to_format(x, format, Overflow::Propagate);
+        const auto ref = compute_tensor_stats_reference(x, format, scale, q);
         QCOMPARE(ref.overflow, overflow);
         QCOMPARE(ref.subnormal, subnormal);
         for (auto kernel : {StatsKernel::TensorOps, StatsKernel::FusedCpu}) {
-            const auto d = compute_tensor_stats(x, NumberFormat::E4M3, scale, q, kernel);
+            const auto d = compute_tensor_stats(x, format, scale, q, kernel);
             QCOMPARE(d.overflow, overflow);
             QCOMPARE(d.subnormal, subnormal);
+        }
+    }
+
+    // A per-row or block cast turns a whole row or block NaN when it holds an Inf or NaN: its
+    // finite values were not beyond the format, and are neither compared nor an overflow.
+    // Under a per-tensor scale, a finite value whose cast is not finite did overflow.
+    void valuesPoisonedByTheirBlockAreNoOverflow()
+    {
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        const auto x = torch::tensor({1.0f, 2.0f, nan, 3.0f});
+        const auto q = torch::tensor({nan, nan, nan, 3.0f});
+        for (const float scale : {0.0f, 1.0f}) {
+            const double overflow = scale > 0.0f ? 0.5 : 0.0;
+            const auto ref = compute_tensor_stats_reference(x, NumberFormat::E4M3, scale, q);
+            QCOMPARE(ref.overflow, overflow);
+            QCOMPARE(ref.quant_mse, 0.0); // only 3 is compared, and its cast is exact
+            for (auto kernel : {StatsKernel::TensorOps, StatsKernel::FusedCpu}) {
+                const auto d = compute_tensor_stats(x, NumberFormat::E4M3, scale, q, kernel);
+                QCOMPARE(d.overflow, overflow);
+                QCOMPARE(d.quant_mse, 0.0);
+            }
         }
     }
 
