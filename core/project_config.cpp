@@ -121,6 +121,7 @@ json watchers_to_json(const WatcherConfig& w)
             {"attention_logit_max", w.attention_logit_max},
             {"log_z_max", w.log_z_max},
             {"fp8_underflow_max", w.fp8_underflow_max},
+            {"fp4_underflow_max", w.fp4_underflow_max},
             {"cooldown_steps", w.cooldown_steps},
             {"actions", actions}};
 }
@@ -137,6 +138,7 @@ WatcherConfig watchers_from_json(const json& j)
     w.attention_logit_max = j["attention_logit_max"];
     w.log_z_max = j["log_z_max"];
     w.fp8_underflow_max = j["fp8_underflow_max"];
+    w.fp4_underflow_max = j["fp4_underflow_max"];
     w.cooldown_steps = j["cooldown_steps"];
     for (const auto& [name, value] : j["actions"].items()) {
         const std::string a = value;
@@ -572,6 +574,8 @@ void validate(const ProjectConfig& c, bool stored = false)
     require(w.backoff_limit >= 1, "telemetry.watchers.backoff_limit", "must be at least 1");
     require(w.backoff_window >= 1, "telemetry.watchers.backoff_window", "must be at least 1");
     require(w.fp8_underflow_max >= 0 && w.fp8_underflow_max <= 1, "telemetry.watchers.fp8_underflow_max",
+            "must be in [0, 1]");
+    require(w.fp4_underflow_max >= 0 && w.fp4_underflow_max <= 1, "telemetry.watchers.fp4_underflow_max",
             "must be in [0, 1]");
     require(w.cooldown_steps >= 0, "telemetry.watchers.cooldown_steps", "must be >= 0");
 }

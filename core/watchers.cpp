@@ -164,16 +164,20 @@ std::vector<WatchAlert> Watchers::on_frame(const LayerStatsFrame& frame, const s
         alerts.back().role = first->role;
     }
     for (const auto& t : frame.tensors) {
-        // FP8 operands, and the E2M1 elements of nvfp4/mxfp4 operands. A "<role>_scale" row of
-        // nvfp4 counts blocks whose E4M3 scale became 0: every value of such a block is lost.
-        const bool low = t.format == "e4m3" || t.format == "e5m2" || t.format == "e2m1";
+        // FP8 operands, and the E2M1 elements of nvfp4/mxfp4 operands (against their own
+        // threshold). A "<role>_scale" row of nvfp4 counts blocks whose E4M3 scale became 0:
+        // every value of such a block is lost. The "_no_rht" rows are a cast no GEMM makes
+        // (the wgrad operand without its Hadamard transform, for comparison): not watched.
+        const bool fp8 = t.format == "e4m3" || t.format == "e5m2", fp4 = t.format == "e2m1";
+        if ((!fp8 && !fp4) || t.role.ends_with("_no_rht")) continue;
         const bool block_scales = t.role.size() > 6 && t.role.ends_with("_scale");
-        if (low && t.underflow > config_.fp8_underflow_max && cooled_down("fp8_underflow", t.layer, frame.step)) {
+        const double threshold = fp4 ? config_.fp4_underflow_max : config_.fp8_underflow_max;
+        if (t.underflow > threshold && cooled_down("fp8_underflow", t.layer, frame.step)) {
             const std::string what = block_scales ? "% of blocks have a scale that flushes to zero in "
                                                   : "% of values flush to zero in ";
             alerts.push_back(make(frame.step, "fp8_underflow", t.layer,
                                   t.role + " of " + t.layer + ": " + fmt(100.0 * t.underflow) + what + t.format +
-                                      " (threshold " + fmt(100.0 * config_.fp8_underflow_max) + "%)"));
+                                      " (threshold " + fmt(100.0 * threshold) + "%)"));
             alerts.back().role = t.role;
         }
     }

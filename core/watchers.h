@@ -26,6 +26,10 @@ struct WatcherConfig {
     double attention_logit_max = 100.0; // max |q.k|/sqrt(d) of a layer (Wortsman et al. 2023)
     double log_z_max = 20.0;           // |mean log Z| of the output softmax
     double fp8_underflow_max = 0.05;   // fraction of an FP8 tensor flushed to zero (TE AutoswitchGemm: 5%)
+    // The same for the E2M1 elements of nvfp4/mxfp4 operands: a 16- or 32-value block flushes
+    // what lies below a quarter of its smallest step, 7-11% of a Gaussian's values (so 5%
+    // would fire on every healthy layer); 25% is a tail heavy enough to lose a quarter.
+    double fp4_underflow_max = 0.25;
     int64_t cooldown_steps = 100;      // a watcher stays quiet this long per layer after firing
     // What to do when one fires: keyed by watcher name (nonfinite, loss_spike, grad_spike,
     // loss_scale_collapse, attention_logit, log_z, fp8_underflow).

@@ -669,13 +669,15 @@ private slots:
         QCOMPARE(w.on_frame(f, {"blocks.1.mlp.fc2"}).size(), size_t(3));
     }
 
-    // The underflow watcher reads the block recipes' rows too: nvfp4/mxfp4 elements (e2m1),
-    // and nvfp4's block scales (e4m3), whose underflow counts blocks, not values. fp8-block's
-    // FP32 scale rows are not FP8.
+    // The underflow watcher reads the block recipes' rows too: nvfp4/mxfp4 elements (e2m1,
+    // against fp4_underflow_max: a healthy nvfp4 layer flushes ~7%), and nvfp4's block scales
+    // (e4m3), whose underflow counts blocks, not values. fp8-block's FP32 scale rows are not
+    // FP8, and the "_no_rht" rows are no GEMM's cast.
     void underflowWatcherReadsBlockRecipeRows()
     {
         WatcherConfig c;
         c.fp8_underflow_max = 0.05;
+        QCOMPARE(c.fp4_underflow_max, 0.25);
         Watchers w(c);
         LayerStatsFrame f;
         f.step = 3;
@@ -687,13 +689,16 @@ private slots:
             t.underflow = underflow;
             f.tensors.push_back(t);
         };
-        row("blocks.0.mlp.fc1", "grad_output", "e2m1", 0.25);
+        row("blocks.0.mlp.fc1", "grad_output", "e2m1", 0.26);
         row("blocks.0.mlp.fc2", "input_scale", "e4m3", 0.125);
         row("blocks.1.mlp.fc1", "weight_scale", "fp32", 0.5);
-        row("blocks.1.mlp.fc2", "input", "e2m1", 0.01);
-        const auto a = w.on_frame(f, {"blocks.0.mlp.fc1", "blocks.0.mlp.fc2", "blocks.1.mlp.fc1", "blocks.1.mlp.fc2"});
+        row("blocks.1.mlp.fc2", "input", "e2m1", 0.25); // at the threshold: quiet
+        row("blocks.1.attn.qkv", "input_wgrad_no_rht", "e2m1", 0.9);
+        row("blocks.1.attn.proj", "input", "e2m1", 0.07); // a healthy nvfp4 operand
+        const auto a = w.on_frame(f, {"blocks.0.mlp.fc1", "blocks.0.mlp.fc2", "blocks.1.mlp.fc1", "blocks.1.mlp.fc2",
+                                      "blocks.1.attn.qkv", "blocks.1.attn.proj"});
         QCOMPARE(a.size(), size_t(2));
-        QCOMPARE(a[0].message, std::string("grad_output of blocks.0.mlp.fc1: 25% of values flush to zero in e2m1 (threshold 5%)"));
+        QCOMPARE(a[0].message, std::string("grad_output of blocks.0.mlp.fc1: 26% of values flush to zero in e2m1 (threshold 25%)"));
         QCOMPARE(a[1].message, std::string("input_scale of blocks.0.mlp.fc2: 12.5% of blocks have a scale that flushes to zero "
                                         "in e4m3 (threshold 5%)"));
     }
