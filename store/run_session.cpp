@@ -11,6 +11,7 @@
 #include "checkpoint_file.h"
 #include "checkpoint_weights.h"
 #include "config_diff.h"
+#include "precision_policy.h"
 #include "durable_file.h"
 
 namespace mantissa {
@@ -255,6 +256,7 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
     const auto base = run_base_dir(info);
     const ProjectConfig config = load_stored_run_json(info.config_json, base, overrides);
     std::unique_ptr<RunSession> session(new RunSession());
+    bool formats_overridden = false; // the overrides change which formats the layers take
     if (!overrides.empty()) {
         // Against the stored settings as this version reads them, so that keys a newer version
         // added (with their defaults) are not taken for the overrides' changes.
@@ -265,9 +267,12 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
             // Valid only with the overrides (they mend it): the stored text is the baseline.
         }
         const std::string now = to_json_text(config);
-        for (const auto& d : diff_configs(before, now))
+        for (const auto& d : diff_configs(before, now)) {
             session->config_changes_ += (session->config_changes_.empty() ? "" : ", ") + d.key + " " +
                                         d.a.value_or("(none)") + " -> " + d.b.value_or("(none)");
+            for (const char* key : {"precision.preset", "precision.layers", "precision.keep_last_bf16"})
+                if (d.key.starts_with(key)) formats_overridden = true;
+        }
         if (!session->config_changes_.empty()) session->resumed_config_json_ = now;
     }
     const CheckpointSearch found = search_checkpoints(store, info, config);
@@ -301,7 +306,19 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
     // The steps after the loaded checkpoint are trained again, and their checkpoints written
     // over the damaged files (a recorded file is this run's own, readable or not).
     for (const auto& path : damaged_own) session->trainer_->adopt_damaged_checkpoint(path);
+    if (config.training.steps < session->trainer_->step())
+        throw ConfigError("training.steps=" + std::to_string(config.training.steps) + " ends before step " +
+                          std::to_string(session->trainer_->step()) + ", where run " + std::to_string(info.id) +
+                          " resumes (from '" + session->loaded_checkpoint_ + "')");
     replay_precision_changes(store, info.id, *session->trainer_);
+    // A checkpoint holds its layers' formats (a live change included). Formats that the
+    // overrides ask for are changed at the first step boundary, as a user's change: recorded
+    // as precision_changed, so the run's history says when its layers changed.
+    if (formats_overridden)
+        for (const auto& layer : session->trainer_->layers()) {
+            const auto wanted = resolve_layer_formats(config.precision, layer.name, config.model.n_layer);
+            if (!(wanted == layer.formats)) session->trainer_->request_layer_formats(layer.name, wanted);
+        }
     return session;
 }
 

@@ -102,6 +102,7 @@ private slots:
     void damagedNewestCheckpointFallsBackToThePreviousOne();
     void rotationKeepsTheFileJustWritten();
     void aDamagedCheckpointOfTheRunIsWrittenAgain();
+    void aResumeThatChangesThePresetChangesTheLayers();
     void aResumeFromAnotherFolderFindsTheProjectsFolder();
     void aResumesOverridesAreStoredWithTheRun();
     void aCheckpointPastTheCommittedStepsIsNotResumedFrom();
@@ -246,6 +247,49 @@ void TestSession::aDamagedCheckpointOfTheRunIsWrittenAgain()
     QVERIFY2(again.exit_code == 0, qPrintable(again.err + again.out));
     QVERIFY2(again.out.contains("at step 30 from"), qPrintable(again.out));
     QVERIFY(!again.err.contains("damaged"));
+}
+
+// A checkpoint holds its layers' formats; `resume --set precision.preset=bf16` used to keep
+// them (fp16) while the run's settings said bf16. The change is made at the resume's first
+// boundary and recorded as a user's precision change, one per layer that changes.
+void TestSession::aResumeThatChangesThePresetChangesTheLayers()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    const QString db = dir.filePath("runs.sqlite");
+    const auto first = run_cli({"run", QString::fromStdString(project), "--db", db, "--set", "training.steps=10", "--set",
+                                "precision.preset=fp16"});
+    QVERIFY2(first.exit_code == 0, qPrintable(first.err));
+    const auto r = run_cli({"resume", "1", "--db", db, "--set", "training.steps=12", "--set", "precision.preset=bf16"});
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err + r.out));
+    QVERIFY2(r.out.contains("precision.preset fp16 -> bf16"), qPrintable(r.out));
+    // Fewer steps than the checkpoint's: refused (it used to "finish after 12 steps" and store
+    // training.steps=5 as the run's), and the run is as it was.
+    const auto fewer = run_cli({"resume", "1", "--db", db, "--set", "training.steps=5"});
+    QCOMPARE(fewer.exit_code, 2);
+    QVERIFY2(fewer.err.contains("error: training.steps=5 ends before step 12, where run 1 resumes (from '"),
+             qPrintable(fewer.err));
+    QVERIFY2(!fewer.err.contains("settings changed"), qPrintable(fewer.err));
+    RunStore store(db.toStdString());
+    QVERIFY(store.find_run("1")->config_json.find("\"steps\": 12") != std::string::npos);
+    std::vector<std::string> changed;
+    for (const auto& row : store.events(1)) {
+        const RunEvent& e = row.event;
+        if (e.kind != EventKind::PrecisionChanged) continue;
+        QCOMPARE(e.step, int64_t(10));
+        QCOMPARE(e.cause, ChangeCause::User);
+        QVERIFY(e.new_formats && *e.new_formats == (GemmFormats{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16}));
+        changed.push_back(e.pattern);
+    }
+    // Every GEMM layer of the 1-block model (qkv, sdpa, proj, fc1, fc2, lm_head) went fp16 -> bf16.
+    QCOMPARE(changed.size(), size_t(6));
+    QVERIFY(std::find(changed.begin(), changed.end(), "lm_head") != changed.end());
+    // A resume that does not touch the formats changes none.
+    const auto again = run_cli({"resume", "1", "--db", db, "--set", "training.steps=14"});
+    QVERIFY2(again.exit_code == 0, qPrintable(again.err + again.out));
+    int changes = 0;
+    for (const auto& row : RunStore(db.toStdString()).events(1)) changes += row.event.kind == EventKind::PrecisionChanged;
+    QCOMPARE(changes, 6);
 }
 
 // `run tiny.json` in one folder, `resume` in another: the project's relative paths (here its
