@@ -91,11 +91,12 @@ public:
         // accepted for nothing, and its event recorded after the run's end.
         if (ended_) return api_error(409, "run " + std::to_string(run_id) + " has ended: nothing to " + c.command);
         std::string what = c.command;
+        bool queued = false;
         try {
-            if (c.command == "pause") session_.request_pause();
-            else if (c.command == "resume") session_.request_resume();
-            else if (c.command == "stop") session_.request_stop();
-            else if (c.command == "checkpoint") session_.request_checkpoint();
+            if (c.command == "pause") queued = session_.request_pause();
+            else if (c.command == "resume") queued = session_.request_resume();
+            else if (c.command == "stop") queued = session_.request_stop();
+            else if (c.command == "checkpoint") queued = session_.request_checkpoint();
             else {
                 GemmFormats f;
                 const auto format = [](const std::string& name, const std::string& fallback) {
@@ -107,13 +108,17 @@ public:
                 f.forward = format(c.forward, c.forward);
                 f.dgrad = format(c.dgrad, c.forward);
                 f.wgrad = format(c.wgrad, c.forward);
-                session_.request_layer_formats(c.pattern, f);
+                queued = session_.request_layer_formats(c.pattern, f);
                 what += " " + c.pattern + " -> " + format_name(f.forward) + "/" + format_name(f.dgrad) +
                         "/" + format_name(f.wgrad);
             }
         } catch (const ConfigError& e) {
             return api_error(400, e.what());
         }
+        // Past the last boundary (the final step, evaluation and checkpoint): nothing would apply it.
+        if (!queued)
+            return api_error(409, "run " + std::to_string(run_id) + " is finishing (its last step has begun): nothing to " +
+                                      c.command);
         RunEvent e;
         e.step = step_.load();
         e.kind = EventKind::Other;

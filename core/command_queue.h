@@ -29,13 +29,30 @@ struct Command {
 
 class CommandQueue {
 public:
-    void push(Command command)
+    // False, and nothing queued, once the loop has passed its last boundary (close): a command
+    // then would be taken for nothing (a remote client is told so, not "accepted").
+    bool push(Command command)
     {
         {
             std::lock_guard lock(mutex_);
+            if (closed_) return false;
             queue_.push_back(command);
         }
         ready_.notify_all();
+        return true;
+    }
+
+    // The loop will not look again (its last step has begun, or it stopped) / a run begins.
+    // Commands already queued stay: one queued before run() (a resume's change) is applied.
+    void close()
+    {
+        std::lock_guard lock(mutex_);
+        closed_ = true;
+    }
+    void open()
+    {
+        std::lock_guard lock(mutex_);
+        closed_ = false;
     }
 
     // Ahead of every queued command, in their order: what the run did at this boundary before
@@ -90,6 +107,7 @@ private:
     mutable std::mutex mutex_;
     std::condition_variable ready_;
     std::deque<Command> queue_;
+    bool closed_ = false;
 };
 
 } // namespace mantissa

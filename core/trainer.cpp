@@ -125,10 +125,10 @@ Trainer::Impl::Impl(ProjectConfig c) : config(std::move(c)), watchers(config.tel
 Trainer::Trainer(ProjectConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
 Trainer::~Trainer() = default;
 
-void Trainer::request_pause() { impl_->commands.push({Command::Kind::Pause, {}, {}}); }
-void Trainer::request_resume() { impl_->commands.push({Command::Kind::Resume, {}, {}}); }
-void Trainer::request_stop() { impl_->commands.push({Command::Kind::Stop, {}, {}}); }
-void Trainer::request_checkpoint() { impl_->commands.push({Command::Kind::Checkpoint, {}, {}}); }
+bool Trainer::request_pause() { return impl_->commands.push({Command::Kind::Pause, {}, {}}); }
+bool Trainer::request_resume() { return impl_->commands.push({Command::Kind::Resume, {}, {}}); }
+bool Trainer::request_stop() { return impl_->commands.push({Command::Kind::Stop, {}, {}}); }
+bool Trainer::request_checkpoint() { return impl_->commands.push({Command::Kind::Checkpoint, {}, {}}); }
 void Trainer::save_checkpoint(const std::string& path) { impl_->save_checkpoint(path); }
 void Trainer::load_checkpoint(const std::string& path) { impl_->load_checkpoint(path); }
 int64_t Trainer::step() const { return impl_->step; }
@@ -164,10 +164,18 @@ void Trainer::set_checkpoint_listener(std::function<bool(const CheckpointWrite&)
     impl_->checkpoint_listener = std::move(listener);
 }
 
-void Trainer::request_layer_formats(const std::string& layer_pattern, const GemmFormats& formats)
+bool Trainer::request_layer_formats(const std::string& layer_pattern, const GemmFormats& formats)
 {
     if (!impl_->matches_a_layer(layer_pattern)) throw ConfigError("no layer matches '" + layer_pattern + "'");
-    impl_->commands.push({Command::Kind::SetLayerFormats, layer_pattern, formats});
+    for (const NumberFormat f : {formats.forward, formats.dgrad, formats.wgrad})
+        if (!format_info(f).gemm_operand) {
+            std::string names;
+            for (const auto& n : number_format_names()) names += (names.empty() ? "" : ", ") + n;
+            throw ConfigError(std::string("'") + format_name(f) +
+                              "' is no GEMM operand's format (a block recipe's element or scale format); one of " +
+                              names);
+        }
+    return impl_->commands.push({Command::Kind::SetLayerFormats, layer_pattern, formats});
 }
 
 void Trainer::replay_layer_formats(int64_t at_step, const std::string& layer_pattern, const GemmFormats& formats)
@@ -207,6 +215,10 @@ std::string Trainer::describe() const
 
 RunSummary Trainer::run(TelemetrySink& sink)
 {
+    struct CloseCommands { // however the run ends, a command after it is refused
+        CommandQueue& queue;
+        ~CloseCommands() { queue.close(); }
+    } closing{impl_->commands};
     try {
         if (!impl_->dp) return run_steps(sink);
         try {
@@ -234,6 +246,7 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
     const double tokens_per_step =
         static_cast<double>(cfg.training.batch_size * cfg.model.context_length * cfg.training.grad_accum);
 
+    s.commands.open(); // a Trainer run again (more steps) takes commands again
     RunSummary summary;
     auto started = event_at(0, EventKind::RunStarted);
     started.text = describe();
@@ -319,9 +332,12 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
         // A frame in flight is handed on before the first command is applied (a command that
         // arrives while this runs is too: the check and the pop are one).
         if (!s.apply_commands(sink, deliver_now)) {
+            s.commands.close();
             summary.stopped_early = true;
             break;
         }
+        // The last boundary: a command from now on would never be applied, and is refused.
+        if (step + 1 == cfg.training.steps) s.commands.close();
         const auto t0 = std::chrono::steady_clock::now();
         // Telemetry is rank 0's, of its micro-batches, unless it is reduced over the ranks
         // (telemetry.reduce_ranks): then every rank measures and rank 0 reports the combination.
@@ -377,6 +393,7 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
         if (evaluates && s.is_rank0()) evaluate(step);
         if (checkpoints && !last && s.is_rank0()) s.write_periodic_checkpoint(sink);
     }
+    s.commands.close(); // also where no step was left to train
     deliver_now();
     // The final state is always kept, so a stopped run can be resumed. Rank 0's is every rank's.
     if (step > first_step && s.is_rank0()) s.write_periodic_checkpoint(sink);

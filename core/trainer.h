@@ -41,12 +41,13 @@ public:
     // Trains on the calling thread until training.steps or a Stop command.
     RunSummary run(TelemetrySink& sink);
 
-    // Thread-safe; applied at the next step boundary.
-    void request_pause();
-    void request_resume();
-    void request_stop();
+    // Thread-safe; applied at the next step boundary. False when there is none: the last
+    // step has begun, or the run stopped (nothing is queued).
+    bool request_pause();
+    bool request_resume();
+    bool request_stop();
     // Writes a checkpoint at the next step boundary (needs training.checkpoint_dir).
-    void request_checkpoint();
+    bool request_checkpoint();
     // Everything a bit-exact resume needs: master weights, AdamW state, loss scaler, layer
     // formats and FP8 histories, RNG and data-sampler state, step. Written atomically
     // (temporary file, then rename). Call between steps: before/after run() or from a sink.
@@ -87,8 +88,9 @@ public:
     void set_checkpoint_listener(std::function<bool(const CheckpointWrite&)> listener);
 
     // Switches every layer matching the glob to `formats` between two steps. Throws
-    // ConfigError at once if the pattern matches no layer.
-    void request_layer_formats(const std::string& layer_pattern, const GemmFormats& formats);
+    // ConfigError at once if the pattern matches no layer, or a format is no GEMM operand's
+    // (e8m0, e2m1: block-recipe formats). False as request_pause.
+    bool request_layer_formats(const std::string& layer_pattern, const GemmFormats& formats);
     // A user's precision change that the run being resumed made at or after its checkpoint (its
     // precision_changed event at step `at_step`): made again at that step boundary, so the
     // resumed run trains as the interrupted one did. Call after load_checkpoint, before run().

@@ -98,14 +98,14 @@ public:
     SessionOutcome run(const std::vector<TelemetrySink*>& sinks);
 
     // Thread-safe controls, applied at the next step boundary (see Trainer).
-    void request_pause() { trainer_->request_pause(); }
-    void request_resume() { trainer_->request_resume(); }
-    void request_stop() { trainer_->request_stop(); }
-    void request_checkpoint() { trainer_->request_checkpoint(); }
-    // Throws ConfigError if the pattern matches no layer.
-    void request_layer_formats(const std::string& pattern, const GemmFormats& formats)
+    bool request_pause() { return trainer_->request_pause(); }
+    bool request_resume() { return trainer_->request_resume(); }
+    bool request_stop() { return trainer_->request_stop(); }
+    bool request_checkpoint() { return trainer_->request_checkpoint(); }
+    // Throws ConfigError if the pattern matches no layer or a format is no GEMM's.
+    bool request_layer_formats(const std::string& pattern, const GemmFormats& formats)
     {
-        trainer_->request_layer_formats(pattern, formats);
+        return trainer_->request_layer_formats(pattern, formats);
     }
 
     Trainer& trainer() { return *trainer_; }

@@ -322,10 +322,17 @@ private slots:
 
         Trainer trainer(config);
         Recorder rec;
+        std::vector<int> queued; // per step: whether a command then has a boundary left to apply it
         rec.hook = [&](const StepMetrics& m) {
-            if (m.step == 5) trainer.request_layer_formats("blocks.*.mlp.*", uniform(NumberFormat::BF16));
+            if (m.step == 5) QVERIFY(trainer.request_layer_formats("blocks.*.mlp.*", uniform(NumberFormat::BF16)));
+            if (m.step >= 8) queued.push_back(trainer.request_layer_formats("lm_head", uniform(NumberFormat::FP32)));
         };
         trainer.run(rec);
+        // Step 9's command is applied at the last boundary; from step 10 on there is none, and
+        // the command is refused rather than taken for nothing. After the run, too.
+        QCOMPARE(queued, (std::vector<int>{1, 1, 0}));
+        QVERIFY(!trainer.request_checkpoint());
+        QVERIFY(!trainer.request_stop());
         for (int i = 0; i < 5; ++i) QCOMPARE(rec.steps[size_t(i)].train_loss, fp32.steps[size_t(i)].train_loss);
         QVERIFY(rec.steps[5].train_loss != fp32.steps[5].train_loss);
         QVERIFY(std::abs(rec.steps[9].train_loss - fp32.steps[9].train_loss) < 0.02);
@@ -344,6 +351,16 @@ private slots:
         } catch (const ConfigError& e) {
             QCOMPARE(std::string(e.what()), std::string("no layer matches 'blocks.*.moe.*'"));
         }
+        // A block recipe's element and scale formats are no GEMM operand's.
+        for (const auto f : {NumberFormat::E8M0, NumberFormat::E2M1})
+            try {
+                trainer.request_layer_formats("lm_head", {NumberFormat::BF16, f, NumberFormat::BF16});
+                QFAIL("accepted a format no GEMM takes");
+            } catch (const ConfigError& e) {
+                QCOMPARE(std::string(e.what()), "'" + std::string(format_name(f)) +
+                                                    "' is no GEMM operand's format (a block recipe's element or "
+                                                    "scale format); one of fp32, tf32, bf16, fp16, e4m3, e5m2");
+            }
     }
 
     // A resume's replay of the interrupted run's change at a boundary goes before a change the

@@ -1388,6 +1388,11 @@ private slots:
                         R"({"command": "layer_formats", "pattern": "lm_head", "forward": "fp7"})", "application/json");
         QCOMPARE(r->status, 400);
         QCOMPARE(json_of(r->body)["error"].toString(), QString("unknown number format 'fp7'"));
+        r = client.Post("/v1/runs/1/control", auth(token),
+                        R"({"command": "layer_formats", "pattern": "*", "forward": "e8m0"})", "application/json");
+        QCOMPARE(r->status, 400); // a scale format, which the run used to take and train in
+        QVERIFY2(json_of(r->body)["error"].toString().startsWith("'e8m0' is no GEMM operand's format"),
+                 qPrintable(r->body.c_str()));
         // curl -d without a content type sends a form: the answer says how to send JSON.
         r = client.Post("/v1/runs/1/control", auth(token), R"({"command": "pause"})",
                         "application/x-www-form-urlencoded");
@@ -1430,6 +1435,32 @@ private slots:
         QCOMPARE(remote, QStringList({"layer_formats lm_head -> bf16/bf16/bf16 requested by remote 127.0.0.1",
                                       "stop requested by remote 127.0.0.1"}));
         QCOMPARE(precisionChanges, 1); // applied by the trainer at a step boundary
+    }
+
+    // The last step trained, the final evaluation running: no boundary is left to apply a
+    // command. It is refused (it used to be "accepted" and recorded, and never made).
+    void aCommandDuringTheFinalEvaluationIsRefused()
+    {
+        const QString db = path("finishing.sqlite");
+        ServingProcess run;
+        QVERIFY2(run.start({"run", project_, "--db", db, "--set", "training.steps=3", "--set", "eval.batches=10000",
+                            "--serve", "127.0.0.1:0", "--allow-control"}),
+                 qPrintable(run.output));
+        QVERIFY(QTest::qWaitFor(
+            [&] { return RunStore::open_read_only(db.toStdString())->list_runs().at(0).last_step == 3; }, 120000));
+        httplib::Client client("127.0.0.1", run.port);
+        const auto r = client.Post("/v1/runs/1/control", auth(run.token.toStdString()),
+                                   R"({"command": "layer_formats", "pattern": "lm_head", "forward": "bf16"})",
+                                   "application/json");
+        QVERIFY(r);
+        QCOMPARE(r->status, 409);
+        QCOMPARE(json_of(r->body)["error"].toString(),
+                 QString("run 1 is finishing (its last step has begun): nothing to layer_formats"));
+        QVERIFY(RunStore::open_read_only(db.toStdString())->list_runs().at(0).status == RunStatus::Running);
+        QVERIFY(QTest::qWaitFor([&] { return run.process->state() == QProcess::NotRunning; }, 300000));
+        QCOMPARE(run.process->exitCode(), 0);
+        for (const auto& e : RunStore::open_read_only(db.toStdString())->events(1))
+            QVERIFY2(e.kind != "remote_control", e.message.c_str());
     }
 };
 

@@ -187,7 +187,8 @@ bool TrainingController::setLayerFormats(const QString& pattern, const GemmForma
     std::lock_guard lock(job_->mutex);
     if (!job_->session) return refuse(tr("The run is still starting; try again in a moment."));
     try {
-        job_->session->request_layer_formats(pattern.toStdString(), formats);
+        if (!job_->session->request_layer_formats(pattern.toStdString(), formats))
+            return refuse(tr("The run is finishing: its last step has begun."));
     } catch (const std::exception& e) {
         return refuse(QString::fromStdString(e.what()));
     }
@@ -205,7 +206,10 @@ bool TrainingController::requestCheckpoint(QString* error)
         if (error) *error = tr("The run is still starting; try again in a moment.");
         return false;
     }
-    job_->session->request_checkpoint();
+    if (!job_->session->request_checkpoint()) {
+        if (error) *error = tr("The run is finishing: its last step has begun, and its final checkpoint is written anyway.");
+        return false;
+    }
     return true;
 }
 
