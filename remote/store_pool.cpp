@@ -11,7 +11,9 @@ StorePool::Lease StorePool::acquire()
             Entry e = std::move(idle_.back());
             idle_.pop_back();
             const bool stale = Clock::now() - e.opened > max_age_ || e.store->snapshot_outdated();
-            if (!stale) return Lease(*this, std::move(e));
+            if (stale) continue;
+            e.store->refresh_dead_runs(); // a run resumed since is "running" again
+            return Lease(*this, std::move(e));
         }
     }
     // StoreServer checked the whole file once before it listened; a quick_check per (re)opened

@@ -2,8 +2,8 @@
 #pragma once
 // Read-only connections to the served store, reused across requests: opening one checks the
 // whole file (PRAGMA quick_check), which a 1-M-row store must not pay per request.
-// A connection is opened again when it is older than `max_age` (it then sees runs whose
-// process died since as interrupted), and when its view of the file is outdated
+// A connection lent again asks which running runs lost their process (a run that died, or
+// was resumed, since). It is opened again when it is older than `max_age`, and when its view of the file is outdated
 // (RunStore::snapshot_outdated: a writer started, or changed the file and closed it, since
 // it was opened as immutable).
 

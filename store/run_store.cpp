@@ -586,6 +586,11 @@ void RunStore::require_writable(const char* what) const
         throw StoreReadOnlyError("run store '" + path_ + "' is read-only (opened for reading): cannot " + what);
 }
 
+void RunStore::refresh_dead_runs()
+{
+    if (mode_ == OpenMode::ReadOnly) dead_runs_ = dead_running_runs(/*unlink_their_locks=*/false);
+}
+
 std::string RunStore::status_sql() const
 {
     if (dead_runs_.empty()) return "r.status";

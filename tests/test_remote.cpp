@@ -958,6 +958,24 @@ private slots:
         QCOMPARE(pool.acquire()->list_runs().size(), size_t(2));
     }
 
+    // A run whose process died reads "interrupted"; resumed, it reads "running" at the next
+    // request, not after the pool's 30 s (the desktop took the stale status for an ended run
+    // and compared its growing rows with an end count, wiping its replica).
+    void aPooledConnectionSeesARunResumed()
+    {
+        const std::string db = path("pool-resumed.sqlite").toStdString();
+        RunStore keeps_the_wal(db); // the served store in WAL mode, as while a writer is open
+        int64_t id = 0;
+        {
+            RunStore died(db);
+            id = died.create_run("a", "p.json", "{}"); // "running"; its lock goes with the store
+        }
+        StorePool pool(db);
+        QCOMPARE(pool.acquire()->find_run(std::to_string(id))->status, RunStatus::Interrupted);
+        keeps_the_wal.claim_run(id);
+        QCOMPARE(pool.acquire()->find_run(std::to_string(id))->status, RunStatus::Running);
+    }
+
     // A run deleted on the server while its pages are being copied: the replica drops it and
     // copies the rest, without calling the connection lost or refusing the replica.
     void aRunDeletedWhileItIsCopiedLeavesTheReplica()
