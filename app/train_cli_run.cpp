@@ -153,6 +153,18 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
     std::unique_ptr<RunStore> store;
     try {
         store = std::make_unique<RunStore>(db_path);
+    } catch (const StoreError& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 3;
+    }
+    // Listening before the run is made: a port in use (an old server still on it) leaves no
+    // failed run behind. Until the run exists a command is answered 404.
+    std::unique_ptr<LiveServer> server; // stops before the session and the store go
+    if (!serve.listen.empty()) {
+        server = LiveServer::start(*session, *store, db_path, serve);
+        if (!server) return 2;
+    }
+    try {
         // Absolute: a resume from another folder must find the same project folder, which its
         // relative data.path and checkpoint_dir are spelled from.
         session->create_run(*store, name, std::filesystem::absolute(project_path).string());
@@ -162,14 +174,6 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
         return 3;
     }
     std::printf("run %lld '%s' -> %s\n", static_cast<long long>(session->run_id()), name.c_str(), db_path.c_str());
-    std::unique_ptr<LiveServer> server; // stops before the session and the store go
-    if (!serve.listen.empty()) {
-        server = LiveServer::start(*session, *store, db_path, serve);
-        if (!server) {
-            store->finish_run(session->run_id(), RunStatus::Failed);
-            return 2;
-        }
-    }
     return train_session(*session, db_path, job, server.get());
 }
 

@@ -98,6 +98,14 @@ StoreServer::StoreServer(ServerOptions options) : impl_(std::make_unique<Impl>(s
     httplib::Server& http = *d.http;
     const int pool = std::max(1, d.options.max_clients);
     http.new_task_queue = [pool] { return new httplib::ThreadPool(static_cast<size_t>(pool)); };
+    // cpp-httplib sets SO_REUSEPORT by default: a second server on a port that one already
+    // serves would bind too, and the kernel would share the connections between the two (a
+    // desktop talking to an old run's server half the time). SO_REUSEADDR alone rebinds a
+    // port left in TIME_WAIT by a stopped server, and refuses one that is listening.
+    http.set_socket_options([](socket_t sock) {
+        int yes = 1;
+        ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
     http.set_payload_max_length(d.options.max_body_bytes);
     http.set_keep_alive_timeout(5);
     http.set_read_timeout(10);

@@ -1455,6 +1455,27 @@ private slots:
         QCOMPARE(precisionChanges, 1); // applied by the trainer at a step boundary
     }
 
+    // `run --serve PORT` on a port that something already holds: refused, and no run is left
+    // behind (it used to leave a failed one, made before the bind).
+    void aBusyPortLeavesNoRun()
+    {
+        httplib::Server holder;
+        const int port = holder.bind_to_any_port("127.0.0.1");
+        QVERIFY(port > 0);
+        std::thread listening([&] { holder.listen_after_bind(); }); // bound alone, a port may be bound again
+        QVERIFY(QTest::qWaitFor([&] { return holder.is_running(); }, 10000));
+        const QString db = path("busy-port.sqlite");
+        QProcess p;
+        p.start(MANTISSA_TRAIN_EXE, {"run", project_, "--db", db, "--serve", QString("127.0.0.1:%1").arg(port)});
+        QVERIFY(p.waitForFinished(120000));
+        holder.stop();
+        listening.join();
+        const QString err = QString::fromUtf8(p.readAllStandardError());
+        QCOMPARE(p.exitCode(), 2);
+        QVERIFY2(err.contains(QString("cannot listen on 127.0.0.1:%1 (in use").arg(port)), qPrintable(err));
+        QCOMPARE(RunStore::open_read_only(db.toStdString())->list_runs().size(), size_t(0));
+    }
+
     // The last step trained, the final evaluation running: no boundary is left to apply a
     // command. It is refused (it used to be "accepted" and recorded, and never made).
     void aCommandDuringTheFinalEvaluationIsRefused()
