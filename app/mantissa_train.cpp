@@ -61,6 +61,8 @@ int main(int argc, char** argv)
     resume_cmd->add_option("run", run, "Run id or name")->required();
     resume_cmd->add_option("--set", sets, "Override a key of the run's config, e.g. training.steps=4000");
     resume_cmd->add_option("--db", db_path, "Run store (SQLite) path");
+    resume_cmd->add_option("--serve", serve.listen, "Serve the run store while training on [ADDR:]PORT (0: any free port)");
+    add_serve_options(resume_cmd);
 
     std::string new_name;
     auto* rename_cmd = app.add_subcommand("rename", "Rename a run");
@@ -164,7 +166,10 @@ int main(int argc, char** argv)
         }
         if (*sweep_cmd) return cmd_sweep(project, vary, sets, db_path, name, job);
         RunStore store(db_path, reads ? OpenMode::ReadOnly : OpenMode::ReadWrite);
-        if (*resume_cmd) return finish(cmd_resume(store, run, sets, db_path, job));
+        if (*resume_cmd) {
+            if (resume_cmd->count("--serve") == 0) serve.listen.clear();
+            return finish(cmd_resume(store, run, sets, db_path, serve, job));
+        }
         if (*list_cmd) return cmd_list(store);
         if (*rename_cmd) return cmd_rename(store, run, new_name);
         if (*delete_cmd) return cmd_delete(store, run);

@@ -37,7 +37,7 @@ struct DataParallelJob {
 int cmd_run(const std::string& project_path, const std::vector<std::string>& sets, const std::string& db_path,
             std::string name, bool no_store, const ServeOptions& serve, DataParallelJob& job);
 int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::string>& sets, const std::string& db_path,
-               DataParallelJob& job);
+               const ServeOptions& serve, DataParallelJob& job);
 int cmd_sweep(const std::string& project_path, const std::string& vary, const std::vector<std::string>& sets,
               const std::string& db_path, std::string sweep_name, DataParallelJob& job);
 int cmd_list(RunStore& store);

@@ -109,7 +109,7 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
         if (const auto run_id = job.dp->peek_job("run_id")) {
             std::printf("torchrun restart %d: resuming run %s\n", job.dp->restart_count(), run_id->c_str());
             RunStore store(db_path);
-            return cmd_resume(store, *run_id, {}, db_path, job);
+            return cmd_resume(store, *run_id, {}, db_path, serve, job); // served as the first attempt was
         }
     std::unique_ptr<RunSession> session;
     try {
@@ -206,8 +206,13 @@ std::unique_ptr<RunSession> reopen_or_complain(RunStore& store, const RunInfo& i
 
 // Continues a saved run from its newest good checkpoint, appending to the same run record.
 int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::string>& sets, const std::string& db_path,
-               DataParallelJob& job)
+               const ServeOptions& serve, DataParallelJob& job)
 {
+    if (!serve.listen.empty())
+        if (const std::string problem = serve_address_problem(serve.listen); !problem.empty()) {
+            std::fprintf(stderr, "error: %s\n", problem.c_str());
+            return 2;
+        }
     auto info = store.find_run(run);
     if (!info) {
         std::fprintf(stderr, "error: no run '%s' in %s\n", run.c_str(), db_path.c_str());
@@ -226,6 +231,12 @@ int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::s
         std::fprintf(stderr, "error: %s\n", e.what());
         return 2;
     }
+    // Listening before the run is claimed: a busy port leaves the run as it was.
+    std::unique_ptr<LiveServer> server; // stops before the session goes
+    if (!serve.listen.empty()) {
+        server = LiveServer::start(*session, store, db_path, serve);
+        if (!server) return 2;
+    }
     try {
         session->claim(notices);
     } catch (const StoreError& e) {
@@ -235,7 +246,7 @@ int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::s
     if (session->starts_over())
         std::printf("run %lld '%s' ended before its first checkpoint: training it again from step 0\n",
                     static_cast<long long>(info->id), info->name.c_str());
-    return train_session(*session, db_path, job);
+    return train_session(*session, db_path, job, server.get());
 }
 
 } // namespace mantissa

@@ -1455,6 +1455,32 @@ private slots:
         QCOMPARE(precisionChanges, 1); // applied by the trainer at a step boundary
     }
 
+    // `resume --serve` serves and takes commands as `run --serve` does (a torchrun restart
+    // resumes with the first attempt's serving too): the resumed run is stopped from here.
+    void aResumedRunIsServedAndSteered()
+    {
+        const QString db = path("resume-served.sqlite");
+        QProcess first;
+        first.start(MANTISSA_TRAIN_EXE, {"run", project_, "--db", db, "--set", "training.steps=4", "--set",
+                                         "training.checkpoint_interval=2"});
+        QVERIFY(first.waitForFinished(120000));
+        QCOMPARE(first.exitCode(), 0);
+        ServingProcess resumed;
+        QVERIFY2(resumed.start({"resume", "1", "--db", db, "--set", "training.steps=1000000", "--serve", "127.0.0.1:0",
+                                "--allow-control"}),
+                 qPrintable(resumed.output));
+        httplib::Client client("127.0.0.1", resumed.port);
+        const auto r = client.Post("/v1/runs/1/control", auth(resumed.token.toStdString()), R"({"command": "stop"})",
+                                   "application/json");
+        QVERIFY(r);
+        QCOMPARE(r->status, 200);
+        QVERIFY(QTest::qWaitFor([&] { return resumed.process->state() == QProcess::NotRunning; }, 120000));
+        QCOMPARE(resumed.process->exitCode(), 0);
+        const auto info = RunStore::open_read_only(db.toStdString())->list_runs().at(0);
+        QCOMPARE(info.status, RunStatus::Stopped);
+        QVERIFY(info.last_step >= 4 && info.last_step < 1000000);
+    }
+
     // `run --serve PORT` on a port that something already holds: refused, and no run is left
     // behind (it used to leave a failed one, made before the bind).
     void aBusyPortLeavesNoRun()
