@@ -133,7 +133,8 @@ torch::Tensor quantize_blocks(const torch::Tensor& x, NumberFormat format, const
     }
     const auto finite = torch::isfinite(amax);
     shared_exp = torch::where((amax > 0) & finite, shared_exp, torch::zeros_like(shared_exp)).clamp(-127, 127); // E8M0
-    auto block_scale = torch::exp2(shared_exp.to(torch::kFloat32));
+    // From the bits, as the block recipes do: a device's exp2 need not be exact at integers.
+    auto block_scale = pow2_exact(shared_exp.to(torch::kFloat32));
     // Elements saturate per the spec: beyond max they clamp (OCP "saturating" conversion).
     auto q = round_to_format(blocks / block_scale, format, Overflow::Saturate) * block_scale;
     // A block holding Inf or NaN: OCP MX's scale is NaN (microxcaling sets shared_exp > emax
