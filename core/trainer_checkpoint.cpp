@@ -168,6 +168,13 @@ void Trainer::Impl::load_archive(const std::string& path,
         resumed_from = path;
     } catch (const ConfigError&) {
         throw;
+    } catch (const c10::OutOfMemoryError& e) {
+        // Not damage: a resume that took it for damage would fall back to an older checkpoint
+        // and drop the steps after it.
+        throw std::runtime_error("checkpoint '" + path + "' could not be loaded: out of device memory: " +
+                                 first_line(e));
+    } catch (const std::bad_alloc&) {
+        throw std::runtime_error("checkpoint '" + path + "' could not be loaded: out of memory");
     } catch (const std::exception& e) {
         throw ConfigError("checkpoint '" + path + "' cannot be read: " + first_line(e));
     }
