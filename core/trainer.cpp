@@ -266,7 +266,9 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
         }
     };
     int64_t& step = s.step; // continues from a loaded checkpoint
-    if (step > 0) {
+    // A checkpoint of step 0 (a Checkpoint command at the first boundary) is a resume too: the
+    // store drops what came after it, and its evaluation at step 0 was made and recorded.
+    if (step > 0 || s.resumed_from_file) {
         // The layers' formats may differ from the project's (live changes are checkpointed).
         auto e = event_at(step, EventKind::ResumedFromCheckpoint);
         e.path = s.resumed_from;
@@ -285,7 +287,7 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
         }
         sink.on_event(e);
     }
-    if (cfg.eval.interval > 0 && step == 0 && s.is_rank0()) evaluate(0); // rank 0 evaluates for all
+    if (cfg.eval.interval > 0 && step == 0 && !s.resumed_from_file && s.is_rank0()) evaluate(0); // rank 0 evaluates for all
 
     // Steps before this one are warm-up (allocator, caches) and stay out of the mean.
     const int64_t timed_from = std::min<int64_t>(10, cfg.training.steps / 10) + 1;

@@ -104,6 +104,7 @@ void Trainer::Impl::load_checkpoint(const std::string& path)
         // Checked, onto the CPU first; load_archive moves each tensor to where this trainer keeps it.
         open_checkpoint_archive(path, archive);
     });
+    resumed_from_file = true;
 }
 
 void Trainer::Impl::load_state(std::istream& in, const std::string& source)

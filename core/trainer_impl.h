@@ -64,6 +64,7 @@ struct Trainer::Impl {
     std::unique_ptr<BatchSampler> train_batches;
     int64_t step = 0; // optimizer steps done; a resumed run starts here
     std::string resumed_from; // the checkpoint load_checkpoint read, if any
+    bool resumed_from_file = false; // load_checkpoint took one (step 0's included), not rank 0's state
     int64_t resumed_cpu_threads = 0; // the CPU threads that checkpoint's run used (0: not recorded)
     Watchers watchers;
     std::vector<std::string> layer_order; // GEMM layers in forward order, for attribution

@@ -476,6 +476,40 @@ private slots:
                  (QStringList{"step-00000004.pt", "step-00000010.pt", "step-00000012.pt"}));
     }
 
+    // A checkpoint of step 0 (asked for before the first step) resumes as any other: the
+    // resume says so (the store drops what followed it by that event), and step 0's
+    // evaluation, made before the checkpoint, is not made again. It continues bit for bit.
+    void aStepZeroCheckpointResumes()
+    {
+        QTemporaryDir dir;
+        auto config = golden_project();
+        config.training.steps = 3;
+        config.eval.interval = 2;
+        config.eval.batches = 1;
+        config.training.checkpoint_dir = dir.path().toStdString();
+        Trainer first(config);
+        QVERIFY(first.request_checkpoint());
+        Recorder whole;
+        first.run(whole);
+        const QString zero = dir.filePath("step-00000000.pt");
+        QVERIFY(QFile::exists(zero));
+        Trainer resumed(config);
+        resumed.load_checkpoint(zero.toStdString());
+        Recorder rec;
+        resumed.run(rec);
+        const auto event = std::find_if(rec.events.begin(), rec.events.end(),
+                                        [](const RunEvent& e) { return e.kind == EventKind::ResumedFromCheckpoint; });
+        QVERIFY(event != rec.events.end());
+        QCOMPARE(event->step, int64_t(0));
+        QCOMPARE(event->path, zero.toStdString());
+        std::vector<int64_t> evaluated;
+        for (const auto& e : rec.evals) evaluated.push_back(e.step);
+        QCOMPARE(evaluated, (std::vector<int64_t>{2, 3}));
+        QCOMPARE(whole.evals.size(), size_t(3)); // 0, 2, 3
+        QCOMPARE(rec.steps.size(), size_t(3));
+        for (size_t i = 0; i < 3; ++i) QCOMPARE(rec.steps[i].train_loss, whole.steps[i].train_loss);
+    }
+
     void seedChangesTheRun()
     {
         auto config = golden_project();
