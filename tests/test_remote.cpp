@@ -373,6 +373,35 @@ private slots:
         store.finish_run(id, RunStatus::Finished);
     }
 
+    // A live run committing rows every 50 ms for 3 s: its rows are polled on, and the run list
+    // (every run's settings: megabytes on a big store) is read every 2 s, not after each page
+    // (it was read about 60 times here). Its end is seen at once, and its rows are complete.
+    void aLiveRunIsPolledWithoutReadingTheRunListEachTime()
+    {
+        const std::string db = path("live-list.sqlite").toStdString();
+        RunStore store(db);
+        const auto id = store.create_run("live", "p.json", "{}");
+        store.append_scalar(id, 1, "train/loss", 1.0);
+        store.flush();
+        StoreServer server(in_process(db));
+        RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(server.port())), QString::fromStdString(kToken),
+                            path("live-list-replica.sqlite"));
+        int pages = 0;
+        connect(&mirror, &RemoteMirror::rowsArrived, [&] { ++pages; });
+        mirror.start();
+        QVERIFY(QTest::qWaitFor([&] { return pages > 0; }, 30000));
+        for (int64_t step = 2; step <= 60; ++step) {
+            store.append_scalar(id, step, "train/loss", 1.0 / double(step));
+            store.flush();
+            QTest::qWait(50);
+        }
+        QVERIFY2(pages >= 20, qPrintable(QString::number(pages))); // the pages came as the rows did
+        QVERIFY2(mirror.runListsRequested() <= 4, qPrintable(QString::number(mirror.runListsRequested())));
+        store.finish_run(id, RunStatus::Finished);
+        QVERIFY(QTest::qWaitFor([&] { return mirror.runComplete(id); }, 10000));
+        QCOMPARE(all_scalars(path("live-list-replica.sqlite"), id).size(), size_t(60));
+    }
+
     // Layer statistics travel with the scalars when asked for (from_layer_step), cut at the
     // same whole step; the newest frame is sent again until it is whole, then once.
     void layerStatsPages()

@@ -256,6 +256,8 @@ void RemoteMirror::sendCommand(qint64 runId, const QString& command, const QVari
 void RemoteMirror::requestRuns()
 {
     if (!replica_) return;
+    ++runListsRequested_;
+    runsListedAtMs_ = clock_.elapsed();
     QNetworkReply* reply = get("/v1/runs", 0);
     connect(reply, &QNetworkReply::finished, this, [this, reply] { onRuns(reply); });
 }
@@ -365,9 +367,15 @@ void RemoteMirror::requestNextRows()
         caughtUpAtMs_ = clock_.elapsed();
         emit statsChanged();
         // Nothing running: the run list is looked at again now and then; a live run's
-        // long poll paces the loop by itself.
+        // long poll paces the loop by itself, and between run lists (a new run, a changed
+        // name or tag) its rows are polled on.
         bool anyRunning = false;
         for (const auto& [id, c] : cursors_) anyRunning = anyRunning || c.running;
+        if (anyRunning && runsListedAtMs_ >= 0 && clock_.elapsed() - runsListedAtMs_ < kRunListEveryMs) {
+            for (const auto& [id, c] : cursors_)
+                if (c.running && !c.complete && !c.gaveUp) queue_.push_back(id);
+            if (!queue_.empty()) return requestNextRows();
+        }
         retry_->start(anyRunning ? 0 : kLongPollMs);
         return;
     }
@@ -481,6 +489,7 @@ void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
     const bool more = page.value("more").toBool();
     const bool hasRows = !scalars.empty() || !events.empty() || !layerStats.empty();
     const bool ended = !running(page.value("status").toString());
+    if (ended && cur.running) runsListedAtMs_ = -1; // the list says so, and what comes next (a sweep's next run)
     if (!scalars.empty() && rewindTo < 0) {
         // A follower may show these before the replica holds them (RunFollower::offerScalars).
         ScalarPage fetched;

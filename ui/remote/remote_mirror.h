@@ -78,6 +78,11 @@ public:
     void setBytesAhead(size_t bytes) { bytesAhead_ = bytes; }
     // Pages after which the next was asked for only once the writes were done.
     int pagesHeld() const { return pagesHeld_; }
+    // Run lists asked for. While a run is live its rows are polled on, and the list (every
+    // run with its settings: megabytes on a store of thousands) is read again only every
+    // kRunListEveryMs, or at once when a page says a run ended.
+    int runListsRequested() const { return runListsRequested_; }
+    static constexpr int kRunListEveryMs = 2000;
 
     // Steers a run that trains in the server's process (run --serve --allow-control):
     // `command` is pause, resume, stop, checkpoint, or layer_formats with `fields` pattern,
@@ -155,6 +160,8 @@ private:
     bool nextPageHeld_ = false; // the next page waits until the writer has caught up
     size_t bytesAhead_ = kDefaultBytesAhead;
     int pagesHeld_ = 0;
+    int runListsRequested_ = 0;
+    qint64 runsListedAtMs_ = -1; // when the run list was last asked for; -1: ask at the next turn
 };
 
 } // namespace mantissa
