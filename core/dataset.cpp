@@ -201,11 +201,21 @@ struct DataFile {
     std::uintmax_t size = 0;
 };
 
-DataFile open_data_file(const std::string& path, const std::string& key)
+// `pipes`: a FIFO may be read (text data: `<(zcat corpus.gz)`); elsewhere opening one would
+// wait for a writer for good. Checked before the open for that reason.
+DataFile open_data_file(const std::string& path, const std::string& key, bool pipes = false)
 {
     std::error_code ec;
-    if (!fs::exists(path, ec)) throw ConfigError(key + ": file '" + path + "' does not exist");
-    if (fs::is_directory(path, ec)) throw ConfigError(key + ": '" + path + "' is a directory, expected a file");
+    const auto status = fs::status(path, ec);
+    if (status.type() == fs::file_type::not_found)
+        throw ConfigError(key + ": file '" + path + "' does not exist");
+    if (ec) throw ConfigError(key + ": file '" + path + "' cannot be reached: " + ec.message()); // EACCES on a folder
+    if (fs::is_directory(status)) throw ConfigError(key + ": '" + path + "' is a directory, expected a file");
+    const bool pipe = status.type() == fs::file_type::fifo;
+    if (!fs::is_regular_file(status) && !(pipes && pipe))
+        throw ConfigError(key + ": '" + path + "' is not a regular file" +
+                          (pipes ? std::string(" or a pipe") : std::string()) + " (a device, a socket" +
+                          (pipes ? std::string() : std::string(", a pipe")) + ")");
     DataFile f;
     f.in.open(path, std::ios::binary);
     if (!f.in) throw ConfigError(key + ": file '" + path + "' cannot be read");
@@ -226,7 +236,7 @@ void read_whole(DataFile& f, char* to, const std::string& path, const std::strin
 
 std::string read_file(const std::string& path, const std::string& key)
 {
-    DataFile f = open_data_file(path, key);
+    DataFile f = open_data_file(path, key, /*pipes=*/true);
     if (!f.plain || f.size == 0) { // not a plain file (a pipe), or empty: read what comes
         std::ostringstream buffer;
         buffer << f.in.rdbuf();

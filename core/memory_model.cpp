@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string_view>
 #include <thread>
@@ -196,12 +197,12 @@ MachineLimits this_machine(bool with_gpu)
     return m;
 }
 
-void check_fits_machine(const ProjectConfig& config)
+void check_fits_machine(const ProjectConfig& config, int64_t vocab_size)
 {
-    check_fits_machine(config, this_machine(config.training.device != "cpu"));
+    check_fits_machine(config, this_machine(config.training.device != "cpu"), vocab_size);
 }
 
-void check_fits_machine(const ProjectConfig& config, const MachineLimits& machine)
+void check_fits_machine(const ProjectConfig& config, const MachineLimits& machine, int64_t vocab_size)
 {
     const auto& t = config.training;
     const int64_t max_threads = kMaxThreadsPerHardwareThread * machine.hardware_threads;
@@ -221,7 +222,9 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
     const auto& m = config.model;
     const double C = static_cast<double>(m.n_embd), L = static_cast<double>(m.n_layer),
                  T = static_cast<double>(m.context_length), A = static_cast<double>(m.n_head),
-                 B = static_cast<double>(t.batch_size), V = static_cast<double>(vocab_lower_bound(config.data));
+                 B = static_cast<double>(t.batch_size);
+    const int64_t vocab = std::max(vocab_size, vocab_lower_bound(config.data));
+    const double V = static_cast<double>(vocab);
     const double parameters = V * C + T * C + L * 12.0 * C * C;
     const double sbh = T * B * C;
     const MemoryTarget target = gpu_run ? MemoryTarget::Gpu : MemoryTarget::CpuEmulator;
@@ -246,6 +249,16 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
         const double chars = static_cast<double>(config.data.examples) * static_cast<double>(3 * config.data.digits + 4);
         needs.push_back({"data.examples", "data set of data.examples " + std::to_string(config.data.examples), 7.0 * chars});
     }
+    if (config.data.kind == DataKind::Text && !config.data.path.empty()) {
+        // Read whole, then decoded: the text, its code points (4 B) and the uint16 ids (2 B).
+        std::error_code ec;
+        const std::string path = resolve_data_path(config, config.data.path);
+        const double bytes = std::filesystem::is_regular_file(path, ec) ? double(std::filesystem::file_size(path, ec)) : 0;
+        if (!ec && bytes > 0)
+            needs.push_back({"data.path", "text of data.path '" + path + "' (" + std::to_string(int64_t(bytes)) +
+                                              " bytes) and its token ids",
+                             (config.data.tokenizer == "byte" ? 4.0 : 7.0) * bytes});
+    }
     // Every GEMM layer keeps three delayed-scaling histories (input, weight, gradient), FP8 or
     // not: a live switch to FP8 needs them.
     const double histories = 3.0 * (5.0 * L + 1.0);
@@ -265,7 +278,7 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
     for (const auto& n : needs) lower += n.bytes;
     if (lower <= std::max(static_cast<double>(machine.memory_bytes), static_cast<double>(machine.device_memory_bytes))) {
         // The exact figures now fit in int64: they are within a small factor of the bounds.
-        const MemoryBreakdown exact = estimate_memory(config, vocab_lower_bound(config.data), target);
+        const MemoryBreakdown exact = estimate_memory(config, vocab, target);
         needs[0].bytes = static_cast<double>(exact.master_weights_bytes + exact.gradients_bytes +
                                              exact.optimizer_state_bytes + exact.low_precision_weights_bytes);
         needs[1].bytes = static_cast<double>(exact.activations_bytes);
@@ -276,7 +289,7 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
     std::vector<Need> host_needs;
     if (gpu_run) {
         for (const auto& n : needs)
-            if (n.key == "data.examples") host_needs.push_back(n);
+            if (n.key == "data.examples" || n.key == "data.path") host_needs.push_back(n);
         host_needs.push_back({"model", "checkpoint of the FP32 weights and Adam state, serialised on the host, for "
                                        "model.n_layer " + std::to_string(m.n_layer) + ", model.n_embd " +
                                            std::to_string(m.n_embd),
@@ -288,7 +301,7 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
         double total = 0;
         std::vector<const Need*> counted;
         for (const auto& n : gpu_run && !gpu ? host_needs : needs)
-            if (!gpu || n.key != "data.examples") {
+            if (!gpu || (n.key != "data.examples" && n.key != "data.path")) {
                 total += n.bytes;
                 counted.push_back(&n);
             }

@@ -63,10 +63,12 @@ constexpr int64_t kMaxThreadsPerHardwareThread = 4;
 // data set) above the largest GPU's memory (when NVML can tell it), and above the host's
 // memory only what the host holds (the data set, a checkpoint). The
 // message names the key, the estimate and the machine's figure. The vocabulary is not known
-// before the data is read: a lower bound stands in (13 for synthetic-addition, 256 for
-// bytes, 1 for characters, data.vocab_size for bin), so the estimate never overstates.
-void check_fits_machine(const ProjectConfig& config, const MachineLimits& machine);
-void check_fits_machine(const ProjectConfig& config); // against this_machine()
+// before the data is read: `vocab_size` when it is, else (0) a lower bound stands in (13 for
+// synthetic-addition, 256 for bytes, 1 for characters, data.vocab_size for bin), so the
+// estimate never overstates. A text file counts what reading it holds (the text, its code
+// points and token ids: 7 B a byte, 4 B for the byte tokenizer; a pipe's size is unknown).
+void check_fits_machine(const ProjectConfig& config, const MachineLimits& machine, int64_t vocab_size = 0);
+void check_fits_machine(const ProjectConfig& config, int64_t vocab_size = 0); // against this_machine()
 
 // This process's resident set size, from /proc/self/statm; 0 where that is unavailable.
 int64_t resident_memory_bytes();

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -304,9 +306,22 @@ void apply_override(json& user, const Override& override_)
     } catch (const json::exception&) {
         throw ConfigError(dotted + ": the value is not valid UTF-8 text");
     }
-    // A path typed on the command line means "relative to where I am", not to the project file.
-    if (is_path_key(dotted) && value.is_string() && !value.get<std::string>().empty())
-        value = std::filesystem::absolute(value.get<std::string>()).lexically_normal().string();
+    // A path typed on the command line means "relative to where I am", not to the project file:
+    // the key's own value, or a path key inside an object given whole (data={"path": ...}).
+    const auto make_absolute = [](json& v) {
+        if (v.is_string() && !v.get<std::string>().empty())
+            v = std::filesystem::absolute(v.get<std::string>()).lexically_normal().string();
+    };
+    if (is_path_key(dotted)) make_absolute(value);
+    const std::function<void(json&, const std::string&)> absolute_paths_in = [&](json& v, const std::string& at) {
+        if (!v.is_object()) return;
+        for (auto& [key, child] : v.items()) {
+            const std::string path = at + "." + key;
+            if (is_path_key(path)) make_absolute(child);
+            else absolute_paths_in(child, path);
+        }
+    };
+    absolute_paths_in(value, dotted);
     std::stringstream parts(dotted);
     std::string part;
     std::vector<std::string> keys;
@@ -588,12 +603,17 @@ public:
     {
         using E = json::parse_event_t;
         switch (event) {
-        case E::object_start: stack_.push_back({false, 0, {}, false}); break;
-        case E::array_start: stack_.push_back({true, 0, {}, false}); break;
+        case E::object_start: stack_.push_back({false, 0, {}, false, {}}); break;
+        case E::array_start: stack_.push_back({true, 0, {}, false, {}}); break;
         case E::key:
             if (!stack_.empty()) {
-                stack_.back().key = parsed.get<std::string>();
-                stack_.back().has_key = true;
+                Level& level = stack_.back();
+                level.key = parsed.get<std::string>();
+                level.has_key = true;
+                // JSON parsers keep one of the two silently (nlohmann: the last): a setting
+                // the user wrote would be dropped without a word.
+                if (!level.keys.insert(level.key).second)
+                    throw ConfigError(where() + ": the key is given twice in one object; give it once");
             }
             break;
         case E::object_end:
@@ -626,6 +646,7 @@ private:
         size_t index = 0;
         std::string key;
         bool has_key = false;
+        std::set<std::string> keys; // an object's keys so far
     };
     std::vector<Level> stack_;
 };
@@ -700,6 +721,8 @@ ProjectConfig load_stored_run_json(const std::string& json_text, const std::stri
 ProjectConfig load_project_file(const std::string& path, const std::vector<Override>& overrides)
 {
     namespace fs = std::filesystem;
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) throw ConfigError("project file '" + path + "' is a directory, expected a file");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw ConfigError("project file '" + path + "' cannot be opened");
     std::stringstream text;

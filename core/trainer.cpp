@@ -82,6 +82,9 @@ RunEvent memory_estimate_event(const ProjectConfig& config, int64_t vocab_size)
 Trainer::Impl::Impl(ProjectConfig c) : config(std::move(c)), watchers(config.telemetry.watchers)
 {
     data = load_token_splits(config);
+    // Again with the vocabulary the data has: a character-level text's may be 65536, and
+    // the logits grow with it (the check before the data was read took 1).
+    if (config.data.kind == DataKind::Text) check_fits_machine(config, static_cast<int64_t>(data.vocabulary.size()));
     threads = config.training.threads > 0 ? static_cast<int>(config.training.threads)
                                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     device = pick_device(config.training.device);

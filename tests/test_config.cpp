@@ -7,12 +7,15 @@
 #include <QDir>
 #include <QTemporaryDir>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include <sys/stat.h>
 
 #include "dataset.h"
 #include "memory_model.h"
@@ -133,6 +136,8 @@ void write_bytes(const std::string& path, const std::string& bytes)
     std::ofstream(path, std::ios::binary) << bytes;
 }
 
+MachineLimits desktop_limits() { return {int64_t(24) << 30, 2}; }
+
 // check_fits_machine's refusal of a project against `machine`; empty when it fits.
 std::string fit_refusal(const std::string& json_text, const MachineLimits& machine)
 {
@@ -182,6 +187,15 @@ private slots:
         QVERIFY(c.data.path.front() == '/'); // made absolute against the cwd, not /projects
         QVERIFY(c.data.path.size() > 9 && c.data.path.compare(c.data.path.size() - 9, 9, "rel/y.txt") == 0);
         QCOMPARE(resolve_data_path(c, "x.txt"), std::string("/projects/x.txt"));
+        // Inside an object given whole, as well (it was taken from the project's folder).
+        const std::string cwd = std::filesystem::current_path().string();
+        const auto whole = load_project_json(R"({"data": {"kind": "text", "path": "x.txt"}})", "/projects",
+                                             {parse_override(R"(data={"kind": "text", "path": "sub/x.txt"})"),
+                                              parse_override(R"(training={"checkpoint_dir": "ck"})")});
+        QCOMPARE(whole.data.path, cwd + "/sub/x.txt");
+        QCOMPARE(whole.training.checkpoint_dir, cwd + "/ck");
+        const auto top = load_project_json("{}", "/projects", {parse_override(R"(data={"kind": "bin", "dir": "d", "vocab_size": 100})")});
+        QCOMPARE(top.data.dir, cwd + "/d");
     }
 
     // A run stored before dead layer patterns were refused keeps its settings: show, compare
@@ -211,6 +225,11 @@ private slots:
         QTest::addColumn<QString>("message");
         QTest::newRow("malformed JSON") << R"({"model": {)" << "" << "not valid JSON";
         QTest::newRow("top level array") << "[1, 2]" << "" << "expected a JSON object at the top level";
+        // JSON keeps one of two (nlohmann the last): a setting would go without a word.
+        QTest::newRow("a key twice") << R"({"training": {"steps": 5}, "training": {"batch_size": 2}})" << ""
+                                     << "training: the key is given twice in one object; give it once";
+        QTest::newRow("a nested key twice") << R"({"model": {"n_layer": 2, "n_head": 2, "n_layer": 3}})" << ""
+                                            << "model.n_layer: the key is given twice in one object";
         QTest::newRow("unknown section") << R"({"modle": {}})" << "" << "modle: unknown key";
         QTest::newRow("unknown nested key") << R"({"model": {"n_layers": 2}})" << "" << "model.n_layers: unknown key";
         QTest::newRow("layer pattern naming no layer")
@@ -333,6 +352,40 @@ private slots:
         const std::string history = refusal(R"({"precision": {"fp8": {"amax_history_length": 16777216}}})");
         QVERIFY2(history.starts_with("precision.fp8.amax_history_length: the project needs an estimated 2.1 GiB"),
                  history.c_str());
+        // Text is read whole and decoded: 7 B a byte of the file (the text, its code points, the
+        // ids), 4 B with the byte tokenizer. 100 MiB of text on a 512 MiB machine does not fit.
+        QTemporaryDir dir;
+        write_bytes(dir.filePath("big.txt").toStdString(), "");
+        std::filesystem::resize_file(dir.filePath("big.txt").toStdString(), 100 << 20);
+        const auto text_project = [&](const char* tokenizer) {
+            ProjectConfig c = load_run_config(R"({"data": {"kind": "text", "path": "big.txt", "tokenizer": ")" +
+                                              std::string(tokenizer) + R"("}})");
+            c.base_dir = dir.path().toStdString();
+            return c;
+        };
+        const MachineLimits half{int64_t(512) << 20, 2};
+        try {
+            check_fits_machine(text_project("char"), half);
+            QFAIL("100 MiB of text fit 512 MiB");
+        } catch (const ConfigError& e) {
+            QVERIFY2(std::string(e.what()).starts_with("data.path: the project needs an estimated") &&
+                         std::string(e.what()).find("(104857600 bytes) and its token ids: 700.0 MiB") != std::string::npos,
+                     e.what());
+        }
+        check_fits_machine(text_project("byte"), half); // 400 MiB and the model
+        // The vocabulary once the data is read: a character text of 65536 distinct characters
+        // gives logits of batch x context x 65536 (4 x 1024 x 4096 of them: 1 TiB), where the
+        // check before the data was read took a vocabulary of 1.
+        const auto wide_vocab = load_run_config(R"({"model": {"n_layer": 1, "n_head": 1, "n_embd": 4,
+            "context_length": 1024}, "training": {"batch_size": 4096, "device": "cpu"}})");
+        check_fits_machine(wide_vocab, desktop_limits(), 1);
+        try {
+            check_fits_machine(wide_vocab, desktop_limits(), 65536);
+            QFAIL("1 TiB of logits fit");
+        } catch (const ConfigError& e) {
+            QVERIFY2(std::string(e.what()).starts_with("training.batch_size: the project needs an estimated 1.0"), e.what());
+        }
+
         // A stored run is read back on any machine; running it is checked (load_project_json).
         QCOMPARE(load_run_config(R"({"training": {"threads": 100000}})").training.threads, int64_t(100000));
 
@@ -432,6 +485,13 @@ private slots:
                                        << QByteArray("abc\xff\xfe", 5).repeated(100) << "is not valid UTF-8 (byte offset 3)";
         QTest::newRow("missing bin dir") << R"({"kind": "bin", "dir": "nobin", "vocab_size": 100})" << QByteArray()
                                          << "train.bin' does not exist";
+        // Opening a FIFO waits for a writer: a .bin one is refused before (it used to hang).
+        QTest::newRow("bin split that is a pipe") << R"({"kind": "bin", "dir": "fifo", "vocab_size": 100})"
+                                                  << QByteArray() << "data.dir: '%1/fifo/train.bin' is not a regular file "
+                                                                     "(a device, a socket, a pipe)";
+        // A device would be read for good (/dev/zero); a pipe is text's on purpose.
+        QTest::newRow("text from a device") << R"({"kind": "text", "path": "/dev/zero"})" << QByteArray()
+                                            << "data.path: '/dev/zero' is not a regular file or a pipe (a device, a socket)";
     }
     void rejectsBadData()
     {
@@ -444,12 +504,57 @@ private slots:
             QVERIFY(f.open(QIODevice::WriteOnly));
             f.write(fileContent);
         }
+        QVERIFY(QDir(dir.path()).mkpath("fifo"));
+        QCOMPARE(::mkfifo(dir.filePath("fifo/train.bin").toLocal8Bit().constData(), 0600), 0);
         const std::string json = R"({"model": {"context_length": 32}, "data": )" + dataJson.toStdString() + "}";
         try {
             Trainer trainer(load_project_json(json, dir.path().toStdString()));
             QFAIL("accepted bad data");
         } catch (const ConfigError& e) {
             QVERIFY2(QString(e.what()).contains(QString(message).replace("%1", dir.path())), e.what());
+        }
+    }
+
+    // A character text of 60,000 distinct characters: its logits at batch 4096 x context 1024
+    // need ~1 TiB. The check before the data was read took a vocabulary of 1 and passed; the
+    // trainer checks again once it knows (the run used to die in LibTorch's allocator).
+    void theDataVocabularyIsCheckedOnceKnown()
+    {
+        QTemporaryDir dir;
+        std::u32string chars;
+        for (char32_t c = 0x4E00; chars.size() < 60000; ++c)
+            if (c < 0xD800 || c > 0xDFFF) chars += c;
+        std::string utf8;
+        for (const char32_t c : chars) {
+            if (c < 0x10000) {
+                utf8 += char(0xE0 | (c >> 12));
+            } else {
+                utf8 += char(0xF0 | (c >> 18));
+                utf8 += char(0x80 | ((c >> 12) & 0x3F));
+            }
+            utf8 += char(0x80 | ((c >> 6) & 0x3F));
+            utf8 += char(0x80 | (c & 0x3F));
+        }
+        write_bytes(dir.filePath("wide.txt").toStdString(), utf8 + utf8);
+        const auto config = load_project_json(R"({"model": {"n_layer": 1, "n_head": 1, "n_embd": 4, "context_length":
+            1024}, "training": {"batch_size": 4096, "device": "cpu"}, "data": {"kind": "text", "path": "wide.txt"}})",
+                                              dir.path().toStdString());
+        try {
+            Trainer trainer(config);
+            QFAIL("a 1 TiB bill was taken");
+        } catch (const ConfigError& e) {
+            QVERIFY2(std::string(e.what()).starts_with("training.batch_size: the project needs an estimated"), e.what());
+        }
+    }
+
+    void aFolderAsTheProjectIsNamed()
+    {
+        QTemporaryDir dir;
+        try {
+            load_project_file(dir.path().toStdString());
+            QFAIL("read a folder as a project");
+        } catch (const ConfigError& e) {
+            QCOMPARE(QString(e.what()), "project file '" + dir.path() + "' is a directory, expected a file");
         }
     }
 
