@@ -383,6 +383,29 @@ private slots:
         QCOMPARE(diff->rowCount(), 0);
     }
 
+    // A reload (the store said "changed", about once a second while a remote run trains)
+    // reads the runs' summaries once, and rebuilds nothing when the compared runs are as they
+    // were; a renamed run is read again.
+    void aReloadWithNothingChangedRebuildsNothing()
+    {
+        ComparePage page(connection_.get());
+        page.resize(1600, 1000);
+        page.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&page));
+        QVERIFY(page.setRuns({1, 2}));
+        QSignalSpy inserted(page.summaryModel(), &QAbstractItemModel::rowsInserted);
+        QVERIFY(page.reload());
+        QCOMPARE(inserted.count(), 0);
+        RunStore* store = connection_->store();
+        const std::string name = store->find_run("1")->name;
+        store->rename_run(1, "renamed for the reload");
+        QVERIFY(page.reload());
+        QCOMPARE(inserted.count(), 2);
+        QCOMPARE(page.summaryModel()->index(0, ComparePage::SumName).data().toString(),
+                 QStringLiteral("renamed for the reload"));
+        store->rename_run(1, name);
+    }
+
     void divergenceIsFoundAndShown()
     {
         ComparePage page(connection_.get());
