@@ -65,7 +65,12 @@ std::string token_file_of(const std::string& db_path, const ServeOptions& option
 
 class LiveServerImpl : public LiveServer {
 public:
-    LiveServerImpl(RunSession& session, RunStore& store) : session_(session), store_(store) {}
+    // At the step the run starts from: a command before its first step (a resumed run's) is
+    // recorded there, not at 0, which the resume's dropped steps would leave before it.
+    LiveServerImpl(RunSession& session, RunStore& store)
+        : session_(session), store_(store), step_(session.trainer().step())
+    {
+    }
     ~LiveServerImpl() override
     {
         ended_ = true;

@@ -49,6 +49,15 @@ public:
         std::lock_guard lock(mutex_);
         closed_ = true;
     }
+    // Closes only an empty queue, in one step with the check: at the last boundary a command
+    // is either taken (false: apply it, then try again) or refused, never accepted and lost.
+    bool close_if_empty()
+    {
+        std::lock_guard lock(mutex_);
+        if (!queue_.empty()) return false;
+        closed_ = true;
+        return true;
+    }
     void open()
     {
         std::lock_guard lock(mutex_);

@@ -170,12 +170,13 @@ std::optional<std::string> posted_failure(DataParallelBackend& b)
 }
 
 // Whether a c10d error is a wait that ran out (Gloo's "Timed out waiting 1000ms for recv",
-// TCPStore's "wait timeout after 1000ms"): c10d gives these no type of their own.
+// TCPStore's "wait timeout after 1000ms"): c10d gives these no type of their own. Not any
+// "timeout": Gloo's "Application timeout caused pair closure" is a peer that went.
 bool says_timed_out(const std::exception& e)
 {
     std::string lowered = first_line(e);
     std::transform(lowered.begin(), lowered.end(), lowered.begin(), [](unsigned char c) { return std::tolower(c); });
-    return lowered.find("timed out") != std::string::npos || lowered.find("timeout") != std::string::npos;
+    return lowered.find("timed out") != std::string::npos || lowered.find("wait timeout") != std::string::npos;
 }
 
 // Waits for a collective; a peer that died, hung up or timed out becomes a CollectiveError.

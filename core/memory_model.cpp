@@ -249,15 +249,18 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
         const double chars = static_cast<double>(config.data.examples) * static_cast<double>(3 * config.data.digits + 4);
         needs.push_back({"data.examples", "data set of data.examples " + std::to_string(config.data.examples), 7.0 * chars});
     }
-    if (config.data.kind == DataKind::Text && !config.data.path.empty()) {
-        // Read whole, then decoded: the text, its code points (4 B) and the uint16 ids (2 B).
+    if (config.data.kind == DataKind::Text && !config.data.path.empty() && machine.memory_bytes > 0) {
+        // Read whole, then decoded: the text, its code points (4 B) and the uint16 ids (2 B),
+        // at once while it is read, before the model exists (so not added to the rest).
         std::error_code ec;
         const std::string path = resolve_data_path(config, config.data.path);
         const double bytes = std::filesystem::is_regular_file(path, ec) ? double(std::filesystem::file_size(path, ec)) : 0;
-        if (!ec && bytes > 0)
-            needs.push_back({"data.path", "text of data.path '" + path + "' (" + std::to_string(int64_t(bytes)) +
-                                              " bytes) and its token ids",
-                             (config.data.tokenizer == "byte" ? 4.0 : 7.0) * bytes});
+        const double reading = (config.data.tokenizer == "byte" ? 4.0 : 7.0) * bytes;
+        if (!ec && reading > static_cast<double>(machine.memory_bytes))
+            throw ConfigError("data.path: reading '" + path + "' (" + std::to_string(int64_t(bytes)) +
+                              " bytes) needs an estimated " + bytes_text(reading) +
+                              " of memory (the text, its code points and token ids), more than this machine's " +
+                              bytes_text(static_cast<double>(machine.memory_bytes)));
     }
     // Every GEMM layer keeps three delayed-scaling histories (input, weight, gradient), FP8 or
     // not: a live switch to FP8 needs them.
@@ -289,7 +292,7 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
     std::vector<Need> host_needs;
     if (gpu_run) {
         for (const auto& n : needs)
-            if (n.key == "data.examples" || n.key == "data.path") host_needs.push_back(n);
+            if (n.key == "data.examples") host_needs.push_back(n);
         host_needs.push_back({"model", "checkpoint of the FP32 weights and Adam state, serialised on the host, for "
                                        "model.n_layer " + std::to_string(m.n_layer) + ", model.n_embd " +
                                            std::to_string(m.n_embd),
@@ -301,7 +304,7 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
         double total = 0;
         std::vector<const Need*> counted;
         for (const auto& n : gpu_run && !gpu ? host_needs : needs)
-            if (!gpu || (n.key != "data.examples" && n.key != "data.path")) {
+            if (!gpu || n.key != "data.examples") {
                 total += n.bytes;
                 counted.push_back(&n);
             }

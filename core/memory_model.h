@@ -65,8 +65,9 @@ constexpr int64_t kMaxThreadsPerHardwareThread = 4;
 // message names the key, the estimate and the machine's figure. The vocabulary is not known
 // before the data is read: `vocab_size` when it is, else (0) a lower bound stands in (13 for
 // synthetic-addition, 256 for bytes, 1 for characters, data.vocab_size for bin), so the
-// estimate never overstates. A text file counts what reading it holds (the text, its code
-// points and token ids: 7 B a byte, 4 B for the byte tokenizer; a pipe's size is unknown).
+// estimate never overstates. A text file is held to the machine's memory alone for what
+// reading it takes (the text, its code points and token ids: 7 B a byte, 4 B for the byte
+// tokenizer; a pipe's size is unknown), before the model exists.
 void check_fits_machine(const ProjectConfig& config, const MachineLimits& machine, int64_t vocab_size = 0);
 void check_fits_machine(const ProjectConfig& config, int64_t vocab_size = 0); // against this_machine()
 

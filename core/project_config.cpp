@@ -286,6 +286,8 @@ void merge_checked(json& base, const json& user, const std::string& prefix)
     }
 }
 
+json parse_checking_keys(const std::string& text); // below, with the key tracker
+
 // Sets a dotted key in the user JSON. The value is parsed as JSON when it can be, so
 // `--set training.steps=10` is an integer and `--set data.path=a.txt` a string.
 void apply_override(json& user, const Override& override_)
@@ -294,7 +296,9 @@ void apply_override(json& user, const Override& override_)
     if (dotted.empty()) throw ConfigError("--set: empty key");
     json value;
     try {
-        value = json::parse(raw);
+        value = parse_checking_keys(raw);
+    } catch (const ConfigError& e) { // a key given twice in an object value
+        throw ConfigError(dotted + "." + e.what());
     } catch (const json::out_of_range&) { // 1e999: a number, but not one a double holds
         throw ConfigError(dotted + ": " + raw + " is too large for a number");
     } catch (const json::exception&) {
@@ -650,6 +654,12 @@ private:
     };
     std::vector<Level> stack_;
 };
+
+json parse_checking_keys(const std::string& text)
+{
+    KeyTracker tracker;
+    return json::parse(text, [&](int, json::parse_event_t event, json& parsed) { return tracker.on_event(event, parsed); });
+}
 
 json parse_project_text(const std::string& json_text)
 {

@@ -336,13 +336,21 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
         if (s.is_rank0()) s.commands.push_front(due);
         // A frame in flight is handed on before the first command is applied (a command that
         // arrives while this runs is too: the check and the pop are one).
-        if (!s.apply_commands(sink, deliver_now)) {
+        bool go_on = s.apply_commands(sink, deliver_now);
+        // The last boundary: a command from now on would never be applied, and is refused. One
+        // that came while the others were applied is applied too. (Data parallel: every rank
+        // takes part in each apply_commands, so rank 0 closes after its one round; a command
+        // in that instant is accepted and not applied.)
+        if (go_on && step + 1 == cfg.training.steps) {
+            if (s.dp) s.commands.close();
+            else
+                while (go_on && !s.commands.close_if_empty()) go_on = s.apply_commands(sink, deliver_now);
+        }
+        if (!go_on) {
             s.commands.close();
             summary.stopped_early = true;
             break;
         }
-        // The last boundary: a command from now on would never be applied, and is refused.
-        if (step + 1 == cfg.training.steps) s.commands.close();
         const auto t0 = std::chrono::steady_clock::now();
         // Telemetry is rank 0's, of its micro-batches, unless it is reduced over the ranks
         // (telemetry.reduce_ranks): then every rank measures and rank 0 reports the combination.

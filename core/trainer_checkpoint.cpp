@@ -172,11 +172,15 @@ void Trainer::Impl::load_archive(const std::string& path,
     } catch (const c10::OutOfMemoryError& e) {
         // Not damage: a resume that took it for damage would fall back to an older checkpoint
         // and drop the steps after it.
-        throw std::runtime_error("checkpoint '" + path + "' could not be loaded: out of device memory: " +
-                                 first_line(e));
+        throw std::runtime_error("checkpoint '" + path + "' could not be loaded: out of memory: " + first_line(e));
     } catch (const std::bad_alloc&) {
         throw std::runtime_error("checkpoint '" + path + "' could not be loaded: out of memory");
     } catch (const std::exception& e) {
+        // LibTorch's CPU allocator says so in a plain c10::Error ("[enforce fail at
+        // alloc_cpu.cpp] DefaultCPUAllocator: can't allocate memory").
+        const std::string what = first_line(e);
+        if (what.find("DefaultCPUAllocator") != std::string::npos)
+            throw std::runtime_error("checkpoint '" + path + "' could not be loaded: out of memory: " + what);
         throw ConfigError("checkpoint '" + path + "' cannot be read: " + first_line(e));
     }
 }

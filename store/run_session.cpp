@@ -143,7 +143,11 @@ std::string load_first_good(const CheckpointSearch& found, const RunInfo& info, 
             }
         }
         damaged.push_back(path);
-        if (damaged_own && found.recorded.count(step)) damaged_own->push_back(path);
+        if (const auto row = found.recorded.find(step); damaged_own && row != found.recorded.end()) {
+            std::error_code ec; // the store's record of this very file (not of this step elsewhere)
+            if (std::filesystem::weakly_canonical(row->second.path, ec) == std::filesystem::weakly_canonical(path, ec) && !ec)
+                damaged_own->push_back(path);
+        }
         if (report) {
             RunEvent e;
             e.step = step;
@@ -310,15 +314,19 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
         throw ConfigError("training.steps=" + std::to_string(config.training.steps) + " ends before step " +
                           std::to_string(session->trainer_->step()) + ", where run " + std::to_string(info.id) +
                           " resumes (from '" + session->loaded_checkpoint_ + "')");
-    replay_precision_changes(store, info.id, *session->trainer_);
+    if (!formats_overridden) {
+        replay_precision_changes(store, info.id, *session->trainer_);
+        return session;
+    }
     // A checkpoint holds its layers' formats (a live change included). Formats that the
     // overrides ask for are changed at the first step boundary, as a user's change: recorded
-    // as precision_changed, so the run's history says when its layers changed.
-    if (formats_overridden)
-        for (const auto& layer : session->trainer_->layers()) {
-            const auto wanted = resolve_layer_formats(config.precision, layer.name, config.model.n_layer);
-            if (!(wanted == layer.formats)) session->trainer_->request_layer_formats(layer.name, wanted);
-        }
+    // as precision_changed, so the run's history says when its layers changed. The
+    // interrupted run's later live changes are not made again: replayed, they would switch
+    // layers back from what was asked for at their steps.
+    for (const auto& layer : session->trainer_->layers()) {
+        const auto wanted = resolve_layer_formats(config.precision, layer.name, config.model.n_layer);
+        if (!(wanted == layer.formats)) session->trainer_->request_layer_formats(layer.name, wanted);
+    }
     return session;
 }
 

@@ -10,6 +10,7 @@
 // RunStore::checkpoint_dir(id) = "<store file>.checkpoints/run-<id>". A run of a store made
 // before schema 4 whose new folder holds nothing resumes from its old "checkpoints/run-<id>".
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -128,7 +129,7 @@ private:
 
     std::unique_ptr<Trainer> trainer_;
     RunStore* store_ = nullptr;
-    int64_t run_id_ = -1;
+    std::atomic<int64_t> run_id_{-1}; // read by a server's threads (run --serve listens before the run is made)
     std::string loaded_checkpoint_;
     bool starts_over_ = false;
     bool dropped_after_checkpoint_ = false; // by claim(): the resume event says so

@@ -1508,6 +1508,9 @@ private slots:
         const auto info = RunStore::open_read_only(db.toStdString())->list_runs().at(0);
         QCOMPARE(info.status, RunStatus::Stopped);
         QVERIFY(info.last_step >= 4 && info.last_step < 1000000);
+        // Recorded at the step the run was at: from 4 on, never at 0 (before the checkpoint).
+        for (const auto& e : RunStore::open_read_only(db.toStdString())->events(1))
+            if (e.kind == "remote_control") QVERIFY2(e.step >= 4, qPrintable(QString::number(e.step)));
     }
 
     // `run --serve PORT` on a port that something already holds: refused, and no run is left

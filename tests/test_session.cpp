@@ -260,6 +260,19 @@ void TestSession::aResumeThatChangesThePresetChangesTheLayers()
     const auto first = run_cli({"run", QString::fromStdString(project), "--db", db, "--set", "training.steps=10", "--set",
                                 "precision.preset=fp16"});
     QVERIFY2(first.exit_code == 0, qPrintable(first.err));
+    {
+        // A user's live change after the checkpoint, as an interrupted run leaves it: a plain
+        // resume makes it again at step 11; one that asks for other formats does not (it would
+        // switch lm_head back from what was asked for).
+        RunStore writer(db.toStdString());
+        RunEvent change;
+        change.step = 11;
+        change.kind = EventKind::PrecisionChanged;
+        change.cause = ChangeCause::User;
+        change.pattern = "lm_head";
+        change.new_formats = GemmFormats{NumberFormat::FP32, NumberFormat::FP32, NumberFormat::FP32};
+        writer.append_event(1, change);
+    }
     const auto r = run_cli({"resume", "1", "--db", db, "--set", "training.steps=12", "--set", "precision.preset=bf16"});
     QVERIFY2(r.exit_code == 0, qPrintable(r.err + r.out));
     QVERIFY2(r.out.contains("precision.preset fp16 -> bf16"), qPrintable(r.out));
@@ -276,6 +289,8 @@ void TestSession::aResumeThatChangesThePresetChangesTheLayers()
     for (const auto& row : store.events(1)) {
         const RunEvent& e = row.event;
         if (e.kind != EventKind::PrecisionChanged) continue;
+        QVERIFY(e.cause != ChangeCause::Resume); // the interrupted run's change is not replayed
+        if (e.step == 11) continue;               // it stays in the run's history, as made then
         QCOMPARE(e.step, int64_t(10));
         QCOMPARE(e.cause, ChangeCause::User);
         QVERIFY(e.new_formats && *e.new_formats == (GemmFormats{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16}));
@@ -289,7 +304,7 @@ void TestSession::aResumeThatChangesThePresetChangesTheLayers()
     QVERIFY2(again.exit_code == 0, qPrintable(again.err + again.out));
     int changes = 0;
     for (const auto& row : RunStore(db.toStdString()).events(1)) changes += row.event.kind == EventKind::PrecisionChanged;
-    QCOMPARE(changes, 6);
+    QCOMPARE(changes, 7); // the 6 at step 10 and the interrupted run's at 11
 }
 
 // `run tiny.json` in one folder, `resume` in another: the project's relative paths (here its

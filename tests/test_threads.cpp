@@ -129,6 +129,34 @@ private slots:
         for (int p = 0; p < kProducers; ++p) QCOMPARE(next[p], kEach);
     }
 
+    // The last boundary's close, against producers that keep pushing: every push that said
+    // true is taken by the loop (it closes only an empty queue, in one step with the check),
+    // and every one after the close says false. None is accepted and lost.
+    void aClosingQueueLosesNoAcceptedCommand()
+    {
+        for (int round = 0; round < 20; ++round) {
+            CommandQueue queue;
+            std::atomic<int> accepted{0};
+            std::atomic<bool> go{false};
+            std::vector<std::thread> producers;
+            for (int p = 0; p < 3; ++p)
+                producers.emplace_back([&] {
+                    while (!go.load()) std::this_thread::yield();
+                    for (int i = 0; i < 20000; ++i)
+                        if (queue.push({Command::Kind::Checkpoint, {}, {}})) ++accepted;
+                });
+            go = true;
+            int taken = 0;
+            while (accepted.load() < 100) std::this_thread::yield(); // commands are coming in
+            while (!queue.close_if_empty()) // the last boundary
+                while (queue.try_pop()) ++taken;
+            for (auto& t : producers) t.join();
+            QVERIFY(!queue.push({Command::Kind::Stop, {}, {}}));
+            QCOMPARE(taken, accepted.load());
+            QVERIFY(queue.empty());
+        }
+    }
+
     // Four threads append to two runs while one flushes now and then and another reads runs,
     // scalars and the writer's error state: every row lands once with its value.
     void storeWriterTakesRowsFromManyThreads()
