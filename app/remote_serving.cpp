@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <thread>
 
 #include <unistd.h>
@@ -45,7 +46,7 @@ bool server_options(const std::string& db_path, const ServeOptions& in, ServerOp
     }
 }
 
-void announce(const StoreServer& server, const ServerOptions& options, const std::string& token_file_hint)
+void print_listening(const StoreServer& server, const ServerOptions& options, const std::string& token_file_hint)
 {
     // Tests and scripts read these lines: the actual port when 0 was asked for, and where the
     // token is. The token itself only on a terminal: a server's stdout usually goes to a log
@@ -134,6 +135,11 @@ public:
     }
 
     std::unique_ptr<StoreServer> server;
+    std::function<void()> said; // prints "listening on ..." and the token
+    void announce() override
+    {
+        if (said) said();
+    }
 
 private:
     RunSession& session_;
@@ -177,7 +183,7 @@ int serve_store(const std::string& db_path, const ServeOptions& options, const s
         std::fprintf(stderr, "error: %s\n", e.what());
         return 2;
     }
-    announce(*server, o, token_file_of(db_path, options));
+    print_listening(*server, o, token_file_of(db_path, options));
     while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     server->stop();
     return 0;
@@ -199,7 +205,7 @@ std::unique_ptr<LiveServer> LiveServer::start(RunSession& session, RunStore& sto
         std::fprintf(stderr, "error: %s\n", e.what());
         return nullptr;
     }
-    announce(*live->server, o, token_file_of(db_path, options));
+    live->said = [raw, o, hint = token_file_of(db_path, options)] { print_listening(*raw->server, o, hint); };
     return live;
 }
 

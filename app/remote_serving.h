@@ -36,9 +36,12 @@ int serve_store(const std::string& db_path, const ServeOptions& options, const s
 class LiveServer : public TelemetrySink {
 public:
     ~LiveServer() override = default;
-    // nullptr after printing the reason to stderr.
+    // Listening; nullptr after printing the reason to stderr. Started before the run is made
+    // or claimed (a busy port leaves none behind), and said (announce: "listening on ...",
+    // the token) once the run is there: a client that reads that line finds the run.
     static std::unique_ptr<LiveServer> start(RunSession& session, RunStore& store, const std::string& db_path,
                                              const ServeOptions& options);
+    virtual void announce() = 0;
 };
 
 } // namespace mantissa

@@ -174,6 +174,7 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
         return 3;
     }
     std::printf("run %lld '%s' -> %s\n", static_cast<long long>(session->run_id()), name.c_str(), db_path.c_str());
+    if (server) server->announce();
     return train_session(*session, db_path, job, server.get());
 }
 
@@ -246,6 +247,7 @@ int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::s
     if (session->starts_over())
         std::printf("run %lld '%s' ended before its first checkpoint: training it again from step 0\n",
                     static_cast<long long>(info->id), info->name.c_str());
+    if (server) server->announce();
     return train_session(*session, db_path, job, server.get());
 }
 

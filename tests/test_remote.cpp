@@ -1543,8 +1543,12 @@ private slots:
         QVERIFY2(run.start({"run", project_, "--db", db, "--set", "training.steps=3", "--set", "eval.batches=10000",
                             "--serve", "127.0.0.1:0", "--allow-control"}),
                  qPrintable(run.output));
-        QVERIFY(QTest::qWaitFor(
-            [&] { return RunStore::open_read_only(db.toStdString())->list_runs().at(0).last_step == 3; }, 120000));
+        QVERIFY(QTest::qWaitFor( // the server listens before the run is made: there may be none yet
+            [&] {
+                const auto runs = RunStore::open_read_only(db.toStdString())->list_runs();
+                return !runs.empty() && runs[0].last_step == 3;
+            },
+            120000));
         httplib::Client client("127.0.0.1", run.port);
         const auto r = client.Post("/v1/runs/1/control", auth(run.token.toStdString()),
                                    R"({"command": "layer_formats", "pattern": "lm_head", "forward": "bf16"})",
