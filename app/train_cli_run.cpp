@@ -113,9 +113,14 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
         }
     std::unique_ptr<RunSession> session;
     try {
-        session = std::make_unique<RunSession>(load_project_file(project_path, parse_overrides(sets)));
+        ProjectConfig config = load_project_file(project_path, parse_overrides(sets)); // names the file itself
+        try {
+            session = std::make_unique<RunSession>(std::move(config));
+        } catch (const ConfigError& e) { // the data is read here: it may still reject the project
+            throw ConfigError(project_path + ": " + e.what());
+        }
         if (job.dp) session->trainer().set_data_parallel(job.dp);
-    } catch (const ConfigError& e) { // the data is loaded here: it may still reject the project
+    } catch (const ConfigError& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 2;
     } catch (const std::exception& e) { // building the model failed (LibTorch, memory): no abort

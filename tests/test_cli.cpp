@@ -183,6 +183,11 @@ private slots:
         const auto missing = run_cli({"run", dir_.filePath("none.json"), "--db", db_});
         QCOMPARE(missing.exit_code, 2);
         QVERIFY(missing.err.contains("cannot be opened"));
+        // What only reading the data finds is named with the project file too.
+        const QString noText = dir_.filePath("no-such-text.txt");
+        const auto data = run_cli({"run", project_, "--db", db_, "--set", "data.kind=text", "--set", "data.path=" + noText});
+        QCOMPARE(data.exit_code, 2);
+        QCOMPARE(data.err, "error: " + project_ + ": data.path: file '" + noText + "' does not exist\n");
         RunStore store(db_.toStdString());
         for (const auto& run : store.list_runs()) QCOMPARE(run.name, std::string("first")); // no run was created
     }
