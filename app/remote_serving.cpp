@@ -199,6 +199,7 @@ std::unique_ptr<LiveServer> LiveServer::start(RunSession& session, RunStore& sto
     o.control = [raw](int64_t run_id, const ControlCommand& c, const std::string& origin) {
         return raw->control(run_id, c, origin);
     };
+    o.training_run = [&session] { return session.run_id(); };
     try {
         live->server = std::make_unique<StoreServer>(o);
     } catch (const std::exception& e) {

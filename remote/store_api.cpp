@@ -85,10 +85,14 @@ ApiAnswer list_runs(const ApiContext& context)
     for (const auto& r : store->list_runs()) runs.push_back(run_json(r, store->tags(r.id)));
     // row_encodings: what `rows?encoding=` takes; a client of an older server sees none and
     // asks in JSON.
-    return ok({{"protocol", 1},
-               {"control", context.allow_control && context.control != nullptr},
-               {"row_encodings", {"json", "columnar"}},
-               {"runs", runs}});
+    json answer = {{"protocol", 1},
+                   {"control", context.allow_control && context.control != nullptr},
+                   {"row_encodings", {"json", "columnar"}},
+                   {"runs", runs}};
+    // Which run takes commands: the store may hold others "running" (another process's).
+    if (context.training_run)
+        if (const int64_t id = context.training_run(); id > 0) answer["training_run"] = id;
+    return ok(answer);
 }
 
 std::optional<RunInfo> find_run(RunStore& store, int64_t id)

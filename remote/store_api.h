@@ -38,6 +38,7 @@ struct ApiContext {
     StorePool* stores = nullptr; // read-only connections to the served store
     bool allow_control = false;
     ControlHandler control; // empty: no run trains in this process
+    std::function<int64_t()> training_run; // the run this process trains (its commands go there)
     const std::atomic<bool>* stopping = nullptr; // ends long polls early
 };
 

@@ -93,6 +93,7 @@ StoreServer::StoreServer(ServerOptions options) : impl_(std::make_unique<Impl>(s
     d.context.stores = d.stores.get();
     d.context.allow_control = d.options.allow_control;
     d.context.control = d.options.control;
+    d.context.training_run = d.options.training_run;
     d.context.stopping = &d.stopping;
 
     httplib::Server& http = *d.http;

@@ -27,6 +27,7 @@ struct ServerOptions {
     std::string token; // required of every request (remote_token.h)
     bool allow_control = false;
     ControlHandler control; // a run training in this process; empty for `serve`
+    std::function<int64_t()> training_run; // that run's id (listed as training_run), if any
     std::string tls_cert, tls_key; // PEM files; both or neither
     int max_clients = 8; // requests served at once (the thread pool); more wait
     double requests_per_s = 50; // per client address; above: 429

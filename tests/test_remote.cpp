@@ -271,6 +271,7 @@ private slots:
         r = client.Get("/v1/runs", auth());
         QCOMPARE(r->status, 200);
         const auto runs = json_of(r->body)["runs"].toArray();
+        QVERIFY(!json_of(r->body).contains("training_run")); // `serve`: no run trains here
         QCOMPARE(runs.size(), 1);
         QCOMPARE(runs[0].toObject()["name"].toString(), QString("seeded"));
         QCOMPARE(runs[0].toObject()["status"].toString(), QString("finished"));
@@ -1451,9 +1452,15 @@ private slots:
                         R"({"command": "layer_formats", "pattern": "lm_head", "forward": "bf16"})", "application/json");
         QCOMPARE(r->status, 200);
         QCOMPARE(json_of(r->body)["accepted"].toString(), QString("layer_formats"));
+        // The run list names the run this process trains: the window steers that one, not
+        // the newest "running" run of the store (another process's would answer 404).
+        r = client.Get("/v1/runs", auth(token));
+        QCOMPARE(json_of(r->body)["training_run"].toInt(), 1);
         // The window's client sends it, as Run > Remote Run > Stop does.
         RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(run.port)), run.token, path("steer-replica.sqlite"));
+        QCOMPARE(mirror.trainingRun(), qint64(-1));
         mirror.start();
+        QVERIFY(QTest::qWaitFor([&] { return mirror.trainingRun() == 1; }, 30000));
         QSignalSpy answered(&mirror, &RemoteMirror::commandAnswered);
         mirror.sendCommand(1, "stop");
         QVERIFY(answered.wait(30000));

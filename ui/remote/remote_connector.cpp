@@ -39,6 +39,9 @@ qint64 RemoteConnector::runningRun() const
 {
     RunStore* store = mirror_ ? store_->store() : nullptr;
     if (!store) return -1;
+    // The server names the run its process trains: the store may hold another "running" one
+    // (trained by another process on the server), which would answer 404.
+    if (mirror_->trainingRun() > 0) return mirror_->trainingRun();
     qint64 newest = -1;
     for (const auto& run : store->list_runs())
         if (run.status == RunStatus::Running) newest = run.id;

@@ -270,6 +270,7 @@ void RemoteMirror::onRuns(QNetworkReply* reply)
     const QJsonArray runs = answer.value("runs").toArray();
     // A server from before the columnar encoding lists none and gets JSON rows.
     columnar_ = answer.value("row_encodings").toArray().contains(QJsonValue("columnar"));
+    trainingRun_ = answer.contains("training_run") ? integer(answer.value("training_run")) : -1;
     std::set<qint64> seen;
     bool changed = false;
     queue_.clear();

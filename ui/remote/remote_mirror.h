@@ -78,6 +78,9 @@ public:
     void setBytesAhead(size_t bytes) { bytesAhead_ = bytes; }
     // Pages after which the next was asked for only once the writes were done.
     int pagesHeld() const { return pagesHeld_; }
+    // The run the server's own process trains, which takes commands (its run list says so);
+    // -1 where it names none (`serve`, or a server before 2026-12-03).
+    qint64 trainingRun() const { return trainingRun_; }
     // Run lists asked for. While a run is live its rows are polled on, and the list (every
     // run with its settings: megabytes on a store of thousands) is read again only every
     // kRunListEveryMs, or at once when a page says a run ended.
@@ -161,6 +164,7 @@ private:
     size_t bytesAhead_ = kDefaultBytesAhead;
     int pagesHeld_ = 0;
     int runListsRequested_ = 0;
+    qint64 trainingRun_ = -1;
     qint64 runsListedAtMs_ = -1; // when the run list was last asked for; -1: ask at the next turn
 };
 
