@@ -60,9 +60,11 @@ int train_session(RunSession& session, const std::string& db_path, DataParallelJ
     forward_stop.join();
     if (job.dp && outcome.status != RunStatus::Failed) finish_rank(*job.dp, session.trainer());
     else if (job.dp) rank0_failed(*job.dp);
-    if (!outcome.store_error.empty())
-        std::fprintf(stderr, "\nwarning: the run store could not keep some of this run's metrics: %s\n",
-                     outcome.store_error.c_str());
+    if (outcome.rows_lost > 0)
+        std::fprintf(stderr, "\nerror: the run store could not keep %lld rows of this run's metrics (the last "
+                             "error: %s); checkpoints after the loss are not recorded, so a resume trains those "
+                             "steps again\n",
+                     static_cast<long long>(outcome.rows_lost), outcome.store_error.c_str());
     if (outcome.store_failed) {
         std::fprintf(stderr, "\nerror: %s\n", outcome.error.c_str());
         return 3;
@@ -79,7 +81,7 @@ int train_session(RunSession& session, const std::string& db_path, DataParallelJ
     if (summary.peak_device_memory_bytes >= 0)
         std::printf("peak device memory: %.1f MiB\n", static_cast<double>(summary.peak_device_memory_bytes) / 1048576.0);
     std::printf("saved as run %lld in %s\n", static_cast<long long>(session.run_id()), db_path.c_str());
-    return 0;
+    return outcome.rows_lost > 0 ? 3 : 0; // trained, but its record has holes
 }
 
 namespace {

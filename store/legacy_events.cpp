@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "legacy_events.h"
 
+#include <cstdlib>
 #include <regex>
 #include <sstream>
 
@@ -42,8 +43,10 @@ RunEvent legacy_event(int64_t step, const std::string& tag, const std::string& m
     case EventKind::LossScaleBackoff:
     case EventKind::LossScaleGrowth:
         if (std::regex_search(message, m, std::regex(R"(^scale ([0-9.eE+-]+) -> ([0-9.eE+-]+))"))) {
-            e.old_scale = std::stod(m[1].str());
-            e.new_scale = std::stod(m[2].str());
+            // strtod, not stod: "1e999" or "1-2" must not throw out of an upgrade (the text
+            // stays the message either way).
+            e.old_scale = std::strtod(m[1].str().c_str(), nullptr);
+            e.new_scale = std::strtod(m[2].str().c_str(), nullptr);
         }
         [[fallthrough]];
     case EventKind::StepSkipped:

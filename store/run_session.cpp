@@ -388,6 +388,12 @@ bool RunSession::on_checkpoint_written(const Trainer::CheckpointWrite& write)
         // from a recorded checkpoint never leaves a step of it unrecorded (see resume_order).
         // The listener runs before rotation: the store always knows a checkpoint still on disk.
         store_->flush();
+        // A checkpoint after lost rows would be resumed from with those steps missing for
+        // good: unrecorded, a resume takes the last one from before the loss and trains them
+        // again (resume_order).
+        if (const int64_t lost = store_->rows_lost() - rows_lost_at_start_; lost > 0)
+            throw StoreError("the run store could not write " + std::to_string(lost) + " rows of this run (" +
+                             store_->last_write_error() + "); a resume takes an earlier checkpoint");
         const auto sum = checksum_file(write.path);
         store_->record_checkpoint({run_id_, write.step, write.path, sum.checksum, sum.bytes});
         return true;
@@ -412,6 +418,7 @@ SessionOutcome RunSession::run(const std::vector<TelemetrySink*>& sinks)
     all.insert(all.end(), sinks.begin(), sinks.end());
     FanOutSink sink(std::move(all));
     live_sink_ = &sink;
+    rows_lost_at_start_ = store_->rows_lost();
     SessionOutcome out;
     try {
         out.summary = trainer_->run(sink);
@@ -431,7 +438,9 @@ SessionOutcome RunSession::run(const std::vector<TelemetrySink*>& sinks)
         sink.on_event(failed);
     }
     live_sink_ = nullptr;
-    out.store_error = store_->last_write_error();
+    store_->flush();
+    out.rows_lost = store_->rows_lost() - rows_lost_at_start_;
+    out.store_error = out.rows_lost > 0 ? store_->last_write_error() : std::string();
     try {
         store_->finish_run(run_id_, out.status);
     } catch (const std::exception& e) {

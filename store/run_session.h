@@ -50,7 +50,8 @@ struct SessionOutcome {
     std::string error;  // why it failed; empty otherwise
     // Why the store could not keep some of the run's rows (e.g. "disk full"); empty when it
     // kept them all. The run itself may still have finished.
-    std::string store_error;
+    std::string store_error; // the last write error, where rows_lost > 0
+    int64_t rows_lost = 0;   // rows of this run the store could not write (mantissa-train exits 3)
     bool store_failed = false; // the run could not be recorded as ended (mantissa-train exits 3)
     RunSummary summary;
 };
@@ -136,6 +137,7 @@ private:
     std::string config_changes_;
     std::string resumed_config_json_; // the settings the resume trains with, when they changed
     TelemetrySink* live_sink_ = nullptr; // the fan-out while run() is in progress
+    int64_t rows_lost_at_start_ = 0;      // the store's rows_lost() when run() began
 };
 
 } // namespace mantissa

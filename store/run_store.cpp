@@ -645,6 +645,13 @@ void RunStore::claim_run(int64_t run_id)
     std::lock_guard lock(db_mutex_);
     Statement s(db_, "UPDATE runs SET status='running', finished_at=NULL WHERE id=?");
     s.bind(1, run_id).step();
+    // Deleted since it was read (a delete between a resume's load and its claim): training it
+    // would record nothing (every row fails its foreign key) and end "successfully".
+    if (sqlite3_changes(db_) != 1) {
+        ::close(fd);
+        claims_.erase(run_id);
+        throw StoreError("run store '" + path_ + "': run " + std::to_string(run_id) + " is no longer in the store");
+    }
 }
 
 void RunStore::release_claim(int64_t run_id)
@@ -794,6 +801,12 @@ RunStore::~RunStore()
     sqlite3_close(db_);
 }
 
+int64_t RunStore::rows_lost() const
+{
+    std::lock_guard lock(queue_mutex_);
+    return rows_lost_;
+}
+
 std::string RunStore::last_write_error() const
 {
     std::lock_guard lock(queue_mutex_);
@@ -839,6 +852,7 @@ void RunStore::finish_run(int64_t run_id, RunStatus status)
         try {
             Statement s(db_, "UPDATE runs SET status=?, finished_at=strftime('%Y-%m-%dT%H:%M:%SZ','now') WHERE id=?");
             s.bind(1, std::string(run_status_name(status))).bind(2, run_id).step();
+            if (sqlite3_changes(db_) != 1) failure = "the run is no longer in the store (deleted while it trained?)";
         } catch (const SqliteFailure& e) {
             failure = e.detail;
         }
@@ -965,6 +979,7 @@ void RunStore::record_write_failure(size_t rows, const std::string& why)
     std::fprintf(stderr, "mantissa: %s\n", message.c_str());
     std::lock_guard queue_lock(queue_mutex_);
     last_write_error_ = message;
+    rows_lost_ += static_cast<int64_t>(rows);
 }
 
 std::vector<RunInfo> RunStore::list_runs()

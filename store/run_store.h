@@ -183,6 +183,9 @@ public:
     // full". The rows of a failed batch are lost; the run goes on, and finish_run still tries
     // to record its status (and throws if that fails too).
     std::string last_write_error() const;
+    // Rows of every batch that could not be written since this store was opened (their
+    // errors were printed, the last one is last_write_error()).
+    int64_t rows_lost() const;
 
     std::vector<RunInfo> list_runs();
     // By numeric id, else the newest run with that name.
@@ -331,6 +334,7 @@ private:
     bool flush_requested_ = false;
     bool stopping_ = false;
     std::string last_write_error_; // under queue_mutex_
+    int64_t rows_lost_ = 0;        // under queue_mutex_: rows of failed batches, since the store opened
     std::thread writer_;
 };
 

@@ -120,6 +120,8 @@ private slots:
     void version3StoreWithOldFolderStillResumes();
     void checkpointOfAnotherModelShapeIsRefused();
     void failedCheckpointWriteIsAnEventAndTrainingGoesOn();
+    void aCheckpointAfterLostRowsIsNotRecorded();
+    void aRunDeletedBeforeItsClaimIsNotTrained();
     void aRunThatCannotGoOnEndsFailed();
 };
 
@@ -1024,6 +1026,57 @@ void TestSession::aRunThatCannotGoOnEndsFailed()
     QCOMPARE(events.back().kind, std::string("run_failed"));
     QCOMPARE(events.back().message, std::string("disk full"));
     QCOMPARE(events.back().step, int64_t(3));
+}
+
+// A batch the store cannot write (here a row of a run that is not there: its foreign key
+// fails) loses every row in it. A checkpoint after that is not recorded: a resume would take
+// it and leave those steps missing for good. The outcome counts the rows (exit 3).
+void TestSession::aCheckpointAfterLostRowsIsNotRecorded()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    RunStore store(dir.filePath("runs.sqlite").toStdString());
+    RunSession session(load_project_file(project));
+    const int64_t id = session.create_run(store, "lossy", project);
+    store.append_scalar(id + 100, 1, "x", 1.0); // the next batch fails with it
+    const SessionOutcome outcome = session.run({});
+    QCOMPARE(int(outcome.status), int(RunStatus::Finished));
+    QVERIFY2(outcome.rows_lost > 0, qPrintable(QString::number(outcome.rows_lost)));
+    QVERIFY2(outcome.store_error.find("FOREIGN KEY") != std::string::npos, outcome.store_error.c_str());
+    QCOMPARE(store.checkpoints(id).size(), size_t(0)); // 10, 20 and 30 came after the loss
+    int unrecorded = 0;
+    for (const auto& e : store.events(id)) unrecorded += e.kind == "checkpoint_unrecorded";
+    QCOMPARE(unrecorded, 3);
+    // A run whose store lost nothing counts nothing.
+    RunSession clean(load_project_file(project));
+    clean.create_run(store, "clean", project);
+    const SessionOutcome fine = clean.run({});
+    QCOMPARE(fine.rows_lost, int64_t(0));
+    QCOMPARE(fine.store_error, std::string());
+    QCOMPARE(store.checkpoints(clean.run_id()).size(), size_t(3));
+}
+
+// Deleted between a resume's load and its claim: the claim refuses (it used to go on, every
+// row failing its foreign key, and the resume ended with exit 0 and nothing recorded).
+void TestSession::aRunDeletedBeforeItsClaimIsNotTrained()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    const std::string db = dir.filePath("runs.sqlite").toStdString();
+    QCOMPARE(run_cli({"run", QString::fromStdString(project), "--db", QString::fromStdString(db), "--set",
+                      "training.steps=10"})
+                 .exit_code,
+             0);
+    RunStore store(db);
+    auto session = RunSession::reopen(store, *store.find_run("1"), {{"training.steps", "20"}}, {});
+    store.delete_run(1);
+    try {
+        session->claim();
+        QFAIL("claimed a deleted run");
+    } catch (const StoreError& e) {
+        QVERIFY2(std::string(e.what()).ends_with("run 1 is no longer in the store"), e.what());
+    }
+    QVERIFY_THROWS_EXCEPTION(StoreError, store.finish_run(1, RunStatus::Finished));
 }
 
 QTEST_GUILESS_MAIN(TestSession)

@@ -101,7 +101,9 @@ void TrainingController::Job::work(ProjectConfig config, const std::string& proj
     }
     // A run that finished while the store lost rows (a full disk) says so, like a failure does.
     if (outcome.error.empty() && !outcome.store_error.empty())
-        outcome.error = "the run store could not keep some of this run's metrics: " + outcome.store_error;
+        outcome.error = "the run store could not keep " + std::to_string(outcome.rows_lost) +
+                        " rows of this run's metrics (checkpoints after the loss are not recorded): " +
+                        outcome.store_error;
     finish(outcome.status, outcome.error, outcome.summary);
 }
 
