@@ -1267,8 +1267,15 @@ std::vector<RunSummaryRow> RunStore::list_run_summaries(const RunFilter& filter)
             row.best_val_step = s.is_null(11) ? -1 : s.int64(11);
             row.best_val_loss = s.real_or_nan(12);
             row.skipped_steps = s.int64(13);
-            row.peak_resident_bytes = s.is_null(14) ? -1 : static_cast<int64_t>(s.real(14));
-            row.peak_cuda_bytes = s.is_null(15) ? -1 : static_cast<int64_t>(s.real(15));
+            // A stored scalar may be anything (a replica of another store's, an edited file): a
+            // value outside int64's range, or NaN, reads as unknown rather than as a cast's UB.
+            const auto bytes = [&](int column) -> int64_t {
+                if (s.is_null(column)) return -1;
+                const double v = s.real(column);
+                return v >= 0.0 && v < 9.2e18 ? static_cast<int64_t>(v) : -1;
+            };
+            row.peak_resident_bytes = bytes(14);
+            row.peak_cuda_bytes = bytes(15);
             read_recipe(row.config_json, row);
             if (!filter.preset.empty() && row.preset != filter.preset) continue;
             index[row.id] = rows.size();

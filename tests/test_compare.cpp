@@ -243,6 +243,7 @@ private slots:
         store.append_scalar(b, 4, "memory/cuda_peak_bytes", 6000.0);
         store.add_tags(b, {"b"});
 
+        store.append_scalar(a, 7, "memory/cuda_peak_bytes", INFINITY); // not a size: read as unknown
         const auto c = store.create_run("gamma", "", R"({"precision": {"preset": "bf16", "layers": [
             {"match": "lm_head", "forward": "e4m3"}], "fp8": {"scaling": "delayed"}}})");
         store.append_scalar(c, 3, "val/loss", 1.5);
