@@ -41,11 +41,14 @@ qint64 RemoteConnector::runningRun() const
     if (!store) return -1;
     // The server names the run its process trains: the store may hold another "running" one
     // (trained by another process on the server), which would answer 404.
-    if (mirror_->trainingRun() > 0) return mirror_->trainingRun();
+    const qint64 named = mirror_->trainingRun();
     qint64 newest = -1;
     for (const auto& run : store->list_runs())
-        if (run.status == RunStatus::Running) newest = run.id;
-    return newest;
+        if (run.status == RunStatus::Running) {
+            if (named > 0 && run.id == named) return named;
+            newest = run.id;
+        }
+    return named > 0 ? -1 : newest; // the named run has ended: no remote run is training
 }
 
 bool RemoteConnector::connectTo(const QUrl& server, const QString& token, QString* error)
