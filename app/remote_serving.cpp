@@ -3,7 +3,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <functional>
 #include <thread>
 
 #include <unistd.h>
@@ -135,11 +134,9 @@ public:
     }
 
     std::unique_ptr<StoreServer> server;
-    std::function<void()> said; // prints "listening on ..." and the token
-    void announce() override
-    {
-        if (said) said();
-    }
+    ServerOptions options;  // what print_listening says: the address, TLS, control
+    std::string token_hint; // where the token is kept
+    void announce() override { print_listening(*server, options, token_hint); }
 
 private:
     RunSession& session_;
@@ -206,7 +203,8 @@ std::unique_ptr<LiveServer> LiveServer::start(RunSession& session, RunStore& sto
         std::fprintf(stderr, "error: %s\n", e.what());
         return nullptr;
     }
-    live->said = [raw, o, hint = token_file_of(db_path, options)] { print_listening(*raw->server, o, hint); };
+    live->options = o;
+    live->token_hint = token_file_of(db_path, options);
     return live;
 }
 

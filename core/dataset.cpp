@@ -213,9 +213,9 @@ DataFile open_data_file(const std::string& path, const std::string& key, bool pi
     if (fs::is_directory(status)) throw ConfigError(key + ": '" + path + "' is a directory, expected a file");
     const bool pipe = status.type() == fs::file_type::fifo;
     if (!fs::is_regular_file(status) && !(pipes && pipe))
-        throw ConfigError(key + ": '" + path + "' is not a regular file" +
-                          (pipes ? std::string(" or a pipe") : std::string()) + " (a device, a socket" +
-                          (pipes ? std::string() : std::string(", a pipe")) + ")");
+        throw ConfigError(key + ": '" + path + "' " +
+                          (pipes ? "is not a regular file or a pipe (a device, a socket)"
+                                 : "is not a regular file (a device, a socket, a pipe)"));
     DataFile f;
     f.in.open(path, std::ios::binary);
     if (!f.in) throw ConfigError(key + ": file '" + path + "' cannot be read");

@@ -42,4 +42,11 @@ std::vector<std::string> number_format_names()
     return names;
 }
 
+std::string number_format_names_joined()
+{
+    std::string out;
+    for (const auto& name : number_format_names()) out += (out.empty() ? "" : ", ") + name;
+    return out;
+}
+
 } // namespace mantissa

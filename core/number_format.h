@@ -34,5 +34,6 @@ std::optional<NumberFormat> parse_number_format(const std::string& name);
 const char* format_name(NumberFormat format);
 // The GEMM operand formats, in order: what a project or the precision table may choose.
 std::vector<std::string> number_format_names();
+std::string number_format_names_joined(); // "fp32, tf32, ...": what a refusal lists
 
 } // namespace mantissa

@@ -66,7 +66,7 @@ NumberFormat format_at(const json& value, const std::string& key)
     if (!value.is_string()) throw ConfigError(key + ": expected a string, got " + type_word(value));
     const auto f = parse_number_format(value.get<std::string>());
     if (!f || !format_info(*f).gemm_operand) // e2m1/e8m0 name telemetry, not a GEMM's choice
-        throw ConfigError(key + ": '" + value.get<std::string>() + "' is not one of " + join(number_format_names()));
+        throw ConfigError(key + ": '" + value.get<std::string>() + "' is not one of " + number_format_names_joined());
     return *f;
 }
 
@@ -312,17 +312,12 @@ void apply_override(json& user, const Override& override_)
     }
     // A path typed on the command line means "relative to where I am", not to the project file:
     // the key's own value, or a path key inside an object given whole (data={"path": ...}).
-    const auto make_absolute = [](json& v) {
-        if (v.is_string() && !v.get<std::string>().empty())
-            v = std::filesystem::absolute(v.get<std::string>()).lexically_normal().string();
-    };
-    if (is_path_key(dotted)) make_absolute(value);
     const std::function<void(json&, const std::string&)> absolute_paths_in = [&](json& v, const std::string& at) {
-        if (!v.is_object()) return;
-        for (auto& [key, child] : v.items()) {
-            const std::string path = at + "." + key;
-            if (is_path_key(path)) make_absolute(child);
-            else absolute_paths_in(child, path);
+        if (is_path_key(at)) {
+            if (v.is_string() && !v.get<std::string>().empty())
+                v = std::filesystem::absolute(v.get<std::string>()).lexically_normal().string();
+        } else if (v.is_object()) {
+            for (auto& [key, child] : v.items()) absolute_paths_in(child, at + "." + key);
         }
     };
     absolute_paths_in(value, dotted);
@@ -655,19 +650,22 @@ private:
     std::vector<Level> stack_;
 };
 
+json parse_tracked(const std::string& text, KeyTracker& tracker)
+{
+    return json::parse(text, [&](int, json::parse_event_t event, json& parsed) { return tracker.on_event(event, parsed); });
+}
+
 json parse_checking_keys(const std::string& text)
 {
     KeyTracker tracker;
-    return json::parse(text, [&](int, json::parse_event_t event, json& parsed) { return tracker.on_event(event, parsed); });
+    return parse_tracked(text, tracker);
 }
 
 json parse_project_text(const std::string& json_text)
 {
     KeyTracker tracker;
     try {
-        return json::parse(json_text, [&](int, json::parse_event_t event, json& parsed) {
-            return tracker.on_event(event, parsed);
-        });
+        return parse_tracked(json_text, tracker);
     } catch (const json::out_of_range& e) { // 406: a number beyond a double's range (1e999)
         const std::string at = tracker.where();
         throw ConfigError((at.empty() ? std::string("project") : at) + ": a number is too large for a double (" +

@@ -171,13 +171,10 @@ bool Trainer::request_layer_formats(const std::string& layer_pattern, const Gemm
 {
     if (!impl_->matches_a_layer(layer_pattern)) throw ConfigError("no layer matches '" + layer_pattern + "'");
     for (const NumberFormat f : {formats.forward, formats.dgrad, formats.wgrad})
-        if (!format_info(f).gemm_operand) {
-            std::string names;
-            for (const auto& n : number_format_names()) names += (names.empty() ? "" : ", ") + n;
+        if (!format_info(f).gemm_operand)
             throw ConfigError(std::string("'") + format_name(f) +
                               "' is no GEMM operand's format (a block recipe's element or scale format); one of " +
-                              names);
-        }
+                              number_format_names_joined());
     return impl_->commands.push({Command::Kind::SetLayerFormats, layer_pattern, formats});
 }
 
@@ -347,9 +344,8 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
                 while (go_on && !s.commands.close_if_empty()) go_on = s.apply_commands(sink, deliver_now);
         }
         if (!go_on) {
-            s.commands.close();
             summary.stopped_early = true;
-            break;
+            break; // the queue closes after the loop
         }
         const auto t0 = std::chrono::steady_clock::now();
         // Telemetry is rank 0's, of its micro-batches, unless it is reduced over the ranks
