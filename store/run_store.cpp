@@ -2,6 +2,7 @@
 #include "run_store.h"
 
 #include "legacy_events.h"
+#include "run_lock_file.h"
 
 #include <algorithm>
 #include <chrono>
@@ -19,7 +20,6 @@
 #include <tuple>
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -412,7 +412,7 @@ RunStore::RunStore(const std::string& path, OpenMode mode, bool quick_check)
     try {
         if (mode == OpenMode::ReadOnly) {
             open_read_only();
-            dead_runs_ = dead_running_runs(/*unlink_their_locks=*/false);
+            dead_runs_ = dead_running_runs();
             return;
         }
         open_writable();
@@ -588,7 +588,7 @@ void RunStore::require_writable(const char* what) const
 
 void RunStore::refresh_dead_runs()
 {
-    if (mode_ == OpenMode::ReadOnly) dead_runs_ = dead_running_runs(/*unlink_their_locks=*/false);
+    if (mode_ == OpenMode::ReadOnly) dead_runs_ = dead_running_runs();
 }
 
 std::string RunStore::status_sql() const
@@ -636,20 +636,20 @@ void RunStore::claim_run(int64_t run_id)
 {
     require_writable("claim a run");
     std::filesystem::create_directories(path_ + ".locks");
-    const int fd = ::open(lock_path(run_id).c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-    if (fd < 0 || ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        if (fd >= 0) ::close(fd);
-        throw StoreError("run " + std::to_string(run_id) + " is in use by another process");
-    }
-    claims_[run_id] = fd;
-    std::lock_guard lock(db_mutex_);
+    const RunLockFile lock = lock_run_file(lock_path(run_id), RunLockKind::Exclusive, /*create=*/true);
+    if (lock.state != RunLockFile::State::Locked)
+        throw StoreError(lock.state == RunLockFile::State::Held
+                             ? "run " + std::to_string(run_id) + " is in use by another process"
+                             : "run store '" + path_ + "': cannot open the lock file '" + lock_path(run_id) +
+                                   "': " + std::strerror(lock.error));
+    claims_[run_id] = lock.fd;
+    std::lock_guard guard(db_mutex_);
     Statement s(db_, "UPDATE runs SET status='running', finished_at=NULL WHERE id=?");
     s.bind(1, run_id).step();
     // Deleted since it was read (a delete between a resume's load and its claim): training it
     // would record nothing (every row fails its foreign key) and end "successfully".
     if (sqlite3_changes(db_) != 1) {
-        ::close(fd);
-        claims_.erase(run_id);
+        release_claim(run_id);
         throw StoreError("run store '" + path_ + "': run " + std::to_string(run_id) + " is no longer in the store");
     }
 }
@@ -658,41 +658,50 @@ void RunStore::release_claim(int64_t run_id)
 {
     const auto it = claims_.find(run_id);
     if (it == claims_.end()) return;
-    ::unlink(lock_path(run_id).c_str());
-    ::close(it->second); // closing drops the flock
+    release_run_file(lock_path(run_id), it->second);
     claims_.erase(it);
 }
 
-std::vector<int64_t> RunStore::dead_running_runs(bool unlink_their_locks)
+std::vector<int64_t> RunStore::running_run_ids()
+{
+    std::vector<int64_t> running;
+    std::lock_guard lock(db_mutex_);
+    Statement s(db_, "SELECT id FROM runs WHERE status='running'");
+    while (s.step()) running.push_back(s.int64(0));
+    return running;
+}
+
+std::vector<int64_t> RunStore::dead_running_runs()
 {
     // A "running" run whose lock nobody holds lost its process (SIGKILL, crash, reboot): the
     // kernel released the flock when it died. A shared lock is enough to ask, and needs no
     // write access to the lock file.
-    std::vector<int64_t> running, dead;
-    {
-        std::lock_guard lock(db_mutex_);
-        Statement s(db_, "SELECT id FROM runs WHERE status='running'");
-        while (s.step()) running.push_back(s.int64(0));
-    }
-    for (const int64_t id : running) {
-        const int fd = ::open(lock_path(id).c_str(), O_RDONLY | O_CLOEXEC);
-        bool is_dead = fd < 0;
-        if (fd >= 0) {
-            is_dead = ::flock(fd, LOCK_SH | LOCK_NB) == 0;
-            if (is_dead && unlink_their_locks) ::unlink(lock_path(id).c_str());
-            ::close(fd);
-        }
-        if (is_dead) dead.push_back(id);
+    std::vector<int64_t> dead;
+    for (const int64_t id : running_run_ids()) {
+        const RunLockFile lock = lock_run_file(lock_path(id), RunLockKind::Shared, /*create=*/false);
+        if (lock.fd >= 0) ::close(lock.fd);
+        if (lock.state != RunLockFile::State::Held) dead.push_back(id);
     }
     return dead;
 }
 
 void RunStore::mark_dead_runs_interrupted()
 {
-    for (const int64_t id : dead_running_runs(/*unlink_their_locks=*/true)) {
-        std::lock_guard lock(db_mutex_);
-        Statement s(db_, "UPDATE runs SET status='interrupted' WHERE id=? AND status='running'");
-        s.bind(1, id).step();
+    for (const int64_t id : running_run_ids()) {
+        // Asked and marked inside one write transaction: a process that claims the run meanwhile
+        // locks first and writes "running" after, so its write lands after this one, never under it.
+        RunLockFile lock;
+        {
+            std::lock_guard guard(db_mutex_);
+            in_write_transaction(db_, [&] {
+                lock = lock_run_file(lock_path(id), RunLockKind::Shared, /*create=*/false);
+                if (lock.state == RunLockFile::State::Held) return;
+                Statement s(db_, "UPDATE runs SET status='interrupted' WHERE id=? AND status='running'");
+                s.bind(1, id).step();
+            });
+        }
+        // Unlinked while still locked, so that no claimer can keep a lock on the unlinked file.
+        if (lock.state == RunLockFile::State::Locked) release_run_file(lock_path(id), lock.fd);
     }
 }
 
@@ -718,17 +727,24 @@ void RunStore::delete_run(int64_t run_id)
     flush();
     // A run another process is training holds its lock file: its rows would come back
     // without their run (or fail their foreign key), so it is not deleted under it. A store
-    // opened before that process started still shows the run as it was then.
-    if (!claims_.count(run_id)) {
-        const int fd = ::open(lock_path(run_id).c_str(), O_RDONLY | O_CLOEXEC);
-        const bool in_use = fd >= 0 && ::flock(fd, LOCK_SH | LOCK_NB) != 0;
-        if (fd >= 0) ::close(fd);
-        if (in_use) throw StoreError("run " + std::to_string(run_id) + " is in use by another process: stop it first");
+    // opened before that process started still shows the run as it was then. Asked inside the
+    // write transaction of the delete: a claim locks first and writes after.
+    const bool own = claims_.count(run_id) > 0;
+    RunLockFile lock;
+    {
+        std::lock_guard guard(db_mutex_);
+        in_write_transaction(db_, [&] {
+            if (!own) {
+                lock = lock_run_file(lock_path(run_id), RunLockKind::Shared, /*create=*/false);
+                if (lock.state == RunLockFile::State::Held)
+                    throw StoreError("run " + std::to_string(run_id) + " is in use by another process: stop it first");
+            }
+            Statement s(db_, "DELETE FROM runs WHERE id=?"); // scalars, events, layer_stats cascade
+            s.bind(1, run_id).step();
+        });
     }
+    if (lock.state == RunLockFile::State::Locked) release_run_file(lock_path(run_id), lock.fd);
     release_claim(run_id);
-    std::lock_guard lock(db_mutex_);
-    Statement s(db_, "DELETE FROM runs WHERE id=?"); // scalars, events, layer_stats cascade
-    s.bind(1, run_id).step();
 }
 
 void RunStore::clear_run_records(int64_t run_id)
@@ -822,23 +838,36 @@ int RunStore::schema_version()
 int64_t RunStore::create_run(const std::string& name, const std::string& project_path, const std::string& config_json)
 {
     require_writable("create a run");
+    std::filesystem::create_directories(path_ + ".locks");
     int64_t id = 0;
-    {
-        std::lock_guard lock(db_mutex_);
+    RunLockFile lock;
+    try {
+        std::lock_guard guard(db_mutex_);
         // SQLite hands a deleted newest run's id out again. A run under that id would find the
         // deleted run's checkpoints left in "run-<id>" (a file it could not remove, a copy put
         // there by hand) and could then write no checkpoint of its own under their names: ids
         // whose folder still holds checkpoint files are skipped. The write lock keeps two
-        // processes off one id.
+        // processes off one id. The run's lock is taken before its row exists: a "running" row
+        // whose lock nobody holds is a dead run's to any other process that opens the store.
         in_write_transaction(db_, [&] {
             id = pragma_int(db_, "SELECT coalesce(max(id), 0) + 1 FROM runs");
-            while (holds_checkpoint_files(checkpoint_dir(id))) ++id;
+            for (;; ++id) {
+                if (holds_checkpoint_files(checkpoint_dir(id))) continue;
+                lock = lock_run_file(lock_path(id), RunLockKind::Exclusive, /*create=*/true);
+                if (lock.state == RunLockFile::State::Locked) break;
+                if (lock.state != RunLockFile::State::Held) // Held: a claim of a run deleted meanwhile
+                    throw StoreError("run store '" + path_ + "': cannot open the lock file '" + lock_path(id) +
+                                     "': " + std::strerror(lock.error));
+            }
             Statement s(db_, "INSERT INTO runs(id, name, project_path, config_json, status, uuid) "
                              "VALUES(?, ?, ?, ?, 'running', lower(hex(randomblob(16))))");
             s.bind(1, id).bind(2, name).bind(3, project_path).bind(4, config_json).step();
         });
+    } catch (...) {
+        if (lock.state == RunLockFile::State::Locked) release_run_file(lock_path(id), lock.fd);
+        throw;
     }
-    claim_run(id);
+    claims_[id] = lock.fd;
     return id;
 }
 

@@ -306,7 +306,8 @@ private:
     // The refusals common to every mode; sets schema_. True for a SQLite file without tables.
     bool check_contents(bool may_be_empty);
     void require_writable(const char* what) const;
-    std::vector<int64_t> dead_running_runs(bool unlink_their_locks);
+    std::vector<int64_t> running_run_ids();
+    std::vector<int64_t> dead_running_runs();
     void mark_dead_runs_interrupted();
     std::string lock_path(int64_t run_id) const;
     void release_claim(int64_t run_id);

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +25,7 @@
 #include "event_helpers.h"
 #include "private_mounts.h"
 #include "durable_file.h"
+#include "run_lock_file.h"
 #include "run_store.h"
 #include "store_fixtures.h"
 #include "tensorboard_export.h"
@@ -966,6 +968,54 @@ private slots:
         training.finish_run(id, RunStatus::Finished); // drops the claim
         other.delete_run(id);
         QVERIFY(!other.find_run("1"));
+    }
+
+    // A process that releases its claim unlinks the lock file and then closes it. Another one
+    // that opened the file just before the unlink locks it just after: that lock is on a file
+    // no longer at the path, and the next claimer would make a new file there and lock it too.
+    void aLockOnAnUnlinkedLockFileIsTakenAgainOnTheFileAtThePath()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("run-1.lock").toStdString();
+        std::ofstream(path).put('\n');
+        int opens = 0;
+        const RunLockFile first = lock_run_file(path, RunLockKind::Exclusive, /*create=*/true, [&] {
+            if (opens++ == 0) std::filesystem::remove(path); // the releasing process's unlink
+        });
+        QCOMPARE(int(first.state), int(RunLockFile::State::Locked));
+        QCOMPARE(opens, 2);
+        struct stat at_path {}, locked {};
+        QCOMPARE(::stat(path.c_str(), &at_path), 0);
+        QCOMPARE(::fstat(first.fd, &locked), 0);
+        QCOMPARE(locked.st_ino, at_path.st_ino);
+        const RunLockFile second = lock_run_file(path, RunLockKind::Exclusive, /*create=*/true);
+        QCOMPARE(int(second.state), int(RunLockFile::State::Held));
+        const RunLockFile reader = lock_run_file(path, RunLockKind::Shared, /*create=*/false);
+        QCOMPARE(int(reader.state), int(RunLockFile::State::Held));
+        release_run_file(path, first.fd);
+        QVERIFY(!std::filesystem::exists(path));
+        QCOMPARE(int(lock_run_file(path, RunLockKind::Shared, /*create=*/false).state), int(RunLockFile::State::Missing));
+    }
+
+    // A new run's lock is taken before its row is written: a "running" row whose lock nobody
+    // holds is a dead run's to every other process that opens the store, which marks it
+    // interrupted (and unlinks its lock file) in the moment between the two. An id whose lock
+    // file is held (a claim of a run deleted meanwhile) is passed over.
+    void aNewRunIsLockedBeforeItsRowExists()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("runs.sqlite").toStdString();
+        RunStore store(path);
+        std::filesystem::create_directories(path + ".locks");
+        const RunLockFile squatter =
+            lock_run_file(path + ".locks/run-1.lock", RunLockKind::Exclusive, /*create=*/true);
+        QCOMPARE(int(squatter.state), int(RunLockFile::State::Locked));
+        QCOMPARE(store.create_run("a", "", "{}"), int64_t(2));
+        QVERIFY(!store.find_run("1"));
+        QCOMPARE(status_text(store.find_run("2")->status), std::string("running"));
+        RunStore other(path); // opening marks dead runs; this one is alive
+        QCOMPARE(status_text(other.find_run("2")->status), std::string("running"));
+        release_run_file(path + ".locks/run-1.lock", squatter.fd);
     }
 
     // A start-over (killed before its first checkpoint) is the run started once: only the
