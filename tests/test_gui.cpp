@@ -9,6 +9,8 @@
 #include <QLabel>
 #include <limits>
 #include <QMessageBox>
+#include <QMimeData>
+#include <QUrl>
 #include <QApplication>
 #include <QProgressBar>
 #include <QTableView>
@@ -142,6 +144,7 @@ private slots:
 
     void windowOpensDefaultProject();
     void closingKeepsAProjectThatCouldNotBeSaved();
+    void openingAnotherProjectAsksAboutUnsavedEdits();
     void closingDuringARunAsksFirst();
     void windowShowsProjectFileErrors_data();
     void windowShowsProjectFileErrors();
@@ -650,6 +653,52 @@ void TestGui::closingKeepsAProjectThatCouldNotBeSaved()
     QVERIFY(window.isVisible());
     QVERIFY(window.document()->isDirty());
     QCOMPARE(window.projectPage()->settingsModel()->valueForKey(QStringLiteral("name")), QStringLiteral("edited"));
+    window.hide();
+}
+
+// A project dropped on the window (as File > Open and Open Recent) replaces the open one: its
+// unsaved edits are asked about first, and Cancel keeps them and the project.
+void TestGui::openingAnotherProjectAsksAboutUnsavedEdits()
+{
+    QTemporaryDir dir;
+    const QString first = dir.filePath(QStringLiteral("first.json")), second = dir.filePath(QStringLiteral("second.json"));
+    for (const QString& path : {first, second})
+        QVERIFY(QFile::copy(QStringLiteral(MANTISSA_SOURCE_DIR "/projects/default.json"), path));
+    MainWindow window(dir.filePath(QStringLiteral("runs.sqlite")));
+    QVERIFY2(window.openProject(first), qPrintable(window.lastError()));
+    QString error;
+    QVERIFY2(window.document()->setValue(QStringLiteral("name"), QStringLiteral("edited"), &error), qPrintable(error));
+    window.show();
+    QStringList seen;
+    QMessageBox::StandardButton click = QMessageBox::Cancel;
+    QTimer answer;
+    QObject::connect(&answer, &QTimer::timeout, [&] {
+        auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget());
+        if (!box) return;
+        seen << box->windowTitle();
+        box->button(click)->click();
+    });
+    answer.start(20);
+    const auto drop = [&](const QString& path) {
+        QMimeData mime;
+        mime.setUrls({QUrl::fromLocalFile(path)});
+        QDropEvent event(QPointF(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+        // Straight to the window's handler: QApplication delivers a drop only inside a drag.
+        static_cast<QObject&>(window).event(&event);
+    };
+    drop(second);
+    QCOMPARE(seen, QStringList{QStringLiteral("Unsaved project")});
+    QCOMPARE(window.document()->path(), first);
+    QVERIFY(window.document()->isDirty());
+    QCOMPARE(window.projectPage()->settingsModel()->valueForKey(QStringLiteral("name")), QStringLiteral("edited"));
+
+    click = QMessageBox::Discard;
+    drop(second);
+    answer.stop();
+    QCOMPARE(seen.size(), 2);
+    QCOMPARE(window.document()->path(), second);
+    QVERIFY(!window.document()->isDirty());
+    QCOMPARE(window.projectPage()->settingsModel()->valueForKey(QStringLiteral("name")), QStringLiteral("addition-default"));
     window.hide();
 }
 

@@ -1104,6 +1104,11 @@ void TestProjectEditor::aRunningEditKeepsTheWatchersOtherSwitches()
         QVERIFY(combo);
         delegate.setEditorData(combo, wgrad);
         QCOMPARE(combo->currentText(), QStringLiteral("fp32"));
+        // Opened and left without a pick (focus moved elsewhere: the view saves the editor's
+        // data even then): the watcher's switch stays.
+        delegate.setModelData(combo, &table, wgrad);
+        QCOMPARE(edited.count(), 1);
+        emit combo->activated(combo->currentIndex()); // the user picks fp32
         delegate.setModelData(combo, &table, wgrad);
     }
     QCOMPARE(edited.count(), 2);

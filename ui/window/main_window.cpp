@@ -279,6 +279,7 @@ void MainWindow::rebuildRecentMenu()
     for (const QString& path : recent) {
         QAction* a = recentMenu_->addAction(QDir::toNativeSeparators(path));
         connect(a, &QAction::triggered, this, [this, path] {
+            if (!confirmReplaceProject()) return;
             if (!openProject(path)) QMessageBox::warning(this, tr("Cannot open project"), lastError_);
         });
     }
@@ -561,13 +562,28 @@ bool MainWindow::confirmClose()
         box.setDefaultButton(QMessageBox::Cancel);
     }
     box.exec();
-    const auto answer = box.standardButton(box.clickedButton());
     if (quit) return box.clickedButton() == quit;
+    return editsSavedOrDiscarded(box.standardButton(box.clickedButton()));
+}
+
+bool MainWindow::confirmReplaceProject()
+{
+    if (!document_->isDirty() || controller_->isRunning()) return true; // openProject refuses during a run
+    QMessageBox box(QMessageBox::Question, tr("Unsaved project"),
+                    tr("The project has unsaved changes. Save them before opening another project?"),
+                    QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel, this);
+    box.setDefaultButton(QMessageBox::Save);
+    box.exec();
+    return editsSavedOrDiscarded(box.standardButton(box.clickedButton()));
+}
+
+bool MainWindow::editsSavedOrDiscarded(QMessageBox::StandardButton answer)
+{
     if (answer == QMessageBox::Discard) return true;
     if (answer != QMessageBox::Save) return false; // Cancel, or the box was closed
     saveProject();
-    // Not saved (the file could not be written, Save As was cancelled): stay open, or the
-    // edits would be lost; the warning has said why.
+    // Not saved (the file could not be written, Save As was cancelled): the edits stay where
+    // they are; the warning has said why.
     return !document_->isDirty();
 }
 
@@ -595,7 +611,7 @@ void MainWindow::dropEvent(QDropEvent* event)
     if (path.isEmpty()) return;
     event->acceptProposedAction();
     // openProject() refuses while a run goes and shows why; the dragged file is not touched.
-    openProject(path);
+    if (confirmReplaceProject()) openProject(path);
 }
 
 void MainWindow::chooseProject()
@@ -603,7 +619,7 @@ void MainWindow::chooseProject()
     const QString start = document_->path().isEmpty() ? QString() : QFileInfo(document_->path()).absolutePath();
     const QString path =
         QFileDialog::getOpenFileName(this, tr("Open Project"), start, tr("Mantissa projects (*.json);;All files (*)"));
-    if (path.isEmpty()) return;
+    if (path.isEmpty() || !confirmReplaceProject()) return;
     if (!openProject(path)) QMessageBox::warning(this, tr("Cannot open project"), lastError_);
 }
 

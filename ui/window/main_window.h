@@ -7,6 +7,7 @@
 
 #include <QList>
 #include <QMainWindow>
+#include <QMessageBox>
 #include <QString>
 
 #include <vector>
@@ -112,6 +113,11 @@ protected:
 private:
     // Asks before a close would stop a run or drop unsaved edits; true when the window may close.
     bool confirmClose();
+    // Before another project replaces this one (Open, Open Recent, a drop): asks about unsaved
+    // edits; true when they were saved or the user chose to drop them.
+    bool confirmReplaceProject();
+    // The answer to a Save / Discard / Cancel question: true when nothing unsaved is left to lose.
+    bool editsSavedOrDiscarded(QMessageBox::StandardButton answer);
     void createActions();
     void buildMenus();
     void buildToolBar();
