@@ -143,6 +143,8 @@ private slots:
 
     void fillByPattern_data();
     void fillByPattern();
+    void fillDuringARunLeavesTheScalingAlone();
+    void noProjectNoLayerEdits();
     void fillPatternMatchingNothingRefused();
     void presetApply_data();
     void presetApply();
@@ -611,6 +613,40 @@ void TestProjectEditor::fillByPattern()
     }
     QCOMPARE(doc.config().precision.layers.size(), size_t(1));
     QCOMPARE(doc.config().precision.layers[0].match, pattern.toStdString());
+}
+
+// During a run the fill row's scaling is greyed out (a trainer keeps its recipe): a scaling
+// picked before the run started must not reach the project unseen.
+void TestProjectEditor::fillDuringARunLeavesTheScalingAlone()
+{
+    ProjectDocument doc;
+    doc.setConfig(tiny_config(2));
+    ProjectPage page(&doc);
+    page.patternEdit()->setText(QStringLiteral("blocks.*"));
+    page.fillCombo(0)->setCurrentIndex(page.fillCombo(0)->findText(QStringLiteral("bf16")));
+    page.fillCombo(3)->setCurrentIndex(page.fillCombo(3)->findText(QStringLiteral("current")));
+    page.setRunning(true);
+    QVERIFY(!page.fillCombo(3)->isEnabled());
+    page.fillButton()->click();
+    QVERIFY2(page.validationLabel()->isHidden(), qPrintable(page.validationLabel()->text()));
+    QCOMPARE(resolve_layer_formats(doc.config().precision, "blocks.0.mlp.fc1", 2).forward, NumberFormat::BF16);
+    QCOMPARE(resolve_layer_recipe(doc.config().precision, "blocks.0.mlp.fc1").scaling, Fp8Scaling::Delayed);
+    page.setRunning(false);
+}
+
+// With no project open there is nothing to edit: a fill (the row is there, enabled) or a cell
+// edit is refused instead of making an unsaved project that cannot be saved.
+void TestProjectEditor::noProjectNoLayerEdits()
+{
+    ProjectDocument doc;
+    QVERIFY(!doc.hasProject());
+    QString error;
+    QVERIFY(!doc.fillByPattern("blocks.*", NumberFormat::BF16, std::nullopt, std::nullopt, std::nullopt, &error));
+    QCOMPARE(error, QStringLiteral("no project is open"));
+    QVERIFY(!doc.setLayerFormat(QStringLiteral("lm_head"), ProjectDocument::Gemm::Forward, NumberFormat::BF16, &error));
+    QVERIFY(!doc.setLayerScaling(QStringLiteral("lm_head"), Fp8Scaling::Current, &error));
+    QCOMPARE(error, QStringLiteral("no project is open"));
+    QVERIFY(!doc.isDirty());
 }
 
 void TestProjectEditor::fillPatternMatchingNothingRefused()

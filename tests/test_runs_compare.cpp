@@ -674,6 +674,15 @@ private slots:
         dialog.keyCombo()->setEditText(QStringLiteral("training.seed"));
         dialog.valuesEdit()->setText(QStringLiteral("1,2"));
         QVERIFY2(dialog.previewText().startsWith(QStringLiteral("2 runs, 10 steps each, tagged")), qPrintable(dialog.previewText()));
+        // Every key the dialog suggests is one the project has: a bad value is refused as a
+        // value, never as an unknown key.
+        QVERIFY(dialog.keyCombo()->count() >= 6);
+        for (int i = 0; i < dialog.keyCombo()->count(); ++i) {
+            dialog.keyCombo()->setCurrentIndex(i);
+            dialog.valuesEdit()->setText(QStringLiteral("nope,nope2"));
+            QVERIFY2(!dialog.error().isEmpty(), qPrintable(dialog.keyCombo()->currentText()));
+            QVERIFY2(!dialog.error().contains(QStringLiteral("unknown key")), qPrintable(dialog.error()));
+        }
     }
 
     void sweepThroughTheWindow()

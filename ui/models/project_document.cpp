@@ -218,6 +218,7 @@ bool ProjectDocument::fail(const QString& key, const QString& message, QString* 
 
 bool ProjectDocument::setLayerFormat(const QString& layer, Gemm which, NumberFormat format, QString* error)
 {
+    if (!hasProject_) return fail(QStringLiteral("precision.layers"), tr("no project is open"), error);
     const std::string name = layer.toStdString();
     const auto names = gemm_layer_names(config_.model.n_layer);
     if (std::find(names.begin(), names.end(), name) == names.end())
@@ -234,6 +235,7 @@ bool ProjectDocument::setLayerFormat(const QString& layer, Gemm which, NumberFor
 
 bool ProjectDocument::setLayerScaling(const QString& layer, Fp8Scaling scaling, QString* error)
 {
+    if (!hasProject_) return fail(QStringLiteral("precision.layers"), tr("no project is open"), error);
     const std::string name = layer.toStdString();
     const auto names = gemm_layer_names(config_.model.n_layer);
     if (std::find(names.begin(), names.end(), name) == names.end())
@@ -250,6 +252,7 @@ bool ProjectDocument::fillByPattern(const QString& glob, std::optional<NumberFor
                                     std::optional<Fp8Scaling> scaling, QString* error)
 {
     const QString key = QStringLiteral("precision.layers");
+    if (!hasProject_) return fail(key, tr("no project is open"), error);
     const QString pattern = glob.trimmed();
     if (pattern.isEmpty()) return fail(key, tr("precision.layers: the pattern is empty"), error);
     if (!forward && !dgrad && !wgrad && !scaling)

@@ -275,7 +275,8 @@ void ProjectPage::fillByPattern()
         return parse_number_format(fillCombos_[i]->currentText().toStdString());
     };
     std::optional<Fp8Scaling> scaling;
-    if (fillCombos_[3]->currentIndex() > 0) scaling = parse_fp8_scaling(fillCombos_[3]->currentText().toStdString());
+    // Greyed out during a run (setRunning): a pick made before it is not applied unseen.
+    if (fillCombos_[3]->isEnabled() && fillCombos_[3]->currentIndex() > 0) scaling = parse_fp8_scaling(fillCombos_[3]->currentText().toStdString());
     precisionModel_->fillByPattern(patternEdit_->text(), format(0), format(1), format(2), scaling, nullptr);
 }
 

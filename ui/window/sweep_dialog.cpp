@@ -31,7 +31,7 @@ SweepDialog::SweepDialog(const ProjectConfig& base, QWidget* parent) : QDialog(p
     auto* form = new QFormLayout;
     keyCombo_ = new QComboBox(this);
     keyCombo_->setEditable(true);
-    keyCombo_->addItems({QStringLiteral("precision.preset"), QStringLiteral("precision.fp8_scaling"),
+    keyCombo_->addItems({QStringLiteral("precision.preset"), QStringLiteral("precision.fp8.scaling"),
                          QStringLiteral("precision.layers"), QStringLiteral("training.seed"),
                          QStringLiteral("optimizer.learning_rate"), QStringLiteral("training.batch_size")});
     keyCombo_->setCurrentText(QStringLiteral("precision.preset"));
