@@ -144,6 +144,7 @@ private slots:
 
     void windowOpensDefaultProject();
     void closingKeepsAProjectThatCouldNotBeSaved();
+    void precisionEditWhileStartingReachesTheRun();
     void openingAnotherProjectAsksAboutUnsavedEdits();
     void closingDuringARunAsksFirst();
     void windowShowsProjectFileErrors_data();
@@ -580,6 +581,30 @@ void TestGui::pauseHoldsTrainingUntilResume()
     QTRY_VERIFY_WITH_TIMEOUT(!controller.isRunning(), 30000);
     QVERIFY(controller.lastStatus() == RunStatus::Stopped);
     QVERIFY(!controller.isPaused());
+}
+
+// A precision edit made right after Start, while the worker still builds the trainer (seconds
+// on a large corpus), is handed on once the trainer exists: the table shows it as sent.
+void TestGui::precisionEditWhileStartingReachesTheRun()
+{
+    QTemporaryDir dir;
+    const QString storePath = dir.filePath(QStringLiteral("runs.sqlite"));
+    TrainingController controller(storePath);
+    QVERIFY(controller.start(tiny_config(6), {}));
+    QString error;
+    const GemmFormats bf16{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16};
+    QVERIFY2(controller.setLayerFormats(QStringLiteral("lm_head"), bf16, &error), qPrintable(error));
+    QTRY_VERIFY_WITH_TIMEOUT(!controller.isRunning(), 60000);
+    QVERIFY2(controller.lastStatus() == RunStatus::Finished, qPrintable(controller.lastError()));
+    QVERIFY2(!controller.setLayerFormats(QStringLiteral("lm_head"), bf16, &error), "the run is over");
+    RunStore store(storePath.toStdString());
+    std::vector<RunEvent> changes;
+    for (const EventRow& row : store.events(controller.runId()))
+        if (row.event.kind == EventKind::PrecisionChanged) changes.push_back(row.event);
+    QCOMPARE(changes.size(), size_t(1));
+    QCOMPARE(changes[0].layers, std::vector<std::string>{"lm_head"});
+    QVERIFY(changes[0].new_formats == bf16);
+    QVERIFY(changes[0].step <= 1); // at the first step boundary
 }
 
 void TestGui::destroyingControllerMidRunStopsAndJoins()

@@ -4,6 +4,7 @@
 #include <QThread>
 
 #include <algorithm>
+#include <cstdio>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -20,8 +21,12 @@ struct TrainingController::Job {
 
     std::mutex mutex;
     RunSession* session = nullptr; // set only while its run may be executing
+    bool ended = false;            // the run is over (or never started): no session will come
     bool stop_requested = false;
     bool pause_requested = false;
+    // Precision edits made while the trainer was being built (a large corpus takes seconds):
+    // the table shows them sent, so they are handed on once the trainer exists.
+    std::vector<std::pair<std::string, GemmFormats>> formats_requested;
     int64_t run_id = -1;
     // Written once by the worker just before it returns.
     RunStatus status = RunStatus::Failed;
@@ -33,6 +38,7 @@ struct TrainingController::Job {
     {
         std::lock_guard lock(mutex);
         session = nullptr;
+        ended = true;
         status = final_status;
         error = std::move(message);
         summary = final_summary;
@@ -59,6 +65,7 @@ void TrainingController::Job::work(ProjectConfig config, const std::string& proj
         std::lock_guard lock(mutex);
         if (stop_requested) {
             status = RunStatus::Stopped;
+            ended = true;
             return;
         }
     }
@@ -79,7 +86,16 @@ void TrainingController::Job::work(ProjectConfig config, const std::string& proj
         std::lock_guard lock(mutex);
         run_id = owned->run_id();
         session = owned.get();
-        // Commands that arrived before the trainer existed.
+        // Commands that arrived before the trainer existed, in the order the user gave them.
+        for (const auto& [pattern, formats] : formats_requested) {
+            try {
+                session->request_layer_formats(pattern, formats);
+            } catch (const std::exception& e) { // the table sends layers the project has; say it anyway
+                std::fprintf(stderr, "mantissa: a precision change made while the run started was refused: %s\n",
+                             e.what());
+            }
+        }
+        formats_requested.clear();
         if (stop_requested)
             session->request_stop();
         else if (pause_requested)
@@ -91,6 +107,7 @@ void TrainingController::Job::work(ProjectConfig config, const std::string& proj
         // Commands must not reach a session that is about to be destroyed.
         std::lock_guard lock(mutex);
         session = nullptr;
+        ended = true;
     }
     owned.reset();
     try {
@@ -187,7 +204,11 @@ bool TrainingController::setLayerFormats(const QString& pattern, const GemmForma
     };
     if (!job_) return refuse(tr("No run is going."));
     std::lock_guard lock(job_->mutex);
-    if (!job_->session) return refuse(tr("The run is still starting; try again in a moment."));
+    if (!job_->session) {
+        if (job_->ended) return refuse(tr("No run is going."));
+        job_->formats_requested.emplace_back(pattern.toStdString(), formats); // applied once the trainer exists
+        return true;
+    }
     try {
         if (!job_->session->request_layer_formats(pattern.toStdString(), formats))
             return refuse(tr("The run is finishing: its last step has begun."));
