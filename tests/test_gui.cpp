@@ -644,8 +644,12 @@ void TestGui::windowOpensDefaultProject()
     QCOMPARE(tree->valueForKey(QStringLiteral("name")), QStringLiteral("addition-default"));
     QCOMPARE(tree->valueForKey(QStringLiteral("data.kind")), QStringLiteral("synthetic-addition"));
     // Overrides are applied like the CLI's --set.
+    QVERIFY(!window.document()->isDirty());
     QVERIFY(window.openProject(path, {{"model.n_layer", "3"}}));
     QCOMPARE(tree->valueForKey(QStringLiteral("model.n_layer")), QStringLiteral("3"));
+    // The window holds something the file does not say: unsaved, and the title shows it.
+    QVERIFY(window.document()->isDirty());
+    QVERIFY2(window.windowTitle().startsWith(QStringLiteral("addition-default *")), qPrintable(window.windowTitle()));
 }
 
 // Close, "Save" the unsaved changes, and the save fails (its folder is gone): the window stays

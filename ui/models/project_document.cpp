@@ -91,7 +91,7 @@ bool ProjectDocument::open(const QString& path, QString* error)
     return true;
 }
 
-void ProjectDocument::setConfig(const ProjectConfig& config, const QString& path)
+void ProjectDocument::setConfig(const ProjectConfig& config, const QString& path, bool unsaved)
 {
     config_ = config;
     if (config_.base_dir.empty() && !path.isEmpty())
@@ -101,7 +101,7 @@ void ProjectDocument::setConfig(const ProjectConfig& config, const QString& path
     updateVocab();
     const bool pathMoved = path_ != path;
     path_ = path;
-    setDirty(false);
+    setDirty(unsaved);
     if (pathMoved) emit pathChanged(path_);
     emit changed();
 }

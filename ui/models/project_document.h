@@ -34,9 +34,10 @@ public:
     // Atomic (temporary file + rename). Relative data.path / data.dir are rewritten so they
     // still name the same files from the new folder.
     bool saveAs(const QString& path, QString* error);
-    // A project made elsewhere (a run's stored config, a new project); not dirty. An empty
+    // A project made elsewhere (a run's stored config, a new project); not dirty unless
+    // `unsaved` (a file opened with --set overrides: it differs from the file). An empty
     // config.base_dir is taken from `path`'s folder.
-    void setConfig(const ProjectConfig& config, const QString& path = {});
+    void setConfig(const ProjectConfig& config, const QString& path = {}, bool unsaved = false);
 
     bool hasProject() const { return hasProject_; }
     const ProjectConfig& config() const { return config_; }

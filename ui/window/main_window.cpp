@@ -299,9 +299,11 @@ bool MainWindow::openProject(const QString& path, const std::vector<Override>& o
             return false;
         }
     } else {
-        // --set overrides: the document holds the overridden project, unsaved.
+        // --set overrides: the document holds the overridden project, unsaved (the title says
+        // so, and a later Save writes the overrides into the file knowingly).
         try {
-            document_->setConfig(load_project_file(path.toStdString(), overrides), QFileInfo(path).absoluteFilePath());
+            document_->setConfig(load_project_file(path.toStdString(), overrides), QFileInfo(path).absoluteFilePath(),
+                                 /*unsaved=*/true);
         } catch (const std::exception& e) {
             showError(QString::fromStdString(e.what()));
             return false;
