@@ -64,7 +64,7 @@ void announce_refusal(DataParallel& dp, int exit_code)
     dp.wait_for_arrivals("refusal_read", dp.world_size() - 1, std::chrono::seconds(30));
 }
 
-void finish_rank(DataParallel& dp, const Trainer& trainer)
+bool finish_rank(DataParallel& dp, const Trainer& trainer)
 {
     std::printf("data-parallel rank %d/%d: state digest %s\n", dp.rank(), dp.world_size(),
                 trainer.state_digest().c_str());
@@ -73,17 +73,31 @@ void finish_rank(DataParallel& dp, const Trainer& trainer)
         if (dp.rank() == 0) {
             dp.post(kEndKey, "clean");
             // The others are waiting for it: they read it at once, or they are gone.
-            if (!dp.wait_for_arrivals(kEndReadKey, dp.world_size() - 1, std::chrono::seconds(30))) return;
+            if (!dp.wait_for_arrivals(kEndReadKey, dp.world_size() - 1, std::chrono::seconds(30))) return true;
         } else {
             const auto end = dp.peek(kEndKey, std::chrono::seconds(trainer.config().training.collective_timeout_s));
-            if (!end) return;
+            if (!end) {
+                std::fprintf(stderr,
+                             "error: data-parallel rank %d: rank 0 did not say how the run ended (it was lost after "
+                             "the last step, or took longer than training.collective_timeout_s to finish it)\n",
+                             dp.rank());
+                return false;
+            }
+            if (*end != "clean") {
+                dp.acknowledge_failure();
+                std::fprintf(stderr,
+                             "error: data-parallel rank %d: rank 0 failed after the last step (its own output and "
+                             "the run store say why)\n",
+                             dp.rank());
+                return false;
+            }
             dp.arrive(kEndReadKey);
-            if (*end != "clean") return;
         }
     } catch (const std::exception&) {
-        return; // the store is gone with rank 0: leave the group to torch
+        return dp.rank() == 0; // the store is gone with rank 0: leave the group to torch
     }
     dp.close();
+    return true;
 }
 
 void rank0_failed(DataParallel& dp)
@@ -93,6 +107,8 @@ void rank0_failed(DataParallel& dp)
         dp.post(kEndKey, "failed");
     } catch (const std::exception&) {
     }
+    // A peer killed outright never acknowledges: the wait is bounded.
+    dp.abandon_collectives_and_wait_for_acknowledgements(std::chrono::seconds(5));
 }
 
 int run_data_parallel_follower(DataParallel& dp)
@@ -125,10 +141,10 @@ int run_data_parallel_follower(DataParallel& dp)
         const RunSummary summary = trainer.run(nothing);
         std::printf("data-parallel rank %d/%d: %lld steps, train loss %.6f\n", dp.rank(), dp.world_size(),
                     static_cast<long long>(summary.steps_done), summary.final_train_loss);
-        finish_rank(dp, trainer);
-        return 0;
+        return finish_rank(dp, trainer) ? 0 : 1;
     } catch (const std::exception& e) {
         if (!dynamic_cast<const CollectiveError*>(&e)) dp.report_failure(e.what()); // kept only if first
+        dp.acknowledge_failure(); // done with rank 0's store (the trainer's failures have said so already)
         std::fprintf(stderr, "error: data-parallel rank %d: training failed: %s\n", dp.rank(), e.what());
         return 1;
     }

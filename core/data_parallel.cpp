@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <thread>
+#include <utility>
 
 #include <unistd.h>
 
@@ -122,6 +123,7 @@ public:
     bool cuda = false;
     std::chrono::milliseconds timeout{0}; // the collective timeout
     bool closed = false;                  // DataParallel::close ran
+    bool acknowledged = false;            // acknowledge_failure ran: one arrival per rank
 };
 
 namespace {
@@ -393,6 +395,22 @@ void DataParallel::report_failure(const std::string& reason)
 std::optional<std::string> DataParallel::failure_reason(std::chrono::milliseconds wait)
 {
     return peek("failure", wait);
+}
+
+void DataParallel::acknowledge_failure()
+{
+    if (std::exchange(impl_->backend->acknowledged, true)) return; // rank 0 counts ranks, not calls
+    arrive("failure_read");
+}
+
+bool DataParallel::abandon_collectives_and_wait_for_acknowledgements(std::chrono::milliseconds wait)
+{
+    auto& b = *impl_->backend;
+    // No collective follows a failure; destroyed, the groups close their connections (Gloo's
+    // sockets; NCCL aborts its communicators).
+    b.control.reset();
+    b.group.reset();
+    return wait_for_arrivals("failure_read", world_size() - 1, wait);
 }
 
 int gpu_of_local_rank(int local_rank, int visible_gpus)

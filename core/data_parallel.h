@@ -105,6 +105,13 @@ public:
     // first kept; the others' error then names it (failure_reason).
     void report_failure(const std::string& reason);
     std::optional<std::string> failure_reason(std::chrono::milliseconds wait);
+    // The end of a failed run, where rank 0 may host the store: each other rank acknowledges
+    // once it has read why (or given up reading); rank 0 drops its process groups (a peer
+    // blocked in a collective fails at once, instead of at the timeout) and keeps the store up
+    // until every peer acknowledged or `wait` passed. Without that, the store went with rank 0
+    // in the very moment its peers came to read the reason.
+    void acknowledge_failure();
+    bool abandon_collectives_and_wait_for_acknowledgements(std::chrono::milliseconds wait);
 
     struct Impl; // data_parallel_impl.h: the store, the process group, the collectives
     Impl& impl() { return *impl_; }

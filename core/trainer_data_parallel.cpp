@@ -256,6 +256,15 @@ TelemetryStep::RankReduction Trainer::Impl::dp_rank_reduction()
 
 void Trainer::Impl::dp_fail(const std::exception& error)
 {
+    // However it ends, a peer of rank 0 has done with the store once it leaves here: rank 0,
+    // which may host it, waits for that (DataParallel::acknowledge_failure) before it exits.
+    struct Acknowledge {
+        DataParallel& dp;
+        ~Acknowledge()
+        {
+            if (dp.rank() != 0) dp.acknowledge_failure();
+        }
+    } acknowledge{*dp};
     const std::string what = first_line(error);
     const std::string me = "rank " + std::to_string(dp->rank());
     if (dynamic_cast<const PeerRefused*>(&error)) throw; // names the rank already

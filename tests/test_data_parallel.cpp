@@ -127,6 +127,16 @@ struct SinkThatPausesAndSwitches : TelemetrySink {
     void on_event(const RunEvent&) override {}
 };
 
+// Rank 0 failing after the last collective: only rank 0 records the run's end.
+struct SinkThatFailsAtTheEnd : TelemetrySink {
+    void on_step(const StepMetrics&) override {}
+    void on_eval(const EvalMetrics&) override {}
+    void on_event(const RunEvent& e) override
+    {
+        if (e.kind == EventKind::RunFinished) throw std::runtime_error("the sink failed at the run's end");
+    }
+};
+
 // Rank 0's own failure, outside any collective: its telemetry gives up after one step.
 struct SinkThatGivesUp : TelemetrySink {
     int64_t at_step;
@@ -941,6 +951,7 @@ private slots:
             announce_project(*dp, session.config());
             SinkThatGivesUp sink(3);
             outcome = session.run({&sink});
+            rank0_failed(*dp); // as mantissa-train's rank 0 does: the store stays until rank 1 read why
         } // the session, the store and rank 0's process group close here
         const Rank rank1 = finish(r1);
         QCOMPARE(rank1.exit_code, 1);
@@ -959,6 +970,80 @@ private slots:
                 QCOMPARE(e.event.text, expected);
             }
         QCOMPARE(failures, 1);
+    }
+
+    // Rank 0 (the store's host) fails on its own while rank 1 waits in a collective: rank 1 must
+    // still read why, however slowly it unwinds, before rank 0's store goes with its process.
+    void a_failed_rank0_keeps_its_store_until_its_peer_read_why()
+    {
+        const int port = free_port();
+        const auto join = [&](int r) {
+            return DataParallel::join(*env_of({{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
+                                               {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}}),
+                                      std::chrono::seconds(60));
+        };
+        std::optional<std::string> read_by_rank1;
+        std::string rank1_error;
+        std::thread rank1([&] {
+            try {
+                auto dp = join(1);
+                dp->start(false, std::chrono::seconds(600));
+                try {
+                    dp->impl().control_broadcast_bytes(""); // rank 0 never joins it
+                } catch (const std::exception& e) {
+                    rank1_error = e.what();
+                }
+                std::this_thread::sleep_for(std::chrono::milliseconds(300)); // a slow unwind
+                read_by_rank1 = dp->failure_reason(std::chrono::milliseconds(2000));
+                dp->acknowledge_failure();
+            } catch (const std::exception& e) {
+                rank1_error = std::string("rank 1 failed outside the collective: ") + e.what();
+            }
+        });
+        {
+            auto dp = join(0);
+            dp->start(false, std::chrono::seconds(600));
+            std::this_thread::sleep_for(std::chrono::milliseconds(200)); // rank 1 is in its collective
+            dp->report_failure("the disk is full");
+            QVERIFY(dp->abandon_collectives_and_wait_for_acknowledgements(std::chrono::seconds(20)));
+        } // the store goes
+        rank1.join();
+        QVERIFY2(!rank1_error.empty(), "rank 1's collective ended without an error");
+        QVERIFY2(read_by_rank1.has_value(), rank1_error.c_str());
+        QCOMPARE(*read_by_rank1, std::string("rank 0: the disk is full"));
+    }
+
+    // Rank 0 fails after the last collective (its final evaluation, checkpoint or record of the
+    // run's end): rank 1 has trained every step, and still its run failed: exit 1, not 0.
+    void rank0_failing_after_the_last_step_fails_every_rank()
+    {
+        const QString project = write_project("rank0-fails-late", 3, "fp32");
+        const QString db = dir_.filePath("rank0-fails-late.db");
+        const int port = free_port();
+        QProcess r1;
+        r1.setProcessEnvironment(rank_env(1, 2, port));
+        r1.start(MANTISSA_TRAIN_EXE, {"run", project, "--db", db});
+        const auto env = env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "127.0.0.1"},
+                                 {"MASTER_PORT", std::to_string(port)}});
+        QVERIFY(env);
+        SessionOutcome outcome;
+        {
+            auto dp = DataParallel::join(*env, std::chrono::seconds(60));
+            RunStore store(db.toStdString());
+            RunSession session(load_project_file(project.toStdString()));
+            session.trainer().set_data_parallel(dp);
+            session.create_run(store, "rank0-fails-late", project.toStdString());
+            announce_project(*dp, session.config());
+            SinkThatFailsAtTheEnd sink;
+            outcome = session.run({&sink});
+            QVERIFY(outcome.status == RunStatus::Failed);
+            rank0_failed(*dp);
+        }
+        const Rank rank1 = finish(r1);
+        QVERIFY2(rank1.exit_code == 1, qPrintable(QString("exit %1: %2").arg(rank1.exit_code).arg(rank1.err)));
+        QVERIFY2(rank1.out.contains("data-parallel rank 1/2: 3 steps"), qPrintable(rank1.out));
+        QVERIFY2(rank1.err.contains("error: data-parallel rank 1: rank 0 failed after the last step"),
+                 qPrintable(rank1.err));
     }
 
     void torchrun_launches_the_ranks()
