@@ -2,6 +2,7 @@
 #include "sweep.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 
@@ -76,6 +77,35 @@ SweepSpec parse_vary(const std::string& text)
 
 namespace {
 
+// "3-precision.preset=bf16": the point's place and value, in characters any file system takes.
+std::string point_folder_name(size_t index, const std::string& key, const std::string& value)
+{
+    std::string name = std::to_string(index + 1) + "-" + key + "=" + value;
+    for (char& c : name)
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '=' && c != '-' && c != '_') c = '_';
+    return name.size() > 96 ? name.substr(0, 96) : name;
+}
+
+// An explicit training.checkpoint_dir holds one run's checkpoints: the points of a sweep that
+// share one each get a folder of their own in it. Otherwise, from the second point on, every
+// checkpoint (the final one too) is refused as another run's, and no point but the first
+// could be resumed or exported. After the duplicate check: the folders differ, the settings not.
+void give_each_its_own_checkpoint_folder(std::vector<SweepRunPlan>& plans, const std::string& key)
+{
+    for (size_t i = 0; i < plans.size(); ++i) {
+        const std::string& dir = plans[i].config.training.checkpoint_dir;
+        if (dir.empty()) continue; // beside the store, per run id already
+        const auto shares = [&](const SweepRunPlan& other) { return other.config.training.checkpoint_dir == dir; };
+        if (std::count_if(plans.begin(), plans.end(), shares) < 2) continue;
+        for (size_t k = i; k < plans.size(); ++k)
+            if (shares(plans[k]) && k != i)
+                plans[k].config.training.checkpoint_dir =
+                    (std::filesystem::path(dir) / point_folder_name(k, key, plans[k].value)).string();
+        plans[i].config.training.checkpoint_dir =
+            (std::filesystem::path(dir) / point_folder_name(i, key, plans[i].value)).string();
+    }
+}
+
 template <typename Load>
 std::vector<SweepRunPlan> plan_each(const SweepSpec& spec, const std::vector<Override>& common_overrides, Load load)
 {
@@ -100,6 +130,7 @@ std::vector<SweepRunPlan> plan_each(const SweepSpec& spec, const std::vector<Ove
                                   "' give the same settings; the sweep would train the same run twice");
         plans.push_back(std::move(plan));
     }
+    give_each_its_own_checkpoint_folder(plans, spec.key);
     return plans;
 }
 

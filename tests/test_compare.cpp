@@ -458,6 +458,21 @@ private slots:
         QCOMPARE(plans[2].config.precision.preset, std::string("fp8-hybrid"));
         QCOMPARE(plans[2].config.training.steps, int64_t(5));
         QCOMPARE(plans[0].config.model.n_embd, int64_t(16));
+        QVERIFY(plans[0].config.training.checkpoint_dir.empty()); // beside the store, per run id
+
+        // A project's own checkpoint folder: each point gets a folder of its own in it, or the
+        // second point's checkpoints would be refused as the first's.
+        const auto own = plan_sweep(path, parse_vary("precision.preset=fp32,fp8-hybrid"),
+                                    {{"training.checkpoint_dir", "\"/tmp/ckpt\""}});
+        QCOMPARE(own[0].config.training.checkpoint_dir, std::string("/tmp/ckpt/1-precision.preset=fp32"));
+        QCOMPARE(own[1].config.training.checkpoint_dir, std::string("/tmp/ckpt/2-precision.preset=fp8-hybrid"));
+        const auto odd = plan_sweep(path, parse_vary("data.tokenizer=char,byte"),
+                                    {{"training.checkpoint_dir", "\"/tmp/ckpt\""}});
+        QCOMPARE(odd[1].config.training.checkpoint_dir, std::string("/tmp/ckpt/2-data.tokenizer=byte"));
+        // Varied itself: every point has its folder already.
+        const auto varied = plan_sweep(path, parse_vary("training.checkpoint_dir=/tmp/a,/tmp/b"));
+        QCOMPARE(varied[0].config.training.checkpoint_dir, std::string("/tmp/a"));
+        QCOMPARE(varied[1].config.training.checkpoint_dir, std::string("/tmp/b"));
 
         const auto refused = [&](const std::string& vary) {
             try {

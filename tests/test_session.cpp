@@ -113,6 +113,7 @@ private slots:
     void exportNeedsNeitherTheDataNorTheDevice();
     void aResumeOnChangedDataIsRefused();
     void sharedExplicitCheckpointDirIsRefused();
+    void aSweepsPointsEachGetAFolderInTheProjectsCheckpointDir();
     void deletingARunTakesItsCheckpointsAndRetiresItsFolder();
     void relativeCheckpointDirIsTheProjectFilesFolder();
     void aResumeMakesTheInterruptedRunsPrecisionChangesAgain();
@@ -578,6 +579,23 @@ void TestSession::aResumeOnChangedDataIsRefused()
     const auto resumed = run_cli({"resume", "1", "--db", db, "--set", "training.steps=25"});
     QVERIFY2(resumed.exit_code == 0, qPrintable(resumed.err + resumed.out));
     QVERIFY(resumed.out.contains("at step 20 from"));
+}
+
+// A sweep of a project with its own checkpoint_dir: every point keeps its checkpoints (none is
+// refused as the first point's), and each can be resumed.
+void TestSession::aSweepsPointsEachGetAFolderInTheProjectsCheckpointDir()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    const QString db = dir.filePath("runs.sqlite");
+    const auto swept = run_cli({"sweep", QString::fromStdString(project), "--db", db, "--vary", "training.seed=1,2",
+                                "--set", "training.checkpoint_dir=" + dir.filePath("ckpt")});
+    QVERIFY2(swept.exit_code == 0, qPrintable(swept.err + swept.out));
+    QVERIFY2(!swept.out.contains("[checkpoint_failed]"), qPrintable(swept.out));
+    for (const char* point : {"1-training.seed=1", "2-training.seed=2"})
+        QVERIFY2(!list_checkpoints(dir.filePath("ckpt/%1").arg(point).toStdString()).empty(), point);
+    const auto resumed = run_cli({"resume", "2", "--db", db, "--set", "training.steps=35"});
+    QVERIFY2(resumed.exit_code == 0 && resumed.out.contains("at step 30 from"), qPrintable(resumed.err + resumed.out));
 }
 
 void TestSession::sharedExplicitCheckpointDirIsRefused()
