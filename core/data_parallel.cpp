@@ -320,10 +320,12 @@ void DataParallel::post(const std::string& key, const std::string& value)
 std::string DataParallel::wait_for(const std::string& key)
 {
     try {
+        // Polled, not a store get(): that one ends at the store's timeout.
+        while (!impl_->backend->store->check({key})) std::this_thread::sleep_for(std::chrono::milliseconds(100));
         return from_bytes(impl_->backend->store->get(key));
     } catch (const std::exception& e) {
         throw CollectiveError("data-parallel: rank " + std::to_string(rank()) + " waited in vain for '" + key +
-                                  "': " + first_line(e),
+                                  "' (rank 0 is gone, and its store with it?): " + first_line(e),
                               says_timed_out(e));
     }
 }

@@ -72,7 +72,11 @@ public:
     // Messages through the store, outside the collectives: what rank 0 hands the other ranks
     // before training (the project), and a failing rank's reason.
     void post(const std::string& key, const std::string& value);
-    // Blocks until `key` is posted; throws CollectiveError after the store's timeout.
+    // Blocks until `key` is posted, with no deadline while the store answers: rank 0 may take
+    // long to prepare what it posts (a large corpus tokenized, a large store checked, a
+    // checkpoint loaded), longer than any timeout a follower could know before it has the
+    // project. A rank 0 that dies takes its store along (or torchrun's agent stops every rank):
+    // throws CollectiveError once the store stops answering.
     std::string wait_for(const std::string& key);
     // Waits up to `wait` for `key`; nullopt if it did not come (or the store is gone).
     std::optional<std::string> peek(const std::string& key, std::chrono::milliseconds wait);

@@ -972,6 +972,47 @@ private slots:
         QCOMPARE(failures, 1);
     }
 
+    // Rank 0 may prepare longer than the store's timeout before it hands out the project (a
+    // large corpus, a large store, a checkpoint); its followers wait for as long as its store
+    // answers, and stop at once when it goes without a word.
+    void followers_wait_for_the_project_as_long_as_rank0_lives()
+    {
+        using namespace std::chrono_literals;
+        for (const bool rank0_posts : {true, false}) {
+            const int port = free_port();
+            const auto join = [&](int r) {
+                return DataParallel::join(*env_of({{"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"},
+                                                   {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}}),
+                                          1s); // the store's timeout
+            };
+            std::string got, error;
+            std::thread rank1([&] {
+                try {
+                    got = join(1)->wait_for("project");
+                } catch (const CollectiveError& e) {
+                    error = e.what();
+                }
+            });
+            {
+                auto dp = join(0);
+                std::this_thread::sleep_for(2500ms); // preparing, past the store's timeout
+                if (rank0_posts) {
+                    dp->post("project", "the project");
+                    rank1.join();
+                }
+            } // without a post, rank 0 goes, and its store with it
+            if (!rank0_posts) rank1.join();
+            if (rank0_posts) {
+                QCOMPARE(got, std::string("the project"));
+                QVERIFY2(error.empty(), error.c_str());
+            } else {
+                QVERIFY(got.empty());
+                QVERIFY2(error.rfind("data-parallel: rank 1 waited in vain for 'project' (rank 0 is gone", 0) == 0,
+                         error.c_str());
+            }
+        }
+    }
+
     // Rank 0 (the store's host) fails on its own while rank 1 waits in a collective: rank 1 must
     // still read why, however slowly it unwinds, before rank 0's store goes with its process.
     void a_failed_rank0_keeps_its_store_until_its_peer_read_why()
