@@ -137,8 +137,18 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
             run_ids[i] = session->create_run(*store, plans[i].name, std::filesystem::absolute(project_path).string());
             store->add_tags(run_ids[i], {tag});
         } catch (const StoreError& e) {
+            // The store cannot record this run, nor the next: the table still shows the runs
+            // done, and a run made but not tagged is closed as failed, not left "running".
             std::fprintf(stderr, "error: %s\n", e.what());
-            return 3;
+            notes[i] = "failed";
+            any_failed = store_failed = true;
+            if (run_ids[i]) {
+                try {
+                    store->finish_run(run_ids[i], RunStatus::Failed);
+                } catch (const StoreError&) {
+                }
+            }
+            continue;
         }
         std::printf("run %lld '%s' -> %s\n", static_cast<long long>(run_ids[i]), plans[i].name.c_str(),
                     db_path.c_str());

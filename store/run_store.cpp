@@ -635,7 +635,7 @@ std::string RunStore::lock_path(int64_t run_id) const { return path_ + ".locks/r
 void RunStore::claim_run(int64_t run_id)
 {
     require_writable("claim a run");
-    std::filesystem::create_directories(path_ + ".locks");
+    make_lock_folder();
     const RunLockFile lock = lock_run_file(lock_path(run_id), RunLockKind::Exclusive, /*create=*/true);
     if (lock.state != RunLockFile::State::Locked)
         throw StoreError(lock.state == RunLockFile::State::Held
@@ -652,6 +652,15 @@ void RunStore::claim_run(int64_t run_id)
         release_claim(run_id);
         throw StoreError("run store '" + path_ + "': run " + std::to_string(run_id) + " is no longer in the store");
     }
+}
+
+void RunStore::make_lock_folder() const
+{
+    std::error_code ec;
+    std::filesystem::create_directories(path_ + ".locks", ec);
+    if (ec) // an exception of the filesystem's own would reach no handler of the store's users
+        throw StoreError("run store '" + path_ + "': cannot make the folder of its lock files '" + path_ +
+                         ".locks': " + ec.message());
 }
 
 void RunStore::release_claim(int64_t run_id)
@@ -838,7 +847,7 @@ int RunStore::schema_version()
 int64_t RunStore::create_run(const std::string& name, const std::string& project_path, const std::string& config_json)
 {
     require_writable("create a run");
-    std::filesystem::create_directories(path_ + ".locks");
+    make_lock_folder();
     int64_t id = 0;
     RunLockFile lock;
     try {

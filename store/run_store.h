@@ -307,6 +307,7 @@ private:
     bool check_contents(bool may_be_empty);
     void require_writable(const char* what) const;
     std::vector<int64_t> running_run_ids();
+    void make_lock_folder() const; // throws StoreError
     std::vector<int64_t> dead_running_runs();
     void mark_dead_runs_interrupted();
     std::string lock_path(int64_t run_id) const;

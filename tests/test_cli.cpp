@@ -491,6 +491,27 @@ private slots:
                  qPrintable(syntax.err));
     }
 
+    // A store that cannot make a run (its lock folder cannot be made: a file in its place) stops
+    // the sweep with exit 3, still printing the table, and never aborts the process.
+    void aSweepWhoseStoreCannotMakeRunsSaysSoInItsTable()
+    {
+        const QString db = dir_.filePath("sweep-nolocks.sqlite");
+        { RunStore make(db.toStdString()); } // the store itself is fine
+        QFile blocker(db + ".locks");
+        QVERIFY(blocker.open(QIODevice::WriteOnly));
+        blocker.close();
+        const auto r = run_cli({"sweep", project_, "--vary", "training.seed=1,2", "--set", "training.steps=2",
+                                "--db", db});
+        QCOMPARE(r.exit_code, 3);
+        QVERIFY2(r.err.contains("run store '" + db + "': cannot make the folder of its lock files '" + db + ".locks'"),
+                 qPrintable(r.err));
+        const auto table = sweep_table(r.out);
+        QCOMPARE(table.size(), 2);
+        QVERIFY2(table[0].join(' ').contains("failed") && table[1].join(' ').contains("skipped"),
+                 qPrintable(r.out));
+        QVERIFY(RunStore(db.toStdString(), OpenMode::ReadOnly).list_runs().empty()); // nothing half-made
+    }
+
     // A diverged run's losses read "nan" in every table: "-" means nothing was recorded.
     void aDivergedRunReadsNanNotNothing()
     {
