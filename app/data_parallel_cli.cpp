@@ -59,7 +59,11 @@ void announce_project(DataParallel& dp, const ProjectConfig& config)
 
 void announce_refusal(DataParallel& dp, int exit_code)
 {
-    dp.post(kProjectKey, "refused:" + std::to_string(exit_code));
+    try {
+        dp.post(kProjectKey, "refused:" + std::to_string(exit_code));
+    } catch (const CollectiveError&) {
+        return; // the store is gone: the others find that out for themselves
+    }
     // Rank 0 may host the store: it stays until the others have read why (or a while).
     dp.wait_for_arrivals("refusal_read", dp.world_size() - 1, std::chrono::seconds(30));
 }

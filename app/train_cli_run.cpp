@@ -37,6 +37,15 @@ int train_session(RunSession& session, const std::string& db_path, DataParallelJ
     console.watch_stop_flag(&g_stop_requested, &session.trainer());
     std::signal(SIGINT, on_sigint);
     std::signal(SIGTERM, on_sigint);
+    if (job.dp) {
+        try {
+            announce_project(*job.dp, config);
+            job.announced = true;
+        } catch (const CollectiveError& e) { // the run stays "running" until the store sees it dead: resumable
+            std::fprintf(stderr, "error: %s\n", e.what());
+            return 1;
+        }
+    }
     // A watcher's pause waits for a resume that a terminal cannot send, and no step comes to
     // look at the flag: Ctrl-C must still stop the run cleanly, so a thread forwards it too.
     std::atomic<bool> trained{false};
@@ -49,10 +58,6 @@ int train_session(RunSession& session, const std::string& db_path, DataParallelJ
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
         }
     });
-    if (job.dp) {
-        announce_project(*job.dp, config);
-        job.announced = true;
-    }
     std::vector<TelemetrySink*> sinks = {&console};
     if (extra) sinks.push_back(extra);
     const SessionOutcome outcome = session.run(sinks);
@@ -137,6 +142,7 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
                                 isatty(STDOUT_FILENO) != 0, stdout);
         console.watch_stop_flag(&g_stop_requested, &trainer);
         std::signal(SIGINT, on_sigint);
+        std::signal(SIGTERM, on_sigint); // Slurm's scancel, torchrun's agent: a stop, as train_session's
         // As train_session reports a failed run (exit 1), not an abort: a diverged run's NaN
         // weights, for one, make LibTorch's sampler throw at the next evaluation.
         try {
@@ -179,6 +185,9 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
     } catch (const StoreError& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 3;
+    } catch (const CollectiveError& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 1;
     }
     std::printf("run %lld '%s' -> %s\n", static_cast<long long>(session->run_id()), name.c_str(), db_path.c_str());
     if (server) server->announce();

@@ -314,7 +314,12 @@ void DataParallel::close()
 
 void DataParallel::post(const std::string& key, const std::string& value)
 {
-    impl_->backend->store->set(key, to_bytes(value));
+    try {
+        impl_->backend->store->set(key, to_bytes(value));
+    } catch (const std::exception& e) { // c10's own error types are no CollectiveError
+        throw CollectiveError("data-parallel: rank " + std::to_string(rank()) + " cannot post '" + key +
+                              "' to the rendezvous store: " + first_line(e));
+    }
 }
 
 std::string DataParallel::wait_for(const std::string& key)
@@ -348,7 +353,12 @@ int DataParallel::restart_count() const { return impl_->env.restart_count; }
 
 void DataParallel::post_job(const std::string& key, const std::string& value)
 {
-    impl_->backend->job_store->set(key, to_bytes(value));
+    try {
+        impl_->backend->job_store->set(key, to_bytes(value));
+    } catch (const std::exception& e) {
+        throw CollectiveError("data-parallel: rank " + std::to_string(rank()) + " cannot post '" + key +
+                              "' to the rendezvous store: " + first_line(e));
+    }
 }
 
 std::optional<std::string> DataParallel::peek_job(const std::string& key)
