@@ -229,6 +229,12 @@ void TestProjectEditor::settingsTreeShowsResolvedProject()
     QCOMPARE(model.valueForKey("precision.loss_scaling.mode"), QStringLiteral("auto"));
     QCOMPARE(model.valueForKey("telemetry.watchers.actions.nonfinite"), QStringLiteral("none"));
     QVERIFY(model.valueForKey("no.such.key").isNull());
+    // A seed past 2^53 reads as the project says it, every digit (a double would show ...568).
+    ProjectConfig big = tiny_config(2);
+    big.training.seed = 12345678901234567ULL;
+    doc.setConfig(big);
+    QCOMPARE(model.valueForKey("training.seed"), QStringLiteral("12345678901234567"));
+    QCOMPARE(doc.config().training.seed, uint64_t(12345678901234567ULL));
 
     // Nested objects are sub-trees; precision.layers is a read-only summary leaf.
     const QModelIndex fp8 = model.indexForKey("precision.fp8");

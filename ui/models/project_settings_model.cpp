@@ -9,6 +9,7 @@
 #include <QPalette>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "models/project_document.h"
@@ -72,7 +73,13 @@ QString value_text(const QJsonValue& value, bool isLayersSummary)
     if (isLayersSummary) return layers_summary(value.toArray());
     switch (value.type()) {
     case QJsonValue::Bool: return value.toBool() ? QStringLiteral("true") : QStringLiteral("false");
-    case QJsonValue::Double: return number_text(value.toDouble());
+    case QJsonValue::Double: {
+        // A 64-bit integer (a seed of 17 digits) as the project says it: through a double its
+        // last digits would read as another seed.
+        constexpr qint64 kNotAnInteger = std::numeric_limits<qint64>::min();
+        if (const qint64 i = value.toInteger(kNotAnInteger); i != kNotAnInteger) return QString::number(i);
+        return number_text(value.toDouble());
+    }
     case QJsonValue::String: return value.toString();
     case QJsonValue::Null: return QStringLiteral("null");
     default: return {};
