@@ -7,18 +7,46 @@
 
 namespace mantissa {
 
+namespace {
+
+// Columns a terminal gives the UTF-8 text: one per code point, two for the wide East Asian
+// ranges (CJK, Hangul, full-width forms), none for combining marks. Bytes would pad "lr-ä" one
+// column short, and shift every column after it.
+size_t display_width(const std::string& text)
+{
+    size_t width = 0;
+    for (size_t i = 0; i < text.size();) {
+        const auto byte = static_cast<unsigned char>(text[i]);
+        const size_t length = byte < 0x80 ? 1 : byte >= 0xF0 ? 4 : byte >= 0xE0 ? 3 : byte >= 0xC0 ? 2 : 1;
+        char32_t cp = length == 1 ? byte : byte & (0x7F >> length);
+        for (size_t k = 1; k < length && i + k < text.size(); ++k)
+            cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
+        i += length;
+        if (cp >= 0x0300 && cp <= 0x036F) continue; // combining diacritics
+        const bool wide = (cp >= 0x1100 && cp <= 0x115F) || (cp >= 0x2E80 && cp <= 0xA4CF) ||
+                          (cp >= 0xAC00 && cp <= 0xD7A3) || (cp >= 0xF900 && cp <= 0xFAFF) ||
+                          (cp >= 0xFE30 && cp <= 0xFE4F) || (cp >= 0xFF00 && cp <= 0xFF60) ||
+                          (cp >= 0xFFE0 && cp <= 0xFFE6) || (cp >= 0x1F300 && cp <= 0x1FAFF) ||
+                          (cp >= 0x20000 && cp <= 0x3FFFD);
+        width += wide ? 2 : 1;
+    }
+    return width;
+}
+
+} // namespace
+
 void print_table(const std::vector<std::vector<std::string>>& rows, const std::vector<bool>& right, const char* indent)
 {
     std::vector<size_t> width;
     for (const auto& row : rows)
         for (size_t c = 0; c < row.size(); ++c) {
             if (width.size() <= c) width.push_back(0);
-            width[c] = std::max(width[c], row[c].size());
+            width[c] = std::max(width[c], display_width(row[c]));
         }
     for (const auto& row : rows) {
         std::string line = indent;
         for (size_t c = 0; c < row.size(); ++c) {
-            const std::string pad(width[c] - row[c].size(), ' ');
+            const std::string pad(width[c] - display_width(row[c]), ' ');
             const bool r = c < right.size() && right[c];
             line += (c ? "  " : "") + (r ? pad + row[c] : row[c] + (c + 1 < row.size() ? pad : ""));
         }

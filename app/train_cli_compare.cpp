@@ -112,7 +112,10 @@ int cmd_compare(RunStore& store, const std::vector<std::string>& run_args, doubl
             std::printf("  run %lld: diverges at step %lld (%s vs %s)%s\n", static_cast<long long>(runs[i].id),
                         static_cast<long long>(*step), fmt_recorded_loss(at->a, true).c_str(),
                         fmt_recorded_loss(at->b, true).c_str(), by_step.c_str());
-        } else
+        } else if (common == 0)
+            std::printf("  run %lld: no common steps to compare (one of the two recorded no train/loss)\n",
+                        static_cast<long long>(runs[i].id));
+        else
             std::printf("  run %lld: within tolerance over %zu common steps%s\n", static_cast<long long>(runs[i].id),
                         common, by_step.c_str());
     }

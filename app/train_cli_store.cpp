@@ -3,6 +3,8 @@
 #include "train_cli.h"
 
 #include <cstdio>
+#include <cstring>
+#include <cerrno>
 #include <optional>
 
 #include "checkpoint_weights.h"
@@ -121,7 +123,12 @@ int cmd_export(RunStore& store, const std::string& run, const std::string& forma
     }
     const std::string text = table == "events" ? store.events_csv(info->id) : store.metrics_csv(info->id);
     if (out_path.empty() || out_path == "-") {
-        std::fwrite(text.data(), 1, text.size(), stdout);
+        // `export 3 > m.csv` on a full disk: a cut table must not read as a whole one.
+        const bool written = std::fwrite(text.data(), 1, text.size(), stdout) == text.size();
+        if (!written || std::fflush(stdout) != 0 || std::ferror(stdout)) {
+            std::fprintf(stderr, "error: cannot write the table to standard output: %s\n", std::strerror(errno));
+            return 2;
+        }
         return 0;
     }
     try {

@@ -159,6 +159,55 @@ private slots:
         QVERIFY(missing.err.contains("no run 'nosuchrun'"));
     }
 
+    // A table sent to standard output that cannot be written (a full disk behind `> m.csv`)
+    // fails, as a failed --out does: a cut table must not read as a whole one.
+    void exportToAStandardOutputThatCannotBeWrittenFails()
+    {
+        QProcess p;
+        p.setStandardOutputFile(QStringLiteral("/dev/full"));
+        p.start(MANTISSA_TRAIN_EXE, {"export", "first", "--format", "csv", "--db", db_});
+        QVERIFY(p.waitForFinished(60000));
+        QCOMPARE(p.exitCode(), 2);
+        QVERIFY2(QString::fromUtf8(p.readAllStandardError())
+                     .startsWith("error: cannot write the table to standard output: No space left on device"),
+                 "the refusal names the cause");
+    }
+
+    // A run with no train/loss (it failed before its first step) shares no step with another:
+    // compare says so instead of "within tolerance over 0 common steps".
+    void compareWithARunThatRecordedNoStepSaysSo()
+    {
+        const QString db = dir_.filePath("compare-empty.sqlite");
+        QVERIFY(QFile::copy(db_, db));
+        int64_t empty = 0;
+        {
+            RunStore store(db.toStdString());
+            empty = store.create_run("nothing", "", "{}");
+            store.finish_run(empty, RunStatus::Failed);
+        }
+        const auto r = run_cli({"compare", "first", QString::number(empty), "--db", db});
+        QCOMPARE(r.exit_code, 0);
+        QVERIFY2(r.out.contains(QString("  run %1: no common steps to compare").arg(empty)), qPrintable(r.out));
+        QVERIFY2(!r.out.contains("within tolerance"), qPrintable(r.out));
+    }
+
+    // Columns line up under a name that is not ASCII: padded by what a terminal shows, not bytes.
+    void listAlignsNamesThatAreNotAscii()
+    {
+        const QString db = dir_.filePath("unicode.sqlite");
+        QVERIFY(QFile::copy(db_, db));
+        QCOMPARE(run_cli({"rename", "first", "lr-\u00e4\u00e4", "--db", db}).exit_code, 0);
+        QCOMPARE(run_cli({"rename", "first", "x", "--db", db}).exit_code, 2); // renamed indeed
+        const auto list = run_cli({"list", "--db", db});
+        QCOMPARE(list.exit_code, 0);
+        const QStringList lines = list.out.split('\n', Qt::SkipEmptyParts);
+        const int column = lines.value(0).indexOf("status");
+        QVERIFY(column > 0);
+        const auto renamed = std::find_if(lines.begin(), lines.end(), [](const QString& l) { return l.contains("lr-"); });
+        QVERIFY2(renamed != lines.end(), qPrintable(list.out));
+        QVERIFY2(renamed->mid(column).startsWith("finished"), qPrintable(list.out));
+    }
+
     // A diverged run's last loss is NaN (stored as NULL): `show` says nan, not 0.0000.
     void showSaysWhenTheLossDiverged()
     {
