@@ -117,6 +117,9 @@ int cmd_export(RunStore& store, const std::string& run, const std::string& forma
         } catch (const WeightsWriteError& e) { // a full disk, a missing folder: an earlier file stays
             std::fprintf(stderr, "error: %s\n", e.what());
             return 2;
+        } catch (const std::exception& e) { // out of memory: the file is fine, this machine is short
+            std::fprintf(stderr, "error: %s\n", e.what());
+            return 1;
         }
         std::fprintf(stderr, "wrote %s\n", out_path.c_str());
         return 0;

@@ -18,6 +18,13 @@ namespace mantissa {
 // be opened or read.
 void open_checkpoint_archive(const std::string& path, torch::serialize::InputArchive& archive);
 
+// Called inside a catch while a checkpoint loads: says what the exception means. Running out
+// of memory (c10::OutOfMemoryError, std::bad_alloc, LibTorch's CPU allocator's plain c10::Error)
+// is no damage, and comes back as std::runtime_error: a resume or an export that took it for
+// damage would fall back to an older checkpoint (and a user might delete the "damaged" one).
+// A ConfigError stays one; anything else is the file's: ConfigError "cannot be read".
+[[noreturn]] void rethrow_checkpoint_load_failure(const std::string& path);
+
 // The opened archive's format version, checked (ConfigError for one this version does not
 // know), and the identity it records: empty fields for a checkpoint written before identities.
 CheckpointIdentity read_checkpoint_header(const std::string& path, torch::serialize::InputArchive& archive);

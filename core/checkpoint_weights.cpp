@@ -28,6 +28,25 @@ void open_checkpoint_archive(const std::string& path, torch::serialize::InputArc
     archive.load_from(bytes.data(), bytes.size(), torch::Device(torch::kCPU));
 }
 
+void rethrow_checkpoint_load_failure(const std::string& path)
+{
+    const std::string loading = "checkpoint '" + path + "' could not be loaded: out of memory";
+    try {
+        throw;
+    } catch (const ConfigError&) {
+        throw;
+    } catch (const c10::OutOfMemoryError& e) {
+        throw std::runtime_error(loading + ": " + first_line(e));
+    } catch (const std::bad_alloc&) {
+        throw std::runtime_error(loading);
+    } catch (const std::exception& e) {
+        // "[enforce fail at alloc_cpu.cpp] DefaultCPUAllocator: can't allocate memory"
+        const std::string what = first_line(e);
+        if (what.find("DefaultCPUAllocator") != std::string::npos) throw std::runtime_error(loading + ": " + what);
+        throw ConfigError("checkpoint '" + path + "' cannot be read: " + what);
+    }
+}
+
 CheckpointIdentity read_checkpoint_header(const std::string& path, torch::serialize::InputArchive& archive)
 {
     torch::Tensor version;
@@ -59,10 +78,8 @@ int64_t export_checkpoint_weights(const std::string& checkpoint, const std::stri
             tensors.emplace_back(key.substr(kModel.size()), t);
         }
         if (tensors.empty()) throw ConfigError("checkpoint '" + checkpoint + "' holds no model weights");
-    } catch (const ConfigError&) {
-        throw;
-    } catch (const std::exception& e) {
-        throw ConfigError("checkpoint '" + checkpoint + "' cannot be read: " + first_line(e));
+    } catch (const std::exception&) {
+        rethrow_checkpoint_load_failure(checkpoint); // out of memory is no damage, as in a resume
     }
     metadata["step"] = std::to_string(step);
     try {

@@ -167,21 +167,10 @@ void Trainer::Impl::load_archive(const std::string& path,
         resumed_cpu_threads = archive.try_read("cpu_threads", cpu_threads) ? cpu_threads.item<int64_t>() : 0;
         step = get("step").item<int64_t>();
         resumed_from = path;
-    } catch (const ConfigError&) {
-        throw;
-    } catch (const c10::OutOfMemoryError& e) {
-        // Not damage: a resume that took it for damage would fall back to an older checkpoint
-        // and drop the steps after it.
-        throw std::runtime_error("checkpoint '" + path + "' could not be loaded: out of memory: " + first_line(e));
-    } catch (const std::bad_alloc&) {
-        throw std::runtime_error("checkpoint '" + path + "' could not be loaded: out of memory");
-    } catch (const std::exception& e) {
-        // LibTorch's CPU allocator says so in a plain c10::Error ("[enforce fail at
-        // alloc_cpu.cpp] DefaultCPUAllocator: can't allocate memory").
-        const std::string what = first_line(e);
-        if (what.find("DefaultCPUAllocator") != std::string::npos)
-            throw std::runtime_error("checkpoint '" + path + "' could not be loaded: out of memory: " + what);
-        throw ConfigError("checkpoint '" + path + "' cannot be read: " + first_line(e));
+    } catch (const std::exception&) {
+        // Out of memory is not damage: a resume that took it for damage would fall back to an
+        // older checkpoint and drop the steps after it.
+        rethrow_checkpoint_load_failure(path);
     }
 }
 
