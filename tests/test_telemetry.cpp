@@ -420,15 +420,22 @@ private slots:
     // allreduce doubles a SUM and leaves a MAX alone): every count of a rank-local tensor
     // doubles, so its fractions, amax, SNR and log Z's mean are unchanged; the weight's rows
     // are one tensor, not two, and stay as they are; logits are maxima.
+    // "max doubles": a stand-in whose MAX doubles too, so that a value reduced as a MAX and one
+    // reduced as a SUM (or a mean) come out different: amax, log Z's max and the logits double;
+    // log Z's mean (every rank's is over as many tokens) is the mean of the ranks', unchanged.
+    // With a MAX that leaves equal values alone, a mean reduced as a MAX would pass unseen.
     void rankReductionCombinesEachValueAsItMeans_data()
     {
         QTest::addColumn<Fp8Scaling>("scaling");
-        QTest::newRow("delayed") << Fp8Scaling::Delayed;
-        QTest::newRow("mxfp4") << Fp8Scaling::MxFp4; // weight_scale rows: the weight's, shared
+        QTest::addColumn<bool>("maxDoubles");
+        QTest::newRow("delayed") << Fp8Scaling::Delayed << false;
+        QTest::newRow("mxfp4") << Fp8Scaling::MxFp4 << false; // weight_scale rows: the weight's, shared
+        QTest::newRow("delayed, max doubles") << Fp8Scaling::Delayed << true;
     }
     void rankReductionCombinesEachValueAsItMeans()
     {
         QFETCH(Fp8Scaling, scaling);
+        QFETCH(bool, maxDoubles);
         ModelConfig m = tiny_model(1);
         PrecisionConfig precision;
         precision.preset = "fp8-hybrid"; // casts, so the fractions and energies are not trivial
@@ -446,7 +453,10 @@ private slots:
         TelemetryStep::RankReduction twins;
         twins.world_size = 2;
         twins.sum = [](torch::Tensor& t) { t.mul_(2); };
-        twins.max = [](torch::Tensor&) {};
+        twins.max = [maxDoubles](torch::Tensor& t) {
+            if (maxDoubles) t.mul_(2);
+        };
+        const double by_max = maxDoubles ? 2.0 : 1.0; // what the stand-in MAX does to a value
         const LayerStatsFrame one = frame_of(nullptr), two = frame_of(&twins);
         QCOMPARE(two.tensors.size(), one.tensors.size());
         QVERIFY(one.tensors.size() >= 20);
@@ -454,22 +464,37 @@ private slots:
         for (size_t i = 0; i < one.tensors.size(); ++i) {
             const TensorStats &a = one.tensors[i], &b = two.tensors[i];
             weight_scales += a.role == "weight_scale" ? 1 : 0;
-            const int64_t k = a.role == "weight" || a.role == "weight_scale" ? 1 : 2;
+            const bool shared = a.role == "weight" || a.role == "weight_scale";
+            const int64_t k = shared ? 1 : 2;
             const QString what = QString::fromStdString(a.layer + " " + a.role);
             QCOMPARE(b.count, k * a.count);
+            if (maxDoubles && shared) { // every value of the weight's rows is a MAX: all doubled
+                QVERIFY2(b.amax == 2.0 * a.amax, qPrintable(what));
+                continue;
+            }
             QCOMPARE(b.zeros, k * a.zeros);
             QCOMPARE(b.first_exponent, a.first_exponent);
             QCOMPARE(b.exponent_counts.size(), a.exponent_counts.size());
             for (size_t j = 0; j < a.exponent_counts.size(); ++j) QCOMPARE(b.exponent_counts[j], k * a.exponent_counts[j]);
-            QVERIFY2(b.amax == a.amax && b.underflow == a.underflow && b.overflow == a.overflow &&
+            QVERIFY2(b.amax == by_max * a.amax && b.underflow == a.underflow && b.overflow == a.overflow &&
                          b.subnormal == a.subnormal && b.scale == a.scale,
                      qPrintable(what));
             QVERIFY2(b.quant_snr_db == a.quant_snr_db && b.quant_mse == a.quant_mse, qPrintable(what));
         }
         QCOMPARE(weight_scales > 0, scaling == Fp8Scaling::MxFp4);
-        QCOMPARE(two.log_z_mean, one.log_z_mean);
-        QCOMPARE(two.log_z_max, one.log_z_max);
-        QCOMPARE(two.attention_max_logit, one.attention_max_logit);
+        QVERIFY(one.log_z_mean != 0.0 && one.log_z_max != 0.0); // measured: doubling would show
+        // Exactly: the twins' values are the rank's own times a power of two.
+        const auto pair = [](double a, double b) {
+            return QString("%1 vs %2").arg(a, 0, 'g', 17).arg(b, 0, 'g', 17).toUtf8();
+        };
+        QVERIFY2(two.log_z_mean == one.log_z_mean, pair(two.log_z_mean, one.log_z_mean).constData());
+        QVERIFY2(two.log_z_max == by_max * one.log_z_max, pair(two.log_z_max, one.log_z_max).constData());
+        QCOMPARE(two.attention_max_logit.size(), one.attention_max_logit.size());
+        for (size_t i = 0; i < one.attention_max_logit.size(); ++i) {
+            const auto &a = one.attention_max_logit[i], &b = two.attention_max_logit[i];
+            QCOMPARE(b.first, a.first);
+            QVERIFY2(b.second == by_max * a.second, pair(b.second, a.second).constData());
+        }
     }
 
     // FP32 layers: statistics are read in one pass after the backward, and the weight gradient
@@ -667,6 +692,110 @@ private slots:
         QVERIFY(w.on_frame(f, {"blocks.1.mlp.fc2"}).empty());
         f.step = 110;
         QCOMPARE(w.on_frame(f, {"blocks.1.mlp.fc2"}).size(), size_t(3));
+    }
+
+    // Non-finite gradients in two layers: the backward pass runs the layers in reverse, so the
+    // later layer's grad_output went non-finite first and is the one to blame; the earlier one
+    // only inherited it. Ranking backward rows in forward order would blame blocks.0.
+    void nonFiniteGradientsBlameTheLayerTheBackwardReachesFirst()
+    {
+        Watchers w(WatcherConfig{});
+        LayerStatsFrame f;
+        f.step = 4;
+        for (const char* layer : {"blocks.0.mlp.fc1", "blocks.1.mlp.fc1"}) {
+            TensorStats t;
+            t.layer = layer;
+            t.role = "grad_output";
+            t.count = 10;
+            t.nans = 3;
+            f.tensors.push_back(t);
+        }
+        const auto alerts = w.on_frame(f, {"blocks.0.mlp.fc1", "blocks.1.mlp.fc1"});
+        QCOMPARE(alerts.size(), size_t(1));
+        QCOMPARE(alerts[0].watcher, std::string("nonfinite"));
+        QCOMPARE(alerts[0].step, int64_t(4));
+        QCOMPARE(alerts[0].layer, std::string("blocks.1.mlp.fc1"));
+        QCOMPARE(alerts[0].role, std::string("grad_output"));
+        QCOMPARE(alerts[0].message, std::string("grad_output of blocks.1.mlp.fc1 has 3 NaN and 0 inf of 10 values"));
+    }
+
+    // A step skipped by dynamic loss scaling has a non-finite gradient norm by design: it is the
+    // loss scaler's business, not a divergence, and folding its NaN into the running mean would
+    // blind the grad-spike watcher for the rest of the run. The spike at 50 must still fire.
+    void skippedStepsFeedNeitherDivergenceNorGradSpikes()
+    {
+        WatcherConfig c;
+        c.spike_window = 20;
+        Watchers w(c);
+        std::vector<WatchAlert> alerts;
+        for (int64_t step = 1; step <= 60; ++step) {
+            auto m = step_metrics(step, 2.0, step == 50 ? 40.0 : 1.0 + 0.01 * static_cast<double>(step % 3));
+            if (step == 31) {
+                m.skipped = true;
+                m.grad_norm = std::nan("");
+            }
+            const auto a = w.on_step(m);
+            if (step == 31) QVERIFY2(a.empty(), a.empty() ? "" : a.front().message.c_str());
+            alerts.insert(alerts.end(), a.begin(), a.end());
+        }
+        QCOMPARE(alerts.size(), size_t(1));
+        QCOMPARE(alerts[0].watcher, std::string("grad_spike"));
+        QCOMPARE(alerts[0].step, int64_t(50));
+    }
+
+    // The log Z watcher bounds |mean log Z|: a softmax normaliser drifting far below zero is as
+    // unhealthy as one drifting above (the z-loss penalises log Z squared). At the bound: quiet.
+    void logZWatcherBoundsBothSigns_data()
+    {
+        QTest::addColumn<double>("logZ");
+        QTest::addColumn<QString>("message"); // empty: no alert
+        QTest::newRow("-35") << -35.0 << QStringLiteral("mean log Z -35 beyond +-20");
+        QTest::newRow("+35") << 35.0 << QStringLiteral("mean log Z 35 beyond +-20");
+        QTest::newRow("-20") << -20.0 << QString();
+        QTest::newRow("+20") << 20.0 << QString();
+    }
+    void logZWatcherBoundsBothSigns()
+    {
+        QFETCH(double, logZ);
+        QFETCH(QString, message);
+        Watchers w(WatcherConfig{}); // log_z_max 20
+        LayerStatsFrame f;
+        f.step = 9;
+        f.log_z_mean = logZ;
+        const auto a = w.on_frame(f, {});
+        QCOMPARE(a.size(), size_t(message.isEmpty() ? 0 : 1));
+        if (message.isEmpty()) return;
+        QCOMPARE(a[0].watcher, std::string("log_z"));
+        QCOMPARE(a[0].layer, std::string("lm_head"));
+        QCOMPARE(QString::fromStdString(a[0].message), message);
+    }
+
+    // backoff_window = 10: a backoff counts at its own step and the 9 after it, so the window
+    // holds exactly 10 steps. Backoffs at 5 and 15 are 10 steps apart: never two in one window.
+    // At 5 and 14 they are: the second one makes 2 = backoff_limit and the scale has collapsed.
+    void lossScaleBackoffWindowBoundary_data()
+    {
+        QTest::addColumn<int64_t>("second");
+        QTest::addColumn<QString>("message"); // empty: no alert
+        QTest::newRow("5 and 15") << int64_t(15) << QString();
+        QTest::newRow("5 and 14") << int64_t(14) << QStringLiteral("2 backoffs within 10 steps (scale 16384)");
+    }
+    void lossScaleBackoffWindowBoundary()
+    {
+        QFETCH(int64_t, second);
+        QFETCH(QString, message);
+        WatcherConfig c;
+        c.backoff_window = 10;
+        c.backoff_limit = 2;
+        Watchers w(c);
+        QVERIFY(w.on_loss_scale(5, 32768, true).empty());
+        for (int64_t step = 6; step < second; ++step) QVERIFY(w.on_loss_scale(step, 32768, false).empty());
+        const auto a = w.on_loss_scale(second, 16384, true);
+        QCOMPARE(a.size(), size_t(message.isEmpty() ? 0 : 1));
+        if (message.isEmpty()) return;
+        QCOMPARE(a[0].watcher, std::string("loss_scale_collapse"));
+        QCOMPARE(a[0].step, second);
+        QCOMPARE(QString::fromStdString(a[0].message), message);
     }
 
     // The underflow watcher reads the block recipes' rows too: nvfp4/mxfp4 elements (e2m1,
@@ -888,6 +1017,46 @@ private slots:
         // The rest of the model: positions, 2 LayerNorms per block and the final one (weight + bias).
         const int64_t rest = 8 * 16 + (2 * 2 + 1) * 2 * 16;
         QCOMPARE(gemm_params + rest, trainer.parameter_count());
+    }
+
+    // Biases: the analytic count must include every Linear's and LayerNorm's bias, each of its
+    // own width (fc1's is 4C, fc2's C), or a default project (bias on) is mis-sized. The hand
+    // computation mirrors analyticMemoryMatchesHandComputation's with biases on.
+    void analyticMemoryCountsBiases()
+    {
+        ProjectConfig c;
+        c.model.n_layer = 1;
+        c.model.n_head = 2;
+        c.model.n_embd = 8;
+        c.model.context_length = 4;
+        c.model.bias = true;
+        // V=10, C=8, T=4: wte 80 + wpe 32 + ln1 8+8 + qkv 192+24 + proj 64+8 + ln2 8+8
+        // + fc1 256+32 + fc2 256+8 + ln_f 8+8 = 1000
+        const auto m = estimate_memory(c, 10);
+        QCOMPARE(m.parameters, int64_t(1000));
+        QCOMPARE(m.master_weights_bytes, int64_t(4000));
+        QCOMPARE(m.optimizer_state_bytes, int64_t(8000));
+    }
+
+    // The analytic count against the model the trainer really builds, with and without biases.
+    void analyticParametersMatchTheBuiltModel_data()
+    {
+        QTest::addColumn<bool>("bias");
+        QTest::newRow("bias") << true;
+        QTest::newRow("no bias") << false;
+    }
+    void analyticParametersMatchTheBuiltModel()
+    {
+        QFETCH(bool, bias);
+        ProjectConfig c;
+        c.model.n_layer = 2;
+        c.model.n_embd = 16;
+        c.model.n_head = 2;
+        c.model.context_length = 8;
+        c.model.bias = bias;
+        c.data.examples = 200;
+        Trainer trainer(c);
+        QCOMPARE(estimate_memory(c, trainer.vocab_size()).parameters, trainer.parameter_count());
     }
 
     void residentMemoryIsReported() { QVERIFY(resident_memory_bytes() > 1024 * 1024); }
