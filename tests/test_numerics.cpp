@@ -452,6 +452,39 @@ private slots:
         QCOMPARE(split[99].item<float>(), 100.0f);
     }
 
+    // The split picks outliers by magnitude, |x| > k rms: a large negative value is as much an
+    // outlier as a positive one and must not set the FP8 scale. Outliers travel in BF16, not
+    // FP32: 100.1 comes back as BF16's 100.0 (8 significant bits: steps of 0.5 in [64, 128)).
+    void outlierSplitIsByMagnitudeAndRejoinsInBf16()
+    {
+        auto x = torch::full({100}, 0.01f);
+        x[98] = -100.0f;
+        x[99] = 100.1f;
+        // rms = sqrt((98 * 1e-4 + 100^2 + 100.1^2) / 100) = 14.15: 3 rms = 42.4.
+        // Compared as doubles: QCOMPARE is fuzzy on floats (1e-5), and far finer than a float's ulp on doubles.
+        const OutlierSplit split = split_outliers(x, 3.0);
+        QCOMPARE(split.outliers[98].item<double>(), double(-100.0f));
+        QCOMPARE(split.outliers[99].item<double>(), double(100.1f));
+        QCOMPARE(split.outliers[0].item<double>(), double(0.0f));
+        QCOMPARE(split.inliers[98].item<double>(), double(0.0f));
+        QCOMPARE(split.inliers[99].item<double>(), double(0.0f));
+        QCOMPARE(split.inliers[0].item<double>(), double(0.01f));
+        const auto rejoined = split.rejoin(split.inliers);
+        QCOMPARE(rejoined[98].item<double>(), double(-100.0f));
+        QCOMPARE(rejoined[99].item<double>(), double(100.0f));
+        QCOMPARE(rejoined[0].item<double>(), double(0.01f));
+        // Through the cast: the inliers get a scale of their own (0.01 exact in E4M3 under it),
+        // the outliers come back in BF16.
+        Fp8Recipe r;
+        r.scaling = Fp8Scaling::Current;
+        r.outlier_rms_multiple = 3.0;
+        const auto q = quantize_fp8(x, NumberFormat::E4M3, r, -1, nullptr);
+        QCOMPARE(double(q.amax), double(0.01f)); // of the inliers only: -100 is not among them
+        QCOMPARE(q.values[98].item<double>(), double(-100.0f));
+        QCOMPARE(q.values[99].item<double>(), double(100.0f));
+        QVERIFY(std::abs(q.values[0].item<float>() - 0.01f) < 1e-8f);
+    }
+
 
     // --- FP8 scaling at the edges (docs/NUMERICS.md) -------------------------------------
 
