@@ -21,7 +21,9 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <memory>
 
@@ -30,6 +32,7 @@
 #include "pages/project_page.h"
 #include "plots/compare_plot.h"
 #include "plots/layer_diff_plot.h"
+#include "models/layer_diff.h"
 #include "window/main_window.h"
 #include "window/sweep_dialog.h"
 #include "project_config.h"
@@ -468,6 +471,78 @@ private slots:
         page.updateLayerDiff();
         QCOMPARE(plot->rowCount(), 0);
         QVERIFY(!page.setLayerDiffOther(1));
+    }
+
+    // The amax heatmap is log10(amax A / amax B), A the selected run: A ten times B is +1 (a
+    // decade above), not -1 (B over A) and not ln 10 = 2.3. An amax of 0 or inf has no ratio:
+    // NaN (an empty cell), never an infinite colour.
+    void amaxRatioIsLog10OfAOverB_data()
+    {
+        QTest::addColumn<double>("amaxA");
+        QTest::addColumn<double>("amaxB");
+        QTest::addColumn<double>("expected"); // NaN: no cell value
+        const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+        QTest::newRow("80 over 8") << 80.0 << 8.0 << 1.0;
+        QTest::newRow("8 over 80") << 8.0 << 80.0 << -1.0;
+        QTest::newRow("B 0") << 80.0 << 0.0 << nan;
+        QTest::newRow("A 0") << 0.0 << 8.0 << nan;
+        QTest::newRow("B inf") << 80.0 << inf << nan;
+    }
+    void amaxRatioIsLog10OfAOverB()
+    {
+        QFETCH(double, amaxA);
+        QFETCH(double, amaxB);
+        QFETCH(double, expected);
+        const auto rows = [](double amax) {
+            TensorStats t;
+            t.layer = "blocks.0.mlp.fc1";
+            t.role = "input";
+            t.amax = amax;
+            return std::vector<std::pair<int64_t, TensorStats>>{{5, t}};
+        };
+        const LayerDiffGrid grid = layer_stat_difference(rows(amaxA), rows(amaxB), LayerDiffStat::AmaxLog10Ratio,
+                                                         "input", {"blocks.0.mlp.fc1"});
+        QCOMPARE(grid.steps, std::vector<int64_t>{5});
+        const double v = grid.at(5, "blocks.0.mlp.fc1");
+        if (std::isnan(expected)) QVERIFY2(std::isnan(v), qPrintable(QString::number(v)));
+        else QVERIFY2(v == expected, qPrintable(QString::number(v, 'g', 17)));
+    }
+
+    // A long comparison is thinned to kMaxLayerDiffColumns evenly spaced steps that still span
+    // both runs: the first and the last common step are always columns, so the heatmap neither
+    // starts late nor stops short of where the runs end. Up to the limit, every step is kept.
+    void layerDiffThinningKeepsFirstAndLastStep_data()
+    {
+        QTest::addColumn<int>("common");
+        QTest::addColumn<int>("columns");
+        QTest::newRow("2001 steps") << 2001 << int(kMaxLayerDiffColumns);
+        QTest::newRow("1001 steps") << 1001 << int(kMaxLayerDiffColumns);
+        QTest::newRow("1000 steps") << 1000 << 1000;
+    }
+    void layerDiffThinningKeepsFirstAndLastStep()
+    {
+        QFETCH(int, common);
+        QFETCH(int, columns);
+        std::vector<std::pair<int64_t, TensorStats>> a, b;
+        for (int64_t step = 1; step <= common; ++step) {
+            TensorStats t;
+            t.layer = "blocks.0.attn.qkv";
+            t.role = "grad_output";
+            t.underflow = 0.5;
+            a.emplace_back(step, t);
+            t.underflow = 0.25;
+            b.emplace_back(step, t);
+        }
+        const LayerDiffGrid grid =
+            layer_stat_difference(a, b, LayerDiffStat::UnderflowPercent, "grad_output", {"blocks.0.attn.qkv"});
+        QCOMPARE(grid.steps.size(), size_t(columns));
+        QCOMPARE(grid.steps.front(), int64_t(1));
+        QCOMPARE(grid.steps.back(), int64_t(common));
+        const auto& steps = grid.steps; // strictly ascending: no step twice
+        QVERIFY(std::adjacent_find(steps.begin(), steps.end(), std::greater_equal<int64_t>()) == steps.end());
+        QCOMPARE(grid.values.size(), size_t(columns));
+        QCOMPARE(grid.values.front(), 25.0);
+        QCOMPARE(grid.values.back(), 25.0);
     }
 
     // A live run's new points must not throw away a range the user zoomed to.
