@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Reads a Mantissa TensorBoard export with the real tensorboard package and prints JSON:
-{"scalars": {tag: [[step, value], ...]}, "histograms": {tag: [[step, [counts...]], ...]}}."""
+{"scalars": {tag: [[step, value], ...]},
+ "histograms": {tag: [[step, [counts...], [bucket limits...], min, max, num], ...]}}."""
 import json
 import sys
 
@@ -14,5 +15,7 @@ out = {"scalars": {}, "histograms": {}}
 for tag in tags["scalars"]:
     out["scalars"][tag] = [[e.step, e.value] for e in acc.Scalars(tag)]
 for tag in tags["histograms"]:
-    out["histograms"][tag] = [[e.step, list(e.histogram_value.bucket)] for e in acc.Histograms(tag)]
+    out["histograms"][tag] = [[e.step, list(e.histogram_value.bucket), list(e.histogram_value.bucket_limit),
+                               e.histogram_value.min, e.histogram_value.max, e.histogram_value.num]
+                              for e in acc.Histograms(tag)]
 json.dump(out, sys.stdout)

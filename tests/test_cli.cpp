@@ -385,6 +385,9 @@ private slots:
             QCOMPARE(static_cast<float>(point[1].toDouble()), static_cast<float>(row.value)); // TB keeps float32
         }
         // Histograms: steps 1 and 5, bucket counts equal to the stored exponent histograms.
+        // TensorBoard reads bucket i as (limit[i-1], limit[i]]: the bin of exponent e holds
+        // [2^e, 2^(e+1)), so its limit is 2^(e+1), one binade above the exponent (a limit of 2^e
+        // would draw every value at half its size). min is the first bin's floor, max the amax.
         const auto stats = store.layer_stats(run->id, "blocks.0.mlp.fc1");
         QVERIFY(!stats.empty());
         const auto histos = json["histograms"].toObject();
@@ -392,11 +395,26 @@ private slots:
         for (const auto& [step, t] : stats) {
             const auto series = histos["exponents/" + QString::fromStdString(t.layer + "/" + t.role)].toArray();
             for (const auto& entry : series) {
-                if (entry.toArray()[0].toInteger() != step) continue;
-                const auto buckets = entry.toArray()[1].toArray();
+                const auto h = entry.toArray();
+                if (h[0].toInteger() != step) continue;
+                const auto buckets = h[1].toArray(), limits = h[2].toArray();
                 QCOMPARE(static_cast<size_t>(buckets.size()), t.exponent_counts.size());
-                for (size_t b = 0; b < t.exponent_counts.size(); ++b)
-                    QCOMPARE(static_cast<int64_t>(buckets[static_cast<qsizetype>(b)].toDouble()), t.exponent_counts[b]);
+                QCOMPARE(static_cast<size_t>(limits.size()), t.exponent_counts.size());
+                int64_t num = 0;
+                for (size_t b = 0; b < t.exponent_counts.size(); ++b) {
+                    const auto at = static_cast<qsizetype>(b);
+                    QCOMPARE(static_cast<int64_t>(buckets[at].toDouble()), t.exponent_counts[b]);
+                    QVERIFY2(limits[at].toDouble() == std::ldexp(1.0, t.first_exponent + static_cast<int>(b) + 1),
+                             qPrintable(QString("bucket %1 of exponent %2: limit %3")
+                                            .arg(b)
+                                            .arg(t.first_exponent + static_cast<int>(b))
+                                            .arg(limits[at].toDouble())));
+                    num += t.exponent_counts[b];
+                }
+                QVERIFY2(h[3].toDouble() == std::ldexp(1.0, t.first_exponent),
+                         qPrintable(QString::number(h[3].toDouble())));
+                QVERIFY2(h[4].toDouble() == t.amax, qPrintable(QString::number(h[4].toDouble(), 'g', 17)));
+                QCOMPARE(static_cast<int64_t>(h[5].toDouble()), num);
                 ++compared;
             }
         }
