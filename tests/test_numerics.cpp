@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <vector>
 
 #include <torch/torch.h>
 
 #include "adamw.h"
+#include "checkpoint_archive.h"
 #include "device_loss_scale.h"
 #include "edge_values.h"
 #include "loss_scale_replay.h"
@@ -455,6 +457,37 @@ private slots:
     // The split picks outliers by magnitude, |x| > k rms: a large negative value is as much an
     // outlier as a positive one and must not set the FP8 scale. Outliers travel in BF16, not
     // FP32: 100.1 comes back as BF16's 100.0 (8 significant bits: steps of 0.5 in [64, 128)).
+    // What an exception while a checkpoint loads means, for resume and export alike: running out
+    // of memory is the machine's, not the file's (taken for damage, an older checkpoint would be
+    // loaded, and the good one called damaged); anything else is the file's.
+    void outOfMemoryWhileLoadingIsNoDamage()
+    {
+        const auto meaning = [](const std::function<void()>& fail) -> std::string {
+            try {
+                try {
+                    fail();
+                } catch (const std::exception&) {
+                    rethrow_checkpoint_load_failure("c.pt");
+                }
+            } catch (const mantissa::ConfigError& e) {
+                return std::string("damage: ") + e.what();
+            } catch (const std::exception& e) {
+                return std::string("other: ") + e.what();
+            }
+            return "returned";
+        };
+        QCOMPARE(meaning([] { throw std::bad_alloc(); }),
+                 std::string("other: checkpoint 'c.pt' could not be loaded: out of memory"));
+        QCOMPARE(meaning([] { throw std::runtime_error("[enforce fail at alloc_cpu.cpp:118] DefaultCPUAllocator: "
+                                                       "can't allocate memory: you tried to allocate 8 bytes"); }),
+                 std::string("other: checkpoint 'c.pt' could not be loaded: out of memory: [enforce fail at "
+                             "alloc_cpu.cpp:118] DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 bytes"));
+        QCOMPARE(meaning([] { throw std::runtime_error("PytorchStreamReader failed reading zip archive"); }),
+                 std::string("damage: checkpoint 'c.pt' cannot be read: PytorchStreamReader failed reading zip archive"));
+        QCOMPARE(meaning([] { throw mantissa::ConfigError("checkpoint 'c.pt' has an unknown format version"); }),
+                 std::string("damage: checkpoint 'c.pt' has an unknown format version"));
+    }
+
     void outlierSplitIsByMagnitudeAndRejoinsInBf16()
     {
         auto x = torch::full({100}, 0.01f);
