@@ -9,6 +9,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
+#include <iterator>
+#include <ctime>
+#include <cstdio>
+#include <cctype>
 
 namespace mantissa {
 namespace {
@@ -58,22 +63,25 @@ private:
 
 class EventWriter {
 public:
-    explicit EventWriter(const std::string& path) : out_(path, std::ios::binary | std::ios::trunc)
+    // `file`: where it writes; `shown`: the name its errors give (the file it will become).
+    EventWriter(const std::string& file, const std::string& shown, double start_wall_time)
+        : out_(file, std::ios::binary | std::ios::trunc)
     {
-        if (!out_) throw ExportWriteError("cannot write '" + path + "': " + std::strerror(errno));
+        if (!out_) throw ExportWriteError("cannot write '" + shown + "': " + std::strerror(errno));
         Proto e;
-        e.double_field(1, now());
+        e.double_field(1, start_wall_time);
         e.bytes_field(3, "brain.Event:2");
         record(e.bytes());
     }
-    void scalar(int64_t step, const std::string& tag, double value)
+    // NaN and inf as they are: a diverged loss reads as such, not as a curve that stops.
+    void scalar(int64_t step, double wall_time, const std::string& tag, double value)
     {
         Proto v;
         v.bytes_field(1, tag);
         v.float_field(2, static_cast<float>(value));
-        summary(step, v);
+        summary(step, wall_time, v);
     }
-    void histogram(int64_t step, const std::string& tag, const TensorStats& t)
+    void histogram(int64_t step, double wall_time, const std::string& tag, const TensorStats& t)
     {
         // Buckets are powers of two of |x|: the bin of exponent e holds [2^e, 2^(e+1)).
         Proto h;
@@ -93,7 +101,7 @@ public:
         Proto v;
         v.bytes_field(1, tag);
         v.bytes_field(5, h.bytes());
-        summary(step, v);
+        summary(step, wall_time, v);
     }
     // Writes out what the stream still buffers: a small export fits in the buffer whole, so
     // a full disk shows only here.
@@ -105,16 +113,12 @@ public:
     }
 
 private:
-    static double now()
-    {
-        return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    }
-    void summary(int64_t step, const Proto& value)
+    void summary(int64_t step, double wall_time, const Proto& value)
     {
         Proto s;
         s.bytes_field(1, value.bytes());
         Proto e;
-        e.double_field(1, now());
+        e.double_field(1, wall_time);
         e.int64_field(2, step);
         e.bytes_field(5, s.bytes());
         record(e.bytes());
@@ -149,29 +153,88 @@ uint32_t masked_crc32c(const void* data, size_t size)
     return ((c >> 15) | (c << 17)) + 0xA282EAD8u;
 }
 
+namespace {
+
+double now_seconds()
+{
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The store's "2026-12-04T03:12:00Z" (or with fractional seconds) in seconds since the epoch;
+// nullopt for anything else.
+std::optional<double> utc_seconds(const std::string& text)
+{
+    std::tm tm{};
+    double seconds = 0;
+    if (std::sscanf(text.c_str(), "%d-%d-%dT%d:%d:%lfZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+                    &tm.tm_min, &seconds) != 6)
+        return std::nullopt;
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    tm.tm_sec = 0;
+    return static_cast<double>(timegm(&tm)) + seconds;
+}
+
+// "run4-tiny_precision.preset_bf16_": a run's folder, named so that TensorBoard's run list
+// reads, in characters any file system takes.
+std::string run_folder_name(int64_t run_id, const std::string& name)
+{
+    std::string folder = "run" + std::to_string(run_id) + (name.empty() ? "" : "-") + name;
+    for (char& c : folder)
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '=' && c != '-' && c != '_') c = '_';
+    return folder.size() > 96 ? folder.substr(0, 96) : folder;
+}
+
+} // namespace
+
 std::string export_tensorboard(RunStore& store, int64_t run_id, const std::string& dir)
 {
     namespace fs = std::filesystem;
+    const auto info = store.find_run(std::to_string(run_id));
+    // TensorBoard takes a folder for one run: runs exported into one --out each get their own,
+    // side by side, instead of one series of both runs' steps.
+    const fs::path folder = fs::path(dir) / run_folder_name(run_id, info ? info->name : std::string());
+    const auto scalars = store.scalars(run_id);
+    // Wall times of training, not of the export: the run's start plus the step times before
+    // each step (TensorBoard's Relative and Wall axes). A resumed run's pause is not in them.
+    const double start = info ? utc_seconds(info->created_at).value_or(now_seconds()) : now_seconds();
+    std::map<int64_t, double> trained_seconds; // step -> seconds of training up to its end
+    for (const auto& row : scalars)
+        if (row.tag == "step_time_ms" && std::isfinite(row.value)) trained_seconds[row.step] = row.value / 1000.0;
+    double total = 0;
+    for (auto& [step, seconds] : trained_seconds) seconds = total += seconds;
+    const auto wall_time = [&](int64_t step) {
+        const auto after = trained_seconds.upper_bound(step);
+        return start + (after == trained_seconds.begin() ? 0.0 : std::prev(after)->second);
+    };
+    // A new export of the run replaces its earlier file whole: written beside it under a name
+    // TensorBoard does not read, then renamed over it.
+    const std::string name = "events.out.tfevents." + std::to_string(static_cast<int64_t>(start)) + ".mantissa";
+    const std::string path = (folder / name).string(), partial = (folder / ".mantissa-export.partial").string();
     std::error_code ec;
-    fs::create_directories(dir, ec);
-    const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
-    // TensorBoard's own pattern, with the run: two exports in one second (two runs, or the same
-    // run again) each get a file of their own, and nothing exported earlier is written over.
-    const std::string stem = "events.out.tfevents." + std::to_string(seconds) + ".mantissa.run" + std::to_string(run_id);
-    std::string path = (fs::path(dir) / stem).string();
-    for (int n = 2; fs::exists(path, ec); ++n) path = (fs::path(dir) / (stem + "." + std::to_string(n))).string();
-    EventWriter writer(path);
-    for (const auto& row : store.scalars(run_id))
-        if (std::isfinite(row.value)) writer.scalar(row.step, row.tag, row.value);
-    for (const auto& [step, stats] : store.layer_stats(run_id))
-        writer.histogram(step, "exponents/" + stats.layer + "/" + stats.role, stats);
-    if (!writer.finish()) {
-        // A cut event file would read as a run that stopped early: none is better.
-        fs::remove(path, ec);
-        throw ExportWriteError("cannot write '" + path + "' (disk full?)");
+    if (fs::create_directories(folder, ec); ec) throw ExportWriteError("cannot write '" + path + "': " + ec.message());
+    {
+        EventWriter writer(partial, path, start);
+        for (const auto& row : scalars) writer.scalar(row.step, wall_time(row.step), row.tag, row.value);
+        for (const auto& [step, stats] : store.layer_stats(run_id))
+            writer.histogram(step, wall_time(step), "exponents/" + stats.layer + "/" + stats.role, stats);
+        if (!writer.finish()) {
+            // A cut event file would read as a run that stopped early: none is better.
+            fs::remove(partial, ec);
+            throw ExportWriteError("cannot write '" + path + "' (disk full?)");
+        }
     }
+    fs::rename(partial, path, ec);
+    if (ec) {
+        fs::remove(partial, ec);
+        throw ExportWriteError("cannot write '" + path + "': " + ec.message());
+    }
+    // An earlier export of this run under another name (a run created in another second, an
+    // older version's name): TensorBoard would read both, every point twice.
+    for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec))
+        if (const std::string other = it->path().filename().string();
+            other != name && other.find("tfevents") != std::string::npos && it->is_regular_file())
+            fs::remove(it->path(), ec);
     return path;
 }
 

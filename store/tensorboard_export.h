@@ -18,8 +18,10 @@ struct ExportWriteError : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
-// Writes DIR/events.out.tfevents.<unix time>.mantissa; returns its path. Throws StoreError
-// (reading the run) or ExportWriteError.
+// Writes DIR/run<id>-<name>/events.out.tfevents.<run start, unix time>.mantissa (a folder per
+// run: TensorBoard's unit of a run), replacing an earlier export of the run whole; returns its
+// path. Event wall times are the run's own: its start plus the step times before each step.
+// Throws StoreError (reading the run) or ExportWriteError.
 std::string export_tensorboard(RunStore& store, int64_t run_id, const std::string& dir);
 
 // CRC-32C (Castagnoli), and TFRecord's masked form of it. Exposed for tests.

@@ -9,6 +9,7 @@
 #include <QCryptographicHash>
 #include <QDirIterator>
 #include <QFileInfo>
+#include <QDateTime>
 #include <QProcess>
 #include <QTemporaryDir>
 
@@ -348,27 +349,47 @@ private slots:
         const auto r = run_cli({"run", project_, "--db", db_, "--name", "tb", "--set", "training.steps=6", "--set",
                                 "telemetry.interval=5"});
         QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+        int64_t tb_id = 0;
+        {
+            // A metric that went non-finite: exported as it is, not dropped (the curve would stop).
+            RunStore store(db_.toStdString());
+            tb_id = store.find_run("tb")->id;
+            store.append_scalar(tb_id, 1, "custom/edge", 1.0);
+            store.append_scalar(tb_id, 2, "custom/edge", std::nan(""));
+            store.append_scalar(tb_id, 3, "custom/edge", -INFINITY);
+        }
+        const QString run_folder = QString("run%1-tb").arg(tb_id);
         const QString out = dir_.filePath("tb-export");
         const auto exp = run_cli({"export", "tb", "--format", "tensorboard", "--out", out, "--db", db_});
         QVERIFY2(exp.exit_code == 0, qPrintable(exp.err));
-        // Exported again into one folder (within the same second, too): a file each, none written over.
+        QVERIFY2(QRegularExpression("^wrote " + QRegularExpression::escape(out + "/" + run_folder) +
+                                    "/events\\.out\\.tfevents\\.\\d+\\.mantissa\n$")
+                     .match(exp.err)
+                     .hasMatch(),
+                 qPrintable(exp.err));
+        // TensorBoard's unit of a run is a folder: a second run exported into the same --out is a
+        // run beside the first (not one series of both runs' steps), and the same run exported
+        // again replaces its file whole (not every point twice).
         const QString twice = dir_.filePath("tb-twice");
         const auto first = run_cli({"export", "tb", "--format", "tensorboard", "--out", twice, "--db", db_});
+        // An export under another name (an older version's), replaced too.
+        QFile older(twice + "/" + run_folder + "/events.out.tfevents.1700000000.mantissa.run" + QString::number(tb_id));
+        QVERIFY(older.open(QIODevice::WriteOnly));
+        older.close();
         const auto second = run_cli({"export", "tb", "--format", "tensorboard", "--out", twice, "--db", db_});
-        QVERIFY2(first.exit_code == 0 && second.exit_code == 0, qPrintable(first.err + second.err));
-        QVERIFY2(first.err != second.err, qPrintable(first.err));
-        QCOMPARE(QDir(twice).entryList(QDir::Files).size(), 2);
-        for (const QString& name : QDir(twice).entryList(QDir::Files))
-            QVERIFY2(QRegularExpression("^events\\.out\\.tfevents\\.\\d+\\.mantissa\\.run\\d+(\\.2)?$").match(name).hasMatch(),
-                     qPrintable(name));
+        const auto other = run_cli({"export", "first", "--format", "tensorboard", "--out", twice, "--db", db_});
+        QVERIFY2(first.exit_code == 0 && second.exit_code == 0 && other.exit_code == 0,
+                 qPrintable(first.err + second.err + other.err));
+        QCOMPARE(first.err, second.err);
+        QCOMPARE(QDir(twice).entryList(QDir::Dirs | QDir::NoDotAndDotDot), (QStringList{"run1-first", run_folder}));
+        QCOMPARE(QDir(twice + "/" + run_folder).entryList(QDir::Files | QDir::Hidden).size(), 1);
         // A folder that cannot be written is the output's problem: exit 2 with the OS's reason, as for CSV.
         const auto bad = run_cli({"export", "tb", "--format", "tensorboard", "--out", "/proc/no-such-dir", "--db", db_});
         QCOMPARE(bad.exit_code, 2);
-        QVERIFY2(bad.err.startsWith("error: cannot write '/proc/no-such-dir/events.out.tfevents.") &&
-                     bad.err.contains("': No such file or directory"),
+        QVERIFY2(bad.err.startsWith("error: cannot write '/proc/no-such-dir/" + run_folder + "/events.out.tfevents."),
                  qPrintable(bad.err));
         QProcess py;
-        py.start(MANTISSA_PYTHON, {MANTISSA_SOURCE_DIR "/tests/read_tensorboard.py", out});
+        py.start(MANTISSA_PYTHON, {MANTISSA_SOURCE_DIR "/tests/read_tensorboard.py", out + "/" + run_folder});
         QVERIFY(py.waitForFinished(120000));
         QVERIFY2(py.exitCode() == 0, py.readAllStandardError().constData());
         const auto json = QJsonDocument::fromJson(py.readAllStandardOutput()).object();
@@ -384,6 +405,23 @@ private slots:
             QCOMPARE(point[0].toInteger(), row.step);
             QCOMPARE(static_cast<float>(point[1].toDouble()), static_cast<float>(row.value)); // TB keeps float32
         }
+        // Wall times are the run's: its start, then each step's time after the one before.
+        const auto step_times = store.series(run->id, "step_time_ms");
+        QCOMPARE(step_times.size(), size_t(6));
+        for (size_t k = 1; k < step_times.size(); ++k) {
+            const double gap = tb_losses[static_cast<qsizetype>(k)].toArray()[2].toDouble() -
+                               tb_losses[static_cast<qsizetype>(k - 1)].toArray()[2].toDouble();
+            QVERIFY2(std::abs(gap - step_times[k].second / 1000.0) < 1e-6,
+                     qPrintable(QString("step %1: %2 s apart, step time %3 ms").arg(k + 1).arg(gap).arg(step_times[k].second)));
+        }
+        const QDateTime created = QDateTime::fromString(QString::fromStdString(run->created_at), Qt::ISODate);
+        QVERIFY2(std::abs(tb_losses[0].toArray()[2].toDouble() - (created.toSecsSinceEpoch() + step_times[0].second / 1000.0)) < 1.0,
+                 qPrintable(QString::fromStdString(run->created_at)));
+        const auto edge = json["scalars"].toObject()["custom/edge"].toArray();
+        QCOMPARE(edge.size(), 3);
+        QCOMPARE(edge[0].toArray()[1].toDouble(), 1.0);
+        QCOMPARE(edge[1].toArray()[1].toString(), QString("nan"));
+        QCOMPARE(edge[2].toArray()[1].toString(), QString("-inf"));
         // Histograms: steps 1 and 5, bucket counts equal to the stored exponent histograms.
         // TensorBoard reads bucket i as (limit[i-1], limit[i]]: the bin of exponent e holds
         // [2^e, 2^(e+1)), so its limit is 2^(e+1), one binade above the exponent (a limit of 2^e
