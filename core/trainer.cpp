@@ -97,6 +97,7 @@ Trainer::Impl::Impl(ProjectConfig c) : config(std::move(c)), watchers(config.tel
     PrecisionConfig precision = config.precision;
     if (precision.backend == GemmBackend::Auto)
         precision.backend = device.is_cuda() ? GemmBackend::Native : GemmBackend::Emulated;
+    executor = precision.backend;
     model = Gpt(config.model, data.vocabulary.size(), precision);
     model->to(device);
     std::vector<torch::Tensor> decayed, undecayed;
@@ -279,6 +280,10 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
                      std::to_string(s.threads) + ": CPU sums split by thread may round differently, so this run "
                      "is not bit-identical to one never stopped (set training.threads=" +
                      std::to_string(s.resumed_cpu_threads) + " for that)";
+        // Another device, GPU model, executor or LibTorch adds and rounds differently.
+        if (const std::string now = s.arithmetic_text(); !s.resumed_arithmetic.empty() && s.resumed_arithmetic != now)
+            e.text += std::string(e.text.empty() ? "" : "; ") + "trained on " + s.resumed_arithmetic +
+                      ", continuing on " + now + ": not bit-identical to a run never stopped";
         if (!s.replays.empty()) {
             std::string steps;
             for (const auto& [at, command] : s.replays) steps += (steps.empty() ? "" : ", ") + std::to_string(at);

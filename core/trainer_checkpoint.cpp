@@ -2,6 +2,7 @@
 // Checkpoints: everything a bit-exact resume needs, written atomically, and their rotation.
 #include "trainer_impl.h"
 #include "checkpoint_archive.h"
+#include "build_info.h"
 #include "durable_file.h"
 #include "first_line.h"
 #include "zip_records.h"
@@ -46,9 +47,22 @@ std::string Trainer::Impl::serialize_state()
     // ATen's CPU reductions split their work by thread: the count is part of a CPU run's
     // arithmetic (the resume says so when it changes). A GPU run's is not.
     if (!device.is_cuda()) archive.write("cpu_threads", torch::tensor(int64_t(threads)));
+    archive.write("arithmetic", c10::IValue(arithmetic_text()));
     std::ostringstream bytes;
     archive.save_to(bytes);
     return std::move(bytes).str();
+}
+
+std::string Trainer::Impl::arithmetic_text() const
+{
+    std::string text = "the CPU";
+    if (device.is_cuda()) {
+        const GpuInfo gpu = current_gpu();
+        text = (gpu.name.empty() ? std::string("a GPU") : gpu.name) + " (sm_" + std::to_string(gpu.capability.major) +
+               std::to_string(gpu.capability.minor) + (config.training.deterministic ? ", deterministic" : "") + ")";
+    }
+    text += std::string(", the ") + (executor == GemmBackend::Native ? "native" : "emulated") + " executor";
+    return text + ", LibTorch " + engine_versions().libtorch;
 }
 
 void Trainer::Impl::save_checkpoint(const std::string& path)
@@ -165,6 +179,11 @@ void Trainer::Impl::load_archive(const std::string& path,
             watchers.restore_state(state.toStringRef());
         torch::Tensor cpu_threads;
         resumed_cpu_threads = archive.try_read("cpu_threads", cpu_threads) ? cpu_threads.item<int64_t>() : 0;
+        // Checkpoints from before it was kept say nothing of it.
+        c10::IValue arithmetic;
+        resumed_arithmetic = archive.try_read("arithmetic", arithmetic) && arithmetic.isString()
+                                 ? arithmetic.toStringRef()
+                                 : std::string();
         step = get("step").item<int64_t>();
         resumed_from = path;
     } catch (const std::exception&) {

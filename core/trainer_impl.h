@@ -66,6 +66,12 @@ struct Trainer::Impl {
     std::string resumed_from; // the checkpoint load_checkpoint read, if any
     bool resumed_from_file = false; // load_checkpoint took one (step 0's included), not rank 0's state
     int64_t resumed_cpu_threads = 0; // the CPU threads that checkpoint's run used (0: not recorded)
+    std::string resumed_arithmetic;  // that checkpoint's arithmetic_text() ("": not recorded)
+    GemmBackend executor = GemmBackend::Emulated; // precision.backend as resolved for this device
+    // What decides the arithmetic beyond the project: the device (and GPU model), the executor,
+    // deterministic kernels on a GPU, LibTorch's version. A resume where it differs continues
+    // the run, but not bit for bit (the resume event says so).
+    std::string arithmetic_text() const;
     Watchers watchers;
     std::vector<std::string> layer_order; // GEMM layers in forward order, for attribution
     CommandQueue commands;

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "run_capture.h"
+#include "build_info.h"
 #include "trainer.h"
 
 using namespace mantissa;
@@ -508,6 +509,41 @@ private slots:
         QCOMPARE(whole.evals.size(), size_t(3)); // 0, 2, 3
         QCOMPARE(rec.steps.size(), size_t(3));
         for (size_t i = 0; i < 3; ++i) QCOMPARE(rec.steps[i].train_loss, whole.steps[i].train_loss);
+    }
+
+    // A resume on another executor (or device, GPU model, LibTorch) continues the run, but its
+    // sums round differently: the resume says so, naming both. The same one says nothing.
+    void aResumeOnAnotherExecutorSaysItIsNotBitIdentical()
+    {
+        QTemporaryDir dir;
+        auto config = golden_project();
+        config.training.steps = 2;
+        config.eval.interval = 0;
+        config.training.checkpoint_interval = 1;
+        config.precision.backend = GemmBackend::Emulated;
+        config.training.checkpoint_dir = dir.path().toStdString();
+        {
+            Trainer first(config);
+            Recorder rec;
+            first.run(rec);
+        }
+        const std::string one = dir.filePath("step-00000001.pt").toStdString();
+        const auto resume_text = [&](GemmBackend backend) {
+            auto again = config;
+            again.precision.backend = backend;
+            Trainer resumed(again);
+            resumed.load_checkpoint(one);
+            Recorder rec;
+            resumed.run(rec);
+            for (const auto& e : rec.events)
+                if (e.kind == EventKind::ResumedFromCheckpoint) return e.text;
+            return std::string("no resume event");
+        };
+        QCOMPARE(resume_text(GemmBackend::Emulated), std::string());
+        const std::string libtorch = ", LibTorch " + engine_versions().libtorch;
+        QCOMPARE(resume_text(GemmBackend::Native),
+                 "trained on the CPU, the emulated executor" + libtorch + ", continuing on the CPU, the native executor" +
+                     libtorch + ": not bit-identical to a run never stopped");
     }
 
     void seedChangesTheRun()
