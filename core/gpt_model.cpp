@@ -187,12 +187,26 @@ torch::Tensor GptImpl::forward(const torch::Tensor& idx)
     auto logits = lm_head_->forward(x); // (B, T, V)
     if (measure_log_z_) {
         // log Z of the output softmax; z-loss keeps it near 0 (Wortsman et al. 2023).
+        // A block of rows at a time (at most 2^24 values): widened whole, the logits and
+        // logsumexp's temporary would each take another FP32 logits tensor on telemetry steps
+        // alone (3.3 GB each for GPT-2 small, batch 16), where a run could then run out of memory.
         torch::NoGradGuard no_grad;
-        const auto log_z = logits.to(torch::kFloat32).logsumexp(-1);
+        const auto log_z = log_z_in_blocks(logits, int64_t(1) << 24); // (B*T)
         log_z_mean_ = log_z.mean();      // device scalars, read back with the telemetry frame
         log_z_max_ = log_z.abs().max();
     }
     return logits;
+}
+
+torch::Tensor log_z_in_blocks(const torch::Tensor& logits, int64_t max_values)
+{
+    const int64_t V = logits.size(-1);
+    const auto rows = logits.reshape({-1, V});
+    const int64_t block = std::max<int64_t>(1, max_values / V);
+    std::vector<torch::Tensor> parts;
+    for (int64_t first = 0; first < rows.size(0); first += block)
+        parts.push_back(rows.narrow(0, first, std::min(block, rows.size(0) - first)).to(torch::kFloat32).logsumexp(-1));
+    return torch::cat(parts);
 }
 
 torch::Tensor GptImpl::loss(const torch::Tensor& logits, const torch::Tensor& targets)

@@ -144,4 +144,9 @@ private:
 };
 TORCH_MODULE(Gpt);
 
+// log Z (logsumexp over the vocabulary) of every row of the logits (..., V), in FP32, widened a
+// block of rows at a time (at most max_values values): the values of one whole widening, with a
+// block's memory instead of another FP32 logits tensor. (B*T).
+torch::Tensor log_z_in_blocks(const torch::Tensor& logits, int64_t max_values);
+
 } // namespace mantissa

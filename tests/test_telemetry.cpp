@@ -745,6 +745,21 @@ private slots:
 
     // The log Z watcher bounds |mean log Z|: a softmax normaliser drifting far below zero is as
     // unhealthy as one drifting above (the z-loss penalises log Z squared). At the bound: quiet.
+    // log Z widened a block of rows at a time gives exactly the values of one whole widening,
+    // every row once, 16-bit logits included (blocks of 2, 2, 2 and 1 rows here).
+    void logZInBlocksIsLogZOfEveryRow()
+    {
+        torch::manual_seed(3);
+        const auto logits = (torch::randn({7, 4}) * 8).to(torch::kBFloat16).view({1, 7, 4});
+        const auto whole = logits.to(torch::kFloat32).logsumexp(-1).reshape({-1});
+        const auto blocks = log_z_in_blocks(logits, 9);
+        QCOMPARE(blocks.sizes(), whole.sizes());
+        QCOMPARE(blocks.scalar_type(), torch::kFloat32);
+        QVERIFY(torch::equal(blocks, whole));
+        QVERIFY(torch::equal(log_z_in_blocks(logits, 1), whole)); // a row a block
+        QVERIFY(torch::equal(log_z_in_blocks(logits, 1 << 24), whole)); // one block
+    }
+
     void logZWatcherBoundsBothSigns_data()
     {
         QTest::addColumn<double>("logZ");
