@@ -36,8 +36,9 @@ void announce_refusal(DataParallel& dp, int exit_code);
 // others. So rank 0 posts its outcome once known, the others wait for it (at most
 // training.collective_timeout_s) and say they read it, and the group is shut down only when
 // rank 0's was clean and every rank read it; otherwise torch aborts it at exit.
-// False on a follower whose rank 0 failed after the last collective (or whose outcome never
-// came): that rank's run failed too, and it exits 1, as every rank of a failed run does.
+// False on a follower whose rank 0 failed after the last collective: that rank's run failed
+// too, and it exits 1, as every rank of a failed run does. An outcome that never came is a
+// warning only (rank 0 may still be writing its final checkpoint).
 bool finish_rank(DataParallel& dp, const Trainer& trainer);
 // Rank 0 ended in failure (no-op on the others): the others learn it at once, and rank 0
 // keeps the store up for them until they have read why (a few seconds at most).
