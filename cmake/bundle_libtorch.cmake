@@ -40,6 +40,19 @@ if(MANTISSA_BUNDLE_COPY)
       endif()
     endif()
   endforeach()
+  # The wheels' licence texts go with their libraries: PyTorch's BSD licence (and its third
+  # parties') asks that its notice ship with binaries, as NVIDIA's (CUDA wheels) do.
+  file(GLOB licence_dirs "${site_packages}/torch-*.dist-info/licenses")
+  foreach(dir IN LISTS licence_dirs)
+    file(INSTALL "${dir}/" DESTINATION "${CMAKE_INSTALL_PREFIX}/share/doc/mantissa/libtorch")
+  endforeach()
+  file(GLOB nvidia_licences "${site_packages}/nvidia_*.dist-info/License*" "${site_packages}/nvidia_*.dist-info/LICENSE*"
+       "${site_packages}/nvidia_*.dist-info/licenses/*")
+  foreach(licence IN LISTS nvidia_licences)
+    get_filename_component(dist "${licence}" DIRECTORY)
+    string(REGEX REPLACE ".*/(nvidia_[^/]*)\\.dist-info.*" "\\1" dist "${dist}")
+    file(INSTALL "${licence}" DESTINATION "${CMAKE_INSTALL_PREFIX}/share/doc/mantissa/nvidia/${dist}")
+  endforeach()
 endif()
 
 file(GLOB bundled "${libdir}/*.so*")

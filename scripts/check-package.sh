@@ -15,7 +15,7 @@ BUILD_DIR="$(cd "${1:-$ROOT/build/dev}" && pwd)"
 OUT="$BUILD_DIR/package"
 say() { printf '\n== %s\n' "$*"; }
 
-cmake --build "$BUILD_DIR" --target mantissa mantissa-train >/dev/null
+cmake --build "$BUILD_DIR" --target mantissa mantissa-train >"$BUILD_DIR/check-package-build.log" 2>&1 || { cat "$BUILD_DIR/check-package-build.log"; exit 1; }
 rm -rf "$OUT" && mkdir -p "$OUT"
 say "cpack -G DEB"
 (cd "$BUILD_DIR" && cpack -G DEB -B "$OUT" >"$OUT/cpack.log" 2>&1) || { cat "$OUT/cpack.log"; exit 1; }

@@ -5,16 +5,21 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="$ROOT/build/dev"
-"$ROOT/scripts/setup.sh" "$BUILD_DIR"
+"$ROOT/scripts/setup.sh" "$BUILD_DIR" mantissa mantissa-train
 PROJECT="${1:-$ROOT/projects/default.json}"
 # A display the window can open on. DISPLAY alone is not one: a container or `sudo` keeps the
-# variable without the X server, and Qt would abort instead of training. A local display
-# (":0") has its socket; a forwarded one ("localhost:10.0", ssh -X) is taken on trust. Wayland
-# sessions run X clients through XWayland, which sets DISPLAY too. QT_QPA_PLATFORM=offscreen
-# shows no window at all, so it trains headless.
+# variable without the X server, a tmux session keeps an ssh -X display its ssh took along, a
+# killed Xvfb leaves its socket; Qt would abort instead of training. So the display is asked
+# (xdpyinfo, from x11-utils, which setup installs; without it a local display's socket is taken
+# as the answer). Wayland sessions run X clients through XWayland, which sets DISPLAY too.
+# QT_QPA_PLATFORM=offscreen shows no window at all, so it trains headless.
 has_display() {
     [ "${QT_QPA_PLATFORM:-}" != "offscreen" ] || return 1
     [ -n "${DISPLAY:-}" ] || return 1
+    if command -v xdpyinfo >/dev/null; then
+        timeout 5 xdpyinfo >/dev/null 2>&1
+        return
+    fi
     case "$DISPLAY" in
         :*) local n="${DISPLAY#:}"; [ -S "/tmp/.X11-unix/X${n%%.*}" ] ;;
         *) return 0 ;;

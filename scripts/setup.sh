@@ -2,10 +2,11 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Installs whatever is missing (Debian packages, a .venv with LibTorch), then configures and
 # builds. Safe to run again: each step is skipped when already done.
-#   scripts/setup.sh [build-dir]        (default: build/dev)
+#   scripts/setup.sh [build-dir [target...]]   (default: build/dev, every target)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${1:-$ROOT/build/dev}"
+TARGETS=("${@:2}") # scripts/run.sh builds the two programs only: no test is compiled before the window opens
 TORCH_VERSION="2.13.0"
 
 APT_PACKAGES=(g++ cmake ninja-build ccache python3 python3-venv pkg-config
@@ -13,7 +14,8 @@ APT_PACKAGES=(g++ cmake ninja-build ccache python3 python3-venv pkg-config
               libsqlite3-dev nlohmann-json3-dev libcli11-dev
               libcpp-httplib-dev libssl-dev # the store server (remote/); optional
               libgloo-dev # data-parallel training on the CPU (docs/DISTRIBUTED.md): gloo headers for ProcessGroupGloo
-              desktop-file-utils appstream shared-mime-info) # tests/test_desktop.cpp validates the desktop files
+              desktop-file-utils appstream shared-mime-info # tests/test_desktop.cpp validates the desktop files
+              x11-utils) # xdpyinfo: scripts/run.sh asks the display whether it answers before opening the window
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
@@ -32,26 +34,41 @@ install_debian_packages() {
         fi
         sudo=(sudo)
     fi
-    # env inside sudo: sudo resets the environment, and apt would ask questions.
+    # env inside sudo: sudo resets the environment, and apt would ask questions. An install cut
+    # short earlier (Ctrl-C while unpacking) leaves dpkg "interrupted", and apt-get refuses every
+    # later install until it is finished.
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive dpkg --configure -a
     "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
     "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
+# The .venv is whole when this stamp holds the pins: written only after every pip step of
+# install_torch succeeded. A setup cut short (Ctrl-C while pip ran, a venv without pip) or a
+# .venv whose Python is gone (a removed interpreter) is made again from scratch, not patched.
+VENV_PINS="torch==$TORCH_VERSION numpy==2.4.6"
 install_torch() {
-    local py="$ROOT/.venv/bin/python"
-    if [ -x "$py" ] && "$py" -c "import torch,sys; sys.exit(0 if torch.__version__.startswith('$TORCH_VERSION') else 1)" 2>/dev/null; then
+    local py="$ROOT/.venv/bin/python" stamp="$ROOT/.venv/.mantissa-pins"
+    if [ -x "$py" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$VENV_PINS" ] && "$py" -m pip --version >/dev/null 2>&1 &&
+        "$py" -c "import torch,sys; sys.exit(0 if torch.__version__.startswith('$TORCH_VERSION') else 1)" 2>/dev/null; then
         return
     fi
-    log "creating .venv with torch==$TORCH_VERSION"
-    [ -x "$py" ] || python3 -m venv "$ROOT/.venv"
-    "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" "numpy==2.4.6"
+    log "creating .venv with $VENV_PINS"
+    python3 -m venv --clear "$ROOT/.venv"
+    # shellcheck disable=SC2086 # the pins are words
+    "$py" -m pip install -q --disable-pip-version-check $VENV_PINS
+    local why
+    if ! why="$("$py" -c 'import torch' 2>&1)"; then
+        log "torch==$TORCH_VERSION was installed but does not import: $why"
+        exit 1
+    fi
+    printf '%s' "$VENV_PINS" >"$stamp"
 }
 
 # The TensorBoard export test reads our event files back with the real tensorboard package.
 install_tensorboard() {
     "$ROOT/.venv/bin/python" -c "import tensorboard" 2>/dev/null && return
     log "installing tensorboard into .venv"
-    "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check "tensorboard==2.21.0"
+    "$ROOT/.venv/bin/python" -m pip install -q --disable-pip-version-check "tensorboard==2.21.0"
 }
 
 # tests/data/block_formats_reference.txt was generated with ml_dtypes' FP4/E8M0 casts
@@ -59,7 +76,7 @@ install_tensorboard() {
 install_ml_dtypes() {
     "$ROOT/.venv/bin/python" -c "import ml_dtypes" 2>/dev/null && return
     log "installing ml_dtypes into .venv"
-    "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check "ml_dtypes==0.7.0"
+    "$ROOT/.venv/bin/python" -m pip install -q --disable-pip-version-check "ml_dtypes==0.7.0"
 }
 
 # Whether BUILD_DIR lacks this script's settings: never configured, configured some other way
@@ -78,14 +95,20 @@ needs_configure() {
 
 configure_and_build() {
     local prefix
-    prefix="$("$ROOT/.venv/bin/python" -c 'import torch;print(torch.utils.cmake_prefix_path)' 2>/dev/null)"
+    prefix="$("$ROOT/.venv/bin/python" -c 'import torch;print(torch.utils.cmake_prefix_path)')"
     if needs_configure "$prefix"; then
+        # A folder configured with another generator (a plain `cmake -B` makes Makefiles): CMake
+        # refuses -G Ninja over its cache, at every run. Its cache goes; its objects are rebuilt.
+        if [ -f "$BUILD_DIR/CMakeCache.txt" ] && ! grep -qx 'CMAKE_GENERATOR:INTERNAL=Ninja' "$BUILD_DIR/CMakeCache.txt"; then
+            log "$BUILD_DIR was configured with another generator: configuring it anew with Ninja"
+            rm -rf "$BUILD_DIR/CMakeCache.txt" "$BUILD_DIR/CMakeFiles"
+        fi
         log "configuring $BUILD_DIR"
         cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMANTISSA_WERROR=ON -DMANTISSA_WITH_QT=ON \
               -DCMAKE_PREFIX_PATH="$prefix" ${MANTISSA_CMAKE_ARGS:-} >&2
     fi
-    log "building"
-    cmake --build "$BUILD_DIR" >&2
+    log "building${TARGETS:+ ${TARGETS[*]}}"
+    cmake --build "$BUILD_DIR" ${TARGETS:+--target "${TARGETS[@]}"} >&2
 }
 
 install_debian_packages
