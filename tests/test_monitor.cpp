@@ -601,6 +601,16 @@ void TestMonitor::heatmapClickActivatesToo()
     QCOMPARE(selected.count(), 2);
     // The attention rows have no tensors to histogram.
     QCOMPARE(page.histogramLayerCombo()->findText(QStringLiteral("blocks.0.attn.sdpa")), -1);
+
+    // A cell of "underflow % of input" opens the histogram of that very tensor, whatever role it
+    // showed before; a per-layer statistic's cell leaves the role alone.
+    page.setHistogramRole(QStringLiteral("grad_output"));
+    page.setHeatmapStatistic(LayerStat::UnderflowPercent, QStringLiteral("input"));
+    emit page.heatmap()->cellClicked(20, QStringLiteral("blocks.0.mlp.fc1"));
+    QCOMPARE(page.histogramRoleCombo()->currentText(), QStringLiteral("input"));
+    page.setHeatmapStatistic(LayerStat::GradNorm, QStringLiteral("weight"));
+    emit page.heatmap()->cellClicked(20, QStringLiteral("lm_head"));
+    QCOMPARE(page.histogramRoleCombo()->currentText(), QStringLiteral("input"));
 }
 
 void TestMonitor::frameSchedulerCapsRate()

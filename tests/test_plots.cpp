@@ -172,6 +172,7 @@ private slots:
     void heatmapShowsCraftedValues_data();
     void heatmapShowsCraftedValues();
     void heatmapDrawsMissingCellsGrey();
+    void heatmapDrawsInfiniteValuesAtTheTop();
     void heatmapClickEmitsCellAndSelects();
     void heatmapMarksCursorAndPrecisionChanges();
     void heatmapRefreshOnlyWhenSomethingChanged();
@@ -321,6 +322,40 @@ void TestPlots::heatmapDrawsMissingCellsGrey()
     const QColor full = plot.colorMap()->gradient().color(50.0, plot.colorMap()->dataRange());
     for (const QPoint p : {r.center(), r.topLeft() + QPoint(3, 3), r.bottomRight() - QPoint(3, 3)})
         QCOMPARE(one.pixelColor(p), full);
+}
+
+// An infinite grad norm (an overflowing FP16 gradient on a skipped step) is the top of the
+// scale, not the bottom: QCustomPlot would draw infinity in the lowest colour, the overflowing
+// layer as the calmest one.
+void TestPlots::heatmapDrawsInfiniteValuesAtTheTop()
+{
+    RunHistory history;
+    TelemetryBatch batch;
+    for (int64_t step = 1; step <= 3; ++step) {
+        StepMetrics m;
+        m.step = step;
+        m.train_loss = 1.0;
+        m.layer_grad_norms = {{"blocks.0.mlp.fc1", step == 2 ? INFINITY : 1.0}, {"lm_head", 10.0}};
+        batch.steps.push_back(m);
+    }
+    history.append(batch);
+    LayerHeatmapPlot plot;
+    plot.setHistory(&history);
+    plot.setStatistic(LayerStat::GradNorm);
+    plot.refresh();
+    lay_out(plot);
+    const QImage image = plot.grab().toImage();
+    auto pixel = [&](int64_t step, const char* layer) {
+        const QPointF c = plot.cellCenter(step, QString::fromLatin1(layer));
+        return image.pixelColor(QPoint(int(plot.xAxis->coordToPixel(c.x())), int(plot.yAxis->coordToPixel(c.y()))));
+    };
+    const QCPRange range = plot.colorMap()->dataRange();
+    QCOMPARE(range.lower, 1.0);
+    QCOMPARE(range.upper, 10.0);
+    QCPColorGradient gradient = plot.colorMap()->gradient(); // color() is not const
+    QCOMPARE(pixel(2, "blocks.0.mlp.fc1"), gradient.color(range.upper, range, /*logarithmic=*/true));
+    QCOMPARE(pixel(1, "blocks.0.mlp.fc1"), gradient.color(range.lower, range, true));
+    QVERIFY(pixel(2, "blocks.0.mlp.fc1") != pixel(1, "blocks.0.mlp.fc1"));
 }
 
 void TestPlots::heatmapClickEmitsCellAndSelects()

@@ -125,8 +125,12 @@ MonitorPage::MonitorPage(QWidget* parent) : QWidget(parent), eventModel_(new Eve
     connect(eventView_, &QTableView::clicked, this, &MonitorPage::activateEvent);
     connect(eventView_, &QTableView::activated, this, &MonitorPage::activateEvent);
     connect(heatmap_, &QCustomPlot::afterLayout, this, &MonitorPage::alignCurvesToHeatmap);
-    connect(heatmap_, &LayerHeatmapPlot::cellClicked, this,
-            [this](qint64 step, const QString& layer) { activate(step, layer); });
+    connect(heatmap_, &LayerHeatmapPlot::cellClicked, this, [this](qint64 step, const QString& layer) {
+        // A cell of a per-tensor statistic ("underflow % of input") is about that tensor: the
+        // histogram opens on the same one, not on whichever role it showed before.
+        if (heatmapRoleCombo_->isEnabled()) setHistogramRole(heatmap_->role());
+        activate(step, layer);
+    });
 
     // Curves that share the step axis stack in one column; what is not against steps (the
     // histogram, the events) goes to the right.

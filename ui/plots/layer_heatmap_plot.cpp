@@ -392,6 +392,9 @@ void LayerHeatmapPlot::rebuild()
         double v = double(values_[size_t(c) * size_t(ny) + size_t(r)]);
         // Zero on a log scale (an all-zero tensor) is a real value: the lowest colour.
         if (logScale && std::isfinite(v) && v < range.lower) v = range.lower;
+        // An infinite grad norm or logit is the top of the scale: handed on as it is, QCustomPlot
+        // turns it into its lowest colour, and the overflowing layer reads as the calmest.
+        if (std::isinf(v)) v = v > 0 ? range.upper : range.lower;
         return v;
     });
     map_->setGradient(make_gradient(stat_));
