@@ -565,6 +565,8 @@ void TestPlots::histogramBandsFollowFormatAndScale_data()
     QTest::newRow("fp16") << "fp16" << 1.0 << -24.0 << -14.0 << std::log2(65504.0) << "";
     QTest::newRow("bf16") << "bf16" << 1.0 << -133.0 << -126.0 << std::log2(3.3895313892515355e38) << "";
     QTest::newRow("fp32") << "fp32" << 1.0 << -149.0 << -126.0 << std::log2(3.4028234663852886e38) << "";
+    // TF32's cast keeps 10 mantissa bits of subnormals too: nothing below 2^-136 survives it.
+    QTest::newRow("tf32") << "tf32" << 1.0 << -136.0 << -126.0 << std::log2(3.4011621342146535e38) << "";
     QTest::newRow("e4m3") << "e4m3" << 1.0 << -9.0 << -6.0 << std::log2(448.0) << "";
     // The cast sees x * 16: in the tensor's units every edge moves down by 4 binades.
     QTest::newRow("e4m3 scale 2^4") << "e4m3" << 16.0 << -13.0 << -10.0 << std::log2(448.0) - 4 << " · scale 2^4";

@@ -227,8 +227,9 @@ bool ExponentHistogramPlot::rebuild()
     const FormatInfo& info = format_info(h->format);
     const bool perBlock = h->scale == 0.0;
     const double shift = std::isfinite(h->scale) && h->scale > 0 ? -std::log2(h->scale) : 0.0;
-    // TF32 has no subnormals of its own: it is stored in FP32 and keeps FP32's.
-    const double minSub = info.min_subnormal > 0 ? info.min_subnormal : format_info(NumberFormat::FP32).min_subnormal;
+    // TF32 keeps no subnormals of its own, but its cast (round_to_tf32) keeps 10 mantissa bits
+    // of FP32's subnormals too: the smallest it leaves is 2^-126 * 2^-10 = 2^-136, not 2^-149.
+    const double minSub = info.min_subnormal > 0 ? info.min_subnormal : std::ldexp(info.min_normal, -info.mantissa_bits);
     const double lsub = std::log2(minSub), lnorm = std::log2(info.min_normal), lmax = std::log2(info.max_finite);
     // [min_subnormal/2, min_subnormal) rounds to the smallest subnormal (exactly half goes to
     // zero, ties to even); only what lies below it becomes zero.
