@@ -397,8 +397,10 @@ QColor MonitorPage::eventKindColor(EventKind kind)
 
 void MonitorPage::alignCurvesToHeatmap()
 {
-    // The curves sit in the heatmap's column, so equal margins put a step at one x on all of
-    // them (the heatmap's labels and colour scale set the margins).
+    // The curves sit in the heatmap's column, and equal margins give them one width (the
+    // heatmap's labels and colour scale set the margins). They put a step at one x on all the
+    // curves, not on the heatmap: its columns are frames (thinned ones covering more steps), and
+    // its cursor line, not its x, is where the curves' step is.
     const QRect area = heatmap_->axisRect()->rect();
     if (area.width() < 50) return;
     const int left = area.left();
