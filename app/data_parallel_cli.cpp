@@ -120,18 +120,21 @@ void rank0_failed(DataParallel& dp)
 
 int run_data_parallel_follower(DataParallel& dp)
 {
-    // Ctrl-C reaches every rank, and so does SIGTERM (Slurm's scancel and time limit, torchrun's
-    // agent): rank 0 turns either into a Stop that all ranks apply together at one step, with a
-    // final checkpoint. A rank that died of it would fail the run and lose that checkpoint.
-    std::signal(SIGINT, SIG_IGN);
-    std::signal(SIGTERM, SIG_IGN);
     std::string message;
     try {
+        // No deadline while rank 0 prepares: until its project comes, Ctrl-C or SIGTERM (a
+        // torchrun agent whose rank 0 died, with the agent's store still up) ends this rank.
         message = dp.wait_for(kProjectKey);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 1;
     }
+    // From here Ctrl-C reaches every rank, and so does SIGTERM (Slurm's scancel and time limit,
+    // torchrun's agent): rank 0 turns either into a Stop that all ranks apply together at one
+    // step, with a final checkpoint. A rank that died of it would fail the run and lose that
+    // checkpoint.
+    std::signal(SIGINT, SIG_IGN);
+    std::signal(SIGTERM, SIG_IGN);
     if (message.rfind("refused:", 0) == 0) {
         dp.arrive("refusal_read");
         const int code = std::atoi(message.c_str() + 8);

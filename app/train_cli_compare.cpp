@@ -113,7 +113,7 @@ int cmd_compare(RunStore& store, const std::vector<std::string>& run_args, doubl
                         static_cast<long long>(*step), fmt_recorded_loss(at->a, true).c_str(),
                         fmt_recorded_loss(at->b, true).c_str(), by_step.c_str());
         } else if (common == 0)
-            std::printf("  run %lld: no common steps to compare (one of the two recorded no train/loss)\n",
+            std::printf("  run %lld: no train/loss step in common to compare\n",
                         static_cast<long long>(runs[i].id));
         else
             std::printf("  run %lld: within tolerance over %zu common steps%s\n", static_cast<long long>(runs[i].id),

@@ -117,6 +117,8 @@ int cmd_export(RunStore& store, const std::string& run, const std::string& forma
         } catch (const WeightsWriteError& e) { // a full disk, a missing folder: an earlier file stays
             std::fprintf(stderr, "error: %s\n", e.what());
             return 2;
+        } catch (const StoreError&) {
+            throw; // the store's problem: exit 3, as everywhere
         } catch (const std::exception& e) { // out of memory: the file is fine, this machine is short
             std::fprintf(stderr, "error: %s\n", e.what());
             return 1;

@@ -10,8 +10,9 @@ PROJECT="${1:-$ROOT/projects/default.json}"
 # A display the window can open on. DISPLAY alone is not one: a container or `sudo` keeps the
 # variable without the X server, a tmux session keeps an ssh -X display its ssh took along, a
 # killed Xvfb leaves its socket; Qt would abort instead of training. So the display is asked
-# (xdpyinfo, from x11-utils, which setup installs; without it a local display's socket is taken
-# as the answer). Wayland sessions run X clients through XWayland, which sets DISPLAY too.
+# (xdpyinfo, from x11-utils, where installed; without it a local display's socket is taken as
+# the answer, and a forwarded one on trust). Wayland sessions run X clients through XWayland,
+# which sets DISPLAY too.
 # QT_QPA_PLATFORM=offscreen shows no window at all, so it trains headless.
 has_display() {
     [ "${QT_QPA_PLATFORM:-}" != "offscreen" ] || return 1

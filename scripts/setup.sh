@@ -14,8 +14,7 @@ APT_PACKAGES=(g++ cmake ninja-build ccache python3 python3-venv pkg-config
               libsqlite3-dev nlohmann-json3-dev libcli11-dev
               libcpp-httplib-dev libssl-dev # the store server (remote/); optional
               libgloo-dev # data-parallel training on the CPU (docs/DISTRIBUTED.md): gloo headers for ProcessGroupGloo
-              desktop-file-utils appstream shared-mime-info # tests/test_desktop.cpp validates the desktop files
-              x11-utils) # xdpyinfo: scripts/run.sh asks the display whether it answers before opening the window
+              desktop-file-utils appstream shared-mime-info) # tests/test_desktop.cpp validates the desktop files
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
@@ -48,8 +47,11 @@ install_debian_packages() {
 VENV_PINS="torch==$TORCH_VERSION numpy==2.4.6"
 install_torch() {
     local py="$ROOT/.venv/bin/python" stamp="$ROOT/.venv/.mantissa-pins"
-    if [ -x "$py" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$VENV_PINS" ] && "$py" -m pip --version >/dev/null 2>&1 &&
-        "$py" -c "import torch,sys; sys.exit(0 if torch.__version__.startswith('$TORCH_VERSION') else 1)" 2>/dev/null; then
+    local pins_import="import torch,numpy,sys; sys.exit(0 if torch.__version__.startswith('$TORCH_VERSION') and numpy.__version__ == '2.4.6' else 1)"
+    if [ -x "$py" ] && "$py" -m pip --version >/dev/null 2>&1 && "$py" -c "$pins_import" 2>/dev/null; then
+        # A .venv from before the stamp, whole all the same: kept (its LibTorch is what the
+        # build links; made anew, it would be downloaded again and everything rebuilt).
+        [ "$(cat "$stamp" 2>/dev/null)" = "$VENV_PINS" ] || printf '%s' "$VENV_PINS" >"$stamp"
         return
     fi
     log "creating .venv with $VENV_PINS"

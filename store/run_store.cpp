@@ -696,11 +696,13 @@ std::vector<int64_t> RunStore::dead_running_runs()
 
 void RunStore::mark_dead_runs_interrupted()
 {
-    for (const int64_t id : running_run_ids()) {
-        // Asked and marked inside one write transaction: a process that claims the run meanwhile
-        // locks first and writes "running" after, so its write lands after this one, never under it.
+    // Runs whose lock is held are alive: asked first without the write lock, so that opening a
+    // store while another process writes (a large delete) waits only where a run looks dead.
+    for (const int64_t id : dead_running_runs()) {
+        // Asked again and marked inside one write transaction: a process that claims the run
+        // meanwhile locks first and writes "running" after, so its write lands after this one.
         RunLockFile lock;
-        {
+        try {
             std::lock_guard guard(db_mutex_);
             in_write_transaction(db_, [&] {
                 lock = lock_run_file(lock_path(id), RunLockKind::Shared, /*create=*/false);
@@ -708,6 +710,9 @@ void RunStore::mark_dead_runs_interrupted()
                 Statement s(db_, "UPDATE runs SET status='interrupted' WHERE id=? AND status='running'");
                 s.bind(1, id).step();
             });
+        } catch (...) {
+            if (lock.fd >= 0) ::close(lock.fd); // a kept shared lock would refuse every resume of the run
+            throw;
         }
         // Unlinked while still locked, so that no claimer can keep a lock on the unlinked file.
         if (lock.state == RunLockFile::State::Locked) release_run_file(lock_path(id), lock.fd);
@@ -740,7 +745,7 @@ void RunStore::delete_run(int64_t run_id)
     // write transaction of the delete: a claim locks first and writes after.
     const bool own = claims_.count(run_id) > 0;
     RunLockFile lock;
-    {
+    try {
         std::lock_guard guard(db_mutex_);
         in_write_transaction(db_, [&] {
             if (!own) {
@@ -751,6 +756,9 @@ void RunStore::delete_run(int64_t run_id)
             Statement s(db_, "DELETE FROM runs WHERE id=?"); // scalars, events, layer_stats cascade
             s.bind(1, run_id).step();
         });
+    } catch (...) {
+        if (lock.fd >= 0) ::close(lock.fd); // a kept shared lock would refuse every resume of the run
+        throw;
     }
     if (lock.state == RunLockFile::State::Locked) release_run_file(lock_path(run_id), lock.fd);
     release_claim(run_id);

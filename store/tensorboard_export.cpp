@@ -211,12 +211,13 @@ std::string export_tensorboard(RunStore& store, int64_t run_id, const std::strin
     // TensorBoard does not read, then renamed over it.
     const std::string name = "events.out.tfevents." + std::to_string(static_cast<int64_t>(start)) + ".mantissa";
     const std::string path = (folder / name).string(), partial = (folder / ".mantissa-export.partial").string();
+    const auto layer_stats = store.layer_stats(run_id); // read before anything is written: a store error leaves no file
     std::error_code ec;
     if (fs::create_directories(folder, ec); ec) throw ExportWriteError("cannot write '" + path + "': " + ec.message());
     {
         EventWriter writer(partial, path, start);
         for (const auto& row : scalars) writer.scalar(row.step, wall_time(row.step), row.tag, row.value);
-        for (const auto& [step, stats] : store.layer_stats(run_id))
+        for (const auto& [step, stats] : layer_stats)
             writer.histogram(step, wall_time(step), "exponents/" + stats.layer + "/" + stats.role, stats);
         if (!writer.finish()) {
             // A cut event file would read as a run that stopped early: none is better.
@@ -229,12 +230,22 @@ std::string export_tensorboard(RunStore& store, int64_t run_id, const std::strin
         fs::remove(partial, ec);
         throw ExportWriteError("cannot write '" + path + "': " + ec.message());
     }
-    // An earlier export of this run under another name (a run created in another second, an
-    // older version's name): TensorBoard would read both, every point twice.
+    // An earlier export of this run under another name (an older version's), or in the folder
+    // of its earlier name (renamed since): TensorBoard would read both, every point twice.
     for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec))
         if (const std::string other = it->path().filename().string();
             other != name && other.find("tfevents") != std::string::npos && it->is_regular_file())
             fs::remove(it->path(), ec);
+    const std::string mine = "run" + std::to_string(run_id);
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string other = it->path().filename().string();
+        if (it->path() == folder || !it->is_directory() || (other != mine && other.rfind(mine + "-", 0) != 0)) continue;
+        std::error_code removing; // only its event files: anything else there is not ours
+        for (fs::directory_iterator f(it->path(), removing), fend; !removing && f != fend; f.increment(removing))
+            if (f->path().filename().string().find("tfevents") != std::string::npos && f->is_regular_file())
+                fs::remove(f->path(), removing);
+        fs::remove(it->path(), removing); // removed only when that left it empty
+    }
     return path;
 }
 

@@ -188,7 +188,7 @@ private slots:
         }
         const auto r = run_cli({"compare", "first", QString::number(empty), "--db", db});
         QCOMPARE(r.exit_code, 0);
-        QVERIFY2(r.out.contains(QString("  run %1: no common steps to compare").arg(empty)), qPrintable(r.out));
+        QVERIFY2(r.out.contains(QString("  run %1: no train/loss step in common to compare").arg(empty)), qPrintable(r.out));
         QVERIFY2(!r.out.contains("within tolerance"), qPrintable(r.out));
     }
 
@@ -383,6 +383,12 @@ private slots:
         QCOMPARE(first.err, second.err);
         QCOMPARE(QDir(twice).entryList(QDir::Dirs | QDir::NoDotAndDotDot), (QStringList{"run1-first", run_folder}));
         QCOMPARE(QDir(twice + "/" + run_folder).entryList(QDir::Files | QDir::Hidden).size(), 1);
+        // Renamed since, the run is exported into its new name's folder, and its old one goes.
+        const QString renamed_db = dir_.filePath("tb-renamed.sqlite");
+        QVERIFY(QFile::copy(db_, renamed_db));
+        QCOMPARE(run_cli({"rename", "first", "second-name", "--db", renamed_db}).exit_code, 0);
+        QCOMPARE(run_cli({"export", "1", "--format", "tensorboard", "--out", twice, "--db", renamed_db}).exit_code, 0);
+        QCOMPARE(QDir(twice).entryList(QDir::Dirs | QDir::NoDotAndDotDot), (QStringList{"run1-second-name", run_folder}));
         // A folder that cannot be written is the output's problem: exit 2 with the OS's reason, as for CSV.
         const auto bad = run_cli({"export", "tb", "--format", "tensorboard", "--out", "/proc/no-such-dir", "--db", db_});
         QCOMPARE(bad.exit_code, 2);

@@ -986,15 +986,16 @@ private slots:
                                           1s); // the store's timeout
             };
             std::string got, error;
-            std::thread rank1([&] {
-                try {
-                    got = join(1)->wait_for("project");
-                } catch (const CollectiveError& e) {
-                    error = e.what();
-                }
-            });
+            std::thread rank1;
             {
-                auto dp = join(0);
+                auto dp = join(0); // the store's host first: rank 1's short connect timeout is not what is tested
+                rank1 = std::thread([&] {
+                    try {
+                        got = join(1)->wait_for("project");
+                    } catch (const CollectiveError& e) {
+                        error = e.what();
+                    }
+                });
                 std::this_thread::sleep_for(2500ms); // preparing, past the store's timeout
                 if (rank0_posts) {
                     dp->post("project", "the project");
