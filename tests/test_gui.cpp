@@ -589,8 +589,19 @@ void TestGui::precisionEditWhileStartingReachesTheRun()
 {
     QTemporaryDir dir;
     const QString storePath = dir.filePath(QStringLiteral("runs.sqlite"));
+    // A corpus of some megabytes: the worker reads and tokenizes it before the trainer exists,
+    // so the edit below surely comes while the run starts.
+    ProjectConfig config = tiny_config(6);
+    config.data.kind = DataKind::Text;
+    config.data.path = dir.filePath(QStringLiteral("corpus.txt")).toStdString();
+    {
+        QFile corpus(QString::fromStdString(config.data.path));
+        QVERIFY(corpus.open(QIODevice::WriteOnly));
+        const QByteArray line("the quick brown fox jumps over the lazy dog 0123456789\n");
+        for (int i = 0; i < 200000; ++i) corpus.write(line);
+    }
     TrainingController controller(storePath);
-    QVERIFY(controller.start(tiny_config(6), {}));
+    QVERIFY(controller.start(config, {}));
     QString error;
     const GemmFormats bf16{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16};
     QVERIFY2(controller.setLayerFormats(QStringLiteral("lm_head"), bf16, &error), qPrintable(error));
