@@ -256,6 +256,17 @@ private:
         return true;
     }
 
+    // Rank 1 as a mantissa-train `run PROJECT --db DB` on a free port, and the environment for
+    // this process to join as its rank 0 (the tests that make rank 0 fail run it here).
+    std::optional<DistributedEnv> start_rank1_beside_rank0_here(const QString& project, const QString& db, QProcess& r1)
+    {
+        const int port = free_port();
+        r1.setProcessEnvironment(rank_env(1, 2, port));
+        r1.start(MANTISSA_TRAIN_EXE, {"run", project, "--db", db});
+        return env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "127.0.0.1"},
+                       {"MASTER_PORT", std::to_string(port)}});
+    }
+
 private slots:
     void initTestCase() { QVERIFY(dir_.isValid()); }
 
@@ -933,12 +944,8 @@ private slots:
     {
         const QString project = write_project("rank0-fails", 1000000, "fp32");
         const QString db = dir_.filePath("rank0-fails.db");
-        const int port = free_port();
         QProcess r1;
-        r1.setProcessEnvironment(rank_env(1, 2, port));
-        r1.start(MANTISSA_TRAIN_EXE, {"run", project, "--db", db});
-        const auto env = env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "127.0.0.1"},
-                                 {"MASTER_PORT", std::to_string(port)}});
+        const auto env = start_rank1_beside_rank0_here(project, db, r1);
         QVERIFY(env);
         SessionOutcome outcome;
         int64_t run_id = 0;
@@ -1061,12 +1068,8 @@ private slots:
     {
         const QString project = write_project("rank0-fails-late", 3, "fp32");
         const QString db = dir_.filePath("rank0-fails-late.db");
-        const int port = free_port();
         QProcess r1;
-        r1.setProcessEnvironment(rank_env(1, 2, port));
-        r1.start(MANTISSA_TRAIN_EXE, {"run", project, "--db", db});
-        const auto env = env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "127.0.0.1"},
-                                 {"MASTER_PORT", std::to_string(port)}});
+        const auto env = start_rank1_beside_rank0_here(project, db, r1);
         QVERIFY(env);
         SessionOutcome outcome;
         {

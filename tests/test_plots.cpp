@@ -279,6 +279,13 @@ void TestPlots::heatmapShowsCraftedValues()
     }
 }
 
+// The colour drawn at the centre of a heatmap cell.
+QColor cell_pixel(const LayerHeatmapPlot& plot, const QImage& image, int64_t step, const char* layer)
+{
+    const QPointF c = plot.cellCenter(step, QString::fromLatin1(layer));
+    return image.pixelColor(QPoint(int(plot.xAxis->coordToPixel(c.x())), int(plot.yAxis->coordToPixel(c.y()))));
+}
+
 void TestPlots::heatmapDrawsMissingCellsGrey()
 {
     const RunHistory history = crafted_history();
@@ -288,10 +295,7 @@ void TestPlots::heatmapDrawsMissingCellsGrey()
     plot.refresh();
     lay_out(plot);
     const QImage image = plot.grab().toImage();
-    auto pixel = [&](int64_t step, const char* layer) {
-        const QPointF c = plot.cellCenter(step, QString::fromLatin1(layer));
-        return image.pixelColor(QPoint(int(plot.xAxis->coordToPixel(c.x())), int(plot.yAxis->coordToPixel(c.y()))));
-    };
+    auto pixel = [&](int64_t step, const char* layer) { return cell_pixel(plot, image, step, layer); };
     // 0% reads as empty (white); no value is neutral grey, not the lowest colour; 25% is red.
     QCOMPARE(pixel(1, "blocks.0.attn.qkv"), QColor(Qt::white));
     QCOMPARE(pixel(1, "lm_head"), plot.colorMap()->gradient().nanColor());
@@ -345,10 +349,7 @@ void TestPlots::heatmapDrawsInfiniteValuesAtTheTop()
     plot.refresh();
     lay_out(plot);
     const QImage image = plot.grab().toImage();
-    auto pixel = [&](int64_t step, const char* layer) {
-        const QPointF c = plot.cellCenter(step, QString::fromLatin1(layer));
-        return image.pixelColor(QPoint(int(plot.xAxis->coordToPixel(c.x())), int(plot.yAxis->coordToPixel(c.y()))));
-    };
+    auto pixel = [&](int64_t step, const char* layer) { return cell_pixel(plot, image, step, layer); };
     const QCPRange range = plot.colorMap()->dataRange();
     QCOMPARE(range.lower, 1.0);
     QCOMPARE(range.upper, 10.0);
