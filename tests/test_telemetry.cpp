@@ -54,6 +54,13 @@ StepMetrics step_metrics(int64_t step, double loss, double grad_norm)
     return m;
 }
 
+// Sixty steps' worth: quiet grad norms (1.00 .. 1.02) and one spike of 40 at step 50, for a
+// grad-spike watcher over a window of 20.
+StepMetrics quiet_then_spike_at_50(int64_t step)
+{
+    return step_metrics(step, 2.0, step == 50 ? 40.0 : 1.0 + 0.01 * static_cast<double>(step % 3));
+}
+
 int count_watcher(const std::vector<WatchAlert>& alerts, const std::string& name)
 {
     return static_cast<int>(std::count_if(alerts.begin(), alerts.end(), [&](const auto& a) { return a.watcher == name; }));
@@ -621,7 +628,7 @@ private slots:
         Watchers w(c);
         std::vector<WatchAlert> alerts;
         for (int64_t step = 1; step <= 60; ++step) {
-            auto m = step_metrics(step, 2.0, step == 50 ? 40.0 : 1.0 + 0.01 * static_cast<double>(step % 3));
+            auto m = quiet_then_spike_at_50(step);
             m.layer_grad_norms = {{"blocks.0.attn.qkv", 0.5}, {"blocks.1.mlp.fc2", step == 50 ? 39.0 : 0.5}};
             for (auto& a : w.on_step(m)) alerts.push_back(a);
         }
@@ -729,7 +736,7 @@ private slots:
         Watchers w(c);
         std::vector<WatchAlert> alerts;
         for (int64_t step = 1; step <= 60; ++step) {
-            auto m = step_metrics(step, 2.0, step == 50 ? 40.0 : 1.0 + 0.01 * static_cast<double>(step % 3));
+            auto m = quiet_then_spike_at_50(step);
             if (step == 31) {
                 m.skipped = true;
                 m.grad_norm = std::nan("");
