@@ -1420,6 +1420,48 @@ private slots:
         QVERIFY(std::isnan(rows[4].value));
     }
 
+    // A 200 that is not a run store's answer (a captive portal, another service on the port a
+    // tunnel led to) changes nothing in the replica: read as "no runs", it deleted every one.
+    void anAnswerThatIsNoStoresLeavesTheReplica()
+    {
+        std::string runs = fake_runs_json(); // JSON rows, as an older server's: the simplest page
+        const std::string offer = R"("row_encodings": ["json", "columnar"], )";
+        runs.erase(runs.find(offer), offer.size());
+        std::atomic<int> lists{0};
+        httplib::Server fake;
+        fake.Get("/v1/runs", [&](const httplib::Request&, httplib::Response& res) {
+            if (++lists == 1) res.set_content(runs, "application/json");
+            else res.set_content("<html><body>Sign in to the network</body></html>", "text/html");
+        });
+        fake.Get("/v1/runs/1/rows", [&](const httplib::Request&, httplib::Response& res) {
+            res.set_content(R"({"run": 1, "status": "finished", "scalars": [[1, "lr", 0.1], [2, "lr", 0.2], [3, "lr", 0.3]],
+                "events": [], "next_from_step": 3, "next_after_event": 0, "more": false,
+                "counts": {"scalars": 3, "events": 0}})",
+                            "application/json");
+        });
+        const int port = fake.bind_to_any_port("127.0.0.1");
+        std::thread serving([&] { fake.listen_after_bind(); });
+        const QString replica = path("portal-replica.sqlite");
+        QString state;
+        {
+            RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(port)), QString::fromStdString(kToken), replica);
+            mirror.start();
+            QVERIFY(QTest::qWaitFor([&] { return mirror.runComplete(1); }, 30000));
+            // The next run list (it looks for runs started later) is the portal's page.
+            QVERIFY(QTest::qWaitFor([&] { return lists.load() >= 2; }, 30000));
+            (void)QTest::qWaitFor([&] { return mirror.state() == RemoteMirror::State::Reconnecting; }, 3000); // asserted below
+            state = mirror.stateText();
+        }
+        fake.stop();
+        serving.join();
+        {
+            RunStore store(replica.toStdString(), OpenMode::ReadOnly);
+            QCOMPARE(store.list_runs().size(), size_t(1));
+        }
+        QCOMPARE(all_scalars(replica, 1).size(), size_t(3));
+        QVERIFY2(state.contains("does not answer as a Mantissa run store server"), qPrintable(state));
+    }
+
     // With --allow-control a stop ends the run early and the store says who asked.
     void controlStopsTheRun()
     {

@@ -266,7 +266,15 @@ void RemoteMirror::onRuns(QNetworkReply* reply)
 {
     QByteArray body;
     if (!take(reply, body) || !replica_) return;
-    const QJsonObject answer = QJsonDocument::fromJson(body).object();
+    const QJsonDocument document = QJsonDocument::fromJson(body);
+    const QJsonObject answer = document.object();
+    // A 200 that is no run store's (a captive portal, another service where a tunnel used to
+    // lead) would read as a store with no runs, and every run would be deleted from the replica.
+    if (!document.isObject() || answer.value("protocol").toInt() != 1 || !answer.value("runs").isArray()) {
+        retryLater(tr("it does not answer as a Mantissa run store server (another service on that port, or a "
+                      "proxy?); the replica is left as it is"));
+        return;
+    }
     const QJsonArray runs = answer.value("runs").toArray();
     // A server from before the columnar encoding lists none and gets JSON rows.
     columnar_ = answer.value("row_encodings").toArray().contains(QJsonValue("columnar"));
