@@ -8,6 +8,7 @@
 
 #include <QFile>
 #include <QProcess>
+#include <QSignalSpy>
 #include <QTemporaryDir>
 
 #include "controller/run_follower.h"
@@ -198,6 +199,42 @@ private slots:
         QVERIFY2(compare_history(w.page.history(), store, id).isEmpty(),
                  qPrintable(compare_history(w.page.history(), store, id)));
         QCOMPARE(w.page.history().steps().size(), size_t(11));
+    }
+
+    // The run followed is deleted and its id given to a new run (a deleted newest run's id is
+    // handed out again): the new run is read from its start, as a restart, not appended to the
+    // old one's curve after its last step.
+    void anotherRunUnderTheFollowedIdIsReadFromItsStart()
+    {
+        const QString db = path("reused-id.sqlite");
+        RunStore store(db.toStdString());
+        const ProjectConfig config = two_layer_config();
+        const int64_t id = store.create_run("old", "p.json", to_json_text(config));
+        {
+            StoreSink sink(store, id);
+            for (int64_t s = 1; s <= 8; ++s) sink.on_step(step_at(s));
+        }
+        store.finish_run(id, RunStatus::Finished);
+        store.flush();
+        Watched w;
+        QSignalSpy restarted(&w.follower, &RunFollower::restarted);
+        QVERIFY(w.follower.follow(db, id));
+        w.follower.poll();
+        QCOMPARE(w.follower.stepsEmitted(), 8);
+
+        store.delete_run(id);
+        QCOMPARE(store.create_run("new", "p.json", to_json_text(config)), id);
+        {
+            StoreSink sink(store, id);
+            for (int64_t s = 1; s <= 5; ++s) sink.on_step(step_at(s));
+        }
+        store.flush();
+        w.follower.poll(); // the restart
+        w.follower.poll(); // and the new run's rows
+        QCOMPARE(restarted.count(), 1);
+        QCOMPARE(w.follower.run().name, QStringLiteral("new"));
+        QCOMPARE(w.follower.stepsEmitted(), 5);
+        QCOMPARE(w.page.history().steps().size(), size_t(5));
     }
 
     // A finished run longer than one page is read to its end, once, in pages.

@@ -154,6 +154,8 @@ void RunFollower::stop()
     offeredRows_ = 0;
 }
 
+std::string followed_identity(const RunInfo& info) { return info.uuid.empty() ? info.created_at : info.uuid; }
+
 void RunFollower::openRun(const RunInfo& info)
 {
     marks_ = {};
@@ -164,6 +166,7 @@ void RunFollower::openRun(const RunInfo& info)
     live_ = true; // until it has been read to its end
     run_ = {};
     run_.id = info.id;
+    run_.identity = followed_identity(info);
     run_.name = QString::fromStdString(info.name);
     run_.status = info.status;
     try {
@@ -225,7 +228,10 @@ bool RunFollower::poll()
         // An ended run the store does not hold whole yet is read as a running one.
         runEnded = info && info->status != RunStatus::Running && (!complete_ || complete_(runId_));
         if (info) run_.status = info->status;
-        if (info) readEvents(*store, batch, restart);
+        // Another run under this id (the one followed was deleted, and its id given again):
+        // read from its start, as a restart, not as more steps of the old one.
+        if (info && followed_identity(*info) != run_.identity) restart = true;
+        if (info && !restart) readEvents(*store, batch, restart);
         while (info && !restart) {
             bool moreScalars = false, moreFrames = false;
             if (!takeOffered(batch, moreScalars)) readScalars(*store, runEnded, batch, moreScalars);

@@ -43,10 +43,15 @@ class QTimer;
 namespace mantissa {
 
 struct RunInfo;
+// The identity FollowedRun keeps of a run.
+std::string followed_identity(const RunInfo& info);
 
 // What a consumer needs to show the run before its first batch (MonitorPage::reset).
 struct FollowedRun {
     int64_t id = 0;
+    // Which run under that id: its uuid (its creation time in a store from before uuids). A
+    // deleted run's id is given again, and the new run is another one to follow.
+    std::string identity;
     QString name;
     RunStatus status = RunStatus::Running;
     int64_t tokensPerStep = 0;         // 0 when the stored config cannot be read

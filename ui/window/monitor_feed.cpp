@@ -84,19 +84,27 @@ void MonitorFeed::followNewest()
     RunStore* store = store_->store();
     if (!store) return;
     int64_t newest = -1, newestRunning = -1;
+    std::string newestIdentity, newestRunningIdentity;
     try {
         for (const auto& run : store->list_runs()) {
             newest = run.id;
-            if (run.status == RunStatus::Running) newestRunning = run.id;
+            newestIdentity = followed_identity(run);
+            if (run.status == RunStatus::Running) {
+                newestRunning = run.id;
+                newestRunningIdentity = newestIdentity;
+            }
         }
     } catch (const std::exception&) {
         return; // the replica is being rewritten: the next change looks again
     }
     const int64_t target = newestRunning > 0 ? newestRunning : newest;
     if (target <= 0) return;
-    // Keep following a run that is still live; move on when a newer one starts.
+    const std::string& targetIdentity = newestRunning > 0 ? newestRunningIdentity : newestIdentity;
+    // Keep following a run that is still live; move on when a newer one starts, also under the
+    // id of the one followed (deleted on the server, its id given again).
+    const bool sameRun = follower_->runId() == target && follower_->run().identity == targetIdentity;
     if (follower_->isFollowing() && follower_->storePath() == store_->path() &&
-        (follower_->runId() == target || (follower_->isLive() && newestRunning < 0)))
+        (sameRun || (follower_->isLive() && newestRunning < 0)))
         return;
     follow(target, nullptr);
 }
