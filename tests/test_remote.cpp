@@ -1462,6 +1462,47 @@ private slots:
         QVERIFY2(state.contains("does not answer as a Mantissa run store server"), qPrintable(state));
     }
 
+    // Refused for good (a 401: the server restarted with another token) while a remote run was
+    // live: the replica's run reads interrupted, not "running" forever, and the lag is not 0.
+    void aRefusedMirrorLeavesNoRunLookingLive()
+    {
+        std::string runs = std::string(fake_runs_json()).replace(fake_runs_json().find("\"finished\""), 10, "\"running\"");
+        const std::string offer = R"("row_encodings": ["json", "columnar"], )";
+        runs.erase(runs.find(offer), offer.size());
+        std::atomic<int> answered{0};
+        httplib::Server fake;
+        const auto refuse = [](httplib::Response& res) {
+            res.status = 401;
+            res.set_content(R"({"error": "a wrong token"})", "application/json");
+        };
+        fake.Get("/v1/runs", [&](const httplib::Request&, httplib::Response& res) {
+            if (++answered > 2) return refuse(res);
+            res.set_content(runs, "application/json");
+        });
+        fake.Get("/v1/runs/1/rows", [&](const httplib::Request&, httplib::Response& res) {
+            if (++answered > 2) return refuse(res);
+            res.set_content(R"({"run": 1, "status": "running", "scalars": [[1, "lr", 0.1]], "events": [],
+                "next_from_step": 1, "next_after_event": 0, "more": false, "counts": {"scalars": 1, "events": 0}})",
+                            "application/json");
+        });
+        const int port = fake.bind_to_any_port("127.0.0.1");
+        std::thread serving([&] { fake.listen_after_bind(); });
+        const QString replica = path("refused-replica.sqlite");
+        {
+            RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(port)), QString::fromStdString(kToken), replica);
+            mirror.start();
+            QVERIFY(QTest::qWaitFor([&] { return mirror.state() == RemoteMirror::State::Refused; }, 30000));
+            QVERIFY2(mirror.stateText().contains("a wrong token"), qPrintable(mirror.stateText()));
+            QVERIFY(mirror.lagSeconds() != 0.0);
+            RunStore store(replica.toStdString(), OpenMode::ReadOnly);
+            const auto run = store.find_run("1");
+            QVERIFY(run);
+            QVERIFY(run->status == RunStatus::Interrupted);
+        }
+        fake.stop();
+        serving.join();
+    }
+
     // With --allow-control a stop ends the run early and the store says who asked.
     void controlStopsTheRun()
     {

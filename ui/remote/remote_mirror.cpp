@@ -123,6 +123,15 @@ void RemoteMirror::stop()
     if (state_ != State::Stopped) setState(State::Stopped, tr("disconnected"));
 }
 
+void RemoteMirror::halt(const QString& why)
+{
+    // No retry follows: the replica's remote runs must not go on reading "running", and the
+    // lag "0.0 s", forever. Released as stop() releases them, they read as interrupted.
+    stop();
+    caughtUp_ = false;
+    setState(State::Refused, why);
+}
+
 QString RemoteMirror::stateText() const { return stateText_; }
 
 double RemoteMirror::lagSeconds() const
@@ -208,7 +217,7 @@ bool RemoteMirror::take(QNetworkReply* reply, QByteArray& body)
     }
     const QString message = QJsonDocument::fromJson(body).object().value("error").toString();
     if (status == 401 || status == 403) {
-        setState(State::Refused, tr("refused by %1: %2").arg(server_.authority(), message));
+        halt(tr("refused by %1: %2").arg(server_.authority(), message));
         return false;
     }
     if (status == 429) { // still connected: the server asks for a pause, not a reconnect
@@ -360,7 +369,7 @@ void RemoteMirror::onRuns(QNetworkReply* reply)
             changed = true;
         }
     } catch (const StoreError& e) {
-        setState(State::Refused, tr("the replica %1 cannot be written: %2").arg(replicaPath_, e.what()));
+        halt(tr("the replica %1 cannot be written: %2").arg(replicaPath_, e.what()));
         return;
     }
     if (changed) emit runsChanged();
@@ -523,8 +532,10 @@ void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
                           --it->second.writesPending;
                       if (!error.empty()) {
                           dropInFlight();
-                          setState(State::Refused, tr("the replica %1 cannot be written: %2")
-                                                       .arg(replicaPath_, QString::fromStdString(error)));
+                          // Not from inside the writer's own callback: halt() stops the writer.
+                          const QString why = tr("the replica %1 cannot be written: %2")
+                                                  .arg(replicaPath_, QString::fromStdString(error));
+                          QTimer::singleShot(0, this, [this, why] { halt(why); });
                           return;
                       }
                       if (hasRows) emit rowsArrived(runId);
@@ -583,7 +594,7 @@ void RemoteMirror::checkCounts(qint64 runId, const QJsonObject& counts)
                                            .arg(integer(counts.value("events"))));
         }
     } catch (const StoreError& e) {
-        setState(State::Refused, tr("the replica %1 cannot be written: %2").arg(replicaPath_, e.what()));
+        halt(tr("the replica %1 cannot be written: %2").arg(replicaPath_, e.what()));
     }
 }
 

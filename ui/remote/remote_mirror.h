@@ -130,6 +130,7 @@ private:
     // Reads a finished reply: its body, or "" after handling the failure (false).
     bool take(QNetworkReply* reply, QByteArray& body);
     void setState(State state, const QString& text);
+    void halt(const QString& why); // Refused: stopped for good, the replica's claims released
     void retryLater(const QString& why);
     QNetworkReply* get(const QString& pathAndQuery, int waitMs);
     void countBytes(qint64 bytes);
