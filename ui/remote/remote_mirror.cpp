@@ -545,6 +545,7 @@ void RemoteMirror::onRows(QNetworkReply* reply, qint64 runId)
                           return;
                       }
                       if (ended && counts.isObject()) checkCounts(runId, counts.toObject());
+                      if (generation != generation_ || !replica_) return; // the check halted it
                       if (!inFlight_) requestNextRows();
                   });
     if (more) {
