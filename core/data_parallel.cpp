@@ -312,14 +312,24 @@ void DataParallel::close()
     }
 }
 
-void DataParallel::post(const std::string& key, const std::string& value)
+namespace {
+
+// c10's own error types are no CollectiveError, which the CLI's handlers take.
+void post_to(c10d::Store& store, int rank, const std::string& key, const std::string& value)
 {
     try {
-        impl_->backend->store->set(key, to_bytes(value));
-    } catch (const std::exception& e) { // c10's own error types are no CollectiveError
-        throw CollectiveError("data-parallel: rank " + std::to_string(rank()) + " cannot post '" + key +
+        store.set(key, to_bytes(value));
+    } catch (const std::exception& e) {
+        throw CollectiveError("data-parallel: rank " + std::to_string(rank) + " cannot post '" + key +
                               "' to the rendezvous store: " + first_line(e));
     }
+}
+
+} // namespace
+
+void DataParallel::post(const std::string& key, const std::string& value)
+{
+    post_to(*impl_->backend->store, rank(), key, value);
 }
 
 std::string DataParallel::wait_for(const std::string& key)
@@ -353,12 +363,7 @@ int DataParallel::restart_count() const { return impl_->env.restart_count; }
 
 void DataParallel::post_job(const std::string& key, const std::string& value)
 {
-    try {
-        impl_->backend->job_store->set(key, to_bytes(value));
-    } catch (const std::exception& e) {
-        throw CollectiveError("data-parallel: rank " + std::to_string(rank()) + " cannot post '" + key +
-                              "' to the rendezvous store: " + first_line(e));
-    }
+    post_to(*impl_->backend->job_store, rank(), key, value);
 }
 
 std::optional<std::string> DataParallel::peek_job(const std::string& key)

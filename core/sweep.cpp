@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "sweep.h"
+#include "folder_name.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <filesystem>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -77,13 +78,10 @@ SweepSpec parse_vary(const std::string& text)
 
 namespace {
 
-// "3-precision.preset=bf16": the point's place and value, in characters any file system takes.
+// "3-precision.preset=bf16": the point's place and value.
 std::string point_folder_name(size_t index, const std::string& key, const std::string& value)
 {
-    std::string name = std::to_string(index + 1) + "-" + key + "=" + value;
-    for (char& c : name)
-        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '=' && c != '-' && c != '_') c = '_';
-    return name.size() > 96 ? name.substr(0, 96) : name;
+    return folder_name(std::to_string(index + 1) + "-" + key + "=" + value);
 }
 
 // An explicit training.checkpoint_dir holds one run's checkpoints: the points of a sweep that
@@ -92,17 +90,12 @@ std::string point_folder_name(size_t index, const std::string& key, const std::s
 // could be resumed or exported. After the duplicate check: the folders differ, the settings not.
 void give_each_its_own_checkpoint_folder(std::vector<SweepRunPlan>& plans, const std::string& key)
 {
+    std::map<std::string, int> points_in; // folder -> points that name it
+    for (const auto& p : plans) ++points_in[p.config.training.checkpoint_dir];
     for (size_t i = 0; i < plans.size(); ++i) {
-        const std::string& dir = plans[i].config.training.checkpoint_dir;
-        if (dir.empty()) continue; // beside the store, per run id already
-        const auto shares = [&](const SweepRunPlan& other) { return other.config.training.checkpoint_dir == dir; };
-        if (std::count_if(plans.begin(), plans.end(), shares) < 2) continue;
-        for (size_t k = i; k < plans.size(); ++k)
-            if (shares(plans[k]) && k != i)
-                plans[k].config.training.checkpoint_dir =
-                    (std::filesystem::path(dir) / point_folder_name(k, key, plans[k].value)).string();
-        plans[i].config.training.checkpoint_dir =
-            (std::filesystem::path(dir) / point_folder_name(i, key, plans[i].value)).string();
+        std::string& dir = plans[i].config.training.checkpoint_dir;
+        if (dir.empty() || points_in[dir] < 2) continue; // beside the store (per run id), or its own
+        dir = (std::filesystem::path(dir) / point_folder_name(i, key, plans[i].value)).string();
     }
 }
 

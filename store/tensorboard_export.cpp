@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "tensorboard_export.h"
+#include "folder_name.h"
 
 #include <array>
 #include <chrono>
@@ -13,7 +14,6 @@
 #include <iterator>
 #include <ctime>
 #include <cstdio>
-#include <cctype>
 
 namespace mantissa {
 namespace {
@@ -175,14 +175,10 @@ std::optional<double> utc_seconds(const std::string& text)
     return static_cast<double>(timegm(&tm)) + seconds;
 }
 
-// "run4-tiny_precision.preset_bf16_": a run's folder, named so that TensorBoard's run list
-// reads, in characters any file system takes.
+// "run4-tiny__precision.preset=bf16_": a run's folder, named so that TensorBoard's run list reads.
 std::string run_folder_name(int64_t run_id, const std::string& name)
 {
-    std::string folder = "run" + std::to_string(run_id) + (name.empty() ? "" : "-") + name;
-    for (char& c : folder)
-        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '=' && c != '-' && c != '_') c = '_';
-    return folder.size() > 96 ? folder.substr(0, 96) : folder;
+    return folder_name("run" + std::to_string(run_id) + (name.empty() ? "" : "-") + name);
 }
 
 } // namespace
