@@ -717,6 +717,63 @@ private slots:
         QCOMPARE(again.token(), QString::fromStdString(kToken));
     }
 
+    // Plain http off this machine is allowed but named: the token crosses the network readable.
+    void connectDialogWarnsOfPlainHttpOffThisMachine_data()
+    {
+        QTest::addColumn<QString>("url");
+        QTest::addColumn<bool>("warns");
+        QTest::newRow("loopback v4") << "http://127.0.0.1:7878" << false;
+        QTest::newRow("loopback v4 net") << "http://127.3.4.5:7878" << false;
+        QTest::newRow("loopback v6") << "http://[::1]:7878" << false;
+        QTest::newRow("localhost") << "http://LocalHost:7878" << false;
+        QTest::newRow("https remote") << "https://gpu-box.lab:7878" << false;
+        QTest::newRow("http remote name") << "http://gpu-box.lab:7878" << true;
+        QTest::newRow("http remote v4") << "http://10.0.0.5:7878" << true;
+        QTest::newRow("http localhost lookalike") << "http://localhost.evil.example:7878" << true;
+    }
+    void connectDialogWarnsOfPlainHttpOffThisMachine()
+    {
+        QFETCH(QString, url);
+        QFETCH(bool, warns);
+        QSettings settings(path("warn.ini"), QSettings::IniFormat);
+        ConnectDialog dialog(settings);
+        auto* ok = dialog.findChild<QDialogButtonBox*>()->button(QDialogButtonBox::Ok);
+        dialog.urlEdit()->setText(url);
+        dialog.tokenEdit()->setText(QString::fromStdString(kToken));
+        QVERIFY(ok->isEnabled()); // a warning, not a refusal
+        QCOMPARE(!dialog.warning().isEmpty(), warns);
+        QCOMPARE(ok->text(), warns ? QString("Connect Unencrypted") : QString("Connect"));
+        auto* label = dialog.findChild<QLabel*>("remoteWarning");
+        QVERIFY(label);
+        QCOMPARE(label->isVisibleTo(&dialog), warns);
+        if (warns) QVERIFY2(dialog.warning().contains(QUrl(url).host()), qPrintable(dialog.warning()));
+        dialog.tokenEdit()->setText("short"); // an error hides the warning: one reason at a time
+        QVERIFY(dialog.warning().isEmpty());
+    }
+
+    // The settings file keeps tokens that steer runs: only its owner reads it.
+    void connectDialogKeepsTokensFromOtherUsers()
+    {
+        const QString file = path("private.ini");
+        {
+            QSettings seed(file, QSettings::IniFormat);
+            seed.setValue("window/geometry", 1);
+        }
+        QFile::setPermissions(file, QFile::ReadOwner | QFile::WriteOwner | QFile::ReadGroup | QFile::ReadOther);
+        QSettings settings(file, QSettings::IniFormat);
+        ConnectDialog dialog(settings);
+        dialog.urlEdit()->setText("http://127.0.0.1:9003");
+        dialog.tokenEdit()->setText(QString::fromStdString(kToken));
+        dialog.remember();
+        QCOMPARE(QFile::permissions(file) & (QFile::ReadGroup | QFile::ReadOther | QFile::WriteGroup | QFile::WriteOther),
+                 QFile::Permissions{});
+        settings.setValue("window/geometry", 2); // a later write keeps the mode
+        settings.sync();
+        QCOMPARE(QFile::permissions(file) & (QFile::ReadGroup | QFile::ReadOther), QFile::Permissions{});
+        QCOMPARE(QSettings(file, QSettings::IniFormat).value(ConnectDialog::settingsKey(QUrl("http://127.0.0.1:9003"))).toString(),
+                 QString::fromStdString(kToken));
+    }
+
     // What the command line refuses before it listens: each with its message and exit code.
     void cliRefusals()
     {
@@ -1498,6 +1555,47 @@ private slots:
             const auto run = store.find_run("1");
             QVERIFY(run);
             QVERIFY(run->status == RunStatus::Interrupted);
+        }
+        fake.stop();
+        serving.join();
+    }
+
+    // Two windows on one server: each keeps a replica of its own (one replica written by two
+    // mirrors would have both claim its live runs, and the second would be refused); the first
+    // replica is taken again once its window disconnects.
+    void twoWindowsOnOneServerKeepAReplicaEach()
+    {
+        const std::string runs = std::string(fake_runs_json()).replace(fake_runs_json().find("\"finished\""), 10, "\"running\"");
+        httplib::Server fake;
+        fake.Get("/v1/runs", [&](const httplib::Request&, httplib::Response& res) { res.set_content(runs, "application/json"); });
+        fake.Get("/v1/runs/1/rows", [&](const httplib::Request&, httplib::Response& res) {
+            res.set_content(R"({"run": 1, "status": "running", "scalars": [[1, "lr", 0.1]], "events": [],
+                "next_from_step": 1, "next_after_event": 0, "more": false, "counts": {"scalars": 1, "events": 0}})",
+                            "application/json");
+        });
+        const int port = fake.bind_to_any_port("127.0.0.1");
+        std::thread serving([&] { fake.listen_after_bind(); });
+        const QUrl url(QString("http://127.0.0.1:%1").arg(port));
+        const QString dir = path("two-windows");
+        {
+            StoreConnection localA(path("a.sqlite")), localB(path("b.sqlite")), localC(path("c.sqlite"));
+            RemoteConnector a(&localA, dir), b(&localB, dir), c(&localC, dir);
+            QString error;
+            QVERIFY2(a.connectTo(url, QString::fromStdString(kToken), &error), qPrintable(error));
+            QVERIFY2(b.connectTo(url, QString::fromStdString(kToken), &error), qPrintable(error));
+            QCOMPARE(a.mirror()->replicaPath(), QDir(dir).filePath(QString("127.0.0.1_%1.sqlite").arg(port)));
+            QCOMPARE(b.mirror()->replicaPath(), QDir(dir).filePath(QString("127.0.0.1_%1-2.sqlite").arg(port)));
+            for (RemoteConnector* window : {&a, &b}) {
+                RemoteMirror* m = window->mirror();
+                QVERIFY(QTest::qWaitFor([&] { return window->runningRun() == 1; }, 30000));
+                QVERIFY2(m->state() == RemoteMirror::State::Connected, qPrintable(m->stateText()));
+            }
+            a.disconnectFromServer();
+            QVERIFY2(c.connectTo(url, QString::fromStdString(kToken), &error), qPrintable(error));
+            QCOMPARE(c.mirror()->replicaPath(), QDir(dir).filePath(QString("127.0.0.1_%1.sqlite").arg(port)));
+            QVERIFY(QTest::qWaitFor([&] { return c.runningRun() == 1; }, 30000));
+            QVERIFY2(c.mirror()->state() == RemoteMirror::State::Connected, qPrintable(c.mirror()->stateText()));
+            QVERIFY2(b.mirror()->state() == RemoteMirror::State::Connected, qPrintable(b.mirror()->stateText()));
         }
         fake.stop();
         serving.join();

@@ -2,6 +2,8 @@
 #include "remote/connect_dialog.h"
 
 #include <QDialogButtonBox>
+#include <QFile>
+#include <QHostAddress>
 #include <QFormLayout>
 #include <QLabel>
 #include <QLineEdit>
@@ -14,7 +16,14 @@ namespace mantissa {
 
 namespace {
 const char* kLastUrlKey = "remote/last_url";
+
+bool is_this_machine(const QString& host)
+{
+    if (host.compare(QLatin1String("localhost"), Qt::CaseInsensitive) == 0) return true;
+    const QHostAddress address(host);
+    return !address.isNull() && address.isLoopback();
 }
+} // namespace
 
 ConnectDialog::ConnectDialog(QSettings& settings, QWidget* parent) : QDialog(parent), settings_(settings)
 {
@@ -28,6 +37,10 @@ ConnectDialog::ConnectDialog(QSettings& settings, QWidget* parent) : QDialog(par
     tokenEdit_->setToolTip(tr("The 32 hex digits the server printed (also in STORE.token on the server)"));
     errorLabel_ = new QLabel(this);
     errorLabel_->setWordWrap(true);
+    warningLabel_ = new QLabel(this);
+    warningLabel_->setObjectName(QStringLiteral("remoteWarning"));
+    warningLabel_->setWordWrap(true);
+    warningLabel_->setStyleSheet(QStringLiteral("color: #b35900;"));
     buttons_ = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
     buttons_->button(QDialogButtonBox::Ok)->setText(tr("Connect"));
     connect(buttons_, &QDialogButtonBox::accepted, this, &QDialog::accept);
@@ -38,6 +51,7 @@ ConnectDialog::ConnectDialog(QSettings& settings, QWidget* parent) : QDialog(par
     form->addRow(tr("Token:"), tokenEdit_);
     auto* layout = new QVBoxLayout(this);
     layout->addLayout(form);
+    layout->addWidget(warningLabel_);
     layout->addWidget(errorLabel_);
     layout->addWidget(buttons_);
 
@@ -59,6 +73,11 @@ void ConnectDialog::remember()
 {
     settings_.setValue(kLastUrlKey, url().toString());
     settings_.setValue(settingsKey(url()), token());
+    // The file now holds a token that steers runs: not for other users of this machine. Later
+    // writes keep the mode (QSettings replaces the file with one of the same permissions).
+    settings_.sync();
+    const QString file = settings_.fileName();
+    if (QFile::exists(file)) QFile::setPermissions(file, QFile::ReadOwner | QFile::WriteOwner);
 }
 
 void ConnectDialog::urlEdited()
@@ -80,8 +99,18 @@ void ConnectDialog::validate()
         error_ = tr("The token is the 32 hex digits the server printed when it started.");
     else
         error_.clear();
+    warning_.clear();
+    if (error_.isEmpty() && u.scheme() == "http" && !is_this_machine(u.host()))
+        warning_ = tr("Unencrypted: the token and the runs cross the network in plain http, readable on the way "
+                      "to %1. Serve with --tls-cert and connect with https, or tunnel with ssh -L and connect "
+                      "to http://127.0.0.1:PORT.")
+                       .arg(u.host());
     errorLabel_->setText(error_);
-    buttons_->button(QDialogButtonBox::Ok)->setEnabled(error_.isEmpty());
+    warningLabel_->setText(warning_);
+    warningLabel_->setVisible(!warning_.isEmpty());
+    auto* ok = buttons_->button(QDialogButtonBox::Ok);
+    ok->setEnabled(error_.isEmpty());
+    ok->setText(warning_.isEmpty() ? tr("Connect") : tr("Connect Unencrypted"));
 }
 
 } // namespace mantissa

@@ -3,6 +3,10 @@
 // File ▸ Connect…: the address of a remote run store (mantissa-train serve / run --serve) and
 // its token. The token is remembered per host:port in the settings, and filled in again when
 // that address is typed. OK stays disabled until both are well-formed; the reason shows.
+// Plain http to a host other than this machine is allowed (a trusted lab network) but named
+// for what it is: the token and every run cross the network readable by anyone on the path,
+// so a warning shows and the button reads "Connect Unencrypted". The settings file that keeps
+// the tokens is made readable by its owner only.
 
 #include <QDialog>
 #include <QUrl>
@@ -23,6 +27,7 @@ public:
     QUrl url() const;
     QString token() const;
     QString error() const { return error_; } // empty when OK is enabled
+    QString warning() const { return warning_; } // non-empty for plain http off this machine
     // Remembers the token for the URL's host:port and the URL as the last one used.
     void remember();
 
@@ -37,9 +42,11 @@ private:
 
     QSettings& settings_;
     QString error_;
+    QString warning_;
     QLineEdit* urlEdit_ = nullptr;
     QLineEdit* tokenEdit_ = nullptr;
     QLabel* errorLabel_ = nullptr;
+    QLabel* warningLabel_ = nullptr;
     QDialogButtonBox* buttons_ = nullptr;
 };
 

@@ -27,12 +27,13 @@ RemoteConnector::RemoteConnector(StoreConnection* store, const QString& replicaD
 // in order), so it is not pointed anywhere now.
 RemoteConnector::~RemoteConnector() = default;
 
-QString RemoteConnector::replicaPathFor(const QUrl& server) const
+QString RemoteConnector::replicaPathFor(const QUrl& server, int copy) const
 {
     const int port = server.port(server.scheme() == "https" ? 443 : 80);
     QString host = server.host();
     host.replace(QRegularExpression(QStringLiteral("[^A-Za-z0-9.-]")), QStringLiteral("_"));
-    return QDir(replicaDir_).filePath(QStringLiteral("%1_%2.sqlite").arg(host).arg(port));
+    const QString suffix = copy > 1 ? QStringLiteral("-%1").arg(copy) : QString();
+    return QDir(replicaDir_).filePath(QStringLiteral("%1_%2%3.sqlite").arg(host).arg(port).arg(suffix));
 }
 
 qint64 RemoteConnector::runningRun() const
@@ -55,13 +56,25 @@ bool RemoteConnector::connectTo(const QUrl& server, const QString& token, QStrin
 {
     disconnectFromServer();
     QDir().mkpath(replicaDir_);
-    auto* mirror = new RemoteMirror(server, token, replicaPathFor(server), this);
-    try {
-        mirror->start();
-    } catch (const std::exception& e) {
-        if (error) *error = tr("Cannot keep a replica of %1: %2").arg(server.authority(), QString::fromUtf8(e.what()));
-        delete mirror;
-        return false;
+    RemoteMirror* mirror = nullptr;
+    for (int copy = 1; !mirror; ++copy) {
+        mirror = new RemoteMirror(server, token, replicaPathFor(server, copy), this);
+        try {
+            mirror->start();
+        } catch (const ReplicaInUse& e) {
+            delete mirror;
+            mirror = nullptr;
+            if (copy < kMaxReplicasPerServer) continue;
+            if (error)
+                *error = tr("Cannot keep a replica of %1: %2 windows are connected to it already")
+                             .arg(server.authority())
+                             .arg(kMaxReplicasPerServer);
+            return false;
+        } catch (const std::exception& e) {
+            if (error) *error = tr("Cannot keep a replica of %1: %2").arg(server.authority(), QString::fromUtf8(e.what()));
+            delete mirror;
+            return false;
+        }
     }
     mirror_ = mirror;
     // A new connection each time the runs change: it sees the mirror's locks on live runs.

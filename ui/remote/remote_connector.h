@@ -32,8 +32,11 @@ public:
     void setReplicaDir(const QString& dir) { replicaDir_ = dir; } // for the next connection
     // The run a steering command goes to: the newest remote run that is running; -1 if none.
     qint64 runningRun() const;
-    // One replica per server: "<dir>/HOST_PORT.sqlite".
-    QString replicaPathFor(const QUrl& server) const;
+    // One replica per server: "<dir>/HOST_PORT.sqlite". A second window on the same server
+    // keeps a replica of its own, "<dir>/HOST_PORT-2.sqlite", and so on (`copy` 2, 3, ...):
+    // connectTo() takes the first that no other mirror keeps.
+    QString replicaPathFor(const QUrl& server, int copy = 1) const;
+    static constexpr int kMaxReplicasPerServer = 16;
 
 signals:
     void mirrorChanged(mantissa::RemoteMirror* mirror); // nullptr: disconnected

@@ -12,9 +12,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <set>
 
 #include "run_event.h"
+#include "run_lock_file.h"
 #include "run_store.h"
 #include "scalar_columns.h"
 
@@ -85,9 +87,26 @@ RemoteMirror::~RemoteMirror()
     stop();
 }
 
+namespace {
+std::string mirror_lock_path(const QString& replica) { return replica.toStdString() + ".mirror-lock"; }
+} // namespace
+
 void RemoteMirror::start()
 {
-    replica_ = std::make_unique<RunStore>(replicaPath_.toStdString(), OpenMode::Create);
+    const std::string lockPath = mirror_lock_path(replicaPath_);
+    const RunLockFile lock = lock_run_file(lockPath, RunLockKind::Exclusive, /*create=*/true);
+    if (lock.state == RunLockFile::State::Held)
+        throw ReplicaInUse(replicaPath_.toStdString() + " is kept by another window or process");
+    if (lock.state != RunLockFile::State::Locked)
+        throw StoreError("cannot create " + lockPath + ": " + std::strerror(lock.error));
+    replicaLockFd_ = lock.fd;
+    try {
+        replica_ = std::make_unique<RunStore>(replicaPath_.toStdString(), OpenMode::Create);
+    } catch (...) {
+        release_run_file(lockPath, replicaLockFd_);
+        replicaLockFd_ = -1;
+        throw;
+    }
     // The replica's own marks: what it holds already need not come again.
     for (const auto& run : replica_->list_runs()) {
         const RunRowCounts c = replica_->row_counts(run.id);
@@ -120,6 +139,8 @@ void RemoteMirror::stop()
     ++generation_;  // and what their writes would still report, ignored
     nextPageHeld_ = false;
     replica_.reset(); // releases the claims of remote running runs: they read as interrupted
+    if (replicaLockFd_ >= 0) release_run_file(mirror_lock_path(replicaPath_), replicaLockFd_);
+    replicaLockFd_ = -1;
     if (state_ != State::Stopped) setState(State::Stopped, tr("disconnected"));
 }
 

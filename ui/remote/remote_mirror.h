@@ -34,6 +34,13 @@ namespace mantissa {
 
 class RunStore;
 
+// The replica is another mirror's (another window of this process, or another process): two
+// mirrors writing one replica would fight over its live runs' locks.
+class ReplicaInUse : public StoreError {
+public:
+    using StoreError::StoreError;
+};
+
 class RemoteMirror : public QObject {
     Q_OBJECT
 
@@ -50,7 +57,9 @@ public:
     RemoteMirror(const QUrl& server, const QString& token, const QString& replicaPath, QObject* parent = nullptr);
     ~RemoteMirror() override;
 
-    void start(); // throws StoreError when the replica cannot be opened
+    // Throws ReplicaInUse when another mirror keeps this replica, StoreError when it cannot be
+    // opened. The replica is this mirror's until stop().
+    void start();
     void stop();
 
     State state() const { return state_; }
@@ -143,6 +152,7 @@ private:
     QString token_;
     QString replicaPath_;
     std::unique_ptr<RunStore> replica_;
+    int replicaLockFd_ = -1; // flock on "<replica>.mirror-lock" while replica_ is open
     QNetworkAccessManager* net_ = nullptr;
     QTimer* retry_ = nullptr;
     std::map<qint64, Cursor> cursors_;
