@@ -720,6 +720,48 @@ private slots:
         QCOMPARE(test::snapshot(dir.path()), before);
     }
 
+    // A mirror's change of the run list reopens the replica: without PRAGMA quick_check, which
+    // reads the whole file on the GUI thread. A close (after an error) or a switch checks again.
+    // Seen through a store damaged after the first open: only a checking open refuses it.
+    void reopeningAfterAMirrorsChangeSkipsTheWholeFileCheck()
+    {
+        QTemporaryDir dir;
+        const QString path = dir.filePath(QStringLiteral("replica.sqlite"));
+        {
+            craft_store(path);
+            RunStore store(path.toStdString(), OpenMode::ReadWrite);
+            for (int64_t step = 100; step <= 3000; ++step) store.append_scalar(1, step, "train/loss", 1.0 / double(step));
+        }
+        StoreConnection connection(path);
+        QVERIFY(connection.store());
+        // One bit of a b-tree leaf's cell count in the middle of the file: quick_check sees it.
+        QFile f(path);
+        QVERIFY(f.open(QIODevice::ReadWrite));
+        QByteArray bytes = f.readAll();
+        const int pageSize = (static_cast<unsigned char>(bytes[16]) << 8) | static_cast<unsigned char>(bytes[17]);
+        const int pages = static_cast<int>(bytes.size() / pageSize);
+        int page = pages / 2;
+        const auto kind = [&](int p) { return static_cast<unsigned char>(bytes[qsizetype(p - 1) * pageSize]); };
+        while (page < pages && kind(page) != 0x0d && kind(page) != 0x0a) ++page;
+        QVERIFY(page < pages);
+        const qsizetype at = qsizetype(page - 1) * pageSize + 3;
+        bytes[at] = static_cast<char>(bytes[at] ^ 0x40);
+        QVERIFY(f.seek(0));
+        QCOMPARE(f.write(bytes), bytes.size());
+        f.close();
+        QSignalSpy changed(&connection, &StoreConnection::runsChanged);
+        connection.reopen();
+        QCOMPARE(changed.count(), 1);
+        QString error;
+        QVERIFY2(connection.store(&error), qPrintable(error));
+        connection.close();
+        QVERIFY(!connection.store(&error));
+        QVERIFY2(error.contains(QStringLiteral("is damaged")), qPrintable(error));
+        connection.switchTo(path, /*readOnly=*/true);
+        QVERIFY(!connection.store(&error));
+        QVERIFY2(error.contains(QStringLiteral("is damaged")), qPrintable(error));
+    }
+
     void emptyStoreFileIsReportedAndNotFilled()
     {
         QTemporaryDir dir;

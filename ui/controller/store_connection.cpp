@@ -27,11 +27,12 @@ RunStore* StoreConnection::store(QString* error)
         try {
             // Never Create: the Runs and Compare pages must not write a schema into a file.
             if (forceReadOnly_) throw StoreReadOnlyError("a remote store's replica is read-only here");
-            store_ = std::make_unique<RunStore>(path_.toStdString(), OpenMode::ReadWrite);
+            store_ = std::make_unique<RunStore>(path_.toStdString(), OpenMode::ReadWrite, !checked_);
         } catch (const StoreReadOnlyError&) {
             // An archive on a read-only share or file: shown in full; edits say it is read-only.
-            store_ = RunStore::open_read_only(path_.toStdString());
+            store_ = RunStore::open_read_only(path_.toStdString(), !checked_);
         }
+        checked_ = true;
     } catch (const std::exception& e) {
         if (error) *error = tr("Cannot open the run store: %1").arg(QString::fromStdString(e.what()));
         return nullptr;
@@ -39,13 +40,18 @@ RunStore* StoreConnection::store(QString* error)
     return store_.get();
 }
 
-void StoreConnection::close() { store_.reset(); }
+void StoreConnection::close()
+{
+    store_.reset();
+    checked_ = false;
+}
 
 void StoreConnection::switchTo(const QString& path, bool readOnly)
 {
     store_.reset();
     path_ = path;
     forceReadOnly_ = readOnly;
+    checked_ = false;
     emit runsChanged();
 }
 

@@ -36,6 +36,10 @@ public:
     // mirror overwrites it) or the local one again. Reopens and announces runsChanged().
     void switchTo(const QString& path, bool readOnly);
     // Reopens the same store: a new connection sees what a mirror changed in its runs' locks.
+    // It skips PRAGMA quick_check, which reads the whole file (a second on a gigabyte replica)
+    // on the GUI thread at every change of the run list: this file passed it when this
+    // connection first opened it, and only the mirror has written it since. close() and
+    // switchTo() check it again.
     void reopen();
 
 signals:
@@ -44,6 +48,7 @@ signals:
 private:
     QString path_;
     bool forceReadOnly_ = false;
+    bool checked_ = false; // the file at path_ passed quick_check in this connection
     std::unique_ptr<RunStore> store_;
 };
 
