@@ -49,6 +49,7 @@
 #include <string>
 #include <vector>
 
+#include "determinism.h"
 #include "edge_values.h" // tests/: the values test_telemetry holds the statistics to
 #include "exact_fp8_gemm.h" // tests/: operands test_native multiplies too
 #include "loss_scale_replay.h" // tests/: sequences test_numerics replays on the CPU
@@ -584,6 +585,7 @@ void syncs(const std::string& device)
 
 int main(int argc, char** argv)
 {
+    prepare_cublas_for_determinism(); // before any thread starts, as mantissa-train's main does
     std::string device = torch::cuda::is_available() ? "cuda" : "cpu";
     bool quick = false;
     for (int i = 1; i < argc; ++i) {

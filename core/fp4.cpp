@@ -59,10 +59,13 @@ torch::Tensor e2m1_encode(const torch::Tensor& on_grid)
 
 torch::Tensor e2m1_decode(const torch::Tensor& codes)
 {
-    static const float kValues[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
-                                      -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
-    const auto table = torch::from_blob(const_cast<float*>(kValues), {16}, torch::kFloat32).to(codes.device());
-    return table.index({codes.to(torch::kLong).bitwise_and(15)});
+    // From the code's bits on its own device (a table copied from the host would be a blocking
+    // copy on a GPU): exponent field e, mantissa bit m; e 0 is subnormal, m * 0.5.
+    const auto c = codes.to(torch::kInt32).bitwise_and(15);
+    const auto e = c.bitwise_right_shift(1).bitwise_and(3);
+    const auto m = c.bitwise_and(1).to(torch::kFloat32);
+    const auto magnitude = torch::where(e == 0, m * 0.5, pow2_from_bits(e - 1) * (m * 0.5 + 1.0));
+    return torch::where(c.bitwise_and(8) != 0, -magnitude, magnitude); // code 8 is -0
 }
 
 torch::Tensor e8m0_decode(const torch::Tensor& codes)

@@ -241,6 +241,9 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
     Impl& s = *impl_;
     const auto& cfg = s.config;
     torch::set_num_threads(s.threads);
+    // The mode is the process's: a Trainer built after this one (a sweep's next point, a
+    // window's next project) set it for itself. This run's setting holds from its first step.
+    set_deterministic_kernels(s.device.is_cuda() && cfg.training.deterministic);
     reset_peak_memory(s.cuda_device()); // this run's peak, not the process's
     s.dp_begin_run(); // data parallel: every rank takes rank 0's state
     s.model->train();

@@ -737,6 +737,12 @@ private slots:
         {
             Trainer trainer(config);
             QVERIFY(!at::globalContext().deterministicAlgorithms()); // the CPU's kernels already are
+            // Another Trainer built meanwhile set the process's mode for itself: a run takes its
+            // own setting again when it starts.
+            set_deterministic_kernels(true);
+            RunCapture capture;
+            trainer.run(capture);
+            QVERIFY(!at::globalContext().deterministicAlgorithms());
         }
         const QByteArray users_workspace = qgetenv("CUBLAS_WORKSPACE_CONFIG"); // kept when set
         set_deterministic_kernels(true);
