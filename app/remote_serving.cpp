@@ -55,6 +55,8 @@ void print_listening(const StoreServer& server, const ServerOptions& options, co
         ::isatty(STDOUT_FILENO) ? options.token + " (in " + token_file_hint + ")" : "in " + token_file_hint;
     std::printf("listening on %s\ntoken: %s\ncontrol: %s\n", server.url().c_str(), token.c_str(),
                 options.allow_control ? "allowed" : "refused (no --allow-control)");
+    // A self-signed certificate is trusted by this fingerprint (the desktop's Connect dialog).
+    if (!server.certificate_sha256().empty()) std::printf("certificate: SHA-256 %s\n", server.certificate_sha256().c_str());
     std::fflush(stdout);
 }
 

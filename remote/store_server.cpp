@@ -3,10 +3,17 @@
 
 #include <atomic>
 #include <charconv>
+#include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <thread>
 
 #include <httplib.h>
+#if defined(CPPHTTPLIB_OPENSSL_SUPPORT) && defined(MANTISSA_CERTIFICATE_FINGERPRINT)
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#endif
 
 #include "rate_limiter.h"
 #include "remote_token.h"
@@ -44,6 +51,7 @@ struct StoreServer::Impl {
     ApiContext context;
     std::thread thread;
     int port = 0;
+    std::string certificate_sha256;
 
     explicit Impl(ServerOptions o)
         : options(std::move(o)), limiter(options.requests_per_s, options.request_burst)
@@ -67,6 +75,31 @@ std::multimap<std::string, std::string> params_of(const httplib::Request& req)
 
 } // namespace
 
+namespace {
+#if defined(CPPHTTPLIB_OPENSSL_SUPPORT) && defined(MANTISSA_CERTIFICATE_FINGERPRINT)
+// The first certificate in a PEM file, hashed as its DER bytes: "" when it cannot be read.
+std::string pem_certificate_sha256(const std::string& path)
+{
+    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "r"), &std::fclose);
+    if (!f) return {};
+    std::unique_ptr<X509, void (*)(X509*)> cert(PEM_read_X509(f.get(), nullptr, nullptr, nullptr), &X509_free);
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    if (!cert || X509_digest(cert.get(), EVP_sha256(), md, &n) != 1) return {};
+    static const char* kHex = "0123456789ABCDEF";
+    std::string out;
+    for (unsigned int i = 0; i < n; ++i) {
+        if (i) out += ':';
+        out += kHex[md[i] >> 4];
+        out += kHex[md[i] & 15];
+    }
+    return out;
+}
+#else
+[[maybe_unused]] std::string pem_certificate_sha256(const std::string&) { return {}; } // no OpenSSL to read it with
+#endif
+} // namespace
+
 StoreServer::StoreServer(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options)))
 {
     Impl& d = *impl_;
@@ -85,6 +118,7 @@ StoreServer::StoreServer(ServerOptions options) : impl_(std::make_unique<Impl>(s
             throw RemoteError("cannot use the TLS certificate '" + d.options.tls_cert + "' with key '" +
                               d.options.tls_key + "' (not PEM, or the key does not match)");
         d.http = std::move(tls);
+        d.certificate_sha256 = pem_certificate_sha256(d.options.tls_cert);
 #else
         throw RemoteError("this build of cpp-httplib has no TLS support: serve on 127.0.0.1 and use ssh -L");
 #endif
@@ -167,6 +201,8 @@ void StoreServer::stop()
     if (d.http) d.http->stop();
     if (d.thread.joinable()) d.thread.join();
 }
+
+std::string StoreServer::certificate_sha256() const { return impl_->certificate_sha256; }
 
 int64_t StoreServer::requests_answered() const { return impl_->answered.load(); }
 

@@ -49,6 +49,10 @@ public:
 
     int port() const;
     std::string url() const; // http[s]://HOST:PORT
+    // With TLS, the SHA-256 of the certificate (DER) as "AB:CD:...", as `openssl x509
+    // -fingerprint -sha256` prints it: what a desktop pins for a self-signed certificate.
+    // "" without TLS.
+    std::string certificate_sha256() const;
     void stop();
     int64_t requests_answered() const;
 

@@ -12,6 +12,7 @@
 #include <QPushButton>
 #include <QDialogButtonBox>
 #include <QSettings>
+#include <QSslSocket>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QRandomGenerator>
@@ -621,6 +622,101 @@ private slots:
         plain.set_read_timeout(5);
         r = plain.Get("/v1/runs", auth());
         QVERIFY(!r || r->status == 400);
+    }
+
+    // A self-signed server (the usual lab set-up with --tls-cert): the system does not trust
+    // it, so the window pins it by the SHA-256 fingerprint the server prints. Without the pin
+    // the mirror stops (no retry meets another certificate) and names the fingerprint; with
+    // the right pin it mirrors; with another certificate's it stops.
+    void aSelfSignedServerIsTrustedByItsPinnedFingerprint()
+    {
+        if (!QSslSocket::supportsSsl()) QSKIP("this Qt has no TLS backend");
+        QProcess openssl;
+        openssl.start("openssl", {"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", path("pin-key.pem"), "-out",
+                                  path("pin-cert.pem"), "-days", "1", "-subj", "/CN=lab-server"});
+        if (!openssl.waitForFinished(60000) || openssl.exitCode() != 0) QSKIP("no openssl command to make a certificate");
+        openssl.start("openssl", {"x509", "-in", path("pin-cert.pem"), "-noout", "-fingerprint", "-sha256"});
+        QVERIFY(openssl.waitForFinished(60000) && openssl.exitCode() == 0);
+        const QString printed = QString::fromLatin1(openssl.readAllStandardOutput()).trimmed(); // "sha256 Fingerprint=AB:.."
+        const QString fingerprint = printed.mid(printed.indexOf('=') + 1).toUpper();
+        QCOMPARE(fingerprint.size(), 95); // 32 bytes, colon-separated
+        const std::string db = path("pin.sqlite").toStdString();
+        write_store(db);
+        ServerOptions o = in_process(db);
+        o.tls_cert = path("pin-cert.pem").toStdString();
+        o.tls_key = path("pin-key.pem").toStdString();
+        StoreServer server(o);
+        QCOMPARE(QString::fromStdString(server.certificate_sha256()), fingerprint);
+        const QUrl url(QString::fromStdString(server.url()));
+        {
+            RemoteMirror unpinned(url, QString::fromStdString(kToken), path("pin-none.sqlite"));
+            unpinned.start();
+            QVERIFY(QTest::qWaitFor([&] { return unpinned.state() == RemoteMirror::State::Refused; }, 30000));
+            QVERIFY2(unpinned.stateText().contains("not trusted") && unpinned.stateText().contains(fingerprint),
+                     qPrintable(unpinned.stateText()));
+        }
+        {
+            RemoteMirror pinned(url, QString::fromStdString(kToken), path("pin-right.sqlite"));
+            pinned.setPinnedCertificate(RemoteMirror::parseFingerprint(fingerprint.toLower().remove(':')));
+            pinned.start();
+            QVERIFY2(wait_complete(pinned, QString::fromStdString(db)),
+                     qPrintable(compare_stores(QString::fromStdString(db), pinned.replicaPath()) + pinned.stateText()));
+            QCOMPARE(pinned.state(), RemoteMirror::State::Connected);
+        }
+        {
+            RemoteMirror other(url, QString::fromStdString(kToken), path("pin-wrong.sqlite"));
+            other.setPinnedCertificate(QByteArray(32, '\x5a'));
+            other.start();
+            QVERIFY(QTest::qWaitFor([&] { return other.state() == RemoteMirror::State::Refused; }, 30000));
+            QVERIFY2(other.stateText().contains(fingerprint), qPrintable(other.stateText()));
+        }
+        // mantissa-train serve prints it as it starts.
+        QProcess serve;
+        serve.start(MANTISSA_TRAIN_EXE, {"serve", "--db", QString::fromStdString(db), "--listen", "0", "--tls-cert",
+                                         path("pin-cert.pem"), "--tls-key", path("pin-key.pem")});
+        QString out;
+        QVERIFY(QTest::qWaitFor([&] {
+            serve.waitForReadyRead(100);
+            out += QString::fromUtf8(serve.readAllStandardOutput());
+            return out.contains("certificate:") || serve.state() == QProcess::NotRunning;
+        }, 60000));
+        serve.kill();
+        serve.waitForFinished(10000);
+        QVERIFY2(out.contains("certificate: SHA-256 " + fingerprint + "\n"), qPrintable(out));
+    }
+
+    // The Connect dialog's certificate field: a fingerprint (any case, colons or none) for an
+    // https server, remembered for that server only.
+    void connectDialogTakesACertificateFingerprint()
+    {
+        QSettings settings(path("pin.ini"), QSettings::IniFormat);
+        const QString fingerprint = QString(64, 'a').replace(0, 2, "0F");
+        {
+            ConnectDialog dialog(settings);
+            auto* ok = dialog.findChild<QDialogButtonBox*>()->button(QDialogButtonBox::Ok);
+            dialog.urlEdit()->setText("https://lab:7878");
+            dialog.tokenEdit()->setText(QString::fromStdString(kToken));
+            QVERIFY(ok->isEnabled());
+            QVERIFY(dialog.certificateSha256().isEmpty());
+            dialog.certificateEdit()->setText("0f:aa");
+            QVERIFY(!ok->isEnabled());
+            QVERIFY2(dialog.error().contains("64 hex digits"), qPrintable(dialog.error()));
+            dialog.certificateEdit()->setText(fingerprint);
+            QVERIFY(ok->isEnabled());
+            QCOMPARE(dialog.certificateSha256(), QByteArray::fromHex(fingerprint.toLatin1()));
+            dialog.urlEdit()->setText("http://127.0.0.1:7878"); // another server: its own pin, none
+            QVERIFY(dialog.certificateEdit()->text().isEmpty());
+            dialog.certificateEdit()->setText(fingerprint);
+            QVERIFY(!ok->isEnabled());
+            QVERIFY2(dialog.error().contains("only for https"), qPrintable(dialog.error()));
+            dialog.urlEdit()->setText("https://lab:7878");
+            dialog.certificateEdit()->setText(fingerprint);
+            dialog.remember();
+        }
+        ConnectDialog again(settings);
+        QCOMPARE(again.url(), QUrl("https://lab:7878"));
+        QCOMPARE(again.certificateEdit()->text(), RemoteMirror::fingerprintText(QByteArray::fromHex(fingerprint.toLatin1())));
+        QVERIFY(again.certificateEdit()->text().startsWith("0F:AA:AA"));
     }
 
     // File > Connect: the Runs page shows the remote store's runs from the replica, the status

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "remote/connect_dialog.h"
 
+#include "remote/remote_mirror.h"
+
 #include <QDialogButtonBox>
 #include <QFile>
 #include <QHostAddress>
@@ -35,6 +37,12 @@ ConnectDialog::ConnectDialog(QSettings& settings, QWidget* parent) : QDialog(par
     tokenEdit_->setObjectName(QStringLiteral("remoteToken"));
     tokenEdit_->setEchoMode(QLineEdit::Password);
     tokenEdit_->setToolTip(tr("The 32 hex digits the server printed (also in STORE.token on the server)"));
+    certificateEdit_ = new QLineEdit(this);
+    certificateEdit_->setObjectName(QStringLiteral("remoteCertificate"));
+    certificateEdit_->setPlaceholderText(tr("only for a self-signed https server"));
+    certificateEdit_->setToolTip(tr("The SHA-256 fingerprint of the server's certificate, as mantissa-train serve "
+                                    "prints it (\"certificate: SHA-256 AB:CD:...\"): that certificate is then "
+                                    "trusted, and no other"));
     errorLabel_ = new QLabel(this);
     errorLabel_->setWordWrap(true);
     warningLabel_ = new QLabel(this);
@@ -49,6 +57,7 @@ ConnectDialog::ConnectDialog(QSettings& settings, QWidget* parent) : QDialog(par
     auto* form = new QFormLayout;
     form->addRow(tr("Server:"), urlEdit_);
     form->addRow(tr("Token:"), tokenEdit_);
+    form->addRow(tr("Certificate:"), certificateEdit_);
     auto* layout = new QVBoxLayout(this);
     layout->addLayout(form);
     layout->addWidget(warningLabel_);
@@ -57,6 +66,7 @@ ConnectDialog::ConnectDialog(QSettings& settings, QWidget* parent) : QDialog(par
 
     connect(urlEdit_, &QLineEdit::textChanged, this, &ConnectDialog::urlEdited);
     connect(tokenEdit_, &QLineEdit::textChanged, this, &ConnectDialog::validate);
+    connect(certificateEdit_, &QLineEdit::textChanged, this, &ConnectDialog::validate);
     urlEdited();
 }
 
@@ -64,15 +74,26 @@ QUrl ConnectDialog::url() const { return QUrl(urlEdit_->text().trimmed()); }
 
 QString ConnectDialog::token() const { return tokenEdit_->text().trimmed(); }
 
-QString ConnectDialog::settingsKey(const QUrl& url)
+QByteArray ConnectDialog::certificateSha256() const
 {
-    return QStringLiteral("remote/hosts/%1:%2/token").arg(url.host()).arg(url.port(url.scheme() == "https" ? 443 : 80));
+    return RemoteMirror::parseFingerprint(certificateEdit_->text());
+}
+
+QString ConnectDialog::settingsKey(const QUrl& url, const QString& what)
+{
+    return QStringLiteral("remote/hosts/%1:%2/%3")
+        .arg(url.host())
+        .arg(url.port(url.scheme() == "https" ? 443 : 80))
+        .arg(what);
 }
 
 void ConnectDialog::remember()
 {
     settings_.setValue(kLastUrlKey, url().toString());
     settings_.setValue(settingsKey(url()), token());
+    const QByteArray pin = certificateSha256();
+    if (pin.isEmpty()) settings_.remove(settingsKey(url(), QStringLiteral("certificate")));
+    else settings_.setValue(settingsKey(url(), QStringLiteral("certificate")), RemoteMirror::fingerprintText(pin));
     // The file now holds a token that steers runs: not for other users of this machine. Later
     // writes keep the mode (QSettings replaces the file with one of the same permissions).
     settings_.sync();
@@ -84,6 +105,8 @@ void ConnectDialog::urlEdited()
 {
     const QString known = settings_.value(settingsKey(url())).toString();
     if (!known.isEmpty()) tokenEdit_->setText(known);
+    // A pin belongs to one server: another address shows its own, or none.
+    certificateEdit_->setText(settings_.value(settingsKey(url(), QStringLiteral("certificate"))).toString());
     validate();
 }
 
@@ -97,6 +120,10 @@ void ConnectDialog::validate()
         error_ = tr("The server address has no path: just http(s)://HOST:PORT.");
     else if (!hex32.match(token()).hasMatch())
         error_ = tr("The token is the 32 hex digits the server printed when it started.");
+    else if (!certificateEdit_->text().trimmed().isEmpty() && certificateSha256().isEmpty())
+        error_ = tr("The certificate is its SHA-256 fingerprint: 64 hex digits, as the server printed it.");
+    else if (!certificateSha256().isEmpty() && u.scheme() != "https")
+        error_ = tr("A certificate is only for https: the server was started with --tls-cert.");
     else
         error_.clear();
     warning_.clear();

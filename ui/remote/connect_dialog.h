@@ -26,6 +26,9 @@ public:
 
     QUrl url() const;
     QString token() const;
+    // The pinned certificate's SHA-256 (32 bytes) for a self-signed https server; empty when
+    // the field is (the system's trust store decides). Remembered per host:port with the token.
+    QByteArray certificateSha256() const;
     QString error() const { return error_; } // empty when OK is enabled
     QString warning() const { return warning_; } // non-empty for plain http off this machine
     // Remembers the token for the URL's host:port and the URL as the last one used.
@@ -33,8 +36,9 @@ public:
 
     QLineEdit* urlEdit() const { return urlEdit_; }
     QLineEdit* tokenEdit() const { return tokenEdit_; }
+    QLineEdit* certificateEdit() const { return certificateEdit_; }
 
-    static QString settingsKey(const QUrl& url); // "remote/hosts/HOST:PORT/token"
+    static QString settingsKey(const QUrl& url, const QString& what = QStringLiteral("token")); // "remote/hosts/HOST:PORT/token"
 
 private:
     void urlEdited();
@@ -45,6 +49,7 @@ private:
     QString warning_;
     QLineEdit* urlEdit_ = nullptr;
     QLineEdit* tokenEdit_ = nullptr;
+    QLineEdit* certificateEdit_ = nullptr;
     QLabel* errorLabel_ = nullptr;
     QLabel* warningLabel_ = nullptr;
     QDialogButtonBox* buttons_ = nullptr;

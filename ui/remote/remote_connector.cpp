@@ -52,13 +52,15 @@ qint64 RemoteConnector::runningRun() const
     return named > 0 ? -1 : newest; // the named run has ended: no remote run is training
 }
 
-bool RemoteConnector::connectTo(const QUrl& server, const QString& token, QString* error)
+bool RemoteConnector::connectTo(const QUrl& server, const QString& token, QString* error,
+                                const QByteArray& certificateSha256)
 {
     disconnectFromServer();
     QDir().mkpath(replicaDir_);
     RemoteMirror* mirror = nullptr;
     for (int copy = 1; !mirror; ++copy) {
         mirror = new RemoteMirror(server, token, replicaPathFor(server, copy), this);
+        mirror->setPinnedCertificate(certificateSha256);
         try {
             mirror->start();
         } catch (const ReplicaInUse& e) {

@@ -26,7 +26,9 @@ public:
     ~RemoteConnector() override;
 
     // False with the reason in `error` when the replica cannot be created.
-    bool connectTo(const QUrl& server, const QString& token, QString* error = nullptr);
+    // `certificateSha256`: a pinned self-signed certificate (RemoteMirror::setPinnedCertificate).
+    bool connectTo(const QUrl& server, const QString& token, QString* error = nullptr,
+                   const QByteArray& certificateSha256 = {});
     void disconnectFromServer();
     RemoteMirror* mirror() const { return mirror_; }
     void setReplicaDir(const QString& dir) { replicaDir_ = dir; } // for the next connection

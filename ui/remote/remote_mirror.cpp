@@ -7,6 +7,10 @@
 #include <QNetworkAccessManager>
 #include <QNetworkReply>
 #include <QNetworkRequest>
+#include <QRegularExpression>
+#include <QSslCertificate>
+#include <QSslConfiguration>
+#include <QSslError>
 #include <QTimer>
 #include <QUrlQuery>
 
@@ -216,8 +220,36 @@ QNetworkReply* RemoteMirror::get(const QString& pathAndQuery, int waitMs)
     request.setRawHeader("Accept-Encoding", "identity");
     // A server that stops answering (killed host, cut cable) is noticed without a TCP reset.
     request.setTransferTimeout(waitMs + 10000);
+    untrustedSha256_.clear(); // of this request's handshake only
     inFlight_ = net_->get(request);
+    checkCertificate(inFlight_);
     return inFlight_;
+}
+
+QByteArray RemoteMirror::parseFingerprint(const QString& text)
+{
+    QString hex = text;
+    hex.remove(QRegularExpression(QStringLiteral("[:\\s]")));
+    static const QRegularExpression sha256(QStringLiteral("^[0-9A-Fa-f]{64}$"));
+    return sha256.match(hex).hasMatch() ? QByteArray::fromHex(hex.toLatin1()) : QByteArray();
+}
+
+QString RemoteMirror::fingerprintText(const QByteArray& sha256)
+{
+    return QString::fromLatin1(sha256.toHex(':').toUpper());
+}
+
+void RemoteMirror::checkCertificate(QNetworkReply* reply)
+{
+    connect(reply, &QNetworkReply::sslErrors, this, [this, reply](const QList<QSslError>& errors) {
+        const QByteArray seen = reply->sslConfiguration().peerCertificate().digest(QCryptographicHash::Sha256);
+        // Pinned: this very certificate is trusted, whatever its chain, name or dates say.
+        if (!pinnedSha256_.isEmpty() && seen == pinnedSha256_) {
+            reply->ignoreSslErrors(errors);
+            return;
+        }
+        untrustedSha256_ = seen;
+    });
 }
 
 bool RemoteMirror::take(QNetworkReply* reply, QByteArray& body)
@@ -237,6 +269,14 @@ bool RemoteMirror::take(QNetworkReply* reply, QByteArray& body)
         return true;
     }
     const QString message = QJsonDocument::fromJson(body).object().value("error").toString();
+    if (reply->error() == QNetworkReply::SslHandshakeFailedError && !untrustedSha256_.isEmpty()) {
+        // Not a passing fault: retrying would meet the same certificate. Pinning it is the
+        // user's decision, made against the fingerprint the server printed.
+        halt(tr("%1's certificate is not trusted (%2). If it is your server's own (self-signed) certificate, "
+                "compare its fingerprint with the one mantissa-train printed and enter it in Connect: SHA-256 %3")
+                 .arg(server_.authority(), reply->errorString(), fingerprintText(untrustedSha256_)));
+        return false;
+    }
     if (status == 401 || status == 403) {
         halt(tr("refused by %1: %2").arg(server_.authority(), message));
         return false;
@@ -270,6 +310,7 @@ void RemoteMirror::sendCommand(qint64 runId, const QString& command, const QVari
     body["command"] = command;
     // Its own reply, beside the mirroring loop's one request in flight.
     QNetworkReply* reply = net_->post(request, QJsonDocument(body).toJson(QJsonDocument::Compact));
+    checkCertificate(reply);
     connect(reply, &QNetworkReply::finished, this, [this, reply, runId, command] {
         reply->deleteLater();
         const QByteArray answer = reply->readAll();

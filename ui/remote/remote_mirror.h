@@ -62,6 +62,14 @@ public:
     void start();
     void stop();
 
+    // Trusts the server's certificate when its SHA-256 (of the DER bytes, 32 bytes) is this,
+    // whoever signed it: a self-signed certificate on a lab server (mantissa-train prints the
+    // fingerprint as it starts). Empty: the system's trust store decides. Set before start().
+    void setPinnedCertificate(const QByteArray& sha256) { pinnedSha256_ = sha256; }
+    // "AB:CD:..." -> 32 bytes; colons, spaces and case are free. Empty when not 64 hex digits.
+    static QByteArray parseFingerprint(const QString& text);
+    static QString fingerprintText(const QByteArray& sha256); // 32 bytes -> "AB:CD:..."
+
     State state() const { return state_; }
     QString stateText() const; // "connected to HOST:PORT", "reconnecting in 2 s: connection refused", ...
     QString replicaPath() const { return replicaPath_; }
@@ -142,6 +150,8 @@ private:
     void halt(const QString& why); // Refused: stopped for good, the replica's claims released
     void retryLater(const QString& why);
     QNetworkReply* get(const QString& pathAndQuery, int waitMs);
+    // Accepts the TLS errors of a pinned certificate; notes the fingerprint of one that is not.
+    void checkCertificate(QNetworkReply* reply);
     void countBytes(qint64 bytes);
     void dropInFlight(); // aborts the request in flight, whose answer is then never handled
     // A run that has ended and whose last page is written: complete when the server's counts
@@ -150,6 +160,8 @@ private:
 
     QUrl server_;
     QString token_;
+    QByteArray pinnedSha256_;
+    QByteArray untrustedSha256_; // the last certificate refused, for the message
     QString replicaPath_;
     std::unique_ptr<RunStore> replica_;
     int replicaLockFd_ = -1; // flock on "<replica>.mirror-lock" while replica_ is open

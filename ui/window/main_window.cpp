@@ -470,14 +470,14 @@ bool MainWindow::changeLayerFormats(const QString& pattern, const GemmFormats& f
 void MainWindow::showPage(Page page) { pages_->setCurrentIndex(static_cast<int>(page)); }
 MainWindow::Page MainWindow::currentPage() const { return static_cast<Page>(pages_->currentIndex()); }
 
-bool MainWindow::connectRemote(const QUrl& server, const QString& token)
+bool MainWindow::connectRemote(const QUrl& server, const QString& token, const QByteArray& certificateSha256)
 {
     if (sweepRunner_->isRunning()) {
         showError(tr("A sweep is running into the local store: connect to a remote store once it has ended."));
         return false;
     }
     QString error;
-    if (!remote_->connectTo(server, token, &error)) {
+    if (!remote_->connectTo(server, token, &error, certificateSha256)) {
         showError(error);
         return false;
     }
@@ -522,7 +522,7 @@ void MainWindow::chooseRemote()
     ConnectDialog dialog(settings, this);
     if (dialog.exec() != QDialog::Accepted) return;
     dialog.remember();
-    connectRemote(dialog.url(), dialog.token());
+    connectRemote(dialog.url(), dialog.token(), dialog.certificateSha256());
 }
 
 void MainWindow::closeEvent(QCloseEvent* event)

@@ -76,7 +76,7 @@ public:
     // File > Connect…: mirrors a remote run store (docs/REMOTE.md) and shows it on the Runs
     // and Compare pages until disconnectRemote(). False with lastError() when the replica
     // cannot be opened; connection trouble shows in the status bar and is retried.
-    bool connectRemote(const QUrl& server, const QString& token);
+    bool connectRemote(const QUrl& server, const QString& token, const QByteArray& certificateSha256 = {});
     void disconnectRemote();
     // Run > Remote: pause, resume, stop or checkpoint the remote run that is training
     // (RemoteConnector::runningRun); the server's answer shows in the status bar.
