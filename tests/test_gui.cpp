@@ -9,6 +9,8 @@
 #include <QLabel>
 #include <limits>
 #include <QMessageBox>
+#include <QDir>
+#include <QMenu>
 #include <QMimeData>
 #include <QUrl>
 #include <QApplication>
@@ -705,6 +707,7 @@ void TestGui::openingAnotherProjectAsksAboutUnsavedEdits()
     for (const QString& path : {first, second})
         QVERIFY(QFile::copy(QStringLiteral(MANTISSA_SOURCE_DIR "/projects/default.json"), path));
     MainWindow window(dir.filePath(QStringLiteral("runs.sqlite")));
+    QVERIFY2(window.openProject(second), qPrintable(window.lastError())); // in Open Recent from now on
     QVERIFY2(window.openProject(first), qPrintable(window.lastError()));
     QString error;
     QVERIFY2(window.document()->setValue(QStringLiteral("name"), QStringLiteral("edited"), &error), qPrintable(error));
@@ -731,11 +734,23 @@ void TestGui::openingAnotherProjectAsksAboutUnsavedEdits()
     QCOMPARE(window.document()->path(), first);
     QVERIFY(window.document()->isDirty());
     QCOMPARE(window.projectPage()->settingsModel()->valueForKey(QStringLiteral("name")), QStringLiteral("edited"));
+    // File > Open Recent asks the same.
+    auto* recent = window.findChild<QMenu*>(QStringLiteral("recentMenu"));
+    QVERIFY(recent);
+    emit recent->aboutToShow();
+    QAction* recentSecond = nullptr;
+    for (QAction* a : recent->actions())
+        if (a->text() == QDir::toNativeSeparators(second)) recentSecond = a;
+    QVERIFY(recentSecond);
+    recentSecond->trigger();
+    QCOMPARE(seen, (QStringList{QStringLiteral("Unsaved project"), QStringLiteral("Unsaved project")}));
+    QCOMPARE(window.document()->path(), first);
+    QVERIFY(window.document()->isDirty());
 
     click = QMessageBox::Discard;
     drop(second);
     answer.stop();
-    QCOMPARE(seen.size(), 2);
+    QCOMPARE(seen.size(), 3);
     QCOMPARE(window.document()->path(), second);
     QVERIFY(!window.document()->isDirty());
     QCOMPARE(window.projectPage()->settingsModel()->valueForKey(QStringLiteral("name")), QStringLiteral("addition-default"));
