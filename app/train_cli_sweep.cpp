@@ -6,6 +6,7 @@
 #include <ctime>
 #include <filesystem>
 
+#include "build_info.h"
 #include "cli_table.h"
 #include "project_config.h"
 #include "run_session.h"
@@ -72,6 +73,18 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
         std::vector<Override> overrides;
         for (const auto& s : sets) overrides.push_back(parse_override(s));
         plans = plan_sweep(project_path, spec, overrides);
+        // The device is known now, unlike a value's data (loaded when its run starts): a CUDA
+        // value on a machine without one is refused before the first run trains.
+        bool gpu_checked = false, gpu = false;
+        for (const auto& p : plans) {
+            if (p.config.training.device != "cuda") continue;
+            if (!gpu_checked) gpu = current_gpu().present;
+            gpu_checked = true;
+            if (!gpu)
+                throw ConfigError("--vary " + spec.key + "=" + p.value +
+                                  " is rejected: training.device: 'cuda' was asked for, but this LibTorch has no CUDA "
+                                  "device");
+        }
     } catch (const ConfigError& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 2;
@@ -107,7 +120,7 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
 
     std::vector<std::string> values, notes(plans.size());
     std::vector<int64_t> run_ids(plans.size(), 0);
-    bool any_failed = false, store_failed = false;
+    bool any_failed = false, any_rejected = false, store_failed = false;
     for (size_t i = 0; i < plans.size(); ++i) {
         values.push_back(plans[i].value);
         if (g_stop_requested || store_failed) {
@@ -121,7 +134,7 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
         } catch (const ConfigError& e) {
             std::fprintf(stderr, "error: %s: %s\n", plans[i].name.c_str(), e.what());
             notes[i] = "rejected";
-            any_failed = true;
+            any_rejected = true;
             continue;
         } catch (const std::exception& e) { // LibTorch building this value's model (memory): the sweep goes on
             std::fprintf(stderr, "error: %s: building the model failed: %s\n", plans[i].name.c_str(), e.what());
@@ -177,7 +190,8 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
     }
     print_sweep_table(spec, values, runs, notes);
     if (store_failed) return 3;
-    return any_failed ? 1 : 0;
+    if (any_failed) return 1;
+    return any_rejected ? 2 : 0; // a value its data refused (missing, too short): a bad argument
 }
 
 } // namespace mantissa

@@ -596,10 +596,55 @@ private slots:
         QCOMPARE(missing.exit_code, 2);
         QVERIFY2(missing.err.contains(noData), qPrintable(missing.err));
         QVERIFY(!QFile::exists(db));
+        // A CUDA value on a machine without CUDA (a CPU build has none): known before anything trains.
+        if (run_cli({"--version"}).out.contains("CUDA: none")) {
+            const auto cuda = run_cli({"sweep", project_, "--vary", "training.device=cpu,cuda", "--db", db});
+            QCOMPARE(cuda.exit_code, 2);
+            QVERIFY2(cuda.err.contains("--vary training.device=cuda is rejected: training.device: 'cuda' was asked for"),
+                     qPrintable(cuda.err));
+            QVERIFY(!QFile::exists(db));
+        }
         const auto syntax = run_cli({"sweep", project_, "--vary", "precision.preset", "--db", db});
         QCOMPARE(syntax.exit_code, 2);
         QVERIFY2(syntax.err.contains("--vary 'precision.preset': expected dotted.key=value1,value2,..."),
                  qPrintable(syntax.err));
+    }
+
+    // A value whose data is refused only when its run loads it (each value's data is loaded as
+    // its run starts): the other values train, the table says "rejected", and the exit code is
+    // a bad argument's (2), not a failed training's (1).
+    void aSweepValueRefusedByItsDataExitsAsABadArgument()
+    {
+        const QString text = dir_.filePath("sweep-text.txt");
+        QFile f(text);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        for (int i = 0; i < 400; ++i) f.write("the quick brown fox jumps over the lazy dog\n");
+        f.close();
+        const QString missing = dir_.filePath("sweep-missing.txt");
+        const QString db = dir_.filePath("sweep-rejected.sqlite");
+        const auto r = run_cli({"sweep", project_, "--vary", "data.path=" + text + "," + missing, "--set",
+                                "data.kind=text", "--set", "training.steps=2", "--db", db});
+        QCOMPARE(r.exit_code, 2);
+        QVERIFY2(r.err.contains(missing), qPrintable(r.err));
+        const auto table = sweep_table(r.out);
+        QCOMPARE(table.size(), 2);
+        QVERIFY2(table[1].contains("rejected"), qPrintable(r.out));
+        RunStore store(db.toStdString(), OpenMode::ReadOnly);
+        QCOMPARE(store.list_runs().size(), size_t(1));
+        QCOMPARE(store.list_runs().front().status, RunStatus::Finished);
+    }
+
+    // --db "" and :memory: are SQLite's private databases, gone with the process: refused.
+    void aStoreThatIsNoFileIsRefused()
+    {
+        for (const QString& db : {QString(), QStringLiteral(":memory:")}) {
+            const auto r = run_cli({"run", project_, "--set", "training.steps=1", "--db", db});
+            QCOMPARE(r.exit_code, 2);
+            QVERIFY2(r.err.contains("--db '" + db + "' is not a file"), qPrintable(r.err));
+            QVERIFY(!QDir(dir_.path()).exists(db + ".checkpoints"));
+            QCOMPARE(run_cli({"list", "--db", db}).exit_code, 2);
+        }
+        QCOMPARE(run_cli({"run", project_, "--set", "training.steps=1", "--no-store", "--db", ""}).exit_code, 0);
     }
 
     // A store that cannot make a run (its lock folder cannot be made: a file in its place) stops
