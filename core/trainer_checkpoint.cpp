@@ -143,10 +143,15 @@ void Trainer::Impl::load_archive(const std::string& path,
         // Every shape is checked before the first tensor is copied: a checkpoint of another run
         // or model leaves this trainer as it was. One that turns out unreadable further on (a
         // record missing) may leave it half-loaded: RunSession::reopen then builds a new one.
-        for (auto& item : model->named_parameters())
-            if (!get("model/" + item.key()).sizes().equals(item.value().sizes()))
+        for (auto& item : model->named_parameters()) {
+            // A parameter the archive lacks is another model's (one with more layers), not
+            // damage: a good file must not be skipped, and recorded, as damaged.
+            torch::Tensor theirs_value;
+            if (!archive.try_read("model/" + item.key(), theirs_value) ||
+                !theirs_value.sizes().equals(item.value().sizes()))
                 throw CheckpointMismatch("checkpoint '" + path + "' does not fit this model (" + item.key() + ")" +
                                          whose_model(theirs));
+        }
         if (!theirs.model_shape.empty() && theirs.model_shape != current_identity().model_shape)
             throw CheckpointMismatch("checkpoint '" + path + "' does not fit this model" + whose_model(theirs));
         // Checkpoints from before fingerprints were kept resume on whatever data there is.

@@ -936,6 +936,20 @@ void TestSession::checkpointOfAnotherModelShapeIsRefused()
                      "n_layer=1 n_head=4 n_embd=16 context_length=16 vocab_size=13 bias=1");
     }
     QCOMPARE(tb.step(), int64_t(0));
+    // More layers: the checkpoint lacks the new layers' tensors. Another model, not damage (a
+    // resume would otherwise skip, and record as damaged, every good checkpoint of the run).
+    ProjectConfig deeper = a;
+    deeper.model.n_layer = 2;
+    Trainer td(deeper);
+    td.set_checkpoint_identity(uuid, 5);
+    try {
+        td.load_checkpoint(path);
+        QFAIL("loaded a checkpoint of a shallower model");
+    } catch (const CheckpointMismatch& e) {
+        QVERIFY2(QString(e.what()).startsWith(QString::fromStdString("checkpoint '" + path + "' does not fit this model (blocks.1.")),
+                 e.what());
+        QVERIFY2(QString(e.what()).contains("this one is n_layer=2"), e.what());
+    }
 }
 
 // Whose a checkpoint is comes from its pickled values alone (the archive's data.pkl), not from
