@@ -731,6 +731,15 @@ ProjectConfig load_project_file(const std::string& path, const std::vector<Overr
     namespace fs = std::filesystem;
     std::error_code ec;
     if (fs::is_directory(path, ec)) throw ConfigError("project file '" + path + "' is a directory, expected a file");
+    // A device (/dev/zero) would be read without end, a pipe would wait for a writer: a project
+    // is a file, and a small one.
+    const auto status = fs::status(path, ec);
+    if (!ec && fs::exists(status) && !fs::is_regular_file(status))
+        throw ConfigError("project file '" + path + "' is not a regular file (a device, a pipe or a socket)");
+    constexpr uintmax_t kMaxProjectBytes = uintmax_t(64) << 20;
+    if (const auto size = fs::file_size(path, ec); !ec && size > kMaxProjectBytes)
+        throw ConfigError("project file '" + path + "' is " + std::to_string(size) +
+                          " bytes: too large for a project (at most 64 MiB)");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw ConfigError("project file '" + path + "' cannot be opened");
     std::stringstream text;

@@ -561,6 +561,35 @@ private slots:
         }
     }
 
+    // A device would be read without end (/dev/zero grew to gigabytes), a pipe would wait for
+    // a writer, a huge file is no project: each refused before it is read.
+    void aProjectThatIsNoSmallFileIsRefused()
+    {
+        for (const char* device : {"/dev/zero", "/dev/null"}) {
+            try {
+                load_project_file(device);
+                QFAIL("read a device as a project");
+            } catch (const ConfigError& e) {
+                QCOMPARE(QString(e.what()), QString("project file '%1' is not a regular file (a device, a pipe or a socket)").arg(device));
+            }
+        }
+        QTemporaryDir dir;
+        const QString fifo = dir.filePath("fifo.json");
+        QVERIFY(::mkfifo(fifo.toLocal8Bit().constData(), 0600) == 0);
+        QVERIFY_THROWS_EXCEPTION(ConfigError, load_project_file(fifo.toStdString()));
+        const QString huge = dir.filePath("huge.json");
+        QFile f(huge);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        QVERIFY(f.resize((qint64(64) << 20) + 1)); // sparse: no disk used
+        f.close();
+        try {
+            load_project_file(huge.toStdString());
+            QFAIL("read a 64-MiB file as a project");
+        } catch (const ConfigError& e) {
+            QCOMPARE(QString(e.what()), "project file '" + huge + "' is 67108865 bytes: too large for a project (at most 64 MiB)");
+        }
+    }
+
     void missingProjectFileIsNamed()
     {
         try {
