@@ -185,6 +185,9 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
     } catch (const StoreError& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 3;
+    } catch (const ConfigError& e) { // a checkpoint folder that cannot be made
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 2;
     } catch (const CollectiveError& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 1;

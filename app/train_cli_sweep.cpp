@@ -149,6 +149,11 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
         try {
             run_ids[i] = session->create_run(*store, plans[i].name, std::filesystem::absolute(project_path).string());
             store->add_tags(run_ids[i], {tag});
+        } catch (const ConfigError& e) { // its checkpoint folder cannot be made: no run was made
+            std::fprintf(stderr, "error: %s: %s\n", plans[i].name.c_str(), e.what());
+            notes[i] = "rejected";
+            any_rejected = true;
+            continue;
         } catch (const StoreError& e) {
             // The store cannot record this run, nor the next: the table still shows the runs
             // done, and a run made but not tagged is closed as failed, not left "running".

@@ -359,6 +359,19 @@ void RunSession::attach(RunStore& store, int64_t run_id, const std::string& uuid
 
 int64_t RunSession::create_run(RunStore& store, const std::string& name, const std::string& project_path)
 {
+    const auto& wanted = trainer_->config().training.checkpoint_dir;
+    if (!wanted.empty()) {
+        // Made now, before the run: a folder that cannot be made (a file on its path, /proc)
+        // would otherwise fail every checkpoint of a long run, which would end "finished" with
+        // nothing to resume from.
+        namespace fs = std::filesystem;
+        const std::string folder = resolve_data_path(trainer_->config(), wanted);
+        std::error_code ec;
+        fs::create_directories(folder, ec);
+        if (!fs::is_directory(folder))
+            throw ConfigError("training.checkpoint_dir: cannot make the folder '" + folder +
+                              "': " + (ec ? ec.message() : std::string("a file is in its place")));
+    }
     const int64_t id = store.create_run(name, project_path, to_json_text(trainer_->config()));
     const auto info = store.find_run(std::to_string(id));
     const auto& explicit_dir = trainer_->config().training.checkpoint_dir;

@@ -634,6 +634,23 @@ private slots:
         QCOMPARE(store.list_runs().front().status, RunStatus::Finished);
     }
 
+    // A checkpoint folder that cannot be made (a file on its path) is refused before the run
+    // is made: a long run would otherwise finish with every checkpoint failed.
+    void anImpossibleCheckpointFolderIsRefusedBeforeTheRun()
+    {
+        const QString file = dir_.filePath("ckpt-blocker");
+        QFile f(file);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.close();
+        const QString db = dir_.filePath("ckpt-refused.sqlite");
+        const auto r = run_cli({"run", project_, "--set", "training.steps=2", "--set",
+                                "training.checkpoint_dir=" + file + "/sub", "--db", db});
+        QCOMPARE(r.exit_code, 2);
+        QVERIFY2(r.err.contains("training.checkpoint_dir: cannot make the folder '" + file + "/sub': "), qPrintable(r.err));
+        RunStore store(db.toStdString(), OpenMode::ReadOnly);
+        QCOMPARE(store.list_runs().size(), size_t(0)); // no run left behind
+    }
+
     // --db "" and :memory: are SQLite's private databases, gone with the process: refused.
     void aStoreThatIsNoFileIsRefused()
     {

@@ -77,6 +77,9 @@ void TrainingController::Job::work(ProjectConfig config, const std::string& proj
     } catch (const StoreError& e) {
         finish(RunStatus::Failed, e.what()); // names the file already
         return;
+    } catch (const ConfigError& e) { // training.checkpoint_dir cannot be made: it says which
+        finish(RunStatus::Failed, e.what());
+        return;
     } catch (const std::exception& e) {
         finish(RunStatus::Failed, "run store '" + store_path + "': " + e.what());
         return;
