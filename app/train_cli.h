@@ -60,6 +60,9 @@ int train_session(RunSession& session, const std::string& db_path, DataParallelJ
 std::unique_ptr<RunSession> reopen_or_complain(RunStore& store, const RunInfo& info, const std::vector<std::string>& sets,
                                                std::vector<RunEvent>& notices, int& exit_code);
 // The run named by id or name, or nullopt after saying on stderr that there is none.
-std::optional<RunInfo> find_or_complain(RunStore& store, const std::string& run);
+// A run by id or name. A name that several runs share reads as the newest of them, with a
+// note; to change one (rename, delete, tag) the id must be given.
+enum class RunUse { Read, Change };
+std::optional<RunInfo> find_or_complain(RunStore& store, const std::string& run, RunUse use = RunUse::Read);
 
 } // namespace mantissa

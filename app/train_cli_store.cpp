@@ -17,10 +17,30 @@
 
 namespace mantissa {
 
-std::optional<RunInfo> find_or_complain(RunStore& store, const std::string& run)
+std::optional<RunInfo> find_or_complain(RunStore& store, const std::string& run, RunUse use)
 {
     auto info = store.find_run(run);
-    if (!info) std::fprintf(stderr, "error: no run '%s' in %s\n", run.c_str(), store.path().c_str());
+    if (!info) {
+        std::fprintf(stderr, "error: no run '%s' in %s\n", run.c_str(), store.path().c_str());
+        return info;
+    }
+    if (std::to_string(info->id) == run) return info; // an id names one run
+    // Every run of a project takes the project's name: a name may name many. The newest is
+    // read; changing (deleting!) one of several by name is refused.
+    std::string ids;
+    int named = 0;
+    for (const auto& r : store.list_runs())
+        if (r.name == run) {
+            ids += (named++ ? ", " : "") + std::to_string(r.id);
+        }
+    if (named < 2) return info;
+    if (use == RunUse::Change) {
+        std::fprintf(stderr, "error: '%s' names %d runs in %s (%s): give the id of the one to change\n", run.c_str(),
+                     named, store.path().c_str(), ids.c_str());
+        return std::nullopt;
+    }
+    std::fprintf(stderr, "note: '%s' names %d runs (%s): this is the newest, run %lld; give an id for another\n",
+                 run.c_str(), named, ids.c_str(), static_cast<long long>(info->id));
     return info;
 }
 
@@ -49,7 +69,7 @@ int cmd_show(RunStore& store, const std::string& run)
 
 int cmd_rename(RunStore& store, const std::string& run, const std::string& new_name)
 {
-    auto info = find_or_complain(store, run);
+    auto info = find_or_complain(store, run, RunUse::Change);
     if (!info) return 2;
     if (new_name.empty()) {
         std::fprintf(stderr, "error: the new name is empty\n");
@@ -62,7 +82,7 @@ int cmd_rename(RunStore& store, const std::string& run, const std::string& new_n
 
 int cmd_delete(RunStore& store, const std::string& run)
 {
-    auto info = find_or_complain(store, run);
+    auto info = find_or_complain(store, run, RunUse::Change);
     if (!info) return 2;
     if (info->status == RunStatus::Running) {
         std::fprintf(stderr, "error: run %lld is running; stop it first\n", static_cast<long long>(info->id));
@@ -148,7 +168,7 @@ int cmd_export(RunStore& store, const std::string& run, const std::string& forma
 
 int cmd_tag(RunStore& store, const std::string& run, const std::vector<std::string>& tags, bool remove)
 {
-    auto info = find_or_complain(store, run);
+    auto info = find_or_complain(store, run, RunUse::Change);
     if (!info) return 2;
     try {
         if (remove) store.remove_tags(info->id, tags);

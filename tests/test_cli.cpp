@@ -651,6 +651,35 @@ private slots:
         QCOMPARE(store.list_runs().size(), size_t(0)); // no run left behind
     }
 
+    // Runs of one project share its name: a name that names several is read as the newest,
+    // with a note, and changing one of them by name (delete!) is refused.
+    void aNameThatNamesSeveralRunsChangesNone()
+    {
+        const QString db = dir_.filePath("same-names.sqlite");
+        for (int i = 0; i < 2; ++i)
+            QCOMPARE(run_cli({"run", project_, "--set", "training.steps=1", "--name", "twin", "--db", db}).exit_code, 0);
+        for (const QStringList& change : {QStringList{"delete", "twin"}, QStringList{"rename", "twin", "other"},
+                                          QStringList{"tag", "twin", "t"}}) {
+            const auto r = run_cli(change + QStringList{"--db", db});
+            QCOMPARE(r.exit_code, 2);
+            QVERIFY2(r.err.contains("'twin' names 2 runs in " + db + " (1, 2): give the id of the one to change"),
+                     qPrintable(r.err));
+        }
+        const auto shown = run_cli({"show", "twin", "--db", db});
+        QCOMPARE(shown.exit_code, 0);
+        QVERIFY2(shown.out.startsWith("run 2 'twin'"), qPrintable(shown.out));
+        QVERIFY2(shown.err.contains("note: 'twin' names 2 runs (1, 2): this is the newest, run 2"), qPrintable(shown.err));
+        {
+            RunStore store(db.toStdString(), OpenMode::ReadOnly);
+            QCOMPARE(store.list_runs().size(), size_t(2));
+            QVERIFY(store.tags(1).empty() && store.tags(2).empty());
+        }
+        QCOMPARE(run_cli({"delete", "2", "--db", db}).exit_code, 0);
+        const auto single = run_cli({"rename", "twin", "only", "--db", db}); // one run left of that name
+        QCOMPARE(single.exit_code, 0);
+        QVERIFY(single.err.isEmpty());
+    }
+
     // --db "" and :memory: are SQLite's private databases, gone with the process: refused.
     void aStoreThatIsNoFileIsRefused()
     {
