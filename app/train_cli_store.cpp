@@ -173,7 +173,7 @@ int cmd_tag(RunStore& store, const std::string& run, const std::vector<std::stri
     try {
         if (remove) store.remove_tags(info->id, tags);
         else store.add_tags(info->id, tags);
-    } catch (const StoreError& e) {
+    } catch (const StoreArgumentError& e) { // an empty tag; the store's own failures are exit 3
         std::fprintf(stderr, "error: %s\n", e.what());
         return 2;
     }

@@ -200,12 +200,22 @@ std::string describe_failure(sqlite3* db)
 class SqliteFailure : public StoreError {
 public:
     explicit SqliteFailure(sqlite3* db)
-        : StoreError("SQL error: " + describe_failure(db)), code(db ? sqlite3_extended_errcode(db) : SQLITE_NOMEM),
+        : StoreError("SQL error" + in_store(db) + ": " + describe_failure(db)),
+          code(db ? sqlite3_extended_errcode(db) : SQLITE_NOMEM),
           detail(describe_failure(db))
     {
     }
     int code;
     std::string detail; // "disk full (...)", "database is locked", ...
+
+private:
+    // " in run store 'PATH'": which store, for a message that reaches a user ("disk full" alone
+    // does not say which disk).
+    static std::string in_store(sqlite3* db)
+    {
+        const char* file = db ? sqlite3_db_filename(db, "main") : nullptr;
+        return file && *file ? " in run store '" + std::string(file) + "'" : std::string();
+    }
 };
 
 class Statement {
@@ -1233,7 +1243,7 @@ void read_recipe(const std::string& config_json, RunSummaryRow& row)
 std::string trimmed_tag(const std::string& tag)
 {
     const auto b = tag.find_first_not_of(" \t\r\n");
-    if (b == std::string::npos) throw StoreError("a tag cannot be empty");
+    if (b == std::string::npos) throw StoreArgumentError("a tag cannot be empty");
     return tag.substr(b, tag.find_last_not_of(" \t\r\n") - b + 1);
 }
 
@@ -1384,7 +1394,7 @@ void RunStore::write_tags(int64_t run_id, const std::vector<std::string>& tags, 
     std::lock_guard lock(db_mutex_);
     if (run_must_exist) {
         Statement exists(db_, "SELECT 1 FROM runs WHERE id=?");
-        if (!exists.bind(1, run_id).step()) throw StoreError("no run " + std::to_string(run_id) + " in " + path_);
+        if (!exists.bind(1, run_id).step()) throw StoreArgumentError("no run " + std::to_string(run_id) + " in " + path_);
     }
     in_write_transaction(db_, [&] {
         Statement s(db_, sql);

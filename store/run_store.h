@@ -29,6 +29,13 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+// The request itself is wrong, not the store (an empty tag, no such run): a command line's
+// bad argument (exit 2), where other StoreErrors are the store's (exit 3).
+class StoreArgumentError : public StoreError {
+public:
+    using StoreError::StoreError;
+};
+
 // The store cannot be written (read-only file, directory or mount): it may still be read
 // with OpenMode::ReadOnly. The message names the file and says "is read-only".
 class StoreReadOnlyError : public StoreError {

@@ -959,6 +959,10 @@ private slots:
         QVERIFY2(rename.err.contains("run store '" + db + "'") && rename.err.contains("disk full"),
                  qPrintable(rename.err));
         QVERIFY2(!rename.err.contains("not a"), qPrintable(rename.err));
+        // A tag on a full disk: the store's failure (3), naming the store.
+        const auto tag = run_cli_mounted(full, fs, {"tag", "1", "t", "--db", db});
+        QCOMPARE(tag.exit_code, 3);
+        QVERIFY2(tag.err.contains("run store '" + db + "'") && tag.err.contains("disk full"), qPrintable(tag.err));
     }
 
     // An export over an earlier file, on a full disk: refused with the OS's reason, and the
