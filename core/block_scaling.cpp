@@ -143,9 +143,16 @@ BlockQuantized fp8_block_tensor_ops(const torch::Tensor& x_in, NumberFormat form
 
 // nvfp4's per-tensor encode scale S = 448 * 6 / amax over the finite blocks, capped at FLT_MAX
 // (so FLT_MAX for an all-zero tensor, as TE's reference; 1 only if the division gave 0).
+// The largest block amax; 0 for an operand with no blocks (max() of nothing throws). The
+// emptiness is the tensor's shape, known on the host: no sync.
+torch::Tensor max_or_zero(const torch::Tensor& amax)
+{
+    return amax.numel() > 0 ? amax.max() : torch::zeros({}, amax.options());
+}
+
 torch::Tensor nvfp4_encode_scale(const torch::Tensor& finite_amax)
 {
-    auto encode = torch::clamp_max(torch::full({}, kE4M3Max * 6.0f) / finite_amax.max(), kFltMax);
+    auto encode = torch::clamp_max(torch::full({}, kE4M3Max * 6.0f) / max_or_zero(finite_amax), kFltMax);
     return torch::where(encode == 0, torch::ones_like(encode), encode);
 }
 
@@ -185,7 +192,7 @@ BlockQuantized nvfp4_tensor_ops(const torch::Tensor& x_in, bool tile_2d, const S
     const Tiled t(x, tile_2d ? 16 : 1, 16);
     const auto amax = t.amax();
     const auto finite_amax = torch::where(torch::isfinite(amax), amax, torch::zeros_like(amax));
-    const auto tensor_amax = finite_amax.max();
+    const auto tensor_amax = max_or_zero(finite_amax);
     const auto encode = nvfp4_encode_scale(finite_amax);
     const auto decode = 1.0f / encode;
     const auto block_scale = round_to_format(nvfp4_unrounded_block_scale(finite_amax, encode), NumberFormat::E4M3,

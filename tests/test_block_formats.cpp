@@ -741,6 +741,37 @@ private slots:
         QVERIFY(s.snr_db > 200.0);
     }
 
+    // An operand with no elements (a batch of no rows, a layer of width 0) has no blocks: every
+    // recipe, on both kernels, returns an empty cast of its shape, and telemetry's record of it
+    // is empty too. max() of nothing used to throw on the tensor-op path (every GPU's).
+    void emptyOperandsQuantizeToNothing_data()
+    {
+        QTest::addColumn<int>("kernel");
+        QTest::addColumn<int>("rows");
+        QTest::addColumn<int>("cols");
+        for (const auto& [name, kernel] : {std::pair{"fused", BlockKernel::FusedCpu}, std::pair{"ops", BlockKernel::TensorOps}})
+            for (const auto& [r, c] : {std::pair{0, 16}, std::pair{3, 0}, std::pair{0, 0}})
+                QTest::newRow(qPrintable(QString("%1 %2x%3").arg(name).arg(r).arg(c))) << int(kernel) << r << c;
+    }
+    void emptyOperandsQuantizeToNothing()
+    {
+        QFETCH(int, kernel);
+        QFETCH(int, rows);
+        QFETCH(int, cols);
+        const auto k = static_cast<BlockKernel>(kernel);
+        const auto x = torch::zeros({rows, cols});
+        for (const bool tile_2d : {false, true}) {
+            const auto nv = quantize_nvfp4_2d(x, tile_2d, std::nullopt, k);
+            QCOMPARE(nv.values.sizes(), x.sizes());
+            QCOMPARE(block_cast_record(nv, NumberFormat::E4M3, recipe_of(Fp8Scaling::NvFp4)).used_scales.numel(), int64_t(0));
+            const auto fp8 = quantize_fp8_block_2d(x, NumberFormat::E4M3, true, tile_2d, k);
+            QCOMPARE(fp8.values.sizes(), x.sizes());
+        }
+        const auto mx = quantize_mxfp4_2d(x, false, k);
+        QCOMPARE(mx.values.sizes(), x.sizes());
+        QCOMPARE(block_cast_record(mx, NumberFormat::E4M3, recipe_of(Fp8Scaling::MxFp4)).used_scales.numel(), int64_t(0));
+    }
+
     // The statistics count what the quantizer did, on both kernels:
     // - fp8-block, FP32 scales: amax 2.6745 gets scale fl(448 / amax) = 167.50795, which maps
     //   it onto 448 exactly, but amax / fl(1 / scale) = 448.00003; amax 4.767003 is scaled to
