@@ -233,11 +233,9 @@ int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::s
             std::fprintf(stderr, "error: %s\n", problem.c_str());
             return 2;
         }
-    auto info = store.find_run(run);
-    if (!info) {
-        std::fprintf(stderr, "error: no run '%s' in %s\n", run.c_str(), db_path.c_str());
-        return 2;
-    }
+    // A name several runs share resumes the newest of them, with a note naming the others.
+    auto info = find_or_complain(store, run);
+    if (!info) return 2;
     std::vector<RunEvent> notices;
     int exit_code = 0;
     auto session = reopen_or_complain(store, *info, sets, notices, exit_code);

@@ -669,6 +669,9 @@ private slots:
         QCOMPARE(shown.exit_code, 0);
         QVERIFY2(shown.out.startsWith("run 2 'twin'"), qPrintable(shown.out));
         QVERIFY2(shown.err.contains("note: 'twin' names 2 runs (1, 2): this is the newest, run 2"), qPrintable(shown.err));
+        const auto resumed = run_cli({"resume", "twin", "--db", db}); // the newest, said so
+        QVERIFY2(resumed.err.contains("note: 'twin' names 2 runs (1, 2): this is the newest, run 2"),
+                 qPrintable(resumed.err));
         {
             RunStore store(db.toStdString(), OpenMode::ReadOnly);
             QCOMPARE(store.list_runs().size(), size_t(2));
