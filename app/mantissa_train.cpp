@@ -135,9 +135,8 @@ int main(int argc, char** argv)
         // own codes are 100 and up).
         return app.exit(e) == 0 ? 0 : 2;
     }
-    // SQLite reads "" and ":memory:" as a private database that vanishes with the process: a
-    // run "saved" there is saved nowhere (a script's --db "$UNSET" would lose every run).
-    if ((db_path.empty() || db_path == ":memory:") && !(*run_cmd && no_store)) {
+    // Refused by RunStore too; here as a bad argument (exit 2), before anything is loaded.
+    if (RunStore::is_private_database(db_path) && !(*run_cmd && no_store)) {
         std::fprintf(stderr, "error: --db '%s' is not a file: name the run store's file (default %s)\n",
                      db_path.c_str(), default_store_path().c_str());
         return 2;

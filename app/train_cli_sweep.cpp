@@ -75,16 +75,11 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
         plans = plan_sweep(project_path, spec, overrides);
         // The device is known now, unlike a value's data (loaded when its run starts): a CUDA
         // value on a machine without one is refused before the first run trains.
-        bool gpu_checked = false, gpu = false;
-        for (const auto& p : plans) {
-            if (p.config.training.device != "cuda") continue;
-            if (!gpu_checked) gpu = current_gpu().present;
-            gpu_checked = true;
-            if (!gpu)
+        for (const auto& p : plans)
+            if (p.config.training.device == "cuda" && !current_gpu().present)
                 throw ConfigError("--vary " + spec.key + "=" + p.value +
                                   " is rejected: training.device: 'cuda' was asked for, but this LibTorch has no CUDA "
                                   "device");
-        }
     } catch (const ConfigError& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 2;

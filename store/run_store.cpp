@@ -419,6 +419,8 @@ std::string file_uri(const std::string& path, const char* query)
 RunStore::RunStore(const std::string& path, OpenMode mode, bool quick_check)
     : path_(path), mode_(mode), quick_check_(quick_check)
 {
+    if (is_private_database(path))
+        throw StoreArgumentError("run store '" + path + "' is not a file: SQLite would keep it in memory only");
     try {
         if (mode == OpenMode::ReadOnly) {
             open_read_only();

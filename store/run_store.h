@@ -146,7 +146,11 @@ public:
     // `quick_check` false skips PRAGMA quick_check, which reads the whole file (~150 ms for a
     // 1-M-row store), for a store checked once already and opened again and again (the store
     // server's connection pool).
+    // Throws StoreArgumentError for a path that names no file (is_private_database).
     explicit RunStore(const std::string& path, OpenMode mode = OpenMode::Create, bool quick_check = true);
+    // "" and ":memory:" are SQLite's private databases, gone when the connection closes: a run
+    // recorded there would be saved nowhere (a script's --db "$UNSET").
+    static bool is_private_database(const std::string& path) { return path.empty() || path == ":memory:"; }
     static std::unique_ptr<RunStore> open_read_only(const std::string& path, bool quick_check = true)
     {
         return std::make_unique<RunStore>(path, OpenMode::ReadOnly, quick_check);

@@ -687,11 +687,13 @@ private slots:
     void aStoreThatIsNoFileIsRefused()
     {
         for (const QString& db : {QString(), QStringLiteral(":memory:")}) {
-            const auto r = run_cli({"run", project_, "--set", "training.steps=1", "--db", db});
+            // In dir_: a store accepted would leave "<db>.checkpoints" in the working folder.
+            const auto r = run_cli({"run", project_, "--set", "training.steps=1", "--db", db}, 120000, dir_.path());
             QCOMPARE(r.exit_code, 2);
             QVERIFY2(r.err.contains("--db '" + db + "' is not a file"), qPrintable(r.err));
             QVERIFY(!QDir(dir_.path()).exists(db + ".checkpoints"));
-            QCOMPARE(run_cli({"list", "--db", db}).exit_code, 2);
+            QCOMPARE(run_cli({"list", "--db", db}, 120000, dir_.path()).exit_code, 2);
+            QVERIFY_THROWS_EXCEPTION(StoreArgumentError, RunStore(db.toStdString())); // the GUI's --db too
         }
         QCOMPARE(run_cli({"run", project_, "--set", "training.steps=1", "--no-store", "--db", ""}).exit_code, 0);
     }

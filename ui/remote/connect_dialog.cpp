@@ -1,12 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "remote/connect_dialog.h"
 
-#include "remote/remote_mirror.h"
-
 #include <QDialogButtonBox>
 #include <QFile>
-#include <QHostAddress>
 #include <QFormLayout>
+#include <QHostAddress>
 #include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
@@ -14,10 +12,13 @@
 #include <QSettings>
 #include <QVBoxLayout>
 
+#include "remote/remote_mirror.h"
+
 namespace mantissa {
 
 namespace {
 const char* kLastUrlKey = "remote/last_url";
+const QString kCertificate = QStringLiteral("certificate"); // settingsKey(url, kCertificate): its pin
 
 bool is_this_machine(const QString& host)
 {
@@ -92,8 +93,8 @@ void ConnectDialog::remember()
     settings_.setValue(kLastUrlKey, url().toString());
     settings_.setValue(settingsKey(url()), token());
     const QByteArray pin = certificateSha256();
-    if (pin.isEmpty()) settings_.remove(settingsKey(url(), QStringLiteral("certificate")));
-    else settings_.setValue(settingsKey(url(), QStringLiteral("certificate")), RemoteMirror::fingerprintText(pin));
+    if (pin.isEmpty()) settings_.remove(settingsKey(url(), kCertificate));
+    else settings_.setValue(settingsKey(url(), kCertificate), RemoteMirror::fingerprintText(pin));
     // The file now holds a token that steers runs: not for other users of this machine. Later
     // writes keep the mode (QSettings replaces the file with one of the same permissions).
     settings_.sync();
@@ -106,7 +107,7 @@ void ConnectDialog::urlEdited()
     const QString known = settings_.value(settingsKey(url())).toString();
     if (!known.isEmpty()) tokenEdit_->setText(known);
     // A pin belongs to one server: another address shows its own, or none.
-    certificateEdit_->setText(settings_.value(settingsKey(url(), QStringLiteral("certificate"))).toString());
+    certificateEdit_->setText(settings_.value(settingsKey(url(), kCertificate)).toString());
     validate();
 }
 
