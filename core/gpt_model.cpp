@@ -53,12 +53,22 @@ torch::Tensor causal_max_abs_score(const torch::Tensor& q, const torch::Tensor& 
     const auto k32 = k.to(torch::kFloat32);
     std::vector<torch::Tensor> maxima;
     for (int64_t start = 0; start < T; start += rows) {
-        const int64_t r = std::min(rows, T - start), seen = start + r;
-        const auto block = q.narrow(2, start, r).to(torch::kFloat32);                      // (B, H, r, D)
-        auto scores = block.matmul(k32.narrow(2, 0, seen).transpose(-2, -1)).abs_();      // (B, H, r, seen)
-        // Query start + i sees keys 0 .. start + i: entry (i, j) is in the future when j > start + i.
-        const auto future = torch::ones({r, seen}, torch::dtype(torch::kBool).device(q.device())).triu(start + 1);
-        maxima.push_back(scores.masked_fill_(future, 0.0f).amax());
+        const int64_t r = std::min(rows, T - start);
+        const auto block = q.narrow(2, start, r).to(torch::kFloat32); // (B, H, r, D)
+        if (start > 0) {
+            // Every query of the block sees the keys before it: no mask, and the largest |score|
+            // from one read (a masked copy of |scores| cost three more passes over them; on an
+            // H200 this read was a good part of a telemetry step, 2026-12-04). NaN propagates
+            // through both, as through amax.
+            const auto past = block.matmul(k32.narrow(2, 0, start).transpose(-2, -1)); // (B, H, r, start)
+            const auto [lowest, highest] = at::aminmax(past);
+            maxima.push_back(at::maximum(highest, lowest.neg()));
+        }
+        // The block's own keys: query start + i sees keys start .. start + i, so entry (i, j) is
+        // in the future when j > i.
+        auto own = block.matmul(k32.narrow(2, start, r).transpose(-2, -1)).abs_(); // (B, H, r, r)
+        const auto future = torch::ones({r, r}, torch::dtype(torch::kBool).device(q.device())).triu(1);
+        maxima.push_back(own.masked_fill_(future, 0.0f).amax());
     }
     return torch::stack(maxima).amax();
 }

@@ -410,16 +410,24 @@ private slots:
         k[1][2][20].fill_(40.0f);
         q[1][0][10].fill_(10.0f); // query 10 against key 11, the nearest future: 800
         k[1][0][11].fill_(10.0f);
-        q[0][1][30].fill_(-6.0f); // query 30 against its own key: 288, the largest causal product
+        q[0][1][30].fill_(-6.0f); // query 30 against its own key: -288
         k[0][1][30].fill_(6.0f);
+        q[0][2][33].fill_(-7.0f); // query 33 against key 4, long past: -392, the largest |causal product|
+        k[0][2][4].fill_(7.0f);
         const auto scores = torch::matmul(q.to(torch::kFloat64), k.to(torch::kFloat64).transpose(-2, -1)).abs();
         const auto causal = torch::ones({T, T}, torch::kBool).tril();
         const double expected = torch::where(causal, scores, torch::zeros_like(scores)).max().item<double>();
-        QCOMPARE(expected, 288.0); // on the diagonal; the future products are larger
+        QCOMPARE(expected, 392.0); // negative, and past every block's own keys but the largest's
+        // Every block's own keys, the diagonal among them, must be read too.
+        QCOMPARE(torch::where(causal, scores, torch::zeros_like(scores))[0][1].max().item<double>(), 288.0);
         // FP32 products in another order than the FP64 reference's: equal to a few ulps.
         for (int64_t rows : {int64_t(1), int64_t(5), int64_t(36), int64_t(37), int64_t(1) << 24}) { // queries per block
             const double blocked = causal_max_abs_score(q, k, B * H * T * rows).item<double>();
             QVERIFY2(std::abs(blocked - expected) <= 1e-5 * expected, qPrintable(QString("%1 rows: %2").arg(rows).arg(blocked)));
+            const auto head = torch::indexing::Slice(0, 1), second = torch::indexing::Slice(1, 2);
+            const double diagonal = causal_max_abs_score(q.index({head, second}), k.index({head, second}), H * T * rows)
+                                        .item<double>();
+            QVERIFY2(std::abs(diagonal - 288.0) <= 1e-5 * 288.0, qPrintable(QString("%1 rows: %2").arg(rows).arg(diagonal)));
         }
     }
 

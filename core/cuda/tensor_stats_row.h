@@ -4,8 +4,9 @@
 // the LibTorch ops of tensor_stats.cpp take a dozen passes, an int64 bin index per element and
 // a scatter_add that every element of a binade contends on. Built only with
 // MANTISSA_CUDA_KERNELS. The per-value rules are stats_row.h's, shared with the fused CPU pass;
-// the sums are made in a fixed order (a partial per block, then the blocks in turn), so one
-// tensor gives the same row on every run on the same GPU.
+// the sums are made in a fixed order (a partial per block, then a fixed tree over the blocks),
+// so one tensor gives the same row on every run on the same GPU. Before it is used, a probe
+// holds it to the tensor ops (tensor_stats.cpp, fused_cuda_stats_available).
 
 #include <torch/torch.h>
 
