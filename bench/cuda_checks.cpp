@@ -49,6 +49,7 @@
 #include <string>
 #include <vector>
 
+#include "blockwise_fp8.h"
 #include "determinism.h"
 #include "edge_values.h" // tests/: the values test_telemetry holds the statistics to
 #include "exact_fp8_gemm.h" // tests/: operands test_native multiplies too
@@ -209,6 +210,8 @@ void stats_kernels(const torch::Device& device, bool quick)
     if (cuda) {
         const std::string fp8 = native_fp8_kernels_report();
         report(fp8.find("NO") == std::string::npos && fp8 != "not built", "fp8 kernel probes", fp8);
+        const std::string block = fp8_block_kernels_report();
+        report(block.find("NO") == std::string::npos && block != "not built", "fp8-block kernel probes", block);
         const bool rowwise = rowwise_fp8_available();
         report(rowwise, "row-wise _scaled_mm probe",
                rowwise ? "BF16 bias and output, fast accumulation: exact" : "NOT USED: per-row GEMMs run in FP32");

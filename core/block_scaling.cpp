@@ -14,6 +14,11 @@
 #include "quantize.h"
 #include "vector_clones.h"
 
+#ifdef MANTISSA_CUDA_KERNELS
+#include "cuda/fp8_block.h"
+#include "kernel_probe.h"
+#endif
+
 namespace mantissa {
 namespace {
 
@@ -555,13 +560,75 @@ bool fused(const torch::Tensor& x, BlockKernel kernel)
     return kernel == BlockKernel::FusedCpu || (kernel == BlockKernel::Auto && x.device().is_cpu());
 }
 
+#ifdef MANTISSA_CUDA_KERNELS
+// Equal bit for bit, where NaN equals any NaN (the ops' amax keeps an input NaN's payload).
+bool same_bits_nan_equal(const torch::Tensor& a, const torch::Tensor& b)
+{
+    if (a.sizes() != b.sizes()) return false;
+    const auto x = a.cpu().contiguous(), y = b.cpu().contiguous();
+    const auto nx = x.isnan(), ny = y.isnan();
+    return torch::equal(nx, ny) &&
+           torch::equal(x.masked_fill(nx, 0.0f).view(torch::kInt32), y.masked_fill(ny, 0.0f).view(torch::kInt32));
+}
+
+// fp8_block_rows against fp8_block_tensor_ops, once per process: rows of 300 values (two whole
+// blocks and a short one) across the FP32 range, with a block of zeros, one holding a NaN, one
+// an Inf, one of subnormals, one reaching FLT_MAX, one whose amax makes 448 / amax overflow,
+// ties at E4M3's and E5M2's rounding midpoints; both formats, both kinds of scale.
+bool fp8_block_cast_agrees(const torch::Device& device)
+{
+    static const bool agrees = kernel_agrees("fp8-block cast", [&] {
+        const int64_t rows = 12, cols = 300;
+        const auto i = torch::arange(rows * cols, torch::kFloat32).view({rows, cols});
+        auto x = torch::sin(i * 0.37f) * torch::exp2(torch::remainder(i, 31.0f) - 15.0f); // (rows, cols)
+        x[1].narrow(0, 128, 128).zero_();
+        x[2][140].fill_(std::numeric_limits<float>::quiet_NaN());
+        x[3][7].fill_(-std::numeric_limits<float>::infinity());
+        x[4].narrow(0, 0, 128).copy_(torch::linspace(-1.0, 1.0, 128) * std::ldexp(1.0f, -140));
+        x[5][260].fill_(std::numeric_limits<float>::max());
+        x[6].narrow(0, 128, 128).fill_(std::ldexp(1.0f, -149));
+        x[7].narrow(0, 0, 128).copy_(torch::linspace(-464.0, 464.0, 128)); // amax 464: scale just under 1
+        x[8].narrow(0, 128, 128).copy_(torch::linspace(-61440.0, 61440.0, 128));
+        x[9].narrow(0, 256, 44).fill_(-0.0f);
+        x = x.to(device);
+        for (const NumberFormat format : {NumberFormat::E4M3, NumberFormat::E5M2})
+            for (const bool power_of_two : {true, false}) {
+                const auto ops = fp8_block_tensor_ops(x, format, power_of_two, /*tile_2d=*/false);
+                const auto own = cuda_kernels::fp8_block_rows(x, format == NumberFormat::E4M3, power_of_two);
+                if (!same_bits_nan_equal(ops.values, own.values) || !same_bits_nan_equal(ops.block_scales, own.scale_inv) ||
+                    !same_bits_nan_equal(ops.block_amax, own.amax))
+                    return false;
+            }
+        return true;
+    });
+    return agrees;
+}
+#endif
+
 } // namespace
+
+bool fp8_block_cast_kernel_available()
+{
+#ifdef MANTISSA_CUDA_KERNELS
+    return torch::cuda::is_available() && fp8_block_cast_agrees(torch::Device(torch::kCUDA));
+#else
+    return false;
+#endif
+}
 
 BlockQuantized quantize_fp8_block_2d(const torch::Tensor& x, NumberFormat format, bool power_of_two, bool tile_2d,
                                      BlockKernel kernel)
 {
     TORCH_CHECK(x.dim() == 2, "block quantizers take a 2-D operand");
     const auto x32 = x.to(torch::kFloat32);
+#ifdef MANTISSA_CUDA_KERNELS
+    // Activations and gradients (1x128) in one launch; weights' tiles are cast once a step.
+    if (x32.is_cuda() && !tile_2d && kernel == BlockKernel::Auto && format_info(format).is_fp8 &&
+        fp8_block_cast_agrees(x32.device())) {
+        auto own = cuda_kernels::fp8_block_rows(x32.contiguous(), format == NumberFormat::E4M3, power_of_two);
+        return {std::move(own.values), std::move(own.scale_inv), std::move(own.amax), {}};
+    }
+#endif
     return fused(x32, kernel) ? cpu::fp8_block(x32, format, power_of_two, tile_2d)
                               : fp8_block_tensor_ops(x32, format, power_of_two, tile_2d);
 }

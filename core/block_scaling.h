@@ -72,6 +72,10 @@ enum class BlockKernel { Auto, TensorOps, FusedCpu };
 BlockQuantized quantize_fp8_block_2d(const torch::Tensor& x, NumberFormat format, bool power_of_two, bool tile_2d,
                                      BlockKernel kernel = BlockKernel::Auto);
 
+// Whether quantize_fp8_block_2d's 1x128 casts on this process's GPU take Mantissa's own CUDA
+// kernel (core/cuda/fp8_block.h): built, a GPU, and its probe against the tensor ops passed.
+bool fp8_block_cast_kernel_available();
+
 // nvfp4. tile_2d: 16x16 tiles, else 1x16. Per-tensor encode scale S = 448*6 / amax; block
 // decode scale s = E4M3(amax_block * (S * fl(1/6))); elements E2M1(x * 1 / (s * (1/S))) after a
 // clamp to +-6, round-to-nearest-even, or stochastic from a generator seeded with `sr_seed`;

@@ -11,6 +11,11 @@
 #include "fp4.h"
 #include "layer_gemm.h"
 
+#ifdef MANTISSA_CUDA_KERNELS
+#include "cuda/fp8_block.h"
+#include "kernel_probe.h"
+#endif
+
 namespace mantissa {
 
 namespace {
@@ -18,11 +23,8 @@ namespace {
 constexpr int64_t kBlock = 128;
 constexpr float kE4m3Max = 448.0f;
 
-} // namespace
-
-Fp8BlockOperand split_fp8_blocks(const torch::Tensor& values)
+Fp8BlockOperand split_fp8_blocks_ops(const torch::Tensor& values)
 {
-    TORCH_CHECK(values.dim() == 2 && values.size(1) % kBlock == 0, "split_fp8_blocks: (R, K) with K a multiple of 128");
     const int64_t rows = values.size(0), k = values.size(1);
     const auto blocks = values.to(torch::kFloat32).contiguous().view({rows, k / kBlock, kBlock});
     const auto amax = blocks.abs().amax(-1); // (R, K/128); NaN where the block holds one
@@ -38,6 +40,66 @@ Fp8BlockOperand split_fp8_blocks(const torch::Tensor& values)
     out.codes = (blocks / d.unsqueeze(-1)).view({rows, k}).to(torch::kFloat8_e4m3fn);
     out.decode = d;
     return out;
+}
+
+#ifdef MANTISSA_CUDA_KERNELS
+// cuda_kernels::split_fp8_blocks against the ops, once per process, on what it is handed: the
+// 1x128 and 128x128 casts of rows across the FP32 range (a block of zeros, one of NaN, tiny
+// and huge blocks), and a few values that are no cast's (an E4M3 overflow, a lone subnormal).
+bool split_kernel_agrees(const torch::Device& device)
+{
+    static const bool agrees = kernel_agrees("fp8-block split", [&] {
+        const int64_t rows = 256, cols = 384;
+        const auto i = torch::arange(rows * cols, torch::kFloat32).view({rows, cols});
+        auto x = torch::sin(i * 0.29f) * torch::exp2(torch::remainder(i, 53.0f) - 26.0f);
+        x.narrow(0, 0, 1).narrow(1, 0, 128).zero_();
+        x.narrow(0, 1, 1).narrow(1, 128, 128).mul_(std::ldexp(1.0f, -110));
+        x.narrow(0, 2, 1).narrow(1, 256, 128).mul_(std::ldexp(1.0f, 100));
+        x[3][5].fill_(std::numeric_limits<float>::quiet_NaN());
+        x = x.to(device);
+        std::vector<torch::Tensor> inputs;
+        for (const bool tile_2d : {false, true})
+            inputs.push_back(quantize_fp8_block_2d(x, NumberFormat::E4M3, true, tile_2d).values);
+        auto odd = inputs[0].clone();
+        odd[4][0].fill_(1000.0f);
+        odd[5][130].fill_(std::ldexp(1.0f, -149));
+        inputs.push_back(odd);
+        for (const auto& v : inputs) {
+            const auto ops = split_fp8_blocks_ops(v);
+            const auto [codes, decode] = cuda_kernels::split_fp8_blocks(v.contiguous());
+            if (!torch::equal(ops.codes.view(torch::kUInt8).cpu(), codes.view(torch::kUInt8).cpu()) ||
+                !torch::equal(ops.decode.view(torch::kInt32).cpu(), decode.view(torch::kInt32).cpu()))
+                return false;
+        }
+        return true;
+    });
+    return agrees;
+}
+#endif
+
+} // namespace
+
+Fp8BlockOperand split_fp8_blocks(const torch::Tensor& values)
+{
+    TORCH_CHECK(values.dim() == 2 && values.size(1) % kBlock == 0, "split_fp8_blocks: (R, K) with K a multiple of 128");
+#ifdef MANTISSA_CUDA_KERNELS
+    if (values.is_cuda() && split_kernel_agrees(values.device())) {
+        auto [codes, decode] = cuda_kernels::split_fp8_blocks(values.to(torch::kFloat32).contiguous());
+        return {std::move(codes), std::move(decode)};
+    }
+#endif
+    return split_fp8_blocks_ops(values);
+}
+
+std::string fp8_block_kernels_report()
+{
+#ifdef MANTISSA_CUDA_KERNELS
+    if (!torch::cuda::is_available()) return "no GPU";
+    return std::string("block cast: ") + (fp8_block_cast_kernel_available() ? "yes" : "NO") +
+           ", block split: " + (split_kernel_agrees(torch::Device(torch::kCUDA)) ? "yes" : "NO");
+#else
+    return "not built";
+#endif
 }
 
 torch::Tensor join_fp8_blocks(const Fp8BlockOperand& op)

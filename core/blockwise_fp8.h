@@ -13,6 +13,8 @@
 // asks). It differs from the emulator's FP32 product by the order of the additions and by the
 // tensor cores' narrower accumulator within a block (about 14 bits, DeepSeek-V3 section 3.3.2).
 
+#include <string>
+
 #include <torch/torch.h>
 
 namespace mantissa {
@@ -37,5 +39,9 @@ torch::Tensor blockwise_fp8_mm(const Fp8BlockOperand& a, const Fp8BlockOperand& 
 // Whether this process's GPU runs blockwise_fp8_mm natively: a product with a known answer,
 // tried once (false without CUDA, before CUDA 12.9, off sm_90, or if the answer is wrong).
 bool blockwise_fp8_available();
+
+// Which of Mantissa's own fp8-block CUDA kernels this process uses, after their probes:
+// "block cast: yes, block split: yes"; "not built" without them, "no GPU" without one.
+std::string fp8_block_kernels_report();
 
 } // namespace mantissa

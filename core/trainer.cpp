@@ -121,6 +121,7 @@ Trainer::Impl::Impl(ProjectConfig c) : config(std::move(c)), watchers(config.tel
         native_fp8_available();
         rowwise_fp8_available();
         blockwise_fp8_available();
+        fp8_block_kernels_report();
     }
     train_batches = std::make_unique<BatchSampler>(data.train, config.training.batch_size,
                                                    config.model.context_length, config.training.seed);

@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "fp8_block.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/util/Float8_e4m3fn.h>
+#include <c10/util/Float8_e5m2.h>
+
+#include <cfloat>
+
+namespace mantissa::cuda_kernels {
+namespace {
+
+constexpr int kBlock = 128;
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kPerLane = kBlock / 32; // lane l holds values l, l + 32, l + 64, l + 96 of its block
+
+// A warp per 128-value block: the four loads of a lane are each one coalesced read of the warp.
+__device__ __forceinline__ float warp_max(float m)
+{
+    for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
+    return m;
+}
+
+// fp8_block_tensor_ops, one block per warp: amax (NaN propagates, as amax()'s), the scale
+// fp8_max / amax (FLT_MAX where that overflows; floored to a power of two by its exponent bits,
+// floor_log2 and pow2_exact of a normal float; 1 for a block of zeros), then
+// clamp(x * scale) cast to the code, times 1 / scale. A block holding Inf or NaN is NaN
+// throughout, scale_inv included.
+template <typename Code>
+__global__ void __launch_bounds__(kThreads)
+    block_rows(const float* __restrict__ x, float* __restrict__ values, float* __restrict__ scale_inv,
+               float* __restrict__ amax_out, int64_t rows, int64_t cols, int64_t blocks_per_row, float fp8_max,
+               bool power_of_two)
+{
+    const int lane = threadIdx.x % 32;
+    const int64_t total = rows * blocks_per_row;
+    for (int64_t b = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; b < total;
+         b += static_cast<int64_t>(gridDim.x) * kWarps) {
+        const int64_t r = b / blocks_per_row, c0 = (b % blocks_per_row) * kBlock;
+        const float* in = x + r * cols;
+        float v[kPerLane];
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) {
+            const int64_t c = c0 + lane + 32 * j;
+            v[j] = c < cols ? in[c] : 0.0f; // the zero padding of the ops
+        }
+        bool nan = false;
+        float m = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) {
+            nan |= isnan(v[j]);
+            m = fmaxf(m, fabsf(v[j])); // fmaxf skips NaN; the flag keeps it
+        }
+        nan = __any_sync(0xffffffffu, nan);
+        m = warp_max(m);
+        const float amax = nan ? __int_as_float(0x7fc00000) : m;
+        const bool finite = !nan && !isinf(m);
+        float scale = fp8_max / amax;
+        if (isinf(scale)) scale = FLT_MAX;
+        if (power_of_two) scale = __int_as_float(__float_as_int(scale) & 0x7f800000); // finite blocks: a normal scale
+        if (amax == 0.0f) scale = 1.0f;
+        const float inv = 1.0f / scale;
+        float* out = values + r * cols;
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) {
+            const int64_t c = c0 + lane + 32 * j;
+            if (c >= cols) continue;
+            float scaled = v[j] * scale;
+            scaled = scaled > fp8_max ? fp8_max : (scaled < -fp8_max ? -fp8_max : scaled); // NaN stays NaN
+            out[c] = finite ? static_cast<float>(Code(scaled)) * inv : __int_as_float(0x7fc00000);
+        }
+        if (lane == 0) {
+            scale_inv[b] = finite ? inv : __int_as_float(0x7fc00000);
+            amax_out[b] = amax;
+        }
+    }
+}
+
+// split_fp8_blocks, one block per warp: d = 2^ceil_log2(amax / 448) (frexp's: 0, Inf and NaN
+// give exponent 0), clamped to [2^-149, 2^127], doubled once if amax / d > 448, halved once if
+// amax / (d / 2) <= 448 and d > 2^-149, 1 unless amax > 0; codes = E4M3(values / d), unsaturated.
+__device__ __forceinline__ float pow2_of(int e)
+{
+    return e >= -126 ? __int_as_float((e + 127) << 23) : __int_as_float(1 << (e + 149)); // subnormals too
+}
+
+__global__ void __launch_bounds__(kThreads)
+    split_blocks(const float* __restrict__ values, c10::Float8_e4m3fn* __restrict__ codes, float* __restrict__ decode,
+                 int64_t rows, int64_t blocks_per_row)
+{
+    const int lane = threadIdx.x % 32;
+    const int64_t total = rows * blocks_per_row, cols = blocks_per_row * kBlock;
+    for (int64_t b = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; b < total;
+         b += static_cast<int64_t>(gridDim.x) * kWarps) {
+        const int64_t r = b / blocks_per_row, c0 = (b % blocks_per_row) * kBlock;
+        const float* in = values + r * cols + c0;
+        float v[kPerLane];
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) v[j] = in[lane + 32 * j];
+        bool nan = false;
+        float m = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) {
+            nan |= isnan(v[j]);
+            m = fmaxf(m, fabsf(v[j]));
+        }
+        nan = __any_sync(0xffffffffu, nan);
+        m = warp_max(m);
+        const float amax = nan ? __int_as_float(0x7fc00000) : m;
+        const float ratio = amax / 448.0f;
+        int e = 0;
+        if (ratio != 0.0f && isfinite(ratio)) {
+            int ex = 0;
+            const float mant = frexpf(ratio, &ex); // ratio = mant 2^ex, mant in [0.5, 1)
+            e = mant == 0.5f ? ex - 1 : ex;
+        }
+        e = e < -149 ? -149 : (e > 127 ? 127 : e);
+        float d = pow2_of(e);
+        if (amax / d > 448.0f) d = d * 2.0f;
+        if (amax / (d * 0.5f) <= 448.0f && d > 1.40129846e-45f) d = d * 0.5f;
+        if (!(amax > 0.0f)) d = 1.0f;
+        c10::Float8_e4m3fn* out = codes + r * cols + c0;
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) out[lane + 32 * j] = c10::Float8_e4m3fn(v[j] / d);
+        if (lane == 0) decode[b] = d;
+    }
+}
+
+int blocks_for(int64_t block_count)
+{
+    return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((block_count + kWarps - 1) / kWarps, 65535)));
+}
+
+} // namespace
+
+Fp8BlockRows fp8_block_rows(const torch::Tensor& x, bool e4m3, bool power_of_two)
+{
+    TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.dim() == 2 && x.scalar_type() == torch::kFloat32,
+                "cuda_kernels::fp8_block_rows: a contiguous 2-D FP32 CUDA tensor");
+    const c10::cuda::CUDAGuard guard(x.device());
+    const int64_t rows = x.size(0), cols = x.size(1), per_row = (cols + kBlock - 1) / kBlock;
+    Fp8BlockRows out;
+    out.values = torch::empty_like(x);
+    out.scale_inv = torch::empty({rows, per_row}, x.options());
+    out.amax = torch::empty({rows, per_row}, x.options());
+    if (rows * per_row == 0) return out;
+    const auto stream = at::cuda::getCurrentCUDAStream();
+    const int blocks = blocks_for(rows * per_row);
+    if (e4m3)
+        block_rows<c10::Float8_e4m3fn><<<blocks, kThreads, 0, stream>>>(
+            x.data_ptr<float>(), out.values.data_ptr<float>(), out.scale_inv.data_ptr<float>(),
+            out.amax.data_ptr<float>(), rows, cols, per_row, 448.0f, power_of_two);
+    else
+        block_rows<c10::Float8_e5m2><<<blocks, kThreads, 0, stream>>>(
+            x.data_ptr<float>(), out.values.data_ptr<float>(), out.scale_inv.data_ptr<float>(),
+            out.amax.data_ptr<float>(), rows, cols, per_row, 57344.0f, power_of_two);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return out;
+}
+
+std::pair<torch::Tensor, torch::Tensor> split_fp8_blocks(const torch::Tensor& values)
+{
+    TORCH_CHECK(values.is_cuda() && values.is_contiguous() && values.dim() == 2 &&
+                    values.scalar_type() == torch::kFloat32 && values.size(1) % kBlock == 0,
+                "cuda_kernels::split_fp8_blocks: a contiguous (R, K) FP32 CUDA tensor, K a multiple of 128");
+    const c10::cuda::CUDAGuard guard(values.device());
+    const int64_t rows = values.size(0), per_row = values.size(1) / kBlock;
+    auto codes = torch::empty(values.sizes(), values.options().dtype(torch::kFloat8_e4m3fn));
+    auto decode = torch::empty({rows, per_row}, values.options());
+    if (rows * per_row == 0) return {codes, decode};
+    split_blocks<<<blocks_for(rows * per_row), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        values.data_ptr<float>(), reinterpret_cast<c10::Float8_e4m3fn*>(codes.data_ptr()), decode.data_ptr<float>(),
+        rows, per_row);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return {codes, decode};
+}
+
+} // namespace mantissa::cuda_kernels

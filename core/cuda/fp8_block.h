@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// fp8-block's two per-operand passes on CUDA, one launch each, where LibTorch's ops take about
+// seven full-size FP32 passes (the cast) and five (the split into codes): on an H200 on
+// 2026-12-04 a step of fp8-block took 4.4x one of FP8 delayed scaling, almost all of it in
+// these ops around cuBLAS's blockwise GEMM. Each kernel follows its ops' arithmetic to the bit
+// (block_scaling.cpp's fp8_block_tensor_ops, blockwise_fp8.cpp's split_fp8_blocks), and is
+// used only after a probe has held it to them. Built only with MANTISSA_CUDA_KERNELS.
+
+#include <torch/torch.h>
+
+namespace mantissa::cuda_kernels {
+
+struct Fp8BlockRows {
+    torch::Tensor values;    // (R, C) FP32: the E4M3/E5M2 codes times their block's decode scale
+    torch::Tensor scale_inv; // (R, ceil(C / 128)) FP32: 1 / scale; NaN for a block holding Inf or NaN
+    torch::Tensor amax;      // (R, ceil(C / 128)) FP32: NaN where the block holds a NaN, else max |x|
+};
+
+// fp8-block's 1x128 cast of a contiguous FP32 (R, C) CUDA tensor (C need not be a multiple of
+// 128: the last block is short, as though padded with zeros). `fp8_max` 448 (E4M3) or 57344
+// (E5M2), saturating.
+Fp8BlockRows fp8_block_rows(const torch::Tensor& x, bool e4m3, bool power_of_two);
+
+// split_fp8_blocks: codes (R, K) Float8_e4m3fn and decode (R, K / 128) FP32 of a contiguous
+// FP32 (R, K) CUDA tensor, K a multiple of 128.
+std::pair<torch::Tensor, torch::Tensor> split_fp8_blocks(const torch::Tensor& values);
+
+} // namespace mantissa::cuda_kernels
