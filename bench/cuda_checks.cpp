@@ -485,6 +485,27 @@ void resume(const std::string& device, const std::string& dir, bool quick)
                 row("device", on_device.steps);
                 row("cpu->device", there);
                 row("device->cpu", back);
+                // The two checkpoints written after step 4 (the CPU's, the device's), key by key:
+                // the state that differs by more than the runs' rounding.
+                torch::serialize::InputArchive on_cpu, on_gpu;
+                on_cpu.load_from(dir + "/cpu.ckpt", torch::kCPU);
+                on_gpu.load_from(dir + "/device.ckpt", torch::kCPU);
+                for (const auto& key : on_cpu.keys()) {
+                    torch::Tensor a, b;
+                    if (!on_cpu.try_read(key, a) || !a.is_floating_point()) continue;
+                    if (!on_gpu.try_read(key, b)) {
+                        std::printf("#     %s: not in the device's checkpoint\n", key.c_str());
+                        continue;
+                    }
+                    const auto a64 = a.to(torch::kFloat64), b64 = b.to(torch::kFloat64);
+                    if (a64.sizes() != b64.sizes()) {
+                        std::printf("#     %s: shape differs\n", key.c_str());
+                        continue;
+                    }
+                    const double scale = std::max(1e-30, a64.abs().max().item<double>());
+                    const double worst = (a64 - b64).abs().max().item<double>() / scale;
+                    if (!(worst <= 1e-2)) std::printf("#     %s: max |cpu - device| / max |cpu| = %.3g\n", key.c_str(), worst);
+                }
             }
         });
 }
