@@ -51,6 +51,7 @@
 
 #include "blockwise_fp8.h"
 #include "determinism.h"
+#include "fused_cross_entropy.h"
 #include "edge_values.h" // tests/: the values test_telemetry holds the statistics to
 #include "exact_fp8_gemm.h" // tests/: operands test_native multiplies too
 #include "loss_scale_replay.h" // tests/: sequences test_numerics replays on the CPU
@@ -212,6 +213,10 @@ void stats_kernels(const torch::Device& device, bool quick)
         report(fp8.find("NO") == std::string::npos && fp8 != "not built", "fp8 kernel probes", fp8);
         const std::string block = fp8_block_kernels_report();
         report(block.find("NO") == std::string::npos && block != "not built", "fp8-block kernel probes", block);
+        const bool cross_entropy = fused_cross_entropy_available();
+        report(cross_entropy, "cross entropy kernels probe",
+               cross_entropy ? "16-bit logits' loss and gradient: within the probe's bounds of the ops"
+                             : "NOT USED: not built, or they disagreed");
         const bool rowwise = rowwise_fp8_available();
         report(rowwise, "row-wise _scaled_mm probe",
                rowwise ? "BF16 bias and output, fast accumulation: exact" : "NOT USED: per-row GEMMs run in FP32");

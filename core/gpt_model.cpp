@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "fused_cross_entropy.h"
+
 namespace mantissa {
 
 std::shared_ptr<LayerGemm> GemmRegistry::make(const std::string& layer_name)
@@ -221,9 +223,14 @@ torch::Tensor log_z_in_blocks(const torch::Tensor& logits, int64_t max_values)
 
 torch::Tensor GptImpl::loss(const torch::Tensor& logits, const torch::Tensor& targets)
 {
+    const auto rows = logits.view({-1, logits.size(-1)}); // (B*T, V)
+    // 16-bit logits on a GPU: the same FP32 arithmetic in two kernels that read them once, where
+    // the ops below make and keep an FP32 copy (fused_cross_entropy.h).
+    const bool half = rows.scalar_type() == torch::kBFloat16 || rows.scalar_type() == torch::kHalf;
+    if (rows.is_cuda() && half && fused_cross_entropy_available())
+        return fused_cross_entropy(rows.contiguous(), targets.reshape({-1}).contiguous());
     // On autocast's FP32 list (log_softmax, nll_loss): 16-bit logits are widened first.
-    return torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}).to(torch::kFloat32),
-                                                targets.reshape({-1}));
+    return torch::nn::functional::cross_entropy(rows.to(torch::kFloat32), targets.reshape({-1}));
 }
 
 } // namespace mantissa

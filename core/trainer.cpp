@@ -14,6 +14,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "blockwise_fp8.h"
+#include "fused_cross_entropy.h"
 #include "determinism.h"
 #include "device_memory.h"
 #include "memory_model.h"
@@ -122,6 +123,7 @@ Trainer::Impl::Impl(ProjectConfig c) : config(std::move(c)), watchers(config.tel
         rowwise_fp8_available();
         blockwise_fp8_available();
         fp8_block_kernels_report();
+        fused_cross_entropy_available();
     }
     train_batches = std::make_unique<BatchSampler>(data.train, config.training.batch_size,
                                                    config.model.context_length, config.training.seed);
