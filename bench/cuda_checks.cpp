@@ -315,7 +315,13 @@ struct Losses : TelemetrySink {
     }
     void on_eval(const EvalMetrics& m) override { evals.push_back(m.val_loss); }
     void on_event(const RunEvent&) override {}
-    void on_layer_stats(const LayerStatsFrame&) override { ++frames; }
+    void on_layer_stats(const LayerStatsFrame& f) override
+    {
+        ++frames;
+        // log Z of a softmax over V logits is at least log V - (max - min): far from 0 here.
+        if (std::isfinite(f.log_z_mean) && f.log_z_mean != 0.0 && f.log_z_max >= std::abs(f.log_z_mean)) ++log_z_frames;
+    }
+    int64_t log_z_frames = 0;
 };
 
 Losses train(const ProjectConfig& config)
@@ -526,9 +532,11 @@ void observe(const std::string& device, bool quick)
             const ProjectConfig c = with(base_config(device, 6), sets);
             const Losses off = train(c);
             const Losses every = train(with(c, {"telemetry.interval=1"}));
-            report(same_bits(off.steps, every.steps) && every.frames >= 5, "observe " + name,
+            // Every frame carries log Z (on a GPU's 16-bit logits the loss's kernel measures it).
+            const bool log_z = every.log_z_frames == every.frames;
+            report(same_bits(off.steps, every.steps) && every.frames >= 5 && log_z, "observe " + name,
                    fmt("telemetry every step: %.0f frames, losses bit-identical: ", double(every.frames)) +
-                       (same_bits(off.steps, every.steps) ? "yes" : "NO"));
+                       (same_bits(off.steps, every.steps) ? "yes" : "NO") + (log_z ? ", log Z in each" : ", LOG Z MISSING"));
         });
     }
 }

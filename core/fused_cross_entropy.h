@@ -15,6 +15,15 @@ bool fused_cross_entropy_available();
 
 // mean over the rows of -log softmax(logits)[target], in FP32: logits (R, V) contiguous CUDA
 // BF16 or FP16, targets (R) int64. Its backward hands back the logits' gradient in their dtype.
-torch::Tensor fused_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets);
+// `log_z`, when given, receives each row's log sum exp ((R) FP32), which the loss computes anyway.
+torch::Tensor fused_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
+                                  torch::Tensor* log_z = nullptr);
+
+// Whether GptImpl::loss takes fused_cross_entropy for these logits.
+inline bool takes_fused_cross_entropy(const torch::Tensor& logits)
+{
+    const bool half = logits.scalar_type() == torch::kBFloat16 || logits.scalar_type() == torch::kHalf;
+    return logits.is_cuda() && half && fused_cross_entropy_available();
+}
 
 } // namespace mantissa

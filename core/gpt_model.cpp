@@ -197,17 +197,22 @@ torch::Tensor GptImpl::forward(const torch::Tensor& idx)
     x = ln_f_->forward(x);
     lm_head_->train(is_training()); // not a registered child, so eval()/train() do not reach it
     auto logits = lm_head_->forward(x); // (B, T, V)
-    if (measure_log_z_) {
-        // log Z of the output softmax; z-loss keeps it near 0 (Wortsman et al. 2023).
+    // log Z of the output softmax; z-loss keeps it near 0 (Wortsman et al. 2023). The fused loss
+    // computes it for its own sake: then loss() records it.
+    if (measure_log_z_ && !takes_fused_cross_entropy(logits)) {
         // A block of rows at a time (at most 2^24 values): widened whole, the logits and
         // logsumexp's temporary would each take another FP32 logits tensor on telemetry steps
         // alone (3.3 GB each for GPT-2 small, batch 16), where a run could then run out of memory.
-        torch::NoGradGuard no_grad;
-        const auto log_z = log_z_in_blocks(logits, int64_t(1) << 24); // (B*T)
-        log_z_mean_ = log_z.mean();      // device scalars, read back with the telemetry frame
-        log_z_max_ = log_z.abs().max();
+        set_log_z(log_z_in_blocks(logits, int64_t(1) << 24)); // (B*T)
     }
     return logits;
+}
+
+void GptImpl::set_log_z(const torch::Tensor& log_z)
+{
+    torch::NoGradGuard no_grad;
+    log_z_mean_ = log_z.mean(); // device scalars, read back with the telemetry frame
+    log_z_max_ = log_z.abs().max();
 }
 
 torch::Tensor log_z_in_blocks(const torch::Tensor& logits, int64_t max_values)
@@ -225,10 +230,15 @@ torch::Tensor GptImpl::loss(const torch::Tensor& logits, const torch::Tensor& ta
 {
     const auto rows = logits.view({-1, logits.size(-1)}); // (B*T, V)
     // 16-bit logits on a GPU: the same FP32 arithmetic in two kernels that read them once, where
-    // the ops below make and keep an FP32 copy (fused_cross_entropy.h).
-    const bool half = rows.scalar_type() == torch::kBFloat16 || rows.scalar_type() == torch::kHalf;
-    if (rows.is_cuda() && half && fused_cross_entropy_available())
-        return fused_cross_entropy(rows.contiguous(), targets.reshape({-1}).contiguous());
+    // the ops below make and keep an FP32 copy (fused_cross_entropy.h). Its rows' log Z are
+    // telemetry's too (forward() left them to it).
+    if (takes_fused_cross_entropy(rows)) {
+        torch::Tensor log_z;
+        auto mean = fused_cross_entropy(rows.contiguous(), targets.reshape({-1}).contiguous(),
+                                        measure_log_z_ ? &log_z : nullptr);
+        if (measure_log_z_) set_log_z(log_z);
+        return mean;
+    }
     // On autocast's FP32 list (log_softmax, nll_loss): 16-bit logits are widened first.
     return torch::nn::functional::cross_entropy(rows.to(torch::kFloat32), targets.reshape({-1}));
 }

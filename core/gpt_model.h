@@ -131,6 +131,7 @@ public:
     const torch::Tensor& log_z_max() const { return log_z_max_; }
 
 private:
+    void set_log_z(const torch::Tensor& log_z); // (rows) FP32: the frame's mean and max |log Z|
     bool measure_log_z_ = false;
     torch::Tensor log_z_mean_, log_z_max_;
     ModelConfig config_;

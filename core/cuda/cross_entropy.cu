@@ -32,8 +32,10 @@ __device__ __forceinline__ void add_value(Lse& a, float x)
 
 __device__ __forceinline__ Lse combine(Lse a, Lse b)
 {
-    if (a.m == -INFINITY) return b;
-    if (b.m == -INFINITY) return a;
+    // Empty sides only: a side that saw nothing but NaN is {-inf, NaN}, and its NaN must reach
+    // the row's log Z.
+    if (a.m == -INFINITY && a.s == 0.0f) return b;
+    if (b.m == -INFINITY && b.s == 0.0f) return a;
     const float m = fmaxf(a.m, b.m);
     return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
 }
@@ -65,7 +67,8 @@ __device__ Lse block_lse(Lse v)
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     rows_forward(const T* __restrict__ logits, const int64_t* __restrict__ targets, int64_t rows, int64_t vocab,
-                 int64_t ignore_index, float* __restrict__ row_loss, float* __restrict__ log_z)
+                 int64_t ignore_index, float* __restrict__ row_loss, float* __restrict__ row_max,
+                 float* __restrict__ log_sum, float* __restrict__ log_z)
 {
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const T* x = logits + r * vocab;
@@ -82,21 +85,25 @@ __global__ void __launch_bounds__(kThreads)
         }
         const Lse total = block_lse(acc);
         if (threadIdx.x == 0) {
-            const float lz = total.m + logf(total.s);
+            // As log_softmax: (x - max) - log(sum), never through m + log(sum) rounded to the
+            // spacing of log Z, which a confident row's loss and gradient would cancel against.
+            const float ls = logf(total.s);
             const int64_t t = targets[r];
             float loss = 0.0f;
-            if (t != ignore_index) loss = t >= 0 && t < vocab ? lz - static_cast<float>(x[t]) : NAN;
+            if (t != ignore_index) loss = t >= 0 && t < vocab ? ls - (static_cast<float>(x[t]) - total.m) : NAN;
             row_loss[r] = loss;
-            log_z[r] = lz;
+            row_max[r] = total.m;
+            log_sum[r] = ls;
+            log_z[r] = total.m + ls;
         }
     }
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    rows_backward(const T* __restrict__ logits, const int64_t* __restrict__ targets, const float* __restrict__ log_z,
-                  const float* __restrict__ grad_loss, const float* __restrict__ count, int64_t rows, int64_t vocab,
-                  int64_t ignore_index, T* __restrict__ grad)
+    rows_backward(const T* __restrict__ logits, const int64_t* __restrict__ targets, const float* __restrict__ row_max,
+                  const float* __restrict__ log_sum, const float* __restrict__ grad_loss, const float* __restrict__ count,
+                  int64_t rows, int64_t vocab, int64_t ignore_index, T* __restrict__ grad)
 {
     const float scale = *grad_loss / *count;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -104,7 +111,10 @@ __global__ void __launch_bounds__(kThreads)
         T* g = grad + r * vocab;
         const int64_t t = targets[r];
         const bool ignored = t == ignore_index;
-        const float lz = log_z[r];
+        // A target outside the vocabulary: NaN throughout, so that the step's finite check
+        // refuses it (ATen stops the process with a device assert).
+        const bool invalid = !ignored && (t < 0 || t >= vocab);
+        const float m = row_max[r], ls = log_sum[r];
         for (int64_t base = threadIdx.x; base < vocab; base += static_cast<int64_t>(kThreads) * kUnroll) {
             float v[kUnroll];
 #pragma unroll
@@ -116,8 +126,9 @@ __global__ void __launch_bounds__(kThreads)
             for (int j = 0; j < kUnroll; ++j) {
                 const int64_t i = base + static_cast<int64_t>(j) * kThreads;
                 if (i >= vocab) continue;
-                const float p = expf(v[j] - lz);
-                g[i] = static_cast<T>(ignored ? 0.0f : (p - (i == t ? 1.0f : 0.0f)) * scale);
+                const float p = expf((v[j] - m) - ls);
+                const float d = ignored ? 0.0f : invalid ? NAN : (p - (i == t ? 1.0f : 0.0f)) * scale;
+                g[i] = static_cast<T>(d);
             }
         }
     }
@@ -152,7 +163,8 @@ CrossEntropyRows cross_entropy_rows(const torch::Tensor& logits, const torch::Te
     const c10::cuda::CUDAGuard guard(logits.device());
     const int64_t rows = logits.size(0), vocab = logits.size(1);
     const auto f32 = logits.options().dtype(torch::kFloat32);
-    CrossEntropyRows out{torch::empty({rows}, f32), torch::empty({rows}, f32)};
+    CrossEntropyRows out{torch::empty({rows}, f32), torch::empty({rows}, f32), torch::empty({rows}, f32),
+                         torch::empty({rows}, f32)};
     if (rows == 0) return out;
     TORCH_CHECK(vocab > 0, "cuda_kernels: cross entropy over an empty vocabulary");
     const auto stream = at::cuda::getCurrentCUDAStream();
@@ -160,15 +172,16 @@ CrossEntropyRows cross_entropy_rows(const torch::Tensor& logits, const torch::Te
         using T = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
         rows_forward<T><<<grid_for(rows), kThreads, 0, stream>>>(
             reinterpret_cast<const T*>(logits.data_ptr()), targets.data_ptr<int64_t>(), rows, vocab, ignore_index,
-            out.row_loss.data_ptr<float>(), out.log_z.data_ptr<float>());
+            out.row_loss.data_ptr<float>(), out.row_max.data_ptr<float>(), out.log_sum.data_ptr<float>(),
+            out.log_z.data_ptr<float>());
     });
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
 }
 
 torch::Tensor cross_entropy_backward(const torch::Tensor& logits, const torch::Tensor& targets,
-                                     const torch::Tensor& log_z, const torch::Tensor& grad_loss,
-                                     const torch::Tensor& count, int64_t ignore_index)
+                                     const torch::Tensor& row_max, const torch::Tensor& log_sum,
+                                     const torch::Tensor& grad_loss, const torch::Tensor& count, int64_t ignore_index)
 {
     check_arguments(logits, targets);
     const c10::cuda::CUDAGuard guard(logits.device());
@@ -176,13 +189,14 @@ torch::Tensor cross_entropy_backward(const torch::Tensor& logits, const torch::T
     auto grad = torch::empty_like(logits);
     if (rows == 0 || vocab == 0) return grad;
     const auto as_f32 = [&](const torch::Tensor& t) { return t.to(logits.device(), torch::kFloat32).contiguous(); };
-    const auto lz = as_f32(log_z), g = as_f32(grad_loss), n = as_f32(count);
+    const auto m = as_f32(row_max), ls = as_f32(log_sum), g = as_f32(grad_loss), n = as_f32(count);
     const auto stream = at::cuda::getCurrentCUDAStream();
     with_dtype(logits, [&](const auto* tag) {
         using T = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
         rows_backward<T><<<grid_for(rows), kThreads, 0, stream>>>(
-            reinterpret_cast<const T*>(logits.data_ptr()), targets.data_ptr<int64_t>(), lz.data_ptr<float>(),
-            g.data_ptr<float>(), n.data_ptr<float>(), rows, vocab, ignore_index, reinterpret_cast<T*>(grad.data_ptr()));
+            reinterpret_cast<const T*>(logits.data_ptr()), targets.data_ptr<int64_t>(), m.data_ptr<float>(),
+            ls.data_ptr<float>(), g.data_ptr<float>(), n.data_ptr<float>(), rows, vocab, ignore_index,
+            reinterpret_cast<T*>(grad.data_ptr()));
     });
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return grad;

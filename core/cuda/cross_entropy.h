@@ -13,8 +13,10 @@
 namespace mantissa::cuda_kernels {
 
 struct CrossEntropyRows {
-    torch::Tensor row_loss; // (R) FP32: log Z - logit of the target; 0 where the target is ignored
-    torch::Tensor log_z;    // (R) FP32: log sum exp of the row
+    torch::Tensor row_loss; // (R) FP32: log sum - (logit of the target - max); 0 where the target is ignored
+    torch::Tensor row_max;  // (R) FP32: the row's largest logit
+    torch::Tensor log_sum;  // (R) FP32: log sum exp(logit - max)
+    torch::Tensor log_z;    // (R) FP32: max + log sum, for telemetry
 };
 
 // logits: (R, V) contiguous CUDA BF16 or FP16; targets: (R) int64 on the same device. A target
@@ -23,9 +25,10 @@ CrossEntropyRows cross_entropy_rows(const torch::Tensor& logits, const torch::Te
 
 // d loss / d logits of mean(row_loss over the targets not ignored), times grad_loss: (softmax -
 // one_hot(target)) * grad_loss / count, rounded to the logits' dtype; rows whose target is
-// ignored get zeros. grad_loss and count: () FP32 on the device (no host sync).
+// ignored get zeros, rows whose target is outside [0, V) NaN. row_max and log_sum: the
+// forward's; grad_loss and count: () FP32 on the device (no host sync).
 torch::Tensor cross_entropy_backward(const torch::Tensor& logits, const torch::Tensor& targets,
-                                     const torch::Tensor& log_z, const torch::Tensor& grad_loss,
-                                     const torch::Tensor& count, int64_t ignore_index);
+                                     const torch::Tensor& row_max, const torch::Tensor& log_sum,
+                                     const torch::Tensor& grad_loss, const torch::Tensor& count, int64_t ignore_index);
 
 } // namespace mantissa::cuda_kernels
