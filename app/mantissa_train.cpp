@@ -21,6 +21,27 @@
 
 using namespace mantissa;
 
+namespace {
+
+// The first word that is neither an option nor --db's value, when it names no command.
+std::string unknown_command(CLI::App& app, int argc, char** argv)
+{
+    for (int i = 1; i < argc; ++i) {
+        const std::string word = argv[i];
+        if (word == "--db") {
+            ++i;
+            continue;
+        }
+        if (word.empty() || word[0] == '-') continue;
+        for (const auto* sub : app.get_subcommands({}))
+            if (sub->get_name() == word) return {};
+        return word;
+    }
+    return {};
+}
+
+} // namespace
+
 int main(int argc, char** argv)
 {
     prepare_cublas_for_determinism(); // before any thread starts (determinism.h)
@@ -131,6 +152,15 @@ int main(int argc, char** argv)
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
+        // CLI11 answers a mistyped command with "A subcommand is required": name it, and the
+        // commands there are.
+        if (const std::string unknown = unknown_command(app, argc, argv); !unknown.empty()) {
+            std::string commands;
+            for (const auto* sub : app.get_subcommands({})) commands += (commands.empty() ? "" : ", ") + sub->get_name();
+            std::fprintf(stderr, "error: unknown command '%s' (the commands are %s)\nRun with --help for more information.\n",
+                         unknown.c_str(), commands.c_str());
+            return 2;
+        }
         // --help and --version exit 0; every usage error exits 2, as the README says (CLI11's
         // own codes are 100 and up).
         return app.exit(e) == 0 ? 0 : 2;

@@ -676,9 +676,34 @@ json parse_project_text(const std::string& json_text)
     }
 }
 
+// An override whose key the defaults do not have is the command line's mistake, not the
+// project file's: said as such, before the file is read, as is a key that goes on through a
+// value (training.steps.x).
+void check_override_keys(const std::vector<Override>& overrides)
+{
+    const json defaults = to_json(ProjectConfig{});
+    for (const auto& [dotted, raw] : overrides) {
+        if (dotted.empty() || dotted.back() == '.') continue; // apply_override says what is wrong with it
+        const json* at = &defaults;
+        std::string walked;
+        for (size_t begin = 0; begin <= dotted.size();) {
+            if (!at->is_object())
+                throw ConfigError("--set " + dotted + "=" + raw + ": " + walked + ": expected an object, got " +
+                                  type_word(*at));
+            const size_t dot = std::min(dotted.find('.', begin), dotted.size());
+            const std::string part = dotted.substr(begin, dot - begin);
+            walked += (walked.empty() ? "" : ".") + part;
+            if (!at->contains(part)) throw ConfigError("--set " + dotted + "=" + raw + ": " + walked + ": unknown key");
+            at = &(*at)[part];
+            begin = dot + 1;
+        }
+    }
+}
+
 ProjectConfig load_without_machine_checks(const std::string& json_text, const std::string& base_dir,
                                           const std::vector<Override>& overrides, bool stored = false)
 {
+    check_override_keys(overrides);
     json user = parse_project_text(json_text);
     if (!user.is_object()) throw ConfigError("project: expected a JSON object at the top level, got " + type_word(user));
     for (const auto& o : overrides) apply_override(user, o);
@@ -745,6 +770,7 @@ ProjectConfig load_project_file(const std::string& path, const std::vector<Overr
     std::stringstream text;
     text << in.rdbuf();
     const std::string base = fs::absolute(fs::path(path)).parent_path().string();
+    check_override_keys(overrides); // not the file's mistake: named without it
     try {
         return load_project_json(text.str(), base, overrides);
     } catch (const ConfigError& e) {

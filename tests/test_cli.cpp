@@ -132,6 +132,22 @@ private slots:
         QVERIFY(run->config_json.find("\"steps\": 15") != std::string::npos); // the resolved config
     }
 
+    // A mistyped command is named, with the commands there are (CLI11 alone said "A subcommand
+    // is required"); a usage error, exit 2.
+    void unknownCommandIsNamed()
+    {
+        QTemporaryDir dir;
+        const auto r = run_cli({"--db", dir.filePath("runs.sqlite"), "trian", "projects/default.json"}, 120000, dir.path());
+        QCOMPARE(r.exit_code, 2);
+        QVERIFY2(r.err.startsWith("error: unknown command 'trian' (the commands are run, "), qPrintable(r.err));
+        QVERIFY2(r.err.contains(", resume, ") && r.err.contains(", compare)\n"), qPrintable(r.err));
+        QVERIFY(!QFile::exists(dir.filePath("runs.sqlite")));
+        // A known command with a mistake of its own keeps CLI11's message.
+        const auto known = run_cli({"run"}, 120000, dir.path());
+        QCOMPARE(known.exit_code, 2);
+        QVERIFY2(!known.err.contains("unknown command"), qPrintable(known.err));
+    }
+
     void listShowAndExport()
     {
         const auto list = run_cli({"list", "--db", db_});

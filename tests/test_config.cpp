@@ -613,6 +613,34 @@ private slots:
         }
     }
 
+    // A --set key the project format does not have is the command line's mistake: the error
+    // names the --set, not the (blameless) file.
+    void unknownOverrideKeysBlameTheCommandLine_data()
+    {
+        QTest::addColumn<QString>("set");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("unknown key") << "training.bogus=3" << "--set training.bogus=3: training.bogus: unknown key";
+        QTest::newRow("unknown section") << "bogus.steps=3" << "--set bogus.steps=3: bogus: unknown key";
+        QTest::newRow("through a value") << "training.steps.x=3"
+                                         << "--set training.steps.x=3: training.steps: expected an object, got an integer";
+    }
+    void unknownOverrideKeysBlameTheCommandLine()
+    {
+        QFETCH(QString, set);
+        QFETCH(QString, message);
+        QTemporaryDir dir;
+        const QString path = dir.filePath("p.json");
+        std::ofstream(path.toStdString()) << R"({"training": {"steps": 5}})";
+        try {
+            load_project_file(path.toStdString(), {parse_override(set.toStdString())});
+            QFAIL("accepted the override");
+        } catch (const ConfigError& e) {
+            QCOMPARE(QString(e.what()), message);
+        }
+        // A known key still loads.
+        QCOMPARE(load_project_file(path.toStdString(), {parse_override("training.steps=7")}).training.steps, int64_t(7));
+    }
+
     void shippedProjectsAreValid_data()
     {
         QTest::addColumn<QString>("file");
