@@ -208,6 +208,14 @@ std::unique_ptr<RunSession> reopen_or_complain(RunStore& store, const RunInfo& i
         if (!session->starts_over())
             std::printf("run %lld '%s' at step %lld from %s\n", static_cast<long long>(info.id), info.name.c_str(),
                         static_cast<long long>(session->trainer().step()), session->loaded_checkpoint().c_str());
+        if (const auto& missing = session->missing_checkpoints(); !missing.empty()) {
+            std::string list;
+            for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
+            std::fprintf(stderr, "note: newer checkpoint%s of this run %s missing (deleted or moved): %s; the steps "
+                                 "after step %lld are trained again\n",
+                         missing.size() == 1 ? "" : "s", missing.size() == 1 ? "is" : "are", list.c_str(),
+                         static_cast<long long>(session->trainer().step()));
+        }
         if (!session->config_changes().empty())
             std::printf("settings changed (stored with the run): %s\n", session->config_changes().c_str());
         return session;

@@ -310,6 +310,13 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
     // The steps after the loaded checkpoint are trained again, and their checkpoints written
     // over the damaged files (a recorded file is this run's own, readable or not).
     for (const auto& path : damaged_own) session->trainer_->adopt_damaged_checkpoint(path);
+    // Looked for where the resume reads (a copied store's rows name the original's files).
+    for (const auto& [step, row] : found.recorded) {
+        std::error_code ec;
+        const auto expected = (std::filesystem::path(found.read_dir) / checkpoint_file_name(step)).string();
+        if (step > session->trainer_->step() && step <= info.last_step && !std::filesystem::exists(expected, ec) && !ec)
+            session->missing_checkpoints_.push_back("step " + std::to_string(step) + " ('" + expected + "')");
+    }
     if (config.training.steps < session->trainer_->step())
         throw ConfigError("training.steps=" + std::to_string(config.training.steps) + " ends before step " +
                           std::to_string(session->trainer_->step()) + ", where run " + std::to_string(info.id) +

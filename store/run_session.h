@@ -122,6 +122,10 @@ public:
     // none): claim() stores the new settings as the run's, so that show, compare and a later
     // resume describe the run as it now trains, and the resume event says what changed.
     const std::string& config_changes() const { return config_changes_; }
+    // Checkpoints the store recorded after the one the resume loaded, up to the run's last
+    // committed step, whose files are gone (deleted or moved by hand): "step N ('path')" each.
+    // Not damage (nothing was read), but steps the resume trains again.
+    const std::vector<std::string>& missing_checkpoints() const { return missing_checkpoints_; }
 
 private:
     RunSession() = default;
@@ -135,6 +139,7 @@ private:
     bool starts_over_ = false;
     bool dropped_after_checkpoint_ = false; // by claim(): the resume event says so
     std::string config_changes_;
+    std::vector<std::string> missing_checkpoints_;
     std::string resumed_config_json_; // the settings the resume trains with, when they changed
     TelemetrySink* live_sink_ = nullptr; // the fan-out while run() is in progress
     int64_t rows_lost_at_start_ = 0;      // the store's rows_lost() when run() began

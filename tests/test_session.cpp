@@ -197,6 +197,12 @@ void TestSession::damagedNewestCheckpointFallsBackToThePreviousOne()
     QVERIFY2(rb.exit_code == 0, qPrintable(rb.err + rb.out));
     QVERIFY(rb.out.contains("at step 20 from"));
     QVERIFY(!rb.err.contains("damaged"));
+    // Not damage, but said: the steps after 20 are trained again.
+    const std::string gone = fs::absolute(b).string() + ".checkpoints/run-1/step-00000030.pt";
+    QVERIFY2(rb.err.contains(QString::fromStdString("note: newer checkpoint of this run is missing (deleted or moved): "
+                                                    "step 30 ('" + gone + "'); the steps after step 20 are trained again")),
+             qPrintable(rb.err));
+    QVERIFY(!ra.err.contains("missing"));
 
     const Series la = train_losses(a, 1), lb = train_losses(b, 1);
     QCOMPARE(la.size(), size_t(40));
