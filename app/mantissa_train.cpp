@@ -171,6 +171,11 @@ int main(int argc, char** argv)
                      db_path.c_str(), default_store_path().c_str());
         return 2;
     }
+    if (RunStore::names_a_folder(db_path) && !(*run_cmd && no_store)) {
+        std::fprintf(stderr, "error: --db '%s' is a folder: name the run store's file in it, e.g. '%s%sruns.sqlite'\n",
+                     db_path.c_str(), db_path.c_str(), db_path.back() == '/' ? "" : "/");
+        return 2;
+    }
 
     // Under torchrun or Slurm (docs/DISTRIBUTED.md): ranks 1.. train what rank 0 hands them.
     DataParallelJob job;

@@ -416,11 +416,20 @@ std::string file_uri(const std::string& path, const char* query)
 
 } // namespace
 
+bool RunStore::names_a_folder(const std::string& path)
+{
+    std::error_code ec;
+    return !path.empty() && (path.back() == '/' || std::filesystem::is_directory(path, ec));
+}
+
 RunStore::RunStore(const std::string& path, OpenMode mode, bool quick_check)
     : path_(path), mode_(mode), quick_check_(quick_check)
 {
     if (is_private_database(path))
         throw StoreArgumentError("run store '" + path + "' is not a file: SQLite would keep it in memory only");
+    if (names_a_folder(path))
+        throw StoreArgumentError("run store '" + path + "' is a folder: name the store's file in it, e.g. '" + path +
+                                 (path.back() == '/' ? "" : "/") + "runs.sqlite'");
     try {
         if (mode == OpenMode::ReadOnly) {
             open_read_only();

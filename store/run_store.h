@@ -151,6 +151,10 @@ public:
     // "" and ":memory:" are SQLite's private databases, gone when the connection closes: a run
     // recorded there would be saved nowhere (a script's --db "$UNSET").
     static bool is_private_database(const std::string& path) { return path.empty() || path == ":memory:"; }
+    // A path that names a folder ("runs/", or one that exists as a directory): refused as
+    // StoreArgumentError before anything is made (a --db of "runs/" used to make the folder,
+    // then fail on it).
+    static bool names_a_folder(const std::string& path);
     static std::unique_ptr<RunStore> open_read_only(const std::string& path, bool quick_check = true)
     {
         return std::make_unique<RunStore>(path, OpenMode::ReadOnly, quick_check);

@@ -712,6 +712,17 @@ private slots:
             QVERIFY_THROWS_EXCEPTION(StoreArgumentError, RunStore(db.toStdString())); // the GUI's --db too
         }
         QCOMPARE(run_cli({"run", project_, "--set", "training.steps=1", "--no-store", "--db", ""}).exit_code, 0);
+        // A folder, named as one ("new/", which used to be made before the open failed on it) or
+        // one that exists: refused before anything is made.
+        QVERIFY(QDir(dir_.path()).mkpath("existing"));
+        for (const QString& db : {dir_.filePath("new/"), dir_.filePath("existing")}) {
+            const auto r = run_cli({"run", project_, "--set", "training.steps=1", "--db", db}, 120000, dir_.path());
+            QCOMPARE(r.exit_code, 2);
+            QVERIFY2(r.err.contains("--db '" + db + "' is a folder: name the run store's file in it"), qPrintable(r.err));
+            QVERIFY(!QDir(dir_.filePath("new")).exists());
+            QVERIFY(QDir(dir_.filePath("existing")).isEmpty());
+            QVERIFY_THROWS_EXCEPTION(StoreArgumentError, RunStore(db.toStdString())); // the GUI's --db too
+        }
     }
 
     // A store that cannot make a run (its lock folder cannot be made: a file in its place) stops
