@@ -1003,6 +1003,9 @@ private slots:
         // fused on the native executor) 2*192 + its output 2*64 and log-sum-exp 64 + proj in 64 +
         // ln2 4*64 + fc1 in 64 + gelu 2*256 + fc2 in 256 = 256+64+384+192+64+256+64+512+256 = 2048
         QCOMPARE(fp8.activations_by_layer[0].second, int64_t(2048));
+        // logits: ln_f 4*64 + lm_head input 1*64 + the BF16 logits the fused loss keeps 2*4*2*10
+        // = 256 + 64 + 160 = 480 (on a GPU; FP32 logits and log_softmax's FP32 output elsewhere).
+        QCOMPARE(fp8.activations_by_layer[1].second, int64_t(480));
         QCOMPARE(fp8.total_bytes(), fp8.master_weights_bytes + fp8.low_precision_weights_bytes + fp8.gradients_bytes +
                                         fp8.optimizer_state_bytes + fp8.activations_bytes);
 
@@ -1012,6 +1015,8 @@ private slots:
         c.precision.preset = "bf16";
         c.precision.backend = GemmBackend::Emulated;
         QCOMPARE(estimate_memory(c, 10).activations_by_layer[0].second, int64_t(2560));
+        // The emulator's loss keeps log_softmax's FP32 output: ln_f 256 + lm_head in 2*64 + 320.
+        QCOMPARE(estimate_memory(c, 10).activations_by_layer[1].second, int64_t(704));
         // On a CPU the emulator keeps every saved tensor in FP32 (the FP32 block's figure, with
         // the scores written out: 4352), and the lm_head input too (832, as FP32).
         c.precision.backend = GemmBackend::Auto;
