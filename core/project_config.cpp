@@ -676,28 +676,30 @@ json parse_project_text(const std::string& json_text)
     }
 }
 
-// An override whose key the defaults do not have is the command line's mistake, not the
-// project file's: said as such, before the file is read, as is a key that goes on through a
-// value (training.steps.x).
+// An override whose key the defaults do not have is the override's mistake, not the project
+// file's: said as such (key first, as every ConfigError), before any file is read, as is a key
+// that goes on through a value (training.steps.x). Empty keys and a trailing '.' are
+// apply_override's to name.
+void check_override_key(const std::string& dotted)
+{
+    if (dotted.empty() || dotted.back() == '.') return;
+    static const json defaults = to_json(ProjectConfig{});
+    const json* at = &defaults;
+    std::string walked;
+    for (size_t begin = 0; begin <= dotted.size();) {
+        if (!at->is_object()) throw ConfigError(walked + ": expected an object, got " + type_word(*at));
+        const size_t dot = std::min(dotted.find('.', begin), dotted.size());
+        const std::string part = dotted.substr(begin, dot - begin);
+        walked += (walked.empty() ? "" : ".") + part;
+        if (!at->contains(part)) throw ConfigError(walked + ": unknown key");
+        at = &(*at)[part];
+        begin = dot + 1;
+    }
+}
+
 void check_override_keys(const std::vector<Override>& overrides)
 {
-    const json defaults = to_json(ProjectConfig{});
-    for (const auto& [dotted, raw] : overrides) {
-        if (dotted.empty() || dotted.back() == '.') continue; // apply_override says what is wrong with it
-        const json* at = &defaults;
-        std::string walked;
-        for (size_t begin = 0; begin <= dotted.size();) {
-            if (!at->is_object())
-                throw ConfigError("--set " + dotted + "=" + raw + ": " + walked + ": expected an object, got " +
-                                  type_word(*at));
-            const size_t dot = std::min(dotted.find('.', begin), dotted.size());
-            const std::string part = dotted.substr(begin, dot - begin);
-            walked += (walked.empty() ? "" : ".") + part;
-            if (!at->contains(part)) throw ConfigError("--set " + dotted + "=" + raw + ": " + walked + ": unknown key");
-            at = &(*at)[part];
-            begin = dot + 1;
-        }
-    }
+    for (const auto& o : overrides) check_override_key(o.first);
 }
 
 ProjectConfig load_without_machine_checks(const std::string& json_text, const std::string& base_dir,
@@ -732,6 +734,11 @@ Override parse_override(const std::string& text)
     const auto eq = text.find('=');
     if (eq == std::string::npos || eq == 0)
         throw ConfigError("--set '" + text + "': expected dotted.key=value");
+    try {
+        check_override_key(text.substr(0, eq));
+    } catch (const ConfigError& e) {
+        throw ConfigError("--set " + text + ": " + e.what());
+    }
     return {text.substr(0, eq), text.substr(eq + 1)};
 }
 
@@ -770,7 +777,7 @@ ProjectConfig load_project_file(const std::string& path, const std::vector<Overr
     std::stringstream text;
     text << in.rdbuf();
     const std::string base = fs::absolute(fs::path(path)).parent_path().string();
-    check_override_keys(overrides); // not the file's mistake: named without it
+    check_override_keys(overrides); // not the file's mistake: named without it (a sweep's --vary)
     try {
         return load_project_json(text.str(), base, overrides);
     } catch (const ConfigError& e) {

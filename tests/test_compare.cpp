@@ -489,8 +489,8 @@ private slots:
         QCOMPARE(refused("model.n_head=2,3"),
                  "--vary model.n_head=3 is rejected: " + path +
                      ": model.n_embd: 16 is not divisible by model.n_head (3)");
-        QCOMPARE(refused("model.depth=1,2"),
-                 "--vary model.depth=1 is rejected: " + path + ": model.depth: unknown key");
+        // Not the project file's mistake: the file is not named.
+        QCOMPARE(refused("model.depth=1,2"), "--vary model.depth=1 is rejected: model.depth: unknown key");
         // Spelled apart, the same number: the sweep would train one run twice.
         QCOMPARE(refused("optimizer.learning_rate=0.002,1e-3,0.0010"),
                  std::string("--vary optimizer.learning_rate: values '1e-3' and '0.0010' give the same settings; the "

@@ -637,6 +637,16 @@ private slots:
         } catch (const ConfigError& e) {
             QCOMPARE(QString(e.what()), message);
         }
+        // An override made otherwise (a sweep's --vary) is refused by the loader, key first as
+        // every ConfigError, without the file's name.
+        const auto eq = set.indexOf('=');
+        const Override made{set.left(eq).toStdString(), set.mid(eq + 1).toStdString()};
+        try {
+            load_project_file(path.toStdString(), {made});
+            QFAIL("accepted the override");
+        } catch (const ConfigError& e) {
+            QCOMPARE(QString(e.what()), message.section(": ", 1));
+        }
         // A known key still loads.
         QCOMPARE(load_project_file(path.toStdString(), {parse_override("training.steps=7")}).training.steps, int64_t(7));
     }
