@@ -35,6 +35,18 @@ namespace {
 
 ProjectConfig golden_project() { return load_project_file(MANTISSA_TEST_DATA_DIR "/golden_project.json"); }
 
+// The golden project under fp8-hybrid, 64 wide, without evaluations: the checkpoint tests'.
+ProjectConfig fp8_hybrid_project(int64_t steps, GemmBackend backend)
+{
+    auto config = golden_project();
+    config.training.steps = steps;
+    config.eval.interval = 0;
+    config.model.n_embd = 64;
+    config.precision.preset = "fp8-hybrid";
+    config.precision.backend = backend;
+    return config;
+}
+
 std::vector<double> read_losses(const char* file)
 {
     std::ifstream in(std::string(MANTISSA_TEST_DATA_DIR "/") + file);
@@ -689,12 +701,7 @@ private slots:
     void checkpointCrossesExecutors()
     {
         QTemporaryDir dir;
-        auto config = golden_project();
-        config.training.steps = 4;
-        config.eval.interval = 0;
-        config.model.n_embd = 64;
-        config.precision.preset = "fp8-hybrid";
-        config.precision.backend = GemmBackend::Emulated;
+        auto config = fp8_hybrid_project(4, GemmBackend::Emulated);
         const std::string emulated = dir.filePath("emulated.pt").toStdString();
         const std::string native = dir.filePath("native.pt").toStdString();
         {
@@ -732,17 +739,12 @@ private slots:
     void nativeCheckpointResumesEmulated()
     {
         QTemporaryDir dir;
-        auto config = golden_project();
-        config.training.steps = 8;
-        config.eval.interval = 0;
-        config.model.n_embd = 64;
-        config.precision.preset = "fp8-hybrid";
+        auto config = fp8_hybrid_project(8, GemmBackend::Emulated);
         const auto losses = [](const RunCapture& c) {
             std::vector<double> v;
             for (const auto& s : c.steps) v.push_back(s.train_loss);
             return v;
         };
-        config.precision.backend = GemmBackend::Emulated;
         std::vector<double> straight;
         {
             Trainer t(config);
