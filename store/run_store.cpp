@@ -441,6 +441,20 @@ RunStore::RunStore(const std::string& path, OpenMode mode, bool quick_check)
     } catch (...) {
         sqlite3_close(db_);
         db_ = nullptr;
+        // A store this open was making and could not begin (a full disk) is left as an empty
+        // file, which the next read would refuse as "empty": it held nothing, so it goes. Only
+        // while it and its WAL are still empty: another process that made the same store
+        // meanwhile has written its header, or its WAL.
+        if (created_here_) {
+            namespace fs = std::filesystem;
+            std::error_code ec, wal_ec;
+            const auto empty = [](const std::string& f, std::error_code& e) {
+                const auto size = fs::file_size(f, e);
+                return e ? e == std::errc::no_such_file_or_directory : size == 0;
+            };
+            if (empty(path_, ec) && !ec && empty(path_ + "-wal", wal_ec))
+                for (const char* suffix : {"-journal", "-wal", "-shm", ""}) fs::remove(path_ + suffix, ec);
+        }
         throw;
     }
     writer_ = std::thread([this] { writer_loop(); });
@@ -488,6 +502,7 @@ void RunStore::open_writable()
     const fs::path p(path_);
     const FileState state = inspect(path_);
     if (mode_ == OpenMode::ReadWrite) refuse_absent_or_empty(path_, state);
+    created_here_ = state == FileState::Absent;
     if (state == FileState::Absent && p.has_parent_path()) {
         std::error_code ec;
         fs::create_directories(p.parent_path(), ec);

@@ -335,6 +335,7 @@ private:
     OpenMode mode_ = OpenMode::Create;
     bool quick_check_ = true;
     int schema_ = 0; // as found on disk; below kSchemaVersion only when read-only
+    bool created_here_ = false; // the file was absent when this open began (removed if the open fails)
     bool immutable_ = false; // read-only, opened as immutable
     bool wal_at_open_ = false; // a WAL was in use then (immutable only where it could not be read)
     std::string file_stamp_; // the file's inode, size and times before an immutable open

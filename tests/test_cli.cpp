@@ -1055,6 +1055,30 @@ private slots:
         QVERIFY2(!files.contains(".pt.tmp"), qPrintable(files)); // no half-written checkpoint left
     }
 
+    // A new store on a disk that is already full: refused as a store failure (exit 3), and the
+    // empty file SQLite began is not left behind (the next command would call it "empty").
+    void aNewStoreOnAFullDiskLeavesNoFile()
+    {
+        QTemporaryDir dir;
+        const QString fs = dir.filePath("full");
+        QVERIFY(QDir().mkpath(fs));
+        const QString listing = dir.filePath("listing.txt");
+        const QString script = "d=\"$1\"; shift; mount -t tmpfs -o size=512k tmpfs \"$d\" || exit 97; "
+                               "dd if=/dev/zero of=\"$d/fill\" bs=4096 2>/dev/null; "
+                               "\"$@\"; rc=$?; ls \"$d\" > '" + listing + "'; exit $rc";
+        QProcess p;
+        p.start("unshare", QStringList{"-m", "sh", "-c", script, "sh", fs, MANTISSA_TRAIN_EXE, "run", project_, "--db",
+                                       fs + "/new.sqlite", "--set", "training.steps=1"});
+        QVERIFY(p.waitForFinished(120000));
+        if (p.exitCode() == 97) QSKIP("cannot mount a tmpfs here (unshare -m needs CAP_SYS_ADMIN)");
+        const QString err = QString::fromUtf8(p.readAllStandardError());
+        QCOMPARE(p.exitCode(), 3);
+        QVERIFY2(err.contains("run store '" + fs + "/new.sqlite' cannot be written: disk full"), qPrintable(err));
+        QFile list(listing);
+        QVERIFY(list.open(QIODevice::ReadOnly));
+        QCOMPARE(QString::fromUtf8(list.readAll()), QString("fill\n"));
+    }
+
     // SQLite would take a file shorter than its header for an empty database and write a
     // store over it; `run` refuses it and leaves it as it was.
     void runNeverWritesOverAFileThatIsNotAStore()
