@@ -209,23 +209,27 @@ std::string export_tensorboard(RunStore& store, int64_t run_id, const std::strin
     const std::string path = (folder / name).string(), partial = (folder / ".mantissa-export.partial").string();
     const auto layer_stats = store.layer_stats(run_id); // read before anything is written: a store error leaves no file
     std::error_code ec;
-    if (fs::create_directories(folder, ec); ec) throw ExportWriteError("cannot write '" + path + "': " + ec.message());
+    // A failed export leaves no folder it made either (an empty run folder would show in
+    // TensorBoard's run list as a run with nothing in it). fs::remove takes only empty ones.
+    const bool had_dir = fs::exists(dir, ec), had_folder = fs::exists(folder, ec);
+    const auto fail = [&](const std::string& why) {
+        std::error_code undo;
+        fs::remove(partial, undo);
+        if (!had_folder) fs::remove(folder, undo);
+        if (!had_dir) fs::remove(dir, undo);
+        return ExportWriteError("cannot write '" + path + "'" + why);
+    };
+    if (fs::create_directories(folder, ec); ec) throw fail(": " + ec.message());
     {
         EventWriter writer(partial, path, start);
         for (const auto& row : scalars) writer.scalar(row.step, wall_time(row.step), row.tag, row.value);
         for (const auto& [step, stats] : layer_stats)
             writer.histogram(step, wall_time(step), "exponents/" + stats.layer + "/" + stats.role, stats);
-        if (!writer.finish()) {
-            // A cut event file would read as a run that stopped early: none is better.
-            fs::remove(partial, ec);
-            throw ExportWriteError("cannot write '" + path + "' (disk full?)");
-        }
+        // A cut event file would read as a run that stopped early: none is better.
+        if (!writer.finish()) throw fail(" (disk full?)");
     }
     fs::rename(partial, path, ec);
-    if (ec) {
-        fs::remove(partial, ec);
-        throw ExportWriteError("cannot write '" + path + "': " + ec.message());
-    }
+    if (ec) throw fail(": " + ec.message());
     // An earlier export of this run under another name (an older version's), or in the folder
     // of its earlier name (renamed since): TensorBoard would read both, every point twice.
     for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec))

@@ -795,6 +795,12 @@ private slots:
         }
         QVERIFY2(error.startsWith("cannot write '" + fs + "/tb/run1-small/events.out.tfevents."), qPrintable(error));
         QCOMPARE(QDir(fs + "/tb/run1-small").entryList(QDir::Files | QDir::Hidden), QStringList()); // no partial file either
+        QVERIFY(!QDir(fs + "/tb").exists()); // nor the folders it made for the file
+        // A folder that was there before stays (empty, as it was).
+        QVERIFY(QDir().mkpath(fs + "/mine"));
+        QVERIFY_THROWS_EXCEPTION(ExportWriteError, export_tensorboard(store, id, (fs + "/mine").toStdString()));
+        QVERIFY(QDir(fs + "/mine").exists());
+        QVERIFY(!QDir(fs + "/mine/run1-small").exists());
     }
 
     void twoStoresOnOneFileBothWrite()
