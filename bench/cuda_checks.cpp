@@ -51,9 +51,9 @@
 
 #include "blockwise_fp8.h"
 #include "determinism.h"
-#include "fused_cross_entropy.h"
 #include "edge_values.h" // tests/: the values test_telemetry holds the statistics to
 #include "exact_fp8_gemm.h" // tests/: operands test_native multiplies too
+#include "fused_cross_entropy.h"
 #include "loss_scale_replay.h" // tests/: sequences test_numerics replays on the CPU
 #include "native_fp8.h"
 #include "number_format.h"
@@ -502,19 +502,19 @@ void resume(const std::string& device, const std::string& dir, bool quick)
                 on_cpu.load_from(dir + "/cpu.ckpt", torch::kCPU);
                 on_gpu.load_from(dir + "/device.ckpt", torch::kCPU);
                 for (const auto& key : on_cpu.keys()) {
-                    torch::Tensor a, b;
-                    if (!on_cpu.try_read(key, a) || !a.is_floating_point()) continue;
-                    if (!on_gpu.try_read(key, b)) {
+                    torch::Tensor cpu_value, gpu_value;
+                    if (!on_cpu.try_read(key, cpu_value) || !cpu_value.is_floating_point()) continue;
+                    if (!on_gpu.try_read(key, gpu_value)) {
                         std::printf("#     %s: not in the device's checkpoint\n", key.c_str());
                         continue;
                     }
-                    const auto a64 = a.to(torch::kFloat64), b64 = b.to(torch::kFloat64);
-                    if (a64.sizes() != b64.sizes()) {
+                    const auto c64 = cpu_value.to(torch::kFloat64), g64 = gpu_value.to(torch::kFloat64);
+                    if (c64.sizes() != g64.sizes()) {
                         std::printf("#     %s: shape differs\n", key.c_str());
                         continue;
                     }
-                    const double scale = std::max(1e-30, a64.abs().max().item<double>());
-                    const double worst = (a64 - b64).abs().max().item<double>() / scale;
+                    const double scale = std::max(1e-30, c64.abs().max().item<double>());
+                    const double worst = (c64 - g64).abs().max().item<double>() / scale;
                     if (!(worst <= 1e-2)) std::printf("#     %s: max |cpu - device| / max |cpu| = %.3g\n", key.c_str(), worst);
                 }
             }

@@ -39,9 +39,10 @@ std::vector<FormatSupport> format_support_table(ComputeCapability device)
         // fp8-block: cuBLAS's blockwise FP8 GEMM on sm_90 (CUDA 12.9+), E4M3 operands with
         // power-of-two scales and whole 128-blocks, if a start-up probe gets its known answer
         // (blockwise_fp8.h); anything else is emulated. Only the GEMM: the block casts around it
-        // are the emulator's FP32 tensor ops (on an H200, 2026-12-04, its probe passed and a step
-        // took 4.4x FP8 delayed's). FP4 tensor cores (sm_100) have no native path in the engine:
-        // always emulated.
+        // produce the emulator's FP32 values (in one kernel launch each since 2026-12-04,
+        // core/cuda/fp8_block.h) and its autograd runs in FP32 (on an H200, 2026-12-04, a step
+        // took 4.4x FP8 delayed's, before those kernels). FP4 tensor cores (sm_100) have no
+        // native path in the engine: always emulated.
         {"FP8 block (fp8-block)", device.major == 9 ? Execution::Native : Execution::Emulated,
          "sm_90 GEMMs (blockwise cuBLAS, if a start-up probe passes); the casts are emulated"},
         {"NVFP4", Execution::Emulated, "emulated only (hardware: sm_100)"},

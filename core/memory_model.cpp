@@ -118,10 +118,9 @@ MemoryBreakdown estimate_memory(const ProjectConfig& config, int64_t vocab_size,
     // ln_f input, and what the loss keeps of the logits: log_softmax's FP32 output, or on a GPU
     // with 16-bit logits (the native executor's under every 16-bit and FP8 head) the logits
     // themselves, which the fused loss's backward reads again (fused_cross_entropy.h).
-    const NumberFormat head = fmt("lm_head"); // its output: the 16-bit format itself, BF16 for FP8
-    const bool head_16bit_out = head == NumberFormat::BF16 || head == NumberFormat::FP16 ||
-                                head == NumberFormat::E4M3 || head == NumberFormat::E5M2;
-    const bool fused_loss = !cpu_emulator && config.precision.backend != GemmBackend::Emulated && head_16bit_out;
+    const NumberFormat head = fmt("lm_head"), head_out = gemm_output_format(head);
+    const bool fused_loss = !cpu_emulator && config.precision.backend != GemmBackend::Emulated &&
+                            (head_out == NumberFormat::BF16 || head_out == NumberFormat::FP16);
     const int64_t logits = 4 * sbh + (cpu_emulator ? 4 : bytes_per_element(head)) * sbh + (fused_loss ? 2 : 4) * T * B * V;
     out.activations_by_layer.emplace_back("logits", logits);
     out.activations_bytes += logits;

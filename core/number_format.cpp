@@ -49,4 +49,18 @@ std::string number_format_names_joined()
     return out;
 }
 
+NumberFormat gemm_output_format(NumberFormat operand_format)
+{
+    switch (operand_format) {
+    case NumberFormat::BF16:
+    case NumberFormat::FP16:
+        return operand_format;
+    case NumberFormat::E4M3:
+    case NumberFormat::E5M2:
+        return NumberFormat::BF16;
+    default:
+        return NumberFormat::FP32;
+    }
+}
+
 } // namespace mantissa

@@ -36,4 +36,8 @@ const char* format_name(NumberFormat format);
 std::vector<std::string> number_format_names();
 std::string number_format_names_joined(); // "fp32, tf32, ...": what a refusal lists
 
+// GEMM outputs are rounded to the output dtype: the format itself for 16-bit formats, BF16
+// for FP8 GEMMs (TransformerEngine's default output type), FP32 otherwise.
+NumberFormat gemm_output_format(NumberFormat operand_format);
+
 } // namespace mantissa

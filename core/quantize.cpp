@@ -149,18 +149,4 @@ torch::Tensor amax_ignoring_nan(const torch::Tensor& x, RoundKernel kernel)
     return torch::tensor(m);
 }
 
-NumberFormat gemm_output_format(NumberFormat operand_format)
-{
-    switch (operand_format) {
-    case NumberFormat::BF16:
-    case NumberFormat::FP16:
-        return operand_format;
-    case NumberFormat::E4M3:
-    case NumberFormat::E5M2:
-        return NumberFormat::BF16;
-    default:
-        return NumberFormat::FP32;
-    }
-}
-
 } // namespace mantissa

@@ -41,8 +41,4 @@ torch::Tensor amax_ignoring_nan(const torch::Tensor& x, RoundKernel kernel = Rou
 // TF32 rounding of FP32 bit patterns (ties away from zero), exposed for tests.
 torch::Tensor round_to_tf32(const torch::Tensor& x);
 
-// GEMM outputs are rounded to the output dtype: the format itself for 16-bit formats, BF16
-// for FP8 GEMMs (TransformerEngine's default output type), FP32 otherwise.
-NumberFormat gemm_output_format(NumberFormat operand_format);
-
 } // namespace mantissa

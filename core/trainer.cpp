@@ -14,9 +14,9 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "blockwise_fp8.h"
-#include "fused_cross_entropy.h"
 #include "determinism.h"
 #include "device_memory.h"
+#include "fused_cross_entropy.h"
 #include "memory_model.h"
 #include "native_fp8.h"
 #include "safetensors_writer.h"
