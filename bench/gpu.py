@@ -20,8 +20,11 @@ has its own time limit (--run-timeout), and the tables are printed, and written 
 Random tokens in nanoGPT .bin files (vocabulary 50304). Run it on the device machine after
 the build (bench/gpu_session.sh does both, see ../shared/gpu/README.md):
 
-  python3 bench/gpu.py --build build/gpu [--part first|rest|all] [--steps 30] [--shapes small,wide]
+  python3 bench/gpu.py --build build/gpu [--part first|rest|all|profile] [--steps 30] [--shapes small,wide]
                        [--telemetry] [--skip-twins] [--json results.json]
+
+`--part profile` times nothing: it runs bench/gpu_profile on the rows in PROFILES and prints
+where their steps' device time goes, by kernel and by kind of work.
 """
 import argparse
 import json
@@ -52,6 +55,15 @@ RECIPES = {"fp8-hybrid current": ["precision.preset=fp8-hybrid", "precision.fp8.
            "fp8-block": ["precision.preset=fp8-e4m3", "precision.fp8.scaling=fp8-block"],
            "bf16, deterministic off": ["precision.preset=bf16", "training.deterministic=false"]}
 TWINS = ["fp32", "bf16", "fp16", "bf16-compile", "fp8"]
+# --part profile: where the time of the rows that miss their targets goes, kernel by kernel
+# (bench/gpu_profile), in the order of what each is worth: a telemetry step against a plain
+# BF16 step (issue 12), FP8 delayed against BF16 on GPT-2 small (issue 11), fp8-block on the
+# wide shape (issue 18).
+PROFILES = [("small", "bf16, telemetry every step", ["precision.preset=bf16", "telemetry.interval=1"]),
+            ("small", "bf16", ["precision.preset=bf16"]),
+            ("small", "fp8-hybrid", ["precision.preset=fp8-hybrid"]),
+            ("wide", "fp8-block", RECIPES["fp8-block"]),
+            ("wide", "fp8-e4m3 delayed", RECIPES["fp8-e4m3 delayed"])]
 NOTES = {}  # run -> the fallback warnings it printed
 
 
@@ -183,10 +195,33 @@ def print_tables(results, peak, reference):
     print(flush=True)
 
 
+def profile(args, shapes):
+    exe = os.path.join(args.build, "bench", "gpu_profile")
+    with tempfile.TemporaryDirectory() as tmp:
+        write_data(tmp)
+        for shape, label, sets in PROFILES:
+            if shape not in shapes:
+                continue
+            path = os.path.join(tmp, f"{shape}.json")
+            with open(path, "w") as f:
+                json.dump(project(tmp, SHAPES[shape], 12), f)
+            cmd = [exe, path, "--from", "5", "--steps", "3", "--set", "telemetry.interval=0"]
+            for kv in sets:
+                cmd += ["--set", kv]
+            print(f"\n## profile: {shape} {label}", flush=True)
+            try:
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.run_timeout)
+            except subprocess.TimeoutExpired:
+                print(f"  still running after {args.run_timeout} s, stopped", flush=True)
+                continue
+            # Kineto's own log lines go to stderr; a failure's reason too.
+            print(r.stdout if r.returncode == 0 else f"  exit {r.returncode}\n{(r.stdout + r.stderr)[-3000:]}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "gpu"))
-    ap.add_argument("--part", choices=["first", "rest", "all"], default="all")
+    ap.add_argument("--part", choices=["first", "rest", "all", "profile"], default="all")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--shapes", default="small,wide")
     ap.add_argument("--skip-twins", action="store_true")
@@ -207,6 +242,9 @@ def main():
     shapes = args.shapes.split(",")
     print(f"# {time.strftime('%Y-%m-%d')}, torch {torch.__version__}, {torch.cuda.get_device_name()}, part {args.part}",
           flush=True)
+    if args.part == "profile":
+        profile(args, shapes)
+        return
     peak = matmul_peak_tflops()
     print(f"# measured BF16 matmul peak: {peak:.0f} TFLOP/s", flush=True)
     results, telemetry = {}, {}

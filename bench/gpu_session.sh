@@ -6,14 +6,17 @@
 #   2. the benchmark's first part (bench/gpu.py --part first): BF16/FP16 against autocast on
 #      GPT-2 small, torch.compile and FP32 parity, the telemetry cost, FP8 delayed against BF16
 #      on the wide shape;
-#   3. the correctness checks (bench/cuda_checks: the device against the CPU);
-#   4. the benchmark's other rows (--part rest) in whatever time is left.
+#   3. where the time goes (bench/gpu.py --part profile: bench/gpu_profile's kernel tables for a
+#      telemetry step, FP8 on GPT-2 small and fp8-block on the wide shape; GPU_PROFILE_S, default 100);
+#   4. the correctness checks (bench/cuda_checks: the device against the CPU);
+#   5. the benchmark's other rows (--part rest) in whatever time is left.
 #
 #   here, once:  ../shared/gpu/prepare.sh
 #   the device:  run(command="bash bench/gpu_session.sh", carry=[".gpu"], timeout_s=600)
 #
 # Logs under $OUT: timeline.txt, build.txt (+ build_log.txt: configure and build), gpu_bench.txt
-# and gpu_bench_{first,rest}.json, cuda_checks.txt. GPU_SESSION_S is the deadline (s, default
+# and gpu_bench_{first,rest}.json, gpu_profile.txt, cuda_checks.txt. GPU_PARTS (default "first
+# profile rest") names the parts to run. GPU_SESSION_S is the deadline (s, default
 # 570, inside the call's 600), GPU_CHECKS_S the checks' share (default 140), GPU_BENCH_ARGS
 # replaces bench/gpu.py's shape/step arguments, GPU_SKIP_CHECKS=1 skips the checks,
 # GPU_SKIP_BUILD=1 uses build/gpu as it is when mantissa-train is there, GPU_SKIP_DONE=<json>
@@ -59,8 +62,8 @@ else
     # beside the rest); -k 0 goes on past a failure, so that mantissa-train, which the
     # benchmark needs, is built even when cuda_checks is not. Old binaries go first: a failed
     # build must not pass for one that worked.
-    rm -f build/gpu/app/mantissa-train build/gpu/bench/cuda_checks
-    timeout -k 10 "$(left)" cmake --build build/gpu -j "$(nproc)" --target mantissa-train cuda_checks -- -k 0 \
+    rm -f build/gpu/app/mantissa-train build/gpu/bench/cuda_checks build/gpu/bench/gpu_profile
+    timeout -k 10 "$(left)" cmake --build build/gpu -j "$(nproc)" --target mantissa-train cuda_checks gpu_profile -- -k 0 \
         >> "$out/build_log.txt" 2>&1
     if [ ! -x build/gpu/app/mantissa-train ]; then
         grep -B2 -A30 -m3 "FAILED\|error" "$out/build_log.txt" | head -120 | tee -a "$out/build.txt"
@@ -85,16 +88,26 @@ bench() { # $1: the part, $2: its seconds (timeout 0 would mean no limit at all)
 }
 checks_s=${GPU_CHECKS_S:-140}
 [ "${GPU_SKIP_CHECKS:-0}" = 1 ] && checks_s=0
-parts="${GPU_PARTS:-first rest}"
+parts="${GPU_PARTS:-first profile rest}"
 # 2. The benchmark's first part, leaving the checks their share.
 if [[ " $parts " == *" first "* ]]; then bench first "$(($(left) - checks_s))"; fi
-# 3. The checks.
+# 3. The profiles, inside their share.
+if [[ " $parts " == *" profile "* ]] && [ -x build/gpu/bench/gpu_profile ] && [ "$(left)" -gt 30 ]; then
+    profile_s=${GPU_PROFILE_S:-100}
+    [ "$profile_s" -gt "$(($(left) - checks_s))" ] && profile_s=$(($(left) - checks_s))
+    if [ "$profile_s" -ge 20 ]; then
+        timeout -k 10 "$profile_s" python3 bench/gpu.py --build build/gpu --part profile --run-timeout 60 2>&1 \
+            | tee "$out/gpu_profile.txt"
+        mark "profiles done"
+    fi
+fi
+# 4. The checks.
 if [ "$checks_s" -gt 0 ] && [ "$(left)" -ge 10 ] && [ -x build/gpu/bench/cuda_checks ]; then
     limit=$(left)
     [ "$limit" -gt "$checks_s" ] && [[ " $parts " == *" rest "* ]] && limit=$checks_s
     timeout -k 10 "$limit" build/gpu/bench/cuda_checks 2>&1 | tee "$out/cuda_checks.txt"
     mark "checks done"
 fi
-# 4. The rest of the benchmark in what is left.
+# 5. The rest of the benchmark in what is left.
 if [[ " $parts " == *" rest "* ]] && [ "$(left)" -gt 20 ]; then bench rest "$(left)"; fi
 mark "done"
