@@ -50,6 +50,7 @@ void DeviceDelayedScaling::upload(const DelayedScaling& host, const torch::Devic
                                                        : history.to(device);
     if (history_.numel() == 0) history_ = torch::zeros({1}, f32.device(device));
     scale_ = torch::full({}, host.scale(), f32.device(device));
+    inv_scale_ = scale_.reciprocal();
 }
 
 void DeviceDelayedScaling::download(DelayedScaling& host) const
@@ -103,8 +104,10 @@ bool fused_record_agrees(const torch::Device& device)
                                     const auto ops = record_with_ops(amax, history, prev, fp8_max, use_max, margin);
                                     const auto own = cuda_kernels::record_amax(amax, history, prev,
                                                                                scaled_max_of(fp8_max, margin), use_max);
-                                    by_ops.insert(by_ops.end(), {ops.first, ops.second.reshape({1})});
-                                    by_kernel.insert(by_kernel.end(), {own.history, own.scale.reshape({1})});
+                                    by_ops.insert(by_ops.end(), {ops.first, ops.second.reshape({1}),
+                                                                 ops.second.reciprocal().reshape({1})});
+                                    by_kernel.insert(by_kernel.end(), {own.history, own.scale.reshape({1}),
+                                                                       own.inv_scale.reshape({1})});
                                 }
         }
         return torch::equal(torch::cat(by_ops).view(torch::kInt32).cpu(), torch::cat(by_kernel).view(torch::kInt32).cpu());
@@ -123,10 +126,12 @@ void DeviceDelayedScaling::record(const torch::Tensor& amax, double fp8_max, boo
         auto r = cuda_kernels::record_amax(amax, history_, scale_, scaled_max_of(fp8_max, margin), use_max);
         history_ = std::move(r.history);
         scale_ = std::move(r.scale);
+        inv_scale_ = std::move(r.inv_scale);
         return;
     }
 #endif
     std::tie(history_, scale_) = record_with_ops(amax, history_, scale_, fp8_max, use_max, margin);
+    inv_scale_ = scale_.reciprocal();
 }
 
 void DeviceDelayedScaling::begin_journal()
@@ -135,6 +140,7 @@ void DeviceDelayedScaling::begin_journal()
     journal_.clear();
     journal_history_ = history_;
     journal_scale_ = scale_;
+    journal_inv_scale_ = inv_scale_;
 }
 
 torch::Tensor DeviceDelayedScaling::journal_amaxes() const
@@ -153,7 +159,8 @@ void DeviceDelayedScaling::replay(const torch::Tensor& reduced)
     journal_on_ = false;
     history_ = journal_history_;
     scale_ = journal_scale_;
-    journal_history_ = journal_scale_ = torch::Tensor();
+    inv_scale_ = journal_inv_scale_;
+    journal_history_ = journal_scale_ = journal_inv_scale_ = torch::Tensor();
     const auto amaxes = reduced.masked_fill(reduced == -1.0f, std::numeric_limits<float>::quiet_NaN());
     for (size_t i = 0; i < records.size(); ++i)
         record(amaxes[static_cast<int64_t>(i)], records[i].fp8_max, records[i].use_max, records[i].margin);
@@ -233,8 +240,11 @@ bool fused_cast_agrees(const torch::Device& device)
 
 // The cast-transpose against the fused cast and a transposing copy, on 2-D shapes that leave
 // partial tiles on both edges, are one row or column wide or empty, or have more tiles than
-// the grid (so that blocks walk several): any difference and the copy stays. Built and
-// compared on the device, so that a run without FP8 pays little for it.
+// the grid (so that blocks walk several), for both of its kernels: the 64 x 64 one (sides
+// multiples of 64, aligned data: the crafted values as 64 x 64 and 64 x 128, a tensor of
+// 2,049 tiles against its grid of 2,048 blocks) and the general one (the rest, and a 64 x 64
+// view whose data starts one element into its storage, unaligned). Any difference and the
+// copy stays. Built and compared on the device, so that a run without FP8 pays little for it.
 bool fused_transpose_agrees(const torch::Device& device)
 {
     static const bool agrees = fused_cast_agrees(device) && kernel_agrees("FP8 cast-transpose", [&] {
@@ -244,15 +254,28 @@ bool fused_transpose_agrees(const torch::Device& device)
         // grid of at most 8,192 blocks.
         const int64_t big_cols = 4097 * 32 + 5;
         const auto big = torch::exp2(torch::arange(33 * big_cols, opts).fmod(301.0) - 150.0).reshape({33, big_cols});
-        const std::vector<std::vector<int64_t>> shapes = {{2, 2055}, {2055, 2}, {1, 4110}, {4110, 1}, {0, 7}};
-        for (size_t s = 0; s <= shapes.size(); ++s)
+        const int64_t wide_cols = 2049 * 64; // 64 x 64 tiles, one more than the wide kernel's grid
+        const auto wide = torch::exp2(torch::arange(64 * wide_cols, opts).fmod(301.0) - 150.0).reshape({64, wide_cols});
+        const auto twice = torch::cat({base, base});
+        const std::vector<std::vector<int64_t>> shapes = {{2, 2055}, {2055, 2}, {1, 4110}, {4110, 1}, {0, 7},
+                                                          {64, 64}, {64, 128}, {128, 64}};
+        for (size_t s = 0; s <= shapes.size() + 2; ++s)
             for (auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kHalf})
                 for (bool e4m3 : {true, false})
                     for (bool saturate : {true, false})
                         for (float scale_value : {0.37f, 1e4f}) {
-                            const auto x = s == shapes.size() ? big.to(dtype)
-                                           : shapes[s][0] == 0 ? torch::empty(shapes[s], opts.dtype(dtype))
-                                                               : base.reshape(shapes[s]).to(dtype);
+                            const auto crafted = [&](const std::vector<int64_t>& shape) {
+                                return twice.narrow(0, 0, shape[0] * shape[1]).reshape(shape).to(dtype);
+                            };
+                            // A contiguous 64 x 64 view, one element into its storage.
+                            const auto unaligned = [&] {
+                                return twice.to(dtype).narrow(0, 1, 4096).view({64, 64});
+                            };
+                            const auto x = s == shapes.size()       ? big.to(dtype)
+                                           : s == shapes.size() + 1 ? wide.to(dtype)
+                                           : s == shapes.size() + 2 ? unaligned()
+                                           : shapes[s][0] == 0      ? torch::empty(shapes[s], opts.dtype(dtype))
+                                                                    : crafted(shapes[s]);
                             const auto scale = torch::full({}, scale_value, opts);
                             torch::Tensor amax, amax_t, codes_t;
                             const auto codes = cuda_kernels::fused_scale_cast_amax(x, scale, e4m3, saturate, amax);
@@ -303,8 +326,10 @@ Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const
         Fp8Tensor out;
         out.format = format;
         if (delayed_ready) {
-            // The scale is known before the tensor is read: one pass casts and measures.
+            // The scale is known before the tensor is read: one pass casts and measures. The
+            // record below replaces the state's scale, not these tensors.
             out.scale = delayed->scale();
+            out.inv_scale = delayed->inv_scale();
         } else {
             // Current scaling, as TE's: one pass for the amax, the scale on the device, one to cast.
             const auto amax = cuda_kernels::amax_ignoring_nan(xc);
@@ -319,7 +344,7 @@ Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const
             out.codes = cuda_kernels::fused_scale_cast_amax(xc, out.scale, e4m3, recipe.saturate, measured);
         if (with_transpose && !out.codes_t.defined()) out.codes_t = out.codes.t().contiguous();
         if (delayed_ready && record) delayed->record(measured, fp8_max, recipe.amax_use_max, recipe.margin);
-        out.inv_scale = out.scale.reciprocal();
+        if (!out.inv_scale.defined()) out.inv_scale = out.scale.reciprocal();
         return out;
     }
 #endif
@@ -330,13 +355,14 @@ Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const
     if (recipe.scaling == Fp8Scaling::Delayed) {
         TORCH_CHECK(delayed != nullptr && delayed->defined(), "delayed scaling needs its device state");
         out.scale = delayed->scale(); // from the amaxes up to the previous use
+        out.inv_scale = delayed->inv_scale();
         if (record) delayed->record(amax, fp8_max, recipe.amax_use_max, recipe.margin);
     } else {
         out.scale = device_scale_from_amax(amax, fp8_max, recipe.margin, torch::ones({}, amax.options()));
+        out.inv_scale = out.scale.reciprocal();
     }
     out.codes = to_fp8_codes(x32 * out.scale, format, overflow);
     if (with_transpose) out.codes_t = out.codes.t().contiguous();
-    out.inv_scale = out.scale.reciprocal();
     return out;
 }
 

@@ -37,8 +37,10 @@ public:
     bool defined() const { return scale_.defined(); }
     void upload(const DelayedScaling& host, const torch::Device& device);
     void download(DelayedScaling& host) const;
-    void clear() { history_ = scale_ = torch::Tensor(); }
+    void clear() { history_ = scale_ = inv_scale_ = torch::Tensor(); }
     const torch::Tensor& scale() const { return scale_; }
+    // scale().reciprocal(), made by the record that made the scale: a cast takes both.
+    const torch::Tensor& inv_scale() const { return inv_scale_; }
     // DelayedScaling::record on the device: roll, store `amax` (a () FP32 tensor) in slot 0,
     // recompute the scale for the next use.
     void record(const torch::Tensor& amax, double fp8_max, bool use_max, int64_t margin);
@@ -64,9 +66,10 @@ private:
     };
     torch::Tensor history_; // (length) FP32, slot 0 newest
     torch::Tensor scale_;   // () FP32
+    torch::Tensor inv_scale_; // () FP32
     // A record never writes into history_ or scale_ (it makes new tensors), so holding the
     // handles is the snapshot.
-    torch::Tensor journal_history_, journal_scale_;
+    torch::Tensor journal_history_, journal_scale_, journal_inv_scale_;
     bool journal_on_ = false;
     std::vector<Record> journal_;
 };

@@ -427,7 +427,8 @@ bool fused_cuda_agrees_with_tensor_ops()
     const auto x = probe_values().to(opts.device());
     const auto scale = torch::full({}, 64.0, opts.dtype(torch::kFloat64));
     const auto e5m2 = (x * 64.0f).to(torch::kFloat8_e5m2).to(torch::kFloat32) / 64.0f;
-    // The native executor's records: 16-bit activations beside their FP8 cast (dequantized).
+    // The native executor's records: 16-bit activations beside their FP8 cast (dequantized), and
+    // beside themselves (an operand already in its format: the kernel reads it once).
     const auto x_bf16 = x.to(torch::kBFloat16), x_half = x.to(torch::kHalf);
     const auto e4m3_of_bf16 = (x_bf16.to(torch::kFloat32) * 64.0f).to(torch::kFloat8_e4m3fn).to(torch::kFloat32) / 64.0f;
     struct Case {
@@ -441,7 +442,7 @@ bool fused_cuda_agrees_with_tensor_ops()
                           Case{x, NumberFormat::E5M2, 64.0f, {}, e5m2}, Case{x, NumberFormat::E5M2, 1.0f, scale, e5m2},
                           Case{x, NumberFormat::E4M3, 0.0f, {}, x.to(torch::kFloat8_e4m3fn)},
                           Case{x, NumberFormat::FP16, 1.0f, {}, x_half}, Case{x_half, NumberFormat::FP32, 1.0f, {}, {}},
-                          Case{x_half, NumberFormat::FP16, 1.0f, {}, x_half},
+                          Case{x_half, NumberFormat::FP16, 1.0f, {}, x_half}, Case{x_bf16, NumberFormat::BF16, 1.0f, {}, x_bf16},
                           Case{x_bf16, NumberFormat::E4M3, 1.0f, scale, e4m3_of_bf16}}) {
         const auto host_scale = c.scale > 0.0f ? torch::full({}, static_cast<double>(c.scale), opts.dtype(torch::kFloat64))
                                                : torch::Tensor();

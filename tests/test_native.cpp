@@ -224,6 +224,7 @@ private slots:
             const auto expected = quantize_fp8(x, f, r, 0, &host);
             const auto got = quantize_fp8_native(x, f, r, &device, /*record=*/true);
             QCOMPARE(got.scale.item<float>(), expected.scale);
+            QVERIFY(torch::equal(got.inv_scale, got.scale.reciprocal()));
             QVERIFY2(same_values(got.dequantized(), expected.values), qPrintable(recipe));
             if (r.scaling == Fp8Scaling::Delayed) QCOMPARE(device.scale().item<float>(), host.scale());
         }
@@ -248,6 +249,10 @@ private slots:
                     const float h = host.scale(), d = device.scale().item<float>();
                     QVERIFY2(std::memcmp(&h, &d, sizeof h) == 0,
                              qPrintable(QString("amax %1: host %2, device %3").arg(amax).arg(h).arg(d)));
+                    // The inverse that casts take with the scale: made by the same record.
+                    const float inv = device.inv_scale().item<float>(), want = 1.0f / h;
+                    QVERIFY2(std::memcmp(&inv, &want, sizeof inv) == 0,
+                             qPrintable(QString("amax %1: 1 / %2 is %3, the state has %4").arg(amax).arg(h).arg(want).arg(inv)));
                 }
             }
     }
@@ -280,6 +285,7 @@ private slots:
             a.replay(reduced);
             b.replay(reduced);
             QCOMPARE(a.journal_size(), size_t(0));
+            QVERIFY(torch::equal(a.inv_scale(), a.scale().reciprocal()));
             for (auto* d : {&a, &b}) {
                 DelayedScaling back(8);
                 d->download(back);

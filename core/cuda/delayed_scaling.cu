@@ -17,7 +17,7 @@ constexpr int kThreads = 1024;
 __global__ void __launch_bounds__(kThreads)
     record_amax_kernel(const float* __restrict__ amax, const float* __restrict__ history, int64_t length,
                        const float* __restrict__ previous, float scaled_max, bool use_max,
-                       float* __restrict__ out_history, float* __restrict__ out_scale)
+                       float* __restrict__ out_history, float* __restrict__ out_scale, float* __restrict__ out_inv_scale)
 {
     __shared__ float warp_max[kThreads / 32];
     const float newest = *amax;
@@ -34,7 +34,9 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x == 0) {
         float reduced = 0.0f;
         for (int w = 0; w < kThreads / 32; ++w) reduced = scale_rule::fmax_skipping_nan(reduced, warp_max[w]);
-        *out_scale = scale_rule::scale_from_amax(use_max ? reduced : newest, scaled_max, *previous);
+        const float scale = scale_rule::scale_from_amax(use_max ? reduced : newest, scaled_max, *previous);
+        *out_scale = scale;
+        *out_inv_scale = 1.0f / scale; // IEEE division (no fast math), as at::reciprocal's
     }
 }
 
@@ -49,10 +51,10 @@ RecordedAmax record_amax(const torch::Tensor& amax, const torch::Tensor& history
     const c10::cuda::CUDAGuard guard(history.device());
     const auto a = amax.to(history.device(), torch::kFloat32).reshape({}).contiguous();
     const auto prev = previous.to(history.device(), torch::kFloat32).reshape({}).contiguous();
-    RecordedAmax out{torch::empty_like(history), torch::empty({}, history.options())};
+    RecordedAmax out{torch::empty_like(history), torch::empty({}, history.options()), torch::empty({}, history.options())};
     record_amax_kernel<<<1, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
         a.data_ptr<float>(), history.data_ptr<float>(), history.numel(), prev.data_ptr<float>(), scaled_max, use_max,
-        out.history.data_ptr<float>(), out.scale.data_ptr<float>());
+        out.history.data_ptr<float>(), out.scale.data_ptr<float>(), out.inv_scale.data_ptr<float>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
 }

@@ -13,6 +13,7 @@ namespace mantissa::cuda_kernels {
 struct RecordedAmax {
     torch::Tensor history; // (length) FP32, new
     torch::Tensor scale;   // () FP32, new
+    torch::Tensor inv_scale; // () FP32, new: 1 / scale, as scale.reciprocal() (one launch fewer per cast)
 };
 
 // amax: () FP32 on the history's device; history: (length >= 1) FP32 contiguous; previous: ()
