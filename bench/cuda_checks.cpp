@@ -229,6 +229,40 @@ void stats_kernels(const torch::Device& device, bool quick)
         if (cuda) c10::cuda::device_synchronize();
 #endif
     };
+    if (cuda && !quick)
+        // The FP8 cast-transpose of GPT-2 small's logit gradient (16,384 x 50,304 BF16, E5M2,
+        // current scaling: an amax pass, then the cast): the 64 x 64 kernel (aligned data)
+        // against the general one (the same values copied one element into a storage), which
+        // must give the same codes and transposed codes. Bytes: 2 read and 1 + 1 written per
+        // value by the cast, 2 read by the amax.
+        check("fp8 cast-transpose speed", [&] {
+            const int64_t rows = 16384, cols = 50304, n = rows * cols;
+            const auto opts = torch::TensorOptions().device(device);
+            const auto aligned =
+                (torch::sin(torch::arange(n, opts.dtype(torch::kFloat32)) * 0.37f) * 1e-3f).to(torch::kBFloat16).view({rows, cols});
+            auto storage = torch::empty({n + 1}, aligned.options());
+            storage.narrow(0, 1, n).copy_(aligned.flatten());
+            const auto shifted = storage.narrow(0, 1, n).view({rows, cols});
+            Fp8Recipe recipe;
+            recipe.scaling = Fp8Scaling::Current;
+            const auto time_us = [&](const torch::Tensor& x, Fp8Tensor& out) {
+                out = quantize_fp8_native(x, NumberFormat::E5M2, recipe, nullptr, false, /*with_transpose=*/true);
+                wait();
+                const auto t0 = std::chrono::steady_clock::now();
+                for (int r = 0; r < 5; ++r) out = quantize_fp8_native(x, NumberFormat::E5M2, recipe, nullptr, false, true);
+                wait();
+                return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 5;
+            };
+            Fp8Tensor fast, general;
+            const double t_fast = time_us(aligned, fast), t_general = time_us(shifted, general);
+            const bool same = torch::equal(fast.codes.view(torch::kUInt8), general.codes.view(torch::kUInt8)) &&
+                              torch::equal(fast.codes_t.view(torch::kUInt8), general.codes_t.view(torch::kUInt8));
+            const double tb = 6.0 * static_cast<double>(n) / 1e12;
+            report(same, "fp8 cast-transpose speed",
+                   std::string(same ? "same codes; " : "CODES DIFFER; ") +
+                       fmt("64x64 kernel %.0f us (%.2f TB/s)", t_fast, tb / (t_fast * 1e-6)) +
+                       fmt(", general kernel %.0f us (%.2f TB/s)", t_general, tb / (t_general * 1e-6)));
+        });
     for (const int64_t n : quick ? std::vector<int64_t>{int64_t(1) << 20} : std::vector<int64_t>{int64_t(1) << 20, int64_t(50) << 20}) {
         for (const bool bf16 : {false, true}) {
             const std::string name = fmt("stats kernel %.0f M ", double(n >> 20)) + (bf16 ? "bf16" : "fp32");
@@ -250,18 +284,24 @@ void stats_kernels(const torch::Device& device, bool quick)
                     if (i == stats_row::kErrorEnergy || i == stats_row::kSignalEnergy) worst = std::max(worst, std::abs(u - v) / std::abs(u));
                     else counts = counts && u == v;
                 }
-                const auto time_us = [&](StatsKernel k) {
-                    tensor_stats_row(x, NumberFormat::E4M3, 4.0f, q, k);
+                const auto time_us = [&](StatsKernel k, bool compared) {
+                    const auto row = [&] {
+                        return compared ? tensor_stats_row(x, NumberFormat::E4M3, 4.0f, q, k)
+                                        : tensor_stats_row(x, NumberFormat::FP32, 1.0f, {}, k);
+                    };
+                    row();
                     wait();
                     const auto t0 = std::chrono::steady_clock::now();
-                    for (int r = 0; r < 5; ++r) tensor_stats_row(x, NumberFormat::E4M3, 4.0f, q, k);
+                    for (int r = 0; r < 5; ++r) row();
                     wait();
                     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 5;
                 };
-                const double t_ops = time_us(StatsKernel::TensorOps), t_own = time_us(fused);
+                const double t_ops = time_us(StatsKernel::TensorOps, true), t_own = time_us(fused, true);
+                // A row without a cast to compare with (weights' gradients, FP32 layers): x alone.
+                const double t_alone = time_us(fused, false);
                 report(counts && worst <= 1e-12, name,
                        std::string("counts ") + (counts ? "equal" : "DIFFER") + fmt(", energies within %.2g; ", worst) +
-                           fmt("%.0f us a row (tensor ops %.0f us)", t_own, t_ops));
+                           fmt("%.0f us a row (tensor ops %.0f us)", t_own, t_ops) + fmt(", %.0f us without the cast", t_alone));
             });
         }
     }

@@ -2,8 +2,12 @@
 #include "gpt_model.h"
 
 #include <cmath>
+#include <limits>
+#include <map>
+#include <mutex>
 
 #include "fused_cross_entropy.h"
+#include "kernel_probe.h"
 
 namespace mantissa {
 
@@ -48,31 +52,92 @@ torch::Tensor NormImpl::forward(const torch::Tensor& x)
     return at::layer_norm(x.to(torch::kFloat32), {features_}, weight_, bias_, 1e-5);
 }
 
-torch::Tensor causal_max_abs_score(const torch::Tensor& q, const torch::Tensor& k, int64_t max_scores)
+namespace {
+
+// The scores of one block of queries against a span of keys, (B, H, r, keys) or, on the 16-bit
+// route, (B·H, r, keys), in FP32 either way.
+struct ScoreReader {
+    torch::Tensor q, k; // (B, H, T, D): FP32 copies, or the 16-bit tensors made contiguous
+    bool sixteen_bit = false;
+    torch::Tensor scores(int64_t start, int64_t r, int64_t key_start, int64_t keys) const
+    {
+        if (!sixteen_bit)
+            return q.narrow(2, start, r).matmul(k.narrow(2, key_start, keys).transpose(-2, -1));
+        // Views, no copies: (B, H) folds into one batch dimension of a contiguous tensor.
+        return at::bmm(q.narrow(2, start, r).flatten(0, 1), k.narrow(2, key_start, keys).flatten(0, 1).transpose(1, 2),
+                       torch::kFloat32);
+    }
+};
+
+torch::Tensor max_abs_over_blocks(const ScoreReader& read, int64_t T, int64_t rows, const torch::Device& device)
 {
-    const int64_t B = q.size(0), H = q.size(1), T = q.size(2);
-    const int64_t rows = std::max<int64_t>(1, max_scores / std::max<int64_t>(1, B * H * T));
-    const auto k32 = k.to(torch::kFloat32);
     std::vector<torch::Tensor> maxima;
     for (int64_t start = 0; start < T; start += rows) {
         const int64_t r = std::min(rows, T - start);
-        const auto block = q.narrow(2, start, r).to(torch::kFloat32); // (B, H, r, D)
         if (start > 0) {
             // Every query of the block sees the keys before it: no mask, and the largest |score|
             // from one read (a masked copy of |scores| cost three more passes over them; on an
             // H200 this read was a good part of a telemetry step, 2026-12-04). NaN propagates
             // through both, as through amax.
-            const auto past = block.matmul(k32.narrow(2, 0, start).transpose(-2, -1)); // (B, H, r, start)
-            const auto [lowest, highest] = at::aminmax(past);
+            const auto [lowest, highest] = at::aminmax(read.scores(start, r, 0, start));
             maxima.push_back(at::maximum(highest, lowest.neg()));
         }
         // The block's own keys: query start + i sees keys start .. start + i, so entry (i, j) is
         // in the future when j > i.
-        auto own = block.matmul(k32.narrow(2, start, r).transpose(-2, -1)).abs_(); // (B, H, r, r)
-        const auto future = torch::ones({r, r}, torch::dtype(torch::kBool).device(q.device())).triu(1);
+        auto own = read.scores(start, r, start, r).abs_(); // (..., r, r)
+        const auto future = torch::ones({r, r}, torch::dtype(torch::kBool).device(device)).triu(1);
         maxima.push_back(own.masked_fill_(future, 0.0f).amax());
     }
     return torch::stack(maxima).amax();
+}
+
+ScoreReader fp32_reader(const torch::Tensor& q, const torch::Tensor& k)
+{
+    return {q.to(torch::kFloat32), k.to(torch::kFloat32), false};
+}
+
+bool is_16bit(const torch::Tensor& t) { return t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf; }
+
+// Whether this GPU's 16-bit batched GEMM with an FP32 output (at::bmm's out_dtype) gives the
+// FP32 route's maximum to within the FP32 rounding of a sum in another order, NaN as NaN, on
+// fixed heads in small and whole blocks and with a NaN in one query: once per process and
+// dtype, else the FP32 route stays. The products of 16-bit values are exact in FP32 either way.
+bool sixteen_bit_scores_agree(const torch::Device& device, torch::ScalarType dtype)
+{
+    static std::map<torch::ScalarType, bool> known;
+    static std::mutex lock;
+    const std::lock_guard<std::mutex> guard(lock);
+    if (const auto it = known.find(dtype); it != known.end()) return it->second;
+    const bool agrees = kernel_agrees(dtype == torch::kHalf ? "FP16 attention-score GEMM" : "BF16 attention-score GEMM", [&] {
+        torch::NoGradGuard no_grad;
+        // Fixed values, no random draws: a probe must not move the run's generator.
+        const auto i = torch::arange(2 * 3 * 200 * 64, torch::kFloat32);
+        auto q = (torch::sin(i * 0.37f) * 3.0f).reshape({2, 3, 200, 64}).to(dtype).to(device);
+        const auto k = (torch::cos(i * 0.11f) * 3.0f).reshape({2, 3, 200, 64}).to(dtype).to(device);
+        for (int64_t rows : {37, 200}) {
+            const double a = max_abs_over_blocks(fp32_reader(q, k), 200, rows, device).item<double>();
+            const double b = max_abs_over_blocks({q.contiguous(), k.contiguous(), true}, 200, rows, device).item<double>();
+            if (!(std::abs(a - b) <= 1e-5 * std::abs(a))) return false;
+        }
+        q.index_put_({1, 2, 150, 5}, std::numeric_limits<float>::quiet_NaN());
+        return std::isnan(max_abs_over_blocks({q.contiguous(), k.contiguous(), true}, 200, 37, device).item<double>());
+    });
+    known[dtype] = agrees;
+    return agrees;
+}
+
+} // namespace
+
+torch::Tensor causal_max_abs_score(const torch::Tensor& q, const torch::Tensor& k, int64_t max_scores)
+{
+    const int64_t B = q.size(0), H = q.size(1), T = q.size(2);
+    const int64_t rows = std::max<int64_t>(1, max_scores / std::max<int64_t>(1, B * H * T));
+    // On a GPU, 16-bit heads go through the tensor cores with FP32 sums: the FP32 route's two
+    // widened copies and its FP32 GEMMs (no TF32) were a good part of a telemetry step's
+    // attention cost on an H200 (read from the code, 2026-12-04). The CPU keeps the FP32 route.
+    if (q.is_cuda() && is_16bit(q) && k.scalar_type() == q.scalar_type() && sixteen_bit_scores_agree(q.device(), q.scalar_type()))
+        return max_abs_over_blocks({q.contiguous(), k.contiguous(), true}, T, rows, q.device());
+    return max_abs_over_blocks(fp32_reader(q, k), T, rows, q.device());
 }
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const std::string& prefix, const ModelConfig& config,
