@@ -178,6 +178,17 @@ template <typename X, typename Q, bool Compare>
 void launch_partials(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& scale,
                      const stats_value::CastComparison& comparison, int blocks, torch::Tensor& ints, torch::Tensor& sums)
 {
+    // The counters take 36 KB of shared memory per block: ask for the largest carveout, so that
+    // the four blocks per SM of __launch_bounds__ fit beside each other (145 KB of 228).
+    // A hint only: if it is refused, the error is cleared so that the launch check below does
+    // not take it for the kernel's.
+    static const bool carved = [] {
+        const bool ok = cudaFuncSetAttribute(partial_rows<X, Q, Compare>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                             cudaSharedmemCarveoutMaxShared) == cudaSuccess;
+        if (!ok) (void)cudaGetLastError();
+        return ok;
+    }();
+    (void)carved;
     const auto stream = at::cuda::getCurrentCUDAStream();
     partial_rows<X, Q, Compare><<<blocks, kThreads, 0, stream>>>(
         reinterpret_cast<const X*>(x.data_ptr()), Compare ? reinterpret_cast<const Q*>(q.data_ptr()) : nullptr,
