@@ -914,13 +914,16 @@ private slots:
         QVERIFY(f.log_z_mean > 0);
         QVERIFY(f.memory.resident_bytes > 0);
         int weights_with_ratio = 0;
+        std::set<double> ratios;
         for (const auto& t : f.tensors) {
             if (t.role == "input") QCOMPARE(t.format, std::string("e4m3"));
             if (t.role == "grad_output") QCOMPARE(t.format, std::string("e5m2"));
             if (t.role == "output") QCOMPARE(t.format, std::string("bf16"));
             if (t.role == "weight" && t.update_ratio > 1e-3 && t.update_ratio < 1.0) ++weights_with_ratio; // Adam: ~lr / rms(w)
+            if (t.role == "weight") ratios.insert(t.update_ratio);
         }
         QCOMPARE(weights_with_ratio, 9);
+        QCOMPARE(ratios.size(), size_t(9)); // each weight its own ratio (they are computed together)
         // Per-layer gradient norms every step, forward order, consistent with the total.
         QCOMPARE(rec.steps.size(), size_t(12));
         double sum_sq = 0.0;
