@@ -806,7 +806,15 @@ torch::Tensor quantize_block_recipe(const torch::Tensor& x, NumberFormat format,
         record->plain = std::move(rht_rows.plain);
         record->plain_cast = std::move(rht_rows.plain_cast);
     }
-    return q.values.reshape(moved.sizes()).movedim(-1, k_dim).contiguous();
+    const auto values = q.values.reshape(moved.sizes()).movedim(-1, k_dim);
+    // On a GPU an fp8-block operand cast along a leading dimension (the wgrad GEMM's, blocks
+    // along M) stays a view of the rows the cast wrote: that GEMM multiplies this view's
+    // transpose, exactly those rows, so copying them back here and again in its split was two
+    // full FP32 transposes of every wgrad operand for nothing (the same values either way; an
+    // H200 read-through put them at 25-40 ms of a wide step, 2026-12-04). The CPU, the
+    // reference, keeps the contiguous copy its GEMMs were always given.
+    if (columnwise && x.is_cuda() && recipe.scaling == Fp8Scaling::Block128) return values;
+    return values.contiguous();
 }
 
 BlockFormatStats block_format_stats(const torch::Tensor& x_in, const BlockQuantized& q, NumberFormat element)
