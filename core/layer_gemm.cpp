@@ -153,7 +153,9 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
         const auto dw = layer->gemm(dy_w.t(), x_w, f.wgrad, {}, s_dy_w, s_x, "weight_grad"); // (N, K)
 
         torch::Tensor db;
-        if (ctx->saved_data["has_bias"].toBool()) db = dy.sum(0);
+        // In FP32 whatever dy's dtype (a GPU's blockwise GEMM hands its BF16 output on as BF16):
+        // the same sum as always, of the same values.
+        if (ctx->saved_data["has_bias"].toBool()) db = dy.to(torch::kFloat32).sum(0);
         return {dx, dw, db, torch::Tensor()};
     }
 };
@@ -606,6 +608,11 @@ torch::Tensor LayerGemm::gemm_unrecorded(const torch::Tensor& a, const torch::Te
         auto y = blockwise_fp8_mm(split_fp8_blocks(a), split_fp8_blocks(b.t())); // (M, N) FP32
         if (bias.defined()) y = y + bias_out;
         if (accumulator) *accumulator = y;
+        // A BF16 output as BF16: round_to_format's rounding (to BF16 and back to FP32) in one
+        // pass instead of two, and no third when the native executor hands it on as BF16. A
+        // gradient in BF16 reaches an FP32 input or weight as autograd converts it, the same
+        // values.
+        if (out == NumberFormat::BF16) return y.to(torch::kBFloat16);
         return round_to_format(y, out, Overflow::Propagate);
     }
     if (use_native(a) && (format == NumberFormat::BF16 || format == NumberFormat::FP16)) {
