@@ -603,6 +603,41 @@ bool fp8_block_cast_agrees(const torch::Device& device)
     });
     return agrees;
 }
+
+// fp8_block_tiles against fp8_block_tensor_ops (128 x 128 tiles), once per process: 300 x 260
+// values across the FP32 range in 3 x 3 tiles, the last row and column of tiles short, with a
+// tile of zeros, one holding a NaN, one an Inf, one of subnormals, one reaching FLT_MAX, one
+// whose amax is 464 (a scale just under 1) and one of E5M2's midpoints; both formats, both
+// kinds of scale.
+bool fp8_block_tile_cast_agrees(const torch::Device& device)
+{
+    static const bool agrees = kernel_agrees("fp8-block tile cast", [&] {
+        const int64_t rows = 300, cols = 260;
+        const auto i = torch::arange(rows * cols, torch::kFloat32).view({rows, cols});
+        auto x = torch::sin(i * 0.37f) * torch::exp2(torch::remainder(i, 31.0f) - 15.0f);
+        const auto tile = [&](int64_t tr, int64_t tc) {
+            return x.narrow(0, tr * 128, std::min<int64_t>(128, rows - tr * 128)).narrow(1, tc * 128, std::min<int64_t>(128, cols - tc * 128));
+        };
+        tile(0, 0).zero_();
+        tile(0, 1)[5][17].fill_(std::numeric_limits<float>::quiet_NaN());
+        tile(1, 0)[100][3].fill_(-std::numeric_limits<float>::infinity());
+        tile(1, 1).copy_(torch::linspace(-1.0, 1.0, 128 * 128).view({128, 128}) * std::ldexp(1.0f, -140));
+        tile(2, 0)[10][64].fill_(std::numeric_limits<float>::max());
+        tile(0, 2).copy_(torch::linspace(-464.0, 464.0, 128 * 4).view({128, 4}));
+        tile(2, 1).copy_(torch::linspace(-61440.0, 61440.0, 44 * 128).view({44, 128}));
+        x = x.to(device);
+        for (const NumberFormat format : {NumberFormat::E4M3, NumberFormat::E5M2})
+            for (const bool power_of_two : {true, false}) {
+                const auto ops = fp8_block_tensor_ops(x, format, power_of_two, /*tile_2d=*/true);
+                const auto own = cuda_kernels::fp8_block_tiles(x, format == NumberFormat::E4M3, power_of_two);
+                if (!same_bits_nan_equal(ops.values, own.values) || !same_bits_nan_equal(ops.block_scales, own.scale_inv) ||
+                    !same_bits_nan_equal(ops.block_amax, own.amax))
+                    return false;
+            }
+        return true;
+    });
+    return agrees;
+}
 #endif
 
 } // namespace
@@ -616,16 +651,28 @@ bool fp8_block_cast_kernel_available()
 #endif
 }
 
+bool fp8_block_tile_cast_kernel_available()
+{
+#ifdef MANTISSA_CUDA_KERNELS
+    return torch::cuda::is_available() && fp8_block_tile_cast_agrees(torch::Device(torch::kCUDA));
+#else
+    return false;
+#endif
+}
+
 BlockQuantized quantize_fp8_block_2d(const torch::Tensor& x, NumberFormat format, bool power_of_two, bool tile_2d,
                                      BlockKernel kernel)
 {
     TORCH_CHECK(x.dim() == 2, "block quantizers take a 2-D operand");
     const auto x32 = x.to(torch::kFloat32);
 #ifdef MANTISSA_CUDA_KERNELS
-    // Activations and gradients (1x128) in one launch; weights' tiles are cast once a step.
-    if (x32.is_cuda() && !tile_2d && kernel == BlockKernel::Auto && format_info(format).is_fp8 &&
-        fp8_block_cast_agrees(x32.device())) {
-        auto own = cuda_kernels::fp8_block_rows(x32.contiguous(), format == NumberFormat::E4M3, power_of_two);
+    // Activations and gradients (1x128) in one launch, and weights' 128x128 tiles (once a step)
+    // in another, where the ops take about nine full-size passes.
+    if (x32.is_cuda() && kernel == BlockKernel::Auto && format_info(format).is_fp8 &&
+        (tile_2d ? fp8_block_tile_cast_agrees(x32.device()) : fp8_block_cast_agrees(x32.device()))) {
+        const bool e4m3 = format == NumberFormat::E4M3;
+        auto own = tile_2d ? cuda_kernels::fp8_block_tiles(x32.contiguous(), e4m3, power_of_two)
+                           : cuda_kernels::fp8_block_rows(x32.contiguous(), e4m3, power_of_two);
         return {std::move(own.values), std::move(own.scale_inv), std::move(own.amax), {}};
     }
 #endif

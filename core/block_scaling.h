@@ -75,6 +75,8 @@ BlockQuantized quantize_fp8_block_2d(const torch::Tensor& x, NumberFormat format
 // Whether quantize_fp8_block_2d's 1x128 casts on this process's GPU take Mantissa's own CUDA
 // kernel (core/cuda/fp8_block.h): built, a GPU, and its probe against the tensor ops passed.
 bool fp8_block_cast_kernel_available();
+// The same for the weights' 128x128 tiles (cuda_kernels::fp8_block_tiles).
+bool fp8_block_tile_cast_kernel_available();
 
 // nvfp4. tile_2d: 16x16 tiles, else 1x16. Per-tensor encode scale S = 448*6 / amax; block
 // decode scale s = E4M3(amax_block * (S * fl(1/6))); elements E2M1(x * 1 / (s * (1/S))) after a

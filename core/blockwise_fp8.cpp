@@ -96,6 +96,7 @@ std::string fp8_block_kernels_report()
 #ifdef MANTISSA_CUDA_KERNELS
     if (!torch::cuda::is_available()) return "no GPU";
     return std::string("block cast: ") + (fp8_block_cast_kernel_available() ? "yes" : "NO") +
+           ", tile cast: " + (fp8_block_tile_cast_kernel_available() ? "yes" : "NO") +
            ", block split: " + (split_kernel_agrees(torch::Device(torch::kCUDA)) ? "yes" : "NO");
 #else
     return "not built";

@@ -41,7 +41,7 @@ torch::Tensor blockwise_fp8_mm(const Fp8BlockOperand& a, const Fp8BlockOperand& 
 bool blockwise_fp8_available();
 
 // Which of Mantissa's own fp8-block CUDA kernels this process uses, after their probes:
-// "block cast: yes, block split: yes"; "not built" without them, "no GPU" without one.
+// "block cast: yes, tile cast: yes, block split: yes"; "not built" without them, "no GPU" without one.
 std::string fp8_block_kernels_report();
 
 } // namespace mantissa

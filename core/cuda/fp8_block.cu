@@ -6,6 +6,7 @@
 #include <c10/util/Float8_e4m3fn.h>
 #include <c10/util/Float8_e5m2.h>
 
+#include <algorithm>
 #include <cfloat>
 
 namespace mantissa::cuda_kernels {
@@ -74,6 +75,81 @@ __global__ void __launch_bounds__(kThreads)
         if (lane == 0) {
             scale_inv[b] = finite ? inv : __int_as_float(0x7fc00000);
             amax_out[b] = amax;
+        }
+    }
+}
+
+// The same cast with one scale per 128 x 128 tile (a weight's), one CUDA block per tile: warp w
+// holds rows w, w + 8, ... of the tile (16 of them), lane l columns l, l + 32, l + 64, l + 96,
+// all 64 values in registers, so that x is read once; the amax and the NaN flag are reduced
+// over the warps through shared memory, then every thread takes the scale block_rows takes.
+constexpr int kTileRowsPerWarp = kBlock / kWarps; // 16
+
+template <typename Code>
+__global__ void __launch_bounds__(kThreads)
+    block_tiles(const float* __restrict__ x, float* __restrict__ values, float* __restrict__ scale_inv,
+                float* __restrict__ amax_out, int64_t rows, int64_t cols, int64_t tile_cols, int64_t tiles,
+                float fp8_max, bool power_of_two)
+{
+    __shared__ float warp_amax[kWarps];
+    __shared__ int warp_nan[kWarps];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const int64_t r0 = (t / tile_cols) * kBlock, c0 = (t % tile_cols) * kBlock;
+        float v[kTileRowsPerWarp][kPerLane];
+#pragma unroll
+        for (int i = 0; i < kTileRowsPerWarp; ++i) {
+            const int64_t r = r0 + warp + kWarps * i;
+#pragma unroll
+            for (int j = 0; j < kPerLane; ++j) {
+                const int64_t c = c0 + lane + 32 * j;
+                v[i][j] = r < rows && c < cols ? x[r * cols + c] : 0.0f; // the zero padding of the ops
+            }
+        }
+        bool nan = false;
+        float m = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kTileRowsPerWarp; ++i)
+#pragma unroll
+            for (int j = 0; j < kPerLane; ++j) {
+                nan |= isnan(v[i][j]);
+                m = fmaxf(m, fabsf(v[i][j])); // fmaxf skips NaN; the flag keeps it
+            }
+        nan = __any_sync(0xffffffffu, nan);
+        m = warp_max(m);
+        if (lane == 0) {
+            warp_amax[warp] = m;
+            warp_nan[warp] = nan ? 1 : 0;
+        }
+        __syncthreads();
+        for (int w = 0; w < kWarps; ++w) {
+            m = fmaxf(m, warp_amax[w]);
+            nan = nan || warp_nan[w] != 0;
+        }
+        __syncthreads(); // the next tile refills the shared slots
+        const float amax = nan ? __int_as_float(0x7fc00000) : m;
+        const bool finite = !nan && !isinf(m);
+        float scale = fp8_max / amax;
+        if (isinf(scale)) scale = FLT_MAX;
+        if (power_of_two) scale = __int_as_float(__float_as_int(scale) & 0x7f800000); // finite blocks: a normal scale
+        if (amax == 0.0f) scale = 1.0f;
+        const float inv = 1.0f / scale;
+#pragma unroll
+        for (int i = 0; i < kTileRowsPerWarp; ++i) {
+            const int64_t r = r0 + warp + kWarps * i;
+            if (r >= rows) continue;
+#pragma unroll
+            for (int j = 0; j < kPerLane; ++j) {
+                const int64_t c = c0 + lane + 32 * j;
+                if (c >= cols) continue;
+                float scaled = v[i][j] * scale;
+                scaled = scaled > fp8_max ? fp8_max : (scaled < -fp8_max ? -fp8_max : scaled); // NaN stays NaN
+                values[r * cols + c] = finite ? static_cast<float>(Code(scaled)) * inv : __int_as_float(0x7fc00000);
+            }
+        }
+        if (threadIdx.x == 0) {
+            scale_inv[t] = finite ? inv : __int_as_float(0x7fc00000);
+            amax_out[t] = amax;
         }
     }
 }
@@ -156,6 +232,33 @@ Fp8BlockRows fp8_block_rows(const torch::Tensor& x, bool e4m3, bool power_of_two
         block_rows<c10::Float8_e5m2><<<blocks, kThreads, 0, stream>>>(
             x.data_ptr<float>(), out.values.data_ptr<float>(), out.scale_inv.data_ptr<float>(),
             out.amax.data_ptr<float>(), rows, cols, per_row, 57344.0f, power_of_two);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return out;
+}
+
+Fp8BlockRows fp8_block_tiles(const torch::Tensor& x, bool e4m3, bool power_of_two)
+{
+    TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.dim() == 2 && x.scalar_type() == torch::kFloat32,
+                "cuda_kernels::fp8_block_tiles: a contiguous 2-D FP32 CUDA tensor");
+    const c10::cuda::CUDAGuard guard(x.device());
+    const int64_t rows = x.size(0), cols = x.size(1);
+    const int64_t tile_rows = (rows + kBlock - 1) / kBlock, tile_cols = (cols + kBlock - 1) / kBlock;
+    Fp8BlockRows out;
+    out.values = torch::empty_like(x);
+    out.scale_inv = torch::empty({tile_rows, tile_cols}, x.options());
+    out.amax = torch::empty({tile_rows, tile_cols}, x.options());
+    const int64_t tiles = tile_rows * tile_cols;
+    if (tiles == 0) return out;
+    const auto stream = at::cuda::getCurrentCUDAStream();
+    const int blocks = static_cast<int>(std::min<int64_t>(tiles, 65535));
+    if (e4m3)
+        block_tiles<c10::Float8_e4m3fn><<<blocks, kThreads, 0, stream>>>(
+            x.data_ptr<float>(), out.values.data_ptr<float>(), out.scale_inv.data_ptr<float>(),
+            out.amax.data_ptr<float>(), rows, cols, tile_cols, tiles, 448.0f, power_of_two);
+    else
+        block_tiles<c10::Float8_e5m2><<<blocks, kThreads, 0, stream>>>(
+            x.data_ptr<float>(), out.values.data_ptr<float>(), out.scale_inv.data_ptr<float>(),
+            out.amax.data_ptr<float>(), rows, cols, tile_cols, tiles, 57344.0f, power_of_two);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
 }

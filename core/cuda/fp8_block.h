@@ -22,6 +22,10 @@ struct Fp8BlockRows {
 // (E5M2), saturating.
 Fp8BlockRows fp8_block_rows(const torch::Tensor& x, bool e4m3, bool power_of_two);
 
+// fp8-block's 128x128 cast of a weight, as fp8_block_rows with one scale per tile: scale_inv
+// and amax are (ceil(R / 128), ceil(C / 128)); short edge tiles as though padded with zeros.
+Fp8BlockRows fp8_block_tiles(const torch::Tensor& x, bool e4m3, bool power_of_two);
+
 // split_fp8_blocks: codes (R, K) Float8_e4m3fn and decode (R, K / 128) FP32 of a contiguous
 // FP32 (R, K) CUDA tensor, K a multiple of 128.
 std::pair<torch::Tensor, torch::Tensor> split_fp8_blocks(const torch::Tensor& values);
