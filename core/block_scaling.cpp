@@ -591,10 +591,12 @@ bool fp8_block_cast_agrees(const torch::Device& device)
         x[8].narrow(0, 128, 128).copy_(torch::linspace(-61440.0, 61440.0, 128));
         x[9].narrow(0, 256, 44).fill_(-0.0f);
         x = x.to(device);
+        // Also as BF16 and FP16, as a gradient or a 16-bit activation reaches the kernel.
+        for (const auto& in : {x, x.to(torch::kBFloat16), x.to(torch::kHalf)})
         for (const NumberFormat format : {NumberFormat::E4M3, NumberFormat::E5M2})
             for (const bool power_of_two : {true, false}) {
-                const auto ops = fp8_block_tensor_ops(x, format, power_of_two, /*tile_2d=*/false);
-                const auto own = cuda_kernels::fp8_block_rows(x, format == NumberFormat::E4M3, power_of_two);
+                const auto ops = fp8_block_tensor_ops(in, format, power_of_two, /*tile_2d=*/false);
+                const auto own = cuda_kernels::fp8_block_rows(in, format == NumberFormat::E4M3, power_of_two);
                 if (!same_bits_nan_equal(ops.values, own.values) || !same_bits_nan_equal(ops.block_scales, own.scale_inv) ||
                     !same_bits_nan_equal(ops.block_amax, own.amax))
                     return false;
@@ -664,18 +666,21 @@ BlockQuantized quantize_fp8_block_2d(const torch::Tensor& x, NumberFormat format
                                      BlockKernel kernel)
 {
     TORCH_CHECK(x.dim() == 2, "block quantizers take a 2-D operand");
-    const auto x32 = x.to(torch::kFloat32);
 #ifdef MANTISSA_CUDA_KERNELS
-    // Activations and gradients (1x128) in one launch, and weights' 128x128 tiles (once a step)
-    // in another, where the ops take about nine full-size passes.
-    if (x32.is_cuda() && kernel == BlockKernel::Auto && format_info(format).is_fp8 &&
-        (tile_2d ? fp8_block_tile_cast_agrees(x32.device()) : fp8_block_cast_agrees(x32.device()))) {
+    // Activations and gradients (1x128) in one launch, read in the dtype they arrive in (FP32,
+    // BF16 or FP16), and weights' 128x128 tiles (once a step) in another, where the ops take
+    // about nine full-size passes.
+    if (x.is_cuda() && kernel == BlockKernel::Auto && format_info(format).is_fp8 &&
+        (tile_2d ? fp8_block_tile_cast_agrees(x.device()) : fp8_block_cast_agrees(x.device()))) {
         const bool e4m3 = format == NumberFormat::E4M3;
-        auto own = tile_2d ? cuda_kernels::fp8_block_tiles(x32.contiguous(), e4m3, power_of_two)
-                           : cuda_kernels::fp8_block_rows(x32.contiguous(), e4m3, power_of_two);
+        const bool as_is = x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16 ||
+                           x.scalar_type() == torch::kHalf;
+        auto own = tile_2d ? cuda_kernels::fp8_block_tiles(x.to(torch::kFloat32).contiguous(), e4m3, power_of_two)
+                           : cuda_kernels::fp8_block_rows((as_is ? x : x.to(torch::kFloat32)).contiguous(), e4m3, power_of_two);
         return {std::move(own.values), std::move(own.scale_inv), std::move(own.amax), {}};
     }
 #endif
+    const auto x32 = x.to(torch::kFloat32);
     return fused(x32, kernel) ? cpu::fp8_block(x32, format, power_of_two, tile_2d)
                               : fp8_block_tensor_ops(x32, format, power_of_two, tile_2d);
 }
@@ -807,7 +812,11 @@ torch::Tensor quantize_block_recipe(const torch::Tensor& x, NumberFormat format,
 {
     const int64_t k_dim = k_dim_in < 0 ? k_dim_in + x.dim() : k_dim_in;
     const bool columnwise = k_dim != x.dim() - 1;
-    const auto moved = x.to(torch::kFloat32).movedim(k_dim, -1);
+    // fp8-block on a GPU reads a 16-bit operand as it is (its cast kernel widens each value
+    // exactly), so that neither a widened copy nor a wider transpose is made first.
+    const bool keep_dtype = x.is_cuda() && recipe.scaling == Fp8Scaling::Block128 &&
+                            (x.scalar_type() == torch::kBFloat16 || x.scalar_type() == torch::kHalf);
+    const auto moved = (keep_dtype ? x : x.to(torch::kFloat32)).movedim(k_dim, -1);
     const int64_t k = moved.size(-1);
     auto x2 = moved.reshape({-1, k}); // (rows, K)
     const bool weight_2d = role == TensorRole::Weight && x.dim() == 2;

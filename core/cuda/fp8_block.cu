@@ -29,9 +29,9 @@ __device__ __forceinline__ float warp_max(float m)
 // floor_log2 and pow2_exact of a normal float; 1 for a block of zeros), then
 // clamp(x * scale) cast to the code, times 1 / scale. A block holding Inf or NaN is NaN
 // throughout, scale_inv included.
-template <typename Code>
+template <typename Code, typename In>
 __global__ void __launch_bounds__(kThreads)
-    block_rows(const float* __restrict__ x, float* __restrict__ values, float* __restrict__ scale_inv,
+    block_rows(const In* __restrict__ x, float* __restrict__ values, float* __restrict__ scale_inv,
                float* __restrict__ amax_out, int64_t rows, int64_t cols, int64_t blocks_per_row, float fp8_max,
                bool power_of_two)
 {
@@ -40,12 +40,12 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t b = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; b < total;
          b += static_cast<int64_t>(gridDim.x) * kWarps) {
         const int64_t r = b / blocks_per_row, c0 = (b % blocks_per_row) * kBlock;
-        const float* in = x + r * cols;
+        const In* in = x + r * cols;
         float v[kPerLane];
 #pragma unroll
         for (int j = 0; j < kPerLane; ++j) {
             const int64_t c = c0 + lane + 32 * j;
-            v[j] = c < cols ? in[c] : 0.0f; // the zero padding of the ops
+            v[j] = c < cols ? static_cast<float>(in[c]) : 0.0f; // the zero padding of the ops; 16-bit widens exactly
         }
         bool nan = false;
         float m = 0.0f;
@@ -211,28 +211,45 @@ int blocks_for(int64_t block_count)
 
 } // namespace
 
-Fp8BlockRows fp8_block_rows(const torch::Tensor& x, bool e4m3, bool power_of_two)
+namespace {
+
+template <typename In>
+void launch_rows(const torch::Tensor& x, Fp8BlockRows& out, bool e4m3, bool power_of_two)
 {
-    TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.dim() == 2 && x.scalar_type() == torch::kFloat32,
-                "cuda_kernels::fp8_block_rows: a contiguous 2-D FP32 CUDA tensor");
-    const c10::cuda::CUDAGuard guard(x.device());
     const int64_t rows = x.size(0), cols = x.size(1), per_row = (cols + kBlock - 1) / kBlock;
-    Fp8BlockRows out;
-    out.values = torch::empty_like(x);
-    out.scale_inv = torch::empty({rows, per_row}, x.options());
-    out.amax = torch::empty({rows, per_row}, x.options());
-    if (rows * per_row == 0) return out;
     const auto stream = at::cuda::getCurrentCUDAStream();
     const int blocks = blocks_for(rows * per_row);
+    const auto* in = reinterpret_cast<const In*>(x.data_ptr());
     if (e4m3)
-        block_rows<c10::Float8_e4m3fn><<<blocks, kThreads, 0, stream>>>(
-            x.data_ptr<float>(), out.values.data_ptr<float>(), out.scale_inv.data_ptr<float>(),
-            out.amax.data_ptr<float>(), rows, cols, per_row, 448.0f, power_of_two);
+        block_rows<c10::Float8_e4m3fn, In><<<blocks, kThreads, 0, stream>>>(
+            in, out.values.data_ptr<float>(), out.scale_inv.data_ptr<float>(), out.amax.data_ptr<float>(), rows, cols,
+            per_row, 448.0f, power_of_two);
     else
-        block_rows<c10::Float8_e5m2><<<blocks, kThreads, 0, stream>>>(
-            x.data_ptr<float>(), out.values.data_ptr<float>(), out.scale_inv.data_ptr<float>(),
-            out.amax.data_ptr<float>(), rows, cols, per_row, 57344.0f, power_of_two);
+        block_rows<c10::Float8_e5m2, In><<<blocks, kThreads, 0, stream>>>(
+            in, out.values.data_ptr<float>(), out.scale_inv.data_ptr<float>(), out.amax.data_ptr<float>(), rows, cols,
+            per_row, 57344.0f, power_of_two);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+} // namespace
+
+Fp8BlockRows fp8_block_rows(const torch::Tensor& x, bool e4m3, bool power_of_two)
+{
+    const auto dtype = x.scalar_type();
+    TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.dim() == 2 &&
+                    (dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kHalf),
+                "cuda_kernels::fp8_block_rows: a contiguous 2-D FP32, BF16 or FP16 CUDA tensor");
+    const c10::cuda::CUDAGuard guard(x.device());
+    const int64_t rows = x.size(0), cols = x.size(1), per_row = (cols + kBlock - 1) / kBlock;
+    const auto f32 = x.options().dtype(torch::kFloat32);
+    Fp8BlockRows out;
+    out.values = torch::empty({rows, cols}, f32);
+    out.scale_inv = torch::empty({rows, per_row}, f32);
+    out.amax = torch::empty({rows, per_row}, f32);
+    if (rows * per_row == 0) return out;
+    if (dtype == torch::kFloat32) launch_rows<float>(x, out, e4m3, power_of_two);
+    else if (dtype == torch::kBFloat16) launch_rows<c10::BFloat16>(x, out, e4m3, power_of_two);
+    else launch_rows<c10::Half>(x, out, e4m3, power_of_two);
     return out;
 }
 

@@ -17,8 +17,9 @@ struct Fp8BlockRows {
     torch::Tensor amax;      // (R, ceil(C / 128)) FP32: NaN where the block holds a NaN, else max |x|
 };
 
-// fp8-block's 1x128 cast of a contiguous FP32 (R, C) CUDA tensor (C need not be a multiple of
-// 128: the last block is short, as though padded with zeros). `fp8_max` 448 (E4M3) or 57344
+// fp8-block's 1x128 cast of a contiguous FP32, BF16 or FP16 (R, C) CUDA tensor, the values
+// FP32 (C need not be a multiple of 128: the last block is short, as though padded with zeros).
+// A 16-bit operand is read as it arrives: widening it first was a pass for nothing. `fp8_max` 448 (E4M3) or 57344
 // (E5M2), saturating.
 Fp8BlockRows fp8_block_rows(const torch::Tensor& x, bool e4m3, bool power_of_two);
 
