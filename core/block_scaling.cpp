@@ -571,6 +571,23 @@ bool same_bits_nan_equal(const torch::Tensor& a, const torch::Tensor& b)
            torch::equal(x.masked_fill(nx, 0.0f).view(torch::kInt32), y.masked_fill(ny, 0.0f).view(torch::kInt32));
 }
 
+// One of the cast kernels (1x128 rows, or 128x128 tiles) against fp8_block_tensor_ops on x, in
+// both formats and both kinds of scale: values, scales and amaxes bit for bit.
+bool cast_matches_ops(const torch::Tensor& x, bool tile_2d)
+{
+    for (const NumberFormat format : {NumberFormat::E4M3, NumberFormat::E5M2})
+        for (const bool power_of_two : {true, false}) {
+            const bool e4m3 = format == NumberFormat::E4M3;
+            const auto ops = fp8_block_tensor_ops(x, format, power_of_two, tile_2d);
+            const auto own = tile_2d ? cuda_kernels::fp8_block_tiles(x, e4m3, power_of_two)
+                                     : cuda_kernels::fp8_block_rows(x, e4m3, power_of_two);
+            if (!same_bits_nan_equal(ops.values, own.values) || !same_bits_nan_equal(ops.block_scales, own.scale_inv) ||
+                !same_bits_nan_equal(ops.block_amax, own.amax))
+                return false;
+        }
+    return true;
+}
+
 // fp8_block_rows against fp8_block_tensor_ops, once per process: rows of 300 values (two whole
 // blocks and a short one) across the FP32 range, with a block of zeros, one holding a NaN, one
 // an Inf, one of subnormals, one reaching FLT_MAX, one whose amax makes 448 / amax overflow,
@@ -593,14 +610,7 @@ bool fp8_block_cast_agrees(const torch::Device& device)
         x = x.to(device);
         // Also as BF16 and FP16, as a gradient or a 16-bit activation reaches the kernel.
         for (const auto& in : {x, x.to(torch::kBFloat16), x.to(torch::kHalf)})
-        for (const NumberFormat format : {NumberFormat::E4M3, NumberFormat::E5M2})
-            for (const bool power_of_two : {true, false}) {
-                const auto ops = fp8_block_tensor_ops(in, format, power_of_two, /*tile_2d=*/false);
-                const auto own = cuda_kernels::fp8_block_rows(in, format == NumberFormat::E4M3, power_of_two);
-                if (!same_bits_nan_equal(ops.values, own.values) || !same_bits_nan_equal(ops.block_scales, own.scale_inv) ||
-                    !same_bits_nan_equal(ops.block_amax, own.amax))
-                    return false;
-            }
+            if (!cast_matches_ops(in, /*tile_2d=*/false)) return false;
         return true;
     });
     return agrees;
@@ -627,16 +637,7 @@ bool fp8_block_tile_cast_agrees(const torch::Device& device)
         tile(2, 0)[10][64].fill_(std::numeric_limits<float>::max());
         tile(0, 2).copy_(torch::linspace(-464.0, 464.0, 128 * 4).view({128, 4}));
         tile(2, 1).copy_(torch::linspace(-61440.0, 61440.0, 44 * 128).view({44, 128}));
-        x = x.to(device);
-        for (const NumberFormat format : {NumberFormat::E4M3, NumberFormat::E5M2})
-            for (const bool power_of_two : {true, false}) {
-                const auto ops = fp8_block_tensor_ops(x, format, power_of_two, /*tile_2d=*/true);
-                const auto own = cuda_kernels::fp8_block_tiles(x, format == NumberFormat::E4M3, power_of_two);
-                if (!same_bits_nan_equal(ops.values, own.values) || !same_bits_nan_equal(ops.block_scales, own.scale_inv) ||
-                    !same_bits_nan_equal(ops.block_amax, own.amax))
-                    return false;
-            }
-        return true;
+        return cast_matches_ops(x.to(device), /*tile_2d=*/true);
     });
     return agrees;
 }

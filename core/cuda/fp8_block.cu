@@ -24,11 +24,41 @@ __device__ __forceinline__ float warp_max(float m)
     return m;
 }
 
+// A block's scale from its amax (fmaxf over |x|, NaN skipped) and whether it holds a NaN:
+// fp8_block_tensor_ops' rule, shared by the 1x128 and the 128x128 casts.
+struct BlockScale {
+    float amax, scale, inv;
+    bool finite;
+};
+__device__ __forceinline__ BlockScale block_scale(float m, bool nan, float fp8_max, bool power_of_two)
+{
+    BlockScale b;
+    b.amax = nan ? __int_as_float(0x7fc00000) : m;
+    b.finite = !nan && !isinf(m);
+    float scale = fp8_max / b.amax;
+    if (isinf(scale)) scale = FLT_MAX;
+    if (power_of_two) scale = __int_as_float(__float_as_int(scale) & 0x7f800000); // finite blocks: a normal scale
+    if (b.amax == 0.0f) scale = 1.0f;
+    b.scale = scale;
+    b.inv = 1.0f / scale;
+    return b;
+}
+
+// One value's code times 1 / scale: clamp(x * scale) cast to the code; NaN throughout a block
+// holding Inf or NaN.
+template <typename Code>
+__device__ __forceinline__ float block_value(float v, const BlockScale& b, float fp8_max)
+{
+    float scaled = v * b.scale;
+    scaled = scaled > fp8_max ? fp8_max : (scaled < -fp8_max ? -fp8_max : scaled); // NaN stays NaN
+    return b.finite ? static_cast<float>(Code(scaled)) * b.inv : __int_as_float(0x7fc00000);
+}
+
 // fp8_block_tensor_ops, one block per warp: amax (NaN propagates, as amax()'s), the scale
 // fp8_max / amax (FLT_MAX where that overflows; floored to a power of two by its exponent bits,
 // floor_log2 and pow2_exact of a normal float; 1 for a block of zeros), then
-// clamp(x * scale) cast to the code, times 1 / scale. A block holding Inf or NaN is NaN
-// throughout, scale_inv included.
+// clamp(x * scale) cast to the code, times 1 / scale (block_scale, block_value). A block
+// holding Inf or NaN is NaN throughout, scale_inv included.
 template <typename Code, typename In>
 __global__ void __launch_bounds__(kThreads)
     block_rows(const In* __restrict__ x, float* __restrict__ values, float* __restrict__ scale_inv,
@@ -55,26 +85,16 @@ __global__ void __launch_bounds__(kThreads)
             m = fmaxf(m, fabsf(v[j])); // fmaxf skips NaN; the flag keeps it
         }
         nan = __any_sync(0xffffffffu, nan);
-        m = warp_max(m);
-        const float amax = nan ? __int_as_float(0x7fc00000) : m;
-        const bool finite = !nan && !isinf(m);
-        float scale = fp8_max / amax;
-        if (isinf(scale)) scale = FLT_MAX;
-        if (power_of_two) scale = __int_as_float(__float_as_int(scale) & 0x7f800000); // finite blocks: a normal scale
-        if (amax == 0.0f) scale = 1.0f;
-        const float inv = 1.0f / scale;
+        const BlockScale s = block_scale(warp_max(m), nan, fp8_max, power_of_two);
         float* out = values + r * cols;
 #pragma unroll
         for (int j = 0; j < kPerLane; ++j) {
             const int64_t c = c0 + lane + 32 * j;
-            if (c >= cols) continue;
-            float scaled = v[j] * scale;
-            scaled = scaled > fp8_max ? fp8_max : (scaled < -fp8_max ? -fp8_max : scaled); // NaN stays NaN
-            out[c] = finite ? static_cast<float>(Code(scaled)) * inv : __int_as_float(0x7fc00000);
+            if (c < cols) out[c] = block_value<Code>(v[j], s, fp8_max);
         }
         if (lane == 0) {
-            scale_inv[b] = finite ? inv : __int_as_float(0x7fc00000);
-            amax_out[b] = amax;
+            scale_inv[b] = s.finite ? s.inv : __int_as_float(0x7fc00000);
+            amax_out[b] = s.amax;
         }
     }
 }
@@ -127,13 +147,7 @@ __global__ void __launch_bounds__(kThreads)
             nan = nan || warp_nan[w] != 0;
         }
         __syncthreads(); // the next tile refills the shared slots
-        const float amax = nan ? __int_as_float(0x7fc00000) : m;
-        const bool finite = !nan && !isinf(m);
-        float scale = fp8_max / amax;
-        if (isinf(scale)) scale = FLT_MAX;
-        if (power_of_two) scale = __int_as_float(__float_as_int(scale) & 0x7f800000); // finite blocks: a normal scale
-        if (amax == 0.0f) scale = 1.0f;
-        const float inv = 1.0f / scale;
+        const BlockScale s = block_scale(m, nan, fp8_max, power_of_two);
 #pragma unroll
         for (int i = 0; i < kTileRowsPerWarp; ++i) {
             const int64_t r = r0 + warp + kWarps * i;
@@ -141,15 +155,12 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
             for (int j = 0; j < kPerLane; ++j) {
                 const int64_t c = c0 + lane + 32 * j;
-                if (c >= cols) continue;
-                float scaled = v[i][j] * scale;
-                scaled = scaled > fp8_max ? fp8_max : (scaled < -fp8_max ? -fp8_max : scaled); // NaN stays NaN
-                values[r * cols + c] = finite ? static_cast<float>(Code(scaled)) * inv : __int_as_float(0x7fc00000);
+                if (c < cols) values[r * cols + c] = block_value<Code>(v[i][j], s, fp8_max);
             }
         }
         if (threadIdx.x == 0) {
-            scale_inv[t] = finite ? inv : __int_as_float(0x7fc00000);
-            amax_out[t] = amax;
+            scale_inv[t] = s.finite ? s.inv : __int_as_float(0x7fc00000);
+            amax_out[t] = s.amax;
         }
     }
 }
