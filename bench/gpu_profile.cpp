@@ -138,7 +138,7 @@ std::string kind_of(const std::string& n)
     if (has(n, "partial_rows") || has(n, "finish_row")) return "statistics kernel (telemetry)";
     if (has(n, "rows_forward") || has(n, "rows_backward")) return "loss over 16-bit logits";
     if (has(n, "scale_cast_amax") || has(n, "record_amax") || has(n, "abs_max")) return "fp8 casts (kernels)";
-    if (has(n, "block_rows") || has(n, "split_blocks")) return "fp8-block casts (kernels)";
+    if (has(n, "block_rows") || has(n, "block_tiles") || has(n, "split_blocks")) return "fp8-block casts (kernels)";
     if (has(n, "Memcpy") || has(n, "Memset")) return "memcpy / memset";
     if (has(n, "flash") || has(n, "fmha") || has(n, "attention") || has(n, "cudnn")) return "fused attention";
     if (has(n, "gemm") || has(n, "Gemm") || has(n, "nvjet") || has(n, "cutlass") || has(n, "xmma") || has(n, "sm90_") ||
