@@ -40,6 +40,7 @@ struct DeviceEvent {
 };
 
 struct HostOp {
+    std::string name;
     uint64_t thread = 0, start_ns = 0, end_ns = 0;
 };
 
@@ -83,7 +84,7 @@ public:
                 const std::string name = e.name();
                 if (e.deviceType() == c10::DeviceType::CUDA) device_events_.push_back({name, e.durationNs() / 1e3});
                 else if (name.rfind("cudaLaunch", 0) == 0 || name.rfind("cuLaunch", 0) == 0) ++launches_;
-                else if (name.rfind("aten::", 0) == 0) host_ops_.push_back({e.startThreadId(), e.startNs(), e.endNs()});
+                else if (name.rfind("aten::", 0) == 0) host_ops_.push_back({name, e.startThreadId(), e.startNs(), e.endNs()});
             }
             trainer_.request_stop();
         }
@@ -98,17 +99,17 @@ public:
     int64_t launches() const { return launches_; }
 
     // ATen ops called by no other ATen op: what the engine itself asked for.
-    int64_t top_level_ops() const
+    std::vector<HostOp> top_level_ops() const
     {
         std::vector<HostOp> ops = host_ops_;
         std::sort(ops.begin(), ops.end(), [](const HostOp& a, const HostOp& b) {
             return a.thread != b.thread ? a.thread < b.thread : a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.end_ns > b.end_ns;
         });
-        int64_t top = 0;
+        std::vector<HostOp> top;
         uint64_t thread = 0, open_until = 0;
         for (const auto& op : ops) {
             if (op.thread != thread || op.start_ns >= open_until) {
-                ++top;
+                top.push_back(op);
                 thread = op.thread;
                 open_until = op.end_ns;
             }
@@ -210,6 +211,7 @@ int main(int argc, char** argv)
             b.first += e.us;
             ++b.second;
         }
+        const auto top_ops = profile.top_level_ops();
         double step_ms = 0.0;
         for (double ms : profile.step_ms()) step_ms += ms;
         step_ms /= std::max<size_t>(1, profile.step_ms().size());
@@ -220,16 +222,29 @@ int main(int argc, char** argv)
                     profile.wall_ms() / n, step_ms, device_us / 1e3 / n,
                     profile.wall_ms() > 0 ? 100.0 * device_us / 1e3 / profile.wall_ms() : 0.0,
                     static_cast<double>(profile.device_events().size()) / n, static_cast<double>(profile.launches()) / n,
-                    static_cast<double>(profile.top_level_ops()) / n);
-        if (profile.device_events().empty()) {
-            std::printf("(no device events: a CPU run, or CUPTI was not found)\n");
-            return 0;
-        }
+                    static_cast<double>(top_ops.size()) / n);
         const auto descending = [](const auto& map) {
             std::vector<std::pair<std::string, std::pair<double, int64_t>>> v(map.begin(), map.end());
             std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
             return v;
         };
+        if (profile.device_events().empty()) {
+            // On a CPU the host's ops are the work: the top-level ones with the most time.
+            std::printf("(no device events: a CPU run, or CUPTI was not found)\n");
+            std::map<std::string, std::pair<double, int64_t>> by_op; // us, calls
+            for (const auto& op : top_ops) {
+                auto& b = by_op[op.name];
+                b.first += static_cast<double>(op.end_ns - op.start_ns) / 1e3;
+                ++b.second;
+            }
+            std::printf("\n| top-level ATen op | ms/step | calls/step |\n|---|---|---|\n");
+            size_t shown = 0;
+            for (const auto& [name, t] : descending(by_op)) {
+                if (shown++ == top) break;
+                std::printf("| %s | %.3f | %.1f |\n", name.c_str(), t.first / 1e3 / n, static_cast<double>(t.second) / n);
+            }
+            return 0;
+        }
         std::printf("\n| kind of work | ms/step | %% of kernel time | kernels/step |\n|---|---|---|---|\n");
         for (const auto& [kind, t] : descending(by_kind))
             std::printf("| %s | %.3f | %.1f%% | %.1f |\n", kind.c_str(), t.first / 1e3 / n, 100.0 * t.first / device_us,
