@@ -813,11 +813,8 @@ torch::Tensor quantize_block_recipe(const torch::Tensor& x, NumberFormat format,
 {
     const int64_t k_dim = k_dim_in < 0 ? k_dim_in + x.dim() : k_dim_in;
     const bool columnwise = k_dim != x.dim() - 1;
-    // fp8-block on a GPU reads a 16-bit operand as it is (its cast kernel widens each value
-    // exactly), so that neither a widened copy nor a wider transpose is made first.
-    const bool keep_dtype = x.is_cuda() && recipe.scaling == Fp8Scaling::Block128 &&
-                            (x.scalar_type() == torch::kBFloat16 || x.scalar_type() == torch::kHalf);
-    const auto moved = (keep_dtype ? x : x.to(torch::kFloat32)).movedim(k_dim, -1);
+    // Neither a widened copy nor a wider transpose of what fp8-block's kernel reads as it is.
+    const auto moved = (fp8_block_reads_as_is(x, recipe) ? x : x.to(torch::kFloat32)).movedim(k_dim, -1);
     const int64_t k = moved.size(-1);
     auto x2 = moved.reshape({-1, k}); // (rows, K)
     const bool weight_2d = role == TensorRole::Weight && x.dim() == 2;

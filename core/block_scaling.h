@@ -124,6 +124,16 @@ struct BlockCastRecord {
 // `format`: the GEMM's FP8 format (fp8-block's element format).
 BlockCastRecord block_cast_record(const BlockQuantized& q, NumberFormat format, const Fp8Recipe& recipe);
 
+// Whether fp8-block's cast takes `x` as it is rather than widened to FP32: a BF16 or FP16
+// operand on a GPU without the outlier split, which its kernel widens value by value, exactly.
+// The native executor's linear, quantize_fp8 and quantize_block_recipe all ask this, so that a
+// 16-bit activation or gradient reaches the kernel unwidened.
+inline bool fp8_block_reads_as_is(const torch::Tensor& x, const Fp8Recipe& recipe)
+{
+    return recipe.scaling == Fp8Scaling::Block128 && recipe.outlier_rms_multiple == 0.0 && x.is_cuda() &&
+           (x.scalar_type() == torch::kBFloat16 || x.scalar_type() == torch::kHalf);
+}
+
 // The dispatch quantize_fp8 uses for Block128, NvFp4 and MxFp4: moves `k_dim` last, flattens
 // the rest into rows, picks tiles, Hadamard transform and rounding from the recipe and role.
 // An nvfp4 activation or gradient quantized along a K that is not its last dimension is a

@@ -168,12 +168,8 @@ QuantizedOperand quantize_fp8(const torch::Tensor& x_in, NumberFormat format, co
 {
     TORCH_CHECK(format_info(format).is_fp8, "quantize_fp8 needs an FP8 format");
     const double fp8_max = format_info(format).max_finite;
-    // fp8-block on a GPU casts a 16-bit operand as it is (quantize_block_recipe): widening it
-    // here would be the very pass its kernel saves.
-    const bool block_reads_16bit = recipe.scaling == Fp8Scaling::Block128 && x_in.is_cuda() &&
-                                   recipe.outlier_rms_multiple == 0.0 &&
-                                   (x_in.scalar_type() == torch::kBFloat16 || x_in.scalar_type() == torch::kHalf);
-    auto x = block_reads_16bit ? x_in : x_in.to(torch::kFloat32);
+    // Widening what fp8-block's kernel reads as it is would be the very pass it saves.
+    auto x = fp8_block_reads_as_is(x_in, recipe) ? x_in : x_in.to(torch::kFloat32);
     const int64_t k_dim = contraction_dim < 0 ? contraction_dim + x.dim() : contraction_dim;
 
     // Outliers bypass FP8 and travel in BF16 beside it.

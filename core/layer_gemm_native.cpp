@@ -187,11 +187,9 @@ torch::Tensor LayerGemm::linear_native(const torch::Tensor& x, const torch::Tens
     if (runs_natively(formats_.forward) && runs_natively(formats_.dgrad) && runs_natively(formats_.wgrad))
         return apply_linear<NativeLinear>(x, weight, bias);
     // MX and block scales, outliers, TF32: the emulator's arithmetic, in FP32, and the
-    // (already rounded) output handed on in its dtype. fp8-block on a GPU takes a 16-bit input
-    // as it is: its casts read 16-bit operands themselves (block_scaling.cpp), and the input
-    // saved for the backward stays half the size.
-    const bool as_is = recipe_.scaling == Fp8Scaling::Block128 && x.is_cuda() &&
-                       (x.scalar_type() == torch::kBFloat16 || x.scalar_type() == torch::kHalf);
+    // (already rounded) output handed on in its dtype. An input fp8-block's casts read as they
+    // are stays as it is, and so does the copy saved for the backward (half the size).
+    const bool as_is = fp8_block_reads_as_is(x, recipe_);
     return linear_emulated(as_is ? x : x.to(torch::kFloat32), weight, bias).to(output_dtype());
 }
 

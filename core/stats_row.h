@@ -5,6 +5,7 @@
 // and the CUDA kernel (core/cuda/tensor_stats_row.cu), so that the CPU tests hold the
 // kernel's per-value rules. Plain C++17 with no library, as nvcc compiles it too.
 
+#include <cmath>
 #include <cstdint>
 
 #if defined(__CUDACC__)
@@ -51,20 +52,14 @@ MANTISSA_HOST_DEVICE uint32_t magnitude_bits(float v)
 // |x| without a branch: `x < 0 ? -x : x` compiled to a branch on the sign, which random signs
 // mispredict about every other value (most of a compared row's time in the CPU scan, perf,
 // 2026-12-04). Only zeros' and NaNs' signs differ from the branch's, and no rule here reads them.
-MANTISSA_HOST_DEVICE double abs_of(double x)
+// fabs clears the sign bit (float and double alike, host and device).
+template <typename T>
+MANTISSA_HOST_DEVICE T abs_of(T x)
 {
 #if defined(__CUDA_ARCH__)
     return fabs(x);
 #else
-    return __builtin_bit_cast(double, __builtin_bit_cast(uint64_t, x) & 0x7FFFFFFFFFFFFFFFull);
-#endif
-}
-MANTISSA_HOST_DEVICE float abs_of(float x)
-{
-#if defined(__CUDA_ARCH__)
-    return fabsf(x);
-#else
-    return __builtin_bit_cast(float, __builtin_bit_cast(uint32_t, x) & 0x7FFFFFFFu);
+    return std::fabs(x);
 #endif
 }
 

@@ -241,23 +241,17 @@ void scan(const ScanInput& in, int64_t begin, int64_t end, RowAccumulator& a)
         scan_uncompared(xp, begin, end, a);
         return;
     }
-    // The tallies in locals, so that they stay in registers: through `a` every add was a load
-    // and a store in the loop (perf), since `a` and `in` may alias for all the compiler knows.
-    // The energies go on from a's, added in the same order.
-    struct Tally {
-        int64_t underflow = 0, subnormal = 0, overflow = 0, compared = 0, nans = 0;
-        uint32_t amax_bits = 0;
-        double err_energy = 0.0, signal = 0.0;
-    } t;
-    t.amax_bits = a.amax_bits;
-    t.err_energy = a.err_energy;
-    t.signal = a.signal;
+    // Into a local accumulator, merged at the end, so that the tallies stay in registers:
+    // through `a` every add was a load and a store in the loop (perf), since `a` and `in` may
+    // alias for all the compiler knows. Each chunk's `a` starts empty (tensor_stats_rows_cpu),
+    // so the merge adds the energies to zero: the same bits.
+    RowAccumulator t;
     const stats_value::CastComparison comparison = in.comparison;
     for (int64_t i = begin; i < end; ++i) {
         const float v = xp[i];
         const uint32_t mag_bits = stats_value::magnitude_bits(v);
         const int slot = stats_value::slot_of(mag_bits);
-        ++a.bins[static_cast<size_t>(slot)];
+        ++t.bins[static_cast<size_t>(slot)];
         if (slot == row::kNonFinite) {
             t.nans += mag_bits > 0x7F800000u ? 1 : 0;
             continue;
@@ -265,11 +259,7 @@ void scan(const ScanInput& in, int64_t begin, int64_t end, RowAccumulator& a)
         t.amax_bits = std::max(t.amax_bits, mag_bits);
         stats_value::compare_cast(v, qp[i], comparison, t);
     }
-    a.nans += t.nans, a.underflow += t.underflow, a.subnormal += t.subnormal, a.overflow += t.overflow;
-    a.compared += t.compared;
-    a.amax_bits = t.amax_bits;
-    a.err_energy = t.err_energy;
-    a.signal = t.signal;
+    a.merge(t);
 }
 
 torch::Tensor row_of(const RowAccumulator& total)
