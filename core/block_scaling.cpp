@@ -588,26 +588,12 @@ bool cast_matches_ops(const torch::Tensor& x, bool tile_2d)
     return true;
 }
 
-// fp8_block_rows against fp8_block_tensor_ops, once per process: rows of 300 values (two whole
-// blocks and a short one) across the FP32 range, with a block of zeros, one holding a NaN, one
-// an Inf, one of subnormals, one reaching FLT_MAX, one whose amax makes 448 / amax overflow,
-// ties at E4M3's and E5M2's rounding midpoints; both formats, both kinds of scale.
+// fp8_block_rows against fp8_block_tensor_ops, once per process, on fp8_block_probe_rows();
+// both formats, both kinds of scale.
 bool fp8_block_cast_agrees(const torch::Device& device)
 {
     static const bool agrees = kernel_agrees("fp8-block cast", [&] {
-        const int64_t rows = 12, cols = 300;
-        const auto i = torch::arange(rows * cols, torch::kFloat32).view({rows, cols});
-        auto x = torch::sin(i * 0.37f) * torch::exp2(torch::remainder(i, 31.0f) - 15.0f); // (rows, cols)
-        x[1].narrow(0, 128, 128).zero_();
-        x[2][140].fill_(std::numeric_limits<float>::quiet_NaN());
-        x[3][7].fill_(-std::numeric_limits<float>::infinity());
-        x[4].narrow(0, 0, 128).copy_(torch::linspace(-1.0, 1.0, 128) * std::ldexp(1.0f, -140));
-        x[5][260].fill_(std::numeric_limits<float>::max());
-        x[6].narrow(0, 128, 128).fill_(std::ldexp(1.0f, -149));
-        x[7].narrow(0, 0, 128).copy_(torch::linspace(-464.0, 464.0, 128)); // amax 464: scale just under 1
-        x[8].narrow(0, 128, 128).copy_(torch::linspace(-61440.0, 61440.0, 128));
-        x[9].narrow(0, 256, 44).fill_(-0.0f);
-        x = x.to(device);
+        const auto x = fp8_block_probe_rows().to(device);
         // Also as BF16 and FP16, as a gradient or a 16-bit activation reaches the kernel.
         for (const auto& in : {x, x.to(torch::kBFloat16), x.to(torch::kHalf)})
             if (!cast_matches_ops(in, /*tile_2d=*/false)) return false;
@@ -616,34 +602,56 @@ bool fp8_block_cast_agrees(const torch::Device& device)
     return agrees;
 }
 
-// fp8_block_tiles against fp8_block_tensor_ops (128 x 128 tiles), once per process: 300 x 260
-// values across the FP32 range in 3 x 3 tiles, the last row and column of tiles short, with a
-// tile of zeros, one holding a NaN, one an Inf, one of subnormals, one reaching FLT_MAX, one
-// whose amax is 464 (a scale just under 1) and one of E5M2's midpoints; both formats, both
-// kinds of scale.
+// fp8_block_tiles against fp8_block_tensor_ops (128 x 128 tiles), once per process, on
+// fp8_block_probe_tiles(); both formats, both kinds of scale.
 bool fp8_block_tile_cast_agrees(const torch::Device& device)
 {
     static const bool agrees = kernel_agrees("fp8-block tile cast", [&] {
-        const int64_t rows = 300, cols = 260;
-        const auto i = torch::arange(rows * cols, torch::kFloat32).view({rows, cols});
-        auto x = torch::sin(i * 0.37f) * torch::exp2(torch::remainder(i, 31.0f) - 15.0f);
-        const auto tile = [&](int64_t tr, int64_t tc) {
-            return x.narrow(0, tr * 128, std::min<int64_t>(128, rows - tr * 128)).narrow(1, tc * 128, std::min<int64_t>(128, cols - tc * 128));
-        };
-        tile(0, 0).zero_();
-        tile(0, 1)[5][17].fill_(std::numeric_limits<float>::quiet_NaN());
-        tile(1, 0)[100][3].fill_(-std::numeric_limits<float>::infinity());
-        tile(1, 1).copy_(torch::linspace(-1.0, 1.0, 128 * 128).view({128, 128}) * std::ldexp(1.0f, -140));
-        tile(2, 0)[10][64].fill_(std::numeric_limits<float>::max());
-        tile(0, 2).copy_(torch::linspace(-464.0, 464.0, 128 * 4).view({128, 4}));
-        tile(2, 1).copy_(torch::linspace(-61440.0, 61440.0, 44 * 128).view({44, 128}));
-        return cast_matches_ops(x.to(device), /*tile_2d=*/true);
+        return cast_matches_ops(fp8_block_probe_tiles().to(device), /*tile_2d=*/true);
     });
     return agrees;
 }
 #endif
 
 } // namespace
+
+torch::Tensor fp8_block_probe_rows()
+{
+    const int64_t rows = 12, cols = 300;
+    const auto i = torch::arange(rows * cols, torch::kFloat32).view({rows, cols});
+    auto x = torch::sin(i * 0.37f) * torch::exp2(torch::remainder(i, 31.0f) - 15.0f); // (rows, cols)
+    x[1].narrow(0, 128, 128).zero_();
+    x[2][140].fill_(std::numeric_limits<float>::quiet_NaN());
+    x[3][7].fill_(-std::numeric_limits<float>::infinity());
+    x[4].narrow(0, 0, 128).copy_(torch::linspace(-1.0, 1.0, 128) * std::ldexp(1.0f, -140));
+    x[5][260].fill_(std::numeric_limits<float>::max());
+    x[6].narrow(0, 128, 128).fill_(std::ldexp(1.0f, -149));
+    x[7].narrow(0, 0, 128).copy_(torch::linspace(-464.0, 464.0, 128)); // amax 464: scale just under 1
+    x[8].narrow(0, 128, 128).copy_(torch::linspace(-61440.0, 61440.0, 128));
+    x[9].narrow(0, 256, 44).fill_(-0.0f);
+    return x;
+}
+
+torch::Tensor fp8_block_probe_tiles()
+{
+    const int64_t rows = 300, cols = 260;
+    const auto i = torch::arange(rows * cols, torch::kFloat32).view({rows, cols});
+    auto x = torch::sin(i * 0.37f) * torch::exp2(torch::remainder(i, 31.0f) - 15.0f);
+    const auto tile = [&](int64_t tr, int64_t tc) {
+        return x.narrow(0, tr * 128, std::min<int64_t>(128, rows - tr * 128))
+            .narrow(1, tc * 128, std::min<int64_t>(128, cols - tc * 128));
+    };
+    tile(0, 0).zero_();
+    tile(0, 1)[5][17].fill_(std::numeric_limits<float>::quiet_NaN());
+    tile(1, 0)[100][3].fill_(-std::numeric_limits<float>::infinity());
+    tile(1, 1).copy_(torch::linspace(-1.0, 1.0, 128 * 128).view({128, 128}) * std::ldexp(1.0f, -140));
+    tile(2, 0)[10][64].fill_(std::numeric_limits<float>::max());
+    tile(0, 2).copy_(torch::linspace(-464.0, 464.0, 128 * 4).view({128, 4}));
+    tile(2, 1).copy_(torch::linspace(-61440.0, 61440.0, 44 * 128).view({44, 128}));
+    tile(1, 2)[7][1].fill_(1.0e6f); // amaxes in the last warps' rows (rows w, w + 8, ... of a tile)
+    tile(2, 2)[14][2].fill_(-2.0e6f);
+    return x;
+}
 
 bool fp8_block_cast_kernel_available()
 {

@@ -72,6 +72,17 @@ enum class BlockKernel { Auto, TensorOps, FusedCpu };
 BlockQuantized quantize_fp8_block_2d(const torch::Tensor& x, NumberFormat format, bool power_of_two, bool tile_2d,
                                      BlockKernel kernel = BlockKernel::Auto);
 
+// The values the fp8-block cast kernels' start-up probes cast, FP32 on the CPU; the CPU tests run
+// the kernels on them too (tests/test_cuda_kernels_on_cpu.cpp). Rows: 12 x 300 (two whole 1x128
+// blocks and a short one) across the FP32 range, with a block of zeros, one holding a NaN, one
+// an Inf, one of subnormals, one reaching FLT_MAX, one whose amax makes 448 / amax overflow,
+// ties at E4M3's and E5M2's rounding midpoints. Tiles: 300 x 260 in 3 x 3 128x128 tiles, the
+// last row and column short, with a tile of zeros, one holding a NaN, one an Inf, one of
+// subnormals, one reaching FLT_MAX, one whose amax is 464 (a scale just under 1), one of
+// E5M2's midpoints, and two whose amax lies in a row that the kernel's last warps hold.
+torch::Tensor fp8_block_probe_rows();
+torch::Tensor fp8_block_probe_tiles();
+
 // Whether quantize_fp8_block_2d's 1x128 casts on this process's GPU take Mantissa's own CUDA
 // kernel (core/cuda/fp8_block.h): built, a GPU, and its probe against the tensor ops passed.
 bool fp8_block_cast_kernel_available();

@@ -51,9 +51,10 @@ int exponent_of(float v)
     return (31 - std::countl_zero(mantissa)) - 149;
 }
 
-// How `format`'s casts are judged (stats_value::CastComparison): the overflow threshold is half
-// a step past max, max's step being 2^(floor(log2 max) - mantissa bits); max / step odd means
-// RNE takes the tie upward, past max.
+} // namespace
+
+// The overflow threshold is half a step past max, max's step being 2^(floor(log2 max) -
+// mantissa bits); max / step odd means RNE takes the tie upward, past max.
 stats_value::CastComparison cast_comparison(NumberFormat format, bool scaled_domain, double scale)
 {
     const FormatInfo& info = format_info(format);
@@ -61,8 +62,6 @@ stats_value::CastComparison cast_comparison(NumberFormat format, bool scaled_dom
     const auto steps = static_cast<int64_t>(info.max_finite / step);
     return {scaled_domain, scale, info.min_normal, info.max_finite + 0.5 * step, steps % 2 == 1, info.min_subnormal};
 }
-
-} // namespace
 
 TensorStats compute_tensor_stats_reference(const torch::Tensor& x_in, NumberFormat format, float scale,
                                            const torch::Tensor& dequantized)

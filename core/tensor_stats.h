@@ -51,6 +51,10 @@ struct StatsSource {
 };
 std::vector<torch::Tensor> tensor_stats_rows_cpu(const std::vector<StatsSource>& sources);
 
+// How a row judges `format`'s casts (stats_value::CastComparison); `scaled_domain` for a
+// per-tensor FP8 scale, x having been multiplied by `scale` before the cast.
+stats_value::CastComparison cast_comparison(NumberFormat format, bool scaled_domain, double scale);
+
 // Whether a row of these arguments compares against a cast.
 inline bool stats_compared(NumberFormat format, const torch::Tensor& dequantized)
 {

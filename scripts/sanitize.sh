@@ -16,8 +16,10 @@ PREFIX="$("$ROOT/.venv/bin/python" -c 'import torch;print(torch.utils.cmake_pref
 
 # test_cli starts dozens of instrumented mantissa-train processes: about 3 min under ASan
 # (docs/RELIABILITY.md); its CTest timeout is raised in sanitizer trees (tests/CMakeLists.txt).
+# test_cuda_kernels_on_cpu runs the CUDA kernels on the CPU (tests/cuda_sim): under ASan every
+# read and write of theirs outside a tensor is reported with the kernel's line (3 min at -O1).
 ASAN_TESTS=(test_config test_fuzz_config test_data test_numerics test_block_formats test_precision
-            test_store test_events test_golden test_threads test_compare test_cli)
+            test_store test_events test_golden test_threads test_compare test_cli test_cuda_kernels_on_cpu)
 TSAN_TESTS=(test_threads test_controller_threads)
 
 log() { printf '[sanitize] %s\n' "$*" >&2; }

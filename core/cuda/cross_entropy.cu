@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "cross_entropy.h"
+#include "launch.h"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -148,7 +149,7 @@ void with_dtype(const torch::Tensor& logits, F&& f)
 
 void check_arguments(const torch::Tensor& logits, const torch::Tensor& targets)
 {
-    TORCH_CHECK(logits.is_cuda() && logits.is_contiguous() && logits.dim() == 2,
+    TORCH_CHECK(on_kernel_device(logits) && logits.is_contiguous() && logits.dim() == 2,
                 "cuda_kernels: cross entropy over contiguous (R, V) CUDA logits");
     TORCH_CHECK(targets.device() == logits.device() && targets.scalar_type() == torch::kInt64 && targets.dim() == 1 &&
                     targets.size(0) == logits.size(0) && targets.is_contiguous(),
@@ -170,7 +171,7 @@ CrossEntropyRows cross_entropy_rows(const torch::Tensor& logits, const torch::Te
     const auto stream = at::cuda::getCurrentCUDAStream();
     with_dtype(logits, [&](const auto* tag) {
         using T = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
-        rows_forward<T><<<grid_for(rows), kThreads, 0, stream>>>(
+        MANTISSA_LAUNCH(grid_for(rows), kThreads, stream, rows_forward<T>)(
             reinterpret_cast<const T*>(logits.data_ptr()), targets.data_ptr<int64_t>(), rows, vocab, ignore_index,
             out.row_loss.data_ptr<float>(), out.row_max.data_ptr<float>(), out.log_sum.data_ptr<float>(),
             out.log_z.data_ptr<float>());
@@ -193,7 +194,7 @@ torch::Tensor cross_entropy_backward(const torch::Tensor& logits, const torch::T
     const auto stream = at::cuda::getCurrentCUDAStream();
     with_dtype(logits, [&](const auto* tag) {
         using T = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
-        rows_backward<T><<<grid_for(rows), kThreads, 0, stream>>>(
+        MANTISSA_LAUNCH(grid_for(rows), kThreads, stream, rows_backward<T>)(
             reinterpret_cast<const T*>(logits.data_ptr()), targets.data_ptr<int64_t>(), m.data_ptr<float>(),
             ls.data_ptr<float>(), g.data_ptr<float>(), n.data_ptr<float>(), rows, vocab, ignore_index,
             reinterpret_cast<T*>(grad.data_ptr()));

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "delayed_scaling.h"
+#include "launch.h"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -45,14 +46,14 @@ __global__ void __launch_bounds__(kThreads)
 RecordedAmax record_amax(const torch::Tensor& amax, const torch::Tensor& history, const torch::Tensor& previous,
                          float scaled_max, bool use_max)
 {
-    TORCH_CHECK(history.is_cuda() && history.scalar_type() == torch::kFloat32 && history.is_contiguous() &&
+    TORCH_CHECK(on_kernel_device(history) && history.scalar_type() == torch::kFloat32 && history.is_contiguous() &&
                     history.dim() == 1 && history.numel() >= 1,
                 "record_amax: a contiguous (length) FP32 CUDA history");
     const c10::cuda::CUDAGuard guard(history.device());
     const auto a = amax.to(history.device(), torch::kFloat32).reshape({}).contiguous();
     const auto prev = previous.to(history.device(), torch::kFloat32).reshape({}).contiguous();
     RecordedAmax out{torch::empty_like(history), torch::empty({}, history.options()), torch::empty({}, history.options())};
-    record_amax_kernel<<<1, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+    MANTISSA_LAUNCH(1, kThreads, at::cuda::getCurrentCUDAStream(), record_amax_kernel)(
         a.data_ptr<float>(), history.data_ptr<float>(), history.numel(), prev.data_ptr<float>(), scaled_max, use_max,
         out.history.data_ptr<float>(), out.scale.data_ptr<float>(), out.inv_scale.data_ptr<float>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();

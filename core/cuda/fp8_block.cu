@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "fp8_block.h"
+#include "launch.h"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -232,11 +233,11 @@ void launch_rows(const torch::Tensor& x, Fp8BlockRows& out, bool e4m3, bool powe
     const int blocks = blocks_for(rows * per_row);
     const auto* in = reinterpret_cast<const In*>(x.data_ptr());
     if (e4m3)
-        block_rows<c10::Float8_e4m3fn, In><<<blocks, kThreads, 0, stream>>>(
+        MANTISSA_LAUNCH(blocks, kThreads, stream, block_rows<c10::Float8_e4m3fn, In>)(
             in, out.values.data_ptr<float>(), out.scale_inv.data_ptr<float>(), out.amax.data_ptr<float>(), rows, cols,
             per_row, 448.0f, power_of_two);
     else
-        block_rows<c10::Float8_e5m2, In><<<blocks, kThreads, 0, stream>>>(
+        MANTISSA_LAUNCH(blocks, kThreads, stream, block_rows<c10::Float8_e5m2, In>)(
             in, out.values.data_ptr<float>(), out.scale_inv.data_ptr<float>(), out.amax.data_ptr<float>(), rows, cols,
             per_row, 57344.0f, power_of_two);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -247,7 +248,7 @@ void launch_rows(const torch::Tensor& x, Fp8BlockRows& out, bool e4m3, bool powe
 Fp8BlockRows fp8_block_rows(const torch::Tensor& x, bool e4m3, bool power_of_two)
 {
     const auto dtype = x.scalar_type();
-    TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.dim() == 2 &&
+    TORCH_CHECK(on_kernel_device(x) && x.is_contiguous() && x.dim() == 2 &&
                     (dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kHalf),
                 "cuda_kernels::fp8_block_rows: a contiguous 2-D FP32, BF16 or FP16 CUDA tensor");
     const c10::cuda::CUDAGuard guard(x.device());
@@ -266,7 +267,7 @@ Fp8BlockRows fp8_block_rows(const torch::Tensor& x, bool e4m3, bool power_of_two
 
 Fp8BlockRows fp8_block_tiles(const torch::Tensor& x, bool e4m3, bool power_of_two)
 {
-    TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.dim() == 2 && x.scalar_type() == torch::kFloat32,
+    TORCH_CHECK(on_kernel_device(x) && x.is_contiguous() && x.dim() == 2 && x.scalar_type() == torch::kFloat32,
                 "cuda_kernels::fp8_block_tiles: a contiguous 2-D FP32 CUDA tensor");
     const c10::cuda::CUDAGuard guard(x.device());
     const int64_t rows = x.size(0), cols = x.size(1);
@@ -280,11 +281,11 @@ Fp8BlockRows fp8_block_tiles(const torch::Tensor& x, bool e4m3, bool power_of_tw
     const auto stream = at::cuda::getCurrentCUDAStream();
     const int blocks = static_cast<int>(std::min<int64_t>(tiles, 65535));
     if (e4m3)
-        block_tiles<c10::Float8_e4m3fn><<<blocks, kThreads, 0, stream>>>(
+        MANTISSA_LAUNCH(blocks, kThreads, stream, block_tiles<c10::Float8_e4m3fn>)(
             x.data_ptr<float>(), out.values.data_ptr<float>(), out.scale_inv.data_ptr<float>(),
             out.amax.data_ptr<float>(), rows, cols, tile_cols, tiles, 448.0f, power_of_two);
     else
-        block_tiles<c10::Float8_e5m2><<<blocks, kThreads, 0, stream>>>(
+        MANTISSA_LAUNCH(blocks, kThreads, stream, block_tiles<c10::Float8_e5m2>)(
             x.data_ptr<float>(), out.values.data_ptr<float>(), out.scale_inv.data_ptr<float>(),
             out.amax.data_ptr<float>(), rows, cols, tile_cols, tiles, 57344.0f, power_of_two);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -293,7 +294,7 @@ Fp8BlockRows fp8_block_tiles(const torch::Tensor& x, bool e4m3, bool power_of_tw
 
 std::pair<torch::Tensor, torch::Tensor> split_fp8_blocks(const torch::Tensor& values)
 {
-    TORCH_CHECK(values.is_cuda() && values.is_contiguous() && values.dim() == 2 &&
+    TORCH_CHECK(on_kernel_device(values) && values.is_contiguous() && values.dim() == 2 &&
                     values.scalar_type() == torch::kFloat32 && values.size(1) % kBlock == 0,
                 "cuda_kernels::split_fp8_blocks: a contiguous (R, K) FP32 CUDA tensor, K a multiple of 128");
     const c10::cuda::CUDAGuard guard(values.device());
@@ -301,7 +302,7 @@ std::pair<torch::Tensor, torch::Tensor> split_fp8_blocks(const torch::Tensor& va
     auto codes = torch::empty(values.sizes(), values.options().dtype(torch::kFloat8_e4m3fn));
     auto decode = torch::empty({rows, per_row}, values.options());
     if (rows * per_row == 0) return {codes, decode};
-    split_blocks<<<blocks_for(rows * per_row), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+    MANTISSA_LAUNCH(blocks_for(rows * per_row), kThreads, at::cuda::getCurrentCUDAStream(), split_blocks)(
         values.data_ptr<float>(), reinterpret_cast<c10::Float8_e4m3fn*>(codes.data_ptr()), decode.data_ptr<float>(),
         rows, per_row);
     C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "fp8_cast.h"
+#include "launch.h"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -223,6 +224,10 @@ __global__ void __launch_bounds__(kThreads) abs_max(const In* __restrict__ x, fl
 // Blocks of kBlockSpan values each, at most 4096 (a grid-stride loop takes the rest).
 int blocks_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + kBlockSpan - 1) / kBlockSpan, 4096)); }
 
+// The element type of the `const In*` that with_input hands its launch.
+template <typename Pointer>
+using element_of = std::remove_cv_t<std::remove_pointer_t<Pointer>>;
+
 // Calls launch(const In*) with x's data as the element type it is stored in, then checks the
 // launch. `what` names the caller in the error for any other dtype.
 template <typename Launch>
@@ -247,8 +252,8 @@ void launch(const torch::Tensor& x, const torch::Tensor& scale, torch::Tensor& c
     const auto stream = at::cuda::getCurrentCUDAStream();
     auto* out = reinterpret_cast<Code*>(codes.data_ptr());
     with_input(x, "fused_scale_cast_amax", [&](const auto* in) {
-        scale_cast_amax<<<blocks, kThreads, 0, stream>>>(in, scale.data_ptr<float>(), out, amax.data_ptr<float>(), n,
-                                                         max_finite, saturate, nan_past_464);
+        MANTISSA_LAUNCH(blocks, kThreads, stream, scale_cast_amax<element_of<decltype(in)>, Code>)(
+            in, scale.data_ptr<float>(), out, amax.data_ptr<float>(), n, max_finite, saturate, nan_past_464);
     });
 }
 
@@ -256,14 +261,14 @@ void launch(const torch::Tensor& x, const torch::Tensor& scale, torch::Tensor& c
 
 torch::Tensor amax_ignoring_nan(const torch::Tensor& x)
 {
-    TORCH_CHECK(x.is_cuda() && x.is_contiguous(), "cuda_kernels::amax_ignoring_nan: a contiguous CUDA tensor");
+    TORCH_CHECK(on_kernel_device(x) && x.is_contiguous(), "cuda_kernels::amax_ignoring_nan: a contiguous CUDA tensor");
     const c10::cuda::CUDAGuard guard(x.device());
     auto amax = torch::zeros({}, x.options().dtype(torch::kFloat32));
     const int64_t n = x.numel();
     if (n == 0) return amax;
     const auto stream = at::cuda::getCurrentCUDAStream();
     with_input(x, "cuda_kernels::amax_ignoring_nan", [&](const auto* in) {
-        abs_max<<<blocks_for(n), kThreads, 0, stream>>>(in, amax.data_ptr<float>(), n);
+        MANTISSA_LAUNCH(blocks_for(n), kThreads, stream, abs_max<element_of<decltype(in)>>)(in, amax.data_ptr<float>(), n);
     });
     return amax;
 }
@@ -285,9 +290,9 @@ void launch_transpose(const torch::Tensor& x, const torch::Tensor& scale, torch:
         auto* out = reinterpret_cast<uint8_t*>(codes.data_ptr());
         auto* out_t = reinterpret_cast<uint8_t*>(codes_t.data_ptr());
         with_input(x, "fused_scale_cast_amax_transpose", [&](const auto* in) {
-            scale_cast_amax_transpose_64<std::remove_cv_t<std::remove_pointer_t<decltype(in)>>, Code>
-                <<<blocks, kThreads, 0, stream>>>(in, scale.data_ptr<float>(), out, out_t, amax.data_ptr<float>(), rows,
-                                                  cols, max_finite, saturate, nan_past_464);
+            MANTISSA_LAUNCH(blocks, kThreads, stream, scale_cast_amax_transpose_64<element_of<decltype(in)>, Code>)(
+                in, scale.data_ptr<float>(), out, out_t, amax.data_ptr<float>(), rows, cols, max_finite, saturate,
+                nan_past_464);
         });
         return;
     }
@@ -297,9 +302,9 @@ void launch_transpose(const torch::Tensor& x, const torch::Tensor& scale, torch:
     auto* out = reinterpret_cast<Code*>(codes.data_ptr());
     auto* out_t = reinterpret_cast<Code*>(codes_t.data_ptr());
     with_input(x, "fused_scale_cast_amax_transpose", [&](const auto* in) {
-        scale_cast_amax_transpose<<<blocks, threads, 0, stream>>>(in, scale.data_ptr<float>(), out, out_t,
-                                                                  amax.data_ptr<float>(), rows, cols, max_finite,
-                                                                  saturate, nan_past_464);
+        MANTISSA_LAUNCH(blocks, threads, stream, scale_cast_amax_transpose<element_of<decltype(in)>, Code>)(
+            in, scale.data_ptr<float>(), out, out_t, amax.data_ptr<float>(), rows, cols, max_finite, saturate,
+            nan_past_464);
     });
 }
 
@@ -308,7 +313,7 @@ void launch_transpose(const torch::Tensor& x, const torch::Tensor& scale, torch:
 torch::Tensor fused_scale_cast_amax_transpose(const torch::Tensor& x, const torch::Tensor& scale, bool e4m3,
                                               bool saturate, torch::Tensor& amax, torch::Tensor& codes_t)
 {
-    TORCH_CHECK(x.is_cuda() && x.is_contiguous() && x.dim() == 2,
+    TORCH_CHECK(on_kernel_device(x) && x.is_contiguous() && x.dim() == 2,
                 "fused_scale_cast_amax_transpose: a contiguous 2-D CUDA tensor");
     const c10::cuda::CUDAGuard guard(x.device());
     const auto s = scale.to(x.device(), torch::kFloat32).contiguous();
@@ -324,7 +329,7 @@ torch::Tensor fused_scale_cast_amax_transpose(const torch::Tensor& x, const torc
 torch::Tensor fused_scale_cast_amax(const torch::Tensor& x, const torch::Tensor& scale, bool e4m3, bool saturate,
                                     torch::Tensor& amax)
 {
-    TORCH_CHECK(x.is_cuda() && x.is_contiguous(), "fused_scale_cast_amax: a contiguous CUDA tensor");
+    TORCH_CHECK(on_kernel_device(x) && x.is_contiguous(), "fused_scale_cast_amax: a contiguous CUDA tensor");
     const c10::cuda::CUDAGuard guard(x.device());
     const auto s = scale.to(x.device(), torch::kFloat32).contiguous(); // the kernel dereferences it
     amax = torch::zeros({}, x.options().dtype(torch::kFloat32));

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "tensor_stats_row.h"
+#include "launch.h"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -190,7 +191,7 @@ void launch_partials(const torch::Tensor& x, const torch::Tensor& q, const torch
     }();
     (void)carved;
     const auto stream = at::cuda::getCurrentCUDAStream();
-    partial_rows<X, Q, Compare><<<blocks, kThreads, 0, stream>>>(
+    MANTISSA_LAUNCH(blocks, kThreads, stream, partial_rows<X, Q, Compare>)(
         reinterpret_cast<const X*>(x.data_ptr()), Compare ? reinterpret_cast<const Q*>(q.data_ptr()) : nullptr,
         x.numel(), scale.defined() ? scale.data_ptr<double>() : nullptr, comparison,
         reinterpret_cast<unsigned long long*>(ints.data_ptr<int64_t>()), sums.data_ptr<double>());
@@ -215,7 +216,7 @@ void launch_for_x(const torch::Tensor& x, const torch::Tensor& q, const torch::T
 torch::Tensor tensor_stats_row(const torch::Tensor& x_in, const torch::Tensor& dequantized,
                                const stats_value::CastComparison& comparison, const torch::Tensor& device_scale)
 {
-    TORCH_CHECK(x_in.is_cuda(), "tensor_stats_row: a CUDA tensor");
+    TORCH_CHECK(on_kernel_device(x_in), "tensor_stats_row: a CUDA tensor");
     const c10::cuda::CUDAGuard guard(x_in.device());
     const auto f64 = x_in.options().dtype(torch::kFloat64);
     const int64_t n = x_in.numel();
@@ -248,7 +249,7 @@ torch::Tensor tensor_stats_row(const torch::Tensor& x_in, const torch::Tensor& d
     default: TORCH_CHECK(false, "tensor_stats_row: x is read as FP32, BF16 or FP16");
     }
     auto out = torch::empty({row::kSize}, f64);
-    finish_row<<<kFinishBlocks, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+    MANTISSA_LAUNCH(kFinishBlocks, kThreads, at::cuda::getCurrentCUDAStream(), finish_row)(
         reinterpret_cast<const unsigned long long*>(ints.data_ptr<int64_t>()), sums.data_ptr<double>(), blocks,
         out.data_ptr<double>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();

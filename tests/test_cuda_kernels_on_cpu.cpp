@@ -1,0 +1,431 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// Mantissa's own CUDA kernels (core/cuda/*.cu), run on this CPU by the thread-block simulator
+// (tests/cuda_sim) and held to the CPU paths that they replace on a GPU: the statistics row, the
+// FP8 casts and cast-transposes, the delayed-scaling record, fp8-block's casts and split, and
+// the fused cross entropy. Until these tests, a kernel's index arithmetic, tile walks and
+// reductions were first executed by a start-up probe on a lent GPU; here every launch geometry
+// the host code picks runs, including grids whose blocks walk several tiles.
+//
+// What only a GPU shows stays with bench/cuda_checks there: the device's own expf/logf (the
+// host's libm stands in), timing, and blocks running at once.
+#include <torch/torch.h>
+
+#include "../core/block_scaling.h"
+#include "../core/blockwise_fp8.h"
+#include "../core/cuda/cross_entropy.h"
+#include "../core/cuda/delayed_scaling.h"
+#include "../core/cuda/fp8_block.h"
+#include "../core/cuda/fp8_cast.h"
+#include "../core/cuda/tensor_stats_row.h"
+#include "../core/fp8_scaling.h"
+#include "../core/native_fp8.h"
+#include "../core/tensor_stats.h"
+#include "cuda_sim/cuda_sim_control.h"
+#include "cuda_sim/self_check_kernels.h"
+#include "edge_values.h"
+
+#include <QtTest>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+using namespace mantissa;
+namespace kernels = mantissa::cuda_kernels;
+
+Q_DECLARE_METATYPE(NumberFormat)
+Q_DECLARE_METATYPE(c10::ScalarType)
+
+namespace {
+
+constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Equal bit for bit, where NaN equals any NaN (the ops keep an input NaN's payload).
+bool same_bits(const torch::Tensor& a, const torch::Tensor& b)
+{
+    if (a.sizes() != b.sizes()) return false;
+    const auto x = a.contiguous(), y = b.contiguous();
+    const auto nx = x.isnan(), ny = y.isnan();
+    return torch::equal(nx, ny) &&
+           torch::equal(x.masked_fill(nx, 0.0f).view(torch::kInt32), y.masked_fill(ny, 0.0f).view(torch::kInt32));
+}
+
+bool same_codes(const torch::Tensor& a, const torch::Tensor& b)
+{
+    return a.sizes() == b.sizes() && torch::equal(a.contiguous().view(torch::kUInt8), b.contiguous().view(torch::kUInt8));
+}
+
+// A row slot by slot: counts and amax exactly, the two FP64 energies to 1e-12 (summed in
+// another order than the tensor ops).
+void compare_rows(const torch::Tensor& kernel_row, const torch::Tensor& ops_row)
+{
+    const auto k = kernel_row.contiguous(), o = ops_row.contiguous();
+    QCOMPARE(k.numel(), stats_row::kSize);
+    const double* p = k.data_ptr<double>();
+    const double* q = o.data_ptr<double>();
+    for (int64_t s = 0; s < stats_row::kSize; ++s) {
+        const bool energy = s == stats_row::kErrorEnergy || s == stats_row::kSignalEnergy;
+        if (energy) {
+            if (!(std::abs(p[s] - q[s]) <= 1e-12 * std::abs(q[s])))
+                QFAIL(qPrintable(QStringLiteral("slot %1: energy %2, the ops' %3").arg(s).arg(p[s], 0, 'g', 17).arg(q[s], 0, 'g', 17)));
+        } else if (p[s] != q[s]) {
+            QFAIL(qPrintable(QStringLiteral("slot %1: %2, the ops' %3").arg(s).arg(p[s], 0, 'g', 17).arg(q[s], 0, 'g', 17)));
+        }
+    }
+}
+
+// max |x| over the non-NaN values, as the kernels' fmaxf.
+torch::Tensor amax_skipping_nan(const torch::Tensor& x)
+{
+    const auto a = x.to(torch::kFloat32).abs();
+    return a.numel() == 0 ? torch::zeros({}) : a.masked_fill(a.isnan(), 0.0f).max();
+}
+
+// Runs body with the simulated device reporting `sms` multiprocessors, then an H200's again.
+template <typename Body>
+void with_multiprocessors(int sms, Body&& body)
+{
+    cuda_sim::set_multiprocessors(sms);
+    try {
+        body();
+    } catch (...) {
+        cuda_sim::set_multiprocessors(132);
+        throw;
+    }
+    cuda_sim::set_multiprocessors(132);
+}
+
+} // namespace
+
+class TestCudaKernelsOnCpu : public QObject {
+    Q_OBJECT
+private slots:
+    // The simulator first: its reductions add up, and what it must refuse, it refuses.
+    void simulatorReducesAndRefuses()
+    {
+        const int64_t n = 3 * 256;
+        QCOMPARE(cuda_sim::self_check::block_sums(3, 256), n * (n - 1) / 2);
+        QCOMPARE(cuda_sim::self_check::odd_lanes_ballot(), 0xAAAAAAAAu);
+        QVERIFY_THROWS_EXCEPTION(std::runtime_error, cuda_sim::self_check::divergent_barrier());
+        QVERIFY_THROWS_EXCEPTION(std::runtime_error, cuda_sim::self_check::early_return());
+        QVERIFY_THROWS_EXCEPTION(std::runtime_error, cuda_sim::self_check::partial_mask());
+        // A refused launch leaves the simulator usable.
+        QCOMPARE(cuda_sim::self_check::block_sums(1, 64), int64_t(64 * 63 / 2));
+    }
+
+    // The statistics kernel against the tensor ops, on the edge values of each format (every
+    // edge the statistics name, then 100,000 values over every binade), as the native executor
+    // hands it tensors: FP32 or 16-bit operands, compared with their cast or not, with the cast
+    // read once where it is the operand itself, a host or a device scale. With 132
+    // multiprocessors the grid has a block per 16 K values; with one, four blocks walk the tensor.
+    void statsRowAgrees_data()
+    {
+        QTest::addColumn<c10::ScalarType>("dtype");
+        QTest::addColumn<NumberFormat>("format");
+        QTest::addColumn<float>("scale"); // 0: per-row FP8
+        QTest::addColumn<bool>("deviceScale");
+        QTest::addColumn<int>("sms");
+        for (const int sms : {132, 1}) {
+            const auto row = [&](const char* name, c10::ScalarType dtype, NumberFormat format, float scale, bool device_scale) {
+                QTest::addRow("%s, %d SMs", name, sms) << dtype << format << scale << device_scale << sms;
+            };
+            row("fp32 uncompared", torch::kFloat32, NumberFormat::FP32, 1.0f, false);
+            row("bf16 uncompared", torch::kBFloat16, NumberFormat::FP32, 1.0f, false);
+            row("fp16 uncompared", torch::kHalf, NumberFormat::FP32, 1.0f, false);
+            row("fp32 to bf16", torch::kFloat32, NumberFormat::BF16, 1.0f, false);
+            row("fp32 to fp16", torch::kFloat32, NumberFormat::FP16, 1.0f, false);
+            row("fp32 to e5m2 x64", torch::kFloat32, NumberFormat::E5M2, 64.0f, false);
+            row("fp32 to e5m2 x64 on the device", torch::kFloat32, NumberFormat::E5M2, 64.0f, true);
+            row("fp32 to e4m3 per row", torch::kFloat32, NumberFormat::E4M3, 0.0f, false);
+            row("bf16 to e4m3 x0.75 on the device", torch::kBFloat16, NumberFormat::E4M3, 0.75f, true);
+            row("bf16 read once", torch::kBFloat16, NumberFormat::BF16, 1.0f, false);
+            row("fp16 read once", torch::kHalf, NumberFormat::FP16, 1.0f, false);
+        }
+    }
+    void statsRowAgrees()
+    {
+        QFETCH(c10::ScalarType, dtype);
+        QFETCH(NumberFormat, format);
+        QFETCH(float, scale);
+        QFETCH(bool, deviceScale);
+        QFETCH(int, sms);
+        const auto x = edge_values(format, scale).to(dtype);
+        const auto x32 = x.to(torch::kFloat32);
+        torch::Tensor q; // the value the GEMM used
+        if (format == NumberFormat::BF16 || format == NumberFormat::FP16)
+            q = x.scalar_type() == (format == NumberFormat::BF16 ? torch::kBFloat16 : torch::kHalf)
+                    ? x // the operand is its own cast: the kernel reads it once
+                    : x.to(format == NumberFormat::BF16 ? torch::kBFloat16 : torch::kHalf);
+        else if (format == NumberFormat::E4M3 || format == NumberFormat::E5M2) {
+            const auto fp8 = format == NumberFormat::E4M3 ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2;
+            q = scale > 0.0f ? (x32 * scale).to(fp8).to(torch::kFloat32) / scale : x.to(fp8);
+        }
+        const auto scale_t = torch::full({}, static_cast<double>(scale), torch::kFloat64);
+        const auto ops = tensor_stats_row(x, format, scale, q, StatsKernel::TensorOps);
+        const bool compared = stats_compared(format, q);
+        const auto comparison = cast_comparison(format, deviceScale || scale > 0.0f, deviceScale ? 1.0 : scale);
+        const int64_t before = cuda_sim::launches();
+        with_multiprocessors(sms, [&] {
+            const auto row = kernels::tensor_stats_row(x, compared ? q : torch::Tensor(), comparison,
+                                                       deviceScale ? scale_t : torch::Tensor());
+            QCOMPARE(cuda_sim::launches() - before, int64_t(2)); // the partial rows, then the finish
+            compare_rows(row, ops);
+        });
+    }
+
+    // Sizes around the kernel's spans: nothing, one value, a partial warp span, a block's span
+    // and one past it, and 40 blocks' worth (the finishing warps take blocks 32 apart).
+    void statsRowAcrossSizes()
+    {
+        QCOMPARE(kernels::tensor_stats_row(torch::empty({0}), {}, {}, {}).abs().sum().item<double>(), 0.0);
+        for (const int64_t n : {int64_t(1), int64_t(257), int64_t(16384), int64_t(16385), int64_t(40 * 16384)}) {
+            const auto x = torch::randn({n}) * 1e-3;
+            compare_rows(kernels::tensor_stats_row(x, {}, cast_comparison(NumberFormat::FP32, false, 1.0), {}),
+                         tensor_stats_row(x, NumberFormat::FP32, 1.0f, {}, StatsKernel::TensorOps));
+        }
+    }
+
+    // The fused cast and its amax against x.mul(scale) cast by the ops, on each format's edge
+    // values, from each input dtype, saturating or not; the scale 0.75 is not a power of two.
+    void fp8CastAgrees_data()
+    {
+        QTest::addColumn<c10::ScalarType>("dtype");
+        QTest::addColumn<NumberFormat>("format");
+        QTest::addColumn<bool>("saturate");
+        for (const auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kHalf})
+            for (const auto format : {NumberFormat::E4M3, NumberFormat::E5M2})
+                for (const bool saturate : {true, false})
+                    QTest::addRow("%s %s%s", c10::toString(dtype), format == NumberFormat::E4M3 ? "e4m3" : "e5m2",
+                                  saturate ? " saturating" : "")
+                        << dtype << format << saturate;
+    }
+    void fp8CastAgrees()
+    {
+        QFETCH(c10::ScalarType, dtype);
+        QFETCH(NumberFormat, format);
+        QFETCH(bool, saturate);
+        const float s = 0.75f;
+        const auto x = edge_values(format, s).to(dtype);
+        const auto overflow = saturate ? Overflow::Saturate : Overflow::Propagate;
+        const auto expected = to_fp8_codes(x.to(torch::kFloat32) * s, format, overflow);
+        torch::Tensor amax;
+        const auto codes = kernels::fused_scale_cast_amax(x, torch::full({}, s), format == NumberFormat::E4M3, saturate, amax);
+        QVERIFY(same_codes(codes, expected));
+        QVERIFY(same_bits(amax, amax_skipping_nan(x)));
+        QVERIFY(same_bits(kernels::amax_ignoring_nan(x), amax_skipping_nan(x)));
+    }
+
+    void amaxOfEdgeCases()
+    {
+        QCOMPARE(kernels::amax_ignoring_nan(torch::empty({0})).item<float>(), 0.0f);
+        QCOMPARE(kernels::amax_ignoring_nan(torch::full({1000}, kNan)).item<float>(), 0.0f);
+        auto x = torch::linspace(-5.0, 3.0, 5000);
+        x[17] = kNan;
+        QCOMPARE(kernels::amax_ignoring_nan(x).item<float>(), 5.0f);
+        x[4000] = -kInf;
+        QCOMPARE(kernels::amax_ignoring_nan(x).item<float>(), kInf);
+    }
+
+    // The cast-transpose in both of its kernels: sides that are multiples of 64 and aligned
+    // data take the 64 x 64 tiles (64 x 131136 is 2,049 tiles, so one block walks two); others,
+    // and an aligned shape whose data starts 4 bytes in, take the 32 x 32 tiles.
+    void fp8CastTransposeAgrees_data()
+    {
+        QTest::addColumn<c10::ScalarType>("dtype");
+        QTest::addColumn<int64_t>("rows");
+        QTest::addColumn<int64_t>("cols");
+        QTest::addColumn<bool>("unaligned");
+        for (const auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kHalf}) {
+            const auto row = [&](int64_t r, int64_t c, bool unaligned) {
+                QTest::addRow("%s %lldx%lld%s", c10::toString(dtype), static_cast<long long>(r), static_cast<long long>(c),
+                              unaligned ? " unaligned" : "")
+                    << dtype << r << c << unaligned;
+            };
+            row(64, 64, false);
+            row(64, 128, false);
+            row(192, 64, false);
+            row(64, 64, true);
+            row(96, 160, false);
+            row(33, 65, false);
+            row(1, 1, false);
+        }
+        QTest::addRow("bf16 64x131136, two tiles per block") << torch::kBFloat16 << int64_t(64) << int64_t(64 * 2049) << false;
+    }
+    void fp8CastTransposeAgrees()
+    {
+        QFETCH(c10::ScalarType, dtype);
+        QFETCH(int64_t, rows);
+        QFETCH(int64_t, cols);
+        QFETCH(bool, unaligned);
+        const auto i = torch::arange(rows * cols, torch::kFloat32);
+        auto values = torch::sin(i * 0.37f) * torch::exp2(torch::remainder(i, 29.0f) - 14.0f);
+        if (values.numel() > 700) {
+            values[3] = kNan;
+            values[300] = -kInf;
+            values[600] = 600.0f; // past E4M3's 448 at any scale >= 1
+        }
+        const auto storage = torch::empty({rows * cols + 1}, dtype);
+        const auto x = (unaligned ? storage.narrow(0, 1, rows * cols) : storage.narrow(0, 0, rows * cols)).view({rows, cols});
+        x.copy_(values.view({rows, cols}));
+        QCOMPARE(reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 != 0, unaligned);
+        for (const bool e4m3 : {true, false})
+            for (const bool saturate : {true, false}) {
+                const float s = 2.0f;
+                const auto format = e4m3 ? NumberFormat::E4M3 : NumberFormat::E5M2;
+                const auto expected = to_fp8_codes(x.to(torch::kFloat32) * s, format,
+                                                   saturate ? Overflow::Saturate : Overflow::Propagate);
+                torch::Tensor amax, codes_t;
+                const auto codes = kernels::fused_scale_cast_amax_transpose(x, torch::full({}, s), e4m3, saturate, amax, codes_t);
+                QVERIFY(same_codes(codes, expected));
+                QVERIFY(same_codes(codes_t, expected.t().contiguous()));
+                QVERIFY(same_bits(amax, amax_skipping_nan(x)));
+            }
+    }
+
+    // The record in one launch against DeviceDelayedScaling's ops (upload, record, download):
+    // windows of zeros, NaN, Inf and a full 1,024, every branch of the scale rule.
+    void delayedRecordAgrees()
+    {
+        std::vector<std::vector<float>> windows = {{0.0f}, {3.0f, kNan, 0.0f, 1e-38f, 7.5f, 0.0f, kNan, 2.0f},
+                                                   {kNan, kNan, kNan}, {0.0f, kInf, 5.0f, 0.0f}};
+        const auto long_window = torch::exp2(torch::linspace(-130.0, 20.0, 1024));
+        windows.emplace_back(long_window.data_ptr<float>(), long_window.data_ptr<float>() + 1024);
+        int compared = 0;
+        for (const auto& window : windows)
+            for (const float a : {kNan, kInf, 0.0f, 1e-38f, 3.0f, 448.0f, 6e4f})
+                for (const float previous : {1.0f, kInf, 2.5f})
+                    for (const bool use_max : {true, false})
+                        for (const double fp8_max : {448.0, 57344.0})
+                            for (const int64_t margin : {0, 2}) {
+                                DelayedScaling host(static_cast<int64_t>(window.size()));
+                                host.restore(window, previous);
+                                DeviceDelayedScaling ops;
+                                ops.upload(host, torch::kCPU);
+                                const auto amax = torch::full({}, a);
+                                const auto own = kernels::record_amax(amax, torch::tensor(window), torch::full({}, previous),
+                                                                      std::ldexp(static_cast<float>(fp8_max), -static_cast<int>(margin)),
+                                                                      use_max);
+                                ops.record(amax, fp8_max, use_max, margin);
+                                DelayedScaling back;
+                                ops.download(back);
+                                QVERIFY(same_bits(own.history, torch::tensor(back.history())));
+                                QVERIFY(same_bits(own.scale, ops.scale()));
+                                QVERIFY(same_bits(own.inv_scale, ops.inv_scale()));
+                                ++compared;
+                            }
+        QCOMPARE(compared, 5 * 7 * 3 * 2 * 2 * 2);
+    }
+
+    // fp8-block's 1x128 cast on its probe's rows (and the same rows 16-bit, as gradients and
+    // 16-bit activations reach it), and the 128x128 tile cast on its probe's tiles, against the
+    // tensor ops: values, scales and amaxes bit for bit, both formats, both kinds of scale.
+    void fp8BlockCastsAgree_data()
+    {
+        QTest::addColumn<bool>("tiles");
+        QTest::addColumn<c10::ScalarType>("dtype");
+        QTest::newRow("rows fp32") << false << torch::kFloat32;
+        QTest::newRow("rows bf16") << false << torch::kBFloat16;
+        QTest::newRow("rows fp16") << false << torch::kHalf;
+        QTest::newRow("tiles fp32") << true << torch::kFloat32;
+    }
+    void fp8BlockCastsAgree()
+    {
+        QFETCH(bool, tiles);
+        QFETCH(c10::ScalarType, dtype);
+        const auto x = (tiles ? fp8_block_probe_tiles() : fp8_block_probe_rows()).to(dtype);
+        for (const auto format : {NumberFormat::E4M3, NumberFormat::E5M2})
+            for (const bool power_of_two : {true, false}) {
+                const auto ops = quantize_fp8_block_2d(x, format, power_of_two, tiles, BlockKernel::TensorOps);
+                const bool e4m3 = format == NumberFormat::E4M3;
+                const auto own = tiles ? kernels::fp8_block_tiles(x, e4m3, power_of_two) : kernels::fp8_block_rows(x, e4m3, power_of_two);
+                QVERIFY(same_bits(own.values, ops.values));
+                QVERIFY(same_bits(own.scale_inv, ops.block_scales));
+                QVERIFY(same_bits(own.amax, ops.block_amax));
+            }
+    }
+
+    // The split of cast values into E4M3 codes and a power-of-two decode per 128 against the ops,
+    // on values that are codes times a power of two (what the cast hands the GEMM), with a block
+    // of zeros, one holding a NaN, subnormal decodes, and blocks whose amax is 448 times a power
+    // of two (the decode on the boundary).
+    void fp8BlockSplitAgrees()
+    {
+        auto x = fp8_block_probe_rows().narrow(1, 0, 256).contiguous();
+        auto values = quantize_fp8_block_2d(x, NumberFormat::E4M3, true, false, BlockKernel::TensorOps).values;
+        const auto codes = torch::linspace(-448.0, 448.0, 128).to(torch::kFloat8_e4m3fn).to(torch::kFloat32);
+        values[10].narrow(0, 0, 128).copy_(codes * std::ldexp(1.0f, -3));
+        values[11].narrow(0, 128, 128).copy_(codes * std::ldexp(1.0f, -140));
+        values[11].narrow(0, 0, 128).copy_(codes * std::ldexp(1.0f, 100));
+        const auto ops = split_fp8_blocks(values);
+        const auto own = kernels::split_fp8_blocks(values);
+        QVERIFY(same_codes(own.first, ops.codes));
+        QVERIFY(same_bits(own.second, ops.decode));
+        QVERIFY(same_bits(join_fp8_blocks({own.first, own.second}), join_fp8_blocks(ops)));
+    }
+
+    // The loss kernels against cross_entropy over the widened logits, forward and backward, as
+    // their probe holds them on a GPU: rows at a few scales, a target logit of 60 (p = 1), a
+    // confident row, an ignored row, vocabularies that are no multiple of the kernels' strides;
+    // then a NaN logit. Bounds as the probe's (the host's expf/logf stand in for the GPU's), the
+    // reference in FP64.
+    void crossEntropyAgrees_data()
+    {
+        QTest::addColumn<c10::ScalarType>("dtype");
+        QTest::addColumn<int64_t>("vocab");
+        for (const auto dtype : {torch::kBFloat16, torch::kHalf})
+            for (const int64_t vocab : {int64_t(1000), int64_t(50304)})
+                QTest::addRow("%s, vocabulary %lld", c10::toString(dtype), static_cast<long long>(vocab)) << dtype << vocab;
+    }
+    void crossEntropyAgrees()
+    {
+        QFETCH(c10::ScalarType, dtype);
+        QFETCH(int64_t, vocab);
+        const int64_t rows = 24, ignore = -100;
+        const auto i = torch::arange(rows * vocab, torch::kFloat32).view({rows, vocab});
+        auto base = torch::sin(i * 0.37f) * torch::exp2(torch::remainder(torch::floor(i / vocab), 7.0f) - 1.0f);
+        auto targets = torch::remainder(torch::arange(rows, torch::kInt64) * 7919, vocab);
+        base[3][targets[3].item<int64_t>()] = 60.0f;
+        base[7][targets[7].item<int64_t>()] = std::log(static_cast<double>(vocab)) + 7.0;
+        targets[5] = ignore;
+        const auto logits = base.to(dtype);
+
+        const auto own = kernels::cross_entropy_rows(logits, targets, ignore);
+        QVERIFY(torch::equal(own.row_max, std::get<0>(logits.to(torch::kFloat32).max(-1))));
+        const auto count = targets.ne(ignore).sum().to(torch::kFloat32);
+        const auto loss = own.row_loss.sum() / count;
+        // In FP64: the CPU's FP32 log_softmax sums a row lane by lane, and the lane holding row 7's
+        // target (p = 1 - 9e-4) drops its share of the 50,303 other terms (each 2e-8, under half
+        // an ulp of 1): 6 % of its gradient, where the kernels' per-thread sums keep them.
+        auto theirs = logits.to(torch::kFloat64).requires_grad_(true);
+        const auto reference = torch::nn::functional::cross_entropy(theirs, targets);
+        (reference * 1024.0f).backward();
+        const double a = loss.item<double>(), b = reference.item<double>();
+        QVERIFY2(std::abs(a - b) <= 1e-5 * std::abs(b), qPrintable(QStringLiteral("loss %1, the ops' %2").arg(a).arg(b)));
+        const auto expected_log_z = logits.to(torch::kFloat64).logsumexp(-1);
+        QVERIFY((own.log_z - expected_log_z).abs().le(1e-5 * expected_log_z.abs() + 1e-6).all().item<bool>());
+
+        const auto g = kernels::cross_entropy_backward(logits, targets, own.row_max, own.log_sum, torch::full({}, 1024.0f),
+                                                       count, ignore)
+                           .to(torch::kFloat32);
+        const auto r = theirs.grad().to(dtype).to(torch::kFloat32);
+        // A step of the 16-bit format, or a millionth of the largest gradient (the probe's bound).
+        const double step = dtype == torch::kBFloat16 ? std::ldexp(1.0, -7) : std::ldexp(1.0, -10);
+        const double subnormal_step = dtype == torch::kHalf ? std::ldexp(1.0, -24) : 0.0;
+        QVERIFY((g - r).abs().le(r.abs() * step + 1e-6 * r.abs().max() + subnormal_step).all().item<bool>());
+        QVERIFY(g[5].eq(0).all().item<bool>());
+
+        auto poisoned = logits.clone();
+        poisoned[2][11] = kNan;
+        const auto nan_rows = kernels::cross_entropy_rows(poisoned, targets, ignore);
+        QVERIFY(std::isnan(nan_rows.row_loss[2].item<float>()));
+        QVERIFY(!std::isnan(nan_rows.row_loss[1].item<float>()));
+        const auto nan_grad = kernels::cross_entropy_backward(poisoned, targets, nan_rows.row_max, nan_rows.log_sum,
+                                                              torch::full({}, 1.0f), count, ignore);
+        QVERIFY(nan_grad[2].isnan().all().item<bool>());
+        QVERIFY(!nan_grad[1].isnan().any().item<bool>());
+    }
+};
+
+QTEST_APPLESS_MAIN(TestCudaKernelsOnCpu)
+#include "test_cuda_kernels_on_cpu.moc"
