@@ -2,7 +2,8 @@
 #pragma once
 // The values a format's statistics and casts are held to: zeros of both signs, FP32's
 // smallest and largest subnormals and normals, infinities, NaNs, and for `format` at `scale`
-// its largest finite value, just under and over it, twice it, its smallest normal and
+// its largest finite value, just under and over it, half a step past it (where round-to-nearest-even
+// overflows or not), twice it, its smallest normal and
 // subnormal and the halves and quarters below; then 100,000 values spread over every binade
 // (seeded). Shared by tests/test_telemetry.cpp and bench/cuda_checks.cpp (the same values on
 // the CPU here and on a GPU there). A scale of 0 (per-row FP8) puts them in the format's own
@@ -26,8 +27,9 @@ inline torch::Tensor edge_values(mantissa::NumberFormat format, float scale)
                             std::bit_cast<float>(0x007FFFFFu), std::ldexp(1.0f, -126), std::numeric_limits<float>::max(),
                             -std::numeric_limits<float>::max(), inf, -inf, nan, -nan, 1.0f, -1.5f};
     const double max = info.max_finite, min_sub = info.min_subnormal > 0 ? info.min_subnormal : info.min_normal;
-    for (double m : {max, std::nextafter(max, 0.0), max * (1.0 + 1.0 / 64), 2 * max, info.min_normal, min_sub,
-                     min_sub / 2, min_sub / 4, min_sub * 1.5}) {
+    const double overflow_tie = max + std::ldexp(0.5, std::ilogb(max) - info.mantissa_bits); // half a step past max
+    for (double m : {max, std::nextafter(max, 0.0), overflow_tie, max * (1.0 + 1.0 / 64), 2 * max, info.min_normal,
+                     min_sub, min_sub / 2, min_sub / 4, min_sub * 1.5}) {
         v.push_back(static_cast<float>(m / s));
         v.push_back(static_cast<float>(-m / s));
     }
