@@ -271,6 +271,9 @@ private slots:
         QCOMPARE(reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 != 0, unaligned);
         for (const bool e4m3 : {true, false})
             for (const bool saturate : {true, false}) {
+                // The 2,049-tile walk once (2,048 simulated blocks a launch); the formats and
+                // overflow rules on every other shape.
+                if (cols > 4096 && !(e4m3 && saturate)) continue;
                 const float s = 2.0f;
                 const auto format = e4m3 ? NumberFormat::E4M3 : NumberFormat::E5M2;
                 const auto expected = to_fp8_codes(x.to(torch::kFloat32) * s, format,

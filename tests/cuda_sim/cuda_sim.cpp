@@ -46,7 +46,7 @@ struct BlockRun {
     dim3 grid, block, index;
     const std::function<void()>* body = nullptr;
     std::vector<Fiber> fibers;
-    std::vector<std::unique_ptr<char[]>> stacks;
+    std::vector<char*> stacks; // from stack_pool()
     Barrier block_barrier;
     std::vector<Warp> warps;
     ucontext_t scheduler{};
@@ -78,6 +78,14 @@ void finish_switch(void* fake_stack_save, const void** bottom_old, size_t* size_
 }
 
 BlockRun* g_run = nullptr;
+
+// The threads' stacks, kept from launch to launch: allocating 1,024 of them for each of the
+// delayed record's 840 launches was most of the tests' system time (an mmap and munmap each).
+std::vector<std::unique_ptr<char[]>>& stack_pool()
+{
+    static std::vector<std::unique_ptr<char[]>> pool;
+    return pool;
+}
 int g_multiprocessors = 132; // an H200's
 int64_t g_launches = 0;
 // CUDA_SIM_ORDER=reverse sets the order for a whole test run (CTest runs the kernels' test
@@ -174,7 +182,7 @@ void run_block(BlockRun& r)
         Fiber& f = r.fibers[t];
         f.done = f.waiting = false;
         getcontext(&f.context);
-        f.context.uc_stack.ss_sp = r.stacks[t].get();
+        f.context.uc_stack.ss_sp = r.stacks[static_cast<size_t>(t)];
         f.context.uc_stack.ss_size = kStackBytes;
         f.context.uc_link = nullptr;
         makecontext(&f.context, fiber_entry, 0);
@@ -186,7 +194,7 @@ void run_block(BlockRun& r)
             if (f.done || f.waiting) continue;
             r.current = &f;
             void* fake_stack = nullptr;
-            start_switch(&fake_stack, r.stacks[static_cast<size_t>(f.linear)].get(), kStackBytes);
+            start_switch(&fake_stack, r.stacks[static_cast<size_t>(f.linear)], kStackBytes);
             swapcontext(&r.scheduler, &f.context);
             finish_switch(fake_stack, nullptr, nullptr);
             ran = true;
@@ -241,7 +249,8 @@ void run_grid(dim3 grid, dim3 block, const std::function<void()>& body)
             for (unsigned x = 0; x < block.x; ++x, ++t) {
                 r.fibers[t].index = dim3(x, y, z);
                 r.fibers[t].linear = t;
-                r.stacks.emplace_back(new char[kStackBytes]);
+                if (stack_pool().size() <= static_cast<size_t>(t)) stack_pool().emplace_back(new char[kStackBytes]);
+                r.stacks.push_back(stack_pool()[static_cast<size_t>(t)].get());
             }
     g_run = &r;
     try {
