@@ -491,6 +491,24 @@ void LayerGemm::record(const char* role, const torch::Tensor& x, NumberFormat fo
     pending_.push_back(std::move(p));
 }
 
+void LayerGemm::record(const char* role, const torch::Tensor& x, NumberFormat format, const torch::Tensor& scale,
+                       const torch::Tensor& codes, const torch::Tensor& inv_scale)
+{
+    if (x.is_cpu()) {
+        record(role, x, format, cpu_scalar(scale), codes.to(torch::kFloat32) * inv_scale);
+        return;
+    }
+    PendingTensorStats p;
+    p.role = role;
+    p.format = format;
+    p.scale = 1.0f; // replaced by the device scale when the frame is read back
+    p.scale_on_device = scale;
+    p.count = x.numel();
+    p.compared = stats_compared(format, codes);
+    p.row = tensor_stats_row_of_codes(x, format, scale, codes, inv_scale);
+    pending_.push_back(std::move(p));
+}
+
 void LayerGemm::finish_stats(const std::vector<std::shared_ptr<LayerGemm>>& layers)
 {
     std::vector<PendingTensorStats*> deferred;

@@ -122,6 +122,11 @@ public:
     // The same with the scale still on the device (native FP8): read back with the row.
     void record(const char* role, const torch::Tensor& x, NumberFormat format, const torch::Tensor& scale,
                 const torch::Tensor& dequantized);
+    // The same with the cast as the native executor holds it: FP8 codes (x's shape) whose values
+    // are codes * inv_scale (a () FP32 tensor; Fp8Tensor::dequantized()). On a GPU the statistics
+    // kernel reads the codes, so the dequantized FP32 tensor is never made.
+    void record(const char* role, const torch::Tensor& x, NumberFormat format, const torch::Tensor& scale,
+                const torch::Tensor& codes, const torch::Tensor& inv_scale);
     std::vector<PendingTensorStats> take_pending();
     // Computes the deferred CPU statistics of these layers in one pass. Called once the
     // first micro-batch's backward is done (nothing recorded is modified before the update).

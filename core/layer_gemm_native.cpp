@@ -21,7 +21,7 @@ bool is_16bit(NumberFormat f) { return f == NumberFormat::BF16 || f == NumberFor
 void record_fp8(LayerGemm& layer, const char* role, const torch::Tensor& x, const Fp8Tensor& t)
 {
     if (per_row(t)) layer.record(role, x, t.format, 0.0f, t.dequantized());
-    else layer.record(role, x, t.format, t.scale, t.dequantized());
+    else layer.record(role, x, t.format, t.scale, t.codes, t.inv_scale);
 }
 
 bool is_fp8(NumberFormat f) { return format_info(f).is_fp8; }

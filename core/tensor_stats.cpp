@@ -525,7 +525,13 @@ bool fused_cuda_agrees_with_tensor_ops()
         const auto fused = fused_cuda_row(c.x, c.format, c.scale, c.device_scale, c.q);
         if (!same_row(fused, ops)) return false;
     }
-    return true;
+    // An FP8 operand as the native executor records it: the kernel reads its codes and 1 / scale.
+    const auto codes = (x_bf16.to(torch::kFloat32) * 64.0f).to(torch::kFloat8_e4m3fn);
+    const auto inv_scale = torch::full({}, 1.0f / 64.0f, opts.dtype(torch::kFloat32));
+    const auto ops = tensor_ops_row(x_bf16, NumberFormat::E4M3, scale, codes.to(torch::kFloat32) * inv_scale);
+    return same_row(cuda_kernels::tensor_stats_row(x_bf16, codes, cast_comparison(NumberFormat::E4M3, true, 1.0), scale,
+                                                   inv_scale),
+                    ops);
 }
 #endif
 
@@ -573,6 +579,17 @@ torch::Tensor tensor_stats_row(const torch::Tensor& x, NumberFormat format, cons
     if (x.is_cpu()) return fused_cpu_row(x, format, cpu_scalar(scale), dequantized);
     if (x.is_cuda() && fused_cuda_stats_available()) return fused_cuda_row(x, format, 1.0f, scale, dequantized);
     return tensor_ops_row(x, format, scale.detach().to(torch::kFloat64), dequantized);
+}
+
+torch::Tensor tensor_stats_row_of_codes(const torch::Tensor& x, NumberFormat format, const torch::Tensor& scale,
+                                        const torch::Tensor& codes, const torch::Tensor& inv_scale)
+{
+    torch::NoGradGuard no_grad;
+#if defined(MANTISSA_CUDA_KERNELS)
+    if (x.is_cuda() && stats_compared(format, codes) && fused_cuda_stats_available())
+        return cuda_kernels::tensor_stats_row(x, codes, cast_comparison(format, true, 1.0), scale, inv_scale);
+#endif
+    return tensor_stats_row(x, format, scale, codes.to(torch::kFloat32) * inv_scale);
 }
 
 TensorStats tensor_stats_from_row(const double* r, NumberFormat format, float scale, int64_t count, bool compared)

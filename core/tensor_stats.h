@@ -37,6 +37,13 @@ torch::Tensor tensor_stats_row(const torch::Tensor& x, NumberFormat format, floa
 torch::Tensor tensor_stats_row(const torch::Tensor& x, NumberFormat format, const torch::Tensor& scale,
                                const torch::Tensor& dequantized);
 
+// The same for an FP8 operand as the native executor holds its cast: `codes` (FP8, x's shape)
+// whose values are codes * inv_scale (a () FP32 tensor on x's device; Fp8Tensor::dequantized()).
+// With Mantissa's CUDA kernel the codes are read as they are, 1 byte a value, where the
+// dequantized tensor is 4 bytes written and read again; elsewhere they are dequantized first.
+torch::Tensor tensor_stats_row_of_codes(const torch::Tensor& x, NumberFormat format, const torch::Tensor& scale,
+                                        const torch::Tensor& codes, const torch::Tensor& inv_scale);
+
 // A CPU tensor's one value, read from its memory. On the CPU there is no queue to wait for, but
 // the step's code calls item() nowhere (test_native::aNativeStepReadsNoScalar), so that a read
 // that would stall a GPU's queue shows in a CPU test.

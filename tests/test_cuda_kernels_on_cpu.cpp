@@ -117,7 +117,8 @@ private slots:
     // The statistics kernel against the tensor ops, on the edge values of each format (every
     // edge the statistics name, then 100,000 values over every binade), as the native executor
     // hands it tensors: FP32 or 16-bit operands, compared with their cast or not, with the cast
-    // read once where it is the operand itself, a host or a device scale. With 132
+    // read once where it is the operand itself, read as FP8 codes times 1 / scale, a host or a
+    // device scale. With 132
     // multiprocessors the grid has a block per 16 K values; with one, four blocks walk the tensor.
     void statsRowAgrees_data()
     {
@@ -125,10 +126,12 @@ private slots:
         QTest::addColumn<NumberFormat>("format");
         QTest::addColumn<float>("scale"); // 0: per-row FP8
         QTest::addColumn<bool>("deviceScale");
+        QTest::addColumn<bool>("codes"); // the cast handed over as FP8 codes and 1 / scale
         QTest::addColumn<int>("sms");
         for (const int sms : {132, 1}) {
-            const auto row = [&](const char* name, c10::ScalarType dtype, NumberFormat format, float scale, bool device_scale) {
-                QTest::addRow("%s, %d SMs", name, sms) << dtype << format << scale << device_scale << sms;
+            const auto row = [&](const char* name, c10::ScalarType dtype, NumberFormat format, float scale, bool device_scale,
+                                 bool codes = false) {
+                QTest::addRow("%s, %d SMs", name, sms) << dtype << format << scale << device_scale << codes << sms;
             };
             row("fp32 uncompared", torch::kFloat32, NumberFormat::FP32, 1.0f, false);
             row("bf16 uncompared", torch::kBFloat16, NumberFormat::FP32, 1.0f, false);
@@ -141,6 +144,8 @@ private slots:
             row("bf16 to e4m3 x0.75 on the device", torch::kBFloat16, NumberFormat::E4M3, 0.75f, true);
             row("bf16 read once", torch::kBFloat16, NumberFormat::BF16, 1.0f, false);
             row("fp16 read once", torch::kHalf, NumberFormat::FP16, 1.0f, false);
+            row("bf16 to e4m3 codes x0.75 on the device", torch::kBFloat16, NumberFormat::E4M3, 0.75f, true, true);
+            row("fp32 to e5m2 codes x64", torch::kFloat32, NumberFormat::E5M2, 64.0f, false, true);
         }
     }
     void statsRowAgrees()
@@ -149,10 +154,12 @@ private slots:
         QFETCH(NumberFormat, format);
         QFETCH(float, scale);
         QFETCH(bool, deviceScale);
+        QFETCH(bool, codes);
         QFETCH(int, sms);
         const auto x = edge_values(format, scale).to(dtype);
         const auto x32 = x.to(torch::kFloat32);
-        torch::Tensor q; // the value the GEMM used
+        torch::Tensor q;                // the value the GEMM used
+        torch::Tensor q_codes, q_scale; // the same as the native executor holds it: codes * (1 / scale)
         if (format == NumberFormat::BF16 || format == NumberFormat::FP16)
             q = x.scalar_type() == (format == NumberFormat::BF16 ? torch::kBFloat16 : torch::kHalf)
                     ? x // the operand is its own cast: the kernel reads it once
@@ -160,6 +167,11 @@ private slots:
         else if (format == NumberFormat::E4M3 || format == NumberFormat::E5M2) {
             const auto fp8 = format == NumberFormat::E4M3 ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2;
             q = scale > 0.0f ? (x32 * scale).to(fp8).to(torch::kFloat32) / scale : x.to(fp8);
+            if (codes) {
+                q_codes = (x32 * scale).to(fp8);
+                q_scale = torch::full({}, 1.0f / scale);
+                q = q_codes.to(torch::kFloat32) * q_scale; // Fp8Tensor::dequantized()
+            }
         }
         const auto scale_t = torch::full({}, static_cast<double>(scale), torch::kFloat64);
         const auto ops = tensor_stats_row(x, format, scale, q, StatsKernel::TensorOps);
@@ -167,8 +179,8 @@ private slots:
         const auto comparison = cast_comparison(format, deviceScale || scale > 0.0f, deviceScale ? 1.0 : scale);
         const int64_t before = cuda_sim::launches();
         with_multiprocessors(sms, [&] {
-            const auto row = kernels::tensor_stats_row(x, compared ? q : torch::Tensor(), comparison,
-                                                       deviceScale ? scale_t : torch::Tensor());
+            const auto row = kernels::tensor_stats_row(x, codes ? q_codes : compared ? q : torch::Tensor(), comparison,
+                                                       deviceScale ? scale_t : torch::Tensor(), q_scale);
             QCOMPARE(cuda_sim::launches() - before, int64_t(2)); // the partial rows, then the finish
             compare_rows(row, ops);
         });

@@ -4,6 +4,8 @@
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/util/Float8_e4m3fn.h>
+#include <c10/util/Float8_e5m2.h>
 
 #include <type_traits>
 
@@ -42,6 +44,11 @@ __device__ T warp_sum(T v)
 constexpr int kUnroll = 8;
 constexpr int kWarpSpan = 32 * kUnroll;
 
+// A cast handed over as FP8 codes and their inverse scale (the native executor's FP8 operands):
+// read as 1-byte codes, where the dequantized FP32 tensor would be 4 bytes written and read.
+template <typename Q>
+constexpr bool kIsCodes = std::is_same_v<Q, c10::Float8_e4m3fn> || std::is_same_v<Q, c10::Float8_e5m2>;
+
 // The row slot of |x|'s bits without a branch: stats_value::slot_of's rule (zero, the binade,
 // a subnormal's highest bit, Inf/NaN at kNonFinite = 255 + 23), where __clz(0) = 32 makes a
 // zero slot 0. The statistics kernel probe holds the two together.
@@ -65,8 +72,9 @@ __device__ __forceinline__ int slot_without_branch(uint32_t mag_bits)
 // was not cast), x is read once.
 template <typename X, typename Q, bool Compare>
 __global__ void __launch_bounds__(kThreads, 4)
-    partial_rows(const X* __restrict__ x, const Q* q, int64_t n, const double* __restrict__ scale,
-                 stats_value::CastComparison comparison, unsigned long long* __restrict__ ints, double* __restrict__ sums)
+    partial_rows(const X* __restrict__ x, const Q* q, const float* __restrict__ q_scale, int64_t n,
+                 const double* __restrict__ scale, stats_value::CastComparison comparison,
+                 unsigned long long* __restrict__ ints, double* __restrict__ sums)
 {
     __shared__ unsigned int hist[kBins][32];
     __shared__ unsigned long long warp_ints[kWarps][kCounts];
@@ -82,6 +90,10 @@ __global__ void __launch_bounds__(kThreads, 4)
     }
     bool q_is_x = false;
     if constexpr (std::is_same_v<X, Q>) q_is_x = Compare && static_cast<const void*>(q) == static_cast<const void*>(x);
+    // FP8 codes stand for code * q_scale, in FP32 as codes.to(float) * inv_scale computes them.
+    float q_times = 1.0f;
+    if constexpr (kIsCodes<Q>)
+        if (q_scale != nullptr) q_times = *q_scale;
     Tally t;
     unsigned long long nans = 0;
     unsigned int amax_bits = 0;
@@ -93,7 +105,10 @@ __global__ void __launch_bounds__(kThreads, 4)
         for (int j = 0; j < kUnroll; ++j) {
             const int64_t i = base + j * 32 + lane;
             v[j] = i < n ? static_cast<float>(x[i]) : 0.0f;
-            if constexpr (Compare) c[j] = i < n && !q_is_x ? static_cast<float>(q[i]) : 0.0f;
+            if constexpr (Compare) {
+                c[j] = i < n && !q_is_x ? static_cast<float>(q[i]) : 0.0f;
+                if constexpr (kIsCodes<Q>) c[j] *= q_times;
+            }
         }
 #pragma unroll
         for (int j = 0; j < kUnroll; ++j) {
@@ -176,8 +191,9 @@ __global__ void __launch_bounds__(kThreads)
 bool read_as_is(c10::ScalarType t) { return t == torch::kFloat32 || t == torch::kBFloat16 || t == torch::kHalf; }
 
 template <typename X, typename Q, bool Compare>
-void launch_partials(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& scale,
-                     const stats_value::CastComparison& comparison, int blocks, torch::Tensor& ints, torch::Tensor& sums)
+void launch_partials(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& q_scale,
+                     const torch::Tensor& scale, const stats_value::CastComparison& comparison, int blocks,
+                     torch::Tensor& ints, torch::Tensor& sums)
 {
     // The counters take 36 KB of shared memory per block: ask for the largest carveout, so that
     // the four blocks per SM of __launch_bounds__ fit beside each other (145 KB of 228).
@@ -193,43 +209,58 @@ void launch_partials(const torch::Tensor& x, const torch::Tensor& q, const torch
     const auto stream = at::cuda::getCurrentCUDAStream();
     MANTISSA_LAUNCH(blocks, kThreads, stream, partial_rows<X, Q, Compare>)(
         reinterpret_cast<const X*>(x.data_ptr()), Compare ? reinterpret_cast<const Q*>(q.data_ptr()) : nullptr,
-        x.numel(), scale.defined() ? scale.data_ptr<double>() : nullptr, comparison,
+        q_scale.defined() ? q_scale.data_ptr<float>() : nullptr, x.numel(),
+        scale.defined() ? scale.data_ptr<double>() : nullptr, comparison,
         reinterpret_cast<unsigned long long*>(ints.data_ptr<int64_t>()), sums.data_ptr<double>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template <typename X>
-void launch_for_x(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& scale,
+void launch_for_x(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& q_scale, const torch::Tensor& scale,
                   const stats_value::CastComparison& comparison, int blocks, torch::Tensor& ints, torch::Tensor& sums)
 {
-    if (!q.defined()) return launch_partials<X, X, false>(x, q, scale, comparison, blocks, ints, sums);
+    if (!q.defined()) return launch_partials<X, X, false>(x, q, q_scale, scale, comparison, blocks, ints, sums);
+    const auto launch = [&](auto tag) {
+        launch_partials<X, decltype(tag), true>(x, q, q_scale, scale, comparison, blocks, ints, sums);
+    };
     switch (q.scalar_type()) {
-    case torch::kFloat32: launch_partials<X, float, true>(x, q, scale, comparison, blocks, ints, sums); break;
-    case torch::kBFloat16: launch_partials<X, c10::BFloat16, true>(x, q, scale, comparison, blocks, ints, sums); break;
-    case torch::kHalf: launch_partials<X, c10::Half, true>(x, q, scale, comparison, blocks, ints, sums); break;
-    default: TORCH_CHECK(false, "tensor_stats_row: the cast is read as FP32, BF16 or FP16");
+    case torch::kFloat32: launch(float{}); break;
+    case torch::kBFloat16: launch(c10::BFloat16{}); break;
+    case torch::kHalf: launch(c10::Half{}); break;
+    case torch::kFloat8_e4m3fn: launch(c10::Float8_e4m3fn{}); break;
+    case torch::kFloat8_e5m2: launch(c10::Float8_e5m2{}); break;
+    default: TORCH_CHECK(false, "tensor_stats_row: the cast is read as FP32, BF16, FP16 or FP8 codes");
     }
 }
 
 } // namespace
 
 torch::Tensor tensor_stats_row(const torch::Tensor& x_in, const torch::Tensor& dequantized,
-                               const stats_value::CastComparison& comparison, const torch::Tensor& device_scale)
+                               const stats_value::CastComparison& comparison, const torch::Tensor& device_scale,
+                               const torch::Tensor& codes_scale)
 {
     TORCH_CHECK(on_kernel_device(x_in), "tensor_stats_row: a CUDA tensor");
     const c10::cuda::CUDAGuard guard(x_in.device());
     const auto f64 = x_in.options().dtype(torch::kFloat64);
     const int64_t n = x_in.numel();
     if (n == 0) return torch::zeros({row::kSize}, f64);
-    // Other dtypes (FP64, FP8 codes) are widened first: their values convert to FP32 as the
+    // Other dtypes (FP64; FP8 for x) are widened first: their values convert to FP32 as the
     // tensor ops convert them.
-    const auto as_read = [&](const torch::Tensor& t) {
+    const auto as_read = [&](const torch::Tensor& t, bool codes_too) {
         const auto d = t.detach().to(x_in.device());
-        return (read_as_is(d.scalar_type()) ? d : d.to(torch::kFloat32)).contiguous();
+        const bool codes = d.scalar_type() == torch::kFloat8_e4m3fn || d.scalar_type() == torch::kFloat8_e5m2;
+        return (read_as_is(d.scalar_type()) || (codes_too && codes) ? d : d.to(torch::kFloat32)).contiguous();
     };
-    const auto x = as_read(x_in);
-    const auto q = dequantized.defined() ? as_read(dequantized) : torch::Tensor();
+    const auto x = as_read(x_in, false);
+    // FP8 casts are read as codes (times codes_scale where it is given; 1 otherwise, exactly as widened).
+    const auto q = dequantized.defined() ? as_read(dequantized, true) : torch::Tensor();
+    const auto q_scale = codes_scale.defined()
+                             ? codes_scale.detach().to(x.device(), torch::kFloat32).reshape({}).contiguous()
+                             : torch::Tensor();
     TORCH_CHECK(!q.defined() || q.numel() == n, "tensor_stats_row: the cast has another number of values");
+    TORCH_CHECK(!q_scale.defined() || (q.defined() && (q.scalar_type() == torch::kFloat8_e4m3fn ||
+                                                       q.scalar_type() == torch::kFloat8_e5m2)),
+                "tensor_stats_row: a codes scale goes with FP8 codes");
     const auto scale = device_scale.defined()
                            ? device_scale.detach().to(x.device(), torch::kFloat64).reshape({}).contiguous()
                            : torch::Tensor();
@@ -243,9 +274,9 @@ torch::Tensor tensor_stats_row(const torch::Tensor& x_in, const torch::Tensor& d
     auto ints = torch::empty({static_cast<int64_t>(blocks) * kPartialInts}, x.options().dtype(torch::kInt64));
     auto sums = torch::empty({2 * static_cast<int64_t>(blocks)}, f64);
     switch (x.scalar_type()) {
-    case torch::kFloat32: launch_for_x<float>(x, q, scale, comparison, blocks, ints, sums); break;
-    case torch::kBFloat16: launch_for_x<c10::BFloat16>(x, q, scale, comparison, blocks, ints, sums); break;
-    case torch::kHalf: launch_for_x<c10::Half>(x, q, scale, comparison, blocks, ints, sums); break;
+    case torch::kFloat32: launch_for_x<float>(x, q, q_scale, scale, comparison, blocks, ints, sums); break;
+    case torch::kBFloat16: launch_for_x<c10::BFloat16>(x, q, q_scale, scale, comparison, blocks, ints, sums); break;
+    case torch::kHalf: launch_for_x<c10::Half>(x, q, q_scale, scale, comparison, blocks, ints, sums); break;
     default: TORCH_CHECK(false, "tensor_stats_row: x is read as FP32, BF16 or FP16");
     }
     auto out = torch::empty({row::kSize}, f64);

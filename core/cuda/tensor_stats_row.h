@@ -19,7 +19,11 @@ namespace mantissa::cuda_kernels {
 // device_scale, when defined, is a () tensor on x's device that replaces comparison.scale
 // (native FP8 keeps its per-tensor scale there). Returns stats_row::kSize doubles on x's
 // device, queued on the current stream without a host sync.
+// dequantized may also be FP8 codes (read as 1 byte each): their values are code * codes_scale
+// (a () FP32 tensor on x's device, as Fp8Tensor::dequantized() multiplies them), or the codes
+// themselves where codes_scale is undefined.
 torch::Tensor tensor_stats_row(const torch::Tensor& x, const torch::Tensor& dequantized,
-                               const stats_value::CastComparison& comparison, const torch::Tensor& device_scale);
+                               const stats_value::CastComparison& comparison, const torch::Tensor& device_scale,
+                               const torch::Tensor& codes_scale = {});
 
 } // namespace mantissa::cuda_kernels
