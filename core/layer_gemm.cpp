@@ -480,14 +480,22 @@ void LayerGemm::record(const char* role, const torch::Tensor& x, NumberFormat fo
         record(role, x, format, cpu_scalar(scale), dequantized); // no device to wait for
         return;
     }
+    const bool compared = stats_compared(format, dequantized);
+    push_device_scaled(role, x, format, scale, compared,
+                       tensor_stats_row(x, format, scale, compared ? dequantized : torch::Tensor()));
+}
+
+void LayerGemm::push_device_scaled(const char* role, const torch::Tensor& x, NumberFormat format,
+                                   const torch::Tensor& scale, bool compared, torch::Tensor row)
+{
     PendingTensorStats p;
     p.role = role;
     p.format = format;
     p.scale = 1.0f; // replaced by the device scale when the frame is read back
     p.scale_on_device = scale;
     p.count = x.numel();
-    p.compared = stats_compared(format, dequantized);
-    p.row = tensor_stats_row(x, format, scale, p.compared ? dequantized : torch::Tensor());
+    p.compared = compared;
+    p.row = std::move(row);
     pending_.push_back(std::move(p));
 }
 
@@ -498,15 +506,8 @@ void LayerGemm::record(const char* role, const torch::Tensor& x, NumberFormat fo
         record(role, x, format, cpu_scalar(scale), codes.to(torch::kFloat32) * inv_scale);
         return;
     }
-    PendingTensorStats p;
-    p.role = role;
-    p.format = format;
-    p.scale = 1.0f; // replaced by the device scale when the frame is read back
-    p.scale_on_device = scale;
-    p.count = x.numel();
-    p.compared = stats_compared(format, codes);
-    p.row = tensor_stats_row_of_codes(x, format, scale, codes, inv_scale);
-    pending_.push_back(std::move(p));
+    push_device_scaled(role, x, format, scale, stats_compared(format, codes),
+                       tensor_stats_row_of_codes(x, format, scale, codes, inv_scale));
 }
 
 void LayerGemm::finish_stats(const std::vector<std::shared_ptr<LayerGemm>>& layers)

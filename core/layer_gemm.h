@@ -239,6 +239,9 @@ private:
     const void* native_data_ = nullptr;
     bool armed_ = false;
     bool training_ = true;
+    // A device-scaled record's pending row (both record overloads with a () scale tensor).
+    void push_device_scaled(const char* role, const torch::Tensor& x, NumberFormat format, const torch::Tensor& scale,
+                            bool compared, torch::Tensor row);
     std::vector<PendingTensorStats> pending_;
     struct ObservedBlockCast {
         const void* source = nullptr; // the operand's data: record() pairs the cast with its tensor
