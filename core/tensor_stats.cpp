@@ -452,15 +452,17 @@ std::vector<torch::Tensor> tensor_stats_rows_cpu(const std::vector<StatsSource>&
 namespace {
 
 // Mantissa's CUDA kernel for the row; `device_scale` (a () tensor) replaces `scale` when defined.
+// `dequantized` may be FP8 codes, whose values are code * codes_scale where that is defined.
 torch::Tensor fused_cuda_row(const torch::Tensor& x, NumberFormat format, float scale, const torch::Tensor& device_scale,
-                             const torch::Tensor& dequantized)
+                             const torch::Tensor& dequantized, const torch::Tensor& codes_scale = {})
 {
 #if defined(MANTISSA_CUDA_KERNELS)
     const bool compared = stats_compared(format, dequantized);
     const auto comparison = cast_comparison(format, device_scale.defined() || scale > 0.0f, scale);
-    return cuda_kernels::tensor_stats_row(x, compared ? dequantized : torch::Tensor(), comparison, device_scale);
+    return cuda_kernels::tensor_stats_row(x, compared ? dequantized : torch::Tensor(), comparison, device_scale,
+                                          compared ? codes_scale : torch::Tensor());
 #else
-    (void)x, (void)format, (void)scale, (void)device_scale, (void)dequantized;
+    (void)x, (void)format, (void)scale, (void)device_scale, (void)dequantized, (void)codes_scale;
     TORCH_CHECK(false, "the fused CUDA statistics kernel is not built (MANTISSA_CUDA_KERNELS)");
 #endif
 }
@@ -529,9 +531,7 @@ bool fused_cuda_agrees_with_tensor_ops()
     const auto codes = (x_bf16.to(torch::kFloat32) * 64.0f).to(torch::kFloat8_e4m3fn);
     const auto inv_scale = torch::full({}, 1.0f / 64.0f, opts.dtype(torch::kFloat32));
     const auto ops = tensor_ops_row(x_bf16, NumberFormat::E4M3, scale, codes.to(torch::kFloat32) * inv_scale);
-    return same_row(cuda_kernels::tensor_stats_row(x_bf16, codes, cast_comparison(NumberFormat::E4M3, true, 1.0), scale,
-                                                   inv_scale),
-                    ops);
+    return same_row(fused_cuda_row(x_bf16, NumberFormat::E4M3, 1.0f, scale, codes, inv_scale), ops);
 }
 #endif
 
@@ -585,10 +585,8 @@ torch::Tensor tensor_stats_row_of_codes(const torch::Tensor& x, NumberFormat for
                                         const torch::Tensor& codes, const torch::Tensor& inv_scale)
 {
     torch::NoGradGuard no_grad;
-#if defined(MANTISSA_CUDA_KERNELS)
     if (x.is_cuda() && stats_compared(format, codes) && fused_cuda_stats_available())
-        return cuda_kernels::tensor_stats_row(x, codes, cast_comparison(format, true, 1.0), scale, inv_scale);
-#endif
+        return fused_cuda_row(x, format, 1.0f, scale, codes, inv_scale);
     return tensor_stats_row(x, format, scale, codes.to(torch::kFloat32) * inv_scale);
 }
 
