@@ -19,6 +19,7 @@
 #include "../core/cuda/tensor_stats_row.h"
 #include "../core/fp8_scaling.h"
 #include "../core/native_fp8.h"
+#include "../core/quantize.h"
 #include "../core/tensor_stats.h"
 #include "cuda_sim/cuda_sim_control.h"
 #include "cuda_sim/self_check_kernels.h"
@@ -146,6 +147,9 @@ private slots:
             row("fp16 read once", torch::kHalf, NumberFormat::FP16, 1.0f, false);
             row("bf16 to e4m3 codes x0.75 on the device", torch::kBFloat16, NumberFormat::E4M3, 0.75f, true, true);
             row("fp32 to e5m2 codes x64", torch::kFloat32, NumberFormat::E5M2, 64.0f, false, true);
+            row("fp32 to tf32", torch::kFloat32, NumberFormat::TF32, 1.0f, false); // subnormal bound among FP32's subnormals
+            row("fp32 to e2m1 per block", torch::kFloat32, NumberFormat::E2M1, 0.0f, false);
+            row("fp32 to e2m1 x0.5", torch::kFloat32, NumberFormat::E2M1, 0.5f, false);
         }
     }
     void statsRowAgrees()
@@ -164,6 +168,9 @@ private slots:
             q = x.scalar_type() == (format == NumberFormat::BF16 ? torch::kBFloat16 : torch::kHalf)
                     ? x // the operand is its own cast: the kernel reads it once
                     : x.to(format == NumberFormat::BF16 ? torch::kBFloat16 : torch::kHalf);
+        else if (format == NumberFormat::TF32 || format == NumberFormat::E2M1)
+            q = scale > 0.0f ? round_to_format(x32 * scale, format, Overflow::Saturate) / scale
+                             : round_to_format(x32, format, Overflow::Saturate);
         else if (format == NumberFormat::E4M3 || format == NumberFormat::E5M2) {
             const auto fp8 = format == NumberFormat::E4M3 ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2;
             q = scale > 0.0f ? (x32 * scale).to(fp8).to(torch::kFloat32) / scale : x.to(fp8);
@@ -196,6 +203,49 @@ private slots:
             compare_rows(kernels::tensor_stats_row(x, {}, cast_comparison(NumberFormat::FP32, false, 1.0), {}),
                          tensor_stats_row(x, NumberFormat::FP32, 1.0f, {}, StatsKernel::TensorOps));
         }
+    }
+
+    // Whole spans of an aligned tensor are read in 16-byte runs, the rest value by value: a
+    // compared operand and its cast, each aligned or starting one value into its storage (the
+    // runs are then off for the whole launch), at sizes with and without a partial last span.
+    void statsRowRunsAndSingles_data()
+    {
+        QTest::addColumn<bool>("xAligned");
+        QTest::addColumn<bool>("qAligned");
+        QTest::addColumn<int64_t>("n");
+        for (const int64_t n : {int64_t(2048), int64_t(2048 + 77), int64_t(65536 + 255)})
+            for (const bool xa : {true, false})
+                for (const bool qa : {true, false}) QTest::addRow("n %lld, x %s, q %s", static_cast<long long>(n), xa ? "aligned" : "offset", qa ? "aligned" : "offset") << xa << qa << n;
+    }
+    void statsRowRunsAndSingles()
+    {
+        QFETCH(bool, xAligned);
+        QFETCH(bool, qAligned);
+        QFETCH(int64_t, n);
+        const auto placed = [&](const torch::Tensor& t, bool aligned) {
+            if (aligned) return t;
+            auto storage = torch::empty({t.numel() + 1}, t.options());
+            auto view = storage.narrow(0, 1, t.numel());
+            view.copy_(t);
+            return view;
+        };
+        // Every binade and tie of E4M3 scaled by 64 among ordinary values, an Inf and a NaN.
+        auto base = torch::randn({n}) * torch::exp2(torch::randint(-30, 30, {n}).to(torch::kFloat32));
+        const auto edges = edge_values(NumberFormat::E4M3, 64.0f);
+        base.narrow(0, 0, std::min(n, edges.numel())).copy_(edges.narrow(0, 0, std::min(n, edges.numel())));
+        const auto x = placed(base.to(torch::kBFloat16), xAligned);
+        const auto codes = placed((x.to(torch::kFloat32) * 64.0f).to(torch::kFloat8_e4m3fn), qAligned);
+        const auto q_scale = torch::full({}, 1.0f / 64.0f);
+        const auto q = codes.to(torch::kFloat32) * q_scale;
+        const auto ops = tensor_stats_row(x, NumberFormat::E4M3, 64.0f, q, StatsKernel::TensorOps);
+        compare_rows(kernels::tensor_stats_row(x, codes, cast_comparison(NumberFormat::E4M3, true, 64.0), {}, q_scale), ops);
+        compare_rows(kernels::tensor_stats_row(x, placed(q, qAligned), cast_comparison(NumberFormat::E4M3, true, 64.0), {}), ops);
+        // A 16-bit cast, unscaled (per-row FP8 rules) and read once where it is the operand.
+        const auto bf = placed(base.to(torch::kBFloat16), qAligned);
+        compare_rows(kernels::tensor_stats_row(x.to(torch::kFloat32), bf, cast_comparison(NumberFormat::E4M3, false, 1.0), {}),
+                     tensor_stats_row(x.to(torch::kFloat32), NumberFormat::E4M3, 0.0f, bf.to(torch::kFloat32), StatsKernel::TensorOps));
+        compare_rows(kernels::tensor_stats_row(x, x, cast_comparison(NumberFormat::BF16, true, 1.0), {}),
+                     tensor_stats_row(x, NumberFormat::BF16, 1.0f, x, StatsKernel::TensorOps));
     }
 
     // The fused cast and its amax against x.mul(scale) cast by the ops, on each format's edge

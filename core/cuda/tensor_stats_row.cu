@@ -7,6 +7,8 @@
 #include <c10/util/Float8_e4m3fn.h>
 #include <c10/util/Float8_e5m2.h>
 
+#include <cfloat>
+#include <cmath>
 #include <type_traits>
 
 namespace mantissa::cuda_kernels {
@@ -26,8 +28,10 @@ static_assert(row::kNans == kBins && row::kCompared == kBins + kCounts - 1 && ro
               "a partial's slots follow the row's");
 constexpr int kFinishBlocks = static_cast<int>((row::kSize + kWarps - 1) / kWarps); // a warp per slot
 
+// A thread's counts fit 32 bits (a thread sees n / (grid x 256) values), and a 32-bit add is
+// one instruction where a 64-bit one is two; they are widened before the warp adds them up.
 struct Tally {
-    unsigned long long underflow = 0, subnormal = 0, overflow = 0, compared = 0;
+    unsigned int underflow = 0, subnormal = 0, overflow = 0, compared = 0;
     double err_energy = 0.0, signal = 0.0;
 };
 
@@ -59,20 +63,133 @@ __device__ __forceinline__ int slot_without_branch(uint32_t mag_bits)
     return biased != 0 ? biased + 23 : 32 - __clz(static_cast<int>(mag_bits));
 }
 
-// Each warp scans a grid-stride share of x, kWarpSpan values at a time (lane l takes values
-// l, l + 32, ...: each of the eight loads is one coalesced read of the warp), and each block
+// A scaled comparison's bounds in FP32, where stats_value's rules take FP64: the same verdicts
+// for four FP64 operations and two conversions fewer a value. Exact: every format's bounds are
+// FP32 numbers (checked where the kernel is launched; FP32's own overflow bound lies past
+// FLT_MAX and becomes Inf, which only an Inf product reaches, as in FP64), the scale is one
+// (a float widened), and |v| * scale is the FP32 product scaled_value_overflows takes.
+// |c| * scale in FP32 instead of FP64 adds one rounding (2^-24 relative) to the two that
+// scaled_code_is_subnormal's midpoint already allows for with a margin of 2^-(mantissa + 1),
+// and stays a normal FP32 number for every code (the smallest, BF16's 2^-133 at scale 1, is
+// exact as an FP32 subnormal).
+struct ScaledBounds {
+    float scale = 1.0f, subnormal_below = 0.0f, overflow_from = 0.0f;
+    bool overflow_at_tie = false;
+};
+
+__device__ __forceinline__ ScaledBounds scaled_bounds(const stats_value::CastComparison& c)
+{
+    const float overflow_from = c.overflow_from > FLT_MAX ? INFINITY : static_cast<float>(c.overflow_from);
+    return {static_cast<float>(c.scale), static_cast<float>(c.min_normal - 0.5 * c.min_subnormal), overflow_from,
+            c.overflow_at_tie};
+}
+
+// scaled_bounds' premise, on the host: the bounds and the scale are FP32 numbers (so they are
+// for every format a cast is compared in; FP32 operands are not compared).
+void check_fp32_bounds(const stats_value::CastComparison& c)
+{
+    const auto is_fp32 = [](double d) { return static_cast<double>(static_cast<float>(d)) == d; };
+    TORCH_CHECK(!c.scaled_domain || (is_fp32(c.scale) && is_fp32(c.min_normal - 0.5 * c.min_subnormal) &&
+                                     (is_fp32(c.overflow_from) || (c.overflow_from > FLT_MAX && c.overflow_at_tie))),
+                "tensor_stats_row: a scaled comparison whose scale or bounds are no FP32 numbers");
+}
+
+// What a value is compared with: nothing (a row of an FP32 GEMM's tensor), its cast, or itself
+// (an operand that arrived in the GEMM's 16-bit format and was multiplied as it is: x is read
+// once, and the verdicts that cannot differ from zero for a value against itself are not made).
+enum class Against { Nothing, Cast, Itself };
+
+// What one value adds to its lane's share of the row: its histogram slot, NaN count and amax,
+// and when compared stats_value::compare_cast's verdicts on its cast c, without a branch
+// (compare_cast returns early on a non-finite cast, which left a divergent branch per value
+// in the kernel). `Scaled` is the comparison's scaled_domain, fixed per launch. Against
+// itself (c == v) a finite value is compared; it cannot underflow (v != 0 and c == 0), its cast
+// cannot be non-finite, and its error is 0: those terms are left out, the rest are as above.
+template <Against A, bool Scaled>
+__device__ __forceinline__ void tally_value(float v, float c, unsigned int (&hist)[kBins][32], int lane,
+                                            const ScaledBounds& bounds, Tally& t, unsigned int& nans,
+                                            unsigned int& amax_bits)
+{
+    const uint32_t mag_bits = stats_value::magnitude_bits(v);
+    atomicAdd(&hist[slot_without_branch(mag_bits)][lane], 1u);
+    const bool finite = mag_bits < 0x7F800000u;
+    nans += mag_bits > 0x7F800000u ? 1u : 0u;
+    amax_bits = max(amax_bits, finite ? mag_bits : 0u);
+    if constexpr (A == Against::Itself) {
+        if constexpr (Scaled) {
+            const float mag = fabsf(v) * bounds.scale;
+            t.subnormal += finite & (v != 0.0f) & (mag < bounds.subnormal_below);
+            t.overflow += finite & ((mag > bounds.overflow_from) | ((mag == bounds.overflow_from) & bounds.overflow_at_tie));
+        }
+        const double vd = static_cast<double>(finite ? v : 0.0f);
+        t.signal += vd * vd;
+        t.compared += finite;
+        (void)c;
+    } else if constexpr (A == Against::Cast) {
+        const bool cast_finite = (stats_value::magnitude_bits(c) >> 23) != 0xFFu;
+        const bool compared = finite & cast_finite;
+        t.underflow += compared & (v != 0.0f) & (c == 0.0f);
+        if constexpr (Scaled) {
+            t.overflow += finite & !cast_finite; // the scaled value left the format
+            const float code = fabsf(c) * bounds.scale;
+            t.subnormal += compared & (c != 0.0f) & (code < bounds.subnormal_below);
+            const float scaled = fabsf(v) * bounds.scale;
+            t.overflow += compared & ((scaled > bounds.overflow_from) |
+                                      ((scaled == bounds.overflow_from) & bounds.overflow_at_tie));
+        }
+        // Selected (in FP32, one instruction each) before they are widened and squared: an
+        // infinite v or c never meets a multiplication.
+        const double vd = static_cast<double>(compared ? v : 0.0f);
+        const double e = vd - static_cast<double>(compared ? c : 0.0f);
+        t.err_energy += e * e;
+        t.signal += vd * vd;
+        t.compared += compared;
+    } else {
+        (void)c, (void)bounds, (void)t;
+    }
+}
+
+// kUnroll consecutive values from 16-byte loads (8-byte for FP8 codes), as FP32: p aligned to
+// its run (the caller's spans start at multiples of kWarpSpan on a 16-byte aligned tensor).
+template <typename T>
+__device__ __forceinline__ void load_run(const T* __restrict__ p, float (&out)[kUnroll])
+{
+    static_assert(kUnroll * sizeof(T) % 8 == 0, "a run is whole 8-byte words");
+    if constexpr (kUnroll * sizeof(T) >= 16) {
+        constexpr int kPerLoad = 16 / static_cast<int>(sizeof(T));
+#pragma unroll
+        for (int l = 0; l < kUnroll / kPerLoad; ++l) {
+            const uint4 raw = reinterpret_cast<const uint4*>(p)[l];
+            T values[kPerLoad];
+            memcpy(values, &raw, sizeof raw);
+#pragma unroll
+            for (int k = 0; k < kPerLoad; ++k) out[l * kPerLoad + k] = static_cast<float>(values[k]);
+        }
+    } else {
+        const uint2 raw = *reinterpret_cast<const uint2*>(p);
+        T values[kUnroll];
+        memcpy(values, &raw, sizeof raw);
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k) out[k] = static_cast<float>(values[k]);
+    }
+}
+
+// Each warp scans a grid-stride share of x, kWarpSpan values at a time, and each block
 // writes its partial row slot-major (slot s of block b at s * gridDim.x + b), so that the
-// finishing warps read the blocks' partials of a slot in one coalesced sweep.
+// finishing warps read the blocks' partials of a slot in one coalesced sweep. A whole span of
+// an aligned tensor is read in runs: lane l takes values 8l .. 8l + 7 in 16-byte loads (one
+// or two per operand, where eight 2-byte loads each carried their own bounds check); the last,
+// partial span and unaligned tensors are read value by value (lane l takes l, l + 32, ...).
 //
 // The histogram keeps one counter column per lane (hist[slot][lane]: the bank is the lane's,
 // whatever the slot), so that a value costs one conflict-free shared add. Until 2026-12-04 the
 // lanes agreed first with __match_any_sync on one add per distinct slot: the H200 ran that at
 // about 133 G values/s for FP32 and BF16 alike, several times under its memory bandwidth.
-// With `Compare` the value is compared with its cast q; where q is x itself (an operand that
-// was not cast), x is read once.
-template <typename X, typename Q, bool Compare>
+// `A`: what each value is compared with (q is read only against a cast); `Scaled`: the
+// comparison's scaled_domain.
+template <typename X, typename Q, Against A, bool Scaled>
 __global__ void __launch_bounds__(kThreads, 4)
-    partial_rows(const X* __restrict__ x, const Q* q, const float* __restrict__ q_scale, int64_t n,
+    partial_rows(const X* __restrict__ x, const Q* q, const float* __restrict__ q_scale, int64_t n, bool runs,
                  const double* __restrict__ scale, stats_value::CastComparison comparison,
                  unsigned long long* __restrict__ ints, double* __restrict__ sums)
 {
@@ -83,48 +200,49 @@ __global__ void __launch_bounds__(kThreads, 4)
     for (int s = threadIdx.x; s < kBins * 32; s += kThreads) (&hist[0][0])[s] = 0;
     __syncthreads();
 
-    if constexpr (Compare) {
-        if (scale != nullptr) comparison.scale = *scale;
-    } else {
-        (void)comparison, (void)scale;
-    }
-    bool q_is_x = false;
-    if constexpr (std::is_same_v<X, Q>) q_is_x = Compare && static_cast<const void*>(q) == static_cast<const void*>(x);
+    if (A != Against::Nothing && scale != nullptr) comparison.scale = *scale;
+    const ScaledBounds bounds = scaled_bounds(comparison);
+    constexpr bool kReadsQ = A == Against::Cast;
     // FP8 codes stand for code * q_scale, in FP32 as codes.to(float) * inv_scale computes them.
     float q_times = 1.0f;
     if constexpr (kIsCodes<Q>)
         if (q_scale != nullptr) q_times = *q_scale;
     Tally t;
-    unsigned long long nans = 0;
+    unsigned int nans = 0;
     unsigned int amax_bits = 0;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps * kWarpSpan;
     for (int64_t base = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kWarpSpan; base < n; base += stride) {
-        float v[kUnroll], c[kUnroll];
+        float v[kUnroll], c[kUnroll] = {};
+        if (runs && base + kWarpSpan <= n) { // whole span: the same branch for the whole warp
+            const int64_t first = base + static_cast<int64_t>(lane) * kUnroll;
+            load_run(x + first, v);
+            if constexpr (kReadsQ) {
+                load_run(q + first, c);
+#pragma unroll
+                for (int j = 0; j < kUnroll; ++j) c[j] = kIsCodes<Q> ? c[j] * q_times : c[j];
+            }
+#pragma unroll
+            for (int j = 0; j < kUnroll; ++j) tally_value<A, Scaled>(v[j], c[j], hist, lane, bounds, t, nans, amax_bits);
+            continue;
+        }
 #pragma unroll
         for (int j = 0; j < kUnroll; ++j) {
             const int64_t i = base + j * 32 + lane;
             v[j] = i < n ? static_cast<float>(x[i]) : 0.0f;
-            if constexpr (Compare) {
-                c[j] = i < n && !q_is_x ? static_cast<float>(q[i]) : 0.0f;
+            if constexpr (kReadsQ) {
+                c[j] = i < n ? static_cast<float>(q[i]) : 0.0f;
                 if constexpr (kIsCodes<Q>) c[j] *= q_times;
             }
         }
 #pragma unroll
-        for (int j = 0; j < kUnroll; ++j) {
-            if (base + j * 32 + lane >= n) continue;
-            const uint32_t mag_bits = stats_value::magnitude_bits(v[j]);
-            atomicAdd(&hist[slot_without_branch(mag_bits)][lane], 1u);
-            const bool finite = mag_bits < 0x7F800000u;
-            nans += mag_bits > 0x7F800000u ? 1 : 0;
-            amax_bits = max(amax_bits, finite ? mag_bits : 0u);
-            if constexpr (Compare)
-                if (finite) stats_value::compare_cast(v[j], q_is_x ? v[j] : c[j], comparison, t);
-        }
+        for (int j = 0; j < kUnroll; ++j)
+            if (base + j * 32 + lane < n) tally_value<A, Scaled>(v[j], c[j], hist, lane, bounds, t, nans, amax_bits);
     }
 
-    const unsigned long long counts[kCounts] = {warp_sum(nans), warp_sum(t.underflow), warp_sum(t.subnormal),
-                                                warp_sum(t.overflow), warp_sum(t.compared)};
+    const auto wide = [](unsigned int count) { return warp_sum(static_cast<unsigned long long>(count)); };
+    const unsigned long long counts[kCounts] = {wide(nans), wide(t.underflow), wide(t.subnormal), wide(t.overflow),
+                                                wide(t.compared)};
     const double err = warp_sum(t.err_energy), signal = warp_sum(t.signal);
     for (int offset = 16; offset > 0; offset /= 2) amax_bits = max(amax_bits, __shfl_down_sync(0xffffffffu, amax_bits, offset));
     if (lane == 0) {
@@ -190,7 +308,15 @@ __global__ void __launch_bounds__(kThreads)
 
 bool read_as_is(c10::ScalarType t) { return t == torch::kFloat32 || t == torch::kBFloat16 || t == torch::kHalf; }
 
-template <typename X, typename Q, bool Compare>
+// Whether whole spans may be read in 16-byte runs: both tensors start on a 16-byte boundary
+// (a span starts a multiple of kWarpSpan values in, so every run is aligned too).
+bool aligned_for_runs(const torch::Tensor& x, const torch::Tensor& q)
+{
+    const auto aligned = [](const torch::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
+    return aligned(x) && (!q.defined() || aligned(q));
+}
+
+template <typename X, typename Q, Against A, bool Scaled>
 void launch_partials(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& q_scale,
                      const torch::Tensor& scale, const stats_value::CastComparison& comparison, int blocks,
                      torch::Tensor& ints, torch::Tensor& sums)
@@ -200,28 +326,40 @@ void launch_partials(const torch::Tensor& x, const torch::Tensor& q, const torch
     // A hint only: if it is refused, the error is cleared so that the launch check below does
     // not take it for the kernel's.
     static const bool carved = [] {
-        const bool ok = cudaFuncSetAttribute(partial_rows<X, Q, Compare>, cudaFuncAttributePreferredSharedMemoryCarveout,
+        const bool ok = cudaFuncSetAttribute(partial_rows<X, Q, A, Scaled>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                              cudaSharedmemCarveoutMaxShared) == cudaSuccess;
         if (!ok) (void)cudaGetLastError();
         return ok;
     }();
     (void)carved;
     const auto stream = at::cuda::getCurrentCUDAStream();
-    MANTISSA_LAUNCH(blocks, kThreads, stream, partial_rows<X, Q, Compare>)(
-        reinterpret_cast<const X*>(x.data_ptr()), Compare ? reinterpret_cast<const Q*>(q.data_ptr()) : nullptr,
-        q_scale.defined() ? q_scale.data_ptr<float>() : nullptr, x.numel(),
+    const bool reads_q = A == Against::Cast;
+    MANTISSA_LAUNCH(blocks, kThreads, stream, partial_rows<X, Q, A, Scaled>)(
+        reinterpret_cast<const X*>(x.data_ptr()), reads_q ? reinterpret_cast<const Q*>(q.data_ptr()) : nullptr,
+        q_scale.defined() ? q_scale.data_ptr<float>() : nullptr, x.numel(), aligned_for_runs(x, reads_q ? q : torch::Tensor()),
         scale.defined() ? scale.data_ptr<double>() : nullptr, comparison,
         reinterpret_cast<unsigned long long*>(ints.data_ptr<int64_t>()), sums.data_ptr<double>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename X, typename Q, Against A>
+void launch_scaled_or_not(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& q_scale,
+                          const torch::Tensor& scale, const stats_value::CastComparison& comparison, int blocks,
+                          torch::Tensor& ints, torch::Tensor& sums)
+{
+    if (comparison.scaled_domain) launch_partials<X, Q, A, true>(x, q, q_scale, scale, comparison, blocks, ints, sums);
+    else launch_partials<X, Q, A, false>(x, q, q_scale, scale, comparison, blocks, ints, sums);
 }
 
 template <typename X>
 void launch_for_x(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& q_scale, const torch::Tensor& scale,
                   const stats_value::CastComparison& comparison, int blocks, torch::Tensor& ints, torch::Tensor& sums)
 {
-    if (!q.defined()) return launch_partials<X, X, false>(x, q, q_scale, scale, comparison, blocks, ints, sums);
+    if (!q.defined()) return launch_partials<X, X, Against::Nothing, false>(x, q, q_scale, scale, comparison, blocks, ints, sums);
+    if (q.data_ptr() == x.data_ptr() && q.scalar_type() == x.scalar_type() && !q_scale.defined())
+        return launch_scaled_or_not<X, X, Against::Itself>(x, q, q_scale, scale, comparison, blocks, ints, sums);
     const auto launch = [&](auto tag) {
-        launch_partials<X, decltype(tag), true>(x, q, q_scale, scale, comparison, blocks, ints, sums);
+        launch_scaled_or_not<X, decltype(tag), Against::Cast>(x, q, q_scale, scale, comparison, blocks, ints, sums);
     };
     switch (q.scalar_type()) {
     case torch::kFloat32: launch(float{}); break;
@@ -273,6 +411,7 @@ torch::Tensor tensor_stats_row(const torch::Tensor& x_in, const torch::Tensor& d
     const int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n + per_block - 1) / per_block, 4 * sms)));
     auto ints = torch::empty({static_cast<int64_t>(blocks) * kPartialInts}, x.options().dtype(torch::kInt64));
     auto sums = torch::empty({2 * static_cast<int64_t>(blocks)}, f64);
+    if (q.defined()) check_fp32_bounds(comparison); // a device scale is an FP32 tensor
     switch (x.scalar_type()) {
     case torch::kFloat32: launch_for_x<float>(x, q, q_scale, scale, comparison, blocks, ints, sums); break;
     case torch::kBFloat16: launch_for_x<c10::BFloat16>(x, q, q_scale, scale, comparison, blocks, ints, sums); break;
