@@ -410,6 +410,34 @@ private slots:
             }
     }
 
+    // The three fp8-block kernels walking their operand grid-stride: with one multiprocessor the
+    // grid is capped at 32 thread blocks (256 row blocks a pass for the 1x128 cast and the split,
+    // 32 tiles for the tile cast), and the probes' values repeated make 900 row blocks and 72 tiles.
+    void fp8BlockKernelsWalk()
+    {
+        const auto rows = fp8_block_probe_rows().repeat({25, 1});  // (300, 300): 900 row blocks
+        const auto tiles = fp8_block_probe_tiles().repeat({3, 4}); // (900, 1040): 8 x 9 tiles
+        with_multiprocessors(1, [&] {
+            for (const bool tile_2d : {false, true}) {
+                const auto& x = tile_2d ? tiles : rows;
+                const auto ops = quantize_fp8_block_2d(x, NumberFormat::E4M3, true, tile_2d, BlockKernel::TensorOps);
+                const int64_t before = cuda_sim::launches();
+                const auto own = tile_2d ? kernels::fp8_block_tiles(x, true, true) : kernels::fp8_block_rows(x, true, true);
+                QCOMPARE(cuda_sim::launches() - before, int64_t(1));
+                QVERIFY(same_bits(own.values, ops.values));
+                QVERIFY(same_bits(own.scale_inv, ops.block_scales));
+                QVERIFY(same_bits(own.amax, ops.block_amax));
+            }
+            const auto values = quantize_fp8_block_2d(rows.narrow(1, 0, 256).contiguous(), NumberFormat::E4M3, true, false,
+                                                      BlockKernel::TensorOps)
+                                    .values; // (300, 256): 600 blocks
+            const auto ops = split_fp8_blocks(values);
+            const auto own = kernels::split_fp8_blocks(values);
+            QVERIFY(same_codes(own.first, ops.codes));
+            QVERIFY(same_bits(own.second, ops.decode));
+        });
+    }
+
     // The split of cast values into E4M3 codes and a power-of-two decode per 128 against the ops,
     // on values that are codes times a power of two (what the cast hands the GEMM), with a block
     // of zeros, one holding a NaN, subnormal decodes, and blocks whose amax is 448 times a power

@@ -216,9 +216,15 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
+// At most 32 thread blocks per multiprocessor (several waves of a full GPU, 4,224 on an H200):
+// larger operands are walked grid-stride. The cap follows the device, so that the simulated
+// one-multiprocessor device of tests/test_cuda_kernels_on_cpu walks its tensors too, with a
+// few dozen blocks where 65,535 could only be reached by a tensor too big to simulate.
+int64_t grid_cap() { return std::min<int64_t>(65535, 32 * at::cuda::getCurrentDeviceProperties()->multiProcessorCount); }
+
 int blocks_for(int64_t block_count)
 {
-    return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((block_count + kWarps - 1) / kWarps, 65535)));
+    return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((block_count + kWarps - 1) / kWarps, grid_cap())));
 }
 
 } // namespace
@@ -279,7 +285,7 @@ Fp8BlockRows fp8_block_tiles(const torch::Tensor& x, bool e4m3, bool power_of_tw
     const int64_t tiles = tile_rows * tile_cols;
     if (tiles == 0) return out;
     const auto stream = at::cuda::getCurrentCUDAStream();
-    const int blocks = static_cast<int>(std::min<int64_t>(tiles, 65535));
+    const int blocks = static_cast<int>(std::min<int64_t>(tiles, grid_cap()));
     if (e4m3)
         MANTISSA_LAUNCH(blocks, kThreads, stream, block_tiles<c10::Float8_e4m3fn>)(
             x.data_ptr<float>(), out.values.data_ptr<float>(), out.scale_inv.data_ptr<float>(),
