@@ -284,10 +284,13 @@ void stats_kernels(const torch::Device& device, bool quick)
                     if (i == stats_row::kErrorEnergy || i == stats_row::kSignalEnergy) worst = std::max(worst, std::abs(u - v) / std::abs(u));
                     else counts = counts && u == v;
                 }
-                const auto time_us = [&](StatsKernel k, bool compared) {
+                // `compared`: 0 alone, 1 against its E4M3 cast, 2 against itself (a BF16 layer's
+                // operand, which the kernel reads once).
+                const auto time_us = [&](StatsKernel k, int compared) {
                     const auto row = [&] {
-                        return compared ? tensor_stats_row(x, NumberFormat::E4M3, 4.0f, q, k)
-                                        : tensor_stats_row(x, NumberFormat::FP32, 1.0f, {}, k);
+                        return compared == 1   ? tensor_stats_row(x, NumberFormat::E4M3, 4.0f, q, k)
+                               : compared == 2 ? tensor_stats_row(x, NumberFormat::BF16, 1.0f, x, k)
+                                               : tensor_stats_row(x, NumberFormat::FP32, 1.0f, {}, k);
                     };
                     row();
                     wait();
@@ -296,12 +299,14 @@ void stats_kernels(const torch::Device& device, bool quick)
                     wait();
                     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 5;
                 };
-                const double t_ops = time_us(StatsKernel::TensorOps, true), t_own = time_us(fused, true);
+                const double t_ops = time_us(StatsKernel::TensorOps, 1), t_own = time_us(fused, 1);
                 // A row without a cast to compare with (weights' gradients, FP32 layers): x alone.
-                const double t_alone = time_us(fused, false);
+                const double t_alone = time_us(fused, 0);
+                const std::string itself = bf16 ? fmt(", %.0f us against itself", time_us(fused, 2)) : std::string();
                 report(counts && worst <= 1e-12, name,
                        std::string("counts ") + (counts ? "equal" : "DIFFER") + fmt(", energies within %.2g; ", worst) +
-                           fmt("%.0f us a row (tensor ops %.0f us)", t_own, t_ops) + fmt(", %.0f us without the cast", t_alone));
+                           fmt("%.0f us a row (tensor ops %.0f us)", t_own, t_ops) + fmt(", %.0f us without the cast", t_alone) +
+                           itself);
             });
         }
     }

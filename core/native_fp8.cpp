@@ -195,14 +195,14 @@ torch::Tensor to_fp8_codes(const torch::Tensor& scaled, NumberFormat format, Ove
 namespace {
 
 // What the cast probes cast: every binade from 2^-140 to 2^20 with both signs, then the
-// formats' edges, subnormals, inf and NaN (4,110 FP32 values, on the CPU). No random numbers:
-// the run's generators must not move.
+// formats' edges, subnormals, inf and NaN of both signs (4,111 FP32 values, on the CPU). No
+// random numbers: the run's generators must not move.
 torch::Tensor crafted_cast_values()
 {
     const auto magnitudes = torch::exp2(torch::linspace(-140.0, 20.0, 4096));
     const auto signs = 1.0 - 2.0 * (torch::arange(4096) % 2).to(torch::kFloat32);
     return torch::cat({magnitudes * signs, torch::tensor({0.0f, -0.0f, 1e-45f, 1e-40f, 447.9f, 448.0f, 464.0f, 465.0f,
-                                                          57344.0f, 61440.0f, 1e38f, INFINITY, -INFINITY, NAN})});
+                                                          57344.0f, 61440.0f, 1e38f, INFINITY, -INFINITY, NAN, -NAN})});
 }
 
 // The fused cast against the LibTorch ops it replaces, once per process on crafted values
@@ -240,55 +240,69 @@ bool fused_cast_agrees(const torch::Device& device)
 
 // The cast-transpose against the fused cast and a transposing copy, on 2-D shapes that leave
 // partial tiles on both edges, are one row or column wide or empty, or have more tiles than
-// the grid (so that blocks walk several), for both of its kernels: the 64 x 64 one (sides
-// multiples of 64, aligned data: the crafted values as 64 x 64 and 64 x 128, a tensor of
-// 2,049 tiles against its grid of 2,048 blocks) and the general one (the rest, and a 64 x 64
-// view whose data starts one element into its storage, unaligned). Any difference and the
-// copy stays. Built and compared on the device, so that a run without FP8 pays little for it.
+// the grid (so that blocks walk several). `tiles_64`: with the 64 x 64 kernel wherever it
+// applies (sides multiples of 64, aligned data: the crafted values as 64 x 64, 64 x 128 and
+// 128 x 64, a tensor of 2,049 tiles against its grid of 2,048 blocks; the rest and a 64 x 64
+// view whose data starts one element into its storage take the general kernel), else with the
+// general kernel throughout. The two are probed apart: the 64 x 64 kernel converts with the
+// hardware's paired instruction, and if it disagreed the general kernel would still serve.
+// Any difference and the copy stays. Built and compared on the device, so that a run without
+// FP8 pays little for it.
+bool transpose_kernel_agrees(const torch::Device& device, bool tiles_64)
+{
+    const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+    const auto base = crafted_cast_values().to(device); // 4,111 values
+    // 33 x 131,109: 2 x 4,098 = 8,196 tiles of 32 x 32, partial on both edges, against a
+    // grid of at most 8,192 blocks.
+    const int64_t big_cols = 4097 * 32 + 5;
+    const auto big = torch::exp2(torch::arange(33 * big_cols, opts).fmod(301.0) - 150.0).reshape({33, big_cols});
+    const int64_t wide_cols = 2049 * 64; // 64 x 64 tiles, one more than the wide kernel's grid
+    const auto wide = torch::exp2(torch::arange(64 * wide_cols, opts).fmod(301.0) - 150.0).reshape({64, wide_cols});
+    const auto twice = torch::cat({base, base});
+    const std::vector<std::vector<int64_t>> shapes = {{2, 2055}, {2055, 2}, {1, 4110}, {4110, 1}, {0, 7},
+                                                      {64, 64}, {64, 128}, {128, 64}};
+    for (size_t s = 0; s <= shapes.size() + 2; ++s)
+        for (auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kHalf})
+            for (bool e4m3 : {true, false})
+                for (bool saturate : {true, false})
+                    for (float scale_value : {0.37f, 1e4f}) {
+                        const auto crafted = [&](const std::vector<int64_t>& shape) {
+                            return twice.narrow(0, 0, shape[0] * shape[1]).reshape(shape).to(dtype);
+                        };
+                        // A contiguous 64 x 64 view, one element into its storage.
+                        const auto unaligned = [&] {
+                            return twice.to(dtype).narrow(0, 1, 4096).view({64, 64});
+                        };
+                        const auto x = s == shapes.size()       ? big.to(dtype)
+                                       : s == shapes.size() + 1 ? wide.to(dtype)
+                                       : s == shapes.size() + 2 ? unaligned()
+                                       : shapes[s][0] == 0      ? torch::empty(shapes[s], opts.dtype(dtype))
+                                                                : crafted(shapes[s]);
+                        const auto scale = torch::full({}, scale_value, opts);
+                        torch::Tensor amax, amax_t, codes_t;
+                        const auto codes = cuda_kernels::fused_scale_cast_amax(x, scale, e4m3, saturate, amax);
+                        const auto both = cuda_kernels::fused_scale_cast_amax_transpose(x, scale, e4m3, saturate,
+                                                                                        amax_t, codes_t, tiles_64);
+                        if (codes_t.sizes() != torch::IntArrayRef{x.size(1), x.size(0)} ||
+                            !torch::equal(both.view(torch::kUInt8), codes.view(torch::kUInt8)) ||
+                            !torch::equal(codes_t.view(torch::kUInt8), codes.view(torch::kUInt8).t().contiguous()) ||
+                            !torch::equal(amax_t, amax))
+                            return false;
+                    }
+    return true;
+}
+
 bool fused_transpose_agrees(const torch::Device& device)
 {
-    static const bool agrees = fused_cast_agrees(device) && kernel_agrees("FP8 cast-transpose", [&] {
-        const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device);
-        const auto base = crafted_cast_values().to(device); // 4,110 values
-        // 33 x 131,109: 2 x 4,098 = 8,196 tiles of 32 x 32, partial on both edges, against a
-        // grid of at most 8,192 blocks.
-        const int64_t big_cols = 4097 * 32 + 5;
-        const auto big = torch::exp2(torch::arange(33 * big_cols, opts).fmod(301.0) - 150.0).reshape({33, big_cols});
-        const int64_t wide_cols = 2049 * 64; // 64 x 64 tiles, one more than the wide kernel's grid
-        const auto wide = torch::exp2(torch::arange(64 * wide_cols, opts).fmod(301.0) - 150.0).reshape({64, wide_cols});
-        const auto twice = torch::cat({base, base});
-        const std::vector<std::vector<int64_t>> shapes = {{2, 2055}, {2055, 2}, {1, 4110}, {4110, 1}, {0, 7},
-                                                          {64, 64}, {64, 128}, {128, 64}};
-        for (size_t s = 0; s <= shapes.size() + 2; ++s)
-            for (auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kHalf})
-                for (bool e4m3 : {true, false})
-                    for (bool saturate : {true, false})
-                        for (float scale_value : {0.37f, 1e4f}) {
-                            const auto crafted = [&](const std::vector<int64_t>& shape) {
-                                return twice.narrow(0, 0, shape[0] * shape[1]).reshape(shape).to(dtype);
-                            };
-                            // A contiguous 64 x 64 view, one element into its storage.
-                            const auto unaligned = [&] {
-                                return twice.to(dtype).narrow(0, 1, 4096).view({64, 64});
-                            };
-                            const auto x = s == shapes.size()       ? big.to(dtype)
-                                           : s == shapes.size() + 1 ? wide.to(dtype)
-                                           : s == shapes.size() + 2 ? unaligned()
-                                           : shapes[s][0] == 0      ? torch::empty(shapes[s], opts.dtype(dtype))
-                                                                    : crafted(shapes[s]);
-                            const auto scale = torch::full({}, scale_value, opts);
-                            torch::Tensor amax, amax_t, codes_t;
-                            const auto codes = cuda_kernels::fused_scale_cast_amax(x, scale, e4m3, saturate, amax);
-                            const auto both = cuda_kernels::fused_scale_cast_amax_transpose(x, scale, e4m3, saturate,
-                                                                                            amax_t, codes_t);
-                            if (codes_t.sizes() != torch::IntArrayRef{x.size(1), x.size(0)} ||
-                                !torch::equal(both.view(torch::kUInt8), codes.view(torch::kUInt8)) ||
-                                !torch::equal(codes_t.view(torch::kUInt8), codes.view(torch::kUInt8).t().contiguous()) ||
-                                !torch::equal(amax_t, amax))
-                                return false;
-                        }
-        return true;
-    });
+    static const bool agrees =
+        fused_cast_agrees(device) && kernel_agrees("FP8 cast-transpose", [&] { return transpose_kernel_agrees(device, false); });
+    return agrees;
+}
+
+bool transpose_64_agrees(const torch::Device& device)
+{
+    static const bool agrees = fused_transpose_agrees(device) &&
+                               kernel_agrees("FP8 cast-transpose, 64 x 64 tiles", [&] { return transpose_kernel_agrees(device, true); });
     return agrees;
 }
 
@@ -301,7 +315,8 @@ std::string native_fp8_kernels_report()
     if (!torch::cuda::is_available()) return "no GPU";
     const torch::Device gpu(torch::kCUDA);
     return std::string("fused cast: ") + (fused_cast_agrees(gpu) ? "yes" : "NO") +
-           ", cast-transpose: " + (fused_transpose_agrees(gpu) ? "yes" : "NO") + ", delayed record: " + (fused_record_agrees(gpu) ? "yes" : "NO");
+           ", cast-transpose: " + (fused_transpose_agrees(gpu) ? "yes" : "NO") +
+           ", 64x64 tiles: " + (transpose_64_agrees(gpu) ? "yes" : "NO") + ", delayed record: " + (fused_record_agrees(gpu) ? "yes" : "NO");
 #else
     return "not built";
 #endif
@@ -339,7 +354,7 @@ Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const
         const bool e4m3 = format == NumberFormat::E4M3;
         if (with_transpose && fused_transpose_agrees(x.device()))
             out.codes = cuda_kernels::fused_scale_cast_amax_transpose(xc, out.scale, e4m3, recipe.saturate, measured,
-                                                                      out.codes_t);
+                                                                      out.codes_t, transpose_64_agrees(x.device()));
         else
             out.codes = cuda_kernels::fused_scale_cast_amax(xc, out.scale, e4m3, recipe.saturate, measured);
         if (with_transpose && !out.codes_t.defined()) out.codes_t = out.codes.t().contiguous();

@@ -17,9 +17,12 @@ torch::Tensor fused_scale_cast_amax(const torch::Tensor& x, const torch::Tensor&
                                     torch::Tensor& amax);
 
 // fused_scale_cast_amax of a 2-D x (rows, cols) that also writes codes_t = codes.t().contiguous()
-// (cols, rows) in the same pass (TransformerEngine's cast-transpose).
+// (cols, rows) in the same pass (TransformerEngine's cast-transpose). `tiles_64`: whether x may
+// take the 64 x 64 kernel (sides multiples of 64, 16-byte aligned data; its own probe, since it
+// converts with the hardware's paired instruction), else the general 32 x 32 one.
 torch::Tensor fused_scale_cast_amax_transpose(const torch::Tensor& x, const torch::Tensor& scale, bool e4m3,
-                                              bool saturate, torch::Tensor& amax, torch::Tensor& codes_t);
+                                              bool saturate, torch::Tensor& amax, torch::Tensor& codes_t,
+                                              bool tiles_64 = true);
 
 // max |x| over the non-NaN elements (0 for an empty or all-NaN x), () FP32 on x's device, in
 // one pass: current scaling's amax, read before its cast. x as above.
