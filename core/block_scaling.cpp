@@ -573,14 +573,14 @@ bool same_bits_nan_equal(const torch::Tensor& a, const torch::Tensor& b)
 
 // One of the cast kernels (1x128 rows, or 128x128 tiles) against fp8_block_tensor_ops on x, in
 // both formats and both kinds of scale: values, scales and amaxes bit for bit.
-bool cast_matches_ops(const torch::Tensor& x, bool tile_2d)
+bool cast_matches_ops(const torch::Tensor& x, bool tile_2d, bool paired_conversion)
 {
     for (const NumberFormat format : {NumberFormat::E4M3, NumberFormat::E5M2})
         for (const bool power_of_two : {true, false}) {
             const bool e4m3 = format == NumberFormat::E4M3;
             const auto ops = fp8_block_tensor_ops(x, format, power_of_two, tile_2d);
-            const auto own = tile_2d ? cuda_kernels::fp8_block_tiles(x, e4m3, power_of_two)
-                                     : cuda_kernels::fp8_block_rows(x, e4m3, power_of_two);
+            const auto own = tile_2d ? cuda_kernels::fp8_block_tiles(x, e4m3, power_of_two, paired_conversion)
+                                     : cuda_kernels::fp8_block_rows(x, e4m3, power_of_two, paired_conversion);
             if (!same_bits_nan_equal(ops.values, own.values) || !same_bits_nan_equal(ops.block_scales, own.scale_inv) ||
                 !same_bits_nan_equal(ops.block_amax, own.amax))
                 return false;
@@ -590,26 +590,26 @@ bool cast_matches_ops(const torch::Tensor& x, bool tile_2d)
 
 // fp8_block_rows against fp8_block_tensor_ops, once per process, on fp8_block_probe_rows();
 // both formats, both kinds of scale.
-bool fp8_block_cast_agrees(const torch::Device& device)
+ProbedKernel fp8_block_cast_kernel(const torch::Device& device)
 {
-    static const bool agrees = kernel_agrees("fp8-block cast", [&] {
+    static const ProbedKernel kernel = probe_paired_then_plain("fp8-block cast", [&](bool paired) {
         const auto x = fp8_block_probe_rows().to(device);
         // Also as BF16 and FP16, as a gradient or a 16-bit activation reaches the kernel.
         for (const auto& in : {x, x.to(torch::kBFloat16), x.to(torch::kHalf)})
-            if (!cast_matches_ops(in, /*tile_2d=*/false)) return false;
+            if (!cast_matches_ops(in, /*tile_2d=*/false, paired)) return false;
         return true;
     });
-    return agrees;
+    return kernel;
 }
 
 // fp8_block_tiles against fp8_block_tensor_ops (128 x 128 tiles), once per process, on
 // fp8_block_probe_tiles(); both formats, both kinds of scale.
-bool fp8_block_tile_cast_agrees(const torch::Device& device)
+ProbedKernel fp8_block_tile_cast_kernel(const torch::Device& device)
 {
-    static const bool agrees = kernel_agrees("fp8-block tile cast", [&] {
-        return cast_matches_ops(fp8_block_probe_tiles().to(device), /*tile_2d=*/true);
+    static const ProbedKernel kernel = probe_paired_then_plain("fp8-block tile cast", [&](bool paired) {
+        return cast_matches_ops(fp8_block_probe_tiles().to(device), /*tile_2d=*/true, paired);
     });
-    return agrees;
+    return kernel;
 }
 #endif
 
@@ -653,21 +653,15 @@ torch::Tensor fp8_block_probe_tiles()
     return x;
 }
 
-bool fp8_block_cast_kernel_available()
+std::string fp8_block_cast_kernel_report(bool tiles)
 {
 #ifdef MANTISSA_CUDA_KERNELS
-    return torch::cuda::is_available() && fp8_block_cast_agrees(torch::Device(torch::kCUDA));
+    if (!torch::cuda::is_available()) return "no GPU";
+    const torch::Device gpu(torch::kCUDA);
+    return probed_kernel_report(tiles ? fp8_block_tile_cast_kernel(gpu) : fp8_block_cast_kernel(gpu));
 #else
-    return false;
-#endif
-}
-
-bool fp8_block_tile_cast_kernel_available()
-{
-#ifdef MANTISSA_CUDA_KERNELS
-    return torch::cuda::is_available() && fp8_block_tile_cast_agrees(torch::Device(torch::kCUDA));
-#else
-    return false;
+    (void)tiles;
+    return "not built";
 #endif
 }
 
@@ -679,13 +673,18 @@ BlockQuantized quantize_fp8_block_2d(const torch::Tensor& x, NumberFormat format
     // Activations and gradients (1x128) in one launch, read in the dtype they arrive in (FP32,
     // BF16 or FP16), and weights' 128x128 tiles (once a step) in another, where the ops take
     // about nine full-size passes.
-    if (x.is_cuda() && kernel == BlockKernel::Auto && format_info(format).is_fp8 &&
-        (tile_2d ? fp8_block_tile_cast_agrees(x.device()) : fp8_block_cast_agrees(x.device()))) {
+    const ProbedKernel cast_kernel = !x.is_cuda() || kernel != BlockKernel::Auto || !format_info(format).is_fp8
+                                       ? ProbedKernel::Unavailable
+                                   : tile_2d ? fp8_block_tile_cast_kernel(x.device())
+                                             : fp8_block_cast_kernel(x.device());
+    if (cast_kernel != ProbedKernel::Unavailable) {
         const bool e4m3 = format == NumberFormat::E4M3;
+        const bool paired = cast_kernel == ProbedKernel::Paired;
         const bool as_is = x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16 ||
                            x.scalar_type() == torch::kHalf;
-        auto own = tile_2d ? cuda_kernels::fp8_block_tiles(x.to(torch::kFloat32).contiguous(), e4m3, power_of_two)
-                           : cuda_kernels::fp8_block_rows((as_is ? x : x.to(torch::kFloat32)).contiguous(), e4m3, power_of_two);
+        auto own = tile_2d ? cuda_kernels::fp8_block_tiles(x.to(torch::kFloat32).contiguous(), e4m3, power_of_two, paired)
+                           : cuda_kernels::fp8_block_rows((as_is ? x : x.to(torch::kFloat32)).contiguous(), e4m3,
+                                                          power_of_two, paired);
         return {std::move(own.values), std::move(own.scale_inv), std::move(own.amax), {}};
     }
 #endif

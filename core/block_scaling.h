@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include <torch/torch.h>
 
@@ -83,11 +84,11 @@ BlockQuantized quantize_fp8_block_2d(const torch::Tensor& x, NumberFormat format
 torch::Tensor fp8_block_probe_rows();
 torch::Tensor fp8_block_probe_tiles();
 
-// Whether quantize_fp8_block_2d's 1x128 casts on this process's GPU take Mantissa's own CUDA
-// kernel (core/cuda/fp8_block.h): built, a GPU, and its probe against the tensor ops passed.
-bool fp8_block_cast_kernel_available();
-// The same for the weights' 128x128 tiles (cuda_kernels::fp8_block_tiles).
-bool fp8_block_tile_cast_kernel_available();
+// Whether quantize_fp8_block_2d's 1x128 casts (or with `tiles` the weights' 128x128 tiles) on
+// this process's GPU take Mantissa's own CUDA kernel (core/cuda/fp8_block.h), and how it
+// rounds, as its probe against the tensor ops found: "yes (paired conversion)", "yes (c10
+// conversion)", "NO"; "not built" or "no GPU".
+std::string fp8_block_cast_kernel_report(bool tiles);
 
 // nvfp4. tile_2d: 16x16 tiles, else 1x16. Per-tensor encode scale S = 448*6 / amax; block
 // decode scale s = E4M3(amax_block * (S * fl(1/6))); elements E2M1(x * 1 / (s * (1/S))) after a

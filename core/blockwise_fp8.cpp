@@ -46,9 +46,9 @@ Fp8BlockOperand split_fp8_blocks_ops(const torch::Tensor& values)
 // cuda_kernels::split_fp8_blocks against the ops, once per process, on what it is handed: the
 // 1x128 and 128x128 casts of rows across the FP32 range (a block of zeros, one of NaN, tiny
 // and huge blocks), and a few values that are no cast's (an E4M3 overflow, a lone subnormal).
-bool split_kernel_agrees(const torch::Device& device)
+ProbedKernel split_kernel(const torch::Device& device)
 {
-    static const bool agrees = kernel_agrees("fp8-block split", [&] {
+    static const ProbedKernel kernel = probe_paired_then_plain("fp8-block split", [&](bool paired) {
         const int64_t rows = 256, cols = 384;
         const auto i = torch::arange(rows * cols, torch::kFloat32).view({rows, cols});
         auto x = torch::sin(i * 0.29f) * torch::exp2(torch::remainder(i, 53.0f) - 26.0f);
@@ -66,14 +66,14 @@ bool split_kernel_agrees(const torch::Device& device)
         inputs.push_back(odd);
         for (const auto& v : inputs) {
             const auto ops = split_fp8_blocks_ops(v);
-            const auto [codes, decode] = cuda_kernels::split_fp8_blocks(v.contiguous());
+            const auto [codes, decode] = cuda_kernels::split_fp8_blocks(v.contiguous(), paired);
             if (!torch::equal(ops.codes.view(torch::kUInt8).cpu(), codes.view(torch::kUInt8).cpu()) ||
                 !torch::equal(ops.decode.view(torch::kInt32).cpu(), decode.view(torch::kInt32).cpu()))
                 return false;
         }
         return true;
     });
-    return agrees;
+    return kernel;
 }
 #endif
 
@@ -83,8 +83,10 @@ Fp8BlockOperand split_fp8_blocks(const torch::Tensor& values)
 {
     TORCH_CHECK(values.dim() == 2 && values.size(1) % kBlock == 0, "split_fp8_blocks: (R, K) with K a multiple of 128");
 #ifdef MANTISSA_CUDA_KERNELS
-    if (values.is_cuda() && split_kernel_agrees(values.device())) {
-        auto [codes, decode] = cuda_kernels::split_fp8_blocks(values.to(torch::kFloat32).contiguous());
+    const ProbedKernel kernel = values.is_cuda() ? split_kernel(values.device()) : ProbedKernel::Unavailable;
+    if (kernel != ProbedKernel::Unavailable) {
+        auto [codes, decode] = cuda_kernels::split_fp8_blocks(values.to(torch::kFloat32).contiguous(),
+                                                              kernel == ProbedKernel::Paired);
         return {std::move(codes), std::move(decode)};
     }
 #endif
@@ -95,9 +97,8 @@ std::string fp8_block_kernels_report()
 {
 #ifdef MANTISSA_CUDA_KERNELS
     if (!torch::cuda::is_available()) return "no GPU";
-    return std::string("block cast: ") + (fp8_block_cast_kernel_available() ? "yes" : "NO") +
-           ", tile cast: " + (fp8_block_tile_cast_kernel_available() ? "yes" : "NO") +
-           ", block split: " + (split_kernel_agrees(torch::Device(torch::kCUDA)) ? "yes" : "NO");
+    return "block cast: " + fp8_block_cast_kernel_report(false) + ", tile cast: " + fp8_block_cast_kernel_report(true) +
+           ", block split: " + probed_kernel_report(split_kernel(torch::Device(torch::kCUDA)));
 #else
     return "not built";
 #endif

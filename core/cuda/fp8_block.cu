@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "fp8_block.h"
+#include "fp8_pair.h"
 #include "launch.h"
 
 #include <ATen/cuda/CUDAContext.h>
@@ -9,6 +10,7 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <type_traits>
 
 namespace mantissa::cuda_kernels {
 namespace {
@@ -45,15 +47,57 @@ __device__ __forceinline__ BlockScale block_scale(float m, bool nan, float fp8_m
     return b;
 }
 
-// One value's code times 1 / scale: clamp(x * scale) cast to the code; NaN throughout a block
-// holding Inf or NaN.
+// Two finite values within the format's range rounded to its grid (to nearest even) and read
+// back, as Code(v) read as a float. `paired`: on sm_89 and newer with the hardware's paired
+// conversion (fp8_pair.h), a few instructions for two values where c10's two conversions take
+// about forty for one; elsewhere, and when the probe finds the two differ, c10's.
 template <typename Code>
-__device__ __forceinline__ float block_value(float v, const BlockScale& b, float fp8_max)
+__device__ __forceinline__ void round_pair(float& a, float& b, bool paired)
 {
-    float scaled = v * b.scale;
-    scaled = scaled > fp8_max ? fp8_max : (scaled < -fp8_max ? -fp8_max : scaled); // NaN stays NaN
-    return b.finite ? static_cast<float>(Code(scaled)) * b.inv : __int_as_float(0x7fc00000);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    if (paired) return round_pair_in_range<Code>(a, b);
+#else
+    (void)paired;
+#endif
+    a = static_cast<float>(Code(a));
+    b = static_cast<float>(Code(b));
 }
+
+// Two values' codes times 1 / scale: clamp(x * scale) cast to the code; NaN throughout a block
+// holding Inf or NaN (whose values alone could be NaN: a finite block's are finite).
+template <typename Code>
+__device__ __forceinline__ void block_values(float& a, float& b, const BlockScale& s, float fp8_max, bool paired)
+{
+    if (!s.finite) {
+        a = b = __int_as_float(0x7fc00000);
+        return;
+    }
+    const auto clamped = [&](float v) {
+        v *= s.scale;
+        return v > fp8_max ? fp8_max : (v < -fp8_max ? -fp8_max : v);
+    };
+    a = clamped(a), b = clamped(b);
+    round_pair<Code>(a, b, paired);
+    a *= s.inv, b *= s.inv;
+}
+
+// A warp's walk over the (row, 128-block) pairs of a matrix, grid-stride: block b of the walk
+// is row b / per_row, block b % per_row. The 64-bit division and remainder, about a hundred
+// instructions a step where a block's own work is a few hundred (cuobjdump, sm_90), are made
+// once; each step then adds the stride's quotient and remainder, with a carry.
+struct BlockWalk {
+    int64_t b, r, cb, step, step_r, step_c, per_row;
+    __device__ BlockWalk(int64_t first, int64_t stride, int64_t blocks_per_row)
+        : b(first), r(first / blocks_per_row), cb(first % blocks_per_row), step(stride),
+          step_r(stride / blocks_per_row), step_c(stride % blocks_per_row), per_row(blocks_per_row)
+    {
+    }
+    __device__ void next()
+    {
+        b += step, r += step_r, cb += step_c;
+        if (cb >= per_row) cb -= per_row, ++r;
+    }
+};
 
 // fp8_block_tensor_ops, one block per warp: amax (NaN propagates, as amax()'s), the scale
 // fp8_max / amax (FLT_MAX where that overflows; floored to a power of two by its exponent bits,
@@ -64,13 +108,14 @@ template <typename Code, typename In>
 __global__ void __launch_bounds__(kThreads)
     block_rows(const In* __restrict__ x, float* __restrict__ values, float* __restrict__ scale_inv,
                float* __restrict__ amax_out, int64_t rows, int64_t cols, int64_t blocks_per_row, float fp8_max,
-               bool power_of_two)
+               bool power_of_two, bool paired)
 {
     const int lane = threadIdx.x % 32;
     const int64_t total = rows * blocks_per_row;
-    for (int64_t b = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; b < total;
-         b += static_cast<int64_t>(gridDim.x) * kWarps) {
-        const int64_t r = b / blocks_per_row, c0 = (b % blocks_per_row) * kBlock;
+    for (BlockWalk w(static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32, static_cast<int64_t>(gridDim.x) * kWarps,
+                     blocks_per_row);
+         w.b < total; w.next()) {
+        const int64_t b = w.b, r = w.r, c0 = w.cb * kBlock;
         const In* in = x + r * cols;
         float v[kPerLane];
 #pragma unroll
@@ -89,9 +134,11 @@ __global__ void __launch_bounds__(kThreads)
         const BlockScale s = block_scale(warp_max(m), nan, fp8_max, power_of_two);
         float* out = values + r * cols;
 #pragma unroll
+        for (int j = 0; j < kPerLane; j += 2) block_values<Code>(v[j], v[j + 1], s, fp8_max, paired);
+#pragma unroll
         for (int j = 0; j < kPerLane; ++j) {
             const int64_t c = c0 + lane + 32 * j;
-            if (c < cols) out[c] = block_value<Code>(v[j], s, fp8_max);
+            if (c < cols) out[c] = v[j];
         }
         if (lane == 0) {
             scale_inv[b] = s.finite ? s.inv : __int_as_float(0x7fc00000);
@@ -110,7 +157,7 @@ template <typename Code>
 __global__ void __launch_bounds__(kThreads)
     block_tiles(const float* __restrict__ x, float* __restrict__ values, float* __restrict__ scale_inv,
                 float* __restrict__ amax_out, int64_t rows, int64_t cols, int64_t tile_cols, int64_t tiles,
-                float fp8_max, bool power_of_two)
+                float fp8_max, bool power_of_two, bool paired)
 {
     __shared__ float warp_amax[kWarps];
     __shared__ int warp_nan[kWarps];
@@ -154,9 +201,11 @@ __global__ void __launch_bounds__(kThreads)
             const int64_t r = r0 + warp + kWarps * i;
             if (r >= rows) continue;
 #pragma unroll
+            for (int j = 0; j < kPerLane; j += 2) block_values<Code>(v[i][j], v[i][j + 1], s, fp8_max, paired);
+#pragma unroll
             for (int j = 0; j < kPerLane; ++j) {
                 const int64_t c = c0 + lane + 32 * j;
-                if (c < cols) values[r * cols + c] = block_value<Code>(v[i][j], s, fp8_max);
+                if (c < cols) values[r * cols + c] = v[i][j];
             }
         }
         if (threadIdx.x == 0) {
@@ -176,13 +225,14 @@ __device__ __forceinline__ float pow2_of(int e)
 
 __global__ void __launch_bounds__(kThreads)
     split_blocks(const float* __restrict__ values, c10::Float8_e4m3fn* __restrict__ codes, float* __restrict__ decode,
-                 int64_t rows, int64_t blocks_per_row)
+                 int64_t rows, int64_t blocks_per_row, bool paired)
 {
     const int lane = threadIdx.x % 32;
     const int64_t total = rows * blocks_per_row, cols = blocks_per_row * kBlock;
-    for (int64_t b = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; b < total;
-         b += static_cast<int64_t>(gridDim.x) * kWarps) {
-        const int64_t r = b / blocks_per_row, c0 = (b % blocks_per_row) * kBlock;
+    for (BlockWalk w(static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32, static_cast<int64_t>(gridDim.x) * kWarps,
+                     blocks_per_row);
+         w.b < total; w.next()) {
+        const int64_t b = w.b, r = w.r, c0 = w.cb * kBlock;
         const float* in = values + r * cols + c0;
         float v[kPerLane];
 #pragma unroll
@@ -209,9 +259,30 @@ __global__ void __launch_bounds__(kThreads)
         if (amax / d > 448.0f) d = d * 2.0f;
         if (amax / (d * 0.5f) <= 448.0f && d > 1.40129846e-45f) d = d * 0.5f;
         if (!(amax > 0.0f)) d = 1.0f;
-        c10::Float8_e4m3fn* out = codes + r * cols + c0;
+        // values / d, through 1 / d where that is exact (d from 2^-127 on: a power of two whose
+        // inverse is an FP32 number, so the product is the quotient correctly rounded, as the
+        // division's); a d below 2^-127 divides.
+        if (d >= 5.87747175e-39f) {
+            const float inv_d = 1.0f / d;
 #pragma unroll
-        for (int j = 0; j < kPerLane; ++j) out[lane + 32 * j] = c10::Float8_e4m3fn(v[j] / d);
+            for (int j = 0; j < kPerLane; ++j) v[j] *= inv_d;
+        } else {
+#pragma unroll
+            for (int j = 0; j < kPerLane; ++j) v[j] /= d;
+        }
+        uint8_t* out = reinterpret_cast<uint8_t*>(codes + r * cols + c0);
+#pragma unroll
+        for (int j = 0; j < kPerLane; j += 2) {
+            uint32_t pair;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+            if (paired) pair = code_pair_as_c10<c10::Float8_e4m3fn>(v[j], v[j + 1], Past::AsC10);
+            else
+#endif
+                pair = static_cast<uint32_t>(c10::Float8_e4m3fn(v[j]).x) | (static_cast<uint32_t>(c10::Float8_e4m3fn(v[j + 1]).x) << 8);
+            out[lane + 32 * j] = static_cast<uint8_t>(pair & 0xFFu);
+            out[lane + 32 * (j + 1)] = static_cast<uint8_t>(pair >> 8);
+        }
+        (void)paired;
         if (lane == 0) decode[b] = d;
     }
 }
@@ -232,7 +303,7 @@ int blocks_for(int64_t block_count)
 namespace {
 
 template <typename In>
-void launch_rows(const torch::Tensor& x, Fp8BlockRows& out, bool e4m3, bool power_of_two)
+void launch_rows(const torch::Tensor& x, Fp8BlockRows& out, bool e4m3, bool power_of_two, bool paired)
 {
     const int64_t rows = x.size(0), cols = x.size(1), per_row = (cols + kBlock - 1) / kBlock;
     const auto stream = at::cuda::getCurrentCUDAStream();
@@ -241,17 +312,17 @@ void launch_rows(const torch::Tensor& x, Fp8BlockRows& out, bool e4m3, bool powe
     if (e4m3)
         MANTISSA_LAUNCH(blocks, kThreads, stream, block_rows<c10::Float8_e4m3fn, In>)(
             in, out.values.data_ptr<float>(), out.scale_inv.data_ptr<float>(), out.amax.data_ptr<float>(), rows, cols,
-            per_row, 448.0f, power_of_two);
+            per_row, 448.0f, power_of_two, paired);
     else
         MANTISSA_LAUNCH(blocks, kThreads, stream, block_rows<c10::Float8_e5m2, In>)(
             in, out.values.data_ptr<float>(), out.scale_inv.data_ptr<float>(), out.amax.data_ptr<float>(), rows, cols,
-            per_row, 57344.0f, power_of_two);
+            per_row, 57344.0f, power_of_two, paired);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 } // namespace
 
-Fp8BlockRows fp8_block_rows(const torch::Tensor& x, bool e4m3, bool power_of_two)
+Fp8BlockRows fp8_block_rows(const torch::Tensor& x, bool e4m3, bool power_of_two, bool paired_conversion)
 {
     const auto dtype = x.scalar_type();
     TORCH_CHECK(on_kernel_device(x) && x.is_contiguous() && x.dim() == 2 &&
@@ -265,13 +336,13 @@ Fp8BlockRows fp8_block_rows(const torch::Tensor& x, bool e4m3, bool power_of_two
     out.scale_inv = torch::empty({rows, per_row}, f32);
     out.amax = torch::empty({rows, per_row}, f32);
     if (rows * per_row == 0) return out;
-    if (dtype == torch::kFloat32) launch_rows<float>(x, out, e4m3, power_of_two);
-    else if (dtype == torch::kBFloat16) launch_rows<c10::BFloat16>(x, out, e4m3, power_of_two);
-    else launch_rows<c10::Half>(x, out, e4m3, power_of_two);
+    if (dtype == torch::kFloat32) launch_rows<float>(x, out, e4m3, power_of_two, paired_conversion);
+    else if (dtype == torch::kBFloat16) launch_rows<c10::BFloat16>(x, out, e4m3, power_of_two, paired_conversion);
+    else launch_rows<c10::Half>(x, out, e4m3, power_of_two, paired_conversion);
     return out;
 }
 
-Fp8BlockRows fp8_block_tiles(const torch::Tensor& x, bool e4m3, bool power_of_two)
+Fp8BlockRows fp8_block_tiles(const torch::Tensor& x, bool e4m3, bool power_of_two, bool paired_conversion)
 {
     TORCH_CHECK(on_kernel_device(x) && x.is_contiguous() && x.dim() == 2 && x.scalar_type() == torch::kFloat32,
                 "cuda_kernels::fp8_block_tiles: a contiguous 2-D FP32 CUDA tensor");
@@ -289,16 +360,16 @@ Fp8BlockRows fp8_block_tiles(const torch::Tensor& x, bool e4m3, bool power_of_tw
     if (e4m3)
         MANTISSA_LAUNCH(blocks, kThreads, stream, block_tiles<c10::Float8_e4m3fn>)(
             x.data_ptr<float>(), out.values.data_ptr<float>(), out.scale_inv.data_ptr<float>(),
-            out.amax.data_ptr<float>(), rows, cols, tile_cols, tiles, 448.0f, power_of_two);
+            out.amax.data_ptr<float>(), rows, cols, tile_cols, tiles, 448.0f, power_of_two, paired_conversion);
     else
         MANTISSA_LAUNCH(blocks, kThreads, stream, block_tiles<c10::Float8_e5m2>)(
             x.data_ptr<float>(), out.values.data_ptr<float>(), out.scale_inv.data_ptr<float>(),
-            out.amax.data_ptr<float>(), rows, cols, tile_cols, tiles, 57344.0f, power_of_two);
+            out.amax.data_ptr<float>(), rows, cols, tile_cols, tiles, 57344.0f, power_of_two, paired_conversion);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
 }
 
-std::pair<torch::Tensor, torch::Tensor> split_fp8_blocks(const torch::Tensor& values)
+std::pair<torch::Tensor, torch::Tensor> split_fp8_blocks(const torch::Tensor& values, bool paired_conversion)
 {
     TORCH_CHECK(on_kernel_device(values) && values.is_contiguous() && values.dim() == 2 &&
                     values.scalar_type() == torch::kFloat32 && values.size(1) % kBlock == 0,
@@ -310,7 +381,7 @@ std::pair<torch::Tensor, torch::Tensor> split_fp8_blocks(const torch::Tensor& va
     if (rows * per_row == 0) return {codes, decode};
     MANTISSA_LAUNCH(blocks_for(rows * per_row), kThreads, at::cuda::getCurrentCUDAStream(), split_blocks)(
         values.data_ptr<float>(), reinterpret_cast<c10::Float8_e4m3fn*>(codes.data_ptr()), decode.data_ptr<float>(),
-        rows, per_row);
+        rows, per_row, paired_conversion);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return {codes, decode};
 }

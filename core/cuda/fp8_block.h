@@ -20,15 +20,18 @@ struct Fp8BlockRows {
 // fp8-block's 1x128 cast of a contiguous FP32, BF16 or FP16 (R, C) CUDA tensor, the values
 // FP32 (C need not be a multiple of 128: the last block is short, as though padded with zeros).
 // A 16-bit operand is read as it arrives: widening it first was a pass for nothing. `fp8_max` 448 (E4M3) or 57344
-// (E5M2), saturating.
-Fp8BlockRows fp8_block_rows(const torch::Tensor& x, bool e4m3, bool power_of_two);
+// (E5M2), saturating. `paired_conversion`: round with the hardware's conversion of two values
+// at once (sm_89 and newer; elsewhere, or false, c10's conversion): the same bits, which the
+// start-up probe confirms before it is used.
+Fp8BlockRows fp8_block_rows(const torch::Tensor& x, bool e4m3, bool power_of_two, bool paired_conversion = true);
 
 // fp8-block's 128x128 cast of a weight, as fp8_block_rows with one scale per tile: scale_inv
 // and amax are (ceil(R / 128), ceil(C / 128)); short edge tiles as though padded with zeros.
-Fp8BlockRows fp8_block_tiles(const torch::Tensor& x, bool e4m3, bool power_of_two);
+Fp8BlockRows fp8_block_tiles(const torch::Tensor& x, bool e4m3, bool power_of_two, bool paired_conversion = true);
 
 // split_fp8_blocks: codes (R, K) Float8_e4m3fn and decode (R, K / 128) FP32 of a contiguous
 // FP32 (R, K) CUDA tensor, K a multiple of 128.
-std::pair<torch::Tensor, torch::Tensor> split_fp8_blocks(const torch::Tensor& values);
+// `paired_conversion` as for the casts: the codes from the hardware's paired conversion.
+std::pair<torch::Tensor, torch::Tensor> split_fp8_blocks(const torch::Tensor& values, bool paired_conversion = true);
 
 } // namespace mantissa::cuda_kernels

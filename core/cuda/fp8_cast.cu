@@ -1,14 +1,12 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "fp8_cast.h"
+#include "fp8_pair.h"
 #include "launch.h"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Float8_e4m3fn.h>
 #include <c10/util/Float8_e5m2.h>
-#if defined(__CUDACC__)
-#include <cuda_fp8.h> // the paired conversion of code_pair (sm_89 and newer)
-#endif
 
 #include <cstdint>
 #include <type_traits>
@@ -47,32 +45,20 @@ __device__ __forceinline__ Code code_of(float v, float s, float max_finite, bool
     return Code(scaled);
 }
 
-// Two codes, the first in the low byte: code_of's, bit for bit. On sm_89 and newer the pair is
-// one cvt.rn.satfinite instruction (cuda_fp8.h) where c10's conversion takes about twenty
-// integer instructions per value, which left the 64 x 64 cast-transpose below about 73
-// instructions per value (cuobjdump, sm_90): well under the H200's memory bandwidth at 4 bytes a
-// value. satfinite rounds to nearest even and clamps past the largest finite value, which is
-// the saturating cast; what the hardware writes otherwise is put back as c10 writes it: a NaN
-// keeps its sign (0x7F | sign), and without saturation an E4M3 value past 464 is the positive
-// NaN code_of makes of it (0x7F), an E5M2 value from 61440 on is Inf (0x7C | sign). The CPU
-// (tests/cuda_sim) runs code_of; the cast-transpose probe holds the device's to it.
+// Two codes, the first in the low byte: code_of's, bit for bit, from one instruction on sm_89
+// and newer (fp8_pair.h); c10's conversion elsewhere, the CPU's simulator included. The
+// cast-transpose probe holds the device's to the fused cast's.
 template <typename Code>
 __device__ __forceinline__ uint32_t code_pair(float a, float b, float s, float max_finite, bool saturate,
                                               bool nan_past_464)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    constexpr bool kE4m3 = std::is_same_v<Code, c10::Float8_e4m3fn>;
-    const float sa = a * s, sb = b * s;
-    const uint32_t pair = __nv_cvt_float2_to_fp8x2(make_float2(sa, sb), __NV_SATFINITE, kE4m3 ? __NV_E4M3 : __NV_E5M2);
-    const auto as_c10 = [&](float v, uint32_t code) { // selects, not branches
-        const uint32_t sign = (__float_as_uint(v) >> 24) & 0x80u;
-        const float mag = fabsf(v); // the comparisons below are false for NaN
-        const bool past = !saturate && (kE4m3 ? mag > 464.0f : mag >= 61440.0f);
-        const uint32_t past_code = kE4m3 ? (nan_past_464 ? 0x7Fu : sign | 0x7Fu) : sign | 0x7Cu;
-        code = past ? past_code : code;
-        return isnan(v) ? sign | 0x7Fu : code;
-    };
-    return as_c10(sa, pair & 0xFFu) | (as_c10(sb, pair >> 8) << 8);
+    // satfinite is the saturating cast; without saturation E4M3 past 464 is code_of's positive
+    // NaN, E5M2 past its range c10's Inf.
+    const Past past = saturate ? Past::Clamped
+                      : std::is_same_v<Code, c10::Float8_e4m3fn> && nan_past_464 ? Past::PositiveNan
+                                                                                  : Past::AsC10;
+    return code_pair_as_c10<Code>(a * s, b * s, past);
 #else
     return static_cast<uint32_t>(code_of<Code>(a, s, max_finite, saturate, nan_past_464).x) |
            (static_cast<uint32_t>(code_of<Code>(b, s, max_finite, saturate, nan_past_464).x) << 8);

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Instructions per value in the main loops of Mantissa's CUDA kernels, read from the compiled
+SASS (sm_90) with cuobjdump: a static count for machines without a GPU, not a timing.
+
+A kernel's loop is its largest backward branch. The statistics kernel's loop holds two paths;
+the count is that of the path a whole span takes (its 16-byte loads up to the join). Values
+per loop iteration and thread are the kernels' own constants (below). Counts include both sides
+of any branch left in a loop, so a loop with branches executes fewer than it holds.
+
+  .venv/bin/python bench/sass_per_value.py [OBJECT.o ...]
+      default: build/cuda-check/core/CMakeFiles/mantissa_cuda_kernels.dir/cuda/*.cu.o
+      (../shared/gpu/cuda-compile-check.sh builds them)
+
+cuobjdump (and the nvdisasm it runs) come from $CUDA_HOME/bin, else from the
+nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels, installed once into
+~/.cache/mantissa-cuda-check/sass-tools.
+"""
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOOLS = os.path.join(os.path.expanduser("~"), ".cache", "mantissa-cuda-check", "sass-tools")
+
+# (pattern in the mangled name, values a thread handles per loop iteration, what it is)
+KERNELS = [
+    ("partial_rows", 8, "statistics row, whole-span path"),
+    ("scale_cast_amax_transpose_64", 16, "FP8 cast-transpose, 64 x 64 tiles"),
+    ("scale_cast_amax_transpose", 4, "FP8 cast-transpose, 32 x 32 tiles"),
+    ("scale_cast_amax", 4, "FP8 cast"),
+    ("block_rows", 4, "fp8-block 1x128 cast"),
+    ("block_tiles", 64, "fp8-block 128x128 cast"),
+    ("split_blocks", 4, "fp8-block split"),
+]
+DTYPES = [("BFloat16", "bf16"), ("Half", "fp16"), ("Float8_e4m3fn", "e4m3"), ("Float8_e5m2", "e5m2")]
+AGAINST = {"0": "uncompared", "1": "against its cast", "2": "against itself"}
+
+
+def cuobjdump():
+    """The cuobjdump to run, with an environment in which it finds its nvdisasm."""
+    local = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin")
+    if os.path.exists(os.path.join(local, "cuobjdump")) and os.path.exists(os.path.join(local, "nvdisasm")):
+        return os.path.join(local, "cuobjdump"), dict(os.environ)
+    found = glob.glob(os.path.join(TOOLS, "nvidia", "*", "bin", "cuobjdump"))
+    if not found or not glob.glob(os.path.join(TOOLS, "nvidia", "*", "bin", "nvdisasm")):
+        os.makedirs(TOOLS, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", TOOLS,
+                        "nvidia-cuda-cuobjdump", "nvidia-cuda-nvdisasm"], check=True)
+        found = glob.glob(os.path.join(TOOLS, "nvidia", "*", "bin", "cuobjdump"))
+    if not found:
+        sys.exit("cuobjdump not found in the nvidia-cuda-cuobjdump wheel")
+    bin_dir = os.path.dirname(found[0])
+    for tool in ("cuobjdump", "nvdisasm"):
+        os.chmod(os.path.join(bin_dir, tool), 0o755)
+    env = dict(os.environ)
+    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
+    return found[0], env
+
+
+def instructions(body):
+    return [(int(m.group(1), 16), m.group(2).strip())
+            for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", body)]
+
+
+def main_loop(ins):
+    best = None
+    for addr, text in ins:
+        m = re.search(r"BRA (0x[0-9a-f]+)", text)
+        if m and int(m.group(1), 16) < addr:
+            target = int(m.group(1), 16)
+            if best is None or addr - target > best[1] - best[0]:
+                best = (target, addr)
+    return best
+
+
+def whole_span_path(ins):
+    """The statistics kernel's run path: from its first 16-byte load's block to the join."""
+    loads = [i for i, (_, t) in enumerate(ins) if "LDG.E.128" in t]
+    if not loads:
+        return None
+    j = loads[0]
+    while j > 0 and not re.search(r"\bBRA\b", ins[j - 1][1]):
+        j -= 1
+    m = re.search(r"BRA (0x[0-9a-f]+)", ins[j - 1][1])
+    return (ins[j][0], int(m.group(1), 16) - 16) if m else None
+
+
+def describe(name):
+    """(pattern, values per iteration, label) of a kernel, from its mangled name; the dtypes
+    are listed in template order, FP32 ones left out (a one-letter code)."""
+    for pattern, per, what in KERNELS:
+        if pattern + "I" not in name:
+            continue
+        args = name.split(pattern + "I", 1)[1]
+        types = [short for _, short in sorted((args.find(key), short) for key, short in DTYPES if key in args)]
+        if re.search(r"S4_L", args):  # the statistics' Q the same type as X
+            types.append(types[0] + " (same)" if types else "fp32 (same)")
+        label = what + (" " + "/".join(types) if types else " fp32")
+        mode = re.search(r"AgainstE(\d)ELb(\d)", args)
+        if mode:
+            label += ", " + AGAINST[mode.group(1)] + (", scaled" if mode.group(2) == "1" else "")
+        return pattern, per, label
+    return None
+
+
+def main():
+    objects = sys.argv[1:] or sorted(glob.glob(os.path.join(
+        ROOT, "build", "cuda-check", "core", "CMakeFiles", "mantissa_cuda_kernels.dir", "cuda", "*.cu.o")))
+    if not objects:
+        sys.exit("no object files: run ../shared/gpu/cuda-compile-check.sh first, or name them")
+    tool, env = cuobjdump()
+    print(f"{'kernel':78s} {'loop':>6s} {'per value':>9s} {'branches':>8s}")
+    for obj in objects:
+        sass = subprocess.run([tool, "-sass", obj], check=True, capture_output=True, text=True, env=env).stdout
+        for part in re.split(r"\n\s*Function : ", sass)[1:]:
+            name = part.split("\n", 1)[0]
+            known = describe(name)
+            if not known:
+                continue
+            pattern, per, what = known
+            ins = instructions(part)
+            span = whole_span_path(ins) if pattern == "partial_rows" else main_loop(ins)
+            if not span:
+                continue
+            inside = [t for a, t in ins if span[0] <= a <= span[1]]
+            branches = sum(1 for t in inside if re.search(r"\bBRA\b", t))
+            print(f"{what[:78]:78s} {len(inside):6d} {len(inside) / per:9.1f} {branches:8d}")
+
+
+if __name__ == "__main__":
+    main()
