@@ -230,6 +230,7 @@ private slots:
             return view;
         };
         // Every binade and tie of E4M3 scaled by 64 among ordinary values, an Inf and a NaN.
+        torch::manual_seed(static_cast<uint64_t>(n));
         auto base = torch::randn({n}) * torch::exp2(torch::randint(-30, 30, {n}).to(torch::kFloat32));
         const auto edges = edge_values(NumberFormat::E4M3, 64.0f);
         base.narrow(0, 0, std::min(n, edges.numel())).copy_(edges.narrow(0, 0, std::min(n, edges.numel())));
