@@ -54,6 +54,7 @@
 #include "edge_values.h" // tests/: the values test_telemetry holds the statistics to
 #include "exact_fp8_gemm.h" // tests/: operands test_native multiplies too
 #include "fused_cross_entropy.h"
+#include "layer_gemm.h"
 #include "loss_scale_replay.h" // tests/: sequences test_numerics replays on the CPU
 #include "native_fp8.h"
 #include "number_format.h"
@@ -593,6 +594,32 @@ void observe(const std::string& device, bool quick)
     }
 }
 
+// fp8-block's native path from the casts' codes (core/layer_gemm_blockwise.cpp), which takes
+// only linears whose every dimension is at least two 128-blocks: base_config's 128-wide model
+// has none, so this one is 256 wide. Against the emulator on the CPU (the training checks'
+// tolerance), against the path it replaced (values split into codes around each GEMM, both
+// through cuBLAS's blockwise GEMM), and with telemetry every step (the same losses, bit for bit).
+void blockwise_codes(const std::string& device)
+{
+    check("fp8-block from the casts' codes", [&] {
+        const std::vector<std::string> sets = {"precision.preset=fp8-e4m3", "precision.fp8.scaling=fp8-block",
+                                               "model.n_embd=256"};
+        const ProjectConfig c = with(base_config(device, 6), plus(sets, "precision.backend=native"));
+        const Losses cpu = train(with(base_config("cpu", 6), plus(sets, "precision.backend=emulated")));
+        const Losses codes = train(c);
+        const Losses every = train(with(c, {"telemetry.interval=1"}));
+        LayerGemm::set_blockwise_codes_enabled(false);
+        const Losses split = train(c);
+        LayerGemm::set_blockwise_codes_enabled(true);
+        const double to_cpu = worst_relative(codes.steps, cpu.steps), to_split = worst_relative(codes.steps, split.steps);
+        const bool observed = same_bits(codes.steps, every.steps);
+        report(to_cpu <= 1e-2 && to_split <= 1e-2 && observed, "fp8-block from the casts' codes",
+               fmt("max |loss - cpu| / cpu %.3g, against the split path %.3g", to_cpu, to_split) +
+                   (same_bits(codes.steps, split.steps) ? " (bit-identical)" : "") +
+                   ", telemetry every step: " + (observed ? "the same losses" : "DIFFERENT LOSSES"));
+    });
+}
+
 void live(const std::string& device)
 {
     check("live change, eval, sample", [&] {
@@ -722,6 +749,7 @@ int main(int argc, char** argv)
     training(device, quick);
     resume(device, dir.string(), quick);
     observe(device, quick);
+    blockwise_codes(device);
     live(device);
 #if defined(MANTISSA_BENCH_CUDA)
     syncs(device);

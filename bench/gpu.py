@@ -53,6 +53,10 @@ SHAPES = {
 RECIPES = {"fp8-hybrid current": ["precision.preset=fp8-hybrid", "precision.fp8.scaling=current"],
            "fp8-e4m3 delayed": ["precision.preset=fp8-e4m3"],
            "fp8-block": ["precision.preset=fp8-e4m3", "precision.fp8.scaling=fp8-block"],
+           # The same recipe through the emulator's autograd (values split into codes around
+           # each GEMM), as before session 30: what the codes-from-the-cast path bought.
+           "fp8-block, split path": ["precision.preset=fp8-e4m3", "precision.fp8.scaling=fp8-block",
+                                     "env:MANTISSA_FP8_BLOCK_CODES=0"],
            "bf16, deterministic off": ["precision.preset=bf16", "training.deterministic=false"]}
 TWINS = ["fp32", "bf16", "fp16", "bf16-compile", "fp8"]
 # --part profile: where the time of the rows that miss their targets goes, kernel by kernel
@@ -116,10 +120,11 @@ def parse(out, what):
     return float(step.group(1)), (float(mem.group(1)) if mem else float("nan"))
 
 
-def run(cmd, what, timeout_s):
+def run(cmd, what, timeout_s, env=None):
     t0 = time.time()
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                           env=dict(os.environ, **env) if env else None)
     except subprocess.TimeoutExpired as e:
         tail = ((e.stdout or b"") + (e.stderr or b""))[-2000:]
         tail = tail.decode(errors="replace") if isinstance(tail, bytes) else tail
@@ -163,6 +168,7 @@ def jobs(part, shapes, twins, telemetry):
         m("small", "fp8-hybrid", ["precision.preset=fp8-hybrid"]),
         # issue 18's GPU measure: fp8-block against the FP8 delayed recipe (and BF16 above)
         m("wide", "fp8-e4m3 delayed", RECIPES["fp8-e4m3 delayed"]), m("wide", "fp8-block", RECIPES["fp8-block"]),
+        m("wide", "fp8-block, split path", RECIPES["fp8-block, split path"]),
     ]
     # Then the other recipes and presets, and last the slow wide FP32 runs.
     rest = [t("small", "fp8")]
@@ -319,10 +325,15 @@ def main():
             if (done.get(shape, {}).get(label) or [None])[0] is not None:  # measured by an earlier call
                 results.setdefault(shape, {})[label] = tuple(done[shape][label])
                 continue
+            env = {}
             if kind == "mantissa":
                 cmd = [exe, "run", paths[shape], "--no-store", "--set", "telemetry.interval=0"]
                 for kv in arg:
-                    cmd += ["--set", kv]
+                    if kv.startswith("env:"):  # an environment variable, e.g. env:MANTISSA_FP8_BLOCK_CODES=0
+                        name, _, value = kv[4:].partition("=")
+                        env[name] = value
+                    else:
+                        cmd += ["--set", kv]
             else:
                 # The same steps timed as mantissa-train times (core/trainer.cpp: from step
                 # min(10, steps / 10) + 1 on), except torch.compile's, whose first steps compile.
@@ -330,7 +341,7 @@ def main():
                 cmd = [sys.executable, os.path.join(ROOT, "bench", "torch_twin.py"), "--mode", arg,
                        "--steps", str(args.steps), "--warmup", str(warmup)] + \
                     [f"--{k}={v}" for k, v in SHAPES[shape].items()]
-            results.setdefault(shape, {})[label] = run(cmd, f"{shape} {label}", args.run_timeout)
+            results.setdefault(shape, {})[label] = run(cmd, f"{shape} {label}", args.run_timeout, env)
             print(f"  {shape} {label}: {results[shape][label]}", flush=True)
             save()
         reference = {}

@@ -103,6 +103,10 @@ def describe(name):
         mode = re.search(r"AgainstE(\d)ELb(\d)", args)
         if mode:
             label += ", " + AGAINST[mode.group(1)] + (", scaled" if mode.group(2) == "1" else "")
+        if pattern in ("block_rows", "block_tiles"):  # the last template argument: kCodes
+            flag = re.search(r"Lb([01])EEEv", args)
+            if flag:
+                label += ", writes " + ("codes" if flag.group(1) == "1" else "values")
         return pattern, per, label
     return None
 

@@ -130,10 +130,16 @@ torch::Tensor uniforms(const torch::Tensor& seed, int64_t padded_rows, int64_t p
     return (torch::bitwise_right_shift(h, 24).to(torch::kFloat32) * (1.0f / 256.0f)).view({padded_rows, padded_cols});
 }
 
-BlockQuantized fp8_block_tensor_ops(const torch::Tensor& x_in, NumberFormat format, bool power_of_two, bool tile_2d)
+// fp8-block's cast as tensor ops, up to the rounded codes (as FP32, on the codes' grid, in
+// the tiled view) and the scale they are multiplied back by.
+struct Fp8BlockSteps {
+    Tiled t;
+    torch::Tensor amax, scale_inv, codes4;
+};
+Fp8BlockSteps fp8_block_steps(const torch::Tensor& x_in, NumberFormat format, bool power_of_two, bool tile_2d)
 {
     const auto x = x_in.to(torch::kFloat32);
-    const Tiled t(x, tile_2d ? 128 : 1, 128);
+    Tiled t(x, tile_2d ? 128 : 1, 128);
     const auto amax = t.amax();
     const float fp8_max = static_cast<float>(format_info(format).max_finite);
     auto scale = torch::full({}, fp8_max) / amax;
@@ -141,9 +147,25 @@ BlockQuantized fp8_block_tensor_ops(const torch::Tensor& x_in, NumberFormat form
     if (power_of_two) scale = pow2_exact(floor_log2(torch::nan_to_num(scale, 1.0f)));
     scale = torch::where(amax == 0, torch::ones_like(scale), scale);
     const auto scale_inv = 1.0f / scale;
-    auto values = round_to_format(t.x4 * scale, format, Overflow::Saturate) * scale_inv;
-    values = poison_non_finite_blocks(values, amax);
-    return {t.unpad(values), squeeze_grid(nan_where_non_finite(scale_inv, amax)), squeeze_grid(amax), {}};
+    auto codes4 = round_to_format(t.x4 * scale, format, Overflow::Saturate);
+    return {std::move(t), amax, scale_inv, std::move(codes4)};
+}
+
+BlockQuantized fp8_block_tensor_ops(const torch::Tensor& x_in, NumberFormat format, bool power_of_two, bool tile_2d)
+{
+    const auto s = fp8_block_steps(x_in, format, power_of_two, tile_2d);
+    const auto values = poison_non_finite_blocks(s.codes4 * s.scale_inv, s.amax);
+    return {s.t.unpad(values), squeeze_grid(nan_where_non_finite(s.scale_inv, s.amax)), squeeze_grid(s.amax), {}};
+}
+
+// The same cast's codes themselves (NaN throughout a block holding Inf or NaN).
+Fp8BlockCodes fp8_block_codes_tensor_ops(const torch::Tensor& x_in, NumberFormat format, bool power_of_two, bool tile_2d)
+{
+    const auto s = fp8_block_steps(x_in, format, power_of_two, tile_2d);
+    const auto dtype = format == NumberFormat::E4M3 ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2;
+    // No shortcut that reads a flag back: the native executor's CPU step reads no scalar.
+    return {s.t.unpad(s.codes4.masked_fill(~torch::isfinite(s.amax), kNaN)).to(dtype),
+            squeeze_grid(nan_where_non_finite(s.scale_inv, s.amax)), squeeze_grid(s.amax)};
 }
 
 // nvfp4's per-tensor encode scale S = 448 * 6 / amax over the finite blocks, capped at FLT_MAX
@@ -584,6 +606,13 @@ bool cast_matches_ops(const torch::Tensor& x, bool tile_2d, bool paired_conversi
             if (!same_bits_nan_equal(ops.values, own.values) || !same_bits_nan_equal(ops.block_scales, own.scale_inv) ||
                 !same_bits_nan_equal(ops.block_amax, own.amax))
                 return false;
+            // The codes the blockwise GEMM takes, byte for byte, with the same scales.
+            const auto ops_codes = fp8_block_codes_tensor_ops(x, format, power_of_two, tile_2d);
+            const auto own_codes = tile_2d ? cuda_kernels::fp8_block_tiles(x, e4m3, power_of_two, paired_conversion, true)
+                                           : cuda_kernels::fp8_block_rows(x, e4m3, power_of_two, paired_conversion, true);
+            if (!torch::equal(ops_codes.codes.view(torch::kUInt8).cpu(), own_codes.codes.view(torch::kUInt8).cpu()) ||
+                !same_bits_nan_equal(ops_codes.decode, own_codes.scale_inv))
+                return false;
         }
     return true;
 }
@@ -691,6 +720,28 @@ BlockQuantized quantize_fp8_block_2d(const torch::Tensor& x, NumberFormat format
     const auto x32 = x.to(torch::kFloat32);
     return fused(x32, kernel) ? cpu::fp8_block(x32, format, power_of_two, tile_2d)
                               : fp8_block_tensor_ops(x32, format, power_of_two, tile_2d);
+}
+
+Fp8BlockCodes cast_fp8_block_codes(const torch::Tensor& x, NumberFormat format, bool power_of_two, bool tile_2d)
+{
+    TORCH_CHECK(x.dim() == 2 && format_info(format).is_fp8, "cast_fp8_block_codes: a 2-D operand and an FP8 format");
+#ifdef MANTISSA_CUDA_KERNELS
+    const ProbedKernel cast_kernel = !x.is_cuda() ? ProbedKernel::Unavailable
+                                     : tile_2d    ? fp8_block_tile_cast_kernel(x.device())
+                                                  : fp8_block_cast_kernel(x.device());
+    if (cast_kernel != ProbedKernel::Unavailable) {
+        const bool e4m3 = format == NumberFormat::E4M3;
+        const bool paired = cast_kernel == ProbedKernel::Paired;
+        const bool as_is = x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16 ||
+                           x.scalar_type() == torch::kHalf;
+        auto own = tile_2d ? cuda_kernels::fp8_block_tiles(x.to(torch::kFloat32).contiguous(), e4m3, power_of_two,
+                                                           paired, /*codes=*/true)
+                           : cuda_kernels::fp8_block_rows((as_is ? x : x.to(torch::kFloat32)).contiguous(), e4m3,
+                                                          power_of_two, paired, /*codes=*/true);
+        return {std::move(own.codes), std::move(own.scale_inv), std::move(own.amax)};
+    }
+#endif
+    return fp8_block_codes_tensor_ops(x, format, power_of_two, tile_2d);
 }
 
 BlockQuantized quantize_nvfp4_2d(const torch::Tensor& x, bool tile_2d, const SrSeed& sr_seed, BlockKernel kernel)

@@ -73,6 +73,20 @@ enum class BlockKernel { Auto, TensorOps, FusedCpu };
 BlockQuantized quantize_fp8_block_2d(const torch::Tensor& x, NumberFormat format, bool power_of_two, bool tile_2d,
                                      BlockKernel kernel = BlockKernel::Auto);
 
+// fp8-block's cast written as its codes rather than its values, for a GEMM that multiplies
+// codes with their block scales (cuBLAS's blockwise FP8 GEMM, layer_gemm_blockwise.cpp).
+// codes * decode (per block) are quantize_fp8_block_2d's values bit for bit, NaN blocks
+// included (their codes are NaN, 0x7F).
+struct Fp8BlockCodes {
+    torch::Tensor codes;  // (R, C) Float8_e4m3fn or Float8_e5m2
+    torch::Tensor decode; // (R, ceil(C / 128)) FP32, or (ceil(R / 128), ceil(C / 128)) for tiles: 1 / scale, NaN
+                          // for a block holding Inf or NaN
+    torch::Tensor amax;   // same shape: the block's amax (NaN where it holds a NaN)
+};
+// On a GPU Mantissa's cast kernel writes the codes in one pass (the same probe holds them to
+// the ops); elsewhere the tensor ops, stopped before their multiplication by 1 / scale.
+Fp8BlockCodes cast_fp8_block_codes(const torch::Tensor& x, NumberFormat format, bool power_of_two, bool tile_2d);
+
 // The values the fp8-block cast kernels' start-up probes cast, FP32 on the CPU; the CPU tests run
 // the kernels on them too (tests/test_cuda_kernels_on_cpu.cpp). Rows: 12 x 300 (two whole 1x128
 // blocks and a short one) across the FP32 range, with a block of zeros, one holding a NaN, one

@@ -110,16 +110,29 @@ torch::Tensor join_fp8_blocks(const Fp8BlockOperand& op)
     return (op.codes.to(torch::kFloat32).view({rows, k / kBlock, kBlock}) * op.decode.unsqueeze(-1)).view({rows, k});
 }
 
-torch::Tensor blockwise_fp8_mm(const Fp8BlockOperand& a, const Fp8BlockOperand& bt)
+torch::Tensor blockwise_fp8_mm(const Fp8BlockOperand& a, const Fp8BlockOperand& bt, const torch::Tensor& bias)
 {
-    if (!a.codes.is_cuda()) return at::mm(join_fp8_blocks(a), join_fp8_blocks(bt).t());
+    if (!a.codes.is_cuda()) {
+        // The emulator's own call on the same values (addmm with the bias in it), so that the
+        // two agree bit for bit on a CPU.
+        const auto b = join_fp8_blocks(bt).t();
+        return bias.defined() ? at::addmm(bias, join_fp8_blocks(a), b) : at::mm(join_fp8_blocks(a), b);
+    }
     // cuBLAS's layouts, as PyTorch's test_scaled_mm_vs_emulated_block_wise lays them out: a
     // row-major (M, K) with its scales (M, K/128) outer-dimension-major (stride 1 along M);
     // b column-major (K, N), i.e. bt's rows transposed, with scales (K/128, N) row-major.
     const auto scale_a = a.decode.t().contiguous().t();
     const auto scale_b = bt.decode.t().contiguous();
-    return at::_scaled_mm(a.codes.contiguous(), bt.codes.contiguous().t(), scale_a, scale_b, {}, {}, torch::kFloat32,
-                          /*use_fast_accum=*/false);
+    auto y = at::_scaled_mm(a.codes.contiguous(), bt.codes.contiguous().t(), scale_a, scale_b, {}, {}, torch::kFloat32,
+                            /*use_fast_accum=*/false);
+    return bias.defined() ? y + bias : y;
+}
+
+torch::Tensor tile_decode_as_rows(const torch::Tensor& tile_decode, int64_t rows)
+{
+    // A broadcast and a copy: repeat_interleave can size its output from a count read back.
+    const int64_t tile_rows = tile_decode.size(0), tile_cols = tile_decode.size(1);
+    return tile_decode.unsqueeze(1).expand({tile_rows, kBlock, tile_cols}).reshape({tile_rows * kBlock, tile_cols}).narrow(0, 0, rows);
 }
 
 bool blockwise_fp8_available()

@@ -34,7 +34,13 @@ torch::Tensor join_fp8_blocks(const Fp8BlockOperand& operand); // the FP32 value
 
 // a (M, K) times b^T, b given as its rows bt (N, K): the (M, N) FP32 product. On CUDA the
 // blockwise _scaled_mm; elsewhere the dequantized FP32 product (what the tests can run).
-torch::Tensor blockwise_fp8_mm(const Fp8BlockOperand& a, const Fp8BlockOperand& bt);
+// `bias` (N) FP32, added to the FP32 product (on a CPU inside the product, as the emulator's
+// addmm adds it).
+torch::Tensor blockwise_fp8_mm(const Fp8BlockOperand& a, const Fp8BlockOperand& bt, const torch::Tensor& bias = {});
+
+// A weight's 128x128 tile scales (R/128, K/128) as the 1x128 scales of its rows (R, K/128):
+// each tile is 128 blocks of one row that share its scale.
+torch::Tensor tile_decode_as_rows(const torch::Tensor& tile_decode, int64_t rows);
 
 // Whether this process's GPU runs blockwise_fp8_mm natively: a product with a known answer,
 // tried once (false without CUDA, before CUDA 12.9, off sm_90, or if the answer is wrong).

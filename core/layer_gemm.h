@@ -11,6 +11,8 @@
 
 #include <torch/torch.h>
 
+#include "block_scaling.h"
+#include "blockwise_fp8.h"
 #include "fp8_scaling.h"
 #include "native_fp8.h"
 #include "precision_policy.h"
@@ -87,6 +89,7 @@ public:
         weight_casts_ = {};
         native_weight_ = {};
         native_weight_dgrad_ = {};
+        blockwise_weight_ = {};
     }
     // "fp32", "emulated", "native", or "native+emulated" when some GEMMs fell back: what ran
     // since the formats were last set ("none" before anything ran).
@@ -170,6 +173,35 @@ public:
     torch::Tensor native_weight_transposed(const Fp8Tensor& w8);
     void note_backend(bool native) { (native ? used_native_ : used_emulated_) = true; }
 
+    // fp8-block in the native executor (layer_gemm_blockwise.cpp): the three GEMMs multiply the
+    // codes their casts write, with the casts' block scales, where the emulator's path rounds
+    // to FP32 values and splits them into codes again around each GEMM. Whether a linear of x
+    // (M, K) and W (N, K) takes it: E4M3 in all three GEMMs, no outlier split, M, K and N
+    // multiples of 128 and at least 256 (each is some GEMM's K, and with one block along K
+    // _scaled_mm reads the scales as row-wise); on CUDA only where the blockwise GEMM passed
+    // its probe. On a CPU the same path multiplies the dequantized codes (the tests' route).
+    bool blockwise_codes_eligible(const torch::Tensor& x2, const torch::Tensor& weight) const;
+    // Process-wide: false sends fp8-block back to the emulator's path (values split into codes
+    // around each GEMM), so that the two can be set side by side (tests, bench/gpu.py). Starts
+    // from the environment: MANTISSA_FP8_BLOCK_CODES=0 turns it off.
+    static void set_blockwise_codes_enabled(bool enabled);
+    static bool blockwise_codes_enabled();
+    // fp8-block's 1x128 E4M3 cast of x (R, K) along K, as codes. `observed`: a forward or dgrad
+    // operand, whose block scales an armed training step records as the emulator's cast does
+    // (the wgrad copies along M are not recorded, there as here).
+    Fp8BlockCodes blockwise_cast(const torch::Tensor& x, OperandRole role, bool observed);
+    // The weight's 128x128 E4M3 tiles as codes, cast once per optimizer step (evaluation casts
+    // and keeps nothing): rows (N, K) with the tiles' scales per 1x128 row block, and with
+    // `transposed` also W^T (K, N) the same way (a byte transpose, made on first use: the tiles
+    // are square, so W^T holds the same values and scales).
+    struct BlockwiseWeight {
+        Fp8BlockOperand rows, transposed;
+        torch::Tensor tile_decode, tile_amax; // (ceil(N / 128), ceil(K / 128))
+        int64_t version = -1;
+        const void* data = nullptr;
+    };
+    const BlockwiseWeight& blockwise_weight(const torch::Tensor& weight, bool transposed);
+
     // The device mirror of the delayed-scaling state written back into the host state, which
     // checkpoints and the data-parallel digest read.
     void sync_device_scaling_to_host();
@@ -181,6 +213,7 @@ private:
     bool use_native(const torch::Tensor& t) const;
     torch::Tensor linear_native(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
     torch::Tensor linear_emulated(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+    torch::Tensor linear_blockwise(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
     // Telemetry of a linear that ran as torch's own linear (FP32, or 16-bit in the native
     // executor; `format` and the casts `x_cast`/`w_cast` say which): reads, never computes the step.
     void observe_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& y,
@@ -235,6 +268,7 @@ private:
     std::array<DeviceDelayedScaling, kScalingStates> device_scaling_; // the device mirror of delayed_
     Fp8Tensor native_weight_;
     Fp8Tensor native_weight_dgrad_; // per-row recipes: W scaled along N; per tensor: the second format
+    BlockwiseWeight blockwise_weight_, blockwise_scratch_; // the step's cached cast; evaluation's
     int64_t native_version_ = -1;
     const void* native_data_ = nullptr;
     bool armed_ = false;

@@ -186,6 +186,7 @@ torch::Tensor LayerGemm::linear_native(const torch::Tensor& x, const torch::Tens
     };
     if (runs_natively(formats_.forward) && runs_natively(formats_.dgrad) && runs_natively(formats_.wgrad))
         return apply_linear<NativeLinear>(x, weight, bias);
+    if (blockwise_codes_eligible(x.reshape({-1, x.size(-1)}), weight)) return linear_blockwise(x, weight, bias);
     // MX and block scales, outliers, TF32: the emulator's arithmetic, in FP32, and the
     // (already rounded) output handed on in its dtype. An input fp8-block's casts read as they
     // are stays as it is, and so does the copy saved for the backward (half the size).

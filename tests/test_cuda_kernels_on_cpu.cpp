@@ -97,6 +97,15 @@ void with_multiprocessors(int sms, Body&& body)
     cuda_sim::set_multiprocessors(132);
 }
 
+// A block cast's scales (R, ceil(C / 128)), or a tile cast's (ceil(R / 128), ceil(C / 128)),
+// one per value of the (R, C) operand.
+torch::Tensor per_value(const torch::Tensor& scales, c10::IntArrayRef shape, bool tiles)
+{
+    auto s = scales.repeat_interleave(128, 1).narrow(1, 0, shape[1]);
+    if (tiles) s = s.repeat_interleave(128, 0).narrow(0, 0, shape[0]);
+    return s;
+}
+
 } // namespace
 
 class TestCudaKernelsOnCpu : public QObject {
@@ -408,6 +417,17 @@ private slots:
                 QVERIFY(same_bits(own.values, ops.values));
                 QVERIFY(same_bits(own.scale_inv, ops.block_scales));
                 QVERIFY(same_bits(own.amax, ops.block_amax));
+                // Written as codes (the native executor's blockwise GEMM takes them): the ops'
+                // codes byte for byte, NaN blocks 0x7F throughout, and codes times their block's
+                // scale are the values above.
+                const auto codes_ops = cast_fp8_block_codes(x, format, power_of_two, tiles);
+                const auto codes = tiles ? kernels::fp8_block_tiles(x, e4m3, power_of_two, true, true)
+                                         : kernels::fp8_block_rows(x, e4m3, power_of_two, true, true);
+                QVERIFY(!codes.values.defined());
+                QVERIFY(same_codes(codes.codes, codes_ops.codes));
+                QVERIFY(same_bits(codes.scale_inv, codes_ops.decode));
+                QVERIFY(same_bits(codes.amax, codes_ops.amax));
+                QVERIFY(same_bits(codes.codes.to(torch::kFloat32) * per_value(codes.scale_inv, x.sizes(), tiles), ops.values));
             }
     }
 
@@ -428,6 +448,9 @@ private slots:
                 QVERIFY(same_bits(own.values, ops.values));
                 QVERIFY(same_bits(own.scale_inv, ops.block_scales));
                 QVERIFY(same_bits(own.amax, ops.block_amax));
+                const auto codes = tile_2d ? kernels::fp8_block_tiles(x, true, true, true, true)
+                                           : kernels::fp8_block_rows(x, true, true, true, true);
+                QVERIFY(same_codes(codes.codes, cast_fp8_block_codes(x, NumberFormat::E4M3, true, tile_2d).codes));
             }
             const auto values = quantize_fp8_block_2d(rows.narrow(1, 0, 256).contiguous(), NumberFormat::E4M3, true, false,
                                                       BlockKernel::TensorOps)

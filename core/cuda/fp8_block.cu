@@ -81,6 +81,52 @@ __device__ __forceinline__ void block_values(float& a, float& b, const BlockScal
     a *= s.inv, b *= s.inv;
 }
 
+// The codes of two values of a block, a in the low byte: what block_values rounds them to,
+// before its multiplication by 1 / scale (so codes * scale_inv are its values, bit for bit).
+// NaN (0x7F) throughout a block holding Inf or NaN.
+template <typename Code>
+__device__ __forceinline__ uint32_t block_codes(float a, float b, const BlockScale& s, float fp8_max, bool paired)
+{
+    if (!s.finite) return 0x7F7Fu;
+    const auto clamped = [&](float v) {
+        v *= s.scale;
+        return v > fp8_max ? fp8_max : (v < -fp8_max ? -fp8_max : v);
+    };
+    a = clamped(a), b = clamped(b);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    if (paired) return code_pair_as_c10<Code>(a, b, Past::Clamped);
+#else
+    (void)paired;
+#endif
+    return static_cast<uint32_t>(Code(a).x) | (static_cast<uint32_t>(Code(b).x) << 8);
+}
+
+// Where a cast writes: its values (FP32), or with kCodes the codes themselves, one byte each,
+// which the blockwise GEMM takes with scale_inv as they are (no split of the values). A
+// template flag, so that each kernel's loop holds one of the two stores.
+template <typename Code, bool kCodes>
+__device__ __forceinline__ void store_block_row(float* v, float* values, uint8_t* codes, int64_t row_start, int64_t c0,
+                                                int lane, int64_t cols, const BlockScale& s, float fp8_max, bool paired)
+{
+    if constexpr (kCodes) {
+#pragma unroll
+        for (int j = 0; j < kPerLane; j += 2) {
+            const uint32_t pair = block_codes<Code>(v[j], v[j + 1], s, fp8_max, paired);
+            const int64_t c = c0 + lane + 32 * j;
+            if (c < cols) codes[row_start + c] = static_cast<uint8_t>(pair & 0xFFu);
+            if (c + 32 < cols) codes[row_start + c + 32] = static_cast<uint8_t>(pair >> 8);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < kPerLane; j += 2) block_values<Code>(v[j], v[j + 1], s, fp8_max, paired);
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) {
+            const int64_t c = c0 + lane + 32 * j;
+            if (c < cols) values[row_start + c] = v[j];
+        }
+    }
+}
+
 // A warp's walk over the (row, 128-block) pairs of a matrix, grid-stride: block b of the walk
 // is row b / per_row, block b % per_row. The 64-bit division and remainder, about a hundred
 // instructions a step where a block's own work is a few hundred (cuobjdump, sm_90), are made
@@ -104,10 +150,10 @@ struct BlockWalk {
 // floor_log2 and pow2_exact of a normal float; 1 for a block of zeros), then
 // clamp(x * scale) cast to the code, times 1 / scale (block_scale, block_value). A block
 // holding Inf or NaN is NaN throughout, scale_inv included.
-template <typename Code, typename In>
+template <typename Code, typename In, bool kCodes>
 __global__ void __launch_bounds__(kThreads)
-    block_rows(const In* __restrict__ x, float* __restrict__ values, float* __restrict__ scale_inv,
-               float* __restrict__ amax_out, int64_t rows, int64_t cols, int64_t blocks_per_row, float fp8_max,
+    block_rows(const In* __restrict__ x, float* __restrict__ values, uint8_t* __restrict__ codes,
+               float* __restrict__ scale_inv, float* __restrict__ amax_out, int64_t rows, int64_t cols, int64_t blocks_per_row, float fp8_max,
                bool power_of_two, bool paired)
 {
     const int lane = threadIdx.x % 32;
@@ -132,14 +178,7 @@ __global__ void __launch_bounds__(kThreads)
         }
         nan = __any_sync(0xffffffffu, nan);
         const BlockScale s = block_scale(warp_max(m), nan, fp8_max, power_of_two);
-        float* out = values + r * cols;
-#pragma unroll
-        for (int j = 0; j < kPerLane; j += 2) block_values<Code>(v[j], v[j + 1], s, fp8_max, paired);
-#pragma unroll
-        for (int j = 0; j < kPerLane; ++j) {
-            const int64_t c = c0 + lane + 32 * j;
-            if (c < cols) out[c] = v[j];
-        }
+        store_block_row<Code, kCodes>(v, values, codes, r * cols, c0, lane, cols, s, fp8_max, paired);
         if (lane == 0) {
             scale_inv[b] = s.finite ? s.inv : __int_as_float(0x7fc00000);
             amax_out[b] = s.amax;
@@ -153,10 +192,10 @@ __global__ void __launch_bounds__(kThreads)
 // over the warps through shared memory, then every thread takes the scale block_rows takes.
 constexpr int kTileRowsPerWarp = kBlock / kWarps; // 16
 
-template <typename Code>
+template <typename Code, bool kCodes>
 __global__ void __launch_bounds__(kThreads)
-    block_tiles(const float* __restrict__ x, float* __restrict__ values, float* __restrict__ scale_inv,
-                float* __restrict__ amax_out, int64_t rows, int64_t cols, int64_t tile_cols, int64_t tiles,
+    block_tiles(const float* __restrict__ x, float* __restrict__ values, uint8_t* __restrict__ codes,
+                float* __restrict__ scale_inv, float* __restrict__ amax_out, int64_t rows, int64_t cols, int64_t tile_cols, int64_t tiles,
                 float fp8_max, bool power_of_two, bool paired)
 {
     __shared__ float warp_amax[kWarps];
@@ -200,13 +239,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int i = 0; i < kTileRowsPerWarp; ++i) {
             const int64_t r = r0 + warp + kWarps * i;
             if (r >= rows) continue;
-#pragma unroll
-            for (int j = 0; j < kPerLane; j += 2) block_values<Code>(v[i][j], v[i][j + 1], s, fp8_max, paired);
-#pragma unroll
-            for (int j = 0; j < kPerLane; ++j) {
-                const int64_t c = c0 + lane + 32 * j;
-                if (c < cols) values[r * cols + c] = v[i][j];
-            }
+            store_block_row<Code, kCodes>(v[i], values, codes, r * cols, c0, lane, cols, s, fp8_max, paired);
         }
         if (threadIdx.x == 0) {
             scale_inv[t] = s.finite ? s.inv : __int_as_float(0x7fc00000);
@@ -302,27 +335,54 @@ int blocks_for(int64_t block_count)
 
 namespace {
 
+float* values_or_null(const Fp8BlockRows& out) { return out.values.defined() ? out.values.data_ptr<float>() : nullptr; }
+uint8_t* codes_or_null(const Fp8BlockRows& out)
+{
+    return out.codes.defined() ? reinterpret_cast<uint8_t*>(out.codes.data_ptr()) : nullptr;
+}
+
+template <typename Code, typename In, bool kCodes>
+void launch_rows_as(const torch::Tensor& x, Fp8BlockRows& out, float fp8_max, bool power_of_two, bool paired)
+{
+    const int64_t rows = x.size(0), cols = x.size(1), per_row = (cols + kBlock - 1) / kBlock;
+    MANTISSA_LAUNCH(blocks_for(rows * per_row), kThreads, at::cuda::getCurrentCUDAStream(), block_rows<Code, In, kCodes>)(
+        reinterpret_cast<const In*>(x.data_ptr()), values_or_null(out), codes_or_null(out),
+        out.scale_inv.data_ptr<float>(), out.amax.data_ptr<float>(), rows, cols, per_row, fp8_max, power_of_two, paired);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 template <typename In>
 void launch_rows(const torch::Tensor& x, Fp8BlockRows& out, bool e4m3, bool power_of_two, bool paired)
 {
-    const int64_t rows = x.size(0), cols = x.size(1), per_row = (cols + kBlock - 1) / kBlock;
-    const auto stream = at::cuda::getCurrentCUDAStream();
-    const int blocks = blocks_for(rows * per_row);
-    const auto* in = reinterpret_cast<const In*>(x.data_ptr());
-    if (e4m3)
-        MANTISSA_LAUNCH(blocks, kThreads, stream, block_rows<c10::Float8_e4m3fn, In>)(
-            in, out.values.data_ptr<float>(), out.scale_inv.data_ptr<float>(), out.amax.data_ptr<float>(), rows, cols,
-            per_row, 448.0f, power_of_two, paired);
-    else
-        MANTISSA_LAUNCH(blocks, kThreads, stream, block_rows<c10::Float8_e5m2, In>)(
-            in, out.values.data_ptr<float>(), out.scale_inv.data_ptr<float>(), out.amax.data_ptr<float>(), rows, cols,
-            per_row, 57344.0f, power_of_two, paired);
+    const bool codes = out.codes.defined();
+    if (e4m3 && codes) launch_rows_as<c10::Float8_e4m3fn, In, true>(x, out, 448.0f, power_of_two, paired);
+    else if (e4m3) launch_rows_as<c10::Float8_e4m3fn, In, false>(x, out, 448.0f, power_of_two, paired);
+    else if (codes) launch_rows_as<c10::Float8_e5m2, In, true>(x, out, 57344.0f, power_of_two, paired);
+    else launch_rows_as<c10::Float8_e5m2, In, false>(x, out, 57344.0f, power_of_two, paired);
+}
+
+template <typename Code, bool kCodes>
+void launch_tiles_as(const torch::Tensor& x, Fp8BlockRows& out, int64_t tile_cols, int64_t tiles, float fp8_max,
+                     bool power_of_two, bool paired)
+{
+    const int blocks = static_cast<int>(std::min<int64_t>(tiles, grid_cap()));
+    MANTISSA_LAUNCH(blocks, kThreads, at::cuda::getCurrentCUDAStream(), block_tiles<Code, kCodes>)(
+        x.data_ptr<float>(), values_or_null(out), codes_or_null(out), out.scale_inv.data_ptr<float>(),
+        out.amax.data_ptr<float>(), x.size(0), x.size(1), tile_cols, tiles, fp8_max, power_of_two, paired);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// The cast's output: FP32 values, or the codes in the format's own dtype.
+void allocate_output(Fp8BlockRows& out, const torch::Tensor& x, bool e4m3, bool codes)
+{
+    const auto shape = x.sizes();
+    if (codes) out.codes = torch::empty(shape, x.options().dtype(e4m3 ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2));
+    else out.values = torch::empty(shape, x.options().dtype(torch::kFloat32));
 }
 
 } // namespace
 
-Fp8BlockRows fp8_block_rows(const torch::Tensor& x, bool e4m3, bool power_of_two, bool paired_conversion)
+Fp8BlockRows fp8_block_rows(const torch::Tensor& x, bool e4m3, bool power_of_two, bool paired_conversion, bool codes)
 {
     const auto dtype = x.scalar_type();
     TORCH_CHECK(on_kernel_device(x) && x.is_contiguous() && x.dim() == 2 &&
@@ -332,7 +392,7 @@ Fp8BlockRows fp8_block_rows(const torch::Tensor& x, bool e4m3, bool power_of_two
     const int64_t rows = x.size(0), cols = x.size(1), per_row = (cols + kBlock - 1) / kBlock;
     const auto f32 = x.options().dtype(torch::kFloat32);
     Fp8BlockRows out;
-    out.values = torch::empty({rows, cols}, f32);
+    allocate_output(out, x, e4m3, codes);
     out.scale_inv = torch::empty({rows, per_row}, f32);
     out.amax = torch::empty({rows, per_row}, f32);
     if (rows * per_row == 0) return out;
@@ -342,7 +402,7 @@ Fp8BlockRows fp8_block_rows(const torch::Tensor& x, bool e4m3, bool power_of_two
     return out;
 }
 
-Fp8BlockRows fp8_block_tiles(const torch::Tensor& x, bool e4m3, bool power_of_two, bool paired_conversion)
+Fp8BlockRows fp8_block_tiles(const torch::Tensor& x, bool e4m3, bool power_of_two, bool paired_conversion, bool codes)
 {
     TORCH_CHECK(on_kernel_device(x) && x.is_contiguous() && x.dim() == 2 && x.scalar_type() == torch::kFloat32,
                 "cuda_kernels::fp8_block_tiles: a contiguous 2-D FP32 CUDA tensor");
@@ -350,22 +410,19 @@ Fp8BlockRows fp8_block_tiles(const torch::Tensor& x, bool e4m3, bool power_of_tw
     const int64_t rows = x.size(0), cols = x.size(1);
     const int64_t tile_rows = (rows + kBlock - 1) / kBlock, tile_cols = (cols + kBlock - 1) / kBlock;
     Fp8BlockRows out;
-    out.values = torch::empty_like(x);
+    allocate_output(out, x, e4m3, codes);
     out.scale_inv = torch::empty({tile_rows, tile_cols}, x.options());
     out.amax = torch::empty({tile_rows, tile_cols}, x.options());
     const int64_t tiles = tile_rows * tile_cols;
     if (tiles == 0) return out;
-    const auto stream = at::cuda::getCurrentCUDAStream();
-    const int blocks = static_cast<int>(std::min<int64_t>(tiles, grid_cap()));
-    if (e4m3)
-        MANTISSA_LAUNCH(blocks, kThreads, stream, block_tiles<c10::Float8_e4m3fn>)(
-            x.data_ptr<float>(), out.values.data_ptr<float>(), out.scale_inv.data_ptr<float>(),
-            out.amax.data_ptr<float>(), rows, cols, tile_cols, tiles, 448.0f, power_of_two, paired_conversion);
+    if (e4m3 && codes)
+        launch_tiles_as<c10::Float8_e4m3fn, true>(x, out, tile_cols, tiles, 448.0f, power_of_two, paired_conversion);
+    else if (e4m3)
+        launch_tiles_as<c10::Float8_e4m3fn, false>(x, out, tile_cols, tiles, 448.0f, power_of_two, paired_conversion);
+    else if (codes)
+        launch_tiles_as<c10::Float8_e5m2, true>(x, out, tile_cols, tiles, 57344.0f, power_of_two, paired_conversion);
     else
-        MANTISSA_LAUNCH(blocks, kThreads, stream, block_tiles<c10::Float8_e5m2>)(
-            x.data_ptr<float>(), out.values.data_ptr<float>(), out.scale_inv.data_ptr<float>(),
-            out.amax.data_ptr<float>(), rows, cols, tile_cols, tiles, 57344.0f, power_of_two, paired_conversion);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+        launch_tiles_as<c10::Float8_e5m2, false>(x, out, tile_cols, tiles, 57344.0f, power_of_two, paired_conversion);
     return out;
 }
 

@@ -13,6 +13,8 @@ namespace mantissa::cuda_kernels {
 
 struct Fp8BlockRows {
     torch::Tensor values;    // (R, C) FP32: the E4M3/E5M2 codes times their block's decode scale
+    torch::Tensor codes;     // with `codes` asked for, instead of values: (R, C) Float8_e4m3fn/e5m2, NaN
+                             // (0x7F) throughout a block holding Inf or NaN; codes * scale_inv are the values
     torch::Tensor scale_inv; // (R, ceil(C / 128)) FP32: 1 / scale; NaN for a block holding Inf or NaN
     torch::Tensor amax;      // (R, ceil(C / 128)) FP32: NaN where the block holds a NaN, else max |x|
 };
@@ -23,11 +25,15 @@ struct Fp8BlockRows {
 // (E5M2), saturating. `paired_conversion`: round with the hardware's conversion of two values
 // at once (sm_89 and newer; elsewhere, or false, c10's conversion): the same bits, which the
 // start-up probe confirms before it is used.
-Fp8BlockRows fp8_block_rows(const torch::Tensor& x, bool e4m3, bool power_of_two, bool paired_conversion = true);
+// `codes`: write the codes (Fp8BlockRows::codes) instead of the values, for a GEMM that takes
+// them with their scales as they are (layer_gemm_blockwise.cpp).
+Fp8BlockRows fp8_block_rows(const torch::Tensor& x, bool e4m3, bool power_of_two, bool paired_conversion = true,
+                            bool codes = false);
 
 // fp8-block's 128x128 cast of a weight, as fp8_block_rows with one scale per tile: scale_inv
 // and amax are (ceil(R / 128), ceil(C / 128)); short edge tiles as though padded with zeros.
-Fp8BlockRows fp8_block_tiles(const torch::Tensor& x, bool e4m3, bool power_of_two, bool paired_conversion = true);
+Fp8BlockRows fp8_block_tiles(const torch::Tensor& x, bool e4m3, bool power_of_two, bool paired_conversion = true,
+                             bool codes = false);
 
 // split_fp8_blocks: codes (R, K) Float8_e4m3fn and decode (R, K / 128) FP32 of a contiguous
 // FP32 (R, K) CUDA tensor, K a multiple of 128.
