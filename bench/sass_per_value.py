@@ -34,6 +34,7 @@ KERNELS = [
     ("scale_cast_amax", 4, "FP8 cast"),
     ("block_rows", 4, "fp8-block 1x128 cast"),
     ("block_tiles", 64, "fp8-block 128x128 cast"),
+    ("block_rows_cols", 64, "fp8-block 1x128 cast, rows and columns"),
     ("split_blocks", 4, "fp8-block split"),
 ]
 DTYPES = [("BFloat16", "bf16"), ("Half", "fp16"), ("Float8_e4m3fn", "e4m3"), ("Float8_e5m2", "e5m2")]

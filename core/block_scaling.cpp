@@ -631,6 +631,29 @@ ProbedKernel fp8_block_cast_kernel(const torch::Device& device)
     return kernel;
 }
 
+// fp8_block_rows_cols against fp8_block_codes_tensor_ops of x and of x^T, once per process, on
+// fp8_block_probe_square() as FP32, BF16 and FP16: codes byte for byte, scales and amaxes bit
+// for bit, both formats, both kinds of scale.
+ProbedKernel fp8_block_rows_cols_kernel(const torch::Device& device)
+{
+    static const ProbedKernel kernel = probe_paired_then_plain("fp8-block rows and columns cast", [&](bool paired) {
+        const auto x32 = fp8_block_probe_square().to(device);
+        for (const auto& x : {x32, x32.to(torch::kBFloat16), x32.to(torch::kHalf)})
+            for (const NumberFormat format : {NumberFormat::E4M3, NumberFormat::E5M2})
+                for (const bool power_of_two : {true, false}) {
+                    const auto own = cuda_kernels::fp8_block_rows_cols(x, format == NumberFormat::E4M3, power_of_two, paired);
+                    const auto rows = fp8_block_codes_tensor_ops(x, format, power_of_two, false);
+                    const auto cols = fp8_block_codes_tensor_ops(x.t().contiguous(), format, power_of_two, false);
+                    for (const auto& [ops, got] : {std::pair{&rows, &own.rows}, std::pair{&cols, &own.cols}})
+                        if (!torch::equal(ops->codes.view(torch::kUInt8).cpu(), got->codes.view(torch::kUInt8).cpu()) ||
+                            !same_bits_nan_equal(ops->decode, got->scale_inv) || !same_bits_nan_equal(ops->amax, got->amax))
+                            return false;
+                }
+        return true;
+    });
+    return kernel;
+}
+
 // fp8_block_tiles against fp8_block_tensor_ops (128 x 128 tiles), once per process, on
 // fp8_block_probe_tiles(); both formats, both kinds of scale.
 ProbedKernel fp8_block_tile_cast_kernel(const torch::Device& device)
@@ -679,6 +702,19 @@ torch::Tensor fp8_block_probe_tiles()
     tile(2, 1).copy_(torch::linspace(-61440.0, 61440.0, 44 * 128).view({44, 128}));
     tile(1, 2)[7][1].fill_(1.0e6f); // amaxes in the last warps' rows (rows w, w + 8, ... of a tile)
     tile(2, 2)[14][2].fill_(-2.0e6f);
+    return x;
+}
+
+torch::Tensor fp8_block_probe_square()
+{
+    const int64_t n = 384;
+    const auto i = torch::arange(n * n, torch::kFloat32).view({n, n});
+    auto x = torch::sin(i * 0.23f) * torch::exp2(torch::remainder(i, 37.0f) - 18.0f);
+    x.narrow(0, 0, 300).narrow(1, 0, 260).copy_(fp8_block_probe_tiles());
+    x.narrow(0, 300, 12).narrow(1, 0, 300).copy_(fp8_block_probe_rows());
+    x.narrow(0, 320, 64).narrow(1, 300, 1).fill_(std::ldexp(1.0f, -149)); // a column block of the smallest subnormal
+    x.narrow(1, 330, 1).copy_(torch::linspace(-464.0, 464.0, n).unsqueeze(1)); // columns whose amax gives a scale just under 1
+    x.narrow(0, 256, 128).narrow(1, 370, 1).zero_();                       // a column block of zeros
     return x;
 }
 
@@ -742,6 +778,36 @@ Fp8BlockCodes cast_fp8_block_codes(const torch::Tensor& x, NumberFormat format, 
     }
 #endif
     return fp8_block_codes_tensor_ops(x, format, power_of_two, tile_2d);
+}
+
+Fp8BlockCodesBoth cast_fp8_block_codes_both(const torch::Tensor& x, NumberFormat format, bool power_of_two)
+{
+    TORCH_CHECK(x.dim() == 2 && format_info(format).is_fp8, "cast_fp8_block_codes_both: a 2-D operand and an FP8 format");
+#ifdef MANTISSA_CUDA_KERNELS
+    const bool whole_tiles = x.size(0) % 128 == 0 && x.size(1) % 128 == 0;
+    const bool as_is = x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16 ||
+                       x.scalar_type() == torch::kHalf;
+    const ProbedKernel kernel =
+        x.is_cuda() && whole_tiles && as_is ? fp8_block_rows_cols_kernel(x.device()) : ProbedKernel::Unavailable;
+    if (kernel != ProbedKernel::Unavailable) {
+        auto own = cuda_kernels::fp8_block_rows_cols(x.contiguous(), format == NumberFormat::E4M3, power_of_two,
+                                                     kernel == ProbedKernel::Paired);
+        return {{std::move(own.rows.codes), std::move(own.rows.scale_inv), std::move(own.rows.amax)},
+                {std::move(own.cols.codes), std::move(own.cols.scale_inv), std::move(own.cols.amax)}};
+    }
+#endif
+    return {cast_fp8_block_codes(x, format, power_of_two, false),
+            cast_fp8_block_codes(x.t().contiguous(), format, power_of_two, false)};
+}
+
+std::string fp8_block_rows_cols_kernel_report()
+{
+#ifdef MANTISSA_CUDA_KERNELS
+    if (!torch::cuda::is_available()) return "no GPU";
+    return probed_kernel_report(fp8_block_rows_cols_kernel(torch::Device(torch::kCUDA)));
+#else
+    return "not built";
+#endif
 }
 
 BlockQuantized quantize_nvfp4_2d(const torch::Tensor& x, bool tile_2d, const SrSeed& sr_seed, BlockKernel kernel)

@@ -86,6 +86,17 @@ struct Fp8BlockCodes {
 // On a GPU Mantissa's cast kernel writes the codes in one pass (the same probe holds them to
 // the ops); elsewhere the tensor ops, stopped before their multiplication by 1 / scale.
 Fp8BlockCodes cast_fp8_block_codes(const torch::Tensor& x, NumberFormat format, bool power_of_two, bool tile_2d);
+// Both 1x128 casts of x (R, C) as codes: `rows` along C, and `cols` along R, the cast of x^T
+// (codes (C, R)), which a wgrad GEMM takes. On a GPU with R and C multiples of 128, one kernel
+// reading x once (the same bits, held so by its own probe); elsewhere the two casts above, the
+// second of a transposed copy.
+struct Fp8BlockCodesBoth {
+    Fp8BlockCodes rows, cols;
+};
+Fp8BlockCodesBoth cast_fp8_block_codes_both(const torch::Tensor& x, NumberFormat format, bool power_of_two);
+// "yes (paired conversion)", "yes (c10 conversion)", "NO", "not built" or "no GPU": whether
+// cast_fp8_block_codes_both takes its kernel on this process's GPU.
+std::string fp8_block_rows_cols_kernel_report();
 
 // The values the fp8-block cast kernels' start-up probes cast, FP32 on the CPU; the CPU tests run
 // the kernels on them too (tests/test_cuda_kernels_on_cpu.cpp). Rows: 12 x 300 (two whole 1x128
@@ -97,6 +108,10 @@ Fp8BlockCodes cast_fp8_block_codes(const torch::Tensor& x, NumberFormat format, 
 // E5M2's midpoints, and two whose amax lies in a row that the kernel's last warps hold.
 torch::Tensor fp8_block_probe_rows();
 torch::Tensor fp8_block_probe_tiles();
+// 384 x 384 (3 x 3 tiles, every dimension whole blocks, as the rows-and-columns cast takes):
+// the tiles' probe and the rows' probe laid in, with column blocks of the smallest subnormal,
+// of zeros and of amax 464 besides.
+torch::Tensor fp8_block_probe_square();
 
 // Whether quantize_fp8_block_2d's 1x128 casts (or with `tiles` the weights' 128x128 tiles) on
 // this process's GPU take Mantissa's own CUDA kernel (core/cuda/fp8_block.h), and how it

@@ -98,6 +98,7 @@ std::string fp8_block_kernels_report()
 #ifdef MANTISSA_CUDA_KERNELS
     if (!torch::cuda::is_available()) return "no GPU";
     return "block cast: " + fp8_block_cast_kernel_report(false) + ", tile cast: " + fp8_block_cast_kernel_report(true) +
+           ", rows and columns cast: " + fp8_block_rows_cols_kernel_report() +
            ", block split: " + probed_kernel_report(split_kernel(torch::Device(torch::kCUDA)));
 #else
     return "not built";

@@ -190,6 +190,9 @@ public:
     // operand, whose block scales an armed training step records as the emulator's cast does
     // (the wgrad copies along M are not recorded, there as here).
     Fp8BlockCodes blockwise_cast(const torch::Tensor& x, OperandRole role, bool observed);
+    // Both of x's casts, along K (observed as above) and along M (its wgrad copy, codes (K, M)),
+    // on a GPU from one read of x.
+    Fp8BlockCodesBoth blockwise_cast_both(const torch::Tensor& x, OperandRole role);
     // The weight's 128x128 E4M3 tiles as codes, cast once per optimizer step (evaluation casts
     // and keeps nothing): rows (N, K) with the tiles' scales per 1x128 row block, and with
     // `transposed` also W^T (K, N) the same way (a byte transpose, made on first use: the tiles
@@ -233,6 +236,8 @@ private:
     // Telemetry of a block-recipe cast: an nvfp4 wgrad operand's Hadamard rows at once; a
     // row-wise cast's block scales kept until the operand itself is recorded (record()).
     void observe_block_cast(OperandRole role, const torch::Tensor& x, int64_t k_dim, BlockCastRecord block);
+    // The same for a blockwise cast along x's last dimension (layer_gemm_blockwise.cpp).
+    void observe_blockwise_cast(OperandRole role, const torch::Tensor& x, const Fp8BlockCodes& cast);
     torch::Tensor gemm_unrecorded(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
                                   const torch::Tensor& bias, const torch::Tensor& scale_a, const torch::Tensor& scale_b,
                                   torch::Tensor* accumulator = nullptr);

@@ -32,7 +32,13 @@ struct BlockwiseLinear : public torch::autograd::Function<BlockwiseLinear> {
     {
         auto* layer = reinterpret_cast<LayerGemm*>(layer_address);
         const bool has_bias = bias.numel() > 0;
-        const auto xr = layer->blockwise_cast(x, OperandRole::Input, true); // (M, K) along K
+        // x along K for this GEMM and, when a backward follows, along M for the wgrad GEMM (TE's
+        // "columnwise" copy, quantized from x itself, not from the first cast): one read of x
+        // on a GPU. Only the second is kept for the backward: one byte a value.
+        Fp8BlockCodesBoth x8;
+        if (backward_follows) x8 = layer->blockwise_cast_both(x, OperandRole::Input); // (M, K), (K, M)
+        else x8.rows = layer->blockwise_cast(x, OperandRole::Input, true);
+        const auto& xr = x8.rows;
         const auto& w = layer->blockwise_weight(weight, false);               // (N, K)
         // The bias joins the FP32 accumulator rounded to the output's BF16, as the emulator's
         // (and cuBLAS's epilogue) takes it.
@@ -46,15 +52,9 @@ struct BlockwiseLinear : public torch::autograd::Function<BlockwiseLinear> {
             layer->record("weight", weight, NumberFormat::E4M3, 0.0f, join_fp8_blocks(w.rows));
             layer->record("input", x, NumberFormat::E4M3, 0.0f, join_fp8_blocks(operand(xr)));
         }
-        // TE keeps the input for the weight gradient already cast along M (its "columnwise"
-        // copy, quantized from the high-precision tensor): one byte a value, where the
-        // emulator's path keeps x itself.
-        Fp8BlockCodes xc;
-        if (backward_follows)
-            xc = layer->blockwise_cast(x.t().contiguous(), OperandRole::Input, false); // (K, M) along M
         ctx->saved_data["layer"] = layer_address;
         ctx->saved_data["has_bias"] = has_bias;
-        ctx->save_for_backward({xc.codes, xc.decode, weight});
+        ctx->save_for_backward({x8.cols.codes, x8.cols.decode, weight});
         return y;
     }
 
@@ -66,15 +66,17 @@ struct BlockwiseLinear : public torch::autograd::Function<BlockwiseLinear> {
         const auto dy = grads[0].contiguous(); // (M, N)
         const bool armed = layer->telemetry_armed();
 
+        // dy along N for the dgrad GEMM and along M for the wgrad GEMM, from one read.
+        const auto dy8 = layer->blockwise_cast_both(dy, OperandRole::GradOutput); // (M, N), (N, M)
+        const auto& dyr = dy8.rows;
+
         // dgrad: dx = dy W, contraction over N: dy along N, W^T (K, N) along N.
-        const auto dyr = layer->blockwise_cast(dy, OperandRole::GradOutput, true);
         const auto& w = layer->blockwise_weight(weight, true);
         const auto dx = blockwise_fp8_mm(operand(dyr), w.transposed).to(torch::kBFloat16); // (M, K)
         if (armed) layer->record("grad_output", dy, NumberFormat::E4M3, 0.0f, join_fp8_blocks(operand(dyr)));
 
         // wgrad: dW = dy^T x, contraction over M: both along M, cast from dy and x themselves.
-        const auto dyc = layer->blockwise_cast(dy.t().contiguous(), OperandRole::GradOutput, false); // (N, M)
-        const auto accumulator = blockwise_fp8_mm(operand(dyc), {saved[0], saved[1]});             // (N, K) FP32
+        const auto accumulator = blockwise_fp8_mm(operand(dy8.cols), {saved[0], saved[1]}); // (N, K) FP32
         // Rounded to BF16 as every FP8 GEMM's output; autograd hands it to the FP32 master
         // weight's gradient with the same values, as it does dx to an FP32 input.
         const auto dw = accumulator.to(torch::kBFloat16);
@@ -125,14 +127,26 @@ torch::Tensor LayerGemm::linear_blockwise(const torch::Tensor& x, const torch::T
         .view(out_shape);
 }
 
+void LayerGemm::observe_blockwise_cast(OperandRole role, const torch::Tensor& x, const Fp8BlockCodes& cast)
+{
+    // As the emulator's round_operand observes its casts: armed training steps only.
+    if (!armed_ || !training_) return;
+    const BlockQuantized q{{}, cast.decode, cast.amax, {}};
+    observe_block_cast(role, x, x.dim() - 1, block_cast_record(q, NumberFormat::E4M3, recipe_));
+}
+
 Fp8BlockCodes LayerGemm::blockwise_cast(const torch::Tensor& x, OperandRole role, bool observed)
 {
     auto cast = cast_fp8_block_codes(x, NumberFormat::E4M3, recipe_.block_power_of_two, /*tile_2d=*/false);
-    if (observed && armed_ && training_) {
-        const BlockQuantized q{{}, cast.decode, cast.amax, {}};
-        observe_block_cast(role, x, x.dim() - 1, block_cast_record(q, NumberFormat::E4M3, recipe_));
-    }
+    if (observed) observe_blockwise_cast(role, x, cast);
     return cast;
+}
+
+Fp8BlockCodesBoth LayerGemm::blockwise_cast_both(const torch::Tensor& x, OperandRole role)
+{
+    auto both = cast_fp8_block_codes_both(x, NumberFormat::E4M3, recipe_.block_power_of_two);
+    observe_blockwise_cast(role, x, both.rows);
+    return both;
 }
 
 const LayerGemm::BlockwiseWeight& LayerGemm::blockwise_weight(const torch::Tensor& weight, bool transposed)

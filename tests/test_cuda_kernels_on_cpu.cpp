@@ -431,6 +431,46 @@ private slots:
             }
     }
 
+    // fp8-block's rows-and-columns cast (one read of x for the forward's or dgrad's operand and
+    // the wgrad's) against the tensor ops' casts of x and of x^T: codes byte for byte, scales and
+    // amaxes bit for bit, FP32 and 16-bit inputs, both formats and both kinds of scale, on its
+    // probe's 3 x 3 tiles (NaN, Inf, zero, subnormal and FLT_MAX blocks both ways); then 54
+    // tiles on one simulated multiprocessor, whose 32 thread blocks walk them.
+    void fp8BlockRowsColsAgree_data()
+    {
+        QTest::addColumn<c10::ScalarType>("dtype");
+        QTest::newRow("fp32") << torch::kFloat32;
+        QTest::newRow("bf16") << torch::kBFloat16;
+        QTest::newRow("fp16") << torch::kHalf;
+    }
+    void fp8BlockRowsColsAgree()
+    {
+        QFETCH(c10::ScalarType, dtype);
+        const auto x = fp8_block_probe_square().to(dtype);
+        const auto check = [](const kernels::Fp8BlockRows& own, const Fp8BlockCodes& ops) {
+            QVERIFY(same_codes(own.codes, ops.codes));
+            QVERIFY(same_bits(own.scale_inv, ops.decode));
+            QVERIFY(same_bits(own.amax, ops.amax));
+        };
+        for (const auto format : {NumberFormat::E4M3, NumberFormat::E5M2})
+            for (const bool power_of_two : {true, false}) {
+                const auto own = kernels::fp8_block_rows_cols(x, format == NumberFormat::E4M3, power_of_two);
+                check(own.rows, cast_fp8_block_codes(x, format, power_of_two, false));
+                check(own.cols, cast_fp8_block_codes(x.t().contiguous(), format, power_of_two, false));
+                // What the layer takes on a CPU: the same two casts.
+                const auto both = cast_fp8_block_codes_both(x, format, power_of_two);
+                check(own.cols, both.cols);
+            }
+        const auto many = fp8_block_probe_square().repeat({2, 3}).to(dtype); // (768, 1152): 54 tiles
+        with_multiprocessors(1, [&] {
+            const int64_t before = cuda_sim::launches();
+            const auto own = kernels::fp8_block_rows_cols(many, true, true);
+            QCOMPARE(cuda_sim::launches() - before, int64_t(1));
+            check(own.rows, cast_fp8_block_codes(many, NumberFormat::E4M3, true, false));
+            check(own.cols, cast_fp8_block_codes(many.t().contiguous(), NumberFormat::E4M3, true, false));
+        });
+    }
+
     // The three fp8-block kernels walking their operand grid-stride: with one multiprocessor the
     // grid is capped at 32 thread blocks (256 row blocks a pass for the 1x128 cast and the split,
     // 32 tiles for the tile cast), and the probes' values repeated make 900 row blocks and 72 tiles.

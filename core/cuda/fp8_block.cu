@@ -47,6 +47,23 @@ __device__ __forceinline__ BlockScale block_scale(float m, bool nan, float fp8_m
     return b;
 }
 
+// A value's magnitude as its bits. Their unsigned order is the magnitudes' order, with Inf above
+// every finite value and NaN above Inf, so one integer max per value gives a block's amax and
+// whether it holds a NaN (where fmaxf skips NaN and a flag has to be kept beside it).
+__device__ __forceinline__ uint32_t magnitude_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
+__device__ __forceinline__ uint32_t max_bits(uint32_t a, uint32_t b) { return a > b ? a : b; }
+__device__ __forceinline__ uint32_t warp_max_bits(uint32_t m)
+{
+    for (int offset = 16; offset > 0; offset /= 2) m = max_bits(m, __shfl_xor_sync(0xffffffffu, m, offset));
+    return m;
+}
+// block_scale of a block whose largest magnitude bits are m.
+__device__ __forceinline__ BlockScale block_scale_of_bits(uint32_t m, float fp8_max, bool power_of_two)
+{
+    const bool nan = m > 0x7f800000u;
+    return block_scale(__uint_as_float(nan ? 0u : m), nan, fp8_max, power_of_two);
+}
+
 // Two finite values within the format's range rounded to its grid (to nearest even) and read
 // back, as Code(v) read as a float. `paired`: on sm_89 and newer with the hardware's paired
 // conversion (fp8_pair.h), a few instructions for two values where c10's two conversions take
@@ -87,18 +104,20 @@ __device__ __forceinline__ void block_values(float& a, float& b, const BlockScal
 template <typename Code>
 __device__ __forceinline__ uint32_t block_codes(float a, float b, const BlockScale& s, float fp8_max, bool paired)
 {
-    if (!s.finite) return 0x7F7Fu;
-    const auto clamped = [&](float v) {
-        v *= s.scale;
-        return v > fp8_max ? fp8_max : (v < -fp8_max ? -fp8_max : v);
-    };
-    a = clamped(a), b = clamped(b);
+    a *= s.scale, b *= s.scale;
+    uint32_t pair;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    if (paired) return code_pair_as_c10<Code>(a, b, Past::Clamped);
-#else
-    (void)paired;
+    // satfinite saturates what the clamp would have clamped (to the same largest code), and a
+    // finite block's values are finite: the hardware's own codes, c10's bits.
+    if (paired) pair = code_pair_saturated<Code>(a, b);
+    else
 #endif
-    return static_cast<uint32_t>(Code(a).x) | (static_cast<uint32_t>(Code(b).x) << 8);
+    {
+        (void)paired;
+        const auto clamped = [&](float v) { return v > fp8_max ? fp8_max : (v < -fp8_max ? -fp8_max : v); };
+        pair = static_cast<uint32_t>(Code(clamped(a)).x) | (static_cast<uint32_t>(Code(clamped(b)).x) << 8);
+    }
+    return s.finite ? pair : 0x7F7Fu; // a select: a block's finiteness is the same for its whole warp
 }
 
 // Where a cast writes: its values (FP32), or with kCodes the codes themselves, one byte each,
@@ -169,15 +188,10 @@ __global__ void __launch_bounds__(kThreads)
             const int64_t c = c0 + lane + 32 * j;
             v[j] = c < cols ? static_cast<float>(in[c]) : 0.0f; // the zero padding of the ops; 16-bit widens exactly
         }
-        bool nan = false;
-        float m = 0.0f;
+        uint32_t m = 0;
 #pragma unroll
-        for (int j = 0; j < kPerLane; ++j) {
-            nan |= isnan(v[j]);
-            m = fmaxf(m, fabsf(v[j])); // fmaxf skips NaN; the flag keeps it
-        }
-        nan = __any_sync(0xffffffffu, nan);
-        const BlockScale s = block_scale(warp_max(m), nan, fp8_max, power_of_two);
+        for (int j = 0; j < kPerLane; ++j) m = max_bits(m, magnitude_bits(v[j]));
+        const BlockScale s = block_scale_of_bits(warp_max_bits(m), fp8_max, power_of_two);
         store_block_row<Code, kCodes>(v, values, codes, r * cols, c0, lane, cols, s, fp8_max, paired);
         if (lane == 0) {
             scale_inv[b] = s.finite ? s.inv : __int_as_float(0x7fc00000);
@@ -245,6 +259,107 @@ __global__ void __launch_bounds__(kThreads)
             scale_inv[t] = s.finite ? s.inv : __int_as_float(0x7fc00000);
             amax_out[t] = s.amax;
         }
+    }
+}
+
+// fp8-block's two casts of one operand x (R, C), both multiples of 128, from one read: its
+// 1x128 blocks along C (block_rows' codes) and its blocks along R, written transposed (C, R) as
+// block_rows would write them for x^T: what a wgrad GEMM takes, R innermost. Where the two
+// casts and a transposing copy of x read it three times and wrote it once more. One CUDA block
+// per 128 x 128 tile, held as block_tiles holds it (warp w rows w, w + 8, ..., lane l columns
+// l, l + 32, l + 64, l + 96): each row of the tile is one row block, each column one column
+// block. The column codes are gathered in shared memory, so that each column leaves as 128
+// consecutive bytes, a 4-byte store per lane.
+constexpr int kCodeColumnBytes = kBlock + 4; // a column's codes in the tile, padded: column c starts at bank c + ...
+
+template <typename Code, typename In>
+__global__ void __launch_bounds__(kThreads)
+    block_rows_cols(const In* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scale_inv,
+                    float* __restrict__ amax_out, uint8_t* __restrict__ codes_t, float* __restrict__ scale_inv_t,
+                    float* __restrict__ amax_t, int64_t rows, int64_t cols, int64_t tile_cols, int64_t tiles,
+                    float fp8_max, bool power_of_two, bool paired)
+{
+    __shared__ uint32_t column_max[kWarps][kBlock]; // magnitude bits
+    __shared__ uint32_t column_codes[kBlock * kCodeColumnBytes / 4];
+    uint8_t* column_bytes = reinterpret_cast<uint8_t*>(column_codes);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int64_t row_blocks = cols / kBlock, column_blocks = rows / kBlock;
+    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const int64_t tr = t / tile_cols, tc = t % tile_cols, r0 = tr * kBlock, c0 = tc * kBlock;
+        float v[kTileRowsPerWarp][kPerLane];
+#pragma unroll
+        for (int i = 0; i < kTileRowsPerWarp; ++i) {
+            const In* in = x + (r0 + warp + kWarps * i) * cols + c0;
+#pragma unroll
+            for (int j = 0; j < kPerLane; ++j) v[i][j] = static_cast<float>(in[lane + 32 * j]); // 16-bit widens exactly
+        }
+        // Rows: each of the warp's 16 is a block of its own; the columns' partial maxima on the way.
+        uint32_t cm[kPerLane] = {0, 0, 0, 0};
+#pragma unroll
+        for (int i = 0; i < kTileRowsPerWarp; ++i) {
+            uint32_t m = 0;
+#pragma unroll
+            for (int j = 0; j < kPerLane; ++j) {
+                const uint32_t a = magnitude_bits(v[i][j]);
+                m = max_bits(m, a);
+                cm[j] = max_bits(cm[j], a);
+            }
+            const BlockScale s = block_scale_of_bits(warp_max_bits(m), fp8_max, power_of_two);
+            const int64_t r = r0 + warp + kWarps * i;
+            uint8_t* out = codes + r * cols + c0 + lane; // whole tiles: no bounds to check
+#pragma unroll
+            for (int j = 0; j < kPerLane; j += 2) {
+                const uint32_t pair = block_codes<Code>(v[i][j], v[i][j + 1], s, fp8_max, paired);
+                out[32 * j] = static_cast<uint8_t>(pair & 0xFFu);
+                out[32 * (j + 1)] = static_cast<uint8_t>(pair >> 8);
+            }
+            if (lane == 0) {
+                scale_inv[r * row_blocks + tc] = s.finite ? s.inv : __int_as_float(0x7fc00000);
+                amax_out[r * row_blocks + tc] = s.amax;
+            }
+        }
+        // Columns: the maxima of the 8 warps' rows.
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) column_max[warp][lane + 32 * j] = cm[j];
+        __syncthreads();
+        BlockScale cs[kPerLane];
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) {
+            uint32_t m = 0;
+#pragma unroll
+            for (int w = 0; w < kWarps; ++w) m = max_bits(m, column_max[w][lane + 32 * j]);
+            cs[j] = block_scale_of_bits(m, fp8_max, power_of_two);
+        }
+        // Column c's code of row r at byte c * kCodeColumnBytes + r: a warp's 32 lanes write 32
+        // columns, 33 words apart, each in a bank of its own. Rows i and i + 1 of a lane (8
+        // apart in the tile) share their column's scale, so they convert as a pair.
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) {
+            const int c = lane + 32 * j;
+#pragma unroll
+            for (int i = 0; i < kTileRowsPerWarp; i += 2) {
+                const uint32_t pair = block_codes<Code>(v[i][j], v[i + 1][j], cs[j], fp8_max, paired);
+                column_bytes[c * kCodeColumnBytes + warp + kWarps * i] = static_cast<uint8_t>(pair & 0xFFu);
+                column_bytes[c * kCodeColumnBytes + warp + kWarps * (i + 1)] = static_cast<uint8_t>(pair >> 8);
+            }
+        }
+        __syncthreads();
+        // Out: warp w writes columns w, w + 8, ..., lane l bytes 4 l to 4 l + 3 of each.
+        for (int k = 0; k < kBlock / kWarps; ++k) {
+            const int c = warp + kWarps * k;
+            reinterpret_cast<uint32_t*>(codes_t + (c0 + c) * rows + r0)[lane] = column_codes[c * (kCodeColumnBytes / 4) + lane];
+        }
+        if (warp == 0) {
+#pragma unroll
+            for (int j = 0; j < kPerLane; ++j) {
+                const int64_t at = (c0 + lane + 32 * j) * column_blocks + tr;
+                scale_inv_t[at] = cs[j].finite ? cs[j].inv : __int_as_float(0x7fc00000);
+                amax_t[at] = cs[j].amax;
+            }
+        }
+        // No barrier before the next tile: its column maxima are written where nothing has read
+        // since the barrier above, and its codes only after its own first barrier, which every
+        // thread reaches once done with this tile's.
     }
 }
 
@@ -423,6 +538,55 @@ Fp8BlockRows fp8_block_tiles(const torch::Tensor& x, bool e4m3, bool power_of_tw
         launch_tiles_as<c10::Float8_e5m2, true>(x, out, tile_cols, tiles, 57344.0f, power_of_two, paired_conversion);
     else
         launch_tiles_as<c10::Float8_e5m2, false>(x, out, tile_cols, tiles, 57344.0f, power_of_two, paired_conversion);
+    return out;
+}
+
+namespace {
+
+template <typename Code, typename In>
+void launch_rows_cols(const torch::Tensor& x, Fp8BlockRowsCols& out, float fp8_max, bool power_of_two, bool paired)
+{
+    const int64_t rows = x.size(0), cols = x.size(1), tile_cols = cols / kBlock, tiles = (rows / kBlock) * tile_cols;
+    const int blocks = static_cast<int>(std::min<int64_t>(tiles, grid_cap()));
+    MANTISSA_LAUNCH(blocks, kThreads, at::cuda::getCurrentCUDAStream(), block_rows_cols<Code, In>)(
+        reinterpret_cast<const In*>(x.data_ptr()), codes_or_null(out.rows), out.rows.scale_inv.data_ptr<float>(),
+        out.rows.amax.data_ptr<float>(), codes_or_null(out.cols), out.cols.scale_inv.data_ptr<float>(),
+        out.cols.amax.data_ptr<float>(), rows, cols, tile_cols, tiles, fp8_max, power_of_two, paired);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename In>
+void launch_rows_cols(const torch::Tensor& x, Fp8BlockRowsCols& out, bool e4m3, bool power_of_two, bool paired)
+{
+    if (e4m3) launch_rows_cols<c10::Float8_e4m3fn, In>(x, out, 448.0f, power_of_two, paired);
+    else launch_rows_cols<c10::Float8_e5m2, In>(x, out, 57344.0f, power_of_two, paired);
+}
+
+} // namespace
+
+Fp8BlockRowsCols fp8_block_rows_cols(const torch::Tensor& x, bool e4m3, bool power_of_two, bool paired_conversion)
+{
+    const auto dtype = x.scalar_type();
+    TORCH_CHECK(on_kernel_device(x) && x.is_contiguous() && x.dim() == 2 && x.size(0) % kBlock == 0 &&
+                    x.size(1) % kBlock == 0 &&
+                    (dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kHalf),
+                "cuda_kernels::fp8_block_rows_cols: a contiguous (R, C) FP32, BF16 or FP16 CUDA tensor, R and C "
+                "multiples of 128");
+    const c10::cuda::CUDAGuard guard(x.device());
+    const int64_t rows = x.size(0), cols = x.size(1);
+    const auto f32 = x.options().dtype(torch::kFloat32);
+    const auto code_dtype = x.options().dtype(e4m3 ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2);
+    Fp8BlockRowsCols out;
+    out.rows.codes = torch::empty({rows, cols}, code_dtype);
+    out.rows.scale_inv = torch::empty({rows, cols / kBlock}, f32);
+    out.rows.amax = torch::empty({rows, cols / kBlock}, f32);
+    out.cols.codes = torch::empty({cols, rows}, code_dtype);
+    out.cols.scale_inv = torch::empty({cols, rows / kBlock}, f32);
+    out.cols.amax = torch::empty({cols, rows / kBlock}, f32);
+    if (rows * cols == 0) return out;
+    if (dtype == torch::kFloat32) launch_rows_cols<float>(x, out, e4m3, power_of_two, paired_conversion);
+    else if (dtype == torch::kBFloat16) launch_rows_cols<c10::BFloat16>(x, out, e4m3, power_of_two, paired_conversion);
+    else launch_rows_cols<c10::Half>(x, out, e4m3, power_of_two, paired_conversion);
     return out;
 }
 

@@ -35,6 +35,15 @@ Fp8BlockRows fp8_block_rows(const torch::Tensor& x, bool e4m3, bool power_of_two
 Fp8BlockRows fp8_block_tiles(const torch::Tensor& x, bool e4m3, bool power_of_two, bool paired_conversion = true,
                              bool codes = false);
 
+// Both of fp8-block's 1x128 casts of a contiguous FP32, BF16 or FP16 (R, C) CUDA tensor, R and C
+// multiples of 128, as codes, from one read: `rows` is fp8_block_rows(x, ..., codes = true)
+// and `cols` is fp8_block_rows(x^T, ..., codes = true), codes (C, R) and scales (C, R / 128):
+// the wgrad GEMM's operand, without a transposing copy of x.
+struct Fp8BlockRowsCols {
+    Fp8BlockRows rows, cols;
+};
+Fp8BlockRowsCols fp8_block_rows_cols(const torch::Tensor& x, bool e4m3, bool power_of_two, bool paired_conversion = true);
+
 // split_fp8_blocks: codes (R, K) Float8_e4m3fn and decode (R, K / 128) FP32 of a contiguous
 // FP32 (R, K) CUDA tensor, K a multiple of 128.
 // `paired_conversion` as for the casts: the codes from the hardware's paired conversion.

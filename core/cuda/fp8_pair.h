@@ -46,6 +46,15 @@ __device__ __forceinline__ uint32_t code_pair_as_c10(float a, float b, Past past
     return as_c10(a, pair & 0xFFu) | (as_c10(b, pair >> 8) << 8);
 }
 
+// The codes of finite a and b (a in the low byte), saturated to the format's largest finite
+// value: c10's codes of the values clamped to it first.
+template <typename Code>
+__device__ __forceinline__ uint32_t code_pair_saturated(float a, float b)
+{
+    constexpr __nv_fp8_interpretation_t kKind = std::is_same_v<Code, c10::Float8_e4m3fn> ? __NV_E4M3 : __NV_E5M2;
+    return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kKind);
+}
+
 // a and b, finite and within the format's range, rounded to its grid and read back (every
 // E4M3 and E5M2 code is a half, so the way back through a pair of halves is exact).
 template <typename Code>
