@@ -616,7 +616,8 @@ void blockwise_codes(const std::string& device)
         report(to_cpu <= 1e-2 && to_split <= 1e-2 && observed, "fp8-block from the casts' codes",
                fmt("max |loss - cpu| / cpu %.3g, against the split path %.3g", to_cpu, to_split) +
                    (same_bits(codes.steps, split.steps) ? " (bit-identical)" : "") +
-                   ", telemetry every step: " + (observed ? "the same losses" : "DIFFERENT LOSSES"));
+                   ", telemetry every step: " + (observed ? "the same losses" : "DIFFERENT LOSSES") +
+                   (blockwise_fp8_bf16_output_available() ? "; GEMMs write BF16 (epilogue)" : "; GEMMs write FP32"));
     });
 }
 

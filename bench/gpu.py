@@ -134,7 +134,8 @@ def run(cmd, what, timeout_s, env=None):
     # A recipe that fell back to emulation says so on stderr: its time is not the native one.
     for line in out.splitlines():
         # (A kernel whose probe failed says its LibTorch "ops stay".)
-        if line.startswith("mantissa:") and ("emulated" in line or "dequantised" in line or "ops stay" in line):
+        if line.startswith("mantissa:") and ("emulated" in line or "dequantised" in line or "ops stay" in line
+                                             or "round after" in line):
             print(f"  {what}: {line.strip()}", flush=True)
             NOTES.setdefault(what, []).append(line.strip())
     if r.returncode != 0:

@@ -111,6 +111,24 @@ torch::Tensor join_fp8_blocks(const Fp8BlockOperand& op)
     return (op.codes.to(torch::kFloat32).view({rows, k / kBlock, kBlock}) * op.decode.unsqueeze(-1)).view({rows, k});
 }
 
+namespace {
+
+// _scaled_mm's blockwise call: cuBLAS's layouts, as PyTorch's test_scaled_mm_vs_emulated_block_wise
+// lays them out: a row-major (M, K) with its scales (M, K/128) outer-dimension-major (stride 1
+// along M); b column-major (K, N), i.e. bt's rows transposed, with scales (K/128, N) row-major.
+torch::Tensor blockwise_scaled_mm(const Fp8BlockOperand& a, const Fp8BlockOperand& bt, const torch::Tensor& bias,
+                                  c10::ScalarType out_dtype)
+{
+    const auto scale_a = a.decode.t().contiguous().t();
+    const auto scale_b = bt.decode.t().contiguous();
+    std::optional<at::Tensor> epilogue_bias; // empty, never an undefined tensor (read as a bias of numel 1)
+    if (bias.defined()) epilogue_bias = bias;
+    return at::_scaled_mm(a.codes.contiguous(), bt.codes.contiguous().t(), scale_a, scale_b, epilogue_bias, {},
+                          out_dtype, /*use_fast_accum=*/false);
+}
+
+} // namespace
+
 torch::Tensor blockwise_fp8_mm(const Fp8BlockOperand& a, const Fp8BlockOperand& bt, const torch::Tensor& bias)
 {
     if (!a.codes.is_cuda()) {
@@ -119,14 +137,14 @@ torch::Tensor blockwise_fp8_mm(const Fp8BlockOperand& a, const Fp8BlockOperand& 
         const auto b = join_fp8_blocks(bt).t();
         return bias.defined() ? at::addmm(bias, join_fp8_blocks(a), b) : at::mm(join_fp8_blocks(a), b);
     }
-    // cuBLAS's layouts, as PyTorch's test_scaled_mm_vs_emulated_block_wise lays them out: a
-    // row-major (M, K) with its scales (M, K/128) outer-dimension-major (stride 1 along M);
-    // b column-major (K, N), i.e. bt's rows transposed, with scales (K/128, N) row-major.
-    const auto scale_a = a.decode.t().contiguous().t();
-    const auto scale_b = bt.decode.t().contiguous();
-    auto y = at::_scaled_mm(a.codes.contiguous(), bt.codes.contiguous().t(), scale_a, scale_b, {}, {}, torch::kFloat32,
-                            /*use_fast_accum=*/false);
+    auto y = blockwise_scaled_mm(a, bt, {}, torch::kFloat32);
     return bias.defined() ? y + bias : y;
+}
+
+torch::Tensor blockwise_fp8_mm_bf16(const Fp8BlockOperand& a, const Fp8BlockOperand& bt, const torch::Tensor& bias)
+{
+    TORCH_CHECK(a.codes.is_cuda(), "blockwise_fp8_mm_bf16: CUDA operands");
+    return blockwise_scaled_mm(a, bt, bias.defined() ? bias.to(torch::kBFloat16) : bias, torch::kBFloat16);
 }
 
 torch::Tensor tile_decode_as_rows(const torch::Tensor& tile_decode, int64_t rows)
@@ -136,26 +154,34 @@ torch::Tensor tile_decode_as_rows(const torch::Tensor& tile_decode, int64_t rows
     return tile_decode.unsqueeze(1).expand({tile_rows, kBlock, tile_cols}).reshape({tile_rows * kBlock, tile_cols}).narrow(0, 0, rows);
 }
 
+namespace {
+
+// The blockwise probes' operands, on the GPU: a (rows, cols) tensor from a formula (the probes
+// draw nothing from any generator), with a binade per 1x128 block that differs from its
+// neighbours' along both dimensions, so that a scale applied to another block shows.
+torch::Tensor probe_operand(int64_t rows, int64_t cols, float frequency, float salt)
+{
+    const auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat32);
+    const auto r = torch::arange(rows, opts).unsqueeze(1), c = torch::arange(cols, opts).unsqueeze(0);
+    const auto grid = r * static_cast<float>(cols) + c;
+    const auto wave = torch::sin(grid * frequency) * torch::exp2(torch::remainder(grid, 7.0f) - 3.0f);
+    return wave * torch::exp2(torch::remainder(r + 3.0f * torch::floor(c / 128.0f) + salt, 9.0f) - 4.0f);
+}
+
+// (M, N, K) of the probes: square, wider than tall and taller than wide, K of 2 and 4 blocks.
+constexpr std::array<std::array<int64_t, 3>, 3> kProbeShapes = {{{256, 256, 256}, {128, 384, 256}, {384, 128, 512}}};
+
+} // namespace
+
 bool blockwise_fp8_available()
 {
     static const bool available = [] {
         if (!native_fp8_available()) return false; // no CUDA, or no FP8 _scaled_mm at all
         try {
-            // Operands fp8-block itself rounded (1x128 and 128x128 tiles, power-of-two scales)
-            // from a formula (the probe draws nothing from any generator), with a binade per
-            // 1x128 block that differs from its neighbours' along both dimensions, so that a
-            // scale applied to another block shows. Shapes: square, wider than tall and taller
-            // than wide, K of 2 and 4 blocks.
-            const auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat32);
-            auto operand = [&](int64_t rows, int64_t cols, float frequency, float salt) {
-                const auto r = torch::arange(rows, opts).unsqueeze(1), c = torch::arange(cols, opts).unsqueeze(0);
-                const auto grid = r * static_cast<float>(cols) + c;
-                const auto wave = torch::sin(grid * frequency) * torch::exp2(torch::remainder(grid, 7.0f) - 3.0f);
-                return wave * torch::exp2(torch::remainder(r + 3.0f * torch::floor(c / 128.0f) + salt, 9.0f) - 4.0f);
-            };
-            for (const auto& [m, n, k] : {std::array<int64_t, 3>{256, 256, 256}, {128, 384, 256}, {384, 128, 512}}) {
-                const auto xq = quantize_fp8_block_2d(operand(m, k, 0.37f, 0.0f), NumberFormat::E4M3, true, false).values;
-                const auto wq = quantize_fp8_block_2d(operand(n, k, 0.11f, 5.0f), NumberFormat::E4M3, true, true).values;
+            // Operands fp8-block itself rounded (1x128 and 128x128 tiles, power-of-two scales).
+            for (const auto& [m, n, k] : kProbeShapes) {
+                const auto xq = quantize_fp8_block_2d(probe_operand(m, k, 0.37f, 0.0f), NumberFormat::E4M3, true, false).values;
+                const auto wq = quantize_fp8_block_2d(probe_operand(n, k, 0.11f, 5.0f), NumberFormat::E4M3, true, true).values;
                 const auto y = blockwise_fp8_mm(split_fp8_blocks(xq), split_fp8_blocks(wq)).to(torch::kFloat64);
                 const auto x64 = xq.to(torch::kFloat64), w64 = wq.to(torch::kFloat64);
                 const auto reference = at::mm(x64, w64.t());
@@ -176,6 +202,44 @@ bool blockwise_fp8_available()
             return true;
         } catch (const std::exception& e) {
             std::fprintf(stderr, "mantissa: cuBLAS's blockwise FP8 GEMM is not available (%s): fp8-block stays emulated\n",
+                         first_line(e).c_str());
+            return false;
+        }
+    }();
+    return available;
+}
+
+bool blockwise_fp8_bf16_output_available()
+{
+    static const bool available = [] {
+        if (!blockwise_fp8_available()) return false;
+        try {
+            // The same products, with a bias of every sign and size in the epilogue and the BF16
+            // rounding: within the FP32 product's bound plus half a BF16 step of the answer.
+            for (const auto& [m, n, k] : kProbeShapes) {
+                const auto xq = cast_fp8_block_codes(probe_operand(m, k, 0.37f, 0.0f), NumberFormat::E4M3, true, false);
+                const auto wq = cast_fp8_block_codes(probe_operand(n, k, 0.11f, 5.0f), NumberFormat::E4M3, true, true);
+                const Fp8BlockOperand a{xq.codes, xq.decode}, bt{wq.codes, tile_decode_as_rows(wq.decode, n)};
+                const auto bias = (probe_operand(1, n, 0.53f, 2.0f).squeeze(0) * 4.0f).to(torch::kBFloat16);
+                const auto y = blockwise_fp8_mm_bf16(a, bt, bias).to(torch::kFloat64);
+                const auto x64 = join_fp8_blocks(a).to(torch::kFloat64), w64 = join_fp8_blocks(bt).to(torch::kFloat64);
+                const auto reference = at::mm(x64, w64.t()) + bias.to(torch::kFloat64);
+                const auto bound =
+                    at::mm(x64.abs(), w64.abs().t()) * std::ldexp(1.0, -5) + reference.abs() * std::ldexp(1.0, -8);
+                const auto excess = ((y - reference).abs() - bound).max().item<double>();
+                if (!(excess <= 0.0)) {
+                    std::fprintf(stderr,
+                                 "mantissa: cuBLAS's blockwise FP8 GEMM with a BF16 output is off by %g past its bound "
+                                 "on %lld x %lld x %lld: fp8-block's GEMMs write FP32 and round after\n",
+                                 excess, static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k));
+                    return false;
+                }
+            }
+            return true;
+        } catch (const std::exception& e) {
+            std::fprintf(stderr,
+                         "mantissa: cuBLAS's blockwise FP8 GEMM takes no BF16 output or bias here (%s): fp8-block's "
+                         "GEMMs write FP32 and round after\n",
                          first_line(e).c_str());
             return false;
         }

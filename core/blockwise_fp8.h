@@ -38,6 +38,14 @@ torch::Tensor join_fp8_blocks(const Fp8BlockOperand& operand); // the FP32 value
 // addmm adds it).
 torch::Tensor blockwise_fp8_mm(const Fp8BlockOperand& a, const Fp8BlockOperand& bt, const torch::Tensor& bias = {});
 
+// The same product with cuBLAS's epilogue adding `bias` (N, taken as BF16) to the FP32 sums and
+// rounding to BF16 itself: (M, N) BF16, one 2-byte write where the FP32 product, the bias and the
+// rounding took three passes. CUDA only, where blockwise_fp8_bf16_output_available().
+torch::Tensor blockwise_fp8_mm_bf16(const Fp8BlockOperand& a, const Fp8BlockOperand& bt, const torch::Tensor& bias = {});
+// Whether this process's GPU takes that call: the probe's products with a bias, within the
+// FP32 product's bound plus half a BF16 step (false without CUDA or if cuBLAS refuses the call).
+bool blockwise_fp8_bf16_output_available();
+
 // A weight's 128x128 tile scales (R/128, K/128) as the 1x128 scales of its rows (R, K/128):
 // each tile is 128 blocks of one row that share its scale.
 torch::Tensor tile_decode_as_rows(const torch::Tensor& tile_decode, int64_t rows);

@@ -25,6 +25,19 @@ using torch::autograd::variable_list;
 
 Fp8BlockOperand operand(const Fp8BlockCodes& c) { return {c.codes, c.decode}; }
 
+// On a GPU whose cuBLAS takes it, each GEMM writes its BF16 output itself (the bias in its
+// epilogue): one 2-byte write where an FP32 product, a bias pass and a rounding pass took three.
+bool bf16_epilogue(const torch::Tensor& operand) { return operand.is_cuda() && blockwise_fp8_bf16_output_available(); }
+
+// A GEMM's BF16 output against its FP32 accumulator, as the emulator records it; where the
+// accumulator never left the tensor cores (the BF16 epilogue), the output alone, as the native
+// executor records its per-tensor FP8 GEMMs. Either way the same kernels run armed or not.
+void record_gemm_output(LayerGemm& layer, const char* role, const torch::Tensor& accumulator, const torch::Tensor& out)
+{
+    if (accumulator.defined()) layer.record(role, accumulator, NumberFormat::BF16, 1.0f, out);
+    else layer.record(role, out, NumberFormat::BF16, 1.0f, {});
+}
+
 // y = x W^T + b, all three GEMMs E4M3 with block scales. x (M, K), W (N, K).
 struct BlockwiseLinear : public torch::autograd::Function<BlockwiseLinear> {
     static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
@@ -43,12 +56,17 @@ struct BlockwiseLinear : public torch::autograd::Function<BlockwiseLinear> {
         // The bias joins the FP32 accumulator rounded to the output's BF16, as the emulator's
         // (and cuBLAS's epilogue) takes it.
         const auto bias_out = has_bias ? round_to_format(bias, NumberFormat::BF16, Overflow::Propagate) : torch::Tensor();
-        const auto accumulator = blockwise_fp8_mm(operand(xr), w.rows, bias_out); // (M, N) FP32
-        auto y = accumulator.to(torch::kBFloat16);
+        torch::Tensor accumulator, y;
+        if (bf16_epilogue(x)) {
+            y = blockwise_fp8_mm_bf16(operand(xr), w.rows, bias_out); // (M, N) BF16
+        } else {
+            accumulator = blockwise_fp8_mm(operand(xr), w.rows, bias_out); // (M, N) FP32
+            y = accumulator.to(torch::kBFloat16);
+        }
         layer->note_backend(x.is_cuda());
         if (layer->telemetry_armed()) {
             layer->remember_weight(weight);
-            layer->record("output", accumulator, NumberFormat::BF16, 1.0f, y);
+            record_gemm_output(*layer, "output", accumulator, y);
             layer->record("weight", weight, NumberFormat::E4M3, 0.0f, join_fp8_blocks(w.rows));
             layer->record("input", x, NumberFormat::E4M3, 0.0f, join_fp8_blocks(operand(xr)));
         }
@@ -72,15 +90,21 @@ struct BlockwiseLinear : public torch::autograd::Function<BlockwiseLinear> {
 
         // dgrad: dx = dy W, contraction over N: dy along N, W^T (K, N) along N.
         const auto& w = layer->blockwise_weight(weight, true);
-        const auto dx = blockwise_fp8_mm(operand(dyr), w.transposed).to(torch::kBFloat16); // (M, K)
+        const auto dx = bf16_epilogue(dy) ? blockwise_fp8_mm_bf16(operand(dyr), w.transposed)
+                                          : blockwise_fp8_mm(operand(dyr), w.transposed).to(torch::kBFloat16); // (M, K)
         if (armed) layer->record("grad_output", dy, NumberFormat::E4M3, 0.0f, join_fp8_blocks(operand(dyr)));
 
         // wgrad: dW = dy^T x, contraction over M: both along M, cast from dy and x themselves.
-        const auto accumulator = blockwise_fp8_mm(operand(dy8.cols), {saved[0], saved[1]}); // (N, K) FP32
         // Rounded to BF16 as every FP8 GEMM's output; autograd hands it to the FP32 master
         // weight's gradient with the same values, as it does dx to an FP32 input.
-        const auto dw = accumulator.to(torch::kBFloat16);
-        if (armed) layer->record("weight_grad", accumulator, NumberFormat::BF16, 1.0f, dw);
+        torch::Tensor accumulator, dw;
+        if (bf16_epilogue(dy)) {
+            dw = blockwise_fp8_mm_bf16(operand(dy8.cols), {saved[0], saved[1]}); // (N, K) BF16
+        } else {
+            accumulator = blockwise_fp8_mm(operand(dy8.cols), {saved[0], saved[1]}); // (N, K) FP32
+            dw = accumulator.to(torch::kBFloat16);
+        }
+        if (armed) record_gemm_output(*layer, "weight_grad", accumulator, dw);
 
         torch::Tensor db;
         if (ctx->saved_data["has_bias"].toBool()) db = dy.to(torch::kFloat32).sum(0); // the emulator's FP32 sum

@@ -509,6 +509,16 @@ private slots:
             }
             QVERIFY2(same_values(w.grad(), w2.grad()), qPrintable(QString("step %1: dW differs").arg(step)));
             torch::NoGradGuard no_grad; // an optimizer step: new weight versions, caches refilled
+            {
+                // An evaluation between steps (no gradient, no weight cache, no cast along M):
+                // the same outputs, and the training that follows is untouched.
+                emulated.set_training(false);
+                native.set_training(false);
+                const auto x = torch::randn({M, K});
+                QVERIFY(same_values(emulated.linear(x, w, bias), native.linear(x, w2, bias)));
+                emulated.set_training(true);
+                native.set_training(true);
+            }
             w.sub_(w.grad() * 0.5);
             w2.sub_(w2.grad() * 0.5);
             w.mutable_grad() = torch::Tensor();
