@@ -990,11 +990,13 @@ private slots:
         QTest::addColumn<QString>("preset");
         QTest::addColumn<QString>("scaling");
         QTest::addColumn<int>("telemetryInterval");
-        for (const char* preset : {"fp32", "bf16", "fp16"}) QTest::addRow("%s", preset) << preset << "delayed" << 0;
+        QTest::addColumn<bool>("wide"); // 256 wide, 256 rows a micro-batch: fp8-block's codes path takes every linear
+        for (const char* preset : {"fp32", "bf16", "fp16"}) QTest::addRow("%s", preset) << preset << "delayed" << 0 << false;
         for (const char* scaling : {"delayed", "current", "rowwise", "mxfp8", "fp8-block", "nvfp4", "mxfp4"})
-            QTest::addRow("fp8-hybrid %s", scaling) << "fp8-hybrid" << scaling << 0;
-        QTest::newRow("bf16, telemetry every step") << "bf16" << "delayed" << 1;
-        QTest::newRow("fp8-hybrid delayed, telemetry every step") << "fp8-hybrid" << "delayed" << 1;
+            QTest::addRow("fp8-hybrid %s", scaling) << "fp8-hybrid" << scaling << 0 << false;
+        QTest::newRow("bf16, telemetry every step") << "bf16" << "delayed" << 1 << false;
+        QTest::newRow("fp8-hybrid delayed, telemetry every step") << "fp8-hybrid" << "delayed" << 1 << false;
+        QTest::newRow("fp8-e4m3 fp8-block from codes, telemetry every step") << "fp8-e4m3" << "fp8-block" << 1 << true;
     }
 
     void aNativeStepReadsNoScalar()
@@ -1002,13 +1004,18 @@ private slots:
         QFETCH(QString, preset);
         QFETCH(QString, scaling);
         QFETCH(int, telemetryInterval);
-        const auto config = load_project_json("{}", ".",
-                                              {{"training.device", "cpu"}, // the CPU's ops, whatever this machine has
-                                               {"precision.preset", preset.toStdString()},
-                                               {"precision.fp8.scaling", scaling.toStdString()},
-                                               {"precision.backend", "native"},
-                                               {"telemetry.interval", std::to_string(telemetryInterval)},
-                                               {"training.steps", "5"}});
+        QFETCH(bool, wide);
+        std::vector<std::pair<std::string, std::string>> sets = {
+            {"training.device", "cpu"}, // the CPU's ops, whatever this machine has
+            {"precision.preset", preset.toStdString()},
+            {"precision.fp8.scaling", scaling.toStdString()},
+            {"precision.backend", "native"},
+            {"telemetry.interval", std::to_string(telemetryInterval)},
+            {"training.steps", "5"}};
+        if (wide)
+            sets.insert(sets.end(), {{"model.n_embd", "256"}, {"model.n_layer", "1"}, {"model.context_length", "64"},
+                                     {"training.batch_size", "4"}});
+        const auto config = load_project_json("{}", ".", sets);
         Trainer trainer(config);
         OneStepProfile profile(trainer, 2); // step 3, after the first steps' one-time work
         trainer.run(profile);
