@@ -115,7 +115,7 @@ __device__ __forceinline__ uint32_t block_codes(float a, float b, const BlockSca
     {
         (void)paired;
         const auto clamped = [&](float v) { return v > fp8_max ? fp8_max : (v < -fp8_max ? -fp8_max : v); };
-        pair = static_cast<uint32_t>(Code(clamped(a)).x) | (static_cast<uint32_t>(Code(clamped(b)).x) << 8);
+        pair = pack_codes(Code(clamped(a)), Code(clamped(b)));
     }
     return s.finite ? pair : 0x7F7Fu; // a select: a block's finiteness is the same for its whole warp
 }
@@ -426,7 +426,7 @@ __global__ void __launch_bounds__(kThreads)
             if (paired) pair = code_pair_as_c10<c10::Float8_e4m3fn>(v[j], v[j + 1], Past::AsC10);
             else
 #endif
-                pair = static_cast<uint32_t>(c10::Float8_e4m3fn(v[j]).x) | (static_cast<uint32_t>(c10::Float8_e4m3fn(v[j + 1]).x) << 8);
+                pair = pack_codes(c10::Float8_e4m3fn(v[j]), c10::Float8_e4m3fn(v[j + 1]));
             out[lane + 32 * j] = static_cast<uint8_t>(pair & 0xFFu);
             out[lane + 32 * (j + 1)] = static_cast<uint8_t>(pair >> 8);
         }

@@ -60,8 +60,8 @@ __device__ __forceinline__ uint32_t code_pair(float a, float b, float s, float m
                                                                                   : Past::AsC10;
     return code_pair_as_c10<Code>(a * s, b * s, past);
 #else
-    return static_cast<uint32_t>(code_of<Code>(a, s, max_finite, saturate, nan_past_464).x) |
-           (static_cast<uint32_t>(code_of<Code>(b, s, max_finite, saturate, nan_past_464).x) << 8);
+    return pack_codes(code_of<Code>(a, s, max_finite, saturate, nan_past_464),
+                      code_of<Code>(b, s, max_finite, saturate, nan_past_464));
 #endif
 }
 

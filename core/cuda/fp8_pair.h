@@ -11,6 +11,8 @@
 
 #include <c10/util/Float8_e4m3fn.h>
 
+#include "launch.h" // __device__ and the rest on the CPU's simulator too
+
 #include <cstdint>
 #include <type_traits>
 
@@ -20,6 +22,14 @@
 #endif
 
 namespace mantissa::cuda_kernels {
+
+// Two codes as the paired conversion lays them out, a in the low byte: c10's one-at-a-time
+// conversion packed the same way, where the hardware's is not taken.
+template <typename Code>
+__device__ __forceinline__ uint32_t pack_codes(Code a, Code b)
+{
+    return static_cast<uint32_t>(a.x) | (static_cast<uint32_t>(b.x) << 8);
+}
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
 // How a value past the format's range is written, where the caller does not clamp it first.
