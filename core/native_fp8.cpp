@@ -206,10 +206,11 @@ torch::Tensor crafted_cast_values()
 }
 
 // The fused cast against the LibTorch ops it replaces, once per process on crafted values
-// (subnormals, the format's edges, inf, NaN, three dtypes): any difference and the ops stay.
-bool fused_cast_agrees(const torch::Device& device)
+// (subnormals, the format's edges, inf, NaN, three dtypes): with the hardware's paired
+// conversion first, then c10's; any difference in both and the ops stay.
+ProbedKernel fused_cast_kernel(const torch::Device& device)
 {
-    static const bool agrees = kernel_agrees("fused FP8 cast", [&] {
+    static const ProbedKernel kernel = probe_paired_then_plain("fused FP8 cast", [&](bool paired) {
         const auto base = crafted_cast_values();
         for (auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kHalf})
             for (bool e4m3 : {true, false})
@@ -219,7 +220,7 @@ bool fused_cast_agrees(const torch::Device& device)
                         const auto scale = torch::full({}, s, x.options().dtype(torch::kFloat32));
                         const auto format = e4m3 ? NumberFormat::E4M3 : NumberFormat::E5M2;
                         torch::Tensor amax;
-                        const auto fused = cuda_kernels::fused_scale_cast_amax(x, scale, e4m3, saturate, amax);
+                        const auto fused = cuda_kernels::fused_scale_cast_amax(x, scale, e4m3, saturate, amax, paired);
                         const auto x32 = x.to(torch::kFloat32);
                         const auto ops = to_fp8_codes(x32 * scale, format,
                                                       saturate ? Overflow::Saturate : Overflow::Propagate);
@@ -235,8 +236,10 @@ bool fused_cast_agrees(const torch::Device& device)
             if (cuda_kernels::amax_ignoring_nan(x).item<float>() != 0.0f) return false;
         return true;
     });
-    return agrees;
+    return kernel;
 }
+bool fused_cast_agrees(const torch::Device& device) { return fused_cast_kernel(device) != ProbedKernel::Unavailable; }
+bool fused_cast_paired(const torch::Device& device) { return fused_cast_kernel(device) == ProbedKernel::Paired; }
 
 // The cast-transpose against the fused cast and a transposing copy, on 2-D shapes that leave
 // partial tiles on both edges, are one row or column wide or empty, or have more tiles than
@@ -245,10 +248,12 @@ bool fused_cast_agrees(const torch::Device& device)
 // 128 x 64, a tensor of 2,049 tiles against its grid of 2,048 blocks; the rest and a 64 x 64
 // view whose data starts one element into its storage take the general kernel), else with the
 // general kernel throughout (the 64 x 64 pass skips the shapes that kernel does not take). The
-// two are probed apart: the 64 x 64 kernel converts with the hardware's paired instruction,
-// and if it disagreed the general kernel would still serve. Any difference and the copy stays. Built and compared on the device, so that a run without
-// FP8 pays little for it.
-bool transpose_kernel_agrees(const torch::Device& device, bool tiles_64)
+// two are probed apart: the 64 x 64 kernel converts with the hardware's paired instruction
+// only, and if it disagreed the general kernel (which can also convert with c10's, `paired`
+// false) would still serve. Any difference and the copy stays. Built and compared on the
+// device, so that a run without FP8 pays little for it. The reference is the fused cast as its
+// own probe left it.
+bool transpose_kernel_agrees(const torch::Device& device, bool tiles_64, bool paired)
 {
     const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device);
     const auto base = crafted_cast_values().to(device); // 4,111 values
@@ -284,9 +289,10 @@ bool transpose_kernel_agrees(const torch::Device& device, bool tiles_64)
                         if (tiles_64 && (!sides_of_64 || s == shapes.size() + 2)) continue;
                         const auto scale = torch::full({}, scale_value, opts);
                         torch::Tensor amax, amax_t, codes_t;
-                        const auto codes = cuda_kernels::fused_scale_cast_amax(x, scale, e4m3, saturate, amax);
+                        const auto codes =
+                            cuda_kernels::fused_scale_cast_amax(x, scale, e4m3, saturate, amax, fused_cast_paired(device));
                         const auto both = cuda_kernels::fused_scale_cast_amax_transpose(x, scale, e4m3, saturate,
-                                                                                        amax_t, codes_t, tiles_64);
+                                                                                        amax_t, codes_t, tiles_64, paired);
                         if (codes_t.sizes() != torch::IntArrayRef{x.size(1), x.size(0)} ||
                             !torch::equal(both.view(torch::kUInt8), codes.view(torch::kUInt8)) ||
                             !torch::equal(codes_t.view(torch::kUInt8), codes.view(torch::kUInt8).t().contiguous()) ||
@@ -296,17 +302,22 @@ bool transpose_kernel_agrees(const torch::Device& device, bool tiles_64)
     return true;
 }
 
-bool fused_transpose_agrees(const torch::Device& device)
+ProbedKernel fused_transpose_kernel(const torch::Device& device)
 {
-    static const bool agrees =
-        fused_cast_agrees(device) && kernel_agrees("FP8 cast-transpose", [&] { return transpose_kernel_agrees(device, false); });
-    return agrees;
+    static const ProbedKernel kernel =
+        fused_cast_agrees(device) ? probe_paired_then_plain("FP8 cast-transpose",
+                                                            [&](bool paired) { return transpose_kernel_agrees(device, false, paired); })
+                                  : ProbedKernel::Unavailable;
+    return kernel;
 }
+bool fused_transpose_agrees(const torch::Device& device) { return fused_transpose_kernel(device) != ProbedKernel::Unavailable; }
 
 bool transpose_64_agrees(const torch::Device& device)
 {
-    static const bool agrees = fused_transpose_agrees(device) &&
-                               kernel_agrees("FP8 cast-transpose, 64 x 64 tiles", [&] { return transpose_kernel_agrees(device, true); });
+    static const bool agrees = fused_transpose_agrees(device) && kernel_agrees("FP8 cast-transpose, 64 x 64 tiles", [&] {
+                                   return transpose_kernel_agrees(device, true,
+                                                                  fused_transpose_kernel(device) == ProbedKernel::Paired);
+                               });
     return agrees;
 }
 
@@ -318,8 +329,8 @@ std::string native_fp8_kernels_report()
 #ifdef MANTISSA_CUDA_KERNELS
     if (!torch::cuda::is_available()) return "no GPU";
     const torch::Device gpu(torch::kCUDA);
-    return std::string("fused cast: ") + (fused_cast_agrees(gpu) ? "yes" : "NO") +
-           ", cast-transpose: " + (fused_transpose_agrees(gpu) ? "yes" : "NO") +
+    return std::string("fused cast: ") + probed_kernel_report(fused_cast_kernel(gpu)) +
+           ", cast-transpose: " + probed_kernel_report(fused_transpose_kernel(gpu)) +
            ", 64x64 tiles: " + (transpose_64_agrees(gpu) ? "yes" : "NO") + ", delayed record: " + (fused_record_agrees(gpu) ? "yes" : "NO");
 #else
     return "not built";
@@ -357,10 +368,12 @@ Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const
         torch::Tensor measured;
         const bool e4m3 = format == NumberFormat::E4M3;
         if (with_transpose && fused_transpose_agrees(x.device()))
-            out.codes = cuda_kernels::fused_scale_cast_amax_transpose(xc, out.scale, e4m3, recipe.saturate, measured,
-                                                                      out.codes_t, transpose_64_agrees(x.device()));
+            out.codes = cuda_kernels::fused_scale_cast_amax_transpose(
+                xc, out.scale, e4m3, recipe.saturate, measured, out.codes_t, transpose_64_agrees(x.device()),
+                fused_transpose_kernel(x.device()) == ProbedKernel::Paired);
         else
-            out.codes = cuda_kernels::fused_scale_cast_amax(xc, out.scale, e4m3, recipe.saturate, measured);
+            out.codes = cuda_kernels::fused_scale_cast_amax(xc, out.scale, e4m3, recipe.saturate, measured,
+                                                            fused_cast_paired(x.device()));
         if (with_transpose && !out.codes_t.defined()) out.codes_t = out.codes.t().contiguous();
         if (delayed_ready && record) delayed->record(measured, fp8_max, recipe.amax_use_max, recipe.margin);
         if (!out.inv_scale.defined()) out.inv_scale = out.scale.reciprocal();

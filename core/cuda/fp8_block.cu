@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "fp8_block.h"
 #include "fp8_pair.h"
+#include "grid_walk.h"
 #include "launch.h"
 
 #include <ATen/cuda/CUDAContext.h>
@@ -146,24 +147,6 @@ __device__ __forceinline__ void store_block_row(float* v, float* values, uint8_t
     }
 }
 
-// A warp's walk over the (row, 128-block) pairs of a matrix, grid-stride: block b of the walk
-// is row b / per_row, block b % per_row. The 64-bit division and remainder, about a hundred
-// instructions a step where a block's own work is a few hundred (cuobjdump, sm_90), are made
-// once; each step then adds the stride's quotient and remainder, with a carry.
-struct BlockWalk {
-    int64_t b, r, cb, step, step_r, step_c, per_row;
-    __device__ BlockWalk(int64_t first, int64_t stride, int64_t blocks_per_row)
-        : b(first), r(first / blocks_per_row), cb(first % blocks_per_row), step(stride),
-          step_r(stride / blocks_per_row), step_c(stride % blocks_per_row), per_row(blocks_per_row)
-    {
-    }
-    __device__ void next()
-    {
-        b += step, r += step_r, cb += step_c;
-        if (cb >= per_row) cb -= per_row, ++r;
-    }
-};
-
 // fp8_block_tensor_ops, one block per warp: amax (NaN propagates, as amax()'s), the scale
 // fp8_max / amax (FLT_MAX where that overflows; floored to a power of two by its exponent bits,
 // floor_log2 and pow2_exact of a normal float; 1 for a block of zeros), then
@@ -215,8 +198,8 @@ __global__ void __launch_bounds__(kThreads)
     __shared__ float warp_amax[kWarps];
     __shared__ int warp_nan[kWarps];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const int64_t r0 = (t / tile_cols) * kBlock, c0 = (t % tile_cols) * kBlock;
+    for (BlockWalk w(blockIdx.x, gridDim.x, tile_cols); w.b < tiles; w.next()) {
+        const int64_t t = w.b, r0 = w.r * kBlock, c0 = w.cb * kBlock;
         float v[kTileRowsPerWarp][kPerLane];
 #pragma unroll
         for (int i = 0; i < kTileRowsPerWarp; ++i) {
@@ -284,8 +267,8 @@ __global__ void __launch_bounds__(kThreads)
     uint8_t* column_bytes = reinterpret_cast<uint8_t*>(column_codes);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int64_t row_blocks = cols / kBlock, column_blocks = rows / kBlock;
-    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const int64_t tr = t / tile_cols, tc = t % tile_cols, r0 = tr * kBlock, c0 = tc * kBlock;
+    for (BlockWalk w(blockIdx.x, gridDim.x, tile_cols); w.b < tiles; w.next()) {
+        const int64_t tr = w.r, tc = w.cb, r0 = tr * kBlock, c0 = tc * kBlock;
         float v[kTileRowsPerWarp][kPerLane];
 #pragma unroll
         for (int i = 0; i < kTileRowsPerWarp; ++i) {

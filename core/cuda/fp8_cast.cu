@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "fp8_cast.h"
 #include "fp8_pair.h"
+#include "grid_walk.h"
 #include "launch.h"
 
 #include <ATen/cuda/CUDAContext.h>
@@ -48,9 +49,10 @@ __device__ __forceinline__ Code code_of(float v, float s, float max_finite, bool
 // Two codes, the first in the low byte: code_of's, bit for bit, from one instruction on sm_89
 // and newer (fp8_pair.h); c10's conversion elsewhere, the CPU's simulator included. The
 // cast-transpose probe holds the device's to the fused cast's.
+// `paired` false (the probe found the two differ) keeps c10's conversion on any device.
 template <typename Code>
 __device__ __forceinline__ uint32_t code_pair(float a, float b, float s, float max_finite, bool saturate,
-                                              bool nan_past_464)
+                                              bool nan_past_464, bool paired)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
     // satfinite is the saturating cast; without saturation E4M3 past 464 is code_of's positive
@@ -58,11 +60,12 @@ __device__ __forceinline__ uint32_t code_pair(float a, float b, float s, float m
     const Past past = saturate ? Past::Clamped
                       : std::is_same_v<Code, c10::Float8_e4m3fn> && nan_past_464 ? Past::PositiveNan
                                                                                   : Past::AsC10;
-    return code_pair_as_c10<Code>(a * s, b * s, past);
+    if (paired) return code_pair_as_c10<Code>(a * s, b * s, past);
 #else
+    (void)paired;
+#endif
     return pack_codes(code_of<Code>(a, s, max_finite, saturate, nan_past_464),
                       code_of<Code>(b, s, max_finite, saturate, nan_past_464));
-#endif
 }
 
 // Values a thread loads before it uses any: one load at a time left these kernels waiting on
@@ -75,7 +78,8 @@ constexpr int64_t kBlockSpan = static_cast<int64_t>(kThreads) * kUnroll;
 template <typename In, typename Code>
 __global__ void __launch_bounds__(kThreads)
     scale_cast_amax(const In* __restrict__ x, const float* __restrict__ scale, Code* __restrict__ codes,
-                    float* __restrict__ amax, int64_t n, float max_finite, bool saturate, bool nan_past_464)
+                    float* __restrict__ amax, int64_t n, float max_finite, bool saturate, bool nan_past_464,
+                    bool paired)
 {
     const float s = *scale;
     float local = 0.0f;
@@ -87,12 +91,14 @@ __global__ void __launch_bounds__(kThreads)
             v[j] = i < n ? static_cast<float>(x[i]) : 0.0f;
         }
 #pragma unroll
-        for (int j = 0; j < kUnroll; ++j) {
+        for (int j = 0; j < kUnroll; ++j) local = fmaxf(local, fabsf(v[j])); // fmaxf skips NaN (and the zero padding)
+        uint8_t* out = reinterpret_cast<uint8_t*>(codes);
+#pragma unroll
+        for (int j = 0; j < kUnroll; j += 2) { // two codes from one conversion (code_pair)
+            const uint32_t pair = code_pair<Code>(v[j], v[j + 1], s, max_finite, saturate, nan_past_464, paired);
             const int64_t i = base + j * kThreads;
-            if (i < n) {
-                local = fmaxf(local, fabsf(v[j])); // fmaxf skips NaN, as the host's amax
-                codes[i] = code_of<Code>(v[j], s, max_finite, saturate, nan_past_464);
-            }
+            if (i < n) out[i] = static_cast<uint8_t>(pair & 0xFFu);
+            if (i + kThreads < n) out[i + kThreads] = static_cast<uint8_t>(pair >> 8);
         }
     }
     block_amax_into(local, amax);
@@ -110,23 +116,32 @@ template <typename In, typename Code>
 __global__ void __launch_bounds__(kThreads)
     scale_cast_amax_transpose(const In* __restrict__ x, const float* __restrict__ scale, Code* __restrict__ codes,
                               Code* __restrict__ codes_t, float* __restrict__ amax, int64_t rows, int64_t cols,
-                              float max_finite, bool saturate, bool nan_past_464)
+                              float max_finite, bool saturate, bool nan_past_464, bool paired)
 {
     __shared__ uint8_t tile[kTile][kTile + 1]; // the codes' bits
     const float s = *scale;
     float local = 0.0f;
     const int64_t col_tiles = (cols + kTile - 1) / kTile, tiles = ((rows + kTile - 1) / kTile) * col_tiles;
     // Every thread of a block walks the same tiles, so the barriers below are reached by all.
-    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const int64_t r0 = (t / col_tiles) * kTile, c0 = (t % col_tiles) * kTile;
-        for (int i = threadIdx.y; i < kTile; i += kTileRowsPerPass) {
+    for (BlockWalk w(blockIdx.x, gridDim.x, col_tiles); w.b < tiles; w.next()) {
+        const int64_t r0 = w.r * kTile, c0 = w.cb * kTile;
+        // Rows i and i + 8 of a thread's column convert as a pair (code_pair); the zero padding
+        // of a short tile is converted and left unstored.
+        uint8_t* out = reinterpret_cast<uint8_t*>(codes);
+        for (int i = threadIdx.y; i < kTile; i += 2 * kTileRowsPerPass) {
             const int64_t r = r0 + i, c = c0 + threadIdx.x;
-            if (r < rows && c < cols) {
-                const float v = static_cast<float>(x[r * cols + c]);
-                local = fmaxf(local, fabsf(v));
-                const Code code = code_of<Code>(v, s, max_finite, saturate, nan_past_464);
-                codes[r * cols + c] = code;
-                tile[i][threadIdx.x] = code.x;
+            const bool first = r < rows && c < cols, second = r + kTileRowsPerPass < rows && c < cols;
+            const float a = first ? static_cast<float>(x[r * cols + c]) : 0.0f;
+            const float b = second ? static_cast<float>(x[(r + kTileRowsPerPass) * cols + c]) : 0.0f;
+            local = fmaxf(local, fmaxf(fabsf(a), fabsf(b)));
+            const uint32_t pair = code_pair<Code>(a, b, s, max_finite, saturate, nan_past_464, paired);
+            if (first) {
+                out[r * cols + c] = static_cast<uint8_t>(pair & 0xFFu);
+                tile[i][threadIdx.x] = static_cast<uint8_t>(pair & 0xFFu);
+            }
+            if (second) {
+                out[(r + kTileRowsPerPass) * cols + c] = static_cast<uint8_t>(pair >> 8);
+                tile[i + kTileRowsPerPass][threadIdx.x] = static_cast<uint8_t>(pair >> 8);
             }
         }
         __syncthreads();
@@ -193,8 +208,8 @@ __global__ void __launch_bounds__(kThreads)
     const int row_in_pass = threadIdx.x / (kWide / kVec), first_col = (threadIdx.x % (kWide / kVec)) * kVec;
     const int t_col = threadIdx.x / 4, t_rows = (threadIdx.x % 4) * 16; // the transposed store's share
     // Every thread of a block walks the same tiles, so the barriers below are reached by all.
-    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const int64_t r0 = (t / col_tiles) * kWide, c0 = (t % col_tiles) * kWide;
+    for (BlockWalk w(blockIdx.x, gridDim.x, col_tiles); w.b < tiles; w.next()) {
+        const int64_t r0 = w.r * kWide, c0 = w.cb * kWide;
         float v[kWidePasses][kVec];
 #pragma unroll
         for (int p = 0; p < kWidePasses; ++p)
@@ -205,7 +220,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
             for (int j = 0; j < kVec; j += 2) {
                 local = fmaxf(local, fmaxf(fabsf(v[p][j]), fabsf(v[p][j + 1]))); // fmaxf skips NaN, as the host's amax
-                const uint32_t bits = code_pair<Code>(v[p][j], v[p][j + 1], s, max_finite, saturate, nan_past_464);
+                const uint32_t bits = code_pair<Code>(v[p][j], v[p][j + 1], s, max_finite, saturate, nan_past_464,
+                                                      /*paired=*/true); // its own probe decides whether it runs
                 packed[j / 4] |= bits << (8 * (j % 4));
             }
             const int tile_row = row_in_pass + p * kWideRowsPerPass;
@@ -265,7 +281,7 @@ void with_input(const torch::Tensor& x, const char* what, Launch&& launch)
 
 template <typename Code>
 void launch(const torch::Tensor& x, const torch::Tensor& scale, torch::Tensor& codes, torch::Tensor& amax,
-            float max_finite, bool saturate, bool nan_past_464)
+            float max_finite, bool saturate, bool nan_past_464, bool paired)
 {
     const int64_t n = x.numel();
     if (n == 0) return;
@@ -274,7 +290,7 @@ void launch(const torch::Tensor& x, const torch::Tensor& scale, torch::Tensor& c
     auto* out = reinterpret_cast<Code*>(codes.data_ptr());
     with_input(x, "fused_scale_cast_amax", [&](const auto* in) {
         MANTISSA_LAUNCH(blocks, kThreads, stream, scale_cast_amax<element_of<decltype(in)>, Code>)(
-            in, scale.data_ptr<float>(), out, amax.data_ptr<float>(), n, max_finite, saturate, nan_past_464);
+            in, scale.data_ptr<float>(), out, amax.data_ptr<float>(), n, max_finite, saturate, nan_past_464, paired);
     });
 }
 
@@ -298,7 +314,8 @@ namespace {
 
 template <typename Code>
 void launch_transpose(const torch::Tensor& x, const torch::Tensor& scale, torch::Tensor& codes, torch::Tensor& codes_t,
-                      torch::Tensor& amax, float max_finite, bool saturate, bool nan_past_464, bool tiles_64)
+                      torch::Tensor& amax, float max_finite, bool saturate, bool nan_past_464, bool tiles_64,
+                      bool paired)
 {
     const int64_t rows = x.size(0), cols = x.size(1);
     if (rows == 0 || cols == 0) return;
@@ -325,14 +342,15 @@ void launch_transpose(const torch::Tensor& x, const torch::Tensor& scale, torch:
     with_input(x, "fused_scale_cast_amax_transpose", [&](const auto* in) {
         MANTISSA_LAUNCH(blocks, threads, stream, scale_cast_amax_transpose<element_of<decltype(in)>, Code>)(
             in, scale.data_ptr<float>(), out, out_t, amax.data_ptr<float>(), rows, cols, max_finite, saturate,
-            nan_past_464);
+            nan_past_464, paired);
     });
 }
 
 } // namespace
 
 torch::Tensor fused_scale_cast_amax_transpose(const torch::Tensor& x, const torch::Tensor& scale, bool e4m3,
-                                              bool saturate, torch::Tensor& amax, torch::Tensor& codes_t, bool tiles_64)
+                                              bool saturate, torch::Tensor& amax, torch::Tensor& codes_t, bool tiles_64,
+                                              bool paired)
 {
     TORCH_CHECK(on_kernel_device(x) && x.is_contiguous() && x.dim() == 2,
                 "fused_scale_cast_amax_transpose: a contiguous 2-D CUDA tensor");
@@ -343,21 +361,22 @@ torch::Tensor fused_scale_cast_amax_transpose(const torch::Tensor& x, const torc
     auto codes = torch::empty(x.sizes(), x.options().dtype(dtype));
     codes_t = torch::empty({x.size(1), x.size(0)}, x.options().dtype(dtype));
     if (e4m3)
-        launch_transpose<c10::Float8_e4m3fn>(x, s, codes, codes_t, amax, 448.0f, saturate, /*nan_past_464=*/true, tiles_64);
-    else launch_transpose<c10::Float8_e5m2>(x, s, codes, codes_t, amax, 57344.0f, saturate, false, tiles_64);
+        launch_transpose<c10::Float8_e4m3fn>(x, s, codes, codes_t, amax, 448.0f, saturate, /*nan_past_464=*/true, tiles_64,
+                                             paired);
+    else launch_transpose<c10::Float8_e5m2>(x, s, codes, codes_t, amax, 57344.0f, saturate, false, tiles_64, paired);
     return codes;
 }
 
 torch::Tensor fused_scale_cast_amax(const torch::Tensor& x, const torch::Tensor& scale, bool e4m3, bool saturate,
-                                    torch::Tensor& amax)
+                                    torch::Tensor& amax, bool paired)
 {
     TORCH_CHECK(on_kernel_device(x) && x.is_contiguous(), "fused_scale_cast_amax: a contiguous CUDA tensor");
     const c10::cuda::CUDAGuard guard(x.device());
     const auto s = scale.to(x.device(), torch::kFloat32).contiguous(); // the kernel dereferences it
     amax = torch::zeros({}, x.options().dtype(torch::kFloat32));
     auto codes = torch::empty(x.sizes(), x.options().dtype(e4m3 ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2));
-    if (e4m3) launch<c10::Float8_e4m3fn>(x, s, codes, amax, 448.0f, saturate, /*nan_past_464=*/true);
-    else launch<c10::Float8_e5m2>(x, s, codes, amax, 57344.0f, saturate, false);
+    if (e4m3) launch<c10::Float8_e4m3fn>(x, s, codes, amax, 448.0f, saturate, /*nan_past_464=*/true, paired);
+    else launch<c10::Float8_e5m2>(x, s, codes, amax, 57344.0f, saturate, false, paired);
     return codes;
 }
 

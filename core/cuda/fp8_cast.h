@@ -13,16 +13,20 @@ namespace mantissa::cuda_kernels {
 // x: CUDA, contiguous, FP32/BF16/FP16. scale: () FP32 on x's device. `e4m3` else E5M2;
 // `saturate` clamps to +-max first, otherwise E4M3 values past 464 become NaN (as
 // to_fp8_codes). Returns the codes (x's shape) and writes the amax (() FP32) to `amax`.
+// `paired`: convert two values at once with the hardware's instruction (sm_89 and newer,
+// fp8_pair.h), else, and on older devices, with c10's conversion: the same bits, which the
+// start-up probe confirms before the paired conversion is used.
 torch::Tensor fused_scale_cast_amax(const torch::Tensor& x, const torch::Tensor& scale, bool e4m3, bool saturate,
-                                    torch::Tensor& amax);
+                                    torch::Tensor& amax, bool paired = true);
 
 // fused_scale_cast_amax of a 2-D x (rows, cols) that also writes codes_t = codes.t().contiguous()
 // (cols, rows) in the same pass (TransformerEngine's cast-transpose). `tiles_64`: whether x may
 // take the 64 x 64 kernel (sides multiples of 64, 16-byte aligned data; its own probe, since it
-// converts with the hardware's paired instruction), else the general 32 x 32 one.
+// converts with the hardware's paired instruction), else the general 32 x 32 one, which converts
+// as `paired` says (as fused_scale_cast_amax).
 torch::Tensor fused_scale_cast_amax_transpose(const torch::Tensor& x, const torch::Tensor& scale, bool e4m3,
                                               bool saturate, torch::Tensor& amax, torch::Tensor& codes_t,
-                                              bool tiles_64 = true);
+                                              bool tiles_64 = true, bool paired = true);
 
 // max |x| over the non-NaN elements (0 for an empty or all-NaN x), () FP32 on x's device, in
 // one pass: current scaling's amax, read before its cast. x as above.
