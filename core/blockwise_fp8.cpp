@@ -151,7 +151,10 @@ torch::Tensor tile_decode_as_rows(const torch::Tensor& tile_decode, int64_t rows
 {
     // A broadcast and a copy: repeat_interleave can size its output from a count read back.
     const int64_t tile_rows = tile_decode.size(0), tile_cols = tile_decode.size(1);
-    return tile_decode.unsqueeze(1).expand({tile_rows, kBlock, tile_cols}).reshape({tile_rows * kBlock, tile_cols}).narrow(0, 0, rows);
+    return tile_decode.unsqueeze(1)
+        .expand({tile_rows, kBlock, tile_cols})
+        .reshape({tile_rows * kBlock, tile_cols})
+        .narrow(0, 0, rows);
 }
 
 namespace {

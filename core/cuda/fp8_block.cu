@@ -155,7 +155,8 @@ __device__ __forceinline__ void store_block_row(float* v, float* values, uint8_t
 template <typename Code, typename In, bool kCodes>
 __global__ void __launch_bounds__(kThreads)
     block_rows(const In* __restrict__ x, float* __restrict__ values, uint8_t* __restrict__ codes,
-               float* __restrict__ scale_inv, float* __restrict__ amax_out, int64_t rows, int64_t cols, int64_t blocks_per_row, float fp8_max,
+               float* __restrict__ scale_inv, float* __restrict__ amax_out, int64_t rows, int64_t cols,
+               int64_t blocks_per_row, float fp8_max,
                bool power_of_two, bool paired)
 {
     const int lane = threadIdx.x % 32;
@@ -192,7 +193,8 @@ constexpr int kTileRowsPerWarp = kBlock / kWarps; // 16
 template <typename Code, bool kCodes>
 __global__ void __launch_bounds__(kThreads)
     block_tiles(const float* __restrict__ x, float* __restrict__ values, uint8_t* __restrict__ codes,
-                float* __restrict__ scale_inv, float* __restrict__ amax_out, int64_t rows, int64_t cols, int64_t tile_cols, int64_t tiles,
+                float* __restrict__ scale_inv, float* __restrict__ amax_out, int64_t rows, int64_t cols,
+                int64_t tile_cols, int64_t tiles,
                 float fp8_max, bool power_of_two, bool paired)
 {
     __shared__ float warp_amax[kWarps];
@@ -253,7 +255,9 @@ __global__ void __launch_bounds__(kThreads)
 // l, l + 32, l + 64, l + 96): each row of the tile is one row block, each column one column
 // block. The column codes are gathered in shared memory, so that each column leaves as 128
 // consecutive bytes, a 4-byte store per lane.
-constexpr int kCodeColumnBytes = kBlock + 4; // a column's codes in the tile, padded: column c starts at bank c + ...
+// A column's codes in the shared tile, padded by a word: column c starts at word 33 c, so the 32
+// columns a warp writes at once fall in 32 different banks, and a column is read back as 32 words.
+constexpr int kCodeColumnBytes = kBlock + 4;
 
 template <typename Code, typename In>
 __global__ void __launch_bounds__(kThreads)
@@ -330,7 +334,8 @@ __global__ void __launch_bounds__(kThreads)
         // Out: warp w writes columns w, w + 8, ..., lane l bytes 4 l to 4 l + 3 of each.
         for (int k = 0; k < kBlock / kWarps; ++k) {
             const int c = warp + kWarps * k;
-            reinterpret_cast<uint32_t*>(codes_t + (c0 + c) * rows + r0)[lane] = column_codes[c * (kCodeColumnBytes / 4) + lane];
+            const uint32_t word = column_codes[c * (kCodeColumnBytes / 4) + lane];
+            reinterpret_cast<uint32_t*>(codes_t + (c0 + c) * rows + r0)[lane] = word;
         }
         if (warp == 0) {
 #pragma unroll
