@@ -663,6 +663,26 @@ ProbedKernel fp8_block_tile_cast_kernel(const torch::Device& device)
     });
     return kernel;
 }
+// The dtypes the cast kernels read as they arrive; any other is widened to FP32 first.
+bool kernel_reads_as_is(const torch::Tensor& x)
+{
+    const auto dtype = x.scalar_type();
+    return dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kHalf;
+}
+
+// fp8-block's cast of a CUDA x by Mantissa's kernel (1x128 rows, or 128x128 tiles of FP32),
+// writing values or codes, as its probe left it; nothing where the probe found it wrong.
+std::optional<cuda_kernels::Fp8BlockRows> fp8_block_kernel_cast(const torch::Tensor& x, NumberFormat format,
+                                                                bool power_of_two, bool tile_2d, bool codes)
+{
+    const ProbedKernel kernel = tile_2d ? fp8_block_tile_cast_kernel(x.device()) : fp8_block_cast_kernel(x.device());
+    if (kernel == ProbedKernel::Unavailable) return std::nullopt;
+    const bool e4m3 = format == NumberFormat::E4M3, paired = kernel == ProbedKernel::Paired;
+    if (tile_2d)
+        return cuda_kernels::fp8_block_tiles(x.to(torch::kFloat32).contiguous(), e4m3, power_of_two, paired, codes);
+    return cuda_kernels::fp8_block_rows((kernel_reads_as_is(x) ? x : x.to(torch::kFloat32)).contiguous(), e4m3,
+                                        power_of_two, paired, codes);
+}
 #endif
 
 } // namespace
@@ -738,20 +758,9 @@ BlockQuantized quantize_fp8_block_2d(const torch::Tensor& x, NumberFormat format
     // Activations and gradients (1x128) in one launch, read in the dtype they arrive in (FP32,
     // BF16 or FP16), and weights' 128x128 tiles (once a step) in another, where the ops take
     // about nine full-size passes.
-    const ProbedKernel cast_kernel = !x.is_cuda() || kernel != BlockKernel::Auto || !format_info(format).is_fp8
-                                       ? ProbedKernel::Unavailable
-                                   : tile_2d ? fp8_block_tile_cast_kernel(x.device())
-                                             : fp8_block_cast_kernel(x.device());
-    if (cast_kernel != ProbedKernel::Unavailable) {
-        const bool e4m3 = format == NumberFormat::E4M3;
-        const bool paired = cast_kernel == ProbedKernel::Paired;
-        const bool as_is = x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16 ||
-                           x.scalar_type() == torch::kHalf;
-        auto own = tile_2d ? cuda_kernels::fp8_block_tiles(x.to(torch::kFloat32).contiguous(), e4m3, power_of_two, paired)
-                           : cuda_kernels::fp8_block_rows((as_is ? x : x.to(torch::kFloat32)).contiguous(), e4m3,
-                                                          power_of_two, paired);
-        return {std::move(own.values), std::move(own.scale_inv), std::move(own.amax), {}};
-    }
+    if (x.is_cuda() && kernel == BlockKernel::Auto && format_info(format).is_fp8)
+        if (auto own = fp8_block_kernel_cast(x, format, power_of_two, tile_2d, /*codes=*/false))
+            return {std::move(own->values), std::move(own->scale_inv), std::move(own->amax), {}};
 #endif
     const auto x32 = x.to(torch::kFloat32);
     return fused(x32, kernel) ? cpu::fp8_block(x32, format, power_of_two, tile_2d)
@@ -762,20 +771,9 @@ Fp8BlockCodes cast_fp8_block_codes(const torch::Tensor& x, NumberFormat format, 
 {
     TORCH_CHECK(x.dim() == 2 && format_info(format).is_fp8, "cast_fp8_block_codes: a 2-D operand and an FP8 format");
 #ifdef MANTISSA_CUDA_KERNELS
-    const ProbedKernel cast_kernel = !x.is_cuda() ? ProbedKernel::Unavailable
-                                     : tile_2d    ? fp8_block_tile_cast_kernel(x.device())
-                                                  : fp8_block_cast_kernel(x.device());
-    if (cast_kernel != ProbedKernel::Unavailable) {
-        const bool e4m3 = format == NumberFormat::E4M3;
-        const bool paired = cast_kernel == ProbedKernel::Paired;
-        const bool as_is = x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16 ||
-                           x.scalar_type() == torch::kHalf;
-        auto own = tile_2d ? cuda_kernels::fp8_block_tiles(x.to(torch::kFloat32).contiguous(), e4m3, power_of_two,
-                                                           paired, /*codes=*/true)
-                           : cuda_kernels::fp8_block_rows((as_is ? x : x.to(torch::kFloat32)).contiguous(), e4m3,
-                                                          power_of_two, paired, /*codes=*/true);
-        return {std::move(own.codes), std::move(own.scale_inv), std::move(own.amax)};
-    }
+    if (x.is_cuda())
+        if (auto own = fp8_block_kernel_cast(x, format, power_of_two, tile_2d, /*codes=*/true))
+            return {std::move(own->codes), std::move(own->scale_inv), std::move(own->amax)};
 #endif
     return fp8_block_codes_tensor_ops(x, format, power_of_two, tile_2d);
 }
@@ -785,10 +783,8 @@ Fp8BlockCodesBoth cast_fp8_block_codes_both(const torch::Tensor& x, NumberFormat
     TORCH_CHECK(x.dim() == 2 && format_info(format).is_fp8, "cast_fp8_block_codes_both: a 2-D operand and an FP8 format");
 #ifdef MANTISSA_CUDA_KERNELS
     const bool whole_tiles = x.size(0) % 128 == 0 && x.size(1) % 128 == 0;
-    const bool as_is = x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16 ||
-                       x.scalar_type() == torch::kHalf;
-    const ProbedKernel kernel =
-        x.is_cuda() && whole_tiles && as_is ? fp8_block_rows_cols_kernel(x.device()) : ProbedKernel::Unavailable;
+    const ProbedKernel kernel = x.is_cuda() && whole_tiles && kernel_reads_as_is(x) ? fp8_block_rows_cols_kernel(x.device())
+                                                                                  : ProbedKernel::Unavailable;
     if (kernel != ProbedKernel::Unavailable) {
         auto own = cuda_kernels::fp8_block_rows_cols(x.contiguous(), format == NumberFormat::E4M3, power_of_two,
                                                      kernel == ProbedKernel::Paired);
