@@ -86,6 +86,17 @@ bool agree_within_a_percent_and_learn(const RunCapture& native, const RunCapture
     return worst < 0.01 && native.steps.back().train_loss < native.steps.front().train_loss - 0.2;
 }
 
+// An optimizer step for two layers' twin weights: new weight versions, caches refilled.
+void sgd_step(std::initializer_list<torch::Tensor*> weights, std::initializer_list<LayerGemm*> layers)
+{
+    torch::NoGradGuard no_grad;
+    for (auto* w : weights) {
+        w->sub_(w->grad() * 0.5);
+        w->mutable_grad() = torch::Tensor();
+    }
+    for (auto* layer : layers) layer->invalidate_weight_cache();
+}
+
 // Equal as bit patterns (so -0 is not 0), NaN where the other has NaN (its payload may differ:
 // an FP8 NaN widens to 0x7FF00000, a filled one is 0x7FC00000).
 bool same_values(const torch::Tensor& a, const torch::Tensor& b)
@@ -417,12 +428,7 @@ private slots:
             }
             QVERIFY2(same_values(w.grad(), w2.grad()), qPrintable(QString("step %1: dW differs").arg(step)));
             torch::NoGradGuard no_grad; // an optimizer step: new weight versions, caches refilled
-            w.sub_(w.grad() * 0.5);
-            w2.sub_(w2.grad() * 0.5);
-            w.mutable_grad() = torch::Tensor();
-            w2.mutable_grad() = torch::Tensor();
-            emulated.invalidate_weight_cache();
-            native.invalidate_weight_cache();
+            sgd_step({&w, &w2}, {&emulated, &native});
         }
         for (auto format : {NumberFormat::E4M3, NumberFormat::E5M2})
             QCOMPARE(native.delayed(OperandRole::Input, format).scale(), 1.0f); // it cast on tensors
@@ -526,12 +532,7 @@ private slots:
                 emulated.set_training(true);
                 native.set_training(true);
             }
-            w.sub_(w.grad() * 0.5);
-            w2.sub_(w2.grad() * 0.5);
-            w.mutable_grad() = torch::Tensor();
-            w2.mutable_grad() = torch::Tensor();
-            emulated.invalidate_weight_cache();
-            native.invalidate_weight_cache();
+            sgd_step({&w, &w2}, {&emulated, &native});
         }
         QCOMPARE(QString::fromStdString(native.backend_used()), QString("emulated")); // on a CPU: the dequantized codes
     }
