@@ -593,6 +593,13 @@ bool same_bits_nan_equal(const torch::Tensor& a, const torch::Tensor& b)
            torch::equal(x.masked_fill(nx, 0.0f).view(torch::kInt32), y.masked_fill(ny, 0.0f).view(torch::kInt32));
 }
 
+// A kernel's codes against the ops': codes byte for byte, scales and amaxes bit for bit.
+bool same_codes(const Fp8BlockCodes& ops, const cuda_kernels::Fp8BlockRows& own)
+{
+    return torch::equal(ops.codes.view(torch::kUInt8).cpu(), own.codes.view(torch::kUInt8).cpu()) &&
+           same_bits_nan_equal(ops.decode, own.scale_inv) && same_bits_nan_equal(ops.amax, own.amax);
+}
+
 // One of the cast kernels (1x128 rows, or 128x128 tiles) against fp8_block_tensor_ops on x, in
 // both formats and both kinds of scale: values, scales and amaxes bit for bit.
 bool cast_matches_ops(const torch::Tensor& x, bool tile_2d, bool paired_conversion)
@@ -607,12 +614,9 @@ bool cast_matches_ops(const torch::Tensor& x, bool tile_2d, bool paired_conversi
                 !same_bits_nan_equal(ops.block_amax, own.amax))
                 return false;
             // The codes the blockwise GEMM takes, byte for byte, with the same scales.
-            const auto ops_codes = fp8_block_codes_tensor_ops(x, format, power_of_two, tile_2d);
             const auto own_codes = tile_2d ? cuda_kernels::fp8_block_tiles(x, e4m3, power_of_two, paired_conversion, true)
                                            : cuda_kernels::fp8_block_rows(x, e4m3, power_of_two, paired_conversion, true);
-            if (!torch::equal(ops_codes.codes.view(torch::kUInt8).cpu(), own_codes.codes.view(torch::kUInt8).cpu()) ||
-                !same_bits_nan_equal(ops_codes.decode, own_codes.scale_inv))
-                return false;
+            if (!same_codes(fp8_block_codes_tensor_ops(x, format, power_of_two, tile_2d), own_codes)) return false;
         }
     return true;
 }
@@ -642,12 +646,9 @@ ProbedKernel fp8_block_rows_cols_kernel(const torch::Device& device)
             for (const NumberFormat format : {NumberFormat::E4M3, NumberFormat::E5M2})
                 for (const bool power_of_two : {true, false}) {
                     const auto own = cuda_kernels::fp8_block_rows_cols(x, format == NumberFormat::E4M3, power_of_two, paired);
-                    const auto rows = fp8_block_codes_tensor_ops(x, format, power_of_two, false);
-                    const auto cols = fp8_block_codes_tensor_ops(x.t().contiguous(), format, power_of_two, false);
-                    for (const auto& [ops, got] : {std::pair{&rows, &own.rows}, std::pair{&cols, &own.cols}})
-                        if (!torch::equal(ops->codes.view(torch::kUInt8).cpu(), got->codes.view(torch::kUInt8).cpu()) ||
-                            !same_bits_nan_equal(ops->decode, got->scale_inv) || !same_bits_nan_equal(ops->amax, got->amax))
-                            return false;
+                    if (!same_codes(fp8_block_codes_tensor_ops(x, format, power_of_two, false), own.rows) ||
+                        !same_codes(fp8_block_codes_tensor_ops(x.t().contiguous(), format, power_of_two, false), own.cols))
+                        return false;
                 }
         return true;
     });

@@ -174,6 +174,22 @@ torch::Tensor probe_operand(int64_t rows, int64_t cols, float frequency, float s
 // (M, N, K) of the probes: square, wider than tall and taller than wide, K of 2 and 4 blocks.
 constexpr std::array<std::array<int64_t, 3>, 3> kProbeShapes = {{{256, 256, 256}, {128, 384, 256}, {384, 128, 512}}};
 
+// How far a probe's product y of x (M, K) and w (N, K) lies past its bound, against the FP64
+// answer (plus `bias`, if defined): Hopper's FP8 tensor cores keep about 14 bits while they add
+// up a 128-block (DeepSeek-V3, section 3.3.2) before the FP32 promotion the block scale needs,
+// so each output may be off by 2^-5 of the sum of its products' magnitudes, where a layout or
+// scale mistake is off by a good fraction of it; `output_step` adds that fraction of the
+// answer (an output format's rounding). Positive: past it.
+double excess_past_bound(const torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& w,
+                         const torch::Tensor& bias, double output_step)
+{
+    const auto x64 = x.to(torch::kFloat64), w64 = w.to(torch::kFloat64);
+    auto reference = at::mm(x64, w64.t());
+    if (bias.defined()) reference = reference + bias.to(torch::kFloat64);
+    const auto bound = at::mm(x64.abs(), w64.abs().t()) * std::ldexp(1.0, -5) + reference.abs() * output_step;
+    return ((y.to(torch::kFloat64) - reference).abs() - bound).max().item<double>();
+}
+
 } // namespace
 
 bool blockwise_fp8_available()
@@ -185,15 +201,8 @@ bool blockwise_fp8_available()
             for (const auto& [m, n, k] : kProbeShapes) {
                 const auto xq = quantize_fp8_block_2d(probe_operand(m, k, 0.37f, 0.0f), NumberFormat::E4M3, true, false).values;
                 const auto wq = quantize_fp8_block_2d(probe_operand(n, k, 0.11f, 5.0f), NumberFormat::E4M3, true, true).values;
-                const auto y = blockwise_fp8_mm(split_fp8_blocks(xq), split_fp8_blocks(wq)).to(torch::kFloat64);
-                const auto x64 = xq.to(torch::kFloat64), w64 = wq.to(torch::kFloat64);
-                const auto reference = at::mm(x64, w64.t());
-                // Hopper's FP8 tensor cores keep about 14 bits while they add up a 128-block
-                // (DeepSeek-V3, section 3.3.2) before the FP32 promotion the block scale needs:
-                // each output within 2^-5 of the sum of its products' magnitudes, where a
-                // layout or scale mistake is off by a good fraction of it.
-                const auto bound = at::mm(x64.abs(), w64.abs().t()) * std::ldexp(1.0, -5);
-                const auto excess = ((y - reference).abs() - bound).max().item<double>();
+                const auto y = blockwise_fp8_mm(split_fp8_blocks(xq), split_fp8_blocks(wq));
+                const double excess = excess_past_bound(y, xq, wq, {}, 0.0);
                 if (!(excess <= 0.0)) {
                     std::fprintf(stderr,
                                  "mantissa: cuBLAS's blockwise FP8 GEMM is off by %g past its bound on %lld x %lld x "
@@ -224,12 +233,9 @@ bool blockwise_fp8_bf16_output_available()
                 const auto wq = cast_fp8_block_codes(probe_operand(n, k, 0.11f, 5.0f), NumberFormat::E4M3, true, true);
                 const Fp8BlockOperand a{xq.codes, xq.decode}, bt{wq.codes, tile_decode_as_rows(wq.decode, n)};
                 const auto bias = (probe_operand(1, n, 0.53f, 2.0f).squeeze(0) * 4.0f).to(torch::kBFloat16);
-                const auto y = blockwise_fp8_mm_bf16(a, bt, bias).to(torch::kFloat64);
-                const auto x64 = join_fp8_blocks(a).to(torch::kFloat64), w64 = join_fp8_blocks(bt).to(torch::kFloat64);
-                const auto reference = at::mm(x64, w64.t()) + bias.to(torch::kFloat64);
-                const auto bound =
-                    at::mm(x64.abs(), w64.abs().t()) * std::ldexp(1.0, -5) + reference.abs() * std::ldexp(1.0, -8);
-                const auto excess = ((y - reference).abs() - bound).max().item<double>();
+                const auto y = blockwise_fp8_mm_bf16(a, bt, bias);
+                const double excess =
+                    excess_past_bound(y, join_fp8_blocks(a), join_fp8_blocks(bt), bias, std::ldexp(1.0, -8));
                 if (!(excess <= 0.0)) {
                     std::fprintf(stderr,
                                  "mantissa: cuBLAS's blockwise FP8 GEMM with a BF16 output is off by %g past its bound "

@@ -186,10 +186,10 @@ public:
     // from the environment: MANTISSA_FP8_BLOCK_CODES=0 turns it off.
     static void set_blockwise_codes_enabled(bool enabled);
     static bool blockwise_codes_enabled();
-    // fp8-block's 1x128 E4M3 cast of x (R, K) along K, as codes. `observed`: a forward or dgrad
-    // operand, whose block scales an armed training step records as the emulator's cast does
-    // (the wgrad copies along M are not recorded, there as here).
-    Fp8BlockCodes blockwise_cast(const torch::Tensor& x, OperandRole role, bool observed);
+    // fp8-block's 1x128 E4M3 cast of x (R, K) along K, as codes, where no backward follows (a
+    // forward or dgrad operand: an armed training step records its block scales, as the
+    // emulator's cast does; the wgrad copies along M are not recorded, there as here).
+    Fp8BlockCodes blockwise_cast(const torch::Tensor& x, OperandRole role);
     // Both of x's casts, along K (observed as above) and along M (its wgrad copy, codes (K, M)),
     // on a GPU from one read of x.
     Fp8BlockCodesBoth blockwise_cast_both(const torch::Tensor& x, OperandRole role);
@@ -199,7 +199,7 @@ public:
     // are square, so W^T holds the same values and scales).
     struct BlockwiseWeight {
         Fp8BlockOperand rows, transposed;
-        torch::Tensor tile_decode, tile_amax; // (ceil(N / 128), ceil(K / 128))
+        torch::Tensor tile_decode; // (ceil(N / 128), ceil(K / 128))
         int64_t version = -1;
         const void* data = nullptr;
     };

@@ -50,7 +50,7 @@ struct BlockwiseLinear : public torch::autograd::Function<BlockwiseLinear> {
         // on a GPU. Only the second is kept for the backward: one byte a value.
         Fp8BlockCodesBoth x8;
         if (backward_follows) x8 = layer->blockwise_cast_both(x, OperandRole::Input); // (M, K), (K, M)
-        else x8.rows = layer->blockwise_cast(x, OperandRole::Input, true);
+        else x8.rows = layer->blockwise_cast(x, OperandRole::Input);
         const auto& xr = x8.rows;
         const auto& w = layer->blockwise_weight(weight, false);               // (N, K)
         // The bias joins the FP32 accumulator rounded to the output's BF16, as the emulator's
@@ -160,10 +160,10 @@ void LayerGemm::observe_blockwise_cast(OperandRole role, const torch::Tensor& x,
     observe_block_cast(role, x, x.dim() - 1, block_cast_record(q, NumberFormat::E4M3, recipe_));
 }
 
-Fp8BlockCodes LayerGemm::blockwise_cast(const torch::Tensor& x, OperandRole role, bool observed)
+Fp8BlockCodes LayerGemm::blockwise_cast(const torch::Tensor& x, OperandRole role)
 {
     auto cast = cast_fp8_block_codes(x, NumberFormat::E4M3, recipe_.block_power_of_two, /*tile_2d=*/false);
-    if (observed) observe_blockwise_cast(role, x, cast);
+    observe_blockwise_cast(role, x, cast);
     return cast;
 }
 
@@ -182,17 +182,12 @@ const LayerGemm::BlockwiseWeight& LayerGemm::blockwise_weight(const torch::Tenso
     if (!training_ || w.version != version || w.data != weight.data_ptr() || !w.rows.codes.defined()) {
         w = {};
         const auto detached = weight.detach();
-        auto cast = cast_fp8_block_codes(detached, NumberFormat::E4M3, recipe_.block_power_of_two, /*tile_2d=*/true);
-        const int64_t n = weight.size(0);
-        w.rows = {cast.codes, tile_decode_as_rows(cast.decode, n)}; // (N, K), (N, K / 128)
-        w.tile_decode = std::move(cast.decode);
-        w.tile_amax = std::move(cast.amax);
+        const auto cast = cast_fp8_block_codes(detached, NumberFormat::E4M3, recipe_.block_power_of_two, /*tile_2d=*/true);
+        observe_blockwise_cast(OperandRole::Weight, detached, cast); // its tiles' scales
+        w.rows = {cast.codes, tile_decode_as_rows(cast.decode, weight.size(0))}; // (N, K), (N, K / 128)
+        w.tile_decode = cast.decode;
         w.version = version;
         w.data = weight.data_ptr();
-        if (armed_ && training_) {
-            const BlockQuantized q{{}, w.tile_decode, w.tile_amax, {}};
-            observe_block_cast(OperandRole::Weight, detached, 1, block_cast_record(q, NumberFormat::E4M3, recipe_));
-        }
     }
     if (transposed && !w.transposed.codes.defined()) {
         const int64_t k = weight.size(1);
