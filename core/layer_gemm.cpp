@@ -448,6 +448,20 @@ void LayerGemm::arm_telemetry(bool armed)
 void LayerGemm::record(const char* role, const torch::Tensor& x, NumberFormat format, float scale,
                        const torch::Tensor& dequantized)
 {
+    record_cast(role, x, format, scale, dequantized, {});
+}
+
+void LayerGemm::record_block_codes(const char* role, const torch::Tensor& x, NumberFormat format,
+                                   const torch::Tensor& codes, const torch::Tensor& inv_scale)
+{
+    // The CPU's pass takes FP32 casts after the backward; a GPU's kernel reads the codes now.
+    if (x.is_cpu()) record_cast(role, x, format, 0.0f, dequantize_codes(codes, inv_scale), {});
+    else record_cast(role, x, format, 0.0f, codes, inv_scale);
+}
+
+void LayerGemm::record_cast(const char* role, const torch::Tensor& x, NumberFormat format, float scale,
+                            const torch::Tensor& dequantized, const torch::Tensor& codes_scale)
+{
     // A block-recipe operand: its elements are labelled with their own format (e2m1 under
     // nvfp4/mxfp4), and its block scales follow as "<role>_scale" against the scale format.
     std::optional<ObservedBlockCast> block;
@@ -465,6 +479,7 @@ void LayerGemm::record(const char* role, const torch::Tensor& x, NumberFormat fo
     p.count = x.numel();
     p.compared = stats_compared(format, compared_with);
     if (x.is_cpu()) p.source = {x.detach(), format, scale, compared_with.defined() ? compared_with.detach() : torch::Tensor()};
+    else if (codes_scale.defined()) p.row = tensor_stats_row_of_block_codes(x, format, compared_with, codes_scale);
     else p.row = tensor_stats_row(x, format, scale, compared_with); // queued on x's device, no sync
     pending_.push_back(std::move(p));
     if (block) {

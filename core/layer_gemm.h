@@ -130,6 +130,11 @@ public:
     // kernel reads the codes, so the dequantized FP32 tensor is never made.
     void record(const char* role, const torch::Tensor& x, NumberFormat format, const torch::Tensor& scale,
                 const torch::Tensor& codes, const torch::Tensor& inv_scale);
+    // An fp8-block operand as the native executor holds its cast: codes (R, C) and the inverse
+    // scale of each 1x128 block along its rows (R, C / 128). Recorded as record() with its
+    // FP32 values and scale 0 records them; on a GPU the kernel reads the codes.
+    void record_block_codes(const char* role, const torch::Tensor& x, NumberFormat format, const torch::Tensor& codes,
+                            const torch::Tensor& inv_scale);
     std::vector<PendingTensorStats> take_pending();
     // Computes the deferred CPU statistics of these layers in one pass. Called once the
     // first micro-batch's backward is done (nothing recorded is modified before the update).
@@ -281,6 +286,9 @@ private:
     // A device-scaled record's pending row (both record overloads with a () scale tensor).
     void push_device_scaled(const char* role, const torch::Tensor& x, NumberFormat format, const torch::Tensor& scale,
                             bool compared, torch::Tensor row);
+    // record()'s body: `codes_scale` defined when `dequantized` is FP8 codes (record_block_codes).
+    void record_cast(const char* role, const torch::Tensor& x, NumberFormat format, float scale,
+                     const torch::Tensor& dequantized, const torch::Tensor& codes_scale);
     std::vector<PendingTensorStats> pending_;
     struct ObservedBlockCast {
         const void* source = nullptr; // the operand's data: record() pairs the cast with its tensor

@@ -67,8 +67,8 @@ struct BlockwiseLinear : public torch::autograd::Function<BlockwiseLinear> {
         if (layer->telemetry_armed()) {
             layer->remember_weight(weight);
             record_gemm_output(*layer, "output", accumulator, y);
-            layer->record("weight", weight, NumberFormat::E4M3, 0.0f, join_fp8_blocks(w.rows));
-            layer->record("input", x, NumberFormat::E4M3, 0.0f, join_fp8_blocks(operand(xr)));
+            layer->record_block_codes("weight", weight, NumberFormat::E4M3, w.rows.codes, w.rows.decode);
+            layer->record_block_codes("input", x, NumberFormat::E4M3, xr.codes, xr.decode);
         }
         ctx->saved_data["layer"] = layer_address;
         ctx->saved_data["has_bias"] = has_bias;
@@ -92,7 +92,7 @@ struct BlockwiseLinear : public torch::autograd::Function<BlockwiseLinear> {
         const auto& w = layer->blockwise_weight(weight, true);
         const auto dx = bf16_epilogue(dy) ? blockwise_fp8_mm_bf16(operand(dyr), w.transposed)
                                           : blockwise_fp8_mm(operand(dyr), w.transposed).to(torch::kBFloat16); // (M, K)
-        if (armed) layer->record("grad_output", dy, NumberFormat::E4M3, 0.0f, join_fp8_blocks(operand(dyr)));
+        if (armed) layer->record_block_codes("grad_output", dy, NumberFormat::E4M3, dyr.codes, dyr.decode);
 
         // wgrad: dW = dy^T x, contraction over M: both along M, cast from dy and x themselves.
         // Rounded to BF16 as every FP8 GEMM's output; autograd hands it to the FP32 master

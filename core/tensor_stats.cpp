@@ -531,7 +531,19 @@ bool fused_cuda_agrees_with_tensor_ops()
     const auto codes = (x_bf16.to(torch::kFloat32) * 64.0f).to(torch::kFloat8_e4m3fn);
     const auto inv_scale = torch::full({}, 1.0f / 64.0f, opts.dtype(torch::kFloat32));
     const auto ops = tensor_ops_row(x_bf16, NumberFormat::E4M3, scale, codes.to(torch::kFloat32) * inv_scale);
-    return same_row(fused_cuda_row(x_bf16, NumberFormat::E4M3, 1.0f, scale, codes, inv_scale), ops);
+    if (!same_row(fused_cuda_row(x_bf16, NumberFormat::E4M3, 1.0f, scale, codes, inv_scale), ops)) return false;
+    const auto codes5 = (x_bf16.to(torch::kFloat32) * 64.0f).to(torch::kFloat8_e5m2); // a gradient's
+    const auto ops5 = tensor_ops_row(x_bf16, NumberFormat::E5M2, scale, codes5.to(torch::kFloat32) * inv_scale);
+    if (!same_row(fused_cuda_row(x_bf16, NumberFormat::E5M2, 1.0f, scale, codes5, inv_scale), ops5)) return false;
+    // An fp8-block operand: codes (R, 384) and an inverse scale per 1x128 block, 2^-10 .. 2^10.
+    const int64_t rows = x.numel() / 384;
+    const auto xb = x_bf16.narrow(0, 0, rows * 384).view({rows, 384});
+    const auto block_inv = torch::exp2(torch::remainder(torch::arange(rows * 3, opts.dtype(torch::kFloat32)), 21.0f) - 10.0f)
+                               .view({rows, 3});
+    const auto block_codes =
+        (xb.to(torch::kFloat32).view({rows, 3, 128}) / block_inv.unsqueeze(-1)).view({rows, 384}).to(torch::kFloat8_e4m3fn);
+    const auto block_ops = tensor_ops_row(xb, NumberFormat::E4M3, {}, dequantize_codes(block_codes, block_inv));
+    return same_row(fused_cuda_row(xb, NumberFormat::E4M3, 0.0f, {}, block_codes, block_inv), block_ops);
 }
 #endif
 
@@ -587,7 +599,26 @@ torch::Tensor tensor_stats_row_of_codes(const torch::Tensor& x, NumberFormat for
     torch::NoGradGuard no_grad;
     if (x.is_cuda() && stats_compared(format, codes) && fused_cuda_stats_available())
         return fused_cuda_row(x, format, 1.0f, scale, codes, inv_scale);
-    return tensor_stats_row(x, format, scale, codes.to(torch::kFloat32) * inv_scale);
+    return tensor_stats_row(x, format, scale, dequantize_codes(codes, inv_scale));
+}
+
+torch::Tensor tensor_stats_row_of_block_codes(const torch::Tensor& x, NumberFormat format, const torch::Tensor& codes,
+                                              const torch::Tensor& inv_scale)
+{
+    torch::NoGradGuard no_grad;
+    if (x.is_cuda() && stats_compared(format, codes) && fused_cuda_stats_available())
+        return fused_cuda_row(x, format, 0.0f, {}, codes, inv_scale);
+    return tensor_stats_row(x, format, 0.0f, dequantize_codes(codes, inv_scale));
+}
+
+torch::Tensor dequantize_codes(const torch::Tensor& codes, const torch::Tensor& inv_scale)
+{
+    const auto values = codes.to(torch::kFloat32);
+    if (inv_scale.numel() == 1) return values * inv_scale;
+    TORCH_CHECK(codes.dim() == 2 && codes.size(1) % 128 == 0 && inv_scale.numel() * 128 == codes.numel(),
+                "dequantize_codes: one inverse scale, or one per 128 codes along a row");
+    const int64_t rows = codes.size(0), cols = codes.size(1);
+    return (values.reshape({rows, cols / 128, 128}) * inv_scale.reshape({rows, cols / 128, 1})).view({rows, cols});
 }
 
 TensorStats tensor_stats_from_row(const double* r, NumberFormat format, float scale, int64_t count, bool compared)

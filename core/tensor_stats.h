@@ -43,6 +43,14 @@ torch::Tensor tensor_stats_row(const torch::Tensor& x, NumberFormat format, cons
 // dequantized tensor is 4 bytes written and read again; elsewhere they are dequantized first.
 torch::Tensor tensor_stats_row_of_codes(const torch::Tensor& x, NumberFormat format, const torch::Tensor& scale,
                                         const torch::Tensor& codes, const torch::Tensor& inv_scale);
+// The same compared unscaled (scale 0, as tensor_stats_row takes block recipes' casts), for
+// fp8-block's codes (R, C) with inv_scale (R, C / 128): a 1x128 block's values are its codes
+// times its inverse scale, as join_fp8_blocks makes them.
+torch::Tensor tensor_stats_row_of_block_codes(const torch::Tensor& x, NumberFormat format, const torch::Tensor& codes,
+                                              const torch::Tensor& inv_scale);
+// codes * inv_scale in FP32: one inverse scale (a () tensor), or one per 1x128 block of the
+// rows of codes (R, C): (R, C / 128).
+torch::Tensor dequantize_codes(const torch::Tensor& codes, const torch::Tensor& inv_scale);
 
 // A CPU tensor's one value, read from its memory. On the CPU there is no queue to wait for, but
 // the step's code calls item() nowhere (test_native::aNativeStepReadsNoScalar), so that a read

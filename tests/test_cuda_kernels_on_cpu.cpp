@@ -436,6 +436,80 @@ private slots:
     // amaxes bit for bit, FP32 and 16-bit inputs, both formats and both kinds of scale, on its
     // probe's 3 x 3 tiles (NaN, Inf, zero, subnormal and FLT_MAX blocks both ways); then 54
     // tiles on one simulated multiprocessor, whose 32 thread blocks walk them.
+    // An operand compared with itself is read once and its overflow verdict left out only where
+    // none is possible (scale 1, its own format); under another scale or a device scale some
+    // values overflow, and the kernel counts them as the ops do.
+    void statsRowAgainstItselfUnderAScale_data()
+    {
+        QTest::addColumn<c10::ScalarType>("dtype");
+        QTest::addColumn<double>("scale");
+        QTest::addColumn<bool>("deviceScale");
+        for (const auto dtype : {torch::kBFloat16, torch::kHalf})
+            for (const double scale : {1.0, 4.0})
+                for (const bool device : {false, true})
+                    QTest::addRow("%s x%g%s", dtype == torch::kHalf ? "fp16" : "bf16", scale, device ? " on the device" : "")
+                        << dtype << scale << device;
+    }
+    void statsRowAgainstItselfUnderAScale()
+    {
+        QFETCH(c10::ScalarType, dtype);
+        QFETCH(double, scale);
+        QFETCH(bool, deviceScale);
+        const auto format = dtype == torch::kHalf ? NumberFormat::FP16 : NumberFormat::BF16;
+        const auto x = edge_values(format, 1.0f).to(dtype);
+        const auto ops = tensor_stats_row(x, format, static_cast<float>(scale), x, StatsKernel::TensorOps);
+        const double overflows = ops[stats_row::kOverflow].item<double>();
+        QVERIFY(scale == 1.0 ? overflows == 0.0 : overflows > 0.0);
+        const auto row = kernels::tensor_stats_row(x, x, cast_comparison(format, true, deviceScale ? 1.0 : scale),
+                                                   deviceScale ? torch::full({}, scale, torch::kFloat64) : torch::Tensor());
+        compare_rows(row, ops);
+    }
+
+    // fp8-block's casts as the native executor records them: E4M3 codes (R, C) and the inverse
+    // scale of each 1x128 block of their rows (R, C / 128). The kernel reads the codes and
+    // their block's scale, and its row is that of the FP32 values join_fp8_blocks makes (the
+    // probe square's blocks of zeros, NaN and Inf, subnormals, FLT_MAX; both scale kinds), read
+    // in runs and, with the codes one byte into their storage, value by value.
+    void statsRowOfBlockCodes_data()
+    {
+        QTest::addColumn<c10::ScalarType>("dtype");
+        QTest::addColumn<bool>("powerOfTwo");
+        QTest::addColumn<bool>("aligned");
+        for (const auto dtype : {torch::kFloat32, torch::kBFloat16})
+            for (const bool pow2 : {true, false})
+                for (const bool aligned : {true, false})
+                    QTest::addRow("%s, %s scales, codes %s", dtype == torch::kFloat32 ? "fp32" : "bf16", pow2 ? "pow2" : "fp32",
+                                  aligned ? "aligned" : "offset")
+                        << dtype << pow2 << aligned;
+    }
+    void statsRowOfBlockCodes()
+    {
+        QFETCH(c10::ScalarType, dtype);
+        QFETCH(bool, powerOfTwo);
+        QFETCH(bool, aligned);
+        const auto x = fp8_block_probe_square().to(dtype); // (384, 384)
+        const auto cast = cast_fp8_block_codes(x.to(torch::kFloat32), NumberFormat::E4M3, powerOfTwo, /*tile_2d=*/false);
+        QCOMPARE(cast.decode.sizes(), (c10::IntArrayRef{384, 3}));
+        auto codes = cast.codes;
+        if (!aligned) {
+            auto storage = torch::empty({codes.numel() + 1}, codes.options());
+            codes = storage.narrow(0, 1, codes.numel()).view(codes.sizes());
+            codes.copy_(cast.codes);
+        }
+        const auto values = join_fp8_blocks({cast.codes, cast.decode});
+        QVERIFY(values.isnan().any().item<bool>()); // the probe's NaN and Inf blocks
+        const auto ops = tensor_stats_row(x, NumberFormat::E4M3, 0.0f, values, StatsKernel::TensorOps);
+        const int64_t before = cuda_sim::launches();
+        compare_rows(kernels::tensor_stats_row(x, codes, cast_comparison(NumberFormat::E4M3, false, 0.0), {}, cast.decode), ops);
+        QCOMPARE(cuda_sim::launches() - before, int64_t(2)); // no dequantized tensor made first
+        compare_rows(tensor_stats_row_of_block_codes(x, NumberFormat::E4M3, codes, cast.decode), ops); // the CPU's way
+        QCOMPARE(dequantize_codes(codes, cast.decode).sizes(), values.sizes());
+        QVERIFY(same_bits(dequantize_codes(codes, cast.decode), values));
+        // One scale per 128 codes along a row, or one scale: nothing else is taken.
+        QVERIFY_THROWS_EXCEPTION(c10::Error, kernels::tensor_stats_row(x, codes, cast_comparison(NumberFormat::E4M3, false, 0.0), {},
+                                                                       cast.decode.narrow(1, 0, 2)));
+    }
+
     void fp8BlockRowsColsAgree_data()
     {
         QTest::addColumn<c10::ScalarType>("dtype");

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "tensor_stats_row.h"
+#include "fp8_pair.h"
 #include "launch.h"
 
 #include <ATen/cuda/CUDAContext.h>
@@ -104,7 +105,8 @@ enum class Against { Nothing, Cast, Itself };
 // (compare_cast returns early on a non-finite cast, which left a divergent branch per value
 // in the kernel). `Scaled` is the comparison's scaled_domain, fixed per launch. Against
 // itself (c == v) a finite value is compared; it cannot underflow (v != 0 and c == 0), its cast
-// cannot be non-finite, and its error is 0: those terms are left out, the rest are as above.
+// cannot be non-finite, its error is 0, and at scale 1 it cannot overflow the format its dtype
+// is (launch_for_x takes this path only then): those terms are left out, the rest are as above.
 template <Against A, bool Scaled>
 __device__ __forceinline__ void tally_value(float v, float c, unsigned int (&hist)[kBins][32], int lane,
                                             const ScaledBounds& bounds, Tally& t, unsigned int& nans,
@@ -116,11 +118,8 @@ __device__ __forceinline__ void tally_value(float v, float c, unsigned int (&his
     nans += mag_bits > 0x7F800000u ? 1u : 0u;
     amax_bits = max(amax_bits, finite ? mag_bits : 0u);
     if constexpr (A == Against::Itself) {
-        if constexpr (Scaled) {
-            const float mag = fabsf(v) * bounds.scale;
-            t.subnormal += finite & (v != 0.0f) & (mag < bounds.subnormal_below);
-            t.overflow += finite & ((mag > bounds.overflow_from) | ((mag == bounds.overflow_from) & bounds.overflow_at_tie));
-        }
+        // At scale 1 (launch_for_x): no finite value passes its own dtype's bound.
+        if constexpr (Scaled) t.subnormal += finite & (v != 0.0f) & (fabsf(v) < bounds.subnormal_below);
         const double vd = static_cast<double>(finite ? v : 0.0f);
         t.signal += vd * vd;
         t.compared += finite;
@@ -167,10 +166,19 @@ __device__ __forceinline__ void load_run(const T* __restrict__ p, float (&out)[k
         }
     } else {
         const uint2 raw = *reinterpret_cast<const uint2*>(p);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+        const uint32_t words[2] = {raw.x, raw.y}; // FP8 codes: two a cvt (fp8_pair.h)
+#pragma unroll
+        for (int k = 0; k < kUnroll; k += 2) {
+            const float2 f = values_of_code_pair<T>(words[k / 4] >> (8 * (k % 4)));
+            out[k] = f.x, out[k + 1] = f.y;
+        }
+#else
         T values[kUnroll];
         memcpy(values, &raw, sizeof raw);
 #pragma unroll
         for (int k = 0; k < kUnroll; ++k) out[k] = static_cast<float>(values[k]);
+#endif
     }
 }
 
@@ -189,7 +197,7 @@ __device__ __forceinline__ void load_run(const T* __restrict__ p, float (&out)[k
 // comparison's scaled_domain.
 template <typename X, typename Q, Against A, bool Scaled>
 __global__ void __launch_bounds__(kThreads, 4)
-    partial_rows(const X* __restrict__ x, const Q* q, const float* __restrict__ q_scale, int64_t n, bool runs,
+    partial_rows(const X* __restrict__ x, const Q* q, const float* __restrict__ q_scale, int q_scale_shift, int64_t n, bool runs,
                  const double* __restrict__ scale, stats_value::CastComparison comparison,
                  unsigned long long* __restrict__ ints, double* __restrict__ sums)
 {
@@ -203,10 +211,12 @@ __global__ void __launch_bounds__(kThreads, 4)
     if (A != Against::Nothing && scale != nullptr) comparison.scale = *scale;
     const ScaledBounds bounds = scaled_bounds(comparison);
     constexpr bool kReadsQ = A == Against::Cast;
-    // FP8 codes stand for code * q_scale, in FP32 as codes.to(float) * inv_scale computes them.
-    float q_times = 1.0f;
-    if constexpr (kIsCodes<Q>)
-        if (q_scale != nullptr) q_times = *q_scale;
+    // FP8 codes stand for code * q_scale[i >> q_scale_shift], in FP32 as codes.to(float) *
+    // inv_scale computes them: one scale (a shift of 63) or one per 128 consecutive codes (7).
+    const auto q_times = [&](int64_t i) {
+        if constexpr (kIsCodes<Q>) return q_scale != nullptr ? q_scale[i >> q_scale_shift] : 1.0f;
+        else return (void)i, 1.0f;
+    };
     Tally t;
     unsigned int nans = 0;
     unsigned int amax_bits = 0;
@@ -219,8 +229,11 @@ __global__ void __launch_bounds__(kThreads, 4)
             load_run(x + first, v);
             if constexpr (kReadsQ) {
                 load_run(q + first, c);
+                if constexpr (kIsCodes<Q>) { // a run lies within one 128-block: one scale
+                    const float times = q_times(first);
 #pragma unroll
-                for (int j = 0; j < kUnroll; ++j) c[j] = kIsCodes<Q> ? c[j] * q_times : c[j];
+                    for (int j = 0; j < kUnroll; ++j) c[j] *= times;
+                }
             }
 #pragma unroll
             for (int j = 0; j < kUnroll; ++j) tally_value<A, Scaled>(v[j], c[j], hist, lane, bounds, t, nans, amax_bits);
@@ -232,7 +245,7 @@ __global__ void __launch_bounds__(kThreads, 4)
             v[j] = i < n ? static_cast<float>(x[i]) : 0.0f;
             if constexpr (kReadsQ) {
                 c[j] = i < n ? static_cast<float>(q[i]) : 0.0f;
-                if constexpr (kIsCodes<Q>) c[j] *= q_times;
+                if constexpr (kIsCodes<Q>) c[j] *= i < n ? q_times(i) : 1.0f;
             }
         }
 #pragma unroll
@@ -336,7 +349,8 @@ void launch_partials(const torch::Tensor& x, const torch::Tensor& q, const torch
     const bool reads_q = A == Against::Cast;
     MANTISSA_LAUNCH(blocks, kThreads, stream, partial_rows<X, Q, A, Scaled>)(
         reinterpret_cast<const X*>(x.data_ptr()), reads_q ? reinterpret_cast<const Q*>(q.data_ptr()) : nullptr,
-        q_scale.defined() ? q_scale.data_ptr<float>() : nullptr, x.numel(), aligned_for_runs(x, reads_q ? q : torch::Tensor()),
+        q_scale.defined() ? q_scale.data_ptr<float>() : nullptr, !q_scale.defined() || q_scale.numel() == 1 ? 63 : 7,
+        x.numel(), aligned_for_runs(x, reads_q ? q : torch::Tensor()),
         scale.defined() ? scale.data_ptr<double>() : nullptr, comparison,
         reinterpret_cast<unsigned long long*>(ints.data_ptr<int64_t>()), sums.data_ptr<double>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -351,12 +365,25 @@ void launch_scaled_or_not(const torch::Tensor& x, const torch::Tensor& q, const 
     else launch_partials<X, Q, A, false>(x, q, q_scale, scale, comparison, blocks, ints, sums);
 }
 
+// Whether no finite value of `dtype` can overflow the comparison: unscaled, or at a host scale
+// of exactly 1 with the dtype's largest finite value below the format's overflow bound (a
+// 16-bit operand compared in its own format, which is what the kernel reads once).
+bool itself_cannot_overflow(c10::ScalarType dtype, const torch::Tensor& device_scale,
+                            const stats_value::CastComparison& c)
+{
+    if (!c.scaled_domain) return true;
+    if (device_scale.defined() || c.scale != 1.0) return false;
+    const double largest = dtype == torch::kBFloat16 ? 3.3895313892515355e38 : dtype == torch::kHalf ? 65504.0 : FLT_MAX;
+    return largest < c.overflow_from;
+}
+
 template <typename X>
 void launch_for_x(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& q_scale, const torch::Tensor& scale,
                   const stats_value::CastComparison& comparison, int blocks, torch::Tensor& ints, torch::Tensor& sums)
 {
     if (!q.defined()) return launch_partials<X, X, Against::Nothing, false>(x, q, q_scale, scale, comparison, blocks, ints, sums);
-    if (q.data_ptr() == x.data_ptr() && q.scalar_type() == x.scalar_type() && !q_scale.defined())
+    if (q.data_ptr() == x.data_ptr() && q.scalar_type() == x.scalar_type() && !q_scale.defined() &&
+        itself_cannot_overflow(x.scalar_type(), scale, comparison))
         return launch_scaled_or_not<X, X, Against::Itself>(x, q, q_scale, scale, comparison, blocks, ints, sums);
     const auto launch = [&](auto tag) {
         launch_scaled_or_not<X, decltype(tag), Against::Cast>(x, q, q_scale, scale, comparison, blocks, ints, sums);
@@ -392,13 +419,16 @@ torch::Tensor tensor_stats_row(const torch::Tensor& x_in, const torch::Tensor& d
     const auto x = as_read(x_in, false);
     // FP8 casts are read as codes (times codes_scale where it is given; 1 otherwise, exactly as widened).
     const auto q = dequantized.defined() ? as_read(dequantized, true) : torch::Tensor();
-    const auto q_scale = codes_scale.defined()
-                             ? codes_scale.detach().to(x.device(), torch::kFloat32).reshape({}).contiguous()
-                             : torch::Tensor();
+    const auto q_scale = codes_scale.defined() ? codes_scale.detach().to(x.device(), torch::kFloat32).contiguous()
+                                               : torch::Tensor();
     TORCH_CHECK(!q.defined() || q.numel() == n, "tensor_stats_row: the cast has another number of values");
     TORCH_CHECK(!q_scale.defined() || (q.defined() && (q.scalar_type() == torch::kFloat8_e4m3fn ||
                                                        q.scalar_type() == torch::kFloat8_e5m2)),
                 "tensor_stats_row: a codes scale goes with FP8 codes");
+    // One scale, or one per 1x128 block of rows of codes (R, C): (R, C / 128), fp8-block's casts.
+    TORCH_CHECK(!q_scale.defined() || q_scale.numel() == 1 ||
+                    (q.dim() == 2 && q.size(1) % 128 == 0 && q_scale.numel() * 128 == n),
+                "tensor_stats_row: a codes scale is one value or one per 128 codes along a row");
     const auto scale = device_scale.defined()
                            ? device_scale.detach().to(x.device(), torch::kFloat64).reshape({}).contiguous()
                            : torch::Tensor();

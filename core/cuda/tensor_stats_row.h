@@ -20,8 +20,10 @@ namespace mantissa::cuda_kernels {
 // (native FP8 keeps its per-tensor scale there). Returns stats_row::kSize doubles on x's
 // device, queued on the current stream without a host sync.
 // dequantized may also be FP8 codes (read as 1 byte each): their values are code * codes_scale
-// (a () FP32 tensor on x's device, as Fp8Tensor::dequantized() multiplies them), or the codes
-// themselves where codes_scale is undefined.
+// (a () FP32 tensor on x's device, as Fp8Tensor::dequantized() multiplies them), or
+// code * codes_scale[its 1x128 block] for codes (R, C) and codes_scale (R, C / 128) (fp8-block's
+// casts, as join_fp8_blocks multiplies them), or the codes themselves where codes_scale is
+// undefined.
 torch::Tensor tensor_stats_row(const torch::Tensor& x, const torch::Tensor& dequantized,
                                const stats_value::CastComparison& comparison, const torch::Tensor& device_scale,
                                const torch::Tensor& codes_scale = {});
