@@ -171,9 +171,10 @@ public:
     // (refilled once per optimizer step, as TE does with is_first_microbatch; per-row: W
     // scaled along K for the forward, `k_dim` 0 along N for dgrad, each cached) with its
     // transpose, (K, N) contiguous, made on first use.
-    // with_transpose: codes_t too, for the wgrad GEMM (per-tensor recipes; per-row ignores it).
+    // with_transpose: codes_t too, for the wgrad GEMM (per-tensor recipes; per-row ignores it);
+    // column_sums with it: the bias gradient from the cast's read, where its kernel makes it.
     Fp8Tensor quantize_native(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim = 1,
-                              bool with_transpose = false);
+                              bool with_transpose = false, bool column_sums = false);
     Fp8Tensor native_weight(const torch::Tensor& weight, NumberFormat format, int64_t k_dim = 1);
     torch::Tensor native_weight_transposed(const Fp8Tensor& w8);
     void note_backend(bool native) { (native ? used_native_ : used_emulated_) = true; }

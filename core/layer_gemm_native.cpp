@@ -99,9 +99,12 @@ struct NativeLinear : public torch::autograd::Function<NativeLinear> {
         // a per-tensor scale, transposed: the cast writes that layout too.
         const bool per_tensor = layer->recipe().scaling != Fp8Scaling::PerRow;
         const bool share_dy = is_fp8(f.dgrad) && f.wgrad == f.dgrad && per_tensor;
+        const bool has_bias = ctx->saved_data["has_bias"].toBool();
         if (is_fp8(f.dgrad)) {
-            // W as (N, K) column-major: the cached transpose.
-            dy8 = layer->quantize_native(dy, f.dgrad, OperandRole::GradOutput, 1, share_dy); // per row: (M, 1)
+            // W as (N, K) column-major: the cached transpose. The cast-transpose of dy also sums
+            // its columns where its kernel can (the bias gradient, from the same read of dy).
+            dy8 = layer->quantize_native(dy, f.dgrad, OperandRole::GradOutput, 1, share_dy,
+                                         share_dy && has_bias); // per row: (M, 1)
             const Fp8Tensor w8 = layer->native_weight(weight, saved_operand_format(f.dgrad), 0); // per row: (1, K)
             bool native = false;
             const auto w_kn = per_row(w8) ? w8.codes : layer->native_weight_transposed(w8).t(); // (N, K), fp8_gemm lays it out
@@ -148,7 +151,7 @@ struct NativeLinear : public torch::autograd::Function<NativeLinear> {
         if (armed) layer->record("weight_grad", dw, gemm_output_format(f.wgrad), 1.0f, {});
 
         torch::Tensor db;
-        if (ctx->saved_data["has_bias"].toBool()) db = dy.sum(0, false, torch::kFloat32); // FP32 accumulation
+        if (has_bias) db = dy8.column_sums.defined() ? dy8.column_sums : dy.sum(0, false, torch::kFloat32); // FP32 sums
         return {dx, dw, db, torch::Tensor()};
     }
 };
@@ -207,13 +210,13 @@ void LayerGemm::sync_device_scaling_to_host()
 }
 
 Fp8Tensor LayerGemm::quantize_native(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim,
-                                     bool with_transpose)
+                                     bool with_transpose, bool column_sums)
 {
     if (recipe_.scaling == Fp8Scaling::PerRow) return quantize_fp8_rowwise_native(x, format, recipe_, k_dim);
     DeviceDelayedScaling* state =
         recipe_.scaling == Fp8Scaling::Delayed ? &device_delayed(role, format, x.device()) : nullptr;
     // Evaluation uses the current scale and leaves the history where it is.
-    return quantize_fp8_native(x, format, recipe_, state, /*record=*/training_, with_transpose);
+    return quantize_fp8_native(x, format, recipe_, state, /*record=*/training_, with_transpose, column_sums);
 }
 
 Fp8Tensor LayerGemm::native_weight(const torch::Tensor& weight, NumberFormat format, int64_t k_dim)

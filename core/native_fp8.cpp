@@ -321,6 +321,42 @@ bool transpose_64_agrees(const torch::Device& device)
     return agrees;
 }
 
+// The 64 x 64 kernel's column sums (a bias's gradient, from the cast's own read) against the
+// FP64 sums of the same values: within the bound of any FP32 summation order, (rows - 1) *
+// 2^-24 * sum |x| (Higham), with a column holding a NaN and one holding an Inf summed to NaN and
+// Inf as any order sums them. Smooth values, not random ones: a probe leaves the RNG alone.
+bool column_sums_agree(const torch::Device& device)
+{
+    static const bool agrees = transpose_64_agrees(device) && kernel_agrees("FP8 cast-transpose's column sums", [&] {
+        const auto opts = torch::TensorOptions().device(device).dtype(torch::kFloat32);
+        const bool paired = fused_transpose_kernel(device) == ProbedKernel::Paired;
+        for (const auto& shape : {std::vector<int64_t>{64, 64}, std::vector<int64_t>{256, 192}, std::vector<int64_t>{64 * 45, 128}}) {
+            const int64_t rows = shape[0], cols = shape[1];
+            const auto i = torch::arange(rows * cols, opts);
+            auto x = (torch::sin(i * 0.37f) * torch::exp2(torch::remainder(i, 13.0f) - 6.0f)).view({rows, cols});
+            x.index_put_({rows - 1, 1}, std::numeric_limits<float>::quiet_NaN());
+            x.index_put_({rows / 2, 2}, std::numeric_limits<float>::infinity());
+            for (const auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kHalf}) {
+                const auto xd = x.to(dtype);
+                torch::Tensor amax, codes_t, sums;
+                cuda_kernels::fused_scale_cast_amax_transpose(xd, torch::full({}, 0.5f, opts), false, true, amax, codes_t,
+                                                              /*tiles_64=*/true, paired, &sums);
+                if (!sums.defined() || sums.sizes() != torch::IntArrayRef{cols}) return false;
+                const auto x64 = xd.to(torch::kFloat64);
+                const auto exact = x64.sum(0), got = sums.to(torch::kFloat64);
+                const auto bound = x64.abs().sum(0) * (static_cast<double>(rows - 1) * std::ldexp(1.0, -24));
+                const auto finite = torch::isfinite(exact);
+                const bool same_non_finite = torch::equal(torch::isnan(got), torch::isnan(exact)) &&
+                                             torch::equal(got.masked_select(torch::isinf(exact)), exact.masked_select(torch::isinf(exact)));
+                const bool within = ((got - exact).abs() <= bound).logical_or(~finite).all().item<bool>();
+                if (!same_non_finite || !within) return false;
+            }
+        }
+        return true;
+    });
+    return agrees;
+}
+
 } // namespace
 #endif
 
@@ -331,14 +367,15 @@ std::string native_fp8_kernels_report()
     const torch::Device gpu(torch::kCUDA);
     return std::string("fused cast: ") + probed_kernel_report(fused_cast_kernel(gpu)) +
            ", cast-transpose: " + probed_kernel_report(fused_transpose_kernel(gpu)) +
-           ", 64x64 tiles: " + (transpose_64_agrees(gpu) ? "yes" : "NO") + ", delayed record: " + (fused_record_agrees(gpu) ? "yes" : "NO");
+           ", 64x64 tiles: " + (transpose_64_agrees(gpu) ? "yes" : "NO") +
+           ", their column sums: " + (column_sums_agree(gpu) ? "yes" : "NO") + ", delayed record: " + (fused_record_agrees(gpu) ? "yes" : "NO");
 #else
     return "not built";
 #endif
 }
 
 Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe,
-                              DeviceDelayedScaling* delayed, bool record, bool with_transpose)
+                              DeviceDelayedScaling* delayed, bool record, bool with_transpose, bool column_sums)
 {
     TORCH_CHECK(!with_transpose || x.dim() == 2, "quantize_fp8_native: a transpose of a 2-D tensor only");
     TORCH_CHECK(format_info(format).is_fp8, "quantize_fp8_native needs an FP8 format");
@@ -370,7 +407,8 @@ Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const
         if (with_transpose && fused_transpose_agrees(x.device()))
             out.codes = cuda_kernels::fused_scale_cast_amax_transpose(
                 xc, out.scale, e4m3, recipe.saturate, measured, out.codes_t, transpose_64_agrees(x.device()),
-                fused_transpose_kernel(x.device()) == ProbedKernel::Paired);
+                fused_transpose_kernel(x.device()) == ProbedKernel::Paired,
+                column_sums && column_sums_agree(x.device()) ? &out.column_sums : nullptr);
         else
             out.codes = cuda_kernels::fused_scale_cast_amax(xc, out.scale, e4m3, recipe.saturate, measured,
                                                             fused_cast_paired(x.device()));
@@ -379,6 +417,8 @@ Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const
         if (!out.inv_scale.defined()) out.inv_scale = out.scale.reciprocal();
         return out;
     }
+#else
+    (void)column_sums; // only Mantissa's kernel makes them
 #endif
     const auto x32 = x.to(torch::kFloat32); // BF16 -> FP32 is exact; the scaled product must be FP32
     const auto amax = amax_ignoring_nan(x32); // () on the device; NaN skipped, as the host's

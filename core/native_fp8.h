@@ -23,6 +23,9 @@ struct Fp8Tensor {
     // contiguous (K, M), the layout the wgrad GEMM takes with M innermost. On CUDA written by
     // the cast itself (TransformerEngine's cast-transpose), elsewhere a copy.
     torch::Tensor codes_t;
+    // Only where asked for and made by the cast (CUDA's 64 x 64 cast-transpose): x summed over
+    // its rows, (C) FP32, from the cast's own read of x (a bias's gradient). Undefined otherwise.
+    torch::Tensor column_sums;
     NumberFormat format = NumberFormat::E4M3;
 
     bool defined() const { return codes.defined(); }
@@ -91,9 +94,11 @@ torch::Tensor to_fp8_codes(const torch::Tensor& scaled, NumberFormat format, Ove
 
 // Casts `x` (any float dtype) under a per-tensor recipe. `delayed` is the role's state for
 // Delayed scaling (null for Current); `record` false for evaluation, which must not move it.
-// `with_transpose` (a 2-D x): codes_t as well.
+// `with_transpose` (a 2-D x): codes_t as well; `column_sums` with it: column_sums too, where
+// the cast's kernel can make them.
 Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe,
-                              DeviceDelayedScaling* delayed, bool record, bool with_transpose = false);
+                              DeviceDelayedScaling* delayed, bool record, bool with_transpose = false,
+                              bool column_sums = false);
 
 // The per-row recipe (torchao's rowwise): one scale per slice along `k_dim`, the emulator's
 // rowwise_scale. Stateless, so there is nothing to record.

@@ -57,6 +57,18 @@ bool same_codes(const torch::Tensor& a, const torch::Tensor& b)
     return a.sizes() == b.sizes() && torch::equal(a.contiguous().view(torch::kUInt8), b.contiguous().view(torch::kUInt8));
 }
 
+// The 64 x 64 cast-transpose's column sums, in its order: rows r and r + 32 of each 64-row tile
+// added, the 32 pairs added in row order from zero, then the tiles' rows summed by LibTorch.
+torch::Tensor column_sums_in_tile_order(const torch::Tensor& x)
+{
+    const int64_t rows = x.size(0), cols = x.size(1);
+    const auto v = x.to(torch::kFloat32).reshape({rows / 64, 2, 32, cols});
+    const auto pairs = v.select(1, 0) + v.select(1, 1); // (tiles, 32, cols)
+    auto tile_sums = torch::zeros({rows / 64, cols});
+    for (int64_t r = 0; r < 32; ++r) tile_sums = tile_sums + pairs.select(1, r);
+    return tile_sums.sum(0);
+}
+
 // A row slot by slot: counts and amax exactly, the two FP64 energies to 1e-12 (summed in
 // another order than the tensor ops).
 void compare_rows(const torch::Tensor& kernel_row, const torch::Tensor& ops_row)
@@ -355,6 +367,15 @@ private slots:
                 QVERIFY(same_codes(codes, expected));
                 QVERIFY(same_codes(codes_t, expected.t().contiguous()));
                 QVERIFY(same_bits(amax, amax_skipping_nan(x)));
+                // Asked for the column sums too (a bias's gradient): the same codes, and the
+                // 64 x 64 kernel's sums in its own order; the general kernel makes none.
+                torch::Tensor amax2, codes_t2, sums;
+                const auto codes2 = kernels::fused_scale_cast_amax_transpose(x, torch::full({}, s), e4m3, saturate, amax2,
+                                                                             codes_t2, true, true, &sums);
+                QVERIFY(same_codes(codes2, expected) && same_codes(codes_t2, codes_t) && same_bits(amax2, amax));
+                const bool tiles_64 = rows % 64 == 0 && cols % 64 == 0 && !unaligned;
+                QCOMPARE(sums.defined(), tiles_64);
+                if (tiles_64) QVERIFY(same_bits(sums, column_sums_in_tile_order(x)));
             }
     }
 

@@ -194,13 +194,21 @@ __device__ __forceinline__ void load8(const c10::Half* p, float v[kVec])
     }
 }
 
-template <typename In, typename Code>
+//
+// `kSums`: each tile also writes the FP32 sums of its 64 columns over its 64 rows to row
+// (tile row) of `sums` (rows / 64, cols), in a fixed order: each thread adds its two rows (r and
+// r + 32), then one thread per column adds the 32 pairs in row order. A bias's gradient is
+// these partials summed over the tile rows (TransformerEngine's cast-transpose-dbias), where a
+// separate reduction read the output gradient once more.
+template <typename In, typename Code, bool kSums>
 __global__ void __launch_bounds__(kThreads)
     scale_cast_amax_transpose_64(const In* __restrict__ x, const float* __restrict__ scale, uint8_t* __restrict__ codes,
-                                 uint8_t* __restrict__ codes_t, float* __restrict__ amax, int64_t rows, int64_t cols,
-                                 float max_finite, bool saturate, bool nan_past_464)
+                                 uint8_t* __restrict__ codes_t, float* __restrict__ amax, float* __restrict__ sums,
+                                 int64_t rows, int64_t cols, float max_finite, bool saturate, bool nan_past_464)
 {
+    static_assert(kWidePasses == 2, "a thread's column sum adds its two rows");
     __shared__ uint32_t tile_words[kWide * kTileStride / 4];
+    __shared__ float pair_sums[kSums ? kWideRowsPerPass : 1][kWide];
     auto* tile = reinterpret_cast<uint8_t*>(tile_words);
     const float s = *scale;
     float local = 0.0f;
@@ -229,7 +237,18 @@ __global__ void __launch_bounds__(kThreads)
             tile_words[(tile_row * kTileStride + first_col) / 4] = packed[0];
             tile_words[(tile_row * kTileStride + first_col) / 4 + 1] = packed[1];
         }
+        if constexpr (kSums) {
+#pragma unroll
+            for (int j = 0; j < kVec; ++j) pair_sums[row_in_pass][first_col + j] = v[0][j] + v[1][j];
+        }
         __syncthreads();
+        if constexpr (kSums) {
+            if (threadIdx.x < kWide) {
+                float total = 0.0f;
+                for (int r = 0; r < kWideRowsPerPass; ++r) total += pair_sums[r][threadIdx.x];
+                sums[w.r * cols + c0 + threadIdx.x] = total;
+            }
+        }
         // Row c of codes_t is column c of codes: 16 of its codes per thread, one 16-byte store.
         uint32_t out[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
@@ -315,7 +334,7 @@ namespace {
 template <typename Code>
 void launch_transpose(const torch::Tensor& x, const torch::Tensor& scale, torch::Tensor& codes, torch::Tensor& codes_t,
                       torch::Tensor& amax, float max_finite, bool saturate, bool nan_past_464, bool tiles_64,
-                      bool paired)
+                      bool paired, torch::Tensor* column_sums)
 {
     const int64_t rows = x.size(0), cols = x.size(1);
     if (rows == 0 || cols == 0) return;
@@ -327,10 +346,20 @@ void launch_transpose(const torch::Tensor& x, const torch::Tensor& scale, torch:
         const int blocks = static_cast<int>(std::min<int64_t>(tiles, kWideBlocks));
         auto* out = reinterpret_cast<uint8_t*>(codes.data_ptr());
         auto* out_t = reinterpret_cast<uint8_t*>(codes_t.data_ptr());
+        if (column_sums) {
+            auto partials = torch::empty({rows / kWide, cols}, x.options().dtype(torch::kFloat32)); // every tile writes its row
+            with_input(x, "fused_scale_cast_amax_transpose", [&](const auto* in) {
+                MANTISSA_LAUNCH(blocks, kThreads, stream, scale_cast_amax_transpose_64<element_of<decltype(in)>, Code, true>)(
+                    in, scale.data_ptr<float>(), out, out_t, amax.data_ptr<float>(), partials.data_ptr<float>(), rows,
+                    cols, max_finite, saturate, nan_past_464);
+            });
+            *column_sums = partials.sum(0); // a reduction in a fixed order: the same sums on every run
+            return;
+        }
         with_input(x, "fused_scale_cast_amax_transpose", [&](const auto* in) {
-            MANTISSA_LAUNCH(blocks, kThreads, stream, scale_cast_amax_transpose_64<element_of<decltype(in)>, Code>)(
-                in, scale.data_ptr<float>(), out, out_t, amax.data_ptr<float>(), rows, cols, max_finite, saturate,
-                nan_past_464);
+            MANTISSA_LAUNCH(blocks, kThreads, stream, scale_cast_amax_transpose_64<element_of<decltype(in)>, Code, false>)(
+                in, scale.data_ptr<float>(), out, out_t, amax.data_ptr<float>(), nullptr, rows, cols, max_finite,
+                saturate, nan_past_464);
         });
         return;
     }
@@ -350,7 +379,7 @@ void launch_transpose(const torch::Tensor& x, const torch::Tensor& scale, torch:
 
 torch::Tensor fused_scale_cast_amax_transpose(const torch::Tensor& x, const torch::Tensor& scale, bool e4m3,
                                               bool saturate, torch::Tensor& amax, torch::Tensor& codes_t, bool tiles_64,
-                                              bool paired)
+                                              bool paired, torch::Tensor* column_sums)
 {
     TORCH_CHECK(on_kernel_device(x) && x.is_contiguous() && x.dim() == 2,
                 "fused_scale_cast_amax_transpose: a contiguous 2-D CUDA tensor");
@@ -360,10 +389,13 @@ torch::Tensor fused_scale_cast_amax_transpose(const torch::Tensor& x, const torc
     const auto dtype = e4m3 ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2;
     auto codes = torch::empty(x.sizes(), x.options().dtype(dtype));
     codes_t = torch::empty({x.size(1), x.size(0)}, x.options().dtype(dtype));
+    if (column_sums) *column_sums = torch::Tensor(); // made only by the 64 x 64 kernel
     if (e4m3)
         launch_transpose<c10::Float8_e4m3fn>(x, s, codes, codes_t, amax, 448.0f, saturate, /*nan_past_464=*/true, tiles_64,
-                                             paired);
-    else launch_transpose<c10::Float8_e5m2>(x, s, codes, codes_t, amax, 57344.0f, saturate, false, tiles_64, paired);
+                                             paired, column_sums);
+    else
+        launch_transpose<c10::Float8_e5m2>(x, s, codes, codes_t, amax, 57344.0f, saturate, false, tiles_64, paired,
+                                           column_sums);
     return codes;
 }
 

@@ -24,9 +24,14 @@ torch::Tensor fused_scale_cast_amax(const torch::Tensor& x, const torch::Tensor&
 // take the 64 x 64 kernel (sides multiples of 64, 16-byte aligned data; its own probe, since it
 // converts with the hardware's paired instruction), else the general 32 x 32 one, which converts
 // as `paired` says (as fused_scale_cast_amax).
+// `column_sums`, where given: where the 64 x 64 kernel runs, x summed over its rows, (cols)
+// FP32 in a fixed order (each tile's rows r and r + 32 added, the 32 pairs in row order, then
+// the tiles summed by a LibTorch reduction), from the same read of x (a bias's gradient);
+// left undefined where the general kernel runs.
 torch::Tensor fused_scale_cast_amax_transpose(const torch::Tensor& x, const torch::Tensor& scale, bool e4m3,
                                               bool saturate, torch::Tensor& amax, torch::Tensor& codes_t,
-                                              bool tiles_64 = true, bool paired = true);
+                                              bool tiles_64 = true, bool paired = true,
+                                              torch::Tensor* column_sums = nullptr);
 
 // max |x| over the non-NaN elements (0 for an empty or all-NaN x), () FP32 on x's device, in
 // one pass: current scaling's amax, read before its cast. x as above.
