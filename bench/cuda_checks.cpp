@@ -264,6 +264,44 @@ void stats_kernels(const torch::Device& device, bool quick)
                        fmt("64x64 kernel %.0f us (%.2f TB/s)", t_fast, tb / (t_fast * 1e-6)) +
                        fmt(", general kernel %.0f us (%.2f TB/s)", t_general, tb / (t_general * 1e-6)));
         });
+    if (cuda && !quick)
+        // A bias's gradient from the cast-transpose's own read of dy (GPT-2 small's fc1: 16,384 x
+        // 3,072 BF16, E5M2): the column sums against dy.sum(0) in FP32, within (rows - 1) 2^-24
+        // sum |dy| of the FP64 sums, and the time of the cast with them against the cast and
+        // the separate sum (the native FP8 linear's backward before session 31).
+        check("fp8 cast-transpose with column sums", [&] {
+            const int64_t rows = 16384, cols = 3072, n = rows * cols;
+            const auto opts = torch::TensorOptions().device(device);
+            const auto dy = (torch::sin(torch::arange(n, opts.dtype(torch::kFloat32)) * 0.37f) * 1e-3f)
+                                .to(torch::kBFloat16)
+                                .view({rows, cols});
+            Fp8Recipe recipe;
+            recipe.scaling = Fp8Scaling::Current;
+            Fp8Tensor out;
+            torch::Tensor db;
+            const auto time_us = [&](bool fused) {
+                const auto once = [&] {
+                    out = quantize_fp8_native(dy, NumberFormat::E5M2, recipe, nullptr, false, true, /*column_sums=*/fused);
+                    db = fused ? out.column_sums : dy.sum(0, false, torch::kFloat32);
+                };
+                once();
+                wait();
+                const auto t0 = std::chrono::steady_clock::now();
+                for (int r = 0; r < 10; ++r) once();
+                wait();
+                return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 10;
+            };
+            const double t_apart = time_us(false);
+            const double t_fused = time_us(true);
+            if (!db.defined()) return report(false, "fp8 cast-transpose with column sums", "NOT MADE: the probe refused them");
+            const auto d64 = dy.to(torch::kFloat64);
+            const auto err = (db.to(torch::kFloat64) - d64.sum(0)).abs();
+            const auto bound = d64.abs().sum(0) * (static_cast<double>(rows - 1) * std::ldexp(1.0, -24));
+            const bool within = (err <= bound).all().item<bool>();
+            report(within, "fp8 cast-transpose with column sums",
+                   fmt("cast with the sums %.0f us, cast then dy.sum %.0f us", t_fused, t_apart) +
+                       fmt("; worst error %.2f of its bound", (err / bound.clamp_min(1e-300)).max().item<double>()));
+        });
     for (const int64_t n : quick ? std::vector<int64_t>{int64_t(1) << 20} : std::vector<int64_t>{int64_t(1) << 20, int64_t(50) << 20}) {
         for (const bool bf16 : {false, true}) {
             const std::string name = fmt("stats kernel %.0f M ", double(n >> 20)) + (bf16 ? "bf16" : "fp32");
