@@ -108,6 +108,10 @@ def describe(name):
             flag = re.search(r"Lb([01])EEEv", args)
             if flag:
                 label += ", writes " + ("codes" if flag.group(1) == "1" else "values")
+        if pattern == "scale_cast_amax_transpose_64":  # the last template argument: kSums
+            flag = re.search(r"Lb([01])EEEv", args)
+            if flag:
+                label += ", with column sums" if flag.group(1) == "1" else ""
         return pattern, per, label
     return None
 
