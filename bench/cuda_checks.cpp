@@ -49,6 +49,7 @@
 #include <string>
 #include <vector>
 
+#include "block_fp4_gemm.h"
 #include "blockwise_fp8.h"
 #include "determinism.h"
 #include "edge_values.h" // tests/: the values test_telemetry holds the statistics to
@@ -221,6 +222,11 @@ void stats_kernels(const torch::Device& device, bool quick)
         const bool rowwise = rowwise_fp8_available();
         report(rowwise, "row-wise _scaled_mm probe",
                rowwise ? "BF16 bias and output, fast accumulation: exact" : "NOT USED: per-row GEMMs run in FP32");
+        // Blackwell's FP4 GEMMs (untested: no sm_100 has run them): informational elsewhere.
+        const bool nvfp4 = fp4_block_mm_available(true), mxfp4 = fp4_block_mm_available(false);
+        report(true, "fp4 GEMM probes",
+               std::string("nvfp4: ") + (nvfp4 ? "yes" : "no") + ", mxfp4: " + (mxfp4 ? "yes" : "no") +
+                   " (sm_100 only; on one, a no is a failure to look into)");
         const bool stats = fused_cuda_stats_available();
         report(stats, "stats kernel probe",
                stats ? "the fused CUDA kernel agreed with the tensor ops" : "NOT USED: not built, or it disagreed");

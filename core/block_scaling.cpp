@@ -892,6 +892,13 @@ torch::Tensor content_seed_tensor(const torch::Tensor& x_in)
     return torch::bitwise_xor(torch::bitwise_xor(sum * static_cast<int64_t>(0x9E3779B97F4A7C15ULL), squares), x.numel());
 }
 
+torch::Tensor nvfp4_value_multiplier(const torch::Tensor& block_scale, const torch::Tensor& tensor_amax)
+{
+    return nvfp4_value_scale(block_scale, tensor_amax);
+}
+
+torch::Tensor nvfp4_tensor_decode(const torch::Tensor& tensor_amax) { return tensor_amax * kInv2688; }
+
 BlockCastRecord block_cast_record(const BlockQuantized& q, NumberFormat format, const Fp8Recipe& recipe)
 {
     BlockCastRecord r;
@@ -930,7 +937,7 @@ BlockCastRecord block_cast_record(const BlockQuantized& q, NumberFormat format, 
 }
 
 torch::Tensor quantize_block_recipe(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe,
-                                    int64_t k_dim_in, TensorRole role, BlockCastRecord* record)
+                                    int64_t k_dim_in, TensorRole role, BlockCastRecord* record, Nvfp4Scales* nvfp4_scales)
 {
     const int64_t k_dim = k_dim_in < 0 ? k_dim_in + x.dim() : k_dim_in;
     const bool columnwise = k_dim != x.dim() - 1;
@@ -958,7 +965,15 @@ torch::Tensor quantize_block_recipe(const torch::Tensor& x, NumberFormat format,
             if (!stochastic) return SrSeed();
             return t.is_cpu() ? SrSeed(content_seed(t)) : SrSeed(content_seed_tensor(t));
         };
-        q = quantize_nvfp4_2d(x2, weight_2d && recipe.nvfp4_weight_2d, seed_of(x2));
+        const bool tiles = weight_2d && recipe.nvfp4_weight_2d;
+        q = quantize_nvfp4_2d(x2, tiles, seed_of(x2));
+        if (nvfp4_scales) {
+            const int64_t rows = x2.size(0);
+            auto s = q.block_scales.to(torch::kFloat32).reshape({tiles ? -1 : rows, (k + 15) / 16});
+            if (tiles) // a 16x16 tile's scale is that of each of its 16 rows' blocks
+                s = s.unsqueeze(1).expand({s.size(0), 16, s.size(1)}).reshape({s.size(0) * 16, s.size(1)}).narrow(0, 0, rows);
+            *nvfp4_scales = {s, q.tensor_amax};
+        }
         if (record && rht) { // what the transform bought: the same operand cast without it
             record->transformed = x2;
             record->transformed_cast = q.values;

@@ -127,6 +127,13 @@ std::string fp8_block_cast_kernel_report(bool tiles);
 BlockQuantized quantize_nvfp4_2d(const torch::Tensor& x, bool tile_2d, const SrSeed& sr_seed,
                                  BlockKernel kernel = BlockKernel::Auto);
 
+// What an nvfp4 block's E2M1 codes are multiplied by to give its values, from its E4M3 scale
+// s and the tensor amax: (s * amax) * fl(1/2688), or s * (amax * fl(1/2688)) where s * amax
+// overflows, in FP32 (the casts' own rule, as tensor ops; shapes broadcast).
+torch::Tensor nvfp4_value_multiplier(const torch::Tensor& block_scale, const torch::Tensor& tensor_amax);
+// The per-tensor factor of that product as Blackwell's NVFP4 GEMM takes it: amax * fl(1/2688).
+torch::Tensor nvfp4_tensor_decode(const torch::Tensor& tensor_amax);
+
 // mxfp4: 1x32 blocks, E8M0 scale 2^e with e = floor(log2 amax) - 2 (OCP MX v1.0, elements
 // saturate) or, with `round_scale_up`, e = ceil(log2(amax / 6)) with FP32 arithmetic (TE's
 // reference rule: nothing saturates, except where FP32's log2 rounds down onto an integer);
@@ -181,9 +188,17 @@ inline bool fp8_block_reads_as_is(const torch::Tensor& x, const Fp8Recipe& recip
 // wgrad operand (TE's "columnwise" copy): with recipe.nvfp4_rht and K a multiple of 16 it is
 // transformed and handed back *in the Hadamard basis*, as the hardware multiplies it; both
 // wgrad operands always share K, so they are transformed together and the product is dW.
-// `record` (telemetry steps only) receives what the cast did to the blocks.
+// `record` (telemetry steps only) receives what the cast did to the blocks. `nvfp4_scales`,
+// where given under nvfp4: the block scales s as the GEMM's rows take them, (x's elements / K,
+// K / 16) for the rows of x moved so that K is last (16x16 weight tiles repeated over their
+// rows), and the tensor amax (block_fp4_gemm.h splits the values with them).
+struct Nvfp4Scales {
+    torch::Tensor block_scales; // (rows, K / 16) FP32
+    torch::Tensor tensor_amax;  // () FP32
+};
 torch::Tensor quantize_block_recipe(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe,
-                                    int64_t k_dim, TensorRole role, BlockCastRecord* record = nullptr);
+                                    int64_t k_dim, TensorRole role, BlockCastRecord* record = nullptr,
+                                    Nvfp4Scales* nvfp4_scales = nullptr);
 
 // Block-format health of one quantized tensor, for telemetry and the tests.
 struct BlockFormatStats {

@@ -15,7 +15,7 @@ Execution format_execution(NumberFormat format, ComputeCapability device)
     case NumberFormat::FP16: native = device.at_least(7, 0); break;
     case NumberFormat::E4M3:
     case NumberFormat::E5M2: native = device.at_least(8, 9); break;
-    case NumberFormat::E2M1: native = false; break; // FP4 tensor cores (sm_100): no native path in the engine
+    case NumberFormat::E2M1: native = device.major == 10; break; // sm_100's FP4 GEMM, untested (block_fp4_gemm.h)
     case NumberFormat::E8M0: native = false; break;                  // a scale format, never a GEMM's
     }
     return native ? Execution::Native : Execution::Emulated;
@@ -25,6 +25,10 @@ Execution mxfp8_execution(ComputeCapability)
 {
     return Execution::Emulated; // sm_100's block-scaled GEMMs are not used by the engine
 }
+
+// What the two FP4 rows say on every device.
+constexpr const char* kFp4Note = "sm_100 GEMMs, UNTESTED: never run on a Blackwell GPU (if a start-up probe passes); "
+                                 "the casts are emulated; elsewhere emulated";
 
 std::vector<FormatSupport> format_support_table(ComputeCapability device)
 {
@@ -41,12 +45,12 @@ std::vector<FormatSupport> format_support_table(ComputeCapability device)
         // (blockwise_fp8.h); anything else is emulated. Only the GEMM: the block casts around it
         // produce the emulator's FP32 values (in one kernel launch each since 2026-12-04,
         // core/cuda/fp8_block.h) and its autograd runs in FP32 (on an H200, 2026-12-04, a step
-        // took 4.4x FP8 delayed's, before those kernels). FP4 tensor cores (sm_100) have no
-        // native path in the engine: always emulated.
+        // took 4.4x FP8 delayed's, before those kernels). NVFP4 and MXFP4: on sm_100 their GEMMs
+        // through LibTorch's block-scaled FP4 GEMM (block_fp4_gemm.h), never yet run on one.
         {"FP8 block (fp8-block)", device.major == 9 ? Execution::Native : Execution::Emulated,
          "sm_90 GEMMs (blockwise cuBLAS, if a start-up probe passes); the casts are emulated"},
-        {"NVFP4", Execution::Emulated, "emulated only (hardware: sm_100)"},
-        {"MXFP4", Execution::Emulated, "emulated only (hardware: sm_100)"},
+        {"NVFP4", format_execution(NumberFormat::E2M1, device), kFp4Note},
+        {"MXFP4", format_execution(NumberFormat::E2M1, device), kFp4Note},
     };
 }
 

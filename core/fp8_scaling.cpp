@@ -164,7 +164,7 @@ torch::Tensor OutlierSplit::rejoin(const torch::Tensor& cast_inliers) const
 
 QuantizedOperand quantize_fp8(const torch::Tensor& x_in, NumberFormat format, const Fp8Recipe& recipe,
                               int64_t contraction_dim, DelayedScaling* delayed, TensorRole role,
-                              BlockCastRecord* block_record)
+                              BlockCastRecord* block_record, Nvfp4Scales* nvfp4_scales)
 {
     TORCH_CHECK(format_info(format).is_fp8, "quantize_fp8 needs an FP8 format");
     const double fp8_max = format_info(format).max_finite;
@@ -208,7 +208,7 @@ QuantizedOperand quantize_fp8(const torch::Tensor& x_in, NumberFormat format, co
     case Fp8Scaling::NvFp4:
     case Fp8Scaling::MxFp4:
         out.scale = 0.0f;
-        out.values = quantize_block_recipe(x, format, recipe, k_dim, role, block_record);
+        out.values = quantize_block_recipe(x, format, recipe, k_dim, role, block_record, nvfp4_scales);
         break;
     }
     if (split.outliers.defined()) out.values = split.rejoin(out.values);

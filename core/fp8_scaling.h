@@ -130,6 +130,7 @@ OutlierSplit split_outliers(const torch::Tensor& x32, double rms_multiple);
 // `block_record` (telemetry steps) receives what a block recipe did to the blocks.
 QuantizedOperand quantize_fp8(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe,
                               int64_t contraction_dim, DelayedScaling* delayed,
-                              TensorRole role = TensorRole::Activation, BlockCastRecord* block_record = nullptr);
+                              TensorRole role = TensorRole::Activation, BlockCastRecord* block_record = nullptr,
+                              Nvfp4Scales* nvfp4_scales = nullptr);
 
 } // namespace mantissa

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "block_fp4_gemm.h"
 #include "blockwise_fp8.h"
 #include "first_line.h"
 #include "native_fp8.h"
@@ -293,15 +294,18 @@ torch::Tensor LayerGemm::round_operand(const torch::Tensor& x, NumberFormat form
     const TensorRole block_role = role == OperandRole::Weight       ? TensorRole::Weight
                                   : role == OperandRole::GradOutput ? TensorRole::Gradient
                                                                     : TensorRole::Activation;
+    Nvfp4Scales fp4_scales;
+    Nvfp4Scales* keep = keeps_fp4_scales(x) ? &fp4_scales : nullptr;
     if (training_) {
         const bool observe = armed_ && is_block_recipe(recipe_.scaling);
         BlockCastRecord block;
-        q = quantize_fp8(x, format, recipe_, k_dim, &delayed(role, format), block_role, observe ? &block : nullptr);
+        q = quantize_fp8(x, format, recipe_, k_dim, &delayed(role, format), block_role, observe ? &block : nullptr, keep);
         if (observe) observe_block_cast(role, x, k_dim, std::move(block));
     } else {
         DelayedScaling scratch = delayed(role, format); // evaluation: same scale, the real history stays put
-        q = quantize_fp8(x, format, recipe_, k_dim, &scratch, block_role);
+        q = quantize_fp8(x, format, recipe_, k_dim, &scratch, block_role, nullptr, keep);
     }
+    if (keep) remember_fp4_operand(q.values, std::move(fp4_scales), role == OperandRole::Weight);
     if (scale && per_tensor_scaling(recipe_) && recipe_.outlier_rms_multiple == 0.0) *scale = torch::tensor(q.scale);
     return q.values;
 }
@@ -604,6 +608,51 @@ torch::Tensor LayerGemm::gemm(const torch::Tensor& a, const torch::Tensor& b, Nu
     return y;
 }
 
+bool LayerGemm::keeps_fp4_scales(const torch::Tensor& x) const
+{
+    return recipe_.scaling == Fp8Scaling::NvFp4 && recipe_.outlier_rms_multiple == 0.0 && use_native(x) &&
+           fp4_block_mm_available(true);
+}
+
+void LayerGemm::remember_fp4_operand(const torch::Tensor& values, Nvfp4Scales scales, bool weight)
+{
+    // Values nobody else holds any more can no longer reach a GEMM (a weight's old cast, an
+    // evaluation's operand); holding the rest keeps their data from being reused meanwhile.
+    std::erase_if(fp4_operands_, [](const Fp4Operand& o) { return o.values.use_count() == 1; });
+    fp4_operands_.push_back({values, std::move(scales), weight});
+}
+
+const Nvfp4Scales* LayerGemm::fp4_scales_of(const torch::Tensor& operand) const
+{
+    const int64_t rows = operand.size(0), k = operand.size(1);
+    for (const auto& o : fp4_operands_)
+        if (o.values.data_ptr() == operand.data_ptr() && o.scales.block_scales.size(0) == rows &&
+            o.scales.block_scales.size(1) * 16 == k)
+            return &o.scales;
+    return nullptr;
+}
+
+torch::Tensor LayerGemm::block_fp4_product(const torch::Tensor& a, const torch::Tensor& b)
+{
+    const bool nvfp4 = recipe_.scaling == Fp8Scaling::NvFp4;
+    if ((!nvfp4 && recipe_.scaling != Fp8Scaling::MxFp4) || recipe_.outlier_rms_multiple != 0.0 || a.dim() != 2 ||
+        b.dim() != 2 || a.size(1) % 32 != 0 || b.size(1) % 16 != 0 || !use_native(a) || !fp4_block_mm_available(nvfp4))
+        return {};
+    const auto bt = b.t(); // (N, K): the rows of the cast along K
+    if (!nvfp4) return fp4_block_mm(split_mxfp4_blocks(a), split_mxfp4_blocks(bt));
+    const Nvfp4Scales* sa = fp4_scales_of(a);
+    const Nvfp4Scales* sb = fp4_scales_of(bt);
+    if (!sa || !sb) return {};
+    auto y = fp4_block_mm(split_nvfp4_blocks(a, sa->block_scales, sa->tensor_amax),
+                          split_nvfp4_blocks(bt, sb->block_scales, sb->tensor_amax));
+    // An activation's or a gradient's cast serves one GEMM; a weight's stays while it is cached.
+    const void* used[2] = {a.data_ptr(), bt.data_ptr()};
+    std::erase_if(fp4_operands_, [&](const Fp4Operand& o) {
+        return !o.weight && (o.values.data_ptr() == used[0] || o.values.data_ptr() == used[1]);
+    });
+    return y;
+}
+
 bool LayerGemm::blockwise_fp8_eligible(const torch::Tensor& a, const torch::Tensor& b) const
 {
     // Both operands E4M3 (fp8-block's default; HYBRID's E5M2 gradients stay emulated), scales
@@ -634,6 +683,14 @@ torch::Tensor LayerGemm::gemm_unrecorded(const torch::Tensor& a, const torch::Te
         auto y = scaled_mm(a, scale_a, format, b, scale_b, saved_operand_format(format)); // FP32 out
         if (bias.defined()) y = y + bias_out;
         return round_to_format(y, out, Overflow::Propagate);
+    }
+    if (const auto y = block_fp4_product(a, b); y.defined()) {
+        // nvfp4 and mxfp4 on Blackwell's FP4 tensor cores (untested on hardware): a BF16 product,
+        // the bias added after it in FP32 and the sum rounded again (the emulator rounds once).
+        used_native_ = true;
+        const auto sum = bias.defined() ? y.to(torch::kFloat32) + bias_out : y;
+        if (out == NumberFormat::BF16) return sum.to(torch::kBFloat16);
+        return round_to_format(sum.to(torch::kFloat32), out, Overflow::Propagate);
     }
     if (format == NumberFormat::E4M3 && blockwise_fp8_eligible(a, b) && use_native(a) && blockwise_fp8_available()) {
         // fp8-block on sm_90: the codes and power-of-two scales of the operands just rounded,

@@ -247,6 +247,21 @@ private:
     torch::Tensor gemm_unrecorded(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format,
                                   const torch::Tensor& bias, const torch::Tensor& scale_a, const torch::Tensor& scale_b,
                                   torch::Tensor* accumulator = nullptr);
+    // nvfp4 and mxfp4 on a GPU whose FP4 GEMM passed its probe (Blackwell; block_fp4_gemm.h,
+    // untested on hardware): a (M, K) times b (K, N) from the operands' codes and block scales,
+    // (M, N) BF16; undefined where that GEMM does not apply (the emulator's product runs).
+    // nvfp4's operands are split with their casts' own scales, kept beside the values that
+    // round_operand handed back (by their data; a weight's while its cast is cached).
+    torch::Tensor block_fp4_product(const torch::Tensor& a, const torch::Tensor& b);
+    struct Fp4Operand {
+        torch::Tensor values;
+        Nvfp4Scales scales;
+        bool weight = false;
+    };
+    std::vector<Fp4Operand> fp4_operands_;
+    bool keeps_fp4_scales(const torch::Tensor& x) const;
+    void remember_fp4_operand(const torch::Tensor& values, Nvfp4Scales scales, bool weight);
+    const Nvfp4Scales* fp4_scales_of(const torch::Tensor& operand) const; // operand (rows, K)
     // Per-tensor FP8 casts keep their scale and delayed-scaling state as tensors (the device
     // mirror): on any device in the native executor, and on a GPU in the emulator too, so that
     // no cast reads an amax back. The emulator on a CPU keeps the host state.

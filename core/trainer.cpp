@@ -13,6 +13,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include "block_fp4_gemm.h"
 #include "blockwise_fp8.h"
 #include "determinism.h"
 #include "device_memory.h"
@@ -122,6 +123,8 @@ Trainer::Impl::Impl(ProjectConfig c) : config(std::move(c)), watchers(config.tel
         native_fp8_available();
         rowwise_fp8_available();
         blockwise_fp8_available();
+        fp4_block_mm_available(true); // sm_100 only; the others return at once
+        fp4_block_mm_available(false);
         fp8_block_kernels_report();
         fused_cross_entropy_available();
     }

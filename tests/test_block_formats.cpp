@@ -11,6 +11,7 @@
 
 #include <torch/torch.h>
 
+#include "block_fp4_gemm.h"
 #include "block_scaling.h"
 #include "blockwise_fp8.h"
 #include "fp4.h"
@@ -856,6 +857,105 @@ private slots:
         const auto x3 = test_matrix(6, 40).view({2, 3, 40});
         QVERIFY(same_bits(quantize_block_recipe(x3, NumberFormat::E4M3, r, -1, TensorRole::Activation),
                           quantize_mxfp4_2d(x3.reshape({6, 40}), false).values.view({2, 3, 40})));
+    }
+
+    // ---- Blackwell's FP4 GEMM operands (block_fp4_gemm.h; the GEMM itself is untested) -----
+
+    // mxfp4's rounded values split into codes and a power of two per block from the values
+    // alone, and join back bit for bit: both scale rules, a block of zeros, one at E8M0's floor
+    // (FP32 subnormals), one holding a NaN (the cast's NaN block), and a -0.
+    void mxfp4SplitsExactlyFromItsValues_data()
+    {
+        QTest::addColumn<bool>("roundUp");
+        QTest::addRow("floor") << false;
+        QTest::addRow("round up") << true;
+    }
+    void mxfp4SplitsExactlyFromItsValues()
+    {
+        QFETCH(bool, roundUp);
+        auto x = test_matrix(8, 128);
+        x.narrow(0, 1, 1).narrow(1, 0, 32).zero_();
+        x.narrow(0, 2, 1).narrow(1, 32, 32).mul_(std::ldexp(1.0f, -120)); // down to 2^-140: E8M0's floor and below
+        x[3][5] = std::numeric_limits<float>::quiet_NaN();
+        x[4][64] = -0.0f;
+        const auto q = quantize_mxfp4_2d(x, roundUp).values;
+        const auto op = split_mxfp4_blocks(q);
+        QVERIFY(!op.nvfp4 && !op.global.defined());
+        QCOMPARE(op.codes.sizes(), q.sizes());
+        QCOMPARE(op.scales.sizes(), (c10::IntArrayRef{8, 4}));
+        QVERIFY(op.codes.max().item<int>() <= 15);
+        QVERIFY(same_bits(join_fp4_blocks(op), q));
+        QCOMPARE(op.scales[2][1].item<float>(), std::ldexp(1.0f, -127)); // at the floor
+        QVERIFY(std::isnan(op.scales[3][0].item<float>()));
+    }
+
+    // nvfp4's: the cast's own E4M3 block scales and tensor amax, as quantize_block_recipe hands
+    // them out in the GEMM's rows (K along them), give codes whose products with the cast's
+    // multipliers are its values bit for bit, for each operand a linear's GEMMs split: x along
+    // K, the weight's 16x16 tiles for the forward and (along N) for dgrad, and a gradient cast
+    // along M for wgrad with the Hadamard transform and stochastic rounding. What the tensor
+    // cores multiply (codes * s * decode) lies within an FP32 ulp of each value.
+    void nvfp4SplitsWithTheCastsScales_data()
+    {
+        QTest::addColumn<int>("role"); // TensorRole
+        QTest::addColumn<int64_t>("kDim");
+        QTest::addRow("input along K") << static_cast<int>(TensorRole::Activation) << int64_t(1);
+        QTest::addRow("weight tiles, forward") << static_cast<int>(TensorRole::Weight) << int64_t(1);
+        QTest::addRow("weight tiles, dgrad") << static_cast<int>(TensorRole::Weight) << int64_t(0);
+        QTest::addRow("gradient along M, RHT and SR") << static_cast<int>(TensorRole::Gradient) << int64_t(0);
+    }
+    void nvfp4SplitsWithTheCastsScales()
+    {
+        QFETCH(int, role);
+        QFETCH(int64_t, kDim);
+        auto x = test_matrix(48, 64);
+        x.narrow(0, 16, 16).narrow(1, 16, 16).zero_();
+        x[40][3] = std::numeric_limits<float>::quiet_NaN();
+        const auto r = recipe_of(Fp8Scaling::NvFp4);
+        Nvfp4Scales scales;
+        const auto values = quantize_block_recipe(x, NumberFormat::E4M3, r, kDim, static_cast<TensorRole>(role), nullptr, &scales);
+        const auto rows = (kDim == 1 ? values : values.t()).contiguous(); // the GEMM's operand, K along its rows
+        const int64_t n = rows.size(0), k = rows.size(1);
+        QCOMPARE(scales.block_scales.sizes(), (c10::IntArrayRef{n, k / 16}));
+        const auto op = split_nvfp4_blocks(rows, scales.block_scales, scales.tensor_amax);
+        QVERIFY(op.nvfp4 && op.codes.max().item<int>() <= 15);
+        const auto multiplier = nvfp4_value_multiplier(scales.block_scales, scales.tensor_amax).unsqueeze(-1);
+        QVERIFY(same_bits((e2m1_decode(op.codes).view({n, k / 16, 16}) * multiplier).view({n, k}), rows));
+        const auto joined = join_fp4_blocks(op), finite = torch::isfinite(rows);
+        QVERIFY(torch::equal(torch::isnan(joined), torch::isnan(rows)));
+        const auto off = (joined - rows).abs().masked_select(finite), ulp = (rows.abs() * std::ldexp(1.0f, -23)).masked_select(finite);
+        QVERIFY((off <= ulp).all().item<bool>());
+    }
+
+    // The packing and the scale layout LibTorch's FP4 GEMM reads: PyTorch's pack_uint4 (its
+    // own test's pair) and to_blocked (the index it places (i, j) at, checked against
+    // torch/testing/_internal/common_quantized.py on this 130 x 5 matrix), zero padding.
+    void fp4PackingAndScaleLayout()
+    {
+        QCOMPARE(pack_e2m1_pairs(torch::tensor({0b0010, 0b1011}, torch::kUInt8).view({1, 2}))[0][0].item<int>(), 0b10110010);
+        auto bytes = torch::empty({130, 5}, torch::kUInt8);
+        for (int64_t i = 0; i < 130; ++i)
+            for (int64_t j = 0; j < 5; ++j) bytes[i][j] = static_cast<int>((i * 5 + j) % 251 + 1);
+        const auto flat = swizzled_scale_bytes(bytes);
+        QCOMPARE(flat.numel(), int64_t(256 * 8));
+        QCOMPARE(flat.nonzero().size(0), int64_t(130 * 5));
+        const auto* f = flat.data_ptr<uint8_t>();
+        const auto* b = bytes.data_ptr<uint8_t>();
+        for (int64_t i = 0; i < 130; ++i)
+            for (int64_t j = 0; j < 5; ++j)
+                QCOMPARE(f[512 * ((i / 128) * 2 + j / 4) + (i % 32) * 16 + ((i % 128) / 32) * 4 + j % 4], b[i * 5 + j]);
+    }
+
+    // Off a GPU the FP4 GEMM is the FP32 product of what the tensor cores would multiply,
+    // rounded to BF16: for mxfp4 the emulator's product of its own values. No Blackwell here.
+    void fp4GemmOnTheCpuIsTheEmulatorsProduct()
+    {
+        const auto a = quantize_mxfp4_2d(test_matrix(32, 64), false).values;
+        const auto b = quantize_mxfp4_2d(test_matrix(16, 64) * 3.0f, false).values;
+        const auto y = fp4_block_mm(split_mxfp4_blocks(a), split_mxfp4_blocks(b));
+        QCOMPARE(y.scalar_type(), torch::kBFloat16);
+        QVERIFY(same_bits(y.to(torch::kFloat32), at::mm(a, b.t()).to(torch::kBFloat16).to(torch::kFloat32)));
+        QVERIFY(!fp4_block_mm_available(true) && !fp4_block_mm_available(false));
     }
 
     // ---- Hadamard transform and stochastic rounding in the recipe ---------------------
