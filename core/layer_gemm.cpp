@@ -632,10 +632,13 @@ const Nvfp4Scales* LayerGemm::fp4_scales_of(const torch::Tensor& operand) const
     return nullptr;
 }
 
-torch::Tensor LayerGemm::block_fp4_product(const torch::Tensor& a, const torch::Tensor& b)
+torch::Tensor LayerGemm::block_fp4_product(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format)
 {
+    // The recipe casts a layer's FP8 GEMMs' operands; a 16-bit or FP32 GEMM of the same layer
+    // multiplies values of its own format.
     const bool nvfp4 = recipe_.scaling == Fp8Scaling::NvFp4;
-    if ((!nvfp4 && recipe_.scaling != Fp8Scaling::MxFp4) || recipe_.outlier_rms_multiple != 0.0 || a.dim() != 2 ||
+    if ((!nvfp4 && recipe_.scaling != Fp8Scaling::MxFp4) || !format_info(format).is_fp8 ||
+        recipe_.outlier_rms_multiple != 0.0 || a.dim() != 2 ||
         b.dim() != 2 || a.size(1) % 32 != 0 || b.size(1) % 16 != 0 || !use_native(a) || !fp4_block_mm_available(nvfp4))
         return {};
     const auto bt = b.t(); // (N, K): the rows of the cast along K
@@ -684,7 +687,7 @@ torch::Tensor LayerGemm::gemm_unrecorded(const torch::Tensor& a, const torch::Te
         if (bias.defined()) y = y + bias_out;
         return round_to_format(y, out, Overflow::Propagate);
     }
-    if (const auto y = block_fp4_product(a, b); y.defined()) {
+    if (const auto y = block_fp4_product(a, b, format); y.defined()) {
         // nvfp4 and mxfp4 on Blackwell's FP4 tensor cores (untested on hardware): a BF16 product,
         // the bias added after it in FP32 and the sum rounded again (the emulator rounds once).
         used_native_ = true;

@@ -252,7 +252,7 @@ private:
     // (M, N) BF16; undefined where that GEMM does not apply (the emulator's product runs).
     // nvfp4's operands are split with their casts' own scales, kept beside the values that
     // round_operand handed back (by their data; a weight's while its cast is cached).
-    torch::Tensor block_fp4_product(const torch::Tensor& a, const torch::Tensor& b);
+    torch::Tensor block_fp4_product(const torch::Tensor& a, const torch::Tensor& b, NumberFormat format);
     struct Fp4Operand {
         torch::Tensor values;
         Nvfp4Scales scales;
