@@ -3,7 +3,9 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 #include "block_scaling.h"
 #include "build_info.h"
@@ -133,6 +135,8 @@ torch::Tensor probe_operand(int64_t rows, int64_t cols, float frequency, float s
 
 bool fp4_probe(bool nvfp4)
 {
+    // MANTISSA_FP4_GEMM=0 keeps both recipes emulated, for a timing against the emulated path.
+    if (const char* v = std::getenv("MANTISSA_FP4_GEMM"); v && std::string(v) == "0") return false;
     if (!torch::cuda::is_available() || current_gpu().capability.major != 10) return false;
     const char* recipe = nvfp4 ? "NVFP4" : "MXFP4";
     try {

@@ -56,7 +56,8 @@ torch::Tensor swizzled_scale_bytes(const torch::Tensor& bytes);
 torch::Tensor fp4_block_mm(const Fp4BlockOperand& a, const Fp4BlockOperand& bt);
 
 // Whether this process's GPU runs fp4_block_mm for nvfp4 (or mxfp4): compute capability 10.x
-// and a probe's products within their bound of the FP64 answer (false without CUDA).
+// and a probe's products within their bound of the FP64 answer (false without CUDA, or with
+// MANTISSA_FP4_GEMM=0 in the environment).
 bool fp4_block_mm_available(bool nvfp4);
 
 } // namespace mantissa
