@@ -10,6 +10,7 @@
 #include "block_scaling.h"
 #include "build_info.h"
 #include "first_line.h"
+#include "gemm_probe.h"
 #include "fp4.h"
 
 namespace mantissa {
@@ -123,16 +124,6 @@ torch::Tensor fp4_block_mm(const Fp4BlockOperand& a, const Fp4BlockOperand& bt)
 
 namespace {
 
-// The probe's operands on the GPU: a formula (no generator), a binade per block that differs
-// from its neighbours', so that a scale applied to the wrong block shows.
-torch::Tensor probe_operand(int64_t rows, int64_t cols, float frequency, float salt)
-{
-    const auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat32);
-    const auto r = torch::arange(rows, opts).unsqueeze(1), c = torch::arange(cols, opts).unsqueeze(0);
-    const auto grid = r * static_cast<float>(cols) + c;
-    return torch::sin(grid * frequency) * torch::exp2(torch::remainder(r + 3.0f * torch::floor(c / 16.0f) + salt, 9.0f) - 4.0f);
-}
-
 bool fp4_probe(bool nvfp4)
 {
     // MANTISSA_FP4_GEMM=0 keeps both recipes emulated, for a timing against the emulated path.
@@ -142,7 +133,8 @@ bool fp4_probe(bool nvfp4)
     try {
         // (M, N, K): square, and a K of several 128-row scale tiles' worth of blocks.
         for (const auto& [m, n, k] : std::array<std::array<int64_t, 3>, 2>{{{128, 128, 128}, {256, 384, 512}}}) {
-            const auto x = probe_operand(m, k, 0.37f, 0.0f), w = probe_operand(n, k, 0.11f, 5.0f);
+            const auto block = nvfp4 ? 16 : 32;
+            const auto x = gemm_probe_operand(m, k, block, 0.37f, 0.0f), w = gemm_probe_operand(n, k, block, 0.11f, 5.0f);
             Fp4BlockOperand a, bt;
             if (nvfp4) {
                 const auto qx = quantize_nvfp4_2d(x, false, SrSeed()), qw = quantize_nvfp4_2d(w, false, SrSeed());
@@ -152,15 +144,11 @@ bool fp4_probe(bool nvfp4)
                 a = split_mxfp4_blocks(quantize_mxfp4_2d(x, false).values);
                 bt = split_mxfp4_blocks(quantize_mxfp4_2d(w, false).values);
             }
-            const auto y = fp4_block_mm(a, bt).to(torch::kFloat64);
-            const auto x64 = join_fp4_blocks(a).to(torch::kFloat64), w64 = join_fp4_blocks(bt).to(torch::kFloat64);
-            const auto reference = at::mm(x64, w64.t());
             // The products are exact; their sum may be kept narrower than FP32 inside the tensor
-            // cores (Hopper's FP8 keeps about 14 bits, DeepSeek-V3 3.3.2; Blackwell's is not
-            // measured here), so 2^-10 of the products' magnitudes, then the BF16 rounding. A
-            // scale on the wrong block or a nibble swapped is off by a good part of the answer.
-            const auto bound = at::mm(x64.abs(), w64.abs().t()) * std::ldexp(1.0, -10) + reference.abs() * std::ldexp(1.0, -8);
-            const double excess = ((y - reference).abs() - bound).max().item<double>();
+            // cores (Blackwell's is not measured here), so 2^-10 of the products' magnitudes,
+            // then the BF16 rounding.
+            const double excess = gemm_excess_past_bound(fp4_block_mm(a, bt), join_fp4_blocks(a), join_fp4_blocks(bt), {},
+                                                         std::ldexp(1.0, -10), std::ldexp(1.0, -8));
             if (!(excess <= 0.0)) {
                 std::fprintf(stderr, "mantissa: the %s GEMM is off by %g past its bound on %lld x %lld x %lld: %s stays emulated\n",
                              recipe, excess, static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),

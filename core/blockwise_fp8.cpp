@@ -8,6 +8,8 @@
 
 #include "block_scaling.h"
 #include "first_line.h"
+#include "gemm_probe.h"
+#include "tensor_stats.h"
 #include "fp4.h"
 #include "layer_gemm.h"
 
@@ -105,11 +107,7 @@ std::string fp8_block_kernels_report()
 #endif
 }
 
-torch::Tensor join_fp8_blocks(const Fp8BlockOperand& op)
-{
-    const int64_t rows = op.codes.size(0), k = op.codes.size(1);
-    return (op.codes.to(torch::kFloat32).view({rows, k / kBlock, kBlock}) * op.decode.unsqueeze(-1)).view({rows, k});
-}
+torch::Tensor join_fp8_blocks(const Fp8BlockOperand& op) { return dequantize_codes(op.codes, op.decode); }
 
 namespace {
 
@@ -159,35 +157,21 @@ torch::Tensor tile_decode_as_rows(const torch::Tensor& tile_decode, int64_t rows
 
 namespace {
 
-// The blockwise probes' operands, on the GPU: a (rows, cols) tensor from a formula (the probes
-// draw nothing from any generator), with a binade per 1x128 block that differs from its
-// neighbours' along both dimensions, so that a scale applied to another block shows.
-torch::Tensor probe_operand(int64_t rows, int64_t cols, float frequency, float salt)
-{
-    const auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat32);
-    const auto r = torch::arange(rows, opts).unsqueeze(1), c = torch::arange(cols, opts).unsqueeze(0);
-    const auto grid = r * static_cast<float>(cols) + c;
-    const auto wave = torch::sin(grid * frequency) * torch::exp2(torch::remainder(grid, 7.0f) - 3.0f);
-    return wave * torch::exp2(torch::remainder(r + 3.0f * torch::floor(c / 128.0f) + salt, 9.0f) - 4.0f);
-}
-
 // (M, N, K) of the probes: square, wider than tall and taller than wide, K of 2 and 4 blocks.
 constexpr std::array<std::array<int64_t, 3>, 3> kProbeShapes = {{{256, 256, 256}, {128, 384, 256}, {384, 128, 512}}};
 
-// How far a probe's product y of x (M, K) and w (N, K) lies past its bound, against the FP64
-// answer (plus `bias`, if defined): Hopper's FP8 tensor cores keep about 14 bits while they add
-// up a 128-block (DeepSeek-V3, section 3.3.2) before the FP32 promotion the block scale needs,
-// so each output may be off by 2^-5 of the sum of its products' magnitudes, where a layout or
-// scale mistake is off by a good fraction of it; `output_step` adds that fraction of the
-// answer (an output format's rounding). Positive: past it.
+// Hopper's FP8 tensor cores keep about 14 bits while they add up a 128-block (DeepSeek-V3,
+// section 3.3.2) before the FP32 promotion the block scale needs: each output may be off by
+// 2^-5 of the sum of its products' magnitudes.
 double excess_past_bound(const torch::Tensor& y, const torch::Tensor& x, const torch::Tensor& w,
                          const torch::Tensor& bias, double output_step)
 {
-    const auto x64 = x.to(torch::kFloat64), w64 = w.to(torch::kFloat64);
-    auto reference = at::mm(x64, w64.t());
-    if (bias.defined()) reference = reference + bias.to(torch::kFloat64);
-    const auto bound = at::mm(x64.abs(), w64.abs().t()) * std::ldexp(1.0, -5) + reference.abs() * output_step;
-    return ((y.to(torch::kFloat64) - reference).abs() - bound).max().item<double>();
+    return gemm_excess_past_bound(y, x, w, bias, std::ldexp(1.0, -5), output_step);
+}
+
+torch::Tensor probe_operand(int64_t rows, int64_t cols, float frequency, float salt)
+{
+    return gemm_probe_operand(rows, cols, kBlock, frequency, salt);
 }
 
 } // namespace
