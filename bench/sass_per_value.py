@@ -90,6 +90,24 @@ def whole_span_path(ins):
     return (ins[j][0], int(m.group(1), 16) - 16) if m else None
 
 
+def split_plain_runs(inside):
+    """The statistics kernel's whole-span path, split where it tests for a plain run (only normal
+    finite values, uncompared or against itself): a conditional branch forward, the plain run's
+    tally up to its unconditional branch to the join, then the other runs' tally at the
+    conditional branch's target. Without that test, the path as it is."""
+    for i, (_, text) in enumerate(inside):
+        m = re.search(r"^@!?U?P\d+ BRA (?:!?U?P\d+, )?(0x[0-9a-f]+)", text)
+        if not m:
+            continue
+        target = int(m.group(1), 16)
+        end = next((j for j in range(i + 1, len(inside)) if re.match(r"^BRA ", inside[j][1])), None)
+        if end is None or inside[end][0] >= target:
+            continue
+        other = inside[:i + 1] + [(a, t) for a, t in inside if a >= target]
+        return [(", plain runs", inside[:end + 1]), (", other runs", other)]
+    return [("", inside)]
+
+
 def describe(name):
     """(pattern, values per iteration, label) of a kernel, from its mangled name; the dtypes
     are listed in template order, FP32 ones left out (a one-letter code)."""
@@ -122,7 +140,7 @@ def main():
     if not objects:
         sys.exit("no object files: run ../shared/gpu/cuda-compile-check.sh first, or name them")
     tool, env = cuobjdump()
-    print(f"{'kernel':78s} {'loop':>6s} {'per value':>9s} {'branches':>8s}")
+    print(f"{'kernel':86s} {'loop':>6s} {'per value':>9s} {'branches':>8s}")
     for obj in objects:
         sass = subprocess.run([tool, "-sass", obj], check=True, capture_output=True, text=True, env=env).stdout
         for part in re.split(r"\n\s*Function : ", sass)[1:]:
@@ -135,9 +153,12 @@ def main():
             span = whole_span_path(ins) if pattern == "partial_rows" else main_loop(ins)
             if not span:
                 continue
-            inside = [t for a, t in ins if span[0] <= a <= span[1]]
-            branches = sum(1 for t in inside if re.search(r"\bBRA\b", t))
-            print(f"{what[:78]:78s} {len(inside):6d} {len(inside) / per:9.1f} {branches:8d}")
+            inside = [(a, t) for a, t in ins if span[0] <= a <= span[1]]
+            paths = split_plain_runs(inside) if pattern == "partial_rows" else [("", inside)]
+            for label, path in paths:
+                branches = sum(1 for _, t in path if re.search(r"\bBRA\b", t))
+                name = what + label
+                print(f"{name[:86]:86s} {len(path):6d} {len(path) / per:9.1f} {branches:8d}")
 
 
 if __name__ == "__main__":

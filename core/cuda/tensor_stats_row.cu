@@ -108,22 +108,22 @@ enum class Against { Nothing, Cast, Itself };
 // cannot be non-finite, its error is 0, and at scale 1 it cannot overflow the format its dtype
 // is (launch_for_x takes this path only then): those terms are left out, the rest are as above.
 template <Against A, bool Scaled>
-__device__ __forceinline__ void tally_value(float v, float c, unsigned int (&hist)[kBins][32], int lane,
-                                            const ScaledBounds& bounds, Tally& t, unsigned int& nans,
-                                            unsigned int& amax_bits)
+__device__ __forceinline__ void tally_value(float v, float c, unsigned int* column, const ScaledBounds& bounds,
+                                            Tally& t, unsigned int& nans, unsigned int& amax_bits)
 {
     const uint32_t mag_bits = stats_value::magnitude_bits(v);
-    atomicAdd(&hist[slot_without_branch(mag_bits)][lane], 1u);
+    atomicAdd(column + slot_without_branch(mag_bits) * 32, 1u);
     const bool finite = mag_bits < 0x7F800000u;
     nans += mag_bits > 0x7F800000u ? 1u : 0u;
     amax_bits = max(amax_bits, finite ? mag_bits : 0u);
     if constexpr (A == Against::Itself) {
-        // At scale 1 (launch_for_x): no finite value passes its own dtype's bound.
-        if constexpr (Scaled) t.subnormal += finite & (v != 0.0f) & (fabsf(v) < bounds.subnormal_below);
+        // At scale 1 (launch_for_x): no finite value passes its own dtype's bound, and the
+        // subnormals are the histogram's binades below the format's min normal (the block's
+        // epilogue adds them up: subnormal_slots_end).
         const double vd = static_cast<double>(finite ? v : 0.0f);
         t.signal += vd * vd;
         t.compared += finite;
-        (void)c;
+        (void)c, (void)bounds;
     } else if constexpr (A == Against::Cast) {
         const bool cast_finite = (stats_value::magnitude_bits(c) >> 23) != 0xFFu;
         const bool compared = finite & cast_finite;
@@ -145,6 +145,56 @@ __device__ __forceinline__ void tally_value(float v, float c, unsigned int (&his
         t.compared += compared;
     } else {
         (void)c, (void)bounds, (void)t;
+    }
+}
+
+// The smallest and largest |x| bits of a run, in one min and one max a value (three-input on
+// sm_90). A run whose bits all lie in [0x00800000, 0x7F800000) holds only normal finite values:
+// no zero, subnormal, Inf or NaN. In the rows that make up most of a telemetry step (an operand
+// uncompared, or against itself) nearly every run is such a plain run, and it needs none of
+// tally_value's selects: its slot is its biased exponent + 23, it is finite, it is no NaN, and
+// the run's largest bits are its amax.
+struct BitsRange {
+    uint32_t low = 0xFFFFFFFFu, high = 0;
+    __device__ __forceinline__ bool plain() const { return (low >= 0x00800000u) & (high < 0x7F800000u); }
+};
+
+__device__ __forceinline__ BitsRange magnitude_range(const float (&v)[kUnroll])
+{
+    BitsRange r;
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+        const uint32_t m = stats_value::magnitude_bits(v[j]);
+        r.low = min(r.low, m);
+        r.high = max(r.high, m);
+    }
+    return r;
+}
+
+// tally_value for a value of a plain run, uncompared or against itself: the same counts and
+// sums (the caller takes the run's amax from its BitsRange). The square of an FP32 value is
+// exact in FP64, so one fused multiply-add gives tally_value's product and sum to the bit (the
+// kernels are built with --fmad=false, which leaves only a written-out fma() fused).
+// `column_of_normals` is the lane's counter of slot 23 (biased exponent 0).
+//
+// On the GPU the counter is addressed by its 32-bit shared-memory offset: nvcc otherwise adds
+// the shared window's base to each value's address (one instruction a value more).
+template <Against A>
+__device__ __forceinline__ void tally_plain(float v, unsigned int* column_of_normals, Tally& t)
+{
+    static_assert(A != Against::Cast, "a cast's value may be zero or non-finite in a plain run of x");
+    const uint32_t biased = stats_value::magnitude_bits(v) >> 23;
+#if defined(__CUDA_ARCH__)
+    const auto offset = static_cast<uint32_t>(__cvta_generic_to_shared(column_of_normals)) + biased * 32 * 4;
+    asm volatile("red.shared.add.u32 [%0], 1;" ::"r"(offset) : "memory");
+#else
+    atomicAdd(column_of_normals + biased * 32, 1u);
+#endif
+    if constexpr (A == Against::Itself) {
+        const double vd = static_cast<double>(v);
+        t.signal = fma(vd, vd, t.signal);
+    } else {
+        (void)t;
     }
 }
 
@@ -198,10 +248,11 @@ __device__ __forceinline__ void load_run(const T* __restrict__ p, float (&out)[k
 template <typename X, typename Q, Against A, bool Scaled>
 __global__ void __launch_bounds__(kThreads, 4)
     partial_rows(const X* __restrict__ x, const Q* q, const float* __restrict__ q_scale, int q_scale_shift, int64_t n, bool runs,
-                 const double* __restrict__ scale, stats_value::CastComparison comparison,
+                 const double* __restrict__ scale, stats_value::CastComparison comparison, int subnormal_slots_end,
                  unsigned long long* __restrict__ ints, double* __restrict__ sums)
 {
     __shared__ unsigned int hist[kBins][32];
+    __shared__ unsigned long long slot_totals[kBins];
     __shared__ unsigned long long warp_ints[kWarps][kCounts];
     __shared__ unsigned int warp_amax[kWarps];
     __shared__ double warp_sums[kWarps][2];
@@ -221,6 +272,7 @@ __global__ void __launch_bounds__(kThreads, 4)
     unsigned int nans = 0;
     unsigned int amax_bits = 0;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    unsigned int* const column = &hist[0][lane]; // slot s of this lane: column[s * 32]
     const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps * kWarpSpan;
     for (int64_t base = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kWarpSpan; base < n; base += stride) {
         float v[kUnroll], c[kUnroll] = {};
@@ -235,8 +287,18 @@ __global__ void __launch_bounds__(kThreads, 4)
                     for (int j = 0; j < kUnroll; ++j) c[j] *= times;
                 }
             }
+            if constexpr (A != Against::Cast) {
+                const BitsRange range = magnitude_range(v);
+                if (range.plain()) { // a lane's own branch: a warp diverges only on a run that is not
 #pragma unroll
-            for (int j = 0; j < kUnroll; ++j) tally_value<A, Scaled>(v[j], c[j], hist, lane, bounds, t, nans, amax_bits);
+                    for (int j = 0; j < kUnroll; ++j) tally_plain<A>(v[j], column + 23 * 32, t);
+                    amax_bits = max(amax_bits, range.high);
+                    if constexpr (A == Against::Itself) t.compared += kUnroll; // all finite
+                    continue;
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < kUnroll; ++j) tally_value<A, Scaled>(v[j], c[j], column, bounds, t, nans, amax_bits);
             continue;
         }
 #pragma unroll
@@ -250,7 +312,7 @@ __global__ void __launch_bounds__(kThreads, 4)
         }
 #pragma unroll
         for (int j = 0; j < kUnroll; ++j)
-            if (base + j * 32 + lane < n) tally_value<A, Scaled>(v[j], c[j], hist, lane, bounds, t, nans, amax_bits);
+            if (base + j * 32 + lane < n) tally_value<A, Scaled>(v[j], c[j], column, bounds, t, nans, amax_bits);
     }
 
     const auto wide = [](unsigned int count) { return warp_sum(static_cast<unsigned long long>(count)); };
@@ -273,10 +335,16 @@ __global__ void __launch_bounds__(kThreads, 4)
         unsigned long long total = 0;
         for (int col = 0; col < 32; ++col) total += hist[s][(col + threadIdx.x) % 32];
         ints[s * blocks + b] = total;
+        slot_totals[s] = total;
     }
+    __syncthreads();
     if (threadIdx.x < kCounts) {
         unsigned long long total = 0;
         for (int w = 0; w < kWarps; ++w) total += warp_ints[w][threadIdx.x];
+        // Against itself, the subnormals are the values in the binades below the format's min
+        // normal (launch_for_x takes this path only for a 16-bit operand in its own format).
+        if (A == Against::Itself && Scaled && kBins + threadIdx.x == row::kSubnormal)
+            for (int s = static_cast<int>(row::kFirstBin); s < subnormal_slots_end; ++s) total += slot_totals[s];
         ints[(kBins + threadIdx.x) * blocks + b] = total;
     } else if (threadIdx.x == kCounts) {
         unsigned int m = 0;
@@ -332,7 +400,7 @@ bool aligned_for_runs(const torch::Tensor& x, const torch::Tensor& q)
 template <typename X, typename Q, Against A, bool Scaled>
 void launch_partials(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& q_scale,
                      const torch::Tensor& scale, const stats_value::CastComparison& comparison, int blocks,
-                     torch::Tensor& ints, torch::Tensor& sums)
+                     torch::Tensor& ints, torch::Tensor& sums, int subnormal_slots_end = 0)
 {
     // The counters take 36 KB of shared memory per block: ask for the largest carveout, so that
     // the four blocks per SM of __launch_bounds__ fit beside each other (145 KB of 228).
@@ -351,7 +419,7 @@ void launch_partials(const torch::Tensor& x, const torch::Tensor& q, const torch
         reinterpret_cast<const X*>(x.data_ptr()), reads_q ? reinterpret_cast<const Q*>(q.data_ptr()) : nullptr,
         q_scale.defined() ? q_scale.data_ptr<float>() : nullptr, !q_scale.defined() || q_scale.numel() == 1 ? 63 : 7,
         x.numel(), aligned_for_runs(x, reads_q ? q : torch::Tensor()),
-        scale.defined() ? scale.data_ptr<double>() : nullptr, comparison,
+        scale.defined() ? scale.data_ptr<double>() : nullptr, comparison, subnormal_slots_end,
         reinterpret_cast<unsigned long long*>(ints.data_ptr<int64_t>()), sums.data_ptr<double>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -359,22 +427,31 @@ void launch_partials(const torch::Tensor& x, const torch::Tensor& q, const torch
 template <typename X, typename Q, Against A>
 void launch_scaled_or_not(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& q_scale,
                           const torch::Tensor& scale, const stats_value::CastComparison& comparison, int blocks,
-                          torch::Tensor& ints, torch::Tensor& sums)
+                          torch::Tensor& ints, torch::Tensor& sums, int subnormal_slots_end = 0)
 {
-    if (comparison.scaled_domain) launch_partials<X, Q, A, true>(x, q, q_scale, scale, comparison, blocks, ints, sums);
-    else launch_partials<X, Q, A, false>(x, q, q_scale, scale, comparison, blocks, ints, sums);
+    if (comparison.scaled_domain)
+        launch_partials<X, Q, A, true>(x, q, q_scale, scale, comparison, blocks, ints, sums, subnormal_slots_end);
+    else launch_partials<X, Q, A, false>(x, q, q_scale, scale, comparison, blocks, ints, sums, subnormal_slots_end);
 }
 
-// Whether no finite value of `dtype` can overflow the comparison: unscaled, or at a host scale
-// of exactly 1 with the dtype's largest finite value below the format's overflow bound (a
-// 16-bit operand compared in its own format, which is what the kernel reads once).
-bool itself_cannot_overflow(c10::ScalarType dtype, const torch::Tensor& device_scale,
-                            const stats_value::CastComparison& c)
+// Whether an operand handed over as its own cast can be read once (Against::Itself), and if so
+// the row slot that ends the binades whose values the comparison counts as subnormal; -1 where
+// it cannot. Unscaled, nothing is counted as subnormal or overflow (0). Scaled, only a 16-bit
+// operand in its own format at a host scale of 1: no finite value of it reaches the format's
+// overflow bound, and none lies between that format's largest subnormal and its min normal, so
+// its subnormals are exactly the values of the binades below the min normal (the partial rows'
+// epilogue adds those up, where each value would take a comparison).
+int itself_subnormal_slots_end(c10::ScalarType dtype, const torch::Tensor& device_scale,
+                               const stats_value::CastComparison& c)
 {
-    if (!c.scaled_domain) return true;
-    if (device_scale.defined() || c.scale != 1.0) return false;
-    const double largest = dtype == torch::kBFloat16 ? 3.3895313892515355e38 : dtype == torch::kHalf ? 65504.0 : FLT_MAX;
-    return largest < c.overflow_from;
+    if (!c.scaled_domain) return 0;
+    if (device_scale.defined() || c.scale != 1.0) return -1;
+    const bool bf16 = dtype == torch::kBFloat16 && c.min_normal == std::ldexp(1.0, -126) &&
+                      c.min_subnormal == std::ldexp(1.0, -133) && 3.3895313892515355e38 < c.overflow_from;
+    const bool fp16 = dtype == torch::kHalf && c.min_normal == std::ldexp(1.0, -14) &&
+                      c.min_subnormal == std::ldexp(1.0, -24) && 65504.0 < c.overflow_from;
+    if (!bf16 && !fp16) return -1;
+    return stats_value::slot_of(stats_value::magnitude_bits(static_cast<float>(c.min_normal)));
 }
 
 template <typename X>
@@ -382,9 +459,12 @@ void launch_for_x(const torch::Tensor& x, const torch::Tensor& q, const torch::T
                   const stats_value::CastComparison& comparison, int blocks, torch::Tensor& ints, torch::Tensor& sums)
 {
     if (!q.defined()) return launch_partials<X, X, Against::Nothing, false>(x, q, q_scale, scale, comparison, blocks, ints, sums);
-    if (q.data_ptr() == x.data_ptr() && q.scalar_type() == x.scalar_type() && !q_scale.defined() &&
-        itself_cannot_overflow(x.scalar_type(), scale, comparison))
-        return launch_scaled_or_not<X, X, Against::Itself>(x, q, q_scale, scale, comparison, blocks, ints, sums);
+    if (q.data_ptr() == x.data_ptr() && q.scalar_type() == x.scalar_type() && !q_scale.defined()) {
+        const int slots_end = itself_subnormal_slots_end(x.scalar_type(), scale, comparison);
+        if (slots_end >= 0)
+            return launch_scaled_or_not<X, X, Against::Itself>(x, q, q_scale, scale, comparison, blocks, ints, sums,
+                                                               slots_end);
+    }
     const auto launch = [&](auto tag) {
         launch_scaled_or_not<X, decltype(tag), Against::Cast>(x, q, q_scale, scale, comparison, blocks, ints, sums);
     };
