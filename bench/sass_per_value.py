@@ -92,9 +92,10 @@ def whole_span_path(ins):
 
 def split_plain_runs(inside):
     """The statistics kernel's whole-span path, split where it tests for a plain run (only normal
-    finite values, uncompared or against itself): a conditional branch forward, the plain run's
-    tally up to its unconditional branch to the join, then the other runs' tally at the
-    conditional branch's target. Without that test, the path as it is."""
+    finite values, and a cast without zeros, non-finite values or verdicts): a conditional branch
+    forward to one tally, the other tally falling through up to its unconditional branch to the
+    join. nvcc places either tally first; the plain one is the shorter. Without that test, the
+    path as it is."""
     for i, (_, text) in enumerate(inside):
         m = re.search(r"^@!?U?P\d+ BRA (?:!?U?P\d+, )?(0x[0-9a-f]+)", text)
         if not m:
@@ -103,8 +104,11 @@ def split_plain_runs(inside):
         end = next((j for j in range(i + 1, len(inside)) if re.match(r"^BRA ", inside[j][1])), None)
         if end is None or inside[end][0] >= target:
             continue
-        other = inside[:i + 1] + [(a, t) for a, t in inside if a >= target]
-        return [(", plain runs", inside[:end + 1]), (", other runs", other)]
+        prefix = inside[:i + 1]
+        fallthrough = inside[i + 1:end + 1]
+        at_target = [(a, t) for a, t in inside if a >= target]
+        plain, other = sorted((fallthrough, at_target), key=len)
+        return [(", plain runs", prefix + plain), (", other runs", prefix + other)]
     return [("", inside)]
 
 

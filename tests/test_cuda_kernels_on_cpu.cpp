@@ -486,6 +486,72 @@ private slots:
         compare_rows(row, ops);
     }
 
+    // The whole-span path's short tally of plain runs (x normal and finite; its cast finite,
+    // non-zero, below the overflow bound and above the subnormal one) against its full one, at
+    // the edges of "plain": runs of ordinary values with one edge value each, so that every
+    // other run stays plain. Each edge is the run's largest or smallest: FLT_MAX and the min
+    // normal (plain), the largest subnormal (not); an FP16 subnormal against itself (an FP32
+    // normal, so a plain run: the epilogue counts it from the histogram); under a saturating
+    // E5M2 or E4M3 cast, values scaled onto the overflow tie (E5M2 overflows there, E4M3 does
+    // not), just under it, past it, and down to a zero or subnormal code.
+    void statsRowPlainRunsAtTheirEdges_data()
+    {
+        QTest::addColumn<c10::ScalarType>("dtype");
+        QTest::addColumn<NumberFormat>("format");
+        QTest::addColumn<float>("scale");
+        QTest::addColumn<QVector<float>>("edges");
+        QTest::addColumn<int>("subnormals"); // what the ops must count, so that the edges are met
+        QTest::addColumn<int>("overflows");
+        const float tiny = std::ldexp(1.0f, -126);
+        QTest::addRow("fp32 uncompared") << torch::kFloat32 << NumberFormat::FP32 << 1.0f
+                                         << QVector<float>{std::numeric_limits<float>::max(), tiny, std::nextafter(tiny, 0.0f)} << 0 << 0;
+        QTest::addRow("fp16 against itself") << torch::kHalf << NumberFormat::FP16 << 1.0f
+                                             << QVector<float>{std::ldexp(1.0f, -20), std::ldexp(1.0f, -14), 65504.0f} << 1 << 0;
+        QTest::addRow("bf16 against itself") << torch::kBFloat16 << NumberFormat::BF16 << 1.0f
+                                             << QVector<float>{std::ldexp(1.0f, -127), tiny, 3.3895314e38f} << 1 << 0;
+        // E5M2 x 0.5: 61440 is the tie past 57344 that overflows; E4M3 x 2: 464 the tie that does not.
+        QTest::addRow("fp32 to e5m2 x0.5") << torch::kFloat32 << NumberFormat::E5M2 << 0.5f
+                                           << QVector<float>{122880.0f, std::nextafter(122880.0f, 0.0f), 131072.0f,
+                                                             std::ldexp(1.0f, -15), std::ldexp(1.0f, -30)}
+                                           << 1 << 2;
+        QTest::addRow("bf16 to e4m3 x2") << torch::kBFloat16 << NumberFormat::E4M3 << 2.0f
+                                         << QVector<float>{232.0f, 240.0f, 224.0f, std::ldexp(1.0f, -9), std::ldexp(1.0f, -14)}
+                                         << 1 << 1;
+    }
+    void statsRowPlainRunsAtTheirEdges()
+    {
+        QFETCH(c10::ScalarType, dtype);
+        QFETCH(NumberFormat, format);
+        QFETCH(float, scale);
+        QFETCH(QVector<float>, edges);
+        QFETCH(int, subnormals);
+        QFETCH(int, overflows);
+        // 16 spans of ordinary values (magnitudes 1 to 8, both signs), then one edge value in each
+        // of a few runs, at another lane and place in the run each time.
+        const int64_t n = 16 * 256;
+        const auto i = torch::arange(n, torch::kFloat32);
+        auto x32 = (1.0f + torch::remainder(i * 0.37f, 7.0f)) * torch::where(torch::remainder(i, 3.0f) < 1.0f, -1.0f, 1.0f);
+        for (int e = 0; e < edges.size(); ++e) x32[(37 * e + 5) * 8 + e % 8] = edges[e];
+        const auto x = x32.to(dtype);
+        torch::Tensor q, codes, q_scale;
+        if (format == NumberFormat::E4M3 || format == NumberFormat::E5M2) {
+            codes = to_fp8_codes(x.to(torch::kFloat32) * scale, format, Overflow::Saturate);
+            q_scale = torch::full({}, 1.0f / scale);
+            q = codes.to(torch::kFloat32) * q_scale;
+        } else if (format != NumberFormat::FP32) {
+            q = x; // its own cast: read once
+        }
+        const auto ops = tensor_stats_row(x, format, scale, q, StatsKernel::TensorOps);
+        QCOMPARE(ops[stats_row::kSubnormal].item<double>(), double(subnormals));
+        QCOMPARE(ops[stats_row::kOverflow].item<double>(), double(overflows));
+        const auto comparison = cast_comparison(format, format != NumberFormat::FP32, scale);
+        if (codes.defined()) {
+            compare_rows(kernels::tensor_stats_row(x, codes, comparison, {}, q_scale), ops);
+            if (QTest::currentTestFailed()) return;
+        }
+        compare_rows(kernels::tensor_stats_row(x, q, comparison, {}), ops);
+    }
+
     // fp8-block's casts as the native executor records them: E4M3 codes (R, C) and the inverse
     // scale of each 1x128 block of their rows (R, C / 128). The kernel reads the codes and
     // their block's scale, and its row is that of the FP32 values join_fp8_blocks makes (the

@@ -150,10 +150,9 @@ __device__ __forceinline__ void tally_value(float v, float c, unsigned int* colu
 
 // The smallest and largest |x| bits of a run, in one min and one max a value (three-input on
 // sm_90). A run whose bits all lie in [0x00800000, 0x7F800000) holds only normal finite values:
-// no zero, subnormal, Inf or NaN. In the rows that make up most of a telemetry step (an operand
-// uncompared, or against itself) nearly every run is such a plain run, and it needs none of
-// tally_value's selects: its slot is its biased exponent + 23, it is finite, it is no NaN, and
-// the run's largest bits are its amax.
+// no zero, subnormal, Inf or NaN. In the rows of a telemetry step nearly every run is such a
+// plain run, and it needs none of tally_value's selects: its slot is its biased exponent + 23,
+// it is finite, it is no NaN, and the run's largest bits are its amax.
 struct BitsRange {
     uint32_t low = 0xFFFFFFFFu, high = 0;
     __device__ __forceinline__ bool plain() const { return (low >= 0x00800000u) & (high < 0x7F800000u); }
@@ -171,18 +170,12 @@ __device__ __forceinline__ BitsRange magnitude_range(const float (&v)[kUnroll])
     return r;
 }
 
-// tally_value for a value of a plain run, uncompared or against itself: the same counts and
-// sums (the caller takes the run's amax from its BitsRange). The square of an FP32 value is
-// exact in FP64, so one fused multiply-add gives tally_value's product and sum to the bit (the
-// kernels are built with --fmad=false, which leaves only a written-out fma() fused).
-// `column_of_normals` is the lane's counter of slot 23 (biased exponent 0).
-//
-// On the GPU the counter is addressed by its 32-bit shared-memory offset: nvcc otherwise adds
-// the shared window's base to each value's address (one instruction a value more).
-template <Against A>
-__device__ __forceinline__ void tally_plain(float v, unsigned int* column_of_normals, Tally& t)
+// A plain run's value counted in its binade: slot = biased exponent + 23. `column_of_normals`
+// is the lane's counter of slot 23 (biased exponent 0). On the GPU the counter is addressed by
+// its 32-bit shared-memory offset: nvcc otherwise adds the shared window's base to each
+// value's address (one instruction a value more).
+__device__ __forceinline__ void count_in_binade(float v, unsigned int* column_of_normals)
 {
-    static_assert(A != Against::Cast, "a cast's value may be zero or non-finite in a plain run of x");
     const uint32_t biased = stats_value::magnitude_bits(v) >> 23;
 #if defined(__CUDA_ARCH__)
     const auto offset = static_cast<uint32_t>(__cvta_generic_to_shared(column_of_normals)) + biased * 32 * 4;
@@ -190,12 +183,41 @@ __device__ __forceinline__ void tally_plain(float v, unsigned int* column_of_nor
 #else
     atomicAdd(column_of_normals + biased * 32, 1u);
 #endif
-    if constexpr (A == Against::Itself) {
-        const double vd = static_cast<double>(v);
-        t.signal = fma(vd, vd, t.signal);
-    } else {
-        (void)t;
+}
+
+// tally_value for a value of a plain run: the same counts and sums, where the caller takes the
+// run's amax from its BitsRange and counts the run compared. Against its cast, the run's cast
+// holds no zero, no non-finite value, and under a scale no code that is subnormal or value that
+// overflows (plain_cast_run), so v and c only add their energies. The square of an FP32 value
+// is exact in FP64, so one fused multiply-add gives tally_value's product and sum to the bit
+// (the kernels are built with --fmad=false, which leaves only a written-out fma() fused).
+template <Against A>
+__device__ __forceinline__ void tally_plain(float v, float c, unsigned int* column_of_normals, Tally& t)
+{
+    count_in_binade(v, column_of_normals);
+    const double vd = static_cast<double>(v);
+    if constexpr (A == Against::Cast) {
+        const double e = vd - static_cast<double>(c);
+        t.err_energy += e * e;
     }
+    if constexpr (A != Against::Nothing) t.signal = fma(vd, vd, t.signal);
+    (void)c, (void)t;
+}
+
+// Whether a run of x and its cast is plain: x's values normal and finite, the cast's finite and
+// non-zero, and under a scale no code below the subnormal bound and no value whose FP32 product
+// with the scale reaches the overflow bound. Both products are monotone in |x| (rounding is), so
+// the run's smallest code and largest value decide for the whole run: compare_cast's verdicts
+// are then all false but `compared`.
+template <bool Scaled>
+__device__ __forceinline__ bool plain_cast_run(const BitsRange& x, const BitsRange& cast, const ScaledBounds& bounds)
+{
+    bool plain = x.plain() & (cast.high < 0x7F800000u);
+    if constexpr (Scaled)
+        plain &= (__uint_as_float(x.high) * bounds.scale < bounds.overflow_from) &
+                 (__uint_as_float(cast.low) * bounds.scale >= bounds.subnormal_below);
+    else plain &= cast.low != 0;
+    return plain;
 }
 
 // kUnroll consecutive values from 16-byte loads (8-byte for FP8 codes), as FP32: p aligned to
@@ -287,15 +309,16 @@ __global__ void __launch_bounds__(kThreads, 4)
                     for (int j = 0; j < kUnroll; ++j) c[j] *= times;
                 }
             }
-            if constexpr (A != Against::Cast) {
-                const BitsRange range = magnitude_range(v);
-                if (range.plain()) { // a lane's own branch: a warp diverges only on a run that is not
+            // A lane's own branch: a warp diverges only on a run that is not plain.
+            const BitsRange range = magnitude_range(v);
+            bool plain = range.plain();
+            if constexpr (A == Against::Cast) plain = plain_cast_run<Scaled>(range, magnitude_range(c), bounds);
+            if (plain) {
 #pragma unroll
-                    for (int j = 0; j < kUnroll; ++j) tally_plain<A>(v[j], column + 23 * 32, t);
-                    amax_bits = max(amax_bits, range.high);
-                    if constexpr (A == Against::Itself) t.compared += kUnroll; // all finite
-                    continue;
-                }
+                for (int j = 0; j < kUnroll; ++j) tally_plain<A>(v[j], c[j], column + 23 * 32, t);
+                amax_bits = max(amax_bits, range.high);
+                if constexpr (A != Against::Nothing) t.compared += kUnroll; // all finite
+                continue;
             }
 #pragma unroll
             for (int j = 0; j < kUnroll; ++j) tally_value<A, Scaled>(v[j], c[j], column, bounds, t, nans, amax_bits);
