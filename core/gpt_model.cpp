@@ -72,6 +72,10 @@ struct ScoreReader {
 torch::Tensor max_abs_over_blocks(const ScoreReader& read, int64_t T, int64_t rows, const torch::Device& device)
 {
     std::vector<torch::Tensor> maxima;
+    // Entry (i, j) of a block's own keys is in the future when j > i: one mask for every block,
+    // the last one (which may be shorter) taking its top-left corner.
+    const int64_t widest = std::min(rows, T);
+    const auto future_of_widest = torch::ones({widest, widest}, torch::dtype(torch::kBool).device(device)).triu(1);
     for (int64_t start = 0; start < T; start += rows) {
         const int64_t r = std::min(rows, T - start);
         if (start > 0) {
@@ -82,10 +86,9 @@ torch::Tensor max_abs_over_blocks(const ScoreReader& read, int64_t T, int64_t ro
             const auto [lowest, highest] = at::aminmax(read.scores(start, r, 0, start));
             maxima.push_back(at::maximum(highest, lowest.neg()));
         }
-        // The block's own keys: query start + i sees keys start .. start + i, so entry (i, j) is
-        // in the future when j > i.
+        // The block's own keys: query start + i sees keys start .. start + i.
         auto own = read.scores(start, r, start, r).abs_(); // (..., r, r)
-        const auto future = torch::ones({r, r}, torch::dtype(torch::kBool).device(device)).triu(1);
+        const auto future = r == widest ? future_of_widest : future_of_widest.narrow(0, 0, r).narrow(1, 0, r);
         maxima.push_back(own.masked_fill_(future, 0.0f).amax());
     }
     return torch::stack(maxima).amax();

@@ -414,6 +414,8 @@ private slots:
         k[0][1][30].fill_(6.0f);
         q[0][2][33].fill_(-7.0f); // query 33 against key 4, long past: -392, the largest |causal product|
         k[0][2][4].fill_(7.0f);
+        q[1][1][35][0] = 50.0f; // query 35 against key 36, the future inside a ragged last block of 2: 2500
+        k[1][1][36][0] = 50.0f;
         const auto scores = torch::matmul(q.to(torch::kFloat64), k.to(torch::kFloat64).transpose(-2, -1)).abs();
         const auto causal = torch::ones({T, T}, torch::kBool).tril();
         const double expected = torch::where(causal, scores, torch::zeros_like(scores)).max().item<double>();
