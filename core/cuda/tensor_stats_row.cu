@@ -425,10 +425,10 @@ void launch_partials(const torch::Tensor& x, const torch::Tensor& q, const torch
                      const torch::Tensor& scale, const stats_value::CastComparison& comparison, int blocks,
                      torch::Tensor& ints, torch::Tensor& sums, int subnormal_slots_end = 0)
 {
-    // The counters take 36 KB of shared memory per block: ask for the largest carveout, so that
-    // the four blocks per SM of __launch_bounds__ fit beside each other (145 KB of 228).
-    // A hint only: if it is refused, the error is cleared so that the launch check below does
-    // not take it for the kernel's.
+    // The counters and their totals take 38 KB of shared memory per block: ask for the largest
+    // carveout, so that the four blocks per SM of __launch_bounds__ fit beside each other (150 KB
+    // of 228). A hint only: if it is refused, the error is cleared so that the launch check below
+    // does not take it for the kernel's.
     static const bool carved = [] {
         const bool ok = cudaFuncSetAttribute(partial_rows<X, Q, A, Scaled>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                              cudaSharedmemCarveoutMaxShared) == cudaSuccess;
