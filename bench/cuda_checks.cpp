@@ -308,6 +308,42 @@ void stats_kernels(const torch::Device& device, bool quick)
                    fmt("cast with the sums %.0f us, cast then dy.sum %.0f us", t_fused, t_apart) +
                        fmt("; worst error %.2f of its bound", (err / bound.clamp_min(1e-300)).max().item<double>()));
         });
+    if (cuda && !quick)
+        // fc2's input under delayed scaling (GPT-2 small: 16,384 x 3,072 BF16 out of fc1, E4M3):
+        // the cast of gelu(u) from u (session 32) against at::gelu then the cast (before it): the
+        // same codes, transposed codes and amax, and the time of each. Bytes: 2 read and 1 + 1
+        // written per value, against 2 + 2 more for gelu(u) written and read again.
+        check("GELU + fp8 cast-transpose", [&] {
+            const int64_t rows = 16384, cols = 3072, n = rows * cols;
+            const auto opts = torch::TensorOptions().device(device);
+            const auto u = (torch::sin(torch::arange(n, opts.dtype(torch::kFloat32)) * 0.37f) * 4.0f)
+                               .to(torch::kBFloat16)
+                               .view({rows, cols});
+            Fp8Recipe recipe; // delayed
+            DeviceDelayedScaling state;
+            state.upload(DelayedScaling(recipe.amax_history_length), device);
+            Fp8Tensor out;
+            const auto time_us = [&](bool from_u) {
+                const auto once = [&] {
+                    out = from_u ? quantize_gelu_fp8_native(u, NumberFormat::E4M3, recipe, &state, false)
+                                 : quantize_fp8_native(at::gelu(u), NumberFormat::E4M3, recipe, &state, false, true);
+                };
+                once();
+                wait();
+                const auto t0 = std::chrono::steady_clock::now();
+                for (int r = 0; r < 10; ++r) once();
+                wait();
+                return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 10;
+            };
+            const double t_apart = time_us(false);
+            const Fp8Tensor apart = out;
+            const double t_fused = time_us(true);
+            const bool same = torch::equal(out.codes.view(torch::kUInt8), apart.codes.view(torch::kUInt8)) &&
+                              torch::equal(out.codes_t.view(torch::kUInt8), apart.codes_t.view(torch::kUInt8));
+            report(same, "GELU + fp8 cast-transpose",
+                   std::string(same ? "same codes; " : "CODES DIFFER; ") +
+                       fmt("from u %.0f us, at::gelu then the cast %.0f us", t_fused, t_apart));
+        });
     for (const int64_t n : quick ? std::vector<int64_t>{int64_t(1) << 20} : std::vector<int64_t>{int64_t(1) << 20, int64_t(50) << 20}) {
         for (const bool bf16 : {false, true}) {
             const std::string name = fmt("stats kernel %.0f M ", double(n >> 20)) + (bf16 ? "bf16" : "fp32");

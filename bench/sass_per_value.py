@@ -130,10 +130,11 @@ def describe(name):
             flag = re.search(r"Lb([01])EEEv", args)
             if flag:
                 label += ", writes " + ("codes" if flag.group(1) == "1" else "values")
-        if pattern == "scale_cast_amax_transpose_64":  # the last template argument: kSums
-            flag = re.search(r"Lb([01])EEEv", args)
-            if flag:
-                label += ", with column sums" if flag.group(1) == "1" else ""
+        if pattern == "scale_cast_amax_transpose_64":  # the last template arguments: kSums, kGelu
+            flags = re.search(r"Lb([01])ELb([01])EEEv", args)
+            if flags:
+                label += ", with column sums" if flags.group(1) == "1" else ""
+                label += ", GELU first" if flags.group(2) == "1" else ""
         return pattern, per, label
     return None
 

@@ -40,6 +40,12 @@ torch::Tensor GemmLinearImpl::forward(const torch::Tensor& x)
     return gemm_->linear(x, weight_, bias_);
 }
 
+torch::Tensor GemmLinearImpl::forward_of_gelu(const torch::Tensor& u)
+{
+    gemm_->set_training(is_training());
+    return gemm_->linear_of_gelu(u, weight_, bias_);
+}
+
 NormImpl::NormImpl(int64_t features, bool bias) : features_(features)
 {
     weight_ = register_parameter("weight", torch::ones({features}));
@@ -196,8 +202,10 @@ MlpImpl::MlpImpl(const std::string& prefix, const ModelConfig& config, GemmRegis
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x)
 {
-    const auto h = torch::gelu(fc1->forward(x)); // (B, T, 4C), exact erf GELU like nn.GELU()
-    return torch::dropout(fc2->forward(h), dropout_, is_training());
+    // gelu(u), (B, T, 4C): the exact erf GELU like nn.GELU(), taken by fc2 (an FP8 fc2 casts it
+    // straight from u, as TransformerEngine's LayerNormMLP does).
+    const auto u = fc1->forward(x);
+    return torch::dropout(fc2->forward_of_gelu(u), dropout_, is_training());
 }
 
 BlockImpl::BlockImpl(const std::string& prefix, const ModelConfig& config, GemmRegistry& gemms)

@@ -36,6 +36,9 @@ public:
     GemmLinearImpl(std::shared_ptr<LayerGemm> gemm, torch::Tensor tied_weight); // weight not registered here
 
     torch::Tensor forward(const torch::Tensor& x); // (..., in) -> (..., out)
+    // forward(gelu(u)) with the exact GELU, which an FP8 layer may cast straight from u
+    // (LayerGemm::linear_of_gelu).
+    torch::Tensor forward_of_gelu(const torch::Tensor& u);
     const std::string& layer_name() const { return gemm_->name(); }
     const torch::Tensor& weight() const { return weight_; }
 

@@ -55,6 +55,14 @@ public:
 
     // y = x W^T + b; x (..., K), W (N, K), b (N) or undefined -> (..., N)
     torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+    // linear(at::gelu(u), W, b): the linear after an exact GELU. The native executor's FP8
+    // layers under delayed scaling cast gelu(u) for their GEMM straight from u, where a GPU
+    // kernel does it in one read without writing gelu(u) (quantize_gelu_fp8_native), and take
+    // the GELU's gradient in their own backward; everything else runs linear(at::gelu(u)). The
+    // same values and gradients either way (tests/test_native).
+    torch::Tensor linear_of_gelu(const torch::Tensor& u, const torch::Tensor& weight, const torch::Tensor& bias);
+    // Whether linear_of_gelu runs as the native FP8 linear that casts from the GELU's input.
+    bool casts_from_gelu_input(const torch::Tensor& u) const;
     // y = a b; a (..., M, K), b (..., K, N) -> (..., M, N). For attention's two products.
     torch::Tensor matmul(const torch::Tensor& a, const torch::Tensor& b);
 
@@ -175,6 +183,9 @@ public:
     // column_sums with it: the bias gradient from the cast's read, where its kernel makes it.
     Fp8Tensor quantize_native(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim = 1,
                               bool with_transpose = false, bool column_sums = false);
+    // quantize_native(at::gelu(u), format, Input, 1, with_transpose) under delayed scaling, from
+    // u (quantize_gelu_fp8_native): the forward operand of linear_of_gelu.
+    Fp8Tensor quantize_gelu_native(const torch::Tensor& u, NumberFormat format);
     Fp8Tensor native_weight(const torch::Tensor& weight, NumberFormat format, int64_t k_dim = 1);
     torch::Tensor native_weight_transposed(const Fp8Tensor& w8);
     void note_backend(bool native) { (native ? used_native_ : used_emulated_) = true; }
@@ -227,18 +238,21 @@ private:
     // executor; `format` and the casts `x_cast`/`w_cast` say which): reads, never computes the step.
     void observe_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& y,
                         NumberFormat format, const torch::Tensor& x_cast, const torch::Tensor& w_cast);
-    // y = Function(x as (M, K), W, b, this), back in x's leading shape: custom autograd
+    // y = Function(x as (M, K), W, b, this, extra...), back in x's leading shape: custom autograd
     // functions take 2-D operands, and an empty tensor stands for "no bias" (they cannot
     // take undefined tensors).
-    template <typename Function>
-    torch::Tensor apply_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias)
+    template <typename Function, typename... Extra>
+    torch::Tensor apply_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias, Extra... extra)
     {
         auto out_shape = x.sizes().vec();
         out_shape.back() = weight.size(0);
         const auto bias_or_empty = bias.defined() ? bias : torch::empty({0}, weight.options().requires_grad(false));
-        return Function::apply(x.reshape({-1, x.size(-1)}), weight, bias_or_empty, reinterpret_cast<int64_t>(this))
+        return Function::apply(x.reshape({-1, x.size(-1)}), weight, bias_or_empty, reinterpret_cast<int64_t>(this), extra...)
             .view(out_shape);
     }
+    // Whether linear_native runs NativeLinear: each GEMM FP32, 16-bit or FP8 under per-tensor
+    // or per-row scales, without the outlier split.
+    bool takes_native_linear() const;
     // Telemetry of a block-recipe cast: an nvfp4 wgrad operand's Hadamard rows at once; a
     // row-wise cast's block scales kept until the operand itself is recorded (record()).
     void observe_block_cast(OperandRole role, const torch::Tensor& x, int64_t k_dim, BlockCastRecord block);

@@ -5,6 +5,9 @@
 // The emulated side (layer_gemm.cpp) is the reference it is tested against.
 #include "layer_gemm.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "quantize.h"
 
 namespace mantissa {
@@ -30,9 +33,12 @@ bool is_fp8(NumberFormat f) { return format_info(f).is_fp8; }
 // per-row scales), 16-bit GEMMs on the cast operands with FP32 accumulation (cuBLAS), FP32
 // GEMMs in FP32. TE's HYBRID and E4M3 throughout are all-FP8; an FP8 forward with a BF16
 // backward is one GEMM each way. x (M, K), W (N, K).
+// `gelu_input` (linear_of_gelu, where casts_from_gelu_input holds): x is u and the linear is of
+// at::gelu(u): its FP8 cast comes from u (quantize_gelu_native), u is kept, and the backward
+// ends with the GELU's gradient, at::gelu_backward as autograd's node would run it.
 struct NativeLinear : public torch::autograd::Function<NativeLinear> {
     static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
-                                 const torch::Tensor& bias, int64_t layer_address)
+                                 const torch::Tensor& bias, int64_t layer_address, bool gelu_input = false)
     {
         auto* layer = reinterpret_cast<LayerGemm*>(layer_address);
         const GemmFormats f = layer->formats();
@@ -45,8 +51,10 @@ struct NativeLinear : public torch::autograd::Function<NativeLinear> {
             // and keeps it transposed, as that GEMM takes it: the cast writes both layouts.
             reuse_input = layer->training() && f.forward == saved_operand_format(f.wgrad) &&
                           layer->recipe().scaling != Fp8Scaling::PerRow;
-            const Fp8Tensor x8 = layer->quantize_native(x, f.forward, OperandRole::Input, 1,
-                                                        reuse_input); // (M, K); per row: scales (M, 1)
+            TORCH_CHECK(!gelu_input || reuse_input, "linear_of_gelu: the GELU's cast must serve the wgrad GEMM too");
+            const Fp8Tensor x8 = gelu_input ? layer->quantize_gelu_native(x, f.forward)
+                                            : layer->quantize_native(x, f.forward, OperandRole::Input, 1,
+                                                                     reuse_input); // (M, K); per row: scales (M, 1)
             const Fp8Tensor w8 = layer->native_weight(weight, f.forward);                   // (N, K); per row: (N, 1)
             bool native = false;
             // Fast accumulation in the forward GEMM only, as TransformerEngine does.
@@ -57,7 +65,8 @@ struct NativeLinear : public torch::autograd::Function<NativeLinear> {
                 layer->remember_weight(weight);
                 layer->record("output", y, NumberFormat::BF16, 1.0f, {});
                 record_fp8(*layer, "weight", weight, w8);
-                record_fp8(*layer, "input", x, x8);
+                // The values the cast was made of: at::gelu(u) is made here for the record alone.
+                record_fp8(*layer, "input", gelu_input ? at::gelu(x) : x, x8);
             }
             if (reuse_input) {
                 saved_x = x8.codes_t; // (K, M)
@@ -65,6 +74,7 @@ struct NativeLinear : public torch::autograd::Function<NativeLinear> {
                 saved_inv_scale = x8.inv_scale;
             }
         } else {
+            TORCH_CHECK(!gelu_input, "linear_of_gelu: an FP8 forward GEMM only");
             const auto dtype = activation_dtype(f.forward); // its 16-bit dtype, or FP32
             const auto x_cast = x.to(dtype), w_cast = weight.to(dtype); // (M, K), (N, K)
             y = at::linear(x_cast, w_cast, has_bias ? bias.to(dtype) : torch::Tensor()); // (M, N)
@@ -79,7 +89,8 @@ struct NativeLinear : public torch::autograd::Function<NativeLinear> {
         ctx->saved_data["layer"] = layer_address;
         ctx->saved_data["has_bias"] = has_bias;
         ctx->saved_data["reuse_input"] = reuse_input;
-        ctx->save_for_backward({saved_x, weight, saved_scale, saved_inv_scale});
+        ctx->saved_data["gelu_input"] = gelu_input;
+        ctx->save_for_backward({saved_x, weight, saved_scale, saved_inv_scale, gelu_input ? x : torch::Tensor()});
         return y;
     }
 
@@ -152,7 +163,13 @@ struct NativeLinear : public torch::autograd::Function<NativeLinear> {
 
         torch::Tensor db;
         if (has_bias) db = dy8.column_sums.defined() ? dy8.column_sums : dy.sum(0, false, torch::kFloat32); // FP32 sums
-        return {dx, dw, db, torch::Tensor()};
+        if (ctx->saved_data["gelu_input"].toBool()) {
+            // The gradient that reached gelu(u), in gelu(u)'s dtype (u's), as autograd hands it
+            // to the GELU's node, then that node's op.
+            const auto& u = saved[4];
+            dx = at::gelu_backward(dx.to(u.scalar_type()), u);
+        }
+        return {dx, dw, db, torch::Tensor(), torch::Tensor()};
     }
 };
 
@@ -180,6 +197,17 @@ torch::Tensor LayerGemm::linear_native(const torch::Tensor& x, const torch::Tens
         if (armed_) observe_linear(x, weight, y, formats_.forward, x_cast, w_cast);
         return y;
     }
+    if (takes_native_linear()) return apply_linear<NativeLinear>(x, weight, bias);
+    if (blockwise_codes_eligible(x.reshape({-1, x.size(-1)}), weight)) return linear_blockwise(x, weight, bias);
+    // MX and block scales, outliers, TF32: the emulator's arithmetic, in FP32, and the
+    // (already rounded) output handed on in its dtype. An input fp8-block's casts read as they
+    // are stays as it is, and so does the copy saved for the backward (half the size).
+    const bool as_is = fp8_block_reads_as_is(x, recipe_);
+    return linear_emulated(as_is ? x : x.to(torch::kFloat32), weight, bias).to(output_dtype());
+}
+
+bool LayerGemm::takes_native_linear() const
+{
     // Each GEMM in a format the native executor multiplies as itself: FP32, 16-bit, or FP8
     // under per-tensor or per-row scales without the outlier split.
     const bool fp8_native = (per_tensor_scaling(recipe_) || recipe_.scaling == Fp8Scaling::PerRow) &&
@@ -187,14 +215,35 @@ torch::Tensor LayerGemm::linear_native(const torch::Tensor& x, const torch::Tens
     const auto runs_natively = [&](NumberFormat g) {
         return g == NumberFormat::FP32 || is_16bit(g) || (is_fp8(g) && fp8_native);
     };
-    if (runs_natively(formats_.forward) && runs_natively(formats_.dgrad) && runs_natively(formats_.wgrad))
-        return apply_linear<NativeLinear>(x, weight, bias);
-    if (blockwise_codes_eligible(x.reshape({-1, x.size(-1)}), weight)) return linear_blockwise(x, weight, bias);
-    // MX and block scales, outliers, TF32: the emulator's arithmetic, in FP32, and the
-    // (already rounded) output handed on in its dtype. An input fp8-block's casts read as they
-    // are stays as it is, and so does the copy saved for the backward (half the size).
-    const bool as_is = fp8_block_reads_as_is(x, recipe_);
-    return linear_emulated(as_is ? x : x.to(torch::kFloat32), weight, bias).to(output_dtype());
+    return runs_natively(formats_.forward) && runs_natively(formats_.dgrad) && runs_natively(formats_.wgrad);
+}
+
+bool LayerGemm::casts_from_gelu_input(const torch::Tensor& u) const
+{
+    // MANTISSA_GELU_CAST=0 keeps the GELU apart (at::gelu, then the cast), for a timing of the
+    // two ways on a GPU (the fused kernel does the GELU's erff and the cast in one pass, and may
+    // be bound by its instructions rather than by the memory it saves).
+    static const bool enabled = [] {
+        const char* v = std::getenv("MANTISSA_GELU_CAST");
+        return !(v && std::string(v) == "0");
+    }();
+    // NativeLinear's FP8 forward whose cast the wgrad GEMM reuses (kept transposed, so gelu(u)
+    // is needed nowhere else), under delayed scaling, whose scale is known before the cast.
+    return enabled && native_ && training_ && !uniform_16bit() && takes_native_linear() &&
+           recipe_.scaling == Fp8Scaling::Delayed && is_fp8(formats_.forward) &&
+           formats_.forward == saved_operand_format(formats_.wgrad) && u.dim() >= 2;
+}
+
+torch::Tensor LayerGemm::linear_of_gelu(const torch::Tensor& u, const torch::Tensor& weight, const torch::Tensor& bias)
+{
+    if (casts_from_gelu_input(u)) return apply_linear<NativeLinear>(u, weight, bias, /*gelu_input=*/true);
+    return linear(torch::gelu(u), weight, bias);
+}
+
+Fp8Tensor LayerGemm::quantize_gelu_native(const torch::Tensor& u, NumberFormat format)
+{
+    return quantize_gelu_fp8_native(u, format, recipe_, &device_delayed(OperandRole::Input, format, u.device()),
+                                    /*record=*/training_);
 }
 
 DeviceDelayedScaling& LayerGemm::device_delayed(OperandRole role, NumberFormat format, const torch::Device& device)

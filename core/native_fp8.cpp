@@ -357,6 +357,47 @@ bool column_sums_agree(const torch::Device& device)
     return agrees;
 }
 
+// The GELU cast-transpose (the input of a linear after a GELU, cast from the GELU's input)
+// against at::gelu and then the 64 x 64 cast-transpose it stands in for: codes, transposed
+// codes and amax to the bit, so that the device's erff and rounding are at::gelu's. On every
+// crafted value both ways round (the GELU's own edges: large negative values whose GELU is a
+// tiny negative or zero, values where erf saturates, Inf, NaN), in BF16 and FP16, both
+// formats, saturating or not, at a scale that is not a power of two and one that pushes the
+// largest values past the format; and a tensor of more tiles than the kernel's grid.
+bool gelu_cast_agrees(const torch::Device& device)
+{
+    static const bool agrees = transpose_64_agrees(device) && kernel_agrees("GELU + FP8 cast-transpose", [&] {
+        const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+        const auto crafted = crafted_cast_values().to(device);
+        const auto ramp = torch::linspace(-12.0, 12.0, 4096, opts); // through erf's saturation, both sides
+        // 4,081 of the binades and the 15 edges (zeros, subnormals, the formats' edges, Inf, NaN).
+        const auto edges = torch::cat({crafted.narrow(0, 0, 4081), crafted.narrow(0, 4096, 15)});
+        const auto x = torch::cat({edges, ramp, -edges, ramp * 0.01f}).view({128, 128}); // 16,384 values
+        const int64_t wide_cols = 2049 * 64; // one tile more than the grid
+        const auto wide = (torch::sin(torch::arange(64 * wide_cols, opts) * 0.37f) * 6.0f).view({64, wide_cols});
+        const bool paired = fused_transpose_kernel(device) == ProbedKernel::Paired;
+        for (const auto& u32 : {x, wide})
+            for (auto dtype : {torch::kBFloat16, torch::kHalf})
+                for (bool e4m3 : {true, false})
+                    for (bool saturate : {true, false})
+                        for (float scale_value : {0.37f, 1e4f}) {
+                            const auto u = u32.to(dtype);
+                            const auto scale = torch::full({}, scale_value, opts);
+                            torch::Tensor amax, codes_t, want_amax, want_t;
+                            const auto codes =
+                                cuda_kernels::fused_gelu_scale_cast_amax_transpose(u, scale, e4m3, saturate, amax, codes_t);
+                            const auto want = cuda_kernels::fused_scale_cast_amax_transpose(
+                                at::gelu(u), scale, e4m3, saturate, want_amax, want_t, /*tiles_64=*/true, paired);
+                            if (!torch::equal(codes.view(torch::kUInt8), want.view(torch::kUInt8)) ||
+                                !torch::equal(codes_t.view(torch::kUInt8), want_t.view(torch::kUInt8)) ||
+                                !torch::equal(amax, want_amax))
+                                return false;
+                        }
+        return true;
+    });
+    return agrees;
+}
+
 } // namespace
 #endif
 
@@ -368,7 +409,8 @@ std::string native_fp8_kernels_report()
     return std::string("fused cast: ") + probed_kernel_report(fused_cast_kernel(gpu)) +
            ", cast-transpose: " + probed_kernel_report(fused_transpose_kernel(gpu)) +
            ", 64x64 tiles: " + (transpose_64_agrees(gpu) ? "yes" : "NO") +
-           ", their column sums: " + (column_sums_agree(gpu) ? "yes" : "NO") + ", delayed record: " + (fused_record_agrees(gpu) ? "yes" : "NO");
+           ", their column sums: " + (column_sums_agree(gpu) ? "yes" : "NO") +
+           ", GELU cast: " + (gelu_cast_agrees(gpu) ? "yes" : "NO") + ", delayed record: " + (fused_record_agrees(gpu) ? "yes" : "NO");
 #else
     return "not built";
 #endif
@@ -436,6 +478,30 @@ Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const
     out.codes = to_fp8_codes(x32 * out.scale, format, overflow);
     if (with_transpose) out.codes_t = out.codes.t().contiguous();
     return out;
+}
+
+Fp8Tensor quantize_gelu_fp8_native(const torch::Tensor& u, NumberFormat format, const Fp8Recipe& recipe,
+                                   DeviceDelayedScaling* delayed, bool record)
+{
+    TORCH_CHECK(u.dim() == 2, "quantize_gelu_fp8_native: a 2-D u");
+#ifdef MANTISSA_CUDA_KERNELS
+    const bool delayed_ready = recipe.scaling == Fp8Scaling::Delayed && delayed && delayed->defined();
+    if (u.is_cuda() && delayed_ready && format_info(format).is_fp8 && cuda_kernels::gelu_cast_transpose_takes(u) &&
+        gelu_cast_agrees(u.device())) {
+        // The scale is known before u is read (delayed scaling): one pass takes the GELU, casts
+        // and measures, and the record is quantize_fp8_native's.
+        Fp8Tensor out;
+        out.format = format;
+        out.scale = delayed->scale();
+        out.inv_scale = delayed->inv_scale();
+        torch::Tensor measured;
+        out.codes = cuda_kernels::fused_gelu_scale_cast_amax_transpose(u, out.scale, format == NumberFormat::E4M3,
+                                                                       recipe.saturate, measured, out.codes_t);
+        if (record) delayed->record(measured, format_info(format).max_finite, recipe.amax_use_max, recipe.margin);
+        return out;
+    }
+#endif
+    return quantize_fp8_native(at::gelu(u), format, recipe, delayed, record, /*with_transpose=*/true);
 }
 
 Fp8Tensor quantize_fp8_rowwise_native(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe,

@@ -100,6 +100,14 @@ Fp8Tensor quantize_fp8_native(const torch::Tensor& x, NumberFormat format, const
                               DeviceDelayedScaling* delayed, bool record, bool with_transpose = false,
                               bool column_sums = false);
 
+// quantize_fp8_native(at::gelu(u), ..., with_transpose = true): the input of a linear that
+// follows an exact GELU, cast with its transpose. On CUDA under delayed scaling, where u takes
+// the fused kernel and its probe passed, from one read of u without gelu(u) ever being
+// written (TransformerEngine's fused activation cast); elsewhere at::gelu(u), then the cast.
+// The same codes, scale and record either way.
+Fp8Tensor quantize_gelu_fp8_native(const torch::Tensor& u, NumberFormat format, const Fp8Recipe& recipe,
+                                   DeviceDelayedScaling* delayed, bool record);
+
 // The per-row recipe (torchao's rowwise): one scale per slice along `k_dim`, the emulator's
 // rowwise_scale. Stateless, so there is nothing to record.
 Fp8Tensor quantize_fp8_rowwise_native(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe,

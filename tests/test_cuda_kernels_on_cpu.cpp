@@ -379,6 +379,66 @@ private slots:
             }
     }
 
+    // The GELU cast-transpose (fc2's input cast from fc1's output u, gelu(u) never written)
+    // against gelu(u) made by the kernel's formula (ATen's GeluErfFunctor in FP32 with the host's
+    // erff standing in for the device's, stored in u's dtype) and then cast by the 64 x 64
+    // kernel: codes, transposed codes and amax bit for bit. Values through erf's saturation on
+    // both sides (GELU of -20 is -0, of -5 a tiny negative), Inf (GELU(-Inf) is NaN), NaN, and
+    // values whose GELU the scale pushes past the format. What u it refuses, it refuses.
+    void geluCastTransposeAgrees_data()
+    {
+        QTest::addColumn<c10::ScalarType>("dtype");
+        QTest::addColumn<bool>("e4m3");
+        QTest::addColumn<bool>("saturate");
+        for (const auto dtype : {torch::kBFloat16, torch::kHalf})
+            for (const bool e4m3 : {true, false})
+                for (const bool saturate : {true, false})
+                    QTest::addRow("%s %s%s", c10::toString(dtype), e4m3 ? "e4m3" : "e5m2", saturate ? " saturating" : "")
+                        << dtype << e4m3 << saturate;
+    }
+    void geluCastTransposeAgrees()
+    {
+        QFETCH(c10::ScalarType, dtype);
+        QFETCH(bool, e4m3);
+        QFETCH(bool, saturate);
+        const int64_t rows = 128, cols = 192;
+        auto u32 = torch::linspace(-24.0, 24.0, rows * cols);
+        u32[5] = kNan;
+        u32[77] = kInf;
+        u32[78] = -kInf;
+        u32[200] = 1000.0f; // GELU 1000: past E4M3 (and E5M2's 57344 at the scale below)
+        u32[4000] = 1e-30f; // GELU about 5e-31 in BF16 (FP16 holds no such u: 0)
+        const auto u = u32.view({rows, cols}).to(dtype);
+        QVERIFY(kernels::gelu_cast_transpose_takes(u));
+        // Stored as c10's conversion stores it, as the kernel (and ATen's functor) does: a NaN
+        // becomes the positive canonical NaN, where LibTorch's vectorized CPU conversion keeps
+        // the sign of -Inf * 0.
+        const auto h32 = u.to(torch::kFloat32).contiguous();
+        auto h = torch::empty_like(u);
+        for (int64_t i = 0; i < h32.numel(); ++i) {
+            const float x = h32.data_ptr<float>()[i];
+            const float g = x * 0.5f * (1.0f + std::erf(x * static_cast<float>(0.70710678118654752440)));
+            if (dtype == torch::kBFloat16) h.data_ptr<c10::BFloat16>()[i] = c10::BFloat16(g);
+            else h.data_ptr<c10::Half>()[i] = c10::Half(g);
+        }
+        const auto scale = torch::full({}, 60.0f);
+        torch::Tensor amax, codes_t, want_amax, want_t;
+        const auto codes = kernels::fused_gelu_scale_cast_amax_transpose(u, scale, e4m3, saturate, amax, codes_t);
+        const auto want = kernels::fused_scale_cast_amax_transpose(h, scale, e4m3, saturate, want_amax, want_t);
+        QVERIFY(same_codes(codes, want));
+        QVERIFY(same_codes(codes_t, want_t));
+        QVERIFY(same_bits(amax, want_amax));
+        QVERIFY(same_bits(amax, amax_skipping_nan(h)));
+        // The kernel takes 16-bit tensors whose sides are multiples of 64, aligned: nothing else.
+        const auto storage = torch::empty({64 * 64 + 1}, dtype);
+        for (const auto& refused : {u.to(torch::kFloat32), u.narrow(1, 0, 96).contiguous(), storage.narrow(0, 1, 64 * 64).view({64, 64}),
+                                    u.t()}) {
+            QVERIFY(!kernels::gelu_cast_transpose_takes(refused));
+            QVERIFY_THROWS_EXCEPTION(c10::Error,
+                                     kernels::fused_gelu_scale_cast_amax_transpose(refused, scale, e4m3, saturate, amax, codes_t));
+        }
+    }
+
     // The record in one launch against DeviceDelayedScaling's ops (upload, record, download):
     // windows of zeros, NaN, Inf and a full 1,024, every branch of the scale rule.
     void delayedRecordAgrees()

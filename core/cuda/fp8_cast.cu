@@ -194,13 +194,28 @@ __device__ __forceinline__ void load8(const c10::Half* p, float v[kVec])
     }
 }
 
+// ATen's exact GELU (its GeluErfFunctor: x * 0.5 * (1 + erf(x * M_SQRT1_2)) in FP32, multiplied
+// left to right) stored in `In`, as at::gelu leaves it, and read back as FP32. The
+// gelu-cast-transpose probe holds the device's erff and rounding to at::gelu's bits; on the
+// CPU's simulator the host's erff stands in.
+template <typename In>
+__device__ __forceinline__ float gelu_as_stored(float x)
+{
+    constexpr float kAlpha = static_cast<float>(0.70710678118654752440); // M_SQRT1_2
+    const float g = x * 0.5f * (1.0f + erff(x * kAlpha));
+    return static_cast<float>(static_cast<In>(g));
+}
+
 //
+// `kGelu`: the tile casts gelu(x) as gelu_as_stored makes it (its amax that of those values),
+// where at::gelu would write gelu(x) and the cast read it again (TransformerEngine's fused
+// activation cast: the input of the linear after a GELU).
 // `kSums`: each tile also writes the FP32 sums of its 64 columns over its 64 rows to row
 // (tile row) of `sums` (rows / 64, cols), in a fixed order: each thread adds its two rows (r and
 // r + 32), then one thread per column adds the 32 pairs in row order. A bias's gradient is
 // these partials summed over the tile rows (TransformerEngine's cast-transpose-dbias), where a
 // separate reduction read the output gradient once more.
-template <typename In, typename Code, bool kSums>
+template <typename In, typename Code, bool kSums, bool kGelu = false>
 __global__ void __launch_bounds__(kThreads)
     scale_cast_amax_transpose_64(const In* __restrict__ x, const float* __restrict__ scale, uint8_t* __restrict__ codes,
                                  uint8_t* __restrict__ codes_t, float* __restrict__ amax, float* __restrict__ sums,
@@ -222,6 +237,12 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int p = 0; p < kWidePasses; ++p)
             load8(x + (r0 + row_in_pass + p * kWideRowsPerPass) * cols + c0 + first_col, v[p]);
+        if constexpr (kGelu) {
+#pragma unroll
+            for (int p = 0; p < kWidePasses; ++p)
+#pragma unroll
+                for (int j = 0; j < kVec; ++j) v[p][j] = gelu_as_stored<In>(v[p][j]);
+        }
 #pragma unroll
         for (int p = 0; p < kWidePasses; ++p) {
             uint32_t packed[2] = {0u, 0u};
@@ -375,7 +396,51 @@ void launch_transpose(const torch::Tensor& x, const torch::Tensor& scale, torch:
     });
 }
 
+template <typename Code>
+void launch_gelu_transpose(const torch::Tensor& u, const torch::Tensor& scale, torch::Tensor& codes,
+                           torch::Tensor& codes_t, torch::Tensor& amax, float max_finite, bool saturate, bool nan_past_464)
+{
+    const int64_t rows = u.size(0), cols = u.size(1);
+    if (rows == 0 || cols == 0) return;
+    const int blocks = static_cast<int>(std::min<int64_t>((rows / kWide) * (cols / kWide), kWideBlocks));
+    const auto stream = at::cuda::getCurrentCUDAStream();
+    auto* out = reinterpret_cast<uint8_t*>(codes.data_ptr());
+    auto* out_t = reinterpret_cast<uint8_t*>(codes_t.data_ptr());
+    const auto go = [&](const auto* in) {
+        MANTISSA_LAUNCH(blocks, kThreads, stream, scale_cast_amax_transpose_64<element_of<decltype(in)>, Code, false, true>)(
+            in, scale.data_ptr<float>(), out, out_t, amax.data_ptr<float>(), nullptr, rows, cols, max_finite, saturate,
+            nan_past_464);
+    };
+    if (u.scalar_type() == torch::kBFloat16) go(u.data_ptr<c10::BFloat16>());
+    else go(u.data_ptr<c10::Half>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 } // namespace
+
+bool gelu_cast_transpose_takes(const torch::Tensor& u)
+{
+    return on_kernel_device(u) && u.dim() == 2 && u.is_contiguous() &&
+           (u.scalar_type() == torch::kBFloat16 || u.scalar_type() == torch::kHalf) && u.size(0) % kWide == 0 &&
+           u.size(1) % kWide == 0 && reinterpret_cast<uintptr_t>(u.data_ptr()) % 16 == 0;
+}
+
+torch::Tensor fused_gelu_scale_cast_amax_transpose(const torch::Tensor& u, const torch::Tensor& scale, bool e4m3,
+                                                   bool saturate, torch::Tensor& amax, torch::Tensor& codes_t)
+{
+    TORCH_CHECK(gelu_cast_transpose_takes(u),
+                "fused_gelu_scale_cast_amax_transpose: a contiguous 2-D BF16 or FP16 tensor on the kernels' device, "
+                "sides multiples of 64, 16-byte aligned");
+    const c10::cuda::CUDAGuard guard(u.device());
+    const auto s = scale.to(u.device(), torch::kFloat32).contiguous();
+    amax = torch::zeros({}, u.options().dtype(torch::kFloat32));
+    const auto dtype = e4m3 ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2;
+    auto codes = torch::empty(u.sizes(), u.options().dtype(dtype));
+    codes_t = torch::empty({u.size(1), u.size(0)}, u.options().dtype(dtype));
+    if (e4m3) launch_gelu_transpose<c10::Float8_e4m3fn>(u, s, codes, codes_t, amax, 448.0f, saturate, /*nan_past_464=*/true);
+    else launch_gelu_transpose<c10::Float8_e5m2>(u, s, codes, codes_t, amax, 57344.0f, saturate, false);
+    return codes;
+}
 
 torch::Tensor fused_scale_cast_amax_transpose(const torch::Tensor& x, const torch::Tensor& scale, bool e4m3,
                                               bool saturate, torch::Tensor& amax, torch::Tensor& codes_t, bool tiles_64,

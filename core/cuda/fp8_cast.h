@@ -33,6 +33,19 @@ torch::Tensor fused_scale_cast_amax_transpose(const torch::Tensor& x, const torc
                                               bool tiles_64 = true, bool paired = true,
                                               torch::Tensor* column_sums = nullptr);
 
+// Whether u takes fused_gelu_scale_cast_amax_transpose: 2-D, contiguous, BF16 or FP16, sides
+// multiples of 64, data 16-byte aligned, on the kernels' device.
+bool gelu_cast_transpose_takes(const torch::Tensor& u);
+
+// fused_scale_cast_amax_transpose of at::gelu(u) (the exact, erf GELU) through the 64 x 64
+// kernel, from one read of u: each value's GELU is computed in FP32 as ATen computes it and
+// rounded to u's dtype as at::gelu stores it, then cast; the amax is that of those values.
+// gelu(u) itself is never written (TransformerEngine's fused activation cast, for the input of
+// the linear after a GELU). u as gelu_cast_transpose_takes says; whether the device's GELU is
+// at::gelu's to the bit is for the caller's probe to know.
+torch::Tensor fused_gelu_scale_cast_amax_transpose(const torch::Tensor& u, const torch::Tensor& scale, bool e4m3,
+                                                   bool saturate, torch::Tensor& amax, torch::Tensor& codes_t);
+
 // max |x| over the non-NaN elements (0 for an empty or all-NaN x), () FP32 on x's device, in
 // one pass: current scaling's amax, read before its cast. x as above.
 torch::Tensor amax_ignoring_nan(const torch::Tensor& x);
