@@ -236,6 +236,15 @@ void stats_kernels(const torch::Device& device, bool quick)
         if (cuda) c10::cuda::device_synchronize();
 #endif
     };
+    // Microseconds per call of `once`, over `repeats` calls after one to warm up.
+    const auto mean_us = [&](int repeats, const std::function<void()>& once) {
+        once();
+        wait();
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int r = 0; r < repeats; ++r) once();
+        wait();
+        return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / repeats;
+    };
     if (cuda && !quick)
         // The FP8 cast-transpose of GPT-2 small's logit gradient (16,384 x 50,304 BF16, E5M2,
         // current scaling: an amax pass, then the cast): the 64 x 64 kernel (aligned data)
@@ -286,16 +295,10 @@ void stats_kernels(const torch::Device& device, bool quick)
             Fp8Tensor out;
             torch::Tensor db;
             const auto time_us = [&](bool fused) {
-                const auto once = [&] {
+                return mean_us(10, [&] {
                     out = quantize_fp8_native(dy, NumberFormat::E5M2, recipe, nullptr, false, true, /*column_sums=*/fused);
                     db = fused ? out.column_sums : dy.sum(0, false, torch::kFloat32);
-                };
-                once();
-                wait();
-                const auto t0 = std::chrono::steady_clock::now();
-                for (int r = 0; r < 10; ++r) once();
-                wait();
-                return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 10;
+                });
             };
             const double t_apart = time_us(false);
             const double t_fused = time_us(true);
@@ -324,16 +327,10 @@ void stats_kernels(const torch::Device& device, bool quick)
             state.upload(DelayedScaling(recipe.amax_history_length), device);
             Fp8Tensor out;
             const auto time_us = [&](bool from_u) {
-                const auto once = [&] {
+                return mean_us(10, [&] {
                     out = from_u ? quantize_gelu_fp8_native(u, NumberFormat::E4M3, recipe, &state, false)
                                  : quantize_fp8_native(at::gelu(u), NumberFormat::E4M3, recipe, &state, false, true);
-                };
-                once();
-                wait();
-                const auto t0 = std::chrono::steady_clock::now();
-                for (int r = 0; r < 10; ++r) once();
-                wait();
-                return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 10;
+                });
             };
             const double t_apart = time_us(false);
             const Fp8Tensor apart = out;

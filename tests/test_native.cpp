@@ -109,6 +109,23 @@ bool same_values(const torch::Tensor& a, const torch::Tensor& b)
     return std::memcmp(xs.data_ptr(), ys.data_ptr(), sizeof(float) * xs.numel()) == 0;
 }
 
+// Two layers' telemetry rows, role by role: counts, histograms and verdicts exactly, amax, scale
+// and error energy bit for bit.
+void compare_stats(const std::vector<TensorStats>& got, const std::vector<TensorStats>& want)
+{
+    QCOMPARE(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+        const auto at = qPrintable(QString::fromStdString(want[i].role));
+        QVERIFY2(got[i].role == want[i].role && got[i].format == want[i].format, at);
+        QVERIFY2(got[i].exponent_counts == want[i].exponent_counts && got[i].first_exponent == want[i].first_exponent, at);
+        QVERIFY2(got[i].count == want[i].count && got[i].zeros == want[i].zeros && got[i].nans == want[i].nans, at);
+        QVERIFY2(got[i].underflow == want[i].underflow && got[i].subnormal == want[i].subnormal &&
+                     got[i].overflow == want[i].overflow,
+                 at);
+        QVERIFY2(got[i].amax == want[i].amax && got[i].scale == want[i].scale && got[i].quant_mse == want[i].quant_mse, at);
+    }
+}
+
 // Values that sit on every edge the cast has: zeros of both signs, the smallest FP32 subnormal,
 // the format's subnormals and their halfway points, values just under and over the format's
 // max, infinities and NaN, and an ordinary spread.
@@ -518,17 +535,9 @@ private slots:
                 fused.arm_telemetry(false);
                 plain.arm_telemetry(false);
                 const auto want = plain.take_stats(), got = fused.take_stats();
-                QCOMPARE(got.size(), want.size());
                 QVERIFY(!want.empty());
-                for (size_t i = 0; i < want.size(); ++i) {
-                    const auto at = qPrintable(QString::fromStdString(want[i].role));
-                    QVERIFY2(got[i].role == want[i].role && got[i].format == want[i].format, at);
-                    QVERIFY2(got[i].exponent_counts == want[i].exponent_counts && got[i].first_exponent == want[i].first_exponent, at);
-                    QVERIFY2(got[i].count == want[i].count && got[i].zeros == want[i].zeros && got[i].nans == want[i].nans, at);
-                    QVERIFY2(got[i].underflow == want[i].underflow && got[i].subnormal == want[i].subnormal &&
-                                 got[i].overflow == want[i].overflow, at);
-                    QVERIFY2(got[i].amax == want[i].amax && got[i].scale == want[i].scale && got[i].quant_mse == want[i].quant_mse, at);
-                }
+                compare_stats(got, want);
+                if (QTest::currentTestFailed()) return;
             }
             torch::NoGradGuard no_grad;
             {
@@ -610,18 +619,10 @@ private slots:
                 emulated.arm_telemetry(false);
                 native.arm_telemetry(false);
                 const auto want = emulated.take_stats(), got = native.take_stats();
-                QCOMPARE(got.size(), want.size());
                 // output, weight and its block scales, input and its, grad_output and its, weight_grad
                 QCOMPARE(want.size(), size_t(8));
-                for (size_t i = 0; i < want.size(); ++i) {
-                    const auto at = qPrintable(QString::fromStdString(want[i].role));
-                    QVERIFY2(got[i].role == want[i].role && got[i].format == want[i].format, at);
-                    QVERIFY2(got[i].exponent_counts == want[i].exponent_counts && got[i].first_exponent == want[i].first_exponent, at);
-                    QVERIFY2(got[i].count == want[i].count && got[i].zeros == want[i].zeros && got[i].nans == want[i].nans, at);
-                    QVERIFY2(got[i].underflow == want[i].underflow && got[i].subnormal == want[i].subnormal &&
-                                 got[i].overflow == want[i].overflow, at);
-                    QVERIFY2(got[i].amax == want[i].amax && got[i].quant_mse == want[i].quant_mse, at);
-                }
+                compare_stats(got, want);
+                if (QTest::currentTestFailed()) return;
             }
             QVERIFY2(same_values(w.grad(), w2.grad()), qPrintable(QString("step %1: dW differs").arg(step)));
             torch::NoGradGuard no_grad; // an optimizer step: new weight versions, caches refilled
