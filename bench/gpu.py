@@ -57,7 +57,10 @@ RECIPES = {"fp8-hybrid current": ["precision.preset=fp8-hybrid", "precision.fp8.
            # each GEMM), as before session 30: what the codes-from-the-cast path bought.
            "fp8-block, split path": ["precision.preset=fp8-e4m3", "precision.fp8.scaling=fp8-block",
                                      "env:MANTISSA_FP8_BLOCK_CODES=0"],
-           "bf16, deterministic off": ["precision.preset=bf16", "training.deterministic=false"]}
+           "bf16, deterministic off": ["precision.preset=bf16", "training.deterministic=false"],
+           # fc2's input cast from fc1's output with the GELU in it (session 32), turned off: what
+           # the fused activation cast buys, or costs, against at::gelu then the cast.
+           "fp8-hybrid, GELU apart": ["precision.preset=fp8-hybrid", "env:MANTISSA_GELU_CAST=0"]}
 TWINS = ["fp32", "bf16", "fp16", "bf16-compile", "fp8"]
 # --part profile: where the time of the rows that miss their targets goes, kernel by kernel
 # (bench/gpu_profile), in the order of what each is worth: a telemetry step against a plain
@@ -167,6 +170,7 @@ def jobs(part, shapes, twins, telemetry):
         m("wide", "bf16", ["precision.preset=bf16"]), m("wide", "fp8-hybrid", ["precision.preset=fp8-hybrid"]),
         t("wide", "bf16"), t("wide", "fp8"),
         m("small", "fp8-hybrid", ["precision.preset=fp8-hybrid"]),
+        m("small", "fp8-hybrid, GELU apart", RECIPES["fp8-hybrid, GELU apart"]),
         # issue 18's GPU measure: fp8-block against the FP8 delayed recipe (and BF16 above)
         m("wide", "fp8-e4m3 delayed", RECIPES["fp8-e4m3 delayed"]), m("wide", "fp8-block", RECIPES["fp8-block"]),
         m("wide", "fp8-block, split path", RECIPES["fp8-block, split path"]),
