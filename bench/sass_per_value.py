@@ -6,7 +6,8 @@ SASS (sm_90) with cuobjdump: a static count for machines without a GPU, not a ti
 A kernel's loop is its largest backward branch. The statistics kernel's loop holds two paths;
 the count is that of the path a whole span takes (its 16-byte loads up to the join). Values
 per loop iteration and thread are the kernels' own constants (below). Counts include both sides
-of any branch left in a loop, so a loop with branches executes fewer than it holds.
+of any branch left in a loop, so a loop with branches executes fewer than it holds: the last
+column is the fewest and the most one trip through the loop executes (path_lengths).
 
   .venv/bin/python bench/sass_per_value.py [OBJECT.o ...]
       default: build/cuda-check/core/CMakeFiles/mantissa_cuda_kernels.dir/cuda/*.cu.o
@@ -112,6 +113,30 @@ def split_plain_runs(inside):
     return [("", inside)]
 
 
+def path_lengths(inside):
+    """The fewest and the most instructions one trip through a loop body executes: its forward
+    branches taken or not (a predicated BRA has two successors, an unconditional one one), to
+    the loop's back edge or out of the body. A body whose variants are chosen once per launch
+    (saturating or not, a flag) executes one of them, where its static count holds them all."""
+    index = {a: i for i, (a, _) in enumerate(inside)}
+    n = len(inside)
+    shortest, longest = [0] * (n + 1), [0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        text = inside[i][1]
+        m = re.search(r"\bBRA (?:!?U?P\d+, )?(0x[0-9a-f]+)", text)
+        target = int(m.group(1), 16) if m else None
+        forward = target is not None and target in index and index[target] > i
+        successors = []
+        if not m or text.startswith("@"):
+            successors.append(i + 1)  # falls through (the last instruction falls out: n)
+        if forward:
+            successors.append(index[target])
+        # A branch backward or out of the body ends the trip.
+        shortest[i] = 1 + (min(shortest[j] for j in successors) if successors else 0)
+        longest[i] = 1 + (max(longest[j] for j in successors) if successors else 0)
+    return shortest[0], longest[0]
+
+
 def describe(name):
     """(pattern, values per iteration, label) of a kernel, from its mangled name; the dtypes
     are listed in template order, FP32 ones left out (a one-letter code)."""
@@ -145,7 +170,7 @@ def main():
     if not objects:
         sys.exit("no object files: run ../shared/gpu/cuda-compile-check.sh first, or name them")
     tool, env = cuobjdump()
-    print(f"{'kernel':86s} {'loop':>6s} {'per value':>9s} {'branches':>8s}")
+    print(f"{'kernel':86s} {'loop':>6s} {'per value':>9s} {'branches':>8s} {'executed per value':>18s}")
     for obj in objects:
         sass = subprocess.run([tool, "-sass", obj], check=True, capture_output=True, text=True, env=env).stdout
         for part in re.split(r"\n\s*Function : ", sass)[1:]:
@@ -163,7 +188,10 @@ def main():
             for label, path in paths:
                 branches = sum(1 for _, t in path if re.search(r"\bBRA\b", t))
                 name = what + label
-                print(f"{name[:86]:86s} {len(path):6d} {len(path) / per:9.1f} {branches:8d}")
+                # The statistics row's paths are single paths already (split above).
+                low, high = (len(path), len(path)) if pattern == "partial_rows" else path_lengths(path)
+                executed = f"{low / per:.1f}" + (f"-{high / per:.1f}" if high != low else "")
+                print(f"{name[:86]:86s} {len(path):6d} {len(path) / per:9.1f} {branches:8d} {executed:>18s}")
 
 
 if __name__ == "__main__":
