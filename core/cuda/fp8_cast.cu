@@ -352,36 +352,46 @@ torch::Tensor amax_ignoring_nan(const torch::Tensor& x)
 
 namespace {
 
+// The 64 x 64 kernel over x (sides multiples of 64, 16-byte aligned data): `sums` (rows / 64,
+// cols) with kSums, the GELU taken first with kGelu (16-bit x only).
+template <typename Code, bool kSums, bool kGelu>
+void launch_64(const torch::Tensor& x, const torch::Tensor& scale, torch::Tensor& codes, torch::Tensor& codes_t,
+               torch::Tensor& amax, float* sums, float max_finite, bool saturate, bool nan_past_464)
+{
+    const int64_t rows = x.size(0), cols = x.size(1);
+    // At most kWideBlocks blocks: a larger tensor is walked by the grid-stride loop (the probe
+    // makes blocks walk several tiles too).
+    const int blocks = static_cast<int>(std::min<int64_t>((rows / kWide) * (cols / kWide), kWideBlocks));
+    const auto stream = at::cuda::getCurrentCUDAStream();
+    auto* out = reinterpret_cast<uint8_t*>(codes.data_ptr());
+    auto* out_t = reinterpret_cast<uint8_t*>(codes_t.data_ptr());
+    with_input(x, "fused_scale_cast_amax_transpose", [&](const auto* in) {
+        using In = element_of<decltype(in)>;
+        if constexpr (kGelu && std::is_same_v<In, float>) {
+            TORCH_CHECK(false, "the GELU cast-transpose reads BF16 or FP16"); // gelu_cast_transpose_takes
+        } else {
+            MANTISSA_LAUNCH(blocks, kThreads, stream, scale_cast_amax_transpose_64<In, Code, kSums, kGelu>)(
+                in, scale.data_ptr<float>(), out, out_t, amax.data_ptr<float>(), sums, rows, cols, max_finite, saturate,
+                nan_past_464);
+        }
+    });
+}
+
 template <typename Code>
 void launch_transpose(const torch::Tensor& x, const torch::Tensor& scale, torch::Tensor& codes, torch::Tensor& codes_t,
                       torch::Tensor& amax, float max_finite, bool saturate, bool nan_past_464, bool tiles_64,
-                      bool paired, torch::Tensor* column_sums)
+                      bool paired, torch::Tensor* column_sums, bool gelu_first)
 {
     const int64_t rows = x.size(0), cols = x.size(1);
     if (rows == 0 || cols == 0) return;
-    const auto stream = at::cuda::getCurrentCUDAStream();
+    if (gelu_first) return launch_64<Code, false, true>(x, scale, codes, codes_t, amax, nullptr, max_finite, saturate, nan_past_464);
     if (tiles_64 && rows % kWide == 0 && cols % kWide == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0) {
-        // At most kWideBlocks blocks: a larger tensor is walked by the grid-stride loop (the
-        // probe makes blocks walk several tiles too).
-        const int64_t tiles = (rows / kWide) * (cols / kWide);
-        const int blocks = static_cast<int>(std::min<int64_t>(tiles, kWideBlocks));
-        auto* out = reinterpret_cast<uint8_t*>(codes.data_ptr());
-        auto* out_t = reinterpret_cast<uint8_t*>(codes_t.data_ptr());
-        if (column_sums) {
-            auto partials = torch::empty({rows / kWide, cols}, x.options().dtype(torch::kFloat32)); // every tile writes its row
-            with_input(x, "fused_scale_cast_amax_transpose", [&](const auto* in) {
-                MANTISSA_LAUNCH(blocks, kThreads, stream, scale_cast_amax_transpose_64<element_of<decltype(in)>, Code, true>)(
-                    in, scale.data_ptr<float>(), out, out_t, amax.data_ptr<float>(), partials.data_ptr<float>(), rows,
-                    cols, max_finite, saturate, nan_past_464);
-            });
-            *column_sums = partials.sum(0); // a reduction in a fixed order: the same sums on every run
-            return;
-        }
-        with_input(x, "fused_scale_cast_amax_transpose", [&](const auto* in) {
-            MANTISSA_LAUNCH(blocks, kThreads, stream, scale_cast_amax_transpose_64<element_of<decltype(in)>, Code, false>)(
-                in, scale.data_ptr<float>(), out, out_t, amax.data_ptr<float>(), nullptr, rows, cols, max_finite,
-                saturate, nan_past_464);
-        });
+        if (!column_sums)
+            return launch_64<Code, false, false>(x, scale, codes, codes_t, amax, nullptr, max_finite, saturate, nan_past_464);
+        auto partials = torch::empty({rows / kWide, cols}, x.options().dtype(torch::kFloat32)); // every tile writes its row
+        launch_64<Code, true, false>(x, scale, codes, codes_t, amax, partials.data_ptr<float>(), max_finite, saturate,
+                                     nan_past_464);
+        *column_sums = partials.sum(0); // a reduction in a fixed order: the same sums on every run
         return;
     }
     const int64_t tiles = ((rows + kTile - 1) / kTile) * ((cols + kTile - 1) / kTile);
@@ -390,30 +400,32 @@ void launch_transpose(const torch::Tensor& x, const torch::Tensor& scale, torch:
     auto* out = reinterpret_cast<Code*>(codes.data_ptr());
     auto* out_t = reinterpret_cast<Code*>(codes_t.data_ptr());
     with_input(x, "fused_scale_cast_amax_transpose", [&](const auto* in) {
-        MANTISSA_LAUNCH(blocks, threads, stream, scale_cast_amax_transpose<element_of<decltype(in)>, Code>)(
+        MANTISSA_LAUNCH(blocks, threads, at::cuda::getCurrentCUDAStream(), scale_cast_amax_transpose<element_of<decltype(in)>, Code>)(
             in, scale.data_ptr<float>(), out, out_t, amax.data_ptr<float>(), rows, cols, max_finite, saturate,
             nan_past_464, paired);
     });
 }
 
-template <typename Code>
-void launch_gelu_transpose(const torch::Tensor& u, const torch::Tensor& scale, torch::Tensor& codes,
-                           torch::Tensor& codes_t, torch::Tensor& amax, float max_finite, bool saturate, bool nan_past_464)
+// fused_scale_cast_amax_transpose's body, and with `gelu_first` (x as gelu_cast_transpose_takes
+// says) fused_gelu_scale_cast_amax_transpose's.
+torch::Tensor cast_transpose(const torch::Tensor& x, const torch::Tensor& scale, bool e4m3, bool saturate,
+                             torch::Tensor& amax, torch::Tensor& codes_t, bool tiles_64, bool paired,
+                             torch::Tensor* column_sums, bool gelu_first)
 {
-    const int64_t rows = u.size(0), cols = u.size(1);
-    if (rows == 0 || cols == 0) return;
-    const int blocks = static_cast<int>(std::min<int64_t>((rows / kWide) * (cols / kWide), kWideBlocks));
-    const auto stream = at::cuda::getCurrentCUDAStream();
-    auto* out = reinterpret_cast<uint8_t*>(codes.data_ptr());
-    auto* out_t = reinterpret_cast<uint8_t*>(codes_t.data_ptr());
-    const auto go = [&](const auto* in) {
-        MANTISSA_LAUNCH(blocks, kThreads, stream, scale_cast_amax_transpose_64<element_of<decltype(in)>, Code, false, true>)(
-            in, scale.data_ptr<float>(), out, out_t, amax.data_ptr<float>(), nullptr, rows, cols, max_finite, saturate,
-            nan_past_464);
-    };
-    if (u.scalar_type() == torch::kBFloat16) go(u.data_ptr<c10::BFloat16>());
-    else go(u.data_ptr<c10::Half>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    const c10::cuda::CUDAGuard guard(x.device());
+    const auto s = scale.to(x.device(), torch::kFloat32).contiguous();
+    amax = torch::zeros({}, x.options().dtype(torch::kFloat32));
+    const auto dtype = e4m3 ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2;
+    auto codes = torch::empty(x.sizes(), x.options().dtype(dtype));
+    codes_t = torch::empty({x.size(1), x.size(0)}, x.options().dtype(dtype));
+    if (column_sums) *column_sums = torch::Tensor(); // made only by the 64 x 64 kernel
+    if (e4m3)
+        launch_transpose<c10::Float8_e4m3fn>(x, s, codes, codes_t, amax, 448.0f, saturate, /*nan_past_464=*/true, tiles_64,
+                                             paired, column_sums, gelu_first);
+    else
+        launch_transpose<c10::Float8_e5m2>(x, s, codes, codes_t, amax, 57344.0f, saturate, false, tiles_64, paired,
+                                           column_sums, gelu_first);
+    return codes;
 }
 
 } // namespace
@@ -431,15 +443,8 @@ torch::Tensor fused_gelu_scale_cast_amax_transpose(const torch::Tensor& u, const
     TORCH_CHECK(gelu_cast_transpose_takes(u),
                 "fused_gelu_scale_cast_amax_transpose: a contiguous 2-D BF16 or FP16 tensor on the kernels' device, "
                 "sides multiples of 64, 16-byte aligned");
-    const c10::cuda::CUDAGuard guard(u.device());
-    const auto s = scale.to(u.device(), torch::kFloat32).contiguous();
-    amax = torch::zeros({}, u.options().dtype(torch::kFloat32));
-    const auto dtype = e4m3 ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2;
-    auto codes = torch::empty(u.sizes(), u.options().dtype(dtype));
-    codes_t = torch::empty({u.size(1), u.size(0)}, u.options().dtype(dtype));
-    if (e4m3) launch_gelu_transpose<c10::Float8_e4m3fn>(u, s, codes, codes_t, amax, 448.0f, saturate, /*nan_past_464=*/true);
-    else launch_gelu_transpose<c10::Float8_e5m2>(u, s, codes, codes_t, amax, 57344.0f, saturate, false);
-    return codes;
+    return cast_transpose(u, scale, e4m3, saturate, amax, codes_t, /*tiles_64=*/true, /*paired=*/true, nullptr,
+                          /*gelu_first=*/true);
 }
 
 torch::Tensor fused_scale_cast_amax_transpose(const torch::Tensor& x, const torch::Tensor& scale, bool e4m3,
@@ -448,20 +453,7 @@ torch::Tensor fused_scale_cast_amax_transpose(const torch::Tensor& x, const torc
 {
     TORCH_CHECK(on_kernel_device(x) && x.is_contiguous() && x.dim() == 2,
                 "fused_scale_cast_amax_transpose: a contiguous 2-D CUDA tensor");
-    const c10::cuda::CUDAGuard guard(x.device());
-    const auto s = scale.to(x.device(), torch::kFloat32).contiguous();
-    amax = torch::zeros({}, x.options().dtype(torch::kFloat32));
-    const auto dtype = e4m3 ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2;
-    auto codes = torch::empty(x.sizes(), x.options().dtype(dtype));
-    codes_t = torch::empty({x.size(1), x.size(0)}, x.options().dtype(dtype));
-    if (column_sums) *column_sums = torch::Tensor(); // made only by the 64 x 64 kernel
-    if (e4m3)
-        launch_transpose<c10::Float8_e4m3fn>(x, s, codes, codes_t, amax, 448.0f, saturate, /*nan_past_464=*/true, tiles_64,
-                                             paired, column_sums);
-    else
-        launch_transpose<c10::Float8_e5m2>(x, s, codes, codes_t, amax, 57344.0f, saturate, false, tiles_64, paired,
-                                           column_sums);
-    return codes;
+    return cast_transpose(x, scale, e4m3, saturate, amax, codes_t, tiles_64, paired, column_sums, /*gelu_first=*/false);
 }
 
 torch::Tensor fused_scale_cast_amax(const torch::Tensor& x, const torch::Tensor& scale, bool e4m3, bool saturate,
