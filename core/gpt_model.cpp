@@ -9,6 +9,10 @@
 #include "fused_cross_entropy.h"
 #include "kernel_probe.h"
 
+#ifdef MANTISSA_CUDA_KERNELS
+#include "cuda/attention_scores.h"
+#endif
+
 namespace mantissa {
 
 std::shared_ptr<LayerGemm> GemmRegistry::make(const std::string& layer_name)
@@ -135,9 +139,76 @@ bool sixteen_bit_scores_agree(const torch::Device& device, torch::ScalarType dty
     return agrees;
 }
 
+#ifdef MANTISSA_CUDA_KERNELS
+// Whether the fused kernel (cuda/attention_scores.h) gives the FP32 route's maximum on this GPU,
+// to within the FP32 rounding of sums in another order, for heads of this dtype and width: once
+// per process and pair, else the routes above stay. Fixed heads of 208 queries (the last block
+// of 64 ragged) with a planted pair on each side of the causal edge: a future pair across a
+// tile boundary that must not count, and a diagonal one that must; then the same heads read in
+// place from a qkv-like tensor, which must give the same bits; then a NaN query, which must
+// give NaN.
+bool fused_scores_agree(const torch::Device& device, torch::ScalarType dtype, int64_t width)
+{
+    static std::map<std::pair<torch::ScalarType, int64_t>, bool> known;
+    static std::mutex lock;
+    const std::lock_guard<std::mutex> guard(lock);
+    if (const auto it = known.find({dtype, width}); it != known.end()) return it->second;
+    const std::string name = std::string(dtype == torch::kHalf ? "FP16" : "BF16") + " attention max score (width " +
+                             std::to_string(width) + ")";
+    const bool agrees = kernel_agrees(name.c_str(), [&] {
+        torch::NoGradGuard no_grad;
+        const int64_t B = 2, H = 3, T = 208;
+        const auto i = torch::arange(B * H * T * width, torch::kFloat32);
+        auto q = (torch::sin(i * 0.37f) * 3.0f).reshape({B, H, T, width});
+        auto k = (torch::cos(i * 0.11f) * 3.0f).reshape({B, H, T, width});
+        using torch::indexing::Slice;
+        q.index_put_({Slice(), Slice(), Slice(), 0}, 0.0f);
+        k.index_put_({Slice(), Slice(), Slice(), 0}, 0.0f);
+        q.index_put_({0, 1, 15, 0}, 64.0f); // query 15 against key 16: the future
+        k.index_put_({0, 1, 16, 0}, 64.0f);
+        q.index_put_({1, 2, 130, 0}, 48.0f); // query 130 against itself
+        k.index_put_({1, 2, 130, 0}, 48.0f);
+        q = q.to(dtype).to(device);
+        k = k.to(dtype).to(device);
+        const double ours = cuda_kernels::causal_max_abs_score(q, k).item<double>();
+        const double fp32 = max_abs_over_blocks(fp32_reader(q, k), T, 37, device).item<double>();
+        if (!(std::abs(ours - fp32) <= 1e-5 * std::abs(fp32))) return false;
+        // (B, T, 3·H·width) as the qkv projection's output, q and k its first two thirds.
+        const auto qkv = torch::cat({q.transpose(1, 2).reshape({B, T, H * width}), k.transpose(1, 2).reshape({B, T, H * width}),
+                                     torch::zeros({B, T, H * width}, q.options())},
+                                    2);
+        auto heads = [&](int64_t part) { return qkv.narrow(2, part * H * width, H * width).view({B, T, H, width}).transpose(1, 2); };
+        if (cuda_kernels::causal_max_abs_score(heads(0), heads(1)).item<double>() != ours) return false;
+        q.index_put_({1, 2, 150, 5}, std::numeric_limits<float>::quiet_NaN());
+        return std::isnan(cuda_kernels::causal_max_abs_score(q, k).item<double>());
+    });
+    known[{dtype, width}] = agrees;
+    return agrees;
+}
+#endif
+
 } // namespace
 
+bool causal_max_abs_score_fused(const torch::Tensor& q, const torch::Tensor& k)
+{
+#ifdef MANTISSA_CUDA_KERNELS
+    return q.is_cuda() && cuda_kernels::causal_max_abs_score_takes(q, k) &&
+           fused_scores_agree(q.device(), q.scalar_type(), q.size(3));
+#else
+    (void)q, (void)k;
+    return false;
+#endif
+}
+
 torch::Tensor causal_max_abs_score(const torch::Tensor& q, const torch::Tensor& k, int64_t max_scores)
+{
+#ifdef MANTISSA_CUDA_KERNELS
+    if (causal_max_abs_score_fused(q, k)) return cuda_kernels::causal_max_abs_score(q, k);
+#endif
+    return causal_max_abs_score_of_ops(q, k, max_scores);
+}
+
+torch::Tensor causal_max_abs_score_of_ops(const torch::Tensor& q, const torch::Tensor& k, int64_t max_scores)
 {
     const int64_t B = q.size(0), H = q.size(1), T = q.size(2);
     const int64_t rows = std::max<int64_t>(1, max_scores / std::max<int64_t>(1, B * H * T));

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Mantissa's own CUDA kernels (core/cuda/*.cu), run on this CPU by the thread-block simulator
 // (tests/cuda_sim) and held to the CPU paths that they replace on a GPU: the statistics row, the
-// FP8 casts and cast-transposes, the delayed-scaling record, fp8-block's casts and split, and
-// the fused cross entropy. Until these tests, a kernel's index arithmetic, tile walks and
+// FP8 casts and cast-transposes, the delayed-scaling record, fp8-block's casts and split, the
+// fused cross entropy and the attention max score. Until these tests, a kernel's index arithmetic, tile walks and
 // reductions were first executed by a start-up probe on a lent GPU; here every launch geometry
 // the host code picks runs, including grids whose blocks walk several tiles.
 //
@@ -12,12 +12,14 @@
 
 #include "../core/block_scaling.h"
 #include "../core/blockwise_fp8.h"
+#include "../core/cuda/attention_scores.h"
 #include "../core/cuda/cross_entropy.h"
 #include "../core/cuda/delayed_scaling.h"
 #include "../core/cuda/fp8_block.h"
 #include "../core/cuda/fp8_cast.h"
 #include "../core/cuda/tensor_stats_row.h"
 #include "../core/fp8_scaling.h"
+#include "../core/gpt_model.h"
 #include "../core/native_fp8.h"
 #include "../core/quantize.h"
 #include "../core/tensor_stats.h"
@@ -93,6 +95,18 @@ torch::Tensor amax_skipping_nan(const torch::Tensor& x)
 {
     const auto a = x.to(torch::kFloat32).abs();
     return a.numel() == 0 ? torch::zeros({}) : a.masked_fill(a.isnan(), 0.0f).max();
+}
+
+// Integer-valued heads (B, H, T, D), values in [-4, 4] and column 0 zero: every product and
+// every sum of up to 128 of them is exact in FP32, so the maximum is the same in any order.
+std::pair<torch::Tensor, torch::Tensor> integer_heads(int64_t B, int64_t H, int64_t T, int64_t D)
+{
+    const auto i = torch::arange(B * H * T * D, torch::kFloat32).reshape({B, H, T, D});
+    auto q = torch::remainder(i * 7.0f, 9.0f) - 4.0f, k = torch::remainder(i * 5.0f + 3.0f, 9.0f) - 4.0f;
+    using torch::indexing::Slice;
+    q.index_put_({Slice(), Slice(), Slice(), 0}, 0.0f);
+    k.index_put_({Slice(), Slice(), Slice(), 0}, 0.0f);
+    return {q, k};
 }
 
 // Runs body with the simulated device reporting `sms` multiprocessors, then an H200's again.
@@ -740,6 +754,108 @@ private slots:
         QVERIFY(same_codes(own.first, ops.codes));
         QVERIFY(same_bits(own.second, ops.decode));
         QVERIFY(same_bits(join_fp8_blocks({own.first, own.second}), join_fp8_blocks(ops)));
+    }
+
+    // The attention max score without the scores, against the FP32 route it replaces
+    // (max_abs_over_blocks), on integer heads where both are exact: a pair of query i and key j
+    // planted in the last head through column 0 (64 x 64, far above the rest) counts when j <= i
+    // and not when j > i; the pairs sit at the kernel's edges: inside the diagonal tile, across
+    // a 16-key tile, across a block of 64 queries, in the ragged last block, on the last row.
+    // Then a NaN or an Inf query, heads read in place from a qkv-like tensor, and a contiguous
+    // view at an unaligned offset (copied first).
+    void causalMaxScoreAgrees_data()
+    {
+        QTest::addColumn<c10::ScalarType>("dtype");
+        QTest::addColumn<QList<int>>("shape"); // B, H, T, D
+        QTest::addColumn<int>("query");        // -1: nothing planted
+        QTest::addColumn<int>("key");
+        QTest::addColumn<QString>("layout"); // contiguous, qkv, mixed (qkv queries), unaligned; nan, inf
+        const auto bf16 = torch::kBFloat16, fp16 = torch::kHalf;
+        const QList<int> one{1, 1, 16, 16}, small{2, 3, 80, 64}, wide{1, 2, 128, 128}, narrow{2, 2, 48, 32};
+        QTest::newRow("bf16, nothing planted") << bf16 << small << -1 << -1 << "contiguous";
+        QTest::newRow("bf16, one tile, diagonal") << bf16 << one << 3 << 3 << "contiguous";
+        QTest::newRow("bf16, one tile, above the diagonal") << bf16 << one << 3 << 4 << "contiguous";
+        QTest::newRow("bf16, one tile, below the diagonal") << bf16 << one << 4 << 3 << "contiguous";
+        QTest::newRow("bf16, across a key tile, future") << bf16 << small << 15 << 16 << "contiguous";
+        QTest::newRow("bf16, across a key tile, past") << bf16 << small << 16 << 15 << "contiguous";
+        QTest::newRow("bf16, ragged last block, diagonal") << bf16 << small << 79 << 79 << "contiguous";
+        QTest::newRow("bf16, ragged last block, first key") << bf16 << small << 64 << 0 << "contiguous";
+        QTest::newRow("fp16, across a block of queries, future") << fp16 << wide << 63 << 64 << "contiguous";
+        QTest::newRow("fp16, across a block of queries, past") << fp16 << wide << 64 << 63 << "contiguous";
+        QTest::newRow("fp16, last row, first key") << fp16 << narrow << 47 << 0 << "contiguous";
+        QTest::newRow("fp16, last key, the query before it") << fp16 << narrow << 46 << 47 << "contiguous";
+        QTest::newRow("bf16, qkv view, diagonal") << bf16 << small << 40 << 40 << "qkv";
+        QTest::newRow("bf16, qkv view, future") << bf16 << small << 40 << 41 << "qkv";
+        QTest::newRow("bf16, qkv view of the queries, keys contiguous") << bf16 << small << 40 << 40 << "mixed";
+        QTest::newRow("fp16, unaligned view, past") << fp16 << narrow << 30 << 2 << "unaligned";
+        QTest::newRow("bf16, NaN query") << bf16 << narrow << -1 << -1 << "nan";
+        QTest::newRow("fp16, Inf query") << fp16 << narrow << -1 << -1 << "inf";
+    }
+    void causalMaxScoreAgrees()
+    {
+        QFETCH(c10::ScalarType, dtype);
+        QFETCH(QList<int>, shape);
+        QFETCH(int, query);
+        QFETCH(int, key);
+        QFETCH(QString, layout);
+        const int64_t B = shape[0], H = shape[1], T = shape[2], D = shape[3];
+        auto [q, k] = integer_heads(B, H, T, D);
+        if (query >= 0) {
+            q.index_put_({B - 1, H - 1, query, 0}, 64.0f);
+            k.index_put_({B - 1, H - 1, key, 0}, 64.0f);
+        }
+        if (layout == "nan") q.index_put_({B - 1, 0, T - 1, 5}, kNan);
+        if (layout == "inf") {
+            using torch::indexing::Slice;
+            k.index_put_({Slice(), Slice(), Slice(), 0}, 1.0f); // Inf times 1 in every key: no Inf * 0
+            q.index_put_({0, H - 1, 20, 0}, kInf);
+        }
+        q = q.to(dtype);
+        k = k.to(dtype);
+        torch::Tensor q_read = q, k_read = k;
+        if (layout == "qkv" || layout == "mixed") {
+            // (B, T, 3·H·D) as the qkv projection's output; the heads are views with a row
+            // stride of 3·H·D, which the kernel reads in place.
+            const auto rows = [&](const torch::Tensor& t) { return t.transpose(1, 2).reshape({B, T, H * D}); };
+            const auto qkv = torch::cat({rows(q), rows(k), torch::zeros({B, T, H * D}, q.options())}, 2);
+            auto heads = [&](int64_t part) { return qkv.narrow(2, part * H * D, H * D).view({B, T, H, D}).transpose(1, 2); };
+            q_read = heads(0);
+            if (layout == "qkv") k_read = heads(1);
+            QCOMPARE(q_read.stride(2), 3 * H * D);
+        } else if (layout == "unaligned") {
+            // Contiguous views one value into their storage: 2 bytes off wmma's 32-byte alignment.
+            auto shifted = [](const torch::Tensor& t) {
+                auto storage = torch::zeros({t.numel() + 1}, t.options());
+                storage.narrow(0, 1, t.numel()).copy_(t.flatten());
+                return storage.narrow(0, 1, t.numel()).view(t.sizes());
+            };
+            q_read = shifted(q);
+            k_read = shifted(k);
+            QVERIFY(q_read.is_contiguous());
+        }
+        QVERIFY(kernels::causal_max_abs_score_takes(q_read, k_read));
+        const int64_t launches = cuda_sim::launches();
+        const auto ours = kernels::causal_max_abs_score(q_read, k_read);
+        QCOMPARE(cuda_sim::launches(), launches + 1);
+        const auto reference = causal_max_abs_score(q.to(torch::kFloat32), k.to(torch::kFloat32));
+        QVERIFY2(same_bits(ours, reference),
+                 qPrintable(QStringLiteral("%1, the FP32 route's %2").arg(ours.item<float>()).arg(reference.item<float>())));
+        // The case is what it says: the planted 4096 decides the maximum exactly when it counts.
+        if (query >= 0) QCOMPARE(reference.item<float>() > 4000.0f, key <= query);
+        if (layout == "nan") QVERIFY(std::isnan(ours.item<float>()));
+        if (layout == "inf") QCOMPARE(ours.item<float>(), kInf);
+    }
+
+    // Heads the kernel does not take stay with the ops' routes.
+    void causalMaxScoreTakes()
+    {
+        const auto heads = [](int64_t T, int64_t D, c10::ScalarType dtype) { return torch::zeros({1, 2, T, D}, dtype); };
+        QVERIFY(kernels::causal_max_abs_score_takes(heads(32, 64, torch::kBFloat16), heads(32, 64, torch::kBFloat16)));
+        QVERIFY(!kernels::causal_max_abs_score_takes(heads(40, 64, torch::kBFloat16), heads(40, 64, torch::kBFloat16)));
+        QVERIFY(!kernels::causal_max_abs_score_takes(heads(32, 96, torch::kBFloat16), heads(32, 96, torch::kBFloat16)));
+        QVERIFY(!kernels::causal_max_abs_score_takes(heads(32, 64, torch::kFloat32), heads(32, 64, torch::kFloat32)));
+        QVERIFY(!kernels::causal_max_abs_score_takes(heads(32, 64, torch::kBFloat16), heads(32, 64, torch::kHalf)));
+        QVERIFY(!kernels::causal_max_abs_score_takes(heads(32, 64, torch::kHalf), heads(48, 64, torch::kHalf)));
     }
 
     // The loss kernels against cross_entropy over the widened logits, forward and backward, as

@@ -108,6 +108,13 @@ struct Launch {
 #define __shared__ static
 
 inline void __syncthreads() { ::cuda_sim::sync_threads(); }
+// The warp's lanes meet: what each wrote before is seen by all after (wmma's stores in
+// particular, which the stand-in <mma.h> makes lane by lane).
+inline void __syncwarp(unsigned mask = 0xffffffffu)
+{
+    uint64_t all[32];
+    ::cuda_sim::warp_gather(mask, 0, all);
+}
 
 template <typename T>
 T __shfl_down_sync(unsigned mask, T v, unsigned delta)
