@@ -364,8 +364,13 @@ void stats_kernels(const torch::Device& device, bool quick)
                 const double t_fused = mean_us(10, [&] { fused = causal_max_abs_score(q, k); });
                 const double t_ops = mean_us(3, [&] { ops = causal_max_abs_score_of_ops(q, k); });
                 const double a = fused.item<double>(), b = ops.item<double>();
+                // The kernel's tensor-core work: every 16 x 16 tile up to the diagonal, 2 D
+                // FLOPs a score, so that its time reads against the GPU's BF16 peak.
+                const double tiles = static_cast<double>(T / 16) * static_cast<double>(T / 16 + 1) / 2.0;
+                const double tflops = 2.0 * static_cast<double>(B * H * D) * 256.0 * tiles / (t_fused * 1e-6) / 1e12;
                 report(std::abs(a - b) <= 1e-5 * std::abs(b), row,
-                       fmt("kernel %.0f us, ops %.0f us a layer; ", t_fused, t_ops) + fmt("max %.6g against %.6g", a, b));
+                       fmt("kernel %.0f us (%.0f TFLOP/s), ", t_fused, tflops) + fmt("ops %.0f us a layer; ", t_ops) +
+                           fmt("max %.6g against %.6g", a, b));
             });
         }
     for (const int64_t n : quick ? std::vector<int64_t>{int64_t(1) << 20} : std::vector<int64_t>{int64_t(1) << 20, int64_t(50) << 20}) {
