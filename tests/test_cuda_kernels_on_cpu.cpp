@@ -2,9 +2,10 @@
 // Mantissa's own CUDA kernels (core/cuda/*.cu), run on this CPU by the thread-block simulator
 // (tests/cuda_sim) and held to the CPU paths that they replace on a GPU: the statistics row, the
 // FP8 casts and cast-transposes, the delayed-scaling record, fp8-block's casts and split, the
-// fused cross entropy and the attention max score. Until these tests, a kernel's index arithmetic, tile walks and
-// reductions were first executed by a start-up probe on a lent GPU; here every launch geometry
-// the host code picks runs, including grids whose blocks walk several tiles.
+// fused cross entropy and the attention max score. Until these tests, a kernel's index
+// arithmetic, tile walks and reductions were first executed by a start-up probe on a lent GPU;
+// here every launch geometry the host code picks runs, including grids whose blocks walk
+// several tiles.
 //
 // What only a GPU shows stays with bench/cuda_checks there: the device's own expf/logf (the
 // host's libm stands in), timing, and blocks running at once.
