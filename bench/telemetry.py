@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Telemetry overhead on shakespeare-char: step time with per-layer statistics off, at the
 default cadence (every 50 steps), every 10 and every step, interleaved over rounds, side by side.
-With --baseline BUILD, a second build (e.g. one of the previous commit) runs in the same
-rounds, so the two are measured under the same machine load.
+With --baseline BUILD (which may be given more than once), other builds (e.g. one of the
+previous commit) run in the same rounds, so all are measured under the same machine load.
 
   .venv/bin/python bench/telemetry.py [--data PATH] [--preset fp32] [--steps 200] [--rounds 3]
                                       [--cadences 0,50,10,1] [--baseline BUILD_DIR] [--threads N]
@@ -24,7 +24,8 @@ def main():
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cadences", default="0,50,10,1", help="telemetry.interval values; 0 (off) is the base")
-    ap.add_argument("--baseline", help="another CMake build directory to measure in the same rounds")
+    ap.add_argument("--baseline", action="append", default=[],
+                    help="another build directory (holding app/mantissa-train) to measure in the same rounds; repeatable")
     ap.add_argument("--threads", type=int, help="OMP_NUM_THREADS for the runs (1: no thread barriers, steadier "
                     "on a machine shared with other work)")
     args = ap.parse_args()
@@ -34,9 +35,10 @@ def main():
     cadences = [int(c) for c in args.cadences.split(",")]
     if 0 not in cadences:
         cadences.insert(0, 0)
-    builds = {"this": args}
-    if args.baseline:
-        builds = {"baseline": SimpleNamespace(build=args.baseline), "this": args}
+    builds = {}
+    for i, b in enumerate(args.baseline):
+        builds["baseline" if len(args.baseline) == 1 else f"base{i + 1}"] = SimpleNamespace(build=b)
+    builds["this"] = args
     times = {(b, c): [] for b in builds for c in cadences}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):

@@ -457,7 +457,7 @@ void LayerGemm::record(const char* role, const torch::Tensor& x, NumberFormat fo
 void LayerGemm::record_block_codes(const char* role, const torch::Tensor& x, NumberFormat format,
                                    const torch::Tensor& codes, const torch::Tensor& inv_scale)
 {
-    // The CPU's pass takes FP32 casts after the backward; a GPU's kernel reads the codes now.
+    // The CPU's scan takes FP32 casts; a GPU's kernel reads the codes.
     if (x.is_cpu()) record_cast(role, x, format, 0.0f, dequantize_codes(codes, inv_scale), {});
     else record_cast(role, x, format, 0.0f, codes, inv_scale);
 }
@@ -481,7 +481,12 @@ void LayerGemm::record_cast(const char* role, const torch::Tensor& x, NumberForm
     p.scale = scale;
     p.count = x.numel();
     p.compared = stats_compared(format, compared_with);
-    if (x.is_cpu()) p.source = {x.detach(), format, scale, compared_with.defined() ? compared_with.detach() : torch::Tensor()};
+    // A CPU tensor is scanned now, while its lines are still in cache, and is not held until
+    // the end of the backward (which cost page faults for the memory it kept): with the scan's
+    // vectorized count this took about 4 ms off a 15-ms telemetry step of shakespeare-char
+    // (docs/BENCHMARKS.md, 2026-12-05), where a scan of everything after the backward, read
+    // back from memory, was no faster when the count was scalar.
+    if (x.is_cpu()) p.row = tensor_stats_rows_cpu({{x.detach(), format, scale, compared_with.defined() ? compared_with.detach() : torch::Tensor()}}).front();
     else if (codes_scale.defined()) p.row = tensor_stats_row_of_block_codes(x, format, compared_with, codes_scale);
     else p.row = tensor_stats_row(x, format, scale, compared_with); // queued on x's device, no sync
     pending_.push_back(std::move(p));

@@ -44,7 +44,7 @@ struct PendingTensorStats {
     int64_t count = 0;
     bool compared = false;
     torch::Tensor row; // (stats_row::kSize) float64; undefined until computed
-    // CPU tensors are read after the backward, all in one pass (LayerGemm::finish_stats).
+    // The weight's .grad, read once the backward is done (LayerGemm::finish_stats).
     StatsSource source;
     bool from_weight_grad = false; // source is the weight's .grad, read when finishing
 };
@@ -144,8 +144,9 @@ public:
     void record_block_codes(const char* role, const torch::Tensor& x, NumberFormat format, const torch::Tensor& codes,
                             const torch::Tensor& inv_scale);
     std::vector<PendingTensorStats> take_pending();
-    // Computes the deferred CPU statistics of these layers in one pass. Called once the
-    // first micro-batch's backward is done (nothing recorded is modified before the update).
+    // Computes the statistics these layers deferred to the end of the backward (the weights'
+    // gradients), in one pass on the CPU. Called once the first micro-batch's backward is done
+    // (nothing recorded is modified before the update).
     static void finish_stats(const std::vector<std::shared_ptr<LayerGemm>>& layers);
     // The weight is also used elsewhere (the tied LM head): its .grad is not this GEMM's alone.
     void set_weight_shared(bool shared) { weight_shared_ = shared; }

@@ -194,39 +194,73 @@ BitSummary summarize_bits(const float* xp, int64_t begin, int64_t end)
 }
 
 // The histogram, zeros, non-finite and amax of [begin, end) with no cast to compare. The
-// histogram counts the biased exponent byte alone, in four interleaved tables so that runs of
-// values in the same binade (the common case) do not wait on each other's increments; the
-// rest comes from a vectorized pass over the same bits. Subnormals share byte 0 with zeros
-// and are binned by a third pass that runs only when there are any.
+// range goes by in blocks of kPrefetchBlock values: a vectorized pass summarizes a block's bits
+// (and brings its lines into L1), then a second vectorized pass over the same lines counts its
+// binades. Subnormals share byte 0 with zeros and are binned by a third pass that runs only
+// when there are any.
 //
-// The range goes by in blocks of kPrefetchBlock values, each summarized and then counted, and
-// the count asks for the next block's lines: a row is read a step after it was written, and
-// the vector pass alone waited on memory for three quarters of its samples (perf, 2026-12-05),
-// while the count's scalar increments left the loads idle. Asked for a block ahead, the next
-// block's lines arrive during the count.
+// The count asks for the next block's lines as it goes, for a tensor that is no longer in
+// cache (the weights' gradients, read after the backward; anything larger than the caches):
+// when every row was read after the backward, the vector pass alone waited on memory for
+// three quarters of its samples (perf, 2026-12-05).
 constexpr int64_t kPrefetchBlock = 2048; // 8 KB: the next block and this one stay in L1
 
-void count_exponents(const float* xp, int64_t begin, int64_t end, int64_t fetch_end,
-                     std::array<std::array<uint32_t, 256>, 4>& h, const float* qp)
+// A strip's binades within kWindow of the block's largest finite binade `top` are counted in
+// 8-bit lanes of four 32-bit sums: the binade top - j adds 1 << 8 (j % 4) to sum j / 4. A
+// strip holds at most 255 values, so no lane carries into the next, and the compiler may keep
+// the sums in vector lanes (the scalar increments of a table took about 0.4 ns a value, the
+// most of the scan's time, 2026-12-05). Values outside the window (far below the top, Inf and
+// NaN) are only counted here, and then binned one by one.
+constexpr uint32_t kWindow = 16;
+constexpr int64_t kStrip = 240; // <= 255, and a multiple of 16 lanes
+
+struct StripCount {
+    uint32_t sums[4] = {0, 0, 0, 0};
+    uint32_t outside = 0; // values of a non-zero biased exponent outside the window
+};
+
+MANTISSA_VECTOR_CLONES
+StripCount count_strip(const float* xp, int64_t begin, int64_t end, uint32_t top)
 {
-    const auto byte = [&](int64_t i) {
+    uint32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0, outside = 0;
+    for (int64_t i = begin; i < end; ++i) {
         uint32_t bits;
         std::memcpy(&bits, xp + i, sizeof bits);
-        return (bits >> 23) & 0xFFu;
-    };
+        const uint32_t byte = (bits >> 23) & 0xFFu, below = top - byte; // wraps above the top
+        const uint32_t one = 1u << ((below & 3u) * 8u), sum = below >> 2;
+        // Masks, not selects: GCC 12 leaves a loop with `?:` here scalar.
+        s0 += one & (0u - static_cast<uint32_t>(sum == 0u));
+        s1 += one & (0u - static_cast<uint32_t>(sum == 1u));
+        s2 += one & (0u - static_cast<uint32_t>(sum == 2u));
+        s3 += one & (0u - static_cast<uint32_t>(sum == 3u));
+        outside += static_cast<uint32_t>(below >= kWindow) & static_cast<uint32_t>(byte != 0u);
+    }
+    return {{s0, s1, s2, s3}, outside};
+}
+
+// Adds the biased exponents (1..255) of [begin, end) to h; byte 0 (zeros, subnormals) is left
+// out. `top`: any byte; the count is exact whatever it is, and fastest at the range's largest.
+void count_exponents(const float* xp, int64_t begin, int64_t end, int64_t fetch_end, uint32_t top,
+                     std::array<uint32_t, 256>& h, const float* qp)
+{
     constexpr int64_t kLine = 64 / sizeof(float);
-    int64_t i = begin;
-    for (; i + kLine <= end; i += kLine) {
-        if (i + kPrefetchBlock < fetch_end) __builtin_prefetch(xp + i + kPrefetchBlock);
-        if (qp) __builtin_prefetch(qp + i); // for the comparison pass that follows the range
-        for (int64_t j = i; j < i + kLine; j += 4) {
-            ++h[0][byte(j)];
-            ++h[1][byte(j + 1)];
-            ++h[2][byte(j + 2)];
-            ++h[3][byte(j + 3)];
+    for (int64_t s = begin; s < end; s += kStrip) {
+        const int64_t e = std::min(s + kStrip, end);
+        for (int64_t i = s; i < e; i += kLine) { // a strip's worth of lines at a time
+            if (i + kPrefetchBlock < fetch_end) __builtin_prefetch(xp + i + kPrefetchBlock);
+            if (qp) __builtin_prefetch(qp + i); // for the comparison pass that follows the range
+        }
+        const StripCount c = count_strip(xp, s, e, top);
+        for (uint32_t j = 0; j < kWindow && j < top; ++j) // top - j >= 1
+            h[top - j] += (c.sums[j / 4] >> (8u * (j % 4))) & 0xFFu;
+        if (c.outside == 0) continue;
+        for (int64_t i = s; i < e; ++i) {
+            uint32_t bits;
+            std::memcpy(&bits, xp + i, sizeof bits);
+            const uint32_t byte = (bits >> 23) & 0xFFu;
+            if (byte != 0u && top - byte >= kWindow) ++h[byte];
         }
     }
-    for (; i < end; ++i) ++h[0][byte(i)];
 }
 
 // qp: the cast, when a comparison pass over the same range follows (its lines are asked for
@@ -236,16 +270,16 @@ void scan_uncompared(const float* xp, int64_t begin, int64_t end, RowAccumulator
     static_assert(row::kNonFinite == 255 + 23 && row::kFirstBin + (-126 - kMinExponent) == 1 + 23,
                   "a normal value's slot is its biased exponent + 23");
     BitSummary s;
-    std::array<std::array<uint32_t, 256>, 4> h{};
+    std::array<uint32_t, 256> h{};
     for (int64_t b = begin; b < end; b += kPrefetchBlock) {
         const int64_t e = std::min(b + kPrefetchBlock, end);
         const BitSummary block = summarize_bits(xp, b, e);
         s.amax_bits = std::max(s.amax_bits, block.amax_bits);
         s.nans += block.nans, s.zeros += block.zeros, s.subnormals += block.subnormals;
-        count_exponents(xp, b, e, end, h, qp);
+        count_exponents(xp, b, e, end, block.amax_bits >> 23, h, qp);
     }
     for (uint32_t b = 1; b < 256; ++b) // normal binades, and 255 (Inf, NaN) on kNonFinite
-        a.bins[b + 23] += static_cast<int64_t>(h[0][b]) + h[1][b] + h[2][b] + h[3][b];
+        a.bins[b + 23] += h[b];
     a.bins[row::kZeros] += s.zeros;
     if (s.subnormals > 0) {
         for (int64_t j = begin; j < end; ++j) {
@@ -460,8 +494,9 @@ std::vector<torch::Tensor> tensor_stats_rows_cpu(const std::vector<StatsSource>&
         in.comparison = cast_comparison(s.format, s.scale > 0.0f, s.scale);
         for (int64_t b = 0; b < in.x.numel(); b += kChunk) chunks.push_back({i, b, std::min(b + kChunk, in.x.numel())});
     }
-    // One parallel region for every tensor of the step: a region per tensor costs a thread
-    // barrier each, which dominates on a loaded machine.
+    // One parallel region for all the tensors given: a step's weight gradients come together,
+    // where a region each would cost a thread barrier each. A tensor recorded during the step
+    // comes alone, while it is still in cache (LayerGemm::record_cast).
     std::vector<RowAccumulator> partial(chunks.size());
     at::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t begin, int64_t end) {
         for (int64_t c = begin; c < end; ++c) {

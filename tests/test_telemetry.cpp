@@ -369,6 +369,46 @@ private slots:
         }
     }
 
+    // The fused scan counts each strip's binades within 16 of its block's largest finite one in
+    // 8-bit lanes, and bins the rest one by one: each side of that edge (15 and 16 binades
+    // down), a block whose largest binade is near the bottom of FP32's (so that zeros and
+    // subnormals, byte 0, fall inside the window's span), blocks of nothing but Inf and NaN,
+    // and strips of one value repeated (a lane's count reaches the strip's length).
+    void fusedScanCountsEveryBinade_data()
+    {
+        QTest::addColumn<std::vector<float>>("pattern"); // repeated over 70,000 values
+        const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+        const auto p2 = [](int e) { return std::ldexp(1.0f, e); };
+        QTest::newRow("one value") << std::vector<float>{1.0f};
+        QTest::newRow("15 binades down") << std::vector<float>{1.5f, -p2(-15), 1.0f, -p2(-14)};
+        QTest::newRow("16 binades down") << std::vector<float>{1.5f, p2(-16) * 1.25f, 1.0f};
+        QTest::newRow("15, 16 and 17 down") << std::vector<float>{1.5f, -p2(-15), p2(-16), 1.0f, p2(-17) * 1.75f, -p2(-14)};
+        QTest::newRow("far below, then the top") << std::vector<float>{p2(-40), p2(-60), -p2(-100), p2(20), p2(-126)};
+        QTest::newRow("top near the bottom") << std::vector<float>{p2(-120), 0.0f, p2(-149), p2(-126), -p2(-125) * 1.5f, -0.0f, p2(-133)};
+        QTest::newRow("inf and nan only") << std::vector<float>{inf, nan, -inf};
+        QTest::newRow("finite beside inf") << std::vector<float>{2.0f, inf, p2(-14), nan, 0.75f, p2(-30)};
+        QTest::newRow("fp32 max") << std::vector<float>{std::numeric_limits<float>::max(), 1.0f, p2(112), p2(113)};
+    }
+    void fusedScanCountsEveryBinade()
+    {
+        QFETCH(std::vector<float>, pattern);
+        const int64_t n = 70000; // two chunks of 2^15 and a ragged third, blocks of 2,048, strips of 240
+        std::vector<float> v(static_cast<size_t>(n));
+        for (size_t i = 0; i < v.size(); ++i) v[i] = pattern[i % pattern.size()];
+        // The largest value of some blocks sits only in their last strip: the earlier strips' window
+        // then starts at that block's top, far above their own values.
+        for (size_t i = 2047; i < v.size(); i += 4096) v[i] = std::ldexp(1.0f, 100);
+        const auto x = torch::from_blob(v.data(), {n}, torch::kFloat32).clone();
+        const auto ref = compute_tensor_stats_reference(x, NumberFormat::FP32, 1.0f, {});
+        const auto d = compute_tensor_stats(x, NumberFormat::FP32, 1.0f, {}, StatsKernel::FusedCpu);
+        QCOMPARE(d.first_exponent, ref.first_exponent);
+        QCOMPARE(d.exponent_counts, ref.exponent_counts);
+        QCOMPARE(d.zeros, ref.zeros);
+        QCOMPARE(d.infs, ref.infs);
+        QCOMPARE(d.nans, ref.nans);
+        QCOMPARE(d.amax, ref.amax);
+    }
+
     void deviceStatsOfEmptyTensors()
     {
         const auto x = torch::empty({0, 4});
@@ -514,9 +554,9 @@ private slots:
         }
     }
 
-    // FP32 layers: statistics are read in one pass after the backward, and the weight gradient
-    // from the weight's .grad (a second product only for the tied LM head). Each must be the
-    // statistics of the tensor it names, as it was when the GEMM used it.
+    // FP32 layers: each tensor is read when it is recorded, and the weight gradient from the
+    // weight's .grad after the backward (a second product only for the tied LM head). Each must
+    // be the statistics of the tensor it names, as it was when the GEMM used it.
     void fp32StatsAreReadAfterTheBackward()
     {
         ModelConfig m = tiny_model(2);
