@@ -409,6 +409,61 @@ private slots:
         QCOMPARE(d.amax, ref.amax);
     }
 
+    // The fused scan skips the scaled verdicts (subnormal codes, overflows) of a chunk whose
+    // extremes show that none can occur: one value that takes a verdict, amid ordinary ones and
+    // away from the chunk's scalar tail, must still be counted, and the verdict's edge itself
+    // (a cast at the smallest normal, a value that rounds to max) must not be.
+    void fusedScanFindsALoneScaledVerdict_data()
+    {
+        QTest::addColumn<NumberFormat>("format");
+        QTest::addColumn<float>("scale");
+        QTest::addColumn<float>("planted");
+        QTest::addColumn<int>("subnormals");
+        QTest::addColumn<int>("overflows");
+        QTest::addColumn<bool>("castNaN"); // the planted value's cast replaced by NaN
+        const auto bf16 = NumberFormat::BF16, fp16 = NumberFormat::FP16, e4m3 = NumberFormat::E4M3, e5m2 = NumberFormat::E5M2;
+        QTest::newRow("bf16 subnormal cast") << bf16 << 1.0f << std::ldexp(1.0f, -130) << 1 << 0 << false;
+        QTest::newRow("bf16 smallest normal") << bf16 << 1.0f << std::ldexp(1.0f, -126) << 0 << 0 << false;
+        QTest::newRow("fp16 subnormal cast") << fp16 << 1.0f << std::ldexp(1.0f, -15) << 1 << 0 << false;
+        QTest::newRow("fp16 smallest normal") << fp16 << 1.0f << std::ldexp(1.0f, -14) << 0 << 0 << false;
+        QTest::newRow("fp16 rounds to max") << fp16 << 1.0f << 65519.0f << 0 << 0 << false;
+        QTest::newRow("fp16 overflows to inf") << fp16 << 1.0f << 65520.0f << 0 << 1 << false;
+        QTest::newRow("e4m3 saturates, finite cast") << e4m3 << 1.0f << 464.5f << 0 << 1 << false;
+        QTest::newRow("e4m3 ties to max") << e4m3 << 1.0f << 464.0f << 0 << 0 << false;
+        QTest::newRow("e4m3 subnormal code, scale 2^7") << e4m3 << 128.0f << std::ldexp(1.0f, -15) << 1 << 0 << false;
+        QTest::newRow("e5m2 ties past max, scale 2^-3") << e5m2 << 0.125f << 61440.0f * 8.0f << 0 << 1 << false;
+        // Under a per-tensor scale a finite value whose cast is not finite overflowed, whatever its size.
+        QTest::newRow("a NaN cast of an ordinary value") << e4m3 << 1.0f << 1.0f << 0 << 1 << true;
+    }
+    void fusedScanFindsALoneScaledVerdict()
+    {
+        QFETCH(NumberFormat, format);
+        QFETCH(float, scale);
+        QFETCH(float, planted);
+        QFETCH(int, subnormals);
+        QFETCH(int, overflows);
+        QFETCH(bool, castNaN);
+        const int64_t n = 40000; // a chunk of 2^15 and a second one
+        const auto i = torch::arange(n, torch::kFloat32);
+        auto x = (0.75f + 0.5f * torch::sin(i * 0.37f)) / scale; // codes between 0.25 and 1.25: no verdicts
+        x[20001] = planted; // inside the first chunk, far from its tail
+        x[n - 3000] = -planted; // and in the second
+        const auto q = format_info(format).is_fp8 ? round_to_format(x * scale, format, Overflow::Saturate) / scale
+                                                  : round_to_format(x, format, Overflow::Propagate);
+        if (castNaN) {
+            q[20001] = std::numeric_limits<float>::quiet_NaN();
+            q[n - 3000] = std::numeric_limits<float>::quiet_NaN();
+        }
+        const auto ref = compute_tensor_stats_reference(x, format, scale, q);
+        QCOMPARE(ref.subnormal, 2.0 * subnormals / n);
+        QCOMPARE(ref.overflow, 2.0 * overflows / n);
+        const auto d = compute_tensor_stats(x, format, scale, q, StatsKernel::FusedCpu);
+        QCOMPARE(d.subnormal, ref.subnormal);
+        QCOMPARE(d.overflow, ref.overflow);
+        QCOMPARE(d.underflow, ref.underflow);
+        QVERIFY(std::abs(d.quant_mse - ref.quant_mse) <= 1e-12 * ref.quant_mse);
+    }
+
     void deviceStatsOfEmptyTensors()
     {
         const auto x = torch::empty({0, 4});
