@@ -112,7 +112,8 @@ torch::Tensor max_abs_over_blocks_on_host(const ScoreReader& read, int64_t T, in
     for (int64_t start = 0; start < T; start += rows) {
         const int64_t r = std::min(rows, T - start);
         const auto scores = read.scores(start, r, 0, start + r).contiguous(); // (B, H, r, start + r)
-        m = std::max(m, causal_max_magnitude_bits(scores.data_ptr<float>(), scores.numel() / (r * (start + r)), r, start + r));
+        const int64_t keys = start + r, batches = scores.numel() / (r * keys);
+        m = std::max(m, causal_max_magnitude_bits(scores.data_ptr<float>(), batches, r, keys));
     }
     return torch::scalar_tensor(std::bit_cast<float>(m), torch::kFloat32);
 }

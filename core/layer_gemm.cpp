@@ -483,12 +483,17 @@ void LayerGemm::record_cast(const char* role, const torch::Tensor& x, NumberForm
     p.compared = stats_compared(format, compared_with);
     // A CPU tensor is scanned now, while its lines are still in cache, and is not held until
     // the end of the backward (which cost page faults for the memory it kept): with the scan's
-    // vectorized count this took about 4 ms off a 15-ms telemetry step of shakespeare-char
-    // (docs/BENCHMARKS.md, 2026-12-05), where a scan of everything after the backward, read
-    // back from memory, was no faster when the count was scalar.
-    if (x.is_cpu()) p.row = tensor_stats_rows_cpu({{x.detach(), format, scale, compared_with.defined() ? compared_with.detach() : torch::Tensor()}}).front();
-    else if (codes_scale.defined()) p.row = tensor_stats_row_of_block_codes(x, format, compared_with, codes_scale);
-    else p.row = tensor_stats_row(x, format, scale, compared_with); // queued on x's device, no sync
+    // vectorized count this took about 4 of the 15 ms that statistics added to a step of
+    // shakespeare-char (docs/BENCHMARKS.md, 2026-12-05); with the scalar count, scanning now
+    // was no faster than scanning everything after the backward.
+    if (x.is_cpu()) {
+        const auto cast = compared_with.defined() ? compared_with.detach() : torch::Tensor();
+        p.row = tensor_stats_rows_cpu({{x.detach(), format, scale, cast}}).front();
+    } else if (codes_scale.defined()) {
+        p.row = tensor_stats_row_of_block_codes(x, format, compared_with, codes_scale);
+    } else {
+        p.row = tensor_stats_row(x, format, scale, compared_with); // queued on x's device, no sync
+    }
     pending_.push_back(std::move(p));
     if (block) {
         const auto& b = block->block;

@@ -406,8 +406,10 @@ CastRange cast_range(const float* xp, const float* qp, int64_t begin, int64_t en
 // overflow bound. Both verdicts are monotone in the magnitude (the code is |r| times the scale
 // in FP64, the overflow test fl(|v| * scale) in FP32), so the range's extremes decide for all
 // of its values. A BF16 or FP16 run's casts (scale 1) nearly always pass: the comparison then
-// skips the verdicts' FP64 products and compares, about a third of its work.
-bool no_scaled_verdicts(const float* xp, const float* qp, int64_t begin, int64_t end, const stats_value::CastComparison& c)
+// skips the verdicts' FP64 products and compares, which took about 9 ms off a BF16 telemetry
+// step of shakespeare-char (docs/BENCHMARKS.md, 2026-12-05).
+bool no_scaled_verdicts(const float* xp, const float* qp, int64_t begin, int64_t end,
+                        const stats_value::CastComparison& c)
 {
     const CastRange r = cast_range(xp, qp, begin, end);
     if (r.cast_max >= 0x7F800000u) return false; // an Inf or NaN cast: an overflow, or a poisoned block

@@ -382,9 +382,11 @@ private slots:
         QTest::newRow("one value") << std::vector<float>{1.0f};
         QTest::newRow("15 binades down") << std::vector<float>{1.5f, -p2(-15), 1.0f, -p2(-14)};
         QTest::newRow("16 binades down") << std::vector<float>{1.5f, p2(-16) * 1.25f, 1.0f};
-        QTest::newRow("15, 16 and 17 down") << std::vector<float>{1.5f, -p2(-15), p2(-16), 1.0f, p2(-17) * 1.75f, -p2(-14)};
+        QTest::newRow("15, 16 and 17 down")
+            << std::vector<float>{1.5f, -p2(-15), p2(-16), 1.0f, p2(-17) * 1.75f, -p2(-14)};
         QTest::newRow("far below, then the top") << std::vector<float>{p2(-40), p2(-60), -p2(-100), p2(20), p2(-126)};
-        QTest::newRow("top near the bottom") << std::vector<float>{p2(-120), 0.0f, p2(-149), p2(-126), -p2(-125) * 1.5f, -0.0f, p2(-133)};
+        QTest::newRow("top near the bottom")
+            << std::vector<float>{p2(-120), 0.0f, p2(-149), p2(-126), -p2(-125) * 1.5f, -0.0f, p2(-133)};
         QTest::newRow("inf and nan only") << std::vector<float>{inf, nan, -inf};
         QTest::newRow("finite beside inf") << std::vector<float>{2.0f, inf, p2(-14), nan, 0.75f, p2(-30)};
         QTest::newRow("fp32 max") << std::vector<float>{std::numeric_limits<float>::max(), 1.0f, p2(112), p2(113)};
@@ -421,7 +423,8 @@ private slots:
         QTest::addColumn<int>("subnormals");
         QTest::addColumn<int>("overflows");
         QTest::addColumn<bool>("castNaN"); // the planted value's cast replaced by NaN
-        const auto bf16 = NumberFormat::BF16, fp16 = NumberFormat::FP16, e4m3 = NumberFormat::E4M3, e5m2 = NumberFormat::E5M2;
+        const auto bf16 = NumberFormat::BF16, fp16 = NumberFormat::FP16;
+        const auto e4m3 = NumberFormat::E4M3, e5m2 = NumberFormat::E5M2;
         QTest::newRow("bf16 subnormal cast") << bf16 << 1.0f << std::ldexp(1.0f, -130) << 1 << 0 << false;
         QTest::newRow("bf16 smallest normal") << bf16 << 1.0f << std::ldexp(1.0f, -126) << 0 << 0 << false;
         QTest::newRow("fp16 subnormal cast") << fp16 << 1.0f << std::ldexp(1.0f, -15) << 1 << 0 << false;
