@@ -994,6 +994,49 @@ private slots:
                 QCOMPARE(t.nans + t.infs, int64_t(0));
     }
 
+    // The update ratio of each weight is ||w_after - w_before|| / ||w_before||, every value of the
+    // change counted (the last one the largest; a width of 6 gives weights of 108, 36, 144 and
+    // 66 values, none a whole number of 16-value vectors).
+    void updateRatioIsEachWeightsRelativeChange()
+    {
+        ModelConfig m = tiny_model(1);
+        m.n_embd = 6;
+        torch::manual_seed(5);
+        Gpt model(m, 11);
+        TelemetryStep telemetry;
+        telemetry.arm(model);
+        const auto idx = torch::randint(0, 11, {2, 8}, torch::kLong);
+        model->loss(model->forward(idx), idx).backward();
+        telemetry.disarm(model);
+        telemetry.remember_weights(model);
+        std::map<std::string, torch::Tensor> before, after;
+        {
+            torch::NoGradGuard no_grad;
+            for (const auto& g : model->gemm_layers()) {
+                if (!g->last_weight().defined()) continue;
+                auto w = g->last_weight();
+                before[g->name()] = w.detach().clone();
+                // A change that differs value by value, the tail's included.
+                const auto i = torch::arange(w.numel(), torch::kFloat32).view_as(w);
+                w.add_(torch::sin(i * 0.37f) * 0.01f + (i == w.numel() - 1).to(torch::kFloat32) * 0.5f);
+                after[g->name()] = w.detach().clone();
+            }
+        }
+        QCOMPARE(before.size(), size_t(5)); // qkv, proj, fc1, fc2, lm_head
+        const auto frame = TelemetryStep::complete(*telemetry.launch(model, 1, /*skipped=*/false, -1, nullptr));
+        int checked = 0;
+        for (const auto& t : frame.tensors) {
+            if (t.role != "weight") continue;
+            const auto& b = before.at(t.layer);
+            const double expected = (after.at(t.layer).to(torch::kFloat64) - b.to(torch::kFloat64)).norm().item<double>() /
+                                    b.to(torch::kFloat64).norm().item<double>();
+            QVERIFY2(std::abs(t.update_ratio - expected) <= 1e-5 * expected,
+                     qPrintable(QString("%1: %2 against %3").arg(t.layer.c_str()).arg(t.update_ratio).arg(expected)));
+            ++checked;
+        }
+        QCOMPARE(checked, 5);
+    }
+
     void trainerEmitsFramesOnCadence()
     {
         auto config = load_project_file(MANTISSA_TEST_DATA_DIR "/golden_project.json");
