@@ -995,12 +995,11 @@ private slots:
     }
 
     // The update ratio of each weight is ||w_after - w_before|| / ||w_before||, every value of the
-    // change counted (the last one the largest; a width of 6 gives weights of 108, 36, 144 and
-    // 66 values, none a whole number of 16-value vectors).
+    // change counted (the last one, the largest, included).
     void updateRatioIsEachWeightsRelativeChange()
     {
         ModelConfig m = tiny_model(1);
-        m.n_embd = 6;
+        m.n_embd = 6; // weights of 108, 36, 144 and 66 values
         torch::manual_seed(5);
         Gpt model(m, 11);
         TelemetryStep telemetry;
@@ -1016,7 +1015,7 @@ private slots:
                 if (!g->last_weight().defined()) continue;
                 auto w = g->last_weight();
                 before[g->name()] = w.detach().clone();
-                // A change that differs value by value, the tail's included.
+                // A change that differs value by value, largest at the last one.
                 const auto i = torch::arange(w.numel(), torch::kFloat32).view_as(w);
                 w.add_(torch::sin(i * 0.37f) * 0.01f + (i == w.numel() - 1).to(torch::kFloat32) * 0.5f);
                 after[g->name()] = w.detach().clone();
