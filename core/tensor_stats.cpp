@@ -380,44 +380,43 @@ MANTISSA_VECTOR_CLONES CompareTally compare_pass(const float* xp, const float* q
 #undef MANTISSA_LOW_HALF
 #undef MANTISSA_HIGH_HALF
 
-// The largest finite |x| and the largest and smallest non-zero |cast| of a range, as bits.
+// The largest and the smallest non-zero |cast| of a range, as bits.
 struct CastRange {
-    uint32_t x_max = 0, cast_max = 0, cast_min_nonzero_less_one = ~0u; // ~0u: no non-zero cast
+    uint32_t largest = 0, smallest_nonzero_less_one = ~0u; // ~0u: no non-zero cast
 };
 
 MANTISSA_VECTOR_CLONES
-CastRange cast_range(const float* xp, const float* qp, int64_t begin, int64_t end)
+CastRange cast_range(const float* qp, int64_t begin, int64_t end)
 {
-    uint32_t x_max = 0, cast_max = 0, cast_low = ~0u;
+    uint32_t largest = 0, low = ~0u;
     for (int64_t i = begin; i < end; ++i) {
-        uint32_t m, r;
-        std::memcpy(&m, xp + i, sizeof m);
+        uint32_t r;
         std::memcpy(&r, qp + i, sizeof r);
-        m &= 0x7FFFFFFFu, r &= 0x7FFFFFFFu;
-        x_max = std::max(x_max, m & (0u - static_cast<uint32_t>(m < 0x7F800000u)));
-        cast_max = std::max(cast_max, r);
-        cast_low = std::min(cast_low, r - 1u); // a zero wraps to the largest
+        r &= 0x7FFFFFFFu;
+        largest = std::max(largest, r);
+        low = std::min(low, r - 1u); // a zero wraps to the largest
     }
-    return {x_max, cast_max, cast_low};
+    return {largest, low};
 }
 
 // Whether no value of a range can take a scaled verdict (a subnormal code, an overflow): every
-// cast finite, the smallest non-zero one's code normal, and the largest |x| short of the
-// overflow bound. Both verdicts are monotone in the magnitude (the code is |r| times the scale
-// in FP64, the overflow test fl(|v| * scale) in FP32), so the range's extremes decide for all
-// of its values. A BF16 or FP16 run's casts (scale 1) nearly always pass: the comparison then
-// skips the verdicts' FP64 products and compares, which took about 9 ms off a BF16 telemetry
-// step of shakespeare-char (docs/BENCHMARKS.md, 2026-12-05).
-bool no_scaled_verdicts(const float* xp, const float* qp, int64_t begin, int64_t end,
+// cast finite, the smallest non-zero one's code normal, and the largest finite |x| (`x_max`,
+// as bits: the histogram pass's amax) short of the overflow bound. Both verdicts are monotone
+// in the magnitude (the code is |r| times the scale in FP64, the overflow test fl(|v| * scale)
+// in FP32), so the range's extremes decide for all of its values. A BF16 or FP16 run's casts
+// (scale 1) nearly always pass: the comparison then skips the verdicts' FP64 products and
+// compares, which took about 9 ms off a BF16 telemetry step of shakespeare-char
+// (docs/BENCHMARKS.md, 2026-12-05).
+bool no_scaled_verdicts(uint32_t x_max, const float* qp, int64_t begin, int64_t end,
                         const stats_value::CastComparison& c)
 {
-    const CastRange r = cast_range(xp, qp, begin, end);
-    if (r.cast_max >= 0x7F800000u) return false; // an Inf or NaN cast: an overflow, or a poisoned block
-    if (r.cast_min_nonzero_less_one != ~0u) {
-        const double smallest = std::bit_cast<float>(r.cast_min_nonzero_less_one + 1u);
+    const CastRange r = cast_range(qp, begin, end);
+    if (r.largest >= 0x7F800000u) return false; // an Inf or NaN cast: an overflow, or a poisoned block
+    if (r.smallest_nonzero_less_one != ~0u) {
+        const double smallest = std::bit_cast<float>(r.smallest_nonzero_less_one + 1u);
         if (stats_value::scaled_code_is_subnormal(smallest * c.scale, c)) return false;
     }
-    return !stats_value::scaled_value_overflows(std::bit_cast<float>(r.x_max), c);
+    return !stats_value::scaled_value_overflows(std::bit_cast<float>(x_max), c);
 }
 
 // x's histogram, zeros, NaNs and amax as for a row without a cast, then its comparison.
@@ -425,7 +424,10 @@ void scan(const ScanInput& in, int64_t begin, int64_t end, RowAccumulator& a)
 {
     scan_uncompared(in.xp, begin, end, a, in.qp);
     if (!in.qp) return;
-    const bool verdicts = in.comparison.scaled_domain && !no_scaled_verdicts(in.xp, in.qp, begin, end, in.comparison);
+    // a.amax_bits now holds at least the range's largest finite |x| (more only if `a` held an
+    // earlier range's, which can only send the range to the verdicts' pass).
+    const bool verdicts =
+        in.comparison.scaled_domain && !no_scaled_verdicts(a.amax_bits, in.qp, begin, end, in.comparison);
     const CompareTally t = verdicts ? compare_pass<true>(in.xp, in.qp, begin, end, in.comparison)
                                     : compare_pass<false>(in.xp, in.qp, begin, end, in.comparison);
     a.underflow += t.underflow, a.subnormal += t.subnormal, a.overflow += t.overflow, a.compared += t.compared;
