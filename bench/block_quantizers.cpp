@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Cost of one block quantization of a shakespeare-char-sized operand (768 x 128), per recipe,
 // fused CPU kernel against the tensor-op kernel: where the emulation time of the block recipes goes;
-// and the per-tensor FP8 cast, its amax and the BF16 rounding, fused against LibTorch's casts.
+// and the per-tensor FP8 cast, its amax and the BF16 rounding, fused against LibTorch's casts;
+// and the columnwise casts' transposing copy, LibTorch's against contiguous_on_threads.
 //   build/dev/bench/block_quantizers [rows cols reps]
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "block_scaling.h"
+#include "cpu_transpose.h"
 #include "quantize.h"
 
 using namespace mantissa;
@@ -55,5 +57,9 @@ int main(int argc, char** argv)
     }
     std::printf("  %-28s %10.1f\n", "hadamard transform", micros(reps, [&] { random_hadamard_transform(x); }));
     std::printf("  %-28s %10.1f\n", "content seed", micros(reps, [&] { content_seed(x); }));
+    // What a columnwise (wgrad) cast copies twice: the operand's transpose made contiguous.
+    const auto xt = x.t();
+    std::printf("  %-28s %10.1f  (LibTorch)\n", "transposing copy", micros(reps, [&] { xt.contiguous(); }));
+    std::printf("  %-28s %10.1f  (tiles on threads)\n", "transposing copy", micros(reps, [&] { contiguous_on_threads(xt); }));
     return 0;
 }

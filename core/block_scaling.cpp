@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "cpu_transpose.h"
 #include "fp4.h"
 #include "fp8_rounder.h"
 #include "quantize.h"
@@ -426,7 +427,7 @@ void fp8_block_range(const float* x, const Grid& g, const Buffers& b, NumberForm
 
 BlockQuantized fp8_block(const torch::Tensor& x_in, NumberFormat format, bool power_of_two, bool tile_2d)
 {
-    const auto x_t = x_in.contiguous();
+    const auto x_t = contiguous_on_threads(x_in);
     const float* x = x_t.data_ptr<float>();
     const Grid g(x_t.size(0), x_t.size(1), tile_2d ? 128 : 1, 128);
     Buffers b(g);
@@ -516,7 +517,7 @@ void nvfp4_range(const float* x, const Grid& g, const Buffers& b, const Nvfp4Blo
 
 BlockQuantized nvfp4(const torch::Tensor& x_in, bool tile_2d, std::optional<uint64_t> sr_seed)
 {
-    const auto x_t = x_in.contiguous();
+    const auto x_t = contiguous_on_threads(x_in);
     const float* x = x_t.data_ptr<float>();
     const Grid g(x_t.size(0), x_t.size(1), tile_2d ? 16 : 1, 16);
     Buffers b(g);
@@ -566,7 +567,7 @@ void mxfp4_range(const float* x, const Grid& g, const Buffers& b, bool round_sca
 
 BlockQuantized mxfp4(const torch::Tensor& x_in, bool round_scale_up)
 {
-    const auto x_t = x_in.contiguous();
+    const auto x_t = contiguous_on_threads(x_in);
     const float* x = x_t.data_ptr<float>();
     const Grid g(x_t.size(0), x_t.size(1), 1, 32);
     Buffers b(g);
@@ -841,7 +842,7 @@ torch::Tensor random_hadamard_transform(const torch::Tensor& x)
     const auto minus = torch::bitwise_and(torch::bitwise_xor(odd, negative_row), 1); // (16, 16) 0 or 1
     const auto transform = (1 - 2 * minus).to(torch::kFloat32) * 0.25f;
     const auto shape = x.sizes().vec();
-    return torch::matmul(x.contiguous().view({-1, 16}), transform).view(shape);
+    return torch::matmul(contiguous_on_threads(x).view({-1, 16}), transform).view(shape);
 }
 
 torch::Tensor stochastic_uniforms(uint64_t seed, int64_t rows, int64_t cols)
@@ -875,9 +876,21 @@ uint64_t content_seed(const torch::Tensor& x_in)
 {
     // sum of the FP32 bit patterns (as int32) and of their squares modulo 1000003, mixed.
     if (!x_in.device().is_cpu()) return static_cast<uint64_t>(content_seed_tensor(x_in).item<int64_t>());
-    const auto x = x_in.to(torch::kFloat32).contiguous();
-    uint64_t sum = 0, squares = 0;
-    content_sums(x.data_ptr<float>(), x.numel(), sum, squares);
+    const auto x = contiguous_on_threads(x_in.to(torch::kFloat32));
+    // Wrapping additions give the same bits in any order, so the ranges may go to any thread.
+    struct Sums {
+        uint64_t sum = 0, squares = 0;
+    };
+    const float* p = x.data_ptr<float>();
+    const Sums total = at::parallel_reduce(
+        0, x.numel(), int64_t{1} << 16, Sums{},
+        [&](int64_t begin, int64_t end, Sums) {
+            Sums s;
+            content_sums(p + begin, end - begin, s.sum, s.squares);
+            return s;
+        },
+        [](Sums a, Sums b) { return Sums{a.sum + b.sum, a.squares + b.squares}; });
+    const uint64_t sum = total.sum, squares = total.squares;
     return (sum * 0x9E3779B97F4A7C15ULL) ^ squares ^ static_cast<uint64_t>(x.numel());
 }
 
@@ -997,14 +1010,15 @@ torch::Tensor quantize_block_recipe(const torch::Tensor& x, NumberFormat format,
         record->plain_cast = std::move(rht_rows.plain_cast);
     }
     const auto values = q.values.reshape(moved.sizes()).movedim(-1, k_dim);
-    // On a GPU an fp8-block operand cast along a leading dimension (the wgrad GEMM's, blocks
-    // along M) stays a view of the rows the cast wrote: that GEMM multiplies this view's
-    // transpose, exactly those rows, so copying them back here and again in its split was two
-    // full FP32 transposes of every wgrad operand for nothing (the same values either way; an
-    // H200 read-through put them at 25-40 ms of a wide step, 2026-12-04). The CPU, the
-    // reference, keeps the contiguous copy its GEMMs were always given.
-    if (columnwise && x.is_cuda() && recipe.scaling == Fp8Scaling::Block128) return values;
-    return values.contiguous();
+    // An operand cast along a leading dimension (the wgrad GEMM's, blocks along M) stays a view
+    // of the rows the cast wrote: that GEMM multiplies this view's transpose, exactly those rows,
+    // and takes either layout without a copy (cuBLAS's and MKL's transpose flags). Copying them
+    // back was a full transposing copy of every wgrad operand for nothing: 25-40 ms of a wide
+    // step on an H200 (read-through, 2026-12-04), and on this CPU about 10% of an fp8-block or
+    // nvfp4 step with two threads (docs/BENCHMARKS.md, 2026-12-05). On the CPU every stored
+    // value of 20-step runs of each block recipe, telemetry included, was the same bits either way.
+    // Batched operands (attention's GEMMs, k_dim -2) still get the copy their GEMMs always had.
+    return columnwise && values.dim() == 2 ? values : contiguous_on_threads(values);
 }
 
 BlockFormatStats block_format_stats(const torch::Tensor& x_in, const BlockQuantized& q, NumberFormat element)

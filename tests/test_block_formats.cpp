@@ -14,6 +14,7 @@
 #include "block_fp4_gemm.h"
 #include "block_scaling.h"
 #include "blockwise_fp8.h"
+#include "cpu_transpose.h"
 #include "fp4.h"
 #include "fp8_scaling.h"
 #include "layer_gemm.h"
@@ -21,6 +22,7 @@
 #include "project_config.h"
 #include "quantize.h"
 #include "sweep.h"
+#include "thread_count.h"
 #include "trainer.h"
 
 // Qt after LibTorch: Qt's `slots` macro would break torch's IValue::slots().
@@ -656,6 +658,81 @@ private slots:
         QVERIFY(torch::isnan(fused.values).any().item<bool>());
     }
 
+    // The fused kernels split their blocks over LibTorch's threads; each block is written by one
+    // thread from its own inputs, so the bits cannot depend on how many there are.
+    void fusedKernelsAreTheSameOnAnyThreadCount_data() { fusedAndTensorOpKernelsAgree_data(); }
+    void fusedKernelsAreTheSameOnAnyThreadCount()
+    {
+        QFETCH(QString, recipe);
+        QFETCH(bool, variant);
+        const ThreadCount restore;
+        auto x = test_matrix(300, 1000) * 37.0f; // 18,750 nvfp4 blocks: many tasks of 256
+        x[5][7] = std::numeric_limits<float>::infinity();
+        x[240][290] = std::numeric_limits<float>::quiet_NaN();
+        const auto run = [&](int threads) {
+            at::set_num_threads(threads);
+            if (recipe == "nvfp4") return quantize_nvfp4_2d(x, variant, variant ? std::optional<uint64_t>(7) : std::nullopt);
+            if (recipe == "mxfp4") return quantize_mxfp4_2d(x, variant);
+            const auto f = recipe == "fp8-block" ? NumberFormat::E4M3 : NumberFormat::E5M2;
+            return quantize_fp8_block_2d(x, f, !variant, variant);
+        };
+        const auto one = run(1);
+        for (int threads : {2, 3}) {
+            const auto many = run(threads);
+            QVERIFY(same_bits(many.values, one.values));
+            QVERIFY(same_bits(many.block_scales, one.block_scales));
+            QVERIFY(same_bits(many.block_amax, one.block_amax));
+        }
+    }
+
+    // The block recipes' transposing copy: the same bytes as x.contiguous() for each layout it
+    // copies itself (transposed, column-sliced, row-strided, ragged against its 32x32 tiles, 2-
+    // and 4-byte elements) and for those it leaves to LibTorch, on any thread count.
+    void contiguousOnThreadsIsContiguous_data()
+    {
+        QTest::addColumn<int>("rows");
+        QTest::addColumn<int>("cols");
+        QTest::addColumn<QString>("layout");
+        QTest::addColumn<bool>("bf16");
+        for (bool bf16 : {false, true}) {
+            const char* t = bf16 ? "bf16" : "fp32";
+            QTest::addRow("%s transposed", t) << 512 << 768 << "transposed" << bf16;
+            QTest::addRow("%s transposed, ragged tiles", t) << 161 << 333 << "transposed" << bf16;
+            QTest::addRow("%s column slice", t) << 300 << 200 << "columns" << bf16;
+            QTest::addRow("%s every other row", t) << 400 << 129 << "rows" << bf16;
+            QTest::addRow("%s small, left to LibTorch", t) << 40 << 30 << "transposed" << bf16;
+            QTest::addRow("%s 3-d, left to LibTorch", t) << 64 << 600 << "3-d" << bf16;
+        }
+    }
+    void contiguousOnThreadsIsContiguous()
+    {
+        QFETCH(int, rows);
+        QFETCH(int, cols);
+        QFETCH(QString, layout);
+        QFETCH(bool, bf16);
+        const ThreadCount restore;
+        auto base = test_matrix(rows, cols);
+        base[1][2] = -0.0f;
+        base[rows - 1][cols - 1] = std::numeric_limits<float>::quiet_NaN();
+        if (bf16) base = base.to(torch::kBFloat16);
+        torch::Tensor x;
+        if (layout == "transposed") x = base.t();
+        else if (layout == "columns") x = base.narrow(1, 3, cols - 10);
+        else if (layout == "rows") x = base.slice(0, 0, rows, 2);
+        else x = base.view({rows / 2, 2, cols}).transpose(0, 2);
+        QVERIFY(!x.is_contiguous());
+        const auto want = x.contiguous();
+        const auto bytes = [](const torch::Tensor& t) { return t.contiguous().view(torch::kUInt8).reshape({-1}); };
+        for (int threads : {1, 3}) {
+            at::set_num_threads(threads);
+            const auto got = contiguous_on_threads(x);
+            QVERIFY(got.is_contiguous());
+            QCOMPARE(got.sizes(), want.sizes());
+            QCOMPARE(got.scalar_type(), want.scalar_type());
+            QVERIFY(torch::equal(bytes(got), bytes(want)));
+        }
+    }
+
     // ---- Edges: zeros, Inf, NaN, saturation, layout ----------------------------------
 
     void nonFiniteBlocksBecomeNaN_data()
@@ -1056,7 +1133,9 @@ private slots:
         spread[1][1] = -std::numeric_limits<float>::infinity();
         const auto negative = -torch::rand({64, 32}) - 1.0f; // every bit pattern a negative int32
         const auto huge = torch::full({4096, 16}, std::numeric_limits<float>::max()); // sums past 2^42
-        for (const auto& x : {spread, negative, huge, torch::zeros({16, 16})}) {
+        // Several of the host sums' ranges (2^16 values each, on any thread), read through a transpose.
+        const auto wide = (torch::randn({320, 1000}) * 1e3f).t();
+        for (const auto& x : {spread, negative, huge, torch::zeros({16, 16}), wide}) {
             const uint64_t host = content_seed(x);
             const auto device = content_seed_tensor(x);
             QCOMPARE(device.scalar_type(), torch::kInt64);

@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include "cpu_parallel.h"
 #include "dataset.h"
 #include "edge_values.h"
 #include "gpt_model.h"
@@ -16,6 +17,7 @@
 #include "run_store.h"
 #include "telemetry_frame.h"
 #include "tensor_stats.h"
+#include "thread_count.h"
 #include "trainer.h"
 #include "watchers.h"
 
@@ -465,6 +467,46 @@ private slots:
         QCOMPARE(d.overflow, ref.overflow);
         QCOMPARE(d.underflow, ref.underflow);
         QVERIFY(std::abs(d.quant_mse - ref.quant_mse) <= 1e-12 * ref.quant_mse);
+    }
+
+    // The engine's CPU kernels run on LibTorch's intra-op threads. at::parallel_for splits
+    // nothing in a file compiled without OpenMP, and that went unnoticed for weeks: every fused
+    // kernel of ours ran on one thread (core/cpu_parallel.h).
+    void cpuKernelsShareTorchsThreads()
+    {
+        const ThreadCount restore;
+        for (int n : {1, 2, 3}) {
+            at::set_num_threads(n);
+            QCOMPARE(cpu_kernel_threads(64), n);
+            QCOMPARE(cpu_kernel_threads(1), 1);
+        }
+    }
+
+    // A row depends on the scan's chunks, never on how many threads scanned them: each chunk
+    // sums on its own and the chunks merge in their order. Counts, amax and both energies are
+    // held bit for bit.
+    void statsRowsAreTheSameOnAnyThreadCount()
+    {
+        const ThreadCount restore;
+        const int64_t n = 5 * 32768 + 123; // five chunks and a ragged sixth
+        const auto i = torch::arange(n, torch::kFloat32);
+        auto x = torch::sin(i * 0.37f) * torch::exp2(torch::remainder(i * 7.0f, 40.0f) - 20.0f);
+        x[777] = 0.0f;
+        x[100000] = std::ldexp(1.0f, -140);
+        x[n - 5] = std::numeric_limits<float>::quiet_NaN();
+        const auto bf16 = round_to_format(x, NumberFormat::BF16, Overflow::Propagate);
+        const auto e4m3 = round_to_format(x * 4.0f, NumberFormat::E4M3, Overflow::Saturate) / 4.0f;
+        const std::vector<StatsSource> sources = {{x, NumberFormat::FP32, 1.0f, {}},
+                                                  {x, NumberFormat::BF16, 1.0f, bf16},
+                                                  {x, NumberFormat::E4M3, 4.0f, e4m3}};
+        at::set_num_threads(1);
+        const auto one = tensor_stats_rows_cpu(sources);
+        QVERIFY(one[2][stats_row::kOverflow].item<double>() > 0.0); // the scaled verdicts' pass ran
+        for (int threads : {2, 3}) {
+            at::set_num_threads(threads);
+            const auto many = tensor_stats_rows_cpu(sources);
+            for (size_t r = 0; r < sources.size(); ++r) QVERIFY2(torch::equal(many[r], one[r]), qPrintable(QString::number(r)));
+        }
     }
 
     void deviceStatsOfEmptyTensors()
