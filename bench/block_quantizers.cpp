@@ -61,5 +61,10 @@ int main(int argc, char** argv)
     const auto xt = x.t();
     std::printf("  %-28s %10.1f  (LibTorch)\n", "transposing copy", micros(reps, [&] { xt.contiguous(); }));
     std::printf("  %-28s %10.1f  (tiles on threads)\n", "transposing copy", micros(reps, [&] { contiguous_on_threads(xt); }));
+    // fp8-block's cast along the columns (the wgrad operands): in place against copy-then-rows.
+    std::printf("  %-28s %10.1f  (in place)\n", "fp8-block 1x128 columns",
+                micros(reps, [&] { quantize_fp8_block_columns(x, NumberFormat::E4M3, true); }));
+    std::printf("  %-28s %10.1f  (transpose, then rows)\n", "fp8-block 1x128 columns",
+                micros(reps, [&] { quantize_fp8_block_2d(xt, NumberFormat::E4M3, true, false); }));
     return 0;
 }

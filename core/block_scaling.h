@@ -73,6 +73,12 @@ enum class BlockKernel { Auto, TensorOps, FusedCpu };
 BlockQuantized quantize_fp8_block_2d(const torch::Tensor& x, NumberFormat format, bool power_of_two, bool tile_2d,
                                      BlockKernel kernel = BlockKernel::Auto);
 
+// fp8-block's 1x128 cast along x's columns (blocks of 128 rows of one column: the wgrad GEMM's
+// operands, cast along M), read in place on the CPU. The values are in x's layout and equal
+// quantize_fp8_block_2d(x.t(), ...).values.t() bit for bit; block_scales and block_amax are in
+// x^T's grid, (cols, ceil(rows / 128)), as that call gives them.
+BlockQuantized quantize_fp8_block_columns(const torch::Tensor& x, NumberFormat format, bool power_of_two);
+
 // fp8-block's cast written as its codes rather than its values, for a GEMM that multiplies
 // codes with their block scales (cuBLAS's blockwise FP8 GEMM, layer_gemm_blockwise.cpp).
 // codes * decode (per block) are quantize_fp8_block_2d's values bit for bit, NaN blocks

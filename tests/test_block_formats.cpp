@@ -733,6 +733,59 @@ private slots:
         }
     }
 
+    // fp8-block's cast along a matrix's columns, read in place, against the row cast of its
+    // transpose (fused and tensor ops): values, scales and amaxes bit for bit, with ragged
+    // blocks and panels, a block of zeros, one with an Inf and one with a NaN, on 1 and 3 threads.
+    void fp8BlockColumnsReadInPlace_data()
+    {
+        QTest::addColumn<int>("rows");
+        QTest::addColumn<int>("cols");
+        QTest::addColumn<bool>("e5m2");
+        QTest::addColumn<bool>("powerOfTwo");
+        for (bool e5m2 : {false, true})
+            for (bool pow2 : {true, false}) {
+                const char* f = e5m2 ? "e5m2" : "e4m3";
+                const char* k = pow2 ? "power-of-two" : "fp32 scales";
+                QTest::addRow("768x512 %s %s", f, k) << 768 << 512 << e5m2 << pow2;
+                QTest::addRow("300x200 %s %s", f, k) << 300 << 200 << e5m2 << pow2;
+                QTest::addRow("130x17 %s %s", f, k) << 130 << 17 << e5m2 << pow2;
+            }
+        QTest::addRow("one row") << 1 << 40 << false << true;
+    }
+    void fp8BlockColumnsReadInPlace()
+    {
+        QFETCH(int, rows);
+        QFETCH(int, cols);
+        QFETCH(bool, e5m2);
+        QFETCH(bool, powerOfTwo);
+        const ThreadCount restore;
+        const auto format = e5m2 ? NumberFormat::E5M2 : NumberFormat::E4M3;
+        auto x = test_matrix(rows, cols) * 300.0f;
+        if (rows > 129 && cols > 16) {
+            x.narrow(0, 0, 128).select(1, 3).zero_();                       // a whole block of zeros
+            x[129][16] = std::numeric_limits<float>::infinity();            // the second block of column 16
+            x[rows - 1][cols - 1] = std::numeric_limits<float>::quiet_NaN(); // the ragged corner
+            x[5][0] = 1e30f;                                                 // an outlier
+        }
+        const auto rows_of_t = quantize_fp8_block_2d(x.t().contiguous(), format, powerOfTwo, false, BlockKernel::FusedCpu);
+        const auto ops = quantize_fp8_block_2d(x.t().contiguous(), format, powerOfTwo, false, BlockKernel::TensorOps);
+        for (int threads : {1, 3}) {
+            at::set_num_threads(threads);
+            const auto q = quantize_fp8_block_columns(x, format, powerOfTwo);
+            QVERIFY(q.values.is_contiguous());
+            QVERIFY(same_bits(q.values, rows_of_t.values.t()));
+            QVERIFY(same_bits(q.block_scales, rows_of_t.block_scales));
+            QVERIFY(same_bits(q.block_amax, rows_of_t.block_amax));
+            QVERIFY(same_bits(q.values, ops.values.t()));
+            QVERIFY(same_bits(q.block_scales, ops.block_scales));
+        }
+        // The recipe takes it for a CPU operand cast along dim 0.
+        Fp8Recipe r;
+        r.scaling = Fp8Scaling::Block128;
+        r.block_power_of_two = powerOfTwo;
+        QVERIFY(same_bits(quantize_block_recipe(x, format, r, 0, TensorRole::Activation), rows_of_t.values.t()));
+    }
+
     // ---- Edges: zeros, Inf, NaN, saturation, layout ----------------------------------
 
     void nonFiniteBlocksBecomeNaN_data()
