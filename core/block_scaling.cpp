@@ -439,8 +439,8 @@ BlockQuantized fp8_block(const torch::Tensor& x_in, NumberFormat format, bool po
 
 // fp8-block's 1x128 cast along x's columns (each block: 128 rows of one column) read where they
 // lie, as TE's columnwise cast does: the same arithmetic as fp8_block_range on x^T, without the
-// transposing copies in and out (about 3 ms of a two-thread fp8-block step on shakespeare-char,
-// 2026-12-05). A task is a panel of 128 rows by kPanel columns: the amax and the cast run along
+// transposing copy in (a two-thread fp8-block step of shakespeare-char went from 1.83x to 1.63x
+// FP32's, docs/BENCHMARKS.md, 2026-12-05). A task is a panel of 128 rows by kPanel columns: the amax and the cast run along
 // the panel's rows, kPanel columns in vector lanes (four AVX-512 registers), each row's piece a
 // whole cache line or four. Panels of 16 columns took 272 us per 768x512 operand on one thread,
 // of 64 147 us, the row cast of the transpose 143 us plus the copy (bench/block_quantizers).
@@ -459,7 +459,7 @@ void fp8_block_columns_range(const float* x, int64_t rows, int64_t cols, const B
         uint32_t m[kPanel] = {};
         for (int64_t r = r0; r < r1; ++r) {
             const float* xr = x + r * cols + c0;
-            if (width == kPanel) { // a known trip count: one vector register of lanes
+            if (width == kPanel) { // a known trip count, so the lanes stay in vector registers
                 for (int64_t c = 0; c < kPanel; ++c) {
                     uint32_t bits;
                     std::memcpy(&bits, xr + c, sizeof bits);
@@ -1105,8 +1105,8 @@ torch::Tensor quantize_block_recipe(const torch::Tensor& x, NumberFormat format,
     // of the rows the cast wrote: that GEMM multiplies this view's transpose, exactly those rows,
     // and takes either layout without a copy (cuBLAS's and MKL's transpose flags). Copying them
     // back was a full transposing copy of every wgrad operand for nothing: 25-40 ms of a wide
-    // step on an H200 (read-through, 2026-12-04), and on this CPU about 10% of an fp8-block or
-    // nvfp4 step with two threads (docs/BENCHMARKS.md, 2026-12-05). On the CPU every stored
+    // step on an H200 (read-through, 2026-12-04), and on this CPU about 10% of an nvfp4 step
+    // with two threads (docs/BENCHMARKS.md, 2026-12-05). On the CPU every stored
     // value of 20-step runs of each block recipe, telemetry included, was the same bits either way.
     // Batched operands (attention's GEMMs, k_dim -2) still get the copy their GEMMs always had.
     return columnwise && values.dim() == 2 ? values : contiguous_on_threads(values);

@@ -40,12 +40,12 @@ torch::Tensor contiguous_on_threads(const torch::Tensor& x)
     auto out = torch::empty(x.sizes(), x.options().memory_format(torch::MemoryFormat::Contiguous));
     const int64_t rows = x.size(0), cols = x.size(1), s0 = x.stride(0), s1 = x.stride(1);
     // Bit patterns only: no value is converted, so NaN payloads and signed zeros travel as they are.
+    const void* src = x.const_data_ptr();
+    void* dst = out.data_ptr();
     if (size == 4)
-        copy_tiles(static_cast<const uint32_t*>(x.const_data_ptr()), static_cast<uint32_t*>(out.data_ptr()), rows, cols, s0,
-                   s1);
+        copy_tiles(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), rows, cols, s0, s1);
     else
-        copy_tiles(static_cast<const uint16_t*>(x.const_data_ptr()), static_cast<uint16_t*>(out.data_ptr()), rows, cols,
-                   s0, s1);
+        copy_tiles(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), rows, cols, s0, s1);
     return out;
 }
 

@@ -470,8 +470,8 @@ private slots:
     }
 
     // The engine's CPU kernels run on LibTorch's intra-op threads. at::parallel_for splits
-    // nothing in a file compiled without OpenMP, and that went unnoticed for weeks: every fused
-    // kernel of ours ran on one thread (core/cpu_parallel.h).
+    // nothing in a file compiled without OpenMP, and nothing else would show it: every fused
+    // kernel of ours would quietly run on one thread (core/cpu_parallel.h).
     void cpuKernelsShareTorchsThreads()
     {
         const ThreadCount restore;
@@ -505,7 +505,8 @@ private slots:
         for (int threads : {2, 3}) {
             at::set_num_threads(threads);
             const auto many = tensor_stats_rows_cpu(sources);
-            for (size_t r = 0; r < sources.size(); ++r) QVERIFY2(torch::equal(many[r], one[r]), qPrintable(QString::number(r)));
+            for (size_t r = 0; r < sources.size(); ++r)
+                QVERIFY2(torch::equal(many[r], one[r]), qPrintable(QString::number(r)));
         }
     }
 
