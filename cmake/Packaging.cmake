@@ -79,4 +79,19 @@ endif()
 if(MANTISSA_WITH_REMOTE AND CPPHTTPLIB_VERSION MATCHES "^([0-9]+)\\.([0-9]+)")
   string(APPEND CPACK_DEBIAN_PACKAGE_DEPENDS ", libcpp-httplib${CMAKE_MATCH_1}.${CMAKE_MATCH_2}")
 endif()
+# mantissa-train links libcrypto itself where the store server prints its certificate's
+# fingerprint (remote/CMakeLists.txt). Depends names the Debian package that owns the library
+# (libssl3 on Debian 12, libssl3t64 on 13), asked of dpkg rather than guessed from its name.
+if(MANTISSA_CRYPTO_LIBRARY)
+  file(REAL_PATH "${MANTISSA_CRYPTO_LIBRARY}" crypto_file)
+  foreach(candidate "${crypto_file}" "/usr${crypto_file}")
+    execute_process(COMMAND dpkg -S "${candidate}" OUTPUT_VARIABLE crypto_owner ERROR_QUIET
+                    OUTPUT_STRIP_TRAILING_WHITESPACE)
+    string(REGEX MATCH "^[^:, ]+" crypto_package "${crypto_owner}")
+    if(crypto_package)
+      string(APPEND CPACK_DEBIAN_PACKAGE_DEPENDS ", ${crypto_package}")
+      break()
+    endif()
+  endforeach()
+endif()
 include(CPack)
