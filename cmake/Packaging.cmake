@@ -84,7 +84,9 @@ endif()
 # (libssl3 on Debian 12, libssl3t64 on 13), asked of dpkg rather than guessed from its name.
 if(MANTISSA_CRYPTO_LIBRARY)
   file(REAL_PATH "${MANTISSA_CRYPTO_LIBRARY}" crypto_file)
-  foreach(candidate "${crypto_file}" "/usr${crypto_file}")
+  # dpkg knows a file by the path its package installed: with or without /usr (merged /usr).
+  string(REGEX REPLACE "^/usr/" "/" crypto_unmerged "${crypto_file}")
+  foreach(candidate "${crypto_file}" "${crypto_unmerged}" "/usr${crypto_file}")
     execute_process(COMMAND dpkg -S "${candidate}" OUTPUT_VARIABLE crypto_owner ERROR_QUIET
                     OUTPUT_STRIP_TRAILING_WHITESPACE)
     string(REGEX MATCH "^[^:, ]+" crypto_package "${crypto_owner}")
