@@ -307,6 +307,9 @@ inline void each_element(const Grid& g, int64_t bi, int64_t bj, F&& f)
         for (int64_t c = bj * g.tile_cols; c < c1; ++c) f(r, c, r * g.cols + c);
 }
 
+// The largest |x| of a block from the largest bits of |x|: every NaN pattern orders above Inf's.
+inline float amax_of_bits(uint32_t m) { return m > 0x7F800000u ? kNaN : from_bits(m); }
+
 // amax as torch computes it: NaN when any element is NaN, Inf when one is infinite. On the bits
 // of |x|, which order like the magnitudes they encode (every NaN above Inf): an integer max,
 // which vectorizes where a float max with NaN rules does not.
@@ -325,7 +328,7 @@ inline float block_amax(const float* x, const Grid& g, int64_t bi, int64_t bj)
                 m = bits > m ? bits : m;
             }
         }
-        return m > 0x7F800000u ? kNaN : from_bits(m);
+        return amax_of_bits(m);
     }
     each_element(g, bi, bj, [&](int64_t, int64_t, int64_t i) {
         uint32_t bits;
@@ -333,7 +336,7 @@ inline float block_amax(const float* x, const Grid& g, int64_t bi, int64_t bj)
         bits &= 0x7FFFFFFFu;
         m = bits > m ? bits : m;
     });
-    return m > 0x7F800000u ? kNaN : from_bits(m);
+    return amax_of_bits(m);
 }
 
 // Round to nearest even on the E2M1 grid, saturating: the sum of the grid's steps whose
@@ -376,6 +379,18 @@ float pow2(float exponent)
     return from_bits(e >= -126 ? static_cast<uint32_t>(e + 127) << 23 : 1u << std::clamp(e + 149, 0, 22));
 }
 
+// fp8-block's scale for a block of amax `a`: the format's max over a (FLT_MAX where that
+// overflows), floored to a power of two when asked, 1 for a block of zeros. NaN for a NaN or
+// Inf block, whose values are poisoned anyway.
+inline float fp8_block_scale(float a, float fp8_max, bool power_of_two)
+{
+    float scale = fp8_max / a;
+    if (std::isinf(scale)) scale = kFltMax;
+    if (power_of_two) scale = pow2(floor_log2(std::isnan(scale) ? 1.0f : scale));
+    if (a == 0.0f) scale = 1.0f;
+    return scale;
+}
+
 using rounding::Fp8Rounder;
 
 struct Buffers {
@@ -413,10 +428,7 @@ void fp8_block_range(const float* x, const Grid& g, const Buffers& b, NumberForm
     for (BlockCursor at(g, begin); at.k < end; at.next()) {
         const int64_t bi = at.bi, bj = at.bj, k = at.k;
         const float a = b.am[k] = block_amax(x, g, bi, bj);
-        float scale = fp8_max / a;
-        if (std::isinf(scale)) scale = kFltMax;
-        if (power_of_two) scale = pow2(floor_log2(std::isnan(scale) ? 1.0f : scale));
-        if (a == 0.0f) scale = 1.0f;
+        const float scale = fp8_block_scale(a, fp8_max, power_of_two);
         const float inv = 1.0f / scale;
         b.scale[k] = std::isfinite(a) ? inv : kNaN;
         if (!std::isfinite(a)) {
@@ -476,12 +488,9 @@ void fp8_block_columns_range(const float* x, int64_t rows, int64_t cols, const B
         float scale[kPanel], inv[kPanel];
         bool finite[kPanel];
         for (int64_t c = 0; c < width; ++c) { // fp8_block_range's rule, block (column c0 + c, bi) of x^T
-            const float a = m[c] > 0x7F800000u ? kNaN : from_bits(m[c]);
-            float s = fp8_max / a;
-            if (std::isinf(s)) s = kFltMax;
-            if (power_of_two) s = pow2(floor_log2(std::isnan(s) ? 1.0f : s));
-            if (a == 0.0f) s = 1.0f;
-            scale[c] = s, inv[c] = 1.0f / s, finite[c] = std::isfinite(a);
+            const float a = amax_of_bits(m[c]);
+            scale[c] = fp8_block_scale(a, fp8_max, power_of_two);
+            inv[c] = 1.0f / scale[c], finite[c] = std::isfinite(a);
             const int64_t k = (c0 + c) * blocks + bi;
             b.am[k] = a;
             b.scale[k] = finite[c] ? inv[c] : kNaN;
