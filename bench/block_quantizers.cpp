@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "block_scaling.h"
+#include "cpu_hadamard.h"
 #include "cpu_transpose.h"
 #include "quantize.h"
 
@@ -56,6 +57,11 @@ int main(int argc, char** argv)
         std::printf("  %-28s %10.1f  (%s)\n", "mxfp4", micros(reps, [&] { quantize_mxfp4_2d(x, false, kernel); }), k);
     }
     std::printf("  %-28s %10.1f\n", "hadamard transform", micros(reps, [&] { random_hadamard_transform(x); }));
+    // nvfp4's wgrad transform of a transposed operand: copy, GEMM and BF16 pass against one pass.
+    std::printf("  %-28s %10.1f  (GEMM, then BF16)\n", "hadamard of the transpose", micros(reps, [&] {
+                    round_to_format(random_hadamard_transform(x.t()), NumberFormat::BF16, Overflow::Propagate);
+                }));
+    std::printf("  %-28s %10.1f  (one pass)\n", "hadamard of the transpose", micros(reps, [&] { hadamard16_bf16_cpu(x.t()); }));
     std::printf("  %-28s %10.1f\n", "content seed", micros(reps, [&] { content_seed(x); }));
     // What a columnwise (wgrad) cast copies twice: the operand's transpose made contiguous.
     const auto xt = x.t();

@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "cpu_hadamard.h"
 #include "cpu_transpose.h"
 #include "fp4.h"
 #include "fp8_rounder.h"
@@ -419,6 +420,90 @@ void block_amaxes(const float* x, const Grid& g, float* am, int64_t begin, int64
     for (BlockCursor at(g, begin); at.k < end; at.next()) am[at.k] = block_amax(x, g, at.bi, at.bj);
 }
 
+// 16 lanes of 32 bits (a GCC/clang vector): one AVX-512 register, two AVX2 or four SSE2 ones,
+// whichever clone runs. For the 16-wide blocks whose reductions GCC 12 leaves scalar: a
+// 16-trip max over one block compiled to 16 scalar loads and maxes.
+// Taken by reference only: GCC warns that such a value passed by value has another ABI with
+// and without AVX-512.
+using U32x16 = uint32_t __attribute__((vector_size(64)));
+
+// a = max(a, b) lane by lane.
+inline void max_into(U32x16& a, const U32x16& b)
+{
+    const auto a_larger = static_cast<U32x16>(a > b); // all ones where a > b
+    a = (a & a_larger) | (b & ~a_larger);
+}
+
+// The largest of the 16 lanes, halves folded onto each other (a max is exact in any order).
+inline uint32_t max_lane(U32x16& v)
+{
+    max_into(v, __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
+    max_into(v, __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
+    max_into(v, __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
+    max_into(v, __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
+    return v[0];
+}
+
+// The largest lane of each of 16 vectors v[0..15] into lane j of `out`: four levels that each
+// halve the vectors and the lanes per vector (a max of two shuffles of a pair), 45 operations
+// for all 16 against 16 x 12 folding each vector on its own. The last level leaves vector j's
+// maximum in lane bitreverse4(j); one shuffle puts them in order.
+inline void max_lanes_16(U32x16* v, U32x16& out)
+{
+    for (int p = 0; p < 8; ++p) { // v[p]: lanes 0-7 from v[2p], 8-15 from v[2p + 1]
+        U32x16 lo = __builtin_shufflevector(v[2 * p], v[2 * p + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+        max_into(lo, __builtin_shufflevector(v[2 * p], v[2 * p + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29,
+                                             30, 31));
+        v[p] = lo;
+    }
+    for (int q = 0; q < 4; ++q) { // v[q]: four lanes each of vectors 4q, 4q + 2, 4q + 1, 4q + 3
+        U32x16 lo = __builtin_shufflevector(v[2 * q], v[2 * q + 1], 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+        max_into(lo, __builtin_shufflevector(v[2 * q], v[2 * q + 1], 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30,
+                                             31));
+        v[q] = lo;
+    }
+    for (int r = 0; r < 2; ++r) { // v[r]: two lanes each of vectors 8r + 0, 4, 2, 6, 1, 5, 3, 7
+        U32x16 lo = __builtin_shufflevector(v[2 * r], v[2 * r + 1], 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+        max_into(lo, __builtin_shufflevector(v[2 * r], v[2 * r + 1], 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30,
+                                             31));
+        v[r] = lo;
+    }
+    U32x16 z = __builtin_shufflevector(v[0], v[1], 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+    max_into(z, __builtin_shufflevector(v[0], v[1], 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31));
+    out = __builtin_shufflevector(z, z, 0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15);
+}
+
+// block_amaxes for 1x16 blocks of rows that hold whole blocks (cols % 16 == 0): block k is
+// elements [16k, 16k + 16), a flat range of memory. Returns the largest finite block amax of
+// the range (0 if none), nvfp4's tensor amax over it: on bits, as every amax is >= 0.
+MANTISSA_VECTOR_CLONES
+float row_block_amaxes(const float* x, float* am, int64_t begin, int64_t end)
+{
+    constexpr uint32_t kInfBits = 0x7F800000u;
+    U32x16 finite_max16 = {};
+    int64_t k = begin;
+    for (; k + 16 <= end; k += 16) { // 16 blocks at a time
+        U32x16 v[16], m;
+        std::memcpy(v, x + 16 * k, sizeof v);
+        for (auto& block : v) block &= 0x7FFFFFFFu;
+        max_lanes_16(v, m);
+        const auto nan = static_cast<U32x16>(m > kInfBits);
+        const U32x16 amax_bits = (m & ~nan) | (0x7FC00000u & nan); // amax_of_bits, lane by lane
+        std::memcpy(am + k, &amax_bits, sizeof amax_bits);
+        max_into(finite_max16, m & static_cast<U32x16>(m < kInfBits));
+    }
+    uint32_t finite_max = max_lane(finite_max16);
+    for (; k < end; ++k) {
+        U32x16 v;
+        std::memcpy(&v, x + 16 * k, sizeof v);
+        v &= 0x7FFFFFFFu;
+        const uint32_t m = max_lane(v);
+        am[k] = amax_of_bits(m);
+        finite_max = m < kInfBits && m > finite_max ? m : finite_max;
+    }
+    return from_bits(finite_max);
+}
+
 MANTISSA_VECTOR_CLONES
 void fp8_block_range(const float* x, const Grid& g, const Buffers& b, NumberFormat format, bool power_of_two,
                      int64_t begin, int64_t end)
@@ -604,17 +689,49 @@ void nvfp4_range(const float* x, const Grid& g, const Buffers& b, const Nvfp4Blo
     }
 }
 
+// nvfp4_range for 1x16 blocks of rows that hold whole blocks: block k is elements
+// [16k, 16k + 16), and its stochastic-rounding indices start at 16k.
+MANTISSA_VECTOR_CLONES
+void nvfp4_row_blocks(const float* x, const Buffers& b, const Nvfp4BlockScales& s, const uint64_t* sr_seed,
+                      int64_t begin, int64_t end)
+{
+    // Two loops, so that the choice of rounding is made once per range, not per block.
+    if (sr_seed) {
+        for (int64_t k = begin; k < end; ++k) {
+            if (std::isfinite(b.am[k]))
+                nvfp4_row16<true>(x + 16 * k, b.out + 16 * k, s.element[k], s.value[k], *sr_seed,
+                                  static_cast<uint32_t>(16 * k));
+            else
+                std::fill_n(b.out + 16 * k, 16, kNaN);
+        }
+        return;
+    }
+    for (int64_t k = begin; k < end; ++k) {
+        if (std::isfinite(b.am[k]))
+            nvfp4_row16<false>(x + 16 * k, b.out + 16 * k, s.element[k], s.value[k], 0, 0);
+        else
+            std::fill_n(b.out + 16 * k, 16, kNaN);
+    }
+}
+
 BlockQuantized nvfp4(const torch::Tensor& x_in, bool tile_2d, std::optional<uint64_t> sr_seed)
 {
     const auto x_t = contiguous_on_threads(x_in);
     const float* x = x_t.data_ptr<float>();
     const Grid g(x_t.size(0), x_t.size(1), tile_2d ? 16 : 1, 16);
+    const bool flat_blocks = !tile_2d && g.cols % 16 == 0; // block k is elements [16k, 16k + 16)
     Buffers b(g);
-    each_block_range(g, [&](int64_t begin, int64_t end) { block_amaxes(x, g, b.am, begin, end); });
-    float global_amax = 0.0f;
     const int64_t blocks = b.amax.numel();
-    for (int64_t k = 0; k < blocks; ++k)
-        if (std::isfinite(b.am[k])) global_amax = std::max(global_amax, b.am[k]);
+    float global_amax = 0.0f;
+    if (flat_blocks) {
+        global_amax = at::parallel_reduce(
+            0, blocks, 256, 0.0f, [&](int64_t begin, int64_t end, float) { return row_block_amaxes(x, b.am, begin, end); },
+            [](float a, float c) { return std::max(a, c); });
+    } else {
+        each_block_range(g, [&](int64_t begin, int64_t end) { block_amaxes(x, g, b.am, begin, end); });
+        for (int64_t k = 0; k < blocks; ++k)
+            if (std::isfinite(b.am[k])) global_amax = std::max(global_amax, b.am[k]);
+    }
     float encode = std::min(kE4M3Max * 6.0f / global_amax, kFltMax);
     if (encode == 0.0f) encode = 1.0f;
     const float decode = 1.0f / encode;
@@ -623,7 +740,8 @@ BlockQuantized nvfp4(const torch::Tensor& x_in, bool tile_2d, std::optional<uint
     Nvfp4BlockScales scales(blocks);
     each_block_range(g, [&](int64_t begin, int64_t end) {
         nvfp4_scales(b, scales, decode, multiplier, global_amax, begin, end);
-        nvfp4_range(x, g, b, scales, seed, begin, end);
+        if (flat_blocks) nvfp4_row_blocks(x, b, scales, seed, begin, end);
+        else nvfp4_range(x, g, b, scales, seed, begin, end);
     });
     return {b.values, b.scales, b.amax, torch::tensor(global_amax)};
 }
@@ -1070,7 +1188,8 @@ torch::Tensor quantize_block_recipe(const torch::Tensor& x, NumberFormat format,
         // unfused path rounds there for the same bits), so the amax and every value after it
         // are those of the rounded operand. NaN bits differ between the CPU's fused pass and
         // LibTorch's casts (and so the content seed of an operand holding one).
-        if (rht) x2 = round_to_format(random_hadamard_transform(x2), NumberFormat::BF16, Overflow::Propagate);
+        if (rht && x2.is_cpu()) x2 = hadamard16_bf16_cpu(x2); // the same bits in one pass
+        else if (rht) x2 = round_to_format(random_hadamard_transform(x2), NumberFormat::BF16, Overflow::Propagate);
         const bool stochastic = role == TensorRole::Gradient && recipe.nvfp4_stochastic_rounding;
         // On a GPU the seed stays there: reading it back would stall the stream every cast.
         const auto seed_of = [&](const torch::Tensor& t) {

@@ -14,6 +14,7 @@
 #include "block_fp4_gemm.h"
 #include "block_scaling.h"
 #include "blockwise_fp8.h"
+#include "cpu_hadamard.h"
 #include "cpu_transpose.h"
 #include "fp4.h"
 #include "fp8_scaling.h"
@@ -627,22 +628,31 @@ private slots:
     {
         QTest::addColumn<QString>("recipe");
         QTest::addColumn<bool>("variant"); // 2-D tiles / round up / SR
-        for (const char* r : {"nvfp4", "mxfp4", "fp8-block", "fp8-block-e5m2"}) {
-            QTest::addRow("%s", r) << r << false;
-            QTest::addRow("%s variant", r) << r << true;
-        }
+        QTest::addColumn<int>("cols");     // rows of whole 16-blocks (a flat nvfp4 pass) or not
+        // nvfp4's variant: 16x16 tiles and stochastic rounding; nvfp4-sr: stochastic rounding
+        // of 1x16 blocks, then of tiles.
+        for (const char* r : {"nvfp4", "nvfp4-sr", "mxfp4", "fp8-block", "fp8-block-e5m2"})
+            for (int cols : {300, 320}) {
+                QTest::addRow("%s, %d columns", r, cols) << r << false << cols;
+                QTest::addRow("%s variant, %d columns", r, cols) << r << true << cols;
+            }
     }
     void fusedAndTensorOpKernelsAgree()
     {
         QFETCH(QString, recipe);
         QFETCH(bool, variant);
-        auto x = test_matrix(150, 300) * 37.0f;
+        QFETCH(int, cols);
+        auto x = test_matrix(150, cols) * 37.0f;
         x[3].narrow(0, 0, 40).zero_();
         x[5][7] = std::numeric_limits<float>::infinity();
+        x[5][8] = 1e30f; // in the Inf's block: not the nvfp4 tensor amax
+        x[149][cols - 3] = -std::numeric_limits<float>::infinity(); // the last block: a range's tail
+        x[149][cols - 2] = 2e30f;
         x[140][290] = std::numeric_limits<float>::quiet_NaN();
         x[9][100] = 1e-30f;
         const auto run = [&](BlockKernel k) {
-            if (recipe == "nvfp4") return quantize_nvfp4_2d(x, variant, variant ? std::optional<uint64_t>(99) : std::nullopt, k);
+            if (recipe.startsWith("nvfp4"))
+                return quantize_nvfp4_2d(x, variant, variant || recipe == "nvfp4-sr" ? std::optional<uint64_t>(99) : std::nullopt, k);
             if (recipe == "mxfp4") return quantize_mxfp4_2d(x, variant, k);
             const auto f = recipe == "fp8-block" ? NumberFormat::E4M3 : NumberFormat::E5M2;
             return quantize_fp8_block_2d(x, f, !variant, variant, k);
@@ -652,9 +662,9 @@ private slots:
         QVERIFY(same_bits(fused.values, ops.values));
         QVERIFY(same_bits(fused.block_scales, ops.block_scales));
         QVERIFY(same_bits(fused.block_amax, ops.block_amax));
-        QCOMPARE(fused.tensor_amax.defined(), recipe == "nvfp4");
-        QCOMPARE(ops.tensor_amax.defined(), recipe == "nvfp4");
-        if (recipe == "nvfp4") QCOMPARE(bits_of(fused.tensor_amax.item<float>()), bits_of(ops.tensor_amax.item<float>()));
+        QCOMPARE(fused.tensor_amax.defined(), recipe.startsWith("nvfp4"));
+        QCOMPARE(ops.tensor_amax.defined(), recipe.startsWith("nvfp4"));
+        if (recipe.startsWith("nvfp4")) QCOMPARE(bits_of(fused.tensor_amax.item<float>()), bits_of(ops.tensor_amax.item<float>()));
         QVERIFY(torch::isnan(fused.values).any().item<bool>());
     }
 
@@ -665,13 +675,15 @@ private slots:
     {
         QFETCH(QString, recipe);
         QFETCH(bool, variant);
+        QFETCH(int, cols);
         const ThreadCount restore;
-        auto x = test_matrix(300, 1000) * 37.0f; // 18,750 nvfp4 blocks: many tasks of 256
+        auto x = test_matrix(300, cols * 3) * 37.0f; // 17,100 or 18,000 nvfp4 blocks: many tasks of 256
         x[5][7] = std::numeric_limits<float>::infinity();
         x[240][290] = std::numeric_limits<float>::quiet_NaN();
         const auto run = [&](int threads) {
             at::set_num_threads(threads);
-            if (recipe == "nvfp4") return quantize_nvfp4_2d(x, variant, variant ? std::optional<uint64_t>(7) : std::nullopt);
+            if (recipe.startsWith("nvfp4"))
+                return quantize_nvfp4_2d(x, variant, variant || recipe == "nvfp4-sr" ? std::optional<uint64_t>(7) : std::nullopt);
             if (recipe == "mxfp4") return quantize_mxfp4_2d(x, variant);
             const auto f = recipe == "fp8-block" ? NumberFormat::E4M3 : NumberFormat::E5M2;
             return quantize_fp8_block_2d(x, f, !variant, variant);
@@ -1100,6 +1112,53 @@ private slots:
                 QCOMPARE(t[i][j].item<float>(), 0.25f * signs[i] * h);
             }
         QVERIFY(same_bits(torch::matmul(t, t.t()), torch::eye(16))); // orthogonal, exactly
+    }
+
+    // The wgrad transform in one pass (cpu_hadamard.h) against the GEMM it replaces: the same
+    // bits through each layout it reads, on any thread count. test_matrix's rows span 2^24 in
+    // scale, so every one of the 16 sums rounds, and any other order of them shows; subnormal
+    // inputs check that each product of +-1/4 keeps its bits inside the sum (an FMA), as MKL's.
+    void hadamardInOnePassIsTheGemmsBits_data()
+    {
+        QTest::addColumn<QString>("layout");
+        QTest::addRow("transposed (a wgrad operand)") << "transposed";
+        QTest::addRow("contiguous") << "contiguous";
+        QTest::addRow("column slice") << "columns";
+        QTest::addRow("subnormal") << "subnormal";
+    }
+    void hadamardInOnePassIsTheGemmsBits()
+    {
+        QFETCH(QString, layout);
+        const ThreadCount restore;
+        auto base = test_matrix(96, 200) * 3.0f; // (M tokens, N features)
+        base[0][0] = std::numeric_limits<float>::infinity();
+        base[17][3] = std::numeric_limits<float>::quiet_NaN();
+        base[40][5] = -std::numeric_limits<float>::infinity();
+        base[41][5] = std::numeric_limits<float>::infinity(); // Inf - Inf in one group
+        base.narrow(0, 48, 16).select(1, 9).fill_(-0.0f);     // a group of negative zeros
+        torch::Tensor x;
+        if (layout == "transposed") x = base.t();
+        else if (layout == "contiguous") x = base.narrow(1, 0, 192).contiguous();
+        else if (layout == "columns") x = base.narrow(1, 4, 176);
+        else {
+            // Feature 0's first group: x0 / 4 = (2^15 - 1) 2^-149, then x1 / 4 = 1.5 2^-149. Fused,
+            // the sum ties at 2^15 2^-149, goes to even (2^15), and that is BF16's midpoint
+            // between 0 and 2^-133: 0. A rounded product (2^-148) would make it 2^-133.
+            auto tiny = base * 1e-38f;
+            tiny.narrow(0, 0, 16).select(1, 0).zero_();
+            tiny[0][0] = std::ldexp(131068.0f, -149);
+            tiny[1][0] = std::ldexp(6.0f, -149);
+            x = tiny.t();
+        }
+        QVERIFY((layout == "contiguous") == x.is_contiguous());
+        const auto want = round_to_format(random_hadamard_transform(x), NumberFormat::BF16, Overflow::Propagate);
+        if (layout == "subnormal") QCOMPARE(bits_of(want[0][0].item<float>()), 0u);
+        for (int threads : {1, 2, 3}) {
+            at::set_num_threads(threads);
+            const auto got = hadamard16_bf16_cpu(x);
+            QVERIFY(got.is_contiguous());
+            QVERIFY2(same_bits(got, want), qPrintable(QString("%1 threads").arg(threads)));
+        }
     }
 
     void nvfp4WgradOperandsAreTransformedTogether()
