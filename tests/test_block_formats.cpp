@@ -668,6 +668,37 @@ private slots:
         QVERIFY(torch::isnan(fused.values).any().item<bool>());
     }
 
+    // Grid points and ties, element values exactly (each block's amax is 6, so its scale is 1):
+    // with 8 random bits per element, a few hundred elements each meet u = 1/2 and so a sum
+    // on a grid point (0.75 + 1/2 * 0.5 = 1, 1.75 -> 2, 3.5 -> 4) or a tie of nearest-even.
+    // The fused rounding against the tensor-op one, an independent formula.
+    void fusedRoundingAgreesOnGridPointsAndTies_data()
+    {
+        QTest::addColumn<bool>("tiles");
+        QTest::addColumn<bool>("stochastic");
+        for (bool tiles : {false, true})
+            for (bool stochastic : {false, true})
+                QTest::addRow("%s, %s", tiles ? "16x16" : "1x16", stochastic ? "SR" : "RNE") << tiles << stochastic;
+    }
+    void fusedRoundingAgreesOnGridPointsAndTies()
+    {
+        QFETCH(bool, tiles);
+        QFETCH(bool, stochastic);
+        const float values[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 5.5f, 0.1f};
+        auto x = torch::empty({192, 320});
+        auto a = x.accessor<float, 2>();
+        for (int r = 0; r < 192; ++r)
+            for (int c = 0; c < 320; ++c) {
+                const float v = c % 16 == 0 ? 6.0f : values[(r * 7 + c) % 15];
+                a[r][c] = (r + c) % 2 ? -v : v;
+            }
+        const auto seed = stochastic ? std::optional<uint64_t>(1234) : std::nullopt;
+        const auto fused = quantize_nvfp4_2d(x, tiles, seed, BlockKernel::FusedCpu);
+        const auto ops = quantize_nvfp4_2d(x, tiles, seed, BlockKernel::TensorOps);
+        QVERIFY(same_bits(fused.block_scales, torch::full_like(fused.block_scales, 448.0f))); // scale 1
+        QVERIFY(same_bits(fused.values, ops.values));
+    }
+
     // The fused kernels split their blocks over LibTorch's threads; each block is written by one
     // thread from its own inputs, so the bits cannot depend on how many there are.
     void fusedKernelsAreTheSameOnAnyThreadCount_data() { fusedAndTensorOpKernelsAgree_data(); }
