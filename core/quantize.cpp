@@ -3,6 +3,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "fp8_rounder.h"
@@ -13,10 +14,14 @@ namespace {
 
 constexpr int64_t kGrain = 32768; // elements per parallel task: a few microseconds of work
 
+// A tensor whose result needs no autograd history: one that needs no gradient, or any under
+// no-grad (a custom Function's forward and backward, where the emulator's casts run).
+bool untracked(const torch::Tensor& x) { return !x.requires_grad() || !torch::GradMode::is_enabled(); }
+
 bool fused_cpu(const torch::Tensor& x, RoundKernel kernel)
 {
     return kernel == RoundKernel::Auto && x.device().is_cpu() && x.scalar_type() == torch::kFloat32 &&
-           x.is_contiguous() && !x.requires_grad();
+           x.is_contiguous() && untracked(x);
 }
 
 MANTISSA_VECTOR_CLONES
@@ -78,6 +83,44 @@ torch::Tensor round_to_tf32(const torch::Tensor& x)
     return torch::where(finite, rounded.view(torch::kFloat32), x);
 }
 
+namespace {
+
+// BF16 rounding of an FP32 CPU tensor that is not contiguous, in the layout x.to() gives it
+// (empty_like's: a dense tensor keeps its strides, another gets dense ones in the same order):
+// a dense one in one pass over its block, or one whose rows along the last dimension are
+// contiguous in both (attention's q, k and v, column slices of the fused qkv projection) row
+// by row. Else undefined. One pass instead of LibTorch's two casts (FP32 -> BF16 -> FP32).
+torch::Tensor round_bf16_strided(const torch::Tensor& x_in)
+{
+    const float* x = x_in.data_ptr<float>();
+    auto out = torch::empty_like(x_in);
+    float* o = out.data_ptr<float>();
+    if (x_in.is_non_overlapping_and_dense()) {
+        at::parallel_for(0, x_in.numel(), kGrain, [&](int64_t begin, int64_t end) { bf16_range(x, o, begin, end); });
+        return out;
+    }
+    if (x_in.dim() < 2 || x_in.stride(-1) != 1 || out.stride(-1) != 1) return {};
+    const int64_t cols = x_in.size(-1), rows = x_in.numel() / cols, lead = x_in.dim() - 1;
+    const auto sizes = x_in.sizes();
+    const auto in_strides = x_in.strides();
+    const auto out_strides = out.strides();
+    at::parallel_for(0, rows, std::max<int64_t>(1, kGrain / cols), [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+            int64_t in_offset = 0, out_offset = 0, rest = r;
+            for (int64_t d = lead - 1; d >= 0; --d) { // row r's index in the leading dimensions
+                const int64_t i = rest % sizes[d];
+                rest /= sizes[d];
+                in_offset += i * in_strides[d];
+                out_offset += i * out_strides[d];
+            }
+            bf16_range(x + in_offset, o + out_offset, 0, cols);
+        }
+    });
+    return out;
+}
+
+} // namespace
+
 torch::Tensor round_to_format(const torch::Tensor& x_in, NumberFormat format, Overflow overflow, RoundKernel kernel)
 {
     const bool fp8_saturated = format_info(format).is_fp8 && overflow == Overflow::Saturate;
@@ -89,6 +132,9 @@ torch::Tensor round_to_format(const torch::Tensor& x_in, NumberFormat format, Ov
         at::parallel_for(0, x_in.numel(), kGrain, [&](int64_t begin, int64_t end) { bf16_range(x, o, begin, end); });
         return out;
     }
+    if (format == NumberFormat::BF16 && kernel == RoundKernel::Auto && x_in.device().is_cpu() &&
+        x_in.scalar_type() == torch::kFloat32 && untracked(x_in) && x_in.numel() > 0)
+        if (auto out = round_bf16_strided(x_in); out.defined()) return out;
     const auto x = x_in.to(torch::kFloat32);
     const FormatInfo& info = format_info(format);
     switch (format) {

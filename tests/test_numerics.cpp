@@ -219,6 +219,44 @@ private slots:
         same(fused, round_to_format(x * s, format, Overflow::Saturate, RoundKernel::TensorOps) * s.reciprocal());
     }
 
+    // BF16 rounding of layouts that are not contiguous, in one pass: the values and the layout
+    // of LibTorch's casts (a dense view keeps its strides, others come back contiguous), and a
+    // tensor that requires a gradient under no-grad (as in a custom Function's backward).
+    void fusedBf16RoundingOfStridedLayouts_data()
+    {
+        QTest::addColumn<QString>("layout");
+        QTest::newRow("dense, permuted") << "permuted";
+        QTest::newRow("dense, transposed") << "transposed";
+        QTest::newRow("rows of a column slice (attention's q)") << "qkv slice";
+        QTest::newRow("rows, a stride in the middle dimension") << "every other";
+        QTest::newRow("last dimension strided (tensor ops)") << "strided last";
+        QTest::newRow("needs a gradient, under no-grad") << "requires grad";
+    }
+    void fusedBf16RoundingOfStridedLayouts()
+    {
+        QFETCH(QString, layout);
+        auto base = edge_values(NumberFormat::BF16, 1.0f).narrow(0, 0, 2 * 3 * 64 * 96).reshape({2, 3 * 64, 96});
+        // The edge cases again inside the slices below (columns 32-71 of row 5, a NaN at column 45).
+        base[0][5].narrow(0, 32, 40).copy_(base.view(-1).narrow(0, 0, 40));
+        base[0][7][45] = std::numeric_limits<float>::quiet_NaN();
+        torch::Tensor x;
+        if (layout == "permuted") x = base.permute({2, 0, 1});
+        else if (layout == "transposed") x = base.transpose(1, 2);
+        else if (layout == "qkv slice") x = base.narrow(2, 32, 32).view({2, 3, 64, 32}).transpose(1, 2);
+        else if (layout == "every other") x = base.slice(1, 0, 192, 2);
+        else if (layout == "strided last") x = base.slice(2, 0, 96, 3);
+        else x = base.clone().requires_grad_(true);
+        const torch::NoGradGuard no_grad;
+        const auto ours = round_to_format(x, NumberFormat::BF16, Overflow::Propagate);
+        const auto ops = round_to_format(x.detach(), NumberFormat::BF16, Overflow::Propagate, RoundKernel::TensorOps);
+        QCOMPARE(ours.strides().vec(), ops.strides().vec());
+        const auto nan = torch::isnan(ops);
+        QVERIFY(torch::equal(torch::isnan(ours), nan));
+        QVERIFY(nan.any().item<bool>());
+        const auto bits = [&](const torch::Tensor& t) { return t.masked_fill(nan, 0.0f).contiguous().view(torch::kInt32); };
+        QVERIFY(torch::equal(bits(ours), bits(ops)));
+    }
+
     void fusedCpuAmaxSkipsNan()
     {
         const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
