@@ -683,8 +683,11 @@ torch::Tensor LayerGemm::gemm_unrecorded(const torch::Tensor& a, const torch::Te
     if (format != NumberFormat::FP32) used_emulated_ = true;
     // Emulation: the operands carry exactly the values the tensor core would multiply.
     auto y = bias.defined() ? at::addmm(bias_out, a, b) : at::matmul(a, b);
-    if (accumulator) *accumulator = y;
-    return out == NumberFormat::FP32 ? y : round_to_format(y, out, Overflow::Propagate);
+    if (accumulator) {
+        *accumulator = y;
+        return out == NumberFormat::FP32 ? y : round_to_format(y, out, Overflow::Propagate);
+    }
+    return out == NumberFormat::FP32 ? y : round_result_to_format(std::move(y), out);
 }
 
 torch::Tensor LayerGemm::linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias)

@@ -121,6 +121,16 @@ torch::Tensor round_bf16_strided(const torch::Tensor& x_in)
 
 } // namespace
 
+torch::Tensor round_result_to_format(torch::Tensor y, NumberFormat format)
+{
+    if (format != NumberFormat::BF16 || !fused_cpu(y, RoundKernel::Auto) || y.use_count() != 1 ||
+        y.storage().use_count() != 1)
+        return round_to_format(y, format, Overflow::Propagate);
+    float* p = y.data_ptr<float>();
+    at::parallel_for(0, y.numel(), kGrain, [&](int64_t begin, int64_t end) { bf16_range(p, p, begin, end); });
+    return y;
+}
+
 torch::Tensor round_to_format(const torch::Tensor& x_in, NumberFormat format, Overflow overflow, RoundKernel kernel)
 {
     const bool fp8_saturated = format_info(format).is_fp8 && overflow == Overflow::Saturate;

@@ -28,6 +28,11 @@ enum class RoundKernel { Auto, TensorOps };
 torch::Tensor round_to_format(const torch::Tensor& x, NumberFormat format, Overflow overflow,
                               RoundKernel kernel = RoundKernel::Auto);
 
+// round_to_format(y, format, Propagate) for a result nothing else refers to (a GEMM's fresh
+// output): BF16 rounding of a contiguous FP32 CPU tensor whose storage no other tensor shares
+// happens in place, without a second buffer to allocate, fault in and write. The same values.
+torch::Tensor round_result_to_format(torch::Tensor y, NumberFormat format);
+
 // The per-tensor FP8 cast the emulator makes, round(x * scale) * (1 / scale) with saturation,
 // as round_to_format(x * scale, format, Saturate) * (1 / scale) computes it: one fused pass
 // when x is a contiguous FP32 CPU tensor that needs no gradient (Auto), else tensor ops.

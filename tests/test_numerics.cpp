@@ -257,6 +257,30 @@ private slots:
         QVERIFY(torch::equal(bits(ours), bits(ops)));
     }
 
+    // A GEMM's fresh output is rounded where it lies; a tensor that another one shares is not
+    // touched. The values are round_to_format's either way.
+    void resultRoundingIsInPlaceOnlyWhenUnshared()
+    {
+        const auto x = edge_values(NumberFormat::BF16, 1.0f);
+        const auto want = round_to_format(x, NumberFormat::BF16, Overflow::Propagate);
+        const auto same = [&](const torch::Tensor& t) {
+            return torch::equal(t.masked_fill(torch::isnan(want), 0.0f).view(torch::kInt32),
+                                want.masked_fill(torch::isnan(want), 0.0f).view(torch::kInt32)) &&
+                   torch::equal(torch::isnan(t), torch::isnan(want));
+        };
+        auto fresh = x.clone();
+        const void* where = fresh.data_ptr();
+        const auto rounded = round_result_to_format(std::move(fresh), NumberFormat::BF16);
+        QCOMPARE(rounded.data_ptr(), where);
+        QVERIFY(same(rounded));
+        const auto kept = x.clone();
+        auto view = kept.view({-1}); // shares kept's storage
+        const auto copy = round_result_to_format(std::move(view), NumberFormat::BF16);
+        QVERIFY(copy.data_ptr() != kept.data_ptr());
+        QVERIFY(same(copy));
+        QVERIFY(torch::equal(kept.masked_fill(torch::isnan(x), 0.0f), x.masked_fill(torch::isnan(x), 0.0f)));
+    }
+
     void fusedCpuAmaxSkipsNan()
     {
         const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
