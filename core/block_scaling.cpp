@@ -257,6 +257,30 @@ BlockQuantized mxfp4_tensor_ops(const torch::Tensor& x_in, bool round_scale_up)
 }
 
 
+// content_seed's sums on the CPU (wrapping uint64 additions: any order gives the same bits).
+MANTISSA_VECTOR_CLONES
+void content_sums(const float* p, int64_t n, uint64_t& sum_out, uint64_t& squares_out)
+{
+    constexpr int32_t kPrime = 1000003;
+    uint64_t sum = 0, squares = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        int32_t bits;
+        std::memcpy(&bits, p + i, sizeof bits);
+        int32_t r = bits % kPrime;
+        r += r < 0 ? kPrime : 0; // torch's remainder takes the divisor's sign
+        sum += static_cast<uint64_t>(static_cast<int64_t>(bits));
+        squares += static_cast<uint64_t>(static_cast<int64_t>(r) * r);
+    }
+    sum_out = sum;
+    squares_out = squares;
+}
+
+// content_seed's final mix of the sums and the element count.
+uint64_t mix_content(uint64_t sum, uint64_t squares, int64_t n)
+{
+    return (sum * 0x9E3779B97F4A7C15ULL) ^ squares ^ static_cast<uint64_t>(n);
+}
+
 // ---- Fused CPU kernels: the same arithmetic, element by element, one pass per block -------
 namespace cpu {
 
@@ -485,18 +509,34 @@ inline void max_lanes_16(U32x16* v, U32x16& out)
     out = __builtin_shufflevector(z, z, 0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15);
 }
 
+// What row_block_amaxes finds over a range of blocks: the largest finite block amax (0 if
+// none), nvfp4's tensor amax over it, and content_seed's sums of the range when asked.
+struct RowBlocksPass {
+    float finite_max = 0.0f;
+    uint64_t sum = 0, squares = 0;
+};
+
 // block_amaxes for 1x16 blocks of rows that hold whole blocks (cols % 16 == 0): block k is
-// elements [16k, 16k + 16), a flat range of memory. Returns the largest finite block amax of
-// the range (0 if none), nvfp4's tensor amax over it: on bits, as every amax is >= 0.
+// elements [16k, 16k + 16), a flat range of memory. The finite maximum on bits, as every amax
+// is >= 0. `sums`: content_seed's sums too, 256 elements at a time while they are in L1 (the
+// stochastic rounding of a gradient needs its seed only in the second pass).
 MANTISSA_VECTOR_CLONES
-float row_block_amaxes(const float* x, float* am, int64_t begin, int64_t end)
+RowBlocksPass row_block_amaxes(const float* x, float* am, int64_t begin, int64_t end, bool sums)
 {
     constexpr uint32_t kInfBits = 0x7F800000u;
+    RowBlocksPass pass;
+    const auto add_sums = [&](int64_t first_block, int64_t blocks) {
+        uint64_t sum = 0, squares = 0;
+        content_sums(x + 16 * first_block, 16 * blocks, sum, squares);
+        pass.sum += sum;
+        pass.squares += squares;
+    };
     U32x16 finite_max16 = {};
     int64_t k = begin;
     for (; k + 16 <= end; k += 16) { // 16 blocks at a time
         U32x16 v[16], m;
         std::memcpy(v, x + 16 * k, sizeof v);
+        if (sums) add_sums(k, 16);
         for (auto& block : v) block &= 0x7FFFFFFFu;
         max_lanes_16(v, m);
         const auto nan = static_cast<U32x16>(m > kInfBits);
@@ -505,6 +545,7 @@ float row_block_amaxes(const float* x, float* am, int64_t begin, int64_t end)
         max_into(finite_max16, m & static_cast<U32x16>(m < kInfBits));
     }
     uint32_t finite_max = max_lane(finite_max16);
+    if (sums && k < end) add_sums(k, end - k);
     for (; k < end; ++k) {
         U32x16 v;
         std::memcpy(&v, x + 16 * k, sizeof v);
@@ -513,7 +554,8 @@ float row_block_amaxes(const float* x, float* am, int64_t begin, int64_t end)
         am[k] = amax_of_bits(m);
         finite_max = m < kInfBits && m > finite_max ? m : finite_max;
     }
-    return from_bits(finite_max);
+    pass.finite_max = from_bits(finite_max);
+    return pass;
 }
 
 MANTISSA_VECTOR_CLONES
@@ -726,7 +768,8 @@ void nvfp4_row_blocks(const float* x, const Buffers& b, const Nvfp4BlockScales& 
     }
 }
 
-BlockQuantized nvfp4(const torch::Tensor& x_in, bool tile_2d, std::optional<uint64_t> sr_seed)
+// `seed_from_content`: stochastic rounding seeded with content_seed(x_in) (sr_seed unused).
+BlockQuantized nvfp4(const torch::Tensor& x_in, bool tile_2d, std::optional<uint64_t> sr_seed, bool seed_from_content)
 {
     const auto x_t = contiguous_on_threads(x_in);
     const float* x = x_t.data_ptr<float>();
@@ -736,13 +779,22 @@ BlockQuantized nvfp4(const torch::Tensor& x_in, bool tile_2d, std::optional<uint
     const int64_t blocks = b.amax.numel();
     float global_amax = 0.0f;
     if (flat_blocks) {
-        global_amax = at::parallel_reduce(
-            0, blocks, 256, 0.0f, [&](int64_t begin, int64_t end, float) { return row_block_amaxes(x, b.am, begin, end); },
-            [](float a, float c) { return std::max(a, c); });
+        // Wrapping sums and a max: any split over the threads gives the same bits.
+        const auto pass = at::parallel_reduce(
+            0, blocks, 256, RowBlocksPass{},
+            [&](int64_t begin, int64_t end, RowBlocksPass) {
+                return row_block_amaxes(x, b.am, begin, end, seed_from_content);
+            },
+            [](RowBlocksPass a, RowBlocksPass c) {
+                return RowBlocksPass{std::max(a.finite_max, c.finite_max), a.sum + c.sum, a.squares + c.squares};
+            });
+        global_amax = pass.finite_max;
+        if (seed_from_content) sr_seed = mix_content(pass.sum, pass.squares, x_t.numel());
     } else {
         each_block_range(g, [&](int64_t begin, int64_t end) { block_amaxes(x, g, b.am, begin, end); });
         for (int64_t k = 0; k < blocks; ++k)
             if (std::isfinite(b.am[k])) global_amax = std::max(global_amax, b.am[k]);
+        if (seed_from_content) sr_seed = content_seed(x_t);
     }
     float encode = std::min(kE4M3Max * 6.0f / global_amax, kFltMax);
     if (encode == 0.0f) encode = 1.0f;
@@ -1037,10 +1089,13 @@ BlockQuantized quantize_nvfp4_2d(const torch::Tensor& x, bool tile_2d, const SrS
 {
     TORCH_CHECK(x.dim() == 2, "block quantizers take a 2-D operand");
     const auto x32 = x.to(torch::kFloat32);
-    if (!fused(x32, kernel)) return nvfp4_tensor_ops(x32, tile_2d, sr_seed);
+    if (!fused(x32, kernel)) {
+        if (!sr_seed.content) return nvfp4_tensor_ops(x32, tile_2d, sr_seed);
+        return nvfp4_tensor_ops(x32, tile_2d, x32.is_cpu() ? SrSeed(content_seed(x32)) : SrSeed(content_seed_tensor(x32)));
+    }
     std::optional<uint64_t> host = sr_seed.host; // the fused pass runs on the CPU: reading the seed is free
     if (!host && sr_seed.on_device.defined()) host = static_cast<uint64_t>(sr_seed.on_device.item<int64_t>());
-    return cpu::nvfp4(x32, tile_2d, host);
+    return cpu::nvfp4(x32, tile_2d, host, sr_seed.content);
 }
 
 BlockQuantized quantize_mxfp4_2d(const torch::Tensor& x, bool round_scale_up, BlockKernel kernel)
@@ -1075,28 +1130,6 @@ torch::Tensor stochastic_uniforms(uint64_t seed, int64_t rows, int64_t cols)
     return uniforms(seed_tensor(seed), rows, cols, torch::kCPU);
 }
 
-namespace {
-
-// content_seed's sums on the CPU (wrapping uint64 additions: any order gives the same bits).
-MANTISSA_VECTOR_CLONES
-void content_sums(const float* p, int64_t n, uint64_t& sum_out, uint64_t& squares_out)
-{
-    constexpr int32_t kPrime = 1000003;
-    uint64_t sum = 0, squares = 0;
-    for (int64_t i = 0; i < n; ++i) {
-        int32_t bits;
-        std::memcpy(&bits, p + i, sizeof bits);
-        int32_t r = bits % kPrime;
-        r += r < 0 ? kPrime : 0; // torch's remainder takes the divisor's sign
-        sum += static_cast<uint64_t>(static_cast<int64_t>(bits));
-        squares += static_cast<uint64_t>(static_cast<int64_t>(r) * r);
-    }
-    sum_out = sum;
-    squares_out = squares;
-}
-
-} // namespace
-
 uint64_t content_seed(const torch::Tensor& x_in)
 {
     // sum of the FP32 bit patterns (as int32) and of their squares modulo 1000003, mixed.
@@ -1115,8 +1148,7 @@ uint64_t content_seed(const torch::Tensor& x_in)
             return s;
         },
         [](Sums a, Sums b) { return Sums{a.sum + b.sum, a.squares + b.squares}; });
-    const uint64_t sum = total.sum, squares = total.squares;
-    return (sum * 0x9E3779B97F4A7C15ULL) ^ squares ^ static_cast<uint64_t>(x.numel());
+    return mix_content(total.sum, total.squares, x.numel());
 }
 
 torch::Tensor content_seed_tensor(const torch::Tensor& x_in)
@@ -1203,13 +1235,11 @@ torch::Tensor quantize_block_recipe(const torch::Tensor& x, NumberFormat format,
         if (rht && x2.is_cpu()) x2 = hadamard16_bf16_cpu(x2); // the same bits in one pass
         else if (rht) x2 = round_to_format(random_hadamard_transform(x2), NumberFormat::BF16, Overflow::Propagate);
         const bool stochastic = role == TensorRole::Gradient && recipe.nvfp4_stochastic_rounding;
-        // On a GPU the seed stays there: reading it back would stall the stream every cast.
-        const auto seed_of = [&](const torch::Tensor& t) {
-            if (!stochastic) return SrSeed();
-            return t.is_cpu() ? SrSeed(content_seed(t)) : SrSeed(content_seed_tensor(t));
-        };
+        // Each cast's own content_seed, which the quantizer takes as it reads the operand (on a
+        // GPU it stays there: reading it back would stall the stream every cast).
+        const SrSeed seed = stochastic ? SrSeed::of_content() : SrSeed();
         const bool tiles = weight_2d && recipe.nvfp4_weight_2d;
-        q = quantize_nvfp4_2d(x2, tiles, seed_of(x2));
+        q = quantize_nvfp4_2d(x2, tiles, seed);
         if (nvfp4_scales) {
             const int64_t rows = x2.size(0);
             auto s = q.block_scales.to(torch::kFloat32).reshape({tiles ? -1 : rows, (k + 15) / 16});
@@ -1221,7 +1251,7 @@ torch::Tensor quantize_block_recipe(const torch::Tensor& x, NumberFormat format,
             record->transformed = x2;
             record->transformed_cast = q.values;
             record->plain = plain;
-            record->plain_cast = quantize_nvfp4_2d(plain, false, seed_of(plain)).values;
+            record->plain_cast = quantize_nvfp4_2d(plain, false, seed).values;
         }
         break;
     }

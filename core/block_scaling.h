@@ -49,18 +49,27 @@ struct BlockQuantized {
     torch::Tensor tensor_amax;
 };
 
-// Stochastic rounding's seed: none (round to nearest even), a host number, or a () int64
-// tensor on the operand's device (content_seed_tensor: on a GPU nothing waits for it). The
-// same 64 bits give the same draws on every path.
+// Stochastic rounding's seed: none (round to nearest even), a host number, a () int64 tensor
+// on the operand's device (content_seed_tensor: on a GPU nothing waits for it), or the
+// operand's own content_seed, left to the quantizer (of_content: the CPU's fused pass takes
+// the sums while it reads the operand for its amaxes). The same 64 bits give the same draws
+// on every path.
 struct SrSeed {
     SrSeed() = default;
     SrSeed(std::nullopt_t) {}
     SrSeed(uint64_t seed) : host(seed) {}
     SrSeed(std::optional<uint64_t> seed) : host(seed) {}
     explicit SrSeed(torch::Tensor seed) : on_device(std::move(seed)) {}
-    bool stochastic() const { return host.has_value() || on_device.defined(); }
+    static SrSeed of_content()
+    {
+        SrSeed s;
+        s.content = true;
+        return s;
+    }
+    bool stochastic() const { return host.has_value() || on_device.defined() || content; }
     std::optional<uint64_t> host;
     torch::Tensor on_device;
+    bool content = false;
 };
 
 // How the block quantizers compute. Auto: one fused pass per block on the CPU (the tensor-op

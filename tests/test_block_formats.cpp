@@ -668,6 +668,34 @@ private slots:
         QVERIFY(torch::isnan(fused.values).any().item<bool>());
     }
 
+    // A seed left to the quantizer (of_content) is content_seed of its operand, which the fused
+    // 1x16 pass sums while it reads the operand for its amaxes: the same values as the seed
+    // passed in, on each path and thread count (ragged ranges: 18,012 blocks).
+    void contentSeedTakenInThePassIsTheSeed_data()
+    {
+        QTest::addColumn<bool>("tiles");
+        QTest::addColumn<int>("cols");
+        QTest::addRow("1x16, rows of whole blocks") << false << 16 * 79;
+        QTest::addRow("1x16, ragged rows") << false << 16 * 79 - 5;
+        QTest::addRow("16x16 tiles") << true << 16 * 79;
+    }
+    void contentSeedTakenInThePassIsTheSeed()
+    {
+        QFETCH(bool, tiles);
+        QFETCH(int, cols);
+        const ThreadCount restore;
+        auto x = test_matrix(228, cols) * 3.0f;
+        x[7][100] = std::numeric_limits<float>::infinity();
+        const auto want = quantize_nvfp4_2d(x, tiles, SrSeed(content_seed(x)), BlockKernel::TensorOps).values;
+        QVERIFY(same_bits(quantize_nvfp4_2d(x, tiles, SrSeed::of_content(), BlockKernel::TensorOps).values, want));
+        QVERIFY(!same_bits(quantize_nvfp4_2d(x, tiles, SrSeed(content_seed(x) + 1), BlockKernel::TensorOps).values, want));
+        for (int threads : {1, 2, 3}) {
+            at::set_num_threads(threads);
+            QVERIFY2(same_bits(quantize_nvfp4_2d(x, tiles, SrSeed::of_content(), BlockKernel::FusedCpu).values, want),
+                     qPrintable(QString("%1 threads").arg(threads)));
+        }
+    }
+
     // Grid points and ties, element values exactly (each block's amax is 6, so its scale is 1):
     // with 8 random bits per element, a few hundred elements each meet u = 1/2 and so a sum
     // on a grid point (0.75 + 1/2 * 0.5 = 1, 1.75 -> 2, 3.5 -> 4) or a tie of nearest-even.
