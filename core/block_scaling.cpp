@@ -96,9 +96,10 @@ torch::Tensor squeeze_grid(const torch::Tensor& g) { return g.squeeze(3).squeeze
 // it needs it, and every kernel and device draws the same ones.
 constexpr uint32_t kGolden = 0x9E3779B1u, kMix1 = 0x85EBCA6Bu, kMix2 = 0xC2B2AE35u;
 
-inline float hashed_uniform(uint64_t seed, uint32_t index)
+// The hash after its first step: h = index * golden + low seed (wrapping), which a run of
+// consecutive indices gets as a base plus a constant per element, one product per run.
+inline float hashed_uniform_after_index(uint32_t h, uint64_t seed)
 {
-    uint32_t h = index * kGolden + static_cast<uint32_t>(seed);
     h ^= static_cast<uint32_t>(seed >> 32);
     h ^= h >> 16;
     h *= kMix1;
@@ -106,6 +107,11 @@ inline float hashed_uniform(uint64_t seed, uint32_t index)
     h *= kMix2;
     h ^= h >> 16;
     return static_cast<float>(h >> 24) * (1.0f / 256.0f);
+}
+
+inline float hashed_uniform(uint64_t seed, uint32_t index)
+{
+    return hashed_uniform_after_index(index * kGolden + static_cast<uint32_t>(seed), seed);
 }
 
 // (h * c) mod 2^32 for h < 2^32 in int64 without overflow: two products below 2^48.
@@ -269,7 +275,8 @@ void content_sums(const float* p, int64_t n, uint64_t& sum_out, uint64_t& square
         int32_t r = bits % kPrime;
         r += r < 0 ? kPrime : 0; // torch's remainder takes the divisor's sign
         sum += static_cast<uint64_t>(static_cast<int64_t>(bits));
-        squares += static_cast<uint64_t>(static_cast<int64_t>(r) * r);
+        const auto ur = static_cast<uint32_t>(r); // r >= 0: an unsigned 32 x 32 -> 64 product
+        squares += static_cast<uint64_t>(ur) * ur;
     }
     sum_out = sum;
     squares_out = squares;
@@ -669,9 +676,11 @@ BlockQuantized fp8_block_columns(const torch::Tensor& x_in, NumberFormat format,
 template <bool kStochastic>
 inline void nvfp4_row16(const float* xr, float* out, float element_scale, float value_scale, uint64_t seed, uint32_t u0)
 {
+    const uint32_t base = u0 * kGolden + static_cast<uint32_t>(seed); // (u0 + c) * golden = base + c * golden
     for (uint32_t c = 0; c < 16; ++c) {
         const float v = std::min(std::max(xr[c] * element_scale, -6.0f), 6.0f);
-        if constexpr (kStochastic) out[c] = e2m1_stochastic(v, hashed_uniform(seed, u0 + c)) * value_scale;
+        if constexpr (kStochastic)
+            out[c] = e2m1_stochastic(v, hashed_uniform_after_index(base + c * kGolden, seed)) * value_scale;
         else out[c] = e2m1_rne(v) * value_scale;
     }
 }

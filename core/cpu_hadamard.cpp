@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "fp8_rounder.h"
+#include "vector_clones.h"
 
 namespace mantissa {
 namespace {
@@ -31,8 +32,7 @@ constexpr std::array<std::array<float, 16>, 16> transform_matrix()
 constexpr auto kTransform = transform_matrix();
 
 // Groups [g_begin, g_end) of 16 columns, every row. Element (r, c) of x is x[r * rs + c * cs].
-// The AVX2 clone is Haswell's, which has FMA: "avx2" alone would call fmaf per element.
-__attribute__((target_clones("default", "arch=haswell", "avx512f")))
+MANTISSA_FMA_CLONES
 void hadamard_groups(const float* x, int64_t rs, int64_t cs, int64_t rows, int64_t cols, float* out, int64_t g_begin,
                      int64_t g_end)
 {

@@ -21,6 +21,10 @@
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(__CUDACC__) && \
     (!defined(__clang__) || __clang_major__ >= 14) && !defined(MANTISSA_NO_VECTOR_CLONES)
 #define MANTISSA_VECTOR_CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
+// For loops that need a fused multiply-add: GCC's "avx2" target has no FMA (std::fma would be
+// a call per element there); Haswell, the first AVX2 core, has it.
+#define MANTISSA_FMA_CLONES __attribute__((target_clones("default", "arch=haswell", "avx512f")))
 #else
 #define MANTISSA_VECTOR_CLONES
+#define MANTISSA_FMA_CLONES
 #endif
