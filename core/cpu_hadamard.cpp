@@ -41,8 +41,11 @@ void hadamard_groups(const float* x, int64_t rs, int64_t cs, int64_t rows, int64
             const float* in = x + r * rs + 16 * g * cs;
             float* o = out + r * cols + 16 * g;
             // The 16 outputs in vector lanes, each a chain of 16 FMAs: GCC 12 leaves the same
-            // loops the other way round (k outside) scalar.
+            // loops the other way round (k outside) scalar. (core is compiled with OpenMP; a
+            // compiler without it would warn about the pragma, an error under -Werror.)
+#ifdef _OPENMP
 #pragma omp simd
+#endif
             for (int j = 0; j < 16; ++j) {
                 float acc = 0.0f;
                 for (int k = 0; k < 16; ++k) acc = std::fma(in[k * cs], kTransform[k][j], acc);
