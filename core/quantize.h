@@ -21,8 +21,9 @@ enum class Overflow {
 // native runs round identically; overflow is handled here explicitly because LibTorch
 // versions differ (2.13 saturates float->E4M3 casts, older ones gave NaN).
 //
-// Auto: a contiguous FP32 CPU tensor that needs no gradient takes one fused pass for BF16 and
-// for saturated FP8 (fp8_rounder.h: the same bits, NaN payloads aside); everything else,
+// Auto: a contiguous FP32 CPU tensor that needs no gradient (or any under no-grad) takes one
+// fused pass for BF16 and for saturated FP8 (fp8_rounder.h: the same bits, NaN payloads
+// aside); BF16 also for strided ones, in the layout LibTorch's cast gives; everything else,
 // and TensorOps, takes LibTorch's casts.
 enum class RoundKernel { Auto, TensorOps };
 torch::Tensor round_to_format(const torch::Tensor& x, NumberFormat format, Overflow overflow,
@@ -35,7 +36,8 @@ torch::Tensor round_result_to_format(torch::Tensor y, NumberFormat format);
 
 // The per-tensor FP8 cast the emulator makes, round(x * scale) * (1 / scale) with saturation,
 // as round_to_format(x * scale, format, Saturate) * (1 / scale) computes it: one fused pass
-// when x is a contiguous FP32 CPU tensor that needs no gradient (Auto), else tensor ops.
+// when x is a contiguous FP32 CPU tensor that needs no gradient or runs under no-grad (Auto),
+// else tensor ops.
 torch::Tensor scaled_round_saturated(const torch::Tensor& x, float scale, NumberFormat format,
                                      RoundKernel kernel = RoundKernel::Auto);
 
