@@ -85,9 +85,15 @@ torch::Tensor round_to_tf32(const torch::Tensor& x)
 
 namespace {
 
-// BF16 rounding of an FP32 CPU tensor that is not contiguous, in the layout x.to() gives it
-// (empty_like's: a dense tensor keeps its strides, another gets dense ones in the same order):
-// a dense one in one pass over its block, or one whose rows along the last dimension are
+// bf16_range over n elements, split over the threads (out may be x: in place).
+void bf16_pass(const float* x, float* out, int64_t n)
+{
+    at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) { bf16_range(x, out, begin, end); });
+}
+
+// BF16 rounding of an FP32 CPU tensor in the layout x.to() gives it (empty_like's: a dense
+// tensor keeps its strides, another gets dense ones in the same order): a dense one, contiguous
+// or not, in one pass over its block, or one whose rows along the last dimension are
 // contiguous in both (attention's q, k and v, column slices of the fused qkv projection) row
 // by row. Else undefined. One pass instead of LibTorch's two casts (FP32 -> BF16 -> FP32).
 torch::Tensor round_bf16_strided(const torch::Tensor& x_in)
@@ -95,11 +101,11 @@ torch::Tensor round_bf16_strided(const torch::Tensor& x_in)
     const float* x = x_in.data_ptr<float>();
     auto out = torch::empty_like(x_in);
     float* o = out.data_ptr<float>();
-    if (x_in.is_non_overlapping_and_dense()) {
-        at::parallel_for(0, x_in.numel(), kGrain, [&](int64_t begin, int64_t end) { bf16_range(x, o, begin, end); });
+    if (x_in.is_non_overlapping_and_dense()) { // contiguous ones included
+        bf16_pass(x, o, x_in.numel());
         return out;
     }
-    if (x_in.dim() < 2 || x_in.stride(-1) != 1 || out.stride(-1) != 1) return {};
+    if (x_in.dim() < 2 || x_in.size(-1) == 0 || x_in.stride(-1) != 1 || out.stride(-1) != 1) return {};
     const int64_t cols = x_in.size(-1), rows = x_in.numel() / cols, lead = x_in.dim() - 1;
     const auto sizes = x_in.sizes();
     const auto in_strides = x_in.strides();
@@ -127,23 +133,16 @@ torch::Tensor round_result_to_format(torch::Tensor y, NumberFormat format)
         y.storage().use_count() != 1)
         return round_to_format(y, format, Overflow::Propagate);
     float* p = y.data_ptr<float>();
-    at::parallel_for(0, y.numel(), kGrain, [&](int64_t begin, int64_t end) { bf16_range(p, p, begin, end); });
+    bf16_pass(p, p, y.numel());
     return y;
 }
 
 torch::Tensor round_to_format(const torch::Tensor& x_in, NumberFormat format, Overflow overflow, RoundKernel kernel)
 {
     const bool fp8_saturated = format_info(format).is_fp8 && overflow == Overflow::Saturate;
-    if ((format == NumberFormat::BF16 || fp8_saturated) && fused_cpu(x_in, kernel)) {
-        if (fp8_saturated) return scaled_round_saturated(x_in, 1.0f, format, kernel);
-        auto out = torch::empty_like(x_in);
-        const float* x = x_in.data_ptr<float>();
-        float* o = out.data_ptr<float>();
-        at::parallel_for(0, x_in.numel(), kGrain, [&](int64_t begin, int64_t end) { bf16_range(x, o, begin, end); });
-        return out;
-    }
+    if (fp8_saturated && fused_cpu(x_in, kernel)) return scaled_round_saturated(x_in, 1.0f, format, kernel);
     if (format == NumberFormat::BF16 && kernel == RoundKernel::Auto && x_in.device().is_cpu() &&
-        x_in.scalar_type() == torch::kFloat32 && untracked(x_in) && x_in.numel() > 0)
+        x_in.scalar_type() == torch::kFloat32 && untracked(x_in))
         if (auto out = round_bf16_strided(x_in); out.defined()) return out;
     const auto x = x_in.to(torch::kFloat32);
     const FormatInfo& info = format_info(format);
