@@ -64,7 +64,7 @@ TORCH_MODULE(Norm);
 // max |q_i . k_j| over the pairs causal attention scores (key j <= query i), every head: (),
 // FP32, on q's device, NaN if one of them is NaN. q, k (B, H, T, D). On a GPU, 16-bit heads the
 // fused kernel takes (cuda/attention_scores.h) go through it once its probe has passed; the
-// rest through the ops.
+// rest through the ops. On the CPU, causal_max_abs_score_cpu (`max_scores` plays no part).
 torch::Tensor causal_max_abs_score(const torch::Tensor& q, const torch::Tensor& k, int64_t max_scores = int64_t(1) << 24);
 // Whether causal_max_abs_score takes these heads through the fused kernel.
 bool causal_max_abs_score_fused(const torch::Tensor& q, const torch::Tensor& k);

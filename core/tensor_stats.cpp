@@ -169,119 +169,143 @@ struct ScanInput {
     stats_value::CastComparison comparison;
 };
 
-// amax (finite values), NaNs, zeros and subnormals of [begin, end) from the bits of |x|: integer
-// lanes only, so this pass vectorizes (a chunk is far below 2^32 values).
-struct BitSummary {
-    uint32_t amax_bits = 0, nans = 0, zeros = 0, subnormals = 0;
-};
-
-MANTISSA_VECTOR_CLONES
-BitSummary summarize_bits(const float* xp, int64_t begin, int64_t end)
-{
-    uint32_t amax = 0, nans = 0, zeros = 0, subnormals = 0;
-    for (int64_t i = begin; i < end; ++i) {
-        uint32_t m;
-        std::memcpy(&m, xp + i, sizeof m);
-        m &= 0x7FFFFFFFu;
-        // A mask, not `m < Inf ? m : 0`: GCC 12 does not vectorize a max over a select.
-        const uint32_t finite = m & (0u - static_cast<uint32_t>(m < 0x7F800000u));
-        amax = std::max(amax, finite);
-        nans += m > 0x7F800000u;
-        zeros += m == 0u;
-        subnormals += m - 1u < 0x007FFFFFu; // 1 <= m < 2^23
-    }
-    return {amax, nans, zeros, subnormals};
-}
-
-// The histogram, zeros, non-finite and amax of [begin, end) with no cast to compare. The
-// range goes by in blocks of kPrefetchBlock values: a vectorized pass summarizes a block's bits
-// (and brings its lines into L1), then a second vectorized pass over the same lines counts its
-// binades. Subnormals share byte 0 with zeros and are binned by a third pass that runs only
-// when there are any.
-//
-// The count asks for the next block's lines as it goes, for a tensor that is no longer in
-// cache (the weights' gradients, read after the backward; anything larger than the caches):
-// when every row was read after the backward, the vector pass alone waited on memory for
-// three quarters of its samples (perf, 2026-12-05).
-constexpr int64_t kPrefetchBlock = 2048; // 8 KB: the next block and this one stay in L1
-
-// A strip's binades within kWindow of the block's largest finite binade `top` are counted in
-// 8-bit lanes of four 32-bit sums: the binade top - j adds 1 << 8 (j % 4) to sum j / 4. A
-// strip holds at most 255 values, so no lane carries into the next, and the compiler may keep
-// the sums in vector lanes (the scalar increments of a table took about 0.4 ns a value, the
-// most of the scan's time, 2026-12-05). Values outside the window (far below the top, Inf and
-// NaN) are only counted here, and then binned one by one.
+// A strip's binades within kWindow of a running top, the largest finite binade seen so far in
+// the range, are counted in 8-bit lanes of four 32-bit sums: the binade top - j adds
+// 1 << 8 (j % 4) to sum j / 4. A strip holds at most 255 values, so no lane carries into the
+// next, and the compiler keeps the sums in vector lanes (the scalar increments of a table took
+// about 0.4 ns a value, the most of the scan's time, 2026-12-05). Values outside the window
+// (far below the top, above it, Inf and NaN) are found by difference (outside_of), then binned
+// one by one, NaNs counted among them. The same pass takes the strip's amax (finite values),
+// zeros and subnormals from the bits of |x|: integer lanes only. Counting the values outside,
+// and the NaNs, in the pass took a tenth more time (bench/stats_scan, 2026-12-05).
 constexpr uint32_t kWindow = 16;
 constexpr int64_t kStrip = 240; // <= 255, and a multiple of 16 lanes
 
 struct StripCount {
     uint32_t sums[4] = {0, 0, 0, 0};
-    uint32_t outside = 0; // values of a non-zero biased exponent outside the window
+    uint32_t amax_bits = 0, zeros = 0, subnormals = 0;
 };
 
 MANTISSA_VECTOR_CLONES
 StripCount count_strip(const float* xp, int64_t begin, int64_t end, uint32_t top)
 {
-    uint32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0, outside = 0;
+    uint32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0, amax = 0, zeros = 0, subnormals = 0;
     for (int64_t i = begin; i < end; ++i) {
-        uint32_t bits;
-        std::memcpy(&bits, xp + i, sizeof bits);
-        const uint32_t byte = (bits >> 23) & 0xFFu, below = top - byte; // wraps above the top
+        uint32_t m;
+        std::memcpy(&m, xp + i, sizeof m);
+        m &= 0x7FFFFFFFu;
+        // Masks, not selects: GCC 12 leaves a loop with `?:` here scalar (a max over a select too).
+        const uint32_t finite = m & (0u - static_cast<uint32_t>(m < 0x7F800000u));
+        amax = std::max(amax, finite);
+        zeros += m == 0u;
+        subnormals += m - 1u < 0x007FFFFFu; // 1 <= m < 2^23
+        const uint32_t byte = m >> 23, below = top - byte; // wraps above the top
         const uint32_t one = 1u << ((below & 3u) * 8u), sum = below >> 2;
-        // Masks, not selects: GCC 12 leaves a loop with `?:` here scalar.
         s0 += one & (0u - static_cast<uint32_t>(sum == 0u));
         s1 += one & (0u - static_cast<uint32_t>(sum == 1u));
         s2 += one & (0u - static_cast<uint32_t>(sum == 2u));
         s3 += one & (0u - static_cast<uint32_t>(sum == 3u));
-        outside += static_cast<uint32_t>(below >= kWindow) & static_cast<uint32_t>(byte != 0u);
     }
-    return {{s0, s1, s2, s3}, outside};
+    return {{s0, s1, s2, s3}, amax, zeros, subnormals};
 }
 
-// Adds the biased exponents (1..255) of [begin, end) to h; byte 0 (zeros, subnormals) is left
-// out. `top`: any byte; the count is exact whatever it is, and fastest at the range's largest.
-void count_exponents(const float* xp, int64_t begin, int64_t end, int64_t fetch_end, uint32_t top,
-                     std::array<uint32_t, 256>& h, const float* qp)
+// How many values of a strip of n the window left out, by difference: those it counted, and
+// byte 0 (zeros and subnormals), which is in the window only when the top is below kWindow.
+// (Counting them in the pass took four more vector operations a value.)
+uint32_t outside_of(const StripCount& c, int64_t n, uint32_t top)
 {
+    uint32_t counted = 0;
+    for (const uint32_t sum : c.sums)
+        counted += (sum & 0xFFu) + ((sum >> 8) & 0xFFu) + ((sum >> 16) & 0xFFu) + (sum >> 24);
+    const uint32_t byte0 = top < kWindow ? 0u : c.zeros + c.subnormals;
+    return static_cast<uint32_t>(n) - counted - byte0;
+}
+
+// The largest finite |x| of [begin, end), as bits: the first strip's top.
+MANTISSA_VECTOR_CLONES
+uint32_t finite_amax_bits(const float* xp, int64_t begin, int64_t end)
+{
+    uint32_t amax = 0;
+    for (int64_t i = begin; i < end; ++i) {
+        uint32_t m;
+        std::memcpy(&m, xp + i, sizeof m);
+        m &= 0x7FFFFFFFu;
+        amax = std::max(amax, m & (0u - static_cast<uint32_t>(m < 0x7F800000u)));
+    }
+    return amax;
+}
+
+// For a strip that has values outside the window: outside_at[i - begin] is 1 where value i is
+// one, 0 elsewhere, so that they are found without a branch per value. A GELU's output (its
+// negative tail runs a hundred binades below its top) has some in nearly every strip, and a
+// branch per value took about 1 ns a value there, four times the vector count
+// (bench/stats_scan, 2026-12-05). A pass of its own: storing the flags in the count's loop
+// slowed the count of every strip by a third.
+MANTISSA_VECTOR_CLONES
+void mark_outside(const float* xp, int64_t begin, int64_t end, uint32_t top, uint8_t* outside_at)
+{
+    for (int64_t i = begin; i < end; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, xp + i, sizeof bits);
+        const uint32_t byte = (bits >> 23) & 0xFFu;
+        outside_at[i - begin] = static_cast<uint8_t>(static_cast<uint32_t>(top - byte >= kWindow) &
+                                                     static_cast<uint32_t>(byte != 0u));
+    }
+}
+
+// The histogram, zeros, non-finite and amax of [begin, end) with no cast to compare, in one
+// pass. Subnormals share byte 0 with zeros and are binned by a second pass that runs only when
+// there are any. qp: the cast, when a comparison pass over the same range follows (its lines
+// are asked for as x's are counted), or nullptr.
+//
+// The count asks for the lines kPrefetch values ahead as it goes, for a tensor that is no
+// longer in cache (the weights' gradients, read after the backward; anything larger than the
+// caches): when every row was read after the backward, the vector pass alone waited on memory
+// for three quarters of its samples (perf, 2026-12-05).
+constexpr int64_t kPrefetch = 2048; // 8 KB ahead
+void scan_uncompared(const float* xp, int64_t begin, int64_t end, RowAccumulator& a, const float* qp = nullptr)
+{
+    static_assert(row::kNonFinite == 255 + 23 && row::kFirstBin + (-126 - kMinExponent) == 1 + 23,
+                  "a normal value's slot is its biased exponent + 23");
+    static_assert(kStrip % 8 == 0, "the flags are read eight at a time");
     constexpr int64_t kLine = 64 / sizeof(float);
+    std::array<uint32_t, 256> h{}; // by biased exponent; byte 0 (zeros, subnormals) left out
+    std::array<uint8_t, kStrip> outside_at;
+    uint32_t amax = finite_amax_bits(xp, begin, std::min(begin + kStrip, end)), top = amax >> 23;
+    int64_t nans = 0, zeros = 0, subnormals = 0;
     for (int64_t s = begin; s < end; s += kStrip) {
         const int64_t e = std::min(s + kStrip, end);
         for (int64_t i = s; i < e; i += kLine) { // a strip's worth of lines at a time
-            if (i + kPrefetchBlock < fetch_end) __builtin_prefetch(xp + i + kPrefetchBlock);
+            if (i + kPrefetch < end) __builtin_prefetch(xp + i + kPrefetch);
             if (qp) __builtin_prefetch(qp + i); // for the comparison pass that follows the range
         }
         const StripCount c = count_strip(xp, s, e, top);
         for (uint32_t j = 0; j < kWindow && j < top; ++j) // top - j >= 1
             h[top - j] += (c.sums[j / 4] >> (8u * (j % 4))) & 0xFFu;
-        if (c.outside == 0) continue;
-        for (int64_t i = s; i < e; ++i) {
-            uint32_t bits;
-            std::memcpy(&bits, xp + i, sizeof bits);
-            const uint32_t byte = (bits >> 23) & 0xFFu;
-            if (byte != 0u && top - byte >= kWindow) ++h[byte];
+        zeros += c.zeros, subnormals += c.subnormals;
+        if (outside_of(c, e - s, top) != 0) {
+            mark_outside(xp, s, e, top, outside_at.data());
+            // Eight flags a word (each 0 or 1); a strip's last word may hold a previous strip's.
+            const int64_t n = e - s;
+            for (int64_t w = 0; w < n; w += 8) {
+                uint64_t word;
+                std::memcpy(&word, outside_at.data() + w, sizeof word);
+                if (n - w < 8) word &= (uint64_t(1) << (8 * (n - w))) - 1;
+                for (; word != 0; word &= word - 1) {
+                    uint32_t bits;
+                    std::memcpy(&bits, xp + s + w + std::countr_zero(word) / 8, sizeof bits);
+                    ++h[(bits >> 23) & 0xFFu];
+                    nans += (bits & 0x7FFFFFFFu) > 0x7F800000u; // above every finite top: always outside
+                }
+            }
         }
-    }
-}
-
-// qp: the cast, when a comparison pass over the same range follows (its lines are asked for
-// as x's are counted), or nullptr.
-void scan_uncompared(const float* xp, int64_t begin, int64_t end, RowAccumulator& a, const float* qp = nullptr)
-{
-    static_assert(row::kNonFinite == 255 + 23 && row::kFirstBin + (-126 - kMinExponent) == 1 + 23,
-                  "a normal value's slot is its biased exponent + 23");
-    BitSummary s;
-    std::array<uint32_t, 256> h{};
-    for (int64_t b = begin; b < end; b += kPrefetchBlock) {
-        const int64_t e = std::min(b + kPrefetchBlock, end);
-        const BitSummary block = summarize_bits(xp, b, e);
-        s.amax_bits = std::max(s.amax_bits, block.amax_bits);
-        s.nans += block.nans, s.zeros += block.zeros, s.subnormals += block.subnormals;
-        count_exponents(xp, b, e, end, block.amax_bits >> 23, h, qp);
+        amax = std::max(amax, c.amax_bits);
+        top = amax >> 23; // never lower: a window that follows each strip's own top left more values outside
     }
     for (uint32_t b = 1; b < 256; ++b) // normal binades, and 255 (Inf, NaN) on kNonFinite
         a.bins[b + 23] += h[b];
-    a.bins[row::kZeros] += s.zeros;
-    if (s.subnormals > 0) {
+    a.bins[row::kZeros] += zeros;
+    if (subnormals > 0) {
         for (int64_t j = begin; j < end; ++j) {
             uint32_t m;
             std::memcpy(&m, xp + j, sizeof m);
@@ -289,8 +313,8 @@ void scan_uncompared(const float* xp, int64_t begin, int64_t end, RowAccumulator
             if (m - 1u < 0x007FFFFFu) ++a.bins[static_cast<size_t>(stats_value::slot_of(m))];
         }
     }
-    a.nans += s.nans;
-    a.amax_bits = std::max(a.amax_bits, s.amax_bits);
+    a.nans += nans;
+    a.amax_bits = std::max(a.amax_bits, amax);
 }
 
 // What comparing [begin, end) of x with its cast adds to a row: stats_value::compare_cast's rules
@@ -523,7 +547,11 @@ std::vector<torch::Tensor> tensor_stats_rows_cpu(const std::vector<StatsSource>&
         size_t input;
         int64_t begin, end;
     };
-    constexpr int64_t kChunk = 1 << 15;
+    // Chunks of a fixed size (the row must not depend on the thread count), small enough that
+    // an activation of shakespeare-char (96 K values) splits evenly over two threads: in chunks
+    // of 32 K one thread scanned two and the other one. Chunks of 8 K were slower again: each
+    // has its own histogram to merge.
+    constexpr int64_t kChunk = 1 << 14;
     std::vector<Chunk> chunks;
     for (size_t i = 0; i < sources.size(); ++i) {
         const auto& s = sources[i];

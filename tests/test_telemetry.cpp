@@ -8,7 +8,9 @@
 
 #include <torch/torch.h>
 
+#include "cpu_attention_scores.h"
 #include "cpu_parallel.h"
+#include "cpu_update_norms.h"
 #include "dataset.h"
 #include "edge_values.h"
 #include "gpt_model.h"
@@ -371,10 +373,10 @@ private slots:
         }
     }
 
-    // The fused scan counts each strip's binades within 16 of its block's largest finite one in
-    // 8-bit lanes, and bins the rest one by one: each side of that edge (15 and 16 binades
-    // down), a block whose largest binade is near the bottom of FP32's (so that zeros and
-    // subnormals, byte 0, fall inside the window's span), blocks of nothing but Inf and NaN,
+    // The fused scan counts each strip's binades within 16 of the largest finite one seen so far
+    // in its chunk in 8-bit lanes, finds the rest by difference and bins them one by one: each
+    // side of that edge (15 and 16 binades down), a top near the bottom of FP32's binades (so
+    // that zeros and subnormals, byte 0, fall inside the window's span), nothing but Inf and NaN,
     // and strips of one value repeated (a lane's count reaches the strip's length).
     void fusedScanCountsEveryBinade_data()
     {
@@ -389,6 +391,12 @@ private slots:
         QTest::newRow("far below, then the top") << std::vector<float>{p2(-40), p2(-60), -p2(-100), p2(20), p2(-126)};
         QTest::newRow("top near the bottom")
             << std::vector<float>{p2(-120), 0.0f, p2(-149), p2(-126), -p2(-125) * 1.5f, -0.0f, p2(-133)};
+        // One zero in every strip, and a top (2^-120) below 16: byte 0 is counted in the window, so
+        // the strip that also holds the planted value above the top has as many zeros as values
+        // outside, and must still be found to have one.
+        std::vector<float> one_zero(240, p2(-120));
+        one_zero[7] = 0.0f;
+        QTest::newRow("one zero a strip, top near the bottom") << one_zero;
         QTest::newRow("inf and nan only") << std::vector<float>{inf, nan, -inf};
         QTest::newRow("finite beside inf") << std::vector<float>{2.0f, inf, p2(-14), nan, 0.75f, p2(-30)};
         QTest::newRow("fp32 max") << std::vector<float>{std::numeric_limits<float>::max(), 1.0f, p2(112), p2(113)};
@@ -396,11 +404,13 @@ private slots:
     void fusedScanCountsEveryBinade()
     {
         QFETCH(std::vector<float>, pattern);
-        const int64_t n = 70000; // two chunks of 2^15 and a ragged third, blocks of 2,048, strips of 240
+        // Four chunks of 2^14 and a ragged fifth, strips of 240; the last strip holds 147 values, so
+        // that its last word of flags is ragged too, beside flags the strip before it left there.
+        const int64_t n = 70003;
         std::vector<float> v(static_cast<size_t>(n));
         for (size_t i = 0; i < v.size(); ++i) v[i] = pattern[i % pattern.size()];
-        // The largest value of some blocks sits only in their last strip: the earlier strips' window
-        // then starts at that block's top, far above their own values.
+        // A new top in a later strip of a chunk (its values above the window are left out of the
+        // count), after which the window starts far above every value that follows.
         for (size_t i = 2047; i < v.size(); i += 4096) v[i] = std::ldexp(1.0f, 100);
         const auto x = torch::from_blob(v.data(), {n}, torch::kFloat32).clone();
         const auto ref = compute_tensor_stats_reference(x, NumberFormat::FP32, 1.0f, {});
@@ -507,6 +517,119 @@ private slots:
             const auto many = tensor_stats_rows_cpu(sources);
             for (size_t r = 0; r < sources.size(); ++r)
                 QVERIFY2(torch::equal(many[r], one[r]), qPrintable(QString::number(r)));
+        }
+    }
+
+    // The CPU's attention max logit (causal_max_abs_score_cpu: groups of 4 queries, blocks of 16
+    // keys) against the ops' route it replaced: on integer heads, whose sums are exact in any
+    // order, bit for bit; on Gaussian heads to FP32 rounding. Heads of every size around the
+    // kernel's groups and blocks, ragged ones, heads read in place from a qkv-like output, and
+    // a last dimension that is not contiguous (copied first).
+    void attentionMaxLogitKernelIsTheOpsRoute_data()
+    {
+        QTest::addColumn<QList<int>>("shape"); // B, H, T, D
+        QTest::addColumn<QString>("layout");    // contiguous, qkv, strided
+        QTest::newRow("one query, one value") << QList<int>{1, 1, 1, 1} << "contiguous";
+        QTest::newRow("a group and one") << QList<int>{1, 2, 5, 3} << "contiguous";
+        QTest::newRow("a block of keys") << QList<int>{2, 1, 16, 8} << "contiguous";
+        QTest::newRow("a block and one") << QList<int>{1, 3, 17, 5} << "contiguous";
+        QTest::newRow("ragged") << QList<int>{2, 3, 37, 8} << "contiguous";
+        QTest::newRow("shakespeare-char, qkv") << QList<int>{3, 4, 64, 32} << "qkv";
+        QTest::newRow("ragged, qkv") << QList<int>{2, 2, 50, 24} << "qkv";
+        QTest::newRow("strided last dimension") << QList<int>{2, 2, 21, 6} << "strided";
+    }
+    void attentionMaxLogitKernelIsTheOpsRoute()
+    {
+        QFETCH(QList<int>, shape);
+        QFETCH(QString, layout);
+        const int64_t B = shape[0], H = shape[1], T = shape[2], D = shape[3];
+        const auto read = [&](const torch::Tensor& q, const torch::Tensor& k) -> std::pair<torch::Tensor, torch::Tensor> {
+            if (layout == "qkv") {
+                const auto rows = [&](const torch::Tensor& t) { return t.transpose(1, 2).reshape({B, T, H * D}); };
+                const auto qkv = torch::cat({rows(q), rows(k), torch::zeros({B, T, H * D})}, 2);
+                const auto heads = [&](int64_t part) { return qkv.narrow(2, part * H * D, H * D).view({B, T, H, D}).transpose(1, 2); };
+                return {heads(0), heads(1)};
+            }
+            if (layout == "strided") return {q.transpose(2, 3).contiguous().transpose(2, 3), k.transpose(2, 3).contiguous().transpose(2, 3)};
+            return {q, k};
+        };
+        const auto i = torch::arange(B * H * T * D, torch::kFloat32).view({B, H, T, D});
+        const auto integer_q = torch::remainder(i * 7.0f, 23.0f) - 11.0f, integer_k = torch::remainder(i * 5.0f, 19.0f) - 9.0f;
+        const auto [iq, ik] = read(integer_q, integer_k);
+        if (layout == "strided") QVERIFY(iq.stride(3) != 1);
+        const double exact = causal_max_abs_score_of_ops(integer_q, integer_k).item<double>();
+        QCOMPARE(causal_max_abs_score_cpu(iq, ik).item<double>(), exact);
+        torch::manual_seed(3);
+        const auto gq = torch::randn({B, H, T, D}), gk = torch::randn({B, H, T, D});
+        const auto [q, k] = read(gq, gk);
+        const double ops = causal_max_abs_score_of_ops(gq, gk).item<double>();
+        const double ours = causal_max_abs_score_cpu(q, k).item<double>();
+        QVERIFY2(std::abs(ours - ops) <= 1e-6 * ops, qPrintable(QString("%1 against %2").arg(ours).arg(ops)));
+    }
+
+    // A NaN product wins, as through amax; Inf times a zero is one. The largest product wins on
+    // any thread count, to the bit.
+    void attentionMaxLogitKernelNonFiniteAndThreads()
+    {
+        const ThreadCount restore;
+        const int64_t B = 2, H = 3, T = 40, D = 8;
+        torch::manual_seed(4);
+        auto q = torch::randn({B, H, T, D}), k = torch::randn({B, H, T, D});
+        at::set_num_threads(1);
+        const auto one = causal_max_abs_score_cpu(q, k);
+        for (int threads : {2, 3}) {
+            at::set_num_threads(threads);
+            QVERIFY(torch::equal(causal_max_abs_score_cpu(q, k), one));
+        }
+        auto nan_q = q.clone();
+        nan_q.index_put_({1, 2, T - 1, 5}, std::numeric_limits<float>::quiet_NaN()); // the last query of the last head
+        QVERIFY(std::isnan(causal_max_abs_score_cpu(nan_q, k).item<float>()));
+        auto inf_q = q.clone(), zero_k = k.clone();
+        inf_q.index_put_({0, 0, 3, 0}, std::numeric_limits<float>::infinity());
+        zero_k.index_put_({0, 0, torch::indexing::Slice(), 0}, 0.0f); // Inf times 0: NaN
+        QVERIFY(std::isnan(causal_max_abs_score_cpu(inf_q, zero_k).item<float>()));
+        // An Inf key: each query that sees it (all of them positive) gives +Inf. A ragged last
+        // group (39 queries) must not read a query past the last as 0 * Inf, a NaN.
+        auto inf_k = k.narrow(2, 0, T - 1).clone();
+        inf_k.index_put_({0, 0, 5, 0}, std::numeric_limits<float>::infinity());
+        const auto positive_q = q.narrow(2, 0, T - 1).abs() + 0.5f;
+        QCOMPARE(causal_max_abs_score_cpu(positive_q, inf_k).item<float>(), std::numeric_limits<float>::infinity());
+        // A future key inside the last group's block of keys (computed for the group, then left
+        // out for the queries before it): query T - 2 against key T - 1.
+        auto big_q = q.clone(), big_k = k.clone();
+        big_q.index_put_({1, 1, T - 2, 0}, 1e4f); // 1e8 against key T - 1; below 1e6 against any it sees
+        big_k.index_put_({1, 1, T - 1, 0}, 1e4f);
+        QVERIFY(causal_max_abs_score_cpu(big_q, big_k).item<float>() < 1e6f);
+        QCOMPARE(causal_max_abs_score_cpu(big_q, big_k).item<float>(), causal_max_abs_score_of_ops(big_q, big_k).item<float>());
+    }
+
+    // The update ratio's norms in one CPU pass: FP64 sums of sixteen lanes over chunks of 2^14,
+    // merged in order: each against an FP64 reference to FP64 rounding (a difference taken in
+    // FP32 first, or lanes dropped at a chunk's tail, would fail), and the same bits on any
+    // thread count.
+    void updateNormsInOnePass()
+    {
+        const ThreadCount restore;
+        const auto i = torch::arange(40003, torch::kFloat32); // two chunks and a ragged third, a ragged tail of 16
+        const std::vector<torch::Tensor> befores = {torch::sin(i * 0.37f) * 3.0f, torch::cos(i.narrow(0, 0, 21) * 0.11f)};
+        const std::vector<torch::Tensor> afters = {befores[0] + torch::cos(i * 0.73f) * 1e-3f + 1e-7f,
+                                                   befores[1] * 1.25f};
+        QVERIFY(update_norms_cpu_takes(befores, afters));
+        QVERIFY(!update_norms_cpu_takes(befores, {afters[0], afters[1].to(torch::kFloat64)}));
+        const auto transposed = [](const torch::Tensor& t) { return t.narrow(0, 0, 40000).view({200, 200}).t(); };
+        QVERIFY(!update_norms_cpu_takes({transposed(befores[0])}, {transposed(afters[0])}));
+        at::set_num_threads(1);
+        const auto norms = update_norms_cpu(befores, afters);
+        for (size_t p = 0; p < befores.size(); ++p) {
+            const auto b = befores[p].to(torch::kFloat64), a = afters[p].to(torch::kFloat64);
+            const double w = b.norm().item<double>(), u = (a - b).norm().item<double>();
+            const auto row = static_cast<int64_t>(p);
+            QVERIFY2(std::abs(norms[row][0].item<double>() - w) <= 1e-13 * w, qPrintable(QString::number(p)));
+            QVERIFY2(std::abs(norms[row][1].item<double>() - u) <= 1e-13 * u, qPrintable(QString::number(p)));
+        }
+        for (int threads : {2, 3}) {
+            at::set_num_threads(threads);
+            QVERIFY(torch::equal(update_norms_cpu(befores, afters), norms));
         }
     }
 
@@ -1072,7 +1195,8 @@ private slots:
             const auto& b = before.at(t.layer);
             const double expected = (after.at(t.layer).to(torch::kFloat64) - b.to(torch::kFloat64)).norm().item<double>() /
                                     b.to(torch::kFloat64).norm().item<double>();
-            QVERIFY2(std::abs(t.update_ratio - expected) <= 1e-5 * expected,
+            // FP64 sums on the CPU (update_norms_cpu); a GPU's multi-tensor norms are FP32's.
+            QVERIFY2(std::abs(t.update_ratio - expected) <= 1e-12 * expected,
                      qPrintable(QString("%1: %2 against %3").arg(t.layer.c_str()).arg(t.update_ratio).arg(expected)));
             ++checked;
         }
