@@ -21,6 +21,18 @@ namespace mantissa {
 
 std::atomic<bool> g_stop_requested{false};
 
+namespace {
+
+// The step time leaves out what follows a telemetry step (its frame's read-back, the sinks);
+// this is what a step costs the run with them (bench/telemetry.py reads both).
+void print_loop_time(const RunSummary& summary)
+{
+    std::printf("mean loop time: %.3f ms a step (the step, its telemetry frame and the sinks)\n",
+                summary.mean_loop_time_ms);
+}
+
+} // namespace
+
 extern "C" void on_sigint(int)
 {
     if (g_stop_requested.exchange(true)) {
@@ -83,6 +95,7 @@ int train_session(RunSession& session, const std::string& db_path, DataParallelJ
                 summary.final_train_loss);
     if (summary.final_val_loss >= 0) std::printf(", val loss %.4f", summary.final_val_loss);
     std::printf("\nmean step time: %.3f ms (%.0f tokens/s)\n", summary.mean_step_time_ms, summary.tokens_per_s);
+    print_loop_time(summary);
     if (summary.peak_device_memory_bytes >= 0)
         std::printf("peak device memory: %.1f MiB\n", static_cast<double>(summary.peak_device_memory_bytes) / 1048576.0);
     std::printf("saved as run %lld in %s\n", static_cast<long long>(session.run_id()), db_path.c_str());
@@ -153,6 +166,7 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
             const auto summary = trainer.run(console);
             if (job.dp) finish_rank(*job.dp, trainer);
             std::printf("mean step time: %.3f ms (%.0f tokens/s)\n", summary.mean_step_time_ms, summary.tokens_per_s);
+            print_loop_time(summary);
             if (summary.peak_device_memory_bytes >= 0)
                 std::printf("peak device memory: %.1f MiB\n",
                             static_cast<double>(summary.peak_device_memory_bytes) / 1048576.0);

@@ -11,10 +11,13 @@ previous commit) run in the same rounds, so all are measured under the same mach
 import argparse
 import os
 import statistics
+import re
 import tempfile
 from types import SimpleNamespace
 
 from benchlib import add_common_args, data_path, run_cli
+
+LOOP_RE = re.compile(r"mean loop time: ([0-9.]+) ms")
 
 
 def main():
@@ -40,23 +43,35 @@ def main():
         builds["baseline" if len(args.baseline) == 1 else f"base{i + 1}"] = SimpleNamespace(build=b)
     builds["this"] = args
     times = {(b, c): [] for b in builds for c in cadences}
+    loops = {(b, c): [] for b in builds for c in cadences}  # empty for a build that does not print it
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             for b, build in builds.items():
                 for c in cadences:
                     sets = [f"data.path={data}", f"training.steps={args.steps}", "eval.interval=0", "eval.batches=1",
                             "eval.sample_tokens=0", f"telemetry.interval={c}", f"precision.preset={args.preset}"]
-                    times[(b, c)].append(run_cli(build, os.path.join(tmp, "b.sqlite"), sets)[0])
+                    ms, out = run_cli(build, os.path.join(tmp, "b.sqlite"), sets)
+                    times[(b, c)].append(ms)
+                    loop = LOOP_RE.search(out)
+                    if loop:
+                        loops[(b, c)].append(float(loop.group(1)))
                 print(f"round {r + 1} {b}: " + ", ".join(f"interval {c}: {times[(b, c)][-1]:.1f} ms" for c in cadences),
                       flush=True)
     threads = f", OMP_NUM_THREADS={args.threads}" if args.threads else ""
     print(f"\n{args.preset}, {args.steps} steps x {args.rounds} rounds{threads} (median ms/step):")
+    print("step: the training step alone; loop: the step with its telemetry frame's read-back and the sinks,"
+          " what statistics cost the run (builds before 2026-12-05 print no loop time)")
     for b in builds:
         base = statistics.median(times[(b, 0)])
+        loop_base = statistics.median(loops[(b, 0)]) if loops[(b, 0)] else None
         for c in cadences:
             m = statistics.median(times[(b, c)])
             label = "off" if c == 0 else f"every {c} step{'s' if c > 1 else ''}"
-            print(f"  {b:8s} telemetry {label:14s} {m:7.2f} ms   overhead {100 * (m / base - 1):+.1f}%")
+            line = f"  {b:8s} telemetry {label:14s} step {m:7.2f} ms {100 * (m / base - 1):+6.1f}%"
+            if loop_base and loops[(b, c)]:
+                lm = statistics.median(loops[(b, c)])
+                line += f"   loop {lm:7.2f} ms {100 * (lm / loop_base - 1):+6.1f}%"
+            print(line)
 
 
 if __name__ == "__main__":

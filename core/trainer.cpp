@@ -305,7 +305,7 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
 
     // Steps before this one are warm-up (allocator, caches) and stay out of the mean.
     const int64_t timed_from = std::min<int64_t>(10, cfg.training.steps / 10) + 1;
-    double timed_ms = 0.0;
+    double timed_ms = 0.0, timed_loop_ms = 0.0;
     int64_t timed_steps = 0;
     const int64_t first_step = step;
     TelemetryStep telemetry;
@@ -411,6 +411,7 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
         summary.final_train_loss = m.train_loss;
         if (step - first_step >= timed_from) {
             timed_ms += ms;
+            timed_loop_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             ++timed_steps;
         }
         if (evaluates && s.is_rank0()) evaluate(step);
@@ -422,6 +423,7 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
     if (step > first_step && s.is_rank0()) s.write_periodic_checkpoint(sink);
     summary.steps_done = step;
     summary.mean_step_time_ms = timed_steps > 0 ? timed_ms / static_cast<double>(timed_steps) : 0.0;
+    summary.mean_loop_time_ms = timed_steps > 0 ? timed_loop_ms / static_cast<double>(timed_steps) : 0.0;
     summary.tokens_per_s = summary.mean_step_time_ms > 0 ? tokens_per_step / (summary.mean_step_time_ms / 1000.0) : 0;
     if (s.device.is_cuda()) summary.peak_device_memory_bytes = read_memory(s.cuda_device()).cuda_peak_bytes;
     sink.on_event(event_at(step, summary.stopped_early ? EventKind::RunStopped : EventKind::RunFinished));

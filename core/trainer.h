@@ -24,6 +24,10 @@ struct RunSummary {
     double final_train_loss = 0.0;  // last step's training loss
     double final_val_loss = -1.0;   // last evaluation; < 0 when none ran
     double mean_step_time_ms = 0.0; // excludes the first steps (allocator and cache warm-up)
+    // The same steps from boundary to boundary: the step, and after it its telemetry frame's
+    // read-back and the sinks (evaluations and checkpoints left out). What statistics cost a
+    // run, where the step time leaves out the frame.
+    double mean_loop_time_ms = 0.0;
     double tokens_per_s = 0.0;
     int64_t skipped_steps = 0;
     int64_t peak_device_memory_bytes = -1; // CUDA caching allocator's peak; -1 on a CPU
