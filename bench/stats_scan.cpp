@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// Cost of the CPU statistics scan (tensor_stats_rows_cpu) of one shakespeare-char-sized tensor,
+// by what the values look like; of the attention max logit of one layer's heads, the CPU kernel
+// against the ops' route; and of the update ratio's norms of shakespeare-char's weights, one
+// pass against LibTorch's: where a telemetry step's extra time goes (issue 12).
+//   build/dev/bench/stats_scan [values reps]
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include <torch/torch.h>
+
+#include "cpu_attention_scores.h"
+#include "cpu_update_norms.h"
+#include "gpt_model.h"
+#include "tensor_stats.h"
+
+using namespace mantissa;
+
+namespace {
+
+template <typename F>
+double micros(int reps, F&& f)
+{
+    f();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) f();
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps;
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    // 768 tokens x 128: an activation; a whole number of softmax rows of 64.
+    const int64_t n = (argc > 1 ? std::atoll(argv[1]) : 98304) / 64 * 64;
+    const int reps = argc > 2 ? std::atoi(argv[2]) : 2000;
+    torch::manual_seed(0);
+    const auto gauss = torch::randn({n});
+    struct Case {
+        const char* name;
+        torch::Tensor x;
+    };
+    // GELU's output spans dozens of binades below its top (its negative tail), as do softmax's
+    // probabilities; a gradient is Gaussian-like, far below 1.
+    const Case cases[] = {{"gaussian", gauss},
+                          {"gelu output", torch::gelu(gauss * 3)},
+                          {"gradient-like (1e-4)", gauss * 1e-4},
+                          {"softmax rows of 64", torch::softmax(gauss.view({-1, 64}) * 8, -1).view({-1})}};
+    std::printf("%lld values, %d repetitions, %d threads\n", static_cast<long long>(n), reps, at::get_num_threads());
+    for (const auto& c : cases) {
+        const double fp32 = micros(reps, [&] { tensor_stats_rows_cpu({{c.x, NumberFormat::FP32, 1.0f, {}}}); });
+        const auto bf16 = c.x.to(torch::kBFloat16).to(torch::kFloat32);
+        const double cmp = micros(reps, [&] { tensor_stats_rows_cpu({{c.x, NumberFormat::BF16, 1.0f, bf16}}); });
+        std::printf("  %-22s  FP32 %8.1f us (%.3f ns/value)   BF16 compared %8.1f us (%.3f ns/value)\n", c.name, fp32,
+                    1e3 * fp32 / static_cast<double>(n), cmp, 1e3 * cmp / static_cast<double>(n));
+    }
+    // shakespeare-char's heads, read in place from the qkv projection's output as the model does.
+    const int64_t B = 12, H = 4, T = 64, D = 32;
+    const auto qkv = torch::randn({B, T, 3 * H * D});
+    const auto heads = [&](int64_t part) {
+        return qkv.narrow(2, part * H * D, H * D).view({B, T, H, D}).transpose(1, 2); // (B, H, T, D)
+    };
+    const auto q = heads(0), k = heads(1);
+    const auto ll = [](int64_t v) { return static_cast<long long>(v); };
+    std::printf("  attention max logit, (B, H, T, D) = (%lld, %lld, %lld, %lld): kernel %.1f us, ops %.1f us\n", ll(B),
+                ll(H), ll(T), ll(D), micros(reps, [&] { causal_max_abs_score_cpu(q, k); }),
+                micros(reps, [&] { causal_max_abs_score_of_ops(q, k); }));
+    std::vector<torch::Tensor> befores, afters; // the 17 weights of the model, 0.8 M values
+    for (int layer = 0; layer < 4; ++layer)
+        for (const auto& [rows, cols] : {std::pair{384, 128}, {128, 128}, {512, 128}, {128, 512}}) {
+            befores.push_back(torch::randn({rows, cols}));
+            afters.push_back(befores.back() + torch::randn({rows, cols}) * 1e-3);
+        }
+    befores.push_back(torch::randn({65, 128}));
+    afters.push_back(befores.back() * 1.001);
+    std::printf("  update ratio's norms, 17 weights: one pass %.1f us, LibTorch %.1f us\n",
+                micros(reps, [&] { update_norms_cpu(befores, afters); }), micros(reps, [&] {
+                    torch::stack(torch::_foreach_norm(befores));
+                    torch::stack(torch::_foreach_norm(torch::_foreach_sub(afters, befores)));
+                }));
+    return 0;
+}
