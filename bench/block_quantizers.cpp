@@ -5,7 +5,6 @@
 // and the columnwise casts' transposing copy, LibTorch's against contiguous_on_threads.
 //   build/dev/bench/block_quantizers [rows cols reps]
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
@@ -16,20 +15,9 @@
 #include "cpu_transpose.h"
 #include "quantize.h"
 
+#include "micros.h"
+
 using namespace mantissa;
-
-namespace {
-
-template <typename F>
-double micros(int reps, F&& f)
-{
-    f();
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < reps; ++i) f();
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps;
-}
-
-} // namespace
 
 int main(int argc, char** argv)
 {

@@ -5,7 +5,6 @@
 // pass against LibTorch's: where a telemetry step's extra time goes (issue 12).
 //   build/dev/bench/stats_scan [values reps]
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
@@ -16,20 +15,9 @@
 #include "gpt_model.h"
 #include "tensor_stats.h"
 
+#include "micros.h"
+
 using namespace mantissa;
-
-namespace {
-
-template <typename F>
-double micros(int reps, F&& f)
-{
-    f();
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < reps; ++i) f();
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps;
-}
-
-} // namespace
 
 int main(int argc, char** argv)
 {
