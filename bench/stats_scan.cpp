@@ -3,7 +3,7 @@
 // by what the values look like; of the attention max logit of one layer's heads, the CPU kernel
 // against the ops' route; and of the update ratio's norms of shakespeare-char's weights, one
 // pass against LibTorch's: where a telemetry step's extra time goes (issue 12).
-//   build/dev/bench/stats_scan [values reps]
+//   build/dev/bench/stats_scan [values reps [B H T D]]
 
 #include <cstdio>
 #include <cstdlib>
@@ -44,8 +44,9 @@ int main(int argc, char** argv)
         std::printf("  %-22s  FP32 %8.1f us (%.3f ns/value)   BF16 compared %8.1f us (%.3f ns/value)\n", c.name, fp32,
                     1e3 * fp32 / static_cast<double>(n), cmp, 1e3 * cmp / static_cast<double>(n));
     }
-    // shakespeare-char's heads, read in place from the qkv projection's output as the model does.
-    const int64_t B = 12, H = 4, T = 64, D = 32;
+    // shakespeare-char's heads (or B H T D), read in place from the qkv projection's output as the model does.
+    const auto arg = [&](int i, int64_t otherwise) { return argc > i ? std::atoll(argv[i]) : otherwise; };
+    const int64_t B = arg(3, 12), H = arg(4, 4), T = arg(5, 64), D = arg(6, 32);
     const auto qkv = torch::randn({B, T, 3 * H * D});
     const auto heads = [&](int64_t part) {
         return qkv.narrow(2, part * H * D, H * D).view({B, T, H, D}).transpose(1, 2); // (B, H, T, D)
