@@ -353,9 +353,9 @@ private slots:
         if (format != NumberFormat::FP32 && scale > 0.0f) QVERIFY(ref.overflow > 0);
     }
 
-    // Each edge value alone in its chunk of the fused scan (chunks are 2^15 values): the
-    // vectorized summary pass decides whether a chunk needs its subnormal pass, so a lone
-    // subnormal, the largest one included, must still be binned.
+    // Each edge value alone in its chunk of the fused scan (chunks are 2^14 values): the
+    // vectorized count decides whether a chunk needs its subnormal pass, so a lone subnormal,
+    // the largest one included, must still be binned.
     void fusedScanOfLoneEdgeValues()
     {
         const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
@@ -458,11 +458,11 @@ private slots:
         QFETCH(int, subnormals);
         QFETCH(int, overflows);
         QFETCH(bool, castNaN);
-        const int64_t n = 40000; // a chunk of 2^15 and a second one
+        const int64_t n = 40000; // two chunks of 2^14 and a ragged third
         const auto i = torch::arange(n, torch::kFloat32);
         auto x = (0.75f + 0.5f * torch::sin(i * 0.37f)) / scale; // codes between 0.25 and 1.25: no verdicts
-        x[20001] = planted; // inside the first chunk, far from its tail
-        x[n - 3000] = -planted; // and in the second
+        x[20001] = planted; // inside the second chunk, far from its tail
+        x[n - 3000] = -planted; // and in the third
         const auto q = format_info(format).is_fp8 ? round_to_format(x * scale, format, Overflow::Saturate) / scale
                                                   : round_to_format(x, format, Overflow::Propagate);
         if (castNaN) {
@@ -498,7 +498,7 @@ private slots:
     void statsRowsAreTheSameOnAnyThreadCount()
     {
         const ThreadCount restore;
-        const int64_t n = 5 * 32768 + 123; // five chunks and a ragged sixth
+        const int64_t n = 5 * 32768 + 123; // ten chunks of 2^14 and a ragged eleventh
         const auto i = torch::arange(n, torch::kFloat32);
         auto x = torch::sin(i * 0.37f) * torch::exp2(torch::remainder(i * 7.0f, 40.0f) - 20.0f);
         x[777] = 0.0f;
