@@ -181,6 +181,12 @@ struct ScanInput {
 constexpr uint32_t kWindow = 16;
 constexpr int64_t kStrip = 240; // <= 255, and a multiple of 16 lanes
 
+// The scan goes by chunks of a fixed size, each summed on its own and merged in order, so that
+// a row does not depend on the thread count. Small enough that an activation of
+// shakespeare-char (96 K values) splits evenly over two threads: in chunks of 32 K one thread
+// scanned two and the other one. Chunks of 8 K were slower again: each has its own histogram.
+constexpr int64_t kChunk = 1 << 14;
+
 struct StripCount {
     uint32_t sums[4] = {0, 0, 0, 0};
     uint32_t amax_bits = 0, zeros = 0, subnormals = 0;
@@ -273,6 +279,20 @@ void scan_uncompared(const float* xp, int64_t begin, int64_t end, RowAccumulator
     std::array<uint8_t, kStrip> outside_at;
     uint32_t amax = finite_amax_bits(xp, begin, std::min(begin + kStrip, end)), top = amax >> 23;
     int64_t nans = 0, zeros = 0, subnormals = 0;
+    // The window's counts, two 16-bit counters a word: word 2i holds bytes 0 and 2 of sum i
+    // (binades top - 4i and top - 4i - 2), word 2i + 1 bytes 1 and 3, added to the table when
+    // the top moves and at the end. Unpacking every strip's sums took about 7% of the scan
+    // (bench/stats_scan, 2026-12-05).
+    static_assert((kChunk + kStrip - 1) / kStrip * 255 <= 0xFFFF, "a chunk's counts fit 16 bits");
+    TORCH_CHECK(end - begin <= kChunk, "the statistics scan takes a chunk at a time");
+    uint32_t window[8] = {};
+    const auto flush_window = [&] {
+        for (uint32_t j = 0; j < kWindow && j < top; ++j) { // top - j >= 1
+            const uint32_t word = window[2 * (j / 4) + (j % 2)];
+            h[top - j] += (word >> (16u * ((j % 4) / 2))) & 0xFFFFu;
+        }
+        std::fill(std::begin(window), std::end(window), 0u);
+    };
     for (int64_t s = begin; s < end; s += kStrip) {
         const int64_t e = std::min(s + kStrip, end);
         for (int64_t i = s; i < e; i += kLine) { // a strip's worth of lines at a time
@@ -280,8 +300,10 @@ void scan_uncompared(const float* xp, int64_t begin, int64_t end, RowAccumulator
             if (qp) __builtin_prefetch(qp + i); // for the comparison pass that follows the range
         }
         const StripCount c = count_strip(xp, s, e, top);
-        for (uint32_t j = 0; j < kWindow && j < top; ++j) // top - j >= 1
-            h[top - j] += (c.sums[j / 4] >> (8u * (j % 4))) & 0xFFu;
+        for (int i = 0; i < 4; ++i) {
+            window[2 * i] += c.sums[i] & 0x00FF00FFu;
+            window[2 * i + 1] += (c.sums[i] >> 8) & 0x00FF00FFu;
+        }
         zeros += c.zeros, subnormals += c.subnormals;
         if (outside_of(c, e - s, top) != 0) {
             mark_outside(xp, s, e, top, outside_at.data());
@@ -300,8 +322,11 @@ void scan_uncompared(const float* xp, int64_t begin, int64_t end, RowAccumulator
             }
         }
         amax = std::max(amax, c.amax_bits);
-        top = amax >> 23; // never lower: a window that follows each strip's own top left more values outside
+        // Never lower: a window that follows each strip's own top left more values outside.
+        if (amax >> 23 != top) flush_window();
+        top = amax >> 23;
     }
+    flush_window();
     for (uint32_t b = 1; b < 256; ++b) // normal binades, and 255 (Inf, NaN) on kNonFinite
         a.bins[b + 23] += h[b];
     a.bins[row::kZeros] += zeros;
@@ -547,11 +572,7 @@ std::vector<torch::Tensor> tensor_stats_rows_cpu(const std::vector<StatsSource>&
         size_t input;
         int64_t begin, end;
     };
-    // Chunks of a fixed size (the row must not depend on the thread count), small enough that
-    // an activation of shakespeare-char (96 K values) splits evenly over two threads: in chunks
-    // of 32 K one thread scanned two and the other one. Chunks of 8 K were slower again: each
-    // has its own histogram to merge.
-    constexpr int64_t kChunk = 1 << 14;
+    // Chunks of kChunk values: the row must not depend on the thread count.
     std::vector<Chunk> chunks;
     for (size_t i = 0; i < sources.size(); ++i) {
         const auto& s = sources[i];
