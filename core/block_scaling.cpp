@@ -752,29 +752,28 @@ void nvfp4_range(const float* x, const Grid& g, const Buffers& b, const Nvfp4Blo
     }
 }
 
+// nvfp4_row_blocks' loop, with the choice of rounding made once per range, not per block.
+template <bool kStochastic>
+inline void nvfp4_row_blocks_rounded(const float* x, const Buffers& b, const Nvfp4BlockScales& s, uint64_t seed,
+                                     int64_t begin, int64_t end)
+{
+    for (int64_t k = begin; k < end; ++k) {
+        if (std::isfinite(b.am[k]))
+            nvfp4_row16<kStochastic>(x + 16 * k, b.out + 16 * k, s.element[k], s.value[k], seed,
+                                     static_cast<uint32_t>(16 * k));
+        else
+            std::fill_n(b.out + 16 * k, 16, kNaN);
+    }
+}
+
 // nvfp4_range for 1x16 blocks of rows that hold whole blocks: block k is elements
 // [16k, 16k + 16), and its stochastic-rounding indices start at 16k.
 MANTISSA_VECTOR_CLONES
 void nvfp4_row_blocks(const float* x, const Buffers& b, const Nvfp4BlockScales& s, const uint64_t* sr_seed,
                       int64_t begin, int64_t end)
 {
-    // Two loops, so that the choice of rounding is made once per range, not per block.
-    if (sr_seed) {
-        for (int64_t k = begin; k < end; ++k) {
-            if (std::isfinite(b.am[k]))
-                nvfp4_row16<true>(x + 16 * k, b.out + 16 * k, s.element[k], s.value[k], *sr_seed,
-                                  static_cast<uint32_t>(16 * k));
-            else
-                std::fill_n(b.out + 16 * k, 16, kNaN);
-        }
-        return;
-    }
-    for (int64_t k = begin; k < end; ++k) {
-        if (std::isfinite(b.am[k]))
-            nvfp4_row16<false>(x + 16 * k, b.out + 16 * k, s.element[k], s.value[k], 0, 0);
-        else
-            std::fill_n(b.out + 16 * k, 16, kNaN);
-    }
+    if (sr_seed) nvfp4_row_blocks_rounded<true>(x, b, s, *sr_seed, begin, end);
+    else nvfp4_row_blocks_rounded<false>(x, b, s, 0, begin, end);
 }
 
 // `seed_from_content`: stochastic rounding seeded with content_seed(x_in) (sr_seed unused).

@@ -18,11 +18,13 @@ constexpr int64_t kGrain = 32768; // elements per parallel task: a few microseco
 // no-grad (a custom Function's forward and backward, where the emulator's casts run).
 bool untracked(const torch::Tensor& x) { return !x.requires_grad() || !torch::GradMode::is_enabled(); }
 
-bool fused_cpu(const torch::Tensor& x, RoundKernel kernel)
+// An FP32 CPU tensor a fused pass may take, in whatever layout (Auto).
+bool fusable_cpu(const torch::Tensor& x, RoundKernel kernel)
 {
-    return kernel == RoundKernel::Auto && x.device().is_cpu() && x.scalar_type() == torch::kFloat32 &&
-           x.is_contiguous() && untracked(x);
+    return kernel == RoundKernel::Auto && x.device().is_cpu() && x.scalar_type() == torch::kFloat32 && untracked(x);
 }
+
+bool fused_cpu(const torch::Tensor& x, RoundKernel kernel) { return fusable_cpu(x, kernel) && x.is_contiguous(); }
 
 MANTISSA_VECTOR_CLONES
 void bf16_range(const float* x, float* out, int64_t begin, int64_t end)
@@ -141,8 +143,7 @@ torch::Tensor round_to_format(const torch::Tensor& x_in, NumberFormat format, Ov
 {
     const bool fp8_saturated = format_info(format).is_fp8 && overflow == Overflow::Saturate;
     if (fp8_saturated && fused_cpu(x_in, kernel)) return scaled_round_saturated(x_in, 1.0f, format, kernel);
-    if (format == NumberFormat::BF16 && kernel == RoundKernel::Auto && x_in.device().is_cpu() &&
-        x_in.scalar_type() == torch::kFloat32 && untracked(x_in))
+    if (format == NumberFormat::BF16 && fusable_cpu(x_in, kernel))
         if (auto out = round_bf16_strided(x_in); out.defined()) return out;
     const auto x = x_in.to(torch::kFloat32);
     const FormatInfo& info = format_info(format);
