@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Cost of the CPU statistics scan (tensor_stats_rows_cpu) of one shakespeare-char-sized tensor,
-// by what the values look like; of the attention max logit of one layer's heads, the CPU kernel
+// by what the values look like, with the count this CPU gets (AVX-512 where it has it)
+// and with the portable one; of the attention max logit of one layer's heads, the CPU kernel
 // against the ops' route; and of the update ratio's norms of shakespeare-char's weights, one
 // pass against LibTorch's: where a telemetry step's extra time goes (issue 12).
 //   build/dev/bench/stats_scan [values reps [B H T D]]
@@ -11,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "cpu_attention_scores.h"
+#include "cpu_binade_count.h"
 #include "cpu_update_norms.h"
 #include "gpt_model.h"
 #include "tensor_stats.h"
@@ -37,12 +39,16 @@ int main(int argc, char** argv)
                           {"gradient-like (1e-4)", gauss * 1e-4},
                           {"softmax rows of 64", torch::softmax(gauss.view({-1, 64}) * 8, -1).view({-1})}};
     std::printf("%lld values, %d repetitions, %d threads\n", static_cast<long long>(n), reps, at::get_num_threads());
-    for (const auto& c : cases) {
-        const double fp32 = micros(reps, [&] { tensor_stats_rows_cpu({{c.x, NumberFormat::FP32, 1.0f, {}}}); });
-        const auto bf16 = c.x.to(torch::kBFloat16).to(torch::kFloat32);
-        const double cmp = micros(reps, [&] { tensor_stats_rows_cpu({{c.x, NumberFormat::BF16, 1.0f, bf16}}); });
-        std::printf("  %-22s  FP32 %8.1f us (%.3f ns/value)   BF16 compared %8.1f us (%.3f ns/value)\n", c.name, fp32,
-                    1e3 * fp32 / static_cast<double>(n), cmp, 1e3 * cmp / static_cast<double>(n));
+    std::printf("  the scan's count here: %s\n", binade_count_avx512_available() ? "AVX-512 words" : "portable");
+    for (const auto kernel : {StatsKernel::FusedCpu, StatsKernel::FusedCpuPortable}) {
+        if (kernel == StatsKernel::FusedCpuPortable) std::printf("  with the portable count:\n");
+        for (const auto& c : cases) {
+            const double fp32 = micros(reps, [&] { tensor_stats_rows_cpu({{c.x, NumberFormat::FP32, 1.0f, {}}}, kernel); });
+            const auto bf16 = c.x.to(torch::kBFloat16).to(torch::kFloat32);
+            const double cmp = micros(reps, [&] { tensor_stats_rows_cpu({{c.x, NumberFormat::BF16, 1.0f, bf16}}, kernel); });
+            std::printf("  %-22s  FP32 %8.1f us (%.3f ns/value)   BF16 compared %8.1f us (%.3f ns/value)\n", c.name,
+                        fp32, 1e3 * fp32 / static_cast<double>(n), cmp, 1e3 * cmp / static_cast<double>(n));
+        }
     }
     // shakespeare-char's heads (or B H T D), read in place from the qkv projection's output as the model does.
     const auto arg = [&](int i, int64_t otherwise) { return argc > i ? std::atoll(argv[i]) : otherwise; };

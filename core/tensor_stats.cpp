@@ -13,6 +13,7 @@
 
 #include <ATen/Parallel.h>
 
+#include "cpu_binade_count.h"
 #include "kernel_probe.h"
 #include "vector_clones.h"
 
@@ -259,26 +260,23 @@ void mark_outside(const float* xp, int64_t begin, int64_t end, uint32_t top, uin
     }
 }
 
-// The histogram, zeros, non-finite and amax of [begin, end) with no cast to compare, in one
-// pass. Subnormals share byte 0 with zeros and are binned by a second pass that runs only when
-// there are any. qp: the cast, when a comparison pass over the same range follows (its lines
-// are asked for as x's are counted), or nullptr.
+// The portable count of [begin, end) (at most a chunk): the histogram by biased exponent, zeros,
+// subnormals, NaNs and the finite amax, in one vector pass of 16 lanes.
 //
 // The count asks for the lines kPrefetch values ahead as it goes, for a tensor that is no
 // longer in cache (the weights' gradients, read after the backward; anything larger than the
 // caches): when every row was read after the backward, the vector pass alone waited on memory
-// for three quarters of its samples (perf, 2026-12-05).
+// for three quarters of its samples (perf, 2026-12-05). qp: the cast, when a comparison pass
+// over the same range follows (its lines are asked for as x's are counted), or nullptr.
 constexpr int64_t kPrefetch = 2048; // 8 KB ahead
-void scan_uncompared(const float* xp, int64_t begin, int64_t end, RowAccumulator& a, const float* qp = nullptr)
+BinadeCount count_portable(const float* xp, int64_t begin, int64_t end, const float* qp)
 {
-    static_assert(row::kNonFinite == 255 + 23 && row::kFirstBin + (-126 - kMinExponent) == 1 + 23,
-                  "a normal value's slot is its biased exponent + 23");
     static_assert(kStrip % 8 == 0, "the flags are read eight at a time");
     constexpr int64_t kLine = 64 / sizeof(float);
-    std::array<uint32_t, 256> h{}; // by biased exponent; byte 0 (zeros, subnormals) left out
+    BinadeCount out;
+    auto& h = out.by_biased; // byte 0 (zeros, subnormals) left out
     std::array<uint8_t, kStrip> outside_at;
     uint32_t amax = finite_amax_bits(xp, begin, std::min(begin + kStrip, end)), top = amax >> 23;
-    int64_t nans = 0, zeros = 0, subnormals = 0;
     // The window's counts, two 16-bit counters a word: word 2i holds bytes 0 and 2 of sum i
     // (binades top - 4i and top - 4i - 2), word 2i + 1 bytes 1 and 3, added to the table when
     // the top moves and at the end. Unpacking every strip's sums took about 7% of the scan
@@ -304,7 +302,7 @@ void scan_uncompared(const float* xp, int64_t begin, int64_t end, RowAccumulator
             window[2 * i] += c.sums[i] & 0x00FF00FFu;
             window[2 * i + 1] += (c.sums[i] >> 8) & 0x00FF00FFu;
         }
-        zeros += c.zeros, subnormals += c.subnormals;
+        out.zeros += c.zeros, out.subnormals += c.subnormals;
         if (outside_of(c, e - s, top) != 0) {
             mark_outside(xp, s, e, top, outside_at.data());
             // Eight flags a word (each 0 or 1); a strip's last word may hold a previous strip's.
@@ -317,7 +315,7 @@ void scan_uncompared(const float* xp, int64_t begin, int64_t end, RowAccumulator
                     uint32_t bits;
                     std::memcpy(&bits, xp + s + w + std::countr_zero(word) / 8, sizeof bits);
                     ++h[(bits >> 23) & 0xFFu];
-                    nans += (bits & 0x7FFFFFFFu) > 0x7F800000u; // above every finite top: always outside
+                    out.nans += (bits & 0x7FFFFFFFu) > 0x7F800000u; // above every finite top: always outside
                 }
             }
         }
@@ -327,10 +325,26 @@ void scan_uncompared(const float* xp, int64_t begin, int64_t end, RowAccumulator
         top = amax >> 23;
     }
     flush_window();
+    out.amax_bits = amax;
+    return out;
+}
+
+// The histogram, zeros, non-finite and amax of [begin, end) with no cast to compare: the AVX-512
+// count where the CPU has it and the caller asks for it (core/cpu_binade_count.h), else the
+// portable one. Subnormals share byte 0 with zeros and are binned by a second pass that runs
+// only when there are any.
+void scan_uncompared(const float* xp, int64_t begin, int64_t end, bool avx512, RowAccumulator& a,
+                     const float* qp = nullptr)
+{
+    static_assert(row::kNonFinite == 255 + 23 && row::kFirstBin + (-126 - kMinExponent) == 1 + 23,
+                  "a normal value's slot is its biased exponent + 23");
+    BinadeCount c;
+    if (avx512) binade_count_avx512(xp + begin, end - begin, c, qp ? qp + begin : nullptr);
+    else c = count_portable(xp, begin, end, qp);
     for (uint32_t b = 1; b < 256; ++b) // normal binades, and 255 (Inf, NaN) on kNonFinite
-        a.bins[b + 23] += h[b];
-    a.bins[row::kZeros] += zeros;
-    if (subnormals > 0) {
+        a.bins[b + 23] += c.by_biased[b];
+    a.bins[row::kZeros] += c.zeros;
+    if (c.subnormals > 0) {
         for (int64_t j = begin; j < end; ++j) {
             uint32_t m;
             std::memcpy(&m, xp + j, sizeof m);
@@ -338,8 +352,8 @@ void scan_uncompared(const float* xp, int64_t begin, int64_t end, RowAccumulator
             if (m - 1u < 0x007FFFFFu) ++a.bins[static_cast<size_t>(stats_value::slot_of(m))];
         }
     }
-    a.nans += nans;
-    a.amax_bits = std::max(a.amax_bits, amax);
+    a.nans += c.nans;
+    a.amax_bits = std::max(a.amax_bits, c.amax_bits);
 }
 
 // What comparing [begin, end) of x with its cast adds to a row: stats_value::compare_cast's rules
@@ -469,9 +483,9 @@ bool no_scaled_verdicts(uint32_t x_max, const float* qp, int64_t begin, int64_t 
 }
 
 // x's histogram, zeros, NaNs and amax as for a row without a cast, then its comparison.
-void scan(const ScanInput& in, int64_t begin, int64_t end, RowAccumulator& a)
+void scan(const ScanInput& in, int64_t begin, int64_t end, bool avx512, RowAccumulator& a)
 {
-    scan_uncompared(in.xp, begin, end, a, in.qp);
+    scan_uncompared(in.xp, begin, end, avx512, a, in.qp);
     if (!in.qp) return;
     // a.amax_bits now holds at least the range's largest finite |x| (more only if `a` held an
     // earlier range's, which can only send the range to the verdicts' pass).
@@ -499,9 +513,10 @@ torch::Tensor row_of(const RowAccumulator& total)
     return out;
 }
 
-torch::Tensor fused_cpu_row(const torch::Tensor& x, NumberFormat format, float scale, const torch::Tensor& dequantized)
+torch::Tensor fused_cpu_row(const torch::Tensor& x, NumberFormat format, float scale, const torch::Tensor& dequantized,
+                            StatsKernel kernel = StatsKernel::FusedCpu)
 {
-    return tensor_stats_rows_cpu({{x, format, scale, dequantized}}).front();
+    return tensor_stats_rows_cpu({{x, format, scale, dequantized}}, kernel).front();
 }
 
 // The same row from tensor ops on x's device: no host sync, nothing but x and `dequantized` read.
@@ -564,8 +579,11 @@ torch::Tensor tensor_ops_row(const torch::Tensor& x_in, NumberFormat format, con
 
 } // namespace
 
-std::vector<torch::Tensor> tensor_stats_rows_cpu(const std::vector<StatsSource>& sources)
+std::vector<torch::Tensor> tensor_stats_rows_cpu(const std::vector<StatsSource>& sources, StatsKernel kernel)
 {
+    TORCH_CHECK(kernel == StatsKernel::FusedCpu || kernel == StatsKernel::FusedCpuPortable,
+                "tensor_stats_rows_cpu: a fused CPU kernel");
+    const bool avx512 = kernel == StatsKernel::FusedCpu && binade_count_avx512_available();
     torch::NoGradGuard no_grad;
     std::vector<ScanInput> inputs(sources.size());
     struct Chunk {
@@ -593,7 +611,7 @@ std::vector<torch::Tensor> tensor_stats_rows_cpu(const std::vector<StatsSource>&
     at::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t begin, int64_t end) {
         for (int64_t c = begin; c < end; ++c) {
             const auto& ch = chunks[static_cast<size_t>(c)];
-            scan(inputs[ch.input], ch.begin, ch.end, partial[static_cast<size_t>(c)]);
+            scan(inputs[ch.input], ch.begin, ch.end, avx512, partial[static_cast<size_t>(c)]);
         }
     });
     std::vector<RowAccumulator> totals(sources.size());
@@ -724,7 +742,8 @@ torch::Tensor tensor_stats_row(const torch::Tensor& x, NumberFormat format, floa
         kernel = x.is_cpu() ? StatsKernel::FusedCpu
                  : x.is_cuda() && fused_cuda_stats_available() ? StatsKernel::FusedCuda
                                                                 : StatsKernel::TensorOps;
-    if (kernel == StatsKernel::FusedCpu) return fused_cpu_row(x, format, scale, dequantized);
+    if (kernel == StatsKernel::FusedCpu || kernel == StatsKernel::FusedCpuPortable)
+        return fused_cpu_row(x, format, scale, dequantized, kernel);
     if (kernel == StatsKernel::FusedCuda) return fused_cuda_row(x, format, scale, {}, dequantized);
     const auto scale_t = scale > 0.0f ? torch::full({}, static_cast<double>(scale), x.options().dtype(torch::kFloat64))
                                       : torch::Tensor();

@@ -16,9 +16,11 @@ namespace mantissa {
 
 // How a row is computed. Auto: one fused pass on the CPU (where a dozen separate ops over the
 // same data cost several times the fused pass); on CUDA, Mantissa's fused kernel where it is
-// built and agreed with the tensor ops on a probe, else the tensor ops. FusedCuda asks for the
-// kernel itself (an error where it is not built).
-enum class StatsKernel { Auto, TensorOps, FusedCpu, FusedCuda };
+// built and agreed with the tensor ops on a probe, else the tensor ops. FusedCpu counts with
+// AVX-512 where the CPU has it (core/cpu_binade_count.h), FusedCpuPortable with
+// the portable count everywhere (the tests hold both). FusedCuda asks for the kernel itself
+// (an error where it is not built).
+enum class StatsKernel { Auto, TensorOps, FusedCpu, FusedCpuPortable, FusedCuda };
 
 // Whether CUDA rows come from the fused kernel: built (MANTISSA_CUDA_KERNELS), a GPU present,
 // and its rows equal to the tensor ops' on crafted tensors, tried once per process (a host sync
@@ -64,7 +66,8 @@ struct StatsSource {
     float scale = 1.0f;
     torch::Tensor dequantized;
 };
-std::vector<torch::Tensor> tensor_stats_rows_cpu(const std::vector<StatsSource>& sources);
+std::vector<torch::Tensor> tensor_stats_rows_cpu(const std::vector<StatsSource>& sources,
+                                                StatsKernel kernel = StatsKernel::FusedCpu);
 
 // How a row judges `format`'s casts (stats_value::CastComparison); `scaled_domain` for a
 // per-tensor FP8 scale, x having been multiplied by `scale` before the cast.
