@@ -14,6 +14,7 @@
 #include <ATen/Parallel.h>
 
 #include "cpu_binade_count.h"
+#include "cpu_cast_compare.h"
 #include "kernel_probe.h"
 #include "vector_clones.h"
 
@@ -357,12 +358,14 @@ void scan_uncompared(const float* xp, int64_t begin, int64_t end, bool avx512, R
 }
 
 // What comparing [begin, end) of x with its cast adds to a row: stats_value::compare_cast's rules
-// for the finite values of x, eight values a step in GCC's vector types (a value whose x or
-// cast is not finite takes part as a zero, with no branch). Each of the eight lanes keeps its
-// own FP64 sums, added in order. The scalar loop over compare_cast took about 4 ns a value
+// for the finite values of x, sixteen values a step in GCC's vector types (a value whose x or
+// cast is not finite takes part as a zero, with no branch), two halves of eight. Each of the
+// sixteen lanes keeps its own FP64 sums, added in lane order at the end: the lanes of
+// cast_compare_avx512 (core/cpu_cast_compare.h), which takes the unscaled comparisons where the
+// CPU has AVX-512, with the same bits. The scalar loop over compare_cast took about 4 ns a value
 // here (2026-12-04), about eight times the histogram's pass: its FP64 sums were one chain of
 // dependent adds, and GCC's vectorizer leaves it scalar (selects, mixed widths). The last
-// values of the range, fewer than eight, go through compare_cast itself; the tests hold the
+// values of the range, fewer than sixteen, go through compare_cast itself; the tests hold the
 // two to the reference scan (test_telemetry::deviceStatsMatchReference).
 struct CompareTally {
     int64_t underflow = 0, subnormal = 0, overflow = 0, compared = 0;
@@ -389,55 +392,80 @@ MANTISSA_VECTOR_CLONES CompareTally compare_pass(const float* xp, const float* q
     const U8 sign_off = {kSignOff, kSignOff, kSignOff, kSignOff, kSignOff, kSignOff, kSignOff, kSignOff};
     const L4 at_tie = c.overflow_at_tie ? L4{-1, -1, -1, -1} : L4{};
     const double subnormal_below = c.min_normal - 0.5 * c.min_subnormal; // scaled_code_is_subnormal's bound
-    D4 err_lo{}, err_hi{}, signal_lo{}, signal_hi{};
+    D4 err_lo[2] = {}, err_hi[2] = {}, signal_lo[2] = {}, signal_hi[2] = {}; // by half of the sixteen
     I8 compared{}, underflow{}, cast_overflow{}; // a lane counts at most a chunk's values / 8
     L4 subnormal_lo{}, subnormal_hi{}, overflow_lo{}, overflow_hi{};
     int64_t i = begin;
-    for (; i + 8 <= end; i += 8) {
-        F8 v, r;
-        std::memcpy(&v, xp + i, sizeof v);
-        std::memcpy(&r, qp + i, sizeof r);
-        const I8 x_finite = (__builtin_bit_cast(U8, v) & sign_off) < kInfBits;
-        const I8 r_finite = (__builtin_bit_cast(U8, r) & sign_off) < kInfBits;
-        const I8 ok = x_finite & r_finite; // -1 where compared
-        const F8 vz = __builtin_bit_cast(F8, __builtin_bit_cast(I8, v) & ok);
-        const F8 rz = __builtin_bit_cast(F8, __builtin_bit_cast(I8, r) & ok);
-        const D4 v_lo = MANTISSA_LOW_HALF(vz, D4), v_hi = MANTISSA_HIGH_HALF(vz, D4);
-        const D4 r_lo = MANTISSA_LOW_HALF(rz, D4), r_hi = MANTISSA_HIGH_HALF(rz, D4);
-        const D4 e_lo = v_lo - r_lo, e_hi = v_hi - r_hi;
-        err_lo += e_lo * e_lo;
-        err_hi += e_hi * e_hi;
-        signal_lo += v_lo * v_lo;
-        signal_hi += v_hi * v_hi;
-        compared -= ok;
-        underflow -= ok & (v != 0.0f) & (r == 0.0f);
-        if constexpr (Scaled) {
-            cast_overflow -= x_finite & ~r_finite; // a finite value whose cast is Inf or NaN
-            const L4 ok_lo = MANTISSA_LOW_HALF(ok, L4), ok_hi = MANTISSA_HIGH_HALF(ok, L4);
-            const L4 no_sign = {0x7FFFFFFFFFFFFFFFll, 0x7FFFFFFFFFFFFFFFll, 0x7FFFFFFFFFFFFFFFll, 0x7FFFFFFFFFFFFFFFll};
-            const D4 code_lo = __builtin_bit_cast(D4, __builtin_bit_cast(L4, r_lo * c.scale) & no_sign);
-            const D4 code_hi = __builtin_bit_cast(D4, __builtin_bit_cast(L4, r_hi * c.scale) & no_sign);
-            subnormal_lo -= ok_lo & (code_lo != 0.0) & (code_lo < subnormal_below);
-            subnormal_hi -= ok_hi & (code_hi != 0.0) & (code_hi < subnormal_below);
-            // scaled_value_overflows: |v| times the scale in FP32, as the cast, then in FP64.
-            const F8 scaled = __builtin_bit_cast(F8, __builtin_bit_cast(U8, vz) & sign_off) * static_cast<float>(c.scale);
-            const D4 s_lo = MANTISSA_LOW_HALF(scaled, D4), s_hi = MANTISSA_HIGH_HALF(scaled, D4);
-            overflow_lo -= ok_lo & ((s_lo > c.overflow_from) | ((s_lo == c.overflow_from) & at_tie));
-            overflow_hi -= ok_hi & ((s_hi > c.overflow_from) | ((s_hi == c.overflow_from) & at_tie));
+    for (; i + 16 <= end; i += 16) {
+        for (int half = 0; half < 2; ++half) {
+            F8 v, r;
+            std::memcpy(&v, xp + i + 8 * half, sizeof v);
+            std::memcpy(&r, qp + i + 8 * half, sizeof r);
+            const I8 x_finite = (__builtin_bit_cast(U8, v) & sign_off) < kInfBits;
+            const I8 r_finite = (__builtin_bit_cast(U8, r) & sign_off) < kInfBits;
+            const I8 ok = x_finite & r_finite; // -1 where compared
+            const F8 vz = __builtin_bit_cast(F8, __builtin_bit_cast(I8, v) & ok);
+            const F8 rz = __builtin_bit_cast(F8, __builtin_bit_cast(I8, r) & ok);
+            const D4 v_lo = MANTISSA_LOW_HALF(vz, D4), v_hi = MANTISSA_HIGH_HALF(vz, D4);
+            const D4 r_lo = MANTISSA_LOW_HALF(rz, D4), r_hi = MANTISSA_HIGH_HALF(rz, D4);
+            const D4 e_lo = v_lo - r_lo, e_hi = v_hi - r_hi;
+            err_lo[half] += e_lo * e_lo;
+            err_hi[half] += e_hi * e_hi;
+            signal_lo[half] += v_lo * v_lo;
+            signal_hi[half] += v_hi * v_hi;
+            compared -= ok;
+            underflow -= ok & (v != 0.0f) & (r == 0.0f);
+            if constexpr (Scaled) {
+                cast_overflow -= x_finite & ~r_finite; // a finite value whose cast is Inf or NaN
+                const L4 ok_lo = MANTISSA_LOW_HALF(ok, L4), ok_hi = MANTISSA_HIGH_HALF(ok, L4);
+                const L4 no_sign = {0x7FFFFFFFFFFFFFFFll, 0x7FFFFFFFFFFFFFFFll, 0x7FFFFFFFFFFFFFFFll,
+                                    0x7FFFFFFFFFFFFFFFll};
+                const D4 code_lo = __builtin_bit_cast(D4, __builtin_bit_cast(L4, r_lo * c.scale) & no_sign);
+                const D4 code_hi = __builtin_bit_cast(D4, __builtin_bit_cast(L4, r_hi * c.scale) & no_sign);
+                subnormal_lo -= ok_lo & (code_lo != 0.0) & (code_lo < subnormal_below);
+                subnormal_hi -= ok_hi & (code_hi != 0.0) & (code_hi < subnormal_below);
+                // scaled_value_overflows: |v| times the scale in FP32, as the cast, then in FP64.
+                const F8 scaled =
+                    __builtin_bit_cast(F8, __builtin_bit_cast(U8, vz) & sign_off) * static_cast<float>(c.scale);
+                const D4 s_lo = MANTISSA_LOW_HALF(scaled, D4), s_hi = MANTISSA_HIGH_HALF(scaled, D4);
+                overflow_lo -= ok_lo & ((s_lo > c.overflow_from) | ((s_lo == c.overflow_from) & at_tie));
+                overflow_hi -= ok_hi & ((s_hi > c.overflow_from) | ((s_hi == c.overflow_from) & at_tie));
+            }
         }
     }
     CompareTally t;
+    for (int lane = 0; lane < 16; ++lane) { // lane l: values l, l + 16, ... of the range
+        const int half = lane / 8, k = lane % 4;
+        const bool low = lane % 8 < 4;
+        t.err_energy += low ? err_lo[half][k] : err_hi[half][k];
+        t.signal += low ? signal_lo[half][k] : signal_hi[half][k];
+    }
     for (int lane = 0; lane < 8; ++lane) {
         t.compared += compared[lane], t.underflow += underflow[lane], t.overflow += cast_overflow[lane];
-        const bool low = lane < 4;
         const int k = lane % 4;
-        t.err_energy += low ? err_lo[k] : err_hi[k];
-        t.signal += low ? signal_lo[k] : signal_hi[k];
-        t.subnormal += low ? subnormal_lo[k] : subnormal_hi[k];
-        t.overflow += low ? overflow_lo[k] : overflow_hi[k];
+        t.subnormal += lane < 4 ? subnormal_lo[k] : subnormal_hi[k];
+        t.overflow += lane < 4 ? overflow_lo[k] : overflow_hi[k];
     }
     for (; i < end; ++i)
         if (stats_value::magnitude_bits(xp[i]) < kInfBits) stats_value::compare_cast(xp[i], qp[i], c, t);
+    return t;
+}
+
+// compare_pass<false> in AVX-512: the same lanes, the same bits.
+CompareTally compare_unscaled_avx512(const float* xp, const float* qp, int64_t begin, int64_t end,
+                                     const stats_value::CastComparison& c)
+{
+    LaneSums sums;
+    const int64_t done = cast_compare_avx512(xp + begin, qp + begin, end - begin, sums);
+    CompareTally t;
+    t.compared = sums.compared;
+    t.underflow = sums.underflow;
+    for (int lane = 0; lane < 16; ++lane) {
+        t.err_energy += sums.err[lane];
+        t.signal += sums.signal[lane];
+    }
+    for (int64_t i = begin + done; i < end; ++i)
+        if (stats_value::magnitude_bits(xp[i]) < 0x7F800000u) stats_value::compare_cast(xp[i], qp[i], c, t);
     return t;
 }
 #undef MANTISSA_LOW_HALF
@@ -492,7 +520,8 @@ void scan(const ScanInput& in, int64_t begin, int64_t end, bool avx512, RowAccum
     const bool verdicts =
         in.comparison.scaled_domain && !no_scaled_verdicts(a.amax_bits, in.qp, begin, end, in.comparison);
     const CompareTally t = verdicts ? compare_pass<true>(in.xp, in.qp, begin, end, in.comparison)
-                                    : compare_pass<false>(in.xp, in.qp, begin, end, in.comparison);
+                           : avx512  ? compare_unscaled_avx512(in.xp, in.qp, begin, end, in.comparison)
+                                     : compare_pass<false>(in.xp, in.qp, begin, end, in.comparison);
     a.underflow += t.underflow, a.subnormal += t.subnormal, a.overflow += t.overflow, a.compared += t.compared;
     a.err_energy += t.err_energy, a.signal += t.signal;
 }

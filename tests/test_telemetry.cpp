@@ -499,6 +499,25 @@ private slots:
         }
     }
 
+    // The comparison's energies are sixteen FP64 lane sums (lane l: values l, l + 16, ...) added
+    // in lane order, in AVX-512 and in the portable pass alike. Here lanes 8..15 each sum to 2^-8
+    // (1024 errors of 2^-9) and lanes 0..7 to 2^-58 (errors of 2^-34): in lane order the small
+    // ones add up to 2^-55 first and survive, 2^-5 + 2^-55; the large ones first would leave a
+    // sum of 2^-5 that each 2^-58, half its last place, leaves as it is.
+    void castComparisonLanesAddInOneOrder()
+    {
+        std::vector<float> v(16384); // one chunk of the scan
+        for (size_t i = 0; i < v.size(); ++i) v[i] = (i % 16 < 8 ? std::ldexp(1.0f, -25) : 1.0f) * (1.0f + std::ldexp(1.0f, -9));
+        const auto x = torch::from_blob(v.data(), {int64_t(v.size())}, torch::kFloat32).clone();
+        const auto bf16 = round_to_format(x, NumberFormat::BF16, Overflow::Propagate);
+        QCOMPARE(bf16[8].item<float>(), 1.0f); // the cast drops the 2^-9
+        for (const auto kernel : kFusedCpuKernels) {
+            const auto row = tensor_stats_rows_cpu({{x, NumberFormat::BF16, 1.0f, bf16}}, kernel).front();
+            QVERIFY2(row[stats_row::kErrorEnergy].item<double>() == std::ldexp(1.0, -5) + std::ldexp(1.0, -55),
+                     kernel_name(kernel));
+        }
+    }
+
     // The engine's CPU kernels run on LibTorch's intra-op threads. at::parallel_for splits
     // nothing in a file compiled without OpenMP, and nothing else would show it: every fused
     // kernel of ours would quietly run on one thread (core/cpu_parallel.h).
