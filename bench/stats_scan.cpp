@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // Cost of the CPU statistics scan (tensor_stats_rows_cpu) of one shakespeare-char-sized tensor,
-// by what the values look like, with the count this CPU gets (AVX-512 where it has it)
-// and with the portable one; of the attention max logit of one layer's heads, the CPU kernel
+// by what the values look like, with the passes this CPU gets (AVX-512 where it has it) and
+// with the portable ones; of the attention max logit of one layer's heads, the CPU kernel
 // against the ops' route; and of the update ratio's norms of shakespeare-char's weights, one
 // pass against LibTorch's: where a telemetry step's extra time goes (issue 12).
 //   build/dev/bench/stats_scan [values reps [B H T D]]
@@ -39,13 +39,15 @@ int main(int argc, char** argv)
                           {"gradient-like (1e-4)", gauss * 1e-4},
                           {"softmax rows of 64", torch::softmax(gauss.view({-1, 64}) * 8, -1).view({-1})}};
     std::printf("%lld values, %d repetitions, %d threads\n", static_cast<long long>(n), reps, at::get_num_threads());
-    std::printf("  the scan's count here: %s\n", binade_count_avx512_available() ? "AVX-512 words" : "portable");
+    std::printf("  the scan's passes here: %s\n", binade_count_avx512_available() ? "AVX-512" : "portable");
     for (const auto kernel : {StatsKernel::FusedCpu, StatsKernel::FusedCpuPortable}) {
-        if (kernel == StatsKernel::FusedCpuPortable) std::printf("  with the portable count:\n");
+        if (kernel == StatsKernel::FusedCpuPortable) std::printf("  with the portable passes:\n");
         for (const auto& c : cases) {
-            const double fp32 = micros(reps, [&] { tensor_stats_rows_cpu({{c.x, NumberFormat::FP32, 1.0f, {}}}, kernel); });
+            const double fp32 =
+                micros(reps, [&] { tensor_stats_rows_cpu({{c.x, NumberFormat::FP32, 1.0f, {}}}, kernel); });
             const auto bf16 = c.x.to(torch::kBFloat16).to(torch::kFloat32);
-            const double cmp = micros(reps, [&] { tensor_stats_rows_cpu({{c.x, NumberFormat::BF16, 1.0f, bf16}}, kernel); });
+            const double cmp =
+                micros(reps, [&] { tensor_stats_rows_cpu({{c.x, NumberFormat::BF16, 1.0f, bf16}}, kernel); });
             std::printf("  %-22s  FP32 %8.1f us (%.3f ns/value)   BF16 compared %8.1f us (%.3f ns/value)\n", c.name,
                         fp32, 1e3 * fp32 / static_cast<double>(n), cmp, 1e3 * cmp / static_cast<double>(n));
         }

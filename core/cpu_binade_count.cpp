@@ -89,9 +89,10 @@ MANTISSA_AVX512_INLINE void carry_save(__m512i& carry, __m512i& sum, __m512i a, 
 // Each position's count in the words of v (a lane holds each position at most once).
 MANTISSA_AVX512_INLINE void count_positions(__m512i v, uint32_t (&counts)[kWindow], uint32_t weight)
 {
-    for (int j = 0; j < kWindow; ++j)
-        counts[j] += weight * static_cast<uint32_t>(std::popcount(
-                                  static_cast<uint32_t>(_mm512_test_epi16_mask(v, _mm512_set1_epi16(static_cast<short>(1 << j))))));
+    for (int j = 0; j < kWindow; ++j) {
+        const __mmask32 set = _mm512_test_epi16_mask(v, _mm512_set1_epi16(static_cast<short>(1 << j)));
+        counts[j] += weight * static_cast<uint32_t>(std::popcount(static_cast<uint32_t>(set)));
+    }
 }
 
 // Adds the counts to the table (bit j: binade top - j) and empties them.
@@ -120,7 +121,8 @@ MANTISSA_AVX512_INLINE void count_block(const float* xp, int64_t i, int64_t whol
         return;
     }
     for (int64_t line = 0; line < kBlock; line += 16) {
-        if (i + line + kPrefetch < n) _mm_prefetch(reinterpret_cast<const char*>(xp + i + line + kPrefetch), _MM_HINT_T0);
+        if (i + line + kPrefetch < n)
+            _mm_prefetch(reinterpret_cast<const char*>(xp + i + line + kPrefetch), _MM_HINT_T0);
         if (qp) _mm_prefetch(reinterpret_cast<const char*>(qp + i + line), _MM_HINT_T0);
     }
     __m512i d[4];
@@ -128,7 +130,8 @@ MANTISSA_AVX512_INLINE void count_block(const float* xp, int64_t i, int64_t whol
         const __m512i v = _mm512_loadu_si512(xp + i + 16 * k);
         d[k] = _mm512_add_epi32(v, v);
     }
-    strip_max = _mm512_max_epu32(strip_max, _mm512_max_epu32(_mm512_max_epu32(d[0], d[1]), _mm512_max_epu32(d[2], d[3])));
+    const __m512i block_max = _mm512_max_epu32(_mm512_max_epu32(d[0], d[1]), _mm512_max_epu32(d[2], d[3]));
+    strip_max = _mm512_max_epu32(strip_max, block_max);
     // Word w of `lo` is value w's exponent byte (byte 3 of d[w / 16]'s lane w % 16), its high byte
     // zeroed by the mask; `hi` the same for values 32..63.
     const __mmask64 low_bytes = 0x5555555555555555ull;
@@ -179,7 +182,8 @@ MANTISSA_AVX512_WORDS void binade_count_avx512(const float* xp, int64_t n, Binad
         // of the range count as words of zeros.
         __m512i twos_a, twos_b, fours_a, fours_b, eights_a, eights_b, sixteens;
         __m512i w[4];
-#define MANTISSA_BLOCK(b, lo, hi) count_block(xp, s + (b) * kBlock, whole, n, qp, pick, top_words, strip_max, lo, hi, out)
+#define MANTISSA_BLOCK(b, lo, hi) \
+    count_block(xp, s + (b) * kBlock, whole, n, qp, pick, top_words, strip_max, lo, hi, out)
         for (int half = 0; half < 2; ++half) {
             MANTISSA_BLOCK(4 * half + 0, w[0], w[1]);
             carry_save(twos_a, c.ones, w[0], w[1]);

@@ -393,7 +393,7 @@ MANTISSA_VECTOR_CLONES CompareTally compare_pass(const float* xp, const float* q
     const L4 at_tie = c.overflow_at_tie ? L4{-1, -1, -1, -1} : L4{};
     const double subnormal_below = c.min_normal - 0.5 * c.min_subnormal; // scaled_code_is_subnormal's bound
     D4 err_lo[2] = {}, err_hi[2] = {}, signal_lo[2] = {}, signal_hi[2] = {}; // by half of the sixteen
-    I8 compared{}, underflow{}, cast_overflow{}; // a lane counts at most a chunk's values / 8
+    I8 compared{}, underflow{}, cast_overflow{}; // a lane counts at most a chunk's values / 8 (both halves)
     L4 subnormal_lo{}, subnormal_hi{}, overflow_lo{}, overflow_hi{};
     int64_t i = begin;
     for (; i + 16 <= end; i += 16) {
@@ -612,7 +612,10 @@ std::vector<torch::Tensor> tensor_stats_rows_cpu(const std::vector<StatsSource>&
 {
     TORCH_CHECK(kernel == StatsKernel::FusedCpu || kernel == StatsKernel::FusedCpuPortable,
                 "tensor_stats_rows_cpu: a fused CPU kernel");
-    const bool avx512 = kernel == StatsKernel::FusedCpu && binade_count_avx512_available();
+    // Both AVX-512 passes or neither (the count needs BW and VBMI, the comparison F alone); the
+    // rows are the same bits either way.
+    const bool avx512 =
+        kernel == StatsKernel::FusedCpu && binade_count_avx512_available() && cast_compare_avx512_available();
     torch::NoGradGuard no_grad;
     std::vector<ScanInput> inputs(sources.size());
     struct Chunk {

@@ -16,10 +16,10 @@ namespace mantissa {
 
 // How a row is computed. Auto: one fused pass on the CPU (where a dozen separate ops over the
 // same data cost several times the fused pass); on CUDA, Mantissa's fused kernel where it is
-// built and agreed with the tensor ops on a probe, else the tensor ops. FusedCpu counts with
-// AVX-512 where the CPU has it (core/cpu_binade_count.h), FusedCpuPortable with
-// the portable count everywhere (the tests hold both). FusedCuda asks for the kernel itself
-// (an error where it is not built).
+// built and agreed with the tensor ops on a probe, else the tensor ops. FusedCpu takes the
+// AVX-512 count and comparison where the CPU has them (core/cpu_binade_count.h,
+// core/cpu_cast_compare.h), FusedCpuPortable the portable passes everywhere: the same rows (the
+// tests hold both). FusedCuda asks for the kernel itself (an error where it is not built).
 enum class StatsKernel { Auto, TensorOps, FusedCpu, FusedCpuPortable, FusedCuda };
 
 // Whether CUDA rows come from the fused kernel: built (MANTISSA_CUDA_KERNELS), a GPU present,
