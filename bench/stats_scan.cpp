@@ -2,7 +2,8 @@
 // Cost of the CPU statistics scan (tensor_stats_rows_cpu) of one shakespeare-char-sized tensor,
 // by what the values look like, with the passes this CPU gets (AVX-512 where it has it) and
 // with the portable ones; of the attention max logit of one layer's heads, the CPU kernel
-// against the ops' route; and of the update ratio's norms of shakespeare-char's weights, one
+// against the ops' route; of log Z's rows, the FP64 kernel against LibTorch's logsumexp; and of
+// the update ratio's norms of shakespeare-char's weights, one
 // pass against LibTorch's: where a telemetry step's extra time goes (issue 12).
 //   build/dev/bench/stats_scan [values reps [B H T D]]
 
@@ -13,6 +14,7 @@
 
 #include "cpu_attention_scores.h"
 #include "cpu_binade_count.h"
+#include "cpu_log_z.h"
 #include "cpu_update_norms.h"
 #include "gpt_model.h"
 #include "tensor_stats.h"
@@ -64,6 +66,9 @@ int main(int argc, char** argv)
     std::printf("  attention max logit, (B, H, T, D) = (%lld, %lld, %lld, %lld): kernel %.1f us, ops %.1f us\n", ll(B),
                 ll(H), ll(T), ll(D), micros(reps, [&] { causal_max_abs_score_cpu(q, k); }),
                 micros(reps, [&] { causal_max_abs_score_of_ops(q, k); }));
+    const auto logits = torch::randn({768, 65}) * 3; // shakespeare-char's, a step's rows
+    std::printf("  log Z of logits (768, 65): FP64 rows %.1f us, LibTorch's logsumexp %.1f us\n",
+                micros(reps, [&] { log_z_rows_cpu(logits); }), micros(reps, [&] { logits.logsumexp(-1); }));
     std::vector<torch::Tensor> befores, afters; // the 17 weights of the model, 0.8 M values
     for (int layer = 0; layer < 4; ++layer)
         for (const auto& [rows, cols] : {std::pair{384, 128}, {128, 128}, {512, 128}, {128, 512}}) {

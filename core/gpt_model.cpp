@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "cpu_attention_scores.h"
+#include "cpu_log_z.h"
 #include "fused_cross_entropy.h"
 #include "kernel_probe.h"
 
@@ -373,8 +374,10 @@ torch::Tensor log_z_in_blocks(const torch::Tensor& logits, int64_t max_values)
     const auto rows = logits.reshape({-1, V});
     const int64_t block = std::max<int64_t>(1, max_values / V);
     std::vector<torch::Tensor> parts;
-    for (int64_t first = 0; first < rows.size(0); first += block)
-        parts.push_back(rows.narrow(0, first, std::min(block, rows.size(0) - first)).to(torch::kFloat32).logsumexp(-1));
+    for (int64_t first = 0; first < rows.size(0); first += block) {
+        const auto part = rows.narrow(0, first, std::min(block, rows.size(0) - first)).to(torch::kFloat32);
+        parts.push_back(part.is_cpu() ? log_z_rows_cpu(part) : part.logsumexp(-1));
+    }
     return torch::cat(parts);
 }
 

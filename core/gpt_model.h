@@ -155,9 +155,10 @@ private:
 };
 TORCH_MODULE(Gpt);
 
-// log Z (logsumexp over the vocabulary) of every row of the logits (..., V), in FP32, widened a
+// log Z (logsumexp over the vocabulary) of every row of the logits (..., V), widened to FP32 a
 // block of rows at a time (at most max_values values): the values of one whole widening, with a
-// block's memory instead of another FP32 logits tensor. (B*T).
+// block's memory instead of another FP32 logits tensor. (B*T): FP32 on a GPU, FP64 on the CPU
+// (log_z_rows_cpu, whose bits do not depend on threads or timing).
 torch::Tensor log_z_in_blocks(const torch::Tensor& logits, int64_t max_values);
 
 } // namespace mantissa

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "cpu_attention_scores.h"
+#include "cpu_log_z.h"
 #include "cpu_parallel.h"
 #include "cpu_update_norms.h"
 #include "dataset.h"
@@ -1069,23 +1070,50 @@ private slots:
         QCOMPARE(alerts[0].step, int64_t(50));
     }
 
-    // The log Z watcher bounds |mean log Z|: a softmax normaliser drifting far below zero is as
-    // unhealthy as one drifting above (the z-loss penalises log Z squared). At the bound: quiet.
     // log Z widened a block of rows at a time gives exactly the values of one whole widening,
-    // every row once, 16-bit logits included (blocks of 2, 2, 2 and 1 rows here).
+    // every row once, 16-bit logits included (blocks of 2, 2, 2 and 1 rows here). On the CPU they
+    // are FP64 (log_z_rows_cpu), within a few 1e-8 of LibTorch's logsumexp in FP64.
     void logZInBlocksIsLogZOfEveryRow()
     {
         torch::manual_seed(3);
         const auto logits = (torch::randn({7, 4}) * 8).to(torch::kBFloat16).view({1, 7, 4});
-        const auto whole = logits.to(torch::kFloat32).logsumexp(-1).reshape({-1});
-        const auto blocks = log_z_in_blocks(logits, 9);
-        QCOMPARE(blocks.sizes(), whole.sizes());
-        QCOMPARE(blocks.scalar_type(), torch::kFloat32);
-        QVERIFY(torch::equal(blocks, whole));
+        const auto whole = log_z_in_blocks(logits, 1 << 24); // one block
+        QCOMPARE(whole.scalar_type(), torch::kFloat64);
+        const auto reference = logits.to(torch::kFloat64).logsumexp(-1).reshape({-1});
+        QCOMPARE(whole.sizes(), reference.sizes());
+        QVERIFY(torch::allclose(whole, reference, 0.0, 4e-8));
+        QVERIFY(torch::equal(log_z_in_blocks(logits, 9), whole));
         QVERIFY(torch::equal(log_z_in_blocks(logits, 1), whole)); // a row a block
-        QVERIFY(torch::equal(log_z_in_blocks(logits, 1 << 24), whole)); // one block
     }
 
+    // The CPU's log Z rows: logsumexp's rules for rows with an infinite max (-Inf: -Inf; +Inf: +Inf)
+    // and with a NaN, large logits without overflow, and the same bits on 1, 2 and 3 threads
+    // (rows spread over the threads' tasks: 3000 rows of 65).
+    void logZRowsOnTheCpu()
+    {
+        const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+        const auto special = torch::tensor({-inf, -inf, -inf, 1.0f, inf, 2.0f, 3.0f, nan, 0.0f, 1000.0f, 1000.0f, -inf})
+                                 .view({4, 3});
+        const auto z = log_z_rows_cpu(special);
+        QCOMPARE(z[0].item<double>(), -std::numeric_limits<double>::infinity());
+        QCOMPARE(z[1].item<double>(), std::numeric_limits<double>::infinity());
+        QVERIFY(std::isnan(z[2].item<double>()));
+        QCOMPARE(z[3].item<double>(), 1000.0 + std::log(2.0));
+        const ThreadCount restore;
+        const auto i = torch::arange(3000 * 65, torch::kFloat32);
+        const auto logits = (torch::sin(i * 0.37f) * 9.0f).view({3000, 65});
+        at::set_num_threads(1);
+        const auto one = log_z_rows_cpu(logits);
+        // FP32 exponentials within about two ulps, summed in FP64: log Z to a few 1e-8 of FP64's.
+        QVERIFY(torch::allclose(one, logits.to(torch::kFloat64).logsumexp(-1), 0.0, 4e-8));
+        for (int threads : {2, 3}) {
+            at::set_num_threads(threads);
+            QVERIFY(torch::equal(log_z_rows_cpu(logits), one));
+        }
+    }
+
+    // The log Z watcher bounds |mean log Z|: a softmax normaliser drifting far below zero is as
+    // unhealthy as one drifting above (the z-loss penalises log Z squared). At the bound: quiet.
     void logZWatcherBoundsBothSigns_data()
     {
         QTest::addColumn<double>("logZ");
