@@ -7,21 +7,12 @@
 
 #include <c10/util/Exception.h>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define MANTISSA_BINADE_AVX512 1
-#include <immintrin.h>
-// GCC 12's intrinsics make their "undefined" vectors by self-initialization (`__m512i __Y = __Y`),
-// which -Wuninitialized reports at every inlined use.
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#endif
+#include "x86_intrinsics.h"
 
 namespace mantissa {
 namespace {
 
-#if defined(MANTISSA_BINADE_AVX512)
+#if defined(MANTISSA_X86_INTRINSICS)
 // A value's exponent byte is byte 3 of its bits doubled (the sign shifted out), and the doubled
 // bits of |x| order like |x| with Inf and NaN above every finite value.
 constexpr uint32_t kDoubledInf = 0xFF000000u;

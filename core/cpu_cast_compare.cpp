@@ -5,20 +5,11 @@
 
 #include <c10/util/Exception.h>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define MANTISSA_CAST_COMPARE_AVX512 1
-#include <immintrin.h>
-// GCC 12's intrinsics make their "undefined" vectors by self-initialization, which
-// -Wuninitialized reports at every inlined use (core/cpu_binade_count.cpp).
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#endif
+#include "x86_intrinsics.h"
 
 namespace mantissa {
 
-#if defined(MANTISSA_CAST_COMPARE_AVX512)
+#if defined(MANTISSA_X86_INTRINSICS)
 
 __attribute__((target("avx512f,popcnt"))) int64_t cast_compare_avx512(const float* xp, const float* qp, int64_t n,
                                                                       LaneSums& sums)
