@@ -29,7 +29,8 @@ void exp_of_nonpositive(const float* d, float* out, int64_t n)
         F8 x;
         std::memcpy(&x, d + j, sizeof x);
         const I8 tiny = x < -87.0f; // -1 where the result is 0
-        x = __builtin_bit_cast(F8, (__builtin_bit_cast(I8, x) & ~tiny) | (__builtin_bit_cast(I8, F8{} - 87.0f) & tiny));
+        const I8 floor_bits = __builtin_bit_cast(I8, F8{} - 87.0f);
+        x = __builtin_bit_cast(F8, (__builtin_bit_cast(I8, x) & ~tiny) | (floor_bits & tiny));
         const F8 fx = x * 1.44269504088896341f + 0.5f;
         I8 ki = __builtin_convertvector(fx, I8); // toward 0: fx <= 0.5
         const I8 above = __builtin_convertvector(ki, F8) > fx;
