@@ -2,7 +2,7 @@
 #pragma once
 // log Z (logsumexp) of every row of the logits on the CPU, each row on one thread, in sums whose
 // order is fixed: the same bits on any thread count and in every run. LibTorch's logsumexp was
-// not: about one telemetry run in five under load, the rows its second thread took came out about
+// not: in 1 to 3 of 14 telemetry runs under load, the rows its second thread took came out about
 // 3e-5 off (a second call right after it was right; cause not found, 2026-12-05).
 
 #include <torch/torch.h>
