@@ -7,6 +7,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "vector_clones.h"
 #include "x86_intrinsics.h"
 
 namespace mantissa {
@@ -37,27 +38,6 @@ inline void bin_outside(uint32_t bits, BinadeCount& out)
 
 #define MANTISSA_AVX512_WORDS __attribute__((target("avx512f,avx512bw,avx512vbmi,popcnt")))
 #define MANTISSA_AVX512_INLINE MANTISSA_AVX512_WORDS __attribute__((always_inline)) inline
-
-// The largest finite |x| of [begin, end), as bits.
-MANTISSA_AVX512_WORDS uint32_t finite_amax(const float* xp, int64_t begin, int64_t end)
-{
-    __m512i best = _mm512_setzero_si512();
-    const __m512i inf = _mm512_set1_epi32(static_cast<int>(kDoubledInf));
-    int64_t i = begin;
-    for (; i + 16 <= end; i += 16) {
-        const __m512i v = _mm512_loadu_si512(xp + i);
-        const __m512i d = _mm512_add_epi32(v, v);
-        best = _mm512_mask_max_epu32(best, _mm512_cmplt_epu32_mask(d, inf), best, d);
-    }
-    uint32_t amax = _mm512_reduce_max_epu32(best) >> 1;
-    for (; i < end; ++i) {
-        uint32_t m;
-        std::memcpy(&m, xp + i, sizeof m);
-        m &= 0x7FFFFFFFu;
-        if (m < 0x7F800000u) amax = std::max(amax, m);
-    }
-    return amax;
-}
 
 // The window's counts, bit-sliced: each value in the window is a 16-bit word with one bit set,
 // bit j for binade top - j (a value outside is a word of zeros). Their sum, position by
@@ -158,7 +138,7 @@ MANTISSA_AVX512_WORDS void binade_count_avx512(const float* xp, int64_t n, Binad
 {
     TORCH_CHECK(n <= (int64_t{1} << 14), "binade_count_avx512 takes a chunk of the scan at a time");
     // The window starts at the first values' largest binade, and moves up with the amax.
-    uint32_t amax = finite_amax(xp, 0, std::min<int64_t>(n, 256)), top = window_top(amax);
+    uint32_t amax = finite_amax_bits(xp, 0, std::min<int64_t>(n, 256)), top = window_top(amax);
     SlicedCounts c{_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), {}};
     // Byte b of a word vector is byte 3 of lane (b / 2) % 16 of the first (b < 32) or second
     // vector of a pair (bit 6 of the index picks the second); odd bytes are zeroed.
@@ -193,7 +173,7 @@ MANTISSA_AVX512_WORDS void binade_count_avx512(const float* xp, int64_t n, Binad
         count_positions(sixteens, c.sixteens, 16);
         const int64_t strip_end = std::min(s + kStripBlocks * kBlock, whole);
         uint32_t strip_amax = _mm512_reduce_max_epu32(strip_max);
-        strip_amax = strip_amax >= kDoubledInf ? finite_amax(xp, s, strip_end) : strip_amax >> 1;
+        strip_amax = strip_amax >= kDoubledInf ? finite_amax_bits(xp, s, strip_end) : strip_amax >> 1;
         amax = std::max(amax, strip_amax);
         // Values above the top were left out of the window, and binned one by one; the values
         // after them go in a window from the new top.
@@ -237,5 +217,18 @@ void binade_count_avx512(const float*, int64_t, BinadeCount&, const float*)
 bool binade_count_avx512_available() { return false; }
 
 #endif
+
+MANTISSA_VECTOR_CLONES
+uint32_t finite_amax_bits(const float* xp, int64_t begin, int64_t end)
+{
+    uint32_t amax = 0;
+    for (int64_t i = begin; i < end; ++i) {
+        uint32_t m;
+        std::memcpy(&m, xp + i, sizeof m);
+        m &= 0x7FFFFFFFu;
+        amax = std::max(amax, m & (0u - static_cast<uint32_t>(m < 0x7F800000u)));
+    }
+    return amax;
+}
 
 } // namespace mantissa

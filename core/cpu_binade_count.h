@@ -20,6 +20,10 @@ struct BinadeCount {
     uint32_t amax_bits = 0; // the largest finite |x|, as bits (0: none)
 };
 
+// The largest finite |x| of [begin, end), as bits (0: none): where a count's window starts, in
+// both counts. (|x| of finite values orders like its bit pattern.)
+uint32_t finite_amax_bits(const float* xp, int64_t begin, int64_t end);
+
 // Whether binade_count_avx512 runs here: the CPU has the instructions and the build has the code
 // (x86-64 with GCC or Clang).
 bool binade_count_avx512_available();

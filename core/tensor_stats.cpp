@@ -229,20 +229,6 @@ uint32_t outside_of(const StripCount& c, int64_t n, uint32_t top)
     return static_cast<uint32_t>(n) - counted - byte0;
 }
 
-// The largest finite |x| of [begin, end), as bits: the first strip's top.
-MANTISSA_VECTOR_CLONES
-uint32_t finite_amax_bits(const float* xp, int64_t begin, int64_t end)
-{
-    uint32_t amax = 0;
-    for (int64_t i = begin; i < end; ++i) {
-        uint32_t m;
-        std::memcpy(&m, xp + i, sizeof m);
-        m &= 0x7FFFFFFFu;
-        amax = std::max(amax, m & (0u - static_cast<uint32_t>(m < 0x7F800000u)));
-    }
-    return amax;
-}
-
 // For a strip that has values outside the window: outside_at[i - begin] is 1 where value i is
 // one, 0 elsewhere, so that they are found without a branch per value. A GELU's output (its
 // negative tail runs a hundred binades below its top) has some in nearly every strip, and a
