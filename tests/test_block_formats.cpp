@@ -628,11 +628,13 @@ private slots:
     {
         QTest::addColumn<QString>("recipe");
         QTest::addColumn<bool>("variant"); // 2-D tiles / round up / SR
-        QTest::addColumn<int>("cols");     // rows of whole 16-blocks (a flat nvfp4 pass) or not
+        // Rows of whole 16-blocks (a flat nvfp4 pass) or not, and of whole 128-blocks (fp8-block's
+        // 16-blocks-at-a-time pass, its 450 blocks in ranges that start off a multiple of 16).
+        QTest::addColumn<int>("cols");
         // nvfp4's variant: 16x16 tiles and stochastic rounding; nvfp4-sr: stochastic rounding
         // of 1x16 blocks, then of tiles.
         for (const char* r : {"nvfp4", "nvfp4-sr", "mxfp4", "fp8-block", "fp8-block-e5m2"})
-            for (int cols : {300, 320}) {
+            for (int cols : {300, 320, 384}) {
                 QTest::addRow("%s, %d columns", r, cols) << r << false << cols;
                 QTest::addRow("%s variant, %d columns", r, cols) << r << true << cols;
             }
@@ -644,6 +646,8 @@ private slots:
         QFETCH(int, cols);
         auto x = test_matrix(150, cols) * 37.0f;
         x[3].narrow(0, 0, 40).zero_();
+        x[4].narrow(0, 0, 128).zero_();              // a block of zeros: scale 1
+        x[6].narrow(0, 128, 128).fill_(-1e-41f);     // a subnormal block: fp8-block's scale FLT_MAX
         x[5][7] = std::numeric_limits<float>::infinity();
         x[5][8] = 1e30f; // in the Inf's block: not the nvfp4 tensor amax
         x[149][cols - 3] = -std::numeric_limits<float>::infinity(); // the last block: a range's tail
