@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "cpu_attention_scores.h"
+#include "cpu_causal_mask.h"
 #include "cpu_log_z.h"
 #include "fused_cross_entropy.h"
 #include "kernel_probe.h"
@@ -261,9 +262,8 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x)
         if (native_fused) sdpa_->note_backend(true); // (B, H, T, D)
     } else {
         // Spelled out so that both products go through the layer's formats; softmax stays FP32.
-        auto scores = sdpa_->matmul(q, k.transpose(-2, -1)).to(torch::kFloat32) * inv_sqrt_d; // (B, H, T, T)
-        const auto future = torch::ones({T, T}, torch::dtype(torch::kBool).device(x.device())).triu(1);
-        scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
+        const auto scores = scaled_causal_mask(sdpa_->matmul(q, k.transpose(-2, -1)).to(torch::kFloat32),
+                                               inv_sqrt_d); // (B, H, T, T), the future at -inf
         auto probs = torch::dropout(torch::softmax(scores, -1), p, is_training());
         y = sdpa_->matmul(probs, v); // (B, H, T, D)
     }

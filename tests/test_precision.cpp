@@ -9,6 +9,7 @@
 
 #include <torch/torch.h>
 
+#include "cpu_causal_mask.h"
 #include "layer_gemm.h"
 #include "precision_policy.h"
 #include "project_config.h"
@@ -191,6 +192,62 @@ private slots:
                       round_to_format(w.detach(), format, Overflow::Propagate).t()),
             format, Overflow::Propagate);
         QVERIFY(torch::equal(y.detach(), expected));
+    }
+
+    // The unfused attention's scale and causal mask in one pass (cpu_causal_mask.h) against
+    // the ops it replaces, bit for bit both ways: NaN and Inf on both sides of the diagonal,
+    // -0, subnormals and values the scale takes to FLT_MAX's neighbourhood; an odd T, so that
+    // rows split over the threads mid-head; T = 1; a transposed (strided) input.
+    void scaledCausalMaskIsTheOps_data()
+    {
+        QTest::addColumn<int>("t");
+        QTest::addColumn<bool>("transposed");
+        QTest::newRow("T 37") << 37 << false;
+        QTest::newRow("T 37, transposed input") << 37 << true;
+        QTest::newRow("T 1") << 1 << false;
+    }
+    void scaledCausalMaskIsTheOps()
+    {
+        QFETCH(int, t);
+        QFETCH(bool, transposed);
+        const double scale = 1.0 / std::sqrt(32.0); // not a float: the ops round it to one
+        torch::manual_seed(11);
+        auto base = torch::randn({2, 3, t, t}) * 4.0f;
+        auto grad = torch::randn({2, 3, t, t});
+        const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+        if (t > 5) {
+            base[0][0][4][2] = nan;  // seen
+            base[0][0][2][4] = nan;  // future
+            base[0][1][5][5] = -inf; // the diagonal
+            base[1][2][3][30] = inf; // future
+            base[1][0][6][1] = -0.0f;
+            base[1][1][7][0] = 1e-40f;                                        // subnormal
+            base[1][1][8][3] = std::numeric_limits<float>::max();             // scaled down, finite
+            grad[0][2][3][9] = nan;                                           // future: becomes 0
+            grad[0][2][9][3] = nan;                                           // seen: stays NaN
+            grad[1][0][10][2] = -0.0f;
+        }
+        const auto bits = [](const torch::Tensor& a) { return a.contiguous().view(torch::kInt32); };
+        const auto input = [&] { return (transposed ? base.transpose(-1, -2) : base).detach().requires_grad_(); };
+        auto x_ops = input();
+        const auto future = torch::ones({t, t}, torch::kBool).triu(1);
+        const auto y_ops = (x_ops * scale).masked_fill(future, -inf);
+        y_ops.backward(grad);
+        for (const int threads : {1, 2}) {
+            const int before = at::get_num_threads();
+            at::set_num_threads(threads);
+            auto x = input();
+            const auto y = scaled_causal_mask(x, scale);
+            y.backward(grad);
+            at::set_num_threads(before);
+            QVERIFY(torch::equal(bits(y), bits(y_ops)));
+            QVERIFY(torch::equal(bits(x.grad()), bits(x_ops.grad())));
+        }
+        if (t > 5) { // the crafted cases went where the ops take them
+            QVERIFY(std::isnan(y_ops[0][0][4][2].item<float>()));
+            QCOMPARE(y_ops[0][0][2][4].item<float>(), -inf);
+            QCOMPARE(x_ops.grad()[0][2][3][9].item<float>(), 0.0f);
+        }
     }
 
     void fp8HybridLinearIsCloseButLossy()
