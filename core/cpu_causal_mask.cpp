@@ -49,6 +49,7 @@ struct ScaledCausalMask : public torch::autograd::Function<ScaledCausalMask> {
     static variable_list backward(AutogradContext* ctx, variable_list grads)
     {
         // masked_fill's backward fills the future with 0; the product's multiplies the rest.
+        if (!grads[0].defined()) return {torch::Tensor(), torch::Tensor()};
         const auto scale = static_cast<float>(ctx->saved_data["scale"].toDouble());
         return {masked_scaled(grads[0], scale, 0.0f), torch::Tensor()};
     }
