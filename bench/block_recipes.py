@@ -4,8 +4,8 @@
 optionally the final validation loss of each recipe and of each NVFP4 ablation.
 
 --timing: every variant runs --steps steps, interleaved over --rounds rounds so that machine
-noise hits them alike; prints the median ms/step and the ratio to FP32 (targets: fp8-block
-<= 1.6x, nvfp4 <= 2.0x).
+noise hits them alike; prints the median ms/step, the ratio of the medians to FP32 (targets:
+fp8-block <= 1.6x, nvfp4 <= 2.0x) and the range of each round's own ratio.
 --quality: every variant trains the full 2000 steps; prints the final validation loss and
 its gap to FP32 (slow: about an hour on two cores).
 
@@ -79,11 +79,15 @@ def main():
                                                           "eval.batches=1"])
                     times[name].append(t)
                 print(f"round {r + 1}: " + ", ".join(f"{n} {times[n][-1]:.1f}" for n, _ in timed), flush=True)
-            base = statistics.median(times[timed[0][0]])
-            print(f"\nstep time, shakespeare-char, {args.steps} steps x {args.rounds} rounds (median ms/step):")
+            first = timed[0][0]
+            base = statistics.median(times[first])
+            print(f"\nstep time, shakespeare-char, {args.steps} steps x {args.rounds} rounds (median ms/step;"
+                  f" in brackets the ratio to {first} of the same round, lowest and highest):")
             for name, _ in timed:
                 m = statistics.median(times[name])
-                print(f"  {name:24s} {m:7.2f} ms   x{m / base:.2f} vs {timed[0][0]}")
+                per_round = [t / b for t, b in zip(times[name], times[first])]
+                spread = f"({min(per_round):.2f}-{max(per_round):.2f})" if args.rounds > 1 else ""
+                print(f"  {name:24s} {m:7.2f} ms   x{m / base:.2f} vs {first} {spread}")
         if args.quality:
             print("\nfinal validation loss after 2000 steps:")
             base = None
