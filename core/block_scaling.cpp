@@ -636,7 +636,7 @@ void fp8_block_range(const float* x, const Grid& g, const Buffers& b, NumberForm
         const int64_t c0 = bj * 128, r0 = bi * g.tile_rows, r1 = std::min(g.rows, r0 + g.tile_rows);
         if (c0 + 128 <= g.cols) {
             // A block of whole 128-value rows: trip counts the compiler knows, so the amax and
-            // the cast run in full vectors (the generic loops below took twice as long).
+            // the cast run in full vectors (the generic loops below have runtime bounds).
             const float a = b.am[k] = amax_of_rows128(x + r0 * g.cols + c0, g.cols, r1 - r0);
             const float scale = fp8_block_scale(a, fp8_max, power_of_two);
             const float inv = 1.0f / scale;
