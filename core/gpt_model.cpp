@@ -262,10 +262,10 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x)
         if (native_fused) sdpa_->note_backend(true); // (B, H, T, D)
     } else {
         // Spelled out so that both products go through the layer's formats; softmax stays FP32.
-        const auto scores = scaled_causal_mask(sdpa_->matmul(q, k.transpose(-2, -1)).to(torch::kFloat32),
-                                               inv_sqrt_d); // (B, H, T, T), the future at -inf
+        const auto qk = sdpa_->matmul(q, k.transpose(-2, -1), LayerGemm::AttentionProduct::Scores);
+        const auto scores = scaled_causal_mask(qk.to(torch::kFloat32), inv_sqrt_d); // (B, H, T, T), the future at -inf
         auto probs = torch::dropout(torch::softmax(scores, -1), p, is_training());
-        y = sdpa_->matmul(probs, v); // (B, H, T, D)
+        y = sdpa_->matmul(probs, v, LayerGemm::AttentionProduct::Values); // (B, H, T, D)
     }
     y = y.transpose(1, 2).contiguous().view({B, T, C});
     return torch::dropout(proj->forward(y), dropout_, is_training());

@@ -163,14 +163,17 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
 // y = a b for attention (batched). Operands are activations: no weight cache.
 struct MatmulFunction : public torch::autograd::Function<MatmulFunction> {
     static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& a, const torch::Tensor& b,
-                                 int64_t layer_address)
+                                 int64_t layer_address, bool values_product)
     {
         auto* layer = reinterpret_cast<LayerGemm*>(layer_address);
         const GemmFormats f = layer->formats();
         ctx->saved_data["layer"] = layer_address;
+        ctx->saved_data["values_product"] = values_product;
         ctx->save_for_backward({a, b});
-        const auto aq = layer->round_operand(a, f.forward, OperandRole::Input, -1);
+        torch::Tensor s_a;
+        const auto aq = layer->round_operand(a, f.forward, OperandRole::Input, -1, &s_a);
         const auto bq = layer->round_operand(b, f.forward, OperandRole::Weight, -2);
+        if (values_product && layer->telemetry_armed()) record_operand(*layer, "probs", a, f.forward, s_a, aq);
         return layer->gemm(aq, bq, f.forward);
     }
 
@@ -181,13 +184,16 @@ struct MatmulFunction : public torch::autograd::Function<MatmulFunction> {
         const auto saved = ctx->get_saved_variables();
         const auto dy = grads[0].contiguous(); // (..., M, N)
         // da = dy b^T (contraction over N), db = a^T dy (contraction over M).
-        const auto dy_a = layer->round_operand(dy, f.dgrad, OperandRole::GradOutput, -1);
+        torch::Tensor s_dy;
+        const auto dy_a = layer->round_operand(dy, f.dgrad, OperandRole::GradOutput, -1, &s_dy);
+        if (!ctx->saved_data["values_product"].toBool() && layer->telemetry_armed())
+            record_operand(*layer, "grad_scores", dy, f.dgrad, s_dy, dy_a);
         const auto b_a = layer->round_operand(saved[1], saved_operand_format(f.dgrad), OperandRole::Weight, -1);
         const auto da = layer->gemm(dy_a, b_a.transpose(-1, -2), f.dgrad);
         const auto dy_b = layer->round_operand(dy, f.wgrad, OperandRole::GradOutput, -2);
         const auto a_b = layer->round_operand(saved[0], saved_operand_format(f.wgrad), OperandRole::Input, -2);
         const auto db = layer->gemm(a_b.transpose(-1, -2), dy_b, f.wgrad);
-        return {da, db, torch::Tensor()};
+        return {da, db, torch::Tensor(), torch::Tensor()};
     }
 };
 
@@ -419,6 +425,9 @@ const char* role_name(OperandRole role)
 
 std::optional<OperandRole> operand_role(const std::string& role)
 {
+    // Attention's records: the values product's input and the scores product's gradient.
+    if (role == "probs") return OperandRole::Input;
+    if (role == "grad_scores") return OperandRole::GradOutput;
     for (auto r : kOperandRoles)
         if (role == role_name(r)) return r;
     return std::nullopt;
@@ -753,14 +762,15 @@ void LayerGemm::observe_linear(const torch::Tensor& x, const torch::Tensor& weig
     });
 }
 
-torch::Tensor LayerGemm::matmul(const torch::Tensor& a, const torch::Tensor& b)
+torch::Tensor LayerGemm::matmul(const torch::Tensor& a, const torch::Tensor& b, AttentionProduct product)
 {
     if (formats_.all_fp32()) return at::matmul(a.to(torch::kFloat32), b.to(torch::kFloat32));
-    if (!native_) return MatmulFunction::apply(a, b, reinterpret_cast<int64_t>(this));
+    const bool values = product == AttentionProduct::Values;
+    if (!native_) return MatmulFunction::apply(a, b, reinterpret_cast<int64_t>(this), values);
     // Native executor: attention's products when they are FP8 or of mixed formats (uniform
     // 16-bit attention runs fused, gpt_model.cpp). The output is already rounded to its
     // format, so handing it on in that dtype is lossless.
-    return MatmulFunction::apply(a.to(torch::kFloat32), b.to(torch::kFloat32), reinterpret_cast<int64_t>(this))
+    return MatmulFunction::apply(a.to(torch::kFloat32), b.to(torch::kFloat32), reinterpret_cast<int64_t>(this), values)
         .to(output_dtype());
 }
 

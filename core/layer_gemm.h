@@ -63,8 +63,12 @@ public:
     torch::Tensor linear_of_gelu(const torch::Tensor& u, const torch::Tensor& weight, const torch::Tensor& bias);
     // Whether linear_of_gelu runs as the native FP8 linear that casts from the GELU's input.
     bool casts_from_gelu_input(const torch::Tensor& u) const;
-    // y = a b; a (..., M, K), b (..., K, N) -> (..., M, N). For attention's two products.
-    torch::Tensor matmul(const torch::Tensor& a, const torch::Tensor& b);
+    // y = a b; a (..., M, K), b (..., K, N) -> (..., M, N). For attention's two products:
+    // on armed training steps the values product records its `a` (the probabilities) as
+    // "probs", and the scores product its output gradient (dS) as "grad_scores", each against
+    // the format it is cast to, as a linear records "input" and "grad_output".
+    enum class AttentionProduct { Scores, Values };
+    torch::Tensor matmul(const torch::Tensor& a, const torch::Tensor& b, AttentionProduct product);
 
     // The native executor (precision.backend native, or auto on CUDA): activations travel in
     // their compute dtype (activation_dtype), 16-bit GEMMs run as themselves, per-tensor and

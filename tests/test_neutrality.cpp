@@ -36,21 +36,25 @@ private slots:
         QTest::addColumn<QString>("preset");
         QTest::addColumn<QString>("recipe");
         QTest::addColumn<bool>("native");
-        for (const char* preset : {"fp32", "bf16", "fp16"}) QTest::newRow(preset) << preset << "delayed" << false;
+        QTest::addColumn<bool>("fp8Attention"); // the attention layers' GEMMs E4M3 / E5M2
+        for (const char* preset : {"fp32", "bf16", "fp16"}) QTest::newRow(preset) << preset << "delayed" << false << false;
         for (const char* preset : {"fp8-hybrid", "fp8-hybrid-keep-ends"})
             for (const char* recipe : {"delayed", "current", "rowwise", "mxfp8", "fp8-block", "nvfp4", "mxfp4"})
-                QTest::addRow("%s/%s", preset, recipe) << preset << recipe << false;
+                QTest::addRow("%s/%s", preset, recipe) << preset << recipe << false << false;
         // The native executor observes through hooks and side computations too.
         for (const char* preset : {"bf16", "fp16", "fp8-hybrid"})
-            QTest::addRow("native/%s", preset) << preset << "delayed" << true;
-        QTest::newRow("native/fp8-hybrid/current") << "fp8-hybrid" << "current" << true;
-        QTest::newRow("native/fp8-hybrid/rowwise") << "fp8-hybrid" << "rowwise" << true;
+            QTest::addRow("native/%s", preset) << preset << "delayed" << true << false;
+        QTest::newRow("native/fp8-hybrid/current") << "fp8-hybrid" << "current" << true << false;
+        QTest::newRow("native/fp8-hybrid/rowwise") << "fp8-hybrid" << "rowwise" << true << false;
+        QTest::newRow("bf16, fp8 attention") << "bf16" << "delayed" << false << true;
+        QTest::newRow("native/bf16, fp8 attention") << "bf16" << "delayed" << true << true;
     }
     void telemetryNeverChangesAStep()
     {
         QFETCH(QString, preset);
         QFETCH(QString, recipe);
         QFETCH(bool, native);
+        QFETCH(bool, fp8Attention);
         auto config = load_project_file(MANTISSA_TEST_DATA_DIR "/golden_project.json");
         config.training.steps = 10;
         config.model.n_embd = 64; // at 32 wide torch's linear and the spelled-out GEMMs happen to round alike
@@ -59,6 +63,11 @@ private slots:
         config.precision.preset = preset.toStdString();
         config.precision.fp8.scaling = *parse_fp8_scaling(recipe.toStdString());
         config.precision.backend = native ? GemmBackend::Native : GemmBackend::Emulated;
+        if (fp8Attention)
+            config.precision.layers.push_back({"*.attn.sdpa", NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2, {}});
+        // Attention runs unfused, and records its probabilities and dS, unless it is FP32 or
+        // uniform 16-bit on the native executor (the fused kernel).
+        const bool unfused_attention = fp8Attention || (!native && preset != "fp32");
 
         const Observed off = train(config, 0);
         QCOMPARE(off.capture.steps.size(), size_t(10));
@@ -78,6 +87,9 @@ private slots:
                            t.role == "weight_grad";
                 };
                 QCOMPARE(std::count_if(frame.tensors.begin(), frame.tensors.end(), base_role), std::ptrdiff_t(5 * 9));
+                const auto attention_role = [](const TensorStats& t) { return t.role == "probs" || t.role == "grad_scores"; };
+                QCOMPARE(std::count_if(frame.tensors.begin(), frame.tensors.end(), attention_role),
+                         std::ptrdiff_t(unfused_attention ? 2 * 2 : 0));
             }
             QCOMPARE(on.capture.steps.size(), off.capture.steps.size());
             for (size_t i = 0; i < off.capture.steps.size(); ++i) {

@@ -101,6 +101,48 @@ Q_DECLARE_METATYPE(mantissa::Fp8Scaling)
 class TestTelemetry : public QObject {
     Q_OBJECT
 private slots:
+    // An unfused attention layer records what its casts do to the probabilities (the values
+    // product's input) and to the gradient of the scores (the scores product's dS), in the
+    // formats of its GEMMs: here FP8 attention, E4M3 forward and E5M2 backward. The golden
+    // model: 2 blocks, 2 heads, T = 16, micro-batches of 4 (a frame holds one micro-batch's
+    // casts). Exact counts: the causal mask's zeros, and in dS also each head's first query,
+    // whose one probability is exactly 1 and whose dS is exactly 0.
+    void attentionRecordsItsProbabilitiesAndScoreGradients()
+    {
+        auto config = load_project_file(MANTISSA_TEST_DATA_DIR "/golden_project.json");
+        config.training.steps = 3;
+        config.telemetry.interval = 1;
+        config.precision.preset = "bf16";
+        config.precision.layers.push_back({"*.attn.sdpa", NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2, {}});
+        RunCapture capture;
+        Trainer trainer(config);
+        trainer.run(capture);
+        QCOMPARE(capture.frames.size(), size_t(3));
+        const int64_t heads = 4 * 2, t = 16, masked = heads * t * (t - 1) / 2;
+        for (const auto& frame : capture.frames) {
+            int probs = 0, grads = 0;
+            for (const auto& s : frame.tensors) {
+                if (s.role != "probs" && s.role != "grad_scores") continue;
+                QVERIFY2(s.layer == "blocks.0.attn.sdpa" || s.layer == "blocks.1.attn.sdpa", s.layer.c_str());
+                QCOMPARE(s.count, heads * t * t);
+                QCOMPARE(s.infs + s.nans, int64_t(0));
+                if (s.role == "probs") {
+                    ++probs;
+                    QCOMPARE(s.format, std::string("e4m3"));
+                    QCOMPARE(s.zeros, masked);
+                    QCOMPARE(s.amax, 1.0); // each head's first query
+                } else {
+                    ++grads;
+                    QCOMPARE(s.format, std::string("e5m2"));
+                    QVERIFY2(s.zeros >= masked + heads, qPrintable(QString::number(s.zeros)));
+                    QVERIFY(s.amax > 0.0);
+                }
+            }
+            QCOMPARE(probs, 2);
+            QCOMPARE(grads, 2);
+        }
+    }
+
     // The CUDA schedule on the CPU: a frame is handed on after the next step (its copy lands
     // during that step's sync), except before an evaluation, a checkpoint or the end. The
     // frames, their step numbers, the losses and the final weights are those of the
@@ -1290,8 +1332,9 @@ private slots:
         QCOMPARE(rec.frames[0].step, int64_t(1));
         QCOMPARE(rec.frames[2].step, int64_t(10));
         const auto& f = rec.frames[1];
-        // 2 blocks x 4 linear layers + lm_head, 5 roles each.
-        QCOMPARE(f.tensors.size(), size_t(9 * 5));
+        // 2 blocks x 4 linear layers + lm_head, 5 roles each; the 2 attention layers (BF16,
+        // unfused on the CPU) their probabilities and dS.
+        QCOMPARE(f.tensors.size(), size_t(9 * 5 + 2 * 2));
         QCOMPARE(f.attention_max_logit.size(), size_t(2));
         QVERIFY(f.log_z_mean > 0);
         QVERIFY(f.memory.resident_bytes > 0);
