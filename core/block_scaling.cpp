@@ -669,10 +669,11 @@ BlockQuantized fp8_block(const torch::Tensor& x_in, NumberFormat format, bool po
     const float* x = x_t.data_ptr<float>();
     const Grid g(x_t.size(0), x_t.size(1), tile_2d ? 128 : 1, 128);
     Buffers b(g);
-    if (!tile_2d && g.cols % 128 == 0)
-        each_block_range(g, [&](int64_t begin, int64_t end) { fp8_row_blocks(x, b, format, power_of_two, begin, end); });
-    else
-        each_block_range(g, [&](int64_t begin, int64_t end) { fp8_block_range(x, g, b, format, power_of_two, begin, end); });
+    const bool whole_row_blocks = !tile_2d && g.cols % 128 == 0;
+    each_block_range(g, [&](int64_t begin, int64_t end) {
+        if (whole_row_blocks) fp8_row_blocks(x, b, format, power_of_two, begin, end);
+        else fp8_block_range(x, g, b, format, power_of_two, begin, end);
+    });
     return {b.values, b.scales, b.amax, {}};
 }
 

@@ -61,7 +61,8 @@ torch::Tensor scaled_causal_mask(const torch::Tensor& scores, double scale)
 {
     TORCH_CHECK(scores.dim() >= 2 && scores.size(-1) == scores.size(-2), "scaled_causal_mask: scores (..., T, T)");
     const int64_t t = scores.size(-1);
-    if (scores.device().is_cpu() && scores.scalar_type() == torch::kFloat32) return ScaledCausalMask::apply(scores, scale);
+    if (scores.device().is_cpu() && scores.scalar_type() == torch::kFloat32)
+        return ScaledCausalMask::apply(scores, scale);
     const auto future = torch::ones({t, t}, torch::dtype(torch::kBool).device(scores.device())).triu(1);
     return (scores * scale).masked_fill(future, -std::numeric_limits<float>::infinity());
 }

@@ -37,7 +37,8 @@ private slots:
         QTest::addColumn<QString>("recipe");
         QTest::addColumn<bool>("native");
         QTest::addColumn<bool>("fp8Attention"); // the attention layers' GEMMs E4M3 / E5M2
-        for (const char* preset : {"fp32", "bf16", "fp16"}) QTest::newRow(preset) << preset << "delayed" << false << false;
+        for (const char* preset : {"fp32", "bf16", "fp16"})
+            QTest::newRow(preset) << preset << "delayed" << false << false;
         for (const char* preset : {"fp8-hybrid", "fp8-hybrid-keep-ends"})
             for (const char* recipe : {"delayed", "current", "rowwise", "mxfp8", "fp8-block", "nvfp4", "mxfp4"})
                 QTest::addRow("%s/%s", preset, recipe) << preset << recipe << false << false;
@@ -64,7 +65,8 @@ private slots:
         config.precision.fp8.scaling = *parse_fp8_scaling(recipe.toStdString());
         config.precision.backend = native ? GemmBackend::Native : GemmBackend::Emulated;
         if (fp8Attention)
-            config.precision.layers.push_back({"*.attn.sdpa", NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2, {}});
+            config.precision.layers.push_back(
+                {"*.attn.sdpa", NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2, {}});
         // Attention runs unfused, and records its probabilities and dS, unless it is FP32 or
         // uniform 16-bit on the native executor (the fused kernel).
         const bool unfused_attention = fp8Attention || (!native && preset != "fp32");
@@ -87,7 +89,9 @@ private slots:
                            t.role == "weight_grad";
                 };
                 QCOMPARE(std::count_if(frame.tensors.begin(), frame.tensors.end(), base_role), std::ptrdiff_t(5 * 9));
-                const auto attention_role = [](const TensorStats& t) { return t.role == "probs" || t.role == "grad_scores"; };
+                const auto attention_role = [](const TensorStats& t) {
+                    return t.role == "probs" || t.role == "grad_scores";
+                };
                 QCOMPARE(std::count_if(frame.tensors.begin(), frame.tensors.end(), attention_role),
                          std::ptrdiff_t(unfused_attention ? 2 * 2 : 0));
             }

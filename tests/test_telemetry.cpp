@@ -113,7 +113,8 @@ private slots:
         config.training.steps = 3;
         config.telemetry.interval = 1;
         config.precision.preset = "bf16";
-        config.precision.layers.push_back({"*.attn.sdpa", NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2, {}});
+        config.precision.layers.push_back(
+            {"*.attn.sdpa", NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2, {}});
         RunCapture capture;
         Trainer trainer(config);
         trainer.run(capture);
