@@ -7,6 +7,8 @@
 //                                                        used for the docs, works with QT_QPA_PLATFORM=offscreen)
 //   mantissa PROJECT --screenshot-dir DIR [--steps N]   (the same, one PNG per page: project.png, monitor.png,
 //                                                        runs.png, compare.png with the latest runs of the store)
+//   mantissa ... --show LAYER:ROLE                      (with a screenshot: the Monitor's underflow heatmap of
+//                                                        ROLE, LAYER selected, its histogram of ROLE)
 // Exit codes: 0 ok, 1 the run or the screenshot failed, 2 bad project or arguments.
 
 #include <QApplication>
@@ -102,7 +104,12 @@ int main(int argc, char* argv[])
                                            QStringLiteral("Print the versions of Mantissa and its libraries."));
     const QCommandLineOption darkOption(QStringLiteral("dark"),
                                         QStringLiteral("Use a dark palette instead of the desktop's (screenshots)."));
-    parser.addOptions({dbOption, setOption, shotOption, shotDirOption, stepsOption, versionOption, darkOption});
+    const QCommandLineOption showOption(
+        QStringLiteral("show"),
+        QStringLiteral("With a screenshot: the Monitor shows this tensor (underflow heatmap of the role, the layer's "
+                       "histogram), e.g. blocks.1.attn.sdpa:grad_scores."),
+        QStringLiteral("layer:role"));
+    parser.addOptions({dbOption, setOption, shotOption, shotDirOption, stepsOption, versionOption, darkOption, showOption});
     parser.process(app);
     if (parser.isSet(darkOption)) {
         QApplication::setStyle(QStyleFactory::create(QStringLiteral("Fusion")));
@@ -117,6 +124,12 @@ int main(int argc, char* argv[])
     const qint64 shotSteps = parser.value(stepsOption).toLongLong(&stepsOk);
     if (!stepsOk || shotSteps < 0) {
         fail(QStringLiteral("--steps: '%1' is not a step count").arg(parser.value(stepsOption)));
+        return 2;
+    }
+    const QString shown = parser.value(showOption);
+    const qsizetype colon = shown.lastIndexOf(QLatin1Char(':'));
+    if (!shown.isEmpty() && (colon <= 0 || colon == shown.size() - 1)) {
+        fail(QStringLiteral("--show: '%1' is not LAYER:ROLE").arg(shown));
         return 2;
     }
     std::vector<Override> overrides;
@@ -155,6 +168,12 @@ int main(int argc, char* argv[])
     bool shotTaken = false;
     bool shotSaved = false;
     auto save = [&](const QString& path) {
+        if (!shown.isEmpty()) {
+            const QString role = shown.mid(colon + 1);
+            window.monitorPage()->setHeatmapStatistic(LayerStat::UnderflowPercent, role);
+            window.monitorPage()->setHistogramRole(role);
+            window.monitorPage()->selectLayer(shown.left(colon));
+        }
         window.monitorPage()->renderNow(); // the frame budget may have skipped the latest data
         const bool ok = window.grab().save(path, "PNG");
         if (!ok)

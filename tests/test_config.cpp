@@ -656,6 +656,7 @@ private slots:
         QTest::addColumn<QString>("file");
         QTest::newRow("default") << "default.json";
         QTest::newRow("shakespeare-char") << "shakespeare-char.json";
+        QTest::newRow("shakespeare-char-fp8-attention") << "shakespeare-char-fp8-attention.json";
     }
     void shippedProjectsAreValid()
     {

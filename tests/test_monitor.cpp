@@ -211,6 +211,7 @@ private slots:
     void precisionChangeMarksLossPlot();
     void eventActivationMovesCursorAndSelectsLayer();
     void heatmapClickActivatesToo();
+    void attentionRowsWithTensorsJoinTheHistogram();
     void frameSchedulerCapsRate();
     void realisticRunRenders();
 };
@@ -576,6 +577,57 @@ void TestMonitor::eventActivationMovesCursorAndSelectsLayer()
     page.renderNow();
     QVERIFY(!page.lossPlot()->cursorLine()->visible());
     QCOMPARE(page.histogramPlot()->shownStep(), int64_t(30)); // the newest frame again
+}
+
+// An unfused attention layer's probabilities and dS (roles "probs", "grad_scores") make its
+// row a histogram layer like any other; before them it holds only its max logit and is not one.
+void TestMonitor::attentionRowsWithTensorsJoinTheHistogram()
+{
+    MonitorPage page;
+    page.reset(1, kLayers);
+    for (const TelemetryBatch& b : thirty_steps()) page.ingest(b);
+    page.renderNow();
+    const QString sdpa = QStringLiteral("blocks.1.attn.sdpa");
+    QCOMPARE(page.histogramLayerCombo()->findText(sdpa), -1);
+    QVERIFY(!page.history().hasTensors("blocks.1.attn.sdpa"));
+    const size_t before = page.history().layersWithTensors();
+
+    TelemetryBatch batch;
+    batch.steps.push_back(step_at(31, loss_of(31)));
+    LayerStatsFrame f = frame_at(31, false);
+    TensorStats probs;
+    probs.layer = "blocks.1.attn.sdpa";
+    probs.role = "probs";
+    probs.format = "e4m3";
+    probs.first_exponent = -9;
+    probs.exponent_counts = {2, 0, 5, 7};
+    probs.count = 20;
+    probs.zeros = 6;
+    probs.underflow = 0.05;
+    probs.amax = 1.0;
+    f.tensors.push_back(probs);
+    batch.layer_frames.push_back(f);
+    page.ingest(batch);
+    page.renderNow();
+
+    QVERIFY(page.history().hasTensors("blocks.1.attn.sdpa"));
+    QCOMPARE(page.history().layersWithTensors(), before + 1);
+    QVERIFY(page.histogramLayerCombo()->findText(sdpa) >= 0);
+    QCOMPARE(page.histogramLayerCombo()->findText(QStringLiteral("blocks.0.attn.sdpa")), -1); // still none
+    page.setHistogramRole(QStringLiteral("probs"));
+    page.selectLayer(sdpa);
+    QCOMPARE(page.histogramLayerCombo()->currentText(), sdpa);
+    const ExponentHistogram* h = page.history().histogram("blocks.1.attn.sdpa", "probs", 31);
+    QVERIFY(h != nullptr);
+    QCOMPARE(h->zeros, int64_t(6));
+    QCOMPARE(h->counts, (std::vector<int64_t>{2, 0, 5, 7}));
+    // The heatmap's underflow row of "probs" has the attention layer's 5 %.
+    page.setHeatmapStatistic(LayerStat::UnderflowPercent, QStringLiteral("probs"));
+    const auto columns = page.history().columns(LayerStat::UnderflowPercent, "probs");
+    QVERIFY(!columns.empty());
+    const int row = page.history().layerIndex("blocks.1.attn.sdpa");
+    QVERIFY(row >= 0 && size_t(row) < columns.back().values.size());
+    QCOMPARE(columns.back().values[size_t(row)], 5.0f);
 }
 
 void TestMonitor::heatmapClickActivatesToo()

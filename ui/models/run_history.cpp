@@ -58,6 +58,8 @@ void RunHistory::reset(int64_t tokensPerStep)
     memory_.clear();
     layers_.clear();
     layerIndex_.clear();
+    layerHasTensors_.clear();
+    layersWithTensors_ = 0;
     gradNormColumns_.clear();
     gradNormStride_ = 1;
     frames_.clear();
@@ -87,6 +89,12 @@ int RunHistory::ensureLayer(const std::string& name)
     layers_.push_back(name);
     layerIndex_.emplace(name, index);
     return index;
+}
+
+bool RunHistory::hasTensors(const std::string& name) const
+{
+    const int index = layerIndex(name);
+    return index >= 0 && size_t(index) < layerHasTensors_.size() && layerHasTensors_[size_t(index)];
 }
 
 int RunHistory::layerIndex(const std::string& name) const
@@ -147,6 +155,11 @@ void RunHistory::appendFrame(const LayerStatsFrame& frame)
         const int layer = ensureLayer(t.layer);
         const int role = roleIndex(t.role);
         if (role < 0) continue;
+        if (layerHasTensors_.size() <= size_t(layer)) layerHasTensors_.resize(size_t(layer) + 1, false);
+        if (!layerHasTensors_[size_t(layer)]) {
+            layerHasTensors_[size_t(layer)] = true;
+            ++layersWithTensors_;
+        }
         const size_t base = (size_t(layer) * nRoles + size_t(role)) * kStatsPerTensor;
         if (summary.tensorStats.size() < base + kStatsPerTensor) summary.tensorStats.resize(base + kStatsPerTensor, kNaN);
         summary.tensorStats[base + 0] = static_cast<float>(100.0 * t.underflow);

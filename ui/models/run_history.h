@@ -112,6 +112,10 @@ public:
 
     const std::vector<std::string>& layers() const { return layers_; }
     int layerIndex(const std::string& name) const; // -1 if unknown
+    // Whether some frame held tensor statistics of the layer (an attention row holds only its
+    // max logit unless it runs unfused), and how many layers did.
+    bool hasTensors(const std::string& name) const;
+    size_t layersWithTensors() const { return layersWithTensors_; }
 
     // Heatmap columns for a statistic in step order. `role` matters for the per-tensor stats
     // (UnderflowPercent, OverflowPercent, Amax); GradNorm comes from every step's per-layer
@@ -156,6 +160,8 @@ private:
     std::vector<RunEvent> events_;
     std::vector<MemoryPoint> memory_;
     std::vector<std::string> layers_;
+    std::vector<bool> layerHasTensors_; // by layer index
+    size_t layersWithTensors_ = 0;
     std::unordered_map<std::string, int> layerIndex_;
     std::vector<LayerColumn> gradNormColumns_;
     int64_t gradNormStride_ = 1; // after thinning, only every stride-th step is kept

@@ -49,11 +49,12 @@ QLabel* caption(const QString& text, QWidget* parent)
     return label;
 }
 
-// The heatmap's attention-logit rows ("blocks.0.attn.sdpa") have no tensors to histogram.
-bool has_tensors(const std::string& layer)
+// The heatmap's attention rows ("blocks.0.attn.sdpa"): tensors to histogram only where the
+// attention runs unfused (its probabilities and dS); the fused kernel's show the max logit alone.
+bool is_attention_row(const std::string& layer)
 {
     static const std::string suffix = ".sdpa";
-    return !(layer.size() >= suffix.size() && layer.compare(layer.size() - suffix.size(), suffix.size(), suffix) == 0);
+    return layer.size() >= suffix.size() && layer.compare(layer.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // Colours the event list's text by the event's kind (see MonitorPage::eventKindColor). A
@@ -430,14 +431,17 @@ void MonitorPage::showEvent(QShowEvent* event)
 
 void MonitorPage::syncControls()
 {
-    // The histogram's layer list grows with the layers the history learns about.
+    // The histogram's layer list grows with the layers the history learns about, and with the
+    // attention rows that turn out to hold tensors.
     const auto& layers = history_.layers();
-    if (layers.size() != listedLayers_) {
+    if (layers.size() != listedLayers_ || history_.layersWithTensors() != listedTensorLayers_) {
         listedLayers_ = layers.size();
+        listedTensorLayers_ = history_.layersWithTensors();
         const QSignalBlocker block(histogramLayerCombo_);
         histogramLayerCombo_->clear();
         for (const std::string& layer : layers)
-            if (has_tensors(layer)) histogramLayerCombo_->addItem(QString::fromStdString(layer));
+            if (!is_attention_row(layer) || history_.hasTensors(layer))
+                histogramLayerCombo_->addItem(QString::fromStdString(layer));
         const int selected = histogramLayerCombo_->findText(selectedLayer_);
         histogramLayerCombo_->setCurrentIndex(selected >= 0 ? selected : 0);
         if (histogramLayerCombo_->currentIndex() >= 0)
