@@ -109,7 +109,8 @@ int main(int argc, char* argv[])
         QStringLiteral("With a screenshot: the Monitor shows this tensor (underflow heatmap of the role, the layer's "
                        "histogram), e.g. blocks.1.attn.sdpa:grad_scores."),
         QStringLiteral("layer:role"));
-    parser.addOptions({dbOption, setOption, shotOption, shotDirOption, stepsOption, versionOption, darkOption, showOption});
+    parser.addOptions(
+        {dbOption, setOption, shotOption, shotDirOption, stepsOption, versionOption, darkOption, showOption});
     parser.process(app);
     if (parser.isSet(darkOption)) {
         QApplication::setStyle(QStyleFactory::create(QStringLiteral("Fusion")));

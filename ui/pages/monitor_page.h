@@ -171,8 +171,8 @@ private:
 
     int64_t cursorStep_ = -1;
     QString selectedLayer_;
-    size_t listedLayers_ = 0;
-    size_t listedTensorLayers_ = 0;     // history_.layersWithTensors() when it was built           // history layers the histogram combo was built from
+    size_t listedLayers_ = 0;           // history layers the histogram combo was built from
+    size_t listedTensorLayers_ = 0;     // and history_.layersWithTensors() then
     std::vector<int64_t> histogramSteps_; // the slider's frames
 
     double maxFrameRateHz_ = kDefaultMaxFrameRateHz;
