@@ -59,7 +59,6 @@ void RunHistory::reset(int64_t tokensPerStep)
     layers_.clear();
     layerIndex_.clear();
     layerHasTensors_.clear();
-    layersWithTensors_ = 0;
     gradNormColumns_.clear();
     gradNormStride_ = 1;
     frames_.clear();
@@ -95,6 +94,11 @@ bool RunHistory::hasTensors(const std::string& name) const
 {
     const int index = layerIndex(name);
     return index >= 0 && size_t(index) < layerHasTensors_.size() && layerHasTensors_[size_t(index)];
+}
+
+size_t RunHistory::layersWithTensors() const
+{
+    return static_cast<size_t>(std::count(layerHasTensors_.begin(), layerHasTensors_.end(), true));
 }
 
 int RunHistory::layerIndex(const std::string& name) const
@@ -156,10 +160,7 @@ void RunHistory::appendFrame(const LayerStatsFrame& frame)
         const int role = roleIndex(t.role);
         if (role < 0) continue;
         if (layerHasTensors_.size() <= size_t(layer)) layerHasTensors_.resize(size_t(layer) + 1, false);
-        if (!layerHasTensors_[size_t(layer)]) {
-            layerHasTensors_[size_t(layer)] = true;
-            ++layersWithTensors_;
-        }
+        layerHasTensors_[size_t(layer)] = true;
         const size_t base = (size_t(layer) * nRoles + size_t(role)) * kStatsPerTensor;
         if (summary.tensorStats.size() < base + kStatsPerTensor) summary.tensorStats.resize(base + kStatsPerTensor, kNaN);
         summary.tensorStats[base + 0] = static_cast<float>(100.0 * t.underflow);

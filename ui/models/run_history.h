@@ -115,7 +115,7 @@ public:
     // Whether some frame held tensor statistics of the layer (an attention row holds only its
     // max logit unless it runs unfused), and how many layers did.
     bool hasTensors(const std::string& name) const;
-    size_t layersWithTensors() const { return layersWithTensors_; }
+    size_t layersWithTensors() const;
 
     // Heatmap columns for a statistic in step order. `role` matters for the per-tensor stats
     // (UnderflowPercent, OverflowPercent, Amax); GradNorm comes from every step's per-layer
@@ -161,7 +161,6 @@ private:
     std::vector<MemoryPoint> memory_;
     std::vector<std::string> layers_;
     std::vector<bool> layerHasTensors_; // by layer index
-    size_t layersWithTensors_ = 0;
     std::unordered_map<std::string, int> layerIndex_;
     std::vector<LayerColumn> gradNormColumns_;
     int64_t gradNormStride_ = 1; // after thinning, only every stride-th step is kept
