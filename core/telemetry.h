@@ -37,7 +37,7 @@ struct EvalMetrics {
 // One tensor of one layer at one step (docs/TELEMETRY.md).
 struct TensorStats {
     std::string layer;  // dotted layer name
-    std::string role;   // weight | input | output | grad_output | weight_grad
+    std::string role;   // one of tensor_roles()
     std::string format; // the format the tensor was cast to
     int first_exponent = 0;                 // exponent of exponent_counts[0]
     std::vector<int64_t> exponent_counts;   // finite non-zero values by floor(log2|x|), contiguous span
@@ -51,6 +51,21 @@ struct TensorStats {
     double quant_snr_db = 0.0; // +inf when the cast was exact
     double update_ratio = -1.0; // weights: rms(update) / rms(weight); -1 otherwise
 };
+
+// Every TensorStats::role the engine records, in the order the GUI offers them
+// (docs/TELEMETRY.md): a GEMM's operands, output and weight gradient; a block recipe's scales
+// ("<role>_scale", against the scale format) and, under nvfp4, the wgrad operands with and
+// without the Hadamard transform; an unfused attention layer's probabilities and score
+// gradient, with their block scales under a block recipe.
+inline const std::vector<std::string>& tensor_roles()
+{
+    static const std::vector<std::string> names{
+        "weight",       "input",       "output",           "grad_output",        "weight_grad",
+        "weight_scale", "input_scale", "grad_output_scale", "input_wgrad",       "input_wgrad_no_rht",
+        "grad_output_wgrad", "grad_output_wgrad_no_rht", "probs", "grad_scores", "probs_scale",
+        "grad_scores_scale"};
+    return names;
+}
 
 // Memory at one step.
 struct MemorySnapshot {

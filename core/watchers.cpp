@@ -38,9 +38,17 @@ std::string fmt(double v)
     return out.str();
 }
 
+// Whether the backward pass makes a role's tensor: the gradients, the wgrad GEMM's operands
+// (cast in the backward) and their block scales. The rest (operands, outputs, attention's
+// probabilities and the forward casts' scales) come from the forward pass.
+bool backward_role(const std::string& role)
+{
+    return role.starts_with("grad_") || role == "weight_grad" || role.find("_wgrad") != std::string::npos;
+}
+
 int role_rank(const std::string& role)
 {
-    static const std::vector<std::string> order = {"weight", "input", "output", "grad_output", "weight_grad"};
+    const auto& order = tensor_roles();
     const auto it = std::find(order.begin(), order.end(), role);
     return static_cast<int>(it - order.begin());
 }
@@ -144,13 +152,12 @@ std::vector<WatchAlert> Watchers::on_frame(const LayerStatsFrame& frame, const s
         return static_cast<int>(std::find(forward_order.begin(), forward_order.end(), layer) - forward_order.begin());
     };
     // Non-finite values: where they first appeared in data-flow order. The forward pass runs
-    // through the layers in order; the backward pass (grad_output, weight_grad) runs in reverse
-    // after it, so a layer that only has non-finite gradients ranks after every forward value.
+    // through the layers in order; the backward pass runs in reverse after it, so a layer that
+    // only has non-finite gradients ranks after every forward value.
     auto flow_rank = [&](const TensorStats& t) {
-        const int r = role_rank(t.role);
-        const bool backward = r >= 3;
+        const bool backward = backward_role(t.role);
         const int layer = rank(t.layer);
-        return std::make_tuple(backward ? 1 : 0, backward ? -layer : layer, r);
+        return std::make_tuple(backward ? 1 : 0, backward ? -layer : layer, role_rank(t.role));
     };
     const TensorStats* first = nullptr;
     for (const auto& t : frame.tensors) {

@@ -144,6 +144,41 @@ private slots:
         }
     }
 
+    // Every role the engine records is one of tensor_roles(), the list the GUI's role menus
+    // and the watchers rank by; and between them, these runs record every role of that list.
+    // A block recipe on every GEMM, attention included, records the most: each operand with
+    // its block scales, and under nvfp4 the wgrad operands with and without the Hadamard
+    // transform.
+    void everyRecordedRoleIsAListedRole()
+    {
+        std::set<std::string> recorded;
+        auto run = [&](const std::string& preset, std::optional<Fp8Scaling> scaling) {
+            auto config = load_project_file(MANTISSA_TEST_DATA_DIR "/golden_project.json");
+            config.training.steps = 1;
+            config.telemetry.interval = 1;
+            config.precision.preset = preset;
+            if (scaling) {
+                config.precision.fp8.scaling = *scaling;
+                config.precision.layers.push_back(
+                    {"*.attn.sdpa", NumberFormat::E4M3, NumberFormat::E4M3, NumberFormat::E4M3, scaling});
+            }
+            RunCapture capture;
+            Trainer trainer(config);
+            trainer.run(capture);
+            QCOMPARE(capture.frames.size(), size_t(1));
+            for (const auto& t : capture.frames[0].tensors) {
+                const auto& listed = tensor_roles();
+                QVERIFY2(std::find(listed.begin(), listed.end(), t.role) != listed.end(), (preset + ": " + t.role).c_str());
+                recorded.insert(t.role);
+            }
+        };
+        run("fp32", std::nullopt);
+        run("bf16", std::nullopt);
+        run("fp8-hybrid", std::nullopt);
+        for (auto s : {Fp8Scaling::Block128, Fp8Scaling::NvFp4, Fp8Scaling::MxFp4}) run("fp8-e4m3", s);
+        QCOMPARE(recorded, std::set<std::string>(tensor_roles().begin(), tensor_roles().end()));
+    }
+
     // The CUDA schedule on the CPU: a frame is handed on after the next step (its copy lands
     // during that step's sync), except before an evaluation, a checkpoint or the end. The
     // frames, their step numbers, the losses and the final weights are those of the
@@ -1087,6 +1122,41 @@ private slots:
         QCOMPARE(alerts[0].layer, std::string("blocks.1.mlp.fc1"));
         QCOMPARE(alerts[0].role, std::string("grad_output"));
         QCOMPARE(alerts[0].message, std::string("grad_output of blocks.1.mlp.fc1 has 3 NaN and 0 inf of 10 values"));
+    }
+
+    // Attention's probabilities and the forward casts' block scales are forward tensors: a NaN
+    // in block 0's probabilities comes before one in block 1's input, and before any gradient.
+    // Ranked with the gradients, the probabilities would have been blamed last.
+    void nonFiniteAttentionProbabilitiesRankInTheForward_data()
+    {
+        QTest::addColumn<QString>("role");
+        QTest::addColumn<QString>("blamed");
+        QTest::newRow("probs") << "probs" << "blocks.0.attn.sdpa";
+        QTest::newRow("probs_scale") << "probs_scale" << "blocks.0.attn.sdpa";
+        QTest::newRow("input_scale") << "input_scale" << "blocks.0.attn.sdpa";
+        QTest::newRow("grad_scores") << "grad_scores" << "blocks.1.attn.qkv";
+        QTest::newRow("grad_scores_scale") << "grad_scores_scale" << "blocks.1.attn.qkv";
+        QTest::newRow("input_wgrad") << "input_wgrad" << "blocks.1.attn.qkv";
+    }
+    void nonFiniteAttentionProbabilitiesRankInTheForward()
+    {
+        QFETCH(QString, role);
+        QFETCH(QString, blamed);
+        Watchers w(WatcherConfig{});
+        LayerStatsFrame f;
+        f.step = 3;
+        auto row = [](const char* layer, const std::string& r) {
+            TensorStats t;
+            t.layer = layer;
+            t.role = r;
+            t.count = 8;
+            t.nans = 1;
+            return t;
+        };
+        f.tensors = {row("blocks.0.attn.sdpa", role.toStdString()), row("blocks.1.attn.qkv", "input")};
+        const auto alerts = w.on_frame(f, {"blocks.0.attn.qkv", "blocks.0.attn.sdpa", "blocks.1.attn.qkv"});
+        QCOMPARE(alerts.size(), size_t(1));
+        QCOMPARE(QString::fromStdString(alerts[0].layer), blamed);
     }
 
     // A step skipped by dynamic loss scaling has a non-finite gradient norm by design: it is the

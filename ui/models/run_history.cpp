@@ -26,18 +26,7 @@ template <typename T> void drop_every_other(std::vector<T>& items)
 
 } // namespace
 
-const std::vector<std::string>& RunHistory::roles()
-{
-    // The block recipes add their scales (against the scale format) and, under nvfp4, the
-    // wgrad operands with and without the Hadamard transform; an unfused attention layer its
-    // probabilities and the gradient of its scores (docs/TELEMETRY.md).
-    static const std::vector<std::string> names{"weight",        "input",        "output",
-                                                "grad_output",   "weight_grad",  "weight_scale",
-                                                "input_scale",   "grad_output_scale", "input_wgrad",
-                                                "input_wgrad_no_rht", "grad_output_wgrad", "grad_output_wgrad_no_rht",
-                                                "probs",         "grad_scores"};
-    return names;
-}
+const std::vector<std::string>& RunHistory::roles() { return tensor_roles(); }
 
 int RunHistory::roleIndex(const std::string& role)
 {
