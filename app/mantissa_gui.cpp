@@ -8,7 +8,8 @@
 //   mantissa PROJECT --screenshot-dir DIR [--steps N]   (the same, one PNG per page: project.png, monitor.png,
 //                                                        runs.png, compare.png with the latest runs of the store)
 //   mantissa ... --show LAYER:ROLE                      (with a screenshot: the Monitor's underflow heatmap of
-//                                                        ROLE, LAYER selected, its histogram of ROLE)
+//                                                        ROLE, LAYER selected, its histogram of ROLE; exit 1
+//                                                        and no picture when the run recorded no such tensor)
 // Exit codes: 0 ok, 1 the run or the screenshot failed, 2 bad project or arguments.
 
 #include <QApplication>
@@ -20,11 +21,13 @@
 #include <QStyleFactory>
 #include <QTimer>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <vector>
 
 #include "determinism.h"
+#include "telemetry.h"
 #include "pages/compare_page.h"
 #include "window/main_window.h"
 #include "pages/monitor_page.h"
@@ -133,6 +136,19 @@ int main(int argc, char* argv[])
         fail(QStringLiteral("--show: '%1' is not LAYER:ROLE").arg(shown));
         return 2;
     }
+    if (!shown.isEmpty()) {
+        const auto& roles = tensor_roles();
+        if (std::find(roles.begin(), roles.end(), shown.mid(colon + 1).toStdString()) == roles.end()) {
+            QStringList names;
+            for (const auto& r : roles) names << QString::fromStdString(r);
+            fail(QStringLiteral("--show: '%1' is not a role; roles: %2").arg(shown.mid(colon + 1), names.join(u", ")));
+            return 2;
+        }
+        if (!parser.isSet(shotOption) && !parser.isSet(shotDirOption)) {
+            fail(QStringLiteral("--show needs --screenshot or --screenshot-dir"));
+            return 2;
+        }
+    }
     std::vector<Override> overrides;
     try {
         for (const QString& text : parser.values(setOption))
@@ -183,9 +199,20 @@ int main(int argc, char* argv[])
             std::printf("wrote %s at step %lld\n", qPrintable(path), static_cast<long long>(window.lastStep()));
         return ok;
     };
+    // A layer the run does not have, or a tensor it never recorded (a role of another recipe,
+    // no telemetry step yet), would give a picture of something else.
+    auto shownWasRecorded = [&] {
+        if (shown.isEmpty()) return true;
+        const QString layer = shown.left(colon), role = shown.mid(colon + 1);
+        const RunHistory& history = window.monitorPage()->history();
+        if (history.histogram(layer.toStdString(), role.toStdString(), history.lastStep())) return true;
+        fail(QStringLiteral("--show: the run has no %1 of '%2' by step %3").arg(role, layer).arg(history.lastStep()));
+        return false;
+    };
     auto takeShot = [&] {
         shotTaken = true;
-        shotSaved = true;
+        shotSaved = shownWasRecorded();
+        if (!shotSaved) return;
         if (!shotPath.isEmpty()) shotSaved = save(shotPath);
         if (!shotDir.isEmpty()) {
             QDir().mkpath(shotDir);

@@ -2,7 +2,8 @@
 // The desktop side of the application: the compiled-in icons load at every size, the window
 // uses them, the format capability table answers per compute capability, the About dialog
 // shows versions, GPU and that table, and the desktop entry, AppStream metainfo and MIME type
-// pass the freedesktop validators (skipped where a validator is not installed).
+// pass the freedesktop validators (skipped where a validator is not installed), and the
+// screenshot mode's `--show` names a tensor the run recorded.
 
 #include <QAction>
 #include <QApplication>
@@ -261,6 +262,46 @@ private slots:
         QVERIFY(drag({QUrl::fromLocalFile(project)}));
         QVERIFY(window.hasProject());
         QCOMPARE(QFileInfo(window.projectPath()).fileName(), QStringLiteral("dropped.mantissa.json"));
+    }
+
+    // The screenshot mode that draws the docs' pictures: `--show LAYER:ROLE` must name a role
+    // (exit 2 before any training) and a tensor the run recorded (exit 1 and no picture, rather
+    // than a picture of some other tensor).
+    void screenshotShowsTheNamedTensor_data()
+    {
+        QTest::addColumn<QString>("show");
+        QTest::addColumn<int>("exitCode");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("recorded") << "blocks.1.attn.qkv:grad_output" << 0 << "wrote ";
+        QTest::newRow("not a role") << "blocks.1.attn.qkv:gradient" << 2
+                                    << "mantissa: --show: 'gradient' is not a role; roles: weight, input, output, ";
+        QTest::newRow("not LAYER:ROLE") << "grad_output" << 2 << "mantissa: --show: 'grad_output' is not LAYER:ROLE";
+        QTest::newRow("no such layer") << "blocks.7.attn.qkv:grad_output" << 1
+                                       << "mantissa: --show: the run has no grad_output of 'blocks.7.attn.qkv' by step 2";
+        // FP32 attention runs fused: it forms no probabilities.
+        QTest::newRow("not recorded") << "blocks.1.attn.sdpa:probs" << 1
+                                      << "mantissa: --show: the run has no probs of 'blocks.1.attn.sdpa' by step 2";
+    }
+    void screenshotShowsTheNamedTensor()
+    {
+        QFETCH(QString, show);
+        QFETCH(int, exitCode);
+        QFETCH(QString, message);
+        QTemporaryDir dir;
+        const QString png = dir.filePath(QStringLiteral("shot.png"));
+        QProcess p;
+        p.setProcessChannelMode(QProcess::MergedChannels);
+        p.start(QStringLiteral(MANTISSA_GUI_EXE),
+                {QStringLiteral(MANTISSA_SOURCE_DIR "/tests/data/golden_project.json"), QStringLiteral("--db"),
+                 dir.filePath(QStringLiteral("runs.sqlite")), QStringLiteral("--set"), QStringLiteral("training.steps=2"),
+                 QStringLiteral("--set"), QStringLiteral("telemetry.interval=1"), QStringLiteral("--screenshot"), png,
+                 QStringLiteral("--show"), show});
+        QVERIFY(p.waitForFinished(120000));
+        const QString out = QString::fromUtf8(p.readAll());
+        QCOMPARE(p.exitStatus(), QProcess::NormalExit);
+        QVERIFY2(p.exitCode() == exitCode, qPrintable(out));
+        QVERIFY2(out.contains(message), qPrintable(out));
+        QCOMPARE(QImage(png).isNull(), exitCode != 0);
     }
 
     void windowStateIsRestored()
