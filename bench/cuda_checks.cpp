@@ -5,7 +5,7 @@
 //
 //   cuda_checks [--device cuda|cpu] [--quick]
 //
-// --quick trains two recipes instead of all (CTest runs it on the CPU, so that the harness
+// --quick trains a few recipes instead of all (CTest runs it on the CPU, so that the harness
 // the first GPU session depends on keeps working).
 // - casts: round_to_format on the device, bit for bit against the CPU, on crafted edge values;
 // - fp8 gemm: _scaled_mm with K or N padded to 16 and any M, against the exact product;
@@ -19,7 +19,8 @@
 //   differ, so equality is not expected: the figure printed is the point);
 // - resume: 4 steps, checkpoint, a new trainer, 4 more, bit-identical to 8 straight, on the
 //   device; and a CPU checkpoint continued on the device and back;
-// - observe: telemetry every step leaves the losses bit-identical;
+// - observe: telemetry every step leaves the losses bit-identical, and an unfused FP8
+//   attention's frames hold its P and dS rows;
 // - live: a precision change mid-run, evaluation and sampling on the device;
 // - syncs: host syncs per training step that CUDA's sync debug mode flags (CUDA builds only):
 //   none, since the step's one read waits on an event (core/host_copy.h), which it does not flag.
@@ -475,8 +476,11 @@ struct Losses : TelemetrySink {
         ++frames;
         // log Z of a softmax over V logits is at least log V - (max - min): far from 0 here.
         if (std::isfinite(f.log_z_mean) && f.log_z_mean != 0.0 && f.log_z_max >= std::abs(f.log_z_mean)) ++log_z_frames;
+        for (const auto& t : f.tensors)
+            if (t.role.starts_with("probs") || t.role.starts_with("grad_scores")) ++attention_rows;
     }
     int64_t log_z_frames = 0;
+    int64_t attention_rows = 0; // an unfused attention's P and dS (and their block scales)
 };
 
 Losses train(const ProjectConfig& config)
@@ -596,7 +600,10 @@ std::vector<double> stopped_and_resumed(const ProjectConfig& first_config, const
     return losses;
 }
 
-bool kept_when_quick(const std::string& name) { return name == "fp32" || name == "fp8-hybrid native"; }
+bool kept_when_quick(const std::string& name)
+{
+    return name == "fp32" || name == "fp8-hybrid native" || name == "fp8-block attention";
+}
 
 void resume(const std::string& device, const std::string& dir, bool quick)
 {
@@ -688,7 +695,15 @@ void observe(const std::string& device, bool quick)
     for (const auto& [name, sets] : std::vector<std::pair<std::string, std::vector<std::string>>>{
              {"bf16 native", {"precision.preset=bf16", "precision.backend=native"}},
              {"fp8-hybrid native", {"precision.preset=fp8-hybrid", "precision.backend=native"}},
-             {"nvfp4", {"precision.preset=fp8-e4m3", "precision.fp8.scaling=nvfp4"}}}) {
+             {"nvfp4", {"precision.preset=fp8-e4m3", "precision.fp8.scaling=nvfp4"}},
+             // Unfused FP8 attention records P and dS (session 39; never run on a GPU before),
+             // and under a block recipe their block scales too.
+             {"fp8 attention",
+              {"precision.preset=fp8-hybrid", "precision.backend=native",
+               R"(precision.layers=[{"match":"*.attn.sdpa","format":"e4m3"}])"}},
+             {"fp8-block attention",
+              {"precision.preset=fp8-e4m3", "precision.fp8.scaling=fp8-block",
+               R"(precision.layers=[{"match":"*.attn.sdpa","format":"e4m3"}])"}}}) {
         if (quick && !kept_when_quick(name)) continue;
         check("observe " + name, [&, name = name, sets = sets] {
             const ProjectConfig c = with(base_config(device, 6), sets);
@@ -696,9 +711,16 @@ void observe(const std::string& device, bool quick)
             const Losses every = train(with(c, {"telemetry.interval=1"}));
             // Every frame carries log Z (on a GPU's 16-bit logits the loss's kernel measures it).
             const bool log_z = every.log_z_frames == every.frames;
-            report(same_bits(off.steps, every.steps) && every.frames >= 5 && log_z, "observe " + name,
+            const bool attention = name.find("attention") != std::string::npos;
+            // base_config's two blocks, two rows each (four with the block scales), every frame.
+            const int64_t expected_rows = attention ? every.frames * 2 * (name.starts_with("fp8-block") ? 4 : 2) : 0;
+            report(same_bits(off.steps, every.steps) && every.frames >= 5 && log_z &&
+                       every.attention_rows == expected_rows,
+                   "observe " + name,
                    fmt("telemetry every step: %.0f frames, losses bit-identical: ", double(every.frames)) +
-                       (same_bits(off.steps, every.steps) ? "yes" : "NO") + (log_z ? ", log Z in each" : ", LOG Z MISSING"));
+                       (same_bits(off.steps, every.steps) ? "yes" : "NO") + (log_z ? ", log Z in each" : ", LOG Z MISSING") +
+                       fmt(", %.0f attention rows", double(every.attention_rows)) +
+                       fmt(" (expected %.0f)", double(expected_rows)));
         });
     }
 }
