@@ -545,6 +545,17 @@ const std::vector<Recipe>& recipes()
          1e-2},
         {"fp8-hybrid, fp8 attention",
          {"precision.preset=fp8-hybrid", R"(precision.layers=[{"match":"*.attn.sdpa","format":"e4m3"}])"}, 1e-2},
+        // fp8-block with GEMMs left in FP32: proj's and fc2's BF16 inputs, and the blockwise
+        // forward's BF16 dy, reach an FP32 GEMM (which multiplied BF16 by FP32 and threw until
+        // session 40, by reading).
+        {"fp8-block, fp32 forward of proj and fc2",
+         {"precision.preset=fp8-e4m3", "precision.fp8.scaling=fp8-block",
+          R"(precision.layers=[{"match":"*.proj","forward":"fp32"},{"match":"*.fc2","forward":"fp32"}])"},
+         1e-2},
+        {"fp8-block, fp32 dgrad and wgrad",
+         {"precision.preset=fp8-e4m3", "precision.fp8.scaling=fp8-block",
+          R"(precision.layers=[{"match":"*","dgrad":"fp32","wgrad":"fp32"}])"},
+         1e-2},
     };
     return all;
 }

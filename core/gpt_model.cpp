@@ -203,6 +203,19 @@ bool causal_max_abs_score_fused(const torch::Tensor& q, const torch::Tensor& k)
 #endif
 }
 
+void probe_attention_score_routes(const torch::Device& device, int64_t head_width)
+{
+    if (!device.is_cuda()) return;
+    for (const auto dtype : {torch::kBFloat16, torch::kHalf}) {
+        sixteen_bit_scores_agree(device, dtype);
+#ifdef MANTISSA_CUDA_KERNELS
+        fused_scores_agree(device, dtype, head_width);
+#else
+        (void)head_width;
+#endif
+    }
+}
+
 torch::Tensor causal_max_abs_score(const torch::Tensor& q, const torch::Tensor& k, int64_t max_scores)
 {
 #ifdef MANTISSA_CUDA_KERNELS

@@ -68,6 +68,10 @@ TORCH_MODULE(Norm);
 torch::Tensor causal_max_abs_score(const torch::Tensor& q, const torch::Tensor& k, int64_t max_scores = int64_t(1) << 24);
 // Whether causal_max_abs_score takes these heads through the fused kernel.
 bool causal_max_abs_score_fused(const torch::Tensor& q, const torch::Tensor& k);
+// Runs causal_max_abs_score's start-up probes for 16-bit heads of this width on this GPU (the
+// fused kernel's, the 16-bit GEMM route's), so that their host syncs come before the first
+// step rather than inside the first telemetry step. Nothing on other devices.
+void probe_attention_score_routes(const torch::Device& device, int64_t head_width);
 // The ops' route: queries in blocks whose FP32 scores stay near `max_scores`, each block
 // multiplying only the keys it may see.
 torch::Tensor causal_max_abs_score_of_ops(const torch::Tensor& q, const torch::Tensor& k,

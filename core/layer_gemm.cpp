@@ -280,7 +280,9 @@ torch::Tensor LayerGemm::round_operand(const torch::Tensor& x, NumberFormat form
                                        torch::Tensor* scale)
 {
     if (scale) *scale = torch::Tensor();
-    if (format == NumberFormat::FP32) return x;
+    // In FP32 whatever x's dtype: on a GPU, fp8-block hands a 16-bit input on as it is, and its
+    // blockwise GEMM's BF16 output comes back as a BF16 dy; a GEMM left in FP32 multiplies FP32.
+    if (format == NumberFormat::FP32) return x.to(torch::kFloat32);
     if (!format_info(format).is_fp8) return round_to_format(x, format, Overflow::Propagate);
     if (scales_on_device(x)) {
         // The same cast with the scale, amax and history as tensors (native_fp8.h, held to the
@@ -319,7 +321,7 @@ torch::Tensor LayerGemm::quantized_weight(const torch::Tensor& weight, NumberFor
                                           torch::Tensor* scale)
 {
     if (scale) *scale = torch::Tensor();
-    if (format == NumberFormat::FP32) return weight;
+    if (format == NumberFormat::FP32) return weight.to(torch::kFloat32); // FP32 master weights: no copy
     // The master weight changes once per optimizer step; micro-batches and the backward pass
     // reuse the low-precision copy, and a delayed-scaling weight records its amax once per
     // step, as TE does with is_first_microbatch.

@@ -113,9 +113,10 @@ Trainer::Impl::Impl(ProjectConfig c) : config(std::move(c)), watchers(config.tel
     follow_formats_with_loss_scaling(/*keep_state=*/false);
     for (const auto& g : model->gemm_layers()) layer_order.push_back(g->name());
     defer_frames = device.is_cuda();
-    // The fused statistics kernel, the FP8 kernels and the FP8 GEMMs are tried here, once per
-    // process, so that their probes' host syncs fall outside the steps (a run's telemetry may be switched on at
-    // any step, and a layer's recipe changed to FP8).
+    // The fused statistics kernel, the FP8 kernels, the FP8 GEMMs (and the BF16 output of the
+    // blockwise one) and the attention max logit's routes are tried here, once per process, so
+    // that their probes' host syncs fall outside the steps (a run's telemetry may be switched
+    // on at any step, and a layer's recipe changed to FP8).
     if (device.is_cuda()) {
         const c10::DeviceGuard on_this_gpu(device); // the probes try the GPU this run trains on
         fused_cuda_stats_available();
@@ -123,6 +124,8 @@ Trainer::Impl::Impl(ProjectConfig c) : config(std::move(c)), watchers(config.tel
         native_fp8_available();
         rowwise_fp8_available();
         blockwise_fp8_available();
+        blockwise_fp8_bf16_output_available();
+        probe_attention_score_routes(device, config.model.n_embd / config.model.n_head);
         fp4_block_mm_available(true); // sm_100 only; the others return at once
         fp4_block_mm_available(false);
         fp8_block_kernels_report();

@@ -642,6 +642,53 @@ private slots:
         QCOMPARE(QString::fromStdString(native.backend_used()), QString("emulated")); // on a CPU: the dequantized codes
     }
 
+    // On a GPU the native executor hands an fp8-block layer's 16-bit input to the emulator's
+    // linear as it is (fp8_block_reads_as_is), and the blockwise GEMM's BF16 output comes back
+    // as a BF16 dy: a GEMM of the layer left in FP32 must widen its operand, not multiply BF16
+    // by FP32 (which threw "mat1 and mat2 must have the same dtype" in every such layer). Here
+    // on the CPU: a BF16 input gives the outputs and gradients of the same values in FP32. A
+    // BF16 dy cannot reach the layer on the CPU (autograd widens it first), so the FP32 dgrad
+    // row checks the cast that dy goes through instead.
+    void fp8BlockLayerWithAnFp32GemmTakesA16BitInput_data()
+    {
+        QTest::addColumn<QString>("forward");
+        QTest::addColumn<QString>("dgrad");
+        QTest::addColumn<QString>("wgrad");
+        QTest::newRow("fp32 forward") << "fp32" << "e4m3" << "e4m3";
+        QTest::newRow("fp32 dgrad") << "e4m3" << "fp32" << "e4m3";
+        QTest::newRow("fp32 wgrad") << "e4m3" << "e4m3" << "fp32";
+    }
+    void fp8BlockLayerWithAnFp32GemmTakesA16BitInput()
+    {
+        QFETCH(QString, forward);
+        QFETCH(QString, dgrad);
+        QFETCH(QString, wgrad);
+        const GemmFormats f{*parse_number_format(forward.toStdString()), *parse_number_format(dgrad.toStdString()),
+                            *parse_number_format(wgrad.toStdString())};
+        Fp8Recipe r;
+        r.scaling = Fp8Scaling::Block128;
+        LayerGemm wide("fc", f, r, GemmBackend::Emulated), narrow("fc", f, r, GemmBackend::Emulated);
+        torch::manual_seed(13);
+        const auto w0 = torch::randn({128, 256}) * 0.05, bias = torch::randn({128});
+        const auto x0 = torch::randn({64, 256}).to(torch::kBFloat16);
+        auto w = w0.clone().requires_grad_(true), w2 = w0.clone().requires_grad_(true);
+        const auto x = x0.to(torch::kFloat32).requires_grad_(true), x2 = x0.clone().requires_grad_(true);
+        const auto y = wide.linear(x, w, bias), y2 = narrow.linear(x2, w2, bias);
+        QVERIFY(same_values(y, y2));
+        const auto dy = torch::randn({64, 128});
+        y.backward(dy);
+        y2.backward(dy);
+        QCOMPARE(x2.grad().scalar_type(), torch::kBFloat16);
+        QVERIFY(same_values(x.grad().to(torch::kBFloat16), x2.grad()));
+        QVERIFY(same_values(w.grad(), w2.grad()));
+        if (f.dgrad == NumberFormat::FP32) {
+            const auto dy16 = dy.to(torch::kBFloat16);
+            const auto cast = narrow.round_operand(dy16, f.dgrad, OperandRole::GradOutput, 1, nullptr);
+            QCOMPARE(cast.scalar_type(), torch::kFloat32);
+            QVERIFY(same_values(cast, dy16));
+        }
+    }
+
     // A whole run of fp8-block (E4M3 throughout) in the native executor, whose linears all take
     // the blockwise path above (every dimension whole 128-blocks, at least two): the same
     // losses and telemetry, bit for bit, as the native executor with that path turned off
