@@ -57,6 +57,12 @@ Fp4BlockOperand split_mxfp4_blocks(const torch::Tensor& values)
     return out;
 }
 
+bool nvfp4_scales_fit(const torch::Tensor& block_scales, const torch::Tensor& operand)
+{
+    return operand.dim() == 2 && operand.is_contiguous() && block_scales.size(0) == operand.size(0) &&
+           block_scales.size(1) * 16 == operand.size(1);
+}
+
 Fp4BlockOperand split_nvfp4_blocks(const torch::Tensor& values, const torch::Tensor& block_scales,
                                    const torch::Tensor& tensor_amax)
 {

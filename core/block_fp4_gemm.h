@@ -37,6 +37,12 @@ Fp4BlockOperand split_mxfp4_blocks(const torch::Tensor& values);
 Fp4BlockOperand split_nvfp4_blocks(const torch::Tensor& values, const torch::Tensor& block_scales,
                                    const torch::Tensor& tensor_amax);
 
+// Whether a cast's kept block scales (R, K / 16) describe `operand`, a GEMM operand that views
+// the cast's data, as split_nvfp4_blocks reads it: R rows of 16-blocks along a contiguous K.
+// A square weight's transpose has the sizes but not the rows (its blocks run down the cast's
+// columns), so the scales would be other tiles'.
+bool nvfp4_scales_fit(const torch::Tensor& block_scales, const torch::Tensor& operand);
+
 // The FP32 values the tensor cores multiply: codes * scale (* global). mxfp4: the emulator's
 // values bit for bit. nvfp4: codes * s * (amax * fl(1/2688)), within an FP32 ulp of the
 // emulator's codes * ((s * amax) * fl(1/2688)).

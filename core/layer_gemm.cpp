@@ -657,6 +657,7 @@ torch::Tensor LayerGemm::gemm_unrecorded(const torch::Tensor& a, const torch::Te
         used_native_ = true;
         auto y = scaled_mm(a, scale_a, format, b, scale_b, saved_operand_format(format)); // FP32 out
         if (bias.defined()) y = y + bias_out;
+        if (accumulator) *accumulator = y; // the output row compares it, as on the CPU
         return round_to_format(y, out, Overflow::Propagate);
     }
     if (const auto y = block_fp4_product(a, b, format); y.defined()) {

@@ -26,10 +26,12 @@ void LayerGemm::remember_fp4_operand(const torch::Tensor& values, Nvfp4Scales sc
 
 const Nvfp4Scales* LayerGemm::fp4_scales_of(const torch::Tensor& operand) const
 {
-    const int64_t rows = operand.size(0), k = operand.size(1);
+    // A 16 x 16-tiled weight's cast serves the dgrad too (square_weight_tiles), as its
+    // transpose: sizes alone matched a square weight's, whose scales are then the transposed
+    // tiles' (the dgrad of every attn.proj was wrong, found by reading). That product is
+    // emulated; a split of the transposed tiles would let it run on FP4.
     for (const auto& o : fp4_operands_)
-        if (o.values.data_ptr() == operand.data_ptr() && o.scales.block_scales.size(0) == rows &&
-            o.scales.block_scales.size(1) * 16 == k)
+        if (o.values.data_ptr() == operand.data_ptr() && nvfp4_scales_fit(o.scales.block_scales, operand))
             return &o.scales;
     return nullptr;
 }

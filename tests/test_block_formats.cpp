@@ -1132,6 +1132,35 @@ private slots:
         QVERIFY((off <= ulp).all().item<bool>());
     }
 
+    // Blackwell's FP4 GEMM takes a cast's kept scales for an operand whose rows they describe:
+    // the cast along K itself, a gradient cast along M as its transpose; not the transpose of a
+    // square weight's 16 x 16-tiled cast (the dgrad's operand), whose sizes match but whose
+    // blocks are the transposed tiles'. Split with those scales, it left the values: the
+    // LayerGemm lookup matched on sizes alone until session 40.
+    void nvfp4ScalesFitOnlyTheirRows()
+    {
+        const auto r = recipe_of(Fp8Scaling::NvFp4);
+        const auto w = test_matrix(64, 64);
+        Nvfp4Scales tiles;
+        const auto v = quantize_block_recipe(w, NumberFormat::E4M3, r, 1, TensorRole::Weight, nullptr, &tiles);
+        QVERIFY(nvfp4_scales_fit(tiles.block_scales, v));
+        QVERIFY(!nvfp4_scales_fit(tiles.block_scales, v.t()));
+        // Split with its own scales, the cast comes back within an FP32 ulp (join_fp4_blocks);
+        // the transpose split with them would have been off by whole E2M1 steps.
+        const auto off_by = [&](const torch::Tensor& rows) {
+            const auto joined = join_fp4_blocks(split_nvfp4_blocks(rows, tiles.block_scales, tiles.tensor_amax));
+            return ((joined - rows).abs() / (rows.abs() * std::ldexp(1.0f, -23)).clamp_min(1e-30f)).max().item<float>();
+        };
+        QVERIFY(off_by(v) <= 1.0f);
+        QVERIFY(off_by(v.t().contiguous()) > 1e5f);
+
+        const auto dy = test_matrix(48, 64);
+        Nvfp4Scales along_m;
+        const auto g = quantize_block_recipe(dy, NumberFormat::E4M3, r, 0, TensorRole::Gradient, nullptr, &along_m);
+        QVERIFY(nvfp4_scales_fit(along_m.block_scales, g.t())); // (64, 48): the wgrad's operand
+        QVERIFY(!nvfp4_scales_fit(along_m.block_scales, g));
+    }
+
     // The packing and the scale layout LibTorch's FP4 GEMM reads: PyTorch's pack_uint4 (its
     // own test's pair) and to_blocked (the index it places (i, j) at, checked against
     // torch/testing/_internal/common_quantized.py on this 130 x 5 matrix), zero padding.
