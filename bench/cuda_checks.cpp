@@ -741,11 +741,14 @@ void observe(const std::string& device, bool quick)
 // has none, so this one is 256 wide. Against the emulator on the CPU (the training checks'
 // tolerance), against the path it replaced (values split into codes around each GEMM, both
 // through cuBLAS's blockwise GEMM), and with telemetry every step (the same losses, bit for bit).
-void blockwise_codes(const std::string& device)
+void blockwise_codes(const std::string& device, const std::string& scales)
 {
-    check("fp8-block from the casts' codes", [&] {
+    const std::string name = "fp8-block from the casts' codes, " + scales + " scales";
+    check(name, [&] {
+        // FP32 block scales (not powers of two) reach cuBLAS's blockwise GEMM through the codes
+        // path only (the split path needs powers of two); its probes try powers of two.
         const std::vector<std::string> sets = {"precision.preset=fp8-e4m3", "precision.fp8.scaling=fp8-block",
-                                               "model.n_embd=256"};
+                                               "precision.fp8.block_scales=" + scales, "model.n_embd=256"};
         const ProjectConfig c = with(base_config(device, 6), plus(sets, "precision.backend=native"));
         const Losses cpu = train(with(base_config("cpu", 6), plus(sets, "precision.backend=emulated")));
         const Losses codes = train(c);
@@ -755,7 +758,7 @@ void blockwise_codes(const std::string& device)
         LayerGemm::set_blockwise_codes_enabled(true);
         const double to_cpu = worst_relative(codes.steps, cpu.steps), to_split = worst_relative(codes.steps, split.steps);
         const bool observed = same_bits(codes.steps, every.steps);
-        report(to_cpu <= 1e-2 && to_split <= 1e-2 && observed, "fp8-block from the casts' codes",
+        report(to_cpu <= 1e-2 && to_split <= 1e-2 && observed, name,
                fmt("max |loss - cpu| / cpu %.3g, against the split path %.3g", to_cpu, to_split) +
                    (same_bits(codes.steps, split.steps) ? " (bit-identical)" : "") +
                    ", telemetry every step: " + (observed ? "the same losses" : "DIFFERENT LOSSES") +
@@ -892,7 +895,8 @@ int main(int argc, char** argv)
     training(device, quick);
     resume(device, dir.string(), quick);
     observe(device, quick);
-    blockwise_codes(device);
+    blockwise_codes(device, "power-of-two");
+    blockwise_codes(device, "fp32");
     live(device);
 #if defined(MANTISSA_BENCH_CUDA)
     syncs(device);
