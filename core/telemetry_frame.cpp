@@ -99,7 +99,8 @@ struct TelemetryStep::InFlight {
 };
 
 std::shared_ptr<TelemetryStep::InFlight> TelemetryStep::launch(Gpt& model, int64_t step, bool skipped,
-                                                               int cuda_device, const RankReduction* ranks)
+                                                               int cuda_device, const RankReduction* ranks,
+                                                               bool read_back)
 {
     torch::NoGradGuard no_grad;
     // Everything measured is still on the device: gather it into one buffer, read it back
@@ -166,9 +167,10 @@ std::shared_ptr<TelemetryStep::InFlight> TelemetryStep::launch(Gpt& model, int64
     if (!layout.parts.empty()) {
         auto buffer = torch::cat(layout.parts);
         if (ranks) buffer = combine_across_ranks(buffer, layout.combine, *ranks);
-        out->copy = start_copy(buffer);
+        if (read_back) out->copy = start_copy(buffer);
     }
     weights_before_.clear();
+    if (!read_back) return nullptr;
     out->memory = read_memory(cuda_device);
     return out;
 }

@@ -43,9 +43,10 @@ public:
     // Gathers everything measured (per-tensor statistics with the update/weight ratio unless
     // the step was skipped, attention max logits, log Z) and starts the copy, and reads the
     // memory of `cuda_device` (-1: a CPU run) now, at the end of its step (the allocator's
-    // counters: no host sync).
+    // counters: no host sync). Without `read_back` (a data-parallel rank other than 0, whose
+    // part reaches rank 0's frame through the reduction) nothing is copied and no frame comes.
     std::shared_ptr<InFlight> launch(Gpt& model, int64_t step, bool skipped, int cuda_device,
-                                     const RankReduction* ranks = nullptr);
+                                     const RankReduction* ranks = nullptr, bool read_back = true);
     // The frame, once the copy has landed (waits for it only if it has not; after the next
     // step's own sync it has).
     static LayerStatsFrame complete(const InFlight& in_flight);

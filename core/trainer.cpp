@@ -400,9 +400,9 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
         const bool evaluates = (cfg.eval.interval > 0 && step % cfg.eval.interval == 0) || last;
         const bool checkpoints = cfg.training.checkpoint_interval > 0 && step % cfg.training.checkpoint_interval == 0;
         if (armed) {
+            // Another rank's part is in rank 0's frame: it copies nothing back.
             in_flight = telemetry.launch(s.model, step, outcome.skipped, s.cuda_device(),
-                                         reduce_ranks ? &rank_reduction : nullptr);
-            if (!s.is_rank0()) in_flight.reset(); // its part is in rank 0's frame
+                                         reduce_ranks ? &rank_reduction : nullptr, s.is_rank0());
             if (!defer_frames || evaluates || checkpoints) deliver(alerts);
         }
         s.handle_alerts(alerts, sink);

@@ -43,7 +43,8 @@ __global__ void __launch_bounds__(kWarps * 32)
                                 float* partial)
 {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-    __shared__ float diagonal[kWarps][kTile * kTile];
+    // wmma::store_matrix_sync needs a 256-bit aligned pointer, which the placement gave by chance.
+    __shared__ __align__(32) float diagonal[kWarps][kTile * kTile];
     __shared__ unsigned warp_largest[kWarps];
     const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
     const int64_t head_index = blockIdx.y, b = head_index / heads, h = head_index % heads;
