@@ -374,6 +374,29 @@ void stats_kernels(const torch::Device& device, bool quick)
                            fmt("max %.6g against %.6g", a, b));
             });
         }
+    if (cuda && !quick)
+        // Past 2^31 values (the wide shape's unfused attention probabilities are 1.07 G; a
+        // larger model's pass 2^31): the kernel's 64-bit offsets end to end, on 4 GB of BF16
+        // ones with zeros at the start and a 2 and a NaN at the end, whose counts are known
+        // without the ops (which would need several times the memory).
+        check("stats kernel past 2^31 values", [&] {
+            const int64_t n = (int64_t(1) << 31) + 300;
+            auto x = torch::ones({n}, torch::TensorOptions().device(device).dtype(torch::kBFloat16));
+            x.narrow(0, 0, 100).zero_();
+            x.narrow(0, n - 2, 1).fill_(2.0);
+            x.narrow(0, n - 1, 1).fill_(std::numeric_limits<float>::quiet_NaN());
+            torch::Tensor row;
+            const double us = mean_us(3, [&] { row = tensor_stats_row(x, NumberFormat::BF16, 1.0f, x, fused); });
+            const auto host = row.to(torch::kCPU).contiguous();
+            const double* r = host.data_ptr<double>();
+            const auto bin = [&](int e) { return r[stats_row::kFirstBin + e - kMinExponent]; };
+            const bool exact = r[stats_row::kZeros] == 100.0 && bin(0) == double(n - 102) && bin(1) == 1.0 &&
+                               r[stats_row::kNans] == 1.0 && r[stats_row::kNonFinite] == 1.0;
+            report(exact, "stats kernel past 2^31 values",
+                   fmt("zeros %.0f (100), ", r[stats_row::kZeros]) + fmt("2^0 %.0f ", bin(0)) +
+                       fmt("(%.0f), ", double(n - 102)) + fmt("2^1 %.0f (1), ", bin(1)) +
+                       fmt("NaN %.0f (1); ", r[stats_row::kNans]) + fmt("%.0f us a row", us));
+        });
     for (const int64_t n : quick ? std::vector<int64_t>{int64_t(1) << 20} : std::vector<int64_t>{int64_t(1) << 20, int64_t(50) << 20}) {
         for (const bool bf16 : {false, true}) {
             const std::string name = fmt("stats kernel %.0f M ", double(n >> 20)) + (bf16 ? "bf16" : "fp32");
