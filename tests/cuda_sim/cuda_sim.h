@@ -106,6 +106,7 @@ struct Launch {
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
 
 inline void __syncthreads() { ::cuda_sim::sync_threads(); }
 // The warp's lanes meet: what each wrote before is seen by all after (wmma's stores in
