@@ -75,11 +75,13 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
         plans = plan_sweep(project_path, spec, overrides);
         // The device is known now, unlike a value's data (loaded when its run starts): a CUDA
         // value on a machine without one is refused before the first run trains.
+        const std::string no_cuda = "training.device: 'cuda' was asked for, but this LibTorch has no CUDA device";
         for (const auto& p : plans)
             if (p.config.training.device == "cuda" && !current_gpu().present)
-                throw ConfigError("--vary " + spec.key + "=" + p.value +
-                                  " is rejected: training.device: 'cuda' was asked for, but this LibTorch has no CUDA "
-                                  "device");
+                // Blame --vary only where it set the device; otherwise the project or a --set did.
+                throw ConfigError(spec.key == "training.device"
+                                      ? "--vary " + spec.key + "=" + p.value + " is rejected: " + no_cuda
+                                      : no_cuda);
     } catch (const ConfigError& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 2;

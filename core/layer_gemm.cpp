@@ -248,6 +248,7 @@ void LayerGemm::set_formats(const GemmFormats& formats)
     formats_ = formats;
     for (auto& d : device_scaling_) d.clear(); // refilled from the host state
     invalidate_weight_cache();
+    fp4_operands_.clear(); // a weight's kept FP4 cast, which a layer off nvfp4 would keep for good
     used_native_ = used_emulated_ = false; // backend_used() tells of the new formats
 }
 
@@ -654,7 +655,7 @@ torch::Tensor LayerGemm::gemm_unrecorded(const torch::Tensor& a, const torch::Te
                                b.size(1) % 16 == 0;
     if (format_info(format).is_fp8 && scale_a.defined() && scale_b.defined() && fp8_shapes_ok && use_native(a) &&
         native_fp8_available()) {
-        used_native_ = true;
+        note_backend(true);
         auto y = scaled_mm(a, scale_a, format, b, scale_b, saved_operand_format(format)); // FP32 out
         if (bias.defined()) y = y + bias_out;
         if (accumulator) *accumulator = y; // the output row compares it, as on the CPU
@@ -663,7 +664,7 @@ torch::Tensor LayerGemm::gemm_unrecorded(const torch::Tensor& a, const torch::Te
     if (const auto y = block_fp4_product(a, b, format); y.defined()) {
         // nvfp4 and mxfp4 on Blackwell's FP4 tensor cores (untested on hardware): a BF16 product,
         // the bias added after it in FP32 and the sum rounded again (the emulator rounds once).
-        used_native_ = true;
+        note_backend(true);
         const auto sum = bias.defined() ? y.to(torch::kFloat32) + bias_out : y;
         if (out == NumberFormat::BF16) return sum.to(torch::kBFloat16);
         return round_to_format(sum.to(torch::kFloat32), out, Overflow::Propagate);
@@ -671,7 +672,7 @@ torch::Tensor LayerGemm::gemm_unrecorded(const torch::Tensor& a, const torch::Te
     if (format == NumberFormat::E4M3 && blockwise_fp8_eligible(a, b) && use_native(a) && blockwise_fp8_available()) {
         // fp8-block on sm_90: the codes and power-of-two scales of the operands just rounded,
         // multiplied by cuBLAS's blockwise FP8 GEMM (blockwise_fp8.h says why this is exact).
-        used_native_ = true;
+        note_backend(true);
         auto y = blockwise_fp8_mm(split_fp8_blocks(a), split_fp8_blocks(b.t())); // (M, N) FP32
         if (bias.defined()) y = y + bias_out;
         if (accumulator) *accumulator = y;
@@ -687,12 +688,12 @@ torch::Tensor LayerGemm::gemm_unrecorded(const torch::Tensor& a, const torch::Te
         // core then accumulates in FP32 and rounds to the output dtype itself (cuBLAS may split
         // K and add the partial sums in the 16-bit dtype, as under autocast: torch's default
         // allow_bf16/fp16_reduced_precision_reduction; the GPU's order is not the CPU's anyway).
-        used_native_ = true;
+        note_backend(true);
         const auto dtype = format == NumberFormat::BF16 ? torch::kBFloat16 : torch::kHalf;
         auto y = bias.defined() ? at::addmm(bias.to(dtype), a.to(dtype), b.to(dtype)) : at::matmul(a.to(dtype), b.to(dtype));
         return y.to(torch::kFloat32);
     }
-    if (format != NumberFormat::FP32) used_emulated_ = true;
+    if (format != NumberFormat::FP32) note_backend(false);
     // Emulation: the operands carry exactly the values the tensor core would multiply.
     auto y = bias.defined() ? at::addmm(bias_out, a, b) : at::matmul(a, b);
     if (accumulator) {

@@ -86,7 +86,11 @@ public:
     const std::string& name() const { return name_; }
     // Evaluation and sampling use the current FP8 scales but must not move them (nor fill the
     // weight cache): otherwise an evaluation would change the training that follows it.
-    void set_training(bool training) { training_ = training; }
+    void set_training(bool training)
+    {
+        training_ = training;
+        if (training) blockwise_scratch_ = {}; // evaluation's fp8-block weight cast, on the device
+    }
     bool training() const { return training_; }
     // fp8-block operands the blockwise FP8 GEMM can take (its caller checks the format and device).
     bool blockwise_fp8_eligible(const torch::Tensor& a, const torch::Tensor& b) const;
@@ -102,6 +106,7 @@ public:
         native_weight_ = {};
         native_weight_dgrad_ = {};
         blockwise_weight_ = {};
+        blockwise_scratch_ = {};
     }
     // "fp32", "emulated", "native", or "native+emulated" when some GEMMs fell back: what ran
     // since the formats were last set ("none" before anything ran).
@@ -193,7 +198,12 @@ public:
     Fp8Tensor quantize_gelu_native(const torch::Tensor& u, NumberFormat format);
     Fp8Tensor native_weight(const torch::Tensor& weight, NumberFormat format, int64_t k_dim = 1);
     torch::Tensor native_weight_transposed(const Fp8Tensor& w8);
-    void note_backend(bool native) { (native ? used_native_ : used_emulated_) = true; }
+    // What training ran: evaluation's and sampling's shapes (a sample's single rows) may take
+    // other routes, which backend_used() would otherwise report as fallbacks.
+    void note_backend(bool native)
+    {
+        if (training_) (native ? used_native_ : used_emulated_) = true;
+    }
 
     // fp8-block in the native executor (layer_gemm_blockwise.cpp): the three GEMMs multiply the
     // codes their casts write, with the casts' block scales, where the emulator's path rounds

@@ -619,6 +619,13 @@ private slots:
             QVERIFY2(cuda.err.contains("--vary training.device=cuda is rejected: training.device: 'cuda' was asked for"),
                      qPrintable(cuda.err));
             QVERIFY(!QFile::exists(db));
+            // The device set for every value: --vary is not what is refused.
+            const auto set = run_cli({"sweep", project_, "--vary", "training.seed=1,2", "--set", "training.device=cuda",
+                                      "--db", db});
+            QCOMPARE(set.exit_code, 2);
+            QVERIFY2(set.err.contains("error: training.device: 'cuda' was asked for"), qPrintable(set.err));
+            QVERIFY2(!set.err.contains("--vary"), qPrintable(set.err));
+            QVERIFY(!QFile::exists(db));
         }
         const auto syntax = run_cli({"sweep", project_, "--vary", "precision.preset", "--db", db});
         QCOMPARE(syntax.exit_code, 2);

@@ -642,6 +642,25 @@ private slots:
         QCOMPARE(QString::fromStdString(native.backend_used()), QString("emulated")); // on a CPU: the dequantized codes
     }
 
+    // The backend a layer reports (the layer_backends event, the precision table) is what its
+    // training GEMMs ran: an evaluation or a sample (single rows, which fp8-block's blockwise
+    // GEMM and _scaled_mm cannot take) ran others, which read as "native+emulated" on a GPU.
+    void evaluationLeavesTheReportedBackend()
+    {
+        Fp8Recipe r;
+        LayerGemm layer("fc", {NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2}, r, GemmBackend::Emulated);
+        const auto w = torch::randn({16, 32}), x = torch::randn({8, 32});
+        layer.set_training(false);
+        {
+            torch::NoGradGuard no_grad;
+            layer.linear(x, w, {});
+        }
+        QCOMPARE(QString::fromStdString(layer.backend_used()), QString("none"));
+        layer.set_training(true);
+        layer.linear(x, w, {});
+        QCOMPARE(QString::fromStdString(layer.backend_used()), QString("emulated"));
+    }
+
     // On a GPU the native executor hands an fp8-block layer's 16-bit input to the emulator's
     // linear as it is (fp8_block_reads_as_is), and the blockwise GEMM's BF16 output comes back
     // as a BF16 dy: a GEMM of the layer left in FP32 must widen its operand, not multiply BF16
