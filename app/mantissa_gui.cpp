@@ -136,12 +136,13 @@ int main(int argc, char* argv[])
         fail(QStringLiteral("--show: '%1' is not LAYER:ROLE").arg(shown));
         return 2;
     }
+    const QString shownLayer = shown.left(colon), shownRole = shown.mid(colon + 1);
     if (!shown.isEmpty()) {
         const auto& roles = tensor_roles();
-        if (std::find(roles.begin(), roles.end(), shown.mid(colon + 1).toStdString()) == roles.end()) {
+        if (std::find(roles.begin(), roles.end(), shownRole.toStdString()) == roles.end()) {
             QStringList names;
             for (const auto& r : roles) names << QString::fromStdString(r);
-            fail(QStringLiteral("--show: '%1' is not a role; roles: %2").arg(shown.mid(colon + 1), names.join(u", ")));
+            fail(QStringLiteral("--show: '%1' is not a role; roles: %2").arg(shownRole, names.join(u", ")));
             return 2;
         }
         if (!parser.isSet(shotOption) && !parser.isSet(shotDirOption)) {
@@ -186,10 +187,9 @@ int main(int argc, char* argv[])
     bool shotSaved = false;
     auto save = [&](const QString& path) {
         if (!shown.isEmpty()) {
-            const QString role = shown.mid(colon + 1);
-            window.monitorPage()->setHeatmapStatistic(LayerStat::UnderflowPercent, role);
-            window.monitorPage()->setHistogramRole(role);
-            window.monitorPage()->selectLayer(shown.left(colon));
+            window.monitorPage()->setHeatmapStatistic(LayerStat::UnderflowPercent, shownRole);
+            window.monitorPage()->setHistogramRole(shownRole);
+            window.monitorPage()->selectLayer(shownLayer);
         }
         window.monitorPage()->renderNow(); // the frame budget may have skipped the latest data
         const bool ok = window.grab().save(path, "PNG");
@@ -203,10 +203,11 @@ int main(int argc, char* argv[])
     // no telemetry step yet), would give a picture of something else.
     auto shownWasRecorded = [&] {
         if (shown.isEmpty()) return true;
-        const QString layer = shown.left(colon), role = shown.mid(colon + 1);
         const RunHistory& history = window.monitorPage()->history();
-        if (history.histogram(layer.toStdString(), role.toStdString(), history.lastStep())) return true;
-        fail(QStringLiteral("--show: the run has no %1 of '%2' by step %3").arg(role, layer).arg(history.lastStep()));
+        if (history.histogram(shownLayer.toStdString(), shownRole.toStdString(), history.lastStep())) return true;
+        fail(QStringLiteral("--show: the run has no %1 of '%2' by step %3")
+                 .arg(shownRole, shownLayer)
+                 .arg(history.lastStep()));
         return false;
     };
     auto takeShot = [&] {

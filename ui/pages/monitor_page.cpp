@@ -51,11 +51,7 @@ QLabel* caption(const QString& text, QWidget* parent)
 
 // The heatmap's attention rows ("blocks.0.attn.sdpa"): tensors to histogram only where the
 // attention runs unfused (its probabilities and dS); the fused kernel's show the max logit alone.
-bool is_attention_row(const std::string& layer)
-{
-    static const std::string suffix = ".sdpa";
-    return layer.size() >= suffix.size() && layer.compare(layer.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
+bool is_attention_row(const std::string& layer) { return layer.ends_with(".sdpa"); }
 
 // Colours the event list's text by the event's kind (see MonitorPage::eventKindColor). A
 // delegate rather than a proxy model, so the view shows the EventLogModel itself.
