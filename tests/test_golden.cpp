@@ -206,10 +206,16 @@ private slots:
                 QTest::addRow("%s/accum%d", preset, accum) << preset << "delayed" << accum << "emulated" << "";
             for (const char* recipe : {"current", "rowwise", "mxfp8"})
                 QTest::addRow("fp8-hybrid/%s/accum%d", recipe, accum) << "fp8-hybrid" << recipe << accum << "emulated" << "";
+            // The block recipes keep no generator: nvfp4's stochastic rounding draws from a seed
+            // of the operand's own bits, so a resume draws what the straight run drew.
+            for (const char* recipe : {"fp8-block", "nvfp4", "mxfp4"})
+                QTest::addRow("fp8-e4m3/%s/accum%d", recipe, accum) << "fp8-e4m3" << recipe << accum << "emulated" << "";
             // The native executor's state (device-side FP8 histories, the FP8 weight cache) travels too.
             for (const char* preset : {"bf16", "fp16", "fp8-hybrid", "fp8-hybrid-keep-ends"})
                 QTest::addRow("native/%s/accum%d", preset, accum) << preset << "delayed" << accum << "native" << "";
             QTest::addRow("native/fp8-hybrid/current/accum%d", accum) << "fp8-hybrid" << "current" << accum << "native" << "";
+            for (const char* recipe : {"fp8-block", "nvfp4"})
+                QTest::addRow("native/fp8-e4m3/%s/accum%d", recipe, accum) << "fp8-e4m3" << recipe << accum << "native" << "";
             // Layers of mixed GEMM formats, and FP8 attention (the emulator's products with
             // tensor-held scales) inside the native executor.
             QTest::addRow("native/bf16+fp8 mlp forward/accum%d", accum) << "bf16" << "delayed" << accum << "native"
