@@ -12,7 +12,6 @@
 #include <cstring>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <map>
 #include <set>
@@ -371,6 +370,25 @@ bool is_read_only_failure(int code)
 enum class FileState { Absent, Empty, Present };
 
 // What lies at `path` before SQLite looks at it.
+// Whether the file begins with SQLite's magic, read through SQLite's own file layer. Closing
+// a descriptor of our own would drop every POSIX lock this process holds on the file (another
+// RunStore's connection): another process could then take the file as its alone, delete the
+// WAL under that connection, and leave it reading, or writing through, a stale index ("How To
+// Corrupt An SQLite Database File", 2.2). SQLite's close keeps the descriptor while the process
+// holds locks. Opening reads nothing, and a read-only open creates nothing.
+bool has_sqlite_header(const std::string& path)
+{
+    sqlite3* db = nullptr;
+    const int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+    char header[16] = {};
+    sqlite3_file* file = nullptr;
+    const bool read = rc == SQLITE_OK &&
+                      sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &file) == SQLITE_OK && file &&
+                      file->pMethods && file->pMethods->xRead(file, header, sizeof header, 0) == SQLITE_OK;
+    sqlite3_close(db);
+    return read && std::memcmp(header, "SQLite format 3", sizeof header) == 0;
+}
+
 FileState inspect(const std::string& path)
 {
     namespace fs = std::filesystem;
@@ -384,10 +402,7 @@ FileState inspect(const std::string& path)
     if (bytes == 0) return FileState::Empty;
     // SQLite takes a file shorter than its header for an empty database and would write a
     // schema over it: whatever that file is, it is not ours to overwrite.
-    char header[16] = {};
-    std::ifstream in(path, std::ios::binary);
-    in.read(header, sizeof header);
-    if (in.gcount() != sizeof header || std::memcmp(header, "SQLite format 3", sizeof header) != 0)
+    if (bytes < 16 || !has_sqlite_header(path))
         throw StoreError("'" + path + "' is not a SQLite database: it is not a Mantissa run store");
     return FileState::Present;
 }

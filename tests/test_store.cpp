@@ -5,11 +5,13 @@
 #include <QtTest>
 
 #include <QCryptographicHash>
+#include <QProcess>
 #include <QTemporaryDir>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -34,6 +36,21 @@ using namespace mantissa;
 using namespace mantissa::test;
 
 namespace {
+
+// Started again as a second process (MANTISSA_TEST_STORE_WRITER=<store>): a writer that adds a
+// run and closes, as a mantissa-train beside the GUI does. Runs before QTest's main.
+const bool kIsWriterProcess = [] {
+    const char* store = std::getenv("MANTISSA_TEST_STORE_WRITER");
+    if (!store) return false;
+    try {
+        RunStore writer(store, OpenMode::ReadWrite);
+        writer.create_run("from another process", "p.json", "{}");
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s\n", e.what());
+        std::_Exit(1);
+    }
+    std::_Exit(0);
+}();
 
 QByteArray file_hash(const QString& path)
 {
@@ -109,6 +126,37 @@ QString store_error_of(F&& f)
 class TestStore : public QObject {
     Q_OBJECT
 private slots:
+    // A second RunStore opened and closed in a process that holds one must not drop the first
+    // one's locks on the file: closing any descriptor of it drops all of a process's POSIX
+    // locks, and another process's writer could then take the file as its alone, delete the
+    // WAL under the open connection, and leave this process reading a stale index ("database
+    // disk image is malformed"), or writing through one.
+    void aSecondOpenKeepsTheFirstOnesLocks()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("runs.sqlite").toStdString();
+        RunStore first(path);
+        const int64_t id = first.create_run("first", "p.json", "{}");
+        first.append_scalar(id, 1, "train/loss", 2.5);
+        first.flush();
+        for (int i = 0; i < 2; ++i) {
+            { RunStore second(path, OpenMode::ReadWrite); } // opened and closed beside it
+            QProcess writer;
+            auto env = QProcessEnvironment::systemEnvironment();
+            env.insert("MANTISSA_TEST_STORE_WRITER", QString::fromStdString(path));
+            writer.setProcessEnvironment(env);
+            writer.start(QCoreApplication::applicationFilePath(), {});
+            QVERIFY(writer.waitForFinished(60000));
+            QVERIFY2(writer.exitCode() == 0, writer.readAllStandardError().constData());
+            // The writer was not the last connection: the WAL stays for the one still open here.
+            QVERIFY(std::filesystem::exists(path + "-wal"));
+        }
+        RunStore third(path, OpenMode::ReadWrite);
+        QCOMPARE(third.list_runs().size(), size_t(3));
+        QCOMPARE(first.list_runs().size(), size_t(3));
+        QCOMPARE(first.scalars(id).size(), size_t(1));
+    }
+
     // A diverged run's NaN loss is stored as NULL (SQLite has no NaN); every reader must give
     // NaN back, not 0.0, or `show` and the TensorBoard export report a diverged run as perfect.
     void nanScalarsReadBackAsNan()
