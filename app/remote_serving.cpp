@@ -115,9 +115,16 @@ public:
                 f.forward = format(c.forward, c.forward);
                 f.dgrad = format(c.dgrad, c.forward);
                 f.wgrad = format(c.wgrad, c.forward);
-                queued = session_.request_layer_formats(c.pattern, f);
+                std::optional<Fp8Scaling> scaling;
+                if (!c.scaling.empty()) {
+                    scaling = parse_fp8_scaling(c.scaling);
+                    if (!scaling)
+                        throw ConfigError("unknown scaling recipe '" + c.scaling + "' (one of " +
+                                          fp8_scaling_names_joined() + ")");
+                }
+                queued = session_.request_layer_formats(c.pattern, f, scaling);
                 what += " " + c.pattern + " -> " + format_name(f.forward) + "/" + format_name(f.dgrad) +
-                        "/" + format_name(f.wgrad);
+                        "/" + format_name(f.wgrad) + (scaling ? std::string(" ") + fp8_scaling_name(*scaling) : "");
             }
         } catch (const ConfigError& e) {
             return api_error(400, e.what());

@@ -25,6 +25,8 @@ struct Command {
     // as a command too, so that every rank applies it at the same step boundary.
     ChangeCause cause = ChangeCause::User;
     std::string watcher;
+    // SetLayerFormats: the layers' scaling recipe too (fp8-block, nvfp4, ...); none keeps theirs.
+    std::optional<Fp8Scaling> scaling;
 };
 
 class CommandQueue {

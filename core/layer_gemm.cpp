@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "blockwise_fp8.h"
+#include "checkpoint_file.h"
 #include "first_line.h"
 #include "native_fp8.h"
 #include "quantize.h"
@@ -252,6 +253,17 @@ void LayerGemm::set_formats(const GemmFormats& formats)
     used_native_ = used_emulated_ = false; // backend_used() tells of the new formats
 }
 
+void LayerGemm::set_scaling(Fp8Scaling scaling)
+{
+    if (scaling == recipe_.scaling) return;
+    for (auto& d : delayed_) d.reset();
+    for (auto& d : device_scaling_) d.clear(); // not read back: it would overwrite the reset
+    recipe_.scaling = scaling;
+    invalidate_weight_cache();
+    fp4_operands_.clear();
+    used_native_ = used_emulated_ = false;
+}
+
 std::string LayerGemm::backend_used() const
 {
     if (used_native_ && used_emulated_) return "native+emulated";
@@ -371,6 +383,8 @@ void LayerGemm::save(torch::serialize::OutputArchive& archive)
     archive.write(key + "formats", torch::tensor({static_cast<int64_t>(formats_.forward),
                                                   static_cast<int64_t>(formats_.dgrad),
                                                   static_cast<int64_t>(formats_.wgrad)}));
+    // By name: a live change may have given the layer another recipe than the project's.
+    archive.write(key + "scaling", c10::IValue(std::string(fp8_scaling_name(recipe_.scaling))));
     for (auto role : kOperandRoles)
         for (auto format : kFp8Formats) {
             const auto& d = delayed(role, format);
@@ -385,6 +399,14 @@ void LayerGemm::load(torch::serialize::InputArchive& archive)
     const std::string key = "layers/" + name_ + "/";
     torch::Tensor f;
     archive.read(key + "formats", f);
+    // Checkpoints from before live recipe changes keep the project's recipe.
+    if (c10::IValue scaling; archive.try_read(key + "scaling", scaling) && scaling.isString()) {
+        const auto parsed = parse_fp8_scaling(scaling.toStringRef());
+        if (!parsed)
+            throw CheckpointMismatch("layer " + name_ + " of the checkpoint has the scaling recipe '" +
+                                     scaling.toStringRef() + "', which this version does not know");
+        set_scaling(*parsed);
+    }
     set_formats({static_cast<NumberFormat>(f[0].item<int64_t>()), static_cast<NumberFormat>(f[1].item<int64_t>()),
                  static_cast<NumberFormat>(f[2].item<int64_t>())});
     // The history takes the project's amax_history_length (a resume may change it): the newest

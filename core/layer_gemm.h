@@ -98,6 +98,11 @@ public:
     // Takes effect at the next GEMM. FP8 delayed-scaling states that the old and the new
     // formats both use go on; the others restart, so that stale scales are not reused.
     void set_formats(const GemmFormats& formats);
+    // Another scaling recipe (delayed, nvfp4, ...), from the next GEMM on; the recipe's other
+    // settings (history length, margin, nvfp4's parts) stay the project's. Every delayed-scaling
+    // state restarts, as a module given a new recipe starts in TransformerEngine: its amaxes were
+    // recorded under another recipe's casts, or not at all while it ran. Casts kept are dropped.
+    void set_scaling(Fp8Scaling scaling);
     // The optimizer changed the master weights: drop the low-precision copy. (The version
     // counter alone is not enough: fused optimizer kernels update in place without bumping it.)
     void invalidate_weight_cache()

@@ -166,8 +166,9 @@ std::string RunEvent::message() const
         return out;
     }
     case EventKind::PrecisionChanged:
-        return pattern + " -> " + (new_formats ? new_formats->describe() : std::string("?")) + " (" + join(layers) +
-               ")" + (cause == ChangeCause::Watcher ? " by watcher " + watcher : "") +
+        return pattern + " -> " + (new_formats ? new_formats->describe() : std::string("?")) +
+               (new_scaling ? std::string(" with ") + fp8_scaling_name(*new_scaling) + " scaling" : std::string()) +
+               " (" + join(layers) + ")" + (cause == ChangeCause::Watcher ? " by watcher " + watcher : "") +
                (cause == ChangeCause::Resume ? " again, as the interrupted run did" : "") + "; FP8 scale history restarted";
     case EventKind::LossScaleBackoff:
         return "scale " + format_scale(old_scale) + " -> " + format_scale(new_scale) + "; non-finite gradients in " +
@@ -201,6 +202,8 @@ std::string event_fields_json(const RunEvent& e)
     if (!e.pattern.empty()) j["pattern"] = e.pattern;
     if (e.old_formats) j["old_formats"] = formats_json(*e.old_formats);
     if (e.new_formats) j["new_formats"] = formats_json(*e.new_formats);
+    if (e.old_scaling) j["old_scaling"] = fp8_scaling_name(*e.old_scaling);
+    if (e.new_scaling) j["new_scaling"] = fp8_scaling_name(*e.new_scaling);
     if (e.kind == EventKind::PrecisionChanged) j["cause"] = change_cause_name(e.cause);
     if (!std::isnan(e.old_scale)) j["old_scale"] = e.old_scale;
     if (!std::isnan(e.new_scale)) j["new_scale"] = e.new_scale;
@@ -253,6 +256,8 @@ RunEvent event_from_stored(int64_t step, const std::string& tag, const std::stri
     e.pattern = str("pattern");
     if (const auto it = j.find("old_formats"); it != j.end()) e.old_formats = formats_from(*it);
     if (const auto it = j.find("new_formats"); it != j.end()) e.new_formats = formats_from(*it);
+    e.old_scaling = parse_fp8_scaling(str("old_scaling")); // none in older stores, or a recipe this version lacks
+    e.new_scaling = parse_fp8_scaling(str("new_scaling"));
     e.cause = str("cause") == "watcher" ? ChangeCause::Watcher
               : str("cause") == "resume" ? ChangeCause::Resume
                                          : ChangeCause::User;

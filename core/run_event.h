@@ -70,6 +70,8 @@ struct RunEvent {
     std::string role;                      // Alert: the tensor role (weight, input, grad_output, ...)
     std::string pattern;                   // PrecisionChanged: the glob the change was asked for
     std::optional<GemmFormats> old_formats, new_formats;
+    // PrecisionChanged of the scaling recipe too: the first matched layer's before, and the new one.
+    std::optional<Fp8Scaling> old_scaling, new_scaling;
     ChangeCause cause = ChangeCause::User; // PrecisionChanged
     double old_scale = std::nan("");       // loss-scale events
     double new_scale = std::nan("");

@@ -177,7 +177,8 @@ void Trainer::set_checkpoint_listener(std::function<bool(const CheckpointWrite&)
     impl_->checkpoint_listener = std::move(listener);
 }
 
-bool Trainer::request_layer_formats(const std::string& layer_pattern, const GemmFormats& formats)
+bool Trainer::request_layer_formats(const std::string& layer_pattern, const GemmFormats& formats,
+                                    std::optional<Fp8Scaling> scaling)
 {
     if (!impl_->matches_a_layer(layer_pattern)) throw ConfigError("no layer matches '" + layer_pattern + "'");
     for (const NumberFormat f : {formats.forward, formats.dgrad, formats.wgrad})
@@ -185,18 +186,26 @@ bool Trainer::request_layer_formats(const std::string& layer_pattern, const Gemm
             throw ConfigError(std::string("'") + format_name(f) +
                               "' is no GEMM operand's format (a block recipe's element or scale format); one of " +
                               number_format_names_joined());
-    return impl_->commands.push({Command::Kind::SetLayerFormats, layer_pattern, formats});
+    return impl_->commands.push({Command::Kind::SetLayerFormats, layer_pattern, formats, ChangeCause::User, {}, scaling});
 }
 
-void Trainer::replay_layer_formats(int64_t at_step, const std::string& layer_pattern, const GemmFormats& formats)
+void Trainer::replay_layer_formats(int64_t at_step, const std::string& layer_pattern, const GemmFormats& formats,
+                                   std::optional<Fp8Scaling> scaling)
 {
     // A resume whose --set changed the layers may have none left that the change was made to.
     if (impl_->matches_a_layer(layer_pattern))
-        impl_->replays.emplace(at_step,
-                               Command{Command::Kind::SetLayerFormats, layer_pattern, formats, ChangeCause::Resume, {}});
+        impl_->replays.emplace(
+            at_step, Command{Command::Kind::SetLayerFormats, layer_pattern, formats, ChangeCause::Resume, {}, scaling});
 }
 
 std::vector<LayerState> Trainer::layers() const { return impl_->layer_states(); }
+
+Fp8Scaling Trainer::layer_scaling(const std::string& layer) const
+{
+    for (const auto& g : impl_->model->gemm_layers())
+        if (g->name() == layer) return g->recipe().scaling;
+    throw ConfigError("no layer is named '" + layer + "'");
+}
 
 double Trainer::loss_scale() const { return impl_->scaler.scale(); }
 const ProjectConfig& Trainer::config() const { return impl_->config; }

@@ -91,14 +91,17 @@ public:
     // rotation then keeps the newest recorded one, however many unrecorded ones follow it.
     void set_checkpoint_listener(std::function<bool(const CheckpointWrite&)> listener);
 
-    // Switches every layer matching the glob to `formats` between two steps. Throws
-    // ConfigError at once if the pattern matches no layer, or a format is no GEMM operand's
-    // (e8m0, e2m1: block-recipe formats). False as request_pause.
-    bool request_layer_formats(const std::string& layer_pattern, const GemmFormats& formats);
+    // Switches every layer matching the glob to `formats`, and to the scaling recipe `scaling`
+    // where one is given, between two steps. Throws ConfigError at once if the pattern matches
+    // no layer, or a format is no GEMM operand's (e8m0, e2m1: block-recipe formats). False as
+    // request_pause.
+    bool request_layer_formats(const std::string& layer_pattern, const GemmFormats& formats,
+                               std::optional<Fp8Scaling> scaling = std::nullopt);
     // A user's precision change that the run being resumed made at or after its checkpoint (its
     // precision_changed event at step `at_step`): made again at that step boundary, so the
     // resumed run trains as the interrupted one did. Call after load_checkpoint, before run().
-    void replay_layer_formats(int64_t at_step, const std::string& layer_pattern, const GemmFormats& formats);
+    void replay_layer_formats(int64_t at_step, const std::string& layer_pattern, const GemmFormats& formats,
+                              std::optional<Fp8Scaling> scaling = std::nullopt);
 
     // Data-parallel training (docs/DISTRIBUTED.md): this trainer is one rank of `dp` (started or
     // not: run() starts its process group). training.grad_accum counts the micro-batches of one
@@ -115,6 +118,9 @@ public:
     // Forward order. Reads live layer state: call it from the training thread (a sink) or
     // while no run is in progress; other threads get the same facts from run events.
     std::vector<LayerState> layers() const;
+    // The scaling recipe a layer runs now, FP8 GEMMs or not (LayerState names it only for FP8
+    // layers), read as layers() reads. Throws ConfigError for a name that is no layer's.
+    Fp8Scaling layer_scaling(const std::string& layer) const;
     double loss_scale() const;
     int64_t vocab_size() const;
     std::string describe() const; // one line: model size, data, threads

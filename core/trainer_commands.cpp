@@ -64,9 +64,13 @@ void Trainer::Impl::apply_layer_formats(const Command& command, TelemetrySink& s
     e.new_formats = command.formats;
     e.cause = command.cause;
     e.watcher = command.watcher;
-    const auto changed = set_layer_formats(command.layer_pattern, command.formats);
-    for (const auto& [name, before] : changed) e.layers.push_back(name);
-    if (!changed.empty()) e.old_formats = changed.front().second;
+    e.new_scaling = command.scaling;
+    const auto changed = set_layer_formats(command.layer_pattern, command.formats, command.scaling);
+    for (const auto& before : changed) e.layers.push_back(before.name);
+    if (!changed.empty()) {
+        e.old_formats = changed.front().formats;
+        if (command.scaling) e.old_scaling = changed.front().scaling;
+    }
     e.layer_states = layer_states_of(e.layers);
     sink.on_event(e);
 }
@@ -112,7 +116,7 @@ void Trainer::Impl::handle_alerts(const std::vector<WatchAlert>& alerts, Telemet
             change.kind = EventKind::PrecisionChanged;
             change.pattern = a.layer;
             change.layers = {a.layer};
-            change.old_formats = changed.front().second;
+            change.old_formats = changed.front().formats;
             change.new_formats = bf16;
             change.cause = ChangeCause::Watcher;
             change.watcher = a.watcher;
@@ -122,13 +126,15 @@ void Trainer::Impl::handle_alerts(const std::vector<WatchAlert>& alerts, Telemet
     }
 }
 
-std::vector<std::pair<std::string, GemmFormats>> Trainer::Impl::set_layer_formats(const std::string& pattern,
-                                                                                  const GemmFormats& formats)
+std::vector<Trainer::Impl::LayerBefore> Trainer::Impl::set_layer_formats(const std::string& pattern,
+                                                                         const GemmFormats& formats,
+                                                                         std::optional<Fp8Scaling> scaling)
 {
-    std::vector<std::pair<std::string, GemmFormats>> changed;
+    std::vector<LayerBefore> changed;
     for (auto& g : model->gemm_layers()) {
         if (!glob_match(pattern, g->name())) continue;
-        changed.emplace_back(g->name(), g->formats());
+        changed.push_back({g->name(), g->formats(), g->recipe().scaling});
+        if (scaling) g->set_scaling(*scaling);
         g->set_formats(formats);
     }
     backends_changed |= !changed.empty(); // the next step says where they ran now

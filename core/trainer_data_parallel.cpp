@@ -34,8 +34,8 @@ std::string encode_commands(const std::vector<Command>& commands)
     for (const auto& c : commands)
         out << static_cast<int>(c.kind) << ' ' << static_cast<int>(c.formats.forward) << ' '
             << static_cast<int>(c.formats.dgrad) << ' ' << static_cast<int>(c.formats.wgrad) << ' '
-            << static_cast<int>(c.cause) << ' ' << c.layer_pattern.size() << ' ' << c.layer_pattern << ' '
-            << c.watcher.size() << ' ' << c.watcher << '\n';
+            << static_cast<int>(c.cause) << ' ' << (c.scaling ? static_cast<int>(*c.scaling) : -1) << ' '
+            << c.layer_pattern.size() << ' ' << c.layer_pattern << ' ' << c.watcher.size() << ' ' << c.watcher << '\n';
     return out.str();
 }
 
@@ -51,12 +51,13 @@ std::vector<Command> decode_commands(const std::string& text)
         in.read(s.data(), static_cast<std::streamsize>(n));
         return s;
     };
-    int kind = 0, forward = 0, dgrad = 0, wgrad = 0, cause = 0;
-    while (in >> kind >> forward >> dgrad >> wgrad >> cause) {
+    int kind = 0, forward = 0, dgrad = 0, wgrad = 0, cause = 0, scaling = -1;
+    while (in >> kind >> forward >> dgrad >> wgrad >> cause >> scaling) {
         Command c{static_cast<Command::Kind>(kind), {}, {}};
         c.formats = {static_cast<NumberFormat>(forward), static_cast<NumberFormat>(dgrad),
                      static_cast<NumberFormat>(wgrad)};
         c.cause = static_cast<ChangeCause>(cause);
+        if (scaling >= 0) c.scaling = static_cast<Fp8Scaling>(scaling);
         c.layer_pattern = read_string();
         c.watcher = read_string();
         out.push_back(std::move(c));

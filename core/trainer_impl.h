@@ -185,9 +185,15 @@ struct Trainer::Impl {
     void handle_alerts(const std::vector<WatchAlert>& alerts, TelemetrySink& sink);
     // A SetLayerFormats command: the change and its precision_changed event.
     void apply_layer_formats(const Command& command, TelemetrySink& sink);
-    // Applies a precision change; returns the layers it touched and their formats before.
-    std::vector<std::pair<std::string, GemmFormats>> set_layer_formats(const std::string& pattern,
-                                                                       const GemmFormats& formats);
+    // Applies a precision change (and a scaling recipe, where given); returns the layers it
+    // touched with their formats and recipe before.
+    struct LayerBefore {
+        std::string name;
+        GemmFormats formats;
+        Fp8Scaling scaling;
+    };
+    std::vector<LayerBefore> set_layer_formats(const std::string& pattern, const GemmFormats& formats,
+                                               std::optional<Fp8Scaling> scaling = std::nullopt);
     bool backends_changed = false; // a precision change since the last layer_backends event
     // precision.loss_scaling.mode "auto" follows the layers' formats as they are now: dynamic
     // while any GEMM is FP16, so that a live change to FP16 (or a checkpoint whose layers were

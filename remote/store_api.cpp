@@ -284,7 +284,7 @@ ControlCommand parse_control(const std::string& body)
     const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object()) throw BadParam{"the body must be a JSON object like {\"command\": \"pause\"}"};
     for (const auto& [k, v] : j.items()) {
-        static const std::set<std::string> known = {"command", "pattern", "forward", "dgrad", "wgrad"};
+        static const std::set<std::string> known = {"command", "pattern", "forward", "dgrad", "wgrad", "scaling"};
         if (!known.count(k)) throw BadParam{"unknown key '" + k + "' in the command"};
         if (!v.is_string()) throw BadParam{"key '" + k + "' must be a string"};
     }
@@ -295,11 +295,13 @@ ControlCommand parse_control(const std::string& body)
     c.forward = text("forward");
     c.dgrad = text("dgrad");
     c.wgrad = text("wgrad");
+    c.scaling = text("scaling");
     static const std::set<std::string> commands = {"pause", "resume", "stop", "checkpoint", "layer_formats"};
     if (!commands.count(c.command))
         throw BadParam{"'command' must be one of pause, resume, stop, checkpoint, layer_formats"};
     if (c.command == "layer_formats" && (c.pattern.empty() || c.forward.empty()))
-        throw BadParam{"layer_formats needs 'pattern' and 'forward' (and optionally 'dgrad', 'wgrad')"};
+        throw BadParam{"layer_formats needs 'pattern' and 'forward' (and optionally 'dgrad', 'wgrad', 'scaling')"};
+    if (!c.scaling.empty() && c.command != "layer_formats") throw BadParam{"'scaling' goes with layer_formats only"};
     return c;
 }
 

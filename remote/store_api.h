@@ -25,6 +25,7 @@ struct ControlCommand {
     std::string command; // pause | resume | stop | checkpoint | layer_formats
     std::string pattern; // layer_formats: the layer glob
     std::string forward, dgrad, wgrad; // layer_formats: number format names
+    std::string scaling;               // layer_formats: a scaling recipe's name, or "" to keep the layers' own
 };
 
 // Applies `command` to run `run_id` on behalf of `origin` ("remote 127.0.0.1"); returns the

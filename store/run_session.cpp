@@ -175,7 +175,7 @@ void replay_precision_changes(RunStore& store, int64_t run_id, Trainer& trainer)
         const RunEvent& e = row.event;
         if (e.kind == EventKind::PrecisionChanged && e.cause == ChangeCause::User && !e.pattern.empty() &&
             e.new_formats && e.step >= trainer.step())
-            trainer.replay_layer_formats(e.step, e.pattern, *e.new_formats);
+            trainer.replay_layer_formats(e.step, e.pattern, *e.new_formats, e.new_scaling);
     }
 }
 
@@ -274,7 +274,8 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
         for (const auto& d : diff_configs(before, now)) {
             session->config_changes_ += (session->config_changes_.empty() ? "" : ", ") + d.key + " " +
                                         d.a.value_or("(none)") + " -> " + d.b.value_or("(none)");
-            for (const char* key : {"precision.preset", "precision.layers", "precision.keep_last_bf16"})
+            for (const char* key :
+                 {"precision.preset", "precision.layers", "precision.keep_last_bf16", "precision.fp8.scaling"})
                 if (d.key.starts_with(key)) formats_overridden = true;
         }
         if (!session->config_changes_.empty()) session->resumed_config_json_ = now;
@@ -332,7 +333,11 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
     // layers back from what was asked for at their steps.
     for (const auto& layer : session->trainer_->layers()) {
         const auto wanted = resolve_layer_formats(config.precision, layer.name, config.model.n_layer);
-        if (!(wanted == layer.formats)) session->trainer_->request_layer_formats(layer.name, wanted);
+        const auto recipe = resolve_layer_recipe(config.precision, layer.name).scaling;
+        const bool other_recipe = session->trainer_->layer_scaling(layer.name) != recipe;
+        if (!(wanted == layer.formats) || other_recipe)
+            session->trainer_->request_layer_formats(layer.name, wanted,
+                                                     other_recipe ? std::optional<Fp8Scaling>(recipe) : std::nullopt);
     }
     return session;
 }

@@ -105,9 +105,10 @@ public:
     bool request_stop() { return trainer_->request_stop(); }
     bool request_checkpoint() { return trainer_->request_checkpoint(); }
     // Throws ConfigError if the pattern matches no layer or a format is no GEMM's.
-    bool request_layer_formats(const std::string& pattern, const GemmFormats& formats)
+    bool request_layer_formats(const std::string& pattern, const GemmFormats& formats,
+                               std::optional<Fp8Scaling> scaling = std::nullopt)
     {
-        return trainer_->request_layer_formats(pattern, formats);
+        return trainer_->request_layer_formats(pattern, formats, scaling);
     }
 
     Trainer& trainer() { return *trainer_; }

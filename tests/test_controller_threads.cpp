@@ -132,7 +132,7 @@ private slots:
         QTRY_VERIFY_WITH_TIMEOUT(got.count("paused") == paused_before + 1, kWaitMs);
         QString error;
         const GemmFormats bf16{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16};
-        QVERIFY2(c.setLayerFormats(QStringLiteral("blocks.0.mlp.*"), bf16, &error), qPrintable(error));
+        QVERIFY2(c.setLayerFormats(QStringLiteral("blocks.0.mlp.*"), bf16, {}, &error), qPrintable(error));
         QVERIFY2(c.requestCheckpoint(&error), qPrintable(error));
         // Applied while paused, at the step the run paused at.
         QTRY_VERIFY_WITH_TIMEOUT(got.count("precision_changed") == 1 && got.count("checkpoint") == 1, kWaitMs);

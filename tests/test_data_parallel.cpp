@@ -112,8 +112,8 @@ std::array<std::string, 2> run_two_ranks_in_threads(const std::function<void(Dat
     return errors;
 }
 
-// Rank 0, paused at step 2 by its sink, has Resume and a precision change queued behind the
-// Pause: all three go out in one broadcast.
+// Rank 0, paused at step 2 by its sink, has Resume and a precision change (formats and scaling
+// recipe) queued behind the Pause: all three go out in one broadcast.
 struct SinkThatPausesAndSwitches : TelemetrySink {
     Trainer* trainer = nullptr;
     void on_step(const StepMetrics& m) override
@@ -121,7 +121,8 @@ struct SinkThatPausesAndSwitches : TelemetrySink {
         if (m.step != 2) return;
         trainer->request_pause();
         trainer->request_resume();
-        trainer->request_layer_formats("lm_head", GemmFormats{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16});
+        trainer->request_layer_formats("lm_head", GemmFormats{NumberFormat::E4M3, NumberFormat::E4M3, NumberFormat::E4M3},
+                                       Fp8Scaling::NvFp4);
     }
     void on_eval(const EvalMetrics&) override {}
     void on_event(const RunEvent&) override {}
@@ -907,11 +908,11 @@ private slots:
             sink.trainer = &trainer;
             trainer.run(sink);
             for (const auto& layer : trainer.layers())
-                if (layer.name == "lm_head") head[static_cast<size_t>(r)] = layer.formats.describe();
+                if (layer.name == "lm_head") head[static_cast<size_t>(r)] = layer.formats.describe() + " " + layer.recipe;
             digest[static_cast<size_t>(r)] = trainer.state_digest();
         });
         QCOMPARE(errors, (std::array<std::string, 2>{"", ""}));
-        QCOMPARE(head[0], std::string("bf16/bf16/bf16"));
+        QCOMPARE(head[0], std::string("e4m3/e4m3/e4m3 nvfp4"));
         QCOMPARE(head[1], head[0]);
         QCOMPARE(digest[1], digest[0]);
     }

@@ -68,6 +68,16 @@ std::vector<RunEvent> one_of_each()
         e.layer_states = {{"blocks.1.mlp.fc1", kBf16, "", "emulated"}};
     }
     {
+        auto& e = add(EventKind::PrecisionChanged, 18); // a user's change of the recipe too
+        e.pattern = "lm_head";
+        e.layers = {"lm_head"};
+        e.old_formats = kFp8;
+        e.new_formats = kFp8;
+        e.old_scaling = Fp8Scaling::Delayed;
+        e.new_scaling = Fp8Scaling::NvFp4;
+        e.layer_states = {{"lm_head", kFp8, "nvfp4", ""}};
+    }
+    {
         auto& e = add(EventKind::LossScaleBackoff, 9);
         e.old_scale = 65536;
         e.new_scale = 32768;
@@ -113,6 +123,8 @@ void compare_events(const RunEvent& a, const RunEvent& b)
     QCOMPARE(a.new_formats.has_value(), b.new_formats.has_value());
     if (a.new_formats) QVERIFY(*a.new_formats == *b.new_formats);
     if (a.kind == EventKind::PrecisionChanged) QCOMPARE(int(a.cause), int(b.cause));
+    QVERIFY(a.old_scaling == b.old_scaling);
+    QVERIFY(a.new_scaling == b.new_scaling);
     QCOMPARE(std::isnan(a.old_scale), std::isnan(b.old_scale));
     if (!std::isnan(a.old_scale)) QCOMPARE(a.old_scale, b.old_scale);
     QCOMPARE(std::isnan(a.new_scale), std::isnan(b.new_scale));

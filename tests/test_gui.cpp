@@ -606,10 +606,10 @@ void TestGui::precisionEditWhileStartingReachesTheRun()
     QVERIFY(controller.start(config, {}));
     QString error;
     const GemmFormats bf16{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16};
-    QVERIFY2(controller.setLayerFormats(QStringLiteral("lm_head"), bf16, &error), qPrintable(error));
+    QVERIFY2(controller.setLayerFormats(QStringLiteral("lm_head"), bf16, {}, &error), qPrintable(error));
     QTRY_VERIFY_WITH_TIMEOUT(!controller.isRunning(), 60000);
     QVERIFY2(controller.lastStatus() == RunStatus::Finished, qPrintable(controller.lastError()));
-    QVERIFY2(!controller.setLayerFormats(QStringLiteral("lm_head"), bf16, &error), "the run is over");
+    QVERIFY2(!controller.setLayerFormats(QStringLiteral("lm_head"), bf16, {}, &error), "the run is over");
     RunStore store(storePath.toStdString());
     std::vector<RunEvent> changes;
     for (const EventRow& row : store.events(controller.runId()))

@@ -596,6 +596,131 @@ private slots:
             }
     }
 
+    // A live recipe switch trains as a project that gave the layer that recipe from the start:
+    // both runs hold fc1 in BF16 (where no recipe matters) until step 3, then switch it to E4M3,
+    // one naming the recipe, the other keeping its project's. Bit for bit, and unlike a switch
+    // to E4M3 under the first run's own recipe.
+    void aLiveRecipeSwitchTrainsAsTheRecipeFromTheStart_data()
+    {
+        QTest::addColumn<QString>("recipe");
+        QTest::addColumn<QString>("from"); // the project's recipe of the run that switches
+        QTest::newRow("delayed -> nvfp4") << "nvfp4" << "delayed";
+        QTest::newRow("delayed -> fp8-block") << "fp8-block" << "delayed";
+        QTest::newRow("nvfp4 -> mxfp4") << "mxfp4" << "nvfp4";
+        QTest::newRow("mxfp4 -> delayed") << "delayed" << "mxfp4";
+    }
+    void aLiveRecipeSwitchTrainsAsTheRecipeFromTheStart()
+    {
+        QFETCH(QString, recipe);
+        QFETCH(QString, from);
+        const Fp8Scaling to = *parse_fp8_scaling(recipe.toStdString());
+        const Fp8Scaling before = *parse_fp8_scaling(from.toStdString());
+        const std::string layer = "blocks.0.mlp.fc1";
+        auto config = golden_project();
+        config.training.steps = 8;
+        config.eval.interval = 0;
+        config.telemetry.interval = 0;
+        config.precision.preset = "bf16";
+        struct Outcome {
+            std::vector<uint64_t> losses; // bits
+            std::string digest;
+            Fp8Scaling scaling;
+            std::vector<RunEvent> changes;
+        };
+        const auto run = [&](Fp8Scaling project, std::optional<Fp8Scaling> asked) {
+            auto c = config;
+            c.precision.fp8.scaling = project;
+            Trainer trainer(c);
+            Recorder rec;
+            rec.hook = [&](const StepMetrics& m) {
+                if (m.step == 3) trainer.request_layer_formats(layer, uniform(NumberFormat::E4M3), asked);
+            };
+            trainer.run(rec);
+            Outcome out{{}, trainer.state_digest(), trainer.layer_scaling(layer), {}};
+            for (const auto& e : rec.events)
+                if (e.kind == EventKind::PrecisionChanged) out.changes.push_back(e);
+            for (const auto& m : rec.steps) out.losses.push_back(std::bit_cast<uint64_t>(m.train_loss));
+            return out;
+        };
+        const Outcome switched = run(before, to);
+        const Outcome from_the_start = run(to, std::nullopt);
+        const Outcome without = run(before, std::nullopt);
+        QVERIFY(switched.scaling == to);
+        QVERIFY(without.scaling == before);
+        QCOMPARE(switched.losses.size(), size_t(8));
+        QCOMPARE(switched.losses, from_the_start.losses);
+        QCOMPARE(switched.digest, from_the_start.digest);
+        QCOMPARE(std::vector<uint64_t>(without.losses.begin(), without.losses.begin() + 3),
+                 std::vector<uint64_t>(switched.losses.begin(), switched.losses.begin() + 3));
+        QVERIFY(without.losses[3] != switched.losses[3]);
+        const auto& changes = switched.changes;
+        // The event says what the layer ran before and what it runs now.
+        QCOMPARE(changes.size(), size_t(1));
+        QCOMPARE(changes[0].step, int64_t(3));
+        QVERIFY(changes[0].old_scaling == before);
+        QVERIFY(changes[0].new_scaling == to);
+        QCOMPARE(changes[0].layer_states.size(), size_t(1));
+        QCOMPARE(QString::fromStdString(changes[0].layer_states[0].recipe), recipe);
+        QVERIFY2(changes[0].message().find("with " + recipe.toStdString() + " scaling") != std::string::npos,
+                 changes[0].message().c_str());
+    }
+
+    // Back on delayed scaling after another recipe, a layer starts its amax histories afresh:
+    // nothing recorded under the first stint survives the switch.
+    void aRecipeSwitchRestartsTheDelayedHistories()
+    {
+        LayerGemm layer("test.fc", uniform(NumberFormat::E4M3), Fp8Recipe{}, GemmBackend::Emulated);
+        auto x = torch::randn({16, 32}, torch::requires_grad());
+        auto w = torch::randn({8, 32}, torch::requires_grad());
+        layer.linear(x, w, {}).sum().backward();
+        QVERIFY(layer.delayed(OperandRole::Input, NumberFormat::E4M3).history()[0] > 0.0f);
+        layer.set_scaling(Fp8Scaling::Delayed); // the same recipe: nothing changes
+        QVERIFY(layer.delayed(OperandRole::Input, NumberFormat::E4M3).history()[0] > 0.0f);
+        layer.set_scaling(Fp8Scaling::Current);
+        layer.linear(x, w, {}).sum().backward();
+        layer.set_scaling(Fp8Scaling::Delayed);
+        for (auto role : {OperandRole::Input, OperandRole::Weight, OperandRole::GradOutput}) {
+            const auto& d = layer.delayed(role, NumberFormat::E4M3);
+            QCOMPARE(d.scale(), 1.0f);
+            QVERIFY(std::all_of(d.history().begin(), d.history().end(), [](float a) { return a == 0.0f; }));
+        }
+        QCOMPARE(QString::fromStdString(layer.backend_used()), QString("none"));
+    }
+
+    // A checkpoint keeps a recipe switched live: the resumed run goes on under it, bit for bit,
+    // though its project still names the old one.
+    void aCheckpointKeepsALiveRecipe()
+    {
+        QTemporaryDir dir;
+        auto config = golden_project();
+        config.training.steps = 8;
+        config.eval.interval = 0;
+        config.precision.preset = "fp8-hybrid";
+        config.training.checkpoint_dir = dir.path().toStdString();
+        config.training.checkpoint_interval = 5;
+        const auto switch_at_2 = [](Trainer& t, Recorder& rec) {
+            rec.hook = [&t](const StepMetrics& m) {
+                if (m.step == 2) t.request_layer_formats("blocks.*.mlp.*", uniform(NumberFormat::E4M3), Fp8Scaling::NvFp4);
+            };
+        };
+        Trainer straight(config);
+        Recorder a;
+        switch_at_2(straight, a);
+        straight.run(a);
+        const QString checkpoint = dir.filePath("step-00000005.pt");
+        QVERIFY(QFile::exists(checkpoint));
+        Trainer resumed(config);
+        resumed.load_checkpoint(checkpoint.toStdString());
+        QCOMPARE(resumed.layer_scaling("blocks.1.mlp.fc2"), Fp8Scaling::NvFp4);
+        QCOMPARE(resumed.layer_scaling("blocks.1.attn.qkv"), Fp8Scaling::Delayed);
+        Recorder b;
+        resumed.run(b);
+        QCOMPARE(b.steps.size(), size_t(3));
+        for (size_t i = 0; i < 3; ++i)
+            QCOMPARE(std::bit_cast<uint64_t>(b.steps[i].train_loss), std::bit_cast<uint64_t>(a.steps[i + 5].train_loss));
+        QCOMPARE(resumed.state_digest(), straight.state_digest());
+    }
+
     // A resume may change precision.fp8.amax_history_length: the restored histories take the
     // new length, their newest entries first, and their scales as saved.
     void restoredHistoryTakesTheConfiguredLength()

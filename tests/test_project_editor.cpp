@@ -143,7 +143,7 @@ private slots:
 
     void fillByPattern_data();
     void fillByPattern();
-    void fillDuringARunLeavesTheScalingAlone();
+    void fillDuringARunSendsTheScaling();
     void noProjectNoLayerEdits();
     void fillPatternMatchingNothingRefused();
     void presetApply_data();
@@ -163,6 +163,7 @@ private slots:
 
     void layerFormatsEditedSignal();
     void aRunningEditKeepsTheWatchersOtherSwitches();
+    void scalingShowsTheRunsRecipe();
     void runningLocksSettingsOnly();
     void selectLayerScrollsToRow();
     void delegateEditors();
@@ -621,22 +622,33 @@ void TestProjectEditor::fillByPattern()
     QCOMPARE(doc.config().precision.layers[0].match, pattern.toStdString());
 }
 
-// During a run the fill row's scaling is greyed out (a trainer keeps its recipe): a scaling
-// picked before the run started must not reach the project unseen.
-void TestProjectEditor::fillDuringARunLeavesTheScalingAlone()
+// During a run a fill with a scaling recipe reaches the trainer as one change per layer,
+// formats and recipe together (a trainer switches both live); layers it leaves are not sent.
+void TestProjectEditor::fillDuringARunSendsTheScaling()
 {
     ProjectDocument doc;
     doc.setConfig(tiny_config(2));
     ProjectPage page(&doc);
-    page.patternEdit()->setText(QStringLiteral("blocks.*"));
-    page.fillCombo(0)->setCurrentIndex(page.fillCombo(0)->findText(QStringLiteral("bf16")));
-    page.fillCombo(3)->setCurrentIndex(page.fillCombo(3)->findText(QStringLiteral("current")));
+    QSignalSpy edited(&page, &ProjectPage::layerFormatsEdited);
+    page.patternEdit()->setText(QStringLiteral("blocks.1.mlp.*"));
+    page.fillCombo(0)->setCurrentIndex(page.fillCombo(0)->findText(QStringLiteral("e4m3")));
+    page.fillCombo(3)->setCurrentIndex(page.fillCombo(3)->findText(QStringLiteral("nvfp4")));
     page.setRunning(true);
-    QVERIFY(!page.fillCombo(3)->isEnabled());
+    QVERIFY(page.fillCombo(3)->isEnabled());
     page.fillButton()->click();
     QVERIFY2(page.validationLabel()->isHidden(), qPrintable(page.validationLabel()->text()));
-    QCOMPARE(resolve_layer_formats(doc.config().precision, "blocks.0.mlp.fc1", 2).forward, NumberFormat::BF16);
+    QCOMPARE(resolve_layer_formats(doc.config().precision, "blocks.1.mlp.fc1", 2).forward, NumberFormat::E4M3);
+    QCOMPARE(resolve_layer_recipe(doc.config().precision, "blocks.1.mlp.fc1").scaling, Fp8Scaling::NvFp4);
     QCOMPARE(resolve_layer_recipe(doc.config().precision, "blocks.0.mlp.fc1").scaling, Fp8Scaling::Delayed);
+    QCOMPARE(edited.count(), 2);
+    for (int i = 0; i < 2; ++i) {
+        QCOMPARE(edited.at(i).at(0).toString(), i == 0 ? QStringLiteral("blocks.1.mlp.fc1") : QStringLiteral("blocks.1.mlp.fc2"));
+        QVERIFY((edited.at(i).at(1).value<GemmFormats>() == GemmFormats{NumberFormat::E4M3, NumberFormat::FP32, NumberFormat::FP32}));
+        QCOMPARE(edited.at(i).at(2).toString(), QStringLiteral("nvfp4"));
+    }
+    // The same fill again changes nothing, and sends nothing.
+    page.fillButton()->click();
+    QCOMPARE(edited.count(), 2);
     page.setRunning(false);
 }
 
@@ -1072,16 +1084,24 @@ void TestProjectEditor::layerFormatsEditedSignal()
     QVERIFY2((sent == GemmFormats{NumberFormat::E4M3, NumberFormat::FP32, NumberFormat::FP32}),
              sent.describe().c_str());
 
-    // The same value again, a scaling edit, and a settings edit are no format edits.
+    QCOMPARE(fromPage.at(0).at(2).toString(), QString()); // the recipe as it was
+
+    // The same value again and a settings edit are no edits of the layer.
     QVERIFY(table->setData(table->index(row, PrecisionTableModel::ForwardColumn), QStringLiteral("e4m3")));
-    QVERIFY(table->setData(table->index(row, PrecisionTableModel::ScalingColumn), QStringLiteral("current")));
     QVERIFY(doc.setValue("training.steps", 10, nullptr));
     QCOMPARE(fromPage.count(), 1);
+    // A recipe edit is, with the formats as they are.
+    QVERIFY(table->setData(table->index(row, PrecisionTableModel::ScalingColumn), QStringLiteral("current")));
+    QCOMPARE(fromPage.count(), 2);
+    QVERIFY(fromPage.at(1).at(1).value<GemmFormats>() == sent);
+    QCOMPARE(fromPage.at(1).at(2).toString(), QStringLiteral("current"));
+    QVERIFY(table->setData(table->index(row, PrecisionTableModel::ScalingColumn), QStringLiteral("current")));
+    QCOMPARE(fromPage.count(), 2);
 
     // A preset reaches every layer whose formats it changes: all 11 here.
     page.presetCombo()->setCurrentIndex(page.presetCombo()->findText(QStringLiteral("bf16")));
     page.applyPresetButton()->click();
-    QCOMPARE(fromPage.count(), 12);
+    QCOMPARE(fromPage.count(), 13);
     QCOMPARE(fromPage.last().at(0).toString(), QStringLiteral("lm_head"));
     QVERIFY(fromPage.last().at(1).value<GemmFormats>() == uniform(NumberFormat::BF16));
 }
@@ -1199,6 +1219,50 @@ void TestProjectEditor::aRunningEditKeepsTheWatchersOtherSwitches()
     QVERIFY2((sent == GemmFormats{NumberFormat::FP16, NumberFormat::FP32, NumberFormat::BF16}), sent.describe().c_str());
 }
 
+// The Scaling column shows the recipe the engine runs (known where a GEMM of the layer is
+// FP8), marked as the run's where it differs from the project's; editing starts from the project's.
+void TestProjectEditor::scalingShowsTheRunsRecipe()
+{
+    ProjectDocument doc;
+    auto config = tiny_config(2);
+    config.precision.preset = "fp8-hybrid";
+    doc.setConfig(config);
+    PrecisionTableModel table(&doc);
+    QAbstractItemModelTester tester(&table, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    const std::string layer = "blocks.0.mlp.fc1";
+    const QModelIndex scaling = table.index(table.rowForLayer(QString::fromStdString(layer)), PrecisionTableModel::ScalingColumn);
+    LiveLayers live;
+    live.reset(LiveLayers::from_project(doc.config()));
+    table.setLiveLayers(&live);
+    table.setRunning(true);
+    QCOMPARE(scaling.data().toString(), QStringLiteral("delayed"));
+    QVERIFY(!scaling.data(Qt::FontRole).value<QFont>().italic());
+
+    RunEvent change;
+    change.step = 4;
+    change.kind = EventKind::PrecisionChanged;
+    change.pattern = layer;
+    change.layers = {layer};
+    change.new_formats = resolve_layer_formats(doc.config().precision, layer, 2);
+    change.new_scaling = Fp8Scaling::NvFp4;
+    change.layer_states = {{layer, *change.new_formats, "nvfp4", ""}};
+    QVERIFY(live.apply(change));
+    table.liveLayersChanged();
+    QCOMPARE(scaling.data().toString(), QStringLiteral("nvfp4"));
+    QCOMPARE(scaling.data(Qt::EditRole).toString(), QStringLiteral("delayed"));
+    QVERIFY(scaling.data(Qt::FontRole).value<QFont>().italic());
+    QVERIFY2(scaling.data(Qt::ToolTipRole).toString().startsWith(
+                 QStringLiteral("The run scales this layer with nvfp4 (step 4: you); the project says delayed")),
+             qPrintable(scaling.data(Qt::ToolTipRole).toString()));
+    // Set in the project too (as the table's own edit does): the same again, nothing marked.
+    QSignalSpy edited(&table, &PrecisionTableModel::layerFormatsEdited);
+    QVERIFY(table.setData(scaling, QStringLiteral("nvfp4")));
+    QCOMPARE(edited.count(), 1);
+    QCOMPARE(edited.at(0).at(2).toString(), QStringLiteral("nvfp4"));
+    QCOMPARE(scaling.data().toString(), QStringLiteral("nvfp4"));
+    QVERIFY(!scaling.data(Qt::FontRole).value<QFont>().italic());
+}
+
 void TestProjectEditor::runningLocksSettingsOnly()
 {
     ProjectDocument doc;
@@ -1223,11 +1287,10 @@ void TestProjectEditor::runningLocksSettingsOnly()
     QVERIFY(table->flags(cell) & Qt::ItemIsEditable);
     QVERIFY(table->setData(cell, QStringLiteral("bf16")));
     QCOMPARE(resolve_layer_formats(doc.config().precision, "blocks.0.mlp.fc2", 2).dgrad, NumberFormat::BF16);
-    // The scaling recipe is the trainer's from its start: not editable, here or by pattern.
+    // The scaling recipe switches live too, here and by pattern.
     const QModelIndex scaling = table->index(table->rowForLayer("blocks.0.mlp.fc2"), PrecisionTableModel::ScalingColumn);
-    QVERIFY(!(table->flags(scaling) & Qt::ItemIsEditable));
-    QVERIFY(!table->setData(scaling, QStringLiteral("current")));
-    QVERIFY(!page.fillCombo(3)->isEnabled());
+    QVERIFY(table->flags(scaling) & Qt::ItemIsEditable);
+    QVERIFY(page.fillCombo(3)->isEnabled());
     // Keeping the last block in BF16 reaches the run as format switches, one per layer it moves.
     QSignalSpy edited(&page, &ProjectPage::layerFormatsEdited);
     page.keepLastBf16Spin()->setValue(1);

@@ -1731,9 +1731,22 @@ private slots:
                      "send the command as a JSON body with the header Content-Type: application/json"),
                  qPrintable(r->body.c_str()));
         r = client.Post("/v1/runs/1/control", auth(token),
+                        R"({"command": "layer_formats", "pattern": "lm_head", "forward": "e4m3", "scaling": "fp4"})",
+                        "application/json");
+        QCOMPARE(r->status, 400);
+        QVERIFY2(json_of(r->body)["error"].toString().startsWith("unknown scaling recipe 'fp4' (one of delayed, "),
+                 qPrintable(r->body.c_str()));
+        r = client.Post("/v1/runs/1/control", auth(token), R"({"command": "pause", "scaling": "nvfp4"})",
+                        "application/json");
+        QCOMPARE(r->status, 400);
+        r = client.Post("/v1/runs/1/control", auth(token),
                         R"({"command": "layer_formats", "pattern": "lm_head", "forward": "bf16"})", "application/json");
         QCOMPARE(r->status, 200);
         QCOMPARE(json_of(r->body)["accepted"].toString(), QString("layer_formats"));
+        r = client.Post("/v1/runs/1/control", auth(token),
+                        R"({"command": "layer_formats", "pattern": "blocks.0.mlp.*", "forward": "e4m3", "scaling": "nvfp4"})",
+                        "application/json");
+        QCOMPARE(r->status, 200);
         // The run list names the run this process trains: the window steers that one, not
         // the newest "running" run of the store (another process's would answer 404).
         r = client.Get("/v1/runs", auth(token));
@@ -1766,11 +1779,14 @@ private slots:
         int precisionChanges = 0;
         for (const auto& e : store->events(1)) {
             if (e.kind == "remote_control") remote << QString::fromStdString(e.message);
-            if (e.event.kind == EventKind::PrecisionChanged) ++precisionChanges;
+            if (e.event.kind != EventKind::PrecisionChanged) continue;
+            ++precisionChanges;
+            QVERIFY(e.event.new_scaling == (e.event.pattern == "lm_head" ? std::nullopt : std::optional(Fp8Scaling::NvFp4)));
         }
         QCOMPARE(remote, QStringList({"layer_formats lm_head -> bf16/bf16/bf16 requested by remote 127.0.0.1",
+                                      "layer_formats blocks.0.mlp.* -> e4m3/e4m3/e4m3 nvfp4 requested by remote 127.0.0.1",
                                       "stop requested by remote 127.0.0.1"}));
-        QCOMPARE(precisionChanges, 1); // applied by the trainer at a step boundary
+        QCOMPARE(precisionChanges, 2); // applied by the trainer at a step boundary
     }
 
     // `resume --serve` serves and takes commands as `run --serve` does (a torchrun restart

@@ -314,6 +314,27 @@ void TestSession::aResumeThatChangesThePresetChangesTheLayers()
     int changes = 0;
     for (const auto& row : RunStore(db.toStdString()).events(1)) changes += row.event.kind == EventKind::PrecisionChanged;
     QCOMPARE(changes, 7); // the 6 at step 10 and the interrupted run's at 11
+
+    // One that asks for another scaling recipe changes every layer's, at the same boundary and
+    // with the formats as they are: the checkpoint holds the recipe the layers ran.
+    const auto rescaled = run_cli({"resume", "1", "--db", db, "--set", "training.steps=16", "--set",
+                                   "precision.fp8.scaling=nvfp4"});
+    QVERIFY2(rescaled.exit_code == 0, qPrintable(rescaled.err + rescaled.out));
+    std::vector<std::string> recipes;
+    for (const auto& row : RunStore(db.toStdString()).events(1)) {
+        const RunEvent& e = row.event;
+        if (e.kind != EventKind::PrecisionChanged || e.step != 14) continue;
+        QVERIFY(e.old_scaling == Fp8Scaling::Delayed && e.new_scaling == Fp8Scaling::NvFp4);
+        QVERIFY(e.new_formats && *e.new_formats == (GemmFormats{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16}));
+        recipes.push_back(e.pattern);
+    }
+    QCOMPARE(recipes.size(), size_t(6));
+    // The next resume finds them in the checkpoint, as the settings now say: no change.
+    const auto last = run_cli({"resume", "1", "--db", db, "--set", "training.steps=18"});
+    QVERIFY2(last.exit_code == 0, qPrintable(last.err + last.out));
+    changes = 0;
+    for (const auto& row : RunStore(db.toStdString()).events(1)) changes += row.event.kind == EventKind::PrecisionChanged;
+    QCOMPARE(changes, 13);
 }
 
 // `run tiny.json` in one folder, `resume` in another: the project's relative paths (here its
@@ -667,15 +688,16 @@ void TestSession::aResumeMakesTheInterruptedRunsPrecisionChangesAgain()
     QTemporaryDir dir;
     const std::string project = write_project(dir);
     const std::string db = dir.filePath("runs.sqlite").toStdString();
-    const GemmFormats bf16{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16};
-    // The user switches the MLP to BF16 after step 15 (made at the boundary of step 15).
+    const GemmFormats e4m3{NumberFormat::E4M3, NumberFormat::E4M3, NumberFormat::E4M3};
+    // The user switches the MLP to NVFP4 after step 15 (made at the boundary of step 15): formats
+    // and recipe, both of which the resume must make again.
     const auto train = [&](const std::string& name, int64_t stop_after) -> std::pair<int64_t, RunStatus> {
         RunStore store(db);
         RunSession session(load_project_file(project));
         const int64_t id = session.create_run(store, name, project);
         StepHook hook;
         hook.at_step = [&](int64_t step) {
-            if (step == 15) session.request_layer_formats("blocks.*.mlp.*", bf16);
+            if (step == 15) session.request_layer_formats("blocks.*.mlp.*", e4m3, Fp8Scaling::NvFp4);
             if (step == stop_after) session.request_stop();
         };
         return {id, session.run({&hook}).status};

@@ -26,7 +26,12 @@ struct TrainingController::Job {
     bool pause_requested = false;
     // Precision edits made while the trainer was being built (a large corpus takes seconds):
     // the table shows them sent, so they are handed on once the trainer exists.
-    std::vector<std::pair<std::string, GemmFormats>> formats_requested;
+    struct FormatsRequest {
+        std::string pattern;
+        GemmFormats formats;
+        std::optional<Fp8Scaling> scaling;
+    };
+    std::vector<FormatsRequest> formats_requested;
     int64_t run_id = -1;
     // Written once by the worker just before it returns.
     RunStatus status = RunStatus::Failed;
@@ -90,9 +95,9 @@ void TrainingController::Job::work(ProjectConfig config, const std::string& proj
         run_id = owned->run_id();
         session = owned.get();
         // Commands that arrived before the trainer existed, in the order the user gave them.
-        for (const auto& [pattern, formats] : formats_requested) {
+        for (const auto& [pattern, formats, scaling] : formats_requested) {
             try {
-                session->request_layer_formats(pattern, formats);
+                session->request_layer_formats(pattern, formats, scaling);
             } catch (const std::exception& e) { // the table sends layers the project has; say it anyway
                 std::fprintf(stderr, "mantissa: a precision change made while the run started was refused: %s\n",
                              e.what());
@@ -199,21 +204,29 @@ void TrainingController::resume()
     emit pausedChanged(false);
 }
 
-bool TrainingController::setLayerFormats(const QString& pattern, const GemmFormats& formats, QString* error)
+bool TrainingController::setLayerFormats(const QString& pattern, const GemmFormats& formats, const QString& scaling,
+                                         QString* error)
 {
     const auto refuse = [&](const QString& why) {
         if (error) *error = why;
         return false;
     };
     if (!job_) return refuse(tr("No run is going."));
+    std::optional<Fp8Scaling> recipe;
+    if (!scaling.isEmpty()) {
+        recipe = parse_fp8_scaling(scaling.toStdString());
+        if (!recipe)
+            return refuse(tr("'%1' is no scaling recipe (one of %2)")
+                              .arg(scaling, QString::fromStdString(fp8_scaling_names_joined())));
+    }
     std::lock_guard lock(job_->mutex);
     if (!job_->session) {
         if (job_->ended) return refuse(tr("No run is going."));
-        job_->formats_requested.emplace_back(pattern.toStdString(), formats); // applied once the trainer exists
+        job_->formats_requested.push_back({pattern.toStdString(), formats, recipe}); // applied once the trainer exists
         return true;
     }
     try {
-        if (!job_->session->request_layer_formats(pattern.toStdString(), formats))
+        if (!job_->session->request_layer_formats(pattern.toStdString(), formats, recipe))
             return refuse(tr("The run is finishing: its last step has begun."));
     } catch (const std::exception& e) {
         return refuse(QString::fromStdString(e.what()));

@@ -38,10 +38,12 @@ public:
     void stop();
     void pause();
     void resume();
-    // Switches every layer matching the glob to `formats` at the running trainer's next step
-    // boundary; the trainer reports it back as a precision_changed event. False (with the
-    // reason) when no trainer is running yet or the pattern matches no layer.
-    bool setLayerFormats(const QString& pattern, const GemmFormats& formats, QString* error = nullptr);
+    // Switches every layer matching the glob to `formats` (and to the scaling recipe named
+    // `scaling`, unless it is empty) at the running trainer's next step boundary; the trainer
+    // reports it back as a precision_changed event. False (with the reason) when no run is
+    // going, the pattern matches no layer or `scaling` names no recipe.
+    bool setLayerFormats(const QString& pattern, const GemmFormats& formats, const QString& scaling = {},
+                         QString* error = nullptr);
     // Writes a checkpoint at the next step boundary (beside the store, like mantissa-train).
     bool requestCheckpoint(QString* error = nullptr);
 

@@ -130,9 +130,11 @@ bool PrecisionTableModel::editFormats(const std::function<bool()>& edit, const T
                              (touched && touched->first == row.layer && touched->second == g);
             if (set) put(sent, g, pick(row.formats, g));
         }
-        if (sent == running) continue;
+        const QString scaling =
+            row.scaling != before[i].scaling ? QString::fromLatin1(fp8_scaling_name(row.scaling)) : QString();
+        if (sent == running && scaling.isEmpty()) continue;
         if (live) unconfirmed_[row.layer] = {sent, switched_at};
-        emit layerFormatsEdited(QString::fromStdString(row.layer), sent);
+        emit layerFormatsEdited(QString::fromStdString(row.layer), sent, scaling);
     }
     return true;
 }
@@ -214,7 +216,11 @@ QVariant PrecisionTableModel::data(const QModelIndex& index, int role) const
     const LiveLayer* live = liveOf(row);
     // The format a cell shows: the engine's while a run is going, else the project's.
     const GemmFormats& shown = live ? live->state.formats : row.formats;
-    const bool differs = gemm && live && pick(shown, *gemm) != pick(row.formats, *gemm);
+    // The engine names a layer's recipe only where one of its GEMMs is FP8.
+    const std::string projectRecipe = fp8_scaling_name(row.scaling);
+    const std::string& shownRecipe = live && !live->state.recipe.empty() ? live->state.recipe : projectRecipe;
+    const bool differs = (gemm && live && pick(shown, *gemm) != pick(row.formats, *gemm)) ||
+                         (column == ScalingColumn && shownRecipe != projectRecipe);
 
     switch (role) {
     case Qt::DisplayRole:
@@ -226,7 +232,7 @@ QVariant PrecisionTableModel::data(const QModelIndex& index, int role) const
             if (row.parameters == 0) return QStringLiteral("—"); // attention core: no weights
             return row.tied ? tr("%1 (tied)").arg(QLocale().toString(static_cast<qint64>(row.parameters)))
                             : QLocale().toString(static_cast<qint64>(row.parameters));
-        case ScalingColumn: return QString::fromLatin1(fp8_scaling_name(row.scaling));
+        case ScalingColumn: return QString::fromStdString(role == Qt::EditRole ? projectRecipe : shownRecipe);
         case RunningColumn: {
             if (!live || role == Qt::EditRole) return QString();
             // No backend yet: before the first step, or after a switch until the next step ran.
@@ -291,6 +297,10 @@ QVariant PrecisionTableModel::data(const QModelIndex& index, int role) const
                             : tr("%1 trainable parameters (weight and bias)")
                                   .arg(QLocale().toString(static_cast<qint64>(row.parameters)));
         case ScalingColumn:
+            if (differs)
+                return tr("The run scales this layer with %1 (%2); the project says %3")
+                    .arg(QString::fromStdString(shownRecipe), QString::fromStdString(live->last_switch()),
+                         QString::fromStdString(projectRecipe));
             return usesFp8 ? tr("FP8 scaling recipe of %1").arg(QString::fromStdString(row.layer))
                            : tr("No GEMM of this layer runs in FP8, so its scaling recipe is unused");
         case RunningColumn:
@@ -341,7 +351,6 @@ bool PrecisionTableModel::setData(const QModelIndex& index, const QVariant& valu
                            std::make_pair(layer.toStdString(), *gemm));
     }
     if (index.column() == ScalingColumn) {
-        if (running_) return false; // a trainer takes formats live, not a scaling recipe (flags() agrees)
         const auto scaling = parse_fp8_scaling(text);
         if (!scaling) {
             emit document_->validationFailed(QStringLiteral("precision.layers"),
@@ -349,7 +358,7 @@ bool PrecisionTableModel::setData(const QModelIndex& index, const QVariant& valu
                                                  .arg(value.toString(), scaling_names().join(QStringLiteral(", "))));
             return false;
         }
-        return document_->setLayerScaling(layer, *scaling, &error);
+        return editFormats([&] { return document_->setLayerScaling(layer, *scaling, &error); });
     }
     return false;
 }
@@ -374,7 +383,10 @@ QVariant PrecisionTableModel::headerData(int section, Qt::Orientation orientatio
         case ForwardColumn: return tr("y = x Wᵀ: input × weight");
         case DgradColumn: return tr("dx = dy W: grad-output × weight");
         case WgradColumn: return tr("dW = dyᵀ x: grad-output × input");
-        case ScalingColumn: return tr("How FP8 scales are chosen: delayed (amax history), current, rowwise, mxfp8");
+        case ScalingColumn:
+            return tr("How the layer's FP8 GEMMs are scaled: delayed (amax history), current, rowwise, mxfp8, "
+                      "fp8-block; or nvfp4 and mxfp4, which cast them to FP4 instead. During a run a change "
+                      "applies at the next step");
         case RunningColumn: return tr("During a run: the backend each layer runs on and its last precision switch");
         default: return {};
         }
@@ -386,7 +398,7 @@ Qt::ItemFlags PrecisionTableModel::flags(const QModelIndex& index) const
 {
     if (!index.isValid()) return Qt::NoItemFlags;
     Qt::ItemFlags f = Qt::ItemIsEnabled | Qt::ItemIsSelectable | Qt::ItemNeverHasChildren;
-    if (gemm_of(index.column()) || (index.column() == ScalingColumn && !running_)) f |= Qt::ItemIsEditable;
+    if (gemm_of(index.column()) || index.column() == ScalingColumn) f |= Qt::ItemIsEditable;
     return f;
 }
 

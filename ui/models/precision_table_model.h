@@ -51,8 +51,8 @@ public:
     // The live layers may have changed (call after each drain): repaints the cells that did.
     void liveLayersChanged();
 
-    // While a run goes, the Scaling column is read-only: a trainer switches GEMM formats live
-    // but keeps the scaling recipe it started with.
+    // While a run goes, an edit of formats or of the scaling recipe reaches the trainer too
+    // (layerFormatsEdited), which takes it at its next step boundary.
     void setRunning(bool running)
     {
         running_ = running;
@@ -75,8 +75,9 @@ public:
     Qt::ItemFlags flags(const QModelIndex& index) const override;
 
 signals:
-    // After a user edit changed a layer's formats; a running trainer can take it at the next step.
-    void layerFormatsEdited(const QString& layer, const mantissa::GemmFormats& formats);
+    // After a user edit changed a layer's formats or its scaling recipe (`scaling`: the recipe's
+    // name, "" where the edit left it); a running trainer can take it at the next step.
+    void layerFormatsEdited(const QString& layer, const mantissa::GemmFormats& formats, const QString& scaling);
 
 private:
     struct Row {
@@ -93,7 +94,7 @@ private:
     // A cell edit's layer and GEMM.
     using Touched = std::optional<std::pair<std::string, ProjectDocument::Gemm>>;
     // Runs a document edit; where it succeeds, layerFormatsEdited for each layer whose formats
-    // it changed (the preset, fill-by-pattern, keep-last-BF16 and cell edits alike). During a
+    // or recipe it changed (the preset, fill-by-pattern, keep-last-BF16 and cell edits alike). During a
     // run the formats sent are the engine's with only the edited GEMMs (and `touched`) replaced.
     bool editFormats(const std::function<bool()>& edit, const Touched& touched = std::nullopt);
 

@@ -248,9 +248,8 @@ void ProjectPage::setRunning(bool running)
                                            : QAbstractItemView::DoubleClicked | QAbstractItemView::SelectedClicked |
                                                  QAbstractItemView::EditKeyPressed);
     runningLabel_->setVisible(running);
-    // A trainer switches GEMM formats live but keeps the scaling recipe it started with.
-    precisionModel_->setRunning(running);
-    fillCombos_[3]->setEnabled(!running);
+    precisionModel_->setRunning(running); // formats and recipes switch live
+
 }
 
 void ProjectPage::selectLayer(const QString& layer)
@@ -275,8 +274,7 @@ void ProjectPage::fillByPattern()
         return parse_number_format(fillCombos_[i]->currentText().toStdString());
     };
     std::optional<Fp8Scaling> scaling;
-    // Greyed out during a run (setRunning): a pick made before it is not applied unseen.
-    if (fillCombos_[3]->isEnabled() && fillCombos_[3]->currentIndex() > 0) scaling = parse_fp8_scaling(fillCombos_[3]->currentText().toStdString());
+    if (fillCombos_[3]->currentIndex() > 0) scaling = parse_fp8_scaling(fillCombos_[3]->currentText().toStdString());
     precisionModel_->fillByPattern(patternEdit_->text(), format(0), format(1), format(2), scaling, nullptr);
 }
 

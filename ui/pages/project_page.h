@@ -59,7 +59,7 @@ public:
     QSpinBox* keepLastBf16Spin() const { return keepLastBf16Spin_; }
 
 signals:
-    void layerFormatsEdited(const QString& layer, const mantissa::GemmFormats& formats);
+    void layerFormatsEdited(const QString& layer, const mantissa::GemmFormats& formats, const QString& scaling);
 
 private:
     void applyPreset();

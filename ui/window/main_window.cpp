@@ -142,13 +142,14 @@ MainWindow::MainWindow(const QString& storePath, QWidget* parent)
     });
     connect(document_, &ProjectDocument::validationFailed, this,
             [this](const QString&, const QString& message) { statusBar()->showMessage(message, 8000); });
-    connect(projectPage_, &ProjectPage::layerFormatsEdited, this, [this](const QString& layer, const GemmFormats& f) {
+    connect(projectPage_, &ProjectPage::layerFormatsEdited, this,
+            [this](const QString& layer, const GemmFormats& f, const QString& scaling) {
         if (!controller_->isRunning()) return;
         // A sweep's runs differ only in the swept setting: an edit goes to the project alone.
         if (sweepRunner_->isRunning())
             statusBar()->showMessage(tr("Saved in the project only: the sweep's runs keep their settings."), 8000);
         else
-            changeLayerFormats(layer, f);
+            changeLayerFormats(layer, f, scaling);
     });
     // One selection everywhere: a layer picked on the monitor is shown in the precision table.
     connect(monitorPage_, &MonitorPage::layerSelected, projectPage_, &ProjectPage::selectLayer);
@@ -455,15 +456,16 @@ bool MainWindow::checkpointNow()
     return true;
 }
 
-bool MainWindow::changeLayerFormats(const QString& pattern, const GemmFormats& formats)
+bool MainWindow::changeLayerFormats(const QString& pattern, const GemmFormats& formats, const QString& scaling)
 {
     QString error;
-    if (!controller_->setLayerFormats(pattern, formats, &error)) {
+    if (!controller_->setLayerFormats(pattern, formats, scaling, &error)) {
         showError(error);
         return false;
     }
-    statusBar()->showMessage(tr("%1 → %2 at the next step boundary")
-                                 .arg(pattern, QString::fromStdString(formats.describe())),
+    const QString recipe = scaling.isEmpty() ? QString() : tr(" with %1 scaling").arg(scaling);
+    statusBar()->showMessage(tr("%1 → %2%3 at the next step boundary")
+                                 .arg(pattern, QString::fromStdString(formats.describe()), recipe),
                              5000);
     return true;
 }

@@ -71,7 +71,8 @@ public:
     void togglePause();
     bool checkpointNow();
     // Forwards a precision change to the running trainer (the project page's table does this).
-    bool changeLayerFormats(const QString& pattern, const GemmFormats& formats);
+    // `scaling`: a recipe's name, or "" to keep the layers' own.
+    bool changeLayerFormats(const QString& pattern, const GemmFormats& formats, const QString& scaling = {});
 
     // File > Connect…: mirrors a remote run store (docs/REMOTE.md) and shows it on the Runs
     // and Compare pages until disconnectRemote(). False with lastError() when the replica
