@@ -186,7 +186,8 @@ bool Trainer::request_layer_formats(const std::string& layer_pattern, const Gemm
             throw ConfigError(std::string("'") + format_name(f) +
                               "' is no GEMM operand's format (a block recipe's element or scale format); one of " +
                               number_format_names_joined());
-    return impl_->commands.push({Command::Kind::SetLayerFormats, layer_pattern, formats, ChangeCause::User, {}, scaling});
+    return impl_->commands.push(
+        {Command::Kind::SetLayerFormats, layer_pattern, formats, ChangeCause::User, {}, scaling});
 }
 
 void Trainer::replay_layer_formats(int64_t at_step, const std::string& layer_pattern, const GemmFormats& formats,

@@ -700,7 +700,8 @@ private slots:
         config.training.checkpoint_interval = 5;
         const auto switch_at_2 = [](Trainer& t, Recorder& rec) {
             rec.hook = [&t](const StepMetrics& m) {
-                if (m.step == 2) t.request_layer_formats("blocks.*.mlp.*", uniform(NumberFormat::E4M3), Fp8Scaling::NvFp4);
+                if (m.step == 2)
+                    t.request_layer_formats("blocks.*.mlp.*", uniform(NumberFormat::E4M3), Fp8Scaling::NvFp4);
             };
         };
         Trainer straight(config);

@@ -642,8 +642,9 @@ void TestProjectEditor::fillDuringARunSendsTheScaling()
     QCOMPARE(resolve_layer_recipe(doc.config().precision, "blocks.0.mlp.fc1").scaling, Fp8Scaling::Delayed);
     QCOMPARE(edited.count(), 2);
     for (int i = 0; i < 2; ++i) {
-        QCOMPARE(edited.at(i).at(0).toString(), i == 0 ? QStringLiteral("blocks.1.mlp.fc1") : QStringLiteral("blocks.1.mlp.fc2"));
-        QVERIFY((edited.at(i).at(1).value<GemmFormats>() == GemmFormats{NumberFormat::E4M3, NumberFormat::FP32, NumberFormat::FP32}));
+        QCOMPARE(edited.at(i).at(0).toString(), QStringLiteral("blocks.1.mlp.fc%1").arg(i + 1));
+        QVERIFY((edited.at(i).at(1).value<GemmFormats>() ==
+                 GemmFormats{NumberFormat::E4M3, NumberFormat::FP32, NumberFormat::FP32}));
         QCOMPARE(edited.at(i).at(2).toString(), QStringLiteral("nvfp4"));
     }
     // The same fill again changes nothing, and sends nothing.
