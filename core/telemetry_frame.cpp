@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "telemetry_frame.h"
 
+#include <limits>
 #include <optional>
 
 #include "cpu_update_norms.h"
@@ -40,7 +41,7 @@ void TelemetryStep::remember_weights(Gpt& model)
 namespace {
 
 // How a value combines across data-parallel ranks (TelemetryStep::RankReduction).
-enum Combine : int8_t { kSum = 0, kMax = 1, kMean = 2 };
+enum Combine : int8_t { kSum = kRankSum, kMax = kRankMax, kMean = kRankMean };
 
 // Where each value of the frame sits in the step's buffer, and how it combines across ranks.
 struct Layout {
@@ -68,19 +69,24 @@ struct Layout {
     }
 };
 
+} // namespace
+
 torch::Tensor combine_across_ranks(const torch::Tensor& buffer, const std::vector<int8_t>& how,
                                    const TelemetryStep::RankReduction& ranks)
 {
-    auto summed = buffer.clone();
+    // The ranks' NaNs are counted in the same SUM as the values.
+    const int64_t n = buffer.numel();
+    auto summed = torch::cat({buffer, buffer.isnan().to(buffer.dtype())});
     ranks.sum(summed);
+    const auto nan_somewhere = summed.narrow(0, n, n) > 0;
+    summed = summed.narrow(0, 0, n);
     auto maxed = buffer.clone();
     ranks.max(maxed);
+    maxed = maxed.masked_fill(nan_somewhere, std::numeric_limits<double>::quiet_NaN());
     auto kind = torch::from_blob(const_cast<int8_t*>(how.data()), {static_cast<int64_t>(how.size())}, torch::kInt8).clone();
     if (buffer.is_cuda()) kind = kind.pin_memory().to(buffer.device(), /*non_blocking=*/true);
     return torch::where(kind == kMax, maxed, torch::where(kind == kMean, summed / ranks.world_size, summed));
 }
-
-} // namespace
 
 struct TelemetryStep::InFlight {
     struct TensorSlot {

@@ -55,4 +55,13 @@ private:
     std::unordered_map<std::string, torch::Tensor> weights_before_;
 };
 
+// How each value of a telemetry step's buffer combines across data-parallel ranks.
+enum RankCombine : int8_t { kRankSum = 0, kRankMax = 1, kRankMean = 2 };
+// The buffer combined element by element as `how` says (RankReduction's allreduces). A
+// maximum is NaN where any rank's value is: MAX alone drops it (NCCL's max is fmaxf; Gloo's
+// std::max keeps or drops it by the ranks' order), and one rank's NaN attention logit must
+// reach the frame as the single process's would.
+torch::Tensor combine_across_ranks(const torch::Tensor& buffer, const std::vector<int8_t>& how,
+                                   const TelemetryStep::RankReduction& ranks);
+
 } // namespace mantissa

@@ -3,8 +3,12 @@
 // scripted trajectories, attribution of non-finite values, the analytic memory model, and
 // the frames reaching the run store.
 
+#include <array>
+#include <barrier>
 #include <bit>
 #include <cmath>
+#include <limits>
+#include <thread>
 
 #include <torch/torch.h>
 
@@ -829,6 +833,61 @@ private slots:
     // reduced as a SUM (or a mean) come out different: amax, log Z's max and the logits double;
     // log Z's mean (every rank's is over as many tokens) is the mean of the ranks', unchanged.
     // With a MAX that leaves equal values alone, a mean reduced as a MAX would pass unseen.
+    // A maximum is NaN where any rank's value is, whatever the allreduce's MAX makes of a NaN:
+    // NCCL's is fmaxf, which drops it; Gloo's std::max keeps or drops it by the ranks' order.
+    // One rank's NaN attention logit (or log Z) then reaches the frame, as a single process's
+    // would. Two ranks in two threads, with a stand-in allreduce that applies the rule given.
+    void aRanksNanSurvivesTheMax_data()
+    {
+        QTest::addColumn<QString>("rule");
+        QTest::newRow("fmax (NCCL)") << "fmax";
+        QTest::newRow("std::max, rank 0 first (Gloo)") << "rank 0 first";
+        QTest::newRow("std::max, rank 1 first") << "rank 1 first";
+    }
+    void aRanksNanSurvivesTheMax()
+    {
+        QFETCH(QString, rule);
+        const double nan = std::numeric_limits<double>::quiet_NaN();
+        const auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+        const std::array<torch::Tensor, 2> buffers{torch::tensor({2.0, nan, 5.0, nan, 3.0, 4.0, nan}, opts),
+                                                   torch::tensor({7.0, 5.0, nan, nan, 1.0, 6.0, 2.0}, opts)};
+        const std::vector<int8_t> how{kRankMax, kRankMax, kRankMax, kRankMax, kRankSum, kRankMean, kRankSum};
+        std::barrier<> sync(2);
+        std::array<torch::Tensor, 2> posted; // each rank's part (not `slots`: Qt's keyword)
+        const auto allreduce = [&](int rank, torch::Tensor& t, bool max) {
+            posted[static_cast<size_t>(rank)] = t.clone();
+            sync.arrive_and_wait();
+            const auto &a = posted[0], &b = posted[1];
+            torch::Tensor out = a + b;
+            if (max && rule == "fmax") out = torch::fmax(a, b);
+            else if (max && rule == "rank 0 first") out = torch::where(a < b, b, a); // std::max(a, b)
+            else if (max) out = torch::where(b < a, a, b);                              // std::max(b, a)
+            sync.arrive_and_wait();
+            t.copy_(out);
+        };
+        std::array<torch::Tensor, 2> combined;
+        const auto rank = [&](int r) {
+            TelemetryStep::RankReduction ranks;
+            ranks.world_size = 2;
+            ranks.sum = [&, r](torch::Tensor& t) { allreduce(r, t, false); };
+            ranks.max = [&, r](torch::Tensor& t) { allreduce(r, t, true); };
+            combined[static_cast<size_t>(r)] = combine_across_ranks(buffers[static_cast<size_t>(r)], how, ranks);
+        };
+        std::thread other(rank, 1);
+        rank(0);
+        other.join();
+        const std::vector<double> want{7.0, nan, nan, nan, 4.0, 5.0, nan};
+        for (const auto& c : combined) {
+            QCOMPARE(c.numel(), int64_t(want.size()));
+            for (size_t i = 0; i < want.size(); ++i) {
+                const double got = c[static_cast<int64_t>(i)].item<double>();
+                QVERIFY2(std::bit_cast<uint64_t>(got) == std::bit_cast<uint64_t>(want[i]) ||
+                             (std::isnan(got) && std::isnan(want[i])),
+                         qPrintable(QString("value %1: %2, expected %3").arg(i).arg(got).arg(want[i])));
+            }
+        }
+    }
+
     void rankReductionCombinesEachValueAsItMeans_data()
     {
         QTest::addColumn<Fp8Scaling>("scaling");
