@@ -521,6 +521,21 @@ void TestMonitor::precisionChangeMarksLossPlot()
     page.renderNow();
     QCOMPARE(page.lossPlot()->eventMarkers().size(), size_t(2));
     QCOMPARE(page.lossPlot()->eventMarkers()[1].kind, QStringLiteral("watch_action"));
+
+    // A change of the scaling recipe too names it.
+    TelemetryBatch recipe;
+    RunEvent change;
+    change.step = 32;
+    change.kind = EventKind::PrecisionChanged;
+    change.pattern = "lm_head";
+    change.layers = {"lm_head"};
+    change.new_formats = GemmFormats{NumberFormat::E4M3, NumberFormat::E4M3, NumberFormat::E4M3};
+    change.new_scaling = Fp8Scaling::NvFp4;
+    recipe.events.push_back(change);
+    page.ingest(recipe);
+    page.renderNow();
+    QCOMPARE(page.lossPlot()->eventMarkers().size(), size_t(3));
+    QCOMPARE(page.lossPlot()->eventMarkers()[2].label, QStringLiteral("lm_head \u2192 e4m3/e4m3/e4m3 nvfp4"));
 }
 
 void TestMonitor::eventActivationMovesCursorAndSelectsLayer()

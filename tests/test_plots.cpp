@@ -460,13 +460,18 @@ void TestPlots::heatmapLabelsEverySwitchedLayer()
     LayerHeatmapPlot plot;
     plot.setHistory(&history);
     plot.refresh();
-    const auto switched = [&](const std::string& layer) {
+    const auto switched = [&](const std::string& layer, std::optional<Fp8Scaling> scaling = std::nullopt) {
         TelemetryBatch batch;
         RunEvent e;
         e.step = 150;
         e.kind = EventKind::PrecisionChanged;
         e.layers = {layer};
         e.new_formats = GemmFormats{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16};
+        if (scaling) { // the engine names the recipe of an FP8 layer
+            e.new_formats = GemmFormats{NumberFormat::E4M3, NumberFormat::E4M3, NumberFormat::E4M3};
+            e.new_scaling = scaling;
+            e.layer_states = {{layer, *e.new_formats, fp8_scaling_name(*scaling), ""}};
+        }
         batch.events.push_back(e);
         history.append(batch);
         plot.refresh();
@@ -480,6 +485,8 @@ void TestPlots::heatmapLabelsEverySwitchedLayer()
     QCOMPARE(label("blocks.0.mlp.fc1"), QStringLiteral("blocks.0.mlp.fc1 \u2192 bf16/bf16/bf16"));
     switched("blocks.0.mlp.fc2");
     QCOMPARE(label("blocks.0.mlp.fc2"), QStringLiteral("blocks.0.mlp.fc2 \u2192 bf16/bf16/bf16"));
+    switched("blocks.1.mlp.fc1", Fp8Scaling::NvFp4);
+    QCOMPARE(label("blocks.1.mlp.fc1"), QStringLiteral("blocks.1.mlp.fc1 \u2192 e4m3/e4m3/e4m3 nvfp4"));
 }
 
 void TestPlots::heatmapLabelsRowsWithoutOverlap()

@@ -358,11 +358,13 @@ void LayerHeatmapPlot::rebuild()
     stepTicker->steps = columnSteps_;
     auto* rowTicker = static_cast<RowTicker*>(yAxis->ticker().data());
     rowTicker->names = layerNames_;
-    // A layer switched during the run says to what, so the row reads as what the engine runs.
+    // A layer switched during the run says to what (with the recipe of an FP8 layer: a switch
+    // may change only that), so the row reads as what the engine runs.
     for (size_t i = 0; history_ && i < layerNames_.size(); ++i) {
         const LiveLayer* live = history_->liveLayers().find(layerNames_[i].toStdString());
-        if (live && live->switched_at >= 0)
-            rowTicker->names[i] += QStringLiteral(" \u2192 ") + QString::fromStdString(live->state.formats.describe());
+        if (!live || live->switched_at < 0) continue;
+        rowTicker->names[i] += QStringLiteral(" \u2192 ") + QString::fromStdString(live->state.formats.describe());
+        if (!live->state.recipe.empty()) rowTicker->names[i] += QLatin1Char(' ') + QString::fromStdString(live->state.recipe);
     }
     rowTicker->block.clear();
     for (const auto& n : layerNames_) rowTicker->block.push_back(block_of(n));

@@ -22,14 +22,15 @@ QString elide(QString text, int chars)
     return text.size() <= chars ? text : text.left(chars - 1) + QChar(0x2026);
 }
 
-// What changed, in a few words: "blocks.*.mlp.* → e4m3/e5m2/e5m2", "watch: nonfinite: switched
-// blocks.1.mlp.fc1 to bf16".
+// What changed, in a few words: "blocks.*.mlp.* → e4m3/e5m2/e5m2" (then "nvfp4" where the
+// recipe changed too), "watch: nonfinite: switched blocks.1.mlp.fc1 to bf16".
 QString short_label(const RunEvent& event)
 {
     QString text;
     if (event.kind == EventKind::PrecisionChanged)
         text = QString::fromStdString(event.pattern) + QStringLiteral(" \u2192 ") +
-               QString::fromStdString(event.new_formats ? event.new_formats->describe() : std::string("?"));
+               QString::fromStdString(event.new_formats ? event.new_formats->describe() : std::string("?")) +
+               (event.new_scaling ? QLatin1Char(' ') + QLatin1String(fp8_scaling_name(*event.new_scaling)) : QString());
     else if (event.kind == EventKind::WatchAction)
         text = QStringLiteral("watch: ") + QString::fromStdString(event.message());
     else
