@@ -364,7 +364,8 @@ void LayerHeatmapPlot::rebuild()
         const LiveLayer* live = history_->liveLayers().find(layerNames_[i].toStdString());
         if (!live || live->switched_at < 0) continue;
         rowTicker->names[i] += QStringLiteral(" \u2192 ") + QString::fromStdString(live->state.formats.describe());
-        if (!live->state.recipe.empty()) rowTicker->names[i] += QLatin1Char(' ') + QString::fromStdString(live->state.recipe);
+        if (!live->state.recipe.empty())
+            rowTicker->names[i] += QLatin1Char(' ') + QString::fromStdString(live->state.recipe);
     }
     rowTicker->block.clear();
     for (const auto& n : layerNames_) rowTicker->block.push_back(block_of(n));
