@@ -604,15 +604,19 @@ private slots:
     {
         QTest::addColumn<QString>("recipe");
         QTest::addColumn<QString>("from"); // the project's recipe of the run that switches
-        QTest::newRow("delayed -> nvfp4") << "nvfp4" << "delayed";
-        QTest::newRow("delayed -> fp8-block") << "fp8-block" << "delayed";
-        QTest::newRow("nvfp4 -> mxfp4") << "mxfp4" << "nvfp4";
-        QTest::newRow("mxfp4 -> delayed") << "delayed" << "mxfp4";
+        QTest::addColumn<bool>("native");  // the native executor (its FP8 state on the device side)
+        QTest::newRow("delayed -> nvfp4") << "nvfp4" << "delayed" << false;
+        QTest::newRow("delayed -> fp8-block") << "fp8-block" << "delayed" << false;
+        QTest::newRow("nvfp4 -> mxfp4") << "mxfp4" << "nvfp4" << false;
+        QTest::newRow("mxfp4 -> delayed") << "delayed" << "mxfp4" << false;
+        QTest::newRow("native, delayed -> fp8-block") << "fp8-block" << "delayed" << true;
+        QTest::newRow("native, nvfp4 -> current") << "current" << "nvfp4" << true;
     }
     void aLiveRecipeSwitchTrainsAsTheRecipeFromTheStart()
     {
         QFETCH(QString, recipe);
         QFETCH(QString, from);
+        QFETCH(bool, native);
         const Fp8Scaling to = *parse_fp8_scaling(recipe.toStdString());
         const Fp8Scaling before = *parse_fp8_scaling(from.toStdString());
         const std::string layer = "blocks.0.mlp.fc1";
@@ -621,6 +625,7 @@ private slots:
         config.eval.interval = 0;
         config.telemetry.interval = 0;
         config.precision.preset = "bf16";
+        config.precision.backend = native ? GemmBackend::Native : GemmBackend::Emulated;
         struct Outcome {
             std::vector<uint64_t> losses; // bits
             std::string digest;
