@@ -811,6 +811,26 @@ void live(const std::string& device)
         report(steps <= 5e-2 && evals <= 5e-2 && !dev_text.empty(), "live change, eval, sample",
                fmt("steps max rel %.3g, evaluations %.3g", steps, evals) + ", sampled \"" + dev_text.substr(0, 16) + "\"");
     });
+    // A live switch of the recipe: BF16, then fp8-block, then nvfp4, in the native executor
+    // (each switch restarts the layer's scaling state and drops its device-side casts).
+    check("live recipe switch", [&] {
+        const auto run = [&](const std::string& dev) {
+            Trainer t(with(base_config(dev, 8), {"precision.preset=bf16", "precision.backend=native"}));
+            Losses l;
+            l.after_step = [&](int64_t step) {
+                const GemmFormats e4m3{NumberFormat::E4M3, NumberFormat::E4M3, NumberFormat::E4M3};
+                if (step == 2) t.request_layer_formats("blocks.0.*", e4m3, Fp8Scaling::Block128);
+                if (step == 5) t.request_layer_formats("blocks.0.*", e4m3, Fp8Scaling::NvFp4);
+            };
+            t.run(l);
+            return std::make_pair(l, t.layer_scaling("blocks.0.mlp.fc1"));
+        };
+        const auto [cpu, cpu_recipe] = run("cpu");
+        const auto [dev, dev_recipe] = run(device);
+        const double steps = worst_relative(dev.steps, cpu.steps);
+        report(steps <= 5e-2 && dev_recipe == Fp8Scaling::NvFp4 && cpu_recipe == dev_recipe, "live recipe switch",
+               fmt("steps max rel %.3g, ", steps) + "runs " + fp8_scaling_name(dev_recipe) + " at the end");
+    });
 }
 
 #if defined(MANTISSA_BENCH_CUDA)
