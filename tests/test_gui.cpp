@@ -992,12 +992,36 @@ void TestGui::precisionChangeDuringRunIsAnEventAndAMarker()
     QCOMPARE(monitor->heatmap()->selectedLayer(), layer);
     QCOMPARE(window.projectPage()->precisionView()->currentIndex().row(), row);
 
+    // The heatmap row's menu switches another layer to NVFP4: the run changes, the project
+    // does not, and the precision table shows the run's recipe beside the project's.
+    const QString other = QStringLiteral("blocks.0.mlp.fc2");
+    for (QAction* a : monitor->layerMenu(other)->actions())
+        if (a->text().startsWith(QStringLiteral("NVFP4"))) a->trigger();
+    QTRY_VERIFY_WITH_TIMEOUT(
+        [&] {
+            for (int r = 0; r < events->rowCount(); ++r)
+                if (events->event(r).message().find("blocks.0.mlp.fc2 -> e4m3/e4m3/e4m3 with nvfp4 scaling") !=
+                    std::string::npos)
+                    return true;
+            return false;
+        }(),
+        10000);
+    const ProjectConfig& project = window.document()->config();
+    QCOMPARE(resolve_layer_recipe(project.precision, other.toStdString()).scaling, Fp8Scaling::Delayed);
+    const GemmFormats fp32{NumberFormat::FP32, NumberFormat::FP32, NumberFormat::FP32};
+    QVERIFY(resolve_layer_formats(project.precision, other.toStdString(), 2) == fp32);
+    const QModelIndex scaling = table->index(table->rowForLayer(other), PrecisionTableModel::ScalingColumn);
+    QTRY_COMPARE_WITH_TIMEOUT(scaling.data().toString(), QStringLiteral("nvfp4"), 10000);
+    QCOMPARE(scaling.data(Qt::EditRole).toString(), QStringLiteral("delayed"));
+
     window.stopTraining();
     QTRY_VERIFY_WITH_TIMEOUT(!controller->isRunning(), 10000);
     QVERIFY(controller->lastStatus() == RunStatus::Stopped);
     // A change with no run going is refused with a reason, not silently dropped.
     QVERIFY(!window.changeLayerFormats(layer, GemmFormats{}));
     QVERIFY(!window.lastError().isEmpty());
+    QVERIFY(!window.switchLayer(other, GemmFormats{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16}, {}));
+    QVERIFY2(window.lastError().startsWith(QStringLiteral("No run is training here")), qPrintable(window.lastError()));
 }
 
 void TestGui::runControlsHaveShortcuts()

@@ -8,6 +8,7 @@
 #include <QComboBox>
 #include <QDir>
 #include <QElapsedTimer>
+#include <QMenu>
 #include <QSignalSpy>
 #include <QSlider>
 #include <QTableView>
@@ -27,6 +28,7 @@
 #include "plots/loss_plot.h"
 #include "plots/loss_scale_plot.h"
 #include "plots/memory_plot.h"
+#include "pages/layer_switch_menu.h"
 #include "pages/monitor_page.h"
 #include "plots/smoothing.h"
 
@@ -209,6 +211,7 @@ private slots:
     void memoryPlotShowsOnlyMeasuredLines();
     void communicationPlotOnlyForDataParallelRuns();
     void precisionChangeMarksLossPlot();
+    void layerMenuAsksForASwitch();
     void eventActivationMovesCursorAndSelectsLayer();
     void heatmapClickActivatesToo();
     void attentionRowsWithTensorsJoinTheHistogram();
@@ -536,6 +539,42 @@ void TestMonitor::precisionChangeMarksLossPlot()
     page.renderNow();
     QCOMPARE(page.lossPlot()->eventMarkers().size(), size_t(3));
     QCOMPARE(page.lossPlot()->eventMarkers()[2].label, QStringLiteral("lm_head \u2192 e4m3/e4m3/e4m3 nvfp4"));
+}
+
+// A heatmap row's menu offers whole recipes for its layer; a pick asks the window to switch
+// it (formats of the three GEMMs, and the scaling recipe where the choice has one).
+void TestMonitor::layerMenuAsksForASwitch()
+{
+    MonitorPage page;
+    page.reset(1, kLayers);
+    QSignalSpy asked(&page, &MonitorPage::layerSwitchRequested);
+    emit page.heatmap()->layerMenuRequested(QStringLiteral("blocks.0.mlp.fc1"), QPoint());
+    QMenu* menu = page.layerMenu(QStringLiteral("blocks.0.mlp.fc1"));
+    QList<QAction*> actions;
+    for (QAction* a : menu->actions())
+        if (!a->isSeparator()) actions << a;
+    const auto choices = layer_switch_choices();
+    QCOMPARE(actions.size(), qsizetype(choices.size()));
+    const auto pick = [&](const QString& text) {
+        for (QAction* a : actions)
+            if (a->text().startsWith(text)) {
+                a->trigger();
+                return;
+            }
+        QFAIL(qPrintable("no choice " + text));
+    };
+    pick(QStringLiteral("NVFP4"));
+    pick(QStringLiteral("BF16"));
+    pick(QStringLiteral("FP8 hybrid (E4M3 forward"));
+    QCOMPARE(asked.count(), 3);
+    QCOMPARE(asked.at(0).at(0).toString(), QStringLiteral("blocks.0.mlp.fc1"));
+    const auto formats = [&](int i) { return asked.at(i).at(1).value<GemmFormats>(); };
+    QVERIFY((formats(0) == GemmFormats{NumberFormat::E4M3, NumberFormat::E4M3, NumberFormat::E4M3}));
+    QCOMPARE(asked.at(0).at(2).toString(), QStringLiteral("nvfp4"));
+    QVERIFY((formats(1) == GemmFormats{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16}));
+    QCOMPARE(asked.at(1).at(2).toString(), QString()); // keeps the layer's recipe
+    QVERIFY((formats(2) == GemmFormats{NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2}));
+    QCOMPARE(asked.at(2).at(2).toString(), QStringLiteral("delayed"));
 }
 
 void TestMonitor::eventActivationMovesCursorAndSelectsLayer()

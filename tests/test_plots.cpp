@@ -387,6 +387,15 @@ void TestPlots::heatmapClickEmitsCellAndSelects()
     QTest::mouseClick(&plot, Qt::LeftButton, Qt::NoModifier, QPoint(plot.width() - 5, plot.height() / 2));
     QCOMPARE(spy.count(), 0);
     QCOMPARE(plot.selectedLayer(), QStringLiteral("blocks.0.mlp.fc2"));
+    // A right click asks for the row's layer menu, and neither selects nor moves the cursor.
+    QSignalSpy menus(&plot, &LayerHeatmapPlot::layerMenuRequested);
+    const QPointF c = plot.cellCenter(100, QStringLiteral("blocks.1.attn.proj"));
+    const QPoint at(int(std::lround(plot.xAxis->coordToPixel(c.x()))), int(std::lround(plot.yAxis->coordToPixel(c.y()))));
+    QTest::mouseClick(&plot, Qt::RightButton, Qt::NoModifier, at);
+    QCOMPARE(menus.count(), 1);
+    QCOMPARE(menus.at(0).at(0).toString(), QStringLiteral("blocks.1.attn.proj"));
+    QCOMPARE(spy.count(), 0);
+    QCOMPARE(plot.selectedLayer(), QStringLiteral("blocks.0.mlp.fc2"));
 }
 
 void TestPlots::heatmapMarksCursorAndPrecisionChanges()

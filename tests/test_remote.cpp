@@ -7,6 +7,7 @@
 
 #include <QFile>
 #include <QLabel>
+#include <QMenu>
 #include <QLineEdit>
 #include <QProgressBar>
 #include <QPushButton>
@@ -763,6 +764,37 @@ private slots:
         window.disconnectRemote();
         QTRY_COMPARE_WITH_TIMEOUT(window.runsPage()->model()->rowCount(), 0, 30000);
         QVERIFY(label->isHidden());
+    }
+
+    // The Monitor's layer menu on a server's run: the window sends layer_formats (with the
+    // recipe) to the server, whose trainer switches the layer at a step boundary.
+    void windowSwitchesARemoteRunsLayer()
+    {
+        const QString db = path("switched-remotely.sqlite");
+        ServingProcess run;
+        QVERIFY2(run.start({"run", project_, "--db", db, "--set", "training.steps=1000000", "--serve", "127.0.0.1:0",
+                            "--allow-control"}),
+                 qPrintable(run.output));
+        MainWindow window(path("local-absent-switch.sqlite"));
+        window.remoteConnector()->setReplicaDir(path("replicas-switch"));
+        QVERIFY(window.connectRemote(QUrl(QString("http://127.0.0.1:%1").arg(run.port)), run.token));
+        QTRY_COMPARE_WITH_TIMEOUT(window.monitorFeed()->followedRun(), int64_t(1), 30000);
+        QTRY_VERIFY_WITH_TIMEOUT(window.remoteConnector()->runningRun() == 1, 30000);
+        for (QAction* a : window.monitorPage()->layerMenu(QStringLiteral("lm_head"))->actions())
+            if (a->text().startsWith(QStringLiteral("NVFP4"))) a->trigger();
+        QVERIFY2(window.lastError().isEmpty(), qPrintable(window.lastError()));
+        const auto switched = [&] {
+            const auto store = RunStore::open_read_only(db.toStdString());
+            for (const auto& e : store->events(1))
+                if (e.event.kind == EventKind::PrecisionChanged && e.event.pattern == "lm_head" &&
+                    e.event.new_scaling == Fp8Scaling::NvFp4)
+                    return true;
+            return false;
+        };
+        QTRY_VERIFY_WITH_TIMEOUT(switched(), 60000);
+        QVERIFY(window.sendRemoteCommand(QStringLiteral("stop")));
+        QVERIFY(QTest::qWaitFor([&] { return run.process->state() == QProcess::NotRunning; }, 120000));
+        QCOMPARE(run.process->exitCode(), 0);
     }
 
     // Runs ▸ Show in Monitor on a local store: the status bar's readout follows that run too.

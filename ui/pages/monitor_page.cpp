@@ -7,6 +7,7 @@
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
+#include <QMenu>
 #include <QScrollBar>
 #include <QSignalBlocker>
 #include <QSlider>
@@ -22,6 +23,7 @@
 #include "models/event_log_model.h"
 #include "plots/communication_plot.h"
 #include "plots/exponent_histogram_plot.h"
+#include "pages/layer_switch_menu.h"
 #include "plots/layer_heatmap_plot.h"
 #include "plots/loss_plot.h"
 #include "plots/loss_scale_plot.h"
@@ -127,6 +129,9 @@ MonitorPage::MonitorPage(QWidget* parent) : QWidget(parent), eventModel_(new Eve
         // histogram opens on the same one, not on whichever role it showed before.
         if (heatmapRoleCombo_->isEnabled()) setHistogramRole(heatmap_->role());
         activate(step, layer);
+    });
+    connect(heatmap_, &LayerHeatmapPlot::layerMenuRequested, this, [this](const QString& layer, const QPoint& at) {
+        layerMenu(layer)->popup(at);
     });
 
     // Curves that share the step axis stack in one column; what is not against steps (the
@@ -483,6 +488,16 @@ void MonitorPage::setCursorStep(int64_t step)
     liveButton_->setEnabled(cursorStep_ >= 0);
     syncHistogramSlider();
     scheduleFrame();
+}
+
+QMenu* MonitorPage::layerMenu(const QString& layer)
+{
+    if (layerMenu_) layerMenu_->deleteLater();
+    layerMenu_ = make_layer_switch_menu(layer, this, [this, layer](const LayerSwitchChoice& c) {
+        const QString scaling = c.scaling ? QString::fromLatin1(fp8_scaling_name(*c.scaling)) : QString();
+        emit layerSwitchRequested(layer, c.formats, scaling);
+    });
+    return layerMenu_;
 }
 
 void MonitorPage::selectLayer(const QString& layer)

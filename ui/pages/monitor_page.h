@@ -30,6 +30,7 @@ class QCheckBox;
 class QComboBox;
 class QCustomPlot;
 class QLabel;
+class QMenu;
 class QModelIndex;
 class QSlider;
 class QTableView;
@@ -85,6 +86,9 @@ public:
     int64_t cursorStep() const { return cursorStep_; }
     // Selects the layer's heatmap row and shows its histogram.
     void selectLayer(const QString& layer);
+    // The menu a right click on the layer's heatmap row opens (replaced by the next; owned by
+    // the page): one action per layer_switch_choices(), each emitting layerSwitchRequested.
+    QMenu* layerMenu(const QString& layer);
     QString selectedLayer() const { return selectedLayer_; }
 
     // The controls, also reachable from code.
@@ -121,6 +125,10 @@ signals:
     // names ("" when none).
     void eventActivated(qint64 step, const QString& layer);
     void layerSelected(const QString& layer);
+    // The layer's menu (a right click on its heatmap row) picked a precision for it: the main
+    // window switches the run it shows, trained here or on a server (`scaling` "" keeps the
+    // layer's recipe).
+    void layerSwitchRequested(const QString& layer, const mantissa::GemmFormats& formats, const QString& scaling);
     // A frame was drawn (on screen, immediately) with the history up to `lastStep`.
     void frameRendered(qint64 lastStep);
 
@@ -171,6 +179,7 @@ private:
 
     int64_t cursorStep_ = -1;
     QString selectedLayer_;
+    QMenu* layerMenu_ = nullptr; // the last layer menu made (layerMenu)
     size_t listedLayers_ = 0;           // history layers the histogram combo was built from
     size_t listedTensorLayers_ = 0;     // and history_.layersWithTensors() then
     std::vector<int64_t> histogramSteps_; // the slider's frames

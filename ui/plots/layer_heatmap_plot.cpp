@@ -526,11 +526,15 @@ QString LayerHeatmapPlot::rowLabel(int row) const
 
 void LayerHeatmapPlot::onMousePress(QMouseEvent* event)
 {
-    if (event->button() != Qt::LeftButton || columnSteps_.empty() || layerNames_.empty()) return;
     const QPointF pos = event->position();
-    if (!axisRect()->rect().contains(pos.toPoint())) return;
-    const long c = std::lround(xAxis->pixelToCoord(pos.x()));
+    if (layerNames_.empty() || !axisRect()->rect().contains(pos.toPoint())) return;
     const long r = std::lround(yAxis->pixelToCoord(pos.y()));
+    if (event->button() == Qt::RightButton && r >= 0 && r < long(layerNames_.size())) {
+        emit layerMenuRequested(layerNames_[size_t(r)], event->globalPosition().toPoint());
+        return;
+    }
+    if (event->button() != Qt::LeftButton || columnSteps_.empty()) return;
+    const long c = std::lround(xAxis->pixelToCoord(pos.x()));
     if (c < 0 || r < 0 || c >= long(columnSteps_.size()) || r >= long(layerNames_.size())) return;
     const QString layer = layerNames_[size_t(r)];
     setSelectedLayer(layer);

@@ -48,6 +48,8 @@ public:
 
 signals:
     void cellClicked(qint64 step, const QString& layer);
+    // A right click on a layer's row (anywhere along it), at `globalPos`.
+    void layerMenuRequested(const QString& layer, const QPoint& globalPos);
 
 private:
     void rebuild();

@@ -151,6 +151,7 @@ MainWindow::MainWindow(const QString& storePath, QWidget* parent)
         else
             changeLayerFormats(layer, f, scaling);
     });
+    connect(monitorPage_, &MonitorPage::layerSwitchRequested, this, &MainWindow::switchLayer);
     // One selection everywhere: a layer picked on the monitor is shown in the precision table.
     connect(monitorPage_, &MonitorPage::layerSelected, projectPage_, &ProjectPage::selectLayer);
     connect(runsPage_, &RunsPage::compareRequested, this, &MainWindow::showComparison);
@@ -504,6 +505,36 @@ bool MainWindow::sendRemoteCommand(const QString& command)
         return false;
     }
     mirror->sendCommand(run, command);
+    return true;
+}
+
+bool MainWindow::switchLayer(const QString& layer, const GemmFormats& formats, const QString& scaling)
+{
+    if (controller_->isRunning()) {
+        if (sweepRunner_->isRunning()) {
+            showError(tr("A sweep's runs differ only in the swept setting: its layers are not switched"));
+            return false;
+        }
+        return changeLayerFormats(layer, formats, scaling);
+    }
+    RemoteMirror* mirror = remote_->mirror();
+    const qint64 run = mirror ? remote_->runningRun() : -1;
+    if (run < 0) {
+        showError(mirror ? tr("No remote run is training")
+                         : tr("No run is training here: a run started here (Run ▸ Start), or one on a server "
+                              "(File ▸ Connect), can be switched"));
+        return false;
+    }
+    if (feed_->followedRun() != run) {
+        showError(tr("The Monitor shows run %1; the server trains run %2").arg(feed_->followedRun()).arg(run));
+        return false;
+    }
+    QVariantMap fields{{QStringLiteral("pattern"), layer},
+                       {QStringLiteral("forward"), QLatin1String(format_name(formats.forward))},
+                       {QStringLiteral("dgrad"), QLatin1String(format_name(formats.dgrad))},
+                       {QStringLiteral("wgrad"), QLatin1String(format_name(formats.wgrad))}};
+    if (!scaling.isEmpty()) fields.insert(QStringLiteral("scaling"), scaling);
+    mirror->sendCommand(run, QStringLiteral("layer_formats"), fields);
     return true;
 }
 

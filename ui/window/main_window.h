@@ -82,6 +82,10 @@ public:
     // Run > Remote: pause, resume, stop or checkpoint the remote run that is training
     // (RemoteConnector::runningRun); the server's answer shows in the status bar.
     bool sendRemoteCommand(const QString& command);
+    // The Monitor's layer menu: switches `layer` of the run the Monitor shows, trained here
+    // (as the precision table does, but the project stays as it is) or on the connected server
+    // (its `layer_formats` command). `scaling` "" keeps the layer's recipe.
+    bool switchLayer(const QString& layer, const GemmFormats& formats, const QString& scaling);
     RemoteConnector* remoteConnector() const { return remote_; }
     // Runs ▸ Show in Monitor: the Monitor follows that run of the store the pages show (live
     // while it runs). Refused while a run trains in this window; the reason in lastError().
