@@ -1262,6 +1262,9 @@ void TestProjectEditor::scalingShowsTheRunsRecipe()
     QCOMPARE(edited.at(0).at(2).toString(), QStringLiteral("nvfp4"));
     QCOMPARE(scaling.data().toString(), QStringLiteral("nvfp4"));
     QVERIFY(!scaling.data(Qt::FontRole).value<QFont>().italic());
+    // Its FP8 cells say what the FP4 recipe makes of them.
+    const QModelIndex forward = scaling.siblingAtColumn(PrecisionTableModel::ForwardColumn);
+    QCOMPARE(forward.data(Qt::ToolTipRole).toString(), QStringLiteral("e4m3 (from the preset); under nvfp4 the GEMM runs E2M1"));
 }
 
 void TestProjectEditor::runningLocksSettingsOnly()

@@ -319,9 +319,14 @@ QVariant PrecisionTableModel::data(const QModelIndex& index, int role) const
                          QString::fromLatin1(format_name(pick(row.formats, *gemm))));
             const NumberFormat f = pick(row.formats, *gemm);
             const NumberFormat preset = pick(row.presetFormats, *gemm);
-            if (f == preset) return tr("%1 (from the preset)").arg(QString::fromLatin1(format_name(f)));
-            return tr("%1 (the preset says %2)")
-                .arg(QString::fromLatin1(format_name(f)), QString::fromLatin1(format_name(preset)));
+            // An FP4 recipe takes any FP8 format of the table as "low precision": E2M1 elements.
+            const bool fp4 = format_info(f).is_fp8 &&
+                             (row.scaling == Fp8Scaling::NvFp4 || row.scaling == Fp8Scaling::MxFp4);
+            const QString elements =
+                fp4 ? tr("; under %1 the GEMM runs E2M1").arg(QLatin1String(fp8_scaling_name(row.scaling))) : QString();
+            if (f == preset) return tr("%1 (from the preset)%2").arg(QString::fromLatin1(format_name(f)), elements);
+            return tr("%1 (the preset says %2)%3")
+                .arg(QString::fromLatin1(format_name(f)), QString::fromLatin1(format_name(preset)), elements);
         }
         }
     default:
