@@ -1264,7 +1264,8 @@ void TestProjectEditor::scalingShowsTheRunsRecipe()
     QVERIFY(!scaling.data(Qt::FontRole).value<QFont>().italic());
     // Its FP8 cells say what the FP4 recipe makes of them.
     const QModelIndex forward = scaling.siblingAtColumn(PrecisionTableModel::ForwardColumn);
-    QCOMPARE(forward.data(Qt::ToolTipRole).toString(), QStringLiteral("e4m3 (from the preset); under nvfp4 the GEMM runs E2M1"));
+    QCOMPARE(forward.data(Qt::ToolTipRole).toString(),
+             QStringLiteral("e4m3 (from the preset); under nvfp4 the GEMM runs E2M1"));
 }
 
 void TestProjectEditor::runningLocksSettingsOnly()
