@@ -640,6 +640,7 @@ void RunStore::require_writable(const char* what) const
 void RunStore::refresh_dead_runs()
 {
     if (mode_ == OpenMode::ReadOnly) dead_runs_ = dead_running_runs();
+    else mark_dead_runs_interrupted();
 }
 
 std::string RunStore::status_sql() const

@@ -248,9 +248,10 @@ public:
     // writer's rows or read the changed file as "malformed". Open the store again then.
     // Always false for other opens.
     bool snapshot_outdated() const;
-    // Read-only: asks again which "running" runs lost their process (read as "interrupted"),
-    // as a connection kept open (a server's pool) would otherwise keep its first answer: a
-    // run resumed since would read "interrupted" while it trains.
+    // Asks again which "running" runs lost their process, as a connection kept open (a
+    // server's pool, the window's Runs page) would otherwise keep its first answer: a run
+    // resumed since would read "interrupted" while it trains, one killed since "running".
+    // Read-only: read as "interrupted"; read-write: marked so in the store.
     void refresh_dead_runs();
 
     // Remote mirroring (remote/, ui/remote/, docs/REMOTE.md). A server pages a run's rows

@@ -762,6 +762,26 @@ private slots:
         QVERIFY2(error.contains(QStringLiteral("is damaged")), qPrintable(error));
     }
 
+    // A read-only connection opened while no WAL existed reads the file as immutable: once
+    // another process has written the store, its cached pages are stale (or torn against the
+    // new file), so the connection is opened again before the next read.
+    void aReadOnlyConnectionReadsWhatAnotherWriterAdded()
+    {
+        QTemporaryDir dir;
+        const QString path = dir.filePath(QStringLiteral("shared.sqlite"));
+        { RunStore(path.toStdString()).create_run("first", "p.json", "{}"); }
+        StoreConnection connection(path);
+        connection.switchTo(path, /*readOnly=*/true);
+        QString error;
+        RunStore* before = connection.store(&error);
+        QVERIFY2(before, qPrintable(error));
+        QCOMPARE(before->list_runs().size(), size_t(1));
+        { RunStore(path.toStdString(), OpenMode::ReadWrite).create_run("second", "p.json", "{}"); }
+        RunStore* after = connection.store(&error);
+        QVERIFY2(after, qPrintable(error));
+        QCOMPARE(after->list_runs().size(), size_t(2));
+    }
+
     void emptyStoreFileIsReportedAndNotFilled()
     {
         QTemporaryDir dir;

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -126,6 +127,35 @@ QString store_error_of(F&& f)
 class TestStore : public QObject {
     Q_OBJECT
 private slots:
+    // A connection kept open (the window's Runs page) learns that another process's run died
+    // when it asks again (refresh_dead_runs): its first answer was taken at its open, before
+    // that run began. Its own run, whose lock it holds, stays running.
+    void aKeptConnectionSeesAnotherProcesssRunDie()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("runs.sqlite").toStdString();
+        RunStore kept(path);
+        kept.create_run("mine", "p.json", "{}");
+        QProcess writer; // creates a run and exits without finishing it
+        auto env = QProcessEnvironment::systemEnvironment();
+        env.insert("MANTISSA_TEST_STORE_WRITER", QString::fromStdString(path));
+        writer.setProcessEnvironment(env);
+        writer.start(QCoreApplication::applicationFilePath(), {});
+        QVERIFY(writer.waitForFinished(60000));
+        QVERIFY2(writer.exitCode() == 0, writer.readAllStandardError().constData());
+        const auto status = [&](const std::string& name) {
+            for (const auto& run : kept.list_runs())
+                if (run.name == name) return int(run.status);
+            return -1;
+        };
+        QCOMPARE(status("from another process"), int(RunStatus::Running));
+        kept.refresh_dead_runs();
+        QCOMPARE(status("from another process"), int(RunStatus::Interrupted));
+        QCOMPARE(status("mine"), int(RunStatus::Running));
+        // Marked in the store, for every reader.
+        QCOMPARE(int(RunStore::open_read_only(path)->list_runs().at(1).status), int(RunStatus::Interrupted));
+    }
+
     // A second RunStore opened and closed in a process that holds one must not drop the first
     // one's locks on the file: closing any descriptor of it drops all of a process's POSIX
     // locks, and another process's writer could then take the file as its alone, delete the

@@ -16,6 +16,9 @@ bool StoreConnection::exists() const { return QFileInfo(path_).isFile(); }
 
 RunStore* StoreConnection::store(QString* error)
 {
+    // A store read as immutable (opened read-only while no WAL existed) reads stale or torn
+    // pages once another process has written it: it is opened again then.
+    if (store_ && store_->snapshot_outdated()) store_.reset();
     if (store_) return store_.get();
     if (!exists()) {
         if (error)

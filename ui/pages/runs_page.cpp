@@ -192,6 +192,7 @@ bool RunsPage::refresh()
         return fail(error);
     }
     try {
+        store->refresh_dead_runs(); // a run of another process killed since the last read
         model_->setRuns(store->list_run_summaries());
     } catch (const std::exception& e) {
         store_->close();
