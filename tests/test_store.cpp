@@ -53,6 +53,19 @@ const bool kIsWriterProcess = [] {
     std::_Exit(0);
 }();
 
+// Runs this test program again as that writer; "" when it succeeded, else what went wrong.
+QString run_writer_process(const std::string& store)
+{
+    QProcess writer;
+    auto env = QProcessEnvironment::systemEnvironment();
+    env.insert("MANTISSA_TEST_STORE_WRITER", QString::fromStdString(store));
+    writer.setProcessEnvironment(env);
+    writer.start(QCoreApplication::applicationFilePath(), {});
+    if (!writer.waitForFinished(60000)) return QStringLiteral("the writer did not finish");
+    if (writer.exitCode() != 0) return QString::fromUtf8(writer.readAllStandardError());
+    return {};
+}
+
 QByteArray file_hash(const QString& path)
 {
     QFile f(path);
@@ -136,13 +149,8 @@ private slots:
         const std::string path = dir.filePath("runs.sqlite").toStdString();
         RunStore kept(path);
         kept.create_run("mine", "p.json", "{}");
-        QProcess writer; // creates a run and exits without finishing it
-        auto env = QProcessEnvironment::systemEnvironment();
-        env.insert("MANTISSA_TEST_STORE_WRITER", QString::fromStdString(path));
-        writer.setProcessEnvironment(env);
-        writer.start(QCoreApplication::applicationFilePath(), {});
-        QVERIFY(writer.waitForFinished(60000));
-        QVERIFY2(writer.exitCode() == 0, writer.readAllStandardError().constData());
+        const QString failed = run_writer_process(path); // a run it does not finish
+        QVERIFY2(failed.isEmpty(), qPrintable(failed));
         const auto status = [&](const std::string& name) {
             for (const auto& run : kept.list_runs())
                 if (run.name == name) return int(run.status);
@@ -171,13 +179,8 @@ private slots:
         first.flush();
         for (int i = 0; i < 2; ++i) {
             { RunStore second(path, OpenMode::ReadWrite); } // opened and closed beside it
-            QProcess writer;
-            auto env = QProcessEnvironment::systemEnvironment();
-            env.insert("MANTISSA_TEST_STORE_WRITER", QString::fromStdString(path));
-            writer.setProcessEnvironment(env);
-            writer.start(QCoreApplication::applicationFilePath(), {});
-            QVERIFY(writer.waitForFinished(60000));
-            QVERIFY2(writer.exitCode() == 0, writer.readAllStandardError().constData());
+            const QString failed = run_writer_process(path);
+            QVERIFY2(failed.isEmpty(), qPrintable(failed));
             // The writer was not the last connection: the WAL stays for the one still open here.
             QVERIFY(std::filesystem::exists(path + "-wal"));
         }
