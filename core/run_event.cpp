@@ -161,8 +161,9 @@ std::string RunEvent::message() const
         return "checkpoint '" + path + "' has no recorded checksum: " + text;
     case EventKind::LayerBackends: {
         std::string out;
-        for (const auto& l : layer_states)
-            out += (out.empty() ? "" : "; ") + l.name + " " + l.formats.describe() + " " + l.backend;
+        for (const auto& l : layer_states) // the recipe of FP8 layers: a live switch may change only that
+            out += (out.empty() ? "" : "; ") + l.name + " " + l.formats.describe() + " " +
+                   (l.recipe.empty() ? "" : l.recipe + " ") + l.backend;
         return out;
     }
     case EventKind::PrecisionChanged:

@@ -187,7 +187,7 @@ private slots:
         QCOMPARE(message_of(EventKind::MemoryEstimate), std::string("master weights 4 KiB; total 3072 MiB"));
         QCOMPARE(message_of(EventKind::RunFinished), std::string("finished 50 steps"));
         QCOMPARE(message_of(EventKind::LayerBackends),
-                 std::string("blocks.0.attn.qkv e4m3/e5m2/e5m2 emulated; lm_head fp32/fp32/fp32 fp32"));
+                 std::string("blocks.0.attn.qkv e4m3/e5m2/e5m2 current emulated; lm_head fp32/fp32/fp32 fp32"));
     }
 
     // What readers use comes from the fields: a stored message that says something else
