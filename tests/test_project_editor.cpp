@@ -1255,13 +1255,30 @@ void TestProjectEditor::scalingShowsTheRunsRecipe()
     QVERIFY2(scaling.data(Qt::ToolTipRole).toString().startsWith(
                  QStringLiteral("The run scales this layer with nvfp4 (step 4: you); the project says delayed")),
              qPrintable(scaling.data(Qt::ToolTipRole).toString()));
-    // Set in the project too (as the table's own edit does): the same again, nothing marked.
+    // Picking the project's recipe, which the project already says, takes the run's switch
+    // back (as picking a format cell's project value does), with the formats the engine runs.
     QSignalSpy edited(&table, &PrecisionTableModel::layerFormatsEdited);
-    QVERIFY(table.setData(scaling, QStringLiteral("nvfp4")));
+    QVERIFY(table.setData(scaling, QStringLiteral("delayed")));
     QCOMPARE(edited.count(), 1);
-    QCOMPARE(edited.at(0).at(2).toString(), QStringLiteral("nvfp4"));
+    QCOMPARE(edited.at(0).at(2).toString(), QStringLiteral("delayed"));
+    QVERIFY(edited.at(0).at(1).value<GemmFormats>() == *change.new_formats);
+    // Set in the project too (as the table's own edit does): the same again, nothing marked.
+    QVERIFY(table.setData(scaling, QStringLiteral("nvfp4")));
+    QCOMPARE(edited.count(), 2);
+    QCOMPARE(edited.at(1).at(2).toString(), QStringLiteral("nvfp4"));
     QCOMPARE(scaling.data().toString(), QStringLiteral("nvfp4"));
     QVERIFY(!scaling.data(Qt::FontRole).value<QFont>().italic());
+    // Once project and engine agree, the same pick again sends nothing.
+    QVERIFY(table.setData(scaling, QStringLiteral("nvfp4")));
+    QCOMPARE(edited.count(), 2);
+    // A switch sent from elsewhere (the Monitor's menu) and not yet reported: a format edit of
+    // the layer builds on it, not on the engine's last report.
+    const GemmFormats bf16{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16};
+    table.noteSentToEngine(QString::fromStdString(layer), bf16);
+    QVERIFY(table.setData(scaling.siblingAtColumn(PrecisionTableModel::DgradColumn), QStringLiteral("e4m3")));
+    QCOMPARE(edited.count(), 3);
+    const GemmFormats built = edited.at(2).at(1).value<GemmFormats>();
+    QVERIFY2((built == GemmFormats{NumberFormat::BF16, NumberFormat::E4M3, NumberFormat::BF16}), built.describe().c_str());
     // Its FP8 cells say what the FP4 recipe makes of them.
     const QModelIndex forward = scaling.siblingAtColumn(PrecisionTableModel::ForwardColumn);
     QCOMPARE(forward.data(Qt::ToolTipRole).toString(),

@@ -104,7 +104,8 @@ void PrecisionTableModel::refresh()
     if (!rows_.empty()) emit dataChanged(index(0, 0), index(rowCount() - 1, ColumnCount - 1));
 }
 
-bool PrecisionTableModel::editFormats(const std::function<bool()>& edit, const Touched& touched)
+bool PrecisionTableModel::editFormats(const std::function<bool()>& edit, const Touched& touched,
+                                      const std::string& scalingTouched)
 {
     const std::vector<Row> before = rows_;
     if (!edit()) return false;
@@ -130,8 +131,11 @@ bool PrecisionTableModel::editFormats(const std::function<bool()>& edit, const T
                              (touched && touched->first == row.layer && touched->second == g);
             if (set) put(sent, g, pick(row.formats, g));
         }
-        const QString scaling =
-            row.scaling != before[i].scaling ? QString::fromLatin1(fp8_scaling_name(row.scaling)) : QString();
+        const bool engineMayDiffer = live && !scalingTouched.empty() && glob_match(scalingTouched, row.layer) &&
+                                     live->state.recipe != fp8_scaling_name(row.scaling);
+        const QString scaling = row.scaling != before[i].scaling || engineMayDiffer
+                                    ? QString::fromLatin1(fp8_scaling_name(row.scaling))
+                                    : QString();
         if (sent == running && scaling.isEmpty()) continue;
         if (live) unconfirmed_[row.layer] = {sent, switched_at};
         emit layerFormatsEdited(QString::fromStdString(row.layer), sent, scaling);
@@ -148,12 +152,19 @@ bool PrecisionTableModel::fillByPattern(const QString& glob, std::optional<Numbe
                                         std::optional<NumberFormat> dgrad, std::optional<NumberFormat> wgrad,
                                         std::optional<Fp8Scaling> scaling, QString* error)
 {
-    return editFormats([&] { return document_->fillByPattern(glob, forward, dgrad, wgrad, scaling, error); });
+    return editFormats([&] { return document_->fillByPattern(glob, forward, dgrad, wgrad, scaling, error); },
+                       std::nullopt, scaling ? glob.trimmed().toStdString() : std::string());
 }
 
 bool PrecisionTableModel::setKeepLastBf16(int blocks, QString* error)
 {
     return editFormats([&] { return document_->setValue(QStringLiteral("precision.keep_last_bf16"), blocks, error); });
+}
+
+void PrecisionTableModel::noteSentToEngine(const QString& layer, const GemmFormats& formats)
+{
+    const LiveLayer* live = live_ ? live_->find(layer.toStdString()) : nullptr;
+    if (live) unconfirmed_[layer.toStdString()] = {formats, live->switched_at};
 }
 
 QString PrecisionTableModel::layerAt(int row) const
@@ -297,10 +308,13 @@ QVariant PrecisionTableModel::data(const QModelIndex& index, int role) const
                             : tr("%1 trainable parameters (weight and bias)")
                                   .arg(QLocale().toString(static_cast<qint64>(row.parameters)));
         case ScalingColumn:
-            if (differs)
-                return tr("The run scales this layer with %1 (%2); the project says %3")
-                    .arg(QString::fromStdString(shownRecipe), QString::fromStdString(live->last_switch()),
-                         QString::fromStdString(projectRecipe));
+            if (differs) {
+                const QString when = live->switched_at >= 0
+                                         ? QStringLiteral(" (%1)").arg(QString::fromStdString(live->last_switch()))
+                                         : QString();
+                return tr("The run scales this layer with %1%2; the project says %3")
+                    .arg(QString::fromStdString(shownRecipe), when, QString::fromStdString(projectRecipe));
+            }
             return usesFp8 ? tr("FP8 scaling recipe of %1").arg(QString::fromStdString(row.layer))
                            : tr("No GEMM of this layer runs in FP8, so its scaling recipe is unused");
         case RunningColumn:
@@ -363,7 +377,8 @@ bool PrecisionTableModel::setData(const QModelIndex& index, const QVariant& valu
                                                  .arg(value.toString(), scaling_names().join(QStringLiteral(", "))));
             return false;
         }
-        return editFormats([&] { return document_->setLayerScaling(layer, *scaling, &error); });
+        return editFormats([&] { return document_->setLayerScaling(layer, *scaling, &error); }, std::nullopt,
+                           layer.toStdString());
     }
     return false;
 }

@@ -66,6 +66,9 @@ public:
                        std::optional<NumberFormat> wgrad, std::optional<Fp8Scaling> scaling, QString* error);
     // precision.keep_last_bf16, the same way: during a run the blocks it moves switch live.
     bool setKeepLastBf16(int blocks, QString* error);
+    // A switch sent to the engine from elsewhere (the Monitor's layer menu): a table edit made
+    // before the engine reports it builds on it, as on the table's own.
+    void noteSentToEngine(const QString& layer, const GemmFormats& formats);
 
     int rowCount(const QModelIndex& parent = {}) const override;
     int columnCount(const QModelIndex& parent = {}) const override;
@@ -94,9 +97,13 @@ private:
     // A cell edit's layer and GEMM.
     using Touched = std::optional<std::pair<std::string, ProjectDocument::Gemm>>;
     // Runs a document edit; where it succeeds, layerFormatsEdited for each layer whose formats
-    // or recipe it changed (the preset, fill-by-pattern, keep-last-BF16 and cell edits alike). During a
-    // run the formats sent are the engine's with only the edited GEMMs (and `touched`) replaced.
-    bool editFormats(const std::function<bool()>& edit, const Touched& touched = std::nullopt);
+    // or recipe it changed (the preset, fill-by-pattern, keep-last-BF16 and cell edits alike).
+    // During a run the formats sent are the engine's with only the edited GEMMs (and `touched`)
+    // replaced. `scalingTouched` (a glob): the layers whose recipe the edit set, sent also where
+    // the project already said it but the engine runs another (or none it names: no FP8 GEMM),
+    // which is how a user takes back a recipe switched from the Monitor or a server.
+    bool editFormats(const std::function<bool()>& edit, const Touched& touched = std::nullopt,
+                     const std::string& scalingTouched = {});
 
     ProjectDocument* document_;
     std::vector<Row> rows_;

@@ -515,7 +515,9 @@ bool MainWindow::switchLayer(const QString& layer, const GemmFormats& formats, c
             showError(tr("A sweep's runs differ only in the swept setting: its layers are not switched"));
             return false;
         }
-        return changeLayerFormats(layer, formats, scaling);
+        if (!changeLayerFormats(layer, formats, scaling)) return false;
+        projectPage_->precisionModel()->noteSentToEngine(layer, formats); // a table edit builds on it
+        return true;
     }
     RemoteMirror* mirror = remote_->mirror();
     const qint64 run = mirror ? remote_->runningRun() : -1;
