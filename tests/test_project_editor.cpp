@@ -1278,7 +1278,8 @@ void TestProjectEditor::scalingShowsTheRunsRecipe()
     QVERIFY(table.setData(scaling.siblingAtColumn(PrecisionTableModel::DgradColumn), QStringLiteral("e4m3")));
     QCOMPARE(edited.count(), 3);
     const GemmFormats built = edited.at(2).at(1).value<GemmFormats>();
-    QVERIFY2((built == GemmFormats{NumberFormat::BF16, NumberFormat::E4M3, NumberFormat::BF16}), built.describe().c_str());
+    const GemmFormats wanted{NumberFormat::BF16, NumberFormat::E4M3, NumberFormat::BF16};
+    QVERIFY2(built == wanted, built.describe().c_str());
     // Its FP8 cells say what the FP4 recipe makes of them.
     const QModelIndex forward = scaling.siblingAtColumn(PrecisionTableModel::ForwardColumn);
     QCOMPARE(forward.data(Qt::ToolTipRole).toString(),
