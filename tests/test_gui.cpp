@@ -1013,6 +1013,19 @@ void TestGui::precisionChangeDuringRunIsAnEventAndAMarker()
     const QModelIndex scaling = table->index(table->rowForLayer(other), PrecisionTableModel::ScalingColumn);
     QTRY_COMPARE_WITH_TIMEOUT(scaling.data().toString(), QStringLiteral("nvfp4"), 10000);
     QCOMPARE(scaling.data(Qt::EditRole).toString(), QStringLiteral("delayed"));
+    // Back to BF16 from the menu: the layer takes the project's recipe back with it, so that
+    // the recipe the table shows is the one a later FP8 format runs.
+    for (QAction* a : monitor->layerMenu(other)->actions())
+        if (a->text() == QStringLiteral("BF16")) a->trigger();
+    QTRY_VERIFY_WITH_TIMEOUT(
+        [&] {
+            for (int r = 0; r < events->rowCount(); ++r)
+                if (events->event(r).message().find("blocks.0.mlp.fc2 -> bf16/bf16/bf16 with delayed scaling") !=
+                    std::string::npos)
+                    return true;
+            return false;
+        }(),
+        10000);
 
     window.stopTraining();
     QTRY_VERIFY_WITH_TIMEOUT(!controller->isRunning(), 10000);

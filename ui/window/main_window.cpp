@@ -515,7 +515,15 @@ bool MainWindow::switchLayer(const QString& layer, const GemmFormats& formats, c
             showError(tr("A sweep's runs differ only in the swept setting: its layers are not switched"));
             return false;
         }
-        if (!changeLayerFormats(layer, formats, scaling)) return false;
+        // A 16- or 32-bit choice names no recipe; the layer then takes the project's back, the one
+        // the table shows: the engine names no recipe of a layer without FP8 GEMMs, so one kept
+        // from an earlier switch would come back unseen with the next FP8 format.
+        QString recipe = scaling;
+        if (recipe.isEmpty()) {
+            const Fp8Recipe project = resolve_layer_recipe(document_->config().precision, layer.toStdString());
+            recipe = QString::fromLatin1(fp8_scaling_name(project.scaling));
+        }
+        if (!changeLayerFormats(layer, formats, recipe)) return false;
         projectPage_->precisionModel()->noteSentToEngine(layer, formats); // a table edit builds on it
         return true;
     }
