@@ -818,7 +818,7 @@ void live(const std::string& device)
             Trainer t(with(base_config(dev, 8), {"precision.preset=bf16", "precision.backend=native"}));
             Losses l;
             l.after_step = [&](int64_t step) {
-                const GemmFormats e4m3{NumberFormat::E4M3, NumberFormat::E4M3, NumberFormat::E4M3};
+                const GemmFormats e4m3 = GemmFormats::all(NumberFormat::E4M3);
                 if (step == 2) t.request_layer_formats("blocks.0.*", e4m3, Fp8Scaling::Block128);
                 if (step == 5) t.request_layer_formats("blocks.0.*", e4m3, Fp8Scaling::NvFp4);
             };

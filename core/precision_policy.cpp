@@ -52,8 +52,6 @@ namespace {
 
 bool is_attention_core(const std::string& layer) { return layer.size() > 5 && layer.ends_with(".attn.sdpa"); }
 
-GemmFormats uniform(NumberFormat f) { return {f, f, f}; }
-
 bool is_end_layer(const std::string& layer, int64_t n_layer)
 {
     return layer == "lm_head" || layer.rfind("blocks.0.", 0) == 0 ||
@@ -62,17 +60,18 @@ bool is_end_layer(const std::string& layer, int64_t n_layer)
 
 GemmFormats preset_formats(const std::string& preset, const std::string& layer, int64_t n_layer)
 {
-    if (preset == "fp32") return uniform(NumberFormat::FP32);
-    if (preset == "bf16") return uniform(NumberFormat::BF16);
-    if (preset == "fp16") return uniform(NumberFormat::FP16);
+    if (preset == "fp32") return GemmFormats::all(NumberFormat::FP32);
+    if (preset == "bf16") return GemmFormats::all(NumberFormat::BF16);
+    if (preset == "fp16") return GemmFormats::all(NumberFormat::FP16);
     if (preset == "fp8-e4m3") { // TE's Float8BlockScaling default: E4M3 for every tensor
-        if (is_attention_core(layer)) return uniform(NumberFormat::BF16);
-        return uniform(NumberFormat::E4M3);
+        if (is_attention_core(layer)) return GemmFormats::all(NumberFormat::BF16);
+        return GemmFormats::all(NumberFormat::E4M3);
     }
     if (preset == "fp8-hybrid" || preset == "fp8-hybrid-keep-ends") {
         // TE runs dot-product attention in BF16 under its FP8 recipes.
-        if (is_attention_core(layer)) return uniform(NumberFormat::BF16);
-        if (preset == "fp8-hybrid-keep-ends" && is_end_layer(layer, n_layer)) return uniform(NumberFormat::BF16);
+        if (is_attention_core(layer)) return GemmFormats::all(NumberFormat::BF16);
+        if (preset == "fp8-hybrid-keep-ends" && is_end_layer(layer, n_layer))
+            return GemmFormats::all(NumberFormat::BF16);
         return {NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2};
     }
     throw std::invalid_argument("unknown precision preset '" + preset + "'");
@@ -91,7 +90,7 @@ bool is_last_block(const std::string& layer, int64_t n_layer, int64_t count)
 GemmFormats resolve_layer_formats(const PrecisionConfig& config, const std::string& layer_name, int64_t n_layer)
 {
     GemmFormats f = preset_formats(config.preset, layer_name, n_layer);
-    if (is_last_block(layer_name, n_layer, config.keep_last_bf16)) f = uniform(NumberFormat::BF16);
+    if (is_last_block(layer_name, n_layer, config.keep_last_bf16)) f = GemmFormats::all(NumberFormat::BF16);
     for (const auto& o : config.layers) {
         if (!glob_match(o.match, layer_name)) continue;
         if (o.forward) f.forward = *o.forward;

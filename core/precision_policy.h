@@ -24,6 +24,7 @@ struct GemmFormats {
     NumberFormat dgrad = NumberFormat::FP32;
     NumberFormat wgrad = NumberFormat::FP32;
 
+    static GemmFormats all(NumberFormat f) { return {f, f, f}; } // one format for the three GEMMs
     bool all_fp32() const;
     bool any_fp8() const;
     bool operator==(const GemmFormats&) const = default;

@@ -121,8 +121,7 @@ struct SinkThatPausesAndSwitches : TelemetrySink {
         if (m.step != 2) return;
         trainer->request_pause();
         trainer->request_resume();
-        trainer->request_layer_formats("lm_head", GemmFormats{NumberFormat::E4M3, NumberFormat::E4M3, NumberFormat::E4M3},
-                                       Fp8Scaling::NvFp4);
+        trainer->request_layer_formats("lm_head", GemmFormats::all(NumberFormat::E4M3), Fp8Scaling::NvFp4);
     }
     void on_eval(const EvalMetrics&) override {}
     void on_event(const RunEvent&) override {}

@@ -995,37 +995,27 @@ void TestGui::precisionChangeDuringRunIsAnEventAndAMarker()
     // The heatmap row's menu switches another layer to NVFP4: the run changes, the project
     // does not, and the precision table shows the run's recipe beside the project's.
     const QString other = QStringLiteral("blocks.0.mlp.fc2");
-    for (QAction* a : monitor->layerMenu(other)->actions())
-        if (a->text().startsWith(QStringLiteral("NVFP4"))) a->trigger();
-    QTRY_VERIFY_WITH_TIMEOUT(
-        [&] {
-            for (int r = 0; r < events->rowCount(); ++r)
-                if (events->event(r).message().find("blocks.0.mlp.fc2 -> e4m3/e4m3/e4m3 with nvfp4 scaling") !=
-                    std::string::npos)
-                    return true;
-            return false;
-        }(),
-        10000);
+    const auto pick = [&](const QString& choice) { // the menu's entry whose text starts so
+        for (QAction* a : monitor->layerMenu(other)->actions())
+            if (a->text().startsWith(choice)) return a->trigger();
+    };
+    const auto logged = [&](const std::string& text) {
+        for (int r = 0; r < events->rowCount(); ++r)
+            if (events->event(r).message().find(text) != std::string::npos) return true;
+        return false;
+    };
+    pick(QStringLiteral("NVFP4"));
+    QTRY_VERIFY_WITH_TIMEOUT(logged("blocks.0.mlp.fc2 -> e4m3/e4m3/e4m3 with nvfp4 scaling"), 10000);
     const ProjectConfig& project = window.document()->config();
     QCOMPARE(resolve_layer_recipe(project.precision, other.toStdString()).scaling, Fp8Scaling::Delayed);
-    const GemmFormats fp32{NumberFormat::FP32, NumberFormat::FP32, NumberFormat::FP32};
-    QVERIFY(resolve_layer_formats(project.precision, other.toStdString(), 2) == fp32);
+    QVERIFY(resolve_layer_formats(project.precision, other.toStdString(), 2) == GemmFormats::all(NumberFormat::FP32));
     const QModelIndex scaling = table->index(table->rowForLayer(other), PrecisionTableModel::ScalingColumn);
     QTRY_COMPARE_WITH_TIMEOUT(scaling.data().toString(), QStringLiteral("nvfp4"), 10000);
     QCOMPARE(scaling.data(Qt::EditRole).toString(), QStringLiteral("delayed"));
     // Back to BF16 from the menu: the layer takes the project's recipe back with it, so that
     // the recipe the table shows is the one a later FP8 format runs.
-    for (QAction* a : monitor->layerMenu(other)->actions())
-        if (a->text() == QStringLiteral("BF16")) a->trigger();
-    QTRY_VERIFY_WITH_TIMEOUT(
-        [&] {
-            for (int r = 0; r < events->rowCount(); ++r)
-                if (events->event(r).message().find("blocks.0.mlp.fc2 -> bf16/bf16/bf16 with delayed scaling") !=
-                    std::string::npos)
-                    return true;
-            return false;
-        }(),
-        10000);
+    pick(QStringLiteral("BF16"));
+    QTRY_VERIFY_WITH_TIMEOUT(logged("blocks.0.mlp.fc2 -> bf16/bf16/bf16 with delayed scaling"), 10000);
 
     window.stopTraining();
     QTRY_VERIFY_WITH_TIMEOUT(!controller->isRunning(), 10000);
@@ -1033,7 +1023,7 @@ void TestGui::precisionChangeDuringRunIsAnEventAndAMarker()
     // A change with no run going is refused with a reason, not silently dropped.
     QVERIFY(!window.changeLayerFormats(layer, GemmFormats{}));
     QVERIFY(!window.lastError().isEmpty());
-    QVERIFY(!window.switchLayer(other, GemmFormats{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16}, {}));
+    QVERIFY(!window.switchLayer(other, GemmFormats::all(NumberFormat::BF16), {}));
     QVERIFY2(window.lastError().startsWith(QStringLiteral("No run is training here")), qPrintable(window.lastError()));
 }
 

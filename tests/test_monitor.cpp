@@ -532,7 +532,7 @@ void TestMonitor::precisionChangeMarksLossPlot()
     change.kind = EventKind::PrecisionChanged;
     change.pattern = "lm_head";
     change.layers = {"lm_head"};
-    change.new_formats = GemmFormats{NumberFormat::E4M3, NumberFormat::E4M3, NumberFormat::E4M3};
+    change.new_formats = GemmFormats::all(NumberFormat::E4M3);
     change.new_scaling = Fp8Scaling::NvFp4;
     recipe.events.push_back(change);
     page.ingest(recipe);
@@ -569,9 +569,9 @@ void TestMonitor::layerMenuAsksForASwitch()
     QCOMPARE(asked.count(), 3);
     QCOMPARE(asked.at(0).at(0).toString(), QStringLiteral("blocks.0.mlp.fc1"));
     const auto formats = [&](int i) { return asked.at(i).at(1).value<GemmFormats>(); };
-    QVERIFY((formats(0) == GemmFormats{NumberFormat::E4M3, NumberFormat::E4M3, NumberFormat::E4M3}));
+    QVERIFY(formats(0) == GemmFormats::all(NumberFormat::E4M3));
     QCOMPARE(asked.at(0).at(2).toString(), QStringLiteral("nvfp4"));
-    QVERIFY((formats(1) == GemmFormats{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16}));
+    QVERIFY(formats(1) == GemmFormats::all(NumberFormat::BF16));
     QCOMPARE(asked.at(1).at(2).toString(), QString()); // keeps the layer's recipe
     QVERIFY((formats(2) == GemmFormats{NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2}));
     QCOMPARE(asked.at(2).at(2).toString(), QStringLiteral("delayed"));

@@ -477,7 +477,7 @@ void TestPlots::heatmapLabelsEverySwitchedLayer()
         e.layers = {layer};
         e.new_formats = GemmFormats{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16};
         if (scaling) { // the engine names the recipe of an FP8 layer
-            e.new_formats = GemmFormats{NumberFormat::E4M3, NumberFormat::E4M3, NumberFormat::E4M3};
+            e.new_formats = GemmFormats::all(NumberFormat::E4M3);
             e.new_scaling = scaling;
             e.layer_states = {{layer, *e.new_formats, fp8_scaling_name(*scaling), ""}};
         }

@@ -52,7 +52,6 @@ double relative_rms_error(const torch::Tensor& got, const torch::Tensor& referen
     return (diff.square().mean().sqrt() / reference.square().mean().sqrt()).item<double>();
 }
 
-GemmFormats uniform(NumberFormat f) { return {f, f, f}; }
 
 } // namespace
 
@@ -166,7 +165,7 @@ private slots:
         auto w = (torch::randn({128, 256}) * 0.05).requires_grad_();
         auto b = (torch::randn({128}) * 0.1).requires_grad_();
         auto dy = torch::randn({64, 128});
-        LayerGemm layer("test.fc", uniform(format), Fp8Recipe{}, GemmBackend::Emulated);
+        LayerGemm layer("test.fc", GemmFormats::all(format), Fp8Recipe{}, GemmBackend::Emulated);
         auto y = layer.linear(x, w, b);
         y.backward(dy);
 
@@ -278,7 +277,7 @@ private slots:
         auto weight_grad = [&](double loss_scale) {
             auto w = w0.clone().requires_grad_();
             auto xi = x.clone().requires_grad_();
-            LayerGemm layer("test.fc", uniform(NumberFormat::FP16), Fp8Recipe{}, GemmBackend::Emulated);
+            LayerGemm layer("test.fc", GemmFormats::all(NumberFormat::FP16), Fp8Recipe{}, GemmBackend::Emulated);
             layer.linear(xi, w, {}).backward(dy * loss_scale);
             return std::pair{w.grad() / loss_scale, xi.grad() / loss_scale};
         };
@@ -381,8 +380,9 @@ private slots:
         Recorder rec;
         std::vector<int> queued; // per step: whether a command then has a boundary left to apply it
         rec.hook = [&](const StepMetrics& m) {
-            if (m.step == 5) QVERIFY(trainer.request_layer_formats("blocks.*.mlp.*", uniform(NumberFormat::BF16)));
-            if (m.step >= 8) queued.push_back(trainer.request_layer_formats("lm_head", uniform(NumberFormat::FP32)));
+            const auto bf16 = GemmFormats::all(NumberFormat::BF16), fp32 = GemmFormats::all(NumberFormat::FP32);
+            if (m.step == 5) QVERIFY(trainer.request_layer_formats("blocks.*.mlp.*", bf16));
+            if (m.step >= 8) queued.push_back(trainer.request_layer_formats("lm_head", fp32));
         };
         trainer.run(rec);
         // Step 9's command is applied at the last boundary; from step 10 on there is none, and
@@ -400,10 +400,10 @@ private slots:
         QCOMPARE(int(changed->cause), int(ChangeCause::User));
         for (const auto& layer : trainer.layers()) {
             const bool mlp = layer.name.find(".mlp.") != std::string::npos;
-            QCOMPARE(layer.formats, mlp ? uniform(NumberFormat::BF16) : uniform(NumberFormat::FP32));
+            QCOMPARE(layer.formats, mlp ? GemmFormats::all(NumberFormat::BF16) : GemmFormats::all(NumberFormat::FP32));
         }
         try {
-            trainer.request_layer_formats("blocks.*.moe.*", uniform(NumberFormat::BF16));
+            trainer.request_layer_formats("blocks.*.moe.*", GemmFormats::all(NumberFormat::BF16));
             QFAIL("accepted a pattern that matches nothing");
         } catch (const ConfigError& e) {
             QCOMPARE(std::string(e.what()), std::string("no layer matches 'blocks.*.moe.*'"));
@@ -429,16 +429,19 @@ private slots:
         config.training.steps = 1;
         config.eval.interval = 0;
         Trainer trainer(config);
-        trainer.request_layer_formats("lm_head", uniform(NumberFormat::FP32)); // asked for before step 0's boundary
-        trainer.replay_layer_formats(0, "*", uniform(NumberFormat::BF16));
+        // Asked for before step 0's boundary.
+        trainer.request_layer_formats("lm_head", GemmFormats::all(NumberFormat::FP32));
+        trainer.replay_layer_formats(0, "*", GemmFormats::all(NumberFormat::BF16));
         Recorder rec;
         trainer.run(rec);
         std::vector<std::string> changes;
         for (const auto& e : rec.events)
             if (e.kind == EventKind::PrecisionChanged) changes.push_back(e.pattern + " " + std::string(change_cause_name(e.cause)));
         QCOMPARE(changes, (std::vector<std::string>{"* resume", "lm_head user"}));
-        for (const auto& layer : trainer.layers())
-            QCOMPARE(layer.formats, uniform(layer.name == "lm_head" ? NumberFormat::FP32 : NumberFormat::BF16));
+        for (const auto& layer : trainer.layers()) {
+            const NumberFormat want = layer.name == "lm_head" ? NumberFormat::FP32 : NumberFormat::BF16;
+            QCOMPARE(layer.formats, GemmFormats::all(want));
+        }
     }
 
     // loss_scaling.mode "auto" follows the formats as they are: a live change to FP16 turns
@@ -457,12 +460,12 @@ private slots:
         Recorder rec;
         double scale_at_checkpoint = 0;
         rec.hook = [&](const StepMetrics& m) {
-            if (m.step == 2) trainer.request_layer_formats("*", uniform(NumberFormat::FP16));
+            if (m.step == 2) trainer.request_layer_formats("*", GemmFormats::all(NumberFormat::FP16));
             if (m.step == 4) {
                 trainer.save_checkpoint(checkpoint.toStdString());
                 scale_at_checkpoint = trainer.loss_scale();
             }
-            if (m.step == 6) trainer.request_layer_formats("*", uniform(NumberFormat::BF16));
+            if (m.step == 6) trainer.request_layer_formats("*", GemmFormats::all(NumberFormat::BF16));
         };
         trainer.run(rec);
         QCOMPARE(rec.steps.size(), size_t(8));
@@ -529,7 +532,7 @@ private slots:
         Trainer trainer(config);
         Recorder rec;
         rec.hook = [&](const StepMetrics& m) {
-            if (m.step == 3) trainer.request_layer_formats("blocks.0.mlp.fc1", uniform(NumberFormat::E4M3));
+            if (m.step == 3) trainer.request_layer_formats("blocks.0.mlp.fc1", GemmFormats::all(NumberFormat::E4M3));
         };
         trainer.run(rec);
         std::vector<const RunEvent*> backends;
@@ -638,7 +641,7 @@ private slots:
             Trainer trainer(c);
             Recorder rec;
             rec.hook = [&](const StepMetrics& m) {
-                if (m.step == 3) trainer.request_layer_formats(layer, uniform(NumberFormat::E4M3), asked);
+                if (m.step == 3) trainer.request_layer_formats(layer, GemmFormats::all(NumberFormat::E4M3), asked);
             };
             trainer.run(rec);
             Outcome out{{}, trainer.state_digest(), trainer.layer_scaling(layer), {}};
@@ -674,7 +677,7 @@ private slots:
     // nothing recorded under the first stint survives the switch.
     void aRecipeSwitchRestartsTheDelayedHistories()
     {
-        LayerGemm layer("test.fc", uniform(NumberFormat::E4M3), Fp8Recipe{}, GemmBackend::Emulated);
+        LayerGemm layer("test.fc", GemmFormats::all(NumberFormat::E4M3), Fp8Recipe{}, GemmBackend::Emulated);
         auto x = torch::randn({16, 32}, torch::requires_grad());
         auto w = torch::randn({8, 32}, torch::requires_grad());
         layer.linear(x, w, {}).sum().backward();
@@ -706,7 +709,7 @@ private slots:
         const auto switch_at_2 = [](Trainer& t, Recorder& rec) {
             rec.hook = [&t](const StepMetrics& m) {
                 if (m.step == 2)
-                    t.request_layer_formats("blocks.*.mlp.*", uniform(NumberFormat::E4M3), Fp8Scaling::NvFp4);
+                    t.request_layer_formats("blocks.*.mlp.*", GemmFormats::all(NumberFormat::E4M3), Fp8Scaling::NvFp4);
             };
         };
         Trainer straight(config);

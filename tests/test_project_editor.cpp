@@ -80,11 +80,6 @@ std::optional<NumberFormat> format_or_keep(const QString& text)
     return parse_number_format(text.toStdString());
 }
 
-GemmFormats uniform(NumberFormat f)
-{
-    return {f, f, f};
-}
-
 const GemmFormats kHybrid{NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2};
 
 void write_file(const QString& path, const QByteArray& bytes)
@@ -696,18 +691,19 @@ void TestProjectEditor::presetApply_data()
     QTest::addColumn<QString>("preset");
     QTest::addColumn<QString>("layer");
     QTest::addColumn<GemmFormats>("expected");
-    QTest::newRow("fp32") << "fp32" << "blocks.1.mlp.fc1" << uniform(NumberFormat::FP32);
-    QTest::newRow("bf16") << "bf16" << "blocks.1.mlp.fc1" << uniform(NumberFormat::BF16);
-    QTest::newRow("fp16 lm_head") << "fp16" << "lm_head" << uniform(NumberFormat::FP16);
+    QTest::newRow("fp32") << "fp32" << "blocks.1.mlp.fc1" << GemmFormats::all(NumberFormat::FP32);
+    QTest::newRow("bf16") << "bf16" << "blocks.1.mlp.fc1" << GemmFormats::all(NumberFormat::BF16);
+    QTest::newRow("fp16 lm_head") << "fp16" << "lm_head" << GemmFormats::all(NumberFormat::FP16);
     QTest::newRow("hybrid fc1") << "fp8-hybrid" << "blocks.1.mlp.fc1" << kHybrid;
-    QTest::newRow("hybrid sdpa stays bf16") << "fp8-hybrid" << "blocks.1.attn.sdpa" << uniform(NumberFormat::BF16);
+    QTest::newRow("hybrid sdpa stays bf16")
+        << "fp8-hybrid" << "blocks.1.attn.sdpa" << GemmFormats::all(NumberFormat::BF16);
     QTest::newRow("hybrid lm_head") << "fp8-hybrid" << "lm_head" << kHybrid;
     QTest::newRow("keep-ends first block") << "fp8-hybrid-keep-ends" << "blocks.0.attn.qkv"
-                                           << uniform(NumberFormat::BF16);
+                                           << GemmFormats::all(NumberFormat::BF16);
     QTest::newRow("keep-ends last block") << "fp8-hybrid-keep-ends" << "blocks.2.mlp.fc2"
-                                          << uniform(NumberFormat::BF16);
+                                          << GemmFormats::all(NumberFormat::BF16);
     QTest::newRow("keep-ends middle") << "fp8-hybrid-keep-ends" << "blocks.1.attn.proj" << kHybrid;
-    QTest::newRow("keep-ends lm_head") << "fp8-hybrid-keep-ends" << "lm_head" << uniform(NumberFormat::BF16);
+    QTest::newRow("keep-ends lm_head") << "fp8-hybrid-keep-ends" << "lm_head" << GemmFormats::all(NumberFormat::BF16);
 }
 
 void TestProjectEditor::presetApply()
@@ -1104,7 +1100,7 @@ void TestProjectEditor::layerFormatsEditedSignal()
     page.applyPresetButton()->click();
     QCOMPARE(fromPage.count(), 13);
     QCOMPARE(fromPage.last().at(0).toString(), QStringLiteral("lm_head"));
-    QVERIFY(fromPage.last().at(1).value<GemmFormats>() == uniform(NumberFormat::BF16));
+    QVERIFY(fromPage.last().at(1).value<GemmFormats>() == GemmFormats::all(NumberFormat::BF16));
 }
 
 // During a run a cell edit reaches the engine as the engine's formats with that one GEMM set:
@@ -1120,7 +1116,7 @@ void TestProjectEditor::aRunningEditKeepsTheWatchersOtherSwitches()
     const std::string layer = "blocks.1.mlp.fc1";
     const int row = table.rowForLayer(QString::fromStdString(layer));
     QVERIFY(row >= 0);
-    QVERIFY(table.formatsAt(row) == uniform(NumberFormat::FP32));
+    QVERIFY(table.formatsAt(row) == GemmFormats::all(NumberFormat::FP32));
 
     LiveLayers live;
     live.reset(LiveLayers::from_project(doc.config()));
@@ -1141,7 +1137,7 @@ void TestProjectEditor::aRunningEditKeepsTheWatchersOtherSwitches()
     change.layers = {layer};
     change.cause = ChangeCause::Watcher;
     change.watcher = "nonfinite";
-    change.old_formats = uniform(NumberFormat::FP32);
+    change.old_formats = GemmFormats::all(NumberFormat::FP32);
     change.new_formats = GemmFormats{NumberFormat::FP32, NumberFormat::FP32, NumberFormat::BF16};
     QVERIFY(live.apply(change));
     table.liveLayersChanged();
@@ -1273,7 +1269,7 @@ void TestProjectEditor::scalingShowsTheRunsRecipe()
     QCOMPARE(edited.count(), 2);
     // A switch sent from elsewhere (the Monitor's menu) and not yet reported: a format edit of
     // the layer builds on it, not on the engine's last report.
-    const GemmFormats bf16{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16};
+    const GemmFormats bf16 = GemmFormats::all(NumberFormat::BF16);
     table.noteSentToEngine(QString::fromStdString(layer), bf16);
     QVERIFY(table.setData(scaling.siblingAtColumn(PrecisionTableModel::DgradColumn), QStringLiteral("e4m3")));
     QCOMPARE(edited.count(), 3);
@@ -1321,7 +1317,7 @@ void TestProjectEditor::runningLocksSettingsOnly()
     QVERIFY(edited.count() > 0);
     for (const auto& args : edited) {
         QVERIFY2(args.at(0).toString().startsWith(QStringLiteral("blocks.1.")), qPrintable(args.at(0).toString()));
-        QVERIFY(args.at(1).value<GemmFormats>() == uniform(NumberFormat::BF16));
+        QVERIFY(args.at(1).value<GemmFormats>() == GemmFormats::all(NumberFormat::BF16));
     }
     int lastBlockLayers = 0;
     for (int r = 0; r < table->rowCount(); ++r) lastBlockLayers += table->layerAt(r).startsWith(QStringLiteral("blocks.1.")) ? 1 : 0;

@@ -325,7 +325,7 @@ void TestSession::aResumeThatChangesThePresetChangesTheLayers()
         const RunEvent& e = row.event;
         if (e.kind != EventKind::PrecisionChanged || e.step != 14) continue;
         QVERIFY(e.old_scaling == Fp8Scaling::Delayed && e.new_scaling == Fp8Scaling::NvFp4);
-        QVERIFY(e.new_formats && *e.new_formats == (GemmFormats{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16}));
+        QVERIFY(e.new_formats && *e.new_formats == GemmFormats::all(NumberFormat::BF16));
         recipes.push_back(e.pattern);
     }
     QCOMPARE(recipes.size(), size_t(6));
@@ -688,7 +688,7 @@ void TestSession::aResumeMakesTheInterruptedRunsPrecisionChangesAgain()
     QTemporaryDir dir;
     const std::string project = write_project(dir);
     const std::string db = dir.filePath("runs.sqlite").toStdString();
-    const GemmFormats e4m3{NumberFormat::E4M3, NumberFormat::E4M3, NumberFormat::E4M3};
+    const GemmFormats e4m3 = GemmFormats::all(NumberFormat::E4M3);
     // The user switches the MLP to NVFP4 after step 15 (made at the boundary of step 15): formats
     // and recipe, both of which the resume must make again.
     const auto train = [&](const std::string& name, int64_t stop_after) -> std::pair<int64_t, RunStatus> {
