@@ -14,15 +14,16 @@ QString tr(const char* text) { return QCoreApplication::translate("LayerSwitchMe
 std::vector<LayerSwitchChoice> layer_switch_choices()
 {
     const GemmFormats hybrid{NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2};
+    const GemmFormats e4m3 = GemmFormats::all(NumberFormat::E4M3);
     return {
         {tr("FP32"), GemmFormats::all(NumberFormat::FP32), std::nullopt},
         {tr("BF16"), GemmFormats::all(NumberFormat::BF16), std::nullopt},
         {tr("FP16"), GemmFormats::all(NumberFormat::FP16), std::nullopt},
         {tr("FP8 hybrid (E4M3 forward, E5M2 gradients), delayed scaling"), hybrid, Fp8Scaling::Delayed},
         {tr("FP8 hybrid, current scaling"), hybrid, Fp8Scaling::Current},
-        {tr("FP8 E4M3, 1×128 / 128×128 blocks (fp8-block)"), GemmFormats::all(NumberFormat::E4M3), Fp8Scaling::Block128},
-        {tr("NVFP4 (E2M1, E4M3 scale per 16)"), GemmFormats::all(NumberFormat::E4M3), Fp8Scaling::NvFp4},
-        {tr("MXFP4 (E2M1, E8M0 scale per 32)"), GemmFormats::all(NumberFormat::E4M3), Fp8Scaling::MxFp4},
+        {tr("FP8 E4M3, 1×128 / 128×128 blocks (fp8-block)"), e4m3, Fp8Scaling::Block128},
+        {tr("NVFP4 (E2M1, E4M3 scale per 16)"), e4m3, Fp8Scaling::NvFp4},
+        {tr("MXFP4 (E2M1, E8M0 scale per 32)"), e4m3, Fp8Scaling::MxFp4},
     };
 }
 
