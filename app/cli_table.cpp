@@ -35,7 +35,8 @@ size_t display_width(const std::string& text)
 
 } // namespace
 
-void print_table(const std::vector<std::vector<std::string>>& rows, const std::vector<bool>& right, const char* indent)
+void print_table(const std::vector<std::vector<std::string>>& rows, const std::vector<bool>& right, const char* indent,
+                 std::FILE* out)
 {
     std::vector<size_t> width;
     for (const auto& row : rows)
@@ -50,7 +51,7 @@ void print_table(const std::vector<std::vector<std::string>>& rows, const std::v
             const bool r = c < right.size() && right[c];
             line += (c ? "  " : "") + (r ? pad + row[c] : row[c] + (c + 1 < row.size() ? pad : ""));
         }
-        std::printf("%s\n", line.c_str());
+        std::fprintf(out, "%s\n", line.c_str());
     }
 }
 

@@ -3,6 +3,7 @@
 // mantissa-train's tables (list, compare, sweep) and the cells in them.
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -10,7 +11,7 @@ namespace mantissa {
 
 // Prints rows as aligned columns (two blanks apart); `right` marks right-aligned columns.
 void print_table(const std::vector<std::vector<std::string>>& rows, const std::vector<bool>& right = {},
-                 const char* indent = "");
+                 const char* indent = "", std::FILE* out = stdout);
 
 // One table cell: "-" for a missing (non-finite) value, else `v` printed with `format`.
 std::string fmt_finite(double v, const char* format);

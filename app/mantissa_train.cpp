@@ -206,19 +206,22 @@ int main(int argc, char** argv)
             return serve_store(db_path, serve, g_stop_requested);
         }
         if (*sweep_cmd) return cmd_sweep(project, vary, sets, db_path, name, job);
-        RunStore store(db_path, reads ? OpenMode::ReadOnly : OpenMode::ReadWrite);
+        if (reads)
+            return run_reading_command(db_path, [&](RunStore& store, const CliStreams& io) {
+                if (*list_cmd) return cmd_list(store, io);
+                if (*show_cmd) return cmd_show(store, run, io);
+                if (*export_cmd) return cmd_export(store, run, format, table, out_path, io);
+                return cmd_compare(store, compare_runs, tolerance, relative, io);
+            });
+        RunStore store(db_path, OpenMode::ReadWrite);
         if (*resume_cmd) {
             if (resume_cmd->count("--serve") == 0) serve.listen.clear();
             return finish(cmd_resume(store, run, sets, db_path, serve, job));
         }
-        if (*list_cmd) return cmd_list(store);
         if (*rename_cmd) return cmd_rename(store, run, new_name);
         if (*delete_cmd) return cmd_delete(store, run);
-        if (*show_cmd) return cmd_show(store, run);
-        if (*export_cmd) return cmd_export(store, run, format, table, out_path);
         if (*tag_cmd) return cmd_tag(store, run, tag_list, false);
         if (*untag_cmd) return cmd_tag(store, run, tag_list, true);
-        if (*compare_cmd) return cmd_compare(store, compare_runs, tolerance, relative);
     } catch (const StoreError& e) { // also a status that a full disk kept from being recorded
         std::fprintf(stderr, "error: %s\n", e.what());
         return finish(3);

@@ -3,6 +3,7 @@
 // mantissa-train's subcommands, one file per concern: train_cli_run.cpp (run, resume),
 // train_cli_sweep.cpp, train_cli_store.cpp (list, show, rename, delete, export, tag, untag),
 // train_cli_compare.cpp. mantissa_train.cpp only parses the command line and dispatches.
+// The reading ones (list, show, export, compare) write to held streams (held_output.h).
 // Every command returns the exit code: 0 ok, 1 training failed, 2 bad project or arguments,
 // 3 run store problem.
 
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "held_output.h"
 #include "remote_serving.h"
 
 namespace mantissa {
@@ -40,14 +42,15 @@ int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::s
                const ServeOptions& serve, DataParallelJob& job);
 int cmd_sweep(const std::string& project_path, const std::string& vary, const std::vector<std::string>& sets,
               const std::string& db_path, std::string sweep_name, DataParallelJob& job);
-int cmd_list(RunStore& store);
-int cmd_show(RunStore& store, const std::string& run);
+int cmd_list(RunStore& store, const CliStreams& io);
+int cmd_show(RunStore& store, const std::string& run, const CliStreams& io);
 int cmd_rename(RunStore& store, const std::string& run, const std::string& new_name);
 int cmd_delete(RunStore& store, const std::string& run);
 int cmd_export(RunStore& store, const std::string& run, const std::string& format, const std::string& table,
-               const std::string& out_path);
+               const std::string& out_path, const CliStreams& io);
 int cmd_tag(RunStore& store, const std::string& run, const std::vector<std::string>& tags, bool remove);
-int cmd_compare(RunStore& store, const std::vector<std::string>& run_args, double tolerance, bool relative);
+int cmd_compare(RunStore& store, const std::vector<std::string>& run_args, double tolerance, bool relative,
+                const CliStreams& io);
 
 // Shared by the commands above.
 // Trains a session's run until done or Ctrl-C; the session marks the run.
@@ -59,10 +62,11 @@ int train_session(RunSession& session, const std::string& db_path, DataParallelJ
 // are shown on stderr and kept in `notices`.
 std::unique_ptr<RunSession> reopen_or_complain(RunStore& store, const RunInfo& info, const std::vector<std::string>& sets,
                                                std::vector<RunEvent>& notices, int& exit_code);
-// The run named by id or name, or nullopt after saying on stderr that there is none.
-// A run by id or name. A name that several runs share reads as the newest of them, with a
-// note; to change one (rename, delete, tag) the id must be given.
+// The run named by id or name, or nullopt after saying on `err` that there is none. A name
+// that several runs share reads as the newest of them, with a note; to change one (rename,
+// delete, tag) the id must be given.
 enum class RunUse { Read, Change };
-std::optional<RunInfo> find_or_complain(RunStore& store, const std::string& run, RunUse use = RunUse::Read);
+std::optional<RunInfo> find_or_complain(RunStore& store, const std::string& run, RunUse use = RunUse::Read,
+                                        std::FILE* err = stderr);
 
 } // namespace mantissa

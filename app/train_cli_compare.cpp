@@ -17,11 +17,12 @@ namespace mantissa {
 namespace {
 
 // Looks every named run up; complains about the first unknown one.
-std::optional<std::vector<RunInfo>> find_all_or_complain(RunStore& store, const std::vector<std::string>& runs)
+std::optional<std::vector<RunInfo>> find_all_or_complain(RunStore& store, const std::vector<std::string>& runs,
+                                                         std::FILE* err)
 {
     std::vector<RunInfo> out;
     for (const auto& r : runs) {
-        auto info = find_or_complain(store, r);
+        auto info = find_or_complain(store, r, RunUse::Read, err);
         if (!info) return std::nullopt;
         out.push_back(*info);
     }
@@ -30,13 +31,14 @@ std::optional<std::vector<RunInfo>> find_all_or_complain(RunStore& store, const 
 
 } // namespace
 
-int cmd_compare(RunStore& store, const std::vector<std::string>& run_args, double tolerance, bool relative)
+int cmd_compare(RunStore& store, const std::vector<std::string>& run_args, double tolerance, bool relative,
+                const CliStreams& io)
 {
     if (run_args.size() < 2) {
-        std::fprintf(stderr, "error: compare needs at least two runs\n");
+        std::fprintf(io.err, "error: compare needs at least two runs\n");
         return 2;
     }
-    const auto infos = find_all_or_complain(store, run_args);
+    const auto infos = find_all_or_complain(store, run_args, io.err);
     if (!infos) return 2;
     RunFilter filter;
     for (const auto& info : *infos) filter.ids.push_back(info.id);
@@ -54,23 +56,23 @@ int cmd_compare(RunStore& store, const std::vector<std::string>& run_args, doubl
     try {
         diff = diff_configs(configs);
     } catch (const ConfigError& e) {
-        std::fprintf(stderr, "error: %s\n", e.what());
+        std::fprintf(io.err, "error: %s\n", e.what());
         return 2;
     }
     if (diff.empty()) {
-        std::printf("config differences: none\n");
+        std::fprintf(io.out, "config differences: none\n");
     } else {
-        std::printf("config differences (%zu %s):\n", diff.size(), diff.size() == 1 ? "key" : "keys");
+        std::fprintf(io.out, "config differences (%zu %s):\n", diff.size(), diff.size() == 1 ? "key" : "keys");
         std::vector<std::vector<std::string>> rows = {{"key"}};
         rows[0].insert(rows[0].end(), heads.begin(), heads.end());
         for (const auto& d : diff) {
             rows.push_back({d.key});
             for (const auto& v : d.values) rows.back().push_back(v ? *v : "(absent)");
         }
-        print_table(rows, {}, "  ");
+        print_table(rows, {}, "  ", io.out);
     }
 
-    std::printf("\nsummary:\n");
+    std::fprintf(io.out, "\nsummary:\n");
     std::vector<std::vector<std::string>> rows = {{""}};
     rows[0].insert(rows[0].end(), heads.begin(), heads.end());
     const auto line = [&](const char* label, auto field) {
@@ -88,9 +90,9 @@ int cmd_compare(RunStore& store, const std::vector<std::string>& run_args, doubl
     line("skipped", [](const RunSummaryRow& r) { return std::to_string(r.skipped_steps); });
     line("peak memory", [](const RunSummaryRow& r) { return fmt_bytes(r.peak_memory_bytes()); });
     line("tags", [](const RunSummaryRow& r) { return join_tags(r.tags); });
-    print_table(rows, {}, "  ");
+    print_table(rows, {}, "  ", io.out);
 
-    std::printf("\ntrain/loss divergence vs run %lld (tolerance %g, %s):\n", static_cast<long long>(runs[0].id),
+    std::fprintf(io.out, "\ntrain/loss divergence vs run %lld (tolerance %g, %s):\n", static_cast<long long>(runs[0].id),
                 tolerance, relative ? "relative" : "absolute");
     const Series first = store.series(runs[0].id, "train/loss");
     for (size_t i = 1; i < runs.size(); ++i) {
@@ -109,14 +111,14 @@ int cmd_compare(RunStore& store, const std::vector<std::string>& run_args, doubl
         if (step) {
             const auto at =
                 std::find_if(aligned.begin(), aligned.end(), [&](const AlignedPoint& p) { return p.step == *step; });
-            std::printf("  run %lld: diverges at step %lld (%s vs %s)%s\n", static_cast<long long>(runs[i].id),
+            std::fprintf(io.out, "  run %lld: diverges at step %lld (%s vs %s)%s\n", static_cast<long long>(runs[i].id),
                         static_cast<long long>(*step), fmt_recorded_loss(at->a, true).c_str(),
                         fmt_recorded_loss(at->b, true).c_str(), by_step.c_str());
         } else if (common == 0)
-            std::printf("  run %lld: no train/loss step in common to compare\n",
+            std::fprintf(io.out, "  run %lld: no train/loss step in common to compare\n",
                         static_cast<long long>(runs[i].id));
         else
-            std::printf("  run %lld: within tolerance over %zu common steps%s\n", static_cast<long long>(runs[i].id),
+            std::fprintf(io.out, "  run %lld: within tolerance over %zu common steps%s\n", static_cast<long long>(runs[i].id),
                         common, by_step.c_str());
     }
     return 0;

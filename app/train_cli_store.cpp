@@ -17,11 +17,11 @@
 
 namespace mantissa {
 
-std::optional<RunInfo> find_or_complain(RunStore& store, const std::string& run, RunUse use)
+std::optional<RunInfo> find_or_complain(RunStore& store, const std::string& run, RunUse use, std::FILE* err)
 {
     auto info = store.find_run(run);
     if (!info) {
-        std::fprintf(stderr, "error: no run '%s' in %s\n", run.c_str(), store.path().c_str());
+        std::fprintf(err, "error: no run '%s' in %s\n", run.c_str(), store.path().c_str());
         return info;
     }
     if (std::to_string(info->id) == run) return info; // an id names one run
@@ -35,20 +35,20 @@ std::optional<RunInfo> find_or_complain(RunStore& store, const std::string& run,
         }
     if (named < 2) return info;
     if (use == RunUse::Change) {
-        std::fprintf(stderr, "error: '%s' names %d runs in %s (%s): give the id of the one to change\n", run.c_str(),
+        std::fprintf(err, "error: '%s' names %d runs in %s (%s): give the id of the one to change\n", run.c_str(),
                      named, store.path().c_str(), ids.c_str());
         return std::nullopt;
     }
-    std::fprintf(stderr, "note: '%s' names %d runs (%s): this is the newest, run %lld; give an id for another\n",
+    std::fprintf(err, "note: '%s' names %d runs (%s): this is the newest, run %lld; give an id for another\n",
                  run.c_str(), named, ids.c_str(), static_cast<long long>(info->id));
     return info;
 }
 
-int cmd_show(RunStore& store, const std::string& run)
+int cmd_show(RunStore& store, const std::string& run, const CliStreams& io)
 {
-    auto info = find_or_complain(store, run);
+    auto info = find_or_complain(store, run, RunUse::Read, io.err);
     if (!info) return 2;
-    std::printf("run %lld '%s'\nstatus: %s\nproject: %s\ncreated: %s\nfinished: %s\nsteps: %lld\n",
+    std::fprintf(io.out, "run %lld '%s'\nstatus: %s\nproject: %s\ncreated: %s\nfinished: %s\nsteps: %lld\n",
                 static_cast<long long>(info->id), info->name.c_str(), std::string(run_status_name(info->status)).c_str(), info->project_path.c_str(),
                 info->created_at.c_str(), info->finished_at.c_str(), static_cast<long long>(info->last_step));
     // A diverged run's last loss is NaN, and says so ("nan").
@@ -58,12 +58,12 @@ int cmd_show(RunStore& store, const std::string& run)
         if (s.tag == "train/loss") last_train = s.value;
         if (s.tag == "val/loss") { last_val = s.value; val_step = s.step; }
     }
-    if (last_train) std::printf("last train loss: %.4f\n", *last_train);
-    if (last_val) std::printf("last val loss: %.4f (step %lld)\n", *last_val, static_cast<long long>(val_step));
-    std::printf("events:\n");
+    if (last_train) std::fprintf(io.out, "last train loss: %.4f\n", *last_train);
+    if (last_val) std::fprintf(io.out, "last val loss: %.4f (step %lld)\n", *last_val, static_cast<long long>(val_step));
+    std::fprintf(io.out, "events:\n");
     for (const auto& e : store.events(info->id))
-        std::printf("  step %6lld  %-12s  %s\n", static_cast<long long>(e.step), e.kind.c_str(), e.message.c_str());
-    std::printf("config:\n%s\n", info->config_json.c_str());
+        std::fprintf(io.out, "  step %6lld  %-12s  %s\n", static_cast<long long>(e.step), e.kind.c_str(), e.message.c_str());
+    std::fprintf(io.out, "config:\n%s\n", info->config_json.c_str());
     return 0;
 }
 
@@ -99,59 +99,59 @@ int cmd_delete(RunStore& store, const std::string& run)
 }
 
 int cmd_export(RunStore& store, const std::string& run, const std::string& format, const std::string& table,
-               const std::string& out_path)
+               const std::string& out_path, const CliStreams& io)
 {
-    auto info = find_or_complain(store, run);
+    auto info = find_or_complain(store, run, RunUse::Read, io.err);
     if (!info) return 2;
     if (format == "tensorboard") {
         if (out_path.empty() || out_path == "-") {
-            std::fprintf(stderr, "error: --format tensorboard needs --out DIR\n");
+            std::fprintf(io.err, "error: --format tensorboard needs --out DIR\n");
             return 2;
         }
         try {
-            std::fprintf(stderr, "wrote %s\n", export_tensorboard(store, info->id, out_path).c_str());
+            std::fprintf(io.err, "wrote %s\n", export_tensorboard(store, info->id, out_path).c_str());
         } catch (const ExportWriteError& e) {
-            std::fprintf(stderr, "error: %s\n", e.what());
+            std::fprintf(io.err, "error: %s\n", e.what());
             return 2;
         }
         return 0;
     }
     if (format == "safetensors") {
         if (out_path.empty() || out_path == "-") {
-            std::fprintf(stderr, "error: --format safetensors needs --out FILE\n");
+            std::fprintf(io.err, "error: --format safetensors needs --out FILE\n");
             return 2;
         }
         // Straight from the checkpoint file: neither the run's data nor its GPU is needed.
         try {
-            const auto w = RunSession::export_weights(store, *info, out_path, [](const RunEvent& e) {
-                std::fprintf(stderr, "warning: %s\n", e.message().c_str()); // shown, never recorded
+            const auto w = RunSession::export_weights(store, *info, out_path, [&io](const RunEvent& e) {
+                std::fprintf(io.err, "warning: %s\n", e.message().c_str()); // shown, never recorded
             });
-            std::printf("run %lld '%s' at step %lld from %s\n", static_cast<long long>(info->id), info->name.c_str(),
+            std::fprintf(io.out, "run %lld '%s' at step %lld from %s\n", static_cast<long long>(info->id), info->name.c_str(),
                         static_cast<long long>(w.step), w.checkpoint.c_str());
         } catch (const CheckpointUnusable& e) {
-            std::fprintf(stderr, "error: %s\n", e.what());
+            std::fprintf(io.err, "error: %s\n", e.what());
             return 3;
         } catch (const ConfigError& e) {
-            std::fprintf(stderr, "error: %s\n", e.what());
+            std::fprintf(io.err, "error: %s\n", e.what());
             return 2;
         } catch (const WeightsWriteError& e) { // a full disk, a missing folder: an earlier file stays
-            std::fprintf(stderr, "error: %s\n", e.what());
+            std::fprintf(io.err, "error: %s\n", e.what());
             return 2;
         } catch (const StoreError&) {
             throw; // the store's problem: exit 3, as everywhere
         } catch (const std::exception& e) { // out of memory: the file is fine, this machine is short
-            std::fprintf(stderr, "error: %s\n", e.what());
+            std::fprintf(io.err, "error: %s\n", e.what());
             return 1;
         }
-        std::fprintf(stderr, "wrote %s\n", out_path.c_str());
+        std::fprintf(io.err, "wrote %s\n", out_path.c_str());
         return 0;
     }
     const std::string text = table == "events" ? store.events_csv(info->id) : store.metrics_csv(info->id);
     if (out_path.empty() || out_path == "-") {
         // `export 3 > m.csv` on a full disk: a cut table must not read as a whole one.
-        const bool written = std::fwrite(text.data(), 1, text.size(), stdout) == text.size();
-        if (!written || std::fflush(stdout) != 0 || std::ferror(stdout)) {
-            std::fprintf(stderr, "error: cannot write the table to standard output: %s\n", std::strerror(errno));
+        const bool written = std::fwrite(text.data(), 1, text.size(), io.out) == text.size();
+        if (!written || std::fflush(io.out) != 0 || std::ferror(io.out)) {
+            std::fprintf(io.err, "error: cannot write the table to standard output: %s\n", std::strerror(errno));
             return 2;
         }
         return 0;
@@ -159,10 +159,10 @@ int cmd_export(RunStore& store, const std::string& run, const std::string& forma
     try {
         replace_file_durably(out_path, text); // whole or not at all: an earlier file stays on failure
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "error: %s\n", e.what());
+        std::fprintf(io.err, "error: %s\n", e.what());
         return 2;
     }
-    std::fprintf(stderr, "wrote %s\n", out_path.c_str());
+    std::fprintf(io.err, "wrote %s\n", out_path.c_str());
     return 0;
 }
 
@@ -182,14 +182,14 @@ int cmd_tag(RunStore& store, const std::string& run, const std::vector<std::stri
     return 0;
 }
 
-int cmd_list(RunStore& store)
+int cmd_list(RunStore& store, const CliStreams& io)
 {
     std::vector<std::vector<std::string>> rows = {
         {"id", "name", "status", "steps", "recipe", "final val", "tokens/s", "created", "tags"}};
     for (const auto& r : store.list_run_summaries())
         rows.push_back({std::to_string(r.id), r.name, std::string(run_status_name(r.status)), std::to_string(r.steps_done), r.recipe,
                         fmt_recorded_loss(r.final_val_loss, r.final_val_step >= 0), fmt_rate(r.median_tokens_per_s), r.created_at, join_tags(r.tags)});
-    print_table(rows, {true, false, false, true, false, true, true, false, false});
+    print_table(rows, {true, false, false, true, false, true, true, false, false}, "", io.out);
     return 0;
 }
 

@@ -80,9 +80,11 @@ json run_json(const RunInfo& r, const std::vector<std::string>& tags)
 
 ApiAnswer list_runs(const ApiContext& context)
 {
-    auto store = context.stores->acquire();
-    json runs = json::array();
-    for (const auto& r : store->list_runs()) runs.push_back(run_json(r, store->tags(r.id)));
+    const json runs = context.stores->read([](RunStore& store) {
+        json runs = json::array();
+        for (const auto& r : store.list_runs()) runs.push_back(run_json(r, store.tags(r.id)));
+        return runs;
+    });
     // row_encodings: what `rows?encoding=` takes; a client of an older server sees none and
     // asks in JSON.
     json answer = {{"protocol", 1},
@@ -262,19 +264,22 @@ ApiAnswer run_rows(const ApiContext& context, int64_t run_id, const std::multima
     }
     const int64_t wait_ms = get("wait_ms", 0, kMaxWaitMs, 0);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+    struct Read {
+        std::optional<json> page; // none: no such run
+        bool has_news = false;
+    };
     for (;;) {
         // Leased anew each time round: a connection that cannot see the writer is replaced.
-        auto store = context.stores->acquire();
-        json page;
-        {
-            RunStore::ReadSnapshot snapshot(*store);
-            const auto run = find_run(*store, run_id);
-            if (!run) return api_error(404, "no run " + std::to_string(run_id) + " in this store");
-            bool has_news = false;
-            page = rows_page(*store, *run, marks, has_news);
-            const bool stopping = context.stopping && context.stopping->load();
-            if (has_news || stopping || std::chrono::steady_clock::now() + kPollInterval > deadline) return ok(page);
-        }
+        const Read read = context.stores->read([&](RunStore& store) {
+            RunStore::ReadSnapshot snapshot(store);
+            Read r;
+            if (const auto run = find_run(store, run_id)) r.page = rows_page(store, *run, marks, r.has_news);
+            return r;
+        });
+        if (!read.page) return api_error(404, "no run " + std::to_string(run_id) + " in this store");
+        const bool stopping = context.stopping && context.stopping->load();
+        if (read.has_news || stopping || std::chrono::steady_clock::now() + kPollInterval > deadline)
+            return ok(*read.page);
         std::this_thread::sleep_for(kPollInterval);
     }
 }

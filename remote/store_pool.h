@@ -11,8 +11,10 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "consistent_read.h"
 #include "run_store.h"
 
 namespace mantissa {
@@ -46,6 +48,24 @@ public:
     };
 
     Lease acquire();
+
+    // `read(RunStore&)` on a lent connection, and again on a fresh one while a writer that
+    // started or ended meanwhile outdated the view it read (consistent_read.h). `read` may run
+    // more than once. Throws StoreError.
+    template <class Read>
+    auto read(Read&& read) -> decltype(read(std::declval<RunStore&>()))
+    {
+        for (int attempt = 1;; ++attempt) {
+            Lease lease = acquire(); // an outdated connection given back is not lent again
+            try {
+                auto result = read(*lease);
+                if (!lease->snapshot_outdated()) return result;
+            } catch (const StoreError&) {
+                if (!lease->snapshot_outdated()) throw;
+            }
+            if (attempt == kConsistentReadTries) throw store_kept_changing(path_);
+        }
+    }
 
 private:
     void give_back(Entry entry);

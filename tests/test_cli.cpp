@@ -176,17 +176,26 @@ private slots:
         QVERIFY(missing.err.contains("no run 'nosuchrun'"));
     }
 
-    // A table sent to standard output that cannot be written (a full disk behind `> m.csv`)
-    // fails, as a failed --out does: a cut table must not read as a whole one.
-    void exportToAStandardOutputThatCannotBeWrittenFails()
+    // Output sent to a standard output that cannot be written (a full disk behind `> m.csv`)
+    // fails, as a failed --out does: a cut table or listing must not read as a whole one.
+    void aStandardOutputThatCannotBeWrittenFails_data()
     {
+        QTest::addColumn<QStringList>("args");
+        QTest::newRow("export") << QStringList{"export", "first", "--format", "csv"};
+        QTest::newRow("list") << QStringList{"list"};
+        QTest::newRow("show") << QStringList{"show", "first"};
+    }
+
+    void aStandardOutputThatCannotBeWrittenFails()
+    {
+        QFETCH(QStringList, args);
         QProcess p;
         p.setStandardOutputFile(QStringLiteral("/dev/full"));
-        p.start(MANTISSA_TRAIN_EXE, {"export", "first", "--format", "csv", "--db", db_});
+        p.start(MANTISSA_TRAIN_EXE, args + QStringList{"--db", db_});
         QVERIFY(p.waitForFinished(60000));
         QCOMPARE(p.exitCode(), 2);
         QVERIFY2(QString::fromUtf8(p.readAllStandardError())
-                     .startsWith("error: cannot write the table to standard output: No space left on device"),
+                     .startsWith("error: cannot write to standard output: No space left on device"),
                  "the refusal names the cause");
     }
 

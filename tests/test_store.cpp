@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "checkpoint_file.h"
+#include "consistent_read.h"
 #include "event_helpers.h"
 #include "private_mounts.h"
 #include "durable_file.h"
@@ -188,6 +189,70 @@ private slots:
         QCOMPARE(third.list_runs().size(), size_t(3));
         QCOMPARE(first.list_runs().size(), size_t(3));
         QCOMPARE(first.scalars(id).size(), size_t(1));
+    }
+
+    // A read-only connection reads a store with no WAL as immutable, without locks. Another
+    // process's writer that starts during the read and checkpoints into the file can hand it
+    // pages of two versions, or "malformed": such a read is made again on a fresh connection,
+    // and a read that nothing overlapped is made once.
+    void aReadThatAWriterOverlappedIsReadAgain()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("runs.sqlite").toStdString();
+        {
+            RunStore store(path);
+            store.finish_run(store.create_run("a", "p.json", "{}"), RunStatus::Finished);
+        }
+        auto store = RunStore::open_read_only(path);
+        const auto names = [](RunStore& s) {
+            std::vector<std::string> out;
+            for (const auto& r : s.list_runs()) out.push_back(r.name);
+            return out;
+        };
+        int reads = 0;
+        QString failed;
+        const auto overlapped = read_consistently(store, [&](RunStore& s) {
+            if (++reads == 1) failed = run_writer_process(path); // in the middle of the read
+            return names(s);
+        });
+        QVERIFY2(failed.isEmpty(), qPrintable(failed));
+        QCOMPARE(reads, 2);
+        QCOMPARE(overlapped, (std::vector<std::string>{"a", "from another process"}));
+        reads = 0;
+        QCOMPARE(read_consistently(store, [&](RunStore& s) { return ++reads, names(s); }).size(), size_t(2));
+        QCOMPARE(reads, 1);
+
+        // A torn view's error is read again; a current view's is the store's own.
+        reads = 0;
+        QCOMPARE(read_consistently(store,
+                                   [&](RunStore& s) {
+                                       if (++reads == 1) {
+                                           failed = run_writer_process(path);
+                                           throw StoreError("database disk image is malformed");
+                                       }
+                                       return names(s);
+                                   })
+                     .size(),
+                 size_t(3));
+        QCOMPARE(reads, 2);
+        reads = 0;
+        QVERIFY_THROWS_EXCEPTION(StoreError, read_consistently(store, [&](RunStore&) -> int {
+            ++reads;
+            throw StoreError("the store's own");
+        }));
+        QCOMPARE(reads, 1);
+
+        // A store that changes under every read is reported after three.
+        reads = 0;
+        try {
+            read_consistently(store, [&](RunStore& s) { return failed = run_writer_process(path), ++reads, names(s); });
+            QFAIL("a read of a store that kept changing returned");
+        } catch (const StoreError& e) {
+            QCOMPARE(QString(e.what()), QString("run store '%1' changed under 3 reads in a row (a writer started or "
+                                                "ended each time): try again")
+                                            .arg(QString::fromStdString(path)));
+        }
+        QCOMPARE(reads, 3);
     }
 
     // A diverged run's NaN loss is stored as NULL (SQLite has no NaN); every reader must give

@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// What a reading command (list, show, export, compare) prints, held in memory until its read
+// of the store is known to be whole: read_consistently may read again, and a view that a
+// writer tore must never reach the terminal or a redirected file.
+
+#include <cstdio>
+#include <functional>
+#include <string>
+
+namespace mantissa {
+
+class RunStore;
+
+// Where a command writes: its output and its messages.
+struct CliStreams {
+    std::FILE* out = stdout;
+    std::FILE* err = stderr;
+};
+
+class HeldOutput {
+public:
+    HeldOutput(); // throws std::bad_alloc where no memory stream can be made
+    ~HeldOutput();
+    HeldOutput(const HeldOutput&) = delete;
+    HeldOutput& operator=(const HeldOutput&) = delete;
+
+    CliStreams streams() const { return {out_.file, err_.file}; }
+    void clear(); // drops what was written so far
+    // Writes the messages to stderr, then the output to stdout. False where stdout could not
+    // take it all (a full disk behind `> m.csv`), with errno set: a cut table must not read as
+    // a whole one.
+    bool release();
+
+private:
+    struct MemoryStream {
+        std::FILE* file = nullptr;
+        char* data = nullptr;
+        size_t size = 0;
+    };
+    static void open(MemoryStream& s);
+    static void close(MemoryStream& s);
+    MemoryStream out_, err_;
+};
+
+// Opens the store read-only and runs `command` on it with held streams, again where a writer
+// outdated the view meanwhile (consistent_read.h); then prints what the last run printed.
+// Returns the command's exit code, or 2 where stdout could not take the output.
+int run_reading_command(const std::string& db_path, const std::function<int(RunStore&, const CliStreams&)>& command);
+
+} // namespace mantissa
