@@ -772,26 +772,34 @@ private slots:
     {
         const QString db = path("switched-remotely.sqlite");
         ServingProcess run;
-        QVERIFY2(run.start({"run", project_, "--db", db, "--set", "training.steps=1000000", "--serve", "127.0.0.1:0",
-                            "--allow-control"}),
+        QVERIFY2(run.start({"run", project_, "--db", db, "--set", "training.steps=1000000", "--set",
+                            "precision.fp8.scaling=current", "--serve", "127.0.0.1:0", "--allow-control"}),
                  qPrintable(run.output));
         MainWindow window(path("local-absent-switch.sqlite"));
         window.remoteConnector()->setReplicaDir(path("replicas-switch"));
         QVERIFY(window.connectRemote(QUrl(QString("http://127.0.0.1:%1").arg(run.port)), run.token));
         QTRY_COMPARE_WITH_TIMEOUT(window.monitorFeed()->followedRun(), int64_t(1), 30000);
         QTRY_VERIFY_WITH_TIMEOUT(window.remoteConnector()->runningRun() == 1, 30000);
-        for (QAction* a : window.monitorPage()->layerMenu(QStringLiteral("lm_head"))->actions())
-            if (a->text().startsWith(QStringLiteral("NVFP4"))) a->trigger();
-        QVERIFY2(window.lastError().isEmpty(), qPrintable(window.lastError()));
-        const auto switched = [&] {
+        const auto pick = [&](const QString& choice) {
+            for (QAction* a : window.monitorPage()->layerMenu(QStringLiteral("lm_head"))->actions())
+                if (a->text().startsWith(choice)) a->trigger();
+            QVERIFY2(window.lastError().isEmpty(), qPrintable(window.lastError()));
+        };
+        const auto switched = [&](NumberFormat forward, Fp8Scaling scaling) {
             const auto store = RunStore::open_read_only(db.toStdString());
             for (const auto& e : store->events(1))
                 if (e.event.kind == EventKind::PrecisionChanged && e.event.pattern == "lm_head" &&
-                    e.event.new_scaling == Fp8Scaling::NvFp4)
+                    e.event.new_formats && e.event.new_formats->forward == forward &&
+                    e.event.new_scaling == scaling)
                     return true;
             return false;
         };
-        QTRY_VERIFY_WITH_TIMEOUT(switched(), 60000);
+        pick(QStringLiteral("NVFP4"));
+        QTRY_VERIFY_WITH_TIMEOUT(switched(NumberFormat::E4M3, Fp8Scaling::NvFp4), 60000);
+        // BF16 takes the recipe of the run's project (current scaling, as the server stored it)
+        // back with it: nvfp4 must not stay hidden behind the 16-bit formats.
+        pick(QStringLiteral("BF16"));
+        QTRY_VERIFY_WITH_TIMEOUT(switched(NumberFormat::BF16, Fp8Scaling::Current), 60000);
         QVERIFY(window.sendRemoteCommand(QStringLiteral("stop")));
         QVERIFY(QTest::qWaitFor([&] { return run.process->state() == QProcess::NotRunning; }, 120000));
         QCOMPARE(run.process->exitCode(), 0);
@@ -1176,6 +1184,29 @@ private slots:
         }
         QVERIFY(!QFile::exists(QString::fromStdString(db + "-wal")));
         QCOMPARE(pool.acquire()->list_runs().size(), size_t(2));
+    }
+
+    // A request's read that a writer overlapped (it started, wrote and closed while the read
+    // ran on an immutable connection) is made again on a fresh connection.
+    void aPooledReadThatAWriterOverlappedIsReadAgain()
+    {
+        const std::string db = path("pool-overlapped.sqlite").toStdString();
+        const auto add_run = [&](const char* name) {
+            RunStore store(db);
+            store.finish_run(store.create_run(name, "p.json", "{}"), RunStatus::Finished);
+        };
+        add_run("a");
+        StorePool pool(db);
+        int reads = 0;
+        const size_t runs = pool.read([&](RunStore& store) {
+            if (++reads == 1) add_run("b");
+            return store.list_runs().size();
+        });
+        QCOMPARE(reads, 2);
+        QCOMPARE(runs, size_t(2));
+        reads = 0;
+        QCOMPARE(pool.read([&](RunStore& store) { return ++reads, store.list_runs().size(); }), size_t(2));
+        QCOMPARE(reads, 1);
     }
 
     // A run whose process died reads "interrupted"; resumed, it reads "running" at the next

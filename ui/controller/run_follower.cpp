@@ -176,6 +176,7 @@ void RunFollower::openRun(const RunInfo& info)
         run_.totalSteps = config.training.steps;
         run_.layers = gemm_layer_names(config.model.n_layer);
         run_.initialLayerStates = LiveLayers::from_project(config);
+        run_.precision = config.precision;
     } catch (const std::exception&) {
         // An unreadable config: no tokens axis, layers listed as the telemetry names them.
     }

@@ -30,10 +30,12 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "controller/snapshot_buffer.h"
+#include "project_config.h"
 #include "run_event.h"
 #include "run_status.h"
 #include "run_store.h"
@@ -58,6 +60,9 @@ struct FollowedRun {
     int64_t totalSteps = 0;            // training.steps of the stored config; 0 when it cannot be read
     std::vector<std::string> layers;   // GEMM layers in forward order, from the stored config
     std::vector<LayerState> initialLayerStates;
+    // The stored config's precision settings; none when it cannot be read. A layer switched to
+    // 16 or 32 bits takes its project recipe from here (MainWindow::switchLayer).
+    std::optional<PrecisionConfig> precision;
 };
 
 class RunFollower : public QObject {

@@ -40,6 +40,7 @@
 #include "common/app_icons.h"
 #include "window/run_status_widget.h"
 #include "pages/runs_page.h"
+#include "controller/run_follower.h"
 #include "controller/store_connection.h"
 #include "remote/connect_dialog.h"
 #include "remote/remote_connector.h"
@@ -508,6 +509,11 @@ bool MainWindow::sendRemoteCommand(const QString& command)
     return true;
 }
 
+QString MainWindow::projectRecipe(const PrecisionConfig& precision, const QString& layer)
+{
+    return QString::fromLatin1(fp8_scaling_name(resolve_layer_recipe(precision, layer.toStdString()).scaling));
+}
+
 bool MainWindow::switchLayer(const QString& layer, const GemmFormats& formats, const QString& scaling)
 {
     if (controller_->isRunning()) {
@@ -515,14 +521,7 @@ bool MainWindow::switchLayer(const QString& layer, const GemmFormats& formats, c
             showError(tr("A sweep's runs differ only in the swept setting: its layers are not switched"));
             return false;
         }
-        // A 16- or 32-bit choice names no recipe; the layer then takes the project's back, the one
-        // the table shows: the engine names no recipe of a layer without FP8 GEMMs, so one kept
-        // from an earlier switch would come back unseen with the next FP8 format.
-        QString recipe = scaling;
-        if (recipe.isEmpty()) {
-            const Fp8Recipe project = resolve_layer_recipe(document_->config().precision, layer.toStdString());
-            recipe = QString::fromLatin1(fp8_scaling_name(project.scaling));
-        }
+        const QString recipe = scaling.isEmpty() ? projectRecipe(document_->config().precision, layer) : scaling;
         if (!changeLayerFormats(layer, formats, recipe)) return false;
         projectPage_->precisionModel()->noteSentToEngine(layer, formats); // a table edit builds on it
         return true;
@@ -543,7 +542,11 @@ bool MainWindow::switchLayer(const QString& layer, const GemmFormats& formats, c
                        {QStringLiteral("forward"), QLatin1String(format_name(formats.forward))},
                        {QStringLiteral("dgrad"), QLatin1String(format_name(formats.dgrad))},
                        {QStringLiteral("wgrad"), QLatin1String(format_name(formats.wgrad))}};
-    if (!scaling.isEmpty()) fields.insert(QStringLiteral("scaling"), scaling);
+    // The recipe of the project the server's run was started with, as stored with the run (a
+    // run whose config cannot be read keeps the layer's recipe, as before).
+    const auto& stored = feed_->follower()->run().precision;
+    const QString recipe = scaling.isEmpty() && stored ? projectRecipe(*stored, layer) : scaling;
+    if (!recipe.isEmpty()) fields.insert(QStringLiteral("scaling"), recipe);
     mirror->sendCommand(run, QStringLiteral("layer_formats"), fields);
     return true;
 }

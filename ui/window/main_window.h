@@ -84,7 +84,10 @@ public:
     bool sendRemoteCommand(const QString& command);
     // The Monitor's layer menu: switches `layer` of the run the Monitor shows, trained here
     // (as the precision table does, but the project stays as it is) or on the connected server
-    // (its `layer_formats` command). `scaling` "" keeps the layer's recipe.
+    // (its `layer_formats` command). `scaling` "" (a 16- or 32-bit choice) gives the layer its
+    // project's recipe back: this window's project, or the one stored with the server's run.
+    // The engine names no recipe of a layer without FP8 GEMMs, so one kept from an earlier
+    // switch would come back unseen with the layer's next FP8 format.
     bool switchLayer(const QString& layer, const GemmFormats& formats, const QString& scaling);
     RemoteConnector* remoteConnector() const { return remote_; }
     // Runs ▸ Show in Monitor: the Monitor follows that run of the store the pages show (live
@@ -116,6 +119,8 @@ protected:
     void dropEvent(QDropEvent* event) override;
 
 private:
+    // The FP8 scaling recipe `precision` gives `layer` ("delayed", "nvfp4", ...).
+    static QString projectRecipe(const PrecisionConfig& precision, const QString& layer);
     // Asks before a close would stop a run or drop unsaved edits; true when the window may close.
     bool confirmClose();
     // Before another project replaces this one (Open, Open Recent, a drop): asks about unsaved
