@@ -166,11 +166,18 @@ std::string RunEvent::message() const
                    (l.recipe.empty() ? "" : l.recipe + " ") + l.backend;
         return out;
     }
-    case EventKind::PrecisionChanged:
+    case EventKind::PrecisionChanged: {
+        // What the switch did to the layers' FP8 scales (LayerGemm::set_scaling, set_formats):
+        // a new recipe starts them afresh; new formats alone keep each delayed-scaling history
+        // whose cast keeps its format, and restart the others.
+        const bool new_recipe = new_scaling && old_scaling && *new_scaling != *old_scaling;
         return pattern + " -> " + (new_formats ? new_formats->describe() : std::string("?")) +
                (new_scaling ? std::string(" with ") + fp8_scaling_name(*new_scaling) + " scaling" : std::string()) +
                " (" + join(layers) + ")" + (cause == ChangeCause::Watcher ? " by watcher " + watcher : "") +
-               (cause == ChangeCause::Resume ? " again, as the interrupted run did" : "") + "; FP8 scale history restarted";
+               (cause == ChangeCause::Resume ? " again, as the interrupted run did" : "") +
+               (new_recipe ? "; FP8 scales start afresh under the new recipe"
+                           : "; delayed-scaling histories restart where a cast's format changed");
+    }
     case EventKind::LossScaleBackoff:
         return "scale " + format_scale(old_scale) + " -> " + format_scale(new_scale) + "; non-finite gradients in " +
                join(layers);

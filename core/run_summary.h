@@ -28,7 +28,11 @@ struct RunSummaryRow {
     std::string preset;       // "fp32", "bf16", "fp8-hybrid", ...
     std::string fp8_scaling;  // "delayed", ... (as configured, even when no GEMM is FP8)
     int64_t layer_overrides = 0; // entries in precision.layers
-    std::string recipe;       // "fp8-hybrid (delayed) + 2 overrides", see describe_recipe
+    std::string recipe;       // "fp8-hybrid (delayed) + 2 overrides, 1 live switch": describe_recipe,
+                              // then describe_live_switches
+    // Precision changes made while the run trained (the user's, a watcher's): the recipe
+    // above is the one it started with.
+    int64_t live_switches = 0;
 
     // From the stored metrics. NaN / -1 where the run has none.
     int64_t steps_done = 0;          // last step with a train loss
@@ -47,7 +51,8 @@ struct RunSummaryRow {
 
     // The figure to compare runs by: the CUDA allocator's peak on a GPU, else RSS.
     int64_t peak_memory_bytes() const { return peak_cuda_bytes >= 0 ? peak_cuda_bytes : peak_resident_bytes; }
-    bool is_fp32() const { return preset == "fp32" && layer_overrides == 0; }
+    // An FP32 reference for comparisons: not one switched to another format while it trained.
+    bool is_fp32() const { return preset == "fp32" && layer_overrides == 0 && live_switches == 0; }
 };
 
 // "fp32", "bf16 + 1 override", "fp8-hybrid (delayed) + 2 overrides": the FP8 scaling
@@ -60,6 +65,13 @@ inline std::string describe_recipe(const std::string& preset, const std::string&
     if (layer_overrides > 0)
         out += " + " + std::to_string(layer_overrides) + (layer_overrides == 1 ? " override" : " overrides");
     return out;
+}
+
+// What follows the recipe of a run switched while it trained: ", 2 live switches"; "" for none.
+inline std::string describe_live_switches(int64_t live_switches)
+{
+    if (live_switches <= 0) return {};
+    return ", " + std::to_string(live_switches) + (live_switches == 1 ? " live switch" : " live switches");
 }
 
 } // namespace mantissa

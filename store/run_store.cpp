@@ -1414,6 +1414,22 @@ std::vector<RunSummaryRow> RunStore::list_run_summaries(const RunFilter& filter)
         while (s.step())
             if (const auto it = index.find(s.int64(0)); it != index.end()) rows[it->second].tags.push_back(s.text(1));
     }
+    {
+        // The precision changes made while a run trained, each once: a resume's replay of one
+        // (cause "resume") is the same change made again. Read typed, as events() reads them.
+        const bool typed = schema_ >= 4;
+        Statement s(db_, typed ? "SELECT run_id, step, message, fields FROM events WHERE kind='precision_changed'"
+                               : "SELECT run_id, step, message FROM events WHERE kind='precision_changed'");
+        while (s.step()) {
+            const auto it = index.find(s.int64(0));
+            if (it == index.end()) continue;
+            const RunEvent e = typed ? event_from_stored(s.int64(1), "precision_changed", s.text(3), s.text(2))
+                                     : legacy_event(s.int64(1), "precision_changed", s.text(2));
+            if (e.cause != ChangeCause::Resume) ++rows[it->second].live_switches;
+        }
+        for (auto& row : rows)
+            if (!row.recipe.empty()) row.recipe += describe_live_switches(row.live_switches);
+    }
     return rows;
 }
 

@@ -248,6 +248,15 @@ private slots:
             {"match": "lm_head", "forward": "e4m3"}], "fp8": {"scaling": "delayed"}}})");
         store.append_scalar(c, 3, "val/loss", 1.5);
         store.append_scalar(c, 5, "val/loss", std::nan("")); // SQLite keeps NaN as NULL
+        // Switched while it trained: by the user and by a watcher. A resume's replay of the user's
+        // switch is the same change made again, and counts once.
+        for (const auto cause : {ChangeCause::User, ChangeCause::Watcher, ChangeCause::Resume}) {
+            RunEvent change = text_event(2, "precision_changed", "");
+            change.pattern = "lm_head";
+            change.new_formats = GemmFormats::all(NumberFormat::BF16);
+            change.cause = cause;
+            store.append_event(c, change);
+        }
         store.finish_run(c, RunStatus::Failed);
 
         const auto rows = store.list_run_summaries();
@@ -261,6 +270,9 @@ private slots:
         QCOMPARE(ra.tags, (std::vector<std::string>{"a", "b"}));
         QCOMPARE(ra.recipe, std::string("fp32"));
         QVERIFY(ra.is_fp32());
+        RunSummaryRow switched = ra;
+        switched.live_switches = 1;
+        QVERIFY(!switched.is_fp32()); // an FP32 run switched while it trained is no FP32 reference
         QCOMPARE(ra.steps_done, int64_t(10));
         QCOMPARE(ra.final_train_loss, 1.5);
         QCOMPARE(ra.final_val_loss, 2.5);
@@ -290,7 +302,10 @@ private slots:
         QCOMPARE(rb.tags, (std::vector<std::string>{"b"}));
 
         const RunSummaryRow& rc = rows[2];
-        QCOMPARE(rc.recipe, std::string("bf16 (delayed) + 1 override")); // an FP8 override names the scaling
+        // An FP8 override names the scaling; the switches say that the run left its recipe.
+        QCOMPARE(rc.recipe, std::string("bf16 (delayed) + 1 override, 2 live switches"));
+        QCOMPARE(rc.live_switches, int64_t(2));
+        QCOMPARE(ra.live_switches, int64_t(0));
         QCOMPARE(rc.steps_done, int64_t(0));
         QVERIFY(std::isnan(rc.final_train_loss));
         QVERIFY(std::isnan(rc.final_val_loss)); // the last evaluation was NaN

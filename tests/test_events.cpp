@@ -5,6 +5,8 @@
 
 #include <QtTest>
 
+#include <algorithm>
+
 #include <QDir>
 #include <QTemporaryDir>
 
@@ -181,7 +183,13 @@ private slots:
         QCOMPARE(message_of(EventKind::LossScaleGrowth), std::string("scale 32768 -> 65536"));
         QCOMPARE(message_of(EventKind::PrecisionChanged),
                  std::string("blocks.1.mlp.* -> bf16/bf16/bf16 (blocks.1.mlp.fc1, blocks.1.mlp.fc2) by watcher "
-                             "nonfinite; FP8 scale history restarted"));
+                             "nonfinite; delayed-scaling histories restart where a cast's format changed"));
+        const auto recipe_switch = std::find_if(all.begin(), all.end(), [](const RunEvent& e) {
+            return e.kind == EventKind::PrecisionChanged && e.new_scaling;
+        });
+        QVERIFY(recipe_switch != all.end());
+        QCOMPARE(recipe_switch->message(), std::string("lm_head -> e4m3/e5m2/e5m2 with nvfp4 scaling (lm_head); FP8 "
+                                                       "scales start afresh under the new recipe"));
         QCOMPARE(message_of(EventKind::Alert), std::string("blocks.0.mlp.fc2: 7.5% of values flush to zero in e5m2"));
         QCOMPARE(message_of(EventKind::WatchAction), std::string("nonfinite: switched blocks.1.attn.proj to bf16"));
         QCOMPARE(message_of(EventKind::MemoryEstimate), std::string("master weights 4 KiB; total 3072 MiB"));
@@ -285,6 +293,7 @@ private slots:
                  std::string("scale 65536 -> 32768; non-finite gradients in blocks.1.mlp.fc1, lm_head"));
         // Tags of the v3 run survive the upgrade.
         QCOMPARE(store.tags(1), std::vector<std::string>{"baseline"});
+        QCOMPARE(store.list_run_summaries()[0].live_switches, int64_t(1)); // the change above
     }
 
     // A version-3 store on a read-only share cannot be upgraded: its events still read typed,
@@ -307,6 +316,7 @@ private slots:
             QCOMPARE(backoff->new_scale, 32768.0);
             QCOMPARE(backoff->layers, (std::vector<std::string>{"blocks.1.mlp.fc1", "lm_head"}));
             QVERIFY(store->checkpoints(1).empty());
+            QCOMPARE(store->list_run_summaries()[0].live_switches, int64_t(1)); // from the text
         }
         QFile after(QString::fromStdString(db));
         QVERIFY(after.open(QIODevice::ReadOnly));
