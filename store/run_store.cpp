@@ -1755,8 +1755,15 @@ void RunStore::put_mirrored_rows(int64_t run_id, const std::vector<ScalarRow>& s
     exec(db_, "PRAGMA foreign_keys=OFF");
     try {
         exec(db_, "BEGIN IMMEDIATE"); // inside: a BEGIN that fails (busy, full disk) turns them on again too
-        Statement run(db_, "SELECT 1 FROM runs WHERE id=?");
-        if (!run.bind(1, run_id).step()) throw StoreError("run " + std::to_string(run_id) + " is not in the replica");
+        {
+            // Done before the COMMIT: a statement still on a row keeps this connection's read
+            // transaction open past it, and SQLite's automatic checkpoint, which runs on the
+            // committing connection, then gives up. A desktop following a busy run never
+            // checkpointed its replica: the WAL grew by megabytes a second, without end.
+            Statement run(db_, "SELECT 1 FROM runs WHERE id=?");
+            if (!run.bind(1, run_id).step())
+                throw StoreError("run " + std::to_string(run_id) + " is not in the replica");
+        }
         // A resume dropped the steps after its checkpoint from the source before it trained
         // them again (discard_steps_after): the replica drops them too. The page's rows are
         // all of the source's state since, so they go in after. A source written by an older

@@ -255,6 +255,35 @@ private slots:
         QCOMPARE(reads, 3);
     }
 
+    // A replica that takes page after page (a desktop following a busy run) checkpoints its
+    // WAL as it goes: its rows reach the file, and the WAL stays bounded. A statement left on
+    // a row at the page's COMMIT once kept SQLite's automatic checkpoint from ever running.
+    void aReplicaCheckpointsAsItTakesPages()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("replica.sqlite").toStdString();
+        RunStore replica(path);
+        RunInfo run;
+        run.id = 1;
+        run.name = "mirrored";
+        run.status = RunStatus::Running;
+        replica.put_mirrored_run(run, {});
+        const auto before = std::filesystem::file_size(path);
+        int64_t step = 0;
+        for (int page = 0; page < 40; ++page) {
+            std::vector<ScalarRow> rows;
+            for (int i = 0; i < 2000; ++i, ++step)
+                for (const char* tag : {"train/loss", "grad_norm", "step_time_ms"}) rows.push_back({step, tag, 0.5});
+            replica.put_mirrored_rows(1, rows, {});
+        }
+        // ~7 MB of rows went through the WAL; SQLite checkpoints every 1000 pages (~4 MB).
+        QVERIFY2(std::filesystem::file_size(path) > before + (2 << 20),
+                 qPrintable(QString("the file stayed at %1 bytes, the WAL reached %2")
+                                .arg(std::filesystem::file_size(path))
+                                .arg(std::filesystem::file_size(path + "-wal"))));
+        QCOMPARE(replica.row_counts(1).scalars, step * 3);
+    }
+
     // A diverged run's NaN loss is stored as NULL (SQLite has no NaN); every reader must give
     // NaN back, not 0.0, or `show` and the TensorBoard export report a diverged run as perfect.
     void nanScalarsReadBackAsNan()
