@@ -61,8 +61,14 @@ int cmd_show(RunStore& store, const std::string& run, const CliStreams& io)
     if (last_train) std::fprintf(io.out, "last train loss: %.4f\n", *last_train);
     if (last_val) std::fprintf(io.out, "last val loss: %.4f (step %lld)\n", *last_val, static_cast<long long>(val_step));
     std::fprintf(io.out, "events:\n");
-    for (const auto& e : store.events(info->id))
-        std::fprintf(io.out, "  step %6lld  %-12s  %s\n", static_cast<long long>(e.step), e.kind.c_str(), e.message.c_str());
+    for (const auto& e : store.events(info->id)) {
+        // One line per event: a sample's text keeps its line breaks as the Monitor's log shows them.
+        std::string message = e.message;
+        for (size_t at = 0; (at = message.find('\n', at)) != std::string::npos; at += 5)
+            message.replace(at, 1, " \u21b5 ");
+        std::fprintf(io.out, "  step %6lld  %-12s  %s\n", static_cast<long long>(e.step), e.kind.c_str(),
+                     message.c_str());
+    }
     std::fprintf(io.out, "config:\n%s\n", info->config_json.c_str());
     return 0;
 }

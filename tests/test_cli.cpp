@@ -171,6 +171,17 @@ private slots:
         QVERIFY(lines[1].startsWith("0,,"));   // step 0 has only the initial evaluation
         QVERIFY(lines[16].startsWith("15,"));
 
+        // One line per event: a sample's line breaks show as the Monitor's log shows them.
+        const QString db = dir_.filePath("show-sample.sqlite");
+        QVERIFY(QFile::copy(db_, db));
+        {
+            RunStore store(db.toStdString(), OpenMode::ReadWrite);
+            store.append_event(store.find_run("first")->id, text_event(15, "sample", "12+30=42\n7+8=15\n"));
+        }
+        const auto sample = run_cli({"show", "first", "--db", db});
+        const QString line = QString::fromUtf8("  step     15  sample        12+30=42 \u21b5 7+8=15 \u21b5 \n");
+        QVERIFY2(sample.out.contains(line), qPrintable(sample.out));
+
         const auto missing = run_cli({"show", "nosuchrun", "--db", db_});
         QCOMPARE(missing.exit_code, 2);
         QVERIFY(missing.err.contains("no run 'nosuchrun'"));
