@@ -554,6 +554,10 @@ void RunStore::open_writable()
     try {
         exec(db_, "PRAGMA journal_mode=WAL");
         exec(db_, "PRAGMA synchronous=NORMAL"); // WAL + NORMAL: durable across process crashes
+        // A WAL is reused from its start after a checkpoint but keeps its largest size while any
+        // connection is open (the window keeps one): one big transaction (deleting a long run,
+        // an upgrade) left 70 MB of it for good. Past this it is cut back when it restarts.
+        exec(db_, "PRAGMA journal_size_limit=16777216");
         exec(db_, "PRAGMA foreign_keys=ON");
         if (blank || schema_ < kSchemaVersion) {
             exec(db_, "BEGIN IMMEDIATE");
@@ -1418,8 +1422,11 @@ std::vector<RunSummaryRow> RunStore::list_run_summaries(const RunFilter& filter)
         // The precision changes made while a run trained, each once: a resume's replay of one
         // (cause "resume") is the same change made again. Read typed, as events() reads them.
         const bool typed = schema_ >= 4;
-        Statement s(db_, typed ? "SELECT run_id, step, message, fields FROM events WHERE kind='precision_changed'"
-                               : "SELECT run_id, step, message FROM events WHERE kind='precision_changed'");
+        // The listed runs' events only, each run's through events_by_run.
+        Statement s(db_, ("SELECT e.run_id, e.step, e.message" + std::string(typed ? ", e.fields" : "") +
+                          " FROM runs r CROSS JOIN events e ON e.run_id = r.id AND e.kind = 'precision_changed'" + where)
+                             .c_str());
+        bind_filter(s);
         while (s.step()) {
             const auto it = index.find(s.int64(0));
             if (it == index.end()) continue;

@@ -284,6 +284,28 @@ private slots:
         QCOMPARE(replica.row_counts(1).scalars, step * 3);
     }
 
+    // One big transaction (a long run deleted, a replica's first page of a long run) leaves a
+    // big WAL: it is cut back to 16 MiB once the WAL restarts, not kept while the store is open.
+    void aBigTransactionsWalIsCutBack()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("runs.sqlite").toStdString();
+        RunStore replica(path);
+        RunInfo run;
+        run.id = 1;
+        run.status = RunStatus::Running;
+        replica.put_mirrored_run(run, {});
+        std::vector<ScalarRow> rows;
+        for (int64_t step = 0; step < 400000; ++step)
+            for (const char* tag : {"train/loss", "grad_norm", "step_time_ms"}) rows.push_back({step, tag, 0.5});
+        replica.put_mirrored_rows(1, rows, {});
+        const auto big = std::filesystem::file_size(path + "-wal");
+        QVERIFY2(big > (24u << 20), qPrintable(QString("the WAL reached only %1 bytes").arg(big)));
+        for (int64_t step = 400000; step < 400010; ++step) replica.put_mirrored_rows(1, {{step, "train/loss", 0.5}}, {});
+        QVERIFY2(std::filesystem::file_size(path + "-wal") <= (16u << 20),
+                 qPrintable(QString("the WAL kept %1 bytes").arg(std::filesystem::file_size(path + "-wal"))));
+    }
+
     // A diverged run's NaN loss is stored as NULL (SQLite has no NaN); every reader must give
     // NaN back, not 0.0, or `show` and the TensorBoard export report a diverged run as perfect.
     void nanScalarsReadBackAsNan()
