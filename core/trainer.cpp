@@ -362,13 +362,11 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
         // arrives while this runs is too: the check and the pop are one).
         bool go_on = s.apply_commands(sink, deliver_now);
         // The last boundary: a command from now on would never be applied, and is refused. One
-        // that came while the others were applied is applied too. (Data parallel: every rank
-        // takes part in each apply_commands, so rank 0 closes after its one round; a command
-        // in that instant is accepted and not applied.)
+        // that came while the others were applied is applied too, in another round (data
+        // parallel: every rank runs that round, as rank 0 tells them).
         if (go_on && step + 1 == cfg.training.steps) {
-            if (s.dp) s.commands.close();
-            else
-                while (go_on && !s.commands.close_if_empty()) go_on = s.apply_commands(sink, deliver_now);
+            const auto closed = [&] { return s.dp ? s.dp_close_commands_if_empty() : s.commands.close_if_empty(); };
+            while (go_on && !closed()) go_on = s.apply_commands(sink, deliver_now);
         }
         if (!go_on) {
             summary.stopped_early = true;

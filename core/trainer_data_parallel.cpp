@@ -226,6 +226,15 @@ void Trainer::Impl::dp_apply_pending_switches(TelemetrySink& sink)
     for (const auto& c : decode_commands(dp->impl().control_broadcast_bytes(mine))) apply_layer_formats(c, sink);
 }
 
+bool Trainer::Impl::dp_close_commands_if_empty()
+{
+    // What a Resume left behind it in the last broadcast goes first (the same on every rank).
+    if (!dp_synced_commands.empty()) return false;
+    // "" (closed, the usual answer) costs one collective, the length's.
+    const std::string mine = is_rank0() && !commands.close_if_empty() ? "open" : std::string();
+    return dp->impl().control_broadcast_bytes(mine).empty();
+}
+
 void Trainer::Impl::dp_gather_times(double step_ms, double allreduce_ms, int overlapped_buckets, StepMetrics& metrics)
 {
     if (!dp) return;

@@ -130,6 +130,10 @@ struct Trainer::Impl {
     // evaluation and checkpoint hold them, as a single process's do (it switches at once).
     std::vector<Command> pending_switches;
     void dp_apply_pending_switches(TelemetrySink& sink);
+    // The last boundary: rank 0 closes its command queue only when it is empty, in one step
+    // with the check, and every rank learns from its broadcast whether it did. False: a
+    // command came while the last round was applied, and every rank runs another round.
+    bool dp_close_commands_if_empty();
     // Every rank's step and allreduce times, as scalars for rank 0's sink.
     void dp_gather_times(double step_ms, double allreduce_ms, int overlapped_buckets, StepMetrics& metrics);
     // telemetry.reduce_ranks: the allreduces a telemetry step's buffer is combined with.
