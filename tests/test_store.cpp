@@ -16,6 +16,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <thread>
 
@@ -65,6 +66,27 @@ QString run_writer_process(const std::string& store)
     if (!writer.waitForFinished(60000)) return QStringLiteral("the writer did not finish");
     if (writer.exitCode() != 0) return QString::fromUtf8(writer.readAllStandardError());
     return {};
+}
+
+// A replica store at `path` holding run 1, as a mirror makes it before the run's first page.
+std::unique_ptr<RunStore> replica_with_one_run(const std::string& path)
+{
+    auto replica = std::make_unique<RunStore>(path);
+    RunInfo run;
+    run.id = 1;
+    run.name = "mirrored";
+    run.status = RunStatus::Running;
+    replica->put_mirrored_run(run, {});
+    return replica;
+}
+
+// Steps [from, to) of three metrics: a page of a run's rows.
+std::vector<ScalarRow> three_metrics(int64_t from, int64_t to)
+{
+    std::vector<ScalarRow> rows;
+    for (int64_t step = from; step < to; ++step)
+        for (const char* tag : {"train/loss", "grad_norm", "step_time_ms"}) rows.push_back({step, tag, 0.5});
+    return rows;
 }
 
 QByteArray file_hash(const QString& path)
@@ -262,26 +284,17 @@ private slots:
     {
         QTemporaryDir dir;
         const std::string path = dir.filePath("replica.sqlite").toStdString();
-        RunStore replica(path);
-        RunInfo run;
-        run.id = 1;
-        run.name = "mirrored";
-        run.status = RunStatus::Running;
-        replica.put_mirrored_run(run, {});
+        const auto replica = replica_with_one_run(path);
         const auto before = std::filesystem::file_size(path);
-        int64_t step = 0;
-        for (int page = 0; page < 40; ++page) {
-            std::vector<ScalarRow> rows;
-            for (int i = 0; i < 2000; ++i, ++step)
-                for (const char* tag : {"train/loss", "grad_norm", "step_time_ms"}) rows.push_back({step, tag, 0.5});
-            replica.put_mirrored_rows(1, rows, {});
-        }
+        constexpr int64_t kStepsPerPage = 2000, kPages = 40;
+        for (int64_t page = 0; page < kPages; ++page)
+            replica->put_mirrored_rows(1, three_metrics(page * kStepsPerPage, (page + 1) * kStepsPerPage), {});
         // ~7 MB of rows went through the WAL; SQLite checkpoints every 1000 pages (~4 MB).
         QVERIFY2(std::filesystem::file_size(path) > before + (2 << 20),
                  qPrintable(QString("the file stayed at %1 bytes, the WAL reached %2")
                                 .arg(std::filesystem::file_size(path))
                                 .arg(std::filesystem::file_size(path + "-wal"))));
-        QCOMPARE(replica.row_counts(1).scalars, step * 3);
+        QCOMPARE(replica->row_counts(1).scalars, kPages * kStepsPerPage * 3);
     }
 
     // One big transaction (a long run deleted, a replica's first page of a long run) leaves a
@@ -290,18 +303,12 @@ private slots:
     {
         QTemporaryDir dir;
         const std::string path = dir.filePath("runs.sqlite").toStdString();
-        RunStore replica(path);
-        RunInfo run;
-        run.id = 1;
-        run.status = RunStatus::Running;
-        replica.put_mirrored_run(run, {});
-        std::vector<ScalarRow> rows;
-        for (int64_t step = 0; step < 400000; ++step)
-            for (const char* tag : {"train/loss", "grad_norm", "step_time_ms"}) rows.push_back({step, tag, 0.5});
-        replica.put_mirrored_rows(1, rows, {});
+        const auto replica = replica_with_one_run(path);
+        replica->put_mirrored_rows(1, three_metrics(0, 400000), {});
         const auto big = std::filesystem::file_size(path + "-wal");
         QVERIFY2(big > (24u << 20), qPrintable(QString("the WAL reached only %1 bytes").arg(big)));
-        for (int64_t step = 400000; step < 400010; ++step) replica.put_mirrored_rows(1, {{step, "train/loss", 0.5}}, {});
+        for (int64_t step = 400000; step < 400010; ++step)
+            replica->put_mirrored_rows(1, three_metrics(step, step + 1), {});
         QVERIFY2(std::filesystem::file_size(path + "-wal") <= (16u << 20),
                  qPrintable(QString("the WAL kept %1 bytes").arg(std::filesystem::file_size(path + "-wal"))));
     }
