@@ -1280,6 +1280,15 @@ void TestProjectEditor::scalingShowsTheRunsRecipe()
     const QModelIndex forward = scaling.siblingAtColumn(PrecisionTableModel::ForwardColumn);
     QCOMPARE(forward.data(Qt::ToolTipRole).toString(),
              QStringLiteral("e4m3 (from the preset); under nvfp4 the GEMM runs E2M1"));
+    QCOMPARE(forward.data().toString(), QStringLiteral("e2m1"));
+    QCOMPARE(forward.data(Qt::EditRole).toString(), QStringLiteral("e4m3")); // what the editor starts from
+    // Back to delayed scaling in the engine: the cell reads the FP8 format again.
+    change.step = 6;
+    change.new_scaling = Fp8Scaling::Delayed;
+    change.layer_states = {{layer, *change.new_formats, "delayed", ""}};
+    QVERIFY(live.apply(change));
+    table.liveLayersChanged();
+    QCOMPARE(forward.data().toString(), QStringLiteral("e4m3"));
 }
 
 void TestProjectEditor::runningLocksSettingsOnly()

@@ -253,9 +253,16 @@ QVariant PrecisionTableModel::data(const QModelIndex& index, int role) const
             if (live->switched_at >= 0) text += QStringLiteral(" \u00b7 ") + QString::fromStdString(live->last_switch());
             return text;
         }
-        default:
+        default: {
             // Editing starts from the project's value: an edit changes the project (and the run).
-            return QString::fromLatin1(format_name(pick(role == Qt::EditRole ? row.formats : shown, *gemm)));
+            if (role == Qt::EditRole) return QString::fromLatin1(format_name(pick(row.formats, *gemm)));
+            // An FP4 recipe casts the table's FP8 formats ("low precision") to E2M1 elements:
+            // the cell says what the GEMM runs; its tooltip and editor keep the stored format.
+            const NumberFormat f = pick(shown, *gemm);
+            const bool fp4 = format_info(f).is_fp8 && (shownRecipe == fp8_scaling_name(Fp8Scaling::NvFp4) ||
+                                                       shownRecipe == fp8_scaling_name(Fp8Scaling::MxFp4));
+            return QString::fromLatin1(format_name(fp4 ? NumberFormat::E2M1 : f));
+        }
         }
     case Qt::UserRole:
         if (column == ParametersColumn) return QVariant::fromValue<qint64>(row.parameters);
