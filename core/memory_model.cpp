@@ -30,12 +30,27 @@ int64_t bytes_per_element(NumberFormat f)
     return 4;
 }
 
-// The weight copy a GEMM reads: none for FP32 (it reads the master), else the format plus,
-// for FP8, one FP32 scale.
-int64_t weight_copy_bytes(int64_t elements, NumberFormat f)
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The weight copy a GEMM reads, `rows` x `cols` (the scales run along the rows): none for
+// FP32 (it reads the master); 2 B a value for BF16/FP16; for FP8, 1 B a value and the
+// recipe's scales. The FP4 recipes take an FP8 format as E2M1: half a byte a value, and an
+// E4M3 scale per 16 values and an FP32 per tensor (nvfp4) or an E8M0 per 32 (mxfp4).
+int64_t weight_copy_bytes(int64_t rows, int64_t cols, NumberFormat f, Fp8Scaling scaling)
 {
     if (f == NumberFormat::FP32 || f == NumberFormat::TF32) return 0;
-    return elements * bytes_per_element(f) + (format_info(f).is_fp8 ? 4 : 0);
+    const int64_t elements = rows * cols;
+    if (!format_info(f).is_fp8) return elements * bytes_per_element(f);
+    switch (scaling) {
+    case Fp8Scaling::Delayed:
+    case Fp8Scaling::Current: return elements + 4;
+    case Fp8Scaling::PerRow: return elements + 4 * rows;
+    case Fp8Scaling::Block32: return elements + rows * ceil_div(cols, 32);                    // E8M0 per 32
+    case Fp8Scaling::Block128: return elements + 4 * ceil_div(rows, 128) * ceil_div(cols, 128); // a weight's tiles
+    case Fp8Scaling::NvFp4: return ceil_div(elements, 2) + rows * ceil_div(cols, 16) + 4;
+    case Fp8Scaling::MxFp4: return ceil_div(elements, 2) + rows * ceil_div(cols, 32);
+    }
+    return elements + 4;
 }
 
 // Whether a block's attention runs the fused kernel (gpt_model.cpp), which keeps q, k, v, its
@@ -73,20 +88,25 @@ MemoryBreakdown estimate_memory(const ProjectConfig& config, int64_t vocab_size,
     out.optimizer_state_bytes = 8 * out.parameters;
 
     // The forward GEMM's copy, and where the dgrad GEMM runs in FP8 a second one: the weight
-    // laid out transposed (the native executor caches codes and codes_t per step).
-    const auto copies = [&](int64_t elements, const std::string& layer) {
+    // laid out transposed (the native executor caches codes and codes_t per step), its scales
+    // along the other side. A weight `out_features` x `in_features`.
+    const auto copies = [&](int64_t out_features, int64_t in_features, const std::string& layer) {
         const GemmFormats f = resolve_layer_formats(config.precision, layer, L);
-        return weight_copy_bytes(elements, f.forward) + (format_info(f.dgrad).is_fp8 ? elements + 4 : 0);
+        const Fp8Scaling scaling = resolve_layer_recipe(config.precision, layer).scaling;
+        const int64_t transposed = format_info(f.dgrad).is_fp8
+                                       ? weight_copy_bytes(in_features, out_features, NumberFormat::E4M3, scaling)
+                                       : 0;
+        return weight_copy_bytes(out_features, in_features, f.forward, scaling) + transposed;
     };
-    out.low_precision_weights_bytes = copies(V * C, "lm_head");
+    out.low_precision_weights_bytes = copies(V, C, "lm_head");
     // Activations per block, after Korthikanti et al. 2022 (34 s b h + 5 a s^2 b bytes with
     // 16-bit activations), split by what is saved so each part takes its own format.
     const int64_t sbh = T * B * C;
     const bool dropout = m.dropout > 0.0;
     for (int64_t i = 0; i < L; ++i) {
         const std::string p = "blocks." + std::to_string(i);
-        out.low_precision_weights_bytes += copies(3 * C * C, p + ".attn.qkv") + copies(C * C, p + ".attn.proj") +
-                                           copies(4 * C * C, p + ".mlp.fc1") + copies(4 * C * C, p + ".mlp.fc2");
+        out.low_precision_weights_bytes += copies(3 * C, C, p + ".attn.qkv") + copies(C, C, p + ".attn.proj") +
+                                           copies(4 * C, C, p + ".mlp.fc1") + copies(C, 4 * C, p + ".mlp.fc2");
         // The CPU emulator keeps every saved tensor in FP32 (it rounds values, not dtypes).
         const auto saved = [&](NumberFormat f) { return cpu_emulator ? int64_t(4) : bytes_per_element(f); };
         // Non-GEMM tensors (GELU input) are in the block's activation dtype: 4 B when its GEMMs

@@ -1566,6 +1566,31 @@ private slots:
         QCOMPARE(fp8.activations_by_layer[1].second, int64_t(480));
         QCOMPARE(fp8.total_bytes(), fp8.master_weights_bytes + fp8.low_precision_weights_bytes + fp8.gradients_bytes +
                                         fp8.optimizer_state_bytes + fp8.activations_bytes);
+        // Each recipe's own scales, the forward copy's along the weight's rows (out features), the
+        // transposed copy's along its columns. Weights: lm_head 10x8, qkv 24x8, proj 8x8, fc1 32x8,
+        // fc2 8x32.
+        const auto copies_under = [&](Fp8Scaling scaling) {
+            c.precision.fp8.scaling = scaling;
+            return estimate_memory(c, 10).low_precision_weights_bytes;
+        };
+        // nvfp4: E2M1 at half a byte, an E4M3 scale per 16 and an FP32 per tensor. Forward
+        // 40+10+4 + 96+24+4 + 32+8+4 + 128+32+4 + 128+16+4 = 534; transposed 40+8+4 + 96+16+4 +
+        // 32+8+4 + 128+16+4 + 128+32+4 = 524.
+        QCOMPARE(copies_under(Fp8Scaling::NvFp4), int64_t(534 + 524));
+        // mxfp4: an E8M0 per 32, no tensor scale: 50+120+40+160+136 = 506; 48+104+40+136+160 = 488.
+        QCOMPARE(copies_under(Fp8Scaling::MxFp4), int64_t(506 + 488));
+        // mxfp8: 1 B and an E8M0 per 32: 90+216+72+288+264 = 930; 88+200+72+264+288 = 912.
+        QCOMPARE(copies_under(Fp8Scaling::Block32), int64_t(930 + 912));
+        // rowwise: an FP32 per row: 120+288+96+384+288 = 1176; 112+224+96+288+384 = 1104.
+        QCOMPARE(copies_under(Fp8Scaling::PerRow), int64_t(1176 + 1104));
+        // fp8-block: an FP32 per 128x128 tile, one tile each here: as delayed.
+        QCOMPARE(copies_under(Fp8Scaling::Block128), int64_t(2 * 868));
+        // 256 wide, tiles: lm_head 10x256 1x2, qkv 768x256 6x2, proj 2x2, fc1 1024x256 8x2, fc2
+        // 2x8: 788992 values and 4 x (2+12+4+16+16) = 200 B of scales, the same transposed.
+        c.model.n_embd = 256;
+        QCOMPARE(copies_under(Fp8Scaling::Block128), int64_t(2 * (788992 + 200)));
+        c.model.n_embd = 8;
+        c.precision.fp8.scaling = Fp8Scaling::Delayed;
 
         // BF16 on the emulator writes the scores out, in FP32: ln1 256 + qkv in 2*64 + q,k,v 2*192
         // + softmax 4*(2*4*4*2) + proj in 128 + ln2 256 + fc1 in 128 + gelu 2*256 + fc2 in 2*256
