@@ -92,8 +92,8 @@ int cmd_compare(RunStore& store, const std::vector<std::string>& run_args, doubl
     line("tags", [](const RunSummaryRow& r) { return join_tags(r.tags); });
     print_table(rows, {}, "  ", io.out);
 
-    std::fprintf(io.out, "\ntrain/loss divergence vs run %lld (tolerance %g, %s):\n", static_cast<long long>(runs[0].id),
-                tolerance, relative ? "relative" : "absolute");
+    std::fprintf(io.out, "\ntrain/loss divergence vs run %lld (tolerance %g, %s):\n",
+                 static_cast<long long>(runs[0].id), tolerance, relative ? "relative" : "absolute");
     const Series first = store.series(runs[0].id, "train/loss");
     for (size_t i = 1; i < runs.size(); ++i) {
         const Series other = store.series(runs[i].id, "train/loss");
@@ -112,14 +112,14 @@ int cmd_compare(RunStore& store, const std::vector<std::string>& run_args, doubl
             const auto at =
                 std::find_if(aligned.begin(), aligned.end(), [&](const AlignedPoint& p) { return p.step == *step; });
             std::fprintf(io.out, "  run %lld: diverges at step %lld (%s vs %s)%s\n", static_cast<long long>(runs[i].id),
-                        static_cast<long long>(*step), fmt_recorded_loss(at->a, true).c_str(),
-                        fmt_recorded_loss(at->b, true).c_str(), by_step.c_str());
+                         static_cast<long long>(*step), fmt_recorded_loss(at->a, true).c_str(),
+                         fmt_recorded_loss(at->b, true).c_str(), by_step.c_str());
         } else if (common == 0)
             std::fprintf(io.out, "  run %lld: no train/loss step in common to compare\n",
-                        static_cast<long long>(runs[i].id));
+                         static_cast<long long>(runs[i].id));
         else
-            std::fprintf(io.out, "  run %lld: within tolerance over %zu common steps%s\n", static_cast<long long>(runs[i].id),
-                        common, by_step.c_str());
+            std::fprintf(io.out, "  run %lld: within tolerance over %zu common steps%s\n",
+                         static_cast<long long>(runs[i].id), common, by_step.c_str());
     }
     return 0;
 }

@@ -49,8 +49,9 @@ int cmd_show(RunStore& store, const std::string& run, const CliStreams& io)
     auto info = find_or_complain(store, run, RunUse::Read, io.err);
     if (!info) return 2;
     std::fprintf(io.out, "run %lld '%s'\nstatus: %s\nproject: %s\ncreated: %s\nfinished: %s\nsteps: %lld\n",
-                static_cast<long long>(info->id), info->name.c_str(), std::string(run_status_name(info->status)).c_str(), info->project_path.c_str(),
-                info->created_at.c_str(), info->finished_at.c_str(), static_cast<long long>(info->last_step));
+                 static_cast<long long>(info->id), info->name.c_str(), std::string(run_status_name(info->status)).c_str(),
+                 info->project_path.c_str(), info->created_at.c_str(), info->finished_at.c_str(),
+                 static_cast<long long>(info->last_step));
     // A diverged run's last loss is NaN, and says so ("nan").
     std::optional<double> last_train, last_val;
     int64_t val_step = -1;
@@ -59,7 +60,8 @@ int cmd_show(RunStore& store, const std::string& run, const CliStreams& io)
         if (s.tag == "val/loss") { last_val = s.value; val_step = s.step; }
     }
     if (last_train) std::fprintf(io.out, "last train loss: %.4f\n", *last_train);
-    if (last_val) std::fprintf(io.out, "last val loss: %.4f (step %lld)\n", *last_val, static_cast<long long>(val_step));
+    if (last_val)
+        std::fprintf(io.out, "last val loss: %.4f (step %lld)\n", *last_val, static_cast<long long>(val_step));
     std::fprintf(io.out, "events:\n");
     for (const auto& e : store.events(info->id)) {
         // One line per event: a sample's text keeps its line breaks as the Monitor's log shows them.
@@ -132,8 +134,8 @@ int cmd_export(RunStore& store, const std::string& run, const std::string& forma
             const auto w = RunSession::export_weights(store, *info, out_path, [&io](const RunEvent& e) {
                 std::fprintf(io.err, "warning: %s\n", e.message().c_str()); // shown, never recorded
             });
-            std::fprintf(io.out, "run %lld '%s' at step %lld from %s\n", static_cast<long long>(info->id), info->name.c_str(),
-                        static_cast<long long>(w.step), w.checkpoint.c_str());
+            std::fprintf(io.out, "run %lld '%s' at step %lld from %s\n", static_cast<long long>(info->id),
+                         info->name.c_str(), static_cast<long long>(w.step), w.checkpoint.c_str());
         } catch (const CheckpointUnusable& e) {
             std::fprintf(io.err, "error: %s\n", e.what());
             return 3;

@@ -1424,7 +1424,8 @@ std::vector<RunSummaryRow> RunStore::list_run_summaries(const RunFilter& filter)
         const bool typed = schema_ >= 4;
         // The listed runs' events only, each run's through events_by_run.
         Statement s(db_, ("SELECT e.run_id, e.step, e.message" + std::string(typed ? ", e.fields" : "") +
-                          " FROM runs r CROSS JOIN events e ON e.run_id = r.id AND e.kind = 'precision_changed'" + where)
+                          " FROM runs r CROSS JOIN events e ON e.run_id = r.id AND e.kind = 'precision_changed'" +
+                          where)
                              .c_str());
         bind_filter(s);
         while (s.step()) {
