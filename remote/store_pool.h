@@ -57,12 +57,7 @@ public:
     {
         for (int attempt = 1;; ++attempt) {
             Lease lease = acquire(); // an outdated connection given back is not lent again
-            try {
-                auto result = read(*lease);
-                if (!lease->snapshot_outdated()) return result;
-            } catch (const StoreError&) {
-                if (!lease->snapshot_outdated()) throw;
-            }
+            if (auto result = read_once_consistently(*lease, read)) return std::move(*result);
             if (attempt == kConsistentReadTries) throw store_kept_changing(path_);
         }
     }

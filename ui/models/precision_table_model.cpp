@@ -7,10 +7,18 @@
 #include <QLocale>
 #include <QPalette>
 
+#include <optional>
+
 #include "models/project_document.h"
 
 namespace mantissa {
 namespace {
+
+// nvfp4 and mxfp4 take any FP8 format of the table as "low precision": the GEMM runs E2M1.
+bool runs_e2m1(NumberFormat format, std::optional<Fp8Scaling> scaling)
+{
+    return format_info(format).is_fp8 && (scaling == Fp8Scaling::NvFp4 || scaling == Fp8Scaling::MxFp4);
+}
 
 // Light enough to read the default text on, in light and dark themes alike (the text is
 // forced dark on tinted cells).
@@ -256,11 +264,9 @@ QVariant PrecisionTableModel::data(const QModelIndex& index, int role) const
         default: {
             // Editing starts from the project's value: an edit changes the project (and the run).
             if (role == Qt::EditRole) return QString::fromLatin1(format_name(pick(row.formats, *gemm)));
-            // An FP4 recipe casts the table's FP8 formats ("low precision") to E2M1 elements:
-            // the cell says what the GEMM runs; its tooltip and editor keep the stored format.
+            // The cell says what the GEMM runs; its tooltip and editor keep the stored format.
             const NumberFormat f = pick(shown, *gemm);
-            const bool fp4 = format_info(f).is_fp8 && (shownRecipe == fp8_scaling_name(Fp8Scaling::NvFp4) ||
-                                                       shownRecipe == fp8_scaling_name(Fp8Scaling::MxFp4));
+            const bool fp4 = runs_e2m1(f, parse_fp8_scaling(shownRecipe));
             return QString::fromLatin1(format_name(fp4 ? NumberFormat::E2M1 : f));
         }
         }
@@ -340,11 +346,9 @@ QVariant PrecisionTableModel::data(const QModelIndex& index, int role) const
                          QString::fromLatin1(format_name(pick(row.formats, *gemm))));
             const NumberFormat f = pick(row.formats, *gemm);
             const NumberFormat preset = pick(row.presetFormats, *gemm);
-            // An FP4 recipe takes any FP8 format of the table as "low precision": E2M1 elements.
-            const bool fp4 = format_info(f).is_fp8 &&
-                             (row.scaling == Fp8Scaling::NvFp4 || row.scaling == Fp8Scaling::MxFp4);
+            const QString recipe = QLatin1String(fp8_scaling_name(row.scaling));
             const QString elements =
-                fp4 ? tr("; under %1 the GEMM runs E2M1").arg(QLatin1String(fp8_scaling_name(row.scaling))) : QString();
+                runs_e2m1(f, row.scaling) ? tr("; under %1 the GEMM runs E2M1").arg(recipe) : QString();
             if (f == preset) return tr("%1 (from the preset)%2").arg(QString::fromLatin1(format_name(f)), elements);
             return tr("%1 (the preset says %2)%3")
                 .arg(QString::fromLatin1(format_name(f)), QString::fromLatin1(format_name(preset)), elements);
