@@ -26,13 +26,6 @@
 
 namespace mantissa {
 
-// Weights quantized in square tiles (fp8-block's 128x128, nvfp4's 16x16): W and W^T then hold
-// the same values, so one cast serves the forward (along K) and dgrad (along N) GEMMs.
-inline bool square_weight_tiles(const Fp8Recipe& r)
-{
-    return r.scaling == Fp8Scaling::Block128 || (r.scaling == Fp8Scaling::NvFp4 && r.nvfp4_weight_2d);
-}
-
 // What a GEMM operand is, as far as the block recipes care: weights get 2-D tiles (and no
 // Hadamard transform), gradients get stochastic rounding under nvfp4.
 enum class TensorRole { Activation, Weight, Gradient };

@@ -12,11 +12,6 @@
 
 namespace mantissa {
 
-NumberFormat saved_operand_format(NumberFormat gemm_format)
-{
-    return format_info(gemm_format).is_fp8 ? NumberFormat::E4M3 : gemm_format;
-}
-
 namespace {
 
 c10::ScalarType fp8_dtype(NumberFormat f) { return f == NumberFormat::E4M3 ? torch::kFloat8_e4m3fn : torch::kFloat8_e5m2; }
@@ -340,8 +335,7 @@ torch::Tensor LayerGemm::quantized_weight(const torch::Tensor& weight, NumberFor
     // step, as TE does with is_first_microbatch.
     const int64_t version = static_cast<int64_t>(weight._version());
     if (!training_) return round_operand(weight.detach(), format, OperandRole::Weight, k_dim, scale);
-    // Per-row and 1-D block casts depend on K; per-tensor casts and square tiles do not.
-    const bool layout_free = !format_info(format).is_fp8 || per_tensor_scaling(recipe_) || square_weight_tiles(recipe_);
+    const bool layout_free = weight_cast_serves_both_layouts(format, recipe_);
     for (const auto& c : weight_casts_)
         if (c.weight.defined() && c.version == version && c.data == weight.data_ptr() && c.format == format &&
             (c.k_dim == k_dim || layout_free)) {

@@ -27,10 +27,6 @@ inline constexpr std::array<OperandRole, 3> kOperandRoles = {OperandRole::Input,
 // The FP8 formats a role's delayed-scaling state is kept for, one state each.
 inline constexpr std::array<NumberFormat, 2> kFp8Formats = {NumberFormat::E4M3, NumberFormat::E5M2};
 
-// In an FP8 backward GEMM the saved operand (weight or input) is E4M3 (E5M2 x E5M2 does not
-// exist on Hopper); in every other format both operands share the GEMM's format.
-NumberFormat saved_operand_format(NumberFormat gemm_format);
-
 // Whether at::_scaled_mm runs on this CUDA device (probed once, sm_89 and newer).
 bool native_fp8_available();
 

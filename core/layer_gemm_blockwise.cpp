@@ -128,13 +128,9 @@ bool LayerGemm::blockwise_codes_enabled() { return codes_enabled(); }
 
 bool LayerGemm::blockwise_codes_eligible(const torch::Tensor& x2, const torch::Tensor& weight) const
 {
-    const auto e4m3 = NumberFormat::E4M3;
-    if (!blockwise_codes_enabled() || recipe_.scaling != Fp8Scaling::Block128 || recipe_.outlier_rms_multiple != 0.0 ||
-        formats_.forward != e4m3 || formats_.dgrad != e4m3 || formats_.wgrad != e4m3 || x2.dim() != 2 ||
-        weight.dim() != 2)
+    if (!blockwise_codes_enabled() || x2.dim() != 2 || weight.dim() != 2 ||
+        !blockwise_codes_fit(formats_, recipe_, x2.size(0), x2.size(1), weight.size(0)))
         return false;
-    const auto blocks = [](int64_t d) { return d % 128 == 0 && d >= 256; };
-    if (!blocks(x2.size(0)) || !blocks(x2.size(1)) || !blocks(weight.size(0))) return false;
     return !x2.is_cuda() || blockwise_fp8_available();
 }
 

@@ -210,12 +210,7 @@ bool LayerGemm::takes_native_linear() const
 {
     // Each GEMM in a format the native executor multiplies as itself: FP32, 16-bit, or FP8
     // under per-tensor or per-row scales without the outlier split.
-    const bool fp8_native = (per_tensor_scaling(recipe_) || recipe_.scaling == Fp8Scaling::PerRow) &&
-                            recipe_.outlier_rms_multiple == 0.0;
-    const auto runs_natively = [&](NumberFormat g) {
-        return g == NumberFormat::FP32 || is_16bit(g) || (is_fp8(g) && fp8_native);
-    };
-    return runs_natively(formats_.forward) && runs_natively(formats_.dgrad) && runs_natively(formats_.wgrad);
+    return runs_native_linear(formats_, recipe_);
 }
 
 bool LayerGemm::casts_from_gelu_input(const torch::Tensor& u) const

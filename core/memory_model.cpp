@@ -32,10 +32,11 @@ int64_t bytes_per_element(NumberFormat f)
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The weight copy a GEMM reads, `rows` x `cols` (the scales run along the rows): none for
-// FP32 (it reads the master); 2 B a value for BF16/FP16; for FP8, 1 B a value and the
-// recipe's scales. The FP4 recipes take an FP8 format as E2M1: half a byte a value, and an
-// E4M3 scale per 16 values and an FP32 per tensor (nvfp4) or an E8M0 per 32 (mxfp4).
+// The weight copy a GEMM reads, `rows` x `cols` (the scales run along the rows), as the native
+// executor keeps it: none for FP32 (it reads the master); 2 B a value for BF16/FP16; for FP8,
+// 1 B a value and the recipe's scales. The FP4 recipes take an FP8 format as E2M1: half a byte
+// a value, and an E4M3 scale per 16 values and an FP32 per tensor (nvfp4) or an E8M0 per 32
+// (mxfp4); only a Blackwell GPU's FP4 GEMM would keep them so (linear_route).
 int64_t weight_copy_bytes(int64_t rows, int64_t cols, NumberFormat f, Fp8Scaling scaling)
 {
     if (f == NumberFormat::FP32 || f == NumberFormat::TF32) return 0;
@@ -51,6 +52,43 @@ int64_t weight_copy_bytes(int64_t rows, int64_t cols, NumberFormat f, Fp8Scaling
     case Fp8Scaling::MxFp4: return ceil_div(elements, 2) + rows * ceil_div(cols, 32);
     }
     return elements + 4;
+}
+
+// The casts of one weight the emulator caches for a step (LayerGemm::quantized_weight), each
+// in FP32 values: the forward GEMM's, and the dgrad GEMM's where that one needs another.
+int64_t emulated_weight_casts(const GemmFormats& f, const Fp8Recipe& recipe)
+{
+    const NumberFormat dgrad = saved_operand_format(f.dgrad);
+    const bool shared = dgrad == f.forward && weight_cast_serves_both_layouts(dgrad, recipe);
+    return (f.forward != NumberFormat::FP32 ? 1 : 0) + (dgrad != NumberFormat::FP32 && !shared ? 1 : 0);
+}
+
+// What a linear keeps of its (rows, in_features) input for the backward, as each route's
+// forward saves it (layer_gemm.cpp, layer_gemm_native.cpp, layer_gemm_blockwise.cpp).
+// `arrives`: the input's own width, 4 B after a LayerNorm; `gpu`: a GPU's native executor.
+int64_t saved_input_bytes(LinearRoute route, const GemmFormats& f, const Fp8Recipe& recipe, int64_t rows,
+                          int64_t in_features, int64_t arrives, bool gpu)
+{
+    const int64_t values = rows * in_features;
+    switch (route) {
+    case LinearRoute::Fp32: return 4 * values;       // ATen's linear keeps its FP32 input
+    case LinearRoute::Autocast16: return 2 * values; // the 16-bit cast
+    case LinearRoute::Native:
+        // TE keeps the FP8 input (transposed) for the wgrad GEMM when that GEMM takes it; per-row
+        // scales run along K, which the wgrad GEMM does not contract, so that input stays as it came.
+        if (format_info(f.forward).is_fp8)
+            return (f.forward == saved_operand_format(f.wgrad) && recipe.scaling != Fp8Scaling::PerRow ? 1 : arrives) *
+                   values;
+        return (f.wgrad == f.forward ? bytes_per_element(f.forward) : arrives) * values;
+    case LinearRoute::BlockwiseCodes: return values + 4 * ceil_div(rows, 128) * in_features; // codes, 1x128 along M
+    case LinearRoute::Emulated: {
+        // FP32 values (its cast, or the input widened), except a 16-bit input that fp8-block's
+        // GPU cast reads as it is (fp8_block_reads_as_is).
+        const bool as_is = gpu && recipe.scaling == Fp8Scaling::Block128 && recipe.outlier_rms_multiple == 0.0;
+        return (as_is ? arrives : 4) * values;
+    }
+    }
+    return 4 * values;
 }
 
 // Whether a block's attention runs the fused kernel (gpt_model.cpp), which keeps q, k, v, its
@@ -87,16 +125,36 @@ MemoryBreakdown estimate_memory(const ProjectConfig& config, int64_t vocab_size,
     out.gradients_bytes = 4 * out.parameters;
     out.optimizer_state_bytes = 8 * out.parameters;
 
-    // The forward GEMM's copy, and where the dgrad GEMM runs in FP8 a second one: the weight
-    // laid out transposed (the native executor caches codes and codes_t per step), its scales
-    // along the other side. A weight `out_features` x `in_features`.
-    const auto copies = [&](int64_t out_features, int64_t in_features, const std::string& layer) {
+    // Which executor runs the GEMMs: the native one on a GPU unless the emulator is asked for,
+    // on a CPU only when it is asked for. The emulator keeps every tensor in FP32.
+    const bool native = cpu_emulator ? config.precision.backend == GemmBackend::Native
+                                     : config.precision.backend != GemmBackend::Emulated;
+    const auto route = [&](const std::string& layer, int64_t in_features, int64_t out_features) {
+        return linear_route(resolve_layer_formats(config.precision, layer, L), resolve_layer_recipe(config.precision, layer),
+                            native, T * B, in_features, out_features);
+    };
+    // The weight copies a layer's GEMMs keep through a step, a weight `out_features` x
+    // `in_features`. The native executor's: the forward GEMM's, and where the dgrad GEMM runs
+    // in FP8 a second one laid out transposed (codes and codes_t per step), its scales along
+    // the other side. The emulator's: FP32 values, one or two casts.
+    const auto copies = [&](int64_t out_features, int64_t in_features, const std::string& layer) -> int64_t {
         const GemmFormats f = resolve_layer_formats(config.precision, layer, L);
-        const Fp8Scaling scaling = resolve_layer_recipe(config.precision, layer).scaling;
+        const Fp8Recipe recipe = resolve_layer_recipe(config.precision, layer);
+        switch (route(layer, in_features, out_features)) {
+        case LinearRoute::Fp32: return 0;
+        case LinearRoute::Emulated: return 4 * out_features * in_features * emulated_weight_casts(f, recipe);
+        default: break;
+        }
         const int64_t transposed = format_info(f.dgrad).is_fp8
-                                       ? weight_copy_bytes(in_features, out_features, NumberFormat::E4M3, scaling)
+                                       ? weight_copy_bytes(in_features, out_features, NumberFormat::E4M3, recipe.scaling)
                                        : 0;
-        return weight_copy_bytes(out_features, in_features, f.forward, scaling) + transposed;
+        return weight_copy_bytes(out_features, in_features, f.forward, recipe.scaling) + transposed;
+    };
+    // What a layer's linear keeps of its (T * B, in_features) input.
+    const auto input = [&](const std::string& layer, int64_t in_features, int64_t out_features, int64_t arrives) {
+        const Fp8Recipe recipe = resolve_layer_recipe(config.precision, layer);
+        return saved_input_bytes(route(layer, in_features, out_features), resolve_layer_formats(config.precision, layer, L),
+                                 recipe, T * B, in_features, arrives, native && !cpu_emulator);
     };
     out.low_precision_weights_bytes = copies(V, C, "lm_head");
     // Activations per block, after Korthikanti et al. 2022 (34 s b h + 5 a s^2 b bytes with
@@ -107,17 +165,17 @@ MemoryBreakdown estimate_memory(const ProjectConfig& config, int64_t vocab_size,
         const std::string p = "blocks." + std::to_string(i);
         out.low_precision_weights_bytes += copies(3 * C, C, p + ".attn.qkv") + copies(C, C, p + ".attn.proj") +
                                            copies(4 * C, C, p + ".mlp.fc1") + copies(C, 4 * C, p + ".mlp.fc2");
-        // The CPU emulator keeps every saved tensor in FP32 (it rounds values, not dtypes).
-        const auto saved = [&](NumberFormat f) { return cpu_emulator ? int64_t(4) : bytes_per_element(f); };
+        // The emulator keeps every saved tensor in FP32 (it rounds values, not dtypes).
+        const auto saved = [&](NumberFormat f) { return native ? bytes_per_element(f) : int64_t(4); };
         // Non-GEMM tensors (GELU input) are in the block's activation dtype: 4 B when its GEMMs
         // run FP32, else 2 B. The residual stream stays FP32 (an FP32 embedding plus a 16-bit
-        // branch is FP32), so the norms' inputs are 4 B.
+        // branch is FP32), so the norms' inputs and outputs are 4 B.
         const NumberFormat qkv = fmt(p + ".attn.qkv");
-        const int64_t act = cpu_emulator || qkv == NumberFormat::FP32 || qkv == NumberFormat::TF32 ? 4 : 2;
+        const int64_t act = !native || qkv == NumberFormat::FP32 || qkv == NumberFormat::TF32 ? 4 : 2;
         const int64_t sdpa = saved(fmt(p + ".attn.sdpa"));
         int64_t bytes = 0;
         bytes += 4 * sbh;                                      // ln1 input
-        bytes += saved(qkv) * sbh;                             // qkv input
+        bytes += input(p + ".attn.qkv", C, 3 * C, 4);          // qkv input (ln1's FP32 output)
         bytes += sdpa * 3 * sbh;                               // q, k, v
         if (fused_attention(config.precision, p + ".attn.sdpa", L, cpu_emulator) && !(cpu_emulator && dropout)) {
             bytes += sdpa * sbh + 4 * B * A * T;               // the kernel's output and log-sum-exp
@@ -126,11 +184,12 @@ MemoryBreakdown estimate_memory(const ProjectConfig& config, int64_t vocab_size,
             bytes += 4 * A * T * T * B;                                    // softmax output
             if (dropout) bytes += 4 * A * T * T * B + 4 * A * T * T * B;   // mask and dropped copy
         }
-        bytes += saved(fmt(p + ".attn.proj")) * sbh;           // proj input
+        const int64_t attention_out = native && sdpa < 4 ? 2 : 4; // low-precision attention hands on BF16
+        bytes += input(p + ".attn.proj", C, C, attention_out); // proj input
         bytes += 4 * sbh;                                      // ln2 input
-        bytes += saved(fmt(p + ".mlp.fc1")) * sbh;             // fc1 input
+        bytes += input(p + ".mlp.fc1", C, 4 * C, 4);           // fc1 input (ln2's FP32 output)
         bytes += act * 4 * sbh;                                // GELU input
-        bytes += saved(fmt(p + ".mlp.fc2")) * 4 * sbh;         // fc2 input
+        bytes += input(p + ".mlp.fc2", 4 * C, C, act);         // fc2 input (the GELU's output)
         if (dropout) bytes += 2 * sbh;                         // residual dropout masks (1 B)
         out.activations_by_layer.emplace_back(p, bytes);
         out.activations_bytes += bytes;
@@ -141,7 +200,7 @@ MemoryBreakdown estimate_memory(const ProjectConfig& config, int64_t vocab_size,
     const NumberFormat head = fmt("lm_head"), head_out = gemm_output_format(head);
     const bool fused_loss = !cpu_emulator && config.precision.backend != GemmBackend::Emulated &&
                             (head_out == NumberFormat::BF16 || head_out == NumberFormat::FP16);
-    const int64_t logits = 4 * sbh + (cpu_emulator ? 4 : bytes_per_element(head)) * sbh + (fused_loss ? 2 : 4) * T * B * V;
+    const int64_t logits = 4 * sbh + input("lm_head", C, V, 4) + (fused_loss ? 2 : 4) * T * B * V;
     out.activations_by_layer.emplace_back("logits", logits);
     out.activations_bytes += logits;
     return out;
@@ -242,8 +301,8 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
     if (machine.memory_bytes <= 0 && !on_gpu) return;
 
     // In double first: the sizes are the user's and their int64 products may overflow. Every
-    // term is a lower bound of estimate_memory's (FP8 activations at 1 B, no biases), so a
-    // project refused here is refused by the exact estimate too.
+    // term is a lower bound of estimate_memory's (FP8 activations at 1 B, no biases, a GPU's
+    // fused loss's 16-bit logits), so a project refused here is refused by the exact estimate too.
     const auto& m = config.model;
     const double C = static_cast<double>(m.n_embd), L = static_cast<double>(m.n_layer),
                  T = static_cast<double>(m.context_length), A = static_cast<double>(m.n_head),
@@ -253,6 +312,7 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
     const double parameters = V * C + T * C + L * 12.0 * C * C;
     const double sbh = T * B * C;
     const MemoryTarget target = gpu_run ? MemoryTarget::Gpu : MemoryTarget::CpuEmulator;
+    const double logit_bytes = gpu_run ? 2.0 : 4.0; // a GPU's fused loss keeps 16-bit logits
     // The (T, T) scores count only in the blocks whose attention writes them out.
     double unfused_blocks = 0;
     for (int64_t i = 0; i < m.n_layer; ++i)
@@ -268,7 +328,7 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
     needs.push_back({"training.batch_size",
                      "activations for training.batch_size " + std::to_string(t.batch_size) + " x model.context_length " +
                          std::to_string(m.context_length) + " tokens",
-                     L * 22.0 * sbh + unfused_blocks * 4.0 * A * T * T * B + 5.0 * sbh + 4.0 * T * B * V});
+                     L * 22.0 * sbh + unfused_blocks * 4.0 * A * T * T * B + 5.0 * sbh + logit_bytes * T * B * V});
     if (config.data.kind == DataKind::SyntheticAddition) {
         // The generated text (1 B a character), its code points (4 B) and the uint16 token ids (2 B).
         const double chars = static_cast<double>(config.data.examples) * static_cast<double>(3 * config.data.digits + 4);

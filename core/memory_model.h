@@ -15,7 +15,8 @@ namespace mantissa {
 struct MemoryBreakdown {
     int64_t parameters = 0;
     int64_t master_weights_bytes = 0;        // FP32, 4 B a parameter
-    int64_t low_precision_weights_bytes = 0; // per GEMM weight: 2 B (bf16/fp16), 1 B + 4 B scale (fp8), 0 (fp32)
+    int64_t low_precision_weights_bytes = 0; // the copies each GEMM's route keeps (linear_route): 2 B a
+                                             // value (16-bit), codes and scales (FP8), FP32 values (emulated)
     int64_t gradients_bytes = 0;             // FP32, 4 B a parameter
     int64_t optimizer_state_bytes = 0;       // Adam m and v, 8 B a parameter
     int64_t activations_bytes = 0;           // saved for backward, no recomputation
@@ -28,8 +29,10 @@ struct MemoryBreakdown {
 };
 
 // Gpu: what the recipe needs on a GPU, the native executor's dtypes and fused attention (the
-// figure shown before a run and in the memory_estimate event). CpuEmulator: a CPU run's, whose
-// emulator keeps saved tensors in FP32 and writes 16-bit attention scores out.
+// figure shown before a run and in the memory_estimate event); a recipe the native executor
+// does not multiply as itself (MX, nvfp4 and mxfp4 on Hopper, fp8-block off whole 128-blocks)
+// is billed as the emulator holds it on the GPU. CpuEmulator: a CPU run's, whose emulator
+// keeps saved tensors and weight casts in FP32 and writes 16-bit attention scores out.
 enum class MemoryTarget { Gpu, CpuEmulator };
 MemoryBreakdown estimate_memory(const ProjectConfig& config, int64_t vocab_size, MemoryTarget target = MemoryTarget::Gpu);
 

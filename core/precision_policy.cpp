@@ -16,6 +16,48 @@ bool GemmFormats::any_fp8() const
     return format_info(forward).is_fp8 || format_info(dgrad).is_fp8 || format_info(wgrad).is_fp8;
 }
 
+NumberFormat saved_operand_format(NumberFormat gemm_format)
+{
+    return format_info(gemm_format).is_fp8 ? NumberFormat::E4M3 : gemm_format;
+}
+
+bool runs_native_linear(const GemmFormats& f, const Fp8Recipe& recipe)
+{
+    // FP8 codes under per-tensor or per-row scales, without the outlier split (whose sum no
+    // FP8 GEMM can take).
+    const bool fp8_native = (per_tensor_scaling(recipe) || recipe.scaling == Fp8Scaling::PerRow) &&
+                            recipe.outlier_rms_multiple == 0.0;
+    const auto runs_natively = [&](NumberFormat g) {
+        return g == NumberFormat::FP32 || g == NumberFormat::BF16 || g == NumberFormat::FP16 ||
+               (format_info(g).is_fp8 && fp8_native);
+    };
+    return runs_natively(f.forward) && runs_natively(f.dgrad) && runs_natively(f.wgrad);
+}
+
+bool blockwise_codes_fit(const GemmFormats& f, const Fp8Recipe& recipe, int64_t rows, int64_t in_features,
+                         int64_t out_features)
+{
+    const auto e4m3 = NumberFormat::E4M3;
+    if (recipe.scaling != Fp8Scaling::Block128 || recipe.outlier_rms_multiple != 0.0 || f.forward != e4m3 ||
+        f.dgrad != e4m3 || f.wgrad != e4m3)
+        return false;
+    // Whole blocks along every side, and two of them: cuBLAS's blockwise kernels need both.
+    const auto blocks = [](int64_t d) { return d % 128 == 0 && d >= 256; };
+    return blocks(rows) && blocks(in_features) && blocks(out_features);
+}
+
+LinearRoute linear_route(const GemmFormats& f, const Fp8Recipe& recipe, bool native_executor, int64_t rows,
+                         int64_t in_features, int64_t out_features)
+{
+    if (f.all_fp32()) return LinearRoute::Fp32;
+    if (!native_executor) return LinearRoute::Emulated;
+    const bool is_16bit = f.forward == NumberFormat::BF16 || f.forward == NumberFormat::FP16;
+    if (is_16bit && f.dgrad == f.forward && f.wgrad == f.forward) return LinearRoute::Autocast16;
+    if (runs_native_linear(f, recipe)) return LinearRoute::Native;
+    if (blockwise_codes_fit(f, recipe, rows, in_features, out_features)) return LinearRoute::BlockwiseCodes;
+    return LinearRoute::Emulated;
+}
+
 std::string GemmFormats::describe() const
 {
     return std::string(format_name(forward)) + "/" + format_name(dgrad) + "/" + format_name(wgrad);

@@ -54,6 +54,42 @@ struct Fp8Recipe {
 // One scale for the whole tensor (delayed, current), as against per-row or per-block scales.
 inline bool per_tensor_scaling(const Fp8Recipe& r) { return r.scaling == Fp8Scaling::Delayed || r.scaling == Fp8Scaling::Current; }
 
+// The operand an FP8 GEMM multiplies with the gradient: E4M3 (TE's HYBRID and _scaled_mm take
+// the saved weight or input so); a 16-bit or FP32 GEMM's own format.
+NumberFormat saved_operand_format(NumberFormat gemm_format);
+
+// How LayerGemm::linear runs a layer, from its formats and recipe, and so what it keeps between
+// the forward and the backward (the memory model bills it from this). Fp32: ATen's linear.
+// Autocast16: one 16-bit format for the three GEMMs, as autocast runs it. Native: each GEMM as
+// itself (FP32, 16-bit, or FP8 codes under per-tensor or per-row scales). BlockwiseCodes:
+// fp8-block's E4M3 codes and block scales into cuBLAS's blockwise GEMM. Emulated: the
+// emulator's FP32 values (the CPU's default, and MX, block-scaled and outlier-split recipes).
+enum class LinearRoute { Fp32, Autocast16, Native, BlockwiseCodes, Emulated };
+// `native_executor`: backend native, or auto on a GPU. The GEMM is (rows, in) x (out, in)^T.
+// BlockwiseCodes also needs, at run time, a cuBLAS that has the GEMM (on a GPU) and
+// MANTISSA_FP8_BLOCK_CODES not set to 0; that is assumed here.
+LinearRoute linear_route(const GemmFormats& f, const Fp8Recipe& recipe, bool native_executor, int64_t rows,
+                         int64_t in_features, int64_t out_features);
+// The two tests linear_route makes, which LayerGemm makes on the tensors themselves.
+bool runs_native_linear(const GemmFormats& f, const Fp8Recipe& recipe);
+bool blockwise_codes_fit(const GemmFormats& f, const Fp8Recipe& recipe, int64_t rows, int64_t in_features,
+                         int64_t out_features);
+
+// Weights quantized in square tiles (fp8-block's 128x128, nvfp4's 16x16): W and W^T then hold
+// the same values, so one cast serves the forward (along K) and dgrad (along N) GEMMs.
+inline bool square_weight_tiles(const Fp8Recipe& r)
+{
+    return r.scaling == Fp8Scaling::Block128 || (r.scaling == Fp8Scaling::NvFp4 && r.nvfp4_weight_2d);
+}
+
+// Whether one weight cast in `format` serves both GEMMs that read the weight (the forward along
+// K, the dgrad along N): 16-bit casts, per-tensor scales and square tiles do; per-row and 1-D
+// block scales run along K.
+inline bool weight_cast_serves_both_layouts(NumberFormat format, const Fp8Recipe& r)
+{
+    return !format_info(format).is_fp8 || per_tensor_scaling(r) || square_weight_tiles(r);
+}
+
 // One entry of precision.layers: a glob over layer names ('*' matches any run of characters)
 // and the formats it sets; unset formats keep what the preset (or an earlier entry) chose.
 struct LayerOverride {

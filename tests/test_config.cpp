@@ -464,6 +464,19 @@ private slots:
                               "ratio: 6.0 MiB") != std::string::npos &&
                      watched.ends_with("more than the GPU's 44.0 MiB"),
                  watched.c_str());
+        // A GPU's BF16 loss keeps its 16-bit logits (2 B a logit): the quick bound must not bill
+        // them at 4 B, or a project that fits is refused. Vocabulary 50304, 4096 tokens a step: the
+        // logits alone are 412 MB at 2 B, 824 MB at 4 B; a GPU (and host) of the exact bill takes the run.
+        ProjectConfig wide_vocab = load_run_config(
+            R"({"training": {"device": "cuda", "batch_size": 16}, "precision": {"preset": "bf16"}, "telemetry": {"interval": 0},
+                "model": {"n_layer": 1, "n_embd": 64, "n_head": 2, "context_length": 256}})");
+        const int64_t vocab = 50304, wide_histories = 3 * (5 * 1 + 1) * 4 * 1024;
+        const int64_t exact_bill = estimate_memory(wide_vocab, vocab).total_bytes() + wide_histories;
+        const MachineLimits exact_gpu{exact_bill, 16, exact_bill}; // a host as small: the quick bound decides
+        QVERIFY_THROWS_NO_EXCEPTION(check_fits_machine(wide_vocab, exact_gpu, vocab));
+        MachineLimits one_short = exact_gpu;
+        --one_short.device_memory_bytes;
+        QVERIFY_THROWS_EXCEPTION(ConfigError, check_fits_machine(wide_vocab, one_short, vocab));
         // The data set stays on the host: 6.5 GiB of examples fit 64 GiB and never meet the GPU's limit.
         QCOMPARE(fit_refusal(R"({"training": {"device": "cuda"}, "data": {"examples": 100000000}})", gpu), std::string());
         QVERIFY(fit_refusal(R"({"training": {"device": "cpu"}, "data": {"examples": 100000000}})",

@@ -1566,40 +1566,60 @@ private slots:
         QCOMPARE(fp8.activations_by_layer[1].second, int64_t(480));
         QCOMPARE(fp8.total_bytes(), fp8.master_weights_bytes + fp8.low_precision_weights_bytes + fp8.gradients_bytes +
                                         fp8.optimizer_state_bytes + fp8.activations_bytes);
-        // Each recipe's own scales, the forward copy's along the weight's rows (out features), the
-        // transposed copy's along its columns. Weights: lm_head 10x8, qkv 24x8, proj 8x8, fc1 32x8,
-        // fc2 8x32.
+        // Each recipe as its route keeps it (linear_route). Weights: lm_head 10x8, qkv 24x8,
+        // proj 8x8, fc1 32x8, fc2 8x32: 848 values.
         const auto copies_under = [&](Fp8Scaling scaling) {
             c.precision.fp8.scaling = scaling;
             return estimate_memory(c, 10).low_precision_weights_bytes;
         };
-        // nvfp4: E2M1 at half a byte, an E4M3 scale per 16 and an FP32 per tensor. Forward
-        // 40+10+4 + 96+24+4 + 32+8+4 + 128+32+4 + 128+16+4 = 534; transposed 40+8+4 + 96+16+4 +
-        // 32+8+4 + 128+16+4 + 128+32+4 = 524.
-        QCOMPARE(copies_under(Fp8Scaling::NvFp4), int64_t(534 + 524));
-        // mxfp4: an E8M0 per 32, no tensor scale: 50+120+40+160+136 = 506; 48+104+40+136+160 = 488.
-        QCOMPARE(copies_under(Fp8Scaling::MxFp4), int64_t(506 + 488));
-        // mxfp8: 1 B and an E8M0 per 32: 90+216+72+288+264 = 930; 88+200+72+264+288 = 912.
-        QCOMPARE(copies_under(Fp8Scaling::Block32), int64_t(930 + 912));
-        // rowwise: an FP32 per row: 120+288+96+384+288 = 1176; 112+224+96+288+384 = 1104.
+        // rowwise runs natively: codes and an FP32 per row, the forward copy's along the weight's
+        // rows (out features), the transposed copy's along its columns: 120+288+96+384+288 = 1176;
+        // 112+224+96+288+384 = 1104.
         QCOMPARE(copies_under(Fp8Scaling::PerRow), int64_t(1176 + 1104));
-        // fp8-block: an FP32 per 128x128 tile, one tile each here: as delayed.
-        QCOMPARE(copies_under(Fp8Scaling::Block128), int64_t(2 * 868));
-        // 256 wide, tiles: lm_head 10x256 1x2, qkv 768x256 6x2, proj 2x2, fc1 1024x256 8x2, fc2
-        // 2x8: 788992 values and 4 x (2+12+4+16+16) = 200 B of scales, the same transposed.
+        // nvfp4, mxfp4 and mxfp8 are emulated on a Hopper GPU, in FP32 values: one cast where it
+        // serves both GEMMs (nvfp4's 16x16 tiles: 4 x 848), two where the blocks run along K
+        // (1x16, 1x32: 2 x 4 x 848). fp8-block off whole 128-blocks (8 tokens here) likewise: its
+        // square tiles serve both.
+        QCOMPARE(copies_under(Fp8Scaling::NvFp4), int64_t(3392));
+        QCOMPARE(copies_under(Fp8Scaling::MxFp4), int64_t(6784));
+        QCOMPARE(copies_under(Fp8Scaling::Block32), int64_t(6784));
+        QCOMPARE(copies_under(Fp8Scaling::Block128), int64_t(3392));
+        c.precision.fp8.nvfp4_weight_2d = false;
+        QCOMPARE(copies_under(Fp8Scaling::NvFp4), int64_t(6784));
+        c.precision.fp8.nvfp4_weight_2d = true;
+        // The emulator's saved inputs under a block recipe: the inputs widened to FP32 (ln1's
+        // output is FP32 already). qkv, proj and fc1 in 4*64 where delayed scaling kept 1*64 of
+        // codes, fc2 in 4*256 where it kept 256: 2048 + 3*192 + 3*256 = 3392.
+        QCOMPARE(estimate_memory(c, 10).activations_by_layer[0].second, int64_t(3392));
+
+        // fp8-block on whole blocks (E4M3 everywhere, 256 tokens, 256 wide) multiplies codes:
+        // 1 B a value and an FP32 per 128x128 tile. Tiles: qkv 768x256 6x2, proj 2x2, fc1
+        // 1024x256 8x2, fc2 2x8: 786432 values and 4 x 48 B, the same transposed; lm_head's 10
+        // rows are no whole block: one FP32 cast, 4 x 2560.
+        c.precision.preset = "fp8-e4m3";
         c.model.n_embd = 256;
-        QCOMPARE(copies_under(Fp8Scaling::Block128), int64_t(2 * (788992 + 200)));
+        c.model.context_length = 128;
+        QCOMPARE(copies_under(Fp8Scaling::Block128), int64_t(2 * (786432 + 192) + 10240));
+        // sbh = 65536. ln1 in 4 sbh + qkv in (codes sbh + an FP32 per 128 tokens, 4*2*256) + q,k,v
+        // 2*3 sbh + BF16 attention's output 2 sbh and log-sum-exp 4*2*2*128 + proj in 67584 + ln2
+        // 4 sbh + fc1 in 67584 + gelu 2*4 sbh + fc2 in (4 sbh + 4*2*1024) = 262144 + 67584 +
+        // 393216 + 131072 + 2048 + 67584 + 262144 + 67584 + 524288 + 270336 = 2048000.
+        QCOMPARE(estimate_memory(c, 10).activations_by_layer[0].second, int64_t(2048000));
         c.model.n_embd = 8;
+        c.model.context_length = 4;
+        c.precision.preset = "fp8-hybrid";
         c.precision.fp8.scaling = Fp8Scaling::Delayed;
 
-        // BF16 on the emulator writes the scores out, in FP32: ln1 256 + qkv in 2*64 + q,k,v 2*192
-        // + softmax 4*(2*4*4*2) + proj in 128 + ln2 256 + fc1 in 128 + gelu 2*256 + fc2 in 2*256
-        // = 256+128+384+256+128+256+128+512+512 = 2560
+        // BF16 on the emulator, on a GPU as on a CPU: every saved tensor in FP32, and the scores
+        // written out: ln1 256 + qkv in 4*64 + q,k,v 4*192 + softmax 4*(2*4*4*2) + proj in 256 +
+        // ln2 256 + fc1 in 256 + gelu 4*256 + fc2 in 4*256 = 4352; its weights as one FP32 cast
+        // each (4 x 848). The emulator's loss keeps log_softmax's FP32 output: ln_f 256 + lm_head
+        // in 4*64 + 320 = 832.
         c.precision.preset = "bf16";
         c.precision.backend = GemmBackend::Emulated;
-        QCOMPARE(estimate_memory(c, 10).activations_by_layer[0].second, int64_t(2560));
-        // The emulator's loss keeps log_softmax's FP32 output: ln_f 256 + lm_head in 2*64 + 320.
-        QCOMPARE(estimate_memory(c, 10).activations_by_layer[1].second, int64_t(704));
+        QCOMPARE(estimate_memory(c, 10).activations_by_layer[0].second, int64_t(4352));
+        QCOMPARE(estimate_memory(c, 10).low_precision_weights_bytes, int64_t(3392));
+        QCOMPARE(estimate_memory(c, 10).activations_by_layer[1].second, int64_t(832));
         // On a CPU the emulator keeps every saved tensor in FP32 (the FP32 block's figure, with
         // the scores written out: 4352), and the lm_head input too (832, as FP32).
         c.precision.backend = GemmBackend::Auto;
