@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <ATen/Context.h>
+#include <ATen/Version.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
@@ -81,6 +82,7 @@ EngineVersions engine_versions()
     v.cuda = cuda_version_string(hook_version([&] { return hooks.versionCUDART(); }));
     v.cudnn = cudnn_version_string(
         hook_version([&] { return hooks.compiledWithCuDNN() ? hooks.versionCuDNN() : 0L; }));
+    v.cpu_kernels = at::get_cpu_capability(); // by the CPU's instructions, or ATEN_CPU_CAPABILITY
     return v;
 }
 

@@ -15,6 +15,7 @@ struct EngineVersions {
     std::string libtorch; // "2.13.0"
     std::string cuda;     // "12.8", or "none"
     std::string cudnn;    // "9.8.0", or "none"
+    std::string cpu_kernels; // the vector instructions ATen's CPU kernels use: "AVX512", "AVX2", "DEFAULT"
 };
 EngineVersions engine_versions();
 

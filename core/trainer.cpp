@@ -302,10 +302,11 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
                      std::to_string(s.threads) + ": CPU sums split by thread may round differently, so this run "
                      "is not bit-identical to one never stopped (set training.threads=" +
                      std::to_string(s.resumed_cpu_threads) + " for that)";
-        // Another device, GPU model, executor or LibTorch adds and rounds differently.
-        if (const std::string now = s.arithmetic_text(); !s.resumed_arithmetic.empty() && s.resumed_arithmetic != now)
-            e.text += std::string(e.text.empty() ? "" : "; ") + "trained on " + s.resumed_arithmetic +
-                      ", continuing on " + now + ": not bit-identical to a run never stopped";
+        // Another device, GPU model, CPU kernels, executor or LibTorch adds and rounds differently.
+        if (const std::string note = arithmetic_change(s.resumed_arithmetic, s.arithmetic_text(true),
+                                                       s.arithmetic_text(false));
+            !note.empty())
+            e.text += std::string(e.text.empty() ? "" : "; ") + note;
         if (!s.replays.empty()) {
             std::string steps;
             for (const auto& [at, command] : s.replays) steps += (steps.empty() ? "" : ", ") + std::to_string(at);

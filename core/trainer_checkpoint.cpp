@@ -47,22 +47,36 @@ std::string Trainer::Impl::serialize_state()
     // ATen's CPU reductions split their work by thread: the count is part of a CPU run's
     // arithmetic (the resume says so when it changes). A GPU run's is not.
     if (!device.is_cuda()) archive.write("cpu_threads", torch::tensor(int64_t(threads)));
-    archive.write("arithmetic", c10::IValue(arithmetic_text()));
+    archive.write("arithmetic", c10::IValue(arithmetic_text(true)));
     std::ostringstream bytes;
     archive.save_to(bytes);
     return std::move(bytes).str();
 }
 
-std::string Trainer::Impl::arithmetic_text() const
+std::string Trainer::Impl::arithmetic_text(bool cpu_kernels) const
 {
-    std::string text = "the CPU";
+    // ATen picks its CPU kernels by the vector instructions it finds (or ATEN_CPU_CAPABILITY):
+    // its AVX2 and AVX-512 kernels sum in different orders, so a run resumed on a machine
+    // without AVX-512 rounds differently, and under nvfp4 the difference grows within steps.
+    const EngineVersions versions = engine_versions();
+    std::string text = cpu_kernels ? "the CPU (ATen's " + versions.cpu_kernels + " kernels)" : "the CPU";
     if (device.is_cuda()) {
         const GpuInfo gpu = current_gpu();
         text = (gpu.name.empty() ? std::string("a GPU") : gpu.name) + " (sm_" + std::to_string(gpu.capability.major) +
                std::to_string(gpu.capability.minor) + (config.training.deterministic ? ", deterministic" : "") + ")";
     }
     text += std::string(", the ") + (executor == GemmBackend::Native ? "native" : "emulated") + " executor";
-    return text + ", LibTorch " + engine_versions().libtorch;
+    return text + ", LibTorch " + versions.libtorch;
+}
+
+std::string arithmetic_change(const std::string& recorded, const std::string& now,
+                              const std::string& now_without_cpu_kernels)
+{
+    if (recorded.empty()) return {}; // a checkpoint from before it was kept says nothing
+    // A CPU checkpoint from before the kernels were named ("the CPU, ...") is held to what it named.
+    const std::string& compared = recorded.starts_with("the CPU,") ? now_without_cpu_kernels : now;
+    if (recorded == compared) return {};
+    return "trained on " + recorded + ", continuing on " + compared + ": not bit-identical to a run never stopped";
 }
 
 void Trainer::Impl::save_checkpoint(const std::string& path)

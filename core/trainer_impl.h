@@ -36,6 +36,7 @@
 #include "gradients.h"
 #include "loss_scaler.h"
 #include "telemetry_frame.h"
+#include "arithmetic_record.h"
 #include "trainer.h"
 #include "watchers.h"
 
@@ -68,10 +69,11 @@ struct Trainer::Impl {
     int64_t resumed_cpu_threads = 0; // the CPU threads that checkpoint's run used (0: not recorded)
     std::string resumed_arithmetic;  // that checkpoint's arithmetic_text() ("": not recorded)
     GemmBackend executor = GemmBackend::Emulated; // precision.backend as resolved for this device
-    // What decides the arithmetic beyond the project: the device (and GPU model), the executor,
-    // deterministic kernels on a GPU, LibTorch's version. A resume where it differs continues
-    // the run, but not bit for bit (the resume event says so).
-    std::string arithmetic_text() const;
+    // What decides the arithmetic beyond the project: the device (and GPU model, or ATen's CPU
+    // kernels), the executor, deterministic kernels on a GPU, LibTorch's version. A resume where
+    // it differs continues the run, but not bit for bit (the resume event says so).
+    // `cpu_kernels` false: without the CPU's kernels, as checkpoints before 2026-12-06 were.
+    std::string arithmetic_text(bool cpu_kernels) const;
     Watchers watchers;
     std::vector<std::string> layer_order; // GEMM layers in forward order, for attribution
     CommandQueue commands;

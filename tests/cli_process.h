@@ -4,6 +4,7 @@
 // would, for the tests that check its exit codes, output and the files it leaves.
 
 #include <QProcess>
+#include <QProcessEnvironment>
 #include <QString>
 #include <QStringList>
 
@@ -12,11 +13,13 @@ struct CliResult {
     QString out, err;
 };
 
-// `working_dir` empty: the test's own.
-inline CliResult run_cli(const QStringList& args, int timeout_ms = 120000, const QString& working_dir = {})
+// `working_dir` empty: the test's own. `env`: the test's own where empty.
+inline CliResult run_cli(const QStringList& args, int timeout_ms = 120000, const QString& working_dir = {},
+                         const QProcessEnvironment& env = {})
 {
     QProcess p;
     if (!working_dir.isEmpty()) p.setWorkingDirectory(working_dir);
+    if (!env.isEmpty()) p.setProcessEnvironment(env);
     p.start(MANTISSA_TRAIN_EXE, args);
     p.waitForFinished(timeout_ms);
     return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),

@@ -14,6 +14,7 @@
 #include <QTemporaryDir>
 
 #include <cmath>
+#include <regex>
 #include <csignal>
 #include <utility>
 
@@ -342,6 +343,31 @@ private slots:
         QCOMPARE(none.exit_code, 3);
         QVERIFY2(none.err.contains("empty.sqlite' does not exist (no runs stored yet)"), qPrintable(none.err));
         QVERIFY(!QFile::exists(dir_.filePath("empty.sqlite")));
+    }
+
+    // ATen picks its CPU kernels by the vector instructions it finds: AVX2 and AVX-512 kernels
+    // sum in different orders, so a run resumed where it picks others (here its portable ones,
+    // forced) is not bit-identical, and its resume event says so, naming both.
+    void aResumeOnOtherCpuKernelsSaysSo()
+    {
+        const auto first = run_cli({"run", project_, "--db", db_, "--name", "kernels", "--set", "training.steps=4"});
+        QVERIFY2(first.exit_code == 0, qPrintable(first.err + first.out));
+        QProcessEnvironment portable = QProcessEnvironment::systemEnvironment();
+        portable.insert("ATEN_CPU_CAPABILITY", "default");
+        const auto resumed = run_cli({"resume", "kernels", "--db", db_, "--set", "training.steps=6"}, 120000, {}, portable);
+        QVERIFY2(resumed.exit_code == 0, qPrintable(resumed.err + resumed.out));
+        RunStore store(db_.toStdString());
+        std::string note = "no resume event";
+        for (const auto& e : store.events(store.find_run("kernels")->id))
+            if (e.event.kind == EventKind::ResumedFromCheckpoint) note = e.event.text;
+        // ATen's AVX2 kernels need AVX2 and FMA: without them it runs its portable ones anyway.
+        QFile cpuinfo("/proc/cpuinfo");
+        const QByteArray flags = cpuinfo.open(QIODevice::ReadOnly) ? cpuinfo.readAll() : QByteArray();
+        if (!flags.contains(" avx2") || !flags.contains(" fma")) QSKIP("this CPU has no AVX2 and FMA");
+        const std::regex said("trained on the CPU \\(ATen's (AVX2|AVX512) kernels\\), the emulated executor, LibTorch "
+                              "[^,]+, continuing on the CPU \\(ATen's DEFAULT kernels\\), the emulated executor, "
+                              "LibTorch [^,]+: not bit-identical to a run never stopped(; .*)?");
+        QVERIFY2(std::regex_match(note, said), note.c_str());
     }
 
     void sigkillLeavesAResumableInterruptedRun()

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "run_capture.h"
+#include "arithmetic_record.h"
 #include "build_info.h"
 #include "trainer.h"
 
@@ -547,9 +548,32 @@ private slots:
         };
         QCOMPARE(resume_text(GemmBackend::Emulated), std::string());
         const std::string libtorch = ", LibTorch " + engine_versions().libtorch;
+        const std::string cpu = "the CPU (ATen's " + engine_versions().cpu_kernels + " kernels)";
         QCOMPARE(resume_text(GemmBackend::Native),
-                 "trained on the CPU, the emulated executor" + libtorch + ", continuing on the CPU, the native executor" +
-                     libtorch + ": not bit-identical to a run never stopped");
+                 "trained on " + cpu + ", the emulated executor" + libtorch + ", continuing on " + cpu +
+                     ", the native executor" + libtorch + ": not bit-identical to a run never stopped");
+    }
+
+    // ATen's CPU kernels are part of the record: a run resumed where ATen picks other vector
+    // instructions says so (tests/test_cli.cpp resumes one for real). A record from before they
+    // were named is held to what it named, so an old checkpoint resumed where it was made is
+    // not called different.
+    void arithmeticChangeNamesWhatDiffers()
+    {
+        const std::string avx512 = "the CPU (ATen's AVX512 kernels), the emulated executor, LibTorch 2.13.0";
+        const std::string avx2 = "the CPU (ATen's AVX2 kernels), the emulated executor, LibTorch 2.13.0";
+        const std::string unnamed = "the CPU, the emulated executor, LibTorch 2.13.0";
+        QCOMPARE(arithmetic_change(avx512, avx512, unnamed), std::string());
+        QCOMPARE(arithmetic_change(avx2, avx512, unnamed),
+                 "trained on " + avx2 + ", continuing on " + avx512 + ": not bit-identical to a run never stopped");
+        QCOMPARE(arithmetic_change(unnamed, avx512, unnamed), std::string());
+        QCOMPARE(arithmetic_change("the CPU, the native executor, LibTorch 2.13.0", avx512, unnamed),
+                 "trained on the CPU, the native executor, LibTorch 2.13.0, continuing on " + unnamed +
+                     ": not bit-identical to a run never stopped");
+        QCOMPARE(arithmetic_change("", avx512, unnamed), std::string()); // nothing recorded
+        const std::string h100 = "NVIDIA H100 80GB HBM3 (sm_90, deterministic), the native executor, LibTorch 2.11.0";
+        QCOMPARE(arithmetic_change(h100, avx512, unnamed),
+                 "trained on " + h100 + ", continuing on " + avx512 + ": not bit-identical to a run never stopped");
     }
 
     void seedChangesTheRun()
