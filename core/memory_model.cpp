@@ -130,8 +130,8 @@ MemoryBreakdown estimate_memory(const ProjectConfig& config, int64_t vocab_size,
     const bool native = cpu_emulator ? config.precision.backend == GemmBackend::Native
                                      : config.precision.backend != GemmBackend::Emulated;
     const auto route = [&](const std::string& layer, int64_t in_features, int64_t out_features) {
-        return linear_route(resolve_layer_formats(config.precision, layer, L), resolve_layer_recipe(config.precision, layer),
-                            native, T * B, in_features, out_features);
+        return linear_route(resolve_layer_formats(config.precision, layer, L),
+                            resolve_layer_recipe(config.precision, layer), native, T * B, in_features, out_features);
     };
     // The weight copies a layer's GEMMs keep through a step, a weight `out_features` x
     // `in_features`. The native executor's: the forward GEMM's, and where the dgrad GEMM runs
@@ -145,16 +145,17 @@ MemoryBreakdown estimate_memory(const ProjectConfig& config, int64_t vocab_size,
         case LinearRoute::Emulated: return 4 * out_features * in_features * emulated_weight_casts(f, recipe);
         default: break;
         }
-        const int64_t transposed = format_info(f.dgrad).is_fp8
-                                       ? weight_copy_bytes(in_features, out_features, NumberFormat::E4M3, recipe.scaling)
-                                       : 0;
-        return weight_copy_bytes(out_features, in_features, f.forward, recipe.scaling) + transposed;
+        const Fp8Scaling scaling = recipe.scaling;
+        const int64_t transposed =
+            format_info(f.dgrad).is_fp8 ? weight_copy_bytes(in_features, out_features, NumberFormat::E4M3, scaling) : 0;
+        return weight_copy_bytes(out_features, in_features, f.forward, scaling) + transposed;
     };
     // What a layer's linear keeps of its (T * B, in_features) input.
     const auto input = [&](const std::string& layer, int64_t in_features, int64_t out_features, int64_t arrives) {
         const Fp8Recipe recipe = resolve_layer_recipe(config.precision, layer);
-        return saved_input_bytes(route(layer, in_features, out_features), resolve_layer_formats(config.precision, layer, L),
-                                 recipe, T * B, in_features, arrives, native && !cpu_emulator);
+        return saved_input_bytes(route(layer, in_features, out_features),
+                                 resolve_layer_formats(config.precision, layer, L), recipe, T * B, in_features, arrives,
+                                 native && !cpu_emulator);
     };
     out.low_precision_weights_bytes = copies(V, C, "lm_head");
     // Activations per block, after Korthikanti et al. 2022 (34 s b h + 5 a s^2 b bytes with

@@ -354,7 +354,8 @@ private slots:
         QVERIFY2(first.exit_code == 0, qPrintable(first.err + first.out));
         QProcessEnvironment portable = QProcessEnvironment::systemEnvironment();
         portable.insert("ATEN_CPU_CAPABILITY", "default");
-        const auto resumed = run_cli({"resume", "kernels", "--db", db_, "--set", "training.steps=6"}, 120000, {}, portable);
+        const auto resumed =
+            run_cli({"resume", "kernels", "--db", db_, "--set", "training.steps=6"}, 120000, {}, portable);
         QVERIFY2(resumed.exit_code == 0, qPrintable(resumed.err + resumed.out));
         RunStore store(db_.toStdString());
         std::string note = "no resume event";

@@ -468,7 +468,8 @@ private slots:
         // them at 4 B, or a project that fits is refused. Vocabulary 50304, 4096 tokens a step: the
         // logits alone are 412 MB at 2 B, 824 MB at 4 B; a GPU (and host) of the exact bill takes the run.
         ProjectConfig wide_vocab = load_run_config(
-            R"({"training": {"device": "cuda", "batch_size": 16}, "precision": {"preset": "bf16"}, "telemetry": {"interval": 0},
+            R"({"training": {"device": "cuda", "batch_size": 16}, "precision": {"preset": "bf16"},
+                "telemetry": {"interval": 0},
                 "model": {"n_layer": 1, "n_embd": 64, "n_head": 2, "context_length": 256}})");
         const int64_t vocab = 50304, wide_histories = 3 * (5 * 1 + 1) * 4 * 1024;
         const int64_t exact_bill = estimate_memory(wide_vocab, vocab).total_bytes() + wide_histories;
