@@ -75,6 +75,18 @@ void Trainer::Impl::apply_layer_formats(const Command& command, TelemetrySink& s
     sink.on_event(e);
 }
 
+bool Trainer::Impl::switched_to_bf16(const std::string& layer) const
+{
+    // Several tensors of one layer (its input, weight, gradients) may alert at one step, and a
+    // layer a watcher moved to BF16 stays there: one switch, one precision_changed event.
+    const GemmFormats bf16 = GemmFormats::all(NumberFormat::BF16);
+    for (const auto& c : pending_switches)
+        if (c.layer_pattern == layer && c.formats == bf16) return true;
+    for (const auto& g : model->gemm_layers())
+        if (g->name() == layer) return g->formats() == bf16;
+    return false;
+}
+
 void Trainer::Impl::handle_alerts(const std::vector<WatchAlert>& alerts, TelemetrySink& sink)
 {
     for (const auto& a : alerts) {
@@ -94,6 +106,8 @@ void Trainer::Impl::handle_alerts(const std::vector<WatchAlert>& alerts, Telemet
             commands.push({Command::Kind::Pause, {}, {}});
             action.action = "pause";
             sink.on_event(action);
+        } else if (a.action == WatchAction::SwitchToBf16 && !a.layer.empty() && switched_to_bf16(a.layer)) {
+            continue; // another of its tensors alerted first: the layer is (or is about to be) BF16
         } else if (a.action == WatchAction::SwitchToBf16 && !a.layer.empty() && dp) {
             // Data parallel: sent from rank 0, so that every rank switches at one step boundary
             // (pending_switches).

@@ -188,6 +188,8 @@ struct Trainer::Impl {
     // frame in flight there).
     bool apply_commands(TelemetrySink& sink, const std::function<void()>& before_first = {});
     // Runs the watchers' verdicts: events, and the optional actions.
+    // Whether a watcher's switch of `layer` to BF16 has nothing left to do (done, or pending).
+    bool switched_to_bf16(const std::string& layer) const;
     void handle_alerts(const std::vector<WatchAlert>& alerts, TelemetrySink& sink);
     // A SetLayerFormats command: the change and its precision_changed event.
     void apply_layer_formats(const Command& command, TelemetrySink& sink);

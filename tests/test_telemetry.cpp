@@ -270,6 +270,42 @@ private slots:
         QVERIFY(w_now == w_later);
     }
 
+    // Without a cooldown every FP8 tensor of a layer alerts at once (input, weight, gradient): the watcher's
+    // switch to BF16 is still one precision change per layer, one watch action, and the run's
+    // live-switch count is the number of layers switched.
+    void aWatcherSwitchesALayerOnce()
+    {
+        auto config = load_project_file(MANTISSA_TEST_DATA_DIR "/golden_project.json");
+        config.training.steps = 3;
+        config.eval.interval = 0;
+        config.telemetry.interval = 1;
+        config.precision.preset = "fp8-hybrid";
+        config.telemetry.watchers.fp8_underflow_max = 0.0; // any FP8 value flushed to zero fires
+        config.telemetry.watchers.cooldown_steps = 0;      // and every tensor of a layer alerts
+        config.telemetry.watchers.actions["fp8_underflow"] = WatchAction::SwitchToBf16;
+        struct Switches : RunCapture {
+            std::map<std::string, int> alerts, changes, actions; // per layer
+            void on_event(const RunEvent& e) override
+            {
+                for (const auto& layer : e.layers) {
+                    if (e.kind == EventKind::Alert) ++alerts[layer];
+                    if (e.kind == EventKind::PrecisionChanged) ++changes[layer];
+                    if (e.kind == EventKind::WatchAction) ++actions[layer];
+                }
+            }
+        } run;
+        Trainer(config).run(run);
+        const auto most_alerts = std::max_element(run.alerts.begin(), run.alerts.end(),
+                                                  [](const auto& a, const auto& b) { return a.second < b.second; });
+        QVERIFY2(most_alerts != run.alerts.end() && most_alerts->second > 1,
+                 "no layer alerted twice: the test shows nothing");
+        QCOMPARE(run.changes.size(), run.alerts.size());
+        for (const auto& [layer, n] : run.changes) {
+            QVERIFY2(n == 1, qPrintable(QString::fromStdString(layer) + " switched " + QString::number(n) + " times"));
+            QCOMPARE(run.actions[layer], 1);
+        }
+    }
+
     void exponentHistogramIsExact()
     {
         const float inf = std::numeric_limits<float>::infinity();
