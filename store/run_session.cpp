@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <string_view>
 #include <utility>
 
 #include "checkpoint_file.h"
@@ -179,29 +180,57 @@ void replay_precision_changes(RunStore& store, int64_t run_id, Trainer& trainer)
     }
 }
 
+// How a resume event names the settings its overrides changed, read back by a later resume.
+constexpr const char* kSettingsChanged = "settings changed: ";
+
 // Records that claim() dropped the steps after the checkpoint, so that a replica of this store
 // drops them too and one of an older store (which kept them) does not.
 class ResumeRecordingSink : public StoreSink {
 public:
-    ResumeRecordingSink(RunStore& store, int64_t run_id, bool dropped, std::string config_changes)
-        : StoreSink(store, run_id), dropped_(dropped), config_changes_(std::move(config_changes))
+    ResumeRecordingSink(RunStore& store, int64_t run_id, bool dropped, std::string config_changes,
+                        std::string settings_moved_earlier)
+        : StoreSink(store, run_id), dropped_(dropped), config_changes_(std::move(config_changes)),
+          settings_moved_earlier_(std::move(settings_moved_earlier))
     {
     }
     void on_event(const RunEvent& e) override
     {
-        if (e.kind != EventKind::ResumedFromCheckpoint || (!dropped_ && config_changes_.empty()))
+        if (e.kind != EventKind::ResumedFromCheckpoint ||
+            (!dropped_ && config_changes_.empty() && settings_moved_earlier_.empty()))
             return StoreSink::on_event(e);
         RunEvent recorded = e;
         recorded.later_steps_dropped = dropped_;
-        if (!config_changes_.empty())
-            recorded.text += (recorded.text.empty() ? "" : "; ") + std::string("settings changed: ") + config_changes_;
+        const auto add = [&](const std::string& part) {
+            if (!part.empty()) recorded.text += (recorded.text.empty() ? "" : "; ") + part;
+        };
+        if (!config_changes_.empty()) add(kSettingsChanged + config_changes_);
+        add(settings_moved_earlier_);
         StoreSink::on_event(recorded);
     }
 
 private:
     bool dropped_;
     std::string config_changes_;
+    std::string settings_moved_earlier_;
 };
+
+// What a resume that loaded the checkpoint of `from_step` says of the settings that earlier
+// resumes changed after that step (RunSession::settings_moved_earlier).
+std::string settings_changed_after(RunStore& store, int64_t run_id, int64_t from_step)
+{
+    std::string out;
+    for (const auto& row : store.events(run_id)) {
+        if (row.event.kind != EventKind::ResumedFromCheckpoint || row.step <= from_step) continue;
+        const std::string& text = row.event.text;
+        const auto at = text.find(kSettingsChanged);
+        if (at == std::string::npos) continue;
+        const auto begin = at + std::string_view(kSettingsChanged).size();
+        const std::string changes = text.substr(begin, text.find("; ", begin) - begin);
+        out += (out.empty() ? "" : "; ") + std::string("the settings the resume at step ") + std::to_string(row.step) +
+               " changed (" + changes + ") apply from step " + std::to_string(from_step + 1) + " on";
+    }
+    return out;
+}
 
 } // namespace
 
@@ -318,6 +347,7 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
         if (step > session->trainer_->step() && step <= info.last_step && !std::filesystem::exists(expected, ec) && !ec)
             session->missing_checkpoints_.push_back("step " + std::to_string(step) + " ('" + expected + "')");
     }
+    session->settings_moved_earlier_ = settings_changed_after(store, info.id, session->trainer_->step());
     if (config.training.steps < session->trainer_->step())
         throw ConfigError("training.steps=" + std::to_string(config.training.steps) + " ends before step " +
                           std::to_string(session->trainer_->step()) + ", where run " + std::to_string(info.id) +
@@ -438,7 +468,8 @@ bool RunSession::on_checkpoint_written(const Trainer::CheckpointWrite& write)
 
 SessionOutcome RunSession::run(const std::vector<TelemetrySink*>& sinks)
 {
-    ResumeRecordingSink store_sink(*store_, run_id_, dropped_after_checkpoint_, config_changes_);
+    ResumeRecordingSink store_sink(*store_, run_id_, dropped_after_checkpoint_, config_changes_,
+                                   settings_moved_earlier_);
     std::vector<TelemetrySink*> all{&store_sink};
     all.insert(all.end(), sinks.begin(), sinks.end());
     FanOutSink sink(std::move(all));

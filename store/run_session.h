@@ -127,6 +127,11 @@ public:
     // committed step, whose files are gone (deleted or moved by hand): "step N ('path')" each.
     // Not damage (nothing was read), but steps the resume trains again.
     const std::vector<std::string>& missing_checkpoints() const { return missing_checkpoints_; }
+    // Settings an earlier resume changed at a later step than the checkpoint this one loaded
+    // (the newer checkpoints damaged or gone): the run's stored settings are those, so they now
+    // apply from the loaded step on. "the settings the resume at step N changed (key a -> b, ...)
+    // apply from step M on", joined by "; "; "" for none. The resume event says it too.
+    const std::string& settings_moved_earlier() const { return settings_moved_earlier_; }
 
 private:
     RunSession() = default;
@@ -141,6 +146,7 @@ private:
     bool dropped_after_checkpoint_ = false; // by claim(): the resume event says so
     std::string config_changes_;
     std::vector<std::string> missing_checkpoints_;
+    std::string settings_moved_earlier_;
     std::string resumed_config_json_; // the settings the resume trains with, when they changed
     TelemetrySink* live_sink_ = nullptr; // the fan-out while run() is in progress
     int64_t rows_lost_at_start_ = 0;      // the store's rows_lost() when run() began

@@ -3,6 +3,7 @@
 // is checksummed in the store and carries its run's identity; each store has its own folder.
 
 #include <QtTest>
+#include <QRegularExpression>
 
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -100,6 +101,7 @@ class TestSession : public QObject {
 private slots:
     void guiAndCliRunsGoThroughOneSession();
     void damagedNewestCheckpointFallsBackToThePreviousOne();
+    void aFallBackPastAResumesSettingsSaysWhereTheyNowApply();
     void rotationKeepsTheFileJustWritten();
     void aDamagedCheckpointOfTheRunIsWrittenAgain();
     void aResumeThatChangesThePresetChangesTheLayers();
@@ -212,6 +214,43 @@ void TestSession::damagedNewestCheckpointFallsBackToThePreviousOne()
     QVERIFY(!contains(event_kinds(b, 1), "checkpoint_damaged"));
     RunStore store(a);
     QCOMPARE(status_text(store.find_run("1")->status), std::string("finished"));
+}
+
+// A resume that changed settings (here at step 30) stored them as the run's. One that falls
+// back to an older checkpoint (step 20: the newer ones gone) trains steps 21-30 again under
+// them: it cannot train those steps as they were, and says so, in its event and on stderr.
+void TestSession::aFallBackPastAResumesSettingsSaysWhereTheyNowApply()
+{
+    QTemporaryDir dir;
+    const QString project = QString::fromStdString(write_project(dir)), db = dir.filePath("runs.sqlite");
+    QCOMPARE(run_cli({"run", project, "--db", db}).exit_code, 0);
+    const auto changed = run_cli({"resume", "1", "--db", db, "--set", "training.steps=40", "--set",
+                                  "optimizer.learning_rate=0.002"});
+    QVERIFY2(changed.exit_code == 0, qPrintable(changed.err + changed.out));
+    QVERIFY2(!changed.err.contains("apply from step"), qPrintable(changed.err)); // nothing was moved
+    const auto remove = [&](int step) {
+        return fs::remove(db.toStdString() + ".checkpoints/run-1/" + checkpoint_file_name(step));
+    };
+    // Back to step 30, where the settings changed: they apply from step 31 as before.
+    QVERIFY(remove(40));
+    const auto again = run_cli({"resume", "1", "--db", db});
+    QVERIFY2(again.exit_code == 0 && again.out.contains("at step 30 from"), qPrintable(again.err + again.out));
+    QVERIFY2(!again.err.contains("apply from step"), qPrintable(again.err));
+    QVERIFY(remove(30) && remove(40));
+    const auto back = run_cli({"resume", "1", "--db", db});
+    QVERIFY2(back.exit_code == 0, qPrintable(back.err + back.out));
+    QVERIFY2(back.out.contains("at step 20 from"), qPrintable(back.out));
+    const QRegularExpression said("the settings the resume at step 30 changed \\(optimizer.learning_rate [0-9.e-]+ -> "
+                                  "0.002, training.steps 30 -> 40\\) apply from step 21 on");
+    QVERIFY2(said.match(back.err).hasMatch(), qPrintable(back.err));
+    RunStore store(db.toStdString());
+    std::vector<std::string> resumes;
+    for (const auto& e : store.events(1))
+        if (e.event.kind == EventKind::ResumedFromCheckpoint) resumes.push_back(e.event.text);
+    QCOMPARE(resumes.size(), size_t(3));
+    QVERIFY2(!said.match(QString::fromStdString(resumes[0])).hasMatch(), resumes[0].c_str());
+    QVERIFY2(!QString::fromStdString(resumes[1]).contains("apply from step"), resumes[1].c_str());
+    QVERIFY2(said.match(QString::fromStdString(resumes[2])).hasMatch(), resumes[2].c_str());
 }
 
 // A resume that fell back past a damaged newest checkpoint (step 30) writes step 25 with
