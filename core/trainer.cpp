@@ -309,7 +309,9 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
             e.text += std::string(e.text.empty() ? "" : "; ") + note;
         if (!s.replays.empty()) {
             std::string steps;
-            for (const auto& [at, command] : s.replays) steps += (steps.empty() ? "" : ", ") + std::to_string(at);
+            int64_t last = -1; // one mention a step, however many changes it makes again
+            for (const auto& [at, command] : s.replays)
+                if (at != last) steps += (steps.empty() ? "" : ", ") + std::to_string(last = at);
             e.text += std::string(e.text.empty() ? "" : "; ") + "makes the precision changes of the interrupted run " +
                       "again at step " + steps;
         }

@@ -2,6 +2,7 @@
 #include "run_session.h"
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -182,6 +183,10 @@ void replay_precision_changes(RunStore& store, int64_t run_id, Trainer& trainer)
 
 // How a resume event names the settings its overrides changed, read back by a later resume.
 constexpr const char* kSettingsChanged = "settings changed: ";
+// The settings that decide the layers' formats: a resume's change of them is also recorded as
+// the user's precision changes at its step, which a later resume makes again at that step.
+constexpr std::array<const char*, 4> kFormatKeys = {"precision.preset", "precision.layers", "precision.keep_last_bf16",
+                                                    "precision.fp8.scaling"};
 
 // Records that claim() dropped the steps after the checkpoint, so that a replica of this store
 // drops them too and one of an older store (which kept them) does not.
@@ -228,6 +233,9 @@ std::string settings_changed_after(RunStore& store, int64_t run_id, int64_t from
         const std::string changes = text.substr(begin, text.find("; ", begin) - begin);
         out += (out.empty() ? "" : "; ") + std::string("the settings the resume at step ") + std::to_string(row.step) +
                " changed (" + changes + ") apply from step " + std::to_string(from_step + 1) + " on";
+        if (std::any_of(kFormatKeys.begin(), kFormatKeys.end(),
+                        [&](const char* key) { return changes.find(key) != std::string::npos; }))
+            out += ", but for the layers' formats, which change at step " + std::to_string(row.step) + " as they did";
     }
     return out;
 }
@@ -303,8 +311,7 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
         for (const auto& d : diff_configs(before, now)) {
             session->config_changes_ += (session->config_changes_.empty() ? "" : ", ") + d.key + " " +
                                         d.a.value_or("(none)") + " -> " + d.b.value_or("(none)");
-            for (const char* key :
-                 {"precision.preset", "precision.layers", "precision.keep_last_bf16", "precision.fp8.scaling"})
+            for (const char* key : kFormatKeys)
                 if (d.key.starts_with(key)) formats_overridden = true;
         }
         if (!session->config_changes_.empty()) session->resumed_config_json_ = now;

@@ -251,6 +251,27 @@ void TestSession::aFallBackPastAResumesSettingsSaysWhereTheyNowApply()
     QVERIFY2(!said.match(QString::fromStdString(resumes[0])).hasMatch(), resumes[0].c_str());
     QVERIFY2(!QString::fromStdString(resumes[1]).contains("apply from step"), resumes[1].c_str());
     QVERIFY2(said.match(QString::fromStdString(resumes[2])).hasMatch(), resumes[2].c_str());
+
+    // The layers' formats are not moved: their change is made again at step 30, as it was.
+    QTemporaryDir other;
+    const QString project2 = QString::fromStdString(write_project(other)), db2 = other.filePath("runs.sqlite");
+    QCOMPARE(run_cli({"run", project2, "--db", db2}).exit_code, 0);
+    QCOMPARE(run_cli({"resume", "1", "--db", db2, "--set", "training.steps=40", "--set", "precision.preset=bf16"})
+                 .exit_code,
+             0);
+    for (const int step : {30, 40})
+        QVERIFY(fs::remove(db2.toStdString() + ".checkpoints/run-1/" + checkpoint_file_name(step)));
+    const auto formats = run_cli({"resume", "1", "--db", db2});
+    QVERIFY2(formats.err.contains("note: the settings the resume at step 30 changed (precision.preset fp32 -> bf16, "
+                                  "training.steps 30 -> 40) apply from step 21 on, but for the layers' formats, which "
+                                  "change at step 30 as they did\n"),
+             qPrintable(formats.err));
+    RunStore store2(db2.toStdString());
+    std::string replayed = "no resume event";
+    for (const auto& e : store2.events(1))
+        if (e.event.kind == EventKind::ResumedFromCheckpoint && e.step == 20) replayed = e.event.text;
+    QVERIFY2(replayed.starts_with("makes the precision changes of the interrupted run again at step 30; the settings"),
+             replayed.c_str());
 }
 
 // A resume that fell back past a damaged newest checkpoint (step 30) writes step 25 with
