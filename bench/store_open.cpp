@@ -5,7 +5,10 @@
 // step, like shakespeare-char's 6 scalars + per-layer gradient norms), then times each
 // operation `reps` times and prints the median. Drawing is not timed here: the plots
 // decimate what they draw, so loading is the part that grows with the run.
-//   build/dev/bench/store_open [runs=300] [big_rows=1000000] [reps=7]
+// With `long_steps`, also a run still training with that many steps (train/loss and tokens/s):
+// the Runs page's refresh while it grows, each run's tokens/s read in full against through a
+// TokensMedianCache, one step added before each refresh.
+//   build/dev/bench/store_open [runs=300] [big_rows=1000000] [reps=7] [long_steps=0]
 
 #include <algorithm>
 #include <chrono>
@@ -72,6 +75,7 @@ int main(int argc, char** argv)
     const int runs = argc > 1 ? std::atoi(argv[1]) : 300;
     const int64_t big_rows = argc > 2 ? std::atoll(argv[2]) : 1000000;
     const int reps = argc > 3 ? std::max(1, std::atoi(argv[3])) : 7;
+    const int64_t long_steps = argc > 4 ? std::atoll(argv[4]) : 0;
     const auto dir = std::filesystem::temp_directory_path() / "mantissa-store-open-bench";
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
@@ -91,6 +95,16 @@ int main(int argc, char** argv)
         const int64_t steps = big_rows / 40;
         for (int64_t step = 1; step <= steps; ++step) append_step(store, big, step, 34);
         store.finish_run(big, RunStatus::Finished);
+        if (long_steps > 0) {
+            const auto id = store.create_run("training run", "bench.json", config_for(1));
+            RunEvent started;
+            started.kind = EventKind::RunStarted;
+            store.append_event(id, started);
+            for (int64_t step = 1; step <= long_steps; ++step) {
+                store.append_scalar(id, step, "train/loss", 1.0);
+                store.append_scalar(id, step, "tokens_per_s", 25000.0 + 10.0 * static_cast<double>(step % 13));
+            }
+        }
     }
     std::printf("built %d runs + 1 run of %lld metric rows in %.1f s (%.0f MiB on disk)\n", runs,
                 static_cast<long long>(big_rows), seconds_since(t0),
@@ -115,6 +129,29 @@ int main(int argc, char** argv)
     std::printf("series(train/loss), %zu points     %8.1f ms\n", points, series_ms);
     std::printf("scalars(), every metric, %zu rows %8.1f ms\n", rows, all_ms);
     std::printf("list_runs (last train/loss step)    %8.1f ms\n", old_list_ms);
+    if (long_steps > 0) {
+        // The Runs page's refresh as the training run grows by a step between two.
+        const int64_t training = big + 1;
+        int64_t next = long_steps + 1;
+        const auto add_step = [&] {
+            store.append_scalar(training, next, "train/loss", 1.0);
+            store.append_scalar(training, next++, "tokens_per_s", 25000.0);
+        };
+        const double full_ms = median_ms(reps, [&] {
+            add_step();
+            store.list_run_summaries();
+        });
+        TokensMedianCache cache;
+        const auto cold = Clock::now();
+        store.list_run_summaries({}, &cache);
+        const double cold_ms = 1000.0 * seconds_since(cold);
+        const double cached_ms = median_ms(reps, [&] {
+            add_step();
+            store.list_run_summaries({}, &cache);
+        });
+        std::printf("refresh, a %lld-step run growing: full %8.1f ms, cached %6.1f ms (%.1fx; first cached %.1f ms)\n",
+                    static_cast<long long>(long_steps), full_ms, cached_ms, full_ms / cached_ms, cold_ms);
+    }
     std::printf("median of %d repetitions\n", reps);
     std::filesystem::remove_all(dir);
     return 0;

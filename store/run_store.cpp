@@ -1295,7 +1295,17 @@ std::string trimmed_tag(const std::string& tag)
 
 } // namespace
 
-std::vector<RunSummaryRow> RunStore::list_run_summaries(const RunFilter& filter)
+namespace {
+
+double sorted_median(const std::vector<double>& v)
+{
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+} // namespace
+
+std::vector<RunSummaryRow> RunStore::list_run_summaries(const RunFilter& filter, TokensMedianCache* cache)
 {
     flush();
     // The filter becomes one WHERE clause on runs r, bound the same way for both queries.
@@ -1385,7 +1395,41 @@ std::vector<RunSummaryRow> RunStore::list_run_summaries(const RunFilter& filter)
         }
     }
     if (rows.empty()) return rows;
-    {
+    if (cache) {
+        // A private database has no path of its own: this object is the store.
+        const std::string identity =
+            is_private_database(path_) ? "private@" + std::to_string(reinterpret_cast<uintptr_t>(this)) : path_;
+        if (cache->store_path_ != identity) {
+            cache->store_path_ = identity;
+            cache->runs_.clear();
+        }
+        Statement starts(db_, "SELECT count(*) FROM events WHERE run_id = ? AND kind = 'run_started'");
+        Statement last(db_, "SELECT max(step) FROM scalars WHERE run_id = ? AND tag = 'tokens_per_s'");
+        Statement fresh(db_, "SELECT value FROM scalars WHERE run_id = ? AND tag = 'tokens_per_s' AND step > ? AND "
+                             "value IS NOT NULL");
+        for (auto& row : rows) {
+            TokensMedianCache::Entry& e = cache->runs_[row.id];
+            starts.reset();
+            const int64_t n_starts = starts.bind(1, row.id).step() ? starts.int64(0) : 0;
+            last.reset();
+            const int64_t last_step = last.bind(1, row.id).step() && !last.is_null(0) ? last.int64(0) : -1;
+            if (e.created_at != row.created_at || e.starts != n_starts || last_step < e.last_step)
+                e = {row.created_at, n_starts, -1, {}};
+            if (last_step > e.last_step) {
+                std::vector<double> added;
+                fresh.reset();
+                fresh.bind(1, row.id).bind(2, e.last_step);
+                while (fresh.step()) added.push_back(fresh.real(0));
+                cache->rows_read_ += static_cast<int64_t>(added.size());
+                std::sort(added.begin(), added.end());
+                const auto middle = static_cast<std::ptrdiff_t>(e.sorted.size());
+                e.sorted.insert(e.sorted.end(), added.begin(), added.end());
+                std::inplace_merge(e.sorted.begin(), e.sorted.begin() + middle, e.sorted.end());
+                e.last_step = last_step;
+            }
+            if (!e.sorted.empty()) row.median_tokens_per_s = sorted_median(e.sorted);
+        }
+    } else {
         // Median tokens/s: one join that walks each run's tokens_per_s range of the primary key.
         Statement s(db_, ("SELECT r.id, s.value FROM runs r CROSS JOIN scalars s ON s.run_id = r.id AND "
                           "s.tag = 'tokens_per_s'" + where + " ORDER BY r.id")

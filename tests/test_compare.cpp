@@ -4,6 +4,8 @@
 
 #include <QtTest>
 
+#include <bit>
+
 #include <QTemporaryDir>
 
 #include <cmath>
@@ -348,6 +350,63 @@ private slots:
         QCOMPARE(nan_series.size(), size_t(2));
         QVERIFY(std::isnan(nan_series[1].second));
         QVERIFY(store.series(a, "no/such").empty());
+    }
+
+    // With a cache, a refresh reads only the tokens/s rows added since the last one, and the
+    // medians are those of a full read, bit for bit: as a run grows, after a resume that
+    // discarded and retrained steps (values changed below the last step read), after the steps
+    // went back, and in another store.
+    void aCachedMedianReadsOnlyTheRowsAddedSince()
+    {
+        QTemporaryDir dir;
+        RunStore store(dir.filePath("r.sqlite").toStdString());
+        const auto a = store.create_run("a", "p.json", "{}"), b = store.create_run("b", "p.json", "{}");
+        const auto started = [&](int64_t run) { store.append_event(run, text_event(0, "run_started", "")); };
+        const auto steps = [&](int64_t run, int64_t from, int64_t to, double scale) {
+            for (int64_t s = from; s <= to; ++s)
+                store.append_scalar(run, s, "tokens_per_s", scale * static_cast<double>((s * 7919) % 101) + 0.1);
+        };
+        started(a);
+        started(b);
+        steps(a, 1, 50, 1.0);
+        steps(b, 1, 7, 3.0);
+        TokensMedianCache cache;
+        const auto same_as_a_full_read = [&] {
+            const auto cached = store.list_run_summaries({}, &cache), full = store.list_run_summaries();
+            QCOMPARE(cached.size(), full.size());
+            for (size_t i = 0; i < full.size(); ++i)
+                QVERIFY2(std::bit_cast<uint64_t>(cached[i].median_tokens_per_s) ==
+                             std::bit_cast<uint64_t>(full[i].median_tokens_per_s),
+                         qPrintable(QString("run %1: %2 against %3")
+                                        .arg(full[i].id)
+                                        .arg(cached[i].median_tokens_per_s, 0, 'g', 17)
+                                        .arg(full[i].median_tokens_per_s, 0, 'g', 17)));
+        };
+        same_as_a_full_read();
+        QCOMPARE(cache.rows_read(), int64_t(57));
+        same_as_a_full_read(); // nothing new: nothing read
+        QCOMPARE(cache.rows_read(), int64_t(57));
+        steps(a, 51, 54, 1.0);
+        same_as_a_full_read();
+        QCOMPARE(cache.rows_read(), int64_t(61)); // the four new rows
+        // A resume from step 20: the steps after it are discarded and trained again (other
+        // values, past the last step read).
+        store.discard_steps_after(a, 20);
+        started(a);
+        steps(a, 21, 60, 2.0);
+        same_as_a_full_read();
+        QCOMPARE(cache.rows_read(), int64_t(61 + 60)); // a read in full
+        // Steps that went back without a start recorded yet (a discard seen mid-resume).
+        store.discard_steps_after(b, 3);
+        same_as_a_full_read();
+        QCOMPARE(cache.rows_read(), int64_t(121 + 3));
+        // The same cache on another store: nothing of the first is taken for it.
+        RunStore other(dir.filePath("s.sqlite").toStdString());
+        const auto c = other.create_run("c", "p.json", "{}");
+        other.append_event(c, text_event(0, "run_started", ""));
+        for (int64_t s = 1; s <= 3; ++s) other.append_scalar(c, s, "tokens_per_s", 5.0 * static_cast<double>(s));
+        QCOMPARE(other.list_run_summaries({}, &cache)[0].median_tokens_per_s, 10.0);
+        same_as_a_full_read();
     }
 
     void tagsAddRemoveAndGoWithTheRun()

@@ -351,7 +351,7 @@ bool ComparePage::loadRuns(const std::vector<int64_t>& ids, std::optional<std::v
         RunFilter filter;
         filter.ids = ids;
         std::map<int64_t, RunSummaryRow> byId;
-        if (!rows) rows = store->list_run_summaries(filter);
+        if (!rows) rows = store->list_run_summaries(filter, &medianCache_);
         for (auto& r : *rows) byId[r.id] = std::move(r);
         std::vector<std::string> tags;
         for (const int64_t id : ids) {
@@ -453,7 +453,7 @@ bool ComparePage::runsChangedInStore(std::optional<std::vector<RunSummaryRow>>& 
     try {
         RunFilter filter;
         filter.ids = runIds();
-        rows = store->list_run_summaries(filter); // loadRuns takes them: one read
+        rows = store->list_run_summaries(filter, &medianCache_); // loadRuns takes them: one read
         if (rows->size() != runs_.size()) return true;
         for (const auto& now : *rows) {
             const auto was = std::find_if(runs_.begin(), runs_.end(), [&](const RunData& r) { return r.row.id == now.id; });

@@ -23,6 +23,7 @@
 
 #include "models/layer_diff.h"
 #include "run_compare.h"
+#include "run_store.h"
 #include "models/run_history.h"
 #include "run_summary.h"
 
@@ -161,6 +162,7 @@ private:
     void askExportTable(bool summary);
 
     StoreConnection* store_ = nullptr;
+    mutable TokensMedianCache medianCache_; // the compared runs' tokens/s as last read (see RunsPage)
     std::vector<RunData> runs_;
     bool reloadWhenShown_ = false;
     QStringList metrics_;

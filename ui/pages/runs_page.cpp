@@ -193,7 +193,7 @@ bool RunsPage::refresh()
     }
     try {
         store->refresh_dead_runs(); // a run of another process killed since the last read
-        model_->setRuns(store->list_run_summaries());
+        model_->setRuns(store->list_run_summaries({}, &medianCache_));
     } catch (const std::exception& e) {
         store_->close();
         model_->setRuns({});

@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "run_store.h"
+
 class QAction;
 class QLabel;
 class QLineEdit;
@@ -86,6 +88,9 @@ private:
 
     StoreConnection* store_ = nullptr;
     RunListModel* model_ = nullptr;
+    // Each run's tokens/s values as last read: a refresh (every second while a run trains or
+    // a remote one is mirrored) reads only the rows added since.
+    TokensMedianCache medianCache_;
     RunFilterProxyModel* proxy_ = nullptr;
     QTableView* view_ = nullptr;
     QTimer* refreshAfterEdit_ = nullptr; // a refresh put off while a run's name is edited
