@@ -54,8 +54,8 @@ struct Fp8Recipe {
 // One scale for the whole tensor (delayed, current), as against per-row or per-block scales.
 inline bool per_tensor_scaling(const Fp8Recipe& r) { return r.scaling == Fp8Scaling::Delayed || r.scaling == Fp8Scaling::Current; }
 
-// The operand an FP8 GEMM multiplies with the gradient: E4M3 (TE's HYBRID and _scaled_mm take
-// the saved weight or input so); a 16-bit or FP32 GEMM's own format.
+// In an FP8 backward GEMM the saved operand (weight or input) is E4M3 (E5M2 x E5M2 does not
+// exist on Hopper); in every other format both operands share the GEMM's format.
 NumberFormat saved_operand_format(NumberFormat gemm_format);
 
 // How LayerGemm::linear runs a layer, from its formats and recipe, and so what it keeps between
@@ -63,7 +63,8 @@ NumberFormat saved_operand_format(NumberFormat gemm_format);
 // Autocast16: one 16-bit format for the three GEMMs, as autocast runs it. Native: each GEMM as
 // itself (FP32, 16-bit, or FP8 codes under per-tensor or per-row scales). BlockwiseCodes:
 // fp8-block's E4M3 codes and block scales into cuBLAS's blockwise GEMM. Emulated: the
-// emulator's FP32 values (the CPU's default, and MX, block-scaled and outlier-split recipes).
+// emulator's FP32 values (the CPU's default; MX and FP4 recipes, fp8-block off whole
+// 128-blocks, and the outlier split on a GPU).
 enum class LinearRoute { Fp32, Autocast16, Native, BlockwiseCodes, Emulated };
 // `native_executor`: backend native, or auto on a GPU. The GEMM is (rows, in) x (out, in)^T.
 // BlockwiseCodes also needs, at run time, a cuBLAS that has the GEMM (on a GPU) and

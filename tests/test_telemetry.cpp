@@ -97,6 +97,25 @@ struct Recorder : TelemetrySink {
     void on_layer_stats(const LayerStatsFrame& f) override { frames.push_back(f); }
 };
 
+
+// The golden project in FP8 HYBRID: `steps` steps, statistics every `telemetry_interval` steps,
+// an evaluation every `eval_interval` (0: at the end only).
+ProjectConfig golden_fp8(int64_t steps, int64_t eval_interval, int64_t telemetry_interval = 1)
+{
+    auto config = load_project_file(MANTISSA_TEST_DATA_DIR "/golden_project.json");
+    config.training.steps = steps;
+    config.eval.interval = eval_interval;
+    config.telemetry.interval = telemetry_interval;
+    config.precision.preset = "fp8-hybrid";
+    return config;
+}
+
+// Any FP8 value flushed to zero fires the underflow watcher, and its layer goes to BF16.
+void switch_on_any_underflow(ProjectConfig& config)
+{
+    config.telemetry.watchers.fp8_underflow_max = 0.0;
+    config.telemetry.watchers.actions["fp8_underflow"] = WatchAction::SwitchToBf16;
+}
 } // namespace
 
 Q_DECLARE_METATYPE(mantissa::NumberFormat)
@@ -189,11 +208,7 @@ private slots:
     // immediate schedule, bit for bit.
     void deferredFramesAreTheSameFrames()
     {
-        auto config = load_project_file(MANTISSA_TEST_DATA_DIR "/golden_project.json");
-        config.training.steps = 9;
-        config.eval.interval = 4;
-        config.telemetry.interval = 1;
-        config.precision.preset = "fp8-hybrid";
+        auto config = golden_fp8(9, 4);
         struct Order : RunCapture {
             std::vector<std::string> calls;
             void on_step(const StepMetrics& m) override
@@ -243,14 +258,8 @@ private slots:
     void watcherActionsActAtTheSameStepWhenFramesAreDeferred()
     {
         QFETCH(int64_t, eval_interval);
-        auto config = load_project_file(MANTISSA_TEST_DATA_DIR "/golden_project.json");
-        config.training.steps = 4;
-        config.eval.interval = eval_interval;
-        config.telemetry.interval = 1;
-        config.precision.preset = "fp8-hybrid";
-        // Any FP8 value flushed to zero fires, and the layer goes to BF16.
-        config.telemetry.watchers.fp8_underflow_max = 0.0;
-        config.telemetry.watchers.actions["fp8_underflow"] = WatchAction::SwitchToBf16;
+        auto config = golden_fp8(4, eval_interval);
+        switch_on_any_underflow(config);
         struct Actions : RunCapture {
             std::vector<int64_t> switch_steps;
             void on_event(const RunEvent& e) override
@@ -270,19 +279,14 @@ private slots:
         QVERIFY(w_now == w_later);
     }
 
-    // Without a cooldown every FP8 tensor of a layer alerts at once (input, weight, gradient): the watcher's
-    // switch to BF16 is still one precision change per layer, one watch action, and the run's
-    // live-switch count is the number of layers switched.
+    // Without a cooldown every FP8 tensor of a layer alerts at once (input, weight, gradient):
+    // the watcher's switch to BF16 is still one precision change per layer, one watch action,
+    // and the run's live-switch count is the number of layers switched.
     void aWatcherSwitchesALayerOnce()
     {
-        auto config = load_project_file(MANTISSA_TEST_DATA_DIR "/golden_project.json");
-        config.training.steps = 3;
-        config.eval.interval = 0;
-        config.telemetry.interval = 1;
-        config.precision.preset = "fp8-hybrid";
-        config.telemetry.watchers.fp8_underflow_max = 0.0; // any FP8 value flushed to zero fires
-        config.telemetry.watchers.cooldown_steps = 0;      // and every tensor of a layer alerts
-        config.telemetry.watchers.actions["fp8_underflow"] = WatchAction::SwitchToBf16;
+        auto config = golden_fp8(3, 0);
+        switch_on_any_underflow(config);
+        config.telemetry.watchers.cooldown_steps = 0; // every tensor of a layer alerts
         struct Switches : RunCapture {
             std::map<std::string, int> alerts, changes, actions; // per layer
             void on_event(const RunEvent& e) override
@@ -1486,11 +1490,7 @@ private slots:
 
     void trainerEmitsFramesOnCadence()
     {
-        auto config = load_project_file(MANTISSA_TEST_DATA_DIR "/golden_project.json");
-        config.training.steps = 12;
-        config.eval.interval = 0;
-        config.telemetry.interval = 5;
-        config.precision.preset = "fp8-hybrid";
+        auto config = golden_fp8(12, 0, 5);
         Trainer trainer(config);
         Recorder rec;
         trainer.run(rec);
@@ -1525,13 +1525,8 @@ private slots:
 
     void watcherActionSwitchesLayerToBf16()
     {
-        auto config = load_project_file(MANTISSA_TEST_DATA_DIR "/golden_project.json");
-        config.training.steps = 3;
-        config.eval.interval = 0;
-        config.telemetry.interval = 1;
-        config.precision.preset = "fp8-hybrid";
-        config.telemetry.watchers.fp8_underflow_max = 0.0; // any underflow fires
-        config.telemetry.watchers.actions["fp8_underflow"] = WatchAction::SwitchToBf16;
+        auto config = golden_fp8(3, 0);
+        switch_on_any_underflow(config);
         Trainer trainer(config);
         Recorder rec;
         trainer.run(rec);
