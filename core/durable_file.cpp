@@ -12,6 +12,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace mantissa {
@@ -121,6 +122,16 @@ void replace_file_durably(const std::string& path, std::string_view data)
     DurableFile file(path);
     file.write(data);
     file.commit();
+}
+
+std::string unreadable_reason(const std::string& path)
+{
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK); // a FIFO must not block us
+    if (fd < 0) return std::strerror(errno);
+    struct stat st {};
+    const bool directory = ::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode);
+    ::close(fd);
+    return directory ? "it is a directory" : "";
 }
 
 } // namespace mantissa

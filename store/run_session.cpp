@@ -117,6 +117,11 @@ std::string load_first_good(const CheckpointSearch& found, const RunInfo& info, 
     std::vector<std::string> damaged;
     for (const auto& path : found.files) {
         const int64_t step = *checkpoint_step(path);
+        // Not damage: nothing was read. Falling back would write the next checkpoint over it.
+        if (const std::string why = unreadable_reason(path); !why.empty())
+            throw ConfigError("checkpoint '" + path + "' cannot be read: " + why +
+                              "; it is not damaged, and nothing was changed (make it readable, or move it away to " +
+                              "resume from an older checkpoint)");
         std::string problem;
         if (const auto row = found.recorded.find(step); row != found.recorded.end()) {
             try {

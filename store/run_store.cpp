@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "run_store.h"
 
+#include "durable_file.h"
 #include "legacy_events.h"
 #include "run_lock_file.h"
 
@@ -400,6 +401,9 @@ FileState inspect(const std::string& path)
     const auto bytes = fs::file_size(path, ec);
     if (ec) throw StoreError("run store '" + path + "' cannot be read: " + ec.message());
     if (bytes == 0) return FileState::Empty;
+    // A file that cannot be opened was never read: not "not a SQLite database".
+    if (const std::string why = unreadable_reason(path); !why.empty())
+        throw StoreError("run store '" + path + "' cannot be read: " + why);
     // SQLite takes a file shorter than its header for an empty database and would write a
     // schema over it: whatever that file is, it is not ours to overwrite.
     if (bytes < 16 || !has_sqlite_header(path))

@@ -9,6 +9,7 @@
 #include <QJsonObject>
 #include <QProcess>
 #include <QSignalSpy>
+#include <QStandardPaths>
 #include <QTemporaryDir>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <stdexcept>
 
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include "event_helpers.h"
 #include "checkpoint_file.h"
@@ -102,6 +104,7 @@ private slots:
     void guiAndCliRunsGoThroughOneSession();
     void damagedNewestCheckpointFallsBackToThePreviousOne();
     void aFallBackPastAResumesSettingsSaysWhereTheyNowApply();
+    void anUnreadableCheckpointIsNotDamage();
     void rotationKeepsTheFileJustWritten();
     void aDamagedCheckpointOfTheRunIsWrittenAgain();
     void aResumeThatChangesThePresetChangesTheLayers();
@@ -214,6 +217,49 @@ void TestSession::damagedNewestCheckpointFallsBackToThePreviousOne()
     QVERIFY(!contains(event_kinds(b, 1), "checkpoint_damaged"));
     RunStore store(a);
     QCOMPARE(status_text(store.find_run("1")->status), std::string("finished"));
+}
+
+// A checkpoint this process cannot open was never read, so it is not damaged: the resume stops
+// with exit 2, says why, and changes nothing. (Taken for damage, it made the run fall back to
+// step 20, dropped the rows after it, and wrote the next checkpoint over the good file; found
+// by an audit.) Root opens any file: there the commands run as the user nobody.
+void TestSession::anUnreadableCheckpointIsNotDamage()
+{
+    QTemporaryDir dir;
+    QVERIFY(QFile::setPermissions(dir.path(), QFileDevice::Permissions(0x7777))); // nobody may work in it
+    const bool root = ::geteuid() == 0;
+    const QString setpriv = QStandardPaths::findExecutable("setpriv");
+    if (root && setpriv.isEmpty()) QSKIP("root reads any file, and there is no setpriv to run as another user");
+    const auto cli = [&](const QStringList& args) -> CliResult {
+        if (!root) return run_cli(args);
+        QProcess p;
+        p.start(setpriv, QStringList{"--reuid=65534", "--regid=65534", "--clear-groups", MANTISSA_TRAIN_EXE} + args);
+        p.waitForFinished(120000);
+        return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
+                QString::fromUtf8(p.readAllStandardError())};
+    };
+    const QString project = QString::fromStdString(write_project(dir)), db = dir.filePath("runs.sqlite");
+    const auto first = cli({"run", project, "--db", db});
+    QVERIFY2(first.exit_code == 0, qPrintable(first.err));
+    const std::string newest = db.toStdString() + ".checkpoints/run-1/" + checkpoint_file_name(30);
+    const FileChecksum before = checksum_file(newest);
+    fs::permissions(newest, fs::perms::none);
+    const auto resumed = cli({"resume", "1", "--db", db, "--set", "training.steps=40"});
+    fs::permissions(newest, fs::perms::owner_read | fs::perms::owner_write);
+    QCOMPARE(resumed.exit_code, 2);
+    QVERIFY2(resumed.err.contains(QString::fromStdString("error: checkpoint '" + newest + "' cannot be read: Permission "
+                                                         "denied; it is not damaged, and nothing was changed")),
+             qPrintable(resumed.err));
+    const FileChecksum after = checksum_file(newest);
+    QCOMPARE(after.checksum, before.checksum);
+    QCOMPARE(train_losses(db.toStdString(), 1).size(), size_t(30)); // no row dropped
+    QVERIFY(!contains(event_kinds(db.toStdString(), 1), "checkpoint_damaged"));
+    // A run store that cannot be opened is said so, not called "not a SQLite database".
+    fs::permissions(db.toStdString(), fs::perms::none);
+    const auto listed = cli({"list", "--db", db});
+    fs::permissions(db.toStdString(), fs::perms::owner_read | fs::perms::owner_write);
+    QVERIFY2(listed.exit_code != 0 && listed.err.contains("run store '" + db + "' cannot be read: Permission denied"),
+             qPrintable(listed.err));
 }
 
 // A resume that changed settings (here at step 30) stored them as the run's. One that falls
