@@ -235,8 +235,8 @@ void TestSession::anUnreadableCheckpointIsNotDamage()
         QProcess p;
         p.start(setpriv, QStringList{"--reuid=65534", "--regid=65534", "--clear-groups", MANTISSA_TRAIN_EXE} + args);
         p.waitForFinished(120000);
-        return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
-                QString::fromUtf8(p.readAllStandardError())};
+        const int code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+        return {code, QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
     };
     const QString project = QString::fromStdString(write_project(dir)), db = dir.filePath("runs.sqlite");
     const auto first = cli({"run", project, "--db", db});
@@ -247,9 +247,9 @@ void TestSession::anUnreadableCheckpointIsNotDamage()
     const auto resumed = cli({"resume", "1", "--db", db, "--set", "training.steps=40"});
     fs::permissions(newest, fs::perms::owner_read | fs::perms::owner_write);
     QCOMPARE(resumed.exit_code, 2);
-    QVERIFY2(resumed.err.contains(QString::fromStdString("error: checkpoint '" + newest + "' cannot be read: Permission "
-                                                         "denied; it is not damaged, and nothing was changed")),
-             qPrintable(resumed.err));
+    const std::string said = "error: checkpoint '" + newest + "' cannot be read: Permission denied; it is not damaged, "
+                             "and nothing was changed";
+    QVERIFY2(resumed.err.contains(QString::fromStdString(said)), qPrintable(resumed.err));
     const FileChecksum after = checksum_file(newest);
     QCOMPARE(after.checksum, before.checksum);
     QCOMPARE(train_losses(db.toStdString(), 1).size(), size_t(30)); // no row dropped
