@@ -99,6 +99,21 @@ int train_session(RunSession& session, const std::string& db_path, DataParallelJ
     if (summary.peak_device_memory_bytes >= 0)
         std::printf("peak device memory: %.1f MiB\n", static_cast<double>(summary.peak_device_memory_bytes) / 1048576.0);
     std::printf("saved as run %lld in %s\n", static_cast<long long>(session.run_id()), db_path.c_str());
+    if (!outcome.final_checkpoint_error.empty()) {
+        // Trained, but its final state is not kept: the end of the run cannot be resumed from.
+        const std::string newest = outcome.newest_checkpoint_step >= 0
+                                       ? "the newest this run saved is step " +
+                                             std::to_string(outcome.newest_checkpoint_step) +
+                                             ", and a resume trains the steps after it again"
+                                       : "this run saved no checkpoint";
+        std::fprintf(stderr, "\nerror: the final checkpoint could not be written (%s); %s\n",
+                     outcome.final_checkpoint_error.c_str(), newest.c_str());
+        return 3;
+    }
+    if (outcome.checkpoints_failed > 0)
+        std::fprintf(stderr, "note: %lld checkpoint%s could not be written (its checkpoint_failed event says why); "
+                             "the final one was\n",
+                     static_cast<long long>(outcome.checkpoints_failed), outcome.checkpoints_failed == 1 ? "" : "s");
     return outcome.rows_lost > 0 ? 3 : 0; // trained, but its record has holes
 }
 

@@ -38,9 +38,10 @@ void remove_stale_temporaries(const std::string& folder);
 // The whole of `data` as `path`, through a DurableFile.
 void replace_file_durably(const std::string& path, std::string_view data);
 
-// Why this process cannot open `path` for reading ("Permission denied", "is a directory"), or
-// "" when it can: a file that cannot be opened was never read, so it is neither damaged nor
-// some other kind of file, and nothing may be written over it on that account.
+// Why this process cannot open `path` for reading ("Permission denied", "it is a directory"),
+// or "" when it can, without opening it (safe beside SQLite's locks): a file that cannot be
+// opened was never read, so it is neither damaged nor some other kind of file, and nothing may
+// be written over it on that account.
 std::string unreadable_reason(const std::string& path);
 
 } // namespace mantissa

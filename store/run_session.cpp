@@ -3,12 +3,16 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <set>
 #include <string_view>
 #include <utility>
+
+#include <unistd.h>
 
 #include "checkpoint_file.h"
 #include "checkpoint_weights.h"
@@ -413,19 +417,23 @@ void RunSession::attach(RunStore& store, int64_t run_id, const std::string& uuid
 
 int64_t RunSession::create_run(RunStore& store, const std::string& name, const std::string& project_path)
 {
+    // Made now, before the run: a folder that cannot be made or written in (a file on its
+    // path, /proc, no permission) would otherwise fail every checkpoint of a long run, which
+    // would end with nothing to resume from. The project's folder is a setting (exit 2); the
+    // default one, beside the run store, is the store's (StoreError, exit 3).
+    namespace fs = std::filesystem;
     const auto& wanted = trainer_->config().training.checkpoint_dir;
-    if (!wanted.empty()) {
-        // Made now, before the run: a folder that cannot be made (a file on its path, /proc)
-        // would otherwise fail every checkpoint of a long run, which would end "finished" with
-        // nothing to resume from.
-        namespace fs = std::filesystem;
-        const std::string folder = resolve_data_path(trainer_->config(), wanted);
-        std::error_code ec;
-        fs::create_directories(folder, ec);
-        if (!fs::is_directory(folder))
-            throw ConfigError("training.checkpoint_dir: cannot make the folder '" + folder +
-                              "': " + (ec ? ec.message() : std::string("a file is in its place")));
-    }
+    const std::string folder = wanted.empty() ? fs::path(store.checkpoint_dir(0)).parent_path().string()
+                                              : resolve_data_path(trainer_->config(), wanted);
+    std::error_code ec;
+    fs::create_directories(folder, ec);
+    std::string problem;
+    if (!fs::is_directory(folder)) problem = "cannot make the folder '" + folder + "': " +
+                                             (ec ? ec.message() : std::string("a file is in its place"));
+    else if (::access(folder.c_str(), W_OK | X_OK) != 0)
+        problem = "cannot write in the folder '" + folder + "': " + std::strerror(errno);
+    if (!problem.empty() && !wanted.empty()) throw ConfigError("training.checkpoint_dir: " + problem);
+    if (!problem.empty()) throw StoreError("checkpoints beside the run store: " + problem);
     const int64_t id = store.create_run(name, project_path, to_json_text(trainer_->config()));
     const auto info = store.find_run(std::to_string(id));
     const auto& explicit_dir = trainer_->config().training.checkpoint_dir;
@@ -449,7 +457,12 @@ void RunSession::claim(const std::vector<RunEvent>& notices)
 
 bool RunSession::on_checkpoint_written(const Trainer::CheckpointWrite& write)
 {
-    if (!write.error.empty()) return true; // the trainer's checkpoint_failed event said it already
+    last_checkpoint_error_ = write.error;
+    if (!write.error.empty()) {
+        ++checkpoints_failed_;
+        return true; // the trainer's checkpoint_failed event said it already
+    }
+    newest_checkpoint_step_ = write.step;
     try {
         // Everything of this step is committed before the checkpoint is recorded, so a resume
         // from a recorded checkpoint never leaves a step of it unrecorded (see resume_order).
@@ -487,6 +500,8 @@ SessionOutcome RunSession::run(const std::vector<TelemetrySink*>& sinks)
     FanOutSink sink(std::move(all));
     live_sink_ = &sink;
     rows_lost_at_start_ = store_->rows_lost();
+    checkpoints_failed_ = 0;
+    last_checkpoint_error_.clear();
     SessionOutcome out;
     try {
         out.summary = trainer_->run(sink);
@@ -506,6 +521,10 @@ SessionOutcome RunSession::run(const std::vector<TelemetrySink*>& sinks)
         sink.on_event(failed);
     }
     live_sink_ = nullptr;
+    out.checkpoints_failed = checkpoints_failed_;
+    out.newest_checkpoint_step = newest_checkpoint_step_;
+    // The last write of a run that ended is its final state's.
+    if (out.status != RunStatus::Failed) out.final_checkpoint_error = last_checkpoint_error_;
     store_->flush();
     out.rows_lost = store_->rows_lost() - rows_lost_at_start_;
     out.store_error = out.rows_lost > 0 ? store_->last_write_error() : std::string();

@@ -53,6 +53,12 @@ struct SessionOutcome {
     std::string store_error; // the last write error, where rows_lost > 0
     int64_t rows_lost = 0;   // rows of this run the store could not write (mantissa-train exits 3)
     bool store_failed = false; // the run could not be recorded as ended (mantissa-train exits 3)
+    // Checkpoints that could not be written (each a checkpoint_failed event; training went on).
+    int64_t checkpoints_failed = 0;
+    // Why the run's final checkpoint, which a resume starts from, could not be written; empty
+    // when it was (or the run failed, or trained no step). mantissa-train exits 3.
+    std::string final_checkpoint_error;
+    int64_t newest_checkpoint_step = -1; // the newest this session wrote; -1 none
     RunSummary summary;
 };
 
@@ -147,6 +153,9 @@ private:
     std::string config_changes_;
     std::vector<std::string> missing_checkpoints_;
     std::string settings_moved_earlier_;
+    int64_t checkpoints_failed_ = 0;       // this session's, for SessionOutcome
+    std::string last_checkpoint_error_;    // of the newest write, "" where it was written
+    int64_t newest_checkpoint_step_ = -1;
     std::string resumed_config_json_; // the settings the resume trains with, when they changed
     TelemetrySink* live_sink_ = nullptr; // the fan-out while run() is in progress
     int64_t rows_lost_at_start_ = 0;      // the store's rows_lost() when run() began

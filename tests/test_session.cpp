@@ -105,6 +105,7 @@ private slots:
     void damagedNewestCheckpointFallsBackToThePreviousOne();
     void aFallBackPastAResumesSettingsSaysWhereTheyNowApply();
     void anUnreadableCheckpointIsNotDamage();
+    void aRunWhoseFinalStateCannotBeKeptFails();
     void rotationKeepsTheFileJustWritten();
     void aDamagedCheckpointOfTheRunIsWrittenAgain();
     void aResumeThatChangesThePresetChangesTheLayers();
@@ -217,6 +218,35 @@ void TestSession::damagedNewestCheckpointFallsBackToThePreviousOne()
     QVERIFY(!contains(event_kinds(b, 1), "checkpoint_damaged"));
     RunStore store(a);
     QCOMPARE(status_text(store.find_run("1")->status), std::string("finished"));
+}
+
+// A run that trained but could not keep its final checkpoint cannot be resumed from its end:
+// the command says which step it can be resumed from and exits 3 (it said "finished", exit 0).
+// A default checkpoint folder that cannot be made is refused before the run, as a project's is.
+void TestSession::aRunWhoseFinalStateCannotBeKeptFails()
+{
+    QTemporaryDir dir;
+    const QString project = QString::fromStdString(write_project(dir)), db = dir.filePath("runs.sqlite");
+    const std::string folder = fs::absolute(db.toStdString()).string() + ".checkpoints/run-1";
+    fs::create_directories(folder + "/" + checkpoint_file_name(30) + "/in-the-way");
+    const auto r = run_cli({"run", project, "--db", db});
+    QCOMPARE(r.exit_code, 3);
+    QVERIFY2(r.out.contains("finished after 30 steps"), qPrintable(r.out));
+    QVERIFY2(r.err.contains("error: the final checkpoint could not be written (") &&
+                 r.err.contains("); the newest this run saved is step 20, and a resume trains the steps after it "
+                                "again\n"),
+             qPrintable(r.err));
+    QCOMPARE(status_text(RunStore(db.toStdString()).find_run("1")->status), std::string("finished"));
+
+    QTemporaryDir other;
+    const QString db2 = other.filePath("runs.sqlite");
+    QVERIFY(QFile(db2 + ".checkpoints").open(QIODevice::WriteOnly)); // a file where the folder goes
+    const auto refused = run_cli({"run", project, "--db", db2});
+    QCOMPARE(refused.exit_code, 3);
+    QVERIFY2(refused.err.contains("error: checkpoints beside the run store: cannot make the folder '" +
+                                  QFileInfo(db2 + ".checkpoints").absoluteFilePath() + "'"),
+             qPrintable(refused.err));
+    QVERIFY(RunStore(db2.toStdString()).list_runs().empty()); // no run made
 }
 
 // A checkpoint this process cannot open was never read, so it is not damaged: the resume stops
@@ -747,10 +777,14 @@ void TestSession::sharedExplicitCheckpointDirIsRefused()
     };
     const QStringList first = names();
     // A second run into the same folder overwrites none of the first run's files: its writes
-    // under the same names fail as checkpoint_failed events, naming whose the files are.
+    // under the same names fail as checkpoint_failed events, naming whose the files are. Its
+    // final state is not kept, so the command fails (exit 3) and says so.
     const auto second = run_cli({"run", QString::fromStdString(project), "--db", db, "--set", shared, "--set",
                                  "training.seed=9"});
-    QCOMPARE(second.exit_code, 0);
+    QCOMPARE(second.exit_code, 3);
+    QVERIFY2(second.err.contains("error: the final checkpoint could not be written (the file belongs to run 1") &&
+                 second.err.contains("; this run saved no checkpoint\n"),
+             qPrintable(second.err));
     QVERIFY2(second.out.contains("[checkpoint_failed]") &&
                  second.out.contains(QString::fromStdString("belongs to run 1 (uuid " + uuid1 + ")")),
              qPrintable(second.out));
@@ -1156,6 +1190,9 @@ void TestSession::failedCheckpointWriteIsAnEventAndTrainingGoesOn()
                             "/step-00000010.pt' could not be written"),
              qPrintable(r.out));
     QVERIFY(r.out.contains("finished after 30 steps"));
+    QVERIFY2(r.err.contains("note: 1 checkpoint could not be written (its checkpoint_failed event says why); the final "
+                            "one was\n"),
+             qPrintable(r.err));
     for (const auto& entry : fs::directory_iterator(folder)) // no temporary file left
         QVERIFY2(entry.path().filename().string().find(".tmp") == std::string::npos, entry.path().c_str());
     RunStore store(db);
