@@ -230,6 +230,7 @@ std::string Trainer::Impl::write_periodic_checkpoint(TelemetrySink& sink)
         return std::string();
     };
     std::error_code exists_error;
+    if (fs::is_directory(path, exists_error)) return fail("a folder is in its place; not overwritten");
     if (fs::exists(path, exists_error) && !is_our_checkpoint(path)) {
         const auto theirs = read_checkpoint_identity(path);
         return fail("the file belongs to " + (theirs ? describe_identity(*theirs) : std::string("another run")) +

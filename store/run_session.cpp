@@ -12,6 +12,7 @@
 #include <string_view>
 #include <utility>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "checkpoint_file.h"
@@ -102,6 +103,13 @@ CheckpointSearch search_checkpoints(RunStore& store, const RunInfo& info, const 
 // Throws ConfigError when there is no checkpoint file to `purpose` from.
 void require_files(const CheckpointSearch& found, const RunInfo& info, const std::string& purpose)
 {
+    // A folder that cannot be listed looks empty: say why instead of "none in".
+    const int error = found.files.empty() && ::faccessat(AT_FDCWD, found.read_dir.c_str(), R_OK | X_OK, AT_EACCESS) != 0
+                          ? errno
+                          : 0;
+    if (error != 0 && error != ENOENT)
+        throw ConfigError("run " + std::to_string(info.id) + "'s checkpoint folder '" + found.read_dir +
+                          "' cannot be read: " + std::strerror(error));
     if (found.files.empty())
         throw ConfigError("run " + std::to_string(info.id) + " has no checkpoint to " + purpose + " from (none in '" +
                           found.read_dir + "')");
@@ -360,8 +368,13 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
     for (const auto& [step, row] : found.recorded) {
         std::error_code ec;
         const auto expected = (std::filesystem::path(found.read_dir) / checkpoint_file_name(step)).string();
-        if (step > session->trainer_->step() && step <= info.last_step && !std::filesystem::exists(expected, ec) && !ec)
+        if (step <= session->trainer_->step() || step > info.last_step) continue;
+        const auto type = std::filesystem::status(expected, ec).type();
+        if (type == std::filesystem::file_type::not_found)
             session->missing_checkpoints_.push_back("step " + std::to_string(step) + " ('" + expected + "')");
+        else if (type == std::filesystem::file_type::directory) // not a file of ours to read, or write over
+            session->missing_checkpoints_.push_back("step " + std::to_string(step) + " ('" + expected +
+                                                    "', a folder in its place)");
     }
     session->settings_moved_earlier_ = settings_changed_after(store, info.id, session->trainer_->step());
     if (config.training.steps < session->trainer_->step())

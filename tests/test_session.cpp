@@ -237,6 +237,21 @@ void TestSession::aRunWhoseFinalStateCannotBeKeptFails()
                                 "again\n"),
              qPrintable(r.err));
     QCOMPARE(status_text(RunStore(db.toStdString()).find_run("1")->status), std::string("finished"));
+    // Resumed, it starts from step 20 and does not take the folder for another run's file when
+    // step 30 comes again.
+    const auto resumed = run_cli({"resume", "1", "--db", db, "--set", "training.steps=40"});
+    QVERIFY2(resumed.exit_code == 0 && resumed.out.contains("at step 20 from"), qPrintable(resumed.err + resumed.out));
+    const QString step30 = QString::fromStdString(folder + "/" + checkpoint_file_name(30));
+    QVERIFY2(resumed.out.contains("[checkpoint_failed] checkpoint '" + step30 +
+                                  "' could not be written: a folder is in its place; not overwritten"),
+             qPrintable(resumed.out));
+    // A recorded checkpoint with a folder put in its place is named as the steps trained again.
+    const std::string step40 = folder + "/" + checkpoint_file_name(40);
+    QVERIFY(fs::remove(step40) && fs::create_directory(step40));
+    const auto past = run_cli({"resume", "1", "--db", db, "--set", "training.steps=50"});
+    QVERIFY2(past.exit_code == 0 && past.out.contains("at step 20 from"), qPrintable(past.err + past.out));
+    QVERIFY2(past.err.contains(QString::fromStdString("step 40 ('" + step40 + "', a folder in its place)")),
+             qPrintable(past.err));
 
     QTemporaryDir other;
     const QString db2 = other.filePath("runs.sqlite");
@@ -284,6 +299,15 @@ void TestSession::anUnreadableCheckpointIsNotDamage()
     QCOMPARE(after.checksum, before.checksum);
     QCOMPARE(train_losses(db.toStdString(), 1).size(), size_t(30)); // no row dropped
     QVERIFY(!contains(event_kinds(db.toStdString(), 1), "checkpoint_damaged"));
+    // A checkpoint folder that cannot be listed is said so, not called empty.
+    const std::string folder = db.toStdString() + ".checkpoints/run-1";
+    fs::permissions(folder, fs::perms::none);
+    const auto unlisted = cli({"resume", "1", "--db", db, "--set", "training.steps=40"});
+    fs::permissions(folder, fs::perms::owner_all);
+    QCOMPARE(unlisted.exit_code, 2);
+    QVERIFY2(unlisted.err.contains(QString::fromStdString("run 1's checkpoint folder '" + folder +
+                                                          "' cannot be read: Permission denied")),
+             qPrintable(unlisted.err));
     // A run store that cannot be opened is said so, not called "not a SQLite database".
     fs::permissions(db.toStdString(), fs::perms::none);
     const auto listed = cli({"list", "--db", db});
