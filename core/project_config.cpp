@@ -548,7 +548,8 @@ void validate(const ProjectConfig& c, bool stored = false)
     require(f8.margin >= 0 && f8.margin <= 16, "precision.fp8.margin", "must be in [0, 16]");
     require(f8.outlier_rms_multiple >= 0.0, "precision.fp8.outlier_rms_multiple", "must be >= 0 (0 = off)");
     require(c.precision.keep_last_bf16 >= 0 && c.precision.keep_last_bf16 <= c.model.n_layer,
-            "precision.keep_last_bf16", "must be in [0, model.n_layer]");
+            "precision.keep_last_bf16",
+            "must be in [0, model.n_layer] (model.n_layer is " + std::to_string(c.model.n_layer) + ")");
     // A pattern that names no layer is a typo ("block.*"), and the run would train in the
     // preset's formats without a word; a live change with such a pattern is refused too. Not
     // for a stored run's own settings: runs made before this check (which trained in the

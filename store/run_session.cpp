@@ -123,9 +123,9 @@ void require_files(const CheckpointSearch& found, const RunInfo& info, const std
 // throws passes through.
 std::string load_first_good(const CheckpointSearch& found, const RunInfo& info, const RunSession::Report& report,
                             const std::function<void(const std::string&)>& load,
-                            std::vector<std::string>* damaged_own = nullptr)
+                            std::vector<std::string>* damaged_own = nullptr, const std::string& purpose = "resume")
 {
-    require_files(found, info, "resume");
+    require_files(found, info, purpose);
     std::vector<std::string> damaged;
     for (const auto& path : found.files) {
         const int64_t step = *checkpoint_step(path);
@@ -178,7 +178,8 @@ std::string load_first_good(const CheckpointSearch& found, const RunInfo& info, 
     }
     std::string names;
     for (const auto& d : damaged) names += (names.empty() ? "'" : ", '") + d + "'";
-    throw CheckpointUnusable("run " + std::to_string(info.id) + " has no good checkpoint left to resume from: " +
+    throw CheckpointUnusable("run " + std::to_string(info.id) + " has no good checkpoint left to " + purpose +
+                             " from: " +
                              names + (damaged.size() == 1 ? " is" : " are") + " damaged");
 }
 
@@ -411,11 +412,14 @@ RunSession::ExportedRunWeights RunSession::export_weights(RunStore& store, const
     const CheckpointSearch found = search_checkpoints(store, info, config);
     require_files(found, info, "export weights");
     ExportedRunWeights exported;
-    exported.checkpoint = load_first_good(found, info, report, [&](const std::string& path) {
-        exported.step = export_checkpoint_weights(path, out, {info.uuid, info.id, {}},
-                                                  {{"format", "pt"}, {"producer", "mantissa"},
-                                                   {"project", to_json_text(config)}});
-    });
+    exported.checkpoint = load_first_good(
+        found, info, report,
+        [&](const std::string& path) {
+            exported.step = export_checkpoint_weights(path, out, {info.uuid, info.id, {}},
+                                                      {{"format", "pt"}, {"producer", "mantissa"},
+                                                       {"project", to_json_text(config)}});
+        },
+        nullptr, "export weights");
     return exported;
 }
 

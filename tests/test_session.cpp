@@ -590,6 +590,12 @@ void TestSession::noGoodCheckpointLeftExits3NamingTheFile()
     QVERIFY(r.err.contains("step-00000010.pt' are damaged"));
     const auto kinds = event_kinds(db, 1);
     QCOMPARE(std::count(kinds.begin(), kinds.end(), std::string("checkpoint_damaged")), 3);
+    // Exporting the weights says what it could not do (it said "to resume from").
+    const auto exported = run_cli({"export", "1", "--db", QString::fromStdString(db), "--format", "safetensors", "--out",
+                                   dir.filePath("w.safetensors")});
+    QVERIFY2(exported.exit_code != 0 &&
+                 exported.err.contains("error: run 1 has no good checkpoint left to export weights from: '"),
+             qPrintable(exported.err));
     RunStore store(db);
     QCOMPARE(status_text(store.find_run("1")->status), std::string("finished")); // untouched: nothing was resumed
     QCOMPARE(store.find_run("1")->last_step, int64_t(30));
