@@ -1420,8 +1420,9 @@ private slots:
                                     "fp8-block, nvfp4, mxfp4";
         QTest::newRow("block_scales") << R"({"name": "t", "precision": {"fp8": {"block_scales": "e8m0"}}})"
                                       << "precision.fp8.block_scales: 'e8m0' is not one of power-of-two, fp32";
-        QTest::newRow("keep_last_bf16") << R"({"name": "t", "model": {"n_layer": 2}, "precision": {"keep_last_bf16": 3}})"
-                                        << "precision.keep_last_bf16: must be in [0, model.n_layer] (model.n_layer is 2)";
+        QTest::newRow("keep_last_bf16")
+            << R"({"name": "t", "model": {"n_layer": 2}, "precision": {"keep_last_bf16": 3}})"
+            << "precision.keep_last_bf16: must be in [0, model.n_layer] (model.n_layer is 2)";
     }
     void projectKeyErrors()
     {
