@@ -179,8 +179,7 @@ std::string load_first_good(const CheckpointSearch& found, const RunInfo& info, 
     std::string names;
     for (const auto& d : damaged) names += (names.empty() ? "'" : ", '") + d + "'";
     throw CheckpointUnusable("run " + std::to_string(info.id) + " has no good checkpoint left to " + purpose +
-                             " from: " +
-                             names + (damaged.size() == 1 ? " is" : " are") + " damaged");
+                             " from: " + names + (damaged.size() == 1 ? " is" : " are") + " damaged");
 }
 
 // The precision changes a user made at or after the step the trainer resumes from: the steps
@@ -445,10 +444,12 @@ int64_t RunSession::create_run(RunStore& store, const std::string& name, const s
     std::error_code ec;
     fs::create_directories(folder, ec);
     std::string problem;
-    if (!fs::is_directory(folder)) problem = "cannot make the folder '" + folder + "': " +
-                                             (ec ? ec.message() : std::string("a file is in its place"));
-    else if (::access(folder.c_str(), W_OK | X_OK) != 0)
-        problem = "cannot write in the folder '" + folder + "': " + std::strerror(errno);
+    if (!fs::is_directory(folder)) {
+        problem = "cannot make the folder '" + folder + "': " + (ec ? ec.message() : "a file is in its place");
+    } else if (::faccessat(AT_FDCWD, folder.c_str(), W_OK | X_OK, AT_EACCESS) != 0) {
+        const int error = errno;
+        problem = "cannot write in the folder '" + folder + "': " + std::strerror(error);
+    }
     if (!problem.empty() && !wanted.empty()) throw ConfigError("training.checkpoint_dir: " + problem);
     if (!problem.empty()) throw StoreError("checkpoints beside the run store: " + problem);
     const int64_t id = store.create_run(name, project_path, to_json_text(trainer_->config()));

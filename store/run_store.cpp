@@ -1400,11 +1400,8 @@ std::vector<RunSummaryRow> RunStore::list_run_summaries(const RunFilter& filter,
     }
     if (rows.empty()) return rows;
     if (cache) {
-        // A private database has no path of its own: this object is the store.
-        const std::string identity =
-            is_private_database(path_) ? "private@" + std::to_string(reinterpret_cast<uintptr_t>(this)) : path_;
-        if (cache->store_path_ != identity) {
-            cache->store_path_ = identity;
+        if (cache->store_path_ != path_) { // another store's runs share no id with this one's
+            cache->store_path_ = path_;
             cache->runs_.clear();
         }
         Statement starts(db_, "SELECT count(*) FROM events WHERE run_id = ? AND kind = 'run_started'");
