@@ -186,7 +186,7 @@ BlockCastRecord block_cast_record(const BlockQuantized& q, NumberFormat format, 
 // 16-bit activation or gradient reaches the kernel unwidened.
 inline bool fp8_block_reads_as_is(const torch::Tensor& x, const Fp8Recipe& recipe)
 {
-    return recipe.scaling == Fp8Scaling::Block128 && recipe.outlier_rms_multiple == 0.0 && x.is_cuda() &&
+    return fp8_block_reads_16bit(recipe) && x.is_cuda() &&
            (x.scalar_type() == torch::kBFloat16 || x.scalar_type() == torch::kHalf);
 }
 

@@ -132,8 +132,12 @@ std::string unreadable_reason(const std::string& path)
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) return std::strerror(errno);
     if (S_ISDIR(st.st_mode)) return "it is a directory";
-    if (::faccessat(AT_FDCWD, path.c_str(), R_OK, AT_EACCESS) != 0) return std::strerror(errno);
-    return "";
+    return access_problem(path, R_OK);
+}
+
+std::string access_problem(const std::string& path, int mode)
+{
+    return ::faccessat(AT_FDCWD, path.c_str(), mode, AT_EACCESS) == 0 ? std::string() : std::strerror(errno);
 }
 
 } // namespace mantissa

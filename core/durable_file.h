@@ -43,5 +43,8 @@ void replace_file_durably(const std::string& path, std::string_view data);
 // opened was never read, so it is neither damaged nor some other kind of file, and nothing may
 // be written over it on that account.
 std::string unreadable_reason(const std::string& path);
+// Why this process (its effective user) may not use `path` as `mode` asks (R_OK, W_OK, X_OK as
+// for access(2)), or "" when it may. Never opens the file, as above.
+std::string access_problem(const std::string& path, int mode);
 
 } // namespace mantissa

@@ -180,10 +180,7 @@ c10::ScalarType LayerGemm::output_dtype() const
     return native_ ? activation_dtype(formats_.forward) : torch::kFloat32;
 }
 
-bool LayerGemm::uniform_16bit() const
-{
-    return is_16bit(formats_.forward) && formats_.dgrad == formats_.forward && formats_.wgrad == formats_.forward;
-}
+bool LayerGemm::uniform_16bit() const { return mantissa::uniform_16bit(formats_); }
 
 torch::Tensor LayerGemm::linear_native(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias)
 {

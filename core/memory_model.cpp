@@ -84,11 +84,18 @@ int64_t saved_input_bytes(LinearRoute route, const GemmFormats& f, const Fp8Reci
     case LinearRoute::Emulated: {
         // FP32 values (its cast, or the input widened), except a 16-bit input that fp8-block's
         // GPU cast reads as it is (fp8_block_reads_as_is).
-        const bool as_is = gpu && recipe.scaling == Fp8Scaling::Block128 && recipe.outlier_rms_multiple == 0.0;
+        const bool as_is = gpu && fp8_block_reads_16bit(recipe);
         return (as_is ? arrives : 4) * values;
     }
     }
     return 4 * values;
+}
+
+// Which executor runs the GEMMs: the native one on a GPU unless the emulator is asked for, on
+// a CPU only when it is asked for. The emulator keeps every tensor in FP32.
+bool native_executor(const PrecisionConfig& p, bool cpu_emulator)
+{
+    return cpu_emulator ? p.backend == GemmBackend::Native : p.backend != GemmBackend::Emulated;
 }
 
 // Whether a block's attention runs the fused kernel (gpt_model.cpp), which keeps q, k, v, its
@@ -98,11 +105,7 @@ int64_t saved_input_bytes(LinearRoute route, const GemmFormats& f, const Fp8Reci
 bool fused_attention(const PrecisionConfig& p, const std::string& sdpa_layer, int64_t n_layer, bool cpu_emulator)
 {
     const GemmFormats f = resolve_layer_formats(p, sdpa_layer, n_layer);
-    if (f.all_fp32()) return true;
-    const bool uniform_16bit = (f.forward == NumberFormat::BF16 || f.forward == NumberFormat::FP16) &&
-                               f.dgrad == f.forward && f.wgrad == f.forward;
-    const bool native = cpu_emulator ? p.backend == GemmBackend::Native : p.backend != GemmBackend::Emulated;
-    return uniform_16bit && native;
+    return f.all_fp32() || (uniform_16bit(f) && native_executor(p, cpu_emulator));
 }
 
 } // namespace
@@ -125,14 +128,7 @@ MemoryBreakdown estimate_memory(const ProjectConfig& config, int64_t vocab_size,
     out.gradients_bytes = 4 * out.parameters;
     out.optimizer_state_bytes = 8 * out.parameters;
 
-    // Which executor runs the GEMMs: the native one on a GPU unless the emulator is asked for,
-    // on a CPU only when it is asked for. The emulator keeps every tensor in FP32.
-    const bool native = cpu_emulator ? config.precision.backend == GemmBackend::Native
-                                     : config.precision.backend != GemmBackend::Emulated;
-    const auto route = [&](const std::string& layer, int64_t in_features, int64_t out_features) {
-        return linear_route(resolve_layer_formats(config.precision, layer, L),
-                            resolve_layer_recipe(config.precision, layer), native, T * B, in_features, out_features);
-    };
+    const bool native = native_executor(config.precision, cpu_emulator);
     // The weight copies a layer's GEMMs keep through a step, a weight `out_features` x
     // `in_features`. The native executor's: the forward GEMM's, and where the dgrad GEMM runs
     // in FP8 a second one laid out transposed (codes and codes_t per step), its scales along
@@ -140,7 +136,7 @@ MemoryBreakdown estimate_memory(const ProjectConfig& config, int64_t vocab_size,
     const auto copies = [&](int64_t out_features, int64_t in_features, const std::string& layer) -> int64_t {
         const GemmFormats f = resolve_layer_formats(config.precision, layer, L);
         const Fp8Recipe recipe = resolve_layer_recipe(config.precision, layer);
-        switch (route(layer, in_features, out_features)) {
+        switch (linear_route(f, recipe, native, T * B, in_features, out_features)) {
         case LinearRoute::Fp32: return 0;
         case LinearRoute::Emulated: return 4 * out_features * in_features * emulated_weight_casts(f, recipe);
         default: break;
@@ -152,10 +148,10 @@ MemoryBreakdown estimate_memory(const ProjectConfig& config, int64_t vocab_size,
     };
     // What a layer's linear keeps of its (T * B, in_features) input.
     const auto input = [&](const std::string& layer, int64_t in_features, int64_t out_features, int64_t arrives) {
+        const GemmFormats f = resolve_layer_formats(config.precision, layer, L);
         const Fp8Recipe recipe = resolve_layer_recipe(config.precision, layer);
-        return saved_input_bytes(route(layer, in_features, out_features),
-                                 resolve_layer_formats(config.precision, layer, L), recipe, T * B, in_features, arrives,
-                                 native && !cpu_emulator);
+        return saved_input_bytes(linear_route(f, recipe, native, T * B, in_features, out_features), f, recipe, T * B,
+                                 in_features, arrives, native && !cpu_emulator);
     };
     out.low_precision_weights_bytes = copies(V, C, "lm_head");
     // Activations per block, after Korthikanti et al. 2022 (34 s b h + 5 a s^2 b bytes with

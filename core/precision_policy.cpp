@@ -21,6 +21,12 @@ NumberFormat saved_operand_format(NumberFormat gemm_format)
     return format_info(gemm_format).is_fp8 ? NumberFormat::E4M3 : gemm_format;
 }
 
+bool uniform_16bit(const GemmFormats& f)
+{
+    return (f.forward == NumberFormat::BF16 || f.forward == NumberFormat::FP16) && f.dgrad == f.forward &&
+           f.wgrad == f.forward;
+}
+
 bool runs_native_linear(const GemmFormats& f, const Fp8Recipe& recipe)
 {
     // FP8 codes under per-tensor or per-row scales, without the outlier split (whose sum no
@@ -51,8 +57,7 @@ LinearRoute linear_route(const GemmFormats& f, const Fp8Recipe& recipe, bool nat
 {
     if (f.all_fp32()) return LinearRoute::Fp32;
     if (!native_executor) return LinearRoute::Emulated;
-    const bool is_16bit = f.forward == NumberFormat::BF16 || f.forward == NumberFormat::FP16;
-    if (is_16bit && f.dgrad == f.forward && f.wgrad == f.forward) return LinearRoute::Autocast16;
+    if (uniform_16bit(f)) return LinearRoute::Autocast16;
     if (runs_native_linear(f, recipe)) return LinearRoute::Native;
     if (blockwise_codes_fit(f, recipe, rows, in_features, out_features)) return LinearRoute::BlockwiseCodes;
     return LinearRoute::Emulated;

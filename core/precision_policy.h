@@ -71,10 +71,18 @@ enum class LinearRoute { Fp32, Autocast16, Native, BlockwiseCodes, Emulated };
 // MANTISSA_FP8_BLOCK_CODES not set to 0; that is assumed here.
 LinearRoute linear_route(const GemmFormats& f, const Fp8Recipe& recipe, bool native_executor, int64_t rows,
                          int64_t in_features, int64_t out_features);
-// The two tests linear_route makes, which LayerGemm makes on the tensors themselves.
+// The tests linear_route makes, which LayerGemm makes on the tensors themselves.
+bool uniform_16bit(const GemmFormats& f); // one 16-bit format for the three GEMMs
 bool runs_native_linear(const GemmFormats& f, const Fp8Recipe& recipe);
 bool blockwise_codes_fit(const GemmFormats& f, const Fp8Recipe& recipe, int64_t rows, int64_t in_features,
                          int64_t out_features);
+
+// fp8-block without the outlier split: its GPU cast reads a 16-bit operand as it is, unwidened
+// (fp8_block_reads_as_is asks this of the tensor too).
+inline bool fp8_block_reads_16bit(const Fp8Recipe& r)
+{
+    return r.scaling == Fp8Scaling::Block128 && r.outlier_rms_multiple == 0.0;
+}
 
 // Weights quantized in square tiles (fp8-block's 128x128, nvfp4's 16x16): W and W^T then hold
 // the same values, so one cast serves the forward (along K) and dgrad (along N) GEMMs.

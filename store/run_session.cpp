@@ -3,8 +3,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -12,7 +10,6 @@
 #include <string_view>
 #include <utility>
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include "checkpoint_file.h"
@@ -103,13 +100,15 @@ CheckpointSearch search_checkpoints(RunStore& store, const RunInfo& info, const 
 // Throws ConfigError when there is no checkpoint file to `purpose` from.
 void require_files(const CheckpointSearch& found, const RunInfo& info, const std::string& purpose)
 {
-    // A folder that cannot be listed looks empty: say why instead of "none in".
-    const int error = found.files.empty() && ::faccessat(AT_FDCWD, found.read_dir.c_str(), R_OK | X_OK, AT_EACCESS) != 0
-                          ? errno
-                          : 0;
-    if (error != 0 && error != ENOENT)
+    // A folder that cannot be listed looks empty: say why instead of "none in". (One that is
+    // not there is "none in".)
+    std::error_code ec;
+    const bool absent = !std::filesystem::exists(found.read_dir, ec) && !ec;
+    const std::string problem =
+        found.files.empty() && !absent ? access_problem(found.read_dir, R_OK | X_OK) : std::string();
+    if (!problem.empty())
         throw ConfigError("run " + std::to_string(info.id) + "'s checkpoint folder '" + found.read_dir +
-                          "' cannot be read: " + std::strerror(error));
+                          "' cannot be read: " + problem);
     if (found.files.empty())
         throw ConfigError("run " + std::to_string(info.id) + " has no checkpoint to " + purpose + " from (none in '" +
                           found.read_dir + "')");
@@ -446,9 +445,8 @@ int64_t RunSession::create_run(RunStore& store, const std::string& name, const s
     std::string problem;
     if (!fs::is_directory(folder)) {
         problem = "cannot make the folder '" + folder + "': " + (ec ? ec.message() : "a file is in its place");
-    } else if (::faccessat(AT_FDCWD, folder.c_str(), W_OK | X_OK, AT_EACCESS) != 0) {
-        const int error = errno;
-        problem = "cannot write in the folder '" + folder + "': " + std::strerror(error);
+    } else if (const std::string denied = access_problem(folder, W_OK | X_OK); !denied.empty()) {
+        problem = "cannot write in the folder '" + folder + "': " + denied;
     }
     if (!problem.empty() && !wanted.empty()) throw ConfigError("training.checkpoint_dir: " + problem);
     if (!problem.empty()) throw StoreError("checkpoints beside the run store: " + problem);

@@ -13,15 +13,22 @@ struct CliResult {
     QString out, err;
 };
 
-// `working_dir` empty: the test's own. `env`: the test's own where empty.
-inline CliResult run_cli(const QStringList& args, int timeout_ms = 120000, const QString& working_dir = {},
-                         const QProcessEnvironment& env = {})
+// Any program, as run_cli runs mantissa-train (a wrapper such as setpriv in front of it).
+inline CliResult run_program(const QString& program, const QStringList& args, int timeout_ms = 120000,
+                             const QString& working_dir = {}, const QProcessEnvironment& env = {})
 {
     QProcess p;
     if (!working_dir.isEmpty()) p.setWorkingDirectory(working_dir);
     if (!env.isEmpty()) p.setProcessEnvironment(env);
-    p.start(MANTISSA_TRAIN_EXE, args);
+    p.start(program, args);
     p.waitForFinished(timeout_ms);
     return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
             QString::fromUtf8(p.readAllStandardError())};
+}
+
+// `working_dir` empty: the test's own. `env`: the test's own where empty.
+inline CliResult run_cli(const QStringList& args, int timeout_ms = 120000, const QString& working_dir = {},
+                         const QProcessEnvironment& env = {})
+{
+    return run_program(MANTISSA_TRAIN_EXE, args, timeout_ms, working_dir, env);
 }

@@ -34,12 +34,8 @@ using Result = CliResult;
 // `dir` as $1) has mounted something at dir. Exit code 97: the setup was not permitted here.
 Result run_cli_mounted(const QString& setup, const QString& dir, const QStringList& args)
 {
-    QProcess p;
-    p.start("unshare", QStringList{"-m", "sh", "-c", setup + " || exit 97; shift; exec \"$@\"", "sh", dir,
-                                   MANTISSA_TRAIN_EXE} + args);
-    p.waitForFinished(120000);
-    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
-            QString::fromUtf8(p.readAllStandardError())};
+    return run_program("unshare", QStringList{"-m", "sh", "-c", setup + " || exit 97; shift; exec \"$@\"", "sh", dir,
+                                              MANTISSA_TRAIN_EXE} + args);
 }
 
 const QString kReadOnlyBind = "mount --bind \"$1\" \"$1\" && mount -o remount,bind,ro \"$1\"";

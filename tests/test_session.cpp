@@ -275,13 +275,10 @@ void TestSession::anUnreadableCheckpointIsNotDamage()
     const bool root = ::geteuid() == 0;
     const QString setpriv = QStandardPaths::findExecutable("setpriv");
     if (root && setpriv.isEmpty()) QSKIP("root reads any file, and there is no setpriv to run as another user");
-    const auto cli = [&](const QStringList& args) -> CliResult {
-        if (!root) return run_cli(args);
-        QProcess p;
-        p.start(setpriv, QStringList{"--reuid=65534", "--regid=65534", "--clear-groups", MANTISSA_TRAIN_EXE} + args);
-        p.waitForFinished(120000);
-        const int code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-        return {code, QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
+    const auto cli = [&](const QStringList& args) {
+        return root ? run_program(setpriv, QStringList{"--reuid=65534", "--regid=65534", "--clear-groups",
+                                                       MANTISSA_TRAIN_EXE} + args)
+                    : run_cli(args);
     };
     const QString project = QString::fromStdString(write_project(dir)), db = dir.filePath("runs.sqlite");
     const auto first = cli({"run", project, "--db", db});
