@@ -51,7 +51,7 @@ int main(int argc, char** argv)
     std::string db_path = default_store_path();
     app.add_option("--db", db_path, "Run store (SQLite) path")->capture_default_str();
 
-    std::string project, name, run, format = "csv", table = "metrics", out_path;
+    std::string project, name, run, format = "csv", table, out_path;
     std::vector<std::string> sets;
     auto* run_cmd = app.add_subcommand("run", "Train a project and save the run");
     run_cmd->add_option("project", project, "Project JSON file")->required();
@@ -104,8 +104,8 @@ int main(int argc, char** argv)
     auto* export_cmd = app.add_subcommand("export", "Export a run's metrics or events");
     export_cmd->add_option("run", run, "Run id or name")->required();
     export_cmd->add_option("--format", format, "Output format")->check(CLI::IsMember({"csv", "tensorboard", "safetensors"}))->capture_default_str();
-    export_cmd->add_option("--table", table, "What to export")->check(CLI::IsMember({"metrics", "events"}))
-        ->capture_default_str();
+    export_cmd->add_option("--table", table, "The CSV table: metrics (the default) or events")
+        ->check(CLI::IsMember({"metrics", "events"}));
     export_cmd->add_option("--out", out_path, "Output file (csv: default standard output; tensorboard: a directory)");
     export_cmd->add_option("--db", db_path, "Run store (SQLite) path");
 

@@ -16,6 +16,7 @@
 #include "run_session.h"
 #include "run_store.h"
 #include "trainer.h"
+#include "unread_settings.h"
 
 namespace mantissa {
 
@@ -99,15 +100,9 @@ int train_session(RunSession& session, const std::string& db_path, DataParallelJ
     if (summary.peak_device_memory_bytes >= 0)
         std::printf("peak device memory: %.1f MiB\n", static_cast<double>(summary.peak_device_memory_bytes) / 1048576.0);
     std::printf("saved as run %lld in %s\n", static_cast<long long>(session.run_id()), db_path.c_str());
-    if (!outcome.final_checkpoint_error.empty()) {
-        // Trained, but its final state is not kept: the end of the run cannot be resumed from.
-        const std::string newest = outcome.newest_checkpoint_step >= 0
-                                       ? "the newest this run saved is step " +
-                                             std::to_string(outcome.newest_checkpoint_step) +
-                                             ", and a resume trains the steps after it again"
-                                       : "this run saved no checkpoint";
-        std::fprintf(stderr, "\nerror: the final checkpoint could not be written (%s); %s\n",
-                     outcome.final_checkpoint_error.c_str(), newest.c_str());
+    // Trained, but its final state is not kept: the end of the run cannot be resumed from.
+    if (const std::string problem = final_checkpoint_problem(outcome); !problem.empty()) {
+        std::fprintf(stderr, "\nerror: %s\n", problem.c_str());
         return 3;
     }
     if (outcome.checkpoints_failed > 0)
@@ -149,6 +144,10 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
     std::unique_ptr<RunSession> session;
     try {
         ProjectConfig config = load_project_file(project_path, parse_overrides(sets)); // names the file itself
+        const auto load = [&](const std::vector<Override>& o) { return load_project_file(project_path, o); };
+        if (!job.dp || job.dp->rank() == 0)
+            for (const auto& note : overrides_read_by_no_layer(parse_overrides(sets), load))
+                std::fprintf(stderr, "note: %s\n", note.c_str());
         try {
             session = std::make_unique<RunSession>(std::move(config));
         } catch (const ConfigError& e) { // the data is read here: it may still reject the project

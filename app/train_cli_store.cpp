@@ -109,6 +109,12 @@ int cmd_delete(RunStore& store, const std::string& run)
 int cmd_export(RunStore& store, const std::string& run, const std::string& format, const std::string& table,
                const std::string& out_path, const CliStreams& io)
 {
+    // Taken as asked, a TensorBoard export of the events would be one of the metrics.
+    if (format != "csv" && !table.empty()) {
+        std::fprintf(io.err, "error: --table chooses a CSV table; --format %s writes %s\n", format.c_str(),
+                     format == "safetensors" ? "the weights" : "the metrics and the exponent histograms");
+        return 2;
+    }
     auto info = find_or_complain(store, run, RunUse::Read, io.err);
     if (!info) return 2;
     if (format == "tensorboard") {
@@ -154,6 +160,7 @@ int cmd_export(RunStore& store, const std::string& run, const std::string& forma
         std::fprintf(io.err, "wrote %s\n", out_path.c_str());
         return 0;
     }
+    // No --table: the metrics.
     const std::string text = table == "events" ? store.events_csv(info->id) : store.metrics_csv(info->id);
     if (out_path.empty() || out_path == "-") {
         // `export 3 > m.csv` on a full disk: a cut table must not read as a whole one.

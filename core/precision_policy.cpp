@@ -2,6 +2,7 @@
 #include "precision_policy.h"
 
 #include <algorithm>
+#include <vector>
 #include <stdexcept>
 
 namespace mantissa {
@@ -182,6 +183,73 @@ bool overrides_use_fp8(const PrecisionConfig& config)
     for (const auto& o : config.layers)
         if (o.scaling || fp8(o.forward) || fp8(o.dgrad) || fp8(o.wgrad)) return true;
     return false;
+}
+
+namespace {
+
+// The precision.layers entry whose scaling a layer takes (the last matching one), or -1 for the
+// project's precision.fp8.scaling.
+int scaling_entry_of(const PrecisionConfig& config, const std::string& layer_name)
+{
+    int entry = -1;
+    for (size_t i = 0; i < config.layers.size(); ++i)
+        if (config.layers[i].scaling && glob_match(config.layers[i].match, layer_name)) entry = static_cast<int>(i);
+    return entry;
+}
+
+} // namespace
+
+std::vector<Fp8Scaling> fp8_layer_scalings(const PrecisionConfig& config, int64_t n_layer)
+{
+    std::vector<bool> used(fp8_scalings().size(), false);
+    for (const auto& name : gemm_layer_names(n_layer))
+        if (resolve_layer_formats(config, name, n_layer).any_fp8())
+            used[static_cast<size_t>(resolve_layer_recipe(config, name).scaling)] = true;
+    std::vector<Fp8Scaling> scalings;
+    for (Fp8Scaling s : fp8_scalings())
+        if (used[static_cast<size_t>(s)]) scalings.push_back(s);
+    return scalings;
+}
+
+PrecisionConfig recipe_as_read(const PrecisionConfig& config, int64_t n_layer)
+{
+    PrecisionConfig read = config;
+    std::vector<bool> entry_read(config.layers.size(), false);
+    bool project_scaling_read = false;
+    for (const auto& name : gemm_layer_names(n_layer)) {
+        if (!resolve_layer_formats(config, name, n_layer).any_fp8()) continue;
+        const int entry = scaling_entry_of(config, name);
+        if (entry < 0) project_scaling_read = true;
+        else entry_read[static_cast<size_t>(entry)] = true;
+    }
+    for (size_t i = 0; i < read.layers.size(); ++i)
+        if (!entry_read[i]) read.layers[i].scaling.reset();
+    // An entry left with nothing to set sets nothing.
+    std::erase_if(read.layers, [](const LayerOverride& o) { return !o.forward && !o.dgrad && !o.wgrad && !o.scaling; });
+    const auto scalings = fp8_layer_scalings(config, n_layer);
+    const Fp8Recipe defaults;
+    if (scalings.empty()) {
+        read.fp8 = defaults;
+        return read;
+    }
+    const auto uses = [&](Fp8Scaling s) { return std::find(scalings.begin(), scalings.end(), s) != scalings.end(); };
+    Fp8Recipe& r = read.fp8;
+    if (!project_scaling_read) r.scaling = defaults.scaling;
+    // Only the fields whose one reader is known are reset; margin, saturate and the outlier
+    // split are read by more than one recipe and stay as they are.
+    if (!uses(Fp8Scaling::Delayed)) {
+        r.amax_history_length = defaults.amax_history_length;
+        r.amax_use_max = defaults.amax_use_max;
+    }
+    if (!uses(Fp8Scaling::PerRow)) r.rowwise_power_of_two = defaults.rowwise_power_of_two;
+    if (!uses(Fp8Scaling::Block32) && !uses(Fp8Scaling::MxFp4)) r.mx_round_scale_up = defaults.mx_round_scale_up;
+    if (!uses(Fp8Scaling::Block128)) r.block_power_of_two = defaults.block_power_of_two;
+    if (!uses(Fp8Scaling::NvFp4)) {
+        r.nvfp4_rht = defaults.nvfp4_rht;
+        r.nvfp4_stochastic_rounding = defaults.nvfp4_stochastic_rounding;
+        r.nvfp4_weight_2d = defaults.nvfp4_weight_2d;
+    }
+    return read;
 }
 
 const char* fp8_scaling_name(Fp8Scaling scaling)

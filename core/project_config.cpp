@@ -8,6 +8,7 @@
 #include <functional>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -723,6 +724,21 @@ ProjectConfig load_without_machine_checks(const std::string& json_text, const st
     return config;
 }
 
+// The override that set the value a ConfigError names first ("training.steps: must be at least
+// 1"): the last one whose key is that key or holds it (training={"steps":0}). A message that
+// names another key first (model.n_embd, not divisible by an overridden model.n_head) is not
+// one override's alone and gets none.
+const Override* override_at_fault(const std::string& message, const std::vector<Override>& overrides)
+{
+    for (auto o = overrides.rbegin(); o != overrides.rend(); ++o) {
+        const std::string& key = o->first;
+        if (message.size() > key.size() && message.compare(0, key.size(), key) == 0 &&
+            std::string_view(":.[").find(message[key.size()]) != std::string_view::npos)
+            return &*o;
+    }
+    return nullptr;
+}
+
 } // namespace
 
 bool is_path_key(const std::string& dotted_key)
@@ -782,6 +798,9 @@ ProjectConfig load_project_file(const std::string& path, const std::vector<Overr
     try {
         return load_project_json(text.str(), base, overrides);
     } catch (const ConfigError& e) {
+        // A value that an override set is the override's mistake: the file does not hold it.
+        if (const Override* o = override_at_fault(e.what(), overrides))
+            throw ConfigError("--set " + o->first + "=" + o->second + ": " + e.what());
         throw ConfigError(path + ": " + e.what());
     }
 }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "sweep.h"
 #include "folder_name.h"
+#include "unread_settings.h"
 
 #include <algorithm>
 #include <cmath>
@@ -112,15 +113,23 @@ std::vector<SweepRunPlan> plan_each(const SweepSpec& spec, const std::vector<Ove
         try {
             plan.config = load(plan.overrides);
         } catch (const ConfigError& e) {
-            throw ConfigError("--vary " + spec.key + "=" + value + " is rejected: " + e.what());
+            // The varied value itself at fault: named once, as --vary's.
+            std::string why = e.what();
+            if (const std::string as_set = "--set " + spec.key + "=" + value + ": "; why.starts_with(as_set))
+                why.erase(0, as_set.size());
+            throw ConfigError("--vary " + spec.key + "=" + value + " is rejected: " + why);
         }
         plan.name = plan.config.name + " [" + spec.key + "=" + value + "]";
         // 1e-3 and 0.001, or a preset and the overrides it stands for, would train twice.
-        const std::string settings = to_json_text(plan.config);
-        for (const SweepRunPlan& earlier : plans)
-            if (to_json_text(earlier.config) == settings)
-                throw ConfigError("--vary " + spec.key + ": values '" + earlier.value + "' and '" + value +
-                                  "' give the same settings; the sweep would train the same run twice");
+        const std::string settings = settings_as_read(plan.config);
+        for (const SweepRunPlan& earlier : plans) {
+            if (settings_as_read(earlier.config) != settings) continue;
+            const std::string both = "--vary " + spec.key + ": values '" + earlier.value + "' and '" + value + "' ";
+            if (to_json_text(earlier.config) == to_json_text(plan.config))
+                throw ConfigError(both + "give the same settings; the sweep would train the same run twice");
+            throw ConfigError(both + "would train the same run twice: " +
+                              why_recipe_setting_unread(plan.config, spec.key));
+        }
         plans.push_back(std::move(plan));
     }
     give_each_its_own_checkpoint_folder(plans, spec.key);

@@ -235,6 +235,21 @@ private:
     std::string settings_moved_earlier_;
 };
 
+} // namespace
+
+std::string final_checkpoint_problem(const SessionOutcome& outcome)
+{
+    if (outcome.final_checkpoint_error.empty()) return {};
+    const std::string newest = outcome.newest_checkpoint_step >= 0
+                                   ? "the newest this run saved is step " +
+                                         std::to_string(outcome.newest_checkpoint_step) +
+                                         ", and a resume trains the steps after it again"
+                                   : "this run saved no checkpoint";
+    return "the final checkpoint could not be written (" + outcome.final_checkpoint_error + "); " + newest;
+}
+
+namespace {
+
 // What a resume that loaded the checkpoint of `from_step` says of the settings that earlier
 // resumes changed after that step (RunSession::settings_moved_earlier).
 std::string settings_changed_after(RunStore& store, int64_t run_id, int64_t from_step)

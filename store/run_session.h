@@ -62,6 +62,11 @@ struct SessionOutcome {
     RunSummary summary;
 };
 
+// "the final checkpoint could not be written (…); the newest this run saved is step 20, and a
+// resume trains the steps after it again", or "" when it was written: what mantissa-train and
+// the window say of a run that trained but cannot be resumed from its end.
+std::string final_checkpoint_problem(const SessionOutcome& outcome);
+
 class RunSession {
 public:
     // Something the session noticed before training (a damaged checkpoint skipped).

@@ -1445,6 +1445,9 @@ private slots:
         QCOMPARE(plans[0].config.precision.fp8.scaling, Fp8Scaling::Block128);
         QCOMPARE(plans[1].config.precision.fp8.scaling, Fp8Scaling::NvFp4);
         QCOMPARE(plans[2].config.precision.fp8.scaling, Fp8Scaling::MxFp4);
+        // An ablation of nvfp4's parts needs nvfp4: under delayed scaling no layer reads them.
+        QVERIFY_THROWS_EXCEPTION(ConfigError, plan_sweep(base, parse_vary("precision.nvfp4.rht=true,false")));
+        base.precision.fp8.scaling = Fp8Scaling::NvFp4;
         const auto ablation = plan_sweep(base, parse_vary("precision.nvfp4.rht=true,false"));
         QVERIFY(ablation[0].config.precision.fp8.nvfp4_rht && !ablation[1].config.precision.fp8.nvfp4_rht);
     }

@@ -333,6 +333,21 @@ private slots:
         const auto refused = run_cli({"export", "long", "--format", "safetensors", "--out", nowhere, "--db", db_});
         QCOMPARE(refused.exit_code, 2);
         QVERIFY2(refused.err.contains("cannot write '" + nowhere + "': No such file or directory"), qPrintable(refused.err));
+        // --table chooses a CSV table: with another format it would be ignored, so it is refused.
+        const QString other = dir_.filePath("other.safetensors");
+        const auto table = run_cli({"export", "long", "--format", "safetensors", "--table", "events", "--out", other,
+                                    "--db", db_});
+        QCOMPARE(table.exit_code, 2);
+        QCOMPARE(table.err, QString("error: --table chooses a CSV table; --format safetensors writes the weights\n"));
+        QVERIFY(!QFile::exists(other));
+        const auto board = run_cli({"export", "long", "--format", "tensorboard", "--table", "metrics", "--out",
+                                    dir_.filePath("board"), "--db", db_});
+        QCOMPARE(board.exit_code, 2);
+        QCOMPARE(board.err, QString("error: --table chooses a CSV table; --format tensorboard writes the metrics and "
+                                    "the exponent histograms\n"));
+        const auto events = run_cli({"export", "long", "--table", "events", "--db", db_});
+        QVERIFY2(events.exit_code == 0 && events.out.startsWith("step,kind,message,created_at\n"),
+                 qPrintable(events.err + events.out.left(200)));
 
         // resume needs an existing store, and creates none.
         const auto none = run_cli({"resume", "first", "--db", dir_.filePath("empty.sqlite")});
@@ -674,6 +689,33 @@ private slots:
         QCOMPARE(syntax.exit_code, 2);
         QVERIFY2(syntax.err.contains("--vary 'precision.preset': expected dotted.key=value1,value2,..."),
                  qPrintable(syntax.err));
+    }
+
+    // A recipe setting that no layer reads: a sweep over it would train one run twice and is
+    // refused before the store is made; a run trains and says what its --set does not change.
+    void aSetThatNoLayerReadsIsNoted()
+    {
+        const QString db = dir_.filePath("unread.sqlite");
+        const auto sweep = run_cli({"sweep", project_, "--vary", "precision.fp8.scaling=nvfp4,fp8-block", "--db", db});
+        QCOMPARE(sweep.exit_code, 2);
+        QVERIFY2(sweep.err.contains("--vary precision.fp8.scaling: values 'nvfp4' and 'fp8-block' would train the "
+                                    "same run twice: no GEMM computes in FP8 under precision.preset=fp32"),
+                 qPrintable(sweep.err));
+        QVERIFY(!QFile::exists(db));
+
+        const QString note = "note: --set precision.nvfp4.rht=false changes nothing this run computes unless a live "
+                             "change makes a layer read it: the FP8 layers scale with delayed, which does not read "
+                             "precision.nvfp4.rht\n";
+        const QStringList common = {"run", project_, "--db", db, "--set", "training.steps=1", "--set",
+                                    "eval.interval=0", "--set", "precision.preset=fp8-hybrid", "--set",
+                                    "precision.nvfp4.rht=false"};
+        const auto delayed = run_cli(common);
+        QVERIFY2(delayed.exit_code == 0, qPrintable(delayed.err));
+        QCOMPARE(delayed.err.count("note: "), 1);
+        QVERIFY2(delayed.err.contains(note), qPrintable(delayed.err));
+        const auto nvfp4 = run_cli(common + QStringList{"--set", "precision.fp8.scaling=nvfp4"});
+        QVERIFY2(nvfp4.exit_code == 0, qPrintable(nvfp4.err));
+        QVERIFY2(!nvfp4.err.contains("note: "), qPrintable(nvfp4.err));
     }
 
     // A value whose data is refused only when its run loads it (each value's data is loaded as

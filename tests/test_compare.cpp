@@ -557,9 +557,8 @@ private slots:
             return std::string("accepted");
         };
         QCOMPARE(refused("precision.preset=fp32,fp9"),
-                 "--vary precision.preset=fp9 is rejected: " + path +
-                     ": precision.preset: 'fp9' is not one of fp32, bf16, fp16, fp8-hybrid, fp8-hybrid-keep-ends, "
-                     "fp8-e4m3");
+                 std::string("--vary precision.preset=fp9 is rejected: precision.preset: 'fp9' is not one of fp32, "
+                             "bf16, fp16, fp8-hybrid, fp8-hybrid-keep-ends, fp8-e4m3"));
         QCOMPARE(refused("model.n_head=2,3"),
                  "--vary model.n_head=3 is rejected: " + path +
                      ": model.n_embd: 16 is not divisible by model.n_head (3)");
@@ -569,6 +568,49 @@ private slots:
         QCOMPARE(refused("optimizer.learning_rate=0.002,1e-3,0.0010"),
                  std::string("--vary optimizer.learning_rate: values '1e-3' and '0.0010' give the same settings; the "
                              "sweep would train the same run twice"));
+        // Settings that differ but that no layer reads train one run twice too: a recipe where no
+        // GEMM is FP8, or a switch of a recipe that no FP8 layer uses.
+        const auto refused_with = [&](const std::string& vary, const std::vector<Override>& common) {
+            try {
+                return std::to_string(plan_sweep(path, parse_vary(vary), common).size()) + " runs";
+            } catch (const ConfigError& e) {
+                return std::string(e.what());
+            }
+        };
+        QCOMPARE(refused("precision.fp8.scaling=nvfp4,fp8-block"),
+                 std::string("--vary precision.fp8.scaling: values 'nvfp4' and 'fp8-block' would train the same run "
+                             "twice: no GEMM computes in FP8 under precision.preset=fp32, so no layer reads the FP8 "
+                             "recipe; set an FP8 preset (precision.preset=fp8-hybrid) or a precision.layers "
+                             "entry"));
+        const std::vector<Override> fp8 = {{"precision.preset", "fp8-hybrid"}};
+        QCOMPARE(refused_with("precision.fp8.scaling=nvfp4,fp8-block", fp8), std::string("2 runs"));
+        QCOMPARE(refused_with("precision.nvfp4.rht=true,false", fp8),
+                 std::string("--vary precision.nvfp4.rht: values 'true' and 'false' would train the same run "
+                             "twice: the FP8 layers scale with delayed, which does not read precision.nvfp4.rht"));
+        QCOMPARE(refused_with("precision.nvfp4.rht=true,false", {fp8[0], {"precision.fp8.scaling", "nvfp4"}}),
+                 std::string("2 runs"));
+        const Override mxfp4 = {"precision.fp8.scaling", "mxfp4"}, current = {"precision.fp8.scaling", "current"};
+        QCOMPARE(refused_with("precision.fp8.block_scales=power-of-two,fp32", {fp8[0], mxfp4}),
+                 std::string("--vary precision.fp8.block_scales: values 'power-of-two' and 'fp32' would train the "
+                             "same run twice: the FP8 layers scale with mxfp4, which does not read "
+                             "precision.fp8.block_scales"));
+        QCOMPARE(refused_with("precision.fp8.amax_history_length=16,1024", {fp8[0], current}),
+                 std::string("--vary precision.fp8.amax_history_length: values '16' and '1024' would train the same "
+                             "run twice: the FP8 layers scale with current, which does not read "
+                             "precision.fp8.amax_history_length"));
+        // One FP8 layer reads the recipe; a layers entry's scaling counts where its layer is FP8 (under
+        // keep-ends a one-block model keeps every layer, lm_head too, in BF16).
+        const Override fp8_head = {"precision.layers", R"([{"match":"lm_head","forward":"e4m3"}])"};
+        QCOMPARE(refused_with("precision.fp8.scaling=nvfp4,mxfp4", {fp8_head}),
+                 std::string("2 runs"));
+        const std::string entry = R"(precision.layers=[{"match":"lm_head","scaling":"nvfp4"}],[])";
+        QCOMPARE(refused_with(entry, fp8), std::string("2 runs"));
+        QCOMPARE(refused_with(entry, {{"precision.preset", "fp8-hybrid-keep-ends"}}),
+                 std::string("--vary precision.layers: values '[{\"match\":\"lm_head\",\"scaling\":\"nvfp4\"}]' "
+                             "and '[]' "
+                             "would train the same run twice: no GEMM computes in FP8 under "
+                             "precision.preset=fp8-hybrid-keep-ends, so no layer reads the FP8 recipe; set an FP8 "
+                             "preset (precision.preset=fp8-hybrid) or a precision.layers entry"));
 
         // The window's sweep (a project in memory): a relative path value is in the project's
         // folder, whatever folder the workbench was started from.

@@ -665,6 +665,41 @@ private slots:
         QCOMPARE(load_project_file(path.toStdString(), {parse_override("training.steps=7")}).training.steps, int64_t(7));
     }
 
+    // A value a --set gives is the command line's mistake too: the file does not hold it (it was
+    // blamed on the file, whose own value is fine). A problem between a --set and the file's
+    // other keys still names the file.
+    void badOverrideValuesBlameTheCommandLine_data()
+    {
+        QTest::addColumn<QStringList>("sets");
+        QTest::addColumn<QString>("message"); // FILE: the project file's path
+        QTest::newRow("type") << QStringList{"training.steps=abc"}
+                              << "--set training.steps=abc: training.steps: expected an integer, got a string";
+        QTest::newRow("bound") << QStringList{"training.steps=0"}
+                               << "--set training.steps=0: training.steps: must be at least 1";
+        QTest::newRow("in an object") << QStringList{R"(training={"steps":-1})"}
+                                      << R"(--set training={"steps":-1}: training.steps: must be at least 1)";
+        QTest::newRow("the later wins") << QStringList{"training.steps=abc", "training.steps=0"}
+                                        << "--set training.steps=0: training.steps: must be at least 1";
+        QTest::newRow("another's key first") << QStringList{"training.seed=3", "model.n_head=3"}
+                                             << "FILE: model.n_embd: 64 is not divisible by model.n_head (3)";
+    }
+    void badOverrideValuesBlameTheCommandLine()
+    {
+        QFETCH(QStringList, sets);
+        QFETCH(QString, message);
+        QTemporaryDir dir;
+        const QString path = dir.filePath("p.json");
+        std::ofstream(path.toStdString()) << R"({"training": {"steps": 5}})";
+        try {
+            std::vector<Override> overrides;
+            for (const QString& s : sets) overrides.push_back(parse_override(s.toStdString()));
+            load_project_file(path.toStdString(), overrides);
+            QFAIL("accepted the override");
+        } catch (const ConfigError& e) {
+            QCOMPARE(QString(e.what()), QString(message).replace("FILE", path));
+        }
+    }
+
     void shippedProjectsAreValid_data()
     {
         QTest::addColumn<QString>("file");

@@ -641,6 +641,34 @@ private slots:
                                                                 .arg(a[i].second, 0, 'g', 17)));
     }
 
+    // Every FP8 tensor of a layer alerts at once (cooldown 0): rank 0 sends one switch per
+    // layer, not one per tensor, and the layer switches once (as test_telemetry's
+    // aWatcherSwitchesALayerOnce holds the single process to).
+    void a_watcher_switches_a_layer_once_on_every_rank()
+    {
+        const QString project = write_project("watcher-once", 3, "fp8-hybrid");
+        const QString db = dir_.filePath("watcher-once.db");
+        expect_ok(run_two({"run", project, "--db", db, "--set", "telemetry.interval=1", "--set",
+                           "telemetry.watchers.fp8_underflow_max=0", "--set",
+                           "telemetry.watchers.actions.fp8_underflow=bf16", "--set",
+                           "telemetry.watchers.cooldown_steps=0"}));
+        RunStore store(db.toStdString(), OpenMode::ReadOnly);
+        std::map<std::string, int> alerts, changes, actions; // per layer
+        for (const auto& row : store.events(1))
+            for (const auto& layer : row.event.layers) {
+                if (row.event.kind == EventKind::Alert) ++alerts[layer];
+                if (row.event.kind == EventKind::PrecisionChanged) ++changes[layer];
+                if (row.event.kind == EventKind::WatchAction) ++actions[layer];
+            }
+        QVERIFY2(std::any_of(alerts.begin(), alerts.end(), [](const auto& a) { return a.second > 1; }),
+                 "no layer alerted twice: the test shows nothing");
+        QCOMPARE(changes.size(), alerts.size());
+        for (const auto& [layer, n] : changes) {
+            QVERIFY2(n == 1, qPrintable(QString::fromStdString(layer) + " switched " + QString::number(n) + " times"));
+            QCOMPARE(actions[layer], 1);
+        }
+    }
+
     void one_process_checkpoint_resumes_on_two_ranks()
     {
         const QString project = write_project("resume-up", 3, "bf16");

@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "checkpoint_file.h"
 #include "event_helpers.h"
 #include "models/event_log_model.h"
 #include "plots/loss_plot.h"
@@ -133,6 +134,7 @@ private slots:
 
     void controllerReportsConfigErrorFromWorker();
     void controllerReportsUnusableStore();
+    void controllerSaysWhenTheFinalCheckpointIsNotKept();
     void windowTrainsTinyRunEndToEnd();
     void stopEndsLongRunPromptly();
     void pauseHoldsTrainingUntilResume();
@@ -359,6 +361,27 @@ void TestGui::controllerReportsConfigErrorFromWorker()
     QCOMPARE(controller.runId(), -1);
     QVERIFY(!controller.isRunning());
     QCOMPARE(controller.lastError(), message);
+}
+
+// A run that trained but whose final checkpoint could not be written cannot be resumed from
+// its end: the window says so (mantissa-train exits 3), though the run finished.
+void TestGui::controllerSaysWhenTheFinalCheckpointIsNotKept()
+{
+    QTemporaryDir dir;
+    TrainingController controller(dir.filePath(QStringLiteral("runs.sqlite")));
+    QSignalSpy failed(&controller, &TrainingController::failed);
+    QSignalSpy finished(&controller, &TrainingController::finished);
+    ProjectConfig config = tiny_config(6);
+    config.training.checkpoint_dir = dir.filePath(QStringLiteral("checkpoints")).toStdString();
+    QVERIFY(QDir().mkpath(QString::fromStdString(config.training.checkpoint_dir + "/" + checkpoint_file_name(6))));
+    QVERIFY(controller.start(config, {}));
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 60000);
+    QVERIFY(finished.at(0).at(0).value<RunStatus>() == RunStatus::Finished);
+    QCOMPARE(failed.count(), 0);
+    QVERIFY2(controller.lastError().startsWith(QStringLiteral("the final checkpoint could not be written (")) &&
+                 controller.lastError().endsWith(QStringLiteral("a folder is in its place; not overwritten); this "
+                                                                "run saved no checkpoint")),
+             qPrintable(controller.lastError()));
 }
 
 void TestGui::controllerReportsUnusableStore()

@@ -811,6 +811,12 @@ private slots:
         dialog.keyCombo()->setEditText(QStringLiteral("training.seed"));
         dialog.valuesEdit()->setText(QStringLiteral("1,2"));
         QVERIFY2(dialog.previewText().startsWith(QStringLiteral("2 runs, 10 steps each, tagged")), qPrintable(dialog.previewText()));
+        // A recipe on a project with no FP8 GEMM: both runs would be the same, and the dialog says why.
+        dialog.keyCombo()->setEditText(QStringLiteral("precision.fp8.scaling"));
+        dialog.valuesEdit()->setText(QStringLiteral("nvfp4,fp8-block"));
+        QVERIFY2(dialog.error().contains(QStringLiteral("would train the same run twice: no GEMM computes in FP8")),
+                 qPrintable(dialog.error()));
+        QVERIFY(dialog.plans().empty());
         // Every key the dialog suggests is one the project has: a bad value is refused as a
         // value, never as an unknown key.
         QVERIFY(dialog.keyCombo()->count() >= 6);

@@ -107,6 +107,9 @@ void SweepRunner::onFinished(RunStatus status)
     if (status == RunStatus::Failed)
         problems_ << tr("%1 failed: %2")
                          .arg(QString::fromStdString(plans_[static_cast<size_t>(current_)].name), controller_->lastError());
+    else if (!controller_->lastError().isEmpty()) // trained, but its rows or final checkpoint were not all kept
+        problems_ << tr("%1: %2").arg(QString::fromStdString(plans_[static_cast<size_t>(current_)].name),
+                                      controller_->lastError());
     if (status == RunStatus::Stopped) stopRequested_ = true;
     // After every other finished() slot (the window's), once the controller is idle.
     QTimer::singleShot(0, this, &SweepRunner::startNext);

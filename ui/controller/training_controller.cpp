@@ -129,6 +129,8 @@ void TrainingController::Job::work(ProjectConfig config, const std::string& proj
         outcome.error = "the run store could not keep " + std::to_string(outcome.rows_lost) +
                         " rows of this run's metrics (checkpoints after the loss are not recorded): " +
                         outcome.store_error;
+    // So does one that cannot be resumed from its end.
+    if (outcome.error.empty()) outcome.error = final_checkpoint_problem(outcome);
     finish(outcome.status, outcome.error, outcome.summary);
 }
 

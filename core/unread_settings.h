@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#pragma once
+// Settings that differ on paper but not in the arithmetic: a recipe setting that no layer
+// reads (precision.fp8 when no GEMM is FP8, nvfp4's switches under delayed scaling). A sweep
+// over such values would train one run again and again, and a `--set` of one changes nothing;
+// both are told why. No LibTorch.
+
+#include <string>
+#include <vector>
+
+#include "project_config.h"
+
+namespace mantissa {
+
+// The settings as the run reads them (to_json_text, with recipe_as_read's precision): two
+// projects equal here train the same arithmetic.
+std::string settings_as_read(const ProjectConfig& config);
+
+// Why no layer of `config` reads the recipe setting `key`, for a message: "no GEMM computes in
+// FP8 under precision.preset=fp32, ..." or "the FP8 layers scale with delayed, which does not
+// read precision.nvfp4.rht".
+std::string why_recipe_setting_unread(const ProjectConfig& config, const std::string& key);
+
+// The `--set` overrides that change nothing the run computes as it starts, each with why ("--set
+// precision.fp8.scaling=nvfp4 changes nothing this run computes unless ..."). A live precision
+// or recipe change may still make a layer read one. `load` reads the project
+// under a list of overrides; an override whose removal the project refuses is not named.
+template <typename Load>
+std::vector<std::string> overrides_read_by_no_layer(const std::vector<Override>& overrides, Load load)
+{
+    std::vector<std::string> notes;
+    if (overrides.empty()) return notes;
+    const ProjectConfig with_all = load(overrides);
+    const std::string read = settings_as_read(with_all), written = to_json_text(with_all);
+    for (size_t i = 0; i < overrides.size(); ++i) {
+        std::vector<Override> without = overrides;
+        without.erase(without.begin() + static_cast<std::ptrdiff_t>(i));
+        try {
+            const ProjectConfig other = load(without);
+            if (to_json_text(other) != written && settings_as_read(other) == read)
+                notes.push_back("--set " + overrides[i].first + "=" + overrides[i].second +
+                                " changes nothing this run computes unless a live change makes a layer read it: " + why_recipe_setting_unread(with_all, overrides[i].first));
+        } catch (const ConfigError&) {
+        }
+    }
+    return notes;
+}
+
+} // namespace mantissa
