@@ -817,6 +817,24 @@ private slots:
         QVERIFY2(dialog.error().contains(QStringLiteral("would train the same run twice: no GEMM computes in FP8")),
                  qPrintable(dialog.error()));
         QVERIFY(dialog.plans().empty());
+        // Picking a key puts values worth a first sweep in Values; each is a sweep the project
+        // takes, but a recipe sweep needs an FP8 project.
+        for (int i = 0; i < dialog.keyCombo()->count(); ++i) {
+            dialog.keyCombo()->setCurrentIndex(i);
+            emit dialog.keyCombo()->activated(i);
+            const QString key = dialog.keyCombo()->currentText();
+            if (key == QStringLiteral("precision.fp8.scaling")) {
+                QCOMPARE(dialog.values(), QStringLiteral("delayed,fp8-block,nvfp4,mxfp4"));
+                QVERIFY2(dialog.error().contains(QStringLiteral("no GEMM computes in FP8")), qPrintable(dialog.error()));
+            } else {
+                QVERIFY2(dialog.error().isEmpty(), qPrintable(key + ": " + dialog.error()));
+                QVERIFY2(dialog.plans().size() >= 2, qPrintable(key));
+            }
+        }
+        dialog.keyCombo()->setCurrentIndex(dialog.keyCombo()->findText(QStringLiteral("optimizer.learning_rate")));
+        emit dialog.keyCombo()->activated(dialog.keyCombo()->currentIndex());
+        const double lr = tiny_config(10).optimizer.learning_rate;
+        QCOMPARE(dialog.values(), QStringLiteral("%1,%2,%3").arg(lr / 2).arg(lr).arg(lr * 2));
         // Every key the dialog suggests is one the project has: a bad value is refused as a
         // value, never as an unknown key.
         QVERIFY(dialog.keyCombo()->count() >= 6);

@@ -31,10 +31,23 @@ SweepDialog::SweepDialog(const ProjectConfig& base, QWidget* parent) : QDialog(p
     auto* form = new QFormLayout;
     keyCombo_ = new QComboBox(this);
     keyCombo_->setEditable(true);
-    keyCombo_->addItems({QStringLiteral("precision.preset"), QStringLiteral("precision.fp8.scaling"),
-                         QStringLiteral("precision.layers"), QStringLiteral("training.seed"),
-                         QStringLiteral("optimizer.learning_rate"), QStringLiteral("training.batch_size")});
+    // Each key with values worth a first sweep, put in Values when the key is picked.
+    const double lr = base.optimizer.learning_rate;
+    const qint64 batch = base.training.batch_size;
+    const QList<QPair<QString, QString>> keys = {
+        {QStringLiteral("precision.preset"), QStringLiteral("fp32,bf16,fp16,fp8-hybrid")},
+        {QStringLiteral("precision.fp8.scaling"), QStringLiteral("delayed,fp8-block,nvfp4,mxfp4")},
+        {QStringLiteral("precision.layers"), QStringLiteral(R"([],[{"match":"lm_head","format":"bf16"}])")},
+        {QStringLiteral("training.seed"), QStringLiteral("1,2,3")},
+        {QStringLiteral("optimizer.learning_rate"), QStringLiteral("%1,%2,%3").arg(lr / 2).arg(lr).arg(lr * 2)},
+        {QStringLiteral("training.batch_size"),
+         QStringLiteral("%1,%2,%3").arg(std::max<qint64>(1, batch / 2)).arg(batch).arg(batch * 2)},
+    };
+    for (const auto& [key, values] : keys) keyCombo_->addItem(key, values);
     keyCombo_->setCurrentText(QStringLiteral("precision.preset"));
+    connect(keyCombo_, &QComboBox::activated, this, [this](int index) {
+        if (const QString values = keyCombo_->itemData(index).toString(); !values.isEmpty()) valuesEdit_->setText(values);
+    });
     keyCombo_->setToolTip(tr("A dotted project key, as --set takes it"));
     form->addRow(tr("&Key"), keyCombo_);
     valuesEdit_ = new QLineEdit(QStringLiteral("fp32,bf16,fp16,fp8-hybrid"), this);
