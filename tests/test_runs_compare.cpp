@@ -825,7 +825,8 @@ private slots:
             const QString key = dialog.keyCombo()->currentText();
             if (key == QStringLiteral("precision.fp8.scaling")) {
                 QCOMPARE(dialog.values(), QStringLiteral("delayed,fp8-block,nvfp4,mxfp4"));
-                QVERIFY2(dialog.error().contains(QStringLiteral("no GEMM computes in FP8")), qPrintable(dialog.error()));
+                QVERIFY2(dialog.error().contains(QStringLiteral("no GEMM computes in FP8")),
+                         qPrintable(dialog.error()));
             } else {
                 QVERIFY2(dialog.error().isEmpty(), qPrintable(key + ": " + dialog.error()));
                 QVERIFY2(dialog.plans().size() >= 2, qPrintable(key));

@@ -46,7 +46,8 @@ SweepDialog::SweepDialog(const ProjectConfig& base, QWidget* parent) : QDialog(p
     for (const auto& [key, values] : keys) keyCombo_->addItem(key, values);
     keyCombo_->setCurrentText(QStringLiteral("precision.preset"));
     connect(keyCombo_, &QComboBox::activated, this, [this](int index) {
-        if (const QString values = keyCombo_->itemData(index).toString(); !values.isEmpty()) valuesEdit_->setText(values);
+        const QString values = keyCombo_->itemData(index).toString();
+        if (!values.isEmpty()) valuesEdit_->setText(values);
     });
     keyCombo_->setToolTip(tr("A dotted project key, as --set takes it"));
     form->addRow(tr("&Key"), keyCombo_);
