@@ -265,6 +265,37 @@ bool same_kind(const json& expected, const json& given)
     return expected.type() == given.type();
 }
 
+// " (did you mean model.n_layer?)" for a key one or two edits from one that `object` has (a
+// letter too many, too few, changed or two swapped), else "".
+std::string did_you_mean(const json& object, const std::string& key, const std::string& prefix)
+{
+    // Optimal string alignment distance: Levenshtein with a swap of neighbours as one edit.
+    const auto distance = [](const std::string& a, const std::string& b) {
+        std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+        for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+        for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+        for (size_t i = 1; i <= a.size(); ++i)
+            for (size_t j = 1; j <= b.size(); ++j) {
+                d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
+                if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+                    d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+            }
+        return d[a.size()][b.size()];
+    };
+    // A key of one or two letters is an edit or two from too many others to guess at.
+    const size_t most = key.size() < 3 ? 0 : key.size() < 8 ? 1 : 2;
+    std::string best;
+    size_t best_distance = most + 1;
+    if (object.is_object())
+        for (const auto& [candidate, value] : object.items())
+            if (const size_t d = distance(key, candidate); d < best_distance) {
+                best = candidate;
+                best_distance = d;
+            }
+    if (best.empty()) return {};
+    return " (did you mean " + (prefix.empty() ? best : prefix + "." + best) + "?)";
+}
+
 // Overlays `user` onto `base` (the defaults), rejecting unknown keys and wrong types.
 void merge_checked(json& base, const json& user, const std::string& prefix)
 {
@@ -273,7 +304,7 @@ void merge_checked(json& base, const json& user, const std::string& prefix)
                           type_word(user));
     for (const auto& [key, value] : user.items()) {
         const std::string path = prefix.empty() ? key : prefix + "." + key;
-        if (!base.contains(key)) throw ConfigError(path + ": unknown key");
+        if (!base.contains(key)) throw ConfigError(path + ": unknown key" + did_you_mean(base, key, prefix));
         json& slot = base[key];
         if (slot.is_object()) {
             merge_checked(slot, value, path);
@@ -692,8 +723,9 @@ void check_override_key(const std::string& dotted)
         if (!at->is_object()) throw ConfigError(walked + ": expected an object, got " + type_word(*at));
         const size_t dot = std::min(dotted.find('.', begin), dotted.size());
         const std::string part = dotted.substr(begin, dot - begin);
+        const std::string parent = walked;
         walked += (walked.empty() ? "" : ".") + part;
-        if (!at->contains(part)) throw ConfigError(walked + ": unknown key");
+        if (!at->contains(part)) throw ConfigError(walked + ": unknown key" + did_you_mean(*at, part, parent));
         at = &(*at)[part];
         begin = dot + 1;
     }

@@ -232,8 +232,11 @@ private slots:
                                             << "model.n_layer: the key is given twice in one object";
         QTest::newRow("a key twice in a --set value") << "{}" << R"(data={"kind": "text", "kind": "bin"})"
                                                       << "data.kind: the key is given twice in one object";
-        QTest::newRow("unknown section") << R"({"modle": {}})" << "" << "modle: unknown key";
-        QTest::newRow("unknown nested key") << R"({"model": {"n_layers": 2}})" << "" << "model.n_layers: unknown key";
+        // A key an edit or two from one the section has is named (two letters swapped: one edit).
+        QTest::newRow("unknown section") << R"({"modle": {}})" << "" << "modle: unknown key (did you mean model?)";
+        QTest::newRow("unknown nested key") << R"({"model": {"n_layers": 2}})" << ""
+                                            << "model.n_layers: unknown key (did you mean model.n_layer?)";
+        QTest::newRow("unknown key, nothing near") << R"({"model": {"depth": 2}})" << "" << "model.depth: unknown key";
         QTest::newRow("layer pattern naming no layer")
             << R"({"model": {"n_layer": 2}, "precision": {"layers": [{"match": "blocks.0.*", "format": "bf16"}, {"match": "block.*", "format": "bf16"}]}})"
             << "" << "precision.layers[1].match: 'block.*' matches no layer of this model (blocks.0.attn.qkv ... blocks.1.mlp.fc2, lm_head)";
@@ -634,6 +637,12 @@ private slots:
         QTest::addColumn<QString>("set");
         QTest::addColumn<QString>("message");
         QTest::newRow("unknown key") << "training.bogus=3" << "--set training.bogus=3: training.bogus: unknown key";
+        QTest::newRow("a letter short") << "training.step=3"
+                                        << "--set training.step=3: training.step: unknown key (did you mean "
+                                           "training.steps?)";
+        QTest::newRow("two letters swapped") << "data.dri=x"
+                                             << "--set data.dri=x: data.dri: unknown key (did you mean data.dir?)";
+        QTest::newRow("two letters are not guessed at") << "model.bi=1" << "--set model.bi=1: model.bi: unknown key";
         QTest::newRow("unknown section") << "bogus.steps=3" << "--set bogus.steps=3: bogus: unknown key";
         QTest::newRow("through a value") << "training.steps.x=3"
                                          << "--set training.steps.x=3: training.steps: expected an object, got an integer";
