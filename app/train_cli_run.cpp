@@ -245,7 +245,8 @@ std::unique_ptr<RunSession> reopen_or_complain(RunStore& store, const RunInfo& i
                          static_cast<long long>(session->trainer().step()));
         }
         if (!session->config_changes().empty())
-            std::printf("settings changed (stored with the run): %s\n", session->config_changes().c_str());
+            std::printf("settings changed (stored with the run): %s\n",
+                        describe_setting_changes(session->config_changes()).c_str());
         if (!session->settings_moved_earlier().empty())
             std::fprintf(stderr, "note: %s\n", session->settings_moved_earlier().c_str());
         return session;

@@ -791,20 +791,44 @@ Override parse_override(const std::string& text)
     return {text.substr(0, eq), text.substr(eq + 1)};
 }
 
+namespace {
+
+// Loads with `load`; a value that an override set is the override's mistake, named as such
+// ("--set training.steps=abc: training.steps: ..."): the file or the stored run does not hold it.
+template <typename Load>
+ProjectConfig blaming_overrides(const std::vector<Override>& overrides, Load load)
+{
+    try {
+        return load();
+    } catch (const ConfigError& e) {
+        if (const Override* o = override_at_fault(e.what(), overrides))
+            throw ConfigError("--set " + o->first + "=" + o->second + ": " + e.what());
+        throw;
+    }
+}
+
+bool names_an_override(const ConfigError& e) { return std::string_view(e.what()).starts_with("--set "); }
+
+} // namespace
+
 ProjectConfig load_project_json(const std::string& json_text, const std::string& base_dir,
                                 const std::vector<Override>& overrides)
 {
-    ProjectConfig config = load_without_machine_checks(json_text, base_dir, overrides);
-    check_fits_machine(config);
-    return config;
+    return blaming_overrides(overrides, [&] {
+        ProjectConfig config = load_without_machine_checks(json_text, base_dir, overrides);
+        check_fits_machine(config);
+        return config;
+    });
 }
 
 ProjectConfig load_stored_run_json(const std::string& json_text, const std::string& base_dir,
                                    const std::vector<Override>& overrides)
 {
-    ProjectConfig config = load_without_machine_checks(json_text, base_dir, overrides, /*stored=*/true);
-    check_fits_machine(config);
-    return config;
+    return blaming_overrides(overrides, [&] {
+        ProjectConfig config = load_without_machine_checks(json_text, base_dir, overrides, /*stored=*/true);
+        check_fits_machine(config);
+        return config;
+    });
 }
 
 ProjectConfig load_project_file(const std::string& path, const std::vector<Override>& overrides)
@@ -830,9 +854,7 @@ ProjectConfig load_project_file(const std::string& path, const std::vector<Overr
     try {
         return load_project_json(text.str(), base, overrides);
     } catch (const ConfigError& e) {
-        // A value that an override set is the override's mistake: the file does not hold it.
-        if (const Override* o = override_at_fault(e.what(), overrides))
-            throw ConfigError("--set " + o->first + "=" + o->second + ": " + e.what());
+        if (names_an_override(e)) throw; // not the file's mistake
         throw ConfigError(path + ": " + e.what());
     }
 }

@@ -129,6 +129,13 @@ std::string RunEvent::tag() const
     return std::string(event_kind_name(kind));
 }
 
+std::string describe_setting_changes(const std::vector<SettingChange>& changes)
+{
+    std::string out;
+    for (const auto& c : changes) out += (out.empty() ? "" : ", ") + c.key + " " + c.before + " -> " + c.after;
+    return out;
+}
+
 std::string RunEvent::message() const
 {
     switch (kind) {
@@ -142,9 +149,11 @@ std::string RunEvent::message() const
             out += (i == 0 ? "" : i + 1 == bytes.size() ? "; " : ", ") + bytes[i].first + " " + format_bytes(bytes[i].second);
         return out;
     }
-    case EventKind::ResumedFromCheckpoint:
+    case EventKind::ResumedFromCheckpoint: {
+        const std::string changes = describe_setting_changes(settings_changed);
         return "continuing at step " + std::to_string(step) + (path.empty() ? "" : " from " + path) +
-               (text.empty() ? "" : "; " + text);
+               (changes.empty() ? "" : "; settings changed: " + changes) + (text.empty() ? "" : "; " + text);
+    }
     case EventKind::Paused:
         return "training paused";
     case EventKind::Resumed:
@@ -230,6 +239,11 @@ std::string event_fields_json(const RunEvent& e)
     }
     if (!e.text.empty()) j["text"] = e.text;
     if (e.later_steps_dropped) j["later_steps_dropped"] = true;
+    if (!e.settings_changed.empty()) {
+        nlohmann::json changes = nlohmann::json::array();
+        for (const auto& c : e.settings_changed) changes.push_back({c.key, c.before, c.after});
+        j["settings_changed"] = changes;
+    }
     return j.dump();
 }
 
@@ -289,6 +303,11 @@ RunEvent event_from_stored(int64_t step, const std::string& tag, const std::stri
     e.text = str("text");
     if (const auto it = j.find("later_steps_dropped"); it != j.end() && it->is_boolean())
         e.later_steps_dropped = it->get<bool>();
+    if (const auto it = j.find("settings_changed"); it != j.end() && it->is_array())
+        for (const auto& c : *it)
+            if (c.is_array() && c.size() == 3 && c[0].is_string() && c[1].is_string() && c[2].is_string())
+                e.settings_changed.push_back(
+                    {c[0].get<std::string>(), c[1].get<std::string>(), c[2].get<std::string>()});
     return e;
 }
 

@@ -61,6 +61,16 @@ struct LayerState {
     bool operator==(const LayerState&) const = default;
 };
 
+// A setting that a resume's --set changed, as the run's stored settings spell it before and
+// after ("(none)" for a key one side lacks).
+struct SettingChange {
+    std::string key, before, after;
+    bool operator==(const SettingChange&) const = default;
+};
+
+// "key a -> b, key2 c -> d".
+std::string describe_setting_changes(const std::vector<SettingChange>& changes);
+
 struct RunEvent {
     int64_t step = 0;
     EventKind kind = EventKind::Other;
@@ -83,6 +93,10 @@ struct RunEvent {
     // were trained again (RunStore::discard_steps_after). A store written by an older version
     // kept them, and a replica of it must too.
     bool later_steps_dropped = false;
+    // ResumedFromCheckpoint: the settings its --set changed (stored with the run from then on),
+    // read back by a later resume that falls back past it. Older stores have them in `text`
+    // ("settings changed: ...").
+    std::vector<SettingChange> settings_changed;
     std::string other_tag;                 // Other: the tag as stored, shown as it is
 
     // "alert_<watcher>" for alerts, event_kind_name otherwise.

@@ -197,18 +197,23 @@ void replay_precision_changes(RunStore& store, int64_t run_id, Trainer& trainer)
     }
 }
 
-// How a resume event names the settings its overrides changed, read back by a later resume.
-constexpr const char* kSettingsChanged = "settings changed: ";
+// How a resume event of an older store names the settings its overrides changed in its text.
+constexpr const char* kLegacySettingsChanged = "settings changed: ";
 // The settings that decide the layers' formats: a resume's change of them is also recorded as
 // the user's precision changes at its step, which a later resume makes again at that step.
 constexpr std::array<const char*, 4> kFormatKeys = {"precision.preset", "precision.layers", "precision.keep_last_bf16",
                                                     "precision.fp8.scaling"};
 
+bool changes_formats(const std::string& key)
+{
+    return std::any_of(kFormatKeys.begin(), kFormatKeys.end(), [&](const char* k) { return key.starts_with(k); });
+}
+
 // Records that claim() dropped the steps after the checkpoint, so that a replica of this store
 // drops them too and one of an older store (which kept them) does not.
 class ResumeRecordingSink : public StoreSink {
 public:
-    ResumeRecordingSink(RunStore& store, int64_t run_id, bool dropped, std::string config_changes,
+    ResumeRecordingSink(RunStore& store, int64_t run_id, bool dropped, std::vector<SettingChange> config_changes,
                         std::string settings_moved_earlier)
         : StoreSink(store, run_id), dropped_(dropped), config_changes_(std::move(config_changes)),
           settings_moved_earlier_(std::move(settings_moved_earlier))
@@ -224,14 +229,14 @@ public:
         const auto add = [&](const std::string& part) {
             if (!part.empty()) recorded.text += (recorded.text.empty() ? "" : "; ") + part;
         };
-        if (!config_changes_.empty()) add(kSettingsChanged + config_changes_);
+        recorded.settings_changed = config_changes_;
         add(settings_moved_earlier_);
         StoreSink::on_event(recorded);
     }
 
 private:
     bool dropped_;
-    std::string config_changes_;
+    std::vector<SettingChange> config_changes_;
     std::string settings_moved_earlier_;
 };
 
@@ -257,15 +262,21 @@ std::string settings_changed_after(RunStore& store, int64_t run_id, int64_t from
     std::string out;
     for (const auto& row : store.events(run_id)) {
         if (row.event.kind != EventKind::ResumedFromCheckpoint || row.step <= from_step) continue;
-        const std::string& text = row.event.text;
-        const auto at = text.find(kSettingsChanged);
-        if (at == std::string::npos) continue;
-        const auto begin = at + std::string_view(kSettingsChanged).size();
-        const std::string changes = text.substr(begin, text.find("; ", begin) - begin);
+        std::string changes = describe_setting_changes(row.event.settings_changed);
+        bool formats = std::any_of(row.event.settings_changed.begin(), row.event.settings_changed.end(),
+                                   [](const SettingChange& c) { return changes_formats(c.key); });
+        if (changes.empty()) { // an older store's resume said them in its text alone
+            const std::string& text = row.event.text;
+            const auto at = text.find(kLegacySettingsChanged);
+            if (at == std::string::npos) continue;
+            const auto begin = at + std::string_view(kLegacySettingsChanged).size();
+            changes = text.substr(begin, text.find("; ", begin) - begin);
+            formats = std::any_of(kFormatKeys.begin(), kFormatKeys.end(),
+                                  [&](const char* key) { return changes.find(key) != std::string::npos; });
+        }
         out += (out.empty() ? "" : "; ") + std::string("the settings the resume at step ") + std::to_string(row.step) +
                " changed (" + changes + ") apply from step " + std::to_string(from_step + 1) + " on";
-        if (std::any_of(kFormatKeys.begin(), kFormatKeys.end(),
-                        [&](const char* key) { return changes.find(key) != std::string::npos; }))
+        if (formats)
             out += ", but for the layers' formats, which change at step " + std::to_string(row.step) + " as they did";
     }
     return out;
@@ -340,10 +351,8 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
         }
         const std::string now = to_json_text(config);
         for (const auto& d : diff_configs(before, now)) {
-            session->config_changes_ += (session->config_changes_.empty() ? "" : ", ") + d.key + " " +
-                                        d.a.value_or("(none)") + " -> " + d.b.value_or("(none)");
-            for (const char* key : kFormatKeys)
-                if (d.key.starts_with(key)) formats_overridden = true;
+            session->config_changes_.push_back({d.key, d.a.value_or("(none)"), d.b.value_or("(none)")});
+            formats_overridden |= changes_formats(d.key);
         }
         if (!session->config_changes_.empty()) session->resumed_config_json_ = now;
     }

@@ -130,10 +130,10 @@ public:
     // seed makes that the same run), and claim() drops all that the attempt recorded but the
     // user's precision changes (RunStore::start_run_over).
     bool starts_over() const { return starts_over_; }
-    // What the resume's overrides changed in the stored settings ("key a -> b, ..."; "" for
-    // none): claim() stores the new settings as the run's, so that show, compare and a later
-    // resume describe the run as it now trains, and the resume event says what changed.
-    const std::string& config_changes() const { return config_changes_; }
+    // What the resume's overrides changed in the stored settings (describe_setting_changes
+    // writes them out): claim() stores the new settings as the run's, so that show, compare and
+    // a later resume describe the run as it now trains, and the resume event says what changed.
+    const std::vector<SettingChange>& config_changes() const { return config_changes_; }
     // Checkpoints the store recorded after the one the resume loaded, up to the run's last
     // committed step, whose files are gone (deleted or moved by hand): "step N ('path')" each.
     // Not damage (nothing was read), but steps the resume trains again.
@@ -155,7 +155,7 @@ private:
     std::string loaded_checkpoint_;
     bool starts_over_ = false;
     bool dropped_after_checkpoint_ = false; // by claim(): the resume event says so
-    std::string config_changes_;
+    std::vector<SettingChange> config_changes_;
     std::vector<std::string> missing_checkpoints_;
     std::string settings_moved_earlier_;
     int64_t checkpoints_failed_ = 0;       // this session's, for SessionOutcome

@@ -699,13 +699,20 @@ private slots:
         QTemporaryDir dir;
         const QString path = dir.filePath("p.json");
         std::ofstream(path.toStdString()) << R"({"training": {"steps": 5}})";
+        std::vector<Override> overrides;
+        for (const QString& s : sets) overrides.push_back(parse_override(s.toStdString()));
         try {
-            std::vector<Override> overrides;
-            for (const QString& s : sets) overrides.push_back(parse_override(s.toStdString()));
             load_project_file(path.toStdString(), overrides);
             QFAIL("accepted the override");
         } catch (const ConfigError& e) {
             QCOMPARE(QString(e.what()), QString(message).replace("FILE", path));
+        }
+        // A resume's --set on a stored run: the same, and a stored run has no file to name.
+        try {
+            load_stored_run_json(R"({"training": {"steps": 5}})", dir.path().toStdString(), overrides);
+            QFAIL("accepted the override");
+        } catch (const ConfigError& e) {
+            QCOMPARE(QString(e.what()), QString(message).remove("FILE: "));
         }
     }
 

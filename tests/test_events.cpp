@@ -41,6 +41,8 @@ std::vector<RunEvent> one_of_each()
         e.path = "/runs/a.sqlite.checkpoints/run-1/step-00000020.pt";
         e.layer_states = {{"blocks.0.attn.qkv", kFp8, "delayed", ""}};
         e.later_steps_dropped = true;
+        e.settings_changed = {{"precision.nvfp4.rht", "true", "false"}, {"training.steps", "25", "30"}};
+        e.text = "trained on 2 CPU threads, continuing on 1";
     }
     add(EventKind::Sample, 20).text = "line one\nline two";
     add(EventKind::Paused, 21);
@@ -136,6 +138,7 @@ void compare_events(const RunEvent& a, const RunEvent& b)
     QVERIFY(a.layer_states == b.layer_states);
     QCOMPARE(a.text, b.text);
     QCOMPARE(a.later_steps_dropped, b.later_steps_dropped);
+    QVERIFY(a.settings_changed == b.settings_changed);
     QCOMPARE(a.message(), b.message());
 }
 
@@ -194,6 +197,10 @@ private slots:
         QCOMPARE(message_of(EventKind::WatchAction), std::string("nonfinite: switched blocks.1.attn.proj to bf16"));
         QCOMPARE(message_of(EventKind::MemoryEstimate), std::string("master weights 4 KiB; total 3072 MiB"));
         QCOMPARE(message_of(EventKind::RunFinished), std::string("finished 50 steps"));
+        QCOMPARE(message_of(EventKind::ResumedFromCheckpoint),
+                 std::string("continuing at step 20 from /runs/a.sqlite.checkpoints/run-1/step-00000020.pt; settings "
+                             "changed: precision.nvfp4.rht true -> false, training.steps 25 -> 30; trained on 2 CPU "
+                             "threads, continuing on 1"));
         QCOMPARE(message_of(EventKind::LayerBackends),
                  std::string("blocks.0.attn.qkv e4m3/e5m2/e5m2 current emulated; lm_head fp32/fp32/fp32 fp32"));
     }

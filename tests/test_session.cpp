@@ -351,6 +351,28 @@ void TestSession::aFallBackPastAResumesSettingsSaysWhereTheyNowApply()
     QVERIFY2(!QString::fromStdString(resumes[1]).contains("apply from step"), resumes[1].c_str());
     QVERIFY2(said.match(QString::fromStdString(resumes[2])).hasMatch(), resumes[2].c_str());
 
+    // A store from before the settings were a field of the event (2026-12-06) has them in its
+    // text alone: a fallback past that resume reads them there, and says the same.
+    {
+        sqlite3* raw = nullptr;
+        QCOMPARE(sqlite3_open(db.toUtf8().constData(), &raw), SQLITE_OK);
+        QCOMPARE(sqlite3_exec(raw,
+                              "UPDATE events SET fields = json_set(json_remove(fields, '$.settings_changed'), "
+                              "'$.text', 'settings changed: optimizer.learning_rate 0.001 -> 0.002, training.steps 30 -> 40') "
+                              "WHERE kind = 'resumed_from_checkpoint' AND json_extract(fields, '$.settings_changed') "
+                              "IS NOT NULL",
+                              nullptr, nullptr, nullptr),
+                 SQLITE_OK);
+        QCOMPARE(sqlite3_changes(raw), 1);
+        sqlite3_close(raw);
+    }
+    QVERIFY(remove(30) && remove(40)); // the resume at step 20 wrote them again
+    const auto legacy = run_cli({"resume", "1", "--db", db});
+    QVERIFY2(legacy.exit_code == 0 && legacy.out.contains("at step 20 from"), qPrintable(legacy.err + legacy.out));
+    QVERIFY2(legacy.err.contains("the settings the resume at step 30 changed (optimizer.learning_rate 0.001 -> 0.002, "
+                                 "training.steps 30 -> 40) apply from step 21 on"),
+             qPrintable(legacy.err));
+
     // The layers' formats are not moved: their change is made again at step 30, as it was.
     QTemporaryDir other;
     const QString project2 = QString::fromStdString(write_project(other)), db2 = other.filePath("runs.sqlite");
