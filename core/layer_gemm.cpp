@@ -491,7 +491,7 @@ void LayerGemm::record_block_codes(const char* role, const torch::Tensor& x, Num
 }
 
 void LayerGemm::record_cast(const char* role, const torch::Tensor& x, NumberFormat format, float scale,
-                            const torch::Tensor& dequantized, const torch::Tensor& codes_scale)
+                            const torch::Tensor& dequantized, const torch::Tensor& codes_scale, bool fp32_cast)
 {
     // A block-recipe operand: its elements are labelled with their own format (e2m1 under
     // nvfp4/mxfp4), and its block scales follow as "<role>_scale" against the scale format.
@@ -502,7 +502,7 @@ void LayerGemm::record_cast(const char* role, const torch::Tensor& x, NumberForm
         slot.reset();
     }
     if (block) format = block->block.element_format;
-    const auto compared_with = format == NumberFormat::FP32 ? torch::Tensor() : dequantized;
+    const auto compared_with = format == NumberFormat::FP32 && !fp32_cast ? torch::Tensor() : dequantized;
     PendingTensorStats p;
     p.role = role;
     p.format = format;
@@ -525,7 +525,8 @@ void LayerGemm::record_cast(const char* role, const torch::Tensor& x, NumberForm
     pending_.push_back(std::move(p));
     if (block) {
         const auto& b = block->block;
-        record((std::string(role) + "_scale").c_str(), b.requested_scales, b.scale_format, 1.0f, b.used_scales);
+        record_cast((std::string(role) + "_scale").c_str(), b.requested_scales, b.scale_format, 1.0f, b.used_scales,
+                    {}, /*fp32_cast=*/true);
     }
 }
 

@@ -333,8 +333,10 @@ private:
     void push_device_scaled(const char* role, const torch::Tensor& x, NumberFormat format, const torch::Tensor& scale,
                             bool compared, torch::Tensor row);
     // record()'s body: `codes_scale` defined when `dequantized` is FP8 codes (record_block_codes).
+    // `fp32_cast`: `dequantized` is a cast even where `format` is FP32 (fp8-block's block
+    // scales, rounded to powers of two); elsewhere an FP32 operand was not cast.
     void record_cast(const char* role, const torch::Tensor& x, NumberFormat format, float scale,
-                     const torch::Tensor& dequantized, const torch::Tensor& codes_scale);
+                     const torch::Tensor& dequantized, const torch::Tensor& codes_scale, bool fp32_cast = false);
     std::vector<PendingTensorStats> pending_;
     struct ObservedBlockCast {
         const void* source = nullptr; // the operand's data: record() pairs the cast with its tensor

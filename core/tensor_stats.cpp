@@ -75,7 +75,7 @@ TensorStats compute_tensor_stats_reference(const torch::Tensor& x_in, NumberForm
     const auto x = x_in.detach().to(torch::kCPU, torch::kFloat32).contiguous();
     s.count = x.numel();
     if (s.count == 0) return s;
-    const bool compare = dequantized.defined() && format != NumberFormat::FP32;
+    const bool compare = stats_compared(format, dequantized);
     const auto q = compare ? dequantized.detach().to(torch::kCPU, torch::kFloat32).contiguous() : torch::Tensor();
     const float* xp = x.data_ptr<float>();
     const float* qp = compare ? q.data_ptr<float>() : nullptr;

@@ -73,11 +73,10 @@ std::vector<torch::Tensor> tensor_stats_rows_cpu(const std::vector<StatsSource>&
 // per-tensor FP8 scale, x having been multiplied by `scale` before the cast.
 stats_value::CastComparison cast_comparison(NumberFormat format, bool scaled_domain, double scale);
 
-// Whether a row of these arguments compares against a cast.
-inline bool stats_compared(NumberFormat format, const torch::Tensor& dequantized)
-{
-    return dequantized.defined() && format != NumberFormat::FP32;
-}
+// Whether a row of these arguments compares against a cast: wherever one is given. Callers
+// give none for an FP32 operand (nothing was cast); fp8-block's FP32 block scales are given
+// theirs, rounded to powers of two, so that their row says what the rounding cost.
+inline bool stats_compared(NumberFormat /*format*/, const torch::Tensor& dequantized) { return dequantized.defined(); }
 
 // TensorStats from a row read back to the host; `count` is x.numel().
 TensorStats tensor_stats_from_row(const double* row, NumberFormat format, float scale, int64_t count, bool compared);

@@ -1532,10 +1532,20 @@ private slots:
         QTest::addColumn<QString>("scale");
         QTest::addColumn<int64_t>("weightScales"); // fc1: W (128, 32)
         QTest::addColumn<int64_t>("inputScales");  // fc1: x (64, 32)
-        QTest::addRow("nvfp4") << "nvfp4" << true << "e2m1" << "e4m3" << int64_t(8 * 2) << int64_t(64 * 2);
-        QTest::addRow("nvfp4 without rht") << "nvfp4" << false << "e2m1" << "e4m3" << int64_t(8 * 2) << int64_t(64 * 2);
-        QTest::addRow("mxfp4") << "mxfp4" << true << "e2m1" << "e8m0" << int64_t(128 * 1) << int64_t(64 * 1);
-        QTest::addRow("fp8-block") << "fp8-block" << true << "e4m3" << "fp32" << int64_t(1) << int64_t(64);
+        // What the scale format costs the scales a block asks for, as their rows' SNR: E4M3
+        // rounds them (finite, under 40 dB here); mxfp4 asks for powers of two, which E8M0 holds
+        // exactly (+inf); fp8-block's powers of two round FP32 scales down (they said +inf: an
+        // FP32 row was never compared), and its FP32 scales differ from amax / 448 by an ulp
+        // (1 / (448 / amax), as TE computes the decode scale: over 120 dB).
+        QTest::addColumn<QString>("scaleCost"); // rounded | exact | ulp
+        QTest::addRow("nvfp4") << "nvfp4" << true << "e2m1" << "e4m3" << int64_t(8 * 2) << int64_t(64 * 2)
+                               << "rounded";
+        QTest::addRow("nvfp4 without rht") << "nvfp4" << false << "e2m1" << "e4m3" << int64_t(8 * 2) << int64_t(64 * 2)
+                                           << "rounded";
+        QTest::addRow("mxfp4") << "mxfp4" << true << "e2m1" << "e8m0" << int64_t(128 * 1) << int64_t(64 * 1) << "exact";
+        QTest::addRow("fp8-block") << "fp8-block" << true << "e4m3" << "fp32" << int64_t(1) << int64_t(64) << "rounded";
+        QTest::addRow("fp8-block, fp32 scales") << "fp8-block" << true << "e4m3" << "fp32" << int64_t(1) << int64_t(64)
+                                                << "ulp";
     }
     void blockRecipeTelemetryRows()
     {
@@ -1545,6 +1555,7 @@ private slots:
         QFETCH(QString, scale);
         QFETCH(int64_t, weightScales);
         QFETCH(int64_t, inputScales);
+        QFETCH(QString, scaleCost);
         auto config = golden_project();
         config.training.steps = 1;
         config.eval.interval = 0;
@@ -1552,6 +1563,7 @@ private slots:
         config.precision.preset = "fp8-e4m3";
         config.precision.fp8.scaling = *parse_fp8_scaling(recipe.toStdString());
         config.precision.fp8.nvfp4_rht = rht;
+        config.precision.fp8.block_power_of_two = scaleCost != "ulp";
         struct Frames : Losses {
             std::vector<LayerStatsFrame> frames;
             void on_layer_stats(const LayerStatsFrame& f) override { frames.push_back(f); }
@@ -1575,6 +1587,13 @@ private slots:
         QCOMPARE(row("input_scale").count, inputScales);
         QCOMPARE(row("grad_output_scale").count, recipe == "fp8-block" ? int64_t(64) : 64 * 128 / block_of(recipe));
         QCOMPARE(row("input").count, int64_t(64 * 32));
+        for (const char* role : {"weight_scale", "input_scale", "grad_output_scale"}) {
+            const double snr = row(role).quant_snr_db;
+            const bool as_said = scaleCost == "rounded" ? snr < 40.0
+                                 : scaleCost == "exact" ? snr == std::numeric_limits<double>::infinity()
+                                                        : std::isfinite(snr) && snr > 120.0;
+            QVERIFY2(as_said, qPrintable(QString("%1: %2 dB").arg(role).arg(snr)));
+        }
         const bool wgrad_rows = recipe == "nvfp4" && rht;
         QCOMPARE(fc1.count("grad_output_wgrad"), size_t(wgrad_rows));
         QCOMPARE(fc1.count("grad_output_wgrad_no_rht"), size_t(wgrad_rows));

@@ -358,7 +358,8 @@ void TestSession::aFallBackPastAResumesSettingsSaysWhereTheyNowApply()
         QCOMPARE(sqlite3_open(db.toUtf8().constData(), &raw), SQLITE_OK);
         QCOMPARE(sqlite3_exec(raw,
                               "UPDATE events SET fields = json_set(json_remove(fields, '$.settings_changed'), "
-                              "'$.text', 'settings changed: optimizer.learning_rate 0.001 -> 0.002, training.steps 30 -> 40') "
+                              "'$.text', 'settings changed: optimizer.learning_rate 0.001 -> 0.002, "
+                              "training.steps 30 -> 40') "
                               "WHERE kind = 'resumed_from_checkpoint' AND json_extract(fields, '$.settings_changed') "
                               "IS NOT NULL",
                               nullptr, nullptr, nullptr),
