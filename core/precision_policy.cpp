@@ -185,6 +185,13 @@ bool overrides_use_fp8(const PrecisionConfig& config)
     return false;
 }
 
+GemmFormats formats_as_computed(const GemmFormats& f, Fp8Scaling scaling)
+{
+    if (scaling != Fp8Scaling::NvFp4 && scaling != Fp8Scaling::MxFp4) return f;
+    const auto fp4 = [](NumberFormat n) { return format_info(n).is_fp8 ? NumberFormat::E2M1 : n; };
+    return {fp4(f.forward), fp4(f.dgrad), fp4(f.wgrad)};
+}
+
 namespace {
 
 // The precision.layers entry whose scaling a layer takes (the last matching one), or -1 for the
@@ -235,8 +242,13 @@ PrecisionConfig recipe_as_read(const PrecisionConfig& config, int64_t n_layer)
     const auto uses = [&](Fp8Scaling s) { return std::find(scalings.begin(), scalings.end(), s) != scalings.end(); };
     Fp8Recipe& r = read.fp8;
     if (!project_scaling_read) r.scaling = defaults.scaling;
-    // Only the fields whose one reader is known are reset; margin, saturate and the outlier
-    // split are read by more than one recipe and stay as they are.
+    // Only the fields whose readers are known are reset (the outlier split is every recipe's).
+    // The margin and saturation are those of the scales taken from an amax (per tensor, per
+    // row): the block recipes take theirs from each block and saturate as their formats say.
+    if (!uses(Fp8Scaling::Delayed) && !uses(Fp8Scaling::Current) && !uses(Fp8Scaling::PerRow)) {
+        r.margin = defaults.margin;
+        r.saturate = defaults.saturate;
+    }
     if (!uses(Fp8Scaling::Delayed)) {
         r.amax_history_length = defaults.amax_history_length;
         r.amax_use_max = defaults.amax_use_max;

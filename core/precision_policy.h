@@ -135,14 +135,19 @@ LossScalingConfig resolve_loss_scaling(const PrecisionConfig& config, bool any_f
 // is then named with its scaling even under a non-FP8 preset.
 bool overrides_use_fp8(const PrecisionConfig& config);
 
+// The formats a layer's GEMMs compute in: under nvfp4 and mxfp4 a GEMM named FP8 takes E2M1
+// elements whatever its FP8 format.
+GemmFormats formats_as_computed(const GemmFormats& f, Fp8Scaling scaling);
+
 // The scaling recipes that the FP8 layers of an n_layer model use (resolve_layer_recipe of each
 // layer with an FP8 GEMM), each once, in fp8_scalings() order. Empty when no GEMM is FP8.
 std::vector<Fp8Scaling> fp8_layer_scalings(const PrecisionConfig& config, int64_t n_layer);
 // `config` with the recipe settings that no layer reads put back to their defaults: all of
 // precision.fp8 and every precision.layers scaling when no GEMM is FP8; else a layers entry's
-// scaling that no FP8 layer takes (an entry left empty goes), and the settings of recipes that no FP8 layer uses
-// (nvfp4's three switches, fp8-block's power-of-two scales, the amax history, ...). Two
-// configs equal after this train the same arithmetic: a sweep refuses them (sweep.h).
+// scaling that no FP8 layer takes (an entry left empty goes), and the settings of recipes
+// that no FP8 layer uses (nvfp4's three switches, fp8-block's power-of-two scales, the amax
+// history, the margin and saturation under the block recipes, ...). Configs equal after
+// this train the same arithmetic (unread_settings.h compares them).
 PrecisionConfig recipe_as_read(const PrecisionConfig& config, int64_t n_layer);
 
 const char* fp8_scaling_name(Fp8Scaling scaling);

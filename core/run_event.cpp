@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "run_event.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <utility>
@@ -170,9 +171,12 @@ std::string RunEvent::message() const
         return "checkpoint '" + path + "' has no recorded checksum: " + text;
     case EventKind::LayerBackends: {
         std::string out;
-        for (const auto& l : layer_states) // the recipe of FP8 layers: a live switch may change only that
-            out += (out.empty() ? "" : "; ") + l.name + " " + l.formats.describe() + " " +
+        for (const auto& l : layer_states) { // the recipe of FP8 layers: a live switch may change only that
+            const auto scaling = parse_fp8_scaling(l.recipe);
+            const GemmFormats f = scaling ? formats_as_computed(l.formats, *scaling) : l.formats; // e2m1 under FP4
+            out += (out.empty() ? "" : "; ") + l.name + " " + f.describe() + " " +
                    (l.recipe.empty() ? "" : l.recipe + " ") + l.backend;
+        }
         return out;
     }
     case EventKind::PrecisionChanged: {
@@ -180,12 +184,18 @@ std::string RunEvent::message() const
         // a new recipe starts them afresh; new formats alone keep each delayed-scaling history
         // whose cast keeps its format, and restart the others.
         const bool new_recipe = new_scaling && old_scaling && *new_scaling != *old_scaling;
+        // Histories are delayed scaling's alone: said where a changed layer now scales so (or
+        // where the event does not say how they scale, as older ones do not).
+        const bool histories =
+            layer_states.empty() || std::any_of(layer_states.begin(), layer_states.end(),
+                                                [](const LayerState& l) { return l.recipe == "delayed"; });
         return pattern + " -> " + (new_formats ? new_formats->describe() : std::string("?")) +
                (new_scaling ? std::string(" with ") + fp8_scaling_name(*new_scaling) + " scaling" : std::string()) +
                " (" + join(layers) + ")" + (cause == ChangeCause::Watcher ? " by watcher " + watcher : "") +
                (cause == ChangeCause::Resume ? " again, as the interrupted run did" : "") +
                (new_recipe ? "; FP8 scales start afresh under the new recipe"
-                           : "; delayed-scaling histories restart where a cast's format changed");
+                : histories ? "; delayed-scaling histories restart where a cast's format changed"
+                            : "");
     }
     case EventKind::LossScaleBackoff:
         return "scale " + format_scale(old_scale) + " -> " + format_scale(new_scale) + "; non-finite gradients in " +

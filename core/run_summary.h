@@ -26,7 +26,7 @@ struct RunSummaryRow {
 
     // From the config's precision section.
     std::string preset;       // "fp32", "bf16", "fp8-hybrid", ...
-    std::string fp8_scaling;  // "delayed", ... (as configured, even when no GEMM is FP8)
+    std::string fp8_scaling;  // the FP8 layers' recipes ("nvfp4, mxfp4"); as configured where no GEMM is FP8
     int64_t layer_overrides = 0; // entries in precision.layers
     std::string recipe;       // "fp8-hybrid (delayed) + 2 overrides, 1 live switch": describe_recipe,
                               // then describe_live_switches
@@ -55,15 +55,19 @@ struct RunSummaryRow {
     bool is_fp32() const { return preset == "fp32" && layer_overrides == 0 && live_switches == 0; }
 };
 
-// "fp32", "bf16 + 1 override", "fp8-hybrid (delayed) + 2 overrides": the FP8 scaling
-// recipe is named only for FP8 presets or when an override could make a layer FP8.
+// "fp32", "bf16 + 1 override", "fp8-hybrid (delayed) + 2 overrides", "fp8-e4m3 (nvfp4), last
+// 2 blocks bf16": the FP8 scaling recipe is named only for FP8 presets or when an override
+// could make a layer FP8.
 inline std::string describe_recipe(const std::string& preset, const std::string& fp8_scaling, int64_t layer_overrides,
-                                   bool overrides_use_fp8 = false)
+                                   bool overrides_use_fp8 = false, int64_t keep_last_bf16 = 0)
 {
     std::string out = preset.empty() ? std::string("?") : preset;
     if ((preset.rfind("fp8", 0) == 0 || overrides_use_fp8) && !fp8_scaling.empty()) out += " (" + fp8_scaling + ")";
     if (layer_overrides > 0)
         out += " + " + std::to_string(layer_overrides) + (layer_overrides == 1 ? " override" : " overrides");
+    if (keep_last_bf16 > 0)
+        out += ", last " + (keep_last_bf16 == 1 ? std::string("block") : std::to_string(keep_last_bf16) + " blocks") +
+               " bf16";
     return out;
 }
 

@@ -128,7 +128,7 @@ std::vector<SweepRunPlan> plan_each(const SweepSpec& spec, const std::vector<Ove
             if (to_json_text(earlier.config) == to_json_text(plan.config))
                 throw ConfigError(both + "give the same settings; the sweep would train the same run twice");
             throw ConfigError(both + "would train the same run twice: " +
-                              why_recipe_setting_unread(plan.config, spec.key));
+                              why_the_same_run(plan.config, spec.key));
         }
         plans.push_back(std::move(plan));
     }

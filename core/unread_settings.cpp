@@ -1,18 +1,55 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "unread_settings.h"
 
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
 namespace mantissa {
+namespace {
+
+// The keys that spell the layers' formats (and a layer's recipe), which settings_as_read
+// compares as the layers compute them.
+bool spells_layer_formats(const std::string& key)
+{
+    return key == "precision" || key.starts_with("precision.preset") || key.starts_with("precision.layers") ||
+           key.starts_with("precision.keep_last_bf16");
+}
+
+} // namespace
 
 std::string settings_as_read(const ProjectConfig& config)
 {
+    const int64_t n = config.model.n_layer;
     ProjectConfig read = config;
-    read.precision = recipe_as_read(config.precision, config.model.n_layer);
-    return to_json_text(read);
+    read.precision = recipe_as_read(config.precision, n);
+    // The layers as they compute, in place of the preset, the layers entries and keep_last_bf16
+    // that spell them: fp8-hybrid and fp8-e4m3 under nvfp4 (E2M1 either way), or a one-block
+    // model's fp8-hybrid-keep-ends and bf16, train the same run.
+    nlohmann::json layers = nlohmann::json::array();
+    for (const auto& name : gemm_layer_names(n)) {
+        const GemmFormats f = resolve_layer_formats(read.precision, name, n);
+        const Fp8Scaling s = resolve_layer_recipe(read.precision, name).scaling;
+        layers.push_back({name, formats_as_computed(f, s).describe(), f.any_fp8() ? fp8_scaling_name(s) : ""});
+    }
+    auto j = nlohmann::json::parse(to_json_text(read));
+    auto& p = j["precision"];
+    for (const char* spelled : {"preset", "layers", "keep_last_bf16"}) p.erase(spelled);
+    p["fp8"].erase("scaling"); // each FP8 layer's, above
+    p["layers_as_computed"] = std::move(layers);
+    return j.dump();
 }
 
-std::string why_recipe_setting_unread(const ProjectConfig& config, const std::string& key)
+std::string why_the_same_run(const ProjectConfig& config, const std::string& key)
 {
     const auto scalings = fp8_layer_scalings(config.precision, config.model.n_layer);
+    if (spells_layer_formats(key)) {
+        const bool fp4 = std::any_of(scalings.begin(), scalings.end(),
+                                     [](Fp8Scaling s) { return s == Fp8Scaling::NvFp4 || s == Fp8Scaling::MxFp4; });
+        return std::string("every layer computes in the same formats") +
+               (scalings.empty() ? ", none in FP8," : " and with the same recipe") + " either way" +
+               (fp4 ? " (under nvfp4 and mxfp4 a GEMM named FP8 takes E2M1 elements whatever its FP8 format)" : "");
+    }
     if (scalings.empty())
         return "no GEMM computes in FP8 under precision.preset=" + config.precision.preset +
                (config.precision.layers.empty() ? "" : " and its precision.layers") +

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
 // Settings that differ on paper but not in the arithmetic: a recipe setting that no layer
-// reads (precision.fp8 when no GEMM is FP8, nvfp4's switches under delayed scaling). A sweep
-// over such values would train one run again and again, and a `--set` of one changes nothing;
+// reads (precision.fp8 when no GEMM is FP8, nvfp4's switches under delayed scaling), or two
+// spellings of the same layer formats (fp8-hybrid and fp8-e4m3 under nvfp4). A sweep over
+// such values would train one run again and again, and a `--set` of one changes nothing;
 // both are told why. No LibTorch.
 
 #include <string>
@@ -12,19 +13,22 @@
 
 namespace mantissa {
 
-// The settings as the run reads them (to_json_text, with recipe_as_read's precision): two
-// projects equal here train the same arithmetic.
+// The settings as the run reads them: recipe_as_read's precision, with each layer's formats
+// as it computes them (formats_as_computed) and its recipe in place of the preset, the
+// precision.layers entries and keep_last_bf16 that spell them. Two projects equal here train
+// the same arithmetic.
 std::string settings_as_read(const ProjectConfig& config);
 
-// Why no layer of `config` reads the recipe setting `key`, for a message: "no GEMM computes in
-// FP8 under precision.preset=fp32, ..." or "the FP8 layers scale with delayed, which does not
-// read precision.nvfp4.rht".
-std::string why_recipe_setting_unread(const ProjectConfig& config, const std::string& key);
+// Why two settings of `key` train the same run, for a message: "every layer computes in the
+// same formats and with the same recipe either way" (a key that spells the layers' formats),
+// "no GEMM computes in FP8 under precision.preset=fp32, ..." or "the FP8 layers scale with
+// delayed, which does not read precision.nvfp4.rht".
+std::string why_the_same_run(const ProjectConfig& config, const std::string& key);
 
-// The `--set` overrides that change nothing the run computes as it starts, each with why ("--set
-// precision.fp8.scaling=nvfp4 changes nothing this run computes unless ..."). A live precision
-// or recipe change may still make a layer read one. `load` reads the project
-// under a list of overrides; an override whose removal the project refuses is not named.
+// The `--set` overrides that change nothing the run computes as it starts, each with why
+// ("--set precision.fp8.scaling=nvfp4 changes nothing this run computes as it starts: ..."). A live
+// precision or recipe change may still make a layer read one. `load` reads the project under
+// a list of overrides; an override whose removal the project refuses is not named.
 template <typename Load>
 std::vector<std::string> overrides_read_by_no_layer(const std::vector<Override>& overrides, Load load)
 {
@@ -39,7 +43,8 @@ std::vector<std::string> overrides_read_by_no_layer(const std::vector<Override>&
             const ProjectConfig other = load(without);
             if (to_json_text(other) != written && settings_as_read(other) == read)
                 notes.push_back("--set " + overrides[i].first + "=" + overrides[i].second +
-                                " changes nothing this run computes unless a live change makes a layer read it: " + why_recipe_setting_unread(with_all, overrides[i].first));
+                                " changes nothing this run computes as it starts: " +
+                                why_the_same_run(with_all, overrides[i].first));
         } catch (const ConfigError&) {
         }
     }

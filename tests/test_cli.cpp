@@ -703,9 +703,8 @@ private slots:
                  qPrintable(sweep.err));
         QVERIFY(!QFile::exists(db));
 
-        const QString note = "note: --set precision.nvfp4.rht=false changes nothing this run computes unless a live "
-                             "change makes a layer read it: the FP8 layers scale with delayed, which does not read "
-                             "precision.nvfp4.rht\n";
+        const QString note = "note: --set precision.nvfp4.rht=false changes nothing this run computes as it starts: "
+                             "the FP8 layers scale with delayed, which does not read precision.nvfp4.rht\n";
         const QStringList common = {"run", project_, "--db", db, "--set", "training.steps=1", "--set",
                                     "eval.interval=0", "--set", "precision.preset=fp8-hybrid", "--set",
                                     "precision.nvfp4.rht=false"};

@@ -356,6 +356,28 @@ private slots:
     // medians are those of a full read, bit for bit: as a run grows, after a resume that
     // discarded and retrained steps (values changed below the last step read), after the steps
     // went back, and in another store.
+    // The recipe column names the recipes the FP8 layers run, a precision.layers entry's own
+    // included (it named the project's delayed for a bf16 run whose MLPs ran nvfp4), and the
+    // last blocks kept in BF16.
+    void recipeColumnNamesWhatTheLayersRun()
+    {
+        QTemporaryDir dir;
+        RunStore store(dir.filePath("runs.sqlite").toStdString());
+        store.create_run("mixed", "", R"({"model": {"n_layer": 2}, "precision": {"preset": "bf16", "layers": [
+            {"match": "lm_head", "format": "e4m3", "scaling": "mxfp4"},
+            {"match": "blocks.*.mlp.*", "format": "e4m3", "scaling": "nvfp4"}]}})");
+        store.create_run("kept", "", R"({"model": {"n_layer": 2}, "precision": {"preset": "fp8-e4m3",
+            "keep_last_bf16": 1, "fp8": {"scaling": "nvfp4"}}})");
+        store.create_run("unread", "", R"({"precision": {"preset": "bf16", "fp8": {"scaling": "nvfp4"}}})");
+        const auto rows = store.list_run_summaries();
+        QCOMPARE(rows.size(), size_t(3));
+        QCOMPARE(rows[0].recipe, std::string("bf16 (nvfp4, mxfp4) + 2 overrides"));
+        QCOMPARE(rows[0].fp8_scaling, std::string("nvfp4, mxfp4"));
+        QCOMPARE(rows[1].recipe, std::string("fp8-e4m3 (nvfp4), last block bf16"));
+        QCOMPARE(rows[2].recipe, std::string("bf16"));
+        QCOMPARE(rows[2].fp8_scaling, std::string("nvfp4")); // as configured: no layer takes it
+    }
+
     void aCachedMedianReadsOnlyTheRowsAddedSince()
     {
         QTemporaryDir dir;
@@ -598,6 +620,24 @@ private slots:
                  std::string("--vary precision.fp8.amax_history_length: values '16' and '1024' would train the same "
                              "run twice: the FP8 layers scale with current, which does not read "
                              "precision.fp8.amax_history_length"));
+        // The block recipes take their scales from each block: the margin and saturation are the
+        // per-tensor and per-row recipes' alone.
+        const Override nvfp4 = {"precision.fp8.scaling", "nvfp4"};
+        QCOMPARE(refused_with("precision.fp8.margin=0,4", {fp8[0], nvfp4}),
+                 std::string("--vary precision.fp8.margin: values '0' and '4' would train the same run twice: the FP8 "
+                             "layers scale with nvfp4, which does not read precision.fp8.margin"));
+        QCOMPARE(refused_with("precision.fp8.margin=0,4", fp8), std::string("2 runs"));
+        QCOMPARE(refused_with("precision.fp8.saturate=true,false", {fp8[0], current}), std::string("2 runs"));
+        // Two spellings of the same formats: under nvfp4 an FP8 GEMM is E2M1 whatever its FP8
+        // format; a one-block model keeps every layer of fp8-hybrid-keep-ends in BF16.
+        QCOMPARE(refused_with("precision.preset=fp8-hybrid,fp8-e4m3", {nvfp4}),
+                 std::string("--vary precision.preset: values 'fp8-hybrid' and 'fp8-e4m3' would train the same run "
+                             "twice: every layer computes in the same formats and with the same recipe either way "
+                             "(under nvfp4 and mxfp4 a GEMM named FP8 takes E2M1 elements whatever its FP8 format)"));
+        QCOMPARE(refused_with("precision.preset=fp8-hybrid,fp8-e4m3", {}), std::string("2 runs"));
+        QCOMPARE(refused("precision.preset=fp8-hybrid-keep-ends,bf16"),
+                 std::string("--vary precision.preset: values 'fp8-hybrid-keep-ends' and 'bf16' would train the same "
+                             "run twice: every layer computes in the same formats, none in FP8, either way"));
         // One FP8 layer reads the recipe; a layers entry's scaling counts where its layer is FP8 (under
         // keep-ends a one-block model keeps every layer, lm_head too, in BF16).
         const Override fp8_head = {"precision.layers", R"([{"match":"lm_head","forward":"e4m3"}])"};
@@ -607,10 +647,8 @@ private slots:
         QCOMPARE(refused_with(entry, fp8), std::string("2 runs"));
         QCOMPARE(refused_with(entry, {{"precision.preset", "fp8-hybrid-keep-ends"}}),
                  std::string("--vary precision.layers: values '[{\"match\":\"lm_head\",\"scaling\":\"nvfp4\"}]' "
-                             "and '[]' "
-                             "would train the same run twice: no GEMM computes in FP8 under "
-                             "precision.preset=fp8-hybrid-keep-ends, so no layer reads the FP8 recipe; set an FP8 "
-                             "preset (precision.preset=fp8-hybrid) or a precision.layers entry"));
+                             "and '[]' would train the same run twice: every layer computes in the same formats, none "
+                             "in FP8, either way"));
 
         // The window's sweep (a project in memory): a relative path value is in the project's
         // folder, whatever folder the workbench was started from.

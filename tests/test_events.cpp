@@ -184,9 +184,23 @@ private slots:
         QCOMPARE(message_of(EventKind::LossScaleBackoff),
                  std::string("scale 65536 -> 32768; non-finite gradients in blocks.1.mlp.fc1, lm_head"));
         QCOMPARE(message_of(EventKind::LossScaleGrowth), std::string("scale 32768 -> 65536"));
+        // Delayed-scaling histories are named only where a changed layer now scales so (they said
+        // it of layers leaving FP8, and of nvfp4's): older events, which do not say, keep it.
         QCOMPARE(message_of(EventKind::PrecisionChanged),
                  std::string("blocks.1.mlp.* -> bf16/bf16/bf16 (blocks.1.mlp.fc1, blocks.1.mlp.fc2) by watcher "
-                             "nonfinite; delayed-scaling histories restart where a cast's format changed"));
+                             "nonfinite"));
+        RunEvent formats_only;
+        formats_only.kind = EventKind::PrecisionChanged;
+        formats_only.pattern = "lm_head";
+        formats_only.new_formats = GemmFormats::all(NumberFormat::E4M3);
+        formats_only.layers = {"lm_head"};
+        const std::string delayed_said = "lm_head -> e4m3/e4m3/e4m3 (lm_head); delayed-scaling histories restart "
+                                         "where a cast's format changed";
+        QCOMPARE(formats_only.message(), delayed_said); // no layer states: as older events
+        formats_only.layer_states = {{"lm_head", GemmFormats::all(NumberFormat::E4M3), "delayed", ""}};
+        QCOMPARE(formats_only.message(), delayed_said);
+        formats_only.layer_states[0].recipe = "nvfp4";
+        QCOMPARE(formats_only.message(), std::string("lm_head -> e4m3/e4m3/e4m3 (lm_head)"));
         const auto recipe_switch = std::find_if(all.begin(), all.end(), [](const RunEvent& e) {
             return e.kind == EventKind::PrecisionChanged && e.new_scaling;
         });
@@ -203,6 +217,12 @@ private slots:
                              "threads, continuing on 1"));
         QCOMPARE(message_of(EventKind::LayerBackends),
                  std::string("blocks.0.attn.qkv e4m3/e5m2/e5m2 current emulated; lm_head fp32/fp32/fp32 fp32"));
+        // Under nvfp4 and mxfp4 a GEMM named FP8 computes in E2M1, and says so (the table does).
+        RunEvent fp4;
+        fp4.kind = EventKind::LayerBackends;
+        fp4.layer_states = {{"blocks.0.mlp.fc1", {NumberFormat::E4M3, NumberFormat::BF16, NumberFormat::E5M2}, "nvfp4",
+                             "emulated"}};
+        QCOMPARE(fp4.message(), std::string("blocks.0.mlp.fc1 e2m1/bf16/e2m1 nvfp4 emulated"));
     }
 
     // What readers use comes from the fields: a stored message that says something else

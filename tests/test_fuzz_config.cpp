@@ -299,8 +299,16 @@ bool related(const std::string& key, const std::string& touched)
 // True when the message names a key: a key the loader knows, or one the mutation made up
 // (an unknown key, a path under one, an array element of it). Byte-level damage makes up keys
 // of its own ("optimizer.warmweight_decay"): there the message must still start with one.
-bool names_a_key(const std::string& message, const Case& c, const std::set<std::string>& known)
+bool names_a_key(const std::string& message_in, const Case& c, const std::set<std::string>& known)
 {
+    // A value a --set gave is blamed on it ("--set training.steps=abc: training.steps: ..."):
+    // the key follows.
+    std::string message = message_in;
+    for (const auto& o : c.overrides)
+        if (const std::string blamed = "--set " + o.first + "=" + o.second + ": "; starts_with(message, blamed)) {
+            message.erase(0, blamed.size());
+            break;
+        }
     const std::string key = named_key(message);
     if (key.empty() || key.size() == message.size()) return false;
     if (known.count(key) || starts_with(key, "precision.layers[") || starts_with(key, "unknown_top_")) return true;
