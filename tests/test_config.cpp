@@ -149,6 +149,18 @@ std::string fit_refusal(const std::string& json_text, const MachineLimits& machi
     return "";
 }
 
+// What loading gives: the ConfigError's message, or "accepted".
+template <typename Load>
+QString refusal(Load load)
+{
+    try {
+        load();
+    } catch (const ConfigError& e) {
+        return QString(e.what());
+    }
+    return QStringLiteral("accepted");
+}
+
 } // namespace
 
 class TestConfig : public QObject {
@@ -652,26 +664,16 @@ private slots:
         QFETCH(QString, set);
         QFETCH(QString, message);
         QTemporaryDir dir;
-        const QString path = dir.filePath("p.json");
-        std::ofstream(path.toStdString()) << R"({"training": {"steps": 5}})";
-        try {
-            load_project_file(path.toStdString(), {parse_override(set.toStdString())});
-            QFAIL("accepted the override");
-        } catch (const ConfigError& e) {
-            QCOMPARE(QString(e.what()), message);
-        }
+        const std::string path = dir.filePath("p.json").toStdString();
+        std::ofstream(path) << R"({"training": {"steps": 5}})";
+        QCOMPARE(refusal([&] { load_project_file(path, {parse_override(set.toStdString())}); }), message);
         // An override made otherwise (a sweep's --vary) is refused by the loader, key first as
         // every ConfigError, without the file's name.
         const auto eq = set.indexOf('=');
         const Override made{set.left(eq).toStdString(), set.mid(eq + 1).toStdString()};
-        try {
-            load_project_file(path.toStdString(), {made});
-            QFAIL("accepted the override");
-        } catch (const ConfigError& e) {
-            QCOMPARE(QString(e.what()), message.section(": ", 1));
-        }
+        QCOMPARE(refusal([&] { load_project_file(path, {made}); }), message.section(": ", 1));
         // A known key still loads.
-        QCOMPARE(load_project_file(path.toStdString(), {parse_override("training.steps=7")}).training.steps, int64_t(7));
+        QCOMPARE(load_project_file(path, {parse_override("training.steps=7")}).training.steps, int64_t(7));
     }
 
     // A value a --set gives is the command line's mistake too: the file does not hold it (it was
@@ -701,19 +703,12 @@ private slots:
         std::ofstream(path.toStdString()) << R"({"training": {"steps": 5}})";
         std::vector<Override> overrides;
         for (const QString& s : sets) overrides.push_back(parse_override(s.toStdString()));
-        try {
-            load_project_file(path.toStdString(), overrides);
-            QFAIL("accepted the override");
-        } catch (const ConfigError& e) {
-            QCOMPARE(QString(e.what()), QString(message).replace("FILE", path));
-        }
+        QCOMPARE(refusal([&] { load_project_file(path.toStdString(), overrides); }),
+                 QString(message).replace("FILE", path));
         // A resume's --set on a stored run: the same, and a stored run has no file to name.
-        try {
-            load_stored_run_json(R"({"training": {"steps": 5}})", dir.path().toStdString(), overrides);
-            QFAIL("accepted the override");
-        } catch (const ConfigError& e) {
-            QCOMPARE(QString(e.what()), QString(message).remove("FILE: "));
-        }
+        const std::string stored = R"({"training": {"steps": 5}})";
+        QCOMPARE(refusal([&] { load_stored_run_json(stored, dir.path().toStdString(), overrides); }),
+                 QString(message).remove("FILE: "));
     }
 
     void shippedProjectsAreValid_data()
