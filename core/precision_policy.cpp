@@ -2,8 +2,8 @@
 #include "precision_policy.h"
 
 #include <algorithm>
-#include <vector>
 #include <stdexcept>
+#include <vector>
 
 namespace mantissa {
 
