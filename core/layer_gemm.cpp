@@ -508,7 +508,7 @@ void LayerGemm::record_cast(const char* role, const torch::Tensor& x, NumberForm
     p.format = format;
     p.scale = scale;
     p.count = x.numel();
-    p.compared = stats_compared(format, compared_with);
+    p.compared = stats_compared(compared_with);
     // A CPU tensor is scanned now, while its lines are still in cache, and is not held until
     // the end of the backward (which cost page faults for the memory it kept): with the scan's
     // vectorized count this took about 4 of the 15 ms that statistics added to a step of
@@ -537,7 +537,7 @@ void LayerGemm::record(const char* role, const torch::Tensor& x, NumberFormat fo
         record(role, x, format, cpu_scalar(scale), dequantized); // no device to wait for
         return;
     }
-    const bool compared = stats_compared(format, dequantized);
+    const bool compared = stats_compared(dequantized);
     push_device_scaled(role, x, format, scale, compared,
                        tensor_stats_row(x, format, scale, compared ? dequantized : torch::Tensor()));
 }
@@ -563,7 +563,7 @@ void LayerGemm::record(const char* role, const torch::Tensor& x, NumberFormat fo
         record(role, x, format, cpu_scalar(scale), codes.to(torch::kFloat32) * inv_scale);
         return;
     }
-    push_device_scaled(role, x, format, scale, stats_compared(format, codes),
+    push_device_scaled(role, x, format, scale, stats_compared(codes),
                        tensor_stats_row_of_codes(x, format, scale, codes, inv_scale));
 }
 

@@ -291,10 +291,10 @@ std::vector<Fp8Scaling> fp8_scalings()
             Fp8Scaling::Block128, Fp8Scaling::NvFp4,   Fp8Scaling::MxFp4};
 }
 
-std::string fp8_scaling_names_joined()
+std::string fp8_scaling_names_joined(const std::vector<Fp8Scaling>& scalings)
 {
     std::string out;
-    for (auto s : fp8_scalings()) out += (out.empty() ? "" : ", ") + std::string(fp8_scaling_name(s));
+    for (auto s : scalings) out += (out.empty() ? "" : ", ") + std::string(fp8_scaling_name(s));
     return out;
 }
 

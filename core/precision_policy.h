@@ -152,7 +152,8 @@ PrecisionConfig recipe_as_read(const PrecisionConfig& config, int64_t n_layer);
 
 const char* fp8_scaling_name(Fp8Scaling scaling);
 std::vector<Fp8Scaling> fp8_scalings(); // every recipe, in the order the GUI lists them
-std::string fp8_scaling_names_joined(); // "delayed, current, ..." for messages
+// "delayed, current, ...", for messages: every recipe, or those given.
+std::string fp8_scaling_names_joined(const std::vector<Fp8Scaling>& scalings = fp8_scalings());
 std::optional<Fp8Scaling> parse_fp8_scaling(const std::string& name);
 
 } // namespace mantissa

@@ -75,7 +75,7 @@ TensorStats compute_tensor_stats_reference(const torch::Tensor& x_in, NumberForm
     const auto x = x_in.detach().to(torch::kCPU, torch::kFloat32).contiguous();
     s.count = x.numel();
     if (s.count == 0) return s;
-    const bool compare = stats_compared(format, dequantized);
+    const bool compare = stats_compared(dequantized);
     const auto q = compare ? dequantized.detach().to(torch::kCPU, torch::kFloat32).contiguous() : torch::Tensor();
     const float* xp = x.data_ptr<float>();
     const float* qp = compare ? q.data_ptr<float>() : nullptr;
@@ -564,7 +564,7 @@ torch::Tensor tensor_ops_row(const torch::Tensor& x_in, NumberFormat format, con
 
     const auto zero = torch::zeros({}, f64);
     torch::Tensor underflow = zero, subnormal = zero, overflow = zero, compared = zero, err = zero, signal = zero;
-    if (stats_compared(format, dequantized)) {
+    if (stats_compared(dequantized)) {
         const auto q = dequantized.detach().to(x.device(), torch::kFloat32).contiguous().view(-1); // (n)
         const auto q_finite = torch::isfinite(q);
         const auto kept = finite & q_finite; // the values the reference compares
@@ -614,7 +614,7 @@ std::vector<torch::Tensor> tensor_stats_rows_cpu(const std::vector<StatsSource>&
         const auto& s = sources[i];
         auto& in = inputs[i];
         in.x = s.x.detach().to(torch::kCPU, torch::kFloat32).contiguous();
-        if (stats_compared(s.format, s.dequantized))
+        if (stats_compared(s.dequantized))
             in.q = s.dequantized.detach().to(torch::kCPU, torch::kFloat32).contiguous();
         in.xp = in.x.data_ptr<float>();
         in.qp = in.q.defined() ? in.q.data_ptr<float>() : nullptr;
@@ -647,7 +647,7 @@ torch::Tensor fused_cuda_row(const torch::Tensor& x, NumberFormat format, float 
                              const torch::Tensor& dequantized, const torch::Tensor& codes_scale = {})
 {
 #if defined(MANTISSA_CUDA_KERNELS)
-    const bool compared = stats_compared(format, dequantized);
+    const bool compared = stats_compared(dequantized);
     const auto comparison = cast_comparison(format, device_scale.defined() || scale > 0.0f, scale);
     return cuda_kernels::tensor_stats_row(x, compared ? dequantized : torch::Tensor(), comparison, device_scale,
                                           compared ? codes_scale : torch::Tensor());
@@ -788,7 +788,7 @@ torch::Tensor tensor_stats_row_of_codes(const torch::Tensor& x, NumberFormat for
                                         const torch::Tensor& codes, const torch::Tensor& inv_scale)
 {
     torch::NoGradGuard no_grad;
-    if (x.is_cuda() && stats_compared(format, codes) && fused_cuda_stats_available())
+    if (x.is_cuda() && stats_compared(codes) && fused_cuda_stats_available())
         return fused_cuda_row(x, format, 1.0f, scale, codes, inv_scale);
     return tensor_stats_row(x, format, scale, dequantize_codes(codes, inv_scale));
 }
@@ -797,7 +797,7 @@ torch::Tensor tensor_stats_row_of_block_codes(const torch::Tensor& x, NumberForm
                                               const torch::Tensor& inv_scale)
 {
     torch::NoGradGuard no_grad;
-    if (x.is_cuda() && stats_compared(format, codes) && fused_cuda_stats_available())
+    if (x.is_cuda() && stats_compared(codes) && fused_cuda_stats_available())
         return fused_cuda_row(x, format, 0.0f, {}, codes, inv_scale);
     return tensor_stats_row(x, format, 0.0f, dequantize_codes(codes, inv_scale));
 }
@@ -851,7 +851,7 @@ TensorStats compute_tensor_stats(const torch::Tensor& x, NumberFormat format, fl
                                  const torch::Tensor& dequantized, StatsKernel kernel)
 {
     const auto r = tensor_stats_row(x, format, scale, dequantized, kernel).to(torch::kCPU).contiguous();
-    return tensor_stats_from_row(r.data_ptr<double>(), format, scale, x.numel(), stats_compared(format, dequantized));
+    return tensor_stats_from_row(r.data_ptr<double>(), format, scale, x.numel(), stats_compared(dequantized));
 }
 
 } // namespace mantissa

@@ -76,7 +76,7 @@ stats_value::CastComparison cast_comparison(NumberFormat format, bool scaled_dom
 // Whether a row of these arguments compares against a cast: wherever one is given. Callers
 // give none for an FP32 operand (nothing was cast); fp8-block's FP32 block scales are given
 // theirs, rounded to powers of two, so that their row says what the rounding cost.
-inline bool stats_compared(NumberFormat /*format*/, const torch::Tensor& dequantized) { return dequantized.defined(); }
+inline bool stats_compared(const torch::Tensor& dequantized) { return dequantized.defined(); }
 
 // TensorStats from a row read back to the host; `count` is x.numel().
 TensorStats tensor_stats_from_row(const double* row, NumberFormat format, float scale, int64_t count, bool compared);

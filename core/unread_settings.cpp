@@ -55,9 +55,8 @@ std::string why_the_same_run(const ProjectConfig& config, const std::string& key
                (config.precision.layers.empty() ? "" : " and its precision.layers") +
                ", so no layer reads the FP8 recipe; set an FP8 preset (precision.preset=fp8-hybrid) "
                "or a precision.layers entry";
-    std::string names;
-    for (Fp8Scaling s : scalings) names += std::string(names.empty() ? "" : ", ") + fp8_scaling_name(s);
-    return "the FP8 layers scale with " + names + ", which " + (scalings.size() == 1 ? "does" : "do") +
+    return "the FP8 layers scale with " + fp8_scaling_names_joined(scalings) + ", which " +
+           (scalings.size() == 1 ? "does" : "do") +
            " not read " + key;
 }
 

@@ -1288,9 +1288,7 @@ void read_recipe(const std::string& config_json, RunSummaryRow& row)
     // The recipes the FP8 layers take (a precision.layers entry may give its own), else the
     // project's: a bf16 run whose MLPs run nvfp4 is found under nvfp4, not under delayed.
     const auto scalings = fp8_layer_scalings(p, config.model.n_layer);
-    row.fp8_scaling = scalings.empty() ? fp8_scaling_name(p.fp8.scaling) : "";
-    for (Fp8Scaling s : scalings)
-        row.fp8_scaling += std::string(row.fp8_scaling.empty() ? "" : ", ") + fp8_scaling_name(s);
+    row.fp8_scaling = scalings.empty() ? fp8_scaling_name(p.fp8.scaling) : fp8_scaling_names_joined(scalings);
     row.layer_overrides = static_cast<int64_t>(p.layers.size());
     row.recipe = describe_recipe(row.preset, row.fp8_scaling, row.layer_overrides, overrides_use_fp8(p),
                                  p.keep_last_bf16);

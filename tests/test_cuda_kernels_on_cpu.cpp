@@ -218,7 +218,7 @@ private slots:
         }
         const auto scale_t = torch::full({}, static_cast<double>(scale), torch::kFloat64);
         const auto ops = tensor_stats_row(x, format, scale, q, StatsKernel::TensorOps);
-        const bool compared = stats_compared(format, q);
+        const bool compared = stats_compared(q);
         const auto comparison = cast_comparison(format, deviceScale || scale > 0.0f, deviceScale ? 1.0 : scale);
         const int64_t before = cuda_sim::launches();
         with_multiprocessors(sms, [&] {
