@@ -145,9 +145,11 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
     try {
         ProjectConfig config = load_project_file(project_path, parse_overrides(sets)); // names the file itself
         const auto load = [&](const std::vector<Override>& o) { return load_project_file(project_path, o); };
-        if (!job.dp || job.dp->rank() == 0)
+        if (!job.dp || job.dp->rank() == 0) {
             for (const auto& note : overrides_read_by_no_layer(parse_overrides(sets), load))
                 std::fprintf(stderr, "note: %s\n", note.c_str());
+            for (const auto& note : recipe_parts_left_out(config)) std::fprintf(stderr, "note: %s\n", note.c_str());
+        }
         try {
             session = std::make_unique<RunSession>(std::move(config));
         } catch (const ConfigError& e) { // the data is read here: it may still reject the project
@@ -249,6 +251,8 @@ std::unique_ptr<RunSession> reopen_or_complain(RunStore& store, const RunInfo& i
                         describe_setting_changes(session->config_changes()).c_str());
         if (!session->settings_moved_earlier().empty())
             std::fprintf(stderr, "note: %s\n", session->settings_moved_earlier().c_str());
+        for (const auto& note : recipe_parts_left_out(session->trainer().config()))
+            std::fprintf(stderr, "note: %s\n", note.c_str());
         return session;
     } catch (const CheckpointUnusable& e) {
         std::fprintf(stderr, "error: %s\n", e.what());

@@ -183,12 +183,16 @@ std::string RunEvent::message() const
         // What the switch did to the layers' FP8 scales (LayerGemm::set_scaling, set_formats):
         // a new recipe starts them afresh; new formats alone keep each delayed-scaling history
         // whose cast keeps its format, and restart the others.
-        const bool new_recipe = new_scaling && old_scaling && *new_scaling != *old_scaling;
-        // Histories are delayed scaling's alone: said where a changed layer now scales so (or
-        // where the event does not say how they scale, as older ones do not).
-        const bool histories =
-            layer_states.empty() || std::any_of(layer_states.begin(), layer_states.end(),
-                                                [](const LayerState& l) { return l.recipe == "delayed"; });
+        // Both said only of layers that have FP8 scales now (a layer's recipe is "" when none
+        // of its GEMMs is FP8), or where the event does not say how they scale, as older ones
+        // do not: a new recipe given to layers switched to BF16 starts nothing.
+        const auto some_layer = [&](const auto& scales) {
+            return layer_states.empty() || std::any_of(layer_states.begin(), layer_states.end(), scales);
+        };
+        const bool new_recipe = new_scaling && old_scaling && *new_scaling != *old_scaling &&
+                                some_layer([](const LayerState& l) { return !l.recipe.empty(); });
+        // Histories are delayed scaling's alone.
+        const bool histories = some_layer([](const LayerState& l) { return l.recipe == "delayed"; });
         return pattern + " -> " + (new_formats ? new_formats->describe() : std::string("?")) +
                (new_scaling ? std::string(" with ") + fp8_scaling_name(*new_scaling) + " scaling" : std::string()) +
                " (" + join(layers) + ")" + (cause == ChangeCause::Watcher ? " by watcher " + watcher : "") +

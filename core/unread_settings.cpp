@@ -16,13 +16,43 @@ bool spells_layer_formats(const std::string& key)
            key.starts_with("precision.keep_last_bf16");
 }
 
+// nvfp4's Hadamard transform mixes the wgrad GEMM's inputs along their tokens, 16 at a time
+// (quantize_block_recipe): a micro-batch whose token count is no multiple of 16 goes without.
+int64_t micro_batch_tokens(const ProjectConfig& config)
+{
+    return config.training.batch_size * config.model.context_length;
+}
+bool rht_has_its_groups(const ProjectConfig& config) { return micro_batch_tokens(config) % 16 == 0; }
+
+std::string why_no_rht(const ProjectConfig& config)
+{
+    return "a micro-batch of " + std::to_string(micro_batch_tokens(config)) + " tokens (training.batch_size " +
+           std::to_string(config.training.batch_size) + " x model.context_length " +
+           std::to_string(config.model.context_length) + ") is no multiple of 16, the transform's length";
+}
+
+bool uses_nvfp4(const ProjectConfig& config)
+{
+    const auto scalings = fp8_layer_scalings(config.precision, config.model.n_layer);
+    return std::find(scalings.begin(), scalings.end(), Fp8Scaling::NvFp4) != scalings.end();
+}
+
 } // namespace
+
+std::vector<std::string> recipe_parts_left_out(const ProjectConfig& config)
+{
+    std::vector<std::string> out;
+    if (config.precision.fp8.nvfp4_rht && uses_nvfp4(config) && !rht_has_its_groups(config))
+        out.push_back("nvfp4's random Hadamard transform is not applied: " + why_no_rht(config));
+    return out;
+}
 
 std::string settings_as_read(const ProjectConfig& config)
 {
     const int64_t n = config.model.n_layer;
     ProjectConfig read = config;
     read.precision = recipe_as_read(config.precision, n);
+    if (!rht_has_its_groups(config)) read.precision.fp8.nvfp4_rht = Fp8Recipe{}.nvfp4_rht;
     // The layers as they compute, in place of the preset, the layers entries and keep_last_bf16
     // that spell them: fp8-hybrid and fp8-e4m3 under nvfp4 (E2M1 either way), or a one-block
     // model's fp8-hybrid-keep-ends and bf16, train the same run.
@@ -50,6 +80,8 @@ std::string why_the_same_run(const ProjectConfig& config, const std::string& key
                (scalings.empty() ? ", none in FP8," : " and with the same recipe") + " either way" +
                (fp4 ? " (under nvfp4 and mxfp4 a GEMM named FP8 takes E2M1 elements whatever its FP8 format)" : "");
     }
+    if (key == "precision.nvfp4.rht" && uses_nvfp4(config) && !rht_has_its_groups(config))
+        return "no GEMM takes nvfp4's Hadamard transform: " + why_no_rht(config);
     if (scalings.empty())
         return "no GEMM computes in FP8 under precision.preset=" + config.precision.preset +
                (config.precision.layers.empty() ? "" : " and its precision.layers") +

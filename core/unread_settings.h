@@ -25,6 +25,11 @@ std::string settings_as_read(const ProjectConfig& config);
 // delayed, which does not read precision.nvfp4.rht".
 std::string why_the_same_run(const ProjectConfig& config, const std::string& key);
 
+// The parts of the project's recipe that its layers cannot apply as they start, each said for
+// a note: "nvfp4's random Hadamard transform is not applied: a micro-batch of 300 tokens
+// (...) is no multiple of 16, the transform's length".
+std::vector<std::string> recipe_parts_left_out(const ProjectConfig& config);
+
 // The `--set` overrides that change nothing the run computes as it starts, each with why
 // ("--set precision.fp8.scaling=nvfp4 changes nothing this run computes as it starts: ..."). A live
 // precision or recipe change may still make a layer read one. `load` reads the project under

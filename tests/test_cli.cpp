@@ -715,6 +715,17 @@ private slots:
         const auto nvfp4 = run_cli(common + QStringList{"--set", "precision.fp8.scaling=nvfp4"});
         QVERIFY2(nvfp4.exit_code == 0, qPrintable(nvfp4.err));
         QVERIFY2(!nvfp4.err.contains("note: "), qPrintable(nvfp4.err));
+        // A part of the recipe that its layers cannot apply is said too: nvfp4's transform takes
+        // a micro-batch's tokens 16 at a time.
+        const auto odd = run_cli({"run", project_, "--db", db, "--set", "training.steps=1", "--set", "eval.interval=0",
+                                  "--set", "precision.preset=fp8-hybrid", "--set", "precision.fp8.scaling=nvfp4",
+                                  "--set", "training.batch_size=3", "--set", "model.context_length=7"});
+        QVERIFY2(odd.exit_code == 0, qPrintable(odd.err));
+        QCOMPARE(odd.err.count("note: "), 1);
+        QVERIFY2(odd.err.contains("note: nvfp4's random Hadamard transform is not applied: a micro-batch of 21 tokens "
+                                  "(training.batch_size 3 x model.context_length 7) is no multiple of 16, the "
+                                  "transform's length\n"),
+                 qPrintable(odd.err));
     }
 
     // A value whose data is refused only when its run loads it (each value's data is loaded as

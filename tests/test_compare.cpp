@@ -623,6 +623,16 @@ private slots:
         // The block recipes take their scales from each block: the margin and saturation are the
         // per-tensor and per-row recipes' alone.
         const Override nvfp4 = {"precision.fp8.scaling", "nvfp4"};
+        // nvfp4's transform takes the tokens of a micro-batch 16 at a time: 21 go without it.
+        QCOMPARE(refused_with("precision.nvfp4.rht=true,false",
+                              {fp8[0], nvfp4, {"training.batch_size", "3"}, {"model.context_length", "7"}}),
+                 std::string("--vary precision.nvfp4.rht: values 'true' and 'false' would train the same run twice: "
+                             "no GEMM takes nvfp4's Hadamard transform: a micro-batch of 21 tokens "
+                             "(training.batch_size 3 x model.context_length 7) is no multiple of 16, the "
+                             "transform's length"));
+        QCOMPARE(refused_with("precision.nvfp4.rht=true,false",
+                              {fp8[0], nvfp4, {"training.batch_size", "16"}, {"model.context_length", "7"}}),
+                 std::string("2 runs"));
         QCOMPARE(refused_with("precision.fp8.margin=0,4", {fp8[0], nvfp4}),
                  std::string("--vary precision.fp8.margin: values '0' and '4' would train the same run twice: the FP8 "
                              "layers scale with nvfp4, which does not read precision.fp8.margin"));

@@ -207,6 +207,12 @@ private slots:
         QVERIFY(recipe_switch != all.end());
         QCOMPARE(recipe_switch->message(), std::string("lm_head -> e4m3/e5m2/e5m2 with nvfp4 scaling (lm_head); FP8 "
                                                        "scales start afresh under the new recipe"));
+        // A layer given a new recipe on its way to BF16 has no FP8 scales to start (a resume's
+        // replay under another precision.fp8.scaling said it did).
+        RunEvent to_bf16 = *recipe_switch;
+        to_bf16.new_formats = GemmFormats::all(NumberFormat::BF16);
+        to_bf16.layer_states = {{"lm_head", GemmFormats::all(NumberFormat::BF16), "", ""}};
+        QCOMPARE(to_bf16.message(), std::string("lm_head -> bf16/bf16/bf16 with nvfp4 scaling (lm_head)"));
         QCOMPARE(message_of(EventKind::Alert), std::string("blocks.0.mlp.fc2: 7.5% of values flush to zero in e5m2"));
         QCOMPARE(message_of(EventKind::WatchAction), std::string("nonfinite: switched blocks.1.attn.proj to bf16"));
         QCOMPARE(message_of(EventKind::MemoryEstimate), std::string("master weights 4 KiB; total 3072 MiB"));

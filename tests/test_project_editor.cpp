@@ -144,6 +144,7 @@ private slots:
     void presetApply_data();
     void presetApply();
     void keepLastBlocksInBf16();
+    void recipeNoteSaysWhatTheLayersCannotApply();
 
     void memoryEstimateMatchesEngine_data();
     void memoryEstimateMatchesEngine();
@@ -753,6 +754,40 @@ void TestProjectEditor::keepLastBlocksInBf16()
     QVERIFY(page.precisionModel()->formatsAt(page.precisionModel()->rowForLayer("blocks.0.attn.qkv")) == hybrid);
     doc.setConfig(tiny_config(3)); // another project: the control shows its value
     QCOMPARE(page.keepLastBf16Spin()->value(), 0);
+}
+
+// nvfp4's Hadamard transform takes the tokens 16 at a time: a micro-batch of another count
+// trains without it, and the page says so beside the precision table until the count fits.
+void TestProjectEditor::recipeNoteSaysWhatTheLayersCannotApply()
+{
+    ProjectDocument doc;
+    auto config = tiny_config(1);
+    config.precision.preset = "fp8-hybrid";
+    config.precision.fp8.scaling = Fp8Scaling::NvFp4;
+    config.model.context_length = 7;
+    config.training.batch_size = 3;
+    doc.setConfig(config);
+    ProjectPage page(&doc);
+    QCOMPARE(page.recipeNoteLabel()->objectName(), QStringLiteral("recipeNote"));
+    QVERIFY(!page.recipeNoteLabel()->isHidden());
+    QCOMPARE(page.recipeNoteLabel()->text(),
+             QStringLiteral("nvfp4's random Hadamard transform is not applied: a micro-batch of 21 tokens "
+                            "(training.batch_size 3 x model.context_length 7) is no multiple of 16, the transform's "
+                            "length"));
+    QVERIFY(page.settingsModel()->setData(value_index(*page.settingsModel(), "training.batch_size"),
+                                          QStringLiteral("16")));
+    QVERIFY(page.recipeNoteLabel()->isHidden());
+    QVERIFY(page.settingsModel()->setData(value_index(*page.settingsModel(), "training.batch_size"),
+                                          QStringLiteral("5")));
+    QVERIFY(page.recipeNoteLabel()->text().contains(QStringLiteral("a micro-batch of 35 tokens")));
+    // Switched off, or under another recipe, there is nothing the layers leave out.
+    QVERIFY(page.settingsModel()->setData(value_index(*page.settingsModel(), "precision.nvfp4.rht"),
+                                          QStringLiteral("false")));
+    QVERIFY(page.recipeNoteLabel()->isHidden());
+    config.training.batch_size = 5;
+    config.precision.fp8.scaling = Fp8Scaling::MxFp4;
+    doc.setConfig(config);
+    QVERIFY(page.recipeNoteLabel()->isHidden());
 }
 
 void TestProjectEditor::memoryEstimateMatchesEngine_data()

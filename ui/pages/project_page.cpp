@@ -22,6 +22,7 @@
 #include "models/memory_estimate_model.h"
 #include "models/project_document.h"
 #include "models/project_settings_model.h"
+#include "unread_settings.h"
 
 namespace mantissa {
 namespace {
@@ -162,6 +163,12 @@ ProjectPage::ProjectPage(ProjectDocument* document, QWidget* parent)
     precisionLayout->addLayout(presetRow);
     precisionLayout->addLayout(fillRow);
     precisionLayout->addWidget(precisionView_, 1);
+    recipeNoteLabel_ = new QLabel(this);
+    recipeNoteLabel_->setObjectName(QStringLiteral("recipeNote"));
+    recipeNoteLabel_->setWordWrap(true);
+    recipeNoteLabel_->setStyleSheet(QLatin1String(kWarningBoxStyle));
+    recipeNoteLabel_->hide();
+    precisionLayout->addWidget(recipeNoteLabel_);
 
     // Right, bottom: what the recipe costs in memory.
     memoryView_ = new QTableView(this);
@@ -290,9 +297,14 @@ void ProjectPage::refreshHeader()
     if (!document_->hasProject()) {
         titleLabel_->setText(tr("No project"));
         pathLabel_->clear();
+        recipeNoteLabel_->hide();
         return;
     }
     const ProjectConfig& config = document_->config();
+    QStringList notes;
+    for (const auto& note : recipe_parts_left_out(config)) notes << QString::fromStdString(note);
+    recipeNoteLabel_->setText(notes.join(QLatin1Char('\n')));
+    recipeNoteLabel_->setVisible(!notes.isEmpty());
     const QString name = QString::fromStdString(config.name);
     titleLabel_->setText(document_->isDirty() ? tr("%1 •").arg(name) : name);
     titleLabel_->setToolTip(document_->isDirty() ? tr("Unsaved changes") : QString());

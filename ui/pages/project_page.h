@@ -48,6 +48,8 @@ public:
     QLabel* validationLabel() const { return validationLabel_; }
     QLabel* totalLabel() const { return totalLabel_; }
     QLabel* dataMessageLabel() const { return dataMessageLabel_; }
+    // What the recipe asks for that its layers cannot apply (recipe_parts_left_out).
+    QLabel* recipeNoteLabel() const { return recipeNoteLabel_; }
     QLabel* titleLabel() const { return titleLabel_; }
     QComboBox* presetCombo() const { return presetCombo_; }
     QPushButton* applyPresetButton() const { return applyPresetButton_; }
@@ -90,6 +92,7 @@ private:
     QTableView* memoryView_ = nullptr;
     QLabel* totalLabel_ = nullptr;
     QLabel* dataMessageLabel_ = nullptr;
+    QLabel* recipeNoteLabel_ = nullptr;
     bool running_ = false;
     bool expandedOnce_ = false;
 };
