@@ -148,6 +148,8 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
         if (!job.dp || job.dp->rank() == 0) {
             for (const auto& note : overrides_read_by_no_layer(parse_overrides(sets), load))
                 std::fprintf(stderr, "note: %s\n", note.c_str());
+            for (const auto& note : project_settings_read_by_no_layer(config, parse_overrides(sets)))
+                std::fprintf(stderr, "note: %s\n", note.c_str());
             for (const auto& note : recipe_parts_left_out(config)) std::fprintf(stderr, "note: %s\n", note.c_str());
         }
         try {

@@ -39,6 +39,61 @@ bool uses_nvfp4(const ProjectConfig& config)
 
 } // namespace
 
+std::vector<UnreadSetting> recipe_settings_read_by_no_layer(const ProjectConfig& config)
+{
+    // Each setting moved to another value that the project accepts; none moves a layer's recipe.
+    using Flip = void (*)(Fp8Recipe&);
+    static const std::pair<const char*, Flip> kFlips[] = {
+        {"precision.fp8.scaling",
+         [](Fp8Recipe& r) { r.scaling = r.scaling == Fp8Scaling::Current ? Fp8Scaling::Delayed : Fp8Scaling::Current; }},
+        {"precision.fp8.amax_history_length",
+         [](Fp8Recipe& r) { r.amax_history_length = r.amax_history_length == 1 ? 2 : 1; }},
+        {"precision.fp8.amax_compute_algo", [](Fp8Recipe& r) { r.amax_use_max = !r.amax_use_max; }},
+        {"precision.fp8.margin", [](Fp8Recipe& r) { r.margin = r.margin == 0 ? 1 : 0; }},
+        {"precision.fp8.saturate", [](Fp8Recipe& r) { r.saturate = !r.saturate; }},
+        {"precision.fp8.rowwise_power_of_two", [](Fp8Recipe& r) { r.rowwise_power_of_two = !r.rowwise_power_of_two; }},
+        {"precision.fp8.mx_scale_rounding", [](Fp8Recipe& r) { r.mx_round_scale_up = !r.mx_round_scale_up; }},
+        {"precision.fp8.outlier_rms_multiple",
+         [](Fp8Recipe& r) { r.outlier_rms_multiple = r.outlier_rms_multiple == 0.0 ? 4.0 : 0.0; }},
+        {"precision.fp8.block_scales", [](Fp8Recipe& r) { r.block_power_of_two = !r.block_power_of_two; }},
+        {"precision.nvfp4.rht", [](Fp8Recipe& r) { r.nvfp4_rht = !r.nvfp4_rht; }},
+        {"precision.nvfp4.stochastic_rounding",
+         [](Fp8Recipe& r) { r.nvfp4_stochastic_rounding = !r.nvfp4_stochastic_rounding; }},
+        {"precision.nvfp4.weight_2d", [](Fp8Recipe& r) { r.nvfp4_weight_2d = !r.nvfp4_weight_2d; }},
+    };
+    std::vector<UnreadSetting> out;
+    const std::string read = settings_as_read(config);
+    for (const auto& [key, flip] : kFlips) {
+        ProjectConfig other = config;
+        flip(other.precision.fp8);
+        if (settings_as_read(other) == read) out.push_back({key, why_the_same_run(config, key)});
+    }
+    return out;
+}
+
+std::vector<std::string> project_settings_read_by_no_layer(const ProjectConfig& config,
+                                                           const std::vector<Override>& overrides)
+{
+    std::vector<std::string> notes;
+    const auto unread = recipe_settings_read_by_no_layer(config);
+    if (unread.empty()) return notes;
+    const auto mine = nlohmann::json::parse(to_json_text(config));
+    const auto defaults = nlohmann::json::parse(to_json_text(ProjectConfig{}));
+    for (const auto& u : unread) {
+        const bool overridden = std::any_of(overrides.begin(), overrides.end(), [&](const Override& o) {
+            return u.key == o.first || u.key.starts_with(o.first + ".");
+        });
+        std::string pointer = "/" + u.key;
+        std::replace(pointer.begin(), pointer.end(), '.', '/');
+        const nlohmann::json::json_pointer at(pointer);
+        if (overridden || mine.at(at) == defaults.at(at)) continue;
+        const auto& value = mine.at(at);
+        notes.push_back(u.key + "=" + (value.is_string() ? value.get<std::string>() : value.dump()) +
+                        ", as the project sets it, changes nothing this run computes as it starts: " + u.why);
+    }
+    return notes;
+}
+
 std::vector<std::string> recipe_parts_left_out(const ProjectConfig& config)
 {
     std::vector<std::string> out;
@@ -82,6 +137,8 @@ std::string why_the_same_run(const ProjectConfig& config, const std::string& key
     }
     if (key == "precision.nvfp4.rht" && uses_nvfp4(config) && !rht_has_its_groups(config))
         return "no GEMM takes nvfp4's Hadamard transform: " + why_no_rht(config);
+    if (key == "precision.fp8.scaling" && !scalings.empty())
+        return "every FP8 layer takes its recipe from its own precision.layers entry";
     if (scalings.empty())
         return "no GEMM computes in FP8 under precision.preset=" + config.precision.preset +
                (config.precision.layers.empty() ? "" : " and its precision.layers") +

@@ -25,6 +25,22 @@ std::string settings_as_read(const ProjectConfig& config);
 // delayed, which does not read precision.nvfp4.rht".
 std::string why_the_same_run(const ProjectConfig& config, const std::string& key);
 
+// The recipe settings (precision.fp8.*, precision.nvfp4.*) that no layer of the project reads
+// as it starts, each with why_the_same_run's reason: each is changed on its own, and where
+// settings_as_read stays the same the arithmetic does not follow it. In the keys' order.
+struct UnreadSetting {
+    std::string key, why;
+    bool operator==(const UnreadSetting&) const = default;
+};
+std::vector<UnreadSetting> recipe_settings_read_by_no_layer(const ProjectConfig& config);
+
+// The same for the project's own values: the recipe settings that no layer reads and that the
+// project sets to other than their defaults, each for a note ("precision.nvfp4.rht=false, as
+// the project sets it, changes nothing this run computes as it starts: ..."). Keys that one of
+// `overrides` sets are left to overrides_read_by_no_layer.
+std::vector<std::string> project_settings_read_by_no_layer(const ProjectConfig& config,
+                                                           const std::vector<Override>& overrides);
+
 // The parts of the project's recipe that its layers cannot apply as they start, each said for
 // a note: "nvfp4's random Hadamard transform is not applied: a micro-batch of 300 tokens
 // (...) is no multiple of 16, the transform's length".

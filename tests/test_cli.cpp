@@ -726,6 +726,26 @@ private slots:
                                   "(training.batch_size 3 x model.context_length 7) is no multiple of 16, the "
                                   "transform's length\n"),
                  qPrintable(odd.err));
+
+        // The project's own values are noted as well, where they differ from the defaults; a key
+        // that a --set sets is the --set's note alone.
+        const QString own = dir_.filePath("unread-own.json");
+        QFile f(own);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(QByteArray(kTinyProject)
+                    .replace(R"("telemetry")", R"("precision": {"preset": "fp8-hybrid", "nvfp4": {"rht": false, )"
+                                               R"("weight_2d": false}}, "telemetry")"));
+        f.close();
+        const auto from_file = run_cli({"run", own, "--db", db, "--set", "training.steps=1", "--set", "eval.interval=0",
+                                        "--set", "precision.nvfp4.weight_2d=true"});
+        QVERIFY2(from_file.exit_code == 0, qPrintable(from_file.err));
+        QCOMPARE(from_file.err.count("note: "), 2);
+        QVERIFY2(from_file.err.contains("note: precision.nvfp4.rht=false, as the project sets it, changes nothing this "
+                                        "run computes as it starts: the FP8 layers scale with delayed, which does not "
+                                        "read precision.nvfp4.rht\n"),
+                 qPrintable(from_file.err));
+        QVERIFY2(from_file.err.contains("note: --set precision.nvfp4.weight_2d=true changes nothing"),
+                 qPrintable(from_file.err));
     }
 
     // A value whose data is refused only when its run loads it (each value's data is loaded as

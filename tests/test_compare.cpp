@@ -20,6 +20,7 @@
 #include "run_store.h"
 #include "store_fixtures.h"
 #include "sweep.h"
+#include "unread_settings.h"
 
 using namespace mantissa;
 
@@ -680,6 +681,60 @@ private slots:
         QCOMPARE(in_memory[0].config.data.path, (std::filesystem::path(base.base_dir) / "b.txt").string());
         QCOMPARE(in_memory[1].config.data.path, (std::filesystem::path(base.base_dir) / "sub/c.txt").string());
         QCOMPARE(in_memory[2].config.data.path, std::string("/abs/d.txt"));
+    }
+
+    // Which recipe settings no layer reads, each changed on its own: what the Project page greys
+    // and `run` notes where the project sets them.
+    void recipeSettingsThatNoLayerReads_data()
+    {
+        QTest::addColumn<QStringList>("sets");
+        QTest::addColumn<QStringList>("unread");
+        const QStringList fp8 = {"precision.fp8.amax_history_length", "precision.fp8.amax_compute_algo",
+                                 "precision.fp8.margin", "precision.fp8.saturate"};
+        const QStringList fp4 = {"precision.nvfp4.rht", "precision.nvfp4.stochastic_rounding",
+                                 "precision.nvfp4.weight_2d"};
+        QTest::newRow("fp32: every one") << QStringList{}
+                                         << (QStringList{"precision.fp8.scaling"} + fp8 +
+                                             QStringList{"precision.fp8.rowwise_power_of_two",
+                                                         "precision.fp8.mx_scale_rounding",
+                                                         "precision.fp8.outlier_rms_multiple",
+                                                         "precision.fp8.block_scales"} +
+                                             fp4);
+        QTest::newRow("delayed") << QStringList{"precision.preset=fp8-hybrid"}
+                                 << (QStringList{"precision.fp8.rowwise_power_of_two", "precision.fp8.mx_scale_rounding",
+                                                 "precision.fp8.block_scales"} +
+                                     fp4);
+        QTest::newRow("nvfp4") << QStringList{"precision.preset=fp8-hybrid", "precision.fp8.scaling=nvfp4"}
+                               << (fp8 + QStringList{"precision.fp8.rowwise_power_of_two",
+                                                     "precision.fp8.mx_scale_rounding", "precision.fp8.block_scales"});
+        QTest::newRow("nvfp4, 21 tokens a micro-batch")
+            << QStringList{"precision.preset=fp8-hybrid", "precision.fp8.scaling=nvfp4", "training.batch_size=3",
+                           "model.context_length=7"}
+            << (fp8 + QStringList{"precision.fp8.rowwise_power_of_two", "precision.fp8.mx_scale_rounding",
+                                  "precision.fp8.block_scales", "precision.nvfp4.rht"});
+        QTest::newRow("mxfp4 and rowwise by entries")
+            << QStringList{"precision.preset=fp8-hybrid",
+                           R"(precision.layers=[{"match": "blocks.*", "scaling": "mxfp4"},)"
+                           R"( {"match": "lm_head", "format": "e4m3", "scaling": "rowwise"}])"}
+            << QStringList{"precision.fp8.scaling", "precision.fp8.amax_history_length",
+                           "precision.fp8.amax_compute_algo", "precision.fp8.block_scales"} +
+                   fp4;
+    }
+    void recipeSettingsThatNoLayerReads()
+    {
+        QFETCH(QStringList, sets);
+        QFETCH(QStringList, unread);
+        std::vector<Override> overrides;
+        for (const auto& s : sets) overrides.push_back(parse_override(s.toStdString()));
+        const ProjectConfig config = load_project_json(kTinyProject, "/p", overrides);
+        QStringList found;
+        for (const auto& u : recipe_settings_read_by_no_layer(config)) {
+            found << QString::fromStdString(u.key);
+            QCOMPARE(u.why, why_the_same_run(config, u.key));
+            if (u.key == "precision.fp8.scaling" && !config.precision.layers.empty())
+                QCOMPARE(u.why, std::string("every FP8 layer takes its recipe from its own precision.layers entry"));
+        }
+        QCOMPARE(found, unread);
     }
 
     void sweepSummaryIsRelativeToFp32()

@@ -4,6 +4,7 @@
 // QAbstractItemModelTester; the page's validation message. Runs with QT_QPA_PLATFORM=offscreen.
 
 #include <QAbstractItemModelTester>
+#include <QBrush>
 #include <QComboBox>
 #include <QDir>
 #include <QFile>
@@ -11,6 +12,7 @@
 #include <QJsonObject>
 #include <QLabel>
 #include <QLineEdit>
+#include <QPalette>
 #include <QPushButton>
 #include <QSignalSpy>
 #include <QSpinBox>
@@ -145,6 +147,7 @@ private slots:
     void presetApply();
     void keepLastBlocksInBf16();
     void recipeNoteSaysWhatTheLayersCannotApply();
+    void settingsNoLayerReadsAreGreyed();
 
     void memoryEstimateMatchesEngine_data();
     void memoryEstimateMatchesEngine();
@@ -788,6 +791,41 @@ void TestProjectEditor::recipeNoteSaysWhatTheLayersCannotApply()
     config.precision.fp8.scaling = Fp8Scaling::MxFp4;
     doc.setConfig(config);
     QVERIFY(page.recipeNoteLabel()->isHidden());
+}
+
+// The recipe settings that no layer reads are greyed, and their tooltip says why; an edit
+// that makes a layer read one repaints it as read.
+void TestProjectEditor::settingsNoLayerReadsAreGreyed()
+{
+    ProjectDocument doc;
+    auto config = tiny_config(1);
+    config.precision.preset = "fp8-hybrid";
+    doc.setConfig(config);
+    ProjectSettingsModel model(&doc);
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    const auto grey = [&](const QString& key) {
+        const QModelIndex at = value_index(model, key);
+        return at.data(Qt::ForegroundRole).value<QBrush>().color() == QPalette().color(QPalette::PlaceholderText) &&
+               model.indexForKey(key).data(Qt::ForegroundRole).isValid();
+    };
+    QVERIFY(grey("precision.nvfp4.rht"));
+    QVERIFY(!grey("precision.fp8.margin")); // delayed scaling reads it
+    QCOMPARE(value_index(model, "precision.nvfp4.rht").data(Qt::ToolTipRole).toString(),
+             QStringLiteral("precision.nvfp4.rht = true\nNo layer reads it: the FP8 layers scale with delayed, which "
+                            "does not read precision.nvfp4.rht"));
+    QCOMPARE(value_index(model, "precision.fp8.margin").data(Qt::ToolTipRole).toString(),
+             QStringLiteral("precision.fp8.margin = 0"));
+    QSignalSpy repainted(&model, &QAbstractItemModel::dataChanged);
+    QVERIFY(model.setData(value_index(model, "precision.fp8.scaling"), QStringLiteral("nvfp4")));
+    QVERIFY(!grey("precision.nvfp4.rht"));
+    QVERIFY(grey("precision.fp8.margin"));
+    const auto repaintedKey = [&](const QString& key) {
+        for (const auto& args : repainted)
+            if (model.keyForIndex(args.at(0).toModelIndex()) == key) return true;
+        return false;
+    };
+    QVERIFY(repaintedKey(QStringLiteral("precision.nvfp4.rht")));
+    QVERIFY(repaintedKey(QStringLiteral("precision.fp8.margin")));
 }
 
 void TestProjectEditor::memoryEstimateMatchesEngine_data()

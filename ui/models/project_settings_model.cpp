@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "models/project_document.h"
+#include "unread_settings.h"
 #include "watchers.h"
 
 namespace mantissa {
@@ -141,13 +142,28 @@ void ProjectSettingsModel::rebuild()
     auto fresh = std::make_unique<Node>();
     fresh->value = QJsonObject();
     if (document_->hasProject()) build(*fresh, document_->json(), true);
+    QHash<QString, QString> unread;
+    if (document_->hasProject())
+        for (const auto& u : recipe_settings_read_by_no_layer(document_->config()))
+            unread.insert(QString::fromStdString(u.key), QString::fromStdString(u.why));
 
     if (!same_shape(*fresh, *root_)) {
         beginResetModel();
         root_ = std::move(fresh);
+        unread_ = std::move(unread);
         endResetModel();
         return;
     }
+    // A key that no layer reads now, or reads again, repaints as its value would.
+    QStringList repaint;
+    for (auto it = unread.constBegin(); it != unread.constEnd(); ++it)
+        if (unread_.value(it.key()) != it.value()) repaint << it.key();
+    for (auto it = unread_.constBegin(); it != unread_.constEnd(); ++it)
+        if (!unread.contains(it.key())) repaint << it.key();
+    unread_ = std::move(unread);
+    for (const QString& key : repaint)
+        if (const QModelIndex at = indexForKey(key); at.isValid())
+            emit dataChanged(at, at.siblingAtColumn(ValueColumn));
     // Keep the view's expansion, selection and scroll position: update the values in place.
     std::vector<std::pair<Node*, const Node*>> pending = {{root_.get(), fresh.get()}};
     while (!pending.empty()) {
@@ -302,7 +318,10 @@ QVariant ProjectSettingsModel::data(const QModelIndex& index, int role) const
     case Qt::ToolTipRole:
         if (node->isLayersSummary)
             return node->path + tr(": per-layer formats and scaling; edit them in the precision table");
-        return node->isLeaf() ? node->path + QStringLiteral(" = ") + value_text(node->value, false) : node->path;
+        if (!node->isLeaf()) return node->path;
+        if (const auto why = unread_.constFind(node->path); why != unread_.constEnd())
+            return tr("%1 = %2\nNo layer reads it: %3").arg(node->path, value_text(node->value, false), *why);
+        return node->path + QStringLiteral(" = ") + value_text(node->value, false);
     case ChoicesRole:
         if (!isValue || !node->isLeaf()) return {};
         {
@@ -317,7 +336,8 @@ QVariant ProjectSettingsModel::data(const QModelIndex& index, int role) const
         }
         return {};
     case Qt::ForegroundRole:
-        if (isValue && (node->isLayersSummary || readOnly_)) return QBrush(QPalette().color(QPalette::PlaceholderText));
+        if ((isValue && (node->isLayersSummary || readOnly_)) || unread_.contains(node->path))
+            return QBrush(QPalette().color(QPalette::PlaceholderText));
         return {};
     default:
         return {};

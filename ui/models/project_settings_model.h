@@ -6,6 +6,7 @@
 // engine's validator decides and its message reaches the user unchanged.
 
 #include <QAbstractItemModel>
+#include <QHash>
 #include <QJsonValue>
 #include <QString>
 
@@ -60,6 +61,9 @@ private:
 
     ProjectDocument* document_;
     std::unique_ptr<Node> root_;
+    // Recipe keys that no layer reads (recipe_settings_read_by_no_layer): greyed, and the
+    // tooltip says why. Key -> why.
+    QHash<QString, QString> unread_;
     bool readOnly_ = false;
 };
 
