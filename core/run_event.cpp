@@ -253,6 +253,7 @@ std::string event_fields_json(const RunEvent& e)
     }
     if (!e.text.empty()) j["text"] = e.text;
     if (e.later_steps_dropped) j["later_steps_dropped"] = true;
+    if (e.live_changes_superseded) j["live_changes_superseded"] = true;
     if (!e.settings_changed.empty()) {
         nlohmann::json changes = nlohmann::json::array();
         for (const auto& c : e.settings_changed) changes.push_back({c.key, c.before, c.after});
@@ -317,6 +318,8 @@ RunEvent event_from_stored(int64_t step, const std::string& tag, const std::stri
     e.text = str("text");
     if (const auto it = j.find("later_steps_dropped"); it != j.end() && it->is_boolean())
         e.later_steps_dropped = it->get<bool>();
+    if (const auto it = j.find("live_changes_superseded"); it != j.end() && it->is_boolean())
+        e.live_changes_superseded = it->get<bool>();
     if (const auto it = j.find("settings_changed"); it != j.end() && it->is_array())
         for (const auto& c : *it)
             if (c.is_array() && c.size() == 3 && c[0].is_string() && c[1].is_string() && c[2].is_string())

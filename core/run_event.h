@@ -93,6 +93,10 @@ struct RunEvent {
     // were trained again (RunStore::discard_steps_after). A store written by an older version
     // kept them, and a replica of it must too.
     bool later_steps_dropped = false;
+    // ResumedFromCheckpoint: its --set changed what the layers compute in, so the interrupted
+    // run's live precision changes from its step on were not made again; the store dropped
+    // them with the steps (a later resume must not make them either), and a replica does too.
+    bool live_changes_superseded = false;
     // ResumedFromCheckpoint: the settings its --set changed (stored with the run from then on),
     // read back by a later resume that falls back past it. Older stores have them in `text`
     // ("settings changed: ...").

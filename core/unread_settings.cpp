@@ -45,7 +45,9 @@ std::vector<UnreadSetting> recipe_settings_read_by_no_layer(const ProjectConfig&
     using Flip = void (*)(Fp8Recipe&);
     static const std::pair<const char*, Flip> kFlips[] = {
         {"precision.fp8.scaling",
-         [](Fp8Recipe& r) { r.scaling = r.scaling == Fp8Scaling::Current ? Fp8Scaling::Delayed : Fp8Scaling::Current; }},
+         [](Fp8Recipe& r) {
+             r.scaling = r.scaling == Fp8Scaling::Current ? Fp8Scaling::Delayed : Fp8Scaling::Current;
+         }},
         {"precision.fp8.amax_history_length",
          [](Fp8Recipe& r) { r.amax_history_length = r.amax_history_length == 1 ? 2 : 1; }},
         {"precision.fp8.amax_compute_algo", [](Fp8Recipe& r) { r.amax_use_max = !r.amax_use_max; }},

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string_view>
 #include <utility>
@@ -209,14 +210,32 @@ bool changes_formats(const std::string& key)
     return std::any_of(kFormatKeys.begin(), kFormatKeys.end(), [&](const char* k) { return key.starts_with(k); });
 }
 
+// Whether a layer computes otherwise under `now` than under `before`: in other formats, or
+// (with an FP8 GEMM) under another recipe. A format key changed to no layer's effect (an FP8
+// recipe in a BF16 run) supersedes none of the interrupted run's live changes.
+bool layers_compute_otherwise(const ProjectConfig& before, const ProjectConfig& now)
+{
+    const int64_t n = now.model.n_layer;
+    if (before.model.n_layer != n) return true;
+    for (const auto& name : gemm_layer_names(n)) {
+        const GemmFormats a = resolve_layer_formats(before.precision, name, n);
+        const GemmFormats b = resolve_layer_formats(now.precision, name, n);
+        if (!(a == b)) return true;
+        if (b.any_fp8() &&
+            resolve_layer_recipe(before.precision, name).scaling != resolve_layer_recipe(now.precision, name).scaling)
+            return true;
+    }
+    return false;
+}
+
 // Records that claim() dropped the steps after the checkpoint, so that a replica of this store
 // drops them too and one of an older store (which kept them) does not.
 class ResumeRecordingSink : public StoreSink {
 public:
-    ResumeRecordingSink(RunStore& store, int64_t run_id, bool dropped, std::vector<SettingChange> config_changes,
-                        std::string settings_moved_earlier)
-        : StoreSink(store, run_id), dropped_(dropped), config_changes_(std::move(config_changes)),
-          settings_moved_earlier_(std::move(settings_moved_earlier))
+    ResumeRecordingSink(RunStore& store, int64_t run_id, bool dropped, bool superseded,
+                        std::vector<SettingChange> config_changes, std::string settings_moved_earlier)
+        : StoreSink(store, run_id), dropped_(dropped), superseded_(superseded),
+          config_changes_(std::move(config_changes)), settings_moved_earlier_(std::move(settings_moved_earlier))
     {
     }
     void on_event(const RunEvent& e) override
@@ -226,6 +245,7 @@ public:
             return StoreSink::on_event(e);
         RunEvent recorded = e;
         recorded.later_steps_dropped = dropped_;
+        recorded.live_changes_superseded = dropped_ && superseded_;
         const auto add = [&](const std::string& part) {
             if (!part.empty()) recorded.text += (recorded.text.empty() ? "" : "; ") + part;
         };
@@ -235,7 +255,7 @@ public:
     }
 
 private:
-    bool dropped_;
+    bool dropped_, superseded_;
     std::vector<SettingChange> config_changes_;
     std::string settings_moved_earlier_;
 };
@@ -256,8 +276,9 @@ std::string final_checkpoint_problem(const SessionOutcome& outcome)
 namespace {
 
 // What a resume that loaded the checkpoint of `from_step` says of the settings that earlier
-// resumes changed after that step (RunSession::settings_moved_earlier).
-std::string settings_changed_after(RunStore& store, int64_t run_id, int64_t from_step)
+// resumes changed after that step (RunSession::settings_moved_earlier). `replays`: this resume
+// makes the live precision changes again (its own settings leave the layers' formats alone).
+std::string settings_changed_after(RunStore& store, int64_t run_id, int64_t from_step, bool replays)
 {
     std::string out;
     for (const auto& row : store.events(run_id)) {
@@ -276,8 +297,10 @@ std::string settings_changed_after(RunStore& store, int64_t run_id, int64_t from
         }
         out += (out.empty() ? "" : "; ") + std::string("the settings the resume at step ") + std::to_string(row.step) +
                " changed (" + changes + ") apply from step " + std::to_string(from_step + 1) + " on";
-        if (formats)
+        if (formats && replays)
             out += ", but for the layers' formats, which change at step " + std::to_string(row.step) + " as they did";
+        else if (formats) // this resume's own settings decide them, from its step on
+            out += ", the layers' formats among them";
     }
     return out;
 }
@@ -344,8 +367,10 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
         // Against the stored settings as this version reads them, so that keys a newer version
         // added (with their defaults) are not taken for the overrides' changes.
         std::string before = info.config_json;
+        std::optional<ProjectConfig> before_config;
         try {
-            before = to_json_text(load_stored_run_json(info.config_json, base));
+            before_config = load_stored_run_json(info.config_json, base);
+            before = to_json_text(*before_config);
         } catch (const ConfigError&) {
             // Valid only with the overrides (they mend it): the stored text is the baseline.
         }
@@ -354,6 +379,8 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
             session->config_changes_.push_back({d.key, d.a.value_or("(none)"), d.b.value_or("(none)")});
             formats_overridden |= changes_formats(d.key);
         }
+        // Read as the layers compute where the stored settings can be read.
+        if (formats_overridden && before_config) formats_overridden = layers_compute_otherwise(*before_config, config);
         if (!session->config_changes_.empty()) session->resumed_config_json_ = now;
     }
     const CheckpointSearch found = search_checkpoints(store, info, config);
@@ -399,7 +426,8 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
             session->missing_checkpoints_.push_back("step " + std::to_string(step) + " ('" + expected +
                                                     "', a folder in its place)");
     }
-    session->settings_moved_earlier_ = settings_changed_after(store, info.id, session->trainer_->step());
+    session->settings_moved_earlier_ =
+        settings_changed_after(store, info.id, session->trainer_->step(), /*replays=*/!formats_overridden);
     if (config.training.steps < session->trainer_->step())
         throw ConfigError("training.steps=" + std::to_string(config.training.steps) + " ends before step " +
                           std::to_string(session->trainer_->step()) + ", where run " + std::to_string(info.id) +
@@ -408,6 +436,7 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
         replay_precision_changes(store, info.id, *session->trainer_);
         return session;
     }
+    session->live_changes_superseded_ = true;
     // A checkpoint holds its layers' formats (a live change included). Formats that the
     // overrides ask for are changed at the first step boundary, as a user's change: recorded
     // as precision_changed, so the run's history says when its layers changed. The
@@ -416,7 +445,8 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
     for (const auto& layer : session->trainer_->layers()) {
         const auto wanted = resolve_layer_formats(config.precision, layer.name, config.model.n_layer);
         const auto recipe = resolve_layer_recipe(config.precision, layer.name).scaling;
-        const bool other_recipe = session->trainer_->layer_scaling(layer.name) != recipe;
+        // A recipe is a layer's with an FP8 GEMM: a BF16 layer is left as the checkpoint has it.
+        const bool other_recipe = wanted.any_fp8() && session->trainer_->layer_scaling(layer.name) != recipe;
         if (!(wanted == layer.formats) || other_recipe)
             session->trainer_->request_layer_formats(layer.name, wanted,
                                                      other_recipe ? std::optional<Fp8Scaling>(recipe) : std::nullopt);
@@ -489,7 +519,7 @@ void RunSession::claim(const std::vector<RunEvent>& notices)
     if (!resumed_config_json_.empty()) store_->set_run_config(run_id_, resumed_config_json_);
     if (starts_over_) store_->start_run_over(run_id_);
     else if (!loaded_checkpoint_.empty()) {
-        store_->discard_steps_after(run_id_, trainer_->step());
+        store_->discard_steps_after(run_id_, trainer_->step(), live_changes_superseded_);
         dropped_after_checkpoint_ = true;
     }
     for (const auto& e : notices) store_->append_event(run_id_, e);
@@ -533,8 +563,8 @@ bool RunSession::on_checkpoint_written(const Trainer::CheckpointWrite& write)
 
 SessionOutcome RunSession::run(const std::vector<TelemetrySink*>& sinks)
 {
-    ResumeRecordingSink store_sink(*store_, run_id_, dropped_after_checkpoint_, config_changes_,
-                                   settings_moved_earlier_);
+    ResumeRecordingSink store_sink(*store_, run_id_, dropped_after_checkpoint_, live_changes_superseded_,
+                                   config_changes_, settings_moved_earlier_);
     std::vector<TelemetrySink*> all{&store_sink};
     all.insert(all.end(), sinks.begin(), sinks.end());
     FanOutSink sink(std::move(all));

@@ -155,6 +155,9 @@ private:
     std::string loaded_checkpoint_;
     bool starts_over_ = false;
     bool dropped_after_checkpoint_ = false; // by claim(): the resume event says so
+    // The resume's settings change what the layers compute in: the interrupted run's live
+    // changes from the checkpoint on are not made again, and claim() drops their records.
+    bool live_changes_superseded_ = false;
     std::vector<SettingChange> config_changes_;
     std::vector<std::string> missing_checkpoints_;
     std::string settings_moved_earlier_;

@@ -858,23 +858,24 @@ void RunStore::start_run_over(int64_t run_id)
     });
 }
 
-void RunStore::discard_steps_after(int64_t run_id, int64_t step)
+void RunStore::discard_steps_after(int64_t run_id, int64_t step, bool live_changes_superseded)
 {
     require_writable("discard a resumed run's later steps");
     flush();
     std::lock_guard lock(db_mutex_);
-    in_write_transaction(db_, [&] { delete_steps_after(run_id, step, INT64_MAX); });
+    in_write_transaction(db_, [&] { delete_steps_after(run_id, step, INT64_MAX, live_changes_superseded); });
 }
 
-void RunStore::delete_steps_after(int64_t run_id, int64_t step, int64_t before_event)
+void RunStore::delete_steps_after(int64_t run_id, int64_t step, int64_t before_event, bool live_changes_superseded)
 {
     Statement q(db_, "SELECT id, step, kind, message, fields FROM events WHERE run_id=? AND step>=? AND id<?");
     q.bind(1, run_id).bind(2, step).bind(3, before_event);
-    delete_events_if(db_, q, [step](const RunEvent& e) {
+    delete_events_if(db_, q, [step, live_changes_superseded](const RunEvent& e) {
         // An earlier resume's replay of a change made at the checkpoint's own boundary is
         // made again too (replays start at the checkpoint's step).
         const bool replayed = e.kind == EventKind::PrecisionChanged && e.cause == ChangeCause::Resume;
-        return (e.step > step && retraining_reproduces(e)) || replayed;
+        const bool superseded = live_changes_superseded && e.kind == EventKind::PrecisionChanged;
+        return (e.step > step && retraining_reproduces(e)) || replayed || superseded;
     });
     for (const char* sql : {"DELETE FROM scalars WHERE run_id=? AND step>?", "DELETE FROM layer_stats WHERE run_id=? AND step>?"}) {
         Statement s(db_, sql);
@@ -1825,10 +1826,12 @@ void RunStore::put_mirrored_rows(int64_t run_id, const std::vector<ScalarRow>& s
         // them again (discard_steps_after): the replica drops them too. The page's rows are
         // all of the source's state since, so they go in after. A source written by an older
         // version kept them, and says nothing.
-        for (const auto& e : events)
-            if (e.kind == event_kind_name(EventKind::ResumedFromCheckpoint) &&
-                event_from_stored(e.step, e.kind, e.fields, e.message).later_steps_dropped)
-                delete_steps_after(run_id, e.step, e.id);
+        for (const auto& e : events) {
+            if (e.kind != event_kind_name(EventKind::ResumedFromCheckpoint)) continue;
+            const RunEvent resumed = event_from_stored(e.step, e.kind, e.fields, e.message);
+            if (resumed.later_steps_dropped)
+                delete_steps_after(run_id, e.step, e.id, resumed.live_changes_superseded);
+        }
         // A source row that is sent again (the client re-reads its last step) replaces itself.
         Statement scalar(db_, "INSERT OR REPLACE INTO scalars(run_id, tag, step, value) VALUES(?, ?, ?, ?)");
         for (const auto& r : scalars) {

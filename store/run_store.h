@@ -208,8 +208,9 @@ public:
     // again makes again: retraining_reproduces), so that each is recorded once, as in a run
     // never stopped, and none is left from steps the resumed run does not reach. The run's
     // history stays: starts, stops, failures, checkpoint files, and the user's precision
-    // changes, which the resume makes again from here (RunSession::reopen).
-    void discard_steps_after(int64_t run_id, int64_t step);
+    // changes, which the resume makes again from here (RunSession::reopen), unless its own
+    // settings superseded them (`live_changes_superseded`): then those from `step` on go too.
+    void discard_steps_after(int64_t run_id, int64_t step, bool live_changes_superseded = false);
     void finish_run(int64_t run_id, RunStatus status); // flushes first
 
     // Queued; committed by the writer thread within ~250 ms.
@@ -337,7 +338,7 @@ private:
     void record_write_failure(size_t rows, const std::string& why); // db_mutex_ held
     // discard_steps_after's deletes, in the caller's transaction (db_mutex_ held): events only
     // with an id below `before_event` (a replica's resume event and what followed it stay).
-    void delete_steps_after(int64_t run_id, int64_t step, int64_t before_event);
+    void delete_steps_after(int64_t run_id, int64_t step, int64_t before_event, bool live_changes_superseded);
     // add_tags / remove_tags: `sql` binds (run_id, tag) once per tag, in one transaction.
     void write_tags(int64_t run_id, const std::vector<std::string>& tags, const char* sql, bool run_must_exist);
 

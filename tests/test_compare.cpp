@@ -701,8 +701,8 @@ private slots:
                                                          "precision.fp8.block_scales"} +
                                              fp4);
         QTest::newRow("delayed") << QStringList{"precision.preset=fp8-hybrid"}
-                                 << (QStringList{"precision.fp8.rowwise_power_of_two", "precision.fp8.mx_scale_rounding",
-                                                 "precision.fp8.block_scales"} +
+                                 << (QStringList{"precision.fp8.rowwise_power_of_two",
+                                                 "precision.fp8.mx_scale_rounding", "precision.fp8.block_scales"} +
                                      fp4);
         QTest::newRow("nvfp4") << QStringList{"precision.preset=fp8-hybrid", "precision.fp8.scaling=nvfp4"}
                                << (fp8 + QStringList{"precision.fp8.rowwise_power_of_two",

@@ -123,6 +123,7 @@ private slots:
     void deletingARunTakesItsCheckpointsAndRetiresItsFolder();
     void relativeCheckpointDirIsTheProjectFilesFolder();
     void aResumeMakesTheInterruptedRunsPrecisionChangesAgain();
+    void aResumesSettingsSupersedeLiveChangesOnlyWhereTheLayersChange();
     void ownershipIsReadFromTheValuesAlone();
     void version3StoreWithOldFolderStillResumes();
     void checkpointOfAnotherModelShapeIsRefused();
@@ -480,9 +481,8 @@ void TestSession::aResumeThatChangesThePresetChangesTheLayers()
     for (const auto& row : store.events(1)) {
         const RunEvent& e = row.event;
         if (e.kind != EventKind::PrecisionChanged) continue;
-        QVERIFY(e.cause != ChangeCause::Resume); // the interrupted run's change is not replayed
-        if (e.step == 11) continue;               // it stays in the run's history, as made then
-        QCOMPARE(e.step, int64_t(10));
+        QVERIFY(e.cause != ChangeCause::Resume); // the interrupted run's change is not replayed,
+        QCOMPARE(e.step, int64_t(10));           // and its record goes with the steps after 10
         QCOMPARE(e.cause, ChangeCause::User);
         QVERIFY(e.new_formats && *e.new_formats == (GemmFormats{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16}));
         changed.push_back(e.pattern);
@@ -495,28 +495,41 @@ void TestSession::aResumeThatChangesThePresetChangesTheLayers()
     QVERIFY2(again.exit_code == 0, qPrintable(again.err + again.out));
     int changes = 0;
     for (const auto& row : RunStore(db.toStdString()).events(1)) changes += row.event.kind == EventKind::PrecisionChanged;
-    QCOMPARE(changes, 7); // the 6 at step 10 and the interrupted run's at 11
+    QCOMPARE(changes, 6); // the 6 at step 10
 
-    // One that asks for another scaling recipe changes every layer's, at the same boundary and
-    // with the formats as they are: the checkpoint holds the recipe the layers ran.
+    // One that asks for another scaling recipe of layers with no FP8 GEMM changes none: the
+    // recipe is an FP8 GEMM's (it used to switch all six to the same formats).
     const auto rescaled = run_cli({"resume", "1", "--db", db, "--set", "training.steps=16", "--set",
                                    "precision.fp8.scaling=nvfp4"});
     QVERIFY2(rescaled.exit_code == 0, qPrintable(rescaled.err + rescaled.out));
+    changes = 0;
+    for (const auto& row : RunStore(db.toStdString()).events(1))
+        changes += row.event.kind == EventKind::PrecisionChanged;
+    QCOMPARE(changes, 6);
+    // With FP8 layers it changes theirs, at the resume's boundary, with the formats as they are:
+    // the checkpoint holds the recipe the layers ran.
+    const auto fp8 = run_cli({"resume", "1", "--db", db, "--set", "training.steps=18", "--set",
+                              "precision.preset=fp8-hybrid"});
+    QVERIFY2(fp8.exit_code == 0, qPrintable(fp8.err + fp8.out));
+    const auto nvfp4 = run_cli({"resume", "1", "--db", db, "--set", "training.steps=20", "--set",
+                                "precision.fp8.scaling=delayed"});
+    QVERIFY2(nvfp4.exit_code == 0, qPrintable(nvfp4.err + nvfp4.out));
     std::vector<std::string> recipes;
     for (const auto& row : RunStore(db.toStdString()).events(1)) {
         const RunEvent& e = row.event;
-        if (e.kind != EventKind::PrecisionChanged || e.step != 14) continue;
-        QVERIFY(e.old_scaling == Fp8Scaling::Delayed && e.new_scaling == Fp8Scaling::NvFp4);
-        QVERIFY(e.new_formats && *e.new_formats == GemmFormats::all(NumberFormat::BF16));
+        if (e.kind != EventKind::PrecisionChanged || e.step != 18) continue;
+        QVERIFY(e.old_scaling == Fp8Scaling::NvFp4 && e.new_scaling == Fp8Scaling::Delayed);
+        QVERIFY(e.new_formats && e.new_formats->any_fp8());
         recipes.push_back(e.pattern);
     }
-    QCOMPARE(recipes.size(), size_t(6));
+    QVERIFY(!recipes.empty());
     // The next resume finds them in the checkpoint, as the settings now say: no change.
-    const auto last = run_cli({"resume", "1", "--db", db, "--set", "training.steps=18"});
+    const auto last = run_cli({"resume", "1", "--db", db, "--set", "training.steps=22"});
     QVERIFY2(last.exit_code == 0, qPrintable(last.err + last.out));
-    changes = 0;
-    for (const auto& row : RunStore(db.toStdString()).events(1)) changes += row.event.kind == EventKind::PrecisionChanged;
-    QCOMPARE(changes, 13);
+    int changes_after = 0;
+    for (const auto& row : RunStore(db.toStdString()).events(1))
+        changes_after += row.event.kind == EventKind::PrecisionChanged && row.event.step >= 20;
+    QCOMPARE(changes_after, 0);
 }
 
 // `run tiny.json` in one folder, `resume` in another: the project's relative paths (here its
@@ -987,6 +1000,76 @@ void TestSession::aResumeMakesTheInterruptedRunsPrecisionChangesAgain()
     QCOMPARE(changes_at_15(), (std::vector<std::string>{"user", "resume"}));
     QCOMPARE(recorded_once(), std::string());
     QCOMPARE(train_losses(db, interrupted), want);
+}
+
+// A resume whose --set changes what the layers compute in does not make the interrupted run's
+// later live changes again, and drops their records, so that a later resume does not either.
+// A --set of a format key that no layer follows (an FP8 recipe in an FP32 run) makes them
+// again, as a plain resume does (it dropped them, and trained another run).
+void TestSession::aResumesSettingsSupersedeLiveChangesOnlyWhereTheLayersChange()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    const std::string db = dir.filePath("runs.sqlite").toStdString();
+    const auto train = [&](const std::string& name, int64_t stop_after) {
+        RunStore store(db);
+        RunSession session(load_project_file(project));
+        const int64_t id = session.create_run(store, name, project);
+        StepHook hook;
+        hook.at_step = [&](int64_t step) {
+            if (step == 15) session.request_layer_formats("blocks.*.mlp.*", GemmFormats::all(NumberFormat::BF16));
+            if (step == stop_after) session.request_stop();
+        };
+        session.run({&hook});
+        fs::remove(store.checkpoint_dir(id) + "/step-00000018.pt"); // as if killed at 18
+        return id;
+    };
+    const int64_t straight = train("straight", 0), inert = train("inert", 18), bf16 = train("bf16", 18);
+    RunStore store(db);
+    const auto resume = [&](int64_t id, const std::vector<Override>& sets, int64_t stop_after) {
+        auto session = RunSession::reopen(store, *store.find_run(std::to_string(id)), sets, {});
+        session->claim();
+        StepHook hook;
+        hook.at_step = [&](int64_t step) {
+            if (step == stop_after) session->request_stop();
+        };
+        session->run({&hook});
+    };
+    const auto changes = [&](int64_t id) {
+        std::vector<std::string> out;
+        for (const auto& e : store.events(id))
+            if (e.event.kind == EventKind::PrecisionChanged)
+                out.push_back(std::to_string(e.event.step) + " " + std::string(change_cause_name(e.event.cause)) + " " +
+                              e.event.message());
+        return out;
+    };
+    resume(inert, {{"precision.fp8.scaling", "current"}}, 0);
+    QCOMPARE(train_losses(db, inert), train_losses(db, straight));
+    // The change again at 15, and no recipe given to a layer with no FP8 GEMM.
+    const std::string at_15 = "blocks.*.mlp.* -> bf16/bf16/bf16 (blocks.0.mlp.fc1, blocks.0.mlp.fc2)";
+    QCOMPARE(changes(inert), (std::vector<std::string>{"15 user " + at_15,
+                                                       "15 resume " + at_15 + " again, as the interrupted run did"}));
+
+    resume(bf16, {{"precision.preset", "bf16"}}, 20);
+    const std::string to_bf16 = " -> bf16/bf16/bf16 (";
+    const std::vector<std::string> asked = {"10 user blocks.0.attn.qkv" + to_bf16 + "blocks.0.attn.qkv)",
+                                            "10 user blocks.0.attn.sdpa" + to_bf16 + "blocks.0.attn.sdpa)",
+                                            "10 user blocks.0.attn.proj" + to_bf16 + "blocks.0.attn.proj)",
+                                            "10 user blocks.0.mlp.fc1" + to_bf16 + "blocks.0.mlp.fc1)",
+                                            "10 user blocks.0.mlp.fc2" + to_bf16 + "blocks.0.mlp.fc2)",
+                                            "10 user lm_head" + to_bf16 + "lm_head)"};
+    QCOMPARE(changes(bf16), asked); // the interrupted run's change at 15 is gone with its steps
+    int superseded = 0;
+    for (const auto& e : store.events(bf16))
+        superseded += e.event.kind == EventKind::ResumedFromCheckpoint && e.event.live_changes_superseded;
+    QCOMPARE(superseded, 1);
+    // Resumed again from its step 10 (its step-20 file lost): the resume's own changes at 10,
+    // and nothing at 15.
+    for (const auto& f : list_checkpoints(store.checkpoint_dir(bf16)))
+        if (*checkpoint_step(f) > 10) fs::remove(f);
+    resume(bf16, {}, 0);
+    QCOMPARE(changes(bf16).size(), size_t(12));
+    for (const auto& c : changes(bf16)) QVERIFY2(c.starts_with("10 "), c.c_str());
 }
 
 void TestSession::relativeCheckpointDirIsTheProjectFilesFolder()
