@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <random>
 #include <set>
 #include <sstream>
@@ -170,6 +171,20 @@ std::string make_addition_text(int64_t digits, int64_t examples, uint64_t seed, 
         for (int64_t a = 0; a < limit; ++a)
             for (int64_t b = 0; b < limit; ++b) pools[in_val(a, b) ? 1 : 0].emplace_back(a, b);
     const int64_t n_val = val_fraction > 0.0 ? std::llround(static_cast<double>(examples) * val_fraction) : 0;
+    // Too many pairs to list, a split's pairs are drawn by rejection, about 1/share draws each:
+    // a split of almost none of them (val_fraction 0.99999999) drew for ever, and is refused.
+    const auto too_few = [&](bool val_split) {
+        std::ostringstream fraction;
+        fraction << std::setprecision(12) << val_fraction;
+        return "data.val_fraction: " + fraction.str() + " leaves the " + (val_split ? "validation" : "training") +
+               " split too few of the " + std::to_string(limit) + "x" + std::to_string(limit) + " pairs of " +
+               std::to_string(digits) + "-digit operands to draw from; take a fraction within [0.0001, 0.9999]";
+    };
+    constexpr double kLeastShare = 1e-4;
+    if (!listed && val_fraction > 0.0) {
+        if (n_val < examples && 1.0 - val_fraction < kLeastShare) throw ConfigError(too_few(false));
+        if (n_val > 0 && val_fraction < kLeastShare) throw ConfigError(too_few(true));
+    }
     std::string text;
     text.reserve(static_cast<size_t>(examples) * static_cast<size_t>(3 * digits + 4));
     for (int64_t i = 0; i < examples; ++i) {
@@ -180,7 +195,9 @@ std::string make_addition_text(int64_t digits, int64_t examples, uint64_t seed, 
             if (listed && !pool.empty()) {
                 std::tie(a, b) = pool[static_cast<size_t>(std::uniform_int_distribution<size_t>(0, pool.size() - 1)(rng))];
             } else if (!listed) {
+                int64_t tries = 0; // a backstop: the check above leaves each split 1 in 10^4 of the pairs
                 while (in_val(a, b) != val) {
+                    if (++tries == (int64_t{1} << 20)) throw ConfigError(too_few(val));
                     a = operand(rng);
                     b = operand(rng);
                 }

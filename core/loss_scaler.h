@@ -63,7 +63,9 @@ public:
     State state() const { return {static_cast<double>(scale_), growth_tracker_, overflows_left_}; }
     void restore(const State& s)
     {
-        scale_ = static_cast<float>(s.scale); // a checkpoint holds a float32 value: exact
+        // A static scale is its init_scale, whatever the state held: a checkpoint of a run whose
+        // resume sets another init_scale, or another mode, trains with the one it asks for.
+        if (mode_ != LossScalingMode::Static) scale_ = static_cast<float>(s.scale); // float32 in a checkpoint: exact
         growth_tracker_ = s.growth_tracker;
         overflows_left_ = s.overflows_left;
     }

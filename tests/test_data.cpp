@@ -234,6 +234,29 @@ private slots:
         QVERIFY(std::set<std::string>(val_pairs.begin(), val_pairs.end()).size() > 1);
     }
 
+    // A split that takes almost every pair leaves the other none to draw: refused, naming the
+    // setting, where it drew for ever (a read-only audit's project hung at its start).
+    void additionSplitWithNoPairsLeftIsRefused()
+    {
+        const auto refusal = [](int64_t examples, double fraction) {
+            try {
+                make_addition_text(4, examples, 1337, fraction);
+                return std::string("accepted");
+            } catch (const ConfigError& e) {
+                return std::string(e.what());
+            }
+        };
+        const std::string refused = " split too few of the 10000x10000 pairs of 4-digit operands to draw from; take a "
+                                    "fraction within [0.0001, 0.9999]";
+        QCOMPARE(refusal(200000, 0.99999), "data.val_fraction: 0.99999 leaves the training" + refused);
+        QCOMPARE(refusal(200000, 0.00001), "data.val_fraction: 1e-05 leaves the validation" + refused);
+        // A split that no line takes is no refusal: 100 lines at 0.99999 are all validation lines.
+        const std::string all_val = make_addition_text(4, 100, 1337, 0.99999);
+        QCOMPARE(std::count(all_val.begin(), all_val.end(), '\n'), std::ptrdiff_t(100));
+        const std::string most = make_addition_text(4, 100, 1337, 0.9999); // one in 10^4: drawn
+        QCOMPARE(std::count(most.begin(), most.end(), '\n'), std::ptrdiff_t(100));
+    }
+
     void additionTextIsCorrectArithmetic()
     {
         const std::string text = make_addition_text(3, 500, 42);

@@ -947,6 +947,15 @@ private slots:
         LossScaler off;
         device.follow(off, torch::kCPU);
         QVERIFY(!device.scale().defined());
+        // A static scale is the one its settings give, whatever a checkpoint held (a resume
+        // that sets another init_scale, or leaves dynamic scaling, trained with the old one).
+        LossScalingConfig fixed;
+        fixed.mode = LossScalingMode::Static;
+        fixed.init_scale = 1024.0;
+        LossScaler fixed_scale(fixed);
+        fixed_scale.restore({524288.0, 3, 1});
+        QCOMPARE(fixed_scale.scale(), 1024.0);
+        QCOMPARE(fixed_scale.state().growth_tracker, int64_t(3));
     }
 
     // torch.optim.AdamW(fused=True) under a GradScaler: found_inf 1 leaves weights, moments
