@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <cerrno>
+#include <filesystem>
 #include <optional>
 
 #include "checkpoint_weights.h"
@@ -106,6 +107,34 @@ int cmd_delete(RunStore& store, const std::string& run)
     return 0;
 }
 
+namespace {
+
+// Why an export must not write at `out`, or "": an export writes a new file in the path's
+// place, so a device, a FIFO, a link or a folder there would be replaced (a copy of /dev/null
+// became a CSV file), and the run store's own files or the run's checkpoints would be lost
+// (`--out runs.sqlite` wiped every run).
+std::string export_target_problem(RunStore& store, int64_t run_id, const std::string& out)
+{
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const auto status = fs::symlink_status(out, ec);
+    if (ec || status.type() == fs::file_type::not_found) return {};
+    if (status.type() != fs::file_type::regular) {
+        const char* what = status.type() == fs::file_type::directory ? "a folder"
+                           : status.type() == fs::file_type::symlink ? "a symbolic link"
+                                                                      : "not a regular file (a device, FIFO or socket)";
+        return "--out '" + out + "' is " + what + ", which the export would replace; give the path of a file";
+    }
+    const auto same = [&](const std::string& path) { return fs::equivalent(out, path, ec) && !ec; };
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"})
+        if (same(store.path() + suffix)) return "--out '" + out + "' is the run store's own file";
+    for (const auto& row : store.checkpoints(run_id))
+        if (same(row.path)) return "--out '" + out + "' is a checkpoint of run " + std::to_string(run_id);
+    return {};
+}
+
+} // namespace
+
 int cmd_export(RunStore& store, const std::string& run, const std::string& format, const std::string& table,
                const std::string& out_path, const CliStreams& io)
 {
@@ -117,6 +146,13 @@ int cmd_export(RunStore& store, const std::string& run, const std::string& forma
     }
     auto info = find_or_complain(store, run, RunUse::Read, io.err);
     if (!info) return 2;
+    if (const std::string problem = format == "tensorboard" || out_path == "-" || out_path.empty()
+                                        ? std::string()
+                                        : export_target_problem(store, info->id, out_path);
+        !problem.empty()) {
+        std::fprintf(io.err, "error: %s\n", problem.c_str());
+        return 2;
+    }
     if (format == "tensorboard") {
         if (out_path.empty() || out_path == "-") {
             std::fprintf(io.err, "error: --format tensorboard needs --out DIR\n");

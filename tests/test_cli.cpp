@@ -19,6 +19,7 @@
 #include <utility>
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include "event_helpers.h"
 #include "cli_process.h"
@@ -348,6 +349,43 @@ private slots:
         const auto events = run_cli({"export", "long", "--table", "events", "--db", db_});
         QVERIFY2(events.exit_code == 0 && events.out.startsWith("step,kind,message,created_at\n"),
                  qPrintable(events.err + events.out.left(200)));
+
+        // An export writes a new file in --out's place: never over the run store, the run's
+        // checkpoints, or what is not a regular file (a FIFO, a link, a device: a copy of
+        // /dev/null became a CSV file). Each is refused, and left as it was.
+        const QString fifo = dir_.filePath("export.fifo"), link = dir_.filePath("export.link");
+        QVERIFY(::mkfifo(fifo.toLocal8Bit().constData(), 0644) == 0);
+        QVERIFY(QFile::link(st, link));
+        const QString checkpoint = dir_.filePath("runs.sqlite.checkpoints/run-%1/step-00000014.pt").arg(run->id);
+        const QByteArray store_bytes = [&] {
+            QFile f(db_);
+            return f.open(QIODevice::ReadOnly) ? QCryptographicHash::hash(f.readAll(), QCryptographicHash::Sha256)
+                                               : QByteArray();
+        }();
+        const QList<std::pair<QStringList, QString>> refusals = {
+            {{"--out", db_}, "error: --out '" + db_ + "' is the run store's own file\n"},
+            {{"--format", "safetensors", "--out", checkpoint},
+             "error: --out '" + checkpoint + "' is a checkpoint of run " + QString::number(run->id) + "\n"},
+            {{"--out", fifo},
+             "error: --out '" + fifo + "' is not a regular file (a device, FIFO or socket), which the export would "
+                                       "replace; give the path of a file\n"},
+            {{"--out", link},
+             "error: --out '" + link + "' is a symbolic link, which the export would replace; give the path of a "
+                                       "file\n"},
+            {{"--out", dir_.filePath("board")}, "error: --out '" + dir_.filePath("board") +
+                                                   "' is a folder, which the export would replace; give the path of "
+                                                   "a file\n"}};
+        QDir().mkpath(dir_.filePath("board"));
+        for (const auto& [args, message] : refusals) {
+            const auto r = run_cli(QStringList{"export", "long", "--db", db_} + args);
+            QCOMPARE(r.exit_code, 2);
+            QCOMPARE(r.err, message);
+        }
+        QVERIFY(QFileInfo(fifo).isFile() == false && QFileInfo(link).isSymLink());
+        QFile kept(db_);
+        QVERIFY(kept.open(QIODevice::ReadOnly));
+        QCOMPARE(QCryptographicHash::hash(kept.readAll(), QCryptographicHash::Sha256), store_bytes);
+        QVERIFY(QFileInfo(checkpoint).size() > 1000);
 
         // resume needs an existing store, and creates none.
         const auto none = run_cli({"resume", "first", "--db", dir_.filePath("empty.sqlite")});
