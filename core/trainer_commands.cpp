@@ -75,16 +75,29 @@ void Trainer::Impl::apply_layer_formats(const Command& command, TelemetrySink& s
     sink.on_event(e);
 }
 
-bool Trainer::Impl::switched_to_bf16(const std::string& layer) const
+bool Trainer::Impl::switched_to_bf16(const std::string& pattern) const
 {
     // Several tensors of one layer (its input, weight, gradients) may alert at one step, and a
     // layer a watcher moved to BF16 stays there: one switch, one precision_changed event.
     const GemmFormats bf16 = GemmFormats::all(NumberFormat::BF16);
     for (const auto& c : pending_switches)
-        if (c.layer_pattern == layer && c.formats == bf16) return true;
+        if (c.layer_pattern == pattern && c.formats == bf16) return true;
+    bool any = false;
+    for (const auto& g : model->gemm_layers()) {
+        if (!glob_match(pattern, g->name())) continue;
+        if (!(g->formats() == bf16)) return false;
+        any = true;
+    }
+    return any;
+}
+
+std::string Trainer::Impl::layers_named_by(const std::string& layer) const
+{
+    // attention_logit names a block's attention (blocks.N.attn), no one GEMM layer: its action
+    // switches the three layers of it (qkv, sdpa, proj).
     for (const auto& g : model->gemm_layers())
-        if (g->name() == layer) return g->formats() == bf16;
-    return false;
+        if (g->name() == layer) return layer;
+    return layer + ".*";
 }
 
 void Trainer::Impl::handle_alerts(const std::vector<WatchAlert>& alerts, TelemetrySink& sink)
@@ -102,23 +115,24 @@ void Trainer::Impl::handle_alerts(const std::vector<WatchAlert>& alerts, Telemet
         action.step = a.step;
         action.kind = EventKind::WatchAction;
         action.watcher = a.watcher;
+        const std::string target = a.layer.empty() ? std::string() : layers_named_by(a.layer);
         if (a.action == WatchAction::Pause) {
             commands.push({Command::Kind::Pause, {}, {}});
             action.action = "pause";
             sink.on_event(action);
-        } else if (a.action == WatchAction::SwitchToBf16 && !a.layer.empty() && switched_to_bf16(a.layer)) {
+        } else if (a.action == WatchAction::SwitchToBf16 && !a.layer.empty() && switched_to_bf16(target)) {
             continue; // another of its tensors alerted first: the layer is (or is about to be) BF16
         } else if (a.action == WatchAction::SwitchToBf16 && !a.layer.empty() && dp) {
             // Data parallel: sent from rank 0, so that every rank switches at one step boundary
             // (pending_switches).
             const GemmFormats bf16{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16};
-            pending_switches.push_back({Command::Kind::SetLayerFormats, a.layer, bf16, ChangeCause::Watcher, a.watcher});
+            pending_switches.push_back({Command::Kind::SetLayerFormats, target, bf16, ChangeCause::Watcher, a.watcher});
             action.action = "bf16";
             action.layers = {a.layer};
             sink.on_event(action);
         } else if (a.action == WatchAction::SwitchToBf16 && !a.layer.empty()) {
             const GemmFormats bf16{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16};
-            const auto changed = set_layer_formats(a.layer, bf16);
+            const auto changed = set_layer_formats(target, bf16);
             if (changed.empty()) continue;
             action.action = "bf16";
             action.layers = {a.layer};
@@ -128,8 +142,8 @@ void Trainer::Impl::handle_alerts(const std::vector<WatchAlert>& alerts, Telemet
             RunEvent change;
             change.step = a.step;
             change.kind = EventKind::PrecisionChanged;
-            change.pattern = a.layer;
-            change.layers = {a.layer};
+            change.pattern = target;
+            for (const auto& before : changed) change.layers.push_back(before.name);
             change.old_formats = changed.front().formats;
             change.new_formats = bf16;
             change.cause = ChangeCause::Watcher;

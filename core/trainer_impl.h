@@ -188,8 +188,11 @@ struct Trainer::Impl {
     // frame in flight there).
     bool apply_commands(TelemetrySink& sink, const std::function<void()>& before_first = {});
     // Runs the watchers' verdicts: events, and the optional actions.
-    // Whether a watcher's switch of `layer` to BF16 has nothing left to do (done, or pending).
-    bool switched_to_bf16(const std::string& layer) const;
+    // Whether a watcher's switch of `pattern` to BF16 has nothing left to do (done, or pending).
+    bool switched_to_bf16(const std::string& pattern) const;
+    // The layers an alert's layer name stands for, as a pattern: the GEMM layer of that name,
+    // or every layer under it (a block's attention).
+    std::string layers_named_by(const std::string& layer) const;
     void handle_alerts(const std::vector<WatchAlert>& alerts, TelemetrySink& sink);
     // A SetLayerFormats command: the change and its precision_changed event.
     void apply_layer_formats(const Command& command, TelemetrySink& sink);

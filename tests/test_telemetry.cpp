@@ -1557,6 +1557,33 @@ private slots:
         }
     }
 
+    // attention_logit names a block's attention (blocks.N.attn), no one GEMM layer: its bf16
+    // action switches the three layers of it, once. It switched none, saying nothing (a
+    // read-only audit).
+    void attentionLogitActionSwitchesTheBlocksAttention()
+    {
+        auto config = golden_fp8(3, 0);
+        config.telemetry.watchers.attention_logit_max = 0.0; // every block's logits exceed it
+        config.telemetry.watchers.actions["attention_logit"] = WatchAction::SwitchToBf16;
+        Trainer trainer(config);
+        Recorder rec;
+        trainer.run(rec);
+        std::vector<std::string> actions, changes;
+        for (const auto& e : rec.events) {
+            if (e.kind == EventKind::WatchAction) actions.push_back(e.message());
+            if (e.kind == EventKind::PrecisionChanged) changes.push_back(e.message());
+        }
+        QCOMPARE(actions, (std::vector<std::string>{"attention_logit: switched blocks.0.attn to bf16",
+                                                    "attention_logit: switched blocks.1.attn to bf16"}));
+        const std::string b0 = "blocks.0.attn.* -> bf16/bf16/bf16 (blocks.0.attn.qkv, blocks.0.attn.sdpa, "
+                               "blocks.0.attn.proj) by watcher attention_logit";
+        QCOMPARE(changes.size(), size_t(2));
+        QCOMPARE(changes[0], b0);
+        const GemmFormats bf16 = GemmFormats::all(NumberFormat::BF16);
+        for (const auto& l : trainer.layers())
+            QVERIFY2((l.formats == bf16) == (l.name.find(".attn.") != std::string::npos), l.name.c_str());
+    }
+
     // --- memory ------------------------------------------------------------------------
 
     void analyticMemoryMatchesHandComputation()
