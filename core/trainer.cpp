@@ -366,12 +366,14 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
         bool go_on = s.apply_commands(sink, deliver_now);
         // The last boundary: a command from now on would never be applied, and is refused. One
         // that came while the others were applied is applied too, in another round (data
-        // parallel: every rank runs that round, as rank 0 tells them).
+        // parallel: every rank runs that round, as rank 0 tells them). A Stop makes this the
+        // last boundary too: what was accepted behind it is applied (it was said to be).
+        const auto closed = [&] { return s.dp ? s.dp_close_commands_if_empty() : s.commands.close_if_empty(); };
         if (go_on && step + 1 == cfg.training.steps) {
-            const auto closed = [&] { return s.dp ? s.dp_close_commands_if_empty() : s.commands.close_if_empty(); };
             while (go_on && !closed()) go_on = s.apply_commands(sink, deliver_now);
         }
         if (!go_on) {
+            while (!closed()) s.apply_commands(sink, deliver_now);
             summary.stopped_early = true;
             break; // the queue closes after the loop
         }

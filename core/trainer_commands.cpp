@@ -18,17 +18,20 @@ bool Trainer::Impl::apply_commands(TelemetrySink& sink, const std::function<void
     bool paused = false, before_first_ran = false;
     while (true) {
         std::optional<Command> command;
-        if (dp) command = dp_next_command(paused);
-        else command = paused ? std::optional<Command>(commands.wait_pop()) : commands.try_pop();
-        if (!command) return true;
+        const bool waits = paused && !stop_requested;
+        if (dp) command = dp_next_command(waits);
+        else command = waits ? std::optional<Command>(commands.wait_pop()) : commands.try_pop();
+        if (!command) return !stop_requested;
         if (before_first && !before_first_ran) {
             before_first();
             before_first_ran = true;
         }
         switch (command->kind) {
         case Command::Kind::Stop:
-            return false;
+            stop_requested = true; // the rest of the queue is applied first
+            break;
         case Command::Kind::Pause:
+            if (stop_requested) break;
             if (!paused) sink.on_event(event(EventKind::Paused));
             paused = true;
             break;
@@ -39,7 +42,7 @@ bool Trainer::Impl::apply_commands(TelemetrySink& sink, const std::function<void
             }
             break;
         case Command::Kind::Checkpoint:
-            if (!is_rank0()) break; // rank 0 writes the checkpoints
+            if (!is_rank0() || stop_requested) break; // rank 0 writes them; a stopping run writes its final one
             if (config.training.checkpoint_dir.empty()) {
                 auto e = event(EventKind::CheckpointSkipped);
                 e.text = "no training.checkpoint_dir set";

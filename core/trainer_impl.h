@@ -131,6 +131,9 @@ struct Trainer::Impl {
     // checkpoints (or the last) sends them at its end instead, through this, so that its
     // evaluation and checkpoint hold them, as a single process's do (it switches at once).
     std::vector<Command> pending_switches;
+    // A Stop was applied: the commands behind it are still applied at that boundary (a
+    // precision change accepted there is in the final checkpoint), but none pauses or waits.
+    bool stop_requested = false;
     void dp_apply_pending_switches(TelemetrySink& sink);
     // The last boundary: rank 0 closes its command queue only when it is empty, in one step
     // with the check, and every rank learns from its broadcast whether it did. False: a

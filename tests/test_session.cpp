@@ -124,6 +124,7 @@ private slots:
     void relativeCheckpointDirIsTheProjectFilesFolder();
     void aResumeMakesTheInterruptedRunsPrecisionChangesAgain();
     void aResumesSettingsSupersedeLiveChangesOnlyWhereTheLayersChange();
+    void aChangeAcceptedBehindAStopIsMadeAndKept();
     void ownershipIsReadFromTheValuesAlone();
     void version3StoreWithOldFolderStillResumes();
     void checkpointOfAnotherModelShapeIsRefused();
@@ -1070,6 +1071,41 @@ void TestSession::aResumesSettingsSupersedeLiveChangesOnlyWhereTheLayersChange()
     resume(bf16, {}, 0);
     QCOMPARE(changes(bf16).size(), size_t(12));
     for (const auto& c : changes(bf16)) QVERIFY2(c.starts_with("10 "), c.c_str());
+}
+
+// A precision change that reaches the queue behind a Stop was accepted (the remote API
+// answered 200): it is made at that boundary, so the final checkpoint holds it and a resume
+// goes on with it. It used to be dropped with the queue. A pause behind the Stop waits for
+// nothing.
+void TestSession::aChangeAcceptedBehindAStopIsMadeAndKept()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    const std::string db = dir.filePath("runs.sqlite").toStdString();
+    RunStore store(db);
+    RunSession session(load_project_file(project));
+    const int64_t id = session.create_run(store, "stopped", project);
+    const GemmFormats bf16 = GemmFormats::all(NumberFormat::BF16);
+    StepHook hook;
+    hook.at_step = [&](int64_t step) {
+        if (step != 7) return;
+        QVERIFY(session.request_stop());
+        QVERIFY(session.request_layer_formats("lm_head", bf16));
+        session.request_pause();
+    };
+    QCOMPARE(int(session.run({&hook}).status), int(RunStatus::Stopped));
+    std::vector<std::string> changes;
+    for (const auto& e : store.events(id))
+        if (e.event.kind == EventKind::PrecisionChanged)
+            changes.push_back(std::to_string(e.event.step) + " " + e.event.message());
+    QCOMPARE(changes, (std::vector<std::string>{"7 lm_head -> bf16/bf16/bf16 (lm_head)"}));
+    for (const auto& e : store.events(id)) QVERIFY(e.event.kind != EventKind::Paused);
+    QVERIFY(session.trainer().layers().back().formats == bf16);
+    QCOMPARE(session.trainer().step(), int64_t(7));
+    auto resumed = RunSession::reopen(store, *store.find_run(std::to_string(id)), {}, {});
+    QCOMPARE(resumed->trainer().step(), int64_t(7));
+    for (const auto& l : resumed->trainer().layers())
+        if (l.name == "lm_head") QVERIFY(l.formats == bf16); // in the final checkpoint
 }
 
 void TestSession::relativeCheckpointDirIsTheProjectFilesFolder()
