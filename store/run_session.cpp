@@ -244,7 +244,7 @@ public:
             (!dropped_ && config_changes_.empty() && settings_moved_earlier_.empty()))
             return StoreSink::on_event(e);
         RunEvent recorded = e;
-        recorded.later_steps_dropped = dropped_;
+        recorded.later_steps_dropped = dropped_ || e.later_steps_dropped; // the latter: a start over's
         recorded.live_changes_superseded = dropped_ && superseded_;
         const auto add = [&](const std::string& part) {
             if (!part.empty()) recorded.text += (recorded.text.empty() ? "" : "; ") + part;
@@ -573,6 +573,17 @@ SessionOutcome RunSession::run(const std::vector<TelemetrySink*>& sinks)
     checkpoints_failed_ = 0;
     last_checkpoint_error_.clear();
     SessionOutcome out;
+    if (starts_over_) {
+        // claim() dropped what the attempt before recorded: a window following the run, or a
+        // replica of it, must drop those steps too, as after a resume (a resume's event, at
+        // step 0, with later_steps_dropped). Followers showed the killed attempt's values until
+        // the new one passed them.
+        RunEvent again;
+        again.kind = EventKind::ResumedFromCheckpoint;
+        again.later_steps_dropped = true;
+        again.text = "the interrupted attempt ended before its first checkpoint: trained again from step 0";
+        sink.on_event(again);
+    }
     try {
         out.summary = trainer_->run(sink);
         out.status = out.summary.stopped_early ? RunStatus::Stopped : RunStatus::Finished;

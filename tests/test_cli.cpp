@@ -1325,8 +1325,18 @@ private slots:
         RunStore store(db.toStdString(), OpenMode::ReadOnly);
         QCOMPARE(status_text(store.find_run("1")->status), std::string("finished"));
         int started = 0;
-        for (const auto& e : store.events(1)) started += e.event.kind == EventKind::RunStarted;
+        std::vector<std::string> rewinds;
+        for (const auto& e : store.events(1)) {
+            started += e.event.kind == EventKind::RunStarted;
+            if (e.event.kind == EventKind::ResumedFromCheckpoint && e.event.later_steps_dropped)
+                rewinds.push_back(std::to_string(e.event.step) + " " + e.event.message());
+        }
         QCOMPARE(started, 1); // the first attempt's records were dropped, not doubled
+        // And it says so as a resume does, so that a window following the run, and a replica
+        // of it, drop the killed attempt's steps too (they showed them, mixed with the new).
+        QCOMPARE(rewinds, (std::vector<std::string>{
+                              "0 continuing at step 0; settings changed: training.steps 1000000 -> 20; the "
+                              "interrupted attempt ended before its first checkpoint: trained again from step 0"}));
     }
 
     void ctrlCStopsCleanlyAndKeepsMetrics()

@@ -41,6 +41,7 @@ std::vector<RunEvent> one_of_each()
         e.path = "/runs/a.sqlite.checkpoints/run-1/step-00000020.pt";
         e.layer_states = {{"blocks.0.attn.qkv", kFp8, "delayed", ""}};
         e.later_steps_dropped = true;
+        e.live_changes_superseded = true;
         e.settings_changed = {{"precision.nvfp4.rht", "true", "false"}, {"training.steps", "25", "30"}};
         e.text = "trained on 2 CPU threads, continuing on 1";
     }
@@ -138,6 +139,7 @@ void compare_events(const RunEvent& a, const RunEvent& b)
     QVERIFY(a.layer_states == b.layer_states);
     QCOMPARE(a.text, b.text);
     QCOMPARE(a.later_steps_dropped, b.later_steps_dropped);
+    QCOMPARE(a.live_changes_superseded, b.live_changes_superseded);
     QVERIFY(a.settings_changed == b.settings_changed);
     QCOMPARE(a.message(), b.message());
 }

@@ -1321,6 +1321,19 @@ private slots:
         older.put_mirrored_rows(id, {{11, "train/loss", 11.5}}, old_page);
         QCOMPARE(older.series(id, "train/loss"), (Series{{5, 5.0}, {11, 11.5}, {20, 20.0}}));
         QCOMPARE(older.events(id).size(), source_rows.size() + old_page.size());
+
+        // A resume whose settings superseded the interrupted run's live changes dropped those
+        // too (from its own step on), and a replica follows it.
+        RunStore superseding(dir.filePath("superseding.sqlite").toStdString());
+        superseding.put_mirrored_run(store.list_runs().at(0), {});
+        superseding.put_mirrored_rows(id, {{5, "train/loss", 5.0}, {20, "train/loss", 20.0}}, source_rows);
+        auto superseding_page = page;
+        superseding_page.front().fields = R"({"later_steps_dropped":true,"live_changes_superseded":true})";
+        superseding.put_mirrored_rows(id, {{11, "train/loss", 11.5}}, superseding_page);
+        auto without_live_changes = want;
+        std::erase_if(without_live_changes, [](const std::string& s) { return s.ends_with("precision_changed user"); });
+        QCOMPARE(without_live_changes.size(), want.size() - 2);
+        QCOMPARE(kept_after_10(superseding, id), without_live_changes);
     }
 
     void aDeletedRunsIdIsNotHandedOutWhileItsCheckpointFolderHoldsFiles()
