@@ -505,7 +505,14 @@ void RunStore::open_read_only()
         }
         sqlite3_busy_timeout(db_, 5000);
         const int rc = sqlite3_exec(db_, "SELECT count(*) FROM sqlite_master", nullptr, nullptr, nullptr);
-        if (rc == SQLITE_OK || immutable || !is_read_only_failure(sqlite3_extended_errcode(db_))) break;
+        // A full disk that cannot grow the -shm index is no reason to refuse a read where the
+        // WAL holds nothing (a writing command that failed there leaves an empty WAL and a
+        // 3-byte -shm): immutable reads the file, which is then all there is.
+        const int code = sqlite3_extended_errcode(db_);
+        std::error_code size_ec;
+        const bool nothing_in_wal = fs::file_size(path_ + "-wal", size_ec) == 0 || size_ec;
+        const bool full = (code & 0xff) == SQLITE_FULL || (code & 0xff) == SQLITE_IOERR;
+        if (rc == SQLITE_OK || immutable || !(is_read_only_failure(code) || (full && nothing_in_wal))) break;
         sqlite3_close(db_);
         db_ = nullptr;
     }

@@ -1181,6 +1181,27 @@ private slots:
         QCOMPARE(listing, QString("fill\nmetrics.csv\nruns.sqlite\nearlier export\n"));
     }
 
+    // A writing command that fails on a full disk leaves an empty WAL and a 3-byte -shm, which
+    // SQLite cannot grow: the readers still read the store (they refused it, "disk full",
+    // until space was freed).
+    void aWriteThatFailedOnAFullDiskLeavesTheStoreReadable()
+    {
+        QTemporaryDir dir;
+        const auto [source, fs] = store_and_mount_point(dir);
+        const QString script = "d=\"$1\"; t=\"$2\"; mount -t tmpfs -o size=1m tmpfs \"$d\" || exit 97; cp '" + source +
+                               "' \"$d/runs.sqlite\"; dd if=/dev/zero of=\"$d/fill\" bs=4096 2>/dev/null; "
+                               "\"$t\" tag 1 x --db \"$d/runs.sqlite\"; echo \"tag $?\"; ls \"$d\"; "
+                               "\"$t\" list --db \"$d/runs.sqlite\" && \"$t\" show 2 --db \"$d/runs.sqlite\"";
+        QProcess p;
+        p.start("unshare", QStringList{"-m", "sh", "-c", script, "sh", fs, MANTISSA_TRAIN_EXE});
+        QVERIFY(p.waitForFinished(120000));
+        if (p.exitCode() == 97) QSKIP("cannot mount a tmpfs here (unshare -m needs CAP_SYS_ADMIN)");
+        const QString out = QString::fromUtf8(p.readAllStandardOutput()), err = QString::fromUtf8(p.readAllStandardError());
+        QVERIFY2(out.contains("tag 3\nfill\nruns.sqlite\nruns.sqlite-shm\nruns.sqlite-wal\n"), qPrintable(out + err));
+        QVERIFY2(p.exitCode() == 0, qPrintable(out + err));
+        QVERIFY2(out.contains("run 2 'b'\nstatus: finished"), qPrintable(out));
+    }
+
     // Training into a store on a disk that fills up: checkpoint writes fail as events (no
     // temporary file left), the store's lost rows are reported as a disk-full warning, the
     // process ends by itself (no abort), and the run is never left "running".
