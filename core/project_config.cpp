@@ -17,6 +17,17 @@
 namespace mantissa {
 namespace {
 
+// A key as a message names it: one of a megabyte (a generated file gone wrong) made a message
+// of a megabyte, and a window that showed it in one unbreakable line grew to gigabytes.
+std::string key_for_message(const std::string& key)
+{
+    constexpr size_t kLongest = 120, kShown = 60;
+    if (key.size() <= kLongest) return key;
+    size_t cut = kShown;
+    while (cut > 0 && (static_cast<unsigned char>(key[cut]) & 0xC0) == 0x80) --cut; // whole UTF-8 characters
+    return key.substr(0, cut) + "... (" + std::to_string(key.size()) + " bytes)";
+}
+
 using nlohmann::json;
 
 std::string type_word(const json& j);
@@ -99,7 +110,8 @@ std::vector<LayerOverride> layers_from_json(const json& list)
                 if (!scaling) throw ConfigError(k + ": expected one of " + fp8_scaling_names_joined());
                 o.scaling = scaling;
             } else {
-                throw ConfigError(k + ": unknown key (expected match, format, forward, dgrad, wgrad, scaling)");
+                throw ConfigError(key_for_message(k) +
+                                  ": unknown key (expected match, format, forward, dgrad, wgrad, scaling)");
             }
         }
         if (o.match.empty()) throw ConfigError(at + ".match: is required");
@@ -304,7 +316,8 @@ void merge_checked(json& base, const json& user, const std::string& prefix)
                           type_word(user));
     for (const auto& [key, value] : user.items()) {
         const std::string path = prefix.empty() ? key : prefix + "." + key;
-        if (!base.contains(key)) throw ConfigError(path + ": unknown key" + did_you_mean(base, key, prefix));
+        if (!base.contains(key))
+            throw ConfigError(key_for_message(path) + ": unknown key" + did_you_mean(base, key, prefix));
         json& slot = base[key];
         if (slot.is_object()) {
             merge_checked(slot, value, path);
@@ -725,7 +738,8 @@ void check_override_key(const std::string& dotted)
         const std::string part = dotted.substr(begin, dot - begin);
         const std::string parent = walked;
         walked += (walked.empty() ? "" : ".") + part;
-        if (!at->contains(part)) throw ConfigError(walked + ": unknown key" + did_you_mean(*at, part, parent));
+        if (!at->contains(part))
+            throw ConfigError(key_for_message(walked) + ": unknown key" + did_you_mean(*at, part, parent));
         at = &(*at)[part];
         begin = dot + 1;
     }

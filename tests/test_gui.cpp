@@ -837,6 +837,10 @@ void TestGui::windowShowsProjectFileErrors_data()
     QTest::newRow("unknown key") << QByteArray(R"({"model": {"n_layers": 2}})") << "model.n_layers";
     QTest::newRow("wrong type") << QByteArray(R"({"training": {"steps": "many"}})") << "training.steps";
     QTest::newRow("invalid value") << QByteArray(R"({"model": {"n_embd": 30, "n_head": 4}})") << "model.n_embd";
+    // A key of a megabyte: named by its start and length (a message that held it all made the
+    // window grow to gigabytes, or crash: a read-only audit).
+    QTest::newRow("a megabyte of key") << "{\"model\": {\"" + QByteArray(1 << 20, 'k') + "\": 1}}"
+                                      << "model." + QString(54, QLatin1Char('k')) + "... (1048582 bytes): unknown key";
 }
 
 void TestGui::windowShowsProjectFileErrors()
@@ -861,6 +865,7 @@ void TestGui::windowShowsProjectFileErrors()
     QVERIFY(label);
     QVERIFY(label->isVisible());
     QVERIFY(label->text().contains(expected));
+    QVERIFY2(window.width() < 4000 && label->text().size() < 1000, qPrintable(QString::number(window.width())));
     // The previous project is still loaded and usable.
     QCOMPARE(window.projectPath(), QStringLiteral("previous"));
     QCOMPARE(window.projectPage()->settingsModel()->valueForKey(QStringLiteral("name")), QStringLiteral("gui-test"));
