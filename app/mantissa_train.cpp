@@ -59,6 +59,7 @@ int main(int argc, char** argv)
     run_cmd->add_option("--name", name, "Run name (default: the project's name)");
     run_cmd->add_option("--db", db_path, "Run store (SQLite) path");
     bool no_store = false;
+    bool start_over = false;
     run_cmd->add_flag("--no-store", no_store, "Do not record the run (benchmarks)");
     // The store server (docs/REMOTE.md): `run --serve` serves the store while it trains.
     ServeOptions serve;
@@ -82,6 +83,9 @@ int main(int argc, char** argv)
     resume_cmd->add_option("run", run, "Run id or name")->required();
     resume_cmd->add_option("--set", sets, "Override a key of the run's config, e.g. training.steps=4000");
     resume_cmd->add_option("--db", db_path, "Run store (SQLite) path");
+    resume_cmd->add_flag("--start-over", start_over,
+                         "A run with no checkpoint (stopped before its first): train it again from step 0, dropping "
+                         "what it recorded");
     resume_cmd->add_option("--serve", serve.listen, "Serve the run store while training on [ADDR:]PORT (0: any free port)");
     add_serve_options(resume_cmd);
 
@@ -216,7 +220,7 @@ int main(int argc, char** argv)
         RunStore store(db_path, OpenMode::ReadWrite);
         if (*resume_cmd) {
             if (resume_cmd->count("--serve") == 0) serve.listen.clear();
-            return finish(cmd_resume(store, run, sets, db_path, serve, job));
+            return finish(cmd_resume(store, run, sets, db_path, serve, job, start_over));
         }
         if (*rename_cmd) return cmd_rename(store, run, new_name);
         if (*delete_cmd) return cmd_delete(store, run);

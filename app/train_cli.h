@@ -38,8 +38,10 @@ struct DataParallelJob {
 
 int cmd_run(const std::string& project_path, const std::vector<std::string>& sets, const std::string& db_path,
             std::string name, bool no_store, const ServeOptions& serve, DataParallelJob& job);
+// `start_over`: a run with no checkpoint may be trained again from step 0, which drops what it
+// recorded (refused otherwise, with nothing dropped).
 int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::string>& sets, const std::string& db_path,
-               const ServeOptions& serve, DataParallelJob& job);
+               const ServeOptions& serve, DataParallelJob& job, bool start_over);
 int cmd_sweep(const std::string& project_path, const std::string& vary, const std::vector<std::string>& sets,
               const std::string& db_path, std::string sweep_name, DataParallelJob& job);
 int cmd_list(RunStore& store, const CliStreams& io);

@@ -139,7 +139,8 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
         if (const auto run_id = job.dp->peek_job("run_id")) {
             std::printf("torchrun restart %d: resuming run %s\n", job.dp->restart_count(), run_id->c_str());
             RunStore store(db_path);
-            return cmd_resume(store, *run_id, {}, db_path, serve, job); // served as the first attempt was
+            // served as the first attempt was; one killed before its first checkpoint starts over
+            return cmd_resume(store, *run_id, {}, db_path, serve, job, /*start_over=*/true);
         }
     std::unique_ptr<RunSession> session;
     try {
@@ -271,7 +272,7 @@ std::unique_ptr<RunSession> reopen_or_complain(RunStore& store, const RunInfo& i
 
 // Continues a saved run from its newest good checkpoint, appending to the same run record.
 int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::string>& sets, const std::string& db_path,
-               const ServeOptions& serve, DataParallelJob& job)
+               const ServeOptions& serve, DataParallelJob& job, bool start_over)
 {
     if (!serve.listen.empty())
         if (const std::string problem = serve_address_problem(serve.listen); !problem.empty()) {
@@ -287,6 +288,18 @@ int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::s
     if (!session) {
         for (const auto& e : notices) store.append_event(info->id, e);
         return exit_code;
+    }
+    // Starting over drops every step the run recorded (a run killed at step 2916 with no
+    // checkpoint, resumed with training.steps=20, kept 20): asked for, never by default.
+    if (session->starts_over() && info->last_step > 0 && !start_over) {
+        std::fprintf(stderr,
+                     "error: run %lld '%s' has no checkpoint to resume from (it stopped at step %lld, before its "
+                     "first): a resume trains it again from step 0 and drops the %lld steps it recorded; pass "
+                     "--start-over to do so (nothing was changed)\n",
+                     static_cast<long long>(info->id), info->name.c_str(), static_cast<long long>(info->last_step),
+                     static_cast<long long>(info->last_step));
+        for (const auto& e : notices) store.append_event(info->id, e);
+        return 2;
     }
     try {
         if (job.dp) session->trainer().set_data_parallel(job.dp);

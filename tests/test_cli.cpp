@@ -1327,7 +1327,20 @@ private slots:
         QVERIFY(p.waitForFinished(30000));
         QVERIFY(!QDir(db + ".checkpoints/run-1").exists() || QDir(db + ".checkpoints/run-1").isEmpty());
 
-        const auto resumed = run_cli({"resume", "1", "--db", db, "--set", "training.steps=20"});
+        // Dropping what it recorded is asked for: a plain resume is refused, and drops nothing.
+        const auto counts = [&] { return RunStore(db.toStdString(), OpenMode::ReadOnly).row_counts(1).scalars; };
+        const auto recorded = counts();
+        const int64_t last_step = RunStore(db.toStdString(), OpenMode::ReadOnly).find_run("1")->last_step;
+        const auto refused = run_cli({"resume", "1", "--db", db, "--set", "training.steps=20"});
+        QCOMPARE(refused.exit_code, 2);
+        QVERIFY2(refused.err.contains(QString("error: run 1 'tiny' has no checkpoint to resume from (it stopped at "
+                                              "step %1, before its first): a resume trains it again from step 0 and "
+                                              "drops the %1 steps it recorded; pass --start-over to do so (nothing "
+                                              "was changed)\n")
+                                          .arg(last_step)),
+                 qPrintable(refused.err));
+        QCOMPARE(counts(), recorded);
+        const auto resumed = run_cli({"resume", "1", "--db", db, "--set", "training.steps=20", "--start-over"});
         QVERIFY2(resumed.exit_code == 0, qPrintable(resumed.err + resumed.out));
         QVERIFY2(resumed.out.contains("ended before its first checkpoint: training it again from step 0"),
                  qPrintable(resumed.out));

@@ -278,7 +278,7 @@ private slots:
         while (kills < kKills) {
             const int64_t id = run_id_of(db, name);
             const QStringList args = id < 0 ? QStringList{"run", project, "--db", db, "--name", name}
-                                            : QStringList{"resume", QString::number(id), "--db", db};
+                                            : QStringList{"resume", QString::number(id), "--db", db, "--start-over"};
             const int delay_ms = 50 + random.bounded(2500);
             const KillOutcome outcome = kill_at(args, delay_ms);
             if (!outcome.killed) { // it finished first: check it, go on with a fresh run
@@ -307,7 +307,7 @@ private slots:
             if (killed) QCOMPARE(status_text(killed->status), std::string("interrupted"));
         }
         if (run_id_of(db, name) >= 0) {
-            QVERIFY2(run_cli({"resume", QString::number(run_id_of(db, name)), "--db", db}, &out) == 0, qPrintable(out));
+            QVERIFY2(run_cli({"resume", QString::number(run_id_of(db, name)), "--db", db, "--start-over"}, &out) == 0, qPrintable(out));
             check_finished(name);
         }
         qInfo("%d kills, %d runs completed after them", kills, finished_runs);
