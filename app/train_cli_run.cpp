@@ -289,6 +289,15 @@ int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::s
         for (const auto& e : notices) store.append_event(info->id, e);
         return exit_code;
     }
+    // A finished run that is given no more steps has nothing to train: said, and the record left
+    // as it is (it printed "finished after 40 steps: train loss 0.0000" and added a start and a
+    // finish). One stopped or killed at its last step is resumed, and so marked finished.
+    if (info->status == RunStatus::Finished && session->trainer().step() >= session->trainer().config().training.steps) {
+        std::printf("run %lld '%s' has already trained its %lld steps; resume --set training.steps=N trains it on\n",
+                    static_cast<long long>(info->id), info->name.c_str(),
+                    static_cast<long long>(session->trainer().step()));
+        return 0;
+    }
     // Starting over drops every step the run recorded (a run killed at step 2916 with no
     // checkpoint, resumed with training.steps=20, kept 20): asked for, never by default.
     if (session->starts_over() && info->last_step > 0 && !start_over) {

@@ -299,6 +299,16 @@ private slots:
         QVERIFY2(resumed.exit_code == 0, qPrintable(resumed.err + resumed.out));
         QVERIFY2(resumed.out.contains("at step 8 from"), qPrintable(resumed.out));
         QVERIFY(resumed.out.contains("finished after 14 steps"));
+        // Resumed once more with no more steps: nothing to train, said, and nothing recorded.
+        const int64_t long_id = RunStore(db_.toStdString(), OpenMode::ReadOnly).find_run("long")->id;
+        const auto events_before = RunStore(db_.toStdString(), OpenMode::ReadOnly).row_counts(long_id).events;
+        const auto done = run_cli({"resume", "long", "--db", db_});
+        QCOMPARE(done.exit_code, 0);
+        QVERIFY2(done.out.endsWith(QString("run %1 'long' has already trained its 14 steps; resume --set "
+                                           "training.steps=N trains it on\n")
+                                       .arg(long_id)),
+                 qPrintable(done.out));
+        QCOMPARE(RunStore(db_.toStdString(), OpenMode::ReadOnly).row_counts(long_id).events, events_before);
         RunStore store(db_.toStdString());
         const auto run = store.find_run("long");
         QCOMPARE(status_text(run->status), std::string("finished"));
@@ -1196,7 +1206,8 @@ private slots:
         p.start("unshare", QStringList{"-m", "sh", "-c", script, "sh", fs, MANTISSA_TRAIN_EXE});
         QVERIFY(p.waitForFinished(120000));
         if (p.exitCode() == 97) QSKIP("cannot mount a tmpfs here (unshare -m needs CAP_SYS_ADMIN)");
-        const QString out = QString::fromUtf8(p.readAllStandardOutput()), err = QString::fromUtf8(p.readAllStandardError());
+        const QString out = QString::fromUtf8(p.readAllStandardOutput());
+        const QString err = QString::fromUtf8(p.readAllStandardError());
         QVERIFY2(out.contains("tag 3\nfill\nruns.sqlite\nruns.sqlite-shm\nruns.sqlite-wal\n"), qPrintable(out + err));
         QVERIFY2(p.exitCode() == 0, qPrintable(out + err));
         QVERIFY2(out.contains("run 2 'b'\nstatus: finished"), qPrintable(out));

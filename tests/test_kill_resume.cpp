@@ -307,7 +307,8 @@ private slots:
             if (killed) QCOMPARE(status_text(killed->status), std::string("interrupted"));
         }
         if (run_id_of(db, name) >= 0) {
-            QVERIFY2(run_cli({"resume", QString::number(run_id_of(db, name)), "--db", db, "--start-over"}, &out) == 0, qPrintable(out));
+            QVERIFY2(run_cli({"resume", QString::number(run_id_of(db, name)), "--db", db, "--start-over"}, &out) == 0,
+                     qPrintable(out));
             check_finished(name);
         }
         qInfo("%d kills, %d runs completed after them", kills, finished_runs);
