@@ -292,10 +292,11 @@ int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::s
     // A finished run that is given no more steps has nothing to train: said, and the record left
     // as it is (it printed "finished after 40 steps: train loss 0.0000" and added a start and a
     // finish). One stopped or killed at its last step is resumed, and so marked finished.
-    if (info->status == RunStatus::Finished && session->trainer().step() >= session->trainer().config().training.steps) {
+    const Trainer& trainer = session->trainer();
+    if (info->status == RunStatus::Finished && trainer.step() >= trainer.config().training.steps) {
         std::printf("run %lld '%s' has already trained its %lld steps; resume --set training.steps=N trains it on\n",
                     static_cast<long long>(info->id), info->name.c_str(),
-                    static_cast<long long>(session->trainer().step()));
+                    static_cast<long long>(trainer.step()));
         return 0;
     }
     // Starting over drops every step the run recorded (a run killed at step 2916 with no
