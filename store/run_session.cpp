@@ -363,11 +363,11 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
     const ProjectConfig config = load_stored_run_json(info.config_json, base, overrides);
     std::unique_ptr<RunSession> session(new RunSession());
     bool formats_overridden = false; // the overrides change which formats the layers take
+    std::optional<ProjectConfig> before_config; // the stored settings, where overrides change them
     if (!overrides.empty()) {
         // Against the stored settings as this version reads them, so that keys a newer version
         // added (with their defaults) are not taken for the overrides' changes.
         std::string before = info.config_json;
-        std::optional<ProjectConfig> before_config;
         try {
             before_config = load_stored_run_json(info.config_json, base);
             before = to_json_text(*before_config);
@@ -383,7 +383,15 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
         if (formats_overridden && before_config) formats_overridden = layers_compute_otherwise(*before_config, config);
         if (!session->config_changes_.empty()) session->resumed_config_json_ = now;
     }
-    const CheckpointSearch found = search_checkpoints(store, info, config);
+    // A --set of training.checkpoint_dir: the checkpoints are read where the run kept them, and
+    // the next ones written into the new folder (the new folder used to be ignored: its
+    // emptiness sent the run back to where its recorded files are).
+    const bool moved = before_config && before_config->training.checkpoint_dir != config.training.checkpoint_dir;
+    CheckpointSearch found = search_checkpoints(store, info, moved ? *before_config : config);
+    if (moved)
+        found.write_dir = config.training.checkpoint_dir.empty()
+                              ? store.checkpoint_dir(info.id)
+                              : resolve_data_path(config, config.training.checkpoint_dir);
     const auto build = [&] {
         session->trainer_ = std::make_unique<Trainer>(config);
         session->attach(store, info.id, info.uuid, found.write_dir);

@@ -579,8 +579,23 @@ void TestSession::aResumesOverridesAreStoredWithTheRun()
     const auto again = run_cli({"resume", "1", "--db", db, "--set", "training.steps=30"});
     QVERIFY2(again.exit_code == 0, qPrintable(again.err + again.out));
     QVERIFY2(again.out.contains("settings changed (stored with the run): training.steps 25 -> 30"), qPrintable(again.out));
-    RunStore store(db.toStdString());
-    QCOMPARE(load_project_json(store.find_run("1")->config_json, dir.path().toStdString()).optimizer.learning_rate, 0.5);
+    {
+        RunStore store(db.toStdString());
+        QCOMPARE(load_project_json(store.find_run("1")->config_json, dir.path().toStdString()).optimizer.learning_rate,
+                 0.5);
+    }
+    // Another checkpoint folder: read from where the run kept them, written into the new one
+    // (the new one was stored as the run's, and ignored).
+    const QString moved = dir.filePath("moved");
+    const auto elsewhere = run_cli({"resume", "1", "--db", db, "--set", "training.steps=32", "--set",
+                                    "training.checkpoint_dir=" + moved});
+    QVERIFY2(elsewhere.exit_code == 0, qPrintable(elsewhere.err + elsewhere.out));
+    QVERIFY2(elsewhere.out.contains("at step 30 from " + db + ".checkpoints/run-1/step-00000030.pt"),
+             qPrintable(elsewhere.out));
+    QVERIFY2(QFile::exists(moved + "/step-00000032.pt"), qPrintable(elsewhere.out));
+    QVERIFY(!QFile::exists(db + ".checkpoints/run-1/step-00000032.pt"));
+    const auto on = run_cli({"resume", "1", "--db", db, "--set", "training.steps=34"});
+    QVERIFY2(on.out.contains("at step 32 from " + moved + "/step-00000032.pt"), qPrintable(on.err + on.out));
 }
 
 // Killed between writing a checkpoint and committing its steps' rows (the store flushes every
