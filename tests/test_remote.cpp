@@ -756,6 +756,19 @@ private slots:
         QCOMPARE(window.statusWidget()->findChild<QProgressBar*>("runProgress")->format(), QString("step 3 / 3"));
         QVERIFY(!window.sendRemoteCommand("pause")); // the seeded run has finished
         QCOMPARE(window.lastError(), QString("No remote run is training"));
+        {
+            // Resumed on the server (claimed again, a step more): the Monitor follows it again,
+            // live (it stayed at "done", a read-only audit found).
+            RunStore resumed(db);
+            resumed.claim_run(1);
+            resumed.append_scalar(1, 4, "train/loss", 0.25);
+            resumed.append_scalar(1, 5, "train/loss", 0.125); // a live run's newest step may be partly written
+            resumed.flush();
+            QTRY_VERIFY_WITH_TIMEOUT(window.monitorPage()->history().steps().size() >= 4, 30000);
+            QCOMPARE(window.monitorPage()->history().steps().at(3).train_loss, 0.25);
+            QVERIFY(window.statusWidget()->etaText() != QString("done"));
+            resumed.finish_run(1, RunStatus::Finished);
+        }
         // A sweep would train into the local store but tag and compare through the replica.
         window.setProject(ProjectConfig{}, QStringLiteral("in-memory"));
         QVERIFY(!window.startSweep(QStringLiteral("training.seed"), QStringLiteral("1,2")));

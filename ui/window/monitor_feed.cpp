@@ -103,8 +103,11 @@ void MonitorFeed::followNewest()
     // Keep following a run that is still live; move on when a newer one starts, also under the
     // id of the one followed (deleted on the server, its id given again).
     const bool sameRun = follower_->runId() == target && follower_->run().identity == targetIdentity;
+    // One read to its end that runs again (resumed on the server) is followed again: it stayed
+    // "done" while it trained.
+    const bool runsAgain = sameRun && !follower_->isLive() && newestRunning == target;
     if (follower_->isFollowing() && follower_->storePath() == store_->path() &&
-        (sameRun || (follower_->isLive() && newestRunning < 0)))
+        ((sameRun && !runsAgain) || (follower_->isLive() && newestRunning < 0)))
         return;
     follow(target, nullptr);
 }
