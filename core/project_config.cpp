@@ -2,7 +2,9 @@
 #include "project_config.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -855,12 +857,18 @@ ProjectConfig load_project_file(const std::string& path, const std::vector<Overr
     const auto status = fs::status(path, ec);
     if (!ec && fs::exists(status) && !fs::is_regular_file(status))
         throw ConfigError("project file '" + path + "' is not a regular file (a device, a pipe or a socket)");
-    constexpr uintmax_t kMaxProjectBytes = uintmax_t(64) << 20;
+    // A project is a few kilobytes. Parsing takes 100-200 bytes of memory per byte of deeply
+    // nested JSON (an 8-MB file of '[' took 1.5 GB): 1 MiB bounds that to a few hundred MB.
+    constexpr uintmax_t kMaxProjectBytes = uintmax_t(1) << 20;
     if (const auto size = fs::file_size(path, ec); !ec && size > kMaxProjectBytes)
         throw ConfigError("project file '" + path + "' is " + std::to_string(size) +
-                          " bytes: too large for a project (at most 64 MiB)");
+                          " bytes: too large for a project (at most 1 MiB)");
     std::ifstream in(path, std::ios::binary);
-    if (!in) throw ConfigError("project file '" + path + "' cannot be opened");
+    if (!in) {
+        const int error = errno; // ifstream leaves the open's own
+        throw ConfigError("project file '" + path + "' cannot be opened" +
+                          (error != 0 ? std::string(": ") + std::strerror(error) : std::string()));
+    }
     std::stringstream text;
     text << in.rdbuf();
     const std::string base = fs::absolute(fs::path(path)).parent_path().string();
