@@ -304,8 +304,8 @@ int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::s
     if (session->starts_over() && info->last_step > 0 && !start_over) {
         std::fprintf(stderr,
                      "error: run %lld '%s' has no checkpoint to resume from (it stopped at step %lld, before its "
-                     "first): a resume trains it again from step 0 and drops the %lld steps it recorded; pass "
-                     "--start-over to do so (nothing was changed)\n",
+                     "first was recorded): a resume trains it again from step 0 and drops the %lld steps it "
+                     "recorded; pass --start-over to do so (nothing was changed)\n",
                      static_cast<long long>(info->id), info->name.c_str(), static_cast<long long>(info->last_step),
                      static_cast<long long>(info->last_step));
         for (const auto& e : notices) store.append_event(info->id, e);

@@ -1345,9 +1345,9 @@ private slots:
         const auto refused = run_cli({"resume", "1", "--db", db, "--set", "training.steps=20"});
         QCOMPARE(refused.exit_code, 2);
         QVERIFY2(refused.err.contains(QString("error: run 1 'tiny' has no checkpoint to resume from (it stopped at "
-                                              "step %1, before its first): a resume trains it again from step 0 and "
-                                              "drops the %1 steps it recorded; pass --start-over to do so (nothing "
-                                              "was changed)\n")
+                                              "step %1, before its first was recorded): a resume trains it again "
+                                              "from step 0 and drops the %1 steps it recorded; pass --start-over to "
+                                              "do so (nothing was changed)\n")
                                           .arg(last_step)),
                  qPrintable(refused.err));
         QCOMPARE(counts(), recorded);

@@ -767,7 +767,17 @@ private slots:
             QTRY_VERIFY_WITH_TIMEOUT(window.monitorPage()->history().steps().size() >= 4, 30000);
             QCOMPARE(window.monitorPage()->history().steps().at(3).train_loss, 0.25);
             QVERIFY(window.statusWidget()->etaText() != QString("done"));
-            resumed.finish_run(1, RunStatus::Finished);
+            // Paused and stopped on the server: the readout says so, as for a run trained here
+            // (it gave an ETA while paused, and "done" for a stopped run).
+            RunEvent paused;
+            paused.step = 5;
+            paused.kind = EventKind::Paused;
+            resumed.append_event(1, paused);
+            resumed.append_scalar(1, 6, "train/loss", 0.0625);
+            resumed.flush();
+            QTRY_COMPARE_WITH_TIMEOUT(window.statusWidget()->etaText(), QString("paused"), 30000);
+            resumed.finish_run(1, RunStatus::Stopped);
+            QTRY_COMPARE_WITH_TIMEOUT(window.statusWidget()->etaText(), QString("stopped"), 30000);
         }
         // A sweep would train into the local store but tag and compare through the replica.
         window.setProject(ProjectConfig{}, QStringLiteral("in-memory"));

@@ -3,6 +3,7 @@
 
 #include <QDir>
 
+#include "common/run_format.h"
 #include "controller/run_follower.h"
 #include "controller/store_connection.h"
 #include "pages/monitor_page.h"
@@ -18,12 +19,26 @@ MonitorFeed::MonitorFeed(MonitorPage* page, StoreConnection* store, QObject* par
     connect(follower_, &RunFollower::opened, this, &MonitorFeed::onOpened);
     connect(follower_, &RunFollower::batchReady, page_, &MonitorPage::ingest);
     // The follower is stopped while a run trains in the window: the readout is that run's then.
+    // Paused and ended as the run's own events and record say, as for a run that trains here
+    // (a remote run read "ETA 12 s" while paused, and "done" when stopped or failed).
     connect(follower_, &RunFollower::batchReady, this, [this](const TelemetryBatch& batch) {
-        if (status_) status_->update(batch);
+        if (!status_) return;
+        status_->update(batch);
+        for (const auto& e : batch.events)
+            if (e.kind == EventKind::Paused || e.kind == EventKind::Resumed)
+                status_->setPaused(e.kind == EventKind::Paused);
     });
     connect(follower_, &RunFollower::ended, this, [this] {
         page_->renderNow();
-        if (status_) status_->finish();
+        if (!status_) return;
+        RunStatus status = RunStatus::Finished;
+        try {
+            if (RunStore* store = store_->store())
+                if (const auto info = store->find_run(std::to_string(follower_->runId()))) status = info->status;
+        } catch (const std::exception&) {
+            // the replica is being rewritten: "done", as before
+        }
+        status_->finish(status == RunStatus::Finished ? QString() : format_status(status));
     });
     connect(follower_, &RunFollower::failed, this, &MonitorFeed::failed);
 }
