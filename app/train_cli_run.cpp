@@ -249,9 +249,6 @@ std::unique_ptr<RunSession> reopen_or_complain(RunStore& store, const RunInfo& i
                          missing.size() == 1 ? "" : "s", missing.size() == 1 ? "is" : "are", list.c_str(),
                          static_cast<long long>(session->trainer().step()));
         }
-        if (!session->config_changes().empty())
-            std::printf("settings changed (stored with the run): %s\n",
-                        describe_setting_changes(session->config_changes()).c_str());
         if (!session->settings_moved_earlier().empty())
             std::fprintf(stderr, "note: %s\n", session->settings_moved_earlier().c_str());
         for (const auto& note : recipe_parts_left_out(session->trainer().config()))
@@ -329,6 +326,10 @@ int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::s
         std::fprintf(stderr, "error: %s\n", e.what());
         return 3;
     }
+    // Said once they are: a resume refused before its claim (in use, no checkpoint) stores nothing.
+    if (!session->config_changes().empty())
+        std::printf("settings changed (stored with the run): %s\n",
+                    describe_setting_changes(session->config_changes()).c_str());
     if (session->starts_over())
         std::printf("run %lld '%s' ended before its first checkpoint: training it again from step 0\n",
                     static_cast<long long>(info->id), info->name.c_str());

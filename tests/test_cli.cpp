@@ -1351,6 +1351,7 @@ private slots:
                                           .arg(last_step)),
                  qPrintable(refused.err));
         QCOMPARE(counts(), recorded);
+        QVERIFY2(!refused.out.contains("settings changed"), qPrintable(refused.out)); // none was stored
         const auto resumed = run_cli({"resume", "1", "--db", db, "--set", "training.steps=20", "--start-over"});
         QVERIFY2(resumed.exit_code == 0, qPrintable(resumed.err + resumed.out));
         QVERIFY2(resumed.out.contains("ended before its first checkpoint: training it again from step 0"),
