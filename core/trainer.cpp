@@ -436,7 +436,10 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
     s.commands.close(); // also where no step was left to train
     deliver_now();
     // The final state is always kept, so a stopped run can be resumed. Rank 0's is every rank's.
-    if (step > first_step && s.is_rank0()) s.write_periodic_checkpoint(sink);
+    // Unless this state is the one the last checkpoint holds (a stop right after a periodic
+    // one, with no precision change at the boundary between).
+    const bool kept = s.checkpoint_written_at == step && !s.backends_changed;
+    if (step > first_step && s.is_rank0() && !kept) s.write_periodic_checkpoint(sink);
     summary.steps_done = step;
     summary.mean_step_time_ms = timed_steps > 0 ? timed_ms / static_cast<double>(timed_steps) : 0.0;
     summary.mean_loop_time_ms = timed_steps > 0 ? timed_loop_ms / static_cast<double>(timed_steps) : 0.0;

@@ -242,6 +242,7 @@ std::string Trainer::Impl::write_periodic_checkpoint(TelemetrySink& sink)
         return fail(first_line(error));
     }
     checkpoint_is_ours[path] = true;
+    checkpoint_written_at = step;
     // Told before rotation, so the listener (the run store) records the file while it exists.
     if (checkpoint_listener && !checkpoint_listener({step, path, {}})) unrecorded_checkpoints.insert(path);
     else unrecorded_checkpoints.erase(path);

@@ -134,6 +134,9 @@ struct Trainer::Impl {
     // A Stop was applied: the commands behind it are still applied at that boundary (a
     // precision change accepted there is in the final checkpoint), but none pauses or waits.
     bool stop_requested = false;
+    // The step whose checkpoint was last written: a stop right after a periodic checkpoint
+    // needs no second one of the same state (it wrote and recorded that step twice).
+    int64_t checkpoint_written_at = -1;
     void dp_apply_pending_switches(TelemetrySink& sink);
     // The last boundary: rank 0 closes its command queue only when it is empty, in one step
     // with the check, and every rank learns from its broadcast whether it did. False: a

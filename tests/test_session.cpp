@@ -1123,6 +1123,26 @@ void TestSession::aChangeAcceptedBehindAStopIsMadeAndKept()
     QCOMPARE(resumed->trainer().step(), int64_t(7));
     for (const auto& l : resumed->trainer().layers())
         if (l.name == "lm_head") QVERIFY(l.formats == bf16); // in the final checkpoint
+
+    // A stop right after a periodic checkpoint (every 10 steps) writes that state once; one
+    // with a precision change at the boundary writes it again, with the change.
+    const auto checkpoints_at = [&](int64_t run, int64_t step) {
+        int n = 0;
+        for (const auto& e : store.events(run)) n += e.event.kind == EventKind::Checkpoint && e.event.step == step;
+        return n;
+    };
+    for (const bool change : {false, true}) {
+        RunSession again(load_project_file(project));
+        const int64_t run = again.create_run(store, change ? "changed at 10" : "stopped at 10", project);
+        StepHook at_10;
+        at_10.at_step = [&](int64_t step) {
+            if (step != 10) return;
+            again.request_stop();
+            if (change) again.request_layer_formats("lm_head", bf16);
+        };
+        QCOMPARE(int(again.run({&at_10}).status), int(RunStatus::Stopped));
+        QCOMPARE(checkpoints_at(run, 10), change ? 2 : 1);
+    }
 }
 
 void TestSession::relativeCheckpointDirIsTheProjectFilesFolder()
