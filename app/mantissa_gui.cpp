@@ -10,7 +10,8 @@
 //   mantissa ... --show LAYER:ROLE                      (with a screenshot: the Monitor's underflow heatmap of
 //                                                        ROLE, LAYER selected, its histogram of ROLE; exit 1
 //                                                        and no picture when the run recorded no such tensor)
-// Exit codes: 0 ok, 1 the run or the screenshot failed, 2 bad project or arguments.
+// Exit codes: 0 ok, 1 the run or the screenshot failed, 2 bad project, settings or arguments,
+// 3 the run store or the final checkpoint lost something (as mantissa-train's).
 
 #include <QApplication>
 #include <QCommandLineParser>
@@ -245,8 +246,19 @@ int main(int argc, char* argv[])
     });
     QObject::connect(controller, &TrainingController::finished, &window, [&](RunStatus status) {
         if (!shotTaken) takeShot();
-        if (status == RunStatus::Failed) fail(controller->lastError());
-        QCoreApplication::exit(shotSaved && status != RunStatus::Failed ? 0 : 1);
+        // As mantissa-train exits: 2 for settings refused before training, 3 for a run whose
+        // store or final checkpoint lost something (it exited 1 and 0).
+        if (status == RunStatus::Failed) {
+            fail(controller->lastError());
+            QCoreApplication::exit(controller->lastRefusedSettings() ? 2 : 1);
+            return;
+        }
+        if (!controller->lastError().isEmpty()) {
+            fail(controller->lastError());
+            QCoreApplication::exit(3);
+            return;
+        }
+        QCoreApplication::exit(shotSaved ? 0 : 1);
     });
     // Start once the window has been laid out, as a user would.
     QTimer::singleShot(0, &window, [&] {

@@ -1327,8 +1327,11 @@ private slots:
         QTRY_VERIFY_WITH_TIMEOUT((seen += p.readAllStandardOutput()).contains("step 3/"), 60000);
         // The first attempt's start is in the store (the writer commits within ~250 ms), so
         // the count of starts below can tell a dropped attempt from a kept one.
+        // Steps too: a start-over that drops recorded steps is asked for (--start-over), and a
+        // run killed before its first step was committed has none to lose.
         const auto starts_recorded = [&] {
             RunStore store(db.toStdString(), OpenMode::ReadOnly);
+            if (store.find_run("1")->last_step == 0) return false;
             for (const auto& e : store.events(1))
                 if (e.event.kind == EventKind::RunStarted) return true;
             return false;

@@ -304,6 +304,26 @@ private slots:
         QCOMPARE(QImage(png).isNull(), exitCode != 0);
     }
 
+    // Headless, a setting the engine refuses as the run starts exits as mantissa-train does: 2,
+    // a bad argument (it exited 1, as a run that failed in training).
+    void aRefusedSettingExitsAsABadArgument()
+    {
+        QTemporaryDir dir;
+        QProcess p;
+        p.setProcessChannelMode(QProcess::MergedChannels);
+        p.start(QStringLiteral(MANTISSA_GUI_EXE),
+                {QStringLiteral(MANTISSA_SOURCE_DIR "/tests/data/golden_project.json"), QStringLiteral("--db"),
+                 dir.filePath(QStringLiteral("runs.sqlite")), QStringLiteral("--set"), QStringLiteral("training.steps=2"),
+                 QStringLiteral("--set"), QStringLiteral("training.device=cuda"), QStringLiteral("--screenshot"),
+                 dir.filePath(QStringLiteral("shot.png"))});
+        QVERIFY(p.waitForFinished(120000));
+        const QString out = QString::fromUtf8(p.readAll());
+        if (p.exitCode() == 0) QSKIP("this LibTorch has a CUDA device");
+        QVERIFY2(p.exitCode() == 2, qPrintable(out));
+        QVERIFY2(out.contains("training.device: 'cuda' was asked for, but this LibTorch has no CUDA device"),
+                 qPrintable(out));
+    }
+
     void windowStateIsRestored()
     {
         QTemporaryDir dir;

@@ -36,6 +36,7 @@ struct TrainingController::Job {
     // Written once by the worker just before it returns.
     RunStatus status = RunStatus::Failed;
     std::string error;
+    bool settings_refused = false; // the project's settings or data were refused (the CLI's exit 2)
     RunSummary summary;
 
     void work(ProjectConfig config, const std::string& project_path, const std::string& store_path);
@@ -58,6 +59,10 @@ void TrainingController::Job::work(ProjectConfig config, const std::string& proj
     std::unique_ptr<RunSession> owned;
     try {
         owned = std::make_unique<RunSession>(std::move(config));
+    } catch (const ConfigError& e) { // training.device=cuda without one, data the project cannot use
+        settings_refused = true;
+        finish(RunStatus::Failed, e.what());
+        return;
     } catch (const std::exception& e) {
         finish(RunStatus::Failed, e.what());
         return;
@@ -83,6 +88,7 @@ void TrainingController::Job::work(ProjectConfig config, const std::string& proj
         finish(RunStatus::Failed, e.what()); // names the file already
         return;
     } catch (const ConfigError& e) { // training.checkpoint_dir cannot be made: it says which
+        settings_refused = true;
         finish(RunStatus::Failed, e.what());
         return;
     } catch (const std::exception& e) {
@@ -160,6 +166,7 @@ bool TrainingController::start(const ProjectConfig& config, const QString& proje
     runId_ = -1;
     lastStatus_.reset();
     lastError_.clear();
+    lastRefusedSettings_ = false;
     lastSummary_ = {};
 
     Job* job = job_.get();
@@ -299,6 +306,7 @@ void TrainingController::onWorkerFinished()
     drain(); // whatever the worker pushed after the last tick
     lastStatus_ = job_->status;
     lastError_ = QString::fromStdString(job_->error);
+    lastRefusedSettings_ = job_->settings_refused;
     lastSummary_ = job_->summary;
     thread_.reset();
     job_.reset();

@@ -56,6 +56,9 @@ public:
     std::optional<RunStatus> lastStatus() const { return lastStatus_; }
     // Why the last job failed, or what went wrong in a job that did not (the store lost rows).
     QString lastError() const { return lastError_; }
+    // Whether the last job failed because the project's settings or data were refused before it
+    // trained (a bad argument: the CLI's exit 2), not in training.
+    bool lastRefusedSettings() const { return lastRefusedSettings_; }
     const RunSummary& lastSummary() const { return lastSummary_; }
 
 signals:
@@ -84,6 +87,7 @@ private:
     qint64 runId_ = -1;
     std::optional<RunStatus> lastStatus_;
     QString lastError_;
+    bool lastRefusedSettings_ = false;
     RunSummary lastSummary_;
 };
 
