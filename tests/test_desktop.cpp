@@ -313,8 +313,9 @@ private slots:
         p.setProcessChannelMode(QProcess::MergedChannels);
         p.start(QStringLiteral(MANTISSA_GUI_EXE),
                 {QStringLiteral(MANTISSA_SOURCE_DIR "/tests/data/golden_project.json"), QStringLiteral("--db"),
-                 dir.filePath(QStringLiteral("runs.sqlite")), QStringLiteral("--set"), QStringLiteral("training.steps=2"),
-                 QStringLiteral("--set"), QStringLiteral("training.device=cuda"), QStringLiteral("--screenshot"),
+                 dir.filePath(QStringLiteral("runs.sqlite")), QStringLiteral("--set"),
+                 QStringLiteral("training.steps=2"), QStringLiteral("--set"), QStringLiteral("training.device=cuda"),
+                 QStringLiteral("--screenshot"),
                  dir.filePath(QStringLiteral("shot.png"))});
         QVERIFY(p.waitForFinished(120000));
         const QString out = QString::fromUtf8(p.readAll());
