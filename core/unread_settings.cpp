@@ -137,7 +137,8 @@ std::string why_the_same_run(const ProjectConfig& config, const std::string& key
                (scalings.empty() ? ", none in FP8," : " and with the same recipe") + " either way" +
                (fp4 ? " (under nvfp4 and mxfp4 a GEMM named FP8 takes E2M1 elements whatever its FP8 format)" : "");
     }
-    if (key == "precision.nvfp4.rht" && uses_nvfp4(config) && !rht_has_its_groups(config))
+    const bool nvfp4 = std::find(scalings.begin(), scalings.end(), Fp8Scaling::NvFp4) != scalings.end();
+    if (key == "precision.nvfp4.rht" && nvfp4 && !rht_has_its_groups(config))
         return "no GEMM takes nvfp4's Hadamard transform: " + why_no_rht(config);
     if (key == "precision.fp8.scaling" && !scalings.empty())
         return "every FP8 layer takes its recipe from its own precision.layers entry";

@@ -31,13 +31,7 @@ MonitorFeed::MonitorFeed(MonitorPage* page, StoreConnection* store, QObject* par
     connect(follower_, &RunFollower::ended, this, [this] {
         page_->renderNow();
         if (!status_) return;
-        RunStatus status = RunStatus::Finished;
-        try {
-            if (RunStore* store = store_->store())
-                if (const auto info = store->find_run(std::to_string(follower_->runId()))) status = info->status;
-        } catch (const std::exception&) {
-            // the replica is being rewritten: "done", as before
-        }
+        const RunStatus status = follower_->run().status; // as the follower last read it, ended
         status_->finish(status == RunStatus::Finished ? QString() : format_status(status));
     });
     connect(follower_, &RunFollower::failed, this, &MonitorFeed::failed);
