@@ -5,7 +5,12 @@
 #include <cstdio>
 #include <thread>
 
+#include <netdb.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <nlohmann/json.hpp>
 
@@ -87,6 +92,7 @@ public:
     {
         if (e.kind == EventKind::RunFinished || e.kind == EventKind::RunStopped || e.kind == EventKind::RunFailed)
             ended_ = true;
+        if (e.kind == EventKind::Paused || e.kind == EventKind::Resumed) pause_asked_ = e.kind == EventKind::Paused;
     }
 
     ApiAnswer control(int64_t run_id, const ControlCommand& c, const std::string& origin)
@@ -99,9 +105,14 @@ public:
         if (ended_) return api_error(409, "run " + std::to_string(run_id) + " has ended: nothing to " + c.command);
         std::string what = c.command;
         bool queued = false;
+        // A pause of a paused run (or one asked to pause) changes nothing, and recorded it would
+        // tell the run's history of steering that never happened.
+        if ((c.command == "pause" || c.command == "resume") && pause_asked_.load() == (c.command == "pause"))
+            return api_error(409, "run " + std::to_string(run_id) + (c.command == "pause" ? " is paused already" : " is not paused") +
+                                      ": nothing to " + c.command);
         try {
-            if (c.command == "pause") queued = session_.request_pause();
-            else if (c.command == "resume") queued = session_.request_resume();
+            if (c.command == "pause") pause_asked_ = queued = session_.request_pause();
+            else if (c.command == "resume") pause_asked_ = !(queued = session_.request_resume());
             else if (c.command == "stop") queued = session_.request_stop();
             else if (c.command == "checkpoint") queued = session_.request_checkpoint();
             else {
@@ -152,17 +163,56 @@ private:
     RunStore& store_;
     std::atomic<int64_t> step_{0};
     std::atomic<bool> ended_{false};
+    std::atomic<bool> pause_asked_{false}; // paused, or a pause queued: as the last pause/resume said
 };
 
 } // namespace
 
 std::string serving_unavailable() { return {}; }
 
+namespace {
+
+// Why nothing can listen on host:port now, or "": bound and released at once, so that a busy
+// port is refused before a run store or a token file is made for a server that cannot start
+// (a new store and a token file were left behind). The server binds it again when it starts.
+std::string bind_problem(const std::string& host, int port)
+{
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    addrinfo* found = nullptr;
+    const std::string where = host + ":" + std::to_string(port);
+    if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found)
+        return "cannot listen on " + where + " (not an address of this machine)";
+    std::string problem;
+    for (const addrinfo* a = found; a; a = a->ai_next) { // as the server, the first that binds
+        const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) continue;
+        const int yes = 1;
+        ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes); // a closed server's TIME_WAIT is no hold
+        const bool bound = ::bind(fd, a->ai_addr, a->ai_addrlen) == 0;
+        const int error = errno;
+        ::close(fd);
+        if (bound) {
+            problem.clear();
+            break;
+        }
+        problem = "cannot listen on " + where +
+                  (error == EADDRINUSE ? std::string(" (in use: another server on it?)")
+                                       : " (" + std::string(std::strerror(error)) + ")");
+    }
+    ::freeaddrinfo(found);
+    return problem;
+}
+
+} // namespace
+
 std::string serve_address_problem(const std::string& listen)
 {
     try {
-        (void)parse_listen_address(listen);
-        return {};
+        const auto [host, port] = parse_listen_address(listen);
+        return port == 0 ? std::string() : bind_problem(host, port);
     } catch (const std::exception& e) {
         return e.what();
     }
@@ -176,6 +226,10 @@ int serve_store(const std::string& db_path, const ServeOptions& options, const s
     } catch (const StoreError& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 3;
+    }
+    if (const std::string problem = serve_address_problem(options.listen); !problem.empty()) {
+        std::fprintf(stderr, "error: %s\n", problem.c_str()); // before a token file is made for it
+        return 2;
     }
     ServerOptions o;
     if (!server_options(db_path, options, o)) return 2;

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "store_server.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
@@ -24,6 +26,11 @@ namespace mantissa {
 
 std::pair<std::string, int> parse_listen_address(const std::string& text)
 {
+    // A URL here would be taken apart at its last colon into the host "http://127.0.0.1", which
+    // then fails to bind with a message about the address being in use.
+    if (const auto scheme = text.find("://"); scheme != std::string::npos)
+        throw RemoteError("'" + text + "' is a URL; give [ADDR:]PORT, such as '" + text.substr(scheme + 3) +
+                          "' (the server speaks HTTPS when given --tls-cert and --tls-key, HTTP otherwise)");
     const auto colon = text.rfind(':');
     std::string host = colon == std::string::npos ? "127.0.0.1" : text.substr(0, colon);
     const std::string port_text = colon == std::string::npos ? text : text.substr(colon + 1);
@@ -151,8 +158,11 @@ StoreServer::StoreServer(ServerOptions options) : impl_(std::make_unique<Impl>(s
     // window's budget. A token guesser is slowed down in its own bucket. Then the API.
     http.set_pre_routing_handler([&d](const httplib::Request& req, httplib::Response& res) {
         const std::string auth = req.get_header_value("Authorization");
-        static const std::string bearer = "Bearer ";
-        const bool has_bearer = auth.compare(0, bearer.size(), bearer) == 0;
+        static const std::string bearer = "bearer ";
+        // The scheme's name is case-insensitive (RFC 7235): curl users write "bearer" too.
+        const bool has_bearer = auth.size() >= bearer.size() &&
+                                std::equal(bearer.begin(), bearer.end(), auth.begin(),
+                                           [](char b, char a) { return b == std::tolower(static_cast<unsigned char>(a)); });
         const bool authorized = has_bearer && tokens_equal(std::string_view(auth).substr(bearer.size()), d.options.token);
         if (!d.limiter.allow((authorized ? "token " : "no token ") + req.remote_addr)) {
             answer(res, api_error(429, "too many requests from " + req.remote_addr + "; slow down"));

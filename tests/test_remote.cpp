@@ -260,6 +260,14 @@ private slots:
         QCOMPARE(parse_listen_address("[::1]:7"), std::make_pair(std::string("::1"), 7));
         for (const char* bad : {"", "x", "1:", ":80", "65536", "80a", "-1"})
             QVERIFY_THROWS_EXCEPTION(RemoteError, parse_listen_address(bad));
+        try {
+            (void)parse_listen_address("http://127.0.0.1:0");
+            QFAIL("a URL was taken for an address");
+        } catch (const RemoteError& e) {
+            QVERIFY2(std::string(e.what()).find("is a URL; give [ADDR:]PORT, such as '127.0.0.1:0'") !=
+                         std::string::npos,
+                     e.what());
+        }
         QVERIFY(is_loopback_host("127.0.0.1"));
         QVERIFY(!is_loopback_host("0.0.0.0"));
     }
@@ -280,6 +288,9 @@ private slots:
         QCOMPARE(r->status, 401);
         QCOMPARE(json_of(r->body)["error"].toString(), QString("wrong token"));
 
+        // The scheme's name in any case (RFC 7235), as curl users write it.
+        r = client.Get("/v1/runs", {{"Authorization", "bearer " + kToken}});
+        QCOMPARE(r->status, 200);
         r = client.Get("/v1/runs", auth());
         QCOMPARE(r->status, 200);
         const auto runs = json_of(r->body)["runs"].toArray();
@@ -866,11 +877,17 @@ private slots:
             dialog.tokenEdit()->setText("not a token");
             QVERIFY(!ok->isEnabled());
             QCOMPARE(dialog.error(), QString("The token is the 32 hex digits the server printed when it started."));
-            dialog.tokenEdit()->setText(QString::fromStdString(kToken));
+            dialog.tokenEdit()->setText(QString::fromStdString(kToken).toUpper()); // as typed off a screen
             QVERIFY(ok->isEnabled());
+            QCOMPARE(dialog.token(), QString::fromStdString(kToken)); // as the server compares it
             dialog.remember();
             dialog.urlEdit()->setText("ftp://x");
             QVERIFY(!ok->isEnabled());
+            // Port 80 is no Mantissa server's: it connected there, to whatever listened.
+            dialog.urlEdit()->setText("http://127.0.0.1");
+            QVERIFY(!ok->isEnabled());
+            QCOMPARE(dialog.error(), QString("The server address needs the port the server printed: "
+                                             "http(s)://HOST:PORT (7878 by default)."));
         }
         ConnectDialog again(settings);
         QCOMPARE(again.url(), QUrl("http://127.0.0.1:9001"));
@@ -1747,6 +1764,90 @@ private slots:
         serving.join();
     }
 
+    // Another service on the port (python3 -m http.server: a 404 with no Mantissa error) is
+    // named as such, not with Qt's "server replied: File not found" after "lost", for a
+    // connection that was never made.
+    void anotherServiceOnThePortIsNamed()
+    {
+        httplib::Server other; // no routes: a 404 with an empty body for every request
+        const int port = other.bind_to_any_port("127.0.0.1");
+        std::thread serving([&] { other.listen_after_bind(); });
+        const auto joined = qScopeGuard([&] { // also when a check fails and returns
+            other.stop();
+            serving.join();
+        });
+        {
+            RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(port)), QString::fromStdString(kToken),
+                                path("other-service-replica.sqlite"));
+            mirror.start();
+            QVERIFY(QTest::qWaitFor([&] { return mirror.state() == RemoteMirror::State::Reconnecting; }, 30000));
+            QCOMPARE(mirror.stateText().left(mirror.stateText().indexOf("; retrying")),
+                     QString("cannot connect to 127.0.0.1:%1: it answers HTTP 404 without a Mantissa run store "
+                             "server's error (another service on that port, or a proxy?)")
+                         .arg(port));
+            // A command meets the same service: "refused" is for the server's own refusals.
+            QSignalSpy answered(&mirror, &RemoteMirror::commandAnswered);
+            mirror.sendCommand(1, "pause");
+            QVERIFY(answered.wait(30000));
+            QCOMPARE(answered.at(0).at(2).toBool(), false);
+            QVERIFY2(answered.at(0).at(3).toString().startsWith(
+                         QString("127.0.0.1:%1 did not take the command: it answers HTTP 404").arg(port)),
+                     qPrintable(answered.at(0).at(3).toString()));
+        }
+    }
+
+    // The same refusal with a window on the run: the Monitor stops following it live and the
+    // readout says "interrupted" at once. The follower's connection, opened while the mirror's
+    // claim was held, read it running until 30 s of quiet had passed; a read-only audit saw
+    // the Monitor live 35 s after the refusal.
+    void aRefusedMirrorEndsTheWindowsLiveRun()
+    {
+        std::string runs = std::string(fake_runs_json()).replace(fake_runs_json().find("\"finished\""), 10, "\"running\"");
+        const std::string offer = R"("row_encodings": ["json", "columnar"], )";
+        runs.erase(runs.find(offer), offer.size());
+        std::atomic<bool> refusing{false}, quiet{false};
+        httplib::Server fake;
+        const auto answer = [&](httplib::Response& res, const std::string& body) {
+            if (!refusing) return res.set_content(body, "application/json");
+            res.status = 401;
+            res.set_content(R"({"error": "a wrong token"})", "application/json");
+        };
+        fake.Get("/v1/runs", [&](const httplib::Request&, httplib::Response& res) { answer(res, runs); });
+        fake.Get("/v1/runs/1/rows", [&](const httplib::Request&, httplib::Response& res) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20)); // a long poll's pace, roughly
+            // Two steps: a live run's newest step may be partly written, and is not shown yet.
+            // Then none: no rows arrive to reopen the window's connection before the refusal.
+            answer(res, std::string(R"({"run": 1, "status": "running", "scalars": )") +
+                            (quiet ? "[]" : R"([[1, "train/loss", 0.5], [2, "train/loss", 0.25]])") + R"(,
+                "events": [], "next_from_step": 2, "next_after_event": 0, "more": false,
+                "counts": {"scalars": 2, "events": 0}})");
+        });
+        const int port = fake.bind_to_any_port("127.0.0.1");
+        std::thread serving([&] { fake.listen_after_bind(); });
+        const auto joined = qScopeGuard([&] { // also when a check fails and returns
+            fake.stop();
+            serving.join();
+        });
+        {
+            MainWindow window(path("local-absent-refused.sqlite"));
+            window.remoteConnector()->setReplicaDir(path("replicas-refused"));
+            QVERIFY(window.connectRemote(QUrl(QString("http://127.0.0.1:%1").arg(port)), QString::fromStdString(kToken)));
+            QTRY_COMPARE_WITH_TIMEOUT(window.monitorFeed()->followedRun(), int64_t(1), 30000);
+            QTRY_COMPARE_WITH_TIMEOUT(window.statusWidget()->step(), qint64(1), 30000);
+            QVERIFY(window.monitorFeed()->follower()->isLive());
+            quiet = true;
+            QTest::qWait(2 * 1000); // past the connector's one-second tick after the last rows
+            refusing = true;
+            QTRY_VERIFY_WITH_TIMEOUT(window.remoteConnector()->mirror()->state() == RemoteMirror::State::Refused, 30000);
+            QTRY_VERIFY_WITH_TIMEOUT(!window.monitorFeed()->follower()->isLive(), 10000);
+            QCOMPARE(window.statusWidget()->etaText(), QString("interrupted"));
+            // Disconnected: the readout no longer shows the remote run.
+            window.disconnectRemote();
+            QCOMPARE(window.statusWidget()->step(), qint64(0));
+            QCOMPARE(window.statusWidget()->etaText(), QString("ETA –"));
+        }
+    }
+
     // Two windows on one server: each keeps a replica of its own (one replica written by two
     // mirrors would have both claim its live runs, and the second would be refused); the first
     // replica is taken again once its window disconnects.
@@ -1825,6 +1926,20 @@ private slots:
         r = client.Post("/v1/runs/1/control", auth(token), R"({"command": "pause", "scaling": "nvfp4"})",
                         "application/json");
         QCOMPARE(r->status, 400);
+        // A pause of a paused run, or a resume of a running one, changes nothing: refused, and
+        // not recorded as steering (both were accepted and recorded, a read-only audit found).
+        const auto control = [&](const char* command) {
+            return client.Post("/v1/runs/1/control", auth(token), std::string(R"({"command": ")") + command + "\"}",
+                               "application/json");
+        };
+        r = control("resume");
+        QCOMPARE(r->status, 409);
+        QCOMPARE(json_of(r->body)["error"].toString(), QString("run 1 is not paused: nothing to resume"));
+        QCOMPARE(control("pause")->status, 200);
+        r = control("pause");
+        QCOMPARE(r->status, 409);
+        QCOMPARE(json_of(r->body)["error"].toString(), QString("run 1 is paused already: nothing to pause"));
+        QCOMPARE(control("resume")->status, 200);
         r = client.Post("/v1/runs/1/control", auth(token),
                         R"({"command": "layer_formats", "pattern": "lm_head", "forward": "bf16"})", "application/json");
         QCOMPARE(r->status, 200);
@@ -1869,7 +1984,8 @@ private slots:
             ++precisionChanges;
             QVERIFY(e.event.new_scaling == (e.event.pattern == "lm_head" ? std::nullopt : std::optional(Fp8Scaling::NvFp4)));
         }
-        QCOMPARE(remote, QStringList({"layer_formats lm_head -> bf16/bf16/bf16 requested by remote 127.0.0.1",
+        QCOMPARE(remote, QStringList({"pause requested by remote 127.0.0.1", "resume requested by remote 127.0.0.1",
+                                      "layer_formats lm_head -> bf16/bf16/bf16 requested by remote 127.0.0.1",
                                       "layer_formats blocks.0.mlp.* -> e4m3/e4m3/e4m3 nvfp4 requested by remote 127.0.0.1",
                                       "stop requested by remote 127.0.0.1"}));
         QCOMPARE(precisionChanges, 2); // applied by the trainer at a step boundary
@@ -1921,8 +2037,11 @@ private slots:
         listening.join();
         const QString err = QString::fromUtf8(p.readAllStandardError());
         QCOMPARE(p.exitCode(), 2);
-        QVERIFY2(err.contains(QString("cannot listen on 127.0.0.1:%1 (in use").arg(port)), qPrintable(err));
-        QCOMPARE(RunStore::open_read_only(db.toStdString())->list_runs().size(), size_t(0));
+        QVERIFY2(err.contains(QString("cannot listen on 127.0.0.1:%1 (in use: another server on it?)").arg(port)),
+                 qPrintable(err));
+        // Refused before the store and the token file are made: neither was left behind.
+        QVERIFY(!QFile::exists(db));
+        QVERIFY(!QFile::exists(db + ".token"));
     }
 
     // The last step trained, the final evaluation running: no boundary is left to apply a

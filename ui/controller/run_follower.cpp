@@ -115,6 +115,13 @@ void RunFollower::pollSoon()
     if (runId_ > 0 && live_) timer_->start(0);
 }
 
+void RunFollower::reopenSoon()
+{
+    if (!isLive()) return;
+    store_.reset();
+    timer_->start(0);
+}
+
 void RunFollower::setIntervalMs(int ms) { intervalMs_ = std::max(10, ms); }
 
 bool RunFollower::isLive() const { return runId_ > 0 && live_; }

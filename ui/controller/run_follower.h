@@ -94,6 +94,9 @@ public:
     void setCompleteness(Completeness complete) { complete_ = std::move(complete); }
     // Polls at once rather than at the next tick (a mirror just wrote rows).
     void pollSoon();
+    // Another connection to the store saw the run end (its writer gone, a mirror refused): read
+    // it through a new connection now, not after kReopenAfterQuietMs of quiet.
+    void reopenSoon();
     // Scalar rows of run `runId` that the store will hold, from step `fromStep` on, as a page
     // of the store's own shape (page.cut: every step in it is whole; page.next: where the next
     // page starts, or the page's newest step when it may end in half a step). Ignored unless

@@ -73,7 +73,8 @@ ConnectDialog::ConnectDialog(QSettings& settings, QWidget* parent) : QDialog(par
 
 QUrl ConnectDialog::url() const { return QUrl(urlEdit_->text().trimmed()); }
 
-QString ConnectDialog::token() const { return tokenEdit_->text().trimmed(); }
+// The server prints and compares it in lower case; one typed or pasted in upper case is the same token.
+QString ConnectDialog::token() const { return tokenEdit_->text().trimmed().toLower(); }
 
 QByteArray ConnectDialog::certificateSha256() const
 {
@@ -119,6 +120,8 @@ void ConnectDialog::validate()
         error_ = tr("The server is an address like http://127.0.0.1:7878 (https with --tls-cert).");
     else if (!u.path().isEmpty() && u.path() != "/")
         error_ = tr("The server address has no path: just http(s)://HOST:PORT.");
+    else if (u.port() < 0) // no server listens on 80 or 443 by default: they would be another service's
+        error_ = tr("The server address needs the port the server printed: http(s)://HOST:PORT (7878 by default).");
     else if (!hex32.match(token()).hasMatch())
         error_ = tr("The token is the 32 hex digits the server printed when it started.");
     else if (!certificateEdit_->text().trimmed().isEmpty() && certificateSha256().isEmpty())

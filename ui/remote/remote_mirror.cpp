@@ -155,6 +155,9 @@ void RemoteMirror::halt(const QString& why)
     stop();
     caughtUp_ = false;
     setState(State::Refused, why);
+    // The window's connections to the replica reopen and read them so: one opened while the
+    // claims were held would go on reading them running, and the Monitor follow one live.
+    emit runsChanged();
 }
 
 QString RemoteMirror::stateText() const { return stateText_; }
@@ -185,6 +188,7 @@ bool RemoteMirror::caughtUp() const
 
 bool RemoteMirror::runComplete(qint64 runId) const
 {
+    if (state_ == State::Refused) return true; // no retry follows: the replica holds all it will
     const auto it = cursors_.find(runId);
     return it != cursors_.end() && it->second.complete;
 }
@@ -285,16 +289,31 @@ bool RemoteMirror::take(QNetworkReply* reply, QByteArray& body)
         retry_->start(1000);
         return false;
     }
-    retryLater(message.isEmpty() ? reply->errorString() : message);
+    retryLater(message.isEmpty() ? failureText(reply, status) : message);
     return false;
+}
+
+QString RemoteMirror::failureText(QNetworkReply* reply, int status)
+{
+    // Qt's own texts name the transfer, not the problem: "Operation canceled" for a server that
+    // never answers, "server replied: File not found" for another service on the port.
+    if (reply->error() == QNetworkReply::OperationCanceledError)
+        return tr("no answer within %1 s").arg(reply->request().transferTimeout() / 1000);
+    if (status != 0)
+        return tr("it answers HTTP %1 without a Mantissa run store server's error (another service on that port, or "
+                  "a proxy?)")
+            .arg(status);
+    return reply->errorString();
 }
 
 void RemoteMirror::retryLater(const QString& why)
 {
     caughtUp_ = false;
     backoffMs_ = backoffMs_ == 0 ? 250 : std::min(kMaxBackoffMs, backoffMs_ * 2);
+    // "Lost" only what was had: a first connection that fails was never made.
+    const QString what = everConnected_ ? tr("%1 lost: %2") : tr("cannot connect to %1: %2");
     setState(State::Reconnecting,
-             tr("%1 lost: %2; retrying in %3 s").arg(server_.authority(), why).arg(backoffMs_ / 1000.0, 0, 'f', 1));
+             tr("%1; retrying in %2 s").arg(what.arg(server_.authority(), why)).arg(backoffMs_ / 1000.0, 0, 'f', 1));
     retry_->start(backoffMs_);
 }
 
@@ -318,9 +337,11 @@ void RemoteMirror::sendCommand(qint64 runId, const QString& command, const QVari
         const int status = reply->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt();
         const QString error = QJsonDocument::fromJson(answer).object().value("error").toString();
         const bool accepted = reply->error() == QNetworkReply::NoError && status == 200;
-        emit commandAnswered(runId, command, accepted,
-                             accepted ? tr("%1 sent to run %2").arg(command).arg(runId)
-                                      : (error.isEmpty() ? reply->errorString() : error));
+        // Refused by the server, or never heard by it: a dead server refused nothing.
+        const QString why = !error.isEmpty() ? tr("The server refused: %1").arg(error)
+                            : status != 0 ? tr("%1 did not take the command: %2").arg(server_.authority(), failureText(reply, status))
+                                          : tr("Cannot reach %1: %2").arg(server_.authority(), failureText(reply, status));
+        emit commandAnswered(runId, command, accepted, accepted ? tr("%1 sent to run %2").arg(command).arg(runId) : why);
     });
 }
 

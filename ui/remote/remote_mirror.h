@@ -85,7 +85,8 @@ public:
     // The server offers encoding=columnar and the rows come in it (docs/REMOTE.md).
     bool usesColumnarPages() const { return columnar_; }
     // The replica holds every row of this run, which has ended on the server (its counts
-    // matched). False for a running run, and for an ended one still being copied.
+    // matched). False for a running run, and for an ended one still being copied. True for
+    // every run once the server has refused the mirror: nothing more will be copied.
     bool runComplete(qint64 runId) const;
     // Bytes of fetched pages (as sent) that may wait for the replica's writes before the next
     // page is asked for; one page always may. Memory stays bounded when the network is
@@ -149,6 +150,8 @@ private:
     void setState(State state, const QString& text);
     void halt(const QString& why); // Refused: stopped for good, the replica's claims released
     void retryLater(const QString& why);
+    // Why a request failed with no error of the server's own in its answer.
+    static QString failureText(QNetworkReply* reply, int status);
     QNetworkReply* get(const QString& pathAndQuery, int waitMs);
     // Accepts the TLS errors of a pinned certificate; notes the fingerprint of one that is not.
     void checkCertificate(QNetworkReply* reply);

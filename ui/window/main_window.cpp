@@ -117,8 +117,9 @@ MainWindow::MainWindow(const QString& storePath, QWidget* parent)
         if (mirror) {
             connect(mirror, &RemoteMirror::commandAnswered, this,
                     [this](qint64, const QString&, bool accepted, const QString& message) {
-                        if (accepted) statusBar()->showMessage(message, 8000);
-                        else showError(tr("The server refused: %1").arg(message));
+                        if (!accepted) return showError(message);
+                        clearError(); // an earlier refusal's, which this command's acceptance outdates
+                        statusBar()->showMessage(message, 8000);
                     });
             connect(mirror, &RemoteMirror::replicaDiffers, this,
                     [this](qint64, const QString& message) { showError(message); });

@@ -82,8 +82,12 @@ void MonitorFeed::setRemote(RemoteMirror* mirror)
     } else {
         follower_->setCompleteness({});
     }
-    // The replica (or the local store) the follower read is no longer what the pages show.
-    if (!localTraining_) follower_->stop();
+    // The replica (or the local store) the follower read is no longer what the pages show,
+    // nor is the readout of its run.
+    if (!localTraining_) {
+        follower_->stop();
+        if (status_) status_->reset(0);
+    }
     followNewest();
 }
 
@@ -115,6 +119,9 @@ void MonitorFeed::followNewest()
     // One read to its end that runs again (resumed on the server) is followed again: it stayed
     // "done" while it trained.
     const bool runsAgain = sameRun && !follower_->isLive() && newestRunning == target;
+    // Followed live, ended for this connection (the mirror refused, the server's claims released):
+    // the follower's own connection, opened while they were held, would read it running for 30 s more.
+    if (sameRun && follower_->isLive() && newestRunning != target) follower_->reopenSoon();
     if (follower_->isFollowing() && follower_->storePath() == store_->path() &&
         ((sameRun && !runsAgain) || (follower_->isLive() && newestRunning < 0)))
         return;
