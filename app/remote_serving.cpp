@@ -108,7 +108,8 @@ public:
         // A pause of a paused run (or one asked to pause) changes nothing, and recorded it would
         // tell the run's history of steering that never happened.
         if ((c.command == "pause" || c.command == "resume") && pause_asked_.load() == (c.command == "pause"))
-            return api_error(409, "run " + std::to_string(run_id) + (c.command == "pause" ? " is paused already" : " is not paused") +
+            return api_error(409, "run " + std::to_string(run_id) +
+                                      (c.command == "pause" ? " is paused already" : " is not paused") +
                                       ": nothing to " + c.command);
         try {
             if (c.command == "pause") pause_asked_ = queued = session_.request_pause();

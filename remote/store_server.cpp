@@ -160,9 +160,9 @@ StoreServer::StoreServer(ServerOptions options) : impl_(std::make_unique<Impl>(s
         const std::string auth = req.get_header_value("Authorization");
         static const std::string bearer = "bearer ";
         // The scheme's name is case-insensitive (RFC 7235): curl users write "bearer" too.
-        const bool has_bearer = auth.size() >= bearer.size() &&
-                                std::equal(bearer.begin(), bearer.end(), auth.begin(),
-                                           [](char b, char a) { return b == std::tolower(static_cast<unsigned char>(a)); });
+        const auto same = [](char b, char a) { return b == std::tolower(static_cast<unsigned char>(a)); };
+        const bool has_bearer =
+            auth.size() >= bearer.size() && std::equal(bearer.begin(), bearer.end(), auth.begin(), same);
         const bool authorized = has_bearer && tokens_equal(std::string_view(auth).substr(bearer.size()), d.options.token);
         if (!d.limiter.allow((authorized ? "token " : "no token ") + req.remote_addr)) {
             answer(res, api_error(429, "too many requests from " + req.remote_addr + "; slow down"));

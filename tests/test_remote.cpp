@@ -1802,7 +1802,8 @@ private slots:
     // the Monitor live 35 s after the refusal.
     void aRefusedMirrorEndsTheWindowsLiveRun()
     {
-        std::string runs = std::string(fake_runs_json()).replace(fake_runs_json().find("\"finished\""), 10, "\"running\"");
+        std::string runs = fake_runs_json();
+        runs.replace(runs.find("\"finished\""), 10, "\"running\"");
         const std::string offer = R"("row_encodings": ["json", "columnar"], )";
         runs.erase(runs.find(offer), offer.size());
         std::atomic<bool> refusing{false}, quiet{false};
@@ -1831,14 +1832,16 @@ private slots:
         {
             MainWindow window(path("local-absent-refused.sqlite"));
             window.remoteConnector()->setReplicaDir(path("replicas-refused"));
-            QVERIFY(window.connectRemote(QUrl(QString("http://127.0.0.1:%1").arg(port)), QString::fromStdString(kToken)));
+            const QUrl url(QString("http://127.0.0.1:%1").arg(port));
+            QVERIFY(window.connectRemote(url, QString::fromStdString(kToken)));
             QTRY_COMPARE_WITH_TIMEOUT(window.monitorFeed()->followedRun(), int64_t(1), 30000);
             QTRY_COMPARE_WITH_TIMEOUT(window.statusWidget()->step(), qint64(1), 30000);
             QVERIFY(window.monitorFeed()->follower()->isLive());
             quiet = true;
             QTest::qWait(2 * 1000); // past the connector's one-second tick after the last rows
             refusing = true;
-            QTRY_VERIFY_WITH_TIMEOUT(window.remoteConnector()->mirror()->state() == RemoteMirror::State::Refused, 30000);
+            RemoteMirror* mirror = window.remoteConnector()->mirror();
+            QTRY_VERIFY_WITH_TIMEOUT(mirror->state() == RemoteMirror::State::Refused, 30000);
             QTRY_VERIFY_WITH_TIMEOUT(!window.monitorFeed()->follower()->isLive(), 10000);
             QCOMPARE(window.statusWidget()->etaText(), QString("interrupted"));
             // Disconnected: the readout no longer shows the remote run.

@@ -338,10 +338,12 @@ void RemoteMirror::sendCommand(qint64 runId, const QString& command, const QVari
         const QString error = QJsonDocument::fromJson(answer).object().value("error").toString();
         const bool accepted = reply->error() == QNetworkReply::NoError && status == 200;
         // Refused by the server, or never heard by it: a dead server refused nothing.
+        const QString failure = failureText(reply, status);
         const QString why = !error.isEmpty() ? tr("The server refused: %1").arg(error)
-                            : status != 0 ? tr("%1 did not take the command: %2").arg(server_.authority(), failureText(reply, status))
-                                          : tr("Cannot reach %1: %2").arg(server_.authority(), failureText(reply, status));
-        emit commandAnswered(runId, command, accepted, accepted ? tr("%1 sent to run %2").arg(command).arg(runId) : why);
+                            : status != 0    ? tr("%1 did not take the command: %2").arg(server_.authority(), failure)
+                                             : tr("Cannot reach %1: %2").arg(server_.authority(), failure);
+        const QString sent = tr("%1 sent to run %2").arg(command).arg(runId);
+        emit commandAnswered(runId, command, accepted, accepted ? sent : why);
     });
 }
 
