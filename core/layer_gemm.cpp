@@ -3,6 +3,8 @@
 
 #include <cstdio>
 
+#include <c10/util/ScopeExit.h>
+
 #include "blockwise_fp8.h"
 #include "checkpoint_file.h"
 #include "first_line.h"
@@ -186,6 +188,11 @@ struct MatmulFunction : public torch::autograd::Function<MatmulFunction> {
             record_operand(*layer, "grad_scores", dy, f.dgrad, s_dy, dy_a);
         const auto b_a = layer->round_operand(saved[1], saved_operand_format(f.dgrad), OperandRole::Weight, -1);
         const auto da = layer->gemm(dy_a, b_a.transpose(-1, -2), f.dgrad);
+        // Both products' wgrad casts are this layer's: each named by its own tensors, or the
+        // scores product's Hadamard rows would replace the values product's in the store.
+        const bool values_product = ctx->saved_data["values_product"].toBool();
+        layer->name_wgrad_records(values_product ? "probs" : "query", values_product ? "grad_output" : "grad_scores");
+        const auto unnamed = c10::make_scope_exit([layer] { layer->name_wgrad_records(nullptr, nullptr); });
         const auto dy_b = layer->round_operand(dy, f.wgrad, OperandRole::GradOutput, -2);
         const auto a_b = layer->round_operand(saved[0], saved_operand_format(f.wgrad), OperandRole::Input, -2);
         const auto db = layer->gemm(a_b.transpose(-1, -2), dy_b, f.wgrad);
@@ -456,7 +463,10 @@ std::optional<OperandRole> operand_role(const std::string& role)
 
 void LayerGemm::observe_block_cast(OperandRole role, const torch::Tensor& x, int64_t k_dim, BlockCastRecord block)
 {
-    const std::string name = role_name(role);
+    const char* renamed = role == OperandRole::Input        ? wgrad_input_name_
+                          : role == OperandRole::GradOutput ? wgrad_grad_output_name_
+                                                            : nullptr;
+    const std::string name = renamed ? renamed : role_name(role);
     if (block.transformed.defined()) {
         record((name + "_wgrad").c_str(), block.transformed, block.element_format, 0.0f, block.transformed_cast);
         record((name + "_wgrad_no_rht").c_str(), block.plain, block.element_format, 0.0f, block.plain_cast);

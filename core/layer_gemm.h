@@ -153,6 +153,15 @@ public:
     // FP32 values and scale 0 records them; on a GPU the kernel reads the codes.
     void record_block_codes(const char* role, const torch::Tensor& x, NumberFormat format, const torch::Tensor& codes,
                             const torch::Tensor& inv_scale);
+    // The names an nvfp4 wgrad operand's Hadamard rows take ("<name>_wgrad", "<name>_wgrad_no_rht")
+    // instead of its role's, while set (nullptr: the role's). Attention's two products are one
+    // layer's: named by their own tensors (query and grad_scores, probs and grad_output), the
+    // scores product's rows no longer replace the values product's in the store.
+    void name_wgrad_records(const char* input, const char* grad_output)
+    {
+        wgrad_input_name_ = input;
+        wgrad_grad_output_name_ = grad_output;
+    }
     std::vector<PendingTensorStats> take_pending();
     // Computes the statistics these layers deferred to the end of the backward (the weights'
     // gradients), in one pass on the CPU. Called once the first micro-batch's backward is done
@@ -298,6 +307,8 @@ private:
     bool scales_on_device(const torch::Tensor& x) const { return scales_on_device(x.device()); }
 
     std::string name_;
+    const char* wgrad_input_name_ = nullptr;
+    const char* wgrad_grad_output_name_ = nullptr;
     GemmFormats formats_;
     Fp8Recipe recipe_;
     GemmBackend backend_;

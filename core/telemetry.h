@@ -63,7 +63,8 @@ inline const std::vector<std::string>& tensor_roles()
         "weight",       "input",       "output",           "grad_output",        "weight_grad",
         "weight_scale", "input_scale", "grad_output_scale", "input_wgrad",       "input_wgrad_no_rht",
         "grad_output_wgrad", "grad_output_wgrad_no_rht", "probs", "grad_scores", "probs_scale",
-        "grad_scores_scale"};
+        "grad_scores_scale", "query_wgrad", "query_wgrad_no_rht", "grad_scores_wgrad", "grad_scores_wgrad_no_rht",
+        "probs_wgrad", "probs_wgrad_no_rht"};
     return names;
 }
 

@@ -53,6 +53,22 @@ int exponent_of(float v)
     return (31 - std::countl_zero(mantissa)) - 149;
 }
 
+// The cast's MSE and SNR from the compared values' sums. `lost`: a finite value's cast became
+// Inf or NaN (a per-tensor or 16-bit cast past its max, unsaturated). Its error is no finite
+// number and is in no sum: an SNR of the rest called a tensor that overflowed whole exact
+// (+inf), and one that overflowed more the better. MSE +inf and SNR -inf say what it lost.
+void set_cast_error(TensorStats& s, double err_energy, double signal, double compared, bool lost)
+{
+    constexpr double inf = std::numeric_limits<double>::infinity();
+    if (lost) {
+        s.quant_mse = inf;
+        s.quant_snr_db = -inf;
+        return;
+    }
+    s.quant_mse = compared > 0 ? err_energy / compared : 0.0;
+    s.quant_snr_db = err_energy > 0 ? 10.0 * std::log10(signal / err_energy) : inf;
+}
+
 } // namespace
 
 // The overflow threshold is half a step past max, max's step being 2^(floor(log2 max) -
@@ -134,10 +150,9 @@ TensorStats compute_tensor_stats_reference(const torch::Tensor& x_in, NumberForm
     const double n = static_cast<double>(s.count);
     s.underflow = static_cast<double>(total.underflow) / n;
     s.subnormal = scaled_domain ? static_cast<double>(total.subnormal) / n : -1.0;
-    s.overflow = static_cast<double>(total.overflow) / n;
-    s.quant_mse = total.compared ? total.err_energy / static_cast<double>(total.compared) : 0.0;
-    s.quant_snr_db = total.err_energy > 0 ? 10.0 * std::log10(total.signal / total.err_energy)
-                                          : std::numeric_limits<double>::infinity();
+    s.overflow = scaled_domain ? static_cast<double>(total.overflow) / n : -1.0;
+    const auto lost = scaled_domain ? s.count - total.infs - total.nans - total.compared : 0;
+    set_cast_error(s, total.err_energy, total.signal, static_cast<double>(total.compared), lost > 0);
     return s;
 }
 
@@ -838,12 +853,12 @@ TensorStats tensor_stats_from_row(const double* r, NumberFormat format, float sc
         return s;
     }
     const double n = static_cast<double>(count);
-    const double err = r[row::kErrorEnergy], compared_count = r[row::kCompared];
+    const double compared_count = r[row::kCompared];
     s.underflow = r[row::kUnderflow] / n;
     s.subnormal = scale > 0.0f ? r[row::kSubnormal] / n : -1.0;
-    s.overflow = r[row::kOverflow] / n;
-    s.quant_mse = compared_count > 0 ? err / compared_count : 0.0;
-    s.quant_snr_db = err > 0 ? 10.0 * std::log10(r[row::kSignalEnergy] / err) : std::numeric_limits<double>::infinity();
+    s.overflow = scale > 0.0f ? r[row::kOverflow] / n : -1.0;
+    const bool lost = scale > 0.0f && n - r[row::kNonFinite] - compared_count > 0;
+    set_cast_error(s, r[row::kErrorEnergy], r[row::kSignalEnergy], compared_count, lost);
     return s;
 }
 

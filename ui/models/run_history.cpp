@@ -153,10 +153,13 @@ void RunHistory::appendFrame(const LayerStatsFrame& frame)
         const size_t base = (size_t(layer) * nRoles + size_t(role)) * kStatsPerTensor;
         if (summary.tensorStats.size() < base + kStatsPerTensor) summary.tensorStats.resize(base + kStatsPerTensor, kNaN);
         summary.tensorStats[base + 0] = static_cast<float>(100.0 * t.underflow);
-        summary.tensorStats[base + 1] = static_cast<float>(100.0 * t.overflow);
+        // -1: not measured (per-row and block scales), no value rather than -100%.
+        summary.tensorStats[base + 1] = t.overflow >= 0 ? static_cast<float>(100.0 * t.overflow) : kNaN;
         summary.tensorStats[base + 2] = static_cast<float>(t.amax);
-        // An exact cast (or none: FP32) has no error to colour: NaN reads as "no value".
-        summary.tensorStats[base + 3] = std::isfinite(t.quant_snr_db) ? static_cast<float>(t.quant_snr_db) : kNaN;
+        // An exact cast (or none: FP32) has no error to colour: NaN reads as "no value". -inf (values
+        // lost to Inf) is the worst colour.
+        summary.tensorStats[base + 3] =
+            t.quant_snr_db < std::numeric_limits<double>::infinity() ? static_cast<float>(t.quant_snr_db) : kNaN;
 
         const size_t slot = size_t(layer) * nRoles + size_t(role);
         if (hist.byIndex.size() <= slot) hist.byIndex.resize(slot + 1);

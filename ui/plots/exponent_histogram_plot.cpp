@@ -307,7 +307,7 @@ bool ExponentHistogramPlot::rebuild()
     subtitle_->setText(QStringLiteral("measured by the cast: underflow %1 · subnormal %2 · overflow %3")
                            .arg(percent(h->underflow),
                                 h->subnormal < 0 ? QStringLiteral("n/a") : percent(h->subnormal),
-                                percent(h->overflow)));
+                                h->overflow < 0 ? QStringLiteral("n/a") : percent(h->overflow)));
     const double zeros = h->count > 0 ? double(h->zeros) / double(h->count) : 0.0;
     specials_->setText(QStringLiteral("zeros %1 · inf %2 · NaN %3").arg(percent(zeros)).arg(h->infs).arg(h->nans));
     specials_->setColor(h->infs > 0 || h->nans > 0 ? QColor(180, 20, 20) : QColor(50, 50, 50));
