@@ -117,19 +117,37 @@ std::string export_target_problem(RunStore& store, int64_t run_id, const std::st
 {
     namespace fs = std::filesystem;
     std::error_code ec;
+    // No run's checkpoints, and no new file among them: any run's, not only the exported
+    // one's (another run's checkpoint was replaced by a CSV), by where this store keeps them
+    // now (a store copied elsewhere with its folder: the records hold the old absolute paths).
+    const auto in_folder = [&](const std::string& dir) {
+        std::error_code e;
+        const auto folder = fs::weakly_canonical(dir, e);
+        return !e && fs::weakly_canonical(out, e).parent_path() == folder && !e;
+    };
+    const auto whose = [&](int64_t id) {
+        return std::to_string(id) + (id == run_id ? "" : " (not the one exported)");
+    };
+    const auto runs = store.list_runs();
     const auto status = fs::symlink_status(out, ec);
-    if (ec || status.type() == fs::file_type::not_found) return {};
-    if (status.type() != fs::file_type::regular) {
-        const char* what = status.type() == fs::file_type::directory ? "a folder"
-                           : status.type() == fs::file_type::symlink ? "a symbolic link"
-                                                                      : "not a regular file (a device, FIFO or socket)";
-        return "--out '" + out + "' is " + what + ", which the export would replace; give the path of a file";
+    if (!ec && status.type() != fs::file_type::not_found) {
+        if (status.type() != fs::file_type::regular) {
+            const char* what = status.type() == fs::file_type::directory ? "a folder"
+                               : status.type() == fs::file_type::symlink
+                                   ? "a symbolic link"
+                                   : "not a regular file (a device, FIFO or socket)";
+            return "--out '" + out + "' is " + what + ", which the export would replace; give the path of a file";
+        }
+        const auto same = [&](const std::string& path) { return fs::equivalent(out, path, ec) && !ec; };
+        for (const char* suffix : {"", "-wal", "-shm", "-journal"})
+            if (same(store.path() + suffix)) return "--out '" + out + "' is the run store's own file";
+        for (const auto& run : runs)
+            for (const auto& row : store.checkpoints(run.id))
+                if (same(row.path)) return "--out '" + out + "' is a checkpoint of run " + whose(run.id);
     }
-    const auto same = [&](const std::string& path) { return fs::equivalent(out, path, ec) && !ec; };
-    for (const char* suffix : {"", "-wal", "-shm", "-journal"})
-        if (same(store.path() + suffix)) return "--out '" + out + "' is the run store's own file";
-    for (const auto& row : store.checkpoints(run_id))
-        if (same(row.path)) return "--out '" + out + "' is a checkpoint of run " + std::to_string(run_id);
+    for (const auto& run : runs)
+        if (in_folder(store.checkpoint_dir(run.id)) || in_folder(store.legacy_checkpoint_dir(run.id)))
+            return "--out '" + out + "' is in the checkpoint folder of run " + whose(run.id);
     return {};
 }
 

@@ -12,6 +12,7 @@
 #include "run_session.h"
 #include "run_store.h"
 #include "sweep.h"
+#include "watchers.h"
 
 namespace mantissa {
 
@@ -76,6 +77,14 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
         // The device is known now, unlike a value's data (loaded when its run starts): a CUDA
         // value on a machine without one is refused before the first run trains.
         const std::string no_cuda = "training.device: 'cuda' was asked for, but this LibTorch has no CUDA device";
+        // A watcher's pause would hold the sweep at that run with nobody to resume it, and
+        // Ctrl-C, the only way on, skips the values after it.
+        for (const auto& p : plans)
+            for (const auto& [watcher, action] : p.config.telemetry.watchers.actions)
+                if (action == WatchAction::Pause)
+                    throw ConfigError("telemetry.watchers.actions." + watcher +
+                                      ": 'pause' would hold a headless sweep at the run it fires in, with nothing to "
+                                      "resume it; take 'bf16' or 'none' for a sweep");
         for (const auto& p : plans)
             if (p.config.training.device == "cuda" && !current_gpu().present)
                 // Blame --vary only where it set the device; otherwise the project or a --set did.
@@ -94,17 +103,28 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
     }
     const std::string tag = "sweep:" + sweep_name;
     // The first run's data is loaded before the store is opened: a sweep whose data is missing
-    // or unreadable is refused (exit 2) before it creates a store or records a failed run.
+    // or unreadable for every value is refused (exit 2) before it creates a store or records a
+    // failed run. A value whose data is refused is "rejected" and the next is tried: the
+    // outcome does not hang on which value was listed first.
+    std::vector<std::string> notes(plans.size());
+    bool any_rejected = false;
     std::unique_ptr<RunSession> first;
-    try {
-        first = std::make_unique<RunSession>(plans.front().config);
-    } catch (const ConfigError& e) {
-        std::fprintf(stderr, "error: %s: %s\n", plans.front().name.c_str(), e.what());
-        return 2;
-    } catch (const std::exception& e) { // LibTorch building the model (memory): no abort
-        std::fprintf(stderr, "error: %s: building the model failed: %s\n", plans.front().name.c_str(), e.what());
-        return 1;
+    size_t first_index = 0;
+    for (; !first && first_index < plans.size(); ++first_index) {
+        try {
+            first = std::make_unique<RunSession>(plans[first_index].config);
+            break;
+        } catch (const ConfigError& e) {
+            std::fprintf(stderr, "error: %s: %s\n", plans[first_index].name.c_str(), e.what());
+            notes[first_index] = "rejected";
+            any_rejected = true;
+        } catch (const std::exception& e) { // LibTorch building the model (memory): no abort
+            std::fprintf(stderr, "error: %s: building the model failed: %s\n", plans[first_index].name.c_str(),
+                         e.what());
+            return 1;
+        }
     }
+    if (!first) return 2;
     std::unique_ptr<RunStore> store;
     try {
         store = std::make_unique<RunStore>(db_path);
@@ -115,11 +135,12 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
     std::printf("sweep '%s': %zu runs of %s varying %s, tagged %s\n", sweep_name.c_str(), plans.size(),
                 project_path.c_str(), spec.key.c_str(), tag.c_str());
 
-    std::vector<std::string> values, notes(plans.size());
+    std::vector<std::string> values;
     std::vector<int64_t> run_ids(plans.size(), 0);
-    bool any_failed = false, any_rejected = false, store_failed = false;
+    bool any_failed = false, store_failed = false;
     for (size_t i = 0; i < plans.size(); ++i) {
         values.push_back(plans[i].value);
+        if (i < first_index) continue; // its data refused above
         if (g_stop_requested || store_failed) {
             notes[i] = "skipped";
             continue;

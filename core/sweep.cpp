@@ -113,8 +113,16 @@ std::vector<SweepRunPlan> plan_each(const SweepSpec& spec, const std::vector<Ove
         try {
             plan.config = load(plan.overrides);
         } catch (const ConfigError& e) {
-            // The varied value itself at fault: named once, as --vary's.
             std::string why = e.what();
+            // Not the value's fault where the project and the --set options fail the same without
+            // it (a missing project file, a --set n_head that n_embd does not divide): named as
+            // themselves, not as "--vary KEY=VALUE is rejected".
+            try {
+                (void)load(common_overrides);
+            } catch (const ConfigError& base) {
+                if (why == base.what()) throw;
+            }
+            // The varied value itself at fault: named once, as --vary's.
             if (const std::string as_set = "--set " + spec.key + "=" + value + ": "; why.starts_with(as_set))
                 why.erase(0, as_set.size());
             throw ConfigError("--vary " + spec.key + "=" + value + " is rejected: " + why);

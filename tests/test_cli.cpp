@@ -391,6 +391,21 @@ private slots:
             QCOMPARE(r.exit_code, 2);
             QCOMPARE(r.err, message);
         }
+        // Another run's checkpoint, and a new file among a run's checkpoints: "first"'s export
+        // replaced "long"'s checkpoint with a CSV, which no resume could then load.
+        const QString longRun = QString::number(run->id);
+        const QString newcomer = dir_.filePath("runs.sqlite.checkpoints/run-%1/notes.csv").arg(run->id);
+        const QList<std::pair<QString, QString>> others = {
+            {checkpoint,
+             "error: --out '" + checkpoint + "' is a checkpoint of run " + longRun + " (not the one exported)\n"},
+            {newcomer, "error: --out '" + newcomer + "' is in the checkpoint folder of run " + longRun +
+                           " (not the one exported)\n"}};
+        for (const auto& [out, message] : others) {
+            const auto r = run_cli({"export", "first", "--db", db_, "--out", out});
+            QCOMPARE(r.exit_code, 2);
+            QCOMPARE(r.err, message);
+        }
+        QVERIFY(!QFile::exists(newcomer));
         QVERIFY(QFileInfo(fifo).isFile() == false && QFileInfo(link).isSymLink());
         QFile kept(db_);
         QVERIFY(kept.open(QIODevice::ReadOnly));
@@ -733,6 +748,21 @@ private slots:
             QVERIFY2(!set.err.contains("--vary"), qPrintable(set.err));
             QVERIFY(!QFile::exists(db));
         }
+        // The project itself at fault, not the varied value: named as itself.
+        const QString noProject = dir_.filePath("no-such-project.json");
+        const auto absent = run_cli({"sweep", noProject, "--vary", "precision.preset=fp32,bf16", "--db", db});
+        QCOMPARE(absent.exit_code, 2);
+        QVERIFY2(absent.err.startsWith("error: project file '" + noProject + "' cannot be opened"),
+                 qPrintable(absent.err));
+        QVERIFY(!QFile::exists(db));
+        // A watcher's pause would hold a headless sweep with nothing to resume it (it hung).
+        const auto paused = run_cli({"sweep", project_, "--vary", "training.seed=1,2", "--set",
+                                     "telemetry.watchers.actions.nonfinite=pause", "--db", db});
+        QCOMPARE(paused.exit_code, 2);
+        QVERIFY2(paused.err.startsWith("error: telemetry.watchers.actions.nonfinite: 'pause' would hold a headless "
+                                       "sweep"),
+                 qPrintable(paused.err));
+        QVERIFY(!QFile::exists(db));
         const auto syntax = run_cli({"sweep", project_, "--vary", "precision.preset", "--db", db});
         QCOMPARE(syntax.exit_code, 2);
         QVERIFY2(syntax.err.contains("--vary 'precision.preset': expected dotted.key=value1,value2,..."),
@@ -818,6 +848,18 @@ private slots:
         RunStore store(db.toStdString(), OpenMode::ReadOnly);
         QCOMPARE(store.list_runs().size(), size_t(1));
         QCOMPARE(store.list_runs().front().status, RunStatus::Finished);
+        // The refused value listed first: the same outcome (the whole sweep was refused, and
+        // the good value never trained).
+        const QString reversed = dir_.filePath("sweep-rejected-first.sqlite");
+        const auto first = run_cli({"sweep", project_, "--vary", "data.path=" + missing + "," + text, "--set",
+                                    "data.kind=text", "--set", "training.steps=2", "--db", reversed});
+        QCOMPARE(first.exit_code, 2);
+        const auto rows = sweep_table(first.out);
+        QCOMPARE(rows.size(), 2);
+        QVERIFY2(rows[0].contains("rejected") && !rows[1].contains("rejected"), qPrintable(first.out));
+        RunStore kept(reversed.toStdString(), OpenMode::ReadOnly);
+        QCOMPARE(kept.list_runs().size(), size_t(1));
+        QCOMPARE(kept.list_runs().front().status, RunStatus::Finished);
     }
 
     // A checkpoint folder that cannot be made (a file on its path) is refused before the run
