@@ -72,11 +72,19 @@ int main(int argc, char* argv[])
 {
     prepare_cublas_for_determinism(); // before any thread starts (determinism.h)
     // Before QApplication: --version must work without a display.
-    for (int i = 1; i < argc; ++i)
+    for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--version") == 0) {
             std::printf("%s\n", version_text("mantissa", qVersion()).c_str());
             return 0;
         }
+        // --help too: the parser that prints it needs the application, which aborts with no
+        // display unless a platform that needs none is named.
+        const bool help = std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0 ||
+                          std::strcmp(argv[i], "--help-all") == 0;
+        if (help && !qEnvironmentVariableIsSet("QT_QPA_PLATFORM") && !qEnvironmentVariableIsSet("DISPLAY") &&
+            !qEnvironmentVariableIsSet("WAYLAND_DISPLAY"))
+            qputenv("QT_QPA_PLATFORM", "offscreen");
+    }
     QApplication app(argc, argv);
     QApplication::setApplicationName(QStringLiteral("Mantissa"));
     QApplication::setApplicationVersion(QString::fromStdString(version_lines(qVersion()).front().second));

@@ -1148,6 +1148,22 @@ void TestGui::statusWidgetEstimatesTimeLeft()
     live.update(batch);
     QTRY_COMPARE(label(QStringLiteral("loss ")), QStringLiteral("loss NaN"));
     QCOMPARE(label(QStringLiteral("val ")), QStringLiteral("val inf"));
+
+    // Speed over a batch with a slow telemetry step: the tokens over the time, as ms/step is.
+    // 1,024-token steps of 10, 10 and 1,000 ms: 3,072 tokens in 1.02 s, 3,012 tok/s (the mean
+    // of each step's tokens/s said 68,608, against 340 ms/step).
+    TelemetryBatch speeds;
+    for (const double ms : {10.0, 10.0, 1000.0}) {
+        StepMetrics m;
+        m.step = 4;
+        m.step_time_ms = ms;
+        m.tokens_per_s = 1024.0 / (ms / 1000.0);
+        speeds.steps.push_back(m);
+    }
+    live.update(speeds);
+    QVERIFY2(std::abs(live.tokensPerS() - 3072.0 / 1.02) < 1e-6, qPrintable(QString::number(live.tokensPerS())));
+    const QString speed = QLocale().toString(3012) + QStringLiteral(" tok/s");
+    QTRY_COMPARE(label(speed), speed + QStringLiteral(" · 340.0 ms/step"));
 }
 
 QTEST_MAIN(TestGui)

@@ -128,6 +128,10 @@ private slots:
         QVERIFY2(r.exit_code == 0, qPrintable(r.out));
         QCOMPARE(without_engine_lines(r.out),
                  expected_version_text(QStringLiteral("mantissa"), QString::fromLatin1(qVersion())));
+        // And its help (it aborted: "could not connect to display").
+        const Result help = run(root_ + QStringLiteral("/bin/mantissa"), {"--help"}, env);
+        QVERIFY2(help.exit_code == 0, qPrintable(help.out));
+        QVERIFY2(help.out.contains(QStringLiteral("--screenshot-dir <dir>")), qPrintable(help.out));
     }
 
 private:

@@ -865,6 +865,10 @@ private slots:
         QString error;
         QVERIFY2(window.document()->setValue("training.steps", 700, &error), qPrintable(error));
         QCOMPARE(progress->format(), QString("step 3 / 3"));
+        // Nor does File > Open Project (it read "step 0 / 1,500" beside the followed run's plots).
+        window.setProject(project, QStringLiteral("in-memory"));
+        QCOMPARE(progress->format(), QString("step 3 / 3"));
+        QCOMPARE(window.statusWidget()->etaText(), QString("done"));
     }
 
     void connectDialogRemembersTokensPerHost()

@@ -423,6 +423,19 @@ private slots:
         QCOMPARE(page.curvePlot()->marker(0).label, QStringLiteral("#2 diverges @ 6"));
         page.setXAxisMode(XAxisMode::Seconds); // the marker follows the x axis: 6 steps of 50 ms
         QVERIFY(std::abs(page.curvePlot()->marker(0).x - 0.3) < 1e-12);
+        // The BF16 run first (the Runs page's newest-first order): still measured against the
+        // FP32 run, the table's reference. The bold FP32 row read "diverges at 6".
+        QVERIFY(page.setRuns({2, 1}));
+        QCOMPARE(page.divergenceStep(2), std::optional<int64_t>(6));
+        QCOMPARE(page.divergenceStep(1), std::nullopt);
+        QCOMPARE(page.summaryModel()->index(0, ComparePage::SumRun).data().toString(), QStringLiteral("2"));
+        QCOMPARE(page.summaryModel()->index(0, ComparePage::SumDiverges).data().toString(), QStringLiteral("6"));
+        QCOMPARE(page.summaryModel()->index(1, ComparePage::SumDiverges).data().toString(),
+                 QStringLiteral("(reference)"));
+        QCOMPARE(page.curvePlot()->markerCount(), 1);
+        QCOMPARE(page.curvePlot()->marker(0).label, QStringLiteral("#2 diverges @ 6"));
+        page.setXAxisMode(XAxisMode::Step);
+        QVERIFY(page.setRuns({1, 2}));
 
         page.setTolerance(0.3, false); // 0.25 apart: within
         QCOMPARE(page.divergenceStep(2), std::nullopt);

@@ -289,11 +289,16 @@ QWidget* ComparePage::buildLayerTab()
     row->addWidget(layerRoleCombo_);
     row->addWidget(new QLabel(tr("First run minus"), tab));
     layerOtherCombo_ = new QComboBox(tab);
-    layerOtherCombo_->setMinimumContentsLength(44);
+    // Room for "#12 name [precision.preset=fp8-hybrid]"; longer names elide. At 44 characters, with
+    // the label beside it, the row held the window wider than the screen once this tab was shown.
+    layerOtherCombo_->setMinimumContentsLength(28);
     layerOtherCombo_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
     row->addWidget(layerOtherCombo_);
     layerLabel_ = new QLabel(tab);
     layerLabel_->setStyleSheet(QStringLiteral("color: #444;"));
+    // Takes the room left and no more (the whole text is its tooltip): a label's minimum is its
+    // text's width otherwise.
+    layerLabel_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
     row->addWidget(layerLabel_, 1);
     auto* exportButton = new QPushButton(tr("Export plot…"), tab);
     connect(exportButton, &QPushButton::clicked, this, [this] { askExportPlot(true); });
@@ -522,10 +527,16 @@ void ComparePage::computeDivergence()
 {
     divergence_.clear();
     if (runs_.size() < 2) return;
-    const Series& first = seriesOf(runs_[0], "train/loss");
-    for (size_t i = 1; i < runs_.size(); ++i)
-        divergence_[runs_[i].row.id] =
-            first_divergence_step(first, seriesOf(runs_[i], "train/loss"), tolerance_, relative_);
+    // Against the summary's reference (the FP32 run where one is shown): against the first run
+    // in the Runs page's order, the bold FP32 row read "diverges at 37" from a BF16 run.
+    std::vector<std::pair<std::string, RunSummaryRow>> input;
+    for (const RunData& r : runs_) input.emplace_back(r.row.recipe, r.row);
+    const size_t reference = summarize_sweep(input).reference;
+    const Series& base = seriesOf(runs_[reference], "train/loss");
+    for (size_t i = 0; i < runs_.size(); ++i)
+        if (i != reference)
+            divergence_[runs_[i].row.id] =
+                first_divergence_step(base, seriesOf(runs_[i], "train/loss"), tolerance_, relative_);
 }
 
 std::optional<int64_t> ComparePage::divergenceStep(int64_t runId) const
@@ -577,7 +588,7 @@ void ComparePage::rebuildCurves()
         curves.push_back(std::move(c));
     }
     std::vector<ComparePlot::Marker> markers;
-    for (size_t i = 1; i < runs_.size(); ++i) {
+    for (size_t i = 0; i < runs_.size(); ++i) { // the reference has none
         const auto step = divergenceStep(runs_[i].row.id);
         if (!step) continue;
         markers.push_back({xOfStep(runs_[i], *step), run_color(i),
@@ -607,17 +618,17 @@ void ComparePage::rebuildSummary()
         return;
     }
     const RunSummaryRow& ref = runs_[summary.reference].row;
-    referenceLabel_->setText(ref.is_fp32() ? tr("Relative to the FP32 run #%1 (bold). Divergence: train loss vs #%2.")
+    referenceLabel_->setText(ref.is_fp32() ? tr("Relative to the FP32 run #%1 (bold), train-loss divergence too.")
                                                  .arg(ref.id)
-                                                 .arg(runs_[0].row.id)
-                                           : tr("Relative to the first run #%1 (bold; no FP32 run shown). "
-                                                "Divergence: train loss vs #%1.")
+                                           : tr("Relative to the first run #%1 (bold; no FP32 run shown), train-loss "
+                                                "divergence too.")
                                                  .arg(ref.id));
     for (size_t i = 0; i < summary.rows.size(); ++i) {
         const SweepRow& s = summary.rows[i];
         const RunSummaryRow& r = s.run;
         const auto div = divergenceStep(r.id);
-        QString divText = i == 0 ? tr("(reference)") : div ? QString::number(*div) : tr("within tolerance");
+        QString divText = i == summary.reference ? tr("(reference)") : div ? QString::number(*div)
+                                                                             : tr("within tolerance");
         QList<QStandardItem*> row = {
             cell(QString::number(r.id), QVariant::fromValue<qint64>(r.id), true),
             cell(QString::fromStdString(r.name)),
@@ -759,6 +770,7 @@ void ComparePage::updateLayerDiff()
                              .arg(b.row.id)
                              .arg(grid.layers.size())
                              .arg(grid.steps.size()));
+    layerLabel_->setToolTip(layerLabel_->text());
     layerPlot_->setEmptyText(tr("The two runs share no step with per-layer statistics (telemetry.interval)"));
     layerPlot_->setGrid(std::move(grid), stat_label(layerStat_, layerRole_));
 }

@@ -315,7 +315,7 @@ bool MainWindow::openProject(const QString& path, const std::vector<Override>& o
         }
     }
     clearError();
-    statusWidget_->reset(document_->config().training.steps);
+    resetReadoutToProject();
     statusBar()->showMessage(tr("Loaded %1").arg(QDir::toNativeSeparators(path)), 5000);
     updateTitle();
     updateActions();
@@ -326,9 +326,17 @@ void MainWindow::setProject(const ProjectConfig& config, const QString& path)
 {
     document_->setConfig(config, path);
     clearError();
-    statusWidget_->reset(config.training.steps);
+    resetReadoutToProject();
     updateTitle();
     updateActions();
+}
+
+void MainWindow::resetReadoutToProject()
+{
+    // The readout is the project's only while the Monitor shows no run: it showed "step 0 / 1,500"
+    // of a project just opened beside the plots of the run followed, and nothing said which.
+    if (controller_->isRunning() || feed_->followedRun() >= 0) return;
+    statusWidget_->reset(document_->config().training.steps);
 }
 
 bool MainWindow::hasProject() const { return document_->hasProject(); }

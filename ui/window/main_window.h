@@ -143,6 +143,7 @@ private:
     void saveProjectAs();
     void showError(const QString& message);
     void clearError();
+    void resetReadoutToProject();
     void onStarted(qint64 runId);
     void onDrained(const TelemetryBatch& batch);
     void onFinished(RunStatus status);
