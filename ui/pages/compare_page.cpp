@@ -247,8 +247,8 @@ QWidget* ComparePage::buildControls()
     toleranceSpin_->setRange(0.0, 1e6);
     toleranceSpin_->setSingleStep(0.01);
     toleranceSpin_->setValue(tolerance_);
-    toleranceSpin_->setToolTip(tr("The first step where a run's train loss differs from the first run's by more "
-                                  "than this is marked"));
+    toleranceSpin_->setToolTip(tr("The first step where a run's train loss differs from the reference run's (bold "
+                                  "in the summary: the FP32 run where one is shown) by more than this is marked"));
     row->addWidget(toleranceSpin_);
     relativeBox_ = new QCheckBox(tr("Relative"), bar);
     relativeBox_->setToolTip(tr("Tolerance as a fraction of the larger loss instead of an absolute difference"));
