@@ -105,12 +105,14 @@ int main(int argc, char** argv)
     show_cmd->add_option("run", run, "Run id or name")->required();
     show_cmd->add_option("--db", db_path, "Run store (SQLite) path");
 
-    auto* export_cmd = app.add_subcommand("export", "Export a run's metrics or events");
+    auto* export_cmd = app.add_subcommand("export", "Export a run's metrics, events, per-layer statistics or weights");
     export_cmd->add_option("run", run, "Run id or name")->required();
     export_cmd->add_option("--format", format, "Output format")->check(CLI::IsMember({"csv", "tensorboard", "safetensors"}))->capture_default_str();
-    export_cmd->add_option("--table", table, "The CSV table: metrics (the default) or events")
-        ->check(CLI::IsMember({"metrics", "events"}));
-    export_cmd->add_option("--out", out_path, "Output file (csv: default standard output; tensorboard: a directory)");
+    export_cmd
+        ->add_option("--table", table, "The CSV table: metrics (the default), events, or layers (per-layer statistics)")
+        ->check(CLI::IsMember({"metrics", "events", "layers"}));
+    export_cmd->add_option("--out", out_path,
+                           "Output file (csv: default standard output; tensorboard: a directory; safetensors: a file)");
     export_cmd->add_option("--db", db_path, "Run store (SQLite) path");
 
     std::vector<std::string> tag_list;

@@ -215,7 +215,9 @@ int cmd_export(RunStore& store, const std::string& run, const std::string& forma
         return 0;
     }
     // No --table: the metrics.
-    const std::string text = table == "events" ? store.events_csv(info->id) : store.metrics_csv(info->id);
+    const std::string text = table == "events"   ? store.events_csv(info->id)
+                             : table == "layers" ? store.layer_stats_csv(info->id)
+                                                 : store.metrics_csv(info->id);
     if (out_path.empty() || out_path == "-") {
         // `export 3 > m.csv` on a full disk: a cut table must not read as a whole one.
         const bool written = std::fwrite(text.data(), 1, text.size(), io.out) == text.size();

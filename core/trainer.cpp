@@ -12,6 +12,7 @@
 
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/ScopeExit.h>
 
 #include "block_fp4_gemm.h"
 #include "blockwise_fp8.h"
@@ -345,6 +346,19 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
         sink.on_layer_stats(frame);
         for (auto& a : s.watchers.on_frame(frame, s.layer_order)) alerts.push_back(std::move(a));
     };
+    // A step or a sink that throws (a CUDA error, a full disk) ends the run: the frame still in
+    // flight may be the one that shows why (the NaNs before it), and was lost with the unwinding.
+    // Handed on where it can still be read; the failure goes on up as it was.
+    const int exceptions_before = std::uncaught_exceptions();
+    const auto hand_on_before_failing = c10::make_scope_exit([&] {
+        if (!in_flight || std::uncaught_exceptions() == exceptions_before) return;
+        try {
+            const auto frame = TelemetryStep::complete(*in_flight);
+            in_flight.reset();
+            sink.on_layer_stats(frame);
+        } catch (...) { // the device or the sink as broken as the step: the first failure is the one told
+        }
+    });
     auto deliver_now = [&] {
         std::vector<WatchAlert> alerts;
         deliver(alerts);

@@ -6,6 +6,7 @@
 #include "run_lock_file.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cerrno>
 #include <cmath>
@@ -337,12 +338,14 @@ void fill_legacy_event_fields(sqlite3* db)
 // reads as failed rather than as a live run.
 RunStatus stored_status(const std::string& name) { return parse_run_status(name).value_or(RunStatus::Failed); }
 
+// The shortest text that reads back as the same double: 9 significant digits lost the last
+// bits of FP64 values (a loss averaged over micro-batches), so two exports of runs that
+// differ there compared equal.
 std::string format_value(double v)
 {
-    std::ostringstream out;
-    out.precision(9);
-    out << v;
-    return out.str();
+    char text[32];
+    const auto [end, ec] = std::to_chars(text, text + sizeof text, v);
+    return ec == std::errc() ? std::string(text, end) : std::string("nan");
 }
 
 // One layer_stats row, in the table's column order, on an
@@ -1255,6 +1258,25 @@ std::string RunStore::metrics_csv(int64_t run_id)
             out << ',';
             if (auto it = values.find(c); it != values.end()) out << format_value(it->second);
         }
+        out << '\n';
+    }
+    return out.str();
+}
+
+std::string RunStore::layer_stats_csv(int64_t run_id)
+{
+    // A row per layer, tensor role and telemetry step; the exponent histogram stays in the
+    // TensorBoard export. -1: not measured (subnormal and overflow under per-row and block
+    // scales, the update ratio of tensors that are not weights).
+    std::ostringstream out;
+    out << "step,layer,role,format,scale,count,zeros,infs,nans,underflow,subnormal,overflow,amax,quant_mse,"
+           "quant_snr_db,update_ratio\n";
+    for (const auto& [step, t] : layer_stats(run_id)) {
+        out << step << ',' << csv_field(t.layer) << ',' << csv_field(t.role) << ',' << csv_field(t.format) << ','
+            << format_value(t.scale) << ',' << t.count << ',' << t.zeros << ',' << t.infs << ',' << t.nans;
+        for (const double v :
+             {t.underflow, t.subnormal, t.overflow, t.amax, t.quant_mse, t.quant_snr_db, t.update_ratio})
+            out << ',' << format_value(v);
         out << '\n';
     }
     return out.str();

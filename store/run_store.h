@@ -263,6 +263,8 @@ public:
     // Metrics pivoted to one row per step (columns: step, then one per tag), RFC 4180.
     std::string metrics_csv(int64_t run_id);
     std::string events_csv(int64_t run_id);
+    // The per-layer statistics (layer_stats), a row per step, layer and role.
+    std::string layer_stats_csv(int64_t run_id);
 
     int schema_version();
     const std::string& path() const { return path_; }

@@ -359,6 +359,29 @@ private slots:
         const auto events = run_cli({"export", "long", "--table", "events", "--db", db_});
         QVERIFY2(events.exit_code == 0 && events.out.startsWith("step,kind,message,created_at\n"),
                  qPrintable(events.err + events.out.left(200)));
+        // The per-layer statistics: a row for each stored one, its values as stored, to the bit
+        // (the shortest text that reads back as the same double).
+        const auto layers = run_cli({"export", "long", "--table", "layers", "--db", db_});
+        QCOMPARE(layers.exit_code, 0);
+        QStringList lines = layers.out.split('\n', Qt::SkipEmptyParts);
+        QCOMPARE(lines.takeFirst(), QString("step,layer,role,format,scale,count,zeros,infs,nans,underflow,subnormal,"
+                                            "overflow,amax,quant_mse,quant_snr_db,update_ratio"));
+        {
+            RunStore store(db_.toStdString(), OpenMode::ReadOnly);
+            const auto stored = store.layer_stats(run->id);
+            QVERIFY(!stored.empty());
+            QCOMPARE(lines.size(), qsizetype(stored.size()));
+            for (qsizetype i = 0; i < lines.size(); ++i) {
+                const QStringList f = lines[i].split(',');
+                const auto& [step, t] = stored[size_t(i)];
+                QCOMPARE(f.size(), 16);
+                QCOMPARE(f[0].toLongLong(), step);
+                QCOMPARE(f[2].toStdString(), t.role);
+                QCOMPARE(f[5].toLongLong(), t.count);
+                QCOMPARE(f[12].toDouble(), t.amax); // exactly: every bit of the stored value
+                if (std::isfinite(t.quant_mse)) QCOMPARE(f[13].toDouble(), t.quant_mse);
+            }
+        }
 
         // An export writes a new file in --out's place: never over the run store, the run's
         // checkpoints, or what is not a regular file (a FIFO, a link, a device: a copy of

@@ -755,8 +755,16 @@ void TestProjectEditor::keepLastBlocksInBf16()
     QVERIFY(page.precisionModel()->formatsAt(page.precisionModel()->rowForLayer("blocks.2.mlp.fc1")) == bf16);
     QVERIFY(page.precisionModel()->formatsAt(page.precisionModel()->rowForLayer("blocks.1.attn.qkv")) == bf16);
     QVERIFY(page.precisionModel()->formatsAt(page.precisionModel()->rowForLayer("blocks.0.attn.qkv")) == hybrid);
+    QCOMPARE(page.keepLastBf16Spin()->text(), QStringLiteral("last 2 blocks in BF16"));
+    // One block, edited or from the document: "block", not "last 1 blocks".
+    page.keepLastBf16Spin()->setValue(1);
+    QCOMPARE(page.keepLastBf16Spin()->text(), QStringLiteral("last 1 block in BF16"));
+    config.precision.keep_last_bf16 = 1;
+    doc.setConfig(config);
+    QCOMPARE(page.keepLastBf16Spin()->text(), QStringLiteral("last 1 block in BF16"));
     doc.setConfig(tiny_config(3)); // another project: the control shows its value
     QCOMPARE(page.keepLastBf16Spin()->value(), 0);
+    QCOMPARE(page.keepLastBf16Spin()->text(), QStringLiteral("last 0 blocks in BF16"));
 }
 
 // nvfp4's Hadamard transform takes the tokens 16 at a time: a micro-batch of another count

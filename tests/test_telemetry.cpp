@@ -250,6 +250,26 @@ private slots:
         QVERIFY(w_now == w_later);
     }
 
+    // A sink that fails (a full disk) at step 3, with step 2's frame deferred as on CUDA: the
+    // frame is handed on before the failure goes up (it was lost with the unwinding, and it may
+    // be the one that shows why a step failed).
+    void aFailingStepStillHandsOnItsFrameInFlight()
+    {
+        auto config = golden_fp8(6, 0);
+        struct FailsAtStep3 : RunCapture {
+            void on_step(const StepMetrics& m) override
+            {
+                RunCapture::on_step(m);
+                if (m.step == 3) throw std::runtime_error("disk full");
+            }
+        };
+        FailsAtStep3 sink;
+        Trainer trainer(config);
+        trainer.set_deferred_frames(true);
+        QVERIFY_THROWS_EXCEPTION(std::runtime_error, trainer.run(sink));
+        QCOMPARE(sink.frame_steps(), (std::vector<int64_t>{1, 2}));
+    }
+
     // A watcher whose action changes the run (a layer switched to BF16) acts at the boundary
     // after the step its frame measured, whether frames are handed on at once (CPU) or a step
     // later (CUDA), and whatever the evaluation schedule: with such an action frames are not

@@ -119,7 +119,10 @@ MonitorPage::MonitorPage(QWidget* parent) : QWidget(parent), eventModel_(new Eve
     eventView_->setAlternatingRowColors(true);
     eventView_->horizontalHeader()->setStretchLastSection(true);
     eventView_->setColumnWidth(EventLogModel::StepColumn, 60);
-    eventView_->setColumnWidth(EventLogModel::KindColumn, 140);
+    // Wide enough for the longest kinds ("alert_fp8_underflow", "loss_scale_growth"): at 140 px
+    // they were cut.
+    const int kindWidth = eventView_->fontMetrics().horizontalAdvance(QStringLiteral("alert_loss_scale_collapse"));
+    eventView_->setColumnWidth(EventLogModel::KindColumn, kindWidth + 16);
     eventView_->setToolTip(tr("Click an event to put the cursor on its step and select the layer it names"));
     connect(eventView_, &QTableView::clicked, this, &MonitorPage::activateEvent);
     connect(eventView_, &QTableView::activated, this, &MonitorPage::activateEvent);

@@ -116,6 +116,8 @@ ProjectPage::ProjectPage(ProjectDocument* document, QWidget* parent)
     keepLastBf16Spin_->setRange(0, 0);
     keepLastBf16Spin_->setPrefix(tr("last "));
     keepLastBf16Spin_->setSuffix(tr(" blocks in BF16"));
+    // "last 1 blocks" read as a slip: the suffix follows the count, also where the document sets it.
+    connect(keepLastBf16Spin_, &QSpinBox::valueChanged, this, &ProjectPage::fitKeepLastBf16Suffix);
     keepLastBf16Spin_->setToolTip(tr("precision.keep_last_bf16: the last N transformer blocks run in BF16 whatever "
                                      "the preset, as the NVFP4 paper keeps them; per-layer entries still win"));
     presetRow->addWidget(keepLastBf16Spin_);
@@ -285,6 +287,11 @@ void ProjectPage::fillByPattern()
     precisionModel_->fillByPattern(patternEdit_->text(), format(0), format(1), format(2), scaling, nullptr);
 }
 
+void ProjectPage::fitKeepLastBf16Suffix(int blocks)
+{
+    keepLastBf16Spin_->setSuffix(blocks == 1 ? tr(" block in BF16") : tr(" blocks in BF16"));
+}
+
 void ProjectPage::setKeepLastBf16(int blocks)
 {
     if (!document_->hasProject() || document_->config().precision.keep_last_bf16 == blocks) return;
@@ -316,6 +323,7 @@ void ProjectPage::refreshHeader()
     const QSignalBlocker quiet(keepLastBf16Spin_); // showing the document's value is no edit
     keepLastBf16Spin_->setRange(0, static_cast<int>(config.model.n_layer));
     keepLastBf16Spin_->setValue(static_cast<int>(config.precision.keep_last_bf16));
+    fitKeepLastBf16Suffix(keepLastBf16Spin_->value());
 }
 
 void ProjectPage::refreshTotals()

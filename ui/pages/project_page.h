@@ -67,6 +67,7 @@ private:
     void applyPreset();
     void fillByPattern();
     void setKeepLastBf16(int blocks);
+    void fitKeepLastBf16Suffix(int blocks);
     void refreshHeader();
     void refreshTotals();
     void showValidation(const QString& message);
