@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <set>
 
 #include "build_info.h"
 #include "cli_table.h"
@@ -95,13 +96,13 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
         std::fprintf(stderr, "error: %s\n", e.what());
         return 2;
     }
-    if (sweep_name.empty()) {
+    const bool named_by_time = sweep_name.empty();
+    if (named_by_time) {
         char stamp[32];
         const std::time_t now = std::time(nullptr);
         std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
         sweep_name = stamp;
     }
-    const std::string tag = "sweep:" + sweep_name;
     // The first run's data is loaded before the store is opened: a sweep whose data is missing
     // or unreadable for every value is refused (exit 2) before it creates a store or records a
     // failed run. A value whose data is refused is "rejected" and the next is tried: the
@@ -132,6 +133,19 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
         std::fprintf(stderr, "error: %s\n", e.what());
         return 3;
     }
+    // Two sweeps started in one second (a script's loop) shared a tag, and compared as one.
+    if (named_by_time) {
+        try {
+            std::set<std::string> taken;
+            for (const auto& [tag, runs] : store->all_tags()) taken.insert(tag);
+            const std::string stamp = sweep_name;
+            for (int n = 2; taken.count("sweep:" + sweep_name); ++n) sweep_name = stamp + "-" + std::to_string(n);
+        } catch (const StoreError& e) {
+            std::fprintf(stderr, "error: %s\n", e.what());
+            return 3;
+        }
+    }
+    const std::string tag = "sweep:" + sweep_name;
     std::printf("sweep '%s': %zu runs of %s varying %s, tagged %s\n", sweep_name.c_str(), plans.size(),
                 project_path.c_str(), spec.key.c_str(), tag.c_str());
 

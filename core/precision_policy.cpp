@@ -218,6 +218,20 @@ std::vector<Fp8Scaling> fp8_layer_scalings(const PrecisionConfig& config, int64_
     return scalings;
 }
 
+Nvfp4PartsRead nvfp4_parts_read(const PrecisionConfig& config, int64_t n_layer)
+{
+    Nvfp4PartsRead read;
+    const auto fp4 = [](NumberFormat x) { return format_info(x).is_fp8; }; // E2M1 under nvfp4
+    for (const auto& name : gemm_layer_names(n_layer)) {
+        const GemmFormats f = resolve_layer_formats(config, name, n_layer);
+        if (!f.any_fp8() || resolve_layer_recipe(config, name).scaling != Fp8Scaling::NvFp4) continue;
+        read.rht |= fp4(f.wgrad);
+        read.stochastic_rounding |= fp4(f.dgrad) || fp4(f.wgrad);
+        read.weight_2d |= !name.ends_with(".sdpa") && (fp4(f.forward) || fp4(f.dgrad));
+    }
+    return read;
+}
+
 PrecisionConfig recipe_as_read(const PrecisionConfig& config, int64_t n_layer)
 {
     PrecisionConfig read = config;
@@ -256,11 +270,12 @@ PrecisionConfig recipe_as_read(const PrecisionConfig& config, int64_t n_layer)
     if (!uses(Fp8Scaling::PerRow)) r.rowwise_power_of_two = defaults.rowwise_power_of_two;
     if (!uses(Fp8Scaling::Block32) && !uses(Fp8Scaling::MxFp4)) r.mx_round_scale_up = defaults.mx_round_scale_up;
     if (!uses(Fp8Scaling::Block128)) r.block_power_of_two = defaults.block_power_of_two;
-    if (!uses(Fp8Scaling::NvFp4)) {
-        r.nvfp4_rht = defaults.nvfp4_rht;
-        r.nvfp4_stochastic_rounding = defaults.nvfp4_stochastic_rounding;
-        r.nvfp4_weight_2d = defaults.nvfp4_weight_2d;
-    }
+    // A layer with only its forward GEMM in FP4 trained bit-identically whatever rht and
+    // stochastic_rounding said, and neither was shown as unread.
+    const Nvfp4PartsRead parts = nvfp4_parts_read(config, n_layer);
+    if (!parts.rht) r.nvfp4_rht = defaults.nvfp4_rht;
+    if (!parts.stochastic_rounding) r.nvfp4_stochastic_rounding = defaults.nvfp4_stochastic_rounding;
+    if (!parts.weight_2d) r.nvfp4_weight_2d = defaults.nvfp4_weight_2d;
     return read;
 }
 

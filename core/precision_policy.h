@@ -142,6 +142,13 @@ GemmFormats formats_as_computed(const GemmFormats& f, Fp8Scaling scaling);
 // The scaling recipes that the FP8 layers of an n_layer model use (resolve_layer_recipe of each
 // layer with an FP8 GEMM), each once, in fp8_scalings() order. Empty when no GEMM is FP8.
 std::vector<Fp8Scaling> fp8_layer_scalings(const PrecisionConfig& config, int64_t n_layer);
+// Which of nvfp4's parts some nvfp4 layer's casts take (block_scaling.cpp): the Hadamard
+// transform the wgrad GEMM's operands, stochastic rounding the gradients (dgrad and wgrad
+// GEMMs), 2D blocks a Linear's weight (forward and dgrad GEMMs; attention has no weight).
+struct Nvfp4PartsRead {
+    bool rht = false, stochastic_rounding = false, weight_2d = false;
+};
+Nvfp4PartsRead nvfp4_parts_read(const PrecisionConfig& config, int64_t n_layer);
 // `config` with the recipe settings that no layer reads put back to their defaults: all of
 // precision.fp8 and every precision.layers scaling when no GEMM is FP8; else a layers entry's
 // scaling that no FP8 layer takes (an entry left empty goes), and the settings of recipes

@@ -93,6 +93,9 @@ std::vector<LayerOverride> layers_from_json(const json& list)
         const json& e = list[i];
         if (!e.is_object()) throw ConfigError(at + ": expected an object, got " + type_word(e));
         LayerOverride o;
+        // "format" sets the three GEMMs and a GEMM's own key wins over it, whatever the order:
+        // taken in the object's (alphabetical) order, it overwrote dgrad but not forward or wgrad.
+        if (e.contains("format")) o.forward = o.dgrad = o.wgrad = format_at(e["format"], at + ".format");
         for (const auto& [key, value] : e.items()) {
             const std::string k = at + "." + key;
             if (key == "match") {
@@ -100,7 +103,7 @@ std::vector<LayerOverride> layers_from_json(const json& list)
                     throw ConfigError(k + ": expected a non-empty layer-name pattern");
                 o.match = value;
             } else if (key == "format") {
-                o.forward = o.dgrad = o.wgrad = format_at(value, k);
+                // read above
             } else if (key == "forward") {
                 o.forward = format_at(value, k);
             } else if (key == "dgrad") {

@@ -43,12 +43,12 @@ struct TensorStats {
     std::vector<int64_t> exponent_counts;   // finite non-zero values by floor(log2|x|), contiguous span
     int64_t count = 0, zeros = 0, infs = 0, nans = 0;
     double underflow = 0.0; // fraction of values that were non-zero and became zero
-    double subnormal = 0.0; // fraction that landed in the format's subnormal range
-    double overflow = 0.0;  // fraction beyond the format's max (saturated, or became inf/NaN)
+    double subnormal = 0.0; // fraction that landed in the format's subnormal range (-1: per-row/block scales)
+    double overflow = 0.0;  // fraction beyond the format's max, saturated or inf/NaN (-1: per-row/block scales)
     double amax = 0.0;
     double scale = 1.0;     // FP8 per-tensor scale (0 for per-row/block recipes, 1 otherwise)
     double quant_mse = 0.0;
-    double quant_snr_db = 0.0; // +inf when the cast was exact
+    double quant_snr_db = 0.0; // +inf when the cast was exact; -inf (MSE +inf) when a value became Inf/NaN
     double update_ratio = -1.0; // weights: rms(update) / rms(weight); -1 otherwise
 };
 

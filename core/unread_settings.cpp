@@ -99,7 +99,9 @@ std::vector<std::string> project_settings_read_by_no_layer(const ProjectConfig& 
 std::vector<std::string> recipe_parts_left_out(const ProjectConfig& config)
 {
     std::vector<std::string> out;
-    if (config.precision.fp8.nvfp4_rht && uses_nvfp4(config) && !rht_has_its_groups(config))
+    // Only where some GEMM would take it: no wgrad GEMM in FP4, and no token count matters.
+    if (config.precision.fp8.nvfp4_rht && uses_nvfp4(config) &&
+        nvfp4_parts_read(config.precision, config.model.n_layer).rht && !rht_has_its_groups(config))
         out.push_back("nvfp4's random Hadamard transform is not applied: " + why_no_rht(config));
     return out;
 }
@@ -138,8 +140,15 @@ std::string why_the_same_run(const ProjectConfig& config, const std::string& key
                (fp4 ? " (under nvfp4 and mxfp4 a GEMM named FP8 takes E2M1 elements whatever its FP8 format)" : "");
     }
     const bool nvfp4 = std::find(scalings.begin(), scalings.end(), Fp8Scaling::NvFp4) != scalings.end();
+    const Nvfp4PartsRead parts = nvfp4_parts_read(config.precision, config.model.n_layer);
+    if (key == "precision.nvfp4.rht" && nvfp4 && !parts.rht)
+        return "no nvfp4 layer computes its wgrad GEMM in FP4, whose operands alone take the Hadamard transform";
     if (key == "precision.nvfp4.rht" && nvfp4 && !rht_has_its_groups(config))
         return "no GEMM takes nvfp4's Hadamard transform: " + why_no_rht(config);
+    if (key == "precision.nvfp4.stochastic_rounding" && nvfp4 && !parts.stochastic_rounding)
+        return "no nvfp4 layer computes its dgrad or wgrad GEMM in FP4, and only gradients are rounded stochastically";
+    if (key == "precision.nvfp4.weight_2d" && nvfp4 && !parts.weight_2d)
+        return "no nvfp4 linear layer computes its forward or dgrad GEMM in FP4, the GEMMs that take its weight";
     if (key == "precision.fp8.scaling" && !scalings.empty())
         return "every FP8 layer takes its recipe from its own precision.layers entry";
     if (scalings.empty())

@@ -24,6 +24,7 @@
 #include "event_helpers.h"
 #include "cli_process.h"
 #include "run_store.h"
+#include "project_config.h"
 
 using namespace mantissa;
 
@@ -673,6 +674,31 @@ private slots:
         for (int i = header + 1; i < lines.size() && !lines[i].trimmed().isEmpty(); ++i)
             rows << lines[i].split(' ', Qt::SkipEmptyParts);
         return rows;
+    }
+
+    // A sweep without --name is tagged by the second it starts: one that starts in a second a
+    // sweep of the store already took gets a tag of its own (two sweeps of a script's loop
+    // shared one, and compared as one sweep).
+    void sweepsStartedInOneSecondAreTaggedApart()
+    {
+        const QString db = dir_.filePath("sweep-tags.sqlite");
+        {
+            RunStore store(db.toStdString());
+            const int64_t holder = store.create_run("holder", "", to_json_text(ProjectConfig{}));
+            // The tags of this second and the next few: the sweep starts in one of them.
+            const QDateTime now = QDateTime::currentDateTime();
+            for (int s = 0; s < 30; ++s)
+                store.add_tags(holder, {"sweep:" + now.addSecs(s).toString("yyyyMMdd-HHmmss").toStdString()});
+            store.finish_run(holder, RunStatus::Finished);
+        }
+        const auto r =
+            run_cli({"sweep", project_, "--vary", "training.seed=1", "--set", "training.steps=1", "--db", db});
+        QVERIFY2(r.exit_code == 0, qPrintable(r.err + r.out));
+        RunStore store(db.toStdString(), OpenMode::ReadOnly);
+        const auto tags = store.tags(2);
+        QCOMPARE(tags.size(), size_t(1));
+        QVERIFY2(QString::fromStdString(tags[0]).endsWith("-2"), tags[0].c_str());
+        QCOMPARE(store.tags(1).size(), size_t(30)); // the holder's, as they were
     }
 
     void sweepRunsEveryValueAndSummarises()

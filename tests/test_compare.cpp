@@ -712,6 +712,21 @@ private slots:
                            "model.context_length=7"}
             << (fp8 + QStringList{"precision.fp8.rowwise_power_of_two", "precision.fp8.mx_scale_rounding",
                                   "precision.fp8.block_scales", "precision.nvfp4.rht"});
+        // nvfp4's parts each act on some GEMMs only: with the forward GEMM alone in FP4, no
+        // Hadamard transform (wgrad) and no stochastic rounding (gradients) is made; on attention
+        // alone, no 2D weight blocks (it has no weight). They trained bit-identically either way
+        // and were not shown as unread, a read-only audit found.
+        QTest::newRow("nvfp4 on one forward GEMM")
+            << QStringList{R"(precision.layers=[{"match": "blocks.0.mlp.fc1", "forward": "e4m3", "scaling": "nvfp4"}])"}
+            << (QStringList{"precision.fp8.scaling"} + fp8 +
+                QStringList{"precision.fp8.rowwise_power_of_two", "precision.fp8.mx_scale_rounding",
+                            "precision.fp8.block_scales", "precision.nvfp4.rht",
+                            "precision.nvfp4.stochastic_rounding"});
+        QTest::newRow("nvfp4 on attention alone")
+            << QStringList{R"(precision.layers=[{"match": "*.attn.sdpa", "format": "e4m3", "scaling": "nvfp4"}])"}
+            << (QStringList{"precision.fp8.scaling"} + fp8 +
+                QStringList{"precision.fp8.rowwise_power_of_two", "precision.fp8.mx_scale_rounding",
+                            "precision.fp8.block_scales", "precision.nvfp4.weight_2d"});
         QTest::newRow("mxfp4 and rowwise by entries")
             << QStringList{"precision.preset=fp8-hybrid",
                            R"(precision.layers=[{"match": "blocks.*", "scaling": "mxfp4"},)"
@@ -733,6 +748,12 @@ private slots:
             QCOMPARE(u.why, why_the_same_run(config, u.key));
             if (u.key == "precision.fp8.scaling" && !config.precision.layers.empty())
                 QCOMPARE(u.why, std::string("every FP8 layer takes its recipe from its own precision.layers entry"));
+            if (u.key == "precision.nvfp4.rht" && QTest::currentDataTag() == QString("nvfp4 on one forward GEMM"))
+                QCOMPARE(u.why, std::string("no nvfp4 layer computes its wgrad GEMM in FP4, whose operands alone take "
+                                            "the Hadamard transform"));
+            if (u.key == "precision.nvfp4.weight_2d" && QTest::currentDataTag() == QString("nvfp4 on attention alone"))
+                QCOMPARE(u.why, std::string("no nvfp4 linear layer computes its forward or dgrad GEMM in FP4, the "
+                                            "GEMMs that take its weight"));
         }
         QCOMPARE(found, unread);
     }

@@ -230,6 +230,20 @@ private slots:
         }
     }
 
+    // In one precision.layers entry a GEMM's own key wins over "format", for each GEMM: read in
+    // the object's alphabetical order, "format" overwrote dgrad (it sorts before it) and not
+    // forward or wgrad, and fp32 asked for dgrad trained in bf16 without a word.
+    void aGemmsOwnKeyWinsOverFormat()
+    {
+        const auto config = load_project_json(R"({"precision": {"layers": [{"match": "lm_head", "format": "bf16",)"
+                                              R"( "dgrad": "fp32", "forward": "fp16"}]}})",
+                                              "/p");
+        const LayerOverride& o = config.precision.layers.at(0);
+        QCOMPARE(o.forward, std::optional(NumberFormat::FP16));
+        QCOMPARE(o.dgrad, std::optional(NumberFormat::FP32));
+        QCOMPARE(o.wgrad, std::optional(NumberFormat::BF16));
+    }
+
     void rejectsBadProjects_data()
     {
         QTest::addColumn<QString>("json");
