@@ -128,6 +128,7 @@ private slots:
 
     void precisionCellEdit_data();
     void precisionCellEdit();
+    void aCellSetBackToThePresetDropsItsEntry();
     void precisionScalingEdit();
     void repeatedEditsReuseOrAppendEntries();
     void editingNLayerResizesTable_data();
@@ -378,6 +379,35 @@ void TestProjectEditor::precisionCellEdit()
     QCOMPARE(doc.config().precision.layers.size(), size_t(1));
     QCOMPARE(doc.config().precision.layers[0].match, layer.toStdString());
     QVERIFY(doc.isDirty());
+}
+
+// A cell set back to the preset's value takes its entry's key away, and the entry once empty:
+// such an entry stayed, and a smaller model.n_layer was refused for a pattern the user never
+// wrote ("precision.layers[0].match: 'blocks.3.mlp.fc2' matches no layer").
+void TestProjectEditor::aCellSetBackToThePresetDropsItsEntry()
+{
+    ProjectDocument doc;
+    doc.setConfig(tiny_config(4));
+    QVERIFY(doc.setPreset("fp8-hybrid", nullptr));
+    PrecisionTableModel table(&doc);
+    const int row = table.rowForLayer("blocks.3.mlp.fc2");
+    const QModelIndex wgrad = table.index(row, PrecisionTableModel::WgradColumn);
+    const QModelIndex forward = table.index(row, PrecisionTableModel::ForwardColumn);
+    const QModelIndex scaling = table.index(row, PrecisionTableModel::ScalingColumn);
+    QVERIFY(table.setData(wgrad, QStringLiteral("bf16")));
+    QVERIFY(table.setData(forward, QStringLiteral("e5m2")));
+    QVERIFY(table.setData(scaling, QStringLiteral("current")));
+    QCOMPARE(doc.config().precision.layers.size(), size_t(1));
+    QVERIFY(table.setData(wgrad, QStringLiteral("e5m2"))); // the preset's: the key goes, the entry stays
+    QCOMPARE(doc.config().precision.layers.size(), size_t(1));
+    QCOMPARE(doc.config().precision.layers[0].wgrad, std::nullopt);
+    QVERIFY(!wgrad.data(Qt::FontRole).value<QFont>().bold());
+    QVERIFY(table.setData(forward, QStringLiteral("e4m3")));
+    QVERIFY(table.setData(scaling, QStringLiteral("delayed")));
+    QVERIFY(doc.config().precision.layers.empty()); // nothing left to set
+    QString error;
+    QVERIFY2(doc.setValue(QStringLiteral("model.n_layer"), 2, &error), qPrintable(error));
+    QCOMPARE(doc.config().model.n_layer, int64_t(2));
 }
 
 void TestProjectEditor::precisionScalingEdit()

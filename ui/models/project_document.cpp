@@ -228,9 +228,47 @@ bool ProjectDocument::setLayerFormat(const QString& layer, Gemm which, NumberFor
     const NumberFormat current =
         which == Gemm::Forward ? now.forward : (which == Gemm::Dgrad ? now.dgrad : now.wgrad);
     if (current == format) return true;
+    const auto back = restoredWithoutOwnKey(layer, QLatin1String(gemm_key(which)), [&](const ProjectConfig& c) {
+        const GemmFormats f = resolve_layer_formats(c.precision, name, c.model.n_layer);
+        return (which == Gemm::Forward ? f.forward : (which == Gemm::Dgrad ? f.dgrad : f.wgrad)) == format;
+    });
+    if (back) return apply(*back, QStringLiteral("precision.layers"), error);
     QJsonObject fields;
     fields.insert(QLatin1String(gemm_key(which)), QLatin1String(format_name(format)));
     return applyLayerEntry(layer, fields, error);
+}
+
+std::optional<QJsonObject> ProjectDocument::withoutOwnKey(const QString& layer, const QString& key) const
+{
+    QJsonObject precision = json_.value(QLatin1String("precision")).toObject();
+    QJsonArray layers = precision.value(QLatin1String("layers")).toArray();
+    for (qsizetype i = layers.size() - 1; i >= 0; --i) {
+        QJsonObject entry = layers.at(i).toObject();
+        if (entry.value(QLatin1String("match")).toString() != layer) continue;
+        if (!entry.contains(key)) return std::nullopt;
+        entry.remove(key);
+        if (entry.size() == 1) layers.removeAt(i); // only "match" is left
+        else layers.replace(i, entry);
+        precision.insert(QLatin1String("layers"), layers);
+        QJsonObject json = json_;
+        json.insert(QLatin1String("precision"), precision);
+        return json;
+    }
+    return std::nullopt;
+}
+
+std::optional<QJsonObject> ProjectDocument::restoredWithoutOwnKey(
+    const QString& layer, const QString& key, const std::function<bool(const ProjectConfig&)>& gives) const
+{
+    const auto json = withoutOwnKey(layer, key);
+    if (!json) return std::nullopt;
+    try {
+        const ProjectConfig without =
+            load_project_json(QJsonDocument(*json).toJson().toStdString(), config_.base_dir);
+        if (gives(without)) return json;
+    } catch (const ConfigError&) { // validated as an ordinary edit instead
+    }
+    return std::nullopt;
 }
 
 bool ProjectDocument::setLayerScaling(const QString& layer, Fp8Scaling scaling, QString* error)
@@ -242,6 +280,10 @@ bool ProjectDocument::setLayerScaling(const QString& layer, Fp8Scaling scaling, 
         return fail(QStringLiteral("precision.layers"), tr("precision.layers: there is no layer '%1'").arg(layer),
                     error);
     if (resolve_layer_recipe(config_.precision, name).scaling == scaling) return true;
+    const auto back = restoredWithoutOwnKey(layer, QStringLiteral("scaling"), [&](const ProjectConfig& c) {
+        return resolve_layer_recipe(c.precision, name).scaling == scaling;
+    });
+    if (back) return apply(*back, QStringLiteral("precision.layers"), error);
     QJsonObject fields;
     fields.insert(QLatin1String("scaling"), QLatin1String(fp8_scaling_name(scaling)));
     return applyLayerEntry(layer, fields, error);

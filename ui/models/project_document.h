@@ -11,6 +11,7 @@
 #include <QString>
 #include <QStringList>
 
+#include <functional>
 #include <optional>
 
 #include "project_config.h"
@@ -53,7 +54,9 @@ public:
     bool setValue(const QString& dottedKey, const QJsonValue& value, QString* error);
 
     // Precision edits. A one-layer edit updates that layer's exact-match entry in
-    // precision.layers, or appends one where a later entry would otherwise shadow it.
+    // precision.layers, or appends one where a later entry would otherwise shadow it. An edit
+    // back to what the layer gets without its entry's key drops the key (and the entry, once
+    // it sets nothing): such entries stayed, and refused a smaller model.n_layer.
     bool setLayerFormat(const QString& layer, Gemm which, NumberFormat format, QString* error);
     bool setLayerScaling(const QString& layer, Fp8Scaling scaling, QString* error);
     // Appends one precision.layers entry for `glob`; unset values keep what layers have.
@@ -90,6 +93,12 @@ signals:
 private:
     bool apply(const QJsonObject& json, const QString& key, QString* error);
     bool applyLayerEntry(const QString& pattern, const QJsonObject& fields, QString* error);
+    // The project without `key` in `layer`'s own (exact-match, last) entry, and without the
+    // entry if that leaves it empty; nullopt when the entry does not set the key.
+    std::optional<QJsonObject> withoutOwnKey(const QString& layer, const QString& key) const;
+    // That project, when it gives `layer` what `gives` asks for; nullopt otherwise.
+    std::optional<QJsonObject> restoredWithoutOwnKey(const QString& layer, const QString& key,
+                                                     const std::function<bool(const ProjectConfig&)>& gives) const;
     bool fail(const QString& key, const QString& message, QString* error);
     bool writeFile(const QString& path, const ProjectConfig& config, QString* error) const;
     void setDirty(bool dirty);
