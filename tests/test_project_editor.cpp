@@ -91,6 +91,12 @@ void write_file(const QString& path, const QByteArray& bytes)
     QCOMPARE(file.write(bytes), bytes.size());
 }
 
+QByteArray read_file(const QString& path)
+{
+    QFile f(path);
+    return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+}
+
 // The vocabulary is counted on a worker thread: lets the event loop run until the count for
 // the document's current data has arrived. The timeout only bounds a hang.
 bool vocab_settled(const ProjectDocument& doc)
@@ -1104,6 +1110,19 @@ void TestProjectEditor::saveOpenRoundTrip()
     QCOMPARE(reopened.vocabSize(), vocab);
     QVERIFY(!reopened.isDirty());
     QCOMPARE(reopened.path(), moved);
+
+    // The file changed on disk meanwhile (another editor, a git checkout): Save does not
+    // replace it unasked (it did, without a word), and does when told to.
+    QVERIFY(reopened.setValue("training.steps", 78, &error));
+    write_file(moved, QByteArray(R"({"name": "edited-outside"})"));
+    QVERIFY(!reopened.save(&error));
+    QVERIFY(reopened.savedOverAChange());
+    QVERIFY2(error.contains("changed on disk since it was opened or saved here"), qPrintable(error));
+    QCOMPARE(read_file(moved), QByteArray(R"({"name": "edited-outside"})"));
+    QVERIFY2(reopened.save(&error, /*overwriteChangedFile=*/true), qPrintable(error));
+    QVERIFY(!reopened.savedOverAChange());
+    QVERIFY(reopened.setValue("training.steps", 77, &error));
+    QVERIFY2(reopened.save(&error), qPrintable(error)); // its own last write: no change on disk
 
     // An absolute data path is left as it is.
     QVERIFY(reopened.setValue("data.path", dataFile, &error));

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "models/project_document.h"
 
+#include <QCryptographicHash>
 #include <QDir>
 #include <QFileInfo>
 #include <QJsonArray>
@@ -101,21 +102,41 @@ void ProjectDocument::setConfig(const ProjectConfig& config, const QString& path
     updateVocab();
     const bool pathMoved = path_ != path;
     path_ = path;
+    diskHash_ = path.isEmpty() ? QByteArray() : fileHash(path); // as it was read
     setDirty(unsaved);
     if (pathMoved) emit pathChanged(path_);
     emit changed();
 }
 
-bool ProjectDocument::save(QString* error)
+bool ProjectDocument::save(QString* error, bool overwriteChangedFile)
 {
     if (!hasProject_ || path_.isEmpty()) {
         if (error) *error = tr("The project has no file yet: use Save As.");
         return false;
     }
+    changedOnDisk_ = false;
+    if (!overwriteChangedFile && !diskHash_.isEmpty()) {
+        const QByteArray now = fileHash(path_);
+        if (!now.isEmpty() && now != diskHash_) {
+            changedOnDisk_ = true;
+            if (error)
+                *error = tr("'%1' changed on disk since it was opened or saved here: saving would replace that "
+                            "change. Save As keeps both; opening it again shows the file's.")
+                             .arg(path_);
+            return false;
+        }
+    }
     if (!writeFile(path_, config_, error)) return false;
     setDirty(false);
     addRecent(path_);
     return true;
+}
+
+QByteArray ProjectDocument::fileHash(const QString& path)
+{
+    QFile file(path);
+    if (!file.open(QIODevice::ReadOnly)) return {};
+    return QCryptographicHash::hash(file.readAll(), QCryptographicHash::Sha256);
 }
 
 bool ProjectDocument::saveAs(const QString& path, QString* error)
@@ -166,7 +187,7 @@ bool ProjectDocument::saveAs(const QString& path, QString* error)
     return true;
 }
 
-bool ProjectDocument::writeFile(const QString& path, const ProjectConfig& config, QString* error) const
+bool ProjectDocument::writeFile(const QString& path, const ProjectConfig& config, QString* error)
 {
     // QSaveFile writes a temporary file beside the target and renames it over the target on
     // commit, so a crash or a full disk never leaves a half-written project behind.
@@ -180,6 +201,7 @@ bool ProjectDocument::writeFile(const QString& path, const ProjectConfig& config
         if (error) *error = tr("Cannot write '%1': %2").arg(path, file.errorString());
         return false;
     }
+    diskHash_ = QCryptographicHash::hash(text, QCryptographicHash::Sha256);
     return true;
 }
 

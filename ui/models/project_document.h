@@ -30,8 +30,12 @@ public:
 
     // Loads with load_project_file; on failure returns false with the message and changes nothing.
     bool open(const QString& path, QString* error);
-    // Writes the resolved project to path(); false when there is none yet or the write fails.
-    bool save(QString* error);
+    // Writes the resolved project to path(); false when there is none yet or the write fails,
+    // and when the file changed on disk since it was read or written here (another editor, a
+    // git checkout: Save replaced it without a word) unless `overwriteChangedFile`;
+    // savedOverAChange() then says that was the reason.
+    bool save(QString* error, bool overwriteChangedFile = false);
+    bool savedOverAChange() const { return changedOnDisk_; }
     // Atomic (temporary file + rename). Relative data.path / data.dir are rewritten so they
     // still name the same files from the new folder.
     bool saveAs(const QString& path, QString* error);
@@ -100,8 +104,11 @@ private:
     std::optional<QJsonObject> restoredWithoutOwnKey(const QString& layer, const QString& key,
                                                      const std::function<bool(const ProjectConfig&)>& gives) const;
     bool fail(const QString& key, const QString& message, QString* error);
-    bool writeFile(const QString& path, const ProjectConfig& config, QString* error) const;
+    bool writeFile(const QString& path, const ProjectConfig& config, QString* error);
+    static QByteArray fileHash(const QString& path); // empty when it cannot be read
     void setDirty(bool dirty);
+    QByteArray diskHash_;     // of path_'s content as last read or written here
+    bool changedOnDisk_ = false;
     void addRecent(const QString& path);
     // After every change of config_: shows the cached count or starts counting.
     void updateVocab();

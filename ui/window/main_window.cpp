@@ -688,7 +688,15 @@ void MainWindow::saveProject()
         return;
     }
     QString error;
-    if (!document_->save(&error))
+    bool saved = document_->save(&error);
+    if (!saved && document_->savedOverAChange() &&
+        QMessageBox::question(this, tr("Project changed on disk"),
+                              error + QStringLiteral("\n\n") + tr("Replace the file with this window's project?"),
+                              QMessageBox::Save | QMessageBox::Cancel, QMessageBox::Cancel) == QMessageBox::Save)
+        saved = document_->save(&error, /*overwriteChangedFile=*/true);
+    else if (!saved && document_->savedOverAChange())
+        return; // kept as it is on disk, and here
+    if (!saved)
         QMessageBox::warning(this, tr("Cannot save project"), error);
     else
         statusBar()->showMessage(tr("Saved %1").arg(QDir::toNativeSeparators(document_->path())), 5000);
