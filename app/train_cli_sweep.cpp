@@ -56,7 +56,9 @@ void print_sweep_table(const SweepSpec& spec, const std::vector<std::string>& va
                         std::to_string(r.run.skipped_steps)});
     }
     print_table(rows, {false, true, false, true, true, true, true, true, true, true});
-    if (another_step) std::printf("* final evaluations of different steps (a run stopped early): not like for like\n");
+    if (another_step)
+        std::printf("* final evaluations of different steps (%s): not like for like\n",
+                    spec.key == "training.steps" ? "training.steps is what varies" : "a run stopped early");
     std::printf("\n");
 }
 

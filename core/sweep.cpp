@@ -104,6 +104,11 @@ template <typename Load>
 std::vector<SweepRunPlan> plan_each(const SweepSpec& spec, const std::vector<Override>& common_overrides, Load load)
 {
     if (spec.values.empty()) throw ConfigError("--vary " + spec.key + ": no values");
+    // The name labels a run and changes nothing it computes: a sweep of names trained the same
+    // run again and again.
+    if (spec.key == "name")
+        throw ConfigError("--vary name: the name only labels a run, so every value would train the same run; vary a "
+                          "setting (the runs are named after it), and name the sweep with --name");
     std::vector<SweepRunPlan> plans;
     for (const auto& value : spec.values) {
         SweepRunPlan plan;

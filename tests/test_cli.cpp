@@ -691,14 +691,19 @@ private slots:
                 store.add_tags(holder, {"sweep:" + now.addSecs(s).toString("yyyyMMdd-HHmmss").toStdString()});
             store.finish_run(holder, RunStatus::Finished);
         }
-        const auto r =
-            run_cli({"sweep", project_, "--vary", "training.seed=1", "--set", "training.steps=1", "--db", db});
+        const auto r = run_cli({"sweep", project_, "--vary", "training.steps=1,2", "--db", db});
         QVERIFY2(r.exit_code == 0, qPrintable(r.err + r.out));
         RunStore store(db.toStdString(), OpenMode::ReadOnly);
         const auto tags = store.tags(2);
         QCOMPARE(tags.size(), size_t(1));
         QVERIFY2(QString::fromStdString(tags[0]).endsWith("-2"), tags[0].c_str());
+        QCOMPARE(store.tags(3), tags);
         QCOMPARE(store.tags(1).size(), size_t(30)); // the holder's, as they were
+        // Final evaluations of different steps, because the steps are what varies: said so
+        // (it read "a run stopped early").
+        QVERIFY2(r.out.contains("* final evaluations of different steps (training.steps is what varies): not like "
+                                "for like"),
+                 qPrintable(r.out));
     }
 
     void sweepRunsEveryValueAndSummarises()
@@ -803,6 +808,11 @@ private slots:
         QCOMPARE(absent.exit_code, 2);
         QVERIFY2(absent.err.startsWith("error: project file '" + noProject + "' cannot be opened"),
                  qPrintable(absent.err));
+        QVERIFY(!QFile::exists(db));
+        // Names label runs: a sweep of them trained one run twice.
+        const auto names = run_cli({"sweep", project_, "--vary", "name=a,b", "--db", db});
+        QCOMPARE(names.exit_code, 2);
+        QVERIFY2(names.err.startsWith("error: --vary name: the name only labels a run"), qPrintable(names.err));
         QVERIFY(!QFile::exists(db));
         // A watcher's pause would hold a headless sweep with nothing to resume it (it hung).
         const auto paused = run_cli({"sweep", project_, "--vary", "training.seed=1,2", "--set",
