@@ -234,6 +234,10 @@ private slots:
         QVERIFY(QFile::copy(db_, db));
         QCOMPARE(run_cli({"rename", "first", "lr-\u00e4\u00e4", "--db", db}).exit_code, 0);
         QCOMPARE(run_cli({"rename", "first", "x", "--db", db}).exit_code, 2); // renamed indeed
+        // A name of digits reads as a run id: found by id first, the run would be out of reach.
+        const auto digits = run_cli({"rename", "lr-\u00e4\u00e4", "5", "--db", db});
+        QCOMPARE(digits.exit_code, 2);
+        QCOMPARE(digits.err, QString("error: '5' reads as a run id: name the run with a letter in it\n"));
         const auto list = run_cli({"list", "--db", db});
         QCOMPARE(list.exit_code, 0);
         const QStringList lines = list.out.split('\n', Qt::SkipEmptyParts);
