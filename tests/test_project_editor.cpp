@@ -791,6 +791,12 @@ void TestProjectEditor::keepLastBlocksInBf16()
     QVERIFY(page.precisionModel()->formatsAt(page.precisionModel()->rowForLayer("blocks.2.mlp.fc1")) == bf16);
     QVERIFY(page.precisionModel()->formatsAt(page.precisionModel()->rowForLayer("blocks.1.attn.qkv")) == bf16);
     QVERIFY(page.precisionModel()->formatsAt(page.precisionModel()->rowForLayer("blocks.0.attn.qkv")) == hybrid);
+    // The kept rows differ from the preset, and say why (they read "bf16 (from the preset)").
+    const QModelIndex kept = page.precisionModel()->index(page.precisionModel()->rowForLayer("blocks.2.mlp.fc1"),
+                                                          PrecisionTableModel::ForwardColumn);
+    QVERIFY(kept.data(Qt::FontRole).value<QFont>().bold());
+    QCOMPARE(kept.data(Qt::ToolTipRole).toString(),
+             QStringLiteral("bf16 (precision.keep_last_bf16 keeps this block in BF16; the preset says e4m3)"));
     QCOMPARE(page.keepLastBf16Spin()->text(), QStringLiteral("last 2 blocks in BF16"));
     // One block, edited or from the document: "block", not "last 1 blocks".
     page.keepLastBf16Spin()->setValue(1);

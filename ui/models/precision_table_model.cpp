@@ -87,8 +87,12 @@ void PrecisionTableModel::refresh()
     std::vector<Row> fresh;
     if (document_->hasProject()) {
         const ProjectConfig& config = document_->config();
-        PrecisionConfig presetOnly = config.precision;
-        presetOnly.layers.clear();
+        // The preset alone, and with keep_last_bf16: a row that policy keeps in BF16 read
+        // "bf16 (from the preset)" under an FP8 preset, and was not bold.
+        PrecisionConfig kept = config.precision;
+        kept.layers.clear();
+        PrecisionConfig presetOnly = kept;
+        presetOnly.keep_last_bf16 = 0;
         const int64_t n = config.model.n_layer;
         for (const LayerShape& shape : gemm_layer_shapes(config.model, document_->vocabSize())) {
             Row row;
@@ -97,6 +101,7 @@ void PrecisionTableModel::refresh()
             row.tied = shape.tied;
             row.formats = resolve_layer_formats(config.precision, shape.name, n);
             row.presetFormats = resolve_layer_formats(presetOnly, shape.name, n);
+            row.keptFormats = resolve_layer_formats(kept, shape.name, n);
             row.scaling = resolve_layer_recipe(config.precision, shape.name).scaling;
             fresh.push_back(std::move(row));
         }
@@ -350,6 +355,9 @@ QVariant PrecisionTableModel::data(const QModelIndex& index, int role) const
             const QString elements =
                 runs_e2m1(f, row.scaling) ? tr("; under %1 the GEMM runs E2M1").arg(recipe) : QString();
             if (f == preset) return tr("%1 (from the preset)%2").arg(QString::fromLatin1(format_name(f)), elements);
+            if (f == pick(row.keptFormats, *gemm))
+                return tr("%1 (precision.keep_last_bf16 keeps this block in BF16; the preset says %2)")
+                    .arg(QString::fromLatin1(format_name(f)), QString::fromLatin1(format_name(preset)));
             return tr("%1 (the preset says %2)%3")
                 .arg(QString::fromLatin1(format_name(f)), QString::fromLatin1(format_name(preset)), elements);
         }

@@ -89,6 +89,7 @@ private:
         bool tied = false;
         GemmFormats formats;
         GemmFormats presetFormats; // what the preset alone gives, for the bold "overridden" cells
+        GemmFormats keptFormats;   // the preset with precision.keep_last_bf16, without the layers entries
         Fp8Scaling scaling = Fp8Scaling::Delayed;
     };
 
