@@ -271,6 +271,9 @@ void TestProjectEditor::settingsEditUpdatesInPlace()
     QCOMPARE(resets.count(), 0);
     QCOMPARE(changes.count(), 1);
     QCOMPARE(changes.at(0).at(0).value<QModelIndex>(), lr);
+    // Edited back to the value it was opened with: nothing to save (it stayed "unsaved").
+    QVERIFY(model.setData(lr, QString::number(tiny_config(2).optimizer.learning_rate, 'g', 17)));
+    QVERIFY(!doc.isDirty());
 }
 
 void TestProjectEditor::choicesForFixedKeys_data()
@@ -597,6 +600,12 @@ void TestProjectEditor::validationMessageClearsOnSuccess()
     QVERIFY(page.settingsModel()->setData(value_index(*page.settingsModel(), "model.n_head"), QStringLiteral("4")));
     QCOMPARE(doc.config().model.n_head, int64_t(4));
     QVERIFY(page.validationLabel()->text().isEmpty());
+    QVERIFY(page.validationLabel()->isHidden());
+    // Refused, then the value it has typed back: nothing changes, and the message goes too (it
+    // stayed, red, over a valid value).
+    QVERIFY(!page.settingsModel()->setData(value_index(*page.settingsModel(), "model.n_head"), QStringLiteral("3")));
+    QVERIFY(!page.validationLabel()->isHidden());
+    QVERIFY(page.settingsModel()->setData(value_index(*page.settingsModel(), "model.n_head"), QStringLiteral("4")));
     QVERIFY(page.validationLabel()->isHidden());
 }
 

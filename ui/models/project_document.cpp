@@ -103,6 +103,7 @@ void ProjectDocument::setConfig(const ProjectConfig& config, const QString& path
     const bool pathMoved = path_ != path;
     path_ = path;
     diskHash_ = path.isEmpty() ? QByteArray() : fileHash(path); // as it was read
+    savedJson_ = unsaved ? QJsonObject() : json_; // with overrides it differs from its file
     setDirty(unsaved);
     if (pathMoved) emit pathChanged(path_);
     emit changed();
@@ -127,6 +128,7 @@ bool ProjectDocument::save(QString* error, bool overwriteChangedFile)
         }
     }
     if (!writeFile(path_, config_, error)) return false;
+    savedJson_ = json_;
     setDirty(false);
     addRecent(path_);
     return true;
@@ -180,6 +182,7 @@ bool ProjectDocument::saveAs(const QString& path, QString* error)
     updateVocab();
     const bool pathMoved = path_ != absolute;
     path_ = absolute;
+    savedJson_ = json_;
     setDirty(false);
     addRecent(absolute);
     if (pathMoved) emit pathChanged(path_);
@@ -211,7 +214,10 @@ bool ProjectDocument::setValue(const QString& dottedKey, const QJsonValue& value
     const QStringList parts = dottedKey.split(QLatin1Char('.'));
     if (dottedKey.isEmpty() || parts.contains(QString()))
         return fail(dottedKey, tr("'%1' is not a dotted key").arg(dottedKey), error);
-    if (this->value(dottedKey) == value) return true;
+    if (this->value(dottedKey) == value) {
+        emit settled(); // the value typed back after a refusal: the refusal's message is out of date
+        return true;
+    }
     return apply(with_value(json_, parts, value), dottedKey, error);
 }
 
@@ -226,7 +232,7 @@ bool ProjectDocument::apply(const QJsonObject& json, const QString& key, QString
     config_ = validated;
     json_ = parse_object(to_json_text(config_));
     updateVocab();
-    setDirty(true);
+    setDirty(json_ != savedJson_); // edited back to what was saved: nothing to save
     emit changed();
     return true;
 }
@@ -249,7 +255,10 @@ bool ProjectDocument::setLayerFormat(const QString& layer, Gemm which, NumberFor
     const GemmFormats now = resolve_layer_formats(config_.precision, name, config_.model.n_layer);
     const NumberFormat current =
         which == Gemm::Forward ? now.forward : (which == Gemm::Dgrad ? now.dgrad : now.wgrad);
-    if (current == format) return true;
+    if (current == format) {
+        emit settled();
+        return true;
+    }
     const auto back = restoredWithoutOwnKey(layer, QLatin1String(gemm_key(which)), [&](const ProjectConfig& c) {
         const GemmFormats f = resolve_layer_formats(c.precision, name, c.model.n_layer);
         return (which == Gemm::Forward ? f.forward : (which == Gemm::Dgrad ? f.dgrad : f.wgrad)) == format;
@@ -301,7 +310,10 @@ bool ProjectDocument::setLayerScaling(const QString& layer, Fp8Scaling scaling, 
     if (std::find(names.begin(), names.end(), name) == names.end())
         return fail(QStringLiteral("precision.layers"), tr("precision.layers: there is no layer '%1'").arg(layer),
                     error);
-    if (resolve_layer_recipe(config_.precision, name).scaling == scaling) return true;
+    if (resolve_layer_recipe(config_.precision, name).scaling == scaling) {
+        emit settled();
+        return true;
+    }
     const auto back = restoredWithoutOwnKey(layer, QStringLiteral("scaling"), [&](const ProjectConfig& c) {
         return resolve_layer_recipe(c.precision, name).scaling == scaling;
     });

@@ -89,6 +89,9 @@ public:
 signals:
     void changed();
     void validationFailed(const QString& key, const QString& message);
+    // An edit that changed nothing was accepted (the value it already had, typed back after a
+    // refusal): as changed() for the messages of earlier refusals.
+    void settled();
     void dirtyChanged(bool dirty);
     void pathChanged(const QString& path);
     // The vocabulary count for the current data arrived (vocabSize(), vocabError()).
@@ -108,6 +111,7 @@ private:
     static QByteArray fileHash(const QString& path); // empty when it cannot be read
     void setDirty(bool dirty);
     QByteArray diskHash_;     // of path_'s content as last read or written here
+    QJsonObject savedJson_;   // json_ as last read or saved (empty: never, or with overrides)
     bool changedOnDisk_ = false;
     void addRecent(const QString& path);
     // After every change of config_: shows the cached count or starts counting.

@@ -235,6 +235,10 @@ ProjectPage::ProjectPage(ProjectDocument* document, QWidget* parent)
         validationLabel_->hide();
         refreshHeader();
     });
+    connect(document_, &ProjectDocument::settled, this, [this] { // it stayed, red, over a valid value
+        validationLabel_->clear();
+        validationLabel_->hide();
+    });
     connect(document_, &ProjectDocument::dirtyChanged, this, &ProjectPage::refreshHeader);
     connect(document_, &ProjectDocument::pathChanged, this, &ProjectPage::refreshHeader);
     // A new project (a reset) starts with its sections open and nested objects folded.
