@@ -409,6 +409,40 @@ private slots:
         store->rename_run(1, name);
     }
 
+    // Runs that diverge at one step, on a short plot: their labels are stacked a label's height
+    // apart (at a fixed 6% of the plot's height they were drawn over each other).
+    void divergenceLabelsDoNotOverlap()
+    {
+        ComparePlot plot;
+        plot.resize(700, 200);
+        plot.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&plot));
+        plot.replot(QCustomPlot::rpImmediateRefresh); // lays the axis rect out
+        ComparePlot::Curve c;
+        c.label = QStringLiteral("#1");
+        c.color = Qt::blue;
+        c.xs = {0, 10, 20};
+        c.ys = {2, 1.5, 1};
+        plot.setCurves({c}, QStringLiteral("step"), QStringLiteral("train/loss"));
+        plot.setMarkers({{10.0, Qt::red, QStringLiteral("#2 diverges @ 10")},
+                         {10.0, Qt::green, QStringLiteral("#3 diverges @ 10")},
+                         {10.0, Qt::magenta, QStringLiteral("#4 diverges @ 10")}});
+        plot.rebuild(true);
+        std::vector<double> tops;
+        int height = 0;
+        for (int i = 0; i < plot.itemCount(); ++i)
+            if (auto* text = qobject_cast<QCPItemText*>(plot.item(i)); text && text->text().contains("diverges")) {
+                tops.push_back(text->position->pixelPosition().y());
+                height = QFontMetrics(text->font()).height();
+            }
+        QCOMPARE(tops.size(), size_t(3));
+        std::sort(tops.begin(), tops.end());
+        for (size_t i = 1; i < tops.size(); ++i)
+            QVERIFY2(tops[i] - tops[i - 1] >= height, qPrintable(QString("%1 px apart, %2 px high")
+                                                                  .arg(tops[i] - tops[i - 1])
+                                                                  .arg(height)));
+    }
+
     void divergenceIsFoundAndShown()
     {
         ComparePage page(connection_.get());

@@ -121,6 +121,13 @@ void ComparePlot::rebuild(bool now)
         }
         smooth_.push_back(smooth);
     }
+    // One row of labels per marker, each a label's height below the last: at a fixed 6% of a
+    // short plot, labels of runs that diverge at one step were drawn over each other.
+    QFont markerFont = font();
+    markerFont.setPointSizeF(std::max(7.0, markerFont.pointSizeF() - 1.0));
+    const int plotHeight = axisRect()->height();
+    const double rowRatio =
+        plotHeight >= 50 ? std::max(0.06, (QFontMetrics(markerFont).height() + 4.0) / plotHeight) : 0.06;
     for (const Marker& m : markers_) {
         auto* line = new QCPItemStraightLine(this);
         line->point1->setCoords(m.x, 0);
@@ -129,15 +136,13 @@ void ComparePlot::rebuild(bool now)
         markerItems_.push_back(line);
         auto* label = new QCPItemText(this);
         label->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
-        label->position->setCoords(m.x, 0.02 + 0.06 * double(markerItems_.size() / 2));
+        label->position->setCoords(m.x, 0.02 + rowRatio * double(markerItems_.size() / 2));
         label->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);
         label->setText(m.label);
         label->setColor(m.color.darker(130));
         label->setBrush(QColor(255, 255, 255, 220));
         label->setPadding(QMargins(3, 1, 3, 1));
-        QFont f = font();
-        f.setPointSizeF(std::max(7.0, f.pointSizeF() - 1.0));
-        label->setFont(f);
+        label->setFont(markerFont);
         markerItems_.push_back(label);
     }
     emptyText_->setVisible(curves_.empty());
