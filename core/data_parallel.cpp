@@ -77,6 +77,9 @@ std::optional<DistributedEnv> read_distributed_env(const EnvLookup& lookup)
     if (env.local_rank > env.rank && env.launcher != "slurm")
         throw ConfigError("data-parallel launch: LOCAL_RANK=" + std::to_string(env.local_rank) + " is above RANK=" +
                           std::to_string(env.rank));
+    // One process: an ordinary run, as one Slurm task is, with no rendezvous to name (it was
+    // refused for want of MASTER_ADDR).
+    if (env.world_size == 1) return std::nullopt;
     const auto addr = lookup("MASTER_ADDR");
     if (!addr || addr->empty())
         throw ConfigError("data-parallel launch: MASTER_ADDR is not set (the host of rank 0, e.g. 127.0.0.1)");

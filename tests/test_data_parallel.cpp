@@ -760,6 +760,10 @@ private slots:
         QCOMPARE(in_step->world_size, 2); // the step's tasks, not the job's
         QCOMPARE(in_step->rank, 1);
         QCOMPARE(in_step->launcher, std::string("slurm"));
+        // WORLD_SIZE=1 is an ordinary run, as one Slurm task is: no rendezvous to name (it was
+        // refused for want of MASTER_ADDR).
+        QVERIFY(!lookup_in({{"RANK", "0"}, {"WORLD_SIZE", "1"}}));
+        QVERIFY_THROWS_EXCEPTION(ConfigError, lookup_in({{"RANK", "1"}, {"WORLD_SIZE", "1"}}));
         // A setting that changes the ranks' collectives, on one rank only: refused on both with
         // what differs (it was a Gloo "collective mismatch" that ended rank 1 in std::terminate).
         const QString fp8 = write_project("env-fp8", 2, "fp8-hybrid");
