@@ -46,6 +46,9 @@ int main(int argc, char** argv)
 {
     prepare_cublas_for_determinism(); // before any thread starts (determinism.h)
     CLI::App app{"mantissa-train: train GPT models with per-layer precision recipes, headless"};
+    // A usage error reads as every other refusal does ("--tolerance: must be ..." had no prefix).
+    app.failure_message(
+        [](const CLI::App* a, const CLI::Error& e) { return "error: " + CLI::FailureMessage::simple(a, e); });
     app.require_subcommand(1);
     app.set_version_flag("--version", [] { return version_text("mantissa-train", MANTISSA_QT_VERSION); });
     std::string db_path = default_store_path();

@@ -1135,6 +1135,8 @@ private slots:
         const auto r = run_cli(args + QStringList{"--db", dir_.filePath("usage.sqlite")});
         QCOMPARE(r.exit_code, code);
         QVERIFY2((r.err + r.out).contains(message), qPrintable(r.err + r.out));
+        // Said as every other refusal is ("--tolerance: must be ..." had no prefix).
+        if (code != 0) QVERIFY2(r.err.startsWith("error: "), qPrintable(r.err));
         QVERIFY(!QFile::exists(dir_.filePath("usage.sqlite")));
     }
 
