@@ -174,6 +174,21 @@ private slots:
         RunListModel* m = page.model();
         QAbstractItemModelTester tester(m, QAbstractItemModelTester::FailureReportingMode::QtTest);
         QCOMPARE(m->rowCount(), 3);
+        // The columns fit their text in the desktop's font, whatever its size (a larger one cut
+        // the creation time and the "Peak memory" header).
+        {
+            const QFont normal = QApplication::font();
+            QFont large = normal;
+            large.setPointSizeF(normal.pointSizeF() * 1.6);
+            QApplication::setFont(large);
+            RunsPage sized(connection_.get());
+            QApplication::setFont(normal);
+            const QTableView* view = sized.view();
+            QVERIFY(view->columnWidth(RunListModel::Created) >
+                    view->fontMetrics().horizontalAdvance(QStringLiteral("2026-12-06 19:34:05")));
+            QVERIFY(view->columnWidth(RunListModel::PeakMemory) >
+                    QFontMetrics(view->horizontalHeader()->font()).horizontalAdvance(QStringLiteral("Peak memory")));
+        }
         QCOMPARE(column_of(*m, RunListModel::Id), (QStringList{"1", "2", "3"}));
         QCOMPARE(column_of(*m, RunListModel::Name), (QStringList{"alpha", "beta", "gamma, \"quoted\""}));
         QCOMPARE(column_of(*m, RunListModel::Status), (QStringList{"finished", "finished", "stopped"}));

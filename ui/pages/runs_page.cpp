@@ -109,7 +109,18 @@ RunsPage::RunsPage(StoreConnection* store, QWidget* parent)
         {RunListModel::Name, 330},    {RunListModel::Tags, 190},     {RunListModel::Recipe, 220},
         {RunListModel::Steps, 70},    {RunListModel::FinalVal, 84},  {RunListModel::BestVal, 84},
         {RunListModel::TokensPerS, 84}, {RunListModel::Skipped, 70}, {RunListModel::PeakMemory, 100}};
-    for (const auto& [column, width] : widths) view_->setColumnWidth(column, width);
+    // At least as wide as the longest text a column holds in this font: in pixels alone, a
+    // larger font cut "2026-12-06 …" and the "Peak memory" header.
+    const auto fits = [this](int column, int width) {
+        const QString header = view_->model()->headerData(column, Qt::Horizontal).toString();
+        const QString sample = column == RunListModel::Created      ? QStringLiteral("2026-12-06 19:34:05")
+                               : column == RunListModel::PeakMemory ? QStringLiteral("1023.9 MiB")
+                                                                    : QString();
+        const QFontMetrics header_font(view_->horizontalHeader()->font());
+        return std::max({width, header_font.horizontalAdvance(header) + 28,
+                         view_->fontMetrics().horizontalAdvance(sample) + 16});
+    };
+    for (const auto& [column, width] : widths) view_->setColumnWidth(column, fits(column, width));
     view_->horizontalHeader()->setSectionResizeMode(RunListModel::Name, QHeaderView::Stretch);
     layout->addWidget(view_, 1);
 
