@@ -313,7 +313,8 @@ void RemoteMirror::retryLater(const QString& why)
     // "Lost" only what was had: a first connection that fails was never made.
     const QString what = everConnected_ ? tr("%1 lost: %2") : tr("cannot connect to %1: %2");
     setState(State::Reconnecting,
-             tr("%1; retrying in %2 s").arg(what.arg(server_.authority(), why)).arg(backoffMs_ / 1000.0, 0, 'f', 1));
+             tr("%1; retrying in %2 s") // one pass: a '%2' in the server's message stays as it is
+                 .arg(what.arg(server_.authority(), why), QString::number(backoffMs_ / 1000.0, 'f', 1)));
     retry_->start(backoffMs_);
 }
 
