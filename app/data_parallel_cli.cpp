@@ -28,7 +28,7 @@ DataParallelLaunch join_data_parallel(bool allowed, const char* command)
         launch.exit_code = 2;
         return launch;
     }
-    if (!env || env->world_size == 1) return launch; // torchrun with one process: an ordinary run
+    if (!env) return launch; // no launcher, or one process (read_distributed_env): an ordinary run
     if (!allowed) {
         std::fprintf(stderr, "error: '%s' does not train data-parallel; launch 'run' or 'resume' under torchrun\n",
                      command);

@@ -64,7 +64,6 @@ std::optional<DistributedEnv> read_distributed_env(const EnvLookup& lookup)
         // SLURM_PROCID=0 and the job's SLURM_NTASKS too, and a plain run there, outside srun,
         // would wait as rank 0 for peers that never come.
         env.world_size = parse_int(lookup, lookup("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS", 1);
-        if (env.world_size == 1) return std::nullopt; // one task: an ordinary run inside a Slurm job
         env.rank = parse_int(lookup, "SLURM_PROCID", 0);
         env.local_rank = lookup("SLURM_LOCALID") ? parse_int(lookup, "SLURM_LOCALID", 0) : 0;
         env.launcher = "slurm";
@@ -77,8 +76,8 @@ std::optional<DistributedEnv> read_distributed_env(const EnvLookup& lookup)
     if (env.local_rank > env.rank && env.launcher != "slurm")
         throw ConfigError("data-parallel launch: LOCAL_RANK=" + std::to_string(env.local_rank) + " is above RANK=" +
                           std::to_string(env.rank));
-    // One process: an ordinary run, as one Slurm task is, with no rendezvous to name (it was
-    // refused for want of MASTER_ADDR).
+    // One process (WORLD_SIZE=1, or one Slurm task): an ordinary run, with no rendezvous to name
+    // (WORLD_SIZE=1 was refused for want of MASTER_ADDR).
     if (env.world_size == 1) return std::nullopt;
     const auto addr = lookup("MASTER_ADDR");
     if (!addr || addr->empty())

@@ -31,12 +31,6 @@ std::string why_no_rht(const ProjectConfig& config)
            std::to_string(config.model.context_length) + ") is no multiple of 16, the transform's length";
 }
 
-bool uses_nvfp4(const ProjectConfig& config)
-{
-    const auto scalings = fp8_layer_scalings(config.precision, config.model.n_layer);
-    return std::find(scalings.begin(), scalings.end(), Fp8Scaling::NvFp4) != scalings.end();
-}
-
 } // namespace
 
 std::vector<UnreadSetting> recipe_settings_read_by_no_layer(const ProjectConfig& config)
@@ -99,9 +93,9 @@ std::vector<std::string> project_settings_read_by_no_layer(const ProjectConfig& 
 std::vector<std::string> recipe_parts_left_out(const ProjectConfig& config)
 {
     std::vector<std::string> out;
-    // Only where some GEMM would take it: no wgrad GEMM in FP4, and no token count matters.
-    if (config.precision.fp8.nvfp4_rht && uses_nvfp4(config) &&
-        nvfp4_parts_read(config.precision, config.model.n_layer).rht && !rht_has_its_groups(config))
+    // Only where some nvfp4 layer's wgrad GEMM would take it: without one, no token count matters.
+    if (config.precision.fp8.nvfp4_rht && nvfp4_parts_read(config.precision, config.model.n_layer).rht &&
+        !rht_has_its_groups(config))
         out.push_back("nvfp4's random Hadamard transform is not applied: " + why_no_rht(config));
     return out;
 }

@@ -230,15 +230,15 @@ ProjectPage::ProjectPage(ProjectDocument* document, QWidget* parent)
     connect(document_, &ProjectDocument::validationFailed, this,
             [this](const QString&, const QString& message) { showValidation(message); });
     // A message stays until the next accepted edit, so the user can read it while fixing the value.
-    connect(document_, &ProjectDocument::changed, this, [this] {
+    const auto clearValidation = [this] {
         validationLabel_->clear();
         validationLabel_->hide();
+    };
+    connect(document_, &ProjectDocument::changed, this, [this, clearValidation] {
+        clearValidation();
         refreshHeader();
     });
-    connect(document_, &ProjectDocument::settled, this, [this] { // it stayed, red, over a valid value
-        validationLabel_->clear();
-        validationLabel_->hide();
-    });
+    connect(document_, &ProjectDocument::settled, this, clearValidation); // it stayed, red, over a valid value
     connect(document_, &ProjectDocument::dirtyChanged, this, &ProjectPage::refreshHeader);
     connect(document_, &ProjectDocument::pathChanged, this, &ProjectPage::refreshHeader);
     // A new project (a reset) starts with its sections open and nested objects folded.
