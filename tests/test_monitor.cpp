@@ -216,6 +216,7 @@ private slots:
     void heatmapClickActivatesToo();
     void attentionRowsWithTensorsJoinTheHistogram();
     void frameSchedulerCapsRate();
+    void framesOfAHiddenPageAreNotTimed();
     void realisticRunRenders();
 };
 
@@ -754,6 +755,26 @@ void TestMonitor::frameSchedulerCapsRate()
     QVERIFY(page.framesRendered() > before);
     QCOMPARE(graph_keys(page.lossPlot()->trainGraph()).back(), 1000.0);
     QCOMPARE(page.frameStats().total(), uint64_t(page.framesRendered()));
+}
+
+// A hidden page's frames draw nothing: timed, they read "frame 0.0 ms" once it showed.
+void TestMonitor::framesOfAHiddenPageAreNotTimed()
+{
+    MonitorPage page;
+    page.resize(1200, 800);
+    page.reset(1, kLayers);
+    TelemetryBatch batch;
+    for (int64_t step = 1; step <= 50; ++step) batch.steps.push_back(step_at(step, loss_of(step)));
+    page.ingest(batch);
+    QTRY_VERIFY(page.framesRendered() > 0);
+    QCOMPARE(page.frameStats().count(), size_t(0));
+
+    page.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&page));
+    QTRY_COMPARE(page.lossPlot()->trainGraph()->dataCount(), 50);
+    QVERIFY(page.frameStats().count() >= 1);
+    QVERIFY(page.frameStats().count() < size_t(page.framesRendered()));
+    QVERIFY(page.frameStats().last() > 0.0);
 }
 
 void TestMonitor::realisticRunRenders()

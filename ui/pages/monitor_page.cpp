@@ -368,16 +368,24 @@ void MonitorPage::renderFrame(bool force)
     // Compute beside communication, for data-parallel runs (the history says which).
     if (communicationPlot_->isHidden() == history_.hasCommunication())
         communicationPlot_->setVisible(history_.hasCommunication());
+    int drawn = 0;
     for (PlotSlot& slot : plots_) {
         // A hidden plot is not even brought up to date: showing the page draws a frame
         // (showEvent), so data for plots nobody looks at costs nothing.
         if (!force && !slot.plot->isVisible()) continue;
-        if (slot.refresh()) slot.plot->replot(QCustomPlot::rpImmediateRefresh);
+        if (slot.refresh()) {
+            slot.plot->replot(QCustomPlot::rpImmediateRefresh);
+            ++drawn;
+        }
     }
     inFrame_ = false;
-    frameStats_.record(static_cast<double>(cost.nsecsElapsed()) / 1e6);
     ++framesRendered_;
-    if (framesRendered_ % 10 == 1) updateFrameLabel();
+    // Only frames that drew count: the frames of a hidden page cost nothing, and kept, they
+    // read "frame 0.0 ms" on a page that had just drawn in tens of milliseconds.
+    if (drawn > 0) {
+        frameStats_.record(static_cast<double>(cost.nsecsElapsed()) / 1e6);
+        if (frameStats_.total() % 10 == 1) updateFrameLabel();
+    }
     emit frameRendered(history_.lastStep());
 }
 
@@ -421,6 +429,10 @@ void MonitorPage::alignCurvesToHeatmap()
 
 void MonitorPage::updateFrameLabel()
 {
+    if (frameStats_.count() == 0) {
+        frameLabel_->clear();
+        return;
+    }
     frameLabel_->setText(tr("frame %1 ms (p95 %2 ms)")
                              .arg(frameStats_.percentile(50), 0, 'f', 1)
                              .arg(frameStats_.percentile(95), 0, 'f', 1));
