@@ -264,6 +264,9 @@ std::unique_ptr<RunSession> reopen_or_complain(RunStore& store, const RunInfo& i
     } catch (const ConfigError& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         exit_code = 2;
+    } catch (const StoreError& e) { // the store's own checkpoint folder cannot be written in
+        std::fprintf(stderr, "error: %s\n", e.what());
+        exit_code = 3;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "error: run %lld cannot be reopened: %s\n", static_cast<long long>(info.id), e.what());
         exit_code = 1;

@@ -37,7 +37,11 @@ std::optional<int64_t> checkpoint_step(const std::string& path)
     const std::string digits = name.substr(kPrefix, name.size() - kPrefix - kSuffix);
     if (digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
         return std::nullopt;
-    return std::stoll(digits);
+    // Only the name a checkpoint is written under: "step-5.pt" or "step-0010.pt" is a user's
+    // copy, which resume would try and rotation delete.
+    const int64_t step = std::stoll(digits);
+    if (name != checkpoint_file_name(step)) return std::nullopt;
+    return step;
 }
 
 std::vector<std::string> list_checkpoints(const std::string& dir)

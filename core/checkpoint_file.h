@@ -20,9 +20,14 @@ public:
     using ConfigError::ConfigError;
 };
 
+// The layout a checkpoint is written in (docs/CHECKPOINTS.md). A file of another version is
+// refused (CheckpointMismatch), never taken for a damaged one.
+constexpr int64_t kCheckpointFormatVersion = 1;
+
 // "step-00000100.pt": zero-padded so that names sort by step.
 std::string checkpoint_file_name(int64_t step);
-// The step of a file named like checkpoint_file_name, else nullopt (step-abc.pt, notes.txt).
+// The step of a file named exactly as checkpoint_file_name names it, else nullopt (step-abc.pt,
+// step-5.pt, notes.txt).
 std::optional<int64_t> checkpoint_step(const std::string& path);
 // The checkpoints in `dir` (only names checkpoint_step accepts), oldest first; empty if the
 // folder does not exist.

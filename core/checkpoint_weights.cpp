@@ -51,7 +51,13 @@ CheckpointIdentity read_checkpoint_header(const std::string& path, torch::serial
 {
     torch::Tensor version;
     archive.read("format_version", version);
-    if (version.item<int64_t>() != 1) throw ConfigError("checkpoint '" + path + "' has an unknown format version");
+    // Refused, not taken for damage: a resume would fall back to an older checkpoint, drop the
+    // steps after it and write over the newer Mantissa's file when it trains that step again.
+    if (const int64_t v = version.item<int64_t>(); v != kCheckpointFormatVersion)
+        throw CheckpointMismatch("checkpoint '" + path + "' is format version " + std::to_string(v) +
+                                 (v > kCheckpointFormatVersion ? ", written by a newer Mantissa" : "") +
+                                 "; this build reads version " + std::to_string(kCheckpointFormatVersion) +
+                                 "; nothing was changed");
     CheckpointIdentity identity;
     if (c10::IValue stored; archive.try_read("identity", stored) && stored.isString())
         identity = parse_identity_text(stored.toStringRef());

@@ -57,6 +57,9 @@ void remove_stale_temporaries(const std::string& folder)
 
 DurableFile::DurableFile(std::string path) : path_(std::move(path))
 {
+    // What a failed write leaves there: "the file is as it was" was said of files never there.
+    std::error_code ec;
+    untouched_ = std::filesystem::exists(path_, ec) ? "(the file is as it was)" : "(nothing was written there)";
     // A name of its own (O_EXCL): two writers of one file (two runs checkpointing the same step
     // into a shared folder, two exports) must not write into each other's temporary file.
     static std::atomic<unsigned> counter{0};
@@ -80,7 +83,7 @@ void DurableFile::fail(int error)
     ::close(fd_);
     fd_ = -1;
     ::unlink(temporary_.c_str());
-    throw std::runtime_error("cannot write '" + path_ + "': " + std::strerror(error) + " (the file is as it was)");
+    throw std::runtime_error("cannot write '" + path_ + "': " + std::strerror(error) + " " + untouched_);
 }
 
 void DurableFile::write(std::string_view data)
@@ -103,7 +106,7 @@ void DurableFile::commit()
     if (closed != 0 || std::rename(temporary_.c_str(), path_.c_str()) != 0) {
         const int error = errno;
         ::unlink(temporary_.c_str());
-        throw std::runtime_error("cannot write '" + path_ + "': " + std::strerror(error) + " (the file is as it was)");
+        throw std::runtime_error("cannot write '" + path_ + "': " + std::strerror(error) + " " + untouched_);
     }
     // The rename is an entry in the folder: until the folder is flushed too, a power loss can
     // bring back the old file (or none). Best effort: the file is in place by now, and a file

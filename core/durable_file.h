@@ -27,6 +27,7 @@ public:
 private:
     [[noreturn]] void fail(int error);
     std::string path_, temporary_;
+    std::string untouched_; // "(the file is as it was)", or "(nothing was written there)"
     int fd_ = -1;
 };
 

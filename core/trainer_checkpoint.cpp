@@ -24,7 +24,7 @@ namespace mantissa {
 std::string Trainer::Impl::serialize_state()
 {
     torch::serialize::OutputArchive archive;
-    archive.write("format_version", torch::tensor(int64_t(1)));
+    archive.write("format_version", torch::tensor(kCheckpointFormatVersion));
     archive.write("identity", c10::IValue(identity_text(current_identity())));
     archive.write("step", torch::tensor(step));
     archive.write("data_fingerprint", c10::IValue(data_fingerprint_text()));
@@ -232,8 +232,13 @@ std::string Trainer::Impl::write_periodic_checkpoint(TelemetrySink& sink)
     std::error_code exists_error;
     if (fs::is_directory(path, exists_error)) return fail("a folder is in its place; not overwritten");
     if (fs::exists(path, exists_error) && !is_our_checkpoint(path)) {
-        const auto theirs = read_checkpoint_identity(path);
-        return fail("the file belongs to " + (theirs ? describe_identity(*theirs) : std::string("another run")) +
+        // A file that does not read as a checkpoint (empty, cut, junk) names nobody: saying
+        // "another run" sent users looking for a second run that was never there.
+        const auto theirs = read_checkpoint_ownership(path);
+        if (!theirs.readable)
+            return fail("a file that does not read as a checkpoint is in its place (it may be another run's); not "
+                        "overwritten: move it away");
+        return fail("the file belongs to " + (theirs.identity ? describe_identity(*theirs.identity) : "another run") +
                     " (two runs share training.checkpoint_dir); not overwritten");
     }
     try {

@@ -50,6 +50,26 @@ std::vector<std::string> resume_order(const std::vector<std::string>& files, con
 
 std::string describe_run(const RunInfo& info) { return describe_identity({info.uuid, info.id, {}}); }
 
+// Made now, before a run trains: a folder that cannot be made or written in (a file on its
+// path, /proc, no permission, a read-only mount) would otherwise fail every checkpoint of a
+// long run, which would end with nothing to resume from. A folder the project names is a
+// setting (ConfigError, exit 2); the store's own one is the store's (StoreError, exit 3).
+void require_checkpoint_folder(const std::string& folder, bool named_by_project)
+{
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::create_directories(folder, ec);
+    std::string problem;
+    if (!fs::is_directory(folder)) {
+        problem = "cannot make the folder '" + folder + "': " + (ec ? ec.message() : "a file is in its place");
+    } else if (const std::string denied = access_problem(folder, W_OK | X_OK); !denied.empty()) {
+        problem = "cannot write in the folder '" + folder + "': " + denied;
+    }
+    if (problem.empty()) return;
+    if (named_by_project) throw ConfigError("training.checkpoint_dir: " + problem);
+    throw StoreError("checkpoints beside the run store: " + problem);
+}
+
 // The folder a run's relative paths resolve against: its project file's. Runs made before
 // project paths were stored absolute resolve against the current folder, as then; a run
 // without one (made in memory) has no folder of its own.
@@ -64,6 +84,7 @@ std::string run_base_dir(const RunInfo& info)
 struct CheckpointSearch {
     std::string write_dir; // where the run goes on writing
     std::string read_dir;  // where they are read (a legacy folder until the first new one)
+    bool store_folder = false; // read_dir is the store's own folder for this run, shared with no other run
     std::map<int64_t, CheckpointRow> recorded;
     std::vector<std::string> files;
 };
@@ -83,13 +104,17 @@ CheckpointSearch search_checkpoints(RunStore& store, const RunInfo& info, const 
     // Earlier versions took a relative training.checkpoint_dir from where the run was
     // started, not from the project file's folder: such a run's recorded files say where it
     // writes.
-    if (!own_folder && !found.recorded.empty() && list_checkpoints(found.write_dir).empty()) {
+    // Only a relative record is such a run's: an absolute one, in a copied store, names the
+    // original store's folder, whose files the copy's resume would write beside and rotate.
+    if (!own_folder && !found.recorded.empty() && list_checkpoints(found.write_dir).empty() &&
+        fs::path(found.recorded.rbegin()->second.path).is_relative()) {
         std::error_code ec;
         // Relative as such a run recorded it: from where it was started, as then.
         const auto folder = fs::absolute(fs::path(found.recorded.rbegin()->second.path).parent_path(), ec);
         if (!ec && fs::is_directory(folder, ec)) found.write_dir = folder.lexically_normal().string();
     }
     found.read_dir = found.write_dir;
+    found.store_folder = own_folder;
     // A run recorded before schema 4 kept its checkpoints in "checkpoints/run-<id>"; read them
     // there until it has written one into its own folder.
     if (own_folder && info.legacy_checkpoints && list_checkpoints(found.read_dir).empty())
@@ -159,13 +184,22 @@ std::string load_first_good(const CheckpointSearch& found, const RunInfo& info, 
                 throw;
             } catch (const ConfigError& e) {
                 problem = e.what();
+                // The event names the file already: "checkpoint 'X' is damaged (cannot be read: …)".
+                if (const std::string named = "checkpoint '" + path + "' "; problem.starts_with(named))
+                    problem.erase(0, named.size());
             }
         }
         damaged.push_back(path);
         if (const auto row = found.recorded.find(step); damaged_own && row != found.recorded.end()) {
-            std::error_code ec; // the store's record of this very file (not of this step elsewhere)
-            if (std::filesystem::weakly_canonical(row->second.path, ec) == std::filesystem::weakly_canonical(path, ec) && !ec)
-                damaged_own->push_back(path);
+            // The store's record of this very file (not of this step elsewhere), or a recorded
+            // step's file in the store's own folder, which no other run writes in: a store moved
+            // or copied with its folder keeps the old paths in its rows, and its damaged file,
+            // not adopted, refused the checkpoint of that step on every resume.
+            namespace fs = std::filesystem;
+            std::error_code ec;
+            const bool recorded_here =
+                fs::weakly_canonical(row->second.path, ec) == fs::weakly_canonical(path, ec) && !ec;
+            if (recorded_here || found.store_folder) damaged_own->push_back(path);
         }
         if (report) {
             RunEvent e;
@@ -396,14 +430,19 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
         session->trainer_ = std::make_unique<Trainer>(config);
         session->attach(store, info.id, info.uuid, found.write_dir);
     };
-    if (found.files.empty() && found.recorded.empty() && !info.legacy_checkpoints && !info.uuid.empty()) {
-        // Killed before its first checkpoint: nothing was lost that the seed cannot redo.
+    // Killed before its first checkpoint: nothing was lost that the seed cannot redo.
+    const bool starts_over =
+        found.files.empty() && found.recorded.empty() && !info.legacy_checkpoints && !info.uuid.empty();
+    if (!starts_over) require_files(found, info, "resume"); // first: a folder it cannot read says so
+    // As a new run's (create_run), before the data is loaded: a resume that trains on to a folder
+    // it cannot write in ends with nothing saved, and a --set's folder would be stored as the run's.
+    require_checkpoint_folder(found.write_dir, !config.training.checkpoint_dir.empty());
+    if (starts_over) {
         build();
         session->starts_over_ = true;
         replay_precision_changes(store, info.id, *session->trainer_);
         return session;
     }
-    require_files(found, info, "resume"); // before the data is loaded for nothing
     build();
     std::vector<std::string> damaged_own;
     session->loaded_checkpoint_ = load_first_good(
@@ -494,24 +533,10 @@ void RunSession::attach(RunStore& store, int64_t run_id, const std::string& uuid
 
 int64_t RunSession::create_run(RunStore& store, const std::string& name, const std::string& project_path)
 {
-    // Made now, before the run: a folder that cannot be made or written in (a file on its
-    // path, /proc, no permission) would otherwise fail every checkpoint of a long run, which
-    // would end with nothing to resume from. The project's folder is a setting (exit 2); the
-    // default one, beside the run store, is the store's (StoreError, exit 3).
-    namespace fs = std::filesystem;
     const auto& wanted = trainer_->config().training.checkpoint_dir;
-    const std::string folder = wanted.empty() ? fs::path(store.checkpoint_dir(0)).parent_path().string()
-                                              : resolve_data_path(trainer_->config(), wanted);
-    std::error_code ec;
-    fs::create_directories(folder, ec);
-    std::string problem;
-    if (!fs::is_directory(folder)) {
-        problem = "cannot make the folder '" + folder + "': " + (ec ? ec.message() : "a file is in its place");
-    } else if (const std::string denied = access_problem(folder, W_OK | X_OK); !denied.empty()) {
-        problem = "cannot write in the folder '" + folder + "': " + denied;
-    }
-    if (!problem.empty() && !wanted.empty()) throw ConfigError("training.checkpoint_dir: " + problem);
-    if (!problem.empty()) throw StoreError("checkpoints beside the run store: " + problem);
+    require_checkpoint_folder(wanted.empty() ? std::filesystem::path(store.checkpoint_dir(0)).parent_path().string()
+                                             : resolve_data_path(trainer_->config(), wanted),
+                              !wanted.empty());
     const int64_t id = store.create_run(name, project_path, to_json_text(trainer_->config()));
     const auto info = store.find_run(std::to_string(id));
     const auto& explicit_dir = trainer_->config().training.checkpoint_dir;

@@ -546,8 +546,34 @@ private slots:
                              "alloc_cpu.cpp:118] DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 bytes"));
         QCOMPARE(meaning([] { throw std::runtime_error("PytorchStreamReader failed reading zip archive"); }),
                  std::string("damage: checkpoint 'c.pt' cannot be read: PytorchStreamReader failed reading zip archive"));
-        QCOMPARE(meaning([] { throw mantissa::ConfigError("checkpoint 'c.pt' has an unknown format version"); }),
-                 std::string("damage: checkpoint 'c.pt' has an unknown format version"));
+        QCOMPARE(meaning([] { throw mantissa::ConfigError("checkpoint 'c.pt' cannot be read: no step"); }),
+                 std::string("damage: checkpoint 'c.pt' cannot be read: no step"));
+    }
+
+    // A newer Mantissa's checkpoint is refused as not this build's (CheckpointMismatch), not
+    // taken for damage: a resume fell back past it, dropped the steps after the older one and
+    // wrote over the newer file when it trained that step again.
+    void aCheckpointOfAnotherFormatVersionIsRefusedNotDamaged()
+    {
+        QTemporaryDir dir;
+        const auto header_of = [&](int64_t version) {
+            const std::string path = dir.filePath(QString("v%1.pt").arg(version)).toStdString();
+            torch::serialize::OutputArchive out;
+            out.write("format_version", torch::tensor(version));
+            out.save_to(path);
+            torch::serialize::InputArchive in;
+            open_checkpoint_archive(path, in);
+            return read_checkpoint_header(path, in);
+        };
+        QVERIFY(header_of(mantissa::kCheckpointFormatVersion).run_uuid.empty());
+        const std::string path = dir.filePath("v2.pt").toStdString();
+        QVERIFY_THROWS_EXCEPTION(mantissa::CheckpointMismatch, header_of(2));
+        try {
+            header_of(2);
+        } catch (const mantissa::CheckpointMismatch& e) {
+            QCOMPARE(std::string(e.what()), "checkpoint '" + path + "' is format version 2, written by a newer "
+                                            "Mantissa; this build reads version 1; nothing was changed");
+        }
     }
 
     void outlierSplitIsByMagnitudeAndRejoinsInBf16()

@@ -108,6 +108,8 @@ private slots:
     void aRunWhoseFinalStateCannotBeKeptFails();
     void rotationKeepsTheFileJustWritten();
     void aDamagedCheckpointOfTheRunIsWrittenAgain();
+    void aMovedStoresDamagedCheckpointIsWrittenAgain();
+    void aResumeRefusesACheckpointFolderItCannotWriteIn();
     void aResumeThatChangesThePresetChangesTheLayers();
     void aResumeFromAnotherFolderFindsTheProjectsFolder();
     void aResumesOverridesAreStoredWithTheRun();
@@ -129,6 +131,7 @@ private slots:
     void version3StoreWithOldFolderStillResumes();
     void checkpointOfAnotherModelShapeIsRefused();
     void failedCheckpointWriteIsAnEventAndTrainingGoesOn();
+    void anUnreadableFileInTheWayNamesNoOtherRun();
     void aCheckpointAfterLostRowsIsNotRecorded();
     void aRunDeletedBeforeItsClaimIsNotTrained();
     void aRunThatCannotGoOnEndsFailed();
@@ -442,6 +445,49 @@ void TestSession::aDamagedCheckpointOfTheRunIsWrittenAgain()
     QVERIFY(!again.err.contains("damaged"));
 }
 
+// A store moved with its folder keeps the old paths in its rows: its damaged file was not
+// taken for its own, and the step's checkpoint was refused on every resume ("belongs to
+// another run"), which then ended with exit 3.
+void TestSession::aMovedStoresDamagedCheckpointIsWrittenAgain()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    fs::create_directories(dir.filePath("before").toStdString());
+    const std::string before = dir.filePath("before/runs.sqlite").toStdString();
+    QCOMPARE(run_cli({"run", QString::fromStdString(project), "--db", QString::fromStdString(before)}).exit_code, 0);
+    fs::rename(dir.filePath("before").toStdString(), dir.filePath("after").toStdString());
+    const std::string db = dir.filePath("after/runs.sqlite").toStdString();
+    const std::string last = db + ".checkpoints/run-1/step-00000030.pt";
+    fs::resize_file(last, 1000);
+    const auto r = run_cli({"resume", "1", "--db", QString::fromStdString(db)});
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err + r.out));
+    QVERIFY2(r.out.contains("at step 20 from"), qPrintable(r.out));
+    QVERIFY2(!r.out.contains("checkpoint_failed"), qPrintable(r.out));
+    QVERIFY(read_checkpoint_ownership(last).readable);
+}
+
+// `run` refuses a checkpoint folder it cannot write in before it trains; a resume trained to
+// the end with every checkpoint failing (exit 3), and stored a --set's folder as the run's.
+void TestSession::aResumeRefusesACheckpointFolderItCannotWriteIn()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    const QString db = dir.filePath("runs.sqlite");
+    QCOMPARE(run_cli({"run", QString::fromStdString(project), "--db", db, "--set", "training.steps=20"}).exit_code, 0);
+    const std::string blocker = dir.filePath("a-file").toStdString();
+    std::ofstream(blocker) << "in the way";
+    const auto r = run_cli({"resume", "1", "--db", db, "--set", "training.steps=30", "--set",
+                            QString::fromStdString("training.checkpoint_dir=" + blocker + "/sub")});
+    QCOMPARE(r.exit_code, 2);
+    QVERIFY2(r.err.contains(QString::fromStdString("training.checkpoint_dir: cannot make the folder '" + blocker +
+                                                   "/sub': ")),
+             qPrintable(r.err));
+    RunStore store(db.toStdString());
+    const auto info = store.find_run("1");
+    QCOMPARE(info->last_step, int64_t(20));
+    QVERIFY(info->config_json.find("a-file") == std::string::npos);
+}
+
 // A checkpoint holds its layers' formats; `resume --set precision.preset=bf16` used to keep
 // them (fp16) while the run's settings said bf16. The change is made at the resume's first
 // boundary and recorded as a user's precision change, one per layer that changes.
@@ -664,15 +710,22 @@ void TestSession::strayFilesInTheFolderAreIgnored()
     std::ofstream(folder + "step-abc.pt") << "not a checkpoint";
     std::ofstream(folder + "step-.pt") << "";
     fs::create_directories(folder + "step-00000099.pt"); // a folder with a checkpoint's name
+    fs::copy_file(folder + "step-00000010.pt", folder + "step-10.pt"); // a user's copies
+    fs::copy_file(folder + "step-00000020.pt", folder + "step-0000020.pt");
     QVERIFY(!checkpoint_step(folder + "step-abc.pt"));
     QCOMPARE(list_checkpoints(folder).size(), size_t(3));
 
     const auto exported = run_cli({"export", "1", "--format", "safetensors", "--out", dir.filePath("w.safetensors"),
                                    "--db", QString::fromStdString(db)});
     QVERIFY2(exported.exit_code == 0, qPrintable(exported.err + exported.out));
-    const auto resumed = run_cli({"resume", "1", "--db", QString::fromStdString(db), "--set", "training.steps=35"});
+    const auto resumed = run_cli({"resume", "1", "--db", QString::fromStdString(db), "--set", "training.steps=35",
+                                  "--set", "training.checkpoint_keep=1"});
     QVERIFY2(resumed.exit_code == 0, qPrintable(resumed.err + resumed.out));
     QVERIFY(resumed.out.contains("at step 30 from"));
+    // Rotation kept one checkpoint, and left the copies alone.
+    QCOMPARE(list_checkpoints(folder), std::vector<std::string>{folder + "step-00000035.pt"});
+    QVERIFY(fs::exists(folder + "step-10.pt"));
+    QVERIFY(fs::exists(folder + "step-0000020.pt"));
 }
 
 void TestSession::twoStoresInOneFolderKeepTheirOwnCheckpoints()
@@ -1416,6 +1469,28 @@ void TestSession::failedCheckpointWriteIsAnEventAndTrainingGoesOn()
             QCOMPARE(e.step, int64_t(10));
         }
     QCOMPARE(failed, 1);
+}
+
+// An empty file where a checkpoint goes says what it is, not that two runs share a folder
+// (the run's own folder, where no other run writes).
+void TestSession::anUnreadableFileInTheWayNamesNoOtherRun()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    const std::string db = dir.filePath("runs.sqlite").toStdString();
+    const std::string folder = fs::absolute(db).string() + ".checkpoints/run-1";
+    QCOMPARE(run_cli({"run", QString::fromStdString(project), "--db", QString::fromStdString(db), "--set",
+                      "training.steps=5"})
+                 .exit_code,
+             0);
+    std::ofstream(folder + "/step-00000010.pt").flush();
+    const auto r = run_cli({"resume", "1", "--db", QString::fromStdString(db), "--set", "training.steps=30"});
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err + r.out));
+    QVERIFY2(r.out.contains("[checkpoint_failed] checkpoint '" + QString::fromStdString(folder) +
+                            "/step-00000010.pt' could not be written: a file that does not read as a checkpoint is "
+                            "in its place (it may be another run's); not overwritten: move it away"),
+             qPrintable(r.out));
+    QCOMPARE(fs::file_size(folder + "/step-00000010.pt"), uintmax_t(0));
 }
 
 void TestSession::aRunThatCannotGoOnEndsFailed()

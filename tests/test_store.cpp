@@ -473,6 +473,11 @@ private slots:
         QVERIFY(!checkpoint_step("/x/step-.pt"));
         QVERIFY(!checkpoint_step("/x/step-12.pt.tmp"));
         QVERIFY(!checkpoint_step("/x/step--12.pt"));
+        // Only the name it is written under: a copy named otherwise is not a checkpoint.
+        QVERIFY(!checkpoint_step("/x/step-120.pt"));
+        QVERIFY(!checkpoint_step("/x/step-000000120.pt"));
+        QCOMPARE(checkpoint_step("/x/step-123456789.pt"), std::optional<int64_t>(123456789));
+        QVERIFY(!checkpoint_step("/x/step-0123456789.pt"));
     }
 
     void findsRunsByIdOrNewestName()
