@@ -19,6 +19,11 @@ class CheckpointMismatch : public ConfigError {
 public:
     using ConfigError::ConfigError;
 };
+// The checkpoint's data fingerprint is not the project's data's.
+class CheckpointOfOtherData : public CheckpointMismatch {
+public:
+    using CheckpointMismatch::CheckpointMismatch;
+};
 
 // The layout a checkpoint is written in (docs/CHECKPOINTS.md). A file of another version is
 // refused (CheckpointMismatch), never taken for a damaged one.

@@ -171,7 +171,7 @@ void Trainer::Impl::load_archive(const std::string& path,
         // Checkpoints from before fingerprints were kept resume on whatever data there is.
         if (c10::IValue trained_on; archive.try_read("data_fingerprint", trained_on) && trained_on.isString() &&
                                     trained_on.toStringRef() != data_fingerprint_text())
-            throw CheckpointMismatch("checkpoint '" + path + "' was trained on other data (" + trained_on.toStringRef() +
+            throw CheckpointOfOtherData("checkpoint '" + path + "' was trained on other data (" + trained_on.toStringRef() +
                                      "); the project's data now gives " + data_fingerprint_text() +
                                      ". Resuming would train on other tokens: restore the data the run was "
                                      "trained on, or start a new run");

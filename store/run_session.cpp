@@ -450,6 +450,17 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
         [&](const std::string& path) {
             try {
                 session->trainer_->load_checkpoint(path);
+            } catch (const CheckpointOfOtherData& e) {
+                // Nothing on disk changed where the resume's own settings made other data (a
+                // synthetic set's seed): "restore the data" sent the user looking for a file.
+                std::string keys;
+                for (const auto& c : session->config_changes_)
+                    if (c.key.starts_with("data.") || c.key == "training.seed")
+                        keys += (keys.empty() ? "" : ", ") + c.key;
+                if (keys.empty()) throw;
+                throw CheckpointOfOtherData("checkpoint '" + path + "' was trained on other data: this resume's " +
+                                            keys + " makes other data than the run trained on; resume without it, "
+                                            "or start a new run");
             } catch (const CheckpointMismatch&) {
                 throw;
             } catch (const ConfigError&) {

@@ -878,6 +878,18 @@ void TestSession::aResumeOnChangedDataIsRefused()
     const auto resumed = run_cli({"resume", "1", "--db", db, "--set", "training.steps=25"});
     QVERIFY2(resumed.exit_code == 0, qPrintable(resumed.err + resumed.out));
     QVERIFY(resumed.out.contains("at step 20 from"));
+
+    // The resume's own --set made the other data (a synthetic set's seed): it is named, and
+    // nothing on disk is to be restored.
+    const QString synthetic = dir.filePath("synthetic.sqlite");
+    QCOMPARE(run_cli({"run", QString::fromStdString(project), "--db", synthetic, "--set", "training.steps=10"}).exit_code,
+             0);
+    const auto reseeded =
+        run_cli({"resume", "1", "--db", synthetic, "--set", "training.seed=8", "--set", "training.steps=15"});
+    QCOMPARE(reseeded.exit_code, 2);
+    QVERIFY2(reseeded.err.contains("was trained on other data: this resume's training.seed makes other data than the "
+                                   "run trained on; resume without it, or start a new run"),
+             qPrintable(reseeded.err));
 }
 
 // A sweep of a project with its own checkpoint_dir: every point keeps its checkpoints (none is
