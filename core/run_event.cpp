@@ -211,6 +211,7 @@ std::string RunEvent::message() const
     case EventKind::Alert:
         return (layers.empty() ? "" : layers.front() + ": ") + text;
     case EventKind::WatchAction:
+        if (!text.empty()) return watcher + ": " + text; // an action not taken, and why
         if (action == "pause") return watcher + ": pausing training";
         return watcher + ": switched " + join(layers) + " to " + action;
     case EventKind::RunFinished:

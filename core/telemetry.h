@@ -80,6 +80,7 @@ struct MemorySnapshot {
 // Everything the engine measured at one telemetry step.
 struct LayerStatsFrame {
     int64_t step = 0;
+    bool skipped = false; // the loss scaler skipped the step (its gradients overflowed)
     std::vector<TensorStats> tensors;
     std::vector<std::pair<std::string, double>> attention_max_logit; // by block: max |q.k|/sqrt(d)
     double log_z_mean = 0.0;  // mean log-partition of the output softmax

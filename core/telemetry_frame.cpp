@@ -97,6 +97,7 @@ struct TelemetryStep::InFlight {
         int64_t ranks = 1;         // ranks whose tensors the row counts (reduced: all but the weight's)
     };
     int64_t step = 0;
+    bool skipped = false;
     std::vector<TensorSlot> tensors;
     std::vector<std::pair<std::string, std::pair<int64_t, double>>> logits; // block, (slot, 1/sqrt(d))
     int64_t log_z = -1;
@@ -116,6 +117,7 @@ std::shared_ptr<TelemetryStep::InFlight> TelemetryStep::launch(Gpt& model, int64
     layout.combining = ranks != nullptr;
     auto out = std::make_shared<InFlight>();
     out->step = step;
+    out->skipped = skipped;
     auto& tensors = out->tensors;
     auto& logits = out->logits;
     using TensorSlot = InFlight::TensorSlot;
@@ -187,6 +189,7 @@ LayerStatsFrame TelemetryStep::complete(const InFlight& in)
     const double* values = host.defined() ? host.data_ptr<double>() : nullptr;
     LayerStatsFrame frame;
     frame.step = in.step;
+    frame.skipped = in.skipped;
     for (const auto& slot : in.tensors) {
         const auto& p = slot.pending;
         const float scale = slot.scale >= 0 ? static_cast<float>(values[slot.scale]) : p.scale;

@@ -96,6 +96,9 @@ bool Trainer::Impl::switched_to_bf16(const std::string& pattern) const
 
 std::string Trainer::Impl::layers_named_by(const std::string& layer) const
 {
+    // The gradient watchers name parameters: the tied token embedding's (`wte`) holds
+    // lm_head's weight gradient, the GEMM an action can switch.
+    if (layer == "wte") return "lm_head";
     // attention_logit names a block's attention (blocks.N.attn), no one GEMM layer: its action
     // switches the three layers of it (qkv, sdpa, proj).
     for (const auto& g : model->gemm_layers())
@@ -119,9 +122,25 @@ void Trainer::Impl::handle_alerts(const std::vector<WatchAlert>& alerts, Telemet
         action.kind = EventKind::WatchAction;
         action.watcher = a.watcher;
         const std::string target = a.layer.empty() ? std::string() : layers_named_by(a.layer);
+        // The layer as switched: lm_head for the embedding's gradient, else the alert's own.
+        const std::string switched_name = target.ends_with(".*") ? a.layer : target;
+        const auto switchable = [&] {
+            return std::any_of(model->gemm_layers().begin(), model->gemm_layers().end(),
+                               [&](const auto& g) { return glob_match(target, g->name()); });
+        };
         if (a.action == WatchAction::Pause) {
-            commands.push({Command::Kind::Pause, {}, {}});
             action.action = "pause";
+            if (!a.layer.empty()) action.layers = {a.layer};
+            // Refused once the loop has passed its last boundary: "pausing training" was
+            // recorded, and the run finished.
+            if (!commands.push({Command::Kind::Pause, {}, {}})) action.text = "not paused: the run ends at this step";
+            sink.on_event(action);
+        } else if (a.action == WatchAction::SwitchToBf16 && !a.layer.empty() && !switchable()) {
+            // A LayerNorm's or the position embedding's gradient: no GEMM to switch. Said, where
+            // nothing used to follow the alert.
+            action.action = "bf16";
+            action.layers = {a.layer};
+            action.text = "nothing switched: " + a.layer + " has no GEMM layer";
             sink.on_event(action);
         } else if (a.action == WatchAction::SwitchToBf16 && !a.layer.empty() && switched_to_bf16(target)) {
             continue; // another of its tensors alerted first: the layer is (or is about to be) BF16
@@ -131,14 +150,14 @@ void Trainer::Impl::handle_alerts(const std::vector<WatchAlert>& alerts, Telemet
             const GemmFormats bf16{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16};
             pending_switches.push_back({Command::Kind::SetLayerFormats, target, bf16, ChangeCause::Watcher, a.watcher});
             action.action = "bf16";
-            action.layers = {a.layer};
+            action.layers = {switched_name};
             sink.on_event(action);
         } else if (a.action == WatchAction::SwitchToBf16 && !a.layer.empty()) {
             const GemmFormats bf16{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16};
             const auto changed = set_layer_formats(target, bf16);
             if (changed.empty()) continue;
             action.action = "bf16";
-            action.layers = {a.layer};
+            action.layers = {switched_name};
             sink.on_event(action);
             // The switch is a precision change like the user's, so whoever tracks the layers'
             // live formats (the precision table) sees it the same way.

@@ -55,10 +55,20 @@ int role_rank(const std::string& role)
 
 } // namespace
 
+// "1.52 (running mean 1.43 + 6 sigma of 0.015)": the mean and sigma the value was compared
+// with, before it was folded in (the mean after it understated the bar).
+std::string Watchers::spike_bar(const RunningStats& s, double k)
+{
+    return fmt(s.compared_mean + k * s.compared_sigma) + " (running mean " + fmt(s.compared_mean) + " + " + fmt(k) +
+           " sigma of " + fmt(s.compared_sigma) + ")";
+}
+
 bool Watchers::RunningStats::spike(double x, double k, int64_t window)
 {
     const int64_t warmup = std::max<int64_t>(10, window / 2);
-    const bool fired = n >= warmup && x > mean + k * std::sqrt(var);
+    compared_mean = mean;
+    compared_sigma = std::sqrt(var);
+    const bool fired = n >= warmup && x > mean + k * compared_sigma;
     // Exponential moving mean and variance with span `window`.
     const double alpha = 2.0 / (static_cast<double>(window) + 1.0);
     if (n == 0) {
@@ -76,7 +86,10 @@ bool Watchers::cooled_down(const std::string& watcher, const std::string& layer,
 {
     const auto key = std::make_pair(watcher, layer);
     const auto it = last_fired_.find(key);
-    if (it != last_fired_.end() && step - it->second < config_.cooldown_steps) return false;
+    // Quiet for cooldown_steps steps after the step it fired in (`<` fired again one step
+    // early: 1 was 0), and for that step's other tensors of the layer; 0 fires every time.
+    if (it != last_fired_.end() && config_.cooldown_steps > 0 && step - it->second <= config_.cooldown_steps)
+        return false;
     last_fired_[key] = step;
     return true;
 }
@@ -96,12 +109,21 @@ std::vector<WatchAlert> Watchers::on_step(const StepMetrics& m)
 {
     std::vector<WatchAlert> alerts;
     if (!std::isfinite(m.train_loss) || (!m.skipped && !std::isfinite(m.grad_norm))) {
+        // Where the backward made them first: lm_head's gradient (which the tied token
+        // embedding's, `wte`, holds), then the rest in reverse. A non-finite loss came from the
+        // forward, and every gradient after it is NaN: the gradients name no layer then (a
+        // telemetry frame's watcher does, from the forward's values).
         std::string layer;
-        for (const auto& [name, norm] : m.layer_grad_norms)
-            if (!std::isfinite(norm)) {
-                layer = name; // the first in forward order
-                break;
-            }
+        if (std::isfinite(m.train_loss)) {
+            std::vector<std::pair<std::string, double>> backward(m.layer_grad_norms.rbegin(),
+                                                                 m.layer_grad_norms.rend());
+            std::stable_partition(backward.begin(), backward.end(), [](const auto& g) { return g.first == "wte"; });
+            for (const auto& [name, norm] : backward)
+                if (!std::isfinite(norm)) {
+                    layer = name;
+                    break;
+                }
+        }
         if (cooled_down("nonfinite", layer, m.step))
             alerts.push_back(make(m.step, "nonfinite", layer,
                                   "loss " + fmt(m.train_loss) + ", grad norm " + fmt(m.grad_norm) +
@@ -110,8 +132,7 @@ std::vector<WatchAlert> Watchers::on_step(const StepMetrics& m)
     }
     if (loss_.spike(m.train_loss, config_.loss_spike_sigma, config_.spike_window) && cooled_down("loss_spike", "", m.step))
         alerts.push_back(make(m.step, "loss_spike", "",
-                              "loss " + fmt(m.train_loss) + " > running mean " + fmt(loss_.mean) + " + " +
-                                  fmt(config_.loss_spike_sigma) + " sigma"));
+                              "loss " + fmt(m.train_loss) + " > " + spike_bar(loss_, config_.loss_spike_sigma)));
     if (!m.skipped && grad_norm_.spike(m.grad_norm, config_.grad_spike_sigma, config_.spike_window) &&
         cooled_down("grad_spike", "", m.step)) {
         std::string worst;
@@ -121,10 +142,11 @@ std::vector<WatchAlert> Watchers::on_step(const StepMetrics& m)
                 worst_norm = norm;
                 worst = name;
             }
+        const std::string largest =
+            worst.empty() ? std::string() : "; largest in " + worst + " (" + fmt(worst_norm) + ")";
         alerts.push_back(make(m.step, "grad_spike", worst,
-                              "grad norm " + fmt(m.grad_norm) + " > running mean " + fmt(grad_norm_.mean) + " + " +
-                                  fmt(config_.grad_spike_sigma) + " sigma" +
-                                  (worst.empty() ? std::string() : "; largest in " + worst + " (" + fmt(worst_norm) + ")")));
+                              "grad norm " + fmt(m.grad_norm) + " > " +
+                                  spike_bar(grad_norm_, config_.grad_spike_sigma) + largest));
     }
     return alerts;
 }
@@ -162,6 +184,9 @@ std::vector<WatchAlert> Watchers::on_frame(const LayerStatsFrame& frame, const s
     const TensorStats* first = nullptr;
     for (const auto& t : frame.tensors) {
         if (t.nans + t.infs == 0) continue;
+        // A step the loss scaler skipped: its gradients overflowed, and the scaler backed off
+        // (as on_step, no divergence). Its forward values are the model's own.
+        if (frame.skipped && backward_role(t.role)) continue;
         if (!first || flow_rank(t) < flow_rank(*first)) first = &t;
     }
     if (first && cooled_down("nonfinite", first->layer, frame.step)) {

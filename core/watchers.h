@@ -78,9 +78,11 @@ private:
     struct RunningStats {
         double mean = 0.0, var = 0.0;
         int64_t n = 0;
+        double compared_mean = 0.0, compared_sigma = 0.0; // what the last `spike` compared x with
         // True when `x` is more than k sigma above the mean seen so far; then folds x in.
         bool spike(double x, double k, int64_t window);
     };
+    static std::string spike_bar(const RunningStats& stats, double k);
     bool cooled_down(const std::string& watcher, const std::string& layer, int64_t step);
     WatchAlert make(int64_t step, const std::string& watcher, const std::string& layer, std::string message) const;
 

@@ -1097,6 +1097,16 @@ private slots:
         }
         QCOMPARE(fired, 1);
         QCOMPARE(at, int64_t(150));
+
+        // The message gives the bar the loss was compared with, before it was folded in: the
+        // mean after it (1 + 4 * 2/3 here) understated the bar.
+        WatcherConfig flat;
+        flat.spike_window = 2;
+        Watchers ones(flat);
+        for (int64_t step = 1; step <= 10; ++step) QVERIFY(ones.on_step(step_metrics(step, 1.0, 1.0)).empty());
+        const auto spike = ones.on_step(step_metrics(11, 5.0, 1.0));
+        QCOMPARE(spike.size(), size_t(1));
+        QCOMPARE(spike[0].message, std::string("loss 5 > 1 (running mean 1 + 6 sigma of 0)"));
     }
 
     // A checkpoint keeps what the watchers learnt: restored into fresh watchers after step
@@ -1176,15 +1186,59 @@ private slots:
         QCOMPARE(alerts[0].step, int64_t(50));
     }
 
-    void nonFiniteLossNamesFirstLayerInForwardOrder()
+    // The step's gradients name the layer the backward reached first: lm_head (whose weight
+    // gradient the tied embedding, wte, holds), then the blocks in reverse. A non-finite loss
+    // came from the forward, which left every gradient NaN: they name no layer then. (Forward
+    // order named wte for every NaN loss, and its bf16 action switched nothing.)
+    void nonFiniteStepsNameTheLayerTheBackwardReachedFirst()
     {
-        Watchers w(WatcherConfig{});
-        auto m = step_metrics(7, std::nan(""), std::nan(""));
-        m.layer_grad_norms = {{"wte", 1.0}, {"blocks.0.attn.qkv", 2.0}, {"blocks.0.mlp.fc1", INFINITY}, {"lm_head", NAN}};
-        const auto alerts = w.on_step(m);
+        const auto layer_named = [](double loss, std::vector<std::pair<std::string, double>> norms) {
+            WatcherConfig c;
+            c.cooldown_steps = 0;
+            Watchers w(c);
+            auto m = step_metrics(7, loss, INFINITY);
+            m.layer_grad_norms = std::move(norms);
+            const auto alerts = w.on_step(m);
+            if (alerts.size() != 1 || alerts[0].watcher != "nonfinite") return std::string("?");
+            return alerts[0].layer;
+        };
+        QCOMPARE(layer_named(2.0, {{"wte", 1.0}, {"blocks.0.attn.qkv", INFINITY}, {"blocks.0.mlp.fc1", NAN},
+                                   {"blocks.0.ln2", NAN}, {"ln_f", 1.0}}),
+                 std::string("blocks.0.ln2"));
+        QCOMPARE(layer_named(2.0, {{"wte", NAN}, {"blocks.0.attn.qkv", INFINITY}, {"ln_f", NAN}}), std::string("wte"));
+        QCOMPARE(layer_named(NAN, {{"wte", NAN}, {"blocks.0.attn.qkv", NAN}, {"ln_f", NAN}}), std::string());
+        QCOMPARE(layer_named(INFINITY, {{"wte", 1.0}, {"ln_f", 1.0}}), std::string());
+    }
+
+    // A skipped step's gradients overflowed, and the loss scaler backed off: on a telemetry
+    // step the frame's NaN gradients fired nonfinite, and its action switched a layer a step.
+    // The forward's values are the model's own, skipped or not.
+    void aSkippedFramesGradientsAreTheLossScalersBusiness()
+    {
+        LayerStatsFrame f;
+        f.step = 1;
+        f.skipped = true;
+        TensorStats grad;
+        grad.layer = "lm_head";
+        grad.role = "weight_grad";
+        grad.count = 208;
+        grad.nans = 208;
+        f.tensors.push_back(grad);
+        WatcherConfig c;
+        c.actions["nonfinite"] = WatchAction::SwitchToBf16;
+        QVERIFY(Watchers(c).on_frame(f, {"lm_head"}).empty());
+        TensorStats out = grad;
+        out.role = "output";
+        out.nans = 0;
+        out.infs = 3;
+        f.tensors.push_back(out);
+        const auto alerts = Watchers(c).on_frame(f, {"lm_head"});
         QCOMPARE(alerts.size(), size_t(1));
-        QCOMPARE(alerts[0].watcher, std::string("nonfinite"));
-        QCOMPARE(alerts[0].layer, std::string("blocks.0.mlp.fc1"));
+        QCOMPARE(alerts[0].role, std::string("output"));
+        f.skipped = false;
+        QCOMPARE(Watchers(c).on_frame(f, {"lm_head"}).at(0).role, std::string("output"));
+        f.tensors.pop_back();
+        QCOMPARE(Watchers(c).on_frame(f, {"lm_head"}).at(0).role, std::string("weight_grad"));
     }
 
     void lossScaleCollapse()
@@ -1236,7 +1290,9 @@ private slots:
         }
         f.step = 50; // within the cooldown: quiet
         QVERIFY(w.on_frame(f, {"blocks.1.mlp.fc2"}).empty());
-        f.step = 110;
+        f.step = 110; // the 100th step after: still quiet
+        QVERIFY(w.on_frame(f, {"blocks.1.mlp.fc2"}).empty());
+        f.step = 111;
         QCOMPARE(w.on_frame(f, {"blocks.1.mlp.fc2"}).size(), size_t(3));
     }
 
@@ -1624,6 +1680,73 @@ private slots:
         const GemmFormats bf16 = GemmFormats::all(NumberFormat::BF16);
         for (const auto& l : trainer.layers())
             QVERIFY2((l.formats == bf16) == (l.name.find(".attn.") != std::string::npos), l.name.c_str());
+    }
+
+    // The watchers' actions on a trainer, each as the events say it. An fp16 step that
+    // overflows is the loss scaler's (skipped, backed off): nonfinite used to switch a layer
+    // to BF16 on each such telemetry step.
+    void aSkippedStepSwitchesNoLayer()
+    {
+        auto config = golden_fp8(4, 0);
+        config.precision.preset = "fp16";
+        config.precision.loss_scaling.mode = LossScalingMode::Dynamic;
+        config.precision.loss_scaling.init_scale = 1e30; // every step overflows until it backs off far enough
+        config.telemetry.watchers.actions["nonfinite"] = WatchAction::SwitchToBf16;
+        Trainer trainer(config);
+        Recorder rec;
+        trainer.run(rec);
+        int backoffs = 0, actions = 0;
+        for (const auto& e : rec.events) {
+            backoffs += e.kind == EventKind::LossScaleBackoff;
+            actions += e.kind == EventKind::WatchAction || e.kind == EventKind::PrecisionChanged;
+        }
+        QCOMPARE(backoffs, 4);
+        QCOMPARE(actions, 0);
+    }
+
+    // A pause that fires at the last step cannot be taken: the run ends there. It was
+    // recorded as "pausing training", and the run finished.
+    void aPauseAtTheLastStepSaysItIsNotTaken()
+    {
+        auto config = golden_fp8(1, 0);
+        config.telemetry.watchers.attention_logit_max = 0.0;
+        config.telemetry.watchers.actions["attention_logit"] = WatchAction::Pause;
+        Trainer trainer(config);
+        Recorder rec;
+        trainer.run(rec);
+        std::vector<std::string> actions;
+        for (const auto& e : rec.events)
+            if (e.kind == EventKind::WatchAction) actions.push_back(e.message());
+        QCOMPARE(actions, (std::vector<std::string>{"attention_logit: not paused: the run ends at this step",
+                                                    "attention_logit: not paused: the run ends at this step"}));
+        QCOMPARE(trainer.step(), int64_t(1));
+    }
+
+    // grad_spike names the parameter group with the largest gradient: the tied embedding (wte)
+    // holds lm_head's, whose GEMM its bf16 action switches. It switched nothing, and said
+    // nothing (a read-only audit).
+    void gradSpikeActionsSwitchTheGemmTheyName()
+    {
+        auto config = golden_fp8(20, 0, 0);
+        config.telemetry.watchers.spike_window = 2;
+        config.telemetry.watchers.grad_spike_sigma = 1e-6;
+        config.telemetry.watchers.cooldown_steps = 0;
+        config.telemetry.watchers.actions["grad_spike"] = WatchAction::SwitchToBf16;
+        Trainer trainer(config);
+        Recorder rec;
+        trainer.run(rec);
+        std::vector<std::string> alerts, actions;
+        for (const auto& e : rec.events) {
+            if (e.kind == EventKind::Alert) alerts.push_back(e.layers.at(0));
+            if (e.kind == EventKind::WatchAction) actions.push_back(e.message());
+        }
+        QCOMPARE(alerts, std::vector<std::string>(4, "wte"));
+        // Once: the later alerts find lm_head in BF16 already.
+        QCOMPARE(actions, std::vector<std::string>{"grad_spike: switched lm_head to bf16"});
+        for (const auto& l : trainer.layers())
+            QVERIFY2(l.formats == (l.name == "lm_head" ? GemmFormats::all(NumberFormat::BF16)
+                                                       : resolve_layer_formats(config.precision, l.name, 2)),
+                     l.name.c_str());
     }
 
     // --- memory ------------------------------------------------------------------------
