@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "determinism.h"
@@ -72,18 +73,27 @@ int main(int argc, char* argv[])
 {
     prepare_cublas_for_determinism(); // before any thread starts (determinism.h)
     // Before QApplication: --version must work without a display.
+    bool needs_no_display = false; // help, or screenshots
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--version") == 0) {
             std::printf("%s\n", version_text("mantissa", qVersion()).c_str());
             return 0;
         }
-        // --help too: the parser that prints it needs the application, which aborts with no
-        // display unless a platform that needs none is named.
-        const bool help = std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0 ||
-                          std::strcmp(argv[i], "--help-all") == 0;
-        if (help && !qEnvironmentVariableIsSet("QT_QPA_PLATFORM") && !qEnvironmentVariableIsSet("DISPLAY") &&
-            !qEnvironmentVariableIsSet("WAYLAND_DISPLAY"))
-            qputenv("QT_QPA_PLATFORM", "offscreen");
+        const std::string_view arg = argv[i];
+        needs_no_display |= arg == "--help" || arg == "-h" || arg == "--help-all" || arg.starts_with("--screenshot");
+    }
+    // The application aborts with no display ("Reinstalling the application may fix this
+    // problem") unless a platform that needs none is named: help and screenshots take the
+    // offscreen one; the window is refused with what to do instead.
+    if (!qEnvironmentVariableIsSet("QT_QPA_PLATFORM") && !qEnvironmentVariableIsSet("DISPLAY") &&
+        !qEnvironmentVariableIsSet("WAYLAND_DISPLAY")) {
+        if (!needs_no_display) {
+            std::fprintf(stderr, "mantissa: no display to open the window on (DISPLAY and WAYLAND_DISPLAY are "
+                                 "unset): train headless with mantissa-train, or take --screenshot-dir pictures of "
+                                 "the pages\n");
+            return 2;
+        }
+        qputenv("QT_QPA_PLATFORM", "offscreen");
     }
     QApplication app(argc, argv);
     QApplication::setApplicationName(QStringLiteral("Mantissa"));
@@ -93,7 +103,7 @@ int main(int argc, char* argv[])
 
     QCommandLineParser parser;
     parser.setApplicationDescription(QStringLiteral("Mixed-precision transformer training workbench"));
-    parser.addHelpOption();
+    const QCommandLineOption helpOption = parser.addHelpOption();
     parser.addPositionalArgument(QStringLiteral("project"),
                                  QStringLiteral("Project file (default: projects/default.json)"),
                                  QStringLiteral("[project]"));
@@ -123,7 +133,12 @@ int main(int argc, char* argv[])
         QStringLiteral("layer:role"));
     parser.addOptions(
         {dbOption, setOption, shotOption, shotDirOption, stepsOption, versionOption, darkOption, showOption});
-    parser.process(app);
+    // Not process(): its own errors exit 1, where a bad argument is 2 (the header's codes).
+    if (!parser.parse(QCoreApplication::arguments())) {
+        fail(parser.errorText());
+        return 2;
+    }
+    if (parser.isSet(helpOption) || parser.isSet(QStringLiteral("help-all"))) parser.showHelp(0);
     if (parser.isSet(darkOption)) {
         QApplication::setStyle(QStyleFactory::create(QStringLiteral("Fusion")));
         QApplication::setPalette(dark_palette());

@@ -16,8 +16,23 @@ set(MANTISSA_EXECUTABLES mantissa-train)
 if(TARGET mantissa)
   list(APPEND MANTISSA_EXECUTABLES mantissa)
 endif()
-set_target_properties(${MANTISSA_EXECUTABLES} PROPERTIES
-  INSTALL_RPATH "\$ORIGIN/../${MANTISSA_PRIVATE_LIBDIR};${MANTISSA_TORCH_LIBDIR}")
+# The CUDA runtime our kernels link (a CUDA build): its folder, as the build found it.
+set(MANTISSA_CUDA_RUNTIME_DIR)
+if(TARGET mantissa_cuda_kernels)
+  get_target_property(MANTISSA_CUDA_RUNTIME_DIR mantissa_cuda_kernels MANTISSA_RUNTIME_DIR)
+  if(NOT MANTISSA_CUDA_RUNTIME_DIR)
+    set(MANTISSA_CUDA_RUNTIME_DIR)
+  endif()
+endif()
+# Built with their install RPATH too: for the in-place edit at install, CMake padded the build
+# tree's RPATH with a trailing ':', an empty element that is the working directory, searched for
+# Qt, SQLite and libcrypto before the system (a libsqlite3.so.0 in the folder a user ran
+# mantissa-train from was loaded). The build tree finds LibTorch and the CUDA runtime the same way.
+set(MANTISSA_RPATH "\$ORIGIN/../${MANTISSA_PRIVATE_LIBDIR}" "${MANTISSA_TORCH_LIBDIR}")
+if(MANTISSA_CUDA_RUNTIME_DIR)
+  list(APPEND MANTISSA_RPATH "${MANTISSA_CUDA_RUNTIME_DIR}")
+endif()
+set_target_properties(${MANTISSA_EXECUTABLES} PROPERTIES BUILD_WITH_INSTALL_RPATH ON INSTALL_RPATH "${MANTISSA_RPATH}")
 
 install(TARGETS ${MANTISSA_EXECUTABLES} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT Runtime)
 install(FILES ${PROJECT_SOURCE_DIR}/projects/default.json ${PROJECT_SOURCE_DIR}/projects/shakespeare-char.json

@@ -325,6 +325,50 @@ private slots:
                  qPrintable(out));
     }
 
+    // Bad arguments exit 2, as the header's codes say (QCommandLineParser's own exit was 1);
+    // with no display the window is refused with what to do instead (Qt aborted: "Reinstalling
+    // the application may fix this problem"), while a screenshot takes the offscreen platform.
+    void badArgumentsAndNoDisplayExitTwo_data()
+    {
+        QTest::addColumn<QStringList>("args");
+        QTest::addColumn<bool>("display");
+        QTest::addColumn<int>("exitCode");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("unknown option") << QStringList{"--bogus"} << true << 2 << "mantissa: Unknown option 'bogus'.";
+        QTest::newRow("missing value") << QStringList{"--db"} << true << 2 << "mantissa: Missing value after '--db'.";
+        QTest::newRow("no display") << QStringList{MANTISSA_SOURCE_DIR "/tests/data/golden_project.json"} << false << 2
+                                    << "mantissa: no display to open the window on (DISPLAY and WAYLAND_DISPLAY are "
+                                       "unset): train headless with mantissa-train";
+        QTest::newRow("screenshot, no display")
+            << QStringList{MANTISSA_SOURCE_DIR "/tests/data/golden_project.json", "--set", "training.steps=1",
+                           "--screenshot", "SHOT"}
+            << false << 0 << "wrote ";
+    }
+    void badArgumentsAndNoDisplayExitTwo()
+    {
+        QFETCH(QStringList, args);
+        QFETCH(bool, display);
+        QFETCH(int, exitCode);
+        QFETCH(QString, message);
+        QTemporaryDir dir;
+        args.replaceInStrings(QStringLiteral("SHOT"), dir.filePath(QStringLiteral("shot.png")));
+        args.prepend(dir.filePath(QStringLiteral("runs.sqlite")));
+        args.prepend(QStringLiteral("--db"));
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        if (!display)
+            for (const char* name : {"QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY"})
+                env.remove(QString::fromLatin1(name));
+        QProcess p;
+        p.setProcessEnvironment(env);
+        p.setProcessChannelMode(QProcess::MergedChannels);
+        p.start(QStringLiteral(MANTISSA_GUI_EXE), args);
+        QVERIFY(p.waitForFinished(120000));
+        const QString out = QString::fromUtf8(p.readAll());
+        QCOMPARE(p.exitStatus(), QProcess::NormalExit);
+        QVERIFY2(p.exitCode() == exitCode, qPrintable(out));
+        QVERIFY2(out.contains(message), qPrintable(out));
+    }
+
     void windowStateIsRestored()
     {
         QTemporaryDir dir;

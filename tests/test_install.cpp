@@ -40,10 +40,12 @@ struct Result {
     QString out;
 };
 
-Result run(const QString& program, const QStringList& args, const QProcessEnvironment& env)
+Result run(const QString& program, const QStringList& args, const QProcessEnvironment& env,
+           const QString& working_directory = {})
 {
     QProcess p;
     p.setProcessEnvironment(env);
+    if (!working_directory.isEmpty()) p.setWorkingDirectory(working_directory);
     p.start(program, args);
     if (!p.waitForFinished(300000)) return {};
     return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1,
@@ -132,6 +134,31 @@ private slots:
         const Result help = run(root_ + QStringLiteral("/bin/mantissa"), {"--help"}, env);
         QVERIFY2(help.exit_code == 0, qPrintable(help.out));
         QVERIFY2(help.out.contains(QStringLiteral("--screenshot-dir <dir>")), qPrintable(help.out));
+    }
+
+    // The build tree's executables carried a RUNPATH ending in ':', an empty element that is
+    // the working directory: a libsqlite3.so.0 in the folder they were started from was loaded
+    // before the system's ("file too short" for an empty one). Neither they nor the installed
+    // ones look there.
+    void noLibraryComesFromTheWorkingDirectory()
+    {
+        QTemporaryDir cwd;
+        for (const char* planted : {"libsqlite3.so.0", "libQt6Core.so.6", "libcrypto.so.3", "libstdc++.so.6"}) {
+            QFile f(cwd.filePath(QString::fromLatin1(planted)));
+            QVERIFY(f.open(QIODevice::WriteOnly));
+        }
+        QProcessEnvironment env = clean_environment();
+        env.remove(QStringLiteral("QT_QPA_PLATFORM"));
+        env.remove(QStringLiteral("DISPLAY"));
+        env.remove(QStringLiteral("WAYLAND_DISPLAY"));
+        const QStringList executables{QStringLiteral(MANTISSA_BINARY_DIR "/app/mantissa-train"),
+                                      QStringLiteral(MANTISSA_BINARY_DIR "/app/mantissa"),
+                                      root_ + QStringLiteral("/bin/mantissa-train"),
+                                      root_ + QStringLiteral("/bin/mantissa")};
+        for (const QString& exe : executables) {
+            const Result r = run(exe, {"--version"}, env, cwd.path());
+            QVERIFY2(r.exit_code == 0, qPrintable(exe + QStringLiteral(": ") + r.out));
+        }
     }
 
 private:
