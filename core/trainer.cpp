@@ -231,6 +231,9 @@ std::string Trainer::describe() const
         << (impl_->device.is_cuda() ? (c.training.deterministic ? "cuda (deterministic kernels)" : "cuda") : "cpu")
         << "; precision " << c.precision.preset;
     if (impl_->scaler.enabled()) out << ", loss scale " << impl_->scaler.scale();
+    // Which arithmetic ran: on a CPU both executors report every FP8 layer "emulated", and
+    // their losses differ (the native one hands activations on in BF16).
+    out << "; " << (impl_->executor == GemmBackend::Native ? "native" : "emulated") << " executor";
     return out.str();
 }
 

@@ -74,18 +74,17 @@ RunCapture train(ProjectConfig config, GemmBackend backend)
     return capture;
 }
 
-// The native run's losses within 1% of the emulated run's, step by step, all finite, and
-// falling by 0.2 or more (it learns): the tolerance agreesWithEmulator states.
-bool agree_within_a_percent_and_learn(const RunCapture& native, const RunCapture& emulated)
+// The largest relative difference of two runs' losses, step by step (NaN where one is not
+// finite, or they differ in length).
+double worst_loss_difference(const RunCapture& a, const RunCapture& b)
 {
-    if (native.steps.size() != emulated.steps.size() || native.steps.empty()) return false;
+    if (a.steps.size() != b.steps.size() || a.steps.empty()) return NAN;
     double worst = 0.0;
-    for (size_t i = 0; i < native.steps.size(); ++i) {
-        if (!std::isfinite(native.steps[i].train_loss)) return false;
-        worst = std::max(worst, std::abs(native.steps[i].train_loss / emulated.steps[i].train_loss - 1.0));
+    for (size_t i = 0; i < a.steps.size(); ++i) {
+        if (!std::isfinite(a.steps[i].train_loss)) return NAN;
+        worst = std::max(worst, std::abs(a.steps[i].train_loss / b.steps[i].train_loss - 1.0));
     }
-    if (!(worst < 0.01)) qWarning("worst relative loss difference %g", worst);
-    return worst < 0.01 && native.steps.back().train_loss < native.steps.front().train_loss - 0.2;
+    return worst;
 }
 
 // An optimizer step for two layers' twin weights: new weight versions, caches refilled.
@@ -179,24 +178,39 @@ private slots:
     // Whole runs, native against emulated. The native executor rounds activations and their
     // gradients to the compute dtype between ops (BF16: 2^-9 relative per rounding), where the
     // emulator keeps them in FP32 and rounds only GEMM operands and outputs. Over 12 steps of
-    // the golden model that moves the loss by well under 1% (measured: at most 0.2% for BF16,
-    // 0.3% for FP8); 1% catches a wrong scale, a wrong format or a dropped cast, each of
-    // which moves it by several percent or makes it non-finite.
+    // the golden model that moves the loss by 2e-5 (FP16), 6e-5 (BF16) and 5e-4 to 6e-4 (FP8
+    // per tensor and per row) relative, measured. Each row's bound is about 3x that; the 1%
+    // this test had let every recipe pass for every other (a read-only audit: two recipes'
+    // runs differ by as little as 1e-4 to 1.5e-3 here). Where a neighbouring recipe is far
+    // enough apart to tell (the FP8 scalings), a control runs it in the emulator, and the
+    // executors must agree closer than 0.6 of that (measured 0.37-0.42; a native run of the
+    // wrong scaling gives about 1). The losses alone cannot tell the rest apart (FP8 in one
+    // GEMM, delayed against rowwise there: 2e-4): the layer tests above hold those bit for bit.
+    // Longer or deeper runs are no better: an FP8 loss spike (step 11 with three blocks, 14 with
+    // two) turns the executors' 1e-3 into 5%, in either direction.
     void agreesWithEmulator_data()
     {
         QTest::addColumn<QString>("preset");
         QTest::addColumn<QString>("recipe");
         QTest::addColumn<QString>("backend"); // what the native run reports for blocks.0.mlp.fc1
         QTest::addColumn<QString>("mlp_forward"); // a format for the MLPs' forward GEMMs, or none
-        QTest::newRow("bf16") << "bf16" << "delayed" << "native" << "";
-        QTest::newRow("fp16") << "fp16" << "delayed" << "native" << "";
-        QTest::newRow("fp8-hybrid/delayed") << "fp8-hybrid" << "delayed" << "emulated" << ""; // FP8 GEMMs: emulated on a CPU
-        QTest::newRow("fp8-hybrid/current") << "fp8-hybrid" << "current" << "emulated" << "";
-        QTest::newRow("fp8-hybrid/rowwise") << "fp8-hybrid" << "rowwise" << "emulated" << ""; // native codes, FP32 GEMM on a CPU
-        QTest::newRow("fp8-hybrid-keep-ends") << "fp8-hybrid-keep-ends" << "delayed" << "native" << ""; // both blocks are ends: BF16
+        QTest::addColumn<QString>("control"); // a neighbouring scaling (recipe=), or none
+        QTest::addColumn<double>("bound");    // on the worst relative loss difference
+        QTest::newRow("bf16") << "bf16" << "delayed" << "native" << "" << "" << 2e-4;
+        QTest::newRow("fp16") << "fp16" << "delayed" << "native" << "" << "" << 1e-4;
+        // FP8 GEMMs: emulated on a CPU
+        QTest::newRow("fp8-hybrid/delayed")
+            << "fp8-hybrid" << "delayed" << "emulated" << "" << "recipe=current" << 2e-3;
+        QTest::newRow("fp8-hybrid/current")
+            << "fp8-hybrid" << "current" << "emulated" << "" << "recipe=delayed" << 2e-3;
+        // native codes, FP32 GEMM on a CPU
+        QTest::newRow("fp8-hybrid/rowwise")
+            << "fp8-hybrid" << "rowwise" << "emulated" << "" << "recipe=delayed" << 2e-3;
         // One layer, two kinds of GEMM: the FP8 forward on codes, the BF16 backward as BF16.
-        QTest::newRow("bf16, fp8 mlp forward/delayed") << "bf16" << "delayed" << "native+emulated" << "e4m3";
-        QTest::newRow("bf16, fp8 mlp forward/rowwise") << "bf16" << "rowwise" << "native+emulated" << "e4m3";
+        QTest::newRow("bf16, fp8 mlp forward/delayed") << "bf16" << "delayed" << "native+emulated" << "e4m3" << ""
+                                                       << 1e-3;
+        QTest::newRow("bf16, fp8 mlp forward/rowwise") << "bf16" << "rowwise" << "native+emulated" << "e4m3" << ""
+                                                       << 1e-3;
     }
     void agreesWithEmulator()
     {
@@ -204,26 +218,69 @@ private slots:
         QFETCH(QString, recipe);
         QFETCH(QString, backend);
         QFETCH(QString, mlp_forward);
-        auto config = golden_project();
-        config.training.steps = 12;
-        config.eval.interval = 0;
-        config.model.n_embd = 64; // FP8 GEMM dimensions multiples of 16, as on a GPU
-        config.precision.preset = preset.toStdString();
-        config.precision.fp8.scaling = *parse_fp8_scaling(recipe.toStdString());
-        if (!mlp_forward.isEmpty()) {
-            LayerOverride mlp;
-            mlp.match = "*.mlp.*";
-            mlp.forward = parse_number_format(mlp_forward.toStdString());
-            config.precision.layers.push_back(mlp);
-        }
+        QFETCH(QString, control);
+        QFETCH(double, bound);
+        const auto configured = [&](const QString& scaling) {
+            auto config = golden_project();
+            config.training.steps = 12;
+            config.eval.interval = 0;
+            config.model.n_embd = 64; // FP8 GEMM dimensions multiples of 16, as on a GPU
+            config.precision.preset = preset.toStdString();
+            config.precision.fp8.scaling = *parse_fp8_scaling(scaling.toStdString());
+            if (!mlp_forward.isEmpty()) {
+                LayerOverride forward;
+                forward.match = "*.mlp.*";
+                forward.forward = parse_number_format(mlp_forward.toStdString());
+                config.precision.layers.push_back(forward);
+            }
+            return config;
+        };
+        auto config = configured(recipe);
         const auto emulated = train(config, GemmBackend::Emulated);
         config.precision.backend = GemmBackend::Native;
         Trainer trainer(config);
         RunCapture native;
         trainer.run(native);
-        QVERIFY(agree_within_a_percent_and_learn(native, emulated));
+        const double executors = worst_loss_difference(native, emulated);
+        QVERIFY2(executors < bound, qPrintable(QString("native against emulated %1").arg(executors)));
+        if (!control.isEmpty()) {
+            const auto neighbour = train(configured(control.section(QLatin1Char('='), 1)), GemmBackend::Emulated);
+            const double recipes = worst_loss_difference(neighbour, emulated);
+            QVERIFY2(executors < 0.6 * recipes, qPrintable(QString("native against emulated %1, %2 against it %3")
+                                                               .arg(executors).arg(control).arg(recipes)));
+        }
+        QVERIFY(native.steps.back().train_loss < native.steps.front().train_loss - 0.2); // it learns
         for (const auto& layer : trainer.layers())
             if (layer.name == "blocks.0.mlp.fc1") QCOMPARE(QString::fromStdString(layer.backend), backend);
+    }
+
+    // fp8-hybrid-keep-ends with three blocks, natively: the ends (blocks 0 and 2) BF16 and
+    // multiplied natively, the middle block FP8 (emulated on a CPU), as the emulator resolves
+    // them. (agreesWithEmulator had it with two blocks, both ends: no FP8 layer at all.)
+    void keepEndsKeepsTheMiddleBlockFp8Natively()
+    {
+        auto config = golden_project();
+        config.training.steps = 1;
+        config.eval.interval = 0;
+        config.model.n_embd = 64;
+        config.model.n_layer = 3;
+        config.precision.preset = "fp8-hybrid-keep-ends";
+        config.precision.backend = GemmBackend::Native;
+        Trainer trainer(config);
+        RunCapture run;
+        trainer.run(run);
+        std::vector<std::string> seen;
+        for (const auto& layer : trainer.layers())
+            if (layer.name.ends_with(".mlp.fc1") || layer.name == "lm_head")
+                seen.push_back(layer.name + " " + layer.formats.describe() + " " + layer.backend);
+        QCOMPARE(seen, (std::vector<std::string>{"blocks.0.mlp.fc1 bf16/bf16/bf16 native",
+                                                 "blocks.1.mlp.fc1 e4m3/e5m2/e5m2 emulated",
+                                                 "blocks.2.mlp.fc1 bf16/bf16/bf16 native",
+                                                 "lm_head bf16/bf16/bf16 native"}));
+        // run_started says which executor ran: the FP8 layers read "emulated" under both.
+        QVERIFY2(trainer.describe().ends_with("; native executor"), trainer.describe().c_str());
+        config.precision.backend = GemmBackend::Emulated;
+        QVERIFY(Trainer(config).describe().ends_with("; emulated executor"));
     }
 
     // quantize_fp8_native against the emulator's quantize_fp8 on every edge: the same scale,
@@ -712,7 +769,7 @@ private slots:
     // the blockwise path above (every dimension whole 128-blocks, at least two): the same
     // losses and telemetry, bit for bit, as the native executor with that path turned off
     // (each linear then runs the emulator's autograd); and against the emulator itself within
-    // agreesWithEmulator's 1% (the native executor hands activations on in BF16).
+    // agreesWithEmulator's 2e-3 (the native executor hands activations on in BF16).
     void blockwiseRunAgreesWithEmulator()
     {
         auto config = golden_project();
@@ -747,7 +804,10 @@ private slots:
                 QVERIFY2(a[j].update_ratio == b[j].update_ratio && a[j].amax == b[j].amax, at);
             }
         }
-        QVERIFY(agree_within_a_percent_and_learn(native, emulated));
+        // 7e-3 measured (256 wide): the bit-exact comparison above is this test's check.
+        const double executors = worst_loss_difference(native, emulated);
+        QVERIFY2(executors < 1e-2, qPrintable(QString("native against emulated %1").arg(executors)));
+        QVERIFY(native.steps.back().train_loss < native.steps.front().train_loss - 0.2);
     }
 
     // Which FP8 products go to _scaled_mm on a GPU (the rest multiply the dequantised codes):
