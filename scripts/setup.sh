@@ -10,11 +10,15 @@ TARGETS=("${@:2}") # scripts/run.sh builds the two programs only: no test is com
 TORCH_VERSION="2.13.0"
 
 APT_PACKAGES=(g++ cmake ninja-build ccache python3 python3-venv pkg-config
-              qt6-base-dev libqcustomplot-dev libqcustomplot2.1-qt6 libgl-dev
               libsqlite3-dev nlohmann-json3-dev libcli11-dev
               libcpp-httplib-dev libssl-dev # the store server (remote/); optional
-              libgloo-dev # data-parallel training on the CPU (docs/DISTRIBUTED.md): gloo headers for ProcessGroupGloo
-              desktop-file-utils appstream shared-mime-info) # tests/test_desktop.cpp validates the desktop files
+              libgloo-dev) # data-parallel training on the CPU (docs/DISTRIBUTED.md): gloo headers for ProcessGroupGloo
+# A headless build (MANTISSA_CMAKE_ARGS=-DMANTISSA_WITH_QT=OFF, a GPU server) needs none of the
+# GUI's: Qt, QCustomPlot, and the tools tests/test_desktop.cpp validates the desktop files with.
+WITH_QT=ON
+case " ${MANTISSA_CMAKE_ARGS:-} " in *MANTISSA_WITH_QT=OFF*) WITH_QT=OFF ;; esac
+[ "$WITH_QT" = OFF ] || APT_PACKAGES+=(qt6-base-dev libqcustomplot-dev libqcustomplot2.1-qt6 libgl-dev
+                                      desktop-file-utils appstream shared-mime-info)
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
@@ -83,15 +87,16 @@ install_ml_dtypes() {
 
 # Whether BUILD_DIR lacks this script's settings: never configured, configured some other way
 # (a plain `cmake -B`, or without Qt, which would leave no tests to run), another .venv, or
-# extra MANTISSA_CMAKE_ARGS asked for. Configuring again when nothing changed is skipped: it
-# costs seconds at every `scripts/run.sh`.
+# other MANTISSA_CMAKE_ARGS than it was configured with (ARGS_STAMP). Configuring again when
+# nothing changed is skipped: it costs seconds at every `scripts/run.sh`.
+ARGS_STAMP="$BUILD_DIR/.mantissa-cmake-args"
 needs_configure() {
     local cache="$BUILD_DIR/CMakeCache.txt" prefix="$1"
     [ -f "$BUILD_DIR/build.ninja" ] && [ -f "$cache" ] || return 0
     grep -qx 'MANTISSA_WERROR:BOOL=ON' "$cache" || return 0
-    grep -qx 'MANTISSA_WITH_QT:BOOL=ON' "$cache" || return 0
+    grep -qx "MANTISSA_WITH_QT:BOOL=$WITH_QT" "$cache" || return 0
     grep -q "^CMAKE_PREFIX_PATH:[A-Z]*=$prefix\$" "$cache" || return 0
-    [ -z "${MANTISSA_CMAKE_ARGS:-}" ] || return 0
+    [ "$(cat "$ARGS_STAMP" 2>/dev/null)" = "${MANTISSA_CMAKE_ARGS:-}" ] || return 0
     return 1
 }
 
@@ -105,9 +110,16 @@ configure_and_build() {
             log "$BUILD_DIR was configured with another generator: configuring it anew with Ninja"
             rm -rf "$BUILD_DIR/CMakeCache.txt" "$BUILD_DIR/CMakeFiles"
         fi
+        # A setting passed once (-DMANTISSA_SANITIZE=address) stayed in the cache, and every later
+        # plain run built with it: other arguments than last time configure from an empty cache.
+        if [ -f "$ARGS_STAMP" ] && [ "$(cat "$ARGS_STAMP")" != "${MANTISSA_CMAKE_ARGS:-}" ]; then
+            log "MANTISSA_CMAKE_ARGS changed since $BUILD_DIR was configured: configuring it anew"
+            rm -rf "$BUILD_DIR/CMakeCache.txt" "$BUILD_DIR/CMakeFiles"
+        fi
         log "configuring $BUILD_DIR"
         cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMANTISSA_WERROR=ON -DMANTISSA_WITH_QT=ON \
               -DCMAKE_PREFIX_PATH="$prefix" ${MANTISSA_CMAKE_ARGS:-} >&2
+        printf '%s' "${MANTISSA_CMAKE_ARGS:-}" >"$ARGS_STAMP"
     fi
     log "building${TARGETS:+ ${TARGETS[*]}}"
     cmake --build "$BUILD_DIR" ${TARGETS:+--target "${TARGETS[@]}"} >&2
