@@ -20,36 +20,63 @@
 namespace mantissa {
 namespace fs = std::filesystem;
 
+namespace {
+
+// The character whose UTF-8 starts at s[i]: its length in bytes, or 0 where the bytes there
+// are no valid UTF-8 (a stray continuation byte, a cut sequence, an overlong form, a surrogate).
+size_t utf8_character_at(const unsigned char* s, size_t n, size_t i, char32_t& cp)
+{
+    const unsigned char c = s[i];
+    int extra = 0;
+    if (c < 0x80) { cp = c; }
+    else if ((c >> 5) == 0x6) { extra = 1; cp = c & 0x1F; }
+    else if ((c >> 4) == 0xE) { extra = 2; cp = c & 0x0F; }
+    else if ((c >> 3) == 0x1E) { extra = 3; cp = c & 0x07; }
+    else return 0;
+    if (extra > 0 && i + static_cast<size_t>(extra) >= n) return 0; // truncated sequence
+    for (int k = 1; k <= extra; ++k) {
+        const unsigned char cc = s[i + static_cast<size_t>(k)];
+        if ((cc >> 6) != 0x2) return 0;
+        cp = (cp << 6) | (cc & 0x3F);
+    }
+    // Reject overlong forms and surrogates, as Python's decoder does.
+    const bool overlong = (extra == 1 && cp < 0x80) || (extra == 2 && cp < 0x800) || (extra == 3 && cp < 0x10000);
+    if (overlong || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return static_cast<size_t>(extra) + 1;
+}
+
+} // namespace
+
 std::vector<char32_t> decode_utf8(const std::string& text, const std::string& what)
 {
     std::vector<char32_t> out;
     out.reserve(text.size());
     const auto* s = reinterpret_cast<const unsigned char*>(text.data());
-    const size_t n = text.size();
-    size_t i = 0;
-    auto bad = [&](size_t at) {
-        throw ConfigError(what + " is not valid UTF-8 (byte offset " + std::to_string(at) + ")");
-    };
-    while (i < n) {
-        const unsigned char c = s[i];
-        int extra = 0;
+    for (size_t i = 0; i < text.size();) {
         char32_t cp = 0;
-        if (c < 0x80) { cp = c; }
-        else if ((c >> 5) == 0x6) { extra = 1; cp = c & 0x1F; }
-        else if ((c >> 4) == 0xE) { extra = 2; cp = c & 0x0F; }
-        else if ((c >> 3) == 0x1E) { extra = 3; cp = c & 0x07; }
-        else bad(i);
-        if (i + static_cast<size_t>(extra) >= n && extra > 0) bad(i); // truncated sequence
-        for (int k = 1; k <= extra; ++k) {
-            const unsigned char cc = s[i + k];
-            if ((cc >> 6) != 0x2) bad(i);
-            cp = (cp << 6) | (cc & 0x3F);
-        }
-        // Reject overlong forms and surrogates, as Python's decoder does.
-        const bool overlong = (extra == 1 && cp < 0x80) || (extra == 2 && cp < 0x800) || (extra == 3 && cp < 0x10000);
-        if (overlong || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) bad(i);
+        const size_t length = utf8_character_at(s, text.size(), i, cp);
+        if (length == 0) throw ConfigError(what + " is not valid UTF-8 (byte offset " + std::to_string(i) + ")");
         out.push_back(cp);
-        i += static_cast<size_t>(extra) + 1;
+        i += length;
+    }
+    return out;
+}
+
+std::string replace_invalid_utf8(const std::string& bytes)
+{
+    std::string out;
+    out.reserve(bytes.size());
+    const auto* s = reinterpret_cast<const unsigned char*>(bytes.data());
+    for (size_t i = 0; i < bytes.size();) {
+        char32_t cp = 0;
+        const size_t length = utf8_character_at(s, bytes.size(), i, cp);
+        if (length == 0) {
+            out += "\xEF\xBF\xBD"; // U+FFFD, one per byte
+            ++i;
+            continue;
+        }
+        out.append(bytes, i, length);
+        i += length;
     }
     return out;
 }
@@ -113,10 +140,13 @@ std::string Vocabulary::decode(const std::vector<int64_t>& ids) const
         return encode_utf8(cps);
     }
     case Kind::Bytes: {
-        // Byte-level samples can cut a multi-byte character; that is what the model produced.
+        // Byte-level samples can cut a multi-byte character, or be any bytes at all: that is
+        // what the model produced. Text is UTF-8 from here on (events, the store's JSON, the
+        // GUI), and a raw byte failed the run at its first sample ("invalid UTF-8 byte"):
+        // each byte no character holds reads U+FFFD.
         std::string out;
         for (int64_t id : ids) out += static_cast<char>(id);
-        return out;
+        return replace_invalid_utf8(out);
     }
     case Kind::Opaque: break;
     }

@@ -55,6 +55,8 @@ int64_t project_vocab_size(const ProjectConfig& config);
 
 // Exposed for tests.
 std::vector<char32_t> decode_utf8(const std::string& text, const std::string& what);
+// `bytes` with each byte that starts no valid UTF-8 character replaced by U+FFFD.
+std::string replace_invalid_utf8(const std::string& bytes);
 std::string encode_utf8(const std::vector<char32_t>& code_points);
 // `examples` lines "a+b=c". With `val_fraction` > 0 the last round(examples * val_fraction)
 // lines (the validation split's) use only operand pairs that no earlier line uses, so that

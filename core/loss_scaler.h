@@ -4,6 +4,7 @@
 // minimum scale and hysteresis. No LibTorch: the caller reports whether the unscaled
 // gradients held an inf or NaN.
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -66,8 +67,11 @@ public:
         // A static scale is its init_scale, whatever the state held: a checkpoint of a run whose
         // resume sets another init_scale, or another mode, trains with the one it asks for.
         if (mode_ != LossScalingMode::Static) scale_ = static_cast<float>(s.scale); // float32 in a checkpoint: exact
-        growth_tracker_ = s.growth_tracker;
-        overflows_left_ = s.overflows_left;
+        // Within this run's settings: a resume that shortens growth_interval (or hysteresis)
+        // left the counter past it, and the growth test (==) never fired again. A counter past
+        // the new interval grows at the next clean step.
+        growth_tracker_ = std::min(s.growth_tracker, config_.growth_interval - 1);
+        overflows_left_ = std::min(s.overflows_left, config_.hysteresis);
     }
 
 private:

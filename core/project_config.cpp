@@ -398,7 +398,6 @@ constexpr int64_t kMaxGradAccum = 1024;       // micro-batches per optimizer ste
 constexpr int64_t kMaxEvalBatches = 10000;    // batches per validation estimate (nanoGPT: 200)
 constexpr int64_t kMaxSampleTokens = 10000;   // tokens generated per evaluation, one forward pass each
 constexpr int64_t kMaxAmaxHistory = 1 << 24;  // TE's default is 1024
-constexpr double kFloat32Max = 3.4028234663852886e38;
 
 void require(bool ok, const std::string& key, const std::string& what)
 {
@@ -617,17 +616,24 @@ void validate(const ProjectConfig& c, bool stored = false)
     const auto& mode = c.precision.loss_scaling_mode;
     require(mode == "auto" || mode == "dynamic" || mode == "static" || mode == "off", "precision.loss_scaling.mode",
             "'" + mode + "' is not one of auto, dynamic, static, off");
-    // The scale is a float32, as in PyTorch's GradScaler.
-    require(ls.init_scale > 0.0 && ls.init_scale <= kFloat32Max, "precision.loss_scaling.init_scale",
-            "must be positive and at most 3.4028235e38 (a finite float32)");
-    require(ls.growth_factor > 1.0 && ls.growth_factor <= kFloat32Max, "precision.loss_scaling.growth_factor",
+    // The scale is a float32, as in PyTorch's GradScaler: a value that rounds to a finite one
+    // (3.4028235e38, FLT_MAX as printed, was refused), and a normal one, whose reciprocal (the
+    // unscale) is finite too: 1e-50 rounded to 0 and every step was skipped as non-finite.
+    constexpr double kRoundsToInfinity = 0x1.ffffffp127, kFloat32MinNormal = 0x1p-126;
+    require(ls.init_scale >= kFloat32MinNormal && ls.init_scale < kRoundsToInfinity,
+            "precision.loss_scaling.init_scale", "must be a finite, normal float32: from 1.1754944e-38 to 3.4028235e38");
+    require(ls.growth_factor > 1.0 && ls.growth_factor < kRoundsToInfinity, "precision.loss_scaling.growth_factor",
             "must be > 1 and a finite float32");
     require(ls.backoff_factor > 0.0 && ls.backoff_factor < 1.0, "precision.loss_scaling.backoff_factor",
             "must be in (0, 1)");
-    require(ls.growth_interval >= 1, "precision.loss_scaling.growth_interval", "must be at least 1");
+    // The device keeps the counters in FP64 (one buffer with the scale), exact up to 2^53.
+    constexpr int64_t kExactInDouble = int64_t(1) << 53;
+    require(ls.growth_interval >= 1 && ls.growth_interval <= kExactInDouble, "precision.loss_scaling.growth_interval",
+            "must be from 1 to 2^53 (9007199254740992)");
     require(ls.min_scale >= 0.0 && ls.min_scale <= ls.init_scale, "precision.loss_scaling.min_scale",
             "must be in [0, precision.loss_scaling.init_scale]");
-    require(ls.hysteresis >= 1, "precision.loss_scaling.hysteresis", "must be at least 1");
+    require(ls.hysteresis >= 1 && ls.hysteresis <= kExactInDouble, "precision.loss_scaling.hysteresis",
+            "must be from 1 to 2^53 (9007199254740992)");
     require(c.training.device == "auto" || c.training.device == "cpu" || c.training.device == "cuda",
             "training.device", "'" + c.training.device + "' is not one of auto, cpu, cuda");
     require(c.telemetry.log_interval >= 1, "telemetry.log_interval", "must be at least 1");

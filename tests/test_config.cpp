@@ -340,8 +340,19 @@ private slots:
                                              << "" << "precision.fp8.amax_history_length: must be at most 16777216";
         QTest::newRow("absurd eval batches") << R"({"eval": {"batches": 9223372036854775807}})" << ""
                                              << "eval.batches: must be at most 10000";
+        const char* kNormalScale = "precision.loss_scaling.init_scale: must be a finite, normal float32: from "
+                                   "1.1754944e-38 to 3.4028235e38";
         QTest::newRow("loss scale beyond float32") << R"({"precision": {"loss_scaling": {"init_scale": 1e39}}})" << ""
-                                                   << "precision.loss_scaling.init_scale: must be positive and at most";
+                                                   << kNormalScale;
+        // Rounded to 0 in float32, or its reciprocal infinite: every step skipped as non-finite.
+        QTest::newRow("loss scale below float32") << R"({"precision": {"loss_scaling": {"init_scale": 1e-50}}})"
+                                                  << "" << kNormalScale;
+        QTest::newRow("subnormal loss scale") << R"({"precision": {"loss_scaling": {"init_scale": 1e-39}}})" << ""
+                                              << kNormalScale;
+        // The device's FP64 counters are exact up to 2^53: beyond, "a bug in Mantissa" at step 1.
+        QTest::newRow("hysteresis beyond 2^53")
+            << R"({"precision": {"loss_scaling": {"hysteresis": 9007199254740993}}})" << ""
+            << "precision.loss_scaling.hysteresis: must be from 1 to 2^53 (9007199254740992)";
     }
     void rejectsBadProjects()
     {

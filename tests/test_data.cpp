@@ -95,6 +95,13 @@ private slots:
         QCOMPARE(int(s.train[0]), 0xC3);
         QCOMPARE(int(s.train[1]), 0xA9);
         QCOMPARE(s.vocabulary.decode({0xC3, 0xA9}), std::string("é"));
+        // What the model writes need not be UTF-8; a sample is text from there on (events, the
+        // store's JSON): a raw byte failed the run at its first sample. Each byte that starts
+        // no character reads U+FFFD.
+        QCOMPARE(s.vocabulary.decode({0xC3}), std::string("\uFFFD"));
+        QCOMPARE(s.vocabulary.decode({0xFF, 'a', 0xC3, 0xA9, 0x80, 0xE2, 0x82}),
+                 std::string("\uFFFD" "a" "é" "\uFFFD\uFFFD\uFFFD"));
+        QCOMPARE(s.vocabulary.decode({0xED, 0xA0, 0x80}), std::string("\uFFFD\uFFFD\uFFFD")); // a surrogate
     }
 
     void utf8DecoderRejectsMalformedInput_data()

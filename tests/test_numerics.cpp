@@ -866,6 +866,26 @@ private slots:
         }
     }
 
+    // A checkpoint's counters within the resumed run's settings: restored past a shorter
+    // growth_interval, the tracker never met it again (==), and the scale froze; a larger
+    // overflow budget than the new hysteresis tolerated more overflows than asked for.
+    void restoredCountersFitTheNewSettings()
+    {
+        LossScalingConfig c;
+        c.mode = LossScalingMode::Dynamic;
+        c.growth_interval = 5;
+        c.hysteresis = 1;
+        LossScaler s(c);
+        s.restore({1024.0, 9, 3}); // a run with growth_interval 2000 and hysteresis 3, 9 clean steps in
+        QCOMPARE(s.state(), (LossScaler::State{1024.0, 4, 1}));
+        QCOMPARE(s.update(false), LossScaler::Outcome::Grew);
+        QCOMPARE(s.scale(), 2048.0);
+        QCOMPARE(s.update(true), LossScaler::Outcome::SkippedAndBackedOff);
+        // Within the settings, a state comes back as it was.
+        s.restore({512.0, 3, 1});
+        QCOMPARE(s.state(), (LossScaler::State{512.0, 3, 1}));
+    }
+
     // The ends of the float32 range, against torch._amp_update_scale_ (PyTorch 2.13, CPU).
     void lossScaleIsFloat32AtTheEnds()
     {
