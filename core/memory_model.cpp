@@ -344,14 +344,15 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
                               " of memory (the text, its code points and token ids), more than this machine's " +
                               bytes_text(static_cast<double>(machine.memory_bytes)));
     }
-    // Every GEMM layer keeps three delayed-scaling histories (input, weight, gradient), FP8 or
-    // not: a live switch to FP8 needs them.
-    const double histories = 3.0 * (5.0 * L + 1.0);
+    // Every GEMM layer keeps six delayed-scaling histories (input, weight, gradient, each in
+    // E4M3 and E5M2), FP8 or not: a live switch to FP8 needs them. (Three were billed: half.)
+    const double histories = 6.0 * (5.0 * L + 1.0);
+    const double history_bytes = histories * 4.0 * static_cast<double>(config.precision.fp8.amax_history_length);
     needs.push_back({"precision.fp8.amax_history_length",
                      "amax histories of precision.fp8.amax_history_length " +
                          std::to_string(config.precision.fp8.amax_history_length) + " for " +
                          std::to_string(static_cast<int64_t>(histories)) + " tensors",
-                     histories * 4.0 * static_cast<double>(config.precision.fp8.amax_history_length)});
+                     history_bytes});
     // A telemetry step keeps each GEMM weight as it was before the update, for the
     // update/weight ratio: FP32 copies beside the weights, on the run's device.
     if (config.telemetry.interval > 0)
@@ -375,17 +376,34 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
     if (gpu_run) {
         for (const auto& n : needs)
             if (n.key == "data.examples") host_needs.push_back(n);
-        host_needs.push_back({"model", "checkpoint of the FP32 weights and Adam state, serialised on the host, for "
-                                       "model.n_layer " + std::to_string(m.n_layer) + ", model.n_embd " +
+        host_needs.push_back({"model", "checkpoint of the FP32 weights, Adam state and amax histories, serialised on "
+                                       "the host, for model.n_layer " + std::to_string(m.n_layer) + ", model.n_embd " +
                                            std::to_string(m.n_embd),
-                              24.0 * parameters});
+                              24.0 * parameters + 2.0 * history_bytes});
+    }
+    // A CPU run writes its checkpoints in the same memory, after the step has freed its
+    // activations: the weights, gradients, Adam state, histories and data set stay, and the
+    // checkpoint's buffer (12 B a parameter and the histories, up to twice that while it
+    // grows) comes. It peaked at 2.2x the training figure for 100 M parameters (a read-only
+    // audit), and a project that fit trained until its first checkpoint, then ran out.
+    std::vector<Need> checkpoint_needs;
+    if (!gpu_run) {
+        for (size_t i = 0; i < needs.size(); ++i) // needs[1]: the activations
+            if (i != 1 && needs[i].key != "telemetry.interval") checkpoint_needs.push_back(needs[i]);
+        checkpoint_needs.push_back({"model",
+                                    "checkpoint of the FP32 weights, Adam state and amax histories, serialised, for "
+                                    "model.n_layer " + std::to_string(m.n_layer) + ", model.n_embd " +
+                                        std::to_string(m.n_embd),
+                                    24.0 * parameters + 2.0 * history_bytes});
     }
     // `where`: "this machine's" (host memory: every need, or host_needs on CUDA) or "the GPU's"
-    // (all but the data set, which stays on the host).
-    const auto refuse_above = [&](double limit, bool gpu, const char* where) {
+    // (all but the data set, which stays on the host). `phase`: the needs of another moment
+    // than the step (a CPU run's checkpoint).
+    const auto refuse_above = [&](double limit, bool gpu, const char* where,
+                                  const std::vector<Need>* phase = nullptr) {
         double total = 0;
         std::vector<const Need*> counted;
-        for (const auto& n : gpu_run && !gpu ? host_needs : needs)
+        for (const auto& n : phase ? *phase : gpu_run && !gpu ? host_needs : needs)
             if (!gpu || n.key != "data.examples") {
                 total += n.bytes;
                 counted.push_back(&n);
@@ -399,6 +417,8 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
                           (gpu ? "GPU memory" : "memory") + " (" + parts + "), more than " + where + " " + bytes_text(limit));
     };
     if (machine.memory_bytes > 0) refuse_above(static_cast<double>(machine.memory_bytes), false, "this machine's");
+    if (machine.memory_bytes > 0 && !checkpoint_needs.empty())
+        refuse_above(static_cast<double>(machine.memory_bytes), false, "this machine's", &checkpoint_needs);
     if (on_gpu) refuse_above(static_cast<double>(machine.device_memory_bytes), true, "the GPU's");
 }
 
