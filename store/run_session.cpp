@@ -114,11 +114,12 @@ CheckpointSearch search_checkpoints(RunStore& store, const RunInfo& info, const 
         if (!ec && fs::is_directory(folder, ec)) found.write_dir = folder.lexically_normal().string();
     }
     found.read_dir = found.write_dir;
-    found.store_folder = own_folder;
     // A run recorded before schema 4 kept its checkpoints in "checkpoints/run-<id>"; read them
     // there until it has written one into its own folder.
     if (own_folder && info.legacy_checkpoints && list_checkpoints(found.read_dir).empty())
         found.read_dir = store.legacy_checkpoint_dir(info.id);
+    // Not the legacy folder, which two stores in one folder shared.
+    found.store_folder = own_folder && found.read_dir == found.write_dir;
     found.files = resume_order(list_checkpoints(found.read_dir), recorded_steps, info.last_step, !info.uuid.empty());
     return found;
 }
