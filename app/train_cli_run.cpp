@@ -95,6 +95,9 @@ int train_session(RunSession& session, const std::string& db_path, DataParallelJ
     std::printf("%s after %lld steps: train loss %.4f", std::string(run_status_name(outcome.status)).c_str(), static_cast<long long>(summary.steps_done),
                 summary.final_train_loss);
     if (summary.final_val_loss >= 0) std::printf(", val loss %.4f", summary.final_val_loss);
+    // A stopped run is not evaluated where it stops: its val loss is an earlier step's.
+    if (summary.final_val_loss >= 0 && summary.final_val_step != summary.steps_done)
+        std::printf(" (at step %lld)", static_cast<long long>(summary.final_val_step));
     std::printf("\nmean step time: %.3f ms (%.0f tokens/s)\n", summary.mean_step_time_ms, summary.tokens_per_s);
     print_loop_time(summary);
     if (summary.peak_device_memory_bytes >= 0)

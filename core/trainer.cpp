@@ -285,6 +285,7 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
         m.val_loss = s.estimate_loss(s.data.val);
         m.train_loss = s.estimate_loss(s.data.train);
         summary.final_val_loss = m.val_loss;
+        summary.final_val_step = step;
         sink.on_eval(m);
         if (cfg.eval.sample_tokens > 0) {
             auto e = event_at(step, EventKind::Sample);

@@ -23,6 +23,7 @@ struct RunSummary {
     bool stopped_early = false;
     double final_train_loss = 0.0;  // last step's training loss
     double final_val_loss = -1.0;   // last evaluation; < 0 when none ran
+    int64_t final_val_step = -1;    // the step it ran at (a stopped run's is an earlier step's)
     double mean_step_time_ms = 0.0; // excludes the first steps (allocator and cache warm-up)
     // The same steps from boundary to boundary: the step, and after it its telemetry frame's
     // read-back and the sinks (evaluations and checkpoints left out). What statistics cost a

@@ -1068,8 +1068,8 @@ private slots:
         const QString db = dir_.filePath("sweep-int.sqlite");
         QProcess p;
         p.start(MANTISSA_TRAIN_EXE, {"sweep", project_, "--vary", "training.seed=1,2,3", "--set",
-                                     "training.steps=1000000", "--set", "telemetry.log_interval=1", "--db", db, "--name",
-                                     "cut"});
+                                     "training.steps=1000000", "--set", "telemetry.log_interval=1", "--set",
+                                     "eval.interval=2", "--db", db, "--name", "cut"});
         QVERIFY(p.waitForStarted());
         QByteArray seen;
         QTRY_VERIFY_WITH_TIMEOUT((seen += p.readAllStandardOutput()).contains("step 3/"), 60000);
@@ -1077,6 +1077,16 @@ private slots:
         QVERIFY(p.waitForFinished(30000));
         QCOMPARE(p.exitCode(), 0);
         seen += p.readAllStandardOutput();
+        // A stopped run is not evaluated where it stops: its val loss says which step it is
+        // from (every second step here), where the two differ.
+        const auto stopped = QRegularExpression(R"(stopped after (\d+) steps: train loss [0-9.]+, val loss [0-9.]+)"
+                                                R"((?: \(at step (\d+)\))?\n)")
+                                 .match(QString::fromUtf8(seen));
+        QVERIFY2(stopped.hasMatch(), seen.constData());
+        const int steps = stopped.captured(1).toInt();
+        const int evaluated = stopped.captured(2).isEmpty() ? steps : stopped.captured(2).toInt();
+        QVERIFY2(evaluated % 2 == 0 && (evaluated == steps) == stopped.captured(2).isEmpty() && steps - evaluated <= 1,
+                 seen.constData());
         const auto table = sweep_table(QString::fromUtf8(seen));
         QCOMPARE(table.size(), 3);
         QCOMPARE(table[0].mid(0, 3), (QStringList{"1", "1", "stopped"}));
