@@ -388,8 +388,8 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
     // audit), and a project that fit trained until its first checkpoint, then ran out.
     std::vector<Need> checkpoint_needs;
     if (!gpu_run) {
-        for (size_t i = 0; i < needs.size(); ++i) // needs[1]: the activations
-            if (i != 1 && needs[i].key != "telemetry.interval") checkpoint_needs.push_back(needs[i]);
+        for (const auto& n : needs) // by key, as host_needs: the activations and the weight copies go
+            if (n.key != "training.batch_size" && n.key != "telemetry.interval") checkpoint_needs.push_back(n);
         checkpoint_needs.push_back({"model",
                                     "checkpoint of the FP32 weights, Adam state and amax histories, serialised, for "
                                     "model.n_layer " + std::to_string(m.n_layer) + ", model.n_embd " +
