@@ -61,6 +61,8 @@ std::string encode_utf8(const std::vector<char32_t>& code_points);
 // `examples` lines "a+b=c". With `val_fraction` > 0 the last round(examples * val_fraction)
 // lines (the validation split's) use only operand pairs that no earlier line uses, so that
 // validation measures addition, not memory: each pair belongs to one split by a hash of it.
+// A project's synthetic data splits at the line boundary: these last lines validate.
 std::string make_addition_text(int64_t digits, int64_t examples, uint64_t seed, double val_fraction = 0.0);
+int64_t addition_val_lines(int64_t examples, double val_fraction);
 
 } // namespace mantissa

@@ -241,6 +241,22 @@ private slots:
         QVERIFY(std::set<std::string>(val_pairs.begin(), val_pairs.end()).size() > 1);
     }
 
+    // The project's splits cut where the validation lines begin. A cut at 90% of the characters
+    // fell 7 lines early in the default project, putting validation pairs in the training text.
+    void projectSplitsSyntheticDataAtTheFirstValidationLine()
+    {
+        ProjectConfig c = load_project_file(MANTISSA_SOURCE_DIR "/projects/default.json");
+        const std::string text = make_addition_text(c.data.digits, c.data.examples, c.training.seed, 0.1);
+        const auto s = load_token_splits(c);
+        const auto decoded = [&](const TokenIds& ids) { return s.vocabulary.decode({ids.begin(), ids.end()}); };
+        const std::string train = decoded(s.train), val = decoded(s.val);
+        QCOMPARE(train + val, text);
+        QCOMPARE(std::count(val.begin(), val.end(), '\n'), std::ptrdiff_t(2000)); // 10% of 20,000 lines
+        QCOMPARE(train.back(), '\n');
+        QCOMPARE(addition_val_lines(20000, 0.1), int64_t(2000));
+        QCOMPARE(addition_val_lines(20000, 0.0), int64_t(0));
+    }
+
     // A split that takes almost every pair leaves the other none to draw: refused, naming the
     // setting, where it drew for ever (a read-only audit's project hung at its start).
     void additionSplitWithNoPairsLeftIsRefused()
@@ -289,7 +305,8 @@ private slots:
         const auto s = load_token_splits(c);
         QCOMPARE(s.vocabulary.size(), int64_t(13)); // \n + 0-9 =
         QCOMPARE(s.vocabulary.decode({0, 1, 2, 3, 12}), std::string("\n+01="));
-        QVERIFY(s.train.size() > 9 * s.val.size() - 20);
+        QCOMPARE(std::count(s.train.begin(), s.train.end(), uint16_t(0)), std::ptrdiff_t(18000)); // lines
+        QCOMPARE(std::count(s.val.begin(), s.val.end(), uint16_t(0)), std::ptrdiff_t(2000));
     }
 };
 
