@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <utility>
 
 #include "consistent_read.h"
 #include "run_store.h"
@@ -53,14 +54,26 @@ bool HeldOutput::release()
     return written && std::fflush(stdout) == 0 && !std::ferror(stdout);
 }
 
+int after_the_read(const CliStreams& io, std::function<int()> act)
+{
+    if (!io.then) return act();
+    *io.then = std::move(act);
+    return 0;
+}
+
 int run_reading_command(const std::string& db_path, const std::function<int(RunStore&, const CliStreams&)>& command)
 {
     auto store = RunStore::open_read_only(db_path);
     HeldOutput held;
-    const int code = read_consistently(store, [&](RunStore& s) {
+    std::function<int()> then;
+    int code = read_consistently(store, [&](RunStore& s) {
         held.clear(); // an earlier, outdated read's
-        return command(s, held.streams());
+        then = nullptr;
+        CliStreams io = held.streams();
+        io.then = &then;
+        return command(s, io);
     });
+    if (code == 0 && then) code = then();
     if (!held.release()) {
         std::fprintf(stderr, "error: cannot write to standard output: %s\n", std::strerror(errno));
         return 2;

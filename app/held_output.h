@@ -16,7 +16,15 @@ class RunStore;
 struct CliStreams {
     std::FILE* out = stdout;
     std::FILE* err = stderr;
+    // Where a reading command leaves what it does with what it read (an export writes its
+    // file): done once, after the read stood. A file written from a view that a writer outdated
+    // was written again by the next read, or left behind by a command that then failed.
+    // Null: done at once.
+    std::function<int()>* then = nullptr;
 };
+
+// `act` once the read stands (io.then), or now; its exit code where now, else 0.
+int after_the_read(const CliStreams& io, std::function<int()> act);
 
 class HeldOutput {
 public:
@@ -44,8 +52,9 @@ private:
 };
 
 // Opens the store read-only and runs `command` on it with held streams, again where a writer
-// outdated the view meanwhile (consistent_read.h); then prints what the last run printed.
-// Returns the command's exit code, or 2 where stdout could not take the output.
+// outdated the view meanwhile (consistent_read.h); then, where it exited 0, what it left to do
+// after the read (CliStreams::then); then prints what they printed. Returns the exit code, or 2
+// where stdout could not take the output.
 int run_reading_command(const std::string& db_path, const std::function<int(RunStore&, const CliStreams&)>& command);
 
 } // namespace mantissa

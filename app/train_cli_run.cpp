@@ -289,6 +289,13 @@ int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::s
     // A name several runs share resumes the newest of them, with a note naming the others.
     auto info = find_or_complain(store, run);
     if (!info) return 2;
+    // Refused before its checkpoint is loaded and announced ("run 1 'D' at step 600 from ..."), and
+    // before a failed reopen's notices go into a run that another process records.
+    if (info->status == RunStatus::Running) {
+        std::fprintf(stderr, "error: run %lld is in use by another process: stop it first\n",
+                     static_cast<long long>(info->id));
+        return 3;
+    }
     std::vector<RunEvent> notices;
     int exit_code = 0;
     auto session = reopen_or_complain(store, *info, sets, notices, exit_code);

@@ -25,7 +25,19 @@ std::optional<RunInfo> find_or_complain(RunStore& store, const std::string& run,
         std::fprintf(err, "error: no run '%s' in %s\n", run.c_str(), store.path().c_str());
         return info;
     }
-    if (std::to_string(info->id) == run) return info; // an id names one run
+    if (std::to_string(info->id) == run) { // an id names one run; a run named by digits is said
+        // A name of digits comes from a project's name or a GUI rename (`run --name` refuses it):
+        // `export 2` took run id 2 without a word while the user meant the run named "2".
+        std::string named;
+        for (const auto& r : store.list_runs())
+            if (r.name == run && r.id != info->id) named += (named.empty() ? "" : ", ") + std::to_string(r.id);
+        if (!named.empty())
+            std::fprintf(err, "note: '%s' is taken as run id %lld; run%s %s %s named '%s' (give %s id)\n", run.c_str(),
+                         static_cast<long long>(info->id), named.find(',') == std::string::npos ? "" : "s",
+                         named.c_str(), named.find(',') == std::string::npos ? "is" : "are", run.c_str(),
+                         named.find(',') == std::string::npos ? "its" : "their");
+        return info;
+    }
     // Every run of a project takes the project's name: a name may name many. The newest is
     // read; changing (deleting!) one of several by name is refused.
     std::string ids;
@@ -152,16 +164,54 @@ std::string export_target_problem(RunStore& store, int64_t run_id, const std::st
             return "--out '" + out + "' is " + what + ", which the export would replace; give the path of a file";
         }
         const auto same = [&](const std::string& path) { return fs::equivalent(out, path, ec) && !ec; };
-        for (const char* suffix : {"", "-wal", "-shm", "-journal"})
-            if (same(store.path() + suffix)) return "--out '" + out + "' is the run store's own file";
+        if (same(store.path())) return "--out '" + out + "' is the run store's own file";
         for (const auto& run : runs)
             for (const auto& row : store.checkpoints(run.id))
                 if (same(row.path)) return "--out '" + out + "' is a checkpoint of run " + whose(run.id);
     }
+    // SQLite's own files beside the store, there or not yet: one written now is taken as the
+    // store's by its next writer (a CSV named runs.sqlite-shm was deleted by the next `tag`).
+    const auto named = [&](const std::string& path) {
+        std::error_code e;
+        const auto a = fs::weakly_canonical(out, e);
+        return !e && a == fs::weakly_canonical(path, e) && !e;
+    };
+    for (const char* suffix : {"-wal", "-shm", "-journal"})
+        if (named(store.path() + suffix)) return "--out '" + out + "' is the run store's own file";
+    // A run's lock file replaced while it trains reads as a dead run, which a resume then takes.
+    if (in_folder(store.path() + ".locks")) return "--out '" + out + "' is in the run store's lock folder";
     for (const auto& run : runs)
         if (in_folder(store.checkpoint_dir(run.id)) || in_folder(store.legacy_checkpoint_dir(run.id)))
             return "--out '" + out + "' is in the checkpoint folder of run " + whose(run.id);
     return {};
+}
+
+// A run's newest good checkpoint as safetensors at out_path; the exit code.
+int export_weights(RunStore& store, const RunInfo& info, const std::string& out_path, const CliStreams& io)
+{
+    try {
+        const auto w = RunSession::export_weights(store, info, out_path, [&io](const RunEvent& e) {
+            std::fprintf(io.err, "warning: %s\n", e.message().c_str()); // shown, never recorded
+        });
+        std::fprintf(io.out, "run %lld '%s' at step %lld from %s\n", static_cast<long long>(info.id),
+                     info.name.c_str(), static_cast<long long>(w.step), w.checkpoint.c_str());
+    } catch (const CheckpointUnusable& e) {
+        std::fprintf(io.err, "error: %s\n", e.what());
+        return 3;
+    } catch (const ConfigError& e) {
+        std::fprintf(io.err, "error: %s\n", e.what());
+        return 2;
+    } catch (const WeightsWriteError& e) { // a full disk, a missing folder: an earlier file stays
+        std::fprintf(io.err, "error: %s\n", e.what());
+        return 2;
+    } catch (const StoreError&) {
+        throw; // the store's problem: exit 3, as everywhere
+    } catch (const std::exception& e) { // out of memory: the file is fine, this machine is short
+        std::fprintf(io.err, "error: %s\n", e.what());
+        return 1;
+    }
+    std::fprintf(io.err, "wrote %s\n", out_path.c_str());
+    return 0;
 }
 
 } // namespace
@@ -189,48 +239,36 @@ int cmd_export(RunStore& store, const std::string& run, const std::string& forma
             std::fprintf(io.err, "error: --format tensorboard needs --out DIR\n");
             return 2;
         }
-        try {
-            std::fprintf(io.err, "wrote %s\n", export_tensorboard(store, info->id, out_path).c_str());
-        } catch (const ExportWriteError& e) {
-            std::fprintf(io.err, "error: %s\n", e.what());
+        TensorBoardRun rows = read_tensorboard_run(store, info->id);
+        if (rows.scalars.empty() && rows.layer_stats.empty()) { // an empty run in TensorBoard's list
+            std::fprintf(io.err, "error: run %lld has recorded no metrics yet: nothing was written\n",
+                         static_cast<long long>(info->id));
             return 2;
         }
-        return 0;
+        return after_the_read(io, [io, rows = std::move(rows), &out_path] {
+            try {
+                std::fprintf(io.err, "wrote %s\n", write_tensorboard_run(rows, out_path).c_str());
+            } catch (const ExportWriteError& e) {
+                std::fprintf(io.err, "error: %s\n", e.what());
+                return 2;
+            }
+            return 0;
+        });
     }
     if (format == "safetensors") {
         if (out_path.empty() || out_path == "-") {
             std::fprintf(io.err, "error: --format safetensors needs --out FILE\n");
             return 2;
         }
-        // Straight from the checkpoint file: neither the run's data nor its GPU is needed.
-        try {
-            const auto w = RunSession::export_weights(store, *info, out_path, [&io](const RunEvent& e) {
-                std::fprintf(io.err, "warning: %s\n", e.message().c_str()); // shown, never recorded
-            });
-            std::fprintf(io.out, "run %lld '%s' at step %lld from %s\n", static_cast<long long>(info->id),
-                         info->name.c_str(), static_cast<long long>(w.step), w.checkpoint.c_str());
-        } catch (const CheckpointUnusable& e) {
-            std::fprintf(io.err, "error: %s\n", e.what());
-            return 3;
-        } catch (const ConfigError& e) {
-            std::fprintf(io.err, "error: %s\n", e.what());
-            return 2;
-        } catch (const WeightsWriteError& e) { // a full disk, a missing folder: an earlier file stays
-            std::fprintf(io.err, "error: %s\n", e.what());
-            return 2;
-        } catch (const StoreError&) {
-            throw; // the store's problem: exit 3, as everywhere
-        } catch (const std::exception& e) { // out of memory: the file is fine, this machine is short
-            std::fprintf(io.err, "error: %s\n", e.what());
-            return 1;
-        }
-        std::fprintf(io.err, "wrote %s\n", out_path.c_str());
-        return 0;
+        // Straight from the checkpoint file: neither the run's data nor its GPU is needed. After
+        // the read, as it writes; it reads the run's checkpoint rows again then, from the store
+        // the read left open.
+        return after_the_read(io, [io, info = *info, &store, &out_path] { return export_weights(store, info, out_path, io); });
     }
     // No --table: the metrics.
-    const std::string text = table == "events"   ? store.events_csv(info->id)
-                             : table == "layers" ? store.layer_stats_csv(info->id)
-                                                 : store.metrics_csv(info->id);
+    std::string text = table == "events"   ? store.events_csv(info->id)
+                       : table == "layers" ? store.layer_stats_csv(info->id)
+                                           : store.metrics_csv(info->id);
     if (out_path.empty() || out_path == "-") {
         // `export 3 > m.csv` on a full disk: a cut table must not read as a whole one.
         const bool written = std::fwrite(text.data(), 1, text.size(), io.out) == text.size();
@@ -240,14 +278,16 @@ int cmd_export(RunStore& store, const std::string& run, const std::string& forma
         }
         return 0;
     }
-    try {
-        replace_file_durably(out_path, text); // whole or not at all: an earlier file stays on failure
-    } catch (const std::exception& e) {
-        std::fprintf(io.err, "error: %s\n", e.what());
-        return 2;
-    }
-    std::fprintf(io.err, "wrote %s\n", out_path.c_str());
-    return 0;
+    return after_the_read(io, [io, text = std::move(text), &out_path] {
+        try {
+            replace_file_durably(out_path, text); // whole or not at all: an earlier file stays on failure
+        } catch (const std::exception& e) {
+            std::fprintf(io.err, "error: %s\n", e.what());
+            return 2;
+        }
+        std::fprintf(io.err, "wrote %s\n", out_path.c_str());
+        return 0;
+    });
 }
 
 int cmd_tag(RunStore& store, const std::string& run, const std::vector<std::string>& tags, bool remove)

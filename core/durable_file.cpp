@@ -58,17 +58,20 @@ void remove_stale_temporaries(const std::string& folder)
 DurableFile::DurableFile(std::string path) : path_(std::move(path))
 {
     // What a failed write leaves there: "the file is as it was" was said of files never there.
-    std::error_code ec;
-    untouched_ = std::filesystem::exists(path_, ec) ? "(the file is as it was)" : "(nothing was written there)";
+    struct stat earlier {};
+    const bool existed = ::stat(path_.c_str(), &earlier) == 0;
+    untouched_ = existed ? "(the file is as it was)" : "(nothing was written there)";
     // A name of its own (O_EXCL): two writers of one file (two runs checkpointing the same step
     // into a shared folder, two exports) must not write into each other's temporary file.
     static std::atomic<unsigned> counter{0};
     for (int attempt = 0; fd_ < 0; ++attempt) {
         temporary_ = path_ + ".tmp." + host_name() + "." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-        fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        // 0666 less the umask, as any new file; a file replaced keeps its mode (a 0664 export became 0644).
+        fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (fd_ < 0 && (errno != EEXIST || attempt == 100))
             throw std::runtime_error("cannot write '" + path_ + "': " + std::strerror(errno));
     }
+    if (existed) (void)::fchmod(fd_, earlier.st_mode & 07777);
 }
 
 DurableFile::~DurableFile()

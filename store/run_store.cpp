@@ -187,6 +187,8 @@ std::string describe_failure(int code, int system_errno, const std::string& sqli
     if (primary == SQLITE_FULL || (io && (system_errno == ENOSPC || system_errno == EDQUOT)))
         return "disk full (" + (system_errno ? std::string(std::strerror(system_errno)) : sqlite_words) + ")";
     if (io && system_errno != 0) return sqlite_words + " (" + std::strerror(system_errno) + ")";
+    if (primary == SQLITE_BUSY)
+        return sqlite_words + ": another process held its write lock past every wait (a large delete?); try again";
     return sqlite_words;
 }
 
@@ -283,7 +285,18 @@ void exec(sqlite3* db, const char* sql)
 // Runs `body` in one write transaction: all of it is committed, or none (a throw rolls back).
 template <class Body> void in_write_transaction(sqlite3* db, Body&& body)
 {
-    exec(db, "BEGIN IMMEDIATE");
+    // Each BEGIN waits one busy timeout (5 s) for another process's write lock, and is tried
+    // kBusyTries times, as the writer thread's batches are: a second process deleting a large run
+    // made a run fail at its start, or lose the record of a checkpoint.
+    for (int tries = 1;; ++tries) {
+        try {
+            exec(db, "BEGIN IMMEDIATE");
+            break;
+        } catch (const SqliteFailure& e) {
+            const int primary = e.code & 0xFF;
+            if ((primary != SQLITE_BUSY && primary != SQLITE_LOCKED) || tries == kBusyTries) throw;
+        }
+    }
     try {
         body();
         exec(db, "COMMIT");
@@ -547,6 +560,9 @@ void RunStore::open_writable()
     const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
     if (::access(dir.c_str(), W_OK) != 0) {
         const int e = errno;
+        if (denied(e) && state == FileState::Absent) // no store yet to call read-only
+            throw StoreReadOnlyError("run store '" + path_ + "' cannot be created: its folder '" + dir +
+                                     "' cannot be written (" + std::strerror(e) + ")");
         if (denied(e))
             throw StoreReadOnlyError("run store '" + path_ + "' is read-only: its folder '" + dir +
                                      "', where SQLite keeps the write-ahead log, cannot be written (" +
@@ -685,8 +701,10 @@ void RunStore::record_checkpoint(const CheckpointRow& row)
 {
     require_writable("record a checkpoint");
     std::lock_guard lock(db_mutex_);
-    Statement s(db_, "INSERT OR REPLACE INTO checkpoints(run_id, step, path, checksum, bytes) VALUES(?, ?, ?, ?, ?)");
-    s.bind(1, row.run_id).bind(2, row.step).bind(3, row.path).bind(4, row.checksum).bind(5, row.bytes).step();
+    in_write_transaction(db_, [&] {
+        Statement s(db_, "INSERT OR REPLACE INTO checkpoints(run_id, step, path, checksum, bytes) VALUES(?, ?, ?, ?, ?)");
+        s.bind(1, row.run_id).bind(2, row.step).bind(3, row.path).bind(4, row.checksum).bind(5, row.bytes).step();
+    });
 }
 
 std::vector<CheckpointRow> RunStore::checkpoints(int64_t run_id)
@@ -713,12 +731,21 @@ void RunStore::claim_run(int64_t run_id)
                              : "run store '" + path_ + "': cannot open the lock file '" + lock_path(run_id) +
                                    "': " + std::strerror(lock.error));
     claims_[run_id] = lock.fd;
-    std::lock_guard guard(db_mutex_);
-    Statement s(db_, "UPDATE runs SET status='running', finished_at=NULL WHERE id=?");
-    s.bind(1, run_id).step();
+    bool gone = false;
+    try {
+        std::lock_guard guard(db_mutex_);
+        in_write_transaction(db_, [&] {
+            Statement s(db_, "UPDATE runs SET status='running', finished_at=NULL WHERE id=?");
+            s.bind(1, run_id).step();
+            gone = sqlite3_changes(db_) != 1;
+        });
+    } catch (...) {
+        release_claim(run_id); // not claimed: nothing of it was written
+        throw;
+    }
     // Deleted since it was read (a delete between a resume's load and its claim): training it
     // would record nothing (every row fails its foreign key) and end "successfully".
-    if (sqlite3_changes(db_) != 1) {
+    if (gone) {
         release_claim(run_id);
         throw StoreError("run store '" + path_ + "': run " + std::to_string(run_id) + " is no longer in the store");
     }
@@ -801,8 +828,10 @@ void RunStore::set_run_config(int64_t run_id, const std::string& config_json)
 {
     require_writable("change a run's settings");
     std::lock_guard lock(db_mutex_);
-    Statement s(db_, "UPDATE runs SET config_json=? WHERE id=?");
-    s.bind(1, config_json).bind(2, run_id).step();
+    in_write_transaction(db_, [&] {
+        Statement s(db_, "UPDATE runs SET config_json=? WHERE id=?");
+        s.bind(1, config_json).bind(2, run_id).step();
+    });
 }
 
 void RunStore::delete_run(int64_t run_id)
@@ -967,9 +996,12 @@ void RunStore::finish_run(int64_t run_id, RunStatus status)
     {
         std::lock_guard lock(db_mutex_);
         try {
-            Statement s(db_, "UPDATE runs SET status=?, finished_at=strftime('%Y-%m-%dT%H:%M:%SZ','now') WHERE id=?");
-            s.bind(1, std::string(run_status_name(status))).bind(2, run_id).step();
-            if (sqlite3_changes(db_) != 1) failure = "the run is no longer in the store (deleted while it trained?)";
+            in_write_transaction(db_, [&] {
+                Statement s(db_,
+                            "UPDATE runs SET status=?, finished_at=strftime('%Y-%m-%dT%H:%M:%SZ','now') WHERE id=?");
+                s.bind(1, std::string(run_status_name(status))).bind(2, run_id).step();
+                if (sqlite3_changes(db_) != 1) failure = "the run is no longer in the store (deleted while it trained?)";
+            });
         } catch (const SqliteFailure& e) {
             failure = e.detail;
         }
@@ -1009,6 +1041,21 @@ void RunStore::append_layer_stats(int64_t run_id, int64_t step, const TensorStat
     std::lock_guard lock(queue_mutex_);
     queue_.push_back({PendingRow::Kind::LayerStats, run_id, step, {}, {}, 0.0, stats});
     ++enqueued_;
+}
+
+void RunStore::append_step_rows(int64_t run_id, int64_t step,
+                                const std::vector<std::pair<std::string, double>>& scalars,
+                                const std::vector<TensorStats>& stats)
+{
+    require_writable("record metrics");
+    std::vector<PendingRow> rows;
+    rows.reserve(stats.size() + scalars.size());
+    for (const auto& t : stats) rows.push_back({PendingRow::Kind::LayerStats, run_id, step, {}, {}, 0.0, t});
+    for (const auto& [tag, value] : scalars) rows.push_back({PendingRow::Kind::Scalar, run_id, step, tag, {}, value, {}});
+    std::lock_guard lock(queue_mutex_);
+    queue_.insert(queue_.end(), std::make_move_iterator(rows.begin()), std::make_move_iterator(rows.end()));
+    enqueued_ += rows.size();
+    if (queue_.size() >= kBatchRows) queue_cv_.notify_one();
 }
 
 void RunStore::flush()
@@ -1573,40 +1620,37 @@ std::vector<std::pair<std::string, int64_t>> RunStore::all_tags()
 
 void StoreSink::on_step(const StepMetrics& m)
 {
-    store_.append_scalar(run_id_, m.step, "train/loss", m.train_loss);
-    store_.append_scalar(run_id_, m.step, "lr", m.learning_rate);
-    store_.append_scalar(run_id_, m.step, "grad_norm", m.grad_norm);
-    store_.append_scalar(run_id_, m.step, "step_time_ms", m.step_time_ms);
-    store_.append_scalar(run_id_, m.step, "tokens_per_s", m.tokens_per_s);
-    store_.append_scalar(run_id_, m.step, "loss_scale", m.loss_scale);
-    if (m.skipped) store_.append_scalar(run_id_, m.step, "skipped", 1.0);
-    for (const auto& [layer, norm] : m.layer_grad_norms) store_.append_scalar(run_id_, m.step, "grad_norm/" + layer, norm);
-    for (const auto& [tag, value] : m.extra_scalars) store_.append_scalar(run_id_, m.step, tag, value);
+    std::vector<std::pair<std::string, double>> rows = {
+        {"train/loss", m.train_loss},     {"lr", m.learning_rate},          {"grad_norm", m.grad_norm},
+        {"step_time_ms", m.step_time_ms}, {"tokens_per_s", m.tokens_per_s}, {"loss_scale", m.loss_scale}};
+    if (m.skipped) rows.emplace_back("skipped", 1.0);
+    for (const auto& [layer, norm] : m.layer_grad_norms) rows.emplace_back("grad_norm/" + layer, norm);
+    for (const auto& [tag, value] : m.extra_scalars) rows.emplace_back(tag, value);
+    store_.append_step_rows(run_id_, m.step, rows);
 }
 
 void StoreSink::on_eval(const EvalMetrics& m)
 {
-    store_.append_scalar(run_id_, m.step, "val/loss", m.val_loss);
-    store_.append_scalar(run_id_, m.step, "eval/train_loss", m.train_loss);
+    store_.append_step_rows(run_id_, m.step, {{"val/loss", m.val_loss}, {"eval/train_loss", m.train_loss}});
 }
 
 void StoreSink::on_event(const RunEvent& e) { store_.append_event(run_id_, e); }
 
 void StoreSink::on_layer_stats(const LayerStatsFrame& f)
 {
-    for (const auto& t : f.tensors) store_.append_layer_stats(run_id_, f.step, t);
-    for (const auto& [block, logit] : f.attention_max_logit)
-        store_.append_scalar(run_id_, f.step, "attn_max_logit/" + block, logit);
-    store_.append_scalar(run_id_, f.step, "log_z/mean", f.log_z_mean);
-    store_.append_scalar(run_id_, f.step, "log_z/max", f.log_z_max);
-    store_.append_scalar(run_id_, f.step, "memory/resident_bytes", static_cast<double>(f.memory.resident_bytes));
+    std::vector<std::pair<std::string, double>> rows;
+    for (const auto& [block, logit] : f.attention_max_logit) rows.emplace_back("attn_max_logit/" + block, logit);
+    rows.emplace_back("log_z/mean", f.log_z_mean);
+    rows.emplace_back("log_z/max", f.log_z_max);
+    rows.emplace_back("memory/resident_bytes", static_cast<double>(f.memory.resident_bytes));
     if (f.memory.cuda_allocated_bytes >= 0) {
-        store_.append_scalar(run_id_, f.step, "memory/cuda_allocated_bytes", static_cast<double>(f.memory.cuda_allocated_bytes));
-        store_.append_scalar(run_id_, f.step, "memory/cuda_reserved_bytes", static_cast<double>(f.memory.cuda_reserved_bytes));
-        store_.append_scalar(run_id_, f.step, "memory/cuda_peak_bytes", static_cast<double>(f.memory.cuda_peak_bytes));
+        rows.emplace_back("memory/cuda_allocated_bytes", static_cast<double>(f.memory.cuda_allocated_bytes));
+        rows.emplace_back("memory/cuda_reserved_bytes", static_cast<double>(f.memory.cuda_reserved_bytes));
+        rows.emplace_back("memory/cuda_peak_bytes", static_cast<double>(f.memory.cuda_peak_bytes));
     }
     if (f.memory.nvml_used_bytes >= 0)
-        store_.append_scalar(run_id_, f.step, "memory/nvml_used_bytes", static_cast<double>(f.memory.nvml_used_bytes));
+        rows.emplace_back("memory/nvml_used_bytes", static_cast<double>(f.memory.nvml_used_bytes));
+    store_.append_step_rows(run_id_, f.step, rows, f.tensors);
 }
 
 std::string default_store_path()

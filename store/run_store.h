@@ -217,6 +217,11 @@ public:
     void append_scalar(int64_t run_id, int64_t step, const std::string& tag, double value);
     void append_event(int64_t run_id, const RunEvent& event);
     void append_layer_stats(int64_t run_id, int64_t step, const TensorStats& stats);
+    // A step's rows as one unit: the writer commits all of them or none yet, so that a reader
+    // (the GUI's RunFollower) never finds a step with some of its rows, which it would hand on
+    // as whole (a commit could end between one gradient norm and the next).
+    void append_step_rows(int64_t run_id, int64_t step, const std::vector<std::pair<std::string, double>>& scalars,
+                          const std::vector<TensorStats>& stats = {});
     void flush(); // blocks until everything queued so far is committed
     // Why the writer thread last failed to commit a batch ("" if it never did), e.g. "disk
     // full". The rows of a failed batch are lost; the run goes on, and finish_run still tries

@@ -183,17 +183,35 @@ std::string run_folder_name(int64_t run_id, const std::string& name)
 
 } // namespace
 
+TensorBoardRun read_tensorboard_run(RunStore& store, int64_t run_id)
+{
+    TensorBoardRun run;
+    run.run_id = run_id;
+    if (const auto info = store.find_run(std::to_string(run_id))) {
+        run.name = info->name;
+        run.created_at = info->created_at;
+    }
+    run.scalars = store.scalars(run_id);
+    run.layer_stats = store.layer_stats(run_id);
+    return run;
+}
+
 std::string export_tensorboard(RunStore& store, int64_t run_id, const std::string& dir)
 {
+    return write_tensorboard_run(read_tensorboard_run(store, run_id), dir);
+}
+
+std::string write_tensorboard_run(const TensorBoardRun& run, const std::string& dir)
+{
     namespace fs = std::filesystem;
-    const auto info = store.find_run(std::to_string(run_id));
+    const int64_t run_id = run.run_id;
     // TensorBoard takes a folder for one run: runs exported into one --out each get their own,
     // side by side, instead of one series of both runs' steps.
-    const fs::path folder = fs::path(dir) / run_folder_name(run_id, info ? info->name : std::string());
-    const auto scalars = store.scalars(run_id);
-    // Wall times of training, not of the export: the run's start plus the step times before
-    // each step (TensorBoard's Relative and Wall axes). A resumed run's pause is not in them.
-    const double start = info ? utc_seconds(info->created_at).value_or(now_seconds()) : now_seconds();
+    const fs::path folder = fs::path(dir) / run_folder_name(run_id, run.name);
+    const auto& scalars = run.scalars;
+    // Wall times of training, not of the export: the run's start plus the step times up to the
+    // end of each step (TensorBoard's Relative and Wall axes). A resumed run's pause is not in them.
+    const double start = utc_seconds(run.created_at).value_or(now_seconds());
     std::map<int64_t, double> trained_seconds; // step -> seconds of training up to its end
     for (const auto& row : scalars)
         if (row.tag == "step_time_ms" && std::isfinite(row.value)) trained_seconds[row.step] = row.value / 1000.0;
@@ -207,7 +225,7 @@ std::string export_tensorboard(RunStore& store, int64_t run_id, const std::strin
     // TensorBoard does not read, then renamed over it.
     const std::string name = "events.out.tfevents." + std::to_string(static_cast<int64_t>(start)) + ".mantissa";
     const std::string path = (folder / name).string(), partial = (folder / ".mantissa-export.partial").string();
-    const auto layer_stats = store.layer_stats(run_id); // read before anything is written: a store error leaves no file
+    const auto& layer_stats = run.layer_stats;
     std::error_code ec;
     // A failed export leaves no folder it made either (an empty run folder would show in
     // TensorBoard's run list as a run with nothing in it). fs::remove takes only empty ones.
@@ -223,8 +241,13 @@ std::string export_tensorboard(RunStore& store, int64_t run_id, const std::strin
     {
         EventWriter writer(partial, path, start);
         for (const auto& row : scalars) writer.scalar(row.step, wall_time(row.step), row.tag, row.value);
-        for (const auto& [step, stats] : layer_stats)
-            writer.histogram(step, wall_time(step), "exponents/" + stats.layer + "/" + stats.role, stats);
+        for (const auto& [step, stats] : layer_stats) {
+            const std::string tensor = stats.layer + "/" + stats.role;
+            writer.histogram(step, wall_time(step), "exponents/" + tensor, stats);
+            writer.scalar(step, wall_time(step), "nonfinite/" + tensor, static_cast<double>(stats.nans + stats.infs));
+            writer.scalar(step, wall_time(step), "underflow/" + tensor, stats.underflow);
+            if (stats.overflow >= 0) writer.scalar(step, wall_time(step), "overflow/" + tensor, stats.overflow);
+        }
         // A cut event file would read as a run that stopped early: none is better.
         if (!writer.finish()) throw fail(" (disk full?)");
     }
@@ -236,14 +259,14 @@ std::string export_tensorboard(RunStore& store, int64_t run_id, const std::strin
         if (const std::string other = it->path().filename().string();
             other != name && other.find("tfevents") != std::string::npos && it->is_regular_file())
             fs::remove(it->path(), ec);
+    // Only this run's file there, by its name (the run's start): run 1 of another store exported
+    // into the same --out is another run, and its export stays.
     const std::string mine = "run" + std::to_string(run_id);
     for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
         const std::string other = it->path().filename().string();
         if (it->path() == folder || !it->is_directory() || (other != mine && other.rfind(mine + "-", 0) != 0)) continue;
-        std::error_code removing; // only its event files: anything else there is not ours
-        for (fs::directory_iterator f(it->path(), removing), fend; !removing && f != fend; f.increment(removing))
-            if (f->path().filename().string().find("tfevents") != std::string::npos && f->is_regular_file())
-                fs::remove(f->path(), removing);
+        std::error_code removing; // only its event file: anything else there is not ours
+        if (fs::is_regular_file(it->path() / name, removing)) fs::remove(it->path() / name, removing);
         fs::remove(it->path(), removing); // removed only when that left it empty
     }
     return path;

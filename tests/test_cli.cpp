@@ -402,6 +402,13 @@ private slots:
         }();
         const QList<std::pair<QStringList, QString>> refusals = {
             {{"--out", db_}, "error: --out '" + db_ + "' is the run store's own file\n"},
+            // There or not: SQLite's next writer takes the file as the store's (a CSV written as
+            // runs.sqlite-shm was deleted by the next `tag`).
+            {{"--out", db_ + "-shm"}, "error: --out '" + db_ + "-shm' is the run store's own file\n"},
+            {{"--out", db_ + "-journal"}, "error: --out '" + db_ + "-journal' is the run store's own file\n"},
+            // A live run's lock file replaced with a CSV read as a dead run, which a resume took.
+            {{"--out", db_ + ".locks/run-1.lock"},
+             "error: --out '" + db_ + ".locks/run-1.lock' is in the run store's lock folder\n"},
             {{"--format", "safetensors", "--out", checkpoint},
              "error: --out '" + checkpoint + "' is a checkpoint of run " + QString::number(run->id) + "\n"},
             {{"--out", fifo},
@@ -434,6 +441,7 @@ private slots:
             QCOMPARE(r.err, message);
         }
         QVERIFY(!QFile::exists(newcomer));
+        QVERIFY(!QFile::exists(db_ + "-journal"));
         QVERIFY(QFileInfo(fifo).isFile() == false && QFileInfo(link).isSymLink());
         QFile kept(db_);
         QVERIFY(kept.open(QIODevice::ReadOnly));
@@ -626,8 +634,49 @@ private slots:
                 QCOMPARE(static_cast<int64_t>(h[5].toDouble()), num);
                 ++compared;
             }
+            // Beside each histogram, as scalars, what it cannot show: NaN + Inf (a layer that went
+            // all NaN has no histogram at all), and the underflow and overflow fractions.
+            const auto scalars = json["scalars"].toObject();
+            const QString tensor = QString::fromStdString(t.layer + "/" + t.role);
+            const auto at_step = [&](const QString& tag) {
+                for (const auto& point : scalars[tag].toArray())
+                    if (point.toArray()[0].toInteger() == step) return point.toArray()[1].toDouble();
+                return -1.0;
+            };
+            QCOMPARE(at_step("nonfinite/" + tensor), static_cast<double>(t.nans + t.infs));
+            QCOMPARE(static_cast<float>(at_step("underflow/" + tensor)), static_cast<float>(t.underflow));
+            QCOMPARE(static_cast<float>(at_step("overflow/" + tensor)), static_cast<float>(t.overflow));
         }
         QCOMPARE(compared, 2 * 5); // two steps x five roles
+        QCOMPARE(json["scalars"].toObject()["nonfinite/blocks.0.mlp.fc1/input"].toArray().size(), 2);
+
+        // Run 1 of another store, exported into the same --out, is another run: its folder stays
+        // (it was taken for an earlier export of this one and emptied). Runs are told apart by
+        // their start, which names the event file.
+        const QString elsewhere = dir_.filePath("tb-elsewhere.sqlite");
+        {
+            RunStore other(elsewhere.toStdString());
+            const auto id = other.create_run("elsewhere", "", "{}");
+            other.append_scalar(id, 1, "train/loss", 2.5);
+            other.finish_run(id, RunStatus::Finished);
+        }
+        sqlite3* db = nullptr;
+        QCOMPARE(sqlite3_open(elsewhere.toUtf8().constData(), &db), SQLITE_OK);
+        QCOMPARE(sqlite3_exec(db, "UPDATE runs SET created_at='2020-01-01T00:00:00Z'", nullptr, nullptr, nullptr),
+                 SQLITE_OK);
+        sqlite3_close(db);
+        QCOMPARE(run_cli({"export", "1", "--format", "tensorboard", "--out", twice, "--db", elsewhere}).exit_code, 0);
+        QCOMPARE(QDir(twice).entryList(QDir::Dirs | QDir::NoDotAndDotDot),
+                 (QStringList{"run1-elsewhere", "run1-second-name", run_folder}));
+        // A run with no metrics yet is no run for TensorBoard's list: said, and nothing written.
+        {
+            RunStore other(elsewhere.toStdString());
+            other.finish_run(other.create_run("empty", "", "{}"), RunStatus::Stopped);
+        }
+        const auto empty = run_cli({"export", "empty", "--format", "tensorboard", "--out", twice, "--db", elsewhere});
+        QCOMPARE(empty.exit_code, 2);
+        QCOMPARE(empty.err, QString("error: run 2 has recorded no metrics yet: nothing was written\n"));
+        QCOMPARE(QDir(twice).entryList(QDir::Dirs | QDir::NoDotAndDotDot).size(), 3);
     }
 
     void twoProcessesWriteOneStore()
@@ -647,6 +696,22 @@ private slots:
             QCOMPARE(run->last_step, int64_t(40));
             QCOMPARE(store.layer_stats(run->id, "lm_head").size(), size_t(5 * 5)); // steps 1, 10, 20, 30, 40
         }
+    }
+
+    // A run another process trains is refused before its checkpoint is loaded: the refusal
+    // came after "run 1 'D' at step 600 from ..." and, where the reopen failed, wrote that
+    // failure's notices into the live run.
+    void aResumeOfARunTrainingElsewhereIsRefusedFirst()
+    {
+        const QString db = dir_.filePath("in-use.sqlite");
+        RunStore training(db.toStdString()); // as a mantissa-train process holds it
+        const auto id = training.create_run("busy", "", "{not a config");
+        const auto r = run_cli({"resume", QString::number(id), "--db", db});
+        QCOMPARE(r.exit_code, 3);
+        QCOMPARE(r.err, QString("error: run %1 is in use by another process: stop it first\n").arg(id));
+        QCOMPARE(r.out, QString());
+        training.flush();
+        QCOMPARE(training.events(id).size(), size_t(0));
     }
 
     void renameAndDelete()
@@ -972,6 +1037,18 @@ private slots:
         const auto single = run_cli({"rename", "twin", "only", "--db", db}); // one run left of that name
         QCOMPARE(single.exit_code, 0);
         QVERIFY(single.err.isEmpty());
+        // A name of digits (a project's name, a GUI rename) is another run's id: the id wins, said.
+        QCOMPARE(run_cli({"run", project_, "--set", "training.steps=1", "--name", "digits", "--db", db}).exit_code, 0);
+        int64_t digits = 0;
+        {
+            RunStore store(db.toStdString());
+            digits = store.find_run("digits")->id;
+            store.rename_run(digits, "1");
+        }
+        const auto by_id = run_cli({"show", "1", "--db", db});
+        QCOMPARE(by_id.exit_code, 0);
+        QVERIFY2(by_id.out.startsWith("run 1 'only'"), qPrintable(by_id.out));
+        QCOMPARE(by_id.err, QString("note: '1' is taken as run id 1; run %1 is named '1' (give its id)\n").arg(digits));
     }
 
     // --db "" and :memory: are SQLite's private databases, gone with the process: refused.

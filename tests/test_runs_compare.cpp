@@ -229,6 +229,9 @@ private slots:
         QCOMPARE(m->rowCount(), 4);
         QCOMPARE(column_of(*m, RunListModel::FinalVal), (QStringList{"2.0000", "2.2500", "\u2013", "NaN"}));
         QCOMPARE(column_of(*m, RunListModel::BestVal), (QStringList{"2.0000", "2.2500", "\u2013", "\u2013"}));
+        // Its CSV says NaN too: an empty cell read as "never evaluated", the third run's.
+        QCOMPARE(column_of(*m, RunListModel::FinalVal, kCsvExportRole), (QStringList{"2", "2.25", "", "nan"}));
+        QCOMPARE(exact_loss(-std::numeric_limits<double>::infinity(), true), QStringLiteral("-inf"));
         QCOMPARE(format_loss(std::numeric_limits<double>::infinity()), QStringLiteral("inf"));
         QCOMPARE(format_loss(2.0, false), QStringLiteral("\u2013"));
     }

@@ -8,6 +8,7 @@
 #include <QProcess>
 #include <QTemporaryDir>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -28,6 +29,7 @@
 #include "checkpoint_file.h"
 #include "consistent_read.h"
 #include "event_helpers.h"
+#include "held_output.h"
 #include "private_mounts.h"
 #include "durable_file.h"
 #include "run_lock_file.h"
@@ -275,6 +277,39 @@ private slots:
                                             .arg(QString::fromStdString(path)));
         }
         QCOMPARE(reads, 3);
+    }
+
+    // A reading command acts on its read (an export writes its file) once, after the read that
+    // stood: an export written from each read was written twice, or left behind by a command
+    // that then failed.
+    void aReadingCommandActsOnceAfterTheReadThatStood()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("runs.sqlite").toStdString();
+        {
+            RunStore store(path);
+            store.finish_run(store.create_run("a", "p.json", "{}"), RunStatus::Finished);
+        }
+        int reads = 0;
+        std::vector<size_t> acted; // the runs each act saw
+        QString failed;
+        const int code = run_reading_command(path, [&](RunStore& s, const CliStreams& io) {
+            if (++reads == 1) failed = run_writer_process(path); // in the middle of the read
+            const size_t runs = s.list_runs().size();
+            return after_the_read(io, [&acted, runs] { return acted.push_back(runs), 0; });
+        });
+        QVERIFY2(failed.isEmpty(), qPrintable(failed));
+        QCOMPARE(code, 0);
+        QCOMPARE(reads, 2);
+        QCOMPARE(acted, std::vector<size_t>{2}); // once, with the second read's two runs
+        // A command that failed leaves nothing to do.
+        acted.clear();
+        QCOMPARE(run_reading_command(path, [&](RunStore&, const CliStreams& io) {
+                     after_the_read(io, [&acted] { return acted.push_back(0), 0; });
+                     return 2;
+                 }),
+                 2);
+        QVERIFY(acted.empty());
     }
 
     // A replica that takes page after page (a desktop following a busy run) checkpoints its
@@ -922,6 +957,11 @@ private slots:
             QVERIFY2(error.contains("run store '" + path + "' is read-only (Read-only file system)"),
                      qPrintable(error));
         }
+        // No store there yet: none to call read-only.
+        const QString fresh = folder + "/new.sqlite";
+        QCOMPARE(store_error_of([&] { RunStore store(fresh.toStdString(), OpenMode::Create); }),
+                 "run store '" + fresh + "' cannot be created: its folder '" + folder +
+                     "' cannot be written (Read-only file system)");
         try {
             RunStore store(path.toStdString(), OpenMode::ReadWrite);
         } catch (const StoreReadOnlyError&) {
@@ -1102,11 +1142,82 @@ private slots:
         });
         store.flush(); // waits through the held lock
         release.join();
-        sqlite3_close(other);
         QCOMPARE(store.last_write_error(), std::string());
         const auto rows = store.series(id, "train/loss");
         QCOMPARE(rows.size(), size_t(300));
         QCOMPARE(rows.back().second, 1.0 / 300);
+        // So do a run's start, its checkpoints and its end: each tried once, a run failed at its
+        // start with "database is locked", and a checkpoint went unrecorded.
+        QCOMPARE(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+        std::thread release_again([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(6500));
+            sqlite3_exec(other, "COMMIT", nullptr, nullptr, nullptr);
+        });
+        const auto second = store.create_run("second", "", "{}");
+        release_again.join();
+        sqlite3_close(other);
+        store.record_checkpoint({second, 10, "/x/step-00000010.pt", "00", 1});
+        store.finish_run(second, RunStatus::Finished);
+        QCOMPARE(store.checkpoints(second).size(), size_t(1));
+        QCOMPARE(status_text(store.find_run(std::to_string(second))->status), std::string("finished"));
+    }
+
+    // A reader sees a step's rows all or none: the GUI's follower hands on the newest step once
+    // it has its metrics, and rows committed after that never reached the window. Row by row, the
+    // writer woke at 4096 queued rows and committed in the middle of this step's gradient norms.
+    void aStepsRowsAreCommittedTogether()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("units.sqlite").toStdString();
+        RunStore store(path);
+        const auto id = store.create_run("wide", "", "{}");
+        StepMetrics m;
+        for (int i = 0; i < 5000; ++i) m.layer_grad_norms.emplace_back("layer" + std::to_string(i), 1.0);
+        const int64_t per_step = 6 + 5000;
+        sqlite3* reader = nullptr;
+        QCOMPARE(sqlite3_open_v2(path.c_str(), &reader, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+        sqlite3_stmt* count = nullptr;
+        QCOMPARE(sqlite3_prepare_v2(reader, "SELECT step, count(*) FROM scalars GROUP BY step", -1, &count, nullptr),
+                 SQLITE_OK);
+        std::atomic<bool> done{false};
+        std::thread training([&] {
+            StoreSink sink(store, id);
+            for (m.step = 1; m.step <= 20; ++m.step) sink.on_step(m);
+            store.flush();
+            done = true;
+        });
+        std::vector<std::pair<int64_t, int64_t>> torn;
+        int reads = 0;
+        for (bool last = false; !last; ++reads) {
+            last = done;
+            while (sqlite3_step(count) == SQLITE_ROW)
+                if (sqlite3_column_int64(count, 1) != per_step)
+                    torn.emplace_back(sqlite3_column_int64(count, 0), sqlite3_column_int64(count, 1));
+            sqlite3_reset(count);
+        }
+        training.join();
+        sqlite3_finalize(count);
+        sqlite3_close(reader);
+        if (!torn.empty())
+            QFAIL(qPrintable(QString("step %1 read with %2 of its %3 rows (%4 reads)")
+                                 .arg(torn[0].first).arg(torn[0].second).arg(per_step).arg(reads)));
+        QCOMPARE(store.scalars(id).size(), size_t(20 * per_step));
+    }
+
+    // A file replaced whole keeps its mode: a 0640 export came back 0644 (the temporary's).
+    void aReplacedFileKeepsItsMode()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("m.csv").toStdString();
+        replace_file_durably(path, "a\n");
+        QVERIFY(::chmod(path.c_str(), 0640) == 0);
+        replace_file_durably(path, "b\n");
+        struct stat st {};
+        QVERIFY(::stat(path.c_str(), &st) == 0);
+        QCOMPARE(st.st_mode & 07777, mode_t(0640));
+        std::ifstream in(path);
+        std::string line;
+        QVERIFY(std::getline(in, line) && line == "b");
     }
 
     void twoWritersOfOneFileEachReplaceItWhole()

@@ -19,6 +19,14 @@ QString format_loss(double loss, bool recorded)
     return QString::number(loss, 'f', 4);
 }
 
+QString exact_loss(double loss, bool recorded)
+{
+    if (!recorded) return {};
+    if (std::isnan(loss)) return QStringLiteral("nan");
+    if (std::isinf(loss)) return loss > 0 ? QStringLiteral("inf") : QStringLiteral("-inf");
+    return QString::number(loss, 'g', 17);
+}
+
 QString format_delta(double delta)
 {
     if (!std::isfinite(delta)) return kNone;

@@ -13,6 +13,9 @@ namespace mantissa {
 
 // "2.3026"; "NaN" or "inf" for a loss that was recorded so (a diverged run), "–" for none.
 QString format_loss(double loss, bool recorded = true);
+// A loss as a CSV export writes it: every digit, "nan" / "inf" / "-inf" as the CLI's CSV, and
+// empty for none (an empty cell for a diverged run read as one never evaluated).
+QString exact_loss(double loss, bool recorded);
 QString format_delta(double delta);        // "+0.0123", "−0.0040", "0", "–"
 QString format_ratio(double ratio);        // "0.98×", "–"
 QString format_rate(double tokens_per_s);  // "12.3k", "950", "–"

@@ -130,6 +130,7 @@ bool RunFollower::follow(const QString& storePath, int64_t runId, QString* error
 {
     stop();
     storePath_ = storePath;
+    storeChecked_ = false;
     runId_ = runId;
     QString why;
     RunStore* store = connection(&why);
@@ -201,7 +202,9 @@ RunStore* RunFollower::connection(QString* error)
     if (stale) store_.reset();
     if (store_) return store_.get();
     try {
-        store_ = RunStore::open_read_only(storePath_.toStdString());
+        // Checked whole once: a reopen every 30 s of quiet (a paused run) read a large file each time.
+        store_ = RunStore::open_read_only(storePath_.toStdString(), /*quick_check=*/!storeChecked_);
+        storeChecked_ = true;
         openedAtMs_ = now_ms();
     } catch (const std::exception& e) {
         if (error) *error = QString::fromUtf8(e.what());
@@ -229,6 +232,7 @@ bool RunFollower::poll()
     budget.start();
     TelemetryBatch batch;
     bool more = false, runEnded = false, restart = false, gone = false;
+    const Marks before = marks_;
     try {
         RunStore::ReadSnapshot snapshot(*store);
         const auto info = store->find_run(std::to_string(runId_));
@@ -248,6 +252,14 @@ bool RunFollower::poll()
             if (!more || budget.elapsed() >= kPollBudgetMs) break;
         }
     } catch (const std::exception& e) {
+        // A writer that started meanwhile tore the view ("malformed"): read again, afresh, from
+        // where this poll began. Only the store's own failure ends the following.
+        if (store->snapshot_outdated()) {
+            marks_ = before;
+            store_.reset();
+            timer_->start(0);
+            return false;
+        }
         fail(tr("cannot read run %1 of %2: %3").arg(runId_).arg(storePath_, QString::fromUtf8(e.what())));
         return false;
     }
@@ -260,8 +272,18 @@ bool RunFollower::poll()
         const int64_t id = runId_;
         emit restarted();
         if (runId_ != id) return false; // a listener chose another run
-        RunStore* again = connection(nullptr);
-        const auto info = again ? again->find_run(std::to_string(id)) : std::nullopt;
+        QString error;
+        RunStore* again = connection(&error);
+        std::optional<RunInfo> info;
+        try {
+            if (again) info = again->find_run(std::to_string(id));
+        } catch (const std::exception& e) { // not out of a timer's slot: that would end the GUI
+            error = QString::fromUtf8(e.what());
+        }
+        if (!again || (!info && !error.isEmpty())) {
+            fail(tr("cannot read run %1 of %2: %3").arg(id).arg(storePath_, error));
+            return false;
+        }
         if (info) openRun(*info);
         timer_->start(0);
         return true;

@@ -152,6 +152,7 @@ private:
     Marks marks_;
     bool live_ = false;
     std::unique_ptr<RunStore> store_;
+    bool storeChecked_ = false; // the file was checked whole by a first open
     qint64 openedAtMs_ = 0, lastNewsMs_ = 0;
     int intervalMs_ = kDefaultIntervalMs;
     Completeness complete_;

@@ -194,8 +194,9 @@ void TrainingController::pause()
     if (!running_ || paused_) return;
     {
         std::lock_guard lock(job_->mutex);
+        // Refused once the last step has begun: the run ends, and must not read "paused" until then.
+        if (job_->session && !job_->session->request_pause()) return;
         job_->pause_requested = true;
-        if (job_->session) job_->session->request_pause();
     }
     paused_ = true;
     emit pausedChanged(true);

@@ -104,8 +104,8 @@ QVariant RunListModel::data(const QModelIndex& index, int role) const
     if (role == kCsvExportRole) {
         switch (column) {
         case Created: return QString::fromStdString(r.created_at);
-        case FinalVal: return exact(r.final_val_loss);
-        case BestVal: return exact(r.best_val_loss);
+        case FinalVal: return exact_loss(r.final_val_loss, r.final_val_step >= 0);
+        case BestVal: return exact_loss(r.best_val_loss, r.best_val_step >= 0);
         case TokensPerS: return exact(r.median_tokens_per_s);
         case PeakMemory: return r.peak_memory_bytes() >= 0 ? QString::number(r.peak_memory_bytes()) : QString();
         default: return data(index, Qt::DisplayRole).toString();
