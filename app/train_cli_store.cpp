@@ -263,7 +263,9 @@ int cmd_export(RunStore& store, const std::string& run, const std::string& forma
         // Straight from the checkpoint file: neither the run's data nor its GPU is needed. After
         // the read, as it writes; it reads the run's checkpoint rows again then, from the store
         // the read left open.
-        return after_the_read(io, [io, info = *info, &store, &out_path] { return export_weights(store, info, out_path, io); });
+        return after_the_read(io, [io, info = *info, &store, &out_path] {
+            return export_weights(store, info, out_path, io);
+        });
     }
     // No --table: the metrics.
     std::string text = table == "events"   ? store.events_csv(info->id)

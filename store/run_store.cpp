@@ -702,7 +702,8 @@ void RunStore::record_checkpoint(const CheckpointRow& row)
     require_writable("record a checkpoint");
     std::lock_guard lock(db_mutex_);
     in_write_transaction(db_, [&] {
-        Statement s(db_, "INSERT OR REPLACE INTO checkpoints(run_id, step, path, checksum, bytes) VALUES(?, ?, ?, ?, ?)");
+        Statement s(db_,
+                    "INSERT OR REPLACE INTO checkpoints(run_id, step, path, checksum, bytes) VALUES(?, ?, ?, ?, ?)");
         s.bind(1, row.run_id).bind(2, row.step).bind(3, row.path).bind(4, row.checksum).bind(5, row.bytes).step();
     });
 }
@@ -1000,7 +1001,8 @@ void RunStore::finish_run(int64_t run_id, RunStatus status)
                 Statement s(db_,
                             "UPDATE runs SET status=?, finished_at=strftime('%Y-%m-%dT%H:%M:%SZ','now') WHERE id=?");
                 s.bind(1, std::string(run_status_name(status))).bind(2, run_id).step();
-                if (sqlite3_changes(db_) != 1) failure = "the run is no longer in the store (deleted while it trained?)";
+                if (sqlite3_changes(db_) != 1)
+                    failure = "the run is no longer in the store (deleted while it trained?)";
             });
         } catch (const SqliteFailure& e) {
             failure = e.detail;
@@ -1051,7 +1053,8 @@ void RunStore::append_step_rows(int64_t run_id, int64_t step,
     std::vector<PendingRow> rows;
     rows.reserve(stats.size() + scalars.size());
     for (const auto& t : stats) rows.push_back({PendingRow::Kind::LayerStats, run_id, step, {}, {}, 0.0, t});
-    for (const auto& [tag, value] : scalars) rows.push_back({PendingRow::Kind::Scalar, run_id, step, tag, {}, value, {}});
+    for (const auto& [tag, value] : scalars)
+        rows.push_back({PendingRow::Kind::Scalar, run_id, step, tag, {}, value, {}});
     std::lock_guard lock(queue_mutex_);
     queue_.insert(queue_.end(), std::make_move_iterator(rows.begin()), std::make_move_iterator(rows.end()));
     enqueued_ += rows.size();

@@ -1048,7 +1048,8 @@ private slots:
         const auto by_id = run_cli({"show", "1", "--db", db});
         QCOMPARE(by_id.exit_code, 0);
         QVERIFY2(by_id.out.startsWith("run 1 'only'"), qPrintable(by_id.out));
-        QCOMPARE(by_id.err, QString("note: '1' is taken as run id 1; run %1 is named '1' (give its id)\n").arg(digits));
+        QCOMPARE(by_id.err,
+                 QString("note: '1' is taken as run id 1; run %1 is named '1' (give its id)\n").arg(digits));
     }
 
     // --db "" and :memory: are SQLite's private databases, gone with the process: refused.
