@@ -286,6 +286,22 @@ std::shared_ptr<DataParallel> DataParallel::join(const DistributedEnv& env, std:
                               env.master_addr + ":" + std::to_string(env.master_port) + ": " +
                               first_line(e));
     }
+    // A store that has this rank already is another job's: two jobs launched with one MASTER_PORT
+    // (29500 is everyone's default). The second job's rank 0 cannot listen there, but its other
+    // ranks reached the first job's store, took its project, and hung in the process group's
+    // set-up for good (with SIGTERM ignored, as training had begun).
+    int64_t joined = 0;
+    try {
+        joined = impl->backend->store->add("joined/" + std::to_string(env.rank), 1);
+    } catch (const std::exception& e) {
+        throw CollectiveError("data-parallel: rank " + std::to_string(env.rank) + " cannot reach the store at " +
+                              env.master_addr + ":" + std::to_string(env.master_port) + ": " + first_line(e));
+    }
+    if (joined > 1)
+        throw ConfigError("data-parallel: the store at " + env.master_addr + ":" + std::to_string(env.master_port) +
+                          " already has a rank " + std::to_string(env.rank) +
+                          ": that MASTER_PORT serves another data-parallel job (or this rank was started twice); "
+                          "give each job its own MASTER_PORT");
 #if MANTISSA_DP_NCCL
     // One GPU per rank, chosen before the Trainer puts anything on a device.
     const int gpu = torch::cuda::is_available() ? gpu_of_local_rank(env.local_rank, static_cast<int>(torch::cuda::device_count())) : -1;

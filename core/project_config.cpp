@@ -326,6 +326,11 @@ void merge_checked(json& base, const json& user, const std::string& prefix)
         json& slot = base[key];
         if (slot.is_object()) {
             merge_checked(slot, value, path);
+        } else if (slot.is_number_integer() && value.is_number_float() && std::isfinite(value.get<double>()) &&
+                   std::floor(value.get<double>()) == value.get<double>() && std::abs(value.get<double>()) >= 0x1p63) {
+            // Past 2^64 the JSON parser reads an integer as a float: "expected an integer" told
+            // the user they had not written one.
+            throw ConfigError(path + ": " + value.dump() + " is out of range (at most 9223372036854775807)");
         } else if (!same_kind(slot, value)) {
             throw ConfigError(path + ": expected " + type_word(slot) + ", got " + type_word(value));
         } else if (slot.is_number_integer() && !fits_int64(value)) {
@@ -393,7 +398,10 @@ void apply_override(json& user, const Override& override_)
 
 // Structural bounds (docs/PROJECT_FORMAT.md). They hold on any machine, so a stored run
 // config is checked against them too; what depends on the machine is in check_fits_machine.
-constexpr int64_t kMaxLayers = 4096;          // layer names and per-layer telemetry scale with it
+// Layers: a checkpoint's archive takes time quadratic in its entries (LibTorch looks each new
+// key up among all before it): 1 s at 256 blocks, 16 s at 512, 83 s at 1024, and at 4096 the
+// first checkpoint did not end in 13 minutes. GPT-3 has 96 blocks.
+constexpr int64_t kMaxLayers = 512;
 constexpr int64_t kMaxGradAccum = 1024;       // micro-batches per optimizer step
 constexpr int64_t kMaxEvalBatches = 10000;    // batches per validation estimate (nanoGPT: 200)
 constexpr int64_t kMaxSampleTokens = 10000;   // tokens generated per evaluation, one forward pass each
@@ -518,6 +526,11 @@ ProjectConfig from_json(const json& j)
 // `stored`: a run's saved settings read back, checked as they were when the run was made.
 void validate(const ProjectConfig& c, bool stored = false)
 {
+    // A run takes its project's name: one with a NUL was stored whole but listed cut at the NUL.
+    // A stored run's name stays readable as it is.
+    require(stored || std::none_of(c.name.begin(), c.name.end(),
+                                   [](unsigned char ch) { return ch < 0x20 || ch == 0x7f; }),
+            "name", "has a control character (a NUL, a tab, a newline): a run's name is one line of text");
     const auto& m = c.model;
     require(m.n_layer >= 1, "model.n_layer", "must be at least 1");
     require(m.n_layer <= kMaxLayers, "model.n_layer", "must be at most " + std::to_string(kMaxLayers));

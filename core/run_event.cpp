@@ -193,10 +193,21 @@ std::string RunEvent::message() const
                                 some_layer([](const LayerState& l) { return !l.recipe.empty(); });
         // Histories are delayed scaling's alone.
         const bool histories = some_layer([](const LayerState& l) { return l.recipe == "delayed"; });
+        // A switch without a recipe keeps the layer's: under nvfp4 or mxfp4 its FP8 formats run as
+        // E2M1, which "-> e4m3/e5m2/e5m2" alone hid.
+        std::string kept;
+        if (new_formats && !new_scaling)
+            for (const auto& l : layer_states)
+                if (const auto s = parse_fp8_scaling(l.recipe);
+                    s && formats_as_computed(*new_formats, *s) != *new_formats) {
+                    kept = std::string("; runs as ") + formats_as_computed(*new_formats, *s).describe() +
+                           " under the layer's " + fp8_scaling_name(*s) + " scaling";
+                    break;
+                }
         return pattern + " -> " + (new_formats ? new_formats->describe() : std::string("?")) +
                (new_scaling ? std::string(" with ") + fp8_scaling_name(*new_scaling) + " scaling" : std::string()) +
                " (" + join(layers) + ")" + (cause == ChangeCause::Watcher ? " by watcher " + watcher : "") +
-               (cause == ChangeCause::Resume ? " again, as the interrupted run did" : "") +
+               (cause == ChangeCause::Resume ? " again, as the interrupted run did" : "") + kept +
                (new_recipe ? "; FP8 scales start afresh under the new recipe"
                 : histories ? "; delayed-scaling histories restart where a cast's format changed"
                             : "");

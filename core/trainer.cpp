@@ -29,7 +29,8 @@ namespace mantissa {
 double learning_rate_at(const OptimizerConfig& o, int64_t step_index)
 {
     if (step_index < o.warmup_steps)
-        return o.learning_rate * static_cast<double>(step_index + 1) / static_cast<double>(o.warmup_steps + 1);
+        // + 1 in double: warmup_steps 2^63-1 overflowed int64 (a negative rate). Exact below 2^53.
+        return o.learning_rate * static_cast<double>(step_index + 1) / (static_cast<double>(o.warmup_steps) + 1.0);
     if (step_index > o.decay_steps || o.decay_steps == o.warmup_steps) return o.min_learning_rate;
     const double ratio =
         static_cast<double>(step_index - o.warmup_steps) / static_cast<double>(o.decay_steps - o.warmup_steps);
@@ -301,6 +302,9 @@ RunSummary Trainer::run_steps(TelemetrySink& sink)
         auto e = event_at(step, EventKind::ResumedFromCheckpoint);
         e.path = s.resumed_from;
         e.layer_states = s.layer_states();
+        // Not run since the load: "none" read as the backend of every low-precision layer until
+        // the next layer_backends event (for a whole pause when the resumed run paused first).
+        for (auto& l : e.layer_states) l.backend.clear();
         // A CPU run's sums split by thread: another count rounds some of them differently.
         if (!s.device.is_cuda() && s.resumed_cpu_threads > 0 && s.resumed_cpu_threads != s.threads)
             e.text = "trained on " + std::to_string(s.resumed_cpu_threads) + " CPU threads, continuing on " +

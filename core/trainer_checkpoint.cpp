@@ -48,9 +48,26 @@ std::string Trainer::Impl::serialize_state()
     // arithmetic (the resume says so when it changes). A GPU run's is not.
     if (!device.is_cuda()) archive.write("cpu_threads", torch::tensor(int64_t(threads)));
     archive.write("arithmetic", c10::IValue(arithmetic_text(true)));
-    std::ostringstream bytes;
-    archive.save_to(bytes);
-    return std::move(bytes).str();
+    // Into a string through a writer that never fails the archive: an ostringstream out of memory
+    // made torch's zip writer throw from its destructor, which ended the process (SIGABRT) and left
+    // the run "running". A short machine is said after the archive is done.
+    std::string bytes;
+    size_t failed_at = 0; // bytes held when memory ran out; 0: it did not
+    archive.save_to([&](const void* data, size_t n) -> size_t {
+        if (failed_at == 0) {
+            try {
+                bytes.append(static_cast<const char*>(data), n);
+            } catch (const std::bad_alloc&) {
+                failed_at = bytes.size() + 1;
+                std::string().swap(bytes);
+            }
+        }
+        return n;
+    });
+    if (failed_at != 0)
+        throw std::runtime_error("out of memory while serialising the checkpoint (" +
+                                 std::to_string((failed_at - 1) >> 20) + " MiB of it were held)");
+    return bytes;
 }
 
 std::string Trainer::Impl::arithmetic_text(bool cpu_kernels) const

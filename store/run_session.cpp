@@ -444,6 +444,13 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
         replay_precision_changes(store, info.id, *session->trainer_);
         return session;
     }
+    // The model's shape is its checkpoint's: "checkpoint ... does not fit this model" sent the user
+    // looking at the file when their own --set asked for another model.
+    for (const auto& c : session->config_changes_)
+        if (c.key == "model.n_layer" || c.key == "model.n_head" || c.key == "model.n_embd" ||
+            c.key == "model.context_length" || c.key == "model.bias")
+            throw ConfigError(c.key + ": a resume keeps the model its checkpoints hold (" + c.key + " " + c.before +
+                              ", not " + c.after + "); resume without this --set, or start a new run");
     build();
     std::vector<std::string> damaged_own;
     session->loaded_checkpoint_ = load_first_good(

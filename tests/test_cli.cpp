@@ -714,6 +714,21 @@ private slots:
         QCOMPARE(training.events(id).size(), size_t(0));
     }
 
+    // A resume's --set of the model's shape is refused as the setting it is: "checkpoint ... does
+    // not fit this model" blamed the file.
+    void aResumeThatChangesTheModelsShapeIsRefusedByItsSetting()
+    {
+        const QString db = dir_.filePath("shape.sqlite");
+        QCOMPARE(run_cli({"run", project_, "--db", db, "--set", "training.steps=2", "--set",
+                          "training.checkpoint_interval=2"})
+                     .exit_code,
+                 0);
+        const auto r = run_cli({"resume", "1", "--db", db, "--set", "model.n_layer=3", "--set", "training.steps=4"});
+        QCOMPARE(r.exit_code, 2);
+        QCOMPARE(r.err, QString("error: model.n_layer: a resume keeps the model its checkpoints hold (model.n_layer 1, "
+                                "not 3); resume without this --set, or start a new run\n"));
+    }
+
     void renameAndDelete()
     {
         QVERIFY(run_cli({"run", project_, "--db", db_, "--name", "scratch", "--set", "training.steps=3"}).exit_code == 0);

@@ -333,7 +333,12 @@ private slots:
         QTest::newRow("seed beyond int64") << R"({"training": {"seed": 18446744073709551615}})" << ""
                                            << "training.seed: 18446744073709551615 is out of range";
         QTest::newRow("too many layers") << R"({"model": {"n_layer": 1000000000}})" << ""
-                                         << "model.n_layer: must be at most 4096";
+                                         << "model.n_layer: must be at most 512";
+        QTest::newRow("name with a NUL") << R"({"name": "a\u0000b"})" << ""
+                                         << "name: has a control character (a NUL, a tab, a newline): a run's name is "
+                                            "one line of text";
+        QTest::newRow("integer beyond uint64") << R"({"training": {"batch_size": 99999999999999999999999}})" << ""
+                                               << "training.batch_size: 9.999999999999999e+22 is out of range";
         QTest::newRow("absurd grad_accum") << R"({"training": {"grad_accum": 9223372036854775807}})" << ""
                                            << "training.grad_accum: must be at most 1024";
         QTest::newRow("absurd amax history") << R"({"precision": {"fp8": {"amax_history_length": 9223372036854775807}}})"

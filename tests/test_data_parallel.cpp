@@ -1011,6 +1011,36 @@ private slots:
         QSKIP("no request got in before the last boundary's close in 10 runs (a loaded machine)");
     }
 
+    // A second job on a MASTER_PORT that a job already serves: its rank 1 reached the first
+    // job's store, took its project, and hung in the process group's set-up for good, deaf to
+    // SIGTERM. Refused at once, as the store already has a rank 1; the first job trains on.
+    void a_rank_on_another_jobs_port_is_refused()
+    {
+        const QString project = write_project("first-job", 1000000, "fp32");
+        const QString db = dir_.filePath("first-job.db");
+        const int port = free_port();
+        QProcess r0, r1, stray;
+        r0.setProcessEnvironment(rank_env(0, 2, port));
+        r1.setProcessEnvironment(rank_env(1, 2, port));
+        r0.start(MANTISSA_TRAIN_EXE, {"run", project, "--db", db});
+        r1.start(MANTISSA_TRAIN_EXE, {"run", project, "--db", db});
+        QVERIFY(r0.waitForStarted() && r1.waitForStarted());
+        QVERIFY(r0.waitForReadyRead(60000)); // rank 0 said "run 1 'first-job' -> ...": both joined
+        stray.setProcessEnvironment(rank_env(1, 2, port));
+        stray.start(MANTISSA_TRAIN_EXE, {"run", project, "--db", dir_.filePath("second-job.db")});
+        const Rank refused = finish(stray, 60000);
+        QCOMPARE(refused.exit_code, 2);
+        QCOMPARE(refused.err, QString("error: data-parallel: the store at 127.0.0.1:%1 already has a rank 1: that "
+                                      "MASTER_PORT serves another data-parallel job (or this rank was started "
+                                      "twice); give each job its own MASTER_PORT\n")
+                                  .arg(port));
+        QCOMPARE(r0.state(), QProcess::Running);
+        QCOMPARE(r1.state(), QProcess::Running);
+        ::kill(static_cast<pid_t>(r0.processId()), SIGINT); // Ctrl-C stops both at one step
+        QCOMPARE(finish(r0).exit_code, 0);
+        QCOMPARE(finish(r1).exit_code, 0);
+    }
+
     void killed_peer_fails_the_run()
     {
         const QString project = write_project("killed", 1000000, "fp32");

@@ -201,8 +201,12 @@ private slots:
         QCOMPARE(formats_only.message(), delayed_said); // no layer states: as older events
         formats_only.layer_states = {{"lm_head", GemmFormats::all(NumberFormat::E4M3), "delayed", ""}};
         QCOMPARE(formats_only.message(), delayed_said);
+        // A switch that keeps an FP4 recipe says what its FP8 formats run as: "-> e4m3/e4m3/e4m3" alone
+        // read as an FP8 switch that never happened.
         formats_only.layer_states[0].recipe = "nvfp4";
-        QCOMPARE(formats_only.message(), std::string("lm_head -> e4m3/e4m3/e4m3 (lm_head)"));
+        QCOMPARE(formats_only.message(),
+                 std::string("lm_head -> e4m3/e4m3/e4m3 (lm_head); runs as e2m1/e2m1/e2m1 under the layer's nvfp4 "
+                             "scaling"));
         const auto recipe_switch = std::find_if(all.begin(), all.end(), [](const RunEvent& e) {
             return e.kind == EventKind::PrecisionChanged && e.new_scaling;
         });

@@ -576,6 +576,14 @@ void TestMonitor::layerMenuAsksForASwitch()
     QCOMPARE(asked.at(1).at(2).toString(), QString()); // keeps the layer's recipe
     QVERIFY((formats(2) == GemmFormats{NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2}));
     QCOMPARE(asked.at(2).at(2).toString(), QStringLiteral("delayed"));
+    // Rows without a GEMM (every gradient norm has a row) offer no menu: each pick failed with
+    // "no layer matches 'wpe'". The tied wte switches lm_head, as its watchers do.
+    QCOMPARE(page.switchableLayer(QStringLiteral("wpe")), QStringLiteral("wpe")); // layers not known yet
+    page.setInitialLayerStates({{"blocks.0.mlp.fc1", GemmFormats{}, "", ""}, {"lm_head", GemmFormats{}, "", ""}});
+    QCOMPARE(page.switchableLayer(QStringLiteral("blocks.0.mlp.fc1")), QStringLiteral("blocks.0.mlp.fc1"));
+    QCOMPARE(page.switchableLayer(QStringLiteral("wte")), QStringLiteral("lm_head"));
+    QCOMPARE(page.switchableLayer(QStringLiteral("wpe")), QString());
+    QCOMPARE(page.switchableLayer(QStringLiteral("blocks.0.ln1")), QString());
 }
 
 void TestMonitor::eventActivationMovesCursorAndSelectsLayer()

@@ -479,6 +479,14 @@ private slots:
         QCOMPARE(resumed.loss_scale(), 1.0);
         resumed.load_checkpoint(checkpoint.toStdString());
         QCOMPARE(resumed.loss_scale(), 131072.0);
+        // The resume event gives the layers' formats; where they run is known after a step: the
+        // GUI showed backend "none" for every FP16 layer until then.
+        Recorder after;
+        resumed.run(after);
+        const RunEvent* again = after.find("resumed_from_checkpoint");
+        QVERIFY(again && !again->layer_states.empty());
+        QVERIFY(again->layer_states[0].formats == GemmFormats::all(NumberFormat::FP16));
+        for (const auto& l : again->layer_states) QVERIFY2(l.backend.empty(), l.backend.c_str());
         QFile::remove(checkpoint);
     }
 

@@ -134,7 +134,7 @@ MonitorPage::MonitorPage(QWidget* parent) : QWidget(parent), eventModel_(new Eve
         activate(step, layer);
     });
     connect(heatmap_, &LayerHeatmapPlot::layerMenuRequested, this, [this](const QString& layer, const QPoint& at) {
-        layerMenu(layer)->popup(at);
+        if (const QString target = switchableLayer(layer); !target.isEmpty()) layerMenu(target)->popup(at);
     });
 
     // Curves that share the step axis stack in one column; what is not against steps (the
@@ -503,6 +503,14 @@ void MonitorPage::setCursorStep(int64_t step)
     liveButton_->setEnabled(cursorStep_ >= 0);
     syncHistogramSlider();
     scheduleFrame();
+}
+
+QString MonitorPage::switchableLayer(const QString& row) const
+{
+    const LiveLayers& live = history_.liveLayers();
+    if (live.empty() || live.find(row.toStdString())) return row; // unknown yet: the engine says
+    if (row == QLatin1String("wte") && live.find("lm_head")) return QStringLiteral("lm_head"); // tied, as watchers take it
+    return {};
 }
 
 QMenu* MonitorPage::layerMenu(const QString& layer)

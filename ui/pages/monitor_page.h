@@ -86,6 +86,10 @@ public:
     int64_t cursorStep() const { return cursorStep_; }
     // Selects the layer's heatmap row and shows its histogram.
     void selectLayer(const QString& layer);
+    // The GEMM layer a heatmap row's menu switches: the row's own, lm_head for the tied wte (as the
+    // watchers take it), "" for a row with no GEMM (wpe, ln_f, a block's norms), whose every pick
+    // failed with "no layer matches". Any row while the run's layers are not known.
+    QString switchableLayer(const QString& row) const;
     // The menu a right click on the layer's heatmap row opens (replaced by the next; owned by
     // the page): one action per layer_switch_choices(), each emitting layerSwitchRequested.
     QMenu* layerMenu(const QString& layer);
