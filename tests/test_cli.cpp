@@ -725,8 +725,8 @@ private slots:
                  0);
         const auto r = run_cli({"resume", "1", "--db", db, "--set", "model.n_layer=3", "--set", "training.steps=4"});
         QCOMPARE(r.exit_code, 2);
-        QCOMPARE(r.err, QString("error: model.n_layer: a resume keeps the model its checkpoints hold (model.n_layer 1, "
-                                "not 3); resume without this --set, or start a new run\n"));
+        QCOMPARE(r.err, QString("error: model.n_layer: a resume keeps the model its checkpoints hold "
+                                "(model.n_layer 1, not 3); resume without this --set, or start a new run\n"));
     }
 
     void renameAndDelete()

@@ -509,7 +509,7 @@ QString MonitorPage::switchableLayer(const QString& row) const
 {
     const LiveLayers& live = history_.liveLayers();
     if (live.empty() || live.find(row.toStdString())) return row; // unknown yet: the engine says
-    if (row == QLatin1String("wte") && live.find("lm_head")) return QStringLiteral("lm_head"); // tied, as watchers take it
+    if (row == QLatin1String("wte") && live.find("lm_head")) return QStringLiteral("lm_head"); // tied
     return {};
 }
 
