@@ -32,6 +32,7 @@
 #include "telemetry.h"
 #include "pages/compare_page.h"
 #include "window/main_window.h"
+#include "window/run_status_widget.h"
 #include "pages/monitor_page.h"
 #include "models/run_list_model.h"
 #include "pages/runs_page.h"
@@ -216,6 +217,7 @@ int main(int argc, char* argv[])
             window.monitorPage()->selectLayer(shownLayer);
         }
         window.monitorPage()->renderNow(); // the frame budget may have skipped the latest data
+        window.statusWidget()->refreshLabels(); // its timer had left "step 0 / 20, loss –" in the picture
         const bool ok = window.grab().save(path, "PNG");
         if (!ok)
             fail(QStringLiteral("cannot write '%1'").arg(path));

@@ -111,6 +111,9 @@ public:
             return api_error(409, "run " + std::to_string(run_id) +
                                       (c.command == "pause" ? " is paused already" : " is not paused") +
                                       ": nothing to " + c.command);
+        // The step it was asked at: read after the queueing, it could be the step after the one the
+        // command acted on ("resumed" at step 12, then "resume requested" at step 13).
+        const int64_t asked_at = step_.load();
         try {
             if (c.command == "pause") pause_asked_ = queued = session_.request_pause();
             else if (c.command == "resume") pause_asked_ = !(queued = session_.request_resume());
@@ -146,7 +149,7 @@ public:
             return api_error(409, "run " + std::to_string(run_id) + " is finishing (its last step has begun): nothing to " +
                                       c.command);
         RunEvent e;
-        e.step = step_.load();
+        e.step = asked_at;
         e.kind = EventKind::Other;
         e.other_tag = "remote_control";
         e.text = what + " requested by " + origin;

@@ -1557,12 +1557,16 @@ std::vector<RunSummaryRow> RunStore::list_run_summaries(const RunFilter& filter,
                           where)
                              .c_str());
         bind_filter(s);
+        // One switch per step and cause: a resume whose --set changed the preset records each
+        // layer's change at its step, which read as "11 live switches".
+        std::set<std::tuple<size_t, int64_t, ChangeCause>> switches;
         while (s.step()) {
             const auto it = index.find(s.int64(0));
             if (it == index.end()) continue;
             const RunEvent e = typed ? event_from_stored(s.int64(1), "precision_changed", s.text(3), s.text(2))
                                      : legacy_event(s.int64(1), "precision_changed", s.text(2));
-            if (e.cause != ChangeCause::Resume) ++rows[it->second].live_switches;
+            if (e.cause != ChangeCause::Resume && switches.emplace(it->second, e.step, e.cause).second)
+                ++rows[it->second].live_switches;
         }
         for (auto& row : rows)
             if (!row.recipe.empty()) row.recipe += describe_live_switches(row.live_switches);

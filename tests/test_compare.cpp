@@ -260,6 +260,13 @@ private slots:
             change.cause = cause;
             store.append_event(c, change);
         }
+        // A resume's --set of the preset switches each layer at its step: one switch, not one a layer.
+        for (const char* layer : {"blocks.0.mlp.fc1", "blocks.0.mlp.fc2", "lm_head"}) {
+            RunEvent change = text_event(4, "precision_changed", "");
+            change.pattern = layer;
+            change.new_formats = GemmFormats::all(NumberFormat::FP16);
+            store.append_event(c, change);
+        }
         store.finish_run(c, RunStatus::Failed);
 
         const auto rows = store.list_run_summaries();
@@ -306,8 +313,8 @@ private slots:
 
         const RunSummaryRow& rc = rows[2];
         // An FP8 override names the scaling; the switches say that the run left its recipe.
-        QCOMPARE(rc.recipe, std::string("bf16 (delayed) + 1 override, 2 live switches"));
-        QCOMPARE(rc.live_switches, int64_t(2));
+        QCOMPARE(rc.recipe, std::string("bf16 (delayed) + 1 override, 3 live switches"));
+        QCOMPARE(rc.live_switches, int64_t(3));
         QCOMPARE(ra.live_switches, int64_t(0));
         QCOMPARE(rc.steps_done, int64_t(0));
         QVERIFY(std::isnan(rc.final_train_loss));

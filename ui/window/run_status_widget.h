@@ -47,9 +47,10 @@ public:
     // Labels repaint at most this often: text changing 25 times a second is unreadable and
     // costs GUI time that training shares.
     static constexpr int kLabelIntervalMs = 250;
+    // Now, not at the label timer's next turn: a screenshot grabbed before it read "step 0".
+    void refreshLabels();
 
 private:
-    void refreshLabels();
     void refreshLabelsSoon();
 
     QProgressBar* progress_ = nullptr;
