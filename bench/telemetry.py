@@ -29,8 +29,8 @@ def main():
     ap.add_argument("--cadences", default="0,50,10,1", help="telemetry.interval values; 0 (off) is the base")
     ap.add_argument("--baseline", action="append", default=[],
                     help="another build directory (holding app/mantissa-train) to measure in the same rounds; repeatable")
-    ap.add_argument("--threads", type=int, help="OMP_NUM_THREADS for the runs (1: no thread barriers, steadier "
-                    "on a machine shared with other work)")
+    ap.add_argument("--threads", type=int, help="training.threads (and OMP_NUM_THREADS) for the runs (1: no thread "
+                    "barriers, steadier on a machine shared with other work)")
     args = ap.parse_args()
     if args.threads:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
@@ -50,6 +50,10 @@ def main():
                 for c in cadences:
                     sets = [f"data.path={data}", f"training.steps={args.steps}", "eval.interval=0", "eval.batches=1",
                             "eval.sample_tokens=0", f"telemetry.interval={c}", f"precision.preset={args.preset}"]
+                    # mantissa-train sets its own thread count (training.threads, all cores by default):
+                    # OMP_NUM_THREADS alone was overridden, and "one thread" runs took every core.
+                    if args.threads:
+                        sets.append(f"training.threads={args.threads}")
                     ms, out = run_cli(build, os.path.join(tmp, "b.sqlite"), sets)
                     times[(b, c)].append(ms)
                     loop = LOOP_RE.search(out)
@@ -57,7 +61,7 @@ def main():
                         loops[(b, c)].append(float(loop.group(1)))
                 print(f"round {r + 1} {b}: " + ", ".join(f"interval {c}: {times[(b, c)][-1]:.1f} ms" for c in cadences),
                       flush=True)
-    threads = f", OMP_NUM_THREADS={args.threads}" if args.threads else ""
+    threads = f", training.threads={args.threads}" if args.threads else ""
     print(f"\n{args.preset}, {args.steps} steps x {args.rounds} rounds{threads} (median ms/step):")
     print("step: the training step alone; loop: the step with its telemetry frame's read-back and the sinks,"
           " what statistics cost the run (builds before 2026-12-05 print no loop time)")
