@@ -283,18 +283,20 @@ void exec(sqlite3* db, const char* sql)
 }
 
 // Runs `body` in one write transaction: all of it is committed, or none (a throw rolls back).
-template <class Body> void in_write_transaction(sqlite3* db, Body&& body)
+// Each BEGIN waits one busy timeout (5 s) for another process's write lock, `tries` times. A
+// run's own records (its start, claim, checkpoints, end) take kBusyTries, as the writer thread's
+// batches do: a second process deleting a large run made a run fail at its start, or lose the
+// record of a checkpoint. The user's edits (rename, tags, delete), often made on the GUI's
+// thread, try once: a window frozen for a minute is worse than "database is locked".
+template <class Body> void in_write_transaction(sqlite3* db, Body&& body, int tries_allowed = 1)
 {
-    // Each BEGIN waits one busy timeout (5 s) for another process's write lock, and is tried
-    // kBusyTries times, as the writer thread's batches are: a second process deleting a large run
-    // made a run fail at its start, or lose the record of a checkpoint.
     for (int tries = 1;; ++tries) {
         try {
             exec(db, "BEGIN IMMEDIATE");
             break;
         } catch (const SqliteFailure& e) {
             const int primary = e.code & 0xFF;
-            if ((primary != SQLITE_BUSY && primary != SQLITE_LOCKED) || tries == kBusyTries) throw;
+            if ((primary != SQLITE_BUSY && primary != SQLITE_LOCKED) || tries >= tries_allowed) throw;
         }
     }
     try {
@@ -705,7 +707,7 @@ void RunStore::record_checkpoint(const CheckpointRow& row)
         Statement s(db_,
                     "INSERT OR REPLACE INTO checkpoints(run_id, step, path, checksum, bytes) VALUES(?, ?, ?, ?, ?)");
         s.bind(1, row.run_id).bind(2, row.step).bind(3, row.path).bind(4, row.checksum).bind(5, row.bytes).step();
-    });
+    }, kBusyTries);
 }
 
 std::vector<CheckpointRow> RunStore::checkpoints(int64_t run_id)
@@ -739,7 +741,7 @@ void RunStore::claim_run(int64_t run_id)
             Statement s(db_, "UPDATE runs SET status='running', finished_at=NULL WHERE id=?");
             s.bind(1, run_id).step();
             gone = sqlite3_changes(db_) != 1;
-        });
+        }, kBusyTries);
     } catch (...) {
         release_claim(run_id); // not claimed: nothing of it was written
         throw;
@@ -832,7 +834,7 @@ void RunStore::set_run_config(int64_t run_id, const std::string& config_json)
     in_write_transaction(db_, [&] {
         Statement s(db_, "UPDATE runs SET config_json=? WHERE id=?");
         s.bind(1, config_json).bind(2, run_id).step();
-    });
+    }, kBusyTries);
 }
 
 void RunStore::delete_run(int64_t run_id)
@@ -875,7 +877,7 @@ void RunStore::clear_run_records(int64_t run_id)
             Statement s(db_, sql);
             s.bind(1, run_id).step();
         }
-    });
+    }, kBusyTries);
 }
 
 void RunStore::start_run_over(int64_t run_id)
@@ -895,7 +897,7 @@ void RunStore::start_run_over(int64_t run_id)
             Statement s(db_, sql);
             s.bind(1, run_id).step();
         }
-    });
+    }, kBusyTries);
 }
 
 void RunStore::discard_steps_after(int64_t run_id, int64_t step, bool live_changes_superseded)
@@ -903,7 +905,8 @@ void RunStore::discard_steps_after(int64_t run_id, int64_t step, bool live_chang
     require_writable("discard a resumed run's later steps");
     flush();
     std::lock_guard lock(db_mutex_);
-    in_write_transaction(db_, [&] { delete_steps_after(run_id, step, INT64_MAX, live_changes_superseded); });
+    in_write_transaction(
+        db_, [&] { delete_steps_after(run_id, step, INT64_MAX, live_changes_superseded); }, kBusyTries);
 }
 
 void RunStore::delete_steps_after(int64_t run_id, int64_t step, int64_t before_event, bool live_changes_superseded)
@@ -980,7 +983,7 @@ int64_t RunStore::create_run(const std::string& name, const std::string& project
             Statement s(db_, "INSERT INTO runs(id, name, project_path, config_json, status, uuid) "
                              "VALUES(?, ?, ?, ?, 'running', lower(hex(randomblob(16))))");
             s.bind(1, id).bind(2, name).bind(3, project_path).bind(4, config_json).step();
-        });
+        }, kBusyTries);
     } catch (...) {
         if (lock.state == RunLockFile::State::Locked) release_run_file(lock_path(id), lock.fd);
         throw;
@@ -1003,7 +1006,7 @@ void RunStore::finish_run(int64_t run_id, RunStatus status)
                 s.bind(1, std::string(run_status_name(status))).bind(2, run_id).step();
                 if (sqlite3_changes(db_) != 1)
                     failure = "the run is no longer in the store (deleted while it trained?)";
-            });
+            }, kBusyTries);
         } catch (const SqliteFailure& e) {
             failure = e.detail;
         }
