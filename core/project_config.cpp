@@ -399,8 +399,9 @@ void apply_override(json& user, const Override& override_)
 // Structural bounds (docs/PROJECT_FORMAT.md). They hold on any machine, so a stored run
 // config is checked against them too; what depends on the machine is in check_fits_machine.
 // Layers: a checkpoint's archive takes time quadratic in its entries (LibTorch looks each new
-// key up among all before it): 1 s at 256 blocks, 16 s at 512, 83 s at 1024, and at 4096 the
-// first checkpoint did not end in 13 minutes. GPT-3 has 96 blocks.
+// key up among all before it): a 1-step run of tiny blocks with its checkpoint took 3 s at 256
+// blocks, 16 s at 512, 83 s at 1024; at 4096 the checkpoint did not end in 13 minutes. GPT-3
+// has 96 blocks.
 constexpr int64_t kMaxLayers = 512;
 constexpr int64_t kMaxGradAccum = 1024;       // micro-batches per optimizer step
 constexpr int64_t kMaxEvalBatches = 10000;    // batches per validation estimate (nanoGPT: 200)
