@@ -3,7 +3,8 @@
 //   mantissa [PROJECT] [--db PATH] [--set key=value ...]
 //   mantissa ... --dark                                 (a dark palette instead of the desktop's: screenshots)
 //   mantissa --version                                  (Mantissa, LibTorch, CUDA, cuDNN, Qt, SQLite versions)
-//   mantissa PROJECT --screenshot out.png [--steps N]   (renders the window after N steps, then quits;
+//   mantissa PROJECT --screenshot out.png [--steps N]   (pauses the run after N steps, where the step in
+//                                                        flight ends, renders the window, then stops the run;
 //                                                        used for the docs, works with QT_QPA_PLATFORM=offscreen)
 //   mantissa PROJECT --screenshot-dir DIR [--steps N]   (the same, one PNG per page: project.png, monitor.png,
 //                                                        runs.png, compare.png with the latest runs of the store)
@@ -263,11 +264,22 @@ int main(int argc, char* argv[])
             window.showPage(shown);
         }
     };
-    QObject::connect(controller, &TrainingController::drained, &window, [&] {
-        if (!shotTaken && shotSteps > 0 && window.lastStep() >= shotSteps) {
-            takeShot();
-            controller->stop();
+    // Paused first, grabbed once the engine says it paused (its Paused event, after the step in
+    // flight): training went on while the pages were grabbed one after another, so --steps 14
+    // gave a Project page at step 16 and a Monitor page at the run's end (step 20). A pause refused
+    // at the last step leaves the shot to `finished`.
+    bool shotPending = false;
+    QObject::connect(controller, &TrainingController::drained, &window, [&](const TelemetryBatch& batch) {
+        if (shotTaken || shotSteps <= 0 || window.lastStep() < shotSteps) return;
+        if (!shotPending) {
+            shotPending = true;
+            controller->pause();
         }
+        const bool paused = std::any_of(batch.events.begin(), batch.events.end(),
+                                        [](const RunEvent& e) { return e.kind == EventKind::Paused; });
+        if (!paused) return;
+        takeShot();
+        controller->stop();
     });
     QObject::connect(controller, &TrainingController::finished, &window, [&](RunStatus status) {
         if (!shotTaken) takeShot();

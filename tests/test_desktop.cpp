@@ -16,6 +16,8 @@
 #include <QDir>
 #include <QFile>
 #include <QProcess>
+#include <QRegularExpression>
+#include <QSet>
 #include <QStandardPaths>
 #include <QTableWidget>
 #include <QTemporaryDir>
@@ -302,6 +304,49 @@ private slots:
         QVERIFY2(p.exitCode() == exitCode, qPrintable(out));
         QVERIFY2(out.contains(message), qPrintable(out));
         QCOMPARE(QImage(png).isNull(), exitCode != 0);
+    }
+
+    // --screenshot-dir grabs its four pages at one step: the run is paused first. Training went
+    // on under the grabs (--steps 14 gave a Project page at step 16 and a Monitor page at the
+    // run's end, 20).
+    void screenshotPagesShowOneStep()
+    {
+        QTemporaryDir dir;
+        QProcess p;
+        p.setProcessChannelMode(QProcess::MergedChannels);
+        p.start(QStringLiteral(MANTISSA_GUI_EXE),
+                {QStringLiteral(MANTISSA_SOURCE_DIR "/tests/data/golden_project.json"), QStringLiteral("--db"),
+                 dir.filePath(QStringLiteral("runs.sqlite")), QStringLiteral("--set"),
+                 QStringLiteral("training.steps=400"), QStringLiteral("--screenshot-dir"), dir.path(),
+                 QStringLiteral("--steps"), QStringLiteral("3")});
+        QVERIFY(p.waitForFinished(120000));
+        const QString out = QString::fromUtf8(p.readAll());
+        QVERIFY2(p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0, qPrintable(out));
+        static const QRegularExpression wrote("wrote \\S+/(\\w+)\\.png at step (\\d+)");
+        QStringList pages;
+        QSet<qint64> steps;
+        for (auto it = wrote.globalMatch(out); it.hasNext();) {
+            const auto m = it.next();
+            pages << m.captured(1);
+            steps << m.captured(2).toLongLong();
+        }
+        QCOMPARE(pages, (QStringList{"project", "monitor", "runs", "compare"}));
+        QVERIFY2(steps.size() == 1, qPrintable(out));
+        const qint64 step = *steps.begin();
+        QVERIFY2(step >= 3 && step < 400, qPrintable(out)); // paused on the way, not at the run's end
+        // The run stopped where the pictures were taken: no step trained under the grabs.
+        sqlite3* db = nullptr;
+        QCOMPARE(sqlite3_open_v2(dir.filePath(QStringLiteral("runs.sqlite")).toUtf8().constData(), &db,
+                                 SQLITE_OPEN_READONLY, nullptr),
+                 SQLITE_OK);
+        sqlite3_stmt* last = nullptr;
+        QCOMPARE(sqlite3_prepare_v2(db, "SELECT max(step) FROM scalars WHERE tag = 'train/loss'", -1, &last, nullptr),
+                 SQLITE_OK);
+        QCOMPARE(sqlite3_step(last), SQLITE_ROW);
+        const qint64 trained = sqlite3_column_int64(last, 0);
+        sqlite3_finalize(last);
+        sqlite3_close(db);
+        QCOMPARE(trained, step);
     }
 
     // Headless, a setting the engine refuses as the run starts exits as mantissa-train does: 2,
