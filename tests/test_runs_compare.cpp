@@ -328,6 +328,18 @@ private slots:
         QCOMPARE(csv_field(QStringLiteral("two\nlines")), QStringLiteral("\"two\nlines\""));
         QVERIFY(!page.exportCsv(dir_->filePath(QStringLiteral("no/such/dir/runs.csv"))));
         QVERIFY(page.lastError().startsWith(QStringLiteral("Cannot write")));
+        // The run store, picked in the save dialog (it offers every file), is refused and kept:
+        // replaced by the table, every run was gone.
+        QFile store(path_);
+        QVERIFY(store.open(QIODevice::ReadOnly));
+        const QByteArray before = store.readAll();
+        store.close();
+        QVERIFY(!page.exportCsv(path_));
+        QCOMPARE(page.lastError(), QStringLiteral("'%1' is an SQLite database (a run store?): it was not replaced; "
+                                                  "pick another file")
+                                       .arg(path_));
+        QVERIFY(store.open(QIODevice::ReadOnly));
+        QCOMPARE(store.readAll(), before);
     }
 
     void selectingRunsFillsTheComparison()

@@ -2,6 +2,7 @@
 #include "common/table_export.h"
 
 #include <QAbstractItemModel>
+#include <QFile>
 #include <QSaveFile>
 #include <QStringList>
 
@@ -40,6 +41,16 @@ QString model_to_csv(const QAbstractItemModel& model)
 
 bool export_model_csv(const QAbstractItemModel& model, const QString& path, QString* error)
 {
+    // The save dialog offers every file: a run store picked there (runs.sqlite, beside the CSVs)
+    // would have been replaced by a table, every run gone. The CLI's export refuses it too.
+    if (QFile existing(path);
+        existing.open(QIODevice::ReadOnly) && existing.read(16) == QByteArray("SQLite format 3", 16)) {
+        if (error)
+            *error = QStringLiteral("'%1' is an SQLite database (a run store?): it was not replaced; pick another "
+                                    "file")
+                         .arg(path);
+        return false;
+    }
     QSaveFile file(path);
     if (!file.open(QIODevice::WriteOnly)) {
         if (error) *error = QStringLiteral("Cannot write '%1': %2").arg(path, file.errorString());
