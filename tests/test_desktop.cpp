@@ -24,6 +24,8 @@
 #include <QToolBar>
 #include <QtTest>
 
+#include <utility>
+
 #include <sqlite3.h>
 
 #include "build_info.h"
@@ -51,6 +53,21 @@ QString validate(const QString& tool, const QStringList& args)
     if (!p.waitForFinished(60000)) return tool + QStringLiteral(" did not finish");
     const QString out = QString::fromUtf8(p.readAllStandardOutput() + p.readAllStandardError());
     return p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0 ? QString() : out;
+}
+
+// The GUI on the golden project with its own store in `dir`, and `extra` arguments; its exit
+// code (-1 for a crash or a hang) and what it printed.
+std::pair<int, QString> run_gui_on_golden(const QTemporaryDir& dir, const QStringList& extra)
+{
+    QProcess p;
+    p.setProcessChannelMode(QProcess::MergedChannels);
+    p.start(QStringLiteral(MANTISSA_GUI_EXE),
+            QStringList{QStringLiteral(MANTISSA_SOURCE_DIR "/tests/data/golden_project.json"), QStringLiteral("--db"),
+                        dir.filePath(QStringLiteral("runs.sqlite"))} +
+                extra);
+    const bool finished = p.waitForFinished(120000);
+    const QString out = QString::fromUtf8(p.readAll());
+    return {finished && p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, out};
 }
 
 QStringList column(const QTableWidget* table, int c)
@@ -291,17 +308,11 @@ private slots:
         QFETCH(QString, message);
         QTemporaryDir dir;
         const QString png = dir.filePath(QStringLiteral("shot.png"));
-        QProcess p;
-        p.setProcessChannelMode(QProcess::MergedChannels);
-        p.start(QStringLiteral(MANTISSA_GUI_EXE),
-                {QStringLiteral(MANTISSA_SOURCE_DIR "/tests/data/golden_project.json"), QStringLiteral("--db"),
-                 dir.filePath(QStringLiteral("runs.sqlite")), QStringLiteral("--set"), QStringLiteral("training.steps=2"),
-                 QStringLiteral("--set"), QStringLiteral("telemetry.interval=1"), QStringLiteral("--screenshot"), png,
-                 QStringLiteral("--show"), show});
-        QVERIFY(p.waitForFinished(120000));
-        const QString out = QString::fromUtf8(p.readAll());
-        QCOMPARE(p.exitStatus(), QProcess::NormalExit);
-        QVERIFY2(p.exitCode() == exitCode, qPrintable(out));
+        const auto [code, out] =
+            run_gui_on_golden(dir, {QStringLiteral("--set"), QStringLiteral("training.steps=2"), QStringLiteral("--set"),
+                                    QStringLiteral("telemetry.interval=1"), QStringLiteral("--screenshot"), png,
+                                    QStringLiteral("--show"), show});
+        QVERIFY2(code == exitCode, qPrintable(out));
         QVERIFY2(out.contains(message), qPrintable(out));
         QCOMPARE(QImage(png).isNull(), exitCode != 0);
     }
@@ -312,16 +323,11 @@ private slots:
     void screenshotPagesShowOneStep()
     {
         QTemporaryDir dir;
-        QProcess p;
-        p.setProcessChannelMode(QProcess::MergedChannels);
-        p.start(QStringLiteral(MANTISSA_GUI_EXE),
-                {QStringLiteral(MANTISSA_SOURCE_DIR "/tests/data/golden_project.json"), QStringLiteral("--db"),
-                 dir.filePath(QStringLiteral("runs.sqlite")), QStringLiteral("--set"),
-                 QStringLiteral("training.steps=400"), QStringLiteral("--screenshot-dir"), dir.path(),
-                 QStringLiteral("--steps"), QStringLiteral("3")});
-        QVERIFY(p.waitForFinished(120000));
-        const QString out = QString::fromUtf8(p.readAll());
-        QVERIFY2(p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0, qPrintable(out));
+        const auto [code, out] =
+            run_gui_on_golden(dir, {QStringLiteral("--set"), QStringLiteral("training.steps=400"),
+                                    QStringLiteral("--screenshot-dir"), dir.path(), QStringLiteral("--steps"),
+                                    QStringLiteral("3")});
+        QVERIFY2(code == 0, qPrintable(out));
         static const QRegularExpression wrote("wrote \\S+/(\\w+)\\.png at step (\\d+)");
         QStringList pages;
         QSet<qint64> steps;
@@ -354,18 +360,13 @@ private slots:
     void aRefusedSettingExitsAsABadArgument()
     {
         QTemporaryDir dir;
-        QProcess p;
-        p.setProcessChannelMode(QProcess::MergedChannels);
-        p.start(QStringLiteral(MANTISSA_GUI_EXE),
-                {QStringLiteral(MANTISSA_SOURCE_DIR "/tests/data/golden_project.json"), QStringLiteral("--db"),
-                 dir.filePath(QStringLiteral("runs.sqlite")), QStringLiteral("--set"),
-                 QStringLiteral("training.steps=2"), QStringLiteral("--set"), QStringLiteral("training.device=cuda"),
-                 QStringLiteral("--screenshot"),
-                 dir.filePath(QStringLiteral("shot.png"))});
-        QVERIFY(p.waitForFinished(120000));
-        const QString out = QString::fromUtf8(p.readAll());
-        if (p.exitCode() == 0) QSKIP("this LibTorch has a CUDA device");
-        QVERIFY2(p.exitCode() == 2, qPrintable(out));
+        const auto [code, out] = run_gui_on_golden(dir, {QStringLiteral("--set"), QStringLiteral("training.steps=2"),
+                                                          QStringLiteral("--set"),
+                                                          QStringLiteral("training.device=cuda"),
+                                                          QStringLiteral("--screenshot"),
+                                                          dir.filePath(QStringLiteral("shot.png"))});
+        if (code == 0) QSKIP("this LibTorch has a CUDA device");
+        QVERIFY2(code == 2, qPrintable(out));
         QVERIFY2(out.contains("training.device: 'cuda' was asked for, but this LibTorch has no CUDA device"),
                  qPrintable(out));
     }
