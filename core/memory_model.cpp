@@ -373,28 +373,29 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
     // set and, at each checkpoint (the last one always), the FP32 weights and Adam state
     // serialised into one buffer (12 B a parameter), up to twice that while the buffer grows.
     std::vector<Need> host_needs;
+    // A checkpoint in host memory: 12 B a parameter and the histories, up to twice that while
+    // its buffer grows. `where`: how the message says it is serialised.
+    const auto checkpoint_need = [&](const char* where) {
+        return Need{"model",
+                    std::string("checkpoint of the FP32 weights, Adam state and amax histories, ") + where +
+                        " for model.n_layer " + std::to_string(m.n_layer) + ", model.n_embd " +
+                        std::to_string(m.n_embd),
+                    24.0 * parameters + 2.0 * history_bytes};
+    };
     if (gpu_run) {
         for (const auto& n : needs)
             if (n.key == "data.examples") host_needs.push_back(n);
-        host_needs.push_back({"model", "checkpoint of the FP32 weights, Adam state and amax histories, serialised on "
-                                       "the host, for model.n_layer " + std::to_string(m.n_layer) + ", model.n_embd " +
-                                           std::to_string(m.n_embd),
-                              24.0 * parameters + 2.0 * history_bytes});
+        host_needs.push_back(checkpoint_need("serialised on the host,"));
     }
     // A CPU run writes its checkpoints in the same memory, after the step has freed its
     // activations: the weights, gradients, Adam state, histories and data set stay, and the
-    // checkpoint's buffer (12 B a parameter and the histories, up to twice that while it
-    // grows) comes. It peaked at 2.2x the training figure for 100 M parameters (a read-only
+    // checkpoint's buffer comes. It peaked at 2.2x the training figure for 100 M parameters (a read-only
     // audit), and a project that fit trained until its first checkpoint, then ran out.
     std::vector<Need> checkpoint_needs;
     if (!gpu_run) {
         for (const auto& n : needs) // by key, as host_needs: the activations and the weight copies go
             if (n.key != "training.batch_size" && n.key != "telemetry.interval") checkpoint_needs.push_back(n);
-        checkpoint_needs.push_back({"model",
-                                    "checkpoint of the FP32 weights, Adam state and amax histories, serialised, for "
-                                    "model.n_layer " + std::to_string(m.n_layer) + ", model.n_embd " +
-                                        std::to_string(m.n_embd),
-                                    24.0 * parameters + 2.0 * history_bytes});
+        checkpoint_needs.push_back(checkpoint_need("serialised,"));
     }
     // `where`: "this machine's" (host memory: every need, or host_needs on CUDA) or "the GPU's"
     // (all but the data set, which stays on the host). `phase`: the needs of another moment
