@@ -59,8 +59,13 @@ int cmd_compare(RunStore& store, const std::vector<std::string>& run_args, doubl
 // Shared by the commands above.
 // Trains a session's run until done or Ctrl-C; the session marks the run.
 // `extra`: one more sink (the store server's, with --serve).
+// `end`, when given, says which of exit 3's causes it was.
+struct TrainEnd {
+    bool store_failed = false;          // the store lost the run or rows of it
+    bool final_checkpoint_lost = false; // trained and recorded, the final checkpoint not written
+};
 int train_session(RunSession& session, const std::string& db_path, DataParallelJob& job,
-                  TelemetrySink* extra = nullptr);
+                  TelemetrySink* extra = nullptr, TrainEnd* end = nullptr);
 // A saved run at its newest good checkpoint, or an exit code: 2 for a bad override, no
 // checkpoint or another run's checkpoint, 3 when every checkpoint is damaged. Damaged ones
 // are shown on stderr and kept in `notices`.

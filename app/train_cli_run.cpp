@@ -43,7 +43,8 @@ extern "C" void on_sigint(int)
     }
 }
 
-int train_session(RunSession& session, const std::string& db_path, DataParallelJob& job, TelemetrySink* extra)
+int train_session(RunSession& session, const std::string& db_path, DataParallelJob& job, TelemetrySink* extra,
+                  TrainEnd* end)
 {
     const ProjectConfig& config = session.config();
     ConsoleProgress console(config.training.steps, config.telemetry.log_interval, isatty(STDOUT_FILENO) != 0, stdout);
@@ -83,6 +84,7 @@ int train_session(RunSession& session, const std::string& db_path, DataParallelJ
                              "error: %s); checkpoints after the loss are not recorded, so a resume trains those "
                              "steps again\n",
                      static_cast<long long>(outcome.rows_lost), outcome.store_error.c_str());
+    if (end) end->store_failed = outcome.store_failed || outcome.rows_lost > 0;
     if (outcome.store_failed) {
         std::fprintf(stderr, "\nerror: %s\n", outcome.error.c_str());
         return 3;
@@ -105,6 +107,7 @@ int train_session(RunSession& session, const std::string& db_path, DataParallelJ
     std::printf("saved as run %lld in %s\n", static_cast<long long>(session.run_id()), db_path.c_str());
     // Trained, but its final state is not kept: the end of the run cannot be resumed from.
     if (const std::string problem = final_checkpoint_problem(outcome); !problem.empty()) {
+        if (end) end->final_checkpoint_lost = true;
         std::fprintf(stderr, "\nerror: %s\n", problem.c_str());
         return 3;
     }
@@ -163,7 +166,8 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
         try {
             session = std::make_unique<RunSession>(std::move(config));
         } catch (const ConfigError& e) { // the data is read here: it may still reject the project
-            throw ConfigError(project_path + ": " + e.what());
+            const std::string blamed = blame_override(e.what(), parse_overrides(sets)); // a --set's value
+            throw ConfigError(blamed.empty() ? project_path + ": " + e.what() : blamed);
         }
         if (job.dp) session->trainer().set_data_parallel(job.dp);
     } catch (const ConfigError& e) {

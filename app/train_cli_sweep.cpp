@@ -2,6 +2,7 @@
 // mantissa-train sweep: one project trained once per value of one key, then a summary table.
 #include "train_cli.h"
 
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -9,6 +10,7 @@
 
 #include "build_info.h"
 #include "cli_table.h"
+#include "first_line.h"
 #include "project_config.h"
 #include "run_session.h"
 #include "run_store.h"
@@ -29,8 +31,12 @@ void print_sweep_table(const SweepSpec& spec, const std::vector<std::string>& va
     std::printf("\nsweep of %s: %zu runs", spec.key.c_str(), values.size());
     if (!summary.rows.empty()) {
         const auto& ref = summary.rows[summary.reference];
+        const bool has_val = std::isfinite(ref.run.final_val_loss);
         std::printf(", relative to %s (run %lld%s)", ref.value.c_str(), static_cast<long long>(ref.run.id),
-                    ref.run.is_fp32() ? ", fp32" : ", the first");
+                    ref.run.is_fp32()        ? ", fp32"
+                    : summary.reference == 0 ? ", the first"
+                    : has_val                ? ", the first with a val loss"
+                                             : "");
     }
     std::printf("\n");
     std::vector<std::vector<std::string>> rows = {{"value", "run", "status", "final val", "dval vs ref", "tokens/s",
@@ -47,7 +53,10 @@ void print_sweep_table(const SweepSpec& spec, const std::vector<std::string>& va
         // A diverged run's NaN is shown as such, in both columns, not as "no evaluation".
         const bool evaluated = r.run.final_val_step >= 0;
         const bool both_evaluated = evaluated && summary.rows[summary.reference].run.final_val_step >= 0;
-        rows.push_back({r.value, std::to_string(r.run.id), std::string(run_status_name(r.run.status)),
+        // A run trained but not kept whole (its final checkpoint) says so beside its status.
+        const std::string status =
+            std::string(run_status_name(r.run.status)) + (notes[i].empty() ? "" : " (" + notes[i] + ")");
+        rows.push_back({r.value, std::to_string(r.run.id), status,
                         fmt_recorded_loss(r.run.final_val_loss, evaluated),
                         fmt_recorded_delta(r.val_loss_delta, both_evaluated) + (r.val_at_another_step ? "*" : ""),
                         fmt_rate(r.run.median_tokens_per_s),
@@ -110,7 +119,7 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
     // failed run. A value whose data is refused is "rejected" and the next is tried: the
     // outcome does not hang on which value was listed first.
     std::vector<std::string> notes(plans.size());
-    bool any_rejected = false;
+    bool any_rejected = false, any_model_failed = false;
     std::unique_ptr<RunSession> first;
     size_t first_index = 0;
     for (; !first && first_index < plans.size(); ++first_index) {
@@ -121,13 +130,14 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
             std::fprintf(stderr, "error: %s: %s\n", plans[first_index].name.c_str(), e.what());
             notes[first_index] = "rejected";
             any_rejected = true;
-        } catch (const std::exception& e) { // LibTorch building the model (memory): no abort
+        } catch (const std::exception& e) { // LibTorch building the model (memory): the next value is tried
             std::fprintf(stderr, "error: %s: building the model failed: %s\n", plans[first_index].name.c_str(),
-                         e.what());
-            return 1;
+                         first_line(e).c_str());
+            notes[first_index] = "failed";
+            any_model_failed = true;
         }
     }
-    if (!first) return 2;
+    if (!first) return any_model_failed ? 1 : 2;
     std::unique_ptr<RunStore> store;
     try {
         store = std::make_unique<RunStore>(db_path);
@@ -153,10 +163,10 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
 
     std::vector<std::string> values;
     std::vector<int64_t> run_ids(plans.size(), 0);
-    bool any_failed = false, store_failed = false;
+    bool any_failed = any_model_failed, store_failed = false;
     for (size_t i = 0; i < plans.size(); ++i) {
         values.push_back(plans[i].value);
-        if (i < first_index) continue; // its data refused above
+        if (i < first_index) continue; // its data or its model refused above
         if (g_stop_requested || store_failed) {
             notes[i] = "skipped";
             continue;
@@ -171,7 +181,8 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
             any_rejected = true;
             continue;
         } catch (const std::exception& e) { // LibTorch building this value's model (memory): the sweep goes on
-            std::fprintf(stderr, "error: %s: building the model failed: %s\n", plans[i].name.c_str(), e.what());
+            std::fprintf(stderr, "error: %s: building the model failed: %s\n", plans[i].name.c_str(),
+                         first_line(e).c_str());
             notes[i] = "failed";
             any_failed = true;
             continue;
@@ -204,10 +215,13 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
         }
         std::printf("run %lld '%s' -> %s\n", static_cast<long long>(run_ids[i]), plans[i].name.c_str(),
                     db_path.c_str());
-        const int code = train_session(*session, db_path, job);
+        TrainEnd end;
+        const int code = train_session(*session, db_path, job, nullptr, &end);
         if (code != 0) any_failed = true;
-        // The store could not record the run (exit 3): the next runs would not be kept either.
-        if (code == 3) store_failed = true;
+        // The store could not record the run: the next runs would not be kept either. A final
+        // checkpoint not kept (another sweep's file in its folder, a full disk) is this run's.
+        if (end.store_failed) store_failed = true;
+        else if (end.final_checkpoint_lost) notes[i] = "final checkpoint not kept";
     }
 
     std::vector<int64_t> ids;

@@ -812,6 +812,12 @@ const Override* override_at_fault(const std::string& message, const std::vector<
 
 } // namespace
 
+std::string blame_override(const std::string& message, const std::vector<Override>& overrides)
+{
+    const Override* o = override_at_fault(message, overrides);
+    return o ? "--set " + o->first + "=" + o->second + ": " + message : std::string();
+}
+
 bool is_path_key(const std::string& dotted_key)
 {
     return dotted_key == "data.path" || dotted_key == "data.dir" || dotted_key == "training.checkpoint_dir";
@@ -840,8 +846,7 @@ ProjectConfig blaming_overrides(const std::vector<Override>& overrides, Load loa
     try {
         return load();
     } catch (const ConfigError& e) {
-        if (const Override* o = override_at_fault(e.what(), overrides))
-            throw ConfigError("--set " + o->first + "=" + o->second + ": " + e.what());
+        if (std::string blamed = blame_override(e.what(), overrides); !blamed.empty()) throw ConfigError(blamed);
         throw;
     }
 }

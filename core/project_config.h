@@ -116,6 +116,11 @@ Override parse_override(const std::string& text);
 // an override of one is made absolute, relative to the working folder.
 bool is_path_key(const std::string& dotted_key);
 
+// A ConfigError's message, "--set key=value: "-prefixed when an override set the key it names
+// first (the file's own value was fine); "" when none did. For refusals after the load (the
+// data, the device), which the loaders' own blaming does not see.
+std::string blame_override(const std::string& message, const std::vector<Override>& overrides);
+
 // Reads, overrides and validates a project. Throws ConfigError naming the key or file.
 ProjectConfig load_project_file(const std::string& path, const std::vector<Override>& overrides = {});
 ProjectConfig load_project_json(const std::string& json_text, const std::string& base_dir,

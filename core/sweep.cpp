@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -185,13 +186,18 @@ std::vector<SweepRunPlan> plan_sweep(const ProjectConfig& base, const SweepSpec&
 SweepSummary summarize_sweep(const std::vector<std::pair<std::string, RunSummaryRow>>& runs)
 {
     SweepSummary summary;
-    for (size_t i = 0; i < runs.size(); ++i) {
-        if (runs[i].second.is_fp32()) {
-            summary.reference = i;
-            break;
-        }
-    }
     if (runs.empty()) return summary;
+    // A diverged reference (its val loss NaN) left every delta NaN: one with a val loss is
+    // taken first, the FP32 run before any other.
+    const auto first = [&](auto wanted) -> std::optional<size_t> {
+        for (size_t i = 0; i < runs.size(); ++i)
+            if (wanted(runs[i].second)) return i;
+        return std::nullopt;
+    };
+    const auto has_val = [](const RunSummaryRow& r) { return std::isfinite(r.final_val_loss); };
+    summary.reference = first([&](const RunSummaryRow& r) { return r.is_fp32() && has_val(r); })
+                            .value_or(first(has_val).value_or(
+                                first([](const RunSummaryRow& r) { return r.is_fp32(); }).value_or(0)));
     const RunSummaryRow& ref = runs[summary.reference].second;
     const auto ref_memory = static_cast<double>(ref.peak_memory_bytes());
     for (const auto& [value, run] : runs) {

@@ -54,7 +54,9 @@ struct SweepRow {
 };
 
 struct SweepSummary {
-    size_t reference = 0; // index into rows: the FP32 run if the sweep has one, else the first
+    // Index into rows: the first FP32 run with a final val loss, else the first run with one,
+    // else the first FP32 run, else the first.
+    size_t reference = 0;
     std::vector<SweepRow> rows;
 };
 

@@ -272,11 +272,23 @@ private slots:
         const auto missing = run_cli({"run", dir_.filePath("none.json"), "--db", db_});
         QCOMPARE(missing.exit_code, 2);
         QVERIFY(missing.err.contains("cannot be opened"));
-        // What only reading the data finds is named with the project file too.
+        // What only reading the data finds is named with the --set that gave the value, and with
+        // the project file where the file gave it.
         const QString noText = dir_.filePath("no-such-text.txt");
         const auto data = run_cli({"run", project_, "--db", db_, "--set", "data.kind=text", "--set", "data.path=" + noText});
         QCOMPARE(data.exit_code, 2);
-        QCOMPARE(data.err, "error: " + project_ + ": data.path: file '" + noText + "' does not exist\n");
+        QCOMPARE(data.err,
+                 "error: --set data.path=" + noText + ": data.path: file '" + noText + "' does not exist\n");
+        const QString fileGave = dir_.filePath("no-text.json");
+        QFile f(fileGave);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(QByteArray(kTinyProject)
+                    .replace(R"("kind": "synthetic-addition", "digits": 2, "examples": 600)",
+                             R"("kind": "text", "path": "no-such-text.txt")"));
+        f.close();
+        const auto file = run_cli({"run", fileGave, "--db", db_, "--set", "training.steps=3"});
+        QCOMPARE(file.exit_code, 2);
+        QCOMPARE(file.err, "error: " + fileGave + ": data.path: file '" + noText + "' does not exist\n");
         RunStore store(db_.toStdString());
         for (const auto& run : store.list_runs()) QCOMPARE(run.name, std::string("first")); // no run was created
     }
@@ -1112,6 +1124,26 @@ private slots:
         QVERIFY2(table[0].join(' ').contains("failed") && table[1].join(' ').contains("skipped"),
                  qPrintable(r.out));
         QVERIFY(RunStore(db.toStdString(), OpenMode::ReadOnly).list_runs().empty()); // nothing half-made
+    }
+
+    // A point whose final checkpoint cannot be written (another sweep's file in its folder,
+    // here a folder in its place) is that point's failure, not the store's: the next points
+    // train. Every later point was "skipped" and the sweep exited 3, the store's code.
+    void aSweepPointsLostCheckpointLetsTheRestTrain()
+    {
+        const QString ckpt = dir_.filePath("sweep-ckpt");
+        QVERIFY(QDir().mkpath(ckpt + "/2-training.seed=2/step-00000002.pt"));
+        const QString db = dir_.filePath("sweep-ckpt.sqlite");
+        const auto r = run_cli({"sweep", project_, "--vary", "training.seed=1,2,3", "--set", "training.steps=2",
+                                "--set", "training.checkpoint_dir=" + ckpt, "--db", db});
+        QCOMPARE(r.exit_code, 1);
+        QVERIFY2(r.err.contains("the final checkpoint could not be written"), qPrintable(r.err));
+        const auto table = sweep_table(r.out);
+        QCOMPARE(table.size(), 3);
+        QCOMPARE(table[0].mid(0, 3), (QStringList{"1", "1", "finished"}));
+        QVERIFY2(table[1].join(' ').startsWith("2 2 finished (final checkpoint not kept)"), qPrintable(r.out));
+        QCOMPARE(table[2].mid(0, 3), (QStringList{"3", "3", "finished"}));
+        QVERIFY(QFile::exists(ckpt + "/3-training.seed=3/step-00000002.pt"));
     }
 
     // A diverged run's losses read "nan" in every table: "-" means nothing was recorded.

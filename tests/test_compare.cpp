@@ -802,6 +802,24 @@ private slots:
         QCOMPARE(t.rows[1].peak_memory_ratio, 0.5);
         QVERIFY(summarize_sweep({}).rows.empty());
 
+        // A diverged run is no reference: its NaN made every delta NaN. The FP32 run that kept
+        // a val loss is taken before another, and without one the first run that kept one.
+        const auto d = summarize_sweep({{"1e4", summary(nan, 10.0, 100, "bf16")},
+                                        {"1e-3", summary(3.0, 10.0, 100, "bf16")},
+                                        {"fp32 1e4", summary(nan, 10.0, 100, "fp32")},
+                                        {"fp32 1e-3", summary(2.5, 20.0, 100, "fp32")}});
+        QCOMPARE(d.reference, size_t(3));
+        QCOMPARE(d.rows[1].val_loss_delta, 0.5);
+        const auto e = summarize_sweep({{"1e4", summary(nan, 10.0, 100, "bf16")},
+                                        {"1e-3", summary(3.0, 10.0, 100, "bf16")},
+                                        {"3e-3", summary(3.25, 10.0, 100, "bf16")}});
+        QCOMPARE(e.reference, size_t(1));
+        QCOMPARE(e.rows[2].val_loss_delta, 0.25);
+        QVERIFY(std::isnan(e.rows[0].val_loss_delta));
+        QCOMPARE(summarize_sweep({{"a", summary(nan, 10.0, 100, "bf16")}, {"fp32", summary(nan, 10.0, 100, "fp32")}})
+                     .reference,
+                 size_t(1));
+
         // A run stopped before the reference's last evaluation: its delta is marked.
         auto early = summary(2.5, 20.0, 50, "bf16");
         early.final_val_step = 150;

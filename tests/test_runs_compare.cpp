@@ -236,6 +236,36 @@ private slots:
         QCOMPARE(format_loss(2.0, false), QStringLiteral("\u2013"));
     }
 
+    // A diverged FP32 run is no reference (every delta was NaN): the first run shown with a val
+    // loss is, and the label says why it is neither the FP32 run nor the first.
+    void aDivergedRunIsNoReference()
+    {
+        {
+            RunStore store(path_.toStdString());
+            const int64_t id =
+                store.create_run("diverged", "/p/d.json", to_json_text(config_named("diverged", "fp32")));
+            StoreSink sink(store, id);
+            StepMetrics m;
+            m.step = 1;
+            m.train_loss = std::numeric_limits<double>::quiet_NaN();
+            sink.on_step(m);
+            sink.on_eval({1, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()});
+            store.finish_run(id, RunStatus::Finished);
+            QCOMPARE(id, int64_t(4));
+        }
+        ComparePage page(connection_.get());
+        QVERIFY(page.setRuns({4, 2}));
+        QCOMPARE(page.summaryModel()->index(1, ComparePage::SumDiverges).data().toString(),
+                 QStringLiteral("(reference)"));
+        QCOMPARE(page.referenceText(),
+                 QStringLiteral("Relative to run #2 (bold), the first shown with a val loss, train-loss divergence "
+                                "too."));
+        QCOMPARE(page.summaryModel()->index(1, ComparePage::SumDeltaVal).data().toString(), QStringLiteral("0"));
+        QVERIFY(page.setRuns({2, 3}));
+        QCOMPARE(page.referenceText(),
+                 QStringLiteral("Relative to the first run #2 (bold; no FP32 run shown), train-loss divergence too."));
+    }
+
     void filterAndSort()
     {
         RunsPage page(connection_.get());
@@ -496,6 +526,12 @@ private slots:
         QCOMPARE(page.summaryModel()->index(0, ComparePage::SumDiverges).data().toString(), QStringLiteral("6"));
         QCOMPARE(page.summaryModel()->index(1, ComparePage::SumDiverges).data().toString(),
                  QStringLiteral("(reference)"));
+        // Its CSV too: the first row's step was written empty whenever the reference was another.
+        QCOMPARE(page.summaryModel()->index(0, ComparePage::SumDiverges).data(kCsvExportRole).toString(),
+                 QStringLiteral("6"));
+        QCOMPARE(page.summaryModel()->index(1, ComparePage::SumDiverges).data(kCsvExportRole).toString(), QString());
+        QCOMPARE(page.referenceText(),
+                 QStringLiteral("Relative to the FP32 run #1 (bold), train-loss divergence too."));
         QCOMPARE(page.curvePlot()->markerCount(), 1);
         QCOMPARE(page.curvePlot()->marker(0).label, QStringLiteral("#2 diverges @ 6"));
         page.setXAxisMode(XAxisMode::Step);

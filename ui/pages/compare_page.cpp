@@ -606,6 +606,8 @@ void ComparePage::rebuildCurves()
     plot_->rebuild();
 }
 
+QString ComparePage::referenceText() const { return referenceLabel_->text(); }
+
 void ComparePage::rebuildSummary()
 {
     summaryModel_->removeRows(0, summaryModel_->rowCount());
@@ -618,8 +620,14 @@ void ComparePage::rebuildSummary()
         return;
     }
     const RunSummaryRow& ref = runs_[summary.reference].row;
+    // A diverged run (val loss NaN) is no reference: the first run with a val loss is taken.
+    const bool anyFp32 = std::any_of(runs_.begin(), runs_.end(), [](const RunData& r) { return r.row.is_fp32(); });
+    const bool passedOver = std::isfinite(ref.final_val_loss) && (summary.reference != 0 || anyFp32);
     referenceLabel_->setText(ref.is_fp32() ? tr("Relative to the FP32 run #%1 (bold), train-loss divergence too.")
                                                  .arg(ref.id)
+                             : passedOver  ? tr("Relative to run #%1 (bold), the first shown with a val loss, "
+                                                "train-loss divergence too.")
+                                                .arg(ref.id)
                                            : tr("Relative to the first run #%1 (bold; no FP32 run shown), train-loss "
                                                 "divergence too.")
                                                  .arg(ref.id));
@@ -646,7 +654,8 @@ void ComparePage::rebuildSummary()
                  r.peak_memory_bytes() >= 0 ? QString::number(r.peak_memory_bytes()) : QString(), true),
             cell(format_ratio(s.peak_memory_ratio), exact(s.peak_memory_ratio), true),
             cell(QString::number(r.skipped_steps), QVariant::fromValue<qint64>(r.skipped_steps), true),
-            cell(divText, i == 0 || !div ? QString() : QString::number(*div), i > 0 && div.has_value())};
+            cell(divText, i == summary.reference || !div ? QString() : QString::number(*div),
+                 i != summary.reference && div.has_value())};
         row[SumRun]->setForeground(run_color(i));
         if (i == summary.reference)
             for (QStandardItem* item : row) {

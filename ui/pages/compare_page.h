@@ -117,6 +117,7 @@ public:
     ComparePlot* curvePlot() const { return plot_; }
     LayerDiffPlot* layerDiffPlot() const { return layerPlot_; }
     QStandardItemModel* summaryModel() const { return summaryModel_; }
+    QString referenceText() const; // "Relative to the FP32 run #1 (bold), …"
     QStandardItemModel* configDiffModel() const { return diffModel_; }
     QComboBox* metricCombo() const { return metricCombo_; }
     QComboBox* xAxisCombo() const { return xAxisCombo_; }
