@@ -71,8 +71,10 @@ int main(int argc, char** argv)
         cmd->add_option("--token-file", serve.token_file, "Where the token is kept (default: STORE.token, mode 0600)");
         cmd->add_option("--tls-cert", serve.tls_cert, "Serve HTTPS with this PEM certificate");
         cmd->add_option("--tls-key", serve.tls_key, "The certificate's PEM private key");
-        cmd->add_option("--requests-per-s", serve.requests_per_s, "Requests per second per client address")
-            ->check(CLI::PositiveNumber);
+        cmd->add_option("--requests-per-s", serve.requests_per_s,
+                        "Requests per second per client address (a burst of twice that)")
+            ->check(CLI::PositiveNumber)
+            ->capture_default_str();
     };
     run_cmd->add_option("--serve", serve.listen, "Serve the run store while training on [ADDR:]PORT (0: any free port)");
     add_serve_options(run_cmd);
