@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "remote_serving.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <mutex>
 #include <thread>
 
 #include <netdb.h>
@@ -16,6 +18,7 @@
 
 #include "number_format.h"
 #include "project_config.h"
+#include "remote_control_gate.h"
 #include "remote_token.h"
 #include "run_session.h"
 #include "run_store.h"
@@ -92,7 +95,10 @@ public:
     {
         if (e.kind == EventKind::RunFinished || e.kind == EventKind::RunStopped || e.kind == EventKind::RunFailed)
             ended_ = true;
-        if (e.kind == EventKind::Paused || e.kind == EventKind::Resumed) pause_asked_ = e.kind == EventKind::Paused;
+        if (e.kind == EventKind::Paused || e.kind == EventKind::Resumed) {
+            std::scoped_lock lock(gate_mutex_);
+            gate_.applied(e.kind == EventKind::Paused);
+        }
     }
 
     ApiAnswer control(int64_t run_id, const ControlCommand& c, const std::string& origin)
@@ -105,18 +111,19 @@ public:
         if (ended_) return api_error(409, "run " + std::to_string(run_id) + " has ended: nothing to " + c.command);
         std::string what = c.command;
         bool queued = false;
-        // A pause of a paused run (or one asked to pause) changes nothing, and recorded it would
-        // tell the run's history of steering that never happened.
-        if ((c.command == "pause" || c.command == "resume") && pause_asked_.load() == (c.command == "pause"))
-            return api_error(409, "run " + std::to_string(run_id) +
-                                      (c.command == "pause" ? " is paused already" : " is not paused") +
-                                      ": nothing to " + c.command);
         // The step it was asked at: read after the queueing, it could be the step after the one the
         // command acted on ("resumed" at step 12, then "resume requested" at step 13).
         const int64_t asked_at = step_.load();
         try {
-            if (c.command == "pause") pause_asked_ = queued = session_.request_pause();
-            else if (c.command == "resume") pause_asked_ = !(queued = session_.request_resume());
+            // The check, the queueing and the gate's update as one: two clients' pauses both
+            // passed the check, and both were accepted and recorded, the second applied as nothing.
+            std::scoped_lock lock(gate_mutex_);
+            // A command that would change nothing, recorded, would tell the run's history of
+            // steering that never happened.
+            if (const std::string why = gate_.refusal(c.command); !why.empty())
+                return api_error(409, "run " + std::to_string(run_id) + " " + why + ": nothing to " + c.command);
+            if (c.command == "pause") queued = session_.request_pause();
+            else if (c.command == "resume") queued = session_.request_resume();
             else if (c.command == "stop") queued = session_.request_stop();
             else if (c.command == "checkpoint") queued = session_.request_checkpoint();
             else {
@@ -141,6 +148,7 @@ public:
                 what += " " + c.pattern + " -> " + format_name(f.forward) + "/" + format_name(f.dgrad) +
                         "/" + format_name(f.wgrad) + (scaling ? std::string(" ") + fp8_scaling_name(*scaling) : "");
             }
+            if (queued) gate_.queued(c.command);
         } catch (const ConfigError& e) {
             return api_error(400, e.what());
         }
@@ -167,7 +175,8 @@ private:
     RunStore& store_;
     std::atomic<int64_t> step_{0};
     std::atomic<bool> ended_{false};
-    std::atomic<bool> pause_asked_{false}; // paused, or a pause queued: as the last pause/resume said
+    std::mutex gate_mutex_; // the request threads' and the trainer's
+    RemoteControlGate gate_;
 };
 
 } // namespace

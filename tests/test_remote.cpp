@@ -45,6 +45,7 @@
 #include "window/run_status_widget.h"
 #include "cli_process.h"
 #include "monitor_checks.h"
+#include "remote_control_gate.h"
 #include "remote_fixtures.h"
 #include "remote_token.h"
 #include "run_event.h"
@@ -1897,6 +1898,37 @@ private slots:
     }
 
     // With --allow-control a stop ends the run early and the store says who asked.
+    // The gate answers from the state that every command queued so far leaves, not from the
+    // engine's last event, which trails the queue (a read-only audit's 8 clients spamming pause
+    // and resume got 15 commands of 13,600 accepted and recorded that did nothing).
+    void theControlGateAnswersFromTheQueue()
+    {
+        RemoteControlGate gate;
+        QCOMPARE(gate.refusal("resume"), std::string("is not paused"));
+        QCOMPARE(gate.refusal("pause"), std::string());
+        gate.queued("pause");
+        QCOMPARE(gate.refusal("pause"), std::string("is paused already"));
+        gate.queued("resume"); // [pause, resume] queued
+        gate.applied(true);    // the pause's event: the resume is still queued
+        QCOMPARE(gate.refusal("resume"), std::string("is not paused"));
+        QCOMPARE(gate.refusal("pause"), std::string());
+        gate.applied(false);
+        QCOMPARE(gate.refusal("resume"), std::string("is not paused"));
+        // A watcher's pause (no command of ours pending) is the engine's own: a resume may follow.
+        gate.applied(true);
+        QCOMPARE(gate.refusal("resume"), std::string());
+        QCOMPARE(gate.refusal("pause"), std::string("is paused already"));
+        gate.queued("resume");
+        gate.applied(false);
+        // A stopping run drops a pause and a checkpoint; a precision switch before the end applies.
+        QCOMPARE(gate.refusal("checkpoint"), std::string());
+        gate.queued("stop");
+        QCOMPARE(gate.refusal("pause"), std::string("is stopping"));
+        QCOMPARE(gate.refusal("checkpoint"), std::string("is stopping"));
+        QCOMPARE(gate.refusal("stop"), std::string("is stopping"));
+        QCOMPARE(gate.refusal("layer_formats"), std::string());
+    }
+
     void controlStopsTheRun()
     {
         const QString db = path("steer.sqlite");
