@@ -95,6 +95,12 @@ std::optional<EventKind> parse_event_kind(std::string_view name)
     return std::nullopt;
 }
 
+GemmFormats formats_as_run(const LayerState& layer)
+{
+    const auto scaling = parse_fp8_scaling(layer.recipe);
+    return scaling ? formats_as_computed(layer.formats, *scaling) : layer.formats;
+}
+
 std::string_view change_cause_name(ChangeCause cause)
 {
     switch (cause) {
@@ -172,9 +178,7 @@ std::string RunEvent::message() const
     case EventKind::LayerBackends: {
         std::string out;
         for (const auto& l : layer_states) { // the recipe of FP8 layers: a live switch may change only that
-            const auto scaling = parse_fp8_scaling(l.recipe);
-            const GemmFormats f = scaling ? formats_as_computed(l.formats, *scaling) : l.formats; // e2m1 under FP4
-            out += (out.empty() ? "" : "; ") + l.name + " " + f.describe() + " " +
+            out += (out.empty() ? "" : "; ") + l.name + " " + formats_as_run(l).describe() + " " +
                    (l.recipe.empty() ? "" : l.recipe + " ") + l.backend;
         }
         return out;

@@ -61,6 +61,10 @@ struct LayerState {
     bool operator==(const LayerState&) const = default;
 };
 
+// The formats the layer's GEMMs compute in: E2M1 for its FP8 GEMMs under nvfp4 or mxfp4 (a
+// switch to "e4m3" keeps such a recipe), `formats` otherwise.
+GemmFormats formats_as_run(const LayerState& layer);
+
 // A setting that a resume's --set changed, as the run's stored settings spell it before and
 // after ("(none)" for a key one side lacks).
 struct SettingChange {

@@ -338,7 +338,7 @@ QVariant PrecisionTableModel::data(const QModelIndex& index, int role) const
         case RunningColumn:
             if (!live) return tr("Shows what the engine runs while a run is going");
             return tr("%1 runs %2%3 on the %4 backend%5")
-                .arg(QString::fromStdString(row.layer), QString::fromStdString(live->state.formats.describe()),
+                .arg(QString::fromStdString(row.layer), QString::fromStdString(formats_as_run(live->state).describe()),
                      live->state.recipe.empty() ? QString() : QStringLiteral(" (%1 scaling)").arg(QString::fromStdString(live->state.recipe)),
                      QString::fromStdString(live->state.backend.empty() ? std::string("(not yet known)") : live->state.backend),
                      live->switched_at >= 0 ? tr("; last switched at %1").arg(QString::fromStdString(live->last_switch()))

@@ -363,7 +363,8 @@ void LayerHeatmapPlot::rebuild()
     for (size_t i = 0; history_ && i < layerNames_.size(); ++i) {
         const LiveLayer* live = history_->liveLayers().find(layerNames_[i].toStdString());
         if (!live || live->switched_at < 0) continue;
-        rowTicker->names[i] += QStringLiteral(" \u2192 ") + QString::fromStdString(live->state.formats.describe());
+        rowTicker->names[i] +=
+            QStringLiteral(" \u2192 ") + QString::fromStdString(formats_as_run(live->state).describe());
         if (!live->state.recipe.empty())
             rowTicker->names[i] += QLatin1Char(' ') + QString::fromStdString(live->state.recipe);
     }
@@ -495,7 +496,7 @@ QString LayerHeatmapPlot::liveStateText(const QString& layer) const
 {
     const LiveLayer* live = history_ ? history_->liveLayers().find(layer.toStdString()) : nullptr;
     if (!live) return {};
-    QString text = QStringLiteral(" \u00b7 ") + QString::fromStdString(live->state.formats.describe());
+    QString text = QStringLiteral(" \u00b7 ") + QString::fromStdString(formats_as_run(live->state).describe());
     if (!live->state.recipe.empty()) text += QLatin1Char(' ') + QString::fromStdString(live->state.recipe);
     if (!live->state.backend.empty()) text += QLatin1Char(' ') + QString::fromStdString(live->state.backend);
     if (live->switched_at >= 0) text += QStringLiteral(" \u00b7 switched at ") + QString::fromStdString(live->last_switch());
