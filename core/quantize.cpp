@@ -143,7 +143,8 @@ torch::Tensor round_to_format(const torch::Tensor& x_in, NumberFormat format, Ov
 {
     const bool fp8_saturated = format_info(format).is_fp8 && overflow == Overflow::Saturate;
     if (fp8_saturated && fused_cpu(x_in, kernel)) return scaled_round_saturated(x_in, 1.0f, format, kernel);
-    if (format == NumberFormat::BF16 && fusable_cpu(x_in, kernel))
+    // The fused BF16 pass rounds past max to Inf: a saturated cast takes the clamp below.
+    if (format == NumberFormat::BF16 && overflow == Overflow::Propagate && fusable_cpu(x_in, kernel))
         if (auto out = round_bf16_strided(x_in); out.defined()) return out;
     const auto x = x_in.to(torch::kFloat32);
     const FormatInfo& info = format_info(format);

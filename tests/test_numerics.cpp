@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cfloat>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -209,6 +210,14 @@ private slots:
         if (format == NumberFormat::BF16) {
             same(round_to_format(x, format, Overflow::Propagate),
                  round_to_format(x, format, Overflow::Propagate, RoundKernel::TensorOps));
+            // Saturated, the fast path gave +-inf for what the tensor ops (and CUDA) clamp to
+            // +-max (a read-only audit against ml_dtypes).
+            const auto saturated = round_to_format(x, format, Overflow::Saturate);
+            same(saturated, round_to_format(x, format, Overflow::Saturate, RoundKernel::TensorOps));
+            const float max = std::bit_cast<float>(0x7f7f0000u); // 3.3895314e38
+            const auto edges = round_to_format(torch::tensor({INFINITY, -INFINITY, 3.3961775e38f, FLT_MAX}), format,
+                                               Overflow::Saturate);
+            QVERIFY(torch::equal(edges, torch::tensor({max, -max, max, max})));
             return;
         }
         same(round_to_format(x, format, Overflow::Saturate), round_to_format(x, format, Overflow::Saturate, RoundKernel::TensorOps));
