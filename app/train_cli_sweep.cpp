@@ -158,6 +158,16 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
         }
     }
     const std::string tag = "sweep:" + sweep_name;
+    if (!named_by_time) { // a name given again (the sweep run once more): its runs join the others
+        try {
+            for (const auto& [taken, runs] : store->all_tags())
+                if (taken == tag)
+                    std::fprintf(stderr,
+                                 "note: %s already tags %lld run%s: this sweep's runs join them under one tag\n",
+                                 tag.c_str(), static_cast<long long>(runs), runs == 1 ? "" : "s");
+        } catch (const StoreError&) { // the sweep's own writes say what fails
+        }
+    }
     std::printf("sweep '%s': %zu runs of %s varying %s, tagged %s\n", sweep_name.c_str(), plans.size(),
                 project_path.c_str(), spec.key.c_str(), tag.c_str());
 

@@ -1134,8 +1134,9 @@ private slots:
         const QString ckpt = dir_.filePath("sweep-ckpt");
         QVERIFY(QDir().mkpath(ckpt + "/2-training.seed=2/step-00000002.pt"));
         const QString db = dir_.filePath("sweep-ckpt.sqlite");
-        const auto r = run_cli({"sweep", project_, "--vary", "training.seed=1,2,3", "--set", "training.steps=2",
-                                "--set", "training.checkpoint_dir=" + ckpt, "--db", db});
+        const QStringList args = {"sweep", project_, "--vary", "training.seed=1,2,3", "--set", "training.steps=2",
+                                  "--set", "training.checkpoint_dir=" + ckpt, "--db", db, "--name", "ck"};
+        const auto r = run_cli(args);
         QCOMPARE(r.exit_code, 1);
         QVERIFY2(r.err.contains("the final checkpoint could not be written"), qPrintable(r.err));
         const auto table = sweep_table(r.out);
@@ -1144,6 +1145,16 @@ private slots:
         QVERIFY2(table[1].join(' ').startsWith("2 2 finished (final checkpoint not kept)"), qPrintable(r.out));
         QCOMPARE(table[2].mid(0, 3), (QStringList{"3", "3", "finished"}));
         QVERIFY(QFile::exists(ckpt + "/3-training.seed=3/step-00000002.pt"));
+        // The same sweep again (after a Ctrl-C, say): every point trains, none can keep its final
+        // checkpoint over the first sweep's, and the name's tag is noted as taken.
+        const auto again = run_cli(args);
+        QCOMPARE(again.exit_code, 1);
+        QVERIFY2(again.err.contains("note: sweep:ck already tags 3 runs: this sweep's runs join them under one tag\n"),
+                 qPrintable(again.err));
+        const auto rows = sweep_table(again.out);
+        QCOMPARE(rows.size(), 3);
+        for (int i = 0; i < 3; ++i)
+            QVERIFY2(rows[i].join(' ').contains("finished (final checkpoint not kept)"), qPrintable(again.out));
     }
 
     // A diverged run's losses read "nan" in every table: "-" means nothing was recorded.

@@ -1435,6 +1435,19 @@ void TestProjectEditor::scalingShowsTheRunsRecipe()
     QVERIFY(live.apply(change));
     table.liveLayersChanged();
     QCOMPARE(forward.data().toString(), QStringLiteral("e4m3"));
+
+    // A switch the engine refused (the run finishing) is no base for the next edit: it was kept
+    // as sent, and the next edit of the layer sent the refused forward format again.
+    const auto refuse = connect(&table, &PrecisionTableModel::layerFormatsEdited, &table, [&] { table.refuseSent(); });
+    QVERIFY(table.setData(forward, QStringLiteral("bf16")));
+    disconnect(refuse);
+    const int before = edited.count();
+    QVERIFY(table.setData(scaling.siblingAtColumn(PrecisionTableModel::WgradColumn), QStringLiteral("e4m3")));
+    QCOMPARE(edited.count(), before + 1);
+    GemmFormats expected = *change.new_formats; // the engine's, with the edited GEMM
+    expected.wgrad = NumberFormat::E4M3;
+    const GemmFormats sentAfter = edited.last().at(1).value<GemmFormats>();
+    QVERIFY2(sentAfter == expected, sentAfter.describe().c_str());
 }
 
 void TestProjectEditor::runningLocksSettingsOnly()

@@ -266,6 +266,42 @@ private slots:
                  QStringLiteral("Relative to the first run #2 (bold; no FP32 run shown), train-loss divergence too."));
     }
 
+    // A run that trains while it is compared grows on the page: nothing else tells it (the
+    // store's "changed" comes only from a remote mirror and the Runs page's edits).
+    void aTrainingRunGrowsOnTheComparePage()
+    {
+        RunStore store(path_.toStdString());
+        const int64_t id = store.create_run("live", "/p/l.json", to_json_text(config_named("live", "bf16")));
+        StoreSink sink(store, id);
+        const auto step = [&](int64_t n) {
+            StepMetrics m;
+            m.step = n;
+            m.train_loss = 3.0 - 0.01 * double(n);
+            sink.on_step(m);
+            store.flush();
+        };
+        step(1);
+        ComparePage page(connection_.get());
+        page.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&page));
+        QVERIFY(page.setRuns({1, id}));
+        const auto steps = [&] { return page.summaryModel()->index(1, ComparePage::SumSteps).data().toString(); };
+        QCOMPARE(steps(), QStringLiteral("1"));
+        step(2);
+        step(3);
+        QTRY_COMPARE_WITH_TIMEOUT(steps(), QStringLiteral("3"), 10000);
+        // Hidden, it reads nothing; shown again, it reads what the run did meanwhile.
+        page.hide();
+        step(4);
+        QTest::qWait(2500);
+        QCOMPARE(steps(), QStringLiteral("3"));
+        page.show();
+        QCOMPARE(steps(), QStringLiteral("4"));
+        store.finish_run(id, RunStatus::Finished);
+        QTRY_COMPARE_WITH_TIMEOUT(page.summaryModel()->index(1, ComparePage::SumStatus).data().toString(),
+                                  QStringLiteral("finished"), 10000);
+    }
+
     void filterAndSort()
     {
         RunsPage page(connection_.get());
@@ -917,6 +953,14 @@ private slots:
         dialog.keyCombo()->setEditText(QStringLiteral("training.steps"));
         dialog.valuesEdit()->setText(QStringLiteral("100,500"));
         QVERIFY2(dialog.error().isEmpty(), qPrintable(dialog.error()));
+        // A name whose tag another sweep holds is noted: the runs would join those under one tag.
+        QVERIFY(!dialog.previewText().contains(QStringLiteral("already tags")));
+        dialog.setTagsInUse({{"baseline", 1}, {"sweep:lengths", 3}});
+        QVERIFY2(dialog.previewText().contains(
+                     QStringLiteral("sweep:lengths already tags 3 runs: this sweep's runs join them under one tag.")),
+                 qPrintable(dialog.previewText()));
+        QVERIFY(dialog.error().isEmpty()); // a note, not a refusal
+        dialog.setTagsInUse({});
         QCOMPARE(dialog.plans().size(), size_t(2));
         QVERIFY2(!dialog.previewText().contains(QStringLiteral("each")), qPrintable(dialog.previewText()));
         QVERIFY2(dialog.previewText().contains(QStringLiteral("[training.steps=100], 100 steps")), qPrintable(dialog.previewText()));
@@ -948,7 +992,22 @@ private slots:
         dialog.keyCombo()->setCurrentIndex(dialog.keyCombo()->findText(QStringLiteral("optimizer.learning_rate")));
         emit dialog.keyCombo()->activated(dialog.keyCombo()->currentIndex());
         const double lr = tiny_config(10).optimizer.learning_rate;
-        QCOMPARE(dialog.values(), QStringLiteral("%1,%2,%3").arg(lr / 2).arg(lr).arg(lr * 2));
+        const auto shortest = [](double v) { return QString::number(v, 'g', QLocale::FloatingPointShortest); };
+        QCOMPARE(dialog.values(), shortest(lr / 2) + "," + shortest(lr) + "," + shortest(lr * 2));
+        // The project's own value whole (6 digits cut it), and each value once (batch 1: "1,1,2").
+        ProjectConfig odd = tiny_config(10);
+        odd.optimizer.learning_rate = 3.14159265e-4;
+        odd.training.batch_size = 1;
+        SweepDialog oddDialog(odd);
+        const std::pair<const char*, const char*> suggested[] = {
+            {"optimizer.learning_rate", "0.0001570796325,0.000314159265,0.00062831853"},
+            {"training.batch_size", "1,2"}};
+        for (const auto& [key, values] : suggested) {
+            oddDialog.keyCombo()->setCurrentIndex(oddDialog.keyCombo()->findText(QString::fromLatin1(key)));
+            emit oddDialog.keyCombo()->activated(oddDialog.keyCombo()->currentIndex());
+            QCOMPARE(oddDialog.values(), QString::fromLatin1(values));
+            QVERIFY2(oddDialog.error().isEmpty(), qPrintable(oddDialog.error()));
+        }
         // Every key the dialog suggests is one the project has: a bad value is refused as a
         // value, never as an unknown key.
         QVERIFY(dialog.keyCombo()->count() >= 6);
@@ -1061,6 +1120,48 @@ private slots:
         QVERIFY(!window.controller()->isRunning());
         QTest::qWait(50); // nothing else starts
         QVERIFY(!window.controller()->isRunning());
+    }
+
+    // A store that cannot record a run ends the sweep, as the CLI's does: every next point
+    // failed the same way, and the window listed one problem for each.
+    void aStoreThatCannotRecordRunsEndsTheSweep()
+    {
+        const QString storePath = dir_->filePath(QStringLiteral("nolocks.sqlite"));
+        { RunStore make(storePath.toStdString()); } // the store itself is fine
+        QFile blocker(storePath + QStringLiteral(".locks"));
+        QVERIFY(blocker.open(QIODevice::WriteOnly));
+        blocker.close();
+        MainWindow window(storePath);
+        window.setProject(tiny_config(2), QStringLiteral("in-memory"));
+        SweepRunner* sweep = window.sweepRunner();
+        QSignalSpy done(sweep, &SweepRunner::finished);
+        QSignalSpy starting(sweep, &SweepRunner::runStarting);
+        QVERIFY2(window.startSweep(QStringLiteral("training.seed"), QStringLiteral("1,2,3"), QStringLiteral("s")),
+                 qPrintable(window.lastError()));
+        QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 60000);
+        QCOMPARE(starting.count(), 1);
+        QCOMPARE(sweep->problems().size(), 2);
+        QVERIFY2(sweep->problems().at(0).contains(QStringLiteral("cannot make the folder of its lock files")),
+                 qPrintable(sweep->problems().at(0)));
+        QCOMPARE(sweep->problems().at(1),
+                 QStringLiteral("the run store failed: the sweep's other runs were not started"));
+    }
+
+    // During a sweep the Project page says that precision edits change the project only.
+    void theProjectPageSaysWhatASweepDoesWithEdits()
+    {
+        ProjectDocument doc;
+        doc.setConfig(tiny_config(2));
+        ProjectPage page(&doc);
+        QCOMPARE(page.runningText(), QString());
+        page.setRunning(true, /*sweep=*/true);
+        QCOMPARE(page.runningText(), QStringLiteral("Sweep in progress: settings are locked; precision edits change "
+                                                    "the project only, not the sweep's runs."));
+        page.setRunning(true);
+        QCOMPARE(page.runningText(),
+                 QStringLiteral("Run in progress: settings are locked; precision edits apply at the next step."));
+        page.setRunning(false);
+        QCOMPARE(page.runningText(), QString());
     }
 
 private:

@@ -111,6 +111,11 @@ void SweepRunner::onFinished(RunStatus status)
         problems_ << tr("%1: %2").arg(QString::fromStdString(plans_[static_cast<size_t>(current_)].name),
                                       controller_->lastError());
     if (status == RunStatus::Stopped) stopRequested_ = true;
+    // The store could not record this run: nor would it the next ones (as the CLI's sweep stops).
+    if (controller_->lastStoreFailed()) {
+        problems_ << tr("the run store failed: the sweep's other runs were not started");
+        stopRequested_ = true;
+    }
     // After every other finished() slot (the window's), once the controller is idle.
     QTimer::singleShot(0, this, &SweepRunner::startNext);
 }

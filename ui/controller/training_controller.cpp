@@ -37,6 +37,7 @@ struct TrainingController::Job {
     RunStatus status = RunStatus::Failed;
     std::string error;
     bool settings_refused = false; // the project's settings or data were refused (the CLI's exit 2)
+    bool store_failed = false;     // the store could not make or keep the run (the next would fail too)
     RunSummary summary;
 
     void work(ProjectConfig config, const std::string& project_path, const std::string& store_path);
@@ -85,6 +86,7 @@ void TrainingController::Job::work(ProjectConfig config, const std::string& proj
         store = std::make_unique<RunStore>(store_path);
         owned->create_run(*store, owned->config().name, project_path);
     } catch (const StoreError& e) {
+        store_failed = true;
         finish(RunStatus::Failed, e.what()); // names the file already
         return;
     } catch (const ConfigError& e) { // training.checkpoint_dir cannot be made: it says which
@@ -92,6 +94,7 @@ void TrainingController::Job::work(ProjectConfig config, const std::string& proj
         finish(RunStatus::Failed, e.what());
         return;
     } catch (const std::exception& e) {
+        store_failed = true;
         finish(RunStatus::Failed, "run store '" + store_path + "': " + e.what());
         return;
     }
@@ -129,7 +132,9 @@ void TrainingController::Job::work(ProjectConfig config, const std::string& proj
     } catch (const std::exception& e) {
         outcome.status = RunStatus::Failed;
         outcome.error = "run store '" + store_path + "': " + e.what();
+        store_failed = true;
     }
+    store_failed = store_failed || outcome.store_failed || outcome.rows_lost > 0;
     // A run that finished while the store lost rows (a full disk) says so, like a failure does.
     if (outcome.error.empty() && !outcome.store_error.empty())
         outcome.error = "the run store could not keep " + std::to_string(outcome.rows_lost) +
@@ -167,6 +172,7 @@ bool TrainingController::start(const ProjectConfig& config, const QString& proje
     lastStatus_.reset();
     lastError_.clear();
     lastRefusedSettings_ = false;
+    lastStoreFailed_ = false;
     lastSummary_ = {};
 
     Job* job = job_.get();
@@ -308,6 +314,7 @@ void TrainingController::onWorkerFinished()
     lastStatus_ = job_->status;
     lastError_ = QString::fromStdString(job_->error);
     lastRefusedSettings_ = job_->settings_refused;
+    lastStoreFailed_ = job_->store_failed;
     lastSummary_ = job_->summary;
     thread_.reset();
     job_.reset();

@@ -59,6 +59,8 @@ public:
     // Whether the last job failed because the project's settings or data were refused before it
     // trained (a bad argument: the CLI's exit 2), not in training.
     bool lastRefusedSettings() const { return lastRefusedSettings_; }
+    // The store could not make the run or keep all of it: a sweep's next run would fare the same.
+    bool lastStoreFailed() const { return lastStoreFailed_; }
     const RunSummary& lastSummary() const { return lastSummary_; }
 
 signals:
@@ -88,6 +90,7 @@ private:
     std::optional<RunStatus> lastStatus_;
     QString lastError_;
     bool lastRefusedSettings_ = false;
+    bool lastStoreFailed_ = false;
     RunSummary lastSummary_;
 };
 

@@ -150,8 +150,15 @@ bool PrecisionTableModel::editFormats(const std::function<bool()>& edit, const T
                                     ? QString::fromLatin1(fp8_scaling_name(row.scaling))
                                     : QString();
         if (sent == running && scaling.isEmpty()) continue;
+        std::optional<Unconfirmed> previous;
+        if (const auto it = unconfirmed_.find(row.layer); it != unconfirmed_.end()) previous = it->second;
         if (live) unconfirmed_[row.layer] = {sent, switched_at};
+        refused_ = false;
         emit layerFormatsEdited(QString::fromStdString(row.layer), sent, scaling);
+        if (refused_) { // remembered as sent, the refused formats were sent again with the next edit
+            if (previous) unconfirmed_[row.layer] = *previous;
+            else unconfirmed_.erase(row.layer);
+        }
     }
     return true;
 }

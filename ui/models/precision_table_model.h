@@ -69,6 +69,9 @@ public:
     // A switch sent to the engine from elsewhere (the Monitor's layer menu): a table edit made
     // before the engine reports it builds on it, as on the table's own.
     void noteSentToEngine(const QString& layer, const GemmFormats& formats);
+    // Called from a layerFormatsEdited slot: the engine refused that switch (the run is
+    // finishing), so the next edit of the layer does not build on it.
+    void refuseSent() { refused_ = true; }
 
     int rowCount(const QModelIndex& parent = {}) const override;
     int columnCount(const QModelIndex& parent = {}) const override;
@@ -120,6 +123,7 @@ private:
         int64_t switched_at = -1; // the layer's last reported switch when they were sent
     };
     std::map<std::string, Unconfirmed> unconfirmed_;
+    bool refused_ = false; // set by refuseSent() during the emit
 };
 
 } // namespace mantissa

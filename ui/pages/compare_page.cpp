@@ -17,6 +17,7 @@
 #include <QStandardItemModel>
 #include <QTabWidget>
 #include <QTableView>
+#include <QTimer>
 #include <QVBoxLayout>
 
 #include <algorithm>
@@ -98,6 +99,11 @@ QTableView* make_table(QAbstractItemModel* model, QWidget* parent)
 
 ComparePage::ComparePage(StoreConnection* store, QWidget* parent) : QWidget(parent), store_(store)
 {
+    // The local run and another process's write no "changed" signal: a shown run that trains
+    // is read again (only when its steps, status or evaluation moved; see reload()).
+    followTimer_ = new QTimer(this);
+    followTimer_->setInterval(2000);
+    connect(followTimer_, &QTimer::timeout, this, [this] { reload(); });
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(8, 6, 8, 6);
     layout->setSpacing(6);
@@ -429,6 +435,7 @@ bool ComparePage::loadRuns(const std::vector<int64_t>& ids, std::optional<std::v
     if (!missing.isEmpty())
         note(tr("Left out, no longer in the store: run %1.").arg(missing.join(QStringLiteral(", "))));
     lastError_.clear();
+    followRunningRuns();
     return true;
 }
 
@@ -477,7 +484,28 @@ bool ComparePage::runsChangedInStore(std::optional<std::vector<RunSummaryRow>>& 
 void ComparePage::showEvent(QShowEvent* event)
 {
     QWidget::showEvent(event);
-    if (reloadWhenShown_) reload();
+    // A run that was training when last shown has grown since, though nothing said so.
+    const bool running =
+        std::any_of(runs_.begin(), runs_.end(), [](const RunData& r) { return r.row.status == RunStatus::Running; });
+    if (reloadWhenShown_ || running) reload();
+    followRunningRuns();
+}
+
+void ComparePage::hideEvent(QHideEvent* event)
+{
+    QWidget::hideEvent(event);
+    followRunningRuns();
+}
+
+void ComparePage::followRunningRuns()
+{
+    const bool running =
+        std::any_of(runs_.begin(), runs_.end(), [](const RunData& r) { return r.row.status == RunStatus::Running; });
+    if (running && isVisible()) {
+        if (!followTimer_->isActive()) followTimer_->start();
+    } else {
+        followTimer_->stop();
+    }
 }
 
 const Series& ComparePage::seriesOf(RunData& run, const std::string& tag)

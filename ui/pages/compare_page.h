@@ -35,6 +35,7 @@ class QSlider;
 class QStandardItemModel;
 class QTabWidget;
 class QTableView;
+class QTimer;
 
 namespace mantissa {
 
@@ -77,7 +78,8 @@ public:
     std::vector<int64_t> runIds() const;
     // Reads the same runs again (renamed, tagged, deleted or grown meanwhile). The store says
     // "changed" about once a second while a remote run trains: a hidden page reads again when
-    // it is shown, and a shown one only when one of its runs changed.
+    // it is shown, and a shown one only when one of its runs changed. A run that trains here
+    // or in another process says nothing: a shown page with one reads again every 2 s.
     bool reload();
 
     // The scalar tags the shown runs have (train/loss and val/loss first).
@@ -130,6 +132,7 @@ public:
 
 protected:
     void showEvent(QShowEvent* event) override;
+    void hideEvent(QHideEvent* event) override;
 
 private:
     // setRuns, with the store's rows for `ids` when already read (nullopt: read them here).
@@ -161,11 +164,13 @@ private:
     void clearMessage();
     void askExportPlot(bool heatmap);
     void askExportTable(bool summary);
+    void followRunningRuns();
 
     StoreConnection* store_ = nullptr;
     mutable TokensMedianCache medianCache_; // the compared runs' tokens/s as last read (see RunsPage)
     std::vector<RunData> runs_;
     bool reloadWhenShown_ = false;
+    QTimer* followTimer_ = nullptr; // reloads while a shown run still trains
     QStringList metrics_;
     QString metric_ = QStringLiteral("train/loss");
     XAxisMode mode_ = XAxisMode::Step;

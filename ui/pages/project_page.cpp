@@ -253,16 +253,21 @@ ProjectPage::ProjectPage(ProjectDocument* document, QWidget* parent)
     refreshTotals();
 }
 
-void ProjectPage::setRunning(bool running)
+QString ProjectPage::runningText() const { return runningLabel_->isHidden() ? QString() : runningLabel_->text(); }
+
+void ProjectPage::setRunning(bool running, bool sweep)
 {
     running_ = running;
+    runningLabel_->setText(sweep ? tr("Sweep in progress: settings are locked; precision edits change the project "
+                                      "only, not the sweep's runs.")
+                                 : tr("Run in progress: settings are locked; precision edits apply at the next "
+                                      "step."));
     settingsModel_->setReadOnly(running);
     settingsView_->setEditTriggers(running ? QAbstractItemView::NoEditTriggers
                                            : QAbstractItemView::DoubleClicked | QAbstractItemView::SelectedClicked |
                                                  QAbstractItemView::EditKeyPressed);
     runningLabel_->setVisible(running);
     precisionModel_->setRunning(running); // formats and recipes switch live
-
 }
 
 void ProjectPage::selectLayer(const QString& layer)

@@ -33,7 +33,9 @@ public:
 
     // While a run is going the settings are fixed but the precision table stays editable:
     // formats can change live.
-    void setRunning(bool running);
+    // `sweep`: edits change the project only, not the sweep's runs, and the header says so.
+    void setRunning(bool running, bool sweep = false);
+    QString runningText() const; // the header's note while a run goes
     bool isRunning() const { return running_; }
     // Selects the layer's row in the precision table and scrolls to it.
     void selectLayer(const QString& layer);

@@ -42,6 +42,7 @@
 #include "pages/runs_page.h"
 #include "controller/run_follower.h"
 #include "controller/store_connection.h"
+#include "run_store.h"
 #include "remote/connect_dialog.h"
 #include "remote/remote_connector.h"
 #include "remote/remote_mirror.h"
@@ -149,9 +150,11 @@ MainWindow::MainWindow(const QString& storePath, QWidget* parent)
         if (!controller_->isRunning()) return;
         // A sweep's runs differ only in the swept setting: an edit goes to the project alone.
         if (sweepRunner_->isRunning())
-            statusBar()->showMessage(tr("Saved in the project only: the sweep's runs keep their settings."), 8000);
-        else
-            changeLayerFormats(layer, f, scaling);
+            statusBar()->showMessage(tr("Changed in the project only (not saved): the sweep's runs keep their "
+                                        "settings."),
+                                     8000);
+        else if (!changeLayerFormats(layer, f, scaling))
+            projectPage_->precisionModel()->refuseSent();
     });
     connect(monitorPage_, &MonitorPage::layerSwitchRequested, this, &MainWindow::switchLayer);
     // One selection everywhere: a layer picked on the monitor is shown in the precision table.
@@ -372,7 +375,7 @@ bool MainWindow::startRun(const ProjectConfig& config)
     const bool sharesCores = config.training.threads <= 0 || config.training.threads >= cores;
     monitorPage_->setFrameBudget(sharesCores ? MonitorPage::kSharedCoreFrameBudget : MonitorPage::kSpareCoreFrameBudget);
     statusWidget_->reset(config.training.steps);
-    projectPage_->setRunning(true);
+    projectPage_->setRunning(true, sweepRunner_->isRunning());
     showPage(Page::Monitor);
     statusBar()->showMessage(tr("Building the model…"));
     updateActions();
@@ -410,6 +413,12 @@ void MainWindow::chooseSweep()
 {
     if (!document_->hasProject()) return;
     SweepDialog dialog(document_->config(), this);
+    if (RunStore* store = store_->store()) {
+        try {
+            dialog.setTagsInUse(store->all_tags());
+        } catch (const StoreError&) { // the note is a courtesy: the sweep itself says what fails
+        }
+    }
     if (dialog.exec() != QDialog::Accepted) return;
     if (!startSweep(dialog.key(), dialog.values(), dialog.sweepName()))
         QMessageBox::warning(this, tr("Cannot start the sweep"), lastError_);

@@ -6,15 +6,34 @@
 #include <QFormLayout>
 #include <QLabel>
 #include <QLineEdit>
+#include <QLocale>
 #include <QPushButton>
 #include <QVBoxLayout>
 
 #include <algorithm>
+#include <vector>
 
 #include "common/run_format.h"
 #include "controller/sweep_runner.h"
 
 namespace mantissa {
+
+namespace {
+
+// "0.0005,0.001,0.002": each value once (batch 1 gave "1,1,2", which the dialog refused as a
+// value listed twice) and whole (6 digits left a learning rate of 3.14159265e-4 out of its
+// own sweep).
+QString values_around(const std::vector<double>& values)
+{
+    QStringList out;
+    for (const double v : values) {
+        const QString text = QString::number(v, 'g', QLocale::FloatingPointShortest);
+        if (!out.contains(text)) out << text;
+    }
+    return out.join(QLatin1Char(','));
+}
+
+} // namespace
 
 SweepDialog::SweepDialog(const ProjectConfig& base, QWidget* parent) : QDialog(parent), base_(base)
 {
@@ -39,9 +58,9 @@ SweepDialog::SweepDialog(const ProjectConfig& base, QWidget* parent) : QDialog(p
         {QStringLiteral("precision.fp8.scaling"), QStringLiteral("delayed,fp8-block,nvfp4,mxfp4")},
         {QStringLiteral("precision.layers"), QStringLiteral(R"([],[{"match":"lm_head","format":"bf16"}])")},
         {QStringLiteral("training.seed"), QStringLiteral("1,2,3")},
-        {QStringLiteral("optimizer.learning_rate"), QStringLiteral("%1,%2,%3").arg(lr / 2).arg(lr).arg(lr * 2)},
+        {QStringLiteral("optimizer.learning_rate"), values_around({lr / 2, lr, lr * 2})},
         {QStringLiteral("training.batch_size"),
-         QStringLiteral("%1,%2,%3").arg(std::max<qint64>(1, batch / 2)).arg(batch).arg(batch * 2)},
+         values_around({double(std::max<qint64>(1, batch / 2)), double(batch), double(batch * 2)})},
     };
     for (const auto& [key, values] : keys) keyCombo_->addItem(key, values);
     keyCombo_->setCurrentText(QStringLiteral("precision.preset"));
@@ -85,6 +104,12 @@ QString SweepDialog::values() const { return valuesEdit_->text(); }
 QString SweepDialog::sweepName() const { return nameEdit_->text().trimmed(); }
 QString SweepDialog::previewText() const { return previewLabel_->text(); }
 
+void SweepDialog::setTagsInUse(const std::vector<std::pair<std::string, int64_t>>& tags)
+{
+    tagsInUse_ = tags;
+    validate();
+}
+
 void SweepDialog::validate()
 {
     error_.clear();
@@ -113,8 +138,16 @@ void SweepDialog::validate()
     const QString runs = count_text(int64_t(plans_.size()), tr("run"), tr("runs"));
     const QString head = sameSteps ? tr("%1, %2 steps each").arg(runs).arg(plans_.front().config.training.steps) : runs;
     previewLabel_->setStyleSheet(QStringLiteral("QLabel { color: #333; }"));
+    QString taken;
+    const std::string tag = "sweep:" + sweepName().toStdString();
+    for (const auto& [name, runs] : tagsInUse_)
+        if (name == tag)
+            taken = QStringLiteral("<br><span style=\"color:#8a4b00\">") +
+                    tr("sweep:%1 already tags %2: this sweep's runs join them under one tag.")
+                        .arg(sweepName().toHtmlEscaped(), count_text(runs, tr("run"), tr("runs"))) +
+                    QStringLiteral("</span>");
     previewLabel_->setText(tr("%1, tagged <b>sweep:%2</b>:<br>").arg(head, sweepName().toHtmlEscaped()) +
-                           lines.join(QStringLiteral("<br>")));
+                           lines.join(QStringLiteral("<br>")) + taken);
 }
 
 } // namespace mantissa

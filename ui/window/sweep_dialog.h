@@ -34,11 +34,15 @@ public:
     QComboBox* keyCombo() const { return keyCombo_; }
     QLineEdit* valuesEdit() const { return valuesEdit_; }
     QLineEdit* nameEdit() const { return nameEdit_; }
+    // The store's tags and how many runs carry each: a name whose sweep:NAME tag is taken is
+    // noted (its runs would join another sweep's under one tag).
+    void setTagsInUse(const std::vector<std::pair<std::string, int64_t>>& tags);
 
 private:
     void validate();
 
     ProjectConfig base_;
+    std::vector<std::pair<std::string, int64_t>> tagsInUse_;
     std::vector<SweepRunPlan> plans_;
     QString error_;
     QComboBox* keyCombo_ = nullptr;
