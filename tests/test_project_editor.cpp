@@ -144,6 +144,7 @@ private slots:
     void invalidValuesRefused_data();
     void invalidValuesRefused();
     void validationMessageClearsOnSuccess();
+    void undoAndRedoWalkTheEdits();
 
     void fillByPattern_data();
     void fillByPattern();
@@ -607,6 +608,54 @@ void TestProjectEditor::validationMessageClearsOnSuccess()
     QVERIFY(!page.validationLabel()->isHidden());
     QVERIFY(page.settingsModel()->setData(value_index(*page.settingsModel(), "model.n_head"), QStringLiteral("4")));
     QVERIFY(page.validationLabel()->isHidden());
+}
+
+// Every accepted edit that changed the project can be undone and redone; refused ones and
+// those that change nothing leave no step, and another project starts afresh.
+void TestProjectEditor::undoAndRedoWalkTheEdits()
+{
+    ProjectDocument doc;
+    QVERIFY(!doc.canUndo() && !doc.undo());
+    doc.setConfig(tiny_config(2));
+    const ProjectConfig start = doc.config();
+    QVERIFY(!doc.canUndo());
+    QVERIFY(doc.setPreset(QString::fromStdString(start.precision.preset), nullptr)); // the same project
+    QVERIFY(!doc.canUndo());
+    QSignalSpy undoChanged(&doc, &ProjectDocument::undoChanged);
+    QVERIFY(doc.setValue(QStringLiteral("training.steps"), QJsonValue(7), nullptr));
+    QVERIFY(doc.setPreset(QStringLiteral("bf16"), nullptr));
+    QVERIFY(
+        doc.setLayerFormat(QStringLiteral("lm_head"), ProjectDocument::Gemm::Forward, NumberFormat::FP32, nullptr));
+    QCOMPARE(undoChanged.count(), 3);
+    QVERIFY(!doc.setValue(QStringLiteral("model.n_head"), QJsonValue(3), nullptr)); // refused
+    QVERIFY(doc.setValue(QStringLiteral("training.steps"), QJsonValue(7), nullptr)); // what it has
+    QCOMPARE(undoChanged.count(), 3);
+    QVERIFY(doc.isDirty());
+
+    QVERIFY(doc.undo());
+    QCOMPARE(doc.config().precision.layers.size(), size_t(0));
+    QCOMPARE(doc.config().precision.preset, std::string("bf16"));
+    QVERIFY(doc.undo());
+    QCOMPARE(doc.config().precision.preset, start.precision.preset);
+    QCOMPARE(doc.config().training.steps, int64_t(7));
+    QVERIFY(doc.undo());
+    QCOMPARE(doc.config().training.steps, start.training.steps);
+    QCOMPARE(json_of(doc), to_json_text(start));
+    QVERIFY(!doc.isDirty()); // back to what it was: nothing to save
+    QVERIFY(!doc.canUndo() && !doc.undo());
+    QVERIFY(doc.canRedo());
+    QVERIFY(doc.redo());
+    QCOMPARE(doc.config().training.steps, int64_t(7));
+    QVERIFY(doc.isDirty());
+    // A new edit drops what was undone.
+    QVERIFY(doc.setValue(QStringLiteral("training.batch_size"), QJsonValue(2), nullptr));
+    QVERIFY(!doc.canRedo() && !doc.redo());
+    QVERIFY(doc.undo());
+    QCOMPARE(doc.config().training.batch_size, int64_t(4));
+    QCOMPARE(doc.config().training.steps, int64_t(7));
+    // Another project starts with nothing to undo or redo.
+    doc.setConfig(tiny_config(1));
+    QVERIFY(!doc.canUndo() && !doc.canRedo());
 }
 
 void TestProjectEditor::fillByPattern_data()

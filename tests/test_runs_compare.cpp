@@ -6,12 +6,14 @@
 // Runs with QT_QPA_PLATFORM=offscreen.
 
 #include <QAbstractItemModelTester>
+#include <QAction>
 #include <QComboBox>
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
 #include <QFont>
 #include <QImage>
+#include <QJsonValue>
 #include <QLabel>
 #include <QLineEdit>
 #include <QMouseEvent>
@@ -1145,6 +1147,28 @@ private slots:
                  qPrintable(sweep->problems().at(0)));
         QCOMPARE(sweep->problems().at(1),
                  QStringLiteral("the run store failed: the sweep's other runs were not started"));
+    }
+
+    // Edit > Undo takes back a project edit, but not while a run goes (settings are locked, and
+    // an undone precision edit would leave the run on what the edit sent).
+    void undoWaitsForTheRunsEnd()
+    {
+        MainWindow window(dir_->filePath(QStringLiteral("undo.sqlite")));
+        window.setProject(tiny_config(100000), QStringLiteral("in-memory"));
+        QVERIFY(!window.undoAction()->isEnabled());
+        QVERIFY(window.document()->setValue(QStringLiteral("training.seed"), QJsonValue(5), nullptr));
+        QVERIFY(window.undoAction()->isEnabled());
+        QVERIFY(!window.redoAction()->isEnabled());
+        QVERIFY(window.startTraining());
+        QVERIFY(!window.undoAction()->isEnabled());
+        QTRY_VERIFY_WITH_TIMEOUT(window.controller()->runId() >= 0 && window.lastStep() >= 1, 60000);
+        window.stopTraining();
+        QTRY_VERIFY_WITH_TIMEOUT(!window.controller()->isRunning(), 60000);
+        QVERIFY(window.undoAction()->isEnabled());
+        window.undoAction()->trigger();
+        QCOMPARE(window.document()->config().training.seed, tiny_config(1).training.seed);
+        QVERIFY(window.redoAction()->isEnabled());
+        QVERIFY(!window.undoAction()->isEnabled());
     }
 
     // During a sweep the Project page says that precision edits change the project only.

@@ -105,6 +105,7 @@ void ProjectDocument::setConfig(const ProjectConfig& config, const QString& path
     diskHash_ = path.isEmpty() ? QByteArray() : fileHash(path); // as it was read
     savedJson_ = unsaved ? QJsonObject() : json_; // with overrides it differs from its file
     setDirty(unsaved);
+    clearUndo();
     if (pathMoved) emit pathChanged(path_);
     emit changed();
 }
@@ -184,6 +185,7 @@ bool ProjectDocument::saveAs(const QString& path, QString* error)
     path_ = absolute;
     savedJson_ = json_;
     setDirty(false);
+    if (contentMoved) clearUndo(); // earlier states name the data from the old folder
     addRecent(absolute);
     if (pathMoved) emit pathChanged(path_);
     if (contentMoved) emit changed();
@@ -222,6 +224,42 @@ bool ProjectDocument::setValue(const QString& dottedKey, const QJsonValue& value
 }
 
 bool ProjectDocument::apply(const QJsonObject& json, const QString& key, QString* error)
+{
+    const QJsonObject before = json_;
+    if (!take(json, key, error)) return false;
+    if (json_ == before) return true; // the loader resolved it to the same project
+    undo_.append(before);
+    if (undo_.size() > kMaxUndo) undo_.removeFirst();
+    redo_.clear();
+    emit undoChanged();
+    return true;
+}
+
+bool ProjectDocument::undo() { return step(undo_, redo_); }
+bool ProjectDocument::redo() { return step(redo_, undo_); }
+
+bool ProjectDocument::step(QList<QJsonObject>& from, QList<QJsonObject>& to)
+{
+    if (from.isEmpty()) return false;
+    const QJsonObject current = json_;
+    // A state this document held validates again (same base folder), unless the machine
+    // changed under it (its memory check): then it stays where it is and says why.
+    if (!take(from.last(), QString(), nullptr)) return false;
+    from.removeLast();
+    to.append(current);
+    emit undoChanged();
+    return true;
+}
+
+void ProjectDocument::clearUndo()
+{
+    if (undo_.isEmpty() && redo_.isEmpty()) return;
+    undo_.clear();
+    redo_.clear();
+    emit undoChanged();
+}
+
+bool ProjectDocument::take(const QJsonObject& json, const QString& key, QString* error)
 {
     ProjectConfig validated;
     try {

@@ -69,6 +69,16 @@ public:
     // Replaces precision.preset and drops every precision.layers entry.
     bool setPreset(const QString& preset, QString* error);
 
+    // Every accepted edit that changed the project can be undone, and an undone one redone,
+    // until another project is opened or set (or Save As rewrites the relative paths for a new
+    // folder, which the earlier states would name wrongly). A new edit drops what was undone.
+    // Each emits changed() as an edit does, and undoChanged() when what can be undone changes.
+    bool canUndo() const { return !undo_.isEmpty(); }
+    bool canRedo() const { return !redo_.isEmpty(); }
+    bool undo();
+    bool redo();
+    static constexpr int kMaxUndo = 200;
+
     // The vocabulary the data gives the model, for parameter counts and memory estimates.
     // Counting it reads and tokenises the whole corpus, so it is done on a worker thread
     // whenever the data (or what the loader checks it against) changes; these calls never
@@ -96,9 +106,14 @@ signals:
     void pathChanged(const QString& path);
     // The vocabulary count for the current data arrived (vocabSize(), vocabError()).
     void vocabChanged();
+    void undoChanged();
 
 private:
     bool apply(const QJsonObject& json, const QString& key, QString* error);
+    // Validates and takes `json`; the edits and undo/redo all end here.
+    bool take(const QJsonObject& json, const QString& key, QString* error);
+    bool step(QList<QJsonObject>& from, QList<QJsonObject>& to);
+    void clearUndo();
     bool applyLayerEntry(const QString& pattern, const QJsonObject& fields, QString* error);
     // The project without `key` in `layer`'s own (exact-match, last) entry, and without the
     // entry if that leaves it empty; nullopt when the entry does not set the key.
@@ -121,6 +136,7 @@ private:
 
     ProjectConfig config_;
     QJsonObject json_;
+    QList<QJsonObject> undo_, redo_; // earlier projects, newest last; undone ones, newest last
     QString path_;
     bool hasProject_ = false;
     bool dirty_ = false;

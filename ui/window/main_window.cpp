@@ -143,6 +143,7 @@ MainWindow::MainWindow(const QString& storePath, QWidget* parent)
         if (!controller_->isRunning() && feed_->followedRun() < 0)
             statusWidget_->setTotalSteps(document_->config().training.steps);
     });
+    connect(document_, &ProjectDocument::undoChanged, this, &MainWindow::updateActions);
     connect(document_, &ProjectDocument::validationFailed, this,
             [this](const QString&, const QString& message) { statusBar()->showMessage(message, 8000); });
     connect(projectPage_, &ProjectPage::layerFormatsEdited, this,
@@ -198,6 +199,9 @@ void MainWindow::createActions()
     runsPageAction_ = make(tr("&Runs"), QKeySequence(Qt::CTRL | Qt::Key_3), [this] { showPage(Page::Runs); });
     comparePageAction_ = make(tr("&Compare"), QKeySequence(Qt::CTRL | Qt::Key_4), [this] { showPage(Page::Compare); });
     sweepAction_ = make(tr("S&weep…"), QKeySequence(), &MainWindow::chooseSweep);
+    // The project's edits; a focused cell editor keeps Ctrl+Z for its own text.
+    undoAction_ = make(tr("&Undo Project Edit"), QKeySequence::Undo, [this] { document_->undo(); });
+    redoAction_ = make(tr("&Redo Project Edit"), QKeySequence::Redo, [this] { document_->redo(); });
     for (const auto& [action, icon] : {std::pair{openAction_, ActionIcon::Open}, std::pair{saveAction_, ActionIcon::Save},
                                        std::pair{startAction_, ActionIcon::Start},
                                        std::pair{pauseAction_, ActionIcon::Pause}, std::pair{stopAction_, ActionIcon::Stop},
@@ -236,6 +240,10 @@ void MainWindow::buildMenus()
     quit->setShortcut(QKeySequence::Quit);
     connect(quit, &QAction::triggered, this, &QWidget::close);
     file->addAction(quit);
+
+    QMenu* edit = menuBar()->addMenu(tr("&Edit"));
+    edit->addAction(undoAction_);
+    edit->addAction(redoAction_);
 
     QMenu* run = menuBar()->addMenu(tr("&Run"));
     for (QAction* a : {startAction_, pauseAction_, stopAction_, checkpointAction_}) run->addAction(a);
@@ -786,6 +794,10 @@ void MainWindow::updateActions()
     pauseAction_->setText(controller_->isPaused() ? tr("&Resume") : tr("&Pause"));
     stopAction_->setEnabled(running);
     checkpointAction_->setEnabled(running);
+    // During a run the settings are locked, and an undone precision edit would leave the run
+    // on what the edit sent: undo waits for the run's end.
+    undoAction_->setEnabled(!running && !sweeping && document_->canUndo());
+    redoAction_->setEnabled(!running && !sweeping && document_->canRedo());
 }
 
 void MainWindow::updateTitle()

@@ -108,6 +108,8 @@ public:
     ComparePage* comparePage() const { return comparePage_; }
     SweepRunner* sweepRunner() const { return sweepRunner_; }
     StoreConnection* storeConnection() const { return store_; }
+    QAction* undoAction() const { return undoAction_; }
+    QAction* redoAction() const { return redoAction_; }
     RunStatusWidget* statusWidget() const { return statusWidget_; }
     LossPlot* lossPlot() const;
     EventLogModel* eventLogModel() const;
@@ -180,6 +182,8 @@ private:
     QAction* runsPageAction_ = nullptr;
     QAction* comparePageAction_ = nullptr;
     QAction* sweepAction_ = nullptr;
+    QAction* undoAction_ = nullptr;
+    QAction* redoAction_ = nullptr;
 
     QString lastError_;
 };
