@@ -23,7 +23,6 @@ bool SweepRunner::plan(const ProjectConfig& base, const QString& key, const QStr
     try {
         const SweepSpec spec = parse_vary(key.trimmed().toStdString() + "=" + values.toStdString());
         *plans = plan_sweep(base, spec);
-        for (SweepRunPlan& p : *plans) p.config.name = p.name; // the store names runs after the config
         return true;
     } catch (const std::exception& e) {
         if (error) *error = QString::fromStdString(e.what());
@@ -81,7 +80,7 @@ void SweepRunner::startNext()
     }
     const SweepRunPlan& p = plans_[static_cast<size_t>(current_)];
     emit runStarting(current_, count(), QString::fromStdString(p.name));
-    if (!startRun_(p.config)) {
+    if (!startRun_(p.config, QString::fromStdString(p.name))) {
         problems_ << tr("%1: could not start").arg(QString::fromStdString(p.name));
         finish(true);
     }

@@ -25,8 +25,9 @@ class SweepRunner : public QObject {
     Q_OBJECT
 
 public:
-    // Starts one run (the window resets its monitor and hands the config to the controller).
-    using StartRun = std::function<bool(const ProjectConfig& config)>;
+    // Starts one run (the window resets its monitor and hands the config to the controller),
+    // named "project [key=value]"; its config keeps the project's name, as the CLI's sweep does.
+    using StartRun = std::function<bool(const ProjectConfig& config, const QString& runName)>;
 
     SweepRunner(TrainingController* controller, StoreConnection* store, StartRun startRun, QObject* parent = nullptr);
 

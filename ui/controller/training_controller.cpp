@@ -40,7 +40,8 @@ struct TrainingController::Job {
     bool store_failed = false;     // the store could not make or keep the run (the next would fail too)
     RunSummary summary;
 
-    void work(ProjectConfig config, const std::string& project_path, const std::string& store_path);
+    void work(ProjectConfig config, const std::string& project_path, const std::string& store_path,
+              const std::string& run_name);
     void finish(RunStatus final_status, std::string message, RunSummary final_summary = {})
     {
         std::lock_guard lock(mutex);
@@ -54,7 +55,8 @@ struct TrainingController::Job {
 
 // The same RunSession as mantissa-train's: one record, one checkpoint folder rule, so
 // `mantissa-train resume ID` finds GUI runs.
-void TrainingController::Job::work(ProjectConfig config, const std::string& project_path, const std::string& store_path)
+void TrainingController::Job::work(ProjectConfig config, const std::string& project_path, const std::string& store_path,
+                                   const std::string& run_name)
 {
     // Nothing may escape this function: an exception on a QThread terminates the process.
     std::unique_ptr<RunSession> owned;
@@ -84,7 +86,7 @@ void TrainingController::Job::work(ProjectConfig config, const std::string& proj
     std::unique_ptr<RunStore> store;
     try {
         store = std::make_unique<RunStore>(store_path);
-        owned->create_run(*store, owned->config().name, project_path);
+        owned->create_run(*store, run_name.empty() ? owned->config().name : run_name, project_path);
     } catch (const StoreError& e) {
         store_failed = true;
         finish(RunStatus::Failed, e.what()); // names the file already
@@ -161,7 +163,7 @@ TrainingController::~TrainingController()
     }
 }
 
-bool TrainingController::start(const ProjectConfig& config, const QString& projectPath)
+bool TrainingController::start(const ProjectConfig& config, const QString& projectPath, const QString& runName)
 {
     if (running_) return false;
     job_ = std::make_unique<Job>();
@@ -176,9 +178,8 @@ bool TrainingController::start(const ProjectConfig& config, const QString& proje
     lastSummary_ = {};
 
     Job* job = job_.get();
-    thread_.reset(QThread::create([job, config, project = projectPath.toStdString(), store = storePath_.toStdString()] {
-        job->work(config, project, store);
-    }));
+    thread_.reset(QThread::create([job, config, project = projectPath.toStdString(), store = storePath_.toStdString(),
+                                   name = runName.toStdString()] { job->work(config, project, store, name); }));
     thread_->setObjectName(QStringLiteral("mantissa-trainer"));
     // QThread::finished is emitted on the worker; the queued hop lands us back on this thread.
     connect(thread_.get(), &QThread::finished, this, &TrainingController::onWorkerFinished, Qt::QueuedConnection);

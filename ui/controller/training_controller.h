@@ -34,7 +34,8 @@ public:
 
     // Returns false (and does nothing) while a job is running. Building the model happens
     // on the worker, so a bad project is reported through failed(), never thrown here.
-    bool start(const ProjectConfig& config, const QString& projectPath);
+    // `runName` empty: the run is named after the project (a sweep names its points).
+    bool start(const ProjectConfig& config, const QString& projectPath, const QString& runName = {});
     void stop();
     void pause();
     void resume();

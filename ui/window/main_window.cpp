@@ -59,7 +59,8 @@ MainWindow::MainWindow(const QString& storePath, QWidget* parent)
       store_(new StoreConnection(controller_->storePath(), this))
 {
     sweepRunner_ = new SweepRunner(
-        controller_, store_, [this](const ProjectConfig& config) { return startRun(config); }, this);
+        controller_, store_,
+        [this](const ProjectConfig& config, const QString& runName) { return startRun(config, runName); }, this);
     setWindowTitle(tr("Mantissa"));
     setWindowIcon(app_icon());
     setAcceptDrops(true);
@@ -367,9 +368,9 @@ bool MainWindow::startTraining()
     return startRun(document_->config());
 }
 
-bool MainWindow::startRun(const ProjectConfig& config)
+bool MainWindow::startRun(const ProjectConfig& config, const QString& runName)
 {
-    if (!controller_->start(config, document_->path())) return false;
+    if (!controller_->start(config, document_->path(), runName)) return false;
     feed_->setLocalTraining(true); // the Monitor shows this run, whatever it followed
     monitorPage_->reset(config.training.batch_size * config.model.context_length * config.training.grad_accum,
                         gemm_layer_names(config.model.n_layer));

@@ -138,7 +138,7 @@ private:
     void chooseProject(); // File > Open: the interactive path, with a dialog on failure
     void chooseSweep();   // Run > Sweep…: the dialog
     void chooseRemote();  // File > Connect…: the dialog
-    bool startRun(const ProjectConfig& config);
+    bool startRun(const ProjectConfig& config, const QString& runName = {});
     void showComparison(const QList<qint64>& runIds);
     void onSweepFinished(const QList<qint64>& runIds, bool stopped);
     void saveProject();
