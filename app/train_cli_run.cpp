@@ -100,8 +100,14 @@ int train_session(RunSession& session, const std::string& db_path, DataParallelJ
     // A stopped run is not evaluated where it stops: its val loss is an earlier step's.
     if (summary.final_val_loss >= 0 && summary.final_val_step != summary.steps_done)
         std::printf(" (at step %lld)", static_cast<long long>(summary.final_val_step));
-    std::printf("\nmean step time: %.3f ms (%.0f tokens/s)\n", summary.mean_step_time_ms, summary.tokens_per_s);
-    print_loop_time(summary);
+    // A session of fewer steps than its warm-up (a resume of a few steps) times none: "0.000 ms
+    // (0 tokens/s)" read as a measurement.
+    if (summary.mean_step_time_ms > 0) {
+        std::printf("\nmean step time: %.3f ms (%.0f tokens/s)\n", summary.mean_step_time_ms, summary.tokens_per_s);
+        print_loop_time(summary);
+    } else {
+        std::printf("\nmean step time: not measured (this session trained no step after its warm-up steps)\n");
+    }
     if (summary.peak_device_memory_bytes >= 0)
         std::printf("peak device memory: %.1f MiB\n", static_cast<double>(summary.peak_device_memory_bytes) / 1048576.0);
     std::printf("saved as run %lld in %s\n", static_cast<long long>(session.run_id()), db_path.c_str());

@@ -66,15 +66,10 @@ int cmd_show(RunStore& store, const std::string& run, const CliStreams& io)
                  info->project_path.c_str(), info->created_at.c_str(), info->finished_at.c_str(),
                  static_cast<long long>(info->last_step));
     // A diverged run's last loss is NaN, and says so ("nan").
-    std::optional<double> last_train, last_val;
-    int64_t val_step = -1;
-    for (const auto& s : store.scalars(info->id)) {
-        if (s.tag == "train/loss") last_train = s.value;
-        if (s.tag == "val/loss") { last_val = s.value; val_step = s.step; }
-    }
-    if (last_train) std::fprintf(io.out, "last train loss: %.4f\n", *last_train);
-    if (last_val)
-        std::fprintf(io.out, "last val loss: %.4f (step %lld)\n", *last_val, static_cast<long long>(val_step));
+    if (const auto train = store.last_scalar(info->id, "train/loss"))
+        std::fprintf(io.out, "last train loss: %.4f\n", train->value);
+    if (const auto val = store.last_scalar(info->id, "val/loss"))
+        std::fprintf(io.out, "last val loss: %.4f (step %lld)\n", val->value, static_cast<long long>(val->step));
     std::fprintf(io.out, "events:\n");
     for (const auto& e : store.events(info->id)) {
         // One line per event: a sample's text keeps its line breaks as the Monitor's log shows them.

@@ -110,6 +110,10 @@ struct LayerStatsPage {
     std::vector<std::pair<int64_t, TensorStats>> rows; // by step, layer, role
     bool cut = false;
     int64_t next = 0;
+    // SQLite's VM steps to list the run's tensors: a few per tensor, whatever the run's length
+    // (a row-value seek stepped through every row of the run: a long run's follower read it
+    // whole every 200 ms).
+    int64_t tensor_lookup_steps = 0;
 };
 
 // Which runs list_run_summaries returns; empty fields match everything.
@@ -169,6 +173,7 @@ public:
     // `quick_check` false skips PRAGMA quick_check, which reads the whole file (~150 ms for a
     // 1-M-row store), for a store checked once already and opened again and again (the store
     // server's connection pool).
+    // A file that passed the check in this process and has not changed since is not read again.
     // Throws StoreArgumentError for a path that names no file (is_private_database).
     explicit RunStore(const std::string& path, OpenMode mode = OpenMode::Create, bool quick_check = true);
     // "" and ":memory:" are SQLite's private databases, gone when the connection closes: a run
@@ -183,6 +188,7 @@ public:
         return std::make_unique<RunStore>(path, OpenMode::ReadOnly, quick_check);
     }
     ~RunStore(); // flushes queued rows
+    static int64_t quick_checks_run(); // in this process: whole-file checks made
     RunStore(const RunStore&) = delete;
     RunStore& operator=(const RunStore&) = delete;
 
@@ -238,6 +244,8 @@ public:
     // One metric of one run, ascending step: what a plot of that run draws. NaN values were
     // stored as NULL by SQLite and come back as NaN.
     Series series(int64_t run_id, const std::string& tag);
+    // The tag's row of the highest step, one index seek (`show` read a run's every row for it).
+    std::optional<ScalarRow> last_scalar(int64_t run_id, const std::string& tag);
     // The scalar tags one run has, sorted: one index seek per tag, however many rows.
     std::vector<std::string> scalar_tags(int64_t run_id);
 
@@ -255,6 +263,11 @@ public:
     std::vector<EventRow> events(int64_t run_id);
     // (step, stats) for one run; `layer` empty = all layers. Ordered by step, layer, role.
     std::vector<std::pair<int64_t, TensorStats>> layer_stats(int64_t run_id, const std::string& layer = {});
+    // One role's rows of every layer, without the exponent histograms (exponent_counts empty):
+    // the Compare page's heatmap read every row's histogram too (3.2 s and 470 MB for a
+    // 900,000-row run, on the window's thread).
+    std::vector<std::pair<int64_t, TensorStats>> layer_stats_without_histograms(int64_t run_id,
+                                                                                const std::string& role);
 
     // A run's checkpoint folder: "<store file>.checkpoints/run-<id>" beside the store, so
     // that two stores in one folder never share one (as the lock files in "<store file>.locks/").

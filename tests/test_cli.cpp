@@ -156,8 +156,18 @@ private slots:
         const auto show = run_cli({"show", "first", "--db", db_});
         QCOMPARE(show.exit_code, 0);
         QVERIFY(show.out.contains("status: finished"));
-        QVERIFY(show.out.contains("last val loss:"));
         QVERIFY(show.out.contains("run_finished"));
+        {
+            // The losses of the last step that has each.
+            RunStore store(db_.toStdString(), OpenMode::ReadOnly);
+            const int64_t id = store.find_run("first")->id;
+            const auto train = store.series(id, "train/loss"), val = store.series(id, "val/loss");
+            QVERIFY(train.size() > 1 && val.size() > 1);
+            QVERIFY2(show.out.contains(QString::asprintf("last train loss: %.4f\nlast val loss: %.4f (step %lld)\n",
+                                                         train.back().second, val.back().second,
+                                                         static_cast<long long>(val.back().first))),
+                     qPrintable(show.out));
+        }
 
         const QString csv_path = dir_.filePath("m.csv");
         const auto exp = run_cli({"export", "first", "--format", "csv", "--out", csv_path, "--db", db_});
@@ -306,6 +316,23 @@ private slots:
         QVERIFY2(r.err.contains("is not a Mantissa run store"), qPrintable(r.err));
         QVERIFY(f.open(QIODevice::ReadOnly));
         QCOMPARE(f.readAll(), junk);
+    }
+
+    // A resume of fewer steps than the warm-up times none, and says so: "0.000 ms (0 tokens/s)"
+    // read as a measurement.
+    void aResumeOfAFewStepsSaysItsStepTimeWasNotMeasured()
+    {
+        const QString db = dir_.filePath("few.sqlite");
+        const auto first = run_cli({"run", project_, "--db", db, "--name", "few"});
+        QVERIFY2(first.exit_code == 0, qPrintable(first.err));
+        QVERIFY2(first.out.contains(QRegularExpression("\nmean step time: [0-9.]+ ms \\([0-9]+ tokens/s\\)\n")),
+                 qPrintable(first.out));
+        const auto more = run_cli({"resume", "few", "--db", db, "--set", "training.steps=21"});
+        QVERIFY2(more.exit_code == 0, qPrintable(more.err));
+        QVERIFY2(more.out.contains("\nmean step time: not measured (this session trained no step after its warm-up "
+                                   "steps)\n"),
+                 qPrintable(more.out));
+        QVERIFY(!more.out.contains("mean loop time"));
     }
 
     void resumeContinuesTheSameRun()

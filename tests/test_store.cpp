@@ -890,6 +890,26 @@ private slots:
         }
     }
 
+    // A store checked whole once in a process is not read whole again while it is unchanged:
+    // the window read a 452-MB store for every Show in Monitor and every run it started (a
+    // read-only audit: 0.9 s each). A changed file is checked again.
+    void anUnchangedStoreIsCheckedOncePerProcess()
+    {
+        QTemporaryDir dir;
+        const std::string path = dir.filePath("once.sqlite").toStdString();
+        make_two_run_store(path);
+        const int64_t before = RunStore::quick_checks_run();
+        for (int i = 0; i < 3; ++i) RunStore::open_read_only(path)->list_runs();
+        QCOMPARE(RunStore::quick_checks_run(), before + 1);
+        {
+            RunStore store(path, OpenMode::ReadWrite); // unchanged still: no check
+            QCOMPARE(RunStore::quick_checks_run(), before + 1);
+            store.create_run("c", "p.json", "{}");
+        } // the close checkpoints the WAL into the file
+        RunStore::open_read_only(path)->list_runs();
+        QCOMPARE(RunStore::quick_checks_run(), before + 2);
+    }
+
     void createModeOnlyFillsAnEmptyOrAbsentFile()
     {
         QTemporaryDir dir;
@@ -1205,6 +1225,67 @@ private slots:
     }
 
     // A file replaced whole keeps its mode: a 0640 export came back 0644 (the temporary's).
+    // A page of layer statistics finds the run's tensors in a few seeks each, however long the
+    // run: a row-value seek stepped through every row of a tensor, so a follower of a
+    // 20,000-step run read it whole on every poll (a read-only audit: 185 ms a page).
+    void aLayerPageFindsTheTensorsWithoutReadingTheRun()
+    {
+        QTemporaryDir dir;
+        RunStore store(dir.filePath("p.sqlite").toStdString());
+        const auto write = [&](int64_t run, int64_t steps) {
+            for (int64_t s = 1; s <= steps; ++s)
+                for (const char* layer : {"blocks.0.attn.qkv", "blocks.0.mlp.fc1", "lm_head"})
+                    for (const char* role : {"grad_output", "input", "weight"}) {
+                        TensorStats t;
+                        t.layer = layer;
+                        t.role = role;
+                        t.format = "bf16";
+                        t.amax = double(s);
+                        t.first_exponent = -3;
+                        t.exponent_counts = {1, 2, int64_t(s)};
+                        store.append_layer_stats(run, s, t);
+                    }
+        };
+        const int64_t shortRun = store.create_run("short", "p.json", "{}");
+        const int64_t longRun = store.create_run("long", "p.json", "{}");
+        write(shortRun, 3);
+        write(longRun, 3000);
+        const auto shortPage = store.layer_stats_page(shortRun, 0, 1000);
+        const auto longPage = store.layer_stats_page(longRun, 2999, 1000);
+        QCOMPARE(shortPage.rows.size(), size_t(27));
+        QCOMPARE(longPage.rows.size(), size_t(18)); // steps 2999 and 3000
+        std::vector<std::string> tensors;
+        for (const auto& [step, t] : longPage.rows)
+            if (step == 3000) tensors.push_back(t.layer + "/" + t.role);
+        QCOMPARE(tensors, (std::vector<std::string>{"blocks.0.attn.qkv/grad_output", "blocks.0.attn.qkv/input",
+                                                    "blocks.0.attn.qkv/weight", "blocks.0.mlp.fc1/grad_output",
+                                                    "blocks.0.mlp.fc1/input", "blocks.0.mlp.fc1/weight",
+                                                    "lm_head/grad_output", "lm_head/input", "lm_head/weight"}));
+        QVERIFY2(longPage.tensor_lookup_steps <= 2 * shortPage.tensor_lookup_steps, // 210 and 212 seen
+                 qPrintable(QString("%1 VM steps for 3,000 steps a tensor, %2 for 3")
+                                .arg(longPage.tensor_lookup_steps)
+                                .arg(shortPage.tensor_lookup_steps)));
+        QVERIFY(shortPage.tensor_lookup_steps > 0);
+
+        // The Compare page's heatmap reads one role, without the histograms.
+        const auto all = store.layer_stats(shortRun);
+        const auto inputs = store.layer_stats_without_histograms(shortRun, "input");
+        QCOMPARE(all.size(), size_t(27));
+        QCOMPARE(inputs.size(), size_t(9));
+        size_t k = 0;
+        for (const auto& [step, t] : all) {
+            if (t.role != "input") continue;
+            QCOMPARE(inputs[k].first, step);
+            QCOMPARE(inputs[k].second.layer, t.layer);
+            QCOMPARE(inputs[k].second.amax, t.amax);
+            QCOMPARE(inputs[k].second.first_exponent, -3);
+            QCOMPARE(t.exponent_counts, (std::vector<int64_t>{1, 2, step}));
+            QVERIFY(inputs[k].second.exponent_counts.empty());
+            ++k;
+        }
+        QCOMPARE(k, size_t(9));
+    }
+
     void aReplacedFileKeepsItsMode()
     {
         QTemporaryDir dir;

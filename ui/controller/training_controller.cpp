@@ -55,8 +55,8 @@ struct TrainingController::Job {
 
 // The same RunSession as mantissa-train's: one record, one checkpoint folder rule, so
 // `mantissa-train resume ID` finds GUI runs.
-void TrainingController::Job::work(ProjectConfig config, const std::string& project_path, const std::string& store_path,
-                                   const std::string& run_name)
+void TrainingController::Job::work(ProjectConfig config, const std::string& project_path,
+                                   const std::string& store_path, const std::string& run_name)
 {
     // Nothing may escape this function: an exception on a QThread terminates the process.
     std::unique_ptr<RunSession> owned;

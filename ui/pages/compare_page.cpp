@@ -797,8 +797,10 @@ void ComparePage::updateLayerDiff()
             }
             grid = layer_series_difference(sa, sb, a.layerOrder);
         } else {
-            grid = layer_stat_difference(store->layer_stats(a.row.id), store->layer_stats(b.row.id), layerStat_,
-                                         layerRole_.toStdString(), a.layerOrder);
+            const std::string role = layerRole_.toStdString();
+            grid = layer_stat_difference(store->layer_stats_without_histograms(a.row.id, role),
+                                         store->layer_stats_without_histograms(b.row.id, role), layerStat_, role,
+                                         a.layerOrder);
         }
     } catch (const std::exception& e) {
         fail(tr("Cannot read layer statistics: %1").arg(QString::fromStdString(e.what())));
