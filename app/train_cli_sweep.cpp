@@ -2,6 +2,7 @@
 // mantissa-train sweep: one project trained once per value of one key, then a summary table.
 #include "train_cli.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -31,12 +32,15 @@ void print_sweep_table(const SweepSpec& spec, const std::vector<std::string>& va
     std::printf("\nsweep of %s: %zu runs", spec.key.c_str(), values.size());
     if (!summary.rows.empty()) {
         const auto& ref = summary.rows[summary.reference];
-        const bool has_val = std::isfinite(ref.run.final_val_loss);
+        // As the Compare page says it: a diverged FP32 run (or first run) passed over is named.
+        const bool any_fp32 =
+            std::any_of(summary.rows.begin(), summary.rows.end(), [](const SweepRow& r) { return r.run.is_fp32(); });
+        const bool passed_over =
+            std::isfinite(ref.run.final_val_loss) && (summary.reference != 0 || any_fp32);
         std::printf(", relative to %s (run %lld%s)", ref.value.c_str(), static_cast<long long>(ref.run.id),
-                    ref.run.is_fp32()        ? ", fp32"
-                    : summary.reference == 0 ? ", the first"
-                    : has_val                ? ", the first with a val loss"
-                                             : "");
+                    ref.run.is_fp32() ? ", fp32"
+                    : passed_over     ? ", the first with a val loss"
+                                      : ", the first");
     }
     std::printf("\n");
     std::vector<std::vector<std::string>> rows = {{"value", "run", "status", "final val", "dval vs ref", "tokens/s",
@@ -213,7 +217,7 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
             // The store cannot record this run, nor the next: the table still shows the runs
             // done, and a run made but not tagged is closed as failed, not left "running".
             std::fprintf(stderr, "error: %s\n", e.what());
-            notes[i] = "failed";
+            if (!run_ids[i]) notes[i] = "failed"; // a run made says "failed" as its status
             any_failed = store_failed = true;
             if (run_ids[i]) {
                 try {

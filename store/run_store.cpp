@@ -166,8 +166,9 @@ std::string file_stamp(const std::string& path)
 
 // Files that passed PRAGMA quick_check in this process, by device and stamp: the window opened
 // the same unchanged store again for every Show in Monitor and every run it started, reading
-// the whole file each time (about 2 s a GB). A change of the file (a checkpoint of its WAL,
-// damage on disk) changes its stamp, and the next open checks it again.
+// the whole file each time (about 2 s a GB). A write to the file (a checkpoint of its WAL, a
+// copy over it) changes its stamp, and the next open checks it again; damage that no write
+// made (a failing disk under a long-running window) goes unseen until the process restarts.
 // Function-local: a store may be opened from another file's static initialiser.
 struct CheckedFiles {
     std::mutex mutex;

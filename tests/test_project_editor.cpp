@@ -653,7 +653,16 @@ void TestProjectEditor::undoAndRedoWalkTheEdits()
     QVERIFY(doc.undo());
     QCOMPARE(doc.config().training.batch_size, int64_t(4));
     QCOMPARE(doc.config().training.steps, int64_t(7));
+    // Saved as into another folder: earlier states may spell relative paths from the old one.
+    QTemporaryDir here, there;
+    doc.setConfig(tiny_config(2), here.filePath(QStringLiteral("p.json")));
+    QVERIFY(doc.setValue(QStringLiteral("training.seed"), QJsonValue(9), nullptr));
+    QVERIFY(doc.saveAs(here.filePath(QStringLiteral("q.json")), nullptr)); // the same folder: kept
+    QVERIFY(doc.canUndo());
+    QVERIFY(doc.saveAs(there.filePath(QStringLiteral("q.json")), nullptr));
+    QVERIFY(!doc.canUndo());
     // Another project starts with nothing to undo or redo.
+    QVERIFY(doc.setValue(QStringLiteral("training.seed"), QJsonValue(10), nullptr));
     doc.setConfig(tiny_config(1));
     QVERIFY(!doc.canUndo() && !doc.canRedo());
 }

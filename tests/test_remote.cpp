@@ -1897,7 +1897,6 @@ private slots:
         serving.join();
     }
 
-    // With --allow-control a stop ends the run early and the store says who asked.
     // The gate answers from the state that every command queued so far leaves, not from the
     // engine's last event, which trails the queue (a read-only audit's 8 clients spamming pause
     // and resume got 15 commands of 13,600 accepted and recorded that did nothing).
@@ -1929,6 +1928,7 @@ private slots:
         QCOMPARE(gate.refusal("layer_formats"), std::string());
     }
 
+    // With --allow-control a stop ends the run early and the store says who asked.
     void controlStopsTheRun()
     {
         const QString db = path("steer.sqlite");

@@ -1224,7 +1224,6 @@ private slots:
         QCOMPARE(store.scalars(id).size(), size_t(20 * per_step));
     }
 
-    // A file replaced whole keeps its mode: a 0640 export came back 0644 (the temporary's).
     // A page of layer statistics finds the run's tensors in a few seeks each, however long the
     // run: a row-value seek stepped through every row of a tensor, so a follower of a
     // 20,000-step run read it whole on every poll (a read-only audit: 185 ms a page).
@@ -1286,6 +1285,7 @@ private slots:
         QCOMPARE(k, size_t(9));
     }
 
+    // A file replaced whole keeps its mode: a 0640 export came back 0644 (the temporary's).
     void aReplacedFileKeepsItsMode()
     {
         QTemporaryDir dir;

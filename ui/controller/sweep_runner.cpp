@@ -111,7 +111,7 @@ void SweepRunner::onFinished(RunStatus status)
                                       controller_->lastError());
     if (status == RunStatus::Stopped) stopRequested_ = true;
     // The store could not record this run: nor would it the next ones (as the CLI's sweep stops).
-    if (controller_->lastStoreFailed()) {
+    if (controller_->lastStoreFailed() && current_ + 1 < count()) {
         problems_ << tr("the run store failed: the sweep's other runs were not started");
         stopRequested_ = true;
     }

@@ -185,7 +185,9 @@ bool ProjectDocument::saveAs(const QString& path, QString* error)
     path_ = absolute;
     savedJson_ = json_;
     setDirty(false);
-    if (contentMoved) clearUndo(); // earlier states name the data from the old folder
+    // Earlier states may spell data paths from the old folder (a relative data.path since made
+    // absolute would come back and resolve against the new one).
+    if (contentMoved || newBase != oldBase) clearUndo();
     addRecent(absolute);
     if (pathMoved) emit pathChanged(path_);
     if (contentMoved) emit changed();

@@ -70,8 +70,8 @@ public:
     bool setPreset(const QString& preset, QString* error);
 
     // Every accepted edit that changed the project can be undone, and an undone one redone,
-    // until another project is opened or set (or Save As rewrites the relative paths for a new
-    // folder, which the earlier states would name wrongly). A new edit drops what was undone.
+    // until another project is opened or set, or saved as into another folder (earlier states
+    // may spell relative paths from the old one). A new edit drops what was undone.
     // Each emits changed() as an edit does, and undoChanged() when what can be undone changes.
     bool canUndo() const { return !undo_.isEmpty(); }
     bool canRedo() const { return !redo_.isEmpty(); }

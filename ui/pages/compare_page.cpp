@@ -103,7 +103,7 @@ ComparePage::ComparePage(StoreConnection* store, QWidget* parent) : QWidget(pare
     // is read again (only when its steps, status or evaluation moved; see reload()).
     followTimer_ = new QTimer(this);
     followTimer_->setInterval(2000);
-    connect(followTimer_, &QTimer::timeout, this, [this] { reload(); });
+    connect(followTimer_, &QTimer::timeout, this, &ComparePage::followTick);
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(8, 6, 8, 6);
     layout->setSpacing(6);
@@ -458,10 +458,23 @@ bool ComparePage::reload()
     return runsChangedInStore(rows) ? loadRuns(runIds(), std::move(rows)) : true;
 }
 
-bool ComparePage::runsChangedInStore(std::optional<std::vector<RunSummaryRow>>& rows) const
+void ComparePage::followTick()
+{
+    if (!isVisible() || runs_.empty()) return;
+    // A read that fails on a tick (the store busy or replaced a moment) keeps what the page
+    // shows: through reload() it emptied the page, and the runs had to be picked again.
+    std::optional<std::vector<RunSummaryRow>> rows;
+    bool failed = false;
+    if (runsChangedInStore(rows, &failed) && !failed) loadRuns(runIds(), std::move(rows));
+}
+
+bool ComparePage::runsChangedInStore(std::optional<std::vector<RunSummaryRow>>& rows, bool* readFailed) const
 {
     RunStore* store = store_->store();
-    if (!store) return true; // loadRuns says why
+    if (!store) {
+        if (readFailed) *readFailed = true;
+        return true; // loadRuns says why
+    }
     try {
         RunFilter filter;
         filter.ids = runIds();
@@ -477,6 +490,7 @@ bool ComparePage::runsChangedInStore(std::optional<std::vector<RunSummaryRow>>& 
         }
         return false;
     } catch (const std::exception&) {
+        if (readFailed) *readFailed = true;
         return true;
     }
 }

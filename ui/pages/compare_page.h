@@ -138,7 +138,9 @@ private:
     // setRuns, with the store's rows for `ids` when already read (nullopt: read them here).
     bool loadRuns(const std::vector<int64_t>& ids, std::optional<std::vector<RunSummaryRow>> rows);
     // Whether a shown run changed in the store (or the store cannot say); `rows`: what was read.
-    bool runsChangedInStore(std::optional<std::vector<RunSummaryRow>>& rows) const;
+    // `readFailed`: set when the store could not be read (the answer is then true).
+    bool runsChangedInStore(std::optional<std::vector<RunSummaryRow>>& rows, bool* readFailed = nullptr) const;
+    void followTick();
     struct RunData {
         RunSummaryRow row;
         QString storePath; // with row.id and row.created_at: which run this is, across stores
