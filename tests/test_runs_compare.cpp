@@ -214,17 +214,7 @@ private slots:
     // A run whose evaluation came out NaN diverged: it says so, where one never evaluated shows "–".
     void aDivergedRunShowsItsNaN()
     {
-        {
-            RunStore store(path_.toStdString());
-            const int64_t id = store.create_run("diverged", "/p/d.json", to_json_text(config_named("diverged", "fp16")));
-            StoreSink sink(store, id);
-            StepMetrics m;
-            m.step = 1;
-            m.train_loss = std::numeric_limits<double>::quiet_NaN();
-            sink.on_step(m);
-            sink.on_eval({1, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()});
-            store.finish_run(id, RunStatus::Finished);
-        }
+        addDivergedRun("fp16");
         RunsPage page(connection_.get());
         QVERIFY(page.refresh());
         RunListModel* m = page.model();
@@ -242,19 +232,7 @@ private slots:
     // loss is, and the label says why it is neither the FP32 run nor the first.
     void aDivergedRunIsNoReference()
     {
-        {
-            RunStore store(path_.toStdString());
-            const int64_t id =
-                store.create_run("diverged", "/p/d.json", to_json_text(config_named("diverged", "fp32")));
-            StoreSink sink(store, id);
-            StepMetrics m;
-            m.step = 1;
-            m.train_loss = std::numeric_limits<double>::quiet_NaN();
-            sink.on_step(m);
-            sink.on_eval({1, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()});
-            store.finish_run(id, RunStatus::Finished);
-            QCOMPARE(id, int64_t(4));
-        }
+        QCOMPARE(addDivergedRun("fp32"), int64_t(4));
         ComparePage page(connection_.get());
         QVERIFY(page.setRuns({4, 2}));
         QCOMPARE(page.summaryModel()->index(1, ComparePage::SumDiverges).data().toString(),
@@ -1190,6 +1168,21 @@ private slots:
     }
 
 private:
+    // A run of one step whose losses came out NaN, finished: its id.
+    int64_t addDivergedRun(const std::string& preset)
+    {
+        RunStore store(path_.toStdString());
+        const int64_t id = store.create_run("diverged", "/p/d.json", to_json_text(config_named("diverged", preset)));
+        StoreSink sink(store, id);
+        StepMetrics m;
+        m.step = 1;
+        m.train_loss = std::numeric_limits<double>::quiet_NaN();
+        sink.on_step(m);
+        sink.on_eval({1, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()});
+        store.finish_run(id, RunStatus::Finished);
+        return id;
+    }
+
     std::unique_ptr<QTemporaryDir> dir_;
     QString path_;
     std::unique_ptr<StoreConnection> connection_;
