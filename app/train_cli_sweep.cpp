@@ -234,7 +234,7 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
         if (code != 0) any_failed = true;
         // The store could not record the run: the next runs would not be kept either. A final
         // checkpoint not kept (another sweep's file in its folder, a full disk) is this run's.
-        if (end.store_failed) store_failed = true;
+        if (end.store_failed || (code == 3 && !end.final_checkpoint_lost)) store_failed = true;
         else if (end.final_checkpoint_lost) notes[i] = "final checkpoint not kept";
     }
 
