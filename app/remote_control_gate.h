@@ -24,11 +24,13 @@ public:
     // The trainer's queue took `command`.
     void queued(const std::string& command)
     {
-        if (command == "stop") stop_asked_ = true;
+        if (command == "stop") stopping();
         if (command != "pause" && command != "resume") return;
         pause_asked_ = command == "pause";
         ++pending_;
     }
+    // A stop asked for elsewhere (Ctrl-C or SIGTERM at the terminal).
+    void stopping() { stop_asked_ = true; }
     // The engine paused or resumed: one of ours (the state already says what the queue will
     // leave), or a watcher's pause. Taken from every event, the state trailed the queue: with
     // [pause, resume] queued, the pause's event said "paused", and a third client's resume was

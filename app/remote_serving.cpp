@@ -23,6 +23,7 @@
 #include "run_session.h"
 #include "run_store.h"
 #include "store_server.h"
+#include "train_cli.h"
 
 namespace mantissa {
 
@@ -118,6 +119,7 @@ public:
             // The check, the queueing and the gate's update as one: two clients' pauses both
             // passed the check, and both were accepted and recorded, the second applied as nothing.
             std::scoped_lock lock(gate_mutex_);
+            if (g_stop_requested.load()) gate_.stopping(); // Ctrl-C at the terminal: the run is ending
             // A command that would change nothing, recorded, would tell the run's history of
             // steering that never happened.
             if (const std::string why = gate_.refusal(c.command); !why.empty())

@@ -1926,6 +1926,11 @@ private slots:
         QCOMPARE(gate.refusal("checkpoint"), std::string("is stopping"));
         QCOMPARE(gate.refusal("stop"), std::string("is stopping"));
         QCOMPARE(gate.refusal("layer_formats"), std::string());
+        // A stop from the terminal (Ctrl-C) refuses the same.
+        RemoteControlGate terminal;
+        QCOMPARE(terminal.refusal("checkpoint"), std::string());
+        terminal.stopping();
+        QCOMPARE(terminal.refusal("checkpoint"), std::string("is stopping"));
     }
 
     // With --allow-control a stop ends the run early and the store says who asked.
