@@ -153,13 +153,14 @@ bool wal_in_use(const std::string& path)
     return fs::exists(path + "-wal", ec) && (fs::file_size(path + "-wal", ec) > 0 || fs::exists(path + "-shm", ec));
 }
 
-// Changes whenever a writer changes the file: inode (replaced), size, and modification and
-// status-change times to the nanosecond.
+// Changes whenever a writer changes the file: device and inode (replaced), size, and
+// modification and status-change times to the nanosecond.
 std::string file_stamp(const std::string& path)
 {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) return {};
-    return std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) +
+    return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
+           std::to_string(st.st_mtim.tv_sec) +
            "." + std::to_string(st.st_mtim.tv_nsec) + ":" + std::to_string(st.st_ctim.tv_sec) + "." +
            std::to_string(st.st_ctim.tv_nsec);
 }
@@ -179,13 +180,6 @@ CheckedFiles& checked_files()
 {
     static CheckedFiles files;
     return files;
-}
-
-std::string checked_key(const std::string& path)
-{
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) return {};
-    return std::to_string(st.st_dev) + ":" + file_stamp(path);
 }
 
 // Any regular "step-*.pt" file (checkpoint_file.h names them; this library does not link
@@ -435,6 +429,12 @@ bool has_sqlite_header(const std::string& path)
     return read && std::memcmp(header, "SQLite format 3", sizeof header) == 0;
 }
 
+} // namespace
+
+bool RunStore::is_sqlite_file(const std::string& path) { return has_sqlite_header(path); }
+
+namespace {
+
 FileState inspect(const std::string& path)
 {
     namespace fs = std::filesystem;
@@ -680,7 +680,7 @@ bool RunStore::check_contents(bool may_be_empty)
     // A damaged file is reported, not written to.
     if (quick_check_) {
         CheckedFiles& files = checked_files();
-        const std::string key = checked_key(path_);
+        const std::string key = file_stamp(path_);
         bool checked = false;
         {
             std::lock_guard lock(files.mutex);
@@ -1282,7 +1282,7 @@ std::vector<EventRow> RunStore::events(int64_t run_id)
 
 namespace {
 
-// The layer_stats columns after run_id and step, as listed in kLayerStatsColumns.
+// The layer_stats columns after run_id and step, as layer_stats_columns() lists them.
 TensorStats read_tensor_stats(const Statement& s, int c)
 {
     TensorStats t;
@@ -1306,9 +1306,13 @@ TensorStats read_tensor_stats(const Statement& s, int c)
     return t;
 }
 
-constexpr const char* kLayerStatsColumns = "layer, role, format, count, zeros, infs, nans, underflow, subnormal, "
-                                           "overflow, amax, scale, quant_mse, quant_snr_db, update_ratio, "
-                                           "first_exponent, exponent_counts";
+// Before exponent_counts: a read without histograms selects NULL in its place.
+constexpr const char* kLayerStatsScalarColumns = "layer, role, format, count, zeros, infs, nans, underflow, "
+                                                 "subnormal, overflow, amax, scale, quant_mse, quant_snr_db, "
+                                                 "update_ratio, first_exponent";
+// Every column after run_id and step (a function: a store may be read from another file's
+// static initialiser, before a namespace-scope string would be made).
+std::string layer_stats_columns() { return std::string(kLayerStatsScalarColumns) + ", exponent_counts"; }
 
 } // namespace
 
@@ -1317,7 +1321,7 @@ std::vector<std::pair<int64_t, TensorStats>> RunStore::layer_stats(int64_t run_i
     flush();
     if (schema_ < 2) return {}; // a read-only schema-1 store: no layer_stats table yet
     std::lock_guard lock(db_mutex_);
-    const std::string sql = std::string("SELECT step, ") + kLayerStatsColumns +
+    const std::string sql = "SELECT step, " + layer_stats_columns() +
                             " FROM layer_stats WHERE run_id=? AND (?='' OR layer=?) ORDER BY step, layer, role";
     Statement s(db_, sql.c_str());
     s.bind(1, run_id).bind(2, layer).bind(3, layer);
@@ -1332,10 +1336,10 @@ std::vector<std::pair<int64_t, TensorStats>> RunStore::layer_stats_without_histo
     flush();
     if (schema_ < 2) return {};
     std::lock_guard lock(db_mutex_);
-    // The columns of kLayerStatsColumns, the histogram's read as NULL (an empty vector).
-    Statement s(db_, "SELECT step, layer, role, format, count, zeros, infs, nans, underflow, subnormal, overflow, "
-                     "amax, scale, quant_mse, quant_snr_db, update_ratio, first_exponent, NULL FROM layer_stats "
-                     "WHERE run_id=? AND role=? ORDER BY step, layer, role");
+    // The histogram read as NULL: an empty vector.
+    const std::string sql = std::string("SELECT step, ") + kLayerStatsScalarColumns +
+                            ", NULL FROM layer_stats WHERE run_id=? AND role=? ORDER BY step, layer, role";
+    Statement s(db_, sql.c_str());
     s.bind(1, run_id).bind(2, role);
     std::vector<std::pair<int64_t, TensorStats>> rows;
     while (s.step()) rows.emplace_back(s.int64(0), read_tensor_stats(s, 1));
@@ -1873,7 +1877,7 @@ LayerStatsPage RunStore::layer_stats_page(int64_t run_id, int64_t from_step, int
     }
     if (tensors.empty()) return page;
     const int64_t per_tensor = std::max<int64_t>(2, max_rows / static_cast<int64_t>(tensors.size()));
-    const std::string sql = std::string("SELECT step, ") + kLayerStatsColumns +
+    const std::string sql = "SELECT step, " + layer_stats_columns() +
                             " FROM layer_stats WHERE run_id=? AND layer=? AND role=? AND step>=? ORDER BY step LIMIT ?";
     Statement s(db_, sql.c_str());
     int64_t cut = INT64_MAX, max_step = from_step;

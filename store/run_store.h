@@ -183,6 +183,9 @@ public:
     // StoreArgumentError before anything is made (a --db of "runs/" used to make the folder,
     // then fail on it).
     static bool names_a_folder(const std::string& path);
+    // An SQLite database's header at `path`, read through SQLite: a descriptor of one's own
+    // opened and closed on a store this process has open drops its locks on it.
+    static bool is_sqlite_file(const std::string& path);
     static std::unique_ptr<RunStore> open_read_only(const std::string& path, bool quick_check = true)
     {
         return std::make_unique<RunStore>(path, OpenMode::ReadOnly, quick_check);

@@ -6,6 +6,8 @@
 #include <QSaveFile>
 #include <QStringList>
 
+#include "run_store.h"
+
 namespace mantissa {
 
 QString csv_field(const QString& text)
@@ -42,9 +44,9 @@ QString model_to_csv(const QAbstractItemModel& model)
 bool export_model_csv(const QAbstractItemModel& model, const QString& path, QString* error)
 {
     // The save dialog offers every file: a run store picked there (runs.sqlite, beside the CSVs)
-    // would have been replaced by a table, every run gone. The CLI's export refuses it too.
-    if (QFile existing(path);
-        existing.open(QIODevice::ReadOnly) && existing.read(16) == QByteArray("SQLite format 3", 16)) {
+    // would have been replaced by a table, every run gone. The CLI's export refuses it too. Read
+    // through SQLite: a QFile opened and closed on the window's own store dropped its locks.
+    if (RunStore::is_sqlite_file(QFile::encodeName(path).toStdString())) {
         if (error)
             *error = QStringLiteral("'%1' is an SQLite database (a run store?): it was not replaced; pick another "
                                     "file")
