@@ -2,8 +2,6 @@
 // mantissa-train sweep: one project trained once per value of one key, then a summary table.
 #include "train_cli.h"
 
-#include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -32,15 +30,10 @@ void print_sweep_table(const SweepSpec& spec, const std::vector<std::string>& va
     std::printf("\nsweep of %s: %zu runs", spec.key.c_str(), values.size());
     if (!summary.rows.empty()) {
         const auto& ref = summary.rows[summary.reference];
-        // As the Compare page says it: a diverged FP32 run (or first run) passed over is named.
-        const bool any_fp32 =
-            std::any_of(summary.rows.begin(), summary.rows.end(), [](const SweepRow& r) { return r.run.is_fp32(); });
-        const bool passed_over =
-            std::isfinite(ref.run.final_val_loss) && (summary.reference != 0 || any_fp32);
         std::printf(", relative to %s (run %lld%s)", ref.value.c_str(), static_cast<long long>(ref.run.id),
-                    ref.run.is_fp32() ? ", fp32"
-                    : passed_over     ? ", the first with a val loss"
-                                      : ", the first");
+                    ref.run.is_fp32()               ? ", fp32"
+                    : summary.reference_passed_over ? ", the first with a val loss"
+                                                    : ", the first");
     }
     std::printf("\n");
     std::vector<std::vector<std::string>> rows = {{"value", "run", "status", "final val", "dval vs ref", "tokens/s",

@@ -198,6 +198,10 @@ SweepSummary summarize_sweep(const std::vector<std::pair<std::string, RunSummary
     summary.reference = first([&](const RunSummaryRow& r) { return r.is_fp32() && has_val(r); })
                             .value_or(first(has_val).value_or(
                                 first([](const RunSummaryRow& r) { return r.is_fp32(); }).value_or(0)));
+    const RunSummaryRow& chosen = runs[summary.reference].second;
+    summary.reference_passed_over =
+        !chosen.is_fp32() && has_val(chosen) &&
+        (summary.reference != 0 || first([](const RunSummaryRow& r) { return r.is_fp32(); }).has_value());
     const RunSummaryRow& ref = runs[summary.reference].second;
     const auto ref_memory = static_cast<double>(ref.peak_memory_bytes());
     for (const auto& [value, run] : runs) {

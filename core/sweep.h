@@ -57,6 +57,9 @@ struct SweepSummary {
     // Index into rows: the first FP32 run with a final val loss, else the first run with one,
     // else the first FP32 run, else the first.
     size_t reference = 0;
+    // The reference is no FP32 run and not simply the first: runs before it, or the FP32 ones,
+    // had no val loss (diverged, or not evaluated). The tables say "the first with a val loss".
+    bool reference_passed_over = false;
     std::vector<SweepRow> rows;
 };
 

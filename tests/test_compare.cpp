@@ -797,6 +797,7 @@ private slots:
         const auto t = summarize_sweep({{"a", summary(3.0, 10.0, 100, "bf16")},
                                         {"b", summary(2.5, 20.0, 50, "fp32", 1)}});
         QCOMPARE(t.reference, size_t(0));
+        QVERIFY(!t.reference_passed_over);
         QCOMPARE(t.rows[1].val_loss_delta, -0.5);
         QCOMPARE(t.rows[1].tokens_per_s_ratio, 2.0);
         QCOMPARE(t.rows[1].peak_memory_ratio, 0.5);
@@ -809,11 +810,13 @@ private slots:
                                         {"fp32 1e4", summary(nan, 10.0, 100, "fp32")},
                                         {"fp32 1e-3", summary(2.5, 20.0, 100, "fp32")}});
         QCOMPARE(d.reference, size_t(3));
+        QVERIFY(!d.reference_passed_over); // an FP32 run
         QCOMPARE(d.rows[1].val_loss_delta, 0.5);
         const auto e = summarize_sweep({{"1e4", summary(nan, 10.0, 100, "bf16")},
                                         {"1e-3", summary(3.0, 10.0, 100, "bf16")},
                                         {"3e-3", summary(3.25, 10.0, 100, "bf16")}});
         QCOMPARE(e.reference, size_t(1));
+        QVERIFY(e.reference_passed_over);
         QCOMPARE(e.rows[2].val_loss_delta, 0.25);
         QVERIFY(std::isnan(e.rows[0].val_loss_delta));
         QCOMPARE(summarize_sweep({{"a", summary(nan, 10.0, 100, "bf16")}, {"fp32", summary(nan, 10.0, 100, "fp32")}})

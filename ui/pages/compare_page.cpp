@@ -499,9 +499,7 @@ void ComparePage::showEvent(QShowEvent* event)
 {
     QWidget::showEvent(event);
     // A run that was training when last shown has grown since, though nothing said so.
-    const bool running =
-        std::any_of(runs_.begin(), runs_.end(), [](const RunData& r) { return r.row.status == RunStatus::Running; });
-    if (reloadWhenShown_ || running) reload();
+    if (reloadWhenShown_ || showsTrainingRun()) reload();
     followRunningRuns();
 }
 
@@ -511,11 +509,15 @@ void ComparePage::hideEvent(QHideEvent* event)
     followRunningRuns();
 }
 
+bool ComparePage::showsTrainingRun() const
+{
+    return std::any_of(runs_.begin(), runs_.end(),
+                       [](const RunData& r) { return r.row.status == RunStatus::Running; });
+}
+
 void ComparePage::followRunningRuns()
 {
-    const bool running =
-        std::any_of(runs_.begin(), runs_.end(), [](const RunData& r) { return r.row.status == RunStatus::Running; });
-    if (running && isVisible()) {
+    if (showsTrainingRun() && isVisible()) {
         if (!followTimer_->isActive()) followTimer_->start();
     } else {
         followTimer_->stop();
@@ -662,17 +664,12 @@ void ComparePage::rebuildSummary()
         return;
     }
     const RunSummaryRow& ref = runs_[summary.reference].row;
-    // A diverged run (val loss NaN) is no reference: the first run with a val loss is taken.
-    const bool anyFp32 = std::any_of(runs_.begin(), runs_.end(), [](const RunData& r) { return r.row.is_fp32(); });
-    const bool passedOver = std::isfinite(ref.final_val_loss) && (summary.reference != 0 || anyFp32);
-    referenceLabel_->setText(ref.is_fp32() ? tr("Relative to the FP32 run #%1 (bold), train-loss divergence too.")
-                                                 .arg(ref.id)
-                             : passedOver  ? tr("Relative to run #%1 (bold), the first shown with a val loss, "
-                                                "train-loss divergence too.")
-                                                .arg(ref.id)
-                                           : tr("Relative to the first run #%1 (bold; no FP32 run shown), train-loss "
-                                                "divergence too.")
-                                                 .arg(ref.id));
+    const QString text =
+        ref.is_fp32() ? tr("Relative to the FP32 run #%1 (bold), train-loss divergence too.")
+        : summary.reference_passed_over
+            ? tr("Relative to run #%1 (bold), the first shown with a val loss, train-loss divergence too.")
+            : tr("Relative to the first run #%1 (bold; no FP32 run shown), train-loss divergence too.");
+    referenceLabel_->setText(text.arg(ref.id));
     for (size_t i = 0; i < summary.rows.size(); ++i) {
         const SweepRow& s = summary.rows[i];
         const RunSummaryRow& r = s.run;

@@ -167,6 +167,7 @@ private:
     void askExportPlot(bool heatmap);
     void askExportTable(bool summary);
     void followRunningRuns();
+    bool showsTrainingRun() const;
 
     StoreConnection* store_ = nullptr;
     mutable TokensMedianCache medianCache_; // the compared runs' tokens/s as last read (see RunsPage)
