@@ -312,11 +312,17 @@ void TrainingController::onWorkerFinished()
     thread_->wait();
     drainTimer_.stop();
     drain(); // whatever the worker pushed after the last tick
-    lastStatus_ = job_->status;
-    lastError_ = QString::fromStdString(job_->error);
-    lastRefusedSettings_ = job_->settings_refused;
-    lastStoreFailed_ = job_->store_failed;
-    lastSummary_ = job_->summary;
+    {
+        // The worker has returned, but QThread::wait() synchronises through futexes that
+        // ThreadSanitizer cannot see; the worker's last writes were made under this lock, so
+        // taking it is what orders them before these reads for every tool, not only for the CPU.
+        std::lock_guard lock(job_->mutex);
+        lastStatus_ = job_->status;
+        lastError_ = QString::fromStdString(job_->error);
+        lastRefusedSettings_ = job_->settings_refused;
+        lastStoreFailed_ = job_->store_failed;
+        lastSummary_ = job_->summary;
+    }
     thread_.reset();
     job_.reset();
     running_ = false;
