@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #pragma once
-// What a reading command (list, show, export, compare) prints, held in memory until its read
-// of the store is known to be whole: read_consistently may read again, and a view that a
-// writer tore must never reach the terminal or a redirected file.
+// What a reading command (list, show, export, compare) prints, held until its read of the
+// store is known to be whole: read_consistently may read again, and a view that a writer tore
+// must never reach the terminal or a redirected file. The output is held in an unlinked
+// temporary file (in $TMPDIR, else /tmp), not in memory: `export 1 --table layers > l.csv` of a
+// long run is gigabytes; the messages, and the output where no such file can be made, in memory.
 
 #include <cstdio>
 #include <functional>
@@ -28,27 +30,28 @@ int after_the_read(const CliStreams& io, std::function<int()> act);
 
 class HeldOutput {
 public:
-    HeldOutput(); // throws std::bad_alloc where no memory stream can be made
+    HeldOutput(); // throws std::bad_alloc where no stream can be made
     ~HeldOutput();
     HeldOutput(const HeldOutput&) = delete;
     HeldOutput& operator=(const HeldOutput&) = delete;
 
     CliStreams streams() const { return {out_.file, err_.file}; }
     void clear(); // drops what was written so far
-    // Writes the messages to stderr, then the output to stdout. False where stdout could not
-    // take it all (a full disk behind `> m.csv`), with errno set: a cut table must not read as
-    // a whole one.
-    bool release();
+    // Writes the messages to stderr, then the output to stdout. Where the output could not all
+    // be held or could not all reach stdout (a full disk behind `> m.csv`): why, else "". A cut
+    // table must not read as a whole one.
+    std::string release();
 
 private:
-    struct MemoryStream {
+    struct HeldStream {
         std::FILE* file = nullptr;
-        char* data = nullptr;
+        char* data = nullptr; // a memory stream's
         size_t size = 0;
+        bool on_disk = false;
     };
-    static void open(MemoryStream& s);
-    static void close(MemoryStream& s);
-    MemoryStream out_, err_;
+    static void open(HeldStream& s, bool on_disk);
+    static void close(HeldStream& s);
+    HeldStream out_, err_;
 };
 
 // Opens the store read-only and runs `command` on it with held streams, again where a writer

@@ -6,10 +6,13 @@
 #include <cstring>
 #include <cerrno>
 #include <filesystem>
+#include <memory>
 #include <optional>
+#include <string_view>
 
 #include "checkpoint_weights.h"
 #include "cli_table.h"
+#include "csv_export.h"
 #include "durable_file.h"
 #include "run_session.h"
 #include "run_store.h"
@@ -234,15 +237,23 @@ int cmd_export(RunStore& store, const std::string& run, const std::string& forma
             std::fprintf(io.err, "error: --format tensorboard needs --out DIR\n");
             return 2;
         }
-        TensorBoardRun rows = read_tensorboard_run(store, info->id);
-        if (rows.scalars.empty() && rows.layer_stats.empty()) { // an empty run in TensorBoard's list
+        // Written as it is read (a long run's histograms are never held whole), in place once
+        // the read stands; a read done again drops this one's file and writes its own.
+        std::shared_ptr<TensorBoardExport> board;
+        try {
+            board = std::make_shared<TensorBoardExport>(store, info->id, out_path);
+        } catch (const ExportWriteError& e) {
+            std::fprintf(io.err, "error: %s\n", e.what());
+            return 2;
+        }
+        if (board->empty()) { // an empty run in TensorBoard's list
             std::fprintf(io.err, "error: run %lld has recorded no metrics yet: nothing was written\n",
                          static_cast<long long>(info->id));
             return 2;
         }
-        return after_the_read(io, [io, rows = std::move(rows), &out_path] {
+        return after_the_read(io, [io, board] {
             try {
-                std::fprintf(io.err, "wrote %s\n", write_tensorboard_run(rows, out_path).c_str());
+                std::fprintf(io.err, "wrote %s\n", board->commit().c_str());
             } catch (const ExportWriteError& e) {
                 std::fprintf(io.err, "error: %s\n", e.what());
                 return 2;
@@ -262,22 +273,39 @@ int cmd_export(RunStore& store, const std::string& run, const std::string& forma
             return export_weights(store, info, out_path, io);
         });
     }
-    // No --table: the metrics.
-    std::string text = table == "events"   ? store.events_csv(info->id)
-                       : table == "layers" ? store.layer_stats_csv(info->id)
-                                           : store.metrics_csv(info->id);
+    // No --table: the metrics. Written as it is read: a long run's table is never held whole.
+    const auto write = table == "events"   ? write_events_csv
+                       : table == "layers" ? write_layer_stats_csv
+                                           : write_metrics_csv;
     if (out_path.empty() || out_path == "-") {
-        // `export 3 > m.csv` on a full disk: a cut table must not read as a whole one.
-        const bool written = std::fwrite(text.data(), 1, text.size(), io.out) == text.size();
+        // Held until the read stands (run_reading_command), in a file in $TMPDIR: a cut table
+        // must not read as a whole one, and one that could not all be held is not printed.
+        bool written = true;
+        write(store, info->id, [&written, &io](std::string_view piece) {
+            written = written && std::fwrite(piece.data(), 1, piece.size(), io.out) == piece.size();
+        });
         if (!written || std::fflush(io.out) != 0 || std::ferror(io.out)) {
-            std::fprintf(io.err, "error: cannot write the table to standard output: %s\n", std::strerror(errno));
+            std::fprintf(io.err, "error: cannot hold the table until the read stands (in $TMPDIR, else /tmp): %s\n",
+                         std::strerror(errno));
             return 2;
         }
         return 0;
     }
-    return after_the_read(io, [io, text = std::move(text), &out_path] {
+    // Beside --out while it is read, in its place once the read stands: whole or not at all (an
+    // earlier file stays on failure). A read done again drops this one's file and writes its own.
+    std::shared_ptr<DurableFile> file;
+    try {
+        file = std::make_shared<DurableFile>(out_path);
+        write(store, info->id, [&file](std::string_view piece) { file->write(piece); });
+    } catch (const StoreError&) {
+        throw; // the store's, not the output's: run_reading_command reads again or reports it
+    } catch (const std::exception& e) { // the output's: a folder that is not there, a full disk
+        std::fprintf(io.err, "error: %s\n", e.what());
+        return 2;
+    }
+    return after_the_read(io, [io, file, &out_path] {
         try {
-            replace_file_durably(out_path, text); // whole or not at all: an earlier file stays on failure
+            file->commit();
         } catch (const std::exception& e) {
             std::fprintf(io.err, "error: %s\n", e.what());
             return 2;

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <charconv>
 #include <chrono>
 #include <cerrno>
 #include <cmath>
@@ -19,7 +18,6 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <tuple>
 
 #include <fcntl.h>
@@ -351,14 +349,6 @@ int64_t pragma_int(sqlite3* db, const char* sql)
     return s.step() ? s.int64(0) : 0;
 }
 
-std::string csv_field(const std::string& s)
-{
-    if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-    std::string out = "\"";
-    for (char c : s) out += (c == '"') ? std::string("\"\"") : std::string(1, c);
-    return out + "\"";
-}
-
 void fill_legacy_event_fields(sqlite3* db)
 {
     Statement read(db, "SELECT id, step, kind, message FROM events");
@@ -373,16 +363,6 @@ void fill_legacy_event_fields(sqlite3* db)
 // A status as the store keeps it; a name this version does not know (a newer Mantissa's)
 // reads as failed rather than as a live run.
 RunStatus stored_status(const std::string& name) { return parse_run_status(name).value_or(RunStatus::Failed); }
-
-// The shortest text that reads back as the same double: 9 significant digits lost the last
-// bits of FP64 values (a loss averaged over micro-batches), so two exports of runs that
-// differ there compared equal.
-std::string format_value(double v)
-{
-    char text[32];
-    const auto [end, ec] = std::to_chars(text, text + sizeof text, v);
-    return ec == std::errc() ? std::string(text, end) : std::string("nan");
-}
 
 // One layer_stats row, in the table's column order, on an
 // "INSERT OR REPLACE INTO layer_stats VALUES(?, ... 19)" statement. NaN binds as NULL.
@@ -1233,14 +1213,25 @@ std::optional<RunInfo> RunStore::find_run(const std::string& id_or_name)
     return std::nullopt;
 }
 
-std::vector<ScalarRow> RunStore::scalars(int64_t run_id)
+void RunStore::for_each_scalar(int64_t run_id, const std::function<void(const ScalarRow&)>& visit)
 {
     flush();
     std::lock_guard lock(db_mutex_);
     Statement s(db_, "SELECT step, tag, value FROM scalars WHERE run_id=? ORDER BY step, tag");
     s.bind(1, run_id);
+    ScalarRow row;
+    while (s.step()) {
+        row.step = s.int64(0);
+        row.tag = s.text(1);
+        row.value = s.real_or_nan(2); // NULL: a NaN stored
+        visit(row);
+    }
+}
+
+std::vector<ScalarRow> RunStore::scalars(int64_t run_id)
+{
     std::vector<ScalarRow> rows;
-    while (s.step()) rows.push_back({s.int64(0), s.text(1), s.real_or_nan(2)}); // NULL: a NaN stored
+    for_each_scalar(run_id, [&rows](const ScalarRow& row) { rows.push_back(row); });
     return rows;
 }
 
@@ -1330,6 +1321,20 @@ std::vector<std::pair<int64_t, TensorStats>> RunStore::layer_stats(int64_t run_i
     return rows;
 }
 
+void RunStore::for_each_layer_stats(int64_t run_id, bool with_histograms,
+                                    const std::function<void(int64_t step, const TensorStats&)>& visit)
+{
+    flush();
+    if (schema_ < 2) return;
+    std::lock_guard lock(db_mutex_);
+    const std::string columns =
+        with_histograms ? layer_stats_columns() : std::string(kLayerStatsScalarColumns) + ", NULL";
+    const std::string sql = "SELECT step, " + columns + " FROM layer_stats WHERE run_id=? ORDER BY step, layer, role";
+    Statement s(db_, sql.c_str());
+    s.bind(1, run_id);
+    while (s.step()) visit(s.int64(0), read_tensor_stats(s, 1));
+}
+
 std::vector<std::pair<int64_t, TensorStats>> RunStore::layer_stats_without_histograms(int64_t run_id,
                                                                                       const std::string& role)
 {
@@ -1344,67 +1349,6 @@ std::vector<std::pair<int64_t, TensorStats>> RunStore::layer_stats_without_histo
     std::vector<std::pair<int64_t, TensorStats>> rows;
     while (s.step()) rows.emplace_back(s.int64(0), read_tensor_stats(s, 1));
     return rows;
-}
-
-std::string RunStore::metrics_csv(int64_t run_id)
-{
-    // Known tags first in a fixed order, anything newer after them alphabetically.
-    static const std::vector<std::string> preferred = {"train/loss", "val/loss",     "eval/train_loss",
-                                                       "lr",         "grad_norm",    "step_time_ms",
-                                                       "tokens_per_s", "loss_scale", "skipped"};
-    std::map<int64_t, std::map<std::string, double>> by_step;
-    std::set<std::string> tags;
-    for (const auto& row : scalars(run_id)) {
-        by_step[row.step][row.tag] = row.value;
-        tags.insert(row.tag);
-    }
-    std::vector<std::string> columns;
-    for (const auto& t : preferred)
-        if (tags.count(t)) columns.push_back(t);
-    for (const auto& t : tags)
-        if (std::find(columns.begin(), columns.end(), t) == columns.end()) columns.push_back(t);
-
-    std::ostringstream out;
-    out << "step";
-    for (const auto& c : columns) out << ',' << csv_field(c);
-    out << '\n';
-    for (const auto& [step, values] : by_step) {
-        out << step;
-        for (const auto& c : columns) {
-            out << ',';
-            if (auto it = values.find(c); it != values.end()) out << format_value(it->second);
-        }
-        out << '\n';
-    }
-    return out.str();
-}
-
-std::string RunStore::layer_stats_csv(int64_t run_id)
-{
-    // A row per layer, tensor role and telemetry step; the exponent histogram stays in the
-    // TensorBoard export. -1: not measured (subnormal and overflow under per-row and block
-    // scales, the update ratio of tensors that are not weights).
-    std::ostringstream out;
-    out << "step,layer,role,format,scale,count,zeros,infs,nans,underflow,subnormal,overflow,amax,quant_mse,"
-           "quant_snr_db,update_ratio\n";
-    for (const auto& [step, t] : layer_stats(run_id)) {
-        out << step << ',' << csv_field(t.layer) << ',' << csv_field(t.role) << ',' << csv_field(t.format) << ','
-            << format_value(t.scale) << ',' << t.count << ',' << t.zeros << ',' << t.infs << ',' << t.nans;
-        for (const double v :
-             {t.underflow, t.subnormal, t.overflow, t.amax, t.quant_mse, t.quant_snr_db, t.update_ratio})
-            out << ',' << format_value(v);
-        out << '\n';
-    }
-    return out.str();
-}
-
-std::string RunStore::events_csv(int64_t run_id)
-{
-    std::ostringstream out;
-    out << "step,kind,message,created_at\n";
-    for (const auto& e : events(run_id))
-        out << e.step << ',' << csv_field(e.kind) << ',' << csv_field(e.message) << ',' << e.created_at << '\n';
-    return out.str();
 }
 
 Series RunStore::series(int64_t run_id, const std::string& tag)

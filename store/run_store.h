@@ -5,6 +5,7 @@
 // thread, so the training step never waits for the disk.
 
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <cstdint>
 #include <memory>
@@ -281,11 +282,13 @@ public:
     void record_checkpoint(const CheckpointRow& row);
     std::vector<CheckpointRow> checkpoints(int64_t run_id); // by step
 
-    // Metrics pivoted to one row per step (columns: step, then one per tag), RFC 4180.
-    std::string metrics_csv(int64_t run_id);
-    std::string events_csv(int64_t run_id);
-    // The per-layer statistics (layer_stats), a row per step, layer and role.
-    std::string layer_stats_csv(int64_t run_id);
+    // Row by row, for exports of any length (csv_export.h, tensorboard_export.h): the caller
+    // holds one row, not the run; SQLite sorts beyond its page cache on disk. `visit` runs under
+    // the store's lock and must not call the store; what it throws ends the read.
+    void for_each_scalar(int64_t run_id, const std::function<void(const ScalarRow&)>& visit); // by step, tag
+    // By step, layer, role; without the exponent histograms (left empty) unless asked for.
+    void for_each_layer_stats(int64_t run_id, bool with_histograms,
+                              const std::function<void(int64_t step, const TensorStats&)>& visit);
 
     int schema_version();
     const std::string& path() const { return path_; }

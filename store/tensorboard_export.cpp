@@ -2,6 +2,7 @@
 #include "tensorboard_export.h"
 #include "folder_name.h"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -9,7 +10,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <optional>
 #include <iterator>
 #include <ctime>
@@ -183,93 +183,127 @@ std::string run_folder_name(int64_t run_id, const std::string& name)
 
 } // namespace
 
-TensorBoardRun read_tensorboard_run(RunStore& store, int64_t run_id)
-{
-    TensorBoardRun run;
-    run.run_id = run_id;
-    if (const auto info = store.find_run(std::to_string(run_id))) {
-        run.name = info->name;
-        run.created_at = info->created_at;
+namespace {
+
+// Seconds of training from the run's start to the end of each step that has a step time, by
+// step: a resumed run's pause is not in them.
+class TrainedSeconds {
+public:
+    explicit TrainedSeconds(const Series& step_times_ms)
+    {
+        double total = 0;
+        for (const auto& [step, ms] : step_times_ms)
+            if (std::isfinite(ms)) ends_.emplace_back(step, total += ms / 1000.0);
     }
-    run.scalars = store.scalars(run_id);
-    run.layer_stats = store.layer_stats(run_id);
-    return run;
-}
+    double at_end_of(int64_t step) const
+    {
+        const auto after = std::upper_bound(ends_.begin(), ends_.end(), std::make_pair(step, HUGE_VAL));
+        return after == ends_.begin() ? 0.0 : std::prev(after)->second;
+    }
 
-std::string export_tensorboard(RunStore& store, int64_t run_id, const std::string& dir)
-{
-    return write_tensorboard_run(read_tensorboard_run(store, run_id), dir);
-}
+private:
+    std::vector<std::pair<int64_t, double>> ends_;
+};
 
-std::string write_tensorboard_run(const TensorBoardRun& run, const std::string& dir)
+} // namespace
+
+TensorBoardExport::TensorBoardExport(RunStore& store, int64_t run_id, const std::string& dir)
+    : dir_(dir), run_id_(run_id)
 {
     namespace fs = std::filesystem;
-    const int64_t run_id = run.run_id;
+    std::string name, created_at;
+    if (const auto info = store.find_run(std::to_string(run_id))) {
+        name = info->name;
+        created_at = info->created_at;
+    }
     // TensorBoard takes a folder for one run: runs exported into one --out each get their own,
     // side by side, instead of one series of both runs' steps.
-    const fs::path folder = fs::path(dir) / run_folder_name(run_id, run.name);
-    const auto& scalars = run.scalars;
+    const fs::path folder = fs::path(dir) / run_folder_name(run_id, name);
     // Wall times of training, not of the export: the run's start plus the step times up to the
-    // end of each step (TensorBoard's Relative and Wall axes). A resumed run's pause is not in them.
-    const double start = utc_seconds(run.created_at).value_or(now_seconds());
-    std::map<int64_t, double> trained_seconds; // step -> seconds of training up to its end
-    for (const auto& row : scalars)
-        if (row.tag == "step_time_ms" && std::isfinite(row.value)) trained_seconds[row.step] = row.value / 1000.0;
-    double total = 0;
-    for (auto& [step, seconds] : trained_seconds) seconds = total += seconds;
-    const auto wall_time = [&](int64_t step) {
-        const auto after = trained_seconds.upper_bound(step);
-        return start + (after == trained_seconds.begin() ? 0.0 : std::prev(after)->second);
-    };
+    // end of each step (TensorBoard's Relative and Wall axes).
+    const double start = utc_seconds(created_at).value_or(now_seconds());
+    const TrainedSeconds trained(store.series(run_id, "step_time_ms"));
+    const auto wall_time = [&](int64_t step) { return start + trained.at_end_of(step); };
     // A new export of the run replaces its earlier file whole: written beside it under a name
     // TensorBoard does not read, then renamed over it.
-    const std::string name = "events.out.tfevents." + std::to_string(static_cast<int64_t>(start)) + ".mantissa";
-    const std::string path = (folder / name).string(), partial = (folder / ".mantissa-export.partial").string();
-    const auto& layer_stats = run.layer_stats;
+    name_ = "events.out.tfevents." + std::to_string(static_cast<int64_t>(start)) + ".mantissa";
+    folder_ = folder.string();
+    path_ = (folder / name_).string();
+    partial_ = (folder / ".mantissa-export.partial").string();
     std::error_code ec;
-    // A failed export leaves no folder it made either (an empty run folder would show in
-    // TensorBoard's run list as a run with nothing in it). fs::remove takes only empty ones.
-    const bool had_dir = fs::exists(dir, ec), had_folder = fs::exists(folder, ec);
-    const auto fail = [&](const std::string& why) {
-        std::error_code undo;
-        fs::remove(partial, undo);
-        if (!had_folder) fs::remove(folder, undo);
-        if (!had_dir) fs::remove(dir, undo);
-        return ExportWriteError("cannot write '" + path + "'" + why);
-    };
-    if (fs::create_directories(folder, ec); ec) throw fail(": " + ec.message());
-    {
-        EventWriter writer(partial, path, start);
-        for (const auto& row : scalars) writer.scalar(row.step, wall_time(row.step), row.tag, row.value);
-        for (const auto& [step, stats] : layer_stats) {
+    had_dir_ = fs::exists(dir, ec);
+    had_folder_ = fs::exists(folder, ec);
+    try {
+        if (fs::create_directories(folder, ec); ec)
+            throw ExportWriteError("cannot write '" + path_ + "': " + ec.message());
+        EventWriter writer(partial_, path_, start);
+        store.for_each_scalar(run_id, [&](const ScalarRow& row) {
+            writer.scalar(row.step, wall_time(row.step), row.tag, row.value);
+            ++events_;
+        });
+        store.for_each_layer_stats(run_id, /*with_histograms=*/true, [&](int64_t step, const TensorStats& stats) {
             const std::string tensor = stats.layer + "/" + stats.role;
-            writer.histogram(step, wall_time(step), "exponents/" + tensor, stats);
-            writer.scalar(step, wall_time(step), "nonfinite/" + tensor, static_cast<double>(stats.nans + stats.infs));
-            writer.scalar(step, wall_time(step), "underflow/" + tensor, stats.underflow);
-            if (stats.overflow >= 0) writer.scalar(step, wall_time(step), "overflow/" + tensor, stats.overflow);
-        }
+            const double at = wall_time(step);
+            writer.histogram(step, at, "exponents/" + tensor, stats);
+            writer.scalar(step, at, "nonfinite/" + tensor, static_cast<double>(stats.nans + stats.infs));
+            writer.scalar(step, at, "underflow/" + tensor, stats.underflow);
+            if (stats.overflow >= 0) writer.scalar(step, at, "overflow/" + tensor, stats.overflow);
+            ++events_;
+        });
         // A cut event file would read as a run that stopped early: none is better.
-        if (!writer.finish()) throw fail(" (disk full?)");
+        if (!writer.finish()) throw ExportWriteError("cannot write '" + path_ + "' (disk full?)");
+    } catch (...) {
+        undo(); // no destructor runs for an object whose constructor threw
+        throw;
     }
-    fs::rename(partial, path, ec);
-    if (ec) throw fail(": " + ec.message());
+}
+
+TensorBoardExport::~TensorBoardExport()
+{
+    if (!committed_) undo();
+}
+
+// A failed export leaves no folder it made either (an empty run folder would show in
+// TensorBoard's run list as a run with nothing in it). fs::remove takes only empty ones.
+void TensorBoardExport::undo() noexcept
+{
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (!partial_.empty()) fs::remove(partial_, ec);
+    if (!had_folder_ && !folder_.empty()) fs::remove(folder_, ec);
+    if (!had_dir_) fs::remove(dir_, ec);
+}
+
+std::string TensorBoardExport::commit()
+{
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::rename(partial_, path_, ec);
+    if (ec) throw ExportWriteError("cannot write '" + path_ + "': " + ec.message()); // the destructor undoes
+    committed_ = true;
+    const fs::path folder(folder_);
     // An earlier export of this run under another name (an older version's), or in the folder
     // of its earlier name (renamed since): TensorBoard would read both, every point twice.
     for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec))
         if (const std::string other = it->path().filename().string();
-            other != name && other.find("tfevents") != std::string::npos && it->is_regular_file())
+            other != name_ && other.find("tfevents") != std::string::npos && it->is_regular_file())
             fs::remove(it->path(), ec);
     // Only this run's file there, by its name (the run's start): run 1 of another store exported
     // into the same --out is another run, and its export stays.
-    const std::string mine = "run" + std::to_string(run_id);
-    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string mine = "run" + std::to_string(run_id_);
+    for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
         const std::string other = it->path().filename().string();
         if (it->path() == folder || !it->is_directory() || (other != mine && other.rfind(mine + "-", 0) != 0)) continue;
         std::error_code removing; // only its event file: anything else there is not ours
-        if (fs::is_regular_file(it->path() / name, removing)) fs::remove(it->path() / name, removing);
+        if (fs::is_regular_file(it->path() / name_, removing)) fs::remove(it->path() / name_, removing);
         fs::remove(it->path(), removing); // removed only when that left it empty
     }
-    return path;
+    return path_;
+}
+
+std::string export_tensorboard(RunStore& store, int64_t run_id, const std::string& dir)
+{
+    return TensorBoardExport(store, run_id, dir).commit();
 }
 
 } // namespace mantissa

@@ -219,6 +219,38 @@ private slots:
                  "the refusal names the cause");
     }
 
+    // A reading command's output is held in $TMPDIR until its read stands: a table of millions
+    // of rows is not held in memory. Where no file can be made there it is held in memory; where
+    // the folder is full, nothing of the table is printed, and the message names $TMPDIR.
+    void theOutputIsHeldInTmpdir()
+    {
+        const auto whole = run_cli({"export", "first", "--db", db_});
+        QVERIFY2(whole.exit_code == 0, qPrintable(whole.err));
+        QVERIFY(whole.out.startsWith("step,train/loss,"));
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert("TMPDIR", dir_.filePath("no-such-folder"));
+        const auto in_memory = run_cli({"export", "first", "--db", db_}, 120000, {}, env);
+        QVERIFY2(in_memory.exit_code == 0, qPrintable(in_memory.err));
+        QCOMPARE(in_memory.out, whole.out);
+
+        QTemporaryDir dir;
+        const QString fs = dir.filePath("tmp");
+        QVERIFY(QDir().mkpath(fs));
+        const QString full = "d=\"$1\"; shift; mount -t tmpfs -o size=64k tmpfs \"$d\" || exit 97; "
+                             "dd if=/dev/zero of=\"$d/fill\" bs=4096 2>/dev/null; exec env TMPDIR=\"$d\" \"$@\"";
+        for (const QStringList& command : {QStringList{"export", "first"}, QStringList{"list"}}) {
+            const auto r = run_program("unshare", QStringList{"-m", "sh", "-c", full, "sh", fs, MANTISSA_TRAIN_EXE} +
+                                                      command + QStringList{"--db", db_});
+            if (r.exit_code == 97) QSKIP("cannot mount a tmpfs here (unshare -m needs CAP_SYS_ADMIN)");
+            QCOMPARE(r.exit_code, 2);
+            QCOMPARE(r.out, QString());
+            const QString held = command[0] == "export" ? "the table" : "the output";
+            QVERIFY2(r.err.startsWith("error: cannot hold " + held +
+                                      " until the read stands (in $TMPDIR, else /tmp): No space left on device\n"),
+                     qPrintable(r.err));
+        }
+    }
+
     // A run with no train/loss (it failed before its first step) shares no step with another:
     // compare says so instead of "within tolerance over 0 common steps".
     void compareWithARunThatRecordedNoStepSaysSo()

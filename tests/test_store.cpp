@@ -8,6 +8,7 @@
 #include <QProcess>
 #include <QTemporaryDir>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -19,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include <sqlite3.h>
@@ -28,6 +30,7 @@
 
 #include "checkpoint_file.h"
 #include "consistent_read.h"
+#include "csv_export.h"
 #include "event_helpers.h"
 #include "held_output.h"
 #include "private_mounts.h"
@@ -550,14 +553,87 @@ private slots:
         sink.on_step(step(1, 4.0, 0.001, 1.5));
         sink.on_step(step(2, 3.5, 0.002, 1.25));
         sink.on_event(text_event(2, "sample", "line1\nline2"));
-        QCOMPARE(store.metrics_csv(id),
+        QCOMPARE(metrics_csv(store, id),
                  std::string("step,train/loss,val/loss,eval/train_loss,lr,grad_norm,step_time_ms,tokens_per_s,"
                              "loss_scale\n"
                              "0,,4.5,4.25,,,,,\n"
                              "1,4,,,0.001,1.5,10,2000,1\n"
                              "2,3.5,,,0.002,1.25,10,2000,1\n"));
-        const std::string events = store.events_csv(id);
+        const std::string events = events_csv(store, id);
         QVERIFY(events.rfind("step,kind,message,created_at\n2,sample,\"line1\nline2\",", 0) == 0);
+    }
+
+    // A long run's table reaches the sink in pieces as it is read, never whole: pieces of about
+    // 64 KiB, which together are the table. NaN as "nan", a step without the tag empty.
+    void csvExportsComeInPieces()
+    {
+        QTemporaryDir dir;
+        RunStore store(dir.filePath("r.sqlite").toStdString());
+        const auto id = store.create_run("long", "", "{}");
+        for (int64_t step = 1; step <= 20000; ++step) {
+            store.append_scalar(id, step, "train/loss", step == 7 ? std::nan("") : 1.0 / double(step));
+            if (step % 2 == 0) store.append_scalar(id, step, "lr", 0.001);
+        }
+        store.flush();
+        std::vector<size_t> pieces;
+        std::string text;
+        write_metrics_csv(store, id, [&](std::string_view piece) {
+            pieces.push_back(piece.size());
+            text += piece;
+        });
+        QVERIFY2(text.rfind("step,train/loss,lr\n1,1,\n2,0.5,0.001\n3,0.3333333333333333,\n", 0) == 0,
+                 text.substr(0, 80).c_str());
+        QVERIFY(text.find("\n7,nan,\n8,0.125,0.001\n") != std::string::npos);
+        QVERIFY(text.size() > 20000 * 10);
+        QCOMPARE(std::count(text.begin(), text.end(), '\n'), std::ptrdiff_t(20001));
+        QVERIFY(text.ends_with("\n19999,5.000250012500625e-05,\n20000,5e-05,0.001\n"));
+        QVERIFY2(pieces.size() >= text.size() / (64 * 1024), qPrintable(QString::number(pieces.size())));
+        for (const size_t piece : pieces) QVERIFY(piece > 0 && piece <= 64 * 1024 + 64);
+        QCOMPARE(metrics_csv(store, id), text);
+    }
+
+    // A TensorBoard export not committed (its read did not stand, or the command failed) leaves
+    // nothing: no partial file, no folder it made, and an earlier export of the run as it was.
+    void anUncommittedTensorBoardExportLeavesNothing()
+    {
+        QTemporaryDir dir;
+        RunStore store(dir.filePath("r.sqlite").toStdString());
+        const auto id = store.create_run("tb", "", "{}");
+        for (int64_t step = 1; step <= 3; ++step) store.append_scalar(id, step, "train/loss", 1.0);
+        store.flush();
+        const QString out = dir.filePath("tb");
+        {
+            TensorBoardExport board(store, id, out.toStdString());
+            QVERIFY(!board.empty());
+            QVERIFY(QFile::exists(out + "/run1-tb/.mantissa-export.partial"));
+        }
+        QVERIFY(!QDir(out).exists());
+
+        const QString path = QString::fromStdString(export_tensorboard(store, id, out.toStdString()));
+        const auto bytes = [&path] {
+            QFile f(path);
+            return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+        };
+        const QByteArray before = bytes();
+        QVERIFY(before.size() > 100);
+        store.append_scalar(id, 4, "train/loss", 2.0);
+        store.flush();
+        { TensorBoardExport again(store, id, out.toStdString()); }
+        QCOMPARE(bytes(), before);
+        QCOMPARE(QDir(out + "/run1-tb").entryList(QDir::Files | QDir::Hidden),
+                 QStringList{QFileInfo(path).fileName()});
+        {
+            TensorBoardExport again(store, id, out.toStdString());
+            QCOMPARE(again.commit(), path.toStdString());
+        }
+        QVERIFY(bytes().size() > before.size()); // step 4 is in it now
+
+        const auto empty = store.create_run("empty", "", "{}");
+        {
+            TensorBoardExport none(store, empty, out.toStdString());
+            QVERIFY(none.empty());
+        }
+        QCOMPARE(QDir(out).entryList(QDir::Dirs | QDir::NoDotAndDotDot), QStringList{"run1-tb"});
     }
 
     void usesWalAndMarksItsFiles()
