@@ -293,6 +293,9 @@ void TestGui::lossPlotAppendsBatches()
 {
     LossPlot plot;
     QCOMPARE(plot.graphCount(), 2);
+    // Lines drawn as segments: a long run's curve stroked as one wide polyline took 420 ms a
+    // replot (bench/monitor_long_run.cpp).
+    QVERIFY(plot.plottingHints().testFlag(QCP::phFastPolylines));
     QCOMPARE(plot.trainGraph()->name(), QStringLiteral("train"));
     QCOMPARE(plot.valGraph()->name(), QStringLiteral("val"));
     plot.appendBatch({{1, 3.0}, {2, 2.5}}, {{0, 3.2, 3.1}});

@@ -490,6 +490,7 @@ private slots:
     void divergenceLabelsDoNotOverlap()
     {
         ComparePlot plot;
+        QVERIFY(plot.plottingHints().testFlag(QCP::phFastPolylines)); // long runs' curves: as LossPlot's
         plot.resize(700, 200);
         plot.show();
         QVERIFY(QTest::qWaitForWindowExposed(&plot));

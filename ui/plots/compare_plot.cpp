@@ -27,6 +27,7 @@ ComparePlot::ComparePlot(QWidget* parent) : QCustomPlot(parent)
     setMinimumSize(320, 200);
     setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
     setNoAntialiasingOnDrag(true);
+    setPlottingHint(QCP::phFastPolylines, true); // as TimeSeriesPlot: long runs' wide-pen curves
     style_axes(this);
     xAxis->setTicker(QSharedPointer<SiAxisTicker>::create());
     legend->setVisible(true);

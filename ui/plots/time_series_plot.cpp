@@ -46,6 +46,11 @@ TimeSeriesPlot::TimeSeriesPlot(QWidget* parent) : QCustomPlot(parent)
     setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
     // Antialiasing is dropped while dragging so panning a long run stays fluid.
     setNoAntialiasingOnDrag(true);
+    // Lines as separate segments, not one stroked polyline: Qt's raster engine strokes a wide
+    // pen's joins slowly, and a long run's noisy train curve (8,192 points or more) took
+    // 420 ms a replot with the 1.5-px pen; the Monitor then drew a frame every ~28 s
+    // (bench/monitor_long_run.cpp). The joins are a little less smooth.
+    setPlottingHint(QCP::phFastPolylines, true);
     setMouseTracking(true);
 
     style_axes(this);
