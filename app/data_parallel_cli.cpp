@@ -153,6 +153,10 @@ int run_data_parallel_follower(DataParallel& dp)
                     static_cast<long long>(summary.steps_done), summary.final_train_loss);
         return finish_rank(dp, trainer) ? 0 : 1;
     } catch (const std::exception& e) {
+        // Nothing is left to checkpoint: Ctrl-C and SIGTERM end this rank again, should rank 0's
+        // store keep it waiting (each call below is bounded too).
+        std::signal(SIGINT, SIG_DFL);
+        std::signal(SIGTERM, SIG_DFL);
         if (!dynamic_cast<const CollectiveError*>(&e)) dp.report_failure(e.what()); // kept only if first
         dp.acknowledge_failure(); // done with rank 0's store (the trainer's failures have said so already)
         std::fprintf(stderr, "error: data-parallel rank %d: training failed: %s\n", dp.rank(), e.what());

@@ -6,12 +6,14 @@
 #include "data_parallel_impl.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <thread>
 #include <utility>
 
@@ -126,6 +128,8 @@ public:
     std::chrono::milliseconds timeout{0}; // the collective timeout
     bool closed = false;                  // DataParallel::close ran
     bool acknowledged = false;            // acknowledge_failure ran: one arrival per rank
+    // A bounded store call ran out (within()): the store's host does not answer, and is not asked again.
+    std::atomic<bool> store_unresponsive{false};
 };
 
 namespace {
@@ -162,12 +166,43 @@ void trace(const DataParallelBackend& b, bool control, const char* op, int64_t e
                  static_cast<long long>(elements), wait);
 }
 
+// How long a store call on the failure path, or a look for a posted failure, may take.
+constexpr std::chrono::milliseconds kBoundedStoreCall{2000};
+
+// `call(store)` on a thread of its own, waited for at most `wait`: its result (or its
+// exception, rethrown), or none where it ran out. A host that stopped answering without closing
+// its connections (rank 0 frozen, SIGSTOPped, cut off by a partition) leaves a TCPStore request
+// in recv(2) for as long as TCP keeps the connection: minutes, past any collective timeout, and
+// a follower reporting its failure hung until killed (read-only audit 'dpfail'). A call that ran
+// out is left behind, detached, holding its own reference to the store; the store counts as
+// unresponsive from then on and is not asked again (the process is on its way out).
+template <class T>
+std::optional<T> within(DataParallelBackend& b, std::chrono::milliseconds wait,
+                        std::function<T(c10d::Store&)> call)
+{
+    if (b.store_unresponsive) return std::nullopt;
+    auto task = std::make_shared<std::packaged_task<T()>>([store = b.store, call = std::move(call)] {
+        return call(*store);
+    });
+    auto result = task->get_future();
+    std::thread([task] { (*task)(); }).detach();
+    if (result.wait_for(wait) != std::future_status::ready) {
+        b.store_unresponsive = true;
+        return std::nullopt;
+    }
+    return result.get();
+}
+
 // What a failed rank posted to the store's "failure" key (DataParallel::report_failure), if any.
+// A store that does not answer within kBoundedStoreCall says nothing: the collective's own
+// timeout then decides.
 std::optional<std::string> posted_failure(DataParallelBackend& b)
 {
     try {
-        if (!b.store->check({"failure"})) return std::nullopt;
-        return from_bytes(b.store->get("failure"));
+        return within<std::optional<std::string>>(b, kBoundedStoreCall, [](c10d::Store& store) {
+                   if (!store.check({"failure"})) return std::optional<std::string>();
+                   return std::optional<std::string>(from_bytes(store.get("failure")));
+               }).value_or(std::nullopt);
     } catch (const std::exception&) {
         return std::string("the rendezvous store is gone with its host");
     }
@@ -367,11 +402,16 @@ std::optional<std::string> DataParallel::peek(const std::string& key, std::chron
 {
     const auto until = std::chrono::steady_clock::now() + wait;
     try {
-        while (true) {
-            if (impl_->backend->store->check({key})) return from_bytes(impl_->backend->store->get(key));
-            if (std::chrono::steady_clock::now() >= until) return std::nullopt;
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
+        // Bounded as a whole: the looks themselves may hang (within()).
+        const auto look = [key, until](c10d::Store& s) {
+            while (true) {
+                if (s.check({key})) return std::optional<std::string>(from_bytes(s.get(key)));
+                if (std::chrono::steady_clock::now() >= until) return std::optional<std::string>();
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            }
+        };
+        return within<std::optional<std::string>>(*impl_->backend, wait + kBoundedStoreCall, look)
+            .value_or(std::nullopt);
     } catch (const std::exception&) {
         return std::nullopt; // the store went away with its host
     }
@@ -397,7 +437,7 @@ std::optional<std::string> DataParallel::peek_job(const std::string& key)
 void DataParallel::arrive(const std::string& key)
 {
     try {
-        impl_->backend->store->add(key, 1);
+        within<int64_t>(*impl_->backend, kBoundedStoreCall, [key](c10d::Store& s) { return s.add(key, 1); });
     } catch (const std::exception&) {
         // The host is gone already: nothing waits for this arrival.
     }
@@ -407,11 +447,13 @@ bool DataParallel::wait_for_arrivals(const std::string& key, int64_t count, std:
 {
     const auto until = std::chrono::steady_clock::now() + wait;
     try {
-        while (impl_->backend->store->add(key, 0) < count) {
-            if (std::chrono::steady_clock::now() >= until) return false;
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-        return true;
+        return within<bool>(*impl_->backend, wait + kBoundedStoreCall, [key, count, until](c10d::Store& s) {
+                   while (s.add(key, 0) < count) {
+                       if (std::chrono::steady_clock::now() >= until) return false;
+                       std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                   }
+                   return true;
+               }).value_or(false);
     } catch (const std::exception&) {
         return false;
     }
@@ -421,7 +463,9 @@ void DataParallel::report_failure(const std::string& reason)
 {
     try {
         // compareSet with an empty expectation: only the first reason is kept.
-        impl_->backend->store->compareSet("failure", {}, to_bytes("rank " + std::to_string(rank()) + ": " + reason));
+        within<std::vector<uint8_t>>(*impl_->backend, kBoundedStoreCall,
+                                     [value = to_bytes("rank " + std::to_string(rank()) + ": " + reason)](
+                                         c10d::Store& s) { return s.compareSet("failure", {}, value); });
     } catch (const std::exception&) {
         // The store is gone: the others learn of this rank's end from the collectives alone.
     }
@@ -564,7 +608,13 @@ void DataParallel::Impl::preflight(bool cuda, const std::string& gpu)
             throw CollectiveError(waited + first_line(e));
         }
         if (wait.end == CollectiveWait::End::PeerFailed) throw CollectiveError("data-parallel: " + wait.failure);
-        if (wait.end == CollectiveWait::End::TimedOut) throw CollectiveError(waited + "no answer within the store's timeout");
+        if (wait.end == CollectiveWait::End::TimedOut) {
+            const auto timeout = backend->store->getTimeout();
+            const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(timeout).count();
+            throw PeerNeverStarted(waited + "no answer in " + std::to_string(seconds) +
+                                   " s (not launched, launched with another MASTER_PORT or WORLD_SIZE, or it died "
+                                   "while starting)");
+        }
         // "<device>\n<GPU>\n<refusal>"; before 2026-12-02 "<device>\n<refusal>" (no GPU).
         const auto first = answer.find('\n'), second = answer.find('\n', first + 1);
         const std::string device = answer.substr(0, first);

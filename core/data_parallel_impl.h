@@ -26,6 +26,14 @@ struct PeerRefused : ConfigError {
     using ConfigError::ConfigError;
 };
 
+// A rank that never came to the preflight within the store's timeout (not launched, launched
+// with another MASTER_PORT or WORLD_SIZE, or dead while starting): its text says how long was
+// waited, which is not training.collective_timeout_s, and that the rank never started (it was
+// reported as "lost ... within training.collective_timeout_s=5").
+struct PeerNeverStarted : CollectiveError {
+    using CollectiveError::CollectiveError;
+};
+
 // The GPU a rank with this LOCAL_RANK trains on among the `visible_gpus` it sees: its own
 // index, or the only one it sees (a launcher that binds one GPU per task), or -1: none.
 int gpu_of_local_rank(int local_rank, int visible_gpus);

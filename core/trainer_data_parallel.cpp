@@ -277,7 +277,8 @@ void Trainer::Impl::dp_fail(const std::exception& error)
     } acknowledge{*dp};
     const std::string what = first_line(error);
     const std::string me = "rank " + std::to_string(dp->rank());
-    if (dynamic_cast<const PeerRefused*>(&error)) throw; // names the rank already
+    if (dynamic_cast<const PeerRefused*>(&error) || dynamic_cast<const PeerNeverStarted*>(&error))
+        throw; // names the rank already
     if (!dynamic_cast<const CollectiveError*>(&error)) {
         // This rank's own failure: the others will see a collective fail; tell them why.
         dp->report_failure(what);

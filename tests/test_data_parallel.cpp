@@ -1062,6 +1062,54 @@ private slots:
         QVERIFY(named);
     }
 
+    // A rank that never comes (not launched, another MASTER_PORT): rank 0 says it never started
+    // and how long it waited, the store's timeout. It was reported as a rank "lost ... within
+    // training.collective_timeout_s=5" after 300 s (read-only audit 'dpfail').
+    void a_rank_that_never_starts_is_named_as_such()
+    {
+        const auto env = env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "127.0.0.1"},
+                                 {"MASTER_PORT", std::to_string(free_port())}});
+        QVERIFY(env);
+        auto dp = DataParallel::join(*env, std::chrono::seconds(2));
+        QString error = "no error";
+        try {
+            dp->start(/*cuda=*/false, std::chrono::seconds(1));
+        } catch (const PeerNeverStarted& e) {
+            error = QString::fromStdString(e.what());
+        }
+        QCOMPARE(error, QStringLiteral("data-parallel: rank 0 waited in vain for rank 1 to start: no answer in 2 s "
+                                       "(not launched, launched with another MASTER_PORT or WORLD_SIZE, or it died "
+                                       "while starting)"));
+    }
+
+    // Rank 0 frozen mid-run (SIGSTOP: a hung host, a partition): its follower's collective times
+    // out, and the follower's failure report to rank 0's store, which cannot answer, is given up
+    // too. It waited in recv(2) until it was killed (read-only audit 'dpfail').
+    void a_frozen_rank0_does_not_hold_its_follower()
+    {
+        const QString project = write_project("frozen", 1000000, "fp32");
+        const QString db = dir_.filePath("frozen.db");
+        const int port = free_port();
+        QProcess r0, r1;
+        r0.setProcessEnvironment(rank_env(0, 2, port));
+        r1.setProcessEnvironment(rank_env(1, 2, port));
+        const QStringList args{"run", project, "--db", db, "--set", "training.collective_timeout_s=2"};
+        r0.start(MANTISSA_TRAIN_EXE, args);
+        r1.start(MANTISSA_TRAIN_EXE, args);
+        QVERIFY(r0.waitForReadyRead(60000)); // "run 1 'frozen' -> ...": training
+        QTest::qWait(1500);
+        QCOMPARE(r1.state(), QProcess::Running);
+        ::kill(static_cast<pid_t>(r0.processId()), SIGSTOP);
+        const Rank rank1 = finish(r1, 60000); // not a time asserted: the bound of a hang
+        const bool ended = r1.state() == QProcess::NotRunning;
+        ::kill(static_cast<pid_t>(r0.processId()), SIGKILL);
+        r0.waitForFinished();
+        QVERIFY2(ended, "rank 1 still waits for its frozen rank 0");
+        QVERIFY2(rank1.exit_code == 1, qPrintable(QString("exit %1: %2").arg(rank1.exit_code).arg(rank1.err)));
+        QVERIFY2(rank1.err.contains("rank 1 waited longer than training.collective_timeout_s=2 s for its peers"),
+                 qPrintable(rank1.err));
+    }
+
     // Rank 0 failing on its own is recorded with its rank, as a peer's failure is ("data-
     // parallel: rank 1: ..."). Rank 0 runs in this process (its sink throws at step 3), rank 1
     // is a mantissa-train; it fails once rank 0's sockets close.
