@@ -243,8 +243,12 @@ bool RunFollower::poll()
         // Another run under this id (the one followed was deleted, and its id given again):
         // read from its start, as a restart, not as more steps of the old one.
         if (info && followed_identity(*info) != run_.identity) restart = true;
-        if (info && !restart) readEvents(*store, batch, restart);
-        while (info && !restart) {
+        // Events first, and until they are all read no steps: a resume's event must come before the
+        // steps it rewrote (readEvents). A run of 500,000 events is read over many polls.
+        bool moreEvents = false;
+        if (info && !restart) readEvents(*store, batch, restart, moreEvents, budget);
+        more = moreEvents;
+        while (info && !restart && !moreEvents) {
             bool moreScalars = false, moreFrames = false;
             if (!takeOffered(batch, moreScalars)) readScalars(*store, runEnded, batch, moreScalars);
             readFrames(*store, runEnded, batch, moreFrames);
@@ -309,23 +313,26 @@ bool RunFollower::poll()
     return news;
 }
 
-bool RunFollower::readEvents(RunStore& store, TelemetryBatch& batch, bool& rewound)
+void RunFollower::readEvents(RunStore& store, TelemetryBatch& batch, bool& rewound, bool& more,
+                             const QElapsedTimer& budget)
 {
-    const size_t before = batch.events.size();
     for (;;) {
         const auto rows = store.event_rows_after(runId_, marks_.afterEvent, kEventsPerPage);
         for (const auto& [id, row] : rows) {
             // A resume rewrites the steps after its checkpoint, which this follower handed on.
             if (row.event.kind == EventKind::ResumedFromCheckpoint && marks_.lastStep > row.step) {
                 rewound = true;
-                return true;
+                return;
             }
             batch.events.push_back(row.event);
             marks_.afterEvent = id;
         }
-        if (static_cast<int64_t>(rows.size()) < kEventsPerPage) break;
+        if (static_cast<int64_t>(rows.size()) < kEventsPerPage) return;
+        if (budget.elapsed() >= kPollBudgetMs) {
+            more = true;
+            return;
+        }
     }
-    return batch.events.size() != before;
 }
 
 void RunFollower::offerScalars(int64_t runId, int64_t fromStep, const ScalarPage& page)

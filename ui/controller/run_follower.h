@@ -40,6 +40,7 @@
 #include "run_status.h"
 #include "run_store.h"
 
+class QElapsedTimer;
 class QTimer;
 
 namespace mantissa {
@@ -141,7 +142,8 @@ private:
     // The offered page that joins the marks, handed on; false when none does.
     bool takeOffered(TelemetryBatch& batch, bool& more);
     bool readFrames(RunStore& store, bool runEnded, TelemetryBatch& batch, bool& more);
-    bool readEvents(RunStore& store, TelemetryBatch& batch, bool& rewound);
+    // Pages of events until none is left or the poll's budget is spent (`more`).
+    void readEvents(RunStore& store, TelemetryBatch& batch, bool& rewound, bool& more, const QElapsedTimer& budget);
     void openRun(const RunInfo& info);
     void fail(const QString& message);
 
