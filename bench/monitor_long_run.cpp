@@ -5,6 +5,9 @@
 // 45 tensors of 16 exponent bins), and at each length the loss plot's replot is timed with the
 // plotting hints the plots ship with and with QCustomPlot's default (each plot's line drawn as
 // one stroked polyline), side by side, then a whole frame (renderNow).
+// Then an FP16 run at its scale floor, which backs off at every step naming every layer: the
+// loss-scale plot redrawn (refresh + replot) from a RunHistory as shipped, which keeps at most
+// 2,048 events of a repeating kind, and from one that keeps them all, side by side.
 //
 //   monitor_long_run [--steps 50000] [--interval 50] [--smoothing 0] [--repeats 5]
 //                                                            (QT_QPA_PLATFORM=offscreen)
@@ -24,6 +27,7 @@
 
 #include "pages/monitor_page.h"
 #include "plots/loss_plot.h"
+#include "plots/loss_scale_plot.h"
 #include "precision_policy.h"
 
 using namespace mantissa;
@@ -52,7 +56,7 @@ Options parse(int argc, char* argv[])
 // Drains as the controller hands them over, for a 2-layer model.
 class SyntheticRun {
 public:
-    explicit SyntheticRun(int64_t interval) : interval_(interval)
+    explicit SyntheticRun(int64_t interval, bool backoffs = false) : interval_(interval), backoffs_(backoffs)
     {
         constexpr int kLayers = 2;
         for (const auto& g : gemm_layer_names(kLayers))
@@ -77,10 +81,19 @@ public:
             m.grad_norm = 1.0;
             m.step_time_ms = 1.7;
             m.tokens_per_s = 38000;
-            m.loss_scale = 1.0;
+            m.loss_scale = backoffs_ ? 65536.0 : 1.0;
+            m.skipped = backoffs_;
             for (const auto& l : normLayers_) m.layer_grad_norms.emplace_back(l, 0.1 + 0.01 * double(step_ % 7));
             b.steps.push_back(std::move(m));
             if (step_ % 1000 == 0) b.evals.push_back({step_, 1.25, 1.2});
+            if (backoffs_) {
+                RunEvent e;
+                e.kind = EventKind::LossScaleBackoff;
+                e.step = step_;
+                e.old_scale = e.new_scale = 65536.0;
+                e.layers = normLayers_;
+                b.events.push_back(std::move(e));
+            }
             if (interval_ > 0 && (step_ % interval_ == 0 || step_ == 1)) b.layer_frames.push_back(frame());
         }
         return b;
@@ -107,6 +120,7 @@ private:
         return f;
     }
     int64_t interval_;
+    bool backoffs_;
     int64_t step_ = 0;
     std::vector<std::string> tensorLayers_, normLayers_;
 };
@@ -163,6 +177,46 @@ int main(int argc, char* argv[])
         const double frame = frames[frames.size() / 2];
         std::printf("%8lld %18.2f %18.2f %7.1fx %15.2f\n", static_cast<long long>(run.step()), as_shipped, polyline,
                     polyline / std::max(as_shipped, 1e-3), frame);
+        std::fflush(stdout);
+    }
+
+    // A backoff every step: the loss-scale plot from a capped and an uncapped history.
+    RunHistory capped(64), whole(64);
+    whole.setMaxRepeatedEvents(SIZE_MAX);
+    LossScalePlot cappedPlot, wholePlot;
+    for (auto [plot, history] : {std::pair{&cappedPlot, &capped}, std::pair{&wholePlot, &whole}}) {
+        plot->resize(1600, 250);
+        plot->show();
+        plot->setHistory(history);
+    }
+    SyntheticRun backoffs(0, /*backoffs=*/true);
+    const auto redraw_ms = [&](LossScalePlot& plot) {
+        std::vector<double> ms;
+        QElapsedTimer t;
+        for (int i = 0; i < o.repeats; ++i) {
+            const TelemetryBatch one = backoffs.next(1); // something new to rebuild from
+            capped.append(one);
+            whole.append(one);
+            t.start();
+            plot.refresh();
+            plot.replot(QCustomPlot::rpImmediateRefresh);
+            ms.push_back(double(t.nsecsElapsed()) / 1e6);
+        }
+        std::sort(ms.begin(), ms.end());
+        return ms[ms.size() / 2];
+    };
+    std::printf("\n%8s %18s %18s %8s   (a backoff every step; loss-scale plot, refresh + replot)\n", "steps",
+                "capped (ms)", "every event (ms)", "ratio");
+    for (const int64_t length : {int64_t(1000), int64_t(5000), int64_t(20000), int64_t(50000)}) {
+        if (length > o.steps) break;
+        while (backoffs.step() < length) {
+            const TelemetryBatch b = backoffs.next(std::min(kPerDrain, length - backoffs.step()));
+            capped.append(b);
+            whole.append(b);
+        }
+        const double c = redraw_ms(cappedPlot), w = redraw_ms(wholePlot);
+        std::printf("%8lld %18.2f %18.2f %7.1fx\n", static_cast<long long>(backoffs.step()), c, w,
+                    w / std::max(c, 1e-3));
         std::fflush(stdout);
     }
     return 0;

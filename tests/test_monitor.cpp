@@ -208,6 +208,7 @@ private slots:
     void lossPlotAppendBatchStillWorks();
     void lossScalePlotMarksBackoffsGrowthsAndSkips();
     void lossScalePlotSaysWhenScalingIsOff();
+    void aLongRunsHistoryIsBounded();
     void memoryPlotShowsOnlyMeasuredLines();
     void communicationPlotOnlyForDataParallelRuns();
     void precisionChangeMarksLossPlot();
@@ -219,6 +220,86 @@ private slots:
     void framesOfAHiddenPageAreNotTimed();
     void realisticRunRenders();
 };
+
+// What a long run repeats is bounded in the window (read-only audit 'longrun'): the loss-scale
+// events of a run that backs off every step, thinned evenly over the run; the memory points,
+// as the frames; the frames and histograms by the bytes they take, every slot counted.
+void TestMonitor::aLongRunsHistoryIsBounded()
+{
+    RunHistory history(64);
+    history.setMaxRepeatedEvents(8);
+    history.setMaxColumns(4);
+    for (int64_t step = 1; step <= 100; ++step) { // a drain a step
+        TelemetryBatch batch;
+        batch.steps.push_back(step_at(step, 3.0, 1e30, true));
+        batch.events.push_back(
+            legacy_event(step, "loss_scale_backoff", "scale 1e+30 -> 1e+30; non-finite gradients in lm_head"));
+        batch.events.push_back(legacy_event(step, "step_skipped", "non-finite gradients in lm_head"));
+        if (step == 50) batch.events.push_back(legacy_event(step, "sample", "once"));
+        LayerStatsFrame frame;
+        frame.step = step;
+        frame.memory.resident_bytes = step;
+        TensorStats t;
+        t.layer = "blocks.3.mlp.fc2"; // one tensor, in the 4th block: the slots before it are empty
+        t.role = "grad_output";
+        t.first_exponent = -3;
+        t.exponent_counts = {1, 2, 3};
+        frame.tensors.push_back(t);
+        batch.layer_frames.push_back(frame);
+        history.append(batch);
+    }
+    std::map<std::string, std::vector<int64_t>> kept;
+    for (const RunEvent& e : history.events()) kept[e.tag()].push_back(e.step);
+    // Arrivals 1..100 at strides 1, 2, 4, 8, 16: steps 1, 17, 33, ..., 97.
+    const std::vector<int64_t> every16{1, 17, 33, 49, 65, 81, 97};
+    QCOMPARE(kept["loss_scale_backoff"], every16);
+    QCOMPARE(kept["step_skipped"], every16);
+    QCOMPARE(kept["sample"], std::vector<int64_t>{50});
+    QVERIFY(history.memory().size() <= 16);
+    QCOMPARE(history.memory().back().step, int64_t(100));
+    QVERIFY(history.frameBytes() > 0);
+    // A frame's histogram slots run to the tensor's: every slot is counted, not only its 3 bins.
+    const size_t slotCount = size_t(history.layerIndex("blocks.3.mlp.fc2") + 1) * RunHistory::roles().size();
+    QVERIFY2(history.histogramBytes() >= history.histogramSteps().size() * (slotCount - RunHistory::roles().size()) *
+                                             sizeof(ExponentHistogram),
+             qPrintable(QString::number(history.histogramBytes())));
+
+    RunHistory small(64);
+    small.setMaxHistogramBytes(4 * 1024);
+    small.setMaxFrameBytes(4 * 1024);
+    for (int64_t step = 1; step <= 64; ++step) {
+        TelemetryBatch batch;
+        LayerStatsFrame frame;
+        frame.step = step;
+        TensorStats t;
+        t.layer = "blocks.3.mlp.fc2";
+        t.role = "grad_output";
+        t.exponent_counts = {1};
+        frame.tensors.push_back(t);
+        batch.layer_frames.push_back(frame);
+        small.append(batch);
+    }
+    QVERIFY2(small.histogramBytes() <= 4 * 1024 + small.histogramBytes() / small.histogramSteps().size(),
+             qPrintable(QString::number(small.histogramBytes())));
+    QVERIFY(small.histogramSteps().size() < 64);
+    QCOMPARE(small.histogramSteps().back(), int64_t(64));
+    QVERIFY(small.frameBytes() <= 4 * 1024 + 1024);
+
+    // A run that skips every step: a cross a few pixels apart, not one for each of 10,000 steps.
+    RunHistory skipping(64);
+    TelemetryBatch steps;
+    for (int64_t step = 1; step <= 10000; ++step) steps.steps.push_back(step_at(step, 3.0, 65536.0, true));
+    skipping.append(steps);
+    LossScalePlot plot;
+    plot.resize(400, 200);
+    plot.setHistory(&skipping);
+    plot.refresh();
+    QCOMPARE(plot.scaleGraph()->dataCount() > 0, true);
+    const QVector<double> crosses = graph_keys(plot.skippedGraph());
+    QVERIFY2(crosses.size() <= 2048 && crosses.size() >= 1024, qPrintable(QString::number(crosses.size())));
+    QCOMPARE(crosses.back(), 10000.0); // the newest skip is always drawn
+    QCOMPARE(crosses[1] - crosses[0], crosses.back() - crosses[crosses.size() - 2]); // evenly
+}
 
 void TestMonitor::emaMatchesTensorBoard()
 {
@@ -426,6 +507,19 @@ void TestMonitor::lossScalePlotMarksBackoffsGrowthsAndSkips()
     QVERIFY(!ticks.isEmpty());
     for (double t : ticks) QCOMPARE(std::exp2(std::round(std::log2(t))), t);
     QVERIFY(labels.contains(QStringLiteral("2\u00b9\u2075")) || labels.contains(QStringLiteral("2\u00b9\u2076")));
+
+    // Hovering a marker shows its event's text, made from the history then (not every frame).
+    page.resize(1200, 900);
+    page.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&page));
+    page.renderNow();
+    auto* hovered = page.lossScalePlot();
+    hovered->replot(QCustomPlot::rpImmediateRefresh);
+    const QPoint at(int(hovered->xAxis->coordToPixel(10)), int(hovered->yAxis->coordToPixel(65536)));
+    QTest::mouseMove(hovered, at);
+    QTRY_VERIFY(QToolTip::isVisible());
+    QVERIFY2(QToolTip::text().contains("step 10: scale 65536 -> 32768; non-finite gradients in blocks.1.mlp.fc1"),
+             qPrintable(QToolTip::text()));
 }
 
 void TestMonitor::lossScalePlotSaysWhenScalingIsOff()

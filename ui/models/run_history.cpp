@@ -24,6 +24,14 @@ template <typename T> void drop_every_other(std::vector<T>& items)
     items = std::move(kept);
 }
 
+// Kinds that can come once a step, for the whole run.
+bool repeats(EventKind kind)
+{
+    return kind == EventKind::LossScaleBackoff || kind == EventKind::LossScaleGrowth || kind == EventKind::StepSkipped;
+}
+
+size_t bytes_of(const std::vector<float>& v) { return v.capacity() * sizeof(float); }
+
 } // namespace
 
 const std::vector<std::string>& RunHistory::roles() { return tensor_roles(); }
@@ -52,7 +60,8 @@ void RunHistory::reset(int64_t tokensPerStep)
     gradNormStride_ = 1;
     frames_.clear();
     histograms_.clear();
-    histogramBins_ = 0;
+    histogramBytes_ = frameBytes_ = 0;
+    repeated_.clear();
     live_.reset();
     ++revision_;
 }
@@ -129,11 +138,19 @@ void RunHistory::append(const TelemetryBatch& batch)
         }
     }
     for (const auto& e : batch.evals) evals_.push_back({e.step, e.val_loss, e.train_loss});
-    events_.insert(events_.end(), batch.events.begin(), batch.events.end());
-    for (const auto& e : batch.events) live_.apply(e);
+    for (const auto& e : batch.events) {
+        live_.apply(e);
+        if (repeats(e.kind)) {
+            Repeated& r = repeated_[e.kind];
+            if (r.arrived++ % r.stride != 0) continue;
+            ++r.kept;
+        }
+        events_.push_back(e);
+    }
     for (const auto& f : batch.layer_frames) appendFrame(f);
     thinColumns();
     thinHistograms();
+    thinEvents();
     ++revision_;
 }
 
@@ -175,16 +192,18 @@ void RunHistory::appendFrame(const LayerStatsFrame& frame)
         h.underflow = t.underflow;
         h.subnormal = t.subnormal;
         h.overflow = t.overflow;
-        hist.bins += h.counts.size() + 8; // the fixed fields cost about as much as 8 bins
     }
+    hist.bytes = hist.byIndex.capacity() * sizeof(ExponentHistogram);
+    for (const auto& h : hist.byIndex) hist.bytes += h.counts.capacity() * sizeof(int64_t);
     for (const auto& [block, logit] : frame.attention_max_logit) {
         const int layer = ensureLayer(block + ".sdpa"); // "blocks.N.attn" -> its sdpa row
         if (summary.attentionMaxLogit.size() <= size_t(layer)) summary.attentionMaxLogit.resize(size_t(layer) + 1, kNaN);
         summary.attentionMaxLogit[size_t(layer)] = static_cast<float>(logit);
     }
+    frameBytes_ += sizeof(FrameSummary) + bytes_of(summary.tensorStats) + bytes_of(summary.attentionMaxLogit);
     frames_.push_back(std::move(summary));
     if (!hist.byIndex.empty()) {
-        histogramBins_ += hist.bins;
+        histogramBytes_ += hist.bytes;
         histograms_.push_back(std::move(hist));
     }
     memory_.push_back({frame.step, frame.memory.resident_bytes, frame.memory.cuda_allocated_bytes,
@@ -197,15 +216,34 @@ void RunHistory::thinColumns()
         drop_every_other(gradNormColumns_);
         gradNormStride_ *= 2;
     }
-    if (frames_.size() > maxColumns_) drop_every_other(frames_);
+    while ((frames_.size() > maxColumns_ || frameBytes_ > maxFrameBytes_) && frames_.size() >= 3) {
+        drop_every_other(frames_);
+        frameBytes_ = 0;
+        for (const auto& f : frames_)
+            frameBytes_ += sizeof(FrameSummary) + bytes_of(f.tensorStats) + bytes_of(f.attentionMaxLogit);
+    }
+    // A point a telemetry frame: thinned as the frames are, where there are many more of them.
+    while (memory_.size() > 4 * maxColumns_ && memory_.size() >= 3) drop_every_other(memory_);
 }
 
 void RunHistory::thinHistograms()
 {
-    while (histogramBins_ > maxHistogramBins_ && histograms_.size() >= 3) {
+    while (histogramBytes_ > maxHistogramBytes_ && histograms_.size() >= 3) {
         drop_every_other(histograms_);
-        histogramBins_ = 0;
-        for (const auto& h : histograms_) histogramBins_ += h.bins;
+        histogramBytes_ = 0;
+        for (const auto& h : histograms_) histogramBytes_ += h.bytes;
+    }
+}
+
+void RunHistory::thinEvents()
+{
+    for (auto& [kind, r] : repeated_) {
+        if (r.kept <= maxRepeatedEvents_) continue;
+        // Every other one of this kind, the oldest kept, as drop_every_other does with columns.
+        size_t seen = 0;
+        std::erase_if(events_, [&, kind = kind](const RunEvent& e) { return e.kind == kind && seen++ % 2 == 1; });
+        r.kept = (seen + 1) / 2;
+        r.stride *= 2;
     }
 }
 

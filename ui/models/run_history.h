@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -76,7 +77,16 @@ struct LayerColumn {
 class RunHistory {
 public:
     static constexpr size_t kDefaultMaxColumns = 2048;
-    static constexpr size_t kDefaultMaxHistogramBins = size_t(4) << 20; // ~32 MB of counts
+    // What the histograms and the heatmap's frames may take, counted as allocated: a frame keeps a
+    // slot for every layer and role, present or not (the cap counted only the present tensors'
+    // bins, and held 5-6 times its "32 MB"; a 48-block model's frames alone took 170 MB).
+    static constexpr size_t kDefaultMaxHistogramBytes = size_t(32) << 20;
+    static constexpr size_t kDefaultMaxFrameBytes = size_t(32) << 20;
+    // Loss-scale backoffs and growths and skipped steps kept, of each kind: an FP16 run at its
+    // scale floor backs off every step. Past this, every other one, and from then on every
+    // other one that comes (as the grad-norm columns are thinned): the markers keep covering
+    // the run evenly. The event list and the store keep them all.
+    static constexpr size_t kDefaultMaxRepeatedEvents = 2048;
 
     // The roles TensorStats uses, in display order.
     static const std::vector<std::string>& roles();
@@ -95,7 +105,11 @@ public:
     void append(const TelemetryBatch& batch);
 
     void setMaxColumns(size_t columns) { maxColumns_ = columns; }
-    void setMaxHistogramBins(size_t bins) { maxHistogramBins_ = bins; }
+    void setMaxHistogramBytes(size_t bytes) { maxHistogramBytes_ = bytes; }
+    void setMaxFrameBytes(size_t bytes) { maxFrameBytes_ = bytes; }
+    void setMaxRepeatedEvents(size_t events) { maxRepeatedEvents_ = events; }
+    size_t histogramBytes() const { return histogramBytes_; }
+    size_t frameBytes() const { return frameBytes_; }
 
     const std::vector<StepPoint>& steps() const { return steps_; }
     // A data-parallel run: some step recorded its allreduce time.
@@ -143,13 +157,14 @@ private:
         // [layer * roles + role]; count < 0 where the frame has no such tensor. A flat vector,
         // not a map keyed by name: ingesting 1200 tensors a step must stay cheap on the GUI thread.
         std::vector<ExponentHistogram> byIndex;
-        size_t bins = 0;
+        size_t bytes = 0; // as allocated: every slot, and the present ones' counts
     };
 
     int ensureLayer(const std::string& name);
     void appendFrame(const LayerStatsFrame& frame);
     void thinColumns();
     void thinHistograms();
+    void thinEvents();
     static int roleIndex(const std::string& role);
 
     LiveLayers live_;
@@ -166,9 +181,15 @@ private:
     int64_t gradNormStride_ = 1; // after thinning, only every stride-th step is kept
     std::vector<FrameSummary> frames_;
     std::vector<HistogramFrame> histograms_;
-    size_t histogramBins_ = 0;
+    size_t histogramBytes_ = 0, frameBytes_ = 0;
     size_t maxColumns_ = kDefaultMaxColumns;
-    size_t maxHistogramBins_ = kDefaultMaxHistogramBins;
+    size_t maxHistogramBytes_ = kDefaultMaxHistogramBytes;
+    size_t maxFrameBytes_ = kDefaultMaxFrameBytes;
+    size_t maxRepeatedEvents_ = kDefaultMaxRepeatedEvents;
+    struct Repeated {
+        size_t kept = 0, arrived = 0, stride = 1; // only every stride-th arrival is kept
+    };
+    std::map<EventKind, Repeated> repeated_; // of each kind that repeats
     uint64_t revision_ = 0;
 };
 

@@ -18,7 +18,7 @@ public:
         double scale = 1.0;  // where the marker sits: the scale the step used
         QString layers;      // blamed layers, "" when the message names none
         QString label;       // the text drawn next to the marker ("" for growths)
-        QString message;     // the whole event text
+        size_t event = 0;    // its index in the history's events: the text is made on hover only
     };
 
     explicit LossScalePlot(QWidget* parent = nullptr);
