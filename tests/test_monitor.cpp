@@ -255,6 +255,16 @@ void TestMonitor::aLongRunsHistoryIsBounded()
     QCOMPARE(kept["loss_scale_backoff"], every16);
     QCOMPARE(kept["step_skipped"], every16);
     QCOMPARE(kept["sample"], std::vector<int64_t>{50});
+    // Plots rebuild their markers on eventsRevision(): the count of events alone can come back
+    // to an earlier value after thinning.
+    const uint64_t revision = history.eventsRevision();
+    history.append(TelemetryBatch{});
+    QCOMPARE(history.eventsRevision(), revision);
+    TelemetryBatch more;
+    for (int64_t step = 101; step <= 116; ++step) // arrivals 100..115 at stride 16: one kept (step 113), no thinning
+        more.events.push_back(legacy_event(step, "loss_scale_backoff", "scale 1e+30 -> 1e+30"));
+    history.append(more);
+    QCOMPARE(history.eventsRevision(), revision + 1);
     QVERIFY(history.memory().size() <= 16);
     QCOMPARE(history.memory().back().step, int64_t(100));
     QVERIFY(history.frameBytes() > 0);

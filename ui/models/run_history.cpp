@@ -52,6 +52,7 @@ void RunHistory::reset(int64_t tokensPerStep)
     hasCommunication_ = false;
     evals_.clear();
     events_.clear();
+    ++eventsRevision_;
     memory_.clear();
     layers_.clear();
     layerIndex_.clear();
@@ -146,6 +147,7 @@ void RunHistory::append(const TelemetryBatch& batch)
             ++r.kept;
         }
         events_.push_back(e);
+        ++eventsRevision_;
     }
     for (const auto& f : batch.layer_frames) appendFrame(f);
     thinColumns();
@@ -244,6 +246,7 @@ void RunHistory::thinEvents()
         std::erase_if(events_, [&, kind = kind](const RunEvent& e) { return e.kind == kind && seen++ % 2 == 1; });
         r.kept = (seen + 1) / 2;
         r.stride *= 2;
+        ++eventsRevision_;
     }
 }
 

@@ -144,6 +144,9 @@ public:
 
     // A counter bumped by every append: plots compare it to know whether to rebuild.
     uint64_t revision() const { return revision_; }
+    // Bumped whenever events() changes (an event came, or thinning dropped some): its size alone
+    // may come back to an earlier value.
+    uint64_t eventsRevision() const { return eventsRevision_; }
 
 private:
     struct FrameSummary {
@@ -191,6 +194,7 @@ private:
     };
     std::map<EventKind, Repeated> repeated_; // of each kind that repeats
     uint64_t revision_ = 0;
+    uint64_t eventsRevision_ = 0;
 };
 
 } // namespace mantissa

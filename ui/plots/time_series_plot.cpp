@@ -199,9 +199,9 @@ bool TimeSeriesPlot::refresh()
 
     const bool full = settingsChanged_;
     rebuild(*history_, full);
-    if (full || history_->events().size() != builtEvents_) rebuildMarkers(*history_);
+    if (full || history_->eventsRevision() != builtEvents_) rebuildMarkers(*history_);
     builtRevision_ = history_->revision();
-    builtEvents_ = history_->events().size();
+    builtEvents_ = history_->eventsRevision();
     builtBudget_ = budget;
     settingsChanged_ = false;
     hadData_ = true;

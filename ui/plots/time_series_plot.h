@@ -118,7 +118,7 @@ private:
     bool needsReplot_ = false;
     bool hadData_ = false;
     uint64_t builtRevision_ = 0;
-    size_t builtEvents_ = 0;
+    uint64_t builtEvents_ = 0; // the history's eventsRevision() the markers show
     int builtBudget_ = 0;
     int minPointBudget_ = 8192; // QCustomPlot draws this many easily; below it nothing is dropped
 
