@@ -337,6 +337,25 @@ std::shared_ptr<DataParallel> DataParallel::join(const DistributedEnv& env, std:
                           " already has a rank " + std::to_string(env.rank) +
                           ": that MASTER_PORT serves another data-parallel job (or this rank was started twice); "
                           "give each job its own MASTER_PORT");
+    // One WORLD_SIZE for every rank, rank 0's: ranks that disagreed blamed grad_accum, or waited
+    // 300 s for a rank that was never to come (read-only audit 'dpfail'). The refusing rank posts
+    // why, so that rank 0, waiting for it, says so too.
+    const std::string me = "rank " + std::to_string(env.rank), world = std::to_string(env.world_size);
+    std::string rank0_world = world;
+    try {
+        auto& store = *impl->backend->store;
+        if (env.rank == 0) store.set("world_size", to_bytes(world));
+        else rank0_world = from_bytes(store.get("world_size")); // rank 0 posts it as it joins
+        if (rank0_world != world)
+            store.compareSet("failure", {}, to_bytes(me + ": WORLD_SIZE is " + world + " here but " + rank0_world +
+                                                     " on rank 0: launch every rank with the same WORLD_SIZE"));
+    } catch (const std::exception& e) {
+        throw CollectiveError("data-parallel: " + me + " cannot reach the store at " + env.master_addr + ":" +
+                              std::to_string(env.master_port) + ": " + first_line(e));
+    }
+    if (rank0_world != world)
+        throw ConfigError("data-parallel: " + me + ": WORLD_SIZE is " + world + " here but " + rank0_world +
+                          " on rank 0: launch every rank with the same WORLD_SIZE");
 #if MANTISSA_DP_NCCL
     // One GPU per rank, chosen before the Trainer puts anything on a device.
     const int gpu = torch::cuda::is_available() ? gpu_of_local_rank(env.local_rank, static_cast<int>(torch::cuda::device_count())) : -1;

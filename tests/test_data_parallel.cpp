@@ -1062,6 +1062,22 @@ private slots:
         QVERIFY(named);
     }
 
+    // Ranks launched with different WORLD_SIZEs refuse to start, and say so: rank 1 at once
+    // (exit 2), rank 0 once it meets rank 1's posted reason. They blamed grad_accum, or a rank
+    // that never came (read-only audit 'dpfail').
+    void ranks_with_different_world_sizes_say_so()
+    {
+        const QString project = write_project("worlds", 10, "fp32", 25.0, /*grad_accum=*/6);
+        const QString db = dir_.filePath("worlds.db");
+        const auto ranks = run_two({"run", project, "--db", db, "--set", "training.collective_timeout_s=5"}, {}, 2,
+                                   {"WORLD_SIZE=3"});
+        const QString why = "rank 1: WORLD_SIZE is 3 here but 2 on rank 0: launch every rank with the same WORLD_SIZE";
+        QVERIFY2(ranks[1].exit_code == 2,
+                 qPrintable(QString("exit %1: %2").arg(ranks[1].exit_code).arg(ranks[1].err)));
+        QVERIFY2(ranks[1].err.contains("error: data-parallel: " + why), qPrintable(ranks[1].err));
+        QVERIFY2(ranks[0].exit_code != 0 && ranks[0].err.contains(why), qPrintable(ranks[0].err));
+    }
+
     // A rank that never comes (not launched, another MASTER_PORT): rank 0 says it never started
     // and how long it waited, the store's timeout. It was reported as a rank "lost ... within
     // training.collective_timeout_s=5" after 300 s (read-only audit 'dpfail').
