@@ -267,9 +267,14 @@ private slots:
         QVERIFY(page.setRuns({1, id}));
         const auto steps = [&] { return page.summaryModel()->index(1, ComparePage::SumSteps).data().toString(); };
         QCOMPARE(steps(), QStringLiteral("1"));
+        // The row the user selected stays selected as the table is rebuilt with the run's news.
+        page.summaryView()->selectRow(1);
         step(2);
         step(3);
         QTRY_COMPARE_WITH_TIMEOUT(steps(), QStringLiteral("3"), 10000);
+        const QModelIndexList selected = page.summaryView()->selectionModel()->selectedRows(ComparePage::SumRun);
+        QCOMPARE(selected.size(), 1);
+        QCOMPARE(selected.first().data().toString(), QString::number(id));
         // Hidden, it reads nothing; shown again, it reads what the run did meanwhile.
         page.hide();
         step(4);

@@ -16,6 +16,8 @@
 #include <QSplitter>
 #include <QStandardItemModel>
 #include <QTabWidget>
+#include <QItemSelectionModel>
+#include <QSet>
 #include <QTableView>
 #include <QTimer>
 #include <QVBoxLayout>
@@ -654,6 +656,11 @@ QString ComparePage::referenceText() const { return referenceLabel_->text(); }
 
 void ComparePage::rebuildSummary()
 {
+    // Rebuilt every 2 s while a shown run trains (followTick): the rows the user selected stay.
+    QSet<qint64> selected;
+    if (const QItemSelectionModel* selection = summaryView_ ? summaryView_->selectionModel() : nullptr)
+        for (const QModelIndex& index : selection->selectedRows(SumRun))
+            selected.insert(index.data(Qt::UserRole).toLongLong());
     summaryModel_->removeRows(0, summaryModel_->rowCount());
     std::vector<std::pair<std::string, RunSummaryRow>> input;
     for (const RunData& r : runs_) input.emplace_back(r.row.recipe, r.row);
@@ -713,6 +720,11 @@ void ComparePage::rebuildSummary()
         if (div) row[SumDiverges]->setForeground(QColor(170, 20, 30));
         summaryModel_->appendRow(row);
     }
+    if (QItemSelectionModel* selection = summaryView_ ? summaryView_->selectionModel() : nullptr)
+        for (int r = 0; r < summaryModel_->rowCount(); ++r)
+            if (selected.contains(summaryModel_->index(r, SumRun).data(Qt::UserRole).toLongLong()))
+                selection->select(summaryModel_->index(r, SumRun),
+                                  QItemSelectionModel::Select | QItemSelectionModel::Rows);
 }
 
 void ComparePage::rebuildConfigDiff()
