@@ -193,6 +193,15 @@ std::optional<T> within(DataParallelBackend& b, std::chrono::milliseconds wait,
     return result.get();
 }
 
+// On the failure path the store's host may be gone, and c10d logs each call that finds it so
+// as a warning with a 15-frame C++ backtrace ("recvValue failed ... Exception raised from
+// recvBytes"): some 35 lines before this rank's own one-line error, which names the lost rank.
+// The process is on its way out; its errors still print.
+void quiet_store_warnings()
+{
+    FLAGS_caffe2_log_level = std::max<int>(FLAGS_caffe2_log_level, 2); // c10's ERROR
+}
+
 // What a failed rank posted to the store's "failure" key (DataParallel::report_failure), if any.
 // A store that does not answer within kBoundedStoreCall says nothing: the collective's own
 // timeout then decides.
@@ -480,6 +489,7 @@ bool DataParallel::wait_for_arrivals(const std::string& key, int64_t count, std:
 
 void DataParallel::report_failure(const std::string& reason)
 {
+    quiet_store_warnings();
     try {
         // compareSet with an empty expectation: only the first reason is kept.
         within<std::vector<uint8_t>>(*impl_->backend, kBoundedStoreCall,
@@ -492,11 +502,13 @@ void DataParallel::report_failure(const std::string& reason)
 
 std::optional<std::string> DataParallel::failure_reason(std::chrono::milliseconds wait)
 {
+    quiet_store_warnings();
     return peek("failure", wait);
 }
 
 void DataParallel::acknowledge_failure()
 {
+    quiet_store_warnings();
     if (std::exchange(impl_->backend->acknowledged, true)) return; // rank 0 counts ranks, not calls
     arrive("failure_read");
 }

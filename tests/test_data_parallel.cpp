@@ -1126,6 +1126,25 @@ private slots:
                  qPrintable(rank1.err));
     }
 
+    // A follower whose rank 0 was killed says so in one line: c10d logged each store call that
+    // found rank 0 gone as a warning with a C++ backtrace, some 35 lines before it (read-only
+    // audit 'dpfail').
+    void a_follower_that_lost_rank0_says_so_in_one_line()
+    {
+        const QString project = write_project("lost0", 1000000, "fp32");
+        const QString db = dir_.filePath("lost0.db");
+        QProcess r0, r1;
+        QVERIFY(start_two_ranks(project, db, r0, r1));
+        QCOMPARE(r1.state(), QProcess::Running);
+        ::kill(static_cast<pid_t>(r0.processId()), SIGKILL);
+        r0.waitForFinished();
+        const Rank rank1 = finish(r1);
+        QVERIFY2(rank1.exit_code == 1, qPrintable(QString("exit %1: %2").arg(rank1.exit_code).arg(rank1.err)));
+        QVERIFY2(rank1.err.startsWith("error: data-parallel rank 1: training failed: data-parallel: rank 1 lost rank 0"),
+                 qPrintable(rank1.err));
+        QCOMPARE(rank1.err.count('\n'), 1);
+    }
+
     // Rank 0 failing on its own is recorded with its rank, as a peer's failure is ("data-
     // parallel: rank 1: ..."). Rank 0 runs in this process (its sink throws at step 3), rank 1
     // is a mantissa-train; it fails once rank 0's sockets close.
