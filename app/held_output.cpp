@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "held_output.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <new>
+#include <string>
 #include <utility>
 
+#include <sys/types.h>
 #include <unistd.h>
 
 #include "consistent_read.h"
@@ -16,78 +20,156 @@ namespace mantissa {
 
 namespace {
 
-// An unlinked file in $TMPDIR (else /tmp) that goes with its last descriptor; null where none
-// can be made. std::tmpfile() ignores TMPDIR.
-std::FILE* anonymous_temporary_file()
+// An unlinked file in $TMPDIR (else /tmp) that goes with its descriptor; -1 where none can be
+// made. std::tmpfile() ignores TMPDIR.
+int anonymous_temporary_file()
 {
     const char* dir = std::getenv("TMPDIR");
     std::string name = std::string(dir && *dir ? dir : "/tmp") + "/mantissa-output.XXXXXX";
     const int fd = ::mkstemp(name.data());
-    if (fd < 0) return nullptr;
-    ::unlink(name.c_str());
-    std::FILE* file = ::fdopen(fd, "w+");
-    if (!file) ::close(fd);
-    return file;
+    if (fd >= 0) ::unlink(name.c_str());
+    return fd;
+}
+
+bool write_all(int fd, const char* data, size_t size)
+{
+    while (size > 0) {
+        const ssize_t n = ::write(fd, data, size);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return false;
+        data += n;
+        size -= static_cast<size_t>(n);
+    }
+    return true;
 }
 
 } // namespace
 
-HeldOutput::HeldOutput()
+struct HeldOutput::Spilling {
+    size_t limit = 0;
+    std::string memory; // all of it, or, once there is a file, nothing
+    int fd = -1;
+    size_t filed = 0;             // bytes the file holds whole
+    bool gave_up_on_file = false; // it could not be made, or filled up: memory from then on
+
+    // Back into memory, all the file held whole (a piece whose write failed part way is left
+    // out: it is appended again whole).
+    void unspill()
+    {
+        std::string held;
+        held.reserve(filed);
+        char piece[64 * 1024];
+        if (::lseek(fd, 0, SEEK_SET) == 0)
+            while (held.size() < filed) {
+                const ssize_t n = ::read(fd, piece, std::min(sizeof piece, filed - held.size()));
+                if (n <= 0) break;
+                held.append(piece, static_cast<size_t>(n));
+            }
+        ::close(fd);
+        fd = -1;
+        gave_up_on_file = true;
+        memory = std::move(held);
+    }
+    bool to_file(const char* data, size_t size)
+    {
+        if (!write_all(fd, data, size)) return false;
+        filed += size;
+        return true;
+    }
+    void append(const char* data, size_t size)
+    {
+        if (fd < 0 && !gave_up_on_file && memory.size() + size > limit) {
+            fd = anonymous_temporary_file();
+            if (fd < 0) gave_up_on_file = true;
+            else if (to_file(memory.data(), memory.size())) memory.clear();
+            else unspill(); // restores nothing (filed 0): memory keeps it all
+        }
+        // A full $TMPDIR (or a file-size limit): memory again, as before there was a file.
+        if (fd >= 0 && !to_file(data, size)) unspill();
+        if (fd < 0) memory.append(data, size);
+    }
+};
+
+namespace {
+
+ssize_t spilling_write(void* cookie, const char* data, size_t size)
 {
-    open(out_, /*on_disk=*/true);
-    open(err_, /*on_disk=*/false);
+    try {
+        static_cast<HeldOutput::Spilling*>(cookie)->append(data, size);
+    } catch (const std::bad_alloc&) {
+        errno = ENOMEM;
+        return -1;
+    }
+    return static_cast<ssize_t>(size);
 }
 
-HeldOutput::~HeldOutput()
+} // namespace
+
+HeldOutput::HeldOutput(size_t memoryBytes) : memoryBytes_(memoryBytes) { open(); }
+
+HeldOutput::~HeldOutput() { close(); }
+
+void HeldOutput::open()
 {
-    close(out_);
-    close(err_);
+    auto spilling = std::make_unique<Spilling>();
+    spilling->limit = memoryBytes_;
+    cookie_io_functions_t io{};
+    io.write = spilling_write;
+    out_ = ::fopencookie(spilling.get(), "w", io);
+    err_ = open_memstream(&errData_, &errSize_);
+    if (!out_ || !err_) {
+        close();
+        throw std::bad_alloc();
+    }
+    spilling_ = spilling.release();
 }
 
-void HeldOutput::open(HeldStream& s, bool on_disk)
+void HeldOutput::close()
 {
-    s.file = on_disk ? anonymous_temporary_file() : nullptr;
-    s.on_disk = s.file != nullptr;
-    if (!s.file) s.file = open_memstream(&s.data, &s.size);
-    if (!s.file) throw std::bad_alloc();
-}
-
-void HeldOutput::close(HeldStream& s)
-{
-    if (s.file) std::fclose(s.file);
-    std::free(s.data);
-    s = {};
+    if (out_) std::fclose(out_); // flushes into spilling_
+    if (err_) std::fclose(err_);
+    std::free(errData_);
+    if (spilling_ && spilling_->fd >= 0) ::close(spilling_->fd);
+    delete spilling_;
+    out_ = err_ = nullptr;
+    errData_ = nullptr;
+    errSize_ = 0;
+    spilling_ = nullptr;
 }
 
 void HeldOutput::clear()
 {
-    const bool on_disk = out_.on_disk;
-    close(out_);
-    close(err_);
-    open(out_, on_disk);
-    open(err_, /*on_disk=*/false);
+    close();
+    open();
 }
 
-std::string HeldOutput::release()
+bool HeldOutput::spilled() const
 {
-    std::fflush(err_.file);
-    std::fwrite(err_.data, 1, err_.size, stderr);
+    std::fflush(out_);
+    return spilling_->fd >= 0;
+}
+
+std::string HeldOutput::release(std::FILE* to, std::FILE* messages_to)
+{
+    std::fflush(err_);
+    std::fwrite(errData_, 1, errSize_, messages_to);
     const auto os_reason = [](const std::string& what) { return what + ": " + std::strerror(errno); };
     // Nothing of an output that was cut: a table short of its end must not read as whole.
-    if (std::fflush(out_.file) != 0 || std::ferror(out_.file))
-        return os_reason("cannot hold the output until the read stands (in $TMPDIR, else /tmp)");
-    if (!out_.on_disk) {
-        if (std::fwrite(out_.data, 1, out_.size, stdout) != out_.size)
+    if (std::fflush(out_) != 0 || std::ferror(out_)) return os_reason("cannot hold the output until the read stands");
+    const Spilling& s = *spilling_;
+    if (s.fd < 0) {
+        if (std::fwrite(s.memory.data(), 1, s.memory.size(), to) != s.memory.size())
             return os_reason("cannot write to standard output");
     } else {
-        std::rewind(out_.file);
+        if (::lseek(s.fd, 0, SEEK_SET) != 0) return os_reason("cannot read back the held output");
         char piece[64 * 1024];
-        size_t n = 0;
-        while ((n = std::fread(piece, 1, sizeof piece, out_.file)) > 0)
-            if (std::fwrite(piece, 1, n, stdout) != n) return os_reason("cannot write to standard output");
-        if (std::ferror(out_.file)) return os_reason("cannot read back the held output");
+        ssize_t n = 0;
+        while ((n = ::read(s.fd, piece, sizeof piece)) > 0)
+            if (std::fwrite(piece, 1, static_cast<size_t>(n), to) != static_cast<size_t>(n))
+                return os_reason("cannot write to standard output");
+        if (n < 0) return os_reason("cannot read back the held output");
     }
-    if (std::fflush(stdout) != 0 || std::ferror(stdout)) return os_reason("cannot write to standard output");
+    if (std::fflush(to) != 0 || std::ferror(to)) return os_reason("cannot write to standard output");
     return {};
 }
 

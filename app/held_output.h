@@ -2,9 +2,10 @@
 #pragma once
 // What a reading command (list, show, export, compare) prints, held until its read of the
 // store is known to be whole: read_consistently may read again, and a view that a writer tore
-// must never reach the terminal or a redirected file. The output is held in an unlinked
-// temporary file (in $TMPDIR, else /tmp), not in memory: `export 1 --table layers > l.csv` of a
-// long run is gigabytes; the messages, and the output where no such file can be made, in memory.
+// must never reach the terminal or a redirected file. Held in memory up to 16 MiB, and past
+// that in an unlinked temporary file (in $TMPDIR, else /tmp): `export 1 --table layers > l.csv`
+// of a long run is gigabytes. Where that file cannot be made or fills up, in memory again:
+// a full $TMPDIR must not stop `list`.
 
 #include <cstdio>
 #include <functional>
@@ -30,28 +31,34 @@ int after_the_read(const CliStreams& io, std::function<int()> act);
 
 class HeldOutput {
 public:
-    HeldOutput(); // throws std::bad_alloc where no stream can be made
+    // Past `memoryBytes` the output goes to the file. Throws std::bad_alloc where no stream can
+    // be made.
+    explicit HeldOutput(size_t memoryBytes = kMemoryBytes);
     ~HeldOutput();
     HeldOutput(const HeldOutput&) = delete;
     HeldOutput& operator=(const HeldOutput&) = delete;
 
-    CliStreams streams() const { return {out_.file, err_.file}; }
+    CliStreams streams() const { return {out_, err_}; }
     void clear(); // drops what was written so far
     // Writes the messages to stderr, then the output to stdout. Where the output could not all
     // be held or could not all reach stdout (a full disk behind `> m.csv`): why, else "". A cut
     // table must not read as a whole one.
-    std::string release();
+    std::string release(std::FILE* to = stdout, std::FILE* messages_to = stderr);
+    bool spilled() const; // the output went to the temporary file
+
+    static constexpr size_t kMemoryBytes = size_t(16) << 20;
+
+    struct Spilling; // the output's buffer: memory, then the file
 
 private:
-    struct HeldStream {
-        std::FILE* file = nullptr;
-        char* data = nullptr; // a memory stream's
-        size_t size = 0;
-        bool on_disk = false;
-    };
-    static void open(HeldStream& s, bool on_disk);
-    static void close(HeldStream& s);
-    HeldStream out_, err_;
+    void open();
+    void close();
+    size_t memoryBytes_;
+    std::FILE* out_ = nullptr;
+    std::FILE* err_ = nullptr;
+    char* errData_ = nullptr; // err_'s memory stream
+    size_t errSize_ = 0;
+    Spilling* spilling_ = nullptr;
 };
 
 // Opens the store read-only and runs `command` on it with held streams, again where a writer

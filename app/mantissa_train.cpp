@@ -45,6 +45,9 @@ std::string unknown_command(CLI::App& app, int argc, char** argv)
 int main(int argc, char** argv)
 {
     prepare_cublas_for_determinism(); // before any thread starts (determinism.h)
+    // A file-size limit (ulimit -f) makes a write past it fail with EFBIG, which the writers
+    // report ("File too large") as they do a full disk, instead of killing the process mid-file.
+    std::signal(SIGXFSZ, SIG_IGN);
     CLI::App app{"mantissa-train: train GPT models with per-layer precision recipes, headless"};
     // A usage error reads as every other refusal does ("--tolerance: must be ..." had no prefix).
     app.failure_message(

@@ -278,15 +278,14 @@ int cmd_export(RunStore& store, const std::string& run, const std::string& forma
                        : table == "layers" ? write_layer_stats_csv
                                            : write_metrics_csv;
     if (out_path.empty() || out_path == "-") {
-        // Held until the read stands (run_reading_command), in a file in $TMPDIR: a cut table
-        // must not read as a whole one, and one that could not all be held is not printed.
+        // Held until the read stands (run_reading_command; past 16 MiB in a file in $TMPDIR): a
+        // cut table must not read as a whole one, and one that could not all be held is not printed.
         bool written = true;
         write(store, info->id, [&written, &io](std::string_view piece) {
             written = written && std::fwrite(piece.data(), 1, piece.size(), io.out) == piece.size();
         });
         if (!written || std::fflush(io.out) != 0 || std::ferror(io.out)) {
-            std::fprintf(io.err, "error: cannot hold the table until the read stands (in $TMPDIR, else /tmp): %s\n",
-                         std::strerror(errno));
+            std::fprintf(io.err, "error: cannot hold the table until the read stands: %s\n", std::strerror(errno));
             return 2;
         }
         return 0;

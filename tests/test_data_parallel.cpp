@@ -1140,7 +1140,8 @@ private slots:
         r0.waitForFinished();
         const Rank rank1 = finish(r1);
         QVERIFY2(rank1.exit_code == 1, qPrintable(QString("exit %1: %2").arg(rank1.exit_code).arg(rank1.err)));
-        QVERIFY2(rank1.err.startsWith("error: data-parallel rank 1: training failed: data-parallel: rank 1 lost rank 0"),
+        QVERIFY2(rank1.err.startsWith(
+                     "error: data-parallel rank 1: training failed: data-parallel: rank 1 lost rank 0"),
                  qPrintable(rank1.err));
         QCOMPARE(rank1.err.count('\n'), 1);
     }

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -24,6 +25,7 @@
 #include <thread>
 
 #include <sqlite3.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -634,6 +636,61 @@ private slots:
             QVERIFY(none.empty());
         }
         QCOMPARE(QDir(out).entryList(QDir::Dirs | QDir::NoDotAndDotDot), QStringList{"run1-tb"});
+    }
+
+    // A reading command's output is held in memory up to a size, then in an unlinked file in
+    // $TMPDIR; where that file cannot be made, or fills up (here a file-size limit), in memory
+    // again. Whichever way, all of it comes out, once.
+    void heldOutputSpillsToAFileAndBack()
+    {
+        std::string text;
+        for (int i = 0; i < 2000; ++i) text += "row " + std::to_string(i) + ",1.5,2.5\n";
+        const auto through = [&](size_t memory, bool* spilled) {
+            HeldOutput held(memory);
+            for (size_t at = 0; at < text.size(); at += 1000)
+                std::fwrite(text.data() + at, 1, std::min<size_t>(1000, text.size() - at), held.streams().out);
+            std::fprintf(held.streams().err, "note\n");
+            *spilled = held.spilled();
+            char* out = nullptr;
+            char* err = nullptr;
+            size_t out_size = 0, err_size = 0;
+            std::FILE* to = open_memstream(&out, &out_size);
+            std::FILE* messages = open_memstream(&err, &err_size);
+            const std::string problem = held.release(to, messages);
+            std::fclose(to);
+            std::fclose(messages);
+            const std::string result = problem + "|" + std::string(err, err_size) + "|" + std::string(out, out_size);
+            std::free(out);
+            std::free(err);
+            return result;
+        };
+        const std::string expected = "|note\n|" + text;
+        bool spilled = false;
+        QCOMPARE(through(HeldOutput::kMemoryBytes, &spilled), expected);
+        QVERIFY(!spilled);
+        QCOMPARE(through(4096, &spilled), expected);
+        QVERIFY(spilled);
+
+        QTemporaryDir tmp;
+        const QByteArray before = qgetenv("TMPDIR");
+        qputenv("TMPDIR", tmp.filePath("no-such-folder").toUtf8());
+        QCOMPARE(through(4096, &spilled), expected);
+        QVERIFY(!spilled);
+        qputenv("TMPDIR", tmp.path().toUtf8());
+        // A file-size limit of 12,000 bytes: the file takes the first pieces, then refuses (EFBIG, with
+        // SIGXFSZ ignored as mantissa-train does), and it all comes back into memory.
+        const auto sigxfsz = std::signal(SIGXFSZ, SIG_IGN);
+        rlimit limit{};
+        QVERIFY(::getrlimit(RLIMIT_FSIZE, &limit) == 0);
+        const rlimit small{12000, limit.rlim_max}; // not a multiple of a piece: one is cut part way
+        QVERIFY(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+        const std::string limited = through(4096, &spilled);
+        ::setrlimit(RLIMIT_FSIZE, &limit);
+        std::signal(SIGXFSZ, sigxfsz);
+        if (before.isNull()) qunsetenv("TMPDIR");
+        else qputenv("TMPDIR", before);
+        QCOMPARE(limited, expected);
+        QVERIFY(!spilled);
     }
 
     void usesWalAndMarksItsFiles()
