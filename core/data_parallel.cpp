@@ -128,8 +128,9 @@ public:
     std::chrono::milliseconds timeout{0}; // the collective timeout
     bool closed = false;                  // DataParallel::close ran
     bool acknowledged = false;            // acknowledge_failure ran: one arrival per rank
-    // A bounded store call ran out (within()): the store's host does not answer, and is not asked again.
-    std::atomic<bool> store_unresponsive{false};
+    // A bounded store call (within()) is still waiting for its answer: the store is not asked
+    // again until it has one. Shared with that call's thread, which may outlive this.
+    std::shared_ptr<std::atomic<bool>> store_call_waiting = std::make_shared<std::atomic<bool>>(false);
 };
 
 namespace {
@@ -174,22 +175,27 @@ constexpr std::chrono::milliseconds kBoundedStoreCall{2000};
 // its connections (rank 0 frozen, SIGSTOPped, cut off by a partition) leaves a TCPStore request
 // in recv(2) for as long as TCP keeps the connection: minutes, past any collective timeout, and
 // a follower reporting its failure hung until killed (read-only audit 'dpfail'). A call that ran
-// out is left behind, detached, holding its own reference to the store; the store counts as
-// unresponsive from then on and is not asked again (the process is on its way out).
+// out is left behind, detached, holding its own references. Until it has its answer the store
+// is not asked again (none: at most one such thread), and then it is: a store slow for a moment
+// on the NCCL path does not end the looks for a peer's failure for good.
 template <class T>
 std::optional<T> within(DataParallelBackend& b, std::chrono::milliseconds wait,
                         std::function<T(c10d::Store&)> call)
 {
-    if (b.store_unresponsive) return std::nullopt;
-    auto task = std::make_shared<std::packaged_task<T()>>([store = b.store, call = std::move(call)] {
-        return call(*store);
-    });
+    if (b.store_call_waiting->exchange(true)) return std::nullopt;
+    auto task = std::make_shared<std::packaged_task<T()>>(
+        [store = b.store, waiting = b.store_call_waiting, call = std::move(call)] {
+            // Cleared before the result is set: a caller that has it may ask the store again
+            // at once (finish_rank reads rank 0's outcome, then says it read it).
+            struct Clear {
+                std::atomic<bool>& flag;
+                ~Clear() { flag = false; }
+            } clear{*waiting};
+            return call(*store);
+        });
     auto result = task->get_future();
     std::thread([task] { (*task)(); }).detach();
-    if (result.wait_for(wait) != std::future_status::ready) {
-        b.store_unresponsive = true;
-        return std::nullopt;
-    }
+    if (result.wait_for(wait) != std::future_status::ready) return std::nullopt;
     return result.get();
 }
 

@@ -1264,7 +1264,7 @@ std::vector<std::string> RunStore::scalar_tags(int64_t run_id)
     return tags;
 }
 
-std::vector<EventRow> RunStore::events(int64_t run_id)
+void RunStore::for_each_event(int64_t run_id, const std::function<void(const EventRow&)>& visit)
 {
     flush();
     std::lock_guard lock(db_mutex_);
@@ -1274,11 +1274,16 @@ std::vector<EventRow> RunStore::events(int64_t run_id)
     Statement s(db_, typed ? "SELECT step, kind, message, created_at, fields FROM events WHERE run_id=? ORDER BY id"
                            : "SELECT step, kind, message, created_at FROM events WHERE run_id=? ORDER BY id");
     s.bind(1, run_id);
-    std::vector<EventRow> rows;
     while (s.step())
-        rows.push_back({s.int64(0), s.text(1), s.text(2), s.text(3),
-                        typed ? event_from_stored(s.int64(0), s.text(1), s.text(4), s.text(2))
-                              : legacy_event(s.int64(0), s.text(1), s.text(2))});
+        visit({s.int64(0), s.text(1), s.text(2), s.text(3),
+               typed ? event_from_stored(s.int64(0), s.text(1), s.text(4), s.text(2))
+                     : legacy_event(s.int64(0), s.text(1), s.text(2))});
+}
+
+std::vector<EventRow> RunStore::events(int64_t run_id)
+{
+    std::vector<EventRow> rows;
+    for_each_event(run_id, [&rows](const EventRow& row) { rows.push_back(row); });
     return rows;
 }
 

@@ -286,6 +286,7 @@ public:
     // holds one row, not the run; SQLite sorts beyond its page cache on disk. `visit` runs under
     // the store's lock and must not call the store; what it throws ends the read.
     void for_each_scalar(int64_t run_id, const std::function<void(const ScalarRow&)>& visit); // by step, tag
+    void for_each_event(int64_t run_id, const std::function<void(const EventRow&)>& visit); // in order
     // By step, layer, role; without the exponent histograms (left empty) unless asked for.
     void for_each_layer_stats(int64_t run_id, bool with_histograms,
                               const std::function<void(int64_t step, const TensorStats&)>& visit);

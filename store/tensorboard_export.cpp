@@ -211,6 +211,8 @@ TensorBoardExport::TensorBoardExport(RunStore& store, int64_t run_id, const std:
     : dir_(dir), run_id_(run_id)
 {
     namespace fs = std::filesystem;
+    // The step times (wall times) and the rows from one view of a store a run still writes to.
+    const RunStore::ReadSnapshot snapshot(store);
     std::string name, created_at;
     if (const auto info = store.find_run(std::to_string(run_id))) {
         name = info->name;
@@ -231,8 +233,13 @@ TensorBoardExport::TensorBoardExport(RunStore& store, int64_t run_id, const std:
     path_ = (folder / name_).string();
     partial_ = (folder / ".mantissa-export.partial").string();
     std::error_code ec;
-    had_dir_ = fs::exists(dir, ec);
-    had_folder_ = fs::exists(folder, ec);
+    if (!fs::exists(folder, ec)) {
+        fs::path highest = folder;
+        while (highest.has_parent_path() && highest.parent_path() != highest &&
+               !fs::exists(highest.parent_path(), ec))
+            highest = highest.parent_path();
+        made_from_ = highest.string();
+    }
     try {
         if (fs::create_directories(folder, ec); ec)
             throw ExportWriteError("cannot write '" + path_ + "': " + ec.message());
@@ -270,8 +277,12 @@ void TensorBoardExport::undo() noexcept
     namespace fs = std::filesystem;
     std::error_code ec;
     if (!partial_.empty()) fs::remove(partial_, ec);
-    if (!had_folder_ && !folder_.empty()) fs::remove(folder_, ec);
-    if (!had_dir_) fs::remove(dir_, ec);
+    if (made_from_.empty()) return;
+    // Each folder it made, up to the highest (`--out a/x/y` of an empty run left a/x).
+    for (fs::path p = folder_; !p.empty(); p = p.parent_path()) {
+        fs::remove(p, ec);
+        if (p == fs::path(made_from_) || p == p.parent_path()) break;
+    }
 }
 
 std::string TensorBoardExport::commit()

@@ -44,8 +44,9 @@ public:
 private:
     void undo() noexcept;
     std::string dir_, folder_, path_, partial_, name_;
+    std::string made_from_; // the highest folder the export made ("" where the run's was there)
     int64_t run_id_ = 0;
-    bool had_dir_ = false, had_folder_ = false, committed_ = false;
+    bool committed_ = false;
     int64_t events_ = 0;
 };
 

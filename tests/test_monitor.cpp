@@ -250,8 +250,8 @@ void TestMonitor::aLongRunsHistoryIsBounded()
     }
     std::map<std::string, std::vector<int64_t>> kept;
     for (const RunEvent& e : history.events()) kept[e.tag()].push_back(e.step);
-    // Arrivals 1..100 at strides 1, 2, 4, 8, 16: steps 1, 17, 33, ..., 97.
-    const std::vector<int64_t> every16{1, 17, 33, 49, 65, 81, 97};
+    // Arrivals 1..100 at strides 1, 2, 4, 8, 16: steps 1, 17, 33, ..., 97; and the newest.
+    const std::vector<int64_t> every16{1, 17, 33, 49, 65, 81, 97, 100};
     QCOMPARE(kept["loss_scale_backoff"], every16);
     QCOMPARE(kept["step_skipped"], every16);
     QCOMPARE(kept["sample"], std::vector<int64_t>{50});
@@ -261,10 +261,25 @@ void TestMonitor::aLongRunsHistoryIsBounded()
     history.append(TelemetryBatch{});
     QCOMPARE(history.eventsRevision(), revision);
     TelemetryBatch more;
-    for (int64_t step = 101; step <= 116; ++step) // arrivals 100..115 at stride 16: one kept (step 113), no thinning
+    for (int64_t step = 101; step <= 116; ++step) // arrivals 100..115 at stride 16: step 113, and the newest
         more.events.push_back(legacy_event(step, "loss_scale_backoff", "scale 1e+30 -> 1e+30"));
     history.append(more);
-    QCOMPARE(history.eventsRevision(), revision + 1);
+    QVERIFY(history.eventsRevision() > revision);
+    std::vector<int64_t> backoffs;
+    for (const RunEvent& e : history.events())
+        if (e.kind == EventKind::LossScaleBackoff) backoffs.push_back(e.step);
+    QCOMPARE(backoffs, (std::vector<int64_t>{1, 17, 33, 49, 65, 81, 97, 113, 116}));
+
+    // One batch of 1,000 (a window catching up on a run) is brought under the cap at once.
+    RunHistory caughtUp(64);
+    caughtUp.setMaxRepeatedEvents(8);
+    TelemetryBatch thousand;
+    for (int64_t step = 1; step <= 1000; ++step)
+        thousand.events.push_back(legacy_event(step, "loss_scale_backoff", "scale 1e+30 -> 1e+30"));
+    caughtUp.append(thousand);
+    QVERIFY2(caughtUp.events().size() <= 9, qPrintable(QString::number(caughtUp.events().size())));
+    QCOMPARE(caughtUp.events().front().step, int64_t(1));
+    QCOMPARE(caughtUp.events().back().step, int64_t(1000));
     QVERIFY(history.memory().size() <= 16);
     QCOMPARE(history.memory().back().step, int64_t(100));
     QVERIFY(history.frameBytes() > 0);
@@ -308,7 +323,18 @@ void TestMonitor::aLongRunsHistoryIsBounded()
     const QVector<double> crosses = graph_keys(plot.skippedGraph());
     QVERIFY2(crosses.size() <= 2048 && crosses.size() >= 1024, qPrintable(QString::number(crosses.size())));
     QCOMPARE(crosses.back(), 10000.0); // the newest skip is always drawn
-    QCOMPARE(crosses[1] - crosses[0], crosses.back() - crosses[crosses.size() - 2]); // evenly
+    // A lone skip among thousands keeps its cross.
+    RunHistory lone(64);
+    TelemetryBatch mostly;
+    for (int64_t step = 1; step <= 10000; ++step)
+        mostly.steps.push_back(step_at(step, 3.0, 65536.0, step <= 5000 || step == 7777));
+    lone.append(mostly);
+    plot.setHistory(&lone);
+    plot.refresh();
+    const QVector<double> some = graph_keys(plot.skippedGraph());
+    QVERIFY2(some.size() <= 2048, qPrintable(QString::number(some.size())));
+    QCOMPARE(some.back(), 7777.0);
+    QVERIFY(some.contains(5000.0)); // the newest of its column
 }
 
 void TestMonitor::emaMatchesTensorBoard()

@@ -636,6 +636,12 @@ private slots:
             QVERIFY(none.empty());
         }
         QCOMPARE(QDir(out).entryList(QDir::Dirs | QDir::NoDotAndDotDot), QStringList{"run1-tb"});
+        // Nor any folder above: `--out a/x/y` of an empty run left a/x.
+        {
+            TensorBoardExport none(store, empty, dir.filePath("a/x/y").toStdString());
+            QVERIFY(QDir(dir.filePath("a/x/y")).exists());
+        }
+        QVERIFY(!QDir(dir.filePath("a")).exists());
     }
 
     // A reading command's output is held in memory up to a size, then in an unlinked file in

@@ -143,8 +143,14 @@ void RunHistory::append(const TelemetryBatch& batch)
         live_.apply(e);
         if (repeats(e.kind)) {
             Repeated& r = repeated_[e.kind];
-            if (r.arrived++ % r.stride != 0) continue;
-            ++r.kept;
+            if (r.tail) { // the previous newest, off the stride: this one is newer
+                const auto last = std::find_if(events_.rbegin(), events_.rend(),
+                                               [&e](const RunEvent& kept) { return kept.kind == e.kind; });
+                if (last != events_.rend()) events_.erase(std::next(last).base());
+                r.tail = false;
+            }
+            if (r.arrived++ % r.stride == 0) ++r.kept;
+            else r.tail = true;
         }
         events_.push_back(e);
         ++eventsRevision_;
@@ -240,13 +246,23 @@ void RunHistory::thinHistograms()
 void RunHistory::thinEvents()
 {
     for (auto& [kind, r] : repeated_) {
-        if (r.kept <= maxRepeatedEvents_) continue;
-        // Every other one of this kind, the oldest kept, as drop_every_other does with columns.
-        size_t seen = 0;
-        std::erase_if(events_, [&, kind = kind](const RunEvent& e) { return e.kind == kind && seen++ % 2 == 1; });
-        r.kept = (seen + 1) / 2;
-        r.stride *= 2;
-        ++eventsRevision_;
+        // Halved as often as it takes: one batch may bring thousands (a window catching up).
+        while (r.kept > maxRepeatedEvents_) {
+            // Every other one of this kind, the oldest kept, as drop_every_other does with
+            // columns. The newest stays: as the tail it was, or as the tail it becomes.
+            size_t seen = 0;
+            const size_t onStride = r.kept;
+            const bool newestOnStride = !r.tail;
+            std::erase_if(events_, [&, kind = kind](const RunEvent& e) {
+                if (e.kind != kind) return false;
+                const size_t i = seen++;
+                return i < onStride && i % 2 == 1 && !(newestOnStride && i + 1 == onStride);
+            });
+            if (newestOnStride && onStride % 2 == 0) r.tail = true;
+            r.kept = (onStride + 1) / 2;
+            r.stride *= 2;
+            ++eventsRevision_;
+        }
     }
 }
 

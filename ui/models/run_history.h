@@ -85,7 +85,8 @@ public:
     // Loss-scale backoffs and growths and skipped steps kept, of each kind: an FP16 run at its
     // scale floor backs off every step. Past this, every other one, and from then on every
     // other one that comes (as the grad-norm columns are thinned): the markers keep covering
-    // the run evenly. The event list and the store keep them all.
+    // the run evenly. The newest is kept as well, so that a live run shows its latest. The
+    // event list and the store keep them all.
     static constexpr size_t kDefaultMaxRepeatedEvents = 2048;
 
     // The roles TensorStats uses, in display order.
@@ -191,6 +192,7 @@ private:
     size_t maxRepeatedEvents_ = kDefaultMaxRepeatedEvents;
     struct Repeated {
         size_t kept = 0, arrived = 0, stride = 1; // only every stride-th arrival is kept
+        bool tail = false; // the newest, off the stride, is kept too until the next one comes
     };
     std::map<EventKind, Repeated> repeated_; // of each kind that repeats
     uint64_t revision_ = 0;

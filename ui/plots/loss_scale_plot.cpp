@@ -150,12 +150,21 @@ void LossScalePlot::rebuild(const RunHistory& history, bool)
     const DecimatedSeries d = decimate_min_max(xs, ys, std::max<size_t>(1, size_t(pointBudget()) / 4));
     scale_->setData(QVector<double>(d.xs.begin(), d.xs.end()), QVector<double>(d.ys.begin(), d.ys.end()), true);
     // A cross for every skipped step of a run that skips every step drew 50,000 of them each
-    // frame: at most a few a pixel column, evenly, the last one kept.
-    const qsizetype maxCrosses = std::max(1, pointBudget() / 4);
-    if (skipX.size() > maxCrosses) {
-        const qsizetype stride = (skipX.size() + maxCrosses - 1) / maxCrosses;
+    // frame: at most one in each of pointBudget()/4 columns of the run's x range (a few a
+    // pixel), the newest of its column. A lone skip keeps its cross.
+    const qsizetype columns = std::max(1, pointBudget() / 4);
+    if (skipX.size() > columns && !xs.empty()) {
+        const double x0 = xs.front(), width = std::max(xs.back() - x0, 1e-12);
         QVector<double> keptX, keptY;
-        for (qsizetype i = (skipX.size() - 1) % stride; i < skipX.size(); i += stride) {
+        qsizetype lastColumn = -1;
+        for (qsizetype i = 0; i < skipX.size(); ++i) {
+            const auto column = static_cast<qsizetype>((skipX[i] - x0) / width * double(columns - 1));
+            if (column == lastColumn) {
+                keptX.back() = skipX[i]; // the newest of the column
+                keptY.back() = skipY[i];
+                continue;
+            }
+            lastColumn = column;
             keptX.push_back(skipX[i]);
             keptY.push_back(skipY[i]);
         }
@@ -241,7 +250,9 @@ QString LossScalePlot::hoverText(const QPointF& pixel) const
         for (const ScaleMarker& m : *list) {
             if (!near(m)) continue;
             if (!text.isEmpty()) text += QLatin1Char('\n');
-            const bool same = m.event < events.size() && events[m.event].step == m.step;
+            const EventKind kind = m.label.isEmpty() ? EventKind::LossScaleGrowth : EventKind::LossScaleBackoff;
+            const bool same =
+                m.event < events.size() && events[m.event].step == m.step && events[m.event].kind == kind;
             const QString what = same ? QString::fromStdString(events[m.event].message())
                                       : QStringLiteral("loss scale %1").arg(m.label.isEmpty() ? "growth" : "backoff");
             text += QStringLiteral("step %1: %2").arg(m.step).arg(what);
