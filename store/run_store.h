@@ -283,7 +283,8 @@ public:
     std::vector<CheckpointRow> checkpoints(int64_t run_id); // by step
 
     // Row by row, for exports of any length (csv_export.h, tensorboard_export.h): the caller
-    // holds one row, not the run; SQLite sorts beyond its page cache on disk. `visit` runs under
+    // holds one row, not the run; SQLite sorts beyond its page cache in temporary files (in
+    // $TMPDIR, else /var/tmp or /tmp), so a large export takes room there. `visit` runs under
     // the store's lock and must not call the store; what it throws ends the read.
     void for_each_scalar(int64_t run_id, const std::function<void(const ScalarRow&)>& visit); // by step, tag
     void for_each_event(int64_t run_id, const std::function<void(const EventRow&)>& visit); // in order

@@ -1363,9 +1363,6 @@ private slots:
         QCOMPARE(store.scalars(id).size(), size_t(20 * per_step));
     }
 
-    // A page of layer statistics finds the run's tensors in a few seeks each, however long the
-    // run: a row-value seek stepped through every row of a tensor, so a follower of a
-    // 20,000-step run read it whole on every poll (a read-only audit: 185 ms a page).
     // A run's events are followed by id ("after id N": the window's follower every 200 ms, the
     // store server per request) through an index of their own: a seek, with nothing sorted. It
     // sorted every event of the run each time (38 ms an idle poll at 520,000 events). A store
@@ -1408,6 +1405,9 @@ private slots:
         QCOMPARE(query("PRAGMA user_version"), std::string("5;"));
     }
 
+    // A page of layer statistics finds the run's tensors in a few seeks each, however long the
+    // run: a row-value seek stepped through every row of a tensor, so a follower of a
+    // 20,000-step run read it whole on every poll (a read-only audit: 185 ms a page).
     void aLayerPageFindsTheTensorsWithoutReadingTheRun()
     {
         QTemporaryDir dir;
