@@ -142,7 +142,8 @@ void write_layer_stats_csv(RunStore& store, int64_t run_id, const TextSink& sink
         out.field(t.role) << ',';
         out.field(t.format) << ',';
         out.value(t.scale) << ',' << t.count << ',' << t.zeros << ',' << t.infs << ',' << t.nans;
-        for (const double v : {t.underflow, t.subnormal, t.overflow, t.amax, t.quant_mse, t.quant_snr_db, t.update_ratio})
+        for (const double v :
+             {t.underflow, t.subnormal, t.overflow, t.amax, t.quant_mse, t.quant_snr_db, t.update_ratio})
             (out << ',').value(v);
         out.end_row();
     });
