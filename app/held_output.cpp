@@ -8,12 +8,14 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include <sys/types.h>
 #include <unistd.h>
 
 #include "consistent_read.h"
+#include "durable_file.h"
 #include "run_store.h"
 
 namespace mantissa {
@@ -29,18 +31,6 @@ int anonymous_temporary_file()
     const int fd = ::mkstemp(name.data());
     if (fd >= 0) ::unlink(name.c_str());
     return fd;
-}
-
-bool write_all(int fd, const char* data, size_t size)
-{
-    while (size > 0) {
-        const ssize_t n = ::write(fd, data, size);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return false;
-        data += n;
-        size -= static_cast<size_t>(n);
-    }
-    return true;
 }
 
 } // namespace
@@ -72,7 +62,7 @@ struct HeldOutput::Spilling {
     }
     bool to_file(const char* data, size_t size)
     {
-        if (!write_all(fd, data, size)) return false;
+        if (!write_all(fd, std::string_view(data, size))) return false;
         filed += size;
         return true;
     }

@@ -89,15 +89,24 @@ void DurableFile::fail(int error)
     throw std::runtime_error("cannot write '" + path_ + "': " + std::strerror(error) + " " + untouched_);
 }
 
-void DurableFile::write(std::string_view data)
+bool write_all(int fd, std::string_view data)
 {
     size_t done = 0;
     while (done < data.size()) {
-        const ssize_t n = ::write(fd_, data.data() + done, data.size() - done);
+        const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
         if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) fail(n < 0 ? errno : ENOSPC);
+        if (n <= 0) {
+            if (n == 0) errno = ENOSPC;
+            return false;
+        }
         done += static_cast<size_t>(n);
     }
+    return true;
+}
+
+void DurableFile::write(std::string_view data)
+{
+    if (!write_all(fd_, data)) fail(errno);
 }
 
 void DurableFile::commit()

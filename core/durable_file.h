@@ -36,6 +36,10 @@ private:
 // another host (a shared folder), is left.
 void remove_stale_temporaries(const std::string& folder);
 
+// All of `data` to the descriptor, through short writes and EINTR; false with errno set
+// (ENOSPC where the device took nothing) where it could not.
+bool write_all(int fd, std::string_view data);
+
 // The whole of `data` as `path`, through a DurableFile.
 void replace_file_durably(const std::string& path, std::string_view data);
 
