@@ -1289,7 +1289,7 @@ std::vector<EventRow> RunStore::events(int64_t run_id)
 
 namespace {
 
-// The layer_stats columns after run_id and step, as layer_stats_columns() lists them.
+// The layer_stats columns after run_id and step, as select_layer_stats() lists them.
 TensorStats read_tensor_stats(const Statement& s, int c)
 {
     TensorStats t;
@@ -1317,9 +1317,14 @@ TensorStats read_tensor_stats(const Statement& s, int c)
 constexpr const char* kLayerStatsScalarColumns = "layer, role, format, count, zeros, infs, nans, underflow, "
                                                  "subnormal, overflow, amax, scale, quant_mse, quant_snr_db, "
                                                  "update_ratio, first_exponent";
-// Every column after run_id and step (a function: a store may be read from another file's
-// static initialiser, before a namespace-scope string would be made).
-std::string layer_stats_columns() { return std::string(kLayerStatsScalarColumns) + ", exponent_counts"; }
+// "SELECT step, <every column after run_id and step> FROM layer_stats", the histogram selected as
+// NULL (read back empty) unless asked for. A function: a store may be read from another file's
+// static initialiser, before a namespace-scope string would be made.
+std::string select_layer_stats(bool with_histograms)
+{
+    return std::string("SELECT step, ") + kLayerStatsScalarColumns +
+           (with_histograms ? ", exponent_counts" : ", NULL") + " FROM layer_stats";
+}
 
 } // namespace
 
@@ -1328,8 +1333,8 @@ std::vector<std::pair<int64_t, TensorStats>> RunStore::layer_stats(int64_t run_i
     flush();
     if (schema_ < 2) return {}; // a read-only schema-1 store: no layer_stats table yet
     std::lock_guard lock(db_mutex_);
-    const std::string sql = "SELECT step, " + layer_stats_columns() +
-                            " FROM layer_stats WHERE run_id=? AND (?='' OR layer=?) ORDER BY step, layer, role";
+    const std::string sql =
+        select_layer_stats(true) + " WHERE run_id=? AND (?='' OR layer=?) ORDER BY step, layer, role";
     Statement s(db_, sql.c_str());
     s.bind(1, run_id).bind(2, layer).bind(3, layer);
     std::vector<std::pair<int64_t, TensorStats>> rows;
@@ -1343,9 +1348,7 @@ void RunStore::for_each_layer_stats(int64_t run_id, bool with_histograms,
     flush();
     if (schema_ < 2) return;
     std::lock_guard lock(db_mutex_);
-    const std::string columns =
-        with_histograms ? layer_stats_columns() : std::string(kLayerStatsScalarColumns) + ", NULL";
-    const std::string sql = "SELECT step, " + columns + " FROM layer_stats WHERE run_id=? ORDER BY step, layer, role";
+    const std::string sql = select_layer_stats(with_histograms) + " WHERE run_id=? ORDER BY step, layer, role";
     Statement s(db_, sql.c_str());
     s.bind(1, run_id);
     while (s.step()) visit(s.int64(0), read_tensor_stats(s, 1));
@@ -1357,9 +1360,7 @@ std::vector<std::pair<int64_t, TensorStats>> RunStore::layer_stats_without_histo
     flush();
     if (schema_ < 2) return {};
     std::lock_guard lock(db_mutex_);
-    // The histogram read as NULL: an empty vector.
-    const std::string sql = std::string("SELECT step, ") + kLayerStatsScalarColumns +
-                            ", NULL FROM layer_stats WHERE run_id=? AND role=? ORDER BY step, layer, role";
+    const std::string sql = select_layer_stats(false) + " WHERE run_id=? AND role=? ORDER BY step, layer, role";
     Statement s(db_, sql.c_str());
     s.bind(1, run_id).bind(2, role);
     std::vector<std::pair<int64_t, TensorStats>> rows;
@@ -1837,8 +1838,8 @@ LayerStatsPage RunStore::layer_stats_page(int64_t run_id, int64_t from_step, int
     }
     if (tensors.empty()) return page;
     const int64_t per_tensor = std::max<int64_t>(2, max_rows / static_cast<int64_t>(tensors.size()));
-    const std::string sql = "SELECT step, " + layer_stats_columns() +
-                            " FROM layer_stats WHERE run_id=? AND layer=? AND role=? AND step>=? ORDER BY step LIMIT ?";
+    const std::string sql =
+        select_layer_stats(true) + " WHERE run_id=? AND layer=? AND role=? AND step>=? ORDER BY step LIMIT ?";
     Statement s(db_, sql.c_str());
     int64_t cut = INT64_MAX, max_step = from_step;
     for (const auto& [layer, role] : tensors) {
