@@ -17,7 +17,7 @@ const char* const kEndKey = "end";         // rank 0's outcome once known: "clea
 const char* const kEndReadKey = "end_read"; // arrivals: the others have read it
 }
 
-DataParallelLaunch join_data_parallel(bool allowed, const char* command)
+DataParallelLaunch join_data_parallel(bool allowed, const char* command, const std::atomic<bool>& stop)
 {
     DataParallelLaunch launch;
     std::optional<DistributedEnv> env;
@@ -42,6 +42,12 @@ DataParallelLaunch join_data_parallel(bool allowed, const char* command)
     std::signal(SIGPIPE, SIG_IGN);
     try {
         launch.dp = DataParallel::join(*env, std::chrono::seconds(kDefaultCollectiveTimeoutS));
+        // Rank 0 takes Ctrl-C and SIGTERM from its start (train_session); the others ignore
+        // them while they train, and end when rank 0 does.
+        DataParallel::StartWatch watch;
+        if (env->rank == 0) watch.stopped = [&stop] { return stop.load(); };
+        watch.notice = [](const std::string& text) { std::fprintf(stderr, "note: %s\n", text.c_str()); };
+        launch.dp->watch_start(std::move(watch));
     } catch (const ConfigError& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         launch.exit_code = 2;

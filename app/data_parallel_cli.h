@@ -4,6 +4,7 @@
 // usual (project, run store, checkpoints) and hands the resolved project to the other ranks
 // through the rendezvous store; they train with it and report nothing but failures.
 
+#include <atomic>
 #include <memory>
 
 #include "data_parallel.h"
@@ -18,8 +19,9 @@ struct DataParallelLaunch {
 };
 
 // Reads the launcher's environment and joins the job's store. `allowed` false (a sweep):
-// a data-parallel launch is refused with exit code 2.
-DataParallelLaunch join_data_parallel(bool allowed, const char* command);
+// a data-parallel launch is refused with exit code 2. `stop` (the CLI's Ctrl-C flag) ends rank
+// 0's wait for the others to start; every rank says on stderr that it is still waiting.
+DataParallelLaunch join_data_parallel(bool allowed, const char* command, const std::atomic<bool>& stop);
 
 // Ranks 1..W-1: wait for rank 0's project, train it, print the state digest. Exit code.
 int run_data_parallel_follower(DataParallel& dp);

@@ -194,7 +194,7 @@ int main(int argc, char** argv)
     // Under torchrun or Slurm (docs/DISTRIBUTED.md): ranks 1.. train what rank 0 hands them.
     DataParallelJob job;
     if (*run_cmd || *resume_cmd || *sweep_cmd) {
-        auto launch = join_data_parallel(!*sweep_cmd, *sweep_cmd ? "sweep" : "run");
+        auto launch = join_data_parallel(!*sweep_cmd, *sweep_cmd ? "sweep" : "run", g_stop_requested);
         if (launch.exit_code >= 0) return launch.exit_code;
         job.dp = launch.dp;
         if (job.dp && job.dp->rank() != 0) return run_data_parallel_follower(*job.dp);

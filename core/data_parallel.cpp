@@ -493,18 +493,42 @@ bool DataParallel::wait_for_arrivals(const std::string& key, int64_t count, std:
     }
 }
 
-void DataParallel::report_failure(const std::string& reason)
+namespace {
+
+void post_failure(DataParallelBackend& b, int rank, const std::string& reason)
 {
     quiet_store_warnings();
     try {
         // compareSet with an empty expectation: only the first reason is kept.
-        within<std::vector<uint8_t>>(*impl_->backend, kBoundedStoreCall,
-                                     [value = to_bytes("rank " + std::to_string(rank()) + ": " + reason)](
+        within<std::vector<uint8_t>>(b, kBoundedStoreCall,
+                                     [value = to_bytes("rank " + std::to_string(rank) + ": " + reason)](
                                          c10d::Store& s) { return s.compareSet("failure", {}, value); });
     } catch (const std::exception&) {
         // The store is gone: the others learn of this rank's end from the collectives alone.
     }
 }
+
+// A rank launched a little late is the rule, not a fault: the first word comes once a quarter
+// of the wait has passed, and at most 10 s in.
+std::chrono::steady_clock::duration first_start_notice(std::chrono::milliseconds timeout)
+{
+    return std::min<std::chrono::steady_clock::duration>(timeout / 4, std::chrono::seconds(10));
+}
+
+std::string still_waiting(int rank, int peer, std::chrono::steady_clock::duration waited,
+                          std::chrono::milliseconds timeout, bool stoppable)
+{
+    const auto left = std::chrono::ceil<std::chrono::seconds>(timeout - waited).count();
+    const auto all = std::chrono::ceil<std::chrono::seconds>(timeout).count();
+    return "data-parallel: rank " + std::to_string(rank) + " is waiting for rank " + std::to_string(peer) +
+           " to start; it gives up in " + std::to_string(std::max<int64_t>(left, 0)) + " s (of " +
+           std::to_string(all) + " s)" + (stoppable ? "; Ctrl-C stops it" : "");
+}
+
+} // namespace
+
+void DataParallel::report_failure(const std::string& reason) { post_failure(*impl_->backend, rank(), reason); }
+void DataParallel::watch_start(StartWatch watch) { impl_->start_watch = std::move(watch); }
 
 std::optional<std::string> DataParallel::failure_reason(std::chrono::milliseconds wait)
 {
@@ -637,12 +661,35 @@ void DataParallel::Impl::preflight(bool cuda, const std::string& gpu)
         // preflight (its project or data would not load on its node) posted why, and the
         // others say so at once instead of after the whole store timeout.
         CollectiveWait wait;
+        bool stopped = false;
+        const auto look = [&, started = std::chrono::steady_clock::now(),
+                           next_notice = std::chrono::steady_clock::duration::zero()]() mutable
+            -> std::optional<std::string> {
+            const auto waited_for = std::chrono::steady_clock::now() - started;
+            if (start_watch.stopped && start_watch.stopped()) {
+                stopped = true;
+                return std::string();
+            }
+            if (start_watch.notice && waited_for >= first_start_notice(backend->store->getTimeout()) &&
+                waited_for >= next_notice) {
+                next_notice = waited_for + std::chrono::seconds(60);
+                start_watch.notice(still_waiting(env.rank, r, waited_for, backend->store->getTimeout(),
+                                                 static_cast<bool>(start_watch.stopped)));
+            }
+            return posted_failure(*backend);
+        };
         try {
-            wait = wait_for_collective([&] { return backend->store->check({peer_key}); },
-                                       [&] { return posted_failure(*backend); }, [] {}, backend->store->getTimeout());
+            wait = wait_for_collective([&] { return backend->store->check({peer_key}); }, look, [] {},
+                                       backend->store->getTimeout());
             if (wait.end == CollectiveWait::End::Completed) answer = from_bytes(backend->store->get(peer_key));
         } catch (const std::exception& e) {
             throw CollectiveError(waited + first_line(e));
+        }
+        if (stopped) {
+            const std::string why = "stopped (Ctrl-C or SIGTERM) while it waited for rank " + std::to_string(r) +
+                                    " to start";
+            post_failure(*backend, env.rank, why);
+            throw StoppedBeforeStart("data-parallel: rank " + std::to_string(env.rank) + " " + why);
         }
         if (wait.end == CollectiveWait::End::PeerFailed) throw CollectiveError("data-parallel: " + wait.failure);
         if (wait.end == CollectiveWait::End::TimedOut) {

@@ -98,6 +98,16 @@ public:
     // Throws ConfigError when this build lacks the backend the device needs.
     void start(bool cuda, std::chrono::milliseconds collective_timeout);
     bool started() const;
+    // While start() waits for the other ranks to come (up to the store's timeout, 300 s by
+    // default: a rank launched late is fine), a rank that waits says so and may be stopped.
+    // `stopped` is asked every 250 ms: a yes ends the wait (StoppedBeforeStart), and the others
+    // are told. `notice` hears that the wait goes on: once a quarter of it (at most 10 s) has
+    // passed, then every 60 s. Either may be empty.
+    struct StartWatch {
+        std::function<bool()> stopped;
+        std::function<void(const std::string&)> notice;
+    };
+    void watch_start(StartWatch watch);
     std::string backend_name() const; // "gloo" or "nccl" once started
     // After a run that ended normally on every rank (no collective after it): the process
     // group is shut down in order, NCCL's communicators flushed and destroyed, as PyTorch's

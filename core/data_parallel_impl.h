@@ -34,6 +34,12 @@ struct PeerNeverStarted : CollectiveError {
     using CollectiveError::CollectiveError;
 };
 
+// The rank was stopped (Ctrl-C, SIGTERM) while it waited for its peers to start: its text says
+// for whom it waited; the others are told through the store.
+struct StoppedBeforeStart : CollectiveError {
+    using CollectiveError::CollectiveError;
+};
+
 // The GPU a rank with this LOCAL_RANK trains on among the `visible_gpus` it sees: its own
 // index, or the only one it sees (a launcher that binds one GPU per task), or -1: none.
 int gpu_of_local_rank(int local_rank, int visible_gpus);
@@ -60,6 +66,7 @@ struct DataParallel::Impl {
     DistributedEnv env;
     std::string key_prefix; // "mantissa/<restart>/": keys of an earlier torchrun attempt are not reused
     std::unique_ptr<DataParallelBackend> backend;
+    DataParallel::StartWatch start_watch;
 
     ~Impl();
 

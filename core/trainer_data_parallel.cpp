@@ -277,7 +277,8 @@ void Trainer::Impl::dp_fail(const std::exception& error)
     } acknowledge{*dp};
     const std::string what = first_line(error);
     const std::string me = "rank " + std::to_string(dp->rank());
-    if (dynamic_cast<const PeerRefused*>(&error) || dynamic_cast<const PeerNeverStarted*>(&error))
+    if (dynamic_cast<const PeerRefused*>(&error) || dynamic_cast<const PeerNeverStarted*>(&error) ||
+        dynamic_cast<const StoppedBeforeStart*>(&error))
         throw; // names the rank already
     if (!dynamic_cast<const CollectiveError*>(&error)) {
         // This rank's own failure: the others will see a collective fail; tell them why.
@@ -290,8 +291,11 @@ void Trainer::Impl::dp_fail(const std::exception& error)
         throw std::runtime_error(named);
     }
     // A peer left. It may have said why before it went (it posts before its sockets close).
-    if (const auto reason = dp->failure_reason(std::chrono::milliseconds(2000)))
-        throw CollectiveError("data-parallel: " + *reason + " (" + me + " stopped with it: " + what + ")");
+    if (const auto reason = dp->failure_reason(std::chrono::milliseconds(2000))) {
+        const std::string said = "data-parallel: " + *reason;
+        if (what == said) throw CollectiveError(said); // this rank read the reason already (its preflight)
+        throw CollectiveError(said + " (" + me + " stopped with it: " + what + ")");
+    }
     // This rank waited out the timeout: a peer is hung, or busy past it (rank 0 evaluating or
     // writing a checkpoint). Said for the others: a busy rank 0 would otherwise find only this
     // rank's sockets closed, and record that it lost this rank.

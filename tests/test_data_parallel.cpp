@@ -1098,6 +1098,35 @@ private slots:
                                        "while starting)"));
     }
 
+    // The wait for a rank that is late says so on every rank, and rank 0's Ctrl-C ends it,
+    // telling the others: the first Ctrl-C only asked for a stop that no step came to read, and
+    // the wait went on silently for 300 s.
+    void a_rank_stopped_while_it_waits_says_so()
+    {
+        const auto env = env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "127.0.0.1"},
+                                 {"MASTER_PORT", std::to_string(free_port())}});
+        QVERIFY(env);
+        auto dp = DataParallel::join(*env, std::chrono::seconds(2));
+        std::vector<std::string> notices;
+        dp->watch_start({[&] { return !notices.empty(); }, [&](const std::string& n) { notices.push_back(n); }});
+        QString error = "no error";
+        try {
+            dp->start(/*cuda=*/false, std::chrono::seconds(1));
+        } catch (const StoppedBeforeStart& e) {
+            error = QString::fromStdString(e.what());
+        }
+        QCOMPARE(error, QStringLiteral("data-parallel: rank 0 stopped (Ctrl-C or SIGTERM) while it waited for "
+                                       "rank 1 to start"));
+        QCOMPARE(notices.size(), size_t(1)); // a quarter of the 2 s in
+        QVERIFY2(QRegularExpression("^data-parallel: rank 0 is waiting for rank 1 to start; it gives up in [12] s "
+                                    "\\(of 2 s\\); Ctrl-C stops it$")
+                     .match(QString::fromStdString(notices[0]))
+                     .hasMatch(),
+                 notices[0].c_str());
+        QCOMPARE(QString::fromStdString(dp->failure_reason(std::chrono::milliseconds(100)).value_or("none")),
+                 QStringLiteral("rank 0: stopped (Ctrl-C or SIGTERM) while it waited for rank 1 to start"));
+    }
+
     // Rank 0 frozen mid-run (SIGSTOP: a hung host, a partition): its follower's collective times
     // out, and the follower's failure report to rank 0's store, which cannot answer, is given up
     // too. It waited in recv(2) until it was killed (read-only audit 'dpfail').
