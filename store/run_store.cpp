@@ -1678,7 +1678,13 @@ void StoreSink::on_eval(const EvalMetrics& m)
     store_.append_step_rows(run_id_, m.step, {{"val/loss", m.val_loss}, {"eval/train_loss", m.train_loss}});
 }
 
-void StoreSink::on_event(const RunEvent& e) { store_.append_event(run_id_, e); }
+void StoreSink::on_event(const RunEvent& e)
+{
+    store_.append_event(run_id_, e);
+    // A paused run may stay paused for long: a reader of the store (the Runs page, `list` in
+    // another terminal) finds every step up to the pause, not the last one committed before it.
+    if (e.kind == EventKind::Paused) store_.flush();
+}
 
 void StoreSink::on_layer_stats(const LayerStatsFrame& f)
 {

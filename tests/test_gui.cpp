@@ -39,6 +39,7 @@
 #include "models/project_document.h"
 #include "pages/project_page.h"
 #include "models/project_settings_model.h"
+#include "models/run_list_model.h"
 #include "window/run_status_widget.h"
 #include "common/run_format.h"
 #include "plots/layer_heatmap_plot.h"
@@ -1085,6 +1086,14 @@ void TestGui::runControlsHaveShortcuts()
     QVERIFY(controller->isPaused());
     QTRY_VERIFY_WITH_TIMEOUT(sawEvent("paused"), 10000);
     QCOMPARE(window.statusWidget()->etaText(), QStringLiteral("paused"));
+    // The Runs page follows the run: it listed it as at step 0 until the run ended.
+    RunListModel* runs = window.runsPage()->model();
+    const auto cell = [&](int column) { return runs->index(runs->rowOfRun(controller->runId()), column).data(); };
+    QCOMPARE(window.currentPage(), MainWindow::Page::Monitor); // Start showed it
+    window.showPage(MainWindow::Page::Runs);
+    QCOMPARE(cell(RunListModel::Steps).toLongLong(), window.lastStep());
+    QVERIFY(window.lastStep() >= 2);
+    QCOMPARE(cell(RunListModel::Status).toString(), QStringLiteral("paused"));
     QTest::keyClick(&window, Qt::Key_F6);
     QVERIFY(!controller->isPaused());
     QTest::keyClick(&window, Qt::Key_K, Qt::ControlModifier);

@@ -209,6 +209,16 @@ private slots:
         QCOMPARE(m->index(0, RunListModel::Created).data().toString(),
                  format_created(QString::fromStdString(m->run(0).created_at)));
         QCOMPARE(page.statusText(), QStringLiteral("3 runs"));
+        // Read again with the same runs (every second while one trains): the cells change in
+        // place, under the tester, and the current row stays.
+        page.view()->setCurrentIndex(page.proxy()->mapFromSource(m->index(1, RunListModel::Name)));
+        QSignalSpy resets(m, &QAbstractItemModel::modelReset);
+        QVERIFY(page.refresh());
+        QCOMPARE(resets.count(), 0);
+        QCOMPARE(page.proxy()->mapToSource(page.view()->currentIndex()).row(), 1);
+        QCOMPARE(column_of(*m, RunListModel::Steps), (QStringList{"10", "10", "4"}));
+        m->setPausedRun(3); // stopped, not running: its status stays
+        QCOMPARE(column_of(*m, RunListModel::Status), (QStringList{"finished", "finished", "stopped"}));
     }
 
     // A run whose evaluation came out NaN diverged: it says so, where one never evaluated shows "–".

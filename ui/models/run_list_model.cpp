@@ -6,6 +6,7 @@
 #include <QFont>
 #include <QStringList>
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/run_format.h"
@@ -45,9 +46,25 @@ RunListModel::RunListModel(QObject* parent) : QAbstractTableModel(parent) {}
 
 void RunListModel::setRuns(std::vector<RunSummaryRow> runs)
 {
+    const bool same_runs = std::equal(runs.begin(), runs.end(), runs_.begin(), runs_.end(),
+                                      [](const RunSummaryRow& a, const RunSummaryRow& b) { return a.id == b.id; });
+    if (same_runs && !runs_.empty()) {
+        runs_ = std::move(runs);
+        emit dataChanged(index(0, 0), index(rowCount() - 1, ColumnCount - 1));
+        return;
+    }
     beginResetModel();
     runs_ = std::move(runs);
     endResetModel();
+}
+
+void RunListModel::setPausedRun(int64_t id)
+{
+    if (id == pausedRun_) return;
+    const int rows[] = {rowOfRun(pausedRun_), rowOfRun(id)};
+    pausedRun_ = id;
+    for (const int row : rows)
+        if (row >= 0) emit dataChanged(index(row, Status), index(row, Status));
 }
 
 int RunListModel::rowOfRun(int64_t id) const
@@ -74,7 +91,8 @@ QVariant RunListModel::data(const QModelIndex& index, int role) const
     if (role == Qt::DisplayRole || role == Qt::EditRole) {
         switch (column) {
         case Id: return QVariant::fromValue<qint64>(r.id);
-        case Status: return format_status(r.status);
+        case Status:
+            return r.id == pausedRun_ && r.status == RunStatus::Running ? tr("paused") : format_status(r.status);
         case Created: return format_created(QString::fromStdString(r.created_at));
         case Name: return QString::fromStdString(r.name);
         case Tags: return tags_text(r);

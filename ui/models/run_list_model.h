@@ -38,7 +38,11 @@ public:
 
     explicit RunListModel(QObject* parent = nullptr);
 
+    // The same runs as before (a refresh while one trains) change their cells in place: a reset
+    // would close an open editor and move the view's current row.
     void setRuns(std::vector<RunSummaryRow> runs);
+    // The run this window trains is paused: its status reads "paused" (the store says running).
+    void setPausedRun(int64_t id);
     const std::vector<RunSummaryRow>& runs() const { return runs_; }
     const RunSummaryRow& run(int row) const { return runs_.at(static_cast<size_t>(row)); }
     int rowOfRun(int64_t id) const; // -1 if not listed
@@ -55,6 +59,7 @@ signals:
 
 private:
     std::vector<RunSummaryRow> runs_;
+    int64_t pausedRun_ = -1;
 };
 
 } // namespace mantissa

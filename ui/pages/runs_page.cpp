@@ -216,6 +216,34 @@ bool RunsPage::refresh()
     return true;
 }
 
+void RunsPage::setTrainingRun(qint64 runId)
+{
+    trainingRun_ = runId;
+    model_->setPausedRun(-1);
+    if (!trainingTick_) {
+        trainingTick_ = new QTimer(this);
+        trainingTick_->setInterval(1000);
+        connect(trainingTick_, &QTimer::timeout, this, [this] {
+            if (isVisible()) refresh();
+        });
+    }
+    if (runId >= 0) trainingTick_->start();
+    else trainingTick_->stop();
+    refresh();
+}
+
+void RunsPage::setTrainingRunPaused(bool paused)
+{
+    model_->setPausedRun(paused ? trainingRun_ : -1);
+    if (paused) refresh(); // the store has every step up to the pause (StoreSink flushes it)
+}
+
+void RunsPage::showEvent(QShowEvent* event)
+{
+    QWidget::showEvent(event);
+    if (trainingRun_ >= 0) refresh();
+}
+
 void RunsPage::setFilterText(const QString& text) { filterEdit_->setText(text); }
 
 std::vector<int64_t> RunsPage::selectedRunIds() const

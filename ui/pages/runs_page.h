@@ -39,6 +39,12 @@ public:
     // not an error.
     bool refresh();
 
+    // The run this window trains (-1: none). While there is one the page reads the store again
+    // every second it is shown, and when it is shown: it listed the run as it was at its start
+    // (step 0, its first evaluation) until the run ended or Refresh was pressed.
+    void setTrainingRun(qint64 runId);
+    void setTrainingRunPaused(bool paused);
+
     void setFilterText(const QString& text);
     // Selected runs in the table's order (as sorted).
     std::vector<int64_t> selectedRunIds() const;
@@ -70,6 +76,9 @@ signals:
     // Show in Monitor: the Monitor follows the run (live while it runs).
     void showInMonitorRequested(qint64 runId);
 
+protected:
+    void showEvent(QShowEvent* event) override;
+
 private:
     void buildActions();
     void updateActions();
@@ -94,6 +103,8 @@ private:
     RunFilterProxyModel* proxy_ = nullptr;
     QTableView* view_ = nullptr;
     QTimer* refreshAfterEdit_ = nullptr; // a refresh put off while a run's name is edited
+    QTimer* trainingTick_ = nullptr;     // while this window trains a run
+    qint64 trainingRun_ = -1;
     QLineEdit* filterEdit_ = nullptr;
     QLabel* countLabel_ = nullptr;
     QLabel* messageLabel_ = nullptr;

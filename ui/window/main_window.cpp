@@ -134,6 +134,7 @@ MainWindow::MainWindow(const QString& storePath, QWidget* parent)
     connect(controller_, &TrainingController::finished, this, &MainWindow::onFinished);
     connect(controller_, &TrainingController::pausedChanged, this, [this](bool paused) {
         statusWidget_->setPaused(paused);
+        runsPage_->setTrainingRunPaused(paused);
         updateActions();
     });
     connect(document_, &ProjectDocument::changed, this, [this] {
@@ -752,7 +753,7 @@ void MainWindow::clearError()
 void MainWindow::onStarted(qint64 runId)
 {
     statusBar()->showMessage(tr("Run %1 · store %2").arg(runId).arg(QDir::toNativeSeparators(controller_->storePath())));
-    runsPage_->refresh(); // the new run is listed (running) while it trains, not only once it ends
+    runsPage_->setTrainingRun(runId); // listed (running) while it trains, and read again while shown
 }
 
 void MainWindow::onDrained(const TelemetryBatch& batch)
@@ -771,7 +772,7 @@ void MainWindow::onFinished(RunStatus status)
     statusWidget_->finish(status == RunStatus::Finished ? QString() : format_status(status));
     projectPage_->setRunning(false);
     projectPage_->precisionModel()->setLiveLayers(nullptr); // the table shows the project again
-    runsPage_->refresh(); // the store closed the run before finished() came
+    runsPage_->setTrainingRun(-1); // the store closed the run before finished() came
     comparePage_->reload(); // a page comparing this run shows it finished, with its last points
     feed_->setLocalTraining(false);
     if (status != RunStatus::Failed)
