@@ -65,6 +65,13 @@ void set_cast_error(TensorStats& s, double err_energy, double signal, double com
         s.quant_snr_db = -inf;
         return;
     }
+    if (compared == 0) {
+        // Nothing finite was cast (a tensor of NaN and Inf, as after a divergence): there is no
+        // error to tell, and +inf ("exact") coloured the dead tensor as the best cast of all.
+        s.quant_mse = std::numeric_limits<double>::quiet_NaN();
+        s.quant_snr_db = std::numeric_limits<double>::quiet_NaN();
+        return;
+    }
     s.quant_mse = compared > 0 ? err_energy / compared : 0.0;
     s.quant_snr_db = err_energy > 0 ? 10.0 * std::log10(signal / err_energy) : inf;
 }

@@ -408,6 +408,29 @@ private slots:
         QVERIFY(std::abs(s.quant_snr_db - 10 * std::log10(signal / err2)) < 1e-9);
     }
 
+    // A tensor with no finite value (a diverged run's gradients) has no cast error to tell:
+    // NaN on every path, where the empty sums made it +inf dB, the best cast of all.
+    void aTensorWithNoFiniteValueHasNoCastError()
+    {
+        const float inf = std::numeric_limits<float>::infinity();
+        const auto x = torch::tensor({std::nanf(""), inf, -inf, std::nanf("")});
+        for (const auto format : {NumberFormat::BF16, NumberFormat::E4M3}) {
+            const bool fp8 = format_info(format).is_fp8;
+            const auto q = round_to_format(x, format, fp8 ? Overflow::Saturate : Overflow::Propagate);
+            for (auto kernel : kCpuStatsKernels) {
+                const auto s = compute_tensor_stats(x, format, 1.0f, q, kernel);
+                const QByteArray what = QByteArray(kernel_name(kernel)) + " " + format_info(format).name;
+                QVERIFY2(s.nans == 2 && s.infs == 2, what);
+                QVERIFY2(std::isnan(s.quant_snr_db) && std::isnan(s.quant_mse), what);
+            }
+        }
+        // One finite value among them is compared as before.
+        const auto y = torch::tensor({std::nanf(""), 1.0f + std::ldexp(1.0f, -9)});
+        const auto s =
+            compute_tensor_stats(y, NumberFormat::BF16, 1.0f, round_to_format(y, NumberFormat::BF16, Overflow::Propagate));
+        QVERIFY(std::isfinite(s.quant_snr_db) && s.quant_mse > 0);
+    }
+
     // --- the device path against the reference host scan --------------------------------
 
     // Crafted values for one format and scale: every edge the statistics branch on, then a
