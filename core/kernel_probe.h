@@ -4,23 +4,53 @@
 // replace, on crafted inputs, tried once per process. Internal: std only.
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <functional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
 
 #include "first_line.h"
 
 namespace mantissa {
 
+// MANTISSA_CUDA_KERNELS=0: none of Mantissa's kernels is tried, LibTorch's ops run everywhere.
+// The way round a kernel that faults on a GPU it was never run on, without a rebuild.
+inline bool cuda_kernels_switched_off()
+{
+    const char* v = std::getenv("MANTISSA_CUDA_KERNELS");
+    return v && std::string_view(v) == "0";
+}
+
+// A probe that faulted on the device (an illegal address, a misaligned access) leaves the CUDA
+// context unusable: every later call fails, far from the cause. The run stops here instead,
+// naming the kernel and the way round it.
+[[noreturn]] inline void kernel_faulted(const char* kernel, const std::string& error)
+{
+    throw std::runtime_error(std::string("the ") + kernel + " kernel faulted in its probe on this GPU (" + error +
+                             "), which leaves CUDA unusable in this process: run with MANTISSA_CUDA_KERNELS=0 to use "
+                             "LibTorch's ops only, and please report it");
+}
+
+inline bool says_cuda_faulted(const std::string& error)
+{
+    return error.find("CUDA error") != std::string::npos || error.find("cudaError") != std::string::npos;
+}
+
 // Runs a kernel's probe `agrees`: a disagreement or an error is said on stderr, and the
-// caller keeps LibTorch's ops.
+// caller keeps LibTorch's ops. A fault on the device stops the run (kernel_faulted).
 inline bool kernel_agrees(const char* kernel, const std::function<bool()>& agrees)
 {
+    if (cuda_kernels_switched_off()) return false;
     try {
         if (agrees()) return true;
         std::fprintf(stderr, "mantissa: the %s kernel disagrees with LibTorch's ops on this GPU: the ops stay\n", kernel);
     } catch (const std::exception& e) {
+        const std::string error = first_line(e);
+        if (says_cuda_faulted(error)) kernel_faulted(kernel, error);
         std::fprintf(stderr, "mantissa: the %s kernel failed its probe (%s): LibTorch's ops stay\n", kernel,
-                     first_line(e).c_str());
+                     error.c_str());
     }
     return false;
 }
@@ -33,6 +63,7 @@ enum class ProbedKernel { Unavailable, Plain, Paired };
 template <typename Agrees>
 ProbedKernel probe_paired_then_plain(const char* kernel, Agrees&& agrees)
 {
+    if (cuda_kernels_switched_off()) return ProbedKernel::Unavailable;
     try {
         if (agrees(true)) return ProbedKernel::Paired;
         std::fprintf(stderr,
@@ -40,8 +71,10 @@ ProbedKernel probe_paired_then_plain(const char* kernel, Agrees&& agrees)
                      "GPU: it converts one at a time\n",
                      kernel);
     } catch (const std::exception& e) {
+        const std::string error = first_line(e);
+        if (says_cuda_faulted(error)) kernel_faulted(kernel, error);
         std::fprintf(stderr, "mantissa: the %s kernel failed its probe with the paired conversion (%s)\n", kernel,
-                     first_line(e).c_str());
+                     error.c_str());
     }
     return kernel_agrees(kernel, [&] { return agrees(false); }) ? ProbedKernel::Plain : ProbedKernel::Unavailable;
 }

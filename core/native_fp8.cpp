@@ -590,6 +590,21 @@ bool rowwise_fp8_available()
     return available;
 }
 
+namespace {
+
+// A scale as _scaled_mm's stride checks want it. The per-row wgrad's (M, 1) scale is dy's (1, M)
+// one transposed: strides (1, M), which LibTorch counts contiguous (a size-1 dimension has any
+// stride), and _scaled_mm refuses on the CPU and on some of its CUDA routes ("expected
+// scale_a.stride(1) to be 1"). The copy is M floats.
+torch::Tensor packed_scale(const torch::Tensor& scale)
+{
+    if (scale.dim() == 2 && scale.size(1) == 1 && scale.stride(1) != 1)
+        return scale.clone(at::MemoryFormat::Contiguous);
+    return scale.contiguous();
+}
+
+} // namespace
+
 torch::Tensor scaled_mm_call(const torch::Tensor& a_codes, const torch::Tensor& a_inv, const torch::Tensor& b_codes,
                              const torch::Tensor& b_inv, const torch::Tensor& bias, c10::ScalarType out_dtype,
                              bool fast_accum)
@@ -600,7 +615,8 @@ torch::Tensor scaled_mm_call(const torch::Tensor& a_codes, const torch::Tensor& 
     // undefined tensor in one reads as a bias of numel() 1, which _scaled_mm refuses.
     std::optional<at::Tensor> bias_out;
     if (bias.defined()) bias_out = bias.to(out_dtype);
-    return at::_scaled_mm(a, b, a_inv.contiguous(), b_inv.contiguous(), bias_out, std::nullopt, out_dtype, fast_accum);
+    return at::_scaled_mm(a, b, packed_scale(a_inv), packed_scale(b_inv), bias_out, std::nullopt, out_dtype,
+                          fast_accum);
 }
 
 torch::Tensor scaled_mm_padded(const torch::Tensor& a_codes, const torch::Tensor& a_inv, const torch::Tensor& b_codes,

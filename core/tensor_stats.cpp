@@ -720,6 +720,9 @@ bool fused_cuda_agrees_with_tensor_ops()
     // beside themselves (an operand already in its format: the kernel reads it once).
     const auto x_bf16 = x.to(torch::kBFloat16), x_half = x.to(torch::kHalf);
     const auto e4m3_of_bf16 = (x_bf16.to(torch::kFloat32) * 64.0f).to(torch::kFloat8_e4m3fn).to(torch::kFloat32) / 64.0f;
+    // A block recipe's FP32 scales beside their power-of-two rounding (an FP32 comparison).
+    const auto pow2 = torch::where(torch::isfinite(x) & (x != 0),
+                                   torch::sign(x) * torch::exp2(torch::floor(torch::log2(x.abs()))), x);
     struct Case {
         torch::Tensor x;
         NumberFormat format;
@@ -732,7 +735,8 @@ bool fused_cuda_agrees_with_tensor_ops()
                           Case{x, NumberFormat::E4M3, 0.0f, {}, x.to(torch::kFloat8_e4m3fn)},
                           Case{x, NumberFormat::FP16, 1.0f, {}, x_half}, Case{x_half, NumberFormat::FP32, 1.0f, {}, {}},
                           Case{x_half, NumberFormat::FP16, 1.0f, {}, x_half}, Case{x_bf16, NumberFormat::BF16, 1.0f, {}, x_bf16},
-                          Case{x_bf16, NumberFormat::E4M3, 1.0f, scale, e4m3_of_bf16}}) {
+                          Case{x_bf16, NumberFormat::E4M3, 1.0f, scale, e4m3_of_bf16},
+                          Case{x, NumberFormat::FP32, 1.0f, {}, pow2}}) {
         const auto host_scale = c.scale > 0.0f ? torch::full({}, static_cast<double>(c.scale), opts.dtype(torch::kFloat64))
                                                : torch::Tensor();
         const auto ops = tensor_ops_row(c.x, c.format, c.device_scale.defined() ? c.device_scale : host_scale, c.q);

@@ -21,6 +21,7 @@
 #include "../core/cuda/tensor_stats_row.h"
 #include "../core/fp8_scaling.h"
 #include "../core/gpt_model.h"
+#include "../core/kernel_probe.h"
 #include "../core/native_fp8.h"
 #include "../core/quantize.h"
 #include "../core/tensor_stats.h"
@@ -157,6 +158,41 @@ private slots:
     // read once where it is the operand itself, read as FP8 codes times 1 / scale, a host or a
     // device scale. With 132
     // multiprocessors the grid has a block per 16 K values; with one, four blocks walk the tensor.
+    // The probes on a GPU none of these kernels ran on yet: MANTISSA_CUDA_KERNELS=0 tries none,
+    // a kernel that faults on the device stops the run naming it (the context is unusable after
+    // it, and every later call failed far from the cause), and any other failure keeps the ops.
+    void probesCanBeSwitchedOffAndAFaultStops()
+    {
+        int tried = 0;
+        const auto agrees = [&] { return ++tried > 0; };
+        ::setenv("MANTISSA_CUDA_KERNELS", "0", 1);
+        QVERIFY(!kernel_agrees("test", agrees));
+        QCOMPARE(probe_paired_then_plain("test", [&](bool) { return agrees(); }), ProbedKernel::Unavailable);
+        QCOMPARE(tried, 0);
+        ::setenv("MANTISSA_CUDA_KERNELS", "1", 1);
+        QVERIFY(kernel_agrees("test", agrees));
+        ::unsetenv("MANTISSA_CUDA_KERNELS");
+        QCOMPARE(probe_paired_then_plain("test", [&](bool paired) { return paired && agrees(); }),
+                 ProbedKernel::Paired);
+        QCOMPARE(tried, 2);
+        QVERIFY(!kernel_agrees("test", [&]() -> bool { throw std::runtime_error("takes no such width"); }));
+        QString error = "no error";
+        try {
+            kernel_agrees("test", [&]() -> bool {
+                throw std::runtime_error("CUDA error: an illegal memory access was encountered\nmore");
+            });
+        } catch (const std::runtime_error& e) {
+            error = QString::fromStdString(e.what());
+        }
+        QCOMPARE(error, QStringLiteral("the test kernel faulted in its probe on this GPU (CUDA error: an illegal "
+                                       "memory access was encountered), which leaves CUDA unusable in this process: "
+                                       "run with MANTISSA_CUDA_KERNELS=0 to use LibTorch's ops only, and please "
+                                       "report it"));
+        QVERIFY_THROWS_EXCEPTION(std::runtime_error, probe_paired_then_plain("test", [&](bool) -> bool {
+            throw std::runtime_error("CUDA error: misaligned address");
+        }));
+    }
+
     void statsRowAgrees_data()
     {
         QTest::addColumn<c10::ScalarType>("dtype");
@@ -186,6 +222,10 @@ private slots:
             row("fp32 to tf32", torch::kFloat32, NumberFormat::TF32, 1.0f, false); // subnormal bound among FP32's subnormals
             row("fp32 to e2m1 per block", torch::kFloat32, NumberFormat::E2M1, 0.0f, false);
             row("fp32 to e2m1 x0.5", torch::kFloat32, NumberFormat::E2M1, 0.5f, false);
+            // A block recipe's scales, FP32 compared with their power-of-two rounding: FP32's
+            // subnormal bound 2^-126 - 2^-150 is no FP32 number, and the kernel refused the row,
+            // so every fp8-block run with telemetry stopped at step 1 on a GPU (audit 'cudareview').
+            row("fp32 to fp32 (block scales)", torch::kFloat32, NumberFormat::FP32, 1.0f, false);
         }
     }
     void statsRowAgrees()
@@ -204,6 +244,9 @@ private slots:
             q = x.scalar_type() == (format == NumberFormat::BF16 ? torch::kBFloat16 : torch::kHalf)
                     ? x // the operand is its own cast: the kernel reads it once
                     : x.to(format == NumberFormat::BF16 ? torch::kBFloat16 : torch::kHalf);
+        else if (format == NumberFormat::FP32 && QByteArray(QTest::currentDataTag()).startsWith("fp32 to fp32"))
+            q = torch::where(torch::isfinite(x32) & (x32 != 0),
+                             torch::sign(x32) * torch::exp2(torch::floor(torch::log2(x32.abs()))), x32);
         else if (format == NumberFormat::TF32 || format == NumberFormat::E2M1)
             q = scale > 0.0f ? round_to_format(x32 * scale, format, Overflow::Saturate) / scale
                              : round_to_format(x32, format, Overflow::Saturate);

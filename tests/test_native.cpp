@@ -952,11 +952,17 @@ private slots:
         QTest::addColumn<bool>("rowwise");
         QTest::addColumn<bool>("e5m2_a");
         QTest::addColumn<bool>("fast_accum");
-        QTest::newRow("forward, bias") << true << false << false << true;
-        QTest::newRow("forward, no bias") << false << false << false << true;
-        QTest::newRow("dgrad e5m2 x e4m3") << false << false << true << false;
-        QTest::newRow("rowwise forward, bias") << true << true << false << true;
-        QTest::newRow("rowwise, no bias") << false << true << false << false;
+        QTest::addColumn<bool>("transposed_a_scale");
+        QTest::newRow("forward, bias") << true << false << false << true << false;
+        QTest::newRow("forward, no bias") << false << false << false << true << false;
+        QTest::newRow("dgrad e5m2 x e4m3") << false << false << true << false << false;
+        QTest::newRow("rowwise forward, bias") << true << true << false << true << false;
+        QTest::newRow("rowwise, no bias") << false << true << false << false << false;
+        // The per-row wgrad hands over dy's (1, M) scale transposed: (M, 1) with strides (1, M),
+        // contiguous to LibTorch, and refused by _scaled_mm's stride check ("expected
+        // scale_a.stride(1) to be 1") on the CPU and on some of its CUDA routes (audit
+        // 'cudareview').
+        QTest::newRow("rowwise wgrad, transposed a scale") << false << true << true << false << true;
     }
     void scaledMmCallTakesEveryGemmsArguments()
     {
@@ -964,6 +970,7 @@ private slots:
         QFETCH(bool, rowwise);
         QFETCH(bool, e5m2_a);
         QFETCH(bool, fast_accum);
+        QFETCH(bool, transposed_a_scale);
         const int64_t M = 16, K = 32, N = 32;
         const auto values = [](int64_t rows, int64_t cols, int64_t seed) {
             return (torch::arange(rows * cols).reshape({rows, cols}) * seed % 5 - 2).to(torch::kFloat32);
@@ -975,6 +982,8 @@ private slots:
         if (rowwise) {
             a_inv = torch::pow(2.0f, torch::arange(M).remainder(4).to(torch::kFloat32) - 2).unsqueeze(1); // (M, 1)
             b_inv = torch::pow(2.0f, torch::arange(N).remainder(3).to(torch::kFloat32)).unsqueeze(0);      // (1, N)
+            if (transposed_a_scale) a_inv = a_inv.reshape({1, M}).t(); // (M, 1), strides (1, M)
+            QCOMPARE(a_inv.stride(1), transposed_a_scale ? M : int64_t(1));
         }
         const auto bias_values = bias ? torch::arange(N).to(torch::kFloat32) * 0.25 : torch::Tensor();
         const auto y = scaled_mm_call(a_codes, a_inv, b_codes, b_inv, bias_values, torch::kBFloat16, fast_accum);

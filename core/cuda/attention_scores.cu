@@ -137,6 +137,11 @@ void launch_for_width(const torch::Tensor& q, const torch::Tensor& k, const torc
 
 } // namespace
 
+bool causal_max_abs_score_takes_width(int64_t width)
+{
+    return width == 16 || width == 32 || width == 64 || width == 128;
+}
+
 bool causal_max_abs_score_takes(const torch::Tensor& q, const torch::Tensor& k)
 {
     if (!on_kernel_device(q) || q.dim() != 4 || k.sizes() != q.sizes() || k.device() != q.device() ||
@@ -144,7 +149,7 @@ bool causal_max_abs_score_takes(const torch::Tensor& q, const torch::Tensor& k)
         return false;
     const int64_t heads = q.size(0) * q.size(1), rows = q.size(2), width = q.size(3);
     return heads >= 1 && heads <= 65535 && rows >= kTile && rows % kTile == 0 && rows / kRowsPerBlock < 65535 &&
-           (width == 16 || width == 32 || width == 64 || width == 128);
+           causal_max_abs_score_takes_width(width);
 }
 
 torch::Tensor causal_max_abs_score(const torch::Tensor& q_in, const torch::Tensor& k_in)

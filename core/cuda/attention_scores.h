@@ -16,6 +16,8 @@ namespace mantissa::cuda_kernels {
 // kernels' device, the same shape, D one of 16, 32, 64 or 128, T a multiple of 16, and at
 // most 65535 heads in all.
 bool causal_max_abs_score_takes(const torch::Tensor& q, const torch::Tensor& k);
+// The head widths it takes (16, 32, 64, 128): a probe of another width would only fail.
+bool causal_max_abs_score_takes_width(int64_t width);
 
 // () FP32 on q's device, queued without a host sync: the largest |q_i . k_j| over j <= i, NaN
 // if any of them is NaN. Views whose rows the tensor cores can load in place (an innermost

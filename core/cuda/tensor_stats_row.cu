@@ -85,12 +85,18 @@ __device__ __forceinline__ ScaledBounds scaled_bounds(const stats_value::CastCom
             c.overflow_at_tie};
 }
 
-// scaled_bounds' premise, on the host: the bounds and the scale are FP32 numbers (so they are
-// for every format a cast is compared in; FP32 operands are not compared).
+// scaled_bounds' premise, on the host: the bounds and the scale are FP32 numbers, as they are
+// for every format narrower than FP32. FP32 itself is compared too (a block recipe's FP32
+// scales with their power-of-two rounding, at scale 1): its subnormal bound 2^-126 - 2^-150 is
+// no FP32 number, but it rounds up to 2^-126, the smallest FP32 number above it, and an FP32
+// value times 1 is below the one exactly when it is below the other (the CPU's FP64 verdict).
 void check_fp32_bounds(const stats_value::CastComparison& c)
 {
     const auto is_fp32 = [](double d) { return static_cast<double>(static_cast<float>(d)) == d; };
-    TORCH_CHECK(!c.scaled_domain || (is_fp32(c.scale) && is_fp32(c.min_normal - 0.5 * c.min_subnormal) &&
+    const double subnormal_below = c.min_normal - 0.5 * c.min_subnormal;
+    const bool rounds_up_at_scale_1 =
+        c.scale == 1.0 && static_cast<double>(static_cast<float>(subnormal_below)) > subnormal_below;
+    TORCH_CHECK(!c.scaled_domain || (is_fp32(c.scale) && (is_fp32(subnormal_below) || rounds_up_at_scale_1) &&
                                      (is_fp32(c.overflow_from) || (c.overflow_from > FLT_MAX && c.overflow_at_tie))),
                 "tensor_stats_row: a scaled comparison whose scale or bounds are no FP32 numbers");
 }
