@@ -23,6 +23,10 @@ using nlohmann::json;
 
 constexpr int64_t kMaxRowsPerPage = 10000; // per tag, and events
 constexpr int64_t kDefaultRowsPerPage = 2000;
+// Events are cut by their text too: a 48-layer run's loss-scale backoff names every tensor
+// twice (11 KB), and 10,000 of them made a 55 MB page, held whole by the server while it was
+// written and parsed on the window's GUI thread (230 ms).
+constexpr size_t kMaxEventBytesPerPage = size_t(4) << 20;
 // Layer statistics per page: ~700 bytes of JSON each, so a page stays within ~6 MB.
 constexpr int64_t kMaxLayerRowsPerPage = 8000;
 // Scalar rows per page in all: `limit` steps per tag, fewer where many tags would pass this.
@@ -97,12 +101,7 @@ ApiAnswer list_runs(const ApiContext& context)
     return ok(answer);
 }
 
-std::optional<RunInfo> find_run(RunStore& store, int64_t id)
-{
-    for (const auto& r : store.list_runs())
-        if (r.id == id) return r;
-    return std::nullopt;
-}
+std::optional<RunInfo> find_run(RunStore& store, int64_t id) { return store.run_info(id); }
 
 json encode_tensor(int64_t step, const TensorStats& t)
 {
@@ -195,7 +194,14 @@ json rows_page(RunStore& store, const RunInfo& run, const Marks& m, bool& has_ne
     const auto events = store.events_after(run.id, m.after_event, m.limit);
     json ev = json::array();
     int64_t next_event = m.after_event;
+    size_t event_bytes = 0;
+    bool events_cut = false;
     for (const auto& e : events) {
+        if (event_bytes >= kMaxEventBytesPerPage) { // at least one event a page, however long
+            events_cut = true;
+            break;
+        }
+        event_bytes += e.kind.size() + e.message.size() + e.created_at.size() + e.fields.size() + 64;
         ev.push_back({{"id", e.id}, {"step", e.step}, {"kind", e.kind}, {"message", e.message},
                       {"created_at", e.created_at}, {"fields", e.fields}});
         next_event = e.id;
@@ -233,7 +239,7 @@ json rows_page(RunStore& store, const RunInfo& run, const Marks& m, bool& has_ne
         page["layer_stats"] = tensors;
         page["next_from_layer_step"] = next_layer;
     }
-    const bool more = cut_here || static_cast<int64_t>(events.size()) >= m.limit;
+    const bool more = cut_here || events_cut || static_cast<int64_t>(events.size()) >= m.limit;
     page["more"] = more;
     // Once a run has ended and the client has it all, the counts let it check its replica
     // (and start the run over if the source was rewritten, e.g. by a resume).
@@ -306,7 +312,11 @@ ControlCommand parse_control(const std::string& body)
         throw BadParam{"'command' must be one of pause, resume, stop, checkpoint, layer_formats"};
     if (c.command == "layer_formats" && (c.pattern.empty() || c.forward.empty()))
         throw BadParam{"layer_formats needs 'pattern' and 'forward' (and optionally 'dgrad', 'wgrad', 'scaling')"};
-    if (!c.scaling.empty() && c.command != "layer_formats") throw BadParam{"'scaling' goes with layer_formats only"};
+    // A layer key on another command was accepted and dropped: a client that meant
+    // layer_formats learned nothing of its mistake.
+    if (c.command != "layer_formats")
+        for (const char* key : {"pattern", "forward", "dgrad", "wgrad", "scaling"})
+            if (j.contains(key)) throw BadParam{std::string("'") + key + "' goes with layer_formats only"};
     return c;
 }
 

@@ -174,6 +174,14 @@ StoreServer::StoreServer(ServerOptions options) : impl_(std::make_unique<Impl>(s
                                   "token file, STORE.token unless --token-file named another)"));
             return httplib::Server::HandlerResponse::Handled;
         }
+        // cpp-httplib bounds a body by its Content-Length only: a chunked one was read whole,
+        // into the process that trains (400 MB took 360 MB of it). The API's bodies are small.
+        if (req.has_header("Transfer-Encoding")) {
+            answer(res, api_error(411, "send the body with a Content-Length (at most " +
+                                           std::to_string(d.options.max_body_bytes) +
+                                           " bytes): chunked bodies are refused"));
+            return httplib::Server::HandlerResponse::Handled;
+        }
         return httplib::Server::HandlerResponse::Unhandled;
     });
     // Past the gate, every path goes to store_api; the routes only make httplib read a body
@@ -188,8 +196,12 @@ StoreServer::StoreServer(ServerOptions options) : impl_(std::make_unique<Impl>(s
     http.Delete(".*", api);
     http.Patch(".*", api);
     // What httplib refuses itself (a malformed request, a body over the limit) still gets JSON.
-    http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
-        if (res.body.empty()) answer(res, api_error(res.status, "bad request (HTTP " + std::to_string(res.status) + ")"));
+    http.set_error_handler([&d](const httplib::Request&, httplib::Response& res) {
+        if (!res.body.empty()) return;
+        if (res.status == 413)
+            answer(res, api_error(413, "a request body holds at most " + std::to_string(d.options.max_body_bytes) +
+                                           " bytes"));
+        else answer(res, api_error(res.status, "bad request (HTTP " + std::to_string(res.status) + ")"));
     });
     http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
         answer(res, api_error(500, "internal error"));

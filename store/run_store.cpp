@@ -1186,7 +1186,16 @@ void RunStore::record_write_failure(size_t rows, const std::string& why)
     rows_lost_ += static_cast<int64_t>(rows);
 }
 
-std::vector<RunInfo> RunStore::list_runs()
+std::vector<RunInfo> RunStore::list_runs() { return read_runs(std::nullopt); }
+
+std::optional<RunInfo> RunStore::run_info(int64_t id)
+{
+    auto runs = read_runs(id);
+    if (runs.empty()) return std::nullopt;
+    return std::move(runs.front());
+}
+
+std::vector<RunInfo> RunStore::read_runs(std::optional<int64_t> only)
 {
     flush();
     std::lock_guard lock(db_mutex_);
@@ -1198,8 +1207,9 @@ std::vector<RunInfo> RunStore::list_runs()
                             // Every trained step has a train/loss row; max over that one tag is a
                             // primary-key seek, where max over all tags scanned every metric row.
                             "(SELECT coalesce(max(step), 0) FROM scalars WHERE run_id = r.id AND tag = 'train/loss'), " +
-                            identity + " FROM runs r ORDER BY r.id";
+                            identity + " FROM runs r" + (only ? " WHERE r.id = ?" : "") + " ORDER BY r.id";
     Statement s(db_, sql.c_str());
+    if (only) s.bind(1, *only);
     std::vector<RunInfo> runs;
     while (s.step())
         runs.push_back({s.int64(0), s.text(1), s.text(2), s.text(3), stored_status(s.text(4)), s.text(5), s.text(6),
@@ -1209,16 +1219,13 @@ std::vector<RunInfo> RunStore::list_runs()
 
 std::optional<RunInfo> RunStore::find_run(const std::string& id_or_name)
 {
-    const auto runs = list_runs();
     // Digits only, and few enough to be an id: a longer number is no run's id (stoll would
     // throw out_of_range), and a name in UTF-8 must not reach isdigit as a negative char.
     const bool numeric = !id_or_name.empty() && id_or_name.size() <= 18 &&
                          std::all_of(id_or_name.begin(), id_or_name.end(), [](char c) { return c >= '0' && c <= '9'; });
-    if (numeric) {
-        const int64_t id = std::stoll(id_or_name);
-        for (const auto& r : runs)
-            if (r.id == id) return r;
-    }
+    if (numeric)
+        if (auto run = run_info(std::stoll(id_or_name))) return run;
+    const auto runs = list_runs();
     for (auto it = runs.rbegin(); it != runs.rend(); ++it)
         if (it->name == id_or_name) return *it;
     return std::nullopt;

@@ -333,6 +333,80 @@ private slots:
         QVERIFY2(answer.startsWith("HTTP/1.1 400"), answer.constData());
     }
 
+    // What a token holder sends is bounded before it is read, and a mistake is named (read-only
+    // audit 'remote-scale'): a chunked body was read whole into the training process, a 413
+    // said only "bad request", and a layer key on a pause was dropped without a word.
+    void bodiesAreBoundedAndCommandsCheckedWhole()
+    {
+        const std::string db = path("bodies.sqlite").toStdString();
+        write_store(db);
+        ServerOptions o = in_process(db);
+        o.allow_control = true;
+        StoreServer server(o);
+        httplib::Client client("127.0.0.1", server.port());
+        // The answer comes before the body is read: the chunks that follow would never end.
+        QTcpSocket raw;
+        raw.connectToHost("127.0.0.1", static_cast<quint16>(server.port()));
+        QVERIFY(raw.waitForConnected(5000));
+        raw.write(QByteArray("POST /v1/runs/1/control HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ") +
+                  QByteArray::fromStdString(kToken) +
+                  "\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n4000\r\n" +
+                  QByteArray(0x4000, ' ') + "\r\n");
+        QByteArray answer;
+        while (!answer.contains("}") && raw.waitForReadyRead(5000)) answer += raw.readAll();
+        QVERIFY2(answer.startsWith("HTTP/1.1 411"), answer.constData());
+        QVERIFY2(answer.endsWith("{\"error\":\"send the body with a Content-Length (at most 16384 bytes): chunked "
+                                 "bodies are refused\"}"),
+                 answer.constData());
+        auto r = client.Post("/v1/runs/1/control", auth(), std::string(20000, ' '), "application/json");
+        QCOMPARE(r->status, 413);
+        QCOMPARE(json_of(r->body)["error"].toString(), QString("a request body holds at most 16384 bytes"));
+        r = client.Post("/v1/runs/1/control", auth(), R"({"command": "pause", "pattern": "blocks.*"})",
+                        "application/json");
+        QCOMPARE(r->status, 400);
+        QCOMPARE(json_of(r->body)["error"].toString(), QString("'pattern' goes with layer_formats only"));
+        r = client.Post("/v1/runs/1/control", auth(), R"({"command": "pause"})", "application/json");
+        QCOMPARE(r->status, 409); // well formed: no run trains in `serve`
+    }
+
+    // Events are cut by bytes as well as by count: a 48-layer run's loss-scale backoff is 11 KB,
+    // and 10,000 of them made a 55 MB page (read-only audit 'remote-scale').
+    void eventPagesAreBoundedInBytes()
+    {
+        const std::string db = path("long-events.sqlite").toStdString();
+        {
+            RunStore store(db);
+            const auto id = store.create_run("backoffs", "p.json", "{}");
+            for (int64_t step = 1; step <= 600; ++step) {
+                RunEvent e;
+                e.step = step;
+                e.kind = EventKind::LossScaleBackoff;
+                e.text = std::string(10000, 'x');
+                store.append_event(id, e);
+            }
+            store.finish_run(id, RunStatus::Finished);
+        }
+        StoreServer server(in_process(db));
+        httplib::Client client("127.0.0.1", server.port());
+        int64_t after = 0, pages = 0, events = 0, largest = 0;
+        for (bool more = true; more; ++pages) {
+            const auto r = client.Get("/v1/runs/1/rows?limit=10000&after_event=" + std::to_string(after), auth());
+            QCOMPARE(r->status, 200);
+            const auto page = json_of(r->body);
+            const auto ev = page["events"].toArray();
+            events += ev.size();
+            largest = std::max<int64_t>(largest, ev.size());
+            QCOMPARE(page["next_after_event"].toInteger(), ev.isEmpty() ? after : ev.last()["id"].toInteger());
+            after = page["next_after_event"].toInteger();
+            more = page["more"].toBool();
+            QCOMPARE(page.contains("counts"), !more);
+            QVERIFY(pages < 10);
+        }
+        QCOMPARE(events, int64_t(600));
+        QCOMPARE(pages, int64_t(2));
+        QVERIFY2(largest > 300 && largest < 450, qPrintable(QString::number(largest))); // about 4 MiB of them
+    }
+
     void pagesCutAtWholeSteps()
     {
         const std::string db = path("pages.sqlite").toStdString();

@@ -533,6 +533,16 @@ private slots:
         QVERIFY(!store.find_run("99999999999999999999").has_value()); // past int64: no run, no throw
         const auto c = store.create_run("d\u00fcnn", "", "{}");
         QCOMPARE(store.find_run("d\u00fcnn")->id, c);
+        // One run by id is a seek (a remote window's poll read every run of the store) and
+        // reads as the list does.
+        store.append_scalar(b, 7, "train/loss", 1.0);
+        store.finish_run(b, RunStatus::Stopped);
+        const auto one = store.run_info(b);
+        QVERIFY(one.has_value());
+        QCOMPARE(one->last_step, int64_t(7));
+        QVERIFY(one->status == RunStatus::Stopped);
+        QCOMPARE(one->uuid, store.list_runs()[1].uuid);
+        QVERIFY(!store.run_info(999).has_value());
     }
 
     void exportsPivotedCsv()
