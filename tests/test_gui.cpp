@@ -132,6 +132,7 @@ private slots:
     void eventLogModelAppendsAndCaps();
 
     void lossPlotAppendsBatches();
+    void lossPlotSaysWhenTheLossIsNotFinite();
 
     void controllerReportsConfigErrorFromWorker();
     void controllerReportsUnusableStore();
@@ -290,6 +291,29 @@ void TestGui::eventLogModelAppendsAndCaps()
     QCOMPARE(model.rowCount(), 0);
 }
 
+// A diverged run's curve: one finite loss between NaN gaps draws no line, and the plot was
+// empty (read-only audit 'gui-look'). The finite points are dots, the plot says since when the
+// loss is NaN, and the x axis spans every step.
+void TestGui::lossPlotSaysWhenTheLossIsNotFinite()
+{
+    const double nan = std::nan("");
+    LossPlot plot;
+    plot.appendBatch({{1, 2.6}, {2, nan}, {3, nan}}, {});
+    QCOMPARE(plot.nonFiniteNote(), QStringLiteral("train loss NaN/Inf since step 2"));
+    QCOMPARE(plot.trainGraph()->scatterStyle().shape(), QCPScatterStyle::ssDisc);
+    plot.appendBatch({{4, nan}, {40, nan}}, {});
+    QCOMPARE(plot.nonFiniteNote(), QStringLiteral("train loss NaN/Inf since step 2"));
+    QVERIFY(plot.xAxis->range().contains(40));
+    QVERIFY(plot.yAxis->range().contains(2.6));
+    plot.appendBatch({{41, 2.5}}, {}); // finite again (a run that recovered)
+    QCOMPARE(plot.nonFiniteNote(), QStringLiteral("train loss NaN/Inf at 4 steps, first at step 2"));
+    plot.setSmoothing(0.5); // rebuilt whole: the same count
+    plot.refresh();
+    QCOMPARE(plot.nonFiniteNote(), QStringLiteral("train loss NaN/Inf at 4 steps, first at step 2"));
+    plot.clear();
+    QCOMPARE(plot.nonFiniteNote(), QString());
+}
+
 void TestGui::lossPlotAppendsBatches()
 {
     LossPlot plot;
@@ -303,6 +327,8 @@ void TestGui::lossPlotAppendsBatches()
     plot.appendBatch({{3, 2.0}}, {});
     plot.appendBatch({}, {}); // nothing new: not counted, no replot
     QCOMPARE(plot.batchCount(), 2);
+    QCOMPARE(plot.nonFiniteNote(), QString()); // every loss finite: no note, no dots
+    QCOMPARE(plot.trainGraph()->scatterStyle().shape(), QCPScatterStyle::ssNone);
     QCOMPARE(graph_keys(plot.trainGraph()), (QVector<double>{1, 2, 3}));
     QCOMPARE(graph_values(plot.trainGraph()), (QVector<double>{3.0, 2.5, 2.0}));
     QCOMPARE(graph_keys(plot.valGraph()), (QVector<double>{0}));

@@ -172,6 +172,7 @@ private slots:
     void heatmapShowsCraftedValues_data();
     void heatmapShowsCraftedValues();
     void heatmapDrawsMissingCellsGrey();
+    void heatmapDrawsNonFiniteTensorsDark();
     void heatmapDrawsInfiniteValuesAtTheTop();
     void heatmapClickEmitsCellAndSelects();
     void heatmapMarksCursorAndPrecisionChanges();
@@ -204,6 +205,7 @@ void TestPlots::heatmapShowsCraftedValues_data()
     QTest::newRow("grad norm") << LayerStat::GradNorm << "grad_output" << "grad L2 norm" << true;
     QTest::newRow("attention logit") << LayerStat::AttentionMaxLogit << "grad_output" << "max |q·k|/√d" << false;
     QTest::newRow("quantization snr") << LayerStat::QuantSnrDb << "grad_output" << "quantization SNR (dB) of grad_output" << false;
+    QTest::newRow("nan/inf") << LayerStat::NonFinitePercent << "grad_output" << "NaN/Inf % of grad_output" << false;
 }
 
 void TestPlots::heatmapShowsCraftedValues()
@@ -244,6 +246,8 @@ void TestPlots::heatmapShowsCraftedValues()
                                                   : kNaN;
         case LayerStat::QuantSnrDb:
             return (name == "lm_head" && frame == 0) || layer == 2 ? kNaN : double(float(grad_snr(layer, frame)));
+        case LayerStat::NonFinitePercent: // only fc1's tensors count values, none of them NaN or Inf
+            return name == "blocks.0.mlp.fc1" ? 0.0 : kNaN;
         }
         return kNaN;
     };
@@ -284,6 +288,77 @@ QColor cell_pixel(const LayerHeatmapPlot& plot, const QImage& image, int64_t ste
 {
     const QPointF c = plot.cellCenter(step, QString::fromLatin1(layer));
     return image.pixelColor(QPoint(int(plot.xAxis->coordToPixel(c.x())), int(plot.yAxis->coordToPixel(c.y()))));
+}
+
+// A cell whose tensor held NaN or Inf is drawn dark whatever the statistic, with a note: a
+// diverged run's all-NaN gradients read as 0% underflow, the white of a healthy tensor.
+void TestPlots::heatmapDrawsNonFiniteTensorsDark()
+{
+    RunHistory history(64);
+    history.setLayers({"blocks.0.attn.qkv", "blocks.0.mlp.fc1"});
+    TelemetryBatch batch;
+    for (const int64_t step : {1, 2}) {
+        LayerStatsFrame f;
+        f.step = step;
+        for (const char* layer : {"blocks.0.attn.qkv", "blocks.0.mlp.fc1"}) {
+            TensorStats t;
+            t.layer = layer;
+            t.role = "grad_output";
+            t.format = "fp16";
+            t.count = 100;
+            t.nans = step == 2 && std::string(layer) == "blocks.0.mlp.fc1" ? 100 : 0; // dead from step 2
+            f.tensors.push_back(t);
+        }
+        batch.layer_frames.push_back(f);
+    }
+    history.append(batch);
+    LayerHeatmapPlot plot;
+    plot.setHistory(&history);
+    plot.setStatistic(LayerStat::UnderflowPercent, QStringLiteral("grad_output"));
+    QVERIFY(plot.refresh());
+    lay_out(plot);
+    QImage image = plot.grab().toImage();
+    QCOMPARE(plot.valueAt(2, QStringLiteral("blocks.0.mlp.fc1")), 0.0); // the statistic says nothing
+    QVERIFY(plot.nonFiniteAt(2, QStringLiteral("blocks.0.mlp.fc1")));
+    QVERIFY(!plot.nonFiniteAt(1, QStringLiteral("blocks.0.mlp.fc1")));
+    QCOMPARE(cell_pixel(plot, image, 2, "blocks.0.mlp.fc1"), QColor(25, 25, 25));
+    QCOMPARE(cell_pixel(plot, image, 1, "blocks.0.mlp.fc1"), QColor(Qt::white));
+    QCOMPARE(cell_pixel(plot, image, 2, "blocks.0.attn.qkv"), QColor(Qt::white));
+    QVERIFY(plot.showsNonFiniteNote());
+    // As its own statistic the share is coloured as the other percentages, and a statistic of
+    // another role, or of the layer, has no such cells.
+    plot.setStatistic(LayerStat::NonFinitePercent, QStringLiteral("grad_output"));
+    QVERIFY(plot.refresh());
+    QCOMPARE(plot.valueAt(2, QStringLiteral("blocks.0.mlp.fc1")), 100.0);
+    QVERIFY(!plot.showsNonFiniteNote());
+    plot.setStatistic(LayerStat::UnderflowPercent, QStringLiteral("weight"));
+    QVERIFY(plot.refresh());
+    QVERIFY(!plot.nonFiniteAt(2, QStringLiteral("blocks.0.mlp.fc1")));
+    QVERIFY(!plot.showsNonFiniteNote());
+
+    // Frames keep only the roles the run records, each its slot as it first came: a role that
+    // comes late leaves the earlier frames as they were.
+    TelemetryBatch later;
+    later.layer_frames.push_back({});
+    later.layer_frames.back().step = 3;
+    TensorStats input;
+    input.layer = "blocks.0.mlp.fc1";
+    input.role = "input";
+    input.format = "fp16";
+    input.count = 10;
+    input.underflow = 0.5;
+    later.layer_frames.back().tensors.push_back(input);
+    history.append(later);
+    const auto under = history.columns(LayerStat::UnderflowPercent, "input");
+    QCOMPARE(under.size(), size_t(3));
+    QVERIFY(std::isnan(under[0].values[1]) && std::isnan(under[1].values[1]));
+    QCOMPARE(under[2].values[1], 50.0f);
+    const auto dead = history.columns(LayerStat::NonFinitePercent, "grad_output");
+    QCOMPARE(dead[1].values[1], 100.0f);
+    QVERIFY(std::isnan(dead[2].values[1])); // step 3 has no grad_output
+    QVERIFY(history.histogram("blocks.0.mlp.fc1", "grad_output", 2) != nullptr);
+    QCOMPARE(history.histogram("blocks.0.mlp.fc1", "grad_output", 2)->nans, int64_t(100));
+    QVERIFY(history.histogram("blocks.0.mlp.fc1", "input", 1) == nullptr);
 }
 
 void TestPlots::heatmapDrawsMissingCellsGrey()
@@ -723,8 +798,10 @@ void TestPlots::histogramTitleAndSpecials()
     plot.setStep(300);
     plot.refresh();
     QCOMPARE(plot.title(), QStringLiteral("blocks.1.mlp.fc2 · weight_grad · e5m2 · step 300 · per-block scales\n"
-                                          "measured by the cast: underflow 5.00% · subnormal n/a · overflow 12.5%"));
+                                          "measured by the cast: underflow 5.00% · subnormal n/a · overflow 12.5% · "
+                                          "NaN/Inf 17.6%")); // 3 of 17
     QCOMPARE(plot.specialsText(), QStringLiteral("zeros 23.5% · inf 2 · NaN 1"));
+    QVERIFY(plot.yAxis->range().upper >= 20.0); // two decades at least: no label twice
 }
 
 void TestPlots::histogramRefreshOnlyWhenSomethingChanged()

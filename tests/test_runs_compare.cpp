@@ -535,6 +535,28 @@ private slots:
                                                                   .arg(height)));
     }
 
+    // A diverged run on the Compare plot spans the steps it ran, its finite points dots between
+    // the gaps: the one finite point made an axis from 0 to 1 and an empty plot.
+    void aDivergedRunSpansItsSteps()
+    {
+        ComparePlot plot;
+        ComparePlot::Curve c;
+        c.label = QStringLiteral("#1");
+        c.color = Qt::blue;
+        const double nan = std::nan("");
+        c.xs = {1, 2, 3, 40};
+        c.ys = {2.6, nan, nan, nan};
+        plot.setCurves({c}, QStringLiteral("step"), QStringLiteral("train/loss"));
+        plot.rebuild(true);
+        QVERIFY(plot.xAxis->range().contains(40));
+        QVERIFY(plot.yAxis->range().contains(2.6));
+        QCOMPARE(plot.graph(0)->scatterStyle().shape(), QCPScatterStyle::ssDisc);
+        c.ys = {nan, nan, nan, nan}; // nothing finite at all: still its steps
+        plot.setCurves({c}, QStringLiteral("step"), QStringLiteral("train/loss"));
+        plot.rebuild(true);
+        QVERIFY(plot.xAxis->range().contains(40));
+    }
+
     void divergenceIsFoundAndShown()
     {
         ComparePage page(connection_.get());

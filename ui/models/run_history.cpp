@@ -11,7 +11,7 @@ namespace mantissa {
 namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr int kStatsPerTensor = 4; // underflow, overflow, amax, quantization SNR
+constexpr int kStatsPerTensor = 5; // underflow, overflow, amax, quantization SNR, NaN and Inf
 
 // Keeps elements 0, 2, 4, ... and always the last one, so the newest data stays exact.
 template <typename T> void drop_every_other(std::vector<T>& items)
@@ -43,6 +43,12 @@ int RunHistory::roleIndex(const std::string& role)
     return it == r.end() ? -1 : static_cast<int>(it - r.begin());
 }
 
+int RunHistory::roleSlot(const std::string& role) const
+{
+    const int r = roleIndex(role);
+    return r >= 0 && size_t(r) < roleSlot_.size() ? roleSlot_[size_t(r)] : -1;
+}
+
 RunHistory::RunHistory(int64_t tokensPerStep) { reset(tokensPerStep); }
 
 void RunHistory::reset(int64_t tokensPerStep)
@@ -57,6 +63,8 @@ void RunHistory::reset(int64_t tokensPerStep)
     layers_.clear();
     layerIndex_.clear();
     layerHasTensors_.clear();
+    roleSlot_.assign(roles().size(), -1);
+    roleSlots_ = 0;
     gradNormColumns_.clear();
     gradNormStride_ = 1;
     frames_.clear();
@@ -164,15 +172,21 @@ void RunHistory::append(const TelemetryBatch& batch)
 
 void RunHistory::appendFrame(const LayerStatsFrame& frame)
 {
-    const size_t nRoles = roles().size();
+    for (const auto& t : frame.tensors) // first the slots: one stride for the whole frame
+        if (const int role = roleIndex(t.role); role >= 0 && roleSlot_[size_t(role)] < 0)
+            roleSlot_[size_t(role)] = static_cast<int>(roleSlots_++);
+    const size_t nRoles = roleSlots_;
     FrameSummary summary;
     summary.step = frame.step;
+    summary.stride = nRoles;
     HistogramFrame hist;
     hist.step = frame.step;
+    hist.stride = nRoles;
     for (const auto& t : frame.tensors) {
         const int layer = ensureLayer(t.layer);
-        const int role = roleIndex(t.role);
-        if (role < 0) continue;
+        const int index = roleIndex(t.role);
+        if (index < 0) continue;
+        const int role = roleSlot_[size_t(index)];
         if (layerHasTensors_.size() <= size_t(layer)) layerHasTensors_.resize(size_t(layer) + 1, false);
         layerHasTensors_[size_t(layer)] = true;
         const size_t base = (size_t(layer) * nRoles + size_t(role)) * kStatsPerTensor;
@@ -185,6 +199,8 @@ void RunHistory::appendFrame(const LayerStatsFrame& frame)
         // lost to Inf) is the worst colour.
         summary.tensorStats[base + 3] =
             t.quant_snr_db < std::numeric_limits<double>::infinity() ? static_cast<float>(t.quant_snr_db) : kNaN;
+        summary.tensorStats[base + 4] =
+            t.count > 0 ? static_cast<float>(100.0 * static_cast<double>(t.nans + t.infs) / double(t.count)) : kNaN;
 
         const size_t slot = size_t(layer) * nRoles + size_t(role);
         if (hist.byIndex.size() <= slot) hist.byIndex.resize(slot + 1);
@@ -290,7 +306,7 @@ std::vector<LayerColumn> RunHistory::columns(LayerStat stat, const std::string& 
         for (auto& c : out) c.values.resize(nLayers, kNaN);
         return out;
     }
-    const int r = roleIndex(role);
+    const int r = roleSlot(role);
     out.reserve(frames_.size());
     for (const auto& f : frames_) {
         LayerColumn c;
@@ -302,10 +318,10 @@ std::vector<LayerColumn> RunHistory::columns(LayerStat stat, const std::string& 
             const size_t which = stat == LayerStat::UnderflowPercent ? 0
                                  : stat == LayerStat::OverflowPercent ? 1
                                  : stat == LayerStat::Amax            ? 2
-                                                                      : 3;
-            const size_t nRoles = roles().size();
-            for (size_t i = 0; i < nLayers; ++i) {
-                const size_t at = (i * nRoles + size_t(r)) * kStatsPerTensor + which;
+                                 : stat == LayerStat::QuantSnrDb      ? 3
+                                                                      : 4;
+            for (size_t i = 0; i < nLayers && size_t(r) < f.stride; ++i) {
+                const size_t at = (i * f.stride + size_t(r)) * kStatsPerTensor + which;
                 if (at < f.tensorStats.size()) c.values[i] = f.tensorStats[at];
             }
         }
@@ -330,9 +346,9 @@ const ExponentHistogram* RunHistory::histogram(const std::string& layer, const s
                                [](const HistogramFrame& h, int64_t s) { return h.step < s; });
     if (it == histograms_.end()) it = std::prev(it);
     else if (it != histograms_.begin() && step - std::prev(it)->step < it->step - step) it = std::prev(it);
-    const int l = layerIndex(layer), r = roleIndex(role);
-    if (l < 0 || r < 0) return nullptr;
-    const size_t slot = size_t(l) * roles().size() + size_t(r);
+    const int l = layerIndex(layer), r = roleSlot(role);
+    if (l < 0 || r < 0 || size_t(r) >= it->stride) return nullptr;
+    const size_t slot = size_t(l) * it->stride + size_t(r);
     if (slot >= it->byIndex.size() || it->byIndex[slot].count < 0) return nullptr;
     if (frameStep) *frameStep = it->step;
     return &it->byIndex[slot];

@@ -28,7 +28,15 @@ enum class XAxisMode { Step, Tokens, Seconds };
 
 // What the layer x step heatmap can show. UnderflowPercent, OverflowPercent, Amax and
 // QuantSnrDb are per tensor role (appended last: the combo boxes store the value).
-enum class LayerStat { UnderflowPercent, OverflowPercent, Amax, GradNorm, AttentionMaxLogit, QuantSnrDb };
+enum class LayerStat {
+    UnderflowPercent,
+    OverflowPercent,
+    Amax,
+    GradNorm,
+    AttentionMaxLogit,
+    QuantSnrDb,
+    NonFinitePercent // NaN and Inf among the tensor's values
+};
 
 struct StepPoint {
     int64_t step = 0;
@@ -152,13 +160,16 @@ public:
 private:
     struct FrameSummary {
         int64_t step = 0;
-        // [layer * roles + role] * 3 + {underflow, overflow, amax}; NaN where absent
+        size_t stride = 0; // the role slots when the frame came (roleSlot_)
+        // [layer * stride + slot] * kStatsPerTensor + {underflow, overflow, amax, SNR, NaN/Inf};
+        // NaN where absent
         std::vector<float> tensorStats;
         std::vector<float> attentionMaxLogit; // by layer index (sdpa rows), NaN elsewhere
     };
     struct HistogramFrame {
         int64_t step = 0;
-        // [layer * roles + role]; count < 0 where the frame has no such tensor. A flat vector,
+        size_t stride = 0;
+        // [layer * stride + slot]; count < 0 where the frame has no such tensor. A flat vector,
         // not a map keyed by name: ingesting 1200 tensors a step must stay cheap on the GUI thread.
         std::vector<ExponentHistogram> byIndex;
         size_t bytes = 0; // as allocated: every slot, and the present ones' counts
@@ -170,6 +181,10 @@ private:
     void thinHistograms();
     void thinEvents();
     static int roleIndex(const std::string& role);
+    // A role's slot in this history's frames, -1 if no frame had it. Slots are given as roles
+    // come: a run records 5 of the 22 roles, and frames laid out by all of them held 4 times
+    // the memory (fewer frames under the byte cap).
+    int roleSlot(const std::string& role) const;
 
     LiveLayers live_;
     int64_t tokensPerStep_ = 0;
@@ -180,6 +195,8 @@ private:
     std::vector<MemoryPoint> memory_;
     std::vector<std::string> layers_;
     std::vector<bool> layerHasTensors_; // by layer index
+    std::vector<int> roleSlot_;         // by roleIndex: the slot, -1 until a frame has the role
+    size_t roleSlots_ = 0;
     std::unordered_map<std::string, int> layerIndex_;
     std::vector<LayerColumn> gradNormColumns_;
     int64_t gradNormStride_ = 1; // after thinning, only every stride-th step is kept

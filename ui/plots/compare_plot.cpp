@@ -106,6 +106,8 @@ void ComparePlot::rebuild(bool now)
         raw->setPen(QPen(faint, smoothed ? 1.0 : 1.6));
         if (c.markers)
             raw->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, c.color, QColor(255, 255, 255), 6));
+        else if (std::any_of(c.ys.begin(), c.ys.end(), [](double y) { return !std::isfinite(y); }))
+            raw->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, c.color, 4)); // a point between gaps
         raw->setAdaptiveSampling(true);
         raw_.push_back(raw);
 
@@ -157,13 +159,21 @@ void ComparePlot::fit()
     double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
     for (const Curve& c : curves_) {
         for (size_t i = 0; i < c.xs.size(); ++i) {
-            const double y = c.ys[i];
-            if (!std::isfinite(y) || (logScale_ && y <= 0.0)) continue;
+            if (!std::isfinite(c.xs[i])) continue;
+            // Every step the runs reached, NaN losses included: a diverged run spans its steps,
+            // not the one finite point it had (0 to 1 on the axis).
             x0 = std::min(x0, c.xs[i]);
             x1 = std::max(x1, c.xs[i]);
+            const double y = c.ys[i];
+            if (!std::isfinite(y) || (logScale_ && y <= 0.0)) continue;
             y0 = std::min(y0, y);
             y1 = std::max(y1, y);
         }
+    }
+    if (!std::isfinite(y0) && std::isfinite(x0)) { // no finite value: the steps, and an empty y
+        xAxis->setRange(std::min(x0, 0.0), x1 > std::min(x0, 0.0) ? x1 : std::min(x0, 0.0) + 1);
+        yAxis->setRange(logScale_ ? 0.1 : 0.0, 1);
+        return;
     }
     if (!std::isfinite(x0)) {
         xAxis->setRange(0, 1);

@@ -253,7 +253,9 @@ bool ExponentHistogramPlot::rebuild()
     if (!perBlock && lsub - 1 + shift >= lo - kReach) lo = std::min(lo, lsub - 1 + shift);
     if (!perBlock && lmax + shift <= hi + kReach) hi = std::max(hi, lmax + shift);
     xAxis->setRange(std::floor(lo) - 2.0, std::ceil(hi) + 2.0);
-    yAxis->setRange(0.5, maxCount * 4.0);
+    // At least two decades: with a count of 1 (a tensor of NaN and a value) the log ticker
+    // labelled 2, 3 and 4 twice each at one digit.
+    yAxis->setRange(0.5, std::max(maxCount * 4.0, 20.0));
 
     const QCPRange view = xAxis->range();
     for (const Band& b : bands_) {
@@ -307,7 +309,12 @@ bool ExponentHistogramPlot::rebuild()
     subtitle_->setText(QStringLiteral("measured by the cast: underflow %1 · subnormal %2 · overflow %3")
                            .arg(percent(h->underflow),
                                 h->subnormal < 0 ? QStringLiteral("n/a") : percent(h->subnormal),
-                                h->overflow < 0 ? QStringLiteral("n/a") : percent(h->overflow)));
+                                h->overflow < 0 ? QStringLiteral("n/a") : percent(h->overflow)) +
+                        // Beside a dead tensor's "underflow 0%": the cast measured only what was finite.
+                        (h->count > 0 && h->nans + h->infs > 0
+                             ? QStringLiteral(" · NaN/Inf %1")
+                                   .arg(percent(double(h->nans + h->infs) / double(h->count)))
+                             : QString()));
     const double zeros = h->count > 0 ? double(h->zeros) / double(h->count) : 0.0;
     specials_->setText(QStringLiteral("zeros %1 · inf %2 · NaN %3").arg(percent(zeros)).arg(h->infs).arg(h->nans));
     specials_->setColor(h->infs > 0 || h->nans > 0 ? QColor(180, 20, 20) : QColor(50, 50, 50));

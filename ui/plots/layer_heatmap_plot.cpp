@@ -13,6 +13,7 @@ namespace mantissa {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+const QColor kNonFiniteColor(25, 25, 25);
 
 // Columns are cells 0..n-1, one per telemetry frame, rather than cells at step resolution:
 // after thinning, or around a resume or an eval gap, the frames are not evenly spaced, and a
@@ -158,7 +159,15 @@ int block_of(const QString& name)
 bool is_log_stat(LayerStat stat) { return stat == LayerStat::Amax || stat == LayerStat::GradNorm; }
 bool is_percent_stat(LayerStat stat)
 {
-    return stat == LayerStat::UnderflowPercent || stat == LayerStat::OverflowPercent;
+    return stat == LayerStat::UnderflowPercent || stat == LayerStat::OverflowPercent ||
+           stat == LayerStat::NonFinitePercent;
+}
+
+// A statistic of one tensor role, beside which the role's NaN and Inf can be shown.
+bool is_tensor_stat(LayerStat stat)
+{
+    return stat == LayerStat::UnderflowPercent || stat == LayerStat::OverflowPercent || stat == LayerStat::Amax ||
+           stat == LayerStat::QuantSnrDb;
 }
 
 // The smallest of 1, 2, 5 x 10^k that is >= v.
@@ -211,6 +220,7 @@ QString stat_label(LayerStat stat, const QString& role)
     case LayerStat::GradNorm: return QStringLiteral("grad L2 norm");
     case LayerStat::AttentionMaxLogit: return QStringLiteral("max |q·k|/√d");
     case LayerStat::QuantSnrDb: return QStringLiteral("quantization SNR (dB) of %1").arg(role);
+    case LayerStat::NonFinitePercent: return QStringLiteral("NaN/Inf % of %1").arg(role);
     }
     return {};
 }
@@ -231,6 +241,20 @@ LayerHeatmapPlot::LayerHeatmapPlot(QWidget* parent) : QCustomPlot(parent)
     map_->setTightBoundary(false);
 
     colorScale_ = attach_color_scale(this, map_);
+
+    // Above the map: the cells whose tensor held NaN or Inf, in one dark colour whatever the
+    // statistic. A diverged run's dead gradients read as 0% underflow, the white of a healthy
+    // tensor (read-only audit 'gui-look').
+    nonFiniteMap_ = new QCPColorMap(xAxis, yAxis);
+    nonFiniteMap_->setInterpolate(false);
+    nonFiniteMap_->setTightBoundary(false);
+    QCPColorGradient dead;
+    dead.clearColorStops();
+    dead.setColorStopAt(0.0, kNonFiniteColor);
+    dead.setColorStopAt(1.0, kNonFiniteColor);
+    dead.setNanHandling(QCPColorGradient::nhTransparent);
+    nonFiniteMap_->setGradient(dead);
+    nonFiniteMap_->setDataRange(QCPRange(0.0, 1.0));
 
     QFont small = font();
     small.setPointSizeF(std::max(6.5, small.pointSizeF() * 0.85));
@@ -276,6 +300,16 @@ LayerHeatmapPlot::LayerHeatmapPlot(QWidget* parent) : QCustomPlot(parent)
     selectionLabel_->setPadding(QMargins(3, 1, 3, 1));
     selectionLabel_->setVisible(false);
 
+    nonFiniteNote_ = new QCPItemText(this);
+    nonFiniteNote_->position->setType(QCPItemPosition::ptAxisRectRatio);
+    nonFiniteNote_->position->setCoords(0.0, 0.0);
+    nonFiniteNote_->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
+    nonFiniteNote_->setClipToAxisRect(false);
+    nonFiniteNote_->setFont(small);
+    nonFiniteNote_->setText(QStringLiteral("\u25a0 NaN/Inf in the tensor"));
+    nonFiniteNote_->setColor(kNonFiniteColor);
+    nonFiniteNote_->setVisible(false);
+
     emptyText_ = new QCPItemText(this);
     emptyText_->position->setType(QCPItemPosition::ptAxisRectRatio);
     emptyText_->position->setCoords(0.5, 0.5);
@@ -318,6 +352,7 @@ void LayerHeatmapPlot::rebuild()
     std::vector<QString> names;
     std::vector<int64_t> steps;
     std::vector<float> values;
+    std::vector<char> nonFinite; // per cell: the tensor held NaN or Inf (tensor statistics only)
     std::vector<int64_t> events;
     if (history_) {
         for (const auto& n : history_->layers()) names.push_back(QString::fromStdString(n));
@@ -328,6 +363,13 @@ void LayerHeatmapPlot::rebuild()
             const size_t n = std::min(cols[c].values.size(), names.size());
             std::copy_n(cols[c].values.begin(), n, values.begin() + std::ptrdiff_t(c * names.size()));
         }
+        if (is_tensor_stat(stat_)) {
+            const auto dead = history_->columns(LayerStat::NonFinitePercent, role_.toStdString());
+            nonFinite.assign(dead.size() * names.size(), 0);
+            for (size_t c = 0; c < dead.size(); ++c)
+                for (size_t r = 0; r < std::min(dead[c].values.size(), names.size()); ++r)
+                    nonFinite[c * names.size() + r] = dead[c].values[r] > 0.0f;
+        }
         for (const auto& e : history_->events())
             if (e.kind == EventKind::PrecisionChanged) events.push_back(e.step);
         std::sort(events.begin(), events.end());
@@ -336,7 +378,8 @@ void LayerHeatmapPlot::rebuild()
     const bool styleChanged = builtStat_ != stat_ || builtRole_ != role_ || !built_;
     const bool dataChanged =
         names != layerNames_ || steps != columnSteps_ || values.size() != values_.size() ||
-        (!values.empty() && std::memcmp(values.data(), values_.data(), values.size() * sizeof(float)) != 0);
+        (!values.empty() && std::memcmp(values.data(), values_.data(), values.size() * sizeof(float)) != 0) ||
+        nonFinite != nonFinite_;
     const bool eventsChanged = events != eventSteps_;
     // A second layer switched at a step that already had a switch changes no event step, only
     // the labels ("→ bf16/…"): the live layers' revision says so.
@@ -350,6 +393,7 @@ void LayerHeatmapPlot::rebuild()
     layerNames_ = std::move(names);
     columnSteps_ = std::move(steps);
     values_ = std::move(values);
+    nonFinite_ = std::move(nonFinite);
     eventSteps_ = std::move(events);
     needsReplot_ = true;
 
@@ -401,6 +445,13 @@ void LayerHeatmapPlot::rebuild()
         if (std::isinf(v)) v = v > 0 ? range.upper : range.lower;
         return v;
     });
+    const bool anyNonFinite = std::find(nonFinite_.begin(), nonFinite_.end(), 1) != nonFinite_.end();
+    fill_color_map(nonFiniteMap_, nx, ny, [&](int c, int r) {
+        const size_t at = size_t(c) * size_t(ny) + size_t(r);
+        return at < nonFinite_.size() && nonFinite_[at] ? 1.0 : kNaN;
+    });
+    nonFiniteMap_->setVisible(anyNonFinite && nx > 0 && ny > 0);
+    nonFiniteNote_->setVisible(anyNonFinite && nx > 0 && ny > 0);
     map_->setGradient(make_gradient(stat_));
     colorScale_->setDataScaleType(logScale ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
     if (logScale) colorScale_->axis()->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
@@ -501,6 +552,15 @@ QString LayerHeatmapPlot::liveStateText(const QString& layer) const
     if (!live->state.backend.empty()) text += QLatin1Char(' ') + QString::fromStdString(live->state.backend);
     if (live->switched_at >= 0) text += QStringLiteral(" \u00b7 switched at ") + QString::fromStdString(live->last_switch());
     return text;
+}
+
+bool LayerHeatmapPlot::nonFiniteAt(int64_t step, const QString& layer) const
+{
+    const int c = columnOfStep(step);
+    const auto it = std::find(layerNames_.begin(), layerNames_.end(), layer);
+    if (c < 0 || it == layerNames_.end()) return false;
+    const size_t at = size_t(c) * layerNames_.size() + size_t(it - layerNames_.begin());
+    return at < nonFinite_.size() && nonFinite_[at];
 }
 
 double LayerHeatmapPlot::valueAt(int64_t step, const QString& layer) const

@@ -39,6 +39,8 @@ public:
     int rowCount() const { return static_cast<int>(layerNames_.size()); }
     int columnCount() const { return static_cast<int>(columnSteps_.size()); }
     double valueAt(int64_t step, const QString& layer) const; // the cell's value (NaN when none)
+    bool nonFiniteAt(int64_t step, const QString& layer) const; // drawn dark: its tensor held NaN or Inf
+    bool showsNonFiniteNote() const { return nonFiniteNote_->visible(); }
     // The plot coordinates of a cell's centre (x = column index, y = row key), for hit tests.
     QPointF cellCenter(int64_t step, const QString& layer) const;
     // " · bf16/bf16/bf16 emulated · switched at step 17: watcher nonfinite": the engine's live
@@ -77,9 +79,12 @@ private:
     std::vector<QString> layerNames_;   // rows, forward order (row 0 is drawn at the top)
     std::vector<int64_t> columnSteps_;  // one per column, ascending
     std::vector<float> values_;         // [column * rows + row]
+    std::vector<char> nonFinite_;       // [column * rows + row]: the tensor held NaN or Inf
     std::vector<int64_t> eventSteps_;   // precision changes
 
     QCPColorMap* map_ = nullptr;
+    QCPColorMap* nonFiniteMap_ = nullptr; // above map_: the cells whose tensor held NaN or Inf
+    QCPItemText* nonFiniteNote_ = nullptr; // its legend, shown while there is one
     QCPColorScale* colorScale_ = nullptr;
     QCPItemStraightLine* cursor_ = nullptr;
     QCPItemRect* selection_ = nullptr;

@@ -43,6 +43,25 @@ LossPlot::LossPlot(QWidget* parent) : TimeSeriesPlot(parent)
 
     yAxis->setLabel(QStringLiteral("loss (nats/token)"));
     legend->setVisible(true);
+
+    nonFiniteText_ = new QCPItemText(this);
+    nonFiniteText_->position->setType(QCPItemPosition::ptAxisRectRatio);
+    nonFiniteText_->position->setCoords(0.02, 0.04);
+    nonFiniteText_->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);
+    nonFiniteText_->setColor(QColor(180, 20, 30));
+    nonFiniteText_->setBrush(QColor(255, 255, 255, 220));
+    nonFiniteText_->setPadding(QMargins(4, 2, 4, 2));
+    nonFiniteText_->setVisible(false);
+}
+
+QString LossPlot::nonFiniteNote() const
+{
+    if (nonFiniteCount_ == 0) return {};
+    if (nonFiniteSince_ >= 0) return QStringLiteral("train loss NaN/Inf since step %1").arg(nonFiniteSince_);
+    return QStringLiteral("train loss NaN/Inf at %1 step%2, first at step %3")
+        .arg(nonFiniteCount_)
+        .arg(nonFiniteCount_ == 1 ? "" : "s")
+        .arg(firstNonFinite_);
 }
 
 LossPlot::~LossPlot() = default;
@@ -146,6 +165,9 @@ void LossPlot::clearData()
     builtSteps_ = 0;
     builtLastStep_ = 0;
     builtDecimated_ = false;
+    nonFiniteCount_ = 0;
+    firstNonFinite_ = nonFiniteSince_ = -1;
+    nonFiniteText_->setVisible(false);
 }
 
 void LossPlot::rebuild(const RunHistory& history, bool full)
@@ -158,6 +180,27 @@ void LossPlot::rebuild(const RunHistory& history, bool full)
     // New steps after the ones already drawn, nothing decimated: a plain append.
     const bool append = !full && !builtDecimated_ && n <= budget && builtSteps_ <= n &&
                         (builtSteps_ == 0 || steps[builtSteps_ - 1].step == builtLastStep_);
+    // The non-finite losses over the steps not yet counted (all of them when rebuilt whole).
+    const bool counted =
+        !full && builtSteps_ <= n && (builtSteps_ == 0 || steps[builtSteps_ - 1].step == builtLastStep_);
+    if (!counted) {
+        nonFiniteCount_ = 0;
+        firstNonFinite_ = nonFiniteSince_ = -1;
+    }
+    for (size_t i = counted ? builtSteps_ : 0; i < n; ++i) {
+        if (std::isfinite(steps[i].train_loss)) {
+            nonFiniteSince_ = -1;
+            continue;
+        }
+        ++nonFiniteCount_;
+        if (firstNonFinite_ < 0) firstNonFinite_ = steps[i].step;
+        if (nonFiniteSince_ < 0) nonFiniteSince_ = steps[i].step;
+    }
+    nonFiniteText_->setText(nonFiniteNote());
+    nonFiniteText_->setVisible(nonFiniteCount_ > 0);
+    // Between NaN gaps a finite loss is a point with no line to it: drawn as a dot.
+    train_->setScatterStyle(nonFiniteCount_ > 0 ? QCPScatterStyle(QCPScatterStyle::ssDisc, kTrainColor, 4)
+                                                : QCPScatterStyle());
     if (append) {
         if (n > builtSteps_) {
             QVector<double> keys, values;

@@ -41,6 +41,9 @@ public:
     QCPGraph* trainGraph() const { return train_; }   // raw training loss
     QCPGraph* valGraph() const { return val_; }       // validation loss
     QCPGraph* smoothedGraph() const { return smooth_; } // nullptr until smoothing is first set
+    // "train loss NaN/Inf since step 2" (or "at 3 steps, first at step 5"), "" while every
+    // loss is finite: a diverged run's curve is otherwise an empty plot.
+    QString nonFiniteNote() const;
 
 private:
     void rebuild(const RunHistory& history, bool full) override;
@@ -53,6 +56,10 @@ private:
     QCPGraph* train_ = nullptr;
     QCPGraph* val_ = nullptr;
     QCPGraph* smooth_ = nullptr;
+    QCPItemText* nonFiniteText_ = nullptr;
+    // Over the train losses drawn: how many are NaN or Inf, the first, and where the run of
+    // them at the end began (-1: the last is finite).
+    int64_t nonFiniteCount_ = 0, firstNonFinite_ = -1, nonFiniteSince_ = -1;
     bool logScale_ = false;
     double smoothing_ = 0.0;
     int batches_ = 0;
