@@ -587,10 +587,19 @@ void TestMonitor::memoryPlotShowsOnlyMeasuredLines()
     QVERIFY(!plot->cudaReservedGraph()->visible());
     QVERIFY(!plot->nvmlGraph()->visible());
     QCOMPARE(plot->legend->itemCount(), 1);
+    // The stacked curves share their steps: memory, measured at step 30 last, runs to the last
+    // step like the loss (read-only audit 'gui-look': step 10 sat 100 px apart on the two).
+    TelemetryBatch more;
+    for (int64_t s = 31; s <= 38; ++s) more.steps.push_back(step_at(s, 3.0));
+    page.ingest(more);
+    page.renderNow();
+    QCOMPARE(plot->xAxis->range(), page.lossPlot()->xAxis->range());
+    QCOMPARE(plot->xAxis->range(), page.lossScalePlot()->xAxis->range());
+    QVERIFY(plot->xAxis->range().contains(38));
 
     TelemetryBatch cuda;
-    cuda.steps.push_back(step_at(31, 3.0));
-    cuda.layer_frames.push_back(frame_at(31, true));
+    cuda.steps.push_back(step_at(39, 3.0));
+    cuda.layer_frames.push_back(frame_at(39, true));
     page.ingest(cuda);
     page.renderNow();
     QVERIFY(plot->cudaAllocatedGraph()->visible());

@@ -367,6 +367,15 @@ void TimeSeriesPlot::fitGraphs(const QList<QCPGraph*>& graphs, bool logY, bool y
             vHi = std::max(vHi, it->value);
         }
     }
+    // The stacked curves read down one column: each ends where the run is, not where its own
+    // series ends (memory comes on telemetry steps only, and its axis ran to step 15 of 19).
+    if (history() && !history()->steps().empty()) {
+        const double last = xOfStep(history()->lastStep());
+        if (std::isfinite(last)) {
+            kHi = std::max(kHi, last);
+            kLo = std::min(kLo, last);
+        }
+    }
     if (kLo > kHi) return;
     // A little room on the right keeps markers on the newest step whole.
     const double xLo = std::min(0.0, kLo);
