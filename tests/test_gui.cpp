@@ -706,6 +706,11 @@ void TestGui::windowOpensDefaultProject()
     QVERIFY(window.hasProject());
     QVERIFY(window.lastError().isEmpty());
     QVERIFY(window.windowTitle().contains(QStringLiteral("addition-default")));
+    // The window fits a 1366 x 768 laptop screen, less a panel and the title bar: the
+    // Monitor's stacked plots made it at least 785 px high (read-only audit 'gui-look').
+    const QSize smallest = window.minimumSizeHint();
+    QVERIFY2(smallest.height() <= 700 && smallest.width() <= 1280,
+             qPrintable(QStringLiteral("%1 x %2").arg(smallest.width()).arg(smallest.height())));
     const ProjectSettingsModel* tree = window.projectPage()->settingsModel();
     QCOMPARE(tree->valueForKey(QStringLiteral("name")), QStringLiteral("addition-default"));
     QCOMPARE(tree->valueForKey(QStringLiteral("data.kind")), QStringLiteral("synthetic-addition"));

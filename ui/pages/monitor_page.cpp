@@ -2,6 +2,7 @@
 #include "pages/monitor_page.h"
 
 #include <QCheckBox>
+#include <QAbstractItemView>
 #include <QComboBox>
 #include <QFrame>
 #include <QHBoxLayout>
@@ -33,6 +34,16 @@
 namespace mantissa {
 
 namespace {
+
+// A role picker as wide as the roles a run usually records ("grad_output"), not as its longest
+// ("grad_scores_wgrad_no_rht"), which with the rest of the row made the window 1193 px wide at
+// least; the list still shows every name whole.
+void fit_to_common_roles(QComboBox* combo)
+{
+    combo->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    combo->setMinimumContentsLength(12);
+    combo->view()->setMinimumWidth(combo->view()->sizeHintForColumn(0) + 24);
+}
 
 QFrame* separator(QWidget* parent)
 {
@@ -96,9 +107,15 @@ MonitorPage::MonitorPage(QWidget* parent) : QWidget(parent), eventModel_(new Eve
     const QString panHint = tr("Drag to pan, wheel to zoom, double-click to follow the run again");
     for (QWidget* w : std::initializer_list<QWidget*>{lossPlot_, lossScalePlot_, memoryPlot_, communicationPlot_})
         w->setToolTip(panHint);
-    lossScalePlot_->setMinimumHeight(110);
-    memoryPlot_->setMinimumHeight(110);
-    communicationPlot_->setMinimumHeight(110);
+    // Small enough that the window fits a 1366 x 768 screen (it could not be made smaller than
+    // 1193 x 785); the splitters share out whatever room there is.
+    lossPlot_->setMinimumHeight(140);
+    for (TimeSeriesPlot* p : std::initializer_list<TimeSeriesPlot*>{lossScalePlot_, memoryPlot_, communicationPlot_}) {
+        p->setMinimumHeight(95);
+        p->setXAxisTitleShown(false); // the loss plot above and the heatmap below say it
+    }
+    heatmap_->setMinimumHeight(175);
+    histogram_->setMinimumHeight(180);
 
     // The heatmap first: its layout sets the margins the curves above it align to.
     plots_.push_back({heatmap_, [this] { return heatmap_->refresh(); }});
@@ -236,6 +253,7 @@ QWidget* MonitorPage::buildControls()
     for (const std::string& role : RunHistory::roles()) heatmapRoleCombo_->addItem(QString::fromStdString(role));
     heatmapRoleCombo_->setCurrentText(QStringLiteral("grad_output"));
     heatmapRoleCombo_->setToolTip(tr("The tensor the per-tensor statistics are about"));
+    fit_to_common_roles(heatmapRoleCombo_);
     row->addWidget(heatmapRoleCombo_);
     auto applyHeatmap = [this] {
         setHeatmapStatistic(static_cast<LayerStat>(heatmapStatCombo_->currentData().toInt()),
@@ -247,7 +265,9 @@ QWidget* MonitorPage::buildControls()
     row->addStretch(1);
     frameLabel_ = new QLabel(bar);
     frameLabel_->setStyleSheet(QStringLiteral("color: #777;"));
-    frameLabel_->setMinimumWidth(frameLabel_->fontMetrics().horizontalAdvance(tr("frame 000.0 ms (p95 000.0 ms)")));
+    // Kept as wide as its text while there is room, and the first to give way when there is not.
+    frameLabel_->setSizePolicy(QSizePolicy::Preferred, QSizePolicy::Preferred);
+    frameLabel_->setMinimumWidth(frameLabel_->fontMetrics().horizontalAdvance(tr("frame 00.0 ms")));
     frameLabel_->setAlignment(Qt::AlignRight | Qt::AlignVCenter);
     frameLabel_->setToolTip(tr("Time the GUI thread spends drawing one monitor frame (median, 95th percentile)"));
     row->addWidget(frameLabel_);
@@ -272,6 +292,7 @@ QWidget* MonitorPage::buildHistogramPanel()
     for (const std::string& role : RunHistory::roles()) histogramRoleCombo_->addItem(QString::fromStdString(role));
     histogramRoleCombo_->setCurrentText(QStringLiteral("grad_output"));
     histogramRoleCombo_->setToolTip(tr("Tensor"));
+    fit_to_common_roles(histogramRoleCombo_);
     row->addWidget(histogramRoleCombo_);
     histogramStepSlider_ = new QSlider(Qt::Horizontal, panel);
     histogramStepSlider_->setRange(0, 0);

@@ -17,14 +17,21 @@ const QColor kBackoffColor(214, 39, 40);
 const QColor kGrowthColor(44, 160, 44);
 const QColor kSkippedColor(120, 30, 30);
 
-// Ticks at powers of two only, labelled 2ⁿ; the stride grows so about six fit.
+// Ticks at powers of two only, labelled 2ⁿ; the stride grows so that about six fit, or as
+// many as the axis has room for at a label per 20 px (a short plot printed six labels over
+// each other).
 class Pow2Ticker : public QCPAxisTicker {
+public:
+    QCPAxis* axis = nullptr;
+
 protected:
     double getTickStep(const QCPRange& range) override
     {
         const double lo = std::log2(std::max(range.lower, 1e-300));
         const double hi = std::log2(std::max(range.upper, 1e-300));
-        return std::max(1.0, std::ceil((hi - lo) / 6.0));
+        const int pixels = axis && axis->axisRect() ? axis->axisRect()->height() : 0;
+        const double fit = pixels > 0 ? std::clamp(pixels / 20.0, 2.0, 6.0) : 6.0;
+        return std::max(1.0, std::ceil((hi - lo) / fit));
     }
     int getSubTickCount(double) override { return 0; }
     QVector<double> createTickVector(double tickStep, const QCPRange& range) override
@@ -67,7 +74,9 @@ QString joined(const std::vector<std::string>& names)
 LossScalePlot::LossScalePlot(QWidget* parent) : TimeSeriesPlot(parent)
 {
     yAxis->setScaleType(QCPAxis::stLogarithmic);
-    yAxis->setTicker(QSharedPointer<Pow2Ticker>::create());
+    auto ticker = QSharedPointer<Pow2Ticker>::create();
+    ticker->axis = yAxis;
+    yAxis->setTicker(ticker);
     yAxis->setLabel(QStringLiteral("loss scale"));
     yAxis->setRange(0.5, 2.0);
 

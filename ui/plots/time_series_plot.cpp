@@ -120,11 +120,24 @@ void TimeSeriesPlot::setHistory(const RunHistory* history)
     settingsChanged_ = true;
 }
 
+void TimeSeriesPlot::setXAxisTitleShown(bool shown)
+{
+    xTitleShown_ = shown;
+    xAxis->setLabel(shown ? xAxisLabel(mode_) : QString());
+}
+
+void TimeSeriesPlot::resizeEvent(QResizeEvent* event)
+{
+    // About a value label per 28 px of height: a short plot printed five over each other.
+    yAxis->ticker()->setTickCount(std::clamp((event->size().height() - 40) / 28, 2, 5));
+    QCustomPlot::resizeEvent(event);
+}
+
 void TimeSeriesPlot::setXAxisMode(XAxisMode mode)
 {
     if (mode == mode_) return;
     mode_ = mode;
-    xAxis->setLabel(xAxisLabel(mode));
+    xAxis->setLabel(xTitleShown_ ? xAxisLabel(mode) : QString());
     if (mode == XAxisMode::Tokens)
         xAxis->setTicker(QSharedPointer<SiAxisTicker>::create());
     else

@@ -37,6 +37,9 @@ public:
 
     void setXAxisMode(XAxisMode mode);
     XAxisMode xAxisMode() const { return mode_; }
+    // Off for a plot stacked between others on one x axis: "step" once is enough, and a short
+    // plot keeps the room for its curve.
+    void setXAxisTitleShown(bool shown);
     static QString xAxisLabel(XAxisMode mode);
 
     // A vertical line at this step; -1 hides it.
@@ -70,6 +73,7 @@ public:
     double xOfStep(int64_t step) const;
 
 protected:
+    void resizeEvent(QResizeEvent* event) override;
     // Brings the plottables up to date with `history`. `full` is set when a setting changed
     // (x mode, budget, invalidate()) and everything must be rebuilt; otherwise a subclass may
     // append only what is new.
@@ -114,6 +118,7 @@ private:
     XAxisMode mode_ = XAxisMode::Step;
     int64_t cursorStep_ = -1;
     bool following_ = true;
+    bool xTitleShown_ = true;
     bool settingsChanged_ = true;
     bool needsReplot_ = false;
     bool hadData_ = false;
