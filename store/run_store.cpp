@@ -1768,11 +1768,23 @@ RunRowCounts RunStore::row_counts(int64_t run_id)
     flush();
     std::lock_guard lock(db_mutex_);
     Statement s(db_, "SELECT (SELECT count(*) FROM scalars WHERE run_id=?1), (SELECT count(*) FROM events WHERE "
-                     "run_id=?1), (SELECT coalesce(max(id), 0) FROM events WHERE run_id=?1), (SELECT "
-                     "coalesce(max(step), -1) FROM scalars WHERE run_id=?1)");
+                     "run_id=?1), (SELECT coalesce(max(id), 0) FROM events WHERE run_id=?1)");
     s.bind(1, run_id);
     s.step();
-    RunRowCounts counts{s.int64(0), s.int64(1), s.int64(2), s.int64(3)};
+    RunRowCounts counts{s.int64(0), s.int64(1), s.int64(2), -1};
+    // The newest step as the newest of each tag's, a seek each over the (run_id, tag, step) key
+    // (a skip scan over the tags): max(step) over the run read every one of its rows, 235 ms of
+    // an ended run's last remote page on a run of 4.2 M rows (read-only audit 'remote-scale').
+    Statement next_tag(db_, "SELECT tag FROM scalars WHERE run_id=? AND tag>? ORDER BY tag LIMIT 1");
+    Statement newest(db_, "SELECT max(step) FROM scalars WHERE run_id=? AND tag=?");
+    for (std::string tag;;) {
+        next_tag.reset();
+        if (!next_tag.bind(1, run_id).bind(2, tag).step()) break;
+        tag = next_tag.text(0);
+        newest.reset();
+        if (newest.bind(1, run_id).bind(2, tag).step() && !newest.is_null(0))
+            counts.max_scalar_step = std::max(counts.max_scalar_step, newest.int64(0));
+    }
     if (schema_ >= 2) {
         Statement l(db_, "SELECT count(*), coalesce(max(step), -1) FROM layer_stats WHERE run_id=?");
         l.bind(1, run_id).step();

@@ -543,6 +543,16 @@ private slots:
         QVERIFY(one->status == RunStatus::Stopped);
         QCOMPARE(one->uuid, store.list_runs()[1].uuid);
         QVERIFY(!store.run_info(999).has_value());
+        // The counts and marks a replica checks itself by: the newest step of any tag (found by
+        // a seek per tag, not a scan of every row of the run).
+        QCOMPARE(store.row_counts(a).max_scalar_step, int64_t(-1));
+        for (int64_t step = 1; step <= 10; ++step) store.append_scalar(a, step, "train/loss", 1.0);
+        store.append_scalar(a, 12, "val/loss", 1.0);
+        store.append_scalar(a, 7, "memory/resident_bytes", 1.0);
+        store.append_scalar(c, 99, "train/loss", 1.0); // another run's rows count for nothing here
+        const RunRowCounts counts = store.row_counts(a);
+        QCOMPARE(counts.max_scalar_step, int64_t(12));
+        QCOMPARE(counts.scalars, int64_t(12));
     }
 
     void exportsPivotedCsv()
