@@ -15,6 +15,7 @@
 #include "data_parallel_cli.h"
 #include "determinism.h"
 #include "remote_serving.h"
+#include "run_compare.h"
 #include "run_store.h"
 #include "train_cli.h"
 #include "version_report.h"
@@ -142,7 +143,7 @@ int main(int argc, char** argv)
     sweep_cmd->add_option("--db", db_path, "Run store (SQLite) path");
 
     std::vector<std::string> compare_runs;
-    double tolerance = 1e-3;
+    double tolerance = kDefaultDivergenceTolerance; // the Compare page's too
     bool relative = false;
     auto* compare_cmd = app.add_subcommand("compare", "Compare runs: config diff, summaries, loss divergence");
     compare_cmd->add_option("runs", compare_runs, "Two or more run ids or names; the first is the reference")

@@ -67,4 +67,9 @@ std::vector<AlignedXY> align_on_x(const std::vector<XYPoint>& a, const std::vect
 // To compare trends rather than step noise, pass ema_smooth()ed series.
 std::optional<int64_t> first_divergence_step(const Series& a, const Series& b, double tolerance, bool relative);
 
+// The train-loss difference that counts as divergence unless the user says otherwise, in the
+// CLI's compare and on the Compare page alike: they gave opposite verdicts on the same runs
+// (1e-3 flagged a BF16 run's step noise, 2.5202 against 2.5212, as divergence).
+inline constexpr double kDefaultDivergenceTolerance = 0.05;
+
 } // namespace mantissa

@@ -195,7 +195,18 @@ SweepSummary summarize_sweep(const std::vector<std::pair<std::string, RunSummary
         return std::nullopt;
     };
     const auto has_val = [](const RunSummaryRow& r) { return std::isfinite(r.final_val_loss); };
-    summary.reference = first([&](const RunSummaryRow& r) { return r.is_fp32() && has_val(r); })
+    // Among FP32 runs, the one that trained furthest: a run stopped at step 19 of 60 became the
+    // reference of runs that trained 40 steps, and every delta was against its step-10
+    // evaluation (read-only audit 'gui-look').
+    const auto furthest_fp32 = [&]() -> std::optional<size_t> {
+        std::optional<size_t> best;
+        for (size_t i = 0; i < runs.size(); ++i) {
+            const RunSummaryRow& r = runs[i].second;
+            if (r.is_fp32() && has_val(r) && (!best || r.steps_done > runs[*best].second.steps_done)) best = i;
+        }
+        return best;
+    };
+    summary.reference = furthest_fp32()
                             .value_or(first(has_val).value_or(
                                 first([](const RunSummaryRow& r) { return r.is_fp32(); }).value_or(0)));
     const RunSummaryRow& chosen = runs[summary.reference].second;

@@ -910,7 +910,7 @@ private slots:
         QCOMPARE(lines[1].split(' ', Qt::SkipEmptyParts), (QStringList{"key", "run", "1", "run", "2"}));
         QCOMPARE(lines[2].split(' ', Qt::SkipEmptyParts), (QStringList{"precision.preset", "fp32", "bf16"}));
         QCOMPARE(lines[3], QString());
-        QVERIFY2(cmp.out.contains("train/loss divergence vs run 1 (tolerance 0.001, absolute):"), qPrintable(cmp.out));
+        QVERIFY2(cmp.out.contains("train/loss divergence vs run 1 (tolerance 0.05, absolute):"), qPrintable(cmp.out));
         QVERIFY(cmp.out.contains("  run 2: "));
         const auto same = run_cli({"compare", "1", "1", "--db", db});
         QVERIFY2(same.out.startsWith("config differences: none\n"), qPrintable(same.out));

@@ -822,6 +822,15 @@ private slots:
         QCOMPARE(summarize_sweep({{"a", summary(nan, 10.0, 100, "bf16")}, {"fp32", summary(nan, 10.0, 100, "fp32")}})
                      .reference,
                  size_t(1));
+        // Of two FP32 runs, the one that trained furthest (a run stopped early was taken when
+        // it came first); of equals, the first.
+        auto stopped = summary(2.6, 10.0, 100, "fp32"), finished = summary(2.4, 10.0, 100, "fp32");
+        stopped.steps_done = 19;
+        finished.steps_done = 40;
+        QCOMPARE(summarize_sweep({{"stopped", stopped}, {"bf16", summary(2.5, 10.0, 100)}, {"finished", finished}})
+                     .reference,
+                 size_t(2));
+        QCOMPARE(summarize_sweep({{"a", finished}, {"b", finished}}).reference, size_t(0));
 
         // A run stopped before the reference's last evaluation: its delta is marked.
         auto early = summary(2.5, 20.0, 50, "bf16");

@@ -66,7 +66,7 @@ public:
         SumColumnCount
     };
     static constexpr double kDefaultSmoothing = 0.6;
-    static constexpr double kDefaultTolerance = 0.05;
+    static constexpr double kDefaultTolerance = kDefaultDivergenceTolerance; // as the CLI's compare
 
     explicit ComparePage(StoreConnection* store, QWidget* parent = nullptr);
     ~ComparePage() override;
