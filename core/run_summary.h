@@ -28,6 +28,7 @@ struct RunSummaryRow {
     std::string preset;       // "fp32", "bf16", "fp8-hybrid", ...
     std::string fp8_scaling;  // the FP8 layers' recipes ("nvfp4, mxfp4"); as configured where no GEMM is FP8
     int64_t layer_overrides = 0; // entries in precision.layers
+    int64_t keep_last_bf16 = 0;  // precision.keep_last_bf16: the last blocks train in BF16
     std::string recipe;       // "fp8-hybrid (delayed) + 2 overrides, 1 live switch": describe_recipe,
                               // then describe_live_switches
     // Precision changes made while the run trained (the user's, a watcher's): the recipe
@@ -51,8 +52,12 @@ struct RunSummaryRow {
 
     // The figure to compare runs by: the CUDA allocator's peak on a GPU, else RSS.
     int64_t peak_memory_bytes() const { return peak_cuda_bytes >= 0 ? peak_cuda_bytes : peak_resident_bytes; }
-    // An FP32 reference for comparisons: not one switched to another format while it trained.
-    bool is_fp32() const { return preset == "fp32" && layer_overrides == 0 && live_switches == 0; }
+    // An FP32 reference for comparisons: not one switched to another format while it trained,
+    // nor one whose last blocks trained in BF16 (it was taken for "the FP32 run" beside one).
+    bool is_fp32() const
+    {
+        return preset == "fp32" && layer_overrides == 0 && keep_last_bf16 == 0 && live_switches == 0;
+    }
 };
 
 // "fp32", "bf16 + 1 override", "fp8-hybrid (delayed) + 2 overrides", "fp8-e4m3 (nvfp4), last

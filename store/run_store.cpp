@@ -1414,6 +1414,7 @@ void read_recipe(const std::string& config_json, RunSummaryRow& row)
     const auto scalings = fp8_layer_scalings(p, config.model.n_layer);
     row.fp8_scaling = scalings.empty() ? fp8_scaling_name(p.fp8.scaling) : fp8_scaling_names_joined(scalings);
     row.layer_overrides = static_cast<int64_t>(p.layers.size());
+    row.keep_last_bf16 = p.keep_last_bf16;
     row.recipe = describe_recipe(row.preset, row.fp8_scaling, row.layer_overrides, overrides_use_fp8(p),
                                  p.keep_last_bf16);
 }

@@ -377,8 +377,12 @@ private slots:
         store.create_run("kept", "", R"({"model": {"n_layer": 2}, "precision": {"preset": "fp8-e4m3",
             "keep_last_bf16": 1, "fp8": {"scaling": "nvfp4"}}})");
         store.create_run("unread", "", R"({"precision": {"preset": "bf16", "fp8": {"scaling": "nvfp4"}}})");
+        store.create_run("fp32 but", "", R"({"model": {"n_layer": 2}, "precision": {"preset": "fp32",
+            "keep_last_bf16": 1}})");
         const auto rows = store.list_run_summaries();
-        QCOMPARE(rows.size(), size_t(3));
+        QCOMPARE(rows.size(), size_t(4));
+        QCOMPARE(rows[3].keep_last_bf16, int64_t(1));
+        QVERIFY(!rows[3].is_fp32());
         QCOMPARE(rows[0].recipe, std::string("bf16 (nvfp4, mxfp4) + 2 overrides"));
         QCOMPARE(rows[0].fp8_scaling, std::string("nvfp4, mxfp4"));
         QCOMPARE(rows[1].recipe, std::string("fp8-e4m3 (nvfp4), last block bf16"));
@@ -831,6 +835,12 @@ private slots:
                      .reference,
                  size_t(2));
         QCOMPARE(summarize_sweep({{"a", finished}, {"b", finished}}).reference, size_t(0));
+        // An fp32 run whose last block trained in BF16 is no FP32 reference (it was taken for
+        // one beside a pure FP32 run; read-only audit 'gui-deep').
+        auto mixed = finished;
+        mixed.keep_last_bf16 = 1;
+        QVERIFY(!mixed.is_fp32());
+        QCOMPARE(summarize_sweep({{"mixed", mixed}, {"fp32", stopped}}).reference, size_t(1));
 
         // A run stopped before the reference's last evaluation: its delta is marked.
         auto early = summary(2.5, 20.0, 50, "bf16");
