@@ -1007,6 +1007,14 @@ private slots:
         QVERIFY(label);
         QCOMPARE(label->isVisibleTo(&dialog), warns);
         if (warns) QVERIFY2(dialog.warning().contains(QUrl(url).host()), qPrintable(dialog.warning()));
+        // Shown, the dialog is wide enough for a cluster host and a pasted fingerprint, and tall
+        // enough for the warning's advice (it opened at about 224 px and cut both; audit 'gui-deep').
+        dialog.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&dialog));
+        QVERIFY2(dialog.width() >= 400, qPrintable(QString::number(dialog.width())));
+        const QFontMetrics metrics(dialog.urlEdit()->font());
+        QVERIFY(dialog.urlEdit()->width() > metrics.horizontalAdvance("http://gpu-node-17.cluster.example.org:7878"));
+        if (warns) QVERIFY(dialog.height() >= dialog.sizeHint().height());
         dialog.tokenEdit()->setText("short"); // an error hides the warning: one reason at a time
         QVERIFY(dialog.warning().isEmpty());
     }

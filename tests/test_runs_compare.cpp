@@ -637,7 +637,23 @@ private slots:
         page.setLayerStat(LayerDiffStat::UnderflowPercent, QStringLiteral("weight")); // not recorded
         page.updateLayerDiff();
         QCOMPARE(plot->rowCount(), 0);
+        // Said as it is, not as a telemetry.interval problem (read-only audit 'gui-deep').
+        QVERIFY2(plot->emptyText().startsWith(QStringLiteral("Neither #1 (")) &&
+                     plot->emptyText().endsWith(QStringLiteral(") recorded weight")),
+                 qPrintable(plot->emptyText()));
         QVERIFY(!page.setLayerDiffOther(1));
+        QVERIFY(!plot->saysIdentical());
+
+        // Runs that do not differ at all: said in the plot, on a scale of ±1 (a blank field on a
+        // ±1e-6 scale read as a broken plot).
+        LayerDiffGrid same;
+        same.layers = {"blocks.0.attn.qkv"};
+        same.steps = {5, 10};
+        same.values = {0.0, 0.0};
+        LayerDiffPlot zero;
+        zero.setGrid(same, QStringLiteral("underflow % points"));
+        QVERIFY(zero.saysIdentical());
+        QCOMPARE(zero.colorMap()->dataRange(), QCPRange(-1.0, 1.0));
     }
 
     // The amax heatmap is log10(amax A / amax B), A the selected run: A ten times B is +1 (a
@@ -980,6 +996,9 @@ private slots:
         QVERIFY(dialog.error().isEmpty()); // a note, not a refusal
         dialog.setTagsInUse({});
         QCOMPARE(dialog.plans().size(), size_t(2));
+        dialog.valuesEdit()->setText(QStringLiteral("100,100")); // in the dialog's words, not the CLI's --vary
+        QCOMPARE(dialog.error(), QStringLiteral("training.steps: value '100' is listed twice"));
+        dialog.valuesEdit()->setText(QStringLiteral("100,500"));
         QVERIFY2(!dialog.previewText().contains(QStringLiteral("each")), qPrintable(dialog.previewText()));
         QVERIFY2(dialog.previewText().contains(QStringLiteral("[training.steps=100], 100 steps")), qPrintable(dialog.previewText()));
         QVERIFY2(dialog.previewText().contains(QStringLiteral("[training.steps=500], 500 steps")), qPrintable(dialog.previewText()));

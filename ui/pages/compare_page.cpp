@@ -770,8 +770,11 @@ void ComparePage::rebuildConfigDiff()
         }
         diffModel_->appendRow(row);
     }
-    diffView_->setColumnWidth(0, 280);
-    for (int c = 1; c < diffModel_->columnCount(); ++c) diffView_->setColumnWidth(c, 300);
+    // As wide as their text, at most 300 px (a long value is elided, whole in its tooltip): at a
+    // fixed 300 px each, a 5-run diff of short values put the fifth run off the page.
+    diffView_->resizeColumnsToContents();
+    for (int c = 0; c < diffModel_->columnCount(); ++c)
+        diffView_->setColumnWidth(c, std::min(diffView_->columnWidth(c), c == 0 ? 280 : 300));
 }
 
 void ComparePage::syncLayerControls()
@@ -810,6 +813,7 @@ void ComparePage::updateLayerDiff()
         fail(error);
         return;
     }
+    bool aHas = true, bHas = true; // each run recorded what is compared
     try {
         if (layerStat_ == LayerDiffStat::GradNorm) {
             std::map<std::string, Series> sa, sb;
@@ -818,12 +822,16 @@ void ComparePage::updateLayerDiff()
                 for (const auto& tag : store->scalar_tags(run->row.id))
                     if (tag.rfind("grad_norm/", 0) == 0) target[tag.substr(10)] = store->series(run->row.id, tag);
             }
+            aHas = !sa.empty();
+            bHas = !sb.empty();
             grid = layer_series_difference(sa, sb, a.layerOrder);
         } else {
             const std::string role = layerRole_.toStdString();
-            grid = layer_stat_difference(store->layer_stats_without_histograms(a.row.id, role),
-                                         store->layer_stats_without_histograms(b.row.id, role), layerStat_, role,
-                                         a.layerOrder);
+            const auto ra = store->layer_stats_without_histograms(a.row.id, role);
+            const auto rb = store->layer_stats_without_histograms(b.row.id, role);
+            aHas = !ra.empty();
+            bHas = !rb.empty();
+            grid = layer_stat_difference(ra, rb, layerStat_, role, a.layerOrder);
         }
     } catch (const std::exception& e) {
         fail(tr("Cannot read layer statistics: %1").arg(QString::fromStdString(e.what())));
@@ -835,7 +843,19 @@ void ComparePage::updateLayerDiff()
                              .arg(grid.layers.size())
                              .arg(grid.steps.size()));
     layerLabel_->setToolTip(layerLabel_->text());
-    layerPlot_->setEmptyText(tr("The two runs share no step with per-layer statistics (telemetry.interval)"));
+    // Why it is empty: a run that records no such tensor (an FP32 run has no block scales) was
+    // sent to telemetry.interval, which was not the cause (read-only audit 'gui-deep').
+    const QString what = layerStat_ == LayerDiffStat::GradNorm ? tr("per-layer gradient norms") : layerRole_;
+    const auto named = [](const RunData& r) {
+        return QStringLiteral("#%1 (%2)").arg(r.row.id).arg(QString::fromStdString(r.row.recipe));
+    };
+    if (!aHas && !bHas)
+        layerPlot_->setEmptyText(tr("Neither %1 nor %2 recorded %3").arg(named(a), named(b), what));
+    else if (!aHas || !bHas)
+        layerPlot_->setEmptyText(tr("%1 recorded no %2: its recipe has no such tensor, or its telemetry was off")
+                                     .arg(named(aHas ? b : a), what));
+    else
+        layerPlot_->setEmptyText(tr("The two runs share no step with per-layer statistics (telemetry.interval)"));
     layerPlot_->setGrid(std::move(grid), stat_label(layerStat_, layerRole_));
 }
 

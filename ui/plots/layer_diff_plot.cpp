@@ -67,6 +67,13 @@ LayerDiffPlot::LayerDiffPlot(QWidget* parent) : QCustomPlot(parent)
     emptyText_->position->setType(QCPItemPosition::ptAxisRectRatio);
     emptyText_->position->setCoords(0.5, 0.5);
     emptyText_->setColor(QColor(110, 110, 110));
+    sameText_ = new QCPItemText(this);
+    sameText_->position->setType(QCPItemPosition::ptAxisRectRatio);
+    sameText_->position->setCoords(0.5, 0.5);
+    sameText_->setColor(QColor(60, 60, 60));
+    sameText_->setBrush(QColor(255, 255, 255, 220));
+    sameText_->setPadding(QMargins(6, 3, 6, 3));
+    sameText_->setText(tr("no difference at any layer or step"));
     setGrid({}, {});
     follow_palette(this); // after the plot's own legend and axis set-up
 }
@@ -87,7 +94,11 @@ void LayerDiffPlot::setGrid(LayerDiffGrid grid, const QString& label)
         if (std::isfinite(v)) extent = std::max(extent, std::abs(v));
         return v;
     });
-    if (extent == 0.0) extent = 1e-6; // identical runs: a white map, not a degenerate scale
+    // Identical runs: a white map on a scale of ±1 and a line that says so (a blank field on a
+    // ±1e-6 scale read as a broken plot; read-only audit 'gui-deep').
+    const bool identical = extent == 0.0 && nx > 0 && ny > 0 &&
+                           std::any_of(grid_.values.begin(), grid_.values.end(), [](double v) { return v == 0.0; });
+    if (extent == 0.0) extent = 1.0;
     map_->setDataRange(QCPRange(-extent, extent));
     colorScale_->axis()->setLabel(label);
     xAxis->setTicker(step_ticker(grid_.steps));
@@ -96,6 +107,7 @@ void LayerDiffPlot::setGrid(LayerDiffGrid grid, const QString& label)
     yAxis->setRange(-0.5, std::max(ny, 1) - 0.5);
     map_->setVisible(nx > 0 && ny > 0);
     emptyText_->setVisible(nx == 0 || ny == 0);
+    sameText_->setVisible(identical);
     replot(rpQueuedReplot);
 }
 

@@ -22,6 +22,8 @@ public:
     void setEmptyText(const QString& text);
 
     QCPColorMap* colorMap() const { return map_; }
+    QString emptyText() const { return emptyText_->visible() ? emptyText_->text() : QString(); }
+    bool saysIdentical() const { return sameText_->visible(); } // every cell is 0
     int rowCount() const { return static_cast<int>(grid_.layers.size()); }
     int columnCount() const { return static_cast<int>(grid_.steps.size()); }
 
@@ -30,6 +32,7 @@ private:
     QCPColorMap* map_ = nullptr;
     QCPColorScale* colorScale_ = nullptr;
     QCPItemText* emptyText_ = nullptr;
+    QCPItemText* sameText_ = nullptr;
 };
 
 } // namespace mantissa

@@ -55,6 +55,11 @@ ConnectDialog::ConnectDialog(QSettings& settings, QWidget* parent) : QDialog(par
     connect(buttons_, &QDialogButtonBox::accepted, this, &QDialog::accept);
     connect(buttons_, &QDialogButtonBox::rejected, this, &QDialog::reject);
 
+    // Wide enough for a cluster host name and port, and for a pasted 95-character fingerprint to
+    // read whole: at its bare size hint (about 224 px) both were cut, and so was the warning.
+    const QFontMetrics metrics(certificateEdit_->font());
+    urlEdit_->setMinimumWidth(metrics.horizontalAdvance(QLatin1Char('x')) * 46);
+    certificateEdit_->setMinimumWidth(metrics.horizontalAdvance(QStringLiteral("AB:")) * 32);
     auto* form = new QFormLayout;
     form->addRow(tr("Server:"), urlEdit_);
     form->addRow(tr("Token:"), tokenEdit_);
@@ -137,8 +142,11 @@ void ConnectDialog::validate()
                       "to http://127.0.0.1:PORT.")
                        .arg(u.host());
     errorLabel_->setText(error_);
+    const bool warned = warningLabel_->isVisible();
     warningLabel_->setText(warning_);
     warningLabel_->setVisible(!warning_.isEmpty());
+    // A shown dialog does not grow for a wrapped label by itself: the warning's advice was cut.
+    if (isVisible() && warned != warningLabel_->isVisible()) adjustSize();
     auto* ok = buttons_->button(QDialogButtonBox::Ok);
     ok->setEnabled(error_.isEmpty());
     ok->setText(warning_.isEmpty() ? tr("Connect") : tr("Connect Unencrypted"));

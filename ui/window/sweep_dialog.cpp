@@ -118,6 +118,9 @@ void SweepDialog::validate()
         error_ = tr("Give the sweep a name (its runs are tagged sweep:NAME).");
     else
         SweepRunner::plan(base_, key(), values(), &plans_, &error_);
+    // The plan's messages are the CLI's ("--vary KEY: ..."): here there is no such flag to name.
+    static const QString flag = QStringLiteral("--vary ");
+    if (error_.startsWith(flag)) error_.remove(0, flag.size());
     if (!error_.isEmpty()) plans_.clear();
     buttons_->button(QDialogButtonBox::Ok)->setEnabled(error_.isEmpty());
     if (!error_.isEmpty()) {
