@@ -781,14 +781,17 @@ void TestProjectEditor::fillPatternMatchingNothingRefused()
     QCOMPARE(error, QStringLiteral("precision.layers: pattern 'blocks.9.*' matches no layer (layers are named like "
                                    "blocks.0.attn.qkv, blocks.0.mlp.fc1, lm_head)"));
     QCOMPARE(json_of(doc), before);
-    QCOMPARE(page.validationLabel()->text(), error);
+    // Said by the table, under the Fill row, not under the Settings tree across the page.
+    QCOMPARE(page.precisionValidationLabel()->text(), error);
+    QVERIFY(!page.precisionValidationLabel()->isHidden());
+    QVERIFY(page.validationLabel()->isHidden());
 
     QVERIFY(!doc.fillByPattern("*", std::nullopt, std::nullopt, std::nullopt, std::nullopt, &error));
     QCOMPARE(error, QStringLiteral("precision.layers: choose at least one format or a scaling to set"));
     page.patternEdit()->setText(QStringLiteral("mlp"));
     page.fillCombo(0)->setCurrentIndex(page.fillCombo(0)->findText(QStringLiteral("bf16")));
     page.fillButton()->click();
-    QVERIFY(page.validationLabel()->text().startsWith(
+    QVERIFY(page.precisionValidationLabel()->text().startsWith(
         QStringLiteral("precision.layers: pattern 'mlp' matches no layer")));
     QCOMPARE(json_of(doc), before);
 }

@@ -165,6 +165,15 @@ ProjectPage::ProjectPage(ProjectDocument* document, QWidget* parent)
     precisionLayout->addLayout(presetRow);
     precisionLayout->addLayout(fillRow);
     precisionLayout->addWidget(precisionView_, 1);
+    // The table's own refusals (Fill, a typed cell, last blocks in BF16) beside the table: they
+    // showed under the Settings tree across the page (read-only audit 'gui-deep').
+    precisionValidationLabel_ = new QLabel(this);
+    precisionValidationLabel_->setObjectName(QStringLiteral("precisionValidationMessage"));
+    precisionValidationLabel_->setWordWrap(true);
+    precisionValidationLabel_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    precisionValidationLabel_->setStyleSheet(QLatin1String(kErrorBoxStyle));
+    precisionValidationLabel_->hide();
+    precisionLayout->insertWidget(2, precisionValidationLabel_); // under the Fill row
     recipeNoteLabel_ = new QLabel(this);
     recipeNoteLabel_->setObjectName(QStringLiteral("recipeNote"));
     recipeNoteLabel_->setWordWrap(true);
@@ -228,11 +237,13 @@ ProjectPage::ProjectPage(ProjectDocument* document, QWidget* parent)
     connect(precisionModel_, &PrecisionTableModel::layerFormatsEdited, this, &ProjectPage::layerFormatsEdited);
     connect(memoryModel_, &MemoryEstimateModel::estimateChanged, this, &ProjectPage::refreshTotals);
     connect(document_, &ProjectDocument::validationFailed, this,
-            [this](const QString&, const QString& message) { showValidation(message); });
+            [this](const QString& key, const QString& message) { showValidation(key, message); });
     // A message stays until the next accepted edit, so the user can read it while fixing the value.
     const auto clearValidation = [this] {
-        validationLabel_->clear();
-        validationLabel_->hide();
+        for (QLabel* label : {validationLabel_, precisionValidationLabel_}) {
+            label->clear();
+            label->hide();
+        }
     };
     connect(document_, &ProjectDocument::changed, this, [this, clearValidation] {
         clearValidation();
@@ -305,7 +316,8 @@ void ProjectPage::setKeepLastBf16(int blocks)
 {
     if (!document_->hasProject() || document_->config().precision.keep_last_bf16 == blocks) return;
     QString error;
-    if (!precisionModel_->setKeepLastBf16(blocks, &error)) showValidation(error);
+    if (!precisionModel_->setKeepLastBf16(blocks, &error))
+        showValidation(QStringLiteral("precision.keep_last_bf16"), error);
 }
 
 void ProjectPage::refreshHeader()
@@ -359,10 +371,19 @@ void ProjectPage::refreshTotals()
     dataMessageLabel_->setVisible(!error.isEmpty());
 }
 
-void ProjectPage::showValidation(const QString& message)
+void ProjectPage::showValidation(const QString& key, const QString& message)
 {
-    validationLabel_->setText(message);
-    validationLabel_->show();
+    // What the table writes (its cells and Fill: precision.layers; the last blocks in BF16); the
+    // same keys typed in the Settings tree are said there.
+    const bool table = (key.startsWith(QLatin1String("precision.layers")) ||
+                        key == QLatin1String("precision.keep_last_bf16")) &&
+                       !settingsView_->hasFocus();
+    QLabel* shown = table ? precisionValidationLabel_ : validationLabel_;
+    QLabel* other = table ? validationLabel_ : precisionValidationLabel_;
+    other->clear();
+    other->hide();
+    shown->setText(message);
+    shown->show();
 }
 
 } // namespace mantissa

@@ -47,7 +47,8 @@ public:
     QTreeView* settingsView() const { return settingsView_; }
     QTableView* precisionView() const { return precisionView_; }
     QTableView* memoryView() const { return memoryView_; }
-    QLabel* validationLabel() const { return validationLabel_; }
+    QLabel* validationLabel() const { return validationLabel_; }                   // under the settings
+    QLabel* precisionValidationLabel() const { return precisionValidationLabel_; } // under the Fill row
     QLabel* totalLabel() const { return totalLabel_; }
     QLabel* dataMessageLabel() const { return dataMessageLabel_; }
     // What the recipe asks for that its layers cannot apply (recipe_parts_left_out).
@@ -72,7 +73,7 @@ private:
     void fitKeepLastBf16Suffix(int blocks);
     void refreshHeader();
     void refreshTotals();
-    void showValidation(const QString& message);
+    void showValidation(const QString& key, const QString& message); // a precision.* key: by the table
 
     ProjectDocument* document_;
     ProjectSettingsModel* settingsModel_;
@@ -85,6 +86,7 @@ private:
     QLabel* runningLabel_ = nullptr;
     QTreeView* settingsView_ = nullptr;
     QLabel* validationLabel_ = nullptr;
+    QLabel* precisionValidationLabel_ = nullptr;
     QComboBox* presetCombo_ = nullptr;
     QPushButton* applyPresetButton_ = nullptr;
     QLineEdit* patternEdit_ = nullptr;
