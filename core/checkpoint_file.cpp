@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "checkpoint_file.h"
+#include "mapped_file.h"
 #include "fnv1a.h"
 
 #include <algorithm>
@@ -102,39 +103,6 @@ void refuse_another_runs_checkpoint(const std::string& path, const CheckpointIde
                                  describe_identity(expected));
 }
 
-namespace {
-
-// A file mapped read-only: the pages that are read are all that come off the disk.
-class MappedFile {
-public:
-    explicit MappedFile(const std::string& path)
-    {
-        const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) return;
-        struct stat st {};
-        if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
-            void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-            if (p != MAP_FAILED) {
-                data_ = static_cast<const char*>(p);
-                size_ = static_cast<size_t>(st.st_size);
-            }
-        }
-        ::close(fd);
-    }
-    ~MappedFile()
-    {
-        if (data_) ::munmap(const_cast<char*>(data_), size_);
-    }
-    MappedFile(const MappedFile&) = delete;
-    MappedFile& operator=(const MappedFile&) = delete;
-    std::string_view bytes() const { return {data_, size_}; }
-
-private:
-    const char* data_ = nullptr;
-    size_t size_ = 0;
-};
-
-} // namespace
 
 CheckpointOwnership read_checkpoint_ownership(const std::string& path)
 {

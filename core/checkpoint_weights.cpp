@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "first_line.h"
+#include "mapped_file.h"
 #include "safetensors_writer.h"
 #include "zip_records.h"
 
@@ -19,10 +20,12 @@ namespace mantissa {
 
 void open_checkpoint_archive(const std::string& path, torch::serialize::InputArchive& archive)
 {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw std::runtime_error("cannot be opened: " + std::string(std::strerror(errno)));
-    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (in.bad()) throw std::runtime_error(std::strerror(errno));
+    // Mapped, not read into a string a character at a time: that took 2.8 s a GB and held the
+    // file twice at its peak, before the archive copied every tensor out of it once more (read-
+    // only audit 'ckpt-scale').
+    const MappedFile file(path);
+    if (file.error() != 0) throw std::runtime_error("cannot be opened: " + std::string(std::strerror(file.error())));
+    const std::string_view bytes = file.bytes();
     if (const std::string damage = zip_damage(bytes); !damage.empty())
         throw ConfigError("checkpoint '" + path + "' cannot be read: " + damage);
     archive.load_from(bytes.data(), bytes.size(), torch::Device(torch::kCPU));

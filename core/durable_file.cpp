@@ -86,7 +86,9 @@ void DurableFile::fail(int error)
     ::close(fd_);
     fd_ = -1;
     ::unlink(temporary_.c_str());
-    throw std::runtime_error("cannot write '" + path_ + "': " + std::strerror(error) + " " + untouched_);
+    const std::string what = "cannot write '" + path_ + "': " + std::strerror(error) + " " + untouched_;
+    if (error == ENOSPC || error == EDQUOT || error == EFBIG) throw NoSpaceError(what);
+    throw std::runtime_error(what);
 }
 
 bool write_all(int fd, std::string_view data)

@@ -3,10 +3,17 @@
 // A file replaced whole or not at all: a checkpoint, or an export over an earlier one, where a full
 // disk or a crash must never leave a short file in place of a good one.
 
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
 namespace mantissa {
+
+// A write the device had no room for (ENOSPC, EDQUOT, EFBIG): the caller may make room and try
+// again (a checkpoint's rotation).
+struct NoSpaceError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
 
 class DurableFile {
 public:
@@ -18,7 +25,7 @@ public:
     DurableFile(const DurableFile&) = delete;
     DurableFile& operator=(const DurableFile&) = delete;
 
-    // All of `data`, or std::runtime_error ("No space left on device").
+    // All of `data`, or std::runtime_error ("No space left on device": a NoSpaceError).
     void write(std::string_view data);
     // Flushes the data to the device, renames the temporary file over `path`, and flushes the
     // folder (where the file system can), so the new file is there after a power loss.

@@ -370,32 +370,33 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
         needs[1].bytes = static_cast<double>(exact.activations_bytes);
     }
     // A CUDA run's gradients and activations never leave the GPU; on the host it holds the data
-    // set and, at each checkpoint (the last one always), the FP32 weights and Adam state
-    // serialised into one buffer (12 B a parameter), up to twice that while the buffer grows.
+    // set and, at a resume, the checkpoint read back: the FP32 weights and Adam state (12 B a
+    // parameter) and the histories, on the host before each goes to the GPU. Checkpoints are
+    // written a tensor at a time since 2026-12-07; they were built in one host buffer first,
+    // and up to 24 B a parameter were billed for it.
     std::vector<Need> host_needs;
-    // A checkpoint in host memory: 12 B a parameter and the histories, up to twice that while
-    // its buffer grows. `where`: how the message says it is serialised.
+    // A checkpoint read back in host memory. `where`: how the message says it is read.
     const auto checkpoint_need = [&](const char* where) {
         return Need{"model",
                     std::string("checkpoint of the FP32 weights, Adam state and amax histories, ") + where +
                         " for model.n_layer " + std::to_string(m.n_layer) + ", model.n_embd " +
                         std::to_string(m.n_embd),
-                    24.0 * parameters + 2.0 * history_bytes};
+                    12.0 * parameters + history_bytes};
     };
     if (gpu_run) {
         for (const auto& n : needs)
             if (n.key == "data.examples") host_needs.push_back(n);
-        host_needs.push_back(checkpoint_need("serialised on the host,"));
+        host_needs.push_back(checkpoint_need("read on the host at a resume,"));
     }
-    // A CPU run writes its checkpoints in the same memory, after the step has freed its
-    // activations: the weights, gradients, Adam state, histories and data set stay, and the
-    // checkpoint's buffer comes. It peaked at 2.2x the training figure for 100 M parameters (a read-only
-    // audit), and a project that fit trained until its first checkpoint, then ran out.
+    // A CPU run resumed holds its checkpoint beside the weights, gradients, Adam state, histories
+    // and data set it loads them into, its activations not yet made. (Its checkpoint's buffer,
+    // before checkpoints were streamed, peaked at 2.2x the training figure for 100 M parameters:
+    // a project that fit trained until its first checkpoint, then ran out.)
     std::vector<Need> checkpoint_needs;
     if (!gpu_run) {
         for (const auto& n : needs) // by key, as host_needs: the activations and the weight copies go
             if (n.key != "training.batch_size" && n.key != "telemetry.interval") checkpoint_needs.push_back(n);
-        checkpoint_needs.push_back(checkpoint_need("serialised,"));
+        checkpoint_needs.push_back(checkpoint_need("read back at a resume,"));
     }
     // `where`: "this machine's" (host memory: every need, or host_needs on CUDA) or "the GPU's"
     // (all but the data set, which stays on the host). `phase`: the needs of another moment

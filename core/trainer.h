@@ -80,7 +80,9 @@ public:
     struct CheckpointWrite {
         int64_t step = 0;
         std::string path;
-        std::string error; // empty: written
+        std::string error;    // empty: written
+        std::string checksum; // of the bytes written ("fnv1a64:..."), made as they were written
+        int64_t bytes = -1;
     };
     // Telemetry frames are handed to the sink one step after the step they describe (with
     // its step number), so that their copy to the host never stalls a step. On by default on

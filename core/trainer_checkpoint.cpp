@@ -5,6 +5,7 @@
 #include "build_info.h"
 #include "durable_file.h"
 #include "first_line.h"
+#include "fnv1a.h"
 #include "zip_records.h"
 
 #include <algorithm>
@@ -21,7 +22,7 @@
 
 namespace mantissa {
 
-std::string Trainer::Impl::serialize_state()
+void Trainer::Impl::write_state(const std::function<void(const char*, size_t)>& out)
 {
     torch::serialize::OutputArchive archive;
     archive.write("format_version", torch::tensor(kCheckpointFormatVersion));
@@ -48,25 +49,35 @@ std::string Trainer::Impl::serialize_state()
     // arithmetic (the resume says so when it changes). A GPU run's is not.
     if (!device.is_cuda()) archive.write("cpu_threads", torch::tensor(int64_t(threads)));
     archive.write("arithmetic", c10::IValue(arithmetic_text(true)));
-    // Into a string through a writer that never fails the archive: an ostringstream out of memory
-    // made torch's zip writer throw from its destructor, which ended the process (SIGABRT) and left
-    // the run "running". A short machine is said after the archive is done.
-    std::string bytes;
-    size_t failed_at = 0; // bytes held when memory ran out; 0: it did not
+    // Through a writer that never fails the archive: an error thrown into torch's zip writer (a
+    // full disk, memory out) made it throw again from its destructor, which ended the process
+    // (SIGABRT) and left the run "running". The first error is kept and thrown once the archive
+    // is done; what comes after it is dropped.
+    std::exception_ptr failed;
     archive.save_to([&](const void* data, size_t n) -> size_t {
-        if (failed_at == 0) {
+        if (!failed) {
             try {
-                bytes.append(static_cast<const char*>(data), n);
-            } catch (const std::bad_alloc&) {
-                failed_at = bytes.size() + 1;
-                std::string().swap(bytes);
+                out(static_cast<const char*>(data), n);
+            } catch (...) {
+                failed = std::current_exception();
             }
         }
         return n;
     });
-    if (failed_at != 0)
-        throw std::runtime_error("out of memory while serialising the checkpoint (" +
-                                 std::to_string((failed_at - 1) >> 20) + " MiB of it were held)");
+    if (failed) std::rethrow_exception(failed);
+}
+
+std::string Trainer::Impl::serialize_state()
+{
+    std::string bytes;
+    try {
+        write_state([&](const char* data, size_t n) { bytes.append(data, n); });
+    } catch (const std::bad_alloc&) {
+        const size_t held = bytes.size();
+        std::string().swap(bytes);
+        throw std::runtime_error("out of memory while serialising the checkpoint (" + std::to_string(held >> 20) +
+                                 " MiB of it were held)");
+    }
     return bytes;
 }
 
@@ -96,18 +107,36 @@ std::string arithmetic_change(const std::string& recorded, const std::string& no
     return "trained on " + recorded + ", continuing on " + compared + ": not bit-identical to a run never stopped";
 }
 
-void Trainer::Impl::save_checkpoint(const std::string& path)
+FileChecksum Trainer::Impl::save_checkpoint(const std::string& path)
 {
     namespace fs = std::filesystem;
-    // Serialised in memory first: LibTorch's file writer finishes the zip in its destructor,
-    // so a full disk makes it throw during unwinding and abort the process. Writing the bytes
-    // ourselves turns a full disk into an ordinary error (checkpoint_failed), temp file removed.
-    const std::string bytes = serialize_state();
     const fs::path target(path);
     if (target.has_parent_path()) fs::create_directories(target.parent_path());
-    // Through a temporary file, flushed, then renamed (atomic on POSIX: a crash leaves the old
-    // file or the new one); a full disk leaves no half-written file behind.
-    replace_file_durably(path, bytes);
+    // Streamed into a temporary file, flushed, then renamed (atomic on POSIX: a crash leaves the
+    // old file or the new one); a full disk leaves no half-written file behind. The whole
+    // checkpoint was built in host memory first, 24 bytes a parameter at its peak even for a
+    // GPU run (3 GB for an 85 M model), and the file was read again for its checksum: both come
+    // out of this one pass now (read-only audit 'ckpt-scale'). LibTorch's own file writer is
+    // not used: it finishes the zip in its destructor, and a full disk aborted the process.
+    DurableFile file(path);
+    Fnv1a64 hash;
+    int64_t bytes = 0;
+    constexpr size_t kPiece = size_t(8) << 20; // the zip writer's many small calls, gathered
+    std::string piece;
+    piece.reserve(kPiece);
+    write_state([&](const char* data, size_t n) {
+        hash.add(data, n);
+        bytes += static_cast<int64_t>(n);
+        if (piece.size() + n > kPiece) {
+            file.write(piece);
+            piece.clear();
+        }
+        if (n >= kPiece) file.write(std::string_view(data, n)); // a tensor's storage: as it is
+        else piece.append(data, n);
+    });
+    file.write(piece);
+    file.commit();
+    return {hash.text(), bytes};
 }
 
 bool Trainer::Impl::is_our_checkpoint(const std::string& path)
@@ -258,33 +287,51 @@ std::string Trainer::Impl::write_periodic_checkpoint(TelemetrySink& sink)
         return fail("the file belongs to " + (theirs.identity ? describe_identity(*theirs.identity) : "another run") +
                     " (two runs share training.checkpoint_dir); not overwritten");
     }
+    // Rotation keeps the newest `keep` files up to this step. Files of later steps are another
+    // future of this run, left when it resumed from an earlier checkpoint (its newest was
+    // damaged): counted, they would push out the file just written and keep only them. While
+    // the store cannot record checkpoints (a full disk), the newest recorded one stays: a
+    // resume trusts no unrecorded file past the store's last committed step.
+    const auto rotate = [&](size_t keep) {
+        std::vector<std::string> existing;
+        for (auto& file : list_checkpoints(dir)) {
+            const auto at = checkpoint_step(file);
+            if (at && *at <= step && is_our_checkpoint(file)) existing.push_back(std::move(file));
+        }
+        const auto newest_recorded = std::find_if(existing.rbegin(), existing.rend(), [&](const std::string& file) {
+            return !unrecorded_checkpoints.contains(file);
+        });
+        std::error_code ignored;
+        for (size_t i = 0; i + keep < existing.size(); ++i)
+            if (newest_recorded == existing.rend() || existing[i] != *newest_recorded)
+                fs::remove(existing[i], ignored);
+    };
+    // A write that a kill cut short left its temporary file: removed before this write, which on
+    // a tight disk it made fail, and every one after it (read-only audit 'ckpt-scale').
+    remove_stale_temporaries(dir);
+    FileChecksum written;
     try {
-        save_checkpoint(path);
+        try {
+            written = save_checkpoint(path);
+        } catch (const NoSpaceError&) {
+            // A disk with room for `keep` checkpoints had none for the next one's temporary file
+            // (rotation came after a write), and every later checkpoint failed: the oldest goes
+            // first, and the write is tried once more.
+            const auto keep = static_cast<size_t>(config.training.checkpoint_keep);
+            if (keep < 2) throw;
+            rotate(keep - 1);
+            written = save_checkpoint(path);
+        }
     } catch (const std::exception& error) {
         return fail(first_line(error));
     }
     checkpoint_is_ours[path] = true;
     checkpoint_written_at = step;
     // Told before rotation, so the listener (the run store) records the file while it exists.
-    if (checkpoint_listener && !checkpoint_listener({step, path, {}})) unrecorded_checkpoints.insert(path);
+    if (checkpoint_listener && !checkpoint_listener({step, path, {}, written.checksum, written.bytes}))
+        unrecorded_checkpoints.insert(path);
     else unrecorded_checkpoints.erase(path);
-    remove_stale_temporaries(dir); // a write that a kill cut short
-    // Rotation keeps the newest files up to this step. Files of later steps are another
-    // future of this run, left when it resumed from an earlier checkpoint (its newest was
-    // damaged): counted, they would push out the file just written and keep only them.
-    std::vector<std::string> existing;
-    for (auto& file : list_checkpoints(dir)) {
-        const auto at = checkpoint_step(file);
-        if (at && *at <= step && is_our_checkpoint(file)) existing.push_back(std::move(file));
-    }
-    // While the store cannot record checkpoints (a full disk), the newest recorded one stays:
-    // a resume trusts no unrecorded file past the store's last committed step.
-    const auto newest_recorded = std::find_if(existing.rbegin(), existing.rend(), [&](const std::string& file) {
-        return !unrecorded_checkpoints.contains(file);
-    });
-    std::error_code ignored;
-    for (size_t i = 0; i + static_cast<size_t>(config.training.checkpoint_keep) < existing.size(); ++i)
-        if (newest_recorded == existing.rend() || existing[i] != *newest_recorded) fs::remove(existing[i], ignored);
+    rotate(static_cast<size_t>(config.training.checkpoint_keep));
     RunEvent e;
     e.step = step;
     e.kind = EventKind::Checkpoint;

@@ -164,9 +164,12 @@ struct Trainer::Impl {
     torch::Tensor to_device(const torch::Tensor& host) const;
 
     // trainer_checkpoint.cpp
-    void save_checkpoint(const std::string& path);
+    FileChecksum save_checkpoint(const std::string& path); // the file's checksum, made as it is written
     void load_checkpoint(const std::string& path);
-    // The checkpoint's bytes in memory, and their loading (`source` names them in errors).
+    // The checkpoint's bytes, handed to `out` as the archive makes them (an error from `out`
+    // is thrown once the archive is done); in memory, and their loading (`source` names them
+    // in errors).
+    void write_state(const std::function<void(const char*, size_t)>& out);
     std::string serialize_state();
     void load_state(std::istream& in, const std::string& source);
     void load_archive(const std::string& path, const std::function<void(torch::serialize::InputArchive&)>& open);

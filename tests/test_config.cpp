@@ -400,14 +400,16 @@ private slots:
         // Six histories a GEMM layer (three roles, E4M3 and E5M2 each): 6 x 11 x 4 B x 2^24.
         QVERIFY2(history.starts_with("precision.fp8.amax_history_length: the project needs an estimated 4.1 GiB"),
                  history.c_str());
-        // A CPU run writes its checkpoints in the same memory, its activations freed: 40.6 M
-        // parameters train in 0.6 GiB, and their checkpoint's buffer (24 B each) does not fit
-        // beside the weights, gradients and Adam state. It trained until its first checkpoint.
+        // A CPU run resumed holds its checkpoint beside the weights, gradients and Adam state it
+        // loads it into: 40.6 M parameters train in 0.6 GiB, and their checkpoint read back
+        // (12 B each) does not fit beside them. (Its write needed 24 B a parameter until
+        // checkpoints were streamed; it trained until its first checkpoint, then ran out.)
         const std::string checkpoint = refusal(R"({"model": {"n_embd": 1300}})");
-        QVERIFY2(checkpoint.starts_with("model: the project needs an estimated 1.5 GiB of memory (weights, gradients "
+        QVERIFY2(checkpoint.starts_with("model: the project needs an estimated 1.1 GiB of memory (weights, gradients "
                                         "and Adam state") &&
-                     checkpoint.find("checkpoint of the FP32 weights, Adam state and amax histories, serialised, for "
-                                     "model.n_layer 2, model.n_embd 1300: 930.2 MiB") != std::string::npos &&
+                     checkpoint.find("checkpoint of the FP32 weights, Adam state and amax histories, read back at a "
+                                     "resume, for model.n_layer 2, model.n_embd 1300: 465.1 MiB") !=
+                         std::string::npos &&
                      checkpoint.find("activations") == std::string::npos,
                  checkpoint.c_str());
         // Text is read whole and decoded: 7 B a byte of the file (the text, its code points, the
@@ -493,13 +495,18 @@ private slots:
         MachineLimits no_nvml = h200;
         no_nvml.device_memory_bytes = 0;
         QCOMPARE(fit_refusal(QString::fromStdString(big_batch).arg("cuda").toStdString(), no_nvml), std::string());
-        // Checkpoints serialise the weights and Adam state on the host: a model whose checkpoint
-        // outgrows it is refused (24 B a parameter: 12, twice while the buffer grows).
-        const std::string huge = fit_refusal(R"({"training": {"device": "cuda"}, "model": {"n_embd": 8192, "n_layer": 4}})",
-                                             MachineLimits{int64_t(64) << 30, 16, int64_t(1) << 40});
+        // A resume reads the weights and Adam state back on the host (12 B a parameter): a model
+        // whose checkpoint outgrows it is refused. Its write needs none of it (a tensor at a
+        // time): 24 B a parameter were billed, and 4 layers of 8192 were refused on 64 GiB.
+        QCOMPARE(fit_refusal(R"({"training": {"device": "cuda"}, "model": {"n_embd": 8192, "n_layer": 4}})",
+                             MachineLimits{int64_t(64) << 30, 16, int64_t(1) << 40}),
+                 std::string());
+        const std::string huge =
+            fit_refusal(R"({"training": {"device": "cuda"}, "model": {"n_embd": 8192, "n_layer": 8}})",
+                        MachineLimits{int64_t(64) << 30, 16, int64_t(1) << 40});
         QVERIFY2(huge.starts_with("model: the project needs an estimated 72.0 GiB of memory (") &&
-                     huge.find("checkpoint of the FP32 weights, Adam state and amax histories, serialised on the "
-                               "host, for model.n_layer 4, model.n_embd 8192: 72.0 GiB") != std::string::npos &&
+                     huge.find("checkpoint of the FP32 weights, Adam state and amax histories, read on the host at a "
+                               "resume, for model.n_layer 8, model.n_embd 8192: 72.0 GiB") != std::string::npos &&
                      huge.ends_with("more than this machine's 64.0 GiB"),
                  huge.c_str());
         // A telemetry step keeps an FP32 copy of every GEMM weight on the GPU (the update/weight

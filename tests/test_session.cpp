@@ -28,6 +28,7 @@
 #include "run_session.h"
 #include "cli_process.h"
 #include "run_capture.h"
+#include "private_mounts.h"
 #include "run_store.h"
 #include "stored_zip.h"
 
@@ -107,6 +108,7 @@ private slots:
     void anUnreadableCheckpointIsNotDamage();
     void aRunWhoseFinalStateCannotBeKeptFails();
     void rotationKeepsTheFileJustWritten();
+    void aDiskWithRoomForTheKeptCheckpointsTakesTheNext();
     void aDamagedCheckpointOfTheRunIsWrittenAgain();
     void aMovedStoresDamagedCheckpointIsWrittenAgain();
     void aResumeRefusesACheckpointFolderItCannotWriteIn();
@@ -420,6 +422,53 @@ void TestSession::rotationKeepsTheFileJustWritten()
     const auto again = run_cli({"resume", "1", "--db", QString::fromStdString(db), "--set", "training.steps=26"});
     QVERIFY2(again.exit_code == 0, qPrintable(again.err + again.out));
     QVERIFY2(again.out.contains("at step 25 from"), qPrintable(again.out));
+}
+
+// A disk with room for checkpoint_keep checkpoints and a little more: the next one's temporary
+// file did not fit while the oldest was still there (rotation came after a write), so every
+// checkpoint after the keep-th failed to the end of the run; and a temporary file that a killed
+// write left blocked the next write until one succeeded (read-only audit 'ckpt-scale').
+void TestSession::aDiskWithRoomForTheKeptCheckpointsTakesTheNext()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    const std::string probe_db = dir.filePath("probe.sqlite").toStdString();
+    QCOMPARE(run_cli({"run", QString::fromStdString(project), "--db", QString::fromStdString(probe_db), "--set",
+                      "training.steps=10"})
+                 .exit_code,
+             0);
+    const auto size = fs::file_size(fs::absolute(probe_db).string() + ".checkpoints/run-1/step-00000010.pt");
+    const QString small = dir.filePath("small");
+    QVERIFY(QDir().mkpath(small));
+    // Two checkpoints and half of a third.
+    const std::string room = std::to_string((size * 5 / 2 + 4095) / 4096 * 4) + "k";
+    if (!test::mount_tmpfs(small, room.c_str())) QSKIP("cannot mount a tmpfs here (needs CAP_SYS_ADMIN)");
+    const test::MountGuard mounted(small);
+    const QString db = dir.filePath("runs.sqlite");
+    const QString checkpoints = small + "/ck";
+    const QStringList keep2{"--set", "training.checkpoint_keep=2", "--set", "training.checkpoint_dir=" + checkpoints};
+    const auto r = run_cli(QStringList{"run", QString::fromStdString(project), "--db", db} + keep2);
+    QVERIFY2(r.exit_code == 0 && !r.out.contains("checkpoint_failed"), qPrintable(r.err + r.out));
+    const std::string folder = checkpoints.toStdString() + "/"; // a folder of its own: no run-N in it
+    QVERIFY(!fs::exists(folder + "step-00000010.pt"));
+    // The checksum recorded was made as the file was streamed out: the file's own.
+    for (const auto& row : RunStore(db.toStdString()).checkpoints(1))
+        if (fs::exists(row.path)) {
+            const auto sum = checksum_file(row.path);
+            QCOMPARE(row.checksum, sum.checksum);
+            QCOMPARE(row.bytes, sum.bytes);
+        }
+    QVERIFY(fs::exists(folder + "step-00000020.pt") && fs::exists(folder + "step-00000030.pt"));
+
+    // What a write killed half-way leaves (a process long gone): it makes way for the next one.
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    const std::string stale = folder + "step-00000040.pt.tmp." + host + ".999999.0";
+    std::ofstream(stale) << std::string(size / 2, 'x');
+    const auto again = run_cli(QStringList{"resume", "1", "--db", db, "--set", "training.steps=40"} + keep2);
+    QVERIFY2(again.exit_code == 0 && !again.out.contains("checkpoint_failed"), qPrintable(again.err + again.out));
+    QVERIFY(!fs::exists(stale));
+    QVERIFY(fs::exists(folder + "step-00000040.pt"));
 }
 
 // The run's final checkpoint cut short (it no longer reads, so it names no run): the resume
