@@ -47,6 +47,13 @@ bool Trainer::Impl::apply_commands(TelemetrySink& sink, const std::function<void
                 auto e = event(EventKind::CheckpointSkipped);
                 e.text = "no training.checkpoint_dir set";
                 sink.on_event(e);
+            } else if (checkpoint_written_at == step && !backends_changed) {
+                // Asked for while this step's own was being written (the button pressed while a
+                // periodic write held the window): the same state again cost a whole write,
+                // seconds of the step's thread (read-only audit 'ckpt-scale').
+                auto e = event(EventKind::CheckpointSkipped);
+                e.text = "step " + std::to_string(step) + " was checkpointed already";
+                sink.on_event(e);
             } else {
                 write_periodic_checkpoint(sink);
             }

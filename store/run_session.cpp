@@ -477,6 +477,10 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
             }
         },
         &damaged_own);
+    // The checkpoint resumed from is the run's newest saved until this session writes one: a
+    // resume whose every write failed said "this run saved no checkpoint" of a run that had
+    // one (read-only audit 'ckpt-scale').
+    if (!session->loaded_checkpoint_.empty()) session->newest_checkpoint_step_ = session->trainer_->step();
     // The steps after the loaded checkpoint are trained again, and their checkpoints written
     // over the damaged files (a recorded file is this run's own, readable or not).
     for (const auto& path : damaged_own) session->trainer_->adopt_damaged_checkpoint(path);

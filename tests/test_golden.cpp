@@ -451,6 +451,31 @@ private slots:
         QCOMPARE(checkpoint_events, 6); // 2, 4, 6, 8, 10 and the final 12
         QCOMPARE(QDir(dir.path()).entryList({"*.tmp*"}, QDir::Files), QStringList{}); // no temporary file left
 
+        // Checkpoint Now pressed while the periodic write of the step held the window: the same
+        // state is not written again (a whole write more on the step's thread; read-only audit
+        // 'ckpt-scale'), and the event says why.
+        {
+            Trainer twice(config);
+            struct AskAgain : Recorder {
+                Trainer* trainer = nullptr;
+                void on_event(const RunEvent& e) override
+                {
+                    Recorder::on_event(e);
+                    if (e.tag() == "checkpoint" && e.step == 4) trainer->request_checkpoint();
+                }
+            } asked;
+            asked.trainer = &twice;
+            twice.run(asked);
+            int at4 = 0;
+            QString skipped;
+            for (const auto& e : asked.events) {
+                at4 += e.tag() == "checkpoint" && e.step == 4;
+                if (e.tag() == "checkpoint_skipped") skipped = QString::fromStdString(e.message());
+            }
+            QCOMPARE(at4, 1);
+            QCOMPARE(skipped, QStringLiteral("step 4 was checkpointed already"));
+        }
+
         // A run's rotation in a shared folder never removes a file it cannot read: it may be
         // another run's (damaged, or cut short).
         QTemporaryDir shared;

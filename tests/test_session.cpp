@@ -109,6 +109,7 @@ private slots:
     void aRunWhoseFinalStateCannotBeKeptFails();
     void rotationKeepsTheFileJustWritten();
     void aDiskWithRoomForTheKeptCheckpointsTakesTheNext();
+    void aFailedFinalCheckpointOfAResumeNamesTheOneItCameFrom();
     void aDamagedCheckpointOfTheRunIsWrittenAgain();
     void aMovedStoresDamagedCheckpointIsWrittenAgain();
     void aResumeRefusesACheckpointFolderItCannotWriteIn();
@@ -469,6 +470,23 @@ void TestSession::aDiskWithRoomForTheKeptCheckpointsTakesTheNext()
     QVERIFY2(again.exit_code == 0 && !again.out.contains("checkpoint_failed"), qPrintable(again.err + again.out));
     QVERIFY(!fs::exists(stale));
     QVERIFY(fs::exists(folder + "step-00000040.pt"));
+}
+
+// A resume whose final checkpoint cannot be written names the checkpoint it resumed from as the
+// newest saved: it said "this run saved no checkpoint" of a run that had three (read-only audit
+// 'ckpt-scale').
+void TestSession::aFailedFinalCheckpointOfAResumeNamesTheOneItCameFrom()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    const std::string db = dir.filePath("runs.sqlite").toStdString();
+    QCOMPARE(run_cli({"run", QString::fromStdString(project), "--db", QString::fromStdString(db)}).exit_code, 0);
+    const std::string folder = fs::absolute(db).string() + ".checkpoints/run-1/";
+    fs::create_directories(folder + "step-00000035.pt"); // a folder in its place: never written over
+    const auto r = run_cli({"resume", "1", "--db", QString::fromStdString(db), "--set", "training.steps=35"});
+    QCOMPARE(r.exit_code, 3);
+    QVERIFY2(r.err.contains("; the newest this run saved is step 30, and a resume trains the steps after it again"),
+             qPrintable(r.err));
 }
 
 // The run's final checkpoint cut short (it no longer reads, so it names no run): the resume
