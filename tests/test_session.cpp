@@ -110,6 +110,7 @@ private slots:
     void rotationKeepsTheFileJustWritten();
     void aDiskWithRoomForTheKeptCheckpointsTakesTheNext();
     void aFailedFinalCheckpointOfAResumeNamesTheOneItCameFrom();
+    void aResumeWhoseCheckpointsAreAllGoneSaysTheyWereRecorded();
     void aDamagedCheckpointOfTheRunIsWrittenAgain();
     void aMovedStoresDamagedCheckpointIsWrittenAgain();
     void aResumeRefusesACheckpointFolderItCannotWriteIn();
@@ -470,6 +471,25 @@ void TestSession::aDiskWithRoomForTheKeptCheckpointsTakesTheNext()
     QVERIFY2(again.exit_code == 0 && !again.out.contains("checkpoint_failed"), qPrintable(again.err + again.out));
     QVERIFY(!fs::exists(stale));
     QVERIFY(fs::exists(folder + "step-00000040.pt"));
+}
+
+// Every recorded checkpoint deleted or moved: the resume says the store recorded them and
+// where to put them back ("none in '...'" read as if there had never been any).
+void TestSession::aResumeWhoseCheckpointsAreAllGoneSaysTheyWereRecorded()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    const std::string db = dir.filePath("runs.sqlite").toStdString();
+    QCOMPARE(run_cli({"run", QString::fromStdString(project), "--db", QString::fromStdString(db)}).exit_code, 0);
+    const std::string folder = fs::absolute(db).string() + ".checkpoints/run-1";
+    for (const auto& e : fs::directory_iterator(folder)) fs::remove(e.path());
+    const auto r = run_cli({"resume", "1", "--db", QString::fromStdString(db), "--set", "training.steps=35"});
+    QCOMPARE(r.exit_code, 2);
+    QVERIFY2(r.err.contains("error: run 1's 3 recorded checkpoints (steps 10 to 30, the newest '" +
+                            QString::fromStdString(folder) + "/step-00000030.pt') are missing from '" +
+                            QString::fromStdString(folder) + "' (deleted or moved): put them back there to resume "
+                                                             "from them"),
+             qPrintable(r.err));
 }
 
 // A resume whose final checkpoint cannot be written names the checkpoint it resumed from as the
