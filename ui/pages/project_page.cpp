@@ -49,6 +49,18 @@ QComboBox* keep_combo(const QStringList& choices, QWidget* parent)
     return combo;
 }
 
+// A refusal's red box, hidden until there is one; its text can be selected and copied.
+QLabel* error_box(const QString& name, QWidget* parent)
+{
+    auto* label = new QLabel(parent);
+    label->setObjectName(name);
+    label->setWordWrap(true);
+    label->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    label->setStyleSheet(QLatin1String(kErrorBoxStyle));
+    label->hide();
+    return label;
+}
+
 void compact_rows(QTableView* view)
 {
     view->verticalHeader()->hide();
@@ -92,12 +104,7 @@ ProjectPage::ProjectPage(ProjectDocument* document, QWidget* parent)
     settingsView_->setUniformRowHeights(true);
     settingsView_->setEditTriggers(QAbstractItemView::DoubleClicked | QAbstractItemView::SelectedClicked |
                                    QAbstractItemView::EditKeyPressed);
-    validationLabel_ = new QLabel(this);
-    validationLabel_->setObjectName(QStringLiteral("validationMessage"));
-    validationLabel_->setWordWrap(true);
-    validationLabel_->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    validationLabel_->setStyleSheet(QLatin1String(kErrorBoxStyle));
-    validationLabel_->hide();
+    validationLabel_ = error_box(QStringLiteral("validationMessage"), this);
     auto* settingsBox = new QGroupBox(tr("Settings"), this);
     auto* left = new QVBoxLayout(settingsBox);
     left->addWidget(settingsView_, 1);
@@ -167,12 +174,7 @@ ProjectPage::ProjectPage(ProjectDocument* document, QWidget* parent)
     precisionLayout->addWidget(precisionView_, 1);
     // The table's own refusals (Fill, a typed cell, last blocks in BF16) beside the table: they
     // showed under the Settings tree across the page (read-only audit 'gui-deep').
-    precisionValidationLabel_ = new QLabel(this);
-    precisionValidationLabel_->setObjectName(QStringLiteral("precisionValidationMessage"));
-    precisionValidationLabel_->setWordWrap(true);
-    precisionValidationLabel_->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    precisionValidationLabel_->setStyleSheet(QLatin1String(kErrorBoxStyle));
-    precisionValidationLabel_->hide();
+    precisionValidationLabel_ = error_box(QStringLiteral("precisionValidationMessage"), this);
     precisionLayout->insertWidget(2, precisionValidationLabel_); // under the Fill row
     recipeNoteLabel_ = new QLabel(this);
     recipeNoteLabel_->setObjectName(QStringLiteral("recipeNote"));
