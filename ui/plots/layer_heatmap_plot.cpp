@@ -316,6 +316,9 @@ LayerHeatmapPlot::LayerHeatmapPlot(QWidget* parent) : QCustomPlot(parent)
     emptyText_->setText(QStringLiteral("no layer statistics yet"));
     emptyText_->setColor(QColor(110, 110, 110));
 
+    // What the colours other than the scale's mean (grey had no legend).
+    setToolTip(tr("Grey: the layer records no such tensor (or the statistic does not apply); dark: the tensor held "
+                  "NaN or Inf. Click a cell to show its histogram; right-click a row to switch the layer."));
     connect(this, &QCustomPlot::mousePress, this, &LayerHeatmapPlot::onMousePress);
     rebuild();
     follow_palette(this); // after the plot's own legend and axis set-up

@@ -38,6 +38,10 @@ RunStatusWidget::RunStatusWidget(QWidget* parent) : QWidget(parent)
     speedLabel_ = new QLabel(this);
     etaLabel_ = new QLabel(this);
     etaLabel_->setObjectName(QStringLiteral("etaLabel"));
+    // Two throughputs are shown, both right: this one over the steps the window last drew (some
+    // tens of ms), the Runs and Compare tables' the median over the run's steps.
+    speedLabel_->setToolTip(tr("Throughput over the steps the window last drew; the Runs and Compare pages give "
+                               "the median over the run's steps"));
     for (QLabel* label : {lossLabel_, valLabel_, speedLabel_, etaLabel_}) layout->addWidget(label);
     layout->addWidget(progress_);
     labelTimer_.setSingleShot(true);
