@@ -87,7 +87,8 @@ void DurableFile::fail(int error)
     fd_ = -1;
     ::unlink(temporary_.c_str());
     const std::string what = "cannot write '" + path_ + "': " + std::strerror(error) + " " + untouched_;
-    if (error == ENOSPC || error == EDQUOT || error == EFBIG) throw NoSpaceError(what);
+    // Not EFBIG (a file size limit, ulimit -f): removing other files makes no room for this one.
+    if (error == ENOSPC || error == EDQUOT) throw NoSpaceError(what);
     throw std::runtime_error(what);
 }
 

@@ -9,8 +9,8 @@
 
 namespace mantissa {
 
-// A write the device had no room for (ENOSPC, EDQUOT, EFBIG): the caller may make room and try
-// again (a checkpoint's rotation).
+// A write the device had no room for (ENOSPC, EDQUOT): the caller may make room and try again
+// (a checkpoint's rotation).
 struct NoSpaceError : std::runtime_error {
     using std::runtime_error::runtime_error;
 };

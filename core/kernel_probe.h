@@ -33,9 +33,16 @@ inline bool cuda_kernels_switched_off()
                              "LibTorch's ops only, and please report it");
 }
 
+// The errors that leave the context unusable (CUDA's "sticky" ones). Others that read "CUDA
+// error" leave it working and the ops stay: a cuBLAS status, "no kernel image is available"
+// (a GPU the build did not target), "too many resources requested for launch".
 inline bool says_cuda_faulted(const std::string& error)
 {
-    return error.find("CUDA error") != std::string::npos || error.find("cudaError") != std::string::npos;
+    for (const char* sticky : {"illegal memory access", "misaligned address", "unspecified launch failure",
+                               "illegal instruction", "hardware stack error", "invalid program counter",
+                               "uncorrectable ECC error", "device-side assert", "an illegal address"})
+        if (error.find(sticky) != std::string::npos) return true;
+    return false;
 }
 
 // Runs a kernel's probe `agrees`: a disagreement or an error is said on stderr, and the

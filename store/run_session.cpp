@@ -138,17 +138,13 @@ void require_files(const CheckpointSearch& found, const RunInfo& info, const std
                           "' cannot be read: " + problem);
     if (found.files.empty() && !found.recorded.empty()) {
         // The store recorded them: "none in" read as if there had never been any (read-only
-        // audit 'ckpt-scale'). They were deleted or moved, and can be put back.
-        const auto& [first, first_row] = *found.recorded.begin();
+        // audit 'ckpt-scale'). Only the newest is named: rotation deleted older ones, whose
+        // records stay.
         const auto& [last, last_row] = *found.recorded.rbegin();
-        const size_t n = found.recorded.size();
-        const std::string steps =
-            n == 1 ? "step " + std::to_string(last) : "steps " + std::to_string(first) + " to " + std::to_string(last);
-        throw ConfigError("run " + std::to_string(info.id) + "'s " + std::to_string(n) + " recorded checkpoint" +
-                          (n == 1 ? "" : "s") + " (" + steps +
-                          ", the newest '" + last_row.path + "') " + (n == 1 ? "is" : "are") + " missing from '" +
-                          found.read_dir +
-                          "' (deleted or moved): put them back there to " + purpose + " from them");
+        throw ConfigError("run " + std::to_string(info.id) + "'s newest recorded checkpoint (step " +
+                          std::to_string(last) + ", '" + last_row.path + "') is missing from '" + found.read_dir +
+                          "', and no other of its checkpoints is there (deleted or moved): put it back there to " +
+                          purpose + " from it");
     }
     if (found.files.empty())
         throw ConfigError("run " + std::to_string(info.id) + " has no checkpoint to " + purpose + " from (none in '" +

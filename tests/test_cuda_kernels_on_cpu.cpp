@@ -176,6 +176,12 @@ private slots:
                  ProbedKernel::Paired);
         QCOMPARE(tried, 2);
         QVERIFY(!kernel_agrees("test", [&]() -> bool { throw std::runtime_error("takes no such width"); }));
+        // CUDA errors that leave the context working keep the ops, as before (read-only audit
+        // 'diff-review'): a cuBLAS status, a GPU the build did not target, a launch too big.
+        for (const char* usable : {"CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmul",
+                                   "CUDA error: no kernel image is available for execution on the device",
+                                   "CUDA error: too many resources requested for launch"})
+            QVERIFY2(!kernel_agrees("test", [&]() -> bool { throw std::runtime_error(usable); }), usable);
         QString error = "no error";
         try {
             kernel_agrees("test", [&]() -> bool {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "pages/project_page.h"
 
+#include <QApplication>
 #include <QComboBox>
 #include <QFileInfo>
 #include <QGroupBox>
@@ -379,7 +380,7 @@ void ProjectPage::showValidation(const QString& key, const QString& message)
     // same keys typed in the Settings tree are said there.
     const bool table = (key.startsWith(QLatin1String("precision.layers")) ||
                         key == QLatin1String("precision.keep_last_bf16")) &&
-                       !settingsView_->hasFocus();
+                       !settingsView_->hasFocus() && !settingsView_->isAncestorOf(QApplication::focusWidget());
     QLabel* shown = table ? precisionValidationLabel_ : validationLabel_;
     QLabel* other = table ? validationLabel_ : precisionValidationLabel_;
     other->clear();

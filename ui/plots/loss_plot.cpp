@@ -138,6 +138,7 @@ void LossPlot::setLogScale(bool enabled)
         yAxis->setTicker(QSharedPointer<QCPAxisTicker>::create());
         yAxis->setNumberFormat(QStringLiteral("gbd"));
     }
+    fitValueTicks(); // a new ticker: the count the plot's height chose, not its default
     fitToData();
     markNeedsReplot();
     replotIfStandalone();

@@ -129,9 +129,12 @@ void TimeSeriesPlot::setXAxisTitleShown(bool shown)
 void TimeSeriesPlot::resizeEvent(QResizeEvent* event)
 {
     // About a value label per 28 px of height: a short plot printed five over each other.
-    yAxis->ticker()->setTickCount(std::clamp((event->size().height() - 40) / 28, 2, 5));
+    valueTicks_ = std::clamp((event->size().height() - 40) / 28, 2, 5);
+    fitValueTicks();
     QCustomPlot::resizeEvent(event);
 }
+
+void TimeSeriesPlot::fitValueTicks() { yAxis->ticker()->setTickCount(valueTicks_); }
 
 void TimeSeriesPlot::setXAxisMode(XAxisMode mode)
 {

@@ -74,6 +74,7 @@ public:
 
 protected:
     void resizeEvent(QResizeEvent* event) override;
+    void fitValueTicks(); // the count resizeEvent chose, on the y ticker (again after a new ticker)
     // Brings the plottables up to date with `history`. `full` is set when a setting changed
     // (x mode, budget, invalidate()) and everything must be rebuilt; otherwise a subclass may
     // append only what is new.
@@ -119,6 +120,7 @@ private:
     int64_t cursorStep_ = -1;
     bool following_ = true;
     bool xTitleShown_ = true;
+    int valueTicks_ = 5;
     bool settingsChanged_ = true;
     bool needsReplot_ = false;
     bool hadData_ = false;
