@@ -426,8 +426,8 @@ private slots:
         }
         // One finite value among them is compared as before.
         const auto y = torch::tensor({std::nanf(""), 1.0f + std::ldexp(1.0f, -9)});
-        const auto s =
-            compute_tensor_stats(y, NumberFormat::BF16, 1.0f, round_to_format(y, NumberFormat::BF16, Overflow::Propagate));
+        const auto y_bf16 = round_to_format(y, NumberFormat::BF16, Overflow::Propagate);
+        const auto s = compute_tensor_stats(y, NumberFormat::BF16, 1.0f, y_bf16);
         QVERIFY(std::isfinite(s.quant_snr_db) && s.quant_mse > 0);
     }
 
