@@ -1125,8 +1125,12 @@ void TestGui::runControlsHaveShortcuts()
     QCOMPARE(cell(RunListModel::Steps).toLongLong(), window.lastStep());
     QVERIFY(window.lastStep() >= 2);
     QCOMPARE(cell(RunListModel::Status).toString(), QStringLiteral("paused"));
+    const qint64 pausedAt = cell(RunListModel::Steps).toLongLong();
     QTest::keyClick(&window, Qt::Key_F6);
     QVERIFY(!controller->isPaused());
+    // Training again, the shown page reads the run's row each second (that row alone).
+    QTRY_VERIFY_WITH_TIMEOUT(cell(RunListModel::Steps).toLongLong() > pausedAt, 10000);
+    QCOMPARE(cell(RunListModel::Status).toString(), QStringLiteral("running"));
     QTest::keyClick(&window, Qt::Key_K, Qt::ControlModifier);
     QTRY_VERIFY_WITH_TIMEOUT(sawEvent("checkpoint"), 10000);
     QTest::keyClick(&window, Qt::Key_F5, Qt::ShiftModifier);

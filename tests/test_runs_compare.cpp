@@ -219,6 +219,14 @@ private slots:
         QCOMPARE(column_of(*m, RunListModel::Steps), (QStringList{"10", "10", "4"}));
         m->setPausedRun(3); // stopped, not running: its status stays
         QCOMPARE(column_of(*m, RunListModel::Status), (QStringList{"finished", "finished", "stopped"}));
+        // One run's row read again (the run a window trains, every second): the others stay.
+        RunSummaryRow again = m->run(2);
+        again.steps_done = 7;
+        QVERIFY(m->updateRun(again));
+        QCOMPARE(column_of(*m, RunListModel::Steps), (QStringList{"10", "10", "7"}));
+        again.id = 99;
+        QVERIFY(!m->updateRun(again)); // not listed
+        QCOMPARE(resets.count(), 0);
     }
 
     // A run whose evaluation came out NaN diverged: it says so, where one never evaluated shows "–".

@@ -58,6 +58,15 @@ void RunListModel::setRuns(std::vector<RunSummaryRow> runs)
     endResetModel();
 }
 
+bool RunListModel::updateRun(RunSummaryRow run)
+{
+    const int row = rowOfRun(run.id);
+    if (row < 0) return false;
+    runs_[static_cast<size_t>(row)] = std::move(run);
+    emit dataChanged(index(row, 0), index(row, ColumnCount - 1));
+    return true;
+}
+
 void RunListModel::setPausedRun(int64_t id)
 {
     if (id == pausedRun_) return;

@@ -43,6 +43,8 @@ public:
     void setRuns(std::vector<RunSummaryRow> runs);
     // The run this window trains is paused: its status reads "paused" (the store says running).
     void setPausedRun(int64_t id);
+    // One run's row read again (false when it is not listed): the rest stay as they were.
+    bool updateRun(RunSummaryRow run);
     const std::vector<RunSummaryRow>& runs() const { return runs_; }
     const RunSummaryRow& run(int row) const { return runs_.at(static_cast<size_t>(row)); }
     int rowOfRun(int64_t id) const; // -1 if not listed

@@ -39,11 +39,12 @@ public:
     // not an error.
     bool refresh();
 
-    // The run this window trains (-1: none). While there is one the page reads the store again
-    // every second it is shown, and when it is shown: it listed the run as it was at its start
-    // (step 0, its first evaluation) until the run ended or Refresh was pressed.
+    // The run this window trains (-1: none). While there is one the page reads that run's row
+    // again every second it is shown, and every run when it is shown: it listed the run as it
+    // was at its start (step 0, its first evaluation) until the run ended or Refresh was pressed.
     void setTrainingRun(qint64 runId);
     void setTrainingRunPaused(bool paused);
+    void refreshTrainingRun(); // that run's row alone, from the store
 
     void setFilterText(const QString& text);
     // Selected runs in the table's order (as sorted).
