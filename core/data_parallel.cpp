@@ -357,20 +357,20 @@ std::shared_ptr<DataParallel> DataParallel::join(const DistributedEnv& env, std:
     // why, so that rank 0, waiting for it, says so too.
     const std::string me = "rank " + std::to_string(env.rank), world = std::to_string(env.world_size);
     std::string rank0_world = world;
+    const auto mismatch = [&] {
+        return me + ": WORLD_SIZE is " + world + " here but " + rank0_world +
+               " on rank 0: launch every rank with the same WORLD_SIZE";
+    };
     try {
         auto& store = *impl->backend->store;
         if (env.rank == 0) store.set("world_size", to_bytes(world));
         else rank0_world = from_bytes(store.get("world_size")); // rank 0 posts it as it joins
-        if (rank0_world != world)
-            store.compareSet("failure", {}, to_bytes(me + ": WORLD_SIZE is " + world + " here but " + rank0_world +
-                                                     " on rank 0: launch every rank with the same WORLD_SIZE"));
+        if (rank0_world != world) store.compareSet("failure", {}, to_bytes(mismatch()));
     } catch (const std::exception& e) {
         throw CollectiveError("data-parallel: " + me + " cannot reach the store at " + env.master_addr + ":" +
                               std::to_string(env.master_port) + ": " + first_line(e));
     }
-    if (rank0_world != world)
-        throw ConfigError("data-parallel: " + me + ": WORLD_SIZE is " + world + " here but " + rank0_world +
-                          " on rank 0: launch every rank with the same WORLD_SIZE");
+    if (rank0_world != world) throw ConfigError("data-parallel: " + mismatch());
 #if MANTISSA_DP_NCCL
     // One GPU per rank, chosen before the Trainer puts anything on a device.
     const int gpu = torch::cuda::is_available() ? gpu_of_local_rank(env.local_rank, static_cast<int>(torch::cuda::device_count())) : -1;

@@ -45,6 +45,14 @@ inline bool says_cuda_faulted(const std::string& error)
     return false;
 }
 
+// The first line of a probe's error; a fault that leaves CUDA unusable stops the run here.
+inline std::string probe_error(const char* kernel, const std::exception& e)
+{
+    std::string error = first_line(e);
+    if (says_cuda_faulted(error)) kernel_faulted(kernel, error);
+    return error;
+}
+
 // Runs a kernel's probe `agrees`: a disagreement or an error is said on stderr, and the
 // caller keeps LibTorch's ops. A fault on the device stops the run (kernel_faulted).
 inline bool kernel_agrees(const char* kernel, const std::function<bool()>& agrees)
@@ -54,8 +62,7 @@ inline bool kernel_agrees(const char* kernel, const std::function<bool()>& agree
         if (agrees()) return true;
         std::fprintf(stderr, "mantissa: the %s kernel disagrees with LibTorch's ops on this GPU: the ops stay\n", kernel);
     } catch (const std::exception& e) {
-        const std::string error = first_line(e);
-        if (says_cuda_faulted(error)) kernel_faulted(kernel, error);
+        const std::string error = probe_error(kernel, e);
         std::fprintf(stderr, "mantissa: the %s kernel failed its probe (%s): LibTorch's ops stay\n", kernel,
                      error.c_str());
     }
@@ -78,8 +85,7 @@ ProbedKernel probe_paired_then_plain(const char* kernel, Agrees&& agrees)
                      "GPU: it converts one at a time\n",
                      kernel);
     } catch (const std::exception& e) {
-        const std::string error = first_line(e);
-        if (says_cuda_faulted(error)) kernel_faulted(kernel, error);
+        const std::string error = probe_error(kernel, e);
         std::fprintf(stderr, "mantissa: the %s kernel failed its probe with the paired conversion (%s)\n", kernel,
                      error.c_str());
     }

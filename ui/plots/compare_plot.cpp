@@ -170,19 +170,14 @@ void ComparePlot::fit()
             y1 = std::max(y1, y);
         }
     }
-    if (!std::isfinite(y0) && std::isfinite(x0)) { // no finite value: the steps, and an empty y
-        xAxis->setRange(std::min(x0, 0.0), x1 > std::min(x0, 0.0) ? x1 : std::min(x0, 0.0) + 1);
-        yAxis->setRange(logScale_ ? 0.1 : 0.0, 1);
-        return;
-    }
-    if (!std::isfinite(x0)) {
-        xAxis->setRange(0, 1);
-        yAxis->setRange(logScale_ ? 0.1 : 0.0, 1);
-        return;
-    }
+    if (!std::isfinite(x0)) x0 = x1 = 0.0; // no point at all
     x0 = std::min(x0, 0.0);
     if (x1 <= x0) x1 = x0 + 1;
     xAxis->setRange(x0, x1);
+    if (!std::isfinite(y0)) { // no finite value: the steps, and an empty y
+        yAxis->setRange(logScale_ ? 0.1 : 0.0, 1);
+        return;
+    }
     if (logScale_) {
         yAxis->setRange(y0 / 1.15, y1 * 1.15);
     } else {

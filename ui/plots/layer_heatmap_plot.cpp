@@ -557,29 +557,33 @@ QString LayerHeatmapPlot::liveStateText(const QString& layer) const
     return text;
 }
 
-bool LayerHeatmapPlot::nonFiniteAt(int64_t step, const QString& layer) const
+std::optional<std::pair<size_t, size_t>> LayerHeatmapPlot::cellOf(int64_t step, const QString& layer) const
 {
     const int c = columnOfStep(step);
     const auto it = std::find(layerNames_.begin(), layerNames_.end(), layer);
-    if (c < 0 || it == layerNames_.end()) return false;
-    const size_t at = size_t(c) * layerNames_.size() + size_t(it - layerNames_.begin());
+    if (c < 0 || it == layerNames_.end()) return std::nullopt;
+    return std::make_pair(size_t(c), size_t(it - layerNames_.begin()));
+}
+
+bool LayerHeatmapPlot::nonFiniteAt(int64_t step, const QString& layer) const
+{
+    const auto cell = cellOf(step, layer);
+    if (!cell) return false;
+    const size_t at = cell->first * layerNames_.size() + cell->second;
     return at < nonFinite_.size() && nonFinite_[at];
 }
 
 double LayerHeatmapPlot::valueAt(int64_t step, const QString& layer) const
 {
-    const int c = columnOfStep(step);
-    const auto it = std::find(layerNames_.begin(), layerNames_.end(), layer);
-    if (c < 0 || it == layerNames_.end()) return kNaN;
-    return double(values_[size_t(c) * layerNames_.size() + size_t(it - layerNames_.begin())]);
+    const auto cell = cellOf(step, layer);
+    return cell ? double(values_[cell->first * layerNames_.size() + cell->second]) : kNaN;
 }
 
 QPointF LayerHeatmapPlot::cellCenter(int64_t step, const QString& layer) const
 {
-    const int c = columnOfStep(step);
-    const auto it = std::find(layerNames_.begin(), layerNames_.end(), layer);
-    if (c < 0 || it == layerNames_.end()) return {kNaN, kNaN};
-    return {double(c), double(it - layerNames_.begin())};
+    const auto cell = cellOf(step, layer);
+    if (!cell) return {kNaN, kNaN};
+    return {double(cell->first), double(cell->second)};
 }
 
 QString LayerHeatmapPlot::rowLabel(int row) const

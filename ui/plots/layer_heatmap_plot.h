@@ -7,6 +7,8 @@
 #include <qcustomplot.h>
 
 #include <cstdint>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "models/run_history.h"
@@ -61,6 +63,8 @@ private:
     void onMousePress(QMouseEvent* event);
     double keyOfStep(int64_t step) const; // fractional column coordinate of a step
     int columnOfStep(int64_t step) const; // nearest column, -1 if none
+    // (column, row) of a step's frame and a layer; none when either is not shown.
+    std::optional<std::pair<size_t, size_t>> cellOf(int64_t step, const QString& layer) const;
 
     const RunHistory* history_ = nullptr;
     LayerStat stat_ = LayerStat::UnderflowPercent;

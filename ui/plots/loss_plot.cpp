@@ -178,12 +178,12 @@ void LossPlot::rebuild(const RunHistory& history, bool full)
     const size_t budget = static_cast<size_t>(pointBudget());
     const XAxisMode mode = xAxisMode();
 
-    // New steps after the ones already drawn, nothing decimated: a plain append.
-    const bool append = !full && !builtDecimated_ && n <= budget && builtSteps_ <= n &&
-                        (builtSteps_ == 0 || steps[builtSteps_ - 1].step == builtLastStep_);
-    // The non-finite losses over the steps not yet counted (all of them when rebuilt whole).
+    // The history only grew since the last build (the steps built are still its first ones).
     const bool counted =
         !full && builtSteps_ <= n && (builtSteps_ == 0 || steps[builtSteps_ - 1].step == builtLastStep_);
+    // New steps after the ones already drawn, nothing decimated: a plain append.
+    const bool append = counted && !builtDecimated_ && n <= budget;
+    // The non-finite losses over the steps not yet counted (all of them when rebuilt whole).
     if (!counted) {
         nonFiniteCount_ = 0;
         firstNonFinite_ = nonFiniteSince_ = -1;

@@ -140,7 +140,7 @@ void TimeSeriesPlot::setXAxisMode(XAxisMode mode)
 {
     if (mode == mode_) return;
     mode_ = mode;
-    xAxis->setLabel(xTitleShown_ ? xAxisLabel(mode) : QString());
+    setXAxisTitleShown(xTitleShown_); // the new mode's title, where one is shown
     if (mode == XAxisMode::Tokens)
         xAxis->setTicker(QSharedPointer<SiAxisTicker>::create());
     else
