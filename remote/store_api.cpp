@@ -101,8 +101,6 @@ ApiAnswer list_runs(const ApiContext& context)
     return ok(answer);
 }
 
-std::optional<RunInfo> find_run(RunStore& store, int64_t id) { return store.run_info(id); }
-
 json encode_tensor(int64_t step, const TensorStats& t)
 {
     // Compact: one array per tensor, the histogram as first_exponent + counts (docs/REMOTE.md).
@@ -279,7 +277,7 @@ ApiAnswer run_rows(const ApiContext& context, int64_t run_id, const std::multima
         const Read read = context.stores->read([&](RunStore& store) {
             RunStore::ReadSnapshot snapshot(store);
             Read r;
-            if (const auto run = find_run(store, run_id)) r.page = rows_page(store, *run, marks, r.has_news);
+            if (const auto run = store.run_info(run_id)) r.page = rows_page(store, *run, marks, r.has_news);
             return r;
         });
         if (!read.page) return api_error(404, "no run " + std::to_string(run_id) + " in this store");
