@@ -395,6 +395,11 @@ private slots:
         QCOMPARE(text, expected);
         QCOMPARE(csv_field(QStringLiteral(" padded")), QStringLiteral("\" padded\""));
         QCOMPARE(csv_field(QStringLiteral("two\nlines")), QStringLiteral("\"two\nlines\""));
+        QCOMPARE(csv_field(QStringLiteral("=HYPERLINK(\"x\")")), QStringLiteral("\"'=HYPERLINK(\"\"x\"\")\""));
+        QCOMPARE(csv_field(QStringLiteral("@sum")), QStringLiteral("'@sum"));
+        QCOMPARE(csv_field(QStringLiteral("+1+2")), QStringLiteral("'+1+2"));
+        QCOMPARE(csv_field(QStringLiteral("-0.5")), QStringLiteral("-0.5"));
+        QCOMPARE(csv_field(QStringLiteral("-inf")), QStringLiteral("-inf"));
         QVERIFY(!page.exportCsv(dir_->filePath(QStringLiteral("no/such/dir/runs.csv"))));
         QVERIFY(page.lastError().startsWith(QStringLiteral("Cannot write")));
         // The run store, picked in the save dialog (it offers every file), is refused and kept:

@@ -10,8 +10,18 @@
 
 namespace mantissa {
 
-QString csv_field(const QString& text)
+QString csv_field(const QString& input)
 {
+    // A spreadsheet runs a cell that starts with = + - @ (or a tab or CR before one) as a
+    // formula: a run named "=HYPERLINK(...)" would run in whoever opens the export. Such text
+    // gets a leading apostrophe, as OWASP advises; numbers such as -0.5 stay numbers.
+    QString text = input;
+    static const QString formula_starts = QStringLiteral("=+-@\t\r");
+    bool is_number = false;
+    if (!text.isEmpty() && formula_starts.contains(text.front())) {
+        text.toDouble(&is_number);
+        if (!is_number) text.prepend(QLatin1Char('\''));
+    }
     const bool quote = text.contains(QLatin1Char(',')) || text.contains(QLatin1Char('"')) ||
                        text.contains(QLatin1Char('\n')) || text.contains(QLatin1Char('\r')) ||
                        (!text.isEmpty() && (text.front().isSpace() || text.back().isSpace()));

@@ -16,7 +16,8 @@ namespace mantissa {
 constexpr int kCsvExportRole = Qt::UserRole + 100;
 
 // A field quoted when it holds a comma, a double quote, CR or LF, or starts or ends with a
-// blank; quotes inside are doubled.
+// blank; quotes inside are doubled. Text that a spreadsheet would run as a formula (it starts
+// with = + - @, tab or CR and is no number) gets a leading apostrophe.
 QString csv_field(const QString& text);
 // The whole table, lines ended by CRLF as RFC 4180 says.
 QString model_to_csv(const QAbstractItemModel& model);
