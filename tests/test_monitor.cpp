@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 #include <vector>
 
 #include "legacy_events.h"
@@ -538,6 +539,34 @@ void TestMonitor::lossScalePlotMarksBackoffsGrowthsAndSkips()
     QVERIFY(!plot->scalingOff());
     QVERIFY(plot->noticeText().isEmpty());
     QVERIFY(plot->yAxis->range().contains(32768) && plot->yAxis->range().contains(65536));
+
+    // A label that would cover another marker is moved above its own marker, then to its left,
+    // and hidden only where markers sit on every side; one with room keeps its text.
+    for (const int crowding : {0, 1, 2}) {
+        RunHistory crowded(64);
+        TelemetryBatch b;
+        // Skip crosses just under (step 11) and over (12) step 10's marker to the right, and
+        // then to the left too (8, 9).
+        const std::set<int64_t> skipped = crowding == 0   ? std::set<int64_t>{11}
+                                          : crowding == 1 ? std::set<int64_t>{11, 12}
+                                                          : std::set<int64_t>{8, 9, 11, 12};
+        for (int64_t step = 1; step <= 60; ++step)
+            b.steps.push_back(step_at(step, 3.0, step <= 10 ? 65536.0 : step <= 40 ? 32768.0 : 16384.0,
+                                      skipped.count(step) > 0));
+        b.events.push_back(legacy_event(10, "loss_scale_backoff", "scale 65536 -> 32768; non-finite gradients in wte"));
+        b.events.push_back(legacy_event(40, "loss_scale_backoff", "scale 32768 -> 16384; non-finite gradients in wpe"));
+        b.steps[7].loss_scale = b.steps[10].loss_scale = 60000.0;
+        b.steps[8].loss_scale = b.steps[11].loss_scale = 72000.0;
+        crowded.append(b);
+        LossScalePlot alone;
+        alone.resize(900, 200);
+        alone.setHistory(&crowded);
+        alone.refresh();
+        alone.replot(QCustomPlot::rpImmediateRefresh);
+        QCOMPARE(alone.backoffs().size(), size_t(2));
+        QCOMPARE(alone.shownLabels(), crowding == 2 ? QStringList{QStringLiteral("wpe")}
+                                                    : (QStringList{QStringLiteral("wte"), QStringLiteral("wpe")}));
+    }
 
     // The y axis ticks are powers of two.
     QVector<double> ticks;

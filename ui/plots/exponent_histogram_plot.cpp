@@ -282,8 +282,10 @@ bool ExponentHistogramPlot::rebuild()
             auto* text = new QCPItemText(this);
             text->setLayer(QStringLiteral("bands"));
             text->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
-            text->position->setCoords((visLo + visHi) / 2, 0.015);
-            text->setPositionAlignment(Qt::AlignHCenter | Qt::AlignTop);
+            // At the band's left edge: the zeros/inf/NaN box sits top right, and a centred
+            // "normal" ran under it whenever the bars filled the right half.
+            text->position->setCoords(visLo + 0.4, 0.015);
+            text->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);
             QColor c = st.edge;
             c.setAlpha(255);
             text->setColor(c.darker(130));

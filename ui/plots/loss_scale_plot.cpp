@@ -233,15 +233,32 @@ void LossScalePlot::rebuild(const RunHistory& history, bool)
         backoffLabels_.push_back(label);
     }
     setDeclutteredLabels(backoffLabels_);
+    setLabelObstacles({backoff_, growth_, skipped_});
 
     scalingOff_ = !steps.empty() && !scaled;
     notice_->setVisible(scalingOff_);
 }
 
+QStringList LossScalePlot::shownLabels() const
+{
+    QStringList shown;
+    for (const QCPItemText* t : backoffLabels_)
+        if (t->visible()) shown << t->text();
+    return shown;
+}
+
 void LossScalePlot::fitToData()
 {
     fitGraphs({scale_, backoff_, growth_, skipped_}, true, false, 1.4); // room for the markers
-    if (scalingOff_ || scale_->data()->isEmpty()) yAxis->setRange(0.5, 2.0);
+    if (scalingOff_ || scale_->data()->isEmpty()) {
+        yAxis->setRange(0.5, 2.0);
+        return;
+    }
+    // A scale that fell 80 octaves (an init_scale of 1e30) left 1.4x as half a pixel: the
+    // markers at either end were cut in half. Pad by a share of the span too.
+    const QCPRange r = yAxis->range();
+    const double pad = std::exp2(0.06 * std::log2(r.upper / r.lower));
+    if (pad > 1.0) yAxis->setRange(r.lower / pad, r.upper * pad);
 }
 
 QString LossScalePlot::hoverText(const QPointF& pixel) const

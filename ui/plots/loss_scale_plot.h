@@ -31,6 +31,7 @@ public:
     const std::vector<ScaleMarker>& growths() const { return growths_; }
     bool scalingOff() const { return scalingOff_; }
     QString noticeText() const; // "loss scaling off" when shown, "" otherwise
+    QStringList shownLabels() const; // the backoff labels the last draw kept, oldest first
 
 private:
     void rebuild(const RunHistory& history, bool full) override;

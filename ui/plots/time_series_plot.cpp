@@ -296,15 +296,26 @@ void TimeSeriesPlot::updateCursor()
     cursor_->end->setCoords(x, 1);
 }
 
+void TimeSeriesPlot::setDeclutteredLabels(std::vector<QCPItemText*> labels)
+{
+    labels_ = std::move(labels);
+    preferred_.clear();
+    for (const QCPItemText* l : labels_) preferred_.push_back({l->positionAlignment(), l->padding()});
+}
+
 void TimeSeriesPlot::declutter()
 {
-    // Newest first: a label survives unless it overlaps one that was kept already.
-    std::vector<QCPItemText*> all(markerLabels_);
-    all.insert(all.end(), labels_.begin(), labels_.end());
-    std::vector<QRectF> kept;
     const QRectF area = axisRect()->rect();
-    for (auto it = all.rbegin(); it != all.rend(); ++it) {
-        QCPItemText* label = *it;
+    std::vector<QPointF> points; // the obstacles' markers in pixels, those in the plot area
+    for (QCPGraph* g : obstacles_)
+        for (auto d = g->data()->constBegin(); d != g->data()->constEnd(); ++d) {
+            const QPointF p(xAxis->coordToPixel(d->key), yAxis->coordToPixel(d->value));
+            if (area.contains(p)) points.push_back(p);
+        }
+    std::vector<QRectF> kept;
+    // Whether the label, placed as it is now, lies in the plot area clear of kept labels and
+    // of other markers; if so it is kept.
+    const auto place = [&](QCPItemText* label) {
         // The corners' bounding box (the text may be rotated).
         double left = INFINITY, top = INFINITY, right = -INFINITY, bottom = -INFINITY;
         for (QCPItemAnchor* a : {label->topLeft, label->topRight, label->bottomLeft, label->bottomRight}) {
@@ -315,11 +326,49 @@ void TimeSeriesPlot::declutter()
             bottom = std::max(bottom, p.y());
         }
         const QRectF r(QPointF(left, top), QPointF(right, bottom));
-        const bool inside = area.contains(r); // a label cut by the plot's edge is noise
-        const bool overlaps = std::any_of(kept.begin(), kept.end(), [&](const QRectF& k) { return k.intersects(r); });
-        label->setVisible(inside && !overlaps);
-        if (inside && !overlaps) kept.push_back(r.adjusted(-2, -2, 2, 2));
+        if (!area.contains(r)) return false; // a label cut by the plot's edge is noise
+        if (std::any_of(kept.begin(), kept.end(), [&](const QRectF& k) { return k.intersects(r); })) return false;
+        const QPointF anchor = label->position->pixelPosition();
+        // The text itself, without the padding that keeps it off its own marker's line.
+        const QMargins pad = label->padding();
+        const QRectF text = r.adjusted(pad.left(), pad.top(), -pad.right(), -pad.bottom());
+        const bool covers = std::any_of(points.begin(), points.end(), [&](const QPointF& p) {
+            // A marker is drawn about 8 px wide: one whose centre is 4 px off still shows.
+            return text.adjusted(-4, -4, 4, 4).contains(p) &&
+                   std::abs(p.x() - anchor.x()) + std::abs(p.y() - anchor.y()) > 1.0;
+        });
+        if (covers) return false;
+        kept.push_back(r.adjusted(-2, -2, 2, 2));
+        return true;
+    };
+    // Newest first: a label survives unless it overlaps one that was kept already. A marker's
+    // label that does not fit where it was placed is tried flipped: above its marker instead
+    // of below (a scale on the plot's floor has no room below), then to its left (a marker at
+    // the right edge), then both.
+    for (size_t i = labels_.size(); i-- > 0;) {
+        QCPItemText* label = labels_[i];
+        const Placement& want = preferred_[i];
+        bool shown = false;
+        for (int flip = 0; flip < 4 && !shown; ++flip) {
+            Qt::Alignment a = want.alignment;
+            QMargins m = want.padding;
+            if (flip & 1) {
+                if (!(a & (Qt::AlignTop | Qt::AlignBottom))) continue;
+                a = (a & ~Qt::Alignment(Qt::AlignVertical_Mask)) | (a & Qt::AlignTop ? Qt::AlignBottom : Qt::AlignTop);
+                m = QMargins(m.left(), m.bottom(), m.right(), m.top());
+            }
+            if (flip & 2) {
+                if (!(a & (Qt::AlignLeft | Qt::AlignRight))) continue;
+                a = (a & ~Qt::Alignment(Qt::AlignHorizontal_Mask)) | (a & Qt::AlignLeft ? Qt::AlignRight : Qt::AlignLeft);
+                m = QMargins(m.right(), m.top(), m.left(), m.bottom());
+            }
+            label->setPositionAlignment(a);
+            label->setPadding(m);
+            shown = place(label);
+        }
+        label->setVisible(shown);
     }
+    for (auto it = markerLabels_.rbegin(); it != markerLabels_.rend(); ++it) (*it)->setVisible(place(*it));
 }
 
 QString TimeSeriesPlot::hoverText(const QPointF& pixel) const

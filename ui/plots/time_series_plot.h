@@ -95,8 +95,12 @@ protected:
     void markNeedsReplot() { needsReplot_ = true; }
 
     // Labels that must not overlap: before each draw, a label that would overlap a later
-    // (newer) one in the list is hidden.
-    void setDeclutteredLabels(std::vector<QCPItemText*> labels) { labels_ = std::move(labels); }
+    // (newer) one in the list is hidden. One that does not fit where it is placed is tried
+    // flipped vertically, then horizontally, then both (padding mirrored).
+    void setDeclutteredLabels(std::vector<QCPItemText*> labels);
+    // Graphs whose points those labels must not cover either: a label over another marker is
+    // hidden too (its own marker, at the label's anchor, does not count).
+    void setLabelObstacles(QList<QCPGraph*> graphs) { obstacles_ = std::move(graphs); }
 
     // Axis-range fitting for graphs: x from min(0, first key) to the last key, y padded (on a
     // log axis, positive values only, by the factor `logPad` either side).
@@ -133,7 +137,13 @@ private:
     std::vector<EventMarker> markers_;
     std::vector<QCPAbstractItem*> markerItems_;
     std::vector<QCPItemText*> labels_;
+    struct Placement {
+        Qt::Alignment alignment;
+        QMargins padding;
+    };
+    std::vector<Placement> preferred_; // labels_' own placements, as they were handed over
     std::vector<QCPItemText*> markerLabels_;
+    QList<QCPGraph*> obstacles_;
 };
 
 } // namespace mantissa
