@@ -213,14 +213,14 @@ int main(int argc, char** argv)
     try {
         if (*run_cmd) {
             if (run_cmd->count("--serve") == 0) serve.listen.clear();
-            return finish(cmd_run(project, sets, db_path, name, no_store, serve, job));
+            return exit_after_stop(finish(cmd_run(project, sets, db_path, name, no_store, serve, job)));
         }
         if (*serve_cmd) {
             std::signal(SIGINT, on_sigint);
             std::signal(SIGTERM, on_sigint);
             return serve_store(db_path, serve, g_stop_requested);
         }
-        if (*sweep_cmd) return cmd_sweep(project, vary, sets, db_path, name, job);
+        if (*sweep_cmd) return exit_after_stop(cmd_sweep(project, vary, sets, db_path, name, job));
         if (reads)
             return run_reading_command(db_path, [&](RunStore& store, const CliStreams& io) {
                 if (*list_cmd) return cmd_list(store, io);
@@ -231,7 +231,7 @@ int main(int argc, char** argv)
         RunStore store(db_path, OpenMode::ReadWrite);
         if (*resume_cmd) {
             if (resume_cmd->count("--serve") == 0) serve.listen.clear();
-            return finish(cmd_resume(store, run, sets, db_path, serve, job, start_over));
+            return exit_after_stop(finish(cmd_resume(store, run, sets, db_path, serve, job, start_over)));
         }
         if (*rename_cmd) return cmd_rename(store, run, new_name);
         if (*delete_cmd) return cmd_delete(store, run);

@@ -21,6 +21,9 @@
 namespace mantissa {
 
 std::atomic<bool> g_stop_requested{false};
+namespace {
+std::atomic<int> g_stop_signal{0}; // the signal that asked for the stop, 0 for none
+} // namespace
 
 namespace {
 
@@ -34,13 +37,26 @@ void print_loop_time(const RunSummary& summary)
 
 } // namespace
 
-extern "C" void on_sigint(int)
+extern "C" void on_sigint(int signo)
 {
+    int none = 0;
+    g_stop_signal.compare_exchange_strong(none, signo);
     if (g_stop_requested.exchange(true)) {
         // Second Ctrl-C: the user wants out now.
         std::signal(SIGINT, SIG_DFL);
         std::raise(SIGINT);
     }
+}
+
+int exit_after_stop(int code)
+{
+    const int signo = g_stop_signal.load();
+    if (code != 0 || signo == 0) return code;
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::signal(signo, SIG_DFL);
+    std::raise(signo);
+    return 128 + signo; // not reached: the default action of SIGINT and SIGTERM ends the process
 }
 
 int train_session(RunSession& session, const std::string& db_path, DataParallelJob& job, TelemetrySink* extra,
