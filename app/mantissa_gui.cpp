@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "determinism.h"
+#include "x_display_probe.h"
 #include "telemetry.h"
 #include "pages/compare_page.h"
 #include "window/main_window.h"
@@ -86,16 +87,25 @@ int main(int argc, char* argv[])
     }
     // The application aborts with no display ("Reinstalling the application may fix this
     // problem") unless a platform that needs none is named: help and screenshots take the
-    // offscreen one; the window is refused with what to do instead.
-    if (!qEnvironmentVariableIsSet("QT_QPA_PLATFORM") && !qEnvironmentVariableIsSet("DISPLAY") &&
-        !qEnvironmentVariableIsSet("WAYLAND_DISPLAY")) {
-        if (!needs_no_display) {
+    // offscreen one, display or not (a grab needs no server); the window is refused with what
+    // to do instead, also where DISPLAY names a local X server that is gone.
+    if (!qEnvironmentVariableIsSet("QT_QPA_PLATFORM")) {
+        const bool wayland = qEnvironmentVariableIsSet("WAYLAND_DISPLAY");
+        const QByteArray display = qgetenv("DISPLAY");
+        if (needs_no_display) {
+            qputenv("QT_QPA_PLATFORM", "offscreen");
+        } else if (display.isEmpty() && !wayland) {
             std::fprintf(stderr, "mantissa: no display to open the window on (DISPLAY and WAYLAND_DISPLAY are "
                                  "unset): train headless with mantissa-train, or take --screenshot-dir pictures of "
                                  "the pages\n");
             return 2;
+        } else if (!wayland && local_x_display_answers(display.toStdString()) == false) {
+            std::fprintf(stderr, "mantissa: DISPLAY=%s names an X server that does not answer (a session that "
+                                 "outlived its X forwarding?): unset DISPLAY, or set it to a running server; "
+                                 "train headless with mantissa-train, or take --screenshot-dir pictures of the "
+                                 "pages\n", display.constData());
+            return 2;
         }
-        qputenv("QT_QPA_PLATFORM", "offscreen");
     }
     QApplication app(argc, argv);
     QApplication::setApplicationName(QStringLiteral("Mantissa"));

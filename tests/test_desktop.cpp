@@ -24,7 +24,14 @@
 #include <QToolBar>
 #include <QtTest>
 
+#include <cstddef>
+#include <cstring>
+#include <optional>
 #include <utility>
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
@@ -38,6 +45,7 @@
 #include "plots/loss_plot.h"
 #include "window/main_window.h"
 #include "window/window_state.h"
+#include "x_display_probe.h"
 
 using namespace mantissa;
 
@@ -374,26 +382,34 @@ private slots:
     // Bad arguments exit 2, as the header's codes say (QCommandLineParser's own exit was 1);
     // with no display the window is refused with what to do instead (Qt aborted: "Reinstalling
     // the application may fix this problem"), while a screenshot takes the offscreen platform.
+    // A DISPLAY whose local X server is gone (ssh and tmux sessions that outlived their X
+    // forwarding): the window is refused the same way, and help and screenshots, which need no
+    // server, still work (all three aborted in Qt's xcb plugin, exit 134).
     void badArgumentsAndNoDisplayExitTwo_data()
     {
         QTest::addColumn<QStringList>("args");
-        QTest::addColumn<bool>("display");
+        QTest::addColumn<QString>("display"); // "keep": this environment's; else DISPLAY's value, "" unset
         QTest::addColumn<int>("exitCode");
         QTest::addColumn<QString>("message");
-        QTest::newRow("unknown option") << QStringList{"--bogus"} << true << 2 << "mantissa: Unknown option 'bogus'.";
-        QTest::newRow("missing value") << QStringList{"--db"} << true << 2 << "mantissa: Missing value after '--db'.";
-        QTest::newRow("no display") << QStringList{MANTISSA_SOURCE_DIR "/tests/data/golden_project.json"} << false << 2
+        const QString golden = QStringLiteral(MANTISSA_SOURCE_DIR "/tests/data/golden_project.json");
+        const QString shot = QStringLiteral("SHOT");
+        QTest::newRow("unknown option") << QStringList{"--bogus"} << "keep" << 2 << "mantissa: Unknown option 'bogus'.";
+        QTest::newRow("missing value") << QStringList{"--db"} << "keep" << 2 << "mantissa: Missing value after '--db'.";
+        QTest::newRow("no display") << QStringList{golden} << "" << 2
                                     << "mantissa: no display to open the window on (DISPLAY and WAYLAND_DISPLAY are "
                                        "unset): train headless with mantissa-train";
         QTest::newRow("screenshot, no display")
-            << QStringList{MANTISSA_SOURCE_DIR "/tests/data/golden_project.json", "--set", "training.steps=1",
-                           "--screenshot", "SHOT"}
-            << false << 0 << "wrote ";
+            << QStringList{golden, "--set", "training.steps=1", "--screenshot", shot} << "" << 0 << "wrote ";
+        QTest::newRow("a display that is gone") << QStringList{golden} << ":7391" << 2
+                                                << "mantissa: DISPLAY=:7391 names an X server that does not answer";
+        QTest::newRow("screenshot, a display that is gone")
+            << QStringList{golden, "--set", "training.steps=1", "--screenshot", shot} << ":7391.0" << 0 << "wrote ";
+        QTest::newRow("help, a display that is gone") << QStringList{"--help"} << "unix:7391" << 0 << "Usage: ";
     }
     void badArgumentsAndNoDisplayExitTwo()
     {
         QFETCH(QStringList, args);
-        QFETCH(bool, display);
+        QFETCH(QString, display);
         QFETCH(int, exitCode);
         QFETCH(QString, message);
         QTemporaryDir dir;
@@ -401,9 +417,11 @@ private slots:
         args.prepend(dir.filePath(QStringLiteral("runs.sqlite")));
         args.prepend(QStringLiteral("--db"));
         QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-        if (!display)
+        if (display != QLatin1String("keep")) {
             for (const char* name : {"QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY"})
                 env.remove(QString::fromLatin1(name));
+            if (!display.isEmpty()) env.insert(QStringLiteral("DISPLAY"), display);
+        }
         QProcess p;
         p.setProcessEnvironment(env);
         p.setProcessChannelMode(QProcess::MergedChannels);
@@ -413,6 +431,31 @@ private slots:
         QCOMPARE(p.exitStatus(), QProcess::NormalExit);
         QVERIFY2(p.exitCode() == exitCode, qPrintable(out));
         QVERIFY2(out.contains(message), qPrintable(out));
+    }
+
+    // The probe connects to a local display's socket; other forms are left to Qt.
+    void theDisplayProbeConnectsToALocalServer()
+    {
+        QCOMPARE(local_x_display_answers("localhost:10.0"), std::nullopt); // ssh -X: not probed
+        QCOMPARE(local_x_display_answers("host.example:0"), std::nullopt);
+        QCOMPARE(local_x_display_answers(":x"), std::nullopt);
+        QCOMPARE(local_x_display_answers(":12x"), std::nullopt);
+        QCOMPARE(local_x_display_answers(":7392"), std::optional<bool>(false));
+        // A server on the abstract socket that Xorg and Xvfb open.
+        const int server = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        QVERIFY(server >= 0);
+        sockaddr_un address{};
+        address.sun_family = AF_UNIX;
+        const char name[] = "/tmp/.X11-unix/X7392";
+        std::memcpy(address.sun_path + 1, name, sizeof name - 1);
+        const auto length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + sizeof name - 1);
+        QCOMPARE(::bind(server, reinterpret_cast<const sockaddr*>(&address), length), 0);
+        QCOMPARE(::listen(server, 4), 0);
+        QCOMPARE(local_x_display_answers(":7392"), std::optional<bool>(true));
+        QCOMPARE(local_x_display_answers(":7392.1"), std::optional<bool>(true));
+        QCOMPARE(local_x_display_answers("unix:7392"), std::optional<bool>(true));
+        QCOMPARE(local_x_display_answers(":7393"), std::optional<bool>(false));
+        ::close(server);
     }
 
     void windowStateIsRestored()
