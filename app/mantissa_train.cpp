@@ -41,6 +41,25 @@ std::string unknown_command(CLI::App& app, int argc, char** argv)
     return {};
 }
 
+// A finite number > 0 (>= 0 where `zero_allowed`). CLI11's own checks let NaN through and
+// print their bound as 309 digits of DBL_MAX.
+CLI::Validator finite_number(bool zero_allowed)
+{
+    const std::string bound = zero_allowed ? ">= 0" : "> 0";
+    return CLI::Validator(
+        [=](std::string& text) {
+            try {
+                size_t used = 0;
+                const double v = std::stod(text, &used);
+                const bool ok = used == text.size() && std::isfinite(v) && (v > 0.0 || (zero_allowed && v == 0.0));
+                return ok ? std::string() : "must be a finite number " + bound;
+            } catch (const std::exception&) {
+                return std::string("must be a number");
+            }
+        },
+        "NUMBER " + bound);
+}
+
 } // namespace
 
 int main(int argc, char** argv)
@@ -77,7 +96,7 @@ int main(int argc, char** argv)
         cmd->add_option("--tls-key", serve.tls_key, "The certificate's PEM private key");
         cmd->add_option("--requests-per-s", serve.requests_per_s,
                         "Requests per second per client address (a burst of twice that)")
-            ->check(CLI::PositiveNumber)
+            ->check(finite_number(false)) // NaN passed CLI::PositiveNumber, and lifted the limit
             ->capture_default_str();
     };
     run_cmd->add_option("--serve", serve.listen, "Serve the run store while training on [ADDR:]PORT (0: any free port)");
@@ -150,17 +169,7 @@ int main(int argc, char** argv)
         ->required();
     compare_cmd->add_option("--tolerance", tolerance, "Train-loss difference that counts as divergence")
         ->capture_default_str()
-        ->check(CLI::Validator(
-            [](std::string& text) {
-                // NaN would find every run within tolerance, a negative one every run diverged.
-                try {
-                    const double v = std::stod(text);
-                    return std::isfinite(v) && v >= 0.0 ? std::string() : std::string("must be a finite number >= 0");
-                } catch (const std::exception&) {
-                    return std::string("must be a number");
-                }
-            },
-            "NUMBER >= 0"));
+        ->check(finite_number(true)); // NaN: every run within tolerance; < 0: every run diverged
     compare_cmd->add_flag("--relative", relative, "Tolerance relative to the larger loss, not absolute");
     compare_cmd->add_option("--db", db_path, "Run store (SQLite) path");
 

@@ -176,6 +176,8 @@ std::string export_target_problem(RunStore& store, int64_t run_id, const std::st
     };
     for (const char* suffix : {"-wal", "-shm", "-journal"})
         if (named(store.path() + suffix)) return "--out '" + out + "' is the run store's own file";
+    // `serve` keeps its token there by default: a CSV in its place locked every window out.
+    if (named(store.path() + ".token")) return "--out '" + out + "' is the store server's token file";
     // A run's lock file replaced while it trains reads as a dead run, which a resume then takes.
     if (in_folder(store.path() + ".locks")) return "--out '" + out + "' is in the run store's lock folder";
     for (const auto& run : runs)

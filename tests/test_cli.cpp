@@ -475,6 +475,8 @@ private slots:
             // runs.sqlite-shm was deleted by the next `tag`).
             {{"--out", db_ + "-shm"}, "error: --out '" + db_ + "-shm' is the run store's own file\n"},
             {{"--out", db_ + "-journal"}, "error: --out '" + db_ + "-journal' is the run store's own file\n"},
+            // `serve`'s token, there or not: a CSV in its place locked every window out.
+            {{"--out", db_ + ".token"}, "error: --out '" + db_ + ".token' is the store server's token file\n"},
             // A live run's lock file replaced with a CSV read as a dead run, which a resume took.
             {{"--out", db_ + ".locks/run-1.lock"},
              "error: --out '" + db_ + ".locks/run-1.lock' is in the run store's lock folder\n"},
@@ -1330,6 +1332,12 @@ private slots:
         QTest::newRow("tolerance text") << QStringList{"compare", "1", "2", "--tolerance", "abc"} << 2 << "must be a number";
         QTest::newRow("tolerance < 0") << QStringList{"compare", "1", "2", "--tolerance", "-1"} << 2 << "finite number >= 0";
         QTest::newRow("tolerance NaN") << QStringList{"compare", "1", "2", "--tolerance", "nan"} << 2 << "finite number >= 0";
+        QTest::newRow("tolerance 1x") << QStringList{"compare", "1", "2", "--tolerance", "1x"} << 2 << "finite number >= 0";
+        // NaN lifted the server's rate limit; 0 was refused as "not in range 0.000000 to 1797..."
+        QTest::newRow("rate NaN") << QStringList{"serve", "--requests-per-s", "nan"} << 2
+                                  << "--requests-per-s: must be a finite number > 0";
+        QTest::newRow("rate 0") << QStringList{"serve", "--requests-per-s", "0"} << 2
+                                << "--requests-per-s: must be a finite number > 0";
         QTest::newRow("help") << QStringList{"--help"} << 0 << "Usage:";
     }
     void usageErrorsExit2()
