@@ -52,8 +52,6 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
 int cmd_list(RunStore& store, const CliStreams& io);
 int cmd_show(RunStore& store, const std::string& run, const CliStreams& io);
 int cmd_rename(RunStore& store, const std::string& run, const std::string& new_name);
-// Why `name` cannot name a run ("" if it can): one of digits reads as a run id.
-std::string run_name_problem(const std::string& name);
 int cmd_delete(RunStore& store, const std::string& run);
 int cmd_export(RunStore& store, const std::string& run, const std::string& format, const std::string& table,
                const std::string& out_path, const CliStreams& io);

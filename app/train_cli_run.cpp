@@ -154,8 +154,8 @@ std::vector<Override> parse_overrides(const std::vector<std::string>& sets)
 int cmd_run(const std::string& project_path, const std::vector<std::string>& sets, const std::string& db_path,
             std::string name, bool no_store, const ServeOptions& serve, DataParallelJob& job)
 {
-    if (const std::string problem = run_name_problem(name); !problem.empty()) {
-        std::fprintf(stderr, "error: --name %s\n", problem.c_str());
+    if (const std::string problem = name.empty() ? "" : run_name_problem(name); !problem.empty()) {
+        std::fprintf(stderr, "error: --name %s\n", problem.c_str()); // empty: the project's name
         return 2;
     }
     if (!serve.listen.empty()) {

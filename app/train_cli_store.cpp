@@ -86,25 +86,12 @@ int cmd_show(RunStore& store, const std::string& run, const CliStreams& io)
     return 0;
 }
 
-std::string run_name_problem(const std::string& name)
-{
-    // Runs are found by id before name: a run named "5" would be out of reach of show,
-    // compare, export and delete, which took run 5 instead without a word.
-    if (!name.empty() && name.find_first_not_of("0123456789") == std::string::npos)
-        return "'" + name + "' reads as a run id: name the run with a letter in it";
-    return {};
-}
-
 int cmd_rename(RunStore& store, const std::string& run, const std::string& new_name)
 {
     auto info = find_or_complain(store, run, RunUse::Change);
     if (!info) return 2;
-    if (new_name.empty()) {
-        std::fprintf(stderr, "error: the new name is empty\n");
-        return 2;
-    }
     if (const std::string problem = run_name_problem(new_name); !problem.empty()) {
-        std::fprintf(stderr, "error: %s\n", problem.c_str());
+        std::fprintf(stderr, "error: the new name %s\n", problem.c_str());
         return 2;
     }
     store.rename_run(info->id, new_name);

@@ -10,6 +10,7 @@
 #include <functional>
 #include <set>
 #include <sstream>
+#include <cctype>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -527,11 +528,11 @@ ProjectConfig from_json(const json& j)
 // `stored`: a run's saved settings read back, checked as they were when the run was made.
 void validate(const ProjectConfig& c, bool stored = false)
 {
-    // A run takes its project's name: one with a NUL was stored whole but listed cut at the NUL.
-    // A stored run's name stays readable as it is.
-    require(stored || std::none_of(c.name.begin(), c.name.end(),
-                                   [](unsigned char ch) { return ch < 0x20 || ch == 0x7f; }),
-            "name", "has a control character (a NUL, a tab, a newline): a run's name is one line of text");
+    // A run takes its project's name: one with a NUL was stored whole but listed cut at the NUL,
+    // one of digits became a run that `show 1` could not reach. A stored run's name stays
+    // readable as it is.
+    if (!stored)
+        if (const std::string problem = run_name_problem(c.name); !problem.empty()) require(false, "name", problem);
     const auto& m = c.model;
     require(m.n_layer >= 1, "model.n_layer", "must be at least 1");
     require(m.n_layer <= kMaxLayers, "model.n_layer", "must be at most " + std::to_string(kMaxLayers));
@@ -920,6 +921,17 @@ ProjectConfig load_run_config(const std::string& config_json)
 }
 
 std::string to_json_text(const ProjectConfig& config) { return to_json(config).dump(2); }
+
+std::string run_name_problem(std::string_view name)
+{
+    if (std::all_of(name.begin(), name.end(), [](unsigned char ch) { return std::isspace(ch); }))
+        return "is empty: a run needs a name";
+    if (std::any_of(name.begin(), name.end(), [](unsigned char ch) { return ch < 0x20 || ch == 0x7f; }))
+        return "has a control character (a NUL, a tab, a newline): a run's name is one line of text";
+    if (name.find_first_not_of("0123456789") == std::string_view::npos)
+        return "'" + std::string(name) + "' reads as a run id: name the run with a letter in it";
+    return {};
+}
 
 std::string resolve_data_path(const ProjectConfig& config, const std::string& path)
 {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -120,6 +121,12 @@ bool is_path_key(const std::string& dotted_key);
 // first (the file's own value was fine); "" when none did. For refusals after the load (the
 // data, the device), which the loaders' own blaming does not see.
 std::string blame_override(const std::string& message, const std::vector<Override>& overrides);
+
+// Why `name` cannot name a run, or "": it is blank, it is digits only (runs are found by id
+// before name: a run named "5" was out of reach of show, compare and delete), or it holds a
+// control character (a name is one line of text: a newline split its row in `list`). The
+// project's name, `--name`, and a rename in the CLI or the window all pass this one rule.
+std::string run_name_problem(std::string_view name);
 
 // Reads, overrides and validates a project. Throws ConfigError naming the key or file.
 ProjectConfig load_project_file(const std::string& path, const std::vector<Override>& overrides = {});

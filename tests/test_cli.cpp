@@ -277,7 +277,14 @@ private slots:
         // A name of digits reads as a run id: found by id first, the run would be out of reach.
         const auto digits = run_cli({"rename", "lr-\u00e4\u00e4", "5", "--db", db});
         QCOMPARE(digits.exit_code, 2);
-        QCOMPARE(digits.err, QString("error: '5' reads as a run id: name the run with a letter in it\n"));
+        QCOMPARE(digits.err, QString("error: the new name '5' reads as a run id: name the run with a letter in it\n"));
+        // A newline split the run's row in `list` and `compare`; a tab shifted its columns.
+        const auto twoLines = run_cli({"rename", "lr-\u00e4\u00e4", "two\nlines", "--db", db});
+        QCOMPARE(twoLines.exit_code, 2);
+        QCOMPARE(twoLines.err, QString("error: the new name has a control character (a NUL, a tab, a newline): a run's "
+                                    "name is one line of text\n"));
+        QCOMPARE(run_cli({"rename", "lr-\u00e4\u00e4", " ", "--db", db}).err,
+                 QString("error: the new name is empty: a run needs a name\n"));
         const auto list = run_cli({"list", "--db", db});
         QCOMPARE(list.exit_code, 0);
         const QStringList lines = list.out.split('\n', Qt::SkipEmptyParts);

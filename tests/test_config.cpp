@@ -337,6 +337,11 @@ private slots:
         QTest::newRow("name with a NUL") << R"({"name": "a\u0000b"})" << ""
                                          << "name: has a control character (a NUL, a tab, a newline): a run's name is "
                                             "one line of text";
+        // Runs are found by id before name: a run named "1" was out of reach of `show 1`.
+        QTest::newRow("name of digits") << R"({"name": "1"})" << ""
+                                        << "name: '1' reads as a run id: name the run with a letter in it";
+        QTest::newRow("name emptied by --set") << "{}" << "name=" << "name: is empty: a run needs a name";
+        QTest::newRow("blank name") << R"({"name": "  "})" << "" << "name: is empty: a run needs a name";
         QTest::newRow("integer beyond uint64") << R"({"training": {"batch_size": 99999999999999999999999}})" << ""
                                                << "training.batch_size: 9.999999999999999e+22 is out of range";
         QTest::newRow("absurd grad_accum") << R"({"training": {"grad_accum": 9223372036854775807}})" << ""

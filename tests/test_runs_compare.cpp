@@ -343,6 +343,12 @@ private slots:
         QCOMPARE(page.model()->run(1).name, std::string("beta renamed"));
         QVERIFY(!page.renameRun(2, QStringLiteral("  ")));
         QCOMPARE(page.lastError(), QStringLiteral("A run name cannot be empty."));
+        // The CLI's rule: a name of digits reads as a run id, and a name is one line.
+        QVERIFY(!page.renameRun(2, QStringLiteral("42")));
+        QCOMPARE(page.lastError(), QStringLiteral("Run 2 cannot be named so: its name '42' reads as a run id: name the "
+                                                  "run with a letter in it"));
+        QVERIFY(!page.renameRun(2, QStringLiteral("a\tb")));
+        QVERIFY(page.lastError().contains(QStringLiteral("has a control character")));
 
         // The inline edit of the name cell renames too.
         const QModelIndex nameCell = page.model()->index(0, RunListModel::Name);

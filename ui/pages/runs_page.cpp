@@ -24,6 +24,7 @@
 #include "models/run_filter_proxy.h"
 #include "common/run_format.h"
 #include "models/run_list_model.h"
+#include "project_config.h"
 #include "run_session.h"
 #include "run_store.h"
 #include "controller/store_connection.h"
@@ -293,6 +294,8 @@ bool RunsPage::renameRun(int64_t id, const QString& name)
 {
     const QString trimmed = name.trimmed();
     if (trimmed.isEmpty()) return fail(tr("A run name cannot be empty."));
+    if (const std::string problem = run_name_problem(trimmed.toStdString()); !problem.empty())
+        return fail(tr("Run %1 cannot be named so: its name %2").arg(id).arg(QString::fromStdString(problem)));
     QString error;
     RunStore* store = store_->store(&error);
     if (!store) return fail(error);
