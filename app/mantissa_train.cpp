@@ -204,6 +204,10 @@ int main(int argc, char** argv)
     // Under torchrun or Slurm (docs/DISTRIBUTED.md): ranks 1.. train what rank 0 hands them.
     DataParallelJob job;
     if (*run_cmd || *resume_cmd || *sweep_cmd) {
+        // A line at a time into a file too (`> log 2>&1`): a sweep's error on stderr came before
+        // the summary and header lines printed ahead of it. Training prints a few lines a step
+        // at most; the reading commands keep full buffering for their tables and exports.
+        std::setvbuf(stdout, nullptr, _IOLBF, 0);
         auto launch = join_data_parallel(!*sweep_cmd, *sweep_cmd ? "sweep" : "run", g_stop_requested);
         if (launch.exit_code >= 0) return launch.exit_code;
         job.dp = launch.dp;

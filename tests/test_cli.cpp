@@ -1078,6 +1078,18 @@ private slots:
         const auto rows = sweep_table(first.out);
         QCOMPARE(rows.size(), 2);
         QVERIFY2(rows[0].contains("rejected") && !rows[1].contains("rejected"), qPrintable(first.out));
+        // In one log (`> log 2>&1`) the lines come in the order they were printed: the refusal
+        // came before the first value's summary and the "[2/2]" header printed ahead of it.
+        QProcess merged;
+        merged.setProcessChannelMode(QProcess::MergedChannels);
+        merged.start(MANTISSA_TRAIN_EXE, {"sweep", project_, "--vary", "data.path=" + text + "," + missing, "--set",
+                                          "data.kind=text", "--set", "training.steps=2", "--db",
+                                          dir_.filePath("sweep-rejected-log.sqlite")});
+        QVERIFY(merged.waitForFinished(120000));
+        const QString log = QString::fromUtf8(merged.readAll());
+        const auto at = [&](const QString& text) { return log.indexOf(text); };
+        QVERIFY2(at("saved as run 1") >= 0 && at("saved as run 1") < at("[2/2]") && at("[2/2]") < at("error: "),
+                 qPrintable(log));
         RunStore kept(reversed.toStdString(), OpenMode::ReadOnly);
         QCOMPARE(kept.list_runs().size(), size_t(1));
         QCOMPARE(kept.list_runs().front().status, RunStatus::Finished);
