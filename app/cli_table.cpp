@@ -60,7 +60,11 @@ std::string fmt_finite(double v, const char* format)
     if (!std::isfinite(v)) return "-";
     char buf[32];
     std::snprintf(buf, sizeof buf, format, v);
-    return buf;
+    std::string text = buf;
+    // A tiny negative rounded to zero read "-0.0000": a zero shown has no sign of its own.
+    if (text.starts_with('-') && text.find_first_of("123456789") == std::string::npos)
+        text = (std::string_view(format).starts_with("%+") ? "+" : "") + text.substr(1);
+    return text;
 }
 
 std::string fmt_loss(double v) { return fmt_finite(v, "%.4f"); }

@@ -57,9 +57,11 @@ void ConsoleProgress::on_step(const StepMetrics& m)
     for (const auto& [tag, value] : m.extra_scalars)
         if (tag == "dp/allreduce_share") comm = " | allreduce " + std::to_string(static_cast<int>(value * 100.0 + 0.5)) + "%";
     if (interactive_) {
+        // Rounded as the eval line rounds it (the first six characters read 2.6110 for 2.61108).
+        char val[32] = "-";
+        if (last_val_loss_ >= 0) std::snprintf(val, sizeof val, "%.4f", last_val_loss_);
         std::fprintf(out_, "\r\033[Kstep %lld/%lld | loss %.4f | val %s | %.0f tok/s | %.1f ms/step%s | ETA %s",
-                     static_cast<long long>(m.step), static_cast<long long>(total_steps_), m.train_loss,
-                     last_val_loss_ >= 0 ? std::to_string(last_val_loss_).substr(0, 6).c_str() : "-",
+                     static_cast<long long>(m.step), static_cast<long long>(total_steps_), m.train_loss, val,
                      m.tokens_per_s, m.step_time_ms, comm.c_str(), format_duration(eta).c_str());
         line_open_ = true;
         std::fflush(out_);

@@ -10,6 +10,7 @@
 #include <thread>
 #include <unistd.h>
 
+#include "cli_table.h"
 #include "console_progress.h"
 #include "data_parallel_cli.h"
 #include "project_config.h"
@@ -110,11 +111,17 @@ int train_session(RunSession& session, const std::string& db_path, DataParallelJ
         return 1;
     }
     const RunSummary& summary = outcome.summary;
-    std::printf("%s after %lld steps: train loss %.4f", std::string(run_status_name(outcome.status)).c_str(), static_cast<long long>(summary.steps_done),
-                summary.final_train_loss);
-    if (summary.final_val_loss >= 0) std::printf(", val loss %.4f", summary.final_val_loss);
+    std::printf("%s after %lld steps", std::string(run_status_name(outcome.status)).c_str(),
+                static_cast<long long>(summary.steps_done));
+    // A run stopped before its first step measured no loss ("train loss 0.0000" read as one);
+    // a diverged run's NaN val loss is printed, as its train loss is.
+    if (summary.steps_done > 0) std::printf(": train loss %s", fmt_recorded_loss(summary.final_train_loss, true).c_str());
+    const bool evaluated = summary.final_val_step >= 0;
+    if (evaluated)
+        std::printf("%s val loss %s", summary.steps_done > 0 ? "," : ":",
+                    fmt_recorded_loss(summary.final_val_loss, true).c_str());
     // A stopped run is not evaluated where it stops: its val loss is an earlier step's.
-    if (summary.final_val_loss >= 0 && summary.final_val_step != summary.steps_done)
+    if (evaluated && summary.final_val_step != summary.steps_done)
         std::printf(" (at step %lld)", static_cast<long long>(summary.final_val_step));
     // A session of fewer steps than its warm-up (a resume of a few steps) times none: "0.000 ms
     // (0 tokens/s)" read as a measurement.

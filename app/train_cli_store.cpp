@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <memory>
@@ -74,12 +75,15 @@ int cmd_show(RunStore& store, const std::string& run, const CliStreams& io)
     if (const auto val = store.last_scalar(info->id, "val/loss"))
         std::fprintf(io.out, "last val loss: %.4f (step %lld)\n", val->value, static_cast<long long>(val->step));
     std::fprintf(io.out, "events:\n");
-    for (const auto& e : store.events(info->id)) {
+    const auto events = store.events(info->id);
+    int kind_width = 12; // the longest kind, so that the messages start in one column
+    for (const auto& e : events) kind_width = std::max(kind_width, static_cast<int>(e.kind.size()));
+    for (const auto& e : events) {
         // One line per event: a sample's text keeps its line breaks as the Monitor's log shows them.
         std::string message = e.message;
         for (size_t at = 0; (at = message.find('\n', at)) != std::string::npos; at += 5)
             message.replace(at, 1, " \u21b5 ");
-        std::fprintf(io.out, "  step %6lld  %-12s  %s\n", static_cast<long long>(e.step), e.kind.c_str(),
+        std::fprintf(io.out, "  step %6lld  %-*s  %s\n", static_cast<long long>(e.step), kind_width, e.kind.c_str(),
                      message.c_str());
     }
     std::fprintf(io.out, "config:\n%s\n", info->config_json.c_str());

@@ -32,6 +32,7 @@ namespace {
 
 std::string fmt(double v)
 {
+    if (std::isnan(v)) return "nan"; // a stream writes a negative NaN as "-nan"
     std::ostringstream out;
     out.precision(5);
     out << v;

@@ -14,6 +14,7 @@
 #include <QTemporaryDir>
 
 #include <cmath>
+#include <limits>
 #include <regex>
 #include <csignal>
 #include <utility>
@@ -23,6 +24,7 @@
 
 #include "event_helpers.h"
 #include "cli_process.h"
+#include "cli_table.h"
 #include "run_store.h"
 #include "project_config.h"
 
@@ -1337,6 +1339,20 @@ private slots:
         const auto missing = run_cli({"tag", "77", "x", "--db", db});
         QCOMPARE(missing.exit_code, 2);
         QVERIFY(missing.err.contains("no run '77'"));
+    }
+
+    // A tiny negative rounded to zero has no sign in a table ("-0.0000" in a sweep's dval);
+    // non-finite values are named.
+    void tableNumbersReadAsTheyShould()
+    {
+        QCOMPARE(fmt_delta(-1e-6), std::string("+0.0000"));
+        QCOMPARE(fmt_delta(-0.0), std::string("+0.0000"));
+        QCOMPARE(fmt_delta(-0.00005), std::string("-0.0001"));
+        QCOMPARE(fmt_loss(-1e-9), std::string("0.0000"));
+        QCOMPARE(fmt_recorded_delta(-1e-6, true), std::string("+0.0000"));
+        QCOMPARE(fmt_recorded_delta(-INFINITY, true), std::string("-inf"));
+        QCOMPARE(fmt_recorded_loss(-std::numeric_limits<double>::quiet_NaN(), true), std::string("nan"));
+        QCOMPARE(fmt_recorded_loss(2.0, false), std::string("-"));
     }
 
     // Usage errors exit 2 (README), whatever CLI11's own code for them; help and version 0.

@@ -1234,6 +1234,11 @@ private slots:
         QCOMPARE(layer_named(2.0, {{"wte", NAN}, {"blocks.0.attn.qkv", INFINITY}, {"ln_f", NAN}}), std::string("wte"));
         QCOMPARE(layer_named(NAN, {{"wte", NAN}, {"blocks.0.attn.qkv", NAN}, {"ln_f", NAN}}), std::string());
         QCOMPARE(layer_named(INFINITY, {{"wte", 1.0}, {"ln_f", 1.0}}), std::string());
+        // A negative NaN (what 0 * inf and most NaN arithmetic give on x86) reads "nan" too.
+        Watchers w(WatcherConfig{});
+        const auto alerts = w.on_step(step_metrics(7, -std::numeric_limits<double>::quiet_NaN(), -NAN));
+        QCOMPARE(alerts.size(), size_t(1));
+        QCOMPARE(alerts[0].message, std::string("loss nan, grad norm nan"));
     }
 
     // A skipped step's gradients overflowed, and the loss scaler backed off: on a telemetry
