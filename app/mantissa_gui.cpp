@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "determinism.h"
+#include "run_store.h"
 #include "x_display_probe.h"
 #include "telemetry.h"
 #include "pages/compare_page.h"
@@ -195,6 +196,17 @@ int main(int argc, char* argv[])
         return 2;
     }
 
+    // As mantissa-train refuses them: bad arguments (exit 2), not a store that failed.
+    const std::string db = parser.value(dbOption).toStdString();
+    if (parser.isSet(dbOption) && RunStore::is_private_database(db)) {
+        fail(QStringLiteral("--db '%1' is not a file: name the run store's file (default %2)")
+                 .arg(parser.value(dbOption), QString::fromStdString(default_store_path())));
+        return 2;
+    }
+    if (parser.isSet(dbOption) && RunStore::names_a_folder(db)) {
+        fail(QStringLiteral("--db '%1' is a folder: name the run store's file in it").arg(parser.value(dbOption)));
+        return 2;
+    }
     MainWindow window(parser.value(dbOption));
     const QString project =
         parser.positionalArguments().isEmpty() ? find_default_project() : parser.positionalArguments().first();
@@ -292,12 +304,15 @@ int main(int argc, char* argv[])
         controller->stop();
     });
     QObject::connect(controller, &TrainingController::finished, &window, [&](RunStatus status) {
-        if (!shotTaken) takeShot();
+        // A run refused before its first step (its settings, its store) leaves an earlier
+        // picture as it was: a window at step 0 replaced it.
+        const bool refused = status == RunStatus::Failed && window.lastStep() <= 0;
+        if (!shotTaken && !refused) takeShot();
         // As mantissa-train exits: 2 for settings refused before training, 3 for a run whose
         // store or final checkpoint lost something (it exited 1 and 0).
         if (status == RunStatus::Failed) {
             fail(controller->lastError());
-            QCoreApplication::exit(controller->lastRefusedSettings() ? 2 : 1);
+            QCoreApplication::exit(controller->lastRefusedSettings() ? 2 : controller->lastStoreFailed() ? 3 : 1);
             return;
         }
         if (!controller->lastError().isEmpty()) {

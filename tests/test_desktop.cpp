@@ -78,6 +78,18 @@ std::pair<int, QString> run_gui_on_golden(const QTemporaryDir& dir, const QStrin
     return {finished && p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, out};
 }
 
+bool write_file(const QString& path, const QByteArray& bytes)
+{
+    QFile f(path);
+    return f.open(QIODevice::WriteOnly) && f.write(bytes) == bytes.size();
+}
+
+QByteArray read_file(const QString& path)
+{
+    QFile f(path);
+    return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+}
+
 QStringList column(const QTableWidget* table, int c)
 {
     QStringList values;
@@ -365,18 +377,35 @@ private slots:
 
     // Headless, a setting the engine refuses as the run starts exits as mantissa-train does: 2,
     // a bad argument (it exited 1, as a run that failed in training).
+    // The earlier picture is kept: a window at step 0 replaced it.
     void aRefusedSettingExitsAsABadArgument()
     {
         QTemporaryDir dir;
+        const QString shot = dir.filePath(QStringLiteral("shot.png"));
+        QVERIFY(write_file(shot, "an earlier picture"));
         const auto [code, out] = run_gui_on_golden(dir, {QStringLiteral("--set"), QStringLiteral("training.steps=2"),
                                                           QStringLiteral("--set"),
                                                           QStringLiteral("training.device=cuda"),
-                                                          QStringLiteral("--screenshot"),
-                                                          dir.filePath(QStringLiteral("shot.png"))});
+                                                          QStringLiteral("--screenshot"), shot});
         if (code == 0) QSKIP("this LibTorch has a CUDA device");
         QVERIFY2(code == 2, qPrintable(out));
         QVERIFY2(out.contains("training.device: 'cuda' was asked for, but this LibTorch has no CUDA device"),
                  qPrintable(out));
+        QCOMPARE(read_file(shot), QByteArray("an earlier picture"));
+    }
+
+    // A store that is no store: exit 3 as mantissa-train's (it exited 1), the picture kept.
+    void aDamagedStoreExitsAsAStoreProblem()
+    {
+        QTemporaryDir dir;
+        const QString shot = dir.filePath(QStringLiteral("shot.png"));
+        QVERIFY(write_file(shot, "an earlier picture"));
+        QVERIFY(write_file(dir.filePath(QStringLiteral("runs.sqlite")), QByteArray(3000, 'x')));
+        const auto [code, out] = run_gui_on_golden(dir, {QStringLiteral("--set"), QStringLiteral("training.steps=2"),
+                                                          QStringLiteral("--screenshot"), shot});
+        QVERIFY2(code == 3, qPrintable(out));
+        QVERIFY2(out.contains("is not a SQLite database"), qPrintable(out));
+        QCOMPARE(read_file(shot), QByteArray("an earlier picture"));
     }
 
     // Bad arguments exit 2, as the header's codes say (QCommandLineParser's own exit was 1);
@@ -405,6 +434,9 @@ private slots:
         QTest::newRow("screenshot, a display that is gone")
             << QStringList{golden, "--set", "training.steps=1", "--screenshot", shot} << ":7391.0" << 0 << "wrote ";
         QTest::newRow("help, a display that is gone") << QStringList{"--help"} << "unix:7391" << 0 << "Usage: ";
+        // As mantissa-train: a bad argument, not a store that failed (it exited 1).
+        QTest::newRow("an in-memory store") << QStringList{golden, "--db", ":memory:", "--screenshot", shot} << "keep"
+                                            << 2 << "mantissa: --db ':memory:' is not a file";
     }
     void badArgumentsAndNoDisplayExitTwo()
     {
