@@ -756,14 +756,24 @@ void check_override_key(const std::string& dotted)
 {
     if (dotted.empty() || dotted.back() == '.') return;
     static const json defaults = to_json(ProjectConfig{});
+    // `compare` prints a list's entries as precision.layers[0].dgrad; --set takes a list whole.
+    const auto whole_list = [](const std::string& key) {
+        return ConfigError(key + ": is a list, which --set replaces whole: --set '" + key + "=[...]' with a JSON array");
+    };
     const json* at = &defaults;
     std::string walked;
     for (size_t begin = 0; begin <= dotted.size();) {
+        if (at->is_array()) throw whole_list(walked);
         if (!at->is_object()) throw ConfigError(walked + ": expected an object, got " + type_word(*at));
         const size_t dot = std::min(dotted.find('.', begin), dotted.size());
         const std::string part = dotted.substr(begin, dot - begin);
         const std::string parent = walked;
         walked += (walked.empty() ? "" : ".") + part;
+        if (const size_t bracket = part.find('['); bracket != std::string::npos && !at->contains(part)) {
+            const std::string list = part.substr(0, bracket);
+            if (at->contains(list) && (*at)[list].is_array())
+                throw whole_list((parent.empty() ? "" : parent + ".") + list);
+        }
         if (!at->contains(part))
             throw ConfigError(key_for_message(walked) + ": unknown key" + did_you_mean(*at, part, parent));
         at = &(*at)[part];

@@ -327,6 +327,13 @@ private slots:
                                                        << "training: expected an object, got a boolean";
         QTest::newRow("--set through a value") << R"({"training": {"steps": 5}})" << "training.steps.x=2"
                                                << "training.steps: expected an object, got an integer";
+        // `compare` prints precision.layers[0].dgrad: a list's entry is no key of its own.
+        QTest::newRow("--set a list's entry") << "{}" << "precision.layers[0].dgrad=bf16"
+                                              << "precision.layers: is a list, which --set replaces whole: --set "
+                                                 "'precision.layers=[...]' with a JSON array";
+        QTest::newRow("--set through a list") << "{}" << "precision.layers.0.dgrad=bf16"
+                                              << "precision.layers: is a list, which --set replaces whole: --set "
+                                                 "'precision.layers=[...]' with a JSON array";
         QTest::newRow("--set not UTF-8") << "{}" << "name=\\xff" << "name: the value is not valid UTF-8 text";
         QTest::newRow("integer beyond int64") << R"({"model": {"n_layer": 9223372036854775808}})" << ""
                                               << "model.n_layer: 9223372036854775808 is out of range";
