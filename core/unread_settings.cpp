@@ -31,6 +31,29 @@ std::string why_no_rht(const ProjectConfig& config)
            std::to_string(config.model.context_length) + ") is no multiple of 16, the transform's length";
 }
 
+// The data keys a kind reads; the others are ignored (docs/PROJECT_FORMAT.md).
+bool data_key_read(DataKind kind, const std::string& key)
+{
+    switch (kind) {
+    case DataKind::Text: return key == "data.path" || key == "data.tokenizer" || key == "data.val_fraction";
+    case DataKind::TokenBin: return key == "data.dir" || key == "data.vocab_size";
+    case DataKind::SyntheticAddition:
+        return key == "data.val_fraction" || key == "data.digits" || key == "data.examples";
+    }
+    return true;
+}
+
+const char* kind_word(DataKind kind)
+{
+    return kind == DataKind::Text ? "text" : kind == DataKind::TokenBin ? "bin" : "synthetic-addition";
+}
+
+// The sampling keys are read only where samples are drawn.
+bool sampling_key(const std::string& key)
+{
+    return key == "eval.sample_temperature" || key == "eval.sample_top_k";
+}
+
 } // namespace
 
 std::vector<UnreadSetting> recipe_settings_read_by_no_layer(const ProjectConfig& config)
@@ -106,6 +129,21 @@ std::string settings_as_read(const ProjectConfig& config)
     ProjectConfig read = config;
     read.precision = recipe_as_read(config.precision, n);
     if (!rht_has_its_groups(config)) read.precision.fp8.nvfp4_rht = Fp8Recipe{}.nvfp4_rht;
+    // The other data kinds' keys, and sampling's where no sample is drawn: a sweep over
+    // data.path under synthetic data trained the same run once for each value.
+    const DataConfig data_defaults;
+    const DataKind kind = config.data.kind;
+    if (!data_key_read(kind, "data.path")) read.data.path = data_defaults.path;
+    if (!data_key_read(kind, "data.tokenizer")) read.data.tokenizer = data_defaults.tokenizer;
+    if (!data_key_read(kind, "data.val_fraction")) read.data.val_fraction = data_defaults.val_fraction;
+    if (!data_key_read(kind, "data.dir")) read.data.dir = data_defaults.dir;
+    if (!data_key_read(kind, "data.vocab_size")) read.data.vocab_size = data_defaults.vocab_size;
+    if (!data_key_read(kind, "data.digits")) read.data.digits = data_defaults.digits;
+    if (!data_key_read(kind, "data.examples")) read.data.examples = data_defaults.examples;
+    if (config.eval.sample_tokens == 0) {
+        read.eval.sample_temperature = EvalConfig{}.sample_temperature;
+        read.eval.sample_top_k = EvalConfig{}.sample_top_k;
+    }
     // The layers as they compute, in place of the preset, the layers entries and keep_last_bf16
     // that spell them: fp8-hybrid and fp8-e4m3 under nvfp4 (E2M1 either way), or a one-block
     // model's fp8-hybrid-keep-ends and bf16, train the same run.
@@ -125,6 +163,10 @@ std::string settings_as_read(const ProjectConfig& config)
 
 std::string why_the_same_run(const ProjectConfig& config, const std::string& key)
 {
+    if (key.starts_with("data.") && key != "data.kind" && !data_key_read(config.data.kind, key))
+        return std::string("data.kind is ") + kind_word(config.data.kind) + ", which does not read " + key;
+    if (sampling_key(key) && config.eval.sample_tokens == 0)
+        return "eval.sample_tokens is 0: no sample is drawn, so nothing reads " + key;
     const auto scalings = fp8_layer_scalings(config.precision, config.model.n_layer);
     if (spells_layer_formats(key)) {
         const bool fp4 = std::any_of(scalings.begin(), scalings.end(),

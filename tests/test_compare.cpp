@@ -574,9 +574,8 @@ private slots:
                                     {{"training.checkpoint_dir", "\"/tmp/ckpt\""}});
         QCOMPARE(own[0].config.training.checkpoint_dir, std::string("/tmp/ckpt/1-precision.preset=fp32"));
         QCOMPARE(own[1].config.training.checkpoint_dir, std::string("/tmp/ckpt/2-precision.preset=fp8-hybrid"));
-        const auto odd = plan_sweep(path, parse_vary("data.tokenizer=char,byte"),
-                                    {{"training.checkpoint_dir", "\"/tmp/ckpt\""}});
-        QCOMPARE(odd[1].config.training.checkpoint_dir, std::string("/tmp/ckpt/2-data.tokenizer=byte"));
+        const auto odd = plan_sweep(path, parse_vary("data.digits=2,3"), {{"training.checkpoint_dir", "\"/tmp/ckpt\""}});
+        QCOMPARE(odd[1].config.training.checkpoint_dir, std::string("/tmp/ckpt/2-data.digits=3"));
         // Varied itself: every point has its folder already.
         const auto varied = plan_sweep(path, parse_vary("training.checkpoint_dir=/tmp/a,/tmp/b"));
         QCOMPARE(varied[0].config.training.checkpoint_dir, std::string("/tmp/a"));
@@ -649,6 +648,19 @@ private slots:
                  std::string("--vary precision.fp8.margin: values '0' and '4' would train the same run twice: the FP8 "
                              "layers scale with nvfp4, which does not read precision.fp8.margin"));
         QCOMPARE(refused_with("precision.fp8.margin=0,4", fp8), std::string("2 runs"));
+        // The other data kinds' keys, and sampling's where no sample is drawn, are read by nothing.
+        QCOMPARE(refused_with("data.path=a.txt,b.txt", {}),
+                 std::string("--vary data.path: values 'a.txt' and 'b.txt' would train the same run twice: data.kind "
+                             "is synthetic-addition, which does not read data.path"));
+        QCOMPARE(refused_with("data.vocab_size=100,200", {}),
+                 std::string("--vary data.vocab_size: values '100' and '200' would train the same run twice: "
+                             "data.kind is synthetic-addition, which does not read data.vocab_size"));
+        QCOMPARE(refused_with("data.examples=500,600", {}), std::string("2 runs"));
+        QCOMPARE(refused_with("data.val_fraction=0.1,0.2", {}), std::string("2 runs"));
+        QCOMPARE(refused_with("eval.sample_top_k=5,10", {}),
+                 std::string("--vary eval.sample_top_k: values '5' and '10' would train the same run twice: "
+                             "eval.sample_tokens is 0: no sample is drawn, so nothing reads eval.sample_top_k"));
+        QCOMPARE(refused_with("eval.sample_top_k=5,10", {{"eval.sample_tokens", "8"}}), std::string("2 runs"));
         QCOMPARE(refused_with("precision.fp8.saturate=true,false", {fp8[0], current}), std::string("2 runs"));
         // Two spellings of the same formats: under nvfp4 an FP8 GEMM is E2M1 whatever its FP8
         // format; a one-block model keeps every layer of fp8-hybrid-keep-ends in BF16.
