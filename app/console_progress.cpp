@@ -36,7 +36,7 @@ void ConsoleProgress::check_stop()
         stop_forwarded_ = true;
         trainer_->request_stop();
         end_progress_line();
-        std::fprintf(out_, "stopping after this step (Ctrl-C again to abort without saving)\n");
+        std::fprintf(out_, "stopping after this step (a second Ctrl-C or SIGTERM aborts without saving)\n");
         std::fflush(out_);
     }
 }

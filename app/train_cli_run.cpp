@@ -43,9 +43,9 @@ extern "C" void on_sigint(int signo)
     int none = 0;
     g_stop_signal.compare_exchange_strong(none, signo);
     if (g_stop_requested.exchange(true)) {
-        // Second Ctrl-C: the user wants out now.
-        std::signal(SIGINT, SIG_DFL);
-        std::raise(SIGINT);
+        // A second signal: out now, by the signal that came (a second SIGTERM ended as SIGINT).
+        std::signal(signo, SIG_DFL);
+        std::raise(signo);
     }
 }
 
@@ -322,6 +322,11 @@ int cmd_resume(RunStore& store, const std::string& run, const std::vector<std::s
     // A name several runs share resumes the newest of them, with a note naming the others.
     auto info = find_or_complain(store, run);
     if (!info) return 2;
+    for (const auto& s : sets)
+        if (s.starts_with("name="))
+            std::fprintf(stderr, "note: --set name changes the run's stored settings, not its name in the store; "
+                                 "`rename %lld NEW` renames it\n",
+                         static_cast<long long>(info->id));
     // Refused before its checkpoint is loaded and announced ("run 1 'D' at step 600 from ..."), and
     // before a failed reopen's notices go into a run that another process records.
     if (info->status == RunStatus::Running) {

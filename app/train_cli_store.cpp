@@ -311,6 +311,12 @@ int cmd_tag(RunStore& store, const std::string& run, const std::vector<std::stri
 {
     auto info = find_or_complain(store, run, RunUse::Change);
     if (!info) return 2;
+    if (remove) { // a typo in the tag removed nothing, without a word
+        const auto had = store.tags(info->id);
+        for (const auto& tag : tags)
+            if (std::find(had.begin(), had.end(), tag) == had.end())
+                std::fprintf(stderr, "note: run %lld has no tag '%s'\n", static_cast<long long>(info->id), tag.c_str());
+    }
     try {
         if (remove) store.remove_tags(info->id, tags);
         else store.add_tags(info->id, tags);

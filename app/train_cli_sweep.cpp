@@ -82,6 +82,11 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
         spec = parse_vary(vary);
         std::vector<Override> overrides;
         for (const auto& s : sets) overrides.push_back(parse_override(s));
+        // --vary is applied after the --set overrides: a --set of the same key is replaced.
+        for (const auto& [key, value] : overrides)
+            if (key == spec.key || spec.key.starts_with(key + ".") || key.starts_with(spec.key + "."))
+                std::fprintf(stderr, "note: --set %s=%s is replaced by --vary %s's values\n", key.c_str(),
+                             value.c_str(), spec.key.c_str());
         plans = plan_sweep(project_path, spec, overrides);
         // The device is known now, unlike a value's data (loaded when its run starts): a CUDA
         // value on a machine without one is refused before the first run trains.

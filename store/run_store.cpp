@@ -1715,7 +1715,10 @@ std::string default_store_path()
 {
     if (const char* env = std::getenv("MANTISSA_DB"); env && *env) return env;
     std::filesystem::path base;
-    if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && *xdg) base = xdg;
+    // The XDG spec: a relative XDG_DATA_HOME is invalid and ignored (it made the store's place
+    // depend on the folder a command ran in).
+    if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && *xdg && std::filesystem::path(xdg).is_absolute())
+        base = xdg;
     else if (const char* home = std::getenv("HOME"); home && *home) base = std::filesystem::path(home) / ".local/share";
     else base = ".";
     return (base / "mantissa" / "runs.sqlite").string();

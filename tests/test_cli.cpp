@@ -190,7 +190,8 @@ private slots:
             store.append_event(store.find_run("first")->id, text_event(15, "sample", "12+30=42\n7+8=15\n"));
         }
         const auto sample = run_cli({"show", "first", "--db", db});
-        const QString line = QString::fromUtf8("  step     15  sample        12+30=42 \u21b5 7+8=15 \u21b5 \n");
+        // The kinds' column is as wide as the longest kind shown, memory_estimate's 15 here.
+        const QString line = QString::fromUtf8("  step     15  sample           12+30=42 \u21b5 7+8=15 \u21b5 \n");
         QVERIFY2(sample.out.contains(line), qPrintable(sample.out));
 
         const auto missing = run_cli({"show", "nosuchrun", "--db", db_});
@@ -903,7 +904,7 @@ private slots:
             QCOMPARE(row[1], QString::number(run.id));
             QCOMPARE(row[2], QString("finished"));
             QCOMPARE(row[3], QString::asprintf("%.4f", run.final_val_loss));
-            QCOMPARE(row[4], QString::asprintf("%+.4f", run.final_val_loss - runs[0].final_val_loss));
+            QCOMPARE(row[4], QString::fromStdString(fmt_delta(run.final_val_loss - runs[0].final_val_loss)));
             QCOMPARE(row[5], QString::asprintf("%.0f", run.median_tokens_per_s));
             QCOMPARE(row[6], QString::asprintf("%.2fx", run.median_tokens_per_s / runs[0].median_tokens_per_s));
             QCOMPARE(row[9], QString::asprintf("%.2fx", double(run.peak_memory_bytes()) /
@@ -947,7 +948,10 @@ private slots:
         // Data that is missing fails every run alike: refused before the store, like a bad value.
         const QString noData = dir_.filePath("no-such-data.txt");
         const auto missing = run_cli({"sweep", project_, "--vary", "training.seed=1,2", "--set", "data.kind=text",
-                                      "--set", "data.path=" + noData, "--db", db});
+                                      "--set", "data.path=" + noData, "--set", "training.seed=5", "--db", db});
+        // --vary wins over a --set of its key, with a word (it won silently).
+        QVERIFY2(missing.err.startsWith("note: --set training.seed=5 is replaced by --vary training.seed's values\n"),
+                 qPrintable(missing.err));
         QCOMPARE(missing.exit_code, 2);
         QVERIFY2(missing.err.contains(noData), qPrintable(missing.err));
         QVERIFY(!QFile::exists(db));
@@ -1160,6 +1164,25 @@ private slots:
     }
 
     // --db "" and :memory: are SQLite's private databases, gone with the process: refused.
+    // The default store: $XDG_DATA_HOME only where it is absolute, as the XDG spec says (a
+    // relative one put the store wherever a command ran).
+    void aRelativeXdgDataHomeIsIgnored()
+    {
+        QTemporaryDir home;
+        auto env = QProcessEnvironment::systemEnvironment();
+        env.remove("MANTISSA_DB");
+        env.insert("HOME", home.path());
+        env.insert("XDG_DATA_HOME", "relative-data");
+        const auto relative = run_cli({"list"}, 60000, home.path(), env);
+        QCOMPARE(relative.exit_code, 3);
+        QVERIFY2(relative.err.contains("'" + home.path() + "/.local/share/mantissa/runs.sqlite' does not exist"),
+                 qPrintable(relative.err));
+        env.insert("XDG_DATA_HOME", home.filePath("data"));
+        const auto absolute = run_cli({"list"}, 60000, home.path(), env);
+        QVERIFY2(absolute.err.contains("'" + home.path() + "/data/mantissa/runs.sqlite' does not exist"),
+                 qPrintable(absolute.err));
+    }
+
     void aStoreThatIsNoFileIsRefused()
     {
         for (const QString& db : {QString(), QStringLiteral(":memory:")}) {
@@ -1323,8 +1346,9 @@ private slots:
         const auto tagged = run_cli({"tag", "2", "baseline", "keep", "--db", db});
         QVERIFY2(tagged.exit_code == 0, qPrintable(tagged.err));
         QCOMPARE(tagged.out, QString("run 2 'tiny [precision.preset=bf16]' tags: baseline, keep, sweep:presets\n"));
-        const auto untagged = run_cli({"untag", "2", "keep", "--db", db});
+        const auto untagged = run_cli({"untag", "2", "keep", "kepe", "--db", db});
         QCOMPARE(untagged.out, QString("run 2 'tiny [precision.preset=bf16]' tags: baseline, sweep:presets\n"));
+        QCOMPARE(untagged.err, QString("note: run 2 has no tag 'kepe'\n")); // a typo removed nothing, silently
         const auto list = run_cli({"list", "--db", db});
         QCOMPARE(list.exit_code, 0);
         const QStringList lines = list.out.split('\n', Qt::SkipEmptyParts);
