@@ -2,6 +2,7 @@
 #pragma once
 // mantissa-train's tables (list, compare, sweep) and the cells in them.
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -25,5 +26,8 @@ std::string fmt_ratio(double v); // 1.23x
 std::string fmt_rate(double v);  // 1234
 std::string fmt_bytes(int64_t bytes); // 12.3 MiB, "-" when negative (unknown)
 std::string join_tags(const std::vector<std::string>& tags);
+
+// `v` for printf: a NaN loses its sign, which glibc prints ("-nan" beside another line's "nan").
+inline double unsigned_nan(double v) { return std::isnan(v) ? std::fabs(v) : v; }
 
 } // namespace mantissa

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "cli_table.h"
 #include "telemetry.h"
 
 namespace mantissa {
@@ -155,8 +156,10 @@ int run_data_parallel_follower(DataParallel& dp)
         trainer.set_data_parallel(self);
         FanOutSink nothing({}); // telemetry, events and the store are rank 0's
         const RunSummary summary = trainer.run(nothing);
-        std::printf("data-parallel rank %d/%d: %lld steps, train loss %.6f\n", dp.rank(), dp.world_size(),
-                    static_cast<long long>(summary.steps_done), summary.final_train_loss);
+        std::printf("data-parallel rank %d/%d: %lld steps", dp.rank(), dp.world_size(),
+                    static_cast<long long>(summary.steps_done));
+        if (summary.steps_done > 0) std::printf(", train loss %.6f", unsigned_nan(summary.final_train_loss));
+        std::printf("\n"); // no loss where the job stopped before its first step
         return finish_rank(dp, trainer) ? 0 : 1;
     } catch (const std::exception& e) {
         // Nothing is left to checkpoint: Ctrl-C and SIGTERM end this rank again, should rank 0's

@@ -88,23 +88,24 @@ int main(int argc, char* argv[])
     }
     // The application aborts with no display ("Reinstalling the application may fix this
     // problem") unless a platform that needs none is named: help and screenshots take the
-    // offscreen one, display or not (a grab needs no server); the window is refused with what
-    // to do instead, also where DISPLAY names a local X server that is gone.
+    // offscreen one where there is no display or the one named is gone (a grab needs no
+    // server); the window is refused with what to do instead.
     if (!qEnvironmentVariableIsSet("QT_QPA_PLATFORM")) {
         const bool wayland = qEnvironmentVariableIsSet("WAYLAND_DISPLAY");
         const QByteArray display = qgetenv("DISPLAY");
+        const bool gone = !wayland && (display.isEmpty() || local_x_display_answers(display.toStdString()) == false);
         if (needs_no_display) {
-            qputenv("QT_QPA_PLATFORM", "offscreen");
+            if (gone) qputenv("QT_QPA_PLATFORM", "offscreen"); // else the desktop's platform, and its theme
         } else if (display.isEmpty() && !wayland) {
             std::fprintf(stderr, "mantissa: no display to open the window on (DISPLAY and WAYLAND_DISPLAY are "
                                  "unset): train headless with mantissa-train, or take --screenshot-dir pictures of "
                                  "the pages\n");
             return 2;
-        } else if (!wayland && local_x_display_answers(display.toStdString()) == false) {
+        } else if (gone) {
             std::fprintf(stderr, "mantissa: DISPLAY=%s names an X server that does not answer (a session that "
-                                 "outlived its X forwarding?): unset DISPLAY, or set it to a running server; "
-                                 "train headless with mantissa-train, or take --screenshot-dir pictures of the "
-                                 "pages\n", display.constData());
+                                 "outlived its X forwarding?): unset DISPLAY, or set it to a running server "
+                                 "(QT_QPA_PLATFORM=xcb skips this check); train headless with mantissa-train, or "
+                                 "take --screenshot-dir pictures of the pages\n", display.constData());
             return 2;
         }
     }
@@ -304,8 +305,8 @@ int main(int argc, char* argv[])
         controller->stop();
     });
     QObject::connect(controller, &TrainingController::finished, &window, [&](RunStatus status) {
-        // A run refused before its first step (its settings, its store) leaves an earlier
-        // picture as it was: a window at step 0 replaced it.
+        // A run that failed before a step was done (its settings or store refused, a failure in
+        // step 1) leaves an earlier picture as it was: a window at step 0 replaced it.
         const bool refused = status == RunStatus::Failed && window.lastStep() <= 0;
         if (!shotTaken && !refused) takeShot();
         // As mantissa-train exits: 2 for settings refused before training, 3 for a run whose

@@ -62,7 +62,8 @@ CLI::Validator finite_number(bool zero_allowed)
 
 } // namespace
 
-int main(int argc, char** argv)
+// The command; main ends the process by a stopping signal once its objects are gone.
+static int cli_main(int argc, char** argv)
 {
     prepare_cublas_for_determinism(); // before any thread starts (determinism.h)
     // A file-size limit (ulimit -f) makes a write past it fail with EFBIG, which the writers
@@ -226,14 +227,14 @@ int main(int argc, char** argv)
     try {
         if (*run_cmd) {
             if (run_cmd->count("--serve") == 0) serve.listen.clear();
-            return exit_after_stop(finish(cmd_run(project, sets, db_path, name, no_store, serve, job)));
+            return finish(cmd_run(project, sets, db_path, name, no_store, serve, job));
         }
         if (*serve_cmd) {
             std::signal(SIGINT, on_sigint);
             std::signal(SIGTERM, on_sigint);
             return serve_store(db_path, serve, g_stop_requested);
         }
-        if (*sweep_cmd) return exit_after_stop(cmd_sweep(project, vary, sets, db_path, name, job));
+        if (*sweep_cmd) return cmd_sweep(project, vary, sets, db_path, name, job);
         if (reads)
             return run_reading_command(db_path, [&](RunStore& store, const CliStreams& io) {
                 if (*list_cmd) return cmd_list(store, io);
@@ -244,7 +245,7 @@ int main(int argc, char** argv)
         RunStore store(db_path, OpenMode::ReadWrite);
         if (*resume_cmd) {
             if (resume_cmd->count("--serve") == 0) serve.listen.clear();
-            return exit_after_stop(finish(cmd_resume(store, run, sets, db_path, serve, job, start_over)));
+            return finish(cmd_resume(store, run, sets, db_path, serve, job, start_over));
         }
         if (*rename_cmd) return cmd_rename(store, run, new_name);
         if (*delete_cmd) return cmd_delete(store, run);
@@ -256,3 +257,5 @@ int main(int argc, char** argv)
     }
     return 2;
 }
+
+int main(int argc, char** argv) { return exit_after_stop(cli_main(argc, argv)); }

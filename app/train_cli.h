@@ -29,10 +29,14 @@ struct RunInfo;
 // since a signal handler can reach nothing else; a second Ctrl-C ends the process at once.
 extern std::atomic<bool> g_stop_requested;
 extern "C" void on_sigint(int);
+// Said by a run, resume or sweep that a Ctrl-C or SIGTERM stopped before it was done (not by
+// one that finished while the signal came, nor by `serve`).
+void note_stopped_by_signal();
 // `code` where the process ends of its own accord. A run, resume or sweep that a signal stopped
 // (its state saved) ends by that signal instead, as a program that catches SIGINT should: a
 // shell then stops a `run && next` list, and Slurm and torchrun see a stop, not a success. A
-// stop asked for otherwise (the GUI, a watcher) exits `code`.
+// stop asked for otherwise (the GUI, a watcher) exits `code`. Called as main returns, once
+// every object of the command is gone (a run store left open kept its newest steps in -wal).
 int exit_after_stop(int code);
 
 // Set when torchrun or Slurm launched this process as rank 0 of a data-parallel job.

@@ -24,6 +24,7 @@ namespace mantissa {
 std::atomic<bool> g_stop_requested{false};
 namespace {
 std::atomic<int> g_stop_signal{0}; // the signal that asked for the stop, 0 for none
+int g_exit_signal = 0;              // the signal that stopped a command before it was done
 } // namespace
 
 namespace {
@@ -49,15 +50,17 @@ extern "C" void on_sigint(int signo)
     }
 }
 
+void note_stopped_by_signal() { g_exit_signal = g_stop_signal.load(); }
+
 int exit_after_stop(int code)
 {
-    const int signo = g_stop_signal.load();
+    const int signo = g_exit_signal;
     if (code != 0 || signo == 0) return code;
     std::fflush(stdout);
     std::fflush(stderr);
     std::signal(signo, SIG_DFL);
     std::raise(signo);
-    return 128 + signo; // not reached: the default action of SIGINT and SIGTERM ends the process
+    return 128 + signo; // where the default action does not end the process (PID 1 in a container)
 }
 
 int train_session(RunSession& session, const std::string& db_path, DataParallelJob& job, TelemetrySink* extra,
@@ -91,7 +94,9 @@ int train_session(RunSession& session, const std::string& db_path, DataParallelJ
     });
     std::vector<TelemetrySink*> sinks = {&console};
     if (extra) sinks.push_back(extra);
+    const int64_t first_step = session.trainer().step(); // a resume's
     const SessionOutcome outcome = session.run(sinks);
+    if (outcome.status == RunStatus::Stopped) note_stopped_by_signal();
     trained = true;
     forward_stop.join();
     if (job.dp && outcome.status != RunStatus::Failed) finish_rank(*job.dp, session.trainer());
@@ -113,13 +118,13 @@ int train_session(RunSession& session, const std::string& db_path, DataParallelJ
     const RunSummary& summary = outcome.summary;
     std::printf("%s after %lld steps", std::string(run_status_name(outcome.status)).c_str(),
                 static_cast<long long>(summary.steps_done));
-    // A run stopped before its first step measured no loss ("train loss 0.0000" read as one);
-    // a diverged run's NaN val loss is printed, as its train loss is.
-    if (summary.steps_done > 0) std::printf(": train loss %s", fmt_recorded_loss(summary.final_train_loss, true).c_str());
+    // A session stopped before its first step measured no loss ("train loss 0.0000" read as
+    // one); a diverged run's NaN val loss is printed, as its train loss is.
+    const bool stepped = summary.steps_done > first_step;
+    if (stepped) std::printf(": train loss %s", fmt_recorded_loss(summary.final_train_loss, true).c_str());
     const bool evaluated = summary.final_val_step >= 0;
     if (evaluated)
-        std::printf("%s val loss %s", summary.steps_done > 0 ? "," : ":",
-                    fmt_recorded_loss(summary.final_val_loss, true).c_str());
+        std::printf("%s val loss %s", stepped ? "," : ":", fmt_recorded_loss(summary.final_val_loss, true).c_str());
     // A stopped run is not evaluated where it stops: its val loss is an earlier step's.
     if (evaluated && summary.final_val_step != summary.steps_done)
         std::printf(" (at step %lld)", static_cast<long long>(summary.final_val_step));
@@ -223,6 +228,7 @@ int cmd_run(const std::string& project_path, const std::vector<std::string>& set
                 job.announced = true;
             }
             const auto summary = trainer.run(console);
+            if (summary.stopped_early) note_stopped_by_signal();
             if (job.dp) finish_rank(*job.dp, trainer);
             std::printf("mean step time: %.3f ms (%.0f tokens/s)\n", summary.mean_step_time_ms, summary.tokens_per_s);
             print_loop_time(summary);

@@ -71,9 +71,10 @@ int cmd_show(RunStore& store, const std::string& run, const CliStreams& io)
                  static_cast<long long>(info->last_step));
     // A diverged run's last loss is NaN, and says so ("nan").
     if (const auto train = store.last_scalar(info->id, "train/loss"))
-        std::fprintf(io.out, "last train loss: %.4f\n", train->value);
+        std::fprintf(io.out, "last train loss: %.4f\n", unsigned_nan(train->value));
     if (const auto val = store.last_scalar(info->id, "val/loss"))
-        std::fprintf(io.out, "last val loss: %.4f (step %lld)\n", val->value, static_cast<long long>(val->step));
+        std::fprintf(io.out, "last val loss: %.4f (step %lld)\n", unsigned_nan(val->value),
+                     static_cast<long long>(val->step));
     std::fprintf(io.out, "events:\n");
     const auto events = store.events(info->id);
     int kind_width = 12; // the longest kind, so that the messages start in one column

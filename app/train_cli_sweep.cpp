@@ -180,6 +180,7 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
         values.push_back(plans[i].value);
         if (i < first_index) continue; // its data or its model refused above
         if (g_stop_requested || store_failed) {
+            if (g_stop_requested) note_stopped_by_signal();
             notes[i] = "skipped";
             continue;
         }
@@ -200,6 +201,7 @@ int cmd_sweep(const std::string& project_path, const std::string& vary, const st
             continue;
         }
         if (g_stop_requested) { // Ctrl-C while the data loaded
+            note_stopped_by_signal();
             notes[i] = "skipped";
             continue;
         }

@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <regex>
 #include <csignal>
 #include <utility>
@@ -1782,14 +1783,35 @@ private slots:
         // Saved, then ended by the signal it was stopped by (Qt gives the signal as the code).
         QCOMPARE(p.exitStatus(), QProcess::CrashExit);
         QCOMPARE(p.exitCode(), int(SIGINT));
-        RunStore store(db_.toStdString());
-        const auto run = store.find_run("interrupted");
-        QVERIFY(run.has_value());
-        QCOMPARE(status_text(run->status), std::string("stopped"));
-        QVERIFY(run->last_step >= 3);
-        int train_rows = 0;
-        for (const auto& s : store.scalars(run->id)) train_rows += s.tag == "train/loss";
-        QCOMPARE(int64_t(train_rows), run->last_step); // every finished step was saved
+        QVERIFY(!QFile::exists(db_ + "-wal")); // the store was closed before the signal ended the process
+        std::optional<RunInfo> run;
+        {
+            RunStore store(db_.toStdString());
+            run = store.find_run("interrupted");
+            QVERIFY(run.has_value());
+            QCOMPARE(status_text(run->status), std::string("stopped"));
+            QVERIFY(run->last_step >= 3);
+            int train_rows = 0;
+            for (const auto& s : store.scalars(run->id)) train_rows += s.tag == "train/loss";
+            QCOMPARE(int64_t(train_rows), run->last_step); // every finished step was saved
+        }
+
+        // A resume stopped the same way: the store that main opened for it is closed too (its
+        // newest steps stayed in runs.sqlite-wal, and a copy of the file alone read
+        // "interrupted").
+        QProcess resumed;
+        resumed.start(MANTISSA_TRAIN_EXE, {"resume", "interrupted", "--db", db_, "--set", "telemetry.log_interval=1"});
+        QVERIFY(resumed.waitForStarted());
+        seen.clear();
+        const QString next = QString("step %1/").arg(run->last_step + 3);
+        QTRY_VERIFY_WITH_TIMEOUT((seen += resumed.readAllStandardOutput()).contains(next.toUtf8()), 60000);
+        ::kill(static_cast<pid_t>(resumed.processId()), SIGTERM);
+        QVERIFY(resumed.waitForFinished(30000));
+        QCOMPARE(resumed.exitStatus(), QProcess::CrashExit);
+        QCOMPARE(resumed.exitCode(), int(SIGTERM));
+        QVERIFY(!QFile::exists(db_ + "-wal"));
+        RunStore again(db_.toStdString(), OpenMode::ReadOnly);
+        QCOMPARE(status_text(again.find_run("interrupted")->status), std::string("stopped"));
     }
 };
 

@@ -29,6 +29,8 @@
 #include <optional>
 #include <utility>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -488,6 +490,25 @@ private slots:
         QCOMPARE(local_x_display_answers("unix:7392"), std::optional<bool>(true));
         QCOMPARE(local_x_display_answers(":7393"), std::optional<bool>(false));
         ::close(server);
+        // A server on TCP only (-listen tcp, WSL with VcXsrv): libxcb goes to 127.0.0.1's port
+        // 6000 + n for ":n" when there is no socket, but not for "unix:n".
+        const int tcp = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        QVERIFY(tcp >= 0);
+        sockaddr_in loopback{};
+        loopback.sin_family = AF_INET;
+        loopback.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        QCOMPARE(::bind(tcp, reinterpret_cast<const sockaddr*>(&loopback), sizeof loopback), 0);
+        QCOMPARE(::listen(tcp, 4), 0);
+        socklen_t size = sizeof loopback;
+        QCOMPARE(::getsockname(tcp, reinterpret_cast<sockaddr*>(&loopback), &size), 0);
+        const int port = ntohs(loopback.sin_port);
+        if (port > 6000) {
+            const std::string n = std::to_string(port - 6000);
+            QCOMPARE(local_x_display_answers(":" + n), std::optional<bool>(true));
+            QCOMPARE(local_x_display_answers(":" + n + ".0"), std::optional<bool>(true));
+            QCOMPARE(local_x_display_answers("unix:" + n), std::optional<bool>(false));
+        }
+        ::close(tcp);
     }
 
     void windowStateIsRestored()

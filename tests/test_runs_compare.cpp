@@ -420,6 +420,16 @@ private slots:
                                        .arg(path_));
         QVERIFY(store.open(QIODevice::ReadOnly));
         QCOMPARE(store.readAll(), before);
+        // The files beside it, there or not: the next writer takes a CSV named -wal as the
+        // store's, and `serve` reads its token from .token.
+        for (const char* suffix : {"-wal", "-shm", "-journal", ".token"}) {
+            const QString beside = path_ + QLatin1String(suffix);
+            QVERIFY(!page.exportCsv(beside));
+            QCOMPARE(page.lastError(), QStringLiteral("'%1' belongs to the run store '%2': it was not written; pick "
+                                                      "another file")
+                                           .arg(beside, path_));
+        }
+        QVERIFY(page.exportCsv(dir_->filePath(QStringLiteral("notes.token")))); // beside no store: a file like any
     }
 
     void selectingRunsFillsTheComparison()

@@ -63,6 +63,19 @@ bool export_model_csv(const QAbstractItemModel& model, const QString& path, QStr
                          .arg(path);
         return false;
     }
+    // The files beside a store, there or not yet: SQLite's next writer takes a file named
+    // -wal or -shm as the store's own, and `serve` keeps its token in .token (the CLI refuses
+    // them too).
+    for (const QLatin1String suffix : {QLatin1String("-wal"), QLatin1String("-shm"), QLatin1String("-journal"),
+                                       QLatin1String(".token")}) {
+        if (!path.endsWith(suffix)) continue;
+        const QString store = path.chopped(suffix.size());
+        if (!RunStore::is_sqlite_file(QFile::encodeName(store).toStdString())) continue;
+        if (error)
+            *error = QStringLiteral("'%1' belongs to the run store '%2': it was not written; pick another file")
+                         .arg(path, store);
+        return false;
+    }
     QSaveFile file(path);
     if (!file.open(QIODevice::WriteOnly)) {
         if (error) *error = QStringLiteral("Cannot write '%1': %2").arg(path, file.errorString());
