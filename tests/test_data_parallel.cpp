@@ -280,9 +280,21 @@ private:
         r1.setProcessEnvironment(rank_env(1, 2, port));
         r0.start(MANTISSA_TRAIN_EXE, {"run", project, "--db", db});
         r1.start(MANTISSA_TRAIN_EXE, {"run", project, "--db", db});
-        if (!r0.waitForReadyRead(60000)) return false;
-        QTest::qWait(1500);
-        return true;
+        return r0.waitForStarted() && r1.waitForStarted() && both_train(r0);
+    }
+
+    // Whether rank 0 printed its first step line within 2 minutes: both ranks then train (its
+    // "run 1 '...' -> ..." comes, a line at a time, before rank 1 has set up).
+    static bool both_train(QProcess& r0)
+    {
+        QByteArray said;
+        QElapsedTimer waited;
+        waited.start();
+        while (!said.contains("\nstep ") && waited.elapsed() < 120000) {
+            r0.waitForReadyRead(1000);
+            said += r0.readAllStandardOutput();
+        }
+        return said.contains("\nstep ");
     }
 
     // Rank 1 as a mantissa-train `run PROJECT --db DB` on a free port, and the environment for
@@ -1027,7 +1039,8 @@ private slots:
         r0.start(MANTISSA_TRAIN_EXE, {"run", project, "--db", db});
         r1.start(MANTISSA_TRAIN_EXE, {"run", project, "--db", db});
         QVERIFY(r0.waitForStarted() && r1.waitForStarted());
-        QVERIFY(r0.waitForReadyRead(60000)); // rank 0 said "run 1 'first-job' -> ...": both joined
+        // A stray started before rank 1 has set up could take its place.
+        QVERIFY(both_train(r0));
         stray.setProcessEnvironment(rank_env(1, 2, port));
         stray.start(MANTISSA_TRAIN_EXE, {"run", project, "--db", dir_.filePath("second-job.db")});
         const Rank refused = finish(stray, 60000);
@@ -1143,8 +1156,7 @@ private slots:
         const QStringList args{"run", project, "--db", db, "--set", "training.collective_timeout_s=2"};
         r0.start(MANTISSA_TRAIN_EXE, args);
         r1.start(MANTISSA_TRAIN_EXE, args);
-        QVERIFY(r0.waitForReadyRead(60000)); // "run 1 'frozen' -> ...": training
-        QTest::qWait(1500);
+        QVERIFY(r0.waitForStarted() && r1.waitForStarted() && both_train(r0));
         QCOMPARE(r1.state(), QProcess::Running);
         ::kill(static_cast<pid_t>(r0.processId()), SIGSTOP);
         const Rank rank1 = finish(r1, 60000); // not a time asserted: the bound of a hang
