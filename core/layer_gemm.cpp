@@ -158,43 +158,60 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
     }
 };
 
-// y = a b for attention (batched). Operands are activations: no weight cache.
+// y = a b for attention (batched). Operands are activations: no weight cache. Each product
+// casts with its own scaling states (LayerGemm::select_product), and as LinearFunction does, a
+// tensor that the backward takes in the format the forward cast it in is not cast again: one
+// amax record per tensor and step (four, across both products, went into one history).
 struct MatmulFunction : public torch::autograd::Function<MatmulFunction> {
     static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& a, const torch::Tensor& b,
                                  int64_t layer_address, bool values_product)
     {
         auto* layer = reinterpret_cast<LayerGemm*>(layer_address);
+        const int before = layer->select_product(values_product ? 1 : 0);
+        const auto restore = c10::make_scope_exit([layer, before] { layer->select_product(before); });
         const GemmFormats f = layer->formats();
         ctx->saved_data["layer"] = layer_address;
         ctx->saved_data["values_product"] = values_product;
-        ctx->save_for_backward({a, b});
         torch::Tensor s_a;
         const auto aq = layer->round_operand(a, f.forward, OperandRole::Input, -1, &s_a);
         const auto bq = layer->round_operand(b, f.forward, OperandRole::Weight, -2);
         if (values_product && layer->telemetry_armed()) record_operand(*layer, "probs", a, f.forward, s_a, aq);
+        // The casts the backward can take as they are (per-tensor scales: no layout of their own).
+        const bool per_tensor = per_tensor_scaling(layer->recipe());
+        const bool reuse_a = per_tensor && f.forward == saved_operand_format(f.wgrad);
+        const bool reuse_b = per_tensor && f.forward == saved_operand_format(f.dgrad);
+        ctx->saved_data["reuse_a"] = reuse_a;
+        ctx->saved_data["reuse_b"] = reuse_b;
+        ctx->save_for_backward({reuse_a ? aq : a, reuse_b ? bq : b});
         return layer->gemm(aq, bq, f.forward);
     }
 
     static variable_list backward(AutogradContext* ctx, variable_list grads)
     {
         LayerGemm* layer = layer_of(ctx);
+        const bool values_product = ctx->saved_data["values_product"].toBool();
+        const int before = layer->select_product(values_product ? 1 : 0);
+        const auto restore = c10::make_scope_exit([layer, before] { layer->select_product(before); });
         const GemmFormats f = layer->formats();
         const auto saved = ctx->get_saved_variables();
         const auto dy = grads[0].contiguous(); // (..., M, N)
         // da = dy b^T (contraction over N), db = a^T dy (contraction over M).
         torch::Tensor s_dy;
         const auto dy_a = layer->round_operand(dy, f.dgrad, OperandRole::GradOutput, -1, &s_dy);
-        if (!ctx->saved_data["values_product"].toBool() && layer->telemetry_armed())
-            record_operand(*layer, "grad_scores", dy, f.dgrad, s_dy, dy_a);
-        const auto b_a = layer->round_operand(saved[1], saved_operand_format(f.dgrad), OperandRole::Weight, -1);
+        if (!values_product && layer->telemetry_armed()) record_operand(*layer, "grad_scores", dy, f.dgrad, s_dy, dy_a);
+        const auto b_a = ctx->saved_data["reuse_b"].toBool()
+                             ? saved[1]
+                             : layer->round_operand(saved[1], saved_operand_format(f.dgrad), OperandRole::Weight, -1);
         const auto da = layer->gemm(dy_a, b_a.transpose(-1, -2), f.dgrad);
         // Both products' wgrad casts are this layer's: each named by its own tensors, or the
         // scores product's Hadamard rows would replace the values product's in the store.
-        const bool values_product = ctx->saved_data["values_product"].toBool();
         layer->name_wgrad_records(values_product ? "probs" : "query", values_product ? "grad_output" : "grad_scores");
         const auto unnamed = c10::make_scope_exit([layer] { layer->name_wgrad_records(nullptr, nullptr); });
-        const auto dy_b = layer->round_operand(dy, f.wgrad, OperandRole::GradOutput, -2);
-        const auto a_b = layer->round_operand(saved[0], saved_operand_format(f.wgrad), OperandRole::Input, -2);
+        const bool one_dy_cast = f.wgrad == f.dgrad && per_tensor_scaling(layer->recipe());
+        const auto dy_b = one_dy_cast ? dy_a : layer->round_operand(dy, f.wgrad, OperandRole::GradOutput, -2);
+        const auto a_b = ctx->saved_data["reuse_a"].toBool()
+                             ? saved[0]
+                             : layer->round_operand(saved[0], saved_operand_format(f.wgrad), OperandRole::Input, -2);
         const auto db = layer->gemm(a_b.transpose(-1, -2), dy_b, f.wgrad);
         return {da, db, torch::Tensor(), torch::Tensor()};
     }
@@ -203,9 +220,11 @@ struct MatmulFunction : public torch::autograd::Function<MatmulFunction> {
 } // namespace
 
 LayerGemm::LayerGemm(std::string layer_name, GemmFormats formats, const Fp8Recipe& recipe, GemmBackend backend)
-    : name_(std::move(layer_name)), formats_(formats), recipe_(recipe), backend_(backend)
+    : name_(std::move(layer_name)), formats_(formats), recipe_(recipe), backend_(backend),
+      attention_(name_.ends_with(".sdpa"))
 {
-    for (auto& d : delayed_) d = DelayedScaling(recipe.amax_history_length);
+    for (size_t i = 0; i < kScalingStates; ++i)
+        delayed_[i] = DelayedScaling(i < kScalingStates / 2 || attention_ ? recipe.amax_history_length : 0);
 }
 
 namespace {
@@ -213,11 +232,12 @@ namespace {
 // The delayed-scaling states (role, FP8 format) that GEMMs in these formats record into: the
 // forward casts x and W in its format, the input gradient's GEMM W (as saved_operand_format)
 // and dy, the weight gradient's x (likewise) and dy.
-std::array<bool, 6> delayed_states_in_use(const GemmFormats& f, size_t (*index)(OperandRole, NumberFormat))
+// Each product's set alike (an attention layer's second set mirrors the first).
+std::array<bool, 12> delayed_states_in_use(const GemmFormats& f, size_t (*index)(OperandRole, NumberFormat, int))
 {
-    std::array<bool, 6> used{};
+    std::array<bool, 12> used{};
     const auto use = [&](OperandRole role, NumberFormat format) {
-        if (format_info(format).is_fp8) used[index(role, format)] = true;
+        if (format_info(format).is_fp8) used[index(role, format, 0)] = used[index(role, format, 1)] = true;
     };
     use(OperandRole::Input, f.forward);
     use(OperandRole::Weight, f.forward);
@@ -245,7 +265,7 @@ void LayerGemm::set_formats(const GemmFormats& formats)
     sync_device_scaling_to_host();
     const auto before = delayed_states_in_use(formats_, &scaling_index);
     const auto after = delayed_states_in_use(formats, &scaling_index);
-    static_assert(kScalingStates == 6);
+    static_assert(kScalingStates == 12);
     for (size_t i = 0; i < kScalingStates; ++i)
         if (!(before[i] && after[i])) delayed_[i].reset();
     formats_ = formats;
@@ -274,12 +294,18 @@ std::string LayerGemm::backend_used() const
     return formats_.all_fp32() ? "fp32" : "none";
 }
 
-size_t LayerGemm::scaling_index(OperandRole role, NumberFormat format)
+size_t LayerGemm::scaling_index(OperandRole role, NumberFormat format, int product)
 {
-    return 2 * static_cast<size_t>(role) + (format == NumberFormat::E5M2 ? 1 : 0);
+    return 6 * static_cast<size_t>(product) + 2 * static_cast<size_t>(role) + (format == NumberFormat::E5M2 ? 1 : 0);
 }
 
-DelayedScaling& LayerGemm::delayed(OperandRole role, NumberFormat format) { return delayed_[scaling_index(role, format)]; }
+DelayedScaling& LayerGemm::delayed(OperandRole role, NumberFormat format) { return delayed(role, format, product_); }
+
+DelayedScaling& LayerGemm::delayed(OperandRole role, NumberFormat format, int product)
+{
+    if (product >= scaling_products()) throw std::logic_error("layer " + name_ + " has one product");
+    return delayed_[scaling_index(role, format, product)];
+}
 
 bool LayerGemm::use_native(const torch::Tensor& t) const
 {
@@ -386,13 +412,17 @@ void LayerGemm::save(torch::serialize::OutputArchive& archive)
                                                   static_cast<int64_t>(formats_.wgrad)}));
     // By name: a live change may have given the layer another recipe than the project's.
     archive.write(key + "scaling", c10::IValue(std::string(fp8_scaling_name(recipe_.scaling))));
-    for (auto role : kOperandRoles)
-        for (auto format : kFp8Formats) {
-            const auto& d = delayed(role, format);
-            const std::string r = key + std::to_string(static_cast<int>(role)) + "/" + format_info(format).name + "/";
-            archive.write(r + "history", torch::tensor(d.history()));
-            archive.write(r + "scale", torch::tensor(d.scale()));
-        }
+    // An attention layer's values product under values/ (checkpoints before 2026-12-07 hold
+    // one set, which both products shared).
+    for (int product = 0; product < scaling_products(); ++product)
+        for (auto role : kOperandRoles)
+            for (auto format : kFp8Formats) {
+                const auto& d = delayed(role, format, product);
+                const std::string r = key + (product == 1 ? "values/" : "") + std::to_string(static_cast<int>(role)) +
+                                      "/" + format_info(format).name + "/";
+                archive.write(r + "history", torch::tensor(d.history()));
+                archive.write(r + "scale", torch::tensor(d.scale()));
+            }
 }
 
 void LayerGemm::load(torch::serialize::InputArchive& archive)
@@ -424,16 +454,31 @@ void LayerGemm::load(torch::serialize::InputArchive& archive)
         torch::Tensor history, scale;
         if (archive.try_read(r + "history", history)) { // an older checkpoint: one state per role
             archive.read(r + "scale", scale);
-            restore(delayed(role, first_cast_format(role, formats_)), history, scale);
+            restore(delayed(role, first_cast_format(role, formats_), 0), history, scale);
             continue;
         }
         for (auto format : kFp8Formats) {
             const std::string rf = r + format_info(format).name + "/";
             archive.read(rf + "history", history);
             archive.read(rf + "scale", scale);
-            restore(delayed(role, format), history, scale);
+            restore(delayed(role, format, 0), history, scale);
         }
     }
+    // The values product's own states; a checkpoint from before they were apart had one set,
+    // which both products shared and each now starts from.
+    for (int product = 1; product < scaling_products(); ++product)
+        for (auto role : kOperandRoles)
+            for (auto format : kFp8Formats) {
+                const std::string rf = key + "values/" + std::to_string(static_cast<int>(role)) + "/" +
+                                       format_info(format).name + "/";
+                torch::Tensor history, scale;
+                if (archive.try_read(rf + "history", history)) {
+                    archive.read(rf + "scale", scale);
+                    restore(delayed(role, format, product), history, scale);
+                } else {
+                    delayed(role, format, product) = delayed(role, format, 0);
+                }
+            }
     for (auto& d : device_scaling_) d.clear(); // refilled from the host state
 }
 

@@ -187,9 +187,25 @@ public:
     // formats (an E5M2 forward whose input the wgrad takes as E4M3; dgrad and wgrad in
     // different formats) must not scale one format's cast by a scale made for the other's
     // range. TE's recipes cast each role in one format, so for them this is TE's per-role state.
+    // An attention layer keeps a set for each of its two products (`product` 1: the values
+    // product): q and P, K and V, dS and dY are different tensors, and one history for both
+    // scaled V by K's amax (TE scales each tensor by its own). Without `product`, the set of
+    // the product being cast (AttentionProduct's scope in its matmul), 0 elsewhere.
     DelayedScaling& delayed(OperandRole role, NumberFormat format);
+    DelayedScaling& delayed(OperandRole role, NumberFormat format, int product);
+    int scaling_products() const { return attention_ ? 2 : 1; }
+    // The product whose states the casts take from now on (an attention matmul's forward and
+    // backward set it around their casts); returns the one before.
+    int select_product(int product)
+    {
+        const int before = product_;
+        product_ = product;
+        return before;
+    }
     // Its device mirror (native FP8 on CUDA), filled from the host state on first use.
     DeviceDelayedScaling& device_delayed(OperandRole role, NumberFormat format, const torch::Device& device);
+    DeviceDelayedScaling& device_delayed(OperandRole role, NumberFormat format, int product,
+                                         const torch::Device& device);
     // Whether this layer's per-tensor FP8 casts on `device` keep their state in the device
     // mirror (scales_on_device): what data parallel journals.
     bool scales_on_device(const torch::Device& device) const;
@@ -312,9 +328,12 @@ private:
     GemmFormats formats_;
     Fp8Recipe recipe_;
     GemmBackend backend_;
-    static constexpr size_t kScalingStates = 6; // 3 roles x {E4M3, E5M2}
-    static size_t scaling_index(OperandRole role, NumberFormat format);
+    // 2 attention products x 3 roles x {E4M3, E5M2}; a linear layer's second six are empty.
+    static constexpr size_t kScalingStates = 12;
+    static size_t scaling_index(OperandRole role, NumberFormat format, int product);
     std::array<DelayedScaling, kScalingStates> delayed_;
+    bool attention_ = false; // "*.sdpa": two products, each with its scaling states
+    int product_ = 0;        // the product whose operands are being cast (select_product)
     // Weight cache: a cast stays valid while the master weight's version counter, its format
     // and (for per-row and 1-D block casts) its layout hold. Two slots: the forward GEMM and
     // the input gradient's may take the weight in different formats or layouts (BF16 forward

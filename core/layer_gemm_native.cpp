@@ -240,8 +240,14 @@ Fp8Tensor LayerGemm::quantize_gelu_native(const torch::Tensor& u, NumberFormat f
 
 DeviceDelayedScaling& LayerGemm::device_delayed(OperandRole role, NumberFormat format, const torch::Device& device)
 {
-    auto& d = device_scaling_[scaling_index(role, format)];
-    if (!d.defined()) d.upload(delayed(role, format), device); // a resumed or fresh state, once
+    return device_delayed(role, format, product_, device);
+}
+
+DeviceDelayedScaling& LayerGemm::device_delayed(OperandRole role, NumberFormat format, int product,
+                                                const torch::Device& device)
+{
+    auto& d = device_scaling_[scaling_index(role, format, product)];
+    if (!d.defined()) d.upload(delayed(role, format, product), device); // a resumed or fresh state, once
     return d;
 }
 

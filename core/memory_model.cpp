@@ -346,7 +346,8 @@ void check_fits_machine(const ProjectConfig& config, const MachineLimits& machin
     }
     // Every GEMM layer keeps six delayed-scaling histories (input, weight, gradient, each in
     // E4M3 and E5M2), FP8 or not: a live switch to FP8 needs them. (Three were billed: half.)
-    const double histories = 6.0 * (5.0 * L + 1.0);
+    // An attention layer keeps six for each of its two products.
+    const double histories = 6.0 * (5.0 * L + 1.0) + 6.0 * L;
     const double history_bytes = histories * 4.0 * static_cast<double>(config.precision.fp8.amax_history_length);
     needs.push_back({"precision.fp8.amax_history_length",
                      "amax histories of precision.fp8.amax_history_length " +

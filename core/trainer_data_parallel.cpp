@@ -118,22 +118,23 @@ void Trainer::Impl::dp_fp8_begin_step()
     for (const auto& g : model->gemm_layers()) {
         if (g->recipe().scaling != Fp8Scaling::Delayed || !g->formats().any_fp8()) continue;
         const bool on_device = g->scales_on_device(device);
-        for (auto role : kOperandRoles)
-            for (auto format : kFp8Formats) {
-                // Per-tensor casts record into the device mirror in the native executor and on
-                // a GPU (LayerGemm::scales_on_device), otherwise into the host state. Only the
-                // state in use is journaled: a mirror made here and never recorded into would
-                // be written back over the live host state at the next checkpoint.
-                if (on_device) {
-                    auto& d = g->device_delayed(role, format, device);
-                    d.begin_journal();
-                    device_fp8_journals.push_back(&d);
-                } else {
-                    auto& d = g->delayed(role, format);
-                    d.begin_journal();
-                    fp8_journals.push_back(&d);
+        for (int product = 0; product < g->scaling_products(); ++product) // attention: both products'
+            for (auto role : kOperandRoles)
+                for (auto format : kFp8Formats) {
+                    // Per-tensor casts record into the device mirror in the native executor and
+                    // on a GPU (LayerGemm::scales_on_device), otherwise into the host state. Only
+                    // the state in use is journaled: a mirror made here and never recorded into
+                    // would be written back over the live host state at the next checkpoint.
+                    if (on_device) {
+                        auto& d = g->device_delayed(role, format, product, device);
+                        d.begin_journal();
+                        device_fp8_journals.push_back(&d);
+                    } else {
+                        auto& d = g->delayed(role, format, product);
+                        d.begin_journal();
+                        fp8_journals.push_back(&d);
+                    }
                 }
-            }
     }
 }
 
@@ -323,13 +324,14 @@ std::string Trainer::Impl::state_digest() const
     }
     for (const auto& g : model->gemm_layers()) {
         g->sync_device_scaling_to_host(); // the state the step used, wherever it lives
-        for (auto role : kOperandRoles)
-            for (auto format : kFp8Formats) {
-                const auto& d = g->delayed(role, format);
-                fnv1a(h, d.history().data(), d.history().size() * sizeof(float));
-                const float s = d.scale();
-                fnv1a(h, &s, sizeof s);
-            }
+        for (int product = 0; product < g->scaling_products(); ++product)
+            for (auto role : kOperandRoles)
+                for (auto format : kFp8Formats) {
+                    const auto& d = g->delayed(role, format, product);
+                    fnv1a(h, d.history().data(), d.history().size() * sizeof(float));
+                    const float s = d.scale();
+                    fnv1a(h, &s, sizeof s);
+                }
     }
     const auto sc = scaler.state();
     fnv1a(h, &sc.scale, sizeof sc.scale);

@@ -409,8 +409,9 @@ private slots:
         const std::string data = refusal(R"({"data": {"examples": 1000000000}})");
         QVERIFY2(data.starts_with("data.examples: the project needs an estimated 65.2 GiB"), data.c_str());
         const std::string history = refusal(R"({"precision": {"fp8": {"amax_history_length": 16777216}}})");
-        // Six histories a GEMM layer (three roles, E4M3 and E5M2 each): 6 x 11 x 4 B x 2^24.
-        QVERIFY2(history.starts_with("precision.fp8.amax_history_length: the project needs an estimated 4.1 GiB"),
+        // Six histories a GEMM layer (three roles, E4M3 and E5M2 each), six more for each
+        // attention layer's second product: (6 x 11 + 6 x 2) x 4 B x 2^24.
+        QVERIFY2(history.starts_with("precision.fp8.amax_history_length: the project needs an estimated 4.9 GiB"),
                  history.c_str());
         // A CPU run resumed holds its checkpoint beside the weights, gradients and Adam state it
         // loads it into: 40.6 M parameters train in 0.6 GiB, and their checkpoint read back
@@ -529,7 +530,7 @@ private slots:
                    std::to_string(interval) + "}}";
         };
         const auto without = load_run_config(telemetry_project(0));
-        const int64_t histories = 6 * (5 * 2 + 1) * 4 * 1024, copies = 4 * (2 * 12 * 256 * 256 + 13 * 256);
+        const int64_t histories = (6 * (5 * 2 + 1) + 6 * 2) * 4 * 1024, copies = 4 * (2 * 12 * 256 * 256 + 13 * 256);
         QCOMPARE(copies, int64_t(6304768));
         const MachineLimits just_short{int64_t(64) << 30, 16,
                                        estimate_memory(without, 13).total_bytes() + histories + copies - 1};
@@ -546,7 +547,7 @@ private slots:
             R"({"training": {"device": "cuda", "batch_size": 16}, "precision": {"preset": "bf16"},
                 "telemetry": {"interval": 0},
                 "model": {"n_layer": 1, "n_embd": 64, "n_head": 2, "context_length": 256}})");
-        const int64_t vocab = 50304, wide_histories = 6 * (5 * 1 + 1) * 4 * 1024;
+        const int64_t vocab = 50304, wide_histories = (6 * (5 * 1 + 1) + 6 * 1) * 4 * 1024;
         const int64_t exact_bill = estimate_memory(wide_vocab, vocab).total_bytes() + wide_histories;
         const MachineLimits exact_gpu{exact_bill, 16, exact_bill}; // a host as small: the quick bound decides
         QVERIFY_THROWS_NO_EXCEPTION(check_fits_machine(wide_vocab, exact_gpu, vocab));

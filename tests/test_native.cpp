@@ -451,6 +451,91 @@ private slots:
         }
     }
 
+    // An FP8 attention layer's two products scale apart, as TE scales each tensor by its own
+    // amax: one history holds q's amax and another P's, K's and V's, dS's and dY's, one record
+    // each a step. They shared one history per role, four records a step: V was cast by K's
+    // scale (the spec audit measured 73% output error with amax_compute_algo most_recent).
+    void attentionProductsScaleApart_data()
+    {
+        QTest::addColumn<QString>("backend");
+        QTest::newRow("emulated") << "emulated";
+        QTest::newRow("native") << "native";
+    }
+    void attentionProductsScaleApart()
+    {
+        QFETCH(QString, backend);
+        Fp8Recipe r;
+        r.scaling = Fp8Scaling::Delayed;
+        r.amax_history_length = 4;
+        const GemmFormats f{NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2};
+        const bool native = backend == QLatin1String("native");
+        LayerGemm layer("blocks.0.attn.sdpa", f, r, native ? GemmBackend::Native : GemmBackend::Emulated);
+        layer.set_native(native);
+        QCOMPARE(layer.scaling_products(), 2);
+        torch::manual_seed(5);
+        // Tensors of far apart magnitudes, as q, K, V and the gradients are in a real layer.
+        const auto q = (torch::randn({2, 8, 16}) * 3.0).requires_grad_(true);
+        const auto k = (torch::randn({2, 8, 16}) * 0.25).requires_grad_(true);
+        const auto v = (torch::randn({2, 8, 16}) * 40.0).requires_grad_(true);
+        auto scores = layer.matmul(q, k.transpose(-2, -1), LayerGemm::AttentionProduct::Scores); // (2, 8, 8)
+        scores.retain_grad();
+        const auto probs = torch::softmax(scores, -1);
+        const auto y = layer.matmul(probs, v, LayerGemm::AttentionProduct::Values); // (2, 8, 16)
+        // BF16 values: the native output travels in BF16, and so does its gradient.
+        const auto dy = (torch::randn({2, 8, 16}) * 1e-3).to(torch::kBFloat16).to(torch::kFloat32);
+        y.backward(dy);
+        layer.sync_device_scaling_to_host();
+        const auto amax = [](const torch::Tensor& t) { return t.detach().abs().max().item<float>(); };
+        const auto newest = [&](OperandRole role, NumberFormat format, int product) {
+            const auto& h = layer.delayed(role, format, product).history();
+            return std::vector<float>(h.begin(), h.end());
+        };
+        const auto once = [](float a) { return std::vector<float>{a, 0.0f, 0.0f, 0.0f}; };
+        QCOMPARE(newest(OperandRole::Input, NumberFormat::E4M3, 0), once(amax(q)));
+        QCOMPARE(newest(OperandRole::Weight, NumberFormat::E4M3, 0), once(amax(k)));
+        QCOMPARE(newest(OperandRole::GradOutput, NumberFormat::E5M2, 0), once(amax(scores.grad())));
+        QCOMPARE(newest(OperandRole::Input, NumberFormat::E4M3, 1), once(amax(probs)));
+        QCOMPARE(newest(OperandRole::Weight, NumberFormat::E4M3, 1), once(amax(v)));
+        QCOMPARE(newest(OperandRole::GradOutput, NumberFormat::E5M2, 1), once(amax(dy)));
+        // A linear layer has one set.
+        LayerGemm linear("blocks.0.mlp.fc1", f, r, GemmBackend::Emulated);
+        QCOMPARE(linear.scaling_products(), 1);
+
+        // A checkpoint keeps both sets; one from before they were apart (one set, under the
+        // layer's key alone) starts the values product from the set both shared.
+        QTemporaryDir tmp;
+        const std::string file = tmp.filePath("sdpa.pt").toStdString(), old = tmp.filePath("old.pt").toStdString();
+        {
+            torch::serialize::OutputArchive out;
+            layer.save(out);
+            out.save_to(file);
+            torch::serialize::OutputArchive before;
+            const std::string key = "layers/blocks.0.attn.sdpa/";
+            before.write(key + "formats", torch::tensor({int64_t(f.forward), int64_t(f.dgrad), int64_t(f.wgrad)}));
+            for (auto role : kOperandRoles)
+                for (auto format : kFp8Formats) {
+                    const auto& d = layer.delayed(role, format, 0);
+                    const std::string at = key + std::to_string(int(role)) + "/" + format_info(format).name + "/";
+                    before.write(at + "history", torch::tensor(d.history()));
+                    before.write(at + "scale", torch::tensor(d.scale()));
+                }
+            before.save_to(old);
+        }
+        for (const bool from_old : {false, true}) {
+            LayerGemm loaded("blocks.0.attn.sdpa", f, r, GemmBackend::Emulated);
+            torch::serialize::InputArchive in;
+            in.load_from(from_old ? old : file);
+            loaded.load(in);
+            for (int product : {0, 1})
+                for (auto role : kOperandRoles)
+                    for (auto format : kFp8Formats) {
+                        const auto& want = layer.delayed(role, format, from_old ? 0 : product);
+                        QCOMPARE(loaded.delayed(role, format, product).history(), want.history());
+                        QCOMPARE(loaded.delayed(role, format, product).scale(), want.scale());
+                    }
+        }
+    }
+
     // A layer whose GEMMs are of different kinds (FP8 and FP32 here, the GEMMs this CPU
     // computes the emulator's way) runs natively GEMM by GEMM, and gives the emulator's values,
     // gradients and delayed-scaling state bit for bit over steps whose weights move, two
