@@ -159,9 +159,10 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
 };
 
 // y = a b for attention (batched). Operands are activations: no weight cache. Each product
-// casts with its own scaling states (LayerGemm::select_product), and as LinearFunction does, a
-// tensor that the backward takes in the format the forward cast it in is not cast again: one
-// amax record per tensor and step (four, across both products, went into one history).
+// casts with its own scaling states (LayerGemm::select_product), and a tensor that the backward
+// takes in the format the forward cast it in records no second amax (recast_operand), nor does
+// dy where both backward GEMMs take one format: one record per tensor and step (four, across
+// both products, went into one history).
 struct MatmulFunction : public torch::autograd::Function<MatmulFunction> {
     static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& a, const torch::Tensor& b,
                                  int64_t layer_address, bool values_product)
@@ -176,13 +177,7 @@ struct MatmulFunction : public torch::autograd::Function<MatmulFunction> {
         const auto aq = layer->round_operand(a, f.forward, OperandRole::Input, -1, &s_a);
         const auto bq = layer->round_operand(b, f.forward, OperandRole::Weight, -2);
         if (values_product && layer->telemetry_armed()) record_operand(*layer, "probs", a, f.forward, s_a, aq);
-        // The casts the backward can take as they are (per-tensor scales: no layout of their own).
-        const bool per_tensor = per_tensor_scaling(layer->recipe());
-        const bool reuse_a = per_tensor && f.forward == saved_operand_format(f.wgrad);
-        const bool reuse_b = per_tensor && f.forward == saved_operand_format(f.dgrad);
-        ctx->saved_data["reuse_a"] = reuse_a;
-        ctx->saved_data["reuse_b"] = reuse_b;
-        ctx->save_for_backward({reuse_a ? aq : a, reuse_b ? bq : b});
+        ctx->save_for_backward({a, b});
         return layer->gemm(aq, bq, f.forward);
     }
 
@@ -199,19 +194,22 @@ struct MatmulFunction : public torch::autograd::Function<MatmulFunction> {
         torch::Tensor s_dy;
         const auto dy_a = layer->round_operand(dy, f.dgrad, OperandRole::GradOutput, -1, &s_dy);
         if (!values_product && layer->telemetry_armed()) record_operand(*layer, "grad_scores", dy, f.dgrad, s_dy, dy_a);
-        const auto b_a = ctx->saved_data["reuse_b"].toBool()
-                             ? saved[1]
-                             : layer->round_operand(saved[1], saved_operand_format(f.dgrad), OperandRole::Weight, -1);
+        // Per-tensor casts: one state per (role, format), recorded by the forward already where
+        // the format is the forward's. Block and per-row casts keep no history to fill twice.
+        const bool per_tensor = per_tensor_scaling(layer->recipe());
+        const auto cast_saved = [&](const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim) {
+            return per_tensor && format == f.forward ? layer->recast_operand(x, format, role, k_dim)
+                                                     : layer->round_operand(x, format, role, k_dim);
+        };
+        const auto b_a = cast_saved(saved[1], saved_operand_format(f.dgrad), OperandRole::Weight, -1);
         const auto da = layer->gemm(dy_a, b_a.transpose(-1, -2), f.dgrad);
         // Both products' wgrad casts are this layer's: each named by its own tensors, or the
         // scores product's Hadamard rows would replace the values product's in the store.
         layer->name_wgrad_records(values_product ? "probs" : "query", values_product ? "grad_output" : "grad_scores");
         const auto unnamed = c10::make_scope_exit([layer] { layer->name_wgrad_records(nullptr, nullptr); });
-        const bool one_dy_cast = f.wgrad == f.dgrad && per_tensor_scaling(layer->recipe());
-        const auto dy_b = one_dy_cast ? dy_a : layer->round_operand(dy, f.wgrad, OperandRole::GradOutput, -2);
-        const auto a_b = ctx->saved_data["reuse_a"].toBool()
-                             ? saved[0]
-                             : layer->round_operand(saved[0], saved_operand_format(f.wgrad), OperandRole::Input, -2);
+        const auto dy_b = f.wgrad == f.dgrad && per_tensor ? dy_a // one cast, one record
+                                                           : layer->round_operand(dy, f.wgrad, OperandRole::GradOutput, -2);
+        const auto a_b = cast_saved(saved[0], saved_operand_format(f.wgrad), OperandRole::Input, -2);
         const auto db = layer->gemm(a_b.transpose(-1, -2), dy_b, f.wgrad);
         return {da, db, torch::Tensor(), torch::Tensor()};
     }
@@ -356,6 +354,14 @@ torch::Tensor LayerGemm::round_operand(const torch::Tensor& x, NumberFormat form
     if (keep) remember_fp4_operand(q.values, std::move(fp4_scales), role == OperandRole::Weight);
     if (scale && per_tensor_scaling(recipe_) && recipe_.outlier_rms_multiple == 0.0) *scale = torch::tensor(q.scale);
     return q.values;
+}
+
+torch::Tensor LayerGemm::recast_operand(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim)
+{
+    const bool training = training_;
+    training_ = false; // round_operand's evaluation path: the scale as it is, the history left alone
+    const auto restore = c10::make_scope_exit([this, training] { training_ = training; });
+    return round_operand(x, format, role, k_dim);
 }
 
 torch::Tensor LayerGemm::quantized_weight(const torch::Tensor& weight, NumberFormat format, int64_t k_dim,

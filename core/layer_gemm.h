@@ -119,6 +119,10 @@ public:
     // codes = values * scale.
     torch::Tensor round_operand(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim,
                                 torch::Tensor* scale = nullptr);
+    // The same cast without recording an amax (the current scale, as evaluation casts): a
+    // tensor that the forward cast and recorded, cast again in the backward. Attention keeps
+    // its operands rather than their casts (P's would cost another T x T a head).
+    torch::Tensor recast_operand(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim);
     torch::Tensor quantized_weight(const torch::Tensor& weight, NumberFormat format, int64_t k_dim,
                                    torch::Tensor* scale = nullptr);
     // a (M, K) in `format` x b (K, N) in saved_operand_format(format), plus `bias` in FP32 (the
