@@ -62,15 +62,16 @@ void ConsoleProgress::on_step(const StepMetrics& m)
         char val[32] = "-";
         if (!(last_val_loss_ < 0)) std::snprintf(val, sizeof val, "%.4f", unsigned_nan(last_val_loss_)); // NaN too
         std::fprintf(out_, "\r\033[Kstep %lld/%lld | loss %.4f | val %s | %.0f tok/s | %.1f ms/step%s | ETA %s",
-                     static_cast<long long>(m.step), static_cast<long long>(total_steps_), unsigned_nan(m.train_loss), val,
+                     static_cast<long long>(m.step), static_cast<long long>(total_steps_),
+                     unsigned_nan(m.train_loss), val,
                      m.tokens_per_s, m.step_time_ms, comm.c_str(), format_duration(eta).c_str());
         line_open_ = true;
         std::fflush(out_);
     } else if (m.step % log_interval_ == 0 || m.step == total_steps_) {
         std::fprintf(out_, "step %lld/%lld loss %.4f lr %.3g grad_norm %.3f %.1f ms/step %.0f tok/s ETA %s%s\n",
                      static_cast<long long>(m.step), static_cast<long long>(total_steps_), unsigned_nan(m.train_loss),
-                     m.learning_rate, unsigned_nan(m.grad_norm), m.step_time_ms, m.tokens_per_s, format_duration(eta).c_str(),
-                     comm.empty() ? "" : (" (" + comm.substr(3) + ")").c_str());
+                     m.learning_rate, unsigned_nan(m.grad_norm), m.step_time_ms, m.tokens_per_s,
+                     format_duration(eta).c_str(), comm.empty() ? "" : (" (" + comm.substr(3) + ")").c_str());
         std::fflush(out_);
     }
 }

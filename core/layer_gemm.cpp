@@ -207,8 +207,8 @@ struct MatmulFunction : public torch::autograd::Function<MatmulFunction> {
         // scores product's Hadamard rows would replace the values product's in the store.
         layer->name_wgrad_records(values_product ? "probs" : "query", values_product ? "grad_output" : "grad_scores");
         const auto unnamed = c10::make_scope_exit([layer] { layer->name_wgrad_records(nullptr, nullptr); });
-        const auto dy_b = f.wgrad == f.dgrad && per_tensor ? dy_a // one cast, one record
-                                                           : layer->round_operand(dy, f.wgrad, OperandRole::GradOutput, -2);
+        const bool one_dy_cast = f.wgrad == f.dgrad && per_tensor; // one cast, one record
+        const auto dy_b = one_dy_cast ? dy_a : layer->round_operand(dy, f.wgrad, OperandRole::GradOutput, -2);
         const auto a_b = cast_saved(saved[0], saved_operand_format(f.wgrad), OperandRole::Input, -2);
         const auto db = layer->gemm(a_b.transpose(-1, -2), dy_b, f.wgrad);
         return {da, db, torch::Tensor(), torch::Tensor()};

@@ -758,7 +758,8 @@ void check_override_key(const std::string& dotted)
     static const json defaults = to_json(ProjectConfig{});
     // `compare` prints a list's entries as precision.layers[0].dgrad; --set takes a list whole.
     const auto whole_list = [](const std::string& key) {
-        return ConfigError(key + ": is a list, which --set replaces whole: --set '" + key + "=[...]' with a JSON array");
+        return ConfigError(key + ": is a list, which --set replaces whole: --set '" + key +
+                           "=[...]' with a JSON array");
     };
     const json* at = &defaults;
     std::string walked;

@@ -1392,7 +1392,8 @@ private slots:
         QTest::newRow("tolerance text") << QStringList{"compare", "1", "2", "--tolerance", "abc"} << 2 << "must be a number";
         QTest::newRow("tolerance < 0") << QStringList{"compare", "1", "2", "--tolerance", "-1"} << 2 << "finite number >= 0";
         QTest::newRow("tolerance NaN") << QStringList{"compare", "1", "2", "--tolerance", "nan"} << 2 << "finite number >= 0";
-        QTest::newRow("tolerance 1x") << QStringList{"compare", "1", "2", "--tolerance", "1x"} << 2 << "finite number >= 0";
+        QTest::newRow("tolerance 1x") << QStringList{"compare", "1", "2", "--tolerance", "1x"} << 2
+                                      << "finite number >= 0";
         // NaN lifted the server's rate limit; 0 was refused as "not in range 0.000000 to 1797..."
         QTest::newRow("rate NaN") << QStringList{"serve", "--requests-per-s", "nan"} << 2
                                   << "--requests-per-s: must be a finite number > 0";

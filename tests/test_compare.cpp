@@ -574,7 +574,8 @@ private slots:
                                     {{"training.checkpoint_dir", "\"/tmp/ckpt\""}});
         QCOMPARE(own[0].config.training.checkpoint_dir, std::string("/tmp/ckpt/1-precision.preset=fp32"));
         QCOMPARE(own[1].config.training.checkpoint_dir, std::string("/tmp/ckpt/2-precision.preset=fp8-hybrid"));
-        const auto odd = plan_sweep(path, parse_vary("data.digits=2,3"), {{"training.checkpoint_dir", "\"/tmp/ckpt\""}});
+        const auto odd =
+            plan_sweep(path, parse_vary("data.digits=2,3"), {{"training.checkpoint_dir", "\"/tmp/ckpt\""}});
         QCOMPARE(odd[1].config.training.checkpoint_dir, std::string("/tmp/ckpt/2-data.digits=3"));
         // Varied itself: every point has its folder already.
         const auto varied = plan_sweep(path, parse_vary("training.checkpoint_dir=/tmp/a,/tmp/b"));

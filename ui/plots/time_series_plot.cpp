@@ -359,7 +359,8 @@ void TimeSeriesPlot::declutter()
             }
             if (flip & 2) {
                 if (!(a & (Qt::AlignLeft | Qt::AlignRight))) continue;
-                a = (a & ~Qt::Alignment(Qt::AlignHorizontal_Mask)) | (a & Qt::AlignLeft ? Qt::AlignRight : Qt::AlignLeft);
+                a = (a & ~Qt::Alignment(Qt::AlignHorizontal_Mask)) |
+                    (a & Qt::AlignLeft ? Qt::AlignRight : Qt::AlignLeft);
                 m = QMargins(m.right(), m.top(), m.left(), m.bottom());
             }
             label->setPositionAlignment(a);
