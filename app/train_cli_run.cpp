@@ -22,12 +22,11 @@
 namespace mantissa {
 
 std::atomic<bool> g_stop_requested{false};
-namespace {
-std::atomic<int> g_stop_signal{0}; // the signal that asked for the stop, 0 for none
-int g_exit_signal = 0;              // the signal that stopped a command before it was done
-} // namespace
 
 namespace {
+
+std::atomic<int> g_stop_signal{0}; // the signal that asked for the stop, 0 for none
+int g_exit_signal = 0;              // the signal that stopped a command before it was done
 
 // The step time leaves out what follows a telemetry step (its frame's read-back, the sinks);
 // this is what a step costs the run with them (bench/telemetry.py reads both).

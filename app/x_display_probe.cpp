@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
