@@ -29,6 +29,11 @@ namespace mantissa {
 
 namespace {
 
+std::string token_file_of(const std::string& db_path, const ServeOptions& options)
+{
+    return options.token_file.empty() ? default_token_path(db_path) : options.token_file;
+}
+
 // The server's options from the command line's; prints the reason and returns false on error.
 bool server_options(const std::string& db_path, const ServeOptions& in, ServerOptions& out)
 {
@@ -42,8 +47,7 @@ bool server_options(const std::string& db_path, const ServeOptions& in, ServerOp
         out.tls_key = in.tls_key;
         out.requests_per_s = in.requests_per_s;
         out.request_burst = 2 * in.requests_per_s;
-        const std::string token_file = in.token_file.empty() ? db_path + ".token" : in.token_file;
-        out.token = load_or_create_token(token_file);
+        out.token = load_or_create_token(token_file_of(db_path, in));
         if (!is_loopback_host(host))
             std::fprintf(stderr, "warning: serving on %s, reachable from other machines%s\n", host.c_str(),
                          in.tls_cert.empty() ? " without TLS: the token and the runs travel in clear text" : "");
@@ -67,11 +71,6 @@ void print_listening(const StoreServer& server, const ServerOptions& options, co
     // A self-signed certificate is trusted by this fingerprint (the desktop's Connect dialog).
     if (!server.certificate_sha256().empty()) std::printf("certificate: SHA-256 %s\n", server.certificate_sha256().c_str());
     std::fflush(stdout);
-}
-
-std::string token_file_of(const std::string& db_path, const ServeOptions& options)
-{
-    return options.token_file.empty() ? db_path + ".token" : options.token_file;
 }
 
 class LiveServerImpl : public LiveServer {

@@ -159,17 +159,13 @@ std::string export_target_problem(RunStore& store, int64_t run_id, const std::st
             for (const auto& row : store.checkpoints(run.id))
                 if (same(row.path)) return "--out '" + out + "' is a checkpoint of run " + whose(run.id);
     }
-    // SQLite's own files beside the store, there or not yet: one written now is taken as the
-    // store's by its next writer (a CSV named runs.sqlite-shm was deleted by the next `tag`).
     const auto named = [&](const std::string& path) {
         std::error_code e;
         const auto a = fs::weakly_canonical(out, e);
         return !e && a == fs::weakly_canonical(path, e) && !e;
     };
-    for (const char* suffix : {"-wal", "-shm", "-journal"})
-        if (named(store.path() + suffix)) return "--out '" + out + "' is the run store's own file";
-    // `serve` keeps its token there by default: a CSV in its place locked every window out.
-    if (named(store.path() + ".token")) return "--out '" + out + "' is the store server's token file";
+    for (const auto& side : kStoreSideFiles)
+        if (named(store.path() + side.suffix)) return "--out '" + out + "' is " + side.what;
     // A run's lock file replaced while it trains reads as a dead run, which a resume then takes.
     if (in_folder(store.path() + ".locks")) return "--out '" + out + "' is in the run store's lock folder";
     for (const auto& run : runs)

@@ -4,6 +4,7 @@
 // scalar metrics and events. Writes are queued and committed in batches by a writer
 // thread, so the training step never waits for the disk.
 
+#include <array>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -431,5 +432,21 @@ private:
 // Default store location: $MANTISSA_DB, else $XDG_DATA_HOME/mantissa/runs.sqlite, else
 // ~/.local/share/mantissa/runs.sqlite.
 std::string default_store_path();
+
+// Where `serve` keeps a store's token unless --token-file says otherwise.
+inline std::string default_token_path(const std::string& store_path) { return store_path + ".token"; }
+
+// The files beside a store that no export may write in place of, there or not yet: SQLite's
+// next writer takes a file named -wal, -shm or -journal as the store's own (a CSV named
+// runs.sqlite-shm was deleted by the next `tag`), and a CSV in the token's place locked every
+// window out. Each suffix with what the file is.
+struct StoreSideFile {
+    const char* suffix;
+    const char* what;
+};
+inline constexpr std::array<StoreSideFile, 4> kStoreSideFiles = {{{"-wal", "the run store's own file"},
+                                                                  {"-shm", "the run store's own file"},
+                                                                  {"-journal", "the run store's own file"},
+                                                                  {".token", "the store server's token file"}}};
 
 } // namespace mantissa

@@ -63,11 +63,9 @@ bool export_model_csv(const QAbstractItemModel& model, const QString& path, QStr
                          .arg(path);
         return false;
     }
-    // The files beside a store, there or not yet: SQLite's next writer takes a file named
-    // -wal or -shm as the store's own, and `serve` keeps its token in .token (the CLI refuses
-    // them too).
-    for (const QLatin1String suffix : {QLatin1String("-wal"), QLatin1String("-shm"), QLatin1String("-journal"),
-                                       QLatin1String(".token")}) {
+    // The files beside a store (kStoreSideFiles), as the CLI's export refuses them.
+    for (const auto& side : kStoreSideFiles) {
+        const QLatin1String suffix(side.suffix);
         if (!path.endsWith(suffix)) continue;
         const QString store = path.chopped(suffix.size());
         if (!RunStore::is_sqlite_file(QFile::encodeName(store).toStdString())) continue;
