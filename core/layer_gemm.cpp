@@ -173,11 +173,14 @@ struct MatmulFunction : public torch::autograd::Function<MatmulFunction> {
         const GemmFormats f = layer->formats();
         ctx->saved_data["layer"] = layer_address;
         ctx->saved_data["values_product"] = values_product;
-        torch::Tensor s_a;
+        torch::Tensor s_a, s_b;
         const auto aq = layer->round_operand(a, f.forward, OperandRole::Input, -1, &s_a);
-        const auto bq = layer->round_operand(b, f.forward, OperandRole::Weight, -2);
+        const auto bq = layer->round_operand(b, f.forward, OperandRole::Weight, -2, &s_b);
         if (values_product && layer->telemetry_armed()) record_operand(*layer, "probs", a, f.forward, s_a, aq);
         ctx->save_for_backward({a, b});
+        // () tensors, undefined where no per-tensor scale was taken: the backward's recasts.
+        ctx->saved_data["scale_a"] = s_a;
+        ctx->saved_data["scale_b"] = s_b;
         return layer->gemm(aq, bq, f.forward);
     }
 
@@ -197,11 +200,13 @@ struct MatmulFunction : public torch::autograd::Function<MatmulFunction> {
         // Per-tensor casts: one state per (role, format), recorded by the forward already where
         // the format is the forward's. Block and per-row casts keep no history to fill twice.
         const bool per_tensor = per_tensor_scaling(layer->recipe());
-        const auto cast_saved = [&](const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim) {
-            return per_tensor && format == f.forward ? layer->recast_operand(x, format, role, k_dim)
-                                                     : layer->round_operand(x, format, role, k_dim);
+        const auto cast_saved = [&](const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim,
+                                    const char* forward_scale) {
+            return per_tensor && format == f.forward
+                       ? layer->recast_operand(x, format, role, k_dim, ctx->saved_data[forward_scale].toTensor())
+                       : layer->round_operand(x, format, role, k_dim);
         };
-        const auto b_a = cast_saved(saved[1], saved_operand_format(f.dgrad), OperandRole::Weight, -1);
+        const auto b_a = cast_saved(saved[1], saved_operand_format(f.dgrad), OperandRole::Weight, -1, "scale_b");
         const auto da = layer->gemm(dy_a, b_a.transpose(-1, -2), f.dgrad);
         // Both products' wgrad casts are this layer's: each named by its own tensors, or the
         // scores product's Hadamard rows would replace the values product's in the store.
@@ -209,7 +214,7 @@ struct MatmulFunction : public torch::autograd::Function<MatmulFunction> {
         const auto unnamed = c10::make_scope_exit([layer] { layer->name_wgrad_records(nullptr, nullptr); });
         const bool one_dy_cast = f.wgrad == f.dgrad && per_tensor; // one cast, one record
         const auto dy_b = one_dy_cast ? dy_a : layer->round_operand(dy, f.wgrad, OperandRole::GradOutput, -2);
-        const auto a_b = cast_saved(saved[0], saved_operand_format(f.wgrad), OperandRole::Input, -2);
+        const auto a_b = cast_saved(saved[0], saved_operand_format(f.wgrad), OperandRole::Input, -2, "scale_a");
         const auto db = layer->gemm(a_b.transpose(-1, -2), dy_b, f.wgrad);
         return {da, db, torch::Tensor(), torch::Tensor()};
     }
@@ -349,6 +354,7 @@ torch::Tensor LayerGemm::round_operand(const torch::Tensor& x, NumberFormat form
         if (observe) observe_block_cast(role, x, k_dim, std::move(block));
     } else {
         DelayedScaling scratch = delayed(role, format); // evaluation: same scale, the real history stays put
+        if (recast_scale_.defined()) scratch.restore(scratch.history(), recast_scale_.item<float>()); // a host ()
         q = quantize_fp8(x, format, recipe_, k_dim, &scratch, block_role, nullptr, keep);
     }
     if (keep) remember_fp4_operand(q.values, std::move(fp4_scales), role == OperandRole::Weight);
@@ -356,11 +362,18 @@ torch::Tensor LayerGemm::round_operand(const torch::Tensor& x, NumberFormat form
     return q.values;
 }
 
-torch::Tensor LayerGemm::recast_operand(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim)
+torch::Tensor LayerGemm::recast_operand(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim,
+                                        const torch::Tensor& forward_scale)
 {
     const bool training = training_;
-    training_ = false; // round_operand's evaluation path: the scale as it is, the history left alone
-    const auto restore = c10::make_scope_exit([this, training] { training_ = training; });
+    training_ = false; // round_operand's evaluation path: the history left alone
+    // Current scaling finds the forward's scale again from the same tensor; only a history's
+    // scale has moved.
+    recast_scale_ = recipe_.scaling == Fp8Scaling::Delayed ? forward_scale : torch::Tensor();
+    const auto restore = c10::make_scope_exit([this, training] {
+        training_ = training;
+        recast_scale_ = torch::Tensor();
+    });
     return round_operand(x, format, role, k_dim);
 }
 

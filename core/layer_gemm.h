@@ -119,10 +119,14 @@ public:
     // codes = values * scale.
     torch::Tensor round_operand(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim,
                                 torch::Tensor* scale = nullptr);
-    // The same cast without recording an amax (the current scale, as evaluation casts): a
-    // tensor that the forward cast and recorded, cast again in the backward. Attention keeps
-    // its operands rather than their casts (P's would cost another T x T a head).
-    torch::Tensor recast_operand(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim);
+    // The same cast without recording an amax: a tensor that the forward cast and recorded,
+    // cast again in the backward. Attention keeps its operands rather than their casts (P's
+    // would cost another T x T a head). `forward_scale` is the scale the forward's cast took
+    // (round_operand's `scale`): under delayed scaling the backward casts with it, so it
+    // multiplies the forward's very FP8 codes, as TE's saved FP8 tensors do; the forward's
+    // record has moved the state's scale since. Undefined: the state's current scale.
+    torch::Tensor recast_operand(const torch::Tensor& x, NumberFormat format, OperandRole role, int64_t k_dim,
+                                 const torch::Tensor& forward_scale);
     torch::Tensor quantized_weight(const torch::Tensor& weight, NumberFormat format, int64_t k_dim,
                                    torch::Tensor* scale = nullptr);
     // a (M, K) in `format` x b (K, N) in saved_operand_format(format), plus `bias` in FP32 (the
@@ -338,6 +342,7 @@ private:
     std::array<DelayedScaling, kScalingStates> delayed_;
     bool attention_ = false; // "*.sdpa": two products, each with its scaling states
     int product_ = 0;        // the product whose operands are being cast (select_product)
+    torch::Tensor recast_scale_; // while recast_operand runs: the scale its delayed cast takes
     // Weight cache: a cast stays valid while the master weight's version counter, its format
     // and (for per-row and 1-D block casts) its layout hold. Two slots: the forward GEMM and
     // the input gradient's may take the weight in different formats or layouts (BF16 forward

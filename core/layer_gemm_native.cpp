@@ -262,6 +262,11 @@ Fp8Tensor LayerGemm::quantize_native(const torch::Tensor& x, NumberFormat format
     if (recipe_.scaling == Fp8Scaling::PerRow) return quantize_fp8_rowwise_native(x, format, recipe_, k_dim);
     DeviceDelayedScaling* state =
         recipe_.scaling == Fp8Scaling::Delayed ? &device_delayed(role, format, x.device()) : nullptr;
+    DeviceDelayedScaling at_forward_scale; // recast_operand: the forward's scale, on the device
+    if (state && recast_scale_.defined()) {
+        at_forward_scale = state->with_scale(recast_scale_);
+        state = &at_forward_scale;
+    }
     // Evaluation uses the current scale and leaves the history where it is.
     return quantize_fp8_native(x, format, recipe_, state, /*record=*/training_, with_transpose, column_sums);
 }

@@ -44,6 +44,15 @@ public:
     const torch::Tensor& scale() const { return scale_; }
     // scale().reciprocal(), made by the record that made the scale: a cast takes both.
     const torch::Tensor& inv_scale() const { return inv_scale_; }
+    // A copy that casts with `scale` (a () FP32 tensor on the device; one this state had) and
+    // the history as it is: a recast of what the forward cast, which records nothing.
+    DeviceDelayedScaling with_scale(const torch::Tensor& scale) const
+    {
+        DeviceDelayedScaling copy = *this;
+        copy.scale_ = scale;
+        copy.inv_scale_ = scale.reciprocal(); // as record() makes it: one IEEE division
+        return copy;
+    }
     // DelayedScaling::record on the device: roll, store `amax` (a () FP32 tensor) in slot 0,
     // recompute the scale for the next use.
     void record(const torch::Tensor& amax, double fp8_max, bool use_max, int64_t margin);

@@ -497,6 +497,17 @@ private slots:
         QCOMPARE(newest(OperandRole::Input, NumberFormat::E4M3, 1), once(amax(probs)));
         QCOMPARE(newest(OperandRole::Weight, NumberFormat::E4M3, 1), once(amax(v)));
         QCOMPARE(newest(OperandRole::GradOutput, NumberFormat::E5M2, 1), once(amax(dy)));
+        // The backward multiplies the forward's casts: q, K, P and V at the scale their forward cast
+        // took (1, a fresh state's), not the scale their record has made since (448 / amax).
+        LayerGemm plain("x", f, r, GemmBackend::Emulated);
+        const auto e4m3 = [](const torch::Tensor& t) { return round_to_format(t.detach(), NumberFormat::E4M3, Overflow::Saturate); };
+        const auto e5m2 = [](const torch::Tensor& t) { return round_to_format(t.detach(), NumberFormat::E5M2, Overflow::Saturate); };
+        const auto dv = plain.gemm(e4m3(probs).transpose(-1, -2), e5m2(dy), NumberFormat::E5M2);
+        const auto dk = plain.gemm(e4m3(q).transpose(-1, -2), e5m2(scores.grad()), NumberFormat::E5M2);
+        QVERIFY(torch::equal(v.grad().to(torch::kFloat32), dv));
+        QVERIFY(torch::equal(k.grad().to(torch::kFloat32), dk.transpose(-1, -2)));
+        const auto dq = plain.gemm(e5m2(scores.grad()), e4m3(k), NumberFormat::E5M2); // K, as the forward cast K^T
+        QVERIFY(torch::equal(q.grad().to(torch::kFloat32), dq));
         // A linear layer has one set.
         LayerGemm linear("blocks.0.mlp.fc1", f, r, GemmBackend::Emulated);
         QCOMPARE(linear.scaling_products(), 1);
