@@ -54,6 +54,16 @@ torch::Tensor floor_log2_from_bits(const torch::Tensor& v)
     return (biased - 127 - subnormal.to(torch::kInt32) * 64).to(torch::kInt32);
 }
 
+void DelayedScaling::rescale(float ratio)
+{
+    bool recorded = false;
+    for (float& a : history_) {
+        recorded |= a != 0.0f;
+        a *= ratio;
+    }
+    if (recorded) scale_ /= ratio;
+}
+
 void DelayedScaling::reset()
 {
     std::fill(history_.begin(), history_.end(), 0.0f);

@@ -56,6 +56,10 @@ public:
     // Rolls the history, stores `amax` in slot 0, and recomputes the scale for the next use.
     void record(float amax, double fp8_max, bool use_max, int64_t margin);
     void reset(); // fresh history, scale 1 (after a live precision change)
+    // The tensor it measures is now `ratio` times what it was (a gradient after the loss scale
+    // changed): each amax times ratio, the scale over it. A state that never recorded keeps
+    // scale 1, as a fresh one.
+    void rescale(float ratio);
     void restore(std::vector<float> history, float scale)
     {
         history_ = std::move(history);

@@ -289,6 +289,14 @@ void LayerGemm::set_scaling(Fp8Scaling scaling)
     used_native_ = used_emulated_ = false;
 }
 
+void LayerGemm::rescale_gradient_amaxes(float ratio)
+{
+    sync_device_scaling_to_host(); // the live state, where a device holds it
+    for (int product = 0; product < scaling_products(); ++product)
+        for (auto format : kFp8Formats) delayed(OperandRole::GradOutput, format, product).rescale(ratio);
+    for (auto& d : device_scaling_) d.clear(); // refilled from the host state
+}
+
 std::string LayerGemm::backend_used() const
 {
     if (used_native_ && used_emulated_) return "native+emulated";

@@ -99,6 +99,11 @@ public:
     // state restarts, as a module given a new recipe starts in TransformerEngine: its amaxes were
     // recorded under another recipe's casts, or not at all while it ran. Casts kept are dropped.
     void set_scaling(Fp8Scaling scaling);
+    // The loss scale changed by `ratio` at a step boundary (a live switch turned loss scaling on
+    // or off): every gradient's amax history and scale follow, so that the next step's FP8
+    // gradient casts fit the scaled gradients (scales from the unscaled history saturated every
+    // value of a gradient scaled by 65536).
+    void rescale_gradient_amaxes(float ratio);
     // The optimizer changed the master weights: drop the low-precision copy. (The version
     // counter alone is not enough: fused optimizer kernels update in place without bumping it.)
     void invalidate_weight_cache()

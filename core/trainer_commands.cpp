@@ -195,7 +195,10 @@ std::vector<Trainer::Impl::LayerBefore> Trainer::Impl::set_layer_formats(const s
         g->set_formats(formats);
     }
     backends_changed |= !changed.empty(); // the next step says where they ran now
+    const double scale_before = scaler.scale(); // 1 while off; the host replayed every step
     follow_formats_with_loss_scaling(/*keep_state=*/false);
+    if (const double ratio = scaler.scale() / scale_before; ratio != 1.0)
+        for (auto& g : model->gemm_layers()) g->rescale_gradient_amaxes(static_cast<float>(ratio));
     return changed;
 }
 

@@ -389,6 +389,28 @@ private slots:
         QCOMPARE(s.history()[0], 0.0f);
     }
 
+    // A loss scale that changed by `ratio` (test_precision: lossScalingTurnedOnRescalesGradientAmaxes):
+    // the history as if it had measured the scaled gradients, the scale as if made from it; a
+    // state that never recorded stays at 1, as a fresh one.
+    void delayedScalingRescales()
+    {
+        DelayedScaling s(3);
+        s.rescale(65536.0f);
+        QCOMPARE(s.scale(), 1.0f);
+        QCOMPARE(s.history(), (std::vector<float>{0, 0, 0}));
+        s.record(2.0f, 448.0, true, 0);
+        s.record(0.5f, 448.0, true, 0);
+        QCOMPARE(s.scale(), 224.0f);
+        s.rescale(65536.0f);
+        QCOMPARE(s.history(), (std::vector<float>{32768, 131072, 0}));
+        QCOMPARE(s.scale(), 224.0f / 65536.0f);
+        s.record(65536.0f, 448.0, true, 0); // the scaled run goes on from there
+        QCOMPARE(s.scale(), 448.0f / 131072.0f);
+        s.rescale(0.25f);
+        QCOMPARE(s.history(), (std::vector<float>{16384, 8192, 32768}));
+        QCOMPARE(s.scale(), 448.0f / 32768.0f);
+    }
+
     void delayedQuantisationUsesThePreviousScale()
     {
         Fp8Recipe r; // delayed, max, margin 0, saturate
