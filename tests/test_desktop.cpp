@@ -11,6 +11,7 @@
 #include <QDropEvent>
 #include <QMimeData>
 #include <QSettings>
+#include <QMap>
 #include <QSplitter>
 #include <QTabWidget>
 #include <QDir>
@@ -511,32 +512,56 @@ private slots:
         ::close(tcp);
     }
 
+    // Each splitter's sizes come back to it, whichever page was shown at exit: a tab widget
+    // raises its current page, which changes findChildren's order, and the states were kept by
+    // that order until 2026-12-07 (after quitting on the Monitor, the next start laid its
+    // vertical stack of plots out side by side, and saved that again; a read-only GUI audit).
+    void windowStateIsRestored_data()
+    {
+        QTest::addColumn<int>("page");
+        QTest::newRow("project") << int(MainWindow::Page::Project);
+        QTest::newRow("monitor") << int(MainWindow::Page::Monitor);
+        QTest::newRow("runs") << int(MainWindow::Page::Runs);
+        QTest::newRow("compare") << int(MainWindow::Page::Compare);
+    }
     void windowStateIsRestored()
     {
+        QFETCH(int, page);
         QTemporaryDir dir;
         QSettings settings(dir.filePath(QStringLiteral("settings.ini")), QSettings::IniFormat);
-        QList<QByteArray> arranged;
+        QMap<QString, QByteArray> arranged;
+        QMap<QString, Qt::Orientation> orientations;
         {
             MainWindow window(dir.filePath(QStringLiteral("runs.sqlite")));
-            window.resize(1111, 777);
-            window.showPage(MainWindow::Page::Runs);
+            window.resize(1400, 900); // above the window's minimum
+            window.show();
             const QList<QSplitter*> splitters = window.findChildren<QSplitter*>();
-            QVERIFY(splitters.size() >= 3);
-            QList<int> sizes;
-            for (int i = 0; i < splitters.first()->count(); ++i) sizes << 100 + 50 * i;
-            splitters.first()->setSizes(sizes);
-            for (const QSplitter* s : splitters) arranged << s->saveState();
+            QCOMPARE(splitters.size(), 6);
+            for (QSplitter* s : splitters) {
+                QVERIFY2(!s->objectName().isEmpty() && !arranged.contains(s->objectName()), qPrintable(s->objectName()));
+                QList<int> sizes; // a size of its own for every splitter
+                for (int i = 0; i < s->count(); ++i) sizes << 100 + 37 * i + 11 * int(arranged.size());
+                s->setSizes(sizes);
+                arranged[s->objectName()] = s->saveState();
+                orientations[s->objectName()] = s->orientation();
+            }
+            window.showPage(static_cast<MainWindow::Page>(page));
             save_window_state(window, settings);
         }
         MainWindow restored(dir.filePath(QStringLiteral("runs.sqlite")));
-        QVERIFY(restored.currentPage() != MainWindow::Page::Runs);
-        QVERIFY(restored.findChildren<QSplitter*>().first()->saveState() != arranged.first());
+        restored.show();
         restore_window_state(restored, settings);
-        QCOMPARE(restored.currentPage(), MainWindow::Page::Runs);
-        QCOMPARE(restored.size(), QSize(1111, 777));
-        QList<QByteArray> now;
-        for (const QSplitter* s : restored.findChildren<QSplitter*>()) now << s->saveState();
-        QCOMPARE(now.first(), arranged.first());
+        QCOMPARE(int(restored.currentPage()), page);
+        QCOMPARE(restored.size(), QSize(1400, 900));
+        for (const QSplitter* s : restored.findChildren<QSplitter*>()) {
+            QCOMPARE(s->orientation(), orientations.value(s->objectName()));
+            QVERIFY2(s->saveState() == arranged.value(s->objectName()), qPrintable(s->objectName()));
+        }
+        // A state of the other orientation (another version's layout) leaves the default.
+        settings.setValue(QStringLiteral("window/splitter/monitor.curves"), arranged.value(QStringLiteral("monitor.main")));
+        MainWindow third(dir.filePath(QStringLiteral("runs.sqlite")));
+        restore_window_state(third, settings);
+        QCOMPARE(third.findChild<QSplitter*>(QStringLiteral("monitor.curves"))->orientation(), Qt::Vertical);
     }
 
     void plotsFollowThePalette()

@@ -124,6 +124,7 @@ ComparePage::ComparePage(StoreConnection* store, QWidget* parent) : QWidget(pare
     layout->addWidget(messageLabel_);
 
     auto* splitter = new QSplitter(Qt::Vertical, this);
+    splitter->setObjectName(QStringLiteral("compare.split")); // the key of its saved sizes (window_state.h)
     splitter->setChildrenCollapsible(false);
     plot_ = new ComparePlot(splitter);
     plot_->setObjectName(QStringLiteral("comparePlot"));

@@ -157,6 +157,7 @@ MonitorPage::MonitorPage(QWidget* parent) : QWidget(parent), eventModel_(new Eve
     // Curves that share the step axis stack in one column; what is not against steps (the
     // histogram, the events) goes to the right.
     auto* curves = new QSplitter(Qt::Vertical, this);
+    curves->setObjectName(QStringLiteral("monitor.curves")); // the key of its saved sizes (window_state.h)
     curves->setChildrenCollapsible(false);
     curves->addWidget(lossPlot_);
     curves->addWidget(lossScalePlot_);
@@ -171,6 +172,7 @@ MonitorPage::MonitorPage(QWidget* parent) : QWidget(parent), eventModel_(new Eve
     curves->setSizes({400, 160, 160, 160, 300});
 
     auto* side = new QSplitter(Qt::Vertical, this);
+    side->setObjectName(QStringLiteral("monitor.side"));
     side->setChildrenCollapsible(false);
     side->addWidget(buildHistogramPanel());
     side->addWidget(eventView_);
@@ -179,6 +181,7 @@ MonitorPage::MonitorPage(QWidget* parent) : QWidget(parent), eventModel_(new Eve
     side->setSizes({500, 400});
 
     auto* main = new QSplitter(Qt::Horizontal, this);
+    main->setObjectName(QStringLiteral("monitor.main"));
     main->setChildrenCollapsible(false);
     main->addWidget(curves);
     main->addWidget(side);

@@ -212,6 +212,7 @@ ProjectPage::ProjectPage(ProjectDocument* document, QWidget* parent)
     memoryLayout->addWidget(dataMessageLabel_);
 
     auto* right = new QSplitter(Qt::Vertical, this);
+    right->setObjectName(QStringLiteral("project.right")); // the key of its saved sizes (window_state.h)
     right->addWidget(precisionBox);
     right->addWidget(memoryBox);
     right->setStretchFactor(0, 3);
@@ -219,6 +220,7 @@ ProjectPage::ProjectPage(ProjectDocument* document, QWidget* parent)
     right->setChildrenCollapsible(false);
 
     auto* split = new QSplitter(Qt::Horizontal, this);
+    split->setObjectName(QStringLiteral("project.split"));
     split->addWidget(settingsBox);
     split->addWidget(right);
     split->setStretchFactor(0, 2);

@@ -12,7 +12,8 @@ namespace {
 const QString kGeometry = QStringLiteral("window/geometry");
 const QString kState = QStringLiteral("window/state");
 const QString kPage = QStringLiteral("window/page");
-const QString kSplitters = QStringLiteral("window/splitters");
+const QString kSplitters = QStringLiteral("window/splitter/"); // + the splitter's objectName
+const QString kSplittersByOrder = QStringLiteral("window/splitters"); // before 2026-12-07: not read
 
 } // namespace
 
@@ -21,19 +22,25 @@ void save_window_state(const MainWindow& window, QSettings& settings)
     settings.setValue(kGeometry, window.saveGeometry());
     settings.setValue(kState, window.saveState());
     settings.setValue(kPage, static_cast<int>(window.currentPage()));
-    QVariantList splitters;
-    for (const QSplitter* splitter : window.findChildren<QSplitter*>()) splitters << splitter->saveState();
-    settings.setValue(kSplitters, splitters);
+    settings.remove(kSplittersByOrder);
+    for (const QSplitter* splitter : window.findChildren<QSplitter*>())
+        if (!splitter->objectName().isEmpty()) settings.setValue(kSplitters + splitter->objectName(), splitter->saveState());
 }
 
 void restore_window_state(MainWindow& window, QSettings& settings)
 {
     if (settings.contains(kGeometry)) window.restoreGeometry(settings.value(kGeometry).toByteArray());
     if (settings.contains(kState)) window.restoreState(settings.value(kState).toByteArray());
-    const QVariantList saved = settings.value(kSplitters).toList();
-    const QList<QSplitter*> splitters = window.findChildren<QSplitter*>();
-    if (saved.size() == splitters.size())
-        for (int i = 0; i < splitters.size(); ++i) splitters[i]->restoreState(saved[i].toByteArray());
+    for (QSplitter* splitter : window.findChildren<QSplitter*>()) {
+        if (splitter->objectName().isEmpty()) continue;
+        const QVariant saved = settings.value(kSplitters + splitter->objectName());
+        if (!saved.isValid()) continue;
+        // restoreState sets the orientation too: a state of the other one is another layout's.
+        const QByteArray defaults = splitter->saveState();
+        const Qt::Orientation orientation = splitter->orientation();
+        if (!splitter->restoreState(saved.toByteArray()) || splitter->orientation() != orientation)
+            splitter->restoreState(defaults);
+    }
     bool ok = false;
     const int page = settings.value(kPage).toInt(&ok);
     if (ok && page >= static_cast<int>(MainWindow::Page::Project) && page <= static_cast<int>(MainWindow::Page::Compare))
