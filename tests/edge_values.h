@@ -2,7 +2,7 @@
 #pragma once
 // The values a format's statistics and casts are held to: zeros of both signs, FP32's
 // smallest and largest subnormals and normals, infinities, NaNs, and for `format` at `scale`
-// its largest finite value, just under and over it, half a step past it (where round-to-nearest-even
+// its largest finite value, the float and the format's code just under it, just over it, half a step past it (where round-to-nearest-even
 // overflows or not), twice it, its smallest normal and
 // subnormal and the halves and quarters below; then 100,000 values spread over every binade
 // (seeded). Shared by tests/test_telemetry.cpp and bench/cuda_checks.cpp (the same values on
@@ -32,6 +32,14 @@ inline torch::Tensor edge_values(mantissa::NumberFormat format, float scale)
                      min_sub, min_sub / 2, min_sub / 4, min_sub * 1.5}) {
         v.push_back(static_cast<float>(m / s));
         v.push_back(static_cast<float>(-m / s));
+    }
+    // Just under max as the tensor holds it: the float below max / s (nextafter in double above
+    // narrowed back to max itself), and the format's own code below max (416 in E4M3).
+    const float under = std::nextafter(static_cast<float>(max / s), 0.0f);
+    const float code_below = static_cast<float>((max - std::ldexp(1.0, std::ilogb(max) - info.mantissa_bits)) / s);
+    for (float u : {under, code_below}) {
+        v.push_back(u);
+        v.push_back(-u);
     }
     torch::manual_seed(7);
     return torch::cat({torch::tensor(v), torch::randn({100000}) * torch::exp2(torch::randint(-150, 128, {100000}))});
