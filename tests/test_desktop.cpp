@@ -17,6 +17,7 @@
 #include <QDir>
 #include <QFile>
 #include <QProcess>
+#include <QLabel>
 #include <QRegularExpression>
 #include <QSet>
 #include <QStandardPaths>
@@ -562,6 +563,33 @@ private slots:
         MainWindow third(dir.filePath(QStringLiteral("runs.sqlite")));
         restore_window_state(third, settings);
         QCOMPARE(third.findChild<QSplitter*>(QStringLiteral("monitor.curves"))->orientation(), Qt::Vertical);
+    }
+
+    // No caption keeps a fixed colour (not palette(...)) without its own background: under a dark palette a fixed
+    // grey (#444 to #777 until 2026-12-07) was dark grey on dark grey (a read-only GUI audit).
+    // Secondary text takes the palette's PlaceholderText, light under the dark palette.
+    void captionsFollowThePalette()
+    {
+        QTemporaryDir tmp;
+        MainWindow window(tmp.filePath(QStringLiteral("captions.sqlite")));
+        window.setPalette(dark_palette());
+        const QColor window_colour = dark_palette().color(QPalette::Window);
+        int secondary = 0;
+        for (const QLabel* label : window.findChildren<QLabel*>()) {
+            const QString css = label->styleSheet();
+            const bool fixed_colour = css.contains(QRegularExpression(QStringLiteral("(^|[^-])color\\s*:(?!\\s*palette\\()")));
+            QVERIFY2(!fixed_colour || css.contains(QStringLiteral("background")), qPrintable(css));
+            static const QRegularExpression span_colour(QStringLiteral("color:\\s*(#[0-9a-fA-F]{6})"));
+            for (auto m = span_colour.globalMatch(label->text()); m.hasNext();) {
+                const QColor c(m.next().captured(1));
+                QVERIFY2(std::abs(c.lightness() - window_colour.lightness()) > 60, qPrintable(label->text()));
+            }
+            if (label->foregroundRole() != QPalette::PlaceholderText) continue;
+            ++secondary;
+            QVERIFY2(label->palette().color(QPalette::PlaceholderText).lightness() > 110,
+                     qPrintable(label->objectName() + QLatin1Char(' ') + label->palette().color(QPalette::PlaceholderText).name()));
+        }
+        QVERIFY(secondary >= 6); // the Monitor's frame, the Runs count and note, three Compare captions
     }
 
     void plotsFollowThePalette()

@@ -31,6 +31,7 @@
 #include "plots/plot_export.h"
 #include "precision_policy.h"
 #include "project_config.h"
+#include "common/secondary_text.h"
 #include "common/run_format.h"
 #include "run_store.h"
 #include "controller/store_connection.h"
@@ -140,7 +141,7 @@ ComparePage::ComparePage(StoreConnection* store, QWidget* parent) : QWidget(pare
     summaryLayout->setContentsMargins(0, 4, 0, 0);
     auto* summaryTop = new QHBoxLayout;
     referenceLabel_ = new QLabel(summaryTab);
-    referenceLabel_->setStyleSheet(QStringLiteral("color: #444;"));
+    show_as_secondary(referenceLabel_);
     summaryTop->addWidget(referenceLabel_, 1);
     auto* summaryExport = new QPushButton(tr("Export CSV…"), summaryTab);
     connect(summaryExport, &QPushButton::clicked, this, [this] { askExportTable(true); });
@@ -170,7 +171,7 @@ ComparePage::ComparePage(StoreConnection* store, QWidget* parent) : QWidget(pare
     diffLayout->setContentsMargins(0, 4, 0, 0);
     auto* diffTop = new QHBoxLayout;
     diffLabel_ = new QLabel(diffTab);
-    diffLabel_->setStyleSheet(QStringLiteral("color: #444;"));
+    show_as_secondary(diffLabel_);
     diffTop->addWidget(diffLabel_, 1);
     auto* diffExport = new QPushButton(tr("Export CSV…"), diffTab);
     connect(diffExport, &QPushButton::clicked, this, [this] { askExportTable(false); });
@@ -304,7 +305,7 @@ QWidget* ComparePage::buildLayerTab()
     layerOtherCombo_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
     row->addWidget(layerOtherCombo_);
     layerLabel_ = new QLabel(tab);
-    layerLabel_->setStyleSheet(QStringLiteral("color: #444;"));
+    show_as_secondary(layerLabel_);
     // Takes the room left and no more (the whole text is its tooltip): a label's minimum is its
     // text's width otherwise.
     layerLabel_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
@@ -506,6 +507,12 @@ void ComparePage::showEvent(QShowEvent* event)
     followRunningRuns();
 }
 
+void ComparePage::changeEvent(QEvent* event)
+{
+    QWidget::changeEvent(event);
+    if (event->type() == QEvent::PaletteChange && runs_.empty()) rebuildHeader();
+}
+
 void ComparePage::hideEvent(QHideEvent* event)
 {
     QWidget::hideEvent(event);
@@ -597,9 +604,10 @@ std::optional<int64_t> ComparePage::divergenceStep(int64_t runId) const
 void ComparePage::rebuildHeader()
 {
     if (runs_.empty()) {
-        headerLabel_->setText(tr("<b>Compare</b> &nbsp;<span style='color:#666'>No runs selected: select two or "
-                                 "more on the Runs page (Ctrl+3) and press Compare, or run a sweep (Run ▸ "
-                                 "Sweep…).</span>"));
+        headerLabel_->setText(QStringLiteral("<b>%1</b> &nbsp;<span style='color:%2'>%3</span>")
+                                  .arg(tr("Compare"), secondary_text_color(palette()).name(),
+                                       tr("No runs selected: select two or more on the Runs page (Ctrl+3) and "
+                                          "press Compare, or run a sweep (Run ▸ Sweep…).")));
         return;
     }
     QStringList names;

@@ -133,6 +133,7 @@ public:
 protected:
     void showEvent(QShowEvent* event) override;
     void hideEvent(QHideEvent* event) override;
+    void changeEvent(QEvent* event) override; // a palette change recolours the header's hint
 
 private:
     // setRuns, with the store's rows for `ids` when already read (nullopt: read them here).

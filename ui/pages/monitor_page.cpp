@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/secondary_text.h"
 #include "models/event_log_model.h"
 #include "plots/communication_plot.h"
 #include "plots/exponent_histogram_plot.h"
@@ -267,7 +268,7 @@ QWidget* MonitorPage::buildControls()
 
     row->addStretch(1);
     frameLabel_ = new QLabel(bar);
-    frameLabel_->setStyleSheet(QStringLiteral("color: #777;"));
+    show_as_secondary(frameLabel_);
     // Kept as wide as its text while there is room, and the first to give way when there is not.
     frameLabel_->setSizePolicy(QSizePolicy::Preferred, QSizePolicy::Preferred);
     frameLabel_->setMinimumWidth(frameLabel_->fontMetrics().horizontalAdvance(tr("frame 00.0 ms")));

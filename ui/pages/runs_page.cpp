@@ -22,6 +22,7 @@
 #include <set>
 
 #include "models/run_filter_proxy.h"
+#include "common/secondary_text.h"
 #include "common/run_format.h"
 #include "models/run_list_model.h"
 #include "project_config.h"
@@ -78,7 +79,7 @@ RunsPage::RunsPage(StoreConnection* store, QWidget* parent)
     top->addStretch(1);
     countLabel_ = new QLabel(this);
     countLabel_->setObjectName(QStringLiteral("runCount"));
-    countLabel_->setStyleSheet(QStringLiteral("color: #555;"));
+    show_as_secondary(countLabel_);
     top->addWidget(countLabel_);
     layout->addLayout(top);
 
@@ -403,6 +404,7 @@ bool RunsPage::fail(const QString& message)
 {
     lastError_ = message;
     messageLabel_->setText(message);
+    messageLabel_->setContentsMargins(0, 0, 0, 0); // the style sheet's padding
     messageLabel_->setStyleSheet(QStringLiteral("QLabel { color: #8a0015; background: #fdecee;"
                                                 " border: 1px solid #f5c2c7; padding: 4px 8px; }"));
     messageLabel_->show();
@@ -412,7 +414,11 @@ bool RunsPage::fail(const QString& message)
 void RunsPage::note(const QString& message)
 {
     messageLabel_->setText(message);
-    messageLabel_->setStyleSheet(QStringLiteral("QLabel { color: #444; padding: 4px 2px; }"));
+    // No style sheet: a styled label takes its colours from the application's palette, not
+    // the window's (dark under --dark).
+    messageLabel_->setStyleSheet(QString());
+    messageLabel_->setContentsMargins(2, 4, 2, 4);
+    show_as_secondary(messageLabel_);
     messageLabel_->show();
 }
 
