@@ -208,7 +208,10 @@ std::string RunEvent::message() const
                            " under the layer's " + fp8_scaling_name(*s) + " scaling";
                     break;
                 }
-        return pattern + " -> " + (new_formats ? new_formats->describe() : std::string("?")) +
+        // A switch to a recipe names the formats it computes in: "-> e4m3/e5m2/e5m2 with nvfp4
+        // scaling" read as FP8 beside a precision table that said e2m1.
+        const auto shown = new_formats && new_scaling ? formats_as_computed(*new_formats, *new_scaling) : new_formats;
+        return pattern + " -> " + (shown ? shown->describe() : std::string("?")) +
                (new_scaling ? std::string(" with ") + fp8_scaling_name(*new_scaling) + " scaling" : std::string()) +
                " (" + join(layers) + ")" + (cause == ChangeCause::Watcher ? " by watcher " + watcher : "") +
                (cause == ChangeCause::Resume ? " again, as the interrupted run did" : "") + kept +

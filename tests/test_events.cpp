@@ -211,7 +211,8 @@ private slots:
             return e.kind == EventKind::PrecisionChanged && e.new_scaling;
         });
         QVERIFY(recipe_switch != all.end());
-        QCOMPARE(recipe_switch->message(), std::string("lm_head -> e4m3/e5m2/e5m2 with nvfp4 scaling (lm_head); FP8 "
+        // ... and so does a switch to an FP4 recipe (it named the FP8 formats it was given).
+        QCOMPARE(recipe_switch->message(), std::string("lm_head -> e2m1/e2m1/e2m1 with nvfp4 scaling (lm_head); FP8 "
                                                        "scales start afresh under the new recipe"));
         // A layer given a new recipe on its way to BF16 has no FP8 scales to start (a resume's
         // replay under another precision.fp8.scaling said it did).

@@ -1068,7 +1068,7 @@ void TestGui::precisionChangeDuringRunIsAnEventAndAMarker()
         return false;
     };
     pick(QStringLiteral("NVFP4"));
-    QTRY_VERIFY_WITH_TIMEOUT(logged("blocks.0.mlp.fc2 -> e4m3/e4m3/e4m3 with nvfp4 scaling"), 10000);
+    QTRY_VERIFY_WITH_TIMEOUT(logged("blocks.0.mlp.fc2 -> e2m1/e2m1/e2m1 with nvfp4 scaling"), 10000);
     const ProjectConfig& project = window.document()->config();
     QCOMPARE(resolve_layer_recipe(project.precision, other.toStdString()).scaling, Fp8Scaling::Delayed);
     QVERIFY(resolve_layer_formats(project.precision, other.toStdString(), 2) == GemmFormats::all(NumberFormat::FP32));
