@@ -1290,6 +1290,19 @@ BlockCastRecord block_cast_record(const BlockQuantized& q, NumberFormat format, 
     default:
         TORCH_CHECK(false, "block_cast_record: not a block recipe");
     }
+    // Each block's largest value as the element cast saw it, scaled as the quantizer scales.
+    const auto used = q.block_scales.reshape({-1}).to(torch::kFloat32);
+    const auto element_amax = recipe.scaling == Fp8Scaling::NvFp4
+                                  ? finite_amax * nvfp4_element_scale(used, 1.0f / nvfp4_encode_scale(finite_amax))
+                                  : finite_amax / used;
+    // Past max by half a step (max's step: 2^(floor(log2 max) - mantissa bits)), or at it where
+    // round-to-nearest-even takes that tie upward (max / step odd: E2M1's 7).
+    const FormatInfo& e = format_info(r.element_format);
+    const double step = std::ldexp(1.0, std::ilogb(e.max_finite) - e.mantissa_bits);
+    const double past = e.max_finite + 0.5 * step;
+    const bool tie_up = static_cast<int64_t>(e.max_finite / step) % 2 == 1;
+    const auto beyond = tie_up ? element_amax >= past : element_amax > past;
+    r.clipped_blocks = (beyond & finite & (amax > 0)).sum().to(torch::kFloat64);
     const auto zero_block = amax == 0;
     r.requested_scales = requested.masked_fill(~finite, kNaN).masked_fill(zero_block, 0.0f);
     r.used_scales = q.block_scales.reshape({-1}).to(torch::kFloat32).masked_fill(zero_block, 0.0f);

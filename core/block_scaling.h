@@ -172,6 +172,11 @@ struct BlockCastRecord {
     // scale format's rounding and limits; `used`: the one it got. A block of zeros is 0 in both
     // (it has no scale that matters), a block holding Inf/NaN is NaN in both.
     torch::Tensor requested_scales, used_scales;
+    // () float64, on the operand's device: the blocks whose largest value their scale put past
+    // the element format's max by more than half a step, so that the cast saturated it (mxfp4's
+    // floor rule: amax / 2^e in [4, 8), from 7 on; nvfp4 where a block scale in E4M3's
+    // subnormals rounded far down). The "_scale" row's overflow (layer_gemm.cpp).
+    torch::Tensor clipped_blocks;
     // An nvfp4 wgrad operand that went through the Hadamard transform: the operand as it was
     // quantized (Hadamard basis) and its cast, and the same operand quantized without the
     // transform, so that the two quantization SNRs can be set side by side.

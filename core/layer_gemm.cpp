@@ -609,6 +609,15 @@ void LayerGemm::record_cast(const char* role, const torch::Tensor& x, NumberForm
         const auto& b = block->block;
         record_cast((std::string(role) + "_scale").c_str(), b.requested_scales, b.scale_format, 1.0f, b.used_scales,
                     {}, /*fp32_cast=*/true);
+        // A scale row's overflow: the blocks that their scale saturated, whether the scale itself
+        // saturated (which these recipes' scales never do) or its rounding clipped the block's
+        // largest value (always 0 before 2026-12-07: nothing counted mxfp4's clipped blocks).
+        auto& row = pending_.back().row;
+        if (row.defined() && b.clipped_blocks.defined()) {
+            row = row.clone();
+            auto slot = row.narrow(0, stats_row::kOverflow, 1);
+            slot.copy_(torch::maximum(slot, b.clipped_blocks.reshape({1}).to(row.device(), row.scalar_type())));
+        }
     }
 }
 

@@ -1507,6 +1507,46 @@ private slots:
         }
     }
 
+    // A block whose scale puts its largest value past the element format's max by half a step
+    // or more is saturated by the cast: the scale row's overflow counts it (it counted only
+    // scales past the scale format's max, which none of these recipes asks for: always 0).
+    // mxfp4's floor rule: amax / 2^(floor(log2 amax) - 2) lies in [4, 8), and from 7 on
+    // (E2M1's tie above 6 rounds up) the value is clipped to 6. nvfp4: a block scale in E4M3's
+    // subnormals rounds down by up to a third of itself.
+    void clippedBlocksAreCounted()
+    {
+        auto x = torch::full({1, 32 * 6}, 0.5f);
+        const float amax[] = {1.0f, 1.75f, 1.74f, 1.9f, 0.0f, std::numeric_limits<float>::infinity()};
+        for (int b = 0; b < 6; ++b) x[0][32 * b + 5] = amax[b];
+        x[0].narrow(0, 32 * 4, 32).zero_();
+        auto floor_rule = recipe_of(Fp8Scaling::MxFp4);
+        QCOMPARE(block_cast_record(quantize_mxfp4_2d(x, false), NumberFormat::E4M3, floor_rule).clipped_blocks.item<double>(),
+                 2.0); // 1.75 (the tie, at 7) and 1.9 (7.6); not 1.74 (6.96), zeros or Inf
+        auto round_up = floor_rule;
+        round_up.mx_round_scale_up = true;
+        QCOMPARE(block_cast_record(quantize_mxfp4_2d(x, true), NumberFormat::E4M3, round_up).clipped_blocks.item<double>(),
+                 0.0);
+        // nvfp4 with the tensor's amax 448 (S = 6: a block asks for its own amax as its E4M3
+        // scale): 0.0029 is 1.48 of E4M3's subnormal step 2^-9 and rounds to 1 step, so its
+        // largest value is scaled to 6 x 1.48 = 8.9; 0.00215 (1.1 steps) to 6.6, within.
+        auto y = torch::full({1, 16 * 4}, 1e-4f);
+        const float nv_amax[] = {448.0f, 0.0029f, 0.00215f, 1.0f};
+        for (int b = 0; b < 4; ++b) y[0][16 * b + 3] = nv_amax[b];
+        const auto q = quantize_nvfp4_2d(y, false, std::nullopt);
+        QCOMPARE(block_cast_record(q, NumberFormat::E4M3, recipe_of(Fp8Scaling::NvFp4)).clipped_blocks.item<double>(),
+                 1.0);
+        QCOMPARE(q.values[0][16 + 3].item<float>(), std::ldexp(1.0f, -9)); // clipped: 6 x s x 448 / 2688 = s
+        // fp8-block's scales never clip: amax lands on 448 or, rounded to a power of two, below.
+        for (const bool pow2 : {true, false}) {
+            auto r = recipe_of(Fp8Scaling::Block128);
+            r.block_power_of_two = pow2;
+            QCOMPARE(block_cast_record(quantize_fp8_block_2d(test_matrix(4, 256), NumberFormat::E4M3, pow2, false),
+                                       NumberFormat::E4M3, r)
+                         .clipped_blocks.item<double>(),
+                     0.0);
+        }
+    }
+
     // TE's rounded-up MX exponent of a block whose amax / 6 underflows to 0 is -127 in the
     // quantizer; the recorded request must say the same (one shared mxfp4_exponent).
     void mxfp4RoundUpRequestOfASubnormalBlock()
@@ -1608,8 +1648,9 @@ private slots:
         }
         // nvfp4's folded multiplier S * (1/6) in FP32 can make the block holding the tensor's
         // amax ask for an ulp above E4M3's 448 (here it does): that rounds to 448, no overflow.
+        // mxfp4's floor rule clips 9 of the input's 64 blocks (clippedBlocksAreCounted).
         const auto& s = row("input_scale");
-        QCOMPARE(s.overflow, 0.0);
+        QCOMPARE(s.overflow, recipe == "mxfp4" ? 9.0 / 64 : 0.0);
         QCOMPARE(s.amax > 448.0, recipe == "nvfp4");
     }
 
