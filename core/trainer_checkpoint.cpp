@@ -35,6 +35,9 @@ void Trainer::Impl::write_state(const std::function<void(const char*, size_t)>& 
     archive.write("scaler", torch::tensor({sc.scale, static_cast<double>(sc.growth_tracker),
                                            static_cast<double>(sc.overflows_left)},
                                           torch::kFloat64));
+    // The scale the gradients were multiplied by (1 while scaling is off, whatever the state
+    // holds): what the FP8 gradient histories measured under, for a resume under another mode.
+    archive.write("loss_scale_in_effect", torch::tensor(scaler.scale(), torch::kFloat64));
     for (const auto& g : model->gemm_layers()) g->save(archive);
     archive.write("rng/global", at::detail::getDefaultCPUGenerator().get_state());
     archive.write("rng/train_batches", train_batches->generator().get_state());
@@ -229,6 +232,13 @@ void Trainer::Impl::load_archive(const std::string& path,
                         static_cast<int64_t>(sc[2].item<double>())});
         for (const auto& g : model->gemm_layers()) g->load(archive);
         follow_formats_with_loss_scaling(/*keep_state=*/true); // the checkpoint's formats, its scale
+        // A resume whose settings scale the gradients otherwise (precision.loss_scaling.mode set
+        // to dynamic over a run that trained unscaled, or off): the FP8 gradient histories
+        // follow, as at a live change (set_layer_formats). Checkpoints before 2026-12-07 do not
+        // say the scale in effect; theirs stay as they were.
+        if (torch::Tensor then; archive.try_read("loss_scale_in_effect", then))
+            if (const double ratio = scaler.scale() / then.item<double>(); ratio != 1.0)
+                for (auto& g : model->gemm_layers()) g->rescale_gradient_amaxes(static_cast<float>(ratio));
         at::Generator global = at::detail::getDefaultCPUGenerator(); // a handle to the shared generator
         global.set_state(get("rng/global"));
         train_batches->generator().set_state(get("rng/train_batches"));

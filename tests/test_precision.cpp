@@ -46,6 +46,19 @@ struct Recorder : TelemetrySink {
 
 ProjectConfig golden_project() { return load_project_file(MANTISSA_TEST_DATA_DIR "/golden_project.json"); }
 
+// By step, the largest fraction over the FP8 gradient casts: saturated, and flushed to zero.
+struct GradientCasts : Recorder {
+    std::map<int64_t, double> worst_dy_overflow, worst_dy_underflow;
+    void on_layer_stats(const LayerStatsFrame& f) override
+    {
+        for (const auto& t : f.tensors)
+            if (t.role == "grad_output" && (t.format == "e5m2" || t.format == "e4m3")) {
+                worst_dy_overflow[f.step] = std::max(worst_dy_overflow[f.step], t.overflow);
+                worst_dy_underflow[f.step] = std::max(worst_dy_underflow[f.step], t.underflow);
+            }
+    }
+};
+
 double relative_rms_error(const torch::Tensor& got, const torch::Tensor& reference)
 {
     const auto diff = got.to(torch::kFloat64) - reference;
@@ -511,19 +524,7 @@ private slots:
         config.precision.preset = "fp8-hybrid";
         config.precision.backend = backend == QLatin1String("native") ? GemmBackend::Native : GemmBackend::Emulated;
         Trainer trainer(config);
-        struct : Recorder {
-            // By step, the largest over the FP8 gradient casts: saturated, and flushed to zero.
-            std::map<int64_t, double> worst_dy_overflow, worst_dy_underflow;
-            void on_layer_stats(const LayerStatsFrame& f) override
-            {
-                for (const auto& t : f.tensors)
-                    if (t.role == "grad_output" && (t.format == "e5m2" || t.format == "e4m3"))
-                    {
-                        worst_dy_overflow[f.step] = std::max(worst_dy_overflow[f.step], t.overflow);
-                        worst_dy_underflow[f.step] = std::max(worst_dy_underflow[f.step], t.underflow);
-                    }
-            }
-        } rec;
+        GradientCasts rec;
         rec.hook = [&](const StepMetrics& m) {
             if (m.step == 3) trainer.request_layer_formats("blocks.0.attn.proj", GemmFormats::all(NumberFormat::FP16));
             if (m.step == 6) trainer.request_layer_formats("blocks.0.attn.proj", GemmFormats::all(NumberFormat::BF16));
@@ -541,6 +542,38 @@ private slots:
             QVERIFY2(overflow < 0.01, qPrintable(QString("step %1: %2 of a gradient saturated").arg(step).arg(overflow)));
         for (const auto& [step, underflow] : rec.worst_dy_underflow) // step 1 casts at scale 1, before any amax
             QVERIFY2(step == 1 || underflow < 0.01, qPrintable(QString("step %1: %2 of a gradient underflowed").arg(step).arg(underflow)));
+    }
+
+    // A resume that scales the gradients otherwise than the checkpoint's run did (loss_scaling.mode
+    // set to dynamic over an FP8 run that trained unscaled) rescales the FP8 gradient histories as
+    // a live change does: it did not, and the first resumed step saturated all of lm_head's
+    // gradient (a read-only audit, 2026-12-07). A checkpoint says the scale in effect.
+    void aResumeUnderAnotherLossScaleRescalesGradientAmaxes()
+    {
+        auto config = golden_project();
+        config.training.steps = 4;
+        config.eval.interval = 0;
+        config.telemetry.interval = 1;
+        config.precision.preset = "fp8-hybrid";
+        QTemporaryDir tmp;
+        const std::string checkpoint = tmp.filePath("unscaled.pt").toStdString();
+        {
+            Trainer unscaled(config);
+            Recorder first;
+            unscaled.run(first);
+            QCOMPARE(unscaled.loss_scale(), 1.0);
+            unscaled.save_checkpoint(checkpoint);
+        }
+        config.training.steps = 8;
+        config.precision.loss_scaling_mode = "dynamic";
+        Trainer scaled(config);
+        scaled.load_checkpoint(checkpoint);
+        QCOMPARE(scaled.loss_scale(), 65536.0);
+        GradientCasts rec;
+        scaled.run(rec);
+        QCOMPARE(rec.worst_dy_overflow.size(), size_t(4));
+        for (const auto& [step, overflow] : rec.worst_dy_overflow)
+            QVERIFY2(overflow < 0.01, qPrintable(QString("step %1: %2 of a gradient saturated").arg(step).arg(overflow)));
     }
 
     // The loss scale a step uses lives on the device and follows the host's when the host's
