@@ -217,7 +217,12 @@ std::string RunEvent::message() const
                (cause == ChangeCause::Resume ? " again, as the interrupted run did" : "") + kept +
                (new_recipe ? "; FP8 scales start afresh under the new recipe"
                 : histories ? "; delayed-scaling histories restart where a cast's format changed"
-                            : "");
+                            : "") +
+               // precision.loss_scaling.mode auto follows FP16 GEMMs in and out.
+               (std::isnan(old_scale) || std::isnan(new_scale) ? std::string()
+                : new_scale == 1.0 ? "; loss scaling off (scale " + format_scale(old_scale) + " -> 1)"
+                : old_scale == 1.0 ? "; loss scaling on (scale 1 -> " + format_scale(new_scale) + ")"
+                                   : "; loss scale " + format_scale(old_scale) + " -> " + format_scale(new_scale));
     }
     case EventKind::LossScaleBackoff:
         return "scale " + format_scale(old_scale) + " -> " + format_scale(new_scale) + "; non-finite gradients in " +

@@ -87,7 +87,7 @@ struct RunEvent {
     // PrecisionChanged of the scaling recipe too: the first matched layer's before, and the new one.
     std::optional<Fp8Scaling> old_scaling, new_scaling;
     ChangeCause cause = ChangeCause::User; // PrecisionChanged
-    double old_scale = std::nan("");       // loss-scale events
+    double old_scale = std::nan("");       // loss-scale events; a precision change that turned scaling on/off
     double new_scale = std::nan("");
     std::string path;                      // checkpoint file
     std::vector<std::pair<std::string, int64_t>> bytes; // MemoryEstimate: component -> bytes

@@ -82,7 +82,15 @@ void Trainer::Impl::apply_layer_formats(const Command& command, TelemetrySink& s
         if (command.scaling) e.old_scaling = changed.front().scaling;
     }
     e.layer_states = layer_states_of(e.layers);
+    note_loss_scale_switch(e);
     sink.on_event(e);
+}
+
+void Trainer::Impl::note_loss_scale_switch(RunEvent& change) const
+{
+    if (last_switch_scales.first == last_switch_scales.second) return;
+    change.old_scale = last_switch_scales.first;
+    change.new_scale = last_switch_scales.second;
 }
 
 bool Trainer::Impl::switched_to_bf16(const std::string& pattern) const
@@ -178,6 +186,7 @@ void Trainer::Impl::handle_alerts(const std::vector<WatchAlert>& alerts, Telemet
             change.cause = ChangeCause::Watcher;
             change.watcher = a.watcher;
             change.layer_states = layer_states_of(change.layers);
+            note_loss_scale_switch(change);
             sink.on_event(change);
         }
     }
@@ -197,6 +206,7 @@ std::vector<Trainer::Impl::LayerBefore> Trainer::Impl::set_layer_formats(const s
     backends_changed |= !changed.empty(); // the next step says where they ran now
     const double scale_before = scaler.scale(); // 1 while off; the host replayed every step
     follow_formats_with_loss_scaling(/*keep_state=*/false);
+    last_switch_scales = {scale_before, scaler.scale()};
     if (const double ratio = scaler.scale() / scale_before; ratio != 1.0)
         for (auto& g : model->gemm_layers()) g->rescale_gradient_amaxes(static_cast<float>(ratio));
     return changed;

@@ -533,6 +533,13 @@ private slots:
         QCOMPARE(rec.steps.size(), size_t(8));
         QCOMPARE(rec.steps[3].loss_scale, 65536.0);
         QCOMPARE(rec.steps[6].loss_scale, 1.0);
+        // Each switch says what it did to the loss scale (nothing did).
+        std::vector<std::string> changes;
+        for (const auto& e : rec.events)
+            if (e.kind == EventKind::PrecisionChanged) changes.push_back(e.message());
+        QCOMPARE(changes.size(), size_t(2));
+        QVERIFY2(changes[0].ends_with("; loss scaling on (scale 1 -> 65536)"), changes[0].c_str());
+        QVERIFY2(changes[1].ends_with("; loss scaling off (scale 65536 -> 1)"), changes[1].c_str());
         QCOMPARE(rec.worst_dy_overflow.size(), size_t(8));
         // Steps 4 and 7 cast with the rescaled histories. Delayed scaling saturates a few values
         // where a gradient's amax grew (up to 0.07% of a cast here); unrescaled, step 4 saturated
