@@ -21,6 +21,7 @@
 #include <QRegularExpression>
 #include <QSet>
 #include <QStandardPaths>
+#include <QHeaderView>
 #include <QTableWidget>
 #include <QTemporaryDir>
 #include <QToolBar>
@@ -45,7 +46,9 @@
 #include "version_report.h"
 #include "window/about_dialog.h"
 #include "common/dark_palette.h"
+#include "models/run_list_model.h"
 #include "pages/monitor_page.h"
+#include "pages/runs_page.h"
 #include "plots/loss_plot.h"
 #include "window/main_window.h"
 #include "window/window_state.h"
@@ -590,6 +593,34 @@ private slots:
                      qPrintable(label->objectName() + QLatin1Char(' ') + label->palette().color(QPalette::PlaceholderText).name()));
         }
         QVERIFY(secondary >= 6); // the Monitor's frame, the Runs count and note, three Compare captions
+    }
+
+    // The Runs table's Name column fills what the others leave, and keeps about 24 characters
+    // in a narrow window (the table scrolls then): stretched, it cut every name to "add…" below
+    // 1600 px while an empty Tags column kept its 190 (a read-only GUI audit, 2026-12-07).
+    void runNamesKeepTheirWidth()
+    {
+        QTemporaryDir tmp;
+        MainWindow window(tmp.filePath(QStringLiteral("names.sqlite")));
+        window.showPage(MainWindow::Page::Runs);
+        window.show();
+        QTableView* view = window.runsPage()->view();
+        QHeaderView* header = view->horizontalHeader();
+        const int least = view->fontMetrics().horizontalAdvance(QLatin1Char('x')) * 24;
+        const auto others = [&] {
+            int sum = 0;
+            for (int c = 0; c < header->count(); ++c)
+                if (c != RunListModel::Name && !header->isSectionHidden(c)) sum += header->sectionSize(c);
+            return sum;
+        };
+        window.resize(2400, 900);
+        QTRY_COMPARE(header->sectionSize(RunListModel::Name), view->viewport()->width() - others());
+        QVERIFY(header->sectionSize(RunListModel::Name) > least);
+        window.resize(window.minimumSizeHint().width(), 900);
+        QTRY_COMPARE(header->sectionSize(RunListModel::Name), least);
+        QVERIFY(view->viewport()->width() < least + others()); // the table scrolls sideways instead
+        header->resizeSection(RunListModel::Tags, 40); // a user narrows a column: Name takes it
+        QCOMPARE(header->sectionSize(RunListModel::Name), std::max(least, view->viewport()->width() - others()));
     }
 
     void plotsFollowThePalette()

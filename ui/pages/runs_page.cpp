@@ -123,7 +123,10 @@ RunsPage::RunsPage(StoreConnection* store, QWidget* parent)
                          view_->fontMetrics().horizontalAdvance(sample) + 16});
     };
     for (const auto& [column, width] : widths) view_->setColumnWidth(column, fits(column, width));
-    view_->horizontalHeader()->setSectionResizeMode(RunListModel::Name, QHeaderView::Stretch);
+    view_->viewport()->installEventFilter(this);
+    connect(view_->horizontalHeader(), &QHeaderView::sectionResized, this, [this](int column) {
+        if (column != RunListModel::Name) fitNameColumn(); // a user widened another column
+    });
     layout->addWidget(view_, 1);
 
     connect(view_, &QTableView::doubleClicked, this, [this](const QModelIndex& index) {
@@ -399,6 +402,22 @@ bool RunsPage::compareSelected()
 }
 
 QString RunsPage::statusText() const { return countLabel_->text(); }
+
+bool RunsPage::eventFilter(QObject* watched, QEvent* event)
+{
+    if (watched == view_->viewport() && event->type() == QEvent::Resize) fitNameColumn();
+    return QWidget::eventFilter(watched, event);
+}
+
+void RunsPage::fitNameColumn()
+{
+    QHeaderView* header = view_->horizontalHeader();
+    int others = 0;
+    for (int column = 0; column < header->count(); ++column)
+        if (column != RunListModel::Name && !header->isSectionHidden(column)) others += header->sectionSize(column);
+    const int least = view_->fontMetrics().horizontalAdvance(QLatin1Char('x')) * 24; // about 24 characters
+    header->resizeSection(RunListModel::Name, std::max(least, view_->viewport()->width() - others));
+}
 
 bool RunsPage::fail(const QString& message)
 {

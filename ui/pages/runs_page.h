@@ -79,8 +79,13 @@ signals:
 
 protected:
     void showEvent(QShowEvent* event) override;
+    bool eventFilter(QObject* watched, QEvent* event) override; // the table's resizes: fitNameColumn
 
 private:
+    // The Name column takes the width the others leave, but never less than a name's worth: a
+    // stretched section under 1600 px cut every name to "add…" while an empty Tags column kept
+    // 190 px. Below that the table scrolls sideways.
+    void fitNameColumn();
     void buildActions();
     void updateActions();
     void updateStatus();
