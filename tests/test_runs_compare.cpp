@@ -459,6 +459,17 @@ private slots:
         page.setSmoothing(0.0);
         QVERIFY(plot->smoothedGraph(0) == nullptr);
         QCOMPARE(values_of(plot->rawGraph(1)), loss2);
+        // A loss scale is drawn as recorded, on a log axis (smoothed and linear, a halving was a
+        // slow decay and every smaller scale sat on 0); the user's settings stay for the rest.
+        page.setSmoothing(0.6);
+        QVERIFY(page.metrics().contains(QStringLiteral("loss_scale")));
+        QVERIFY(page.setMetric(QStringLiteral("loss_scale")));
+        QCOMPARE(plot->smoothing(), 0.0);
+        QVERIFY(plot->logScale());
+        QVERIFY(page.setMetric(QStringLiteral("train/loss")));
+        QCOMPARE(plot->smoothing(), 0.6);
+        QVERIFY(!plot->logScale());
+        page.setSmoothing(0.0);
 
         // val/loss, by tokens: markers on the evaluation points.
         QVERIFY(page.setMetric(QStringLiteral("val/loss")));
@@ -598,6 +609,9 @@ private slots:
         QCOMPARE(page.curvePlot()->markerCount(), 1);
         QCOMPARE(page.curvePlot()->marker(0).x, 6.0);
         QCOMPARE(page.curvePlot()->marker(0).label, QStringLiteral("#2 diverges @ 6"));
+        QVERIFY(page.setMetric(QStringLiteral("val/loss"))); // over another metric, it says whose
+        QCOMPARE(page.curvePlot()->marker(0).label, QStringLiteral("#2 train loss diverges @ 6"));
+        QVERIFY(page.setMetric(QStringLiteral("train/loss")));
         page.setXAxisMode(XAxisMode::Seconds); // the marker follows the x axis: 6 steps of 50 ms
         QVERIFY(std::abs(page.curvePlot()->marker(0).x - 0.3) < 1e-12);
         // The BF16 run first (the Runs page's newest-first order): still measured against the

@@ -646,8 +646,11 @@ void ComparePage::rebuildCurves()
     for (size_t i = 0; i < runs_.size(); ++i) { // the reference has none
         const auto step = divergenceStep(runs_[i].row.id);
         if (!step) continue;
+        // Divergence is train loss's: said so over any other metric's curves.
         markers.push_back({xOfStep(runs_[i], *step), run_color(i),
-                           tr("#%1 diverges @ %2").arg(runs_[i].row.id).arg(*step)});
+                           metric_ == QLatin1String("train/loss")
+                               ? tr("#%1 diverges @ %2").arg(runs_[i].row.id).arg(*step)
+                               : tr("#%1 train loss diverges @ %2").arg(runs_[i].row.id).arg(*step)});
     }
     const QString xLabel = mode_ == XAxisMode::Tokens    ? tr("tokens")
                            : mode_ == XAxisMode::Seconds ? tr("training time (s)")
@@ -656,9 +659,18 @@ void ComparePage::rebuildCurves()
                                       : tr("None of these runs recorded %1").arg(metric_));
     plot_->setCurves(std::move(curves), xLabel, metric_);
     plot_->setMarkers(std::move(markers));
-    plot_->setSmoothing(smoothing_);
-    plot_->setLogScale(logScale_);
+    applyPlotScales();
     plot_->rebuild();
+}
+
+void ComparePage::applyPlotScales()
+{
+    // A loss scale moves by factors of 2 over decades: smoothed, a halving was drawn as a slow
+    // decay, and on a linear axis every run but the largest-scaled sat on 0. The user's
+    // settings stay for the other metrics.
+    const bool scale_like = metric_.endsWith(QLatin1String("loss_scale"));
+    plot_->setSmoothing(scale_like ? 0.0 : smoothing_);
+    plot_->setLogScale(logScale_ || scale_like);
 }
 
 QString ComparePage::referenceText() const { return referenceLabel_->text(); }
@@ -899,7 +911,7 @@ void ComparePage::setSmoothing(double weight)
     smoothingSlider_->setValue(static_cast<int>(std::lround(smoothing_ * 100)));
     smoothingLabel_->setText(QString::number(smoothing_, 'f', 2));
     syncing_ = false;
-    plot_->setSmoothing(smoothing_);
+    applyPlotScales();
     plot_->rebuild();
 }
 
@@ -909,7 +921,7 @@ void ComparePage::setLogScale(bool enabled)
     syncing_ = true;
     logScaleBox_->setChecked(enabled);
     syncing_ = false;
-    plot_->setLogScale(enabled);
+    applyPlotScales();
     plot_->rebuild();
 }
 

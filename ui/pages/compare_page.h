@@ -161,6 +161,7 @@ private:
     void rebuildSummary();
     void rebuildConfigDiff();
     void rebuildHeader();
+    void applyPlotScales(); // smoothing and log axis, as the metric allows (loss_scale: none, log)
     void syncLayerControls();
     bool fail(const QString& message);
     void note(const QString& message); // informational, not an error

@@ -130,7 +130,7 @@ ProjectPage::ProjectPage(ProjectDocument* document, QWidget* parent)
                                      "the preset, as the NVFP4 paper keeps them; per-layer entries still win"));
     presetRow->addWidget(keepLastBf16Spin_);
     presetRow->addStretch(1);
-    presetRow->addWidget(chip(tr("FP8"), "#ffd699", this));
+    presetRow->addWidget(chip(tr("FP8 / FP4"), "#ffd699", this)); // nvfp4 and mxfp4 cells (e2m1) take the FP8 tint
     presetRow->addWidget(chip(tr("BF16 / FP16"), "#d6e8fa", this));
     presetRow->addWidget(new QLabel(tr("<b>bold</b> = differs from the preset"), this));
 
