@@ -1060,6 +1060,7 @@ private slots:
             dialog.keyCombo()->setCurrentIndex(i);
             emit dialog.keyCombo()->activated(i);
             const QString key = dialog.keyCombo()->currentText();
+            if (key == QStringLiteral("precision")) QCOMPARE(dialog.plans().size(), size_t(5)); // recipes vs BF16, FP32
             if (key == QStringLiteral("precision.fp8.scaling")) {
                 QCOMPARE(dialog.values(), QStringLiteral("delayed,fp8-block,nvfp4,mxfp4"));
                 QVERIFY2(dialog.error().contains(QStringLiteral("no GEMM computes in FP8")),

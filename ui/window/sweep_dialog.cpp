@@ -56,6 +56,11 @@ SweepDialog::SweepDialog(const ProjectConfig& base, QWidget* parent) : QDialog(p
     const QList<QPair<QString, QString>> keys = {
         {QStringLiteral("precision.preset"), QStringLiteral("fp32,bf16,fp16,fp8-hybrid")},
         {QStringLiteral("precision.fp8.scaling"), QStringLiteral("delayed,fp8-block,nvfp4,mxfp4")},
+        // The block recipes against BF16 and FP32 on any project (the recipe key alone needs an
+        // FP8 one): whole precision objects, each with its defaults.
+        {QStringLiteral("precision"),
+         QStringLiteral(R"({"preset":"fp32"},{"preset":"bf16"},{"preset":"fp8-e4m3","fp8":{"scaling":"fp8-block"}},)"
+                        R"({"preset":"fp8-e4m3","fp8":{"scaling":"nvfp4"}},{"preset":"fp8-e4m3","fp8":{"scaling":"mxfp4"}})")},
         {QStringLiteral("precision.layers"), QStringLiteral(R"([],[{"match":"lm_head","format":"bf16"}])")},
         {QStringLiteral("training.seed"), QStringLiteral("1,2,3")},
         {QStringLiteral("optimizer.learning_rate"), values_around({lr / 2, lr, lr * 2})},
