@@ -188,6 +188,10 @@ private slots:
     // GEMM, delayed against rowwise there: 2e-4): the layer tests above hold those bit for bit.
     // Longer or deeper runs are no better: an FP8 loss spike (step 11 with three blocks, 14 with
     // two) turns the executors' 1e-3 into 5%, in either direction.
+    // The block recipes (rows added 2026-12-07, after a conformance audit found them untested
+    // here): fp8-e4m3 delayed 5.9e-4, mxfp8 3.1e-4, fp8-block 4.2e-4 against controls 1.5e-3 to
+    // 2.8e-3; nvfp4 2.7e-3 and mxfp4 6.4e-3 (E2M1's 3 bits per value amplify the BF16
+    // activations' rounding) against controls (each other) of 4e-2, so the bound is 8e-3 / 1e-2.
     void agreesWithEmulator_data()
     {
         QTest::addColumn<QString>("preset");
@@ -211,6 +215,14 @@ private slots:
                                                        << 1e-3;
         QTest::newRow("bf16, fp8 mlp forward/rowwise") << "bf16" << "rowwise" << "native+emulated" << "e4m3" << ""
                                                        << 1e-3;
+        // E4M3 throughout, and the block recipes (the native executor hands their activations on
+        // in BF16; each neighbour recipe is further away than the executors are).
+        QTest::newRow("fp8-e4m3/delayed") << "fp8-e4m3" << "delayed" << "emulated" << "" << "recipe=current" << 2e-3;
+        QTest::newRow("fp8-e4m3/mxfp8") << "fp8-e4m3" << "mxfp8" << "emulated" << "" << "recipe=delayed" << 2e-3;
+        QTest::newRow("fp8-e4m3/fp8-block") << "fp8-e4m3" << "fp8-block" << "emulated" << "" << "recipe=delayed"
+                                            << 2e-3;
+        QTest::newRow("fp8-e4m3/nvfp4") << "fp8-e4m3" << "nvfp4" << "emulated" << "" << "recipe=mxfp4" << 8e-3;
+        QTest::newRow("fp8-e4m3/mxfp4") << "fp8-e4m3" << "mxfp4" << "emulated" << "" << "recipe=nvfp4" << 1e-2;
     }
     void agreesWithEmulator()
     {
