@@ -56,12 +56,17 @@ torch::Tensor floor_log2_from_bits(const torch::Tensor& v)
 
 void DelayedScaling::rescale(float ratio)
 {
-    bool recorded = false;
+    if (!std::isfinite(ratio) || ratio <= 0.0f) return; // a loss scale that collapsed to 0: nothing to follow
+    // A scale that some amax made: a record moved it off 1, or a finite amax is in the window.
+    bool recorded = scale_ != 1.0f;
     for (float& a : history_) {
-        recorded |= a != 0.0f;
-        a *= ratio;
+        recorded |= std::isfinite(a) && a != 0.0f;
+        a *= ratio; // a NaN entry stays NaN (skipped), an Inf one Inf (it keeps the scale)
     }
-    if (recorded) scale_ /= ratio;
+    // Within scale_from_amax's range: an amax under FLT_MAX's reach was clamped to FLT_MAX,
+    // and FLT_MAX / (1/65536) would be an Inf scale, which casts every zero to NaN.
+    if (recorded) scale_ = std::clamp(scale_ / ratio, std::numeric_limits<float>::denorm_min(),
+                                      std::numeric_limits<float>::max());
 }
 
 void DelayedScaling::reset()

@@ -57,8 +57,9 @@ public:
     void record(float amax, double fp8_max, bool use_max, int64_t margin);
     void reset(); // fresh history, scale 1 (after a live precision change)
     // The tensor it measures is now `ratio` times what it was (a gradient after the loss scale
-    // changed): each amax times ratio, the scale over it. A state that never recorded keeps
-    // scale 1, as a fresh one.
+    // changed): each amax times ratio, the scale over it (kept within (0, FLT_MAX], as
+    // scale_from_amax keeps it). A state that never recorded keeps scale 1, as a fresh one; a
+    // ratio that is not positive and finite changes nothing.
     void rescale(float ratio);
     void restore(std::vector<float> history, float scale)
     {

@@ -102,7 +102,8 @@ public:
     // The loss scale changed by `ratio` at a step boundary (a live switch turned loss scaling on
     // or off): every gradient's amax history and scale follow, so that the next step's FP8
     // gradient casts fit the scaled gradients (scales from the unscaled history saturated every
-    // value of a gradient scaled by 65536).
+    // value of a gradient scaled by 65536). A ratio that is not a positive finite float (a loss
+    // scale that backed off to 0) changes nothing.
     void rescale_gradient_amaxes(float ratio);
     // The optimizer changed the master weights: drop the low-precision copy. (The version
     // counter alone is not enough: fused optimizer kernels update in place without bumping it.)

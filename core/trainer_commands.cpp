@@ -208,7 +208,7 @@ std::vector<Trainer::Impl::LayerBefore> Trainer::Impl::set_layer_formats(const s
     follow_formats_with_loss_scaling(/*keep_state=*/false);
     last_switch_scales = {scale_before, scaler.scale()};
     if (const double ratio = scaler.scale() / scale_before; ratio != 1.0)
-        for (auto& g : model->gemm_layers()) g->rescale_gradient_amaxes(static_cast<float>(ratio));
+        for (auto& g : model->gemm_layers()) g->rescale_gradient_amaxes(to_float32(ratio)); // inf: none
     return changed;
 }
 

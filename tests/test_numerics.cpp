@@ -409,6 +409,29 @@ private slots:
         s.rescale(0.25f);
         QCOMPARE(s.history(), (std::vector<float>{16384, 8192, 32768}));
         QCOMPARE(s.scale(), 448.0f / 32768.0f);
+        // A ratio from a loss scale that collapsed to 0 (or past float's range) changes nothing.
+        for (float bad : {std::numeric_limits<float>::infinity(), 0.0f, std::numeric_limits<float>::quiet_NaN()}) {
+            s.rescale(bad);
+            QCOMPARE(s.history(), (std::vector<float>{16384, 8192, 32768}));
+            QCOMPARE(s.scale(), 448.0f / 32768.0f);
+        }
+        // A scale clamped at FLT_MAX (a tiny amax) stays finite when scaling turns off: an Inf
+        // scale casts every zero gradient to NaN.
+        DelayedScaling tiny(2);
+        tiny.record(1e-38f, 57344.0, true, 0);
+        QCOMPARE(tiny.scale(), std::numeric_limits<float>::max());
+        tiny.rescale(1.0f / 65536.0f);
+        QCOMPARE(tiny.scale(), std::numeric_limits<float>::max());
+        // A scale some amax made, whose window holds zeros now, follows; one that only NaN ever
+        // reached (never made) stays 1.
+        DelayedScaling old(2);
+        old.restore({0.0f, 0.0f}, 224.0f);
+        old.rescale(2.0f);
+        QCOMPARE(old.scale(), 112.0f);
+        DelayedScaling nan_only(2);
+        nan_only.record(std::numeric_limits<float>::quiet_NaN(), 448.0, true, 0);
+        nan_only.rescale(65536.0f);
+        QCOMPARE(nan_only.scale(), 1.0f);
     }
 
     void delayedQuantisationUsesThePreviousScale()
