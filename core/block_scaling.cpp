@@ -1302,7 +1302,8 @@ BlockCastRecord block_cast_record(const BlockQuantized& q, NumberFormat format, 
     const double past = e.max_finite + 0.5 * step;
     const bool tie_up = static_cast<int64_t>(e.max_finite / step) % 2 == 1;
     const auto beyond = tie_up ? element_amax >= past : element_amax > past;
-    r.clipped_blocks = (beyond & finite & (amax > 0)).sum().to(torch::kFloat64);
+    // A block whose scale underflowed to 0 was flushed to zero: the row's underflow, not this.
+    r.clipped_blocks = (beyond & finite & (amax > 0) & (used > 0)).sum().to(torch::kFloat64);
     const auto zero_block = amax == 0;
     r.requested_scales = requested.masked_fill(~finite, kNaN).masked_fill(zero_block, 0.0f);
     r.used_scales = q.block_scales.reshape({-1}).to(torch::kFloat32).masked_fill(zero_block, 0.0f);

@@ -1529,13 +1529,17 @@ private slots:
         // nvfp4 with the tensor's amax 448 (S = 6: a block asks for its own amax as its E4M3
         // scale): 0.0029 is 1.48 of E4M3's subnormal step 2^-9 and rounds to 1 step, so its
         // largest value is scaled to 6 x 1.48 = 8.9; 0.00215 (1.1 steps) to 6.6, within.
-        auto y = torch::full({1, 16 * 4}, 1e-4f);
-        const float nv_amax[] = {448.0f, 0.0029f, 0.00215f, 1.0f};
-        for (int b = 0; b < 4; ++b) y[0][16 * b + 3] = nv_amax[b];
+        // 1e-4 asks for a scale under E4M3's smallest subnormal: flushed to zero, an underflow,
+        // not a clipped block.
+        auto y = torch::full({1, 16 * 5}, 1e-4f);
+        const float nv_amax[] = {448.0f, 0.0029f, 0.00215f, 1.0f, 1e-4f};
+        for (int b = 0; b < 5; ++b) y[0][16 * b + 3] = nv_amax[b];
         const auto q = quantize_nvfp4_2d(y, false, std::nullopt);
         QCOMPARE(block_cast_record(q, NumberFormat::E4M3, recipe_of(Fp8Scaling::NvFp4)).clipped_blocks.item<double>(),
                  1.0);
         QCOMPARE(q.values[0][16 + 3].item<float>(), std::ldexp(1.0f, -9)); // clipped: 6 x s x 448 / 2688 = s
+        QCOMPARE(q.block_scales.reshape({-1})[4].item<float>(), 0.0f);
+        QCOMPARE(q.values[0][16 * 4 + 3].item<float>(), 0.0f);
         // fp8-block's scales never clip: amax lands on 448 or, rounded to a power of two, below.
         for (const bool pow2 : {true, false}) {
             auto r = recipe_of(Fp8Scaling::Block128);
