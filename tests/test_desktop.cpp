@@ -561,11 +561,19 @@ private slots:
             QCOMPARE(s->orientation(), orientations.value(s->objectName()));
             QVERIFY2(s->saveState() == arranged.value(s->objectName()), qPrintable(s->objectName()));
         }
-        // A state of the other orientation (another version's layout) leaves the default.
+        // A state of the other orientation, or of another number of panes (another version's
+        // layout), leaves the default.
         settings.setValue(QStringLiteral("window/splitter/monitor.curves"), arranged.value(QStringLiteral("monitor.main")));
+        settings.setValue(QStringLiteral("window/splitter-panes/monitor.curves"),
+                          restored.findChild<QSplitter*>(QStringLiteral("monitor.curves"))->count());
+        const int panes = restored.findChild<QSplitter*>(QStringLiteral("project.split"))->count();
+        settings.setValue(QStringLiteral("window/splitter-panes/project.split"), panes + 1);
         MainWindow third(dir.filePath(QStringLiteral("runs.sqlite")));
+        const QByteArray project_default = third.findChild<QSplitter*>(QStringLiteral("project.split"))->saveState();
         restore_window_state(third, settings);
         QCOMPARE(third.findChild<QSplitter*>(QStringLiteral("monitor.curves"))->orientation(), Qt::Vertical);
+        QCOMPARE(third.findChild<QSplitter*>(QStringLiteral("project.split"))->saveState(), project_default);
+        QVERIFY(project_default != arranged.value(QStringLiteral("project.split")));
     }
 
     // No caption keeps a fixed colour (not palette(...)) without its own background: under a dark palette a fixed

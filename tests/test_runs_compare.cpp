@@ -466,9 +466,14 @@ private slots:
         QVERIFY(page.setMetric(QStringLiteral("loss_scale")));
         QCOMPARE(plot->smoothing(), 0.0);
         QVERIFY(plot->logScale());
+        QCheckBox* logBox = nullptr; // greyed out while it would do nothing
+        for (QCheckBox* box : page.findChildren<QCheckBox*>())
+            if (box->text() == QStringLiteral("Log scale")) logBox = box;
+        QVERIFY(logBox && !logBox->isEnabled());
         QVERIFY(page.setMetric(QStringLiteral("train/loss")));
         QCOMPARE(plot->smoothing(), 0.6);
         QVERIFY(!plot->logScale());
+        QVERIFY(logBox->isEnabled());
         page.setSmoothing(0.0);
 
         // val/loss, by tokens: markers on the evaluation points.

@@ -23,4 +23,12 @@ inline QColor secondary_text_color(const QPalette& palette)
                             float(fg.blueF() * a + bg.blueF() * (1 - a)));
 }
 
+// A warning or error colour that reads on the window's background: `on_light` (a dark red or
+// orange) on a light window, `on_dark` (a light one) on a dark window, where the dark one was
+// unreadable.
+inline QString readable_colour(const QPalette& palette, const char* on_light, const char* on_dark)
+{
+    return QString::fromLatin1(palette.color(QPalette::Window).lightness() < 128 ? on_dark : on_light);
+}
+
 } // namespace mantissa

@@ -27,11 +27,15 @@ QString elide(QString text, int chars)
 QString short_label(const RunEvent& event)
 {
     QString text;
-    if (event.kind == EventKind::PrecisionChanged)
+    if (event.kind == EventKind::PrecisionChanged) {
+        // A recipe's formats as it computes them (e2m1 under nvfp4), as the event's message says.
+        const auto shown = event.new_formats && event.new_scaling
+                               ? formats_as_computed(*event.new_formats, *event.new_scaling)
+                               : event.new_formats;
         text = QString::fromStdString(event.pattern) + QStringLiteral(" \u2192 ") +
-               QString::fromStdString(event.new_formats ? event.new_formats->describe() : std::string("?")) +
+               QString::fromStdString(shown ? shown->describe() : std::string("?")) +
                (event.new_scaling ? QLatin1Char(' ') + QLatin1String(fp8_scaling_name(*event.new_scaling)) : QString());
-    else if (event.kind == EventKind::WatchAction)
+    } else if (event.kind == EventKind::WatchAction)
         text = QStringLiteral("watch: ") + QString::fromStdString(event.message());
     else
         text = QString::fromStdString(event.tag());

@@ -12,6 +12,7 @@
 #include <QSettings>
 #include <QVBoxLayout>
 
+#include "common/secondary_text.h"
 #include "remote/remote_mirror.h"
 
 namespace mantissa {
@@ -49,7 +50,7 @@ ConnectDialog::ConnectDialog(QSettings& settings, QWidget* parent) : QDialog(par
     warningLabel_ = new QLabel(this);
     warningLabel_->setObjectName(QStringLiteral("remoteWarning"));
     warningLabel_->setWordWrap(true);
-    warningLabel_->setStyleSheet(QStringLiteral("color: #b35900;"));
+    warningLabel_->setStyleSheet(QStringLiteral("color: %1;").arg(readable_colour(palette(), "#b35900", "#ffb45a")));
     buttons_ = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, this);
     buttons_->button(QDialogButtonBox::Ok)->setText(tr("Connect"));
     connect(buttons_, &QDialogButtonBox::accepted, this, &QDialog::accept);

@@ -494,8 +494,11 @@ bool MainWindow::changeLayerFormats(const QString& pattern, const GemmFormats& f
         return false;
     }
     const QString recipe = scaling.isEmpty() ? QString() : tr(" with %1 scaling").arg(scaling);
+    // The formats as the recipe computes them (e2m1 under nvfp4), as the event will say.
+    const auto parsed = scaling.isEmpty() ? std::nullopt : parse_fp8_scaling(scaling.toStdString());
+    const GemmFormats shown = parsed ? formats_as_computed(formats, *parsed) : formats;
     statusBar()->showMessage(tr("%1 → %2%3 at the next step boundary")
-                                 .arg(pattern, QString::fromStdString(formats.describe()), recipe),
+                                 .arg(pattern, QString::fromStdString(shown.describe()), recipe),
                              5000);
     return true;
 }

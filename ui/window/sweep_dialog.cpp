@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/run_format.h"
+#include "common/secondary_text.h"
 #include "controller/sweep_runner.h"
 
 namespace mantissa {
@@ -129,7 +130,7 @@ void SweepDialog::validate()
     if (!error_.isEmpty()) plans_.clear();
     buttons_->button(QDialogButtonBox::Ok)->setEnabled(error_.isEmpty());
     if (!error_.isEmpty()) {
-        previewLabel_->setStyleSheet(QStringLiteral("QLabel { color: #8a0015; }"));
+        previewLabel_->setStyleSheet(QStringLiteral("QLabel { color: %1; }").arg(readable_colour(palette(), "#8a0015", "#ff8a8a")));
         previewLabel_->setText(error_);
         return;
     }
@@ -145,12 +146,12 @@ void SweepDialog::validate()
     }
     const QString runs = count_text(int64_t(plans_.size()), tr("run"), tr("runs"));
     const QString head = sameSteps ? tr("%1, %2 steps each").arg(runs).arg(plans_.front().config.training.steps) : runs;
-    previewLabel_->setStyleSheet(QStringLiteral("QLabel { color: #333; }"));
+    previewLabel_->setStyleSheet(QString()); // the palette's text colour
     QString taken;
     const std::string tag = "sweep:" + sweepName().toStdString();
     for (const auto& [name, runs] : tagsInUse_)
         if (name == tag)
-            taken = QStringLiteral("<br><span style=\"color:#8a4b00\">") +
+            taken = QStringLiteral("<br><span style=\"color:%1\">").arg(readable_colour(palette(), "#8a4b00", "#ffb45a")) +
                     tr("sweep:%1 already tags %2: this sweep's runs join them under one tag.")
                         .arg(sweepName().toHtmlEscaped(), count_text(runs, tr("run"), tr("runs"))) +
                     QStringLiteral("</span>");

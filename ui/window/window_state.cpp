@@ -13,6 +13,7 @@ const QString kGeometry = QStringLiteral("window/geometry");
 const QString kState = QStringLiteral("window/state");
 const QString kPage = QStringLiteral("window/page");
 const QString kSplitters = QStringLiteral("window/splitter/"); // + the splitter's objectName
+const QString kSplitterPanes = QStringLiteral("window/splitter-panes/"); // + the same: its count()
 const QString kSplittersByOrder = QStringLiteral("window/splitters"); // before 2026-12-07: not read
 
 } // namespace
@@ -24,7 +25,10 @@ void save_window_state(const MainWindow& window, QSettings& settings)
     settings.setValue(kPage, static_cast<int>(window.currentPage()));
     settings.remove(kSplittersByOrder);
     for (const QSplitter* splitter : window.findChildren<QSplitter*>())
-        if (!splitter->objectName().isEmpty()) settings.setValue(kSplitters + splitter->objectName(), splitter->saveState());
+        if (!splitter->objectName().isEmpty()) {
+            settings.setValue(kSplitters + splitter->objectName(), splitter->saveState());
+            settings.setValue(kSplitterPanes + splitter->objectName(), splitter->count());
+        }
 }
 
 void restore_window_state(MainWindow& window, QSettings& settings)
@@ -34,7 +38,9 @@ void restore_window_state(MainWindow& window, QSettings& settings)
     for (QSplitter* splitter : window.findChildren<QSplitter*>()) {
         if (splitter->objectName().isEmpty()) continue;
         const QVariant saved = settings.value(kSplitters + splitter->objectName());
-        if (!saved.isValid()) continue;
+        // Sizes for another number of panes are another layout's (restoreState would take them).
+        if (!saved.isValid() || settings.value(kSplitterPanes + splitter->objectName()).toInt() != splitter->count())
+            continue;
         // restoreState sets the orientation too: a state of the other one is another layout's.
         const QByteArray defaults = splitter->saveState();
         const Qt::Orientation orientation = splitter->orientation();
