@@ -77,13 +77,19 @@ int failures = 0;
 const char* current_stage = "start";
 
 // SIGTERM (a session's `timeout`): one line that says a cut run was cut, and where; the
-// summary below would never print. Only async-signal-safe calls.
+// summary below would never print. write() only (snprintf is not async-signal-safe).
+void write_text(const char* text) { (void)!::write(STDOUT_FILENO, text, std::strlen(text)); }
 extern "C" void say_where_cut(int signal_number)
 {
-    char line[200];
-    const int n = std::snprintf(line, sizeof line, "# cut by a time limit in stage \"%s\"; %d failed before it\n",
-                                current_stage, failures);
-    if (n > 0) (void)!::write(STDOUT_FILENO, line, std::min(static_cast<size_t>(n), sizeof line - 1));
+    char digits[16];
+    int n = sizeof digits - 1, value = failures < 0 ? 0 : failures;
+    digits[n] = '\0';
+    do digits[--n] = static_cast<char>('0' + value % 10), value /= 10; while (value > 0 && n > 0);
+    write_text("# cut by a time limit in stage \"");
+    write_text(current_stage);
+    write_text("\"; ");
+    write_text(digits + n);
+    write_text(" failed before it\n");
     std::signal(signal_number, SIG_DFL);
     std::raise(signal_number);
 }
