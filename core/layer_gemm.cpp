@@ -291,10 +291,14 @@ void LayerGemm::set_scaling(Fp8Scaling scaling)
 
 void LayerGemm::rescale_gradient_amaxes(float ratio)
 {
-    sync_device_scaling_to_host(); // the live state, where a device holds it
+    // Where a device mirror holds the live state, on the device (queued: a growth at the end of
+    // a step waits for nothing); else the host's, which a mirror made later is filled from.
     for (int product = 0; product < scaling_products(); ++product)
-        for (auto format : kFp8Formats) delayed(OperandRole::GradOutput, format, product).rescale(ratio);
-    for (auto& d : device_scaling_) d.clear(); // refilled from the host state
+        for (auto format : kFp8Formats) {
+            const size_t i = scaling_index(OperandRole::GradOutput, format, product);
+            if (device_scaling_[i].defined()) device_scaling_[i].rescale(ratio);
+            else delayed_[i].rescale(ratio);
+        }
 }
 
 std::string LayerGemm::backend_used() const

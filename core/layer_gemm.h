@@ -99,8 +99,9 @@ public:
     // state restarts, as a module given a new recipe starts in TransformerEngine: its amaxes were
     // recorded under another recipe's casts, or not at all while it ran. Casts kept are dropped.
     void set_scaling(Fp8Scaling scaling);
-    // The loss scale changed by `ratio` at a step boundary (a live switch turned loss scaling on
-    // or off): every gradient's amax history and scale follow, so that the next step's FP8
+    // The loss scale changed by `ratio` at a step boundary (a growth or backoff, a live switch
+    // that turned loss scaling on or off, a resume under another mode): every gradient's amax
+    // history and scale follow, with no host sync, so that the next step's FP8
     // gradient casts fit the scaled gradients (scales from the unscaled history saturated every
     // value of a gradient scaled by 65536). A ratio that is not a positive finite float (a loss
     // scale that backed off to 0) changes nothing.

@@ -53,6 +53,17 @@ void DeviceDelayedScaling::upload(const DelayedScaling& host, const torch::Devic
     inv_scale_ = scale_.reciprocal();
 }
 
+void DeviceDelayedScaling::rescale(float ratio)
+{
+    if (!defined() || !std::isfinite(ratio) || ratio <= 0.0f) return;
+    const auto recorded = (scale_ != 1.0f) | (torch::isfinite(history_) & (history_ != 0.0f)).any();
+    history_ = history_ * ratio;
+    const auto divided =
+        torch::clamp(scale_ / ratio, std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::max());
+    scale_ = torch::where(recorded, divided, scale_);
+    inv_scale_ = scale_.reciprocal();
+}
+
 void DeviceDelayedScaling::download(DelayedScaling& host) const
 {
     if (!defined()) return;

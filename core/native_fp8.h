@@ -44,6 +44,9 @@ public:
     const torch::Tensor& scale() const { return scale_; }
     // scale().reciprocal(), made by the record that made the scale: a cast takes both.
     const torch::Tensor& inv_scale() const { return inv_scale_; }
+    // DelayedScaling::rescale on the device, queued (no sync), to the bit: the host's float
+    // operations on each entry and the scale.
+    void rescale(float ratio);
     // A copy that casts with `scale` (a () FP32 tensor on the device; one this state had) and
     // the history as it is: a recast of what the forward cast, which records nothing.
     DeviceDelayedScaling with_scale(const torch::Tensor& scale) const

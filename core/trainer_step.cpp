@@ -117,6 +117,11 @@ bool Trainer::Impl::update_loss_scale(double used_scale, const std::vector<std::
         e.kind = EventKind::LossScaleGrowth;
         sink.on_event(e);
     }
+    // The FP8 gradient histories measured gradients scaled by the old scale: they follow the
+    // new one, or the step after a growth saturated the largest gradients (7.7% of lm_head's
+    // E5M2 dy at a growth every 4 steps; a read-only review, 2026-12-07). Powers of 2: exact.
+    if (const double ratio = scaler.scale() / used_scale; ratio != 1.0)
+        for (auto& g : model->gemm_layers()) g->rescale_gradient_amaxes(to_float32(ratio));
     if (scaler.mode() == LossScalingMode::Dynamic)
         outcome.alerts = watchers.on_loss_scale(step + 1, scaler.scale(),
                                                 result == LossScaler::Outcome::SkippedAndBackedOff);

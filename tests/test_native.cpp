@@ -339,6 +339,32 @@ private slots:
         if (r.scaling == Fp8Scaling::Delayed) QVERIFY(same_values(torch::tensor(back.history()), torch::tensor(host.history())));
     }
 
+    // DeviceDelayedScaling::rescale is DelayedScaling::rescale to the bit (a loss-scale change
+    // queues it on the device): an ordinary history, one with NaN and Inf, a scale clamped at
+    // FLT_MAX, a window of zeros under an older scale, a state never recorded, a bad ratio.
+    void deviceRescaleMatchesHost()
+    {
+        const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+        const std::vector<std::pair<std::vector<float>, float>> states = {
+            {{0.5f, 2.0f, 0.0f}, 224.0f}, {{nan, 3.0f, inf}, 149.33333f}, {{1e-38f, 0.0f, 0.0f}, 3.4028235e38f},
+            {{0.0f, 0.0f, 0.0f}, 224.0f}, {{0.0f, 0.0f, 0.0f}, 1.0f},     {{nan, 0.0f, 0.0f}, 1.0f}};
+        for (const auto& [history, scale] : states)
+            for (float ratio : {65536.0f, 1.0f / 65536.0f, 0.5f, 1000.0f, inf, 0.0f}) {
+                DelayedScaling host(3);
+                host.restore(history, scale);
+                DeviceDelayedScaling device;
+                device.upload(host, torch::kCPU);
+                host.rescale(ratio);
+                device.rescale(ratio);
+                DelayedScaling back(3);
+                device.download(back);
+                QVERIFY2(same_values(torch::tensor(back.history()), torch::tensor(host.history())),
+                         qPrintable(QString("ratio %1").arg(ratio)));
+                QCOMPARE(std::bit_cast<uint32_t>(back.scale()), std::bit_cast<uint32_t>(host.scale()));
+                QVERIFY(torch::equal(device.inv_scale(), device.scale().reciprocal()));
+            }
+    }
+
     // The device scale rule against the host's on amaxes that hit each branch: zero, a
     // subnormal (whose scale overflows to FLT_MAX), tiny and huge values, infinity and NaN, with a margin.
     void deviceScaleMatchesHost()
