@@ -710,7 +710,9 @@ void TestMonitor::precisionChangeMarksLossPlot()
     page.ingest(recipe);
     page.renderNow();
     QCOMPARE(page.lossPlot()->eventMarkers().size(), size_t(3));
-    QCOMPARE(page.lossPlot()->eventMarkers()[2].label, QStringLiteral("lm_head \u2192 e4m3/e4m3/e4m3 nvfp4"));
+    // The formats the recipe computes in, as the event's message says (it read e4m3 beside a
+    // precision table that said e2m1).
+    QCOMPARE(page.lossPlot()->eventMarkers()[2].label, QStringLiteral("lm_head \u2192 e2m1/e2m1/e2m1 nvfp4"));
 }
 
 // A heatmap row's menu offers whole recipes for its layer; a pick asks the window to switch
