@@ -57,7 +57,27 @@ struct GradientCasts : Recorder {
                 worst_dy_underflow[f.step] = std::max(worst_dy_underflow[f.step], t.underflow);
             }
     }
+    // Every step's casts under 1% saturated. Delayed scaling saturates a few values where a
+    // gradient's amax grew (up to 0.07% of a cast in these tests).
+    void verify_unsaturated(size_t steps) const
+    {
+        QCOMPARE(worst_dy_overflow.size(), steps);
+        for (const auto& [step, overflow] : worst_dy_overflow)
+            QVERIFY2(overflow < 0.01, qPrintable(QString("step %1: %2 of a gradient saturated").arg(step).arg(overflow)));
+    }
 };
+
+// fp8-hybrid on `backend` ("emulated", "native"), statistics every step, no evaluation.
+ProjectConfig fp8_observed(int64_t steps, const QString& backend)
+{
+    auto config = load_project_file(MANTISSA_TEST_DATA_DIR "/golden_project.json");
+    config.training.steps = steps;
+    config.eval.interval = 0;
+    config.telemetry.interval = 1;
+    config.precision.preset = "fp8-hybrid";
+    config.precision.backend = backend == QLatin1String("native") ? GemmBackend::Native : GemmBackend::Emulated;
+    return config;
+}
 
 double relative_rms_error(const torch::Tensor& got, const torch::Tensor& reference)
 {
@@ -517,13 +537,7 @@ private slots:
     void lossScalingTurnedOnRescalesGradientAmaxes()
     {
         QFETCH(QString, backend);
-        auto config = golden_project();
-        config.training.steps = 8;
-        config.eval.interval = 0;
-        config.telemetry.interval = 1;
-        config.precision.preset = "fp8-hybrid";
-        config.precision.backend = backend == QLatin1String("native") ? GemmBackend::Native : GemmBackend::Emulated;
-        Trainer trainer(config);
+        Trainer trainer(fp8_observed(8, backend));
         GradientCasts rec;
         rec.hook = [&](const StepMetrics& m) {
             if (m.step == 3) trainer.request_layer_formats("blocks.0.attn.proj", GemmFormats::all(NumberFormat::FP16));
@@ -533,20 +547,17 @@ private slots:
         QCOMPARE(rec.steps.size(), size_t(8));
         QCOMPARE(rec.steps[3].loss_scale, 65536.0);
         QCOMPARE(rec.steps[6].loss_scale, 1.0);
-        // Each switch says what it did to the loss scale (nothing did).
+        // Each switch says what it did to the loss scale (before 2026-12-07, nothing said why it jumped).
         std::vector<std::string> changes;
         for (const auto& e : rec.events)
             if (e.kind == EventKind::PrecisionChanged) changes.push_back(e.message());
         QCOMPARE(changes.size(), size_t(2));
         QVERIFY2(changes[0].ends_with("; loss scaling on (scale 1 -> 65536)"), changes[0].c_str());
         QVERIFY2(changes[1].ends_with("; loss scaling off (scale 65536 -> 1)"), changes[1].c_str());
-        QCOMPARE(rec.worst_dy_overflow.size(), size_t(8));
-        // Steps 4 and 7 cast with the rescaled histories. Delayed scaling saturates a few values
-        // where a gradient's amax grew (up to 0.07% of a cast here); unrescaled, step 4 saturated
-        // all of lm_head's gradient and 17% of fc2's, and step 7 flushed 13% of a qkv's to zero.
+        // Steps 4 and 7 cast with the rescaled histories; unrescaled, step 4 saturated all of
+        // lm_head's gradient and 17% of fc2's, and step 7 flushed 13% of a qkv's to zero.
+        rec.verify_unsaturated(8);
         QCOMPARE(rec.worst_dy_underflow.size(), size_t(8));
-        for (const auto& [step, overflow] : rec.worst_dy_overflow)
-            QVERIFY2(overflow < 0.01, qPrintable(QString("step %1: %2 of a gradient saturated").arg(step).arg(overflow)));
         for (const auto& [step, underflow] : rec.worst_dy_underflow) // step 1 casts at scale 1, before any amax
             QVERIFY2(step == 1 || underflow < 0.01, qPrintable(QString("step %1: %2 of a gradient underflowed").arg(step).arg(underflow)));
     }
@@ -563,12 +574,7 @@ private slots:
     void lossScaleGrowthRescalesGradientAmaxes()
     {
         QFETCH(QString, backend);
-        auto config = golden_project();
-        config.training.steps = 10;
-        config.eval.interval = 0;
-        config.telemetry.interval = 1;
-        config.precision.preset = "fp8-hybrid";
-        config.precision.backend = backend == QLatin1String("native") ? GemmBackend::Native : GemmBackend::Emulated;
+        auto config = fp8_observed(10, backend);
         config.precision.loss_scaling.growth_interval = 2;
         LayerOverride fp16;
         fp16.match = "blocks.0.attn.proj";
@@ -579,8 +585,7 @@ private slots:
         trainer.run(rec);
         QCOMPARE(rec.steps.size(), size_t(10));
         QCOMPARE(rec.steps.back().loss_scale, 65536.0 * 16); // grown four times
-        for (const auto& [step, overflow] : rec.worst_dy_overflow)
-            QVERIFY2(overflow < 0.01, qPrintable(QString("step %1: %2 of a gradient saturated").arg(step).arg(overflow)));
+        rec.verify_unsaturated(10);
     }
 
     // A resume that scales the gradients otherwise than the checkpoint's run did (loss_scaling.mode
@@ -589,11 +594,7 @@ private slots:
     // gradient (a read-only audit, 2026-12-07). A checkpoint says the scale in effect.
     void aResumeUnderAnotherLossScaleRescalesGradientAmaxes()
     {
-        auto config = golden_project();
-        config.training.steps = 4;
-        config.eval.interval = 0;
-        config.telemetry.interval = 1;
-        config.precision.preset = "fp8-hybrid";
+        auto config = fp8_observed(4, QStringLiteral("emulated"));
         QTemporaryDir tmp;
         const std::string checkpoint = tmp.filePath("unscaled.pt").toStdString();
         {
@@ -610,9 +611,7 @@ private slots:
         QCOMPARE(scaled.loss_scale(), 65536.0);
         GradientCasts rec;
         scaled.run(rec);
-        QCOMPARE(rec.worst_dy_overflow.size(), size_t(4));
-        for (const auto& [step, overflow] : rec.worst_dy_overflow)
-            QVERIFY2(overflow < 0.01, qPrintable(QString("step %1: %2 of a gradient saturated").arg(step).arg(overflow)));
+        rec.verify_unsaturated(4);
     }
 
     // The loss scale a step uses lives on the device and follows the host's when the host's
