@@ -58,8 +58,10 @@ void DeviceDelayedScaling::rescale(float ratio)
     if (!defined() || !std::isfinite(ratio) || ratio <= 0.0f) return;
     const auto recorded = (scale_ != 1.0f) | (torch::isfinite(history_) & (history_ != 0.0f)).any();
     history_ = history_ * ratio;
-    const auto divided =
-        torch::clamp(scale_ / ratio, std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::max());
+    // A () tensor divisor: CUDA divides by a CPU scalar as a * (1 / b), an ulp from the host's
+    // a / b where b is not a power of two (init_scale 1000).
+    const auto divided = torch::clamp(scale_ / torch::full({}, ratio, scale_.options()),
+                                      std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::max());
     scale_ = torch::where(recorded, divided, scale_);
     inv_scale_ = scale_.reciprocal();
 }
