@@ -236,6 +236,26 @@ void loss_scale_rule(const torch::Device& device)
                        double(r.reloads)) + (r.first_difference.empty() ? "" : "; first: " + r.first_difference));
         });
     }
+    // A loss-scale change rescales the FP8 gradient histories on the device: the host's float
+    // operations to the bit (test_native::deviceRescaleMatchesHost on the CPU; a ratio that is
+    // no power of two is where CUDA's scalar division would part).
+    check("delayed-scaling rescale", [&] {
+        int differing = 0;
+        for (const float scale : {224.0f, 149.33333f, 3.4028235e38f, 1.0f})
+            for (const float ratio : {65536.0f, 1.0f / 65536.0f, 1000.0f, 1.0f / 3.0f}) {
+                DelayedScaling host(3);
+                host.restore({0.5f, 2.0f, 0.0f}, scale);
+                DeviceDelayedScaling on_device;
+                on_device.upload(host, device);
+                host.rescale(ratio);
+                on_device.rescale(ratio);
+                DelayedScaling back(3);
+                on_device.download(back);
+                differing += std::bit_cast<uint32_t>(back.scale()) != std::bit_cast<uint32_t>(host.scale()) ||
+                             back.history() != host.history();
+            }
+        report(differing == 0, "delayed-scaling rescale", fmt("%.0f of 16 states differ from the host's", differing));
+    });
 }
 
 // The fused statistics kernel of the device (CUDA: Mantissa's kernel; CPU: the fused pass)
