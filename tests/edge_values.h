@@ -2,8 +2,8 @@
 #pragma once
 // The values a format's statistics and casts are held to: zeros of both signs, FP32's
 // smallest and largest subnormals and normals, infinities, NaNs, and for `format` at `scale`
-// its largest finite value, the float and the format's code just under it, just over it, half a step past it (where round-to-nearest-even
-// overflows or not), twice it, its smallest normal and
+// its largest finite value, the float and the format's code just under it, just over it, half
+// a step past it (where round-to-nearest-even overflows or not), twice it, its smallest normal and
 // subnormal and the halves and quarters below; then 100,000 values spread over every binade
 // (seeded). Shared by tests/test_telemetry.cpp and bench/cuda_checks.cpp (the same values on
 // the CPU here and on a GPU there). A scale of 0 (per-row FP8) puts them in the format's own

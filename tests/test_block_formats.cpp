@@ -1520,12 +1520,14 @@ private slots:
         for (int b = 0; b < 6; ++b) x[0][32 * b + 5] = amax[b];
         x[0].narrow(0, 32 * 4, 32).zero_();
         auto floor_rule = recipe_of(Fp8Scaling::MxFp4);
-        QCOMPARE(block_cast_record(quantize_mxfp4_2d(x, false), NumberFormat::E4M3, floor_rule).clipped_blocks.item<double>(),
-                 2.0); // 1.75 (the tie, at 7) and 1.9 (7.6); not 1.74 (6.96), zeros or Inf
+        const auto clipped = [](const BlockQuantized& q, const Fp8Recipe& r) {
+            return block_cast_record(q, NumberFormat::E4M3, r).clipped_blocks.item<double>();
+        };
+        QCOMPARE(clipped(quantize_mxfp4_2d(x, false), floor_rule), 2.0); // 1.75 (the tie, at 7) and 1.9 (7.6); not
+                                                                        // 1.74 (6.96), zeros or Inf
         auto round_up = floor_rule;
         round_up.mx_round_scale_up = true;
-        QCOMPARE(block_cast_record(quantize_mxfp4_2d(x, true), NumberFormat::E4M3, round_up).clipped_blocks.item<double>(),
-                 0.0);
+        QCOMPARE(clipped(quantize_mxfp4_2d(x, true), round_up), 0.0);
         // nvfp4 with the tensor's amax 448 (S = 6: a block asks for its own amax as its E4M3
         // scale): 0.0029 is 1.48 of E4M3's subnormal step 2^-9 and rounds to 1 step, so its
         // largest value is scaled to 6 x 1.48 = 8.9; 0.00215 (1.1 steps) to 6.6, within.

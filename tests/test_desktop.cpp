@@ -542,7 +542,8 @@ private slots:
             const QList<QSplitter*> splitters = window.findChildren<QSplitter*>();
             QCOMPARE(splitters.size(), 6);
             for (QSplitter* s : splitters) {
-                QVERIFY2(!s->objectName().isEmpty() && !arranged.contains(s->objectName()), qPrintable(s->objectName()));
+                QVERIFY2(!s->objectName().isEmpty() && !arranged.contains(s->objectName()),
+                         qPrintable(s->objectName()));
                 QList<int> sizes; // a size of its own for every splitter
                 for (int i = 0; i < s->count(); ++i) sizes << 100 + 37 * i + 11 * int(arranged.size());
                 s->setSizes(sizes);
@@ -563,7 +564,8 @@ private slots:
         }
         // A state of the other orientation, or of another number of panes (another version's
         // layout), leaves the default.
-        settings.setValue(QStringLiteral("window/splitter/monitor.curves"), arranged.value(QStringLiteral("monitor.main")));
+        settings.setValue(QStringLiteral("window/splitter/monitor.curves"),
+                          arranged.value(QStringLiteral("monitor.main")));
         settings.setValue(QStringLiteral("window/splitter-panes/monitor.curves"),
                           restored.findChild<QSplitter*>(QStringLiteral("monitor.curves"))->count());
         const int panes = restored.findChild<QSplitter*>(QStringLiteral("project.split"))->count();
@@ -588,7 +590,8 @@ private slots:
         int secondary = 0;
         for (const QLabel* label : window.findChildren<QLabel*>()) {
             const QString css = label->styleSheet();
-            const bool fixed_colour = css.contains(QRegularExpression(QStringLiteral("(^|[^-])color\\s*:(?!\\s*palette\\()")));
+            static const QRegularExpression fixed(QStringLiteral("(^|[^-])color\\s*:(?!\\s*palette\\()"));
+            const bool fixed_colour = css.contains(fixed);
             QVERIFY2(!fixed_colour || css.contains(QStringLiteral("background")), qPrintable(css));
             static const QRegularExpression span_colour(QStringLiteral("color:\\s*(#[0-9a-fA-F]{6})"));
             for (auto m = span_colour.globalMatch(label->text()); m.hasNext();) {
@@ -598,7 +601,8 @@ private slots:
             if (label->foregroundRole() != QPalette::PlaceholderText) continue;
             ++secondary;
             QVERIFY2(label->palette().color(QPalette::PlaceholderText).lightness() > 110,
-                     qPrintable(label->objectName() + QLatin1Char(' ') + label->palette().color(QPalette::PlaceholderText).name()));
+                     qPrintable(label->objectName() + QLatin1Char(' ') +
+                                label->palette().color(QPalette::PlaceholderText).name()));
         }
         QVERIFY(secondary >= 6); // the Monitor's frame, the Runs count and note, three Compare captions
     }

@@ -538,8 +538,12 @@ private slots:
         // The backward multiplies the forward's casts: q, K, P and V at the scale their forward cast
         // took (1, a fresh state's), not the scale their record has made since (448 / amax).
         LayerGemm plain("x", f, r, GemmBackend::Emulated);
-        const auto e4m3 = [](const torch::Tensor& t) { return round_to_format(t.detach(), NumberFormat::E4M3, Overflow::Saturate); };
-        const auto e5m2 = [](const torch::Tensor& t) { return round_to_format(t.detach(), NumberFormat::E5M2, Overflow::Saturate); };
+        const auto e4m3 = [](const torch::Tensor& t) {
+            return round_to_format(t.detach(), NumberFormat::E4M3, Overflow::Saturate);
+        };
+        const auto e5m2 = [](const torch::Tensor& t) {
+            return round_to_format(t.detach(), NumberFormat::E5M2, Overflow::Saturate);
+        };
         const auto dv = plain.gemm(e4m3(probs).transpose(-1, -2), e5m2(dy), NumberFormat::E5M2);
         const auto dk = plain.gemm(e4m3(q).transpose(-1, -2), e5m2(scores.grad()), NumberFormat::E5M2);
         QVERIFY(torch::equal(v.grad().to(torch::kFloat32), dv));

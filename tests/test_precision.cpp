@@ -63,7 +63,8 @@ struct GradientCasts : Recorder {
     {
         QCOMPARE(worst_dy_overflow.size(), steps);
         for (const auto& [step, overflow] : worst_dy_overflow)
-            QVERIFY2(overflow < 0.01, qPrintable(QString("step %1: %2 of a gradient saturated").arg(step).arg(overflow)));
+            QVERIFY2(overflow < 0.01,
+                     qPrintable(QString("step %1: %2 of a gradient saturated").arg(step).arg(overflow)));
     }
 };
 
@@ -559,7 +560,8 @@ private slots:
         rec.verify_unsaturated(8);
         QCOMPARE(rec.worst_dy_underflow.size(), size_t(8));
         for (const auto& [step, underflow] : rec.worst_dy_underflow) // step 1 casts at scale 1, before any amax
-            QVERIFY2(step == 1 || underflow < 0.01, qPrintable(QString("step %1: %2 of a gradient underflowed").arg(step).arg(underflow)));
+            QVERIFY2(step == 1 || underflow < 0.01,
+                     qPrintable(QString("step %1: %2 of a gradient underflowed").arg(step).arg(underflow)));
     }
 
     // A loss scale that grows (or backs off) takes the FP8 gradient histories with it: the

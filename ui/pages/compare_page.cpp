@@ -672,7 +672,8 @@ void ComparePage::applyPlotScales()
     plot_->setSmoothing(scale_like ? 0.0 : smoothing_);
     plot_->setLogScale(logScale_ || scale_like);
     // Controls that would do nothing say so rather than show a setting that is not applied.
-    for (QWidget* w : {static_cast<QWidget*>(smoothingSlider_), static_cast<QWidget*>(logScaleBox_)}) w->setEnabled(!scale_like);
+    smoothingSlider_->setEnabled(!scale_like);
+    logScaleBox_->setEnabled(!scale_like);
 }
 
 QString ComparePage::referenceText() const { return referenceLabel_->text(); }

@@ -61,7 +61,8 @@ SweepDialog::SweepDialog(const ProjectConfig& base, QWidget* parent) : QDialog(p
         // FP8 one): whole precision objects, each with its defaults.
         {QStringLiteral("precision"),
          QStringLiteral(R"({"preset":"fp32"},{"preset":"bf16"},{"preset":"fp8-e4m3","fp8":{"scaling":"fp8-block"}},)"
-                        R"({"preset":"fp8-e4m3","fp8":{"scaling":"nvfp4"}},{"preset":"fp8-e4m3","fp8":{"scaling":"mxfp4"}})")},
+                        R"({"preset":"fp8-e4m3","fp8":{"scaling":"nvfp4"}},)"
+                        R"({"preset":"fp8-e4m3","fp8":{"scaling":"mxfp4"}})")},
         {QStringLiteral("precision.layers"), QStringLiteral(R"([],[{"match":"lm_head","format":"bf16"}])")},
         {QStringLiteral("training.seed"), QStringLiteral("1,2,3")},
         {QStringLiteral("optimizer.learning_rate"), values_around({lr / 2, lr, lr * 2})},
@@ -130,7 +131,8 @@ void SweepDialog::validate()
     if (!error_.isEmpty()) plans_.clear();
     buttons_->button(QDialogButtonBox::Ok)->setEnabled(error_.isEmpty());
     if (!error_.isEmpty()) {
-        previewLabel_->setStyleSheet(QStringLiteral("QLabel { color: %1; }").arg(readable_colour(palette(), "#8a0015", "#ff8a8a")));
+        const QString red = readable_colour(palette(), "#8a0015", "#ff8a8a");
+        previewLabel_->setStyleSheet(QStringLiteral("QLabel { color: %1; }").arg(red));
         previewLabel_->setText(error_);
         return;
     }
@@ -151,7 +153,8 @@ void SweepDialog::validate()
     const std::string tag = "sweep:" + sweepName().toStdString();
     for (const auto& [name, runs] : tagsInUse_)
         if (name == tag)
-            taken = QStringLiteral("<br><span style=\"color:%1\">").arg(readable_colour(palette(), "#8a4b00", "#ffb45a")) +
+            taken = QStringLiteral("<br><span style=\"color:%1\">")
+                        .arg(readable_colour(palette(), "#8a4b00", "#ffb45a")) +
                     tr("sweep:%1 already tags %2: this sweep's runs join them under one tag.")
                         .arg(sweepName().toHtmlEscaped(), count_text(runs, tr("run"), tr("runs"))) +
                     QStringLiteral("</span>");
