@@ -14,6 +14,7 @@
 #include "fp4.h"
 #include "fp8_rounder.h"
 #include "quantize.h"
+#include "tensor_stats.h"
 #include "vector_clones.h"
 
 #ifdef MANTISSA_CUDA_KERNELS
@@ -1295,13 +1296,10 @@ BlockCastRecord block_cast_record(const BlockQuantized& q, NumberFormat format, 
     const auto element_amax = recipe.scaling == Fp8Scaling::NvFp4
                                   ? finite_amax * nvfp4_element_scale(used, 1.0f / nvfp4_encode_scale(finite_amax))
                                   : finite_amax / used;
-    // Past max by half a step (max's step: 2^(floor(log2 max) - mantissa bits)), or at it where
-    // round-to-nearest-even takes that tie upward (max / step odd: E2M1's 7).
-    const FormatInfo& e = format_info(r.element_format);
-    const double step = std::ldexp(1.0, std::ilogb(e.max_finite) - e.mantissa_bits);
-    const double past = e.max_finite + 0.5 * step;
-    const bool tie_up = static_cast<int64_t>(e.max_finite / step) % 2 == 1;
-    const auto beyond = tie_up ? element_amax >= past : element_amax > past;
+    // Past max by half a step, or at it where round-to-nearest-even takes that tie upward
+    // (E2M1's 7): the statistics' own overflow rule.
+    const auto c = cast_comparison(r.element_format, /*scaled_domain=*/true, 1.0);
+    const auto beyond = c.overflow_at_tie ? element_amax >= c.overflow_from : element_amax > c.overflow_from;
     // A block whose scale underflowed to 0 was flushed to zero: the row's underflow, not this.
     r.clipped_blocks = (beyond & finite & (amax > 0) & (used > 0)).sum().to(torch::kFloat64);
     const auto zero_block = amax == 0;
