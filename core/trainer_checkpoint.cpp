@@ -237,8 +237,7 @@ void Trainer::Impl::load_archive(const std::string& path,
         // follow, as at a live change (set_layer_formats). Checkpoints before 2026-12-07 do not
         // say the scale in effect; theirs stay as they were.
         if (torch::Tensor then; archive.try_read("loss_scale_in_effect", then))
-            if (const double ratio = scaler.scale() / then.item<double>(); ratio != 1.0)
-                for (auto& g : model->gemm_layers()) g->rescale_gradient_amaxes(to_float32(ratio)); // inf: none
+            rescale_gradient_amaxes(then.item<double>());
         at::Generator global = at::detail::getDefaultCPUGenerator(); // a handle to the shared generator
         global.set_state(get("rng/global"));
         train_batches->generator().set_state(get("rng/train_batches"));

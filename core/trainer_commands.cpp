@@ -207,8 +207,7 @@ std::vector<Trainer::Impl::LayerBefore> Trainer::Impl::set_layer_formats(const s
     const double scale_before = scaler.scale(); // 1 while off; the host replayed every step
     follow_formats_with_loss_scaling(/*keep_state=*/false);
     last_switch_scales = {scale_before, scaler.scale()};
-    if (const double ratio = scaler.scale() / scale_before; ratio != 1.0)
-        for (auto& g : model->gemm_layers()) g->rescale_gradient_amaxes(to_float32(ratio)); // inf: none
+    rescale_gradient_amaxes(scale_before);
     return changed;
 }
 

@@ -155,6 +155,10 @@ struct Trainer::Impl {
     // The host scaler's update from this step's non-finite layers (already unscaled and read;
     // the device made the same update and skipped the optimizer already), and its events;
     // true when the step was skipped.
+    // The FP8 gradient histories measured gradients multiplied by `measured_under`; they follow
+    // the scaler's scale now (every loss-scale change: a growth or backoff, a live change that
+    // turns scaling on or off, a resume under another mode). Queued on the device, no sync.
+    void rescale_gradient_amaxes(double measured_under);
     bool update_loss_scale(double used_scale, const std::vector<std::string>& bad_layers, StepOutcome& outcome,
                            TelemetrySink& sink);
     // Dropout's masks for micro-batch `micro` of this step: the generators seeded from

@@ -78,6 +78,13 @@ StepOutcome Trainer::Impl::train_step(bool armed, TelemetryStep& telemetry, Tele
     return out;
 }
 
+void Trainer::Impl::rescale_gradient_amaxes(double measured_under)
+{
+    // to_float32: inf (a scale that backed off to 0) changes nothing, where a cast would be UB.
+    if (const double ratio = scaler.scale() / measured_under; ratio != 1.0)
+        for (auto& g : model->gemm_layers()) g->rescale_gradient_amaxes(to_float32(ratio));
+}
+
 void Trainer::Impl::seed_dropout(int64_t micro) const
 {
     if (config.model.dropout <= 0.0) return;
@@ -117,11 +124,10 @@ bool Trainer::Impl::update_loss_scale(double used_scale, const std::vector<std::
         e.kind = EventKind::LossScaleGrowth;
         sink.on_event(e);
     }
-    // The FP8 gradient histories measured gradients scaled by the old scale: they follow the
-    // new one, or the step after a growth saturated the largest gradients (7.7% of lm_head's
-    // E5M2 dy at a growth every 4 steps; a read-only review, 2026-12-07). Powers of 2: exact.
-    if (const double ratio = scaler.scale() / used_scale; ratio != 1.0)
-        for (auto& g : model->gemm_layers()) g->rescale_gradient_amaxes(to_float32(ratio));
+    // The FP8 gradient histories follow a growth or backoff, or the step after a growth saturated
+    // the largest gradients (7.7% of lm_head's E5M2 dy at a growth every 4 steps; a read-only
+    // review, 2026-12-07). Powers of 2: exact.
+    rescale_gradient_amaxes(used_scale);
     if (scaler.mode() == LossScalingMode::Dynamic)
         outcome.alerts = watchers.on_loss_scale(step + 1, scaler.scale(),
                                                 result == LossScaler::Outcome::SkippedAndBackedOff);
