@@ -75,6 +75,7 @@ void Trainer::Impl::apply_layer_formats(const Command& command, TelemetrySink& s
     e.cause = command.cause;
     e.watcher = command.watcher;
     e.new_scaling = command.scaling;
+    const double scale_before = scaler.scale();
     const auto changed = set_layer_formats(command.layer_pattern, command.formats, command.scaling);
     for (const auto& before : changed) e.layers.push_back(before.name);
     if (!changed.empty()) {
@@ -82,15 +83,15 @@ void Trainer::Impl::apply_layer_formats(const Command& command, TelemetrySink& s
         if (command.scaling) e.old_scaling = changed.front().scaling;
     }
     e.layer_states = layer_states_of(e.layers);
-    note_loss_scale_switch(e);
+    note_loss_scale_switch(e, scale_before);
     sink.on_event(e);
 }
 
-void Trainer::Impl::note_loss_scale_switch(RunEvent& change) const
+void Trainer::Impl::note_loss_scale_switch(RunEvent& change, double scale_before) const
 {
-    if (last_switch_scales.first == last_switch_scales.second) return;
-    change.old_scale = last_switch_scales.first;
-    change.new_scale = last_switch_scales.second;
+    if (scaler.scale() == scale_before) return;
+    change.old_scale = scale_before;
+    change.new_scale = scaler.scale();
 }
 
 bool Trainer::Impl::switched_to_bf16(const std::string& pattern) const
@@ -169,6 +170,7 @@ void Trainer::Impl::handle_alerts(const std::vector<WatchAlert>& alerts, Telemet
             sink.on_event(action);
         } else if (a.action == WatchAction::SwitchToBf16 && !a.layer.empty()) {
             const GemmFormats bf16{NumberFormat::BF16, NumberFormat::BF16, NumberFormat::BF16};
+            const double scale_before = scaler.scale();
             const auto changed = set_layer_formats(target, bf16);
             if (changed.empty()) continue;
             action.action = "bf16";
@@ -186,7 +188,7 @@ void Trainer::Impl::handle_alerts(const std::vector<WatchAlert>& alerts, Telemet
             change.cause = ChangeCause::Watcher;
             change.watcher = a.watcher;
             change.layer_states = layer_states_of(change.layers);
-            note_loss_scale_switch(change);
+            note_loss_scale_switch(change, scale_before);
             sink.on_event(change);
         }
     }
@@ -206,7 +208,6 @@ std::vector<Trainer::Impl::LayerBefore> Trainer::Impl::set_layer_formats(const s
     backends_changed |= !changed.empty(); // the next step says where they ran now
     const double scale_before = scaler.scale(); // 1 while off; the host replayed every step
     follow_formats_with_loss_scaling(/*keep_state=*/false);
-    last_switch_scales = {scale_before, scaler.scale()};
     rescale_gradient_amaxes(scale_before);
     return changed;
 }

@@ -219,10 +219,9 @@ struct Trainer::Impl {
     std::vector<LayerBefore> set_layer_formats(const std::string& pattern, const GemmFormats& formats,
                                                std::optional<Fp8Scaling> scaling = std::nullopt);
     bool backends_changed = false; // a precision change since the last layer_backends event
-    // The loss scale before and after the last set_layer_formats (1 while off): a switch that
-    // turns loss scaling on or off says so in its event (note_loss_scale_switch).
-    std::pair<double, double> last_switch_scales{1.0, 1.0};
-    void note_loss_scale_switch(RunEvent& change) const;
+    // A switch that turned loss scaling on or off (the scale was `scale_before`, 1 while off,
+    // before set_layer_formats) says so in its event.
+    void note_loss_scale_switch(RunEvent& change, double scale_before) const;
     // precision.loss_scaling.mode "auto" follows the layers' formats as they are now: dynamic
     // while any GEMM is FP16, so that a live change to FP16 (or a checkpoint whose layers were
     // changed to it) trains with loss scaling, as a run started in FP16 does. Turning on starts
