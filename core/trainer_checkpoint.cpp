@@ -38,6 +38,9 @@ void Trainer::Impl::write_state(const std::function<void(const char*, size_t)>& 
     // The scale the gradients were multiplied by (1 while scaling is off, whatever the state
     // holds): what the FP8 gradient histories measured under, for a resume under another mode.
     archive.write("loss_scale_in_effect", torch::tensor(scaler.scale(), torch::kFloat64));
+    // Whether the `scaler` state was in use: an unscaled run's holds an init_scale it never
+    // trained with, which a resume that turns scaling on must not take over its own.
+    archive.write("loss_scaling_on", torch::tensor(int64_t(scaler.enabled())));
     for (const auto& g : model->gemm_layers()) g->save(archive);
     archive.write("rng/global", at::detail::getDefaultCPUGenerator().get_state());
     archive.write("rng/train_batches", train_batches->generator().get_state());
@@ -227,9 +230,17 @@ void Trainer::Impl::load_archive(const std::string& path,
         torch::NoGradGuard no_grad;
         for (auto& item : model->named_parameters()) item.value().copy_(get("model/" + item.key()));
         optimizer->load(archive);
-        const auto sc = get("scaler");
-        scaler.restore({sc[0].item<double>(), static_cast<int64_t>(sc[1].item<double>()),
-                        static_cast<int64_t>(sc[2].item<double>())});
+        // A run that trained unscaled and resumes scaled starts from this run's init_scale, as a
+        // live change that turns scaling on does; checkpoints from before 2026-12-07 do not say,
+        // and restore the state they hold.
+        torch::Tensor scaled_then;
+        if (!archive.try_read("loss_scaling_on", scaled_then) || scaled_then.item<int64_t>() != 0) {
+            const auto sc = get("scaler");
+            scaler.restore({sc[0].item<double>(), static_cast<int64_t>(sc[1].item<double>()),
+                            static_cast<int64_t>(sc[2].item<double>())});
+        } else {
+            scaler = LossScaler(scaler.config()); // a trainer that has trained already drops its own
+        }
         for (const auto& g : model->gemm_layers()) g->load(archive);
         follow_formats_with_loss_scaling(/*keep_state=*/true); // the checkpoint's formats, its scale
         // A resume whose settings scale the gradients otherwise (precision.loss_scaling.mode set

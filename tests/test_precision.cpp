@@ -616,6 +616,39 @@ private slots:
         rec.verify_unsaturated(4);
     }
 
+    // An unscaled run's checkpoint holds a scaler state it never used (the init_scale of its
+    // own settings). A resume that turns scaling on starts from its own init_scale, as a live
+    // change does, also in a trainer whose scale has moved already.
+    void aResumeThatTurnsScalingOnStartsFromItsInitScale()
+    {
+        auto config = golden_project();
+        config.training.steps = 2;
+        config.eval.interval = 0;
+        QTemporaryDir tmp;
+        const std::string checkpoint = tmp.filePath("unscaled.pt").toStdString();
+        {
+            Trainer unscaled(config);
+            Recorder r;
+            unscaled.run(r);
+            QCOMPARE(unscaled.loss_scale(), 1.0);
+            unscaled.save_checkpoint(checkpoint);
+        }
+        config.training.steps = 4;
+        config.precision.loss_scaling_mode = "dynamic";
+        config.precision.loss_scaling.init_scale = 1024;
+        config.precision.loss_scaling.growth_interval = 1; // the scale doubles every clean step
+        Trainer scaled(config);
+        Recorder moved, resumed;
+        scaled.run(moved);
+        QCOMPARE(scaled.loss_scale(), 16384.0);
+        scaled.load_checkpoint(checkpoint);
+        QCOMPARE(scaled.loss_scale(), 1024.0);
+        scaled.run(resumed);
+        QCOMPARE(resumed.steps.size(), size_t(2));
+        QCOMPARE(resumed.steps[0].loss_scale, 1024.0); // the scale the step multiplied by
+        QCOMPARE(resumed.steps[1].loss_scale, 2048.0);
+    }
+
     // The loss scale a step uses lives on the device and follows the host's when the host's
     // changes under it: a checkpoint loaded into a trainer that has already moved its scale
     // further trains on as the run that wrote the checkpoint did, to the bit.
