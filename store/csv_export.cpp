@@ -43,11 +43,20 @@ public:
     // bits of FP64 values (a loss averaged over micro-batches), so two exports of runs that
     // differ there compared equal. NaN (and Inf) as "nan", "inf", "-inf".
     PieceWriter& value(double v) { return number(v); }
-    // Quoted where it holds a comma, quote or line break.
+    // Quoted where it holds a comma, quote or line break. Text that a spreadsheet would run as
+    // a formula (a model's sample that starts with "=HYPERLINK(") gets a leading apostrophe, as
+    // the GUI's table exports do (ui/common/table_export.cpp); numbers such as -0.5 stay as
+    // they are.
     PieceWriter& field(std::string_view s)
     {
-        if (s.find_first_of(",\"\n\r") == std::string_view::npos) return *this << s;
+        const bool formula = !s.empty() && std::string_view("=+-@\t\r").find(s.front()) != std::string_view::npos &&
+                             !is_number(s);
+        if (s.find_first_of(",\"\n\r") == std::string_view::npos) {
+            if (formula) text_ += '\'';
+            return *this << s;
+        }
         text_ += '"';
+        if (formula) text_ += '\'';
         for (const char c : s) {
             if (c == '"') text_ += '"';
             text_ += c;
@@ -57,6 +66,13 @@ public:
     }
 
 private:
+    static bool is_number(std::string_view s)
+    {
+        double v = 0;
+        const char* first = s.data() + (s.front() == '+' ? 1 : 0); // from_chars takes no '+'
+        const auto [end, ec] = std::from_chars(first, s.data() + s.size(), v);
+        return ec == std::errc() && end == s.data() + s.size();
+    }
     template <class T> PieceWriter& number(T v)
     {
         char digits[32];

@@ -575,6 +575,9 @@ private slots:
         sink.on_step(step(1, 4.0, 0.001, 1.5));
         sink.on_step(step(2, 3.5, 0.002, 1.25));
         sink.on_event(text_event(2, "sample", "line1\nline2"));
+        sink.on_event(text_event(2, "sample", "=HYPERLINK(\"http://127.0.0.1/\")"));
+        sink.on_event(text_event(2, "sample", "-0.5"));
+        sink.on_event(text_event(2, "sample", "@me"));
         QCOMPARE(metrics_csv(store, id),
                  std::string("step,train/loss,val/loss,eval/train_loss,lr,grad_norm,step_time_ms,tokens_per_s,"
                              "loss_scale\n"
@@ -583,6 +586,11 @@ private slots:
                              "2,3.5,,,0.002,1.25,10,2000,1\n"));
         const std::string events = events_csv(store, id);
         QVERIFY(events.rfind("step,kind,message,created_at\n2,sample,\"line1\nline2\",", 0) == 0);
+        // A spreadsheet would run the first as a formula: it is text, as the GUI's exports make it.
+        QVERIFY2(events.find("\n2,sample,\"'=HYPERLINK(\"\"http://127.0.0.1/\"\")\",") != std::string::npos,
+                 events.c_str());
+        QVERIFY2(events.find("\n2,sample,-0.5,") != std::string::npos, events.c_str());
+        QVERIFY2(events.find("\n2,sample,'@me,") != std::string::npos, events.c_str());
     }
 
     // A long run's table reaches the sink in pieces as it is read, never whole: pieces of about
