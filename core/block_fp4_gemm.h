@@ -44,8 +44,9 @@ Fp4BlockOperand split_nvfp4_blocks(const torch::Tensor& values, const torch::Ten
 bool nvfp4_scales_fit(const torch::Tensor& block_scales, const torch::Tensor& operand);
 
 // The FP32 values the tensor cores multiply: codes * scale (* global). mxfp4: the emulator's
-// values bit for bit. nvfp4: codes * s * (amax * fl(1/2688)), within an FP32 ulp of the
-// emulator's codes * ((s * amax) * fl(1/2688)).
+// values bit for bit. nvfp4: codes * s * (amax * fl(1/2688)), within 2 FP32 ulps of the
+// emulator's codes * ((s * amax) * fl(1/2688)) (each rounds twice; more where amax < ~1e-36
+// makes the multipliers subnormal: 24 ulps at 1e-37).
 torch::Tensor join_fp4_blocks(const Fp4BlockOperand& operand);
 
 // (R, K) codes as LibTorch's float4_e2m1fn_x2 bytes (R, K / 2): the lower index in the low nibble.
