@@ -588,13 +588,23 @@ void LayerGemm::record_cast(const char* role, const torch::Tensor& x, NumberForm
         slot.reset();
     }
     if (block) format = block->block.element_format;
-    const auto compared_with = format == NumberFormat::FP32 && !fp32_cast ? torch::Tensor() : dequantized;
+    // A 16-bit row whose cast no row sees: the tensor came in that dtype (an activation or a
+    // gradient that the op before rounded; its "cast" here is itself), or a native GEMM rounded
+    // its own output, no FP32 accumulator kept. Compared with itself, it counts where its values
+    // lie (subnormal) and leaves what the cast lost unsaid: before 2026-12-07 such rows read
+    // "underflow 0, subnormal 0, SNR exact" over bars in FP16's subnormal band.
+    const bool values_only = is_16bit(format) && !fp32_cast &&
+                             (!dequantized.defined() || x.scalar_type() == activation_dtype(format));
+    const auto compared_with = values_only                                   ? x
+                               : format == NumberFormat::FP32 && !fp32_cast ? torch::Tensor()
+                                                                              : dequantized;
     PendingTensorStats p;
     p.role = role;
     p.format = format;
     p.scale = scale;
     p.count = x.numel();
     p.compared = stats_compared(compared_with);
+    p.values_only = values_only;
     // A CPU tensor is scanned now, while its lines are still in cache, and is not held until
     // the end of the backward (which cost page faults for the memory it kept): with the scan's
     // vectorized count this took about 4 of the 15 ms that statistics added to a step of
@@ -674,10 +684,12 @@ void LayerGemm::finish_stats(const std::vector<std::shared_ptr<LayerGemm>>& laye
                 // No gradient arrived (the loss did not reach this layer): nothing to read, on
                 // the weight's device (the frame's rows are joined there).
                 p.source.x = grad.defined() ? grad.detach() : torch::zeros({0}, g->last_weight_.options());
+                p.source.format = p.format;
+                if (p.values_only) p.source.dequantized = p.source.x; // a 16-bit GEMM's dW, in FP32
                 p.count = p.source.x.numel();
                 p.from_weight_grad = false;
                 if (!p.source.x.is_cpu()) {
-                    p.row = tensor_stats_row(p.source.x, NumberFormat::FP32, 1.0f, {});
+                    p.row = tensor_stats_row(p.source.x, p.format, 1.0f, p.source.dequantized);
                     p.source = {};
                     continue;
                 }
@@ -717,7 +729,7 @@ std::vector<TensorStats> LayerGemm::take_stats()
         const auto& p = pending[i];
         const float scale = p.scale_on_device.defined() ? p.scale_on_device.item<float>() : p.scale;
         TensorStats s = tensor_stats_from_row(host[static_cast<int64_t>(i)].data_ptr<double>(), p.format, scale,
-                                              p.count, p.compared);
+                                              p.count, p.compared, p.values_only);
         s.layer = name_;
         s.role = p.role;
         out.push_back(std::move(s));
@@ -863,8 +875,10 @@ void LayerGemm::observe_linear(const torch::Tensor& x, const torch::Tensor& weig
         torch::NoGradGuard no_grad;
         const auto dy2 = dy.detach().reshape({-1, N}); // (M, N)
         record("grad_output", dy2, grad_format, 1.0f, {});
+        // A 16-bit layer's dW comes out of its 16-bit GEMM (the native executor's), in that format.
+        const NumberFormat dw_format = gemm_output_format(grad_format);
         if (weight_shared_ || !last_weight_.requires_grad()) {
-            record("weight_grad", at::matmul(dy2.t(), x2), NumberFormat::FP32, 1.0f, {});
+            record("weight_grad", at::matmul(dy2.t(), x2), dw_format, 1.0f, {});
             return;
         }
         // The weight's own gradient, dy^T x, is what autograd is about to put in .grad (the
@@ -872,6 +886,9 @@ void LayerGemm::observe_linear(const torch::Tensor& x, const torch::Tensor& weig
         // instead of multiplying a second time.
         PendingTensorStats p;
         p.role = "weight_grad";
+        p.format = dw_format;
+        p.values_only = is_16bit(dw_format);
+        p.compared = p.values_only;
         p.count = last_weight_.numel();
         p.from_weight_grad = true;
         pending_.push_back(std::move(p));

@@ -39,6 +39,9 @@ struct PendingTensorStats {
     torch::Tensor scale_on_device; // () native FP8 scale, read back with the row (then `scale` is a placeholder)
     int64_t count = 0;
     bool compared = false;
+    // The tensor holds `format`'s values already and the cast into it ran where no row sees it
+    // (tensor_stats_from_row's values_only).
+    bool values_only = false;
     torch::Tensor row; // (stats_row::kSize) float64; undefined until computed
     // The weight's .grad, read once the backward is done (LayerGemm::finish_stats).
     StatsSource source;

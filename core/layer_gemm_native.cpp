@@ -17,8 +17,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-bool is_16bit(NumberFormat f) { return f == NumberFormat::BF16 || f == NumberFormat::FP16; }
-
 // An FP8 operand's statistics: the per-tensor scale stays on the device until the frame is
 // read; per-row scales are recorded as 0, as the emulator records them.
 void record_fp8(LayerGemm& layer, const char* role, const torch::Tensor& x, const Fp8Tensor& t)

@@ -40,4 +40,6 @@ std::string number_format_names_joined(); // "fp32, tf32, ...": what a refusal l
 // for FP8 GEMMs (TransformerEngine's default output type), FP32 otherwise.
 NumberFormat gemm_output_format(NumberFormat operand_format);
 
+inline bool is_16bit(NumberFormat f) { return f == NumberFormat::BF16 || f == NumberFormat::FP16; }
+
 } // namespace mantissa

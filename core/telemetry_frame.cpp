@@ -193,7 +193,8 @@ LayerStatsFrame TelemetryStep::complete(const InFlight& in)
     for (const auto& slot : in.tensors) {
         const auto& p = slot.pending;
         const float scale = slot.scale >= 0 ? static_cast<float>(values[slot.scale]) : p.scale;
-        TensorStats t = tensor_stats_from_row(values + slot.row, p.format, scale, p.count * slot.ranks, p.compared);
+        TensorStats t =
+            tensor_stats_from_row(values + slot.row, p.format, scale, p.count * slot.ranks, p.compared, p.values_only);
         t.layer = slot.layer;
         t.role = p.role;
         if (slot.rms >= 0) {

@@ -838,7 +838,8 @@ torch::Tensor dequantize_codes(const torch::Tensor& codes, const torch::Tensor& 
     return (values.reshape({rows, cols / 128, 128}) * inv_scale.reshape({rows, cols / 128, 1})).view({rows, cols});
 }
 
-TensorStats tensor_stats_from_row(const double* r, NumberFormat format, float scale, int64_t count, bool compared)
+TensorStats tensor_stats_from_row(const double* r, NumberFormat format, float scale, int64_t count, bool compared,
+                                  bool values_only)
 {
     TensorStats s;
     s.format = format_name(format);
@@ -870,6 +871,12 @@ TensorStats tensor_stats_from_row(const double* r, NumberFormat format, float sc
     s.overflow = scale > 0.0f ? r[row::kOverflow] / n : -1.0;
     const bool lost = scale > 0.0f && n - r[row::kNonFinite] - compared_count > 0;
     set_cast_error(s, r[row::kErrorEnergy], r[row::kSignalEnergy], compared_count, lost);
+    if (values_only) {
+        s.underflow = -1.0;
+        s.overflow = -1.0;
+        s.quant_mse = std::numeric_limits<double>::quiet_NaN();
+        s.quant_snr_db = std::numeric_limits<double>::quiet_NaN();
+    }
     return s;
 }
 

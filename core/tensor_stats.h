@@ -78,8 +78,13 @@ stats_value::CastComparison cast_comparison(NumberFormat format, bool scaled_dom
 // theirs, rounded to powers of two, so that their row says what the rounding cost.
 inline bool stats_compared(const torch::Tensor& dequantized) { return dequantized.defined(); }
 
-// TensorStats from a row read back to the host; `count` is x.numel().
-TensorStats tensor_stats_from_row(const double* row, NumberFormat format, float scale, int64_t count, bool compared);
+// TensorStats from a row read back to the host; `count` is x.numel(). values_only: a 16-bit
+// row whose tensor already held the format's values, compared against itself (the native
+// executor's activations, gradients and GEMM outputs, rounded by the op that made them): its
+// subnormal share is counted, and underflow, overflow, MSE and SNR, which only the cast
+// itself could tell, read "not measured" (-1, -1, NaN, NaN).
+TensorStats tensor_stats_from_row(const double* row, NumberFormat format, float scale, int64_t count, bool compared,
+                                  bool values_only = false);
 
 // One tensor, row and read-back together (a host sync: for tests and one-off use).
 TensorStats compute_tensor_stats(const torch::Tensor& x, NumberFormat format, float scale,

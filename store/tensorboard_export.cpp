@@ -253,7 +253,7 @@ TensorBoardExport::TensorBoardExport(RunStore& store, int64_t run_id, const std:
             const double at = wall_time(step);
             writer.histogram(step, at, "exponents/" + tensor, stats);
             writer.scalar(step, at, "nonfinite/" + tensor, static_cast<double>(stats.nans + stats.infs));
-            writer.scalar(step, at, "underflow/" + tensor, stats.underflow);
+            if (stats.underflow >= 0) writer.scalar(step, at, "underflow/" + tensor, stats.underflow); // -1: not measured
             if (stats.overflow >= 0) writer.scalar(step, at, "overflow/" + tensor, stats.overflow);
             ++events_;
         });

@@ -348,11 +348,17 @@ void TestPlots::heatmapDrawsNonFiniteTensorsDark()
     input.count = 10;
     input.underflow = 0.5;
     later.layer_frames.back().tensors.push_back(input);
+    input.layer = "blocks.0.attn.qkv";
+    input.underflow = -1; // not measured: the cell has no value, not -100%
+    later.layer_frames.back().tensors.push_back(input);
     history.append(later);
     const auto under = history.columns(LayerStat::UnderflowPercent, "input");
     QCOMPARE(under.size(), size_t(3));
     QVERIFY(std::isnan(under[0].values[1]) && std::isnan(under[1].values[1]));
     QCOMPARE(under[2].values[1], 50.0f);
+    const int qkv = history.layerIndex("blocks.0.attn.qkv");
+    QVERIFY(qkv >= 0);
+    QVERIFY(std::isnan(under[2].values[size_t(qkv)]));
     const auto dead = history.columns(LayerStat::NonFinitePercent, "grad_output");
     QCOMPARE(dead[1].values[1], 100.0f);
     QVERIFY(std::isnan(dead[2].values[1])); // step 3 has no grad_output
@@ -782,11 +788,27 @@ void TestPlots::histogramTitleAndSpecials()
     t.overflow = 0.125;
     t.scale = 0.0;
     f.tensors.push_back(t);
+    // The native executor's FP16 gradient: it came in FP16, its cast unseen (-1: not measured).
+    TensorStats native = t;
+    native.role = "grad_output";
+    native.format = "fp16";
+    native.infs = native.nans = 0;
+    native.underflow = -1;
+    native.subnormal = 0.25;
+    native.overflow = -1;
+    native.scale = 1.0;
+    f.tensors.push_back(native);
     batch.layer_frames.push_back(f);
     history.append(batch);
 
     ExponentHistogramPlot plot;
     plot.setHistory(&history);
+    plot.setTensor(QStringLiteral("blocks.1.mlp.fc2"), QStringLiteral("grad_output"));
+    plot.setStep(300);
+    plot.refresh();
+    QCOMPARE(plot.title(), QStringLiteral("blocks.1.mlp.fc2 · grad_output · fp16 · step 300\n"
+                                          "cast not seen, values already fp16: underflow n/a · subnormal 25.0% · "
+                                          "overflow n/a"));
     plot.setTensor(QStringLiteral("blocks.0.mlp.fc1"), QStringLiteral("grad_output"));
     plot.setStep(100);
     plot.refresh();

@@ -191,8 +191,9 @@ void RunHistory::appendFrame(const LayerStatsFrame& frame)
         layerHasTensors_[size_t(layer)] = true;
         const size_t base = (size_t(layer) * nRoles + size_t(role)) * kStatsPerTensor;
         if (summary.tensorStats.size() < base + kStatsPerTensor) summary.tensorStats.resize(base + kStatsPerTensor, kNaN);
-        summary.tensorStats[base + 0] = static_cast<float>(100.0 * t.underflow);
-        // -1: not measured (per-row and block scales), no value rather than -100%.
+        // -1: not measured (underflow: a 16-bit tensor whose cast ran in the op that made it;
+        // overflow: that, or per-row and block scales), no value rather than -100%.
+        summary.tensorStats[base + 0] = t.underflow >= 0 ? static_cast<float>(100.0 * t.underflow) : kNaN;
         summary.tensorStats[base + 1] = t.overflow >= 0 ? static_cast<float>(100.0 * t.overflow) : kNaN;
         summary.tensorStats[base + 2] = static_cast<float>(t.amax);
         // An exact cast (or none: FP32) has no error to colour: NaN reads as "no value". -inf (values

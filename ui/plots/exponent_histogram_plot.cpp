@@ -308,8 +308,15 @@ bool ExponentHistogramPlot::rebuild()
                                                    : QStringLiteral(" · scale %1").arg(h->scale, 0, 'g', 4);
     }
     title_->setText(head);
-    subtitle_->setText(QStringLiteral("measured by the cast: underflow %1 · subnormal %2 · overflow %3")
-                           .arg(percent(h->underflow),
+    // Underflow -1: the tensor came in this format, its cast made by the op before (the native
+    // executor's 16-bit activations, gradients and GEMM outputs): its values show where they lie,
+    // not what the cast lost.
+    const QString measured = h->underflow < 0 ? QStringLiteral("cast not seen, values already %1: ")
+                                                    .arg(QString::fromLatin1(info.name))
+                                              : QStringLiteral("measured by the cast: ");
+    subtitle_->setText(measured +
+                       QStringLiteral("underflow %1 · subnormal %2 · overflow %3")
+                           .arg(h->underflow < 0 ? QStringLiteral("n/a") : percent(h->underflow),
                                 h->subnormal < 0 ? QStringLiteral("n/a") : percent(h->subnormal),
                                 h->overflow < 0 ? QStringLiteral("n/a") : percent(h->overflow)) +
                         // Beside a dead tensor's "underflow 0%": the cast measured only what was finite.
