@@ -1883,6 +1883,52 @@ private slots:
         }
     }
 
+    // A 200 that is no run store's is no connection: the state never reads "connected", and the
+    // retries back off as after any failure (0.3 s, 0.5 s, 1.0 s, ...; they came 4 times a second
+    // for ever before 2026-12-07). A server of another protocol version is named as one, and a
+    // 401 without a Mantissa server's error is another service's, retried, not a wrong token.
+    void aServerThatIsNoStoreIsRetriedWithBackOff_data()
+    {
+        QTest::addColumn<int>("status");
+        QTest::addColumn<QString>("body");
+        QTest::addColumn<QString>("why");
+        QTest::newRow("captive portal") << 200 << "<html><body>Sign in to the network</body></html>"
+                                        << "it does not answer as a Mantissa run store server";
+        QTest::newRow("protocol 2") << 200 << R"({"protocol": 2, "control": false, "runs": []})"
+                                    << "it speaks protocol 2 of Mantissa's run store server, and this window speaks 1";
+        QTest::newRow("another service's 401") << 401 << R"({"message": "Bad credentials"})"
+                                               << "it answers HTTP 401 without a Mantissa run store server's error";
+    }
+    void aServerThatIsNoStoreIsRetriedWithBackOff()
+    {
+        QFETCH(int, status);
+        QFETCH(QString, body);
+        QFETCH(QString, why);
+        httplib::Server fake;
+        fake.Get("/v1/runs", [&](const httplib::Request&, httplib::Response& res) {
+            res.status = status;
+            res.set_content(body.toStdString(), body.startsWith('<') ? "text/html" : "application/json");
+        });
+        const int port = fake.bind_to_any_port("127.0.0.1");
+        std::thread serving([&] { fake.listen_after_bind(); });
+        const auto joined = qScopeGuard([&] {
+            fake.stop();
+            serving.join();
+        });
+        RemoteMirror mirror(QUrl(QString("http://127.0.0.1:%1").arg(port)), QString::fromStdString(kToken),
+                            path(QString("no-store-%1.sqlite").arg(QTest::currentDataTag()).replace(' ', '-')));
+        QStringList states;
+        connect(&mirror, &RemoteMirror::stateChanged, this,
+                [&](RemoteMirror::State, const QString& text) { states << text; });
+        mirror.start();
+        QVERIFY2(QTest::qWaitFor([&] { return mirror.stateText().contains("retrying in 1.0 s"); }, 30000),
+                 qPrintable(states.join('\n')));
+        QVERIFY(mirror.state() == RemoteMirror::State::Reconnecting);
+        QVERIFY2(states.filter("connected to").isEmpty(), qPrintable(states.join('\n')));
+        QVERIFY2(mirror.stateText().startsWith(QString("cannot connect to 127.0.0.1:%1: %2").arg(port).arg(why)),
+                 qPrintable(mirror.stateText()));
+    }
+
     // The same refusal with a window on the run: the Monitor stops following it live and the
     // readout says "interrupted" at once. The follower's connection, opened while the mirror's
     // claim was held, read it running until 30 s of quiet had passed; a read-only audit saw

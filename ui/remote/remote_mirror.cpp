@@ -256,7 +256,16 @@ void RemoteMirror::checkCertificate(QNetworkReply* reply)
     });
 }
 
-bool RemoteMirror::take(QNetworkReply* reply, QByteArray& body)
+void RemoteMirror::markConnected()
+{
+    if (backoffMs_ == 0 && state_ == State::Connected) return;
+    if (everConnected_ && state_ != State::Connected) ++reconnects_;
+    everConnected_ = true;
+    backoffMs_ = 0;
+    setState(State::Connected, tr("connected to %1").arg(server_.authority()));
+}
+
+bool RemoteMirror::take(QNetworkReply* reply, QByteArray& body, bool confirms)
 {
     inFlight_ = nullptr;
     reply->deleteLater();
@@ -264,12 +273,7 @@ bool RemoteMirror::take(QNetworkReply* reply, QByteArray& body)
     countBytes(body.size());
     const int status = reply->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt();
     if (reply->error() == QNetworkReply::NoError && status == 200) {
-        if (backoffMs_ != 0 || state_ != State::Connected) {
-            if (everConnected_ && state_ != State::Connected) ++reconnects_;
-            everConnected_ = true;
-            backoffMs_ = 0;
-            setState(State::Connected, tr("connected to %1").arg(server_.authority()));
-        }
+        if (confirms) markConnected();
         return true;
     }
     const QString message = QJsonDocument::fromJson(body).object().value("error").toString();
@@ -281,7 +285,9 @@ bool RemoteMirror::take(QNetworkReply* reply, QByteArray& body)
                  .arg(server_.authority(), reply->errorString(), fingerprintText(untrustedSha256_)));
         return false;
     }
-    if (status == 401 || status == 403) {
+    // A Mantissa server's refusal says why; one without its error is another service's (a
+    // forge's API on the port a tunnel used to lead to), retried as a 404 is, not a wrong token.
+    if ((status == 401 || status == 403) && !message.isEmpty()) {
         halt(tr("refused by %1: %2").arg(server_.authority(), message));
         return false;
     }
@@ -360,16 +366,26 @@ void RemoteMirror::requestRuns()
 void RemoteMirror::onRuns(QNetworkReply* reply)
 {
     QByteArray body;
-    if (!take(reply, body) || !replica_) return;
+    if (!take(reply, body, /*confirms=*/false) || !replica_) return;
     const QJsonDocument document = QJsonDocument::fromJson(body);
     const QJsonObject answer = document.object();
     // A 200 that is no run store's (a captive portal, another service where a tunnel used to
     // lead) would read as a store with no runs, and every run would be deleted from the replica.
-    if (!document.isObject() || answer.value("protocol").toInt() != 1 || !answer.value("runs").isArray()) {
+    // Not a connection either: the retries back off as for any failure (they came 4 times a
+    // second, each one "connected" for a moment, before 2026-12-07).
+    const QJsonValue protocol = answer.value("protocol");
+    if (document.isObject() && protocol.isDouble() && protocol.toInt() != 1 && answer.value("runs").isArray()) {
+        retryLater(tr("it speaks protocol %1 of Mantissa's run store server, and this window speaks 1: run the "
+                      "same Mantissa version at both ends; the replica is left as it is")
+                       .arg(protocol.toInt()));
+        return;
+    }
+    if (!document.isObject() || protocol.toInt() != 1 || !answer.value("runs").isArray()) {
         retryLater(tr("it does not answer as a Mantissa run store server (another service on that port, or a "
                       "proxy?); the replica is left as it is"));
         return;
     }
+    markConnected();
     const QJsonArray runs = answer.value("runs").toArray();
     // A server from before the columnar encoding lists none and gets JSON rows.
     columnar_ = answer.value("row_encodings").toArray().contains(QJsonValue("columnar"));

@@ -145,8 +145,11 @@ private:
     void onRuns(QNetworkReply* reply);
     void requestNextRows();
     void onRows(QNetworkReply* reply, qint64 runId);
-    // Reads a finished reply: its body, or "" after handling the failure (false).
-    bool take(QNetworkReply* reply, QByteArray& body);
+    // Reads a finished reply: its body, or "" after handling the failure (false). A 200 is a
+    // connection made only once its body reads as a run store's: `confirms` false leaves that to
+    // the caller (markConnected), so a captive portal's page is no "connected" between retries.
+    bool take(QNetworkReply* reply, QByteArray& body, bool confirms = true);
+    void markConnected();
     void setState(State state, const QString& text);
     void halt(const QString& why); // Refused: stopped for good, the replica's claims released
     void retryLater(const QString& why);
