@@ -13,6 +13,7 @@
 #include "cpu_transpose.h"
 #include "fp4.h"
 #include "fp8_rounder.h"
+#include "fp8_scaling.h"
 #include "quantize.h"
 #include "tensor_stats.h"
 #include "vector_clones.h"
@@ -1277,6 +1278,14 @@ BlockCastRecord block_cast_record(const BlockQuantized& q, NumberFormat format, 
         r.element_format = NumberFormat::E2M1;
         r.scale_format = NumberFormat::E4M3;
         requested = nvfp4_unrounded_block_scale(finite_amax, nvfp4_encode_scale(finite_amax)); // the quantizer's own
+        break;
+    }
+    case Fp8Scaling::Block32: { // mxfp8
+        r.element_format = format;
+        r.scale_format = NumberFormat::E8M0;
+        const auto safe = torch::where(finite & (amax > 0), amax, torch::ones_like(amax));
+        const auto exponent = mx_shared_exponent(safe, format, recipe.mx_round_scale_up).to(torch::kFloat32);
+        requested = torch::where(exponent >= -149, pow2_exact(exponent.clamp_min(-149)), torch::zeros_like(exponent));
         break;
     }
     case Fp8Scaling::MxFp4: {

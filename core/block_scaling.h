@@ -166,23 +166,24 @@ torch::Tensor content_seed_tensor(const torch::Tensor& x);
 // What telemetry reads from one block-recipe cast (docs/TELEMETRY.md, "Block formats"). Only
 // filled on telemetry steps; building it reads the cast's results and changes none of them.
 struct BlockCastRecord {
-    NumberFormat element_format = NumberFormat::E4M3; // e4m3/e5m2 (fp8-block) or e2m1 (nvfp4, mxfp4)
-    NumberFormat scale_format = NumberFormat::FP32;   // e4m3 (nvfp4), e8m0 (mxfp4), fp32 (fp8-block)
+    NumberFormat element_format = NumberFormat::E4M3; // e4m3/e5m2 (fp8-block, mxfp8) or e2m1 (nvfp4, mxfp4)
+    NumberFormat scale_format = NumberFormat::FP32;   // e4m3 (nvfp4), e8m0 (mxfp4, mxfp8), fp32 (fp8-block)
     // One per block, FP32. `requested`: the decode scale the block's amax asked for, before the
     // scale format's rounding and limits; `used`: the one it got. A block of zeros is 0 in both
     // (it has no scale that matters), a block holding Inf/NaN is NaN in both.
     torch::Tensor requested_scales, used_scales;
     // () float64, on the operand's device: the blocks whose largest value their scale put past
     // the element format's max by more than half a step, so that the cast saturated it (mxfp4's
-    // floor rule: amax / 2^e in [4, 8), from 7 on; nvfp4 where a block scale in E4M3's
-    // subnormals rounded far down). The "_scale" row's overflow (layer_gemm.cpp).
+    // floor rule: amax / 2^e in [4, 8), from 7 on; mxfp8's: amax / 2^e in [256, 512), past
+    // 464 for E4M3; nvfp4 where a block scale in E4M3's subnormals rounded far down). The
+    // "_scale" row's overflow (layer_gemm.cpp).
     torch::Tensor clipped_blocks;
     // An nvfp4 wgrad operand that went through the Hadamard transform: the operand as it was
     // quantized (Hadamard basis) and its cast, and the same operand quantized without the
     // transform, so that the two quantization SNRs can be set side by side.
     torch::Tensor transformed, transformed_cast, plain, plain_cast;
 };
-// `format`: the GEMM's FP8 format (fp8-block's element format).
+// `format`: the GEMM's FP8 format (fp8-block's and mxfp8's element format).
 BlockCastRecord block_cast_record(const BlockQuantized& q, NumberFormat format, const Fp8Recipe& recipe);
 
 // Whether fp8-block's cast takes `x` as it is rather than widened to FP32: a BF16 or FP16

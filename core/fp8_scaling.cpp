@@ -123,10 +123,10 @@ torch::Tensor quantize_rows(const torch::Tensor& x, NumberFormat format, const F
     return scaled_round(x, rowwise_scale(x, format, recipe, k_dim), format, overflow_of(recipe));
 }
 
-torch::Tensor quantize_blocks(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe, int64_t k_dim)
+torch::Tensor quantize_blocks(const torch::Tensor& x, NumberFormat format, const Fp8Recipe& recipe, int64_t k_dim,
+                              BlockCastRecord* record)
 {
     constexpr int64_t kBlock = 32;
-    const int emax_elem = format == NumberFormat::E4M3 ? 8 : 15; // exponent of the format's largest binade
     // Move K last and pad it to a multiple of 32; padding zeros do not change a block's amax.
     auto moved = x.movedim(k_dim, -1);
     const int64_t k = moved.size(-1);
@@ -137,15 +137,7 @@ torch::Tensor quantize_blocks(const torch::Tensor& x, NumberFormat format, const
     shape.push_back(kBlock);
     auto blocks = work.reshape(shape); // (..., K/32, 32)
     auto amax = blocks.abs().amax({-1}, /*keepdim=*/true); // NaN propagates: see below
-    // OCP MX v1.0: shared_exp = floor(log2(amax)) - emax_elem, floor(log2) from the exponent
-    // bits (a float log2 rounds 127.99999237 up to 7). Rounding up instead (arXiv
-    // 2506.08027) takes the smallest e with amax <= max_finite * 2^e: floor's e, or one more.
-    auto shared_exp = floor_log2_from_bits(amax) - emax_elem;
-    if (recipe.mx_round_scale_up) {
-        const auto fits = amax.to(torch::kFloat64) <=
-                          format_info(format).max_finite * torch::exp2(shared_exp.to(torch::kFloat64));
-        shared_exp = shared_exp + (~fits).to(torch::kInt32);
-    }
+    auto shared_exp = mx_shared_exponent(amax, format, recipe.mx_round_scale_up);
     const auto finite = torch::isfinite(amax);
     shared_exp = torch::where((amax > 0) & finite, shared_exp, torch::zeros_like(shared_exp)).clamp(-127, 127); // E8M0
     // From the bits, as the block recipes do: a device's exp2 need not be exact at integers.
@@ -155,12 +147,34 @@ torch::Tensor quantize_blocks(const torch::Tensor& x, NumberFormat format, const
     // A block holding Inf or NaN: OCP MX's scale is NaN (microxcaling sets shared_exp > emax
     // to NaN), and X = NaN makes every element of the block NaN.
     q = torch::where(finite, q, torch::full_like(q, std::numeric_limits<float>::quiet_NaN()));
+    if (record) { // a telemetry step: the blocks' scales, and those whose rounding clipped the block
+        BlockQuantized blocks_seen;
+        blocks_seen.block_amax = amax;
+        blocks_seen.block_scales =
+            torch::where(finite, block_scale, torch::full_like(block_scale, std::numeric_limits<float>::quiet_NaN()));
+        *record = block_cast_record(blocks_seen, format, recipe);
+    }
     q = q.reshape(work.sizes());
     if (padded != k) q = q.narrow(-1, 0, k);
     return q.movedim(-1, k_dim).contiguous();
 }
 
 } // namespace
+
+torch::Tensor mx_shared_exponent(const torch::Tensor& amax, NumberFormat format, bool round_up)
+{
+    const int emax_elem = format == NumberFormat::E4M3 ? 8 : 15; // exponent of the format's largest binade
+    // OCP MX v1.0: shared_exp = floor(log2(amax)) - emax_elem, floor(log2) from the exponent
+    // bits (a float log2 rounds 127.99999237 up to 7). Rounding up instead (arXiv
+    // 2506.08027) takes the smallest e with amax <= max_finite * 2^e: floor's e, or one more.
+    auto shared_exp = floor_log2_from_bits(amax) - emax_elem;
+    if (round_up) {
+        const auto fits =
+            amax.to(torch::kFloat64) <= format_info(format).max_finite * torch::exp2(shared_exp.to(torch::kFloat64));
+        shared_exp = shared_exp + (~fits).to(torch::kInt32);
+    }
+    return shared_exp;
+}
 
 OutlierSplit split_outliers(const torch::Tensor& x32, double rms_multiple)
 {
@@ -217,7 +231,7 @@ QuantizedOperand quantize_fp8(const torch::Tensor& x_in, NumberFormat format, co
         break;
     case Fp8Scaling::Block32:
         out.scale = 0.0f;
-        out.values = quantize_blocks(x, format, recipe, k_dim);
+        out.values = quantize_blocks(x, format, recipe, k_dim, block_record);
         break;
     case Fp8Scaling::Block128:
     case Fp8Scaling::NvFp4:

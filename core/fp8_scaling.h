@@ -111,6 +111,11 @@ torch::Tensor rowwise_scale(const torch::Tensor& x, NumberFormat format, const F
 // not: 127.99999237 gives 6. Undefined for 0, inf and NaN (the caller masks them).
 torch::Tensor floor_log2_from_bits(const torch::Tensor& v);
 
+// MXFP8's shared exponent of a block whose amax is `amax` (finite, > 0), before E8M0's clamp:
+// floor(log2(amax)) - emax of `format` (OCP MX v1.0), or with `round_up` the smallest e with
+// amax <= max_finite * 2^e (arXiv 2506.08027). int32.
+torch::Tensor mx_shared_exponent(const torch::Tensor& amax, NumberFormat format, bool round_up);
+
 // The result of quantising one operand.
 struct QuantizedOperand {
     torch::Tensor values; // dequantised FP32, same shape as the input

@@ -74,7 +74,11 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-bool is_block_recipe(Fp8Scaling s) { return s == Fp8Scaling::Block128 || s == Fp8Scaling::NvFp4 || s == Fp8Scaling::MxFp4; }
+// The recipes whose casts report their block scales ("<role>_scale" rows).
+bool is_block_recipe(Fp8Scaling s)
+{
+    return s == Fp8Scaling::Block32 || s == Fp8Scaling::Block128 || s == Fp8Scaling::NvFp4 || s == Fp8Scaling::MxFp4;
+}
 
 // Telemetry of an operand: an FP8 per-tensor cast's `scale` is a () tensor (read back with the
 // frame), per-row and block FP8 scales are recorded as 0, every other format as 1.

@@ -137,7 +137,10 @@ BlockQuantized quantize_2d(const QString& recipe, const torch::Tensor& x)
     return quantize_fp8_block_2d(x, NumberFormat::E4M3, true, false);
 }
 
-int64_t block_of(const QString& recipe) { return recipe == "nvfp4" ? 16 : recipe == "mxfp4" ? 32 : 128; }
+int64_t block_of(const QString& recipe)
+{
+    return recipe == "nvfp4" ? 16 : recipe == "mxfp4" || recipe == "mxfp8" ? 32 : 128;
+}
 
 ProjectConfig golden_project() { return load_project_file(MANTISSA_TEST_DATA_DIR "/golden_project.json"); }
 
@@ -1542,6 +1545,27 @@ private slots:
         QCOMPARE(q.values[0][16 + 3].item<float>(), std::ldexp(1.0f, -9)); // clipped: 6 x s x 448 / 2688 = s
         QCOMPARE(q.block_scales.reshape({-1})[4].item<float>(), 0.0f);
         QCOMPARE(q.values[0][16 * 4 + 3].item<float>(), 0.0f);
+        // mxfp8's floor rule: amax / 2^(floor(log2 amax) - 8) lies in [256, 512), and E4M3
+        // clips what lies past 464 (464 itself, the tie, rounds to even 448): mantissas past
+        // 1.8125. Rounding the scale up clips nothing. Its scale row had no overflow to say it
+        // (no scale rows at all) before 2026-12-07.
+        auto m = torch::full({1, 32 * 6}, 0.5f);
+        const float mx_amax[] = {1.0f, 1.8125f, 1.82f, 3.9f, 0.0f, std::numeric_limits<float>::infinity()};
+        for (int b = 0; b < 6; ++b) m[0][32 * b + 5] = mx_amax[b];
+        m[0].narrow(0, 32 * 4, 32).zero_();
+        for (const bool up : {false, true}) {
+            auto mx = recipe_of(Fp8Scaling::Block32);
+            mx.mx_round_scale_up = up;
+            BlockCastRecord rec;
+            quantize_fp8(m, NumberFormat::E4M3, mx, 1, nullptr, TensorRole::Activation, &rec);
+            QCOMPARE(rec.clipped_blocks.item<double>(), up ? 0.0 : 2.0); // 1.82 and 3.9 (1.95 x 2)
+            QCOMPARE(rec.scale_format, NumberFormat::E8M0);
+            QCOMPARE(rec.used_scales.numel(), int64_t(6));
+            QCOMPARE(rec.used_scales[0].item<float>(), std::ldexp(1.0f, -8));
+            QCOMPARE(rec.used_scales[3].item<float>(), std::ldexp(1.0f, up ? -6 : -7));
+            QCOMPARE(rec.used_scales[4].item<float>(), 0.0f); // a block of zeros has no scale that matters
+            QVERIFY(std::isnan(rec.used_scales[5].item<float>()));
+        }
         // fp8-block's scales never clip: amax lands on 448 or, rounded to a power of two, below.
         for (const bool pow2 : {true, false}) {
             auto r = recipe_of(Fp8Scaling::Block128);
@@ -1589,6 +1613,7 @@ private slots:
         QTest::addRow("nvfp4 without rht") << "nvfp4" << false << "e2m1" << "e4m3" << int64_t(8 * 2) << int64_t(64 * 2)
                                            << "rounded";
         QTest::addRow("mxfp4") << "mxfp4" << true << "e2m1" << "e8m0" << int64_t(128 * 1) << int64_t(64 * 1) << "exact";
+        QTest::addRow("mxfp8") << "mxfp8" << true << "e4m3" << "e8m0" << int64_t(128 * 1) << int64_t(64 * 1) << "exact";
         QTest::addRow("fp8-block") << "fp8-block" << true << "e4m3" << "fp32" << int64_t(1) << int64_t(64) << "rounded";
         QTest::addRow("fp8-block, fp32 scales") << "fp8-block" << true << "e4m3" << "fp32" << int64_t(1) << int64_t(64)
                                                 << "ulp";
@@ -1654,9 +1679,9 @@ private slots:
         }
         // nvfp4's folded multiplier S * (1/6) in FP32 can make the block holding the tensor's
         // amax ask for an ulp above E4M3's 448 (here it does): that rounds to 448, no overflow.
-        // mxfp4's floor rule clips 9 of the input's 64 blocks (clippedBlocksAreCounted).
+        // mxfp4's floor rule clips 9 of the input's 64 blocks, mxfp8's 7 (clippedBlocksAreCounted).
         const auto& s = row("input_scale");
-        QCOMPARE(s.overflow, recipe == "mxfp4" ? 9.0 / 64 : 0.0);
+        QCOMPARE(s.overflow, recipe == "mxfp4" ? 9.0 / 64 : recipe == "mxfp8" ? 7.0 / 64 : 0.0);
         QCOMPARE(s.amax > 448.0, recipe == "nvfp4");
     }
 
