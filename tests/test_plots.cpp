@@ -799,6 +799,10 @@ void TestPlots::histogramTitleAndSpecials()
     native.scale = 1.0;
     f.tensors.push_back(native);
     batch.layer_frames.push_back(f);
+    StepMetrics scaled; // the step's loss scale: its gradients are measured multiplied by it
+    scaled.step = 300;
+    scaled.loss_scale = 65536.0;
+    batch.steps.push_back(scaled);
     history.append(batch);
 
     ExponentHistogramPlot plot;
@@ -806,7 +810,7 @@ void TestPlots::histogramTitleAndSpecials()
     plot.setTensor(QStringLiteral("blocks.1.mlp.fc2"), QStringLiteral("grad_output"));
     plot.setStep(300);
     plot.refresh();
-    QCOMPARE(plot.title(), QStringLiteral("blocks.1.mlp.fc2 · grad_output · fp16 · step 300\n"
+    QCOMPARE(plot.title(), QStringLiteral("blocks.1.mlp.fc2 · grad_output · fp16 · step 300 · × loss scale 2^16\n"
                                           "cast not seen, values already fp16: underflow n/a · subnormal 25.0% · "
                                           "overflow n/a"));
     plot.setTensor(QStringLiteral("blocks.0.mlp.fc1"), QStringLiteral("grad_output"));
@@ -819,7 +823,8 @@ void TestPlots::histogramTitleAndSpecials()
     plot.setTensor(QStringLiteral("blocks.1.mlp.fc2"), QStringLiteral("weight_grad"));
     plot.setStep(300);
     plot.refresh();
-    QCOMPARE(plot.title(), QStringLiteral("blocks.1.mlp.fc2 · weight_grad · e5m2 · step 300 · per-block scales\n"
+    QCOMPARE(plot.title(), QStringLiteral("blocks.1.mlp.fc2 · weight_grad · e5m2 · step 300 · per-block scales · "
+                                          "× loss scale 2^16\n"
                                           "measured by the cast: underflow 5.00% · subnormal n/a · overflow 12.5% · "
                                           "NaN/Inf 17.6%")); // 3 of 17
     QCOMPARE(plot.specialsText(), QStringLiteral("zeros 23.5% · inf 2 · NaN 1"));

@@ -307,6 +307,21 @@ bool ExponentHistogramPlot::rebuild()
         head += std::abs(l - std::round(l)) < 1e-9 ? QStringLiteral(" · scale 2^%1").arg(std::lround(l))
                                                    : QStringLiteral(" · scale %1").arg(h->scale, 0, 'g', 4);
     }
+    // A gradient is measured as its cast saw it, multiplied by the loss scale: the axis is in
+    // those units, 2^16 from the gradient itself under FP16's default scale. Said beside it, as
+    // the FP8 scale is.
+    const bool gradient = role_.startsWith(QLatin1String("grad_")) || role_ == QLatin1String("weight_grad");
+    if (gradient && history_) {
+        const auto& steps = history_->steps();
+        const auto at = std::lower_bound(steps.begin(), steps.end(), shownStep_,
+                                         [](const StepPoint& p, int64_t step) { return p.step < step; });
+        if (at != steps.end() && at->step == shownStep_ && at->loss_scale != 1.0 && at->loss_scale > 0) {
+            const double l = std::log2(at->loss_scale);
+            head += std::abs(l - std::round(l)) < 1e-9
+                        ? QStringLiteral(" · × loss scale 2^%1").arg(std::lround(l))
+                        : QStringLiteral(" · × loss scale %1").arg(at->loss_scale, 0, 'g', 4);
+        }
+    }
     title_->setText(head);
     // Underflow -1: the tensor came in this format, its cast made by the op before (the native
     // executor's 16-bit activations, gradients and GEMM outputs): its values show where they lie,
