@@ -56,6 +56,9 @@ std::string load_or_create_token(const std::string& path)
         std::string token;
         std::getline(in, token);
         if (!token.empty() && token.back() == '\r') token.pop_back(); // edited on Windows
+        // Hex digits in upper case are the same token (the Connect dialog lower-cases a typed one).
+        for (char& c : token)
+            if (c >= 'A' && c <= 'F') c = static_cast<char>(c - 'A' + 'a');
         if (is_token(token)) return token;
         throw std::runtime_error("token file '" + path + "' holds no token (32 hex digits on its first line); "
                                  "left as it is: delete it if it is an old token file, or name another with "

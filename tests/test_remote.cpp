@@ -249,6 +249,11 @@ private slots:
         std::ofstream(crlf) << token << "\r\n";
         ::chmod(crlf.c_str(), 0600);
         QCOMPARE(load_or_create_token(crlf), token);
+        // Written in upper case by hand: the same token, not "holds no token".
+        const std::string upper = path("upper.token").toStdString();
+        std::ofstream(upper) << QString::fromStdString(token).toUpper().toStdString() << "\n";
+        ::chmod(upper.c_str(), 0600);
+        QCOMPARE(load_or_create_token(upper), token);
         const std::string link = path("link.token").toStdString();
         QVERIFY(::symlink(crlf.c_str(), link.c_str()) == 0);
         QVERIFY_THROWS_EXCEPTION(std::runtime_error, load_or_create_token(link));
