@@ -164,7 +164,10 @@ StoreServer::StoreServer(ServerOptions options) : impl_(std::make_unique<Impl>(s
         const bool has_bearer =
             auth.size() >= bearer.size() && std::equal(bearer.begin(), bearer.end(), auth.begin(), same);
         const bool authorized = has_bearer && tokens_equal(std::string_view(auth).substr(bearer.size()), d.options.token);
-        if (!d.limiter.allow((authorized ? "token " : "no token ") + req.remote_addr)) {
+        // A command (the only POST) has a bucket of its own: a Stop must not be refused because
+        // another window with the token polls rows hard from the same address.
+        const char* bucket = !authorized ? "no token " : req.method == "POST" ? "command " : "token ";
+        if (!d.limiter.allow(bucket + req.remote_addr)) {
             answer(res, api_error(429, "too many requests from " + req.remote_addr + "; slow down"));
             return httplib::Server::HandlerResponse::Handled;
         }

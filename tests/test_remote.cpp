@@ -631,6 +631,10 @@ private slots:
         const auto r = client.Get("/v1/runs", auth());
         QCOMPARE(r->status, 429);
         QVERIFY(json_of(r->body)["error"].toString().startsWith("too many requests"));
+        // A command spends a budget of its own: the polls above have not used it up (this
+        // server takes none: 403, not 429).
+        const auto command = client.Post("/v1/runs/1/control", auth(), R"({"command": "stop"})", "application/json");
+        QCOMPARE(command->status, 403);
     }
 
     void controlIsRefusedWithoutAllowControl()
