@@ -77,8 +77,14 @@ std::string load_or_create_token(const std::string& path)
 bool tokens_equal(std::string_view a, std::string_view b)
 {
     if (a.size() != b.size()) return false;
+    // Hex digits in either case (a token file written in upper case by hand is read lower-cased,
+    // and curl sends what the file says), folded without a branch on the secret's bytes.
+    const auto fold = [](char c) {
+        const auto u = static_cast<unsigned char>(c);
+        return static_cast<unsigned char>(u | (static_cast<unsigned char>(u - 'A') < 26u ? 0x20 : 0));
+    };
     unsigned char diff = 0;
-    for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+    for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(fold(a[i]) ^ fold(b[i]));
     return diff == 0;
 }
 

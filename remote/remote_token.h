@@ -17,7 +17,8 @@ std::string random_token_hex();
 // exists with wider permissions (someone else may have read it).
 std::string load_or_create_token(const std::string& path);
 
-// Compares in time that depends on the lengths only, not on where the first difference is.
+// Compares in time that depends on the lengths only, not on where the first difference is;
+// letters without case (hex digits as a token file or a user may write them).
 bool tokens_equal(std::string_view a, std::string_view b);
 
 } // namespace mantissa

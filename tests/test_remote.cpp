@@ -254,6 +254,8 @@ private slots:
         std::ofstream(upper) << QString::fromStdString(token).toUpper().toStdString() << "\n";
         ::chmod(upper.c_str(), 0600);
         QCOMPARE(load_or_create_token(upper), token);
+        // ... and a client that sends it as the file says it (curl) is let in.
+        QVERIFY(tokens_equal(QString::fromStdString(token).toUpper().toStdString(), token));
         const std::string link = path("link.token").toStdString();
         QVERIFY(::symlink(crlf.c_str(), link.c_str()) == 0);
         QVERIFY_THROWS_EXCEPTION(std::runtime_error, load_or_create_token(link));
