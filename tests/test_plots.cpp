@@ -798,11 +798,10 @@ void TestPlots::histogramTitleAndSpecials()
     native.overflow = -1;
     native.scale = 1.0;
     f.tensors.push_back(native);
+    TensorStats forward = native; // a forward tensor: not multiplied by the loss scale
+    forward.role = "input";
+    f.tensors.push_back(forward);
     batch.layer_frames.push_back(f);
-    StepMetrics scaled; // the step's loss scale: its gradients are measured multiplied by it
-    scaled.step = 300;
-    scaled.loss_scale = 65536.0;
-    batch.steps.push_back(scaled);
     history.append(batch);
 
     ExponentHistogramPlot plot;
@@ -810,9 +809,21 @@ void TestPlots::histogramTitleAndSpecials()
     plot.setTensor(QStringLiteral("blocks.1.mlp.fc2"), QStringLiteral("grad_output"));
     plot.setStep(300);
     plot.refresh();
+    QVERIFY(!plot.title().contains("loss scale")); // the step's metrics have not come yet
+    // They come after the frame (a replica's pages, a store read in two parts): the title follows.
+    TelemetryBatch metrics;
+    StepMetrics scaled; // the step's loss scale: its gradients are measured multiplied by it
+    scaled.step = 300;
+    scaled.loss_scale = 65536.0;
+    metrics.steps.push_back(scaled);
+    history.append(metrics);
+    plot.refresh();
     QCOMPARE(plot.title(), QStringLiteral("blocks.1.mlp.fc2 · grad_output · fp16 · step 300 · × loss scale 2^16\n"
                                           "cast not seen, values already fp16: underflow n/a · subnormal 25.0% · "
                                           "overflow n/a"));
+    plot.setTensor(QStringLiteral("blocks.1.mlp.fc2"), QStringLiteral("input"));
+    plot.refresh();
+    QVERIFY2(plot.title().startsWith("blocks.1.mlp.fc2 · input · fp16 · step 300\n"), qPrintable(plot.title()));
     plot.setTensor(QStringLiteral("blocks.0.mlp.fc1"), QStringLiteral("grad_output"));
     plot.setStep(100);
     plot.refresh();

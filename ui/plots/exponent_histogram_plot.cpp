@@ -10,6 +10,20 @@ namespace mantissa {
 
 namespace {
 
+// The loss scale a gradient's row was measured under (its step's), 1 for other roles or where
+// the step is not known (yet): a gradient is measured as its cast saw it, multiplied by the
+// loss scale, so the axis is in those units, 2^16 from the gradient itself under FP16's
+// default scale, and the title says so, as it says an FP8 scale.
+double gradient_loss_scale(const RunHistory& history, const QString& role, int64_t step)
+{
+    if (!role.startsWith(QLatin1String("grad_")) && role != QLatin1String("weight_grad")) return 1.0;
+    const auto& steps = history.steps();
+    const auto at = std::lower_bound(steps.begin(), steps.end(), step,
+                                     [](const StepPoint& p, int64_t s) { return p.step < s; });
+    return at != steps.end() && at->step == step && at->loss_scale > 0 ? at->loss_scale : 1.0;
+}
+
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // x is log2|x|: the bar of exponent e covers [e, e+1), and a tick at e marks the value 2^e,
@@ -185,7 +199,8 @@ bool ExponentHistogramPlot::rebuild()
     Shown shown{history_, h ? frameStep : -1, layer_, role_};
     if (h)
         shown = {history_, frameStep, layer_, role_, h->first_exponent, h->counts, h->count, h->zeros, h->infs, h->nans,
-                 h->format, h->scale, h->underflow, h->subnormal, h->overflow};
+                 h->format, h->scale, h->underflow, h->subnormal, h->overflow,
+                 gradient_loss_scale(*history_, role_, frameStep)};
     if (built_ && shown == shown_) return false;
     built_ = true;
     shown_ = shown;
@@ -307,20 +322,10 @@ bool ExponentHistogramPlot::rebuild()
         head += std::abs(l - std::round(l)) < 1e-9 ? QStringLiteral(" · scale 2^%1").arg(std::lround(l))
                                                    : QStringLiteral(" · scale %1").arg(h->scale, 0, 'g', 4);
     }
-    // A gradient is measured as its cast saw it, multiplied by the loss scale: the axis is in
-    // those units, 2^16 from the gradient itself under FP16's default scale. Said beside it, as
-    // the FP8 scale is.
-    const bool gradient = role_.startsWith(QLatin1String("grad_")) || role_ == QLatin1String("weight_grad");
-    if (gradient && history_) {
-        const auto& steps = history_->steps();
-        const auto at = std::lower_bound(steps.begin(), steps.end(), shownStep_,
-                                         [](const StepPoint& p, int64_t step) { return p.step < step; });
-        if (at != steps.end() && at->step == shownStep_ && at->loss_scale != 1.0 && at->loss_scale > 0) {
-            const double l = std::log2(at->loss_scale);
-            head += std::abs(l - std::round(l)) < 1e-9
-                        ? QStringLiteral(" · × loss scale 2^%1").arg(std::lround(l))
-                        : QStringLiteral(" · × loss scale %1").arg(at->loss_scale, 0, 'g', 4);
-        }
+    if (const double ls = shown.lossScale; ls != 1.0) {
+        const double l = std::log2(ls);
+        head += std::abs(l - std::round(l)) < 1e-9 ? QStringLiteral(" · × loss scale 2^%1").arg(std::lround(l))
+                                                   : QStringLiteral(" · × loss scale %1").arg(ls, 0, 'g', 4);
     }
     title_->setText(head);
     // Underflow -1: the tensor came in this format, its cast made by the op before (the native

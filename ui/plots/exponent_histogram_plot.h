@@ -51,6 +51,7 @@ private:
         int64_t count = 0, zeros = 0, infs = 0, nans = 0;
         NumberFormat format = NumberFormat::FP32;
         double scale = 1.0, underflow = 0.0, subnormal = 0.0, overflow = 0.0;
+        double lossScale = 1.0; // a gradient's step's, which may arrive after its frame
         bool operator==(const Shown&) const = default;
     };
 
