@@ -845,7 +845,16 @@ TensorStats tensor_stats_from_row(const double* r, NumberFormat format, float sc
     s.format = format_name(format);
     s.scale = scale;
     s.count = count;
-    if (count == 0) return s;
+    const auto unseen_cast = [&] {
+        s.underflow = -1.0;
+        s.overflow = -1.0;
+        s.quant_mse = std::numeric_limits<double>::quiet_NaN();
+        s.quant_snr_db = std::numeric_limits<double>::quiet_NaN();
+    };
+    if (count == 0) { // a gradient that never came: nothing measured either way
+        if (values_only) unseen_cast();
+        return s;
+    }
     const auto c = [&](int64_t i) { return static_cast<int64_t>(r[i]); };
     s.zeros = c(row::kZeros);
     s.nans = c(row::kNans);
@@ -871,12 +880,7 @@ TensorStats tensor_stats_from_row(const double* r, NumberFormat format, float sc
     s.overflow = scale > 0.0f ? r[row::kOverflow] / n : -1.0;
     const bool lost = scale > 0.0f && n - r[row::kNonFinite] - compared_count > 0;
     set_cast_error(s, r[row::kErrorEnergy], r[row::kSignalEnergy], compared_count, lost);
-    if (values_only) {
-        s.underflow = -1.0;
-        s.overflow = -1.0;
-        s.quant_mse = std::numeric_limits<double>::quiet_NaN();
-        s.quant_snr_db = std::numeric_limits<double>::quiet_NaN();
-    }
+    if (values_only) unseen_cast();
     return s;
 }
 

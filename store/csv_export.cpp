@@ -146,8 +146,9 @@ void write_metrics_csv(RunStore& store, int64_t run_id, const TextSink& sink)
 
 void write_layer_stats_csv(RunStore& store, int64_t run_id, const TextSink& sink)
 {
-    // -1: not measured (subnormal and overflow under per-row and block scales, the update ratio
-    // of tensors that are not weights).
+    // -1: not measured (subnormal and overflow under per-row and block scales; underflow and
+    // overflow of a 16-bit tensor whose cast no row saw, whose quant_mse and quant_snr_db are
+    // "nan"; the update ratio of tensors that are not weights).
     PieceWriter out(sink);
     out << "step,layer,role,format,scale,count,zeros,infs,nans,underflow,subnormal,overflow,amax,quant_mse,"
            "quant_snr_db,update_ratio";
