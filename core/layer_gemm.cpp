@@ -74,6 +74,21 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+} // namespace
+
+UnsharedCasts unshared_casts(const GemmFormats& f, const Fp8Recipe& recipe)
+{
+    UnsharedCasts u;
+    if (f.any_fp8() && !per_tensor_scaling(recipe)) return u;
+    const NumberFormat w_dgrad = saved_operand_format(f.dgrad), x_wgrad = saved_operand_format(f.wgrad);
+    u.weight_dgrad = w_dgrad != f.forward && w_dgrad != NumberFormat::FP32;
+    u.grad_output_wgrad = f.wgrad != f.dgrad && f.wgrad != NumberFormat::FP32;
+    u.input_wgrad = x_wgrad != f.forward && x_wgrad != NumberFormat::FP32;
+    return u;
+}
+
+namespace {
+
 // The recipes whose casts report their block scales ("<role>_scale" rows).
 bool is_block_recipe(Fp8Scaling s)
 {
@@ -137,7 +152,11 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
         const auto dy_d = layer->round_operand(dy, f.dgrad, OperandRole::GradOutput, 1, &s_dy);
         const auto w_d = layer->quantized_weight(weight, saved_operand_format(f.dgrad), 0, &s_w);
         const auto dx = layer->gemm(dy_d, w_d, f.dgrad, {}, s_dy, s_w); // (M, K)
-        if (layer->telemetry_armed()) record_operand(*layer, "grad_output", dy, f.dgrad, s_dy, dy_d);
+        const UnsharedCasts unshared = unshared_casts(f, layer->recipe());
+        if (layer->telemetry_armed()) {
+            record_operand(*layer, "grad_output", dy, f.dgrad, s_dy, dy_d);
+            if (unshared.weight_dgrad) record_operand(*layer, "weight_dgrad", weight, saved_operand_format(f.dgrad), s_w, w_d);
+        }
 
         // wgrad: dW = dy^T x, contraction over M (dim 0 of both).
         torch::Tensor dy_w;
@@ -151,6 +170,10 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
             s_x = ctx->saved_data["input_scale"].toTensor();
         } else {
             x_w = layer->round_operand(x, saved_operand_format(f.wgrad), OperandRole::Input, 0, &s_x);
+        }
+        if (layer->telemetry_armed()) {
+            if (unshared.grad_output_wgrad) record_operand(*layer, "grad_output_wgrad", dy, f.wgrad, s_dy_w, dy_w);
+            if (unshared.input_wgrad) record_operand(*layer, "input_wgrad", x, saved_operand_format(f.wgrad), s_x, x_w);
         }
         const auto dw = layer->gemm(dy_w.t(), x_w, f.wgrad, {}, s_dy_w, s_x, "weight_grad"); // (N, K)
 

@@ -30,6 +30,18 @@ inline constexpr std::array<NumberFormat, 2> kFp8Formats = {NumberFormat::E4M3, 
 // Whether at::_scaled_mm runs on this CUDA device (probed once, sm_89 and newer).
 bool native_fp8_available();
 
+// The casts a linear's backward makes apart from the forward's and from each other's, where the
+// layer's FP8 GEMMs (if any) take per-tensor scales: the dgrad GEMM's W in another format than
+// the forward's, the wgrad GEMM's dy in another format than the dgrad's, and its x in another
+// than the forward's. Each gets a row of its own ("weight_dgrad", "grad_output_wgrad",
+// "input_wgrad"), in both executors alike. A wgrad E4M3 cast that flushed all of dy had none
+// before 2026-12-07. Per-row and block recipes' copies along another dimension are not
+// recorded yet (docs/TELEMETRY.md, "Casts that have no row").
+struct UnsharedCasts {
+    bool weight_dgrad = false, grad_output_wgrad = false, input_wgrad = false;
+};
+UnsharedCasts unshared_casts(const GemmFormats& f, const Fp8Recipe& recipe);
+
 // One tensor's statistics while they are still on its device (a tensor_stats.h row), with
 // what the host needs to read them back.
 struct PendingTensorStats {

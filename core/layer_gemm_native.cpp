@@ -109,6 +109,7 @@ struct NativeLinear : public torch::autograd::Function<NativeLinear> {
         const bool per_tensor = layer->recipe().scaling != Fp8Scaling::PerRow;
         const bool share_dy = is_fp8(f.dgrad) && f.wgrad == f.dgrad && per_tensor;
         const bool has_bias = ctx->saved_data["has_bias"].toBool();
+        const UnsharedCasts unshared = unshared_casts(f, layer->recipe()); // their rows, as the emulator's
         if (is_fp8(f.dgrad)) {
             // W as (N, K) column-major: the cached transpose. The cast-transpose of dy also sums
             // its columns where its kernel can (the bias gradient, from the same read of dy).
@@ -121,12 +122,14 @@ struct NativeLinear : public torch::autograd::Function<NativeLinear> {
                           &native); // (M, K)
             layer->note_backend(native);
             if (armed) record_fp8(*layer, "grad_output", dy, dy8);
+            if (armed && unshared.weight_dgrad) record_fp8(*layer, "weight_dgrad", weight, w8);
         } else {
             const auto dtype = activation_dtype(f.dgrad);
-            const auto dy_cast = dy.to(dtype);
-            dx = dy_cast.mm(weight.to(dtype)); // (M, K)
+            const auto dy_cast = dy.to(dtype), w_cast = weight.to(dtype);
+            dx = dy_cast.mm(w_cast); // (M, K)
             if (is_16bit(f.dgrad)) layer->note_backend(true);
             if (armed) layer->record("grad_output", dy, f.dgrad, 1.0f, f.dgrad != NumberFormat::FP32 ? dy_cast : torch::Tensor());
+            if (armed && unshared.weight_dgrad) layer->record("weight_dgrad", weight, f.dgrad, 1.0f, w_cast);
         }
 
         // wgrad: dW = dy^T x, contraction over M (per row: dy scaled along M, one per N).
@@ -146,6 +149,8 @@ struct NativeLinear : public torch::autograd::Function<NativeLinear> {
                 x8 = layer->quantize_native(saved[0], saved_operand_format(f.wgrad), OperandRole::Input, 0,
                                             per_tensor); // per row: (1, K)
             }
+            if (armed && unshared.grad_output_wgrad) record_fp8(*layer, "grad_output_wgrad", dy, dy_w);
+            if (armed && unshared.input_wgrad) record_fp8(*layer, "input_wgrad", saved[0], x8);
             const auto dy_nm = dy_w.codes_t.defined() ? dy_w.codes_t : dy_w.codes.t(); // (N, M)
             const auto x_mk = x8.codes_t.defined() ? x8.codes_t.t() : x8.codes;       // (M, K), column-major if transposed
             bool native = false;
@@ -154,7 +159,10 @@ struct NativeLinear : public torch::autograd::Function<NativeLinear> {
             layer->note_backend(native);
         } else {
             const auto dtype = activation_dtype(f.wgrad);
-            dw = dy.to(dtype).t().mm(saved[0].to(dtype)); // (N, K)
+            const auto dy_cast = dy.to(dtype), x_cast = saved[0].to(dtype);
+            if (armed && unshared.grad_output_wgrad) layer->record("grad_output_wgrad", dy, f.wgrad, 1.0f, dy_cast);
+            if (armed && unshared.input_wgrad) layer->record("input_wgrad", saved[0], f.wgrad, 1.0f, x_cast);
+            dw = dy_cast.t().mm(x_cast); // (N, K)
             if (is_16bit(f.wgrad)) layer->note_backend(true);
         }
         if (armed) layer->record("weight_grad", dw, gemm_output_format(f.wgrad), 1.0f, {});

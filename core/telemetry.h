@@ -42,9 +42,12 @@ struct TensorStats {
     int first_exponent = 0;                 // exponent of exponent_counts[0]
     std::vector<int64_t> exponent_counts;   // finite non-zero values by floor(log2|x|), contiguous span
     int64_t count = 0, zeros = 0, infs = 0, nans = 0;
-    double underflow = 0.0; // fraction of values that were non-zero and became zero
+    // -1: not measured. A 16-bit row whose cast no row saw (the native executor's activations,
+    // gradients and GEMM outputs, already in the format) has underflow and overflow -1 and MSE
+    // and SNR NaN; per-row and block scales have subnormal and overflow -1.
+    double underflow = 0.0; // fraction of values that were non-zero and became zero (-1: cast not seen)
     double subnormal = 0.0; // fraction that landed in the format's subnormal range (-1: per-row/block scales)
-    double overflow = 0.0;  // fraction beyond the format's max, saturated or inf/NaN (-1: per-row/block scales)
+    double overflow = 0.0;  // fraction beyond the format's max, saturated or inf/NaN (-1: see above)
     double amax = 0.0;
     double scale = 1.0;     // FP8 per-tensor scale (0 for per-row/block recipes, 1 otherwise)
     double quant_mse = 0.0;
@@ -54,9 +57,11 @@ struct TensorStats {
 
 // Every TensorStats::role the engine records, in the order the GUI offers them
 // (docs/TELEMETRY.md): a GEMM's operands, output and weight gradient; a block recipe's scales
-// ("<role>_scale", against the scale format) and, under nvfp4, the wgrad operands with and
-// without the Hadamard transform; an unfused attention layer's probabilities and score
-// gradient, with their block scales under a block recipe.
+// ("<role>_scale", against the scale format); the wgrad GEMM's operands where it casts them
+// apart (nvfp4: with and without the Hadamard transform; per-tensor recipes: in another format
+// than the forward's or the dgrad's) and the dgrad GEMM's weight likewise ("weight_dgrad"); an
+// unfused attention layer's probabilities and score gradient, with their block scales under a
+// block recipe.
 inline const std::vector<std::string>& tensor_roles()
 {
     static const std::vector<std::string> names{
@@ -64,7 +69,7 @@ inline const std::vector<std::string>& tensor_roles()
         "weight_scale", "input_scale", "grad_output_scale", "input_wgrad",       "input_wgrad_no_rht",
         "grad_output_wgrad", "grad_output_wgrad_no_rht", "probs", "grad_scores", "probs_scale",
         "grad_scores_scale", "query_wgrad", "query_wgrad_no_rht", "grad_scores_wgrad", "grad_scores_wgrad_no_rht",
-        "probs_wgrad", "probs_wgrad_no_rht"};
+        "probs_wgrad", "probs_wgrad_no_rht", "weight_dgrad"};
     return names;
 }
 

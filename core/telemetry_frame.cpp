@@ -131,7 +131,8 @@ std::shared_ptr<TelemetryStep::InFlight> TelemetryStep::launch(Gpt& model, int64
         for (auto& p : g->take_pending()) {
             TensorSlot slot{std::move(p), g->name()};
             // The same tensor on every rank: the weight, and its block scales (block recipes).
-            const bool shared = slot.pending.role == "weight" || slot.pending.role == "weight_scale";
+            const bool shared = slot.pending.role == "weight" || slot.pending.role == "weight_scale" ||
+                                slot.pending.role == "weight_dgrad";
             slot.row = layout.add_row(slot.pending.row, shared);
             if (ranks && !shared) slot.ranks = ranks->world_size;
             // The scale a cast used, and the weights' update ratio, are equal on every rank.

@@ -668,6 +668,93 @@ private slots:
         }
     }
 
+    // A backward that casts a tensor apart from the forward and the dgrad GEMM (per-GEMM formats
+    // under a per-tensor recipe) records each such cast under its own role, in both executors
+    // alike. The audit's case: fc1 with a bf16 forward, an e5m2 dgrad and an e4m3 wgrad at its
+    // first step (delayed scales still 1) flushed all of dy in the wgrad's E4M3 cast, and no
+    // row said so: weight_grad read zeros and "exact". Shared casts (HYBRID) and per-row copies
+    // add no row.
+    void unsharedCastsHaveRows_data()
+    {
+        QTest::addColumn<QString>("forward");
+        QTest::addColumn<QString>("dgrad");
+        QTest::addColumn<QString>("wgrad");
+        QTest::addColumn<QString>("scaling");
+        QTest::addColumn<QStringList>("roles");
+        const QStringList all{"weight_dgrad", "grad_output_wgrad", "input_wgrad"};
+        QTest::newRow("bf16 forward, e5m2 dgrad, e4m3 wgrad") << "bf16" << "e5m2" << "e4m3" << "delayed" << all;
+        QTest::newRow("fp32 forward, e4m3 dgrad, e5m2 wgrad") << "fp32" << "e4m3" << "e5m2" << "current" << all;
+        QTest::newRow("e4m3 forward, fp32 dgrad, bf16 wgrad") << "e4m3" << "fp32" << "bf16" << "delayed"
+                                                              << QStringList{"grad_output_wgrad", "input_wgrad"};
+        QTest::newRow("hybrid") << "e4m3" << "e5m2" << "e5m2" << "delayed" << QStringList{};
+        QTest::newRow("rowwise, not yet recorded") << "bf16" << "e5m2" << "e4m3" << "rowwise" << QStringList{};
+    }
+    void unsharedCastsHaveRows()
+    {
+        QFETCH(QString, forward);
+        QFETCH(QString, dgrad);
+        QFETCH(QString, wgrad);
+        QFETCH(QString, scaling);
+        QFETCH(QStringList, roles);
+        const GemmFormats f{*parse_number_format(forward.toStdString()), *parse_number_format(dgrad.toStdString()),
+                            *parse_number_format(wgrad.toStdString())};
+        Fp8Recipe r;
+        r.scaling = *parse_fp8_scaling(scaling.toStdString());
+        LayerGemm emulated("fc1", f, r, GemmBackend::Emulated), native("fc1", f, r, GemmBackend::Native);
+        native.set_native(true);
+        torch::manual_seed(12);
+        const auto w0 = torch::randn({16, 48}) * 0.1;
+        auto w = w0.clone().requires_grad_(true), w2 = w0.clone().requires_grad_(true);
+        const auto x = torch::randn({32, 48});
+        emulated.arm_telemetry(true);
+        native.arm_telemetry(true);
+        const auto y = emulated.linear(x, w, {}), y2 = native.linear(x, w2, {});
+        // Gradients under 2^-11, half E4M3's smallest subnormal: all flushed at a scale of 1.
+        const auto dy = (torch::randn({32, 16}) * 1e-4).clamp(-4.8e-4, 4.8e-4).to(y2.scalar_type());
+        y.backward(dy.to(torch::kFloat32));
+        y2.backward(dy);
+        emulated.arm_telemetry(false);
+        native.arm_telemetry(false);
+        const auto backward_casts = [](const std::vector<TensorStats>& rows) {
+            std::vector<TensorStats> out;
+            for (const auto& t : rows)
+                if (t.role == "grad_output" || t.role == "weight_dgrad" || t.role == "grad_output_wgrad" ||
+                    t.role == "input_wgrad")
+                    out.push_back(t);
+            return out;
+        };
+        const auto want = backward_casts(emulated.take_stats()), got = backward_casts(native.take_stats());
+        QStringList seen;
+        for (size_t i = 1; i < want.size(); ++i) seen << QString::fromStdString(want[i].role);
+        QCOMPARE(seen, roles);
+        QCOMPARE(want[0].role, std::string("grad_output"));
+        // The native executor's dy comes in BF16 where its forward's output is BF16: a BF16 cast
+        // of it is its own values (underflow "not measured"), the rest as the emulator's.
+        QCOMPARE(got.size(), want.size());
+        std::vector<TensorStats> got_cast, want_cast;
+        for (size_t i = 0; i < got.size(); ++i) {
+            if (got[i].underflow >= 0) {
+                got_cast.push_back(got[i]);
+                want_cast.push_back(want[i]);
+                continue;
+            }
+            const auto at = qPrintable(QString::fromStdString(want[i].role));
+            QVERIFY2(got[i].role == want[i].role && got[i].format == want[i].format, at);
+            QVERIFY2(got[i].exponent_counts == want[i].exponent_counts && got[i].subnormal == want[i].subnormal, at);
+        }
+        compare_stats(got_cast, want_cast);
+        if (QTest::currentTestFailed()) return;
+        for (const auto& t : want) {
+            const auto at = qPrintable(QString::fromStdString(t.role));
+            if (t.role == "weight_dgrad") QCOMPARE(t.format, std::string(format_name(saved_operand_format(f.dgrad))));
+            if (t.role == "input_wgrad") QCOMPARE(t.format, std::string(format_name(saved_operand_format(f.wgrad))));
+            if (t.role != "grad_output_wgrad") continue;
+            QCOMPARE(t.format, wgrad.toStdString());
+            if (f.wgrad == NumberFormat::E4M3) QVERIFY2(t.underflow == 1.0, at); // every value of dy flushed
+            else QVERIFY2(t.underflow == 0.0, at);
+        }
+    }
+
     // linear_of_gelu (fc2 after the MLP's GELU): where an FP8 layer casts gelu(u) from u and
     // takes the GELU's gradient itself (casts_from_gelu_input), the outputs, u's gradient, the
     // weight's and the bias's, the delayed-scaling state and the telemetry rows are those of
@@ -828,6 +915,12 @@ private slots:
             QVERIFY(input.underflow >= 0.0 && input.overflow >= 0.0);
             QVERIFY(std::isfinite(input.quant_snr_db));
         }
+        // A weight gradient that never came (the loss did not reach the layer): not measured
+        // either, rather than "underflow 0%, SNR 0 dB".
+        const TensorStats none = tensor_stats_from_row(nullptr, f, 1.0f, 0, true, /*values_only=*/true);
+        QCOMPARE(none.underflow, -1.0);
+        QCOMPARE(none.overflow, -1.0);
+        QVERIFY(std::isnan(none.quant_snr_db));
     }
 
     // fp8-block in the native executor multiplies the codes its casts write with their block
