@@ -175,7 +175,7 @@ private slots:
     void everyRecordedRoleIsAListedRole()
     {
         std::set<std::string> recorded;
-        auto run = [&](const std::string& preset, std::optional<Fp8Scaling> scaling) {
+        auto run = [&](const std::string& preset, std::optional<Fp8Scaling> scaling, bool per_gemm = false) {
             auto config = load_project_file(MANTISSA_TEST_DATA_DIR "/golden_project.json");
             config.training.steps = 1;
             config.telemetry.interval = 1;
@@ -185,6 +185,10 @@ private slots:
                 config.precision.layers.push_back(
                     {"*.attn.sdpa", NumberFormat::E4M3, NumberFormat::E4M3, NumberFormat::E4M3, scaling});
             }
+            // A format per GEMM: the backward casts W, dy and x once more (weight_dgrad, ...).
+            if (per_gemm)
+                config.precision.layers.push_back(
+                    {"*.mlp.fc1", NumberFormat::BF16, NumberFormat::E5M2, NumberFormat::E4M3, Fp8Scaling::Delayed});
             RunCapture capture;
             Trainer trainer(config);
             trainer.run(capture);
@@ -204,6 +208,7 @@ private slots:
         run("fp32", std::nullopt);
         run("bf16", std::nullopt);
         run("fp8-hybrid", std::nullopt);
+        run("bf16", std::nullopt, /*per_gemm=*/true);
         for (auto s : {Fp8Scaling::Block128, Fp8Scaling::NvFp4, Fp8Scaling::MxFp4}) run("fp8-e4m3", s);
         QCOMPARE(recorded, std::set<std::string>(tensor_roles().begin(), tensor_roles().end()));
     }
