@@ -80,6 +80,16 @@ ProjectConfig fp8_observed(int64_t steps, const QString& backend)
     return config;
 }
 
+// Trains `config` (loss scaling off) and writes its checkpoint to `path`.
+void save_unscaled_run(const ProjectConfig& config, const std::string& path)
+{
+    Trainer unscaled(config);
+    Recorder r;
+    unscaled.run(r);
+    QCOMPARE(unscaled.loss_scale(), 1.0);
+    unscaled.save_checkpoint(path);
+}
+
 double relative_rms_error(const torch::Tensor& got, const torch::Tensor& reference)
 {
     const auto diff = got.to(torch::kFloat64) - reference;
@@ -599,13 +609,8 @@ private slots:
         auto config = fp8_observed(4, QStringLiteral("emulated"));
         QTemporaryDir tmp;
         const std::string checkpoint = tmp.filePath("unscaled.pt").toStdString();
-        {
-            Trainer unscaled(config);
-            Recorder first;
-            unscaled.run(first);
-            QCOMPARE(unscaled.loss_scale(), 1.0);
-            unscaled.save_checkpoint(checkpoint);
-        }
+        save_unscaled_run(config, checkpoint);
+        if (QTest::currentTestFailed()) return;
         config.training.steps = 8;
         config.precision.loss_scaling_mode = "dynamic";
         Trainer scaled(config);
@@ -626,13 +631,8 @@ private slots:
         config.eval.interval = 0;
         QTemporaryDir tmp;
         const std::string checkpoint = tmp.filePath("unscaled.pt").toStdString();
-        {
-            Trainer unscaled(config);
-            Recorder r;
-            unscaled.run(r);
-            QCOMPARE(unscaled.loss_scale(), 1.0);
-            unscaled.save_checkpoint(checkpoint);
-        }
+        save_unscaled_run(config, checkpoint);
+        if (QTest::currentTestFailed()) return;
         config.training.steps = 4;
         config.precision.loss_scaling_mode = "dynamic";
         config.precision.loss_scaling.init_scale = 1024;
