@@ -155,7 +155,8 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
         const UnsharedCasts unshared = unshared_casts(f, layer->recipe());
         if (layer->telemetry_armed()) {
             record_operand(*layer, "grad_output", dy, f.dgrad, s_dy, dy_d);
-            if (unshared.weight_dgrad) record_operand(*layer, "weight_dgrad", weight, saved_operand_format(f.dgrad), s_w, w_d);
+            if (unshared.weight_dgrad)
+                record_operand(*layer, "weight_dgrad", weight, saved_operand_format(f.dgrad), s_w, w_d);
         }
 
         // wgrad: dW = dy^T x, contraction over M (dim 0 of both).

@@ -253,7 +253,8 @@ TensorBoardExport::TensorBoardExport(RunStore& store, int64_t run_id, const std:
             const double at = wall_time(step);
             writer.histogram(step, at, "exponents/" + tensor, stats);
             writer.scalar(step, at, "nonfinite/" + tensor, static_cast<double>(stats.nans + stats.infs));
-            if (stats.underflow >= 0) writer.scalar(step, at, "underflow/" + tensor, stats.underflow); // -1: not measured
+            // -1: not measured (a 16-bit tensor whose cast no row saw).
+            if (stats.underflow >= 0) writer.scalar(step, at, "underflow/" + tensor, stats.underflow);
             if (stats.overflow >= 0) writer.scalar(step, at, "overflow/" + tensor, stats.overflow);
             ++events_;
         });

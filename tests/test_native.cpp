@@ -885,7 +885,8 @@ private slots:
         layer.arm_telemetry(false);
         const auto rows = layer.take_stats();
         const auto row = [&](const char* role) {
-            const auto it = std::find_if(rows.begin(), rows.end(), [&](const TensorStats& t) { return t.role == role; });
+            const auto it =
+                std::find_if(rows.begin(), rows.end(), [&](const TensorStats& t) { return t.role == role; });
             return it == rows.end() ? TensorStats{} : *it;
         };
         const auto subnormal_share = [&](const torch::Tensor& t) {

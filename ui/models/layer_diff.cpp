@@ -71,7 +71,7 @@ Cells tensor_cells(const std::vector<std::pair<int64_t, TensorStats>>& rows, Lay
         if (t.role != role) continue;
         double v = kNaN;
         switch (stat) {
-        case LayerDiffStat::UnderflowPercent: v = t.underflow >= 0 ? t.underflow * 100.0 : kNaN; break; // -1: not measured
+        case LayerDiffStat::UnderflowPercent: v = t.underflow >= 0 ? t.underflow * 100.0 : kNaN; break; // -1: none
         case LayerDiffStat::OverflowPercent: v = t.overflow >= 0 ? t.overflow * 100.0 : kNaN; break; // -1: not measured
         case LayerDiffStat::AmaxLog10Ratio: v = t.amax; break;
         case LayerDiffStat::GradNorm: break;
