@@ -43,6 +43,12 @@ constexpr int64_t kSteps = 200;
 
 // The crafted values, as functions of (layer index, frame index) so the tests can recompute them.
 double grad_underflow(size_t layer, size_t frame) { return 0.001 * double(layer + 1) + 0.01 * double(frame); }
+// Layer 2's gradient is cast under per-block scales: no subnormal share (-1). fc1 (layer 3)
+// keeps its crafted tensor's 31%.
+double grad_subnormal(size_t layer, size_t frame)
+{
+    return layer == 2 ? -1.0 : layer == 3 ? 0.31 : 0.002 * double(layer + 1) + 0.02 * double(frame);
+}
 double grad_overflow(size_t layer, size_t frame) { return layer == 3 && frame == 2 ? 0.25 : 0.0; }
 // Quantization SNR in dB; layer 2's cast is exact (+inf), which the heatmap shows as no value.
 double grad_snr(size_t layer, size_t frame)
@@ -100,6 +106,7 @@ RunHistory crafted_history()
                 g.role = "grad_output";
                 g.format = "fp16";
                 g.underflow = grad_underflow(i, j);
+                g.subnormal = grad_subnormal(i, j);
                 g.overflow = grad_overflow(i, j);
                 g.quant_snr_db = grad_snr(i, j);
                 f.tensors.push_back(g);
@@ -206,6 +213,7 @@ void TestPlots::heatmapShowsCraftedValues_data()
     QTest::newRow("attention logit") << LayerStat::AttentionMaxLogit << "grad_output" << "max |q·k|/√d" << false;
     QTest::newRow("quantization snr") << LayerStat::QuantSnrDb << "grad_output" << "quantization SNR (dB) of grad_output" << false;
     QTest::newRow("nan/inf") << LayerStat::NonFinitePercent << "grad_output" << "NaN/Inf % of grad_output" << false;
+    QTest::newRow("subnormal") << LayerStat::SubnormalPercent << "grad_output" << "subnormal % of grad_output" << false;
 }
 
 void TestPlots::heatmapShowsCraftedValues()
@@ -248,6 +256,9 @@ void TestPlots::heatmapShowsCraftedValues()
             return (name == "lm_head" && frame == 0) || layer == 2 ? kNaN : double(float(grad_snr(layer, frame)));
         case LayerStat::NonFinitePercent: // only fc1's tensors count values, none of them NaN or Inf
             return name == "blocks.0.mlp.fc1" ? 0.0 : kNaN;
+        case LayerStat::SubnormalPercent:
+            return (name == "lm_head" && frame == 0) || layer == 2 ? kNaN
+                                                                   : double(float(100.0 * grad_subnormal(layer, frame)));
         }
         return kNaN;
     };

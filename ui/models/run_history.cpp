@@ -11,7 +11,7 @@ namespace mantissa {
 namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr int kStatsPerTensor = 5; // underflow, overflow, amax, quantization SNR, NaN and Inf
+constexpr int kStatsPerTensor = 6; // underflow, overflow, amax, quantization SNR, NaN and Inf, subnormal
 
 // Keeps elements 0, 2, 4, ... and always the last one, so the newest data stays exact.
 template <typename T> void drop_every_other(std::vector<T>& items)
@@ -202,6 +202,7 @@ void RunHistory::appendFrame(const LayerStatsFrame& frame)
             t.quant_snr_db < std::numeric_limits<double>::infinity() ? static_cast<float>(t.quant_snr_db) : kNaN;
         summary.tensorStats[base + 4] =
             t.count > 0 ? static_cast<float>(100.0 * static_cast<double>(t.nans + t.infs) / double(t.count)) : kNaN;
+        summary.tensorStats[base + 5] = t.subnormal >= 0 ? static_cast<float>(100.0 * t.subnormal) : kNaN; // -1: none
 
         const size_t slot = size_t(layer) * nRoles + size_t(role);
         if (hist.byIndex.size() <= slot) hist.byIndex.resize(slot + 1);
@@ -320,6 +321,7 @@ std::vector<LayerColumn> RunHistory::columns(LayerStat stat, const std::string& 
                                  : stat == LayerStat::OverflowPercent ? 1
                                  : stat == LayerStat::Amax            ? 2
                                  : stat == LayerStat::QuantSnrDb      ? 3
+                                 : stat == LayerStat::SubnormalPercent ? 5
                                                                       : 4;
             for (size_t i = 0; i < nLayers && size_t(r) < f.stride; ++i) {
                 const size_t at = (i * f.stride + size_t(r)) * kStatsPerTensor + which;

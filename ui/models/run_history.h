@@ -35,7 +35,10 @@ enum class LayerStat {
     GradNorm,
     AttentionMaxLogit,
     QuantSnrDb,
-    NonFinitePercent // NaN and Inf among the tensor's values
+    NonFinitePercent, // NaN and Inf among the tensor's values
+    // Values in the format's subnormal range: what a 16-bit tensor whose cast no row saw (the
+    // native executor's) can still say, where its underflow is not measured.
+    SubnormalPercent
 };
 
 struct StepPoint {
@@ -161,7 +164,7 @@ private:
     struct FrameSummary {
         int64_t step = 0;
         size_t stride = 0; // the role slots when the frame came (roleSlot_)
-        // [layer * stride + slot] * kStatsPerTensor + {underflow, overflow, amax, SNR, NaN/Inf};
+        // [layer * stride + slot] * kStatsPerTensor + {underflow, overflow, amax, SNR, NaN/Inf, subnormal};
         // NaN where absent
         std::vector<float> tensorStats;
         std::vector<float> attentionMaxLogit; // by layer index (sdpa rows), NaN elsewhere

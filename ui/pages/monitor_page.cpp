@@ -252,6 +252,7 @@ QWidget* MonitorPage::buildControls()
     heatmapStatCombo_->addItem(tr("Attention max logit"), int(LayerStat::AttentionMaxLogit));
     heatmapStatCombo_->addItem(tr("Quantization SNR (dB)"), int(LayerStat::QuantSnrDb));
     heatmapStatCombo_->addItem(tr("NaN/Inf %"), int(LayerStat::NonFinitePercent));
+    heatmapStatCombo_->addItem(tr("Subnormal %"), int(LayerStat::SubnormalPercent));
     row->addWidget(heatmapStatCombo_);
     heatmapRoleCombo_ = new QComboBox(bar);
     for (const std::string& role : RunHistory::roles()) heatmapRoleCombo_->addItem(QString::fromStdString(role));
@@ -604,7 +605,7 @@ void MonitorPage::setHeatmapStatistic(LayerStat stat, const QString& role)
     // Grad norms and attention logits are per layer, not per tensor.
     heatmapRoleCombo_->setEnabled(stat == LayerStat::UnderflowPercent || stat == LayerStat::OverflowPercent ||
                                   stat == LayerStat::Amax || stat == LayerStat::QuantSnrDb ||
-                                  stat == LayerStat::NonFinitePercent);
+                                  stat == LayerStat::NonFinitePercent || stat == LayerStat::SubnormalPercent);
     heatmap_->setStatistic(stat, role);
     scheduleFrame();
 }

@@ -160,14 +160,14 @@ bool is_log_stat(LayerStat stat) { return stat == LayerStat::Amax || stat == Lay
 bool is_percent_stat(LayerStat stat)
 {
     return stat == LayerStat::UnderflowPercent || stat == LayerStat::OverflowPercent ||
-           stat == LayerStat::NonFinitePercent;
+           stat == LayerStat::NonFinitePercent || stat == LayerStat::SubnormalPercent;
 }
 
 // A statistic of one tensor role, beside which the role's NaN and Inf can be shown.
 bool is_tensor_stat(LayerStat stat)
 {
     return stat == LayerStat::UnderflowPercent || stat == LayerStat::OverflowPercent || stat == LayerStat::Amax ||
-           stat == LayerStat::QuantSnrDb;
+           stat == LayerStat::QuantSnrDb || stat == LayerStat::SubnormalPercent;
 }
 
 // The smallest of 1, 2, 5 x 10^k that is >= v.
@@ -221,6 +221,7 @@ QString stat_label(LayerStat stat, const QString& role)
     case LayerStat::AttentionMaxLogit: return QStringLiteral("max |q·k|/√d");
     case LayerStat::QuantSnrDb: return QStringLiteral("quantization SNR (dB) of %1").arg(role);
     case LayerStat::NonFinitePercent: return QStringLiteral("NaN/Inf % of %1").arg(role);
+    case LayerStat::SubnormalPercent: return QStringLiteral("subnormal % of %1").arg(role);
     }
     return {};
 }
