@@ -23,7 +23,6 @@ double gradient_loss_scale(const RunHistory& history, const QString& role, int64
     return at != steps.end() && at->step == step && at->loss_scale > 0 ? at->loss_scale : 1.0;
 }
 
-
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // x is log2|x|: the bar of exponent e covers [e, e+1), and a tick at e marks the value 2^e,
