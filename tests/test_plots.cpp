@@ -180,6 +180,7 @@ private slots:
     void heatmapShowsCraftedValues();
     void heatmapDrawsMissingCellsGrey();
     void heatmapDrawsNonFiniteTensorsDark();
+    void heatmapSaysWhyNothingIsMeasured();
     void heatmapDrawsInfiniteValuesAtTheTop();
     void heatmapClickEmitsCellAndSelects();
     void heatmapMarksCursorAndPrecisionChanges();
@@ -418,6 +419,54 @@ void TestPlots::heatmapDrawsMissingCellsGrey()
     const QColor full = plot.colorMap()->gradient().color(50.0, plot.colorMap()->dataRange());
     for (const QPoint p : {r.center(), r.topLeft() + QPoint(3, 3), r.bottomRight() - QPoint(3, 3)})
         QCOMPARE(one.pixelColor(p), full);
+}
+
+// A native 16-bit run's gradient rows measure no underflow (-1: their cast ran in the op
+// before): a map of such a statistic is all grey, and says why rather than reading as a bug.
+void TestPlots::heatmapSaysWhyNothingIsMeasured()
+{
+    LayerHeatmapPlot plot;
+    QCOMPARE(plot.noValueNote(), QStringLiteral("no layer statistics yet"));
+    RunHistory history;
+    TelemetryBatch batch;
+    for (int64_t step : {1, 5}) {
+        LayerStatsFrame frame;
+        frame.step = step;
+        for (const char* layer : {"blocks.0.mlp.fc1", "lm_head"}) {
+            TensorStats t;
+            t.layer = layer;
+            t.role = "grad_output";
+            t.format = "bf16";
+            t.count = 64;
+            t.underflow = -1.0;
+            t.overflow = -1.0;
+            t.subnormal = 0.25;
+            t.quant_snr_db = std::numeric_limits<double>::quiet_NaN();
+            frame.tensors.push_back(t);
+        }
+        batch.layer_frames.push_back(frame);
+    }
+    history.append(batch);
+    plot.setHistory(&history);
+    plot.setStatistic(LayerStat::UnderflowPercent, QStringLiteral("grad_output"));
+    QVERIFY(plot.refresh());
+    QCOMPARE(plot.columnCount(), 2);
+    QVERIFY(std::isnan(plot.valueAt(5, QStringLiteral("lm_head"))));
+    QCOMPARE(plot.noValueNote(), QStringLiteral("underflow % of grad_output: not measured, the values came already "
+                                                "in 16-bit\n(their cast ran where no row sees it); Subnormal % "
+                                                "shows what they hold"));
+    plot.setStatistic(LayerStat::QuantSnrDb, QStringLiteral("grad_output"));
+    plot.refresh();
+    QVERIFY(plot.noValueNote().startsWith(QStringLiteral("quantization SNR (dB) of grad_output: not measured")));
+    // What they hold is drawn, and nothing is said over it.
+    plot.setStatistic(LayerStat::SubnormalPercent, QStringLiteral("grad_output"));
+    plot.refresh();
+    QCOMPARE(plot.valueAt(5, QStringLiteral("lm_head")), 25.0);
+    QCOMPARE(plot.noValueNote(), QString());
+    // A role no layer records: no value, and no 16-bit story.
+    plot.setStatistic(LayerStat::OverflowPercent, QStringLiteral("weight"));
+    plot.refresh();
+    QCOMPARE(plot.noValueNote(), QStringLiteral("overflow % of weight: no layer has a value"));
 }
 
 // An infinite grad norm (an overflowing FP16 gradient on a skipped step) is the top of the

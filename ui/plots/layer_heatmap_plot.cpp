@@ -467,7 +467,11 @@ void LayerHeatmapPlot::rebuild()
 
     xAxis->setRange(-0.5, std::max(nx, 1) - 0.5);
     yAxis->setRange(-0.5, std::max(ny, 1) - 0.5);
-    emptyText_->setVisible(nx == 0 || ny == 0);
+    // Columns whose every cell is grey say why, or the map reads as a bug: a native 16-bit
+    // run's underflow is not measured (its cast ran in the op before, where no row sees it).
+    const bool anyValue = std::any_of(values_.begin(), values_.end(), [](float v) { return !std::isnan(v); });
+    emptyText_->setText(nx == 0 || ny == 0 ? QStringLiteral("no layer statistics yet") : noValueText());
+    emptyText_->setVisible(nx == 0 || ny == 0 || !anyValue);
     map_->setVisible(nx > 0 && ny > 0);
 
     updateEvents();
@@ -492,6 +496,23 @@ void LayerHeatmapPlot::updateEvents()
         eventLines_[i]->point2->setCoords(x, 1);
         eventLines_[i]->setVisible(!columnSteps_.empty());
     }
+}
+
+QString LayerHeatmapPlot::noValueText() const
+{
+    const QString what = stat_label(stat_, role_);
+    const bool castVerdict = stat_ == LayerStat::UnderflowPercent || stat_ == LayerStat::OverflowPercent ||
+                             stat_ == LayerStat::QuantSnrDb;
+    bool subnormalsCounted = false;
+    if (castVerdict && history_)
+        for (const auto& col : history_->columns(LayerStat::SubnormalPercent, role_.toStdString()))
+            subnormalsCounted = subnormalsCounted ||
+                                std::any_of(col.values.begin(), col.values.end(), [](float v) { return !std::isnan(v); });
+    if (subnormalsCounted)
+        return QStringLiteral("%1: not measured, the values came already in 16-bit\n"
+                              "(their cast ran where no row sees it); Subnormal % shows what they hold")
+            .arg(what);
+    return QStringLiteral("%1: no layer has a value").arg(what);
 }
 
 double LayerHeatmapPlot::keyOfStep(int64_t step) const

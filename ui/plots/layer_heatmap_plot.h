@@ -43,6 +43,8 @@ public:
     double valueAt(int64_t step, const QString& layer) const; // the cell's value (NaN when none)
     bool nonFiniteAt(int64_t step, const QString& layer) const; // drawn dark: its tensor held NaN or Inf
     bool showsNonFiniteNote() const { return nonFiniteNote_->visible(); }
+    // The text over a map with no value at all (none yet, or none measured); "" when hidden.
+    QString noValueNote() const { return emptyText_->visible() ? emptyText_->text() : QString(); }
     // The plot coordinates of a cell's centre (x = column index, y = row key), for hit tests.
     QPointF cellCenter(int64_t step, const QString& layer) const;
     // " · bf16/bf16/bf16 emulated · switched at step 17: watcher nonfinite": the engine's live
@@ -61,6 +63,7 @@ private:
     void updateSelection();
     void updateEvents();
     void onMousePress(QMouseEvent* event);
+    QString noValueText() const;          // why every cell of the statistic is grey
     double keyOfStep(int64_t step) const; // fractional column coordinate of a step
     int columnOfStep(int64_t step) const; // nearest column, -1 if none
     // (column, row) of a step's frame and a layer; none when either is not shown.
