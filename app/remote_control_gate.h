@@ -21,6 +21,12 @@ public:
         if (command == "resume" && !pause_asked_) return "is not paused";
         return {};
     }
+    // Why the trainer's queue took no command: it is closed. After a stop that is the stop
+    // (whose final checkpoint is being written), not a last step that began.
+    std::string closed_reason() const
+    {
+        return stop_asked_ ? "is stopping" : "is finishing (its last step has begun)";
+    }
     // The trainer's queue took `command`.
     void queued(const std::string& command)
     {

@@ -154,9 +154,11 @@ public:
             return api_error(400, e.what());
         }
         // Past the last boundary (the final step, evaluation and checkpoint): nothing would apply it.
-        if (!queued)
-            return api_error(409, "run " + std::to_string(run_id) + " is finishing (its last step has begun): nothing to " +
+        if (!queued) {
+            std::scoped_lock lock(gate_mutex_);
+            return api_error(409, "run " + std::to_string(run_id) + " " + gate_.closed_reason() + ": nothing to " +
                                       c.command);
+        }
         RunEvent e;
         e.step = asked_at;
         e.kind = EventKind::Other;

@@ -2065,6 +2065,10 @@ private slots:
         QCOMPARE(gate.refusal("checkpoint"), std::string("is stopping"));
         QCOMPARE(gate.refusal("stop"), std::string("is stopping"));
         QCOMPARE(gate.refusal("layer_formats"), std::string());
+        // A precision switch that came after the stop closed the queue: the run is stopping, not
+        // at a last step that began (which is what it was told).
+        QCOMPARE(gate.closed_reason(), std::string("is stopping"));
+        QCOMPARE(RemoteControlGate().closed_reason(), std::string("is finishing (its last step has begun)"));
         // A stop from the terminal (Ctrl-C) refuses the same.
         RemoteControlGate terminal;
         QCOMPARE(terminal.refusal("checkpoint"), std::string());
