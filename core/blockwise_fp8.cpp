@@ -39,7 +39,11 @@ Fp8BlockOperand split_fp8_blocks_ops(const torch::Tensor& values)
     d = torch::where((amax / (d * 0.5f) <= kE4m3Max) & (d > std::ldexp(1.0f, -149)), d * 0.5f, d);
     d = torch::where(amax > 0, d, torch::ones_like(d)); // zeros (and NaN blocks, whose codes stay NaN)
     Fp8BlockOperand out;
-    out.codes = (blocks / d.unsqueeze(-1)).view({rows, k}).to(torch::kFloat8_e4m3fn);
+    const auto q = (blocks / d.unsqueeze(-1)).view({rows, k});
+    // Past 464 (an Inf) E4M3 has no code but NaN, signed, as Mantissa's casts write it: c10's
+    // own conversion saturates to 448 from LibTorch 2.13 on, and wrote NaN in 2.11.
+    const auto nan = torch::full_like(q, std::numeric_limits<float>::quiet_NaN());
+    out.codes = torch::where(q.abs() > 464.0f, torch::copysign(nan, q), q).to(torch::kFloat8_e4m3fn);
     out.decode = d;
     return out;
 }

@@ -799,10 +799,17 @@ private slots:
         values[10].narrow(0, 0, 128).copy_(codes * std::ldexp(1.0f, -3));
         values[11].narrow(0, 128, 128).copy_(codes * std::ldexp(1.0f, -140));
         values[11].narrow(0, 0, 128).copy_(codes * std::ldexp(1.0f, 100));
+        // An Inf past every decode: no E4M3 code but NaN, signed, in both, whatever the LibTorch
+        // (c10's conversion saturates to 448 from 2.13 on, and wrote NaN in 2.11, the GPU's).
+        values[9][5].fill_(std::numeric_limits<float>::infinity());
+        values[9][6].fill_(-std::numeric_limits<float>::infinity());
         const auto ops = split_fp8_blocks(values);
         const auto own = kernels::split_fp8_blocks(values);
         QVERIFY(same_codes(own.first, ops.codes));
         QVERIFY(same_bits(own.second, ops.decode));
+        const auto bytes = ops.codes.view(torch::kUInt8);
+        QCOMPARE(int(bytes[9][5].item<uint8_t>()), 0x7F);
+        QCOMPARE(int(bytes[9][6].item<uint8_t>()), 0xFF);
         QVERIFY(same_bits(join_fp8_blocks({own.first, own.second}), join_fp8_blocks(ops)));
     }
 

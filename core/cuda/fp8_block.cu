@@ -406,6 +406,11 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
             for (int j = 0; j < kPerLane; ++j) v[j] /= d;
         }
+        // Past 464 (an Inf) E4M3 has no code but NaN, signed, whatever c10's conversion does
+        // (it saturates from LibTorch 2.13 on, and wrote NaN in 2.11, as the paired path does).
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j)
+            if (fabsf(v[j]) > 464.0f) v[j] = copysignf(__int_as_float(0x7fc00000), v[j]);
         uint8_t* out = reinterpret_cast<uint8_t*>(codes + r * cols + c0);
 #pragma unroll
         for (int j = 0; j < kPerLane; j += 2) {
