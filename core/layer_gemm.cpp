@@ -182,6 +182,12 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
         // In FP32 whatever dy's dtype (a GPU's blockwise GEMM hands its BF16 output on as BF16):
         // the same sum as always, of the same values.
         if (ctx->saved_data["has_bias"].toBool()) db = dy.to(torch::kFloat32).sum(0);
+        // A 16-bit layer's bias gradient is a 16-bit tensor on the hardware (autocast's linear,
+        // the native executor's): the sum rounded to the format, Inf past FP16's 65504, which
+        // the loss scaler must see as it does there. Kept in FP32, the emulator skipped other
+        // steps than PyTorch's GradScaler (parity audit). FP8 layers' bias sums stay FP32, as
+        // NativeLinear's do.
+        if (db.defined() && uniform_16bit(f)) db = round_to_format(db, f.forward, Overflow::Propagate);
         return {dx, dw, db, torch::Tensor()};
     }
 };

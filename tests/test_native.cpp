@@ -597,6 +597,52 @@ private slots:
     // gradients and delayed-scaling state bit for bit over steps whose weights move, two
     // micro-batches a step: the weight is cast, and records its amax, once a step in each
     // format it is taken in (the forward's and the input gradient's may differ).
+    // A bf16/fp16 layer's bias gradient is a 16-bit tensor on the hardware (autocast's linear,
+    // the native executor's): the emulator rounds its sum to the format, Inf past FP16's 65504,
+    // so that its loss scaler skips the steps that PyTorch's GradScaler skips (the parity
+    // audit's emulated FP16 run took a step both skipped). An FP8 layer's is an FP32 sum in both.
+    void biasGradientIsRoundedAsAutocastRoundsIt_data()
+    {
+        QTest::addColumn<QString>("format");
+        QTest::addColumn<double>("second");   // the emulator's db[1]: 3 (1 + 2^-10), rounded to the format or not
+        QTest::addColumn<bool>("overflows"); // db[0]: 64 x 2048 = 131072
+        QTest::newRow("fp16") << "fp16" << 3.00390625 << true;
+        QTest::newRow("bf16") << "bf16" << 3.0 << false;
+        QTest::newRow("fp8 hybrid") << "e4m3" << 3.0029296875 << false;
+    }
+    void biasGradientIsRoundedAsAutocastRoundsIt()
+    {
+        QFETCH(QString, format);
+        QFETCH(double, second);
+        QFETCH(bool, overflows);
+        const auto forward = *parse_number_format(format.toStdString());
+        const GemmFormats f = forward == NumberFormat::E4M3
+                                  ? GemmFormats{NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2}
+                                  : GemmFormats{forward, forward, forward};
+        LayerGemm emulated("fc", f, Fp8Recipe{}, GemmBackend::Emulated), native("fc", f, Fp8Recipe{}, GemmBackend::Native);
+        native.set_native(true);
+        auto dy = torch::zeros({64, 4});
+        dy.select(1, 0).fill_(2048.0f);
+        dy.select(1, 1).narrow(0, 0, 3).fill_(1.0f + std::ldexp(1.0f, -10));
+        const auto x = torch::ones({64, 16}) * 0.25, w = torch::ones({4, 16}) * 0.125;
+        const bool sixteen = forward != NumberFormat::E4M3;
+        for (LayerGemm* layer : {&emulated, &native}) {
+            const auto b = torch::zeros({4}).requires_grad_(true);
+            const auto y = layer->linear(x.to(layer->output_dtype()), w, b);
+            const auto handed = dy.to(y.scalar_type()); // BF16 for a native FP8 layer: 1 + 2^-10 is 1 there
+            y.backward(handed);
+            const auto db = b.grad();
+            QCOMPARE(db.scalar_type(), torch::kFloat32);
+            const auto sum = handed.to(torch::kFloat32).sum(0);
+            QVERIFY2(torch::equal(db, sixteen ? round_to_format(sum, forward, Overflow::Propagate) : sum),
+                     layer->native() ? "native" : "emulated");
+            const float first = db[0].item<float>();
+            if (overflows) QVERIFY2(std::isinf(first) && first > 0, qPrintable(QString::number(first)));
+            else QCOMPARE(first, 131072.0f);
+            if (!layer->native()) QCOMPARE(double(db[1].item<float>()), second);
+        }
+    }
+
     void mixedFormatLayerMatchesEmulator_data()
     {
         QTest::addColumn<QString>("forward");
