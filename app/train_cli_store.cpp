@@ -3,14 +3,17 @@
 #include "train_cli.h"
 
 #include <cstdio>
+#include <cctype>
 #include <cstring>
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string_view>
 
+#include "checkpoint_file.h"
 #include "checkpoint_weights.h"
 #include "cli_table.h"
 #include "csv_export.h"
@@ -124,6 +127,20 @@ int cmd_delete(RunStore& store, const std::string& run)
 
 namespace {
 
+// The first character of a file that is not blank (a UTF-8 byte-order mark skipped), or 0:
+// what tells a JSON document from the CSV an export writes (a safetensors file starts with
+// its header's length).
+char first_text_char(const std::string& path)
+{
+    std::ifstream in(path, std::ios::binary);
+    std::string head(256, '\0');
+    in.read(head.data(), static_cast<std::streamsize>(head.size()));
+    head.resize(static_cast<size_t>(in.gcount()));
+    size_t at = head.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0;
+    while (at < head.size() && std::isspace(static_cast<unsigned char>(head[at]))) ++at;
+    return at < head.size() ? head[at] : '\0';
+}
+
 // Why an export must not write at `out`, or "": an export writes a new file in the path's
 // place, so a device, a FIFO, a link or a folder there would be replaced (a copy of /dev/null
 // became a CSV file), and the run store's own files or the run's checkpoints would be lost
@@ -158,6 +175,13 @@ std::string export_target_problem(RunStore& store, int64_t run_id, const std::st
         for (const auto& run : runs)
             for (const auto& row : store.checkpoints(run.id))
                 if (same(row.path)) return "--out '" + out + "' is a checkpoint of run " + whose(run.id);
+        // Another store's file, checkpoint or project, which no export writes: `--out b.sqlite`
+        // replaced every run of b.sqlite with a CSV table, exit 0 ("wrote b.sqlite"), as the
+        // GUI's export already refused (read-only audit 'badinput').
+        const std::string keep = ": it was not replaced; remove it first or pick another file";
+        if (RunStore::is_sqlite_file(out)) return "--out '" + out + "' is an SQLite database (another run store?)" + keep;
+        if (read_checkpoint_ownership(out).readable) return "--out '" + out + "' is a Mantissa checkpoint" + keep;
+        if (first_text_char(out) == '{') return "--out '" + out + "' holds JSON (a project?)" + keep;
     }
     const auto named = [&](const std::string& path) {
         std::error_code e;

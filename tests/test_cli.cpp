@@ -522,6 +522,25 @@ private slots:
             QCOMPARE(r.exit_code, 2);
             QCOMPARE(r.err, message);
         }
+        // Another store, a checkpoint that is no run's here, a project: no export writes such a
+        // file (`--out b.sqlite` replaced every run of b.sqlite with a CSV table, exit 0).
+        const QString otherStore = dir_.filePath("other.sqlite"), loose = dir_.filePath("loose.pt"),
+                      projectCopy = dir_.filePath("project-copy.json");
+        QVERIFY(QFile::copy(db_, otherStore) && QFile::copy(checkpoint, loose) && QFile::copy(project_, projectCopy));
+        const QString keep = ": it was not replaced; remove it first or pick another file\n";
+        const QList<std::pair<QString, QString>> foreign = {
+            {otherStore, "error: --out '" + otherStore + "' is an SQLite database (another run store?)" + keep},
+            {loose, "error: --out '" + loose + "' is a Mantissa checkpoint" + keep},
+            {projectCopy, "error: --out '" + projectCopy + "' holds JSON (a project?)" + keep}};
+        for (const auto& [out, message] : foreign) {
+            const qint64 size = QFileInfo(out).size();
+            for (const char* format : {"csv", "safetensors"}) {
+                const auto r = run_cli({"export", "first", "--db", db_, "--format", format, "--out", out});
+                QCOMPARE(r.exit_code, 2);
+                QCOMPARE(r.err, message);
+            }
+            QCOMPARE(QFileInfo(out).size(), size);
+        }
         QVERIFY(!QFile::exists(newcomer));
         QVERIFY(!QFile::exists(db_ + "-journal"));
         QVERIFY(QFileInfo(fifo).isFile() == false && QFileInfo(link).isSymLink());
