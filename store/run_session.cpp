@@ -118,6 +118,20 @@ CheckpointSearch search_checkpoints(RunStore& store, const RunInfo& info, const 
     // there until it has written one into its own folder.
     if (own_folder && info.legacy_checkpoints && list_checkpoints(found.read_dir).empty())
         found.read_dir = store.legacy_checkpoint_dir(info.id);
+    // A run trained through a link to the store's file before 2026-12-07 kept its checkpoints
+    // beside the link (LINK.checkpoints): read them there until it writes one into its own.
+    if (own_folder && !found.recorded.empty() && list_checkpoints(found.read_dir).empty()) {
+        const fs::path folder = fs::path(found.recorded.rbegin()->second.path).parent_path();
+        const std::string base = folder.parent_path().string();
+        const std::string suffix = ".checkpoints";
+        std::error_code ec;
+        if (base.size() > suffix.size() && base.ends_with(suffix)) {
+            const std::string link = base.substr(0, base.size() - suffix.size());
+            if (fs::is_symlink(link, ec) && fs::equivalent(link, store.path(), ec) && !ec &&
+                !list_checkpoints(folder.string()).empty())
+                found.read_dir = folder.string();
+        }
+    }
     // Not the legacy folder, which two stores in one folder shared.
     found.store_folder = own_folder && found.read_dir == found.write_dir;
     found.files = resume_order(list_checkpoints(found.read_dir), recorded_steps, info.last_step, !info.uuid.empty());

@@ -474,8 +474,31 @@ bool RunStore::names_a_folder(const std::string& path)
     return !path.empty() && (path.back() == '/' || std::filesystem::is_directory(path, ec));
 }
 
+namespace {
+
+// The file a link names (through every link in a chain), or `path` when it is no link: the
+// store's lock and checkpoint folders and its WAL are named from its file, so that a process
+// that opens it through a link and one that opens the target agree on them. Named from the
+// link, a run training through it read as dead to the other (marked interrupted, trained again
+// by a resume, deleted while it trained; read-only audit 'badinput').
+// A link to a store not made yet (SQLite makes the file it names) is followed too.
+std::string through_links(const std::string& path)
+{
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::path p(path);
+    for (int hops = 0; hops < 40 && fs::is_symlink(p, ec); ++hops) {
+        const fs::path target = fs::read_symlink(p, ec);
+        if (ec) return path;
+        p = target.is_absolute() ? target : p.parent_path() / target;
+    }
+    return p == fs::path(path) ? path : p.lexically_normal().string();
+}
+
+} // namespace
+
 RunStore::RunStore(const std::string& path, OpenMode mode, bool quick_check)
-    : path_(path), mode_(mode), quick_check_(quick_check)
+    : path_(through_links(path)), mode_(mode), quick_check_(quick_check)
 {
     if (is_private_database(path))
         throw StoreArgumentError("run store '" + path + "' is not a file: SQLite would keep it in memory only");

@@ -556,6 +556,35 @@ private slots:
         QVERIFY(!QFile::exists(dir_.filePath("empty.sqlite")));
     }
 
+    // A store opened through a link to its file keeps its checkpoints beside the file it names.
+    // A run trained through the link before 2026-12-07 kept them beside the link
+    // (LINK.checkpoints): its resume, through the link or the file, reads them there.
+    void aRunTrainedThroughALinkResumesFromItsCheckpoints()
+    {
+        const QString target = dir_.filePath("linked-real.sqlite"), link = dir_.filePath("linked.sqlite");
+        QVERIFY(QFile::link("linked-real.sqlite", link));
+        const auto first = run_cli({"run", project_, "--db", link, "--name", "linked", "--set", "training.steps=4"});
+        QVERIFY2(first.exit_code == 0, qPrintable(first.err + first.out));
+        QVERIFY(QFileInfo::exists(target + ".checkpoints/run-1/step-00000004.pt"));
+        QVERIFY(!QFileInfo::exists(link + ".checkpoints"));
+        // Where the earlier version kept them, and recorded them.
+        QVERIFY(QDir().rename(target + ".checkpoints", link + ".checkpoints"));
+        {
+            RunStore store(target.toStdString());
+            for (auto row : store.checkpoints(1)) {
+                row.path = (link + ".checkpoints/run-1/" + QFileInfo(QString::fromStdString(row.path)).fileName()).toStdString();
+                store.record_checkpoint(row);
+            }
+        }
+        for (const QString& db : {link, target}) {
+            const QString steps = db == link ? "6" : "8";
+            const auto resumed = run_cli({"resume", "linked", "--db", db, "--set", "training.steps=" + steps});
+            QVERIFY2(resumed.exit_code == 0, qPrintable(db + ": " + resumed.err + resumed.out));
+            QCOMPARE(RunStore(target.toStdString()).list_runs().at(0).last_step, steps.toLongLong());
+        }
+        QVERIFY(QFileInfo::exists(target + ".checkpoints/run-1/step-00000008.pt"));
+    }
+
     // ATen picks its CPU kernels by the vector instructions it finds: AVX2 and AVX-512 kernels
     // sum in different orders, so a run resumed where it picks others (here its portable ones,
     // forced) is not bit-identical, and its resume event says so, naming both.

@@ -220,6 +220,28 @@ private slots:
         QCOMPARE(first.scalars(id).size(), size_t(1));
     }
 
+    // A store opened through a link to its file is the target's: its lock and checkpoint
+    // folders are named from the file, so a run that trains through the link is alive to a
+    // process that opens the target (named from the link, it read as dead there: marked
+    // interrupted, trained again by a resume, deleted while it trained).
+    void aStoreOpenedThroughALinkIsItsFiles()
+    {
+        QTemporaryDir dir;
+        const std::string target = dir.filePath("real.sqlite").toStdString(), link = dir.filePath("link.sqlite").toStdString();
+        std::filesystem::create_symlink("real.sqlite", link); // to a store not made yet: SQLite makes it
+        RunStore through(link);
+        const int64_t id = through.create_run("live", "p.json", "{}");
+        through.append_scalar(id, 1, "train/loss", 2.5);
+        through.flush();
+        RunStore direct(target, OpenMode::ReadWrite);
+        QCOMPARE(direct.list_runs().at(0).status, RunStatus::Running);
+        QCOMPARE(RunStore::open_read_only(target)->list_runs().at(0).status, RunStatus::Running);
+        QCOMPARE(through.checkpoint_dir(id), direct.checkpoint_dir(id));
+        QCOMPARE(through.path(), direct.path());
+        QVERIFY(std::filesystem::exists(target + ".locks"));
+        QVERIFY(!std::filesystem::exists(link + ".locks"));
+    }
+
     // A read-only connection reads a store with no WAL as immutable, without locks. Another
     // process's writer that starts during the read and checkpoints into the file can hand it
     // pages of two versions, or "malformed": such a read is made again on a fresh connection,
