@@ -83,12 +83,12 @@ bool Watchers::RunningStats::spike(double x, double k, int64_t window)
     return fired;
 }
 
-bool Watchers::cooled_down(const std::string& watcher, const std::string& layer, int64_t step)
+bool Watchers::cooled_down(const std::string& watcher, const std::string& subject, int64_t step)
 {
-    const auto key = std::make_pair(watcher, layer);
+    const auto key = std::make_pair(watcher, subject);
     const auto it = last_fired_.find(key);
     // Quiet for cooldown_steps steps after the step it fired in (`<` fired again one step
-    // early: 1 was 0), and for that step's other tensors of the layer; 0 fires every time.
+    // early: 1 was 0), and for the rest of that step; 0 fires every time.
     if (it != last_fired_.end() && config_.cooldown_steps > 0 && step - it->second <= config_.cooldown_steps)
         return false;
     last_fired_[key] = step;
@@ -196,6 +196,11 @@ std::vector<WatchAlert> Watchers::on_frame(const LayerStatsFrame& frame, const s
                                   std::to_string(first->infs) + " inf of " + std::to_string(first->count) + " values"));
         alerts.back().role = first->role;
     }
+    // Per layer, the tensors over their threshold, worst first: the first in the frame's order
+    // fired, and lm_head's "weight: 5.3% flush to zero" was all a step said whose gradient
+    // flushed whole (read-only audit 'guiwalk'). The cooldown is the layer's and role's, so a
+    // role that crosses later, in the cooldown of another, is told too.
+    std::vector<std::pair<std::string, std::vector<const TensorStats*>>> over; // layers in frame order
     for (const auto& t : frame.tensors) {
         // FP8 operands, and the E2M1 elements of nvfp4/mxfp4 operands (against their own
         // threshold). A "<role>_scale" row of nvfp4 counts blocks whose E4M3 scale became 0:
@@ -203,15 +208,25 @@ std::vector<WatchAlert> Watchers::on_frame(const LayerStatsFrame& frame, const s
         // (the wgrad operand without its Hadamard transform, for comparison): not watched.
         const bool fp8 = t.format == "e4m3" || t.format == "e5m2", fp4 = t.format == "e2m1";
         if ((!fp8 && !fp4) || t.role.ends_with("_no_rht")) continue;
-        const bool block_scales = t.role.size() > 6 && t.role.ends_with("_scale");
-        const double threshold = fp4 ? config_.fp4_underflow_max : config_.fp8_underflow_max;
-        if (t.underflow > threshold && cooled_down("fp8_underflow", t.layer, frame.step)) {
+        if (t.underflow <= (fp4 ? config_.fp4_underflow_max : config_.fp8_underflow_max)) continue;
+        auto it = std::find_if(over.begin(), over.end(), [&](const auto& l) { return l.first == t.layer; });
+        if (it == over.end()) it = over.insert(over.end(), {t.layer, {}});
+        it->second.push_back(&t);
+    }
+    for (auto& [layer, tensors] : over) {
+        std::stable_sort(tensors.begin(), tensors.end(),
+                         [](const TensorStats* a, const TensorStats* b) { return a->underflow > b->underflow; });
+        for (const TensorStats* t : tensors) {
+            if (!cooled_down("fp8_underflow", layer + ":" + t->role, frame.step)) continue;
+            const bool block_scales = t->role.size() > 6 && t->role.ends_with("_scale");
+            const double threshold = t->format == "e2m1" ? config_.fp4_underflow_max : config_.fp8_underflow_max;
             const std::string what = block_scales ? "% of blocks have a scale that flushes to zero in "
                                                   : "% of values flush to zero in ";
-            alerts.push_back(make(frame.step, "fp8_underflow", t.layer,
-                                  t.role + " of " + t.layer + ": " + fmt(100.0 * t.underflow) + what + t.format +
+            alerts.push_back(make(frame.step, "fp8_underflow", layer,
+                                  t->role + " of " + layer + ": " + fmt(100.0 * t->underflow) + what + t->format +
                                       " (threshold " + fmt(100.0 * threshold) + "%)"));
-            alerts.back().role = t.role;
+            alerts.back().role = t->role;
+            break; // one alert a layer and step
         }
     }
     for (const auto& [layer, logit] : frame.attention_max_logit)
