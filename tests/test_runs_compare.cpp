@@ -264,6 +264,22 @@ private slots:
                  QStringLiteral("Relative to the first run #2 (bold; no FP32 run shown), train-loss divergence too."));
     }
 
+    // Runs of one project share a name: the page names each with its recipe too, where the
+    // legend read "#4 diverged", "#5 diverged" (read-only audit 'guiwalk'); a name of its own
+    // stays as it is.
+    void runsOfOneNameAreToldApartByRecipe()
+    {
+        QCOMPARE(addDivergedRun("fp16"), int64_t(4));
+        QCOMPARE(addDivergedRun("bf16"), int64_t(5));
+        ComparePage page(connection_.get());
+        QVERIFY(page.setRuns({4, 5, 1}));
+        QStandardItemModel* diff = page.configDiffModel();
+        QCOMPARE(diff->headerData(1, Qt::Horizontal).toString(), QStringLiteral("#4 diverged \u00b7 fp16"));
+        QCOMPARE(diff->headerData(2, Qt::Horizontal).toString(), QStringLiteral("#5 diverged \u00b7 bf16"));
+        QCOMPARE(diff->headerData(3, Qt::Horizontal).toString(), QStringLiteral("#1 alpha"));
+        QCOMPARE(page.curvePlot()->curve(0).label, QStringLiteral("#4 diverged \u00b7 fp16"));
+    }
+
     // A run that trains while it is compared grows on the page: nothing else tells it (the
     // store's "changed" comes only from a remote mirror and the Runs page's edits).
     void aTrainingRunGrowsOnTheComparePage()
@@ -578,6 +594,45 @@ private slots:
             QVERIFY2(tops[i] - tops[i - 1] >= height, qPrintable(QString("%1 px apart, %2 px high")
                                                                   .arg(tops[i] - tops[i - 1])
                                                                   .arg(height)));
+    }
+
+    // A late divergence's label starts below the legend (top right), where it was drawn under
+    // it; an early one's stays at the top.
+    void aLateDivergenceLabelIsNotUnderTheLegend()
+    {
+        ComparePlot plot;
+        plot.resize(700, 300);
+        plot.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&plot));
+        plot.replot(QCustomPlot::rpImmediateRefresh);
+        std::vector<ComparePlot::Curve> curves;
+        for (int i = 0; i < 4; ++i) {
+            ComparePlot::Curve c;
+            c.label = QStringLiteral("#%1 addition-default \u00b7 fp8-hybrid").arg(i + 1);
+            c.color = QColor::fromHsv(60 * i, 200, 200);
+            c.xs = {0, 20, 40};
+            c.ys = {2, 1.5 + 0.1 * i, 1};
+            curves.push_back(c);
+        }
+        plot.setCurves(curves, QStringLiteral("step"), QStringLiteral("train/loss"));
+        plot.setMarkers({{35.0, Qt::red, QStringLiteral("#4 diverges @ 35")},
+                         {5.0, Qt::green, QStringLiteral("#3 diverges @ 5")}});
+        plot.rebuild(true);
+        plot.replot(QCustomPlot::rpImmediateRefresh);
+        const QRect legendBox = plot.legend->outerRect();
+        QVERIFY(legendBox.height() > 40);
+        int checked = 0;
+        for (int i = 0; i < plot.itemCount(); ++i) {
+            auto* text = qobject_cast<QCPItemText*>(plot.item(i));
+            if (!text || !text->text().contains("diverges")) continue;
+            const double top = text->position->pixelPosition().y();
+            if (text->text().contains("@ 35"))
+                QVERIFY2(top >= legendBox.bottom(), qPrintable(QString("top %1, legend to %2").arg(top).arg(legendBox.bottom())));
+            else
+                QVERIFY2(top < legendBox.bottom(), qPrintable(QString::number(top)));
+            ++checked;
+        }
+        QCOMPARE(checked, 2);
     }
 
     // A diverged run on the Compare plot spans the steps it ran, its finite points dots between

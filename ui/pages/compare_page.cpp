@@ -601,6 +601,16 @@ std::optional<int64_t> ComparePage::divergenceStep(int64_t runId) const
 
 // ---- views ---------------------------------------------------------------------------
 
+QString ComparePage::labelOf(const RunData& run) const
+{
+    const QString label = run_label(run.row.id, QString::fromStdString(run.row.name));
+    const bool shared = std::any_of(runs_.begin(), runs_.end(), [&](const RunData& other) {
+        return &other != &run && other.row.name == run.row.name;
+    });
+    return shared && !run.row.recipe.empty() ? label + QStringLiteral(" · ") + QString::fromStdString(run.row.recipe)
+                                             : label;
+}
+
 void ComparePage::rebuildHeader()
 {
     if (runs_.empty()) {
@@ -614,7 +624,7 @@ void ComparePage::rebuildHeader()
     for (size_t i = 0; i < runs_.size(); ++i)
         names << QStringLiteral("<span style='color:%1'>■</span> %2")
                      .arg(run_color(i).name(),
-                          run_label(runs_[i].row.id, QString::fromStdString(runs_[i].row.name)).toHtmlEscaped());
+                          labelOf(runs_[i]).toHtmlEscaped());
     headerLabel_->setText(tr("<b>Comparing %1</b> &nbsp; ").arg(count_text(int64_t(runs_.size()), tr("run"), tr("runs"))) +
                           names.join(QStringLiteral(" &nbsp; ")));
 }
@@ -630,7 +640,7 @@ void ComparePage::rebuildCurves()
         if (s.empty()) continue;
         ComparePlot::Curve c;
         c.runId = run.row.id;
-        c.label = run_label(run.row.id, QString::fromStdString(run.row.name));
+        c.label = labelOf(run);
         c.color = run_color(i);
         c.markers = sparse;
         const auto points = pointsOf(run, s);
@@ -757,7 +767,7 @@ void ComparePage::rebuildConfigDiff()
     QStringList headers{tr("Key")};
     std::vector<std::string> configs;
     for (const RunData& r : runs_) {
-        headers << run_label(r.row.id, QString::fromStdString(r.row.name));
+        headers << labelOf(r);
         configs.push_back(r.row.config_json);
     }
     diffModel_->setHorizontalHeaderLabels(headers);
@@ -806,7 +816,7 @@ void ComparePage::syncLayerControls()
     syncing_ = true;
     layerOtherCombo_->clear();
     for (size_t i = 1; i < runs_.size(); ++i)
-        layerOtherCombo_->addItem(run_label(runs_[i].row.id, QString::fromStdString(runs_[i].row.name)),
+        layerOtherCombo_->addItem(labelOf(runs_[i]),
                                   QVariant::fromValue<qint64>(runs_[i].row.id));
     const int index = layerOtherCombo_->findData(QVariant::fromValue<qint64>(layerOther_));
     layerOtherCombo_->setCurrentIndex(index);

@@ -151,6 +151,9 @@ private:
         std::optional<Series> stepTimes;
     };
 
+    // "#3 addition-default", with the recipe where another compared run has the same name
+    // ("#3 addition-default · fp16"): a precision comparison starts from one project.
+    QString labelOf(const RunData& run) const;
     QWidget* buildControls();
     QWidget* buildLayerTab();
     const Series& seriesOf(RunData& run, const std::string& tag);

@@ -131,6 +131,17 @@ void ComparePlot::rebuild(bool now)
     const int plotHeight = axisRect()->height();
     const double rowRatio =
         plotHeight >= 50 ? std::max(0.06, (QFontMetrics(markerFont).height() + 4.0) / plotHeight) : 0.06;
+    // The legend sits at the top right: a marker in the right half of the steps starts its
+    // labels below it (a late divergence's "#n diverges @ k" was drawn under the legend).
+    double xMin = 0.0, xMax = -std::numeric_limits<double>::infinity();
+    for (const Curve& c : curves_)
+        for (double x : c.xs) {
+            if (!std::isfinite(x)) continue;
+            xMin = std::min(xMin, x);
+            xMax = std::max(xMax, x);
+        }
+    const double legendPixels = curves_.empty() ? 0.0 : legend->minimumOuterSizeHint().height() + 18.0; // + its inset
+    const double belowLegend = plotHeight >= 50 ? std::min(0.8, legendPixels / plotHeight) : 0.0;
     for (const Marker& m : markers_) {
         auto* line = new QCPItemStraightLine(this);
         line->point1->setCoords(m.x, 0);
@@ -139,7 +150,9 @@ void ComparePlot::rebuild(bool now)
         markerItems_.push_back(line);
         auto* label = new QCPItemText(this);
         label->position->setTypeY(QCPItemPosition::ptAxisRectRatio);
-        label->position->setCoords(m.x, 0.02 + rowRatio * double(markerItems_.size() / 2));
+        const bool underLegend = xMax > xMin && m.x > xMin + 0.5 * (xMax - xMin);
+        label->position->setCoords(m.x, (underLegend ? belowLegend : 0.0) + 0.02 +
+                                            rowRatio * double(markerItems_.size() / 2));
         label->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);
         label->setText(m.label);
         label->setColor(m.color.darker(130));
