@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "legacy_events.h"
+#include "common/dark_palette.h"
 #include "plots/exponent_histogram_plot.h"
 #include "plots/layer_heatmap_plot.h"
 #include "models/run_history.h"
@@ -233,7 +234,6 @@ void TestPlots::heatmapShowsCraftedValues()
     plot.setStatistic(stat, role);
     QVERIFY(plot.refresh());
 
-    QCOMPARE(plot.rowCount(), 11);
     const bool perStep = stat == LayerStat::GradNorm;
     QCOMPARE(plot.columnCount(), perStep ? int(kSteps) : int(kFrameSteps.size()));
     QCOMPARE(plot.colorMap()->colorScale()->axis()->label(), label);
@@ -264,6 +264,17 @@ void TestPlots::heatmapShowsCraftedValues()
         return kNaN;
     };
     int checked = 0, missing = 0;
+    // A row for each layer with a value at some frame (of 11): one that can hold none of the
+    // statistic is left out, so that every row drawn is one the axis can label.
+    int rowsWithValues = 0;
+    for (size_t i = 0; i < layers.size(); ++i) {
+        bool any = false;
+        for (size_t j = 0; j < (perStep ? size_t(kSteps) : kFrameSteps.size()); ++j)
+            any = any || !std::isnan(perStep ? expect(i, 0, int64_t(j) + 1) : expect(i, j, kFrameSteps[j]));
+        rowsWithValues += any ? 1 : 0;
+    }
+    QCOMPARE(plot.rowCount(), rowsWithValues);
+    if (stat == LayerStat::AttentionMaxLogit) QCOMPARE(rowsWithValues, 2); // the sdpa rows alone
     for (size_t i = 0; i < layers.size(); ++i) {
         const QString layer = QString::fromStdString(layers[i]);
         if (perStep) {
@@ -337,6 +348,14 @@ void TestPlots::heatmapDrawsNonFiniteTensorsDark()
     QCOMPARE(cell_pixel(plot, image, 1, "blocks.0.mlp.fc1"), QColor(Qt::white));
     QCOMPARE(cell_pixel(plot, image, 2, "blocks.0.attn.qkv"), QColor(Qt::white));
     QVERIFY(plot.showsNonFiniteNote());
+    // On a dark palette near-black is the background: the cells and their key take magenta.
+    plot.setPalette(dark_palette());
+    plot.replot(QCustomPlot::rpImmediateRefresh);
+    const QImage dark = plot.grab().toImage();
+    QCOMPARE(plot.nonFiniteColor(), QColor(255, 64, 255));
+    QCOMPARE(cell_pixel(plot, dark, 2, "blocks.0.mlp.fc1"), QColor(255, 64, 255));
+    plot.setPalette(QPalette());
+    QCOMPARE(plot.nonFiniteColor(), QColor(25, 25, 25));
     // As its own statistic the share is coloured as the other percentages, and a statistic of
     // another role, or of the layer, has no such cells.
     plot.setStatistic(LayerStat::NonFinitePercent, QStringLiteral("grad_output"));
@@ -900,6 +919,44 @@ void TestPlots::histogramTitleAndSpecials()
                                           "NaN/Inf 17.6%")); // 3 of 17
     QCOMPARE(plot.specialsText(), QStringLiteral("zeros 23.5% · inf 2 · NaN 1"));
     QVERIFY(plot.yAxis->range().upper >= 20.0); // two decades at least: no label twice
+
+    // A rowwise layer's tensor has a scale per row, not per block.
+    RunHistory rowwise;
+    rowwise.setInitialLayerStates(
+        {LayerState{"blocks.1.mlp.fc2", {NumberFormat::E4M3, NumberFormat::E5M2, NumberFormat::E5M2}, "rowwise", ""}});
+    rowwise.append(batch);
+    plot.setHistory(&rowwise);
+    plot.setTensor(QStringLiteral("blocks.1.mlp.fc2"), QStringLiteral("weight_grad"));
+    plot.setStep(300);
+    plot.refresh();
+    QVERIFY2(plot.title().startsWith(QStringLiteral("blocks.1.mlp.fc2 · weight_grad · e5m2 · step 300 · per-row scales")),
+             qPrintable(plot.title()));
+
+    // A tensor that underflows whole (e4m3 at scale 1, values 2^-20 to 2^-14, below its 2^-9):
+    // the view runs on to where e4m3's normal values begin (2^-6), or only the red band showed.
+    RunHistory flushed;
+    TelemetryBatch low;
+    LayerStatsFrame lf;
+    lf.step = 1;
+    TensorStats g;
+    g.layer = "lm_head";
+    g.role = "grad_output";
+    g.format = "e4m3";
+    g.first_exponent = -20;
+    g.exponent_counts = {5, 9, 20, 40, 30, 9, 2};
+    g.count = 115;
+    g.underflow = 1.0;
+    g.subnormal = 0.0;
+    g.scale = 1.0;
+    lf.tensors.push_back(g);
+    low.layer_frames.push_back(lf);
+    flushed.append(low);
+    plot.setHistory(&flushed);
+    plot.setTensor(QStringLiteral("lm_head"), QStringLiteral("grad_output"));
+    plot.setStep(1);
+    plot.refresh();
+    QVERIFY2(plot.xAxis->range().upper >= -5.0, qPrintable(QString::number(plot.xAxis->range().upper)));
+    QVERIFY(plot.xAxis->range().lower <= -20.0);
 }
 
 void TestPlots::histogramRefreshOnlyWhenSomethingChanged()

@@ -266,6 +266,10 @@ bool ExponentHistogramPlot::rebuild()
     constexpr double kReach = 16.0;
     if (!perBlock && lsub - 1 + shift >= lo - kReach) lo = std::min(lo, lsub - 1 + shift);
     if (!perBlock && lmax + shift <= hi + kReach) hi = std::max(hi, lmax + shift);
+    // A tensor that mostly underflows ends below the format's smallest value: the view runs on
+    // to where the format's normal values begin, or it showed the red band alone, the edge it
+    // missed out of sight (read-only audit 'guiwalk').
+    else if (!perBlock && lsub + shift <= hi + kReach) hi = std::max(hi, lnorm + shift + 1.0);
     xAxis->setRange(std::floor(lo) - 2.0, std::ceil(hi) + 2.0);
     // At least two decades: with a count of 1 (a tensor of NaN and a value) the log ticker
     // labelled 2, 3 and 4 twice each at one digit.
@@ -315,7 +319,11 @@ bool ExponentHistogramPlot::rebuild()
                        .arg(layer_, role_, QString::fromLatin1(info.name))
                        .arg(shownStep_);
     if (perBlock) {
-        head += QStringLiteral(" · per-block scales");
+        // rowwise scales each row; the MX and block recipes each block (the title said "per-block"
+        // of a rowwise tensor).
+        const LiveLayer* live = history_ ? history_->liveLayers().find(layer_.toStdString()) : nullptr;
+        head += live && live->state.recipe == "rowwise" ? QStringLiteral(" · per-row scales")
+                                                         : QStringLiteral(" · per-block scales");
     } else if (h->scale != 1.0 && std::isfinite(h->scale) && h->scale > 0) {
         const double l = std::log2(h->scale);
         head += std::abs(l - std::round(l)) < 1e-9 ? QStringLiteral(" · scale 2^%1").arg(std::lround(l))

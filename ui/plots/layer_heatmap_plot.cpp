@@ -14,6 +14,9 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 const QColor kNonFiniteColor(25, 25, 25);
+// On a dark palette near-black is the background itself: the cells and their key vanished
+// (read-only audit 'guiwalk'). Magenta is no colour of the maps' scales.
+const QColor kNonFiniteOnDark(255, 64, 255);
 
 // Columns are cells 0..n-1, one per telemetry frame, rather than cells at step resolution:
 // after thinning, or around a resume or an eval gap, the frames are not evenly spaced, and a
@@ -249,12 +252,6 @@ LayerHeatmapPlot::LayerHeatmapPlot(QWidget* parent) : QCustomPlot(parent)
     nonFiniteMap_ = new QCPColorMap(xAxis, yAxis);
     nonFiniteMap_->setInterpolate(false);
     nonFiniteMap_->setTightBoundary(false);
-    QCPColorGradient dead;
-    dead.clearColorStops();
-    dead.setColorStopAt(0.0, kNonFiniteColor);
-    dead.setColorStopAt(1.0, kNonFiniteColor);
-    dead.setNanHandling(QCPColorGradient::nhTransparent);
-    nonFiniteMap_->setGradient(dead);
     nonFiniteMap_->setDataRange(QCPRange(0.0, 1.0));
 
     QFont small = font();
@@ -308,7 +305,6 @@ LayerHeatmapPlot::LayerHeatmapPlot(QWidget* parent) : QCustomPlot(parent)
     nonFiniteNote_->setClipToAxisRect(false);
     nonFiniteNote_->setFont(small);
     nonFiniteNote_->setText(QStringLiteral("\u25a0 NaN/Inf in the tensor"));
-    nonFiniteNote_->setColor(kNonFiniteColor);
     nonFiniteNote_->setVisible(false);
 
     emptyText_ = new QCPItemText(this);
@@ -323,6 +319,34 @@ LayerHeatmapPlot::LayerHeatmapPlot(QWidget* parent) : QCustomPlot(parent)
     connect(this, &QCustomPlot::mousePress, this, &LayerHeatmapPlot::onMousePress);
     rebuild();
     follow_palette(this); // after the plot's own legend and axis set-up
+    colorNonFinite();
+}
+
+QColor LayerHeatmapPlot::nonFiniteColor() const
+{
+    return palette().color(QPalette::Base).lightness() < 128 ? kNonFiniteOnDark : kNonFiniteColor;
+}
+
+void LayerHeatmapPlot::colorNonFinite()
+{
+    if (!nonFiniteMap_ || !nonFiniteNote_) return; // a palette change during construction
+    const QColor color = nonFiniteColor();
+    QCPColorGradient dead;
+    dead.clearColorStops();
+    dead.setColorStopAt(0.0, color);
+    dead.setColorStopAt(1.0, color);
+    dead.setNanHandling(QCPColorGradient::nhTransparent);
+    nonFiniteMap_->setGradient(dead);
+    nonFiniteNote_->setColor(color);
+}
+
+void LayerHeatmapPlot::changeEvent(QEvent* event)
+{
+    QCustomPlot::changeEvent(event);
+    if (event->type() == QEvent::PaletteChange) {
+        colorNonFinite();
+        replot(rpQueuedReplot);
+    }
 }
 
 void LayerHeatmapPlot::setHistory(const RunHistory* history)
@@ -373,6 +397,31 @@ void LayerHeatmapPlot::rebuild()
             for (size_t c = 0; c < dead.size(); ++c)
                 for (size_t r = 0; r < std::min(dead[c].values.size(), names.size()); ++r)
                     nonFinite[c * names.size() + r] = dead[c].values[r] > 0.0f;
+        }
+        // Rows that can hold no value of this statistic (no underflow of grad_output for wte
+        // or a layer norm) are left out: a third of the rows were always grey, the axis labelled
+        // every second or third row, and a row that lit up was often an unlabelled one (read-only
+        // audit 'guiwalk'). A map with no value at all keeps its rows, under its note.
+        const size_t rows = names.size(), columns = steps.size();
+        std::vector<size_t> kept;
+        for (size_t r = 0; r < rows; ++r)
+            for (size_t c = 0; c < columns; ++c)
+                if (!std::isnan(values[c * rows + r]) || (c * rows + r < nonFinite.size() && nonFinite[c * rows + r])) {
+                    kept.push_back(r);
+                    break;
+                }
+        if (!kept.empty() && kept.size() < rows) {
+            std::vector<QString> keptNames;
+            std::vector<float> keptValues;
+            std::vector<char> keptNonFinite;
+            for (size_t r : kept) keptNames.push_back(names[r]);
+            for (size_t c = 0; c < columns; ++c)
+                for (size_t r : kept) keptValues.push_back(values[c * rows + r]);
+            for (size_t c = 0; c < nonFinite.size() / std::max<size_t>(rows, 1); ++c)
+                for (size_t r : kept) keptNonFinite.push_back(nonFinite[c * rows + r]);
+            names = std::move(keptNames);
+            values = std::move(keptValues);
+            nonFinite = std::move(keptNonFinite);
         }
         for (const auto& e : history_->events())
             if (e.kind == EventKind::PrecisionChanged) events.push_back(e.step);

@@ -51,13 +51,18 @@ public:
     // state of a layer, shown beside the selected row; "" when unknown.
     QString liveStateText(const QString& layer) const;
     QString rowLabel(int row) const; // the y-axis label of a row
+    QColor nonFiniteColor() const;   // of the cells whose tensor held NaN or Inf, and their key
 
 signals:
     void cellClicked(qint64 step, const QString& layer);
     // A right click on a layer's row (anywhere along it), at `globalPos`.
     void layerMenuRequested(const QString& layer, const QPoint& globalPos);
 
+protected:
+    void changeEvent(QEvent* event) override; // a palette change recolours the NaN/Inf cells
+
 private:
+    void colorNonFinite();
     void rebuild();
     void updateCursor();
     void updateSelection();
