@@ -401,6 +401,29 @@ private slots:
         QCOMPARE(read_file(shot), QByteArray("an earlier picture"));
     }
 
+    // A picture that cannot be saved is refused before the run (it trained the whole run, then
+    // said "cannot write"), and no store is made for it.
+    void aScreenshotThatCannotBeSavedIsRefusedFirst()
+    {
+        QTemporaryDir dir;
+        const QString missing = dir.filePath(QStringLiteral("no-such-folder/shot.png"));
+        const auto [code, out] = run_gui_on_golden(dir, {QStringLiteral("--screenshot"), missing});
+        QVERIFY2(code == 2, qPrintable(out));
+        QVERIFY2(out.contains(QStringLiteral("--screenshot '%1': no picture can be saved there: '%2' does not exist")
+                                  .arg(missing, dir.filePath(QStringLiteral("no-such-folder")))),
+                 qPrintable(out));
+        QVERIFY(!QFileInfo::exists(dir.filePath(QStringLiteral("runs.sqlite"))));
+        // A --screenshot-dir is made where it can be: not inside a file.
+        QVERIFY(write_file(dir.filePath(QStringLiteral("notes.txt")), "x"));
+        const QString deep = dir.filePath(QStringLiteral("notes.txt/a/b"));
+        const auto [dirCode, dirOut] = run_gui_on_golden(dir, {QStringLiteral("--screenshot-dir"), deep});
+        QVERIFY2(dirCode == 2, qPrintable(dirOut));
+        QVERIFY2(dirOut.contains(QStringLiteral("--screenshot-dir '%1': no picture can be saved there: '%2' is not a folder")
+                                     .arg(deep, dir.filePath(QStringLiteral("notes.txt")))),
+                 qPrintable(dirOut));
+        QVERIFY(!QFileInfo::exists(dir.filePath(QStringLiteral("runs.sqlite"))));
+    }
+
     // A store that is no store: exit 3 as mantissa-train's (it exited 1), the picture kept.
     void aDamagedStoreExitsAsAStoreProblem()
     {
