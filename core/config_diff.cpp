@@ -52,7 +52,7 @@ json parse(const std::string& text, size_t index)
     try {
         return json::parse(text);
     } catch (const json::parse_error& e) {
-        throw ConfigError("config diff: config " + std::to_string(index + 1) + " is not valid JSON: " + e.what());
+        throw ConfigError("config diff: config " + std::to_string(index + 1) + " is not valid JSON: " + json_error_words(e.what()));
     }
 }
 

@@ -735,16 +735,20 @@ json parse_checking_keys(const std::string& text)
 
 json parse_project_text(const std::string& json_text)
 {
+    // A file saved as UTF-16 (an editor's "Unicode") reads as garbage at its first byte.
+    if (json_text.starts_with("\xFF\xFE") || json_text.starts_with("\xFE\xFF"))
+        throw ConfigError("not valid JSON: the file is UTF-16; save it as UTF-8");
     KeyTracker tracker;
     try {
         return parse_tracked(json_text, tracker);
     } catch (const json::out_of_range& e) { // 406: a number beyond a double's range (1e999)
         const std::string at = tracker.where();
         throw ConfigError((at.empty() ? std::string("project") : at) + ": a number is too large for a double (" +
-                          e.what() + ")");
+                          json_error_words(e.what()) + ")");
     } catch (const json::exception& e) {
         const std::string at = tracker.where();
-        throw ConfigError(std::string("not valid JSON") + (at.empty() ? "" : " (in " + at + ")") + ": " + e.what());
+        throw ConfigError(std::string("not valid JSON") + (at.empty() ? "" : " (in " + at + ")") + ": " +
+                          json_error_words(e.what()));
     }
 }
 
@@ -823,6 +827,16 @@ const Override* override_at_fault(const std::string& message, const std::vector<
 }
 
 } // namespace
+
+std::string json_error_words(const char* what)
+{
+    std::string_view text(what);
+    if (text.starts_with("[json.exception.")) {
+        const size_t end = text.find("] ");
+        if (end != std::string_view::npos) text.remove_prefix(end + 2);
+    }
+    return std::string(text);
+}
 
 std::string blame_override(const std::string& message, const std::vector<Override>& overrides)
 {

@@ -185,6 +185,12 @@ void Trainer::Impl::load_checkpoint(const std::string& path)
         open_checkpoint_archive(path, archive);
     });
     resumed_from_file = true;
+    abandoned_checkpoints.clear();
+    if (!config.training.checkpoint_dir.empty())
+        for (auto& file : list_checkpoints(resolve_data_path(config, config.training.checkpoint_dir))) {
+            const auto at = checkpoint_step(file);
+            if (at && *at > step && is_our_checkpoint(file)) abandoned_checkpoints.insert(std::move(file));
+        }
 }
 
 void Trainer::Impl::load_state(std::istream& in, const std::string& source)
@@ -206,6 +212,15 @@ void Trainer::Impl::load_archive(const std::string& path,
         open(archive);
         const CheckpointIdentity theirs = read_checkpoint_header(path, archive);
         refuse_another_runs_checkpoint(path, theirs, current_identity());
+        // Checkpoints from before fingerprints were kept resume on whatever data there is. Before
+        // the shapes: other data with another character set makes another vocabulary, which
+        // read as "does not fit this model (wte)" and sent the user looking at the model.
+        if (c10::IValue trained_on; archive.try_read("data_fingerprint", trained_on) && trained_on.isString() &&
+                                    trained_on.toStringRef() != data_fingerprint_text())
+            throw CheckpointOfOtherData("checkpoint '" + path + "' was trained on other data (" + trained_on.toStringRef() +
+                                     "); the project's data now gives " + data_fingerprint_text() +
+                                     ". Resuming would train on other tokens: restore the data the run was "
+                                     "trained on, or start a new run");
         // Every shape is checked before the first tensor is copied: a checkpoint of another run
         // or model leaves this trainer as it was. One that turns out unreadable further on (a
         // record missing) may leave it half-loaded: RunSession::reopen then builds a new one.
@@ -220,13 +235,6 @@ void Trainer::Impl::load_archive(const std::string& path,
         }
         if (!theirs.model_shape.empty() && theirs.model_shape != current_identity().model_shape)
             throw CheckpointMismatch("checkpoint '" + path + "' does not fit this model" + whose_model(theirs));
-        // Checkpoints from before fingerprints were kept resume on whatever data there is.
-        if (c10::IValue trained_on; archive.try_read("data_fingerprint", trained_on) && trained_on.isString() &&
-                                    trained_on.toStringRef() != data_fingerprint_text())
-            throw CheckpointOfOtherData("checkpoint '" + path + "' was trained on other data (" + trained_on.toStringRef() +
-                                     "); the project's data now gives " + data_fingerprint_text() +
-                                     ". Resuming would train on other tokens: restore the data the run was "
-                                     "trained on, or start a new run");
         torch::NoGradGuard no_grad;
         for (auto& item : model->named_parameters()) item.value().copy_(get("model/" + item.key()));
         optimizer->load(archive);
@@ -312,20 +320,26 @@ std::string Trainer::Impl::write_periodic_checkpoint(TelemetrySink& sink)
     // damaged): counted, they would push out the file just written and keep only them. While
     // the store cannot record checkpoints (a full disk), the newest recorded one stays: a
     // resume trusts no unrecorded file past the store's last committed step.
+    // The files of a future this run left when it resumed (abandoned_checkpoints) are not
+    // counted: one left by a double Ctrl-C pushed out a recorded checkpoint, and only keep - 1
+    // usable ones stayed (read-only audit 'badinput'). Once the run is past one, it goes.
     const auto rotate = [&](size_t keep) {
         std::vector<std::string> existing;
+        std::error_code ignored;
         for (auto& file : list_checkpoints(dir)) {
             const auto at = checkpoint_step(file);
-            if (at && *at <= step && is_our_checkpoint(file)) existing.push_back(std::move(file));
+            if (!at || *at > step || !is_our_checkpoint(file)) continue;
+            if (!abandoned_checkpoints.contains(file)) existing.push_back(std::move(file));
+            else if (fs::remove(file, ignored)) abandoned_checkpoints.erase(file);
         }
         const auto newest_recorded = std::find_if(existing.rbegin(), existing.rend(), [&](const std::string& file) {
             return !unrecorded_checkpoints.contains(file);
         });
-        std::error_code ignored;
         for (size_t i = 0; i + keep < existing.size(); ++i)
             if (newest_recorded == existing.rend() || existing[i] != *newest_recorded)
                 fs::remove(existing[i], ignored);
     };
+    abandoned_checkpoints.erase(path); // written again: this future's now
     // A write that a kill cut short left its temporary file: removed before this write, which on
     // a tight disk it made fail, and every one after it (read-only audit 'ckpt-scale').
     remove_stale_temporaries(dir);

@@ -89,6 +89,10 @@ struct Trainer::Impl {
     CheckpointIdentity identity; // written into every checkpoint; run_uuid empty = no run attached
     std::function<bool(const Trainer::CheckpointWrite&)> checkpoint_listener;
     std::set<std::string> unrecorded_checkpoints; // written, but the listener could not record them
+    // This run's files past the checkpoint it resumed from: another future of it (a stop cut
+    // short before the store recorded its file, a newest file found damaged). Rotation does not
+    // count them among the `keep`, and removes them once the run is past them.
+    std::set<std::string> abandoned_checkpoints;
     std::map<std::string, bool> checkpoint_is_ours; // by path: read once, for shared folders
     torch::Device device{torch::kCPU};
     // The CUDA device's index for memory readings, or -1 on the CPU.

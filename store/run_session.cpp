@@ -419,7 +419,17 @@ std::unique_ptr<RunSession> RunSession::reopen(RunStore& store, const RunInfo& i
                                                const std::vector<Override>& overrides, const Report& report)
 {
     const auto base = run_base_dir(info);
-    const ProjectConfig config = load_stored_run_json(info.config_json, base, overrides);
+    const ProjectConfig config = [&] {
+        try {
+            return load_stored_run_json(info.config_json, base, overrides);
+        } catch (const ConfigError& e) {
+            // The store's copy, not the user's project file, which "not valid JSON (in model)"
+            // alone sent them looking at.
+            const std::string what = e.what();
+            if (!what.starts_with("not valid JSON")) throw;
+            throw ConfigError("run " + std::to_string(info.id) + "'s settings in the run store are damaged: " + what);
+        }
+    }();
     std::unique_ptr<RunSession> session(new RunSession());
     bool formats_overridden = false; // the overrides change which formats the layers take
     std::optional<ProjectConfig> before_config; // the stored settings, where overrides change them
@@ -691,8 +701,13 @@ SessionOutcome RunSession::run(const std::vector<TelemetrySink*>& sinks)
     store_->flush();
     out.rows_lost = store_->rows_lost() - rows_lost_at_start_;
     out.store_error = out.rows_lost > 0 ? store_->last_write_error() : std::string();
+    // A run whose rows the store lost is not whole: recorded "finished", it listed 0 steps and
+    // nothing said rows were missing (read-only audit 'badinput'). Interrupted, a resume takes
+    // the last checkpoint from before the loss and trains the lost steps again.
+    const RunStatus recorded =
+        out.rows_lost > 0 && out.status != RunStatus::Failed ? RunStatus::Interrupted : out.status;
     try {
-        store_->finish_run(run_id_, out.status);
+        store_->finish_run(run_id_, recorded);
     } catch (const std::exception& e) {
         out.status = RunStatus::Failed;
         out.error = e.what(); // names the store already

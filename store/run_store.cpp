@@ -670,8 +670,11 @@ bool RunStore::check_contents(bool may_be_empty)
         ours = pragma_int(db_, "SELECT count(*) FROM sqlite_master WHERE type='table' AND "
                                "name IN ('runs', 'scalars', 'events')");
     } catch (const SqliteFailure& e) {
+        // Its first 16 bytes are SQLite's (inspect saw them): the rest of its header page is
+        // damaged. "Not a run store" told a user holding the right file that it was the wrong one.
         if ((e.code & 0xff) == SQLITE_NOTADB)
-            throw StoreError("'" + path_ + "' is not a SQLite database: it is not a Mantissa run store");
+            throw StoreError("run store '" + path_ + "' is damaged: it starts as a SQLite database, but its header "
+                             "page does not read (" + e.detail + ")");
         if ((e.code & 0xff) == SQLITE_CORRUPT)
             throw StoreError("run store '" + path_ + "' is damaged (" + e.detail + ")");
         throw StoreError("run store '" + path_ + "' cannot be read: " + e.detail);
@@ -1644,6 +1647,14 @@ std::vector<RunSummaryRow> RunStore::list_run_summaries(const RunFilter& filter,
 
 void RunStore::add_tags(int64_t run_id, const std::vector<std::string>& tags)
 {
+    // A line break in a tag broke every later `list` row in two (names refuse them already).
+    // Only new tags: one stored before this rule can still be removed.
+    for (const auto& t : tags) {
+        const std::string clean = trimmed_tag(t);
+        if (std::any_of(clean.begin(), clean.end(), [](unsigned char ch) { return ch < 0x20 || ch == 0x7f; }))
+            throw StoreArgumentError("tag '" + clean + "' has a control character (a line break, a tab): give one "
+                                     "line");
+    }
     write_tags(run_id, tags, "INSERT OR IGNORE INTO run_tags(run_id, tag) VALUES(?, ?)", /*run_must_exist=*/true);
 }
 

@@ -462,6 +462,17 @@ private slots:
             QCOMPARE(std::string(e.what()), std::string("a tag cannot be empty"));
         }
         QCOMPARE(store.tags(a), (std::vector<std::string>{"baseline"})); // nothing of the bad call was written
+        // A line break in a tag broke every later `list` row in two.
+        for (const char* bad : {"two\nlines", "a\ttab"}) {
+            try {
+                store.add_tags(a, {"ok", bad});
+                QFAIL("accepted a tag with a control character");
+            } catch (const StoreError& e) {
+                QCOMPARE(std::string(e.what()), "tag '" + std::string(bad) +
+                                                    "' has a control character (a line break, a tab): give one line");
+            }
+        }
+        QCOMPARE(store.tags(a), (std::vector<std::string>{"baseline"}));
         try {
             store.add_tags(999, {"x"});
             QFAIL("tagged a run that does not exist");

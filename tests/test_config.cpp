@@ -249,7 +249,9 @@ private slots:
         QTest::addColumn<QString>("json");
         QTest::addColumn<QString>("override");
         QTest::addColumn<QString>("message");
-        QTest::newRow("malformed JSON") << R"({"model": {)" << "" << "not valid JSON";
+        // The parser's words and where, without nlohmann's "[json.exception.parse_error.101]" tag.
+        QTest::newRow("malformed JSON") << R"({"model": {)" << ""
+                                        << "not valid JSON (in model): parse error at line 1, column 12: syntax error";
         QTest::newRow("top level array") << "[1, 2]" << "" << "expected a JSON object at the top level";
         // JSON keeps one of two (nlohmann the last): a setting would go without a word.
         QTest::newRow("a key twice") << R"({"training": {"steps": 5}, "training": {"batch_size": 2}})" << ""
@@ -385,6 +387,19 @@ private slots:
             QFAIL("accepted a bad project");
         } catch (const ConfigError& e) {
             QVERIFY2(QString(e.what()).contains(message), e.what());
+        }
+    }
+
+    // A project saved as UTF-16 (an editor's "Unicode") is named as such, not as garbage.
+    void aUtf16ProjectIsNamed()
+    {
+        for (const std::string& bom : {std::string("\xFF\xFE"), std::string("\xFE\xFF")}) {
+            try {
+                load_project_json(bom + std::string("{\0}\0", 4), "");
+                QFAIL("accepted a UTF-16 project");
+            } catch (const ConfigError& e) {
+                QCOMPARE(std::string(e.what()), std::string("not valid JSON: the file is UTF-16; save it as UTF-8"));
+            }
         }
     }
 

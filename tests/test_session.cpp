@@ -150,6 +150,7 @@ private slots:
     void aCheckpointAfterLostRowsIsNotRecorded();
     void aRunDeletedBeforeItsClaimIsNotTrained();
     void aRunThatCannotGoOnEndsFailed();
+    void damagedStoredSettingsNameTheStore();
 };
 
 void TestSession::guiAndCliRunsGoThroughOneSession()
@@ -961,6 +962,13 @@ void TestSession::aResumeOnChangedDataIsRefused()
     QVERIFY2(refused.err.contains("was trained on other data (train ") &&
                  refused.err.contains("restore the data the run was trained on, or start a new run"),
              qPrintable(refused.err));
+    // A character more makes a larger vocabulary, and another shape of the embedding: the data
+    // is named, not "does not fit this model (wte)", which sent users looking at the model.
+    write_data('z');
+    std::ofstream(data.toStdString(), std::ios::app) << "#\n";
+    const auto larger = run_cli({"resume", "1", "--db", db, "--set", "training.steps=25"});
+    QCOMPARE(larger.exit_code, 2);
+    QVERIFY2(larger.err.contains("was trained on other data (train "), qPrintable(larger.err));
     {
         RunStore store(db.toStdString());
         QCOMPARE(store.find_run("1")->last_step, int64_t(20));
@@ -1597,6 +1605,28 @@ void TestSession::anUnreadableFileInTheWayNamesNoOtherRun()
     QCOMPARE(fs::file_size(folder + "/step-00000010.pt"), uintmax_t(0));
 }
 
+// A run's settings in the store that no longer read as JSON are named as the store's, not
+// as a project file's ("not valid JSON (in model)" alone sent users to their project file).
+void TestSession::damagedStoredSettingsNameTheStore()
+{
+    QTemporaryDir dir;
+    const std::string project = write_project(dir);
+    RunStore store(dir.filePath("runs.sqlite").toStdString());
+    RunSession session(load_project_file(project));
+    const int64_t id = session.create_run(store, "stored", project);
+    session.run({});
+    store.set_run_config(id, R"({"model": {)");
+    try {
+        RunSession::reopen(store, *store.find_run(std::to_string(id)), {});
+        QFAIL("reopened a run whose settings do not read");
+    } catch (const ConfigError& e) {
+        QVERIFY2(std::string(e.what()).starts_with("run " + std::to_string(id) +
+                                                   "'s settings in the run store are damaged: not valid JSON (in "
+                                                   "model): parse error at line 1, column 12"),
+                 e.what());
+    }
+}
+
 void TestSession::aRunThatCannotGoOnEndsFailed()
 {
     QTemporaryDir dir;
@@ -1634,6 +1664,8 @@ void TestSession::aCheckpointAfterLostRowsIsNotRecorded()
     QVERIFY2(outcome.rows_lost > 0, qPrintable(QString::number(outcome.rows_lost)));
     QVERIFY2(outcome.store_error.find("FOREIGN KEY") != std::string::npos, outcome.store_error.c_str());
     QCOMPARE(store.checkpoints(id).size(), size_t(0)); // 10, 20 and 30 came after the loss
+    // Not whole: recorded as interrupted, which a resume takes up, not "finished".
+    QCOMPARE(status_text(store.find_run(std::to_string(id))->status), std::string("interrupted"));
     int unrecorded = 0;
     for (const auto& e : store.events(id)) unrecorded += e.kind == "checkpoint_unrecorded";
     QCOMPARE(unrecorded, 3);
@@ -1644,6 +1676,7 @@ void TestSession::aCheckpointAfterLostRowsIsNotRecorded()
     QCOMPARE(fine.rows_lost, int64_t(0));
     QCOMPARE(fine.store_error, std::string());
     QCOMPARE(store.checkpoints(clean.run_id()).size(), size_t(3));
+    QCOMPARE(status_text(store.find_run(std::to_string(clean.run_id()))->status), std::string("finished"));
 }
 
 // Deleted between a resume's load and its claim: the claim refuses (it used to go on, every

@@ -814,7 +814,10 @@ private slots:
         QTest::newRow("text file") << QByteArray("this is not a database, just some text\n").repeated(200)
                                    << "is not a Mantissa run store";
         QByteArray header("SQLite format 3\0", 16);
-        QTest::newRow("truncated sqlite") << header + QByteArray(84, '\x7f') << "is not a Mantissa run store";
+        // SQLite's magic, the rest of the header garbage: the right file damaged, not another one.
+        QTest::newRow("truncated sqlite") << header + QByteArray(84, '\x7f')
+                                          << "is damaged: it starts as a SQLite database, but its header page does "
+                                             "not read";
     }
     void refusesBadFilesAndLeavesThemUntouched()
     {
@@ -1010,6 +1013,10 @@ private slots:
                                  << "is a SQLite database of another program";
         QTest::newRow("text") << QByteArray("just some text\n").repeated(100) << QString()
                               << "is not a SQLite database";
+        // SQLite's 16 bytes, then garbage where the page size and the rest of the header go.
+        QTest::newRow("damaged header") << QByteArray("SQLite format 3", 16) + QByteArray(4080, '\x5a') << QString()
+                                        << "is damaged: it starts as a SQLite database, but its header page does not "
+                                           "read";
         QTest::newRow("newer") << QByteArray() << "PRAGMA application_id=1296125524; PRAGMA user_version=9; "
                                                   "CREATE TABLE runs(id INTEGER PRIMARY KEY);"
                                << "has schema version 9: it was written by a newer Mantissa";
