@@ -196,10 +196,10 @@ std::vector<WatchAlert> Watchers::on_frame(const LayerStatsFrame& frame, const s
                                   std::to_string(first->infs) + " inf of " + std::to_string(first->count) + " values"));
         alerts.back().role = first->role;
     }
-    // Per layer, the tensors over their threshold, worst first: the first in the frame's order
-    // fired, and lm_head's "weight: 5.3% flush to zero" was all a step said whose gradient
-    // flushed whole (read-only audit 'guiwalk'). The cooldown is the layer's and role's, so a
-    // role that crosses later, in the cooldown of another, is told too.
+    // Per layer, the worst tensor over its threshold: the first in the frame's order fired, and
+    // lm_head's "weight: 5.3% flush to zero" was all a step said whose gradient flushed whole
+    // (read-only audit 'guiwalk'). The cooldown stays the layer's: a watcher's action (a pause,
+    // a switch to BF16) is taken once a layer, not once a role.
     std::vector<std::pair<std::string, std::vector<const TensorStats*>>> over; // layers in frame order
     for (const auto& t : frame.tensors) {
         // FP8 operands, and the E2M1 elements of nvfp4/mxfp4 operands (against their own
@@ -213,21 +213,20 @@ std::vector<WatchAlert> Watchers::on_frame(const LayerStatsFrame& frame, const s
         if (it == over.end()) it = over.insert(over.end(), {t.layer, {}});
         it->second.push_back(&t);
     }
-    for (auto& [layer, tensors] : over) {
-        std::stable_sort(tensors.begin(), tensors.end(),
-                         [](const TensorStats* a, const TensorStats* b) { return a->underflow > b->underflow; });
-        for (const TensorStats* t : tensors) {
-            if (!cooled_down("fp8_underflow", layer + ":" + t->role, frame.step)) continue;
-            const bool block_scales = t->role.size() > 6 && t->role.ends_with("_scale");
-            const double threshold = t->format == "e2m1" ? config_.fp4_underflow_max : config_.fp8_underflow_max;
-            const std::string what = block_scales ? "% of blocks have a scale that flushes to zero in "
-                                                  : "% of values flush to zero in ";
-            alerts.push_back(make(frame.step, "fp8_underflow", layer,
-                                  t->role + " of " + layer + ": " + fmt(100.0 * t->underflow) + what + t->format +
-                                      " (threshold " + fmt(100.0 * threshold) + "%)"));
-            alerts.back().role = t->role;
-            break; // one alert a layer and step
-        }
+    for (const auto& [layer, tensors] : over) {
+        if (!cooled_down("fp8_underflow", layer, frame.step)) continue;
+        // The largest share flushed; the first in the frame's order among equals.
+        const TensorStats* t = *std::max_element(tensors.begin(), tensors.end(), [](const auto* a, const auto* b) {
+            return a->underflow < b->underflow;
+        });
+        const bool block_scales = t->role.size() > 6 && t->role.ends_with("_scale");
+        const double threshold = t->format == "e2m1" ? config_.fp4_underflow_max : config_.fp8_underflow_max;
+        const std::string what = block_scales ? "% of blocks have a scale that flushes to zero in "
+                                              : "% of values flush to zero in ";
+        alerts.push_back(make(frame.step, "fp8_underflow", layer,
+                              t->role + " of " + layer + ": " + fmt(100.0 * t->underflow) + what + t->format +
+                                  " (threshold " + fmt(100.0 * threshold) + "%)"));
+        alerts.back().role = t->role;
     }
     for (const auto& [layer, logit] : frame.attention_max_logit)
         if (logit > config_.attention_logit_max && cooled_down("attention_logit", layer, frame.step))

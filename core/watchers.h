@@ -30,7 +30,7 @@ struct WatcherConfig {
     // what lies below a quarter of its smallest step, 7-11% of a Gaussian's values (so 5%
     // would fire on every healthy layer); 25% is a tail heavy enough to lose a quarter.
     double fp4_underflow_max = 0.25;
-    int64_t cooldown_steps = 100;      // a watcher stays quiet this long per layer (and role) after firing
+    int64_t cooldown_steps = 100;      // a watcher stays quiet this long per layer after firing
     // What to do when one fires: keyed by watcher name (nonfinite, loss_spike, grad_spike,
     // loss_scale_collapse, attention_logit, log_z, fp8_underflow).
     std::map<std::string, WatchAction> actions;
@@ -83,8 +83,8 @@ private:
         bool spike(double x, double k, int64_t window);
     };
     static std::string spike_bar(const RunningStats& stats, double k);
-    // True, and the firing noted, unless `watcher` fired for `subject` (a layer; "layer:role"
-    // for fp8_underflow) within the cooldown.
+    // True, and the firing noted, unless `watcher` fired for `subject` (a layer) within the
+    // cooldown.
     bool cooled_down(const std::string& watcher, const std::string& subject, int64_t step);
     WatchAlert make(int64_t step, const std::string& watcher, const std::string& layer, std::string message) const;
 
