@@ -490,9 +490,15 @@ std::string through_links(const std::string& path)
     for (int hops = 0; hops < 40 && fs::is_symlink(p, ec); ++hops) {
         const fs::path target = fs::read_symlink(p, ec);
         if (ec) return path;
-        p = target.is_absolute() ? target : p.parent_path() / target;
+        // A relative target is read from the link's folder as the system reads it: a ".." in
+        // it leaves that folder's real place, not its name's (lexically, a link in a linked
+        // folder opened another, empty store).
+        const fs::path folder = fs::weakly_canonical(p.parent_path().empty() ? fs::path(".") : p.parent_path(), ec);
+        if (ec) return path;
+        p = fs::weakly_canonical(target.is_absolute() ? target : folder / target, ec);
+        if (ec) return path;
     }
-    return p == fs::path(path) ? path : p.lexically_normal().string();
+    return p == fs::path(path) ? path : p.string();
 }
 
 } // namespace

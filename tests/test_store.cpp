@@ -240,6 +240,21 @@ private slots:
         QCOMPARE(through.path(), direct.path());
         QVERIFY(std::filesystem::exists(target + ".locks"));
         QVERIFY(!std::filesystem::exists(link + ".locks"));
+
+        // A relative link whose ".." leaves a folder reached through a link: read from the
+        // folder's real place, as the system reads it (lexically, it named another, empty store
+        // that a run then made and trained into).
+        namespace fs = std::filesystem;
+        const fs::path root = dir.filePath("tree").toStdString();
+        fs::create_directories(root / "real" / "data");
+        fs::create_directories(root / "real" / "proj");
+        { RunStore(fs::path(root / "real" / "data" / "runs.sqlite").string()).create_run("kept", "p.json", "{}"); }
+        fs::create_directory_symlink("real/proj", root / "alias");
+        fs::create_symlink("../data/runs.sqlite", root / "real" / "proj" / "runs.sqlite");
+        RunStore aliased(fs::path(root / "alias" / "runs.sqlite").string(), OpenMode::ReadWrite);
+        QCOMPARE(aliased.list_runs().size(), size_t(1));
+        QCOMPARE(aliased.list_runs().at(0).name, std::string("kept"));
+        QVERIFY(!fs::exists(root / "data"));
     }
 
     // A read-only connection reads a store with no WAL as immutable, without locks. Another
