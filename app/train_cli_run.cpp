@@ -103,8 +103,9 @@ int train_session(RunSession& session, const std::string& db_path, DataParallelJ
     if (outcome.rows_lost > 0)
         std::fprintf(stderr, "\nerror: the run store could not keep %lld rows of this run's metrics (the last "
                              "error: %s); checkpoints after the loss are not recorded, so a resume trains those "
-                             "steps again; the run is recorded as interrupted\n",
-                     static_cast<long long>(outcome.rows_lost), outcome.store_error.c_str());
+                             "steps again%s\n",
+                     static_cast<long long>(outcome.rows_lost), outcome.store_error.c_str(),
+                     outcome.status == RunStatus::Failed ? "" : "; the run is recorded as interrupted");
     if (end) end->store_failed = outcome.store_failed || outcome.rows_lost > 0;
     if (outcome.store_failed) {
         std::fprintf(stderr, "\nerror: %s\n", outcome.error.c_str());

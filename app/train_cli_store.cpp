@@ -136,6 +136,8 @@ char first_text_char(const std::string& path)
     std::string head(256, '\0');
     in.read(head.data(), static_cast<std::streamsize>(head.size()));
     head.resize(static_cast<size_t>(in.gcount()));
+    // A safetensors file's 8-byte length holds NUL bytes (and may read " {"): no text at all.
+    if (head.find('\0') != std::string::npos) return '\0';
     size_t at = head.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0;
     while (at < head.size() && std::isspace(static_cast<unsigned char>(head[at]))) ++at;
     return at < head.size() ? head[at] : '\0';
