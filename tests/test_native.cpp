@@ -592,11 +592,6 @@ private slots:
         }
     }
 
-    // A layer whose GEMMs are of different kinds (FP8 and FP32 here, the GEMMs this CPU
-    // computes the emulator's way) runs natively GEMM by GEMM, and gives the emulator's values,
-    // gradients and delayed-scaling state bit for bit over steps whose weights move, two
-    // micro-batches a step: the weight is cast, and records its amax, once a step in each
-    // format it is taken in (the forward's and the input gradient's may differ).
     // A bf16/fp16 layer's bias gradient is a 16-bit tensor on the hardware (autocast's linear,
     // the native executor's): the emulator rounds its sum to the format, Inf past FP16's 65504,
     // so that its loss scaler skips the steps that PyTorch's GradScaler skips (the parity
@@ -643,6 +638,11 @@ private slots:
         }
     }
 
+    // A layer whose GEMMs are of different kinds (FP8 and FP32 here, the GEMMs this CPU
+    // computes the emulator's way) runs natively GEMM by GEMM, and gives the emulator's values,
+    // gradients and delayed-scaling state bit for bit over steps whose weights move, two
+    // micro-batches a step: the weight is cast, and records its amax, once a step in each
+    // format it is taken in (the forward's and the input gradient's may differ).
     void mixedFormatLayerMatchesEmulator_data()
     {
         QTest::addColumn<QString>("forward");
