@@ -519,7 +519,9 @@ void LayerHeatmapPlot::rebuild()
     // Columns whose every cell is grey say why, or the map reads as a bug: a native 16-bit
     // run's underflow is not measured (its cast ran in the op before, where no row sees it).
     const bool anyValue = std::any_of(values_.begin(), values_.end(), [](float v) { return !std::isnan(v); });
-    emptyText_->setText(nx == 0 || ny == 0 ? QStringLiteral("no layer statistics yet") : noValueText());
+    // (Asked only then: it reads the subnormal columns of the whole history.)
+    if (nx == 0 || ny == 0) emptyText_->setText(QStringLiteral("no layer statistics yet"));
+    else if (!anyValue) emptyText_->setText(noValueText());
     emptyText_->setVisible(nx == 0 || ny == 0 || !anyValue);
     map_->setVisible(nx > 0 && ny > 0);
 
