@@ -209,20 +209,18 @@ int main(int argc, char* argv[])
         return 2;
     }
     // A picture that cannot be saved is said before the run, not after it trained to its end.
-    for (const QString& target : {parser.value(shotOption), parser.value(shotDirOption)}) {
+    for (const QCommandLineOption* option : {&shotOption, &shotDirOption}) {
+        const QString target = parser.value(*option);
         if (target.isEmpty()) continue;
         // A --screenshot-dir is made (mkpath): its nearest folder that is there must take it.
-        QString where = target == parser.value(shotOption) ? QFileInfo(target).absolutePath()
-                                                          : QFileInfo(target).absoluteFilePath();
-        if (target == parser.value(shotDirOption))
-            while (!QFileInfo::exists(where) && QFileInfo(where).absolutePath() != where)
-                where = QFileInfo(where).absolutePath();
+        const bool folder = option == &shotDirOption;
+        QString where = folder ? QFileInfo(target).absoluteFilePath() : QFileInfo(target).absolutePath();
+        while (folder && !QFileInfo::exists(where) && QFileInfo(where).absolutePath() != where)
+            where = QFileInfo(where).absolutePath();
         const QFileInfo at(where);
         if (!at.isDir() || !at.isWritable()) {
-            fail(QStringLiteral("%1 '%2': no picture can be saved there: '%3' %4")
-                     .arg(target == parser.value(shotOption) ? QStringLiteral("--screenshot")
-                                                              : QStringLiteral("--screenshot-dir"),
-                          target, where,
+            fail(QStringLiteral("--%1 '%2': no picture can be saved there: '%3' %4")
+                     .arg(option->names().first(), target, where,
                           !at.exists()  ? QStringLiteral("does not exist")
                           : !at.isDir() ? QStringLiteral("is not a folder")
                                         : QStringLiteral("is a folder that cannot be written")));

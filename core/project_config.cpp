@@ -947,11 +947,16 @@ ProjectConfig load_run_config(const std::string& config_json)
 
 std::string to_json_text(const ProjectConfig& config) { return to_json(config).dump(2); }
 
+bool has_control_character(std::string_view text)
+{
+    return std::any_of(text.begin(), text.end(), [](unsigned char ch) { return ch < 0x20 || ch == 0x7f; });
+}
+
 std::string run_name_problem(std::string_view name)
 {
     if (std::all_of(name.begin(), name.end(), [](unsigned char ch) { return std::isspace(ch); }))
         return "is empty: a run needs a name";
-    if (std::any_of(name.begin(), name.end(), [](unsigned char ch) { return ch < 0x20 || ch == 0x7f; }))
+    if (has_control_character(name))
         return "has a control character (a NUL, a tab, a newline): a run's name is one line of text";
     if (name.find_first_not_of("0123456789") == std::string_view::npos)
         return "'" + std::string(name) + "' reads as a run id: name the run with a letter in it";

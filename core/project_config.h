@@ -127,6 +127,8 @@ std::string blame_override(const std::string& message, const std::vector<Overrid
 // control character (a name is one line of text: a newline split its row in `list`). The
 // project's name, `--name`, and a rename in the CLI or the window all pass this one rule.
 std::string run_name_problem(std::string_view name);
+// A NUL, a tab, a line break or another control character: what breaks a one-line name or tag.
+bool has_control_character(std::string_view text);
 // A JSON parser's message as a user reads it: "parse error at line 1, column 38: ...", without
 // nlohmann's "[json.exception.parse_error.101] " tag.
 std::string json_error_words(const char* what);

@@ -1657,7 +1657,7 @@ void RunStore::add_tags(int64_t run_id, const std::vector<std::string>& tags)
     // Only new tags: one stored before this rule can still be removed.
     for (const auto& t : tags) {
         const std::string clean = trimmed_tag(t);
-        if (std::any_of(clean.begin(), clean.end(), [](unsigned char ch) { return ch < 0x20 || ch == 0x7f; }))
+        if (has_control_character(clean))
             throw StoreArgumentError("tag '" + clean + "' has a control character (a line break, a tab): give one "
                                      "line");
     }

@@ -133,13 +133,7 @@ void ComparePlot::rebuild(bool now)
         plotHeight >= 50 ? std::max(0.06, (QFontMetrics(markerFont).height() + 4.0) / plotHeight) : 0.06;
     // The legend sits at the top right: a marker in the right half of the steps starts its
     // labels below it (a late divergence's "#n diverges @ k" was drawn under the legend).
-    double xMin = 0.0, xMax = -std::numeric_limits<double>::infinity();
-    for (const Curve& c : curves_)
-        for (double x : c.xs) {
-            if (!std::isfinite(x)) continue;
-            xMin = std::min(xMin, x);
-            xMax = std::max(xMax, x);
-        }
+    const auto [xMin, xMax] = stepExtent();
     const double legendPixels = curves_.empty() ? 0.0 : legend->minimumOuterSizeHint().height() + 18.0; // + its inset
     const double belowLegend = plotHeight >= 50 ? std::min(0.8, legendPixels / plotHeight) : 0.0;
     for (const Marker& m : markers_) {
@@ -167,25 +161,34 @@ void ComparePlot::rebuild(bool now)
     replot(now ? rpImmediateRefresh : rpQueuedReplot);
 }
 
+std::pair<double, double> ComparePlot::stepExtent() const
+{
+    // Every step the runs reached, NaN losses included: a diverged run spans its steps, not
+    // the one finite point it had (0 to 1 on the axis).
+    double x0 = 0.0, x1 = -std::numeric_limits<double>::infinity();
+    for (const Curve& c : curves_)
+        for (double x : c.xs) {
+            if (!std::isfinite(x)) continue;
+            x0 = std::min(x0, x);
+            x1 = std::max(x1, x);
+        }
+    return {x0, x1};
+}
+
 void ComparePlot::fit()
 {
-    double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
+    auto [x0, x1] = stepExtent();
+    double y0 = std::numeric_limits<double>::infinity(), y1 = -y0;
     for (const Curve& c : curves_) {
         for (size_t i = 0; i < c.xs.size(); ++i) {
             if (!std::isfinite(c.xs[i])) continue;
-            // Every step the runs reached, NaN losses included: a diverged run spans its steps,
-            // not the one finite point it had (0 to 1 on the axis).
-            x0 = std::min(x0, c.xs[i]);
-            x1 = std::max(x1, c.xs[i]);
             const double y = c.ys[i];
             if (!std::isfinite(y) || (logScale_ && y <= 0.0)) continue;
             y0 = std::min(y0, y);
             y1 = std::max(y1, y);
         }
     }
-    if (!std::isfinite(x0)) x0 = x1 = 0.0; // no point at all
-    x0 = std::min(x0, 0.0);
-    if (x1 <= x0) x1 = x0 + 1;
+    if (x1 <= x0) x1 = x0 + 1; // no point at all, or one step
     xAxis->setRange(x0, x1);
     if (!std::isfinite(y0)) { // no finite value: the steps, and an empty y
         yAxis->setRange(logScale_ ? 0.1 : 0.0, 1);

@@ -9,6 +9,7 @@
 #include <qcustomplot.h>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace mantissa {
@@ -57,6 +58,8 @@ public:
 
 private:
     void fit();
+    // The steps the curves span, from 0 or below: {x0, x1}, x1 -inf when there is no point.
+    std::pair<double, double> stepExtent() const;
 
     std::vector<Curve> curves_;
     std::vector<Marker> markers_;
